@@ -1,0 +1,144 @@
+package cpu
+
+import (
+	"github.com/mambago/mambago/mambago/checkpoint"
+	"github.com/mambago/mambago/mambago/engine"
+)
+
+// Engine is the pure-Go engine. It holds the weights read-only, so its
+// methods are safe for concurrent use; each State is locked by the call using it.
+type Engine struct {
+	w   *checkpoint.Weights
+	cfg checkpoint.Config
+	// ChunkRows bounds B·T per pass; longer prompts run in chunks along T.
+	ChunkRows int
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// New returns an engine over w.
+func New(w *checkpoint.Weights) *Engine {
+	return &Engine{w: w, cfg: w.Config, ChunkRows: 4096}
+}
+
+// Config returns the model's configuration.
+func (e *Engine) Config() checkpoint.Config { return e.cfg }
+
+// Device returns "cpu".
+func (e *Engine) Device() string { return "cpu" }
+
+// Close releases nothing: the weights are ordinary Go memory.
+func (e *Engine) Close() error { return nil }
+
+// Prefill runs in through the model, continuing from st and leaving the final
+// state in it, and writes pool's output (after norm_f) to out.
+func (e *Engine) Prefill(st engine.State, in engine.Input, pool engine.Pool, out []float32) error {
+	s, err := e.own(st)
+	if err != nil {
+		return err
+	}
+	if err := engine.CheckInput(e.cfg, in, s.batch); err != nil {
+		return err
+	}
+	d := e.cfg.Hidden
+	if want := pool.OutLen(in.B, in.T, d); len(out) != want {
+		return engine.Invalid("output buffer has %d values, want %d", len(out), want)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	B, T := in.B, in.T
+	tc := max(1, min(T, e.ChunkRows/B)) // positions per chunk
+	w := newWork(e.cfg, B, tc)
+	var acc []float64 // running sum over positions, for Sum and Mean
+	if pool == engine.Sum || pool == engine.Mean {
+		acc = make([]float64, B*d)
+	}
+	for t0 := 0; t0 < T; t0 += tc {
+		n := min(tc, T-t0)
+		w.resize(e.cfg, B, n)
+		e.embed(w, in, t0)
+		for l := range e.w.Layers {
+			e.block(l, w, s.conv[l], s.ssm[l])
+		}
+		rmsnorm(w.x, w.h, e.w.NormF, d, e.cfg.Eps) // norm_f of every row of the chunk
+		for b := 0; b < B; b++ {
+			rowsB := w.x[b*n*d : (b+1)*n*d]
+			switch pool {
+			case engine.All:
+				copy(out[(b*T+t0)*d:(b*T+t0+n)*d], rowsB)
+			case engine.Last:
+				if t0+n == T {
+					copy(out[b*d:(b+1)*d], rowsB[(n-1)*d:])
+				}
+			default:
+				a := acc[b*d : (b+1)*d]
+				for i, v := range rowsB {
+					a[i%d] += float64(v)
+				}
+			}
+		}
+	}
+	if acc != nil {
+		scale := 1.0
+		if pool == engine.Mean {
+			scale = 1 / float64(T)
+		}
+		for i, v := range acc {
+			out[i] = float32(v * scale)
+		}
+	}
+	return nil
+}
+
+// embed fills the residual stream of the chunk starting at position t0:
+// an embedding lookup, a copy of the given embeddings, or input_proj.
+func (e *Engine) embed(w *work, in engine.Input, t0 int) {
+	d, n := e.cfg.Hidden, w.T
+	for b := 0; b < w.B; b++ {
+		src := b*in.T + t0 // first source row of this sequence's chunk
+		dst := w.h[b*n*d : (b+1)*n*d]
+		switch {
+		case in.IDs != nil:
+			for t := 0; t < n; t++ {
+				id := int(in.IDs[src+t])
+				copy(dst[t*d:(t+1)*d], e.w.Embeddings[id*d:(id+1)*d])
+			}
+		case in.Embeds != nil:
+			copy(dst, in.Embeds[src*d:(src+n)*d])
+		default:
+			F := e.cfg.InputDim
+			gemm(dst, d, in.Features[src*F:(src+n)*F], F, e.w.InputProj, n, d, F, 0)
+			addBias(dst, e.w.InputBias)
+		}
+	}
+}
+
+// Step feeds one token per sequence and writes the next-token logits [B, V].
+func (e *Engine) Step(st engine.State, ids []int64, logits []float32) error {
+	B := st.Batch()
+	if len(logits) != B*e.cfg.Vocab {
+		return engine.Invalid("logits buffer has %d values, want B*V = %d", len(logits), B*e.cfg.Vocab)
+	}
+	hidden := make([]float32, B*e.cfg.Hidden)
+	if err := e.Prefill(st, engine.Input{B: len(ids), T: 1, IDs: ids}, engine.Last, hidden); err != nil {
+		return err
+	}
+	return e.Logits(hidden, B, logits)
+}
+
+// Logits computes logits [B, V] = hidden [B, d] @ lm_head^T.
+func (e *Engine) Logits(hidden []float32, batch int, logits []float32) error {
+	d, V := e.cfg.Hidden, e.cfg.Vocab
+	if batch < 1 || len(hidden) != batch*d {
+		return engine.Invalid("hidden has %d values, want B*d = %d·%d", len(hidden), batch, d)
+	}
+	if len(logits) != batch*V {
+		return engine.Invalid("logits buffer has %d values, want B*V = %d", len(logits), batch*V)
+	}
+	if err := engine.CheckFinite("hidden", hidden); err != nil {
+		return err
+	}
+	gemm(logits, V, hidden, d, e.w.LMHead, batch, V, d, 0)
+	return nil
+}

@@ -1,0 +1,200 @@
+package cpu
+
+import (
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
+
+	"github.com/mambago/mambago/mambago/checkpoint"
+)
+
+// The Mamba-1 block, stage by stage. For a chunk of B sequences of T
+// positions, rows = B·T, row r = b·T + t, E = d_inner, R = dt rank, N = d_state:
+//
+//	x     = rmsnorm(h) · norm.weight                          [rows, d]
+//	xz    = x @ in_proj^T (+ b)          -> xs | z            [rows, 2E]
+//	u     = silu(causal_conv1d(xs) (+ b))                      [rows, E]
+//	dbl   = u @ x_proj^T                 -> dt | B | C         [rows, R+2N]
+//	delta = softplus(dt @ dt_proj^T + dt_proj.b)               [rows, E]
+//	s_t   = exp(delta_t·A) ⊙ s_{t-1} + delta_t·B_t·u_t         [E, N] per sequence
+//	y_t   = (s_t·C_t + D·u_t) · silu(z_t)                      [rows, E]
+//	h     = h + y @ out_proj^T (+ b)                           [rows, d]
+//
+// FalconMamba puts a weightless RMSNorm on dt, B and C before their use.
+
+// work is the scratch of one chunk.
+type work struct {
+	B, T  int
+	h     []float32 // [rows, d]      residual stream
+	x     []float32 // [rows, d]      normed input of the block
+	xz    []float32 // [rows, 2E]     in_proj output
+	u     []float32 // [rows, E]      conv output
+	dbl   []float32 // [rows, R+2N]   x_proj output
+	delta []float32 // [rows, E]      dt_proj output, before softplus
+	y     []float32 // [rows, E]      gated scan output
+}
+
+func newWork(c checkpoint.Config, B, T int) *work {
+	rows, E := B*T, c.Inner
+	return &work{
+		B: B, T: T,
+		h:     make([]float32, rows*c.Hidden),
+		x:     make([]float32, rows*c.Hidden),
+		xz:    make([]float32, rows*2*E),
+		u:     make([]float32, rows*E),
+		dbl:   make([]float32, rows*(c.DTRank+2*c.State)),
+		delta: make([]float32, rows*E),
+		y:     make([]float32, rows*E),
+	}
+}
+
+// resize shrinks w's views to a chunk of B·T rows (never above its capacity).
+func (w *work) resize(c checkpoint.Config, B, T int) {
+	rows, E := B*T, c.Inner
+	w.B, w.T = B, T
+	w.h, w.x = w.h[:rows*c.Hidden], w.x[:rows*c.Hidden]
+	w.xz, w.u, w.delta, w.y = w.xz[:rows*2*E], w.u[:rows*E], w.delta[:rows*E], w.y[:rows*E]
+	w.dbl = w.dbl[:rows*(c.DTRank+2*c.State)]
+}
+
+// block runs layer l of the model over the chunk in w, continuing from and
+// updating the carried conv window and SSM state of that layer.
+func (e *Engine) block(l int, w *work, conv, ssm []float32) {
+	c, lw := &e.cfg, &e.w.Layers[l]
+	rows, d, E := w.B*w.T, c.Hidden, c.Inner
+	R, N := c.DTRank, c.State
+
+	rmsnorm(w.x, w.h, lw.Norm, d, c.Eps)
+	gemm(w.xz, 2*E, w.x, d, lw.InProj, rows, 2*E, d, 0) // in_proj
+	addBias(w.xz, lw.InBias)
+	e.conv(w, lw, conv)
+	gemm(w.dbl, R+2*N, w.u, E, lw.XProj, rows, R+2*N, E, 0) // x_proj
+	if c.Falcon {
+		normDBC(w.dbl, rows, R, N, c.MixerEps)
+	}
+	gemm(w.delta, E, w.dbl, R+2*N, lw.DTProj, rows, E, R, 0) // dt_proj (its bias goes into the scan)
+	e.scan(w, lw, ssm)
+	gemm(w.h, d, w.y, E, lw.OutProj, rows, d, E, 1) // out_proj, added onto the residual
+	addBias(w.h, lw.OutBias)
+}
+
+// rmsnorm writes x = v / rms(v) · weight for every row v of h; weight may be nil.
+func rmsnorm(x, h, weight []float32, d int, eps float64) {
+	parallelRows(len(h)/d, 64, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			src, dst := h[r*d:(r+1)*d], x[r*d:(r+1)*d]
+			s := rmsScale(src, eps)
+			for i, v := range src {
+				if weight != nil {
+					dst[i] = weight[i] * (v * s)
+				} else {
+					dst[i] = v * s
+				}
+			}
+		}
+	})
+}
+
+// normDBC applies FalconMamba's weightless RMSNorm to dt, B and C of each row.
+func normDBC(dbl []float32, rows, R, N int, eps float64) {
+	stride := R + 2*N
+	parallelRows(rows, 256, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			row := dbl[r*stride : (r+1)*stride]
+			for _, part := range [][]float32{row[:R], row[R : R+N], row[R+N:]} {
+				s := rmsScale(part, eps)
+				for i := range part {
+					part[i] *= s
+				}
+			}
+		}
+	})
+}
+
+// gemm computes C = A @ W^T + beta·C, with A [M, K] (row stride lda), W [N, K]
+// and C [M, N] (row stride ldc), through gonum's parallel SGEMM.
+func gemm(c []float32, ldc int, a []float32, lda int, w []float32, M, N, K int, beta float32) {
+	A := blas32.General{Rows: M, Cols: K, Stride: lda, Data: a[:(M-1)*lda+K]}
+	W := blas32.General{Rows: N, Cols: K, Stride: K, Data: w[:N*K]}
+	C := blas32.General{Rows: M, Cols: N, Stride: ldc, Data: c[:(M-1)*ldc+N]}
+	blas32.Gemm(blas.NoTrans, blas.Trans, 1, A, W, beta, C)
+}
+
+// addBias adds bias to every row of m; a nil bias adds nothing.
+func addBias(m, bias []float32) {
+	if bias == nil {
+		return
+	}
+	n := len(bias)
+	parallelRows(len(m)/n, 256, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			row := m[r*n : (r+1)*n]
+			for i, b := range bias {
+				row[i] += b
+			}
+		}
+	})
+}
+
+// chanBlock is the number of channels one conv or scan task handles.
+const chanBlock = 32
+
+// conv computes u = silu(causal depthwise conv1d(xs) + bias) for each
+// sequence, reading the K-1 inputs before the chunk from the carried window
+// [B, E, K] and leaving the last K inputs in it.
+func (e *Engine) conv(w *work, lw *checkpoint.Layer, state []float32) {
+	E, K, T := e.cfg.Inner, e.cfg.ConvKernel, w.T
+	blocks := (E + chanBlock - 1) / chanBlock
+	parallelFor(w.B*blocks, func(job int) {
+		b, e0 := job/blocks, (job%blocks)*chanBlock
+		e1 := min(E, e0+chanBlock)
+		win := state[(b*E+e0)*K : (b*E+e1)*K] // window of each channel, oldest first
+		for t := 0; t < T; t++ {
+			r := b*T + t
+			xs, u := w.xz[r*2*E:r*2*E+E], w.u[r*E:(r+1)*E]
+			for ch := e0; ch < e1; ch++ {
+				wd := win[(ch-e0)*K : (ch-e0+1)*K]
+				copy(wd, wd[1:])
+				wd[K-1] = xs[ch]
+				acc := float32(0)
+				if lw.ConvBias != nil {
+					acc = lw.ConvBias[ch]
+				}
+				wk := lw.Conv[ch*K : (ch+1)*K]
+				for k := 0; k < K; k++ {
+					acc += wk[k] * wd[k]
+				}
+				u[ch] = silu(acc)
+			}
+		}
+	})
+}
+
+// scan runs the selective scan with softplus(delta + dt bias), the D skip and
+// the silu(z) gate fused in, from and into the carried SSM state [B, E, N].
+func (e *Engine) scan(w *work, lw *checkpoint.Layer, state []float32) {
+	E, R, N, T := e.cfg.Inner, e.cfg.DTRank, e.cfg.State, w.T
+	stride := R + 2*N
+	blocks := (E + chanBlock - 1) / chanBlock
+	parallelFor(w.B*blocks, func(job int) {
+		b, e0 := job/blocks, (job%blocks)*chanBlock
+		e1 := min(E, e0+chanBlock)
+		for t := 0; t < T; t++ {
+			r := b*T + t
+			Bt := w.dbl[r*stride+R : r*stride+R+N]
+			Ct := w.dbl[r*stride+R+N : (r+1)*stride]
+			for ch := e0; ch < e1; ch++ {
+				dt := softplus(w.delta[r*E+ch] + lw.DTBias[ch])
+				u := w.u[r*E+ch]
+				s := state[(b*E+ch)*N : (b*E+ch+1)*N]
+				A := lw.A[ch*N : (ch+1)*N]
+				acc := float32(0)
+				for n := range s {
+					s[n] = exp32(dt*A[n])*s[n] + dt*Bt[n]*u
+					acc += s[n] * Ct[n]
+				}
+				y := acc + lw.D[ch]*u
+				w.y[r*E+ch] = y * silu(w.xz[r*2*E+E+ch])
+			}
+		}
+	})
+}

@@ -1,0 +1,111 @@
+package cpu
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/mambago/mambago/mambago/engine"
+)
+
+// State is the CPU engine's carried state: per layer, the conv window
+// [B, E, K] and the SSM state [B, E, N], both float32.
+type State struct {
+	mu    sync.Mutex // held by every call that reads or writes the state
+	owner *Engine
+	batch int
+	conv  [][]float32
+	ssm   [][]float32
+}
+
+// Batch returns the number of sequences the state holds.
+func (s *State) Batch() int { return s.batch }
+
+// Reset zeroes the state.
+func (s *State) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for l := range s.conv {
+		clear(s.conv[l])
+		clear(s.ssm[l])
+	}
+}
+
+// ConvState returns a copy of layer's conv window, [B, E, K].
+func (s *State) ConvState(layer int) ([]float32, error) {
+	return s.get(s.conv, layer)
+}
+
+// SSMState returns a copy of layer's SSM state, [B, E, N].
+func (s *State) SSMState(layer int) ([]float32, error) {
+	return s.get(s.ssm, layer)
+}
+
+// SetConvState overwrites layer's conv window, [B, E, K].
+func (s *State) SetConvState(layer int, v []float32) error {
+	return s.set(s.conv, layer, v, "conv state")
+}
+
+// SetSSMState overwrites layer's SSM state, [B, E, N].
+func (s *State) SetSSMState(layer int, v []float32) error {
+	return s.set(s.ssm, layer, v, "ssm state")
+}
+
+func (s *State) get(all [][]float32, layer int) ([]float32, error) {
+	if err := engine.CheckLayer(s.owner.cfg, layer); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]float32(nil), all[layer]...), nil
+}
+
+func (s *State) set(all [][]float32, layer int, v []float32, what string) error {
+	if err := engine.CheckLayer(s.owner.cfg, layer); err != nil {
+		return err
+	}
+	if len(v) != len(all[layer]) {
+		return engine.Invalid("%s of layer %d needs %d values, got %d", what, layer, len(all[layer]), len(v))
+	}
+	if err := engine.CheckFinite(what, v); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	copy(all[layer], v)
+	return nil
+}
+
+// own returns st as a *State of e, or an error if it belongs elsewhere.
+func (e *Engine) own(st engine.State) (*State, error) {
+	s, ok := st.(*State)
+	if !ok || s == nil {
+		return nil, engine.Invalid("state was not made by this CPU engine (%T)", st)
+	}
+	if s.owner != e {
+		return nil, engine.Invalid("state belongs to another model")
+	}
+	return s, nil
+}
+
+// NewState returns a zeroed state for batch sequences.
+func (e *Engine) NewState(batch int) (engine.State, error) {
+	if batch < 1 || batch > 1<<16 {
+		return nil, engine.Invalid("batch_size = %d, want 1..65536", batch)
+	}
+	c := e.cfg
+	s := &State{owner: e, batch: batch, conv: make([][]float32, c.Layers), ssm: make([][]float32, c.Layers)}
+	for l := range s.conv {
+		s.conv[l] = make([]float32, batch*c.Inner*c.ConvKernel)
+		s.ssm[l] = make([]float32, batch*c.Inner*c.State)
+	}
+	return s, nil
+}
+
+var _ fmt.Stringer = (*State)(nil)
+
+// String describes the state's shape.
+func (s *State) String() string {
+	c := s.owner.cfg
+	return fmt.Sprintf("cpu.State{B=%d layers=%d conv=[%d,%d,%d] ssm=[%d,%d,%d]}",
+		s.batch, c.Layers, s.batch, c.Inner, c.ConvKernel, s.batch, c.Inner, c.State)
+}

@@ -1,0 +1,176 @@
+// Package engine defines what every mambago engine (the pure-Go CPU engine
+// and the CUDA engine) provides, and the input checks they share, so that the
+// public API and the Python bindings work with either.
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/mambago/mambago/mambago/checkpoint"
+)
+
+// Pool selects what a prefill writes to its output.
+type Pool int
+
+// The prefill outputs. Every one is taken after norm_f.
+const (
+	Last Pool = iota // the last position's hidden state   [B, d]
+	All              // every position's hidden state       [B, T, d]
+	Sum              // the sum over positions              [B, d]
+	Mean             // the mean over positions             [B, d]
+)
+
+// ParsePool maps "last", "all", "sum" and "mean" to a Pool.
+func ParsePool(s string) (Pool, error) {
+	switch s {
+	case "last":
+		return Last, nil
+	case "all":
+		return All, nil
+	case "sum":
+		return Sum, nil
+	case "mean":
+		return Mean, nil
+	}
+	return 0, Invalid("output must be 'last', 'all', 'sum' or 'mean', got %q", s)
+}
+
+// OutLen returns the number of float32 values a prefill of shape (B, T) writes.
+func (p Pool) OutLen(B, T, d int) int {
+	if p == All {
+		return B * T * d
+	}
+	return B * d
+}
+
+// Input is one prefill's input: exactly one of IDs, Embeds or Features is set.
+type Input struct {
+	B, T     int
+	IDs      []int64   // [B, T] token ids
+	Embeds   []float32 // [B, T, d] embeddings, fed in place of the embedding lookup
+	Features []float32 // [B, T, F] raw features, fed through input_proj
+}
+
+// State is the carried state of one batch of sequences: per layer, the conv
+// window [B, E, K] (the last K inputs of the conv, as Hugging Face keeps it)
+// and the SSM state [B, E, N] in float32. A prefill or step updates it in place.
+type State interface {
+	// Batch returns the number of sequences B the state holds.
+	Batch() int
+	// Reset zeroes the state, as for fresh sequences.
+	Reset()
+	// ConvState returns a copy of layer's conv window, [B, E, K].
+	ConvState(layer int) ([]float32, error)
+	// SSMState returns a copy of layer's SSM state, [B, E, N].
+	SSMState(layer int) ([]float32, error)
+	// SetConvState overwrites layer's conv window with v, [B, E, K].
+	SetConvState(layer int, v []float32) error
+	// SetSSMState overwrites layer's SSM state with v, [B, E, N].
+	SetSSMState(layer int, v []float32) error
+}
+
+// Engine runs a model. Its methods are safe for concurrent use, as long as
+// concurrent calls do not share a State.
+type Engine interface {
+	// Config returns the model's configuration.
+	Config() checkpoint.Config
+	// Device names where the engine computes, e.g. "cpu".
+	Device() string
+	// NewState returns a zeroed state for batch sequences.
+	NewState(batch int) (State, error)
+	// Prefill runs the whole input through the model in one pass, continuing
+	// from st and leaving the final state in it, and writes pool's output to out.
+	Prefill(st State, in Input, pool Pool, out []float32) error
+	// Step feeds one token per sequence (ids [B]) and writes logits [B, V].
+	Step(st State, ids []int64, logits []float32) error
+	// Logits computes hidden [B, d] @ lm_head^T into logits [B, V].
+	Logits(hidden []float32, batch int, logits []float32) error
+	// Close releases the engine's resources.
+	Close() error
+}
+
+// InputError reports bad input from the caller: the Python package raises it
+// as ValueError.
+type InputError struct{ Msg string }
+
+func (e *InputError) Error() string { return e.Msg }
+
+// Invalid returns an *InputError with a formatted message.
+func Invalid(format string, args ...any) error {
+	return &InputError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// IsInvalid reports whether err is, or wraps, an *InputError.
+func IsInvalid(err error) bool {
+	var ie *InputError
+	return errors.As(err, &ie)
+}
+
+// CheckInput validates in against cfg and the state's batch size.
+func CheckInput(cfg checkpoint.Config, in Input, batch int) error {
+	if in.B < 1 || in.T < 1 {
+		return Invalid("input shape (B=%d, T=%d): both must be at least 1", in.B, in.T)
+	}
+	if in.B != batch {
+		return Invalid("state holds %d sequences, input has batch size %d", batch, in.B)
+	}
+	set := 0
+	for _, ok := range []bool{in.IDs != nil, in.Embeds != nil, in.Features != nil} {
+		if ok {
+			set++
+		}
+	}
+	if set != 1 {
+		return Invalid("give exactly one of input_ids, inputs_embeds or features (%d given)", set)
+	}
+	switch {
+	case in.IDs != nil:
+		if len(in.IDs) != in.B*in.T {
+			return Invalid("input_ids has %d values, want B*T = %d", len(in.IDs), in.B*in.T)
+		}
+		return CheckIDs("input_ids", in.IDs, cfg.Vocab)
+	case in.Embeds != nil:
+		if len(in.Embeds) != in.B*in.T*cfg.Hidden {
+			return Invalid("inputs_embeds has %d values, want B*T*d = %d", len(in.Embeds), in.B*in.T*cfg.Hidden)
+		}
+		return CheckFinite("inputs_embeds", in.Embeds)
+	default:
+		if cfg.InputDim == 0 {
+			return Invalid("features given, but the checkpoint has no input_proj.weight")
+		}
+		if len(in.Features) != in.B*in.T*cfg.InputDim {
+			return Invalid("features has %d values, want B*T*F = %d (F = %d)", len(in.Features), in.B*in.T*cfg.InputDim, cfg.InputDim)
+		}
+		return CheckFinite("features", in.Features)
+	}
+}
+
+// CheckIDs reports the first token id outside [0, vocab).
+func CheckIDs(name string, ids []int64, vocab int) error {
+	for i, id := range ids {
+		if id < 0 || id >= int64(vocab) {
+			return Invalid("%s[%d] = %d is outside the vocabulary [0, %d)", name, i, id, vocab)
+		}
+	}
+	return nil
+}
+
+// CheckFinite reports the first NaN or infinity in v.
+func CheckFinite(name string, v []float32) error {
+	for i, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return Invalid("%s holds a non-finite value (%v) at flat index %d", name, x, i)
+		}
+	}
+	return nil
+}
+
+// CheckLayer reports a layer index outside the model.
+func CheckLayer(cfg checkpoint.Config, layer int) error {
+	if layer < 0 || layer >= cfg.Layers {
+		return Invalid("layer %d is outside [0, %d)", layer, cfg.Layers)
+	}
+	return nil
+}

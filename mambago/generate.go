@@ -1,0 +1,137 @@
+package mambago
+
+import (
+	"math"
+	"math/rand/v2"
+	"sort"
+
+	"github.com/mambago/mambago/mambago/engine"
+)
+
+// Sampling chooses the next token from logits.
+type Sampling struct {
+	Temperature float64 // 0 picks the most likely token (greedy)
+	TopK        int     // keep the k most likely tokens; 0 keeps all
+	TopP        float64 // keep the smallest set whose probability reaches p; 1 keeps all
+	Seed        uint64  // seeds the sampler; the same seed gives the same tokens
+	EOS         int64   // a row stops after emitting EOS and is padded with it; -1 for none
+}
+
+// Check reports an out-of-range sampling parameter.
+func (s Sampling) Check() error {
+	switch {
+	case math.IsNaN(s.Temperature) || s.Temperature < 0:
+		return engine.Invalid("temperature = %v, want ≥ 0", s.Temperature)
+	case s.TopK < 0:
+		return engine.Invalid("top_k = %d, want ≥ 0", s.TopK)
+	case math.IsNaN(s.TopP) || s.TopP <= 0 || s.TopP > 1:
+		return engine.Invalid("top_p = %v, want in (0, 1]", s.TopP)
+	}
+	return nil
+}
+
+// Generate continues each of the B prompts ids [B, T] by up to maxNew tokens
+// and returns them as [B, n] (row-major) with n ≤ maxNew: generation ends
+// early once every row has emitted EOS.
+func (m *Model) Generate(ids []int64, B, T, maxNew int, s Sampling) ([]int64, int, error) {
+	if err := s.Check(); err != nil {
+		return nil, 0, err
+	}
+	if maxNew < 0 {
+		return nil, 0, engine.Invalid("max_new_tokens = %d, want ≥ 0", maxNew)
+	}
+	cfg := m.Config()
+	st, err := m.NewState(B)
+	if err != nil {
+		return nil, 0, err
+	}
+	hidden := make([]float32, B*cfg.Hidden)
+	if err := m.Prefill(st, engine.Input{B: B, T: T, IDs: ids}, engine.Last, hidden); err != nil {
+		return nil, 0, err
+	}
+	logits := make([]float32, B*cfg.Vocab)
+	if err := m.Logits(hidden, B, logits); err != nil {
+		return nil, 0, err
+	}
+	rng := rand.New(rand.NewPCG(s.Seed, 0x6d616d6261676f))
+	done := make([]bool, B)
+	next := make([]int64, B)
+	out := make([][]int64, B)
+	n := 0
+	for n < maxNew {
+		alive := false
+		for b := 0; b < B; b++ {
+			if done[b] {
+				next[b] = s.EOS
+			} else {
+				next[b] = sample(logits[b*cfg.Vocab:(b+1)*cfg.Vocab], s, rng)
+				done[b] = s.EOS >= 0 && next[b] == s.EOS
+				alive = alive || !done[b]
+			}
+			out[b] = append(out[b], next[b])
+		}
+		n++
+		if !alive || n == maxNew {
+			break
+		}
+		for b := range next { // a padded row still steps; feed it a valid id
+			if next[b] < 0 {
+				next[b] = 0
+			}
+		}
+		if err := m.Step(st, next, logits); err != nil {
+			return nil, 0, err
+		}
+	}
+	flat := make([]int64, 0, B*n)
+	for _, row := range out {
+		flat = append(flat, row...)
+	}
+	return flat, n, nil
+}
+
+// sample draws a token id from one row of logits.
+func sample(logits []float32, s Sampling, rng *rand.Rand) int64 {
+	if s.Temperature == 0 {
+		best := 0
+		for i, v := range logits {
+			if v > logits[best] {
+				best = i
+			}
+		}
+		return int64(best)
+	}
+	idx := make([]int, len(logits))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return logits[idx[a]] > logits[idx[b]] })
+	if s.TopK > 0 && s.TopK < len(idx) {
+		idx = idx[:s.TopK]
+	}
+	p := make([]float64, len(idx))
+	top := float64(logits[idx[0]])
+	var total float64
+	for i, id := range idx {
+		p[i] = math.Exp((float64(logits[id]) - top) / s.Temperature)
+		total += p[i]
+	}
+	keep, mass := len(idx), 1.0 // nucleus: the smallest prefix whose mass reaches top_p
+	cum := 0.0
+	for i := range p {
+		p[i] /= total
+		cum += p[i]
+		if cum >= s.TopP {
+			keep, mass = i+1, cum
+			break
+		}
+	}
+	r := rng.Float64() * mass
+	for i := 0; i < keep; i++ {
+		r -= p[i]
+		if r < 0 {
+			return int64(idx[i])
+		}
+	}
+	return int64(idx[keep-1])
+}

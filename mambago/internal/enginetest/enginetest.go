@@ -1,0 +1,267 @@
+// Package enginetest is the conformance suite every engine passes: the
+// Hugging Face fixtures, and the equivalences that must hold whatever the
+// engine (prefill ≡ steps, chunked prefill ≡ one prefill, independent batch
+// rows, pooled outputs).
+package enginetest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/mambago/mambago/mambago/engine"
+	"github.com/mambago/mambago/mambago/internal/fixture"
+)
+
+// Open makes an engine for the checkpoint in dir.
+type Open func(t *testing.T, dir string) engine.Engine
+
+// Tolerances: against HF (run in float64) and between two runs of one engine
+// that only group the same arithmetic differently.
+const (
+	RefTol   = 1e-4
+	EquivTol = 2e-5
+)
+
+// Run runs the whole suite.
+func Run(t *testing.T, open Open) {
+	t.Run("fixtures", func(t *testing.T) { Fixtures(t, open) })
+	t.Run("prefill-equals-steps", func(t *testing.T) { PrefillEqualsSteps(t, open) })
+	t.Run("chunked-prefill", func(t *testing.T) { ChunkedPrefill(t, open) })
+	t.Run("batch-rows-independent", func(t *testing.T) { BatchRowsIndependent(t, open) })
+	t.Run("pooling", func(t *testing.T) { Pooling(t, open) })
+}
+
+// Fixtures compares every output with the HF reference of every case.
+func Fixtures(t *testing.T, open Open) {
+	cases, err := fixture.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) < 10 {
+		t.Fatalf("found %d fixture cases under %s, want the committed set", len(cases), fixture.Root())
+	}
+	for _, c := range cases {
+		t.Run(c.Name, func(t *testing.T) {
+			e := open(t, c.Dir)
+			cfg := e.Config()
+			st := mustState(t, e, c.B)
+			hidden := fixture.NaNs(c.B * c.T * cfg.Hidden)
+			if err := e.Prefill(st, c.Input, engine.All, hidden); err != nil {
+				t.Fatal(err)
+			}
+			check(t, "hidden", hidden, c.Hidden, RefTol)
+			logits := fixture.NaNs(c.B * c.T * cfg.Vocab)
+			if err := e.Logits(hidden, c.B*c.T, logits); err != nil {
+				t.Fatal(err)
+			}
+			check(t, "logits", logits, c.Logits, RefTol)
+			for l := range c.Conv {
+				conv, err := st.ConvState(l)
+				if err != nil {
+					t.Fatal(err)
+				}
+				ssm, _ := st.SSMState(l)
+				check(t, fmt.Sprintf("conv state %d", l), conv, c.Conv[l], RefTol)
+				check(t, fmt.Sprintf("ssm state %d", l), ssm, c.SSM[l], RefTol)
+			}
+			for i, in := range c.Next {
+				logits := fixture.NaNs(c.B * cfg.Vocab)
+				if in.IDs != nil {
+					err = e.Step(st, in.IDs, logits)
+				} else {
+					h := fixture.NaNs(c.B * cfg.Hidden)
+					if err = e.Prefill(st, in, engine.Last, h); err == nil {
+						err = e.Logits(h, c.B, logits)
+					}
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				check(t, fmt.Sprintf("next token %d logits", i), logits, c.NextLogits[i], RefTol)
+			}
+		})
+	}
+}
+
+func check(t *testing.T, what string, got, want []float32, tol float64) {
+	t.Helper()
+	if e := fixture.RelErr(got, want); e > tol {
+		t.Errorf("%s: max relative error %.3g > %.0e", what, e, tol)
+	} else {
+		t.Logf("%s: max relative error %.3g", what, e)
+	}
+}
+
+func mustState(t *testing.T, e engine.Engine, B int) engine.State {
+	t.Helper()
+	st, err := e.NewState(B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// randomIDs draws fresh token ids, never the same across runs of the suite.
+func randomIDs(n, vocab int) []int64 {
+	ids := make([]int64, n)
+	for i := range ids {
+		ids[i] = rand.Int64N(int64(vocab))
+	}
+	return ids
+}
+
+func caseDir(name string) string { return filepath.Join(fixture.Root(), name) }
+
+// states returns a copy of every layer's conv and SSM state.
+func states(t *testing.T, e engine.Engine, st engine.State) [][]float32 {
+	var out [][]float32
+	for l := 0; l < e.Config().Layers; l++ {
+		c, err := st.ConvState(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := st.SSMState(l)
+		out = append(out, c, s)
+	}
+	return out
+}
+
+// PrefillEqualsSteps checks prefill(T) ≡ T single-token steps, in hidden
+// states and final states.
+func PrefillEqualsSteps(t *testing.T, open Open) {
+	for _, name := range []string{"base", "falcon", "conv3_bias"} {
+		e := open(t, caseDir(name))
+		cfg := e.Config()
+		B, T := 2, 37
+		ids := randomIDs(B*T, cfg.Vocab)
+		st1 := mustState(t, e, B)
+		all := fixture.NaNs(B * T * cfg.Hidden)
+		if err := e.Prefill(st1, engine.Input{B: B, T: T, IDs: ids}, engine.All, all); err != nil {
+			t.Fatal(err)
+		}
+		st2 := mustState(t, e, B)
+		for i := 0; i < T; i++ {
+			step := []int64{ids[i], ids[T+i]}
+			h := fixture.NaNs(B * cfg.Hidden)
+			if err := e.Prefill(st2, engine.Input{B: B, T: 1, IDs: step}, engine.Last, h); err != nil {
+				t.Fatal(err)
+			}
+			for b := 0; b < B; b++ {
+				want := all[(b*T+i)*cfg.Hidden : (b*T+i+1)*cfg.Hidden]
+				check(t, fmt.Sprintf("%s step %d row %d", name, i, b), h[b*cfg.Hidden:(b+1)*cfg.Hidden], want, EquivTol)
+			}
+		}
+		s1, s2 := states(t, e, st1), states(t, e, st2)
+		for i := range s1 {
+			check(t, fmt.Sprintf("%s state %d", name, i), s2[i], s1[i], EquivTol)
+		}
+	}
+}
+
+// ChunkedPrefill checks prefill(T1) then prefill(T2) ≡ prefill(T1+T2).
+func ChunkedPrefill(t *testing.T, open Open) {
+	e := open(t, caseDir("base"))
+	cfg := e.Config()
+	B := 3
+	for _, split := range [][2]int{{1, 1}, {5, 30}, {33, 2}, {64, 64}} {
+		T1, T2 := split[0], split[1]
+		T := T1 + T2
+		ids := randomIDs(B*T, cfg.Vocab)
+		whole := mustState(t, e, B)
+		want := fixture.NaNs(B * T * cfg.Hidden)
+		if err := e.Prefill(whole, engine.Input{B: B, T: T, IDs: ids}, engine.All, want); err != nil {
+			t.Fatal(err)
+		}
+		part := mustState(t, e, B)
+		var got []float32
+		for _, span := range [][2]int{{0, T1}, {T1, T}} {
+			n := span[1] - span[0]
+			sub := make([]int64, 0, B*n)
+			for b := 0; b < B; b++ {
+				sub = append(sub, ids[b*T+span[0]:b*T+span[1]]...)
+			}
+			h := fixture.NaNs(B * n * cfg.Hidden)
+			if err := e.Prefill(part, engine.Input{B: B, T: n, IDs: sub}, engine.All, h); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, h...)
+		}
+		// got is [span][B][n][d]; reorder to [B][T][d].
+		reordered := make([]float32, 0, len(want))
+		d := cfg.Hidden
+		for b := 0; b < B; b++ {
+			reordered = append(reordered, got[b*T1*d:(b+1)*T1*d]...)
+			off := B * T1 * d
+			reordered = append(reordered, got[off+b*T2*d:off+(b+1)*T2*d]...)
+		}
+		check(t, fmt.Sprintf("split %v hidden", split), reordered, want, EquivTol)
+		sw, sp := states(t, e, whole), states(t, e, part)
+		for i := range sw {
+			check(t, fmt.Sprintf("split %v state %d", split, i), sp[i], sw[i], EquivTol)
+		}
+	}
+}
+
+// BatchRowsIndependent checks that each row of a batch gives what it gives alone.
+func BatchRowsIndependent(t *testing.T, open Open) {
+	e := open(t, caseDir("dstate8"))
+	cfg := e.Config()
+	B, T, d := 3, 19, cfg.Hidden
+	ids := randomIDs(B*T, cfg.Vocab)
+	st := mustState(t, e, B)
+	all := fixture.NaNs(B * T * d)
+	if err := e.Prefill(st, engine.Input{B: B, T: T, IDs: ids}, engine.All, all); err != nil {
+		t.Fatal(err)
+	}
+	batched := states(t, e, st)
+	for b := 0; b < B; b++ {
+		one := mustState(t, e, 1)
+		h := fixture.NaNs(T * d)
+		if err := e.Prefill(one, engine.Input{B: 1, T: T, IDs: ids[b*T : (b+1)*T]}, engine.All, h); err != nil {
+			t.Fatal(err)
+		}
+		check(t, fmt.Sprintf("row %d hidden", b), h, all[b*T*d:(b+1)*T*d], EquivTol)
+		alone := states(t, e, one)
+		for i := range alone {
+			per := len(alone[i])
+			check(t, fmt.Sprintf("row %d state %d", b, i), alone[i], batched[i][b*per:(b+1)*per], EquivTol)
+		}
+	}
+}
+
+// Pooling checks last, sum and mean against the all-positions output.
+func Pooling(t *testing.T, open Open) {
+	e := open(t, caseDir("features"))
+	cfg := e.Config()
+	B, T, d, F := 2, 23, cfg.Hidden, cfg.InputDim
+	feats := make([]float32, B*T*F)
+	for i := range feats {
+		feats[i] = float32(rand.NormFloat64())
+	}
+	in := engine.Input{B: B, T: T, Features: feats}
+	run := func(pool engine.Pool) []float32 {
+		out := fixture.NaNs(pool.OutLen(B, T, d))
+		if err := e.Prefill(mustState(t, e, B), in, pool, out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	all := run(engine.All)
+	last, sum, mean := make([]float32, B*d), make([]float32, B*d), make([]float32, B*d)
+	for b := 0; b < B; b++ {
+		copy(last[b*d:], all[(b*T+T-1)*d:(b*T+T)*d])
+		for t := 0; t < T; t++ {
+			for i := 0; i < d; i++ {
+				sum[b*d+i] += all[(b*T+t)*d+i]
+			}
+		}
+		for i := 0; i < d; i++ {
+			mean[b*d+i] = sum[b*d+i] / float32(T)
+		}
+	}
+	check(t, "last", run(engine.Last), last, EquivTol)
+	check(t, "sum", run(engine.Sum), sum, EquivTol)
+	check(t, "mean", run(engine.Mean), mean, EquivTol)
+}

@@ -1,0 +1,64 @@
+// Package mambago runs Mamba-1 (selective state-space) language models and
+// sequence classifiers trained in PyTorch, from Hugging Face checkpoints.
+//
+// Open loads a checkpoint onto an engine; the Model then prefills whole
+// prompts in one parallel pass, continues them one token at a time with Step,
+// and generates text:
+//
+//	m, err := mambago.Open("path/to/mamba-130m", mambago.Options{})
+//	st, _ := m.NewState(1)
+//	hidden := make([]float32, m.Config().Hidden)
+//	err = m.Prefill(st, engine.Input{B: 1, T: len(ids), IDs: ids}, engine.Last, hidden)
+//
+// The engines live in sub-packages: cpu (pure Go, the default and the
+// reference). The engine package defines the interface they share.
+package mambago
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/mambago/mambago/mambago/checkpoint"
+	"github.com/mambago/mambago/mambago/cpu"
+	"github.com/mambago/mambago/mambago/engine"
+)
+
+// Options selects the engine a model runs on.
+type Options struct {
+	// Device is "auto" (or empty), "cpu" or "cuda". "auto" picks the CUDA
+	// engine when a GPU is usable and the CPU engine otherwise.
+	Device string
+	// DType is the compute dtype: "" or "float32" on the CPU; the CUDA engine
+	// will add "bfloat16" and "float16".
+	DType string
+}
+
+// Model is a loaded model on one engine.
+type Model struct {
+	engine.Engine
+}
+
+// Open loads the checkpoint folder path (config.json plus safetensors files)
+// onto the engine opts selects.
+func Open(path string, opts Options) (*Model, error) {
+	device := strings.ToLower(opts.Device)
+	switch device {
+	case "", "auto", "cpu":
+	case "cuda", "gpu":
+		return nil, engine.Invalid("device %q: the CUDA engine is not built yet; use device=\"cpu\"", opts.Device)
+	default:
+		return nil, engine.Invalid("device %q: want \"auto\", \"cpu\" or \"cuda\"", opts.Device)
+	}
+	switch strings.ToLower(opts.DType) {
+	case "", "float32", "f32", "fp32":
+	case "bfloat16", "bf16", "float16", "f16", "fp16":
+		return nil, engine.Invalid("dtype %q: the CPU engine computes in float32 (bf16/f16 weights are upcast at load); mixed precision needs the CUDA engine", opts.DType)
+	default:
+		return nil, engine.Invalid("dtype %q: want None, \"float32\", \"bfloat16\" or \"float16\"", opts.DType)
+	}
+	w, err := checkpoint.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return &Model{Engine: cpu.New(w)}, nil
+}

@@ -1,0 +1,282 @@
+// Package safetensors reads and writes the safetensors format
+// (https://huggingface.co/docs/safetensors): an 8-byte little-endian header
+// length, a JSON header mapping tensor names to dtype, shape and byte range,
+// then the raw tensor bytes.
+//
+// Files are memory-mapped, so reading a large checkpoint never holds a second
+// copy of it in memory: a tensor is converted straight from the mapped pages
+// into the float32 slice that the engine keeps.
+package safetensors
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"sort"
+	"syscall"
+
+	"github.com/x448/float16"
+)
+
+// DType names a tensor element type as the safetensors header spells it.
+type DType string
+
+// The element types this package converts.
+const (
+	F32  DType = "F32"
+	F16  DType = "F16"
+	BF16 DType = "BF16"
+	I64  DType = "I64"
+	I32  DType = "I32"
+)
+
+// size returns the bytes per element of d, or 0 for a type this package cannot read.
+func (d DType) size() int {
+	switch d {
+	case F32, I32:
+		return 4
+	case F16, BF16:
+		return 2
+	case I64:
+		return 8
+	}
+	return 0
+}
+
+// Info describes one tensor of a file.
+type Info struct {
+	DType DType
+	Shape []int
+	data  []byte
+}
+
+// Len returns the number of elements of the tensor.
+func (t Info) Len() int {
+	n := 1
+	for _, s := range t.Shape {
+		n *= s
+	}
+	return n
+}
+
+// File is an open, memory-mapped safetensors file.
+type File struct {
+	Path     string
+	Metadata map[string]string
+	tensors  map[string]Info
+	mapped   []byte
+}
+
+// maxHeader bounds the JSON header, as the reference implementation does.
+const maxHeader = 100 << 20
+
+// Open maps path and parses its header. Close releases the mapping.
+func Open(path string) (*File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	size := st.Size()
+	if size < 8 {
+		return nil, fmt.Errorf("%s: not a safetensors file (%d bytes)", path, size)
+	}
+	mapped, err := syscall.Mmap(int(f.Fd()), 0, int(size), syscall.PROT_READ, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("%s: mmap: %w", path, err)
+	}
+	file := &File{Path: path, mapped: mapped}
+	if err := file.parse(); err != nil {
+		file.Close()
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return file, nil
+}
+
+func (f *File) parse() error {
+	n := binary.LittleEndian.Uint64(f.mapped[:8])
+	if n > maxHeader || 8+n > uint64(len(f.mapped)) {
+		return fmt.Errorf("header length %d does not fit a file of %d bytes", n, len(f.mapped))
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(f.mapped[8:8+n], &raw); err != nil {
+		return fmt.Errorf("header: %w", err)
+	}
+	body := f.mapped[8+n:]
+	f.tensors = make(map[string]Info, len(raw))
+	for name, msg := range raw {
+		if name == "__metadata__" {
+			if err := json.Unmarshal(msg, &f.Metadata); err != nil {
+				return fmt.Errorf("header metadata: %w", err)
+			}
+			continue
+		}
+		var h struct {
+			DType   DType    `json:"dtype"`
+			Shape   []int    `json:"shape"`
+			Offsets [2]int64 `json:"data_offsets"`
+		}
+		if err := json.Unmarshal(msg, &h); err != nil {
+			return fmt.Errorf("tensor %q: %w", name, err)
+		}
+		info := Info{DType: h.DType, Shape: h.Shape}
+		for _, s := range h.Shape {
+			if s < 0 {
+				return fmt.Errorf("tensor %q: negative dimension in shape %v", name, h.Shape)
+			}
+		}
+		begin, end := h.Offsets[0], h.Offsets[1]
+		if begin < 0 || end < begin || end > int64(len(body)) {
+			return fmt.Errorf("tensor %q: data offsets %v outside the %d data bytes", name, h.Offsets, len(body))
+		}
+		if es := h.DType.size(); es != 0 && int64(info.Len()*es) != end-begin {
+			return fmt.Errorf("tensor %q: %s%v needs %d bytes, offsets give %d", name, h.DType, h.Shape, info.Len()*es, end-begin)
+		}
+		info.data = body[begin:end]
+		f.tensors[name] = info
+	}
+	return nil
+}
+
+// Close unmaps the file. Slices returned earlier by Float32 or Int64 stay valid:
+// they are copies.
+func (f *File) Close() error {
+	if f.mapped == nil {
+		return nil
+	}
+	err := syscall.Munmap(f.mapped)
+	f.mapped, f.tensors = nil, nil
+	return err
+}
+
+// Names returns the tensor names in sorted order.
+func (f *File) Names() []string {
+	names := make([]string, 0, len(f.tensors))
+	for n := range f.tensors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Info returns the description of a tensor and whether it exists.
+func (f *File) Info(name string) (Info, bool) {
+	t, ok := f.tensors[name]
+	return t, ok
+}
+
+// Float32 converts a floating-point tensor (F32, BF16 or F16) to a new float32 slice.
+func (f *File) Float32(name string) ([]float32, error) {
+	t, ok := f.tensors[name]
+	if !ok {
+		return nil, fmt.Errorf("%s: no tensor %q", f.Path, name)
+	}
+	out := make([]float32, t.Len())
+	b := t.data
+	switch t.DType {
+	case F32:
+		for i := range out {
+			out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+		}
+	case BF16:
+		for i := range out {
+			out[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16)
+		}
+	case F16:
+		for i := range out {
+			out[i] = float16.Frombits(binary.LittleEndian.Uint16(b[2*i:])).Float32()
+		}
+	default:
+		return nil, fmt.Errorf("%s: tensor %q has dtype %s, want F32, BF16 or F16", f.Path, name, t.DType)
+	}
+	return out, nil
+}
+
+// Int64 converts an integer tensor (I64 or I32) to a new int64 slice.
+func (f *File) Int64(name string) ([]int64, error) {
+	t, ok := f.tensors[name]
+	if !ok {
+		return nil, fmt.Errorf("%s: no tensor %q", f.Path, name)
+	}
+	out := make([]int64, t.Len())
+	switch t.DType {
+	case I64:
+		for i := range out {
+			out[i] = int64(binary.LittleEndian.Uint64(t.data[8*i:]))
+		}
+	case I32:
+		for i := range out {
+			out[i] = int64(int32(binary.LittleEndian.Uint32(t.data[4*i:])))
+		}
+	default:
+		return nil, fmt.Errorf("%s: tensor %q has dtype %s, want I64 or I32", f.Path, name, t.DType)
+	}
+	return out, nil
+}
+
+// Tensor is one tensor to write: float32 values stored as DType (F32, BF16 or F16).
+type Tensor struct {
+	DType DType
+	Shape []int
+	Data  []float32
+}
+
+// Write stores tensors in a new safetensors file at path. BF16 rounds to
+// nearest even; F16 rounds as github.com/x448/float16 does.
+func Write(path string, tensors map[string]Tensor) error {
+	names := make([]string, 0, len(tensors))
+	for n := range tensors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	header := map[string]any{"__metadata__": map[string]string{"format": "pt"}}
+	var body []byte
+	for _, n := range names {
+		t := tensors[n]
+		es := t.DType.size()
+		if es == 0 || t.DType == I64 || t.DType == I32 {
+			return fmt.Errorf("%s: tensor %q: cannot write dtype %s", path, n, t.DType)
+		}
+		if (Info{Shape: t.Shape}).Len() != len(t.Data) {
+			return fmt.Errorf("%s: tensor %q: shape %v does not hold %d values", path, n, t.Shape, len(t.Data))
+		}
+		begin := len(body)
+		for _, v := range t.Data {
+			switch t.DType {
+			case F32:
+				body = binary.LittleEndian.AppendUint32(body, math.Float32bits(v))
+			case BF16:
+				body = binary.LittleEndian.AppendUint16(body, BF16Bits(v))
+			case F16:
+				body = binary.LittleEndian.AppendUint16(body, float16.Fromfloat32(v).Bits())
+			}
+		}
+		header[n] = map[string]any{"dtype": t.DType, "shape": t.Shape, "data_offsets": []int{begin, len(body)}}
+	}
+	h, err := json.Marshal(header)
+	if err != nil {
+		return err
+	}
+	for len(h)%8 != 0 {
+		h = append(h, ' ')
+	}
+	out := binary.LittleEndian.AppendUint64(nil, uint64(len(h)))
+	out = append(append(out, h...), body...)
+	return os.WriteFile(path, out, 0o644)
+}
+
+// BF16Bits rounds v to bfloat16 (nearest, ties to even) and returns its bits.
+func BF16Bits(v float32) uint16 {
+	b := math.Float32bits(v)
+	if v != v { // NaN stays a quiet NaN
+		return uint16(b>>16) | 0x40
+	}
+	b += 0x7fff + (b>>16)&1
+	return uint16(b >> 16)
+}
