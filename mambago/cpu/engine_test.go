@@ -1,6 +1,10 @@
 package cpu_test
 
 import (
+	"path/filepath"
+
+	"github.com/mambago/mambago/mambago/internal/fixture"
+	"github.com/mambago/mambago/mambago/safetensors"
 	"testing"
 
 	"github.com/mambago/mambago/mambago/checkpoint"
@@ -28,4 +32,34 @@ func TestSmallChunks(t *testing.T) {
 		e.ChunkRows = 5
 		return e
 	})
+}
+
+// TestHalfPrecisionWeights checks that BF16- and F16-stored weights give
+// exactly the outputs of their float32 upcast.
+func TestHalfPrecisionWeights(t *testing.T) {
+	for _, dt := range []safetensors.DType{safetensors.BF16, safetensors.F16} {
+		half, up := t.TempDir(), t.TempDir()
+		if err := fixture.CopyAs("base", half, dt, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := fixture.CopyAs("base", up, dt, true); err != nil {
+			t.Fatal(err)
+		}
+		var outs [][]float32
+		for _, dir := range []string{half, up} {
+			e := open(t, dir)
+			st, _ := e.NewState(2)
+			c, _ := fixture.Load(filepath.Join(fixture.Root(), "base"))
+			out := fixture.NaNs(2 * c.T * e.Config().Hidden)
+			if err := e.Prefill(st, c.Input, engine.All, out); err != nil {
+				t.Fatal(err)
+			}
+			outs = append(outs, out)
+		}
+		for i := range outs[0] {
+			if outs[0][i] != outs[1][i] {
+				t.Fatalf("%s: output %d is %v, its f32 upcast gives %v", dt, i, outs[0][i], outs[1][i])
+			}
+		}
+	}
 }

@@ -1,0 +1,193 @@
+package checkpoint_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/mambago/mambago/mambago/checkpoint"
+	"github.com/mambago/mambago/mambago/internal/fixture"
+	"github.com/mambago/mambago/mambago/safetensors"
+)
+
+func TestConfigForms(t *testing.T) {
+	for _, tc := range []struct {
+		name                     string
+		d, L, E, N, K, R, V      int
+		falcon, bias, conv, tied bool
+	}{
+		{"base", 64, 2, 128, 16, 4, 4, 96, false, false, true, true},
+		{"conv3_bias", 64, 2, 128, 16, 3, 5, 96, false, true, false, true},
+		{"falcon", 64, 2, 128, 16, 4, 4, 96, true, false, true, true},
+		{"original", 64, 2, 128, 16, 4, 4, 96, false, false, true, true},
+		{"untied", 64, 2, 128, 16, 4, 4, 96, false, false, true, false},
+		{"sharded", 64, 3, 128, 16, 4, 4, 96, false, false, true, true},
+	} {
+		c, err := checkpoint.ReadConfig(filepath.Join(fixture.Root(), tc.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := []int{c.Hidden, c.Layers, c.Inner, c.State, c.ConvKernel, c.DTRank, c.Vocab}
+		want := []int{tc.d, tc.L, tc.E, tc.N, tc.K, tc.R, tc.V}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Errorf("%s: dims %v, want %v", tc.name, got, want)
+				break
+			}
+		}
+		if c.Falcon != tc.falcon || c.UseBias != tc.bias || c.UseConvBias != tc.conv || c.TieEmbeddings != tc.tied {
+			t.Errorf("%s: falcon/bias/conv bias/tied = %v %v %v %v", tc.name, c.Falcon, c.UseBias, c.UseConvBias, c.TieEmbeddings)
+		}
+	}
+}
+
+func TestConfigRejects(t *testing.T) {
+	for _, js := range []string{
+		`{"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "state_size": 257}`,
+		`{"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "conv_kernel": 9}`,
+		`{"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "conv_kernel": 1}`,
+		`{"hidden_size": 0, "num_hidden_layers": 2, "vocab_size": 10}`,
+		`{"hidden_size": 64, "vocab_size": 10}`,
+		`{"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "layer_norm_epsilon": 0}`,
+		`not json`,
+	} {
+		if _, err := checkpoint.ParseConfig([]byte(js)); err == nil {
+			t.Errorf("ParseConfig(%s) accepted it", js)
+		}
+	}
+	c, err := checkpoint.ParseConfig([]byte(`{"d_model": 80, "n_layer": 3, "vocab_size": 50277, "pad_vocab_size_multiple": 8, "ssm_cfg": {"d_state": 8}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Hidden != 80 || c.Layers != 3 || c.Inner != 160 || c.State != 8 || c.DTRank != 5 || c.Vocab != 50280 {
+		t.Errorf("state-spaces config parsed as %+v", c)
+	}
+}
+
+// copyCase copies a fixture's checkpoint files into a temp folder.
+func copyCase(t *testing.T, name string) string {
+	t.Helper()
+	src, dst := filepath.Join(fixture.Root(), name), t.TempDir()
+	entries, _ := os.ReadDir(src)
+	for _, e := range entries {
+		if e.Name() == "expected.safetensors" {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(src, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(dst, e.Name()), data, 0o644)
+	}
+	return dst
+}
+
+// readAll returns every tensor of a single-file checkpoint as F32.
+func readAll(t *testing.T, path string) map[string]safetensors.Tensor {
+	f, err := safetensors.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string]safetensors.Tensor{}
+	for _, n := range f.Names() {
+		info, _ := f.Info(n)
+		v, err := f.Float32(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[n] = safetensors.Tensor{DType: safetensors.F32, Shape: info.Shape, Data: v}
+	}
+	return out
+}
+
+func TestBadCheckpointNamesEveryProblem(t *testing.T) {
+	dir := copyCase(t, "base")
+	path := filepath.Join(dir, "model.safetensors")
+	ts := readAll(t, path)
+	delete(ts, "backbone.layers.1.mixer.D")
+	ts["backbone.layers.0.mixer.extra_thing"] = safetensors.Tensor{DType: safetensors.F32, Shape: []int{2}, Data: []float32{1, 2}}
+	ts["backbone.norm_f.weight"] = safetensors.Tensor{DType: safetensors.F32, Shape: []int{63}, Data: make([]float32, 63)}
+	if err := safetensors.Write(path, ts); err != nil {
+		t.Fatal(err)
+	}
+	_, err := checkpoint.Load(dir)
+	if err == nil {
+		t.Fatal("bad checkpoint loaded")
+	}
+	for _, want := range []string{path, "missing backbone.layers.1.mixer.D [128]", "unexpected tensor backbone.layers.0.mixer.extra_thing",
+		"backbone.norm_f.weight has shape [63], want [64]"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
+func TestCorruptFilesGiveErrors(t *testing.T) {
+	dir := copyCase(t, "base")
+	path := filepath.Join(dir, "model.safetensors")
+	good, _ := os.ReadFile(path)
+	for name, data := range map[string][]byte{
+		"empty":       {},
+		"short":       good[:5],
+		"huge header": append([]byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0}, good[8:]...),
+		"truncated":   good[:len(good)/2],
+		"bad json":    append(append([]byte{}, good[:8]...), make([]byte, len(good)-8)...),
+	} {
+		os.WriteFile(path, data, 0o644)
+		if _, err := checkpoint.Load(dir); err == nil {
+			t.Errorf("%s file loaded", name)
+		} else if !strings.Contains(err.Error(), "model.safetensors") {
+			t.Errorf("%s: error %q does not name the file", name, err)
+		}
+	}
+	os.Remove(filepath.Join(dir, "config.json"))
+	if _, err := checkpoint.Load(dir); err == nil || !strings.Contains(err.Error(), "config.json") {
+		t.Errorf("missing config.json: %v", err)
+	}
+}
+
+// TestHalfPrecisionEqualsUpcast stores the base fixture in BF16 and F16 and
+// checks that each loads to exactly its float32 upcast.
+func TestHalfPrecisionEqualsUpcast(t *testing.T) {
+	orig, err := checkpoint.Load(filepath.Join(fixture.Root(), "base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dt := range []safetensors.DType{safetensors.BF16, safetensors.F16} {
+		half, up := t.TempDir(), t.TempDir()
+		if err := fixture.CopyAs("base", half, dt, false); err != nil {
+			t.Fatal(err)
+		}
+		if err := fixture.CopyAs("base", up, dt, true); err != nil {
+			t.Fatal(err)
+		}
+		a, err := checkpoint.Load(half)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := checkpoint.Load(up)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !equal(a.Embeddings, b.Embeddings) || !equal(a.Layers[1].InProj, b.Layers[1].InProj) || !equal(a.Layers[0].A, b.Layers[0].A) {
+			t.Errorf("%s weights differ from their f32 upcast", dt)
+		}
+		if equal(a.Layers[0].InProj, orig.Layers[0].InProj) {
+			t.Errorf("%s weights were not rounded at all", dt)
+		}
+	}
+}
+
+func equal(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

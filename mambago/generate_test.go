@@ -1,0 +1,103 @@
+package mambago_test
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/mambago/mambago/mambago"
+	"github.com/mambago/mambago/mambago/engine"
+	"github.com/mambago/mambago/mambago/internal/fixture"
+)
+
+func openBase(t testing.TB) *mambago.Model {
+	m, err := mambago.Open(filepath.Join(fixture.Root(), "base"), mambago.Options{Device: "cpu"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestGreedyMatchesArgmaxOfSteps rebuilds greedy generation by hand.
+func TestGreedyMatchesArgmaxOfSteps(t *testing.T) {
+	m := openBase(t)
+	V := m.Config().Vocab
+	ids := []int64{5, 17, 33, 2, 9, 41, 7, 8}
+	got, n, err := m.Generate(ids, 2, 4, 6, mambago.Sampling{TopP: 1, EOS: -1})
+	if err != nil || n != 6 {
+		t.Fatalf("Generate: n=%d err=%v", n, err)
+	}
+	st, _ := m.NewState(2)
+	h := make([]float32, 2*m.Config().Hidden)
+	if err := m.Prefill(st, engine.Input{B: 2, T: 4, IDs: ids}, engine.Last, h); err != nil {
+		t.Fatal(err)
+	}
+	logits := make([]float32, 2*V)
+	m.Logits(h, 2, logits)
+	for i := 0; i < 6; i++ {
+		next := []int64{argmax(logits[:V]), argmax(logits[V:])}
+		if got[i] != next[0] || got[6+i] != next[1] {
+			t.Fatalf("token %d: generate gave %d,%d; argmax gives %v", i, got[i], got[6+i], next)
+		}
+		m.Step(st, next, logits)
+	}
+}
+
+func argmax(v []float32) int64 {
+	best := 0
+	for i := range v {
+		if v[i] > v[best] {
+			best = i
+		}
+	}
+	return int64(best)
+}
+
+func TestSamplingIsSeededAndStops(t *testing.T) {
+	m := openBase(t)
+	ids := []int64{1, 2, 3, 4, 5, 6}
+	s := mambago.Sampling{Temperature: 0.9, TopK: 20, TopP: 0.9, Seed: 7, EOS: -1}
+	a, _, _ := m.Generate(ids, 3, 2, 12, s)
+	b, _, _ := m.Generate(ids, 3, 2, 12, s)
+	if !slices.Equal(a, b) {
+		t.Fatalf("same seed, different tokens: %v vs %v", a, b)
+	}
+	s.Seed = 8
+	c, _, _ := m.Generate(ids, 3, 2, 12, s)
+	if slices.Equal(a, c) {
+		t.Errorf("seeds 7 and 8 gave the same 36 tokens")
+	}
+	// Stop token: make the first greedy token the EOS; every row then stops at once.
+	g, _, _ := m.Generate(ids[:2], 1, 2, 5, mambago.Sampling{TopP: 1, EOS: -1})
+	out, n, err := m.Generate(ids[:2], 1, 2, 5, mambago.Sampling{TopP: 1, EOS: g[0]})
+	if err != nil || n != 1 || out[0] != g[0] {
+		t.Errorf("EOS %d: got %v (n=%d, err=%v)", g[0], out, n, err)
+	}
+	for _, bad := range []mambago.Sampling{{Temperature: -1, TopP: 1}, {TopP: 0}, {TopP: 1.5}, {TopK: -2, TopP: 1}} {
+		if _, _, err := m.Generate(ids, 3, 2, 4, bad); !engine.IsInvalid(err) {
+			t.Errorf("sampling %+v: err = %v, want an input error", bad, err)
+		}
+	}
+}
+
+func TestOpenRejectsDevicesAndDTypes(t *testing.T) {
+	dir := filepath.Join(fixture.Root(), "base")
+	for _, o := range []mambago.Options{{Device: "cuda"}, {Device: "tpu"}, {DType: "bfloat16"}, {DType: "int8"}} {
+		if _, err := mambago.Open(dir, o); !engine.IsInvalid(err) {
+			t.Errorf("Open(%+v): err = %v, want an input error", o, err)
+		}
+	}
+}
+
+// Example prefills a prompt and generates four tokens greedily.
+func Example() {
+	m, err := mambago.Open(filepath.Join(fixture.Root(), "base"), mambago.Options{})
+	if err != nil {
+		panic(err)
+	}
+	prompt := []int64{5, 17, 33, 2}
+	tokens, n, err := m.Generate(prompt, 1, len(prompt), 4, mambago.Sampling{TopP: 1, EOS: -1})
+	fmt.Println(n, len(tokens), err)
+	// Output: 4 4 <nil>
+}
