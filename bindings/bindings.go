@@ -1,0 +1,343 @@
+// Package bindings is the flat, gopy-safe face of mambago that Python sees,
+// and the only package that knows about Python.
+//
+// gopy's rules shape it (design.md §8): models and states cross as int64
+// handles; buffers cross as a uintptr address plus a length, never as slices;
+// every function returns (value, error), so gopy raises the error in Python;
+// and every function recovers from panics, which would otherwise abort the
+// interpreter. An error's message starts with the Python exception type the
+// wrapper in python/mambago should raise: "ValueError: ", "TypeError: " or
+// "RuntimeError: ".
+//
+// The Go runtime is entered with the GIL released, so everything here is safe
+// under concurrent calls.
+package bindings
+
+import (
+	"encoding/json"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"unsafe"
+
+	"github.com/mambago/mambago/mambago"
+	"github.com/mambago/mambago/mambago/engine"
+)
+
+// handles maps the integers Python holds to Go objects.
+type handles[T any] struct {
+	mu   sync.Mutex
+	next int64
+	m    map[int64]T
+}
+
+func (h *handles[T]) add(v T) int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.m == nil {
+		h.m = map[int64]T{}
+	}
+	h.next++
+	h.m[h.next] = v
+	return h.next
+}
+
+func (h *handles[T]) get(id int64, what string) (T, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v, ok := h.m[id]
+	if !ok {
+		return v, fmt.Errorf("ValueError: %s handle %d is closed or was never opened", what, id)
+	}
+	return v, nil
+}
+
+func (h *handles[T]) drop(id int64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.m[id]
+	delete(h.m, id)
+	return ok
+}
+
+// stateOf remembers which model a state was made by.
+type stateOf struct {
+	model int64
+	st    engine.State
+}
+
+var (
+	models handles[*mambago.Model]
+	states handles[stateOf]
+)
+
+// guard turns a panic into an error and prefixes err with its Python type.
+// Every exported function defers it.
+func guard(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("RuntimeError: mambago internal error: %v\n%s", r, debug.Stack())
+		return
+	}
+	if *err == nil {
+		return
+	}
+	msg := (*err).Error()
+	for _, p := range []string{"ValueError: ", "TypeError: ", "RuntimeError: "} {
+		if len(msg) >= len(p) && msg[:len(p)] == p {
+			return
+		}
+	}
+	if engine.IsInvalid(*err) {
+		*err = fmt.Errorf("ValueError: %w", *err)
+	} else {
+		*err = fmt.Errorf("RuntimeError: %w", *err)
+	}
+}
+
+// floats views n float32 values at addr, memory the caller owns for the call.
+// The double conversion keeps go vet's unsafeptr check quiet: the address
+// comes from a live numpy array, not from Go memory.
+func floats(addr uintptr, n int) []float32 {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice(*(**float32)(unsafe.Pointer(&addr)), n)
+}
+
+// int64s views n int64 values at addr.
+func int64s(addr uintptr, n int) []int64 {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice(*(**int64)(unsafe.Pointer(&addr)), n)
+}
+
+func checkBuf(name string, addr uintptr, n int) error {
+	if n < 0 || (addr == 0 && n > 0) {
+		return fmt.Errorf("ValueError: %s: bad buffer (address %#x, %d values)", name, addr, n)
+	}
+	return nil
+}
+
+// Version returns the mambago version.
+func Version() (string, error) { return mambago.Version, nil }
+
+// LoadModel opens the checkpoint folder path on device ("auto", "cpu",
+// "cuda") with compute dtype ("" for the engine's default) and returns a
+// model handle.
+func LoadModel(path, device, dtype string) (h int64, err error) {
+	defer guard(&err)
+	m, err := mambago.Open(path, mambago.Options{Device: device, DType: dtype})
+	if err != nil {
+		return 0, err
+	}
+	return models.add(m), nil
+}
+
+// FreeModel releases a model handle. States made from it stop working.
+func FreeModel(model int64) (ok bool, err error) {
+	defer guard(&err)
+	m, err := models.get(model, "model")
+	if err != nil {
+		return false, nil
+	}
+	models.drop(model)
+	return true, m.Close()
+}
+
+// ModelInfo returns the model's configuration and device as JSON.
+func ModelInfo(model int64) (js string, err error) {
+	defer guard(&err)
+	m, err := models.get(model, "model")
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(map[string]any{"config": m.Config(), "device": m.Device(), "dtype": "float32"})
+	return string(b), err
+}
+
+// NewState returns a handle to a zeroed state for batch sequences.
+func NewState(model int64, batch int) (h int64, err error) {
+	defer guard(&err)
+	m, err := models.get(model, "model")
+	if err != nil {
+		return 0, err
+	}
+	st, err := m.NewState(batch)
+	if err != nil {
+		return 0, err
+	}
+	return states.add(stateOf{model, st}), nil
+}
+
+// FreeState releases a state handle.
+func FreeState(state int64) (ok bool, err error) {
+	defer guard(&err)
+	return states.drop(state), nil
+}
+
+// ResetState zeroes a state.
+func ResetState(state int64) (ok bool, err error) {
+	defer guard(&err)
+	s, err := states.get(state, "state")
+	if err != nil {
+		return false, err
+	}
+	s.st.Reset()
+	return true, nil
+}
+
+// model returns the model and state of a (model, state) pair, checking they belong together.
+func modelState(model, state int64) (*mambago.Model, engine.State, error) {
+	m, err := models.get(model, "model")
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := states.get(state, "state")
+	if err != nil {
+		return nil, nil, err
+	}
+	if s.model != model {
+		return nil, nil, fmt.Errorf("ValueError: state was made by another model")
+	}
+	return m, s.st, nil
+}
+
+// CopyState copies layer's conv ("conv", [B, E, K]) or SSM ("ssm", [B, E, N])
+// state to the n float32 values at out (toGo false), or from them into the
+// state (toGo true). It returns the number of values copied.
+func CopyState(state int64, which string, layer int, buf uintptr, n int, toGo bool) (copied int, err error) {
+	defer guard(&err)
+	s, err := states.get(state, "state")
+	if err != nil {
+		return 0, err
+	}
+	if err := checkBuf("state buffer", buf, n); err != nil {
+		return 0, err
+	}
+	v := floats(buf, n)
+	switch {
+	case which == "conv" && toGo:
+		return n, s.st.SetConvState(layer, v)
+	case which == "ssm" && toGo:
+		return n, s.st.SetSSMState(layer, v)
+	}
+	var src []float32
+	switch which {
+	case "conv":
+		src, err = s.st.ConvState(layer)
+	case "ssm":
+		src, err = s.st.SSMState(layer)
+	default:
+		return 0, fmt.Errorf("ValueError: state kind %q, want 'conv' or 'ssm'", which)
+	}
+	if err != nil {
+		return 0, err
+	}
+	if len(src) != n {
+		return 0, fmt.Errorf("ValueError: %s state of layer %d has %d values, buffer has %d", which, layer, len(src), n)
+	}
+	return copy(v, src), nil
+}
+
+// Prefill runs a prompt of B sequences of T positions through the model,
+// continuing from state. kind says what the input buffer holds: "ids"
+// (int64 [B, T]), "embeds" (float32 [B, T, d]) or "features" (float32
+// [B, T, F]); output is "last", "all", "sum" or "mean" and out receives
+// float32 [B, d] or [B, T, d]. It returns the number of values written.
+func Prefill(model, state int64, kind string, in uintptr, inLen, B, T int, output string, out uintptr, outLen int) (written int, err error) {
+	defer guard(&err)
+	m, st, err := modelState(model, state)
+	if err != nil {
+		return 0, err
+	}
+	pool, err := engine.ParsePool(output)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkBuf("input", in, inLen); err != nil {
+		return 0, err
+	}
+	if err := checkBuf("output", out, outLen); err != nil {
+		return 0, err
+	}
+	input := engine.Input{B: B, T: T}
+	switch kind {
+	case "ids":
+		input.IDs = int64s(in, inLen)
+	case "embeds":
+		input.Embeds = floats(in, inLen)
+	case "features":
+		input.Features = floats(in, inLen)
+	default:
+		return 0, fmt.Errorf("ValueError: input kind %q, want 'ids', 'embeds' or 'features'", kind)
+	}
+	return outLen, m.Prefill(st, input, pool, floats(out, outLen))
+}
+
+// Step feeds one token per sequence (int64 [B] at ids) and writes the logits,
+// float32 [B, V], to out.
+func Step(model, state int64, ids uintptr, B int, out uintptr, outLen int) (written int, err error) {
+	defer guard(&err)
+	m, st, err := modelState(model, state)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkBuf("token_ids", ids, B); err != nil {
+		return 0, err
+	}
+	if err := checkBuf("logits", out, outLen); err != nil {
+		return 0, err
+	}
+	return outLen, m.Step(st, int64s(ids, B), floats(out, outLen))
+}
+
+// Logits writes hidden (float32 [B, d]) @ lm_head^T, float32 [B, V], to out.
+func Logits(model int64, hidden uintptr, B, hiddenLen int, out uintptr, outLen int) (written int, err error) {
+	defer guard(&err)
+	m, err := models.get(model, "model")
+	if err != nil {
+		return 0, err
+	}
+	if err := checkBuf("hidden", hidden, hiddenLen); err != nil {
+		return 0, err
+	}
+	if err := checkBuf("logits", out, outLen); err != nil {
+		return 0, err
+	}
+	return outLen, m.Logits(floats(hidden, hiddenLen), B, floats(out, outLen))
+}
+
+// Generate continues the prompts ids (int64 [B, T]) by up to maxNew tokens
+// and writes them, int64 [B, maxNew], to out. It returns how many columns
+// were generated; rows that emitted eos (≥ 0) are padded with it.
+func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, topK int, topP float64, seed, eos int64, out uintptr, outLen int) (n int, err error) {
+	defer guard(&err)
+	m, err := models.get(model, "model")
+	if err != nil {
+		return 0, err
+	}
+	if B < 1 || T < 1 {
+		return 0, fmt.Errorf("ValueError: input_ids shape (%d, %d): both must be at least 1", B, T)
+	}
+	if err := checkBuf("input_ids", ids, B*T); err != nil {
+		return 0, err
+	}
+	if maxNew < 0 || outLen != B*maxNew {
+		return 0, fmt.Errorf("ValueError: output buffer has %d values, want B*max_new_tokens = %d", outLen, B*maxNew)
+	}
+	if err := checkBuf("output", out, outLen); err != nil {
+		return 0, err
+	}
+	toks, n, err := m.Generate(int64s(ids, B*T), B, T, maxNew, mambago.Sampling{
+		Temperature: temperature, TopK: topK, TopP: topP, Seed: uint64(seed), EOS: eos,
+	})
+	if err != nil {
+		return 0, err
+	}
+	dst := int64s(out, outLen)
+	for b := 0; b < B; b++ {
+		copy(dst[b*maxNew:b*maxNew+n], toks[b*n:(b+1)*n])
+	}
+	return n, nil
+}

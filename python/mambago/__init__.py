@@ -1,0 +1,25 @@
+"""mambago: fast Mamba-1 inference for models trained in PyTorch.
+
+Load a Hugging Face checkpoint folder and run it from numpy::
+
+    import mambago
+    model = mambago.Model.from_pretrained("path/to/checkpoint")
+    hidden = model.prefill(input_ids, output="all")   # [B, T, d]
+    tokens = model.generate(input_ids, max_new_tokens=32)
+
+The engine is Go (github.com/mambago/mambago), called through a gopy
+extension; Python never runs in the hot loop.
+"""
+
+from .model import Config, Model, State
+
+__all__ = ["Config", "Model", "State", "__version__"]
+
+
+def _version():
+    from ._native import bindings, call
+
+    return call(bindings.Version)
+
+
+__version__ = _version()

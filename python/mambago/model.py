@@ -1,0 +1,352 @@
+"""The Python face of mambago: Model and State over numpy arrays.
+
+Contract of every entry:
+
+* integer inputs (token ids) may be any integer dtype, lists included; they
+  are passed to the engine as int64;
+* float inputs (inputs_embeds, features, hidden, states) must be float32 numpy
+  arrays (or objects numpy can view as such without a copy, e.g. CPU torch
+  tensors), C-contiguous;
+* outputs are new float32 (or int64) numpy arrays, filled with NaN before the
+  engine writes them;
+* bad input raises TypeError (wrong dtype or type) or ValueError (wrong rank,
+  shape, batch size, non-contiguous memory, out-of-range ids, NaN/inf), naming
+  the argument. Nothing crashes the interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from ._native import bindings as _b
+from ._native import call as _call
+
+_OUTPUTS = ("last", "all", "sum", "mean")
+
+
+@dataclass(frozen=True)
+class Config:
+    """A model's dimensions, as read from its config.json."""
+
+    model_type: str
+    hidden_size: int
+    num_hidden_layers: int
+    intermediate_size: int
+    state_size: int
+    conv_kernel: int
+    time_step_rank: int
+    vocab_size: int
+    use_bias: bool
+    use_conv_bias: bool
+    layer_norm_epsilon: float
+    tie_word_embeddings: bool
+    input_dim: int
+    eos_token_id: int | None
+
+    @classmethod
+    def _from_go(cls, raw: dict) -> "Config":
+        c = dict(raw)
+        c["eos_token_id"] = None if c.get("eos_token_id", -1) < 0 else c["eos_token_id"]
+        return cls(**{f.name: c[f.name] for f in fields(cls)})
+
+
+def _as_array(name, x, kind):
+    """Return x as a C-contiguous numpy array of the kind asked for, or raise.
+
+    kind "int" accepts any integer dtype (converted to int64); kind "float32"
+    accepts float32 only.
+    """
+    if x is None:
+        raise TypeError(f"{name} is required")
+    if isinstance(x, (list, tuple)):
+        try:
+            x = np.asarray(x, dtype=np.int64 if kind == "int" else np.float32)
+        except (ValueError, TypeError, OverflowError) as exc:
+            raise TypeError(f"{name}: cannot convert the list to an array ({exc})") from None
+    elif not isinstance(x, np.ndarray):
+        if hasattr(x, "__array__") or hasattr(x, "__array_interface__"):
+            if getattr(x, "is_cuda", False):
+                raise TypeError(f"{name} is a CUDA tensor; the numpy entries take host memory (call .cpu())")
+            x = np.asarray(x)
+        else:
+            raise TypeError(f"{name} must be a numpy array, got {type(x).__name__}")
+    if kind == "int":
+        if x.dtype == np.bool_ or not np.issubdtype(x.dtype, np.integer):
+            raise TypeError(f"{name} must hold integers, got dtype {x.dtype}")
+    elif x.dtype != np.float32:
+        raise TypeError(f"{name} must be float32, got dtype {x.dtype} (use .astype(np.float32))")
+    if not x.flags.c_contiguous:
+        raise ValueError(f"{name} is not C-contiguous (use np.ascontiguousarray)")
+    if kind == "int" and x.dtype != np.int64:
+        x = x.astype(np.int64)
+    return x
+
+
+def _batched(name, x, rank):
+    """Add a batch axis to an unbatched input; check the rank."""
+    if x.ndim == rank - 1:
+        x = x[None]
+    if x.ndim != rank:
+        raise ValueError(f"{name} must have {rank} dimensions (or {rank - 1} without the batch), got shape {x.shape}")
+    if 0 in x.shape:
+        raise ValueError(f"{name} has an empty dimension: shape {x.shape}")
+    return x
+
+
+def _nan(shape, dtype=np.float32):
+    out = np.empty(shape, dtype=dtype)
+    out.fill(np.nan)
+    return out
+
+
+def _addr(a: np.ndarray) -> int:
+    return a.ctypes.data
+
+
+class State:
+    """The carried state of B sequences: per layer, a conv window [B, E, K]
+    and an SSM state [B, E, N] (float32). Prefill and step update it in place.
+    Make one with Model.new_state."""
+
+    def __init__(self, model: "Model", handle: int, batch_size: int):
+        self._model = model
+        self._h = handle
+        self.batch_size = batch_size
+        cfg = model.config
+        self._shapes = {
+            "conv": (batch_size, cfg.intermediate_size, cfg.conv_kernel),
+            "ssm": (batch_size, cfg.intermediate_size, cfg.state_size),
+        }
+
+    def _get(self, which, layer):
+        layer = self._layer(layer)
+        out = _nan(self._shapes[which])
+        _call(_b.CopyState, self._handle(), which, layer, _addr(out), out.size, False)
+        return out
+
+    def _set(self, which, layer, value, name):
+        layer = self._layer(layer)
+        v = _as_array(name, value, "float32")
+        if v.shape != self._shapes[which]:
+            raise ValueError(f"{name} must have shape {self._shapes[which]}, got {v.shape}")
+        _call(_b.CopyState, self._handle(), which, layer, _addr(v), v.size, True)
+
+    def _layer(self, layer):
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
+            raise TypeError(f"layer must be an int, got {type(layer).__name__}")
+        return int(layer)
+
+    def _handle(self):
+        if self._h is None:
+            raise ValueError("state is closed")
+        return self._h
+
+    def conv_state(self, layer: int) -> np.ndarray:
+        """A copy of layer's conv window, float32 [B, E, K] (the last K conv inputs, newest last)."""
+        return self._get("conv", layer)
+
+    def ssm_state(self, layer: int) -> np.ndarray:
+        """A copy of layer's SSM state, float32 [B, E, N]."""
+        return self._get("ssm", layer)
+
+    def set_conv_state(self, layer: int, value: np.ndarray) -> None:
+        """Overwrite layer's conv window with value, float32 [B, E, K]."""
+        self._set("conv", layer, value, "value")
+
+    def set_ssm_state(self, layer: int, value: np.ndarray) -> None:
+        """Overwrite layer's SSM state with value, float32 [B, E, N]."""
+        self._set("ssm", layer, value, "value")
+
+    def reset(self) -> None:
+        """Zero the state, as for fresh sequences."""
+        _call(_b.ResetState, self._handle())
+
+    def close(self) -> None:
+        """Release the state now rather than at garbage collection."""
+        if self._h is not None:
+            h, self._h = self._h, None
+            try:
+                _b.FreeState(h)
+            except Exception:
+                pass
+
+    def __del__(self):
+        self.close()
+
+    def __repr__(self):
+        return f"mambago.State(batch_size={self.batch_size}, layers={self._model.config.num_hidden_layers})"
+
+
+class Model:
+    """A Mamba-1 model loaded from a PyTorch-trained checkpoint."""
+
+    def __init__(self, handle: int):
+        self._h = handle
+        info = json.loads(_call(_b.ModelInfo, handle))
+        self.config = Config._from_go(info["config"])
+        self.device = info["device"]
+        self.dtype = info["dtype"]
+
+    @classmethod
+    def from_pretrained(cls, path, device: str = "auto", dtype: str | None = None) -> "Model":
+        """Load a checkpoint folder (config.json plus model.safetensors, or shards
+        with model.safetensors.index.json) as Hugging Face save_pretrained writes it.
+
+        device is "auto" (the GPU when one is usable, else the CPU), "cpu" or
+        "cuda"; dtype is None (the engine's default, float32), "float32",
+        "bfloat16" or "float16". Weights stored in bf16/f16 are upcast.
+        """
+        if not isinstance(path, (str, os.PathLike)):
+            raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        path = os.fspath(path)
+        if not os.path.isdir(path):
+            raise ValueError(f"path {path!r} is not a checkpoint folder")
+        if not isinstance(device, str):
+            raise TypeError(f"device must be a str, got {type(device).__name__}")
+        if dtype is not None and not isinstance(dtype, str):
+            dtype = str(dtype).replace("torch.", "")
+        return cls(_call(_b.LoadModel, path, device, dtype or ""))
+
+    def _handle(self):
+        if self._h is None:
+            raise ValueError("model is closed")
+        return self._h
+
+    def close(self) -> None:
+        """Release the model's memory now rather than at garbage collection."""
+        if self._h is not None:
+            h, self._h = self._h, None
+            try:
+                _b.FreeModel(h)
+            except Exception:
+                pass
+
+    def __del__(self):
+        self.close()
+
+    def __repr__(self):
+        c = self.config
+        return (f"mambago.Model({c.model_type}, d={c.hidden_size}, layers={c.num_hidden_layers}, "
+                f"d_state={c.state_size}, vocab={c.vocab_size}, device={self.device!r})")
+
+    def new_state(self, batch_size: int) -> State:
+        """A zeroed carried state for batch_size sequences."""
+        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
+            raise TypeError(f"batch_size must be an int, got {type(batch_size).__name__}")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        return State(self, _call(_b.NewState, self._handle(), int(batch_size)), int(batch_size))
+
+    def _check_state(self, state, B):
+        if not isinstance(state, State):
+            raise TypeError(f"state must be a mambago.State, got {type(state).__name__}")
+        if state._model is not self:
+            raise ValueError("state was made by another model")
+        if state.batch_size != B:
+            raise ValueError(f"state holds {state.batch_size} sequences, but the input has batch size {B}")
+        return state
+
+    def prefill(self, input_ids=None, *, inputs_embeds=None, features=None, state: State | None = None,
+                output: str = "last") -> np.ndarray:
+        """Run whole prompts through the model in one pass.
+
+        Give exactly one input: input_ids [B, T] (integers), inputs_embeds
+        [B, T, d] (float32) or features [B, T, F] (float32, through the
+        checkpoint's input_proj). The batch axis may be left out.
+
+        state, if given, is continued from and left holding the final state;
+        without it the prompts start fresh. output chooses what is returned,
+        always after the final norm: "last" [B, d], "all" [B, T, d], "sum" or
+        "mean" over T [B, d].
+        """
+        given = [n for n, v in (("input_ids", input_ids), ("inputs_embeds", inputs_embeds),
+                                ("features", features)) if v is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of input_ids, inputs_embeds or features (got {given or 'none'})")
+        if not isinstance(output, str) or output not in _OUTPUTS:
+            raise ValueError(f"output must be one of {_OUTPUTS}, got {output!r}")
+        cfg = self.config
+        name = given[0]
+        if name == "input_ids":
+            x, kind = _batched(name, _as_array(name, input_ids, "int"), 2), "ids"
+        else:
+            x = _batched(name, _as_array(name, inputs_embeds if name == "inputs_embeds" else features, "float32"), 3)
+            kind = "embeds" if name == "inputs_embeds" else "features"
+            width = cfg.hidden_size if kind == "embeds" else cfg.input_dim
+            if kind == "features" and width == 0:
+                raise ValueError("features given, but the checkpoint has no input_proj.weight")
+            if x.shape[2] != width:
+                what = "hidden_size" if kind == "embeds" else "input_proj's input dim"
+                raise ValueError(f"{name} has last dimension {x.shape[2]}, the model's {what} is {width}")
+        B, T = x.shape[0], x.shape[1]
+        if state is None:
+            state = self.new_state(B)
+        self._check_state(state, B)
+        out = _nan((B, T, cfg.hidden_size) if output == "all" else (B, cfg.hidden_size))
+        _call(_b.Prefill, self._handle(), state._handle(), kind, _addr(x), x.size, B, T, output, _addr(out), out.size)
+        return out
+
+    def step(self, token_ids, state: State) -> np.ndarray:
+        """Feed one token per sequence (token_ids [B]) after a prefill; returns logits [B, V]."""
+        ids = _as_array("token_ids", token_ids, "int")
+        if ids.ndim == 2 and ids.shape[1] == 1:
+            ids = np.ascontiguousarray(ids[:, 0])
+        if ids.ndim != 1 or ids.size == 0:
+            raise ValueError(f"token_ids must have shape [B] (one token per sequence), got {ids.shape}")
+        self._check_state(state, ids.shape[0])
+        out = _nan((ids.shape[0], self.config.vocab_size))
+        _call(_b.Step, self._handle(), state._handle(), _addr(ids), ids.shape[0], _addr(out), out.size)
+        return out
+
+    def logits(self, hidden) -> np.ndarray:
+        """Logits from hidden states: hidden [..., d] (float32) -> [..., V]."""
+        h = _as_array("hidden", hidden, "float32")
+        d = self.config.hidden_size
+        if h.ndim < 1 or h.shape[-1] != d or h.size == 0:
+            raise ValueError(f"hidden must have shape [..., {d}], got {h.shape}")
+        rows = h.size // d
+        out = _nan(h.shape[:-1] + (self.config.vocab_size,))
+        _call(_b.Logits, self._handle(), _addr(h), rows, h.size, _addr(out), out.size)
+        return out
+
+    def generate(self, input_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int = 0,
+                 top_p: float = 1.0, seed: int | None = None, eos_token_id: int | None = None) -> np.ndarray:
+        """Continue prompts input_ids [B, T] by up to max_new_tokens tokens; returns int64 [B, n].
+
+        temperature 0 is greedy; otherwise tokens are sampled after top_k and
+        top_p filtering, reproducibly for a given seed. A row that emits
+        eos_token_id stops and is padded with it; generation ends when every
+        row has stopped, so n may be below max_new_tokens.
+        """
+        ids = _batched("input_ids", _as_array("input_ids", input_ids, "int"), 2)
+        for name, v in (("max_new_tokens", max_new_tokens), ("top_k", top_k)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+        if max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be ≥ 0, got {max_new_tokens}")
+        for name, v in (("temperature", temperature), ("top_p", top_p)):
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
+                raise TypeError(f"{name} must be a number, got {type(v).__name__}")
+        if seed is None:
+            seed = int.from_bytes(os.urandom(8), "little") >> 1
+        elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+            raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+        if eos_token_id is None:
+            eos = -1
+        elif isinstance(eos_token_id, bool) or not isinstance(eos_token_id, (int, np.integer)):
+            raise TypeError(f"eos_token_id must be an int or None, got {type(eos_token_id).__name__}")
+        elif not 0 <= eos_token_id < self.config.vocab_size:
+            raise ValueError(f"eos_token_id {eos_token_id} is outside the vocabulary [0, {self.config.vocab_size})")
+        else:
+            eos = int(eos_token_id)
+        B, T = ids.shape
+        out = np.full((B, max_new_tokens), -1, dtype=np.int64)
+        if max_new_tokens == 0:
+            return out
+        n = _call(_b.Generate, self._handle(), _addr(ids), B, T, int(max_new_tokens), float(temperature),
+                  int(top_k), float(top_p), int(seed) & (2**63 - 1), eos, _addr(out), out.size)
+        return out[:, :n].copy()

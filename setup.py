@@ -1,0 +1,67 @@
+"""Build the mambago wheel: the Python package in python/mambago plus its Go
+extension, generated and compiled by gopy (pinned in go.mod's tool block).
+
+Needs Go >= 1.26 on PATH; pybindgen comes from pyproject's build requirements.
+The extension is built for the Python running this build, so each CPython
+minor version gets its own wheel.
+"""
+
+import glob
+import os
+import shutil
+import subprocess
+import sys
+
+from setuptools import setup
+from setuptools.command.build_py import build_py
+from setuptools.dist import Distribution
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+GEN = os.path.join(ROOT, "bindings", "_gopy")  # gopy's work folder; "_" keeps it out of ./...
+
+
+def run(cmd, env=None):
+    print("mambago build:", " ".join(cmd), flush=True)
+    subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+
+
+def build_extension(dest):
+    """Generate and compile the gopy extension, then copy its Python files and .so into dest."""
+    if shutil.which("go") is None:
+        sys.exit("mambago build: Go >= 1.26 is needed on PATH (https://go.dev/dl)")
+    tools = os.path.join(ROOT, "build", "gotools")
+    os.makedirs(tools, exist_ok=True)
+    run(["go", "build", "-o", tools + os.sep, "github.com/go-python/gopy", "golang.org/x/tools/cmd/goimports"])
+    env = dict(os.environ)
+    env["PATH"] = tools + os.pathsep + env.get("PATH", "")
+    # gopy compiles with -ffast-math; the flags in CGO_CFLAGS come after its own and turn it off.
+    env["CGO_CFLAGS"] = "-O2 -fno-fast-math"
+    shutil.rmtree(GEN, ignore_errors=True)
+    run([os.path.join(tools, "gopy"), "build", "-output=" + GEN, "-vm=" + sys.executable,
+         "-dynamic-link=true", "-no-make", "./bindings"], env=env)
+    os.makedirs(dest, exist_ok=True)
+    for pattern in ("__init__.py", "bindings.py", "go.py", "_bindings*.so"):
+        matches = glob.glob(os.path.join(GEN, pattern))
+        if not matches:
+            sys.exit(f"mambago build: gopy produced no {pattern} in {GEN}")
+        for f in matches:
+            shutil.copy2(f, dest)
+    print(f"mambago build: extension in {dest}", flush=True)
+
+
+class BuildPy(build_py):
+    """build_py that also builds the Go extension into the package."""
+
+    def run(self):
+        super().run()
+        build_extension(os.path.join(self.build_lib, "mambago", "_gopy"))
+
+
+class BinaryDistribution(Distribution):
+    """The wheel holds a compiled extension, so it is tagged per platform and Python."""
+
+    def has_ext_modules(self):
+        return True
+
+
+setup(cmdclass={"build_py": BuildPy}, distclass=BinaryDistribution)
