@@ -15,7 +15,6 @@
 package mambago
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/mambago/mambago/mambago/checkpoint"
@@ -58,7 +57,8 @@ func Open(path string, opts Options) (*Model, error) {
 	}
 	w, err := checkpoint.Load(path)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		// A checkpoint that cannot be read is the caller's input: Python raises ValueError.
+		return nil, engine.Invalid("open %s: %v", path, err)
 	}
 	return &Model{Engine: cpu.New(w)}, nil
 }

@@ -86,6 +86,13 @@ def _as_array(name, x, kind):
     return x
 
 
+def _check_ids(name, ids, vocab):
+    """Raise ValueError for a token id outside [0, vocab)."""
+    if ids.size and (ids.min() < 0 or ids.max() >= vocab):
+        bad = ids[(ids < 0) | (ids >= vocab)].flat[0]
+        raise ValueError(f"{name} holds token id {bad}, outside the vocabulary [0, {vocab})")
+
+
 def _batched(name, x, rank):
     """Add a batch axis to an unbatched input; check the rank."""
     if x.ndim == rank - 1:
@@ -273,6 +280,7 @@ class Model:
         name = given[0]
         if name == "input_ids":
             x, kind = _batched(name, _as_array(name, input_ids, "int"), 2), "ids"
+            _check_ids(name, x, cfg.vocab_size)
         else:
             x = _batched(name, _as_array(name, inputs_embeds if name == "inputs_embeds" else features, "float32"), 3)
             kind = "embeds" if name == "inputs_embeds" else "features"
@@ -297,6 +305,7 @@ class Model:
             ids = np.ascontiguousarray(ids[:, 0])
         if ids.ndim != 1 or ids.size == 0:
             raise ValueError(f"token_ids must have shape [B] (one token per sequence), got {ids.shape}")
+        _check_ids("token_ids", ids, self.config.vocab_size)
         self._check_state(state, ids.shape[0])
         out = _nan((ids.shape[0], self.config.vocab_size))
         _call(_b.Step, self._handle(), state._handle(), _addr(ids), ids.shape[0], _addr(out), out.size)
@@ -323,6 +332,7 @@ class Model:
         row has stopped, so n may be below max_new_tokens.
         """
         ids = _batched("input_ids", _as_array("input_ids", input_ids, "int"), 2)
+        _check_ids("input_ids", ids, self.config.vocab_size)
         for name, v in (("max_new_tokens", max_new_tokens), ("top_k", top_k)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise TypeError(f"{name} must be an int, got {type(v).__name__}")

@@ -1,0 +1,144 @@
+"""Command line: python -m mambago {info,run,bench} MODEL ...
+
+  info MODEL                         the model's configuration and engine
+  run MODEL --prompt-ids 1,2,3       prefill the prompt, generate, print tokens and timing
+  bench MODEL                        prefill tokens/s over prompt lengths
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from . import __version__
+from .model import Model
+
+
+def _ids(text: str) -> np.ndarray:
+    try:
+        rows = [[int(t) for t in row.replace(" ", "").split(",") if t] for row in text.split(";")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--prompt-ids wants comma-separated integers (rows split by ';'), got {text!r}")
+    if not rows or any(len(r) != len(rows[0]) or not r for r in rows):
+        raise argparse.ArgumentTypeError("--prompt-ids rows must be non-empty and of equal length")
+    return np.asarray(rows, dtype=np.int64)
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(t) for t in text.split(",") if t]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want comma-separated integers, got {text!r}")
+
+
+def _load(args) -> Model:
+    t0 = time.perf_counter()
+    print(f"loading {args.model} (device={args.device}) ...", file=sys.stderr, flush=True)
+    m = Model.from_pretrained(args.model, device=args.device, dtype=args.dtype)
+    print(f"loaded {m} in {time.perf_counter() - t0:.2f} s", file=sys.stderr, flush=True)
+    return m
+
+
+def cmd_info(args) -> int:
+    m = _load(args)
+    info = {"mambago": __version__, "device": m.device, "dtype": m.dtype, "config": m.config.__dict__}
+    print(json.dumps(info, indent=2))
+    return 0
+
+
+def cmd_run(args) -> int:
+    m = _load(args)
+    ids = args.prompt_ids
+    B, T = ids.shape
+    t0 = time.perf_counter()
+    hidden = m.prefill(ids, output="last")
+    t_prefill = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    eos = args.eos_token_id if args.eos_token_id is not None else None
+    out = m.generate(ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                     top_p=args.top_p, seed=args.seed, eos_token_id=eos)
+    t_gen = time.perf_counter() - t0
+    for b in range(B):
+        print(f"prompt[{b}]:    {' '.join(map(str, ids[b]))}")
+        print(f"generated[{b}]: {' '.join(map(str, out[b]))}")
+    n = out.shape[1]
+    print(f"prefill: B={B} T={T} in {t_prefill * 1e3:.2f} ms ({B * T / t_prefill:,.0f} tok/s); "
+          f"last hidden norm {np.linalg.norm(hidden, axis=-1).round(3).tolist()}")
+    if n:
+        print(f"generate: {n} new tokens per row in {t_gen * 1e3:.2f} ms "
+              f"(prefill + {n - 1} steps; {B * n / t_gen:,.0f} tok/s)")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    m = _load(args)
+    rng = np.random.default_rng(args.seed)
+    rows = []
+    print(f"{'B':>3} {'T':>6} {'median ms':>10} {'tok/s':>12}   (median of {args.repeats} after 1 warm-up)")
+    for B in args.batch:
+        for T in args.lengths:
+            ids = rng.integers(0, m.config.vocab_size, size=(B, T), dtype=np.int64)
+            m.prefill(ids)  # warm-up
+            times = []
+            for _ in range(args.repeats):
+                t0 = time.perf_counter()
+                m.prefill(ids)
+                times.append(time.perf_counter() - t0)
+            ms = statistics.median(times) * 1e3
+            rows.append({"B": B, "T": T, "ms": ms, "tok_s": B * T / (ms / 1e3), "times_ms": [t * 1e3 for t in times]})
+            print(f"{B:>3} {T:>6} {ms:>10.2f} {B * T / (ms / 1e3):>12,.0f}", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"model": args.model, "device": m.device, "config": m.config.__dict__, "rows": rows}, f, indent=2)
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m mambago", description="Mamba-1 inference from PyTorch checkpoints.")
+    p.add_argument("--version", action="version", version=f"mambago {__version__}")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common(sp):
+        sp.add_argument("model", help="checkpoint folder (config.json + safetensors)")
+        sp.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
+        sp.add_argument("--dtype", default=None, help="float32 (default), bfloat16 or float16")
+
+    sp = sub.add_parser("info", help="print the model's configuration")
+    common(sp)
+    sp.set_defaults(fn=cmd_info)
+
+    sp = sub.add_parser("run", help="prefill a prompt and generate")
+    common(sp)
+    sp.add_argument("--prompt-ids", type=_ids, required=True, help="token ids, e.g. 1,2,3 (rows split by ';')")
+    sp.add_argument("--max-new-tokens", type=int, default=16)
+    sp.add_argument("--temperature", type=float, default=0.0)
+    sp.add_argument("--top-k", type=int, default=0)
+    sp.add_argument("--top-p", type=float, default=1.0)
+    sp.add_argument("--seed", type=int, default=None)
+    sp.add_argument("--eos-token-id", type=int, default=None)
+    sp.set_defaults(fn=cmd_run)
+
+    sp = sub.add_parser("bench", help="prefill tokens/s over prompt lengths")
+    common(sp)
+    sp.add_argument("--lengths", type=_ints, default=[128, 512, 2048], help="prompt lengths T (default 128,512,2048)")
+    sp.add_argument("--batch", type=_ints, default=[1], help="batch sizes B (default 1)")
+    sp.add_argument("--repeats", type=int, default=5)
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--json", default=None, help="also write the results to this JSON file")
+    sp.set_defaults(fn=cmd_bench)
+
+    args = p.parse_args(argv)
+    try:
+        return args.fn(args)
+    except (ValueError, TypeError) as exc:
+        print(f"mambago: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

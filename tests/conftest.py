@@ -1,0 +1,62 @@
+"""Shared helpers for the Python tests: the fixture cases and a tiny
+safetensors reader (numpy only), so the tests need nothing beyond numpy."""
+
+import json
+import os
+import struct
+
+import numpy as np
+import pytest
+
+FIXTURES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fixtures")
+CASES = sorted(d for d in os.listdir(FIXTURES) if os.path.isdir(os.path.join(FIXTURES, d)))
+
+_DTYPES = {"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32}
+
+
+def read_safetensors(path):
+    """Every tensor of a safetensors file as a numpy array (BF16 upcast to float32)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    body = data[8 + n:]
+    out = {}
+    for name, h in header.items():
+        if name == "__metadata__":
+            continue
+        a, b = h["data_offsets"]
+        raw = body[a:b]
+        if h["dtype"] == "BF16":
+            arr = (np.frombuffer(raw, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+        else:
+            arr = np.frombuffer(raw, dtype=_DTYPES[h["dtype"]])
+        out[name] = arr.reshape(h["shape"]).copy()
+    return out
+
+
+def rel_err(got, want):
+    """max|got - want| / max|want|; NaN anywhere in got gives inf."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    if not np.all(np.isfinite(got)):
+        return np.inf
+    return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
+
+
+def case_dir(name):
+    return os.path.join(FIXTURES, name)
+
+
+@pytest.fixture(scope="session")
+def base_model():
+    import mambago
+
+    return mambago.Model.from_pretrained(case_dir("base"), device="cpu")
+
+
+@pytest.fixture(scope="session")
+def features_model():
+    import mambago
+
+    return mambago.Model.from_pretrained(case_dir("features"), device="cpu")

@@ -1,0 +1,311 @@
+"""Every public function, fed bad input of every kind: the right exception,
+a message that names the argument, and an interpreter that survives."""
+
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import mambago
+from conftest import case_dir, read_safetensors
+
+
+@pytest.fixture(scope="module")
+def m():
+    return mambago.Model.from_pretrained(case_dir("base"), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def fm():
+    return mambago.Model.from_pretrained(case_dir("features"), device="cpu")
+
+
+def ids(m, B=2, T=5):
+    return np.random.default_rng().integers(0, m.config.vocab_size, size=(B, T))
+
+
+def test_from_pretrained(tmp_path):
+    with pytest.raises(TypeError, match="path"):
+        mambago.Model.from_pretrained(123)
+    with pytest.raises(ValueError, match="path"):
+        mambago.Model.from_pretrained(str(tmp_path / "nope"))
+    with pytest.raises(ValueError, match="config.json"):
+        mambago.Model.from_pretrained(str(tmp_path))
+    with pytest.raises(ValueError, match="device"):
+        mambago.Model.from_pretrained(case_dir("base"), device="tpu")
+    with pytest.raises(ValueError, match="CUDA engine"):
+        mambago.Model.from_pretrained(case_dir("base"), device="cuda")
+    with pytest.raises(TypeError, match="device"):
+        mambago.Model.from_pretrained(case_dir("base"), device=0)
+    with pytest.raises(ValueError, match="dtype"):
+        mambago.Model.from_pretrained(case_dir("base"), device="cpu", dtype="int8")
+    with pytest.raises(ValueError, match="dtype"):
+        mambago.Model.from_pretrained(case_dir("base"), device="cpu", dtype="bfloat16")
+
+
+def _write_safetensors(path, tensors):
+    header, body = {}, b""
+    for name, arr in tensors.items():
+        raw = np.ascontiguousarray(arr, dtype=np.float32).tobytes()
+        header[name] = {"dtype": "F32", "shape": list(arr.shape), "data_offsets": [len(body), len(body) + len(raw)]}
+        body += raw
+    h = json.dumps(header).encode()
+    path.write_bytes(struct.pack("<Q", len(h)) + h + body)
+
+
+def test_bad_checkpoint_names_file_and_tensors(tmp_path):
+    shutil.copy(os.path.join(case_dir("base"), "config.json"), tmp_path)
+    tensors = read_safetensors(os.path.join(case_dir("base"), "model.safetensors"))
+    del tensors["backbone.layers.0.mixer.A_log"]
+    tensors["backbone.norm_f.weight"] = tensors["backbone.norm_f.weight"][:10]
+    tensors["backbone.layers.1.mixer.surprise"] = np.ones(3, np.float32)
+    _write_safetensors(tmp_path / "model.safetensors", tensors)
+    with pytest.raises(ValueError) as err:
+        mambago.Model.from_pretrained(str(tmp_path))
+    msg = str(err.value)
+    assert "model.safetensors" in msg
+    assert "missing backbone.layers.0.mixer.A_log" in msg
+    assert "backbone.norm_f.weight has shape [10], want [64]" in msg
+    assert "unexpected tensor backbone.layers.1.mixer.surprise" in msg
+    (tmp_path / "model.safetensors").write_bytes(b"\x0a\x00\x00\x00\x00\x00\x00\x00{not json}")
+    with pytest.raises(ValueError, match="model.safetensors"):
+        mambago.Model.from_pretrained(str(tmp_path))
+
+
+def test_new_state(m):
+    for bad, exc in (("2", TypeError), (2.5, TypeError), (True, TypeError), (None, TypeError),
+                     (0, ValueError), (-3, ValueError)):
+        with pytest.raises(exc, match="batch_size"):
+            m.new_state(bad)
+
+
+def test_prefill_inputs(m, fm):
+    x = ids(m)
+    with pytest.raises(ValueError, match="exactly one"):
+        m.prefill()
+    with pytest.raises(ValueError, match="exactly one"):
+        m.prefill(x, inputs_embeds=np.zeros((2, 5, 64), np.float32))
+    with pytest.raises(TypeError, match="input_ids"):
+        m.prefill(x.astype(np.float32))
+    with pytest.raises(TypeError, match="input_ids"):
+        m.prefill("hello")
+    with pytest.raises(TypeError, match="input_ids"):
+        m.prefill(x.astype(bool))
+    with pytest.raises(ValueError, match="input_ids"):
+        m.prefill(x[None])  # rank 3
+    with pytest.raises(ValueError, match="input_ids"):
+        m.prefill(np.zeros((2, 0), np.int64))  # empty
+    with pytest.raises(ValueError, match="input_ids.*contiguous"):
+        m.prefill(np.asfortranarray(ids(m, 3, 4)))
+    with pytest.raises(ValueError, match="input_ids.*contiguous"):
+        m.prefill(ids(m, 2, 8)[:, ::2])
+    too_big = x.copy()
+    too_big[1, 3] = m.config.vocab_size
+    with pytest.raises(ValueError, match="input_ids.*vocabulary"):
+        m.prefill(too_big)
+    with pytest.raises(ValueError, match="input_ids.*vocabulary"):
+        m.prefill(-x - 1)
+    with pytest.raises(ValueError, match="input_ids.*vocabulary"):
+        m.prefill([[1, 2, 10**6]])
+    emb = np.random.default_rng().standard_normal((2, 5, 64)).astype(np.float32)
+    with pytest.raises(TypeError, match="inputs_embeds.*float32"):
+        m.prefill(inputs_embeds=emb.astype(np.float64))
+    with pytest.raises(ValueError, match="inputs_embeds"):
+        m.prefill(inputs_embeds=emb[:, :, :63].copy())
+    with pytest.raises(ValueError, match="inputs_embeds"):
+        m.prefill(inputs_embeds=emb[0, 0])  # rank 1
+    for poison in (np.nan, np.inf, -np.inf):
+        bad = emb.copy()
+        bad[1, 2, 3] = poison
+        with pytest.raises(ValueError, match="inputs_embeds.*non-finite"):
+            m.prefill(inputs_embeds=bad)
+    with pytest.raises(ValueError, match="features.*input_proj"):
+        m.prefill(features=np.zeros((1, 3, 5), np.float32))
+    F = fm.config.input_dim
+    with pytest.raises(ValueError, match="features"):
+        fm.prefill(features=np.zeros((1, 3, F + 1), np.float32))
+    nanf = np.ones((1, 3, F), np.float32)
+    nanf[0, 1, 0] = np.nan
+    with pytest.raises(ValueError, match="features.*non-finite"):
+        fm.prefill(features=nanf)
+    with pytest.raises(ValueError, match="output"):
+        m.prefill(x, output="max")
+    with pytest.raises(ValueError, match="output"):
+        m.prefill(x, output=None)
+
+
+def test_prefill_state(m, fm):
+    x = ids(m)
+    with pytest.raises(ValueError, match="state holds 3 sequences.*batch size 2"):
+        m.prefill(x, state=m.new_state(3))
+    with pytest.raises(TypeError, match="state"):
+        m.prefill(x, state="state")
+    with pytest.raises(ValueError, match="another model"):
+        m.prefill(x, state=fm.new_state(2))
+    st = m.new_state(2)
+    st.close()
+    with pytest.raises(ValueError, match="state is closed"):
+        m.prefill(x, state=st)
+
+
+def test_failed_call_leaves_state_untouched(m):
+    st = m.new_state(2)
+    m.prefill(ids(m), state=st)
+    before = st.ssm_state(1)
+    emb = np.ones((2, 3, m.config.hidden_size), np.float32)
+    emb[1, 2, 0] = np.nan
+    with pytest.raises(ValueError):
+        m.prefill(inputs_embeds=emb, state=st)
+    assert np.array_equal(st.ssm_state(1), before)
+
+
+def test_step(m):
+    st = m.new_state(2)
+    m.prefill(ids(m), state=st)
+    with pytest.raises(ValueError, match="token_ids"):
+        m.step(np.array([[1, 2], [3, 4]]), st)
+    with pytest.raises(ValueError, match="token_ids"):
+        m.step(np.array([], np.int64), st)
+    with pytest.raises(ValueError, match="batch size 3"):
+        m.step([1, 2, 3], st)
+    with pytest.raises(TypeError, match="token_ids"):
+        m.step(np.array([1.0, 2.0]), st)
+    with pytest.raises(ValueError, match="token_ids.*vocabulary"):
+        m.step([1, m.config.vocab_size + 7], st)
+    with pytest.raises(TypeError, match="state"):
+        m.step([1, 2], None)
+    with pytest.raises(ValueError, match="token_ids.*contiguous"):
+        m.step(np.array([[1, 2], [3, 4]])[:, 0], st)
+
+
+def test_logits(m):
+    d = m.config.hidden_size
+    h = np.random.default_rng().standard_normal((3, d)).astype(np.float32)
+    with pytest.raises(ValueError, match="hidden"):
+        m.logits(h[:, :-1].copy())
+    with pytest.raises(TypeError, match="hidden.*float32"):
+        m.logits(h.astype(np.float64))
+    with pytest.raises(TypeError, match="hidden"):
+        m.logits(np.ones((3, d), np.int64))
+    with pytest.raises(ValueError, match="hidden.*contiguous"):
+        m.logits(np.asfortranarray(h))
+    with pytest.raises(ValueError, match="hidden"):
+        m.logits(np.float32(1.0).reshape(()))
+    h[2, 5] = np.nan
+    with pytest.raises(ValueError, match="hidden.*non-finite"):
+        m.logits(h)
+
+
+def test_generate(m):
+    x = ids(m)
+    for kw, exc, what in (
+        ({"max_new_tokens": -1}, ValueError, "max_new_tokens"),
+        ({"max_new_tokens": "5"}, TypeError, "max_new_tokens"),
+        ({"max_new_tokens": 4, "temperature": -1.0}, ValueError, "temperature"),
+        ({"max_new_tokens": 4, "temperature": float("nan")}, ValueError, "temperature"),
+        ({"max_new_tokens": 4, "temperature": "hot"}, TypeError, "temperature"),
+        ({"max_new_tokens": 4, "top_p": 0.0}, ValueError, "top_p"),
+        ({"max_new_tokens": 4, "top_p": 1.5}, ValueError, "top_p"),
+        ({"max_new_tokens": 4, "top_k": -1}, ValueError, "top_k"),
+        ({"max_new_tokens": 4, "top_k": 2.5}, TypeError, "top_k"),
+        ({"max_new_tokens": 4, "seed": "x"}, TypeError, "seed"),
+        ({"max_new_tokens": 4, "eos_token_id": 10**9}, ValueError, "eos_token_id"),
+        ({"max_new_tokens": 4, "eos_token_id": 1.5}, TypeError, "eos_token_id"),
+    ):
+        with pytest.raises(exc, match=what):
+            m.generate(x, **kw)
+    with pytest.raises(TypeError, match="input_ids"):
+        m.generate(x.astype(np.float64), 3)
+    with pytest.raises(ValueError, match="input_ids.*vocabulary"):
+        m.generate(x + m.config.vocab_size, 3)
+    assert m.generate(x, 0).shape == (2, 0)
+
+
+def test_state_methods(m):
+    st = m.new_state(2)
+    c = m.config
+    for bad, exc in ((c.num_hidden_layers, ValueError), (-1, ValueError), ("0", TypeError), (1.0, TypeError)):
+        with pytest.raises(exc, match="layer"):
+            st.conv_state(bad)
+        with pytest.raises(exc, match="layer"):
+            st.ssm_state(bad)
+    good = np.ones((2, c.intermediate_size, c.state_size), np.float32)
+    with pytest.raises(ValueError, match="value.*shape"):
+        st.set_ssm_state(0, good[:1].copy())
+    with pytest.raises(TypeError, match="value.*float32"):
+        st.set_ssm_state(0, good.astype(np.float64))
+    bad = good.copy()
+    bad[0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="non-finite"):
+        st.set_ssm_state(0, bad)
+    with pytest.raises(ValueError, match="value.*shape"):
+        st.set_conv_state(0, good)
+    assert not st.ssm_state(0).any()  # nothing written by the failed calls
+
+
+def test_closed_model():
+    mm = mambago.Model.from_pretrained(case_dir("base"), device="cpu")
+    st = mm.new_state(1)
+    mm.close()
+    with pytest.raises(ValueError, match="model is closed"):
+        mm.prefill([[1, 2]])
+    with pytest.raises(ValueError, match="closed"):
+        mm.step([1], st)
+
+
+def test_interpreter_survives_everything():
+    """Run every kind of bad call in a fresh interpreter; it must exit normally."""
+    script = textwrap.dedent(f"""
+        import numpy as np, mambago
+        m = mambago.Model.from_pretrained({case_dir('base')!r}, device="cpu")
+        calls = [
+            lambda: m.prefill(np.array([[1, 2, 999]])),
+            lambda: m.prefill(inputs_embeds=np.full((1, 2, 64), np.nan, np.float32)),
+            lambda: m.prefill(np.asfortranarray(np.ones((3, 3), np.int64))),
+            lambda: m.step([1, 2], m.new_state(1)),
+            lambda: m.logits(np.ones((2, 3), np.float32)),
+            lambda: m.generate([[1, 2]], 3, top_p=-1.0),
+            lambda: m.new_state(0).reset(),
+            lambda: m.new_state(1).ssm_state(99),
+            lambda: mambago.Model.from_pretrained("/nonexistent"),
+        ]
+        failures = 0
+        for c in calls:
+            try:
+                c()
+            except (ValueError, TypeError):
+                failures += 1
+        assert failures == len(calls), failures
+        print("alive", m.generate([[1, 2, 3]], 4).shape)
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "alive (1, 4)" in r.stdout
+
+
+def test_raw_bindings_survive_bad_handles_and_pointers():
+    """The flat Go functions themselves: closed handles and null buffers are errors, not crashes."""
+    from mambago._native import bindings as b
+    from mambago._native import call
+
+    with pytest.raises(ValueError, match="handle"):
+        call(b.ModelInfo, 987654)
+    with pytest.raises(ValueError, match="handle"):
+        call(b.NewState, -1, 2)
+    m = call(b.LoadModel, case_dir("base"), "cpu", "")
+    st = call(b.NewState, m, 1)
+    with pytest.raises(ValueError, match="buffer"):
+        call(b.Prefill, m, st, "ids", 0, 4, 1, 4, "last", 0, 64)
+    with pytest.raises(ValueError, match="input kind"):
+        buf = np.zeros(4, np.int64)
+        out = np.zeros(64, np.float32)
+        call(b.Prefill, m, st, "tokens", buf.ctypes.data, 4, 1, 4, "last", out.ctypes.data, 64)
+    with pytest.raises(ValueError, match="output buffer"):
+        call(b.Prefill, m, st, "ids", buf.ctypes.data, 4, 1, 4, "last", out.ctypes.data, 63)
+    assert call(b.FreeModel, m) is True

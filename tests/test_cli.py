@@ -1,0 +1,45 @@
+"""python -m mambago: info, run and bench on a fixture model."""
+
+import json
+import subprocess
+import sys
+
+from conftest import case_dir
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "mambago", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_info():
+    r = cli("info", case_dir("base"), "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["device"] == "cpu" and info["config"]["hidden_size"] == 64
+
+
+def test_run_prints_tokens_and_timing():
+    r = cli("run", case_dir("base"), "--prompt-ids", "5,17,33,2;1,2,3,4", "--max-new-tokens", "6")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    gen = [l for l in lines if l.startswith("generated[")]
+    assert len(gen) == 2 and all(len(l.split(":")[1].split()) == 6 for l in gen)
+    assert "tok/s" in r.stdout and "prefill" in r.stdout
+
+
+def test_bench_table_and_json(tmp_path):
+    out = tmp_path / "b.json"
+    r = cli("bench", case_dir("base"), "--lengths", "8,32", "--batch", "1,2", "--repeats", "2", "--json", str(out))
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(out.read_text())["rows"]
+    assert [(x["B"], x["T"]) for x in rows] == [(1, 8), (1, 32), (2, 8), (2, 32)]
+    assert all(x["tok_s"] > 0 for x in rows)
+
+
+def test_bad_arguments_exit_cleanly():
+    r = cli("run", case_dir("base"), "--prompt-ids", "1,2,x")
+    assert r.returncode == 2 and "prompt-ids" in r.stderr
+    r = cli("run", case_dir("base"), "--prompt-ids", "1,2,100000")
+    assert r.returncode == 2 and "vocabulary" in r.stderr
+    r = cli("info", "/nonexistent/model")
+    assert r.returncode == 2 and "error" in r.stderr
