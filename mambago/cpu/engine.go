@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"math"
+
 	"github.com/mambago/mambago/mambago/checkpoint"
 	"github.com/mambago/mambago/mambago/engine"
 )
@@ -10,6 +12,7 @@ import (
 type Engine struct {
 	w   *checkpoint.Weights
 	cfg checkpoint.Config
+	a2  [][]float32 // per layer, A·log2(e) [E, N]: the scan's exp as exp2
 	// ChunkRows bounds B·T per pass; longer prompts run in chunks along T.
 	ChunkRows int
 }
@@ -18,7 +21,15 @@ var _ engine.Engine = (*Engine)(nil)
 
 // New returns an engine over w.
 func New(w *checkpoint.Weights) *Engine {
-	return &Engine{w: w, cfg: w.Config, ChunkRows: 4096}
+	e := &Engine{w: w, cfg: w.Config, ChunkRows: 4096}
+	for _, l := range w.Layers {
+		a2 := make([]float32, len(l.A))
+		for i, a := range l.A {
+			a2[i] = a * math.Log2E
+		}
+		e.a2 = append(e.a2, a2)
+	}
+	return e
 }
 
 // Config returns the model's configuration.

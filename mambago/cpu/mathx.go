@@ -2,24 +2,24 @@ package cpu
 
 import "math"
 
-// exp32 returns e^x in float32 with an error under 2 ulp over the range the
-// scan uses (x ≤ 0): range reduction x = k·ln2 + r, |r| ≤ ln2/2, then a degree-6
-// polynomial for e^r and an exponent shift. Results below float32's normal
-// range (x < -87.34) flush to 0.
-func exp32(x float32) float32 {
-	if x < -87.33654 {
+// exp2f32 returns 2^x in float32 with an error under 2 ulp: x = k + f with
+// k an integer and |f| ≤ 1/2, a degree-6 polynomial for 2^f = e^(f·ln2), and
+// k added to the exponent. Results below float32's normal range (x < -126)
+// flush to 0. The scan calls it with log2(e) folded into A.
+func exp2f32(x float32) float32 {
+	if x < -126 {
 		return 0
 	}
-	if x > 88.72283 {
+	if x > 127 {
 		return float32(math.Inf(1))
 	}
-	const (
-		log2e = 1.44269504088896341
-		ln2hi = 0.693359375
-		ln2lo = -2.12194440e-4
-	)
-	k := float32(math.Floor(float64(x*log2e + 0.5)))
-	r := x - k*ln2hi - k*ln2lo
+	var k float32
+	if x < 0 {
+		k = float32(int32(x - 0.5))
+	} else {
+		k = float32(int32(x + 0.5))
+	}
+	r := (x - k) * math.Ln2
 	p := float32(1.0 / 720)
 	p = p*r + 1.0/120
 	p = p*r + 1.0/24

@@ -72,7 +72,7 @@ func (e *Engine) block(l int, w *work, conv, ssm []float32) {
 		normDBC(w.dbl, rows, R, N, c.MixerEps)
 	}
 	gemm(w.delta, E, w.dbl, R+2*N, lw.DTProj, rows, E, R, 0) // dt_proj (its bias goes into the scan)
-	e.scan(w, lw, ssm)
+	e.scan(w, lw, e.a2[l], ssm)
 	gemm(w.h, d, w.y, E, lw.OutProj, rows, d, E, 1) // out_proj, added onto the residual
 	addBias(w.h, lw.OutBias)
 }
@@ -169,9 +169,10 @@ func (e *Engine) conv(w *work, lw *checkpoint.Layer, state []float32) {
 	})
 }
 
-// scan runs the selective scan with softplus(delta + dt bias), the D skip and
+// scan runs the selective scan (exp(delta·A) computed as exp2(delta·A·log2 e),
+// with a2 = A·log2 e) with softplus(delta + dt bias), the D skip and
 // the silu(z) gate fused in, from and into the carried SSM state [B, E, N].
-func (e *Engine) scan(w *work, lw *checkpoint.Layer, state []float32) {
+func (e *Engine) scan(w *work, lw *checkpoint.Layer, a2, state []float32) {
 	E, R, N, T := e.cfg.Inner, e.cfg.DTRank, e.cfg.State, w.T
 	stride := R + 2*N
 	blocks := (E + chanBlock - 1) / chanBlock
@@ -185,11 +186,13 @@ func (e *Engine) scan(w *work, lw *checkpoint.Layer, state []float32) {
 			for ch := e0; ch < e1; ch++ {
 				dt := softplus(w.delta[r*E+ch] + lw.DTBias[ch])
 				u := w.u[r*E+ch]
+				dtu := dt * u
 				s := state[(b*E+ch)*N : (b*E+ch+1)*N]
-				A := lw.A[ch*N : (ch+1)*N]
+				A2 := a2[ch*N : (ch+1)*N]
+				A2, Bt, Ct := A2[:len(s)], Bt[:len(s)], Ct[:len(s)] // one bounds check for the loop
 				acc := float32(0)
 				for n := range s {
-					s[n] = exp32(dt*A[n])*s[n] + dt*Bt[n]*u
+					s[n] = exp2f32(dt*A2[n])*s[n] + dtu*Bt[n]
 					acc += s[n] * Ct[n]
 				}
 				y := acc + lw.D[ch]*u

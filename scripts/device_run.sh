@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine, from the repository root, with .carry/ from
+# scripts/device_build.sh: installs the wheel, runs the Python tests, and the
+# CPU benchmark against Hugging Face. Logs and JSON go to $OUT (or ./out).
+# Usage: bash scripts/device_run.sh [commit]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/out}
+mkdir -p "$OUT"
+commit=${1:-unknown}
+export PYTHONUNBUFFERED=1
+python3 -m pip install -q --no-deps --no-index --target /tmp/site .carry/mambago-*.whl || exit 1
+export PYTHONPATH=/tmp/site
+nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
+echo "== pytest"
+python3 -m pytest -q tests 2>&1 | tee "$OUT/pytest.log" | tail -5
+echo "== CPU prefill, mambago vs Hugging Face"
+python3 bench/cpu_vs_hf.py --out "$OUT/cpu_vs_hf.json" --lengths 512,128,2048 --commit "$commit" 2>&1 \
+  | grep -v "falling back" | tee "$OUT/cpu_vs_hf.log"

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs every test on a fresh machine: go vet and go test, then for each Python
+# (3.11 and 3.12 where pyenv has them, else python3) a fresh venv, the
+# extension built by `pip install .`, and pytest. Needs Go >= 1.26 and a C
+# compiler; everything else (gopy, goimports, pybindgen, numpy, pytest) it
+# installs itself. MAMBAGO_PYTHONS="python3.12 ..." picks the interpreters.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+
+pythons=()
+if [[ -n "${MAMBAGO_PYTHONS:-}" ]]; then
+  read -r -a pythons <<<"$MAMBAGO_PYTHONS"
+elif command -v pyenv >/dev/null; then
+  for v in 3.11 3.12; do
+    p=$(pyenv prefix "$(pyenv versions --bare | grep -E "^${v//./\\.}(\.[0-9]+)?$" | tail -1)" 2>/dev/null || true)
+    [[ -n "$p" && -x "$p/bin/python3" ]] && pythons+=("$p/bin/python3")
+  done
+fi
+[[ ${#pythons[@]} -gt 0 ]] || pythons=(python3)
+
+step "go vet ./..."
+go vet ./...
+step "go test ./..."
+go test -count=1 ./...
+
+for py in "${pythons[@]}"; do
+  ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+  venv="build/venv-$ver"
+  step "Python $ver: pip install . into a fresh venv ($venv)"
+  rm -rf "$venv"
+  "$py" -m venv "$venv"
+  "$venv/bin/python" -m pip install -q --upgrade pip
+  "$venv/bin/python" -m pip install -q numpy pytest
+  "$venv/bin/python" -m pip install -q .
+  step "Python $ver: pytest"
+  "$venv/bin/python" -m pytest -q tests
+done
