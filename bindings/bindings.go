@@ -124,10 +124,11 @@ func Version() (string, error) { return mambago.Version, nil }
 
 // LoadModel opens the checkpoint folder path on device ("auto", "cpu",
 // "cuda") with compute dtype ("" for the engine's default) and returns a
-// model handle.
-func LoadModel(path, device, dtype string) (h int64, err error) {
+// model handle. blasPath names a CBLAS library for the CPU engine's GEMMs
+// ("" for gonum's pure-Go BLAS).
+func LoadModel(path, device, dtype, blasPath string) (h int64, err error) {
 	defer guard(&err)
-	m, err := mambago.Open(path, mambago.Options{Device: device, DType: dtype})
+	m, err := mambago.Open(path, mambago.Options{Device: device, DType: dtype, BLAS: blasPath})
 	if err != nil {
 		return 0, err
 	}
@@ -152,7 +153,7 @@ func ModelInfo(model int64) (js string, err error) {
 	if err != nil {
 		return "", err
 	}
-	b, err := json.Marshal(map[string]any{"config": m.Config(), "device": m.Device(), "dtype": "float32"})
+	b, err := json.Marshal(map[string]any{"config": m.Config(), "device": m.Device(), "dtype": "float32", "backend": m.Backend()})
 	return string(b), err
 }
 

@@ -17,6 +17,7 @@ package mambago
 import (
 	"strings"
 
+	"github.com/mambago/mambago/mambago/blas"
 	"github.com/mambago/mambago/mambago/checkpoint"
 	"github.com/mambago/mambago/mambago/cpu"
 	"github.com/mambago/mambago/mambago/engine"
@@ -30,6 +31,9 @@ type Options struct {
 	// DType is the compute dtype: "" or "float32" on the CPU; the CUDA engine
 	// will add "bfloat16" and "float16".
 	DType string
+	// BLAS is the path of a CBLAS shared library (e.g. numpy's OpenBLAS) for
+	// the CPU engine's GEMMs; empty uses gonum's pure-Go BLAS.
+	BLAS string
 }
 
 // Model is a loaded model on one engine.
@@ -60,5 +64,11 @@ func Open(path string, opts Options) (*Model, error) {
 		// A checkpoint that cannot be read is the caller's input: Python raises ValueError.
 		return nil, engine.Invalid("open %s: %v", path, err)
 	}
-	return &Model{Engine: cpu.New(w)}, nil
+	e := cpu.New(w)
+	if opts.BLAS != "" {
+		if e.BLAS, err = blas.Open(opts.BLAS); err != nil {
+			return nil, engine.Invalid("%v", err)
+		}
+	}
+	return &Model{Engine: e}, nil
 }

@@ -47,6 +47,10 @@ def test_from_pretrained(tmp_path):
         mambago.Model.from_pretrained(case_dir("base"), device="cpu", dtype="int8")
     with pytest.raises(ValueError, match="dtype"):
         mambago.Model.from_pretrained(case_dir("base"), device="cpu", dtype="bfloat16")
+    with pytest.raises(ValueError, match="dlopen"):
+        mambago.Model.from_pretrained(case_dir("base"), device="cpu", blas="/nonexistent/libblas.so")
+    with pytest.raises(TypeError, match="blas"):
+        mambago.Model.from_pretrained(case_dir("base"), device="cpu", blas=1)
 
 
 def _write_safetensors(path, tensors):
@@ -298,7 +302,7 @@ def test_raw_bindings_survive_bad_handles_and_pointers():
         call(b.ModelInfo, 987654)
     with pytest.raises(ValueError, match="handle"):
         call(b.NewState, -1, 2)
-    m = call(b.LoadModel, case_dir("base"), "cpu", "")
+    m = call(b.LoadModel, case_dir("base"), "cpu", "", "")
     st = call(b.NewState, m, 1)
     with pytest.raises(ValueError, match="buffer"):
         call(b.Prefill, m, st, "ids", 0, 4, 1, 4, "last", 0, 64)

@@ -136,3 +136,16 @@ def test_no_flush_to_zero_after_import(base_model):
     """gopy builds with -ffast-math unless told otherwise; it must not set FTZ/DAZ for the process."""
     tiny = np.float32(1e-40)
     assert tiny * np.float32(1.0) != 0
+
+
+def test_go_and_openblas_backends_agree(rng):
+    """The GEMMs through numpy's OpenBLAS and through gonum give the same model."""
+    import mambago
+    from conftest import case_dir
+
+    blas_model = mambago.Model.from_pretrained(case_dir("dstate64"), device="cpu")
+    go_model = mambago.Model.from_pretrained(case_dir("dstate64"), device="cpu", blas="go")
+    assert go_model.backend == "gonum"
+    assert "openblas" in blas_model.backend.lower(), blas_model.backend
+    ids = rng.integers(0, go_model.config.vocab_size, size=(2, 40))
+    assert rel_err(blas_model.prefill(ids, output="all"), go_model.prefill(ids, output="all")) <= TOL

@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 
+	"github.com/mambago/mambago/mambago/blas"
 	"github.com/mambago/mambago/mambago/checkpoint"
 	"github.com/mambago/mambago/mambago/engine"
 )
@@ -15,6 +16,9 @@ type Engine struct {
 	a2  [][]float32 // per layer, A·log2(e) [E, N]: the scan's exp as exp2
 	// ChunkRows bounds B·T per pass; longer prompts run in chunks along T.
 	ChunkRows int
+	// BLAS, when set, runs the GEMMs (e.g. numpy's OpenBLAS); nil uses gonum.
+	// Set it before the first call.
+	BLAS *blas.Lib
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -37,6 +41,14 @@ func (e *Engine) Config() checkpoint.Config { return e.cfg }
 
 // Device returns "cpu".
 func (e *Engine) Device() string { return "cpu" }
+
+// Backend names the GEMM library: "gonum" or the CBLAS library's entry point and path.
+func (e *Engine) Backend() string {
+	if e.BLAS != nil {
+		return e.BLAS.Symbol + " (" + e.BLAS.Path + ")"
+	}
+	return "gonum"
+}
 
 // Close releases nothing: the weights are ordinary Go memory.
 func (e *Engine) Close() error { return nil }
@@ -119,7 +131,7 @@ func (e *Engine) embed(w *work, in engine.Input, t0 int) {
 			copy(dst, in.Embeds[src*d:(src+n)*d])
 		default:
 			F := e.cfg.InputDim
-			gemm(dst, d, in.Features[src*F:(src+n)*F], F, e.w.InputProj, n, d, F, 0)
+			e.gemm(dst, d, in.Features[src*F:(src+n)*F], F, e.w.InputProj, n, d, F, 0)
 			addBias(dst, e.w.InputBias)
 		}
 	}
@@ -150,6 +162,6 @@ func (e *Engine) Logits(hidden []float32, batch int, logits []float32) error {
 	if err := engine.CheckFinite("hidden", hidden); err != nil {
 		return err
 	}
-	gemm(logits, V, hidden, d, e.w.LMHead, batch, V, d, 0)
+	e.gemm(logits, V, hidden, d, e.w.LMHead, batch, V, d, 0)
 	return nil
 }

@@ -1,6 +1,8 @@
 package cpu_test
 
 import (
+	"github.com/mambago/mambago/mambago/blas"
+	"os"
 	"path/filepath"
 
 	"github.com/mambago/mambago/mambago/internal/fixture"
@@ -23,6 +25,24 @@ func open(t *testing.T, dir string) engine.Engine {
 }
 
 func TestConformance(t *testing.T) { enginetest.Run(t, open) }
+
+// TestConformanceBLAS reruns the suite with the GEMMs in the CBLAS library
+// named by MAMBAGO_TEST_BLAS (scripts/test.sh sets it to numpy's OpenBLAS).
+func TestConformanceBLAS(t *testing.T) {
+	path := os.Getenv("MAMBAGO_TEST_BLAS")
+	if path == "" {
+		t.Skip("MAMBAGO_TEST_BLAS is not set (scripts/test.sh sets it to numpy's OpenBLAS)")
+	}
+	lib, err := blas.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enginetest.Run(t, func(t *testing.T, dir string) engine.Engine {
+		e := open(t, dir).(*cpu.Engine)
+		e.BLAS = lib
+		return e
+	})
+}
 
 // TestSmallChunks reruns the suite with chunks of a few rows, so the chunking
 // along T is exercised on every case.

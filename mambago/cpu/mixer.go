@@ -1,7 +1,7 @@
 package cpu
 
 import (
-	"gonum.org/v1/gonum/blas"
+	gblas "gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas32"
 
 	"github.com/mambago/mambago/mambago/checkpoint"
@@ -64,16 +64,16 @@ func (e *Engine) block(l int, w *work, conv, ssm []float32) {
 	R, N := c.DTRank, c.State
 
 	rmsnorm(w.x, w.h, lw.Norm, d, c.Eps)
-	gemm(w.xz, 2*E, w.x, d, lw.InProj, rows, 2*E, d, 0) // in_proj
+	e.gemm(w.xz, 2*E, w.x, d, lw.InProj, rows, 2*E, d, 0) // in_proj
 	addBias(w.xz, lw.InBias)
 	e.conv(w, lw, conv)
-	gemm(w.dbl, R+2*N, w.u, E, lw.XProj, rows, R+2*N, E, 0) // x_proj
+	e.gemm(w.dbl, R+2*N, w.u, E, lw.XProj, rows, R+2*N, E, 0) // x_proj
 	if c.Falcon {
 		normDBC(w.dbl, rows, R, N, c.MixerEps)
 	}
-	gemm(w.delta, E, w.dbl, R+2*N, lw.DTProj, rows, E, R, 0) // dt_proj (its bias goes into the scan)
+	e.gemm(w.delta, E, w.dbl, R+2*N, lw.DTProj, rows, E, R, 0) // dt_proj (its bias goes into the scan)
 	e.scan(w, lw, e.a2[l], ssm)
-	gemm(w.h, d, w.y, E, lw.OutProj, rows, d, E, 1) // out_proj, added onto the residual
+	e.gemm(w.h, d, w.y, E, lw.OutProj, rows, d, E, 1) // out_proj, added onto the residual
 	addBias(w.h, lw.OutBias)
 }
 
@@ -111,12 +111,18 @@ func normDBC(dbl []float32, rows, R, N int, eps float64) {
 }
 
 // gemm computes C = A @ W^T + beta·C, with A [M, K] (row stride lda), W [N, K]
-// and C [M, N] (row stride ldc), through gonum's parallel SGEMM.
-func gemm(c []float32, ldc int, a []float32, lda int, w []float32, M, N, K int, beta float32) {
-	A := blas32.General{Rows: M, Cols: K, Stride: lda, Data: a[:(M-1)*lda+K]}
-	W := blas32.General{Rows: N, Cols: K, Stride: K, Data: w[:N*K]}
-	C := blas32.General{Rows: M, Cols: N, Stride: ldc, Data: c[:(M-1)*ldc+N]}
-	blas32.Gemm(blas.NoTrans, blas.Trans, 1, A, W, beta, C)
+// and C [M, N] (row stride ldc): through the CBLAS library in e.BLAS when one
+// is loaded, else gonum's parallel SGEMM.
+func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w []float32, M, N, K int, beta float32) {
+	a, w, c = a[:(M-1)*lda+K], w[:N*K], c[:(M-1)*ldc+N]
+	if e.BLAS != nil {
+		e.BLAS.Sgemm(true, M, N, K, 1, a, lda, w, K, beta, c, ldc)
+		return
+	}
+	A := blas32.General{Rows: M, Cols: K, Stride: lda, Data: a}
+	W := blas32.General{Rows: N, Cols: K, Stride: K, Data: w}
+	C := blas32.General{Rows: M, Cols: N, Stride: ldc, Data: c}
+	blas32.Gemm(gblas.NoTrans, gblas.Trans, 1, A, W, beta, C)
 }
 
 // addBias adds bias to every row of m; a nil bias adds nothing.

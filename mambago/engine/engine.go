@@ -78,6 +78,8 @@ type Engine interface {
 	Config() checkpoint.Config
 	// Device names where the engine computes, e.g. "cpu".
 	Device() string
+	// Backend describes the libraries doing the heavy lifting, e.g. the BLAS.
+	Backend() string
 	// NewState returns a zeroed state for batch sequences.
 	NewState(batch int) (State, error)
 	// Prefill runs the whole input through the model in one pass, continuing

@@ -39,14 +39,15 @@ def _ints(text: str) -> list[int]:
 def _load(args) -> Model:
     t0 = time.perf_counter()
     print(f"loading {args.model} (device={args.device}) ...", file=sys.stderr, flush=True)
-    m = Model.from_pretrained(args.model, device=args.device, dtype=args.dtype)
+    m = Model.from_pretrained(args.model, device=args.device, dtype=args.dtype, blas=args.blas)
     print(f"loaded {m} in {time.perf_counter() - t0:.2f} s", file=sys.stderr, flush=True)
     return m
 
 
 def cmd_info(args) -> int:
     m = _load(args)
-    info = {"mambago": __version__, "device": m.device, "dtype": m.dtype, "config": m.config.__dict__}
+    info = {"mambago": __version__, "device": m.device, "dtype": m.dtype, "backend": m.backend,
+            "config": m.config.__dict__}
     print(json.dumps(info, indent=2))
     return 0
 
@@ -107,6 +108,7 @@ def main(argv=None) -> int:
         sp.add_argument("model", help="checkpoint folder (config.json + safetensors)")
         sp.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
         sp.add_argument("--dtype", default=None, help="float32 (default), bfloat16 or float16")
+        sp.add_argument("--blas", default="auto", help="CPU GEMMs: auto (numpy's OpenBLAS), go, or a library path")
 
     sp = sub.add_parser("info", help="print the model's configuration")
     common(sp)

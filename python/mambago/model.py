@@ -114,6 +114,27 @@ def _addr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
+def numpy_blas() -> str:
+    """The path of the OpenBLAS library numpy loaded, or "" if there is none.
+
+    mambago's CPU engine runs its GEMMs through it (numpy's wheels bundle an
+    OpenBLAS with kernels for the running CPU); without one it uses gonum.
+    """
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                path = line.split(None, 5)[-1].strip()
+                if "openblas" in os.path.basename(path).lower() and ".so" in path and os.path.exists(path):
+                    return path
+    except OSError:
+        pass
+    import glob
+
+    libs = os.path.join(os.path.dirname(os.path.dirname(np.__file__)), "numpy.libs")
+    found = sorted(glob.glob(os.path.join(libs, "*openblas*.so*")))
+    return found[0] if found else ""
+
+
 class State:
     """The carried state of B sequences: per layer, a conv window [B, E, K]
     and an SSM state [B, E, N] (float32). Prefill and step update it in place.
@@ -197,15 +218,20 @@ class Model:
         self.config = Config._from_go(info["config"])
         self.device = info["device"]
         self.dtype = info["dtype"]
+        self.backend = info["backend"]
 
     @classmethod
-    def from_pretrained(cls, path, device: str = "auto", dtype: str | None = None) -> "Model":
+    def from_pretrained(cls, path, device: str = "auto", dtype: str | None = None, blas: str = "auto") -> "Model":
         """Load a checkpoint folder (config.json plus model.safetensors, or shards
         with model.safetensors.index.json) as Hugging Face save_pretrained writes it.
 
         device is "auto" (the GPU when one is usable, else the CPU), "cpu" or
         "cuda"; dtype is None (the engine's default, float32), "float32",
         "bfloat16" or "float16". Weights stored in bf16/f16 are upcast.
+
+        blas chooses the CPU engine's GEMM library: "auto" (numpy's OpenBLAS
+        when numpy has one, else Go), "go" (gonum, pure Go) or the path of a
+        CBLAS shared library.
         """
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
@@ -216,7 +242,12 @@ class Model:
             raise TypeError(f"device must be a str, got {type(device).__name__}")
         if dtype is not None and not isinstance(dtype, str):
             dtype = str(dtype).replace("torch.", "")
-        return cls(_call(_b.LoadModel, path, device, dtype or ""))
+        if not isinstance(blas, str):
+            raise TypeError(f"blas must be a str, got {type(blas).__name__}")
+        blas_path = {"auto": None, "go": ""}.get(blas, blas)
+        if blas_path is None:
+            blas_path = numpy_blas()
+        return cls(_call(_b.LoadModel, path, device, dtype or "", blas_path))
 
     def _handle(self):
         if self._h is None:
@@ -238,7 +269,7 @@ class Model:
     def __repr__(self):
         c = self.config
         return (f"mambago.Model({c.model_type}, d={c.hidden_size}, layers={c.num_hidden_layers}, "
-                f"d_state={c.state_size}, vocab={c.vocab_size}, device={self.device!r})")
+                f"d_state={c.state_size}, vocab={c.vocab_size}, device={self.device!r}, backend={self.backend!r})")
 
     def new_state(self, batch_size: int) -> State:
         """A zeroed carried state for batch_size sequences."""
