@@ -22,15 +22,21 @@ typedef void (*sgemm32)(int, int, int, int32_t, int32_t, int32_t, float, const f
 typedef void (*sgemm64)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
                         const float *, int64_t, float, float *, int64_t);
 
-static void mg_sgemm(void *fn, int ilp64, int transB, int64_t m, int64_t n, int64_t k, float alpha,
+typedef int (*set_threads_local)(int);
+
+// mg_sgemm calls SGEMM; with set_local (OpenBLAS's openblas_set_num_threads_local)
+// it runs on the calling thread alone and restores the thread's setting after.
+static void mg_sgemm(void *fn, void *set_local, int ilp64, int transB, int64_t m, int64_t n, int64_t k, float alpha,
                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
 	int tb = transB ? Trans : NoTrans;
+	int prev = set_local ? ((set_threads_local)set_local)(1) : 0;
 	if (ilp64) {
 		((sgemm64)fn)(RowMajor, NoTrans, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 	} else {
 		((sgemm32)fn)(RowMajor, NoTrans, tb, (int32_t)m, (int32_t)n, (int32_t)k, alpha, a, (int32_t)lda,
 		              b, (int32_t)ldb, beta, c, (int32_t)ldc);
 	}
+	if (set_local) ((set_threads_local)set_local)(prev);
 }
 
 static void *mg_open(const char *path) { return dlopen(path, RTLD_NOW | RTLD_LOCAL); }
@@ -51,12 +57,20 @@ import (
 type Lib struct {
 	Path   string
 	Symbol string // the sgemm entry point found
-	fn     unsafe.Pointer
-	ilp64  bool
+	// SingleThreaded reports that each Sgemm call runs on the calling thread
+	// alone (OpenBLAS's openblas_set_num_threads_local was found), so callers
+	// can run several at once; otherwise the library uses its own threads.
+	SingleThreaded bool
+	fn             unsafe.Pointer
+	setLocal       unsafe.Pointer
+	ilp64          bool
 }
 
 // candidates are the SGEMM entry points tried, in order.
 var candidates = []string{"cblas_sgemm", "scipy_cblas_sgemm64_", "cblas_sgemm64_", "scipy_cblas_sgemm"}
+
+// localThreads are OpenBLAS's per-thread thread-count setters.
+var localThreads = []string{"openblas_set_num_threads_local", "scipy_openblas_set_num_threads_local64_"}
 
 var (
 	mu     sync.Mutex
@@ -82,6 +96,15 @@ func Open(path string) (*Lib, error) {
 		C.free(unsafe.Pointer(cname))
 		if fn != nil {
 			l := &Lib{Path: path, Symbol: name, fn: fn, ilp64: strings.HasSuffix(name, "64_")}
+			for _, set := range localThreads {
+				cset := C.CString(set)
+				l.setLocal = C.mg_sym(h, cset)
+				C.free(unsafe.Pointer(cset))
+				if l.setLocal != nil {
+					l.SingleThreaded = true
+					break
+				}
+			}
 			opened[path] = l
 			return l, nil
 		}
@@ -107,7 +130,7 @@ func (l *Lib) Sgemm(transB bool, m, n, k int, alpha float32, a []float32, lda in
 	if l.ilp64 {
 		ilp = 1
 	}
-	C.mg_sgemm(l.fn, ilp, tb, C.int64_t(m), C.int64_t(n), C.int64_t(k), C.float(alpha),
+	C.mg_sgemm(l.fn, l.setLocal, ilp, tb, C.int64_t(m), C.int64_t(n), C.int64_t(k), C.float(alpha),
 		(*C.float)(unsafe.Pointer(&a[0])), C.int64_t(lda), (*C.float)(unsafe.Pointer(&b[0])), C.int64_t(ldb),
 		C.float(beta), (*C.float)(unsafe.Pointer(&c[0])), C.int64_t(ldc))
 }

@@ -29,6 +29,7 @@ func BenchmarkPrefill130m(b *testing.B) {
 				ids[i] = rand.Int64N(50280)
 			}
 			out := make([]float32, 768)
+			e.Timer = &cpu.StageTimer{}
 			for b.Loop() {
 				st, _ := e.NewState(1)
 				if err := e.Prefill(st, engine.Input{B: 1, T: T, IDs: ids}, engine.Last, out); err != nil {
@@ -36,6 +37,7 @@ func BenchmarkPrefill130m(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(T)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+			b.Logf("stages over %d prefills:\n%s", b.N, e.Timer)
 		})
 	}
 }

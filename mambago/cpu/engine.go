@@ -19,6 +19,9 @@ type Engine struct {
 	// BLAS, when set, runs the GEMMs (e.g. numpy's OpenBLAS); nil uses gonum.
 	// Set it before the first call.
 	BLAS *blas.Lib
+	// Timer, when set, accumulates the wall time of each stage (for
+	// profiling; it serialises nothing but costs a clock read per stage).
+	Timer *StageTimer
 }
 
 var _ engine.Engine = (*Engine)(nil)

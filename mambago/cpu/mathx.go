@@ -30,17 +30,32 @@ func exp2f32(x float32) float32 {
 	return p * math.Float32frombits(uint32(int32(k)+127)<<23)
 }
 
-// softplus is log(1 + e^x) with PyTorch's threshold: x above 20 is returned as is.
+// exp2neg is exp2f32 for x ≤ 0, small enough to inline into the scan's
+// inner loop: below -126 it returns 2^-126 rather than 0, a difference of
+// 1e-38 in a decay factor.
+func exp2neg(x float32) float32 {
+	x = max(x, -126)
+	k := float32(int32(x - 0.5)) // round to nearest for x ≤ 0
+	r := (x - k) * math.Ln2
+	p := (((((1.0/720*r+1.0/120)*r+1.0/24)*r+1.0/6)*r+0.5)*r+1)*r + 1
+	return p * math.Float32frombits(uint32(int32(k)+127)<<23)
+}
+
+// softplus is log(1 + e^x) with PyTorch's threshold: x above 20 is returned
+// as is. It is computed as max(x, 0) + log1p(e^-|x|), the log in float64.
 func softplus(x float32) float32 {
 	if x > 20 {
 		return x
 	}
-	return float32(math.Log1p(math.Exp(float64(x))))
+	y := exp2neg(-abs32(x) * math.Log2E)
+	return max(x, 0) + float32(math.Log1p(float64(y)))
 }
+
+func abs32(x float32) float32 { return math.Float32frombits(math.Float32bits(x) &^ (1 << 31)) }
 
 // silu is x·sigmoid(x).
 func silu(x float32) float32 {
-	return x / (1 + float32(math.Exp(float64(-x))))
+	return x / (1 + exp2f32(-x*math.Log2E))
 }
 
 // rmsScale returns 1/sqrt(mean(v²) + eps), accumulated in float64.

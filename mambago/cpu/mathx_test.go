@@ -28,6 +28,30 @@ func TestExp2f32(t *testing.T) {
 	if worst > 3e-7 {
 		t.Fatalf("exp2f32 max relative error %.3g, want ≤ 3e-7", worst)
 	}
+	for i := 0; i < 100000; i++ {
+		x := float32(-130 * rng.Float64())
+		got, want := float64(exp2neg(x)), math.Exp2(float64(x))
+		if x < -126 {
+			want = math.Exp2(-126)
+		}
+		if math.Abs(got-want) > 3e-7*want {
+			t.Fatalf("exp2neg(%v) = %v, want %v", x, got, want)
+		}
+	}
+	for _, x := range []float32{-30, -3, -0.5, 0, 0.5, 3, 19, 25} {
+		want := math.Log1p(math.Exp(float64(x)))
+		if x > 20 {
+			want = float64(x)
+		}
+		tol := 3e-7 + 6e-8*math.Abs(float64(x)) // x·log2(e) is rounded to float32
+		if got := float64(softplus(x)); math.Abs(got-want) > tol*want {
+			t.Errorf("softplus(%v) = %v, want %v", x, got, want)
+		}
+		wantSilu := float64(x) / (1 + math.Exp(-float64(x)))
+		if got := float64(silu(x)); math.Abs(got-wantSilu) > tol*math.Abs(wantSilu)+1e-30 {
+			t.Errorf("silu(%v) = %v, want %v", x, got, wantSilu)
+		}
+	}
 	for _, x := range []float32{0, 1, -1, 3, -7} {
 		if got, want := exp2f32(x), float32(math.Exp2(float64(x))); got != want {
 			t.Errorf("exp2f32(%v) = %v, want %v", x, got, want)

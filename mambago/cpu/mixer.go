@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"runtime"
+
 	gblas "gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas32"
 
@@ -63,18 +65,26 @@ func (e *Engine) block(l int, w *work, conv, ssm []float32) {
 	rows, d, E := w.B*w.T, c.Hidden, c.Inner
 	R, N := c.DTRank, c.State
 
+	t := e.Timer.start()
 	rmsnorm(w.x, w.h, lw.Norm, d, c.Eps)
-	e.gemm(w.xz, 2*E, w.x, d, lw.InProj, rows, 2*E, d, 0) // in_proj
+	t = e.Timer.lap(t, "rmsnorm")
+	e.gemm(w.xz, 2*E, w.x, d, lw.InProj, rows, 2*E, d, 0)
 	addBias(w.xz, lw.InBias)
+	t = e.Timer.lap(t, "in_proj")
 	e.conv(w, lw, conv)
-	e.gemm(w.dbl, R+2*N, w.u, E, lw.XProj, rows, R+2*N, E, 0) // x_proj
+	t = e.Timer.lap(t, "conv")
+	e.gemm(w.dbl, R+2*N, w.u, E, lw.XProj, rows, R+2*N, E, 0)
 	if c.Falcon {
 		normDBC(w.dbl, rows, R, N, c.MixerEps)
 	}
-	e.gemm(w.delta, E, w.dbl, R+2*N, lw.DTProj, rows, E, R, 0) // dt_proj (its bias goes into the scan)
+	t = e.Timer.lap(t, "x_proj")
+	e.gemm(w.delta, E, w.dbl, R+2*N, lw.DTProj, rows, E, R, 0) // its bias goes into the scan
+	t = e.Timer.lap(t, "dt_proj")
 	e.scan(w, lw, e.a2[l], ssm)
-	e.gemm(w.h, d, w.y, E, lw.OutProj, rows, d, E, 1) // out_proj, added onto the residual
+	t = e.Timer.lap(t, "scan")
+	e.gemm(w.h, d, w.y, E, lw.OutProj, rows, d, E, 1) // onto the residual stream
 	addBias(w.h, lw.OutBias)
+	e.Timer.lap(t, "out_proj+residual")
 }
 
 // rmsnorm writes x = v / rms(v) · weight for every row v of h; weight may be nil.
@@ -115,8 +125,23 @@ func normDBC(dbl []float32, rows, R, N int, eps float64) {
 // is loaded, else gonum's parallel SGEMM.
 func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w []float32, M, N, K int, beta float32) {
 	a, w, c = a[:(M-1)*lda+K], w[:N*K], c[:(M-1)*ldc+N]
-	if e.BLAS != nil {
+	if e.BLAS != nil && !e.BLAS.SingleThreaded {
 		e.BLAS.Sgemm(true, M, N, K, 1, a, lda, w, K, beta, c, ldc)
+		return
+	}
+	if e.BLAS != nil {
+		// One single-threaded SGEMM per goroutine, on blocks of the larger of M
+		// and N: no library thread pool spins against the engine's goroutines.
+		const minBlock = 64
+		if N >= M {
+			parallelRows(N, max(minBlock, (N+runtime.GOMAXPROCS(0)-1)/runtime.GOMAXPROCS(0)), func(lo, hi int) {
+				e.BLAS.Sgemm(true, M, hi-lo, K, 1, a, lda, w[lo*K:], K, beta, c[lo:], ldc)
+			})
+		} else {
+			parallelRows(M, max(minBlock, (M+runtime.GOMAXPROCS(0)-1)/runtime.GOMAXPROCS(0)), func(lo, hi int) {
+				e.BLAS.Sgemm(true, hi-lo, N, K, 1, a[lo*lda:], lda, w, K, beta, c[lo*ldc:], ldc)
+			})
+		}
 		return
 	}
 	A := blas32.General{Rows: M, Cols: K, Stride: lda, Data: a}
@@ -196,11 +221,20 @@ func (e *Engine) scan(w *work, lw *checkpoint.Layer, a2, state []float32) {
 				s := state[(b*E+ch)*N : (b*E+ch+1)*N]
 				A2 := a2[ch*N : (ch+1)*N]
 				A2, Bt, Ct := A2[:len(s)], Bt[:len(s)], Ct[:len(s)] // one bounds check for the loop
-				acc := float32(0)
-				for n := range s {
-					s[n] = exp2f32(dt*A2[n])*s[n] + dtu*Bt[n]
-					acc += s[n] * Ct[n]
+				var acc0, acc1 float32                              // two chains, so the adds overlap
+				n := 0
+				for ; n+1 < len(s); n += 2 {
+					s0 := exp2neg(dt*A2[n])*s[n] + dtu*Bt[n]
+					s1 := exp2neg(dt*A2[n+1])*s[n+1] + dtu*Bt[n+1]
+					s[n], s[n+1] = s0, s1
+					acc0 += s0 * Ct[n]
+					acc1 += s1 * Ct[n+1]
 				}
+				if n < len(s) {
+					s[n] = exp2neg(dt*A2[n])*s[n] + dtu*Bt[n]
+					acc0 += s[n] * Ct[n]
+				}
+				acc := acc0 + acc1
 				y := acc + lw.D[ch]*u
 				w.y[r*E+ch] = y * silu(w.xz[r*2*E+E+ch])
 			}
