@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Build here what the GPU machine (Python 3.12, no Go, no network) needs, into
-# the git-ignored .carry/: the cp312 wheel. Then, with the device tool:
+# the git-ignored .carry/: the cp312 wheel and the Go test binaries. Then, with the device tool:
 #   run(command="bash scripts/device_run.sh <commit>", carry=[".carry"])
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=$(pyenv prefix "$(pyenv versions --bare | grep -E '^3\.12(\.[0-9]+)?$' | tail -1)")/bin/python3
 rm -rf .carry && mkdir -p .carry
 "$py" -m pip wheel -q --no-deps -w .carry .
+# The Go test binaries, for benchmarks and stage timings there.
+GOAMD64=v3 go test -c -o .carry/cpu.test ./mambago/cpu
 ls -la .carry

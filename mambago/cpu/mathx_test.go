@@ -38,7 +38,7 @@ func TestExp2f32(t *testing.T) {
 			t.Fatalf("exp2neg(%v) = %v, want %v", x, got, want)
 		}
 	}
-	for _, x := range []float32{-30, -3, -0.5, 0, 0.5, 3, 19, 25} {
+	for _, x := range []float32{-30, -7, -3, -1, -0.5, -1e-3, 0, 1e-3, 0.5, 1, 3, 7, 19, 25} {
 		want := math.Log1p(math.Exp(float64(x)))
 		if x > 20 {
 			want = float64(x)

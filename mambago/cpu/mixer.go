@@ -184,16 +184,18 @@ func (e *Engine) conv(w *work, lw *checkpoint.Layer, state []float32) {
 			xs, u := w.xz[r*2*E:r*2*E+E], w.u[r*E:(r+1)*E]
 			for ch := e0; ch < e1; ch++ {
 				wd := win[(ch-e0)*K : (ch-e0+1)*K]
-				copy(wd, wd[1:])
-				wd[K-1] = xs[ch]
+				wk := lw.Conv[ch*K : (ch+1)*K]
+				wk = wk[:len(wd)]
 				acc := float32(0)
 				if lw.ConvBias != nil {
 					acc = lw.ConvBias[ch]
 				}
-				wk := lw.Conv[ch*K : (ch+1)*K]
-				for k := 0; k < K; k++ {
+				for k := 0; k < K-1; k++ { // slide the window and convolve in one pass
+					wd[k] = wd[k+1]
 					acc += wk[k] * wd[k]
 				}
+				wd[K-1] = xs[ch]
+				acc += wk[K-1] * wd[K-1]
 				u[ch] = silu(acc)
 			}
 		}
