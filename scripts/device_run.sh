@@ -14,6 +14,9 @@ export PYTHONPATH=/tmp/site
 nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 echo "== pytest"
 python3 -m pytest -q tests 2>&1 | tee "$OUT/pytest.log" | tail -5
+echo "== Go CPU engine stage timings (130m shape, B=1, T=512)"
+MAMBAGO_TEST_BLAS=$(python3 -c "import mambago.model as m; print(m.numpy_blas())") \
+  .carry/cpu.test -test.run x -test.bench 'Prefill130m/B1_T512' -test.benchtime 3x 2>&1 | tee "$OUT/cpu_stages.log" | grep -v "^goos\|^goarch\|^pkg\|PASS"
 echo "== CPU prefill, mambago vs Hugging Face"
 python3 bench/cpu_vs_hf.py --out "$OUT/cpu_vs_hf.json" --lengths 512,128,2048 --commit "$commit" 2>&1 \
   | grep -v "falling back" | tee "$OUT/cpu_vs_hf.log"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Runs every test on a fresh machine: go vet and go test, then for each Python
-# (3.11 and 3.12 where pyenv has them, else python3) a fresh venv, the
-# extension built by `pip install .`, and pytest. Needs Go >= 1.26 and a C
+# Runs every test on a fresh machine: go vet; for each Python (3.11 and 3.12
+# where pyenv has them, else python3) a fresh venv, the extension built by
+# `pip install .`, and pytest; then go test, with numpy's OpenBLAS as well. Needs Go >= 1.26 and a C
 # compiler; everything else (gopy, goimports, pybindgen, numpy, pytest) it
 # installs itself. MAMBAGO_PYTHONS="python3.12 ..." picks the interpreters.
 set -euo pipefail
@@ -22,9 +22,8 @@ fi
 
 step "go vet ./..."
 go vet ./...
-step "go test ./..."
-go test -count=1 ./...
 
+blas=""
 for py in "${pythons[@]}"; do
   ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
   venv="build/venv-$ver"
@@ -36,4 +35,10 @@ for py in "${pythons[@]}"; do
   "$venv/bin/python" -m pip install -q .
   step "Python $ver: pytest"
   "$venv/bin/python" -m pytest -q tests
+  [[ -n "$blas" ]] || blas=$("$venv/bin/python" -c 'import mambago.model as m; print(m.numpy_blas())')
 done
+
+# The Go tests run the conformance suite with gonum and, through
+# MAMBAGO_TEST_BLAS, with the OpenBLAS numpy ships.
+step "go test ./... (MAMBAGO_TEST_BLAS=${blas:-none})"
+MAMBAGO_TEST_BLAS="$blas" go test -count=1 ./...

@@ -58,3 +58,43 @@ func TestExp2f32(t *testing.T) {
 		}
 	}
 }
+
+// TestScanRowKernels checks the AVX2 kernel against the Go loop (and both
+// against float64) on fresh random rows of every length up to 40.
+func TestScanRowKernels(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("this CPU has no AVX2/FMA: only the Go loop runs")
+	}
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	for N := 1; N <= 40; N++ {
+		for trial := 0; trial < 50; trial++ {
+			s, a2, b, c := make([]float32, N), make([]float32, N), make([]float32, N), make([]float32, N)
+			for i := range s {
+				s[i] = float32(rng.NormFloat64())
+				a2[i] = -float32(rng.Float64()*20) * math.Log2E
+				b[i], c[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
+			}
+			dt, dtu := float32(rng.Float64()*2), float32(rng.NormFloat64())
+			want := make([]float64, N)
+			var wantAcc float64
+			for i := range s {
+				want[i] = math.Exp2(float64(dt)*float64(a2[i]))*float64(s[i]) + float64(dtu)*float64(b[i])
+				wantAcc += want[i] * float64(c[i])
+			}
+			for _, avx := range []bool{true, false} {
+				useAVX2 = avx
+				got := append([]float32(nil), s...)
+				acc := scanRow(got, a2, b, c, dt, dtu)
+				for i := range got {
+					if math.Abs(float64(got[i])-want[i]) > 1e-6*(1+math.Abs(want[i])) {
+						t.Fatalf("N=%d avx=%v: s[%d] = %v, want %v", N, avx, i, got[i], want[i])
+					}
+				}
+				if math.Abs(float64(acc)-wantAcc) > 1e-5*(1+math.Abs(wantAcc)) {
+					t.Fatalf("N=%d avx=%v: acc = %v, want %v", N, avx, acc, wantAcc)
+				}
+			}
+			useAVX2 = hasAVX2
+		}
+	}
+}

@@ -219,24 +219,8 @@ func (e *Engine) scan(w *work, lw *checkpoint.Layer, a2, state []float32) {
 			for ch := e0; ch < e1; ch++ {
 				dt := softplus(w.delta[r*E+ch] + lw.DTBias[ch])
 				u := w.u[r*E+ch]
-				dtu := dt * u
 				s := state[(b*E+ch)*N : (b*E+ch+1)*N]
-				A2 := a2[ch*N : (ch+1)*N]
-				A2, Bt, Ct := A2[:len(s)], Bt[:len(s)], Ct[:len(s)] // one bounds check for the loop
-				var acc0, acc1 float32                              // two chains, so the adds overlap
-				n := 0
-				for ; n+1 < len(s); n += 2 {
-					s0 := exp2neg(dt*A2[n])*s[n] + dtu*Bt[n]
-					s1 := exp2neg(dt*A2[n+1])*s[n+1] + dtu*Bt[n+1]
-					s[n], s[n+1] = s0, s1
-					acc0 += s0 * Ct[n]
-					acc1 += s1 * Ct[n+1]
-				}
-				if n < len(s) {
-					s[n] = exp2neg(dt*A2[n])*s[n] + dtu*Bt[n]
-					acc0 += s[n] * Ct[n]
-				}
-				acc := acc0 + acc1
+				acc := scanRow(s, a2[ch*N:(ch+1)*N], Bt, Ct, dt, dt*u)
 				y := acc + lw.D[ch]*u
 				w.y[r*E+ch] = y * silu(w.xz[r*2*E+E+ch])
 			}

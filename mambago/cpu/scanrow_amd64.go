@@ -1,0 +1,11 @@
+package cpu
+
+import "golang.org/x/sys/cpu"
+
+var hasAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
+// scanRowAVX2 is scanRow's loop over n = 0..count-1 (count a multiple of 8)
+// in AVX2/FMA; k points at scanConsts. It returns Σ s[n]·c[n].
+//
+//go:noescape
+func scanRowAVX2(s, a2, b, c *float32, count int, dt, dtu float32, k *[11]float32) float32

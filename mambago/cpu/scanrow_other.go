@@ -1,0 +1,9 @@
+//go:build !amd64
+
+package cpu
+
+const hasAVX2 = false
+
+func scanRowAVX2(s, a2, b, c *float32, count int, dt, dtu float32, k *[11]float32) float32 {
+	panic("unreachable")
+}
