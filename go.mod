@@ -3,13 +3,13 @@ module github.com/mambago/mambago
 go 1.26
 
 require (
+	github.com/go-python/gopy v0.5.0
 	github.com/x448/float16 v0.8.4
 	golang.org/x/sys v0.37.0
 	gonum.org/v1/gonum v0.17.0
 )
 
 require (
-	github.com/go-python/gopy v0.5.0 // indirect
 	github.com/gonuts/commander v0.1.0 // indirect
 	github.com/gonuts/flag v0.1.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
