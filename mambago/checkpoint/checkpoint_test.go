@@ -191,3 +191,50 @@ func equal(a, b []float32) bool {
 	}
 	return true
 }
+
+// TestBackboneOnlyNames loads a checkpoint written with MambaModel's names
+// (no "backbone." prefix) and checks it equals the prefixed one.
+func TestBackboneOnlyNames(t *testing.T) {
+	dir := copyCase(t, "base")
+	path := filepath.Join(dir, "model.safetensors")
+	ts := readAll(t, path)
+	stripped := map[string]safetensors.Tensor{}
+	for n, v := range ts {
+		stripped[strings.TrimPrefix(n, "backbone.")] = v
+	}
+	if err := safetensors.Write(path, stripped); err != nil {
+		t.Fatal(err)
+	}
+	a, err := checkpoint.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := checkpoint.Load(filepath.Join(fixture.Root(), "base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equal(a.Embeddings, b.Embeddings) || !equal(a.Layers[1].OutProj, b.Layers[1].OutProj) || !equal(a.NormF, b.NormF) {
+		t.Error("MambaModel-named checkpoint loads different weights")
+	}
+}
+
+func TestDuplicateTensorAcrossShards(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(fixture.Root(), "sharded")
+	entries, _ := os.ReadDir(src)
+	for _, e := range entries {
+		data, _ := os.ReadFile(filepath.Join(src, e.Name()))
+		os.WriteFile(filepath.Join(dir, e.Name()), data, 0o644)
+	}
+	// Add norm_f's tensor to another shard as well.
+	first := filepath.Join(dir, "model-00001-of-00010.safetensors")
+	ts := readAll(t, first)
+	ts["backbone.norm_f.weight"] = safetensors.Tensor{DType: safetensors.F32, Shape: []int{64}, Data: make([]float32, 64)}
+	if err := safetensors.Write(first, ts); err != nil {
+		t.Fatal(err)
+	}
+	_, err := checkpoint.Load(dir)
+	if err == nil || !strings.Contains(err.Error(), "backbone.norm_f.weight is in both") {
+		t.Fatalf("duplicate tensor: err = %v", err)
+	}
+}

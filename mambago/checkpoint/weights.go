@@ -69,23 +69,36 @@ func Load(dir string) (*Weights, error) {
 		}
 	}()
 	where := map[string]*safetensors.File{}
+	var problems []string
 	for _, f := range files {
 		for _, n := range f.Names() {
+			if g, dup := where[n]; dup {
+				problems = append(problems, fmt.Sprintf("%s is in both %s and %s", n, filepath.Base(g.Path), filepath.Base(f.Path)))
+			}
 			where[n] = f
 		}
 	}
 
 	w := &Weights{Config: cfg}
-	embName := "backbone.embeddings.weight"
+	// MambaForCausalLM and state-spaces checkpoints prefix the body with
+	// "backbone."; a MambaModel saved on its own does not.
+	prefix := ""
+	for n := range where {
+		if strings.HasPrefix(n, "backbone.") {
+			prefix = "backbone."
+			break
+		}
+	}
+	embName := prefix + "embeddings.weight"
 	if _, ok := where[embName]; !ok {
-		if _, ok := where["backbone.embedding.weight"]; ok {
-			embName = "backbone.embedding.weight"
+		if _, ok := where[prefix+"embedding.weight"]; ok {
+			embName = prefix + "embedding.weight"
 		}
 	}
 	d, E, N, R, K, V := cfg.Hidden, cfg.Inner, cfg.State, cfg.DTRank, cfg.ConvKernel, cfg.Vocab
 	specs := []spec{
 		{name: embName, shape: []int{V, d}, dst: &w.Embeddings},
-		{name: "backbone.norm_f.weight", shape: []int{d}, dst: &w.NormF},
+		{name: prefix + "norm_f.weight", shape: []int{d}, dst: &w.NormF},
 		{name: "lm_head.weight", shape: []int{V, d}, dst: &w.LMHead, optional: true},
 	}
 	if t, ok := where["input_proj.weight"]; ok {
@@ -99,7 +112,7 @@ func Load(dir string) (*Weights, error) {
 	w.Layers = make([]Layer, cfg.Layers)
 	aLog := make([][]float32, cfg.Layers)
 	for i := range w.Layers {
-		l, p := &w.Layers[i], fmt.Sprintf("backbone.layers.%d.", i)
+		l, p := &w.Layers[i], fmt.Sprintf("%slayers.%d.", prefix, i)
 		specs = append(specs,
 			spec{name: p + "norm.weight", shape: []int{d}, dst: &l.Norm},
 			spec{name: p + "mixer.in_proj.weight", shape: []int{2 * E, d}, dst: &l.InProj},
@@ -121,7 +134,6 @@ func Load(dir string) (*Weights, error) {
 		}
 	}
 
-	var problems []string
 	known := map[string]bool{}
 	for _, s := range specs {
 		known[s.name] = true
