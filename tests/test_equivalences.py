@@ -7,7 +7,11 @@ import pytest
 
 from conftest import rel_err
 
-TOL = 2e-5
+# The model runs its GEMMs in numpy's OpenBLAS, whose kernels differ with the
+# shape (T rows at once against one row per step): its rounding, amplified
+# through the layers, has reached 4e-5. The pure-Go path (blas="go") gives
+# bit-identical rows; the Go suite pins that at 2e-5.
+TOL = 1e-4
 
 
 @pytest.fixture

@@ -3,6 +3,7 @@ package checkpoint_test
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -85,21 +86,12 @@ func copyCase(t *testing.T, name string) string {
 
 // readAll returns every tensor of a single-file checkpoint as F32.
 func readAll(t *testing.T, path string) map[string]safetensors.Tensor {
-	f, err := safetensors.Open(path)
+	t.Helper()
+	ts, err := fixture.ReadAll(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	out := map[string]safetensors.Tensor{}
-	for _, n := range f.Names() {
-		info, _ := f.Info(n)
-		v, err := f.Float32(n)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[n] = safetensors.Tensor{DType: safetensors.F32, Shape: info.Shape, Data: v}
-	}
-	return out
+	return ts
 }
 
 func TestBadCheckpointNamesEveryProblem(t *testing.T) {
@@ -171,70 +163,11 @@ func TestHalfPrecisionEqualsUpcast(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !equal(a.Embeddings, b.Embeddings) || !equal(a.Layers[1].InProj, b.Layers[1].InProj) || !equal(a.Layers[0].A, b.Layers[0].A) {
+		if !slices.Equal(a.Embeddings, b.Embeddings) || !slices.Equal(a.Layers[1].InProj, b.Layers[1].InProj) || !slices.Equal(a.Layers[0].A, b.Layers[0].A) {
 			t.Errorf("%s weights differ from their f32 upcast", dt)
 		}
-		if equal(a.Layers[0].InProj, orig.Layers[0].InProj) {
+		if slices.Equal(a.Layers[0].InProj, orig.Layers[0].InProj) {
 			t.Errorf("%s weights were not rounded at all", dt)
 		}
-	}
-}
-
-func equal(a, b []float32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-// TestBackboneOnlyNames loads a checkpoint written with MambaModel's names
-// (no "backbone." prefix) and checks it equals the prefixed one.
-func TestBackboneOnlyNames(t *testing.T) {
-	dir := copyCase(t, "base")
-	path := filepath.Join(dir, "model.safetensors")
-	ts := readAll(t, path)
-	stripped := map[string]safetensors.Tensor{}
-	for n, v := range ts {
-		stripped[strings.TrimPrefix(n, "backbone.")] = v
-	}
-	if err := safetensors.Write(path, stripped); err != nil {
-		t.Fatal(err)
-	}
-	a, err := checkpoint.Load(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := checkpoint.Load(filepath.Join(fixture.Root(), "base"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !equal(a.Embeddings, b.Embeddings) || !equal(a.Layers[1].OutProj, b.Layers[1].OutProj) || !equal(a.NormF, b.NormF) {
-		t.Error("MambaModel-named checkpoint loads different weights")
-	}
-}
-
-func TestDuplicateTensorAcrossShards(t *testing.T) {
-	dir := t.TempDir()
-	src := filepath.Join(fixture.Root(), "sharded")
-	entries, _ := os.ReadDir(src)
-	for _, e := range entries {
-		data, _ := os.ReadFile(filepath.Join(src, e.Name()))
-		os.WriteFile(filepath.Join(dir, e.Name()), data, 0o644)
-	}
-	// Add norm_f's tensor to another shard as well.
-	first := filepath.Join(dir, "model-00001-of-00010.safetensors")
-	ts := readAll(t, first)
-	ts["backbone.norm_f.weight"] = safetensors.Tensor{DType: safetensors.F32, Shape: []int{64}, Data: make([]float32, 64)}
-	if err := safetensors.Write(first, ts); err != nil {
-		t.Fatal(err)
-	}
-	_, err := checkpoint.Load(dir)
-	if err == nil || !strings.Contains(err.Error(), "backbone.norm_f.weight is in both") {
-		t.Fatalf("duplicate tensor: err = %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -145,7 +146,7 @@ func Load(dir string) (*Weights, error) {
 			continue
 		}
 		info, _ := f.Info(s.name)
-		if !sameShape(info.Shape, s.shape) {
+		if !slices.Equal(info.Shape, s.shape) {
 			problems = append(problems, fmt.Sprintf("%s has shape %v, want %v (in %s)", s.name, info.Shape, s.shape, filepath.Base(f.Path)))
 			continue
 		}
@@ -185,18 +186,6 @@ func Load(dir string) (*Weights, error) {
 		w.LMHead = w.Embeddings
 	}
 	return w, nil
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // openFiles maps the checkpoint's safetensors files: the shards named by

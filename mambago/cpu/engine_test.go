@@ -37,11 +37,11 @@ func TestConformanceBLAS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	enginetest.Run(t, func(t *testing.T, dir string) engine.Engine {
+	enginetest.Suite{Open: func(t *testing.T, dir string) engine.Engine {
 		e := open(t, dir).(*cpu.Engine)
 		e.BLAS = lib
 		return e
-	})
+	}, EquivTol: enginetest.EquivTolLib}.Run(t)
 }
 
 // TestSmallChunks reruns the suite with chunks of a few rows, so the chunking
