@@ -142,7 +142,11 @@ func (e *Engine) embed(w *work, in engine.Input, t0 int) {
 
 // Step feeds one token per sequence and writes the next-token logits [B, V].
 func (e *Engine) Step(st engine.State, ids []int64, logits []float32) error {
-	B := st.Batch()
+	s, err := e.own(st)
+	if err != nil {
+		return err
+	}
+	B := s.batch
 	if len(logits) != B*e.cfg.Vocab {
 		return engine.Invalid("logits buffer has %d values, want B*V = %d", len(logits), B*e.cfg.Vocab)
 	}
