@@ -3,7 +3,8 @@
 # where pyenv has them, else python3) a fresh venv, the extension built by
 # `pip install .`, and pytest; then go test, with numpy's OpenBLAS as well. Needs Go >= 1.26 and a C
 # compiler; everything else (gopy, goimports, pybindgen, numpy, pytest) it
-# installs itself. MAMBAGO_PYTHONS="python3.12 ..." picks the interpreters.
+# installs itself, and nvidia-cuda-nvrtc to compile the CUDA kernels.
+# MAMBAGO_PYTHONS="python3.12 ..." picks the interpreters.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +24,7 @@ fi
 step "go vet ./..."
 go vet ./...
 
-blas=""
+blas="" nvrtc=""
 for py in "${pythons[@]}"; do
   ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
   venv="build/venv-$ver"
@@ -35,10 +36,16 @@ for py in "${pythons[@]}"; do
   "$venv/bin/python" -m pip install -q .
   step "Python $ver: pytest"
   "$venv/bin/python" -m pytest -q tests
-  [[ -n "$blas" ]] || blas=$("$venv/bin/python" -c 'import mambago.model as m; print(m.numpy_blas())')
+  if [[ -z "$blas" ]]; then
+    blas=$("$venv/bin/python" -c 'import mambago.model as m; print(m.numpy_blas())')
+    # NVRTC from PyPI (the GPU machine's 13.0), so every CUDA kernel is compiled here without a GPU.
+    "$venv/bin/python" -m pip install -q "nvidia-cuda-nvrtc==13.0.88"
+    nvrtc=$("$venv/bin/python" -c 'import glob, os, nvidia; print(glob.glob(os.path.join(nvidia.__path__[0], "cu13", "lib", "libnvrtc.so.13"))[0])')
+  fi
 done
 
 # The Go tests run the conformance suite with gonum and, through
-# MAMBAGO_TEST_BLAS, with the OpenBLAS numpy ships.
-step "go test ./... (MAMBAGO_TEST_BLAS=${blas:-none})"
-MAMBAGO_TEST_BLAS="$blas" go test -count=1 ./...
+# MAMBAGO_TEST_BLAS, with the OpenBLAS numpy ships; they compile every kernel
+# with the NVRTC wheel. GPU tests skip, saying so, when there is no GPU.
+step "go test ./... (MAMBAGO_TEST_BLAS=${blas:-none} MAMBAGO_NVRTC=${nvrtc:-none})"
+MAMBAGO_TEST_BLAS="$blas" MAMBAGO_NVRTC="$nvrtc" MAMBAGO_REQUIRE_NVRTC=1 go test -count=1 ./...

@@ -1,0 +1,46 @@
+package kernels_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/mambago/mambago/kernels"
+	"github.com/mambago/mambago/mambago/cuda"
+)
+
+// TestCompileAll compiles every kernel through NVRTC for sm_80 and sm_90.
+// It needs NVRTC but no GPU: scripts/test.sh installs the nvidia-cuda-nvrtc
+// wheel and points MAMBAGO_NVRTC at its libnvrtc.so, so CI fails on a kernel
+// that does not compile.
+func TestCompileAll(t *testing.T) {
+	if err := cuda.LoadNVRTC(); err != nil {
+		if os.Getenv("MAMBAGO_REQUIRE_NVRTC") != "" {
+			t.Fatalf("NVRTC required (MAMBAGO_REQUIRE_NVRTC is set): %v", err)
+		}
+		t.Skipf("no NVRTC library (set MAMBAGO_NVRTC, or install nvidia-cuda-nvrtc): %v", err)
+	}
+	maj, min, _ := cuda.NVRTCVersion()
+	t.Logf("NVRTC %d.%d", maj, min)
+	names := kernels.Names()
+	if len(names) < 4 {
+		t.Fatalf("only %d kernel files embedded: %v", len(names), names)
+	}
+	for _, name := range names {
+		src, err := kernels.Source(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, arch := range []string{"sm_80", "sm_90"} {
+			cubin, err := cuda.Compile(src, name, arch, "--std=c++17")
+			if err != nil {
+				t.Errorf("%s", err)
+				continue
+			}
+			if len(cubin) < 4 || !strings.HasPrefix(string(cubin[:4]), "\x7fELF") {
+				t.Errorf("%s for %s: not an ELF CUBIN (%d bytes)", name, arch, len(cubin))
+			}
+			t.Logf("%s %s: %d bytes", name, arch, len(cubin))
+		}
+	}
+}

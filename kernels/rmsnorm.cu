@@ -1,0 +1,40 @@
+// RMSNorm of each row, as Hugging Face's MambaRMSNorm computes it in f32:
+//
+//   y[r, i] = x[r, i] * rsqrt(mean_i(x[r, :]^2) + eps) * w[i]      (w == nullptr: no weight)
+//
+// x, y [rows, d] f32 (y may alias x), w [d]. Grid (rows), block a multiple of
+// 32 threads (<= 1024); each block reduces its row's sum of squares through
+// warp shuffles and one shared-memory pass.
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ float block_sum(float v) {
+    __shared__ float part[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    int warps = (blockDim.x + 31) >> 5;
+    v = threadIdx.x < warps ? part[threadIdx.x] : 0.f;
+    if (warp == 0) v = warp_sum(v);
+    if (threadIdx.x == 0) part[0] = v;
+    __syncthreads();
+    float total = part[0];
+    __syncthreads();  // part is reused by the next call
+    return total;
+}
+
+extern "C" __global__ void rmsnorm_f32(const float *x, const float *__restrict__ w, float *y, int d, float eps) {
+    const float *row = x + (size_t)blockIdx.x * d;
+    float *out = y + (size_t)blockIdx.x * d;
+    float ss = 0.f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) ss += row[i] * row[i];
+    float scale = rsqrtf(block_sum(ss) / d + eps);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = row[i] * scale;
+        out[i] = w ? w[i] * v : v;
+    }
+}

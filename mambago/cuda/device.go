@@ -1,0 +1,97 @@
+package cuda
+
+/*
+#include <stdlib.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Device attributes (CUdevice_attribute values) this package reads.
+const (
+	attrMaxThreadsPerBlock     = 1
+	attrMaxSharedPerBlock      = 8
+	attrMultiprocessorCount    = 16
+	attrComputeCapabilityMajor = 75
+	attrComputeCapabilityMinor = 76
+	attrMaxSharedPerBlockOptin = 97
+)
+
+// Device is one GPU with its primary context made current on the calling
+// thread by Bind.
+type Device struct {
+	Ordinal        int
+	Name           string
+	Major, Minor   int   // compute capability
+	SMs            int   // multiprocessors
+	TotalMem       int64 // bytes
+	MaxSharedOptIn int   // bytes of shared memory a block may opt in to
+	dev            C.int
+	ctx            unsafe.Pointer
+}
+
+// Arch returns the compute capability as NVRTC spells it, e.g. "sm_90".
+func (d *Device) Arch() string { return fmt.Sprintf("sm_%d%d", d.Major, d.Minor) }
+
+// Open retains the primary context of device ordinal and reads its properties.
+func Open(ordinal int) (*Device, error) {
+	n, err := DeviceCount()
+	if err != nil {
+		return nil, err
+	}
+	if ordinal < 0 || ordinal >= n {
+		return nil, fmt.Errorf("cuda: device %d does not exist (%d devices)", ordinal, n)
+	}
+	d := &Device{Ordinal: ordinal}
+	if err := check("cuDeviceGet", C.mg_cuDeviceGet(&d.dev, C.int(ordinal))); err != nil {
+		return nil, err
+	}
+	var name [256]C.char
+	if err := check("cuDeviceGetName", C.mg_cuDeviceGetName(&name[0], 256, d.dev)); err != nil {
+		return nil, err
+	}
+	d.Name = C.GoString(&name[0])
+	for _, a := range []struct {
+		attr int
+		dst  *int
+	}{
+		{attrComputeCapabilityMajor, &d.Major}, {attrComputeCapabilityMinor, &d.Minor},
+		{attrMultiprocessorCount, &d.SMs}, {attrMaxSharedPerBlockOptin, &d.MaxSharedOptIn},
+	} {
+		var v C.int
+		if err := check("cuDeviceGetAttribute", C.mg_cuDeviceGetAttribute(&v, C.int(a.attr), d.dev)); err != nil {
+			return nil, err
+		}
+		*a.dst = int(v)
+	}
+	var mem C.size_t
+	if err := check("cuDeviceTotalMem", C.mg_cuDeviceTotalMem(&mem, d.dev)); err != nil {
+		return nil, err
+	}
+	d.TotalMem = int64(mem)
+	if err := check("cuDevicePrimaryCtxRetain", C.mg_cuDevicePrimaryCtxRetain(&d.ctx, d.dev)); err != nil {
+		return nil, err
+	}
+	return d, d.Bind()
+}
+
+// Bind makes the device's context current on the calling OS thread. Call it
+// (with the goroutine locked to its thread) before driver calls on a thread
+// that has not bound it yet.
+func (d *Device) Bind() error { return check("cuCtxSetCurrent", C.mg_cuCtxSetCurrent(d.ctx)) }
+
+// Close releases the primary context.
+func (d *Device) Close() error {
+	if d.ctx == nil {
+		return nil
+	}
+	d.ctx = nil
+	return check("cuDevicePrimaryCtxRelease", C.mg_cuDevicePrimaryCtxRelease(d.dev))
+}
+
+// Synchronize waits for all work on the device's context.
+func (d *Device) Synchronize() error { return check("cuCtxSynchronize", C.mg_cuCtxSynchronize()) }

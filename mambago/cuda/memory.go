@@ -1,0 +1,75 @@
+package cuda
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Ptr is a device address.
+type Ptr uint64
+
+// Buffer is device memory of Bytes bytes.
+type Buffer struct {
+	Ptr   Ptr
+	Bytes int
+}
+
+// Alloc allocates bytes of device memory.
+func Alloc(bytes int) (*Buffer, error) {
+	if bytes <= 0 {
+		return nil, fmt.Errorf("cuda: Alloc(%d): size must be positive", bytes)
+	}
+	var p C.mg_devptr
+	if err := check("cuMemAlloc", C.mg_cuMemAlloc(&p, C.size_t(bytes))); err != nil {
+		return nil, fmt.Errorf("%w (asked for %d bytes)", err, bytes)
+	}
+	return &Buffer{Ptr: Ptr(p), Bytes: bytes}, nil
+}
+
+// Free releases the buffer; freeing twice is a no-op.
+func (b *Buffer) Free() error {
+	if b == nil || b.Ptr == 0 {
+		return nil
+	}
+	p := b.Ptr
+	b.Ptr = 0
+	return check("cuMemFree", C.mg_cuMemFree(C.mg_devptr(p)))
+}
+
+// Offset returns the address bytes into the buffer.
+func (b *Buffer) Offset(bytes int) Ptr { return b.Ptr + Ptr(bytes) }
+
+// CopyIn copies host float32s to the buffer's start, ordered on s.
+func CopyIn[T float32 | int64 | int32 | uint16](dst Ptr, src []T, s *Stream) error {
+	if len(src) == 0 {
+		return nil
+	}
+	n := len(src) * int(unsafe.Sizeof(src[0]))
+	return check("cuMemcpyHtoDAsync", C.mg_cuMemcpyHtoDAsync(C.mg_devptr(dst), unsafe.Pointer(&src[0]), C.size_t(n), s.handle()))
+}
+
+// CopyOut copies from device memory into host dst, ordered on s. The host
+// memory must stay valid until s has reached the copy (Synchronize).
+func CopyOut[T float32 | int64 | int32 | uint16](dst []T, src Ptr, s *Stream) error {
+	if len(dst) == 0 {
+		return nil
+	}
+	n := len(dst) * int(unsafe.Sizeof(dst[0]))
+	return check("cuMemcpyDtoHAsync", C.mg_cuMemcpyDtoHAsync(unsafe.Pointer(&dst[0]), C.mg_devptr(src), C.size_t(n), s.handle()))
+}
+
+// Copy copies bytes between device addresses, ordered on s.
+func Copy(dst, src Ptr, bytes int, s *Stream) error {
+	return check("cuMemcpyDtoDAsync", C.mg_cuMemcpyDtoDAsync(C.mg_devptr(dst), C.mg_devptr(src), C.size_t(bytes), s.handle()))
+}
+
+// Fill32 sets n 32-bit words at dst to the bit pattern v (e.g. a NaN, to
+// poison an output before a run), ordered on s.
+func Fill32(dst Ptr, v uint32, n int, s *Stream) error {
+	return check("cuMemsetD32Async", C.mg_cuMemsetD32Async(C.mg_devptr(dst), C.uint(v), C.size_t(n), s.handle()))
+}

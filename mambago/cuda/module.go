@@ -1,0 +1,171 @@
+package cuda
+
+/*
+#include <stdlib.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"unsafe"
+)
+
+// Compile compiles CUDA C source with NVRTC to a CUBIN for arch (e.g.
+// "sm_90"). On a compile error the returned error holds NVRTC's log.
+func Compile(src, name, arch string, options ...string) ([]byte, error) {
+	if err := LoadNVRTC(); err != nil {
+		return nil, err
+	}
+	csrc, cname := C.CString(src), C.CString(name)
+	defer C.free(unsafe.Pointer(csrc))
+	defer C.free(unsafe.Pointer(cname))
+	var prog unsafe.Pointer
+	if err := checkNVRTC("nvrtcCreateProgram", C.mg_nvrtcCreateProgram(&prog, csrc, cname)); err != nil {
+		return nil, err
+	}
+	defer C.mg_nvrtcDestroyProgram(&prog)
+	opts := append([]string{"--gpu-architecture=" + arch}, options...)
+	copts := make([]*C.char, len(opts))
+	for i, o := range opts {
+		copts[i] = C.CString(o)
+		defer C.free(unsafe.Pointer(copts[i]))
+	}
+	// The option pointers live in C memory; the array of them is passed for the call only.
+	arr := (**C.char)(C.malloc(C.size_t(len(copts)) * C.size_t(unsafe.Sizeof(copts[0]))))
+	defer C.free(unsafe.Pointer(arr))
+	copy(unsafe.Slice(arr, len(copts)), copts)
+	compileErr := checkNVRTC("nvrtcCompileProgram", C.mg_nvrtcCompileProgram(prog, C.int(len(opts)), arr))
+	if compileErr != nil {
+		var log *C.char
+		C.mg_nvrtcGetProgramLog(prog, &log)
+		defer C.free(unsafe.Pointer(log))
+		return nil, fmt.Errorf("%w compiling %s for %s:\n%s", compileErr, name, arch, C.GoString(log))
+	}
+	var cubin *C.char
+	var size C.size_t
+	if err := checkNVRTC("nvrtcGetCUBIN", C.mg_nvrtcGetCUBIN(prog, &cubin, &size)); err != nil {
+		return nil, err
+	}
+	defer C.free(unsafe.Pointer(cubin))
+	return C.GoBytes(unsafe.Pointer(cubin), C.int(size)), nil
+}
+
+// Module is loaded device code.
+type Module struct{ h unsafe.Pointer }
+
+// LoadModule loads a CUBIN into the current context.
+func LoadModule(image []byte) (*Module, error) {
+	if len(image) == 0 {
+		return nil, fmt.Errorf("cuda: LoadModule: empty image")
+	}
+	cimg := C.CBytes(image)
+	defer C.free(cimg)
+	m := &Module{}
+	return m, check("cuModuleLoadData", C.mg_cuModuleLoadData(&m.h, cimg))
+}
+
+// Unload releases the module.
+func (m *Module) Unload() error {
+	if m == nil || m.h == nil {
+		return nil
+	}
+	h := m.h
+	m.h = nil
+	return check("cuModuleUnload", C.mg_cuModuleUnload(h))
+}
+
+// Function is a kernel of a loaded module.
+type Function struct {
+	Name string
+	h    unsafe.Pointer
+}
+
+// Function looks up the kernel name (declare it extern "C" in the source).
+func (m *Module) Function(name string) (*Function, error) {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	f := &Function{Name: name}
+	if err := check("cuModuleGetFunction", C.mg_cuModuleGetFunction(&f.h, m.h, cname)); err != nil {
+		return nil, fmt.Errorf("%w (kernel %s)", err, name)
+	}
+	return f, nil
+}
+
+// SetMaxDynamicShared lets the kernel use up to bytes of dynamic shared memory.
+func (f *Function) SetMaxDynamicShared(bytes int) error {
+	const maxDynamicSharedSizeBytes = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+	return check("cuFuncSetAttribute", C.mg_cuFuncSetAttribute(f.h, maxDynamicSharedSizeBytes, C.int(bytes)))
+}
+
+// Dim3 is a grid or block shape.
+type Dim3 struct{ X, Y, Z int }
+
+// D1 returns a one-dimensional Dim3.
+func D1(x int) Dim3 { return Dim3{x, 1, 1} }
+
+// Launch queues the kernel on s. Arguments may be Ptr, int32, uint32,
+// float32, int64, uint64 or int (passed as int32 after a range check); each is
+// packed at its natural alignment, so nothing is truncated.
+func (f *Function) Launch(grid, block Dim3, shared int, s *Stream, args ...any) error {
+	buf, offsets, err := packArgs(args)
+	if err != nil {
+		return fmt.Errorf("cuda: launch %s: %w", f.Name, err)
+	}
+	var bufp unsafe.Pointer
+	if len(buf) > 0 {
+		bufp = C.CBytes(buf)
+		defer C.free(bufp)
+	}
+	var offp *C.int
+	if len(offsets) > 0 {
+		offp = (*C.int)(unsafe.Pointer(&offsets[0]))
+	}
+	r := C.mg_cuLaunchKernel(f.h, C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z), C.uint(block.X), C.uint(block.Y),
+		C.uint(block.Z), C.uint(shared), s.handle(), bufp, offp, C.int(len(offsets)))
+	if err := check("cuLaunchKernel", r); err != nil {
+		return fmt.Errorf("%w (kernel %s, grid %v, block %v, %d B shared)", err, f.Name, grid, block, shared)
+	}
+	return nil
+}
+
+// packArgs lays the arguments out as the kernel's parameter buffer.
+func packArgs(args []any) ([]byte, []int32, error) {
+	var buf []byte
+	offsets := make([]int32, 0, len(args))
+	put := func(size int, write func([]byte)) {
+		for len(buf)%size != 0 {
+			buf = append(buf, 0)
+		}
+		offsets = append(offsets, int32(len(buf)))
+		b := make([]byte, size)
+		write(b)
+		buf = append(buf, b...)
+	}
+	for i, a := range args {
+		switch v := a.(type) {
+		case Ptr:
+			put(8, func(b []byte) { binary.LittleEndian.PutUint64(b, uint64(v)) })
+		case uint64:
+			put(8, func(b []byte) { binary.LittleEndian.PutUint64(b, v) })
+		case int64:
+			put(8, func(b []byte) { binary.LittleEndian.PutUint64(b, uint64(v)) })
+		case int32:
+			put(4, func(b []byte) { binary.LittleEndian.PutUint32(b, uint32(v)) })
+		case uint32:
+			put(4, func(b []byte) { binary.LittleEndian.PutUint32(b, v) })
+		case float32:
+			put(4, func(b []byte) { binary.LittleEndian.PutUint32(b, math.Float32bits(v)) })
+		case int:
+			if v < math.MinInt32 || v > math.MaxInt32 {
+				return nil, nil, fmt.Errorf("argument %d: int %d overflows int32 (pass int64)", i, v)
+			}
+			put(4, func(b []byte) { binary.LittleEndian.PutUint32(b, uint32(int32(v))) })
+		default:
+			return nil, nil, fmt.Errorf("argument %d: unsupported type %T", i, a)
+		}
+	}
+	return buf, offsets, nil
+}

@@ -1,0 +1,216 @@
+// See shim.h. Entry points are looked up once, at load, by their versioned
+// names (the _v2 symbols the CUDA 12/13 headers map the plain names to).
+#include "shim.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *missing;
+
+const char *mg_missing(void) { return missing; }
+
+const char *mg_preload(const char *path) { return dlopen(path, RTLD_NOW | RTLD_GLOBAL) ? NULL : dlerror(); }
+
+static void *sym(void *lib, const char *name) {
+	void *p = dlsym(lib, name);
+	if (!p && !missing) missing = name;
+	return p;
+}
+
+#define FN(ret, name, args) static ret(*p_##name) args
+FN(int, cuInit, (unsigned));
+FN(int, cuDriverGetVersion, (int *));
+FN(int, cuDeviceGetCount, (int *));
+FN(int, cuDeviceGet, (int *, int));
+FN(int, cuDeviceGetName, (char *, int, int));
+FN(int, cuDeviceGetAttribute, (int *, int, int));
+FN(int, cuDeviceTotalMem, (size_t *, int));
+FN(int, cuDevicePrimaryCtxRetain, (void **, int));
+FN(int, cuDevicePrimaryCtxRelease, (int));
+FN(int, cuCtxSetCurrent, (void *));
+FN(int, cuCtxSynchronize, (void));
+FN(int, cuMemAlloc, (mg_devptr *, size_t));
+FN(int, cuMemFree, (mg_devptr));
+FN(int, cuMemcpyHtoDAsync, (mg_devptr, const void *, size_t, void *));
+FN(int, cuMemcpyDtoHAsync, (void *, mg_devptr, size_t, void *));
+FN(int, cuMemcpyDtoDAsync, (mg_devptr, mg_devptr, size_t, void *));
+FN(int, cuMemsetD32Async, (mg_devptr, unsigned, size_t, void *));
+FN(int, cuStreamCreate, (void **, unsigned));
+FN(int, cuStreamDestroy, (void *));
+FN(int, cuStreamSynchronize, (void *));
+FN(int, cuEventCreate, (void **, unsigned));
+FN(int, cuEventDestroy, (void *));
+FN(int, cuEventRecord, (void *, void *));
+FN(int, cuEventSynchronize, (void *));
+FN(int, cuEventElapsedTime, (float *, void *, void *));
+FN(int, cuModuleLoadData, (void **, const void *));
+FN(int, cuModuleUnload, (void *));
+FN(int, cuModuleGetFunction, (void **, void *, const char *));
+FN(int, cuFuncSetAttribute, (void *, int, int));
+FN(int, cuLaunchKernel, (void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+                         void **, void **));
+FN(int, cuStreamBeginCapture, (void *, int));
+FN(int, cuStreamEndCapture, (void *, void **));
+FN(int, cuGraphInstantiateWithFlags, (void **, void *, unsigned long long));
+FN(int, cuGraphLaunch, (void *, void *));
+FN(int, cuGraphExecDestroy, (void *));
+FN(int, cuGraphDestroy, (void *));
+FN(int, cuGetErrorName, (int, const char **));
+
+FN(int, nvrtcVersion, (int *, int *));
+FN(int, nvrtcCreateProgram, (void **, const char *, const char *, int, const char *const *, const char *const *));
+FN(int, nvrtcCompileProgram, (void *, int, const char *const *));
+FN(int, nvrtcGetProgramLogSize, (void *, size_t *));
+FN(int, nvrtcGetProgramLog, (void *, char *));
+FN(int, nvrtcGetCUBINSize, (void *, size_t *));
+FN(int, nvrtcGetCUBIN, (void *, char *));
+FN(int, nvrtcDestroyProgram, (void **));
+FN(const char *, nvrtcGetErrorString, (int));
+
+#define LOAD(lib, name, symname) p_##name = sym(lib, symname)
+
+const char *mg_load_driver(const char *path) {
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) return dlerror();
+	LOAD(h, cuInit, "cuInit");
+	LOAD(h, cuDriverGetVersion, "cuDriverGetVersion");
+	LOAD(h, cuDeviceGetCount, "cuDeviceGetCount");
+	LOAD(h, cuDeviceGet, "cuDeviceGet");
+	LOAD(h, cuDeviceGetName, "cuDeviceGetName");
+	LOAD(h, cuDeviceGetAttribute, "cuDeviceGetAttribute");
+	LOAD(h, cuDeviceTotalMem, "cuDeviceTotalMem_v2");
+	LOAD(h, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+	LOAD(h, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
+	LOAD(h, cuCtxSetCurrent, "cuCtxSetCurrent");
+	LOAD(h, cuCtxSynchronize, "cuCtxSynchronize");
+	LOAD(h, cuMemAlloc, "cuMemAlloc_v2");
+	LOAD(h, cuMemFree, "cuMemFree_v2");
+	LOAD(h, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
+	LOAD(h, cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
+	LOAD(h, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
+	LOAD(h, cuMemsetD32Async, "cuMemsetD32Async");
+	LOAD(h, cuStreamCreate, "cuStreamCreate");
+	LOAD(h, cuStreamDestroy, "cuStreamDestroy_v2");
+	LOAD(h, cuStreamSynchronize, "cuStreamSynchronize");
+	LOAD(h, cuEventCreate, "cuEventCreate");
+	LOAD(h, cuEventDestroy, "cuEventDestroy_v2");
+	LOAD(h, cuEventRecord, "cuEventRecord");
+	LOAD(h, cuEventSynchronize, "cuEventSynchronize");
+	p_cuEventElapsedTime = dlsym(h, "cuEventElapsedTime_v2"); // CUDA >= 12.8
+	if (!p_cuEventElapsedTime) LOAD(h, cuEventElapsedTime, "cuEventElapsedTime");
+	LOAD(h, cuModuleLoadData, "cuModuleLoadData");
+	LOAD(h, cuModuleUnload, "cuModuleUnload");
+	LOAD(h, cuModuleGetFunction, "cuModuleGetFunction");
+	LOAD(h, cuFuncSetAttribute, "cuFuncSetAttribute");
+	LOAD(h, cuLaunchKernel, "cuLaunchKernel");
+	LOAD(h, cuStreamBeginCapture, "cuStreamBeginCapture_v2");
+	LOAD(h, cuStreamEndCapture, "cuStreamEndCapture");
+	LOAD(h, cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags");
+	LOAD(h, cuGraphLaunch, "cuGraphLaunch");
+	LOAD(h, cuGraphExecDestroy, "cuGraphExecDestroy");
+	LOAD(h, cuGraphDestroy, "cuGraphDestroy");
+	LOAD(h, cuGetErrorName, "cuGetErrorName");
+	return NULL;
+}
+
+const char *mg_load_nvrtc(const char *path) {
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) return dlerror();
+	LOAD(h, nvrtcVersion, "nvrtcVersion");
+	LOAD(h, nvrtcCreateProgram, "nvrtcCreateProgram");
+	LOAD(h, nvrtcCompileProgram, "nvrtcCompileProgram");
+	LOAD(h, nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize");
+	LOAD(h, nvrtcGetProgramLog, "nvrtcGetProgramLog");
+	LOAD(h, nvrtcGetCUBINSize, "nvrtcGetCUBINSize");
+	LOAD(h, nvrtcGetCUBIN, "nvrtcGetCUBIN");
+	LOAD(h, nvrtcDestroyProgram, "nvrtcDestroyProgram");
+	LOAD(h, nvrtcGetErrorString, "nvrtcGetErrorString");
+	return NULL;
+}
+
+// A call through an entry point that failed to load reports CUDA_ERROR_NOT_FOUND (500).
+#define CALL(name, ...) return p_##name ? p_##name(__VA_ARGS__) : 500
+
+mg_result mg_cuInit(unsigned f) { CALL(cuInit, f); }
+mg_result mg_cuDriverGetVersion(int *v) { CALL(cuDriverGetVersion, v); }
+mg_result mg_cuDeviceGetCount(int *n) { CALL(cuDeviceGetCount, n); }
+mg_result mg_cuDeviceGet(int *d, int o) { CALL(cuDeviceGet, d, o); }
+mg_result mg_cuDeviceGetName(char *s, int n, int d) { CALL(cuDeviceGetName, s, n, d); }
+mg_result mg_cuDeviceGetAttribute(int *v, int a, int d) { CALL(cuDeviceGetAttribute, v, a, d); }
+mg_result mg_cuDeviceTotalMem(size_t *b, int d) { CALL(cuDeviceTotalMem, b, d); }
+mg_result mg_cuDevicePrimaryCtxRetain(void **c, int d) { CALL(cuDevicePrimaryCtxRetain, c, d); }
+mg_result mg_cuDevicePrimaryCtxRelease(int d) { CALL(cuDevicePrimaryCtxRelease, d); }
+mg_result mg_cuCtxSetCurrent(void *c) { CALL(cuCtxSetCurrent, c); }
+mg_result mg_cuCtxSynchronize(void) { return p_cuCtxSynchronize ? p_cuCtxSynchronize() : 500; }
+mg_result mg_cuMemAlloc(mg_devptr *p, size_t b) { CALL(cuMemAlloc, p, b); }
+mg_result mg_cuMemFree(mg_devptr p) { CALL(cuMemFree, p); }
+mg_result mg_cuMemcpyHtoDAsync(mg_devptr d, const void *s, size_t b, void *st) { CALL(cuMemcpyHtoDAsync, d, s, b, st); }
+mg_result mg_cuMemcpyDtoHAsync(void *d, mg_devptr s, size_t b, void *st) { CALL(cuMemcpyDtoHAsync, d, s, b, st); }
+mg_result mg_cuMemcpyDtoDAsync(mg_devptr d, mg_devptr s, size_t b, void *st) { CALL(cuMemcpyDtoDAsync, d, s, b, st); }
+mg_result mg_cuMemsetD32Async(mg_devptr d, unsigned v, size_t n, void *st) { CALL(cuMemsetD32Async, d, v, n, st); }
+mg_result mg_cuStreamCreate(void **s, unsigned f) { CALL(cuStreamCreate, s, f); }
+mg_result mg_cuStreamDestroy(void *s) { CALL(cuStreamDestroy, s); }
+mg_result mg_cuStreamSynchronize(void *s) { CALL(cuStreamSynchronize, s); }
+mg_result mg_cuEventCreate(void **e, unsigned f) { CALL(cuEventCreate, e, f); }
+mg_result mg_cuEventDestroy(void *e) { CALL(cuEventDestroy, e); }
+mg_result mg_cuEventRecord(void *e, void *s) { CALL(cuEventRecord, e, s); }
+mg_result mg_cuEventSynchronize(void *e) { CALL(cuEventSynchronize, e); }
+mg_result mg_cuEventElapsedTime(float *ms, void *a, void *b) { CALL(cuEventElapsedTime, ms, a, b); }
+mg_result mg_cuModuleLoadData(void **m, const void *img) { CALL(cuModuleLoadData, m, img); }
+mg_result mg_cuModuleUnload(void *m) { CALL(cuModuleUnload, m); }
+mg_result mg_cuModuleGetFunction(void **f, void *m, const char *n) { CALL(cuModuleGetFunction, f, m, n); }
+mg_result mg_cuFuncSetAttribute(void *f, int a, int v) { CALL(cuFuncSetAttribute, f, a, v); }
+mg_result mg_cuStreamBeginCapture(void *s, int mode) { CALL(cuStreamBeginCapture, s, mode); }
+mg_result mg_cuStreamEndCapture(void *s, void **g) { CALL(cuStreamEndCapture, s, g); }
+mg_result mg_cuGraphInstantiate(void **e, void *g, unsigned long long f) { CALL(cuGraphInstantiateWithFlags, e, g, f); }
+mg_result mg_cuGraphLaunch(void *e, void *s) { CALL(cuGraphLaunch, e, s); }
+mg_result mg_cuGraphExecDestroy(void *e) { CALL(cuGraphExecDestroy, e); }
+mg_result mg_cuGraphDestroy(void *g) { CALL(cuGraphDestroy, g); }
+
+// mg_cuLaunchKernel builds the kernelParams array from one packed buffer:
+// argument i lives at args + offsets[i], so arguments of any width pass intact.
+mg_result mg_cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                            unsigned shmem, void *stream, void *args, const int *offsets, int nargs) {
+	void *params[64];
+	if (nargs > 64) return 1; // CUDA_ERROR_INVALID_VALUE
+	for (int i = 0; i < nargs; i++) params[i] = (char *)args + offsets[i];
+	if (!p_cuLaunchKernel) return 500;
+	return p_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, NULL);
+}
+
+const char *mg_cuErrorName(mg_result r) {
+	const char *s = NULL;
+	if (p_cuGetErrorName && p_cuGetErrorName(r, &s) == 0 && s) return s;
+	return "CUDA_ERROR_UNKNOWN_CODE";
+}
+
+mg_result mg_nvrtcVersion(int *maj, int *min) { CALL(nvrtcVersion, maj, min); }
+mg_result mg_nvrtcCreateProgram(void **p, const char *src, const char *name) {
+	CALL(nvrtcCreateProgram, p, src, name, 0, NULL, NULL);
+}
+mg_result mg_nvrtcCompileProgram(void *p, int n, const char *const *o) { CALL(nvrtcCompileProgram, p, n, o); }
+mg_result mg_nvrtcGetProgramLog(void *p, char **log) {
+	size_t n = 0;
+	*log = NULL;
+	if (!p_nvrtcGetProgramLogSize || !p_nvrtcGetProgramLog) return 500;
+	int r = p_nvrtcGetProgramLogSize(p, &n);
+	if (r) return r;
+	*log = malloc(n + 1);
+	if (!*log) return 1;
+	(*log)[n] = 0;
+	return p_nvrtcGetProgramLog(p, *log);
+}
+mg_result mg_nvrtcGetCUBIN(void *p, char **cubin, size_t *size) {
+	*cubin = NULL;
+	if (!p_nvrtcGetCUBINSize || !p_nvrtcGetCUBIN) return 500;
+	int r = p_nvrtcGetCUBINSize(p, size);
+	if (r) return r;
+	*cubin = malloc(*size ? *size : 1);
+	if (!*cubin) return 1;
+	return p_nvrtcGetCUBIN(p, *cubin);
+}
+mg_result mg_nvrtcDestroyProgram(void **p) { CALL(nvrtcDestroyProgram, p); }
+const char *mg_nvrtcErrorString(mg_result r) {
+	return p_nvrtcGetErrorString ? p_nvrtcGetErrorString(r) : "NVRTC_ERROR_UNKNOWN";
+}

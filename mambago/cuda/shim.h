@@ -1,0 +1,71 @@
+// The C side of package cuda: dlopen'd entry points of the CUDA driver and
+// NVRTC, with our own minimal prototypes (no NVIDIA headers). Every wrapper
+// returns the library's status code; 0 is success.
+#ifndef MAMBAGO_CUDA_SHIM_H
+#define MAMBAGO_CUDA_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef int mg_result;
+typedef unsigned long long mg_devptr;
+
+// Loading. Each returns NULL on success, else dlerror()'s message.
+const char *mg_load_driver(const char *path);
+const char *mg_load_nvrtc(const char *path);
+// mg_preload dlopens a library globally (NVRTC's builtins, so that NVRTC's
+// own dlopen of them by name finds them); NULL on success.
+const char *mg_preload(const char *path);
+// mg_missing names the first entry point a loaded library lacked, or NULL.
+const char *mg_missing(void);
+
+// Driver API.
+mg_result mg_cuInit(unsigned flags);
+mg_result mg_cuDriverGetVersion(int *v);
+mg_result mg_cuDeviceGetCount(int *n);
+mg_result mg_cuDeviceGet(int *dev, int ordinal);
+mg_result mg_cuDeviceGetName(char *name, int len, int dev);
+mg_result mg_cuDeviceGetAttribute(int *v, int attr, int dev);
+mg_result mg_cuDeviceTotalMem(size_t *bytes, int dev);
+mg_result mg_cuDevicePrimaryCtxRetain(void **ctx, int dev);
+mg_result mg_cuDevicePrimaryCtxRelease(int dev);
+mg_result mg_cuCtxSetCurrent(void *ctx);
+mg_result mg_cuCtxSynchronize(void);
+mg_result mg_cuMemAlloc(mg_devptr *p, size_t bytes);
+mg_result mg_cuMemFree(mg_devptr p);
+mg_result mg_cuMemcpyHtoDAsync(mg_devptr dst, const void *src, size_t bytes, void *stream);
+mg_result mg_cuMemcpyDtoHAsync(void *dst, mg_devptr src, size_t bytes, void *stream);
+mg_result mg_cuMemcpyDtoDAsync(mg_devptr dst, mg_devptr src, size_t bytes, void *stream);
+mg_result mg_cuMemsetD32Async(mg_devptr dst, unsigned v, size_t n, void *stream);
+mg_result mg_cuStreamCreate(void **s, unsigned flags);
+mg_result mg_cuStreamDestroy(void *s);
+mg_result mg_cuStreamSynchronize(void *s);
+mg_result mg_cuEventCreate(void **e, unsigned flags);
+mg_result mg_cuEventDestroy(void *e);
+mg_result mg_cuEventRecord(void *e, void *s);
+mg_result mg_cuEventSynchronize(void *e);
+mg_result mg_cuEventElapsedTime(float *ms, void *start, void *end);
+mg_result mg_cuModuleLoadData(void **m, const void *image);
+mg_result mg_cuModuleUnload(void *m);
+mg_result mg_cuModuleGetFunction(void **f, void *m, const char *name);
+mg_result mg_cuFuncSetAttribute(void *f, int attr, int v);
+mg_result mg_cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                            unsigned shmem, void *stream, void *args, const int *offsets, int nargs);
+mg_result mg_cuStreamBeginCapture(void *s, int mode);
+mg_result mg_cuStreamEndCapture(void *s, void **graph);
+mg_result mg_cuGraphInstantiate(void **exec, void *graph, unsigned long long flags);
+mg_result mg_cuGraphLaunch(void *exec, void *s);
+mg_result mg_cuGraphExecDestroy(void *exec);
+mg_result mg_cuGraphDestroy(void *graph);
+const char *mg_cuErrorName(mg_result r);
+
+// NVRTC.
+mg_result mg_nvrtcVersion(int *major, int *minor);
+mg_result mg_nvrtcCreateProgram(void **prog, const char *src, const char *name);
+mg_result mg_nvrtcCompileProgram(void *prog, int n, const char *const *opts);
+mg_result mg_nvrtcGetProgramLog(void *prog, char **log);   // *log is malloc'd; free it
+mg_result mg_nvrtcGetCUBIN(void *prog, char **cubin, size_t *size); // *cubin is malloc'd
+mg_result mg_nvrtcDestroyProgram(void **prog);
+const char *mg_nvrtcErrorString(mg_result r);
+
+#endif
