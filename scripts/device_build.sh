@@ -9,4 +9,6 @@ rm -rf .carry && mkdir -p .carry
 "$py" -m pip wheel -q --no-deps -w .carry .
 # The Go test binaries, for benchmarks and stage timings there.
 GOAMD64=v3 go test -c -o .carry/cpu.test ./mambago/cpu
+GOAMD64=v3 go test -c -o .carry/cuda.test ./mambago/cuda
+GOAMD64=v3 go test -c -o .carry/kernels.test ./kernels
 ls -la .carry

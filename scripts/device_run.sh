@@ -12,6 +12,9 @@ export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-index --target /tmp/site .carry/mambago-*.whl || exit 1
 export PYTHONPATH=/tmp/site
 nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
+echo "== GPU: CUDA binding and kernels against float64 references"
+.carry/cuda.test -test.v 2>&1 | tee "$OUT/cuda_test.log" | grep -E "^(---|ok|FAIL|PASS)|cuda_test.go"
+.carry/kernels.test -test.v 2>&1 | tee "$OUT/kernels_test.log" | grep -E "^(---|ok|FAIL|PASS)|gpu_test.go"
 echo "== pytest"
 python3 -m pytest -q tests 2>&1 | tee "$OUT/pytest.log" | tail -5
 echo "== Go CPU engine stage timings (130m shape, B=1, T=512)"

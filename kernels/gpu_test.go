@@ -1,0 +1,275 @@
+package kernels_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/mambago/mambago/kernels"
+	"github.com/mambago/mambago/mambago/cuda"
+)
+
+// gpu compiles every kernel for GPU 0 and returns a lookup, or skips the test
+// with the reason there is no GPU.
+func gpu(t *testing.T) (func(string) *cuda.Function, *cuda.Stream) {
+	t.Helper()
+	if err := cuda.Init(); err != nil {
+		t.Skipf("no usable GPU: %v", err)
+	}
+	d, err := cuda.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	fns := map[string]*cuda.Function{}
+	for _, name := range kernels.Names() {
+		src, _ := kernels.Source(name)
+		cubin, err := cuda.Compile(src, name, d.Arch(), "--std=c++17")
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := cuda.LoadModule(cubin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Unload() })
+		for _, k := range []string{"embed_f32", "rmsnorm_f32", "conv_silu_f32", "scan_seq_f32"} {
+			if f, err := m.Function(k); err == nil {
+				fns[k] = f
+			}
+		}
+	}
+	s, err := cuda.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Destroy() })
+	return func(k string) *cuda.Function {
+		f, ok := fns[k]
+		if !ok {
+			t.Fatalf("kernel %s not found", k)
+		}
+		return f
+	}, s
+}
+
+func randn(n int, scale float64) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rand.NormFloat64() * scale)
+	}
+	return v
+}
+
+// upload copies v to a new device buffer poisoned with NaN first.
+func upload(t *testing.T, s *cuda.Stream, v []float32) *cuda.Buffer {
+	t.Helper()
+	b, err := cuda.Alloc(4 * max(1, len(v)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Free() })
+	if err := cuda.Fill32(b.Ptr, 0x7fc00000, max(1, len(v)), s); err != nil {
+		t.Fatal(err)
+	}
+	if err := cuda.CopyIn(b.Ptr, v, s); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// poisoned returns a device buffer of n NaNs.
+func poisoned(t *testing.T, s *cuda.Stream, n int) *cuda.Buffer {
+	return upload(t, s, nan(n))
+}
+
+func nan(n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(math.NaN())
+	}
+	return v
+}
+
+func download(t *testing.T, s *cuda.Stream, b *cuda.Buffer, n int) []float32 {
+	t.Helper()
+	out := make([]float32, n)
+	if err := cuda.CopyOut(out, b.Ptr, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// relErr is max|got-want| / max|want|; a NaN in got (an unwritten element) is +Inf.
+func relErr(got []float32, want []float64) float64 {
+	var md, mr float64
+	for i := range got {
+		g := float64(got[i])
+		if math.IsNaN(g) {
+			return math.Inf(1)
+		}
+		md = math.Max(md, math.Abs(g-want[i]))
+		mr = math.Max(mr, math.Abs(want[i]))
+	}
+	return md / mr
+}
+
+func TestRMSNormKernel(t *testing.T) {
+	fn, s := gpu(t)
+	for _, d := range []int{64, 768, 2560, 1000} {
+		rows := 37
+		x, w := randn(rows*d, 3), randn(d, 1)
+		bx, bw, by := upload(t, s, x), upload(t, s, w), poisoned(t, s, rows*d)
+		if err := fn("rmsnorm_f32").Launch(cuda.D1(rows), cuda.D1(256), 0, s, bx.Ptr, bw.Ptr, by.Ptr, d, float32(1e-5)); err != nil {
+			t.Fatal(err)
+		}
+		got := download(t, s, by, rows*d)
+		want := make([]float64, rows*d)
+		for r := 0; r < rows; r++ {
+			var ss float64
+			for i := 0; i < d; i++ {
+				ss += float64(x[r*d+i]) * float64(x[r*d+i])
+			}
+			sc := 1 / math.Sqrt(ss/float64(d)+1e-5)
+			for i := 0; i < d; i++ {
+				want[r*d+i] = float64(x[r*d+i]) * sc * float64(w[i])
+			}
+		}
+		if e := relErr(got, want); e > 1e-5 {
+			t.Errorf("d=%d: rel err %.3g", d, e)
+		}
+	}
+}
+
+func TestEmbedKernel(t *testing.T) {
+	fn, s := gpu(t)
+	V, d, rows := 1000, 96, 50
+	E := randn(V*d, 1)
+	ids := make([]int64, rows)
+	for i := range ids {
+		ids[i] = rand.Int64N(int64(V))
+	}
+	bE, bh := upload(t, s, E), poisoned(t, s, rows*d)
+	bids, _ := cuda.Alloc(8 * rows)
+	defer bids.Free()
+	if err := cuda.CopyIn(bids.Ptr, ids, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := fn("embed_f32").Launch(cuda.D1(rows), cuda.D1(128), 0, s, bids.Ptr, bE.Ptr, bh.Ptr, V, d); err != nil {
+		t.Fatal(err)
+	}
+	got := download(t, s, bh, rows*d)
+	for r, id := range ids {
+		for i := 0; i < d; i++ {
+			if got[r*d+i] != E[int(id)*d+i] {
+				t.Fatalf("row %d col %d: %v, want %v", r, i, got[r*d+i], E[int(id)*d+i])
+			}
+		}
+	}
+}
+
+// TestConvAndScanKernels checks conv+silu and the scan, each continuing from
+// a random carried state, against float64 references, for several N and T.
+func TestConvAndScanKernels(t *testing.T) {
+	fn, s := gpu(t)
+	for _, tc := range []struct{ B, T, E, N, K, R int }{
+		{1, 1, 64, 16, 4, 4}, {2, 37, 96, 8, 3, 5}, {3, 300, 128, 64, 4, 8}, {1, 257, 32, 256, 2, 2}, {2, 19, 48, 33, 4, 3},
+	} {
+		B, T, E, N, K, R := tc.B, tc.T, tc.E, tc.N, tc.K, tc.R
+		rows := B * T
+		// conv
+		xz := randn(rows*2*E, 1)
+		win, w, bias := randn(B*E*K, 1), randn(E*K, 0.5), randn(E, 0.1)
+		bxz, bwin, bw, bb, bu := upload(t, s, xz), upload(t, s, win), upload(t, s, w), upload(t, s, bias), poisoned(t, s, rows*E)
+		if err := fn("conv_silu_f32").Launch(cuda.Dim3{X: (E + 127) / 128, Y: B, Z: 1}, cuda.D1(128), 0, s,
+			bxz.Ptr, 2*E, bwin.Ptr, bw.Ptr, bb.Ptr, bu.Ptr, T, E, K); err != nil {
+			t.Fatal(err)
+		}
+		gotU := download(t, s, bu, rows*E)
+		gotWin := download(t, s, bwin, B*E*K)
+		wantU, wantWin := make([]float64, rows*E), make([]float64, B*E*K)
+		for b := 0; b < B; b++ {
+			for c := 0; c < E; c++ {
+				hist := make([]float64, 0, K+T)
+				for k := 0; k < K; k++ {
+					hist = append(hist, float64(win[(b*E+c)*K+k]))
+				}
+				for tt := 0; tt < T; tt++ {
+					hist = append(hist, float64(xz[(b*T+tt)*2*E+c]))
+					acc := float64(bias[c])
+					for k := 0; k < K; k++ {
+						acc += float64(w[c*K+k]) * hist[len(hist)-K+k]
+					}
+					wantU[(b*T+tt)*E+c] = acc / (1 + math.Exp(-acc))
+				}
+				for k := 0; k < K; k++ {
+					wantWin[(b*E+c)*K+k] = hist[len(hist)-K+k]
+				}
+			}
+		}
+		if e := relErr(gotU, wantU); e > 1e-5 {
+			t.Errorf("conv %+v: u rel err %.3g", tc, e)
+		}
+		if e := relErr(gotWin, wantWin); e > 0 {
+			t.Errorf("conv %+v: window rel err %.3g", tc, e)
+		}
+		// scan
+		ld := R + 2*N
+		delta, dtb, dbl := randn(rows*E, 1), randn(E, 0.5), randn(rows*ld, 1)
+		A2 := make([]float32, E*N)
+		for i := range A2 {
+			A2[i] = -float32(math.Exp(rand.NormFloat64()*0.5)) * math.Log2E
+		}
+		Dk, st0 := randn(E, 1), randn(B*E*N, 1)
+		bdelta, bdtb, bA2, bdbl := upload(t, s, delta), upload(t, s, dtb), upload(t, s, A2), upload(t, s, dbl)
+		bD, bst, by := upload(t, s, Dk), upload(t, s, st0), poisoned(t, s, rows*E)
+		per := (N + 31) / 32 * 32
+		chans := max(1, 256/per)
+		shared := 4 * chans * (per / 32)
+		err := fn("scan_seq_f32").Launch(cuda.Dim3{X: (E + chans - 1) / chans, Y: B, Z: 1}, cuda.D1(chans*per), shared, s,
+			bdelta.Ptr, bdtb.Ptr, bA2.Ptr, bdbl.Ptr, ld, R, bu.Ptr, bD.Ptr, bxz.Offset(4*E), 2*E, bst.Ptr, by.Ptr, T, E, N)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gotY := download(t, s, by, rows*E)
+		gotS := download(t, s, bst, B*E*N)
+		wantY, wantS := make([]float64, rows*E), make([]float64, B*E*N)
+		for b := 0; b < B; b++ {
+			for c := 0; c < E; c++ {
+				st := make([]float64, N)
+				for n := range st {
+					st[n] = float64(st0[(b*E+c)*N+n])
+				}
+				for tt := 0; tt < T; tt++ {
+					r := b*T + tt
+					x := float64(delta[r*E+c]) + float64(dtb[c])
+					dt := x
+					if x <= 20 {
+						dt = math.Log1p(math.Exp(x))
+					}
+					u := float64(gotU[r*E+c])
+					acc := 0.0
+					for n := 0; n < N; n++ {
+						st[n] = math.Exp2(dt*float64(A2[c*N+n]))*st[n] + dt*float64(dbl[r*ld+R+n])*u
+						acc += st[n] * float64(dbl[r*ld+R+N+n])
+					}
+					z := float64(xz[r*2*E+E+c])
+					wantY[r*E+c] = (acc + float64(Dk[c])*u) * z / (1 + math.Exp(-z))
+				}
+				for n := range st {
+					wantS[(b*E+c)*N+n] = st[n]
+				}
+			}
+		}
+		if e := relErr(gotY, wantY); e > 1e-4 {
+			t.Errorf("scan %+v: y rel err %.3g", tc, e)
+		}
+		if e := relErr(gotS, wantS); e > 1e-4 {
+			t.Errorf("scan %+v: state rel err %.3g", tc, e)
+		}
+		t.Logf("%+v ok", tc)
+	}
+}

@@ -1,0 +1,111 @@
+package cuda_test
+
+import (
+	"math"
+	"testing"
+
+	"github.com/mambago/mambago/mambago/cuda"
+)
+
+// device opens GPU 0, or skips the test with the reason there is none.
+func device(t *testing.T) *cuda.Device {
+	t.Helper()
+	if err := cuda.Init(); err != nil {
+		t.Skipf("no usable GPU: %v", err)
+	}
+	d, err := cuda.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+const axpy = `extern "C" __global__ void axpy(float a, const float *x, float *y, int n, long long tag, double unused) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + y[i] + (float)(tag - 1000000000000LL);
+}`
+
+// TestLaunchCopyGraph compiles, launches (with 4- and 8-byte arguments),
+// copies both ways, poisons with NaN, times with events and replays a graph.
+func TestLaunchCopyGraph(t *testing.T) {
+	d := device(t)
+	t.Logf("%s (%s, %d SMs, %.0f GiB)", d.Name, d.Arch(), d.SMs, float64(d.TotalMem)/(1<<30))
+	cubin, err := cuda.Compile(axpy, "axpy.cu", d.Arch())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod, err := cuda.LoadModule(cubin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mod.Unload()
+	f, err := mod.Function("axpy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mod.Function("nope"); err == nil {
+		t.Error("a missing kernel was found")
+	}
+	s, err := cuda.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	const n = 100_003
+	x, y := make([]float32, n), make([]float32, n)
+	for i := range x {
+		x[i], y[i] = float32(i%97)*0.5, float32(i%13)
+	}
+	bx, _ := cuda.Alloc(4 * n)
+	by, _ := cuda.Alloc(4 * n)
+	defer bx.Free()
+	defer by.Free()
+	must(t, cuda.CopyIn(bx.Ptr, x, s))
+	must(t, cuda.Fill32(by.Ptr, math.Float32bits(float32(math.NaN())), n, s))
+	must(t, cuda.CopyIn(by.Ptr, y, s))
+	launch := func() error {
+		return f.Launch(cuda.D1((n+255)/256), cuda.D1(256), 0, s, float32(2), bx.Ptr, by.Ptr, n, int64(1000000000001), float32(0))
+	}
+	start, _ := cuda.NewEvent()
+	end, _ := cuda.NewEvent()
+	must(t, start.Record(s))
+	must(t, launch())
+	must(t, end.Record(s))
+	got := make([]float32, n)
+	must(t, cuda.CopyOut(got, by.Ptr, s))
+	must(t, s.Synchronize())
+	ms, err := cuda.Elapsed(start, end)
+	must(t, err)
+	for i := range got {
+		if want := 2*x[i] + y[i] + 1; got[i] != want {
+			t.Fatalf("y[%d] = %v, want %v", i, got[i], want)
+		}
+	}
+	t.Logf("axpy over %d floats: %.3f ms", n, ms)
+	g, err := cuda.Capture(s, launch)
+	must(t, err)
+	defer g.Destroy()
+	for i := 0; i < 3; i++ {
+		must(t, g.Launch(s))
+	}
+	must(t, cuda.CopyOut(got, by.Ptr, s))
+	must(t, s.Synchronize())
+	for i := range got {
+		if want := 2*x[i] + y[i] + 1 + 3*(2*x[i]+1); got[i] != want {
+			t.Fatalf("after 3 replays y[%d] = %v, want %v", i, got[i], want)
+		}
+	}
+	if _, err := cuda.Alloc(1 << 62); err == nil {
+		t.Error("allocating 4 EiB succeeded")
+	} else {
+		t.Logf("expected error: %v", err)
+	}
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
