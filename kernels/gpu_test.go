@@ -3,6 +3,7 @@ package kernels_test
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/mambago/mambago/kernels"
@@ -13,6 +14,9 @@ import (
 // with the reason there is no GPU.
 func gpu(t *testing.T) (func(string) *cuda.Function, *cuda.Stream) {
 	t.Helper()
+	// The context is current per OS thread: keep this test on one.
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
 	if err := cuda.Init(); err != nil {
 		t.Skipf("no usable GPU: %v", err)
 	}

@@ -7,6 +7,10 @@
 // that says what is missing. Every call's status is checked and turned into
 // an *Error that names the call. design.md §4 says why this is not
 // gorgonia.org/cu.
+//
+// Driver calls act on the calling OS thread's current context: a goroutine
+// that makes them locks itself to its thread (runtime.LockOSThread) and calls
+// Device.Bind first, once per sequence of calls.
 package cuda
 
 /*

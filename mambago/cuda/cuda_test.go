@@ -2,6 +2,7 @@ package cuda_test
 
 import (
 	"math"
+	"runtime"
 	"testing"
 
 	"github.com/mambago/mambago/mambago/cuda"
@@ -10,6 +11,9 @@ import (
 // device opens GPU 0, or skips the test with the reason there is none.
 func device(t *testing.T) *cuda.Device {
 	t.Helper()
+	// The context is current per OS thread: keep this test on one.
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
 	if err := cuda.Init(); err != nil {
 		t.Skipf("no usable GPU: %v", err)
 	}
