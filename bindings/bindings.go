@@ -122,6 +122,15 @@ func checkBuf(name string, addr uintptr, n int) error {
 // Version returns the mambago version.
 func Version() (string, error) { return mambago.Version, nil }
 
+// GPUStatus returns "" when the CUDA engine can run here, else the reason it cannot.
+func GPUStatus() (reason string, err error) {
+	defer guard(&err)
+	if e := mambago.GPUUsable(); e != nil {
+		return e.Error(), nil
+	}
+	return "", nil
+}
+
 // LoadModel opens the checkpoint folder path on device ("auto", "cpu",
 // "cuda") with compute dtype ("" for the engine's default) and returns a
 // model handle. blasPath names a CBLAS library for the CPU engine's GEMMs

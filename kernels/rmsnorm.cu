@@ -38,3 +38,18 @@ extern "C" __global__ void rmsnorm_f32(const float *x, const float *__restrict__
         out[i] = w ? w[i] * v : v;
     }
 }
+
+// FalconMamba's weightless RMSNorm on the dt, B and C parts of each row of
+// x_proj's output dbl [rows, R + 2N]: each part is scaled by
+// rsqrt(mean(part^2) + eps) on its own. Grid (rows), block a multiple of 32.
+extern "C" __global__ void rmsnorm_dbc_f32(float *dbl, int R, int N, float eps) {
+    float *row = dbl + (size_t)blockIdx.x * (R + 2 * N);
+    int start[3] = {0, R, R + N}, len[3] = {R, N, N};
+    for (int p = 0; p < 3; p++) {
+        float *v = row + start[p];
+        float ss = 0.f;
+        for (int i = threadIdx.x; i < len[p]; i += blockDim.x) ss += v[i] * v[i];
+        float scale = rsqrtf(block_sum(ss) / len[p] + eps);
+        for (int i = threadIdx.x; i < len[p]; i += blockDim.x) v[i] *= scale;
+    }
+}

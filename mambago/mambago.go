@@ -10,23 +10,27 @@
 //	hidden := make([]float32, m.Config().Hidden)
 //	err = m.Prefill(st, engine.Input{B: 1, T: len(ids), IDs: ids}, engine.Last, hidden)
 //
-// The engines live in sub-packages: cpu (pure Go, the default and the
-// reference). The engine package defines the interface they share.
+// The engines live in sub-packages: cpu (pure Go, the reference) and gpu
+// (CUDA, f32). The engine package defines the interface they share.
 package mambago
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/mambago/mambago/mambago/blas"
 	"github.com/mambago/mambago/mambago/checkpoint"
 	"github.com/mambago/mambago/mambago/cpu"
+	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
+	"github.com/mambago/mambago/mambago/gpu"
 )
 
 // Options selects the engine a model runs on.
 type Options struct {
 	// Device is "auto" (or empty), "cpu" or "cuda". "auto" picks the CUDA
-	// engine when a GPU is usable and the CPU engine otherwise.
+	// engine when a GPU is usable and the CPU engine otherwise; "cuda" without
+	// a GPU is an error that says why.
 	Device string
 	// DType is the compute dtype: "" or "float32" on the CPU; the CUDA engine
 	// will add "bfloat16" and "float16".
@@ -34,6 +38,21 @@ type Options struct {
 	// BLAS is the path of a CBLAS shared library (e.g. numpy's OpenBLAS) for
 	// the CPU engine's GEMMs; empty uses gonum's pure-Go BLAS.
 	BLAS string
+}
+
+// GPUUsable reports why the CUDA engine cannot run here, or nil when it can.
+func GPUUsable() error { return gpuUsable() }
+
+// gpuUsable reports why the CUDA engine cannot run here, or nil.
+func gpuUsable() error {
+	if err := cuda.Init(); err != nil {
+		return err
+	}
+	n, err := cuda.DeviceCount()
+	if err == nil && n == 0 {
+		err = fmt.Errorf("the driver sees no CUDA device")
+	}
+	return err
 }
 
 // Model is a loaded model on one engine.
@@ -45,17 +64,23 @@ type Model struct {
 // onto the engine opts selects.
 func Open(path string, opts Options) (*Model, error) {
 	device := strings.ToLower(opts.Device)
+	useGPU := false
 	switch device {
-	case "", "auto", "cpu":
+	case "", "auto":
+		useGPU = gpuUsable() == nil
+	case "cpu":
 	case "cuda", "gpu":
-		return nil, engine.Invalid("device %q: the CUDA engine is not built yet; use device=\"cpu\"", opts.Device)
+		if err := gpuUsable(); err != nil {
+			return nil, engine.Invalid("device %q: no usable GPU: %v", opts.Device, err)
+		}
+		useGPU = true
 	default:
 		return nil, engine.Invalid("device %q: want \"auto\", \"cpu\" or \"cuda\"", opts.Device)
 	}
 	switch strings.ToLower(opts.DType) {
 	case "", "float32", "f32", "fp32":
 	case "bfloat16", "bf16", "float16", "f16", "fp16":
-		return nil, engine.Invalid("dtype %q: the CPU engine computes in float32 (bf16/f16 weights are upcast at load); mixed precision needs the CUDA engine", opts.DType)
+		return nil, engine.Invalid("dtype %q: both engines compute in float32 for now (bf16/f16 weights are upcast at load); the mixed-precision CUDA engine is the next milestone", opts.DType)
 	default:
 		return nil, engine.Invalid("dtype %q: want None, \"float32\", \"bfloat16\" or \"float16\"", opts.DType)
 	}
@@ -63,6 +88,13 @@ func Open(path string, opts Options) (*Model, error) {
 	if err != nil {
 		// A checkpoint that cannot be read is the caller's input: Python raises ValueError.
 		return nil, engine.Invalid("open %s: %v", path, err)
+	}
+	if useGPU {
+		g, err := gpu.New(w, 0)
+		if err != nil {
+			return nil, fmt.Errorf("open %s on the GPU: %w", path, err)
+		}
+		return &Model{Engine: g}, nil
 	}
 	e := cpu.New(w)
 	if opts.BLAS != "" {

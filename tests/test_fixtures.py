@@ -9,10 +9,19 @@ from conftest import CASES, case_dir, read_safetensors, rel_err
 TOL = 1e-4
 
 
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(not mambago.cuda_is_available(),
+                                                  reason=f"no GPU: {mambago.cuda_unavailable_reason()}")),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", CASES)
-def test_matches_hugging_face(name):
+def test_matches_hugging_face(name, device):
     exp = read_safetensors(f"{case_dir(name)}/expected.safetensors")
-    m = mambago.Model.from_pretrained(case_dir(name), device="cpu")
+    m = mambago.Model.from_pretrained(case_dir(name), device=device)
+    assert m.device == device
     B, T, d = exp["hidden"].shape
     st = m.new_state(B)
     if "input_ids" in exp:

@@ -58,6 +58,14 @@ FN(int, cuGraphExecDestroy, (void *));
 FN(int, cuGraphDestroy, (void *));
 FN(int, cuGetErrorName, (int, const char **));
 
+FN(int, cublasCreate, (void **));
+FN(int, cublasDestroy, (void *));
+FN(int, cublasSetStream, (void *, void *));
+FN(int, cublasSetMathMode, (void *, int));
+FN(int, cublasSgemm, (void *, int, int, int, int, int, const float *, mg_devptr, int, mg_devptr, int, const float *,
+                      mg_devptr, int));
+FN(const char *, cublasGetStatusString, (int));
+
 FN(int, nvrtcVersion, (int *, int *));
 FN(int, nvrtcCreateProgram, (void **, const char *, const char *, int, const char *const *, const char *const *));
 FN(int, nvrtcCompileProgram, (void *, int, const char *const *));
@@ -111,6 +119,18 @@ const char *mg_load_driver(const char *path) {
 	LOAD(h, cuGraphExecDestroy, "cuGraphExecDestroy");
 	LOAD(h, cuGraphDestroy, "cuGraphDestroy");
 	LOAD(h, cuGetErrorName, "cuGetErrorName");
+	return NULL;
+}
+
+const char *mg_load_cublas(const char *path) {
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) return dlerror();
+	LOAD(h, cublasCreate, "cublasCreate_v2");
+	LOAD(h, cublasDestroy, "cublasDestroy_v2");
+	LOAD(h, cublasSetStream, "cublasSetStream_v2");
+	LOAD(h, cublasSetMathMode, "cublasSetMathMode");
+	LOAD(h, cublasSgemm, "cublasSgemm_v2");
+	LOAD(h, cublasGetStatusString, "cublasGetStatusString");
 	return NULL;
 }
 
@@ -183,6 +203,18 @@ const char *mg_cuErrorName(mg_result r) {
 	const char *s = NULL;
 	if (p_cuGetErrorName && p_cuGetErrorName(r, &s) == 0 && s) return s;
 	return "CUDA_ERROR_UNKNOWN_CODE";
+}
+
+mg_result mg_cublasCreate(void **h) { CALL(cublasCreate, h); }
+mg_result mg_cublasDestroy(void *h) { CALL(cublasDestroy, h); }
+mg_result mg_cublasSetStream(void *h, void *s) { CALL(cublasSetStream, h, s); }
+mg_result mg_cublasSetMathMode(void *h, int m) { CALL(cublasSetMathMode, h, m); }
+mg_result mg_cublasSgemm(void *h, int ta, int tb, int m, int n, int k, const float *alpha, mg_devptr A, int lda,
+                         mg_devptr B, int ldb, const float *beta, mg_devptr C, int ldc) {
+	CALL(cublasSgemm, h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+const char *mg_cublasStatus(mg_result r) {
+	return p_cublasGetStatusString ? p_cublasGetStatusString(r) : "CUBLAS_STATUS_UNKNOWN";
 }
 
 mg_result mg_nvrtcVersion(int *maj, int *min) { CALL(nvrtcVersion, maj, min); }

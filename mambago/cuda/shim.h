@@ -59,6 +59,16 @@ mg_result mg_cuGraphExecDestroy(void *exec);
 mg_result mg_cuGraphDestroy(void *graph);
 const char *mg_cuErrorName(mg_result r);
 
+// cuBLAS (column-major, as its API is).
+const char *mg_load_cublas(const char *path);
+mg_result mg_cublasCreate(void **h);
+mg_result mg_cublasDestroy(void *h);
+mg_result mg_cublasSetStream(void *h, void *stream);
+mg_result mg_cublasSetMathMode(void *h, int mode);
+mg_result mg_cublasSgemm(void *h, int ta, int tb, int m, int n, int k, const float *alpha, mg_devptr A, int lda,
+                         mg_devptr B, int ldb, const float *beta, mg_devptr C, int ldc);
+const char *mg_cublasStatus(mg_result r);
+
 // NVRTC.
 mg_result mg_nvrtcVersion(int *major, int *minor);
 mg_result mg_nvrtcCreateProgram(void **prog, const char *src, const char *name);

@@ -114,6 +114,16 @@ def _addr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
+def cuda_is_available() -> bool:
+    """Whether the CUDA engine can run here (a driver and a GPU are present)."""
+    return _call(_b.GPUStatus) == ""
+
+
+def cuda_unavailable_reason() -> str:
+    """Why the CUDA engine cannot run here, or "" when it can."""
+    return _call(_b.GPUStatus)
+
+
 def numpy_blas() -> str:
     """The path of the OpenBLAS library numpy loaded, or "" if there is none.
 

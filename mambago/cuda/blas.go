@@ -1,0 +1,98 @@
+package cuda
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+var (
+	cublasOnce sync.Once
+	cublasErr  error
+)
+
+// loadCuBLAS loads libcublas.so.13, then .so.12.
+func loadCuBLAS() error {
+	cublasOnce.Do(func() {
+		cublasErr = loadLibrary("cuBLAS", []string{"libcublas.so.13", "libcublas.so.12"},
+			func(p *C.char) *C.char { return C.mg_load_cublas(p) })
+	})
+	return cublasErr
+}
+
+func checkBLAS(call string, r C.mg_result) error {
+	if r == 0 {
+		return nil
+	}
+	return &Error{Call: call, Code: int(r), Name: C.GoString(C.mg_cublasStatus(r))}
+}
+
+// BLAS is a cuBLAS handle bound to one stream.
+type BLAS struct {
+	h unsafe.Pointer
+	// TF32 records whether FP32 GEMMs may use TF32 tensor cores (an explicit
+	// opt-in); by default they run in true FP32.
+	TF32 bool
+}
+
+// cuBLAS math modes.
+const (
+	pedanticMath = 2 // CUBLAS_PEDANTIC_MATH: true FP32, no TF32 or other shortcuts
+	tf32Math     = 3 // CUBLAS_TF32_TENSOR_OP_MATH
+)
+
+// NewBLAS creates a handle whose work goes to s, in true FP32 unless tf32.
+func NewBLAS(s *Stream, tf32 bool) (*BLAS, error) {
+	if err := loadCuBLAS(); err != nil {
+		return nil, err
+	}
+	b := &BLAS{TF32: tf32}
+	if err := checkBLAS("cublasCreate", C.mg_cublasCreate(&b.h)); err != nil {
+		return nil, err
+	}
+	mode := pedanticMath
+	if tf32 {
+		mode = tf32Math
+	}
+	if err := checkBLAS("cublasSetMathMode", C.mg_cublasSetMathMode(b.h, C.int(mode))); err != nil {
+		b.Destroy()
+		return nil, err
+	}
+	if err := checkBLAS("cublasSetStream", C.mg_cublasSetStream(b.h, s.handle())); err != nil {
+		b.Destroy()
+		return nil, err
+	}
+	return b, nil
+}
+
+// GemmNT computes, for row-major matrices, C = A·Wᵀ + beta·C with A [M, K]
+// (row stride lda), W [N, K] (row stride K) and C [M, N] (row stride ldc): a
+// linear layer. In cuBLAS's column-major terms that is Cᵀ = op(W)·Aᵀ.
+func (b *BLAS) GemmNT(M, N, K int, A Ptr, lda int, W Ptr, C Ptr, ldc int, beta float32) error {
+	if M == 0 || N == 0 {
+		return nil
+	}
+	const opN, opT = 0, 1
+	alpha, bt := C.float(1), C.float(beta)
+	err := checkBLAS("cublasSgemm", C.mg_cublasSgemm(b.h, opT, opN, C.int(N), C.int(M), C.int(K), &alpha,
+		C.mg_devptr(W), C.int(K), C.mg_devptr(A), C.int(lda), &bt, C.mg_devptr(C), C.int(ldc)))
+	if err != nil {
+		return fmt.Errorf("%w (M=%d N=%d K=%d)", err, M, N, K)
+	}
+	return nil
+}
+
+// Destroy releases the handle.
+func (b *BLAS) Destroy() error {
+	if b == nil || b.h == nil {
+		return nil
+	}
+	h := b.h
+	b.h = nil
+	return checkBLAS("cublasDestroy", C.mg_cublasDestroy(h))
+}

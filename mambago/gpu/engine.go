@@ -1,0 +1,221 @@
+package gpu
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+
+	"github.com/mambago/mambago/mambago/checkpoint"
+	"github.com/mambago/mambago/mambago/cuda"
+	"github.com/mambago/mambago/mambago/engine"
+)
+
+// layer holds one block's weights in device memory; a zero Ptr is an absent bias.
+type layer struct {
+	norm, inProj, inBias, conv, convBias, xProj, dtProj, dtBias, a2, d, outProj, outBias cuda.Ptr
+}
+
+// Engine is the f32 CUDA engine. Its calls are serialised: one stream, one
+// workspace.
+type Engine struct {
+	mu      sync.Mutex
+	cfg     checkpoint.Config
+	dev     *cuda.Device
+	stream  *cuda.Stream
+	blas    *cuda.BLAS
+	fn      map[string]*cuda.Function
+	modules []*cuda.Module
+	bufs    []*cuda.Buffer // every weight buffer, freed by Close
+
+	emb, normF, lmHead, inputProj, inputBias cuda.Ptr
+	layers                                   []layer
+
+	ws workspace
+	// ChunkRows bounds B·T per pass; longer prompts run in chunks along T.
+	ChunkRows int
+}
+
+var _ engine.Engine = (*Engine)(nil)
+
+// New uploads w to GPU ordinal and compiles the kernels for it.
+func New(w *checkpoint.Weights, ordinal int) (e *Engine, err error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	dev, err := cuda.Open(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	e = &Engine{cfg: w.Config, dev: dev, ChunkRows: 16384}
+	defer func() {
+		if err != nil {
+			e.close()
+		}
+	}()
+	if e.stream, err = cuda.NewStream(); err != nil {
+		return nil, err
+	}
+	if e.blas, err = cuda.NewBLAS(e.stream, false); err != nil {
+		return nil, err
+	}
+	if e.fn, e.modules, err = loadKernels(dev); err != nil {
+		return nil, err
+	}
+	up := func(v []float32) (cuda.Ptr, error) {
+		if v == nil {
+			return 0, nil
+		}
+		b, err := cuda.Alloc(4 * len(v))
+		if err != nil {
+			return 0, err
+		}
+		e.bufs = append(e.bufs, b)
+		return b.Ptr, cuda.CopyIn(b.Ptr, v, e.stream)
+	}
+	upAll := func(pairs ...any) error {
+		for i := 0; i < len(pairs); i += 2 {
+			p, err := up(pairs[i+1].([]float32))
+			if err != nil {
+				return err
+			}
+			*pairs[i].(*cuda.Ptr) = p
+		}
+		return nil
+	}
+	if err = upAll(&e.emb, w.Embeddings, &e.normF, w.NormF, &e.inputProj, w.InputProj, &e.inputBias, w.InputBias); err != nil {
+		return nil, err
+	}
+	e.lmHead = e.emb
+	if &w.LMHead[0] != &w.Embeddings[0] {
+		if err = upAll(&e.lmHead, w.LMHead); err != nil {
+			return nil, err
+		}
+	}
+	for _, l := range w.Layers {
+		a2 := make([]float32, len(l.A))
+		for i, a := range l.A {
+			a2[i] = a * math.Log2E
+		}
+		var g layer
+		if err = upAll(&g.norm, l.Norm, &g.inProj, l.InProj, &g.inBias, l.InBias, &g.conv, l.Conv, &g.convBias, l.ConvBias,
+			&g.xProj, l.XProj, &g.dtProj, l.DTProj, &g.dtBias, l.DTBias, &g.a2, a2, &g.d, l.D,
+			&g.outProj, l.OutProj, &g.outBias, l.OutBias); err != nil {
+			return nil, err
+		}
+		e.layers = append(e.layers, g)
+	}
+	return e, e.stream.Synchronize()
+}
+
+// Config returns the model's configuration.
+func (e *Engine) Config() checkpoint.Config { return e.cfg }
+
+// Device returns "cuda".
+func (e *Engine) Device() string { return "cuda" }
+
+// Backend names the GPU and the GEMM mode.
+func (e *Engine) Backend() string {
+	mode := "cuBLAS FP32"
+	if e.blas != nil && e.blas.TF32 {
+		mode = "cuBLAS TF32"
+	}
+	return fmt.Sprintf("%s (%s), %s", e.dev.Name, e.dev.Arch(), mode)
+}
+
+// bind locks the calling goroutine to its thread and makes the context
+// current there; the returned func undoes the lock and releases e.mu.
+func (e *Engine) bind() (func(), error) {
+	e.mu.Lock()
+	runtime.LockOSThread()
+	done := func() {
+		runtime.UnlockOSThread()
+		e.mu.Unlock()
+	}
+	if err := e.dev.Bind(); err != nil {
+		done()
+		return nil, err
+	}
+	return done, nil
+}
+
+// Close frees the device memory and the context.
+func (e *Engine) Close() error {
+	done, err := e.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	return e.close()
+}
+
+func (e *Engine) close() error {
+	e.ws.free()
+	for _, b := range e.bufs {
+		b.Free()
+	}
+	e.bufs = nil
+	for _, m := range e.modules {
+		m.Unload()
+	}
+	e.blas.Destroy()
+	e.stream.Destroy()
+	return e.dev.Close()
+}
+
+// workspace is the scratch of one chunk, grown on demand and reused.
+type workspace struct {
+	rows, outLen                        int
+	h, x, xz, u, dbl, delta, y, in, out *cuda.Buffer
+	ids                                 *cuda.Buffer
+}
+
+func (w *workspace) free() {
+	for _, b := range []*cuda.Buffer{w.h, w.x, w.xz, w.u, w.dbl, w.delta, w.y, w.in, w.out, w.ids} {
+		b.Free()
+	}
+	*w = workspace{}
+}
+
+// ensure sizes the workspace for rows rows and an output of outLen floats.
+func (e *Engine) ensure(rows, outLen int) error {
+	c, ws := e.cfg, &e.ws
+	if rows > ws.rows {
+		for _, b := range []*cuda.Buffer{ws.h, ws.x, ws.xz, ws.u, ws.dbl, ws.delta, ws.y, ws.in, ws.ids} {
+			b.Free()
+		}
+		width := max(c.Hidden, c.InputDim)
+		sizes := []struct {
+			dst   **cuda.Buffer
+			bytes int
+		}{
+			{&ws.h, 4 * rows * c.Hidden}, {&ws.x, 4 * rows * c.Hidden}, {&ws.xz, 4 * rows * 2 * c.Inner},
+			{&ws.u, 4 * rows * c.Inner}, {&ws.dbl, 4 * rows * (c.DTRank + 2*c.State)}, {&ws.delta, 4 * rows * c.Inner},
+			{&ws.y, 4 * rows * c.Inner}, {&ws.in, 4 * rows * width}, {&ws.ids, 8 * rows},
+		}
+		for _, s := range sizes {
+			b, err := cuda.Alloc(s.bytes)
+			if err != nil {
+				return err
+			}
+			*s.dst = b
+		}
+		ws.rows = rows
+	}
+	if outLen > ws.outLen {
+		ws.out.Free()
+		b, err := cuda.Alloc(4 * outLen)
+		if err != nil {
+			return err
+		}
+		ws.out, ws.outLen = b, outLen
+	}
+	return nil
+}
+
+func (e *Engine) launch(name string, grid, block cuda.Dim3, shared int, args ...any) error {
+	return e.fn[name].Launch(grid, block, shared, e.stream, args...)
+}
+
+// grid1 returns a 1-D grid covering n elements with 256-thread blocks, capped
+// (the kernels stride).
+func grid1(n int) cuda.Dim3 { return cuda.D1(max(1, min((n+255)/256, 65535))) }

@@ -1,0 +1,247 @@
+package gpu
+
+import (
+	"math"
+
+	"github.com/mambago/mambago/mambago/cuda"
+	"github.com/mambago/mambago/mambago/engine"
+)
+
+// Prefill runs in through the model on the GPU, continuing from st and
+// leaving the final state in it, and writes pool's output (after norm_f) to out.
+func (e *Engine) Prefill(st engine.State, in engine.Input, pool engine.Pool, out []float32) error {
+	s, err := e.own(st)
+	if err != nil {
+		return err
+	}
+	if err := engine.CheckInput(e.cfg, in, s.batch); err != nil {
+		return err
+	}
+	if want := pool.OutLen(in.B, in.T, e.cfg.Hidden); len(out) != want {
+		return engine.Invalid("output buffer has %d values, want %d", len(out), want)
+	}
+	done, err := e.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := e.run(s, in, pool); err != nil {
+		return err
+	}
+	if err := cuda.CopyOut(out, e.ws.out.Ptr, e.stream); err != nil {
+		return err
+	}
+	return e.stream.Synchronize()
+}
+
+// Step feeds one token per sequence and writes the next-token logits [B, V].
+func (e *Engine) Step(st engine.State, ids []int64, logits []float32) error {
+	s, err := e.own(st)
+	if err != nil {
+		return err
+	}
+	in := engine.Input{B: len(ids), T: 1, IDs: ids}
+	if err := engine.CheckInput(e.cfg, in, s.batch); err != nil {
+		return err
+	}
+	B, d, V := s.batch, e.cfg.Hidden, e.cfg.Vocab
+	if len(logits) != B*V {
+		return engine.Invalid("logits buffer has %d values, want B*V = %d", len(logits), B*V)
+	}
+	done, err := e.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := e.run(s, in, engine.Last); err != nil {
+		return err
+	}
+	return e.logits(e.ws.out.Ptr, B, d, V, logits)
+}
+
+// Logits computes logits [B, V] = hidden [B, d] @ lm_head^T.
+func (e *Engine) Logits(hidden []float32, batch int, logits []float32) error {
+	d, V := e.cfg.Hidden, e.cfg.Vocab
+	if batch < 1 || len(hidden) != batch*d {
+		return engine.Invalid("hidden has %d values, want B*d = %d·%d", len(hidden), batch, d)
+	}
+	if len(logits) != batch*V {
+		return engine.Invalid("logits buffer has %d values, want B*V = %d", len(logits), batch*V)
+	}
+	if err := engine.CheckFinite("hidden", hidden); err != nil {
+		return err
+	}
+	done, err := e.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	hid, err := cuda.Alloc(4 * batch * d)
+	if err != nil {
+		return err
+	}
+	defer hid.Free()
+	if err := cuda.CopyIn(hid.Ptr, hidden, e.stream); err != nil {
+		return err
+	}
+	return e.logits(hid.Ptr, batch, d, V, logits)
+}
+
+// logits multiplies hidden [B, d] on the device by lm_head^T into ws.out and
+// copies the [B, V] result to the host.
+func (e *Engine) logits(hidden cuda.Ptr, B, d, V int, out []float32) error {
+	lg, err := cuda.Alloc(4 * B * V)
+	if err != nil {
+		return err
+	}
+	defer lg.Free()
+	if err := e.blas.GemmNT(B, V, d, hidden, d, e.lmHead, lg.Ptr, V, 0); err != nil {
+		return err
+	}
+	if err := cuda.CopyOut(out, lg.Ptr, e.stream); err != nil {
+		return err
+	}
+	return e.stream.Synchronize()
+}
+
+// run leaves pool's output for in in ws.out, chunk by chunk along T.
+func (e *Engine) run(s *State, in engine.Input, pool engine.Pool) error {
+	c := e.cfg
+	B, T, d := in.B, in.T, c.Hidden
+	tc := max(1, min(T, e.ChunkRows/B))
+	outLen := pool.OutLen(B, T, d)
+	if err := e.ensure(B*tc, outLen); err != nil {
+		return err
+	}
+	ws := &e.ws
+	// Poison the output, so an element the kernels miss shows as NaN.
+	if err := cuda.Fill32(ws.out.Ptr, math.Float32bits(float32(math.NaN())), outLen, e.stream); err != nil {
+		return err
+	}
+	for t0 := 0; t0 < T; t0 += tc {
+		n := min(tc, T-t0)
+		if err := e.embed(in, t0, n); err != nil {
+			return err
+		}
+		for l := range e.layers {
+			if err := e.block(l, B, n, s); err != nil {
+				return err
+			}
+		}
+		rows := B * n
+		if err := e.launch("rmsnorm_f32", cuda.D1(rows), cuda.D1(256), 0, ws.h.Ptr, e.normF, ws.x.Ptr, d, float32(c.Eps)); err != nil {
+			return err
+		}
+		grid := cuda.Dim3{X: (d + 255) / 256, Y: B, Z: 1}
+		var err error
+		switch pool {
+		case engine.All:
+			err = e.launch("pool_f32", grid, cuda.D1(256), 0, ws.x.Ptr, ws.out.Ptr, n, d, 2, 0, T, t0)
+		case engine.Last:
+			if t0+n == T {
+				err = e.launch("pool_f32", grid, cuda.D1(256), 0, ws.x.Ptr, ws.out.Ptr, n, d, 0, 0, T, t0)
+			}
+		default:
+			acc := 0
+			if t0 > 0 {
+				acc = 1
+			}
+			err = e.launch("pool_f32", grid, cuda.D1(256), 0, ws.x.Ptr, ws.out.Ptr, n, d, 1, acc, T, t0)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if pool == engine.Mean {
+		return e.launch("scale_f32", grid1(B*d), cuda.D1(256), 0, ws.out.Ptr, int64(B*d), float32(1/float64(T)))
+	}
+	return nil
+}
+
+// embed fills the residual stream ws.h [B, n, d] for positions t0..t0+n-1.
+func (e *Engine) embed(in engine.Input, t0, n int) error {
+	c, ws := e.cfg, &e.ws
+	B, d, rows := in.B, c.Hidden, in.B*n
+	switch {
+	case in.IDs != nil:
+		ids := make([]int64, 0, rows)
+		for b := 0; b < B; b++ {
+			ids = append(ids, in.IDs[b*in.T+t0:b*in.T+t0+n]...)
+		}
+		if err := cuda.CopyIn(ws.ids.Ptr, ids, e.stream); err != nil {
+			return err
+		}
+		return e.launch("embed_f32", cuda.D1(rows), cuda.D1(256), 0, ws.ids.Ptr, e.emb, ws.h.Ptr, c.Vocab, d)
+	case in.Embeds != nil:
+		return cuda.CopyIn(ws.h.Ptr, chunk(in.Embeds, B, in.T, d, t0, n), e.stream)
+	default:
+		F := c.InputDim
+		if err := cuda.CopyIn(ws.in.Ptr, chunk(in.Features, B, in.T, F, t0, n), e.stream); err != nil {
+			return err
+		}
+		if err := e.blas.GemmNT(rows, d, F, ws.in.Ptr, F, e.inputProj, ws.h.Ptr, d, 0); err != nil {
+			return err
+		}
+		return e.addBias(ws.h.Ptr, d, e.inputBias, rows, d)
+	}
+}
+
+// chunk returns positions t0..t0+n-1 of every sequence of v [B, T, w].
+func chunk(v []float32, B, T, w, t0, n int) []float32 {
+	if t0 == 0 && n == T {
+		return v
+	}
+	out := make([]float32, 0, B*n*w)
+	for b := 0; b < B; b++ {
+		out = append(out, v[(b*T+t0)*w:(b*T+t0+n)*w]...)
+	}
+	return out
+}
+
+func (e *Engine) addBias(x cuda.Ptr, ld int, bias cuda.Ptr, rows, n int) error {
+	if bias == 0 {
+		return nil
+	}
+	return e.launch("add_bias_f32", grid1(rows*n), cuda.D1(256), 0, x, ld, bias, int64(rows), n)
+}
+
+// block runs layer l over the chunk of B sequences of n positions in the
+// workspace, continuing from and updating the layer's carried state.
+func (e *Engine) block(l, B, n int, s *State) error {
+	c, g, ws := e.cfg, e.layers[l], &e.ws
+	rows, d, E, R, N, K := B*n, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel
+	steps := []func() error{
+		func() error { // rmsnorm
+			return e.launch("rmsnorm_f32", cuda.D1(rows), cuda.D1(256), 0, ws.h.Ptr, g.norm, ws.x.Ptr, d, float32(c.Eps))
+		},
+		func() error { return e.blas.GemmNT(rows, 2*E, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0) }, // in_proj
+		func() error { return e.addBias(ws.xz.Ptr, 2*E, g.inBias, rows, 2*E) },
+		func() error { // conv
+			return e.launch("conv_silu_f32", cuda.Dim3{X: (E + 127) / 128, Y: B, Z: 1}, cuda.D1(128), 0,
+				ws.xz.Ptr, 2*E, s.conv[l].Ptr, g.conv, g.convBias, ws.u.Ptr, n, E, K)
+		},
+		func() error { return e.blas.GemmNT(rows, R+2*N, E, ws.u.Ptr, E, g.xProj, ws.dbl.Ptr, R+2*N, 0) }, // x_proj
+		func() error {
+			if !c.Falcon {
+				return nil
+			}
+			return e.launch("rmsnorm_dbc_f32", cuda.D1(rows), cuda.D1(128), 0, ws.dbl.Ptr, R, N, float32(c.MixerEps))
+		},
+		func() error { return e.blas.GemmNT(rows, E, R, ws.dbl.Ptr, R+2*N, g.dtProj, ws.delta.Ptr, E, 0) }, // dt_proj
+		func() error { // scan
+			per := (N + 31) / 32 * 32
+			chans := max(1, 256/per)
+			return e.launch("scan_seq_f32", cuda.Dim3{X: (E + chans - 1) / chans, Y: B, Z: 1}, cuda.D1(chans*per),
+				4*chans*(per/32), ws.delta.Ptr, g.dtBias, g.a2, ws.dbl.Ptr, R+2*N, R, ws.u.Ptr, g.d,
+				ws.xz.Offset(4*E), 2*E, s.ssm[l].Ptr, ws.y.Ptr, n, E, N)
+		},
+		func() error { return e.blas.GemmNT(rows, d, E, ws.y.Ptr, E, g.outProj, ws.h.Ptr, d, 1) }, // out_proj + residual
+		func() error { return e.addBias(ws.h.Ptr, d, g.outBias, rows, d) },
+	}
+	for _, step := range steps {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
