@@ -11,4 +11,5 @@ rm -rf .carry && mkdir -p .carry
 GOAMD64=v3 go test -c -o .carry/cpu.test ./mambago/cpu
 GOAMD64=v3 go test -c -o .carry/cuda.test ./mambago/cuda
 GOAMD64=v3 go test -c -o .carry/kernels.test ./kernels
+GOAMD64=v3 go test -c -o .carry/gpu.test ./mambago/gpu
 ls -la .carry
