@@ -37,10 +37,12 @@ func gpu(t *testing.T) (func(string) *cuda.Function, *cuda.Stream) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { m.Unload() })
-		for _, k := range []string{"embed_f32", "rmsnorm_f32", "conv_silu_f32", "scan_seq_f32"} {
-			if f, err := m.Function(k); err == nil {
-				fns[k] = f
+		for _, k := range kernels.Entries(name) {
+			f, err := m.Function(k)
+			if err != nil {
+				t.Fatal(err)
 			}
+			fns[k] = f
 		}
 	}
 	s, err := cuda.NewStream()

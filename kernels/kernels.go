@@ -6,6 +6,7 @@ package kernels
 import (
 	"embed"
 	"io/fs"
+	"regexp"
 	"sort"
 )
 
@@ -27,4 +28,20 @@ func Names() []string {
 func Source(name string) (string, error) {
 	b, err := sources.ReadFile(name)
 	return string(b), err
+}
+
+var entryRE = regexp.MustCompile(`extern "C" __global__ void (\w+)\(`)
+
+// Entries returns the kernels a source file defines (its extern "C"
+// __global__ functions), so callers look each up only in its own module.
+func Entries(name string) []string {
+	src, err := Source(name)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, m := range entryRE.FindAllStringSubmatch(src, -1) {
+		out = append(out, m[1])
+	}
+	return out
 }

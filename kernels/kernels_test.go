@@ -31,6 +31,9 @@ func TestCompileAll(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if len(kernels.Entries(name)) == 0 {
+			t.Errorf("%s defines no extern \"C\" __global__ kernel", name)
+		}
 		for _, arch := range []string{"sm_80", "sm_90"} {
 			cubin, err := cuda.Compile(src, name, arch, "--std=c++17")
 			if err != nil {

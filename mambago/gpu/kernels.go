@@ -32,13 +32,12 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 			return nil, mods, fmt.Errorf("%s: %w", name, err)
 		}
 		mods = append(mods, m)
-		for _, k := range kernelNames {
-			if _, done := fns[k]; done {
-				continue
+		for _, k := range kernels.Entries(name) {
+			f, err := m.Function(k)
+			if err != nil {
+				return nil, mods, err
 			}
-			if f, err := m.Function(k); err == nil {
-				fns[k] = f
-			}
+			fns[k] = f
 		}
 	}
 	for _, k := range kernelNames {
