@@ -285,6 +285,32 @@ func Prefill(model, state int64, kind string, in uintptr, inLen, B, T int, outpu
 	return outLen, m.Prefill(st, input, pool, floats(out, outLen))
 }
 
+// devicePrefiller is an engine that takes device pointers (the CUDA engine).
+type devicePrefiller interface {
+	PrefillDevice(st engine.State, kind string, in uintptr, B, T int, pool engine.Pool, out, stream uintptr) error
+}
+
+// PrefillDevice is Prefill on caller-owned device memory: in holds the input
+// (int64 [B, T] for "ids", float32 [B, T, d] for "embeds", float32 [B, T, F]
+// for "features"), out receives float32 [B, d] or [B, T, d], and stream (0
+// for the engine's own, then the call waits) orders the work. CUDA engine only.
+func PrefillDevice(model, state int64, kind string, in uintptr, B, T int, output string, out, stream uintptr) (ok bool, err error) {
+	defer guard(&err)
+	m, st, err := modelState(model, state)
+	if err != nil {
+		return false, err
+	}
+	pool, err := engine.ParsePool(output)
+	if err != nil {
+		return false, err
+	}
+	dp, isGPU := m.Engine.(devicePrefiller)
+	if !isGPU {
+		return false, fmt.Errorf("ValueError: prefill_ptr needs the CUDA engine; this model runs on %s", m.Device())
+	}
+	return true, dp.PrefillDevice(st, kind, in, B, T, pool, out, stream)
+}
+
 // Step feeds one token per sequence (int64 [B] at ids) and writes the logits,
 // float32 [B, V], to out.
 func Step(model, state int64, ids uintptr, B int, out uintptr, outLen int) (written int, err error) {

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .carry/ from
 # scripts/device_build.sh. Logs and JSON go to $OUT (or ./out).
-# Usage: bash scripts/device_run.sh [commit] [gpu|cpu|all]
-#   gpu: the CUDA binding, kernel and engine tests, the Python tests, and
-#        compute-sanitizer memcheck over the kernel and engine fixture tests;
-#   cpu: the CPU engine's stage timings and the CPU benchmark against HF;
-#   all: both (default).
+# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|cpu|all]
+#   gpu:      the CUDA binding, kernel and engine tests, the Python tests,
+#             compute-sanitizer memcheck over the kernel and engine fixture
+#             tests, and racecheck over the scan kernel's test;
+#   gpubench: the GPU prefill benchmark against HF (bench/gpu_vs_hf.py);
+#   cpu:      the CPU engine's stage timings and the CPU benchmark against HF;
+#   all:      all three (default).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/out}
@@ -32,6 +34,14 @@ if [[ $mode == gpu || $mode == all ]]; then
       -test.run 'RMS|Embed|ConvAndScan|TestConformance/fixtures' > "$OUT/memcheck_$t.log" 2>&1
     echo "memcheck $t exit $?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$t.log" | tail -1)"
   done
+  timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 .carry/kernels.test -test.run ConvAndScan \
+    > "$OUT/racecheck_kernels.log" 2>&1
+  echo "racecheck scan exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/racecheck_kernels.log" | tail -1)"
+fi
+if [[ $mode == gpubench || $mode == all ]]; then
+  echo "== GPU prefill, mambago vs Hugging Face (f32)"
+  python3 bench/gpu_vs_hf.py --out "$OUT/gpu_vs_hf.json" --commit "$commit" 2>&1 | grep -v "falling back\|Loading" \
+    | tee "$OUT/gpu_vs_hf.log"
 fi
 if [[ $mode == cpu || $mode == all ]]; then
   echo "== Go CPU engine stage timings (130m shape, B=1, T=512)"

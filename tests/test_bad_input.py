@@ -314,3 +314,8 @@ def test_raw_bindings_survive_bad_handles_and_pointers():
     with pytest.raises(ValueError, match="output buffer"):
         call(b.Prefill, m, st, "ids", buf.ctypes.data, 4, 1, 4, "last", out.ctypes.data, 63)
     assert call(b.FreeModel, m) is True
+
+
+def test_prefill_ptr_needs_the_cuda_engine(m):
+    with pytest.raises(ValueError, match="CUDA engine"):
+        m.prefill_ptr(16, (1, 2), out_ptr=16)

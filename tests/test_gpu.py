@@ -39,3 +39,45 @@ def test_gpu_matches_cpu(name):
 
 def test_auto_picks_the_gpu():
     assert mambago.Model.from_pretrained(case_dir("base")).device == "cuda"
+
+
+def test_prefill_ptr_matches_numpy_entry():
+    """The device-pointer entry, fed torch CUDA tensors, gives the numpy entry's result."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    for name in ("base", "features"):
+        m = mambago.Model.from_pretrained(case_dir(name), device="cuda")
+        rng = np.random.default_rng()
+        B, T, d = 3, 57, m.config.hidden_size
+        if m.config.input_dim:
+            x = rng.standard_normal((B, T, m.config.input_dim)).astype(np.float32)
+            kind, kw = "features", {"features": x}
+        else:
+            x = rng.integers(0, m.config.vocab_size, size=(B, T))
+            kind, kw = "ids", {"input_ids": x}
+        for output in ("all", "last", "mean"):
+            want = m.prefill(**kw, output=output)
+            xin = torch.from_numpy(x).cuda()
+            out = torch.full(want.shape, float("nan"), device="cuda")
+            stream = torch.cuda.current_stream()
+            m.prefill_ptr(xin.data_ptr(), xin.shape, out_ptr=out.data_ptr(), kind=kind, output=output,
+                          stream=stream.cuda_stream)
+            stream.synchronize()
+            assert np.array_equal(out.cpu().numpy(), want), (name, output)
+            out2 = torch.full(want.shape, float("nan"), device="cuda")
+            torch.cuda.synchronize()
+            m.prefill_ptr(xin.data_ptr(), tuple(xin.shape), out_ptr=out2.data_ptr(), kind=kind, output=output)
+            assert np.array_equal(out2.cpu().numpy(), want), (name, output, "stream 0")
+
+
+def test_prefill_ptr_bad_input():
+    m = mambago.Model.from_pretrained(case_dir("base"), device="cuda")
+    with pytest.raises(TypeError, match="input_ptr"):
+        m.prefill_ptr("0x10", (1, 2), out_ptr=16)
+    with pytest.raises(ValueError, match="non-null"):
+        m.prefill_ptr(0, (1, 2), out_ptr=16)
+    with pytest.raises(ValueError, match="shape"):
+        m.prefill_ptr(16, (1, 2, 3), out_ptr=16)
+    with pytest.raises(ValueError, match="kind"):
+        m.prefill_ptr(16, (1, 2), out_ptr=16, kind="tokens")

@@ -70,6 +70,24 @@ func NewBLAS(s *Stream, tf32 bool) (*BLAS, error) {
 	return b, nil
 }
 
+// SetTF32 switches between TF32 tensor-core and true FP32 GEMMs.
+func (b *BLAS) SetTF32(on bool) error {
+	mode := pedanticMath
+	if on {
+		mode = tf32Math
+	}
+	if err := checkBLAS("cublasSetMathMode", C.mg_cublasSetMathMode(b.h, C.int(mode))); err != nil {
+		return err
+	}
+	b.TF32 = on
+	return nil
+}
+
+// SetStream sends the handle's later work to s.
+func (b *BLAS) SetStream(s *Stream) error {
+	return checkBLAS("cublasSetStream", C.mg_cublasSetStream(b.h, s.handle()))
+}
+
 // GemmNT computes, for row-major matrices, C = A·Wᵀ + beta·C with A [M, K]
 // (row stride lda), W [N, K] (row stride K) and C [M, N] (row stride ldc): a
 // linear layer. In cuBLAS's column-major terms that is Cᵀ = op(W)·Aᵀ.

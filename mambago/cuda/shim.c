@@ -44,6 +44,7 @@ FN(int, cuEventDestroy, (void *));
 FN(int, cuEventRecord, (void *, void *));
 FN(int, cuEventSynchronize, (void *));
 FN(int, cuEventElapsedTime, (float *, void *, void *));
+FN(int, cuStreamWaitEvent, (void *, void *, unsigned));
 FN(int, cuModuleLoadData, (void **, const void *));
 FN(int, cuModuleUnload, (void *));
 FN(int, cuModuleGetFunction, (void **, void *, const char *));
@@ -107,6 +108,7 @@ const char *mg_load_driver(const char *path) {
 	LOAD(h, cuEventSynchronize, "cuEventSynchronize");
 	p_cuEventElapsedTime = dlsym(h, "cuEventElapsedTime_v2"); // CUDA >= 12.8
 	if (!p_cuEventElapsedTime) LOAD(h, cuEventElapsedTime, "cuEventElapsedTime");
+	LOAD(h, cuStreamWaitEvent, "cuStreamWaitEvent");
 	LOAD(h, cuModuleLoadData, "cuModuleLoadData");
 	LOAD(h, cuModuleUnload, "cuModuleUnload");
 	LOAD(h, cuModuleGetFunction, "cuModuleGetFunction");
@@ -177,6 +179,7 @@ mg_result mg_cuEventDestroy(void *e) { CALL(cuEventDestroy, e); }
 mg_result mg_cuEventRecord(void *e, void *s) { CALL(cuEventRecord, e, s); }
 mg_result mg_cuEventSynchronize(void *e) { CALL(cuEventSynchronize, e); }
 mg_result mg_cuEventElapsedTime(float *ms, void *a, void *b) { CALL(cuEventElapsedTime, ms, a, b); }
+mg_result mg_cuStreamWaitEvent(void *s, void *e, unsigned f) { CALL(cuStreamWaitEvent, s, e, f); }
 mg_result mg_cuModuleLoadData(void **m, const void *img) { CALL(cuModuleLoadData, m, img); }
 mg_result mg_cuModuleUnload(void *m) { CALL(cuModuleUnload, m); }
 mg_result mg_cuModuleGetFunction(void **f, void *m, const char *n) { CALL(cuModuleGetFunction, f, m, n); }

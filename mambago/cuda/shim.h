@@ -45,6 +45,7 @@ mg_result mg_cuEventDestroy(void *e);
 mg_result mg_cuEventRecord(void *e, void *s);
 mg_result mg_cuEventSynchronize(void *e);
 mg_result mg_cuEventElapsedTime(float *ms, void *start, void *end);
+mg_result mg_cuStreamWaitEvent(void *s, void *e, unsigned flags);
 mg_result mg_cuModuleLoadData(void **m, const void *image);
 mg_result mg_cuModuleUnload(void *m);
 mg_result mg_cuModuleGetFunction(void **f, void *m, const char *name);

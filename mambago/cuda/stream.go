@@ -26,6 +26,9 @@ func WrapStream(handle uintptr) *Stream {
 	return &Stream{h: *(*unsafe.Pointer)(unsafe.Pointer(&handle))}
 }
 
+// Handle returns the raw CUstream, as a caller-facing API passes it around.
+func (s *Stream) Handle() uintptr { return uintptr(s.handle()) }
+
 func (s *Stream) handle() unsafe.Pointer {
 	if s == nil {
 		return nil
@@ -60,6 +63,11 @@ func NewEvent() (*Event, error) {
 // Record queues the event on s.
 func (e *Event) Record(s *Stream) error {
 	return check("cuEventRecord", C.mg_cuEventRecord(e.h, s.handle()))
+}
+
+// Wait makes later work queued on s wait until the event has completed.
+func (s *Stream) Wait(e *Event) error {
+	return check("cuStreamWaitEvent", C.mg_cuStreamWaitEvent(s.handle(), e.h, 0))
 }
 
 // Synchronize waits for the event.

@@ -31,7 +31,8 @@ type Engine struct {
 	emb, normF, lmHead, inputProj, inputBias cuda.Ptr
 	layers                                   []layer
 
-	ws workspace
+	ws   workspace
+	last *cuda.Event // the end of the latest call's work, which the next call waits for
 	// ChunkRows bounds B·T per pass; longer prompts run in chunks along T.
 	ChunkRows int
 }
@@ -56,6 +57,12 @@ func New(w *checkpoint.Weights, ordinal int) (e *Engine, err error) {
 		return nil, err
 	}
 	if e.blas, err = cuda.NewBLAS(e.stream, false); err != nil {
+		return nil, err
+	}
+	if e.last, err = cuda.NewEvent(); err != nil {
+		return nil, err
+	}
+	if err = e.last.Record(e.stream); err != nil {
 		return nil, err
 	}
 	if e.fn, e.modules, err = loadKernels(dev); err != nil {
@@ -158,58 +165,101 @@ func (e *Engine) close() error {
 		m.Unload()
 	}
 	e.blas.Destroy()
+	e.last.Destroy()
 	e.stream.Destroy()
 	return e.dev.Close()
 }
 
 // workspace is the scratch of one chunk, grown on demand and reused.
 type workspace struct {
-	rows, outLen                        int
+	rows, outLen, generation            int
 	h, x, xz, u, dbl, delta, y, in, out *cuda.Buffer
+	logits                              *cuda.Buffer
+	logitsLen                           int
 	ids                                 *cuda.Buffer
 }
 
 func (w *workspace) free() {
-	for _, b := range []*cuda.Buffer{w.h, w.x, w.xz, w.u, w.dbl, w.delta, w.y, w.in, w.out, w.ids} {
+	for _, b := range []*cuda.Buffer{w.h, w.x, w.xz, w.u, w.dbl, w.delta, w.y, w.in, w.out, w.ids, w.logits} {
 		b.Free()
 	}
 	*w = workspace{}
 }
 
-// ensure sizes the workspace for rows rows and an output of outLen floats.
-func (e *Engine) ensure(rows, outLen int) error {
+// ensure sizes the workspace for a chunk of rows rows. Growing it frees the
+// old buffers, so captured graphs that point into them refuse to replay
+// (generation counts the reallocations).
+func (e *Engine) ensure(rows int) error {
 	c, ws := e.cfg, &e.ws
-	if rows > ws.rows {
-		for _, b := range []*cuda.Buffer{ws.h, ws.x, ws.xz, ws.u, ws.dbl, ws.delta, ws.y, ws.in, ws.ids} {
-			b.Free()
-		}
-		width := max(c.Hidden, c.InputDim)
-		sizes := []struct {
-			dst   **cuda.Buffer
-			bytes int
-		}{
-			{&ws.h, 4 * rows * c.Hidden}, {&ws.x, 4 * rows * c.Hidden}, {&ws.xz, 4 * rows * 2 * c.Inner},
-			{&ws.u, 4 * rows * c.Inner}, {&ws.dbl, 4 * rows * (c.DTRank + 2*c.State)}, {&ws.delta, 4 * rows * c.Inner},
-			{&ws.y, 4 * rows * c.Inner}, {&ws.in, 4 * rows * width}, {&ws.ids, 8 * rows},
-		}
-		for _, s := range sizes {
-			b, err := cuda.Alloc(s.bytes)
-			if err != nil {
-				return err
-			}
-			*s.dst = b
-		}
-		ws.rows = rows
+	if rows <= ws.rows {
+		return nil
 	}
-	if outLen > ws.outLen {
-		ws.out.Free()
-		b, err := cuda.Alloc(4 * outLen)
+	for _, b := range []*cuda.Buffer{ws.h, ws.x, ws.xz, ws.u, ws.dbl, ws.delta, ws.y, ws.in, ws.ids} {
+		b.Free()
+	}
+	ws.rows = 0
+	width := max(c.Hidden, c.InputDim)
+	sizes := []struct {
+		dst   **cuda.Buffer
+		bytes int
+	}{
+		{&ws.h, 4 * rows * c.Hidden}, {&ws.x, 4 * rows * c.Hidden}, {&ws.xz, 4 * rows * 2 * c.Inner},
+		{&ws.u, 4 * rows * c.Inner}, {&ws.dbl, 4 * rows * (c.DTRank + 2*c.State)}, {&ws.delta, 4 * rows * c.Inner},
+		{&ws.y, 4 * rows * c.Inner}, {&ws.in, 4 * rows * width}, {&ws.ids, 8 * rows},
+	}
+	for _, s := range sizes {
+		b, err := cuda.Alloc(s.bytes)
 		if err != nil {
 			return err
 		}
-		ws.out, ws.outLen = b, outLen
+		*s.dst = b
 	}
+	ws.rows = rows
+	ws.generation++
 	return nil
+}
+
+// ensureOut sizes the host-entry output staging buffer to n floats.
+func (e *Engine) ensureOut(n int) error {
+	ws := &e.ws
+	if n <= ws.outLen {
+		return nil
+	}
+	ws.out.Free()
+	b, err := cuda.Alloc(4 * n)
+	if err != nil {
+		ws.out, ws.outLen = nil, 0
+		return err
+	}
+	ws.out, ws.outLen = b, n
+	return nil
+}
+
+// ensureLogits sizes the logits buffer to n floats.
+func (e *Engine) ensureLogits(n int) error {
+	ws := &e.ws
+	if n <= ws.logitsLen {
+		return nil
+	}
+	ws.logits.Free()
+	b, err := cuda.Alloc(4 * n)
+	if err != nil {
+		ws.logits, ws.logitsLen = nil, 0
+		return err
+	}
+	ws.logits, ws.logitsLen = b, n
+	return nil
+}
+
+// SetTF32 switches FP32 GEMMs to TF32 tensor cores (on) or back to true FP32.
+// Graphs captured in the other mode then refuse to replay.
+func (e *Engine) SetTF32(on bool) error {
+	done, err := e.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	return e.blas.SetTF32(on)
 }
 
 func (e *Engine) launch(name string, grid, block cuda.Dim3, shared int, args ...any) error {

@@ -2,7 +2,10 @@ package gpu_test
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
+	"path/filepath"
+	"runtime"
 	"testing"
 
 	"github.com/mambago/mambago/mambago/checkpoint"
@@ -105,5 +108,236 @@ func TestMatchesCPU(t *testing.T) {
 			}
 		}
 		t.Logf("d_state %d: GPU matches CPU", N)
+	}
+}
+
+// TestDeviceEntryMatchesHostEntry feeds the same prompt through device
+// pointers (on the engine's stream, and on a caller's stream) and through
+// host buffers: the outputs and final states are the same bits.
+func TestDeviceEntryMatchesHostEntry(t *testing.T) {
+	needGPU(t)
+	bindTest(t)
+	w, err := checkpoint.Load(filepath.Join(fixture.Root(), "features"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(t, w)
+	c := e.Config()
+	B, T := 3, 41
+	ids := make([]int64, B*T)
+	for i := range ids {
+		ids[i] = rand.Int64N(int64(c.Vocab))
+	}
+	feats := make([]float32, B*T*c.InputDim)
+	for i := range feats {
+		feats[i] = float32(rand.NormFloat64())
+	}
+	caller, err := cuda.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer caller.Destroy()
+	for _, tc := range []struct {
+		kind string
+		in   engine.Input
+	}{{"ids", engine.Input{B: B, T: T, IDs: ids}}, {"features", engine.Input{B: B, T: T, Features: feats}}} {
+		for _, pool := range []engine.Pool{engine.All, engine.Last, engine.Sum, engine.Mean} {
+			host := fixture.NaNs(pool.OutLen(B, T, c.Hidden))
+			st, _ := e.NewState(B)
+			if err := e.Prefill(st, tc.in, pool, host); err != nil {
+				t.Fatal(err)
+			}
+			for _, stream := range []*cuda.Stream{nil, caller} {
+				din, dout := deviceInput(t, tc.in), mustAlloc(t, 4*len(host))
+				st2, _ := e.NewState(B)
+				var handle uintptr
+				if stream != nil {
+					handle = stream.Handle()
+				}
+				if err := e.PrefillDevice(st2, tc.kind, uintptr(din.Ptr), B, T, pool, uintptr(dout.Ptr), handle); err != nil {
+					t.Fatal(err)
+				}
+				if stream != nil {
+					stream.Synchronize()
+				}
+				got := make([]float32, len(host))
+				if err := cuda.CopyOut(got, dout.Ptr, nil); err != nil {
+					t.Fatal(err)
+				}
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(host[i]) {
+						t.Fatalf("%s pool %d stream %v: out[%d] = %v, host entry gives %v", tc.kind, pool, stream != nil, i, got[i], host[i])
+					}
+				}
+				s1, _ := st.SSMState(1)
+				s2, _ := st2.SSMState(1)
+				if fixture.RelErr(s2, s1) != 0 {
+					t.Fatalf("%s pool %d: final states differ", tc.kind, pool)
+				}
+			}
+		}
+	}
+}
+
+// bindTest keeps the test on one OS thread with GPU 0's primary context (the
+// one the engines use) current, for the test's own allocations and copies.
+func bindTest(t *testing.T) {
+	runtime.LockOSThread()
+	d, err := cuda.Open(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.Close()
+		runtime.UnlockOSThread()
+	})
+}
+
+func mustAlloc(t *testing.T, bytes int) *cuda.Buffer {
+	t.Helper()
+	b, err := cuda.Alloc(bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Free() })
+	return b
+}
+
+// deviceInput uploads in's ids or features to a new device buffer.
+func deviceInput(t *testing.T, in engine.Input) *cuda.Buffer {
+	t.Helper()
+	var b *cuda.Buffer
+	var err error
+	if in.IDs != nil {
+		b = mustAlloc(t, 8*len(in.IDs))
+		err = cuda.CopyIn(b.Ptr, in.IDs, nil)
+	} else {
+		b = mustAlloc(t, 4*len(in.Features))
+		err = cuda.CopyIn(b.Ptr, in.Features, nil)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestGraphsReplayBitIdentical captures a decode step and a pooled prefill,
+// replays each 100 times from the same state, and checks every replay gives
+// the eager call's bits; a changed GEMM mode or a reallocated workspace makes
+// replay refuse.
+func TestGraphsReplayBitIdentical(t *testing.T) {
+	needGPU(t)
+	for _, name := range []string{"base", "features"} {
+		w, err := checkpoint.Load(filepath.Join(fixture.Root(), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := newEngine(t, w)
+		c := e.Config()
+		B, T := 2, 33
+		in := engine.Input{B: B, T: T}
+		kind := "ids"
+		if c.InputDim > 0 {
+			kind = "features"
+			in.Features = make([]float32, B*T*c.InputDim)
+			for i := range in.Features {
+				in.Features[i] = float32(rand.NormFloat64())
+			}
+		} else {
+			in.IDs = make([]int64, B*T)
+			for i := range in.IDs {
+				in.IDs[i] = rand.Int64N(int64(c.Vocab))
+			}
+		}
+		st, _ := e.NewState(B)
+		want := fixture.NaNs(B * c.Hidden)
+		if err := e.Prefill(st, in, engine.Mean, want); err != nil {
+			t.Fatal(err)
+		}
+		pg, err := e.CapturePrefill(st, kind, T, engine.Mean)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 100; i++ {
+			st.Reset()
+			got := fixture.NaNs(B * c.Hidden)
+			if err := pg.Prefill(in, got); err != nil {
+				t.Fatal(err)
+			}
+			assertBits(t, fmt.Sprintf("%s prefill replay %d", name, i), got, want)
+		}
+		if kind == "ids" {
+			next := []int64{1, 2}
+			saved := snapshot(t, e, st)
+			wantLogits := fixture.NaNs(B * c.Vocab)
+			if err := e.Step(st, next, wantLogits); err != nil {
+				t.Fatal(err)
+			}
+			sg, err := e.CaptureStep(st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 100; i++ {
+				restore(t, st, saved)
+				got := fixture.NaNs(B * c.Vocab)
+				if err := sg.Step(next, got); err != nil {
+					t.Fatal(err)
+				}
+				assertBits(t, fmt.Sprintf("step replay %d", i), got, wantLogits)
+			}
+			if err := e.SetTF32(true); err != nil {
+				t.Fatal(err)
+			}
+			if err := sg.Step(next, fixture.NaNs(B*c.Vocab)); err == nil || !engine.IsInvalid(err) {
+				t.Errorf("replay after a GEMM mode change: err = %v", err)
+			}
+			e.SetTF32(false)
+			sg.Destroy()
+		}
+		// A prefill larger than any before grows the workspace: the graph must refuse.
+		big := engine.Input{B: B, T: 4 * T, IDs: make([]int64, B*4*T), Features: nil}
+		if kind == "features" {
+			big = engine.Input{B: B, T: 4 * T, Features: make([]float32, B*4*T*c.InputDim)}
+		}
+		if err := e.Prefill(st, big, engine.Last, fixture.NaNs(B*c.Hidden)); err != nil {
+			t.Fatal(err)
+		}
+		if err := pg.Prefill(in, fixture.NaNs(B*c.Hidden)); err == nil || !engine.IsInvalid(err) {
+			t.Errorf("replay after the workspace grew: err = %v", err)
+		}
+		pg.Destroy()
+	}
+}
+
+func assertBits(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	for i := range got {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s: [%d] = %v, eager gives %v", what, i, got[i], want[i])
+		}
+	}
+}
+
+func snapshot(t *testing.T, e engine.Engine, st engine.State) [][]float32 {
+	var out [][]float32
+	for l := 0; l < e.Config().Layers; l++ {
+		c, err := st.ConvState(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, _ := st.SSMState(l)
+		out = append(out, c, s)
+	}
+	return out
+}
+
+func restore(t *testing.T, st engine.State, saved [][]float32) {
+	for l := 0; l < len(saved)/2; l++ {
+		if err := st.SetConvState(l, saved[2*l]); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetSSMState(l, saved[2*l+1]); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

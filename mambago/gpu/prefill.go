@@ -25,13 +25,18 @@ func (e *Engine) Prefill(st engine.State, in engine.Input, pool engine.Pool, out
 		return err
 	}
 	defer done()
-	if err := e.run(s, in, pool); err != nil {
+	if err := e.ensureOut(pool.OutLen(in.B, in.T, e.cfg.Hidden)); err != nil {
 		return err
 	}
-	if err := cuda.CopyOut(out, e.ws.out.Ptr, e.stream); err != nil {
-		return err
-	}
-	return e.stream.Synchronize()
+	return e.onStream(0, func() error {
+		if err := e.run(s, source{in: in}, pool, e.ws.out.Ptr); err != nil {
+			return err
+		}
+		if err := cuda.CopyOut(out, e.ws.out.Ptr, e.stream); err != nil {
+			return err
+		}
+		return e.stream.Synchronize()
+	})
 }
 
 // Step feeds one token per sequence and writes the next-token logits [B, V].
@@ -53,10 +58,15 @@ func (e *Engine) Step(st engine.State, ids []int64, logits []float32) error {
 		return err
 	}
 	defer done()
-	if err := e.run(s, in, engine.Last); err != nil {
+	if err := e.ensureOut(B * d); err != nil {
 		return err
 	}
-	return e.logits(e.ws.out.Ptr, B, d, V, logits)
+	return e.onStream(0, func() error {
+		if err := e.run(s, source{in: in}, engine.Last, e.ws.out.Ptr); err != nil {
+			return err
+		}
+		return e.logits(e.ws.out.Ptr, B, d, V, logits)
+	})
 }
 
 // Logits computes logits [B, V] = hidden [B, d] @ lm_head^T.
@@ -76,51 +86,62 @@ func (e *Engine) Logits(hidden []float32, batch int, logits []float32) error {
 		return err
 	}
 	defer done()
-	hid, err := cuda.Alloc(4 * batch * d)
-	if err != nil {
+	if err := e.ensureOut(batch * d); err != nil {
 		return err
 	}
-	defer hid.Free()
-	if err := cuda.CopyIn(hid.Ptr, hidden, e.stream); err != nil {
-		return err
-	}
-	return e.logits(hid.Ptr, batch, d, V, logits)
+	return e.onStream(0, func() error {
+		if err := cuda.CopyIn(e.ws.out.Ptr, hidden, e.stream); err != nil {
+			return err
+		}
+		return e.logits(e.ws.out.Ptr, batch, d, V, logits)
+	})
 }
 
-// logits multiplies hidden [B, d] on the device by lm_head^T into ws.out and
-// copies the [B, V] result to the host.
+// logits multiplies hidden [B, d] on the device by lm_head^T into
+// ws.logits and copies the [B, V] result to the host.
 func (e *Engine) logits(hidden cuda.Ptr, B, d, V int, out []float32) error {
-	lg, err := cuda.Alloc(4 * B * V)
-	if err != nil {
+	if err := e.ensureLogits(B * V); err != nil {
 		return err
 	}
-	defer lg.Free()
-	if err := e.blas.GemmNT(B, V, d, hidden, d, e.lmHead, lg.Ptr, V, 0); err != nil {
+	if err := e.blas.GemmNT(B, V, d, hidden, d, e.lmHead, e.ws.logits.Ptr, V, 0); err != nil {
 		return err
 	}
-	if err := cuda.CopyOut(out, lg.Ptr, e.stream); err != nil {
+	if err := cuda.CopyOut(out, e.ws.logits.Ptr, e.stream); err != nil {
 		return err
 	}
 	return e.stream.Synchronize()
 }
 
-// run leaves pool's output for in in ws.out, chunk by chunk along T.
-func (e *Engine) run(s *State, in engine.Input, pool engine.Pool) error {
+// source is a prefill's input: host slices in in, or, when dev is set, a
+// device buffer holding what in.IDs, in.Embeds or in.Features would (kind
+// "ids", "embeds" or "features"), read in place.
+type source struct {
+	in   engine.Input
+	dev  cuda.Ptr
+	kind string
+}
+
+// run writes pool's output for src to the device buffer out, chunk by chunk
+// along T (a device source runs as one chunk).
+func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error {
 	c := e.cfg
-	B, T, d := in.B, in.T, c.Hidden
+	B, T, d := src.in.B, src.in.T, c.Hidden
 	tc := max(1, min(T, e.ChunkRows/B))
+	if src.dev != 0 {
+		tc = T
+	}
 	outLen := pool.OutLen(B, T, d)
-	if err := e.ensure(B*tc, outLen); err != nil {
+	if err := e.ensure(B * tc); err != nil {
 		return err
 	}
 	ws := &e.ws
 	// Poison the output, so an element the kernels miss shows as NaN.
-	if err := cuda.Fill32(ws.out.Ptr, math.Float32bits(float32(math.NaN())), outLen, e.stream); err != nil {
+	if err := cuda.Fill32(out, math.Float32bits(float32(math.NaN())), outLen, e.stream); err != nil {
 		return err
 	}
 	for t0 := 0; t0 < T; t0 += tc {
 		n := min(tc, T-t0)
-		if err := e.embed(in, t0, n); err != nil {
+		if err := e.embed(src, t0, n); err != nil {
 			return err
 		}
 		for l := range e.layers {
@@ -136,50 +157,68 @@ func (e *Engine) run(s *State, in engine.Input, pool engine.Pool) error {
 		var err error
 		switch pool {
 		case engine.All:
-			err = e.launch("pool_f32", grid, cuda.D1(256), 0, ws.x.Ptr, ws.out.Ptr, n, d, 2, 0, T, t0)
+			err = e.launch("pool_f32", grid, cuda.D1(256), 0, ws.x.Ptr, out, n, d, 2, 0, T, t0)
 		case engine.Last:
 			if t0+n == T {
-				err = e.launch("pool_f32", grid, cuda.D1(256), 0, ws.x.Ptr, ws.out.Ptr, n, d, 0, 0, T, t0)
+				err = e.launch("pool_f32", grid, cuda.D1(256), 0, ws.x.Ptr, out, n, d, 0, 0, T, t0)
 			}
 		default:
 			acc := 0
 			if t0 > 0 {
 				acc = 1
 			}
-			err = e.launch("pool_f32", grid, cuda.D1(256), 0, ws.x.Ptr, ws.out.Ptr, n, d, 1, acc, T, t0)
+			err = e.launch("pool_f32", grid, cuda.D1(256), 0, ws.x.Ptr, out, n, d, 1, acc, T, t0)
 		}
 		if err != nil {
 			return err
 		}
 	}
 	if pool == engine.Mean {
-		return e.launch("scale_f32", grid1(B*d), cuda.D1(256), 0, ws.out.Ptr, int64(B*d), float32(1/float64(T)))
+		return e.launch("scale_f32", grid1(B*d), cuda.D1(256), 0, out, int64(B*d), float32(1/float64(T)))
 	}
 	return nil
 }
 
 // embed fills the residual stream ws.h [B, n, d] for positions t0..t0+n-1.
-func (e *Engine) embed(in engine.Input, t0, n int) error {
-	c, ws := e.cfg, &e.ws
+func (e *Engine) embed(src source, t0, n int) error {
+	c, ws, in := e.cfg, &e.ws, src.in
 	B, d, rows := in.B, c.Hidden, in.B*n
+	ids, embeds, features := ws.ids.Ptr, ws.h.Ptr, ws.in.Ptr
 	switch {
+	case src.dev != 0 && src.kind == "ids":
+		ids = src.dev
+	case src.dev != 0 && src.kind == "embeds":
+		embeds = src.dev
+	case src.dev != 0:
+		features = src.dev
 	case in.IDs != nil:
-		ids := make([]int64, 0, rows)
+		chunkIDs := make([]int64, 0, rows)
 		for b := 0; b < B; b++ {
-			ids = append(ids, in.IDs[b*in.T+t0:b*in.T+t0+n]...)
+			chunkIDs = append(chunkIDs, in.IDs[b*in.T+t0:b*in.T+t0+n]...)
 		}
-		if err := cuda.CopyIn(ws.ids.Ptr, ids, e.stream); err != nil {
+		if err := cuda.CopyIn(ids, chunkIDs, e.stream); err != nil {
 			return err
 		}
-		return e.launch("embed_f32", cuda.D1(rows), cuda.D1(256), 0, ws.ids.Ptr, e.emb, ws.h.Ptr, c.Vocab, d)
 	case in.Embeds != nil:
-		return cuda.CopyIn(ws.h.Ptr, chunk(in.Embeds, B, in.T, d, t0, n), e.stream)
+		if err := cuda.CopyIn(embeds, chunk(in.Embeds, B, in.T, d, t0, n), e.stream); err != nil {
+			return err
+		}
+	default:
+		if err := cuda.CopyIn(features, chunk(in.Features, B, in.T, c.InputDim, t0, n), e.stream); err != nil {
+			return err
+		}
+	}
+	switch {
+	case in.IDs != nil || src.kind == "ids":
+		return e.launch("embed_f32", cuda.D1(rows), cuda.D1(256), 0, ids, e.emb, ws.h.Ptr, c.Vocab, d)
+	case in.Embeds != nil || src.kind == "embeds":
+		if embeds != ws.h.Ptr {
+			return cuda.Copy(ws.h.Ptr, embeds, 4*rows*d, e.stream)
+		}
+		return nil
 	default:
 		F := c.InputDim
-		if err := cuda.CopyIn(ws.in.Ptr, chunk(in.Features, B, in.T, F, t0, n), e.stream); err != nil {
-			return err
-		}
-		if err := e.blas.GemmNT(rows, d, F, ws.in.Ptr, F, e.inputProj, ws.h.Ptr, d, 0); err != nil {
+		if err := e.blas.GemmNT(rows, d, F, features, F, e.inputProj, ws.h.Ptr, d, 0); err != nil {
 			return err
 		}
 		return e.addBias(ws.h.Ptr, d, e.inputBias, rows, d)

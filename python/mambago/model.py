@@ -339,6 +339,48 @@ class Model:
         _call(_b.Prefill, self._handle(), state._handle(), kind, _addr(x), x.size, B, T, output, _addr(out), out.size)
         return out
 
+    def prefill_ptr(self, input_ptr: int, shape, *, out_ptr: int, kind: str = "ids", state: State | None = None,
+                    output: str = "last", stream: int = 0) -> None:
+        """Prefill from and into caller-owned GPU memory, with no copy through the host (CUDA engine).
+
+        input_ptr is the device address of the input (e.g. tensor.data_ptr()):
+        int64 [B, T] token ids (kind="ids"), or float32 [B, T, d] embeddings
+        ("embeds") or [B, T, F] features ("features"), C-contiguous; shape is
+        its shape. out_ptr receives float32 [B, d] ("last", "sum", "mean") or
+        [B, T, d] ("all"). With stream (e.g.
+        torch.cuda.current_stream().cuda_stream) the work is queued on that
+        stream after what it already holds and the call returns at once; with
+        stream=0 it runs on the engine's stream and returns when out is
+        written. Both buffers must stay alive until the work is done. Token ids
+        are not range-checked here (that would need a copy): the kernel clamps
+        them into the vocabulary. Without state the prompts start fresh.
+        """
+        for name, v in (("input_ptr", input_ptr), ("out_ptr", out_ptr), ("stream", stream)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{name} must be an int (a device address or handle), got {type(v).__name__}")
+            if v < 0:
+                raise ValueError(f"{name} must be non-negative, got {v}")
+        if input_ptr == 0 or out_ptr == 0:
+            raise ValueError("input_ptr and out_ptr must be non-null device addresses")
+        if kind not in ("ids", "embeds", "features"):
+            raise ValueError(f"kind must be 'ids', 'embeds' or 'features', got {kind!r}")
+        if not isinstance(output, str) or output not in _OUTPUTS:
+            raise ValueError(f"output must be one of {_OUTPUTS}, got {output!r}")
+        shape = tuple(int(x) for x in shape)
+        want_rank = 2 if kind == "ids" else 3
+        if len(shape) != want_rank or min(shape) < 1:
+            raise ValueError(f"shape must be {want_rank} positive dimensions for kind={kind!r}, got {shape}")
+        if kind != "ids":
+            width = self.config.hidden_size if kind == "embeds" else self.config.input_dim
+            if shape[2] != width:
+                raise ValueError(f"shape {shape}: the last dimension must be {width} for kind={kind!r}")
+        B, T = shape[0], shape[1]
+        if state is None:
+            state = self.new_state(B)
+        self._check_state(state, B)
+        _call(_b.PrefillDevice, self._handle(), state._handle(), kind, int(input_ptr), B, T, output, int(out_ptr),
+              int(stream))
+
     def step(self, token_ids, state: State) -> np.ndarray:
         """Feed one token per sequence (token_ids [B]) after a prefill; returns logits [B, V]."""
         ids = _as_array("token_ids", token_ids, "int")

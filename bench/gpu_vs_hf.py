@@ -1,0 +1,125 @@
+"""GPU prefill, f32: mambago's CUDA engine against Hugging Face transformers on
+the same GPU, same random weights, same inputs, one run.
+
+    python3 bench/gpu_vs_hf.py --out results.json [--shapes 130m,370m] [--commit SHA]
+
+mambago is timed through its device-pointer entry (prefill_ptr on torch's
+current stream, output "last"), HF through MambaModel's forward (its installed
+slow path, fp32, TF32 off); both with CUDA events, median of repeats after a
+warm-up. The roofline uses the FP32 GEMM rate of a large torch SGEMM (TF32
+off) measured in the same run and the GEMM FLOPs per token of design.md §9:
+2·L·(6.25·d² + 64·d).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import random_checkpoint  # noqa: E402
+
+
+def cuda_time(fn, repeats, warmup=1):
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times), times
+
+
+def sgemm_rate():
+    n = 8192
+    a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+    ms, _ = cuda_time(lambda: a @ b, 5, warmup=2)
+    return 2 * n**3 / (ms / 1e3)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", required=True)
+    p.add_argument("--shapes", default="130m,370m")
+    p.add_argument("--lengths", default="128,512,2048")
+    p.add_argument("--batches", default="1,8")
+    p.add_argument("--hf-max-tokens", type=int, default=2048, help="skip HF above this B*T (it is slow)")
+    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--commit", default="unknown")
+    a = p.parse_args()
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    import transformers
+
+    import mambago
+
+    rate = sgemm_rate()
+    gpu = torch.cuda.get_device_name()
+    print(f"{gpu}: torch FP32 SGEMM {rate / 1e12:.1f} TFLOP/s; transformers {transformers.__version__}", flush=True)
+    rows = []
+    rng = np.random.default_rng(0)
+    for shape in a.shapes.split(","):
+        d, L = random_checkpoint.SHAPES[shape]
+        path = f"/tmp/mambago-bench-{shape}"
+        if not os.path.exists(os.path.join(path, "model.safetensors")):
+            random_checkpoint.write(path, d, L)
+        mg = mambago.Model.from_pretrained(path, device="cuda")
+        hf = transformers.MambaModel.from_pretrained(path, dtype=torch.float32).cuda().eval()
+        flops_per_token = 2 * L * (6.25 * d * d + 64 * d)
+        for B in [int(x) for x in a.batches.split(",")]:
+            state = mg.new_state(B)
+            for T in [int(x) for x in a.lengths.split(",")]:
+                ids = torch.from_numpy(rng.integers(0, mg.config.vocab_size, size=(B, T))).cuda()
+                out = torch.empty(B, d, device="cuda")
+                stream = torch.cuda.current_stream().cuda_stream
+
+                def run_mg():
+                    mg.prefill_ptr(ids.data_ptr(), (B, T), out_ptr=out.data_ptr(), state=state, stream=stream)
+
+                ms, times = cuda_time(run_mg, a.repeats)
+                tok_s = B * T / (ms / 1e3)
+                row = {"shape": shape, "d": d, "layers": L, "B": B, "T": T, "mambago_ms": ms, "mambago_tok_s": tok_s,
+                       "mambago_times_ms": times, "roofline_tok_s": rate / flops_per_token,
+                       "roofline_fraction": tok_s / (rate / flops_per_token)}
+                if B * T <= a.hf_max_tokens:
+                    def run_hf():
+                        with torch.no_grad():
+                            return hf(input_ids=ids, use_cache=False).last_hidden_state[:, -1]
+
+                    hms, htimes = cuda_time(run_hf, 2)
+                    state.reset()
+                    run_mg()
+                    torch.cuda.synchronize()
+                    ref = run_hf()
+                    err = float((out - ref).abs().max() / ref.abs().max())
+                    row.update({"hf_ms": hms, "hf_tok_s": B * T / (hms / 1e3), "speedup_vs_hf": hms / ms,
+                                "hf_times_ms": htimes, "max_rel_err_vs_hf": err})
+                rows.append(row)
+                extra = (f", HF {row['hf_ms']:.1f} ms, {row['speedup_vs_hf']:.0f}x, err {row['max_rel_err_vs_hf']:.1e}"
+                         if "hf_ms" in row else "")
+                print(f"{shape} B={B} T={T}: {ms:.2f} ms, {tok_s:,.0f} tok/s, "
+                      f"{100 * row['roofline_fraction']:.1f}% of roofline{extra}", flush=True)
+        del hf, mg
+        torch.cuda.empty_cache()
+    result = {"bench": "gpu prefill f32 (true FP32 GEMMs, no TF32), random weights, output last",
+              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+              "commit": a.commit, "gpu": gpu, "sgemm_flops": rate, "torch": torch.__version__,
+              "transformers": transformers.__version__, "timing": f"CUDA events, median of {a.repeats} "
+              "(mambago) / 2 (HF) after one warm-up", "rows": rows}
+    with open(a.out, "w") as f:
+        json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,269 @@
+package gpu
+
+import (
+	"fmt"
+
+	"github.com/mambago/mambago/mambago/cuda"
+	"github.com/mambago/mambago/mambago/engine"
+)
+
+// Graph is a captured prefill or decode step for one state and one shape:
+// every launch of the eager path recorded once and replayed as a CUDA graph,
+// reading its input from and writing its output to buffers of its own (the
+// intermediate workspace is the engine's). A replay gives bit for bit what
+// the eager call gives.
+type Graph struct {
+	e              *Engine
+	s              *State
+	g              *cuda.Graph
+	in, out, logit *cuda.Buffer
+	generation     int  // the workspace it points into
+	tf32           bool // the GEMM mode it was captured with
+	step           bool
+	kind           string
+	B, T           int
+	pool           engine.Pool
+}
+
+// CaptureStep captures the decode step for st: token ids [B] in, logits [B, V] out.
+func (e *Engine) CaptureStep(st engine.State) (*Graph, error) {
+	s, err := e.own(st)
+	if err != nil {
+		return nil, err
+	}
+	return e.capture(&Graph{s: s, step: true, kind: "ids", B: s.batch, T: 1, pool: engine.Last})
+}
+
+// CapturePrefill captures a prefill of B = st.Batch() sequences of T
+// positions from kind ("ids", "embeds" or "features") with output pool.
+func (e *Engine) CapturePrefill(st engine.State, kind string, T int, pool engine.Pool) (*Graph, error) {
+	s, err := e.own(st)
+	if err != nil {
+		return nil, err
+	}
+	if T < 1 || s.batch*T > e.ChunkRows {
+		return nil, engine.Invalid("captured prefills run as one chunk: B*T = %d*%d must be in 1..%d", s.batch, T, e.ChunkRows)
+	}
+	if kind != "ids" && kind != "embeds" && kind != "features" || kind == "features" && e.cfg.InputDim == 0 {
+		return nil, engine.Invalid("input kind %q is not one this model takes", kind)
+	}
+	return e.capture(&Graph{s: s, kind: kind, B: s.batch, T: T, pool: pool})
+}
+
+// body queues the graph's work: the device part of a prefill or step.
+func (g *Graph) body() error {
+	e := g.e
+	src := source{in: engine.Input{B: g.B, T: g.T}, kind: g.kind, dev: g.in.Ptr}
+	if err := e.run(g.s, src, g.pool, g.out.Ptr); err != nil {
+		return err
+	}
+	if g.step {
+		c := e.cfg
+		return e.blas.GemmNT(g.B, c.Vocab, c.Hidden, g.out.Ptr, c.Hidden, e.lmHead, g.logit.Ptr, c.Vocab, 0)
+	}
+	return nil
+}
+
+// alloc gives g its input, output and logits buffers.
+func (g *Graph) alloc() error {
+	c, rows := g.e.cfg, g.B*g.T
+	inBytes := map[string]int{"ids": 8 * rows, "embeds": 4 * rows * c.Hidden, "features": 4 * rows * max(1, c.InputDim)}[g.kind]
+	for _, b := range []struct {
+		dst   **cuda.Buffer
+		bytes int
+	}{{&g.in, inBytes}, {&g.out, 4 * g.pool.OutLen(g.B, g.T, c.Hidden)}, {&g.logit, 4 * g.B * c.Vocab}} {
+		buf, err := cuda.Alloc(b.bytes)
+		if err != nil {
+			return err
+		}
+		*b.dst = buf
+	}
+	return nil
+}
+
+func (g *Graph) free() {
+	for _, b := range []*cuda.Buffer{g.in, g.out, g.logit} {
+		b.Free()
+	}
+	if g.g != nil {
+		g.g.Destroy()
+		g.g = nil
+	}
+}
+
+func (e *Engine) capture(g *Graph) (*Graph, error) {
+	g.e = e
+	done, err := e.bind()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	if err := e.ensure(g.B * g.T); err != nil {
+		return nil, err
+	}
+	if err := g.alloc(); err != nil {
+		g.free()
+		return nil, err
+	}
+	// One eager run first, on a copy of the state, so that cuBLAS has picked
+	// and set up its kernels before the capture.
+	if err := e.onStream(0, func() error { return e.warmUp(g) }); err != nil {
+		g.free()
+		return nil, err
+	}
+	err = e.onStream(0, func() error {
+		var cerr error
+		g.g, cerr = cuda.Capture(e.stream, g.body)
+		return cerr
+	})
+	if err != nil {
+		g.free()
+		return nil, fmt.Errorf("gpu: capture: %w", err)
+	}
+	g.generation, g.tf32 = e.ws.generation, e.blas.TF32
+	return g, nil
+}
+
+// warmUp runs g's work eagerly and puts the state back as it was.
+func (e *Engine) warmUp(g *Graph) error {
+	var saved []*cuda.Buffer
+	defer func() {
+		for _, b := range saved {
+			b.Free()
+		}
+	}()
+	all := append(append([]*cuda.Buffer{}, g.s.conv...), g.s.ssm...)
+	for _, b := range all {
+		cp, err := cuda.Alloc(b.Bytes)
+		if err != nil {
+			return err
+		}
+		saved = append(saved, cp)
+		if err := cuda.Copy(cp.Ptr, b.Ptr, b.Bytes, e.stream); err != nil {
+			return err
+		}
+	}
+	if err := cuda.Fill32(g.in.Ptr, 0, g.in.Bytes/4, e.stream); err != nil { // token 0, or zeros
+		return err
+	}
+	if err := g.body(); err != nil {
+		return err
+	}
+	for i, b := range all {
+		if err := cuda.Copy(b.Ptr, saved[i].Ptr, b.Bytes, e.stream); err != nil {
+			return err
+		}
+	}
+	return e.stream.Synchronize()
+}
+
+// check reports why g can no longer be replayed.
+func (g *Graph) check() error {
+	e := g.e
+	switch {
+	case g.g == nil:
+		return engine.Invalid("graph is destroyed")
+	case g.generation != e.ws.generation:
+		return engine.Invalid("the engine's workspace was reallocated since the capture (a larger prefill ran): capture again")
+	case g.tf32 != e.blas.TF32:
+		return engine.Invalid("the GEMM mode changed since the capture (TF32 %v, now %v): capture again", g.tf32, e.blas.TF32)
+	}
+	return nil
+}
+
+// Step replays a captured decode step: ids [B] in, logits [B, V] out.
+func (g *Graph) Step(ids []int64, logits []float32) error {
+	e, c := g.e, g.e.cfg
+	if !g.step {
+		return engine.Invalid("graph captured a prefill, not a step")
+	}
+	if len(ids) != g.B || len(logits) != g.B*c.Vocab {
+		return engine.Invalid("step graph for B=%d: got %d ids and %d logits (want %d)", g.B, len(ids), len(logits), g.B*c.Vocab)
+	}
+	if err := engine.CheckIDs("token_ids", ids, c.Vocab); err != nil {
+		return err
+	}
+	done, err := e.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := g.check(); err != nil {
+		return err
+	}
+	return e.onStream(0, func() error {
+		if err := cuda.CopyIn(g.in.Ptr, ids, e.stream); err != nil {
+			return err
+		}
+		if err := g.g.Launch(e.stream); err != nil {
+			return err
+		}
+		if err := cuda.CopyOut(logits, g.logit.Ptr, e.stream); err != nil {
+			return err
+		}
+		return e.stream.Synchronize()
+	})
+}
+
+// Prefill replays a captured prefill on the input in (of the captured kind
+// and shape) and writes the pooled output to out.
+func (g *Graph) Prefill(in engine.Input, out []float32) error {
+	e, c := g.e, g.e.cfg
+	if g.step {
+		return engine.Invalid("graph captured a step, not a prefill")
+	}
+	if in.B != g.B || in.T != g.T {
+		return engine.Invalid("graph captured B=%d T=%d, input has B=%d T=%d", g.B, g.T, in.B, in.T)
+	}
+	if err := engine.CheckInput(c, in, g.B); err != nil {
+		return err
+	}
+	if want := g.pool.OutLen(g.B, g.T, c.Hidden); len(out) != want {
+		return engine.Invalid("output buffer has %d values, want %d", len(out), want)
+	}
+	done, err := e.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := g.check(); err != nil {
+		return err
+	}
+	return e.onStream(0, func() error {
+		var err error
+		switch {
+		case in.IDs != nil && g.kind == "ids":
+			err = cuda.CopyIn(g.in.Ptr, in.IDs, e.stream)
+		case in.Embeds != nil && g.kind == "embeds":
+			err = cuda.CopyIn(g.in.Ptr, in.Embeds, e.stream)
+		case in.Features != nil && g.kind == "features":
+			err = cuda.CopyIn(g.in.Ptr, in.Features, e.stream)
+		default:
+			err = engine.Invalid("graph captured %s input", g.kind)
+		}
+		if err != nil {
+			return err
+		}
+		if err := g.g.Launch(e.stream); err != nil {
+			return err
+		}
+		if err := cuda.CopyOut(out, g.out.Ptr, e.stream); err != nil {
+			return err
+		}
+		return e.stream.Synchronize()
+	})
+}
+
+// Destroy releases the graph.
+func (g *Graph) Destroy() error {
+	if g.g == nil {
+		return nil
+	}
+	done, err := g.e.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	g.free()
+	return nil
+}
