@@ -292,8 +292,8 @@ type devicePrefiller interface {
 
 // PrefillDevice is Prefill on caller-owned device memory: in holds the input
 // (int64 [B, T] for "ids", float32 [B, T, d] for "embeds", float32 [B, T, F]
-// for "features"), out receives float32 [B, d] or [B, T, d], and stream (0
-// for the engine's own, then the call waits) orders the work. CUDA engine only.
+// for "features"), out receives float32 [B, d] or [B, T, d], and the work is
+// queued on stream (0: the legacy default stream) without waiting. CUDA engine only.
 func PrefillDevice(model, state int64, kind string, in uintptr, B, T int, output string, out, stream uintptr) (ok bool, err error) {
 	defer guard(&err)
 	m, st, err := modelState(model, state)

@@ -65,10 +65,14 @@ def test_prefill_ptr_matches_numpy_entry():
                           stream=stream.cuda_stream)
             stream.synchronize()
             assert np.array_equal(out.cpu().numpy(), want), (name, output)
+            side = torch.cuda.Stream()  # a non-default stream, ordered after the default one's work
+            side.wait_stream(torch.cuda.current_stream())
             out2 = torch.full(want.shape, float("nan"), device="cuda")
-            torch.cuda.synchronize()
-            m.prefill_ptr(xin.data_ptr(), tuple(xin.shape), out_ptr=out2.data_ptr(), kind=kind, output=output)
-            assert np.array_equal(out2.cpu().numpy(), want), (name, output, "stream 0")
+            side.wait_stream(torch.cuda.current_stream())
+            m.prefill_ptr(xin.data_ptr(), tuple(xin.shape), out_ptr=out2.data_ptr(), kind=kind, output=output,
+                          stream=side.cuda_stream)
+            side.synchronize()
+            assert np.array_equal(out2.cpu().numpy(), want), (name, output, "side stream")
 
 
 def test_prefill_ptr_bad_input():

@@ -94,4 +94,7 @@ func (d *Device) Close() error {
 }
 
 // Synchronize waits for all work on the device's context.
-func (d *Device) Synchronize() error { return check("cuCtxSynchronize", C.mg_cuCtxSynchronize()) }
+func (d *Device) Synchronize() error { return Synchronize() }
+
+// Synchronize waits for all work on the calling thread's current context.
+func Synchronize() error { return check("cuCtxSynchronize", C.mg_cuCtxSynchronize()) }

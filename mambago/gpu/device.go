@@ -11,11 +11,10 @@ import (
 //   - in holds int64 [B, T] token ids (kind "ids"), f32 [B, T, d] embeddings
 //     ("embeds") or f32 [B, T, F] features ("features"), C-contiguous;
 //   - out receives f32 [B, d] (last, sum, mean) or [B, T, d] (all);
-//   - with stream != 0 (e.g. torch.cuda.current_stream().cuda_stream) the work
-//     is queued on that stream, after what the caller queued before, and the
-//     call returns without waiting; with stream == 0 it runs on the engine's
-//     stream and returns when out is written (the caller must have finished
-//     writing in).
+//   - the work is queued on stream (e.g. torch.cuda.current_stream().cuda_stream;
+//     0 is the legacy default stream, where PyTorch works unless told
+//     otherwise), after what the caller queued there before, and the call
+//     returns without waiting for it, like any CUDA launch.
 //
 // The buffers must stay allocated until the work is done. Ids are not range
 // checked on the host (that would need a copy); the kernel clamps them into
@@ -42,11 +41,7 @@ func (e *Engine) PrefillDevice(st engine.State, kind string, in uintptr, B, T in
 		return err
 	}
 	defer done()
-	err = e.onStream(stream, func() error {
+	return e.onStream(cuda.WrapStream(stream), func() error {
 		return e.run(s, source{in: engine.Input{B: B, T: T}, dev: cuda.Ptr(in), kind: kind}, pool, cuda.Ptr(out))
 	})
-	if err == nil && stream == 0 {
-		err = e.stream.Synchronize()
-	}
-	return err
 }

@@ -137,6 +137,8 @@ func TestDeviceEntryMatchesHostEntry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer caller.Destroy()
+	// Uploads on the default stream (nil) are ordered before work on the
+	// default stream; for the caller's stream the test waits for them.
 	for _, tc := range []struct {
 		kind string
 		in   engine.Input
@@ -149,6 +151,12 @@ func TestDeviceEntryMatchesHostEntry(t *testing.T) {
 			}
 			for _, stream := range []*cuda.Stream{nil, caller} {
 				din, dout := deviceInput(t, tc.in), mustAlloc(t, 4*len(host))
+				if err := cuda.Fill32(dout.Ptr, math.Float32bits(float32(math.NaN())), len(host), nil); err != nil {
+					t.Fatal(err)
+				}
+				if err := cuda.Synchronize(); err != nil {
+					t.Fatal(err)
+				}
 				st2, _ := e.NewState(B)
 				var handle uintptr
 				if stream != nil {
@@ -160,7 +168,7 @@ func TestDeviceEntryMatchesHostEntry(t *testing.T) {
 				if stream != nil {
 					stream.Synchronize()
 				}
-				got := make([]float32, len(host))
+				got := make([]float32, len(host)) // a pageable copy on the default stream: ordered after it
 				if err := cuda.CopyOut(got, dout.Ptr, nil); err != nil {
 					t.Fatal(err)
 				}

@@ -107,11 +107,11 @@ func (e *Engine) capture(g *Graph) (*Graph, error) {
 	}
 	// One eager run first, on a copy of the state, so that cuBLAS has picked
 	// and set up its kernels before the capture.
-	if err := e.onStream(0, func() error { return e.warmUp(g) }); err != nil {
+	if err := e.onStream(nil, func() error { return e.warmUp(g) }); err != nil {
 		g.free()
 		return nil, err
 	}
-	err = e.onStream(0, func() error {
+	err = e.onStream(nil, func() error {
 		var cerr error
 		g.g, cerr = cuda.Capture(e.stream, g.body)
 		return cerr
@@ -191,7 +191,7 @@ func (g *Graph) Step(ids []int64, logits []float32) error {
 	if err := g.check(); err != nil {
 		return err
 	}
-	return e.onStream(0, func() error {
+	return e.onStream(nil, func() error {
 		if err := cuda.CopyIn(g.in.Ptr, ids, e.stream); err != nil {
 			return err
 		}
@@ -229,7 +229,7 @@ func (g *Graph) Prefill(in engine.Input, out []float32) error {
 	if err := g.check(); err != nil {
 		return err
 	}
-	return e.onStream(0, func() error {
+	return e.onStream(nil, func() error {
 		var err error
 		switch {
 		case in.IDs != nil && g.kind == "ids":

@@ -28,7 +28,7 @@ func (e *Engine) Prefill(st engine.State, in engine.Input, pool engine.Pool, out
 	if err := e.ensureOut(pool.OutLen(in.B, in.T, e.cfg.Hidden)); err != nil {
 		return err
 	}
-	return e.onStream(0, func() error {
+	return e.onStream(nil, func() error {
 		if err := e.run(s, source{in: in}, pool, e.ws.out.Ptr); err != nil {
 			return err
 		}
@@ -61,7 +61,7 @@ func (e *Engine) Step(st engine.State, ids []int64, logits []float32) error {
 	if err := e.ensureOut(B * d); err != nil {
 		return err
 	}
-	return e.onStream(0, func() error {
+	return e.onStream(nil, func() error {
 		if err := e.run(s, source{in: in}, engine.Last, e.ws.out.Ptr); err != nil {
 			return err
 		}
@@ -89,7 +89,7 @@ func (e *Engine) Logits(hidden []float32, batch int, logits []float32) error {
 	if err := e.ensureOut(batch * d); err != nil {
 		return err
 	}
-	return e.onStream(0, func() error {
+	return e.onStream(nil, func() error {
 		if err := cuda.CopyIn(e.ws.out.Ptr, hidden, e.stream); err != nil {
 			return err
 		}

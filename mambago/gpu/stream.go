@@ -2,15 +2,14 @@ package gpu
 
 import "github.com/mambago/mambago/mambago/cuda"
 
-// onStream runs fn with the engine's work queued on the caller's stream
-// (handle 0: the engine's own), after all earlier work of the engine (the
-// state and workspace are shared), and leaves an event that later calls
-// order after. The caller holds e.mu and the bound thread.
-func (e *Engine) onStream(handle uintptr, fn func() error) error {
+// onStream runs fn with the engine's work queued on s (nil: the engine's own
+// stream), after all earlier work of the engine (the state and workspace are
+// shared), and leaves an event that later calls order after. The caller
+// holds e.mu and the bound thread.
+func (e *Engine) onStream(s *cuda.Stream, fn func() error) error {
 	own := e.stream
-	s := own
-	if handle != 0 {
-		s = cuda.WrapStream(handle)
+	if s == nil {
+		s = own
 	}
 	if err := s.Wait(e.last); err != nil {
 		return err

@@ -347,11 +347,12 @@ class Model:
         int64 [B, T] token ids (kind="ids"), or float32 [B, T, d] embeddings
         ("embeds") or [B, T, F] features ("features"), C-contiguous; shape is
         its shape. out_ptr receives float32 [B, d] ("last", "sum", "mean") or
-        [B, T, d] ("all"). With stream (e.g.
-        torch.cuda.current_stream().cuda_stream) the work is queued on that
-        stream after what it already holds and the call returns at once; with
-        stream=0 it runs on the engine's stream and returns when out is
-        written. Both buffers must stay alive until the work is done. Token ids
+        [B, T, d] ("all"). The work is queued on stream, a CUDA stream handle
+        (torch.cuda.current_stream().cuda_stream; 0, the default, is the
+        legacy default stream, where PyTorch works unless told otherwise),
+        after what that stream already holds, and the call returns at once,
+        like any CUDA launch: synchronize the stream before reading out on the
+        host. Both buffers must stay alive until the work is done. Token ids
         are not range-checked here (that would need a copy): the kernel clamps
         them into the vocabulary. Without state the prompts start fresh.
         """
