@@ -8,6 +8,7 @@ import (
 
 	"github.com/mambago/mambago/kernels"
 	"github.com/mambago/mambago/mambago/cuda"
+	gpuengine "github.com/mambago/mambago/mambago/gpu"
 )
 
 // gpu compiles every kernel for GPU 0 and returns a lookup, or skips the test
@@ -190,8 +191,12 @@ func TestConvAndScanKernels(t *testing.T) {
 		xz := randn(rows*2*E, 1)
 		win, w, bias := randn(B*E*K, 1), randn(E*K, 0.5), randn(E, 0.1)
 		bxz, bwin, bw, bb, bu := upload(t, s, xz), upload(t, s, win), upload(t, s, w), upload(t, s, bias), poisoned(t, s, rows*E)
-		if err := fn("conv_silu_f32").Launch(cuda.Dim3{X: (E + 127) / 128, Y: B, Z: 1}, cuda.D1(128), 0, s,
+		if err := fn("conv_silu_f32").Launch(cuda.Dim3{X: (E + 127) / 128, Y: T, Z: B}, cuda.D1(128), 0, s,
 			bxz.Ptr, 2*E, bwin.Ptr, bw.Ptr, bb.Ptr, bu.Ptr, T, E, K); err != nil {
+			t.Fatal(err)
+		}
+		if err := fn("conv_window_f32").Launch(cuda.Dim3{X: (E + 127) / 128, Y: B, Z: 1}, cuda.D1(128), 0, s,
+			bxz.Ptr, 2*E, bwin.Ptr, T, E, K); err != nil {
 			t.Fatal(err)
 		}
 		gotU := download(t, s, bu, rows*E)
@@ -232,9 +237,7 @@ func TestConvAndScanKernels(t *testing.T) {
 		Dk, st0 := randn(E, 1), randn(B*E*N, 1)
 		bdelta, bdtb, bA2, bdbl := upload(t, s, delta), upload(t, s, dtb), upload(t, s, A2), upload(t, s, dbl)
 		bD, bst, by := upload(t, s, Dk), upload(t, s, st0), poisoned(t, s, rows*E)
-		per := (N + 31) / 32 * 32
-		chans := max(1, 256/per)
-		shared := 4 * chans * (per / 32)
+		per, chans, shared := gpuengine.ScanLaunch(N)
 		err := fn("scan_seq_f32").Launch(cuda.Dim3{X: (E + chans - 1) / chans, Y: B, Z: 1}, cuda.D1(chans*per), shared, s,
 			bdelta.Ptr, bdtb.Ptr, bA2.Ptr, bdbl.Ptr, ld, R, bu.Ptr, bD.Ptr, bxz.Offset(4*E), 2*E, bst.Ptr, by.Ptr, T, E, N)
 		if err != nil {

@@ -17,9 +17,11 @@ extern "C" __global__ void pool_f32(const float *__restrict__ h, float *__restri
         out[(size_t)b * d + i] = rows[(size_t)(n - 1) * d];
     } else if (mode == 1) {
         double acc = accumulate ? out[(size_t)b * d + i] : 0.0;  // f64: T may reach the thousands
+#pragma unroll 8
         for (int t = 0; t < n; t++) acc += rows[(size_t)t * d];
         out[(size_t)b * d + i] = (float)acc;
     } else {
+#pragma unroll 8
         for (int t = 0; t < n; t++) out[((size_t)b * T + t0 + t) * d + i] = rows[(size_t)t * d];
     }
 }

@@ -7,50 +7,85 @@
 //
 // delta, u, y [B, T, E]; B and C are columns of x_proj's output dbl
 // [B, T, R + 2N] (row stride ldd, B at column R, C at R + N); z is the second
-// half of in_proj's output (row stride ldz); A [E, N] holds A * log2(e), so
+// half of in_proj's output (row stride ldz); A2 [E, N] holds A * log2(e), so
 // exp is exp2; state [B, E, N] f32.
 //
-// This first version runs the recurrence sequentially over t: one thread per
-// (b, c, n), N threads of a warp per channel (N <= 32 per warp group; larger
-// N splits a channel over several warps and reduces through shared memory).
-// Grid (E / channels_per_block, B), block = channels_per_block * N threads.
+// The recurrence runs sequentially over t, with one thread per (b, c, n):
+// a channel takes `per` lanes (the power of two >= N up to 32, else N rounded
+// up to whole warps), so channels with N <= 16 share a warp. The t loop goes
+// STEPS positions at a time: all their loads are issued first, so memory
+// latency overlaps instead of stalling every step. sum_n runs through warp
+// shuffles, and through shared memory when a channel spans several warps.
+// Grid (ceil(E / channels), B), block channels * per threads with
+// channels = max(1, 256 / per); dynamic shared memory channels * (per/32) *
+// STEPS floats when per > 32.
+
+#define STEPS 8
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log1pf(__expf(x)); }
+
+__device__ __forceinline__ int lanes_per_channel(int N) {
+    if (N > 32) return (N + 31) / 32 * 32;
+    int p = 1;
+    while (p < N) p <<= 1;
+    return p;
+}
 
 extern "C" __global__ void scan_seq_f32(const float *__restrict__ delta, const float *__restrict__ dt_bias,
                                         const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,
                                         const float *__restrict__ u, const float *__restrict__ Dskip,
                                         const float *__restrict__ z, int ldz, float *__restrict__ state,
                                         float *__restrict__ y, int T, int E, int N) {
-    extern __shared__ float partial[];  // [channels_per_block][ceil(N/32)]
-    int per = (N + 31) / 32 * 32;       // threads per channel, rounded to whole warps
+    extern __shared__ float partial[];  // [channels][warps per channel][STEPS]
+    int per = lanes_per_channel(N);
     int local = threadIdx.x / per, n = threadIdx.x % per;
     int c = blockIdx.x * (blockDim.x / per) + local, b = blockIdx.y;
     bool active = c < E && n < N;
-    float a = 0.f, s = 0.f;
+    float a = 0.f, s = 0.f, bias = 0.f, dskip = 0.f;
     size_t si = ((size_t)b * E + c) * N + n;
     if (active) a = A2[(size_t)c * N + n], s = state[si];
-    int warps = per / 32;
-    for (int t = 0; t < T; t++) {
-        size_t r = (size_t)b * T + t;
-        float contrib = 0.f, uu = 0.f, dt = 0.f;
-        if (active) {
-            dt = softplus_f(delta[r * E + c] + dt_bias[c]);
-            uu = u[r * E + c];
-            s = exp2f(dt * a) * s + dt * dbl[r * ldd + R + n] * uu;
-            contrib = s * dbl[r * ldd + R + N + n];
+    if (c < E) bias = dt_bias[c], dskip = Dskip[c];
+    int warps = per / 32, width = per < 32 ? per : 32;
+    for (int t0 = 0; t0 < T; t0 += STEPS) {
+        int cnt = min(STEPS, T - t0);
+        float dv[STEPS], uv[STEPS], bv[STEPS], cv[STEPS], zv[STEPS], contrib[STEPS];
+#pragma unroll
+        for (int i = 0; i < STEPS; i++) {  // issue every load of the group first
+            dv[i] = uv[i] = bv[i] = cv[i] = zv[i] = 0.f;
+            if (i < cnt && c < E) {
+                size_t r = (size_t)b * T + t0 + i;
+                dv[i] = delta[r * E + c], uv[i] = u[r * E + c], zv[i] = z[r * ldz + c];
+                if (n < N) bv[i] = dbl[r * ldd + R + n], cv[i] = dbl[r * ldd + R + N + n];
+            }
         }
-        for (int o = 16; o > 0; o >>= 1) contrib += __shfl_xor_sync(0xffffffffu, contrib, o);
+#pragma unroll
+        for (int i = 0; i < STEPS; i++) {
+            float dt = softplus_f(dv[i] + bias);
+            if (i < cnt) s = exp2f(dt * a) * s + dt * bv[i] * uv[i];
+            contrib[i] = s * cv[i];
+        }
+#pragma unroll
+        for (int i = 0; i < STEPS; i++)
+            for (int o = width / 2; o > 0; o >>= 1) contrib[i] += __shfl_xor_sync(0xffffffffu, contrib[i], o);
         if (warps > 1) {
-            if ((n & 31) == 0) partial[local * warps + n / 32] = contrib;
+            if ((n & 31) == 0)
+#pragma unroll
+                for (int i = 0; i < STEPS; i++) partial[(local * warps + n / 32) * STEPS + i] = contrib[i];
             __syncthreads();
-            contrib = 0.f;
-            for (int w = 0; w < warps; w++) contrib += partial[local * warps + w];
+#pragma unroll
+            for (int i = 0; i < STEPS; i++) {
+                contrib[i] = 0.f;
+                for (int w = 0; w < warps; w++) contrib[i] += partial[(local * warps + w) * STEPS + i];
+            }
             __syncthreads();
         }
-        if (active && n == 0) {
-            float zz = z[r * ldz + c];
-            y[r * E + c] = (contrib + Dskip[c] * uu) * (zz / (1.f + __expf(-zz)));
+        if (c < E && n == 0) {
+#pragma unroll
+            for (int i = 0; i < STEPS; i++)
+                if (i < cnt) {
+                    size_t r = (size_t)b * T + t0 + i;
+                    y[r * E + c] = (contrib[i] + dskip * uv[i]) * (zv[i] / (1.f + __expf(-zv[i])));
+                }
         }
     }
     if (active) state[si] = s;

@@ -255,9 +255,14 @@ func (e *Engine) block(l, B, n int, s *State) error {
 		},
 		func() error { return e.blas.GemmNT(rows, 2*E, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0) }, // in_proj
 		func() error { return e.addBias(ws.xz.Ptr, 2*E, g.inBias, rows, 2*E) },
-		func() error { // conv
-			return e.launch("conv_silu_f32", cuda.Dim3{X: (E + 127) / 128, Y: B, Z: 1}, cuda.D1(128), 0,
-				ws.xz.Ptr, 2*E, s.conv[l].Ptr, g.conv, g.convBias, ws.u.Ptr, n, E, K)
+		func() error { // conv, then the window update (a second launch: the first reads the old windows)
+			grid := cuda.Dim3{X: (E + 127) / 128, Y: min(n, 65535), Z: B}
+			if err := e.launch("conv_silu_f32", grid, cuda.D1(128), 0,
+				ws.xz.Ptr, 2*E, s.conv[l].Ptr, g.conv, g.convBias, ws.u.Ptr, n, E, K); err != nil {
+				return err
+			}
+			return e.launch("conv_window_f32", cuda.Dim3{X: (E + 127) / 128, Y: B, Z: 1}, cuda.D1(128), 0,
+				ws.xz.Ptr, 2*E, s.conv[l].Ptr, n, E, K)
 		},
 		func() error { return e.blas.GemmNT(rows, R+2*N, E, ws.u.Ptr, E, g.xProj, ws.dbl.Ptr, R+2*N, 0) }, // x_proj
 		func() error {
@@ -268,10 +273,9 @@ func (e *Engine) block(l, B, n int, s *State) error {
 		},
 		func() error { return e.blas.GemmNT(rows, E, R, ws.dbl.Ptr, R+2*N, g.dtProj, ws.delta.Ptr, E, 0) }, // dt_proj
 		func() error { // scan
-			per := (N + 31) / 32 * 32
-			chans := max(1, 256/per)
+			per, chans, shared := ScanLaunch(N)
 			return e.launch("scan_seq_f32", cuda.Dim3{X: (E + chans - 1) / chans, Y: B, Z: 1}, cuda.D1(chans*per),
-				4*chans*(per/32), ws.delta.Ptr, g.dtBias, g.a2, ws.dbl.Ptr, R+2*N, R, ws.u.Ptr, g.d,
+				shared, ws.delta.Ptr, g.dtBias, g.a2, ws.dbl.Ptr, R+2*N, R, ws.u.Ptr, g.d,
 				ws.xz.Offset(4*E), 2*E, s.ssm[l].Ptr, ws.y.Ptr, n, E, N)
 		},
 		func() error { return e.blas.GemmNT(rows, d, E, ws.y.Ptr, E, g.outProj, ws.h.Ptr, d, 1) }, // out_proj + residual
@@ -283,4 +287,22 @@ func (e *Engine) block(l, B, n int, s *State) error {
 		}
 	}
 	return nil
+}
+
+// ScanLaunch returns scan_seq_f32's launch shape for d_state N: lanes per
+// channel, channels per block and dynamic shared bytes (kernels/scan.cu).
+func ScanLaunch(N int) (per, chans, shared int) {
+	const steps = 8 // STEPS in scan.cu
+	per = 1
+	for per < N {
+		per <<= 1
+	}
+	if N > 32 {
+		per = (N + 31) / 32 * 32
+	}
+	chans = max(1, 256/per)
+	if per > 32 {
+		shared = 4 * chans * (per / 32) * steps
+	}
+	return per, chans, shared
 }
