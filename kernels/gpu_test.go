@@ -3,9 +3,9 @@ package kernels_test
 import (
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"testing"
 
+	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/kernels"
 	"github.com/mambago/mambago/mambago/cuda"
 	gpuengine "github.com/mambago/mambago/mambago/gpu"
@@ -15,17 +15,7 @@ import (
 // with the reason there is no GPU.
 func gpu(t *testing.T) (func(string) *cuda.Function, *cuda.Stream) {
 	t.Helper()
-	// The context is current per OS thread: keep this test on one.
-	runtime.LockOSThread()
-	t.Cleanup(runtime.UnlockOSThread)
-	if err := cuda.Init(); err != nil {
-		t.Skipf("no usable GPU: %v", err)
-	}
-	d, err := cuda.Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
+	d := gputest.Device(t)
 	fns := map[string]*cuda.Function{}
 	for _, name := range kernels.Names() {
 		src, _ := kernels.Source(name)

@@ -160,13 +160,7 @@ func (e *Engine) Step(st engine.State, ids []int64, logits []float32) error {
 // Logits computes logits [B, V] = hidden [B, d] @ lm_head^T.
 func (e *Engine) Logits(hidden []float32, batch int, logits []float32) error {
 	d, V := e.cfg.Hidden, e.cfg.Vocab
-	if batch < 1 || len(hidden) != batch*d {
-		return engine.Invalid("hidden has %d values, want B*d = %d·%d", len(hidden), batch, d)
-	}
-	if len(logits) != batch*V {
-		return engine.Invalid("logits buffer has %d values, want B*V = %d", len(logits), batch*V)
-	}
-	if err := engine.CheckFinite("hidden", hidden); err != nil {
+	if err := engine.CheckLogits(e.cfg, hidden, batch, logits); err != nil {
 		return err
 	}
 	e.gemm(logits, V, hidden, d, e.w.LMHead, batch, V, d, 0)

@@ -2,28 +2,11 @@ package cuda_test
 
 import (
 	"math"
-	"runtime"
 	"testing"
 
+	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/mambago/cuda"
 )
-
-// device opens GPU 0, or skips the test with the reason there is none.
-func device(t *testing.T) *cuda.Device {
-	t.Helper()
-	// The context is current per OS thread: keep this test on one.
-	runtime.LockOSThread()
-	t.Cleanup(runtime.UnlockOSThread)
-	if err := cuda.Init(); err != nil {
-		t.Skipf("no usable GPU: %v", err)
-	}
-	d, err := cuda.Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	return d
-}
 
 const axpy = `extern "C" __global__ void axpy(float a, const float *x, float *y, int n, long long tag, double unused) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -33,7 +16,7 @@ const axpy = `extern "C" __global__ void axpy(float a, const float *x, float *y,
 // TestLaunchCopyGraph compiles, launches (with 4- and 8-byte arguments),
 // copies both ways, poisons with NaN, times with events and replays a graph.
 func TestLaunchCopyGraph(t *testing.T) {
-	d := device(t)
+	d := gputest.Device(t)
 	t.Logf("%s (%s, %d SMs, %.0f GiB)", d.Name, d.Arch(), d.SMs, float64(d.TotalMem)/(1<<30))
 	cubin, err := cuda.Compile(axpy, "axpy.cu", d.Arch())
 	if err != nil {

@@ -169,6 +169,18 @@ func CheckFinite(name string, v []float32) error {
 	return nil
 }
 
+// CheckLogits validates a Logits call: hidden [batch, d], logits [batch, V].
+func CheckLogits(cfg checkpoint.Config, hidden []float32, batch int, logits []float32) error {
+	d, V := cfg.Hidden, cfg.Vocab
+	if batch < 1 || len(hidden) != batch*d {
+		return Invalid("hidden has %d values, want B*d = %d·%d", len(hidden), batch, d)
+	}
+	if len(logits) != batch*V {
+		return Invalid("logits buffer has %d values, want B*V = %d", len(logits), batch*V)
+	}
+	return CheckFinite("hidden", hidden)
+}
+
 // CheckLayer reports a layer index outside the model.
 func CheckLayer(cfg checkpoint.Config, layer int) error {
 	if layer < 0 || layer >= cfg.Layers {

@@ -5,9 +5,9 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
-	"runtime"
 	"testing"
 
+	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/mambago/checkpoint"
 	"github.com/mambago/mambago/mambago/cpu"
 	"github.com/mambago/mambago/mambago/cuda"
@@ -16,16 +16,6 @@ import (
 	"github.com/mambago/mambago/mambago/internal/enginetest"
 	"github.com/mambago/mambago/mambago/internal/fixture"
 )
-
-func needGPU(t *testing.T) {
-	t.Helper()
-	if err := cuda.Init(); err != nil {
-		t.Skipf("no usable GPU: %v", err)
-	}
-	if n, err := cuda.DeviceCount(); err != nil || n == 0 {
-		t.Skipf("no CUDA device (%v)", err)
-	}
-}
 
 func newEngine(t *testing.T, w *checkpoint.Weights) *gpu.Engine {
 	t.Helper()
@@ -48,13 +38,13 @@ func open(t *testing.T, dir string) engine.Engine {
 
 // TestConformance runs the HF fixtures and the equivalences on the GPU.
 func TestConformance(t *testing.T) {
-	needGPU(t)
+	gputest.Need(t)
 	enginetest.Suite{Open: open, EquivTol: enginetest.EquivTolLib}.Run(t)
 }
 
 // TestSmallChunks reruns the suite with chunks of a few rows along T.
 func TestSmallChunks(t *testing.T) {
-	needGPU(t)
+	gputest.Need(t)
 	enginetest.Suite{Open: func(t *testing.T, dir string) engine.Engine {
 		e := open(t, dir).(*gpu.Engine)
 		e.ChunkRows = 7
@@ -66,7 +56,7 @@ func TestSmallChunks(t *testing.T) {
 // weights and inputs over T, B and d_state: every position's hidden state and
 // the final states, max relative error ≤ 1e-4.
 func TestMatchesCPU(t *testing.T) {
-	needGPU(t)
+	gputest.Need(t)
 	for _, N := range []int{8, 16, 64, 256} {
 		cfg := fixture.Shape(64, 2, 100)
 		cfg.State = N
@@ -115,8 +105,8 @@ func TestMatchesCPU(t *testing.T) {
 // pointers (on the engine's stream, and on a caller's stream) and through
 // host buffers: the outputs and final states are the same bits.
 func TestDeviceEntryMatchesHostEntry(t *testing.T) {
-	needGPU(t)
-	bindTest(t)
+	gputest.Need(t)
+	gputest.Device(t)
 	w, err := checkpoint.Load(filepath.Join(fixture.Root(), "features"))
 	if err != nil {
 		t.Fatal(err)
@@ -187,20 +177,6 @@ func TestDeviceEntryMatchesHostEntry(t *testing.T) {
 	}
 }
 
-// bindTest keeps the test on one OS thread with GPU 0's primary context (the
-// one the engines use) current, for the test's own allocations and copies.
-func bindTest(t *testing.T) {
-	runtime.LockOSThread()
-	d, err := cuda.Open(0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		d.Close()
-		runtime.UnlockOSThread()
-	})
-}
-
 func mustAlloc(t *testing.T, bytes int) *cuda.Buffer {
 	t.Helper()
 	b, err := cuda.Alloc(bytes)
@@ -234,7 +210,7 @@ func deviceInput(t *testing.T, in engine.Input) *cuda.Buffer {
 // the eager call's bits; a changed GEMM mode or a reallocated workspace makes
 // replay refuse.
 func TestGraphsReplayBitIdentical(t *testing.T) {
-	needGPU(t)
+	gputest.Need(t)
 	for _, name := range []string{"base", "features"} {
 		w, err := checkpoint.Load(filepath.Join(fixture.Root(), name))
 		if err != nil {
@@ -276,7 +252,7 @@ func TestGraphsReplayBitIdentical(t *testing.T) {
 		}
 		if kind == "ids" {
 			next := []int64{1, 2}
-			saved := snapshot(t, e, st)
+			saved := enginetest.States(t, e, st)
 			wantLogits := fixture.NaNs(B * c.Vocab)
 			if err := e.Step(st, next, wantLogits); err != nil {
 				t.Fatal(err)
@@ -324,19 +300,6 @@ func assertBits(t *testing.T, what string, got, want []float32) {
 			t.Fatalf("%s: [%d] = %v, eager gives %v", what, i, got[i], want[i])
 		}
 	}
-}
-
-func snapshot(t *testing.T, e engine.Engine, st engine.State) [][]float32 {
-	var out [][]float32
-	for l := 0; l < e.Config().Layers; l++ {
-		c, err := st.ConvState(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, _ := st.SSMState(l)
-		out = append(out, c, s)
-	}
-	return out
 }
 
 func restore(t *testing.T, st engine.State, saved [][]float32) {

@@ -129,8 +129,9 @@ func randomIDs(n, vocab int) []int64 {
 
 func caseDir(name string) string { return filepath.Join(fixture.Root(), name) }
 
-// states returns a copy of every layer's conv and SSM state.
-func states(t *testing.T, e engine.Engine, st engine.State) [][]float32 {
+// States returns a copy of every layer's conv and SSM state, in layer order
+// (conv, ssm, conv, ssm, ...).
+func States(t *testing.T, e engine.Engine, st engine.State) [][]float32 {
 	var out [][]float32
 	for l := 0; l < e.Config().Layers; l++ {
 		c, err := st.ConvState(l)
@@ -177,7 +178,7 @@ func (s Suite) PrefillEqualsSteps(t *testing.T) {
 				check(t, fmt.Sprintf("%s step %d row %d", name, i, b), h[b*cfg.Hidden:(b+1)*cfg.Hidden], want, s.EquivTol)
 			}
 		}
-		checkStates(t, name, states(t, e, st2), states(t, e, st1), s.EquivTol)
+		checkStates(t, name, States(t, e, st2), States(t, e, st1), s.EquivTol)
 	}
 }
 
@@ -219,7 +220,7 @@ func (s Suite) ChunkedPrefill(t *testing.T) {
 			reordered = append(reordered, got[off+b*T2*d:off+(b+1)*T2*d]...)
 		}
 		check(t, fmt.Sprintf("split %v hidden", split), reordered, want, s.EquivTol)
-		checkStates(t, fmt.Sprintf("split %v", split), states(t, e, part), states(t, e, whole), s.EquivTol)
+		checkStates(t, fmt.Sprintf("split %v", split), States(t, e, part), States(t, e, whole), s.EquivTol)
 	}
 }
 
@@ -235,7 +236,7 @@ func (s Suite) BatchRowsIndependent(t *testing.T) {
 	if err := e.Prefill(st, engine.Input{B: B, T: T, IDs: ids}, engine.All, all); err != nil {
 		t.Fatal(err)
 	}
-	batched := states(t, e, st)
+	batched := States(t, e, st)
 	for b := 0; b < B; b++ {
 		one := mustState(t, e, 1)
 		h := fixture.NaNs(T * d)
@@ -243,7 +244,7 @@ func (s Suite) BatchRowsIndependent(t *testing.T) {
 			t.Fatal(err)
 		}
 		check(t, fmt.Sprintf("row %d hidden", b), h, all[b*T*d:(b+1)*T*d], s.EquivTol)
-		alone := states(t, e, one)
+		alone := States(t, e, one)
 		for i := range alone {
 			per := len(alone[i])
 			check(t, fmt.Sprintf("row %d state %d", b, i), alone[i], batched[i][b*per:(b+1)*per], s.EquivTol)

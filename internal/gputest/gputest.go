@@ -1,0 +1,39 @@
+// Package gputest holds the helpers the GPU tests share.
+package gputest
+
+import (
+	"runtime"
+	"testing"
+
+	"github.com/mambago/mambago/mambago/cuda"
+)
+
+// Need skips the test, saying why, when no GPU is usable.
+func Need(t *testing.T) {
+	t.Helper()
+	if err := cuda.Init(); err != nil {
+		t.Skipf("no usable GPU: %v", err)
+	}
+	if n, err := cuda.DeviceCount(); err != nil || n == 0 {
+		t.Skipf("no CUDA device (%v)", err)
+	}
+}
+
+// Device keeps the test on one OS thread with GPU 0's primary context (the
+// one the engines use) current, for the test's own launches and copies, or
+// skips the test when there is no GPU. The context is released at cleanup.
+func Device(t *testing.T) *cuda.Device {
+	t.Helper()
+	Need(t)
+	runtime.LockOSThread()
+	d, err := cuda.Open(0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.Close()
+		runtime.UnlockOSThread()
+	})
+	return d
+}
