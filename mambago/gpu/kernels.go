@@ -23,7 +23,7 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 		if err != nil {
 			return nil, mods, err
 		}
-		cubin, err := cuda.Compile(src, name, dev.Arch(), "--std=c++17")
+		cubin, err := cuda.CompileCached(src, name, dev.Arch(), "--std=c++17")
 		if err != nil {
 			return nil, mods, err
 		}

@@ -1,0 +1,70 @@
+package cuda
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+)
+
+// Cache statistics, for tests and logs.
+var cacheHits, cacheMisses atomic.Int64
+
+// CacheStats returns how many CompileCached calls were served from disk and
+// how many compiled.
+func CacheStats() (hits, misses int64) { return cacheHits.Load(), cacheMisses.Load() }
+
+// CacheDir is where CompileCached keeps CUBINs: $MAMBAGO_KERNEL_CACHE, else
+// the user cache directory's mambago/kernels ("" disables the cache).
+func CacheDir() string {
+	if d, ok := os.LookupEnv("MAMBAGO_KERNEL_CACHE"); ok {
+		return d
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(base, "mambago", "kernels")
+}
+
+// CompileCached is Compile with an on-disk cache keyed by the source's
+// hash, the architecture, NVRTC's version and the options. A cache that
+// cannot be read or written is skipped, never an error.
+func CompileCached(src, name, arch string, options ...string) ([]byte, error) {
+	maj, min, err := NVRTCVersion()
+	if err != nil {
+		return nil, err
+	}
+	dir := CacheDir()
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00nvrtc %d.%d\x00%s", src, arch, maj, min, strings.Join(options, "\x00"))
+	key := hex.EncodeToString(h.Sum(nil))[:32]
+	path := filepath.Join(dir, fmt.Sprintf("%s-%s-%s.cubin", strings.TrimSuffix(filepath.Base(name), ".cu"), arch, key))
+	if dir != "" {
+		if b, err := os.ReadFile(path); err == nil && bytes.HasPrefix(b, []byte("\x7fELF")) {
+			cacheHits.Add(1)
+			return b, nil
+		}
+	}
+	cubin, err := Compile(src, name, arch, options...)
+	if err != nil {
+		return nil, err
+	}
+	cacheMisses.Add(1)
+	if dir != "" && os.MkdirAll(dir, 0o755) == nil {
+		if tmp, err := os.CreateTemp(dir, ".tmp-*"); err == nil {
+			_, werr := tmp.Write(cubin)
+			cerr := tmp.Close()
+			if werr == nil && cerr == nil {
+				os.Rename(tmp.Name(), path) // atomic: readers see the whole file or none
+			} else {
+				os.Remove(tmp.Name())
+			}
+		}
+	}
+	return cubin, nil
+}
