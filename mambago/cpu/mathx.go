@@ -58,9 +58,14 @@ func softplus(x float32) float32 {
 
 func abs32(x float32) float32 { return math.Float32frombits(math.Float32bits(x) &^ (1 << 31)) }
 
-// silu is x·sigmoid(x).
+// silu is x·sigmoid(x), through e^-|x| ∈ (0, 1] so that exp2neg (inlined,
+// no overflow path) serves both signs.
 func silu(x float32) float32 {
-	return x / (1 + exp2f32(-x*math.Log2E))
+	e := exp2neg(-abs32(x) * math.Log2E)
+	if x >= 0 {
+		return x / (1 + e)
+	}
+	return x * e / (1 + e)
 }
 
 // rmsScale returns 1/sqrt(mean(v²) + eps), accumulated in float64.
