@@ -36,6 +36,7 @@ type Error struct {
 	Name string // e.g. "CUDA_ERROR_OUT_OF_MEMORY"
 }
 
+// Error names the call and its status.
 func (e *Error) Error() string { return fmt.Sprintf("cuda: %s: %s (%d)", e.Call, e.Name, e.Code) }
 
 // check turns a driver status into an error naming the call.

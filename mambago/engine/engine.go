@@ -97,6 +97,7 @@ type Engine interface {
 // as ValueError.
 type InputError struct{ Msg string }
 
+// Error returns the message.
 func (e *InputError) Error() string { return e.Msg }
 
 // Invalid returns an *InputError with a formatted message.

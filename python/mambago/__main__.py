@@ -45,6 +45,7 @@ def _load(args) -> Model:
 
 
 def cmd_info(args) -> int:
+    """Print the model's configuration, device and backend as JSON."""
     m = _load(args)
     info = {"mambago": __version__, "device": m.device, "dtype": m.dtype, "backend": m.backend,
             "config": m.config.__dict__}
@@ -53,6 +54,7 @@ def cmd_info(args) -> int:
 
 
 def cmd_run(args) -> int:
+    """Prefill the prompt, generate, and print the tokens and timings."""
     m = _load(args)
     ids = args.prompt_ids
     B, T = ids.shape
@@ -77,6 +79,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_bench(args) -> int:
+    """Time prefill over batch sizes and prompt lengths; print a table (and JSON with --json)."""
     m = _load(args)
     rng = np.random.default_rng(args.seed)
     rows = []
@@ -100,11 +103,13 @@ def cmd_bench(args) -> int:
 
 
 def main(argv=None) -> int:
+    """Entry point of `python -m mambago` and the `mambago` script; returns the exit status."""
     p = argparse.ArgumentParser(prog="python -m mambago", description="Mamba-1 inference from PyTorch checkpoints.")
     p.add_argument("--version", action="version", version=f"mambago {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(sp):
+        """Add the arguments every subcommand takes."""
         sp.add_argument("model", help="checkpoint folder (config.json + safetensors)")
         sp.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
         sp.add_argument("--dtype", default=None, help="float32 (default), bfloat16 or float16")
