@@ -63,13 +63,10 @@ func (e *Engine) Prefill(st engine.State, in engine.Input, pool engine.Pool, out
 	if err != nil {
 		return err
 	}
-	if err := engine.CheckInput(e.cfg, in, s.batch); err != nil {
+	if err := engine.CheckPrefill(e.cfg, in, s.batch, pool, out); err != nil {
 		return err
 	}
 	d := e.cfg.Hidden
-	if want := pool.OutLen(in.B, in.T, d); len(out) != want {
-		return engine.Invalid("output buffer has %d values, want %d", len(out), want)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 

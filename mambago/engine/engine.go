@@ -150,6 +150,18 @@ func CheckInput(cfg checkpoint.Config, in Input, batch int) error {
 	}
 }
 
+// CheckPrefill validates a prefill: in against cfg and the state's batch
+// size, and out's length against what pool writes.
+func CheckPrefill(cfg checkpoint.Config, in Input, batch int, pool Pool, out []float32) error {
+	if err := CheckInput(cfg, in, batch); err != nil {
+		return err
+	}
+	if want := pool.OutLen(in.B, in.T, cfg.Hidden); len(out) != want {
+		return Invalid("output buffer has %d values, want %d", len(out), want)
+	}
+	return nil
+}
+
 // CheckIDs reports the first token id outside [0, vocab).
 func CheckIDs(name string, ids []int64, vocab int) error {
 	for i, id := range ids {

@@ -183,6 +183,14 @@ func (g *Graph) Step(ids []int64, logits []float32) error {
 	if err := engine.CheckIDs("token_ids", ids, c.Vocab); err != nil {
 		return err
 	}
+	return g.replay(func() error { return cuda.CopyIn(g.in.Ptr, ids, e.stream) },
+		func() error { return cuda.CopyOut(logits, g.logit.Ptr, e.stream) })
+}
+
+// replay uploads the input, launches the graph, downloads the output and
+// waits, on the engine's stream, after checking the graph is still valid.
+func (g *Graph) replay(upload, download func() error) error {
+	e := g.e
 	done, err := e.bind()
 	if err != nil {
 		return err
@@ -192,13 +200,13 @@ func (g *Graph) Step(ids []int64, logits []float32) error {
 		return err
 	}
 	return e.onStream(nil, func() error {
-		if err := cuda.CopyIn(g.in.Ptr, ids, e.stream); err != nil {
+		if err := upload(); err != nil {
 			return err
 		}
 		if err := g.g.Launch(e.stream); err != nil {
 			return err
 		}
-		if err := cuda.CopyOut(logits, g.logit.Ptr, e.stream); err != nil {
+		if err := download(); err != nil {
 			return err
 		}
 		return e.stream.Synchronize()
@@ -215,43 +223,21 @@ func (g *Graph) Prefill(in engine.Input, out []float32) error {
 	if in.B != g.B || in.T != g.T {
 		return engine.Invalid("graph captured B=%d T=%d, input has B=%d T=%d", g.B, g.T, in.B, in.T)
 	}
-	if err := engine.CheckInput(c, in, g.B); err != nil {
+	if err := engine.CheckPrefill(c, in, g.B, g.pool, out); err != nil {
 		return err
 	}
-	if want := g.pool.OutLen(g.B, g.T, c.Hidden); len(out) != want {
-		return engine.Invalid("output buffer has %d values, want %d", len(out), want)
-	}
-	done, err := e.bind()
-	if err != nil {
-		return err
-	}
-	defer done()
-	if err := g.check(); err != nil {
-		return err
-	}
-	return e.onStream(nil, func() error {
-		var err error
+	upload := func() error {
 		switch {
 		case in.IDs != nil && g.kind == "ids":
-			err = cuda.CopyIn(g.in.Ptr, in.IDs, e.stream)
+			return cuda.CopyIn(g.in.Ptr, in.IDs, e.stream)
 		case in.Embeds != nil && g.kind == "embeds":
-			err = cuda.CopyIn(g.in.Ptr, in.Embeds, e.stream)
+			return cuda.CopyIn(g.in.Ptr, in.Embeds, e.stream)
 		case in.Features != nil && g.kind == "features":
-			err = cuda.CopyIn(g.in.Ptr, in.Features, e.stream)
-		default:
-			err = engine.Invalid("graph captured %s input", g.kind)
+			return cuda.CopyIn(g.in.Ptr, in.Features, e.stream)
 		}
-		if err != nil {
-			return err
-		}
-		if err := g.g.Launch(e.stream); err != nil {
-			return err
-		}
-		if err := cuda.CopyOut(out, g.out.Ptr, e.stream); err != nil {
-			return err
-		}
-		return e.stream.Synchronize()
-	})
+		return engine.Invalid("graph captured %s input", g.kind)
+	}
+	return g.replay(upload, func() error { return cuda.CopyOut(out, g.out.Ptr, e.stream) })
 }
 
 // Destroy releases the graph.

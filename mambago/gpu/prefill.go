@@ -14,11 +14,8 @@ func (e *Engine) Prefill(st engine.State, in engine.Input, pool engine.Pool, out
 	if err != nil {
 		return err
 	}
-	if err := engine.CheckInput(e.cfg, in, s.batch); err != nil {
+	if err := engine.CheckPrefill(e.cfg, in, s.batch, pool, out); err != nil {
 		return err
-	}
-	if want := pool.OutLen(in.B, in.T, e.cfg.Hidden); len(out) != want {
-		return engine.Invalid("output buffer has %d values, want %d", len(out), want)
 	}
 	done, err := e.bind()
 	if err != nil {
