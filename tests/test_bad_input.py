@@ -16,14 +16,14 @@ import mambago
 from conftest import case_dir, read_safetensors
 
 
-@pytest.fixture(scope="module")
-def m():
-    return mambago.Model.from_pretrained(case_dir("base"), device="cpu")
+@pytest.fixture
+def m(base_model):
+    return base_model
 
 
-@pytest.fixture(scope="module")
-def fm():
-    return mambago.Model.from_pretrained(case_dir("features"), device="cpu")
+@pytest.fixture
+def fm(features_model):
+    return features_model
 
 
 def ids(m, B=2, T=5):
