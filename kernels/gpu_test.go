@@ -1,6 +1,7 @@
 package kernels_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -226,49 +227,65 @@ func TestConvAndScanKernels(t *testing.T) {
 		}
 		Dk, st0 := randn(E, 1), randn(B*E*N, 1)
 		bdelta, bdtb, bA2, bdbl := upload(t, s, delta), upload(t, s, dtb), upload(t, s, A2), upload(t, s, dbl)
-		bD, bst, by := upload(t, s, Dk), upload(t, s, st0), poisoned(t, s, rows*E)
-		per, chans, shared := gpuengine.ScanLaunch(N)
-		err := fn("scan_seq_f32").Launch(cuda.Dim3{X: (E + chans - 1) / chans, Y: B, Z: 1}, cuda.D1(chans*per), shared, s,
-			bdelta.Ptr, bdtb.Ptr, bA2.Ptr, bdbl.Ptr, ld, R, bu.Ptr, bD.Ptr, bxz.Offset(4*E), 2*E, bst.Ptr, by.Ptr, T, E, N)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gotY := download(t, s, by, rows*E)
-		gotS := download(t, s, bst, B*E*N)
-		wantY, wantS := make([]float64, rows*E), make([]float64, B*E*N)
-		for b := 0; b < B; b++ {
-			for c := 0; c < E; c++ {
-				st := make([]float64, N)
-				for n := range st {
-					st[n] = float64(st0[(b*E+c)*N+n])
-				}
-				for tt := 0; tt < T; tt++ {
-					r := b*T + tt
-					x := float64(delta[r*E+c]) + float64(dtb[c])
-					dt := x
-					if x <= 20 {
-						dt = math.Log1p(math.Exp(x))
-					}
-					u := float64(gotU[r*E+c])
-					acc := 0.0
-					for n := 0; n < N; n++ {
-						st[n] = math.Exp2(dt*float64(A2[c*N+n]))*st[n] + dt*float64(dbl[r*ld+R+n])*u
-						acc += st[n] * float64(dbl[r*ld+R+N+n])
-					}
-					z := float64(xz[r*2*E+E+c])
-					wantY[r*E+c] = (acc + float64(Dk[c])*u) * z / (1 + math.Exp(-z))
-				}
-				for n := range st {
-					wantS[(b*E+c)*N+n] = st[n]
-				}
+		bD := upload(t, s, Dk)
+		wantY, wantS := scanRef(delta, dtb, dbl, A2, Dk, st0, xz, gotU, B, T, E, N, R)
+		for _, chunk := range []int{0, 8, 24} { // the default, and many chunks
+			bst, by := upload(t, s, st0), poisoned(t, s, rows*E)
+			sc := gpuengine.Scan{Delta: bdelta.Ptr, DTBias: bdtb.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
+				U: bu.Ptr, D: bD.Ptr, Z: bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr,
+				B: B, T: T, E: E, N: N, Chunk: chunk}
+			scratch := poisoned(t, s, max(1, sc.ScratchFloats()))
+			sc.Scratch = scratch.Ptr
+			if err := sc.Launch(fn, s); err != nil {
+				t.Fatal(err)
 			}
-		}
-		if e := relErr(gotY, wantY); e > 1e-4 {
-			t.Errorf("scan %+v: y rel err %.3g", tc, e)
-		}
-		if e := relErr(gotS, wantS); e > 1e-4 {
-			t.Errorf("scan %+v: state rel err %.3g", tc, e)
+			checkScan(t, fmt.Sprintf("%+v chunk %d", tc, chunk), download(t, s, by, rows*E), download(t, s, bst, B*E*N),
+				wantY, wantS)
 		}
 		t.Logf("%+v ok", tc)
+	}
+}
+
+// scanRef is the scan in float64: y [B, T, E] and the final state [B, E, N].
+func scanRef(delta, dtb, dbl, A2, Dk, st0, xz, u []float32, B, T, E, N, R int) (wantY, wantS []float64) {
+	ld, rows := R+2*N, B*T
+	wantY, wantS = make([]float64, rows*E), make([]float64, B*E*N)
+	for b := 0; b < B; b++ {
+		for c := 0; c < E; c++ {
+			st := make([]float64, N)
+			for n := range st {
+				st[n] = float64(st0[(b*E+c)*N+n])
+			}
+			for tt := 0; tt < T; tt++ {
+				r := b*T + tt
+				x := float64(delta[r*E+c]) + float64(dtb[c])
+				dt := x
+				if x <= 20 {
+					dt = math.Log1p(math.Exp(x))
+				}
+				uv := float64(u[r*E+c])
+				acc := 0.0
+				for n := 0; n < N; n++ {
+					st[n] = math.Exp2(dt*float64(A2[c*N+n]))*st[n] + dt*float64(dbl[r*ld+R+n])*uv
+					acc += st[n] * float64(dbl[r*ld+R+N+n])
+				}
+				z := float64(xz[r*2*E+E+c])
+				wantY[r*E+c] = (acc + float64(Dk[c])*uv) * z / (1 + math.Exp(-z))
+			}
+			for n := range st {
+				wantS[(b*E+c)*N+n] = st[n]
+			}
+		}
+	}
+	return wantY, wantS
+}
+
+func checkScan(t *testing.T, name string, gotY, gotS []float32, wantY, wantS []float64) {
+	t.Helper()
+	if e := relErr(gotY, wantY); e > 1e-4 {
+		t.Errorf("scan %s: y rel err %.3g", name, e)
+	}
+	if e := relErr(gotS, wantS); e > 1e-4 {
+		t.Errorf("scan %s: state rel err %.3g", name, e)
 	}
 }

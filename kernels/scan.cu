@@ -10,83 +10,156 @@
 // half of in_proj's output (row stride ldz); A2 [E, N] holds A * log2(e), so
 // exp is exp2; state [B, E, N] f32.
 //
-// The recurrence runs sequentially over t, with one thread per (b, c, n):
-// a channel takes `per` lanes (the power of two >= N up to 32, else N rounded
-// up to whole warps), so channels with N <= 16 share a warp. The t loop goes
-// STEPS positions at a time: all their loads are issued first, so memory
-// latency overlaps instead of stalling every step. sum_n runs through warp
-// shuffles, and through shared memory when a channel spans several warps.
-// Grid (ceil(E / channels), B), block channels * per threads with
-// channels = max(1, 256 / per); dynamic shared memory channels * (per/32) *
-// STEPS floats when per > 32.
+// The recurrence is linear in s, so T splits into nch chunks of L positions
+// that run in parallel, in three launches:
+//
+//   1. scan_chunk_sum_f32: every chunk but the last runs from s = 0 and
+//      writes its end state to chunk_state [B, nch, E, N] and the sum of its
+//      dt to sumdt [B, nch, E]. Its decay over the chunk is then
+//      prod_t exp2(dt_t * A2) = exp2(A2 * sum dt).
+//   2. scan_carry_f32: one thread per (b, c, n) walks the chunks in order,
+//      s_start[k+1] = exp2(A2 * sumdt[k]) * s_start[k] + end[k], seeded from
+//      the carried state, and overwrites chunk_state with each chunk's start.
+//   3. scan_chunk_out_f32: every chunk runs again from its start state,
+//      writing y; the last chunk writes the final state back.
+//
+// A prompt of one chunk (decode steps, short prompts) skips 1 and 2 and runs
+// 3 from the carried state itself (start = state, nch = 1).
+//
+// A thread owns one channel c of one chunk and NS = 16 of its states in
+// registers, so a warp reads 32 consecutive channels of delta, u and z (one
+// coalesced row segment) and every lane the same B and C values, which the
+// block stages in shared memory SUB positions at a time. A model with
+// N > NS runs G = ceil(N / NS) state groups: launch 1 covers them all
+// (blockIdx.y = chunk * G + g); launch 3 runs once per group in order, each
+// adding its part of sum_n into y, the last one adding the D skip and the
+// gate. Grid (ceil(E / blockDim.x), chunks [* G], B); blockDim.x <= 128.
 
-#define STEPS 8
+#define NS 16     // states per thread
+#define SUB 32    // positions of B and C staged in shared memory at a time
+#define STEPS 8   // positions whose loads are issued together
+#define MAXB 128  // most channels per block
 
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log1pf(__expf(x)); }
 
-__device__ __forceinline__ int lanes_per_channel(int N) {
-    if (N > 32) return (N + 31) / 32 * 32;
-    int p = 1;
-    while (p < N) p <<= 1;
-    return p;
-}
-
-extern "C" __global__ void scan_seq_f32(const float *__restrict__ delta, const float *__restrict__ dt_bias,
-                                        const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,
-                                        const float *__restrict__ u, const float *__restrict__ Dskip,
-                                        const float *__restrict__ z, int ldz, float *__restrict__ state,
-                                        float *__restrict__ y, int T, int E, int N) {
-    extern __shared__ float partial[];  // [channels][warps per channel][STEPS]
-    int per = lanes_per_channel(N);
-    int local = threadIdx.x / per, n = threadIdx.x % per;
-    int c = blockIdx.x * (blockDim.x / per) + local, b = blockIdx.y;
-    bool active = c < E && n < N;
-    float a = 0.f, s = 0.f, bias = 0.f, dskip = 0.f;
-    size_t si = ((size_t)b * E + c) * N + n;
-    if (active) a = A2[(size_t)c * N + n], s = state[si];
-    if (c < E) bias = dt_bias[c], dskip = Dskip[c];
-    int warps = per / 32, width = per < 32 ? per : 32;
-    for (int t0 = 0; t0 < T; t0 += STEPS) {
-        int cnt = min(STEPS, T - t0);
-        float dv[STEPS], uv[STEPS], bv[STEPS], cv[STEPS], zv[STEPS], contrib[STEPS];
+template <bool OUT>
+__device__ __forceinline__ void scan_chunk(const float *__restrict__ delta, const float *__restrict__ dt_bias,
+                                           const float *__restrict__ A2, const float *__restrict__ dbl, int ldd,
+                                           int R, const float *__restrict__ u, const float *__restrict__ Dskip,
+                                           const float *__restrict__ z, int ldz, const float *start,
+                                           float *chunk_state, float *__restrict__ sumdt, float *state, float *y,
+                                           int T, int E, int N, int L, int nch, int ch, int g, int G) {
+    __shared__ float sB[SUB][NS], sC[SUB][NS];
+    int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.z, n0 = g * NS;
+    bool on = c < E;
+    float a[NS], s[NS];
+    size_t cs = ((size_t)(b * nch + ch) * E + c) * N + n0;  // this thread's states in [B, nch, E, N]
 #pragma unroll
-        for (int i = 0; i < STEPS; i++) {  // issue every load of the group first
-            dv[i] = uv[i] = bv[i] = cv[i] = zv[i] = 0.f;
-            if (i < cnt && c < E) {
-                size_t r = (size_t)b * T + t0 + i;
-                dv[i] = delta[r * E + c], uv[i] = u[r * E + c], zv[i] = z[r * ldz + c];
-                if (n < N) bv[i] = dbl[r * ldd + R + n], cv[i] = dbl[r * ldd + R + N + n];
+    for (int i = 0; i < NS; i++) {
+        bool live = on && n0 + i < N;
+        a[i] = live ? A2[(size_t)c * N + n0 + i] : 0.f;
+        s[i] = OUT && live ? start[cs + i] : 0.f;
+    }
+    float bias = on ? dt_bias[c] : 0.f, dskip = on ? Dskip[c] : 0.f, total = 0.f;
+    int t_end = min(T, (ch + 1) * L);
+    for (int t0 = ch * L; t0 < t_end; t0 += SUB) {
+        int cnt = min(SUB, t_end - t0);
+        __syncthreads();  // the previous positions' B and C are consumed
+        for (int i = threadIdx.x; i < SUB * NS; i += blockDim.x) {
+            int tt = i / NS, n = n0 + i % NS;
+            size_t r = (size_t)b * T + t0 + tt;
+            bool ok = tt < cnt && n < N;
+            sB[tt][i % NS] = ok ? dbl[r * ldd + R + n] : 0.f;
+            if (OUT) sC[tt][i % NS] = ok ? dbl[r * ldd + R + N + n] : 0.f;
+        }
+        __syncthreads();
+        if (!on) continue;
+        for (int i0 = 0; i0 < cnt; i0 += STEPS) {
+            float dv[STEPS], uv[STEPS], zv[STEPS], yv[STEPS];
+#pragma unroll
+            for (int i = 0; i < STEPS; i++) {  // issue every load of the group first
+                size_t r = (size_t)b * T + t0 + i0 + i;
+                bool ok = i0 + i < cnt;
+                dv[i] = ok ? delta[r * E + c] : 0.f;
+                uv[i] = ok ? u[r * E + c] : 0.f;
+                if (OUT) {
+                    zv[i] = ok && g == G - 1 ? z[r * ldz + c] : 0.f;
+                    yv[i] = ok && g > 0 ? y[r * E + c] : 0.f;
+                }
             }
-        }
-#pragma unroll
-        for (int i = 0; i < STEPS; i++) {
-            float dt = softplus_f(dv[i] + bias);
-            if (i < cnt) s = exp2f(dt * a) * s + dt * bv[i] * uv[i];
-            contrib[i] = s * cv[i];
-        }
-#pragma unroll
-        for (int i = 0; i < STEPS; i++)
-            for (int o = width / 2; o > 0; o >>= 1) contrib[i] += __shfl_xor_sync(0xffffffffu, contrib[i], o);
-        if (warps > 1) {
-            if ((n & 31) == 0)
-#pragma unroll
-                for (int i = 0; i < STEPS; i++) partial[(local * warps + n / 32) * STEPS + i] = contrib[i];
-            __syncthreads();
 #pragma unroll
             for (int i = 0; i < STEPS; i++) {
-                contrib[i] = 0.f;
-                for (int w = 0; w < warps; w++) contrib[i] += partial[(local * warps + w) * STEPS + i];
-            }
-            __syncthreads();
-        }
-        if (c < E && n == 0) {
+                if (i0 + i >= cnt) break;
+                float dt = softplus_f(dv[i] + bias), du = dt * uv[i], acc = 0.f;
+                total += dt;
 #pragma unroll
-            for (int i = 0; i < STEPS; i++)
-                if (i < cnt) {
-                    size_t r = (size_t)b * T + t0 + i;
-                    y[r * E + c] = (contrib[i] + dskip * uv[i]) * (zv[i] / (1.f + __expf(-zv[i])));
+                for (int k = 0; k < NS; k++) {
+                    s[k] = exp2f(dt * a[k]) * s[k] + du * sB[i0 + i][k];
+                    if (OUT) acc += s[k] * sC[i0 + i][k];
                 }
+                if (OUT) {
+                    float v = yv[i] + acc;
+                    if (g == G - 1) v = (v + dskip * uv[i]) * (zv[i] / (1.f + __expf(-zv[i])));
+                    y[((size_t)b * T + t0 + i0 + i) * E + c] = v;
+                }
+            }
         }
     }
-    if (active) state[si] = s;
+    if (!on) return;
+    if (OUT) {
+        if (ch == nch - 1)
+#pragma unroll
+            for (int i = 0; i < NS; i++)
+                if (n0 + i < N) state[((size_t)b * E + c) * N + n0 + i] = s[i];
+    } else {
+#pragma unroll
+        for (int i = 0; i < NS; i++)
+            if (n0 + i < N) chunk_state[cs + i] = s[i];
+        if (g == 0) sumdt[(size_t)(b * nch + ch) * E + c] = total;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(MAXB)
+    scan_chunk_sum_f32(const float *__restrict__ delta, const float *__restrict__ dt_bias,
+                       const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,
+                       const float *__restrict__ u, float *chunk_state, float *__restrict__ sumdt, int T, int E,
+                       int N, int L, int nch, int G) {
+    scan_chunk<false>(delta, dt_bias, A2, dbl, ldd, R, u, nullptr, nullptr, 0, nullptr, chunk_state, sumdt, nullptr,
+                      nullptr, T, E, N, L, nch, blockIdx.y / G, blockIdx.y % G, G);
+}
+
+extern "C" __global__ void scan_carry_f32(const float *__restrict__ A2, const float *__restrict__ sumdt,
+                                          float *__restrict__ chunk_state, const float *__restrict__ state, int B,
+                                          int E, int N, int nch) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)B * E * N) return;
+    int n = i % N, c = (i / N) % E, b = i / ((size_t)E * N);
+    float a = A2[(size_t)c * N + n], s = state[i];
+    for (int k0 = 0; k0 < nch; k0 += STEPS) {
+        float end[STEPS], sd[STEPS];
+#pragma unroll
+        for (int j = 0; j < STEPS; j++) {  // the loads first; they do not depend on s
+            int k = k0 + j;
+            bool ok = k < nch - 1;
+            end[j] = ok ? chunk_state[((size_t)(b * nch + k) * E + c) * N + n] : 0.f;
+            sd[j] = ok ? sumdt[(size_t)(b * nch + k) * E + c] : 0.f;
+        }
+#pragma unroll
+        for (int j = 0; j < STEPS; j++) {
+            int k = k0 + j;
+            if (k >= nch) break;
+            chunk_state[((size_t)(b * nch + k) * E + c) * N + n] = s;
+            s = exp2f(a * sd[j]) * s + end[j];
+        }
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(MAXB)
+    scan_chunk_out_f32(const float *__restrict__ delta, const float *__restrict__ dt_bias,
+                       const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,
+                       const float *__restrict__ u, const float *__restrict__ Dskip, const float *__restrict__ z,
+                       int ldz, const float *start, float *state, float *y, int T, int E, int N, int L, int nch,
+                       int g, int G) {
+    scan_chunk<true>(delta, dt_bias, A2, dbl, ldd, R, u, Dskip, z, ldz, start, nullptr, nullptr, state, y, T, E, N, L,
+                     nch, blockIdx.y, g, G);
 }

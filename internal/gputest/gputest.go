@@ -9,7 +9,7 @@ import (
 )
 
 // Need skips the test, saying why, when no GPU is usable.
-func Need(t *testing.T) {
+func Need(t testing.TB) {
 	t.Helper()
 	if err := cuda.Init(); err != nil {
 		t.Skipf("no usable GPU: %v", err)

@@ -35,6 +35,11 @@ type Engine struct {
 	last *cuda.Event // the end of the latest call's work, which the next call waits for
 	// ChunkRows bounds B·T per pass; longer prompts run in chunks along T.
 	ChunkRows int
+	// ScanChunk is the scan's chunk length in positions (a multiple of 8);
+	// 0 picks DefaultScanChunk. Set it before the first prefill.
+	ScanChunk int
+	// Timer, when set, times every stage of every layer (eager calls only).
+	Timer *StageTimer
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -174,13 +179,14 @@ func (e *Engine) close() error {
 type workspace struct {
 	rows, outLen, generation            int
 	h, x, xz, u, dbl, delta, y, in, out *cuda.Buffer
+	scan                                *cuda.Buffer // the scan's chunk summaries
 	logits                              *cuda.Buffer
 	logitsLen                           int
 	ids                                 *cuda.Buffer
 }
 
 func (w *workspace) free() {
-	for _, b := range []*cuda.Buffer{w.h, w.x, w.xz, w.u, w.dbl, w.delta, w.y, w.in, w.out, w.ids, w.logits} {
+	for _, b := range []*cuda.Buffer{w.h, w.x, w.xz, w.u, w.dbl, w.delta, w.y, w.in, w.out, w.ids, w.logits, w.scan} {
 		b.Free()
 	}
 	*w = workspace{}
@@ -194,7 +200,7 @@ func (e *Engine) ensure(rows int) error {
 	if rows <= ws.rows {
 		return nil
 	}
-	for _, b := range []*cuda.Buffer{ws.h, ws.x, ws.xz, ws.u, ws.dbl, ws.delta, ws.y, ws.in, ws.ids} {
+	for _, b := range []*cuda.Buffer{ws.h, ws.x, ws.xz, ws.u, ws.dbl, ws.delta, ws.y, ws.in, ws.ids, ws.scan} {
 		b.Free()
 	}
 	ws.rows = 0
@@ -206,6 +212,7 @@ func (e *Engine) ensure(rows int) error {
 		{&ws.h, 4 * rows * c.Hidden}, {&ws.x, 4 * rows * c.Hidden}, {&ws.xz, 4 * rows * 2 * c.Inner},
 		{&ws.u, 4 * rows * c.Inner}, {&ws.dbl, 4 * rows * (c.DTRank + 2*c.State)}, {&ws.delta, 4 * rows * c.Inner},
 		{&ws.y, 4 * rows * c.Inner}, {&ws.in, 4 * rows * width}, {&ws.ids, 8 * rows},
+		{&ws.scan, 4 * max(1, scanScratchBound(rows, c.Inner, c.State, e.ScanChunk))},
 	}
 	for _, s := range sizes {
 		b, err := cuda.Alloc(s.bytes)
@@ -261,6 +268,9 @@ func (e *Engine) SetTF32(on bool) error {
 	defer done()
 	return e.blas.SetTF32(on)
 }
+
+// function returns the kernel named name.
+func (e *Engine) function(name string) *cuda.Function { return e.fn[name] }
 
 func (e *Engine) launch(name string, grid, block cuda.Dim3, shared int, args ...any) error {
 	return e.fn[name].Launch(grid, block, shared, e.stream, args...)

@@ -98,6 +98,9 @@ func (e *Engine) capture(g *Graph) (*Graph, error) {
 		return nil, err
 	}
 	defer done()
+	timer := e.Timer // events of a timer have no place in a graph
+	e.Timer = nil
+	defer func() { e.Timer = timer }()
 	if err := e.ensure(g.B * g.T); err != nil {
 		return nil, err
 	}

@@ -10,7 +10,7 @@ import (
 // kernelNames are the entry points the engine launches.
 var kernelNames = []string{
 	"embed_f32", "rmsnorm_f32", "rmsnorm_dbc_f32", "add_bias_f32", "scale_f32",
-	"conv_silu_f32", "scan_seq_f32", "pool_f32",
+	"conv_silu_f32", "scan_chunk_sum_f32", "scan_carry_f32", "scan_chunk_out_f32", "pool_f32",
 }
 
 // loadKernels compiles every kernel source for the device and looks up the

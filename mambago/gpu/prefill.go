@@ -240,13 +240,20 @@ func (e *Engine) addBias(x cuda.Ptr, ld int, bias cuda.Ptr, rows, n int) error {
 func (e *Engine) block(l, B, n int, s *State) error {
 	c, g, ws := e.cfg, e.layers[l], &e.ws
 	rows, d, E, R, N, K := B*n, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel
-	steps := []func() error{
-		func() error { // rmsnorm
+	stages := []struct {
+		name string
+		run  func() error
+	}{
+		{"rmsnorm", func() error {
 			return e.launch("rmsnorm_f32", cuda.D1(rows), cuda.D1(256), 0, ws.h.Ptr, g.norm, ws.x.Ptr, d, float32(c.Eps))
-		},
-		func() error { return e.blas.GemmNT(rows, 2*E, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0) }, // in_proj
-		func() error { return e.addBias(ws.xz.Ptr, 2*E, g.inBias, rows, 2*E) },
-		func() error { // conv, then the window update (a second launch: the first reads the old windows)
+		}},
+		{"in_proj", func() error {
+			if err := e.blas.GemmNT(rows, 2*E, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0); err != nil {
+				return err
+			}
+			return e.addBias(ws.xz.Ptr, 2*E, g.inBias, rows, 2*E)
+		}},
+		{"conv", func() error { // conv, then the window update (a second launch: the first reads the old windows)
 			grid := cuda.Dim3{X: (E + 127) / 128, Y: min(n, 65535), Z: B}
 			if err := e.launch("conv_silu_f32", grid, cuda.D1(128), 0,
 				ws.xz.Ptr, 2*E, s.conv[l].Ptr, g.conv, g.convBias, ws.u.Ptr, n, E, K); err != nil {
@@ -254,46 +261,33 @@ func (e *Engine) block(l, B, n int, s *State) error {
 			}
 			return e.launch("conv_window_f32", cuda.Dim3{X: (E + 127) / 128, Y: B, Z: 1}, cuda.D1(128), 0,
 				ws.xz.Ptr, 2*E, s.conv[l].Ptr, n, E, K)
-		},
-		func() error { return e.blas.GemmNT(rows, R+2*N, E, ws.u.Ptr, E, g.xProj, ws.dbl.Ptr, R+2*N, 0) }, // x_proj
-		func() error {
+		}},
+		{"x_proj", func() error {
+			if err := e.blas.GemmNT(rows, R+2*N, E, ws.u.Ptr, E, g.xProj, ws.dbl.Ptr, R+2*N, 0); err != nil {
+				return err
+			}
 			if !c.Falcon {
 				return nil
 			}
 			return e.launch("rmsnorm_dbc_f32", cuda.D1(rows), cuda.D1(128), 0, ws.dbl.Ptr, R, N, float32(c.MixerEps))
-		},
-		func() error { return e.blas.GemmNT(rows, E, R, ws.dbl.Ptr, R+2*N, g.dtProj, ws.delta.Ptr, E, 0) }, // dt_proj
-		func() error { // scan
-			per, chans, shared := ScanLaunch(N)
-			return e.launch("scan_seq_f32", cuda.Dim3{X: (E + chans - 1) / chans, Y: B, Z: 1}, cuda.D1(chans*per),
-				shared, ws.delta.Ptr, g.dtBias, g.a2, ws.dbl.Ptr, R+2*N, R, ws.u.Ptr, g.d,
-				ws.xz.Offset(4*E), 2*E, s.ssm[l].Ptr, ws.y.Ptr, n, E, N)
-		},
-		func() error { return e.blas.GemmNT(rows, d, E, ws.y.Ptr, E, g.outProj, ws.h.Ptr, d, 1) }, // out_proj + residual
-		func() error { return e.addBias(ws.h.Ptr, d, g.outBias, rows, d) },
+		}},
+		{"dt_proj", func() error { return e.blas.GemmNT(rows, E, R, ws.dbl.Ptr, R+2*N, g.dtProj, ws.delta.Ptr, E, 0) }},
+		{"scan", func() error {
+			return Scan{Delta: ws.delta.Ptr, DTBias: g.dtBias, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
+				U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm[l].Ptr, Y: ws.y.Ptr,
+				B: B, T: n, E: E, N: N, Chunk: e.ScanChunk, Scratch: ws.scan.Ptr}.Launch(e.function, e.stream)
+		}},
+		{"out_proj", func() error { // out_proj, accumulated into the residual stream
+			if err := e.blas.GemmNT(rows, d, E, ws.y.Ptr, E, g.outProj, ws.h.Ptr, d, 1); err != nil {
+				return err
+			}
+			return e.addBias(ws.h.Ptr, d, g.outBias, rows, d)
+		}},
 	}
-	for _, step := range steps {
-		if err := step(); err != nil {
+	for _, st := range stages {
+		if err := e.Timer.time(st.name, e.stream, st.run); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// ScanLaunch returns scan_seq_f32's launch shape for d_state N: lanes per
-// channel, channels per block and dynamic shared bytes (kernels/scan.cu).
-func ScanLaunch(N int) (per, chans, shared int) {
-	const steps = 8 // STEPS in scan.cu
-	per = 1
-	for per < N {
-		per <<= 1
-	}
-	if N > 32 {
-		per = (N + 31) / 32 * 32
-	}
-	chans = max(1, 256/per)
-	if per > 32 {
-		shared = 4 * chans * (per / 32) * steps
-	}
-	return per, chans, shared
 }

@@ -15,8 +15,8 @@ type State struct {
 
 // NewState returns a zeroed state for batch sequences.
 func (e *Engine) NewState(batch int) (engine.State, error) {
-	if batch < 1 || batch > 1<<16 {
-		return nil, engine.Invalid("batch_size = %d, want 1..65536", batch)
+	if batch < 1 || batch > 65535 {
+		return nil, engine.Invalid("batch_size = %d, want 1..65535 (a CUDA grid dimension)", batch)
 	}
 	done, err := e.bind()
 	if err != nil {

@@ -1,0 +1,81 @@
+package gpu
+
+import "github.com/mambago/mambago/mambago/cuda"
+
+// Scan is one layer's selective scan over a chunk of B sequences of T
+// positions (kernels/scan.cu has the math and the layouts). It splits T into
+// chunks of Chunk positions that run in parallel, and needs ScratchFloats
+// floats of scratch for their summaries.
+type Scan struct {
+	Delta, DTBias, A2, DBL cuda.Ptr
+	LDD, R                 int // dbl's row stride and the column where B starts
+	U, D, Z                cuda.Ptr
+	LDZ                    int
+	State, Y               cuda.Ptr
+	B, T, E, N             int
+	Chunk                  int      // positions per chunk, a multiple of 8; 0 picks DefaultScanChunk
+	Scratch                cuda.Ptr // ScratchFloats() floats; unused when T fits in one chunk
+}
+
+const (
+	scanStates  = 16  // NS in scan.cu
+	scanThreads = 128 // channels per block, MAXB in scan.cu
+)
+
+// DefaultScanChunk returns the chunk length for d_state N: 64 positions, or
+// 2N when that is longer, which keeps the chunk summaries ([B, chunks, E, N])
+// no larger than the [B·T, E] activations.
+func DefaultScanChunk(N int) int { return max(64, (2*N+7)/8*8) }
+
+func (s Scan) chunk() int { return scanChunk(s.Chunk, s.N) }
+
+func scanChunk(chunk, N int) int {
+	if chunk > 0 {
+		return chunk
+	}
+	return DefaultScanChunk(N)
+}
+
+// scanScratchBound bounds ScratchFloats over every split of rows = B·T:
+// with two or more chunks, B·chunks <= 2·rows/L.
+func scanScratchBound(rows, E, N, chunk int) int { return 2 * rows / scanChunk(chunk, N) * E * (N + 1) }
+
+func (s Scan) chunks() int { return (s.T + s.chunk() - 1) / s.chunk() }
+
+// ScratchFloats is the scratch s needs: every chunk's state [B, chunks, E, N]
+// and dt sum [B, chunks, E], or 0 for a single chunk.
+func (s Scan) ScratchFloats() int {
+	nch := s.chunks()
+	if nch == 1 {
+		return 0
+	}
+	return s.B * nch * s.E * (s.N + 1)
+}
+
+// Launch queues the scan on stream; fn looks kernels up by name.
+func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
+	L, nch, G := s.chunk(), s.chunks(), (s.N+scanStates-1)/scanStates
+	blocks := (s.E + scanThreads - 1) / scanThreads
+	start := s.State
+	if nch > 1 {
+		chunkState := s.Scratch
+		sumdt := s.Scratch + cuda.Ptr(4*s.B*nch*s.E*s.N)
+		if err := fn("scan_chunk_sum_f32").Launch(cuda.Dim3{X: blocks, Y: (nch - 1) * G, Z: s.B}, cuda.D1(scanThreads), 0,
+			stream, s.Delta, s.DTBias, s.A2, s.DBL, s.LDD, s.R, s.U, chunkState, sumdt, s.T, s.E, s.N, L, nch, G); err != nil {
+			return err
+		}
+		if err := fn("scan_carry_f32").Launch(cuda.D1((s.B*s.E*s.N+255)/256), cuda.D1(256), 0, stream,
+			s.A2, sumdt, chunkState, s.State, s.B, s.E, s.N, nch); err != nil {
+			return err
+		}
+		start = chunkState
+	}
+	for g := 0; g < G; g++ {
+		if err := fn("scan_chunk_out_f32").Launch(cuda.Dim3{X: blocks, Y: nch, Z: s.B}, cuda.D1(scanThreads), 0, stream,
+			s.Delta, s.DTBias, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, start, s.State, s.Y,
+			s.T, s.E, s.N, L, nch, g, G); err != nil {
+			return err
+		}
+	}
+	return nil
+}

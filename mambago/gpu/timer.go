@@ -1,0 +1,93 @@
+package gpu
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/mambago/mambago/mambago/cuda"
+)
+
+// StageTimer accumulates GPU time per stage of the layers, measured with a
+// pair of CUDA events around each stage's launches. Set Engine.Timer to use
+// it; the events add a little launch overhead, so it is for profiling runs.
+// A nil *StageTimer records nothing.
+type StageTimer struct {
+	pending []mark
+	ms      map[string]float64
+}
+
+type mark struct {
+	stage      string
+	start, end *cuda.Event
+}
+
+// time runs fn between two events recorded on s, under stage.
+func (t *StageTimer) time(stage string, s *cuda.Stream, fn func() error) error {
+	if t == nil {
+		return fn()
+	}
+	m := mark{stage: stage}
+	var err error
+	if m.start, err = cuda.NewEvent(); err != nil {
+		return err
+	}
+	if m.end, err = cuda.NewEvent(); err != nil {
+		m.start.Destroy()
+		return err
+	}
+	t.pending = append(t.pending, m)
+	if err := m.start.Record(s); err != nil {
+		return err
+	}
+	if err := fn(); err != nil {
+		return err
+	}
+	return m.end.Record(s)
+}
+
+// flush waits for the recorded events and adds up their times.
+func (t *StageTimer) flush() error {
+	if t.ms == nil {
+		t.ms = map[string]float64{}
+	}
+	for _, m := range t.pending {
+		if err := m.end.Synchronize(); err != nil {
+			return err
+		}
+		ms, err := cuda.Elapsed(m.start, m.end)
+		if err != nil {
+			return err
+		}
+		t.ms[m.stage] += float64(ms)
+		m.start.Destroy()
+		m.end.Destroy()
+	}
+	t.pending = t.pending[:0]
+	return nil
+}
+
+// Report waits for the engine's pending work and lists the stages by time
+// spent, with shares of the total. The engine e must be the one t timed.
+func (t *StageTimer) Report(e *Engine) (string, error) {
+	done, err := e.bind()
+	if err != nil {
+		return "", err
+	}
+	defer done()
+	if err := t.flush(); err != nil {
+		return "", err
+	}
+	var total float64
+	names := make([]string, 0, len(t.ms))
+	for n, ms := range t.ms {
+		names = append(names, n)
+		total += ms
+	}
+	sort.Slice(names, func(i, j int) bool { return t.ms[names[i]] > t.ms[names[j]] })
+	var b strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&b, "%-10s %9.2f ms %5.1f%%\n", n, t.ms[n], 100*t.ms[n]/total)
+	}
+	return b.String(), nil
+}
