@@ -30,7 +30,7 @@ func Source(name string) (string, error) {
 	return string(b), err
 }
 
-var entryRE = regexp.MustCompile(`extern "C" __global__ void (\w+)\(`)
+var entryRE = regexp.MustCompile(`extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\(`)
 
 // Entries returns the kernels a source file defines (its extern "C"
 // __global__ functions), so callers look each up only in its own module.

@@ -47,3 +47,19 @@ func TestCompileAll(t *testing.T) {
 		}
 	}
 }
+
+// TestEntries checks the entry-point scan against the scan kernels, whose
+// declarations carry __launch_bounds__.
+func TestEntries(t *testing.T) {
+	got := strings.Join(kernels.Entries("scan.cu"), ",")
+	if want := "scan_chunk_sum_f32,scan_carry_f32,scan_chunk_out_f32"; got != want {
+		t.Fatalf("Entries(scan.cu) = %s, want %s", got, want)
+	}
+	for _, name := range kernels.Names() {
+		for _, k := range kernels.Entries(name) {
+			if strings.HasPrefix(k, "__") {
+				t.Errorf("%s: entry %q is not a kernel name", name, k)
+			}
+		}
+	}
+}

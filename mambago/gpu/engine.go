@@ -53,9 +53,10 @@ func New(w *checkpoint.Weights, ordinal int) (e *Engine, err error) {
 		return nil, err
 	}
 	e = &Engine{cfg: w.Config, dev: dev, ChunkRows: 16384}
+	built := e // e is nil once an error is returned
 	defer func() {
 		if err != nil {
-			e.close()
+			built.close()
 		}
 	}()
 	if e.stream, err = cuda.NewStream(); err != nil {
