@@ -7,31 +7,45 @@
 // newest last, as Hugging Face keeps it). u [B, T, E]; w [E, K]; bias [E] or
 // nullptr; K <= 8.
 //
-// conv_silu_f32 computes every (b, t, c) in parallel: grid (ceil(E / blockDim.x),
-// min(T, 65535), B), one thread per channel (a warp reads 32 consecutive
-// channels of a row), striding over t.
+// conv_silu_f32: grid (ceil(E / blockDim.x), ceil(T / RUN), B). A thread
+// computes RUN consecutive positions of one channel (a warp reads 32
+// consecutive channels of a row), sliding the last MAX_K inputs through
+// registers, so each input is loaded once.
 // conv_window_f32 then replaces each window with the last K inputs of
 // concat(window, x): grid (ceil(E / blockDim.x), B). They are two launches
 // because the first reads the windows the second overwrites.
 
+#define MAX_K 8
+#define RUN 16
+
 extern "C" __global__ void conv_silu_f32(const float *__restrict__ xz, int ldx, const float *__restrict__ win,
                                          const float *__restrict__ w, const float *__restrict__ bias,
                                          float *__restrict__ u, int T, int E, int K) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.z;
+    int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.z, t0 = blockIdx.y * RUN;
     if (c >= E) return;
     const float *state = win + ((size_t)b * E + c) * K;
-    for (int t = blockIdx.y; t < T; t += gridDim.y) {
-        float acc = bias ? bias[c] : 0.f;
-        for (int k = 0; k < K; k++) {
-            int tt = t - (K - 1) + k;  // input position; before 0 it is in the window
-            float x = tt >= 0 ? xz[((size_t)b * T + tt) * ldx + c] : state[K + tt];
-            acc += w[(size_t)c * K + k] * x;
-        }
-        u[((size_t)b * T + t) * E + c] = acc / (1.f + __expf(-acc));
+    // wp[j] weighs hist[j] = x[t - (MAX_K - 1) + j]: the K weights, right-aligned.
+    float wp[MAX_K], hist[MAX_K];
+#pragma unroll
+    for (int j = 0; j < MAX_K; j++) {
+        int k = j - (MAX_K - K);
+        wp[j] = k >= 0 ? w[(size_t)c * K + k] : 0.f;
+        int tt = t0 - (MAX_K - 1) + j;  // before 0 it is in the window (slot K + tt), or weighs 0
+        hist[j] = j == MAX_K - 1 ? 0.f : tt >= 0 ? xz[((size_t)b * T + tt) * ldx + c] : tt >= -K ? state[K + tt] : 0.f;
+    }
+    float b0 = bias ? bias[c] : 0.f;
+    int n = min(RUN, T - t0);
+    for (int i = 0; i < n; i++) {
+        size_t r = (size_t)b * T + t0 + i;
+#pragma unroll
+        for (int j = 0; j < MAX_K - 1; j++) hist[j] = hist[j + 1];
+        hist[MAX_K - 1] = xz[r * ldx + c];
+        float acc = b0;
+#pragma unroll
+        for (int j = 0; j < MAX_K; j++) acc += wp[j] * hist[j];
+        u[r * E + c] = acc / (1.f + __expf(-acc));
     }
 }
-
-#define MAX_K 8
 
 extern "C" __global__ void conv_window_f32(const float *__restrict__ xz, int ldx, float *__restrict__ win, int T,
                                            int E, int K) {

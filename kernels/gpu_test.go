@@ -182,12 +182,9 @@ func TestConvAndScanKernels(t *testing.T) {
 		xz := randn(rows*2*E, 1)
 		win, w, bias := randn(B*E*K, 1), randn(E*K, 0.5), randn(E, 0.1)
 		bxz, bwin, bw, bb, bu := upload(t, s, xz), upload(t, s, win), upload(t, s, w), upload(t, s, bias), poisoned(t, s, rows*E)
-		if err := fn("conv_silu_f32").Launch(cuda.Dim3{X: (E + 127) / 128, Y: T, Z: B}, cuda.D1(128), 0, s,
-			bxz.Ptr, 2*E, bwin.Ptr, bw.Ptr, bb.Ptr, bu.Ptr, T, E, K); err != nil {
-			t.Fatal(err)
-		}
-		if err := fn("conv_window_f32").Launch(cuda.Dim3{X: (E + 127) / 128, Y: B, Z: 1}, cuda.D1(128), 0, s,
-			bxz.Ptr, 2*E, bwin.Ptr, T, E, K); err != nil {
+		conv := gpuengine.Conv{XZ: bxz.Ptr, LDX: 2 * E, Window: bwin.Ptr, W: bw.Ptr, Bias: bb.Ptr, U: bu.Ptr,
+			B: B, T: T, E: E, K: K}
+		if err := conv.Launch(fn, s); err != nil {
 			t.Fatal(err)
 		}
 		gotU := download(t, s, bu, rows*E)

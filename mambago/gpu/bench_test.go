@@ -31,7 +31,7 @@ func BenchmarkPrefill130m(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, chunk := range []int{32, 64, 128, 256} {
+	for _, chunk := range []int{64, 32, 128, 64} {
 		b.Run(fmt.Sprintf("B%d_T%d_chunk%d", B, T, chunk), func(b *testing.B) {
 			e.ScanChunk = chunk
 			for b.Loop() {

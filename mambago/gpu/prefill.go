@@ -253,14 +253,9 @@ func (e *Engine) block(l, B, n int, s *State) error {
 			}
 			return e.addBias(ws.xz.Ptr, 2*E, g.inBias, rows, 2*E)
 		}},
-		{"conv", func() error { // conv, then the window update (a second launch: the first reads the old windows)
-			grid := cuda.Dim3{X: (E + 127) / 128, Y: min(n, 65535), Z: B}
-			if err := e.launch("conv_silu_f32", grid, cuda.D1(128), 0,
-				ws.xz.Ptr, 2*E, s.conv[l].Ptr, g.conv, g.convBias, ws.u.Ptr, n, E, K); err != nil {
-				return err
-			}
-			return e.launch("conv_window_f32", cuda.Dim3{X: (E + 127) / 128, Y: B, Z: 1}, cuda.D1(128), 0,
-				ws.xz.Ptr, 2*E, s.conv[l].Ptr, n, E, K)
+		{"conv", func() error {
+			return Conv{XZ: ws.xz.Ptr, LDX: 2 * E, Window: s.conv[l].Ptr, W: g.conv, Bias: g.convBias, U: ws.u.Ptr,
+				B: B, T: n, E: E, K: K}.Launch(e.function, e.stream)
 		}},
 		{"x_proj", func() error {
 			if err := e.blas.GemmNT(rows, R+2*N, E, ws.u.Ptr, E, g.xProj, ws.dbl.Ptr, R+2*N, 0); err != nil {
