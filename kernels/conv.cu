@@ -30,8 +30,10 @@ extern "C" __global__ void conv_silu_f32(const float *__restrict__ xz, int ldx, 
     for (int j = 0; j < MAX_K; j++) {
         int k = j - (MAX_K - K);
         wp[j] = k >= 0 ? w[(size_t)c * K + k] : 0.f;
-        int tt = t0 - (MAX_K - 1) + j;  // before 0 it is in the window (slot K + tt), or weighs 0
-        hist[j] = j == MAX_K - 1 ? 0.f : tt >= 0 ? xz[((size_t)b * T + tt) * ldx + c] : tt >= -K ? state[K + tt] : 0.f;
+        // hist starts one position back, as each step shifts first. Before
+        // position 0 the inputs are in the window (slot K + tt), or weigh 0.
+        int tt = t0 - MAX_K + j;
+        hist[j] = j == 0 ? 0.f : tt >= 0 ? xz[((size_t)b * T + tt) * ldx + c] : tt >= -K ? state[K + tt] : 0.f;
     }
     float b0 = bias ? bias[c] : 0.f;
     int n = min(RUN, T - t0);

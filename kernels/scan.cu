@@ -98,16 +98,16 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ delta, cons
                 }
             }
 #pragma unroll
-            for (int i = 0; i < STEPS; i++) {
-                if (i0 + i >= cnt) break;
-                float dt = softplus_f(dv[i] + bias), du = dt * uv[i], acc = 0.f;
+            for (int i = 0; i < STEPS; i++) {  // past the end, dt = 0 leaves s exactly as it is
+                bool ok = i0 + i < cnt;
+                float dt = ok ? softplus_f(dv[i] + bias) : 0.f, du = dt * uv[i], acc = 0.f;
                 total += dt;
 #pragma unroll
                 for (int k = 0; k < NS; k++) {
                     s[k] = ex2(dt * a[k]) * s[k] + du * sB[i0 + i][k];
                     if (OUT) acc += s[k] * sC[i0 + i][k];
                 }
-                if (OUT) {
+                if (OUT && ok) {
                     float v = yv[i] + acc;
                     if (g == G - 1) v = (v + dskip * uv[i]) * silu_f(zv[i]);
                     y[((size_t)b * T + t0 + i0 + i) * E + c] = v;

@@ -5,7 +5,8 @@
 #   gpu:      the CUDA binding, kernel and engine tests, the Python tests,
 #             compute-sanitizer memcheck over the kernel and engine fixture
 #             tests, and racecheck over the scan kernel's test;
-#   gpubench: the GPU prefill benchmark against HF (bench/gpu_vs_hf.py);
+#   gpubench: the GPU stage times, then the GPU prefill benchmark against HF
+#             (bench/gpu_vs_hf.py, with $BENCH_ARGS, e.g. "--shapes 130m,370m");
 #   cpu:      the CPU engine's stage timings and the CPU benchmark against HF;
 #   all:      all three (default).
 set -uo pipefail
@@ -39,9 +40,12 @@ if [[ $mode == gpu || $mode == all ]]; then
   echo "racecheck scan exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/racecheck_kernels.log" | tail -1)"
 fi
 if [[ $mode == gpubench || $mode == all ]]; then
-  echo "== GPU prefill, mambago vs Hugging Face (f32)"
-  python3 bench/gpu_vs_hf.py --out "$OUT/gpu_vs_hf.json" --commit "$commit" 2>&1 | grep -v "falling back\|Loading" \
-    | tee "$OUT/gpu_vs_hf.log"
+  echo "== GPU stage times (130m shape, B=1, T=2048; Go benchmark)"
+  .carry/gpu.test -test.v -test.run x -test.bench Prefill130m -test.benchtime 20x 2>&1 | tee "$OUT/gpu_stages.log" \
+    | grep -v "^goos\|^goarch\|^pkg\|^=== \|^Benchmark.*[^s]$"
+  echo "== GPU prefill, mambago vs Hugging Face (f32) ${BENCH_ARGS:-}"
+  python3 bench/gpu_vs_hf.py --out "$OUT/gpu_vs_hf.json" --commit "$commit" ${BENCH_ARGS:-} 2>&1 \
+    | grep -v "falling back\|Loading" | tee "$OUT/gpu_vs_hf.log"
 fi
 if [[ $mode == cpu || $mode == all ]]; then
   echo "== Go CPU engine stage timings (130m shape, B=1, T=512)"
