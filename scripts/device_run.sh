@@ -40,8 +40,8 @@ if [[ $mode == gpu || $mode == all ]]; then
   echo "racecheck scan exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/racecheck_kernels.log" | tail -1)"
 fi
 if [[ $mode == gpubench || $mode == all ]]; then
-  echo "== GPU stage times (130m shape, B=1, T=2048; Go benchmark)"
-  .carry/gpu.test -test.v -test.run x -test.bench Prefill130m -test.benchtime 20x 2>&1 | tee "$OUT/gpu_stages.log" \
+  echo "== GPU stage times (130m shape, B=1, T=2048; Go benchmark; GPU_STAGES=0 skips)"
+  [[ ${GPU_STAGES:-1} == 0 ]] || .carry/gpu.test -test.v -test.run x -test.bench Prefill130m -test.benchtime 20x 2>&1 | tee "$OUT/gpu_stages.log" \
     | grep -v "^goos\|^goarch\|^pkg\|^=== \|^Benchmark.*[^s]$"
   echo "== GPU prefill, mambago vs Hugging Face (f32) ${BENCH_ARGS:-}"
   python3 bench/gpu_vs_hf.py --out "$OUT/gpu_vs_hf.json" --commit "$commit" ${BENCH_ARGS:-} 2>&1 \
