@@ -22,6 +22,7 @@ import (
 
 	"github.com/mambago/mambago/mambago"
 	"github.com/mambago/mambago/mambago/engine"
+	"github.com/mambago/mambago/mambago/gpu"
 )
 
 // handles maps the integers Python holds to Go objects.
@@ -66,9 +67,16 @@ type stateOf struct {
 	st    engine.State
 }
 
+// graphOf remembers which model a graph was captured on.
+type graphOf struct {
+	model int64
+	g     *gpu.Graph
+}
+
 var (
 	models handles[*mambago.Model]
 	states handles[stateOf]
+	graphs handles[graphOf]
 )
 
 // guard turns a panic into an error and prefixes err with its Python type.
@@ -180,10 +188,30 @@ func NewState(model int64, batch int) (h int64, err error) {
 	return states.add(stateOf{model, st}), nil
 }
 
-// FreeState releases a state handle.
+// FreeState releases a state handle and the state's device memory, if any.
 func FreeState(state int64) (ok bool, err error) {
 	defer guard(&err)
-	return states.drop(state), nil
+	s, err := states.get(state, "state")
+	if err != nil {
+		return false, nil
+	}
+	states.drop(state)
+	if f, ok := s.st.(interface{ Free() error }); ok {
+		return true, f.Free()
+	}
+	return true, nil
+}
+
+// Reserve sizes the model's workspace for prefills of up to batch sequences
+// of T positions and steps of up to batch sequences, so they allocate nothing
+// (CUDA engine; a no-op on the CPU).
+func Reserve(model int64, batch, T int) (ok bool, err error) {
+	defer guard(&err)
+	m, err := models.get(model, "model")
+	if err != nil {
+		return false, err
+	}
+	return true, m.Reserve(batch, T)
 }
 
 // ResetState zeroes a state.
@@ -271,6 +299,16 @@ func Prefill(model, state int64, kind string, in uintptr, inLen, B, T int, outpu
 	if err := checkBuf("output", out, outLen); err != nil {
 		return 0, err
 	}
+	input, err := hostInput(kind, in, inLen, B, T)
+	if err != nil {
+		return 0, err
+	}
+	return outLen, m.Prefill(st, input, pool, floats(out, outLen))
+}
+
+// hostInput views the inLen values at in as a prompt of B sequences of T
+// positions of kind "ids", "embeds" or "features".
+func hostInput(kind string, in uintptr, inLen, B, T int) (engine.Input, error) {
 	input := engine.Input{B: B, T: T}
 	switch kind {
 	case "ids":
@@ -280,9 +318,9 @@ func Prefill(model, state int64, kind string, in uintptr, inLen, B, T int, outpu
 	case "features":
 		input.Features = floats(in, inLen)
 	default:
-		return 0, fmt.Errorf("ValueError: input kind %q, want 'ids', 'embeds' or 'features'", kind)
+		return input, fmt.Errorf("ValueError: input kind %q, want 'ids', 'embeds' or 'features'", kind)
 	}
-	return outLen, m.Prefill(st, input, pool, floats(out, outLen))
+	return input, nil
 }
 
 // devicePrefiller is an engine that takes device pointers (the CUDA engine).
@@ -376,4 +414,106 @@ func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, t
 		copy(dst[b*maxNew:b*maxNew+n], toks[b*n:(b+1)*n])
 	}
 	return n, nil
+}
+
+// gpuEngine returns the model's CUDA engine, or a ValueError naming what needs it.
+func gpuEngine(m *mambago.Model, what string) (*gpu.Engine, error) {
+	g, ok := m.Engine.(*gpu.Engine)
+	if !ok {
+		return nil, fmt.Errorf("ValueError: %s needs the CUDA engine; this model runs on %s", what, m.Device())
+	}
+	return g, nil
+}
+
+// CaptureStep captures the decode step of state (B = its batch) as a CUDA
+// graph and returns its handle.
+func CaptureStep(model, state int64) (h int64, err error) {
+	defer guard(&err)
+	m, st, err := modelState(model, state)
+	if err != nil {
+		return 0, err
+	}
+	e, err := gpuEngine(m, "capture_step")
+	if err != nil {
+		return 0, err
+	}
+	g, err := e.CaptureStep(st)
+	if err != nil {
+		return 0, err
+	}
+	return graphs.add(graphOf{model, g}), nil
+}
+
+// CapturePrefill captures a prefill of state's B sequences of T positions of
+// input kind ("ids", "embeds" or "features") with output ("last", "all",
+// "sum" or "mean") as a CUDA graph and returns its handle.
+func CapturePrefill(model, state int64, kind string, T int, output string) (h int64, err error) {
+	defer guard(&err)
+	m, st, err := modelState(model, state)
+	if err != nil {
+		return 0, err
+	}
+	e, err := gpuEngine(m, "capture_prefill")
+	if err != nil {
+		return 0, err
+	}
+	pool, err := engine.ParsePool(output)
+	if err != nil {
+		return 0, err
+	}
+	g, err := e.CapturePrefill(st, kind, T, pool)
+	if err != nil {
+		return 0, err
+	}
+	return graphs.add(graphOf{model, g}), nil
+}
+
+// GraphStep replays a captured step: B token ids (int64) at ids in, float32
+// [B, V] logits to out. It returns the number of values written.
+func GraphStep(graph int64, ids uintptr, B int, out uintptr, outLen int) (written int, err error) {
+	defer guard(&err)
+	g, err := graphs.get(graph, "graph")
+	if err != nil {
+		return 0, err
+	}
+	if err := checkBuf("token_ids", ids, B); err != nil {
+		return 0, err
+	}
+	if err := checkBuf("logits", out, outLen); err != nil {
+		return 0, err
+	}
+	return outLen, g.g.Step(int64s(ids, B), floats(out, outLen))
+}
+
+// GraphPrefill replays a captured prefill on the input at in (kind and shape
+// as captured; inLen values) and writes its output (outLen float32 values) to
+// out. It returns the number of values written.
+func GraphPrefill(graph int64, kind string, in uintptr, inLen, B, T int, out uintptr, outLen int) (written int, err error) {
+	defer guard(&err)
+	g, err := graphs.get(graph, "graph")
+	if err != nil {
+		return 0, err
+	}
+	if err := checkBuf("input", in, inLen); err != nil {
+		return 0, err
+	}
+	if err := checkBuf("output", out, outLen); err != nil {
+		return 0, err
+	}
+	input, err := hostInput(kind, in, inLen, B, T)
+	if err != nil {
+		return 0, err
+	}
+	return outLen, g.g.Prefill(input, floats(out, outLen))
+}
+
+// FreeGraph releases a graph handle and the graph's device memory.
+func FreeGraph(graph int64) (ok bool, err error) {
+	defer guard(&err)
+	g, err := graphs.get(graph, "graph")
+	if err != nil {
+		return false, nil
+	}
+	graphs.drop(graph)
+	return true, g.g.Destroy()
 }

@@ -104,3 +104,17 @@ func Open(path string, opts Options) (*Model, error) {
 	}
 	return &Model{Engine: e}, nil
 }
+
+// Reserve sizes the engine's workspace up front for prefills of up to batch
+// sequences of T positions and decode steps of up to batch sequences, so
+// those calls allocate no device memory (CUDA engine). The CPU engine has no
+// workspace to size and returns nil.
+func (m *Model) Reserve(batch, T int) error {
+	if r, ok := m.Engine.(interface{ Reserve(batch, T int) error }); ok {
+		return r.Reserve(batch, T)
+	}
+	if batch < 1 || T < 1 {
+		return engine.Invalid("reserve: batch_size = %d and seq_len = %d must be positive", batch, T)
+	}
+	return nil
+}

@@ -319,3 +319,23 @@ def test_raw_bindings_survive_bad_handles_and_pointers():
 def test_prefill_ptr_needs_the_cuda_engine(m):
     with pytest.raises(ValueError, match="CUDA engine"):
         m.prefill_ptr(16, (1, 2), out_ptr=16)
+
+
+def test_graphs_need_the_cuda_engine(base_model):
+    st = base_model.new_state(1)
+    with pytest.raises(ValueError, match="CUDA engine"):
+        base_model.capture_step(st)
+    with pytest.raises(ValueError, match="CUDA engine"):
+        base_model.capture_prefill(st, 4)
+    with pytest.raises(ValueError, match="kind"):
+        base_model.capture_prefill(st, 4, kind="tokens")
+    with pytest.raises(TypeError, match="seq_len"):
+        base_model.capture_prefill(st, 4.0)
+
+
+def test_reserve(base_model):
+    base_model.reserve(2, 16)  # a no-op on the CPU, but checked
+    with pytest.raises(ValueError, match="batch_size"):
+        base_model.reserve(0, 16)
+    with pytest.raises(TypeError, match="seq_len"):
+        base_model.reserve(1, "16")

@@ -42,6 +42,30 @@ func BenchmarkPrefill130m(b *testing.B) {
 			b.ReportMetric(float64(B*T)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
 		})
 	}
+	// A short prompt, eager and as a captured graph: launch-bound.
+	const short = 128
+	sin, sout := engine.Input{B: B, T: short, IDs: ids[:B*short]}, make([]float32, B*768)
+	b.Run(fmt.Sprintf("B%d_T%d_eager", B, short), func(b *testing.B) {
+		for b.Loop() {
+			if err := e.Prefill(st, sin, engine.Last, sout); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(B*short)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+	})
+	b.Run(fmt.Sprintf("B%d_T%d_graph", B, short), func(b *testing.B) {
+		g, err := e.CapturePrefill(st, "ids", short, engine.Last)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer g.Destroy()
+		for b.Loop() {
+			if err := g.Prefill(sin, sout); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(B*short)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+	})
 	e.ScanChunk, e.Timer = 0, &gpu.StageTimer{}
 	for range 5 {
 		if err := e.Prefill(st, in, engine.Last, out); err != nil {

@@ -31,8 +31,9 @@ type Engine struct {
 	emb, normF, lmHead, inputProj, inputBias cuda.Ptr
 	layers                                   []layer
 
-	ws   workspace
-	last *cuda.Event // the end of the latest call's work, which the next call waits for
+	ws     workspace
+	closed bool        // set by Close; every later call fails
+	last   *cuda.Event // the end of the latest call's work, which the next call waits for
 	// ChunkRows bounds B·T per pass; longer prompts run in chunks along T.
 	ChunkRows int
 	// ScanChunk is the scan's chunk length in positions (a multiple of 8);
@@ -139,6 +140,10 @@ func (e *Engine) Backend() string {
 // current there; the returned func undoes the lock and releases e.mu.
 func (e *Engine) bind() (func(), error) {
 	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, engine.Invalid("the model is closed")
+	}
 	runtime.LockOSThread()
 	done := func() {
 		runtime.UnlockOSThread()
@@ -162,6 +167,7 @@ func (e *Engine) Close() error {
 }
 
 func (e *Engine) close() error {
+	e.closed = true
 	e.ws.free()
 	for _, b := range e.bufs {
 		b.Free()
@@ -225,6 +231,30 @@ func (e *Engine) ensure(rows int) error {
 	ws.rows = rows
 	ws.generation++
 	return nil
+}
+
+// Reserve sizes the workspace up front for prefills of up to batch
+// sequences of T positions (any output) and for decode steps of up to batch
+// sequences, so that those calls allocate nothing. Without it the workspace
+// grows on the first call at a larger shape. Growing it invalidates captured
+// graphs (they refuse to replay), so reserve before capturing.
+func (e *Engine) Reserve(batch, T int) error {
+	if batch < 1 || T < 1 {
+		return engine.Invalid("reserve: batch_size = %d and seq_len = %d must be positive", batch, T)
+	}
+	done, err := e.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	c := e.cfg
+	if err := e.ensure(batch * max(1, min(T, e.ChunkRows/batch))); err != nil {
+		return err
+	}
+	if err := e.ensureOut(batch * T * c.Hidden); err != nil {
+		return err
+	}
+	return e.ensureLogits(batch * c.Vocab)
 }
 
 // ensureOut sizes the host-entry output staging buffer to n floats.

@@ -129,22 +129,14 @@ func (e *Engine) capture(g *Graph) (*Graph, error) {
 
 // warmUp runs g's work eagerly and puts the state back as it was.
 func (e *Engine) warmUp(g *Graph) error {
-	var saved []*cuda.Buffer
-	defer func() {
-		for _, b := range saved {
-			b.Free()
-		}
-	}()
-	all := append(append([]*cuda.Buffer{}, g.s.conv...), g.s.ssm...)
-	for _, b := range all {
-		cp, err := cuda.Alloc(b.Bytes)
-		if err != nil {
-			return err
-		}
-		saved = append(saved, cp)
-		if err := cuda.Copy(cp.Ptr, b.Ptr, b.Bytes, e.stream); err != nil {
-			return err
-		}
+	st := g.s.buf
+	saved, err := cuda.Alloc(st.Bytes)
+	if err != nil {
+		return err
+	}
+	defer saved.Free()
+	if err := cuda.Copy(saved.Ptr, st.Ptr, st.Bytes, e.stream); err != nil {
+		return err
 	}
 	if err := cuda.Fill32(g.in.Ptr, 0, g.in.Bytes/4, e.stream); err != nil { // token 0, or zeros
 		return err
@@ -152,10 +144,8 @@ func (e *Engine) warmUp(g *Graph) error {
 	if err := g.body(); err != nil {
 		return err
 	}
-	for i, b := range all {
-		if err := cuda.Copy(b.Ptr, saved[i].Ptr, b.Bytes, e.stream); err != nil {
-			return err
-		}
+	if err := cuda.Copy(st.Ptr, saved.Ptr, st.Bytes, e.stream); err != nil {
+		return err
 	}
 	return e.stream.Synchronize()
 }
@@ -166,6 +156,8 @@ func (g *Graph) check() error {
 	switch {
 	case g.g == nil:
 		return engine.Invalid("graph is destroyed")
+	case g.s.buf == nil:
+		return engine.Invalid("the graph's state is freed")
 	case g.generation != e.ws.generation:
 		return engine.Invalid("the engine's workspace was reallocated since the capture (a larger prefill ran): capture again")
 	case g.tf32 != e.blas.TF32:

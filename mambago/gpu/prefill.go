@@ -254,7 +254,7 @@ func (e *Engine) block(l, B, n int, s *State) error {
 			return e.addBias(ws.xz.Ptr, 2*E, g.inBias, rows, 2*E)
 		}},
 		{"conv", func() error {
-			return Conv{XZ: ws.xz.Ptr, LDX: 2 * E, Window: s.conv[l].Ptr, W: g.conv, Bias: g.convBias, U: ws.u.Ptr,
+			return Conv{XZ: ws.xz.Ptr, LDX: 2 * E, Window: s.conv(l), W: g.conv, Bias: g.convBias, U: ws.u.Ptr,
 				B: B, T: n, E: E, K: K}.Launch(e.function, e.stream)
 		}},
 		{"x_proj", func() error {
@@ -269,7 +269,7 @@ func (e *Engine) block(l, B, n int, s *State) error {
 		{"dt_proj", func() error { return e.blas.GemmNT(rows, E, R, ws.dbl.Ptr, R+2*N, g.dtProj, ws.delta.Ptr, E, 0) }},
 		{"scan", func() error {
 			return Scan{Delta: ws.delta.Ptr, DTBias: g.dtBias, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
-				U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm[l].Ptr, Y: ws.y.Ptr,
+				U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
 				B: B, T: n, E: E, N: N, Chunk: e.ScanChunk, Scratch: ws.scan.Ptr}.Launch(e.function, e.stream)
 		}},
 		{"out_proj", func() error { // out_proj, accumulated into the residual stream

@@ -5,12 +5,14 @@ import (
 	"github.com/mambago/mambago/mambago/engine"
 )
 
-// State is the GPU engine's carried state in device memory: per layer, the
-// conv window [B, E, K] and the SSM state [B, E, N], f32.
+// State is the GPU engine's carried state in device memory, one allocation:
+// every layer's conv window [B, E, K], then every layer's SSM state
+// [B, E, N], f32.
 type State struct {
-	owner     *Engine
-	batch     int
-	conv, ssm []*cuda.Buffer
+	owner           *Engine
+	batch           int
+	buf             *cuda.Buffer
+	convLen, ssmLen int // floats per layer
 }
 
 // NewState returns a zeroed state for batch sequences.
@@ -24,33 +26,39 @@ func (e *Engine) NewState(batch int) (engine.State, error) {
 	}
 	defer done()
 	c := e.cfg
-	s := &State{owner: e, batch: batch}
-	for l := 0; l < c.Layers; l++ {
-		for _, n := range []int{batch * c.Inner * c.ConvKernel, batch * c.Inner * c.State} {
-			b, err := cuda.Alloc(4 * n)
-			if err != nil {
-				s.free()
-				return nil, err
-			}
-			if err := cuda.Fill32(b.Ptr, 0, n, e.stream); err != nil {
-				s.free()
-				return nil, err
-			}
-			if len(s.conv) == l {
-				s.conv = append(s.conv, b)
-			} else {
-				s.ssm = append(s.ssm, b)
-			}
-		}
+	s := &State{owner: e, batch: batch, convLen: batch * c.Inner * c.ConvKernel, ssmLen: batch * c.Inner * c.State}
+	n := c.Layers * (s.convLen + s.ssmLen)
+	if s.buf, err = cuda.Alloc(4 * n); err != nil {
+		return nil, err
+	}
+	if err := cuda.Fill32(s.buf.Ptr, 0, n, e.stream); err != nil {
+		s.buf.Free()
+		return nil, err
 	}
 	return s, e.stream.Synchronize()
 }
 
-func (s *State) free() {
-	for _, b := range append(s.conv, s.ssm...) {
-		b.Free()
+// conv returns layer l's conv window.
+func (s *State) conv(l int) cuda.Ptr { return s.buf.Offset(4 * l * s.convLen) }
+
+// ssm returns layer l's SSM state.
+func (s *State) ssm(l int) cuda.Ptr {
+	return s.buf.Offset(4 * (s.owner.cfg.Layers*s.convLen + l*s.ssmLen))
+}
+
+// Free releases the state's device memory; the state is unusable after.
+func (s *State) Free() error {
+	if s.buf == nil {
+		return nil
 	}
-	s.conv, s.ssm = nil, nil
+	done, err := s.owner.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	err = s.buf.Free()
+	s.buf = nil
+	return err
 }
 
 // Batch returns the number of sequences the state holds.
@@ -59,72 +67,80 @@ func (s *State) Batch() int { return s.batch }
 // Reset zeroes the state.
 func (s *State) Reset() {
 	e := s.owner
+	if s.buf == nil {
+		return
+	}
 	done, err := e.bind()
 	if err != nil {
 		return
 	}
 	defer done()
-	for l := range s.conv {
-		cuda.Fill32(s.conv[l].Ptr, 0, s.conv[l].Bytes/4, e.stream)
-		cuda.Fill32(s.ssm[l].Ptr, 0, s.ssm[l].Bytes/4, e.stream)
-	}
+	cuda.Fill32(s.buf.Ptr, 0, s.buf.Bytes/4, e.stream)
 	e.stream.Synchronize()
 }
 
 // ConvState returns a copy of layer's conv window, [B, E, K].
-func (s *State) ConvState(layer int) ([]float32, error) { return s.get(s.conv, layer) }
+func (s *State) ConvState(layer int) ([]float32, error) { return s.get(layer, s.conv, s.convLen) }
 
 // SSMState returns a copy of layer's SSM state, [B, E, N].
-func (s *State) SSMState(layer int) ([]float32, error) { return s.get(s.ssm, layer) }
+func (s *State) SSMState(layer int) ([]float32, error) { return s.get(layer, s.ssm, s.ssmLen) }
 
 // SetConvState overwrites layer's conv window, [B, E, K].
 func (s *State) SetConvState(layer int, v []float32) error {
-	return s.set(s.conv, layer, v, "conv state")
+	return s.set(layer, s.conv, s.convLen, v, "conv state")
 }
 
 // SetSSMState overwrites layer's SSM state, [B, E, N].
-func (s *State) SetSSMState(layer int, v []float32) error { return s.set(s.ssm, layer, v, "ssm state") }
+func (s *State) SetSSMState(layer int, v []float32) error {
+	return s.set(layer, s.ssm, s.ssmLen, v, "ssm state")
+}
 
-func (s *State) get(all []*cuda.Buffer, layer int) ([]float32, error) {
+func (s *State) get(layer int, at func(int) cuda.Ptr, n int) ([]float32, error) {
 	e := s.owner
 	if err := engine.CheckLayer(e.cfg, layer); err != nil {
 		return nil, err
+	}
+	if s.buf == nil {
+		return nil, engine.Invalid("state is freed")
 	}
 	done, err := e.bind()
 	if err != nil {
 		return nil, err
 	}
 	defer done()
-	out := make([]float32, all[layer].Bytes/4)
-	if err := cuda.CopyOut(out, all[layer].Ptr, e.stream); err != nil {
+	out := make([]float32, n)
+	if err := cuda.CopyOut(out, at(layer), e.stream); err != nil {
 		return nil, err
 	}
 	return out, e.stream.Synchronize()
 }
 
-func (s *State) set(all []*cuda.Buffer, layer int, v []float32, what string) error {
+func (s *State) set(layer int, at func(int) cuda.Ptr, n int, v []float32, what string) error {
 	e := s.owner
 	if err := engine.CheckLayer(e.cfg, layer); err != nil {
 		return err
 	}
-	if len(v) != all[layer].Bytes/4 {
-		return engine.Invalid("%s of layer %d needs %d values, got %d", what, layer, all[layer].Bytes/4, len(v))
+	if len(v) != n {
+		return engine.Invalid("%s of layer %d needs %d values, got %d", what, layer, n, len(v))
 	}
 	if err := engine.CheckFinite(what, v); err != nil {
 		return err
+	}
+	if s.buf == nil {
+		return engine.Invalid("state is freed")
 	}
 	done, err := e.bind()
 	if err != nil {
 		return err
 	}
 	defer done()
-	if err := cuda.CopyIn(all[layer].Ptr, v, e.stream); err != nil {
+	if err := cuda.CopyIn(at(layer), v, e.stream); err != nil {
 		return err
 	}
 	return e.stream.Synchronize()
 }
 
-// own returns st as a *State of e.
+// own returns st as a live *State of e.
 func (e *Engine) own(st engine.State) (*State, error) {
 	s, ok := st.(*State)
 	if !ok || s == nil {
@@ -132,6 +148,9 @@ func (e *Engine) own(st engine.State) (*State, error) {
 	}
 	if s.owner != e {
 		return nil, engine.Invalid("state belongs to another model")
+	}
+	if s.buf == nil {
+		return nil, engine.Invalid("state is freed")
 	}
 	return s, nil
 }

@@ -298,6 +298,28 @@ class Model:
             raise ValueError(f"state holds {state.batch_size} sequences, but the input has batch size {B}")
         return state
 
+    def _prompt(self, input_ids, inputs_embeds, features):
+        """Check a prompt given as exactly one of the three inputs; return (array, kind)."""
+        given = [n for n, v in (("input_ids", input_ids), ("inputs_embeds", inputs_embeds),
+                                ("features", features)) if v is not None]
+        if len(given) != 1:
+            raise ValueError(f"give exactly one of input_ids, inputs_embeds or features (got {given or 'none'})")
+        cfg = self.config
+        name = given[0]
+        if name == "input_ids":
+            x = _batched(name, _as_array(name, input_ids, "int"), 2)
+            _check_ids(name, x, cfg.vocab_size)
+            return x, "ids"
+        x = _batched(name, _as_array(name, inputs_embeds if name == "inputs_embeds" else features, "float32"), 3)
+        kind = "embeds" if name == "inputs_embeds" else "features"
+        width = cfg.hidden_size if kind == "embeds" else cfg.input_dim
+        if kind == "features" and width == 0:
+            raise ValueError("features given, but the checkpoint has no input_proj.weight")
+        if x.shape[2] != width:
+            what = "hidden_size" if kind == "embeds" else "input_proj's input dim"
+            raise ValueError(f"{name} has last dimension {x.shape[2]}, the model's {what} is {width}")
+        return x, kind
+
     def prefill(self, input_ids=None, *, inputs_embeds=None, features=None, state: State | None = None,
                 output: str = "last") -> np.ndarray:
         """Run whole prompts through the model in one pass.
@@ -311,26 +333,10 @@ class Model:
         always after the final norm: "last" [B, d], "all" [B, T, d], "sum" or
         "mean" over T [B, d].
         """
-        given = [n for n, v in (("input_ids", input_ids), ("inputs_embeds", inputs_embeds),
-                                ("features", features)) if v is not None]
-        if len(given) != 1:
-            raise ValueError(f"give exactly one of input_ids, inputs_embeds or features (got {given or 'none'})")
+        x, kind = self._prompt(input_ids, inputs_embeds, features)
         if not isinstance(output, str) or output not in _OUTPUTS:
             raise ValueError(f"output must be one of {_OUTPUTS}, got {output!r}")
         cfg = self.config
-        name = given[0]
-        if name == "input_ids":
-            x, kind = _batched(name, _as_array(name, input_ids, "int"), 2), "ids"
-            _check_ids(name, x, cfg.vocab_size)
-        else:
-            x = _batched(name, _as_array(name, inputs_embeds if name == "inputs_embeds" else features, "float32"), 3)
-            kind = "embeds" if name == "inputs_embeds" else "features"
-            width = cfg.hidden_size if kind == "embeds" else cfg.input_dim
-            if kind == "features" and width == 0:
-                raise ValueError("features given, but the checkpoint has no input_proj.weight")
-            if x.shape[2] != width:
-                what = "hidden_size" if kind == "embeds" else "input_proj's input dim"
-                raise ValueError(f"{name} has last dimension {x.shape[2]}, the model's {what} is {width}")
         B, T = x.shape[0], x.shape[1]
         if state is None:
             state = self.new_state(B)
@@ -395,6 +401,50 @@ class Model:
         _call(_b.Step, self._handle(), state._handle(), _addr(ids), ids.shape[0], _addr(out), out.size)
         return out
 
+    def reserve(self, batch_size: int, seq_len: int) -> None:
+        """Size the CUDA engine's device workspace up front for prefills of up to
+        batch_size sequences of seq_len positions and steps of up to batch_size
+        sequences, so that those calls allocate no device memory. Without it
+        the workspace grows on the first call at a larger shape (which also
+        makes graphs captured before refuse to replay). A no-op on the CPU."""
+        for name, v in (("batch_size", batch_size), ("seq_len", seq_len)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+            if v < 1:
+                raise ValueError(f"{name} must be at least 1, got {v}")
+        _call(_b.Reserve, self._handle(), int(batch_size), int(seq_len))
+
+    def capture_step(self, state: State) -> "Graph":
+        """Capture the decode step of state's batch as a CUDA graph (CUDA engine).
+
+        graph.step(token_ids) then does what step(token_ids, state) does, with
+        one graph launch instead of one launch per kernel, bit for bit the
+        same. Reserve or run the shapes you need first: a later workspace
+        growth makes the graph refuse to replay (capture again then).
+        """
+        self._check_state(state, state.batch_size)
+        h = _call(_b.CaptureStep, self._handle(), state._handle())
+        return Graph(self, state, h, "step", "ids", 1, "last")
+
+    def capture_prefill(self, state: State, seq_len: int, *, kind: str = "ids", output: str = "last") -> "Graph":
+        """Capture a prefill of state's batch of seq_len positions as a CUDA graph (CUDA engine).
+
+        kind is the input the replays take: "ids" (input_ids), "embeds"
+        (inputs_embeds) or "features"; output is as for prefill. Each
+        graph.prefill(x) continues from and updates state, as
+        prefill(x, state=state) does, bit for bit the same. B * seq_len must
+        fit one pass of the engine (16384 rows).
+        """
+        self._check_state(state, state.batch_size)
+        if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)):
+            raise TypeError(f"seq_len must be an int, got {type(seq_len).__name__}")
+        if kind not in ("ids", "embeds", "features"):
+            raise ValueError(f"kind must be 'ids', 'embeds' or 'features', got {kind!r}")
+        if not isinstance(output, str) or output not in _OUTPUTS:
+            raise ValueError(f"output must be one of {_OUTPUTS}, got {output!r}")
+        h = _call(_b.CapturePrefill, self._handle(), state._handle(), kind, int(seq_len), output)
+        return Graph(self, state, h, "prefill", kind, int(seq_len), output)
+
     def logits(self, hidden) -> np.ndarray:
         """Logits from hidden states: hidden [..., d] (float32) -> [..., V]."""
         h = _as_array("hidden", hidden, "float32")
@@ -444,3 +494,67 @@ class Model:
         n = _call(_b.Generate, self._handle(), _addr(ids), B, T, int(max_new_tokens), float(temperature),
                   int(top_k), float(top_p), int(seed) & (2**63 - 1), eos, _addr(out), out.size)
         return out[:, :n].copy()
+
+
+class Graph:
+    """A captured CUDA graph of a decode step or of a prefill, bound to one
+    state and one shape. Make one with Model.capture_step or
+    Model.capture_prefill; replay it with step or prefill."""
+
+    def __init__(self, model: Model, state: State, handle: int, what: str, kind: str, seq_len: int, output: str):
+        self._model, self._state, self._h = model, state, handle
+        self._what, self.kind, self.seq_len, self.output = what, kind, seq_len, output
+        self.batch_size = state.batch_size
+
+    def _handle(self):
+        if self._h is None:
+            raise ValueError("graph is closed")
+        return self._h
+
+    def step(self, token_ids) -> np.ndarray:
+        """Replay the captured step: token_ids [B] in, logits [B, V] out."""
+        if self._what != "step":
+            raise ValueError("this graph captured a prefill; call prefill")
+        ids = _as_array("token_ids", token_ids, "int")
+        if ids.ndim == 2 and ids.shape[1] == 1:
+            ids = np.ascontiguousarray(ids[:, 0])
+        if ids.shape != (self.batch_size,):
+            raise ValueError(f"token_ids must have shape ({self.batch_size},), got {ids.shape}")
+        _check_ids("token_ids", ids, self._model.config.vocab_size)
+        out = _nan((self.batch_size, self._model.config.vocab_size))
+        _call(_b.GraphStep, self._handle(), _addr(ids), ids.size, _addr(out), out.size)
+        return out
+
+    def prefill(self, input_ids=None, *, inputs_embeds=None, features=None) -> np.ndarray:
+        """Replay the captured prefill on one input of the captured kind and
+        shape [B, T(, width)]; returns the captured output."""
+        if self._what != "prefill":
+            raise ValueError("this graph captured a step; call step")
+        x, kind = self._model._prompt(input_ids, inputs_embeds, features)
+        if kind != self.kind:
+            raise ValueError(f"this graph captured {self.kind!r} input, got {kind!r}")
+        B, T = x.shape[0], x.shape[1]
+        if (B, T) != (self.batch_size, self.seq_len):
+            raise ValueError(f"this graph captured B={self.batch_size} T={self.seq_len}, the input has B={B} T={T}")
+        d = self._model.config.hidden_size
+        out = _nan((B, T, d) if self.output == "all" else (B, d))
+        _call(_b.GraphPrefill, self._handle(), kind, _addr(x), x.size, B, T, _addr(out), out.size)
+        return out
+
+    def close(self) -> None:
+        """Release the graph now rather than at garbage collection."""
+        if self._h is not None:
+            h, self._h = self._h, None
+            try:
+                _b.FreeGraph(h)
+            except Exception:
+                pass
+
+    def __del__(self):
+        self.close()
+
+    def __repr__(self):
+        if self._what == "step":
+            return f"mambago.Graph(step, batch_size={self.batch_size})"
+        return (f"mambago.Graph(prefill, batch_size={self.batch_size}, seq_len={self.seq_len}, "
+                f"kind={self.kind!r}, output={self.output!r})")
