@@ -517,3 +517,18 @@ func FreeGraph(graph int64) (ok bool, err error) {
 	graphs.drop(graph)
 	return true, g.g.Destroy()
 }
+
+// SetTF32 switches the CUDA engine's FP32 GEMMs to TF32 tensor cores (on) or
+// back to true FP32. The model's backend string records the mode.
+func SetTF32(model int64, on bool) (ok bool, err error) {
+	defer guard(&err)
+	m, err := models.get(model, "model")
+	if err != nil {
+		return false, err
+	}
+	e, err := gpuEngine(m, "set_tf32")
+	if err != nil {
+		return false, err
+	}
+	return true, e.SetTF32(on)
+}

@@ -339,3 +339,10 @@ def test_reserve(base_model):
         base_model.reserve(0, 16)
     with pytest.raises(TypeError, match="seq_len"):
         base_model.reserve(1, "16")
+
+
+def test_set_tf32_needs_the_cuda_engine(base_model):
+    with pytest.raises(ValueError, match="CUDA engine"):
+        base_model.set_tf32(True)
+    with pytest.raises(TypeError, match="bool"):
+        base_model.set_tf32("yes")

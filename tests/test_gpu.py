@@ -130,3 +130,21 @@ def test_graph_prefill_bad_input():
     st.close()
     with pytest.raises(ValueError, match="freed"):
         g.prefill(np.zeros((1, 8), np.int64))
+
+
+def test_tf32_is_an_opt_in_the_backend_records():
+    m = mambago.Model.from_pretrained(case_dir("base"), device="cuda")
+    assert "FP32" in m.backend and "TF32" not in m.backend
+    rng = np.random.default_rng()
+    ids = rng.integers(0, m.config.vocab_size, size=(2, 40))
+    exact = m.prefill(ids, output="all")
+    st = m.new_state(2)
+    g = m.capture_prefill(st, 40)
+    m.set_tf32(True)
+    assert "TF32" in m.backend
+    assert rel_err(m.prefill(ids, output="all"), exact) <= 1e-2
+    with pytest.raises(ValueError, match="GEMM mode"):
+        g.prefill(ids)
+    m.set_tf32(False)
+    assert "TF32" not in m.backend
+    assert np.array_equal(m.prefill(ids, output="all"), exact)

@@ -414,6 +414,16 @@ class Model:
                 raise ValueError(f"{name} must be at least 1, got {v}")
         _call(_b.Reserve, self._handle(), int(batch_size), int(seq_len))
 
+    def set_tf32(self, on: bool) -> None:
+        """Run the CUDA engine's GEMMs on TF32 tensor cores (on=True) or in true
+        FP32 (False, the default). TF32 is faster and less exact (about 1e-3
+        relative); model.backend names the mode in force. Graphs captured in
+        the other mode refuse to replay."""
+        if not isinstance(on, (bool, np.bool_)):
+            raise TypeError(f"on must be a bool, got {type(on).__name__}")
+        _call(_b.SetTF32, self._handle(), bool(on))
+        self.backend = json.loads(_call(_b.ModelInfo, self._handle()))["backend"]
+
     def capture_step(self, state: State) -> "Graph":
         """Capture the decode step of state's batch as a CUDA graph (CUDA engine).
 
