@@ -429,19 +429,9 @@ func gpuEngine(m *mambago.Model, what string) (*gpu.Engine, error) {
 // graph and returns its handle.
 func CaptureStep(model, state int64) (h int64, err error) {
 	defer guard(&err)
-	m, st, err := modelState(model, state)
-	if err != nil {
-		return 0, err
-	}
-	e, err := gpuEngine(m, "capture_step")
-	if err != nil {
-		return 0, err
-	}
-	g, err := e.CaptureStep(st)
-	if err != nil {
-		return 0, err
-	}
-	return graphs.add(graphOf{model, g}), nil
+	return capture(model, state, "capture_step", func(e *gpu.Engine, st engine.State) (*gpu.Graph, error) {
+		return e.CaptureStep(st)
+	})
 }
 
 // CapturePrefill captures a prefill of state's B sequences of T positions of
@@ -449,19 +439,27 @@ func CaptureStep(model, state int64) (h int64, err error) {
 // "sum" or "mean") as a CUDA graph and returns its handle.
 func CapturePrefill(model, state int64, kind string, T int, output string) (h int64, err error) {
 	defer guard(&err)
-	m, st, err := modelState(model, state)
-	if err != nil {
-		return 0, err
-	}
-	e, err := gpuEngine(m, "capture_prefill")
-	if err != nil {
-		return 0, err
-	}
 	pool, err := engine.ParsePool(output)
 	if err != nil {
 		return 0, err
 	}
-	g, err := e.CapturePrefill(st, kind, T, pool)
+	return capture(model, state, "capture_prefill", func(e *gpu.Engine, st engine.State) (*gpu.Graph, error) {
+		return e.CapturePrefill(st, kind, T, pool)
+	})
+}
+
+// capture runs fn on the model's CUDA engine and state (what names the
+// caller in errors) and returns a handle to the graph it captures.
+func capture(model, state int64, what string, fn func(*gpu.Engine, engine.State) (*gpu.Graph, error)) (int64, error) {
+	m, st, err := modelState(model, state)
+	if err != nil {
+		return 0, err
+	}
+	e, err := gpuEngine(m, what)
+	if err != nil {
+		return 0, err
+	}
+	g, err := fn(e, st)
 	if err != nil {
 		return 0, err
 	}

@@ -1,11 +1,10 @@
 package cpu
 
 import (
-	"fmt"
-	"sort"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/mambago/mambago/mambago/engine"
 )
 
 // StageTimer accumulates wall time per stage across calls. A nil *StageTimer
@@ -41,16 +40,9 @@ func (s *StageTimer) lap(t time.Time, stage string) time.Time {
 func (s *StageTimer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var total time.Duration
-	names := make([]string, 0, len(s.d))
+	ms := make(map[string]float64, len(s.d))
 	for n, d := range s.d {
-		names = append(names, n)
-		total += d
+		ms[n] = d.Seconds() * 1e3
 	}
-	sort.Slice(names, func(i, j int) bool { return s.d[names[i]] > s.d[names[j]] })
-	var b strings.Builder
-	for _, n := range names {
-		fmt.Fprintf(&b, "%-18s %9.1f ms %5.1f%%\n", n, s.d[n].Seconds()*1e3, 100*s.d[n].Seconds()/total.Seconds())
-	}
-	return b.String()
+	return engine.StageTable(ms)
 }

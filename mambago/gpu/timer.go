@@ -1,11 +1,8 @@
 package gpu
 
 import (
-	"fmt"
-	"sort"
-	"strings"
-
 	"github.com/mambago/mambago/mambago/cuda"
+	"github.com/mambago/mambago/mambago/engine"
 )
 
 // StageTimer accumulates GPU time per stage of the layers, measured with a
@@ -78,16 +75,5 @@ func (t *StageTimer) Report(e *Engine) (string, error) {
 	if err := t.flush(); err != nil {
 		return "", err
 	}
-	var total float64
-	names := make([]string, 0, len(t.ms))
-	for n, ms := range t.ms {
-		names = append(names, n)
-		total += ms
-	}
-	sort.Slice(names, func(i, j int) bool { return t.ms[names[i]] > t.ms[names[j]] })
-	var b strings.Builder
-	for _, n := range names {
-		fmt.Fprintf(&b, "%-10s %9.2f ms %5.1f%%\n", n, t.ms[n], 100*t.ms[n]/total)
-	}
-	return b.String(), nil
+	return engine.StageTable(t.ms), nil
 }
