@@ -293,23 +293,24 @@ func Prefill(model, state int64, kind string, in uintptr, inLen, B, T int, outpu
 	if err != nil {
 		return 0, err
 	}
-	if err := checkBuf("input", in, inLen); err != nil {
-		return 0, err
-	}
-	if err := checkBuf("output", out, outLen); err != nil {
-		return 0, err
-	}
-	input, err := hostInput(kind, in, inLen, B, T)
+	input, dst, err := hostIO(kind, in, inLen, B, T, out, outLen)
 	if err != nil {
 		return 0, err
 	}
-	return outLen, m.Prefill(st, input, pool, floats(out, outLen))
+	return outLen, m.Prefill(st, input, pool, dst)
 }
 
-// hostInput views the inLen values at in as a prompt of B sequences of T
-// positions of kind "ids", "embeds" or "features".
-func hostInput(kind string, in uintptr, inLen, B, T int) (engine.Input, error) {
+// hostIO checks and views a prompt's buffers: the inLen values at in as B
+// sequences of T positions of kind "ids", "embeds" or "features", and the
+// outLen float32 values at out.
+func hostIO(kind string, in uintptr, inLen, B, T int, out uintptr, outLen int) (engine.Input, []float32, error) {
 	input := engine.Input{B: B, T: T}
+	if err := checkBuf("input", in, inLen); err != nil {
+		return input, nil, err
+	}
+	if err := checkBuf("output", out, outLen); err != nil {
+		return input, nil, err
+	}
 	switch kind {
 	case "ids":
 		input.IDs = int64s(in, inLen)
@@ -318,9 +319,9 @@ func hostInput(kind string, in uintptr, inLen, B, T int) (engine.Input, error) {
 	case "features":
 		input.Features = floats(in, inLen)
 	default:
-		return input, fmt.Errorf("ValueError: input kind %q, want 'ids', 'embeds' or 'features'", kind)
+		return input, nil, fmt.Errorf("ValueError: input kind %q, want 'ids', 'embeds' or 'features'", kind)
 	}
-	return input, nil
+	return input, floats(out, outLen), nil
 }
 
 // devicePrefiller is an engine that takes device pointers (the CUDA engine).
@@ -492,17 +493,11 @@ func GraphPrefill(graph int64, kind string, in uintptr, inLen, B, T int, out uin
 	if err != nil {
 		return 0, err
 	}
-	if err := checkBuf("input", in, inLen); err != nil {
-		return 0, err
-	}
-	if err := checkBuf("output", out, outLen); err != nil {
-		return 0, err
-	}
-	input, err := hostInput(kind, in, inLen, B, T)
+	input, dst, err := hostIO(kind, in, inLen, B, T, out, outLen)
 	if err != nil {
 		return 0, err
 	}
-	return outLen, g.g.Prefill(input, floats(out, outLen))
+	return outLen, g.g.Prefill(input, dst)
 }
 
 // FreeGraph releases a graph handle and the graph's device memory.
