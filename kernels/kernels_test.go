@@ -2,6 +2,7 @@ package kernels_test
 
 import (
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -59,6 +60,42 @@ func TestEntries(t *testing.T) {
 		for _, k := range kernels.Entries(name) {
 			if strings.HasPrefix(k, "__") {
 				t.Errorf("%s: entry %q is not a kernel name", name, k)
+			}
+		}
+	}
+}
+
+// TestNoRegisterSpills compiles every kernel for sm_90 with ptxas's report
+// and fails on any spill to local memory (a silent slowdown: an array
+// indexed at run time, or too many live values), logging each kernel's
+// registers.
+func TestNoRegisterSpills(t *testing.T) {
+	if err := cuda.LoadNVRTC(); err != nil {
+		if os.Getenv("MAMBAGO_REQUIRE_NVRTC") != "" {
+			t.Fatalf("NVRTC required (MAMBAGO_REQUIRE_NVRTC is set): %v", err)
+		}
+		t.Skipf("no NVRTC library: %v", err)
+	}
+	spill := regexp.MustCompile(`(\d+) bytes spill stores`)
+	for _, name := range kernels.Names() {
+		src, err := kernels.Source(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, log, err := cuda.CompileLog(src, name, "sm_90", "--std=c++17", "--ptxas-options=-v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		function := ""
+		for _, line := range strings.Split(log, "\n") {
+			if i := strings.Index(line, "Function properties for "); i >= 0 {
+				function = strings.TrimSpace(line[i+len("Function properties for "):])
+			}
+			if m := spill.FindStringSubmatch(line); m != nil && m[1] != "0" {
+				t.Errorf("%s: %s spills to local memory: %s", name, function, strings.TrimSpace(line))
+			}
+			if strings.Contains(line, "Used ") {
+				t.Logf("%s %s: %s", name, function, strings.TrimSpace(line[strings.Index(line, "Used "):]))
 			}
 		}
 	}

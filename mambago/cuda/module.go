@@ -16,15 +16,23 @@ import (
 // Compile compiles CUDA C source with NVRTC to a CUBIN for arch (e.g.
 // "sm_90"). On a compile error the returned error holds NVRTC's log.
 func Compile(src, name, arch string, options ...string) ([]byte, error) {
+	cubin, _, err := CompileLog(src, name, arch, options...)
+	return cubin, err
+}
+
+// CompileLog is Compile that also returns NVRTC's log of a successful
+// compilation (with --ptxas-options=-v, the registers, stack and spills of
+// every kernel).
+func CompileLog(src, name, arch string, options ...string) (cubin []byte, log string, err error) {
 	if err := LoadNVRTC(); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	csrc, cname := C.CString(src), C.CString(name)
 	defer C.free(unsafe.Pointer(csrc))
 	defer C.free(unsafe.Pointer(cname))
 	var prog unsafe.Pointer
 	if err := checkNVRTC("nvrtcCreateProgram", C.mg_nvrtcCreateProgram(&prog, csrc, cname)); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer C.mg_nvrtcDestroyProgram(&prog)
 	opts := append([]string{"--gpu-architecture=" + arch}, options...)
@@ -38,19 +46,20 @@ func Compile(src, name, arch string, options ...string) ([]byte, error) {
 	defer C.free(unsafe.Pointer(arr))
 	copy(unsafe.Slice(arr, len(copts)), copts)
 	compileErr := checkNVRTC("nvrtcCompileProgram", C.mg_nvrtcCompileProgram(prog, C.int(len(opts)), arr))
+	var clog *C.char
+	C.mg_nvrtcGetProgramLog(prog, &clog)
+	defer C.free(unsafe.Pointer(clog))
+	log = C.GoString(clog)
 	if compileErr != nil {
-		var log *C.char
-		C.mg_nvrtcGetProgramLog(prog, &log)
-		defer C.free(unsafe.Pointer(log))
-		return nil, fmt.Errorf("%w compiling %s for %s:\n%s", compileErr, name, arch, C.GoString(log))
+		return nil, log, fmt.Errorf("%w compiling %s for %s:\n%s", compileErr, name, arch, log)
 	}
-	var cubin *C.char
+	var ccubin *C.char
 	var size C.size_t
-	if err := checkNVRTC("nvrtcGetCUBIN", C.mg_nvrtcGetCUBIN(prog, &cubin, &size)); err != nil {
-		return nil, err
+	if err := checkNVRTC("nvrtcGetCUBIN", C.mg_nvrtcGetCUBIN(prog, &ccubin, &size)); err != nil {
+		return nil, log, err
 	}
-	defer C.free(unsafe.Pointer(cubin))
-	return C.GoBytes(unsafe.Pointer(cubin), C.int(size)), nil
+	defer C.free(unsafe.Pointer(ccubin))
+	return C.GoBytes(unsafe.Pointer(ccubin), C.int(size)), log, nil
 }
 
 // Module is loaded device code.
