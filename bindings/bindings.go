@@ -324,6 +324,18 @@ func hostIO(kind string, in uintptr, inLen, B, T int, out uintptr, outLen int) (
 	return input, floats(out, outLen), nil
 }
 
+// stepIO checks and views a step's host buffers: B int64 token ids at ids
+// and outLen float32 logits at out.
+func stepIO(ids uintptr, B int, out uintptr, outLen int) ([]int64, []float32, error) {
+	if err := checkBuf("token_ids", ids, B); err != nil {
+		return nil, nil, err
+	}
+	if err := checkBuf("logits", out, outLen); err != nil {
+		return nil, nil, err
+	}
+	return int64s(ids, B), floats(out, outLen), nil
+}
+
 // devicePrefiller is an engine that takes device pointers (the CUDA engine).
 type devicePrefiller interface {
 	PrefillDevice(st engine.State, kind string, in uintptr, B, T int, pool engine.Pool, out, stream uintptr) error
@@ -358,13 +370,11 @@ func Step(model, state int64, ids uintptr, B int, out uintptr, outLen int) (writ
 	if err != nil {
 		return 0, err
 	}
-	if err := checkBuf("token_ids", ids, B); err != nil {
+	tokens, logits, err := stepIO(ids, B, out, outLen)
+	if err != nil {
 		return 0, err
 	}
-	if err := checkBuf("logits", out, outLen); err != nil {
-		return 0, err
-	}
-	return outLen, m.Step(st, int64s(ids, B), floats(out, outLen))
+	return outLen, m.Step(st, tokens, logits)
 }
 
 // Logits writes hidden (float32 [B, d]) @ lm_head^T, float32 [B, V], to out.
@@ -475,13 +485,11 @@ func GraphStep(graph int64, ids uintptr, B int, out uintptr, outLen int) (writte
 	if err != nil {
 		return 0, err
 	}
-	if err := checkBuf("token_ids", ids, B); err != nil {
+	tokens, logits, err := stepIO(ids, B, out, outLen)
+	if err != nil {
 		return 0, err
 	}
-	if err := checkBuf("logits", out, outLen); err != nil {
-		return 0, err
-	}
-	return outLen, g.g.Step(int64s(ids, B), floats(out, outLen))
+	return outLen, g.g.Step(tokens, logits)
 }
 
 // GraphPrefill replays a captured prefill on the input at in (kind and shape

@@ -248,7 +248,7 @@ func (e *Engine) Reserve(batch, T int) error {
 	}
 	defer done()
 	c := e.cfg
-	if err := e.ensure(batch * max(1, min(T, e.ChunkRows/batch))); err != nil {
+	if err := e.ensure(batch * e.chunkLen(batch, T)); err != nil {
 		return err
 	}
 	if err := e.ensureOut(batch * T * c.Hidden); err != nil {
@@ -258,36 +258,29 @@ func (e *Engine) Reserve(batch, T int) error {
 }
 
 // ensureOut sizes the host-entry output staging buffer to n floats.
-func (e *Engine) ensureOut(n int) error {
-	ws := &e.ws
-	if n <= ws.outLen {
+func (e *Engine) ensureOut(n int) error { return grow(&e.ws.out, &e.ws.outLen, n) }
+
+// ensureLogits sizes the logits buffer to n floats.
+func (e *Engine) ensureLogits(n int) error { return grow(&e.ws.logits, &e.ws.logitsLen, n) }
+
+// grow reallocates *buf for n floats when it holds fewer (*have).
+func grow(buf **cuda.Buffer, have *int, n int) error {
+	if n <= *have {
 		return nil
 	}
-	ws.out.Free()
+	(*buf).Free()
 	b, err := cuda.Alloc(4 * n)
 	if err != nil {
-		ws.out, ws.outLen = nil, 0
+		*buf, *have = nil, 0
 		return err
 	}
-	ws.out, ws.outLen = b, n
+	*buf, *have = b, n
 	return nil
 }
 
-// ensureLogits sizes the logits buffer to n floats.
-func (e *Engine) ensureLogits(n int) error {
-	ws := &e.ws
-	if n <= ws.logitsLen {
-		return nil
-	}
-	ws.logits.Free()
-	b, err := cuda.Alloc(4 * n)
-	if err != nil {
-		ws.logits, ws.logitsLen = nil, 0
-		return err
-	}
-	ws.logits, ws.logitsLen = b, n
-	return nil
-}
+// chunkLen is how many positions of B sequences of T run per pass: all of
+// them when B·T fits ChunkRows, else ChunkRows/B (at least one).
+func (e *Engine) chunkLen(B, T int) int { return max(1, min(T, e.ChunkRows/B)) }
 
 // SetTF32 switches FP32 GEMMs to TF32 tensor cores (on) or back to true FP32.
 // Graphs captured in the other mode then refuse to replay.

@@ -117,7 +117,7 @@ type source struct {
 func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error {
 	c := e.cfg
 	B, T, d := src.in.B, src.in.T, c.Hidden
-	tc := max(1, min(T, e.ChunkRows/B))
+	tc := e.chunkLen(B, T)
 	if src.dev != 0 {
 		tc = T
 	}
