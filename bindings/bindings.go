@@ -170,7 +170,7 @@ func ModelInfo(model int64) (js string, err error) {
 	if err != nil {
 		return "", err
 	}
-	b, err := json.Marshal(map[string]any{"config": m.Config(), "device": m.Device(), "dtype": "float32", "backend": m.Backend()})
+	b, err := json.Marshal(map[string]any{"config": m.Config(), "device": m.Device(), "dtype": m.DType(), "backend": m.Backend()})
 	return string(b), err
 }
 

@@ -2,9 +2,10 @@
 //
 //   y[r, i] = x[r, i] * rsqrt(mean_i(x[r, :]^2) + eps) * w[i]      (w == nullptr: no weight)
 //
-// x, y [rows, d] f32 (y may alias x), w [d]. Grid (rows), block a multiple of
-// 32 threads (<= 1024); each block reduces its row's sum of squares through
-// warp shuffles and one shared-memory pass.
+// x [rows, d] f32 (the residual stream), w [d] f32, y [rows, d] of the entry's
+// storage type (rmsnorm_f32 may write over x). Grid (rows), block a multiple
+// of 32 threads (<= 1024); each block reduces its row's sum of squares
+// through warp shuffles and one shared-memory pass.
 
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -27,29 +28,41 @@ __device__ float block_sum(float v) {
     return total;
 }
 
-extern "C" __global__ void rmsnorm_f32(const float *x, const float *__restrict__ w, float *y, int d, float eps) {
+template <class T>
+__device__ void rmsnorm(const float *x, const float *__restrict__ w, T *y, int d, float eps) {
     const float *row = x + (size_t)blockIdx.x * d;
-    float *out = y + (size_t)blockIdx.x * d;
+    T *out = y + (size_t)blockIdx.x * d;
     float ss = 0.f;
     for (int i = threadIdx.x; i < d; i += blockDim.x) ss += row[i] * row[i];
     float scale = rsqrtf(block_sum(ss) / d + eps);
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float v = row[i] * scale;
-        out[i] = w ? w[i] * v : v;
+        out[i] = from_f32<T>(w ? w[i] * v : v);
     }
 }
 
+#define RMSNORM(sfx, T)                                                                                   \
+    extern "C" __global__ void rmsnorm_##sfx(const float *x, const float *__restrict__ w, T *y, int d, float eps) { \
+        rmsnorm<T>(x, w, y, d, eps);                                                                      \
+    }
+EACH_DTYPE(RMSNORM)
+
 // FalconMamba's weightless RMSNorm on the dt, B and C parts of each row of
-// x_proj's output dbl [rows, R + 2N]: each part is scaled by
+// x_proj's output dbl [rows, R + 2N] (storage type T): each part is scaled by
 // rsqrt(mean(part^2) + eps) on its own. Grid (rows), block a multiple of 32.
-extern "C" __global__ void rmsnorm_dbc_f32(float *dbl, int R, int N, float eps) {
-    float *row = dbl + (size_t)blockIdx.x * (R + 2 * N);
+template <class T>
+__device__ void rmsnorm_dbc(T *dbl, int R, int N, float eps) {
+    T *row = dbl + (size_t)blockIdx.x * (R + 2 * N);
     int start[3] = {0, R, R + N}, len[3] = {R, N, N};
     for (int p = 0; p < 3; p++) {
-        float *v = row + start[p];
+        T *v = row + start[p];
         float ss = 0.f;
-        for (int i = threadIdx.x; i < len[p]; i += blockDim.x) ss += v[i] * v[i];
+        for (int i = threadIdx.x; i < len[p]; i += blockDim.x) ss += to_f32(v[i]) * to_f32(v[i]);
         float scale = rsqrtf(block_sum(ss) / len[p] + eps);
-        for (int i = threadIdx.x; i < len[p]; i += blockDim.x) v[i] *= scale;
+        for (int i = threadIdx.x; i < len[p]; i += blockDim.x) v[i] = from_f32<T>(to_f32(v[i]) * scale);
     }
 }
+
+#define RMSNORM_DBC(sfx, T) \
+    extern "C" __global__ void rmsnorm_dbc_##sfx(T *dbl, int R, int N, float eps) { rmsnorm_dbc<T>(dbl, R, N, eps); }
+EACH_DTYPE(RMSNORM_DBC)

@@ -148,3 +148,26 @@ def test_tf32_is_an_opt_in_the_backend_records():
     m.set_tf32(False)
     assert "TF32" not in m.backend
     assert np.array_equal(m.prefill(ids, output="all"), exact)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_mixed_precision_close_to_float32(dtype):
+    """bf16/f16 models run every entry; their outputs stay close to f32's."""
+    f32 = mambago.Model.from_pretrained(case_dir("base"), device="cuda")
+    m = mambago.Model.from_pretrained(case_dir("base"), device="cuda", dtype=dtype)
+    assert m.dtype == dtype and dtype in m.backend
+    rng = np.random.default_rng()
+    ids = rng.integers(0, m.config.vocab_size, size=(3, 50))
+    for output in ("all", "last", "mean"):
+        got, want = m.prefill(ids, output=output), f32.prefill(ids, output=output)
+        assert not np.isnan(got).any() and rel_err(got, want) <= 5e-2, output
+    st = m.new_state(3)
+    m.prefill(ids, state=st)
+    tok = rng.integers(0, m.config.vocab_size, size=3)
+    step = m.capture_step(st)
+    saved = [(st.conv_state(l), st.ssm_state(l)) for l in range(m.config.num_hidden_layers)]
+    eager = m.step(tok, st)
+    for l, (c, s) in enumerate(saved):
+        st.set_conv_state(l, c)
+        st.set_ssm_state(l, s)
+    assert np.array_equal(step.step(tok), eager)

@@ -88,19 +88,35 @@ func (b *BLAS) SetStream(s *Stream) error {
 	return checkBLAS("cublasSetStream", C.mg_cublasSetStream(b.h, s.handle()))
 }
 
-// GemmNT computes, for row-major matrices, C = A·Wᵀ + beta·C with A [M, K]
-// (row stride lda), W [N, K] (row stride K) and C [M, N] (row stride ldc): a
-// linear layer. In cuBLAS's column-major terms that is Cᵀ = op(W)·Aᵀ.
+// GemmNT computes, for row-major f32 matrices, C = A·Wᵀ + beta·C with A
+// [M, K] (row stride lda), W [N, K] (row stride K) and C [M, N] (row stride
+// ldc): a linear layer. In cuBLAS's column-major terms that is Cᵀ = op(W)·Aᵀ.
+// It runs through cublasSgemm: true FP32, or TF32 when the handle allows it.
 func (b *BLAS) GemmNT(M, N, K int, A Ptr, lda int, W Ptr, C Ptr, ldc int, beta float32) error {
+	return b.Gemm(M, N, K, A, lda, W, C, ldc, beta, F32, F32)
+}
+
+// Gemm is GemmNT with A and W stored as ab and C as c. Anything but f32
+// throughout runs through cublasGemmEx with f32 accumulation
+// (CUBLAS_COMPUTE_32F), on tensor cores for bf16 and f16.
+func (b *BLAS) Gemm(M, N, K int, A Ptr, lda int, W Ptr, C Ptr, ldc int, beta float32, ab, c DType) error {
 	if M == 0 || N == 0 {
 		return nil
 	}
 	const opN, opT = 0, 1
+	const compute32F = 68 // CUBLAS_COMPUTE_32F
 	alpha, bt := C.float(1), C.float(beta)
-	err := checkBLAS("cublasSgemm", C.mg_cublasSgemm(b.h, opT, opN, C.int(N), C.int(M), C.int(K), &alpha,
-		C.mg_devptr(W), C.int(K), C.mg_devptr(A), C.int(lda), &bt, C.mg_devptr(C), C.int(ldc)))
+	var err error
+	if ab == F32 && c == F32 {
+		err = checkBLAS("cublasSgemm", C.mg_cublasSgemm(b.h, opT, opN, C.int(N), C.int(M), C.int(K), &alpha,
+			C.mg_devptr(W), C.int(K), C.mg_devptr(A), C.int(lda), &bt, C.mg_devptr(C), C.int(ldc)))
+	} else {
+		err = checkBLAS("cublasGemmEx", C.mg_cublasGemmEx(b.h, opT, opN, C.int(N), C.int(M), C.int(K), &alpha,
+			C.mg_devptr(W), C.int(ab.dataType()), C.int(K), C.mg_devptr(A), C.int(ab.dataType()), C.int(lda), &bt,
+			C.mg_devptr(C), C.int(c.dataType()), C.int(ldc), compute32F))
+	}
 	if err != nil {
-		return fmt.Errorf("%w (M=%d N=%d K=%d)", err, M, N, K)
+		return fmt.Errorf("%w (M=%d N=%d K=%d, %s -> %s)", err, M, N, K, ab, c)
 	}
 	return nil
 }

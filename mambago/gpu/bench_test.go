@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
+	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/gpu"
 	"github.com/mambago/mambago/mambago/internal/fixture"
@@ -16,7 +17,7 @@ import (
 // goes, stage by stage, at the default chunk length.
 func BenchmarkPrefill130m(b *testing.B) {
 	gputest.Need(b)
-	e, err := gpu.New(fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1), 0)
+	e, err := gpu.New(fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1), 0, cuda.F32)
 	if err != nil {
 		b.Fatal(err)
 	}

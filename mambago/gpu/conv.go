@@ -14,6 +14,7 @@ type Conv struct {
 	U      cuda.Ptr // [B, T, E] out
 	B, T   int
 	E, K   int
+	DType  cuda.DType // of XZ and U; the window and weights are f32
 }
 
 const convRun = 16 // RUN in conv.cu
@@ -22,10 +23,10 @@ const convRun = 16 // RUN in conv.cu
 // kernels up by name.
 func (c Conv) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
 	blocks := (c.E + 127) / 128
-	if err := fn("conv_silu_f32").Launch(cuda.Dim3{X: blocks, Y: (c.T + convRun - 1) / convRun, Z: c.B}, cuda.D1(128), 0,
+	if err := fn("conv_silu_"+c.DType.Suffix()).Launch(cuda.Dim3{X: blocks, Y: (c.T + convRun - 1) / convRun, Z: c.B}, cuda.D1(128), 0,
 		stream, c.XZ, c.LDX, c.Window, c.W, c.Bias, c.U, c.T, c.E, c.K); err != nil {
 		return err
 	}
-	return fn("conv_window_f32").Launch(cuda.Dim3{X: blocks, Y: c.B, Z: 1}, cuda.D1(128), 0, stream,
+	return fn("conv_window_"+c.DType.Suffix()).Launch(cuda.Dim3{X: blocks, Y: c.B, Z: 1}, cuda.D1(128), 0, stream,
 		c.XZ, c.LDX, c.Window, c.T, c.E, c.K)
 }

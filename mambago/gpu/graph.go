@@ -58,8 +58,7 @@ func (g *Graph) body() error {
 		return err
 	}
 	if g.step {
-		c := e.cfg
-		return e.blas.GemmNT(g.B, c.Vocab, c.Hidden, g.out.Ptr, c.Hidden, e.lmHead, g.logit.Ptr, c.Vocab, 0)
+		return e.logitsDevice(g.out.Ptr, g.B, g.logit.Ptr)
 	}
 	return nil
 }

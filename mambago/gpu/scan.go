@@ -13,8 +13,9 @@ type Scan struct {
 	LDZ                    int
 	State, Y               cuda.Ptr
 	B, T, E, N             int
-	Chunk                  int      // positions per chunk, a multiple of 8; 0 picks DefaultScanChunk
-	Scratch                cuda.Ptr // ScratchFloats() floats; unused when T fits in one chunk
+	DType                  cuda.DType // of DBL, U, Z and Y; Delta and the state are f32
+	Chunk                  int        // positions per chunk, a multiple of 8; 0 picks DefaultScanChunk
+	Scratch                cuda.Ptr   // ScratchFloats() floats; unused when T fits in one chunk
 }
 
 const (
@@ -60,7 +61,7 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 	if nch > 1 {
 		chunkState := s.Scratch
 		sumdt := s.Scratch + cuda.Ptr(4*s.B*nch*s.E*s.N)
-		if err := fn("scan_chunk_sum_f32").Launch(cuda.Dim3{X: blocks, Y: (nch - 1) * G, Z: s.B}, cuda.D1(scanThreads), 0,
+		if err := fn("scan_chunk_sum_"+s.DType.Suffix()).Launch(cuda.Dim3{X: blocks, Y: (nch - 1) * G, Z: s.B}, cuda.D1(scanThreads), 0,
 			stream, s.Delta, s.DTBias, s.A2, s.DBL, s.LDD, s.R, s.U, chunkState, sumdt, s.T, s.E, s.N, L, nch, G); err != nil {
 			return err
 		}
@@ -71,7 +72,7 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 		start = chunkState
 	}
 	for g := 0; g < G; g++ {
-		if err := fn("scan_chunk_out_f32").Launch(cuda.Dim3{X: blocks, Y: nch, Z: s.B}, cuda.D1(scanThreads), 0, stream,
+		if err := fn("scan_chunk_out_"+s.DType.Suffix()).Launch(cuda.Dim3{X: blocks, Y: nch, Z: s.B}, cuda.D1(scanThreads), 0, stream,
 			s.Delta, s.DTBias, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, start, s.State, s.Y,
 			s.T, s.E, s.N, L, nch, g, G); err != nil {
 			return err

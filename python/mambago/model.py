@@ -236,8 +236,12 @@ class Model:
         with model.safetensors.index.json) as Hugging Face save_pretrained writes it.
 
         device is "auto" (the GPU when one is usable, else the CPU), "cpu" or
-        "cuda"; dtype is None (the engine's default, float32), "float32",
-        "bfloat16" or "float16". Weights stored in bf16/f16 are upcast.
+        "cuda". dtype is None or "float32" (the default), or, on the CUDA
+        engine, "bfloat16" or "float16" (torch dtypes work too): mixed
+        precision, with activations and GEMM weights in that type and the
+        residual stream, the scan, the carried state and every accumulation
+        in float32. Weights load from f32, bf16 or f16 checkpoints into the
+        dtype asked for. Inputs and outputs stay float32 in every dtype.
 
         blas chooses the CPU engine's GEMM library: "auto" (numpy's OpenBLAS
         when numpy has one, else Go), "go" (gonum, pure Go) or the path of a
