@@ -4,9 +4,9 @@
 //
 // x is the xs half of in_proj's output: row (b, t) starts at xz + (b*T + t)*ldx.
 // Positions before t = 0 come from the window win [B, E, K] f32 (the last K
-// inputs, newest last, as Hugging Face keeps it). u [B, T, E]; w [E, K] f32;
-// bias [E] f32 or nullptr; K <= 8. xz and u have the entry's storage type T;
-// the arithmetic is f32.
+// inputs, newest last, as Hugging Face keeps it). u [B, T, E] has the entry's
+// storage type T (it feeds x_proj's GEMM); xz, w [E, K], bias [E] (or
+// nullptr) and the arithmetic are f32. K <= 8.
 //
 // conv_silu_f32: grid (ceil(E / blockDim.x), ceil(T / RUN), B). A thread
 // computes RUN consecutive positions of one channel (a warp reads 32
@@ -20,7 +20,7 @@
 #define RUN 16
 
 template <class T>
-__device__ void conv_silu(const T *__restrict__ xz, int ldx, const float *__restrict__ win,
+__device__ void conv_silu(const float *__restrict__ xz, int ldx, const float *__restrict__ win,
                           const float *__restrict__ w, const float *__restrict__ bias, T *__restrict__ u, int T_,
                           int E, int K) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.z, t0 = blockIdx.y * RUN;
@@ -35,7 +35,7 @@ __device__ void conv_silu(const T *__restrict__ xz, int ldx, const float *__rest
         // hist starts one position back, as each step shifts first. Before
         // position 0 the inputs are in the window (slot K + tt), or weigh 0.
         int tt = t0 - MAX_K + j;
-        hist[j] = j == 0 ? 0.f : tt >= 0 ? to_f32(xz[((size_t)b * T_ + tt) * ldx + c]) : tt >= -K ? state[K + tt] : 0.f;
+        hist[j] = j == 0 ? 0.f : tt >= 0 ? xz[((size_t)b * T_ + tt) * ldx + c] : tt >= -K ? state[K + tt] : 0.f;
     }
     float b0 = bias ? bias[c] : 0.f;
     int n = min(RUN, T_ - t0);
@@ -43,7 +43,7 @@ __device__ void conv_silu(const T *__restrict__ xz, int ldx, const float *__rest
         size_t r = (size_t)b * T_ + t0 + i;
 #pragma unroll
         for (int j = 0; j < MAX_K - 1; j++) hist[j] = hist[j + 1];
-        hist[MAX_K - 1] = to_f32(xz[r * ldx + c]);
+        hist[MAX_K - 1] = xz[r * ldx + c];
         float acc = b0;
 #pragma unroll
         for (int j = 0; j < MAX_K; j++) acc += wp[j] * hist[j];
@@ -51,27 +51,23 @@ __device__ void conv_silu(const T *__restrict__ xz, int ldx, const float *__rest
     }
 }
 
-template <class T>
-__device__ void conv_window(const T *__restrict__ xz, int ldx, float *__restrict__ win, int T_, int E, int K) {
+extern "C" __global__ void conv_window_f32(const float *__restrict__ xz, int ldx, float *__restrict__ win, int T,
+                                           int E, int K) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
     if (c >= E) return;
     float *state = win + ((size_t)b * E + c) * K;
     float next[MAX_K];
     for (int k = 0; k < K; k++) {  // slot k holds element T + k of concat(window, x)
-        int tt = T_ - K + k;
-        next[k] = tt >= 0 ? to_f32(xz[((size_t)b * T_ + tt) * ldx + c]) : state[T_ + k];
+        int tt = T - K + k;
+        next[k] = tt >= 0 ? xz[((size_t)b * T + tt) * ldx + c] : state[T + k];
     }
     for (int k = 0; k < K; k++) state[k] = next[k];
 }
 
-#define CONV(sfx, T)                                                                                        \
-    extern "C" __global__ void conv_silu_##sfx(const T *__restrict__ xz, int ldx, const float *__restrict__ win, \
-                                               const float *__restrict__ w, const float *__restrict__ bias,    \
-                                               T *__restrict__ u, int T_, int E, int K) {                      \
-        conv_silu<T>(xz, ldx, win, w, bias, u, T_, E, K);                                                      \
-    }                                                                                                          \
-    extern "C" __global__ void conv_window_##sfx(const T *__restrict__ xz, int ldx, float *__restrict__ win,    \
-                                                 int T_, int E, int K) {                                       \
-        conv_window<T>(xz, ldx, win, T_, E, K);                                                                \
+#define CONV(sfx, T)                                                                                            \
+    extern "C" __global__ void conv_silu_##sfx(const float *__restrict__ xz, int ldx, const float *__restrict__ win, \
+                                               const float *__restrict__ w, const float *__restrict__ bias,        \
+                                               T *__restrict__ u, int T_, int E, int K) {                          \
+        conv_silu<T>(xz, ldx, win, w, bias, u, T_, E, K);                                                          \
     }
 EACH_DTYPE(CONV)

@@ -1,6 +1,6 @@
 // Small element-wise stages.
 //
-//   add_bias_<T>:  x[r, i] += bias[i]        x [rows, n] (storage type T) with row stride ld, bias [n] f32
+//   add_bias_f32:  x[r, i] += bias[i]        x [rows, n] with row stride ld, bias [n]
 //   scale_f32:     x[i] *= s                 x [n] f32
 //   to_<T>:        y[i] = x[i]               x [n] f32, y [n] of storage type T (rounded to nearest)
 //
@@ -10,20 +10,13 @@
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (total); \
          i += (long long)gridDim.x * blockDim.x)
 
-template <class T>
-__device__ void add_bias(T *x, int ld, const float *__restrict__ bias, long long rows, int n) {
+extern "C" __global__ void add_bias_f32(float *x, int ld, const float *__restrict__ bias, long long rows, int n) {
     GRID_STRIDE(i, rows * n) {
         long long r = i / n;
         int c = (int)(i - r * n);
-        x[r * ld + c] = from_f32<T>(to_f32(x[r * ld + c]) + bias[c]);
+        x[r * ld + c] += bias[c];
     }
 }
-
-#define ADD_BIAS(sfx, T)                                                                                       \
-    extern "C" __global__ void add_bias_##sfx(T *x, int ld, const float *__restrict__ bias, long long rows, int n) { \
-        add_bias<T>(x, ld, bias, rows, n);                                                                     \
-    }
-EACH_DTYPE(ADD_BIAS)
 
 #define TO(sfx, T)                                                                                  \
     extern "C" __global__ void to_##sfx(const float *__restrict__ x, T *__restrict__ y, long long n) { \

@@ -48,21 +48,16 @@ __device__ void rmsnorm(const float *x, const float *__restrict__ w, T *y, int d
 EACH_DTYPE(RMSNORM)
 
 // FalconMamba's weightless RMSNorm on the dt, B and C parts of each row of
-// x_proj's output dbl [rows, R + 2N] (storage type T): each part is scaled by
+// x_proj's output dbl [rows, R + 2N] f32: each part is scaled by
 // rsqrt(mean(part^2) + eps) on its own. Grid (rows), block a multiple of 32.
-template <class T>
-__device__ void rmsnorm_dbc(T *dbl, int R, int N, float eps) {
-    T *row = dbl + (size_t)blockIdx.x * (R + 2 * N);
+extern "C" __global__ void rmsnorm_dbc_f32(float *dbl, int R, int N, float eps) {
+    float *row = dbl + (size_t)blockIdx.x * (R + 2 * N);
     int start[3] = {0, R, R + N}, len[3] = {R, N, N};
     for (int p = 0; p < 3; p++) {
-        T *v = row + start[p];
+        float *v = row + start[p];
         float ss = 0.f;
-        for (int i = threadIdx.x; i < len[p]; i += blockDim.x) ss += to_f32(v[i]) * to_f32(v[i]);
+        for (int i = threadIdx.x; i < len[p]; i += blockDim.x) ss += v[i] * v[i];
         float scale = rsqrtf(block_sum(ss) / len[p] + eps);
-        for (int i = threadIdx.x; i < len[p]; i += blockDim.x) v[i] = from_f32<T>(to_f32(v[i]) * scale);
+        for (int i = threadIdx.x; i < len[p]; i += blockDim.x) v[i] *= scale;
     }
 }
-
-#define RMSNORM_DBC(sfx, T) \
-    extern "C" __global__ void rmsnorm_dbc_##sfx(T *dbl, int R, int N, float eps) { rmsnorm_dbc<T>(dbl, R, N, eps); }
-EACH_DTYPE(RMSNORM_DBC)

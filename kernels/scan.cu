@@ -8,8 +8,9 @@
 // delta, u, y [B, T, E]; B and C are columns of x_proj's output dbl
 // [B, T, R + 2N] (row stride ldd, B at column R, C at R + N); z is the second
 // half of in_proj's output (row stride ldz); A2 [E, N] holds A * log2(e), so
-// exp is exp2; state [B, E, N] f32. u, z, dbl and y have the entry's storage
-// type T; delta, dt_bias, A2, D, the state and all arithmetic are f32.
+// exp is exp2; state [B, E, N] f32. u and y (a GEMM's input and the next
+// GEMM's input) have the entry's storage type T; delta, dbl, z, dt_bias, A2,
+// D, the state and all arithmetic are f32.
 //
 // The recurrence is linear in s, so T splits into nch chunks of L positions
 // that run in parallel, in three launches:
@@ -33,8 +34,8 @@
 // block stages in shared memory SUB positions at a time. A model with
 // N > NS runs G = ceil(N / NS) state groups: launch 1 covers them all
 // (blockIdx.y = chunk * G + g); launch 3 runs once per group in order, each
-// adding its part of sum_n into y, the last one adding the D skip and the
-// gate. Grid (ceil(E / blockDim.x), chunks [* G], B); blockDim.x <= 128.
+// adding its part of sum_n into part [B, T, E] f32, the last one adding the
+// D skip and the gate and writing y. Grid (ceil(E / blockDim.x), chunks [* G], B); blockDim.x <= 128.
 
 #define NS 16     // states per thread
 #define SUB 32    // positions of B and C staged in shared memory at a time
@@ -55,10 +56,11 @@ __device__ __forceinline__ float silu_f(float z) { return __fdividef(z, 1.f + __
 
 template <bool OUT, class Tv>
 __device__ __forceinline__ void scan_chunk(const float *__restrict__ delta, const float *__restrict__ dt_bias,
-                                           const float *__restrict__ A2, const Tv *__restrict__ dbl, int ldd,
+                                           const float *__restrict__ A2, const float *__restrict__ dbl, int ldd,
                                            int R, const Tv *__restrict__ u, const float *__restrict__ Dskip,
-                                           const Tv *__restrict__ z, int ldz, const float *start,
+                                           const float *__restrict__ z, int ldz, const float *start,
                                            float *chunk_state, float *__restrict__ sumdt, float *state, Tv *y,
+                                           float *part,
                                            int T, int E, int N, int L, int nch, int ch, int g, int G) {
     __shared__ float sB[SUB][NS], sC[SUB][NS];
     int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.z, n0 = g * NS;
@@ -80,8 +82,8 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ delta, cons
             int tt = i / NS, n = n0 + i % NS;
             size_t r = (size_t)b * T + t0 + tt;
             bool ok = tt < cnt && n < N;
-            sB[tt][i % NS] = ok ? to_f32(dbl[r * ldd + R + n]) : 0.f;
-            if (OUT) sC[tt][i % NS] = ok ? to_f32(dbl[r * ldd + R + N + n]) : 0.f;
+            sB[tt][i % NS] = ok ? dbl[r * ldd + R + n] : 0.f;
+            if (OUT) sC[tt][i % NS] = ok ? dbl[r * ldd + R + N + n] : 0.f;
         }
         __syncthreads();
         if (!on) continue;
@@ -94,8 +96,8 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ delta, cons
                 dv[i] = ok ? delta[r * E + c] : 0.f;
                 uv[i] = ok ? to_f32(u[r * E + c]) : 0.f;
                 if (OUT) {
-                    zv[i] = ok && g == G - 1 ? to_f32(z[r * ldz + c]) : 0.f;
-                    yv[i] = ok && g > 0 ? to_f32(y[r * E + c]) : 0.f;
+                    zv[i] = ok && g == G - 1 ? z[r * ldz + c] : 0.f;
+                    yv[i] = ok && g > 0 ? part[r * E + c] : 0.f;
                 }
             }
 #pragma unroll
@@ -109,9 +111,12 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ delta, cons
                     if (OUT) acc += s[k] * sC[i0 + i][k];
                 }
                 if (OUT && ok) {
+                    size_t r = (size_t)b * T + t0 + i0 + i;
                     float v = yv[i] + acc;
-                    if (g == G - 1) v = (v + dskip * uv[i]) * silu_f(zv[i]);
-                    y[((size_t)b * T + t0 + i0 + i) * E + c] = from_f32<Tv>(v);
+                    if (g == G - 1)
+                        y[r * E + c] = from_f32<Tv>((v + dskip * uv[i]) * silu_f(zv[i]));
+                    else
+                        part[r * E + c] = v;
                 }
             }
         }
@@ -133,11 +138,12 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ delta, cons
 #define SCAN_SUM(sfx, T)                                                                                    \
     extern "C" __global__ void __launch_bounds__(MAXB)                                                      \
         scan_chunk_sum_##sfx(const float *__restrict__ delta, const float *__restrict__ dt_bias,              \
-                             const float *__restrict__ A2, const T *__restrict__ dbl, int ldd, int R,         \
+                             const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,     \
                              const T *__restrict__ u, float *chunk_state, float *__restrict__ sumdt, int T_,  \
                              int E, int N, int L, int nch, int G) {                                           \
         scan_chunk<false, T>(delta, dt_bias, A2, dbl, ldd, R, u, nullptr, nullptr, 0, nullptr, chunk_state,    \
-                             sumdt, nullptr, nullptr, T_, E, N, L, nch, blockIdx.y / G, blockIdx.y % G, G);   \
+                             sumdt, nullptr, nullptr, nullptr, T_, E, N, L, nch, blockIdx.y / G, blockIdx.y % G, \
+                             G);                                                                              \
     }
 EACH_DTYPE(SCAN_SUM)
 
@@ -170,11 +176,12 @@ extern "C" __global__ void scan_carry_f32(const float *__restrict__ A2, const fl
 #define SCAN_OUT(sfx, T)                                                                                     \
     extern "C" __global__ void __launch_bounds__(MAXB)                                                       \
         scan_chunk_out_##sfx(const float *__restrict__ delta, const float *__restrict__ dt_bias,               \
-                             const float *__restrict__ A2, const T *__restrict__ dbl, int ldd, int R,          \
-                             const T *__restrict__ u, const float *__restrict__ Dskip, const T *__restrict__ z, \
-                             int ldz, const float *start, float *state, T *y, int T_, int E, int N, int L,     \
-                             int nch, int g, int G) {                                                          \
+                             const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,      \
+                             const T *__restrict__ u, const float *__restrict__ Dskip,                         \
+                             const float *__restrict__ z,                                                      \
+                             int ldz, const float *start, float *state, T *y, float *part, int T_, int E,     \
+                             int N, int L, int nch, int g, int G) {                                           \
         scan_chunk<true, T>(delta, dt_bias, A2, dbl, ldd, R, u, Dskip, z, ldz, start, nullptr, nullptr, state, y, \
-                            T_, E, N, L, nch, blockIdx.y, g, G);                                               \
+                            part, T_, E, N, L, nch, blockIdx.y, g, G);                                         \
     }
 EACH_DTYPE(SCAN_OUT)

@@ -32,10 +32,10 @@ type Options struct {
 	// engine when a GPU is usable and the CPU engine otherwise; "cuda" without
 	// a GPU is an error that says why.
 	Device string
-	// DType is the storage type of activations and GEMM weights: "" or
-	// "float32", or on the CUDA engine "bfloat16" or "float16" (mixed
-	// precision: the residual stream, the scan, the carried state and every
-	// accumulation stay f32).
+	// DType is "" or "float32", or on the CUDA engine "bfloat16" or
+	// "float16": mixed precision, where the big GEMMs take weights and inputs
+	// in that type and accumulate in f32, and the residual stream, the scan
+	// and the carried state stay f32 (gpu.Engine).
 	DType string
 	// BLAS is the path of a CBLAS shared library (e.g. numpy's OpenBLAS) for
 	// the CPU engine's GEMMs; empty uses gonum's pure-Go BLAS.
@@ -128,8 +128,8 @@ func (m *Model) Reserve(batch, T int) error {
 	return nil
 }
 
-// DType names the storage type of the model's activations and GEMM weights:
-// "float32", or "bfloat16"/"float16" on the CUDA engine.
+// DType names the type of the model's GEMM weights and inputs: "float32", or
+// "bfloat16"/"float16" on the CUDA engine.
 func (m *Model) DType() string {
 	if g, ok := m.Engine.(*gpu.Engine); ok {
 		return g.DType().String()

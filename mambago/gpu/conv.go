@@ -6,15 +6,15 @@ import "github.com/mambago/mambago/mambago/cuda"
 // B sequences of T positions, continuing from and then updating the carried
 // windows (kernels/conv.cu has the math and the layouts).
 type Conv struct {
-	XZ     cuda.Ptr // in_proj's output; the conv reads its first E columns
+	XZ     cuda.Ptr // in_proj's output, f32; the conv reads its first E columns
 	LDX    int      // XZ's row stride
 	Window cuda.Ptr // [B, E, K], updated in place
 	W      cuda.Ptr // [E, K]
 	Bias   cuda.Ptr // [E], or 0
-	U      cuda.Ptr // [B, T, E] out
+	U      cuda.Ptr // [B, T, E] out, of type DType
 	B, T   int
 	E, K   int
-	DType  cuda.DType // of XZ and U; the window and weights are f32
+	DType  cuda.DType // of U; the rest is f32
 }
 
 const convRun = 16 // RUN in conv.cu
@@ -27,6 +27,6 @@ func (c Conv) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 		stream, c.XZ, c.LDX, c.Window, c.W, c.Bias, c.U, c.T, c.E, c.K); err != nil {
 		return err
 	}
-	return fn("conv_window_"+c.DType.Suffix()).Launch(cuda.Dim3{X: blocks, Y: c.B, Z: 1}, cuda.D1(128), 0, stream,
+	return fn("conv_window_f32").Launch(cuda.Dim3{X: blocks, Y: c.B, Z: 1}, cuda.D1(128), 0, stream,
 		c.XZ, c.LDX, c.Window, c.T, c.E, c.K)
 }

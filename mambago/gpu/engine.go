@@ -18,10 +18,12 @@ type layer struct {
 	norm, inProj, inBias, conv, convBias, xProj, dtProj, dtBias, a2, d, outProj, outBias cuda.Ptr
 }
 
-// Engine is the CUDA engine, in f32 or in bf16/f16 mixed precision (the
-// storage type of activations and GEMM weights; the residual stream, the
-// scan, the carried state and every accumulation stay f32). Its calls are
-// serialised: one stream, one workspace.
+// Engine is the CUDA engine, in f32 or in bf16/f16 mixed precision: then the
+// big GEMMs (in_proj, x_proj, out_proj, lm_head) take their weights and
+// inputs (the normed hidden states, the conv output, the scan output) in
+// bf16/f16 and accumulate in f32, and everything else (GEMM outputs, the
+// residual stream, dt_proj, the scan and the carried state) is f32. Its calls
+// are serialised: one stream, one workspace.
 type Engine struct {
 	mu      sync.Mutex
 	cfg     checkpoint.Config
@@ -50,8 +52,8 @@ type Engine struct {
 
 var _ engine.Engine = (*Engine)(nil)
 
-// New uploads w to GPU ordinal, with activations and GEMM weights stored as
-// dt, and compiles the kernels for it.
+// New uploads w to GPU ordinal, with the big GEMMs' weights and inputs in dt
+// (see Engine), and compiles the kernels for it.
 func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -138,7 +140,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 		}
 		var g layer
 		if err = upAll(&g.norm, l.Norm, typed{&g.inProj}, l.InProj, &g.inBias, l.InBias, &g.conv, l.Conv,
-			&g.convBias, l.ConvBias, typed{&g.xProj}, l.XProj, typed{&g.dtProj}, l.DTProj, &g.dtBias, l.DTBias,
+			&g.convBias, l.ConvBias, typed{&g.xProj}, l.XProj, &g.dtProj, l.DTProj, &g.dtBias, l.DTBias,
 			&g.a2, a2, &g.d, l.D, typed{&g.outProj}, l.OutProj, &g.outBias, l.OutBias); err != nil {
 			return nil, err
 		}
@@ -180,7 +182,7 @@ func (e *Engine) Backend() string {
 	mode := "cuBLAS FP32"
 	switch {
 	case e.dt != cuda.F32:
-		mode = fmt.Sprintf("%s activations and GEMMs (f32 accumulation, residual and state), cuBLAS", e.dt)
+		mode = fmt.Sprintf("cuBLAS %s GEMMs (f32 accumulation; f32 residual, scan and state)", e.dt)
 	case e.blas != nil && e.blas.TF32:
 		mode = "cuBLAS TF32"
 	}
@@ -267,10 +269,10 @@ func (e *Engine) ensure(rows int) error {
 		dst   **cuda.Buffer
 		bytes int
 	}{
-		// x holds the layers' normed input in the storage type and the final
-		// norm's output in f32; delta and h are always f32.
-		{&ws.h, 4 * rows * c.Hidden}, {&ws.x, 4 * rows * c.Hidden}, {&ws.xz, sz * rows * 2 * c.Inner},
-		{&ws.u, sz * rows * c.Inner}, {&ws.dbl, sz * rows * (c.DTRank + 2*c.State)}, {&ws.delta, 4 * rows * c.Inner},
+		// The inputs of the big GEMMs (x, u, y) take the storage type; x also
+		// holds the final norm's f32 output. Everything else is f32.
+		{&ws.h, 4 * rows * c.Hidden}, {&ws.x, 4 * rows * c.Hidden}, {&ws.xz, 4 * rows * 2 * c.Inner},
+		{&ws.u, sz * rows * c.Inner}, {&ws.dbl, 4 * rows * (c.DTRank + 2*c.State)}, {&ws.delta, 4 * rows * c.Inner},
 		{&ws.y, sz * rows * c.Inner}, {&ws.in, 4 * rows * width}, {&ws.ids, 8 * rows},
 		{&ws.scan, 4 * max(1, scanScratchBound(rows, c.Inner, c.State, e.ScanChunk))},
 	}

@@ -230,7 +230,7 @@ func (e *Engine) embed(src source, t0, n int) error {
 		if err := e.blas.GemmNT(rows, d, F, features, F, e.inputProj, ws.h.Ptr, d, 0); err != nil {
 			return err
 		}
-		return e.addBias(ws.h.Ptr, cuda.F32, d, e.inputBias, rows, d)
+		return e.addBias(ws.h.Ptr, d, e.inputBias, rows, d)
 	}
 }
 
@@ -246,13 +246,13 @@ func chunk(v []float32, B, T, w, t0, n int) []float32 {
 	return out
 }
 
-// addBias adds bias [n] f32 to every row of x [rows, n] (row stride ld,
-// storage type dt); a zero bias adds nothing.
-func (e *Engine) addBias(x cuda.Ptr, dt cuda.DType, ld int, bias cuda.Ptr, rows, n int) error {
+// addBias adds bias [n] to every row of x [rows, n] (row stride ld), both
+// f32; a zero bias adds nothing.
+func (e *Engine) addBias(x cuda.Ptr, ld int, bias cuda.Ptr, rows, n int) error {
 	if bias == 0 {
 		return nil
 	}
-	return e.launch("add_bias_"+dt.Suffix(), grid1(rows*n), cuda.D1(256), 0, x, ld, bias, int64(rows), n)
+	return e.launch("add_bias_f32", grid1(rows*n), cuda.D1(256), 0, x, ld, bias, int64(rows), n)
 }
 
 // block runs layer l over the chunk of B sequences of n positions in the
@@ -268,37 +268,35 @@ func (e *Engine) block(l, B, n int, s *State) error {
 			return e.launch(e.typed("rmsnorm"), cuda.D1(rows), cuda.D1(256), 0, ws.h.Ptr, g.norm, ws.x.Ptr, d, float32(c.Eps))
 		}},
 		{"in_proj", func() error {
-			if err := e.blas.Gemm(rows, 2*E, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0, dt, dt); err != nil {
+			if err := e.blas.Gemm(rows, 2*E, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0, dt, cuda.F32); err != nil {
 				return err
 			}
-			return e.addBias(ws.xz.Ptr, dt, 2*E, g.inBias, rows, 2*E)
+			return e.addBias(ws.xz.Ptr, 2*E, g.inBias, rows, 2*E)
 		}},
 		{"conv", func() error {
 			return Conv{XZ: ws.xz.Ptr, LDX: 2 * E, Window: s.conv(l), W: g.conv, Bias: g.convBias, U: ws.u.Ptr,
 				B: B, T: n, E: E, K: K, DType: dt}.Launch(e.function, e.stream)
 		}},
 		{"x_proj", func() error {
-			if err := e.blas.Gemm(rows, R+2*N, E, ws.u.Ptr, E, g.xProj, ws.dbl.Ptr, R+2*N, 0, dt, dt); err != nil {
+			if err := e.blas.Gemm(rows, R+2*N, E, ws.u.Ptr, E, g.xProj, ws.dbl.Ptr, R+2*N, 0, dt, cuda.F32); err != nil {
 				return err
 			}
 			if !c.Falcon {
 				return nil
 			}
-			return e.launch(e.typed("rmsnorm_dbc"), cuda.D1(rows), cuda.D1(128), 0, ws.dbl.Ptr, R, N, float32(c.MixerEps))
+			return e.launch("rmsnorm_dbc_f32", cuda.D1(rows), cuda.D1(128), 0, ws.dbl.Ptr, R, N, float32(c.MixerEps))
 		}},
-		{"dt_proj", func() error { // delta stays f32
-			return e.blas.Gemm(rows, E, R, ws.dbl.Ptr, R+2*N, g.dtProj, ws.delta.Ptr, E, 0, dt, cuda.F32)
-		}},
+		{"dt_proj", func() error { return e.blas.GemmNT(rows, E, R, ws.dbl.Ptr, R+2*N, g.dtProj, ws.delta.Ptr, E, 0) }},
 		{"scan", func() error {
 			return Scan{Delta: ws.delta.Ptr, DTBias: g.dtBias, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
-				U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(dt.Size() * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
+				U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
 				B: B, T: n, E: E, N: N, DType: dt, Chunk: e.ScanChunk, Scratch: ws.scan.Ptr}.Launch(e.function, e.stream)
 		}},
 		{"out_proj", func() error { // out_proj, accumulated into the residual stream
 			if err := e.blas.Gemm(rows, d, E, ws.y.Ptr, E, g.outProj, ws.h.Ptr, d, 1, dt, cuda.F32); err != nil {
 				return err
 			}
-			return e.addBias(ws.h.Ptr, cuda.F32, d, g.outBias, rows, d)
+			return e.addBias(ws.h.Ptr, d, g.outBias, rows, d)
 		}},
 	}
 	for _, st := range stages {

@@ -238,9 +238,9 @@ class Model:
         device is "auto" (the GPU when one is usable, else the CPU), "cpu" or
         "cuda". dtype is None or "float32" (the default), or, on the CUDA
         engine, "bfloat16" or "float16" (torch dtypes work too): mixed
-        precision, with activations and GEMM weights in that type and the
-        residual stream, the scan, the carried state and every accumulation
-        in float32. Weights load from f32, bf16 or f16 checkpoints into the
+        precision, where the big GEMMs take weights and inputs in that type
+        and accumulate in float32, and the residual stream, the scan and the
+        carried state stay float32. Weights load from f32, bf16 or f16 checkpoints into the
         dtype asked for. Inputs and outputs stay float32 in every dtype.
 
         blas chooses the CPU engine's GEMM library: "auto" (numpy's OpenBLAS
