@@ -492,6 +492,18 @@ func GraphStep(graph int64, ids uintptr, B int, out uintptr, outLen int) (writte
 	return outLen, g.g.Step(tokens, logits)
 }
 
+// GraphStepDevice replays a captured step on caller-owned device memory: B
+// int64 token ids at ids, float32 [B, V] logits to logits, queued on stream
+// (0: the legacy default stream) without waiting.
+func GraphStepDevice(graph int64, ids, logits, stream uintptr) (ok bool, err error) {
+	defer guard(&err)
+	g, err := graphs.get(graph, "graph")
+	if err != nil {
+		return false, err
+	}
+	return true, g.g.StepDevice(ids, logits, stream)
+}
+
 // GraphPrefill replays a captured prefill on the input at in (kind and shape
 // as captured; inLen values) and writes its output (outLen float32 values) to
 // out. It returns the number of values written.

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .carry/ from
 # scripts/device_build.sh. Logs and JSON go to $OUT (or ./out).
-# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|cpu|all]
+# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|mamba_ssm|cpu|all]
 #   gpu:      the CUDA binding, kernel and engine tests, the Python tests,
 #             compute-sanitizer memcheck over the kernel and engine fixture
 #             tests, and racecheck over the scan kernel's test;
 #   gpubench: the GPU stage times, then the GPU prefill benchmark against HF
 #             (bench/gpu_vs_hf.py, with $BENCH_ARGS, e.g. "--shapes 130m,370m");
+#   mamba_ssm: builds mamba_ssm and causal-conv1d for sm_90 (once per machine),
+#             then the bf16 prefill and decode comparison (bench/mamba_ssm/compare.py);
 #   cpu:      the CPU engine's stage timings and the CPU benchmark against HF;
 #   all:      all three (default).
 set -uo pipefail
@@ -46,6 +48,12 @@ if [[ $mode == gpubench || $mode == all ]]; then
   echo "== GPU prefill, mambago vs Hugging Face (f32) ${BENCH_ARGS:-}"
   python3 bench/gpu_vs_hf.py --out "$OUT/gpu_vs_hf.json" --commit "$commit" ${BENCH_ARGS:-} 2>&1 \
     | grep -v "falling back\|Loading" | tee "$OUT/gpu_vs_hf.log"
+fi
+if [[ $mode == mamba_ssm ]]; then
+  echo "== bf16: mambago vs mamba_ssm (builds mamba_ssm and causal-conv1d for sm_90 first) ${BENCH_ARGS:-}"
+  [[ -d /tmp/mamba_site/mamba_ssm ]] || bash bench/mamba_ssm/build.sh /tmp/mamba_site 2>&1 | tee "$OUT/mamba_ssm_build.log"
+  PYTHONPATH=/tmp/mamba_site:$PYTHONPATH python3 bench/mamba_ssm/compare.py --out "$OUT/bf16_vs_mamba_ssm.json" \
+    --commit "$commit" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bf16_vs_mamba_ssm.log"
 fi
 if [[ $mode == cpu || $mode == all ]]; then
   echo "== Go CPU engine stage timings (130m shape, B=1, T=512)"

@@ -172,3 +172,29 @@ def test_mixed_precision_close_to_float32(dtype):
         st.set_conv_state(l, c)
         st.set_ssm_state(l, s)
     assert np.array_equal(step.step(tok), eager)
+
+
+def test_graph_step_ptr_matches_step():
+    """The device-pointer replay of a step graph gives the numpy replay's logits."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    m = mambago.Model.from_pretrained(case_dir("base"), device="cuda")
+    B, V = 2, m.config.vocab_size
+    rng = np.random.default_rng()
+    a, b = m.new_state(B), m.new_state(B)
+    ids = rng.integers(0, V, size=(B, 9))
+    m.prefill(ids, state=a)
+    m.prefill(ids, state=b)
+    ga, gb = m.capture_step(a), m.capture_step(b)
+    for _ in range(3):
+        tok = rng.integers(0, V, size=B)
+        want = ga.step(tok)
+        t_ids = torch.from_numpy(tok).cuda()
+        out = torch.full((B, V), float("nan"), device="cuda")
+        stream = torch.cuda.current_stream()
+        gb.step_ptr(t_ids.data_ptr(), logits_ptr=out.data_ptr(), stream=stream.cuda_stream)
+        stream.synchronize()
+        assert np.array_equal(out.cpu().numpy(), want)
+    with pytest.raises(ValueError, match="non-null"):
+        gb.step_ptr(0, logits_ptr=out.data_ptr())

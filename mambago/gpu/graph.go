@@ -181,6 +181,38 @@ func (g *Graph) Step(ids []int64, logits []float32) error {
 		func() error { return cuda.CopyOut(logits, g.logit.Ptr, e.stream) })
 }
 
+// StepDevice replays a captured step on caller-owned device memory: B int64
+// token ids at ids in, logits [B, V] f32 out to logits, queued on stream (0:
+// the legacy default stream) after the work already there, without waiting.
+// Both buffers must stay alive until the stream has run it. Ids are clamped
+// into the vocabulary on the device, not checked.
+func (g *Graph) StepDevice(ids, logits, stream uintptr) error {
+	e := g.e
+	if !g.step {
+		return engine.Invalid("graph captured a prefill, not a step")
+	}
+	if ids == 0 || logits == 0 {
+		return engine.Invalid("null device pointer (ids %#x, logits %#x)", ids, logits)
+	}
+	done, err := e.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := g.check(); err != nil {
+		return err
+	}
+	return e.onStream(cuda.WrapStream(stream), func() error {
+		if err := cuda.Copy(g.in.Ptr, cuda.Ptr(ids), 8*g.B, e.stream); err != nil {
+			return err
+		}
+		if err := g.g.Launch(e.stream); err != nil {
+			return err
+		}
+		return cuda.Copy(cuda.Ptr(logits), g.logit.Ptr, 4*g.B*e.cfg.Vocab, e.stream)
+	})
+}
+
 // replay uploads the input, launches the graph, downloads the output and
 // waits, on the engine's stream, after checking the graph is still valid.
 func (g *Graph) replay(upload, download func() error) error {

@@ -539,6 +539,24 @@ class Graph:
         _call(_b.GraphStep, self._handle(), _addr(ids), ids.size, _addr(out), out.size)
         return out
 
+    def step_ptr(self, ids_ptr: int, *, logits_ptr: int, stream: int = 0) -> None:
+        """Replay the captured step on caller-owned GPU memory, with no copy
+        through the host: int64 token ids [B] at ids_ptr in, float32 logits
+        [B, V] to logits_ptr (e.g. tensor.data_ptr()), queued on stream
+        (torch.cuda.current_stream().cuda_stream; 0 is the legacy default
+        stream) without waiting, like Model.prefill_ptr. Ids are clamped into
+        the vocabulary on the device, not checked."""
+        if self._what != "step":
+            raise ValueError("this graph captured a prefill; step_ptr replays steps")
+        for name, v in (("ids_ptr", ids_ptr), ("logits_ptr", logits_ptr), ("stream", stream)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{name} must be an int (a device address or handle), got {type(v).__name__}")
+            if v < 0:
+                raise ValueError(f"{name} must be non-negative, got {v}")
+        if ids_ptr == 0 or logits_ptr == 0:
+            raise ValueError("ids_ptr and logits_ptr must be non-null device addresses")
+        _call(_b.GraphStepDevice, self._handle(), int(ids_ptr), int(logits_ptr), int(stream))
+
     def prefill(self, input_ids=None, *, inputs_embeds=None, features=None) -> np.ndarray:
         """Replay the captured prefill on one input of the captured kind and
         shape [B, T(, width)]; returns the captured output."""
