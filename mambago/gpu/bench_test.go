@@ -43,6 +43,16 @@ func BenchmarkPrefill130m(b *testing.B) {
 			b.ReportMetric(float64(B*T)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
 		})
 	}
+	b.Run(fmt.Sprintf("B%d_T%d_tile", B, T), func(b *testing.B) {
+		e.ScanChunk, e.TileScan = 0, true
+		defer func() { e.TileScan = false }()
+		for b.Loop() {
+			if err := e.Prefill(st, in, engine.Last, out); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(B*T)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+	})
 	// A short prompt, eager and as a captured graph: launch-bound.
 	const short = 128
 	sin, sout := engine.Input{B: B, T: short, IDs: ids[:B*short]}, make([]float32, B*768)

@@ -186,3 +186,37 @@ func TestMixedPrecision130m(t *testing.T) {
 		e.Close()
 	}
 }
+
+// TestTileScanMatchesChunked checks the one-pass tile scan against the
+// chunked scan, engine against engine, across tile boundaries and state
+// groups.
+func TestTileScanMatchesChunked(t *testing.T) {
+	gputest.Need(t)
+	for _, N := range []int{16, 64} {
+		cfg := fixture.Shape(64, 2, 100)
+		cfg.State = N
+		w := fixture.RandomWeights(cfg, rand.Uint64())
+		chunked, tile := newEngine(t, w, cuda.F32), newEngine(t, w, cuda.F32)
+		tile.TileScan = true
+		for _, B := range []int{1, 3} {
+			for _, T := range []int{1, 127, 128, 129, 2049} {
+				in := engine.Input{B: B, T: T, IDs: make([]int64, B*T)}
+				for i := range in.IDs {
+					in.IDs[i] = rand.Int64N(100)
+				}
+				want, st1 := prefillLogits(t, chunked, in)
+				got, st2 := prefillLogits(t, tile, in)
+				if e := fixture.RelErr(got, want); e > 1e-4 {
+					t.Errorf("N=%d B=%d T=%d: logits rel err %.3g", N, B, T, e)
+				}
+				for l := 0; l < cfg.Layers; l++ {
+					a, _ := st1.SSMState(l)
+					b, _ := st2.SSMState(l)
+					if e := fixture.RelErr(b, a); e > 1e-4 {
+						t.Errorf("N=%d B=%d T=%d: layer %d state rel err %.3g", N, B, T, l, e)
+					}
+				}
+			}
+		}
+	}
+}
