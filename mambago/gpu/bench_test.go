@@ -89,3 +89,46 @@ func BenchmarkPrefill130m(b *testing.B) {
 	}
 	b.Logf("stages over 5 prefills, B=%d T=%d, default chunk:\n%s", B, T, report)
 }
+
+// BenchmarkPrefill130mBF16 times bf16 prefills of the 130m shape at B=1,
+// T=2048, with each scan, then prints where the time goes with the tile scan.
+func BenchmarkPrefill130mBF16(b *testing.B) {
+	gputest.Need(b)
+	e, err := gpu.New(fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1), 0, cuda.BF16)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	const B, T = 1, 2048
+	ids := make([]int64, B*T)
+	for i := range ids {
+		ids[i] = rand.Int64N(50280)
+	}
+	in, out := engine.Input{B: B, T: T, IDs: ids}, make([]float32, B*768)
+	st, err := e.NewState(B)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, tile := range []bool{false, true, false} {
+		b.Run(fmt.Sprintf("B%d_T%d_tile=%v", B, T, tile), func(b *testing.B) {
+			e.TileScan = tile
+			for b.Loop() {
+				if err := e.Prefill(st, in, engine.Last, out); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(B*T)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+		})
+	}
+	e.TileScan, e.Timer = true, &gpu.StageTimer{}
+	for range 5 {
+		if err := e.Prefill(st, in, engine.Last, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	report, err := e.Timer.Report(e)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("bf16 stages over 5 prefills, B=%d T=%d, tile scan:\n%s", B, T, report)
+}
