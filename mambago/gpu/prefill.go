@@ -286,11 +286,13 @@ func (e *Engine) block(l, B, n int, s *State) error {
 			}
 			return e.launch("rmsnorm_dbc_f32", cuda.D1(rows), cuda.D1(128), 0, ws.dbl.Ptr, R, N, float32(c.MixerEps))
 		}},
-		{"dt_proj", func() error { return e.blas.GemmNT(rows, E, R, ws.dbl.Ptr, R+2*N, g.dtProj, ws.delta.Ptr, E, 0) }},
+		{"dt_proj", func() error { // f32 in and out; in bf16/f16 engines on tensor cores
+			return e.blas.GemmF32As(rows, E, R, ws.dbl.Ptr, R+2*N, g.dtProj, ws.delta.Ptr, E, 0, dt)
+		}},
 		{"scan", func() error {
 			return Scan{Delta: ws.delta.Ptr, DTBias: g.dtBias, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
 				U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
-				B: B, T: n, E: E, N: N, DType: dt, Chunk: e.ScanChunk, Tile: e.TileScan, Scratch: ws.scan.Ptr}.Launch(e.function, e.stream)
+				B: B, T: n, E: E, N: N, DType: dt, Chunk: e.ScanChunk, Tile: e.TileScan && n >= tileMinT, Scratch: ws.scan.Ptr}.Launch(e.function, e.stream)
 		}},
 		{"out_proj", func() error { // out_proj, accumulated into the residual stream
 			if err := e.blas.Gemm(rows, d, E, ws.y.Ptr, E, g.outProj, ws.h.Ptr, d, 1, dt, cuda.F32); err != nil {

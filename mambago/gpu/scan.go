@@ -69,6 +69,11 @@ func (s Scan) ScratchFloats() int {
 // tileChannels is CH in scan_tile.cu: channels (warps) per block.
 const tileChannels = 8
 
+// tileMinT is the shortest chunk the engine gives the tile scan (a tile is
+// 128 positions; a decode step is better served by the chunked scan's single
+// pass over one position).
+const tileMinT = 128
+
 // Launch queues the scan on stream; fn looks kernels up by name.
 func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
 	if s.Tile {
