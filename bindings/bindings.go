@@ -545,3 +545,19 @@ func SetTF32(model int64, on bool) (ok bool, err error) {
 	}
 	return true, e.SetTF32(on)
 }
+
+// SetPrefillGraphs makes PrefillDevice replay a cached CUDA graph per
+// (state, input kind, shape, output), keeping the n most recently used (0
+// turns the cache off).
+func SetPrefillGraphs(model int64, n int) (ok bool, err error) {
+	defer guard(&err)
+	m, err := models.get(model, "model")
+	if err != nil {
+		return false, err
+	}
+	e, err := gpuEngine(m, "set_prefill_graphs")
+	if err != nil {
+		return false, err
+	}
+	return true, e.SetPrefillGraphs(n)
+}

@@ -198,3 +198,29 @@ def test_graph_step_ptr_matches_step():
         assert np.array_equal(out.cpu().numpy(), want)
     with pytest.raises(ValueError, match="non-null"):
         gb.step_ptr(0, logits_ptr=out.data_ptr())
+
+
+def test_prefill_graphs_match_eager():
+    """prefill_ptr through cached graphs gives the eager call's bits."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    m = mambago.Model.from_pretrained(case_dir("base"), device="cuda")
+    B, V, d = 2, m.config.vocab_size, m.config.hidden_size
+    ids = torch.randint(0, V, (B, 40), device="cuda")
+    st = m.new_state(B)
+    stream = torch.cuda.current_stream()
+
+    def run():
+        out = torch.full((B, d), float("nan"), device="cuda")
+        st.reset()
+        m.prefill_ptr(ids.data_ptr(), (B, 40), out_ptr=out.data_ptr(), state=st, stream=stream.cuda_stream)
+        stream.synchronize()
+        return out.cpu().numpy()
+
+    want = run()
+    m.set_prefill_graphs(2)
+    for _ in range(3):
+        assert np.array_equal(run(), want)
+    m.set_prefill_graphs(0)
+    assert np.array_equal(run(), want)

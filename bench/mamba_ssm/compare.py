@@ -17,8 +17,9 @@ selective_state_update with the GEMMs in torch, the whole step (all layers
 and the LM head) captured in one CUDA graph, as generate(cg=True) runs it.
 Its state is bf16, as allocate_inference_cache makes it.
 
-mambago runs with dtype="bfloat16" through prefill_ptr (output "last") and,
-for decode, a captured step graph replayed with step_ptr. Both sides run on
+mambago runs with dtype="bfloat16" through prefill_ptr (output "last"), its
+whole prefill replayed as one cached CUDA graph per shape, and, for decode,
+a captured step graph replayed with step_ptr. Both sides run on
 torch's current stream and are timed with CUDA events: for prefill, the
 median of repeats; for decode, the mean of 200 replays in a row.
 """
@@ -196,6 +197,7 @@ def main():
         if not os.path.exists(os.path.join(path, "model.safetensors")):
             random_checkpoint.write(path, d, L)
         mg = mambago.Model.from_pretrained(path, device="cuda", dtype="bfloat16")
+        mg.set_prefill_graphs(4)  # the whole prefill as one graph per shape
         ref = Reference(path, k)
         V = mg.config.vocab_size
         flops_per_token = 2 * L * (6.25 * d * d + 64 * d)

@@ -40,8 +40,13 @@ type Engine struct {
 	layers                                   []layer
 
 	ws     workspace
-	closed bool        // set by Close; every later call fails
-	last   *cuda.Event // the end of the latest call's work, which the next call waits for
+	closed bool // set by Close; every later call fails
+
+	// The prefill graph cache of SetPrefillGraphs, least recently used first.
+	graphCap   int
+	graphs     map[graphKey]*Graph
+	graphOrder []graphKey
+	last       *cuda.Event // the end of the latest call's work, which the next call waits for
 	// ChunkRows bounds B·T per pass; longer prompts run in chunks along T.
 	ChunkRows int
 	// ScanChunk is the scan's chunk length in positions (a multiple of 8);
@@ -225,6 +230,7 @@ func (e *Engine) Close() error {
 
 func (e *Engine) close() error {
 	e.closed = true
+	e.evictGraphs(func(graphKey) bool { return true })
 	e.ws.free()
 	for _, b := range e.bufs {
 		b.Free()

@@ -91,12 +91,17 @@ func (g *Graph) free() {
 }
 
 func (e *Engine) capture(g *Graph) (*Graph, error) {
-	g.e = e
 	done, err := e.bind()
 	if err != nil {
 		return nil, err
 	}
 	defer done()
+	return e.captureBound(g)
+}
+
+// captureBound captures g; the caller holds e.mu and the bound thread.
+func (e *Engine) captureBound(g *Graph) (*Graph, error) {
+	g.e = e
 	timer := e.Timer // events of a timer have no place in a graph
 	e.Timer = nil
 	defer func() { e.Timer = timer }()
@@ -113,7 +118,7 @@ func (e *Engine) capture(g *Graph) (*Graph, error) {
 		g.free()
 		return nil, err
 	}
-	err = e.onStream(nil, func() error {
+	err := e.onStream(nil, func() error {
 		var cerr error
 		g.g, cerr = cuda.Capture(e.stream, g.body)
 		return cerr
@@ -278,4 +283,98 @@ func (g *Graph) Destroy() error {
 	defer done()
 	g.free()
 	return nil
+}
+
+// graphKey names a cached prefill graph: its state, input kind, shape and output.
+type graphKey struct {
+	s    *State
+	kind string
+	B, T int
+	pool engine.Pool
+}
+
+// SetPrefillGraphs makes PrefillDevice replay a captured graph of each
+// (state, input kind, B, T, output) it sees, capturing it on first use and
+// keeping the n most recently used (0, the default, turns the cache off and
+// frees it). A graph is captured again when the workspace has grown or the
+// GEMM mode changed since. Prompts of more than ChunkRows rows run eagerly.
+func (e *Engine) SetPrefillGraphs(n int) error {
+	if n < 0 {
+		return engine.Invalid("prefill graph cache size %d, want 0 or more", n)
+	}
+	done, err := e.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	e.graphCap = n
+	e.evictGraphs(func(graphKey) bool { return len(e.graphOrder) > n })
+	return nil
+}
+
+// evictGraphs frees the cached graphs, least recently used first, for which
+// drop says so; the caller holds the bound thread.
+func (e *Engine) evictGraphs(drop func(graphKey) bool) {
+	kept := e.graphOrder[:0]
+	for _, k := range e.graphOrder {
+		if drop(k) {
+			e.graphs[k].free()
+			delete(e.graphs, k)
+			continue
+		}
+		kept = append(kept, k)
+	}
+	e.graphOrder = kept
+}
+
+// cachedPrefill returns the cached graph for k, capturing it when it is
+// missing or can no longer replay; the caller holds the bound thread.
+func (e *Engine) cachedPrefill(k graphKey) (*Graph, error) {
+	if g, ok := e.graphs[k]; ok {
+		if g.check() == nil {
+			e.touchGraph(k)
+			return g, nil
+		}
+		e.evictGraphs(func(o graphKey) bool { return o == k })
+	}
+	g, err := e.captureBound(&Graph{s: k.s, kind: k.kind, B: k.B, T: k.T, pool: k.pool})
+	if err != nil {
+		return nil, err
+	}
+	if e.graphs == nil {
+		e.graphs = map[graphKey]*Graph{}
+	}
+	e.graphs[k] = g
+	e.graphOrder = append(e.graphOrder, k)
+	for len(e.graphOrder) > e.graphCap {
+		oldest := e.graphOrder[0]
+		e.evictGraphs(func(o graphKey) bool { return o == oldest })
+	}
+	return g, nil
+}
+
+// touchGraph moves k to the most recently used end.
+func (e *Engine) touchGraph(k graphKey) {
+	for i, o := range e.graphOrder {
+		if o == k {
+			copy(e.graphOrder[i:], e.graphOrder[i+1:])
+			e.graphOrder[len(e.graphOrder)-1] = k
+			return
+		}
+	}
+}
+
+// replayDevice runs g on caller-owned device memory: the input at in (of g's
+// kind and shape) is copied into g's input buffer, the graph launched, and
+// its output copied to out, all on e.stream. The caller holds the bound
+// thread and runs it inside onStream.
+func (g *Graph) replayDevice(in, out cuda.Ptr) error {
+	e := g.e
+	if err := cuda.Copy(g.in.Ptr, in, g.in.Bytes, e.stream); err != nil {
+		return err
+	}
+	if err := g.g.Launch(e.stream); err != nil {
+		return err
+	}
+	return cuda.Copy(out, g.out.Ptr, g.out.Bytes, e.stream)
 }

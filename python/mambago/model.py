@@ -428,6 +428,23 @@ class Model:
         _call(_b.SetTF32, self._handle(), bool(on))
         self.backend = json.loads(_call(_b.ModelInfo, self._handle()))["backend"]
 
+    def set_prefill_graphs(self, n: int) -> None:
+        """Make prefill_ptr replay a CUDA graph of the whole prefill (CUDA engine).
+
+        Each distinct (state, kind, shape, output) is captured on its first
+        call and replayed after that, bit for bit what the eager call gives;
+        the n most recently used graphs are kept (0, the default, turns this
+        off and frees them). A graph is captured again when the workspace
+        has grown or the GEMM mode has changed. Prompts of more than 16384
+        rows (B * T) run eagerly. Do not call prefill_ptr inside a CUDA
+        graph capture of your own while this is on: a first call captures.
+        """
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise TypeError(f"n must be an int, got {type(n).__name__}")
+        if n < 0:
+            raise ValueError(f"n must be 0 or more, got {n}")
+        _call(_b.SetPrefillGraphs, self._handle(), int(n))
+
     def capture_step(self, state: State) -> "Graph":
         """Capture the decode step of state's batch as a CUDA graph (CUDA engine).
 
