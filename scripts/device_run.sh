@@ -43,7 +43,7 @@ if [[ $mode == gpu || $mode == all ]]; then
 fi
 if [[ $mode == gpubench || $mode == all ]]; then
   echo "== GPU stage times (130m shape, B=1, T=2048; Go benchmark; GPU_STAGES=0 skips)"
-  [[ ${GPU_STAGES:-1} == 0 ]] || .carry/gpu.test -test.v -test.run x -test.bench Prefill130m -test.benchtime 20x 2>&1 | tee "$OUT/gpu_stages.log" \
+  [[ ${GPU_STAGES:-1} == 0 ]] || .carry/gpu.test -test.v -test.run '^$' -test.bench Prefill130m -test.benchtime 20x 2>&1 | tee "$OUT/gpu_stages.log" \
     | grep -v "^goos\|^goarch\|^pkg\|^=== \|^Benchmark.*[^s]$"
   echo "== GPU prefill, mambago vs Hugging Face (f32) ${BENCH_ARGS:-}"
   python3 bench/gpu_vs_hf.py --out "$OUT/gpu_vs_hf.json" --commit "$commit" ${BENCH_ARGS:-} 2>&1 \
@@ -58,7 +58,7 @@ fi
 if [[ $mode == cpu || $mode == all ]]; then
   echo "== Go CPU engine stage timings (130m shape, B=1, T=512)"
   MAMBAGO_TEST_BLAS=$(python3 -c "import mambago.model as m; print(m.numpy_blas())") \
-    .carry/cpu.test -test.run x -test.bench 'Prefill130m/B1_T512' -test.benchtime 3x 2>&1 | tee "$OUT/cpu_stages.log" | grep -v "^goos\|^goarch\|^pkg\|PASS"
+    .carry/cpu.test -test.run '^$' -test.bench 'Prefill130m/B1_T512' -test.benchtime 3x 2>&1 | tee "$OUT/cpu_stages.log" | grep -v "^goos\|^goarch\|^pkg\|PASS"
   echo "== CPU prefill, mambago vs Hugging Face"
   python3 bench/cpu_vs_hf.py --out "$OUT/cpu_vs_hf.json" --lengths 512,128,2048 --commit "$commit" 2>&1 \
     | grep -v "falling back" | tee "$OUT/cpu_vs_hf.log"

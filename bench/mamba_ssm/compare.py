@@ -190,6 +190,17 @@ def main():
     gpu = torch.cuda.get_device_name()
     print(f"{gpu}: torch bf16 GEMM {rate / 1e12:.0f} TFLOP/s", flush=True)
     rows, decode = [], []
+
+    def save():
+        """Writes what has been measured so far, so that a run cut short keeps its rows."""
+        result = {"bench": "bf16 prefill and decode: mambago vs mamba_ssm kernels, random weights",
+                  "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                  "commit": a.commit, "gpu": gpu, "bf16_gemm_flops": rate, "torch": torch.__version__,
+                  "timing": f"CUDA events; prefill: median of {a.repeats} after 0.5 s of warm-up; "
+                  "decode: mean of 200 graph replays", "prefill": rows, "decode": decode}
+        with open(a.out, "w") as f:
+            json.dump(result, f, indent=2)
+
     stream = torch.cuda.current_stream()
     for shape in a.shapes.split(","):
         d, L = random_checkpoint.SHAPES[shape]
@@ -231,6 +242,7 @@ def main():
                        "roofline_fraction": B * T / (ms / 1e3) / (rate / flops_per_token),
                        "max_rel_err_vs_mamba_ssm": err}
                 rows.append(row)
+                save()
                 print(f"{shape} B={B} T={T}: mambago {ms:.2f} ms ({row['mambago_tok_s']:,.0f} tok/s, "
                       f"{100 * row['roofline_fraction']:.0f}% of roofline), mamba_ssm {rms:.2f} ms: "
                       f"{row['speedup']:.2f}x, last-hidden rel diff {err:.1e}", flush=True)
@@ -254,17 +266,12 @@ def main():
         theirs = replay_ms(g.replay)
         decode.append({"shape": shape, "B": 1, "mambago_step_ms": ours, "mamba_ssm_step_ms": theirs,
                        "speedup": theirs / ours})
+        save()
         print(f"{shape} decode step B=1 (graphs): mambago {ours * 1e3:.0f} us, mamba_ssm {theirs * 1e3:.0f} us: "
               f"{theirs / ours:.2f}x", flush=True)
         del ref_logits, g, graph, mg, ref
         torch.cuda.empty_cache()
-    result = {"bench": "bf16 prefill and decode: mambago vs mamba_ssm kernels, random weights",
-              "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-              "commit": a.commit, "gpu": gpu, "bf16_gemm_flops": rate, "torch": torch.__version__,
-              "timing": f"CUDA events; prefill: median of {a.repeats} after 0.5 s of warm-up; "
-              "decode: mean of 200 graph replays", "prefill": rows, "decode": decode}
-    with open(a.out, "w") as f:
-        json.dump(result, f, indent=2)
+    save()
 
 
 if __name__ == "__main__":
