@@ -12,11 +12,12 @@ import (
 	"strings"
 )
 
-//go:embed *.cu dtype.cuh
+//go:embed *.cu *.cuh
 var sources embed.FS
 
-// prelude is put in front of every source: the storage types and EACH_DTYPE.
-const prelude = "dtype.cuh"
+// prelude is put in front of every source, in order: the storage types and
+// EACH_DTYPE, then the shared device helpers.
+var prelude = []string{"dtype.cuh", "math.cuh"}
 
 // DTypes are the suffixes of the typed kernels, as EACH_DTYPE in dtype.cuh
 // expands them.
@@ -38,15 +39,16 @@ func Names() []string {
 // Source returns the text NVRTC compiles for one source file: the prelude,
 // then the file (a #line directive keeps its line numbers in messages).
 func Source(name string) (string, error) {
-	pre, err := sources.ReadFile(prelude)
-	if err != nil {
-		return "", err
+	var text strings.Builder
+	for _, f := range append(prelude, name) {
+		b, err := sources.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		// A #line directive keeps each file's own line numbers in messages.
+		fmt.Fprintf(&text, "#line 1 %q\n%s\n", f, b)
 	}
-	b, err := sources.ReadFile(name)
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("%s\n#line 1 %q\n%s", pre, name, b), nil
+	return text.String(), nil
 }
 
 var entryRE = regexp.MustCompile(`extern "C" __global__ void[\s\\]+(?:__launch_bounds__\([^)]*\)[\s\\]*)?(\w+?)(##sfx)?\(`)

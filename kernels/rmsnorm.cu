@@ -7,11 +7,6 @@
 // of 32 threads (<= 1024); each block reduces its row's sum of squares
 // through warp shuffles and one shared-memory pass.
 
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 __device__ float block_sum(float v) {
     __shared__ float part[32];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;

@@ -42,18 +42,6 @@
 #define STEPS 8   // positions whose loads are issued together
 #define MAXB 128  // most channels per block
 
-__device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log1pf(__expf(x)); }
-
-// exp2 on the special function unit, results below 2^-126 flushed to zero (a
-// decay that small is zero to the state); relative error 2^-22.
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ float silu_f(float z) { return __fdividef(z, 1.f + __expf(-z)); }
-
 template <bool OUT, class Tv>
 __device__ __forceinline__ void scan_chunk(const float *__restrict__ delta, const float *__restrict__ dt_bias,
                                            const float *__restrict__ A2, const float *__restrict__ dbl, int ldd,

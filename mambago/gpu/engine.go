@@ -52,9 +52,6 @@ type Engine struct {
 	// ScanChunk is the scan's chunk length in positions (a multiple of 8);
 	// 0 picks DefaultScanChunk. Set it before the first prefill.
 	ScanChunk int
-	// TileScan selects the one-pass warp-per-channel scan (Scan.Tile).
-	// Set it before the first prefill.
-	TileScan bool
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
 }

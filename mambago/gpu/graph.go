@@ -54,13 +54,10 @@ func (e *Engine) CapturePrefill(st engine.State, kind string, T int, pool engine
 func (g *Graph) body() error {
 	e := g.e
 	src := source{in: engine.Input{B: g.B, T: g.T}, kind: g.kind, dev: g.in.Ptr}
-	if err := e.run(g.s, src, g.pool, g.out.Ptr); err != nil {
-		return err
-	}
 	if g.step {
-		return e.logitsDevice(g.out.Ptr, g.B, g.logit.Ptr)
+		return e.stepDevice(g.s, src, g.out.Ptr, g.logit.Ptr)
 	}
-	return nil
+	return e.run(g.s, src, g.pool, g.out.Ptr)
 }
 
 // alloc gives g its input, output and logits buffers.

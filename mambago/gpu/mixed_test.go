@@ -1,6 +1,7 @@
 package gpu_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -192,36 +193,67 @@ func TestMixedPrecision130m(t *testing.T) {
 	}
 }
 
-// TestTileScanMatchesChunked checks the one-pass tile scan against the
-// chunked scan, engine against engine, across tile boundaries and state
-// groups.
-func TestTileScanMatchesChunked(t *testing.T) {
+// TestDecodeMatchesPrefill checks the decode step (the kernels of
+// kernels/step.cu up to decodeMaxB = 8 sequences, the prefill path above)
+// against a prefill one position longer, from fresh random weights and
+// tokens: in f32 to 1e-4, in bf16 and f16 by the mixed-precision KL bar
+// (the decode step keeps its activations in f32, the prefill rounds them).
+func TestDecodeMatchesPrefill(t *testing.T) {
 	gputest.Need(t)
-	for _, N := range []int{16, 64} {
-		cfg := fixture.Shape(64, 2, 100)
-		cfg.State = N
-		w := fixture.RandomWeights(cfg, rand.Uint64())
-		chunked, tile := newEngine(t, w, cuda.F32), newEngine(t, w, cuda.F32)
-		tile.TileScan = true
-		for _, B := range []int{1, 3} {
-			for _, T := range []int{1, 127, 128, 129, 2049} {
-				in := engine.Input{B: B, T: T, IDs: make([]int64, B*T)}
-				for i := range in.IDs {
-					in.IDs[i] = rand.Int64N(100)
-				}
-				want, st1 := prefillLogits(t, chunked, in)
-				got, st2 := prefillLogits(t, tile, in)
-				if e := fixture.RelErr(got, want); e > 1e-4 {
-					t.Errorf("N=%d B=%d T=%d: logits rel err %.3g", N, B, T, e)
-				}
-				for l := 0; l < cfg.Layers; l++ {
-					a, _ := st1.SSMState(l)
-					b, _ := st2.SSMState(l)
-					if e := fixture.RelErr(b, a); e > 1e-4 {
-						t.Errorf("N=%d B=%d T=%d: layer %d state rel err %.3g", N, B, T, l, e)
-					}
-				}
+	cfg := fixture.Shape(64, 3, 300)
+	w := fixture.RandomWeights(cfg, rand.Uint64())
+	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16, cuda.F16} {
+		e := newEngine(t, w, dt)
+		for _, B := range []int{1, 8, 9} {
+			const T = 6
+			ids := make([]int64, B*(T+1))
+			for i := range ids {
+				ids[i] = rand.Int64N(int64(cfg.Vocab))
 			}
+			// The reference: a prefill of all T+1 positions, the last one's logits.
+			full := engine.Input{B: B, T: T + 1, IDs: ids}
+			st, err := e.NewState(B)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hidden := fixture.NaNs(B * cfg.Hidden)
+			if err := e.Prefill(st, full, engine.Last, hidden); err != nil {
+				t.Fatal(err)
+			}
+			want := fixture.NaNs(B * cfg.Vocab)
+			if err := e.Logits(hidden, B, want); err != nil {
+				t.Fatal(err)
+			}
+			// T positions by prefill, then one step.
+			head, next := make([]int64, 0, B*T), make([]int64, 0, B)
+			for b := 0; b < B; b++ {
+				head = append(head, ids[b*(T+1):b*(T+1)+T]...)
+				next = append(next, ids[b*(T+1)+T])
+			}
+			st2, err := e.NewState(B)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Prefill(st2, engine.Input{B: B, T: T, IDs: head}, engine.Last, hidden); err != nil {
+				t.Fatal(err)
+			}
+			got := fixture.NaNs(B * cfg.Vocab)
+			if err := e.Step(st2, next, got); err != nil {
+				t.Fatal(err)
+			}
+			if dt == cuda.F32 {
+				if rel := fixture.RelErr(got, want); rel > 1e-4 {
+					t.Errorf("f32 B=%d: step logits differ from the prefill's by %.3g", B, rel)
+				}
+				checkStates(t, fmt.Sprintf("f32 B=%d step", B), st2, st, cfg.Layers)
+				continue
+			}
+			kl, hits := logitStats(want, got, cfg.Vocab)
+			if kl > maxMeanKL {
+				t.Errorf("%s B=%d: step logits KL %.3g from the prefill's, bar %g", dt, B, kl, maxMeanKL)
+			}
+			t.Logf("%s B=%d: step vs prefill KL %.2e, argmax %d/%d", dt, B, kl, hits, B)
 		}
+		e.Close()
 	}
 }

@@ -58,11 +58,17 @@ func (e *Engine) Step(st engine.State, ids []int64, logits []float32) error {
 	if err := e.ensureOut(B * d); err != nil {
 		return err
 	}
+	if err := e.ensureLogits(B * V); err != nil {
+		return err
+	}
 	return e.onStream(nil, func() error {
-		if err := e.run(s, source{in: in}, engine.Last, e.ws.out.Ptr); err != nil {
+		if err := e.stepDevice(s, source{in: in}, e.ws.out.Ptr, e.ws.logits.Ptr); err != nil {
 			return err
 		}
-		return e.logits(e.ws.out.Ptr, B, d, V, logits)
+		if err := cuda.CopyOut(logits, e.ws.logits.Ptr, e.stream); err != nil {
+			return err
+		}
+		return e.stream.Synchronize()
 	})
 }
 
@@ -292,7 +298,7 @@ func (e *Engine) block(l, B, n int, s *State) error {
 		{"scan", func() error {
 			return Scan{Delta: ws.delta.Ptr, DTBias: g.dtBias, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
 				U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
-				B: B, T: n, E: E, N: N, DType: dt, Chunk: e.ScanChunk, Tile: e.TileScan && n >= tileMinT, Scratch: ws.scan.Ptr}.Launch(e.function, e.stream)
+				B: B, T: n, E: E, N: N, DType: dt, Chunk: e.ScanChunk, Scratch: ws.scan.Ptr}.Launch(e.function, e.stream)
 		}},
 		{"out_proj", func() error { // out_proj, accumulated into the residual stream
 			if err := e.blas.Gemm(rows, d, E, ws.y.Ptr, E, g.outProj, ws.h.Ptr, d, 1, dt, cuda.F32); err != nil {

@@ -16,9 +16,6 @@ type Scan struct {
 	DType                  cuda.DType // of U and Y; the rest is f32
 	Chunk                  int        // positions per chunk, a multiple of 8; 0 picks DefaultScanChunk
 	Scratch                cuda.Ptr   // ScratchFloats() floats; unused when T fits in one chunk
-	// Tile selects the one-pass scan of kernels/scan_tile.cu (a warp per
-	// channel, maps composed across lanes) instead of the chunked one.
-	Tile bool
 }
 
 const (
@@ -57,7 +54,7 @@ func (s Scan) chunks() int { return (s.T + s.chunk() - 1) / s.chunk() }
 // the partial sums over state groups [B, T, E].
 func (s Scan) ScratchFloats() int {
 	n := 0
-	if nch := s.chunks(); nch > 1 && !s.Tile {
+	if nch := s.chunks(); nch > 1 {
 		n += s.B * nch * s.E * (s.N + 1)
 	}
 	if s.N > scanStates {
@@ -66,28 +63,8 @@ func (s Scan) ScratchFloats() int {
 	return n
 }
 
-// tileChannels is CH in scan_tile.cu: channels (warps) per block.
-const tileChannels = 8
-
-// tileMinT is the shortest chunk the engine gives the tile scan (a tile is
-// 128 positions; a decode step is better served by the chunked scan's single
-// pass over one position).
-const tileMinT = 128
-
 // Launch queues the scan on stream; fn looks kernels up by name.
 func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
-	if s.Tile {
-		G := (s.N + scanStates - 1) / scanStates
-		grid := cuda.Dim3{X: (s.E + tileChannels - 1) / tileChannels, Y: s.B, Z: 1}
-		for g := 0; g < G; g++ {
-			if err := fn("scan_tile_"+s.DType.Suffix()).Launch(grid, cuda.D1(32*tileChannels), 0, stream,
-				s.Delta, s.DTBias, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, s.State, s.Y, s.Scratch,
-				s.T, s.E, s.N, g, G); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
 	L, nch, G := s.chunk(), s.chunks(), (s.N+scanStates-1)/scanStates
 	blocks := (s.E + scanThreads - 1) / scanThreads
 	start, part := s.State, s.Scratch
