@@ -17,11 +17,12 @@
 // window [B, E, K] f32 and the SSM state [B, E, N] f32, as the prefill keeps
 // them; weights row-major [out, in].
 //
-// gemv and step_in: grid (ceil(rows / STEP_WARPS)), block 32 * STEP_WARPS.
-// A warp owns an output row and walks its weights with 16-byte loads (when
+// gemv and step_in: block 32 * STEP_WARPS, a grid of any size, best one
+// wave of blocks (the engine launches two per multiprocessor at most): each
+// block first reduces the norm of every x row when it normalizes x, then its
+// warps take output rows in turn. A warp walks a row with 16-byte loads (when
 // the row length and x's stride allow, else one element per lane), keeping
-// one sum per sequence; each block first reduces the norm of every x row
-// when it normalizes x.
+// one sum per sequence.
 
 #define STEP_MAXB 8
 #define STEP_WARPS 8
@@ -67,6 +68,7 @@ __device__ __forceinline__ void rms_scales(const float *x, int ldx, int K, int B
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int b = 0; b < B; b++) {
         float ss = 0.f;
+#pragma unroll 4
         for (int k = threadIdx.x; k < K; k += blockDim.x) ss += x[(size_t)b * ldx + k] * x[(size_t)b * ldx + k];
         ss = warp_sum(ss);
         if (lane == 0) part[b][warp] = ss;

@@ -160,8 +160,11 @@ def test_mixed_precision_close_to_float32(dtype):
     ids = rng.integers(0, m.config.vocab_size, size=(3, 50))
     for output in ("all", "last", "mean"):
         got, want = m.prefill(ids, output=output), f32.prefill(ids, output=output)
-        tol = 1e-1 if dtype == "bfloat16" else 2e-2  # the KL and argmax bars are in mambago/gpu/mixed_test.go
-        assert not np.isnan(got).any() and rel_err(got, want) <= tol, output
+        # The norm of the difference over the norm of f32's (the KL and argmax
+        # bars are in mambago/gpu/mixed_test.go); the largest single element
+        # is too noisy a measure in bf16.
+        tol = 1e-1 if dtype == "bfloat16" else 2e-2
+        assert not np.isnan(got).any() and np.linalg.norm(got - want) <= tol * np.linalg.norm(want), output
     st = m.new_state(3)
     m.prefill(ids, state=st)
     tok = rng.integers(0, m.config.vocab_size, size=3)
