@@ -17,23 +17,23 @@
 // window [B, E, K] f32 and the SSM state [B, E, N] f32, as the prefill keeps
 // them; weights row-major [out, in].
 //
-// gemv and step_in: block 32 * STEP_WARPS, a grid of any size, best one
-// wave of blocks (the engine launches two per multiprocessor at most): each
-// block first reduces the norm of every x row when it normalizes x, then its
-// warps take output rows in turn. A warp walks a row with 16-byte loads (when
+// gemv and step_in: grid (ceil(rows / STEP_WARPS)), block 32 * STEP_WARPS.
+// A warp owns an output row and walks its weights with 16-byte loads (when
 // the row length and x's stride allow, else one element per lane), keeping
-// one sum per sequence.
+// one sum per sequence; each block first reduces the norm of every x row
+// when it normalizes x.
 
 #define STEP_MAXB 8
 #define STEP_WARPS 8
 #define STEP_MAXK 8  // the longest conv kernel, as MAX_K in conv.cu
 
-// widen turns 16 bytes of weights (as loaded by one uint4) into floats.
-__device__ __forceinline__ void widen(uint4 v, const float *, float *out) {
-    out[0] = __uint_as_float(v.x), out[1] = __uint_as_float(v.y);
-    out[2] = __uint_as_float(v.z), out[3] = __uint_as_float(v.w);
+// unpack widens the 16 bytes at w (16-byte aligned) to floats.
+__device__ __forceinline__ void unpack(const float *w, float *out) {
+    float4 v = *reinterpret_cast<const float4 *>(w);
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
 }
-__device__ __forceinline__ void widen(uint4 v, const bf16 *, float *out) {
+__device__ __forceinline__ void unpack(const bf16 *w, float *out) {
+    uint4 v = *reinterpret_cast<const uint4 *>(w);
     unsigned words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -41,7 +41,8 @@ __device__ __forceinline__ void widen(uint4 v, const bf16 *, float *out) {
         out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
     }
 }
-__device__ __forceinline__ void widen(uint4 v, const f16 *, float *out) {
+__device__ __forceinline__ void unpack(const f16 *w, float *out) {
+    uint4 v = *reinterpret_cast<const uint4 *>(w);
     unsigned words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -50,48 +51,32 @@ __device__ __forceinline__ void widen(uint4 v, const f16 *, float *out) {
     }
 }
 
-// load4 reads 4 floats from a 16-byte aligned address.
-__device__ __forceinline__ void load4(const float *p, float *out) {
-    float4 v = *reinterpret_cast<const float4 *>(p);
-    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
-}
-
 // rms_scales sets scale[b] = rsqrt(mean(x[b, :K]^2) + eps) for b < B, or 1
-// without a norm weight (then with no barrier). Every thread of the block
-// calls it.
-__device__ __forceinline__ void rms_scales(const float *x, int ldx, int K, int B, const float *normw, float eps,
-                                           float scale[STEP_MAXB]) {
-#pragma unroll
-    for (int b = 0; b < STEP_MAXB; b++) scale[b] = 1.f;
-    if (!normw) return;
+// without a norm weight. Every thread of the block calls it.
+__device__ __forceinline__ void rms_scales(const float *x, int ldx, int K, int B, const float *normw, float eps, float *scale) {
     __shared__ float part[STEP_MAXB][STEP_WARPS];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int b = 0; b < B; b++) {
         float ss = 0.f;
-#pragma unroll 4
-        for (int k = threadIdx.x; k < K; k += blockDim.x) ss += x[(size_t)b * ldx + k] * x[(size_t)b * ldx + k];
+        if (normw)
+            for (int k = threadIdx.x; k < K; k += blockDim.x) ss += x[(size_t)b * ldx + k] * x[(size_t)b * ldx + k];
         ss = warp_sum(ss);
         if (lane == 0) part[b][warp] = ss;
     }
     __syncthreads();
-#pragma unroll
-    for (int b = 0; b < STEP_MAXB; b++) {
-        if (b < B) {
-            float ss = 0.f;
-            for (int w = 0; w < STEP_WARPS; w++) ss += part[b][w];
-            scale[b] = rsqrtf(ss / K + eps);
-        }
+    if (threadIdx.x < B) {
+        float ss = 0.f;
+        for (int w = 0; w < STEP_WARPS; w++) ss += part[threadIdx.x][w];
+        scale[threadIdx.x] = normw ? rsqrtf(ss / K + eps) : 1.f;
     }
+    __syncthreads();
 }
 
 // row_dot sets acc[b] = sum_k W[n, k] * x'[b, k] in every lane, where x' is
-// x scaled by scale[b] * normw[k] (normw != nullptr) or x itself. A lane
-// issues the loads of STEP_UNROLL 16-byte pieces of the row before using
-// any, so that a row is a few memory latencies long, not one per piece.
-#define STEP_UNROLL 4
+// x scaled by scale[b] * normw[k] (normw != nullptr) or x itself.
 template <class T>
 __device__ __forceinline__ void row_dot(const T *__restrict__ W, int n, int K, const float *__restrict__ x, int ldx,
-                                        const float *__restrict__ normw, const float scale[STEP_MAXB], int B,
+                                        const float *__restrict__ normw, const float *scale, int B,
                                         float acc[STEP_MAXB]) {
     constexpr int V = 16 / sizeof(T);
     int lane = threadIdx.x & 31;
@@ -99,50 +84,37 @@ __device__ __forceinline__ void row_dot(const T *__restrict__ W, int n, int K, c
 #pragma unroll
     for (int b = 0; b < STEP_MAXB; b++) acc[b] = 0.f;
     if (K % V == 0 && ldx % 4 == 0) {
-        for (int k0 = lane * V; k0 < K; k0 += 32 * V * STEP_UNROLL) {
-            uint4 raw[STEP_UNROLL];
+        for (int k = lane * V; k < K; k += 32 * V) {
+            float wv[V], nw[V];
+            unpack(w + k, wv);
 #pragma unroll
-            for (int j = 0; j < STEP_UNROLL; j++) {
-                int k = k0 + j * 32 * V;
-                if (k < K) raw[j] = *reinterpret_cast<const uint4 *>(w + k);
+            for (int i = 0; i < V; i += 4) {
+                if (normw) unpack(normw + k + i, nw + i);
+                else nw[i] = nw[i + 1] = nw[i + 2] = nw[i + 3] = 1.f;
             }
 #pragma unroll
-            for (int j = 0; j < STEP_UNROLL; j++) {
-                int k = k0 + j * 32 * V;
-                if (k >= K) break;
-                float wv[V];
-                widen(raw[j], w, wv);
-                if (normw) {
-                    float nw[V];
+            for (int b = 0; b < STEP_MAXB; b++) {
+                if (b < B) {
+                    float xv[V];
 #pragma unroll
-                    for (int i = 0; i < V; i += 4) load4(normw + k + i, nw + i);
+                    for (int i = 0; i < V; i += 4) unpack(x + (size_t)b * ldx + k + i, xv + i);
+                    float sum = 0.f;
 #pragma unroll
-                    for (int i = 0; i < V; i++) wv[i] *= nw[i];
-                }
-#pragma unroll
-                for (int b = 0; b < STEP_MAXB; b++) {
-                    if (b < B) {
-                        float xv[V], sum = 0.f;
-#pragma unroll
-                        for (int i = 0; i < V; i += 4) load4(x + (size_t)b * ldx + k + i, xv + i);
-#pragma unroll
-                        for (int i = 0; i < V; i++) sum += wv[i] * xv[i];
-                        acc[b] += sum * scale[b];
-                    }
+                    for (int i = 0; i < V; i++) sum += wv[i] * (xv[i] * scale[b] * nw[i]);
+                    acc[b] += sum;
                 }
             }
         }
     } else {
         for (int k = lane; k < K; k += 32) {
-            float wv = to_f32(w[k]) * (normw ? normw[k] : 1.f);
+            float wv = to_f32(w[k]), nw = normw ? normw[k] : 1.f;
 #pragma unroll
             for (int b = 0; b < STEP_MAXB; b++)
-                if (b < B) acc[b] += wv * x[(size_t)b * ldx + k] * scale[b];
+                if (b < B) acc[b] += wv * (x[(size_t)b * ldx + k] * scale[b] * nw);
         }
     }
 #pragma unroll
-    for (int b = 0; b < STEP_MAXB; b++)
-        if (b < B) acc[b] = warp_sum(acc[b]);
+    for (int b = 0; b < STEP_MAXB; b++) acc[b] = warp_sum(acc[b]);
 }
 
 // pick returns acc[i] for a run-time i < STEP_MAXB (acc stays in registers).
@@ -159,7 +131,7 @@ __device__ __forceinline__ float pick(const float acc[STEP_MAXB], int i) {
 template <class T>
 __device__ void gemv(const float *x, int ldx, const float *__restrict__ normw, float eps, const T *__restrict__ W,
                      const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows) {
-    float scale[STEP_MAXB];
+    __shared__ float scale[STEP_MAXB];
     rms_scales(x, ldx, K, B, normw, eps, scale);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int n = blockIdx.x * STEP_WARPS + warp; n < rows; n += gridDim.x * STEP_WARPS) {
@@ -179,7 +151,7 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
                         const T *__restrict__ W, const float *__restrict__ in_bias, const float *__restrict__ conv_w,
                         const float *__restrict__ conv_b, float *__restrict__ win, float *__restrict__ xz, int B,
                         int d, int E, int K) {
-    float scale[STEP_MAXB];
+    __shared__ float scale[STEP_MAXB];
     rms_scales(h, d, d, B, normw, eps, scale);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int n = blockIdx.x * STEP_WARPS + warp; n < 2 * E; n += gridDim.x * STEP_WARPS) {

@@ -44,10 +44,7 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 		return err
 	}
 	block, eps := cuda.D1(32*stepWarps), float32(c.Eps)
-	// One wave of blocks that loop over the rows: a block's norm prologue
-	// and the tail of each row's loads are paid once per block, not per
-	// eight rows.
-	rowsGrid := func(rows int) cuda.Dim3 { return cuda.D1(max(1, min((rows+stepWarps-1)/stepWarps, 2*e.dev.SMs))) }
+	rowsGrid := func(rows int) cuda.Dim3 { return cuda.D1(min((rows+stepWarps-1)/stepWarps, 65535)) }
 	gemv := e.typed("gemv")
 	dbl := R + 2*N
 	for l, g := range e.layers {
