@@ -29,7 +29,6 @@ import datetime
 import importlib.util
 import json
 import os
-import statistics
 import sys
 import types
 
@@ -38,6 +37,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import random_checkpoint  # noqa: E402
+from cuda_timing import cuda_time, gemm_rate  # noqa: E402
 
 
 def import_kernels():
@@ -130,27 +130,6 @@ class Reference:
         return F.linear(hidden, self.emb)
 
 
-def events_ms(fn, repeats):
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times), times
-
-
-def warm(fn, seconds=0.5):
-    import time
-
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        fn()
-        torch.cuda.synchronize()
-
-
 def replay_ms(fn, n=200):
     """Mean ms of n back-to-back calls, timed with CUDA events."""
     for _ in range(10):
@@ -162,16 +141,6 @@ def replay_ms(fn, n=200):
     end.record()
     end.synchronize()
     return start.elapsed_time(end) / n
-
-
-def bf16_rate():
-    n = 8192
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        a @ b
-    ms, _ = events_ms(lambda: a @ b, 10)
-    return 2 * n**3 / (ms / 1e3)
 
 
 def main():
@@ -186,7 +155,7 @@ def main():
     import mambago
 
     k = import_kernels()
-    rate = bf16_rate()
+    rate = gemm_rate(torch.bfloat16)
     gpu = torch.cuda.get_device_name()
     print(f"{gpu}: torch bf16 GEMM {rate / 1e12:.0f} TFLOP/s", flush=True)
     rows, decode = [], []
@@ -226,10 +195,8 @@ def main():
                 def run_ref():
                     return ref.prefill(ids)
 
-                warm(run_mg)
-                ms, times = events_ms(run_mg, a.repeats)
-                warm(run_ref)
-                rms, rtimes = events_ms(run_ref, a.repeats)
+                ms, times = cuda_time(run_mg, a.repeats, warm_seconds=0.5)
+                rms, rtimes = cuda_time(run_ref, a.repeats, warm_seconds=0.5)
                 state.reset()
                 out.fill_(float("nan"))
                 run_mg()

@@ -179,8 +179,8 @@ func (g *Graph) Step(ids []int64, logits []float32) error {
 	if err := engine.CheckIDs("token_ids", ids, c.Vocab); err != nil {
 		return err
 	}
-	return g.replay(func() error { return cuda.CopyIn(g.in.Ptr, ids, e.stream) },
-		func() error { return cuda.CopyOut(logits, g.logit.Ptr, e.stream) })
+	return g.replay(nil, func() error { return cuda.CopyIn(g.in.Ptr, ids, e.stream) },
+		func() error { return cuda.CopyOut(logits, g.logit.Ptr, e.stream) }, true)
 }
 
 // StepDevice replays a captured step on caller-owned device memory: B int64
@@ -196,28 +196,15 @@ func (g *Graph) StepDevice(ids, logits, stream uintptr) error {
 	if ids == 0 || logits == 0 {
 		return engine.Invalid("null device pointer (ids %#x, logits %#x)", ids, logits)
 	}
-	done, err := e.bind()
-	if err != nil {
-		return err
-	}
-	defer done()
-	if err := g.check(); err != nil {
-		return err
-	}
-	return e.onStream(cuda.WrapStream(stream), func() error {
-		if err := cuda.Copy(g.in.Ptr, cuda.Ptr(ids), 8*g.B, e.stream); err != nil {
-			return err
-		}
-		if err := g.g.Launch(e.stream); err != nil {
-			return err
-		}
-		return cuda.Copy(cuda.Ptr(logits), g.logit.Ptr, 4*g.B*e.cfg.Vocab, e.stream)
-	})
+	upload := func() error { return cuda.Copy(g.in.Ptr, cuda.Ptr(ids), 8*g.B, e.stream) }
+	download := func() error { return cuda.Copy(cuda.Ptr(logits), g.logit.Ptr, 4*g.B*e.cfg.Vocab, e.stream) }
+	return g.replay(cuda.WrapStream(stream), upload, download, false)
 }
 
-// replay uploads the input, launches the graph, downloads the output and
-// waits, on the engine's stream, after checking the graph is still valid.
-func (g *Graph) replay(upload, download func() error) error {
+// replay uploads the input, launches the graph and downloads the output on
+// stream (nil: the engine's own), after checking the graph is still valid,
+// and waits for them when wait is set.
+func (g *Graph) replay(stream *cuda.Stream, upload, download func() error, wait bool) error {
 	e := g.e
 	done, err := e.bind()
 	if err != nil {
@@ -227,7 +214,7 @@ func (g *Graph) replay(upload, download func() error) error {
 	if err := g.check(); err != nil {
 		return err
 	}
-	return e.onStream(nil, func() error {
+	return e.onStream(stream, func() error {
 		if err := upload(); err != nil {
 			return err
 		}
@@ -236,6 +223,9 @@ func (g *Graph) replay(upload, download func() error) error {
 		}
 		if err := download(); err != nil {
 			return err
+		}
+		if !wait {
+			return nil
 		}
 		return e.stream.Synchronize()
 	})
@@ -265,7 +255,7 @@ func (g *Graph) Prefill(in engine.Input, out []float32) error {
 		}
 		return engine.Invalid("graph captured %s input", g.kind)
 	}
-	return g.replay(upload, func() error { return cuda.CopyOut(out, g.out.Ptr, e.stream) })
+	return g.replay(nil, upload, func() error { return cuda.CopyOut(out, g.out.Ptr, e.stream) }, true)
 }
 
 // Destroy releases the graph.

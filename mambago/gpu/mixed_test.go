@@ -22,51 +22,6 @@ const (
 	maxStateRel   = 1e-2 // ‖state − state_f32‖ / ‖state_f32‖ after a prefill
 )
 
-// logitStats returns the mean over rows of KL(p_ref ‖ p_got), the softmaxes
-// of the [rows, V] logits, and how many rows agree on the argmax.
-func logitStats(ref, got []float32, V int) (meanKL float64, hits int) {
-	rows := len(ref) / V
-	for r := 0; r < rows; r++ {
-		a, b := ref[r*V:(r+1)*V], got[r*V:(r+1)*V]
-		la, lb := logSoftmax(a), logSoftmax(b)
-		kl := 0.0
-		for i := range la {
-			kl += math.Exp(la[i]) * (la[i] - lb[i])
-		}
-		meanKL += kl / float64(rows)
-		if argmax(a) == argmax(b) {
-			hits++
-		}
-	}
-	return meanKL, hits
-}
-
-func logSoftmax(x []float32) []float64 {
-	m := math.Inf(-1)
-	for _, v := range x {
-		m = math.Max(m, float64(v))
-	}
-	sum := 0.0
-	for _, v := range x {
-		sum += math.Exp(float64(v) - m)
-	}
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = float64(v) - m - math.Log(sum)
-	}
-	return out
-}
-
-func argmax(x []float32) int {
-	best := 0
-	for i, v := range x {
-		if v > x[best] {
-			best = i
-		}
-	}
-	return best
-}
-
 // normRel is ‖got − want‖ / ‖want‖.
 func normRel(got, want []float32) float64 {
 	var d, n float64
@@ -149,7 +104,7 @@ func TestMixedPrecisionFixtures(t *testing.T) {
 			e16, e32 := newEngine(t, w, dt), newEngine(t, w, cuda.F32)
 			logits, st := prefillLogits(t, e16, c.Input)
 			_, st32 := prefillLogits(t, e32, c.Input)
-			kl, h := logitStats(c.Logits, logits, w.Config.Vocab)
+			kl, h := fixture.LogitStats(c.Logits, logits, w.Config.Vocab)
 			positions += c.B * c.T
 			hits += h
 			worstKL = math.Max(worstKL, kl)
@@ -183,7 +138,7 @@ func TestMixedPrecision130m(t *testing.T) {
 	for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
 		e := newEngine(t, w, dt)
 		logits, st := prefillLogits(t, e, in)
-		kl, hits := logitStats(ref, logits, 50280)
+		kl, hits := fixture.LogitStats(ref, logits, 50280)
 		if kl > maxMeanKL {
 			t.Errorf("%s: mean KL from f32 %.3g, bar %g", dt, kl, maxMeanKL)
 		}
@@ -248,7 +203,7 @@ func TestDecodeMatchesPrefill(t *testing.T) {
 				checkStates(t, fmt.Sprintf("f32 B=%d step", B), st2, st, cfg.Layers)
 				continue
 			}
-			kl, hits := logitStats(want, got, cfg.Vocab)
+			kl, hits := fixture.LogitStats(want, got, cfg.Vocab)
 			if kl > maxMeanKL {
 				t.Errorf("%s B=%d: step logits KL %.3g from the prefill's, bar %g", dt, B, kl, maxMeanKL)
 			}
