@@ -51,7 +51,14 @@ if [[ $mode == gpubench || $mode == all ]]; then
 fi
 if [[ $mode == mamba_ssm ]]; then
   echo "== bf16: mambago vs mamba_ssm (builds mamba_ssm and causal-conv1d for sm_90 first) ${BENCH_ARGS:-}"
-  [[ -d /tmp/mamba_site/mamba_ssm ]] || bash bench/mamba_ssm/build.sh /tmp/mamba_site 2>&1 | tee "$OUT/mamba_ssm_build.log"
+  # A build from an earlier call comes back as $OUT/mamba_site.tgz; kept in
+  # .carry/mamba/, it saves the next call the build.
+  if [[ -f .carry/mamba/mamba_site.tgz ]]; then
+    tar -xzf .carry/mamba/mamba_site.tgz -C /tmp
+  elif [[ ! -d /tmp/mamba_site/mamba_ssm ]]; then
+    bash bench/mamba_ssm/build.sh /tmp/mamba_site 2>&1 | tee "$OUT/mamba_ssm_build.log"
+    tar -czf "$OUT/mamba_site.tgz" -C /tmp mamba_site
+  fi
   PYTHONPATH=/tmp/mamba_site:$PYTHONPATH python3 bench/mamba_ssm/compare.py --out "$OUT/bf16_vs_mamba_ssm.json" \
     --commit "$commit" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bf16_vs_mamba_ssm.log"
 fi
