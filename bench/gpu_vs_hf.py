@@ -19,39 +19,13 @@ import json
 import os
 import statistics
 import sys
-import time
 
 import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import random_checkpoint  # noqa: E402
-
-
-def cuda_time(fn, repeats, warmup=1, warm_seconds=0.0):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    while time.perf_counter() - start < warm_seconds:
-        fn()
-        torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times), times
-
-
-def sgemm_rate():
-    n = 8192
-    a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
-    ms, _ = cuda_time(lambda: a @ b, 5, warmup=2)
-    return 2 * n**3 / (ms / 1e3)
+from cuda_timing import cuda_time, gemm_rate  # noqa: E402
 
 
 def main():
@@ -70,7 +44,7 @@ def main():
 
     import mambago
 
-    rate = sgemm_rate()
+    rate = gemm_rate(torch.float32)
     gpu = torch.cuda.get_device_name()
     print(f"{gpu}: torch FP32 SGEMM {rate / 1e12:.1f} TFLOP/s; transformers {transformers.__version__}", flush=True)
     rows = []

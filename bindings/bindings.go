@@ -170,7 +170,7 @@ func ModelInfo(model int64) (js string, err error) {
 	if err != nil {
 		return "", err
 	}
-	b, err := json.Marshal(map[string]any{"config": m.Config(), "device": m.Device(), "dtype": "float32", "backend": m.Backend()})
+	b, err := json.Marshal(map[string]any{"config": m.Config(), "device": m.Device(), "dtype": m.DType(), "backend": m.Backend()})
 	return string(b), err
 }
 
@@ -492,6 +492,18 @@ func GraphStep(graph int64, ids uintptr, B int, out uintptr, outLen int) (writte
 	return outLen, g.g.Step(tokens, logits)
 }
 
+// GraphStepDevice replays a captured step on caller-owned device memory: B
+// int64 token ids at ids, float32 [B, V] logits to logits, queued on stream
+// (0: the legacy default stream) without waiting.
+func GraphStepDevice(graph int64, ids, logits, stream uintptr) (ok bool, err error) {
+	defer guard(&err)
+	g, err := graphs.get(graph, "graph")
+	if err != nil {
+		return false, err
+	}
+	return true, g.g.StepDevice(ids, logits, stream)
+}
+
 // GraphPrefill replays a captured prefill on the input at in (kind and shape
 // as captured; inLen values) and writes its output (outLen float32 values) to
 // out. It returns the number of values written.
@@ -532,4 +544,20 @@ func SetTF32(model int64, on bool) (ok bool, err error) {
 		return false, err
 	}
 	return true, e.SetTF32(on)
+}
+
+// SetPrefillGraphs makes PrefillDevice replay a cached CUDA graph per
+// (state, input kind, shape, output), keeping the n most recently used (0
+// turns the cache off).
+func SetPrefillGraphs(model int64, n int) (ok bool, err error) {
+	defer guard(&err)
+	m, err := models.get(model, "model")
+	if err != nil {
+		return false, err
+	}
+	e, err := gpuEngine(m, "set_prefill_graphs")
+	if err != nil {
+		return false, err
+	}
+	return true, e.SetPrefillGraphs(n)
 }

@@ -3,9 +3,10 @@
 //   u[b, t, c] = silu(bias[c] + sum_k w[c, k] * x[b, t - K + 1 + k, c])
 //
 // x is the xs half of in_proj's output: row (b, t) starts at xz + (b*T + t)*ldx.
-// Positions before t = 0 come from the window win [B, E, K] (the last K inputs,
-// newest last, as Hugging Face keeps it). u [B, T, E]; w [E, K]; bias [E] or
-// nullptr; K <= 8.
+// Positions before t = 0 come from the window win [B, E, K] f32 (the last K
+// inputs, newest last, as Hugging Face keeps it). u [B, T, E] has the entry's
+// storage type T (it feeds x_proj's GEMM); xz, w [E, K], bias [E] (or
+// nullptr) and the arithmetic are f32. K <= 8.
 //
 // conv_silu_f32: grid (ceil(E / blockDim.x), ceil(T / RUN), B). A thread
 // computes RUN consecutive positions of one channel (a warp reads 32
@@ -18,9 +19,10 @@
 #define MAX_K 8
 #define RUN 16
 
-extern "C" __global__ void conv_silu_f32(const float *__restrict__ xz, int ldx, const float *__restrict__ win,
-                                         const float *__restrict__ w, const float *__restrict__ bias,
-                                         float *__restrict__ u, int T, int E, int K) {
+template <class T>
+__device__ void conv_silu(const float *__restrict__ xz, int ldx, const float *__restrict__ win,
+                          const float *__restrict__ w, const float *__restrict__ bias, T *__restrict__ u, int T_,
+                          int E, int K) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.z, t0 = blockIdx.y * RUN;
     if (c >= E) return;
     const float *state = win + ((size_t)b * E + c) * K;
@@ -33,19 +35,19 @@ extern "C" __global__ void conv_silu_f32(const float *__restrict__ xz, int ldx, 
         // hist starts one position back, as each step shifts first. Before
         // position 0 the inputs are in the window (slot K + tt), or weigh 0.
         int tt = t0 - MAX_K + j;
-        hist[j] = j == 0 ? 0.f : tt >= 0 ? xz[((size_t)b * T + tt) * ldx + c] : tt >= -K ? state[K + tt] : 0.f;
+        hist[j] = j == 0 ? 0.f : tt >= 0 ? xz[((size_t)b * T_ + tt) * ldx + c] : tt >= -K ? state[K + tt] : 0.f;
     }
     float b0 = bias ? bias[c] : 0.f;
-    int n = min(RUN, T - t0);
+    int n = min(RUN, T_ - t0);
     for (int i = 0; i < n; i++) {
-        size_t r = (size_t)b * T + t0 + i;
+        size_t r = (size_t)b * T_ + t0 + i;
 #pragma unroll
         for (int j = 0; j < MAX_K - 1; j++) hist[j] = hist[j + 1];
         hist[MAX_K - 1] = xz[r * ldx + c];
         float acc = b0;
 #pragma unroll
         for (int j = 0; j < MAX_K; j++) acc += wp[j] * hist[j];
-        u[r * E + c] = acc / (1.f + __expf(-acc));
+        u[r * E + c] = from_f32<T>(acc / (1.f + __expf(-acc)));
     }
 }
 
@@ -61,3 +63,11 @@ extern "C" __global__ void conv_window_f32(const float *__restrict__ xz, int ldx
     }
     for (int k = 0; k < K; k++) state[k] = next[k];
 }
+
+#define CONV(sfx, T)                                                                                            \
+    extern "C" __global__ void conv_silu_##sfx(const float *__restrict__ xz, int ldx, const float *__restrict__ win, \
+                                               const float *__restrict__ w, const float *__restrict__ bias,        \
+                                               T *__restrict__ u, int T_, int E, int K) {                          \
+        conv_silu<T>(xz, ldx, win, w, bias, u, T_, E, K);                                                          \
+    }
+EACH_DTYPE(CONV)

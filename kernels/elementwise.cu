@@ -1,20 +1,29 @@
 // Small element-wise stages.
 //
 //   add_bias_f32:  x[r, i] += bias[i]        x [rows, n] with row stride ld, bias [n]
-//   scale_f32:     x[i] *= s                 x [n]
+//   scale_f32:     x[i] *= s                 x [n] f32
+//   to_<T>:        y[i] = x[i]               x [n] f32, y [n] of storage type T (rounded to nearest)
 //
-// Both take a 1-D grid of any size and stride over the elements.
+// All take a 1-D grid of any size and stride over the elements.
+
+#define GRID_STRIDE(i, total)                                                      \
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (total); \
+         i += (long long)gridDim.x * blockDim.x)
 
 extern "C" __global__ void add_bias_f32(float *x, int ld, const float *__restrict__ bias, long long rows, int n) {
-    long long total = rows * n;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
+    GRID_STRIDE(i, rows * n) {
         long long r = i / n;
         int c = (int)(i - r * n);
         x[r * ld + c] += bias[c];
     }
 }
 
+#define TO(sfx, T)                                                                                  \
+    extern "C" __global__ void to_##sfx(const float *__restrict__ x, T *__restrict__ y, long long n) { \
+        GRID_STRIDE(i, n) y[i] = from_f32<T>(x[i]);                                                 \
+    }
+EACH_DTYPE(TO)
+
 extern "C" __global__ void scale_f32(float *x, long long n, float s) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-        x[i] *= s;
+    GRID_STRIDE(i, n) x[i] *= s;
 }

@@ -226,7 +226,7 @@ func TestConvAndScanKernels(t *testing.T) {
 		bdelta, bdtb, bA2, bdbl := upload(t, s, delta), upload(t, s, dtb), upload(t, s, A2), upload(t, s, dbl)
 		bD := upload(t, s, Dk)
 		wantY, wantS := scanRef(delta, dtb, dbl, A2, Dk, st0, xz, gotU, B, T, E, N, R)
-		for _, chunk := range []int{0, 8, 24} { // the default, and many chunks
+		for _, chunk := range []int{0, 8, 24} { // the default and many chunks
 			bst, by := upload(t, s, st0), poisoned(t, s, rows*E)
 			sc := gpuengine.Scan{Delta: bdelta.Ptr, DTBias: bdtb.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
 				U: bu.Ptr, D: bD.Ptr, Z: bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr,

@@ -5,35 +5,57 @@ package kernels
 
 import (
 	"embed"
+	"fmt"
 	"io/fs"
 	"regexp"
 	"sort"
+	"strings"
 )
 
-//go:embed *.cu
+//go:embed *.cu *.cuh
 var sources embed.FS
+
+// prelude is put in front of every source, in order: the storage types and
+// EACH_DTYPE, then the shared device helpers.
+var prelude = []string{"dtype.cuh", "math.cuh"}
+
+// DTypes are the suffixes of the typed kernels, as EACH_DTYPE in dtype.cuh
+// expands them.
+var DTypes = []string{"f32", "bf16", "f16"}
 
 // Names returns the kernel source files, sorted.
 func Names() []string {
 	entries, _ := fs.ReadDir(sources, ".")
 	var names []string
 	for _, e := range entries {
-		names = append(names, e.Name())
+		if strings.HasSuffix(e.Name(), ".cu") {
+			names = append(names, e.Name())
+		}
 	}
 	sort.Strings(names)
 	return names
 }
 
-// Source returns the text of one source file.
+// Source returns the text NVRTC compiles for one source file: the prelude,
+// then the file (a #line directive keeps its line numbers in messages).
 func Source(name string) (string, error) {
-	b, err := sources.ReadFile(name)
-	return string(b), err
+	var text strings.Builder
+	for _, f := range append(prelude, name) {
+		b, err := sources.ReadFile(f)
+		if err != nil {
+			return "", err
+		}
+		// A #line directive keeps each file's own line numbers in messages.
+		fmt.Fprintf(&text, "#line 1 %q\n%s\n", f, b)
+	}
+	return text.String(), nil
 }
 
-var entryRE = regexp.MustCompile(`extern "C" __global__ void\s+(?:__launch_bounds__\([^)]*\)\s*)?(\w+)\(`)
+var entryRE = regexp.MustCompile(`extern "C" __global__ void[\s\\]+(?:__launch_bounds__\([^)]*\)[\s\\]*)?(\w+?)(##sfx)?\(`)
 
 // Entries returns the kernels a source file defines (its extern "C"
-// __global__ functions), so callers look each up only in its own module.
+// __global__ functions, a name ending in ##sfx once per DTypes suffix), so
+// callers look each up only in its own module.
 func Entries(name string) []string {
 	src, err := Source(name)
 	if err != nil {
@@ -41,7 +63,13 @@ func Entries(name string) []string {
 	}
 	var out []string
 	for _, m := range entryRE.FindAllStringSubmatch(src, -1) {
-		out = append(out, m[1])
+		if m[2] == "" {
+			out = append(out, m[1])
+			continue
+		}
+		for _, sfx := range DTypes {
+			out = append(out, m[1]+sfx)
+		}
 	}
 	return out
 }

@@ -50,11 +50,20 @@ func TestCompileAll(t *testing.T) {
 }
 
 // TestEntries checks the entry-point scan against the scan kernels, whose
-// declarations carry __launch_bounds__.
+// declarations carry __launch_bounds__ and come once per storage type
+// through EACH_DTYPE, and checks DTypes against EACH_DTYPE.
 func TestEntries(t *testing.T) {
 	got := strings.Join(kernels.Entries("scan.cu"), ",")
-	if want := "scan_chunk_sum_f32,scan_carry_f32,scan_chunk_out_f32"; got != want {
+	want := "scan_chunk_sum_f32,scan_chunk_sum_bf16,scan_chunk_sum_f16,scan_carry_f32," +
+		"scan_chunk_out_f32,scan_chunk_out_bf16,scan_chunk_out_f16"
+	if got != want {
 		t.Fatalf("Entries(scan.cu) = %s, want %s", got, want)
+	}
+	src, _ := kernels.Source("scan.cu")
+	for _, sfx := range kernels.DTypes {
+		if !strings.Contains(src, "X("+sfx+", ") {
+			t.Errorf("DTypes has %q, which EACH_DTYPE does not expand", sfx)
+		}
 	}
 	for _, name := range kernels.Names() {
 		for _, k := range kernels.Entries(name) {

@@ -2,14 +2,10 @@
 //
 //   y[r, i] = x[r, i] * rsqrt(mean_i(x[r, :]^2) + eps) * w[i]      (w == nullptr: no weight)
 //
-// x, y [rows, d] f32 (y may alias x), w [d]. Grid (rows), block a multiple of
-// 32 threads (<= 1024); each block reduces its row's sum of squares through
-// warp shuffles and one shared-memory pass.
-
-__device__ __forceinline__ float warp_sum(float v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
+// x [rows, d] f32 (the residual stream), w [d] f32, y [rows, d] of the entry's
+// storage type (rmsnorm_f32 may write over x). Grid (rows), block a multiple
+// of 32 threads (<= 1024); each block reduces its row's sum of squares
+// through warp shuffles and one shared-memory pass.
 
 __device__ float block_sum(float v) {
     __shared__ float part[32];
@@ -27,20 +23,27 @@ __device__ float block_sum(float v) {
     return total;
 }
 
-extern "C" __global__ void rmsnorm_f32(const float *x, const float *__restrict__ w, float *y, int d, float eps) {
+template <class T>
+__device__ void rmsnorm(const float *x, const float *__restrict__ w, T *y, int d, float eps) {
     const float *row = x + (size_t)blockIdx.x * d;
-    float *out = y + (size_t)blockIdx.x * d;
+    T *out = y + (size_t)blockIdx.x * d;
     float ss = 0.f;
     for (int i = threadIdx.x; i < d; i += blockDim.x) ss += row[i] * row[i];
     float scale = rsqrtf(block_sum(ss) / d + eps);
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float v = row[i] * scale;
-        out[i] = w ? w[i] * v : v;
+        out[i] = from_f32<T>(w ? w[i] * v : v);
     }
 }
 
+#define RMSNORM(sfx, T)                                                                                   \
+    extern "C" __global__ void rmsnorm_##sfx(const float *x, const float *__restrict__ w, T *y, int d, float eps) { \
+        rmsnorm<T>(x, w, y, d, eps);                                                                      \
+    }
+EACH_DTYPE(RMSNORM)
+
 // FalconMamba's weightless RMSNorm on the dt, B and C parts of each row of
-// x_proj's output dbl [rows, R + 2N]: each part is scaled by
+// x_proj's output dbl [rows, R + 2N] f32: each part is scaled by
 // rsqrt(mean(part^2) + eps) on its own. Grid (rows), block a multiple of 32.
 extern "C" __global__ void rmsnorm_dbc_f32(float *dbl, int R, int N, float eps) {
     float *row = dbl + (size_t)blockIdx.x * (R + 2 * N);

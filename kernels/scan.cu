@@ -8,7 +8,9 @@
 // delta, u, y [B, T, E]; B and C are columns of x_proj's output dbl
 // [B, T, R + 2N] (row stride ldd, B at column R, C at R + N); z is the second
 // half of in_proj's output (row stride ldz); A2 [E, N] holds A * log2(e), so
-// exp is exp2; state [B, E, N] f32.
+// exp is exp2; state [B, E, N] f32. u and y (a GEMM's input and the next
+// GEMM's input) have the entry's storage type T; delta, dbl, z, dt_bias, A2,
+// D, the state and all arithmetic are f32.
 //
 // The recurrence is linear in s, so T splits into nch chunks of L positions
 // that run in parallel, in three launches:
@@ -32,32 +34,21 @@
 // block stages in shared memory SUB positions at a time. A model with
 // N > NS runs G = ceil(N / NS) state groups: launch 1 covers them all
 // (blockIdx.y = chunk * G + g); launch 3 runs once per group in order, each
-// adding its part of sum_n into y, the last one adding the D skip and the
-// gate. Grid (ceil(E / blockDim.x), chunks [* G], B); blockDim.x <= 128.
+// adding its part of sum_n into part [B, T, E] f32, the last one adding the
+// D skip and the gate and writing y. Grid (ceil(E / blockDim.x), chunks [* G], B); blockDim.x <= 128.
 
 #define NS 16     // states per thread
 #define SUB 32    // positions of B and C staged in shared memory at a time
 #define STEPS 8   // positions whose loads are issued together
 #define MAXB 128  // most channels per block
 
-__device__ __forceinline__ float softplus_f(float x) { return x > 20.f ? x : log1pf(__expf(x)); }
-
-// exp2 on the special function unit, results below 2^-126 flushed to zero (a
-// decay that small is zero to the state); relative error 2^-22.
-__device__ __forceinline__ float ex2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
-__device__ __forceinline__ float silu_f(float z) { return __fdividef(z, 1.f + __expf(-z)); }
-
-template <bool OUT>
+template <bool OUT, class Tv>
 __device__ __forceinline__ void scan_chunk(const float *__restrict__ delta, const float *__restrict__ dt_bias,
                                            const float *__restrict__ A2, const float *__restrict__ dbl, int ldd,
-                                           int R, const float *__restrict__ u, const float *__restrict__ Dskip,
+                                           int R, const Tv *__restrict__ u, const float *__restrict__ Dskip,
                                            const float *__restrict__ z, int ldz, const float *start,
-                                           float *chunk_state, float *__restrict__ sumdt, float *state, float *y,
+                                           float *chunk_state, float *__restrict__ sumdt, float *state, Tv *y,
+                                           float *part,
                                            int T, int E, int N, int L, int nch, int ch, int g, int G) {
     __shared__ float sB[SUB][NS], sC[SUB][NS];
     int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.z, n0 = g * NS;
@@ -91,10 +82,10 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ delta, cons
                 size_t r = (size_t)b * T + t0 + i0 + i;
                 bool ok = i0 + i < cnt;
                 dv[i] = ok ? delta[r * E + c] : 0.f;
-                uv[i] = ok ? u[r * E + c] : 0.f;
+                uv[i] = ok ? to_f32(u[r * E + c]) : 0.f;
                 if (OUT) {
                     zv[i] = ok && g == G - 1 ? z[r * ldz + c] : 0.f;
-                    yv[i] = ok && g > 0 ? y[r * E + c] : 0.f;
+                    yv[i] = ok && g > 0 ? part[r * E + c] : 0.f;
                 }
             }
 #pragma unroll
@@ -108,9 +99,12 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ delta, cons
                     if (OUT) acc += s[k] * sC[i0 + i][k];
                 }
                 if (OUT && ok) {
+                    size_t r = (size_t)b * T + t0 + i0 + i;
                     float v = yv[i] + acc;
-                    if (g == G - 1) v = (v + dskip * uv[i]) * silu_f(zv[i]);
-                    y[((size_t)b * T + t0 + i0 + i) * E + c] = v;
+                    if (g == G - 1)
+                        y[r * E + c] = from_f32<Tv>((v + dskip * uv[i]) * silu_f(zv[i]));
+                    else
+                        part[r * E + c] = v;
                 }
             }
         }
@@ -129,14 +123,17 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ delta, cons
     }
 }
 
-extern "C" __global__ void __launch_bounds__(MAXB)
-    scan_chunk_sum_f32(const float *__restrict__ delta, const float *__restrict__ dt_bias,
-                       const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,
-                       const float *__restrict__ u, float *chunk_state, float *__restrict__ sumdt, int T, int E,
-                       int N, int L, int nch, int G) {
-    scan_chunk<false>(delta, dt_bias, A2, dbl, ldd, R, u, nullptr, nullptr, 0, nullptr, chunk_state, sumdt, nullptr,
-                      nullptr, T, E, N, L, nch, blockIdx.y / G, blockIdx.y % G, G);
-}
+#define SCAN_SUM(sfx, T)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(MAXB)                                                      \
+        scan_chunk_sum_##sfx(const float *__restrict__ delta, const float *__restrict__ dt_bias,              \
+                             const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,     \
+                             const T *__restrict__ u, float *chunk_state, float *__restrict__ sumdt, int T_,  \
+                             int E, int N, int L, int nch, int G) {                                           \
+        scan_chunk<false, T>(delta, dt_bias, A2, dbl, ldd, R, u, nullptr, nullptr, 0, nullptr, chunk_state,    \
+                             sumdt, nullptr, nullptr, nullptr, T_, E, N, L, nch, blockIdx.y / G, blockIdx.y % G, \
+                             G);                                                                              \
+    }
+EACH_DTYPE(SCAN_SUM)
 
 extern "C" __global__ void scan_carry_f32(const float *__restrict__ A2, const float *__restrict__ sumdt,
                                           float *__restrict__ chunk_state, const float *__restrict__ state, int B,
@@ -164,12 +161,15 @@ extern "C" __global__ void scan_carry_f32(const float *__restrict__ A2, const fl
     }
 }
 
-extern "C" __global__ void __launch_bounds__(MAXB)
-    scan_chunk_out_f32(const float *__restrict__ delta, const float *__restrict__ dt_bias,
-                       const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,
-                       const float *__restrict__ u, const float *__restrict__ Dskip, const float *__restrict__ z,
-                       int ldz, const float *start, float *state, float *y, int T, int E, int N, int L, int nch,
-                       int g, int G) {
-    scan_chunk<true>(delta, dt_bias, A2, dbl, ldd, R, u, Dskip, z, ldz, start, nullptr, nullptr, state, y, T, E, N, L,
-                     nch, blockIdx.y, g, G);
-}
+#define SCAN_OUT(sfx, T)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(MAXB)                                                       \
+        scan_chunk_out_##sfx(const float *__restrict__ delta, const float *__restrict__ dt_bias,               \
+                             const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,      \
+                             const T *__restrict__ u, const float *__restrict__ Dskip,                         \
+                             const float *__restrict__ z,                                                      \
+                             int ldz, const float *start, float *state, T *y, float *part, int T_, int E,     \
+                             int N, int L, int nch, int g, int G) {                                           \
+        scan_chunk<true, T>(delta, dt_bias, A2, dbl, ldd, R, u, Dskip, z, ldz, start, nullptr, nullptr, state, y, \
+                            part, T_, E, N, L, nch, blockIdx.y, g, G);                                         \
+    }
+EACH_DTYPE(SCAN_OUT)

@@ -32,8 +32,10 @@ type Options struct {
 	// engine when a GPU is usable and the CPU engine otherwise; "cuda" without
 	// a GPU is an error that says why.
 	Device string
-	// DType is the compute dtype: "" or "float32" on the CPU; the CUDA engine
-	// will add "bfloat16" and "float16".
+	// DType is "" or "float32", or on the CUDA engine "bfloat16" or
+	// "float16": mixed precision, where the big GEMMs take weights and inputs
+	// in that type and accumulate in f32, and the residual stream, the scan
+	// and the carried state stay f32 (gpu.Engine).
 	DType string
 	// BLAS is the path of a CBLAS shared library (e.g. numpy's OpenBLAS) for
 	// the CPU engine's GEMMs; empty uses gonum's pure-Go BLAS.
@@ -77,12 +79,19 @@ func Open(path string, opts Options) (*Model, error) {
 	default:
 		return nil, engine.Invalid("device %q: want \"auto\", \"cpu\" or \"cuda\"", opts.Device)
 	}
+	var dt cuda.DType
 	switch strings.ToLower(opts.DType) {
 	case "", "float32", "f32", "fp32":
-	case "bfloat16", "bf16", "float16", "f16", "fp16":
-		return nil, engine.Invalid("dtype %q: both engines compute in float32 for now (bf16/f16 weights are upcast at load); the mixed-precision CUDA engine is the next milestone", opts.DType)
+		dt = cuda.F32
+	case "bfloat16", "bf16":
+		dt = cuda.BF16
+	case "float16", "f16", "fp16", "half":
+		dt = cuda.F16
 	default:
 		return nil, engine.Invalid("dtype %q: want None, \"float32\", \"bfloat16\" or \"float16\"", opts.DType)
+	}
+	if dt != cuda.F32 && !useGPU {
+		return nil, engine.Invalid("dtype %q needs the CUDA engine (the CPU engine computes in float32), and this model runs on the CPU (device %q)", opts.DType, opts.Device)
 	}
 	w, err := checkpoint.Load(path)
 	if err != nil {
@@ -90,7 +99,7 @@ func Open(path string, opts Options) (*Model, error) {
 		return nil, engine.Invalid("open %s: %v", path, err)
 	}
 	if useGPU {
-		g, err := gpu.New(w, 0)
+		g, err := gpu.New(w, 0, dt)
 		if err != nil {
 			return nil, fmt.Errorf("open %s on the GPU: %w", path, err)
 		}
@@ -117,4 +126,13 @@ func (m *Model) Reserve(batch, T int) error {
 		return engine.Invalid("reserve: batch_size = %d and seq_len = %d must be positive", batch, T)
 	}
 	return nil
+}
+
+// DType names the type of the model's GEMM weights and inputs: "float32", or
+// "bfloat16"/"float16" on the CUDA engine.
+func (m *Model) DType() string {
+	if g, ok := m.Engine.(*gpu.Engine); ok {
+		return g.DType().String()
+	}
+	return "float32"
 }

@@ -5,11 +5,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=$(pyenv prefix "$(pyenv versions --bare | grep -E '^3\.12(\.[0-9]+)?$' | tail -1)")/bin/python3
-rm -rf .carry && mkdir -p .carry
+rm -rf .carry/*.whl .carry/*.test && mkdir -p .carry
 "$py" -m pip wheel -q --no-deps -w .carry .
 # The Go test binaries, for benchmarks and stage timings there.
 GOAMD64=v3 go test -c -o .carry/cpu.test ./mambago/cpu
 GOAMD64=v3 go test -c -o .carry/cuda.test ./mambago/cuda
 GOAMD64=v3 go test -c -o .carry/kernels.test ./kernels
 GOAMD64=v3 go test -c -o .carry/gpu.test ./mambago/gpu
-ls -la .carry
+# mamba_ssm's and causal-conv1d's sdists, for the bf16 comparison (cached).
+bash bench/mamba_ssm/fetch.sh > /dev/null
+ls -la .carry .carry/deps

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .carry/ from
 # scripts/device_build.sh. Logs and JSON go to $OUT (or ./out).
-# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|cpu|all]
+# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|mamba_ssm|cpu|all]
 #   gpu:      the CUDA binding, kernel and engine tests, the Python tests,
 #             compute-sanitizer memcheck over the kernel and engine fixture
 #             tests, and racecheck over the scan kernel's test;
 #   gpubench: the GPU stage times, then the GPU prefill benchmark against HF
 #             (bench/gpu_vs_hf.py, with $BENCH_ARGS, e.g. "--shapes 130m,370m");
+#   mamba_ssm: builds mamba_ssm and causal-conv1d for sm_90 (once per machine),
+#             then the bf16 prefill and decode comparison (bench/mamba_ssm/compare.py);
 #   cpu:      the CPU engine's stage timings and the CPU benchmark against HF;
 #   all:      all three (default).
 set -uo pipefail
@@ -32,7 +34,7 @@ if [[ $mode == gpu || $mode == all ]]; then
   echo "== compute-sanitizer memcheck"
   for t in kernels gpu; do
     timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/$t.test \
-      -test.run 'RMS|Embed|ConvAndScan|TestConformance/fixtures' > "$OUT/memcheck_$t.log" 2>&1
+      -test.run 'RMS|Embed|ConvAndScan|TestConformance/fixtures|MixedPrecisionFixtures|PrefillGraphCache|Decode' > "$OUT/memcheck_$t.log" 2>&1
     echo "memcheck $t exit $?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$t.log" | tail -1)"
   done
   timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 .carry/kernels.test -test.run ConvAndScan \
@@ -41,16 +43,29 @@ if [[ $mode == gpu || $mode == all ]]; then
 fi
 if [[ $mode == gpubench || $mode == all ]]; then
   echo "== GPU stage times (130m shape, B=1, T=2048; Go benchmark; GPU_STAGES=0 skips)"
-  [[ ${GPU_STAGES:-1} == 0 ]] || .carry/gpu.test -test.v -test.run x -test.bench Prefill130m -test.benchtime 20x 2>&1 | tee "$OUT/gpu_stages.log" \
+  [[ ${GPU_STAGES:-1} == 0 ]] || .carry/gpu.test -test.v -test.run '^$' -test.bench Prefill130m -test.benchtime 20x 2>&1 | tee "$OUT/gpu_stages.log" \
     | grep -v "^goos\|^goarch\|^pkg\|^=== \|^Benchmark.*[^s]$"
   echo "== GPU prefill, mambago vs Hugging Face (f32) ${BENCH_ARGS:-}"
   python3 bench/gpu_vs_hf.py --out "$OUT/gpu_vs_hf.json" --commit "$commit" ${BENCH_ARGS:-} 2>&1 \
     | grep -v "falling back\|Loading" | tee "$OUT/gpu_vs_hf.log"
 fi
+if [[ $mode == mamba_ssm ]]; then
+  echo "== bf16: mambago vs mamba_ssm (builds mamba_ssm and causal-conv1d for sm_90 first) ${BENCH_ARGS:-}"
+  # A build from an earlier call comes back as $OUT/mamba_site.tgz; kept in
+  # .carry/mamba/, it saves the next call the build.
+  if [[ -f .carry/mamba/mamba_site.tgz ]]; then
+    tar -xzf .carry/mamba/mamba_site.tgz -C /tmp
+  elif [[ ! -d /tmp/mamba_site/mamba_ssm ]]; then
+    bash bench/mamba_ssm/build.sh /tmp/mamba_site 2>&1 | tee "$OUT/mamba_ssm_build.log"
+    tar -czf "$OUT/mamba_site.tgz" -C /tmp mamba_site
+  fi
+  PYTHONPATH=/tmp/mamba_site:$PYTHONPATH python3 bench/mamba_ssm/compare.py --out "$OUT/bf16_vs_mamba_ssm.json" \
+    --commit "$commit" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bf16_vs_mamba_ssm.log"
+fi
 if [[ $mode == cpu || $mode == all ]]; then
   echo "== Go CPU engine stage timings (130m shape, B=1, T=512)"
   MAMBAGO_TEST_BLAS=$(python3 -c "import mambago.model as m; print(m.numpy_blas())") \
-    .carry/cpu.test -test.run x -test.bench 'Prefill130m/B1_T512' -test.benchtime 3x 2>&1 | tee "$OUT/cpu_stages.log" | grep -v "^goos\|^goarch\|^pkg\|PASS"
+    .carry/cpu.test -test.run '^$' -test.bench 'Prefill130m/B1_T512' -test.benchtime 3x 2>&1 | tee "$OUT/cpu_stages.log" | grep -v "^goos\|^goarch\|^pkg\|PASS"
   echo "== CPU prefill, mambago vs Hugging Face"
   python3 bench/cpu_vs_hf.py --out "$OUT/cpu_vs_hf.json" --lengths 512,128,2048 --commit "$commit" 2>&1 \
     | grep -v "falling back" | tee "$OUT/cpu_vs_hf.log"

@@ -346,3 +346,10 @@ def test_set_tf32_needs_the_cuda_engine(base_model):
         base_model.set_tf32(True)
     with pytest.raises(TypeError, match="bool"):
         base_model.set_tf32("yes")
+
+
+def test_set_prefill_graphs_needs_the_cuda_engine(base_model):
+    with pytest.raises(ValueError, match="CUDA engine"):
+        base_model.set_prefill_graphs(4)
+    with pytest.raises(ValueError, match="0 or more"):
+        base_model.set_prefill_graphs(-1)

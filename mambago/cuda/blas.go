@@ -88,19 +88,57 @@ func (b *BLAS) SetStream(s *Stream) error {
 	return checkBLAS("cublasSetStream", C.mg_cublasSetStream(b.h, s.handle()))
 }
 
-// GemmNT computes, for row-major matrices, C = A·Wᵀ + beta·C with A [M, K]
-// (row stride lda), W [N, K] (row stride K) and C [M, N] (row stride ldc): a
-// linear layer. In cuBLAS's column-major terms that is Cᵀ = op(W)·Aᵀ.
+// GemmNT computes, for row-major f32 matrices, C = A·Wᵀ + beta·C with A
+// [M, K] (row stride lda), W [N, K] (row stride K) and C [M, N] (row stride
+// ldc): a linear layer. In cuBLAS's column-major terms that is Cᵀ = op(W)·Aᵀ.
+// It runs through cublasSgemm: true FP32, or TF32 when the handle allows it.
 func (b *BLAS) GemmNT(M, N, K int, A Ptr, lda int, W Ptr, C Ptr, ldc int, beta float32) error {
+	return b.Gemm(M, N, K, A, lda, W, C, ldc, beta, F32, F32)
+}
+
+// Gemm is GemmNT with A and W stored as ab and C as c. Anything but f32
+// throughout runs through cublasGemmEx with f32 accumulation
+// (CUBLAS_COMPUTE_32F), on tensor cores for bf16 and f16.
+func (b *BLAS) Gemm(M, N, K int, A Ptr, lda int, W Ptr, C Ptr, ldc int, beta float32, ab, c DType) error {
 	if M == 0 || N == 0 {
 		return nil
 	}
 	const opN, opT = 0, 1
+	const compute32F = 68 // CUBLAS_COMPUTE_32F
 	alpha, bt := C.float(1), C.float(beta)
-	err := checkBLAS("cublasSgemm", C.mg_cublasSgemm(b.h, opT, opN, C.int(N), C.int(M), C.int(K), &alpha,
-		C.mg_devptr(W), C.int(K), C.mg_devptr(A), C.int(lda), &bt, C.mg_devptr(C), C.int(ldc)))
+	var err error
+	if ab == F32 && c == F32 {
+		err = checkBLAS("cublasSgemm", C.mg_cublasSgemm(b.h, opT, opN, C.int(N), C.int(M), C.int(K), &alpha,
+			C.mg_devptr(W), C.int(K), C.mg_devptr(A), C.int(lda), &bt, C.mg_devptr(C), C.int(ldc)))
+	} else {
+		err = checkBLAS("cublasGemmEx", C.mg_cublasGemmEx(b.h, opT, opN, C.int(N), C.int(M), C.int(K), &alpha,
+			C.mg_devptr(W), C.int(ab.dataType()), C.int(K), C.mg_devptr(A), C.int(ab.dataType()), C.int(lda), &bt,
+			C.mg_devptr(C), C.int(c.dataType()), C.int(ldc), compute32F))
+	}
 	if err != nil {
-		return fmt.Errorf("%w (M=%d N=%d K=%d)", err, M, N, K)
+		return fmt.Errorf("%w (M=%d N=%d K=%d, %s -> %s)", err, M, N, K, ab, c)
+	}
+	return nil
+}
+
+// GemmF32As is GemmNT on f32 matrices multiplied on tensor cores with their
+// inputs rounded to as (bf16 or f16; CUBLAS_COMPUTE_32F_FAST_16BF/16F),
+// accumulating in f32. With as = F32 it is GemmNT.
+func (b *BLAS) GemmF32As(M, N, K int, A Ptr, lda int, W Ptr, C Ptr, ldc int, beta float32, as DType) error {
+	if as == F32 {
+		return b.GemmNT(M, N, K, A, lda, W, C, ldc, beta)
+	}
+	if M == 0 || N == 0 {
+		return nil
+	}
+	const opN, opT = 0, 1
+	compute := map[DType]int{BF16: 75, F16: 74}[as] // CUBLAS_COMPUTE_32F_FAST_16BF, _16F
+	alpha, bt, f32 := C.float(1), C.float(beta), C.int(F32.dataType())
+	err := checkBLAS("cublasGemmEx", C.mg_cublasGemmEx(b.h, opT, opN, C.int(N), C.int(M), C.int(K), &alpha,
+		C.mg_devptr(W), f32, C.int(K), C.mg_devptr(A), f32, C.int(lda), &bt, C.mg_devptr(C), f32, C.int(ldc),
+		C.int(compute)))
+	if err != nil {
+		return fmt.Errorf("%w (M=%d N=%d K=%d, f32 as %s)", err, M, N, K, as)
 	}
 	return nil
 }

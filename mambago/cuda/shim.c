@@ -65,6 +65,8 @@ FN(int, cublasSetStream, (void *, void *));
 FN(int, cublasSetMathMode, (void *, int));
 FN(int, cublasSgemm, (void *, int, int, int, int, int, const float *, mg_devptr, int, mg_devptr, int, const float *,
                       mg_devptr, int));
+FN(int, cublasGemmEx, (void *, int, int, int, int, int, const void *, mg_devptr, int, int, mg_devptr, int, int,
+                       const void *, mg_devptr, int, int, int, int));
 FN(const char *, cublasGetStatusString, (int));
 
 FN(int, nvrtcVersion, (int *, int *));
@@ -132,6 +134,7 @@ const char *mg_load_cublas(const char *path) {
 	LOAD(h, cublasSetStream, "cublasSetStream_v2");
 	LOAD(h, cublasSetMathMode, "cublasSetMathMode");
 	LOAD(h, cublasSgemm, "cublasSgemm_v2");
+	LOAD(h, cublasGemmEx, "cublasGemmEx");
 	LOAD(h, cublasGetStatusString, "cublasGetStatusString");
 	return NULL;
 }
@@ -215,6 +218,12 @@ mg_result mg_cublasSetMathMode(void *h, int m) { CALL(cublasSetMathMode, h, m); 
 mg_result mg_cublasSgemm(void *h, int ta, int tb, int m, int n, int k, const float *alpha, mg_devptr A, int lda,
                          mg_devptr B, int ldb, const float *beta, mg_devptr C, int ldc) {
 	CALL(cublasSgemm, h, ta, tb, m, n, k, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+mg_result mg_cublasGemmEx(void *h, int ta, int tb, int m, int n, int k, const float *alpha, mg_devptr A, int atype,
+                          int lda, mg_devptr B, int btype, int ldb, const float *beta, mg_devptr C, int ctype, int ldc,
+                          int compute) {
+	CALL(cublasGemmEx, h, ta, tb, m, n, k, alpha, A, atype, lda, B, btype, ldb, beta, C, ctype, ldc, compute,
+	     -1 /* CUBLAS_GEMM_DEFAULT */);
 }
 const char *mg_cublasStatus(mg_result r) {
 	return p_cublasGetStatusString ? p_cublasGetStatusString(r) : "CUBLAS_STATUS_UNKNOWN";

@@ -68,6 +68,9 @@ mg_result mg_cublasSetStream(void *h, void *stream);
 mg_result mg_cublasSetMathMode(void *h, int mode);
 mg_result mg_cublasSgemm(void *h, int ta, int tb, int m, int n, int k, const float *alpha, mg_devptr A, int lda,
                          mg_devptr B, int ldb, const float *beta, mg_devptr C, int ldc);
+mg_result mg_cublasGemmEx(void *h, int ta, int tb, int m, int n, int k, const float *alpha, mg_devptr A, int atype,
+                          int lda, mg_devptr B, int btype, int ldb, const float *beta, mg_devptr C, int ctype, int ldc,
+                          int compute);
 const char *mg_cublasStatus(mg_result r);
 
 // NVRTC.

@@ -6,69 +6,84 @@ import (
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
+	"github.com/mambago/mambago/mambago/checkpoint"
+	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/gpu"
 	"github.com/mambago/mambago/mambago/internal/fixture"
 )
 
-// BenchmarkPrefill130m times prefills of the 130m shape (d=768, 24 layers)
-// at B=1, T=2048 for several scan chunk lengths, then prints where the time
-// goes, stage by stage, at the default chunk length.
+// BenchmarkPrefill130m times the 130m shape (d=768, 24 layers) in f32 and
+// bf16: prefills at B=1, T=2048 (after a warm-up, as the first prefills of a
+// process run slower), a short prompt eager and as a graph, and a decode
+// step's graph replay; then it prints where a T=2048 prefill's time goes,
+// stage by stage.
 func BenchmarkPrefill130m(b *testing.B) {
 	gputest.Need(b)
-	e, err := gpu.New(fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1), 0)
+	w := fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1)
+	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16} {
+		b.Run(dt.String(), func(b *testing.B) { benchPrefill(b, w, dt) })
+	}
+}
+
+func benchPrefill(b *testing.B, w *checkpoint.Weights, dt cuda.DType) {
+	e, err := gpu.New(w, 0, dt)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer e.Close()
-	const B, T = 1, 2048
+	const B, T, short = 1, 2048, 128
 	ids := make([]int64, B*T)
 	for i := range ids {
 		ids[i] = rand.Int64N(50280)
 	}
 	in, out := engine.Input{B: B, T: T, IDs: ids}, make([]float32, B*768)
+	sin := engine.Input{B: B, T: short, IDs: ids[:B*short]}
 	st, err := e.NewState(B)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, chunk := range []int{64, 32, 128, 64} {
-		b.Run(fmt.Sprintf("B%d_T%d_chunk%d", B, T, chunk), func(b *testing.B) {
-			e.ScanChunk = chunk
+	prefill := func(in engine.Input) func() error {
+		return func() error { return e.Prefill(st, in, engine.Last, out) }
+	}
+	for range 20 { // the clocks ramp up over the first prefills
+		if err := prefill(in)(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	g, err := e.CapturePrefill(st, "ids", short, engine.Last)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Destroy()
+	step, err := e.CaptureStep(st)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer step.Destroy()
+	logits := make([]float32, B*50280)
+	for _, r := range []struct {
+		name   string
+		tokens int
+		run    func() error
+	}{
+		{fmt.Sprintf("B%d_T%d", B, T), B * T, prefill(in)},
+		{fmt.Sprintf("B%d_T%d_eager", B, short), B * short, prefill(sin)},
+		{fmt.Sprintf("B%d_T%d_graph", B, short), B * short, func() error { return g.Prefill(sin, out) }},
+		{fmt.Sprintf("B%d_step_graph", B), B, func() error { return step.Step(ids[:B], logits) }},
+	} {
+		b.Run(r.name, func(b *testing.B) {
 			for b.Loop() {
-				if err := e.Prefill(st, in, engine.Last, out); err != nil {
+				if err := r.run(); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(B*T)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+			b.ReportMetric(float64(r.tokens)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
 		})
 	}
-	// A short prompt, eager and as a captured graph: launch-bound.
-	const short = 128
-	sin, sout := engine.Input{B: B, T: short, IDs: ids[:B*short]}, make([]float32, B*768)
-	b.Run(fmt.Sprintf("B%d_T%d_eager", B, short), func(b *testing.B) {
-		for b.Loop() {
-			if err := e.Prefill(st, sin, engine.Last, sout); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(B*short)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
-	})
-	b.Run(fmt.Sprintf("B%d_T%d_graph", B, short), func(b *testing.B) {
-		g, err := e.CapturePrefill(st, "ids", short, engine.Last)
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer g.Destroy()
-		for b.Loop() {
-			if err := g.Prefill(sin, sout); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(B*short)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
-	})
-	e.ScanChunk, e.Timer = 0, &gpu.StageTimer{}
+	e.Timer = &gpu.StageTimer{}
 	for range 5 {
-		if err := e.Prefill(st, in, engine.Last, out); err != nil {
+		if err := prefill(in)(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -76,5 +91,5 @@ func BenchmarkPrefill130m(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("stages over 5 prefills, B=%d T=%d, default chunk:\n%s", B, T, report)
+	b.Logf("%s stages over 5 prefills, B=%d T=%d:\n%s", dt, B, T, report)
 }

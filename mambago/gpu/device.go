@@ -41,6 +41,13 @@ func (e *Engine) PrefillDevice(st engine.State, kind string, in uintptr, B, T in
 		return err
 	}
 	defer done()
+	if e.graphCap > 0 && B*T <= e.ChunkRows {
+		g, err := e.cachedPrefill(graphKey{s: s, kind: kind, B: B, T: T, pool: pool})
+		if err != nil {
+			return err
+		}
+		return e.onStream(cuda.WrapStream(stream), func() error { return g.replayDevice(cuda.Ptr(in), cuda.Ptr(out)) })
+	}
 	return e.onStream(cuda.WrapStream(stream), func() error {
 		return e.run(s, source{in: engine.Input{B: B, T: T}, dev: cuda.Ptr(in), kind: kind}, pool, cuda.Ptr(out))
 	})

@@ -9,6 +9,8 @@ import (
 	"github.com/mambago/mambago/mambago/checkpoint"
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
+	"github.com/mambago/mambago/mambago/safetensors"
+	"github.com/x448/float16"
 )
 
 // layer holds one block's weights in device memory; a zero Ptr is an absent bias.
@@ -16,11 +18,17 @@ type layer struct {
 	norm, inProj, inBias, conv, convBias, xProj, dtProj, dtBias, a2, d, outProj, outBias cuda.Ptr
 }
 
-// Engine is the f32 CUDA engine. Its calls are serialised: one stream, one
-// workspace.
+// Engine is the CUDA engine, in f32 or in bf16/f16 mixed precision: then the
+// big GEMMs (in_proj, x_proj, out_proj, lm_head) take their weights and
+// inputs (the normed hidden states, the conv output, the scan output) in
+// bf16/f16 and accumulate in f32; dt_proj keeps f32 operands but multiplies
+// them rounded to bf16/f16 on tensor cores; everything else (GEMM outputs,
+// the residual stream, the scan and the carried state) is f32. Its calls
+// are serialised: one stream, one workspace.
 type Engine struct {
 	mu      sync.Mutex
 	cfg     checkpoint.Config
+	dt      cuda.DType
 	dev     *cuda.Device
 	stream  *cuda.Stream
 	blas    *cuda.BLAS
@@ -32,8 +40,13 @@ type Engine struct {
 	layers                                   []layer
 
 	ws     workspace
-	closed bool        // set by Close; every later call fails
-	last   *cuda.Event // the end of the latest call's work, which the next call waits for
+	closed bool // set by Close; every later call fails
+
+	// The prefill graph cache of SetPrefillGraphs, least recently used first.
+	graphCap   int
+	graphs     map[graphKey]*Graph
+	graphOrder []graphKey
+	last       *cuda.Event // the end of the latest call's work, which the next call waits for
 	// ChunkRows bounds B·T per pass; longer prompts run in chunks along T.
 	ChunkRows int
 	// ScanChunk is the scan's chunk length in positions (a multiple of 8);
@@ -45,15 +58,16 @@ type Engine struct {
 
 var _ engine.Engine = (*Engine)(nil)
 
-// New uploads w to GPU ordinal and compiles the kernels for it.
-func New(w *checkpoint.Weights, ordinal int) (e *Engine, err error) {
+// New uploads w to GPU ordinal, with the big GEMMs' weights and inputs in dt
+// (see Engine), and compiles the kernels for it.
+func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	dev, err := cuda.Open(ordinal)
 	if err != nil {
 		return nil, err
 	}
-	e = &Engine{cfg: w.Config, dev: dev, ChunkRows: 16384}
+	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384}
 	built := e // e is nil once an error is returned
 	defer func() {
 		if err != nil {
@@ -86,22 +100,42 @@ func New(w *checkpoint.Weights, ordinal int) (e *Engine, err error) {
 		e.bufs = append(e.bufs, b)
 		return b.Ptr, cuda.CopyIn(b.Ptr, v, e.stream)
 	}
+	// upT uploads a GEMM weight in the storage type.
+	upT := func(v []float32) (cuda.Ptr, error) {
+		if dt == cuda.F32 || v == nil {
+			return up(v)
+		}
+		b, err := cuda.Alloc(2 * len(v))
+		if err != nil {
+			return 0, err
+		}
+		e.bufs = append(e.bufs, b)
+		return b.Ptr, cuda.CopyIn(b.Ptr, narrow(v, dt), e.stream)
+	}
+	// upAll uploads (destination, values) pairs; a *typed destination takes
+	// the storage type.
 	upAll := func(pairs ...any) error {
 		for i := 0; i < len(pairs); i += 2 {
-			p, err := up(pairs[i+1].([]float32))
+			v := pairs[i+1].([]float32)
+			var err error
+			switch dst := pairs[i].(type) {
+			case *cuda.Ptr:
+				*dst, err = up(v)
+			case typed:
+				*dst.p, err = upT(v)
+			}
 			if err != nil {
 				return err
 			}
-			*pairs[i].(*cuda.Ptr) = p
 		}
 		return nil
 	}
-	if err = upAll(&e.emb, w.Embeddings, &e.normF, w.NormF, &e.inputProj, w.InputProj, &e.inputBias, w.InputBias); err != nil {
+	if err = upAll(typed{&e.emb}, w.Embeddings, &e.normF, w.NormF, &e.inputProj, w.InputProj, &e.inputBias, w.InputBias); err != nil {
 		return nil, err
 	}
 	e.lmHead = e.emb
 	if &w.LMHead[0] != &w.Embeddings[0] {
-		if err = upAll(&e.lmHead, w.LMHead); err != nil {
+		if err = upAll(typed{&e.lmHead}, w.LMHead); err != nil {
 			return nil, err
 		}
 	}
@@ -111,15 +145,37 @@ func New(w *checkpoint.Weights, ordinal int) (e *Engine, err error) {
 			a2[i] = a * math.Log2E
 		}
 		var g layer
-		if err = upAll(&g.norm, l.Norm, &g.inProj, l.InProj, &g.inBias, l.InBias, &g.conv, l.Conv, &g.convBias, l.ConvBias,
-			&g.xProj, l.XProj, &g.dtProj, l.DTProj, &g.dtBias, l.DTBias, &g.a2, a2, &g.d, l.D,
-			&g.outProj, l.OutProj, &g.outBias, l.OutBias); err != nil {
+		if err = upAll(&g.norm, l.Norm, typed{&g.inProj}, l.InProj, &g.inBias, l.InBias, &g.conv, l.Conv,
+			&g.convBias, l.ConvBias, typed{&g.xProj}, l.XProj, &g.dtProj, l.DTProj, &g.dtBias, l.DTBias,
+			&g.a2, a2, &g.d, l.D, typed{&g.outProj}, l.OutProj, &g.outBias, l.OutBias); err != nil {
 			return nil, err
 		}
 		e.layers = append(e.layers, g)
 	}
 	return e, e.stream.Synchronize()
 }
+
+// typed marks a weight uploaded in the engine's storage type.
+type typed struct{ p *cuda.Ptr }
+
+// narrow rounds v to dt (bf16 or f16; nearest, ties to even) and returns the bits.
+func narrow(v []float32, dt cuda.DType) []uint16 {
+	out := make([]uint16, len(v))
+	for i, x := range v {
+		if dt == cuda.BF16 {
+			out[i] = safetensors.BF16Bits(x)
+		} else {
+			out[i] = float16.Fromfloat32(x).Bits()
+		}
+	}
+	return out
+}
+
+// DType returns the storage type of activations and GEMM weights.
+func (e *Engine) DType() cuda.DType { return e.dt }
+
+// typed returns the name of kernel's entry for the engine's storage type.
+func (e *Engine) typed(kernel string) string { return kernel + "_" + e.dt.Suffix() }
 
 // Config returns the model's configuration.
 func (e *Engine) Config() checkpoint.Config { return e.cfg }
@@ -130,7 +186,10 @@ func (e *Engine) Device() string { return "cuda" }
 // Backend names the GPU and the GEMM mode.
 func (e *Engine) Backend() string {
 	mode := "cuBLAS FP32"
-	if e.blas != nil && e.blas.TF32 {
+	switch {
+	case e.dt != cuda.F32:
+		mode = fmt.Sprintf("cuBLAS %s GEMMs (f32 accumulation; f32 residual, scan and state)", e.dt)
+	case e.blas != nil && e.blas.TF32:
 		mode = "cuBLAS TF32"
 	}
 	return fmt.Sprintf("%s (%s), %s", e.dev.Name, e.dev.Arch(), mode)
@@ -168,6 +227,7 @@ func (e *Engine) Close() error {
 
 func (e *Engine) close() error {
 	e.closed = true
+	e.evictGraphs(func(graphKey) bool { return true })
 	e.ws.free()
 	for _, b := range e.bufs {
 		b.Free()
@@ -211,14 +271,16 @@ func (e *Engine) ensure(rows int) error {
 		b.Free()
 	}
 	ws.rows = 0
-	width := max(c.Hidden, c.InputDim)
+	width, sz := max(c.Hidden, c.InputDim), e.dt.Size()
 	sizes := []struct {
 		dst   **cuda.Buffer
 		bytes int
 	}{
+		// The inputs of the big GEMMs (x, u, y) take the storage type; x also
+		// holds the final norm's f32 output. Everything else is f32.
 		{&ws.h, 4 * rows * c.Hidden}, {&ws.x, 4 * rows * c.Hidden}, {&ws.xz, 4 * rows * 2 * c.Inner},
-		{&ws.u, 4 * rows * c.Inner}, {&ws.dbl, 4 * rows * (c.DTRank + 2*c.State)}, {&ws.delta, 4 * rows * c.Inner},
-		{&ws.y, 4 * rows * c.Inner}, {&ws.in, 4 * rows * width}, {&ws.ids, 8 * rows},
+		{&ws.u, sz * rows * c.Inner}, {&ws.dbl, 4 * rows * (c.DTRank + 2*c.State)}, {&ws.delta, 4 * rows * c.Inner},
+		{&ws.y, sz * rows * c.Inner}, {&ws.in, 4 * rows * width}, {&ws.ids, 8 * rows},
 		{&ws.scan, 4 * max(1, scanScratchBound(rows, c.Inner, c.State, e.ScanChunk))},
 	}
 	for _, s := range sizes {

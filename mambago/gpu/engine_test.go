@@ -17,9 +17,9 @@ import (
 	"github.com/mambago/mambago/mambago/internal/fixture"
 )
 
-func newEngine(t *testing.T, w *checkpoint.Weights) *gpu.Engine {
+func newEngine(t *testing.T, w *checkpoint.Weights, dt cuda.DType) *gpu.Engine {
 	t.Helper()
-	e, err := gpu.New(w, 0)
+	e, err := gpu.New(w, 0, dt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func open(t *testing.T, dir string) engine.Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return newEngine(t, w)
+	return newEngine(t, w, cuda.F32)
 }
 
 // TestConformance runs the HF fixtures and the equivalences on the GPU.
@@ -61,7 +61,7 @@ func TestMatchesCPU(t *testing.T) {
 		cfg := fixture.Shape(64, 2, 100)
 		cfg.State = N
 		w := fixture.RandomWeights(cfg, rand.Uint64())
-		g, c := newEngine(t, w), cpu.New(w)
+		g, c := newEngine(t, w, cuda.F32), cpu.New(w)
 		for _, B := range []int{1, 3} {
 			for _, T := range []int{1, 7, 255, 256, 257, 2049, 5000} {
 				name := fmt.Sprintf("N=%d B=%d T=%d", N, B, T)
@@ -111,7 +111,7 @@ func TestDeviceEntryMatchesHostEntry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := newEngine(t, w)
+	e := newEngine(t, w, cuda.F32)
 	c := e.Config()
 	B, T := 3, 41
 	ids := make([]int64, B*T)
@@ -211,12 +211,16 @@ func deviceInput(t *testing.T, in engine.Input) *cuda.Buffer {
 // replay refuse.
 func TestGraphsReplayBitIdentical(t *testing.T) {
 	gputest.Need(t)
-	for _, name := range []string{"base", "features"} {
+	for _, tc := range []struct {
+		name string
+		dt   cuda.DType
+	}{{"base", cuda.F32}, {"features", cuda.F32}, {"base", cuda.BF16}, {"features", cuda.F16}} {
+		name := tc.name
 		w, err := checkpoint.Load(filepath.Join(fixture.Root(), name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		e := newEngine(t, w)
+		e := newEngine(t, w, tc.dt)
 		c := e.Config()
 		B, T := 2, 33
 		in := engine.Input{B: B, T: T}

@@ -54,14 +54,10 @@ func (e *Engine) CapturePrefill(st engine.State, kind string, T int, pool engine
 func (g *Graph) body() error {
 	e := g.e
 	src := source{in: engine.Input{B: g.B, T: g.T}, kind: g.kind, dev: g.in.Ptr}
-	if err := e.run(g.s, src, g.pool, g.out.Ptr); err != nil {
-		return err
-	}
 	if g.step {
-		c := e.cfg
-		return e.blas.GemmNT(g.B, c.Vocab, c.Hidden, g.out.Ptr, c.Hidden, e.lmHead, g.logit.Ptr, c.Vocab, 0)
+		return e.stepDevice(g.s, src, g.out.Ptr, g.logit.Ptr)
 	}
-	return nil
+	return e.run(g.s, src, g.pool, g.out.Ptr)
 }
 
 // alloc gives g its input, output and logits buffers.
@@ -92,12 +88,17 @@ func (g *Graph) free() {
 }
 
 func (e *Engine) capture(g *Graph) (*Graph, error) {
-	g.e = e
 	done, err := e.bind()
 	if err != nil {
 		return nil, err
 	}
 	defer done()
+	return e.captureBound(g)
+}
+
+// captureBound captures g; the caller holds e.mu and the bound thread.
+func (e *Engine) captureBound(g *Graph) (*Graph, error) {
+	g.e = e
 	timer := e.Timer // events of a timer have no place in a graph
 	e.Timer = nil
 	defer func() { e.Timer = timer }()
@@ -114,7 +115,7 @@ func (e *Engine) capture(g *Graph) (*Graph, error) {
 		g.free()
 		return nil, err
 	}
-	err = e.onStream(nil, func() error {
+	err := e.onStream(nil, func() error {
 		var cerr error
 		g.g, cerr = cuda.Capture(e.stream, g.body)
 		return cerr
@@ -178,13 +179,32 @@ func (g *Graph) Step(ids []int64, logits []float32) error {
 	if err := engine.CheckIDs("token_ids", ids, c.Vocab); err != nil {
 		return err
 	}
-	return g.replay(func() error { return cuda.CopyIn(g.in.Ptr, ids, e.stream) },
-		func() error { return cuda.CopyOut(logits, g.logit.Ptr, e.stream) })
+	return g.replay(nil, func() error { return cuda.CopyIn(g.in.Ptr, ids, e.stream) },
+		func() error { return cuda.CopyOut(logits, g.logit.Ptr, e.stream) }, true)
 }
 
-// replay uploads the input, launches the graph, downloads the output and
-// waits, on the engine's stream, after checking the graph is still valid.
-func (g *Graph) replay(upload, download func() error) error {
+// StepDevice replays a captured step on caller-owned device memory: B int64
+// token ids at ids in, logits [B, V] f32 out to logits, queued on stream (0:
+// the legacy default stream) after the work already there, without waiting.
+// Both buffers must stay alive until the stream has run it. Ids are clamped
+// into the vocabulary on the device, not checked.
+func (g *Graph) StepDevice(ids, logits, stream uintptr) error {
+	e := g.e
+	if !g.step {
+		return engine.Invalid("graph captured a prefill, not a step")
+	}
+	if ids == 0 || logits == 0 {
+		return engine.Invalid("null device pointer (ids %#x, logits %#x)", ids, logits)
+	}
+	upload := func() error { return cuda.Copy(g.in.Ptr, cuda.Ptr(ids), 8*g.B, e.stream) }
+	download := func() error { return cuda.Copy(cuda.Ptr(logits), g.logit.Ptr, 4*g.B*e.cfg.Vocab, e.stream) }
+	return g.replay(cuda.WrapStream(stream), upload, download, false)
+}
+
+// replay uploads the input, launches the graph and downloads the output on
+// stream (nil: the engine's own), after checking the graph is still valid,
+// and waits for them when wait is set.
+func (g *Graph) replay(stream *cuda.Stream, upload, download func() error, wait bool) error {
 	e := g.e
 	done, err := e.bind()
 	if err != nil {
@@ -194,7 +214,7 @@ func (g *Graph) replay(upload, download func() error) error {
 	if err := g.check(); err != nil {
 		return err
 	}
-	return e.onStream(nil, func() error {
+	return e.onStream(stream, func() error {
 		if err := upload(); err != nil {
 			return err
 		}
@@ -203,6 +223,9 @@ func (g *Graph) replay(upload, download func() error) error {
 		}
 		if err := download(); err != nil {
 			return err
+		}
+		if !wait {
+			return nil
 		}
 		return e.stream.Synchronize()
 	})
@@ -232,7 +255,7 @@ func (g *Graph) Prefill(in engine.Input, out []float32) error {
 		}
 		return engine.Invalid("graph captured %s input", g.kind)
 	}
-	return g.replay(upload, func() error { return cuda.CopyOut(out, g.out.Ptr, e.stream) })
+	return g.replay(nil, upload, func() error { return cuda.CopyOut(out, g.out.Ptr, e.stream) }, true)
 }
 
 // Destroy releases the graph.
@@ -247,4 +270,98 @@ func (g *Graph) Destroy() error {
 	defer done()
 	g.free()
 	return nil
+}
+
+// graphKey names a cached prefill graph: its state, input kind, shape and output.
+type graphKey struct {
+	s    *State
+	kind string
+	B, T int
+	pool engine.Pool
+}
+
+// SetPrefillGraphs makes PrefillDevice replay a captured graph of each
+// (state, input kind, B, T, output) it sees, capturing it on first use and
+// keeping the n most recently used (0, the default, turns the cache off and
+// frees it). A graph is captured again when the workspace has grown or the
+// GEMM mode changed since. Prompts of more than ChunkRows rows run eagerly.
+func (e *Engine) SetPrefillGraphs(n int) error {
+	if n < 0 {
+		return engine.Invalid("prefill graph cache size %d, want 0 or more", n)
+	}
+	done, err := e.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	e.graphCap = n
+	e.evictGraphs(func(graphKey) bool { return len(e.graphOrder) > n })
+	return nil
+}
+
+// evictGraphs frees the cached graphs, least recently used first, for which
+// drop says so; the caller holds the bound thread.
+func (e *Engine) evictGraphs(drop func(graphKey) bool) {
+	kept := e.graphOrder[:0]
+	for _, k := range e.graphOrder {
+		if drop(k) {
+			e.graphs[k].free()
+			delete(e.graphs, k)
+			continue
+		}
+		kept = append(kept, k)
+	}
+	e.graphOrder = kept
+}
+
+// cachedPrefill returns the cached graph for k, capturing it when it is
+// missing or can no longer replay; the caller holds the bound thread.
+func (e *Engine) cachedPrefill(k graphKey) (*Graph, error) {
+	if g, ok := e.graphs[k]; ok {
+		if g.check() == nil {
+			e.touchGraph(k)
+			return g, nil
+		}
+		e.evictGraphs(func(o graphKey) bool { return o == k })
+	}
+	g, err := e.captureBound(&Graph{s: k.s, kind: k.kind, B: k.B, T: k.T, pool: k.pool})
+	if err != nil {
+		return nil, err
+	}
+	if e.graphs == nil {
+		e.graphs = map[graphKey]*Graph{}
+	}
+	e.graphs[k] = g
+	e.graphOrder = append(e.graphOrder, k)
+	for len(e.graphOrder) > e.graphCap {
+		oldest := e.graphOrder[0]
+		e.evictGraphs(func(o graphKey) bool { return o == oldest })
+	}
+	return g, nil
+}
+
+// touchGraph moves k to the most recently used end.
+func (e *Engine) touchGraph(k graphKey) {
+	for i, o := range e.graphOrder {
+		if o == k {
+			copy(e.graphOrder[i:], e.graphOrder[i+1:])
+			e.graphOrder[len(e.graphOrder)-1] = k
+			return
+		}
+	}
+}
+
+// replayDevice runs g on caller-owned device memory: the input at in (of g's
+// kind and shape) is copied into g's input buffer, the graph launched, and
+// its output copied to out, all on e.stream. The caller holds the bound
+// thread and runs it inside onStream.
+func (g *Graph) replayDevice(in, out cuda.Ptr) error {
+	e := g.e
+	if err := cuda.Copy(g.in.Ptr, in, g.in.Bytes, e.stream); err != nil {
+		return err
+	}
+	if err := g.g.Launch(e.stream); err != nil {
+		return err
+	}
+	return cuda.Copy(out, g.out.Ptr, g.out.Bytes, e.stream)
 }

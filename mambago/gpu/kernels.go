@@ -7,11 +7,13 @@ import (
 	"github.com/mambago/mambago/mambago/cuda"
 )
 
-// kernelNames are the entry points the engine launches.
-var kernelNames = []string{
-	"embed_f32", "rmsnorm_f32", "rmsnorm_dbc_f32", "add_bias_f32", "scale_f32",
-	"conv_silu_f32", "scan_chunk_sum_f32", "scan_carry_f32", "scan_chunk_out_f32", "pool_f32",
-}
+// typedKernels have one entry per storage type (kernels.DTypes), named
+// <kernel>_<suffix>; plainKernels have one f32 entry.
+var (
+	typedKernels = []string{"embed", "rmsnorm", "to", "conv_silu", "scan_chunk_sum", "scan_chunk_out", "step_in", "gemv"}
+	plainKernels = []string{"scale_f32", "add_bias_f32", "rmsnorm_dbc_f32", "conv_window_f32", "scan_carry_f32",
+		"pool_f32", "step_scan_f32"}
+)
 
 // loadKernels compiles every kernel source for the device and looks up the
 // entry points.
@@ -40,7 +42,13 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 			fns[k] = f
 		}
 	}
-	for _, k := range kernelNames {
+	want := append([]string{}, plainKernels...)
+	for _, k := range typedKernels {
+		for _, sfx := range kernels.DTypes {
+			want = append(want, k+"_"+sfx)
+		}
+	}
+	for _, k := range want {
 		if fns[k] == nil {
 			return nil, mods, fmt.Errorf("gpu: kernel %s is in no source of kernels/", k)
 		}

@@ -58,11 +58,17 @@ func (e *Engine) Step(st engine.State, ids []int64, logits []float32) error {
 	if err := e.ensureOut(B * d); err != nil {
 		return err
 	}
+	if err := e.ensureLogits(B * V); err != nil {
+		return err
+	}
 	return e.onStream(nil, func() error {
-		if err := e.run(s, source{in: in}, engine.Last, e.ws.out.Ptr); err != nil {
+		if err := e.stepDevice(s, source{in: in}, e.ws.out.Ptr, e.ws.logits.Ptr); err != nil {
 			return err
 		}
-		return e.logits(e.ws.out.Ptr, B, d, V, logits)
+		if err := cuda.CopyOut(logits, e.ws.logits.Ptr, e.stream); err != nil {
+			return err
+		}
+		return e.stream.Synchronize()
 	})
 }
 
@@ -94,13 +100,31 @@ func (e *Engine) logits(hidden cuda.Ptr, B, d, V int, out []float32) error {
 	if err := e.ensureLogits(B * V); err != nil {
 		return err
 	}
-	if err := e.blas.GemmNT(B, V, d, hidden, d, e.lmHead, e.ws.logits.Ptr, V, 0); err != nil {
+	if err := e.logitsDevice(hidden, B, e.ws.logits.Ptr); err != nil {
 		return err
 	}
 	if err := cuda.CopyOut(out, e.ws.logits.Ptr, e.stream); err != nil {
 		return err
 	}
 	return e.stream.Synchronize()
+}
+
+// logitsDevice writes logits [B, V] f32 = hidden [B, d] f32 · lm_headᵀ to
+// out on the device. In bf16/f16 the hidden states are rounded to the
+// storage type first (into ws.x), as lm_head is stored in it.
+func (e *Engine) logitsDevice(hidden cuda.Ptr, B int, out cuda.Ptr) error {
+	c := e.cfg
+	d, V := c.Hidden, c.Vocab
+	if e.dt == cuda.F32 {
+		return e.blas.GemmNT(B, V, d, hidden, d, e.lmHead, out, V, 0)
+	}
+	if err := e.ensure(B); err != nil {
+		return err
+	}
+	if err := e.launch(e.typed("to"), grid1(B*d), cuda.D1(256), 0, hidden, e.ws.x.Ptr, int64(B*d)); err != nil {
+		return err
+	}
+	return e.blas.Gemm(B, V, d, e.ws.x.Ptr, d, e.lmHead, out, V, 0, e.dt, cuda.F32)
 }
 
 // source is a prefill's input: host slices in in, or, when dev is set, a
@@ -201,7 +225,7 @@ func (e *Engine) embed(src source, t0, n int) error {
 	}
 	switch {
 	case in.IDs != nil || src.kind == "ids":
-		return e.launch("embed_f32", cuda.D1(rows), cuda.D1(256), 0, ids, e.emb, ws.h.Ptr, c.Vocab, d)
+		return e.launch(e.typed("embed"), cuda.D1(rows), cuda.D1(256), 0, ids, e.emb, ws.h.Ptr, c.Vocab, d)
 	case in.Embeds != nil || src.kind == "embeds":
 		if embeds != ws.h.Ptr {
 			return cuda.Copy(ws.h.Ptr, embeds, 4*rows*d, e.stream)
@@ -228,6 +252,8 @@ func chunk(v []float32, B, T, w, t0, n int) []float32 {
 	return out
 }
 
+// addBias adds bias [n] to every row of x [rows, n] (row stride ld), both
+// f32; a zero bias adds nothing.
 func (e *Engine) addBias(x cuda.Ptr, ld int, bias cuda.Ptr, rows, n int) error {
 	if bias == 0 {
 		return nil
@@ -239,26 +265,26 @@ func (e *Engine) addBias(x cuda.Ptr, ld int, bias cuda.Ptr, rows, n int) error {
 // workspace, continuing from and updating the layer's carried state.
 func (e *Engine) block(l, B, n int, s *State) error {
 	c, g, ws := e.cfg, e.layers[l], &e.ws
-	rows, d, E, R, N, K := B*n, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel
+	rows, d, E, R, N, K, dt := B*n, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel, e.dt
 	stages := []struct {
 		name string
 		run  func() error
 	}{
 		{"rmsnorm", func() error {
-			return e.launch("rmsnorm_f32", cuda.D1(rows), cuda.D1(256), 0, ws.h.Ptr, g.norm, ws.x.Ptr, d, float32(c.Eps))
+			return e.launch(e.typed("rmsnorm"), cuda.D1(rows), cuda.D1(256), 0, ws.h.Ptr, g.norm, ws.x.Ptr, d, float32(c.Eps))
 		}},
 		{"in_proj", func() error {
-			if err := e.blas.GemmNT(rows, 2*E, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0); err != nil {
+			if err := e.blas.Gemm(rows, 2*E, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0, dt, cuda.F32); err != nil {
 				return err
 			}
 			return e.addBias(ws.xz.Ptr, 2*E, g.inBias, rows, 2*E)
 		}},
 		{"conv", func() error {
 			return Conv{XZ: ws.xz.Ptr, LDX: 2 * E, Window: s.conv(l), W: g.conv, Bias: g.convBias, U: ws.u.Ptr,
-				B: B, T: n, E: E, K: K}.Launch(e.function, e.stream)
+				B: B, T: n, E: E, K: K, DType: dt}.Launch(e.function, e.stream)
 		}},
 		{"x_proj", func() error {
-			if err := e.blas.GemmNT(rows, R+2*N, E, ws.u.Ptr, E, g.xProj, ws.dbl.Ptr, R+2*N, 0); err != nil {
+			if err := e.blas.Gemm(rows, R+2*N, E, ws.u.Ptr, E, g.xProj, ws.dbl.Ptr, R+2*N, 0, dt, cuda.F32); err != nil {
 				return err
 			}
 			if !c.Falcon {
@@ -266,14 +292,16 @@ func (e *Engine) block(l, B, n int, s *State) error {
 			}
 			return e.launch("rmsnorm_dbc_f32", cuda.D1(rows), cuda.D1(128), 0, ws.dbl.Ptr, R, N, float32(c.MixerEps))
 		}},
-		{"dt_proj", func() error { return e.blas.GemmNT(rows, E, R, ws.dbl.Ptr, R+2*N, g.dtProj, ws.delta.Ptr, E, 0) }},
+		{"dt_proj", func() error { // f32 in and out; in bf16/f16 engines on tensor cores
+			return e.blas.GemmF32As(rows, E, R, ws.dbl.Ptr, R+2*N, g.dtProj, ws.delta.Ptr, E, 0, dt)
+		}},
 		{"scan", func() error {
 			return Scan{Delta: ws.delta.Ptr, DTBias: g.dtBias, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
 				U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
-				B: B, T: n, E: E, N: N, Chunk: e.ScanChunk, Scratch: ws.scan.Ptr}.Launch(e.function, e.stream)
+				B: B, T: n, E: E, N: N, DType: dt, Chunk: e.ScanChunk, Scratch: ws.scan.Ptr}.Launch(e.function, e.stream)
 		}},
 		{"out_proj", func() error { // out_proj, accumulated into the residual stream
-			if err := e.blas.GemmNT(rows, d, E, ws.y.Ptr, E, g.outProj, ws.h.Ptr, d, 1); err != nil {
+			if err := e.blas.Gemm(rows, d, E, ws.y.Ptr, E, g.outProj, ws.h.Ptr, d, 1, dt, cuda.F32); err != nil {
 				return err
 			}
 			return e.addBias(ws.h.Ptr, d, g.outBias, rows, d)

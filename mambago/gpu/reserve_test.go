@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
+	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/internal/fixture"
 )
@@ -13,7 +14,7 @@ import (
 // reallocated.
 func TestReserveThenNoAllocation(t *testing.T) {
 	gputest.Need(t)
-	e, err := New(fixture.RandomWeights(fixture.Shape(64, 2, 100), 1), 0)
+	e, err := New(fixture.RandomWeights(fixture.Shape(64, 2, 100), 1), 0, cuda.F32)
 	if err != nil {
 		t.Fatal(err)
 	}

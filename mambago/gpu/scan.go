@@ -13,8 +13,9 @@ type Scan struct {
 	LDZ                    int
 	State, Y               cuda.Ptr
 	B, T, E, N             int
-	Chunk                  int      // positions per chunk, a multiple of 8; 0 picks DefaultScanChunk
-	Scratch                cuda.Ptr // ScratchFloats() floats; unused when T fits in one chunk
+	DType                  cuda.DType // of U and Y; the rest is f32
+	Chunk                  int        // positions per chunk, a multiple of 8; 0 picks DefaultScanChunk
+	Scratch                cuda.Ptr   // ScratchFloats() floats; unused when T fits in one chunk
 }
 
 const (
@@ -38,29 +39,40 @@ func scanChunk(chunk, N int) int {
 
 // scanScratchBound bounds ScratchFloats over every split of rows = B·T:
 // with two or more chunks, B·chunks <= 2·rows/L.
-func scanScratchBound(rows, E, N, chunk int) int { return 2 * rows / scanChunk(chunk, N) * E * (N + 1) }
+func scanScratchBound(rows, E, N, chunk int) int {
+	n := 2 * rows / scanChunk(chunk, N) * E * (N + 1)
+	if N > scanStates {
+		n += rows * E
+	}
+	return n
+}
 
 func (s Scan) chunks() int { return (s.T + s.chunk() - 1) / s.chunk() }
 
 // ScratchFloats is the scratch s needs: every chunk's state [B, chunks, E, N]
-// and dt sum [B, chunks, E], or 0 for a single chunk.
+// and dt sum [B, chunks, E] (none for a single chunk), then, with N > 16,
+// the partial sums over state groups [B, T, E].
 func (s Scan) ScratchFloats() int {
-	nch := s.chunks()
-	if nch == 1 {
-		return 0
+	n := 0
+	if nch := s.chunks(); nch > 1 {
+		n += s.B * nch * s.E * (s.N + 1)
 	}
-	return s.B * nch * s.E * (s.N + 1)
+	if s.N > scanStates {
+		n += s.B * s.T * s.E
+	}
+	return n
 }
 
 // Launch queues the scan on stream; fn looks kernels up by name.
 func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
 	L, nch, G := s.chunk(), s.chunks(), (s.N+scanStates-1)/scanStates
 	blocks := (s.E + scanThreads - 1) / scanThreads
-	start := s.State
+	start, part := s.State, s.Scratch
 	if nch > 1 {
+		part += cuda.Ptr(4 * s.B * nch * s.E * (s.N + 1))
 		chunkState := s.Scratch
 		sumdt := s.Scratch + cuda.Ptr(4*s.B*nch*s.E*s.N)
-		if err := fn("scan_chunk_sum_f32").Launch(cuda.Dim3{X: blocks, Y: (nch - 1) * G, Z: s.B}, cuda.D1(scanThreads), 0,
+		if err := fn("scan_chunk_sum_"+s.DType.Suffix()).Launch(cuda.Dim3{X: blocks, Y: (nch - 1) * G, Z: s.B}, cuda.D1(scanThreads), 0,
 			stream, s.Delta, s.DTBias, s.A2, s.DBL, s.LDD, s.R, s.U, chunkState, sumdt, s.T, s.E, s.N, L, nch, G); err != nil {
 			return err
 		}
@@ -71,8 +83,8 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 		start = chunkState
 	}
 	for g := 0; g < G; g++ {
-		if err := fn("scan_chunk_out_f32").Launch(cuda.Dim3{X: blocks, Y: nch, Z: s.B}, cuda.D1(scanThreads), 0, stream,
-			s.Delta, s.DTBias, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, start, s.State, s.Y,
+		if err := fn("scan_chunk_out_"+s.DType.Suffix()).Launch(cuda.Dim3{X: blocks, Y: nch, Z: s.B}, cuda.D1(scanThreads), 0, stream,
+			s.Delta, s.DTBias, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, start, s.State, s.Y, part,
 			s.T, s.E, s.N, L, nch, g, G); err != nil {
 			return err
 		}

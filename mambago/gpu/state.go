@@ -56,6 +56,7 @@ func (s *State) Free() error {
 		return err
 	}
 	defer done()
+	s.owner.evictGraphs(func(k graphKey) bool { return k.s == s })
 	err = s.buf.Free()
 	s.buf = nil
 	return err

@@ -236,8 +236,12 @@ class Model:
         with model.safetensors.index.json) as Hugging Face save_pretrained writes it.
 
         device is "auto" (the GPU when one is usable, else the CPU), "cpu" or
-        "cuda"; dtype is None (the engine's default, float32), "float32",
-        "bfloat16" or "float16". Weights stored in bf16/f16 are upcast.
+        "cuda". dtype is None or "float32" (the default), or, on the CUDA
+        engine, "bfloat16" or "float16" (torch dtypes work too): mixed
+        precision, where the big GEMMs take weights and inputs in that type
+        and accumulate in float32, and the residual stream, the scan and the
+        carried state stay float32. Weights load from f32, bf16 or f16 checkpoints into the
+        dtype asked for. Inputs and outputs stay float32 in every dtype.
 
         blas chooses the CPU engine's GEMM library: "auto" (numpy's OpenBLAS
         when numpy has one, else Go), "go" (gonum, pure Go) or the path of a
@@ -424,6 +428,23 @@ class Model:
         _call(_b.SetTF32, self._handle(), bool(on))
         self.backend = json.loads(_call(_b.ModelInfo, self._handle()))["backend"]
 
+    def set_prefill_graphs(self, n: int) -> None:
+        """Make prefill_ptr replay a CUDA graph of the whole prefill (CUDA engine).
+
+        Each distinct (state, kind, shape, output) is captured on its first
+        call and replayed after that, bit for bit what the eager call gives;
+        the n most recently used graphs are kept (0, the default, turns this
+        off and frees them). A graph is captured again when the workspace
+        has grown or the GEMM mode has changed. Prompts of more than 16384
+        rows (B * T) run eagerly. Do not call prefill_ptr inside a CUDA
+        graph capture of your own while this is on: a first call captures.
+        """
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise TypeError(f"n must be an int, got {type(n).__name__}")
+        if n < 0:
+            raise ValueError(f"n must be 0 or more, got {n}")
+        _call(_b.SetPrefillGraphs, self._handle(), int(n))
+
     def capture_step(self, state: State) -> "Graph":
         """Capture the decode step of state's batch as a CUDA graph (CUDA engine).
 
@@ -534,6 +555,24 @@ class Graph:
         out = _nan((self.batch_size, self._model.config.vocab_size))
         _call(_b.GraphStep, self._handle(), _addr(ids), ids.size, _addr(out), out.size)
         return out
+
+    def step_ptr(self, ids_ptr: int, *, logits_ptr: int, stream: int = 0) -> None:
+        """Replay the captured step on caller-owned GPU memory, with no copy
+        through the host: int64 token ids [B] at ids_ptr in, float32 logits
+        [B, V] to logits_ptr (e.g. tensor.data_ptr()), queued on stream
+        (torch.cuda.current_stream().cuda_stream; 0 is the legacy default
+        stream) without waiting, like Model.prefill_ptr. Ids are clamped into
+        the vocabulary on the device, not checked."""
+        if self._what != "step":
+            raise ValueError("this graph captured a prefill; step_ptr replays steps")
+        for name, v in (("ids_ptr", ids_ptr), ("logits_ptr", logits_ptr), ("stream", stream)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{name} must be an int (a device address or handle), got {type(v).__name__}")
+            if v < 0:
+                raise ValueError(f"{name} must be non-negative, got {v}")
+        if ids_ptr == 0 or logits_ptr == 0:
+            raise ValueError("ids_ptr and logits_ptr must be non-null device addresses")
+        _call(_b.GraphStepDevice, self._handle(), int(ids_ptr), int(logits_ptr), int(stream))
 
     def prefill(self, input_ids=None, *, inputs_embeds=None, features=None) -> np.ndarray:
         """Replay the captured prefill on one input of the captured kind and

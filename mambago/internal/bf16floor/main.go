@@ -85,28 +85,6 @@ func meanKL(w *checkpoint.Weights, c *fixture.Case) (float64, error) {
 	if err := e.Logits(hidden, rows, logits); err != nil {
 		return 0, err
 	}
-	total := 0.0
-	for r := 0; r < rows; r++ {
-		p, q := logSoftmax(c.Logits[r*V:(r+1)*V]), logSoftmax(logits[r*V:(r+1)*V])
-		for i := range p {
-			total += math.Exp(p[i]) * (p[i] - q[i])
-		}
-	}
-	return total / float64(rows), nil
-}
-
-func logSoftmax(x []float32) []float64 {
-	m := math.Inf(-1)
-	for _, v := range x {
-		m = math.Max(m, float64(v))
-	}
-	sum := 0.0
-	for _, v := range x {
-		sum += math.Exp(float64(v) - m)
-	}
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = float64(v) - m - math.Log(sum)
-	}
-	return out
+	kl, _ := fixture.LogitStats(c.Logits, logits, V)
+	return kl, nil
 }

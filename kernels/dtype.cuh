@@ -1,0 +1,47 @@
+// Storage types of activations and weights, and their conversions to and from
+// f32, in which every kernel computes. kernels.Source puts this file in front
+// of every kernel source.
+//
+// bf16 and f16 are 16-bit patterns, so no CUDA header is needed: a bf16 is
+// the top half of an f32, and both convert through PTX (round to nearest
+// even; sm_80 and newer).
+
+struct bf16 {
+    unsigned short bits;
+};
+struct f16 {
+    unsigned short bits;
+};
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(bf16 v) { return __uint_as_float((unsigned)v.bits << 16); }
+__device__ __forceinline__ float to_f32(f16 v) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(v.bits));
+    return f;
+}
+
+template <class T>
+__device__ __forceinline__ T from_f32(float v);
+template <>
+__device__ __forceinline__ float from_f32<float>(float v) {
+    return v;
+}
+template <>
+__device__ __forceinline__ bf16 from_f32<bf16>(float v) {
+    bf16 r;
+    asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r.bits) : "f"(v));
+    return r;
+}
+template <>
+__device__ __forceinline__ f16 from_f32<f16>(float v) {
+    f16 r;
+    asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r.bits) : "f"(v));
+    return r;
+}
+
+// EACH_DTYPE(X) expands X(sfx, T) for every storage type. A kernel file
+// defines its typed entries through it, one extern "C" kernel per type named
+// <kernel>_##sfx: rmsnorm_f32, rmsnorm_bf16, rmsnorm_f16. kernels.DTypes
+// lists the same suffixes.
+#define EACH_DTYPE(X) X(f32, float) X(bf16, bf16) X(f16, f16)

@@ -1,0 +1,214 @@
+package gpu_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/mambago/mambago/internal/gputest"
+	"github.com/mambago/mambago/mambago/checkpoint"
+	"github.com/mambago/mambago/mambago/cuda"
+	"github.com/mambago/mambago/mambago/engine"
+	"github.com/mambago/mambago/mambago/gpu"
+	"github.com/mambago/mambago/mambago/internal/fixture"
+)
+
+// The bars of mixed precision (bf16/f16 activations and GEMMs, f32 residual,
+// scan and state), against HF's float64 reference and the f32 engine.
+const (
+	maxMeanKL     = 1e-3 // mean over positions of KL(reference ‖ ours) on the logits
+	minArgmaxHits = 0.99 // share of positions whose greedy token agrees
+	maxStateRel   = 1e-2 // ‖state − state_f32‖ / ‖state_f32‖ after a prefill
+)
+
+// normRel is ‖got − want‖ / ‖want‖.
+func normRel(got, want []float32) float64 {
+	var d, n float64
+	for i := range want {
+		d += (float64(got[i]) - float64(want[i])) * (float64(got[i]) - float64(want[i]))
+		n += float64(want[i]) * float64(want[i])
+	}
+	if n == 0 {
+		return math.Sqrt(d)
+	}
+	return math.Sqrt(d / n)
+}
+
+// prefillLogits runs in from a zero state and returns the logits of every
+// position and the state.
+func prefillLogits(t *testing.T, e *gpu.Engine, in engine.Input) ([]float32, engine.State) {
+	t.Helper()
+	c := e.Config()
+	st, err := e.NewState(in.B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hidden := fixture.NaNs(in.B * in.T * c.Hidden)
+	if err := e.Prefill(st, in, engine.All, hidden); err != nil {
+		t.Fatal(err)
+	}
+	logits := fixture.NaNs(in.B * in.T * c.Vocab)
+	if err := e.Logits(hidden, in.B*in.T, logits); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range logits {
+		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+			t.Fatalf("logit %d is %v", i, v)
+		}
+	}
+	return logits, st
+}
+
+// checkStates compares the carried state (every layer's SSM state and conv
+// window together) with the f32 engine's: the norm of the difference over
+// the norm of the f32 state. The worst single layer is logged too.
+func checkStates(t *testing.T, what string, got, want engine.State, layers int) {
+	t.Helper()
+	var all, allRef []float32
+	worst := 0.0
+	for l := 0; l < layers; l++ {
+		for _, get := range []func(engine.State, int) ([]float32, error){engine.State.SSMState, engine.State.ConvState} {
+			g, err := get(got, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, _ := get(want, l)
+			worst = math.Max(worst, normRel(g, w))
+			all, allRef = append(all, g...), append(allRef, w...)
+		}
+	}
+	rel := normRel(all, allRef)
+	if rel > maxStateRel {
+		t.Errorf("%s: carried state differs from f32 by %.3g (norm ratio), bar %g", what, rel, maxStateRel)
+	}
+	t.Logf("%s: state vs f32 %.2e (worst single layer %.2e)", what, rel, worst)
+}
+
+// TestMixedPrecisionFixtures checks bf16 and f16 on every HF fixture: the KL
+// of their logits from HF's, greedy agreement, and the carried state against
+// the f32 engine's.
+func TestMixedPrecisionFixtures(t *testing.T) {
+	gputest.Need(t)
+	cases, err := fixture.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
+		positions, hits, worstKL := 0, 0, 0.0
+		for _, c := range cases {
+			w, err := checkpoint.Load(c.Dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e16, e32 := newEngine(t, w, dt), newEngine(t, w, cuda.F32)
+			logits, st := prefillLogits(t, e16, c.Input)
+			_, st32 := prefillLogits(t, e32, c.Input)
+			kl, h := fixture.LogitStats(c.Logits, logits, w.Config.Vocab)
+			positions += c.B * c.T
+			hits += h
+			worstKL = math.Max(worstKL, kl)
+			if kl > maxMeanKL {
+				t.Errorf("%s %s: mean KL %.3g, bar %g", dt, c.Name, kl, maxMeanKL)
+			}
+			checkStates(t, dt.String()+" "+c.Name, st, st32, w.Config.Layers)
+			t.Logf("%s %s: mean KL %.2e, argmax %d/%d", dt, c.Name, kl, h, c.B*c.T)
+		}
+		share := float64(hits) / float64(positions)
+		if share < minArgmaxHits {
+			t.Errorf("%s: greedy argmax agrees at %.4f of %d positions, bar %g", dt, share, positions, minArgmaxHits)
+		}
+		t.Logf("%s over %d cases: worst mean KL %.2e, argmax agreement %.4f of %d positions", dt, len(cases),
+			worstKL, share, positions)
+	}
+}
+
+// TestMixedPrecision130m checks bf16 and f16 on fresh random inputs to a
+// 130m-shaped model against the f32 engine (which matches HF to 1e-4).
+func TestMixedPrecision130m(t *testing.T) {
+	gputest.Need(t)
+	w := fixture.RandomWeights(fixture.Shape(768, 24, 50280), rand.Uint64())
+	e32 := newEngine(t, w, cuda.F32)
+	B, T := 2, 200
+	in := engine.Input{B: B, T: T, IDs: make([]int64, B*T)}
+	for i := range in.IDs {
+		in.IDs[i] = rand.Int64N(50280)
+	}
+	ref, st32 := prefillLogits(t, e32, in)
+	for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
+		e := newEngine(t, w, dt)
+		logits, st := prefillLogits(t, e, in)
+		kl, hits := fixture.LogitStats(ref, logits, 50280)
+		if kl > maxMeanKL {
+			t.Errorf("%s: mean KL from f32 %.3g, bar %g", dt, kl, maxMeanKL)
+		}
+		checkStates(t, dt.String()+" 130m", st, st32, 24)
+		t.Logf("%s 130m B=%d T=%d: mean KL from f32 %.2e, argmax %d/%d", dt, B, T, kl, hits, B*T)
+		e.Close()
+	}
+}
+
+// TestDecodeMatchesPrefill checks the decode step (the kernels of
+// kernels/step.cu up to decodeMaxB = 8 sequences, the prefill path above)
+// against a prefill one position longer, from fresh random weights and
+// tokens: in f32 to 1e-4, in bf16 and f16 by the mixed-precision KL bar
+// (the decode step keeps its activations in f32, the prefill rounds them).
+func TestDecodeMatchesPrefill(t *testing.T) {
+	gputest.Need(t)
+	cfg := fixture.Shape(64, 3, 300)
+	w := fixture.RandomWeights(cfg, rand.Uint64())
+	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16, cuda.F16} {
+		e := newEngine(t, w, dt)
+		for _, B := range []int{1, 8, 9} {
+			const T = 6
+			ids := make([]int64, B*(T+1))
+			for i := range ids {
+				ids[i] = rand.Int64N(int64(cfg.Vocab))
+			}
+			// The reference: a prefill of all T+1 positions, the last one's logits.
+			full := engine.Input{B: B, T: T + 1, IDs: ids}
+			st, err := e.NewState(B)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hidden := fixture.NaNs(B * cfg.Hidden)
+			if err := e.Prefill(st, full, engine.Last, hidden); err != nil {
+				t.Fatal(err)
+			}
+			want := fixture.NaNs(B * cfg.Vocab)
+			if err := e.Logits(hidden, B, want); err != nil {
+				t.Fatal(err)
+			}
+			// T positions by prefill, then one step.
+			head, next := make([]int64, 0, B*T), make([]int64, 0, B)
+			for b := 0; b < B; b++ {
+				head = append(head, ids[b*(T+1):b*(T+1)+T]...)
+				next = append(next, ids[b*(T+1)+T])
+			}
+			st2, err := e.NewState(B)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Prefill(st2, engine.Input{B: B, T: T, IDs: head}, engine.Last, hidden); err != nil {
+				t.Fatal(err)
+			}
+			got := fixture.NaNs(B * cfg.Vocab)
+			if err := e.Step(st2, next, got); err != nil {
+				t.Fatal(err)
+			}
+			if dt == cuda.F32 {
+				if rel := fixture.RelErr(got, want); rel > 1e-4 {
+					t.Errorf("f32 B=%d: step logits differ from the prefill's by %.3g", B, rel)
+				}
+				checkStates(t, fmt.Sprintf("f32 B=%d step", B), st2, st, cfg.Layers)
+				continue
+			}
+			kl, hits := fixture.LogitStats(want, got, cfg.Vocab)
+			if kl > maxMeanKL {
+				t.Errorf("%s B=%d: step logits KL %.3g from the prefill's, bar %g", dt, B, kl, maxMeanKL)
+			}
+			t.Logf("%s B=%d: step vs prefill KL %.2e, argmax %d/%d", dt, B, kl, hits, B)
+		}
+		e.Close()
+	}
+}

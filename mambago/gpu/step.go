@@ -1,0 +1,76 @@
+package gpu
+
+import (
+	"math"
+
+	"github.com/mambago/mambago/mambago/cuda"
+	"github.com/mambago/mambago/mambago/engine"
+)
+
+const (
+	// decodeMaxB is the largest batch the single-token decode kernels take
+	// (STEP_MAXB in kernels/step.cu); a larger batch steps through the
+	// prefill path with T = 1.
+	decodeMaxB = 8
+	stepWarps  = 8 // STEP_WARPS in kernels/step.cu: output rows per block
+)
+
+// stepDevice queues one decode step for the B sequences of s: token ids from
+// src (T = 1), next-token logits [B, V] f32 to logits. The prefill path,
+// taken for B > decodeMaxB, leaves the hidden states in hidden [B, d].
+func (e *Engine) stepDevice(s *State, src source, hidden, logits cuda.Ptr) error {
+	if src.in.B > decodeMaxB {
+		if err := e.run(s, src, engine.Last, hidden); err != nil {
+			return err
+		}
+		return e.logitsDevice(hidden, src.in.B, logits)
+	}
+	return e.decode(s, src, logits)
+}
+
+// decode is the decode step on the kernels of kernels/step.cu: four launches
+// a layer, every activation f32, the weights read once for all sequences.
+func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
+	c, ws := e.cfg, &e.ws
+	B, d, E, R, N, K, V := src.in.B, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel, c.Vocab
+	if err := e.ensure(B); err != nil {
+		return err
+	}
+	// Poison the output, so an element the kernels miss shows as NaN.
+	if err := cuda.Fill32(logits, math.Float32bits(float32(math.NaN())), B*V, e.stream); err != nil {
+		return err
+	}
+	if err := e.embed(src, 0, 1); err != nil {
+		return err
+	}
+	block, eps := cuda.D1(32*stepWarps), float32(c.Eps)
+	rowsGrid := func(rows int) cuda.Dim3 { return cuda.D1(min((rows+stepWarps-1)/stepWarps, 65535)) }
+	gemv := e.typed("gemv")
+	dbl := R + 2*N
+	for l, g := range e.layers {
+		if err := e.launch(e.typed("step_in"), rowsGrid(2*E), block, 0, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
+			g.conv, g.convBias, s.conv(l), ws.xz.Ptr, B, d, E, K); err != nil {
+			return err
+		}
+		if err := e.launch(gemv, rowsGrid(dbl), block, 0, ws.xz.Ptr, 2*E, cuda.Ptr(0), float32(0), g.xProj,
+			cuda.Ptr(0), ws.dbl.Ptr, dbl, 0, B, E, dbl); err != nil {
+			return err
+		}
+		if c.Falcon {
+			if err := e.launch("rmsnorm_dbc_f32", cuda.D1(B), cuda.D1(128), 0, ws.dbl.Ptr, R, N, float32(c.MixerEps)); err != nil {
+				return err
+			}
+		}
+		grid := cuda.Dim3{X: (E + stepWarps - 1) / stepWarps, Y: B, Z: 1}
+		if err := e.launch("step_scan_f32", grid, block, 0, ws.dbl.Ptr, dbl, R, g.dtProj, g.dtBias, g.a2, g.d,
+			ws.xz.Ptr, s.ssm(l), ws.delta.Ptr, E, N); err != nil {
+			return err
+		}
+		if err := e.launch(gemv, rowsGrid(d), block, 0, ws.delta.Ptr, E, cuda.Ptr(0), float32(0), g.outProj,
+			g.outBias, ws.h.Ptr, d, 1, B, E, d); err != nil {
+			return err
+		}
+	}
+	return e.launch(gemv, rowsGrid(V), block, 0, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits, V, 0,
+		B, d, V)
+}
