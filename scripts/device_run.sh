@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .carry/ from
 # scripts/device_build.sh. Logs and JSON go to $OUT (or ./out).
-# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|mamba_ssm|cpu|all]
+# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|decodeprof|mamba_ssm|cpu|all]
 #   gpu:      the CUDA binding, kernel and engine tests, the Python tests,
 #             compute-sanitizer memcheck over the kernel and engine fixture
 #             tests, and racecheck over the scan kernel's test;
 #   gpubench: the GPU stage times, then the GPU prefill benchmark against HF
 #             (bench/gpu_vs_hf.py, with $BENCH_ARGS, e.g. "--shapes 130m,370m");
+#   decodeprof: per-kernel times of the decode step's kernels (ncu, 130m, f32 and bf16),
+#             against the step graph's wall time from the Go benchmark;
 #   mamba_ssm: builds mamba_ssm and causal-conv1d for sm_90 (once per machine),
 #             then the bf16 prefill and decode comparison (bench/mamba_ssm/compare.py);
 #   cpu:      the CPU engine's stage timings and the CPU benchmark against HF;
@@ -48,6 +50,14 @@ if [[ $mode == gpubench || $mode == all ]]; then
   echo "== GPU prefill, mambago vs Hugging Face (f32) ${BENCH_ARGS:-}"
   python3 bench/gpu_vs_hf.py --out "$OUT/gpu_vs_hf.json" --commit "$commit" ${BENCH_ARGS:-} 2>&1 \
     | grep -v "falling back\|Loading" | tee "$OUT/gpu_vs_hf.log"
+fi
+if [[ $mode == decodeprof ]]; then
+  echo "== decode step: graph replay time, then ncu's per-kernel times (130m shape, B=1)"
+  .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/.*/B1_step' -test.benchtime 200x 2>&1 | grep "ns/op"
+  # One step is 24 layers x 4 kernels + the LM head; 400 launches cover both dtypes' captures and warm-ups.
+  timeout 300 ncu --clock-control none -k 'regex:step_in|gemv|step_scan' --launch-count 400 --print-summary per-kernel \
+    .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/.*/B1_step' -test.benchtime 3x > "$OUT/decode_ncu.log" 2>&1
+  echo "ncu exit $?"; grep -E "^  [a-z_0-9]+|gpu__time_duration|Duration" "$OUT/decode_ncu.log" | head -60
 fi
 if [[ $mode == mamba_ssm ]]; then
   echo "== bf16: mambago vs mamba_ssm (builds mamba_ssm and causal-conv1d for sm_90 first) ${BENCH_ARGS:-}"
