@@ -121,28 +121,6 @@ func (b *BLAS) Gemm(M, N, K int, A Ptr, lda int, W Ptr, C Ptr, ldc int, beta flo
 	return nil
 }
 
-// GemmF32As is GemmNT on f32 matrices multiplied on tensor cores with their
-// inputs rounded to as (bf16 or f16; CUBLAS_COMPUTE_32F_FAST_16BF/16F),
-// accumulating in f32. With as = F32 it is GemmNT.
-func (b *BLAS) GemmF32As(M, N, K int, A Ptr, lda int, W Ptr, C Ptr, ldc int, beta float32, as DType) error {
-	if as == F32 {
-		return b.GemmNT(M, N, K, A, lda, W, C, ldc, beta)
-	}
-	if M == 0 || N == 0 {
-		return nil
-	}
-	const opN, opT = 0, 1
-	compute := map[DType]int{BF16: 75, F16: 74}[as] // CUBLAS_COMPUTE_32F_FAST_16BF, _16F
-	alpha, bt, f32 := C.float(1), C.float(beta), C.int(F32.dataType())
-	err := checkBLAS("cublasGemmEx", C.mg_cublasGemmEx(b.h, opT, opN, C.int(N), C.int(M), C.int(K), &alpha,
-		C.mg_devptr(W), f32, C.int(K), C.mg_devptr(A), f32, C.int(lda), &bt, C.mg_devptr(C), f32, C.int(ldc),
-		C.int(compute)))
-	if err != nil {
-		return fmt.Errorf("%w (M=%d N=%d K=%d, f32 as %s)", err, M, N, K, as)
-	}
-	return nil
-}
-
 // Destroy releases the handle.
 func (b *BLAS) Destroy() error {
 	if b == nil || b.h == nil {

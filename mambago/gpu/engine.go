@@ -21,8 +21,7 @@ type layer struct {
 // Engine is the CUDA engine, in f32 or in bf16/f16 mixed precision: then the
 // big GEMMs (in_proj, x_proj, out_proj, lm_head) take their weights and
 // inputs (the normed hidden states, the conv output, the scan output) in
-// bf16/f16 and accumulate in f32; dt_proj keeps f32 operands but multiplies
-// them rounded to bf16/f16 on tensor cores; everything else (GEMM outputs,
+// bf16/f16 and accumulate in f32; everything else (GEMM outputs, dt_proj,
 // the residual stream, the scan and the carried state) is f32. Its calls
 // are serialised: one stream, one workspace.
 type Engine struct {

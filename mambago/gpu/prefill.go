@@ -292,8 +292,8 @@ func (e *Engine) block(l, B, n int, s *State) error {
 			}
 			return e.launch("rmsnorm_dbc_f32", cuda.D1(rows), cuda.D1(128), 0, ws.dbl.Ptr, R, N, float32(c.MixerEps))
 		}},
-		{"dt_proj", func() error { // f32 in and out; in bf16/f16 engines on tensor cores
-			return e.blas.GemmF32As(rows, E, R, ws.dbl.Ptr, R+2*N, g.dtProj, ws.delta.Ptr, E, 0, dt)
+		{"dt_proj", func() error { // f32 in every engine: its rounding reaches the state through exp(dt·A)
+			return e.blas.GemmNT(rows, E, R, ws.dbl.Ptr, R+2*N, g.dtProj, ws.delta.Ptr, E, 0)
 		}},
 		{"scan", func() error {
 			return Scan{Delta: ws.delta.Ptr, DTBias: g.dtBias, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,

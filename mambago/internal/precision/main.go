@@ -1,0 +1,319 @@
+// Command precision measures, without a GPU, what each rounding of the
+// mixed-precision CUDA engine costs the HF fixture models: it runs each case
+// through a float64 emulation of the engine's math that rounds to bf16 or
+// f16 at chosen points, and reports the issue-4 measures against HF's
+// logits and the unrounded emulation's carried state.
+//
+//	go run ./mambago/internal/precision
+//
+// The points:
+//
+//	W   the GEMM weights of in_proj, x_proj and out_proj
+//	E   the embeddings and the LM head
+//	x   the normed input of in_proj
+//	u   the conv output, as x_proj's input and as the scan's
+//	us  the conv output as the scan reads it (u without this: f32 there)
+//	dt  dt_proj's operands (dt_low and its weight, multiplied on tensor cores)
+//	y   the scan output, out_proj's input
+//	hx  the normed final hidden state, the LM head's input
+//
+// The engine on main rounds at all of them ("engine" below); each other row
+// leaves some out, to show what keeping them in f32 would buy.
+package main
+
+import (
+	"fmt"
+	"log"
+	"math"
+	"strings"
+
+	"github.com/mambago/mambago/mambago/checkpoint"
+	"github.com/mambago/mambago/mambago/internal/fixture"
+	"github.com/mambago/mambago/mambago/safetensors"
+	"github.com/x448/float16"
+)
+
+// points is a set of rounding points, as the package comment names them.
+type points map[string]bool
+
+func parse(s string) points {
+	p := points{}
+	for _, f := range strings.Fields(s) {
+		p[f] = true
+	}
+	if p["u"] {
+		p["us"] = true
+	}
+	return p
+}
+
+var configs = []struct{ name, points string }{
+	{"weights only (W)", "W"},
+	{"weights + embeddings (W E)", "W E"},
+	{"engine (all)", "W E x u dt y hx"},
+	{"engine, dt_proj in f32", "W E x u y hx"},
+	{"engine, scan reads u in f32", "W E x u dt y hx -us"},
+	{"engine, dt_proj f32 + scan u f32", "W E x u y hx -us"},
+}
+
+func main() {
+	cases, err := fixture.All()
+	if err != nil {
+		log.Fatal(err)
+	}
+	weights := make([]*checkpoint.Weights, len(cases))
+	plain := make([]result, len(cases))
+	for i, c := range cases {
+		if weights[i], err = checkpoint.Load(c.Dir); err != nil {
+			log.Fatal(err)
+		}
+		plain[i] = run(weights[i], c, points{}, nil)
+	}
+	fmt.Printf("%-34s %-5s %10s %-11s %8s %10s %-11s\n", "rounded", "dtype", "worst KL", "(case)", "argmax", "state", "(case)")
+	for _, round := range []struct {
+		name string
+		fn   func(float64) float64
+	}{{"bf16", toBF16}, {"f16", toF16}} {
+		for _, cfg := range configs {
+			p := parse(strings.ReplaceAll(cfg.points, "-us", ""))
+			if strings.Contains(cfg.points, "-us") {
+				delete(p, "us")
+			}
+			var worstKL, worstState float64
+			var klCase, stateCase string
+			hits, positions := 0, 0
+			for i, c := range cases {
+				r := run(weights[i], c, p, round.fn)
+				kl, h := fixture.LogitStats(c.Logits, r.logits, weights[i].Config.Vocab)
+				hits, positions = hits+h, positions+c.B*c.T
+				if kl > worstKL {
+					worstKL, klCase = kl, c.Name
+				}
+				if s := normRel(r.state, plain[i].state); s > worstState {
+					worstState, stateCase = s, c.Name
+				}
+			}
+			fmt.Printf("%-34s %-5s %10.2e %-11s %7.2f%% %10.2e %-11s\n", cfg.name, round.name, worstKL, klCase,
+				100*float64(hits)/float64(positions), worstState, stateCase)
+		}
+	}
+}
+
+func toBF16(v float64) float64 {
+	return float64(math.Float32frombits(uint32(safetensors.BF16Bits(float32(v))) << 16))
+}
+
+func toF16(v float64) float64 { return float64(float16.Fromfloat32(float32(v)).Float32()) }
+
+// result is one case's logits [B, T, V] and its carried state: every
+// layer's SSM state and conv window, all sequences, in one vector.
+type result struct {
+	logits []float32
+	state  []float64
+}
+
+// model is the emulation's view of the weights: float64, rounded where the
+// points say.
+type model struct {
+	cfg               checkpoint.Config
+	emb, head, normF  []float64
+	layers            []layer
+	inputW, inputBias []float64
+	r                 func(string, []float64) []float64 // rounds v in place when its point is on
+}
+
+type layer struct {
+	norm, inProj, inBias, conv, convBias, xProj, dtProj, dtBias, a, d, outProj, outBias []float64
+}
+
+func f64(v []float32) []float64 {
+	if v == nil {
+		return nil
+	}
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+func newModel(w *checkpoint.Weights, p points, round func(float64) float64) *model {
+	m := &model{cfg: w.Config, normF: f64(w.NormF), inputW: f64(w.InputProj),
+		inputBias: f64(w.InputBias)}
+	m.r = func(point string, v []float64) []float64 {
+		if p[point] {
+			for i := range v {
+				v[i] = round(v[i])
+			}
+		}
+		return v
+	}
+	m.emb = m.r("E", f64(w.Embeddings))
+	m.head = m.r("E", f64(w.LMHead))
+	for _, l := range w.Layers {
+		m.layers = append(m.layers, layer{norm: f64(l.Norm), inProj: m.r("W", f64(l.InProj)), inBias: f64(l.InBias),
+			conv: f64(l.Conv), convBias: f64(l.ConvBias), xProj: m.r("W", f64(l.XProj)), dtProj: m.r("dt", f64(l.DTProj)),
+			dtBias: f64(l.DTBias), a: f64(l.A), d: f64(l.D), outProj: m.r("W", f64(l.OutProj)), outBias: f64(l.OutBias)})
+	}
+	return m
+}
+
+// run emulates the engine on c's prompt, sequence by sequence.
+func run(w *checkpoint.Weights, c *fixture.Case, p points, round func(float64) float64) result {
+	m := newModel(w, p, round)
+	cfg := m.cfg
+	d, V := cfg.Hidden, cfg.Vocab
+	var res result
+	res.logits = make([]float32, 0, c.B*c.T*V)
+	states := make([][]float64, len(m.layers)) // per layer, every sequence's SSM state, then conv windows
+	for b := 0; b < c.B; b++ {
+		h := make([][]float64, c.T)
+		for t := range h {
+			h[t] = m.input(c, b, t)
+		}
+		for li := range m.layers {
+			ssm, conv := m.block(li, h)
+			states[li] = append(append(states[li], ssm...), conv...)
+		}
+		for t := range h {
+			x := m.r("hx", rmsnorm(h[t], m.normF, cfg.Eps))
+			for v := 0; v < V; v++ {
+				res.logits = append(res.logits, float32(dot(m.head[v*d:(v+1)*d], x)))
+			}
+		}
+	}
+	for _, s := range states {
+		res.state = append(res.state, s...)
+	}
+	return res
+}
+
+// input is position t of sequence b in the residual stream.
+func (m *model) input(c *fixture.Case, b, t int) []float64 {
+	d, in := m.cfg.Hidden, c.Input
+	switch {
+	case in.IDs != nil:
+		id := int(in.IDs[b*in.T+t])
+		return append([]float64(nil), m.emb[id*d:(id+1)*d]...)
+	case in.Embeds != nil:
+		return f64(in.Embeds[(b*in.T+t)*d : (b*in.T+t+1)*d])
+	default:
+		F := m.cfg.InputDim
+		f := f64(in.Features[(b*in.T+t)*F : (b*in.T+t+1)*F])
+		return matvec(m.inputW, m.inputBias, f, d)
+	}
+}
+
+// block runs layer li over one sequence h [T][d] in place and returns its
+// SSM state [E, N] and conv window [E, K].
+func (m *model) block(li int, h [][]float64) (ssm, window []float64) {
+	cfg, g := m.cfg, m.layers[li]
+	E, N, K, R, T := cfg.Inner, cfg.State, cfg.ConvKernel, cfg.DTRank, len(h)
+	xs, z := make([][]float64, T), make([][]float64, T)
+	for t := range h {
+		xz := matvec(g.inProj, g.inBias, m.r("x", rmsnorm(h[t], g.norm, cfg.Eps)), 2*E)
+		xs[t], z[t] = xz[:E], xz[E:]
+	}
+	ssm, window = make([]float64, E*N), make([]float64, E*K)
+	for c := 0; c < E; c++ {
+		for k := 0; k < K; k++ {
+			if t := T - K + k; t >= 0 {
+				window[c*K+k] = xs[t][c]
+			}
+		}
+	}
+	for t := 0; t < T; t++ {
+		u := make([]float64, E)
+		for c := 0; c < E; c++ {
+			acc := 0.0
+			if g.convBias != nil {
+				acc = g.convBias[c]
+			}
+			for k := 0; k < K; k++ {
+				if tt := t - K + 1 + k; tt >= 0 {
+					acc += g.conv[c*K+k] * xs[tt][c]
+				}
+			}
+			u[c] = acc / (1 + math.Exp(-acc))
+		}
+		uGEMM := m.r("u", append([]float64(nil), u...))
+		uScan := m.r("us", append([]float64(nil), u...))
+		dbl := matvec(g.xProj, nil, uGEMM, R+2*N)
+		if cfg.Falcon {
+			for _, part := range [][]float64{dbl[:R], dbl[R : R+N], dbl[R+N:]} {
+				copy(part, rmsnorm(part, nil, cfg.MixerEps))
+			}
+		}
+		dtLow := m.r("dt", append([]float64(nil), dbl[:R]...))
+		B, C := dbl[R:R+N], dbl[R+N:]
+		y := make([]float64, E)
+		for c := 0; c < E; c++ {
+			dt := softplus(dot(g.dtProj[c*R:(c+1)*R], dtLow) + g.dtBias[c])
+			acc := 0.0
+			for n := 0; n < N; n++ {
+				s := &ssm[c*N+n]
+				*s = math.Exp(dt*g.a[c*N+n])**s + dt*B[n]*uScan[c]
+				acc += *s * C[n]
+			}
+			y[c] = (acc + g.d[c]*uScan[c]) * z[t][c] / (1 + math.Exp(-z[t][c]))
+		}
+		out := matvec(g.outProj, g.outBias, m.r("y", y), cfg.Hidden)
+		for i := range out {
+			h[t][i] += out[i]
+		}
+	}
+	return ssm, window
+}
+
+func rmsnorm(v, w []float64, eps float64) []float64 {
+	ss := 0.0
+	for _, x := range v {
+		ss += x * x
+	}
+	scale := 1 / math.Sqrt(ss/float64(len(v))+eps)
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = x * scale
+		if w != nil {
+			out[i] *= w[i]
+		}
+	}
+	return out
+}
+
+// matvec returns W·x + bias for W [rows, len(x)]; bias may be nil.
+func matvec(W, bias, x []float64, rows int) []float64 {
+	out := make([]float64, rows)
+	k := len(x)
+	for r := range out {
+		out[r] = dot(W[r*k:(r+1)*k], x)
+		if bias != nil {
+			out[r] += bias[r]
+		}
+	}
+	return out
+}
+
+func dot(a, b []float64) float64 {
+	s := 0.0
+	for i := range a {
+		s += a[i] * b[i]
+	}
+	return s
+}
+
+func softplus(x float64) float64 {
+	if x > 20 {
+		return x
+	}
+	return math.Log1p(math.Exp(x))
+}
+
+func normRel(got, want []float64) float64 {
+	var d, n float64
+	for i := range want {
+		d += (got[i] - want[i]) * (got[i] - want[i])
+		n += want[i] * want[i]
+	}
+	return math.Sqrt(d / n)
+}
