@@ -286,3 +286,32 @@ func checkScan(t *testing.T, name string, gotY, gotS []float32, wantY, wantS []f
 		t.Errorf("scan %s: state rel err %.3g", name, e)
 	}
 }
+
+// TestDTProjKernel checks dt_proj against float64, for tile-sized and ragged
+// shapes and dt ranks below, at and above one stage of columns.
+func TestDTProjKernel(t *testing.T) {
+	fn, s := gpu(t)
+	for _, tc := range []struct{ rows, E, R, N int }{{37, 100, 5, 16}, {2048, 1536, 48, 16}, {300, 5120, 160, 16}, {64, 256, 16, 64}} {
+		ldd := tc.R + 2*tc.N
+		dbl, W := randn(tc.rows*ldd, 1), randn(tc.E*tc.R, 0.5)
+		bdbl, bW, bd := upload(t, s, dbl), upload(t, s, W), poisoned(t, s, tc.rows*tc.E)
+		grid := cuda.Dim3{X: (tc.E + 127) / 128, Y: (tc.rows + 31) / 32, Z: 1}
+		if err := fn("dt_proj_f32").Launch(grid, cuda.D1(128), 0, s, bdbl.Ptr, ldd, tc.R, bW.Ptr, bd.Ptr, tc.rows, tc.E); err != nil {
+			t.Fatal(err)
+		}
+		got := download(t, s, bd, tc.rows*tc.E)
+		want := make([]float64, tc.rows*tc.E)
+		for r := 0; r < tc.rows; r++ {
+			for c := 0; c < tc.E; c++ {
+				var sum float64
+				for k := 0; k < tc.R; k++ {
+					sum += float64(dbl[r*ldd+k]) * float64(W[c*tc.R+k])
+				}
+				want[r*tc.E+c] = sum
+			}
+		}
+		if e := relErr(got, want); e > 1e-5 {
+			t.Errorf("%+v: rel err %.3g", tc, e)
+		}
+	}
+}

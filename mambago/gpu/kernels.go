@@ -12,7 +12,14 @@ import (
 var (
 	typedKernels = []string{"embed", "rmsnorm", "to", "conv_silu", "scan_chunk_sum", "scan_chunk_out", "step_in", "gemv"}
 	plainKernels = []string{"scale_f32", "add_bias_f32", "rmsnorm_dbc_f32", "conv_window_f32", "scan_carry_f32",
-		"pool_f32", "step_scan_f32"}
+		"pool_f32", "step_scan_f32", "dt_proj_f32"}
+)
+
+// dt_proj_f32's tile (DT_CH and DT_ROWS in kernels/dtproj.cu): channels
+// (threads) and rows per block.
+const (
+	dtProjChannels = 128
+	dtProjRows     = 32
 )
 
 // loadKernels compiles every kernel source for the device and looks up the
