@@ -1,17 +1,19 @@
-// dt_proj: the low-rank projection of the time step, a GEMM with a short
+// dt_proj and the time step: the low-rank projection, a GEMM with a short
 // inner dimension R (dt_rank, d/16) that cuBLAS runs at a fraction of the
-// FP32 rate (23 us a layer for the 130m shape at T=2048, 13 TFLOP/s).
+// FP32 rate (23 us a layer for the 130m shape at T=2048, 13 TFLOP/s), then
+// the bias and softplus, once per (r, c) rather than in each scan pass.
 //
-//   delta[r, c] = sum_{k < R} dbl[r, k] * W[c, k]        r < rows, c < E
+//   dt[r, c] = softplus(sum_{k < R} dbl[r, k] * W[c, k] + bias[c])   r < rows, c < E
 //
 // dbl [rows, ldd] f32 (x_proj's output; dt_low is its first R columns),
-// W [E, R] f32, delta [rows, E] f32; exact f32 products and sums.
+// W [E, R] f32, bias [E] f32, dt [rows, E] f32; exact f32 products and sums,
+// softplus with PyTorch's threshold 20.
 //
 // dt_proj_f32: grid (ceil(E / DT_CH), ceil(rows / DT_ROWS)), block DT_CH.
 // A thread owns one channel c and DT_ROWS rows of one tile: it keeps DT_K of
 // its weights in registers while the block stages the same DT_K columns of
 // the tile's dt_low rows in shared memory, and sums into DT_ROWS registers;
-// each row of delta is written by DT_CH consecutive threads (coalesced).
+// each row of dt is written by DT_CH consecutive threads (coalesced).
 
 #define DT_CH 128   // channels (threads) per block
 #define DT_ROWS 32  // rows per block
@@ -19,7 +21,7 @@
 
 extern "C" __global__ void __launch_bounds__(DT_CH)
     dt_proj_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
-                float *__restrict__ delta, int rows, int E) {
+                const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
     __shared__ float s[DT_ROWS][DT_K];
     int c = blockIdx.x * DT_CH + threadIdx.x, r0 = blockIdx.y * DT_ROWS;
     bool on = c < E;
@@ -42,7 +44,8 @@ extern "C" __global__ void __launch_bounds__(DT_CH)
             for (int k = 0; k < DT_K; k++) acc[i] += w[k] * s[i][k];
     }
     if (!on) return;
+    float b = bias[c];
 #pragma unroll
     for (int i = 0; i < DT_ROWS; i++)
-        if (r0 + i < rows) delta[(size_t)(r0 + i) * E + c] = acc[i];
+        if (r0 + i < rows) dt[(size_t)(r0 + i) * E + c] = softplus_f(acc[i] + b);
 }

@@ -217,18 +217,23 @@ func TestConvAndScanKernels(t *testing.T) {
 		}
 		// scan
 		ld := R + 2*N
+		// The time step as dt_proj_f32 leaves it: softplus(delta + bias).
 		delta, dtb, dbl := randn(rows*E, 1), randn(E, 0.5), randn(rows*ld, 1)
+		dt := make([]float32, rows*E)
+		for i := range dt {
+			dt[i] = float32(softplus(float64(delta[i]) + float64(dtb[i%E])))
+		}
 		A2 := make([]float32, E*N)
 		for i := range A2 {
 			A2[i] = -float32(math.Exp(rand.NormFloat64()*0.5)) * math.Log2E
 		}
 		Dk, st0 := randn(E, 1), randn(B*E*N, 1)
-		bdelta, bdtb, bA2, bdbl := upload(t, s, delta), upload(t, s, dtb), upload(t, s, A2), upload(t, s, dbl)
+		bdt, bA2, bdbl := upload(t, s, dt), upload(t, s, A2), upload(t, s, dbl)
 		bD := upload(t, s, Dk)
-		wantY, wantS := scanRef(delta, dtb, dbl, A2, Dk, st0, xz, gotU, B, T, E, N, R)
+		wantY, wantS := scanRef(dt, dbl, A2, Dk, st0, xz, gotU, B, T, E, N, R)
 		for _, chunk := range []int{0, 8, 24} { // the default and many chunks
 			bst, by := upload(t, s, st0), poisoned(t, s, rows*E)
-			sc := gpuengine.Scan{Delta: bdelta.Ptr, DTBias: bdtb.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
+			sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
 				U: bu.Ptr, D: bD.Ptr, Z: bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr,
 				B: B, T: T, E: E, N: N, Chunk: chunk}
 			scratch := poisoned(t, s, max(1, sc.ScratchFloats()))
@@ -244,7 +249,7 @@ func TestConvAndScanKernels(t *testing.T) {
 }
 
 // scanRef is the scan in float64: y [B, T, E] and the final state [B, E, N].
-func scanRef(delta, dtb, dbl, A2, Dk, st0, xz, u []float32, B, T, E, N, R int) (wantY, wantS []float64) {
+func scanRef(dtv, dbl, A2, Dk, st0, xz, u []float32, B, T, E, N, R int) (wantY, wantS []float64) {
 	ld, rows := R+2*N, B*T
 	wantY, wantS = make([]float64, rows*E), make([]float64, B*E*N)
 	for b := 0; b < B; b++ {
@@ -255,11 +260,7 @@ func scanRef(delta, dtb, dbl, A2, Dk, st0, xz, u []float32, B, T, E, N, R int) (
 			}
 			for tt := 0; tt < T; tt++ {
 				r := b*T + tt
-				x := float64(delta[r*E+c]) + float64(dtb[c])
-				dt := x
-				if x <= 20 {
-					dt = math.Log1p(math.Exp(x))
-				}
+				dt := float64(dtv[r*E+c])
 				uv := float64(u[r*E+c])
 				acc := 0.0
 				for n := 0; n < N; n++ {
@@ -287,16 +288,24 @@ func checkScan(t *testing.T, name string, gotY, gotS []float32, wantY, wantS []f
 	}
 }
 
-// TestDTProjKernel checks dt_proj against float64, for tile-sized and ragged
+// softplus is PyTorch's, threshold 20.
+func softplus(x float64) float64 {
+	if x > 20 {
+		return x
+	}
+	return math.Log1p(math.Exp(x))
+}
+
+// TestDTProjKernel checks dt_proj (and the softplus after it) against float64, for tile-sized and ragged
 // shapes and dt ranks below, at and above one stage of columns.
 func TestDTProjKernel(t *testing.T) {
 	fn, s := gpu(t)
 	for _, tc := range []struct{ rows, E, R, N int }{{37, 100, 5, 16}, {2048, 1536, 48, 16}, {300, 5120, 160, 16}, {64, 256, 16, 64}} {
 		ldd := tc.R + 2*tc.N
-		dbl, W := randn(tc.rows*ldd, 1), randn(tc.E*tc.R, 0.5)
-		bdbl, bW, bd := upload(t, s, dbl), upload(t, s, W), poisoned(t, s, tc.rows*tc.E)
+		dbl, W, bias := randn(tc.rows*ldd, 1), randn(tc.E*tc.R, 0.5), randn(tc.E, 2)
+		bdbl, bW, bb, bd := upload(t, s, dbl), upload(t, s, W), upload(t, s, bias), poisoned(t, s, tc.rows*tc.E)
 		grid := cuda.Dim3{X: (tc.E + 127) / 128, Y: (tc.rows + 31) / 32, Z: 1}
-		if err := fn("dt_proj_f32").Launch(grid, cuda.D1(128), 0, s, bdbl.Ptr, ldd, tc.R, bW.Ptr, bd.Ptr, tc.rows, tc.E); err != nil {
+		if err := fn("dt_proj_f32").Launch(grid, cuda.D1(128), 0, s, bdbl.Ptr, ldd, tc.R, bW.Ptr, bb.Ptr, bd.Ptr, tc.rows, tc.E); err != nil {
 			t.Fatal(err)
 		}
 		got := download(t, s, bd, tc.rows*tc.E)
@@ -307,7 +316,7 @@ func TestDTProjKernel(t *testing.T) {
 				for k := 0; k < tc.R; k++ {
 					sum += float64(dbl[r*ldd+k]) * float64(W[c*tc.R+k])
 				}
-				want[r*tc.E+c] = sum
+				want[r*tc.E+c] = softplus(sum + float64(bias[c]))
 			}
 		}
 		if e := relErr(got, want); e > 1e-5 {
