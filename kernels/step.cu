@@ -117,6 +117,19 @@ __device__ __forceinline__ void row_dot(const T *__restrict__ W, int n, int K, c
     for (int b = 0; b < STEP_MAXB; b++) acc[b] = warp_sum(acc[b]);
 }
 
+// pdl_start begins a kernel that may run under programmatic dependent
+// launch: it lets the next kernel start, asks L2 for the weights of the
+// warp's first row (read-only, so safe before the wait), then waits for the
+// previous kernel's results.
+template <class T>
+__device__ __forceinline__ void pdl_start(const T *W, int K, int rows) {
+    pdl_release();
+    int lane = threadIdx.x & 31, n = blockIdx.x * STEP_WARPS + (threadIdx.x >> 5);
+    if (n < rows)
+        for (int k = lane * (128 / sizeof(T)); k < K; k += 32 * (128 / sizeof(T))) prefetch_l2(W + (size_t)n * K + k);
+    pdl_wait();
+}
+
 // pick returns acc[i] for a run-time i < STEP_MAXB (acc stays in registers).
 __device__ __forceinline__ float pick(const float acc[STEP_MAXB], int i) {
     float v = 0.f;
@@ -131,6 +144,7 @@ __device__ __forceinline__ float pick(const float acc[STEP_MAXB], int i) {
 template <class T>
 __device__ void gemv(const float *x, int ldx, const float *__restrict__ normw, float eps, const T *__restrict__ W,
                      const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows) {
+    pdl_start(W, K, rows);
     __shared__ float scale[STEP_MAXB];
     rms_scales(x, ldx, K, B, normw, eps, scale);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -151,6 +165,7 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
                         const T *__restrict__ W, const float *__restrict__ in_bias, const float *__restrict__ conv_w,
                         const float *__restrict__ conv_b, float *__restrict__ win, float *__restrict__ xz, int B,
                         int d, int E, int K) {
+    pdl_start(W, d, 2 * E);
     __shared__ float scale[STEP_MAXB];
     rms_scales(h, d, d, B, normw, eps, scale);
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -205,6 +220,8 @@ extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS)
     step_scan_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W_dt,
                   const float *__restrict__ dt_bias, const float *__restrict__ A2, const float *__restrict__ Dskip,
                   const float *__restrict__ xz, float *__restrict__ state, float *__restrict__ y, int E, int N) {
+    pdl_release();
+    pdl_wait();
     int lane = threadIdx.x & 31, c = blockIdx.x * STEP_WARPS + (threadIdx.x >> 5), b = blockIdx.y;
     if (c >= E) return;
     const float *row = dbl + (size_t)b * ldd;

@@ -16,8 +16,8 @@ import (
 // BenchmarkPrefill130m times the 130m shape (d=768, 24 layers) in f32 and
 // bf16: prefills at B=1, T=2048 (after a warm-up, as the first prefills of a
 // process run slower), a short prompt eager and as a graph, and a decode
-// step's graph replay; then it prints where a T=2048 prefill's time goes,
-// stage by stage.
+// step's graph replay with and without programmatic dependent launch; then
+// it prints where a T=2048 prefill's time goes, stage by stage.
 func BenchmarkPrefill130m(b *testing.B) {
 	gputest.Need(b)
 	w := fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1)
@@ -61,6 +61,13 @@ func benchPrefill(b *testing.B, w *checkpoint.Weights, dt cuda.DType) {
 		b.Fatal(err)
 	}
 	defer step.Destroy()
+	e.DecodePDL = true
+	stepPDL, err := e.CaptureStep(st)
+	e.DecodePDL = false
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stepPDL.Destroy()
 	logits := make([]float32, B*50280)
 	for _, r := range []struct {
 		name   string
@@ -71,6 +78,7 @@ func benchPrefill(b *testing.B, w *checkpoint.Weights, dt cuda.DType) {
 		{fmt.Sprintf("B%d_T%d_eager", B, short), B * short, prefill(sin)},
 		{fmt.Sprintf("B%d_T%d_graph", B, short), B * short, func() error { return g.Prefill(sin, out) }},
 		{fmt.Sprintf("B%d_step_graph", B), B, func() error { return step.Step(ids[:B], logits) }},
+		{fmt.Sprintf("B%d_step_graph_pdl", B), B, func() error { return stepPDL.Step(ids[:B], logits) }},
 	} {
 		b.Run(r.name, func(b *testing.B) {
 			for b.Loop() {

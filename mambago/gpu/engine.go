@@ -53,6 +53,10 @@ type Engine struct {
 	ScanChunk int
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
+	// DecodePDL launches the decode kernels with programmatic dependent
+	// launch (sm_90+): each may start, and fetch its weights into L2, while
+	// the previous one finishes. Off by default until measured.
+	DecodePDL bool
 }
 
 var _ engine.Engine = (*Engine)(nil)

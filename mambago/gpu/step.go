@@ -48,11 +48,11 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	gemv := e.typed("gemv")
 	dbl := R + 2*N
 	for l, g := range e.layers {
-		if err := e.launch(e.typed("step_in"), rowsGrid(2*E), block, 0, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
+		if err := e.launchStep(e.typed("step_in"), rowsGrid(2*E), block, 0, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
 			g.conv, g.convBias, s.conv(l), ws.xz.Ptr, B, d, E, K); err != nil {
 			return err
 		}
-		if err := e.launch(gemv, rowsGrid(dbl), block, 0, ws.xz.Ptr, 2*E, cuda.Ptr(0), float32(0), g.xProj,
+		if err := e.launchStep(gemv, rowsGrid(dbl), block, 0, ws.xz.Ptr, 2*E, cuda.Ptr(0), float32(0), g.xProj,
 			cuda.Ptr(0), ws.dbl.Ptr, dbl, 0, B, E, dbl); err != nil {
 			return err
 		}
@@ -62,15 +62,25 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 			}
 		}
 		grid := cuda.Dim3{X: (E + stepWarps - 1) / stepWarps, Y: B, Z: 1}
-		if err := e.launch("step_scan_f32", grid, block, 0, ws.dbl.Ptr, dbl, R, g.dtProj, g.dtBias, g.a2, g.d,
+		if err := e.launchStep("step_scan_f32", grid, block, 0, ws.dbl.Ptr, dbl, R, g.dtProj, g.dtBias, g.a2, g.d,
 			ws.xz.Ptr, s.ssm(l), ws.delta.Ptr, E, N); err != nil {
 			return err
 		}
-		if err := e.launch(gemv, rowsGrid(d), block, 0, ws.delta.Ptr, E, cuda.Ptr(0), float32(0), g.outProj,
+		if err := e.launchStep(gemv, rowsGrid(d), block, 0, ws.delta.Ptr, E, cuda.Ptr(0), float32(0), g.outProj,
 			g.outBias, ws.h.Ptr, d, 1, B, E, d); err != nil {
 			return err
 		}
 	}
-	return e.launch(gemv, rowsGrid(V), block, 0, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits, V, 0,
+	return e.launchStep(gemv, rowsGrid(V), block, 0, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits, V, 0,
 		B, d, V)
+}
+
+// launchStep launches one of kernels/step.cu's kernels, with programmatic
+// dependent launch when e.DecodePDL is set (they all wait for the previous
+// kernel before reading its results).
+func (e *Engine) launchStep(name string, grid, block cuda.Dim3, shared int, args ...any) error {
+	if e.DecodePDL {
+		return e.fn[name].LaunchPDL(grid, block, shared, e.stream, args...)
+	}
+	return e.launch(name, grid, block, shared, args...)
 }
