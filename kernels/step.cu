@@ -58,8 +58,10 @@ __device__ __forceinline__ void rms_scales(const float *x, int ldx, int K, int B
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int b = 0; b < B; b++) {
         float ss = 0.f;
-        if (normw)
+        if (normw) {
+#pragma unroll 4  // four loads in flight: a row of 2560 is ten per thread
             for (int k = threadIdx.x; k < K; k += blockDim.x) ss += x[(size_t)b * ldx + k] * x[(size_t)b * ldx + k];
+        }
         ss = warp_sum(ss);
         if (lane == 0) part[b][warp] = ss;
     }
