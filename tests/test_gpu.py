@@ -75,6 +75,32 @@ def test_prefill_ptr_matches_numpy_entry():
             assert np.array_equal(out2.cpu().numpy(), want), (name, output, "side stream")
 
 
+@pytest.mark.parametrize("model_dtype", ["float32", "bfloat16"])
+def test_prefill_ptr_buffer_dtypes(model_dtype):
+    """bf16/f16 caller buffers: inputs widen exactly, so the result is the f32
+    buffer's for the upcast input, rounded to the output type; with the
+    prefill graph cache off and on."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    rng = np.random.default_rng()
+    for name, kind in (("base", "embeds"), ("features", "features")):
+        m = mambago.Model.from_pretrained(case_dir(name), device="cuda", dtype=model_dtype)
+        width = m.config.hidden_size if kind == "embeds" else m.config.input_dim
+        B, T, d = 2, 19, m.config.hidden_size
+        for in_t, out_t in ((torch.bfloat16, torch.float32), (torch.float16, torch.bfloat16), (torch.float32, torch.float16)):
+            x = torch.from_numpy(rng.standard_normal((B, T, width)).astype(np.float32)).to(in_t).cuda()
+            arg = {"inputs_embeds" if kind == "embeds" else "features": x.float().cpu().numpy()}
+            want = torch.from_numpy(m.prefill(**arg, output="all")).to(out_t)
+            for graphs in (0, 2):
+                m.set_prefill_graphs(graphs)
+                out = torch.full((B, T, d), float("nan"), device="cuda", dtype=out_t)
+                m.prefill_ptr(x.data_ptr(), tuple(x.shape), out_ptr=out.data_ptr(), kind=kind, output="all",
+                              input_dtype=in_t, out_dtype=out_t, stream=torch.cuda.current_stream().cuda_stream)
+                torch.cuda.current_stream().synchronize()
+                assert torch.equal(out.cpu(), want), (name, in_t, out_t, graphs)
+
+
 def test_prefill_ptr_bad_input():
     m = mambago.Model.from_pretrained(case_dir("base"), device="cuda")
     with pytest.raises(TypeError, match="input_ptr"):
