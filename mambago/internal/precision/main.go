@@ -68,7 +68,13 @@ func main() {
 			log.Fatal(err)
 		}
 		plain[i] = run(weights[i], c, points{}, nil)
+		// Unrounded, the emulation is the engine's math in float64: it must
+		// match HF's logits as the engines do, or its table means nothing.
+		if e := fixture.RelErr(plain[i].logits, c.Logits); e > 1e-4 {
+			log.Fatalf("%s: the unrounded emulation differs from HF's logits by %.3g", c.Name, e)
+		}
 	}
+	fmt.Println("unrounded emulation: every fixture within 1e-4 of HF's logits")
 	fmt.Printf("%-34s %-5s %10s %-11s %8s %10s %-11s\n", "rounded", "dtype", "worst KL", "(case)", "argmax", "state", "(case)")
 	for _, round := range []struct {
 		name string
