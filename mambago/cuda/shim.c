@@ -213,13 +213,18 @@ mg_result mg_cuGraphLaunch(void *e, void *s) { CALL(cuGraphLaunch, e, s); }
 mg_result mg_cuGraphExecDestroy(void *e) { CALL(cuGraphExecDestroy, e); }
 mg_result mg_cuGraphDestroy(void *g) { CALL(cuGraphDestroy, g); }
 
-// mg_cuLaunchKernel builds the kernelParams array from one packed buffer:
-// argument i lives at args + offsets[i], so arguments of any width pass intact.
+// kernel_params points params[i] at argument i of one packed buffer: it
+// lives at args + offsets[i], so arguments of any width pass intact.
+static int kernel_params(void **params, void *args, const int *offsets, int nargs) {
+	if (nargs > 64) return 1; // CUDA_ERROR_INVALID_VALUE
+	for (int i = 0; i < nargs; i++) params[i] = (char *)args + offsets[i];
+	return 0;
+}
+
 mg_result mg_cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                             unsigned shmem, void *stream, void *args, const int *offsets, int nargs) {
 	void *params[64];
-	if (nargs > 64) return 1; // CUDA_ERROR_INVALID_VALUE
-	for (int i = 0; i < nargs; i++) params[i] = (char *)args + offsets[i];
+	if (kernel_params(params, args, offsets, nargs)) return 1;
 	if (!p_cuLaunchKernel) return 500;
 	return p_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, NULL);
 }
@@ -231,8 +236,7 @@ mg_result mg_cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsi
 mg_result mg_cuLaunchKernelPDL(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                                unsigned shmem, void *stream, void *args, const int *offsets, int nargs) {
 	void *params[64];
-	if (nargs > 64) return 1; // CUDA_ERROR_INVALID_VALUE
-	for (int i = 0; i < nargs; i++) params[i] = (char *)args + offsets[i];
+	if (kernel_params(params, args, offsets, nargs)) return 1;
 	if (!p_cuLaunchKernelEx) return 500;
 	mg_launch_attr attr;
 	memset(&attr, 0, sizeof attr);
