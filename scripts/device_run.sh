@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .carry/ from
 # scripts/device_build.sh. Logs and JSON go to $OUT (or ./out).
-# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|decodeprof|mamba_ssm|cpu|all]
+# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|verify|decodeprof|mamba_ssm|cpu|all]
 #   gpu:      the CUDA binding, kernel and engine tests, the Python tests,
 #             compute-sanitizer memcheck over the kernel and engine fixture
 #             tests, and racecheck over the scan kernel's test;
 #   gpubench: the GPU stage times, then the GPU prefill benchmark against HF
 #             (bench/gpu_vs_hf.py, with $BENCH_ARGS, e.g. "--shapes 130m,370m");
+#   verify:   gpu, then decodeprof, then the Go stage benchmark: one call for a
+#             branch's first run on the GPU (about 7 minutes);
 #   decodeprof: per-kernel times of the decode step's kernels (ncu, 130m, f32 and bf16),
 #             against the step graph's wall time from the Go benchmark;
 #   mamba_ssm: builds mamba_ssm and causal-conv1d for sm_90 (once per machine),
@@ -24,6 +26,14 @@ python3 -m pip install -q --no-deps --no-index --target /tmp/site .carry/mambago
 export PYTHONPATH=/tmp/site
 nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 status=0
+if [[ $mode == verify ]]; then
+  bash "$0" "$commit" gpu || status=1
+  bash "$0" "$commit" decodeprof
+  echo "== GPU stage times (130m, B=1, T=2048, f32 and bf16)"
+  .carry/gpu.test -test.v -test.run '^$' -test.bench Prefill130m -test.benchtime 20x 2>&1 | tee "$OUT/gpu_stages.log" \
+    | grep -v "^goos\|^goarch\|^pkg\|^=== \|^Benchmark.*[^s]$"
+  exit $status
+fi
 if [[ $mode == gpu || $mode == all ]]; then
   echo "== GPU: CUDA binding, kernels and engine against references"
   for t in cuda kernels gpu; do
