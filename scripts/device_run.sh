@@ -68,6 +68,16 @@ if [[ $mode == decodeprof ]]; then
   timeout 300 ncu --clock-control none -k 'regex:step_in|gemv|step_scan' --launch-count 400 --print-summary per-kernel \
     .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/.*/B1_step' -test.benchtime 3x > "$OUT/decode_ncu.log" 2>&1
   echo "ncu exit $?"; grep -E "^  [a-z_0-9]+|gpu__time_duration|Duration" "$OUT/decode_ncu.log" | head -60
+  # Why the kernels take what they take: pipe use and warp stall reasons, for
+  # a few launches of the decode kernels and of the bf16 prefill's scan.
+  sections="--section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section Occupancy"
+  timeout 200 ncu --clock-control none -k 'regex:step_in_bf16|gemv_bf16|step_scan' --launch-skip 100 --launch-count 6 $sections \
+    .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/bfloat16/B1_step_graph$' -test.benchtime 3x > "$OUT/decode_ncu_detail.log" 2>&1
+  timeout 200 ncu --clock-control none -k 'regex:scan_chunk|dt_proj' --launch-skip 30 --launch-count 6 $sections \
+    .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/bfloat16/B1_T2048$' -test.benchtime 1x > "$OUT/scan_ncu.log" 2>&1
+  echo "ncu detail exit $?: $(grep -c 'Section:' "$OUT/scan_ncu.log") sections for the scan"
+  grep -E "^  [a-z_0-9]+\(|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Stall|Issue Slots Busy|Registers Per" \
+    "$OUT/scan_ncu.log" | head -60
 fi
 if [[ $mode == mamba_ssm ]]; then
   echo "== bf16: mambago vs mamba_ssm (builds mamba_ssm and causal-conv1d for sm_90 first) ${BENCH_ARGS:-}"
