@@ -36,3 +36,4 @@ def gemm_rate(dtype, n=8192):
     b = torch.randn(n, n, device="cuda", dtype=dtype)
     ms, _ = cuda_time(lambda: a @ b, 5, warmup=2)
     return 2 * n**3 / (ms / 1e3)
+

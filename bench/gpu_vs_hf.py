@@ -26,6 +26,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import random_checkpoint  # noqa: E402
 from cuda_timing import cuda_time, gemm_rate  # noqa: E402
+from roofline import gemm_flops_per_token  # noqa: E402
 
 
 def main():
@@ -58,7 +59,7 @@ def main():
         hf = transformers.MambaModel.from_pretrained(path, dtype=torch.float32).cuda().eval()
         with torch.no_grad():  # HF's warm-up
             hf(input_ids=torch.zeros(1, 16, dtype=torch.long, device="cuda"), use_cache=False)
-        flops_per_token = 2 * L * (6.25 * d * d + 64 * d)
+        flops_per_token = gemm_flops_per_token(d, L)
         for B in [int(x) for x in a.batches.split(",")]:
             state = mg.new_state(B)
             for T in [int(x) for x in a.lengths.split(",")]:

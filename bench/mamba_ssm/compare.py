@@ -38,6 +38,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import random_checkpoint  # noqa: E402
 from cuda_timing import cuda_time, gemm_rate  # noqa: E402
+from roofline import design_ceiling, gemm_flops_per_token  # noqa: E402
 
 
 def import_kernels():
@@ -180,7 +181,7 @@ def main():
         mg.set_prefill_graphs(4)  # the whole prefill as one graph per shape
         ref = Reference(path, k)
         V = mg.config.vocab_size
-        flops_per_token = 2 * L * (6.25 * d * d + 64 * d)
+        flops_per_token = gemm_flops_per_token(d, L)
         for B in [int(x) for x in a.batches.split(",")]:
             state = mg.new_state(B)
             for T in [int(x) for x in a.lengths.split(",")]:
@@ -207,6 +208,8 @@ def main():
                        "mamba_ssm_ms": rms, "mamba_ssm_tok_s": B * T / (rms / 1e3), "mamba_ssm_times_ms": rtimes,
                        "speedup": rms / ms, "roofline_tok_s": rate / flops_per_token,
                        "roofline_fraction": B * T / (ms / 1e3) / (rate / flops_per_token),
+                       "design_ceiling_tok_s": design_ceiling(d, L, rate),
+                       "design_ceiling_fraction": B * T / (ms / 1e3) / design_ceiling(d, L, rate),
                        "max_rel_err_vs_mamba_ssm": err}
                 rows.append(row)
                 save()
