@@ -36,13 +36,22 @@ import (
 // points is a set of rounding points, as the package comment names them.
 type points map[string]bool
 
+// parse reads a space-separated list of points; "u" implies "us", and a
+// point written "-name" is left out.
 func parse(s string) points {
 	p := points{}
 	for _, f := range strings.Fields(s) {
-		p[f] = true
+		if !strings.HasPrefix(f, "-") {
+			p[f] = true
+		}
 	}
 	if p["u"] {
 		p["us"] = true
+	}
+	for _, f := range strings.Fields(s) {
+		if name, off := strings.CutPrefix(f, "-"); off {
+			delete(p, name)
+		}
 	}
 	return p
 }
@@ -81,10 +90,7 @@ func main() {
 		fn   func(float64) float64
 	}{{"bf16", toBF16}, {"f16", toF16}} {
 		for _, cfg := range configs {
-			p := parse(strings.ReplaceAll(cfg.points, "-us", ""))
-			if strings.Contains(cfg.points, "-us") {
-				delete(p, "us")
-			}
+			p := parse(cfg.points)
 			var worstKL, worstState float64
 			var klCase, stateCase string
 			hits, positions := 0, 0
