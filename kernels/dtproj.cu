@@ -10,10 +10,14 @@
 // softplus with PyTorch's threshold 20.
 //
 // dt_proj_f32: grid (ceil(E / DT_CH), ceil(rows / DT_ROWS)), block DT_CH.
-// A thread owns one channel c and DT_ROWS rows of one tile: it keeps DT_K of
-// its weights in registers while the block stages the same DT_K columns of
-// the tile's dt_low rows in shared memory, and sums into DT_ROWS registers;
-// each row of dt is written by DT_CH consecutive threads (coalesced).
+// A thread owns one channel c and DT_ROWS rows of one tile and sums into
+// DT_ROWS registers. Per stage of DT_K columns the block stages the tile's
+// dt_low rows and its channels' weights in shared memory, both with
+// coalesced loads (a thread reading its own weight row from global memory
+// would touch a cache line per lane: that made the first version L1-bound),
+// then each thread moves its DT_K weights to registers; the weight rows are
+// padded to DT_K + 1 floats so that those reads hit 32 distinct banks. Each
+// row of dt is written by DT_CH consecutive threads (coalesced).
 
 #define DT_CH 128   // channels (threads) per block
 #define DT_ROWS 32  // rows per block
@@ -23,8 +27,8 @@ extern "C" __global__ void __launch_bounds__(DT_CH)
     dt_proj_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
                 const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
     __shared__ float s[DT_ROWS][DT_K];
-    int c = blockIdx.x * DT_CH + threadIdx.x, r0 = blockIdx.y * DT_ROWS;
-    bool on = c < E;
+    __shared__ float sw[DT_CH][DT_K + 1];
+    int c0 = blockIdx.x * DT_CH, c = c0 + threadIdx.x, r0 = blockIdx.y * DT_ROWS;
     float acc[DT_ROWS];
 #pragma unroll
     for (int i = 0; i < DT_ROWS; i++) acc[i] = 0.f;
@@ -34,16 +38,20 @@ extern "C" __global__ void __launch_bounds__(DT_CH)
             int r = r0 + i / DT_K, k = k0 + i % DT_K;
             s[i / DT_K][i % DT_K] = r < rows && k < R ? dbl[(size_t)r * ldd + k] : 0.f;
         }
+        for (int i = threadIdx.x; i < DT_CH * DT_K; i += DT_CH) {
+            int ch = c0 + i / DT_K, k = k0 + i % DT_K;
+            sw[i / DT_K][i % DT_K] = ch < E && k < R ? W[(size_t)ch * R + k] : 0.f;
+        }
+        __syncthreads();
         float w[DT_K];
 #pragma unroll
-        for (int k = 0; k < DT_K; k++) w[k] = on && k0 + k < R ? W[(size_t)c * R + k0 + k] : 0.f;
-        __syncthreads();
+        for (int k = 0; k < DT_K; k++) w[k] = sw[threadIdx.x][k];
 #pragma unroll
         for (int i = 0; i < DT_ROWS; i++)
 #pragma unroll
             for (int k = 0; k < DT_K; k++) acc[i] += w[k] * s[i][k];
     }
-    if (!on) return;
+    if (c >= E) return;
     float b = bias[c];
 #pragma unroll
     for (int i = 0; i < DT_ROWS; i++)

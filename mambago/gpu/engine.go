@@ -57,6 +57,12 @@ type Engine struct {
 	// launch (sm_90+): each may start, and fetch its weights into L2, while
 	// the previous one finishes. Off by default until measured.
 	DecodePDL bool
+	// DecodeKernelMaxB is the largest batch whose decode step runs on the
+	// single-token kernels of kernels/step.cu; a larger batch steps through
+	// the prefill path at T = 1 (cuBLAS GEMMs). 0 picks the kernels' own
+	// limit of 8 sequences; a negative value sends every batch through the
+	// prefill path. Set it before capturing a step graph.
+	DecodeKernelMaxB int
 }
 
 var _ engine.Engine = (*Engine)(nil)

@@ -17,15 +17,27 @@ const (
 
 // stepDevice queues one decode step for the B sequences of s: token ids from
 // src (T = 1), next-token logits [B, V] f32 to logits. The prefill path,
-// taken for B > decodeMaxB, leaves the hidden states in hidden [B, d].
+// taken for batches over the decode kernels' limit, leaves the hidden states
+// in hidden [B, d].
 func (e *Engine) stepDevice(s *State, src source, hidden, logits cuda.Ptr) error {
-	if src.in.B > decodeMaxB {
+	if src.in.B > e.decodeKernelMaxB() {
 		if err := e.run(s, src, engine.Last, hidden); err != nil {
 			return err
 		}
 		return e.logitsDevice(hidden, src.in.B, logits)
 	}
 	return e.decode(s, src, logits)
+}
+
+// decodeKernelMaxB resolves DecodeKernelMaxB.
+func (e *Engine) decodeKernelMaxB() int {
+	switch {
+	case e.DecodeKernelMaxB == 0:
+		return decodeMaxB
+	case e.DecodeKernelMaxB < 0:
+		return 0
+	}
+	return min(e.DecodeKernelMaxB, decodeMaxB)
 }
 
 // decode is the decode step on the kernels of kernels/step.cu: four launches
