@@ -304,8 +304,8 @@ func TestDTProjKernel(t *testing.T) {
 		ldd := tc.R + 2*tc.N
 		dbl, W, bias := randn(tc.rows*ldd, 1), randn(tc.E*tc.R, 0.5), randn(tc.E, 2)
 		bdbl, bW, bb, bd := upload(t, s, dbl), upload(t, s, W), upload(t, s, bias), poisoned(t, s, tc.rows*tc.E)
-		grid := cuda.Dim3{X: (tc.E + 127) / 128, Y: (tc.rows + 31) / 32, Z: 1}
-		if err := fn("dt_proj_f32").Launch(grid, cuda.D1(128), 0, s, bdbl.Ptr, ldd, tc.R, bW.Ptr, bb.Ptr, bd.Ptr, tc.rows, tc.E); err != nil {
+		grid := cuda.Dim3{X: (tc.E + 127) / 128, Y: (tc.rows + 63) / 64, Z: 1} // DT_CH, DT_ROWS in dtproj.cu
+		if err := fn("dt_proj_f32").Launch(grid, cuda.D1(256), 0, s, bdbl.Ptr, ldd, tc.R, bW.Ptr, bb.Ptr, bd.Ptr, tc.rows, tc.E); err != nil {
 			t.Fatal(err)
 		}
 		got := download(t, s, bd, tc.rows*tc.E)
@@ -321,6 +321,99 @@ func TestDTProjKernel(t *testing.T) {
 		}
 		if e := relErr(got, want); e > 1e-5 {
 			t.Errorf("%+v: rel err %.3g", tc, e)
+		}
+	}
+}
+
+// bf16Bits rounds v to bfloat16 (to nearest, ties to even), returning the
+// rounded values and their bits packed two to a float32 slot, ready to
+// upload as a bf16 array.
+func bf16Bits(v []float32) (rounded []float32, packed []float32) {
+	rounded, packed = make([]float32, len(v)), make([]float32, (len(v)+1)/2)
+	words := make([]uint32, len(packed))
+	for i, x := range v {
+		b := math.Float32bits(x)
+		b += 0x7fff + (b>>16)&1
+		rounded[i] = math.Float32frombits(b &^ 0xffff)
+		words[i/2] |= (b >> 16) << (16 * (i % 2))
+	}
+	for i, w := range words {
+		packed[i] = math.Float32frombits(w)
+	}
+	return rounded, packed
+}
+
+// TestGEMVKernel checks the decode GEMV (kernels/step.cu) against float64
+// for every split, with and without the RMSNorm folded in, writing and
+// accumulating, on the vector path (K a multiple of 16 bytes' worth of
+// weights) and the scalar one, in f32 and bf16 weights.
+func TestGEMVKernel(t *testing.T) {
+	fn, s := gpu(t)
+	const eps = 1e-5
+	for _, sfx := range []string{"f32", "bf16"} {
+		for _, K := range []int{64, 770, 2048} {
+			for _, split := range []int{1, 2, 4, 8} {
+				for _, tc := range []struct {
+					B, rows    int
+					norm, accu bool
+				}{{1, 37, true, false}, {3, 5, false, true}, {8, 130, true, true}, {8, 9, false, false}} {
+					name := fmt.Sprintf("%s K=%d split=%d %+v", sfx, K, split, tc)
+					ldx := K + 4
+					x, W, bias, normw := randn(tc.B*ldx, 1), randn(tc.rows*K, 0.1), randn(tc.rows, 1), randn(K, 1)
+					wdev := W
+					if sfx == "bf16" {
+						W, wdev = bf16Bits(W)
+					}
+					out0 := randn(tc.B*tc.rows, 1)
+					bx, bW, bb, bn := upload(t, s, x), upload(t, s, wdev), upload(t, s, bias), upload(t, s, normw)
+					bo := poisoned(t, s, tc.B*tc.rows)
+					if tc.accu {
+						bo = upload(t, s, out0)
+					}
+					nptr, accu := cuda.Ptr(0), 0
+					if tc.norm {
+						nptr = bn.Ptr
+					}
+					if tc.accu {
+						accu = 1
+					}
+					per := 8 / split
+					grid := cuda.D1((tc.rows + per - 1) / per)
+					if err := fn("gemv_"+sfx).Launch(grid, cuda.D1(256), 0, s, bx.Ptr, ldx, nptr, float32(eps), bW.Ptr,
+						bb.Ptr, bo.Ptr, tc.rows, accu, tc.B, K, tc.rows, split); err != nil {
+						t.Fatal(err)
+					}
+					got := download(t, s, bo, tc.B*tc.rows)
+					want := make([]float64, tc.B*tc.rows)
+					for b := 0; b < tc.B; b++ {
+						scale := 1.0
+						if tc.norm {
+							var ss float64
+							for k := 0; k < K; k++ {
+								ss += float64(x[b*ldx+k]) * float64(x[b*ldx+k])
+							}
+							scale = 1 / math.Sqrt(ss/float64(K)+eps)
+						}
+						for n := 0; n < tc.rows; n++ {
+							var sum float64
+							for k := 0; k < K; k++ {
+								xv := float64(x[b*ldx+k]) * scale
+								if tc.norm {
+									xv *= float64(normw[k])
+								}
+								sum += float64(W[n*K+k]) * xv
+							}
+							want[b*tc.rows+n] = sum + float64(bias[n])
+							if tc.accu {
+								want[b*tc.rows+n] += float64(out0[b*tc.rows+n])
+							}
+						}
+					}
+					if e := relErr(got, want); e > 1e-5 {
+						t.Errorf("%s: rel err %.3g", name, e)
+					}
+				}
+			}
 		}
 	}
 }

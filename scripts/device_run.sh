@@ -7,9 +7,9 @@
 #             tests, and racecheck over the scan kernel's test;
 #   gpubench: the GPU stage times, then the GPU prefill benchmark against HF
 #             (bench/gpu_vs_hf.py, with $BENCH_ARGS, e.g. "--shapes 130m,370m");
-#   verify:   gpu, then the Go stage benchmark, the scan chunk-length and the
-#             big-model decode benchmarks: one call for a branch's first run
-#             on the GPU (about 6 minutes);
+#   verify:   gpu, then the Go stage benchmark and the big-model decode
+#             benchmark: one call for a branch's first run on the GPU (about
+#             4 minutes);
 #   decodeprof: per-kernel times of the decode step's kernels (ncu, 130m, f32 and bf16),
 #             against the step graph's wall time from the Go benchmark;
 #   mamba_ssm: builds mamba_ssm and causal-conv1d for sm_90 (once per machine),
@@ -32,9 +32,6 @@ if [[ $mode == verify ]]; then
   echo "== GPU stage times (130m, B=1, T=2048, f32 and bf16)"
   .carry/gpu.test -test.v -test.run '^$' -test.bench Prefill130m -test.benchtime 20x 2>&1 | tee "$OUT/gpu_stages.log" \
     | grep -v "^goos\|^goarch\|^pkg\|^=== \|^Benchmark.*[^s]$"
-  echo "== the scan's chunk length (130m, bf16)"
-  .carry/gpu.test -test.v -test.run '^$' -test.bench ScanChunk130m -test.benchtime 20x 2>&1 | tee "$OUT/scan_chunk.log" \
-    | grep -E "tok/s|scan|dt_proj"
   echo "== bf16 decode step at 1.4b and 2.8b: the step kernels against the prefill path"
   .carry/gpu.test -test.run '^$' -test.bench DecodeBig -test.benchtime 200x 2>&1 | tee "$OUT/decode_big.log" | grep "us/step"
   exit $status

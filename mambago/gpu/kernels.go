@@ -15,11 +15,12 @@ var (
 		"pool_f32", "step_scan_f32", "dt_proj_f32"}
 )
 
-// dt_proj_f32's tile (DT_CH and DT_ROWS in kernels/dtproj.cu): channels
-// (threads) and rows per block.
+// dt_proj_f32's tile (DT_CH, DT_ROWS and DT_THREADS in kernels/dtproj.cu):
+// channels and rows per block, and threads per block.
 const (
 	dtProjChannels = 128
-	dtProjRows     = 32
+	dtProjRows     = 64
+	dtProjThreads  = 256
 )
 
 // loadKernels compiles every kernel source for the device and looks up the

@@ -153,9 +153,16 @@ func TestMixedPrecision130m(t *testing.T) {
 // against a prefill one position longer, from fresh random weights and
 // tokens: in f32 to 1e-4, in bf16 and f16 by the mixed-precision KL bar
 // (the decode step keeps its activations in f32, the prefill rounds them).
+// Two shapes: d = 64, where every GEMV row is one warp's, and d = 512, where
+// warps share rows (each split of kernels/step.cu but 1 runs).
 func TestDecodeMatchesPrefill(t *testing.T) {
 	gputest.Need(t)
-	cfg := fixture.Shape(64, 3, 300)
+	for _, cfg := range []checkpoint.Config{fixture.Shape(64, 3, 300), fixture.Shape(512, 2, 1000)} {
+		t.Run(fmt.Sprintf("d%d", cfg.Hidden), func(t *testing.T) { decodeMatchesPrefill(t, cfg) })
+	}
+}
+
+func decodeMatchesPrefill(t *testing.T, cfg checkpoint.Config) {
 	w := fixture.RandomWeights(cfg, rand.Uint64())
 	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16, cuda.F16} {
 		e := newEngine(t, w, dt)

@@ -56,16 +56,23 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 		return err
 	}
 	block, eps := cuda.D1(32*stepWarps), float32(c.Eps)
-	rowsGrid := func(rows int) cuda.Dim3 { return cuda.D1(min((rows+stepWarps-1)/stepWarps, 65535)) }
+	// A GEMV's split (kernels/step.cu) and its grid, for rows of K weights.
+	gemvShape := func(rows, K int) (cuda.Dim3, int) {
+		split := gemvSplit(rows, K, e.dt.Size())
+		return cuda.D1(min((rows+stepWarps/split-1)/(stepWarps/split), 65535)), split
+	}
 	gemv := e.typed("gemv")
 	dbl := R + 2*N
+	inGrid, inSplit := gemvShape(2*E, d)
+	xGrid, xSplit := gemvShape(dbl, E)
+	outGrid, outSplit := gemvShape(d, E)
 	for l, g := range e.layers {
-		if err := e.launchStep(e.typed("step_in"), rowsGrid(2*E), block, 0, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
-			g.conv, g.convBias, s.conv(l), ws.xz.Ptr, B, d, E, K); err != nil {
+		if err := e.launchStep(e.typed("step_in"), inGrid, block, 0, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
+			g.conv, g.convBias, s.conv(l), ws.xz.Ptr, B, d, E, K, inSplit); err != nil {
 			return err
 		}
-		if err := e.launchStep(gemv, rowsGrid(dbl), block, 0, ws.xz.Ptr, 2*E, cuda.Ptr(0), float32(0), g.xProj,
-			cuda.Ptr(0), ws.dbl.Ptr, dbl, 0, B, E, dbl); err != nil {
+		if err := e.launchStep(gemv, xGrid, block, 0, ws.xz.Ptr, 2*E, cuda.Ptr(0), float32(0), g.xProj,
+			cuda.Ptr(0), ws.dbl.Ptr, dbl, 0, B, E, dbl, xSplit); err != nil {
 			return err
 		}
 		if c.Falcon {
@@ -78,13 +85,31 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 			ws.xz.Ptr, s.ssm(l), ws.delta.Ptr, E, N); err != nil {
 			return err
 		}
-		if err := e.launchStep(gemv, rowsGrid(d), block, 0, ws.delta.Ptr, E, cuda.Ptr(0), float32(0), g.outProj,
-			g.outBias, ws.h.Ptr, d, 1, B, E, d); err != nil {
+		if err := e.launchStep(gemv, outGrid, block, 0, ws.delta.Ptr, E, cuda.Ptr(0), float32(0), g.outProj,
+			g.outBias, ws.h.Ptr, d, 1, B, E, d, outSplit); err != nil {
 			return err
 		}
 	}
-	return e.launchStep(gemv, rowsGrid(V), block, 0, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits, V, 0,
-		B, d, V)
+	headGrid, headSplit := gemvShape(V, d)
+	return e.launchStep(gemv, headGrid, block, 0, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits, V, 0,
+		B, d, V, headSplit)
+}
+
+// gemvSplit picks how many warps share a GEMV row of K weights of size
+// bytes (the split of kernels/step.cu): enough that no warp walks more than
+// two of the row's 512-byte slices in a chain, and, for a GEMV of under
+// 1024 rows (x_proj), one slice, so that it still has warps to fill the GPU.
+func gemvSplit(rows, K, size int) int {
+	slices := (K*size + 511) / 512
+	most := 2
+	if rows < 1024 {
+		most = 1
+	}
+	split := 1
+	for split < stepWarps && (slices+split-1)/split > most {
+		split *= 2
+	}
+	return split
 }
 
 // launchStep launches one of kernels/step.cu's kernels, with programmatic
