@@ -134,9 +134,9 @@ __device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const
         float dot[STEP_MAXB], ss[STEP_MAXB];
         if (n < rows) row_dot(W, n, K, x, ldx, normw, B, slice, split, dot, ss);
 #pragma unroll
-        for (int b = 0; b < STEP_MAXB; b++) {
-            dot[b] = warp_sum(n < rows ? dot[b] : 0.f);
-            ss[b] = warp_sum(n < rows ? ss[b] : 0.f);
+        for (int b = 0; b < STEP_MAXB; b++) {  // B and normw are the same in every lane
+            if (b < B) dot[b] = warp_sum(n < rows ? dot[b] : 0.f);
+            if (b < B && normw) ss[b] = warp_sum(n < rows ? ss[b] : 0.f);
         }
         if (split > 1) {
             if (lane < B) {

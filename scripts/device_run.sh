@@ -9,7 +9,8 @@
 #             (bench/gpu_vs_hf.py, with $BENCH_ARGS, e.g. "--shapes 130m,370m");
 #   verify:   gpu, then the Go stage benchmark and the big-model decode
 #             benchmark: one call for a branch's first run on the GPU (about
-#             4 minutes);
+#             4 minutes), then profile;
+#   profile:  ncu's per-kernel times for a 1.4b decode step and for dt_proj;
 #   decodeprof: per-kernel times of the decode step's kernels (ncu, 130m, f32 and bf16),
 #             against the step graph's wall time from the Go benchmark;
 #   mamba_ssm: builds mamba_ssm and causal-conv1d for sm_90 (once per machine),
@@ -34,6 +35,7 @@ if [[ $mode == verify ]]; then
     | grep -v "^goos\|^goarch\|^pkg\|^=== \|^Benchmark.*[^s]$"
   echo "== bf16 decode step at 1.4b and 2.8b: the step kernels against the prefill path"
   .carry/gpu.test -test.run '^$' -test.bench DecodeBig -test.benchtime 200x 2>&1 | tee "$OUT/decode_big.log" | grep "us/step"
+  bash "$0" "$commit" profile
   exit $status
 fi
 if [[ $mode == gpu || $mode == all ]]; then
@@ -80,6 +82,16 @@ if [[ $mode == decodeprof ]]; then
   echo "ncu detail exit $?: $(grep -c 'Section:' "$OUT/scan_ncu.log") sections for the scan"
   grep -E "^  [a-z_0-9]+\(|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Stall|Issue Slots Busy|Registers Per" \
     "$OUT/scan_ncu.log" | head -60
+fi
+if [[ $mode == profile ]]; then
+  echo "== ncu: one bf16 decode step at 1.4b (the kernels), per kernel; dt_proj at 130m"
+  timeout 300 ncu --clock-control none -k 'regex:step_in|gemv|step_scan' --launch-count 193 --print-summary per-kernel \
+    .carry/gpu.test -test.run '^$' -test.bench 'DecodeBig/1.4b/kernels$' -test.benchtime 1x > "$OUT/decode_big_ncu.log" 2>&1
+  echo "ncu exit $?"; grep -E "^  [a-z_0-9]+ |Duration" "$OUT/decode_big_ncu.log" | head -24
+  timeout 200 ncu --clock-control none -k 'regex:dt_proj' --launch-skip 30 --launch-count 3 --section SpeedOfLight \
+    --section Occupancy .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/bfloat16/B1_T2048$' -test.benchtime 1x \
+    > "$OUT/dtproj_ncu.log" 2>&1
+  echo "ncu exit $?"; grep -E "^  [a-z_0-9]+ |Duration|Throughput|Achieved Occ" "$OUT/dtproj_ncu.log" | head -24
 fi
 if [[ $mode == mamba_ssm ]]; then
   echo "== bf16: mambago vs mamba_ssm (builds mamba_ssm and causal-conv1d for sm_90 first) ${BENCH_ARGS:-}"

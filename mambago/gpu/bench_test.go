@@ -162,7 +162,8 @@ func BenchmarkScanChunk130m(b *testing.B) {
 // BenchmarkDecodeBig times the bf16 decode step's graph replay at B=1 for
 // the 1.4b (d=2048, 48 layers) and 2.8b (d=2560, 64 layers) shapes on both
 // of its paths: the single-token kernels, and the prefill path at T = 1
-// with cuBLAS GEMMs (DecodeKernelMaxB < 0). Logits come out in both.
+// with cuBLAS GEMMs (DecodeKernelMaxB < 0); the kernels with their GEMVs'
+// split picked by row length, and fixed at 1, 2 and 8 warps a row.
 func BenchmarkDecodeBig(b *testing.B) {
 	gputest.Need(b)
 	for _, s := range []struct {
@@ -180,10 +181,10 @@ func BenchmarkDecodeBig(b *testing.B) {
 		ids := []int64{7}
 		logits := make([]float32, 50280)
 		for _, path := range []struct {
-			name string
-			maxB int
-		}{{"kernels", 0}, {"prefill_path", -1}} {
-			e.DecodeKernelMaxB = path.maxB
+			name        string
+			maxB, split int
+		}{{"kernels", 0, 0}, {"kernels_split1", 0, 1}, {"kernels_split2", 0, 2}, {"kernels_split8", 0, 8}, {"prefill_path", -1, 0}} {
+			e.DecodeKernelMaxB, e.GEMVSplit = path.maxB, path.split
 			step, err := e.CaptureStep(st)
 			if err != nil {
 				b.Fatal(err)

@@ -63,6 +63,10 @@ type Engine struct {
 	// limit of 8 sequences; a negative value sends every batch through the
 	// prefill path. Set it before capturing a step graph.
 	DecodeKernelMaxB int
+	// GEMVSplit fixes how many warps share a row of the decode kernels'
+	// GEMVs (1, 2, 4 or 8; kernels/step.cu); 0 picks it by the row's length.
+	// Set it before capturing a step graph.
+	GEMVSplit int
 }
 
 var _ engine.Engine = (*Engine)(nil)

@@ -59,6 +59,9 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	// A GEMV's split (kernels/step.cu) and its grid, for rows of K weights.
 	gemvShape := func(rows, K int) (cuda.Dim3, int) {
 		split := gemvSplit(rows, K, e.dt.Size())
+		if e.GEMVSplit > 0 {
+			split = e.GEMVSplit
+		}
 		return cuda.D1(min((rows+stepWarps/split-1)/(stepWarps/split), 65535)), split
 	}
 	gemv := e.typed("gemv")
