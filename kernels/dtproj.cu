@@ -30,6 +30,7 @@
 #define DT_ROWS (DT_WARPS * DT_TM)                 // rows per block
 #define DT_THREADS (32 * DT_WARPS)
 #define DT_K 16                                    // columns of dt_low per stage
+static_assert(DT_TN == 4, "a thread's channels are stored as one float4");
 
 extern "C" __global__ void __launch_bounds__(DT_THREADS)
     dt_proj_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
@@ -69,15 +70,26 @@ extern "C" __global__ void __launch_bounds__(DT_THREADS)
             }
         }
     }
+    // A row's DT_TN channels go out as one 16-byte store where they can
+    // (a warp then writes 512 contiguous bytes), else one by one.
+    int c = c0 + lane * DT_TN;
+    float b[DT_TN];
 #pragma unroll
-    for (int j = 0; j < DT_TN; j++) {
-        int c = c0 + lane * DT_TN + j;
-        if (c >= E) continue;
-        float b = bias[c];
+    for (int j = 0; j < DT_TN; j++) b[j] = c + j < E ? bias[c + j] : 0.f;
 #pragma unroll
-        for (int i = 0; i < DT_TM; i++) {
-            int r = r0 + warp * DT_TM + i;
-            if (r < rows) dt[(size_t)r * E + c] = softplus_f(acc[i][j] + b);
+    for (int i = 0; i < DT_TM; i++) {
+        int r = r0 + warp * DT_TM + i;
+        if (r >= rows) break;
+        float v[DT_TN];
+#pragma unroll
+        for (int j = 0; j < DT_TN; j++) v[j] = softplus_f(acc[i][j] + b[j]);
+        float *o = dt + (size_t)r * E + c;
+        if (E % DT_TN == 0 && c + DT_TN <= E) {
+            *reinterpret_cast<float4 *>(o) = make_float4(v[0], v[1], v[2], v[3]);
+        } else {
+#pragma unroll
+            for (int j = 0; j < DT_TN; j++)
+                if (c + j < E) o[j] = v[j];
         }
     }
 }

@@ -300,7 +300,7 @@ func softplus(x float64) float64 {
 // shapes and dt ranks below, at and above one stage of columns.
 func TestDTProjKernel(t *testing.T) {
 	fn, s := gpu(t)
-	for _, tc := range []struct{ rows, E, R, N int }{{37, 100, 5, 16}, {2048, 1536, 48, 16}, {300, 5120, 160, 16}, {64, 256, 16, 64}} {
+	for _, tc := range []struct{ rows, E, R, N int }{{37, 100, 5, 16}, {37, 101, 5, 16}, {2048, 1536, 48, 16}, {300, 5120, 160, 16}, {64, 256, 16, 64}} {
 		ldd := tc.R + 2*tc.N
 		dbl, W, bias := randn(tc.rows*ldd, 1), randn(tc.E*tc.R, 0.5), randn(tc.E, 2)
 		bdbl, bW, bb, bd := upload(t, s, dbl), upload(t, s, W), upload(t, s, bias), poisoned(t, s, tc.rows*tc.E)

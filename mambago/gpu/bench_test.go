@@ -56,6 +56,7 @@ func benchPrefill(b *testing.B, w *checkpoint.Weights, dt cuda.DType) {
 		b.Fatal(err)
 	}
 	defer g.Destroy()
+	e.DecodePDL = false
 	step, err := e.CaptureStep(st)
 	if err != nil {
 		b.Fatal(err)
@@ -63,7 +64,6 @@ func benchPrefill(b *testing.B, w *checkpoint.Weights, dt cuda.DType) {
 	defer step.Destroy()
 	e.DecodePDL = true
 	stepPDL, err := e.CaptureStep(st)
-	e.DecodePDL = false
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -162,8 +162,8 @@ func BenchmarkScanChunk130m(b *testing.B) {
 // BenchmarkDecodeBig times the bf16 decode step's graph replay at B=1 for
 // the 1.4b (d=2048, 48 layers) and 2.8b (d=2560, 64 layers) shapes on both
 // of its paths: the single-token kernels, and the prefill path at T = 1
-// with cuBLAS GEMMs (DecodeKernelMaxB < 0); the kernels with their GEMVs'
-// split picked by row length, and fixed at 1, 2 and 8 warps a row.
+// with cuBLAS GEMMs (DecodeKernelMaxB < 0); the kernels as New sets them up,
+// without programmatic dependent launch, and with one warp a GEMV row.
 func BenchmarkDecodeBig(b *testing.B) {
 	gputest.Need(b)
 	for _, s := range []struct {
@@ -183,8 +183,9 @@ func BenchmarkDecodeBig(b *testing.B) {
 		for _, path := range []struct {
 			name        string
 			maxB, split int
-		}{{"kernels", 0, 0}, {"kernels_split1", 0, 1}, {"kernels_split2", 0, 2}, {"kernels_split8", 0, 8}, {"prefill_path", -1, 0}} {
-			e.DecodeKernelMaxB, e.GEMVSplit = path.maxB, path.split
+			pdl         bool
+		}{{"kernels", 0, 0, true}, {"kernels_nopdl", 0, 0, false}, {"kernels_split1", 0, 1, true}, {"prefill_path", -1, 0, true}} {
+			e.DecodeKernelMaxB, e.GEMVSplit, e.DecodePDL = path.maxB, path.split, path.pdl
 			step, err := e.CaptureStep(st)
 			if err != nil {
 				b.Fatal(err)

@@ -229,7 +229,7 @@ func TestDecodePDLMatches(t *testing.T) {
 	w := fixture.RandomWeights(cfg, rand.Uint64())
 	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16} {
 		plain, pdl := newEngine(t, w, dt), newEngine(t, w, dt)
-		pdl.DecodePDL = true
+		plain.DecodePDL, pdl.DecodePDL = false, true
 		for _, B := range []int{1, 3} {
 			ids := make([]int64, B*9)
 			for i := range ids {

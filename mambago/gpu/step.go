@@ -99,17 +99,19 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 }
 
 // gemvSplit picks how many warps share a GEMV row of K weights of size
-// bytes (the split of kernels/step.cu): enough that no warp walks more than
-// two of the row's 512-byte slices in a chain, and, for a GEMV of under
-// 1024 rows (x_proj), one slice, so that it still has warps to fill the GPU.
+// bytes (the split of kernels/step.cu). Measured on the H200 (bf16 decode
+// step, B=1, BenchmarkDecodeBig): two warps a row beat one and beat four or
+// eight for the big GEMVs (1.4b: 2.05 ms a step against 2.34 with one and
+// 3.0 with eight). A GEMV of under 1024 rows (x_proj, whose rows are E
+// long) has too few warps to fill the GPU, so it splits until no warp walks
+// more than one of the row's 512-byte slices.
 func gemvSplit(rows, K, size int) int {
 	slices := (K*size + 511) / 512
-	most := 2
-	if rows < 1024 {
-		most = 1
+	if rows >= 1024 {
+		return min(2, slices)
 	}
 	split := 1
-	for split < stepWarps && (slices+split-1)/split > most {
+	for split < stepWarps && split < slices {
 		split *= 2
 	}
 	return split
