@@ -231,20 +231,18 @@ func TestConvAndScanKernels(t *testing.T) {
 		bdt, bA2, bdbl := upload(t, s, dt), upload(t, s, A2), upload(t, s, dbl)
 		bD := upload(t, s, Dk)
 		wantY, wantS := scanRef(dt, dbl, A2, Dk, st0, xz, gotU, B, T, E, N, R)
-		for _, chunk := range []int{0, 8, 24, 136} { // the default, many chunks, and chunks of more than one stage
-			for _, pf := range []bool{false, true} {
-				bst, by := upload(t, s, st0), poisoned(t, s, rows*E)
-				sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
-					U: bu.Ptr, D: bD.Ptr, Z: bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr,
-					B: B, T: T, E: E, N: N, Chunk: chunk, Prefetch: pf}
-				scratch := poisoned(t, s, max(1, sc.ScratchFloats()))
-				sc.Scratch = scratch.Ptr
-				if err := sc.Launch(fn, s); err != nil {
-					t.Fatal(err)
-				}
-				checkScan(t, fmt.Sprintf("%+v chunk %d prefetch %v", tc, chunk, pf), download(t, s, by, rows*E),
-					download(t, s, bst, B*E*N), wantY, wantS)
+		for _, chunk := range []int{0, 8, 24} { // the default and many chunks
+			bst, by := upload(t, s, st0), poisoned(t, s, rows*E)
+			sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
+				U: bu.Ptr, D: bD.Ptr, Z: bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr,
+				B: B, T: T, E: E, N: N, Chunk: chunk}
+			scratch := poisoned(t, s, max(1, sc.ScratchFloats()))
+			sc.Scratch = scratch.Ptr
+			if err := sc.Launch(fn, s); err != nil {
+				t.Fatal(err)
 			}
+			checkScan(t, fmt.Sprintf("%+v chunk %d", tc, chunk), download(t, s, by, rows*E), download(t, s, bst, B*E*N),
+				wantY, wantS)
 		}
 		t.Logf("%+v ok", tc)
 	}
@@ -346,8 +344,7 @@ func bf16Bits(v []float32) (rounded []float32, packed []float32) {
 }
 
 // TestGEMVKernel checks the decode GEMV (kernels/step.cu) against float64
-// for every split, with one or two loads in flight, with and without the
-// RMSNorm folded in, writing and
+// for every split, with and without the RMSNorm folded in, writing and
 // accumulating, on the vector path (K a multiple of 16 bytes' worth of
 // weights) and the scalar one, in f32 and bf16 weights.
 func TestGEMVKernel(t *testing.T) {
@@ -355,13 +352,12 @@ func TestGEMVKernel(t *testing.T) {
 	const eps = 1e-5
 	for _, sfx := range []string{"f32", "bf16"} {
 		for _, K := range []int{64, 770, 2048} {
-			for _, sp := range []struct{ split, pairs int }{{1, 0}, {2, 0}, {4, 0}, {8, 0}, {1, 1}, {2, 1}, {8, 1}} {
-				split := sp.split
+			for _, split := range []int{1, 2, 4, 8} {
 				for _, tc := range []struct {
 					B, rows    int
 					norm, accu bool
 				}{{1, 37, true, false}, {3, 5, false, true}, {8, 130, true, true}, {8, 9, false, false}} {
-					name := fmt.Sprintf("%s K=%d %+v %+v", sfx, K, sp, tc)
+					name := fmt.Sprintf("%s K=%d split=%d %+v", sfx, K, split, tc)
 					ldx := K + 4
 					x, W, bias, normw := randn(tc.B*ldx, 1), randn(tc.rows*K, 0.1), randn(tc.rows, 1), randn(K, 1)
 					wdev := W
@@ -384,7 +380,7 @@ func TestGEMVKernel(t *testing.T) {
 					per := 8 / split
 					grid := cuda.D1((tc.rows + per - 1) / per)
 					if err := fn("gemv_"+sfx).Launch(grid, cuda.D1(256), 0, s, bx.Ptr, ldx, nptr, float32(eps), bW.Ptr,
-						bb.Ptr, bo.Ptr, tc.rows, accu, tc.B, K, tc.rows, split, sp.pairs); err != nil {
+						bb.Ptr, bo.Ptr, tc.rows, accu, tc.B, K, tc.rows, split); err != nil {
 						t.Fatal(err)
 					}
 					got := download(t, s, bo, tc.B*tc.rows)

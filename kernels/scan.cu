@@ -42,19 +42,14 @@
 #define STEPS 8   // positions whose loads are issued together
 #define MAXB 128  // most channels per block
 
-// With PF, a thread loads the next STEPS positions' dt, u (and z, part)
-// while it computes the current ones, and B and C are staged a whole
-// chunk of up to 64 positions at a time; without it, each group of STEPS
-// waits for its own loads.
-template <bool OUT, bool PF, class Tv>
+template <bool OUT, class Tv>
 __device__ __forceinline__ void scan_chunk(const float *__restrict__ dtv, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd,
                                            int R, const Tv *__restrict__ u, const float *__restrict__ Dskip,
                                            const float *__restrict__ z, int ldz, const float *start,
                                            float *chunk_state, float *__restrict__ sumdt, float *state, Tv *y,
                                            float *part,
                                            int T, int E, int N, int L, int nch, int ch, int g, int G) {
-    constexpr int SUBN = PF ? 2 * SUB : SUB;
-    __shared__ float sB[SUBN][NS], sC[OUT ? SUBN : 1][NS];
+    __shared__ float sB[SUB][NS], sC[SUB][NS];
     int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.z, n0 = g * NS;
     bool on = c < E;
     float a[NS], s[NS];
@@ -67,10 +62,10 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ dtv, const 
     }
     float dskip = on ? Dskip[c] : 0.f, total = 0.f;
     int t_end = min(T, (ch + 1) * L);
-    for (int t0 = ch * L; t0 < t_end; t0 += SUBN) {
-        int cnt = min(SUBN, t_end - t0);
+    for (int t0 = ch * L; t0 < t_end; t0 += SUB) {
+        int cnt = min(SUB, t_end - t0);
         __syncthreads();  // the previous positions' B and C are consumed
-        for (int i = threadIdx.x; i < SUBN * NS; i += blockDim.x) {
+        for (int i = threadIdx.x; i < SUB * NS; i += blockDim.x) {
             int tt = i / NS, n = n0 + i % NS;
             size_t r = (size_t)b * T + t0 + tt;
             bool ok = tt < cnt && n < N;
@@ -79,10 +74,10 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ dtv, const 
         }
         __syncthreads();
         if (!on) continue;
-        // load fills one group's inputs for positions i0 .. i0 + STEPS - 1 of this stage.
-        auto load = [&](int i0, float *dv, float *uv, float *zv, float *yv) {
+        for (int i0 = 0; i0 < cnt; i0 += STEPS) {
+            float dv[STEPS], uv[STEPS], zv[STEPS], yv[STEPS];
 #pragma unroll
-            for (int i = 0; i < STEPS; i++) {
+            for (int i = 0; i < STEPS; i++) {  // issue every load of the group first
                 size_t r = (size_t)b * T + t0 + i0 + i;
                 bool ok = i0 + i < cnt;
                 dv[i] = ok ? dtv[r * E + c] : 0.f;
@@ -92,13 +87,6 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ dtv, const 
                     yv[i] = ok && g > 0 ? part[r * E + c] : 0.f;
                 }
             }
-        };
-        float dv[STEPS], uv[STEPS], zv[STEPS], yv[STEPS];
-        if (PF) load(0, dv, uv, zv, yv);
-        for (int i0 = 0; i0 < cnt; i0 += STEPS) {
-            float nd[STEPS], nu[STEPS], nz[STEPS], ny[STEPS];
-            if (PF) load(i0 + STEPS, nd, nu, nz, ny);  // past cnt it loads nothing
-            else load(i0, dv, uv, zv, yv);
 #pragma unroll
             for (int i = 0; i < STEPS; i++) {  // past the end, dt = 0 leaves s exactly as it is
                 bool ok = i0 + i < cnt;
@@ -118,10 +106,6 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ dtv, const 
                         part[r * E + c] = v;
                 }
             }
-            if (PF) {
-#pragma unroll
-                for (int i = 0; i < STEPS; i++) dv[i] = nd[i], uv[i] = nu[i], zv[i] = nz[i], yv[i] = ny[i];
-            }
         }
     }
     if (!on) return;
@@ -138,20 +122,16 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ dtv, const 
     }
 }
 
-#define SCAN_SUM_PARAMS(T)                                                                                   \
-    const float *__restrict__ dt, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,  \
-     const T *__restrict__ u, float *chunk_state, float *__restrict__ sumdt, int T_, int E, int N, int L,       \
-     int nch, int G
-#define SCAN_SUM_BODY(PF, T)                                                                                 \
-    {                                                                                                        \
-        scan_chunk<false, PF, T>(dt, A2, dbl, ldd, R, u, nullptr, nullptr, 0, nullptr, chunk_state, sumdt,  \
-                                 nullptr, nullptr, nullptr, T_, E, N, L, nch, blockIdx.y / G, blockIdx.y % G, G); \
+#define SCAN_SUM(sfx, T)                                                                                    \
+    extern "C" __global__ void __launch_bounds__(MAXB)                                                      \
+        scan_chunk_sum_##sfx(const float *__restrict__ dt,                                                   \
+                             const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,     \
+                             const T *__restrict__ u, float *chunk_state, float *__restrict__ sumdt, int T_,  \
+                             int E, int N, int L, int nch, int G) {                                           \
+        scan_chunk<false, T>(dt, A2, dbl, ldd, R, u, nullptr, nullptr, 0, nullptr, chunk_state,    \
+                             sumdt, nullptr, nullptr, nullptr, T_, E, N, L, nch, blockIdx.y / G, blockIdx.y % G, \
+                             G);                                                                              \
     }
-#define SCAN_SUM(sfx, T)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(MAXB) scan_chunk_sum_##sfx(SCAN_SUM_PARAMS(T))                \
-        SCAN_SUM_BODY(false, T)                                                                              \
-    extern "C" __global__ void __launch_bounds__(MAXB) scan_chunk_sum_pf_##sfx(SCAN_SUM_PARAMS(T))             \
-        SCAN_SUM_BODY(true, T)
 EACH_DTYPE(SCAN_SUM)
 
 extern "C" __global__ void scan_carry_f32(const float *__restrict__ A2, const float *__restrict__ sumdt,
@@ -180,18 +160,15 @@ extern "C" __global__ void scan_carry_f32(const float *__restrict__ A2, const fl
     }
 }
 
-#define SCAN_OUT_PARAMS(T)                                                                                   \
-    const float *__restrict__ dt, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,  \
-     const T *__restrict__ u, const float *__restrict__ Dskip, const float *__restrict__ z, int ldz,             \
-     const float *start, float *state, T *y, float *part, int T_, int E, int N, int L, int nch, int g, int G
-#define SCAN_OUT_BODY(PF, T)                                                                                 \
-    {                                                                                                        \
-        scan_chunk<true, PF, T>(dt, A2, dbl, ldd, R, u, Dskip, z, ldz, start, nullptr, nullptr, state, y,   \
-                                part, T_, E, N, L, nch, blockIdx.y, g, G);                                   \
-    }
 #define SCAN_OUT(sfx, T)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(MAXB) scan_chunk_out_##sfx(SCAN_OUT_PARAMS(T))                \
-        SCAN_OUT_BODY(false, T)                                                                              \
-    extern "C" __global__ void __launch_bounds__(MAXB) scan_chunk_out_pf_##sfx(SCAN_OUT_PARAMS(T))             \
-        SCAN_OUT_BODY(true, T)
+    extern "C" __global__ void __launch_bounds__(MAXB)                                                       \
+        scan_chunk_out_##sfx(const float *__restrict__ dt,                                                    \
+                             const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,      \
+                             const T *__restrict__ u, const float *__restrict__ Dskip,                         \
+                             const float *__restrict__ z,                                                      \
+                             int ldz, const float *start, float *state, T *y, float *part, int T_, int E,     \
+                             int N, int L, int nch, int g, int G) {                                           \
+        scan_chunk<true, T>(dt, A2, dbl, ldd, R, u, Dskip, z, ldz, start, nullptr, nullptr, state, y, \
+                            part, T_, E, N, L, nch, blockIdx.y, g, G);                                         \
+    }
 EACH_DTYPE(SCAN_OUT)

@@ -32,12 +32,13 @@
 #define STEP_WARPS 8
 #define STEP_MAXK 8  // the longest conv kernel, as MAX_K in conv.cu
 
-// widen turns 16 bytes of T (as loaded, one uint4) into floats.
-__device__ __forceinline__ void widen(uint4 v, const float *, float *out) {
-    out[0] = __uint_as_float(v.x), out[1] = __uint_as_float(v.y), out[2] = __uint_as_float(v.z),
-    out[3] = __uint_as_float(v.w);
+// unpack widens the 16 bytes at w (16-byte aligned) to floats.
+__device__ __forceinline__ void unpack(const float *w, float *out) {
+    float4 v = *reinterpret_cast<const float4 *>(w);
+    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
 }
-__device__ __forceinline__ void widen(uint4 v, const bf16 *, float *out) {
+__device__ __forceinline__ void unpack(const bf16 *w, float *out) {
+    uint4 v = *reinterpret_cast<const uint4 *>(w);
     unsigned words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -45,19 +46,14 @@ __device__ __forceinline__ void widen(uint4 v, const bf16 *, float *out) {
         out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
     }
 }
-__device__ __forceinline__ void widen(uint4 v, const f16 *, float *out) {
+__device__ __forceinline__ void unpack(const f16 *w, float *out) {
+    uint4 v = *reinterpret_cast<const uint4 *>(w);
     unsigned words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         out[2 * i] = to_f32(f16{(unsigned short)(words[i] & 0xffffu)});
         out[2 * i + 1] = to_f32(f16{(unsigned short)(words[i] >> 16)});
     }
-}
-
-// unpack widens the 16 bytes at w (16-byte aligned) to floats.
-template <class T>
-__device__ __forceinline__ void unpack(const T *w, float *out) {
-    widen(*reinterpret_cast<const uint4 *>(w), w, out);
 }
 
 // pick returns acc[i] for a run-time i < STEP_MAXB (acc stays in registers).
@@ -74,7 +70,7 @@ __device__ __forceinline__ float pick(const float acc[STEP_MAXB], int i) {
 // set, ss[b] = sum x[b, k]^2 over the same k. Lanes hold partial sums.
 template <class T>
 __device__ __forceinline__ void row_dot(const T *__restrict__ W, int n, int K, const float *__restrict__ x, int ldx,
-                                        const float *__restrict__ normw, int B, int slice, int split, int pairs,
+                                        const float *__restrict__ normw, int B, int slice, int split,
                                         float dot[STEP_MAXB], float ss[STEP_MAXB]) {
     constexpr int V = 16 / sizeof(T);
     int lane = threadIdx.x & 31;
@@ -82,10 +78,9 @@ __device__ __forceinline__ void row_dot(const T *__restrict__ W, int n, int K, c
 #pragma unroll
     for (int b = 0; b < STEP_MAXB; b++) dot[b] = ss[b] = 0.f;
     if (K % V == 0 && ldx % 4 == 0) {
-        // One 16-byte slice of the row: its weights as loaded, at k.
-        auto slice_dot = [&](uint4 raw, int k) {
+        for (int k = (slice * 32 + lane) * V; k < K; k += 32 * V * split) {
             float wv[V], nw[V];
-            widen(raw, w, wv);
+            unpack(w + k, wv);
 #pragma unroll
             for (int i = 0; i < V; i += 4) {
                 if (normw) unpack(normw + k + i, nw + i);
@@ -107,15 +102,7 @@ __device__ __forceinline__ void row_dot(const T *__restrict__ W, int n, int K, c
                     ss[b] += sq;
                 }
             }
-        };
-        int step = 32 * V * split, k = (slice * 32 + lane) * V;
-        if (pairs)  // two slices' weights in flight before either is used
-            for (; k + step < K; k += 2 * step) {
-                uint4 w0 = *reinterpret_cast<const uint4 *>(w + k), w1 = *reinterpret_cast<const uint4 *>(w + k + step);
-                slice_dot(w0, k);
-                slice_dot(w1, k + step);
-            }
-        for (; k < K; k += step) slice_dot(*reinterpret_cast<const uint4 *>(w + k), k);
+        }
     } else {
         for (int k = slice * 32 + lane; k < K; k += 32 * split) {
             float wv = to_f32(w[k]), nw = normw ? normw[k] : 1.f;
@@ -138,14 +125,14 @@ __device__ __forceinline__ void row_dot(const T *__restrict__ W, int n, int K, c
 template <class T, class Body>
 __device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const float *__restrict__ x, int ldx,
                                            const float *__restrict__ normw, float eps, int B, int rows, int split,
-                                           int pairs, Body body) {
+                                           Body body) {
     __shared__ float part[STEP_WARPS][STEP_MAXB], sqpart[STEP_WARPS][STEP_MAXB];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, per = STEP_WARPS / split;
     int slice = warp % split, first = warp - slice;
     for (int n0 = blockIdx.x * per; n0 < rows; n0 += gridDim.x * per) {
         int n = n0 + warp / split;
         float dot[STEP_MAXB], ss[STEP_MAXB];
-        if (n < rows) row_dot(W, n, K, x, ldx, normw, B, slice, split, pairs, dot, ss);
+        if (n < rows) row_dot(W, n, K, x, ldx, normw, B, slice, split, dot, ss);
 #pragma unroll
         for (int b = 0; b < STEP_MAXB; b++) {  // B and normw are the same in every lane
             if (b < B) dot[b] = warp_sum(n < rows ? dot[b] : 0.f);
@@ -189,9 +176,9 @@ __device__ __forceinline__ void pdl_start(const T *W, int K, int rows, int split
 template <class T>
 __device__ void gemv(const float *x, int ldx, const float *__restrict__ normw, float eps, const T *__restrict__ W,
                      const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows,
-                     int split, int pairs) {
+                     int split) {
     pdl_start(W, K, rows, split);
-    group_rows(W, K, x, ldx, normw, eps, B, rows, split, pairs, [&](int n, float v) {
+    group_rows(W, K, x, ldx, normw, eps, B, rows, split, [&](int n, float v) {
         int lane = threadIdx.x & 31;
         v += bias ? bias[n] : 0.f;
         float *o = out + (size_t)lane * ldo + n;
@@ -204,9 +191,9 @@ template <class T>
 __device__ void step_in(const float *__restrict__ h, const float *__restrict__ normw, float eps,
                         const T *__restrict__ W, const float *__restrict__ in_bias, const float *__restrict__ conv_w,
                         const float *__restrict__ conv_b, float *__restrict__ win, float *__restrict__ xz, int B,
-                        int d, int E, int K, int split, int pairs) {
+                        int d, int E, int K, int split) {
     pdl_start(W, d, 2 * E, split);
-    group_rows(W, d, h, d, normw, eps, B, 2 * E, split, pairs, [&](int n, float v) {
+    group_rows(W, d, h, d, normw, eps, B, 2 * E, split, [&](int n, float v) {
         int lane = threadIdx.x & 31;
         v += in_bias ? in_bias[n] : 0.f;
         float *row = xz + (size_t)lane * 2 * E;
@@ -233,16 +220,15 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
     extern "C" __global__ void                                                                                 \
         gemv_##sfx(const float *x, int ldx, const float *__restrict__ normw, float eps, const T *__restrict__ W, \
                    const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows, \
-                   int split, int pairs) {                                                                     \
-        gemv<T>(x, ldx, normw, eps, W, bias, out, ldo, accumulate, B, K, rows, split, pairs);                   \
+                   int split) {                                                                                \
+        gemv<T>(x, ldx, normw, eps, W, bias, out, ldo, accumulate, B, K, rows, split);                          \
     }                                                                                                          \
     extern "C" __global__ void                                                                                 \
         step_in_##sfx(const float *__restrict__ h, const float *__restrict__ normw, float eps,                  \
                       const T *__restrict__ W, const float *__restrict__ in_bias,                              \
                       const float *__restrict__ conv_w, const float *__restrict__ conv_b,                      \
-                      float *__restrict__ win, float *__restrict__ xz, int B, int d, int E, int K, int split,  \
-                      int pairs) {                                                                             \
-        step_in<T>(h, normw, eps, W, in_bias, conv_w, conv_b, win, xz, B, d, E, K, split, pairs);              \
+                      float *__restrict__ win, float *__restrict__ xz, int B, int d, int E, int K, int split) { \
+        step_in<T>(h, normw, eps, W, in_bias, conv_w, conv_b, win, xz, B, d, E, K, split);                     \
     }
 EACH_DTYPE(STEP_GEMV)
 

@@ -33,7 +33,7 @@ if [[ $mode == verify ]]; then
   echo "== GPU stage times (130m, B=1, T=2048, f32 and bf16)"
   .carry/gpu.test -test.v -test.run '^$' -test.bench Prefill130m -test.benchtime 20x 2>&1 | tee "$OUT/gpu_stages.log" \
     | grep -v "^goos\|^goarch\|^pkg\|^=== \|^Benchmark.*[^s]$"
-  echo "== bf16 decode step and prefill at 1.4b and 2.8b, kernel variants"
+  echo "== bf16 decode step at 1.4b and 2.8b: the step kernels against the prefill path"
   .carry/gpu.test -test.run '^$' -test.bench DecodeBig -test.benchtime 200x 2>&1 | tee "$OUT/decode_big.log" | grep "us/step"
   bash "$0" "$commit" profile
   exit $status

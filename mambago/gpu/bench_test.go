@@ -102,20 +102,19 @@ func benchPrefill(b *testing.B, w *checkpoint.Weights, dt cuda.DType) {
 	b.Logf("%s stages over 5 prefills, B=%d T=%d:\n%s", dt, B, T, report)
 }
 
-// BenchmarkScan130m times bf16 prefills of the 130m shape with the scan's
-// two kernel variants (Engine.ScanPrefetch off and on), then the scan stage
-// alone. (Chunk lengths of 32 and 48 positions were measured against 64 on
-// the H200 and were no faster: 8.9, 9.9 and 8.8 ms of scan over 5 prefills
-// at B=1, T=2048.)
-func BenchmarkScan130m(b *testing.B) {
+// BenchmarkScanChunk130m times bf16 prefills of the 130m shape with the
+// scan's chunk length at 32, 48 and 64 positions, then the scan stage alone:
+// shorter chunks give the scan more blocks (at B=1, T=2048 and 64 positions
+// its passes fill 0.6 of a wave) and its carry pass more steps.
+func BenchmarkScanChunk130m(b *testing.B) {
 	gputest.Need(b)
 	w := fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1)
-	for _, pf := range []bool{false, true} {
+	for _, L := range []int{32, 48, 64} {
 		e, err := gpu.New(w, 0, cuda.BF16)
 		if err != nil {
 			b.Fatal(err)
 		}
-		e.ScanPrefetch = pf
+		e.ScanChunk = L
 		for _, s := range []struct{ B, T int }{{1, 2048}, {1, 8192}, {8, 2048}} {
 			ids := make([]int64, s.B*s.T)
 			for i := range ids {
@@ -134,7 +133,7 @@ func BenchmarkScan130m(b *testing.B) {
 			for range 10 {
 				prefill()
 			}
-			b.Run(fmt.Sprintf("prefetch_%v/B%d_T%d", pf, s.B, s.T), func(b *testing.B) {
+			b.Run(fmt.Sprintf("L%d/B%d_T%d", L, s.B, s.T), func(b *testing.B) {
 				for b.Loop() {
 					prefill()
 				}
@@ -149,7 +148,7 @@ func BenchmarkScan130m(b *testing.B) {
 				b.Fatal(err)
 			}
 			e.Timer = nil
-			b.Logf("prefetch %v B=%d T=%d, 5 prefills:\n%s", pf, s.B, s.T, report)
+			b.Logf("L=%d B=%d T=%d, 5 prefills:\n%s", L, s.B, s.T, report)
 			if err := st.(*gpu.State).Free(); err != nil {
 				b.Fatal(err)
 			}
@@ -161,14 +160,10 @@ func BenchmarkScan130m(b *testing.B) {
 }
 
 // BenchmarkDecodeBig times the bf16 decode step's graph replay at B=1 for
-// the 1.4b (d=2048, 48 layers) and 2.8b (d=2560, 64 layers) shapes: the
-// single-token kernels with one 16-byte load in flight per lane and with
-// two (GEMVPairs), the latter also at a split of 4; then a B=1, T=2048
-// prefill with each scan variant. (Measured on the H200 earlier: the
-// prefill path at T = 1, with cuBLAS GEMVs, took 3.1 and 4.9 ms a step
-// against the kernels' 1.75 and 3.36 ms; without programmatic dependent
-// launch the kernels took 1.92 and 3.52 ms; with one warp a GEMV row, 2.24
-// and 4.00 ms.)
+// the 1.4b (d=2048, 48 layers) and 2.8b (d=2560, 64 layers) shapes on both
+// of its paths: the single-token kernels, and the prefill path at T = 1
+// with cuBLAS GEMMs (DecodeKernelMaxB < 0); the kernels as New sets them up,
+// without programmatic dependent launch, and with one warp a GEMV row.
 func BenchmarkDecodeBig(b *testing.B) {
 	gputest.Need(b)
 	for _, s := range []struct {
@@ -189,9 +184,8 @@ func BenchmarkDecodeBig(b *testing.B) {
 			name        string
 			maxB, split int
 			pdl         bool
-			pairs       bool
-		}{{"kernels", 0, 0, true, false}, {"kernels_pairs", 0, 0, true, true}, {"kernels_pairs_split4", 0, 4, true, true}} {
-			e.DecodeKernelMaxB, e.GEMVSplit, e.DecodePDL, e.GEMVPairs = path.maxB, path.split, path.pdl, path.pairs
+		}{{"kernels", 0, 0, true}, {"kernels_nopdl", 0, 0, false}, {"kernels_split1", 0, 1, true}, {"prefill_path", -1, 0, true}} {
+			e.DecodeKernelMaxB, e.GEMVSplit, e.DecodePDL = path.maxB, path.split, path.pdl
 			step, err := e.CaptureStep(st)
 			if err != nil {
 				b.Fatal(err)
@@ -210,27 +204,6 @@ func BenchmarkDecodeBig(b *testing.B) {
 				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/step")
 			})
 			step.Destroy()
-		}
-		ids = make([]int64, 2048)
-		for i := range ids {
-			ids[i] = rand.Int64N(50280)
-		}
-		in, out := engine.Input{B: 1, T: 2048, IDs: ids}, make([]float32, s.d)
-		for _, pf := range []bool{false, true} {
-			e.ScanPrefetch = pf
-			for range 5 {
-				if err := e.Prefill(st, in, engine.Last, out); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.Run(fmt.Sprintf("%s/prefill_B1_T2048_prefetch_%v", s.name, pf), func(b *testing.B) {
-				for b.Loop() {
-					if err := e.Prefill(st, in, engine.Last, out); err != nil {
-						b.Fatal(err)
-					}
-				}
-				b.ReportMetric(2048*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
-			})
 		}
 		if err := e.Close(); err != nil {
 			b.Fatal(err)

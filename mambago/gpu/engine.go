@@ -51,10 +51,6 @@ type Engine struct {
 	// ScanChunk is the scan's chunk length in positions (a multiple of 8);
 	// 0 picks DefaultScanChunk. Set it before the first prefill.
 	ScanChunk int
-	// ScanPrefetch runs the scan kernels that load the next positions'
-	// inputs while computing the current ones (Scan.Prefetch); New turns it
-	// on.
-	ScanPrefetch bool
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
 	// DecodePDL launches the decode kernels with programmatic dependent
@@ -72,10 +68,6 @@ type Engine struct {
 	// GEMVs (1, 2, 4 or 8; kernels/step.cu); 0 picks it by the row's length.
 	// Set it before capturing a step graph.
 	GEMVSplit int
-	// GEMVPairs has each lane of the decode GEMVs load two 16-byte slices
-	// of its row before using either; New turns it on. Set it before
-	// capturing a step graph.
-	GEMVPairs bool
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -89,8 +81,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	if err != nil {
 		return nil, err
 	}
-	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, ScanPrefetch: true,
-		GEMVPairs: true}
+	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9}
 	built := e // e is nil once an error is returned
 	defer func() {
 		if err != nil {

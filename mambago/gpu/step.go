@@ -66,20 +66,16 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	}
 	gemv := e.typed("gemv")
 	dbl := R + 2*N
-	pairs := 0
-	if e.GEMVPairs {
-		pairs = 1
-	}
 	inGrid, inSplit := gemvShape(2*E, d)
 	xGrid, xSplit := gemvShape(dbl, E)
 	outGrid, outSplit := gemvShape(d, E)
 	for l, g := range e.layers {
 		if err := e.launchStep(e.typed("step_in"), inGrid, block, 0, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
-			g.conv, g.convBias, s.conv(l), ws.xz.Ptr, B, d, E, K, inSplit, pairs); err != nil {
+			g.conv, g.convBias, s.conv(l), ws.xz.Ptr, B, d, E, K, inSplit); err != nil {
 			return err
 		}
 		if err := e.launchStep(gemv, xGrid, block, 0, ws.xz.Ptr, 2*E, cuda.Ptr(0), float32(0), g.xProj,
-			cuda.Ptr(0), ws.dbl.Ptr, dbl, 0, B, E, dbl, xSplit, pairs); err != nil {
+			cuda.Ptr(0), ws.dbl.Ptr, dbl, 0, B, E, dbl, xSplit); err != nil {
 			return err
 		}
 		if c.Falcon {
@@ -93,13 +89,13 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 			return err
 		}
 		if err := e.launchStep(gemv, outGrid, block, 0, ws.delta.Ptr, E, cuda.Ptr(0), float32(0), g.outProj,
-			g.outBias, ws.h.Ptr, d, 1, B, E, d, outSplit, pairs); err != nil {
+			g.outBias, ws.h.Ptr, d, 1, B, E, d, outSplit); err != nil {
 			return err
 		}
 	}
 	headGrid, headSplit := gemvShape(V, d)
 	return e.launchStep(gemv, headGrid, block, 0, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits, V, 0,
-		B, d, V, headSplit, pairs)
+		B, d, V, headSplit)
 }
 
 // gemvSplit picks how many warps share a GEMV row of K weights of size
