@@ -21,6 +21,7 @@ import (
 	"unsafe"
 
 	"github.com/mambago/mambago/mambago"
+	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/gpu"
 )
@@ -338,14 +339,19 @@ func stepIO(ids uintptr, B int, out uintptr, outLen int) ([]int64, []float32, er
 
 // devicePrefiller is an engine that takes device pointers (the CUDA engine).
 type devicePrefiller interface {
-	PrefillDevice(st engine.State, kind string, in uintptr, B, T int, pool engine.Pool, out, stream uintptr) error
+	PrefillDevice(st engine.State, kind string, in uintptr, inType cuda.DType, B, T int, pool engine.Pool, out uintptr,
+		outType cuda.DType, stream uintptr) error
 }
 
+var _ devicePrefiller = (*gpu.Engine)(nil)
+
 // PrefillDevice is Prefill on caller-owned device memory: in holds the input
-// (int64 [B, T] for "ids", float32 [B, T, d] for "embeds", float32 [B, T, F]
-// for "features"), out receives float32 [B, d] or [B, T, d], and the work is
-// queued on stream (0: the legacy default stream) without waiting. CUDA engine only.
-func PrefillDevice(model, state int64, kind string, in uintptr, B, T int, output string, out, stream uintptr) (ok bool, err error) {
+// (int64 [B, T] for "ids"; [B, T, d] for "embeds" and [B, T, F] for
+// "features", of inType: "float32", "bfloat16" or "float16"), out receives
+// [B, d] or [B, T, d] of outType, and the work is queued on stream (0: the
+// legacy default stream) without waiting. CUDA engine only.
+func PrefillDevice(model, state int64, kind string, in uintptr, inType string, B, T int, output string, out uintptr,
+	outType string, stream uintptr) (ok bool, err error) {
 	defer guard(&err)
 	m, st, err := modelState(model, state)
 	if err != nil {
@@ -355,11 +361,16 @@ func PrefillDevice(model, state int64, kind string, in uintptr, B, T int, output
 	if err != nil {
 		return false, err
 	}
+	it, ok1 := cuda.ParseDType(inType)
+	ot, ok2 := cuda.ParseDType(outType)
+	if !ok1 || !ok2 {
+		return false, fmt.Errorf("ValueError: input and output types must be float32, bfloat16 or float16, got %q and %q", inType, outType)
+	}
 	dp, isGPU := m.Engine.(devicePrefiller)
 	if !isGPU {
 		return false, fmt.Errorf("ValueError: prefill_ptr needs the CUDA engine; this model runs on %s", m.Device())
 	}
-	return true, dp.PrefillDevice(st, kind, in, B, T, pool, out, stream)
+	return true, dp.PrefillDevice(st, kind, in, it, B, T, pool, out, ot, stream)
 }
 
 // Step feeds one token per sequence (int64 [B] at ids) and writes the logits,

@@ -3,6 +3,7 @@
 //   add_bias_f32:  x[r, i] += bias[i]        x [rows, n] with row stride ld, bias [n]
 //   scale_f32:     x[i] *= s                 x [n] f32
 //   to_<T>:        y[i] = x[i]               x [n] f32, y [n] of storage type T (rounded to nearest)
+//   from_<T>:      y[i] = x[i]               x [n] of storage type T, y [n] f32 (exact)
 //
 // All take a 1-D grid of any size and stride over the elements.
 
@@ -23,6 +24,12 @@ extern "C" __global__ void add_bias_f32(float *x, int ld, const float *__restric
         GRID_STRIDE(i, n) y[i] = from_f32<T>(x[i]);                                                 \
     }
 EACH_DTYPE(TO)
+
+#define FROM(sfx, T)                                                                                  \
+    extern "C" __global__ void from_##sfx(const T *__restrict__ x, float *__restrict__ y, long long n) { \
+        GRID_STRIDE(i, n) y[i] = to_f32(x[i]);                                                        \
+    }
+EACH_DTYPE(FROM)
 
 extern "C" __global__ void scale_f32(float *x, long long n, float s) {
     GRID_STRIDE(i, n) x[i] *= s;

@@ -217,18 +217,23 @@ func TestConvAndScanKernels(t *testing.T) {
 		}
 		// scan
 		ld := R + 2*N
+		// The time step as dt_proj_f32 leaves it: softplus(delta + bias).
 		delta, dtb, dbl := randn(rows*E, 1), randn(E, 0.5), randn(rows*ld, 1)
+		dt := make([]float32, rows*E)
+		for i := range dt {
+			dt[i] = float32(softplus(float64(delta[i]) + float64(dtb[i%E])))
+		}
 		A2 := make([]float32, E*N)
 		for i := range A2 {
 			A2[i] = -float32(math.Exp(rand.NormFloat64()*0.5)) * math.Log2E
 		}
 		Dk, st0 := randn(E, 1), randn(B*E*N, 1)
-		bdelta, bdtb, bA2, bdbl := upload(t, s, delta), upload(t, s, dtb), upload(t, s, A2), upload(t, s, dbl)
+		bdt, bA2, bdbl := upload(t, s, dt), upload(t, s, A2), upload(t, s, dbl)
 		bD := upload(t, s, Dk)
-		wantY, wantS := scanRef(delta, dtb, dbl, A2, Dk, st0, xz, gotU, B, T, E, N, R)
+		wantY, wantS := scanRef(dt, dbl, A2, Dk, st0, xz, gotU, B, T, E, N, R)
 		for _, chunk := range []int{0, 8, 24} { // the default and many chunks
 			bst, by := upload(t, s, st0), poisoned(t, s, rows*E)
-			sc := gpuengine.Scan{Delta: bdelta.Ptr, DTBias: bdtb.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
+			sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
 				U: bu.Ptr, D: bD.Ptr, Z: bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr,
 				B: B, T: T, E: E, N: N, Chunk: chunk}
 			scratch := poisoned(t, s, max(1, sc.ScratchFloats()))
@@ -244,7 +249,7 @@ func TestConvAndScanKernels(t *testing.T) {
 }
 
 // scanRef is the scan in float64: y [B, T, E] and the final state [B, E, N].
-func scanRef(delta, dtb, dbl, A2, Dk, st0, xz, u []float32, B, T, E, N, R int) (wantY, wantS []float64) {
+func scanRef(dtv, dbl, A2, Dk, st0, xz, u []float32, B, T, E, N, R int) (wantY, wantS []float64) {
 	ld, rows := R+2*N, B*T
 	wantY, wantS = make([]float64, rows*E), make([]float64, B*E*N)
 	for b := 0; b < B; b++ {
@@ -255,11 +260,7 @@ func scanRef(delta, dtb, dbl, A2, Dk, st0, xz, u []float32, B, T, E, N, R int) (
 			}
 			for tt := 0; tt < T; tt++ {
 				r := b*T + tt
-				x := float64(delta[r*E+c]) + float64(dtb[c])
-				dt := x
-				if x <= 20 {
-					dt = math.Log1p(math.Exp(x))
-				}
+				dt := float64(dtv[r*E+c])
 				uv := float64(u[r*E+c])
 				acc := 0.0
 				for n := 0; n < N; n++ {
@@ -284,5 +285,135 @@ func checkScan(t *testing.T, name string, gotY, gotS []float32, wantY, wantS []f
 	}
 	if e := relErr(gotS, wantS); e > 1e-4 {
 		t.Errorf("scan %s: state rel err %.3g", name, e)
+	}
+}
+
+// softplus is PyTorch's, threshold 20.
+func softplus(x float64) float64 {
+	if x > 20 {
+		return x
+	}
+	return math.Log1p(math.Exp(x))
+}
+
+// TestDTProjKernel checks dt_proj (and the softplus after it) against float64, for tile-sized and ragged
+// shapes and dt ranks below, at and above one stage of columns.
+func TestDTProjKernel(t *testing.T) {
+	fn, s := gpu(t)
+	for _, tc := range []struct{ rows, E, R, N int }{{37, 100, 5, 16}, {37, 101, 5, 16}, {2048, 1536, 48, 16}, {300, 5120, 160, 16}, {64, 256, 16, 64}} {
+		ldd := tc.R + 2*tc.N
+		dbl, W, bias := randn(tc.rows*ldd, 1), randn(tc.E*tc.R, 0.5), randn(tc.E, 2)
+		bdbl, bW, bb, bd := upload(t, s, dbl), upload(t, s, W), upload(t, s, bias), poisoned(t, s, tc.rows*tc.E)
+		grid := cuda.Dim3{X: (tc.E + 127) / 128, Y: (tc.rows + 63) / 64, Z: 1} // DT_CH, DT_ROWS in dtproj.cu
+		if err := fn("dt_proj_f32").Launch(grid, cuda.D1(256), 0, s, bdbl.Ptr, ldd, tc.R, bW.Ptr, bb.Ptr, bd.Ptr, tc.rows, tc.E); err != nil {
+			t.Fatal(err)
+		}
+		got := download(t, s, bd, tc.rows*tc.E)
+		want := make([]float64, tc.rows*tc.E)
+		for r := 0; r < tc.rows; r++ {
+			for c := 0; c < tc.E; c++ {
+				var sum float64
+				for k := 0; k < tc.R; k++ {
+					sum += float64(dbl[r*ldd+k]) * float64(W[c*tc.R+k])
+				}
+				want[r*tc.E+c] = softplus(sum + float64(bias[c]))
+			}
+		}
+		if e := relErr(got, want); e > 1e-5 {
+			t.Errorf("%+v: rel err %.3g", tc, e)
+		}
+	}
+}
+
+// bf16Bits rounds v to bfloat16 (to nearest, ties to even), returning the
+// rounded values and their bits packed two to a float32 slot, ready to
+// upload as a bf16 array.
+func bf16Bits(v []float32) (rounded []float32, packed []float32) {
+	rounded, packed = make([]float32, len(v)), make([]float32, (len(v)+1)/2)
+	words := make([]uint32, len(packed))
+	for i, x := range v {
+		b := math.Float32bits(x)
+		b += 0x7fff + (b>>16)&1
+		rounded[i] = math.Float32frombits(b &^ 0xffff)
+		words[i/2] |= (b >> 16) << (16 * (i % 2))
+	}
+	for i, w := range words {
+		packed[i] = math.Float32frombits(w)
+	}
+	return rounded, packed
+}
+
+// TestGEMVKernel checks the decode GEMV (kernels/step.cu) against float64
+// for every split, with and without the RMSNorm folded in, writing and
+// accumulating, on the vector path (K a multiple of 16 bytes' worth of
+// weights) and the scalar one, in f32 and bf16 weights.
+func TestGEMVKernel(t *testing.T) {
+	fn, s := gpu(t)
+	const eps = 1e-5
+	for _, sfx := range []string{"f32", "bf16"} {
+		for _, K := range []int{64, 770, 2048} {
+			for _, split := range []int{1, 2, 4, 8} {
+				for _, tc := range []struct {
+					B, rows    int
+					norm, accu bool
+				}{{1, 37, true, false}, {3, 5, false, true}, {8, 130, true, true}, {8, 9, false, false}} {
+					name := fmt.Sprintf("%s K=%d split=%d %+v", sfx, K, split, tc)
+					ldx := K + 4
+					x, W, bias, normw := randn(tc.B*ldx, 1), randn(tc.rows*K, 0.1), randn(tc.rows, 1), randn(K, 1)
+					wdev := W
+					if sfx == "bf16" {
+						W, wdev = bf16Bits(W)
+					}
+					out0 := randn(tc.B*tc.rows, 1)
+					bx, bW, bb, bn := upload(t, s, x), upload(t, s, wdev), upload(t, s, bias), upload(t, s, normw)
+					bo := poisoned(t, s, tc.B*tc.rows)
+					if tc.accu {
+						bo = upload(t, s, out0)
+					}
+					nptr, accu := cuda.Ptr(0), 0
+					if tc.norm {
+						nptr = bn.Ptr
+					}
+					if tc.accu {
+						accu = 1
+					}
+					per := 8 / split
+					grid := cuda.D1((tc.rows + per - 1) / per)
+					if err := fn("gemv_"+sfx).Launch(grid, cuda.D1(256), 0, s, bx.Ptr, ldx, nptr, float32(eps), bW.Ptr,
+						bb.Ptr, bo.Ptr, tc.rows, accu, tc.B, K, tc.rows, split); err != nil {
+						t.Fatal(err)
+					}
+					got := download(t, s, bo, tc.B*tc.rows)
+					want := make([]float64, tc.B*tc.rows)
+					for b := 0; b < tc.B; b++ {
+						scale := 1.0
+						if tc.norm {
+							var ss float64
+							for k := 0; k < K; k++ {
+								ss += float64(x[b*ldx+k]) * float64(x[b*ldx+k])
+							}
+							scale = 1 / math.Sqrt(ss/float64(K)+eps)
+						}
+						for n := 0; n < tc.rows; n++ {
+							var sum float64
+							for k := 0; k < K; k++ {
+								xv := float64(x[b*ldx+k]) * scale
+								if tc.norm {
+									xv *= float64(normw[k])
+								}
+								sum += float64(W[n*K+k]) * xv
+							}
+							want[b*tc.rows+n] = sum + float64(bias[n])
+							if tc.accu {
+								want[b*tc.rows+n] += float64(out0[b*tc.rows+n])
+							}
+						}
+					}
+					if e := relErr(got, want); e > 1e-5 {
+						t.Errorf("%s: rel err %.3g", name, e)
+					}
+				}
+			}
+		}
 	}
 }

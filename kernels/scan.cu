@@ -1,16 +1,16 @@
-// Selective scan with softplus(delta + dt_bias), the D skip and the silu(z)
-// gate fused in, continuing from and writing back the carried SSM state.
+// Selective scan with the D skip and the silu(z) gate fused in, continuing
+// from and writing back the carried SSM state. Its time step dt comes from
+// dt_proj_f32 (dtproj.cu), softplus and bias applied.
 //
-//   dt_t = softplus(delta[b,t,c] + dt_bias[c])                     (PyTorch threshold 20)
 //   s_t[n] = exp(dt_t * A[c,n]) * s_{t-1}[n] + dt_t * B[b,t,n] * u[b,t,c]
 //   y[b,t,c] = (sum_n s_t[n] * C[b,t,n] + D[c] * u[b,t,c]) * silu(z[b,t,c])
 //
-// delta, u, y [B, T, E]; B and C are columns of x_proj's output dbl
+// dt, u, y [B, T, E]; B and C are columns of x_proj's output dbl
 // [B, T, R + 2N] (row stride ldd, B at column R, C at R + N); z is the second
 // half of in_proj's output (row stride ldz); A2 [E, N] holds A * log2(e), so
 // exp is exp2; state [B, E, N] f32. u and y (a GEMM's input and the next
-// GEMM's input) have the entry's storage type T; delta, dbl, z, dt_bias, A2,
-// D, the state and all arithmetic are f32.
+// GEMM's input) have the entry's storage type T; dt, dbl, z, A2, D, the
+// state and all arithmetic are f32.
 //
 // The recurrence is linear in s, so T splits into nch chunks of L positions
 // that run in parallel, in three launches:
@@ -43,8 +43,7 @@
 #define MAXB 128  // most channels per block
 
 template <bool OUT, class Tv>
-__device__ __forceinline__ void scan_chunk(const float *__restrict__ delta, const float *__restrict__ dt_bias,
-                                           const float *__restrict__ A2, const float *__restrict__ dbl, int ldd,
+__device__ __forceinline__ void scan_chunk(const float *__restrict__ dtv, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd,
                                            int R, const Tv *__restrict__ u, const float *__restrict__ Dskip,
                                            const float *__restrict__ z, int ldz, const float *start,
                                            float *chunk_state, float *__restrict__ sumdt, float *state, Tv *y,
@@ -61,7 +60,7 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ delta, cons
         a[i] = live ? A2[(size_t)c * N + n0 + i] : 0.f;
         s[i] = OUT && live ? start[cs + i] : 0.f;
     }
-    float bias = on ? dt_bias[c] : 0.f, dskip = on ? Dskip[c] : 0.f, total = 0.f;
+    float dskip = on ? Dskip[c] : 0.f, total = 0.f;
     int t_end = min(T, (ch + 1) * L);
     for (int t0 = ch * L; t0 < t_end; t0 += SUB) {
         int cnt = min(SUB, t_end - t0);
@@ -81,7 +80,7 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ delta, cons
             for (int i = 0; i < STEPS; i++) {  // issue every load of the group first
                 size_t r = (size_t)b * T + t0 + i0 + i;
                 bool ok = i0 + i < cnt;
-                dv[i] = ok ? delta[r * E + c] : 0.f;
+                dv[i] = ok ? dtv[r * E + c] : 0.f;
                 uv[i] = ok ? to_f32(u[r * E + c]) : 0.f;
                 if (OUT) {
                     zv[i] = ok && g == G - 1 ? z[r * ldz + c] : 0.f;
@@ -91,7 +90,7 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ delta, cons
 #pragma unroll
             for (int i = 0; i < STEPS; i++) {  // past the end, dt = 0 leaves s exactly as it is
                 bool ok = i0 + i < cnt;
-                float dt = ok ? softplus_f(dv[i] + bias) : 0.f, du = dt * uv[i], acc = 0.f;
+                float dt = dv[i], du = dt * uv[i], acc = 0.f;
                 total += dt;
 #pragma unroll
                 for (int k = 0; k < NS; k++) {
@@ -125,11 +124,11 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ delta, cons
 
 #define SCAN_SUM(sfx, T)                                                                                    \
     extern "C" __global__ void __launch_bounds__(MAXB)                                                      \
-        scan_chunk_sum_##sfx(const float *__restrict__ delta, const float *__restrict__ dt_bias,              \
+        scan_chunk_sum_##sfx(const float *__restrict__ dt,                                                   \
                              const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,     \
                              const T *__restrict__ u, float *chunk_state, float *__restrict__ sumdt, int T_,  \
                              int E, int N, int L, int nch, int G) {                                           \
-        scan_chunk<false, T>(delta, dt_bias, A2, dbl, ldd, R, u, nullptr, nullptr, 0, nullptr, chunk_state,    \
+        scan_chunk<false, T>(dt, A2, dbl, ldd, R, u, nullptr, nullptr, 0, nullptr, chunk_state,    \
                              sumdt, nullptr, nullptr, nullptr, T_, E, N, L, nch, blockIdx.y / G, blockIdx.y % G, \
                              G);                                                                              \
     }
@@ -163,13 +162,13 @@ extern "C" __global__ void scan_carry_f32(const float *__restrict__ A2, const fl
 
 #define SCAN_OUT(sfx, T)                                                                                     \
     extern "C" __global__ void __launch_bounds__(MAXB)                                                       \
-        scan_chunk_out_##sfx(const float *__restrict__ delta, const float *__restrict__ dt_bias,               \
+        scan_chunk_out_##sfx(const float *__restrict__ dt,                                                    \
                              const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,      \
                              const T *__restrict__ u, const float *__restrict__ Dskip,                         \
                              const float *__restrict__ z,                                                      \
                              int ldz, const float *start, float *state, T *y, float *part, int T_, int E,     \
                              int N, int L, int nch, int g, int G) {                                           \
-        scan_chunk<true, T>(delta, dt_bias, A2, dbl, ldd, R, u, Dskip, z, ldz, start, nullptr, nullptr, state, y, \
+        scan_chunk<true, T>(dt, A2, dbl, ldd, R, u, Dskip, z, ldz, start, nullptr, nullptr, state, y, \
                             part, T_, E, N, L, nch, blockIdx.y, g, G);                                         \
     }
 EACH_DTYPE(SCAN_OUT)

@@ -17,11 +17,16 @@
 // window [B, E, K] f32 and the SSM state [B, E, N] f32, as the prefill keeps
 // them; weights row-major [out, in].
 //
-// gemv and step_in: grid (ceil(rows / STEP_WARPS)), block 32 * STEP_WARPS.
-// A warp owns an output row and walks its weights with 16-byte loads (when
-// the row length and x's stride allow, else one element per lane), keeping
-// one sum per sequence; each block first reduces the norm of every x row
-// when it normalizes x.
+// gemv and step_in: grid (ceil(rows / (STEP_WARPS / S))), block
+// 32 * STEP_WARPS, where S (split, a power of two up to STEP_WARPS) warps
+// share an output row: warp j of a row's group takes every S-th 32·V-wide
+// slice of k, so that a long row (x_proj and out_proj read rows of E) is a
+// few dependent loads per warp rather than a chain of K / (32·V). Each lane
+// keeps one sum per sequence, and, with a norm weight, the sum of x^2 over
+// its slices; the group's warps together see all of k, so their sums give
+// the norm's scale with no pass of its own, applied after the dot product:
+// sum_k W[n, k] * (x[b, k] * scale[b] * normw[k]) =
+// scale[b] * sum_k W[n, k] * x[b, k] * normw[k].
 
 #define STEP_MAXB 8
 #define STEP_WARPS 8
@@ -51,40 +56,29 @@ __device__ __forceinline__ void unpack(const f16 *w, float *out) {
     }
 }
 
-// rms_scales sets scale[b] = rsqrt(mean(x[b, :K]^2) + eps) for b < B, or 1
-// without a norm weight. Every thread of the block calls it.
-__device__ __forceinline__ void rms_scales(const float *x, int ldx, int K, int B, const float *normw, float eps, float *scale) {
-    __shared__ float part[STEP_MAXB][STEP_WARPS];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int b = 0; b < B; b++) {
-        float ss = 0.f;
-        if (normw)
-            for (int k = threadIdx.x; k < K; k += blockDim.x) ss += x[(size_t)b * ldx + k] * x[(size_t)b * ldx + k];
-        ss = warp_sum(ss);
-        if (lane == 0) part[b][warp] = ss;
-    }
-    __syncthreads();
-    if (threadIdx.x < B) {
-        float ss = 0.f;
-        for (int w = 0; w < STEP_WARPS; w++) ss += part[threadIdx.x][w];
-        scale[threadIdx.x] = normw ? rsqrtf(ss / K + eps) : 1.f;
-    }
-    __syncthreads();
+// pick returns acc[i] for a run-time i < STEP_MAXB (acc stays in registers).
+__device__ __forceinline__ float pick(const float acc[STEP_MAXB], int i) {
+    float v = 0.f;
+#pragma unroll
+    for (int b = 0; b < STEP_MAXB; b++)
+        if (b == i) v = acc[b];
+    return v;
 }
 
-// row_dot sets acc[b] = sum_k W[n, k] * x'[b, k] in every lane, where x' is
-// x scaled by scale[b] * normw[k] (normw != nullptr) or x itself.
+// Sums of one output row over a warp's slices of k: dot[b] = sum W[n, k] *
+// x[b, k] * normw[k] (normw may be nullptr, meaning 1), and, when normw is
+// set, ss[b] = sum x[b, k]^2 over the same k. Lanes hold partial sums.
 template <class T>
 __device__ __forceinline__ void row_dot(const T *__restrict__ W, int n, int K, const float *__restrict__ x, int ldx,
-                                        const float *__restrict__ normw, const float *scale, int B,
-                                        float acc[STEP_MAXB]) {
+                                        const float *__restrict__ normw, int B, int slice, int split,
+                                        float dot[STEP_MAXB], float ss[STEP_MAXB]) {
     constexpr int V = 16 / sizeof(T);
     int lane = threadIdx.x & 31;
     const T *w = W + (size_t)n * K;
 #pragma unroll
-    for (int b = 0; b < STEP_MAXB; b++) acc[b] = 0.f;
+    for (int b = 0; b < STEP_MAXB; b++) dot[b] = ss[b] = 0.f;
     if (K % V == 0 && ldx % 4 == 0) {
-        for (int k = lane * V; k < K; k += 32 * V) {
+        for (int k = (slice * 32 + lane) * V; k < K; k += 32 * V * split) {
             float wv[V], nw[V];
             unpack(w + k, wv);
 #pragma unroll
@@ -98,51 +92,98 @@ __device__ __forceinline__ void row_dot(const T *__restrict__ W, int n, int K, c
                     float xv[V];
 #pragma unroll
                     for (int i = 0; i < V; i += 4) unpack(x + (size_t)b * ldx + k + i, xv + i);
-                    float sum = 0.f;
+                    float sum = 0.f, sq = 0.f;
 #pragma unroll
-                    for (int i = 0; i < V; i++) sum += wv[i] * (xv[i] * scale[b] * nw[i]);
-                    acc[b] += sum;
+                    for (int i = 0; i < V; i++) {
+                        sum += wv[i] * (xv[i] * nw[i]);
+                        sq += xv[i] * xv[i];
+                    }
+                    dot[b] += sum;
+                    ss[b] += sq;
                 }
             }
         }
     } else {
-        for (int k = lane; k < K; k += 32) {
+        for (int k = slice * 32 + lane; k < K; k += 32 * split) {
             float wv = to_f32(w[k]), nw = normw ? normw[k] : 1.f;
 #pragma unroll
             for (int b = 0; b < STEP_MAXB; b++)
-                if (b < B) acc[b] += wv * (x[(size_t)b * ldx + k] * scale[b] * nw);
+                if (b < B) {
+                    float xv = x[(size_t)b * ldx + k];
+                    dot[b] += wv * (xv * nw);
+                    ss[b] += xv * xv;
+                }
         }
     }
-#pragma unroll
-    for (int b = 0; b < STEP_MAXB; b++) acc[b] = warp_sum(acc[b]);
 }
 
-// pick returns acc[i] for a run-time i < STEP_MAXB (acc stays in registers).
-__device__ __forceinline__ float pick(const float acc[STEP_MAXB], int i) {
-    float v = 0.f;
+// group_rows runs body(n, v) for every output row n < rows of the block's
+// rows, with v[b] = sum_k W[n, k] * x'[b, k] for b < B (x' is x, or
+// rmsnorm(x) * normw with a norm weight), in lanes b < B of the row's first
+// warp. The loop over rows has the same trip count in every warp, for the
+// barrier that joins a group's partial sums.
+template <class T, class Body>
+__device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const float *__restrict__ x, int ldx,
+                                           const float *__restrict__ normw, float eps, int B, int rows, int split,
+                                           Body body) {
+    __shared__ float part[STEP_WARPS][STEP_MAXB], sqpart[STEP_WARPS][STEP_MAXB];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, per = STEP_WARPS / split;
+    int slice = warp % split, first = warp - slice;
+    for (int n0 = blockIdx.x * per; n0 < rows; n0 += gridDim.x * per) {
+        int n = n0 + warp / split;
+        float dot[STEP_MAXB], ss[STEP_MAXB];
+        if (n < rows) row_dot(W, n, K, x, ldx, normw, B, slice, split, dot, ss);
 #pragma unroll
-    for (int b = 0; b < STEP_MAXB; b++)
-        if (b == i) v = acc[b];
-    return v;
+        for (int b = 0; b < STEP_MAXB; b++) {  // B and normw are the same in every lane
+            if (b < B) dot[b] = warp_sum(n < rows ? dot[b] : 0.f);
+            if (b < B && normw) ss[b] = warp_sum(n < rows ? ss[b] : 0.f);
+        }
+        if (split > 1) {
+            if (lane < B) {
+                part[warp][lane] = pick(dot, lane);
+                sqpart[warp][lane] = pick(ss, lane);
+            }
+            __syncthreads();
+            if (slice == 0 && lane < B) {
+                float d = 0.f, q = 0.f;
+                for (int j = 0; j < split; j++) d += part[first + j][lane], q += sqpart[first + j][lane];
+                dot[0] = d, ss[0] = q;
+            }
+            __syncthreads();  // part is free for the next rows
+        } else if (lane < B) {
+            dot[0] = pick(dot, lane), ss[0] = pick(ss, lane);
+        }
+        if (slice == 0 && lane < B && n < rows) body(n, normw ? dot[0] * rsqrtf(ss[0] / K + eps) : dot[0]);
+    }
+}
+
+// pdl_start begins a kernel that may run under programmatic dependent
+// launch: it lets the next kernel start, asks L2 for the weights of the
+// warp's first row (read-only, so safe before the wait), then waits for the
+// previous kernel's results.
+template <class T>
+__device__ __forceinline__ void pdl_start(const T *W, int K, int rows, int split) {
+    pdl_release();
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n = blockIdx.x * (STEP_WARPS / split) + warp / split;
+    if (n < rows)
+        for (int k = (warp % split * 32 + lane) * (128 / sizeof(T)); k < K; k += 32 * split * (128 / sizeof(T)))
+            prefetch_l2(W + (size_t)n * K + k);
+    pdl_wait();
 }
 
 // gemv: out[b, n] (+)= sum_k W[n, k] * x'[b, k] + bias[n] for n < rows, with
-// x' as in row_dot; bias may be nullptr; accumulate adds to out.
+// x' as in group_rows; bias may be nullptr; accumulate adds to out.
 template <class T>
 __device__ void gemv(const float *x, int ldx, const float *__restrict__ normw, float eps, const T *__restrict__ W,
-                     const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows) {
-    __shared__ float scale[STEP_MAXB];
-    rms_scales(x, ldx, K, B, normw, eps, scale);
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int n = blockIdx.x * STEP_WARPS + warp; n < rows; n += gridDim.x * STEP_WARPS) {
-        float acc[STEP_MAXB];
-        row_dot(W, n, K, x, ldx, normw, scale, B, acc);
-        if (lane < B) {
-            float v = pick(acc, lane) + (bias ? bias[n] : 0.f);
-            float *o = out + (size_t)lane * ldo + n;
-            *o = accumulate ? *o + v : v;
-        }
-    }
+                     const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows,
+                     int split) {
+    pdl_start(W, K, rows, split);
+    group_rows(W, K, x, ldx, normw, eps, B, rows, split, [&](int n, float v) {
+        int lane = threadIdx.x & 31;
+        v += bias ? bias[n] : 0.f;
+        float *o = out + (size_t)lane * ldo + n;
+        *o = accumulate ? *o + v : v;
+    });
 }
 
 // step_in: the block's first stages, from the residual stream h to xz.
@@ -150,19 +191,15 @@ template <class T>
 __device__ void step_in(const float *__restrict__ h, const float *__restrict__ normw, float eps,
                         const T *__restrict__ W, const float *__restrict__ in_bias, const float *__restrict__ conv_w,
                         const float *__restrict__ conv_b, float *__restrict__ win, float *__restrict__ xz, int B,
-                        int d, int E, int K) {
-    __shared__ float scale[STEP_MAXB];
-    rms_scales(h, d, d, B, normw, eps, scale);
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    for (int n = blockIdx.x * STEP_WARPS + warp; n < 2 * E; n += gridDim.x * STEP_WARPS) {
-        float acc[STEP_MAXB];
-        row_dot(W, n, d, h, d, normw, scale, B, acc);
-        if (lane >= B) continue;
-        float v = pick(acc, lane) + (in_bias ? in_bias[n] : 0.f);
+                        int d, int E, int K, int split) {
+    pdl_start(W, d, 2 * E, split);
+    group_rows(W, d, h, d, normw, eps, B, 2 * E, split, [&](int n, float v) {
+        int lane = threadIdx.x & 31;
+        v += in_bias ? in_bias[n] : 0.f;
         float *row = xz + (size_t)lane * 2 * E;
         if (n >= E) {
             row[n] = v;  // z
-            continue;
+            return;
         }
         // The conv step of channel n: the window takes v as its newest input.
         float *wnd = win + ((size_t)lane * E + n) * K;
@@ -176,21 +213,22 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
             }
         }
         row[n] = sum / (1.f + __expf(-sum));  // silu, as conv.cu computes it
-    }
+    });
 }
 
 #define STEP_GEMV(sfx, T)                                                                                      \
     extern "C" __global__ void                                                                                 \
         gemv_##sfx(const float *x, int ldx, const float *__restrict__ normw, float eps, const T *__restrict__ W, \
-                   const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows) { \
-        gemv<T>(x, ldx, normw, eps, W, bias, out, ldo, accumulate, B, K, rows);                                 \
+                   const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows, \
+                   int split) {                                                                                \
+        gemv<T>(x, ldx, normw, eps, W, bias, out, ldo, accumulate, B, K, rows, split);                          \
     }                                                                                                          \
     extern "C" __global__ void                                                                                 \
         step_in_##sfx(const float *__restrict__ h, const float *__restrict__ normw, float eps,                  \
                       const T *__restrict__ W, const float *__restrict__ in_bias,                              \
                       const float *__restrict__ conv_w, const float *__restrict__ conv_b,                      \
-                      float *__restrict__ win, float *__restrict__ xz, int B, int d, int E, int K) {           \
-        step_in<T>(h, normw, eps, W, in_bias, conv_w, conv_b, win, xz, B, d, E, K);                            \
+                      float *__restrict__ win, float *__restrict__ xz, int B, int d, int E, int K, int split) { \
+        step_in<T>(h, normw, eps, W, in_bias, conv_w, conv_b, win, xz, B, d, E, K, split);                     \
     }
 EACH_DTYPE(STEP_GEMV)
 
@@ -205,6 +243,8 @@ extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS)
     step_scan_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W_dt,
                   const float *__restrict__ dt_bias, const float *__restrict__ A2, const float *__restrict__ Dskip,
                   const float *__restrict__ xz, float *__restrict__ state, float *__restrict__ y, int E, int N) {
+    pdl_release();
+    pdl_wait();
     int lane = threadIdx.x & 31, c = blockIdx.x * STEP_WARPS + (threadIdx.x >> 5), b = blockIdx.y;
     if (c >= E) return;
     const float *row = dbl + (size_t)b * ldd;

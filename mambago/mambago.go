@@ -79,15 +79,8 @@ func Open(path string, opts Options) (*Model, error) {
 	default:
 		return nil, engine.Invalid("device %q: want \"auto\", \"cpu\" or \"cuda\"", opts.Device)
 	}
-	var dt cuda.DType
-	switch strings.ToLower(opts.DType) {
-	case "", "float32", "f32", "fp32":
-		dt = cuda.F32
-	case "bfloat16", "bf16":
-		dt = cuda.BF16
-	case "float16", "f16", "fp16", "half":
-		dt = cuda.F16
-	default:
+	dt, ok := cuda.ParseDType(opts.DType)
+	if !ok && opts.DType != "" {
 		return nil, engine.Invalid("dtype %q: want None, \"float32\", \"bfloat16\" or \"float16\"", opts.DType)
 	}
 	if dt != cuda.F32 && !useGPU {

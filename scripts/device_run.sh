@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .carry/ from
 # scripts/device_build.sh. Logs and JSON go to $OUT (or ./out).
-# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|decodeprof|mamba_ssm|cpu|all]
+# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|verify|decodeprof|mamba_ssm|cpu|all]
 #   gpu:      the CUDA binding, kernel and engine tests, the Python tests,
 #             compute-sanitizer memcheck over the kernel and engine fixture
 #             tests, and racecheck over the scan kernel's test;
 #   gpubench: the GPU stage times, then the GPU prefill benchmark against HF
 #             (bench/gpu_vs_hf.py, with $BENCH_ARGS, e.g. "--shapes 130m,370m");
+#   verify:   gpu, then the Go stage benchmark and the big-model decode
+#             benchmark: one call for a branch's first run on the GPU (about
+#             4 minutes), then profile;
+#   profile:  ncu's per-kernel times for a 1.4b decode step and for dt_proj;
 #   decodeprof: per-kernel times of the decode step's kernels (ncu, 130m, f32 and bf16),
 #             against the step graph's wall time from the Go benchmark;
 #   mamba_ssm: builds mamba_ssm and causal-conv1d for sm_90 (once per machine),
@@ -24,6 +28,16 @@ python3 -m pip install -q --no-deps --no-index --target /tmp/site .carry/mambago
 export PYTHONPATH=/tmp/site
 nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 status=0
+if [[ $mode == verify ]]; then
+  bash "$0" "$commit" gpu || status=1
+  echo "== GPU stage times (130m, B=1, T=2048, f32 and bf16)"
+  .carry/gpu.test -test.v -test.run '^$' -test.bench Prefill130m -test.benchtime 20x 2>&1 | tee "$OUT/gpu_stages.log" \
+    | grep -v "^goos\|^goarch\|^pkg\|^=== \|^Benchmark.*[^s]$"
+  echo "== bf16 decode step at 1.4b and 2.8b: the step kernels against the prefill path"
+  .carry/gpu.test -test.run '^$' -test.bench DecodeBig -test.benchtime 200x 2>&1 | tee "$OUT/decode_big.log" | grep "us/step"
+  bash "$0" "$commit" profile
+  exit $status
+fi
 if [[ $mode == gpu || $mode == all ]]; then
   echo "== GPU: CUDA binding, kernels and engine against references"
   for t in cuda kernels gpu; do
@@ -36,7 +50,7 @@ if [[ $mode == gpu || $mode == all ]]; then
   echo "== compute-sanitizer memcheck"
   for t in kernels gpu; do
     timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/$t.test \
-      -test.run 'RMS|Embed|ConvAndScan|TestConformance/fixtures|MixedPrecisionFixtures|PrefillGraphCache|Decode' > "$OUT/memcheck_$t.log" 2>&1
+      -test.run 'RMS|Embed|ConvAndScan|DTProj|GEMV|TestConformance/fixtures|MixedPrecisionFixtures|PrefillGraphCache|Decode' > "$OUT/memcheck_$t.log" 2>&1
     echo "memcheck $t exit $?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$t.log" | tail -1)"
   done
   timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 .carry/kernels.test -test.run ConvAndScan \
@@ -58,6 +72,26 @@ if [[ $mode == decodeprof ]]; then
   timeout 300 ncu --clock-control none -k 'regex:step_in|gemv|step_scan' --launch-count 400 --print-summary per-kernel \
     .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/.*/B1_step' -test.benchtime 3x > "$OUT/decode_ncu.log" 2>&1
   echo "ncu exit $?"; grep -E "^  [a-z_0-9]+|gpu__time_duration|Duration" "$OUT/decode_ncu.log" | head -60
+  # Why the kernels take what they take: pipe use and warp stall reasons, for
+  # a few launches of the decode kernels and of the bf16 prefill's scan.
+  sections="--section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section Occupancy"
+  timeout 200 ncu --clock-control none -k 'regex:step_in_bf16|gemv_bf16|step_scan' --launch-skip 100 --launch-count 6 $sections \
+    .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/bfloat16/B1_step_graph$' -test.benchtime 3x > "$OUT/decode_ncu_detail.log" 2>&1
+  timeout 200 ncu --clock-control none -k 'regex:scan_chunk|dt_proj' --launch-skip 30 --launch-count 6 $sections \
+    .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/bfloat16/B1_T2048$' -test.benchtime 1x > "$OUT/scan_ncu.log" 2>&1
+  echo "ncu detail exit $?: $(grep -c 'Section:' "$OUT/scan_ncu.log") sections for the scan"
+  grep -E "^  [a-z_0-9]+\(|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Stall|Issue Slots Busy|Registers Per" \
+    "$OUT/scan_ncu.log" | head -60
+fi
+if [[ $mode == profile ]]; then
+  echo "== ncu: one bf16 decode step at 1.4b (the kernels), per kernel; dt_proj at 130m"
+  timeout 300 ncu --clock-control none -k 'regex:step_in|gemv|step_scan' --launch-count 193 --print-summary per-kernel \
+    .carry/gpu.test -test.run '^$' -test.bench 'DecodeBig/1.4b/kernels$' -test.benchtime 1x > "$OUT/decode_big_ncu.log" 2>&1
+  echo "ncu exit $?"; grep -E "^  [a-z_0-9]+ |Duration" "$OUT/decode_big_ncu.log" | head -24
+  timeout 200 ncu --clock-control none -k 'regex:dt_proj' --launch-skip 30 --launch-count 3 --section SpeedOfLight \
+    --section Occupancy .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/bfloat16/B1_T2048$' -test.benchtime 1x \
+    > "$OUT/dtproj_ncu.log" 2>&1
+  echo "ncu exit $?"; grep -E "^  [a-z_0-9]+ |Duration|Throughput|Achieved Occ" "$OUT/dtproj_ncu.log" | head -24
 fi
 if [[ $mode == mamba_ssm ]]; then
   echo "== bf16: mambago vs mamba_ssm (builds mamba_ssm and causal-conv1d for sm_90 first) ${BENCH_ARGS:-}"

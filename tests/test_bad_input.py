@@ -321,6 +321,15 @@ def test_prefill_ptr_needs_the_cuda_engine(m):
         m.prefill_ptr(16, (1, 2), out_ptr=16)
 
 
+def test_prefill_ptr_buffer_dtypes_checked(m):
+    with pytest.raises(ValueError, match="out_dtype"):
+        m.prefill_ptr(16, (1, 2), out_ptr=16, out_dtype="int8")
+    with pytest.raises(ValueError, match="input_dtype"):
+        m.prefill_ptr(16, (1, 2, m.config.hidden_size), out_ptr=16, kind="embeds", input_dtype="float64")
+    with pytest.raises(ValueError, match="int64"):
+        m.prefill_ptr(16, (1, 2), out_ptr=16, input_dtype="float32")
+
+
 def test_graphs_need_the_cuda_engine(base_model):
     st = base_model.new_state(1)
     with pytest.raises(ValueError, match="CUDA engine"):

@@ -119,6 +119,20 @@ func D1(x int) Dim3 { return Dim3{x, 1, 1} }
 // float32, int64, uint64 or int (passed as int32 after a range check); each is
 // packed at its natural alignment, so nothing is truncated.
 func (f *Function) Launch(grid, block Dim3, shared int, s *Stream, args ...any) error {
+	return f.launch(false, grid, block, shared, s, args)
+}
+
+// LaunchPDL is Launch with programmatic dependent launch (sm_90 and newer):
+// the kernel may start while the previous kernel on s is still running, so
+// it must execute griddepcontrol.wait (pdl_wait in kernels/math.cuh) before
+// it reads anything that kernel writes, or writes anything it reads. Before
+// the wait it may only read data no kernel in flight writes, such as
+// weights.
+func (f *Function) LaunchPDL(grid, block Dim3, shared int, s *Stream, args ...any) error {
+	return f.launch(true, grid, block, shared, s, args)
+}
+
+func (f *Function) launch(pdl bool, grid, block Dim3, shared int, s *Stream, args []any) error {
 	buf, offsets, err := packArgs(args)
 	if err != nil {
 		return fmt.Errorf("cuda: launch %s: %w", f.Name, err)
@@ -132,12 +146,30 @@ func (f *Function) Launch(grid, block Dim3, shared int, s *Stream, args ...any) 
 	if len(offsets) > 0 {
 		offp = (*C.int)(unsafe.Pointer(&offsets[0]))
 	}
-	r := C.mg_cuLaunchKernel(f.h, C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z), C.uint(block.X), C.uint(block.Y),
-		C.uint(block.Z), C.uint(shared), s.handle(), bufp, offp, C.int(len(offsets)))
-	if err := check("cuLaunchKernel", r); err != nil {
+	gx, gy, gz, bx, by, bz := C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z), C.uint(block.X), C.uint(block.Y), C.uint(block.Z)
+	name, r := "cuLaunchKernel", C.mg_result(0)
+	if pdl {
+		name, r = "cuLaunchKernelEx", C.mg_cuLaunchKernelPDL(f.h, gx, gy, gz, bx, by, bz, C.uint(shared), s.handle(), bufp, offp,
+			C.int(len(offsets)))
+	} else {
+		r = C.mg_cuLaunchKernel(f.h, gx, gy, gz, bx, by, bz, C.uint(shared), s.handle(), bufp, offp, C.int(len(offsets)))
+	}
+	if err := check(name, r); err != nil {
 		return fmt.Errorf("%w (kernel %s, grid %v, block %v, %d B shared)", err, f.Name, grid, block, shared)
 	}
 	return nil
+}
+
+// launchLayout is the shim's layout of cuLaunchKernelEx's structs (see
+// mg_launch_layout), for a test without a GPU.
+func launchLayout() [6]int {
+	var out [6]C.int
+	C.mg_launch_layout(&out[0])
+	var r [6]int
+	for i, v := range out {
+		r[i] = int(v)
+	}
+	return r
 }
 
 // packArgs lays the arguments out as the kernel's parameter buffer.

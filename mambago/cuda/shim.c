@@ -3,6 +3,7 @@
 #include "shim.h"
 
 #include <dlfcn.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -51,6 +52,23 @@ FN(int, cuModuleGetFunction, (void **, void *, const char *));
 FN(int, cuFuncSetAttribute, (void *, int, int));
 FN(int, cuLaunchKernel, (void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
                          void **, void **));
+// cuLaunchKernelEx's configuration, laid out as cuda.h declares it: one
+// attribute is an id padded to 8 bytes and a 64-byte value union.
+typedef struct {
+	int id;
+	char pad[4];
+	union {
+		char raw[64];
+		int i;
+	} value;
+} mg_launch_attr;
+typedef struct {
+	unsigned gx, gy, gz, bx, by, bz, shmem;
+	void *stream;
+	mg_launch_attr *attrs;
+	unsigned nattrs;
+} mg_launch_config;
+FN(int, cuLaunchKernelEx, (const mg_launch_config *, void *, void **, void **));
 FN(int, cuStreamBeginCapture, (void *, int));
 FN(int, cuStreamEndCapture, (void *, void **));
 FN(int, cuGraphInstantiateWithFlags, (void **, void *, unsigned long long));
@@ -123,6 +141,7 @@ const char *mg_load_driver(const char *path) {
 	LOAD(h, cuGraphExecDestroy, "cuGraphExecDestroy");
 	LOAD(h, cuGraphDestroy, "cuGraphDestroy");
 	LOAD(h, cuGetErrorName, "cuGetErrorName");
+	p_cuLaunchKernelEx = dlsym(h, "cuLaunchKernelEx"); // optional: CUDA >= 11.8; mg_cuLaunchKernelPDL says so
 	return NULL;
 }
 
@@ -194,15 +213,49 @@ mg_result mg_cuGraphLaunch(void *e, void *s) { CALL(cuGraphLaunch, e, s); }
 mg_result mg_cuGraphExecDestroy(void *e) { CALL(cuGraphExecDestroy, e); }
 mg_result mg_cuGraphDestroy(void *g) { CALL(cuGraphDestroy, g); }
 
-// mg_cuLaunchKernel builds the kernelParams array from one packed buffer:
-// argument i lives at args + offsets[i], so arguments of any width pass intact.
+// kernel_params points params[i] at argument i of one packed buffer: it
+// lives at args + offsets[i], so arguments of any width pass intact.
+static int kernel_params(void **params, void *args, const int *offsets, int nargs) {
+	if (nargs > 64) return 1; // CUDA_ERROR_INVALID_VALUE
+	for (int i = 0; i < nargs; i++) params[i] = (char *)args + offsets[i];
+	return 0;
+}
+
 mg_result mg_cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                             unsigned shmem, void *stream, void *args, const int *offsets, int nargs) {
 	void *params[64];
-	if (nargs > 64) return 1; // CUDA_ERROR_INVALID_VALUE
-	for (int i = 0; i < nargs; i++) params[i] = (char *)args + offsets[i];
+	if (kernel_params(params, args, offsets, nargs)) return 1;
 	if (!p_cuLaunchKernel) return 500;
 	return p_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, NULL);
+}
+
+// mg_cuLaunchKernelPDL is mg_cuLaunchKernel with programmatic stream
+// serialization allowed (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+// id 6): the kernel may start before the previous one in the stream ends,
+// and must wait for it (griddepcontrol.wait) before it reads its results.
+mg_result mg_cuLaunchKernelPDL(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                               unsigned shmem, void *stream, void *args, const int *offsets, int nargs) {
+	void *params[64];
+	if (kernel_params(params, args, offsets, nargs)) return 1;
+	if (!p_cuLaunchKernelEx) return 500;
+	mg_launch_attr attr;
+	memset(&attr, 0, sizeof attr);
+	attr.id = 6;
+	attr.value.i = 1;
+	mg_launch_config cfg = {gx, gy, gz, bx, by, bz, shmem, stream, &attr, 1};
+	return p_cuLaunchKernelEx(&cfg, f, params, NULL);
+}
+
+// mg_launch_layout reports the launch structs' layout, for a test against
+// cuda.h's: attribute size and value offset, config size, and the offsets
+// of its stream, attrs and nattrs.
+void mg_launch_layout(int *out) {
+	out[0] = sizeof(mg_launch_attr);
+	out[1] = offsetof(mg_launch_attr, value);
+	out[2] = sizeof(mg_launch_config);
+	out[3] = offsetof(mg_launch_config, stream);
+	out[4] = offsetof(mg_launch_config, attrs);
+	out[5] = offsetof(mg_launch_config, nattrs);
 }
 
 const char *mg_cuErrorName(mg_result r) {

@@ -52,6 +52,9 @@ mg_result mg_cuModuleGetFunction(void **f, void *m, const char *name);
 mg_result mg_cuFuncSetAttribute(void *f, int attr, int v);
 mg_result mg_cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                             unsigned shmem, void *stream, void *args, const int *offsets, int nargs);
+mg_result mg_cuLaunchKernelPDL(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                               unsigned shmem, void *stream, void *args, const int *offsets, int nargs);
+void mg_launch_layout(int *out);
 mg_result mg_cuStreamBeginCapture(void *s, int mode);
 mg_result mg_cuStreamEndCapture(void *s, void **graph);
 mg_result mg_cuGraphInstantiate(void **exec, void *graph, unsigned long long flags);

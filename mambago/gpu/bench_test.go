@@ -16,8 +16,8 @@ import (
 // BenchmarkPrefill130m times the 130m shape (d=768, 24 layers) in f32 and
 // bf16: prefills at B=1, T=2048 (after a warm-up, as the first prefills of a
 // process run slower), a short prompt eager and as a graph, and a decode
-// step's graph replay; then it prints where a T=2048 prefill's time goes,
-// stage by stage.
+// step's graph replay with and without programmatic dependent launch; then
+// it prints where a T=2048 prefill's time goes, stage by stage.
 func BenchmarkPrefill130m(b *testing.B) {
 	gputest.Need(b)
 	w := fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1)
@@ -56,11 +56,18 @@ func benchPrefill(b *testing.B, w *checkpoint.Weights, dt cuda.DType) {
 		b.Fatal(err)
 	}
 	defer g.Destroy()
+	e.DecodePDL = false
 	step, err := e.CaptureStep(st)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer step.Destroy()
+	e.DecodePDL = true
+	stepPDL, err := e.CaptureStep(st)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stepPDL.Destroy()
 	logits := make([]float32, B*50280)
 	for _, r := range []struct {
 		name   string
@@ -71,6 +78,7 @@ func benchPrefill(b *testing.B, w *checkpoint.Weights, dt cuda.DType) {
 		{fmt.Sprintf("B%d_T%d_eager", B, short), B * short, prefill(sin)},
 		{fmt.Sprintf("B%d_T%d_graph", B, short), B * short, func() error { return g.Prefill(sin, out) }},
 		{fmt.Sprintf("B%d_step_graph", B), B, func() error { return step.Step(ids[:B], logits) }},
+		{fmt.Sprintf("B%d_step_graph_pdl", B), B, func() error { return stepPDL.Step(ids[:B], logits) }},
 	} {
 		b.Run(r.name, func(b *testing.B) {
 			for b.Loop() {
@@ -92,4 +100,113 @@ func benchPrefill(b *testing.B, w *checkpoint.Weights, dt cuda.DType) {
 		b.Fatal(err)
 	}
 	b.Logf("%s stages over 5 prefills, B=%d T=%d:\n%s", dt, B, T, report)
+}
+
+// BenchmarkScanChunk130m times bf16 prefills of the 130m shape with the
+// scan's chunk length at 32, 48 and 64 positions, then the scan stage alone:
+// shorter chunks give the scan more blocks (at B=1, T=2048 and 64 positions
+// its passes fill 0.6 of a wave) and its carry pass more steps.
+func BenchmarkScanChunk130m(b *testing.B) {
+	gputest.Need(b)
+	w := fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1)
+	for _, L := range []int{32, 48, 64} {
+		e, err := gpu.New(w, 0, cuda.BF16)
+		if err != nil {
+			b.Fatal(err)
+		}
+		e.ScanChunk = L
+		for _, s := range []struct{ B, T int }{{1, 2048}, {1, 8192}, {8, 2048}} {
+			ids := make([]int64, s.B*s.T)
+			for i := range ids {
+				ids[i] = rand.Int64N(50280)
+			}
+			in, out := engine.Input{B: s.B, T: s.T, IDs: ids}, make([]float32, s.B*768)
+			st, err := e.NewState(s.B)
+			if err != nil {
+				b.Fatal(err)
+			}
+			prefill := func() {
+				if err := e.Prefill(st, in, engine.Last, out); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for range 10 {
+				prefill()
+			}
+			b.Run(fmt.Sprintf("L%d/B%d_T%d", L, s.B, s.T), func(b *testing.B) {
+				for b.Loop() {
+					prefill()
+				}
+				b.ReportMetric(float64(s.B*s.T)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+			})
+			e.Timer = &gpu.StageTimer{}
+			for range 5 {
+				prefill()
+			}
+			report, err := e.Timer.Report(e)
+			if err != nil {
+				b.Fatal(err)
+			}
+			e.Timer = nil
+			b.Logf("L=%d B=%d T=%d, 5 prefills:\n%s", L, s.B, s.T, report)
+			if err := st.(*gpu.State).Free(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := e.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkDecodeBig times the bf16 decode step's graph replay at B=1 for
+// the 1.4b (d=2048, 48 layers) and 2.8b (d=2560, 64 layers) shapes on both
+// of its paths: the single-token kernels, and the prefill path at T = 1
+// with cuBLAS GEMMs (DecodeKernelMaxB < 0); the kernels as New sets them up,
+// without programmatic dependent launch, and with one warp a GEMV row.
+func BenchmarkDecodeBig(b *testing.B) {
+	gputest.Need(b)
+	for _, s := range []struct {
+		name      string
+		d, layers int
+	}{{"1.4b", 2048, 48}, {"2.8b", 2560, 64}} {
+		e, err := gpu.New(fixture.RandomWeights(fixture.Shape(s.d, s.layers, 50280), 1), 0, cuda.BF16)
+		if err != nil {
+			b.Fatal(err)
+		}
+		st, err := e.NewState(1)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids := []int64{7}
+		logits := make([]float32, 50280)
+		for _, path := range []struct {
+			name        string
+			maxB, split int
+			pdl         bool
+		}{{"kernels", 0, 0, true}, {"kernels_nopdl", 0, 0, false}, {"kernels_split1", 0, 1, true}, {"prefill_path", -1, 0, true}} {
+			e.DecodeKernelMaxB, e.GEMVSplit, e.DecodePDL = path.maxB, path.split, path.pdl
+			step, err := e.CaptureStep(st)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for range 20 {
+				if err := step.Step(ids, logits); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.Run(s.name+"/"+path.name, func(b *testing.B) {
+				for b.Loop() {
+					if err := step.Step(ids, logits); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/step")
+			})
+			step.Destroy()
+		}
+		if err := e.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

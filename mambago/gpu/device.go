@@ -8,18 +8,23 @@ import (
 // PrefillDevice is Prefill on caller-owned device memory, with no copy
 // through the host:
 //
-//   - in holds int64 [B, T] token ids (kind "ids"), f32 [B, T, d] embeddings
-//     ("embeds") or f32 [B, T, F] features ("features"), C-contiguous;
-//   - out receives f32 [B, d] (last, sum, mean) or [B, T, d] (all);
+//   - in holds int64 [B, T] token ids (kind "ids"), [B, T, d] embeddings
+//     ("embeds") or [B, T, F] features ("features"), C-contiguous; inType is
+//     the float type of embeddings and features (f32, bf16 or f16), whatever
+//     the engine's own;
+//   - out receives [B, d] (last, sum, mean) or [B, T, d] (all), of outType;
 //   - the work is queued on stream (e.g. torch.cuda.current_stream().cuda_stream;
 //     0 is the legacy default stream, where PyTorch works unless told
 //     otherwise), after what the caller queued there before, and the call
 //     returns without waiting for it, like any CUDA launch.
 //
-// The buffers must stay allocated until the work is done. Ids are not range
-// checked on the host (that would need a copy); the kernel clamps them into
-// the vocabulary. The whole prompt runs as one chunk.
-func (e *Engine) PrefillDevice(st engine.State, kind string, in uintptr, B, T int, pool engine.Pool, out, stream uintptr) error {
+// bf16/f16 inputs widen to f32 exactly; outputs are computed in f32 and
+// rounded to outType at the end. The buffers must stay allocated until the
+// work is done. Ids are not range checked on the host (that would need a
+// copy); the kernel clamps them into the vocabulary. The whole prompt runs
+// as one chunk.
+func (e *Engine) PrefillDevice(st engine.State, kind string, in uintptr, inType cuda.DType, B, T int, pool engine.Pool,
+	out uintptr, outType cuda.DType, stream uintptr) error {
 	s, err := e.own(st)
 	if err != nil {
 		return err
@@ -35,20 +40,66 @@ func (e *Engine) PrefillDevice(st engine.State, kind string, in uintptr, B, T in
 		return engine.Invalid("features given, but the checkpoint has no input_proj.weight")
 	case kind != "ids" && kind != "embeds" && kind != "features":
 		return engine.Invalid("input kind %q, want 'ids', 'embeds' or 'features'", kind)
+	case kind == "ids" && inType != cuda.F32:
+		return engine.Invalid("token ids are int64; an input type (%s) applies to embeds and features only", inType)
 	}
 	done, err := e.bind()
 	if err != nil {
 		return err
 	}
 	defer done()
+	io := deviceIO{in: cuda.Ptr(in), inType: inType, out: cuda.Ptr(out), outType: outType}
 	if e.graphCap > 0 && B*T <= e.ChunkRows {
 		g, err := e.cachedPrefill(graphKey{s: s, kind: kind, B: B, T: T, pool: pool})
 		if err != nil {
 			return err
 		}
-		return e.onStream(cuda.WrapStream(stream), func() error { return g.replayDevice(cuda.Ptr(in), cuda.Ptr(out)) })
+		return e.onStream(cuda.WrapStream(stream), func() error { return g.replayDevice(io) })
+	}
+	if err := e.ensure(B * T); err != nil {
+		return err
+	}
+	outLen := pool.OutLen(B, T, e.cfg.Hidden)
+	if outType != cuda.F32 {
+		if err := e.ensureOut(outLen); err != nil {
+			return err
+		}
 	}
 	return e.onStream(cuda.WrapStream(stream), func() error {
-		return e.run(s, source{in: engine.Input{B: B, T: T}, dev: cuda.Ptr(in), kind: kind}, pool, cuda.Ptr(out))
+		src := source{in: engine.Input{B: B, T: T}, dev: io.in, kind: kind}
+		if kind != "ids" && inType != cuda.F32 { // widen into the buffer the f32 input would be read from
+			staging, width := e.ws.h.Ptr, e.cfg.Hidden
+			if kind == "features" {
+				staging, width = e.ws.in.Ptr, e.cfg.InputDim
+			}
+			if err := e.convert("from_"+inType.Suffix(), io.in, staging, B*T*width); err != nil {
+				return err
+			}
+			src.dev = staging
+		}
+		dst := io.out
+		if outType != cuda.F32 {
+			dst = e.ws.out.Ptr
+		}
+		if err := e.run(s, src, pool, dst); err != nil {
+			return err
+		}
+		if outType != cuda.F32 {
+			return e.convert("to_"+outType.Suffix(), dst, io.out, outLen)
+		}
+		return nil
 	})
+}
+
+// deviceIO is a device entry's caller-owned input and output, with their
+// element types.
+type deviceIO struct {
+	in, out         cuda.Ptr
+	inType, outType cuda.DType
+}
+
+// convert queues the element-wise type conversion kernel (to_<T> or
+// from_<T>) over n elements from src to dst.
+func (e *Engine) convert(kernel string, src, dst cuda.Ptr, n int) error {
+	return e.launch(kernel, grid1(n), cuda.D1(256), 0, src, dst, int64(n))
 }

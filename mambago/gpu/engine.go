@@ -53,6 +53,21 @@ type Engine struct {
 	ScanChunk int
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
+	// DecodePDL launches the decode kernels with programmatic dependent
+	// launch: each may start, and fetch its weights into L2, while the
+	// previous one finishes. New turns it on for sm_90 and later (a 130m
+	// bf16 step graph: 500 µs against 597).
+	DecodePDL bool
+	// DecodeKernelMaxB is the largest batch whose decode step runs on the
+	// single-token kernels of kernels/step.cu; a larger batch steps through
+	// the prefill path at T = 1 (cuBLAS GEMMs). 0 picks the kernels' own
+	// limit of 8 sequences; a negative value sends every batch through the
+	// prefill path. Set it before capturing a step graph.
+	DecodeKernelMaxB int
+	// GEMVSplit fixes how many warps share a row of the decode kernels'
+	// GEMVs (1, 2, 4 or 8; kernels/step.cu); 0 picks it by the row's length.
+	// Set it before capturing a step graph.
+	GEMVSplit int
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -66,7 +81,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	if err != nil {
 		return nil, err
 	}
-	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384}
+	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9}
 	built := e // e is nil once an error is returned
 	defer func() {
 		if err != nil {

@@ -152,7 +152,7 @@ func TestDeviceEntryMatchesHostEntry(t *testing.T) {
 				if stream != nil {
 					handle = stream.Handle()
 				}
-				if err := e.PrefillDevice(st2, tc.kind, uintptr(din.Ptr), B, T, pool, uintptr(dout.Ptr), handle); err != nil {
+				if err := e.PrefillDevice(st2, tc.kind, uintptr(din.Ptr), cuda.F32, B, T, pool, uintptr(dout.Ptr), cuda.F32, handle); err != nil {
 					t.Fatal(err)
 				}
 				if stream != nil {

@@ -351,17 +351,27 @@ func (e *Engine) touchGraph(k graphKey) {
 	}
 }
 
-// replayDevice runs g on caller-owned device memory: the input at in (of g's
-// kind and shape) is copied into g's input buffer, the graph launched, and
-// its output copied to out, all on e.stream. The caller holds the bound
-// thread and runs it inside onStream.
-func (g *Graph) replayDevice(in, out cuda.Ptr) error {
+// replayDevice runs g on caller-owned device memory: the input at io.in (of
+// g's kind and shape) is copied, or widened from io.inType, into g's input
+// buffer, the graph launched, and its output copied, or rounded to
+// io.outType, to io.out, all on e.stream. The caller holds the bound thread
+// and runs it inside onStream.
+func (g *Graph) replayDevice(io deviceIO) error {
 	e := g.e
-	if err := cuda.Copy(g.in.Ptr, in, g.in.Bytes, e.stream); err != nil {
+	var err error
+	if io.inType == cuda.F32 {
+		err = cuda.Copy(g.in.Ptr, io.in, g.in.Bytes, e.stream)
+	} else {
+		err = e.convert("from_"+io.inType.Suffix(), io.in, g.in.Ptr, g.in.Bytes/4)
+	}
+	if err != nil {
 		return err
 	}
 	if err := g.g.Launch(e.stream); err != nil {
 		return err
 	}
-	return cuda.Copy(out, g.out.Ptr, g.out.Bytes, e.stream)
+	if io.outType == cuda.F32 {
+		return cuda.Copy(io.out, g.out.Ptr, g.out.Bytes, e.stream)
+	}
+	return e.convert("to_"+io.outType.Suffix(), g.out.Ptr, io.out, g.out.Bytes/4)
 }

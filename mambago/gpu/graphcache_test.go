@@ -46,7 +46,7 @@ func TestPrefillGraphCache(t *testing.T) {
 		if err := cuda.Fill32(out.Ptr, math.Float32bits(float32(math.NaN())), B*dm, nil); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.PrefillDevice(st, "ids", uintptr(in.Ptr), B, T, engine.Mean, uintptr(out.Ptr), 0); err != nil {
+		if err := e.PrefillDevice(st, "ids", uintptr(in.Ptr), cuda.F32, B, T, engine.Mean, uintptr(out.Ptr), cuda.F32, 0); err != nil {
 			t.Fatal(err)
 		}
 		if err := cuda.Synchronize(); err != nil {

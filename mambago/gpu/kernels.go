@@ -10,9 +10,17 @@ import (
 // typedKernels have one entry per storage type (kernels.DTypes), named
 // <kernel>_<suffix>; plainKernels have one f32 entry.
 var (
-	typedKernels = []string{"embed", "rmsnorm", "to", "conv_silu", "scan_chunk_sum", "scan_chunk_out", "step_in", "gemv"}
+	typedKernels = []string{"embed", "rmsnorm", "to", "conv_silu", "scan_chunk_sum", "scan_chunk_out", "step_in", "gemv", "from"}
 	plainKernels = []string{"scale_f32", "add_bias_f32", "rmsnorm_dbc_f32", "conv_window_f32", "scan_carry_f32",
-		"pool_f32", "step_scan_f32"}
+		"pool_f32", "step_scan_f32", "dt_proj_f32"}
+)
+
+// dt_proj_f32's tile (DT_CH, DT_ROWS and DT_THREADS in kernels/dtproj.cu):
+// channels and rows per block, and threads per block.
+const (
+	dtProjChannels = 128
+	dtProjRows     = 64
+	dtProjThreads  = 256
 )
 
 // loadKernels compiles every kernel source for the device and looks up the

@@ -153,9 +153,16 @@ func TestMixedPrecision130m(t *testing.T) {
 // against a prefill one position longer, from fresh random weights and
 // tokens: in f32 to 1e-4, in bf16 and f16 by the mixed-precision KL bar
 // (the decode step keeps its activations in f32, the prefill rounds them).
+// Two shapes: d = 64, where every GEMV row is one warp's, and d = 512, where
+// warps share rows (each split of kernels/step.cu but 1 runs).
 func TestDecodeMatchesPrefill(t *testing.T) {
 	gputest.Need(t)
-	cfg := fixture.Shape(64, 3, 300)
+	for _, cfg := range []checkpoint.Config{fixture.Shape(64, 3, 300), fixture.Shape(512, 2, 1000)} {
+		t.Run(fmt.Sprintf("d%d", cfg.Hidden), func(t *testing.T) { decodeMatchesPrefill(t, cfg) })
+	}
+}
+
+func decodeMatchesPrefill(t *testing.T, cfg checkpoint.Config) {
 	w := fixture.RandomWeights(cfg, rand.Uint64())
 	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16, cuda.F16} {
 		e := newEngine(t, w, dt)
@@ -210,5 +217,63 @@ func TestDecodeMatchesPrefill(t *testing.T) {
 			t.Logf("%s B=%d: step vs prefill KL %.2e, argmax %d/%d", dt, B, kl, hits, B)
 		}
 		e.Close()
+	}
+}
+
+// TestDecodePDLMatches checks that programmatic dependent launch changes no
+// bit of the decode step: eager steps and a captured step graph with
+// DecodePDL give what plain launches give, logits and state.
+func TestDecodePDLMatches(t *testing.T) {
+	gputest.Need(t)
+	cfg := fixture.Shape(128, 4, 500)
+	w := fixture.RandomWeights(cfg, rand.Uint64())
+	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16} {
+		plain, pdl := newEngine(t, w, dt), newEngine(t, w, dt)
+		plain.DecodePDL, pdl.DecodePDL = false, true
+		for _, B := range []int{1, 3} {
+			ids := make([]int64, B*9)
+			for i := range ids {
+				ids[i] = rand.Int64N(int64(cfg.Vocab))
+			}
+			var states [2]engine.State
+			var logits [2][]float32
+			for i, e := range []*gpu.Engine{plain, pdl} {
+				st, err := e.NewState(B)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := e.Prefill(st, engine.Input{B: B, T: 4, IDs: ids[:B*4]}, engine.Last, fixture.NaNs(B*cfg.Hidden)); err != nil {
+					t.Fatal(err)
+				}
+				for s := 0; s < 4; s++ { // eager steps, then one graph replay
+					logits[i] = fixture.NaNs(B * cfg.Vocab)
+					if err := e.Step(st, ids[B*(4+s):B*(5+s)], logits[i]); err != nil {
+						t.Fatal(err)
+					}
+				}
+				g, err := e.CaptureStep(st)
+				if err != nil {
+					t.Fatal(err)
+				}
+				logits[i] = fixture.NaNs(B * cfg.Vocab)
+				if err := g.Step(ids[B*8:], logits[i]); err != nil {
+					t.Fatal(err)
+				}
+				g.Destroy()
+				states[i] = st
+			}
+			for i := range logits[0] {
+				if math.Float32bits(logits[0][i]) != math.Float32bits(logits[1][i]) {
+					t.Fatalf("%s B=%d: logit %d is %v with PDL, %v without", dt, B, i, logits[1][i], logits[0][i])
+				}
+			}
+			for l := 0; l < cfg.Layers; l++ {
+				a, _ := states[0].SSMState(l)
+				b, _ := states[1].SSMState(l)
+				if e := fixture.RelErr(b, a); e != 0 {
+					t.Errorf("%s B=%d: layer %d state differs with PDL by %.3g", dt, B, l, e)
+				}
+			}
+		}
 	}
 }

@@ -293,10 +293,11 @@ func (e *Engine) block(l, B, n int, s *State) error {
 			return e.launch("rmsnorm_dbc_f32", cuda.D1(rows), cuda.D1(128), 0, ws.dbl.Ptr, R, N, float32(c.MixerEps))
 		}},
 		{"dt_proj", func() error { // f32 in every engine: its rounding reaches the state through exp(dt·A)
-			return e.blas.GemmNT(rows, E, R, ws.dbl.Ptr, R+2*N, g.dtProj, ws.delta.Ptr, E, 0)
+			grid := cuda.Dim3{X: (E + dtProjChannels - 1) / dtProjChannels, Y: (rows + dtProjRows - 1) / dtProjRows, Z: 1}
+			return e.launch("dt_proj_f32", grid, cuda.D1(dtProjThreads), 0, ws.dbl.Ptr, R+2*N, R, g.dtProj, g.dtBias, ws.delta.Ptr, rows, E)
 		}},
 		{"scan", func() error {
-			return Scan{Delta: ws.delta.Ptr, DTBias: g.dtBias, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
+			return Scan{DT: ws.delta.Ptr, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
 				U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
 				B: B, T: n, E: E, N: N, DType: dt, Chunk: e.ScanChunk, Scratch: ws.scan.Ptr}.Launch(e.function, e.stream)
 		}},

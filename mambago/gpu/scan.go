@@ -7,15 +7,15 @@ import "github.com/mambago/mambago/mambago/cuda"
 // chunks of Chunk positions that run in parallel, and needs ScratchFloats
 // floats of scratch for their summaries.
 type Scan struct {
-	Delta, DTBias, A2, DBL cuda.Ptr
-	LDD, R                 int // dbl's row stride and the column where B starts
-	U, D, Z                cuda.Ptr
-	LDZ                    int
-	State, Y               cuda.Ptr
-	B, T, E, N             int
-	DType                  cuda.DType // of U and Y; the rest is f32
-	Chunk                  int        // positions per chunk, a multiple of 8; 0 picks DefaultScanChunk
-	Scratch                cuda.Ptr   // ScratchFloats() floats; unused when T fits in one chunk
+	DT, A2, DBL cuda.Ptr // DT: the time step [B, T, E] f32, softplus and bias applied
+	LDD, R      int      // dbl's row stride and the column where B starts
+	U, D, Z     cuda.Ptr
+	LDZ         int
+	State, Y    cuda.Ptr
+	B, T, E, N  int
+	DType       cuda.DType // of U and Y; the rest is f32
+	Chunk       int        // positions per chunk, a multiple of 8; 0 picks DefaultScanChunk
+	Scratch     cuda.Ptr   // ScratchFloats() floats; unused when T fits in one chunk
 }
 
 const (
@@ -73,7 +73,7 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 		chunkState := s.Scratch
 		sumdt := s.Scratch + cuda.Ptr(4*s.B*nch*s.E*s.N)
 		if err := fn("scan_chunk_sum_"+s.DType.Suffix()).Launch(cuda.Dim3{X: blocks, Y: (nch - 1) * G, Z: s.B}, cuda.D1(scanThreads), 0,
-			stream, s.Delta, s.DTBias, s.A2, s.DBL, s.LDD, s.R, s.U, chunkState, sumdt, s.T, s.E, s.N, L, nch, G); err != nil {
+			stream, s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, chunkState, sumdt, s.T, s.E, s.N, L, nch, G); err != nil {
 			return err
 		}
 		if err := fn("scan_carry_f32").Launch(cuda.D1((s.B*s.E*s.N+255)/256), cuda.D1(256), 0, stream,
@@ -84,7 +84,7 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 	}
 	for g := 0; g < G; g++ {
 		if err := fn("scan_chunk_out_"+s.DType.Suffix()).Launch(cuda.Dim3{X: blocks, Y: nch, Z: s.B}, cuda.D1(scanThreads), 0, stream,
-			s.Delta, s.DTBias, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, start, s.State, s.Y, part,
+			s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, start, s.State, s.Y, part,
 			s.T, s.E, s.N, L, nch, g, G); err != nil {
 			return err
 		}

@@ -17,15 +17,27 @@ const (
 
 // stepDevice queues one decode step for the B sequences of s: token ids from
 // src (T = 1), next-token logits [B, V] f32 to logits. The prefill path,
-// taken for B > decodeMaxB, leaves the hidden states in hidden [B, d].
+// taken for batches over the decode kernels' limit, leaves the hidden states
+// in hidden [B, d].
 func (e *Engine) stepDevice(s *State, src source, hidden, logits cuda.Ptr) error {
-	if src.in.B > decodeMaxB {
+	if src.in.B > e.decodeKernelMaxB() {
 		if err := e.run(s, src, engine.Last, hidden); err != nil {
 			return err
 		}
 		return e.logitsDevice(hidden, src.in.B, logits)
 	}
 	return e.decode(s, src, logits)
+}
+
+// decodeKernelMaxB resolves DecodeKernelMaxB.
+func (e *Engine) decodeKernelMaxB() int {
+	switch {
+	case e.DecodeKernelMaxB == 0:
+		return decodeMaxB
+	case e.DecodeKernelMaxB < 0:
+		return 0
+	}
+	return min(e.DecodeKernelMaxB, decodeMaxB)
 }
 
 // decode is the decode step on the kernels of kernels/step.cu: four launches
@@ -44,16 +56,26 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 		return err
 	}
 	block, eps := cuda.D1(32*stepWarps), float32(c.Eps)
-	rowsGrid := func(rows int) cuda.Dim3 { return cuda.D1(min((rows+stepWarps-1)/stepWarps, 65535)) }
+	// A GEMV's split (kernels/step.cu) and its grid, for rows of K weights.
+	gemvShape := func(rows, K int) (cuda.Dim3, int) {
+		split := gemvSplit(rows, K, e.dt.Size())
+		if e.GEMVSplit > 0 {
+			split = e.GEMVSplit
+		}
+		return cuda.D1(min((rows+stepWarps/split-1)/(stepWarps/split), 65535)), split
+	}
 	gemv := e.typed("gemv")
 	dbl := R + 2*N
+	inGrid, inSplit := gemvShape(2*E, d)
+	xGrid, xSplit := gemvShape(dbl, E)
+	outGrid, outSplit := gemvShape(d, E)
 	for l, g := range e.layers {
-		if err := e.launch(e.typed("step_in"), rowsGrid(2*E), block, 0, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
-			g.conv, g.convBias, s.conv(l), ws.xz.Ptr, B, d, E, K); err != nil {
+		if err := e.launchStep(e.typed("step_in"), inGrid, block, 0, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
+			g.conv, g.convBias, s.conv(l), ws.xz.Ptr, B, d, E, K, inSplit); err != nil {
 			return err
 		}
-		if err := e.launch(gemv, rowsGrid(dbl), block, 0, ws.xz.Ptr, 2*E, cuda.Ptr(0), float32(0), g.xProj,
-			cuda.Ptr(0), ws.dbl.Ptr, dbl, 0, B, E, dbl); err != nil {
+		if err := e.launchStep(gemv, xGrid, block, 0, ws.xz.Ptr, 2*E, cuda.Ptr(0), float32(0), g.xProj,
+			cuda.Ptr(0), ws.dbl.Ptr, dbl, 0, B, E, dbl, xSplit); err != nil {
 			return err
 		}
 		if c.Falcon {
@@ -62,15 +84,45 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 			}
 		}
 		grid := cuda.Dim3{X: (E + stepWarps - 1) / stepWarps, Y: B, Z: 1}
-		if err := e.launch("step_scan_f32", grid, block, 0, ws.dbl.Ptr, dbl, R, g.dtProj, g.dtBias, g.a2, g.d,
+		if err := e.launchStep("step_scan_f32", grid, block, 0, ws.dbl.Ptr, dbl, R, g.dtProj, g.dtBias, g.a2, g.d,
 			ws.xz.Ptr, s.ssm(l), ws.delta.Ptr, E, N); err != nil {
 			return err
 		}
-		if err := e.launch(gemv, rowsGrid(d), block, 0, ws.delta.Ptr, E, cuda.Ptr(0), float32(0), g.outProj,
-			g.outBias, ws.h.Ptr, d, 1, B, E, d); err != nil {
+		if err := e.launchStep(gemv, outGrid, block, 0, ws.delta.Ptr, E, cuda.Ptr(0), float32(0), g.outProj,
+			g.outBias, ws.h.Ptr, d, 1, B, E, d, outSplit); err != nil {
 			return err
 		}
 	}
-	return e.launch(gemv, rowsGrid(V), block, 0, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits, V, 0,
-		B, d, V)
+	headGrid, headSplit := gemvShape(V, d)
+	return e.launchStep(gemv, headGrid, block, 0, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits, V, 0,
+		B, d, V, headSplit)
+}
+
+// gemvSplit picks how many warps share a GEMV row of K weights of size
+// bytes (the split of kernels/step.cu). Measured on the H200 (bf16 decode
+// step, B=1, BenchmarkDecodeBig): two warps a row beat one and beat four or
+// eight for the big GEMVs (1.4b: 2.05 ms a step against 2.34 with one and
+// 3.0 with eight). A GEMV of under 1024 rows (x_proj, whose rows are E
+// long) has too few warps to fill the GPU, so it splits until no warp walks
+// more than one of the row's 512-byte slices.
+func gemvSplit(rows, K, size int) int {
+	slices := (K*size + 511) / 512
+	if rows >= 1024 {
+		return min(2, slices)
+	}
+	split := 1
+	for split < stepWarps && split < slices {
+		split *= 2
+	}
+	return split
+}
+
+// launchStep launches one of kernels/step.cu's kernels, with programmatic
+// dependent launch when e.DecodePDL is set (they all wait for the previous
+// kernel before reading its results).
+func (e *Engine) launchStep(name string, grid, block cuda.Dim3, shared int, args ...any) error {
+	if e.DecodePDL {
+		return e.fn[name].LaunchPDL(grid, block, shared, e.stream, args...)
+	}
+	return e.launch(name, grid, block, shared, args...)
 }

@@ -104,6 +104,17 @@ def _batched(name, x, rank):
     return x
 
 
+_BUFFER_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def _buffer_dtype(name, dtype):
+    """The name of a device buffer's float type; torch dtypes and numpy names work."""
+    s = str(dtype).replace("torch.", "")
+    if s not in _BUFFER_DTYPES:
+        raise ValueError(f"{name} must be one of {_BUFFER_DTYPES}, got {dtype!r}")
+    return s
+
+
 def _nan(shape, dtype=np.float32):
     out = np.empty(shape, dtype=dtype)
     out.fill(np.nan)
@@ -350,14 +361,18 @@ class Model:
         return out
 
     def prefill_ptr(self, input_ptr: int, shape, *, out_ptr: int, kind: str = "ids", state: State | None = None,
-                    output: str = "last", stream: int = 0) -> None:
+                    output: str = "last", stream: int = 0, input_dtype=None, out_dtype="float32") -> None:
         """Prefill from and into caller-owned GPU memory, with no copy through the host (CUDA engine).
 
         input_ptr is the device address of the input (e.g. tensor.data_ptr()):
-        int64 [B, T] token ids (kind="ids"), or float32 [B, T, d] embeddings
-        ("embeds") or [B, T, F] features ("features"), C-contiguous; shape is
-        its shape. out_ptr receives float32 [B, d] ("last", "sum", "mean") or
-        [B, T, d] ("all"). The work is queued on stream, a CUDA stream handle
+        int64 [B, T] token ids (kind="ids"), or [B, T, d] embeddings
+        ("embeds") or [B, T, F] features ("features") of input_dtype
+        ("float32", the default, "bfloat16" or "float16"; torch dtypes work
+        too), C-contiguous; shape is its shape. out_ptr receives [B, d]
+        ("last", "sum", "mean") or [B, T, d] ("all") of out_dtype (the same
+        three). The buffer types are independent of the model's dtype:
+        bf16/f16 inputs widen to f32 exactly, and the output is computed in
+        f32 and rounded to out_dtype. The work is queued on stream, a CUDA stream handle
         (torch.cuda.current_stream().cuda_stream; 0, the default, is the
         legacy default stream, where PyTorch works unless told otherwise),
         after what that stream already holds, and the call returns at once,
@@ -385,12 +400,19 @@ class Model:
             width = self.config.hidden_size if kind == "embeds" else self.config.input_dim
             if shape[2] != width:
                 raise ValueError(f"shape {shape}: the last dimension must be {width} for kind={kind!r}")
+        if kind == "ids":
+            if input_dtype is not None and str(input_dtype).replace("torch.", "") != "int64":
+                raise ValueError(f"token ids are int64; input_dtype applies to embeds and features, got {input_dtype!r}")
+            in_type = "float32"  # the Go side's "no float type"
+        else:
+            in_type = _buffer_dtype("input_dtype", "float32" if input_dtype is None else input_dtype)
+        out_type = _buffer_dtype("out_dtype", out_dtype)
         B, T = shape[0], shape[1]
         if state is None:
             state = self.new_state(B)
         self._check_state(state, B)
-        _call(_b.PrefillDevice, self._handle(), state._handle(), kind, int(input_ptr), B, T, output, int(out_ptr),
-              int(stream))
+        _call(_b.PrefillDevice, self._handle(), state._handle(), kind, int(input_ptr), in_type, B, T, output,
+              int(out_ptr), out_type, int(stream))
 
     def step(self, token_ids, state: State) -> np.ndarray:
         """Feed one token per sequence (token_ids [B]) after a prefill; returns logits [B, V]."""
