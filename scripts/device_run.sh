@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .carry/ from
 # scripts/device_build.sh. Logs and JSON go to $OUT (or ./out).
-# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|verify|decodeprof|mamba_ssm|cpu|all]
+# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|verify|profile|sourceprof|decodeprof|mamba_ssm|cpu|all]
 #   gpu:      the CUDA binding, kernel and engine tests, the Python tests,
 #             compute-sanitizer memcheck over the kernel and engine fixture
 #             tests, and racecheck over the scan kernel's test;
@@ -11,6 +11,8 @@
 #             benchmark: one call for a branch's first run on the GPU (about
 #             4 minutes), then profile;
 #   profile:  ncu's per-kernel times for a 1.4b decode step and for dt_proj;
+#   sourceprof: ncu's per-instruction stall samples for the bf16 scan and the
+#             2.8b decode GEMVs (text logs and .ncu-rep reports);
 #   decodeprof: per-kernel times of the decode step's kernels (ncu, 130m, f32 and bf16),
 #             against the step graph's wall time from the Go benchmark;
 #   mamba_ssm: builds mamba_ssm and causal-conv1d for sm_90 (once per machine),
@@ -92,6 +94,22 @@ if [[ $mode == profile ]]; then
     --section Occupancy .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/bfloat16/B1_T2048$' -test.benchtime 1x \
     > "$OUT/dtproj_ncu.log" 2>&1
   echo "ncu exit $?"; grep -E "^  [a-z_0-9]+ |Duration|Throughput|Achieved Occ" "$OUT/dtproj_ncu.log" | head -24
+fi
+if [[ $mode == sourceprof ]]; then
+  # Where the scan's and the 2.8b GEMVs' warps stall, instruction by
+  # instruction: ncu's source counters (warp-state samples per SASS line),
+  # printed as text and kept as reports (*.ncu-rep) for the ncu GUI.
+  echo "== ncu source counters: the bf16 scan passes (130m, B=1, T=2048), the decode GEMVs (2.8b)"
+  sections="--section SourceCounters --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis"
+  timeout 240 ncu --clock-control none -k 'regex:scan_chunk_(sum|out)_bf16' --launch-skip 30 --launch-count 2 $sections \
+    --export "$OUT/scan_source" --page source --print-source sass \
+    .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/bfloat16/B1_T2048$' -test.benchtime 1x \
+    > "$OUT/scan_source.log" 2>&1
+  echo "ncu exit $?: $(wc -l < "$OUT/scan_source.log") lines"
+  timeout 240 ncu --clock-control none -k 'regex:step_in_bf16|gemv_bf16' --launch-skip 130 --launch-count 3 $sections \
+    --export "$OUT/gemv_source" --page source --print-source sass \
+    .carry/gpu.test -test.run '^$' -test.bench 'DecodeBig/2.8b/kernels$' -test.benchtime 1x > "$OUT/gemv_source.log" 2>&1
+  echo "ncu exit $?: $(wc -l < "$OUT/gemv_source.log") lines"
 fi
 if [[ $mode == mamba_ssm ]]; then
   echo "== bf16: mambago vs mamba_ssm (builds mamba_ssm and causal-conv1d for sm_90 first) ${BENCH_ARGS:-}"
