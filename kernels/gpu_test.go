@@ -344,7 +344,8 @@ func bf16Bits(v []float32) (rounded []float32, packed []float32) {
 }
 
 // TestGEMVKernel checks the decode GEMV (kernels/step.cu) against float64
-// for every split, with and without the RMSNorm folded in, writing and
+// for every split, with one and four rows to a warp group (gemv_, gemv_r4_;
+// the rows counts leave partial groups), with and without the RMSNorm folded in, writing and
 // accumulating, on the vector path (K a multiple of 16 bytes' worth of
 // weights) and the scalar one, in f32 and bf16 weights.
 func TestGEMVKernel(t *testing.T) {
@@ -352,12 +353,16 @@ func TestGEMVKernel(t *testing.T) {
 	const eps = 1e-5
 	for _, sfx := range []string{"f32", "bf16"} {
 		for _, K := range []int{64, 770, 2048} {
-			for _, split := range []int{1, 2, 4, 8} {
+			for _, sp := range []struct{ split, rows int }{{1, 1}, {2, 1}, {4, 1}, {8, 1}, {1, 4}, {2, 4}, {8, 4}} {
+				split, kernel := sp.split, "gemv_"
+				if sp.rows == 4 {
+					kernel = "gemv_r4_"
+				}
 				for _, tc := range []struct {
 					B, rows    int
 					norm, accu bool
 				}{{1, 37, true, false}, {3, 5, false, true}, {8, 130, true, true}, {8, 9, false, false}} {
-					name := fmt.Sprintf("%s K=%d split=%d %+v", sfx, K, split, tc)
+					name := fmt.Sprintf("%s%s K=%d split=%d %+v", kernel, sfx, K, split, tc)
 					ldx := K + 4
 					x, W, bias, normw := randn(tc.B*ldx, 1), randn(tc.rows*K, 0.1), randn(tc.rows, 1), randn(K, 1)
 					wdev := W
@@ -377,9 +382,9 @@ func TestGEMVKernel(t *testing.T) {
 					if tc.accu {
 						accu = 1
 					}
-					per := 8 / split
+					per := 8 / split * sp.rows
 					grid := cuda.D1((tc.rows + per - 1) / per)
-					if err := fn("gemv_"+sfx).Launch(grid, cuda.D1(256), 0, s, bx.Ptr, ldx, nptr, float32(eps), bW.Ptr,
+					if err := fn(kernel+sfx).Launch(grid, cuda.D1(256), 0, s, bx.Ptr, ldx, nptr, float32(eps), bW.Ptr,
 						bb.Ptr, bo.Ptr, tc.rows, accu, tc.B, K, tc.rows, split); err != nil {
 						t.Fatal(err)
 					}

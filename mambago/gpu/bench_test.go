@@ -160,10 +160,13 @@ func BenchmarkScanChunk130m(b *testing.B) {
 }
 
 // BenchmarkDecodeBig times the bf16 decode step's graph replay at B=1 for
-// the 1.4b (d=2048, 48 layers) and 2.8b (d=2560, 64 layers) shapes on both
-// of its paths: the single-token kernels, and the prefill path at T = 1
-// with cuBLAS GEMMs (DecodeKernelMaxB < 0); the kernels as New sets them up,
-// without programmatic dependent launch, and with one warp a GEMV row.
+// the 1.4b (d=2048, 48 layers) and 2.8b (d=2560, 64 layers) shapes: the
+// single-token kernels as New sets them up, with four rows to a warp group
+// in the big GEMVs (Engine.GEMVRows) at the default split and at split 1,
+// and the prefill path at T = 1 with cuBLAS GEMVs (DecodeKernelMaxB < 0).
+// (Measured on the H200 at 8779a0b: 1.75 and 3.36 ms a step; without
+// programmatic dependent launch 1.92 and 3.52; one warp a row 2.24 and
+// 4.00; the prefill path 3.08 and 4.93.)
 func BenchmarkDecodeBig(b *testing.B) {
 	gputest.Need(b)
 	for _, s := range []struct {
@@ -188,12 +191,11 @@ func BenchmarkDecodeBig(b *testing.B) {
 			}
 			ids, logits := []int64{7}, make([]float32, 50280)
 			for _, path := range []struct {
-				name        string
-				maxB, split int
-				pdl         bool
-			}{{"kernels", 0, 0, true}, {"kernels_nopdl", 0, 0, false}, {"kernels_split1", 0, 1, true}, {"prefill_path", -1, 0, true}} {
+				name              string
+				maxB, split, rows int
+			}{{"kernels", 0, 0, 1}, {"kernels_rows4", 0, 0, 4}, {"kernels_rows4_split1", 0, 1, 4}, {"prefill_path", -1, 0, 1}} {
 				b.Run(path.name, func(b *testing.B) {
-					e.DecodeKernelMaxB, e.GEMVSplit, e.DecodePDL = path.maxB, path.split, path.pdl
+					e.DecodeKernelMaxB, e.GEMVSplit, e.GEMVRows = path.maxB, path.split, path.rows
 					step, err := e.CaptureStep(st)
 					if err != nil {
 						b.Fatal(err)

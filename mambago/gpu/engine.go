@@ -68,6 +68,10 @@ type Engine struct {
 	// GEMVs (1, 2, 4 or 8; kernels/step.cu); 0 picks it by the row's length.
 	// Set it before capturing a step graph.
 	GEMVSplit int
+	// GEMVRows is how many consecutive rows a warp group of the decode
+	// GEMVs sums against one read of x: 1, or 4 for GEMVs of 1024 rows or
+	// more (0 means 1). Set it before capturing a step graph.
+	GEMVRows int
 }
 
 var _ engine.Engine = (*Engine)(nil)

@@ -154,7 +154,9 @@ func TestMixedPrecision130m(t *testing.T) {
 // tokens: in f32 to 1e-4, in bf16 and f16 by the mixed-precision KL bar
 // (the decode step keeps its activations in f32, the prefill rounds them).
 // Two shapes: d = 64, where every GEMV row is one warp's, and d = 512, where
-// warps share rows (each split of kernels/step.cu but 1 runs).
+// warps share rows (each split of kernels/step.cu but 1 runs); each with one
+// row to a warp group and with four (Engine.GEMVRows), which only GEMVs of
+// 1024 rows or more take (d = 512's in_proj).
 func TestDecodeMatchesPrefill(t *testing.T) {
 	gputest.Need(t)
 	for _, cfg := range []checkpoint.Config{fixture.Shape(64, 3, 300), fixture.Shape(512, 2, 1000)} {
@@ -166,7 +168,9 @@ func decodeMatchesPrefill(t *testing.T, cfg checkpoint.Config) {
 	w := fixture.RandomWeights(cfg, rand.Uint64())
 	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16, cuda.F16} {
 		e := newEngine(t, w, dt)
-		for _, B := range []int{1, 8, 9} {
+		for _, run := range []struct{ B, rows int }{{1, 1}, {8, 1}, {9, 1}, {1, 4}, {8, 4}} {
+			B := run.B
+			e.GEMVRows = run.rows
 			const T = 6
 			ids := make([]int64, B*(T+1))
 			for i := range ids {
@@ -205,16 +209,16 @@ func decodeMatchesPrefill(t *testing.T, cfg checkpoint.Config) {
 			}
 			if dt == cuda.F32 {
 				if rel := fixture.RelErr(got, want); rel > 1e-4 {
-					t.Errorf("f32 B=%d: step logits differ from the prefill's by %.3g", B, rel)
+					t.Errorf("f32 B=%d rows %d: step logits differ from the prefill's by %.3g", B, run.rows, rel)
 				}
-				checkStates(t, fmt.Sprintf("f32 B=%d step", B), st2, st, cfg.Layers)
+				checkStates(t, fmt.Sprintf("f32 B=%d rows %d step", B, run.rows), st2, st, cfg.Layers)
 				continue
 			}
 			kl, hits := fixture.LogitStats(want, got, cfg.Vocab)
 			if kl > maxMeanKL {
-				t.Errorf("%s B=%d: step logits KL %.3g from the prefill's, bar %g", dt, B, kl, maxMeanKL)
+				t.Errorf("%s B=%d rows %d: step logits KL %.3g from the prefill's, bar %g", dt, B, run.rows, kl, maxMeanKL)
 			}
-			t.Logf("%s B=%d: step vs prefill KL %.2e, argmax %d/%d", dt, B, kl, hits, B)
+			t.Logf("%s B=%d rows %d: step vs prefill KL %.2e, argmax %d/%d", dt, B, run.rows, kl, hits, B)
 		}
 		e.Close()
 	}
