@@ -231,18 +231,22 @@ func TestConvAndScanKernels(t *testing.T) {
 		bdt, bA2, bdbl := upload(t, s, dt), upload(t, s, A2), upload(t, s, dbl)
 		bD := upload(t, s, Dk)
 		wantY, wantS := scanRef(dt, dbl, A2, Dk, st0, xz, gotU, B, T, E, N, R)
-		for _, chunk := range []int{0, 8, 24} { // the default and many chunks
-			bst, by := upload(t, s, st0), poisoned(t, s, rows*E)
-			sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
-				U: bu.Ptr, D: bD.Ptr, Z: bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr,
-				B: B, T: T, E: E, N: N, Chunk: chunk}
-			scratch := poisoned(t, s, max(1, sc.ScratchFloats()))
-			sc.Scratch = scratch.Ptr
-			if err := sc.Launch(fn, s); err != nil {
-				t.Fatal(err)
+		// The default chunk, many chunks, chunks of many stages; the plain
+		// kernels and the staged ones (every E here is a multiple of 8).
+		for _, chunk := range []int{0, 8, 24, 136} {
+			for _, staged := range []bool{false, true} {
+				bst, by := upload(t, s, st0), poisoned(t, s, rows*E)
+				sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
+					U: bu.Ptr, D: bD.Ptr, Z: bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr,
+					B: B, T: T, E: E, N: N, Chunk: chunk, Staged: staged}
+				scratch := poisoned(t, s, max(1, sc.ScratchFloats()))
+				sc.Scratch = scratch.Ptr
+				if err := sc.Launch(fn, s); err != nil {
+					t.Fatal(err)
+				}
+				checkScan(t, fmt.Sprintf("%+v chunk %d staged %v", tc, chunk, staged), download(t, s, by, rows*E),
+					download(t, s, bst, B*E*N), wantY, wantS)
 			}
-			checkScan(t, fmt.Sprintf("%+v chunk %d", tc, chunk), download(t, s, by, rows*E), download(t, s, bst, B*E*N),
-				wantY, wantS)
 		}
 		t.Logf("%+v ok", tc)
 	}

@@ -7,9 +7,9 @@
 #             tests, and racecheck over the scan kernel's test;
 #   gpubench: the GPU stage times, then the GPU prefill benchmark against HF
 #             (bench/gpu_vs_hf.py, with $BENCH_ARGS, e.g. "--shapes 130m,370m");
-#   verify:   gpu, then the Go stage benchmark and the big-model decode
-#             benchmark: one call for a branch's first run on the GPU (about
-#             4 minutes), then profile;
+#   verify:   gpu, then the Go stage benchmark, the scan variants and the
+#             1.4b/2.8b decode and prefill variants: one call for a branch's
+#             first run on the GPU (about 5 minutes);
 #   profile:  ncu's per-kernel times for a 1.4b decode step and for dt_proj;
 #   sourceprof: ncu's per-instruction stall samples for the bf16 scan and the
 #             2.8b decode GEMVs (text logs and .ncu-rep reports);
@@ -35,9 +35,12 @@ if [[ $mode == verify ]]; then
   echo "== GPU stage times (130m, B=1, T=2048, f32 and bf16)"
   .carry/gpu.test -test.v -test.run '^$' -test.bench Prefill130m -test.benchtime 20x 2>&1 | tee "$OUT/gpu_stages.log" \
     | grep -v "^goos\|^goarch\|^pkg\|^=== \|^Benchmark.*[^s]$"
-  echo "== bf16 decode step at 1.4b and 2.8b: the step kernels against the prefill path"
-  .carry/gpu.test -test.run '^$' -test.bench DecodeBig -test.benchtime 200x 2>&1 | tee "$OUT/decode_big.log" | grep "us/step"
-  bash "$0" "$commit" profile
+  echo "== the scan: plain and staged kernels (130m, bf16)"
+  .carry/gpu.test -test.v -test.run '^$' -test.bench Scan130m -test.benchtime 20x 2>&1 | tee "$OUT/scan_variants.log" \
+    | grep -E "tok/s|  scan"
+  echo "== 1.4b and 2.8b, bf16: decode step variants, and prefill with each scan"
+  .carry/gpu.test -test.run '^$' -test.bench BigShapes -test.benchtime 100x 2>&1 | tee "$OUT/big_shapes.log" \
+    | grep -E "us/step|tok/s"
   exit $status
 fi
 if [[ $mode == gpu || $mode == all ]]; then
@@ -88,7 +91,7 @@ fi
 if [[ $mode == profile ]]; then
   echo "== ncu: one bf16 decode step at 1.4b (the kernels), per kernel; dt_proj at 130m"
   timeout 300 ncu --clock-control none -k 'regex:step_in|gemv|step_scan' --launch-count 193 --print-summary per-kernel \
-    .carry/gpu.test -test.run '^$' -test.bench 'DecodeBig/1.4b/kernels$' -test.benchtime 1x > "$OUT/decode_big_ncu.log" 2>&1
+    .carry/gpu.test -test.run '^$' -test.bench 'BigShapes/1.4b/kernels$' -test.benchtime 1x > "$OUT/decode_big_ncu.log" 2>&1
   echo "ncu exit $?"; grep -E "^  [a-z_0-9]+ |Duration" "$OUT/decode_big_ncu.log" | head -24
   timeout 200 ncu --clock-control none -k 'regex:dt_proj' --launch-skip 30 --launch-count 3 --section SpeedOfLight \
     --section Occupancy .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/bfloat16/B1_T2048$' -test.benchtime 1x \
@@ -108,7 +111,7 @@ if [[ $mode == sourceprof ]]; then
   echo "ncu exit $?: $(wc -l < "$OUT/scan_source.log") lines"
   timeout 240 ncu --clock-control none -k 'regex:step_in_bf16|gemv_bf16' --launch-skip 130 --launch-count 3 $sections \
     --export "$OUT/gemv_source" --page source --print-source sass \
-    .carry/gpu.test -test.run '^$' -test.bench 'DecodeBig/2.8b/kernels$' -test.benchtime 1x > "$OUT/gemv_source.log" 2>&1
+    .carry/gpu.test -test.run '^$' -test.bench 'BigShapes/2.8b/kernels$' -test.benchtime 1x > "$OUT/gemv_source.log" 2>&1
   echo "ncu exit $?: $(wc -l < "$OUT/gemv_source.log") lines"
 fi
 if [[ $mode == mamba_ssm ]]; then

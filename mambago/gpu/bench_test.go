@@ -102,19 +102,21 @@ func benchPrefill(b *testing.B, w *checkpoint.Weights, dt cuda.DType) {
 	b.Logf("%s stages over 5 prefills, B=%d T=%d:\n%s", dt, B, T, report)
 }
 
-// BenchmarkScanChunk130m times bf16 prefills of the 130m shape with the
-// scan's chunk length at 32, 48 and 64 positions, then the scan stage alone:
-// shorter chunks give the scan more blocks (at B=1, T=2048 and 64 positions
-// its passes fill 0.6 of a wave) and its carry pass more steps.
-func BenchmarkScanChunk130m(b *testing.B) {
+// BenchmarkScan130m times bf16 prefills of the 130m shape with the plain
+// and the staged scan kernels (Engine.ScanStaged), then the scan stage
+// alone. (Chunk lengths of 32 and 48 positions were measured against the
+// default 64 on the H200 at 4041782 and were no faster: 9.9, 8.8 and 8.9 ms
+// of scan over 5 prefills at B=1, T=2048; 33.0, 31.9 and 30.3 at T=8192;
+// 56.8, 54.6 and 51.8 at B=8.)
+func BenchmarkScan130m(b *testing.B) {
 	gputest.Need(b)
 	w := fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1)
-	for _, L := range []int{32, 48, 64} {
+	for _, staged := range []bool{false, true} {
 		e, err := gpu.New(w, 0, cuda.BF16)
 		if err != nil {
 			b.Fatal(err)
 		}
-		e.ScanChunk = L
+		e.ScanStaged = staged
 		for _, s := range []struct{ B, T int }{{1, 2048}, {1, 8192}, {8, 2048}} {
 			ids := make([]int64, s.B*s.T)
 			for i := range ids {
@@ -133,7 +135,7 @@ func BenchmarkScanChunk130m(b *testing.B) {
 			for range 10 {
 				prefill()
 			}
-			b.Run(fmt.Sprintf("L%d/B%d_T%d", L, s.B, s.T), func(b *testing.B) {
+			b.Run(fmt.Sprintf("staged_%v/B%d_T%d", staged, s.B, s.T), func(b *testing.B) {
 				for b.Loop() {
 					prefill()
 				}
@@ -148,7 +150,7 @@ func BenchmarkScanChunk130m(b *testing.B) {
 				b.Fatal(err)
 			}
 			e.Timer = nil
-			b.Logf("L=%d B=%d T=%d, 5 prefills:\n%s", L, s.B, s.T, report)
+			b.Logf("staged %v B=%d T=%d, 5 prefills:\n%s", staged, s.B, s.T, report)
 			if err := st.(*gpu.State).Free(); err != nil {
 				b.Fatal(err)
 			}
@@ -159,21 +161,22 @@ func BenchmarkScanChunk130m(b *testing.B) {
 	}
 }
 
-// BenchmarkDecodeBig times the bf16 decode step's graph replay at B=1 for
-// the 1.4b (d=2048, 48 layers) and 2.8b (d=2560, 64 layers) shapes: the
-// single-token kernels as New sets them up, with four rows to a warp group
-// in the big GEMVs (Engine.GEMVRows) at the default split and at split 1,
-// and the prefill path at T = 1 with cuBLAS GEMVs (DecodeKernelMaxB < 0).
-// (Measured on the H200 at 8779a0b: 1.75 and 3.36 ms a step; without
-// programmatic dependent launch 1.92 and 3.52; one warp a row 2.24 and
-// 4.00; the prefill path 3.08 and 4.93.)
-func BenchmarkDecodeBig(b *testing.B) {
+// BenchmarkBigShapes times, for the 1.4b (d=2048, 48 layers) and 2.8b
+// (d=2560, 64 layers) shapes in bf16: the decode step's graph replay at B=1
+// with the single-token kernels as New sets them up, with four rows to a
+// warp group in the big GEMVs (Engine.GEMVRows) at the default split and at
+// split 1, and on the prefill path at T = 1 with cuBLAS GEMVs
+// (DecodeKernelMaxB < 0); then a B=1, T=2048 prefill with the plain and the
+// staged scan. (Measured on the H200 at 8779a0b, as BenchmarkDecodeBig:
+// 1.75 and 3.36 ms a step; without programmatic dependent launch 1.92 and
+// 3.52; one warp a row 2.24 and 4.00; the prefill path 3.08 and 4.93.)
+func BenchmarkBigShapes(b *testing.B) {
 	gputest.Need(b)
 	for _, s := range []struct {
 		name      string
 		d, layers int
 	}{{"1.4b", 2048, 48}, {"2.8b", 2560, 64}} {
-		// Everything runs inside b.Run, so -test.bench 'DecodeBig/2.8b' builds
+		// Everything runs inside b.Run, so -test.bench 'BigShapes/2.8b' builds
 		// and launches nothing of the other shape (ncu counts launches).
 		b.Run(s.name, func(b *testing.B) {
 			e, err := gpu.New(fixture.RandomWeights(fixture.Shape(s.d, s.layers, 50280), 1), 0, cuda.BF16)
@@ -212,6 +215,27 @@ func BenchmarkDecodeBig(b *testing.B) {
 						}
 					}
 					b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/step")
+				})
+			}
+			ids = make([]int64, 2048)
+			for i := range ids {
+				ids[i] = rand.Int64N(50280)
+			}
+			in, out := engine.Input{B: 1, T: 2048, IDs: ids}, make([]float32, s.d)
+			for _, staged := range []bool{false, true} {
+				b.Run(fmt.Sprintf("prefill_T2048_staged_%v", staged), func(b *testing.B) {
+					e.ScanStaged = staged
+					for range 5 {
+						if err := e.Prefill(st, in, engine.Last, out); err != nil {
+							b.Fatal(err)
+						}
+					}
+					for b.Loop() {
+						if err := e.Prefill(st, in, engine.Last, out); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(2048*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
 				})
 			}
 		})

@@ -51,6 +51,9 @@ type Engine struct {
 	// ScanChunk is the scan's chunk length in positions (a multiple of 8);
 	// 0 picks DefaultScanChunk. Set it before the first prefill.
 	ScanChunk int
+	// ScanStaged runs the scan kernels that stage their inputs in shared
+	// memory with cp.async (Scan.Staged). Off by default until measured.
+	ScanStaged bool
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
 	// DecodePDL launches the decode kernels with programmatic dependent

@@ -113,9 +113,9 @@ func (e *Engine) gemvPlan(kernel string, rows, K int) gemvLaunch {
 
 // gemvSplit picks how many warps share a GEMV row of K weights of size
 // bytes (the split of kernels/step.cu). Measured on the H200 (bf16 decode
-// step, B=1, BenchmarkDecodeBig): two warps a row beat one and beat four or
-// eight for the big GEMVs (1.4b: 2.05 ms a step against 2.34 with one and
-// 3.0 with eight). A GEMV of under 1024 rows (x_proj, whose rows are E
+// step, B=1, BenchmarkBigShapes): two warps a row beat one and beat four
+// or eight for the big GEMVs (1.4b: 2.05 ms a step against 2.34 with one
+// and 3.0 with eight). A GEMV of under 1024 rows (x_proj, whose rows are E
 // long) has too few warps to fill the GPU, so it splits until no warp walks
 // more than one of the row's 512-byte slices.
 func gemvSplit(rows, K, size int) int {
