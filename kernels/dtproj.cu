@@ -17,11 +17,13 @@
 // channel] and both read from global memory in whole row segments; then for
 // each k a thread reads its DT_TN weights (one 16-byte load, consecutive
 // across the warp) and its DT_TM dt_low values (16-byte loads, the same for
-// the whole warp) and does DT_TM * DT_TN FMAs. (One channel per thread, with
-// the weights in registers, needed a shared-memory read per FMA: it ran at
-// a third of the FMA rate, slower than cuBLAS.) Rows of the staged arrays
+// the whole warp) and does DT_TM * DT_TN FMAs. Rows of the staged arrays
 // are padded by 4 floats, which keeps 16-byte alignment and spreads the
-// transposing stores over the banks.
+// transposing stores over the banks. Each row's DT_TN channels are stored as
+// one float4. On the H200 this takes 20.7 us a layer (130m, T=2048). One
+// channel per thread, with the weights in registers, needed a shared-memory
+// read per FMA and took 30-37 us; 4-byte stores at a 16-byte stride kept it
+// at 30 us.
 
 #define DT_TN 4                                    // channels per thread
 #define DT_TM 8                                    // rows per thread
