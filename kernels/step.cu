@@ -156,7 +156,7 @@ __device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const
     int slice = warp % split, first = warp - slice;
     for (int base = blockIdx.x * per; base < rows; base += gridDim.x * per) {
         int n0 = base + warp / split * ROWS;
-        float dot[ROWS][STEP_MAXB], ss[STEP_MAXB];
+        float dot[ROWS][STEP_MAXB] = {}, ss[STEP_MAXB] = {};  // stay 0 in a group past the last row
         bool live = n0 < rows;
         if (live) rows_dot<ROWS>(W, n0, rows, K, x, ldx, normw, B, slice, split, dot, ss);
 #pragma unroll
