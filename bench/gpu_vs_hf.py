@@ -32,10 +32,7 @@ from roofline import gemm_flops_per_token  # noqa: E402
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
-    p.add_argument("--shapes", default="130m,370m,1.4b,2.8b")
-    p.add_argument("--lengths", default="128,512,2048,8192")
-    p.add_argument("--batches", default="1,8")
-    p.add_argument("--repeats", type=int, default=10)
+    random_checkpoint.add_matrix_args(p)
     p.add_argument("--commit", default="unknown")
     a = p.parse_args()
 
@@ -50,7 +47,7 @@ def main():
     print(f"{gpu}: torch FP32 SGEMM {rate / 1e12:.1f} TFLOP/s; transformers {transformers.__version__}", flush=True)
     rows = []
     rng = np.random.default_rng(0)
-    for shape in a.shapes.split(","):
+    for shape in a.shapes:
         d, L = random_checkpoint.SHAPES[shape]
         path = f"/tmp/mambago-bench-{shape}"
         if not os.path.exists(os.path.join(path, "model.safetensors")):
@@ -60,9 +57,9 @@ def main():
         with torch.no_grad():  # HF's warm-up
             hf(input_ids=torch.zeros(1, 16, dtype=torch.long, device="cuda"), use_cache=False)
         flops_per_token = gemm_flops_per_token(d, L)
-        for B in [int(x) for x in a.batches.split(",")]:
+        for B in a.batches:
             state = mg.new_state(B)
-            for T in [int(x) for x in a.lengths.split(",")]:
+            for T in a.lengths:
                 ids = torch.from_numpy(rng.integers(0, mg.config.vocab_size, size=(B, T))).cuda()
                 out = torch.empty(B, d, device="cuda")
                 stream = torch.cuda.current_stream().cuda_stream

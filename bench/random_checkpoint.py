@@ -19,6 +19,17 @@ import numpy as np
 SHAPES = {"130m": (768, 24), "370m": (1024, 48), "1.4b": (2048, 48), "2.8b": (2560, 64)}
 
 
+def add_matrix_args(p):
+    """Adds the benchmark matrix to an argparse parser: --shapes (names in
+    SHAPES), --lengths and --batches (comma-separated, parsed to lists) and
+    --repeats."""
+    ints = lambda v: [int(x) for x in v.split(",")]  # noqa: E731
+    p.add_argument("--shapes", default=",".join(SHAPES), type=lambda v: v.split(","))
+    p.add_argument("--lengths", default="128,512,2048,8192", type=ints)
+    p.add_argument("--batches", default="1,8", type=ints)
+    p.add_argument("--repeats", type=int, default=10)
+
+
 def write(out_dir, d, layers, vocab=50280, state=16, conv=4, expand=2, seed=0):
     rng = np.random.default_rng(seed)
     E, R = expand * d, math.ceil(d / 16)

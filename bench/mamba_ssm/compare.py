@@ -147,10 +147,7 @@ def replay_ms(fn, n=200):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
-    p.add_argument("--shapes", default="130m,370m,1.4b,2.8b")
-    p.add_argument("--lengths", default="128,512,2048,8192")
-    p.add_argument("--batches", default="1,8")
-    p.add_argument("--repeats", type=int, default=10)
+    random_checkpoint.add_matrix_args(p)
     p.add_argument("--commit", default="unknown")
     a = p.parse_args()
     import mambago
@@ -172,7 +169,7 @@ def main():
             json.dump(result, f, indent=2)
 
     stream = torch.cuda.current_stream()
-    for shape in a.shapes.split(","):
+    for shape in a.shapes:
         d, L = random_checkpoint.SHAPES[shape]
         path = f"/tmp/mambago-bench-{shape}"
         if not os.path.exists(os.path.join(path, "model.safetensors")):
@@ -182,9 +179,9 @@ def main():
         ref = Reference(path, k)
         V = mg.config.vocab_size
         flops_per_token = gemm_flops_per_token(d, L)
-        for B in [int(x) for x in a.batches.split(",")]:
+        for B in a.batches:
             state = mg.new_state(B)
-            for T in [int(x) for x in a.lengths.split(",")]:
+            for T in a.lengths:
                 mg.reserve(B, T)
                 ids = torch.randint(0, V, (B, T), device="cuda")
                 out = torch.empty(B, d, device="cuda")

@@ -89,17 +89,26 @@ func benchPrefill(b *testing.B, w *checkpoint.Weights, dt cuda.DType) {
 			b.ReportMetric(float64(r.tokens)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
 		})
 	}
-	e.Timer = &gpu.StageTimer{}
-	for range 5 {
+	b.Logf("%s stages over 5 prefills, B=%d T=%d:\n%s", dt, B, T, stageTable(b, e, func() {
 		if err := prefill(in)(); err != nil {
 			b.Fatal(err)
 		}
+	}))
+}
+
+// stageTable times 5 runs of prefill with e's stage timer and returns the
+// table of where their time went; the timer is off again afterwards.
+func stageTable(b *testing.B, e *gpu.Engine, prefill func()) string {
+	e.Timer = &gpu.StageTimer{}
+	defer func() { e.Timer = nil }()
+	for range 5 {
+		prefill()
 	}
 	report, err := e.Timer.Report(e)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Logf("%s stages over 5 prefills, B=%d T=%d:\n%s", dt, B, T, report)
+	return report
 }
 
 // BenchmarkScan130m times bf16 prefills of the 130m shape with the plain
@@ -141,16 +150,7 @@ func BenchmarkScan130m(b *testing.B) {
 				}
 				b.ReportMetric(float64(s.B*s.T)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
 			})
-			e.Timer = &gpu.StageTimer{}
-			for range 5 {
-				prefill()
-			}
-			report, err := e.Timer.Report(e)
-			if err != nil {
-				b.Fatal(err)
-			}
-			e.Timer = nil
-			b.Logf("staged %v B=%d T=%d, 5 prefills:\n%s", staged, s.B, s.T, report)
+			b.Logf("staged %v B=%d T=%d, 5 prefills:\n%s", staged, s.B, s.T, stageTable(b, e, prefill))
 			if err := st.(*gpu.State).Free(); err != nil {
 				b.Fatal(err)
 			}
