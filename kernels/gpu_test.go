@@ -117,11 +117,12 @@ func relErr(got []float32, want []float64) float64 {
 
 func TestRMSNormKernel(t *testing.T) {
 	fn, s := gpu(t)
-	for _, d := range []int{64, 768, 2560, 1000} {
+	// d = 1002 and 3000 take the kernel's two-read path.
+	for _, d := range []int{64, 768, 2560, 1000, 1002, 3000} {
 		rows := 37
 		x, w := randn(rows*d, 3), randn(d, 1)
 		bx, bw, by := upload(t, s, x), upload(t, s, w), poisoned(t, s, rows*d)
-		if err := fn("rmsnorm_f32").Launch(cuda.D1(rows), cuda.D1(256), 0, s, bx.Ptr, bw.Ptr, by.Ptr, d, float32(1e-5)); err != nil {
+		if err := fn("rmsnorm_f32").Launch(cuda.D1((rows+7)/8), cuda.D1(256), 0, s, bx.Ptr, bw.Ptr, by.Ptr, rows, d, float32(1e-5)); err != nil {
 			t.Fatal(err)
 		}
 		got := download(t, s, by, rows*d)
@@ -175,6 +176,7 @@ func TestConvAndScanKernels(t *testing.T) {
 	fn, s := gpu(t)
 	for _, tc := range []struct{ B, T, E, N, K, R int }{
 		{1, 1, 64, 16, 4, 4}, {2, 37, 96, 8, 3, 5}, {3, 300, 128, 64, 4, 8}, {1, 257, 32, 256, 2, 2}, {2, 19, 48, 33, 4, 3},
+		{2, 45, 40, 16, 6, 4}, // K > 4: the conv computes with MAX_K taps
 	} {
 		B, T, E, N, K, R := tc.B, tc.T, tc.E, tc.N, tc.K, tc.R
 		rows := B * T

@@ -112,20 +112,25 @@ func stageTable(b *testing.B, e *gpu.Engine, prefill func()) string {
 }
 
 // BenchmarkScan130m times bf16 prefills of the 130m shape with the plain
-// and the staged scan kernels (Engine.ScanStaged), then the scan stage
-// alone. (Chunk lengths of 32 and 48 positions were measured against the
-// default 64 on the H200 at 4041782 and were no faster: 9.9, 8.8 and 8.9 ms
-// of scan over 5 prefills at B=1, T=2048; 33.0, 31.9 and 30.3 at T=8192;
-// 56.8, 54.6 and 51.8 at B=8.)
+// and the staged scan kernels (Engine.ScanStaged) at several chunk lengths
+// (Engine.ScanChunk), then the scan stage alone. (Chunk lengths of 32 and
+// 48 positions were measured against the default 64 with the plain kernel
+// on the H200 at 4041782 and were no faster: 9.9, 8.8 and 8.9 ms of scan
+// over 5 prefills at B=1, T=2048; 33.0, 31.9 and 30.3 at T=8192; 56.8, 54.6
+// and 51.8 at B=8. The plain kernel then waited on its loads, which the
+// staged one no longer does.)
 func BenchmarkScan130m(b *testing.B) {
 	gputest.Need(b)
 	w := fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1)
-	for _, staged := range []bool{false, true} {
+	for _, v := range []struct {
+		staged bool
+		chunk  int
+	}{{false, 64}, {true, 64}, {true, 32}, {true, 16}} {
 		e, err := gpu.New(w, 0, cuda.BF16)
 		if err != nil {
 			b.Fatal(err)
 		}
-		e.ScanStaged = staged
+		e.ScanStaged, e.ScanChunk = v.staged, v.chunk
 		for _, s := range []struct{ B, T int }{{1, 2048}, {1, 8192}, {8, 2048}} {
 			ids := make([]int64, s.B*s.T)
 			for i := range ids {
@@ -144,13 +149,13 @@ func BenchmarkScan130m(b *testing.B) {
 			for range 10 {
 				prefill()
 			}
-			b.Run(fmt.Sprintf("staged_%v/B%d_T%d", staged, s.B, s.T), func(b *testing.B) {
+			b.Run(fmt.Sprintf("staged_%v_L%d/B%d_T%d", v.staged, v.chunk, s.B, s.T), func(b *testing.B) {
 				for b.Loop() {
 					prefill()
 				}
 				b.ReportMetric(float64(s.B*s.T)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
 			})
-			b.Logf("staged %v B=%d T=%d, 5 prefills:\n%s", staged, s.B, s.T, stageTable(b, e, prefill))
+			b.Logf("staged %v L=%d B=%d T=%d, 5 prefills:\n%s", v.staged, v.chunk, s.B, s.T, stageTable(b, e, prefill))
 			if err := st.(*gpu.State).Free(); err != nil {
 				b.Fatal(err)
 			}
@@ -167,7 +172,7 @@ func BenchmarkScan130m(b *testing.B) {
 // warp group in the big GEMVs (Engine.GEMVRows) at the default split and at
 // split 1, and on the prefill path at T = 1 with cuBLAS GEMVs
 // (DecodeKernelMaxB < 0); then a B=1, T=2048 prefill with the plain and the
-// staged scan. (Measured on the H200 at 8779a0b, as BenchmarkDecodeBig:
+// staged scan, the staged one at several chunk lengths. (Measured on the H200 at 8779a0b, as BenchmarkDecodeBig:
 // 1.75 and 3.36 ms a step; without programmatic dependent launch 1.92 and
 // 3.52; one warp a row 2.24 and 4.00; the prefill path 3.08 and 4.93.)
 func BenchmarkBigShapes(b *testing.B) {
@@ -222,9 +227,12 @@ func BenchmarkBigShapes(b *testing.B) {
 				ids[i] = rand.Int64N(50280)
 			}
 			in, out := engine.Input{B: 1, T: 2048, IDs: ids}, make([]float32, s.d)
-			for _, staged := range []bool{false, true} {
-				b.Run(fmt.Sprintf("prefill_T2048_staged_%v", staged), func(b *testing.B) {
-					e.ScanStaged = staged
+			for _, v := range []struct {
+				staged bool
+				chunk  int
+			}{{false, 64}, {true, 64}, {true, 32}, {true, 128}} {
+				b.Run(fmt.Sprintf("prefill_T2048_staged_%v_L%d", v.staged, v.chunk), func(b *testing.B) {
+					e.ScanStaged, e.ScanChunk = v.staged, v.chunk
 					for range 5 {
 						if err := e.Prefill(st, in, engine.Last, out); err != nil {
 							b.Fatal(err)

@@ -292,7 +292,7 @@ func TestScanStagedMatches(t *testing.T) {
 	w := fixture.RandomWeights(cfg, rand.Uint64())
 	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16, cuda.F16} {
 		plain, staged := newEngine(t, w, dt), newEngine(t, w, dt)
-		staged.ScanStaged = true
+		plain.ScanStaged, staged.ScanStaged = false, true
 		const B, T = 2, 300
 		ids := make([]int64, 2*B*T)
 		for i := range ids {
@@ -318,4 +318,42 @@ func TestScanStagedMatches(t *testing.T) {
 		}
 		checkStates(t, fmt.Sprintf("%s staged scan", dt), states[1], states[0], cfg.Layers)
 	}
+}
+
+// TestScanChunkResize changes Engine.ScanChunk between two prefills, the
+// second at a chunk length that needs eight times the scan's scratch: the
+// workspace must grow (compute-sanitizer's memcheck runs this test), and
+// the f32 outputs match an engine that keeps the default chunk.
+func TestScanChunkResize(t *testing.T) {
+	gputest.Need(t)
+	cfg := fixture.Shape(128, 2, 300)
+	w := fixture.RandomWeights(cfg, rand.Uint64())
+	ref, e := newEngine(t, w, cuda.F32), newEngine(t, w, cuda.F32)
+	const B, T = 2, 300
+	ids := make([]int64, 2*B*T)
+	for i := range ids {
+		ids[i] = rand.Int64N(int64(cfg.Vocab))
+	}
+	var states [2]engine.State
+	var outs [2][]float32
+	for i, eng := range []*gpu.Engine{ref, e} {
+		st, err := eng.NewState(B)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for half := 0; half < 2; half++ {
+			if i == 1 {
+				eng.ScanChunk = []int{64, 8}[half]
+			}
+			outs[i] = fixture.NaNs(B * T * cfg.Hidden)
+			if err := eng.Prefill(st, engine.Input{B: B, T: T, IDs: ids[half*B*T : (half+1)*B*T]}, engine.All, outs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		states[i] = st
+	}
+	if rel := fixture.RelErr(outs[1], outs[0]); rel > 1e-5 {
+		t.Errorf("chunk 8 after chunk 64: hidden states differ from chunk 64's by %.3g", rel)
+	}
+	checkStates(t, "chunk 8 after chunk 64", states[1], states[0], cfg.Layers)
 }
