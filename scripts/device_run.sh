@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .carry/ from
 # scripts/device_build.sh. Logs and JSON go to $OUT (or ./out).
-# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|verify|profile|sourceprof|decodeprof|mamba_ssm|cpu|all]
+# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|verify|profile|sourceprof|kerneltimes|decodeprof|mamba_ssm|cpu|all]
+# (several modes: separate them with commas, e.g. mamba_ssm,kerneltimes)
 #   gpu:      the CUDA binding, kernel and engine tests, the Python tests,
 #             compute-sanitizer memcheck over the kernel and engine fixture
 #             tests, and racecheck over the scan kernel's test;
@@ -13,6 +14,9 @@
 #   profile:  ncu's per-kernel times for a 1.4b decode step and for dt_proj;
 #   sourceprof: ncu's per-instruction stall samples for the bf16 scan and the
 #             2.8b decode GEMVs (text logs and .ncu-rep reports);
+#   kerneltimes: every kernel's mean time with warm caches (ncu, one metric,
+#             no cache flush) for a bf16 130m B=1 T=2048 prefill and a 2.8b
+#             decode step: the stage table's event timings include launch gaps;
 #   decodeprof: per-kernel times of the decode step's kernels (ncu, 130m, f32 and bf16),
 #             against the step graph's wall time from the Go benchmark;
 #   mamba_ssm: builds mamba_ssm and causal-conv1d for sm_90 (once per machine),
@@ -25,6 +29,11 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 commit=${1:-unknown}
 mode=${2:-all}
+if [[ $mode == *,* ]]; then  # one mode after the other; fails if any fails
+  status=0
+  for m in ${mode//,/ }; do bash "$0" "$commit" "$m" || status=1; done
+  exit $status
+fi
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-index --target /tmp/site .carry/mambago-*.whl || exit 1
 export PYTHONPATH=/tmp/site
@@ -69,6 +78,19 @@ if [[ $mode == gpubench || $mode == all ]]; then
   echo "== GPU prefill, mambago vs Hugging Face (f32) ${BENCH_ARGS:-}"
   python3 bench/gpu_vs_hf.py --out "$OUT/gpu_vs_hf.json" --commit "$commit" ${BENCH_ARGS:-} 2>&1 \
     | grep -v "falling back\|Loading" | tee "$OUT/gpu_vs_hf.log"
+fi
+if [[ $mode == kerneltimes ]]; then
+  echo "== ncu, warm caches: per-kernel times of a bf16 130m prefill (B=1, T=2048) and of a 2.8b decode step"
+  times="--cache-control none --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel"
+  timeout 300 ncu $times --launch-count 1500 .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/bfloat16/B1_T2048$' \
+    -test.benchtime 1x > "$OUT/kerneltimes_130m.log" 2>&1
+  echo "ncu exit $?"
+  timeout 300 ncu $times --launch-skip 2000 --launch-count 700 .carry/gpu.test -test.run '^$' \
+    -test.bench 'BigShapes/2.8b/kernels_rows4$' -test.benchtime 3x > "$OUT/kerneltimes_2.8b.log" 2>&1
+  echo "ncu exit $?"
+  for f in "$OUT"/kerneltimes_*.log; do
+    echo "-- $f"; python3 scripts/ncu_summary.py "$f"
+  done
 fi
 if [[ $mode == decodeprof ]]; then
   echo "== decode step: graph replay time, then ncu's per-kernel times (130m shape, B=1)"
