@@ -40,6 +40,16 @@ __device__ __forceinline__ f16 from_f32<f16>(float v) {
     return r;
 }
 
+// store4 writes four consecutive values to p (aligned to four elements) as
+// one store.
+__device__ __forceinline__ void store4(float *p, float4 v) { *reinterpret_cast<float4 *>(p) = v; }
+template <class T>
+__device__ __forceinline__ void store4(T *p, float4 v) {
+    uint2 u = make_uint2(from_f32<T>(v.x).bits | (unsigned)from_f32<T>(v.y).bits << 16,
+                         from_f32<T>(v.z).bits | (unsigned)from_f32<T>(v.w).bits << 16);
+    *reinterpret_cast<uint2 *>(p) = u;
+}
+
 // EACH_DTYPE(X) expands X(sfx, T) for every storage type. A kernel file
 // defines its typed entries through it, one extern "C" kernel per type named
 // <kernel>_##sfx: rmsnorm_f32, rmsnorm_bf16, rmsnorm_f16. kernels.DTypes

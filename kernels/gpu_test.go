@@ -117,11 +117,12 @@ func relErr(got []float32, want []float64) float64 {
 
 func TestRMSNormKernel(t *testing.T) {
 	fn, s := gpu(t)
-	for _, d := range []int{64, 768, 2560, 1000} {
+	// d = 1002 and 3000 take the kernel's two-read path.
+	for _, d := range []int{64, 768, 2560, 1000, 1002, 3000} {
 		rows := 37
 		x, w := randn(rows*d, 3), randn(d, 1)
 		bx, bw, by := upload(t, s, x), upload(t, s, w), poisoned(t, s, rows*d)
-		if err := fn("rmsnorm_f32").Launch(cuda.D1(rows), cuda.D1(256), 0, s, bx.Ptr, bw.Ptr, by.Ptr, d, float32(1e-5)); err != nil {
+		if err := fn("rmsnorm_f32").Launch(cuda.D1((rows+7)/8), cuda.D1(256), 0, s, bx.Ptr, bw.Ptr, by.Ptr, rows, d, float32(1e-5)); err != nil {
 			t.Fatal(err)
 		}
 		got := download(t, s, by, rows*d)
@@ -175,6 +176,7 @@ func TestConvAndScanKernels(t *testing.T) {
 	fn, s := gpu(t)
 	for _, tc := range []struct{ B, T, E, N, K, R int }{
 		{1, 1, 64, 16, 4, 4}, {2, 37, 96, 8, 3, 5}, {3, 300, 128, 64, 4, 8}, {1, 257, 32, 256, 2, 2}, {2, 19, 48, 33, 4, 3},
+		{2, 45, 40, 16, 6, 4}, // K > 4: the conv computes with MAX_K taps
 	} {
 		B, T, E, N, K, R := tc.B, tc.T, tc.E, tc.N, tc.K, tc.R
 		rows := B * T
@@ -231,18 +233,22 @@ func TestConvAndScanKernels(t *testing.T) {
 		bdt, bA2, bdbl := upload(t, s, dt), upload(t, s, A2), upload(t, s, dbl)
 		bD := upload(t, s, Dk)
 		wantY, wantS := scanRef(dt, dbl, A2, Dk, st0, xz, gotU, B, T, E, N, R)
-		for _, chunk := range []int{0, 8, 24} { // the default and many chunks
-			bst, by := upload(t, s, st0), poisoned(t, s, rows*E)
-			sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
-				U: bu.Ptr, D: bD.Ptr, Z: bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr,
-				B: B, T: T, E: E, N: N, Chunk: chunk}
-			scratch := poisoned(t, s, max(1, sc.ScratchFloats()))
-			sc.Scratch = scratch.Ptr
-			if err := sc.Launch(fn, s); err != nil {
-				t.Fatal(err)
+		// The default chunk, many chunks, chunks of many stages; the plain
+		// kernels and the staged ones (every E here is a multiple of 8).
+		for _, chunk := range []int{0, 8, 24, 136} {
+			for _, staged := range []bool{false, true} {
+				bst, by := upload(t, s, st0), poisoned(t, s, rows*E)
+				sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
+					U: bu.Ptr, D: bD.Ptr, Z: bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr,
+					B: B, T: T, E: E, N: N, Chunk: chunk, Staged: staged}
+				scratch := poisoned(t, s, max(1, sc.ScratchFloats()))
+				sc.Scratch = scratch.Ptr
+				if err := sc.Launch(fn, s); err != nil {
+					t.Fatal(err)
+				}
+				checkScan(t, fmt.Sprintf("%+v chunk %d staged %v", tc, chunk, staged), download(t, s, by, rows*E),
+					download(t, s, bst, B*E*N), wantY, wantS)
 			}
-			checkScan(t, fmt.Sprintf("%+v chunk %d", tc, chunk), download(t, s, by, rows*E), download(t, s, bst, B*E*N),
-				wantY, wantS)
 		}
 		t.Logf("%+v ok", tc)
 	}
@@ -344,7 +350,8 @@ func bf16Bits(v []float32) (rounded []float32, packed []float32) {
 }
 
 // TestGEMVKernel checks the decode GEMV (kernels/step.cu) against float64
-// for every split, with and without the RMSNorm folded in, writing and
+// for every split, with one and four rows to a warp group (gemv_, gemv_r4_;
+// the rows counts leave partial groups), with and without the RMSNorm folded in, writing and
 // accumulating, on the vector path (K a multiple of 16 bytes' worth of
 // weights) and the scalar one, in f32 and bf16 weights.
 func TestGEMVKernel(t *testing.T) {
@@ -352,12 +359,16 @@ func TestGEMVKernel(t *testing.T) {
 	const eps = 1e-5
 	for _, sfx := range []string{"f32", "bf16"} {
 		for _, K := range []int{64, 770, 2048} {
-			for _, split := range []int{1, 2, 4, 8} {
+			for _, sp := range []struct{ split, rows int }{{1, 1}, {2, 1}, {4, 1}, {8, 1}, {1, 4}, {2, 4}, {8, 4}} {
+				split, kernel := sp.split, "gemv_"
+				if sp.rows == 4 {
+					kernel = "gemv_r4_"
+				}
 				for _, tc := range []struct {
 					B, rows    int
 					norm, accu bool
 				}{{1, 37, true, false}, {3, 5, false, true}, {8, 130, true, true}, {8, 9, false, false}} {
-					name := fmt.Sprintf("%s K=%d split=%d %+v", sfx, K, split, tc)
+					name := fmt.Sprintf("%s%s K=%d split=%d %+v", kernel, sfx, K, split, tc)
 					ldx := K + 4
 					x, W, bias, normw := randn(tc.B*ldx, 1), randn(tc.rows*K, 0.1), randn(tc.rows, 1), randn(K, 1)
 					wdev := W
@@ -377,9 +388,9 @@ func TestGEMVKernel(t *testing.T) {
 					if tc.accu {
 						accu = 1
 					}
-					per := 8 / split
+					per := 8 / split * sp.rows
 					grid := cuda.D1((tc.rows + per - 1) / per)
-					if err := fn("gemv_"+sfx).Launch(grid, cuda.D1(256), 0, s, bx.Ptr, ldx, nptr, float32(eps), bW.Ptr,
+					if err := fn(kernel+sfx).Launch(grid, cuda.D1(256), 0, s, bx.Ptr, ldx, nptr, float32(eps), bW.Ptr,
 						bb.Ptr, bo.Ptr, tc.rows, accu, tc.B, K, tc.rows, split); err != nil {
 						t.Fatal(err)
 					}

@@ -50,12 +50,14 @@ func TestCompileAll(t *testing.T) {
 }
 
 // TestEntries checks the entry-point scan against the scan kernels, whose
-// declarations carry __launch_bounds__ and come once per storage type
-// through EACH_DTYPE, and checks DTypes against EACH_DTYPE.
+// declarations carry __launch_bounds__ and come twice per storage type
+// (plain and staged) through EACH_DTYPE, and checks DTypes against EACH_DTYPE.
 func TestEntries(t *testing.T) {
 	got := strings.Join(kernels.Entries("scan.cu"), ",")
-	want := "scan_chunk_sum_f32,scan_chunk_sum_bf16,scan_chunk_sum_f16,scan_carry_f32," +
-		"scan_chunk_out_f32,scan_chunk_out_bf16,scan_chunk_out_f16"
+	want := "scan_chunk_sum_f32,scan_chunk_sum_bf16,scan_chunk_sum_f16," +
+		"scan_chunk_sum_st_f32,scan_chunk_sum_st_bf16,scan_chunk_sum_st_f16,scan_carry_f32," +
+		"scan_chunk_out_f32,scan_chunk_out_bf16,scan_chunk_out_f16," +
+		"scan_chunk_out_st_f32,scan_chunk_out_st_bf16,scan_chunk_out_st_f16"
 	if got != want {
 		t.Fatalf("Entries(scan.cu) = %s, want %s", got, want)
 	}

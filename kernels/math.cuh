@@ -39,3 +39,43 @@ __device__ __forceinline__ void pdl_wait() {
 
 // prefetch_l2 asks for the 128-byte line holding p in L2, without waiting.
 __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// Asynchronous copies from global to shared memory (cp.async, sm_80 and
+// newer; before that a plain load and store). A copy of n bytes (4 or 16;
+// the addresses aligned to n) reads src only when full is set, else fills
+// zeros. Copies issued between two cp_async_commit calls form a group;
+// cp_async_wait<k>() waits until at most k groups are in flight, and a
+// barrier after it makes every thread's copies visible to the block.
+__device__ __forceinline__ unsigned shared_addr(const void *p) {
+    unsigned a;
+    asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
+    return a;
+}
+template <int n>
+__device__ __forceinline__ void cp_async(void *dst, const void *src, bool full) {
+    static_assert(n == 4 || n == 16, "cp.async copies 4 or 16 bytes here");
+#if __CUDA_ARCH__ >= 800
+    if (n == 16)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_addr(dst)), "l"(src), "r"(full ? 16 : 0)
+                     : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(shared_addr(dst)), "l"(src), "r"(full ? 4 : 0)
+                     : "memory");
+#else
+    if (n == 16)
+        *reinterpret_cast<uint4 *>(dst) = full ? *reinterpret_cast<const uint4 *>(src) : make_uint4(0, 0, 0, 0);
+    else
+        *reinterpret_cast<unsigned *>(dst) = full ? *reinterpret_cast<const unsigned *>(src) : 0u;
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+template <int k>
+__device__ __forceinline__ void cp_async_wait() {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_group %0;" ::"n"(k) : "memory");
+#endif
+}

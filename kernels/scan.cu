@@ -42,6 +42,39 @@
 #define STEPS 8   // positions whose loads are issued together
 #define MAXB 128  // most channels per block
 
+// scan_begin loads a thread's decay rates A2[c, n0 ..] and, in the output
+// pass, its starting states (from start, [B, nch, E, N] at cs).
+template <bool OUT>
+__device__ __forceinline__ void scan_begin(const float *__restrict__ A2, const float *start, int c, bool on, int n0,
+                                           int N, size_t cs, float a[NS], float s[NS]) {
+#pragma unroll
+    for (int i = 0; i < NS; i++) {
+        bool live = on && n0 + i < N;
+        a[i] = live ? A2[(size_t)c * N + n0 + i] : 0.f;
+        s[i] = OUT && live ? start[cs + i] : 0.f;
+    }
+}
+
+// scan_end writes a thread's states back: the output pass's last chunk to
+// the carried state, the summary pass's every chunk to chunk_state with the
+// chunk's sum of dt.
+template <bool OUT>
+__device__ __forceinline__ void scan_end(const float s[NS], float total, float *state, float *chunk_state,
+                                         float *__restrict__ sumdt, int b, int c, int E, int N, int n0, size_t cs,
+                                         int nch, int ch, int g) {
+    if (OUT) {
+        if (ch == nch - 1)
+#pragma unroll
+            for (int i = 0; i < NS; i++)
+                if (n0 + i < N) state[((size_t)b * E + c) * N + n0 + i] = s[i];
+    } else {
+#pragma unroll
+        for (int i = 0; i < NS; i++)
+            if (n0 + i < N) chunk_state[cs + i] = s[i];
+        if (g == 0) sumdt[(size_t)(b * nch + ch) * E + c] = total;
+    }
+}
+
 template <bool OUT, class Tv>
 __device__ __forceinline__ void scan_chunk(const float *__restrict__ dtv, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd,
                                            int R, const Tv *__restrict__ u, const float *__restrict__ Dskip,
@@ -54,12 +87,7 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ dtv, const 
     bool on = c < E;
     float a[NS], s[NS];
     size_t cs = ((size_t)(b * nch + ch) * E + c) * N + n0;  // this thread's states in [B, nch, E, N]
-#pragma unroll
-    for (int i = 0; i < NS; i++) {
-        bool live = on && n0 + i < N;
-        a[i] = live ? A2[(size_t)c * N + n0 + i] : 0.f;
-        s[i] = OUT && live ? start[cs + i] : 0.f;
-    }
+    scan_begin<OUT>(A2, start, c, on, n0, N, cs, a, s);
     float dskip = on ? Dskip[c] : 0.f, total = 0.f;
     int t_end = min(T, (ch + 1) * L);
     for (int t0 = ch * L; t0 < t_end; t0 += SUB) {
@@ -108,29 +136,127 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ dtv, const 
             }
         }
     }
-    if (!on) return;
-    if (OUT) {
-        if (ch == nch - 1)
-#pragma unroll
-            for (int i = 0; i < NS; i++)
-                if (n0 + i < N) state[((size_t)b * E + c) * N + n0 + i] = s[i];
-    } else {
-#pragma unroll
-        for (int i = 0; i < NS; i++)
-            if (n0 + i < N) chunk_state[cs + i] = s[i];
-        if (g == 0) sumdt[(size_t)(b * nch + ch) * E + c] = total;
-    }
+    if (on) scan_end<OUT>(s, total, state, chunk_state, sumdt, b, c, E, N, n0, cs, nch, ch, g);
 }
 
-#define SCAN_SUM(sfx, T)                                                                                    \
-    extern "C" __global__ void __launch_bounds__(MAXB)                                                      \
-        scan_chunk_sum_##sfx(const float *__restrict__ dt,                                                   \
-                             const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,     \
-                             const T *__restrict__ u, float *chunk_state, float *__restrict__ sumdt, int T_,  \
-                             int E, int N, int L, int nch, int G) {                                           \
-        scan_chunk<false, T>(dt, A2, dbl, ldd, R, u, nullptr, nullptr, 0, nullptr, chunk_state,    \
-                             sumdt, nullptr, nullptr, nullptr, T_, E, N, L, nch, blockIdx.y / G, blockIdx.y % G, \
-                             G);                                                                              \
+// The staged variant (Scan.Staged; E a multiple of 8, 128 threads): the
+// block copies each STAGE positions' tiles of dt, u (and z) [STAGE][128
+// channels] and their B (and C) values into shared memory with cp.async,
+// double-buffered, so the next stage's copies are in flight while the
+// current one computes. (In the plain kernel ptxas issues each position's
+// loads about one position ahead of their use, whatever order the source
+// gives them, which leaves the L2 latency exposed.) Positions past the
+// chunk and channels past E are zero-filled: dt = 0 leaves s as it is.
+#define STAGE 8
+
+// scan_stage_copy queues, as one cp.async group, the copies of positions
+// t0 .. t0 + STAGE - 1 (those below t_end) into one buffer of the staged
+// scan: dt, u and, with zgate, z for channels c0 .. c0 + MAXB - 1, and the B
+// (and, in the output pass, C) values of states n0 .. n0 + NS - 1.
+template <bool OUT, class Tv>
+__device__ __forceinline__ void scan_stage_copy(float (*sdt)[MAXB], Tv (*su)[MAXB], float (*sz)[MAXB], float (*sB)[NS],
+                                                float (*sC)[NS], const float *dtv, const Tv *u, const float *z, int ldz,
+                                                const float *dbl, int ldd, int R, int b, int T, int E, int N, int n0,
+                                                int c0, int t0, int t_begin, int t_end, bool zgate) {
+    constexpr int F = MAXB / 4, UV = 16 / sizeof(Tv), FU = MAXB / UV;  // 16-byte pieces of a row
+    size_t r_safe = (size_t)b * T + t_begin;  // a row that exists, for the copies that read nothing
+    for (int i = threadIdx.x; i < STAGE * F; i += blockDim.x) {
+        int tt = i / F, cc = i % F * 4;
+        bool ok = t0 + tt < t_end && c0 + cc < E;
+        size_t r = ok ? (size_t)b * T + t0 + tt : r_safe;
+        cp_async<16>(&sdt[tt][cc], dtv + r * E + c0 + (ok ? cc : 0), ok);
+        if (OUT && zgate) cp_async<16>(&sz[tt][cc], z + r * ldz + c0 + (ok ? cc : 0), ok);
+    }
+    for (int i = threadIdx.x; i < STAGE * FU; i += blockDim.x) {
+        int tt = i / FU, cc = i % FU * UV;
+        bool ok = t0 + tt < t_end && c0 + cc < E;
+        size_t r = ok ? (size_t)b * T + t0 + tt : r_safe;
+        cp_async<16>(&su[tt][cc], u + r * E + c0 + (ok ? cc : 0), ok);
+    }
+    for (int i = threadIdx.x; i < STAGE * NS; i += blockDim.x) {
+        int tt = i / NS, n = n0 + i % NS;
+        bool ok = t0 + tt < t_end && n < N;
+        size_t r = ok ? (size_t)b * T + t0 + tt : r_safe;
+        cp_async<4>(&sB[tt][i % NS], dbl + r * ldd + R + (ok ? n : 0), ok);
+        if (OUT) cp_async<4>(&sC[tt][i % NS], dbl + r * ldd + R + N + (ok ? n : 0), ok);
+    }
+    cp_async_commit();
+}
+
+template <bool OUT, class Tv>
+__device__ __forceinline__ void scan_chunk_staged(const float *__restrict__ dtv, const float *__restrict__ A2,
+                                                  const float *__restrict__ dbl, int ldd, int R,
+                                                  const Tv *__restrict__ u, const float *__restrict__ Dskip,
+                                                  const float *__restrict__ z, int ldz, const float *start,
+                                                  float *chunk_state, float *__restrict__ sumdt, float *state, Tv *y,
+                                                  float *part, int T, int E, int N, int L, int nch, int ch, int g,
+                                                  int G) {
+    __shared__ __align__(16) float sdt[2][STAGE][MAXB];
+    __shared__ __align__(16) Tv su[2][STAGE][MAXB];
+    __shared__ __align__(16) float sz[2][OUT ? STAGE : 1][MAXB];
+    __shared__ float sB[2][STAGE][NS], sC[2][OUT ? STAGE : 1][NS];
+    int c0 = blockIdx.x * MAXB, c = c0 + threadIdx.x, b = blockIdx.z, n0 = g * NS;
+    bool on = c < E;
+    float a[NS], s[NS];
+    size_t cs = ((size_t)(b * nch + ch) * E + c) * N + n0;
+    scan_begin<OUT>(A2, start, c, on, n0, N, cs, a, s);
+    float dskip = on ? Dskip[c] : 0.f, total = 0.f;
+    int t_begin = ch * L, t_end = min(T, (ch + 1) * L), stages = (t_end - t_begin + STAGE - 1) / STAGE;
+    auto issue = [&](int st, int buf) {
+        scan_stage_copy<OUT>(sdt[buf], su[buf], sz[OUT ? buf : 0], sB[buf], sC[OUT ? buf : 0], dtv, u, z, ldz, dbl, ldd,
+                             R, b, T, E, N, n0, c0, t_begin + st * STAGE, t_begin, t_end, g == G - 1);
+    };
+    if (stages > 0) issue(0, 0);
+    for (int st = 0; st < stages; st++) {
+        int buf = st & 1;
+        if (st + 1 < stages) {
+            issue(st + 1, buf ^ 1);
+            cp_async_wait<1>();  // this stage's group is in; the next one may be in flight
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();  // every thread's copies of this stage are visible
+        if (on) {
+            int t0 = t_begin + st * STAGE;
+#pragma unroll
+            for (int i = 0; i < STAGE; i++) {
+                float dt = sdt[buf][i][threadIdx.x], uv = to_f32(su[buf][i][threadIdx.x]), du = dt * uv, acc = 0.f;
+                total += dt;
+#pragma unroll
+                for (int k = 0; k < NS; k++) {
+                    s[k] = ex2(dt * a[k]) * s[k] + du * sB[buf][i][k];
+                    if (OUT) acc += s[k] * sC[buf][i][k];
+                }
+                if (OUT && t0 + i < t_end) {
+                    size_t r = (size_t)b * T + t0 + i;
+                    float v = (g > 0 ? part[r * E + c] : 0.f) + acc;
+                    if (g == G - 1)
+                        y[r * E + c] = from_f32<Tv>((v + dskip * uv) * silu_f(sz[buf][i][threadIdx.x]));
+                    else
+                        part[r * E + c] = v;
+                }
+            }
+        }
+        __syncthreads();  // this buffer is read before the next issue refills it
+    }
+    if (on) scan_end<OUT>(s, total, state, chunk_state, sumdt, b, c, E, N, n0, cs, nch, ch, g);
+}
+
+// Each pass has two entries per storage type: the plain kernel and the
+// staged one (_st_).
+#define SCAN_SUM_PARAMS(T)                                                                                   \
+    const float *__restrict__ dt, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,   \
+        const T *__restrict__ u, float *chunk_state, float *__restrict__ sumdt, int T_, int E, int N, int L,     \
+        int nch, int G
+#define SCAN_SUM_ARGS                                                                                        \
+    dt, A2, dbl, ldd, R, u, nullptr, nullptr, 0, nullptr, chunk_state, sumdt, nullptr, nullptr, nullptr, T_, E, \
+        N, L, nch, blockIdx.y / G, blockIdx.y % G, G
+#define SCAN_SUM(sfx, T)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(MAXB) scan_chunk_sum_##sfx(SCAN_SUM_PARAMS(T)) {           \
+        scan_chunk<false, T>(SCAN_SUM_ARGS);                                                                 \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(MAXB) scan_chunk_sum_st_##sfx(SCAN_SUM_PARAMS(T)) {        \
+        scan_chunk_staged<false, T>(SCAN_SUM_ARGS);                                                          \
     }
 EACH_DTYPE(SCAN_SUM)
 
@@ -160,15 +286,18 @@ extern "C" __global__ void scan_carry_f32(const float *__restrict__ A2, const fl
     }
 }
 
+#define SCAN_OUT_PARAMS(T)                                                                                   \
+    const float *__restrict__ dt, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,   \
+        const T *__restrict__ u, const float *__restrict__ Dskip, const float *__restrict__ z, int ldz,          \
+        const float *start, float *state, T *y, float *part, int T_, int E, int N, int L, int nch, int g, int G
+#define SCAN_OUT_ARGS                                                                                        \
+    dt, A2, dbl, ldd, R, u, Dskip, z, ldz, start, nullptr, nullptr, state, y, part, T_, E, N, L, nch,          \
+        blockIdx.y, g, G
 #define SCAN_OUT(sfx, T)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(MAXB)                                                       \
-        scan_chunk_out_##sfx(const float *__restrict__ dt,                                                    \
-                             const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,      \
-                             const T *__restrict__ u, const float *__restrict__ Dskip,                         \
-                             const float *__restrict__ z,                                                      \
-                             int ldz, const float *start, float *state, T *y, float *part, int T_, int E,     \
-                             int N, int L, int nch, int g, int G) {                                           \
-        scan_chunk<true, T>(dt, A2, dbl, ldd, R, u, Dskip, z, ldz, start, nullptr, nullptr, state, y, \
-                            part, T_, E, N, L, nch, blockIdx.y, g, G);                                         \
+    extern "C" __global__ void __launch_bounds__(MAXB) scan_chunk_out_##sfx(SCAN_OUT_PARAMS(T)) {           \
+        scan_chunk<true, T>(SCAN_OUT_ARGS);                                                                  \
+    }                                                                                                        \
+    extern "C" __global__ void __launch_bounds__(MAXB) scan_chunk_out_st_##sfx(SCAN_OUT_PARAMS(T)) {        \
+        scan_chunk_staged<true, T>(SCAN_OUT_ARGS);                                                           \
     }
 EACH_DTYPE(SCAN_OUT)

@@ -32,13 +32,13 @@
 #define STEP_WARPS 8
 #define STEP_MAXK 8  // the longest conv kernel, as MAX_K in conv.cu
 
-// unpack widens the 16 bytes at w (16-byte aligned) to floats.
-__device__ __forceinline__ void unpack(const float *w, float *out) {
-    float4 v = *reinterpret_cast<const float4 *>(w);
-    out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+// widen turns 16 bytes of T, as loaded (one uint4), into floats; the
+// pointer argument only picks T.
+__device__ __forceinline__ void widen(uint4 v, const float *, float *out) {
+    out[0] = __uint_as_float(v.x), out[1] = __uint_as_float(v.y), out[2] = __uint_as_float(v.z),
+    out[3] = __uint_as_float(v.w);
 }
-__device__ __forceinline__ void unpack(const bf16 *w, float *out) {
-    uint4 v = *reinterpret_cast<const uint4 *>(w);
+__device__ __forceinline__ void widen(uint4 v, const bf16 *, float *out) {
     unsigned words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; i++) {
@@ -46,14 +46,19 @@ __device__ __forceinline__ void unpack(const bf16 *w, float *out) {
         out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
     }
 }
-__device__ __forceinline__ void unpack(const f16 *w, float *out) {
-    uint4 v = *reinterpret_cast<const uint4 *>(w);
+__device__ __forceinline__ void widen(uint4 v, const f16 *, float *out) {
     unsigned words[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         out[2 * i] = to_f32(f16{(unsigned short)(words[i] & 0xffffu)});
         out[2 * i + 1] = to_f32(f16{(unsigned short)(words[i] >> 16)});
     }
+}
+
+// unpack widens the 16 bytes at w (16-byte aligned) to floats.
+template <class T>
+__device__ __forceinline__ void unpack(const T *w, float *out) {
+    widen(*reinterpret_cast<const uint4 *>(w), w, out);
 }
 
 // pick returns acc[i] for a run-time i < STEP_MAXB (acc stays in registers).
@@ -65,22 +70,31 @@ __device__ __forceinline__ float pick(const float acc[STEP_MAXB], int i) {
     return v;
 }
 
-// Sums of one output row over a warp's slices of k: dot[b] = sum W[n, k] *
-// x[b, k] * normw[k] (normw may be nullptr, meaning 1), and, when normw is
-// set, ss[b] = sum x[b, k]^2 over the same k. Lanes hold partial sums.
-template <class T>
-__device__ __forceinline__ void row_dot(const T *__restrict__ W, int n, int K, const float *__restrict__ x, int ldx,
-                                        const float *__restrict__ normw, int B, int slice, int split,
-                                        float dot[STEP_MAXB], float ss[STEP_MAXB]) {
+// Sums of ROWS consecutive output rows n0 .. n0 + ROWS - 1 (those below
+// rows) over a warp's slices of k: dot[r][b] = sum W[n0 + r, k] * x[b, k] *
+// normw[k] (normw may be nullptr, meaning 1), and, when normw is set, ss[b]
+// = sum x[b, k]^2 over the same k. Each slice of x and normw is read once
+// for the ROWS rows, whose weight loads are all in flight before the FMAs.
+// Lanes hold partial sums.
+template <int ROWS, class T>
+__device__ __forceinline__ void rows_dot(const T *__restrict__ W, int n0, int rows, int K, const float *__restrict__ x,
+                                         int ldx, const float *__restrict__ normw, int B, int slice, int split,
+                                         float dot[ROWS][STEP_MAXB], float ss[STEP_MAXB]) {
     constexpr int V = 16 / sizeof(T);
     int lane = threadIdx.x & 31;
-    const T *w = W + (size_t)n * K;
 #pragma unroll
-    for (int b = 0; b < STEP_MAXB; b++) dot[b] = ss[b] = 0.f;
+    for (int b = 0; b < STEP_MAXB; b++) {
+        ss[b] = 0.f;
+#pragma unroll
+        for (int r = 0; r < ROWS; r++) dot[r][b] = 0.f;
+    }
     if (K % V == 0 && ldx % 4 == 0) {
         for (int k = (slice * 32 + lane) * V; k < K; k += 32 * V * split) {
-            float wv[V], nw[V];
-            unpack(w + k, wv);
+            uint4 raw[ROWS];
+#pragma unroll
+            for (int r = 0; r < ROWS; r++)
+                raw[r] = n0 + r < rows ? *reinterpret_cast<const uint4 *>(W + (size_t)(n0 + r) * K + k) : make_uint4(0, 0, 0, 0);
+            float nw[V];
 #pragma unroll
             for (int i = 0; i < V; i += 4) {
                 if (normw) unpack(normw + k + i, nw + i);
@@ -92,26 +106,36 @@ __device__ __forceinline__ void row_dot(const T *__restrict__ W, int n, int K, c
                     float xv[V];
 #pragma unroll
                     for (int i = 0; i < V; i += 4) unpack(x + (size_t)b * ldx + k + i, xv + i);
-                    float sum = 0.f, sq = 0.f;
+                    float sq = 0.f;
 #pragma unroll
                     for (int i = 0; i < V; i++) {
-                        sum += wv[i] * (xv[i] * nw[i]);
                         sq += xv[i] * xv[i];
+                        xv[i] *= nw[i];
                     }
-                    dot[b] += sum;
                     ss[b] += sq;
+#pragma unroll
+                    for (int r = 0; r < ROWS; r++) {
+                        float wv[V], sum = 0.f;
+                        widen(raw[r], W, wv);
+#pragma unroll
+                        for (int i = 0; i < V; i++) sum += wv[i] * xv[i];
+                        dot[r][b] += sum;
+                    }
                 }
             }
         }
     } else {
         for (int k = slice * 32 + lane; k < K; k += 32 * split) {
-            float wv = to_f32(w[k]), nw = normw ? normw[k] : 1.f;
+            float wv[ROWS], nw = normw ? normw[k] : 1.f;
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) wv[r] = n0 + r < rows ? to_f32(W[(size_t)(n0 + r) * K + k]) : 0.f;
 #pragma unroll
             for (int b = 0; b < STEP_MAXB; b++)
                 if (b < B) {
                     float xv = x[(size_t)b * ldx + k];
-                    dot[b] += wv * (xv * nw);
                     ss[b] += xv * xv;
+#pragma unroll
+                    for (int r = 0; r < ROWS; r++) dot[r][b] += wv[r] * (xv * nw);
                 }
         }
     }
@@ -119,41 +143,58 @@ __device__ __forceinline__ void row_dot(const T *__restrict__ W, int n, int K, c
 
 // group_rows runs body(n, v) for every output row n < rows of the block's
 // rows, with v[b] = sum_k W[n, k] * x'[b, k] for b < B (x' is x, or
-// rmsnorm(x) * normw with a norm weight), in lanes b < B of the row's first
-// warp. The loop over rows has the same trip count in every warp, for the
-// barrier that joins a group's partial sums.
-template <class T, class Body>
+// rmsnorm(x) * normw with a norm weight), in lanes b < B of the first warp
+// of the row's group. A group of split warps shares ROWS consecutive rows
+// (rows_dot). The loop over rows has the same trip count in every warp, for
+// the barrier that joins a group's partial sums.
+template <int ROWS, class T, class Body>
 __device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const float *__restrict__ x, int ldx,
                                            const float *__restrict__ normw, float eps, int B, int rows, int split,
                                            Body body) {
-    __shared__ float part[STEP_WARPS][STEP_MAXB], sqpart[STEP_WARPS][STEP_MAXB];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, per = STEP_WARPS / split;
+    __shared__ float part[STEP_WARPS][ROWS][STEP_MAXB], sqpart[STEP_WARPS][STEP_MAXB];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, per = STEP_WARPS / split * ROWS;
     int slice = warp % split, first = warp - slice;
-    for (int n0 = blockIdx.x * per; n0 < rows; n0 += gridDim.x * per) {
-        int n = n0 + warp / split;
-        float dot[STEP_MAXB], ss[STEP_MAXB];
-        if (n < rows) row_dot(W, n, K, x, ldx, normw, B, slice, split, dot, ss);
+    for (int base = blockIdx.x * per; base < rows; base += gridDim.x * per) {
+        int n0 = base + warp / split * ROWS;
+        float dot[ROWS][STEP_MAXB] = {}, ss[STEP_MAXB] = {};  // stay 0 in a group past the last row
+        bool live = n0 < rows;
+        if (live) rows_dot<ROWS>(W, n0, rows, K, x, ldx, normw, B, slice, split, dot, ss);
 #pragma unroll
         for (int b = 0; b < STEP_MAXB; b++) {  // B and normw are the same in every lane
-            if (b < B) dot[b] = warp_sum(n < rows ? dot[b] : 0.f);
-            if (b < B && normw) ss[b] = warp_sum(n < rows ? ss[b] : 0.f);
+            if (b < B && normw) ss[b] = warp_sum(live ? ss[b] : 0.f);
+#pragma unroll
+            for (int r = 0; r < ROWS; r++)
+                if (b < B) dot[r][b] = warp_sum(live ? dot[r][b] : 0.f);
         }
+        // Lane b < B gathers sequence b's sums: v[r] for each row, q for the norm.
+        float v[ROWS], q = 0.f;
         if (split > 1) {
             if (lane < B) {
-                part[warp][lane] = pick(dot, lane);
+#pragma unroll
+                for (int r = 0; r < ROWS; r++) part[warp][r][lane] = pick(dot[r], lane);
                 sqpart[warp][lane] = pick(ss, lane);
             }
             __syncthreads();
             if (slice == 0 && lane < B) {
-                float d = 0.f, q = 0.f;
-                for (int j = 0; j < split; j++) d += part[first + j][lane], q += sqpart[first + j][lane];
-                dot[0] = d, ss[0] = q;
+#pragma unroll
+                for (int r = 0; r < ROWS; r++) {
+                    v[r] = 0.f;
+                    for (int j = 0; j < split; j++) v[r] += part[first + j][r][lane];
+                }
+                for (int j = 0; j < split; j++) q += sqpart[first + j][lane];
             }
             __syncthreads();  // part is free for the next rows
         } else if (lane < B) {
-            dot[0] = pick(dot, lane), ss[0] = pick(ss, lane);
+#pragma unroll
+            for (int r = 0; r < ROWS; r++) v[r] = pick(dot[r], lane);
+            q = pick(ss, lane);
         }
-        if (slice == 0 && lane < B && n < rows) body(n, normw ? dot[0] * rsqrtf(ss[0] / K + eps) : dot[0]);
+        if (slice == 0 && lane < B) {
+            float scale = normw ? rsqrtf(q / K + eps) : 1.f;
+#pragma unroll
+            for (int r = 0; r < ROWS; r++)
+                if (n0 + r < rows) body(n0 + r, normw ? v[r] * scale : v[r]);
+        }
     }
 }
 
@@ -161,10 +202,11 @@ __device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const
 // launch: it lets the next kernel start, asks L2 for the weights of the
 // warp's first row (read-only, so safe before the wait), then waits for the
 // previous kernel's results.
-template <class T>
+template <int ROWS, class T>
 __device__ __forceinline__ void pdl_start(const T *W, int K, int rows, int split) {
     pdl_release();
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n = blockIdx.x * (STEP_WARPS / split) + warp / split;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    int n = blockIdx.x * (STEP_WARPS / split * ROWS) + warp / split * ROWS;
     if (n < rows)
         for (int k = (warp % split * 32 + lane) * (128 / sizeof(T)); k < K; k += 32 * split * (128 / sizeof(T)))
             prefetch_l2(W + (size_t)n * K + k);
@@ -173,12 +215,12 @@ __device__ __forceinline__ void pdl_start(const T *W, int K, int rows, int split
 
 // gemv: out[b, n] (+)= sum_k W[n, k] * x'[b, k] + bias[n] for n < rows, with
 // x' as in group_rows; bias may be nullptr; accumulate adds to out.
-template <class T>
+template <int ROWS, class T>
 __device__ void gemv(const float *x, int ldx, const float *__restrict__ normw, float eps, const T *__restrict__ W,
                      const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows,
                      int split) {
-    pdl_start(W, K, rows, split);
-    group_rows(W, K, x, ldx, normw, eps, B, rows, split, [&](int n, float v) {
+    pdl_start<ROWS>(W, K, rows, split);
+    group_rows<ROWS>(W, K, x, ldx, normw, eps, B, rows, split, [&](int n, float v) {
         int lane = threadIdx.x & 31;
         v += bias ? bias[n] : 0.f;
         float *o = out + (size_t)lane * ldo + n;
@@ -187,13 +229,13 @@ __device__ void gemv(const float *x, int ldx, const float *__restrict__ normw, f
 }
 
 // step_in: the block's first stages, from the residual stream h to xz.
-template <class T>
+template <int ROWS, class T>
 __device__ void step_in(const float *__restrict__ h, const float *__restrict__ normw, float eps,
                         const T *__restrict__ W, const float *__restrict__ in_bias, const float *__restrict__ conv_w,
                         const float *__restrict__ conv_b, float *__restrict__ win, float *__restrict__ xz, int B,
                         int d, int E, int K, int split) {
-    pdl_start(W, d, 2 * E, split);
-    group_rows(W, d, h, d, normw, eps, B, 2 * E, split, [&](int n, float v) {
+    pdl_start<ROWS>(W, d, 2 * E, split);
+    group_rows<ROWS>(W, d, h, d, normw, eps, B, 2 * E, split, [&](int n, float v) {
         int lane = threadIdx.x & 31;
         v += in_bias ? in_bias[n] : 0.f;
         float *row = xz + (size_t)lane * 2 * E;
@@ -216,20 +258,22 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
     });
 }
 
+// Each GEMV has two entries: one row per warp group (gemv_, step_in_) and
+// four (gemv_r4_, step_in_r4_).
+#define GEMV_PARAMS(T)                                                                                         \
+    const float *x, int ldx, const float *__restrict__ normw, float eps, const T *__restrict__ W,             \
+        const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows, int split
+#define GEMV_ARGS x, ldx, normw, eps, W, bias, out, ldo, accumulate, B, K, rows, split
+#define STEP_IN_PARAMS(T)                                                                                      \
+    const float *__restrict__ h, const float *__restrict__ normw, float eps, const T *__restrict__ W,          \
+        const float *__restrict__ in_bias, const float *__restrict__ conv_w, const float *__restrict__ conv_b, \
+        float *__restrict__ win, float *__restrict__ xz, int B, int d, int E, int K, int split
+#define STEP_IN_ARGS h, normw, eps, W, in_bias, conv_w, conv_b, win, xz, B, d, E, K, split
 #define STEP_GEMV(sfx, T)                                                                                      \
-    extern "C" __global__ void                                                                                 \
-        gemv_##sfx(const float *x, int ldx, const float *__restrict__ normw, float eps, const T *__restrict__ W, \
-                   const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows, \
-                   int split) {                                                                                \
-        gemv<T>(x, ldx, normw, eps, W, bias, out, ldo, accumulate, B, K, rows, split);                          \
-    }                                                                                                          \
-    extern "C" __global__ void                                                                                 \
-        step_in_##sfx(const float *__restrict__ h, const float *__restrict__ normw, float eps,                  \
-                      const T *__restrict__ W, const float *__restrict__ in_bias,                              \
-                      const float *__restrict__ conv_w, const float *__restrict__ conv_b,                      \
-                      float *__restrict__ win, float *__restrict__ xz, int B, int d, int E, int K, int split) { \
-        step_in<T>(h, normw, eps, W, in_bias, conv_w, conv_b, win, xz, B, d, E, K, split);                     \
-    }
+    extern "C" __global__ void gemv_##sfx(GEMV_PARAMS(T)) { gemv<1, T>(GEMV_ARGS); }                           \
+    extern "C" __global__ void gemv_r4_##sfx(GEMV_PARAMS(T)) { gemv<4, T>(GEMV_ARGS); }                        \
+    extern "C" __global__ void step_in_##sfx(STEP_IN_PARAMS(T)) { step_in<1, T>(STEP_IN_ARGS); }               \
+    extern "C" __global__ void step_in_r4_##sfx(STEP_IN_PARAMS(T)) { step_in<4, T>(STEP_IN_ARGS); }
 EACH_DTYPE(STEP_GEMV)
 
 // step_scan_f32: a warp per (channel c, sequence b); grid (ceil(E /

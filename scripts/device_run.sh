@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .carry/ from
 # scripts/device_build.sh. Logs and JSON go to $OUT (or ./out).
-# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|verify|profile|sourceprof|decodeprof|mamba_ssm|cpu|all]
+# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|verify|profile|sourceprof|kerneltimes|decodeprof|mamba_ssm|cpu|all]
+# (several modes: separate them with commas, e.g. mamba_ssm,kerneltimes)
 #   gpu:      the CUDA binding, kernel and engine tests, the Python tests,
 #             compute-sanitizer memcheck over the kernel and engine fixture
 #             tests, and racecheck over the scan kernel's test;
 #   gpubench: the GPU stage times, then the GPU prefill benchmark against HF
 #             (bench/gpu_vs_hf.py, with $BENCH_ARGS, e.g. "--shapes 130m,370m");
-#   verify:   gpu, then the Go stage benchmark and the big-model decode
-#             benchmark: one call for a branch's first run on the GPU (about
-#             4 minutes), then profile;
+#   verify:   gpu, then the Go stage benchmark, the scan variants and the
+#             1.4b/2.8b decode and prefill variants: one call for a branch's
+#             first run on the GPU (about 5 minutes);
 #   profile:  ncu's per-kernel times for a 1.4b decode step and for dt_proj;
 #   sourceprof: ncu's per-instruction stall samples for the bf16 scan and the
 #             2.8b decode GEMVs (text logs and .ncu-rep reports);
+#   kerneltimes: every kernel's mean time with warm caches (ncu, one metric,
+#             no cache flush) for a bf16 130m B=1 T=2048 prefill and a 2.8b
+#             decode step: the stage table's event timings include launch gaps;
 #   decodeprof: per-kernel times of the decode step's kernels (ncu, 130m, f32 and bf16),
 #             against the step graph's wall time from the Go benchmark;
 #   mamba_ssm: builds mamba_ssm and causal-conv1d for sm_90 (once per machine),
@@ -25,6 +29,11 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 commit=${1:-unknown}
 mode=${2:-all}
+if [[ $mode == *,* ]]; then  # one mode after the other; fails if any fails
+  status=0
+  for m in ${mode//,/ }; do bash "$0" "$commit" "$m" || status=1; done
+  exit $status
+fi
 export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-deps --no-index --target /tmp/site .carry/mambago-*.whl || exit 1
 export PYTHONPATH=/tmp/site
@@ -35,9 +44,12 @@ if [[ $mode == verify ]]; then
   echo "== GPU stage times (130m, B=1, T=2048, f32 and bf16)"
   .carry/gpu.test -test.v -test.run '^$' -test.bench Prefill130m -test.benchtime 20x 2>&1 | tee "$OUT/gpu_stages.log" \
     | grep -v "^goos\|^goarch\|^pkg\|^=== \|^Benchmark.*[^s]$"
-  echo "== bf16 decode step at 1.4b and 2.8b: the step kernels against the prefill path"
-  .carry/gpu.test -test.run '^$' -test.bench DecodeBig -test.benchtime 200x 2>&1 | tee "$OUT/decode_big.log" | grep "us/step"
-  bash "$0" "$commit" profile
+  echo "== the scan: plain and staged kernels (130m, bf16)"
+  .carry/gpu.test -test.v -test.run '^$' -test.bench Scan130m -test.benchtime 20x 2>&1 | tee "$OUT/scan_variants.log" \
+    | grep -E "tok/s|  scan"
+  echo "== 1.4b and 2.8b, bf16: decode step variants, and prefill with each scan"
+  .carry/gpu.test -test.run '^$' -test.bench BigShapes -test.benchtime 100x 2>&1 | tee "$OUT/big_shapes.log" \
+    | grep -E "us/step|tok/s"
   exit $status
 fi
 if [[ $mode == gpu || $mode == all ]]; then
@@ -52,7 +64,7 @@ if [[ $mode == gpu || $mode == all ]]; then
   echo "== compute-sanitizer memcheck"
   for t in kernels gpu; do
     timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/$t.test \
-      -test.run 'RMS|Embed|ConvAndScan|DTProj|GEMV|TestConformance/fixtures|MixedPrecisionFixtures|PrefillGraphCache|Decode' > "$OUT/memcheck_$t.log" 2>&1
+      -test.run 'RMS|Embed|ConvAndScan|DTProj|GEMV|TestConformance/fixtures|MixedPrecisionFixtures|PrefillGraphCache|Decode|ScanStaged|ScanChunk' > "$OUT/memcheck_$t.log" 2>&1
     echo "memcheck $t exit $?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$t.log" | tail -1)"
   done
   timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 .carry/kernels.test -test.run ConvAndScan \
@@ -66,6 +78,19 @@ if [[ $mode == gpubench || $mode == all ]]; then
   echo "== GPU prefill, mambago vs Hugging Face (f32) ${BENCH_ARGS:-}"
   python3 bench/gpu_vs_hf.py --out "$OUT/gpu_vs_hf.json" --commit "$commit" ${BENCH_ARGS:-} 2>&1 \
     | grep -v "falling back\|Loading" | tee "$OUT/gpu_vs_hf.log"
+fi
+if [[ $mode == kerneltimes ]]; then
+  echo "== ncu, warm caches: per-kernel times of a bf16 130m prefill (B=1, T=2048) and of a 2.8b decode step"
+  times="--cache-control none --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel"
+  timeout 300 ncu $times --launch-count 1500 .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/bfloat16/B1_T2048$' \
+    -test.benchtime 1x > "$OUT/kerneltimes_130m.log" 2>&1
+  echo "ncu exit $?"
+  timeout 300 ncu $times --launch-skip 2000 --launch-count 700 .carry/gpu.test -test.run '^$' \
+    -test.bench 'BigShapes/2.8b/kernels_rows4$' -test.benchtime 3x > "$OUT/kerneltimes_2.8b.log" 2>&1
+  echo "ncu exit $?"
+  for f in "$OUT"/kerneltimes_*.log; do
+    echo "-- $f"; python3 scripts/ncu_summary.py "$f"
+  done
 fi
 if [[ $mode == decodeprof ]]; then
   echo "== decode step: graph replay time, then ncu's per-kernel times (130m shape, B=1)"
@@ -88,7 +113,7 @@ fi
 if [[ $mode == profile ]]; then
   echo "== ncu: one bf16 decode step at 1.4b (the kernels), per kernel; dt_proj at 130m"
   timeout 300 ncu --clock-control none -k 'regex:step_in|gemv|step_scan' --launch-count 193 --print-summary per-kernel \
-    .carry/gpu.test -test.run '^$' -test.bench 'DecodeBig/1.4b/kernels$' -test.benchtime 1x > "$OUT/decode_big_ncu.log" 2>&1
+    .carry/gpu.test -test.run '^$' -test.bench 'BigShapes/1.4b/kernels$' -test.benchtime 1x > "$OUT/decode_big_ncu.log" 2>&1
   echo "ncu exit $?"; grep -E "^  [a-z_0-9]+ |Duration" "$OUT/decode_big_ncu.log" | head -24
   timeout 200 ncu --clock-control none -k 'regex:dt_proj' --launch-skip 30 --launch-count 3 --section SpeedOfLight \
     --section Occupancy .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/bfloat16/B1_T2048$' -test.benchtime 1x \
@@ -108,7 +133,7 @@ if [[ $mode == sourceprof ]]; then
   echo "ncu exit $?: $(wc -l < "$OUT/scan_source.log") lines"
   timeout 240 ncu --clock-control none -k 'regex:step_in_bf16|gemv_bf16' --launch-skip 130 --launch-count 3 $sections \
     --export "$OUT/gemv_source" --page source --print-source sass \
-    .carry/gpu.test -test.run '^$' -test.bench 'DecodeBig/2.8b/kernels$' -test.benchtime 1x > "$OUT/gemv_source.log" 2>&1
+    .carry/gpu.test -test.run '^$' -test.bench 'BigShapes/2.8b/kernels$' -test.benchtime 1x > "$OUT/gemv_source.log" 2>&1
   echo "ncu exit $?: $(wc -l < "$OUT/gemv_source.log") lines"
 fi
 if [[ $mode == mamba_ssm ]]; then

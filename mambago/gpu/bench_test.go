@@ -111,19 +111,26 @@ func stageTable(b *testing.B, e *gpu.Engine, prefill func()) string {
 	return report
 }
 
-// BenchmarkScanChunk130m times bf16 prefills of the 130m shape with the
-// scan's chunk length at 32, 48 and 64 positions, then the scan stage alone:
-// shorter chunks give the scan more blocks (at B=1, T=2048 and 64 positions
-// its passes fill 0.6 of a wave) and its carry pass more steps.
-func BenchmarkScanChunk130m(b *testing.B) {
+// BenchmarkScan130m times bf16 prefills of the 130m shape with the plain
+// and the staged scan kernels (Engine.ScanStaged) at several chunk lengths
+// (Engine.ScanChunk), then the scan stage alone. (Chunk lengths of 32 and
+// 48 positions were measured against the default 64 with the plain kernel
+// on the H200 at 4041782 and were no faster: 9.9, 8.8 and 8.9 ms of scan
+// over 5 prefills at B=1, T=2048; 33.0, 31.9 and 30.3 at T=8192; 56.8, 54.6
+// and 51.8 at B=8. The plain kernel then waited on its loads, which the
+// staged one no longer does.)
+func BenchmarkScan130m(b *testing.B) {
 	gputest.Need(b)
 	w := fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1)
-	for _, L := range []int{32, 48, 64} {
+	for _, v := range []struct {
+		staged bool
+		chunk  int
+	}{{false, 64}, {true, 64}, {true, 32}, {true, 16}} {
 		e, err := gpu.New(w, 0, cuda.BF16)
 		if err != nil {
 			b.Fatal(err)
 		}
-		e.ScanChunk = L
+		e.ScanStaged, e.ScanChunk = v.staged, v.chunk
 		for _, s := range []struct{ B, T int }{{1, 2048}, {1, 8192}, {8, 2048}} {
 			ids := make([]int64, s.B*s.T)
 			for i := range ids {
@@ -142,13 +149,13 @@ func BenchmarkScanChunk130m(b *testing.B) {
 			for range 10 {
 				prefill()
 			}
-			b.Run(fmt.Sprintf("L%d/B%d_T%d", L, s.B, s.T), func(b *testing.B) {
+			b.Run(fmt.Sprintf("staged_%v_L%d/B%d_T%d", v.staged, v.chunk, s.B, s.T), func(b *testing.B) {
 				for b.Loop() {
 					prefill()
 				}
 				b.ReportMetric(float64(s.B*s.T)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
 			})
-			b.Logf("L=%d B=%d T=%d, 5 prefills:\n%s", L, s.B, s.T, stageTable(b, e, prefill))
+			b.Logf("staged %v L=%d B=%d T=%d, 5 prefills:\n%s", v.staged, v.chunk, s.B, s.T, stageTable(b, e, prefill))
 			if err := st.(*gpu.State).Free(); err != nil {
 				b.Fatal(err)
 			}
@@ -159,18 +166,22 @@ func BenchmarkScanChunk130m(b *testing.B) {
 	}
 }
 
-// BenchmarkDecodeBig times the bf16 decode step's graph replay at B=1 for
-// the 1.4b (d=2048, 48 layers) and 2.8b (d=2560, 64 layers) shapes on both
-// of its paths: the single-token kernels, and the prefill path at T = 1
-// with cuBLAS GEMMs (DecodeKernelMaxB < 0); the kernels as New sets them up,
-// without programmatic dependent launch, and with one warp a GEMV row.
-func BenchmarkDecodeBig(b *testing.B) {
+// BenchmarkBigShapes times, for the 1.4b (d=2048, 48 layers) and 2.8b
+// (d=2560, 64 layers) shapes in bf16: the decode step's graph replay at B=1
+// with the single-token kernels as New sets them up, with four rows to a
+// warp group in the big GEMVs (Engine.GEMVRows) at the default split and at
+// split 1, and on the prefill path at T = 1 with cuBLAS GEMVs
+// (DecodeKernelMaxB < 0); then a B=1, T=2048 prefill with the plain and the
+// staged scan, the staged one at several chunk lengths. (Measured on the H200 at 8779a0b, as BenchmarkDecodeBig:
+// 1.75 and 3.36 ms a step; without programmatic dependent launch 1.92 and
+// 3.52; one warp a row 2.24 and 4.00; the prefill path 3.08 and 4.93.)
+func BenchmarkBigShapes(b *testing.B) {
 	gputest.Need(b)
 	for _, s := range []struct {
 		name      string
 		d, layers int
 	}{{"1.4b", 2048, 48}, {"2.8b", 2560, 64}} {
-		// Everything runs inside b.Run, so -test.bench 'DecodeBig/2.8b' builds
+		// Everything runs inside b.Run, so -test.bench 'BigShapes/2.8b' builds
 		// and launches nothing of the other shape (ncu counts launches).
 		b.Run(s.name, func(b *testing.B) {
 			e, err := gpu.New(fixture.RandomWeights(fixture.Shape(s.d, s.layers, 50280), 1), 0, cuda.BF16)
@@ -188,12 +199,11 @@ func BenchmarkDecodeBig(b *testing.B) {
 			}
 			ids, logits := []int64{7}, make([]float32, 50280)
 			for _, path := range []struct {
-				name        string
-				maxB, split int
-				pdl         bool
-			}{{"kernels", 0, 0, true}, {"kernels_nopdl", 0, 0, false}, {"kernels_split1", 0, 1, true}, {"prefill_path", -1, 0, true}} {
+				name              string
+				maxB, split, rows int
+			}{{"kernels", 0, 0, 1}, {"kernels_rows4", 0, 0, 4}, {"kernels_rows4_split1", 0, 1, 4}, {"prefill_path", -1, 0, 1}} {
 				b.Run(path.name, func(b *testing.B) {
-					e.DecodeKernelMaxB, e.GEMVSplit, e.DecodePDL = path.maxB, path.split, path.pdl
+					e.DecodeKernelMaxB, e.GEMVSplit, e.GEMVRows = path.maxB, path.split, path.rows
 					step, err := e.CaptureStep(st)
 					if err != nil {
 						b.Fatal(err)
@@ -210,6 +220,30 @@ func BenchmarkDecodeBig(b *testing.B) {
 						}
 					}
 					b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/step")
+				})
+			}
+			ids = make([]int64, 2048)
+			for i := range ids {
+				ids[i] = rand.Int64N(50280)
+			}
+			in, out := engine.Input{B: 1, T: 2048, IDs: ids}, make([]float32, s.d)
+			for _, v := range []struct {
+				staged bool
+				chunk  int
+			}{{false, 64}, {true, 64}, {true, 32}, {true, 128}} {
+				b.Run(fmt.Sprintf("prefill_T2048_staged_%v_L%d", v.staged, v.chunk), func(b *testing.B) {
+					e.ScanStaged, e.ScanChunk = v.staged, v.chunk
+					for range 5 {
+						if err := e.Prefill(st, in, engine.Last, out); err != nil {
+							b.Fatal(err)
+						}
+					}
+					for b.Loop() {
+						if err := e.Prefill(st, in, engine.Last, out); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(2048*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
 				})
 			}
 		})

@@ -154,7 +154,9 @@ func TestMixedPrecision130m(t *testing.T) {
 // tokens: in f32 to 1e-4, in bf16 and f16 by the mixed-precision KL bar
 // (the decode step keeps its activations in f32, the prefill rounds them).
 // Two shapes: d = 64, where every GEMV row is one warp's, and d = 512, where
-// warps share rows (each split of kernels/step.cu but 1 runs).
+// warps share rows (each split of kernels/step.cu but 1 runs); each with one
+// row to a warp group and with four (Engine.GEMVRows), which only GEMVs of
+// 1024 rows or more take (d = 512's in_proj).
 func TestDecodeMatchesPrefill(t *testing.T) {
 	gputest.Need(t)
 	for _, cfg := range []checkpoint.Config{fixture.Shape(64, 3, 300), fixture.Shape(512, 2, 1000)} {
@@ -166,7 +168,9 @@ func decodeMatchesPrefill(t *testing.T, cfg checkpoint.Config) {
 	w := fixture.RandomWeights(cfg, rand.Uint64())
 	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16, cuda.F16} {
 		e := newEngine(t, w, dt)
-		for _, B := range []int{1, 8, 9} {
+		for _, run := range []struct{ B, rows int }{{1, 1}, {8, 1}, {9, 1}, {1, 4}, {8, 4}} {
+			B := run.B
+			e.GEMVRows = run.rows
 			const T = 6
 			ids := make([]int64, B*(T+1))
 			for i := range ids {
@@ -205,16 +209,16 @@ func decodeMatchesPrefill(t *testing.T, cfg checkpoint.Config) {
 			}
 			if dt == cuda.F32 {
 				if rel := fixture.RelErr(got, want); rel > 1e-4 {
-					t.Errorf("f32 B=%d: step logits differ from the prefill's by %.3g", B, rel)
+					t.Errorf("f32 B=%d rows %d: step logits differ from the prefill's by %.3g", B, run.rows, rel)
 				}
-				checkStates(t, fmt.Sprintf("f32 B=%d step", B), st2, st, cfg.Layers)
+				checkStates(t, fmt.Sprintf("f32 B=%d rows %d step", B, run.rows), st2, st, cfg.Layers)
 				continue
 			}
 			kl, hits := fixture.LogitStats(want, got, cfg.Vocab)
 			if kl > maxMeanKL {
-				t.Errorf("%s B=%d: step logits KL %.3g from the prefill's, bar %g", dt, B, kl, maxMeanKL)
+				t.Errorf("%s B=%d rows %d: step logits KL %.3g from the prefill's, bar %g", dt, B, run.rows, kl, maxMeanKL)
 			}
-			t.Logf("%s B=%d: step vs prefill KL %.2e, argmax %d/%d", dt, B, kl, hits, B)
+			t.Logf("%s B=%d rows %d: step vs prefill KL %.2e, argmax %d/%d", dt, B, run.rows, kl, hits, B)
 		}
 		e.Close()
 	}
@@ -276,4 +280,80 @@ func TestDecodePDLMatches(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestScanStagedMatches checks the staged scan kernels (Engine.ScanStaged)
+// against the plain ones in every dtype, through whole prefills of several
+// chunks (and a second prefill continuing from the carried state): the
+// arithmetic is the same, so outputs and states agree to rounding.
+func TestScanStagedMatches(t *testing.T) {
+	gputest.Need(t)
+	cfg := fixture.Shape(256, 2, 500)
+	w := fixture.RandomWeights(cfg, rand.Uint64())
+	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16, cuda.F16} {
+		plain, staged := newEngine(t, w, dt), newEngine(t, w, dt)
+		plain.ScanStaged, staged.ScanStaged = false, true
+		const B, T = 2, 300
+		ids := make([]int64, 2*B*T)
+		for i := range ids {
+			ids[i] = rand.Int64N(int64(cfg.Vocab))
+		}
+		var outs [2][]float32
+		var states [2]engine.State
+		for i, e := range []*gpu.Engine{plain, staged} {
+			st, err := e.NewState(B)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for half := 0; half < 2; half++ {
+				outs[i] = fixture.NaNs(B * T * cfg.Hidden)
+				if err := e.Prefill(st, engine.Input{B: B, T: T, IDs: ids[half*B*T : (half+1)*B*T]}, engine.All, outs[i]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			states[i] = st
+		}
+		if rel := fixture.RelErr(outs[1], outs[0]); rel > 1e-5 {
+			t.Errorf("%s: staged scan's hidden states differ from the plain scan's by %.3g", dt, rel)
+		}
+		checkStates(t, fmt.Sprintf("%s staged scan", dt), states[1], states[0], cfg.Layers)
+	}
+}
+
+// TestScanChunkResize changes Engine.ScanChunk between two prefills, the
+// second at a chunk length that needs eight times the scan's scratch: the
+// workspace must grow (compute-sanitizer's memcheck runs this test), and
+// the f32 outputs match an engine that keeps the default chunk.
+func TestScanChunkResize(t *testing.T) {
+	gputest.Need(t)
+	cfg := fixture.Shape(128, 2, 300)
+	w := fixture.RandomWeights(cfg, rand.Uint64())
+	ref, e := newEngine(t, w, cuda.F32), newEngine(t, w, cuda.F32)
+	const B, T = 2, 300
+	ids := make([]int64, 2*B*T)
+	for i := range ids {
+		ids[i] = rand.Int64N(int64(cfg.Vocab))
+	}
+	var states [2]engine.State
+	var outs [2][]float32
+	for i, eng := range []*gpu.Engine{ref, e} {
+		st, err := eng.NewState(B)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for half := 0; half < 2; half++ {
+			if i == 1 {
+				eng.ScanChunk = []int{64, 8}[half]
+			}
+			outs[i] = fixture.NaNs(B * T * cfg.Hidden)
+			if err := eng.Prefill(st, engine.Input{B: B, T: T, IDs: ids[half*B*T : (half+1)*B*T]}, engine.All, outs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		states[i] = st
+	}
+	if rel := fixture.RelErr(outs[1], outs[0]); rel > 1e-5 {
+		t.Errorf("chunk 8 after chunk 64: hidden states differ from chunk 64's by %.3g", rel)
+	}
+	checkStates(t, "chunk 8 after chunk 64", states[1], states[0], cfg.Layers)
 }

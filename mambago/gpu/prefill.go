@@ -165,7 +165,7 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 			}
 		}
 		rows := B * n
-		if err := e.launch("rmsnorm_f32", cuda.D1(rows), cuda.D1(256), 0, ws.h.Ptr, e.normF, ws.x.Ptr, d, float32(c.Eps)); err != nil {
+		if err := e.rmsnorm("rmsnorm_f32", ws.h.Ptr, e.normF, ws.x.Ptr, rows, d, c.Eps); err != nil {
 			return err
 		}
 		grid := cuda.Dim3{X: (d + 255) / 256, Y: B, Z: 1}
@@ -271,7 +271,7 @@ func (e *Engine) block(l, B, n int, s *State) error {
 		run  func() error
 	}{
 		{"rmsnorm", func() error {
-			return e.launch(e.typed("rmsnorm"), cuda.D1(rows), cuda.D1(256), 0, ws.h.Ptr, g.norm, ws.x.Ptr, d, float32(c.Eps))
+			return e.rmsnorm(e.typed("rmsnorm"), ws.h.Ptr, g.norm, ws.x.Ptr, rows, d, c.Eps)
 		}},
 		{"in_proj", func() error {
 			if err := e.blas.Gemm(rows, 2*E, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0, dt, cuda.F32); err != nil {
@@ -299,7 +299,8 @@ func (e *Engine) block(l, B, n int, s *State) error {
 		{"scan", func() error {
 			return Scan{DT: ws.delta.Ptr, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
 				U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
-				B: B, T: n, E: E, N: N, DType: dt, Chunk: e.ScanChunk, Scratch: ws.scan.Ptr}.Launch(e.function, e.stream)
+				B: B, T: n, E: E, N: N, DType: dt, Chunk: e.ScanChunk, Scratch: ws.scan.Ptr,
+				Staged: e.ScanStaged}.Launch(e.function, e.stream)
 		}},
 		{"out_proj", func() error { // out_proj, accumulated into the residual stream
 			if err := e.blas.Gemm(rows, d, E, ws.y.Ptr, E, g.outProj, ws.h.Ptr, d, 1, dt, cuda.F32); err != nil {

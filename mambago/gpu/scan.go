@@ -16,6 +16,7 @@ type Scan struct {
 	DType       cuda.DType // of U and Y; the rest is f32
 	Chunk       int        // positions per chunk, a multiple of 8; 0 picks DefaultScanChunk
 	Scratch     cuda.Ptr   // ScratchFloats() floats; unused when T fits in one chunk
+	Staged      bool       // run the _st_ kernels (cp.async tiles in shared memory) when E is a multiple of 8
 }
 
 const (
@@ -66,13 +67,17 @@ func (s Scan) ScratchFloats() int {
 // Launch queues the scan on stream; fn looks kernels up by name.
 func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
 	L, nch, G := s.chunk(), s.chunks(), (s.N+scanStates-1)/scanStates
+	sum, out := "scan_chunk_sum_", "scan_chunk_out_"
+	if s.Staged && s.E%8 == 0 { // the staged kernels copy 16-byte pieces of rows of E
+		sum, out = "scan_chunk_sum_st_", "scan_chunk_out_st_"
+	}
 	blocks := (s.E + scanThreads - 1) / scanThreads
 	start, part := s.State, s.Scratch
 	if nch > 1 {
 		part += cuda.Ptr(4 * s.B * nch * s.E * (s.N + 1))
 		chunkState := s.Scratch
 		sumdt := s.Scratch + cuda.Ptr(4*s.B*nch*s.E*s.N)
-		if err := fn("scan_chunk_sum_"+s.DType.Suffix()).Launch(cuda.Dim3{X: blocks, Y: (nch - 1) * G, Z: s.B}, cuda.D1(scanThreads), 0,
+		if err := fn(sum+s.DType.Suffix()).Launch(cuda.Dim3{X: blocks, Y: (nch - 1) * G, Z: s.B}, cuda.D1(scanThreads), 0,
 			stream, s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, chunkState, sumdt, s.T, s.E, s.N, L, nch, G); err != nil {
 			return err
 		}
@@ -83,7 +88,7 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 		start = chunkState
 	}
 	for g := 0; g < G; g++ {
-		if err := fn("scan_chunk_out_"+s.DType.Suffix()).Launch(cuda.Dim3{X: blocks, Y: nch, Z: s.B}, cuda.D1(scanThreads), 0, stream,
+		if err := fn(out+s.DType.Suffix()).Launch(cuda.Dim3{X: blocks, Y: nch, Z: s.B}, cuda.D1(scanThreads), 0, stream,
 			s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, start, s.State, s.Y, part,
 			s.T, s.E, s.N, L, nch, g, G); err != nil {
 			return err

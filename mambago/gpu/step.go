@@ -56,26 +56,15 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 		return err
 	}
 	block, eps := cuda.D1(32*stepWarps), float32(c.Eps)
-	// A GEMV's split (kernels/step.cu) and its grid, for rows of K weights.
-	gemvShape := func(rows, K int) (cuda.Dim3, int) {
-		split := gemvSplit(rows, K, e.dt.Size())
-		if e.GEMVSplit > 0 {
-			split = e.GEMVSplit
-		}
-		return cuda.D1(min((rows+stepWarps/split-1)/(stepWarps/split), 65535)), split
-	}
-	gemv := e.typed("gemv")
 	dbl := R + 2*N
-	inGrid, inSplit := gemvShape(2*E, d)
-	xGrid, xSplit := gemvShape(dbl, E)
-	outGrid, outSplit := gemvShape(d, E)
+	in, x, out := e.gemvPlan("step_in", 2*E, d), e.gemvPlan("gemv", dbl, E), e.gemvPlan("gemv", d, E)
 	for l, g := range e.layers {
-		if err := e.launchStep(e.typed("step_in"), inGrid, block, 0, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
-			g.conv, g.convBias, s.conv(l), ws.xz.Ptr, B, d, E, K, inSplit); err != nil {
+		if err := e.launchStep(in.kernel, in.grid, block, 0, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
+			g.conv, g.convBias, s.conv(l), ws.xz.Ptr, B, d, E, K, in.split); err != nil {
 			return err
 		}
-		if err := e.launchStep(gemv, xGrid, block, 0, ws.xz.Ptr, 2*E, cuda.Ptr(0), float32(0), g.xProj,
-			cuda.Ptr(0), ws.dbl.Ptr, dbl, 0, B, E, dbl, xSplit); err != nil {
+		if err := e.launchStep(x.kernel, x.grid, block, 0, ws.xz.Ptr, 2*E, cuda.Ptr(0), float32(0), g.xProj,
+			cuda.Ptr(0), ws.dbl.Ptr, dbl, 0, B, E, dbl, x.split); err != nil {
 			return err
 		}
 		if c.Falcon {
@@ -88,21 +77,45 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 			ws.xz.Ptr, s.ssm(l), ws.delta.Ptr, E, N); err != nil {
 			return err
 		}
-		if err := e.launchStep(gemv, outGrid, block, 0, ws.delta.Ptr, E, cuda.Ptr(0), float32(0), g.outProj,
-			g.outBias, ws.h.Ptr, d, 1, B, E, d, outSplit); err != nil {
+		if err := e.launchStep(out.kernel, out.grid, block, 0, ws.delta.Ptr, E, cuda.Ptr(0), float32(0), g.outProj,
+			g.outBias, ws.h.Ptr, d, 1, B, E, d, out.split); err != nil {
 			return err
 		}
 	}
-	headGrid, headSplit := gemvShape(V, d)
-	return e.launchStep(gemv, headGrid, block, 0, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits, V, 0,
-		B, d, V, headSplit)
+	head := e.gemvPlan("gemv", V, d)
+	return e.launchStep(head.kernel, head.grid, block, 0, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits,
+		V, 0, B, d, V, head.split)
+}
+
+// gemvLaunch is how one GEMV of kernels/step.cu runs: the entry (gemv or
+// step_in, with one or four rows to a warp group), its grid, and its split.
+type gemvLaunch struct {
+	kernel string
+	grid   cuda.Dim3
+	split  int
+}
+
+// gemvPlan lays out a GEMV of rows rows of K weights for kernel ("gemv" or
+// "step_in"): the split by gemvSplit unless GEMVSplit fixes it, and
+// GEMVRows rows to a group for GEMVs of 1024 rows or more.
+func (e *Engine) gemvPlan(kernel string, rows, K int) gemvLaunch {
+	split := gemvSplit(rows, K, e.dt.Size())
+	if e.GEMVSplit > 0 {
+		split = e.GEMVSplit
+	}
+	group := 1
+	if e.GEMVRows == 4 && rows >= 1024 {
+		group, kernel = 4, kernel+"_r4"
+	}
+	per := stepWarps / split * group // rows per block
+	return gemvLaunch{kernel: e.typed(kernel), grid: cuda.D1(min((rows+per-1)/per, 65535)), split: split}
 }
 
 // gemvSplit picks how many warps share a GEMV row of K weights of size
 // bytes (the split of kernels/step.cu). Measured on the H200 (bf16 decode
-// step, B=1, BenchmarkDecodeBig): two warps a row beat one and beat four or
-// eight for the big GEMVs (1.4b: 2.05 ms a step against 2.34 with one and
-// 3.0 with eight). A GEMV of under 1024 rows (x_proj, whose rows are E
+// step, B=1, BenchmarkBigShapes): two warps a row beat one and beat four
+// or eight for the big GEMVs (1.4b: 2.05 ms a step against 2.34 with one
+// and 3.0 with eight). A GEMV of under 1024 rows (x_proj, whose rows are E
 // long) has too few warps to fill the GPU, so it splits until no warp walks
 // more than one of the row's 512-byte slices.
 func gemvSplit(rows, K, size int) int {
