@@ -117,8 +117,10 @@ func stageTable(b *testing.B, e *gpu.Engine, prefill func()) string {
 // 48 positions were measured against the default 64 with the plain kernel
 // on the H200 at 4041782 and were no faster: 9.9, 8.8 and 8.9 ms of scan
 // over 5 prefills at B=1, T=2048; 33.0, 31.9 and 30.3 at T=8192; 56.8, 54.6
-// and 51.8 at B=8. The plain kernel then waited on its loads, which the
-// staged one no longer does.)
+// and 51.8 at B=8. With the staged kernel at b0fe5e7, chunks of 64, 32 and
+// 16: 8.27, 9.33 and 12.23 ms at B=1, T=2048; 24.9, 28.5 and 41.1 at
+// T=8192; 43.7, 49.2 and 69.3 at B=8. A staged kernel with two threads a
+// channel, on branch issue4-pair at 238f5ec, was no faster either.)
 func BenchmarkScan130m(b *testing.B) {
 	gputest.Need(b)
 	w := fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1)
