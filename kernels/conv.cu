@@ -8,13 +8,14 @@
 // storage type T (it feeds x_proj's GEMM); xz, w [E, K], bias [E] (or
 // nullptr) and the arithmetic are f32. K <= 8.
 //
-// conv_silu_f32: grid (ceil(E / blockDim.x), ceil(T / RUN), B). A thread
+// conv_silu_*: grid (ceil(E / blockDim.x), ceil(T / RUN), B). A thread
 // computes RUN consecutive positions of one channel (a warp reads 32
 // consecutive channels of a row), loading the run's inputs together and
 // sliding the last MAX_K through registers, so each input is loaded once.
-// conv_window_f32 then replaces each window with the last K inputs of
-// concat(window, x): grid (ceil(E / blockDim.x), B). They are two launches
-// because the first reads the windows the second overwrites.
+// Only the first run of each sequence reads the window, so its thread then
+// replaces its channel's window with the last K inputs of concat(window,
+// x): no other thread reads that window, and one launch does both (a
+// separate window kernel took 2.2 us a layer at the 130m shape).
 
 #define MAX_K 8
 #define RUN 16
@@ -23,12 +24,12 @@
 // front): conv_silu_* run KK = 4, Mamba's kernel size, when K <= 4, and
 // MAX_K otherwise.
 template <class T, int KK>
-__device__ void conv_silu(const float *__restrict__ xz, int ldx, const float *__restrict__ win,
+__device__ void conv_silu(const float *__restrict__ xz, int ldx, float *__restrict__ win,
                           const float *__restrict__ w, const float *__restrict__ bias, T *__restrict__ u, int T_,
                           int E, int K) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.z, t0 = blockIdx.y * RUN;
     if (c >= E) return;
-    const float *state = win + ((size_t)b * E + c) * K;
+    float *state = win + ((size_t)b * E + c) * K;
     // wp[j] weighs hist[j] = x[t - (KK - 1) + j]: the K weights, right-aligned.
     float wp[KK], hist[KK];
 #pragma unroll
@@ -60,23 +61,21 @@ __device__ void conv_silu(const float *__restrict__ xz, int ldx, const float *__
         for (int j = 0; j < KK; j++) acc += wp[j] * hist[j];
         u[r * E + c] = from_f32<T>(silu_f(acc));
     }
-}
-
-extern "C" __global__ void conv_window_f32(const float *__restrict__ xz, int ldx, float *__restrict__ win, int T,
-                                           int E, int K) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
-    if (c >= E) return;
-    float *state = win + ((size_t)b * E + c) * K;
-    float next[MAX_K];
-    for (int k = 0; k < K; k++) {  // slot k holds element T + k of concat(window, x)
-        int tt = T - K + k;
-        next[k] = tt >= 0 ? xz[((size_t)b * T + tt) * ldx + c] : state[T + k];
+    if (t0 == 0) {  // the window's only reader, done with it: slot k takes element T + k of concat(window, x)
+        float next[MAX_K];
+#pragma unroll
+        for (int k = 0; k < MAX_K; k++) {
+            int tt = T_ - K + k;
+            next[k] = k >= K ? 0.f : tt >= 0 ? xz[((size_t)b * T_ + tt) * ldx + c] : state[T_ + k];
+        }
+#pragma unroll
+        for (int k = 0; k < MAX_K; k++)
+            if (k < K) state[k] = next[k];
     }
-    for (int k = 0; k < K; k++) state[k] = next[k];
 }
 
 #define CONV(sfx, T)                                                                                            \
-    extern "C" __global__ void conv_silu_##sfx(const float *__restrict__ xz, int ldx, const float *__restrict__ win, \
+    extern "C" __global__ void conv_silu_##sfx(const float *__restrict__ xz, int ldx, float *__restrict__ win,       \
                                                const float *__restrict__ w, const float *__restrict__ bias,        \
                                                T *__restrict__ u, int T_, int E, int K) {                          \
         if (K <= 4)                                                                                             \

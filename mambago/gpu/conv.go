@@ -19,14 +19,10 @@ type Conv struct {
 
 const convRun = 16 // RUN in conv.cu
 
-// Launch queues the conv and then the window update on stream; fn looks
-// kernels up by name.
+// Launch queues the conv, which also updates the windows, on stream; fn
+// looks kernels up by name.
 func (c Conv) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
 	blocks := (c.E + 127) / 128
-	if err := fn("conv_silu_"+c.DType.Suffix()).Launch(cuda.Dim3{X: blocks, Y: (c.T + convRun - 1) / convRun, Z: c.B}, cuda.D1(128), 0,
-		stream, c.XZ, c.LDX, c.Window, c.W, c.Bias, c.U, c.T, c.E, c.K); err != nil {
-		return err
-	}
-	return fn("conv_window_f32").Launch(cuda.Dim3{X: blocks, Y: c.B, Z: 1}, cuda.D1(128), 0, stream,
-		c.XZ, c.LDX, c.Window, c.T, c.E, c.K)
+	return fn("conv_silu_"+c.DType.Suffix()).Launch(cuda.Dim3{X: blocks, Y: (c.T + convRun - 1) / convRun, Z: c.B}, cuda.D1(128), 0,
+		stream, c.XZ, c.LDX, c.Window, c.W, c.Bias, c.U, c.T, c.E, c.K)
 }

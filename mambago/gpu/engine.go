@@ -391,7 +391,9 @@ func (e *Engine) launch(name string, grid, block cuda.Dim3, shared int, args ...
 }
 
 // rmsnorm queues the RMSNorm kernel name (kernels/rmsnorm.cu) of rows rows
-// of d from x into y, a warp a row.
+// of d from x into y, a warp a row. (Blocks of 4 rows instead of 8 took the
+// same 5.3 µs a 130m layer at T = 2048, ncu with warm caches at eb233fa;
+// per 2048 rows at T = 8192 it is 2.9 µs, so the rest is a per-launch cost.)
 func (e *Engine) rmsnorm(name string, x, w, y cuda.Ptr, rows, d int, eps float64) error {
 	const rowsPerBlock = 8
 	return e.launch(name, cuda.D1((rows+rowsPerBlock-1)/rowsPerBlock), cuda.D1(32*rowsPerBlock), 0, x, w, y, rows, d,

@@ -11,7 +11,7 @@ import (
 // <kernel>_<suffix>; plainKernels have one f32 entry.
 var (
 	typedKernels = []string{"embed", "rmsnorm", "to", "conv_silu", "scan_chunk_sum", "scan_chunk_out", "scan_chunk_sum_st", "scan_chunk_out_st", "step_in", "gemv", "step_in_r4", "gemv_r4", "from"}
-	plainKernels = []string{"scale_f32", "add_bias_f32", "rmsnorm_dbc_f32", "conv_window_f32", "scan_carry_f32",
+	plainKernels = []string{"scale_f32", "add_bias_f32", "rmsnorm_dbc_f32", "scan_carry_f32",
 		"pool_f32", "step_scan_f32", "dt_proj_f32"}
 )
 
