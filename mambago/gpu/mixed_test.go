@@ -293,25 +293,11 @@ func TestScanStagedMatches(t *testing.T) {
 	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16, cuda.F16} {
 		plain, staged := newEngine(t, w, dt), newEngine(t, w, dt)
 		plain.ScanStaged, staged.ScanStaged = false, true
-		const B, T = 2, 300
-		ids := make([]int64, 2*B*T)
-		for i := range ids {
-			ids[i] = rand.Int64N(int64(cfg.Vocab))
-		}
+		ids := randomIDs(2*2*300, cfg.Vocab)
 		var outs [2][]float32
 		var states [2]engine.State
 		for i, e := range []*gpu.Engine{plain, staged} {
-			st, err := e.NewState(B)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for half := 0; half < 2; half++ {
-				outs[i] = fixture.NaNs(B * T * cfg.Hidden)
-				if err := e.Prefill(st, engine.Input{B: B, T: T, IDs: ids[half*B*T : (half+1)*B*T]}, engine.All, outs[i]); err != nil {
-					t.Fatal(err)
-				}
-			}
-			states[i] = st
+			outs[i], states[i] = prefillTwice(t, e, ids, 2, 300, cfg.Hidden, nil)
 		}
 		if rel := fixture.RelErr(outs[1], outs[0]); rel > 1e-5 {
 			t.Errorf("%s: staged scan's hidden states differ from the plain scan's by %.3g", dt, rel)
@@ -329,31 +315,45 @@ func TestScanChunkResize(t *testing.T) {
 	cfg := fixture.Shape(128, 2, 300)
 	w := fixture.RandomWeights(cfg, rand.Uint64())
 	ref, e := newEngine(t, w, cuda.F32), newEngine(t, w, cuda.F32)
-	const B, T = 2, 300
-	ids := make([]int64, 2*B*T)
-	for i := range ids {
-		ids[i] = rand.Int64N(int64(cfg.Vocab))
-	}
+	ids := randomIDs(2*2*300, cfg.Vocab)
 	var states [2]engine.State
 	var outs [2][]float32
-	for i, eng := range []*gpu.Engine{ref, e} {
-		st, err := eng.NewState(B)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for half := 0; half < 2; half++ {
-			if i == 1 {
-				eng.ScanChunk = []int{64, 8}[half]
-			}
-			outs[i] = fixture.NaNs(B * T * cfg.Hidden)
-			if err := eng.Prefill(st, engine.Input{B: B, T: T, IDs: ids[half*B*T : (half+1)*B*T]}, engine.All, outs[i]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		states[i] = st
-	}
+	outs[0], states[0] = prefillTwice(t, ref, ids, 2, 300, cfg.Hidden, nil)
+	outs[1], states[1] = prefillTwice(t, e, ids, 2, 300, cfg.Hidden, func(half int) { e.ScanChunk = []int{64, 8}[half] })
 	if rel := fixture.RelErr(outs[1], outs[0]); rel > 1e-5 {
 		t.Errorf("chunk 8 after chunk 64: hidden states differ from chunk 64's by %.3g", rel)
 	}
 	checkStates(t, "chunk 8 after chunk 64", states[1], states[0], cfg.Layers)
+}
+
+// randomIDs returns n token ids drawn uniformly from a vocabulary of vocab.
+func randomIDs(n, vocab int) []int64 {
+	ids := make([]int64, n)
+	for i := range ids {
+		ids[i] = rand.Int64N(int64(vocab))
+	}
+	return ids
+}
+
+// prefillTwice runs two prefills of B sequences of T positions on e, ids'
+// first and second halves, the second continuing from the first's carried
+// state; before(half), when set, runs before each. It returns the second
+// prefill's hidden states at every position, and the state.
+func prefillTwice(t *testing.T, e *gpu.Engine, ids []int64, B, T, hidden int, before func(half int)) ([]float32, engine.State) {
+	t.Helper()
+	st, err := e.NewState(B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []float32
+	for half := 0; half < 2; half++ {
+		if before != nil {
+			before(half)
+		}
+		out = fixture.NaNs(B * T * hidden)
+		if err := e.Prefill(st, engine.Input{B: B, T: T, IDs: ids[half*B*T : (half+1)*B*T]}, engine.All, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out, st
 }
