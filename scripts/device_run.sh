@@ -8,9 +8,9 @@
 #             tests, and racecheck over the scan kernel's test;
 #   gpubench: the GPU stage times, then the GPU prefill benchmark against HF
 #             (bench/gpu_vs_hf.py, with $BENCH_ARGS, e.g. "--shapes 130m,370m");
-#   verify:   gpu, then the Go stage benchmark, the scan variants and the
-#             1.4b/2.8b decode and prefill variants: one call for a branch's
-#             first run on the GPU (about 5 minutes);
+#   verify:   gpu, then the Go stage benchmark, the scan variants, the XU
+#             microbenchmarks and the 1.4b/2.8b decode and prefill variants:
+#             one call for a branch's first run on the GPU (about 5 minutes);
 #   profile:  ncu's per-kernel times for a 1.4b decode step and for dt_proj;
 #   sourceprof: ncu's per-instruction stall samples for the bf16 scan and the
 #             2.8b decode GEMVs (text logs and .ncu-rep reports);
@@ -47,6 +47,8 @@ if [[ $mode == verify ]]; then
   echo "== the scan: plain and staged kernels (130m, bf16)"
   .carry/gpu.test -test.v -test.run '^$' -test.bench Scan130m -test.benchtime 20x 2>&1 | tee "$OUT/scan_variants.log" \
     | grep -E "tok/s|  scan"
+  echo "== the XU: ex2 a clock an SM, alone and in the scan's mix (kernels/xu_bench_test.go)"
+  .carry/kernels.test -test.run '^$' -test.bench XU -test.benchtime 20x 2>&1 | tee "$OUT/xu.log" | grep "ex2/clk"
   echo "== 1.4b and 2.8b, bf16: decode step variants, and prefill with each scan"
   .carry/gpu.test -test.run '^$' -test.bench BigShapes -test.benchtime 100x 2>&1 | tee "$OUT/big_shapes.log" \
     | grep -E "us/step|tok/s"

@@ -22,7 +22,7 @@ func Need(t testing.TB) {
 // Device keeps the test on one OS thread with GPU 0's primary context (the
 // one the engines use) current, for the test's own launches and copies, or
 // skips the test when there is no GPU. The context is released at cleanup.
-func Device(t *testing.T) *cuda.Device {
+func Device(t testing.TB) *cuda.Device {
 	t.Helper()
 	Need(t)
 	runtime.LockOSThread()
