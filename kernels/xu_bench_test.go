@@ -45,11 +45,8 @@ extern "C" __global__ void xu_ex2(float *out, long long *cycles, float a, int it
     block_cycles(start, cycles);
 }
 
-// xu_scan: the scan's output pass on registers alone: each position, for
-// 16 states, s = ex2(dt a) s + du B and y += s C.
-extern "C" __global__ void xu_scan(float *out, long long *cycles, float a0, int iters) {
-    long long start = clock64();
-    float a[16], s[16], B[16], C[16];
+// xu_init sets a thread's 16 decay rates, states and B and C values.
+__device__ __forceinline__ void xu_init(float a0, float a[16], float s[16], float B[16], float C[16]) {
 #pragma unroll
     for (int k = 0; k < 16; k++) {
         a[k] = a0 * (k + 1);
@@ -57,6 +54,14 @@ extern "C" __global__ void xu_scan(float *out, long long *cycles, float a0, int 
         B[k] = 1e-2f * (k + threadIdx.x % 7);
         C[k] = 1e-2f * (16 - k);
     }
+}
+
+// xu_scan: the scan's output pass on registers alone: each position, for
+// 16 states, s = ex2(dt a) s + du B and y += s C.
+extern "C" __global__ void xu_scan(float *out, long long *cycles, float a0, int iters) {
+    long long start = clock64();
+    float a[16], s[16], B[16], C[16];
+    xu_init(a0, a, s, B, C);
     float y = 0.f, dt = 0.01f + threadIdx.x * 1e-5f;
 #pragma unroll 8
     for (int i = 0; i < iters; i++) {
@@ -78,13 +83,7 @@ extern "C" __global__ void xu_scan(float *out, long long *cycles, float a0, int 
 extern "C" __global__ void xu_scan_ahead(float *out, long long *cycles, float a0, int iters) {
     long long start = clock64();
     float a[16], s[16], B[16], C[16], e[16];
-#pragma unroll
-    for (int k = 0; k < 16; k++) {
-        a[k] = a0 * (k + 1);
-        s[k] = 0.f;
-        B[k] = 1e-2f * (k + threadIdx.x % 7);
-        C[k] = 1e-2f * (16 - k);
-    }
+    xu_init(a0, a, s, B, C);
     float y = 0.f, dt = 0.01f + threadIdx.x * 1e-5f;
     dt = dt * 0.999f + 1e-4f;
 #pragma unroll
