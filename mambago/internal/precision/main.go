@@ -11,6 +11,8 @@
 //	W   the GEMM weights of in_proj, x_proj and out_proj
 //	E   the embeddings and the LM head
 //	x   the normed input of in_proj
+//	xz  in_proj's output (the conv's input and the gate z), stored in the
+//	    storage type instead of f32 (not done by the engine; a candidate)
 //	u   the conv output, as x_proj's input and as the scan's
 //	us  the conv output as the scan reads it (u without this: f32 there)
 //	dt  dt_proj's operands (dt_low and its weight, multiplied on tensor cores)
@@ -63,6 +65,7 @@ var configs = []struct{ name, points string }{
 	{"engine, dt_proj in f32", "W E x u y hx"},
 	{"engine, scan reads u in f32", "W E x u dt y hx -us"},
 	{"engine, dt_proj f32 + scan u f32", "W E x u y hx -us"},
+	{"engine, dt_proj f32 + xz stored", "W E x u y hx xz"},
 }
 
 func main() {
@@ -223,7 +226,7 @@ func (m *model) block(li int, h [][]float64) (ssm, window []float64) {
 	E, N, K, R, T := cfg.Inner, cfg.State, cfg.ConvKernel, cfg.DTRank, len(h)
 	xs, z := make([][]float64, T), make([][]float64, T)
 	for t := range h {
-		xz := matvec(g.inProj, g.inBias, m.r("x", rmsnorm(h[t], g.norm, cfg.Eps)), 2*E)
+		xz := m.r("xz", matvec(g.inProj, g.inBias, m.r("x", rmsnorm(h[t], g.norm, cfg.Eps)), 2*E))
 		xs[t], z[t] = xz[:E], xz[E:]
 	}
 	ssm, window = make([]float64, E*N), make([]float64, E*K)
