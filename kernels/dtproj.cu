@@ -14,16 +14,21 @@
 // DT_TN consecutive channels (lane) by DT_TM consecutive rows (warp). Per
 // stage of DT_K columns the block stages the tile's dt_low rows and its
 // channels' weights in shared memory, both transposed to [k][row or
-// channel] and both read from global memory in whole row segments; then for
-// each k a thread reads its DT_TN weights (one 16-byte load, consecutive
-// across the warp) and its DT_TM dt_low values (16-byte loads, the same for
-// the whole warp) and does DT_TM * DT_TN FMAs. Rows of the staged arrays
-// are padded by 4 floats, which keeps 16-byte alignment and spreads the
-// transposing stores over the banks. Each row's DT_TN channels are stored as
-// one float4. On the H200 this takes 20.7 us a layer (130m, T=2048). One
-// channel per thread, with the weights in registers, needed a shared-memory
-// read per FMA and took 30-37 us; 4-byte stores at a 16-byte stride kept it
-// at 30 us.
+// channel]; then for each k a thread reads its DT_TN weights (one 16-byte
+// load, consecutive across the warp) and its DT_TM dt_low values (16-byte
+// loads, the same for the whole warp) and does DT_TM * DT_TN FMAs. Rows of
+// the staged arrays are padded by 4 floats, which keeps 16-byte alignment
+// and spreads the transposing stores over the banks. Each row's DT_TN
+// channels are stored as one float4.
+//
+// Where R, ldd and the pointers allow (always for the Mamba shapes) each
+// global read is a 16-byte piece of a row, and the reads of stage k + 1 are
+// issued before stage k's FMAs, into registers, and go to shared memory
+// after them, so their latency overlaps the arithmetic; else 4-byte reads.
+// (The first version read 4 bytes at a time, without the overlap, and
+// took 18.9 us a layer on the H200 for the 130m shape at T=2048, its issue
+// slots 72% busy; one channel per thread, with the weights in registers,
+// needed a shared-memory read per FMA and took 30-37 us.)
 
 #define DT_TN 4                                    // channels per thread
 #define DT_TM 8                                    // rows per thread
@@ -34,9 +39,56 @@
 #define DT_K 16                                    // columns of dt_low per stage
 static_assert(DT_TN == 4, "a thread's channels are stored as one float4");
 
-extern "C" __global__ void __launch_bounds__(DT_THREADS)
-    dt_proj_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
-                const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
+// dt_stage holds one thread's share of a stage's global reads: XP pieces of
+// dt_low rows and WP of weight rows, each V consecutive columns.
+template <int V>
+struct dt_stage {
+    static constexpr int XP = DT_ROWS * DT_K / V / DT_THREADS, WP = DT_CH * DT_K / V / DT_THREADS;
+    float x[XP][V], w[WP][V];
+
+    // load reads columns k0 .. k0 + DT_K - 1 of the block's rows and
+    // channels (zeros past rows, E and R).
+    __device__ __forceinline__ void load(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
+                                         int rows, int E, int r0, int c0, int k0) {
+#pragma unroll
+        for (int p = 0; p < XP; p++) {
+            int i = p * DT_THREADS + threadIdx.x, r = r0 + i / (DT_K / V), k = k0 + i % (DT_K / V) * V;
+            read(x[p], r < rows && k < R, dbl + (size_t)r * ldd + k);
+        }
+#pragma unroll
+        for (int p = 0; p < WP; p++) {
+            int i = p * DT_THREADS + threadIdx.x, c = c0 + i / (DT_K / V), k = k0 + i % (DT_K / V) * V;
+            read(w[p], c < E && k < R, W + (size_t)c * R + k);
+        }
+    }
+    __device__ __forceinline__ static void read(float (&v)[V], bool ok, const float *src) {
+        if (V == 4) {
+            float4 f = ok ? *reinterpret_cast<const float4 *>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
+            v[0] = f.x, v[1] = f.y, v[2 % V] = f.z, v[3 % V] = f.w;
+        } else {
+            v[0] = ok ? *src : 0.f;
+        }
+    }
+    // store writes the pieces to the staged arrays, transposed.
+    __device__ __forceinline__ void store(float (*sx)[DT_ROWS + 4], float (*sw)[DT_CH + 4]) const {
+#pragma unroll
+        for (int p = 0; p < XP; p++) {
+            int i = p * DT_THREADS + threadIdx.x, r = i / (DT_K / V), k = i % (DT_K / V) * V;
+#pragma unroll
+            for (int j = 0; j < V; j++) sx[k + j][r] = x[p][j];
+        }
+#pragma unroll
+        for (int p = 0; p < WP; p++) {
+            int i = p * DT_THREADS + threadIdx.x, c = i / (DT_K / V), k = i % (DT_K / V) * V;
+#pragma unroll
+            for (int j = 0; j < V; j++) sw[k + j][c] = w[p][j];
+        }
+    }
+};
+
+template <int V>
+__device__ __forceinline__ void dt_proj(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
+                                        const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
     __shared__ __align__(16) float sx[DT_K][DT_ROWS + 4];
     __shared__ __align__(16) float sw[DT_K][DT_CH + 4];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -46,17 +98,17 @@ extern "C" __global__ void __launch_bounds__(DT_THREADS)
     for (int i = 0; i < DT_TM; i++)
 #pragma unroll
         for (int j = 0; j < DT_TN; j++) acc[i][j] = 0.f;
+    // With 4-byte reads the next stage is read after the FMAs instead: its
+    // twelve pointers, live across them, would cost a second block an SM.
+    constexpr bool ahead = V == 4;
+    dt_stage<V> next;
+    if (ahead) next.load(dbl, ldd, R, W, rows, E, r0, c0, 0);
     for (int k0 = 0; k0 < R; k0 += DT_K) {
+        if (!ahead) next.load(dbl, ldd, R, W, rows, E, r0, c0, k0);
         __syncthreads();  // the previous stage's columns are consumed
-        for (int i = threadIdx.x; i < DT_ROWS * DT_K; i += DT_THREADS) {
-            int r = r0 + i / DT_K, k = k0 + i % DT_K;
-            sx[i % DT_K][i / DT_K] = r < rows && k < R ? dbl[(size_t)r * ldd + k] : 0.f;
-        }
-        for (int i = threadIdx.x; i < DT_CH * DT_K; i += DT_THREADS) {
-            int c = c0 + i / DT_K, k = k0 + i % DT_K;
-            sw[i % DT_K][i / DT_K] = c < E && k < R ? W[(size_t)c * R + k] : 0.f;
-        }
+        next.store(sx, sw);
         __syncthreads();
+        if (ahead && k0 + DT_K < R) next.load(dbl, ldd, R, W, rows, E, r0, c0, k0 + DT_K);
 #pragma unroll
         for (int k = 0; k < DT_K; k++) {
             float4 w = *reinterpret_cast<const float4 *>(&sw[k][lane * DT_TN]);
@@ -94,4 +146,14 @@ extern "C" __global__ void __launch_bounds__(DT_THREADS)
                 if (c + j < E) o[j] = v[j];
         }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(DT_THREADS, 3)
+    dt_proj_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
+                const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
+    bool vec = R % 4 == 0 && ldd % 4 == 0 && ((size_t)dbl & 15) == 0 && ((size_t)W & 15) == 0;
+    if (vec)
+        dt_proj<4>(dbl, ldd, R, W, bias, dt, rows, E);
+    else
+        dt_proj<1>(dbl, ldd, R, W, bias, dt, rows, E);
 }
