@@ -9,7 +9,7 @@
 // W [E, R] f32, bias [E] f32, dt [rows, E] f32; exact f32 products and sums,
 // softplus with PyTorch's threshold 20.
 //
-// dt_proj_f32: grid (ceil(E / DT_CH), ceil(rows / DT_ROWS)), block
+// dt_proj: grid (ceil(E / DT_CH), ceil(rows / DT_ROWS)), block
 // DT_THREADS. Each thread sums a DT_TM x DT_TN tile of dt in registers:
 // DT_TN consecutive channels (lane) by DT_TM consecutive rows (warp). Per
 // stage of DT_K columns the block stages the tile's dt_low rows and its
@@ -21,10 +21,10 @@
 // and spreads the transposing stores over the banks. Each row's DT_TN
 // channels are stored as one float4.
 //
-// Where R, ldd and the pointers allow (always for the Mamba shapes) each
-// global read is a 16-byte piece of a row, and the reads of stage k + 1 are
-// issued before stage k's FMAs, into registers, and go to shared memory
-// after them, so their latency overlaps the arithmetic; else 4-byte reads.
+// The global reads of stage k + 1 are issued before stage k's FMAs, into
+// registers, and go to shared memory after them, so their latency overlaps
+// the arithmetic; where R, ldd and the pointers allow, each is a 16-byte
+// piece of a row (the two entries at the end).
 // (The first version read 4 bytes at a time, without the overlap, and
 // took 18.9 us a layer on the H200 for the 130m shape at T=2048, its issue
 // slots 72% busy; one channel per thread, with the weights in registers,
@@ -40,31 +40,36 @@
 static_assert(DT_TN == 4, "a thread's channels are stored as one float4");
 
 // dt_stage holds one thread's share of a stage's global reads: XP pieces of
-// dt_low rows and WP of weight rows, each V consecutive columns.
+// dt_low rows and WP of weight rows, each V consecutive columns. Piece p of
+// a thread is row (channel) i + p * STEP of the block's tile, at column k.
 template <int V>
 struct dt_stage {
-    static constexpr int XP = DT_ROWS * DT_K / V / DT_THREADS, WP = DT_CH * DT_K / V / DT_THREADS;
+    static constexpr int PER_ROW = DT_K / V, STEP = DT_THREADS / PER_ROW;
+    static constexpr int XP = DT_ROWS / STEP, WP = DT_CH / STEP;
     float x[XP][V], w[WP][V];
+    const float *xsrc, *wsrc;  // piece 0 at column 0
+    int i, k, xrows, wrows;     // xrows, wrows: the tile's rows and channels that exist
+    size_t ldd, R;
 
-    // load reads columns k0 .. k0 + DT_K - 1 of the block's rows and
-    // channels (zeros past rows, E and R).
-    __device__ __forceinline__ void load(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
-                                         int rows, int E, int r0, int c0, int k0) {
+    __device__ __forceinline__ dt_stage(const float *dbl, int ldd_, int R_, const float *W, int rows, int E, int r0,
+                                        int c0)
+        : i(threadIdx.x / PER_ROW), k(threadIdx.x % PER_ROW * V), ldd(ldd_), R(R_) {
+        xrows = rows - r0, wrows = E - c0;
+        xsrc = dbl + (size_t)(r0 + i) * ldd + k;
+        wsrc = W + (size_t)(c0 + i) * R + k;
+    }
+    // load reads columns k0 .. k0 + DT_K - 1 (zeros past rows, E and R).
+    __device__ __forceinline__ void load(int k0) {
+        bool kok = k0 + k < (int)R;
 #pragma unroll
-        for (int p = 0; p < XP; p++) {
-            int i = p * DT_THREADS + threadIdx.x, r = r0 + i / (DT_K / V), k = k0 + i % (DT_K / V) * V;
-            read(x[p], r < rows && k < R, dbl + (size_t)r * ldd + k);
-        }
+        for (int p = 0; p < XP; p++) read(x[p], kok && i + p * STEP < xrows, xsrc + p * STEP * ldd + k0);
 #pragma unroll
-        for (int p = 0; p < WP; p++) {
-            int i = p * DT_THREADS + threadIdx.x, c = c0 + i / (DT_K / V), k = k0 + i % (DT_K / V) * V;
-            read(w[p], c < E && k < R, W + (size_t)c * R + k);
-        }
+        for (int p = 0; p < WP; p++) read(w[p], kok && i + p * STEP < wrows, wsrc + p * STEP * R + k0);
     }
     __device__ __forceinline__ static void read(float (&v)[V], bool ok, const float *src) {
         if (V == 4) {
             float4 f = ok ? *reinterpret_cast<const float4 *>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
-            v[0] = f.x, v[1] = f.y, v[2 % V] = f.z, v[3 % V] = f.w;
+            v[0] = f.x, v[1 % V] = f.y, v[2 % V] = f.z, v[3 % V] = f.w;
         } else {
             v[0] = ok ? *src : 0.f;
         }
@@ -72,17 +77,13 @@ struct dt_stage {
     // store writes the pieces to the staged arrays, transposed.
     __device__ __forceinline__ void store(float (*sx)[DT_ROWS + 4], float (*sw)[DT_CH + 4]) const {
 #pragma unroll
-        for (int p = 0; p < XP; p++) {
-            int i = p * DT_THREADS + threadIdx.x, r = i / (DT_K / V), k = i % (DT_K / V) * V;
+        for (int p = 0; p < XP; p++)
 #pragma unroll
-            for (int j = 0; j < V; j++) sx[k + j][r] = x[p][j];
-        }
+            for (int j = 0; j < V; j++) sx[k + j][i + p * STEP] = x[p][j];
 #pragma unroll
-        for (int p = 0; p < WP; p++) {
-            int i = p * DT_THREADS + threadIdx.x, c = i / (DT_K / V), k = i % (DT_K / V) * V;
+        for (int p = 0; p < WP; p++)
 #pragma unroll
-            for (int j = 0; j < V; j++) sw[k + j][c] = w[p][j];
-        }
+            for (int j = 0; j < V; j++) sw[k + j][i + p * STEP] = w[p][j];
     }
 };
 
@@ -98,17 +99,13 @@ __device__ __forceinline__ void dt_proj(const float *__restrict__ dbl, int ldd, 
     for (int i = 0; i < DT_TM; i++)
 #pragma unroll
         for (int j = 0; j < DT_TN; j++) acc[i][j] = 0.f;
-    // With 4-byte reads the next stage is read after the FMAs instead: its
-    // twelve pointers, live across them, would cost a second block an SM.
-    constexpr bool ahead = V == 4;
-    dt_stage<V> next;
-    if (ahead) next.load(dbl, ldd, R, W, rows, E, r0, c0, 0);
+    dt_stage<V> next(dbl, ldd, R, W, rows, E, r0, c0);
+    next.load(0);
     for (int k0 = 0; k0 < R; k0 += DT_K) {
-        if (!ahead) next.load(dbl, ldd, R, W, rows, E, r0, c0, k0);
         __syncthreads();  // the previous stage's columns are consumed
         next.store(sx, sw);
         __syncthreads();
-        if (ahead && k0 + DT_K < R) next.load(dbl, ldd, R, W, rows, E, r0, c0, k0 + DT_K);
+        if (k0 + DT_K < R) next.load(k0 + DT_K);
 #pragma unroll
         for (int k = 0; k < DT_K; k++) {
             float4 w = *reinterpret_cast<const float4 *>(&sw[k][lane * DT_TN]);
@@ -148,12 +145,17 @@ __device__ __forceinline__ void dt_proj(const float *__restrict__ dbl, int ldd, 
     }
 }
 
+// Two entries: dt_proj_f32 reads 16-byte pieces (R and ldd multiples of 4,
+// dbl and W 16-byte aligned: the Mamba shapes), three blocks an SM;
+// dt_proj_narrow_f32 reads 4 bytes at a time, for any R and ldd, two
+// blocks an SM (its registers).
 extern "C" __global__ void __launch_bounds__(DT_THREADS, 3)
     dt_proj_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
                 const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
-    bool vec = R % 4 == 0 && ldd % 4 == 0 && ((size_t)dbl & 15) == 0 && ((size_t)W & 15) == 0;
-    if (vec)
-        dt_proj<4>(dbl, ldd, R, W, bias, dt, rows, E);
-    else
-        dt_proj<1>(dbl, ldd, R, W, bias, dt, rows, E);
+    dt_proj<4>(dbl, ldd, R, W, bias, dt, rows, E);
+}
+extern "C" __global__ void __launch_bounds__(DT_THREADS, 2)
+    dt_proj_narrow_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
+                       const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
+    dt_proj<1>(dbl, ldd, R, W, bias, dt, rows, E);
 }

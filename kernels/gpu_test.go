@@ -306,12 +306,12 @@ func softplus(x float64) float64 {
 // shapes and dt ranks below, at and above one stage of columns.
 func TestDTProjKernel(t *testing.T) {
 	fn, s := gpu(t)
-	for _, tc := range []struct{ rows, E, R, N int }{{37, 100, 5, 16}, {37, 101, 5, 16}, {2048, 1536, 48, 16}, {300, 5120, 160, 16}, {64, 256, 16, 64}} {
+	for _, tc := range []struct{ rows, E, R, N int }{{37, 100, 5, 16}, {37, 101, 5, 16}, {2048, 1536, 48, 16}, {300, 5120, 160, 16}, {64, 256, 16, 64}, {100, 200, 20, 16}} {
 		ldd := tc.R + 2*tc.N
 		dbl, W, bias := randn(tc.rows*ldd, 1), randn(tc.E*tc.R, 0.5), randn(tc.E, 2)
 		bdbl, bW, bb, bd := upload(t, s, dbl), upload(t, s, W), upload(t, s, bias), poisoned(t, s, tc.rows*tc.E)
-		grid := cuda.Dim3{X: (tc.E + 127) / 128, Y: (tc.rows + 63) / 64, Z: 1} // DT_CH, DT_ROWS in dtproj.cu
-		if err := fn("dt_proj_f32").Launch(grid, cuda.D1(256), 0, s, bdbl.Ptr, ldd, tc.R, bW.Ptr, bb.Ptr, bd.Ptr, tc.rows, tc.E); err != nil {
+		p := gpuengine.DTProj{DBL: bdbl.Ptr, LDD: ldd, R: tc.R, W: bW.Ptr, Bias: bb.Ptr, DT: bd.Ptr, Rows: tc.rows, E: tc.E}
+		if err := p.Launch(fn, s); err != nil {
 			t.Fatal(err)
 		}
 		got := download(t, s, bd, tc.rows*tc.E)
@@ -326,7 +326,7 @@ func TestDTProjKernel(t *testing.T) {
 			}
 		}
 		if e := relErr(got, want); e > 1e-5 {
-			t.Errorf("%+v: rel err %.3g", tc, e)
+			t.Errorf("%+v %s: rel err %.3g", tc, p.Kernel(), e)
 		}
 	}
 }

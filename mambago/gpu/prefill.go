@@ -293,8 +293,8 @@ func (e *Engine) block(l, B, n int, s *State) error {
 			return e.launch("rmsnorm_dbc_f32", cuda.D1(rows), cuda.D1(128), 0, ws.dbl.Ptr, R, N, float32(c.MixerEps))
 		}},
 		{"dt_proj", func() error { // f32 in every engine: its rounding reaches the state through exp(dt·A)
-			grid := cuda.Dim3{X: (E + dtProjChannels - 1) / dtProjChannels, Y: (rows + dtProjRows - 1) / dtProjRows, Z: 1}
-			return e.launch("dt_proj_f32", grid, cuda.D1(dtProjThreads), 0, ws.dbl.Ptr, R+2*N, R, g.dtProj, g.dtBias, ws.delta.Ptr, rows, E)
+			return DTProj{DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R, W: g.dtProj, Bias: g.dtBias, DT: ws.delta.Ptr,
+				Rows: rows, E: E}.Launch(e.function, e.stream)
 		}},
 		{"scan", func() error {
 			return Scan{DT: ws.delta.Ptr, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,

@@ -1,0 +1,38 @@
+package gpu
+
+import "github.com/mambago/mambago/mambago/cuda"
+
+// DTProj is one layer's time step over rows positions: dt_proj on dt_low,
+// the first R columns of x_proj's output, then the bias and softplus
+// (kernels/dtproj.cu has the math and the layouts). Everything is f32.
+type DTProj struct {
+	DBL     cuda.Ptr // x_proj's output [rows, LDD]
+	LDD, R  int
+	W, Bias cuda.Ptr // [E, R] and [E]
+	DT      cuda.Ptr // [rows, E] out
+	Rows, E int
+}
+
+// dt_proj's tile (DT_CH, DT_ROWS and DT_THREADS in kernels/dtproj.cu):
+// channels and rows per block, and threads per block.
+const (
+	dtProjChannels = 128
+	dtProjRows     = 64
+	dtProjThreads  = 256
+)
+
+// Kernel names the entry that runs p: dt_proj_f32, whose reads are 16-byte
+// pieces of rows, where R and LDD are multiples of 4 and DBL and W are
+// 16-byte aligned; else dt_proj_narrow_f32.
+func (p DTProj) Kernel() string {
+	if p.R%4 == 0 && p.LDD%4 == 0 && p.DBL%16 == 0 && p.W%16 == 0 {
+		return "dt_proj_f32"
+	}
+	return "dt_proj_narrow_f32"
+}
+
+// Launch queues p on stream; fn looks kernels up by name.
+func (p DTProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
+	grid := cuda.Dim3{X: (p.E + dtProjChannels - 1) / dtProjChannels, Y: (p.Rows + dtProjRows - 1) / dtProjRows, Z: 1}
+	return fn(p.Kernel()).Launch(grid, cuda.D1(dtProjThreads), 0, stream, p.DBL, p.LDD, p.R, p.W, p.Bias, p.DT, p.Rows, p.E)
+}
