@@ -78,6 +78,40 @@ extern "C" __global__ void xu_scan(float *out, long long *cycles, float a0, int 
     block_cycles(start, cycles);
 }
 
+// xu_scan_smem: xu_scan with each position's dt, u, B and C read from
+// shared memory as the staged scan's output pass reads them (dt and u a
+// word a thread, B and C as broadcast 16-byte loads), eight positions'
+// worth refilled by no one, reread every eight positions. Shared-memory
+// loads and ex2 share the MIO queue; this says what the loads cost the XU.
+extern "C" __global__ void xu_scan_smem(float *out, long long *cycles, float a0, int iters) {
+    __shared__ __align__(16) float sdt[8][128], su[8][128], sB[8][16], sC[8][16];
+    long long start = clock64();
+    float a[16], s[16], B[16], C[16];
+    xu_init(a0, a, s, B, C);
+    for (int i = 0; i < 8; i++) {
+        sdt[i][threadIdx.x] = 0.01f + (threadIdx.x + i) * 1e-5f;
+        su[i][threadIdx.x] = 0.5f;
+        if (threadIdx.x < 16) sB[i][threadIdx.x] = 1e-2f * (threadIdx.x + i), sC[i][threadIdx.x] = 1e-2f * (16 - i);
+    }
+    __syncthreads();
+    float y = 0.f;
+    for (int i0 = 0; i0 < iters; i0 += 8) {
+        asm volatile("" ::: "memory");  // reread the tiles each round, as the scan does
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float dt = sdt[i][threadIdx.x], du = dt * su[i][threadIdx.x], acc = 0.f;
+#pragma unroll
+            for (int k = 0; k < 16; k++) {
+                s[k] = ex2(dt * a[k]) * s[k] + du * sB[i][k];
+                acc += s[k] * sC[i][k];
+            }
+            y += acc;
+        }
+    }
+    out[blockIdx.x * blockDim.x + threadIdx.x] = y;
+    block_cycles(start, cycles);
+}
+
 // xu_scan_ahead: xu_scan with each position's ex2 issued one position
 // ahead of their use, the order a software-pipelined scan would ask for.
 extern "C" __global__ void xu_scan_ahead(float *out, long long *cycles, float a0, int iters) {
@@ -142,7 +176,7 @@ func BenchmarkXU(b *testing.B) {
 	start, end := mustEvent(b), mustEvent(b)
 	defer start.Destroy()
 	defer end.Destroy()
-	for _, kernel := range []string{"xu_ex2", "xu_scan", "xu_scan_ahead"} {
+	for _, kernel := range []string{"xu_ex2", "xu_scan", "xu_scan_smem", "xu_scan_ahead"} {
 		f, err := m.Function(kernel)
 		if err != nil {
 			b.Fatal(err)
