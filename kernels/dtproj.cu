@@ -6,8 +6,9 @@
 //   dt[r, c] = softplus(sum_{k < R} dbl[r, k] * W[c, k] + bias[c])   r < rows, c < E
 //
 // dbl [rows, ldd] f32 (x_proj's output; dt_low is its first R columns),
-// W [E, R] f32, bias [E] f32, dt [rows, E] f32; exact f32 products and sums,
-// softplus with PyTorch's threshold 20.
+// W [E, R] f32, bias [E] f32, dt [rows, E] f32; f32 products and sums, and
+// math.cuh's softplus_f (within 2e-6 of float64; x above 20 comes back as
+// x, PyTorch's threshold).
 //
 // dt_proj: grid (ceil(E / DT_CH), ceil(rows / DT_ROWS)), block
 // DT_THREADS. Each thread sums a DT_TM x DT_TN tile of dt in registers:
