@@ -68,9 +68,9 @@ struct dt_stage {
         for (int p = 0; p < WP; p++) read(w[p], kok && i + p * STEP < wrows, wsrc + p * STEP * R + k0);
     }
     __device__ __forceinline__ static void read(float (&v)[V], bool ok, const float *src) {
-        if (V == 4) {
+        if constexpr (V == 4) {
             float4 f = ok ? *reinterpret_cast<const float4 *>(src) : make_float4(0.f, 0.f, 0.f, 0.f);
-            v[0] = f.x, v[1 % V] = f.y, v[2 % V] = f.z, v[3 % V] = f.w;
+            v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
         } else {
             v[0] = ok ? *src : 0.f;
         }
