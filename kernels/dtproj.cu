@@ -160,3 +160,147 @@ extern "C" __global__ void __launch_bounds__(DT_THREADS, 2)
                        const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
     dt_proj<1>(dbl, ldd, R, W, bias, dt, rows, E);
 }
+
+// dt_proj on the tensor cores (sm_80 and newer), for the same product as
+// dt_proj_f32 at f32 accuracy: 3xTF32. Each operand v is split as
+// hi = tf32(v), rounded to nearest, and lo = v - hi (exact; the tensor core
+// keeps lo's top 10 mantissa bits), and the product is hi*hi + hi*lo +
+// lo*hi, which leaves out lo*lo (under 2^-22 of each product) and the
+// truncation of lo (under 2^-21). Against one pass of TF32 (2^-11) this is
+// three times the tensor core work, which still leaves the kernel bound by
+// its dt output (bench/NOTES.md).
+//
+// dt_proj_tc_f32: grid (ceil(E / TC_BN), ceil(rows / TC_BM)), block
+// TC_THREADS: 8 warps, 2 along the rows by 4 along the channels, each
+// summing a 32 x 32 tile of dt as TC_MT x TC_NT mma.m16n8k8 tiles. The
+// block stages TC_BK columns of its dt_low rows and of its channels'
+// weights at a time with cp.async, two stages in flight, in their global
+// layout (rows of TC_BK floats, padded to TC_LD): a fragment load then has
+// the warp's 8 row groups and 4 column lanes on 32 different banks. It
+// needs R and ldd multiples of 4 and dbl and W 16-byte aligned (the 16-byte
+// copies), as dt_proj_f32 does.
+#define TC_BM 64                       // rows per block
+#define TC_BN 128                      // channels per block
+#define TC_BK 16                       // columns of dt_low per stage
+#define TC_LD (TC_BK + 4)              // staged row stride, in floats
+#define TC_THREADS 256
+#define TC_MT 2                        // m16 tiles per warp (32 rows)
+#define TC_NT 4                        // n8 tiles per warp (32 channels)
+static_assert(TC_BM == 2 * 16 * TC_MT && TC_BN == 4 * 8 * TC_NT, "8 warps: 2 along rows, 4 along channels");
+static_assert(TC_BM * TC_BK / 4 == TC_THREADS && TC_BN * TC_BK / 4 == 2 * TC_THREADS,
+              "a stage is one 16-byte copy of dt_low and two of weights per thread");
+
+// split_tf32 returns v's TF32 head (rounded to nearest) and the rest.
+__device__ __forceinline__ void split_tf32(float v, unsigned &hi, unsigned &lo) {
+#if __CUDA_ARCH__ >= 800
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(v));
+#else
+    hi = __float_as_uint(v) & 0xffffe000u;
+#endif
+    lo = __float_as_uint(v - __uint_as_float(hi));
+}
+
+// mma_tf32 adds a (16 x 8, rows) times b (8 x 8, columns) to d, the PTX
+// fragment layouts of mma.m16n8k8 .tf32: with g = lane / 4 and q = lane % 4,
+// a holds (g, q), (g + 8, q), (g, q + 4), (g + 8, q + 4); b holds (q, g),
+// (q + 4, g); d holds (g, 2q), (g, 2q + 1), (g + 8, 2q), (g + 8, 2q + 1).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+#if __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    __trap();  // gpu.DTProj picks this kernel only on sm_80 and newer
+#endif
+}
+
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
+    dt_proj_tc_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
+                   const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
+    __shared__ __align__(16) float sx[2][TC_BM][TC_LD];
+    __shared__ __align__(16) float sw[2][TC_BN][TC_LD];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    int wr = warp / 4 * (16 * TC_MT), wc = warp % 4 * (8 * TC_NT);  // the warp's tile within the block's
+    int r0 = blockIdx.y * TC_BM, c0 = blockIdx.x * TC_BN;
+
+    // A thread copies 16 bytes of dt_low row i and of weight rows i and
+    // i + TC_BM at column k of each stage; zeros past rows, E and R.
+    int i = threadIdx.x / (TC_BK / 4), k = threadIdx.x % (TC_BK / 4) * 4;
+    bool xok = r0 + i < rows, w0ok = c0 + i < E, w1ok = c0 + i + TC_BM < E;
+    const float *xsrc = dbl + (size_t)(xok ? r0 + i : 0) * ldd + k;
+    const float *w0src = W + (size_t)(w0ok ? c0 + i : 0) * R + k;
+    const float *w1src = W + (size_t)(w1ok ? c0 + i + TC_BM : 0) * R + k;
+    auto stage = [&](int s, int k0) {
+        bool kok = k0 + k < R;
+        cp_async<16>(&sx[s][i][k], xsrc + (kok ? k0 : 0), kok && xok);
+        cp_async<16>(&sw[s][i][k], w0src + (kok ? k0 : 0), kok && w0ok);
+        cp_async<16>(&sw[s][i + TC_BM][k], w1src + (kok ? k0 : 0), kok && w1ok);
+    };
+
+    float acc[TC_MT][TC_NT][4];
+#pragma unroll
+    for (int m = 0; m < TC_MT; m++)
+#pragma unroll
+        for (int n = 0; n < TC_NT; n++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[m][n][j] = 0.f;
+
+    int stages = (R + TC_BK - 1) / TC_BK;
+    stage(0, 0);
+    cp_async_commit();
+    for (int s = 0; s < stages; s++) {
+        if (s + 1 < stages) stage((s + 1) & 1, (s + 1) * TC_BK);
+        cp_async_commit();
+        cp_async_wait<1>();  // stage s has landed
+        __syncthreads();
+        const float(*x)[TC_LD] = sx[s & 1];
+        const float(*w)[TC_LD] = sw[s & 1];
+#pragma unroll
+        for (int kk = 0; kk < TC_BK; kk += 8) {
+            unsigned ah[TC_MT][4], al[TC_MT][4], bh[TC_NT][2], bl[TC_NT][2];
+#pragma unroll
+            for (int m = 0; m < TC_MT; m++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    split_tf32(x[wr + m * 16 + g + (j & 1) * 8][kk + q + (j >> 1) * 4], ah[m][j], al[m][j]);
+#pragma unroll
+            for (int n = 0; n < TC_NT; n++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) split_tf32(w[wc + n * 8 + g][kk + q + j * 4], bh[n][j], bl[n][j]);
+#pragma unroll
+            for (int m = 0; m < TC_MT; m++)
+#pragma unroll
+                for (int n = 0; n < TC_NT; n++) {
+                    mma_tf32(acc[m][n], al[m], bh[n]);
+                    mma_tf32(acc[m][n], ah[m], bl[n]);
+                    mma_tf32(acc[m][n], ah[m], bh[n]);
+                }
+        }
+        __syncthreads();  // stage s is consumed before stage s + 2 overwrites it
+    }
+
+    // A thread holds channels c, c + 1 of rows g and g + 8 of each tile:
+    // one 8-byte store each where E allows (a warp's store then fills eight
+    // 32-byte sectors), else one float at a time.
+#pragma unroll
+    for (int n = 0; n < TC_NT; n++) {
+        int c = c0 + wc + n * 8 + 2 * q;
+        float b0 = c < E ? bias[c] : 0.f, b1 = c + 1 < E ? bias[c + 1] : 0.f;
+#pragma unroll
+        for (int m = 0; m < TC_MT; m++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int r = r0 + wr + m * 16 + g + h * 8;
+                if (r >= rows) continue;
+                float v0 = softplus_f(acc[m][n][2 * h] + b0), v1 = softplus_f(acc[m][n][2 * h + 1] + b1);
+                float *o = dt + (size_t)r * E + c;
+                if (E % 2 == 0 && c + 1 < E) {
+                    *reinterpret_cast<float2 *>(o) = make_float2(v0, v1);
+                } else {
+                    if (c < E) o[0] = v0;
+                    if (c + 1 < E) o[1] = v1;
+                }
+            }
+    }
+}

@@ -303,18 +303,19 @@ func softplus(x float64) float64 {
 }
 
 // TestDTProjKernel checks dt_proj (and the softplus after it) against float64, for tile-sized and ragged
-// shapes and dt ranks below, at and above one stage of columns.
+// shapes (odd channel counts, rows past the last full tile) and dt ranks below, at and above one stage
+// of columns, on CUDA cores and, where the device has them, on the tensor cores (3xTF32, held to the
+// same bound as f32).
 func TestDTProjKernel(t *testing.T) {
 	fn, s := gpu(t)
-	for _, tc := range []struct{ rows, E, R, N int }{{37, 100, 5, 16}, {37, 101, 5, 16}, {2048, 1536, 48, 16}, {300, 5120, 160, 16}, {64, 256, 16, 64}, {100, 200, 20, 16}} {
+	tensor := []bool{false}
+	if gputest.Device(t).Major >= 8 {
+		tensor = append(tensor, true)
+	}
+	for _, tc := range []struct{ rows, E, R, N int }{{37, 100, 5, 16}, {37, 101, 5, 16}, {37, 101, 8, 16}, {2048, 1536, 48, 16},
+		{300, 5120, 160, 16}, {64, 256, 16, 64}, {100, 200, 20, 16}, {130, 4096, 128, 16}} {
 		ldd := tc.R + 2*tc.N
 		dbl, W, bias := randn(tc.rows*ldd, 1), randn(tc.E*tc.R, 0.5), randn(tc.E, 2)
-		bdbl, bW, bb, bd := upload(t, s, dbl), upload(t, s, W), upload(t, s, bias), poisoned(t, s, tc.rows*tc.E)
-		p := gpuengine.DTProj{DBL: bdbl.Ptr, LDD: ldd, R: tc.R, W: bW.Ptr, Bias: bb.Ptr, DT: bd.Ptr, Rows: tc.rows, E: tc.E}
-		if err := p.Launch(fn, s); err != nil {
-			t.Fatal(err)
-		}
-		got := download(t, s, bd, tc.rows*tc.E)
 		want := make([]float64, tc.rows*tc.E)
 		for r := 0; r < tc.rows; r++ {
 			for c := 0; c < tc.E; c++ {
@@ -325,8 +326,20 @@ func TestDTProjKernel(t *testing.T) {
 				want[r*tc.E+c] = softplus(sum + float64(bias[c]))
 			}
 		}
-		if e := relErr(got, want); e > 1e-5 {
-			t.Errorf("%+v %s: rel err %.3g", tc, p.Kernel(), e)
+		bdbl, bW, bb := upload(t, s, dbl), upload(t, s, W), upload(t, s, bias)
+		for _, tensorCores := range tensor {
+			bd := poisoned(t, s, tc.rows*tc.E)
+			p := gpuengine.DTProj{DBL: bdbl.Ptr, LDD: ldd, R: tc.R, W: bW.Ptr, Bias: bb.Ptr, DT: bd.Ptr, Rows: tc.rows,
+				E: tc.E, TensorCores: tensorCores}
+			if err := p.Launch(fn, s); err != nil {
+				t.Fatal(err)
+			}
+			got := download(t, s, bd, tc.rows*tc.E)
+			if e := relErr(got, want); e > 1e-5 {
+				t.Errorf("%+v %s: rel err %.3g", tc, p.Kernel(), e)
+			} else {
+				t.Logf("%+v %s: rel err %.3g", tc, p.Kernel(), e)
+			}
 		}
 	}
 }

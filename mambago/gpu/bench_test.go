@@ -75,6 +75,11 @@ func benchPrefill(b *testing.B, w *checkpoint.Weights, dt cuda.DType) {
 		run    func() error
 	}{
 		{fmt.Sprintf("B%d_T%d", B, T), B * T, prefill(in)},
+		{fmt.Sprintf("B%d_T%d_dtproj_cuda_cores", B, T), B * T, func() error {
+			defer func(on bool) { e.DTProjTensorCores = on }(e.DTProjTensorCores)
+			e.DTProjTensorCores = false
+			return prefill(in)()
+		}},
 		{fmt.Sprintf("B%d_T%d_eager", B, short), B * short, prefill(sin)},
 		{fmt.Sprintf("B%d_T%d_graph", B, short), B * short, func() error { return g.Prefill(sin, out) }},
 		{fmt.Sprintf("B%d_step_graph", B), B, func() error { return step.Step(ids[:B], logits) }},
@@ -174,7 +179,8 @@ func BenchmarkScan130m(b *testing.B) {
 // warp group in the big GEMVs (Engine.GEMVRows) at the default split and at
 // split 1, and on the prefill path at T = 1 with cuBLAS GEMVs
 // (DecodeKernelMaxB < 0); then a B=1, T=2048 prefill with the plain and the
-// staged scan, the staged one at several chunk lengths. (Measured on the H200 at 8779a0b, as BenchmarkDecodeBig:
+// staged scan, the staged one at several chunk lengths, and with dt_proj on
+// CUDA cores instead of the tensor cores. (Measured on the H200 at 8779a0b, as BenchmarkDecodeBig:
 // 1.75 and 3.36 ms a step; without programmatic dependent launch 1.92 and
 // 3.52; one warp a row 2.24 and 4.00; the prefill path 3.08 and 4.93.)
 func BenchmarkBigShapes(b *testing.B) {
@@ -232,9 +238,10 @@ func BenchmarkBigShapes(b *testing.B) {
 			for _, v := range []struct {
 				staged bool
 				chunk  int
-			}{{false, 64}, {true, 64}, {true, 32}, {true, 128}} {
-				b.Run(fmt.Sprintf("prefill_T2048_staged_%v_L%d", v.staged, v.chunk), func(b *testing.B) {
-					e.ScanStaged, e.ScanChunk = v.staged, v.chunk
+				tc     bool
+			}{{false, 64, true}, {true, 64, true}, {true, 32, true}, {true, 128, true}, {true, 64, false}} {
+				b.Run(fmt.Sprintf("prefill_T2048_staged_%v_L%d_tc_%v", v.staged, v.chunk, v.tc), func(b *testing.B) {
+					e.ScanStaged, e.ScanChunk, e.DTProjTensorCores = v.staged, v.chunk, v.tc
 					for range 5 {
 						if err := e.Prefill(st, in, engine.Last, out); err != nil {
 							b.Fatal(err)

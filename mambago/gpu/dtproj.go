@@ -11,24 +11,33 @@ type DTProj struct {
 	W, Bias cuda.Ptr // [E, R] and [E]
 	DT      cuda.Ptr // [rows, E] out
 	Rows, E int
+	// TensorCores runs the product on the tensor cores as 3xTF32
+	// (dt_proj_tc_f32; f32 accuracy) where the 16-byte reads allow it.
+	// Only for devices of compute capability 8.0 and newer.
+	TensorCores bool
 }
 
-// dt_proj's tile (DT_CH, DT_ROWS and DT_THREADS in kernels/dtproj.cu):
-// channels and rows per block, and threads per block.
+// dt_proj's tiles, the same for every entry (DT_CH, DT_ROWS and DT_THREADS,
+// and TC_BN, TC_BM and TC_THREADS in kernels/dtproj.cu): channels and rows
+// per block, and threads per block.
 const (
 	dtProjChannels = 128
 	dtProjRows     = 64
 	dtProjThreads  = 256
 )
 
-// Kernel names the entry that runs p: dt_proj_f32, whose reads are 16-byte
-// pieces of rows, where R and LDD are multiples of 4 and DBL and W are
-// 16-byte aligned; else dt_proj_narrow_f32.
+// Kernel names the entry that runs p. Where R and LDD are multiples of 4 and
+// DBL and W are 16-byte aligned, its reads are 16-byte pieces of rows:
+// dt_proj_tc_f32 with TensorCores, else dt_proj_f32. Otherwise
+// dt_proj_narrow_f32.
 func (p DTProj) Kernel() string {
-	if p.R%4 == 0 && p.LDD%4 == 0 && p.DBL%16 == 0 && p.W%16 == 0 {
-		return "dt_proj_f32"
+	switch {
+	case p.R%4 != 0 || p.LDD%4 != 0 || p.DBL%16 != 0 || p.W%16 != 0:
+		return "dt_proj_narrow_f32"
+	case p.TensorCores:
+		return "dt_proj_tc_f32"
 	}
-	return "dt_proj_narrow_f32"
+	return "dt_proj_f32"
 }
 
 // Launch queues p on stream; fn looks kernels up by name.

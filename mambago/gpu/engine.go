@@ -57,6 +57,9 @@ type Engine struct {
 	// H200: 69 µs of scan a layer against 74 at B=1, T=2048, and 16% less
 	// at T=8192 and at B=8).
 	ScanStaged bool
+	// DTProjTensorCores runs dt_proj on the tensor cores as 3xTF32
+	// (DTProj.TensorCores). New turns it on for sm_80 and later.
+	DTProjTensorCores bool
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
 	// DecodePDL launches the decode kernels with programmatic dependent
@@ -93,7 +96,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 		return nil, err
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9,
-		ScanStaged: true, GEMVRows: 4}
+		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, GEMVRows: 4}
 	built := e // e is nil once an error is returned
 	defer func() {
 		if err != nil {

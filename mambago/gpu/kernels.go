@@ -12,7 +12,7 @@ import (
 var (
 	typedKernels = []string{"embed", "rmsnorm", "to", "conv_silu", "scan_chunk_sum", "scan_chunk_out", "scan_chunk_sum_st", "scan_chunk_out_st", "step_in", "gemv", "step_in_r4", "gemv_r4", "from"}
 	plainKernels = []string{"scale_f32", "add_bias_f32", "rmsnorm_dbc_f32", "scan_carry_f32",
-		"pool_f32", "step_scan_f32", "dt_proj_f32", "dt_proj_narrow_f32"}
+		"pool_f32", "step_scan_f32", "dt_proj_f32", "dt_proj_narrow_f32", "dt_proj_tc_f32"}
 )
 
 // loadKernels compiles every kernel source for the device and looks up the
