@@ -162,13 +162,13 @@ extern "C" __global__ void __launch_bounds__(DT_THREADS, 2)
 }
 
 // dt_proj on the tensor cores (sm_80 and newer), for the same product as
-// dt_proj_f32 at f32 accuracy: 3xTF32. Each operand v is split as
-// hi = tf32(v), rounded to nearest, and lo = v - hi (exact; the tensor core
-// keeps lo's top 10 mantissa bits), and the product is hi*hi + hi*lo +
-// lo*hi, which leaves out lo*lo (under 2^-22 of each product) and the
-// truncation of lo (under 2^-21). Against one pass of TF32 (2^-11) this is
-// three times the tensor core work, which still leaves the kernel bound by
-// its dt output (bench/NOTES.md).
+// dt_proj_f32 at close to f32 accuracy: 3xTF32. Each operand v is split as
+// hi, v truncated to TF32, and lo = v - hi (exact, under 2^-10 |v|; the
+// tensor core keeps lo's top 10 mantissa bits), and the product is hi*hi +
+// hi*lo + lo*hi. That leaves out lo*lo and the truncation of lo, each under
+// 2^-20 of the product. One pass of TF32 (2^-11, as f16's rounding) would
+// cost the f16 engine its carried-state bar (mambago/internal/precision,
+// row "dt_proj on 1xTF32").
 //
 // dt_proj_tc_f32: grid (ceil(E / TC_BN), ceil(rows / TC_BM)), block
 // TC_THREADS: 8 warps, 2 along the rows by 4 along the channels, each
@@ -190,13 +190,13 @@ static_assert(TC_BM == 2 * 16 * TC_MT && TC_BN == 4 * 8 * TC_NT, "8 warps: 2 alo
 static_assert(TC_BM * TC_BK / 4 == TC_THREADS && TC_BN * TC_BK / 4 == 2 * TC_THREADS,
               "a stage is one 16-byte copy of dt_low and two of weights per thread");
 
-// split_tf32 returns v's TF32 head (rounded to nearest) and the rest.
+// split_tf32 returns v's TF32 head, v with its low 13 mantissa bits
+// cleared, and the rest, v - hi, which is exact. (Truncating takes one
+// integer instruction; cvt.rna.tf32.f32, rounding to nearest, is four on
+// sm_90, and they made the kernel bound by the integer pipe: 59 us a 1.4b
+// layer, its tensor pipe 37% busy.)
 __device__ __forceinline__ void split_tf32(float v, unsigned &hi, unsigned &lo) {
-#if __CUDA_ARCH__ >= 800
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(hi) : "f"(v));
-#else
     hi = __float_as_uint(v) & 0xffffe000u;
-#endif
     lo = __float_as_uint(v - __uint_as_float(hi));
 }
 

@@ -18,6 +18,9 @@
 //	dt  dt_proj's operands (dt_low and its weight, multiplied on tensor cores)
 //	y   the scan output, out_proj's input
 //	hx  the normed final hidden state, the LM head's input
+//	t32 dt_proj's operands rounded to TF32, as one pass of the tensor
+//	    cores' TF32 product takes them, in either storage type ("dt"
+//	    rounds them to the storage type instead)
 //	e16 the scan's decays exp(dt·A) as ex2.approx.f16x2 would give them:
 //	    argument (dt·A·log2 e) and result rounded to f16, results below
 //	    f16's normal range flushed to zero, in either storage type (not
@@ -75,6 +78,7 @@ var configs = []struct{ name, points string }{
 	{"engine, dt_proj f32 + scan u f32", "W E x u y hx -us"},
 	{"engine, dt_proj f32 + xz stored", "W E x u y hx xz"},
 	{"engine, dt_proj f32 + f16 decays", "W E x u y hx e16"},
+	{"engine, dt_proj on 1xTF32", "W E x u y hx t32"},
 }
 
 func main() {
@@ -129,6 +133,12 @@ func toBF16(v float64) float64 {
 
 func toF16(v float64) float64 { return float64(float16.Fromfloat32(float32(v)).Float32()) }
 
+// toTF32 rounds v to TF32 (10 stored mantissa bits) to nearest, ties away
+// from zero, as cvt.rna.tf32.f32 does.
+func toTF32(v float64) float64 {
+	return float64(math.Float32frombits((math.Float32bits(float32(v)) + 0x1000) &^ 0x1fff))
+}
+
 // result is one case's logits [B, T, V] and its carried state: every
 // layer's SSM state and conv window, all sequences, in one vector.
 type result struct {
@@ -166,10 +176,16 @@ func newModel(w *checkpoint.Weights, p points, round func(float64) float64) *mod
 	m := &model{cfg: w.Config, normF: f64(w.NormF), inputW: f64(w.InputProj),
 		inputBias: f64(w.InputBias), p: p}
 	m.r = func(point string, v []float64) []float64 {
-		if p[point] {
-			for i := range v {
-				v[i] = round(v[i])
-			}
+		fn := round
+		switch {
+		case p[point]:
+		case point == "dt" && p["t32"]:
+			fn = toTF32
+		default:
+			return v
+		}
+		for i := range v {
+			v[i] = fn(v[i])
 		}
 		return v
 	}
