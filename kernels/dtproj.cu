@@ -174,21 +174,35 @@ extern "C" __global__ void __launch_bounds__(DT_THREADS, 2)
 // TC_THREADS: 8 warps, 2 along the rows by 4 along the channels, each
 // summing a 32 x 32 tile of dt as TC_MT x TC_NT mma.m16n8k8 tiles. The
 // block stages TC_BK columns of its dt_low rows and of its channels'
-// weights at a time with cp.async, two stages in flight, in their global
-// layout (rows of TC_BK floats, padded to TC_LD): a fragment load then has
-// the warp's 8 row groups and 4 column lanes on 32 different banks. It
-// needs R and ldd multiples of 4 and dbl and W 16-byte aligned (the 16-byte
-// copies), as dt_proj_f32 does.
+// weights at a time with cp.async, TC_STAGES - 1 stages ahead of the one
+// in use, as rows of four 16-byte pieces: piece c of row r is stored at
+// c ^ (r / 2 % 4) (tc_swizzle). Then both the copies (8 threads, rows r and
+// r + 1, each a row's four pieces) and the fragment loads (a warp's 8 row
+// groups by 4 columns) hit 32 different banks; padded rows, without the
+// swizzle, left 43% of the wavefronts in conflicts. It needs R and ldd
+// multiples of 4 and dbl and W 16-byte aligned (the 16-byte copies), as
+// dt_proj_f32 does.
+//
+// TC_STAGES and TC_MINB may be set when compiling (BenchmarkDTProj sweeps
+// them); the defaults are the fastest it measured.
 #define TC_BM 64                       // rows per block
 #define TC_BN 128                      // channels per block
-#define TC_BK 16                       // columns of dt_low per stage
-#define TC_LD (TC_BK + 4)              // staged row stride, in floats
+#define TC_BK 16                       // columns of dt_low per stage: four 16-byte pieces
+#ifndef TC_STAGES
+#define TC_STAGES 3                    // stages in flight
+#endif
+#ifndef TC_MINB
+#define TC_MINB 3                      // blocks an SM, for the register budget
+#endif
 #define TC_THREADS 256
 #define TC_MT 2                        // m16 tiles per warp (32 rows)
 #define TC_NT 4                        // n8 tiles per warp (32 channels)
 static_assert(TC_BM == 2 * 16 * TC_MT && TC_BN == 4 * 8 * TC_NT, "8 warps: 2 along rows, 4 along channels");
-static_assert(TC_BM * TC_BK / 4 == TC_THREADS && TC_BN * TC_BK / 4 == 2 * TC_THREADS,
-              "a stage is one 16-byte copy of dt_low and two of weights per thread");
+static_assert((TC_BM + TC_BN) * TC_BK / 4 == 3 * TC_THREADS, "a stage is three 16-byte copies a thread");
+static_assert(TC_STAGES * (TC_BM + TC_BN) * TC_BK * 4 <= 48 * 1024, "static shared memory");
+
+// tc_swizzle is where column k of row r of a stage is stored in the row.
+__device__ __forceinline__ int tc_swizzle(int r, int k) { return (k ^ (r << 1 & 12)); }
 
 // split_tf32 returns v's TF32 head, v with its low 13 mantissa bits
 // cleared, and the rest, v - hi, which is exact. (Truncating takes one
@@ -215,27 +229,38 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
+extern "C" __global__ void __launch_bounds__(TC_THREADS, TC_MINB)
     dt_proj_tc_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
                    const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
-    __shared__ __align__(16) float sx[2][TC_BM][TC_LD];
-    __shared__ __align__(16) float sw[2][TC_BN][TC_LD];
+    // A stage: the block's dt_low rows, then its channels' weight rows.
+    __shared__ __align__(16) float st[TC_STAGES][TC_BM + TC_BN][TC_BK];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    int wr = warp / 4 * (16 * TC_MT), wc = warp % 4 * (8 * TC_NT);  // the warp's tile within the block's
+    int wr = warp / 4 * (16 * TC_MT), wc = TC_BM + warp % 4 * (8 * TC_NT);  // the warp's rows in a stage
     int r0 = blockIdx.y * TC_BM, c0 = blockIdx.x * TC_BN;
 
-    // A thread copies 16 bytes of dt_low row i and of weight rows i and
-    // i + TC_BM at column k of each stage; zeros past rows, E and R.
-    int i = threadIdx.x / (TC_BK / 4), k = threadIdx.x % (TC_BK / 4) * 4;
-    bool xok = r0 + i < rows, w0ok = c0 + i < E, w1ok = c0 + i + TC_BM < E;
-    const float *xsrc = dbl + (size_t)(xok ? r0 + i : 0) * ldd + k;
-    const float *w0src = W + (size_t)(w0ok ? c0 + i : 0) * R + k;
-    const float *w1src = W + (size_t)(w1ok ? c0 + i + TC_BM : 0) * R + k;
+    // A thread copies piece k of stage rows i, i + 64 and i + 128: a dt_low
+    // row, then two weight rows. Zeros past rows, E and R.
+    int i = threadIdx.x / 4, k = threadIdx.x % 4 * 4;
+    const float *src[3];
+    bool ok[3];
+#pragma unroll
+    for (int j = 0; j < 3; j++) {
+        int row = i + j * TC_BM;
+        if (j == 0) {
+            ok[j] = r0 + row < rows;
+            src[j] = dbl + (size_t)(ok[j] ? r0 + row : 0) * ldd + k;
+        } else {
+            ok[j] = c0 + row - TC_BM < E;
+            src[j] = W + (size_t)(ok[j] ? c0 + row - TC_BM : 0) * R + k;
+        }
+    }
     auto stage = [&](int s, int k0) {
         bool kok = k0 + k < R;
-        cp_async<16>(&sx[s][i][k], xsrc + (kok ? k0 : 0), kok && xok);
-        cp_async<16>(&sw[s][i][k], w0src + (kok ? k0 : 0), kok && w0ok);
-        cp_async<16>(&sw[s][i + TC_BM][k], w1src + (kok ? k0 : 0), kok && w1ok);
+#pragma unroll
+        for (int j = 0; j < 3; j++) {
+            int row = i + j * TC_BM;
+            cp_async<16>(&st[s][row][tc_swizzle(row, k)], src[j] + (kok ? k0 : 0), kok && ok[j]);
+        }
     };
 
     float acc[TC_MT][TC_NT][4];
@@ -247,37 +272,51 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
             for (int j = 0; j < 4; j++) acc[m][n][j] = 0.f;
 
     int stages = (R + TC_BK - 1) / TC_BK;
-    stage(0, 0);
-    cp_async_commit();
-    for (int s = 0; s < stages; s++) {
-        if (s + 1 < stages) stage((s + 1) & 1, (s + 1) * TC_BK);
+#pragma unroll
+    for (int s = 0; s < TC_STAGES - 1; s++) {
+        if (s < stages) stage(s, s * TC_BK);
         cp_async_commit();
-        cp_async_wait<1>();  // stage s has landed
+    }
+    for (int s = 0; s < stages; s++) {
+        int ahead = s + TC_STAGES - 1;
+        if (ahead < stages) stage(ahead % TC_STAGES, ahead * TC_BK);
+        cp_async_commit();
+        cp_async_wait<TC_STAGES - 1>();  // stage s has landed
         __syncthreads();
-        const float(*x)[TC_LD] = sx[s & 1];
-        const float(*w)[TC_LD] = sw[s & 1];
+        const float(*x)[TC_BK] = st[s % TC_STAGES];
 #pragma unroll
         for (int kk = 0; kk < TC_BK; kk += 8) {
+            // Every fragment row is a multiple of 8 plus g, so its swizzle
+            // is g's: (g / 2 % 4) * 4.
             unsigned ah[TC_MT][4], al[TC_MT][4], bh[TC_NT][2], bl[TC_NT][2];
 #pragma unroll
             for (int m = 0; m < TC_MT; m++)
 #pragma unroll
-                for (int j = 0; j < 4; j++)
-                    split_tf32(x[wr + m * 16 + g + (j & 1) * 8][kk + q + (j >> 1) * 4], ah[m][j], al[m][j]);
+                for (int j = 0; j < 4; j++) {
+                    int row = wr + m * 16 + g + (j & 1) * 8;
+                    split_tf32(x[row][tc_swizzle(g, kk + q + (j >> 1) * 4)], ah[m][j], al[m][j]);
+                }
 #pragma unroll
             for (int n = 0; n < TC_NT; n++)
 #pragma unroll
-                for (int j = 0; j < 2; j++) split_tf32(w[wc + n * 8 + g][kk + q + j * 4], bh[n][j], bl[n][j]);
+                for (int j = 0; j < 2; j++)
+                    split_tf32(x[wc + n * 8 + g][tc_swizzle(g, kk + q + j * 4)], bh[n][j], bl[n][j]);
+            // The three products, each over all tiles in turn: an
+            // accumulator's next product is then 8 mma later.
 #pragma unroll
             for (int m = 0; m < TC_MT; m++)
 #pragma unroll
-                for (int n = 0; n < TC_NT; n++) {
-                    mma_tf32(acc[m][n], al[m], bh[n]);
-                    mma_tf32(acc[m][n], ah[m], bl[n]);
-                    mma_tf32(acc[m][n], ah[m], bh[n]);
-                }
+                for (int n = 0; n < TC_NT; n++) mma_tf32(acc[m][n], al[m], bh[n]);
+#pragma unroll
+            for (int m = 0; m < TC_MT; m++)
+#pragma unroll
+                for (int n = 0; n < TC_NT; n++) mma_tf32(acc[m][n], ah[m], bl[n]);
+#pragma unroll
+            for (int m = 0; m < TC_MT; m++)
+#pragma unroll
+                for (int n = 0; n < TC_NT; n++) mma_tf32(acc[m][n], ah[m], bh[n]);
         }
-        __syncthreads();  // stage s is consumed before stage s + 2 overwrites it
+        __syncthreads();  // stage s is consumed before stage s + TC_STAGES overwrites it
     }
 
     // A thread holds channels c, c + 1 of rows g and g + 8 of each tile:
@@ -285,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
     // 32-byte sectors), else one float at a time.
 #pragma unroll
     for (int n = 0; n < TC_NT; n++) {
-        int c = c0 + wc + n * 8 + 2 * q;
+        int c = c0 + wc - TC_BM + n * 8 + 2 * q;
         float b0 = c < E ? bias[c] : 0.f, b1 = c + 1 < E ? bias[c + 1] : 0.f;
 #pragma unroll
         for (int m = 0; m < TC_MT; m++)

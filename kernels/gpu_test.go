@@ -14,7 +14,7 @@ import (
 
 // gpu compiles every kernel for GPU 0 and returns a lookup, or skips the test
 // with the reason there is no GPU.
-func gpu(t *testing.T) (func(string) *cuda.Function, *cuda.Stream) {
+func gpu(t testing.TB) (func(string) *cuda.Function, *cuda.Stream) {
 	t.Helper()
 	d := gputest.Device(t)
 	fns := map[string]*cuda.Function{}
@@ -60,7 +60,7 @@ func randn(n int, scale float64) []float32 {
 }
 
 // upload copies v to a new device buffer poisoned with NaN first.
-func upload(t *testing.T, s *cuda.Stream, v []float32) *cuda.Buffer {
+func upload(t testing.TB, s *cuda.Stream, v []float32) *cuda.Buffer {
 	t.Helper()
 	b, err := cuda.Alloc(4 * max(1, len(v)))
 	if err != nil {
@@ -77,7 +77,7 @@ func upload(t *testing.T, s *cuda.Stream, v []float32) *cuda.Buffer {
 }
 
 // poisoned returns a device buffer of n NaNs.
-func poisoned(t *testing.T, s *cuda.Stream, n int) *cuda.Buffer {
+func poisoned(t testing.TB, s *cuda.Stream, n int) *cuda.Buffer {
 	return upload(t, s, nan(n))
 }
 
@@ -89,7 +89,7 @@ func nan(n int) []float32 {
 	return v
 }
 
-func download(t *testing.T, s *cuda.Stream, b *cuda.Buffer, n int) []float32 {
+func download(t testing.TB, s *cuda.Stream, b *cuda.Buffer, n int) []float32 {
 	t.Helper()
 	out := make([]float32, n)
 	if err := cuda.CopyOut(out, b.Ptr, s); err != nil {
