@@ -12,11 +12,15 @@ import (
 	gpuengine "github.com/mambago/mambago/mambago/gpu"
 )
 
-// BenchmarkDTProj times dt_proj at the 130m, 1.4b and 2.8b shapes (T=2048):
+// BenchmarkDTProj times dt_proj at the 130m, 1.4b and 2.8b shapes (T=2048),
+// and at a ragged one (no dimension a multiple of its tile), for the checks:
 // dt_proj_f32 on CUDA cores, then dt_proj_tc_f32 compiled with each setting
 // of its tile constants (kernels/dtproj.cu), each checked against
-// dt_proj_f32's output first. It reports the median launch in µs, timed
-// with CUDA events.
+// dt_proj_f32's output first. Then, to size the parts of dt_proj_tc_f32,
+// copies of it with a part cut out of the source (sizingCuts; their
+// outputs are wrong, and not checked): without the softplus, with one
+// product instead of three, and with no products at all. It reports the
+// median launch in µs, timed with CUDA events.
 func BenchmarkDTProj(b *testing.B) {
 	d := gputest.Device(b)
 	fn, s := gpu(b)
@@ -30,7 +34,7 @@ func BenchmarkDTProj(b *testing.B) {
 	for _, sh := range []struct {
 		name       string
 		rows, E, R int
-	}{{"130m", 2048, 1536, 48}, {"1.4b", 2048, 4096, 128}, {"2.8b", 2048, 5120, 160}} {
+	}{{"130m", 2048, 1536, 48}, {"1.4b", 2048, 4096, 128}, {"2.8b", 2048, 5120, 160}, {"ragged", 1000, 4100, 136}} {
 		ldd := sh.R + 32
 		bdbl, bW, bb := upload(b, s, randn(sh.rows*ldd, 1)), upload(b, s, randn(sh.E*sh.R, 0.3)), upload(b, s, randn(sh.E, 1))
 		ref, out := poisoned(b, s, sh.rows*sh.E), poisoned(b, s, sh.rows*sh.E)
@@ -43,11 +47,23 @@ func BenchmarkDTProj(b *testing.B) {
 		for i, v := range want {
 			want64[i] = float64(v)
 		}
-		for _, opts := range []string{"cuda_cores", "", "-DTC_STAGES=2", "-DTC_MINB=2", "-DTC_STAGES=2 -DTC_MINB=2"} {
+		for _, opts := range []string{"cuda_cores", "", "-DTC_STAGES=2", "-DTC_MINB=2", "-DTC_STAGES=2 -DTC_MINB=2",
+			"sizing:no_softplus", "sizing:one_product", "sizing:no_products"} {
 			lookup, p := fn, p
 			p.DT = out.Ptr
+			cut, sizing := strings.CutPrefix(opts, "sizing:")
 			if opts != "cuda_cores" {
-				cubin, err := cuda.Compile(src, "dtproj.cu", d.Arch(), append([]string{"--std=c++17"}, strings.Fields(opts)...)...)
+				vsrc, copts := src, strings.Fields(opts)
+				if sizing {
+					vsrc, copts = src, nil
+					for _, c := range sizingCuts[cut] {
+						if !strings.Contains(vsrc, c[0]) {
+							b.Fatalf("sizing %s: dtproj.cu has no %q any more", cut, c[0])
+						}
+						vsrc = strings.ReplaceAll(vsrc, c[0], c[1])
+					}
+				}
+				cubin, err := cuda.Compile(vsrc, "dtproj.cu", d.Arch(), append([]string{"--std=c++17"}, copts...)...)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -66,7 +82,7 @@ func BenchmarkDTProj(b *testing.B) {
 				if err := p.Launch(lookup, s); err != nil {
 					b.Fatal(err)
 				}
-				if e := relErr(download(b, s, out, sh.rows*sh.E), want64); e > 1e-5 {
+				if e := relErr(download(b, s, out, sh.rows*sh.E), want64); e > 1e-5 && !sizing {
 					b.Fatalf("against dt_proj_f32: rel err %.3g", e)
 				}
 				var times []float64
@@ -94,4 +110,14 @@ func BenchmarkDTProj(b *testing.B) {
 			})
 		}
 	}
+}
+
+// sizingCuts are BenchmarkDTProj's source edits of dt_proj_tc_f32, each a
+// list of (text, replacement).
+var sizingCuts = map[string][][2]string{
+	"no_softplus": {{"softplus_f(acc[m][n][2 * h] + b0), v1 = softplus_f(acc[m][n][2 * h + 1] + b1)",
+		"acc[m][n][2 * h] + b0, v1 = acc[m][n][2 * h + 1] + b1"}},
+	"one_product": {{"mma_tf32(acc[m][n], al[m], bh[n]);", ";"}, {"mma_tf32(acc[m][n], ah[m], bl[n]);", ";"}},
+	"no_products": {{"mma_tf32(acc[m][n], al[m], bh[n]);", ";"}, {"mma_tf32(acc[m][n], ah[m], bl[n]);", ";"},
+		{"mma_tf32(acc[m][n], ah[m], bh[n]);", "acc[m][n][0] += __uint_as_float(ah[m][0] ^ bh[n][0] ^ al[m][0] ^ bl[n][0]);"}},
 }
