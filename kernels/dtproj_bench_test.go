@@ -2,7 +2,6 @@ package kernels_test
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 	"testing"
 
@@ -28,9 +27,7 @@ func BenchmarkDTProj(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	start, end := mustEvent(b), mustEvent(b)
-	defer start.Destroy()
-	defer end.Destroy()
+	timer := newLaunchTimer(b, s)
 	for _, sh := range []struct {
 		name       string
 		rows, E, R int
@@ -63,16 +60,7 @@ func BenchmarkDTProj(b *testing.B) {
 						vsrc = strings.ReplaceAll(vsrc, c[0], c[1])
 					}
 				}
-				cubin, err := cuda.Compile(vsrc, "dtproj.cu", d.Arch(), append([]string{"--std=c++17"}, copts...)...)
-				if err != nil {
-					b.Fatal(err)
-				}
-				m, err := cuda.LoadModule(cubin)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer m.Unload()
-				f, err := m.Function("dt_proj_tc_f32")
+				f, err := loadSource(b, d, vsrc, "dtproj.cu", copts...).Function("dt_proj_tc_f32")
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -87,26 +75,9 @@ func BenchmarkDTProj(b *testing.B) {
 				}
 				var times []float64
 				for b.Loop() {
-					if err := start.Record(s); err != nil {
-						b.Fatal(err)
-					}
-					if err := p.Launch(lookup, s); err != nil {
-						b.Fatal(err)
-					}
-					if err := end.Record(s); err != nil {
-						b.Fatal(err)
-					}
-					if err := end.Synchronize(); err != nil {
-						b.Fatal(err)
-					}
-					ms, err := cuda.Elapsed(start, end)
-					if err != nil {
-						b.Fatal(err)
-					}
-					times = append(times, float64(ms))
+					times = append(times, timer.ms(b, func() error { return p.Launch(lookup, s) }))
 				}
-				slices.Sort(times)
-				b.ReportMetric(1e3*times[len(times)/2], "us")
+				b.ReportMetric(1e3*median(times), "us")
 			})
 		}
 	}

@@ -20,15 +20,7 @@ func gpu(t testing.TB) (func(string) *cuda.Function, *cuda.Stream) {
 	fns := map[string]*cuda.Function{}
 	for _, name := range kernels.Names() {
 		src, _ := kernels.Source(name)
-		cubin, err := cuda.Compile(src, name, d.Arch(), "--std=c++17")
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := cuda.LoadModule(cubin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Unload() })
+		m := loadSource(t, d, src, name)
 		for _, k := range kernels.Entries(name) {
 			f, err := m.Function(k)
 			if err != nil {

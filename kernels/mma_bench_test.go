@@ -2,7 +2,6 @@ package kernels_test
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -42,29 +41,19 @@ extern "C" __global__ void mma_f16_m16n8k16(float *out, int iters) {
 // median launch's elapsed time, with 4 and 16 warps an SM.
 func BenchmarkMMA(b *testing.B) {
 	d := gputest.Device(b)
-	cubin, err := cuda.Compile(mmaSource, "mma.cu", d.Arch(), "--std=c++17")
-	if err != nil {
-		b.Fatal(err)
-	}
-	m, err := cuda.LoadModule(cubin)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Unload()
+	m := loadSource(b, d, mmaSource, "mma.cu")
 	s, err := cuda.NewStream()
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Destroy()
+	timer := newLaunchTimer(b, s)
 	const threads, iters = 128, 8192
 	out, err := cuda.Alloc(4 * threads * 4 * d.SMs)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer out.Free()
-	start, end := mustEvent(b), mustEvent(b)
-	defer start.Destroy()
-	defer end.Destroy()
 	for _, k := range []struct {
 		name  string
 		flops float64 // a warp's mma
@@ -76,32 +65,16 @@ func BenchmarkMMA(b *testing.B) {
 		for _, perSM := range []int{1, 4} {
 			blocks := perSM * d.SMs
 			b.Run(fmt.Sprintf("%s/%d_warps_an_SM", k.name, 4*perSM), func(b *testing.B) {
-				var times []float64
-				for i := 0; i < 1 || b.Loop(); i++ {
-					if err := start.Record(s); err != nil {
-						b.Fatal(err)
-					}
-					if err := f.Launch(cuda.D1(blocks), cuda.D1(threads), 0, s, out.Ptr, int32(iters)); err != nil {
-						b.Fatal(err)
-					}
-					if err := end.Record(s); err != nil {
-						b.Fatal(err)
-					}
-					if err := end.Synchronize(); err != nil {
-						b.Fatal(err)
-					}
-					ms, err := cuda.Elapsed(start, end)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if i > 0 { // the first launch warms up
-						times = append(times, float64(ms))
-					}
+				launch := func() error {
+					return f.Launch(cuda.D1(blocks), cuda.D1(threads), 0, s, out.Ptr, int32(iters))
 				}
-				slices.Sort(times)
-				ms := times[len(times)/2]
+				timer.ms(b, launch) // warm-up
+				var times []float64
+				for b.Loop() {
+					times = append(times, timer.ms(b, launch))
+				}
 				flops := float64(blocks*threads/32) * iters * 8 * k.flops
-				b.ReportMetric(flops/(ms*1e-3)/1e12, "TFLOP/s")
+				b.ReportMetric(flops/(median(times)*1e-3)/1e12, "TFLOP/s")
 			})
 		}
 	}

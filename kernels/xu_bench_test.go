@@ -2,7 +2,6 @@ package kernels_test
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -147,20 +146,13 @@ extern "C" __global__ void xu_scan_ahead(float *out, long long *cycles, float a0
 // 3-block launch, whose blocks all run at once.
 func BenchmarkXU(b *testing.B) {
 	d := gputest.Device(b)
-	cubin, err := cuda.Compile(xuSource, "xu.cu", d.Arch(), "--std=c++17")
-	if err != nil {
-		b.Fatal(err)
-	}
-	m, err := cuda.LoadModule(cubin)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Unload()
+	m := loadSource(b, d, xuSource, "xu.cu")
 	s, err := cuda.NewStream()
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer s.Destroy()
+	timer := newLaunchTimer(b, s)
 	const threads, iters = 128, 4096
 	maxBlocks := 16 * d.SMs
 	out, err := cuda.Alloc(4 * threads * maxBlocks)
@@ -173,9 +165,6 @@ func BenchmarkXU(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer cyc.Free()
-	start, end := mustEvent(b), mustEvent(b)
-	defer start.Destroy()
-	defer end.Destroy()
 	for _, kernel := range []string{"xu_ex2", "xu_scan", "xu_scan_smem", "xu_scan_ahead"} {
 		f, err := m.Function(kernel)
 		if err != nil {
@@ -183,23 +172,9 @@ func BenchmarkXU(b *testing.B) {
 		}
 		// run launches blocks blocks once and returns its milliseconds.
 		run := func(blocks int) float64 {
-			if err := start.Record(s); err != nil {
-				b.Fatal(err)
-			}
-			if err := f.Launch(cuda.D1(blocks), cuda.D1(threads), 0, s, out.Ptr, cyc.Ptr, float32(-0.5), int32(iters)); err != nil {
-				b.Fatal(err)
-			}
-			if err := end.Record(s); err != nil {
-				b.Fatal(err)
-			}
-			if err := end.Synchronize(); err != nil {
-				b.Fatal(err)
-			}
-			ms, err := cuda.Elapsed(start, end)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return float64(ms)
+			return timer.ms(b, func() error {
+				return f.Launch(cuda.D1(blocks), cuda.D1(threads), 0, s, out.Ptr, cyc.Ptr, float32(-0.5), int32(iters))
+			})
 		}
 		// The clock: 3 blocks an SM all run at once, so the longest block's
 		// clock64 count spans the launch.
@@ -225,8 +200,7 @@ func BenchmarkXU(b *testing.B) {
 				for b.Loop() {
 					times = append(times, run(blocks))
 				}
-				slices.Sort(times)
-				ms := times[len(times)/2] // the median launch
+				ms := median(times)
 				perClock := float64(blocks) * threads * iters * 16 / (ms * 1e-3) / clockHz / float64(d.SMs)
 				b.ReportMetric(clockHz/1e9, "GHz")
 				b.ReportMetric(perClock, "ex2/clk/SM")
@@ -234,14 +208,6 @@ func BenchmarkXU(b *testing.B) {
 			})
 		}
 	}
-}
-
-func mustEvent(b *testing.B) *cuda.Event {
-	e, err := cuda.NewEvent()
-	if err != nil {
-		b.Fatal(err)
-	}
-	return e
 }
 
 // TestXUSourceCompiles compiles BenchmarkXU's kernels through NVRTC for

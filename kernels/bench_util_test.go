@@ -1,0 +1,79 @@
+package kernels_test
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/mambago/mambago/mambago/cuda"
+)
+
+// loadSource compiles src (named name) through NVRTC for d, with opts
+// after --std=c++17, and loads it; the module is unloaded at cleanup.
+func loadSource(tb testing.TB, d *cuda.Device, src, name string, opts ...string) *cuda.Module {
+	tb.Helper()
+	cubin, err := cuda.Compile(src, name, d.Arch(), append([]string{"--std=c++17"}, opts...)...)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m, err := cuda.LoadModule(cubin)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { m.Unload() })
+	return m
+}
+
+// launchTimer times work queued on a stream between two CUDA events.
+type launchTimer struct {
+	s          *cuda.Stream
+	start, end *cuda.Event
+}
+
+// newLaunchTimer returns a timer for s; its events are destroyed at cleanup.
+func newLaunchTimer(tb testing.TB, s *cuda.Stream) *launchTimer {
+	tb.Helper()
+	t := &launchTimer{s: s, start: mustEvent(tb), end: mustEvent(tb)}
+	tb.Cleanup(func() {
+		t.start.Destroy()
+		t.end.Destroy()
+	})
+	return t
+}
+
+// ms queues launch between the timer's events, waits for it, and returns
+// its elapsed milliseconds.
+func (t *launchTimer) ms(tb testing.TB, launch func() error) float64 {
+	tb.Helper()
+	if err := t.start.Record(t.s); err != nil {
+		tb.Fatal(err)
+	}
+	if err := launch(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := t.end.Record(t.s); err != nil {
+		tb.Fatal(err)
+	}
+	if err := t.end.Synchronize(); err != nil {
+		tb.Fatal(err)
+	}
+	ms, err := cuda.Elapsed(t.start, t.end)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return float64(ms)
+}
+
+// median returns the median of v (the upper one of an even count), sorting v.
+func median(v []float64) float64 {
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+func mustEvent(tb testing.TB) *cuda.Event {
+	tb.Helper()
+	e, err := cuda.NewEvent()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return e
+}
