@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .carry/ from
 # scripts/device_build.sh. Logs and JSON go to $OUT (or ./out).
-# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|verify|profile|sourceprof|kerneltimes|decodeprof|mamba_ssm|cpu|all]
+# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|verify|profile|dtproj|sourceprof|kerneltimes|decodeprof|mamba_ssm|cpu|all]
 # (several modes: separate them with commas, e.g. mamba_ssm,kerneltimes)
 #   gpu:      the CUDA binding, kernel and engine tests, the Python tests,
 #             compute-sanitizer memcheck over the kernel and engine fixture
@@ -12,6 +12,9 @@
 #             microbenchmarks and the 1.4b/2.8b decode and prefill variants:
 #             one call for a branch's first run on the GPU (about 5 minutes);
 #   profile:  ncu's per-kernel times for a 1.4b decode step and for dt_proj;
+#   dtproj:   dt_proj alone: TestDTProjKernel, BenchmarkDTProj (every entry
+#             and variant, each checked, and the sizing cuts), then ncu's pipe
+#             use and stall reasons for the engine's dt_proj in a 1.4b prefill;
 #   sourceprof: ncu's per-instruction stall samples for the bf16 scan and the
 #             2.8b decode GEMVs (text logs and .ncu-rep reports);
 #   kerneltimes: every kernel's mean time with warm caches (ncu, one metric,
@@ -121,6 +124,17 @@ if [[ $mode == profile ]]; then
     --section Occupancy .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/bfloat16/B1_T2048$' -test.benchtime 1x \
     > "$OUT/dtproj_ncu.log" 2>&1
   echo "ncu exit $?"; grep -E "^  [a-z_0-9]+ |Duration|Throughput|Achieved Occ" "$OUT/dtproj_ncu.log" | head -24
+fi
+if [[ $mode == dtproj ]]; then
+  echo "== dt_proj: the kernel test, BenchmarkDTProj, ncu in a 1.4b prefill"
+  .carry/kernels.test -test.run DTProjKernel -test.v 2>&1 | tee "$OUT/dtproj_test.log" | grep -E "rel err|^--- |^ok|FAIL"
+  .carry/kernels.test -test.run '^$' -test.bench DTProj -test.benchtime 20x 2>&1 | tee "$OUT/dtproj_bench.log" \
+    | grep -E " us|FAIL|rel err"
+  timeout 200 ncu --clock-control none -k 'regex:dt_proj' --launch-skip 100 --launch-count 1 --metrics \
+    'gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    .carry/gpu.test -test.run '^$' -test.bench 'BigShapes/1.4b/prefill_T2048_staged_true_L64_tc_true' -test.benchtime 1x \
+    > "$OUT/dtproj_ncu.log" 2>&1
+  echo "ncu exit $?"; grep -E "dt_proj|duration|pct|ratio|conflicts" "$OUT/dtproj_ncu.log" | awk '$NF!="0"' | head -30
 fi
 if [[ $mode == sourceprof ]]; then
   # Where the scan's and the 2.8b GEMVs' warps stall, instruction by
