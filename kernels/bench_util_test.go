@@ -23,6 +23,17 @@ func loadSource(tb testing.TB, d *cuda.Device, src, name string, opts ...string)
 	return m
 }
 
+// newStream returns a new CUDA stream, destroyed at cleanup.
+func newStream(tb testing.TB) *cuda.Stream {
+	tb.Helper()
+	s, err := cuda.NewStream()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Destroy() })
+	return s
+}
+
 // launchTimer times work queued on a stream between two CUDA events.
 type launchTimer struct {
 	s          *cuda.Stream

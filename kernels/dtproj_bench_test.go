@@ -28,6 +28,36 @@ func BenchmarkDTProj(b *testing.B) {
 		b.Fatal(err)
 	}
 	timer := newLaunchTimer(b, s)
+	// Each variant is compiled once: nil is dt_proj_f32 from fn.
+	type variant struct {
+		name   string
+		f      *cuda.Function
+		sizing bool
+	}
+	var variants []variant
+	for _, opts := range []string{"cuda_cores", "", "-DTC_STAGES=2", "-DTC_MINB=2", "-DTC_STAGES=2 -DTC_MINB=2",
+		"sizing:no_softplus", "sizing:one_product", "sizing:no_products"} {
+		if opts == "cuda_cores" {
+			variants = append(variants, variant{name: opts})
+			continue
+		}
+		vsrc, copts := src, strings.Fields(opts)
+		cut, sizing := strings.CutPrefix(opts, "sizing:")
+		if sizing {
+			copts = nil
+			for _, c := range sizingCuts[cut] {
+				if !strings.Contains(vsrc, c[0]) {
+					b.Fatalf("sizing %s: dtproj.cu has no %q any more", cut, c[0])
+				}
+				vsrc = strings.ReplaceAll(vsrc, c[0], c[1])
+			}
+		}
+		f, err := loadSource(b, d, vsrc, "dtproj.cu", copts...).Function("dt_proj_tc_f32")
+		if err != nil {
+			b.Fatal(err)
+		}
+		variants = append(variants, variant{opts, f, sizing})
+	}
 	for _, sh := range []struct {
 		name       string
 		rows, E, R int
@@ -44,33 +74,17 @@ func BenchmarkDTProj(b *testing.B) {
 		for i, v := range want {
 			want64[i] = float64(v)
 		}
-		for _, opts := range []string{"cuda_cores", "", "-DTC_STAGES=2", "-DTC_MINB=2", "-DTC_STAGES=2 -DTC_MINB=2",
-			"sizing:no_softplus", "sizing:one_product", "sizing:no_products"} {
+		for _, v := range variants {
 			lookup, p := fn, p
 			p.DT = out.Ptr
-			cut, sizing := strings.CutPrefix(opts, "sizing:")
-			if opts != "cuda_cores" {
-				vsrc, copts := src, strings.Fields(opts)
-				if sizing {
-					vsrc, copts = src, nil
-					for _, c := range sizingCuts[cut] {
-						if !strings.Contains(vsrc, c[0]) {
-							b.Fatalf("sizing %s: dtproj.cu has no %q any more", cut, c[0])
-						}
-						vsrc = strings.ReplaceAll(vsrc, c[0], c[1])
-					}
-				}
-				f, err := loadSource(b, d, vsrc, "dtproj.cu", copts...).Function("dt_proj_tc_f32")
-				if err != nil {
-					b.Fatal(err)
-				}
-				lookup, p.TensorCores = func(string) *cuda.Function { return f }, true
+			if v.f != nil {
+				lookup, p.TensorCores = func(string) *cuda.Function { return v.f }, true
 			}
-			b.Run(fmt.Sprintf("%s/%s", sh.name, opts), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/%s", sh.name, v.name), func(b *testing.B) {
 				if err := p.Launch(lookup, s); err != nil {
 					b.Fatal(err)
 				}
-				if e := relErr(download(b, s, out, sh.rows*sh.E), want64); e > 1e-5 && !sizing {
+				if e := relErr(download(b, s, out, sh.rows*sh.E), want64); e > 1e-5 && !v.sizing {
 					b.Fatalf("against dt_proj_f32: rel err %.3g", e)
 				}
 				var times []float64

@@ -29,11 +29,7 @@ func gpu(t testing.TB) (func(string) *cuda.Function, *cuda.Stream) {
 			fns[k] = f
 		}
 	}
-	s, err := cuda.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Destroy() })
+	s := newStream(t)
 	return func(k string) *cuda.Function {
 		f, ok := fns[k]
 		if !ok {

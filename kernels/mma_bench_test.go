@@ -42,11 +42,7 @@ extern "C" __global__ void mma_f16_m16n8k16(float *out, int iters) {
 func BenchmarkMMA(b *testing.B) {
 	d := gputest.Device(b)
 	m := loadSource(b, d, mmaSource, "mma.cu")
-	s, err := cuda.NewStream()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Destroy()
+	s := newStream(b)
 	timer := newLaunchTimer(b, s)
 	const threads, iters = 128, 8192
 	out, err := cuda.Alloc(4 * threads * 4 * d.SMs)

@@ -147,11 +147,7 @@ extern "C" __global__ void xu_scan_ahead(float *out, long long *cycles, float a0
 func BenchmarkXU(b *testing.B) {
 	d := gputest.Device(b)
 	m := loadSource(b, d, xuSource, "xu.cu")
-	s, err := cuda.NewStream()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Destroy()
+	s := newStream(b)
 	timer := newLaunchTimer(b, s)
 	const threads, iters = 128, 4096
 	maxBlocks := 16 * d.SMs

@@ -2,7 +2,6 @@ package gpu_test
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -33,10 +32,7 @@ func benchPrefill(b *testing.B, w *checkpoint.Weights, dt cuda.DType) {
 	}
 	defer e.Close()
 	const B, T, short = 1, 2048, 128
-	ids := make([]int64, B*T)
-	for i := range ids {
-		ids[i] = rand.Int64N(50280)
-	}
+	ids := randomIDs(B*T, 50280)
 	in, out := engine.Input{B: B, T: T, IDs: ids}, make([]float32, B*768)
 	sin := engine.Input{B: B, T: short, IDs: ids[:B*short]}
 	st, err := e.NewState(B)
@@ -139,10 +135,7 @@ func BenchmarkScan130m(b *testing.B) {
 		}
 		e.ScanStaged, e.ScanChunk = v.staged, v.chunk
 		for _, s := range []struct{ B, T int }{{1, 2048}, {1, 8192}, {8, 2048}} {
-			ids := make([]int64, s.B*s.T)
-			for i := range ids {
-				ids[i] = rand.Int64N(50280)
-			}
+			ids := randomIDs(s.B*s.T, 50280)
 			in, out := engine.Input{B: s.B, T: s.T, IDs: ids}, make([]float32, s.B*768)
 			st, err := e.NewState(s.B)
 			if err != nil {
@@ -192,19 +185,7 @@ func BenchmarkBigShapes(b *testing.B) {
 		// Everything runs inside b.Run, so -test.bench 'BigShapes/2.8b' builds
 		// and launches nothing of the other shape (ncu counts launches).
 		b.Run(s.name, func(b *testing.B) {
-			e, err := gpu.New(fixture.RandomWeights(fixture.Shape(s.d, s.layers, 50280), 1), 0, cuda.BF16)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() {
-				if err := e.Close(); err != nil {
-					b.Error(err)
-				}
-			}()
-			st, err := e.NewState(1)
-			if err != nil {
-				b.Fatal(err)
-			}
+			e, st := bf16Engine(b, s.d, s.layers)
 			ids, logits := []int64{7}, make([]float32, 50280)
 			for _, path := range []struct {
 				name              string
@@ -230,10 +211,7 @@ func BenchmarkBigShapes(b *testing.B) {
 					b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/step")
 				})
 			}
-			ids = make([]int64, 2048)
-			for i := range ids {
-				ids[i] = rand.Int64N(50280)
-			}
+			ids = randomIDs(2048, 50280)
 			in, out := engine.Input{B: 1, T: 2048, IDs: ids}, make([]float32, s.d)
 			for _, v := range []struct {
 				staged bool
@@ -273,19 +251,8 @@ func BenchmarkChunkRows(b *testing.B) {
 		d, layers int
 	}{{"130m", 768, 24}, {"370m", 1024, 48}} {
 		b.Run(s.name, func(b *testing.B) {
-			e, err := gpu.New(fixture.RandomWeights(fixture.Shape(s.d, s.layers, 50280), 1), 0, cuda.BF16)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer e.Close()
-			st, err := e.NewState(1)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ids, out := make([]int64, 8192), make([]float32, s.d)
-			for i := range ids {
-				ids[i] = rand.Int64N(50280)
-			}
+			e, st := bf16Engine(b, s.d, s.layers)
+			ids, out := randomIDs(8192, 50280), make([]float32, s.d)
 			for _, T := range []int{2048, 8192} {
 				for _, rows := range []int{16384, 4096, 2048, 1024} {
 					if rows > T && rows != 16384 {
@@ -310,4 +277,25 @@ func BenchmarkChunkRows(b *testing.B) {
 			}
 		})
 	}
+}
+
+// bf16Engine returns a bf16 engine on GPU 0 for a random model of width d and
+// layers layers (vocabulary 50280), closed at cleanup, and a state for one
+// sequence.
+func bf16Engine(b *testing.B, d, layers int) (*gpu.Engine, engine.State) {
+	b.Helper()
+	e, err := gpu.New(fixture.RandomWeights(fixture.Shape(d, layers, 50280), 1), 0, cuda.BF16)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			b.Error(err)
+		}
+	})
+	st, err := e.NewState(1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return e, st
 }

@@ -130,10 +130,7 @@ func TestMixedPrecision130m(t *testing.T) {
 	w := fixture.RandomWeights(fixture.Shape(768, 24, 50280), rand.Uint64())
 	e32 := newEngine(t, w, cuda.F32)
 	B, T := 2, 200
-	in := engine.Input{B: B, T: T, IDs: make([]int64, B*T)}
-	for i := range in.IDs {
-		in.IDs[i] = rand.Int64N(50280)
-	}
+	in := engine.Input{B: B, T: T, IDs: randomIDs(B*T, 50280)}
 	ref, st32 := prefillLogits(t, e32, in)
 	for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
 		e := newEngine(t, w, dt)
