@@ -164,7 +164,8 @@ func TestConvAndScanKernels(t *testing.T) {
 	fn, s := gpu(t)
 	for _, tc := range []struct{ B, T, E, N, K, R int }{
 		{1, 1, 64, 16, 4, 4}, {2, 37, 96, 8, 3, 5}, {3, 300, 128, 64, 4, 8}, {1, 257, 32, 256, 2, 2}, {2, 19, 48, 33, 4, 3},
-		{2, 45, 40, 16, 6, 4}, // K > 4: the conv computes with MAX_K taps
+		{2, 45, 40, 16, 6, 4},                          // K > 4: the conv computes with MAX_K taps
+		{2, 200, 64, 12, 4, 4}, {1, 700, 32, 16, 4, 8}, // the one-pass scan with idle states, and a long prompt
 	} {
 		B, T, E, N, K, R := tc.B, tc.T, tc.E, tc.N, tc.K, tc.R
 		rows := B * T
@@ -222,21 +223,31 @@ func TestConvAndScanKernels(t *testing.T) {
 		bD := upload(t, s, Dk)
 		wantY, wantS := scanRef(dt, dbl, A2, Dk, st0, xz, gotU, B, T, E, N, R)
 		// The default chunk, many chunks, chunks of many stages; the plain
-		// kernels and the staged ones (every E here is a multiple of 8).
+		// kernels and the staged ones (every E here is a multiple of 8); and
+		// the one-pass scan at 2 and 4 states a thread where it applies.
+		type variant struct {
+			chunk, onePass int
+			staged         bool
+		}
+		variants := []variant{{onePass: 2}, {onePass: 4}}
 		for _, chunk := range []int{0, 8, 24, 136} {
-			for _, staged := range []bool{false, true} {
-				bst, by := upload(t, s, st0), poisoned(t, s, rows*E)
-				sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
-					U: bu.Ptr, D: bD.Ptr, Z: bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr,
-					B: B, T: T, E: E, N: N, Chunk: chunk, Staged: staged}
-				scratch := poisoned(t, s, max(1, sc.ScratchFloats()))
-				sc.Scratch = scratch.Ptr
-				if err := sc.Launch(fn, s); err != nil {
-					t.Fatal(err)
-				}
-				checkScan(t, fmt.Sprintf("%+v chunk %d staged %v", tc, chunk, staged), download(t, s, by, rows*E),
-					download(t, s, bst, B*E*N), wantY, wantS)
+			variants = append(variants, variant{chunk: chunk}, variant{chunk: chunk, staged: true})
+		}
+		for _, v := range variants {
+			bst, by := upload(t, s, st0), poisoned(t, s, rows*E)
+			sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
+				U: bu.Ptr, D: bD.Ptr, Z: bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr,
+				B: B, T: T, E: E, N: N, Chunk: v.chunk, Staged: v.staged, OnePass: v.onePass}
+			if v.onePass > 0 && !sc.OnePassApplies() {
+				continue
 			}
+			scratch := poisoned(t, s, max(1, sc.ScratchFloats()))
+			sc.Scratch = scratch.Ptr
+			if err := sc.Launch(fn, s); err != nil {
+				t.Fatal(err)
+			}
+			checkScan(t, fmt.Sprintf("%+v %+v", tc, v), download(t, s, by, rows*E),
+				download(t, s, bst, B*E*N), wantY, wantS)
 		}
 		t.Logf("%+v ok", tc)
 	}

@@ -149,21 +149,6 @@ __device__ __forceinline__ void scan_chunk(const float *__restrict__ dtv, const 
 // chunk and channels past E are zero-filled: dt = 0 leaves s as it is.
 #define STAGE 8
 
-// each_copy calls f(i) for this thread's share of i < COUNT, COUNT copies
-// spread over a block of MAXB threads: a loop of compile-time length, so
-// the divisions below are shifts and ptxas keeps what does not change from
-// one stage to the next out of the stage loop. (Written as loops over i
-// with a stride of blockDim.x, the copies cost about 22 instructions a
-// position, a fifth of the pass.)
-template <int COUNT, class F>
-__device__ __forceinline__ void each_copy(F f) {
-#pragma unroll
-    for (int it = 0; it < (COUNT + MAXB - 1) / MAXB; it++) {
-        int i = it * MAXB + threadIdx.x;
-        if (COUNT % MAXB == 0 || i < COUNT) f(i);
-    }
-}
-
 // scan_stage_copy queues, as one cp.async group, the copies of positions
 // t0 .. t0 + STAGE - 1 (those below t_end) into one buffer of the staged
 // scan: dt, u and, with zgate, z for channels c0 .. c0 + MAXB - 1, and the B
@@ -181,18 +166,18 @@ __device__ __forceinline__ void scan_stage_copy(float (*sdt)[MAXB], Tv (*su)[MAX
     size_t r = (size_t)b * T + t0;
     const float *dt0 = dtv + r * E + c0, *z0 = z + r * ldz + c0, *bc0 = dbl + r * ldd + R + n0;
     const Tv *u0 = u + r * E + c0;
-    each_copy<STAGE * F>([&](int i) {
+    each_copy<MAXB, STAGE * F>([&](int i) {
         int tt = i / F, cc = i % F * 4;
         bool ok = t0 + tt < t_end && c0 + cc < E;
         cp_async<16>(&sdt[tt][cc], dt0 + (ok ? tt * E + cc : 0), ok);
         if (OUT && zgate) cp_async<16>(&sz[tt][cc], z0 + (ok ? tt * ldz + cc : 0), ok);
     });
-    each_copy<STAGE * FU>([&](int i) {
+    each_copy<MAXB, STAGE * FU>([&](int i) {
         int tt = i / FU, cc = i % FU * UV;
         bool ok = t0 + tt < t_end && c0 + cc < E;
         cp_async<16>(&su[tt][cc], u0 + (ok ? tt * E + cc : 0), ok);
     });
-    each_copy<STAGE * NS>([&](int i) {
+    each_copy<MAXB, STAGE * NS>([&](int i) {
         int tt = i / NS, n = i % NS;
         bool ok = t0 + tt < t_end && n0 + n < N;
         const float *p = bc0 + (ok ? tt * ldd + n : 0);

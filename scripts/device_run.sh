@@ -12,6 +12,9 @@
 #             microbenchmarks and the 1.4b/2.8b decode and prefill variants:
 #             one call for a branch's first run on the GPU (about 5 minutes);
 #   profile:  ncu's per-kernel times for a 1.4b decode step and for dt_proj;
+#   onepass:  the scan kernels' test (the one-pass scan at 2 and 4 states a
+#             thread among them) with racecheck, then the 130m, 1.4b and 2.8b
+#             bf16 prefills with each scan variant (scanVariants);
 #   dtproj:   dt_proj alone: TestDTProjKernel, BenchmarkDTProj (every entry
 #             and variant, each checked, and the sizing cuts), then ncu's pipe
 #             use and stall reasons for the engine's dt_proj in a 1.4b prefill;
@@ -55,6 +58,24 @@ if [[ $mode == verify ]]; then
   echo "== 1.4b and 2.8b, bf16: decode step variants, and prefill with each scan"
   .carry/gpu.test -test.run '^$' -test.bench BigShapes -test.benchtime 100x 2>&1 | tee "$OUT/big_shapes.log" \
     | grep -E "us/step|tok/s"
+  exit $status
+fi
+if [[ $mode == onepass ]]; then
+  echo "== the scan kernels against float64"
+  .carry/kernels.test -test.v -test.run ConvAndScan 2>&1 > "$OUT/scan_test.log" || status=1
+  grep -E "^(--- FAIL|ok|FAIL|PASS)|rel err" "$OUT/scan_test.log" | head -30
+  timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 .carry/kernels.test -test.run ConvAndScan \
+    > "$OUT/racecheck_kernels.log" 2>&1 || status=1
+  echo "racecheck scan: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck_kernels.log" | tail -1)"
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/kernels.test -test.run ConvAndScan \
+    > "$OUT/memcheck_kernels.log" 2>&1 || status=1
+  echo "memcheck scan: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_kernels.log" | tail -1)"
+  echo "== 130m bf16 prefills with each scan variant"
+  .carry/gpu.test -test.v -test.run '^$' -test.bench Scan130m -test.benchtime 20x 2>&1 | tee "$OUT/scan_variants.log" \
+    | grep -E "tok/s|  scan"
+  echo "== 1.4b and 2.8b bf16 prefills with each scan variant"
+  .carry/gpu.test -test.run '^$' -test.bench 'BigShapes/.*/prefill' -test.benchtime 10x 2>&1 | tee "$OUT/big_shapes.log" \
+    | grep -E "tok/s"
   exit $status
 fi
 if [[ $mode == gpu || $mode == all ]]; then

@@ -112,9 +112,37 @@ func stageTable(b *testing.B, e *gpu.Engine, prefill func()) string {
 	return report
 }
 
-// BenchmarkScan130m times bf16 prefills of the 130m shape with the plain
-// and the staged scan kernels (Engine.ScanStaged) at several chunk lengths
-// (Engine.ScanChunk), then the scan stage alone. (Chunk lengths of 32 and
+// scanVariant is one way to run the scan (and dt_proj) that the
+// benchmarks compare.
+type scanVariant struct {
+	staged         bool
+	chunk          int  // Engine.ScanChunk
+	onePass        int  // Engine.ScanOnePass
+	cudaCoreDTProj bool // dt_proj on the CUDA cores instead of the tensor cores
+}
+
+func (v scanVariant) String() string {
+	name := fmt.Sprintf("staged_%v_L%d", v.staged, v.chunk)
+	if v.onePass > 0 {
+		name = fmt.Sprintf("onepass%d", v.onePass)
+	}
+	if v.cudaCoreDTProj {
+		name += "_dtproj_cuda_cores"
+	}
+	return name
+}
+
+// set configures e to run v.
+func (v scanVariant) set(e *gpu.Engine) {
+	e.ScanStaged, e.ScanChunk, e.ScanOnePass, e.DTProjTensorCores = v.staged, v.chunk, v.onePass, !v.cudaCoreDTProj
+}
+
+// scanVariants are the staged chunked scan at its default chunk length and
+// the one-pass scan at 2 and 4 states a thread.
+var scanVariants = []scanVariant{{staged: true, chunk: 64}, {onePass: 2}, {onePass: 4}}
+
+// BenchmarkScan130m times bf16 prefills of the 130m shape with each of
+// scanVariants, then the scan stage alone. (Chunk lengths of 32 and
 // 48 positions were measured against the default 64 with the plain kernel
 // on the H200 at 4041782 and were no faster: 9.9, 8.8 and 8.9 ms of scan
 // over 5 prefills at B=1, T=2048; 33.0, 31.9 and 30.3 at T=8192; 56.8, 54.6
@@ -125,15 +153,12 @@ func stageTable(b *testing.B, e *gpu.Engine, prefill func()) string {
 func BenchmarkScan130m(b *testing.B) {
 	gputest.Need(b)
 	w := fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1)
-	for _, v := range []struct {
-		staged bool
-		chunk  int
-	}{{false, 64}, {true, 64}, {true, 32}, {true, 16}} {
+	for _, v := range scanVariants {
 		e, err := gpu.New(w, 0, cuda.BF16)
 		if err != nil {
 			b.Fatal(err)
 		}
-		e.ScanStaged, e.ScanChunk = v.staged, v.chunk
+		v.set(e)
 		for _, s := range []struct{ B, T int }{{1, 2048}, {1, 8192}, {8, 2048}} {
 			ids := randomIDs(s.B*s.T, 50280)
 			in, out := engine.Input{B: s.B, T: s.T, IDs: ids}, make([]float32, s.B*768)
@@ -149,13 +174,13 @@ func BenchmarkScan130m(b *testing.B) {
 			for range 10 {
 				prefill()
 			}
-			b.Run(fmt.Sprintf("staged_%v_L%d/B%d_T%d", v.staged, v.chunk, s.B, s.T), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/B%d_T%d", v, s.B, s.T), func(b *testing.B) {
 				for b.Loop() {
 					prefill()
 				}
 				b.ReportMetric(float64(s.B*s.T)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
 			})
-			b.Logf("staged %v L=%d B=%d T=%d, 5 prefills:\n%s", v.staged, v.chunk, s.B, s.T, stageTable(b, e, prefill))
+			b.Logf("%s B=%d T=%d, 5 prefills:\n%s", v, s.B, s.T, stageTable(b, e, prefill))
 			if err := st.(*gpu.State).Free(); err != nil {
 				b.Fatal(err)
 			}
@@ -171,9 +196,9 @@ func BenchmarkScan130m(b *testing.B) {
 // with the single-token kernels as New sets them up, with four rows to a
 // warp group in the big GEMVs (Engine.GEMVRows) at the default split and at
 // split 1, and on the prefill path at T = 1 with cuBLAS GEMVs
-// (DecodeKernelMaxB < 0); then a B=1, T=2048 prefill with the plain and the
-// staged scan, the staged one at several chunk lengths, and with dt_proj on
-// CUDA cores instead of the tensor cores. (Measured on the H200 at 8779a0b, as BenchmarkDecodeBig:
+// (DecodeKernelMaxB < 0); then B=1 and B=8, T=2048 prefills with each of
+// scanVariants, and at B=1 with dt_proj on the CUDA cores instead of the
+// tensor cores. (Measured on the H200 at 8779a0b, as BenchmarkDecodeBig:
 // 1.75 and 3.36 ms a step; without programmatic dependent launch 1.92 and
 // 3.52; one warp a row 2.24 and 4.00; the prefill path 3.08 and 4.93.)
 func BenchmarkBigShapes(b *testing.B) {
@@ -211,27 +236,33 @@ func BenchmarkBigShapes(b *testing.B) {
 					b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/step")
 				})
 			}
-			ids = randomIDs(2048, 50280)
-			in, out := engine.Input{B: 1, T: 2048, IDs: ids}, make([]float32, s.d)
-			for _, v := range []struct {
-				staged bool
-				chunk  int
-				tc     bool
-			}{{false, 64, true}, {true, 64, true}, {true, 32, true}, {true, 128, true}, {true, 64, false}} {
-				b.Run(fmt.Sprintf("prefill_T2048_staged_%v_L%d_tc_%v", v.staged, v.chunk, v.tc), func(b *testing.B) {
-					e.ScanStaged, e.ScanChunk, e.DTProjTensorCores = v.staged, v.chunk, v.tc
-					for range 5 {
-						if err := e.Prefill(st, in, engine.Last, out); err != nil {
+			for _, v := range append(scanVariants, scanVariant{staged: true, chunk: 64, cudaCoreDTProj: true}) {
+				for _, B := range []int{1, 8} {
+					if B > 1 && v.cudaCoreDTProj {
+						continue
+					}
+					b.Run(fmt.Sprintf("prefill_B%d_T2048_%s", B, v), func(b *testing.B) {
+						v.set(e)
+						stB, err := e.NewState(B)
+						if err != nil {
 							b.Fatal(err)
 						}
-					}
-					for b.Loop() {
-						if err := e.Prefill(st, in, engine.Last, out); err != nil {
-							b.Fatal(err)
+						defer stB.(*gpu.State).Free()
+						in := engine.Input{B: B, T: 2048, IDs: randomIDs(B*2048, 50280)}
+						out := make([]float32, B*s.d)
+						for range 3 {
+							if err := e.Prefill(stB, in, engine.Last, out); err != nil {
+								b.Fatal(err)
+							}
 						}
-					}
-					b.ReportMetric(2048*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
-				})
+						for b.Loop() {
+							if err := e.Prefill(stB, in, engine.Last, out); err != nil {
+								b.Fatal(err)
+							}
+						}
+						b.ReportMetric(float64(B*2048*b.N)/b.Elapsed().Seconds(), "tok/s")
+					})
+				}
 			}
 		})
 	}

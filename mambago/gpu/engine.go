@@ -57,6 +57,10 @@ type Engine struct {
 	// H200: 69 µs of scan a layer against 74 at B=1, T=2048, and 16% less
 	// at T=8192 and at B=8).
 	ScanStaged bool
+	// ScanOnePass, when 2 or 4, runs the one-pass scan with that many states
+	// a thread (Scan.OnePass, kernels/scan_onepass.cu) wherever it applies;
+	// 0 runs the chunked scan.
+	ScanOnePass int
 	// DTProjTensorCores runs dt_proj on the tensor cores as 3xTF32
 	// (DTProj.TensorCores). New turns it on for sm_80 and later.
 	DTProjTensorCores bool

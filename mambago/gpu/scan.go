@@ -1,6 +1,10 @@
 package gpu
 
-import "github.com/mambago/mambago/mambago/cuda"
+import (
+	"fmt"
+
+	"github.com/mambago/mambago/mambago/cuda"
+)
 
 // Scan is one layer's selective scan over a chunk of B sequences of T
 // positions (kernels/scan.cu has the math and the layouts). It splits T into
@@ -17,6 +21,10 @@ type Scan struct {
 	Chunk       int        // positions per chunk, a multiple of 8; 0 picks DefaultScanChunk
 	Scratch     cuda.Ptr   // ScratchFloats() floats; unused when T fits in one chunk
 	Staged      bool       // run the _st_ kernels (cp.async tiles in shared memory) when E is a multiple of 8
+	// OnePass, when 2 or 4, runs the one-pass scan (kernels/scan_onepass.cu)
+	// with that many states a thread wherever it applies (OnePassApplies),
+	// instead of the chunked scan; 0 runs the chunked scan.
+	OnePass int
 }
 
 const (
@@ -64,8 +72,25 @@ func (s Scan) ScratchFloats() int {
 	return n
 }
 
+// OnePassApplies reports whether the one-pass scan can run s: at most 16
+// states a channel, rows of E in whole 16-byte pieces (E a multiple of 8),
+// and OnePass states a thread of those it is built for.
+func (s Scan) OnePassApplies() bool {
+	return (s.OnePass == 2 || s.OnePass == 4) && s.N <= scanStates && s.E%8 == 0 && s.LDZ%4 == 0
+}
+
+// onePassThreads is OP_THREADS in kernels/scan_onepass.cu: a block owns
+// onePassThreads·OnePass/16 channels.
+const onePassThreads = 128
+
 // Launch queues the scan on stream; fn looks kernels up by name.
 func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
+	if s.OnePassApplies() {
+		cb := onePassThreads * s.OnePass / scanStates
+		return fn(fmt.Sprintf("scan_onepass%d_%s", s.OnePass, s.DType.Suffix())).Launch(
+			cuda.Dim3{X: (s.E + cb - 1) / cb, Y: s.B, Z: 1}, cuda.D1(onePassThreads), 0, stream,
+			s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, s.State, s.Y, s.T, s.E, s.N)
+	}
 	L, nch, G := s.chunk(), s.chunks(), (s.N+scanStates-1)/scanStates
 	sum, out := "scan_chunk_sum_", "scan_chunk_out_"
 	if s.Staged && s.E%8 == 0 { // the staged kernels copy 16-byte pieces of rows of E

@@ -1,0 +1,188 @@
+// The selective scan in one pass: a thread owns SPT states of one channel for
+// every position, in order. The math, the layouts and the arguments are
+// scan.cu's (its opening comment); this kernel needs N <= 16 and E a
+// multiple of 8.
+//
+// The chunked scan of scan.cu splits T into chunks that run in parallel, so
+// it computes every decay exp2(dt A) twice (its summary pass and its output
+// pass) and carries the chunks' states between them in a third launch. Here
+// every decay is computed once, in one launch, with no scratch. The
+// parallelism is B · E · 16 / SPT threads: at B=1 the 1.4b shape (E = 4096)
+// gives 512 warps at SPT = 4, about one a scheduler of the H200, and the
+// 130m shape (E = 1536) 384 at SPT = 2. With a warp a scheduler the time is
+// one warp's chain of T positions, each SPT ex2 (8 XU cycles a warp
+// instruction) and about 8 SPT other instructions.
+//
+// A block of 128 threads owns CB = 8 SPT consecutive channels of one
+// sequence (grid (ceil(E / CB), B)): thread i holds channel c0 + i % CB and
+// states g SPT .. g SPT + SPT - 1 of it, g = i / CB, so a warp reads whole
+// rows of dt, u and z and at most two distinct pieces of B and C (broadcast
+// loads). Its inputs go through shared memory OP_T positions at a time, in
+// a ring of OP_BUF tiles that cp.async fills ahead of use. Each position's
+// terms of the output sum, sum over its states of s C, go to a tile of
+// partial sums; after the tile's OP_T positions the block adds each
+// (position, channel)'s G = 16 / SPT partials, applies the D skip and the
+// gate, and writes y. Positions past T and channels past E read as zeros,
+// and dt = 0 leaves a state as it is.
+
+#define OP_THREADS 128
+#define OP_NS 16   // states a channel at most
+#define OP_T 16    // positions a tile
+#define OP_BUF 3   // tiles in the ring
+
+// scan_onepass_copy queues, as one cp.async group, the copies of positions
+// t0 .. t0 + OP_T - 1 of sequence b into one tile of the ring: dt, u and z
+// of channels c0 .. c0 + CB - 1, and B and C (16-byte pieces when vecBC,
+// else 4-byte ones).
+template <int CB, class Tv>
+__device__ __forceinline__ void scan_onepass_copy(float (*sdt)[CB], Tv (*su)[CB], float (*sz)[CB],
+                                                  float (*sB)[OP_NS], float (*sC)[OP_NS], const float *dtv,
+                                                  const Tv *u, const float *z, int ldz, const float *dbl, int ldd,
+                                                  int R, bool vecBC, int b, int T, int E, int N, int c0, int t0) {
+    constexpr int FP = CB / 4, UV = 16 / sizeof(Tv), FU = CB / UV;  // 16-byte pieces of a row
+    size_t r0 = (size_t)b * T;
+    // row is the row of position t0 + tt, or one that exists for a copy
+    // that reads nothing.
+    auto row = [&](int tt, bool ok) { return r0 + (ok ? t0 + tt : 0); };
+    each_copy<OP_THREADS, OP_T * FP>([&](int i) {
+        int tt = i / FP, cc = i % FP * 4;
+        bool ok = t0 + tt < T && c0 + cc < E;
+        size_t r = row(tt, ok);
+        cp_async<16>(&sdt[tt][cc], dtv + r * E + (ok ? c0 + cc : 0), ok);
+        cp_async<16>(&sz[tt][cc], z + r * ldz + (ok ? c0 + cc : 0), ok);
+    });
+    each_copy<OP_THREADS, OP_T * FU>([&](int i) {
+        int tt = i / FU, cc = i % FU * UV;
+        bool ok = t0 + tt < T && c0 + cc < E;
+        cp_async<16>(&su[tt][cc], u + row(tt, ok) * E + (ok ? c0 + cc : 0), ok);
+    });
+    if (vecBC) {
+        each_copy<OP_THREADS, OP_T * OP_NS / 4>([&](int i) {
+            int tt = i / (OP_NS / 4), n = i % (OP_NS / 4) * 4;
+            bool ok = t0 + tt < T && n < N;
+            const float *p = dbl + row(tt, ok) * ldd + R + (ok ? n : 0);
+            cp_async<16>(&sB[tt][n], p, ok);
+            cp_async<16>(&sC[tt][n], p + N, ok);
+        });
+    } else {
+        each_copy<OP_THREADS, OP_T * OP_NS>([&](int i) {
+            int tt = i / OP_NS, n = i % OP_NS;
+            bool ok = t0 + tt < T && n < N;
+            const float *p = dbl + row(tt, ok) * ldd + R + (ok ? n : 0);
+            cp_async<4>(&sB[tt][n], p, ok);
+            cp_async<4>(&sC[tt][n], p + N, ok);
+        });
+    }
+}
+
+template <int SPT, class Tv>
+__device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, const float *__restrict__ A2,
+                                             const float *__restrict__ dbl, int ldd, int R,
+                                             const Tv *__restrict__ u, const float *__restrict__ Dskip,
+                                             const float *__restrict__ z, int ldz, float *__restrict__ state,
+                                             Tv *__restrict__ y, int T, int E, int N) {
+    constexpr int G = OP_NS / SPT;      // threads a channel
+    constexpr int CB = OP_THREADS / G;  // channels a block
+    // Positions computed together: their loads first, then their decays,
+    // then the chain through s. (Written position by position, ptxas issues
+    // each position's loads after the previous one's store to sp, and every
+    // position pays its whole latency.)
+    constexpr int BATCH = 32 / SPT;
+    // The partial sums' row stride: a warp of CB = 16 reads two rows, which
+    // the 16 extra floats put on different banks.
+    constexpr int PST = OP_THREADS + 16;
+    static_assert(OP_T % BATCH == 0 && OP_THREADS % CB == 0, "tile shapes");
+    __shared__ __align__(16) float sdt[OP_BUF][OP_T][CB];
+    __shared__ __align__(16) Tv su[OP_BUF][OP_T][CB];
+    __shared__ __align__(16) float sz[OP_BUF][OP_T][CB];
+    __shared__ __align__(16) float sB[OP_BUF][OP_T][OP_NS], sC[OP_BUF][OP_T][OP_NS];
+    __shared__ __align__(16) float sp[OP_T][PST];  // [position][g CB + channel]: each thread's term of the sum
+    int b = blockIdx.y, c0 = blockIdx.x * CB, cl = threadIdx.x % CB, g = threadIdx.x / CB, c = c0 + cl;
+    int n0 = g * SPT;
+    bool on = c < E;
+    float a[SPT], s[SPT];
+#pragma unroll
+    for (int k = 0; k < SPT; k++) {
+        bool live = on && n0 + k < N;
+        a[k] = live ? A2[(size_t)c * N + n0 + k] : 0.f;
+        s[k] = live ? state[((size_t)b * E + c) * N + n0 + k] : 0.f;
+    }
+    float dskip = on ? Dskip[c] : 0.f;
+    bool vecBC = R % 4 == 0 && ldd % 4 == 0 && N % 4 == 0 && ((size_t)dbl & 15) == 0;
+    int tiles = (T + OP_T - 1) / OP_T;
+    auto issue = [&](int k) {  // tile k into its slot of the ring; past the last tile an empty group
+        if (k < tiles) {
+            int j = k % OP_BUF;
+            scan_onepass_copy<CB, Tv>(sdt[j], su[j], sz[j], sB[j], sC[j], dtv, u, z, ldz, dbl, ldd, R, vecBC, b, T,
+                                      E, N, c0, k * OP_T);
+        }
+        cp_async_commit();
+    };
+    for (int k = 0; k < OP_BUF - 1; k++) issue(k);
+    for (int k = 0; k < tiles; k++) {
+        const int j = k % OP_BUF;
+        cp_async_wait<OP_BUF - 2>();  // tile k is in
+        __syncthreads();  // and visible; every thread is done with tile k - 1, whose slot the next issue refills, and with sp
+        issue(k + OP_BUF - 1);
+#pragma unroll
+        for (int h = 0; h < OP_T; h += BATCH) {
+            float e[BATCH][SPT], x[BATCH][SPT], cv[BATCH][SPT];
+#pragma unroll
+            for (int i = 0; i < BATCH; i++) {
+                float dt = sdt[j][h + i][cl], du = dt * to_f32(su[j][h + i][cl]);
+#pragma unroll
+                for (int q = 0; q < SPT; q++) {
+                    e[i][q] = dt * a[q];
+                    x[i][q] = du * sB[j][h + i][n0 + q];
+                    cv[i][q] = sC[j][h + i][n0 + q];
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < BATCH; i++)
+#pragma unroll
+                for (int q = 0; q < SPT; q++) e[i][q] = ex2(e[i][q]);
+#pragma unroll
+            for (int i = 0; i < BATCH; i++) {
+                float p = 0.f;
+#pragma unroll
+                for (int q = 0; q < SPT; q++) {
+                    s[q] = e[i][q] * s[q] + x[i][q];
+                    p += s[q] * cv[i][q];
+                }
+                sp[h + i][threadIdx.x] = p;
+            }
+        }
+        __syncthreads();  // every term of the tile is in sp
+        // Output (position tt, channel cl) for tt = g, g + G, ...: this
+        // thread's own channel, since CB divides the block.
+#pragma unroll
+        for (int tt = g; tt < OP_T; tt += G) {
+            float v = 0.f;
+#pragma unroll
+            for (int q = 0; q < G; q++) v += sp[tt][q * CB + cl];
+            int t = k * OP_T + tt;
+            if (on && t < T)
+                y[((size_t)b * T + t) * E + c] =
+                    from_f32<Tv>((v + dskip * to_f32(su[j][tt][cl])) * silu_f(sz[j][tt][cl]));
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < SPT; k++)
+        if (on && n0 + k < N) state[((size_t)b * E + c) * N + n0 + k] = s[k];
+}
+
+// Two entries per storage type: two states a thread (scan_onepass2_) and
+// four (scan_onepass4_).
+#define SCAN_ONEPASS_PARAMS(T)                                                                                 \
+    const float *__restrict__ dt, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,     \
+        const T *__restrict__ u, const float *__restrict__ Dskip, const float *__restrict__ z, int ldz,            \
+        float *__restrict__ state, T *__restrict__ y, int T_, int E, int N
+#define SCAN_ONEPASS_ARGS dt, A2, dbl, ldd, R, u, Dskip, z, ldz, state, y, T_, E, N
+#define SCAN_ONEPASS(sfx, T)                                                                                   \
+    extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
+        scan_onepass<2, T>(SCAN_ONEPASS_ARGS);                                                                 \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass4_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
+        scan_onepass<4, T>(SCAN_ONEPASS_ARGS);                                                                 \
+    }
+EACH_DTYPE(SCAN_ONEPASS)
