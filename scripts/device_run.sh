@@ -76,6 +76,13 @@ if [[ $mode == onepass ]]; then
   echo "== 1.4b and 2.8b bf16 prefills with each scan variant"
   .carry/gpu.test -test.run '^$' -test.bench 'BigShapes/.*/prefill' -test.benchtime 10x 2>&1 | tee "$OUT/big_shapes.log" \
     | grep -E "tok/s"
+  echo "== ncu: the one-pass scan in a 1.4b B=1 T=2048 prefill (stall reasons, per-instruction samples)"
+  timeout 240 ncu --clock-control none -k 'regex:scan_onepass2_bf16' --launch-skip 5 --launch-count 1 \
+    --section SourceCounters --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
+    --section MemoryWorkloadAnalysis --section SpeedOfLight --export "$OUT/onepass_source" --page details \
+    .carry/gpu.test -test.run '^$' -test.bench 'BigShapes/1.4b/prefill_B1_T2048_onepass2$' -test.benchtime 1x \
+    > "$OUT/onepass_ncu.log" 2>&1
+  echo "ncu exit $?: $(wc -l < "$OUT/onepass_ncu.log") lines"
   exit $status
 fi
 if [[ $mode == gpu || $mode == all ]]; then
