@@ -162,13 +162,16 @@ extern "C" __global__ void __launch_bounds__(DT_THREADS, 2)
 }
 
 // dt_proj on the tensor cores (sm_80 and newer), for the same product as
-// dt_proj_f32 at close to f32 accuracy: 3xTF32. Each operand v is split as
-// hi, v truncated to TF32, and lo = v - hi (exact, under 2^-10 |v|; the
-// tensor core keeps lo's top 10 mantissa bits), and the product is hi*hi +
-// hi*lo + lo*hi. That leaves out lo*lo and the truncation of lo, each under
-// 2^-20 of the product. One pass of TF32 (2^-11, as f16's rounding) would
-// cost the f16 engine its carried-state bar (mambago/internal/precision,
-// row "dt_proj on 1xTF32").
+// dt_proj_f32 at close to f32 accuracy: 3xTF32 (dt_proj_tc_f32). Each
+// operand v is split as hi, v truncated to TF32, and lo = v - hi (exact,
+// under 2^-10 |v|; the tensor core keeps lo's top 10 mantissa bits), and the
+// product is hi*hi + hi*lo + lo*hi. That leaves out lo*lo and the truncation
+// of lo, each under 2^-20 of the product. One pass of TF32 (2^-11, as f16's
+// rounding) would cost the f16 engine its carried-state bar
+// (mambago/internal/precision, row "dt_proj on 1xTF32"); for the bf16
+// engine, whose error is set by its bf16 weights, it changes nothing there
+// (KL 1.04e-2 and state 7.06e-2 against 1.04e-2 and 6.98e-2 in f32), so
+// dt_proj_tc1_f32 takes one product of the operands rounded to TF32.
 //
 // dt_proj_tc_f32: grid (ceil(E / TC_BN), ceil(rows / TC_BM)), block
 // TC_THREADS: 8 warps, 2 along the rows by 4 along the channels, each
@@ -214,6 +217,10 @@ __device__ __forceinline__ void split_tf32(float v, unsigned &hi, unsigned &lo) 
     lo = __float_as_uint(v - __uint_as_float(hi));
 }
 
+// round_tf32 returns v rounded to TF32 to nearest, ties away from zero (as
+// cvt.rna.tf32.f32, in two instructions instead of four).
+__device__ __forceinline__ unsigned round_tf32(float v) { return (__float_as_uint(v) + 0x1000u) & 0xffffe000u; }
+
 // mma_tf32 adds a (16 x 8, rows) times b (8 x 8, columns) to d, the PTX
 // fragment layouts of mma.m16n8k8 .tf32: with g = lane / 4 and q = lane % 4,
 // a holds (g, q), (g + 8, q), (g, q + 4), (g + 8, q + 4); b holds (q, g),
@@ -229,9 +236,11 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
 #endif
 }
 
-extern "C" __global__ void __launch_bounds__(TC_THREADS, TC_MINB)
-    dt_proj_tc_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
-                   const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
+// dt_proj_tc sums PRODUCTS (3 or 1) TF32 products, as above.
+template <int PRODUCTS>
+__device__ __forceinline__ void dt_proj_tc(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
+                                           const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
+    static_assert(PRODUCTS == 3 || PRODUCTS == 1, "3xTF32 or 1xTF32");
     // A stage: the block's dt_low rows, then its channels' weight rows.
     __shared__ __align__(16) float st[TC_STAGES][TC_BM + TC_BN][TC_BK];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
@@ -293,24 +302,34 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, TC_MINB)
             for (int m = 0; m < TC_MT; m++)
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
-                    int row = wr + m * 16 + g + (j & 1) * 8;
-                    split_tf32(x[row][tc_swizzle(g, kk + q + (j >> 1) * 4)], ah[m][j], al[m][j]);
+                    float v = x[wr + m * 16 + g + (j & 1) * 8][tc_swizzle(g, kk + q + (j >> 1) * 4)];
+                    if (PRODUCTS == 3)
+                        split_tf32(v, ah[m][j], al[m][j]);
+                    else
+                        ah[m][j] = round_tf32(v);
                 }
 #pragma unroll
             for (int n = 0; n < TC_NT; n++)
 #pragma unroll
-                for (int j = 0; j < 2; j++)
-                    split_tf32(x[wc + n * 8 + g][tc_swizzle(g, kk + q + j * 4)], bh[n][j], bl[n][j]);
+                for (int j = 0; j < 2; j++) {
+                    float v = x[wc + n * 8 + g][tc_swizzle(g, kk + q + j * 4)];
+                    if (PRODUCTS == 3)
+                        split_tf32(v, bh[n][j], bl[n][j]);
+                    else
+                        bh[n][j] = round_tf32(v);
+                }
             // The three products, each over all tiles in turn: an
             // accumulator's next product is then 8 mma later.
+            if (PRODUCTS == 3) {
 #pragma unroll
-            for (int m = 0; m < TC_MT; m++)
+                for (int m = 0; m < TC_MT; m++)
 #pragma unroll
-                for (int n = 0; n < TC_NT; n++) mma_tf32(acc[m][n], al[m], bh[n]);
+                    for (int n = 0; n < TC_NT; n++) mma_tf32(acc[m][n], al[m], bh[n]);
 #pragma unroll
-            for (int m = 0; m < TC_MT; m++)
+                for (int m = 0; m < TC_MT; m++)
 #pragma unroll
-                for (int n = 0; n < TC_NT; n++) mma_tf32(acc[m][n], ah[m], bl[n]);
+                    for (int n = 0; n < TC_NT; n++) mma_tf32(acc[m][n], ah[m], bl[n]);
+            }
 #pragma unroll
             for (int m = 0; m < TC_MT; m++)
 #pragma unroll
@@ -342,4 +361,15 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, TC_MINB)
                 }
             }
     }
+}
+
+extern "C" __global__ void __launch_bounds__(TC_THREADS, TC_MINB)
+    dt_proj_tc_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
+                   const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
+    dt_proj_tc<3>(dbl, ldd, R, W, bias, dt, rows, E);
+}
+extern "C" __global__ void __launch_bounds__(TC_THREADS, TC_MINB)
+    dt_proj_tc1_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
+                    const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
+    dt_proj_tc<1>(dbl, ldd, R, W, bias, dt, rows, E);
 }

@@ -14,11 +14,11 @@ import (
 // BenchmarkDTProj times dt_proj at the 130m, 1.4b and 2.8b shapes (T=2048),
 // and at a ragged one (no dimension a multiple of its tile), for the checks:
 // dt_proj_f32 on CUDA cores, then dt_proj_tc_f32 compiled with each setting
-// of its tile constants (kernels/dtproj.cu), each checked against
-// dt_proj_f32's output first. Then, to size the parts of dt_proj_tc_f32,
-// copies of it with a part cut out of the source (sizingCuts; their
-// outputs are wrong, and not checked): without the softplus, with one
-// product instead of three, and with no products at all. It reports the
+// of its tile constants (kernels/dtproj.cu) and dt_proj_tc1_f32 (one TF32
+// product), each checked against dt_proj_f32's output first. Then, to size
+// the parts of dt_proj_tc_f32, copies of it with a part cut out of the
+// source (sizingCuts; their outputs are wrong, and not checked): without
+// the softplus, and with no products at all. It reports the
 // median launch in µs, timed with CUDA events.
 func BenchmarkDTProj(b *testing.B) {
 	d := gputest.Device(b)
@@ -33,13 +33,18 @@ func BenchmarkDTProj(b *testing.B) {
 		name   string
 		f      *cuda.Function
 		sizing bool
+		bound  float64 // of the error against dt_proj_f32
 	}
 	var variants []variant
-	for _, opts := range []string{"cuda_cores", "", "-DTC_STAGES=2", "-DTC_MINB=2", "-DTC_STAGES=2 -DTC_MINB=2",
-		"sizing:no_softplus", "sizing:one_product", "sizing:no_products"} {
+	for _, opts := range []string{"cuda_cores", "", "tc1", "-DTC_STAGES=2", "-DTC_MINB=2", "-DTC_STAGES=2 -DTC_MINB=2",
+		"sizing:no_softplus", "sizing:no_products"} {
 		if opts == "cuda_cores" {
-			variants = append(variants, variant{name: opts})
+			variants = append(variants, variant{name: opts, bound: 1e-5})
 			continue
+		}
+		entry, bound := "dt_proj_tc_f32", 1e-5
+		if opts == "tc1" { // operands rounded to TF32: 2^-11 each
+			entry, bound, opts = "dt_proj_tc1_f32", 2e-3, ""
 		}
 		vsrc, copts := src, strings.Fields(opts)
 		cut, sizing := strings.CutPrefix(opts, "sizing:")
@@ -52,11 +57,15 @@ func BenchmarkDTProj(b *testing.B) {
 				vsrc = strings.ReplaceAll(vsrc, c[0], c[1])
 			}
 		}
-		f, err := loadSource(b, d, vsrc, "dtproj.cu", copts...).Function("dt_proj_tc_f32")
+		f, err := loadSource(b, d, vsrc, "dtproj.cu", copts...).Function(entry)
 		if err != nil {
 			b.Fatal(err)
 		}
-		variants = append(variants, variant{opts, f, sizing})
+		name := opts
+		if entry != "dt_proj_tc_f32" {
+			name = entry
+		}
+		variants = append(variants, variant{name, f, sizing, bound})
 	}
 	for _, sh := range []struct {
 		name       string
@@ -84,7 +93,7 @@ func BenchmarkDTProj(b *testing.B) {
 				if err := p.Launch(lookup, s); err != nil {
 					b.Fatal(err)
 				}
-				if e := relErr(download(b, s, out, sh.rows*sh.E), want64); e > 1e-5 && !v.sizing {
+				if e := relErr(download(b, s, out, sh.rows*sh.E), want64); e > v.bound && !v.sizing {
 					b.Fatalf("against dt_proj_f32: rel err %.3g", e)
 				}
 				var times []float64
@@ -102,7 +111,6 @@ func BenchmarkDTProj(b *testing.B) {
 var sizingCuts = map[string][][2]string{
 	"no_softplus": {{"softplus_f(acc[m][n][2 * h] + b0), v1 = softplus_f(acc[m][n][2 * h + 1] + b1)",
 		"acc[m][n][2 * h] + b0, v1 = acc[m][n][2 * h + 1] + b1"}},
-	"one_product": {{"mma_tf32(acc[m][n], al[m], bh[n]);", ";"}, {"mma_tf32(acc[m][n], ah[m], bl[n]);", ";"}},
 	"no_products": {{"mma_tf32(acc[m][n], al[m], bh[n]);", ";"}, {"mma_tf32(acc[m][n], ah[m], bl[n]);", ";"},
 		{"mma_tf32(acc[m][n], ah[m], bh[n]);", "acc[m][n][0] += __uint_as_float(ah[m][0] ^ bh[n][0] ^ al[m][0] ^ bl[n][0]);"}},
 }

@@ -14,36 +14,31 @@
 // instruction) and about 8 SPT other instructions.
 //
 // A block of 128 threads owns CB = 8 SPT consecutive channels of one
-// sequence (grid (ceil(E / CB), B)): thread i holds channel c0 + i / G and
-// states g SPT .. g SPT + SPT - 1 of it, g = i % G, G = 16 / SPT, so the G
-// threads of a channel are neighbouring lanes of one warp, and a warp reads
-// 32 / G channels of dt and u and G pieces of B and C (broadcast loads). The
-// block's inputs go through shared memory OP_T positions at a time, in a
-// ring of OP_BUF tiles that cp.async fills ahead of use; a row of the dt, u
-// and z tiles is padded by OP_PAD elements so that the G rows the gate reads
-// at once fall on different banks. Each thread keeps its term of the output
-// sum (its states' s C) for G positions; then the channel's G lanes add them
-// up with G - 1 shuffles, a transpose in log2 G halving steps that leaves
-// position g's sum in lane g, which applies the D skip and the gate and
-// writes y. Positions past T and channels past E read as zeros, and dt = 0
-// leaves a state as it is.
+// sequence (grid (ceil(E / CB), B)): thread i holds channel c0 + i % CB and
+// states g SPT .. g SPT + SPT - 1 of it, g = i / CB, so a warp reads whole
+// rows of dt, u and z and at most two distinct pieces of B and C (broadcast
+// loads). Its inputs go through shared memory OP_T positions at a time, in
+// a ring of OP_BUF tiles that cp.async fills ahead of use. Each position's
+// terms of the output sum, sum over its states of s C, go to a tile of
+// partial sums; after the tile's OP_T positions the block adds each
+// (position, channel)'s G = 16 / SPT partials, applies the D skip and the
+// gate, and writes y. Positions past T and channels past E read as zeros,
+// and dt = 0 leaves a state as it is.
 
 #define OP_THREADS 128
 #define OP_NS 16   // states a channel at most
 #define OP_T 16    // positions a tile
 #define OP_BUF 3   // tiles in the ring
-#define OP_PAD 8   // extra elements a row of the dt, u and z tiles
 
 // scan_onepass_copy queues, as one cp.async group, the copies of positions
 // t0 .. t0 + OP_T - 1 of sequence b into one tile of the ring: dt, u and z
 // of channels c0 .. c0 + CB - 1, and B and C (16-byte pieces when vecBC,
 // else 4-byte ones).
 template <int CB, class Tv>
-__device__ __forceinline__ void scan_onepass_copy(float (*sdt)[CB + OP_PAD], Tv (*su)[CB + OP_PAD],
-                                                  float (*sz)[CB + OP_PAD], float (*sB)[OP_NS], float (*sC)[OP_NS],
-                                                  const float *dtv, const Tv *u, const float *z, int ldz,
-                                                  const float *dbl, int ldd, int R, bool vecBC, int b, int T, int E,
-                                                  int N, int c0, int t0) {
+__device__ __forceinline__ void scan_onepass_copy(float (*sdt)[CB], Tv (*su)[CB], float (*sz)[CB],
+                                                  float (*sB)[OP_NS], float (*sC)[OP_NS], const float *dtv,
+                                                  const Tv *u, const float *z, int ldz, const float *dbl, int ldd,
+                                                  int R, bool vecBC, int b, int T, int E, int N, int c0, int t0) {
     constexpr int FP = CB / 4, UV = 16 / sizeof(Tv), FU = CB / UV;  // 16-byte pieces of a row
     size_t r0 = (size_t)b * T;
     // row is the row of position t0 + tt, or one that exists for a copy
@@ -80,24 +75,6 @@ __device__ __forceinline__ void scan_onepass_copy(float (*sdt)[CB + OP_PAD], Tv 
     }
 }
 
-// transpose_sum adds up, over the G neighbouring lanes of a channel (g =
-// lane % G), each lane's terms p[0 .. G) of G positions, and returns the sum
-// for position g: at each halving step a lane keeps the half of its
-// positions that holds g and sends the other half to its partner.
-template <int G>
-__device__ __forceinline__ float transpose_sum(float p[G], int g) {
-#pragma unroll
-    for (int w = G / 2; w > 0; w /= 2) {
-        bool upper = g & w;
-#pragma unroll
-        for (int j = 0; j < w; j++) {
-            float keep = upper ? p[j + w] : p[j], send = upper ? p[j] : p[j + w];
-            p[j] = keep + __shfl_xor_sync(0xffffffffu, send, w);
-        }
-    }
-    return p[0];
-}
-
 template <int SPT, class Tv>
 __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, const float *__restrict__ A2,
                                              const float *__restrict__ dbl, int ldd, int R,
@@ -106,18 +83,21 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
                                              Tv *__restrict__ y, int T, int E, int N) {
     constexpr int G = OP_NS / SPT;      // threads a channel
     constexpr int CB = OP_THREADS / G;  // channels a block
-    constexpr int RW = CB + OP_PAD;     // a tile row
     // Positions computed together: their loads first, then their decays,
     // then the chain through s. (Written position by position, ptxas issues
-    // each position's loads after the previous position's work, and every
+    // each position's loads after the previous one's store to sp, and every
     // position pays its whole latency.)
     constexpr int BATCH = 32 / SPT;
-    static_assert(OP_T % BATCH == 0 && BATCH % G == 0, "tile shapes");
-    __shared__ __align__(16) float sdt[OP_BUF][OP_T][RW];
-    __shared__ __align__(16) Tv su[OP_BUF][OP_T][RW];
-    __shared__ __align__(16) float sz[OP_BUF][OP_T][RW];
+    // The partial sums' row stride: a warp of CB = 16 reads two rows, which
+    // the 16 extra floats put on different banks.
+    constexpr int PST = OP_THREADS + 16;
+    static_assert(OP_T % BATCH == 0 && OP_THREADS % CB == 0, "tile shapes");
+    __shared__ __align__(16) float sdt[OP_BUF][OP_T][CB];
+    __shared__ __align__(16) Tv su[OP_BUF][OP_T][CB];
+    __shared__ __align__(16) float sz[OP_BUF][OP_T][CB];
     __shared__ __align__(16) float sB[OP_BUF][OP_T][OP_NS], sC[OP_BUF][OP_T][OP_NS];
-    int b = blockIdx.y, c0 = blockIdx.x * CB, cl = threadIdx.x / G, g = threadIdx.x % G, c = c0 + cl;
+    __shared__ __align__(16) float sp[OP_T][PST];  // [position][g CB + channel]: each thread's term of the sum
+    int b = blockIdx.y, c0 = blockIdx.x * CB, cl = threadIdx.x % CB, g = threadIdx.x / CB, c = c0 + cl;
     int n0 = g * SPT;
     bool on = c < E;
     float a[SPT], s[SPT];
@@ -142,11 +122,11 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     for (int k = 0; k < tiles; k++) {
         const int j = k % OP_BUF;
         cp_async_wait<OP_BUF - 2>();  // tile k is in
-        __syncthreads();              // and visible; every thread is done with tile k - 1, whose slot the next issue refills
+        __syncthreads();  // and visible; every thread is done with tile k - 1, whose slot the next issue refills, and with sp
         issue(k + OP_BUF - 1);
 #pragma unroll
         for (int h = 0; h < OP_T; h += BATCH) {
-            float e[BATCH][SPT], x[BATCH][SPT], cv[BATCH][SPT], p[BATCH];
+            float e[BATCH][SPT], x[BATCH][SPT], cv[BATCH][SPT];
 #pragma unroll
             for (int i = 0; i < BATCH; i++) {
                 float dt = sdt[j][h + i][cl], du = dt * to_f32(su[j][h + i][cl]);
@@ -163,21 +143,27 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
                 for (int q = 0; q < SPT; q++) e[i][q] = ex2(e[i][q]);
 #pragma unroll
             for (int i = 0; i < BATCH; i++) {
-                p[i] = 0.f;
+                float p = 0.f;
 #pragma unroll
                 for (int q = 0; q < SPT; q++) {
                     s[q] = e[i][q] * s[q] + x[i][q];
-                    p[i] += s[q] * cv[i][q];
+                    p += s[q] * cv[i][q];
                 }
+                sp[h + i][threadIdx.x] = p;
             }
+        }
+        __syncthreads();  // every term of the tile is in sp
+        // Output (position tt, channel cl) for tt = g, g + G, ...: this
+        // thread's own channel, since CB divides the block.
 #pragma unroll
-            for (int i0 = 0; i0 < BATCH; i0 += G) {
-                float v = transpose_sum<G>(p + i0, g);
-                int tt = h + i0 + g, t = k * OP_T + tt;
-                if (on && t < T)
-                    y[((size_t)b * T + t) * E + c] =
-                        from_f32<Tv>((v + dskip * to_f32(su[j][tt][cl])) * silu_f(sz[j][tt][cl]));
-            }
+        for (int tt = g; tt < OP_T; tt += G) {
+            float v = 0.f;
+#pragma unroll
+            for (int q = 0; q < G; q++) v += sp[tt][q * CB + cl];
+            int t = k * OP_T + tt;
+            if (on && t < T)
+                y[((size_t)b * T + t) * E + c] =
+                    from_f32<Tv>((v + dskip * to_f32(su[j][tt][cl])) * silu_f(sz[j][tt][cl]));
         }
     }
 #pragma unroll

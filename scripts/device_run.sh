@@ -12,9 +12,11 @@
 #             microbenchmarks and the 1.4b/2.8b decode and prefill variants:
 #             one call for a branch's first run on the GPU (about 5 minutes);
 #   profile:  ncu's per-kernel times for a 1.4b decode step and for dt_proj;
-#   onepass:  the scan kernels' test (the one-pass scan at 2 and 4 states a
-#             thread among them) with racecheck, then the 130m, 1.4b and 2.8b
-#             bf16 prefills with each scan variant (scanVariants);
+#   onepass:  the scan and dt_proj kernels' tests (the one-pass scan at 2 and
+#             4 states a thread, dt_proj on one TF32 product) with racecheck
+#             and memcheck, the mixed-precision engine tests, then the 130m,
+#             1.4b and 2.8b bf16 prefills with each scan variant
+#             (scanVariants), and ncu on the one-pass scan;
 #   dtproj:   dt_proj alone: TestDTProjKernel, BenchmarkDTProj (every entry
 #             and variant, each checked, and the sizing cuts), then ncu's pipe
 #             use and stall reasons for the engine's dt_proj in a 1.4b prefill;
@@ -61,9 +63,12 @@ if [[ $mode == verify ]]; then
   exit $status
 fi
 if [[ $mode == onepass ]]; then
-  echo "== the scan kernels against float64"
-  .carry/kernels.test -test.v -test.run ConvAndScan 2>&1 > "$OUT/scan_test.log" || status=1
-  grep -E "^(--- FAIL|ok|FAIL|PASS)|rel err" "$OUT/scan_test.log" | head -30
+  echo "== the scan and dt_proj kernels against float64"
+  .carry/kernels.test -test.v -test.run 'ConvAndScan|DTProj' 2>&1 > "$OUT/scan_test.log" || status=1
+  grep -E "^(--- FAIL|ok|FAIL|PASS)|rel err" "$OUT/scan_test.log" | head -40
+  echo "== the mixed-precision engine against the f32 engine and the fixtures"
+  .carry/gpu.test -test.v -test.run 'Mixed|TestConformance' 2>&1 > "$OUT/mixed_test.log" || status=1
+  grep -E "^(--- FAIL|ok|FAIL|PASS)|KL|state|argmax" "$OUT/mixed_test.log" | head -60
   timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 .carry/kernels.test -test.run ConvAndScan \
     > "$OUT/racecheck_kernels.log" 2>&1 || status=1
   echo "racecheck scan: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck_kernels.log" | tail -1)"

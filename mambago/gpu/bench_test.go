@@ -115,31 +115,43 @@ func stageTable(b *testing.B, e *gpu.Engine, prefill func()) string {
 // scanVariant is one way to run the scan (and dt_proj) that the
 // benchmarks compare.
 type scanVariant struct {
-	staged         bool
-	chunk          int  // Engine.ScanChunk
-	onePass        int  // Engine.ScanOnePass
-	cudaCoreDTProj bool // dt_proj on the CUDA cores instead of the tensor cores
+	staged  bool
+	chunk   int // Engine.ScanChunk
+	onePass int // Engine.ScanOnePass
+	// dtProj is how dt_proj runs: "tc3" (3xTF32), "tc1" (one TF32 product) or
+	// "cuda_cores".
+	dtProj string
 }
 
 func (v scanVariant) String() string {
 	name := fmt.Sprintf("staged_%v_L%d", v.staged, v.chunk)
-	if v.onePass > 0 {
+	switch {
+	case v.onePass > 0:
 		name = fmt.Sprintf("onepass%d", v.onePass)
+	case v.onePass == 0:
+		name = "auto"
 	}
-	if v.cudaCoreDTProj {
-		name += "_dtproj_cuda_cores"
-	}
-	return name
+	return name + "_dtproj_" + v.dtProj
 }
 
 // set configures e to run v.
 func (v scanVariant) set(e *gpu.Engine) {
-	e.ScanStaged, e.ScanChunk, e.ScanOnePass, e.DTProjTensorCores = v.staged, v.chunk, v.onePass, !v.cudaCoreDTProj
+	e.ScanStaged, e.ScanChunk, e.ScanOnePass = v.staged, v.chunk, v.onePass
+	e.DTProjTensorCores, e.DTProjOneTF32Product = v.dtProj != "cuda_cores", v.dtProj == "tc1"
 }
 
-// scanVariants are the staged chunked scan at its default chunk length and
-// the one-pass scan at 2 and 4 states a thread.
-var scanVariants = []scanVariant{{staged: true, chunk: 64}, {onePass: 2}, {onePass: 4}}
+// scanVariants are the chunked scan (staged, default chunk length), the
+// one-pass scan at 2 and 4 states a thread, and the engine's own pick
+// (OnePassStates), each with dt_proj as 3xTF32 and as one TF32 product.
+var scanVariants = func() []scanVariant {
+	var vs []scanVariant
+	for _, dt := range []string{"tc3", "tc1"} {
+		for _, op := range []int{-1, 2, 4, 0} {
+			vs = append(vs, scanVariant{staged: true, chunk: 64, onePass: op, dtProj: dt})
+		}
+	}
+	return vs
+}()
 
 // BenchmarkScan130m times bf16 prefills of the 130m shape with each of
 // scanVariants, then the scan stage alone. (Chunk lengths of 32 and
@@ -236,9 +248,9 @@ func BenchmarkBigShapes(b *testing.B) {
 					b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N), "us/step")
 				})
 			}
-			for _, v := range append(scanVariants, scanVariant{staged: true, chunk: 64, cudaCoreDTProj: true}) {
+			for _, v := range append(scanVariants, scanVariant{staged: true, chunk: 64, onePass: -1, dtProj: "cuda_cores"}) {
 				for _, B := range []int{1, 8} {
-					if B > 1 && v.cudaCoreDTProj {
+					if B > 1 && v.dtProj == "cuda_cores" {
 						continue
 					}
 					b.Run(fmt.Sprintf("prefill_B%d_T2048_%s", B, v), func(b *testing.B) {

@@ -15,6 +15,10 @@ type DTProj struct {
 	// (dt_proj_tc_f32; f32 accuracy) where the 16-byte reads allow it.
 	// Only for devices of compute capability 8.0 and newer.
 	TensorCores bool
+	// OneTF32Product, with TensorCores, takes one product of the operands
+	// rounded to TF32 (dt_proj_tc1_f32) instead of three: for the bf16
+	// engine, whose rounding error is its bf16 weights' (kernels/dtproj.cu).
+	OneTF32Product bool
 }
 
 // dt_proj's tiles, the same for every entry (DT_CH, DT_ROWS and DT_THREADS,
@@ -28,12 +32,14 @@ const (
 
 // Kernel names the entry that runs p. Where R and LDD are multiples of 4 and
 // DBL and W are 16-byte aligned, its reads are 16-byte pieces of rows:
-// dt_proj_tc_f32 with TensorCores, else dt_proj_f32. Otherwise
-// dt_proj_narrow_f32.
+// dt_proj_tc_f32 with TensorCores (dt_proj_tc1_f32 with OneTF32Product
+// too), else dt_proj_f32. Otherwise dt_proj_narrow_f32.
 func (p DTProj) Kernel() string {
 	switch {
 	case p.R%4 != 0 || p.LDD%4 != 0 || p.DBL%16 != 0 || p.W%16 != 0:
 		return "dt_proj_narrow_f32"
+	case p.TensorCores && p.OneTF32Product:
+		return "dt_proj_tc1_f32"
 	case p.TensorCores:
 		return "dt_proj_tc_f32"
 	}

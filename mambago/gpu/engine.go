@@ -57,13 +57,18 @@ type Engine struct {
 	// H200: 69 µs of scan a layer against 74 at B=1, T=2048, and 16% less
 	// at T=8192 and at B=8).
 	ScanStaged bool
-	// ScanOnePass, when 2 or 4, runs the one-pass scan with that many states
-	// a thread (Scan.OnePass, kernels/scan_onepass.cu) wherever it applies;
-	// 0 runs the chunked scan.
+	// ScanOnePass picks the scan kernel: 2 or 4 runs the one-pass scan with
+	// that many states a thread (Scan.OnePass, kernels/scan_onepass.cu)
+	// wherever it applies, a negative value the chunked scan, and 0 picks
+	// for each call's batch by OnePassStates.
 	ScanOnePass int
 	// DTProjTensorCores runs dt_proj on the tensor cores as 3xTF32
 	// (DTProj.TensorCores). New turns it on for sm_80 and later.
 	DTProjTensorCores bool
+	// DTProjOneTF32Product makes that one TF32 product instead of three
+	// (DTProj.OneTF32Product). New turns it on for bf16 engines, whose
+	// error is their bf16 weights' (kernels/dtproj.cu).
+	DTProjOneTF32Product bool
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
 	// DecodePDL launches the decode kernels with programmatic dependent
@@ -100,7 +105,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 		return nil, err
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9,
-		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, GEMVRows: 4}
+		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4}
 	built := e // e is nil once an error is returned
 	defer func() {
 		if err != nil {

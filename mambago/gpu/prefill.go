@@ -294,13 +294,14 @@ func (e *Engine) block(l, B, n int, s *State) error {
 		}},
 		{"dt_proj", func() error { // f32 in every engine: its rounding reaches the state through exp(dt·A)
 			return DTProj{DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R, W: g.dtProj, Bias: g.dtBias, DT: ws.delta.Ptr,
-				Rows: rows, E: E, TensorCores: e.DTProjTensorCores}.Launch(e.function, e.stream)
+				Rows: rows, E: E, TensorCores: e.DTProjTensorCores,
+				OneTF32Product: e.DTProjOneTF32Product}.Launch(e.function, e.stream)
 		}},
 		{"scan", func() error {
 			return Scan{DT: ws.delta.Ptr, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
 				U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
 				B: B, T: n, E: E, N: N, DType: dt, Chunk: e.ScanChunk, Scratch: ws.scan.Ptr,
-				Staged: e.ScanStaged, OnePass: e.ScanOnePass}.Launch(e.function, e.stream)
+				Staged: e.ScanStaged, OnePass: e.scanOnePass(B, E)}.Launch(e.function, e.stream)
 		}},
 		{"out_proj", func() error { // out_proj, accumulated into the residual stream
 			if err := e.blas.Gemm(rows, d, E, ws.y.Ptr, E, g.outProj, ws.h.Ptr, d, 1, dt, cuda.F32); err != nil {

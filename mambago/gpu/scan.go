@@ -79,6 +79,26 @@ func (s Scan) OnePassApplies() bool {
 	return (s.OnePass == 2 || s.OnePass == 4) && s.N <= scanStates && s.E%8 == 0 && s.LDZ%4 == 0
 }
 
+// OnePassStates is the one-pass scan's states a thread for B sequences of
+// E channels on a device of sms SMs, or 0 where the chunked scan is
+// faster. A one-pass thread walks all T positions, so the scan's time is a
+// warp's chain of positions unless several warps share a scheduler. At
+// B=1 the chunked scan (parallel over chunks of T) is faster or no slower
+// on the H200, the one-pass scan at 2 states a thread by 3% where it has
+// about two warps a scheduler (1.4b); at B=8 the one-pass scan at 4 states
+// a thread is 10–20% faster (bench/NOTES.md).
+func OnePassStates(B, E, sms int) int {
+	warps := func(spt int) int { return B * E * (scanStates / spt) / 32 }
+	schedulers := 4 * sms
+	switch {
+	case warps(4) >= 2*schedulers:
+		return 4
+	case warps(2) >= 3*schedulers/2:
+		return 2
+	}
+	return 0
+}
+
 // onePassThreads is OP_THREADS in kernels/scan_onepass.cu: a block owns
 // onePassThreads·OnePass/16 channels.
 const onePassThreads = 128
@@ -120,4 +140,16 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 		}
 	}
 	return nil
+}
+
+// scanOnePass is Scan.OnePass for a call over B sequences of E channels, as
+// Engine.ScanOnePass sets it.
+func (e *Engine) scanOnePass(B, E int) int {
+	switch {
+	case e.ScanOnePass < 0:
+		return 0
+	case e.ScanOnePass > 0:
+		return e.ScanOnePass
+	}
+	return OnePassStates(B, E, e.dev.SMs)
 }
