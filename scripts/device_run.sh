@@ -85,7 +85,7 @@ if [[ $mode == onepass ]]; then
   timeout 240 ncu --clock-control none -k 'regex:scan_onepass2_bf16' --launch-skip 5 --launch-count 1 \
     --section SourceCounters --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis --section SpeedOfLight --export "$OUT/onepass_source" --page details \
-    .carry/gpu.test -test.run '^$' -test.bench 'BigShapes/1.4b/prefill_B1_T2048_onepass2$' -test.benchtime 1x \
+    .carry/gpu.test -test.run '^$' -test.bench 'BigShapes/1.4b/prefill_B1_T2048_onepass2_dtproj_tc1$' -test.benchtime 1x \
     > "$OUT/onepass_ncu.log" 2>&1
   echo "ncu exit $?: $(wc -l < "$OUT/onepass_ncu.log") lines"
   exit $status
