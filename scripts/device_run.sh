@@ -67,7 +67,7 @@ if [[ $mode == onepass ]]; then
   .carry/kernels.test -test.v -test.run 'ConvAndScan|DTProj' 2>&1 > "$OUT/scan_test.log" || status=1
   grep -E "^(--- FAIL|ok|FAIL|PASS)|rel err" "$OUT/scan_test.log" | head -40
   echo "== the mixed-precision engine against the f32 engine and the fixtures"
-  .carry/gpu.test -test.v -test.run 'Mixed|TestConformance' 2>&1 > "$OUT/mixed_test.log" || status=1
+  .carry/gpu.test -test.v -test.run 'Mixed|TestConformance|ScanVariants' 2>&1 > "$OUT/mixed_test.log" || status=1
   grep -E "^(--- FAIL|ok|FAIL|PASS)|KL|state|argmax" "$OUT/mixed_test.log" | head -60
   timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 .carry/kernels.test -test.run ConvAndScan \
     > "$OUT/racecheck_kernels.log" 2>&1 || status=1
@@ -102,7 +102,7 @@ if [[ $mode == gpu || $mode == all ]]; then
   echo "== compute-sanitizer memcheck"
   for t in kernels gpu; do
     timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/$t.test \
-      -test.run 'RMS|Embed|ConvAndScan|DTProj|GEMV|TestConformance/fixtures|MixedPrecisionFixtures|PrefillGraphCache|Decode|ScanStaged|ScanChunk' > "$OUT/memcheck_$t.log" 2>&1
+      -test.run 'RMS|Embed|ConvAndScan|DTProj|GEMV|TestConformance/fixtures|MixedPrecisionFixtures|PrefillGraphCache|Decode|ScanVariants|ScanChunk' > "$OUT/memcheck_$t.log" 2>&1
     echo "memcheck $t exit $?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$t.log" | tail -1)"
   done
   timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 .carry/kernels.test -test.run ConvAndScan \
