@@ -27,14 +27,12 @@
 
 #define OP_THREADS 128
 #define OP_NS 16   // states a channel at most
-#define OP_T 16    // positions a tile
-#define OP_BUF 3   // tiles in the ring
 
 // scan_onepass_copy queues, as one cp.async group, the copies of positions
-// t0 .. t0 + OP_T - 1 of sequence b into one tile of the ring: dt, u and z
+// t0 .. t0 + TL - 1 of sequence b into one tile of the ring: dt, u and z
 // of channels c0 .. c0 + CB - 1, and B and C (16-byte pieces when vecBC,
 // else 4-byte ones).
-template <int CB, class Tv>
+template <int CB, int TL, class Tv>
 __device__ __forceinline__ void scan_onepass_copy(float (*sdt)[CB], Tv (*su)[CB], float (*sz)[CB],
                                                   float (*sB)[OP_NS], float (*sC)[OP_NS], const float *dtv,
                                                   const Tv *u, const float *z, int ldz, const float *dbl, int ldd,
@@ -44,20 +42,20 @@ __device__ __forceinline__ void scan_onepass_copy(float (*sdt)[CB], Tv (*su)[CB]
     // row is the row of position t0 + tt, or one that exists for a copy
     // that reads nothing.
     auto row = [&](int tt, bool ok) { return r0 + (ok ? t0 + tt : 0); };
-    each_copy<OP_THREADS, OP_T * FP>([&](int i) {
+    each_copy<OP_THREADS, TL * FP>([&](int i) {
         int tt = i / FP, cc = i % FP * 4;
         bool ok = t0 + tt < T && c0 + cc < E;
         size_t r = row(tt, ok);
         cp_async<16>(&sdt[tt][cc], dtv + r * E + (ok ? c0 + cc : 0), ok);
         cp_async<16>(&sz[tt][cc], z + r * ldz + (ok ? c0 + cc : 0), ok);
     });
-    each_copy<OP_THREADS, OP_T * FU>([&](int i) {
+    each_copy<OP_THREADS, TL * FU>([&](int i) {
         int tt = i / FU, cc = i % FU * UV;
         bool ok = t0 + tt < T && c0 + cc < E;
         cp_async<16>(&su[tt][cc], u + row(tt, ok) * E + (ok ? c0 + cc : 0), ok);
     });
     if (vecBC) {
-        each_copy<OP_THREADS, OP_T * OP_NS / 4>([&](int i) {
+        each_copy<OP_THREADS, TL * OP_NS / 4>([&](int i) {
             int tt = i / (OP_NS / 4), n = i % (OP_NS / 4) * 4;
             bool ok = t0 + tt < T && n < N;
             const float *p = dbl + row(tt, ok) * ldd + R + (ok ? n : 0);
@@ -65,7 +63,7 @@ __device__ __forceinline__ void scan_onepass_copy(float (*sdt)[CB], Tv (*su)[CB]
             cp_async<16>(&sC[tt][n], p + N, ok);
         });
     } else {
-        each_copy<OP_THREADS, OP_T * OP_NS>([&](int i) {
+        each_copy<OP_THREADS, TL * OP_NS>([&](int i) {
             int tt = i / OP_NS, n = i % OP_NS;
             bool ok = t0 + tt < T && n < N;
             const float *p = dbl + row(tt, ok) * ldd + R + (ok ? n : 0);
@@ -75,7 +73,7 @@ __device__ __forceinline__ void scan_onepass_copy(float (*sdt)[CB], Tv (*su)[CB]
     }
 }
 
-template <int SPT, class Tv>
+template <int SPT, int TL, int BUF, class Tv>
 __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, const float *__restrict__ A2,
                                              const float *__restrict__ dbl, int ldd, int R,
                                              const Tv *__restrict__ u, const float *__restrict__ Dskip,
@@ -89,14 +87,16 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     // position pays its whole latency.)
     constexpr int BATCH = 32 / SPT;
     // The partial sums' row stride: a warp of CB = 16 reads two rows, which
-    // the 16 extra floats put on different banks.
-    constexpr int PST = OP_THREADS + 16;
-    static_assert(OP_T % BATCH == 0 && OP_THREADS % CB == 0, "tile shapes");
-    __shared__ __align__(16) float sdt[OP_BUF][OP_T][CB];
-    __shared__ __align__(16) Tv su[OP_BUF][OP_T][CB];
-    __shared__ __align__(16) float sz[OP_BUF][OP_T][CB];
-    __shared__ __align__(16) float sB[OP_BUF][OP_T][OP_NS], sC[OP_BUF][OP_T][OP_NS];
-    __shared__ __align__(16) float sp[OP_T][PST];  // [position][g CB + channel]: each thread's term of the sum
+    // 16 extra floats put on different banks.
+    constexpr int PST = OP_THREADS + (CB < 32 ? 16 : 0);
+    static_assert(TL % BATCH == 0 && OP_THREADS % CB == 0 && BUF >= 2, "tile shapes");
+    static_assert(BUF * TL * (CB * (8 + sizeof(Tv)) + 2 * OP_NS * 4) + TL * PST * 4 <= 48 * 1024,
+                  "static shared memory");
+    __shared__ __align__(16) float sdt[BUF][TL][CB];
+    __shared__ __align__(16) Tv su[BUF][TL][CB];
+    __shared__ __align__(16) float sz[BUF][TL][CB];
+    __shared__ __align__(16) float sB[BUF][TL][OP_NS], sC[BUF][TL][OP_NS];
+    __shared__ __align__(16) float sp[TL][PST];  // [position][g CB + channel]: each thread's term of the sum
     int b = blockIdx.y, c0 = blockIdx.x * CB, cl = threadIdx.x % CB, g = threadIdx.x / CB, c = c0 + cl;
     int n0 = g * SPT;
     bool on = c < E;
@@ -109,23 +109,23 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     }
     float dskip = on ? Dskip[c] : 0.f;
     bool vecBC = R % 4 == 0 && ldd % 4 == 0 && N % 4 == 0 && ((size_t)dbl & 15) == 0;
-    int tiles = (T + OP_T - 1) / OP_T;
+    int tiles = (T + TL - 1) / TL;
     auto issue = [&](int k) {  // tile k into its slot of the ring; past the last tile an empty group
         if (k < tiles) {
-            int j = k % OP_BUF;
-            scan_onepass_copy<CB, Tv>(sdt[j], su[j], sz[j], sB[j], sC[j], dtv, u, z, ldz, dbl, ldd, R, vecBC, b, T,
-                                      E, N, c0, k * OP_T);
+            int j = k % BUF;
+            scan_onepass_copy<CB, TL, Tv>(sdt[j], su[j], sz[j], sB[j], sC[j], dtv, u, z, ldz, dbl, ldd, R, vecBC, b, T,
+                                      E, N, c0, k * TL);
         }
         cp_async_commit();
     };
-    for (int k = 0; k < OP_BUF - 1; k++) issue(k);
+    for (int k = 0; k < BUF - 1; k++) issue(k);
     for (int k = 0; k < tiles; k++) {
-        const int j = k % OP_BUF;
-        cp_async_wait<OP_BUF - 2>();  // tile k is in
+        const int j = k % BUF;
+        cp_async_wait<BUF - 2>();  // tile k is in
         __syncthreads();  // and visible; every thread is done with tile k - 1, whose slot the next issue refills, and with sp
-        issue(k + OP_BUF - 1);
+        issue(k + BUF - 1);
 #pragma unroll
-        for (int h = 0; h < OP_T; h += BATCH) {
+        for (int h = 0; h < TL; h += BATCH) {
             float e[BATCH][SPT], x[BATCH][SPT], cv[BATCH][SPT];
 #pragma unroll
             for (int i = 0; i < BATCH; i++) {
@@ -156,11 +156,11 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         // Output (position tt, channel cl) for tt = g, g + G, ...: this
         // thread's own channel, since CB divides the block.
 #pragma unroll
-        for (int tt = g; tt < OP_T; tt += G) {
+        for (int tt = g; tt < TL; tt += G) {
             float v = 0.f;
 #pragma unroll
             for (int q = 0; q < G; q++) v += sp[tt][q * CB + cl];
-            int t = k * OP_T + tt;
+            int t = k * TL + tt;
             if (on && t < T)
                 y[((size_t)b * T + t) * E + c] =
                     from_f32<Tv>((v + dskip * to_f32(su[j][tt][cl])) * silu_f(sz[j][tt][cl]));
@@ -171,8 +171,10 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         if (on && n0 + k < N) state[((size_t)b * E + c) * N + n0 + k] = s[k];
 }
 
-// Two entries per storage type: two states a thread (scan_onepass2_) and
-// four (scan_onepass4_).
+// Four entries per storage type: two states a thread (scan_onepass2_) and
+// four (scan_onepass4_), each with tiles of 16 positions in a ring of three
+// and of 32 positions (_t32_; a ring of three at 2 states a thread, of two at
+// 4, which is what fits in 48 KB).
 #define SCAN_ONEPASS_PARAMS(T)                                                                                 \
     const float *__restrict__ dt, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,     \
         const T *__restrict__ u, const float *__restrict__ Dskip, const float *__restrict__ z, int ldz,            \
@@ -180,9 +182,15 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
 #define SCAN_ONEPASS_ARGS dt, A2, dbl, ldd, R, u, Dskip, z, ldz, state, y, T_, E, N
 #define SCAN_ONEPASS(sfx, T)                                                                                   \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
-        scan_onepass<2, T>(SCAN_ONEPASS_ARGS);                                                                 \
+        scan_onepass<2, 16, 3, T>(SCAN_ONEPASS_ARGS);                                                          \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass4_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
-        scan_onepass<4, T>(SCAN_ONEPASS_ARGS);                                                                 \
+        scan_onepass<4, 16, 3, T>(SCAN_ONEPASS_ARGS);                                                          \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2_t32_##sfx(SCAN_ONEPASS_PARAMS(T)) { \
+        scan_onepass<2, 32, 3, T>(SCAN_ONEPASS_ARGS);                                                          \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass4_t32_##sfx(SCAN_ONEPASS_PARAMS(T)) { \
+        scan_onepass<4, 32, 2, T>(SCAN_ONEPASS_ARGS);                                                          \
     }
 EACH_DTYPE(SCAN_ONEPASS)

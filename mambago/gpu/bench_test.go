@@ -342,3 +342,50 @@ func bf16Engine(b *testing.B, d, layers int) (*gpu.Engine, engine.State) {
 	}
 	return e, st
 }
+
+// BenchmarkScanVariants times bf16 prefills at T=2048 of the 130m, 370m and
+// 1.4b shapes at B=1, and of 130m at B=8, with the chunked scan at several
+// chunk lengths and the one-pass scan at 2 and 4 states a thread with tiles
+// of 16 and 32 positions.
+func BenchmarkScanVariants(b *testing.B) {
+	gputest.Need(b)
+	type variant struct{ chunk, onePass, tile int }
+	variants := []variant{{48, -1, 0}, {64, -1, 0}, {96, -1, 0}, {128, -1, 0},
+		{64, 2, 16}, {64, 2, 32}, {64, 4, 16}, {64, 4, 32}}
+	for _, sh := range []struct {
+		name      string
+		d, layers int
+		batches   []int
+	}{{"130m", 768, 24, []int{1, 8}}, {"370m", 1024, 48, []int{1}}, {"1.4b", 2048, 48, []int{1}}} {
+		b.Run(sh.name, func(b *testing.B) {
+			e, _ := bf16Engine(b, sh.d, sh.layers)
+			for _, B := range sh.batches {
+				st, err := e.NewState(B)
+				if err != nil {
+					b.Fatal(err)
+				}
+				in := engine.Input{B: B, T: 2048, IDs: randomIDs(B*2048, 50280)}
+				out := make([]float32, B*sh.d)
+				for _, v := range variants {
+					b.Run(fmt.Sprintf("B%d/L%d_onepass%d_tile%d", B, v.chunk, v.onePass, v.tile), func(b *testing.B) {
+						e.ScanChunk, e.ScanOnePass, e.ScanOnePassTile = v.chunk, v.onePass, v.tile
+						for range 3 {
+							if err := e.Prefill(st, in, engine.Last, out); err != nil {
+								b.Fatal(err)
+							}
+						}
+						for b.Loop() {
+							if err := e.Prefill(st, in, engine.Last, out); err != nil {
+								b.Fatal(err)
+							}
+						}
+						b.ReportMetric(float64(B*2048*b.N)/b.Elapsed().Seconds(), "tok/s")
+					})
+				}
+				if err := st.(*gpu.State).Free(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -25,6 +25,9 @@ type Scan struct {
 	// with that many states a thread wherever it applies (OnePassApplies),
 	// instead of the chunked scan; 0 runs the chunked scan.
 	OnePass int
+	// OnePassTile is the one-pass scan's tile of positions: 16 (also for 0)
+	// or 32 (the _t32_ kernels).
+	OnePassTile int
 }
 
 const (
@@ -107,7 +110,11 @@ const onePassThreads = 128
 func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
 	if s.OnePassApplies() {
 		cb := onePassThreads * s.OnePass / scanStates
-		return fn(fmt.Sprintf("scan_onepass%d_%s", s.OnePass, s.DType.Suffix())).Launch(
+		tile := ""
+		if s.OnePassTile == 32 {
+			tile = "t32_"
+		}
+		return fn(fmt.Sprintf("scan_onepass%d_%s%s", s.OnePass, tile, s.DType.Suffix())).Launch(
 			cuda.Dim3{X: (s.E + cb - 1) / cb, Y: s.B, Z: 1}, cuda.D1(onePassThreads), 0, stream,
 			s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, s.State, s.Y, s.T, s.E, s.N)
 	}
