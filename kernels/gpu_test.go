@@ -224,13 +224,13 @@ func TestConvAndScanKernels(t *testing.T) {
 		wantY, wantS := scanRef(dt, dbl, A2, Dk, st0, xz, gotU, B, T, E, N, R)
 		// The default chunk, many chunks, chunks of many stages; the plain
 		// kernels and the staged ones (every E here is a multiple of 8); and
-		// the one-pass scan at 2 and 4 states a thread, with tiles of 16 and
-		// 32 positions, where it applies.
+		// the one-pass scan at 2 and 4 states a thread, with tiles of 32 and
+		// 64 positions, where it applies.
 		type variant struct {
 			chunk, onePass, tile int
 			staged               bool
 		}
-		variants := []variant{{onePass: 2}, {onePass: 4}, {onePass: 2, tile: 32}, {onePass: 4, tile: 32}}
+		variants := []variant{{onePass: 2}, {onePass: 4}, {onePass: 2, tile: 64}, {onePass: 4, tile: 64}}
 		for _, chunk := range []int{0, 8, 24, 136} {
 			variants = append(variants, variant{chunk: chunk}, variant{chunk: chunk, staged: true})
 		}

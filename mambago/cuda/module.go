@@ -88,8 +88,9 @@ func (m *Module) Unload() error {
 
 // Function is a kernel of a loaded module.
 type Function struct {
-	Name string
-	h    unsafe.Pointer
+	Name      string
+	h         unsafe.Pointer
+	maxShared int // the largest SetMaxDynamicShared so far
 }
 
 // Function looks up the kernel name (declare it extern "C" in the source).
@@ -103,10 +104,19 @@ func (m *Module) Function(name string) (*Function, error) {
 	return f, nil
 }
 
-// SetMaxDynamicShared lets the kernel use up to bytes of dynamic shared memory.
+// SetMaxDynamicShared lets the kernel use up to bytes of dynamic shared
+// memory. A call for no more than an earlier one allowed does nothing, so
+// launch paths may call it every time.
 func (f *Function) SetMaxDynamicShared(bytes int) error {
+	if bytes <= f.maxShared {
+		return nil
+	}
 	const maxDynamicSharedSizeBytes = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-	return check("cuFuncSetAttribute", C.mg_cuFuncSetAttribute(f.h, maxDynamicSharedSizeBytes, C.int(bytes)))
+	if err := check("cuFuncSetAttribute", C.mg_cuFuncSetAttribute(f.h, maxDynamicSharedSizeBytes, C.int(bytes))); err != nil {
+		return fmt.Errorf("%w (kernel %s, %d bytes of shared memory)", err, f.Name, bytes)
+	}
+	f.maxShared = bytes
+	return nil
 }
 
 // Dim3 is a grid or block shape.

@@ -25,8 +25,8 @@ type Scan struct {
 	// with that many states a thread wherever it applies (OnePassApplies),
 	// instead of the chunked scan; 0 runs the chunked scan.
 	OnePass int
-	// OnePassTile is the one-pass scan's tile of positions: 16 (also for 0)
-	// or 32 (the _t32_ kernels).
+	// OnePassTile is the one-pass scan's tile of positions: 32 (also for 0)
+	// or 64.
 	OnePassTile int
 }
 
@@ -106,16 +106,33 @@ func OnePassStates(B, E, sms int) int {
 // onePassThreads·OnePass/16 channels.
 const onePassThreads = 128
 
+// onePassShared is onepass_shared in kernels/scan_onepass.cu: the bytes of
+// dynamic shared memory of the one-pass scan at spt states a thread, tiles
+// of tile positions and a storage type of size bytes. (The kernel traps if
+// it is launched with less.)
+func onePassShared(spt, tile, size int) int {
+	const ring, states = 3, scanStates
+	cb, pst := 8*spt, onePassThreads
+	if cb < 32 {
+		pst += 16
+	}
+	return ring*tile*(cb*(8+size)+2*states*4) + tile*pst*4
+}
+
 // Launch queues the scan on stream; fn looks kernels up by name.
 func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
 	if s.OnePassApplies() {
-		cb := onePassThreads * s.OnePass / scanStates
-		tile := ""
-		if s.OnePassTile == 32 {
-			tile = "t32_"
+		tile := s.OnePassTile
+		if tile != 64 {
+			tile = 32
 		}
-		return fn(fmt.Sprintf("scan_onepass%d_%s%s", s.OnePass, tile, s.DType.Suffix())).Launch(
-			cuda.Dim3{X: (s.E + cb - 1) / cb, Y: s.B, Z: 1}, cuda.D1(onePassThreads), 0, stream,
+		f := fn(fmt.Sprintf("scan_onepass%d_t%d_%s", s.OnePass, tile, s.DType.Suffix()))
+		shared := onePassShared(s.OnePass, tile, s.DType.Size())
+		if err := f.SetMaxDynamicShared(shared); err != nil {
+			return err
+		}
+		cb := onePassThreads * s.OnePass / scanStates
+		return f.Launch(cuda.Dim3{X: (s.E + cb - 1) / cb, Y: s.B, Z: 1}, cuda.D1(onePassThreads), shared, stream,
 			s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, s.State, s.Y, s.T, s.E, s.N)
 	}
 	L, nch, G := s.chunk(), s.chunks(), (s.N+scanStates-1)/scanStates
