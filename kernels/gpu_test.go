@@ -224,13 +224,12 @@ func TestConvAndScanKernels(t *testing.T) {
 		wantY, wantS := scanRef(dt, dbl, A2, Dk, st0, xz, gotU, B, T, E, N, R)
 		// The default chunk, many chunks, chunks of many stages; the plain
 		// kernels and the staged ones (every E here is a multiple of 8); and
-		// the one-pass scan at 2 and 4 states a thread, with tiles of 32 and
-		// 64 positions, where it applies.
+		// the one-pass scan at 2 and 4 states a thread where it applies.
 		type variant struct {
-			chunk, onePass, tile int
-			staged               bool
+			chunk, onePass int
+			staged         bool
 		}
-		variants := []variant{{onePass: 2}, {onePass: 4}, {onePass: 2, tile: 64}, {onePass: 4, tile: 64}}
+		variants := []variant{{onePass: 2}, {onePass: 4}}
 		for _, chunk := range []int{0, 8, 24, 136} {
 			variants = append(variants, variant{chunk: chunk}, variant{chunk: chunk, staged: true})
 		}
@@ -238,7 +237,7 @@ func TestConvAndScanKernels(t *testing.T) {
 			bst, by := upload(t, s, st0), poisoned(t, s, rows*E)
 			sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
 				U: bu.Ptr, D: bD.Ptr, Z: bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr,
-				B: B, T: T, E: E, N: N, Chunk: v.chunk, Staged: v.staged, OnePass: v.onePass, OnePassTile: v.tile}
+				B: B, T: T, E: E, N: N, Chunk: v.chunk, Staged: v.staged, OnePass: v.onePass}
 			if v.onePass > 0 && !sc.OnePassApplies() {
 				continue
 			}

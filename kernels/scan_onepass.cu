@@ -18,19 +18,23 @@
 // states g SPT .. g SPT + SPT - 1 of it, g = i / CB, so a warp reads whole
 // rows of dt, u and z and at most two distinct pieces of B and C (broadcast
 // loads). Its inputs go through dynamic shared memory TL positions at a
-// time, in a ring of OP_BUF tiles that cp.async fills ahead of use. Each
+// time, in a ring of BUF tiles that cp.async fills ahead of use. Each
 // position's terms of the output sum, sum over its states of s C, go to a
 // tile of partial sums; after the tile's TL positions the block adds each
 // (position, channel)'s G = 16 / SPT partials, applies the D skip and the
 // gate, and writes y. Positions past T and channels past E read as zeros,
 // and dt = 0 leaves a state as it is. Longer tiles spread each tile's fixed
 // costs (two barriers, the copies' issue, the sums' latency) over more
-// positions: at B=1 on the H200, tiles of 32 positions made a 130m prefill
-// 17% faster than tiles of 16 at 2 states a thread.
+// positions, and a deeper ring hides more of the copies' latency, but both
+// take shared memory, which bounds the blocks an SM. On the H200 (bf16
+// prefills, T=2048, bench/NOTES.md): at 2 states a thread, for one warp or
+// so a scheduler (B=1), tiles of 64 in a ring of 3 were fastest (130m 530k
+// tok/s with 16, 608k with 32, 632k with 64); at 4 states a thread, for
+// many warps (B=8), tiles of 32 in a ring of 2 (130m 1.19M tok/s against
+// 1.05M with a ring of 3 and 0.90M with tiles of 64).
 
 #define OP_THREADS 128
 #define OP_NS 16   // states a channel at most
-#define OP_BUF 3   // tiles in the ring
 
 // scan_onepass_copy queues, as one cp.async group, the copies of positions
 // t0 .. t0 + TL - 1 of sequence b into one tile of the ring: dt, u and z
@@ -78,16 +82,16 @@ __device__ __forceinline__ void scan_onepass_copy(float (*sdt)[CB], Tv (*su)[CB]
 }
 
 // onepass_shared is the dynamic shared memory, in bytes, of the one-pass
-// scan at SPT states a thread, tiles of TL positions and storage type of
-// size TV bytes: a ring of OP_BUF tiles of dt, u, z, B and C, then the tile
-// of partial sums (rows of OP_THREADS floats, 16 more where a warp reads two
-// rows). gpu.Scan computes the same size to launch it.
+// scan at SPT states a thread, tiles of TL positions in a ring of BUF and a
+// storage type of size TV bytes: the ring of tiles of dt, u, z, B and C,
+// then the tile of partial sums (rows of OP_THREADS floats, 16 more where a
+// warp reads two rows). gpu.Scan computes the same size to launch it.
 __host__ __device__ constexpr int onepass_pst(int SPT) { return OP_THREADS + (8 * SPT < 32 ? 16 : 0); }
-__host__ __device__ constexpr int onepass_shared(int SPT, int TL, int TV) {
-    return OP_BUF * TL * (8 * SPT * (8 + TV) + 2 * OP_NS * 4) + TL * onepass_pst(SPT) * 4;
+__host__ __device__ constexpr int onepass_shared(int SPT, int TL, int BUF, int TV) {
+    return BUF * TL * (8 * SPT * (8 + TV) + 2 * OP_NS * 4) + TL * onepass_pst(SPT) * 4;
 }
 
-template <int SPT, int TL, class Tv>
+template <int SPT, int TL, int BUF, class Tv>
 __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, const float *__restrict__ A2,
                                              const float *__restrict__ dbl, int ldd, int R,
                                              const Tv *__restrict__ u, const float *__restrict__ Dskip,
@@ -100,12 +104,12 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     // each position's loads after the previous one's store to sp, and every
     // position pays its whole latency.)
     constexpr int BATCH = 32 / SPT;
-    constexpr int PST = onepass_pst(SPT), BUF = OP_BUF;
-    static_assert(TL % BATCH == 0 && OP_THREADS % CB == 0 && CB == 8 * SPT, "tile shapes");
+    constexpr int PST = onepass_pst(SPT);
+    static_assert(TL % BATCH == 0 && OP_THREADS % CB == 0 && CB == 8 * SPT && BUF >= 2, "tile shapes");
     extern __shared__ __align__(16) unsigned char op_smem[];
     unsigned smem;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem));
-    if (smem < onepass_shared(SPT, TL, sizeof(Tv))) __trap();  // launched with too little shared memory
+    if (smem < onepass_shared(SPT, TL, BUF, sizeof(Tv))) __trap();  // launched with too little shared memory
     auto sdt = reinterpret_cast<float(*)[TL][CB]>(op_smem);
     auto su = reinterpret_cast<Tv(*)[TL][CB]>(sdt + BUF);
     auto sz = reinterpret_cast<float(*)[TL][CB]>(su + BUF);
@@ -186,24 +190,19 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         if (on && n0 + k < N) state[((size_t)b * E + c) * N + n0 + k] = s[k];
 }
 
-// Four entries per storage type: two states a thread (scan_onepass2_) and
-// four (scan_onepass4_), each with tiles of 32 and of 64 positions.
+// Two entries per storage type: two states a thread in tiles of 64
+// positions, a ring of 3 (scan_onepass2_), and four states a thread in tiles
+// of 32, a ring of 2 (scan_onepass4_).
 #define SCAN_ONEPASS_PARAMS(T)                                                                                 \
     const float *__restrict__ dt, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,     \
         const T *__restrict__ u, const float *__restrict__ Dskip, const float *__restrict__ z, int ldz,            \
         float *__restrict__ state, T *__restrict__ y, int T_, int E, int N
 #define SCAN_ONEPASS_ARGS dt, A2, dbl, ldd, R, u, Dskip, z, ldz, state, y, T_, E, N
 #define SCAN_ONEPASS(sfx, T)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2_t32_##sfx(SCAN_ONEPASS_PARAMS(T)) { \
-        scan_onepass<2, 32, T>(SCAN_ONEPASS_ARGS);                                                             \
+    extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
+        scan_onepass<2, 64, 3, T>(SCAN_ONEPASS_ARGS);                                                          \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass4_t32_##sfx(SCAN_ONEPASS_PARAMS(T)) { \
-        scan_onepass<4, 32, T>(SCAN_ONEPASS_ARGS);                                                             \
-    }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2_t64_##sfx(SCAN_ONEPASS_PARAMS(T)) { \
-        scan_onepass<2, 64, T>(SCAN_ONEPASS_ARGS);                                                             \
-    }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass4_t64_##sfx(SCAN_ONEPASS_PARAMS(T)) { \
-        scan_onepass<4, 64, T>(SCAN_ONEPASS_ARGS);                                                             \
+    extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass4_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
+        scan_onepass<4, 32, 2, T>(SCAN_ONEPASS_ARGS);                                                          \
     }
 EACH_DTYPE(SCAN_ONEPASS)

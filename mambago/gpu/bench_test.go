@@ -345,12 +345,12 @@ func bf16Engine(b *testing.B, d, layers int) (*gpu.Engine, engine.State) {
 
 // BenchmarkScanVariants times bf16 prefills at T=2048 of the 130m, 370m and
 // 1.4b shapes at B=1, and of 130m and 1.4b at B=8, with the chunked scan at several
-// chunk lengths and the one-pass scan at 2 and 4 states a thread with tiles
-// of 32 and 64 positions.
+// chunk lengths, the one-pass scan at 2 and 4 states a thread, and the
+// engine's pick (OnePassStates).
 func BenchmarkScanVariants(b *testing.B) {
 	gputest.Need(b)
-	type variant struct{ chunk, onePass, tile int }
-	variants := []variant{{64, -1, 0}, {96, -1, 0}, {64, 2, 32}, {64, 2, 64}, {64, 4, 32}, {64, 4, 64}}
+	type variant struct{ chunk, onePass int }
+	variants := []variant{{64, -1}, {96, -1}, {64, 2}, {64, 4}, {64, 0}}
 	for _, sh := range []struct {
 		name      string
 		d, layers int
@@ -366,8 +366,8 @@ func BenchmarkScanVariants(b *testing.B) {
 				in := engine.Input{B: B, T: 2048, IDs: randomIDs(B*2048, 50280)}
 				out := make([]float32, B*sh.d)
 				for _, v := range variants {
-					b.Run(fmt.Sprintf("B%d/L%d_onepass%d_tile%d", B, v.chunk, v.onePass, v.tile), func(b *testing.B) {
-						e.ScanChunk, e.ScanOnePass, e.ScanOnePassTile = v.chunk, v.onePass, v.tile
+					b.Run(fmt.Sprintf("B%d/L%d_onepass%d", B, v.chunk, v.onePass), func(b *testing.B) {
+						e.ScanChunk, e.ScanOnePass = v.chunk, v.onePass
 						for range 3 {
 							if err := e.Prefill(st, in, engine.Last, out); err != nil {
 								b.Fatal(err)

@@ -62,8 +62,6 @@ type Engine struct {
 	// wherever it applies, a negative value the chunked scan, and 0 picks
 	// for each call's batch by OnePassStates.
 	ScanOnePass int
-	// ScanOnePassTile is Scan.OnePassTile: 16 or 32 positions a tile.
-	ScanOnePassTile int
 	// DTProjTensorCores runs dt_proj on the tensor cores as 3xTF32
 	// (DTProj.TensorCores). New turns it on for sm_80 and later.
 	DTProjTensorCores bool

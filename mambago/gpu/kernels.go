@@ -11,7 +11,7 @@ import (
 // <kernel>_<suffix>; plainKernels have one f32 entry.
 var (
 	typedKernels = []string{"embed", "rmsnorm", "to", "conv_silu", "scan_chunk_sum", "scan_chunk_out", "scan_chunk_sum_st", "scan_chunk_out_st", "step_in", "gemv", "step_in_r4", "gemv_r4", "from",
-		"scan_onepass2_t32", "scan_onepass4_t32", "scan_onepass2_t64", "scan_onepass4_t64"}
+		"scan_onepass2", "scan_onepass4"}
 	plainKernels = []string{"scale_f32", "add_bias_f32", "rmsnorm_dbc_f32", "scan_carry_f32",
 		"pool_f32", "step_scan_f32", "dt_proj_f32", "dt_proj_narrow_f32", "dt_proj_tc_f32", "dt_proj_tc1_f32"}
 )
@@ -54,16 +54,14 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 			return nil, mods, fmt.Errorf("gpu: kernel %s is in no source of kernels/", k)
 		}
 	}
-	// The one-pass scan's longer tiles take more than the 48 KB of shared
-	// memory a kernel gets unasked; allow it here, outside any graph
-	// capture (Scan.Launch asks again, which then does nothing).
+	// The one-pass scan takes more than the 48 KB of shared memory a kernel
+	// gets unasked; allow it here, outside any graph capture (Scan.Launch
+	// asks again, which then does nothing).
 	for sfx, size := range map[string]int{"f32": 4, "bf16": 2, "f16": 2} {
 		for _, spt := range []int{2, 4} {
-			for _, tile := range []int{32, 64} {
-				name := fmt.Sprintf("scan_onepass%d_t%d_%s", spt, tile, sfx)
-				if err := fns[name].SetMaxDynamicShared(onePassShared(spt, tile, size)); err != nil {
-					return nil, mods, err
-				}
+			name := fmt.Sprintf("scan_onepass%d_%s", spt, sfx)
+			if err := fns[name].SetMaxDynamicShared(onePassShared(spt, size)); err != nil {
+				return nil, mods, err
 			}
 		}
 	}

@@ -25,9 +25,6 @@ type Scan struct {
 	// with that many states a thread wherever it applies (OnePassApplies),
 	// instead of the chunked scan; 0 runs the chunked scan.
 	OnePass int
-	// OnePassTile is the one-pass scan's tile of positions: 32 (also for 0)
-	// or 64.
-	OnePassTile int
 }
 
 const (
@@ -83,20 +80,24 @@ func (s Scan) OnePassApplies() bool {
 }
 
 // OnePassStates is the one-pass scan's states a thread for B sequences of
-// E channels on a device of sms SMs, or 0 where the chunked scan is
-// faster. A one-pass thread walks all T positions, so the scan's time is a
-// warp's chain of positions unless several warps share a scheduler. At
-// B=1 the chunked scan (parallel over chunks of T) is faster or no slower
-// on the H200, the one-pass scan at 2 states a thread by 3% where it has
-// about two warps a scheduler (1.4b); at B=8 the one-pass scan at 4 states
-// a thread is 10–20% faster (bench/NOTES.md).
-func OnePassStates(B, E, sms int) int {
+// T positions and E channels on a device of sms SMs, or 0 where the
+// chunked scan is faster. A one-pass thread walks all T positions, so the
+// scan's time is a warp's chain of positions unless several warps share a
+// scheduler; the chunked scan is parallel over chunks of T as well, and
+// gets faster per token with longer prompts. From bf16 prefills on the
+// H200 (bench/NOTES.md): 4 states a thread where that gives two warps a
+// scheduler or more (every B=8 shape: 130m 1.19M tok/s against 0.97M
+// chunked); 2 states where that gives 1.5 (1.4b at B=1: 128k against
+// 116k), or 0.75 at T <= 4096 (370m at B=1, T=2048: 270k against 247k);
+// the chunked scan below that (130m at B=1: 635k against 632k at T=2048,
+// and about 1.5 times faster at T=8192).
+func OnePassStates(B, T, E, sms int) int {
 	warps := func(spt int) int { return B * E * (scanStates / spt) / 32 }
 	schedulers := 4 * sms
 	switch {
 	case warps(4) >= 2*schedulers:
 		return 4
-	case warps(2) >= 3*schedulers/2:
+	case warps(2) >= 3*schedulers/2, warps(2) >= 3*schedulers/4 && T <= 4096:
 		return 2
 	}
 	return 0
@@ -106,12 +107,16 @@ func OnePassStates(B, E, sms int) int {
 // onePassThreads·OnePass/16 channels.
 const onePassThreads = 128
 
-// onePassShared is onepass_shared in kernels/scan_onepass.cu: the bytes of
-// dynamic shared memory of the one-pass scan at spt states a thread, tiles
-// of tile positions and a storage type of size bytes. (The kernel traps if
-// it is launched with less.)
-func onePassShared(spt, tile, size int) int {
-	const ring, states = 3, scanStates
+// onePassShared is onepass_shared in kernels/scan_onepass.cu for the
+// one-pass kernel at spt states a thread (tiles of 64 positions in a ring
+// of 3 at 2 states, of 32 in a ring of 2 at 4) and a storage type of size
+// bytes. (The kernel traps if it is launched with less.)
+func onePassShared(spt, size int) int {
+	const states = scanStates
+	tile, ring := 64, 3
+	if spt == 4 {
+		tile, ring = 32, 2
+	}
 	cb, pst := 8*spt, onePassThreads
 	if cb < 32 {
 		pst += 16
@@ -122,12 +127,8 @@ func onePassShared(spt, tile, size int) int {
 // Launch queues the scan on stream; fn looks kernels up by name.
 func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
 	if s.OnePassApplies() {
-		tile := s.OnePassTile
-		if tile != 64 {
-			tile = 32
-		}
-		f := fn(fmt.Sprintf("scan_onepass%d_t%d_%s", s.OnePass, tile, s.DType.Suffix()))
-		shared := onePassShared(s.OnePass, tile, s.DType.Size())
+		f := fn(fmt.Sprintf("scan_onepass%d_%s", s.OnePass, s.DType.Suffix()))
+		shared := onePassShared(s.OnePass, s.DType.Size())
 		if err := f.SetMaxDynamicShared(shared); err != nil {
 			return err
 		}
@@ -166,14 +167,14 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 	return nil
 }
 
-// scanOnePass is Scan.OnePass for a call over B sequences of E channels, as
-// Engine.ScanOnePass sets it.
-func (e *Engine) scanOnePass(B, E int) int {
+// scanOnePass is Scan.OnePass for a call over B sequences of T positions
+// and E channels, as Engine.ScanOnePass sets it.
+func (e *Engine) scanOnePass(B, T, E int) int {
 	switch {
 	case e.ScanOnePass < 0:
 		return 0
 	case e.ScanOnePass > 0:
 		return e.ScanOnePass
 	}
-	return OnePassStates(B, E, e.dev.SMs)
+	return OnePassStates(B, T, E, e.dev.SMs)
 }
