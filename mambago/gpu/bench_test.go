@@ -260,19 +260,7 @@ func BenchmarkBigShapes(b *testing.B) {
 							b.Fatal(err)
 						}
 						defer stB.(*gpu.State).Free()
-						in := engine.Input{B: B, T: 2048, IDs: randomIDs(B*2048, 50280)}
-						out := make([]float32, B*s.d)
-						for range 3 {
-							if err := e.Prefill(stB, in, engine.Last, out); err != nil {
-								b.Fatal(err)
-							}
-						}
-						for b.Loop() {
-							if err := e.Prefill(stB, in, engine.Last, out); err != nil {
-								b.Fatal(err)
-							}
-						}
-						b.ReportMetric(float64(B*2048*b.N)/b.Elapsed().Seconds(), "tok/s")
+						timePrefills(b, e, stB, engine.Input{B: B, T: 2048, IDs: randomIDs(B*2048, 50280)}, s.d)
 					})
 				}
 			}
@@ -295,7 +283,7 @@ func BenchmarkChunkRows(b *testing.B) {
 	}{{"130m", 768, 24}, {"370m", 1024, 48}} {
 		b.Run(s.name, func(b *testing.B) {
 			e, st := bf16Engine(b, s.d, s.layers)
-			ids, out := randomIDs(8192, 50280), make([]float32, s.d)
+			ids := randomIDs(8192, 50280)
 			for _, T := range []int{2048, 8192} {
 				for _, rows := range []int{16384, 4096, 2048, 1024} {
 					if rows > T && rows != 16384 {
@@ -303,18 +291,7 @@ func BenchmarkChunkRows(b *testing.B) {
 					}
 					b.Run(fmt.Sprintf("T%d_rows%d", T, rows), func(b *testing.B) {
 						e.ChunkRows = rows
-						in := engine.Input{B: 1, T: T, IDs: ids[:T]}
-						for range 3 {
-							if err := e.Prefill(st, in, engine.Last, out); err != nil {
-								b.Fatal(err)
-							}
-						}
-						for b.Loop() {
-							if err := e.Prefill(st, in, engine.Last, out); err != nil {
-								b.Fatal(err)
-							}
-						}
-						b.ReportMetric(float64(T)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+						timePrefills(b, e, st, engine.Input{B: 1, T: T, IDs: ids[:T]}, s.d)
 					})
 				}
 			}
@@ -364,21 +341,10 @@ func BenchmarkScanVariants(b *testing.B) {
 					b.Fatal(err)
 				}
 				in := engine.Input{B: B, T: 2048, IDs: randomIDs(B*2048, 50280)}
-				out := make([]float32, B*sh.d)
 				for _, v := range variants {
 					b.Run(fmt.Sprintf("B%d/L%d_onepass%d", B, v.chunk, v.onePass), func(b *testing.B) {
 						e.ScanChunk, e.ScanOnePass = v.chunk, v.onePass
-						for range 3 {
-							if err := e.Prefill(st, in, engine.Last, out); err != nil {
-								b.Fatal(err)
-							}
-						}
-						for b.Loop() {
-							if err := e.Prefill(st, in, engine.Last, out); err != nil {
-								b.Fatal(err)
-							}
-						}
-						b.ReportMetric(float64(B*2048*b.N)/b.Elapsed().Seconds(), "tok/s")
+						timePrefills(b, e, st, in, sh.d)
 					})
 				}
 				if err := st.(*gpu.State).Free(); err != nil {
@@ -387,4 +353,22 @@ func BenchmarkScanVariants(b *testing.B) {
 			}
 		})
 	}
+}
+
+// timePrefills times eager prefills of in (last position pooled, hidden
+// size d) from st after three untimed ones, and reports tokens a second.
+func timePrefills(b *testing.B, e *gpu.Engine, st engine.State, in engine.Input, d int) {
+	b.Helper()
+	out := make([]float32, in.B*d)
+	for range 3 {
+		if err := e.Prefill(st, in, engine.Last, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for b.Loop() {
+		if err := e.Prefill(st, in, engine.Last, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(in.B*in.T*b.N)/b.Elapsed().Seconds(), "tok/s")
 }
