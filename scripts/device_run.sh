@@ -14,9 +14,9 @@
 #   profile:  ncu's per-kernel times for a 1.4b decode step and for dt_proj;
 #   onepass:  the scan and dt_proj kernels' tests (the one-pass scan at 2 and
 #             4 states a thread, dt_proj on one TF32 product) with racecheck
-#             and memcheck, the mixed-precision engine tests, then the 130m,
-#             1.4b and 2.8b bf16 prefills with each scan variant
-#             (scanVariants), and ncu on the one-pass scan;
+#             and memcheck, the mixed-precision engine tests, then bf16
+#             prefills with each scan (BenchmarkScanVariants), and ncu on the
+#             one-pass scan (about 3 minutes);
 #   dtproj:   dt_proj alone: TestDTProjKernel, BenchmarkDTProj (every entry
 #             and variant, each checked, and the sizing cuts), then ncu's pipe
 #             use and stall reasons for the engine's dt_proj in a 1.4b prefill;
@@ -75,12 +75,9 @@ if [[ $mode == onepass ]]; then
   timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/kernels.test -test.run ConvAndScan \
     > "$OUT/memcheck_kernels.log" 2>&1 || status=1
   echo "memcheck scan: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_kernels.log" | tail -1)"
-  echo "== 130m bf16 prefills with each scan variant"
-  .carry/gpu.test -test.v -test.run '^$' -test.bench Scan130m -test.benchtime 20x 2>&1 | tee "$OUT/scan_variants.log" \
-    | grep -E "tok/s|  scan"
-  echo "== 1.4b and 2.8b bf16 prefills with each scan variant"
-  .carry/gpu.test -test.run '^$' -test.bench 'BigShapes/.*/prefill' -test.benchtime 10x 2>&1 | tee "$OUT/big_shapes.log" \
-    | grep -E "tok/s"
+  echo "== bf16 prefills, T=2048, with each scan (BenchmarkScanVariants: L<chunk>_onepass<states>; -1 chunked, 0 the engine's pick)"
+  .carry/gpu.test -test.run '^$' -test.bench ScanVariants -test.benchtime 10x 2>&1 | tee "$OUT/scan_variants.log" \
+    | grep tok/s | awk '{print $1, $(NF-1)}'
   echo "== ncu: the one-pass scan in a 1.4b B=1 T=2048 prefill (stall reasons, per-instruction samples)"
   timeout 240 ncu --clock-control none -k 'regex:scan_onepass2_bf16' --launch-skip 5 --launch-count 1 \
     --section SourceCounters --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
