@@ -60,7 +60,8 @@ type Engine struct {
 	// ScanOnePass picks the scan kernel: 2 or 4 runs the one-pass scan with
 	// that many states a thread (Scan.OnePass, kernels/scan_onepass.cu)
 	// wherever it applies, a negative value the chunked scan, and 0 picks
-	// for each call's batch by OnePassStates.
+	// for each call's batch by OnePassStates. A device that cannot give the
+	// one-pass kernel its shared memory (up to 96 KB) runs the chunked scan.
 	ScanOnePass int
 	// DTProjTensorCores runs dt_proj on the tensor cores as 3xTF32
 	// (DTProj.TensorCores). New turns it on for sm_80 and later.

@@ -56,11 +56,15 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 	}
 	// The one-pass scan takes more than the 48 KB of shared memory a kernel
 	// gets unasked; allow it here, outside any graph capture (Scan.Launch
-	// asks again, which then does nothing).
+	// asks again, which then does nothing). A device that cannot give it
+	// runs the chunked scan (Engine.scanOnePass).
 	for sfx, size := range map[string]int{"f32": 4, "bf16": 2, "f16": 2} {
 		for _, spt := range []int{2, 4} {
-			name := fmt.Sprintf("scan_onepass%d_%s", spt, sfx)
-			if err := fns[name].SetMaxDynamicShared(onePassShared(spt, size)); err != nil {
+			name, shared := fmt.Sprintf("scan_onepass%d_%s", spt, sfx), onePassShared(spt, size)
+			if shared > dev.MaxSharedOptIn {
+				continue
+			}
+			if err := fns[name].SetMaxDynamicShared(shared); err != nil {
 				return nil, mods, err
 			}
 		}

@@ -168,13 +168,18 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 }
 
 // scanOnePass is Scan.OnePass for a call over B sequences of T positions
-// and E channels, as Engine.ScanOnePass sets it.
+// and E channels, as Engine.ScanOnePass sets it: 0 (the chunked scan) where
+// the device cannot give the one-pass kernel its shared memory.
 func (e *Engine) scanOnePass(B, T, E int) int {
+	spt := e.ScanOnePass
 	switch {
-	case e.ScanOnePass < 0:
+	case spt < 0:
 		return 0
-	case e.ScanOnePass > 0:
-		return e.ScanOnePass
+	case spt == 0:
+		spt = OnePassStates(B, T, E, e.dev.SMs)
 	}
-	return OnePassStates(B, T, E, e.dev.SMs)
+	if spt > 0 && onePassShared(spt, e.dt.Size()) > e.dev.MaxSharedOptIn {
+		return 0
+	}
+	return spt
 }
