@@ -320,8 +320,8 @@ func bf16Engine(b *testing.B, d, layers int) (*gpu.Engine, engine.State) {
 	return e, st
 }
 
-// BenchmarkScanVariants times bf16 prefills at T=2048 of the 130m, 370m and
-// 1.4b shapes at B=1, and of 130m and 1.4b at B=8, with the chunked scan at several
+// BenchmarkScanVariants times bf16 prefills at T=2048 of the 130m, 370m,
+// 1.4b and 2.8b shapes at B=1, and of 130m and 1.4b at B=8, with the chunked scan at several
 // chunk lengths, the one-pass scan at 2 and 4 states a thread, and the
 // engine's pick (OnePassStates).
 func BenchmarkScanVariants(b *testing.B) {
@@ -332,7 +332,8 @@ func BenchmarkScanVariants(b *testing.B) {
 		name      string
 		d, layers int
 		batches   []int
-	}{{"130m", 768, 24, []int{1, 8}}, {"370m", 1024, 48, []int{1}}, {"1.4b", 2048, 48, []int{1, 8}}} {
+	}{{"130m", 768, 24, []int{1, 8}}, {"370m", 1024, 48, []int{1}}, {"1.4b", 2048, 48, []int{1, 8}},
+		{"2.8b", 2560, 64, []int{1}}} {
 		b.Run(sh.name, func(b *testing.B) {
 			e, _ := bf16Engine(b, sh.d, sh.layers)
 			for _, B := range sh.batches {
