@@ -190,9 +190,17 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         if (on && n0 + k < N) state[((size_t)b * E + c) * N + n0 + k] = s[k];
 }
 
-// Two entries per storage type: two states a thread in tiles of 64
-// positions, a ring of 3 (scan_onepass2_), and four states a thread in tiles
-// of 32, a ring of 2 (scan_onepass4_).
+// onepass_config is each entry's tile and ring: two states a thread in
+// tiles of 64 positions, a ring of 3 (scan_onepass2_), four in tiles of 32,
+// a ring of 2 (scan_onepass4_). gpu.onePassShared gives the same sizes, and
+// its test compiles them against onepass_shared.
+template <int SPT>
+struct onepass_config {
+    static constexpr int TL = SPT == 2 ? 64 : 32, BUF = SPT == 2 ? 3 : 2;
+};
+#define SCAN_ONEPASS_RUN(SPT, T) \
+    scan_onepass<SPT, onepass_config<SPT>::TL, onepass_config<SPT>::BUF, T>(SCAN_ONEPASS_ARGS)
+
 #define SCAN_ONEPASS_PARAMS(T)                                                                                 \
     const float *__restrict__ dt, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,     \
         const T *__restrict__ u, const float *__restrict__ Dskip, const float *__restrict__ z, int ldz,            \
@@ -200,9 +208,9 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
 #define SCAN_ONEPASS_ARGS dt, A2, dbl, ldd, R, u, Dskip, z, ldz, state, y, T_, E, N
 #define SCAN_ONEPASS(sfx, T)                                                                                   \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
-        scan_onepass<2, 64, 3, T>(SCAN_ONEPASS_ARGS);                                                          \
+        SCAN_ONEPASS_RUN(2, T);                                                                                \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass4_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
-        scan_onepass<4, 32, 2, T>(SCAN_ONEPASS_ARGS);                                                          \
+        SCAN_ONEPASS_RUN(4, T);                                                                                \
     }
 EACH_DTYPE(SCAN_ONEPASS)

@@ -1,6 +1,14 @@
 package gpu
 
-import "testing"
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/mambago/mambago/kernels"
+	"github.com/mambago/mambago/mambago/cuda"
+)
 
 // TestOnePassStates pins OnePassStates to the cases it was measured on (an
 // H200: 132 SMs), as its comment gives them.
@@ -21,5 +29,33 @@ func TestOnePassStates(t *testing.T) {
 		if got := OnePassStates(c.B, c.T, c.E, 132); got != c.want {
 			t.Errorf("%s: OnePassStates = %d, want %d", c.name, got, c.want)
 		}
+	}
+}
+
+// TestOnePassSharedMatchesKernel compiles, through NVRTC (no GPU needed),
+// static_asserts that onePassShared gives the sizes kernels/scan_onepass.cu
+// computes for its entries' tiles and rings: a kernel launched with less
+// traps.
+func TestOnePassSharedMatchesKernel(t *testing.T) {
+	if err := cuda.LoadNVRTC(); err != nil {
+		if os.Getenv("MAMBAGO_REQUIRE_NVRTC") != "" {
+			t.Fatalf("NVRTC required (MAMBAGO_REQUIRE_NVRTC is set): %v", err)
+		}
+		t.Skipf("no NVRTC library (set MAMBAGO_NVRTC, or install nvidia-cuda-nvrtc): %v", err)
+	}
+	src, err := kernels.Source("scan_onepass.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var checks strings.Builder
+	for _, spt := range []int{2, 4} {
+		for _, size := range []int{4, 2} {
+			fmt.Fprintf(&checks, "static_assert(onepass_shared(%d, onepass_config<%d>::TL, onepass_config<%d>::BUF, %d) == %d, "+
+				"\"gpu.onePassShared(%d, %d) differs from the kernel's size\");\n", spt, spt, spt, size,
+				onePassShared(spt, size), spt, size)
+		}
+	}
+	if _, err := cuda.Compile(src+checks.String(), "scan_onepass.cu", "sm_90", "--std=c++17"); err != nil {
+		t.Fatal(err)
 	}
 }
