@@ -1,11 +1,11 @@
 package kernels_test
 
 import (
-	"os"
 	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/kernels"
 	"github.com/mambago/mambago/mambago/cuda"
 )
@@ -15,12 +15,7 @@ import (
 // wheel and points MAMBAGO_NVRTC at its libnvrtc.so, so CI fails on a kernel
 // that does not compile.
 func TestCompileAll(t *testing.T) {
-	if err := cuda.LoadNVRTC(); err != nil {
-		if os.Getenv("MAMBAGO_REQUIRE_NVRTC") != "" {
-			t.Fatalf("NVRTC required (MAMBAGO_REQUIRE_NVRTC is set): %v", err)
-		}
-		t.Skipf("no NVRTC library (set MAMBAGO_NVRTC, or install nvidia-cuda-nvrtc): %v", err)
-	}
+	gputest.NeedNVRTC(t)
 	maj, min, _ := cuda.NVRTCVersion()
 	t.Logf("NVRTC %d.%d", maj, min)
 	names := kernels.Names()
@@ -81,12 +76,7 @@ func TestEntries(t *testing.T) {
 // indexed at run time, or too many live values), logging each kernel's
 // registers.
 func TestNoRegisterSpills(t *testing.T) {
-	if err := cuda.LoadNVRTC(); err != nil {
-		if os.Getenv("MAMBAGO_REQUIRE_NVRTC") != "" {
-			t.Fatalf("NVRTC required (MAMBAGO_REQUIRE_NVRTC is set): %v", err)
-		}
-		t.Skipf("no NVRTC library: %v", err)
-	}
+	gputest.NeedNVRTC(t)
 	spill := regexp.MustCompile(`(\d+) bytes spill stores`)
 	for _, name := range kernels.Names() {
 		src, err := kernels.Source(name)

@@ -2,6 +2,7 @@
 package gputest
 
 import (
+	"os"
 	"runtime"
 	"testing"
 
@@ -36,4 +37,18 @@ func Device(t testing.TB) *cuda.Device {
 		runtime.UnlockOSThread()
 	})
 	return d
+}
+
+// NeedNVRTC loads NVRTC for tests that compile kernels without a GPU, or
+// skips the test, saying why, when there is none; with
+// MAMBAGO_REQUIRE_NVRTC set (scripts/test.sh, CI) it fails the test
+// instead, so a missing library cannot pass as a skip.
+func NeedNVRTC(t testing.TB) {
+	t.Helper()
+	if err := cuda.LoadNVRTC(); err != nil {
+		if os.Getenv("MAMBAGO_REQUIRE_NVRTC") != "" {
+			t.Fatalf("NVRTC required (MAMBAGO_REQUIRE_NVRTC is set): %v", err)
+		}
+		t.Skipf("no NVRTC library (set MAMBAGO_NVRTC, or install nvidia-cuda-nvrtc): %v", err)
+	}
 }

@@ -2,10 +2,10 @@ package gpu
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
+	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/kernels"
 	"github.com/mambago/mambago/mambago/cuda"
 )
@@ -37,12 +37,7 @@ func TestOnePassStates(t *testing.T) {
 // computes for its entries' tiles and rings: a kernel launched with less
 // traps.
 func TestOnePassSharedMatchesKernel(t *testing.T) {
-	if err := cuda.LoadNVRTC(); err != nil {
-		if os.Getenv("MAMBAGO_REQUIRE_NVRTC") != "" {
-			t.Fatalf("NVRTC required (MAMBAGO_REQUIRE_NVRTC is set): %v", err)
-		}
-		t.Skipf("no NVRTC library (set MAMBAGO_NVRTC, or install nvidia-cuda-nvrtc): %v", err)
-	}
+	gputest.NeedNVRTC(t)
 	src, err := kernels.Source("scan_onepass.cu")
 	if err != nil {
 		t.Fatal(err)
