@@ -10,8 +10,9 @@ import (
 // typedKernels have one entry per storage type (kernels.DTypes), named
 // <kernel>_<suffix>; plainKernels have one f32 entry.
 var (
-	typedKernels = []string{"embed", "rmsnorm", "to", "conv_silu", "scan_chunk_sum", "scan_chunk_out", "scan_chunk_sum_st", "scan_chunk_out_st", "step_in", "gemv", "step_in_r4", "gemv_r4", "from",
-		"scan_onepass2", "scan_onepass4"}
+	typedKernels = []string{"embed", "rmsnorm", "to", "conv_silu", "scan_chunk_sum", "scan_chunk_out",
+		"scan_chunk_sum_st", "scan_chunk_out_st", "scan_onepass2", "scan_onepass4", "step_in", "gemv",
+		"step_in_r4", "gemv_r4", "from"}
 	plainKernels = []string{"scale_f32", "add_bias_f32", "rmsnorm_dbc_f32", "scan_carry_f32",
 		"pool_f32", "step_scan_f32", "dt_proj_f32", "dt_proj_narrow_f32", "dt_proj_tc_f32", "dt_proj_tc1_f32"}
 )
@@ -58,9 +59,9 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 	// gets unasked; allow it here, outside any graph capture (Scan.Launch
 	// asks again, which then does nothing). A device that cannot give it
 	// runs the chunked scan (Engine.scanOnePass).
-	for sfx, size := range map[string]int{"f32": 4, "bf16": 2, "f16": 2} {
+	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16, cuda.F16} {
 		for _, spt := range []int{2, 4} {
-			name, shared := fmt.Sprintf("scan_onepass%d_%s", spt, sfx), onePassShared(spt, size)
+			name, shared := fmt.Sprintf("scan_onepass%d_%s", spt, dt.Suffix()), onePassShared(spt, dt.Size())
 			if shared > dev.MaxSharedOptIn {
 				continue
 			}
