@@ -61,7 +61,7 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 	// runs the chunked scan (Engine.scanOnePass).
 	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16, cuda.F16} {
 		for _, spt := range []int{2, 4} {
-			name, shared := fmt.Sprintf("scan_onepass%d_%s", spt, dt.Suffix()), onePassShared(spt, dt.Size())
+			name, shared := onePassKernel(spt, dt), onePassShared(spt, dt.Size())
 			if shared > dev.MaxSharedOptIn {
 				continue
 			}

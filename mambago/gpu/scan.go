@@ -107,6 +107,12 @@ func OnePassStates(B, T, E, sms int) int {
 // onePassThreads·OnePass/16 channels.
 const onePassThreads = 128
 
+// onePassKernel names the one-pass entry at spt states a thread for
+// storage type dt.
+func onePassKernel(spt int, dt cuda.DType) string {
+	return fmt.Sprintf("scan_onepass%d_%s", spt, dt.Suffix())
+}
+
 // onePassShared is onepass_shared in kernels/scan_onepass.cu for the
 // one-pass kernel at spt states a thread (tiles of 64 positions in a ring
 // of 3 at 2 states, of 32 in a ring of 2 at 4) and a storage type of size
@@ -127,7 +133,7 @@ func onePassShared(spt, size int) int {
 // Launch queues the scan on stream; fn looks kernels up by name.
 func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
 	if s.OnePassApplies() {
-		f := fn(fmt.Sprintf("scan_onepass%d_%s", s.OnePass, s.DType.Suffix()))
+		f := fn(onePassKernel(s.OnePass, s.DType))
 		shared := onePassShared(s.OnePass, s.DType.Size())
 		if err := f.SetMaxDynamicShared(shared); err != nil {
 			return err
