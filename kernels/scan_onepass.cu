@@ -103,7 +103,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     // then the chain through s. (Written position by position, ptxas issues
     // each position's loads after the previous one's store to sp, and every
     // position pays its whole latency.)
-    constexpr int BATCH = 32 / SPT;
+    constexpr int BATCH = 16 / SPT;
     constexpr int PST = onepass_pst(SPT);
     static_assert(TL % BATCH == 0 && OP_THREADS % CB == 0 && CB == 8 * SPT && BUF >= 2, "tile shapes");
     extern __shared__ __align__(16) unsigned char op_smem[];
@@ -143,9 +143,12 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         cp_async_wait<BUF - 2>();  // tile k is in
         __syncthreads();  // and visible; every thread is done with tile k - 1, whose slot the next issue refills, and with sp
         issue(k + BUF - 1);
-#pragma unroll
-        for (int h = 0; h < TL; h += BATCH) {
-            float e[BATCH][SPT], x[BATCH][SPT], cv[BATCH][SPT];
+        // Two batches in flight: the loads and decays of the next batch are
+        // written before the chain of this one, so they need not wait for
+        // this batch's stores to sp (ptxas cannot tell the ring and sp apart
+        // in dynamic shared memory, and keeps loads after earlier stores).
+        float e[2][BATCH][SPT], x[2][BATCH][SPT], cv[2][BATCH][SPT];
+        auto load = [&](int h, float(&e)[BATCH][SPT], float(&x)[BATCH][SPT], float(&cv)[BATCH][SPT]) {
 #pragma unroll
             for (int i = 0; i < BATCH; i++) {
                 float dt = sdt[j][h + i][cl], du = dt * to_f32(su[j][h + i][cl]);
@@ -160,6 +163,9 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
             for (int i = 0; i < BATCH; i++)
 #pragma unroll
                 for (int q = 0; q < SPT; q++) e[i][q] = ex2(e[i][q]);
+        };
+        auto chain = [&](int h, const float(&e)[BATCH][SPT], const float(&x)[BATCH][SPT],
+                         const float(&cv)[BATCH][SPT]) {
 #pragma unroll
             for (int i = 0; i < BATCH; i++) {
                 float p = 0.f;
@@ -170,6 +176,13 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
                 }
                 sp[h + i][threadIdx.x] = p;
             }
+        };
+        load(0, e[0], x[0], cv[0]);
+#pragma unroll
+        for (int h = 0; h < TL; h += BATCH) {
+            const int cur = h / BATCH % 2;
+            if (h + BATCH < TL) load(h + BATCH, e[cur ^ 1], x[cur ^ 1], cv[cur ^ 1]);
+            chain(h, e[cur], x[cur], cv[cur]);
         }
         __syncthreads();  // every term of the tile is in sp
         // Output (position tt, channel cl) for tt = g, g + G, ...: this
