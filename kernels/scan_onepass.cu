@@ -105,6 +105,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     // position pays its whole latency.)
     constexpr int BATCH = 16 / SPT;
     constexpr int PST = onepass_pst(SPT);
+    constexpr int NO = TL / G;  // outputs a thread gates and writes a tile
     static_assert(TL % BATCH == 0 && OP_THREADS % CB == 0 && CB == 8 * SPT && BUF >= 2, "tile shapes");
     extern __shared__ __align__(16) unsigned char op_smem[];
     unsigned smem;
@@ -143,6 +144,12 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         cp_async_wait<BUF - 2>();  // tile k is in
         __syncthreads();  // and visible; every thread is done with tile k - 1, whose slot the next issue refills, and with sp
         issue(k + BUF - 1);
+        // The gate's u and z of the NO outputs this thread writes (positions
+        // g, g + G, ..., channel cl), into registers now: the loads' latency
+        // hides under the chain instead of adding to the tile's tail.
+        float gu[NO], gz[NO];
+#pragma unroll
+        for (int o = 0; o < NO; o++) gu[o] = to_f32(su[j][g + o * G][cl]), gz[o] = sz[j][g + o * G][cl];
         // Two batches in flight: the loads and decays of the next batch are
         // written before the chain of this one, so they need not wait for
         // this batch's stores to sp (ptxas cannot tell the ring and sp apart
@@ -188,14 +195,12 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         // Output (position tt, channel cl) for tt = g, g + G, ...: this
         // thread's own channel, since CB divides the block.
 #pragma unroll
-        for (int tt = g; tt < TL; tt += G) {
+        for (int o = 0; o < NO; o++) {
+            int tt = g + o * G, t = k * TL + tt;
             float v = 0.f;
 #pragma unroll
             for (int q = 0; q < G; q++) v += sp[tt][q * CB + cl];
-            int t = k * TL + tt;
-            if (on && t < T)
-                y[((size_t)b * T + t) * E + c] =
-                    from_f32<Tv>((v + dskip * to_f32(su[j][tt][cl])) * silu_f(sz[j][tt][cl]));
+            if (on && t < T) y[((size_t)b * T + t) * E + c] = from_f32<Tv>((v + dskip * gu[o]) * silu_f(gz[o]));
         }
     }
 #pragma unroll

@@ -22,6 +22,7 @@
 #             use and stall reasons for the engine's dt_proj in a 1.4b prefill;
 #   sourceprof: ncu's per-instruction stall samples for the bf16 scan and the
 #             2.8b decode GEMVs (text logs and .ncu-rep reports);
+#   kerneltimes8: the same for a bf16 2.8b prefill at B=8, T=2048;
 #   kerneltimes: every kernel's mean time with warm caches (ncu, one metric,
 #             no cache flush) for a bf16 130m B=1 T=2048 prefill and a 2.8b
 #             decode step: the stage table's event timings include launch gaps;
@@ -78,11 +79,11 @@ if [[ $mode == onepass ]]; then
   echo "== bf16 prefills, T=2048, with each scan (BenchmarkScanVariants: L<chunk>_onepass<states>; -1 chunked, 0 the engine's pick)"
   .carry/gpu.test -test.run '^$' -test.bench ScanVariants -test.benchtime 10x 2>&1 | tee "$OUT/scan_variants.log" \
     | grep tok/s | awk '{print $1, $(NF-1)}'
-  echo "== ncu: the one-pass scan in a 1.4b B=1 T=2048 prefill (stall reasons, per-instruction samples)"
+  echo "== ncu: the one-pass scan in a 130m B=1 T=2048 prefill (stall reasons, per-instruction samples)"
   timeout 240 ncu --clock-control none -k 'regex:scan_onepass2_bf16' --launch-skip 5 --launch-count 1 \
     --section SourceCounters --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis \
     --section MemoryWorkloadAnalysis --section SpeedOfLight --export "$OUT/onepass_source" --page details \
-    .carry/gpu.test -test.run '^$' -test.bench 'BigShapes/1.4b/prefill_B1_T2048_onepass2_dtproj_tc1$' -test.benchtime 1x \
+    .carry/gpu.test -test.run '^$' -test.bench 'ScanVariants/130m/B1_T2048/L64_onepass2$' -test.benchtime 1x \
     > "$OUT/onepass_ncu.log" 2>&1
   echo "ncu exit $?: $(wc -l < "$OUT/onepass_ncu.log") lines"
   exit $status
@@ -126,6 +127,15 @@ if [[ $mode == kerneltimes ]]; then
   for f in "$OUT"/kerneltimes_*.log; do
     echo "-- $f"; python3 scripts/ncu_summary.py "$f"
   done
+fi
+if [[ $mode == kerneltimes8 ]]; then
+  echo "== ncu, warm caches: per-kernel times of a bf16 2.8b prefill at B=8, T=2048 (the engine's pick)"
+  times="--cache-control none --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel"
+  # One prefill is 64 layers of about 10 launches; skip the first (warm-up) prefill.
+  timeout 300 ncu $times --launch-skip 700 --launch-count 660 .carry/gpu.test -test.run '^$' \
+    -test.bench 'ScanVariants/2.8b/B8_T2048/L64_onepass0$' -test.benchtime 1x > "$OUT/kerneltimes_2.8b_B8.log" 2>&1
+  echo "ncu exit $?"
+  python3 scripts/ncu_summary.py "$OUT/kerneltimes_2.8b_B8.log"
 fi
 if [[ $mode == decodeprof ]]; then
   echo "== decode step: graph replay time, then ncu's per-kernel times (130m shape, B=1)"

@@ -320,31 +320,30 @@ func bf16Engine(b *testing.B, d, layers int) (*gpu.Engine, engine.State) {
 	return e, st
 }
 
-// BenchmarkScanVariants times bf16 prefills at T=2048 of the 130m, 370m,
-// 1.4b and 2.8b shapes at B=1, and of 130m and 1.4b at B=8, with the chunked scan at several
-// chunk lengths, the one-pass scan at 2 and 4 states a thread, and the
-// engine's pick (OnePassStates).
+// BenchmarkScanVariants times bf16 prefills of the 130m, 370m, 1.4b and
+// 2.8b shapes at B=1 and B=8 (T=2048, and T=8192 for 130m at B=1) with the
+// chunked scan (L64_onepass-1), the one-pass scan at 2 and 4 states a
+// thread, and the engine's pick (L64_onepass0, OnePassStates).
 func BenchmarkScanVariants(b *testing.B) {
 	gputest.Need(b)
-	type variant struct{ chunk, onePass int }
-	variants := []variant{{64, -1}, {96, -1}, {64, 2}, {64, 4}, {64, 0}}
+	type size struct{ B, T int }
 	for _, sh := range []struct {
 		name      string
 		d, layers int
-		batches   []int
-	}{{"130m", 768, 24, []int{1, 8}}, {"370m", 1024, 48, []int{1}}, {"1.4b", 2048, 48, []int{1, 8}},
-		{"2.8b", 2560, 64, []int{1}}} {
+		sizes     []size
+	}{{"130m", 768, 24, []size{{1, 2048}, {1, 8192}, {8, 2048}}}, {"370m", 1024, 48, []size{{1, 2048}}},
+		{"1.4b", 2048, 48, []size{{1, 2048}, {8, 2048}}}, {"2.8b", 2560, 64, []size{{1, 2048}, {8, 2048}}}} {
 		b.Run(sh.name, func(b *testing.B) {
 			e, _ := bf16Engine(b, sh.d, sh.layers)
-			for _, B := range sh.batches {
-				st, err := e.NewState(B)
+			for _, sz := range sh.sizes {
+				st, err := e.NewState(sz.B)
 				if err != nil {
 					b.Fatal(err)
 				}
-				in := engine.Input{B: B, T: 2048, IDs: randomIDs(B*2048, 50280)}
-				for _, v := range variants {
-					b.Run(fmt.Sprintf("B%d/L%d_onepass%d", B, v.chunk, v.onePass), func(b *testing.B) {
-						e.ScanChunk, e.ScanOnePass = v.chunk, v.onePass
+				in := engine.Input{B: sz.B, T: sz.T, IDs: randomIDs(sz.B*sz.T, 50280)}
+				for _, onePass := range []int{-1, 2, 4, 0} {
+					b.Run(fmt.Sprintf("B%d_T%d/L64_onepass%d", sz.B, sz.T, onePass), func(b *testing.B) {
+						e.ScanChunk, e.ScanOnePass = 64, onePass
 						timePrefills(b, e, st, in, sh.d)
 					})
 				}

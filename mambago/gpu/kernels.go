@@ -17,6 +17,17 @@ var (
 		"pool_f32", "step_scan_f32", "dt_proj_f32", "dt_proj_narrow_f32", "dt_proj_tc_f32", "dt_proj_tc1_f32"}
 )
 
+// wantedKernels names every entry the engine launches.
+func wantedKernels() []string {
+	want := append([]string{}, plainKernels...)
+	for _, k := range typedKernels {
+		for _, sfx := range kernels.DTypes {
+			want = append(want, k+"_"+sfx)
+		}
+	}
+	return want
+}
+
 // loadKernels compiles every kernel source for the device and looks up the
 // entry points.
 func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, error) {
@@ -44,13 +55,7 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 			fns[k] = f
 		}
 	}
-	want := append([]string{}, plainKernels...)
-	for _, k := range typedKernels {
-		for _, sfx := range kernels.DTypes {
-			want = append(want, k+"_"+sfx)
-		}
-	}
-	for _, k := range want {
+	for _, k := range wantedKernels() {
 		if fns[k] == nil {
 			return nil, mods, fmt.Errorf("gpu: kernel %s is in no source of kernels/", k)
 		}

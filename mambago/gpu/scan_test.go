@@ -32,6 +32,23 @@ func TestOnePassStates(t *testing.T) {
 	}
 }
 
+// TestWantedKernelsAreEntries checks, without a GPU, that every kernel the
+// engine looks up is an entry of some source in kernels/ (loadKernels
+// fails otherwise).
+func TestWantedKernelsAreEntries(t *testing.T) {
+	entries := map[string]bool{}
+	for _, name := range kernels.Names() {
+		for _, k := range kernels.Entries(name) {
+			entries[k] = true
+		}
+	}
+	for _, k := range wantedKernels() {
+		if !entries[k] {
+			t.Errorf("kernel %s is in no source of kernels/", k)
+		}
+	}
+}
+
 // TestOnePassSharedMatchesKernel compiles, through NVRTC (no GPU needed),
 // static_asserts that onePassShared gives the sizes kernels/scan_onepass.cu
 // computes for its entries' tiles and rings: a kernel launched with less
