@@ -188,7 +188,10 @@ extern "C" __global__ void __launch_bounds__(DT_THREADS, 2)
 //
 // TC_STAGES and TC_MINB may be set when compiling (BenchmarkDTProj sweeps
 // them); the defaults are the fastest it measured.
-#define TC_BM 64                       // rows per block
+#ifndef TC_MT
+#define TC_MT 2                        // m16 tiles per warp (16 TC_MT rows)
+#endif
+#define TC_BM (32 * TC_MT)             // rows per block
 #define TC_BN 128                      // channels per block
 #define TC_BK 16                       // columns of dt_low per stage: four 16-byte pieces
 #ifndef TC_STAGES
@@ -198,10 +201,11 @@ extern "C" __global__ void __launch_bounds__(DT_THREADS, 2)
 #define TC_MINB 3                      // blocks an SM, for the register budget
 #endif
 #define TC_THREADS 256
-#define TC_MT 2                        // m16 tiles per warp (32 rows)
 #define TC_NT 4                        // n8 tiles per warp (32 channels)
+#define TC_COPIES ((TC_BM + TC_BN) * TC_BK / 4 / TC_THREADS)  // 16-byte copies a thread a stage
 static_assert(TC_BM == 2 * 16 * TC_MT && TC_BN == 4 * 8 * TC_NT, "8 warps: 2 along rows, 4 along channels");
-static_assert((TC_BM + TC_BN) * TC_BK / 4 == 3 * TC_THREADS, "a stage is three 16-byte copies a thread");
+static_assert(TC_COPIES * TC_THREADS * 4 == (TC_BM + TC_BN) * TC_BK && TC_BM % (TC_THREADS / 4) == 0,
+              "a stage is whole rounds of 16-byte copies, dt_low's rounds first");
 static_assert(TC_STAGES * (TC_BM + TC_BN) * TC_BK * 4 <= 48 * 1024, "static shared memory");
 
 // tc_swizzle is where column k of row r of a stage is stored in the row.
@@ -247,15 +251,16 @@ __device__ __forceinline__ void dt_proj_tc(const float *__restrict__ dbl, int ld
     int wr = warp / 4 * (16 * TC_MT), wc = TC_BM + warp % 4 * (8 * TC_NT);  // the warp's rows in a stage
     int r0 = blockIdx.y * TC_BM, c0 = blockIdx.x * TC_BN;
 
-    // A thread copies piece k of stage rows i, i + 64 and i + 128: a dt_low
-    // row, then two weight rows. Zeros past rows, E and R.
+    // A thread copies piece k of stage rows i, i + 64, ...: dt_low rows
+    // below TC_BM, weight rows from there. Zeros past rows, E and R.
+    constexpr int ROUND = TC_THREADS / 4;  // stage rows a round of copies
     int i = threadIdx.x / 4, k = threadIdx.x % 4 * 4;
-    const float *src[3];
-    bool ok[3];
+    const float *src[TC_COPIES];
+    bool ok[TC_COPIES];
 #pragma unroll
-    for (int j = 0; j < 3; j++) {
-        int row = i + j * TC_BM;
-        if (j == 0) {
+    for (int j = 0; j < TC_COPIES; j++) {
+        int row = i + j * ROUND;
+        if (j * ROUND < TC_BM) {
             ok[j] = r0 + row < rows;
             src[j] = dbl + (size_t)(ok[j] ? r0 + row : 0) * ldd + k;
         } else {
@@ -266,8 +271,8 @@ __device__ __forceinline__ void dt_proj_tc(const float *__restrict__ dbl, int ld
     auto stage = [&](int s, int k0) {
         bool kok = k0 + k < R;
 #pragma unroll
-        for (int j = 0; j < 3; j++) {
-            int row = i + j * TC_BM;
+        for (int j = 0; j < TC_COPIES; j++) {
+            int row = i + j * ROUND;
             cp_async<16>(&st[s][row][tc_swizzle(row, k)], src[j] + (kok ? k0 : 0), kok && ok[j]);
         }
     };

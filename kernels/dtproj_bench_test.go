@@ -34,17 +34,22 @@ func BenchmarkDTProj(b *testing.B) {
 		f      *cuda.Function
 		sizing bool
 		bound  float64 // of the error against dt_proj_f32
+		rows   int     // rows a block: 32 TC_MT
 	}
 	var variants []variant
 	for _, opts := range []string{"cuda_cores", "", "tc1", "-DTC_STAGES=2", "-DTC_MINB=2", "-DTC_STAGES=2 -DTC_MINB=2",
-		"sizing:no_softplus", "sizing:no_products"} {
+		"-DTC_MT=4 -DTC_MINB=2", "tc1 -DTC_MT=4 -DTC_MINB=2", "sizing:no_softplus", "sizing:no_products"} {
 		if opts == "cuda_cores" {
 			variants = append(variants, variant{name: opts, bound: 1e-5})
 			continue
 		}
 		entry, bound := "dt_proj_tc_f32", 1e-5
-		if opts == "tc1" { // operands rounded to TF32: 2^-11 each
-			entry, bound, opts = "dt_proj_tc1_f32", 2e-3, ""
+		if rest, ok := strings.CutPrefix(opts, "tc1"); ok { // operands rounded to TF32: 2^-11 each
+			entry, bound, opts = "dt_proj_tc1_f32", 2e-3, strings.TrimSpace(rest)
+		}
+		rows := 64
+		if strings.Contains(opts, "-DTC_MT=4") {
+			rows = 128
 		}
 		vsrc, copts := src, strings.Fields(opts)
 		cut, sizing := strings.CutPrefix(opts, "sizing:")
@@ -63,14 +68,15 @@ func BenchmarkDTProj(b *testing.B) {
 		}
 		name := opts
 		if entry != "dt_proj_tc_f32" {
-			name = entry
+			name = strings.TrimSpace(entry + " " + opts)
 		}
-		variants = append(variants, variant{name, f, sizing, bound})
+		variants = append(variants, variant{name, f, sizing, bound, rows})
 	}
 	for _, sh := range []struct {
 		name       string
 		rows, E, R int
-	}{{"130m", 2048, 1536, 48}, {"1.4b", 2048, 4096, 128}, {"2.8b", 2048, 5120, 160}, {"ragged", 1000, 4100, 136}} {
+	}{{"130m", 2048, 1536, 48}, {"1.4b", 2048, 4096, 128}, {"2.8b", 2048, 5120, 160}, {"2.8b_B8", 8 * 2048, 5120, 160},
+		{"ragged", 1000, 4100, 136}} {
 		ldd := sh.R + 32
 		bdbl, bW, bb := upload(b, s, randn(sh.rows*ldd, 1)), upload(b, s, randn(sh.E*sh.R, 0.3)), upload(b, s, randn(sh.E, 1))
 		ref, out := poisoned(b, s, sh.rows*sh.E), poisoned(b, s, sh.rows*sh.E)
@@ -84,13 +90,17 @@ func BenchmarkDTProj(b *testing.B) {
 			want64[i] = float64(v)
 		}
 		for _, v := range variants {
-			lookup, p := fn, p
+			p := p
 			p.DT = out.Ptr
+			launch := func() error { return p.Launch(fn, s) }
 			if v.f != nil {
-				lookup, p.TensorCores = func(string) *cuda.Function { return v.f }, true
+				grid := cuda.Dim3{X: (p.E + 127) / 128, Y: (p.Rows + v.rows - 1) / v.rows, Z: 1}
+				launch = func() error {
+					return v.f.Launch(grid, cuda.D1(256), 0, s, p.DBL, p.LDD, p.R, p.W, p.Bias, p.DT, p.Rows, p.E)
+				}
 			}
 			b.Run(fmt.Sprintf("%s/%s", sh.name, v.name), func(b *testing.B) {
-				if err := p.Launch(lookup, s); err != nil {
+				if err := launch(); err != nil {
 					b.Fatal(err)
 				}
 				if e := relErr(download(b, s, out, sh.rows*sh.E), want64); e > v.bound && !v.sizing {
@@ -98,7 +108,7 @@ func BenchmarkDTProj(b *testing.B) {
 				}
 				var times []float64
 				for b.Loop() {
-					times = append(times, timer.ms(b, func() error { return p.Launch(lookup, s) }))
+					times = append(times, timer.ms(b, launch))
 				}
 				b.ReportMetric(1e3*median(times), "us")
 			})

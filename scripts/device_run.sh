@@ -166,15 +166,16 @@ if [[ $mode == profile ]]; then
   echo "ncu exit $?"; grep -E "^  [a-z_0-9]+ |Duration|Throughput|Achieved Occ" "$OUT/dtproj_ncu.log" | head -24
 fi
 if [[ $mode == dtproj ]]; then
-  echo "== dt_proj: the kernel test, BenchmarkDTProj, ncu in a 1.4b prefill"
+  echo "== dt_proj: the kernel test, BenchmarkDTProj, ncu in a 2.8b prefill at B=8"
   .carry/kernels.test -test.run DTProjKernel -test.v 2>&1 | tee "$OUT/dtproj_test.log" | grep -E "rel err|^--- |^ok|FAIL"
   .carry/kernels.test -test.run '^$' -test.bench DTProj -test.benchtime 20x 2>&1 | tee "$OUT/dtproj_bench.log" \
     | grep -E " us|FAIL|rel err"
-  timeout 200 ncu --clock-control none -k 'regex:dt_proj' --launch-skip 100 --launch-count 1 --metrics \
-    'gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
-    .carry/gpu.test -test.run '^$' -test.bench 'BigShapes/1.4b/prefill_T2048_staged_true_L64_tc_true' -test.benchtime 1x \
+  timeout 200 ncu --clock-control none -k 'regex:dt_proj' --launch-skip 70 --launch-count 1 --section SpeedOfLight \
+    --section MemoryWorkloadAnalysis --metrics \
+    'sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,lts__t_bytes.sum,dram__bytes_read.sum,dram__bytes_write.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    .carry/gpu.test -test.run '^$' -test.bench 'ScanVariants/2.8b/B8_T2048/L64_onepass0$' -test.benchtime 1x \
     > "$OUT/dtproj_ncu.log" 2>&1
-  echo "ncu exit $?"; grep -E "dt_proj|duration|pct|ratio|conflicts" "$OUT/dtproj_ncu.log" | awk '$NF!="0"' | head -30
+  echo "ncu exit $?"; grep -E "dt_proj|Duration|Throughput|pct|ratio|bytes|Hit" "$OUT/dtproj_ncu.log" | awk '$NF!="0"' | head -40
 fi
 if [[ $mode == sourceprof ]]; then
   # Where the scan's and the 2.8b GEMVs' warps stall, instruction by

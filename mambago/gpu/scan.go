@@ -88,16 +88,16 @@ func (s Scan) OnePassApplies() bool {
 // H200 (bench/NOTES.md): 4 states a thread where that gives two warps a
 // scheduler or more (every B=8 shape: 130m 1.19M tok/s against 0.97M
 // chunked); 2 states where that gives 1.5 (1.4b at B=1: 128k against
-// 116k), or 0.75 at T <= 4096 (370m at B=1, T=2048: 270k against 247k);
-// the chunked scan below that (130m at B=1: 635k against 632k at T=2048,
-// and about 1.5 times faster at T=8192).
+// 116k), or 2/3 at T <= 4096 (370m at B=1, T=2048: 281k against 248k;
+// 130m, 0.73 warps a scheduler: 677k against 643k); the chunked scan below
+// that, and at 130m B=1 T=8192 (880k against 829k).
 func OnePassStates(B, T, E, sms int) int {
 	warps := func(spt int) int { return B * E * (scanStates / spt) / 32 }
 	schedulers := 4 * sms
 	switch {
 	case warps(4) >= 2*schedulers:
 		return 4
-	case warps(2) >= 3*schedulers/2, warps(2) >= 3*schedulers/4 && T <= 4096:
+	case warps(2) >= 3*schedulers/2, warps(2) >= 2*schedulers/3 && T <= 4096:
 		return 2
 	}
 	return 0
