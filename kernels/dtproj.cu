@@ -173,9 +173,10 @@ extern "C" __global__ void __launch_bounds__(DT_THREADS, 2)
 // (KL 1.04e-2 and state 7.06e-2 against 1.04e-2 and 6.98e-2 in f32), so
 // dt_proj_tc1_f32 takes one product of the operands rounded to TF32.
 //
-// dt_proj_tc_f32: grid (ceil(E / TC_BN), ceil(rows / TC_BM)), block
+// dt_proj_tc_f32: grid (ceil(E / TC_BN), ceil(rows / BM)), block
 // TC_THREADS: 8 warps, 2 along the rows by 4 along the channels, each
-// summing a 32 x 32 tile of dt as TC_MT x TC_NT mma.m16n8k8 tiles. The
+// summing a 16 MT x 32 tile of dt as MT x TC_NT mma.m16n8k8 tiles (BM = 32 MT
+// rows a block, MT = 2 or 4: the entries at the end). The
 // block stages TC_BK columns of its dt_low rows and of its channels'
 // weights at a time with cp.async, TC_STAGES - 1 stages ahead of the one
 // in use, as rows of four 16-byte pieces: piece c of row r is stored at
@@ -188,10 +189,6 @@ extern "C" __global__ void __launch_bounds__(DT_THREADS, 2)
 //
 // TC_STAGES and TC_MINB may be set when compiling (BenchmarkDTProj sweeps
 // them); the defaults are the fastest it measured.
-#ifndef TC_MT
-#define TC_MT 2                        // m16 tiles per warp (16 TC_MT rows)
-#endif
-#define TC_BM (32 * TC_MT)             // rows per block
 #define TC_BN 128                      // channels per block
 #define TC_BK 16                       // columns of dt_low per stage: four 16-byte pieces
 #ifndef TC_STAGES
@@ -202,11 +199,7 @@ extern "C" __global__ void __launch_bounds__(DT_THREADS, 2)
 #endif
 #define TC_THREADS 256
 #define TC_NT 4                        // n8 tiles per warp (32 channels)
-#define TC_COPIES ((TC_BM + TC_BN) * TC_BK / 4 / TC_THREADS)  // 16-byte copies a thread a stage
-static_assert(TC_BM == 2 * 16 * TC_MT && TC_BN == 4 * 8 * TC_NT, "8 warps: 2 along rows, 4 along channels");
-static_assert(TC_COPIES * TC_THREADS * 4 == (TC_BM + TC_BN) * TC_BK && TC_BM % (TC_THREADS / 4) == 0,
-              "a stage is whole rounds of 16-byte copies, dt_low's rounds first");
-static_assert(TC_STAGES * (TC_BM + TC_BN) * TC_BK * 4 <= 48 * 1024, "static shared memory");
+static_assert(TC_BN == 4 * 8 * TC_NT, "8 warps: 2 along rows, 4 along channels");
 
 // tc_swizzle is where column k of row r of a stage is stored in the row.
 __device__ __forceinline__ int tc_swizzle(int r, int k) { return (k ^ (r << 1 & 12)); }
@@ -240,46 +233,52 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
 #endif
 }
 
-// dt_proj_tc sums PRODUCTS (3 or 1) TF32 products, as above.
-template <int PRODUCTS>
+// dt_proj_tc sums PRODUCTS (3 or 1) TF32 products, as above, in blocks of
+// BM = 32 MT rows (MT m16 tiles a warp).
+template <int PRODUCTS, int MT>
 __device__ __forceinline__ void dt_proj_tc(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
                                            const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
     static_assert(PRODUCTS == 3 || PRODUCTS == 1, "3xTF32 or 1xTF32");
+    constexpr int BM = 32 * MT;                                       // rows per block
+    constexpr int COPIES = (BM + TC_BN) * TC_BK / 4 / TC_THREADS;  // 16-byte copies a thread a stage
+    static_assert(COPIES * TC_THREADS * 4 == (BM + TC_BN) * TC_BK && BM % (TC_THREADS / 4) == 0,
+                  "a stage is whole rounds of 16-byte copies, dt_low's rounds first");
+    static_assert(TC_STAGES * (BM + TC_BN) * TC_BK * 4 <= 48 * 1024, "static shared memory");
     // A stage: the block's dt_low rows, then its channels' weight rows.
-    __shared__ __align__(16) float st[TC_STAGES][TC_BM + TC_BN][TC_BK];
+    __shared__ __align__(16) float st[TC_STAGES][BM + TC_BN][TC_BK];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
-    int wr = warp / 4 * (16 * TC_MT), wc = TC_BM + warp % 4 * (8 * TC_NT);  // the warp's rows in a stage
-    int r0 = blockIdx.y * TC_BM, c0 = blockIdx.x * TC_BN;
+    int wr = warp / 4 * (16 * MT), wc = BM + warp % 4 * (8 * TC_NT);  // the warp's rows in a stage
+    int r0 = blockIdx.y * BM, c0 = blockIdx.x * TC_BN;
 
     // A thread copies piece k of stage rows i, i + 64, ...: dt_low rows
-    // below TC_BM, weight rows from there. Zeros past rows, E and R.
+    // below BM, weight rows from there. Zeros past rows, E and R.
     constexpr int ROUND = TC_THREADS / 4;  // stage rows a round of copies
     int i = threadIdx.x / 4, k = threadIdx.x % 4 * 4;
-    const float *src[TC_COPIES];
-    bool ok[TC_COPIES];
+    const float *src[COPIES];
+    bool ok[COPIES];
 #pragma unroll
-    for (int j = 0; j < TC_COPIES; j++) {
+    for (int j = 0; j < COPIES; j++) {
         int row = i + j * ROUND;
-        if (j * ROUND < TC_BM) {
+        if (j * ROUND < BM) {
             ok[j] = r0 + row < rows;
             src[j] = dbl + (size_t)(ok[j] ? r0 + row : 0) * ldd + k;
         } else {
-            ok[j] = c0 + row - TC_BM < E;
-            src[j] = W + (size_t)(ok[j] ? c0 + row - TC_BM : 0) * R + k;
+            ok[j] = c0 + row - BM < E;
+            src[j] = W + (size_t)(ok[j] ? c0 + row - BM : 0) * R + k;
         }
     }
     auto stage = [&](int s, int k0) {
         bool kok = k0 + k < R;
 #pragma unroll
-        for (int j = 0; j < TC_COPIES; j++) {
+        for (int j = 0; j < COPIES; j++) {
             int row = i + j * ROUND;
             cp_async<16>(&st[s][row][tc_swizzle(row, k)], src[j] + (kok ? k0 : 0), kok && ok[j]);
         }
     };
 
-    float acc[TC_MT][TC_NT][4];
+    float acc[MT][TC_NT][4];
 #pragma unroll
-    for (int m = 0; m < TC_MT; m++)
+    for (int m = 0; m < MT; m++)
 #pragma unroll
         for (int n = 0; n < TC_NT; n++)
 #pragma unroll
@@ -302,9 +301,9 @@ __device__ __forceinline__ void dt_proj_tc(const float *__restrict__ dbl, int ld
         for (int kk = 0; kk < TC_BK; kk += 8) {
             // Every fragment row is a multiple of 8 plus g, so its swizzle
             // is g's: (g / 2 % 4) * 4.
-            unsigned ah[TC_MT][4], al[TC_MT][4], bh[TC_NT][2], bl[TC_NT][2];
+            unsigned ah[MT][4], al[MT][4], bh[TC_NT][2], bl[TC_NT][2];
 #pragma unroll
-            for (int m = 0; m < TC_MT; m++)
+            for (int m = 0; m < MT; m++)
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     float v = x[wr + m * 16 + g + (j & 1) * 8][tc_swizzle(g, kk + q + (j >> 1) * 4)];
@@ -327,16 +326,16 @@ __device__ __forceinline__ void dt_proj_tc(const float *__restrict__ dbl, int ld
             // accumulator's next product is then 8 mma later.
             if (PRODUCTS == 3) {
 #pragma unroll
-                for (int m = 0; m < TC_MT; m++)
+                for (int m = 0; m < MT; m++)
 #pragma unroll
                     for (int n = 0; n < TC_NT; n++) mma_tf32(acc[m][n], al[m], bh[n]);
 #pragma unroll
-                for (int m = 0; m < TC_MT; m++)
+                for (int m = 0; m < MT; m++)
 #pragma unroll
                     for (int n = 0; n < TC_NT; n++) mma_tf32(acc[m][n], ah[m], bl[n]);
             }
 #pragma unroll
-            for (int m = 0; m < TC_MT; m++)
+            for (int m = 0; m < MT; m++)
 #pragma unroll
                 for (int n = 0; n < TC_NT; n++) mma_tf32(acc[m][n], ah[m], bh[n]);
         }
@@ -348,10 +347,10 @@ __device__ __forceinline__ void dt_proj_tc(const float *__restrict__ dbl, int ld
     // 32-byte sectors), else one float at a time.
 #pragma unroll
     for (int n = 0; n < TC_NT; n++) {
-        int c = c0 + wc - TC_BM + n * 8 + 2 * q;
+        int c = c0 + wc - BM + n * 8 + 2 * q;
         float b0 = c < E ? bias[c] : 0.f, b1 = c + 1 < E ? bias[c + 1] : 0.f;
 #pragma unroll
-        for (int m = 0; m < TC_MT; m++)
+        for (int m = 0; m < MT; m++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 int r = r0 + wr + m * 16 + g + h * 8;
@@ -368,13 +367,28 @@ __device__ __forceinline__ void dt_proj_tc(const float *__restrict__ dbl, int ld
     }
 }
 
+// The entries: blocks of 64 rows (TC_MT = 2), three an SM, and the tall
+// ones, of 128 rows (TC_MT = 4), two an SM, which read each weight tile half
+// as often. gpu.DTProj picks the tall ones where they still make three
+// blocks an SM (BenchmarkDTProj on the H200, one product: 2.8b at B=8
+// 347 -> 302 us, 1.4b at T=2048 38.7 -> 36.1; 130m 14.8 -> 16.7).
 extern "C" __global__ void __launch_bounds__(TC_THREADS, TC_MINB)
     dt_proj_tc_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
                    const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
-    dt_proj_tc<3>(dbl, ldd, R, W, bias, dt, rows, E);
+    dt_proj_tc<3, 2>(dbl, ldd, R, W, bias, dt, rows, E);
 }
 extern "C" __global__ void __launch_bounds__(TC_THREADS, TC_MINB)
     dt_proj_tc1_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
                     const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
-    dt_proj_tc<1>(dbl, ldd, R, W, bias, dt, rows, E);
+    dt_proj_tc<1, 2>(dbl, ldd, R, W, bias, dt, rows, E);
+}
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
+    dt_proj_tc_tall_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
+                        const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
+    dt_proj_tc<3, 4>(dbl, ldd, R, W, bias, dt, rows, E);
+}
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
+    dt_proj_tc1_tall_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
+                         const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
+    dt_proj_tc<1, 4>(dbl, ldd, R, W, bias, dt, rows, E);
 }

@@ -11,15 +11,16 @@ import (
 	gpuengine "github.com/mambago/mambago/mambago/gpu"
 )
 
-// BenchmarkDTProj times dt_proj at the 130m, 1.4b and 2.8b shapes (T=2048),
-// and at a ragged one (no dimension a multiple of its tile), for the checks:
-// dt_proj_f32 on CUDA cores, then dt_proj_tc_f32 compiled with each setting
-// of its tile constants (kernels/dtproj.cu) and dt_proj_tc1_f32 (one TF32
-// product), each checked against dt_proj_f32's output first. Then, to size
+// BenchmarkDTProj times dt_proj at the 130m, 1.4b and 2.8b shapes (T=2048,
+// and 2.8b at B=8), and at a ragged one (no dimension a multiple of its
+// tile), for the checks: dt_proj_f32 on CUDA cores, then dt_proj_tc_f32
+// compiled with each setting of its tile constants (kernels/dtproj.cu),
+// dt_proj_tc1_f32 (one TF32 product) and the tall entries (128 rows a
+// block), each checked against dt_proj_f32's output first. Then, to size
 // the parts of dt_proj_tc_f32, copies of it with a part cut out of the
 // source (sizingCuts; their outputs are wrong, and not checked): without
-// the softplus, and with no products at all. It reports the
-// median launch in µs, timed with CUDA events.
+// the softplus, and with no products at all. It reports the median launch
+// in µs, timed with CUDA events.
 func BenchmarkDTProj(b *testing.B) {
 	d := gputest.Device(b)
 	fn, s := gpu(b)
@@ -38,18 +39,20 @@ func BenchmarkDTProj(b *testing.B) {
 	}
 	var variants []variant
 	for _, opts := range []string{"cuda_cores", "", "tc1", "-DTC_STAGES=2", "-DTC_MINB=2", "-DTC_STAGES=2 -DTC_MINB=2",
-		"-DTC_MT=4 -DTC_MINB=2", "tc1 -DTC_MT=4 -DTC_MINB=2", "sizing:no_softplus", "sizing:no_products"} {
+		"tall", "tc1 tall", "sizing:no_softplus", "sizing:no_products"} {
 		if opts == "cuda_cores" {
 			variants = append(variants, variant{name: opts, bound: 1e-5})
 			continue
 		}
 		entry, bound := "dt_proj_tc_f32", 1e-5
-		if rest, ok := strings.CutPrefix(opts, "tc1"); ok { // operands rounded to TF32: 2^-11 each
-			entry, bound, opts = "dt_proj_tc1_f32", 2e-3, strings.TrimSpace(rest)
-		}
 		rows := 64
-		if strings.Contains(opts, "-DTC_MT=4") {
-			rows = 128
+		switch opts {
+		case "tc1": // operands rounded to TF32: 2^-11 each
+			entry, bound, opts = "dt_proj_tc1_f32", 2e-3, ""
+		case "tall":
+			entry, opts, rows = "dt_proj_tc_tall_f32", "", 128
+		case "tc1 tall":
+			entry, bound, opts, rows = "dt_proj_tc1_tall_f32", 2e-3, "", 128
 		}
 		vsrc, copts := src, strings.Fields(opts)
 		cut, sizing := strings.CutPrefix(opts, "sizing:")
@@ -68,7 +71,7 @@ func BenchmarkDTProj(b *testing.B) {
 		}
 		name := opts
 		if entry != "dt_proj_tc_f32" {
-			name = strings.TrimSpace(entry + " " + opts)
+			name = entry
 		}
 		variants = append(variants, variant{name, f, sizing, bound, rows})
 	}

@@ -1,6 +1,10 @@
 package gpu
 
-import "github.com/mambago/mambago/mambago/cuda"
+import (
+	"strings"
+
+	"github.com/mambago/mambago/mambago/cuda"
+)
 
 // DTProj is one layer's time step over rows positions: dt_proj on dt_low,
 // the first R columns of x_proj's output, then the bias and softplus
@@ -19,6 +23,10 @@ type DTProj struct {
 	// rounded to TF32 (dt_proj_tc1_f32) instead of three: for the bf16
 	// engine, whose rounding error is its bf16 weights' (kernels/dtproj.cu).
 	OneTF32Product bool
+	// SMs is the device's SM count; with TensorCores, where blocks of
+	// dtProjTallRows rows still make three blocks an SM, the tall entries
+	// run (dt_proj_tc_tall_f32, dt_proj_tc1_tall_f32). 0 never picks them.
+	SMs int
 }
 
 // dt_proj's tiles, the same for every entry (DT_CH, DT_ROWS and DT_THREADS,
@@ -28,26 +36,44 @@ const (
 	dtProjChannels = 128
 	dtProjRows     = 64
 	dtProjThreads  = 256
+	dtProjTallRows = 128 // rows per block of the tall entries
 )
+
+// tall reports whether p runs a tall tensor-core entry: enough blocks of
+// dtProjTallRows rows to give every SM three.
+func (p DTProj) tall() bool {
+	blocks := (p.E + dtProjChannels - 1) / dtProjChannels * ((p.Rows + dtProjTallRows - 1) / dtProjTallRows)
+	return p.TensorCores && p.SMs > 0 && blocks >= 3*p.SMs
+}
 
 // Kernel names the entry that runs p. Where R and LDD are multiples of 4 and
 // DBL and W are 16-byte aligned, its reads are 16-byte pieces of rows:
 // dt_proj_tc_f32 with TensorCores (dt_proj_tc1_f32 with OneTF32Product
-// too), else dt_proj_f32. Otherwise dt_proj_narrow_f32.
+// too, and _tall_ in the name where tall blocks apply), else dt_proj_f32.
+// Otherwise dt_proj_narrow_f32.
 func (p DTProj) Kernel() string {
 	switch {
 	case p.R%4 != 0 || p.LDD%4 != 0 || p.DBL%16 != 0 || p.W%16 != 0:
 		return "dt_proj_narrow_f32"
-	case p.TensorCores && p.OneTF32Product:
-		return "dt_proj_tc1_f32"
-	case p.TensorCores:
-		return "dt_proj_tc_f32"
+	case !p.TensorCores:
+		return "dt_proj_f32"
 	}
-	return "dt_proj_f32"
+	name := "dt_proj_tc"
+	if p.OneTF32Product {
+		name += "1"
+	}
+	if p.tall() {
+		name += "_tall"
+	}
+	return name + "_f32"
 }
 
 // Launch queues p on stream; fn looks kernels up by name.
 func (p DTProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
-	grid := cuda.Dim3{X: (p.E + dtProjChannels - 1) / dtProjChannels, Y: (p.Rows + dtProjRows - 1) / dtProjRows, Z: 1}
-	return fn(p.Kernel()).Launch(grid, cuda.D1(dtProjThreads), 0, stream, p.DBL, p.LDD, p.R, p.W, p.Bias, p.DT, p.Rows, p.E)
+	k, rows := p.Kernel(), dtProjRows
+	if strings.Contains(k, "_tall_") {
+		rows = dtProjTallRows
+	}
+	grid := cuda.Dim3{X: (p.E + dtProjChannels - 1) / dtProjChannels, Y: (p.Rows + rows - 1) / rows, Z: 1}
+	return fn(k).Launch(grid, cuda.D1(dtProjThreads), 0, stream, p.DBL, p.LDD, p.R, p.W, p.Bias, p.DT, p.Rows, p.E)
 }

@@ -295,7 +295,7 @@ func (e *Engine) block(l, B, n int, s *State) error {
 		{"dt_proj", func() error { // f32 in every engine: its rounding reaches the state through exp(dt·A)
 			return DTProj{DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R, W: g.dtProj, Bias: g.dtBias, DT: ws.delta.Ptr,
 				Rows: rows, E: E, TensorCores: e.DTProjTensorCores,
-				OneTF32Product: e.DTProjOneTF32Product}.Launch(e.function, e.stream)
+				OneTF32Product: e.DTProjOneTF32Product, SMs: e.dev.SMs}.Launch(e.function, e.stream)
 		}},
 		{"scan", func() error {
 			return Scan{DT: ws.delta.Ptr, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
