@@ -23,6 +23,8 @@
 #   sourceprof: ncu's per-instruction stall samples for the bf16 scan and the
 #             2.8b decode GEMVs (text logs and .ncu-rep reports);
 #   kerneltimes8: the same for a bf16 2.8b prefill at B=8, T=2048;
+#   clocks:   the SM clock, power and throttle reasons during back-to-back
+#             2.8b B=8 prefills (is the GPU slower under sustained load?);
 #   kerneltimes: every kernel's mean time with warm caches (ncu, one metric,
 #             no cache flush) for a bf16 130m B=1 T=2048 prefill and a 2.8b
 #             decode step: the stage table's event timings include launch gaps;
@@ -136,6 +138,24 @@ if [[ $mode == kerneltimes8 ]]; then
     -test.bench 'ScanVariants/2.8b/B8_T2048/L64_onepass0$' -test.benchtime 1x > "$OUT/kerneltimes_2.8b_B8.log" 2>&1
   echo "ncu exit $?"
   python3 scripts/ncu_summary.py "$OUT/kerneltimes_2.8b_B8.log"
+fi
+if [[ $mode == clocks ]]; then
+  echo "== SM clock and power during back-to-back bf16 2.8b prefills at B=8, T=2048 (nvidia-smi every 100 ms)"
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+    --format=csv,noheader -lms 100 > "$OUT/clocks.csv" 2>&1 &
+  smi=$!
+  .carry/gpu.test -test.run '^$' -test.bench 'ScanVariants/2.8b/B8_T2048/L64_onepass0$' -test.benchtime 20x 2>&1 \
+    | grep tok/s | awk '{print $1, $(NF-1), "tok/s"}'
+  kill $smi
+  python3 - "$OUT/clocks.csv" <<'PY'
+import sys, statistics
+rows = [l.split(", ") for l in open(sys.argv[1]) if l.count(",") >= 5]
+busy = [r for r in rows if float(r[3].split()[0]) > 200]  # samples under load (W)
+for name, i in (("SM MHz", 1), ("mem MHz", 2), ("power W", 3), ("temp C", 4)):
+    v = [float(r[i].split()[0]) for r in busy]
+    if v: print(f"{name}: median {statistics.median(v):.0f}, min {min(v):.0f}, max {max(v):.0f} over {len(v)} loaded samples")
+print("throttle reasons seen:", sorted({r[5].strip() for r in busy}))
+PY
 fi
 if [[ $mode == decodeprof ]]; then
   echo "== decode step: graph replay time, then ncu's per-kernel times (130m shape, B=1)"
