@@ -35,7 +35,7 @@ func BenchmarkDTProj(b *testing.B) {
 		f      *cuda.Function
 		sizing bool
 		bound  float64 // of the error against dt_proj_f32
-		rows   int     // rows a block: 32 TC_MT
+		tall   bool    // a tall entry: DTProj launches it in blocks of 128 rows
 	}
 	var variants []variant
 	for _, opts := range []string{"cuda_cores", "", "tc1", "-DTC_STAGES=2", "-DTC_MINB=2", "-DTC_STAGES=2 -DTC_MINB=2",
@@ -45,14 +45,14 @@ func BenchmarkDTProj(b *testing.B) {
 			continue
 		}
 		entry, bound := "dt_proj_tc_f32", 1e-5
-		rows := 64
+		tall := false
 		switch opts {
 		case "tc1": // operands rounded to TF32: 2^-11 each
 			entry, bound, opts = "dt_proj_tc1_f32", 2e-3, ""
 		case "tall":
-			entry, opts, rows = "dt_proj_tc_tall_f32", "", 128
+			entry, opts, tall = "dt_proj_tc_tall_f32", "", true
 		case "tc1 tall":
-			entry, bound, opts, rows = "dt_proj_tc1_tall_f32", 2e-3, "", 128
+			entry, bound, opts, tall = "dt_proj_tc1_tall_f32", 2e-3, "", true
 		}
 		vsrc, copts := src, strings.Fields(opts)
 		cut, sizing := strings.CutPrefix(opts, "sizing:")
@@ -73,7 +73,7 @@ func BenchmarkDTProj(b *testing.B) {
 		if entry != "dt_proj_tc_f32" {
 			name = entry
 		}
-		variants = append(variants, variant{name, f, sizing, bound, rows})
+		variants = append(variants, variant{name, f, sizing, bound, tall})
 	}
 	for _, sh := range []struct {
 		name       string
@@ -93,15 +93,18 @@ func BenchmarkDTProj(b *testing.B) {
 			want64[i] = float64(v)
 		}
 		for _, v := range variants {
-			p := p
+			lookup, p := fn, p
 			p.DT = out.Ptr
-			launch := func() error { return p.Launch(fn, s) }
 			if v.f != nil {
-				grid := cuda.Dim3{X: (p.E + 127) / 128, Y: (p.Rows + v.rows - 1) / v.rows, Z: 1}
-				launch = func() error {
-					return v.f.Launch(grid, cuda.D1(256), 0, s, p.DBL, p.LDD, p.R, p.W, p.Bias, p.DT, p.Rows, p.E)
+				lookup, p.TensorCores = func(string) *cuda.Function { return v.f }, true
+				if v.tall { // one SM: DTProj takes the tall blocks' grid wherever there are three of them
+					p.SMs = 1
 				}
 			}
+			if v.tall != strings.Contains(p.Kernel(), "_tall_") {
+				b.Fatalf("%s: DTProj would launch it as %s", v.name, p.Kernel())
+			}
+			launch := func() error { return p.Launch(lookup, s) }
 			b.Run(fmt.Sprintf("%s/%s", sh.name, v.name), func(b *testing.B) {
 				if err := launch(); err != nil {
 					b.Fatal(err)

@@ -1,10 +1,6 @@
 package gpu
 
-import (
-	"strings"
-
-	"github.com/mambago/mambago/mambago/cuda"
-)
+import "github.com/mambago/mambago/mambago/cuda"
 
 // DTProj is one layer's time step over rows positions: dt_proj on dt_low,
 // the first R columns of x_proj's output, then the bias and softplus
@@ -52,28 +48,31 @@ func (p DTProj) tall() bool {
 // too, and _tall_ in the name where tall blocks apply), else dt_proj_f32.
 // Otherwise dt_proj_narrow_f32.
 func (p DTProj) Kernel() string {
+	k, _ := p.entry()
+	return k
+}
+
+// entry is Kernel and its rows per block.
+func (p DTProj) entry() (kernel string, rows int) {
 	switch {
 	case p.R%4 != 0 || p.LDD%4 != 0 || p.DBL%16 != 0 || p.W%16 != 0:
-		return "dt_proj_narrow_f32"
+		return "dt_proj_narrow_f32", dtProjRows
 	case !p.TensorCores:
-		return "dt_proj_f32"
+		return "dt_proj_f32", dtProjRows
 	}
-	name := "dt_proj_tc"
+	kernel, rows = "dt_proj_tc", dtProjRows
 	if p.OneTF32Product {
-		name += "1"
+		kernel += "1"
 	}
 	if p.tall() {
-		name += "_tall"
+		kernel, rows = kernel+"_tall", dtProjTallRows
 	}
-	return name + "_f32"
+	return kernel + "_f32", rows
 }
 
 // Launch queues p on stream; fn looks kernels up by name.
 func (p DTProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
-	k, rows := p.Kernel(), dtProjRows
-	if strings.Contains(k, "_tall_") {
-		rows = dtProjTallRows
-	}
+	k, rows := p.entry()
 	grid := cuda.Dim3{X: (p.E + dtProjChannels - 1) / dtProjChannels, Y: (p.Rows + rows - 1) / rows, Z: 1}
 	return fn(k).Launch(grid, cuda.D1(dtProjThreads), 0, stream, p.DBL, p.LDD, p.R, p.W, p.Bias, p.DT, p.Rows, p.E)
 }
