@@ -36,50 +36,90 @@
 #define OP_THREADS 128
 #define OP_NS 16   // states a channel at most
 
-// scan_onepass_copy queues, as one cp.async group, the copies of positions
-// t0 .. t0 + TL - 1 of sequence b into one tile of the ring: dt, u and z
-// of channels c0 .. c0 + CB - 1, and B and C (16-byte pieces when vecBC,
-// else 4-byte ones).
-template <int CB, int TL, class Tv>
-__device__ __forceinline__ void scan_onepass_copy(float (*sdt)[CB], Tv (*su)[CB], float (*sz)[CB],
-                                                  float (*sB)[OP_NS], float (*sC)[OP_NS], const float *dtv,
-                                                  const Tv *u, const float *z, int ldz, const float *dbl, int ldd,
-                                                  int R, bool vecBC, int b, int T, int E, int N, int c0, int t0) {
-    constexpr int FP = CB / 4, UV = 16 / sizeof(Tv), FU = CB / UV;  // 16-byte pieces of a row
-    size_t r0 = (size_t)b * T;
-    // row is the row of position t0 + tt, or one that exists for a copy
-    // that reads nothing.
-    auto row = [&](int tt, bool ok) { return r0 + (ok ? t0 + tt : 0); };
-    each_copy<OP_THREADS, TL * FP>([&](int i) {
-        int tt = i / FP, cc = i % FP * 4;
-        bool ok = t0 + tt < T && c0 + cc < E;
-        size_t r = row(tt, ok);
-        cp_async<16>(&sdt[tt][cc], dtv + r * E + (ok ? c0 + cc : 0), ok);
-        cp_async<16>(&sz[tt][cc], z + r * ldz + (ok ? c0 + cc : 0), ok);
-    });
-    each_copy<OP_THREADS, TL * FU>([&](int i) {
-        int tt = i / FU, cc = i % FU * UV;
-        bool ok = t0 + tt < T && c0 + cc < E;
-        cp_async<16>(&su[tt][cc], u + row(tt, ok) * E + (ok ? c0 + cc : 0), ok);
-    });
-    if (vecBC) {
-        each_copy<OP_THREADS, TL * OP_NS / 4>([&](int i) {
-            int tt = i / (OP_NS / 4), n = i % (OP_NS / 4) * 4;
-            bool ok = t0 + tt < T && n < N;
-            const float *p = dbl + row(tt, ok) * ldd + R + (ok ? n : 0);
-            cp_async<16>(&sB[tt][n], p, ok);
-            cp_async<16>(&sC[tt][n], p + N, ok);
-        });
-    } else {
-        each_copy<OP_THREADS, TL * OP_NS>([&](int i) {
-            int tt = i / OP_NS, n = i % OP_NS;
-            bool ok = t0 + tt < T && n < N;
-            const float *p = dbl + row(tt, ok) * ldd + R + (ok ? n : 0);
-            cp_async<4>(&sB[tt][n], p, ok);
-            cp_async<4>(&sC[tt][n], p + N, ok);
-        });
+// onepass_copies is one thread's share of the copies that fill a tile of the
+// ring: dt and z of channels c0 .. c0 + CB - 1 in 16-byte pieces, u in
+// 16-byte pieces, and B and C in pieces of BCW bytes (16, or 4 where dbl's
+// rows do not allow 16). Every piece keeps its source pointer and its
+// position in the tile, computed once: a tile's copies then cost a compare,
+// a select and an add each, where recomputing their addresses from (b, t,
+// c) cost about 6 instructions a position (a sixth of the loop). A piece
+// whose columns do not exist has row = T (never a position), so it copies
+// zeros; a piece past the tile's count (NX not a multiple of the block) is
+// never copied.
+template <int CB, int TL, int BCW, class Tv>
+struct onepass_copies {
+    static constexpr int FP = CB / 4, UV = 16 / sizeof(Tv), FU = CB / UV, BP = OP_NS * 4 / BCW;
+    static constexpr int NX = TL * FP, NU = TL * FU, NB = TL * BP;  // pieces a tile
+    static constexpr int SX = (NX + OP_THREADS - 1) / OP_THREADS, SU = (NU + OP_THREADS - 1) / OP_THREADS,
+                         SB = (NB + OP_THREADS - 1) / OP_THREADS;  // a thread's pieces a tile
+    const float *dt[SX], *z[SX], *bc[SB];
+    const Tv *u[SU];
+    int xrow[SX], urow[SU], brow[SB];
+    unsigned xoff[SX], uoff[SU], boff[SB];  // bytes into the piece's tile
+    size_t xstep, zstep, bstep;  // elements from a tile's rows to the next tile's
+
+    __device__ __forceinline__ onepass_copies(const float *dtv, const Tv *uv, const float *zv, int ldz,
+                                              const float *dbl, int ldd, int R, int b, int T, int E, int N, int c0) {
+        size_t r0 = (size_t)b * T;
+        xstep = (size_t)TL * E, zstep = (size_t)TL * ldz, bstep = (size_t)TL * ldd;
+#pragma unroll
+        for (int k = 0; k < SX; k++) {
+            int i = k * OP_THREADS + threadIdx.x, tt = i / FP, cc = i % FP * 4;
+            bool live = c0 + cc < E;
+            xrow[k] = live ? tt : T, xoff[k] = (tt * CB + cc) * 4;
+            dt[k] = live ? dtv + (r0 + tt) * E + c0 + cc : dtv;
+            z[k] = live ? zv + (r0 + tt) * ldz + c0 + cc : zv;
+        }
+#pragma unroll
+        for (int k = 0; k < SU; k++) {
+            int i = k * OP_THREADS + threadIdx.x, tt = i / FU, cc = i % FU * UV;
+            bool live = c0 + cc < E;
+            urow[k] = live ? tt : T, uoff[k] = (tt * CB + cc) * sizeof(Tv);
+            u[k] = live ? uv + (r0 + tt) * E + c0 + cc : uv;
+        }
+#pragma unroll
+        for (int k = 0; k < SB; k++) {
+            int i = k * OP_THREADS + threadIdx.x, tt = i / BP, n = i % BP * (BCW / 4);
+            bool live = n < N;
+            brow[k] = live ? tt : T, boff[k] = (tt * OP_NS + n) * 4;
+            bc[k] = live ? dbl + (r0 + tt) * ldd + R + n : dbl;
+        }
     }
-}
+
+    // issue queues the copies of the tile at positions t0 .. t0 + TL - 1
+    // into one tile of the ring (the shared addresses of its dt, u, z, B and
+    // C), and moves every piece on to the next tile.
+    __device__ __forceinline__ void issue(unsigned sdt, unsigned su, unsigned sz, unsigned sB, unsigned sC,
+                                          const float *dtv, const Tv *uv, const float *zv, const float *dbl, int N,
+                                          int T, int t0) {
+#pragma unroll
+        for (int k = 0; k < SX; k++) {
+            if (NX % OP_THREADS == 0 || k * OP_THREADS + (int)threadIdx.x < NX) {
+                bool ok = t0 + xrow[k] < T;
+                cp_async_s<16>(sdt + xoff[k], ok ? dt[k] : dtv, ok);
+                cp_async_s<16>(sz + xoff[k], ok ? z[k] : zv, ok);
+            }
+            dt[k] += xstep, z[k] += zstep;
+        }
+#pragma unroll
+        for (int k = 0; k < SU; k++) {
+            if (NU % OP_THREADS == 0 || k * OP_THREADS + (int)threadIdx.x < NU) {
+                bool ok = t0 + urow[k] < T;
+                cp_async_s<16>(su + uoff[k], ok ? u[k] : uv, ok);
+            }
+            u[k] += xstep;
+        }
+#pragma unroll
+        for (int k = 0; k < SB; k++) {
+            if (NB % OP_THREADS == 0 || k * OP_THREADS + (int)threadIdx.x < NB) {
+                bool ok = t0 + brow[k] < T;
+                cp_async_s<BCW>(sB + boff[k], ok ? bc[k] : dbl, ok);
+                cp_async_s<BCW>(sC + boff[k], ok ? bc[k] + N : dbl, ok);
+            }
+            bc[k] += bstep;
+        }
+    }
+};
 
 // onepass_shared is the dynamic shared memory, in bytes, of the one-pass
 // scan at SPT states a thread, tiles of TL positions in a ring of BUF and a
@@ -91,7 +131,7 @@ __host__ __device__ constexpr int onepass_shared(int SPT, int TL, int BUF, int T
     return BUF * TL * (8 * SPT * (8 + TV) + 2 * OP_NS * 4) + TL * onepass_pst(SPT) * 4;
 }
 
-template <int SPT, int TL, int BUF, class Tv>
+template <int SPT, int TL, int BUF, int BCW, class Tv>
 __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, const float *__restrict__ A2,
                                              const float *__restrict__ dbl, int ldd, int R,
                                              const Tv *__restrict__ u, const float *__restrict__ Dskip,
@@ -128,13 +168,14 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         s[k] = live ? state[((size_t)b * E + c) * N + n0 + k] : 0.f;
     }
     float dskip = on ? Dskip[c] : 0.f;
-    bool vecBC = R % 4 == 0 && ldd % 4 == 0 && N % 4 == 0 && ((size_t)dbl & 15) == 0;
     int tiles = (T + TL - 1) / TL;
+    Tv *yt = y + ((size_t)b * T + g) * E + c;  // output (position g, channel c) of the tile
+    onepass_copies<CB, TL, BCW, Tv> copies(dtv, u, z, ldz, dbl, ldd, R, b, T, E, N, c0);
     auto issue = [&](int k) {  // tile k into its slot of the ring; past the last tile an empty group
         if (k < tiles) {
             int j = k % BUF;
-            scan_onepass_copy<CB, TL, Tv>(sdt[j], su[j], sz[j], sB[j], sC[j], dtv, u, z, ldz, dbl, ldd, R, vecBC, b, T,
-                                      E, N, c0, k * TL);
+            copies.issue(shared_addr(sdt[j]), shared_addr(su[j]), shared_addr(sz[j]), shared_addr(sB[j]),
+                         shared_addr(sC[j]), dtv, u, z, dbl, N, T, k * TL);
         }
         cp_async_commit();
     };
@@ -193,15 +234,20 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         }
         __syncthreads();  // every term of the tile is in sp
         // Output (position tt, channel cl) for tt = g, g + G, ...: this
-        // thread's own channel, since CB divides the block.
+        // thread's own channel, since CB divides the block. Only the stores
+        // depend on t < T, so the NO outputs' sums and gates interleave
+        // (with the whole output under the condition, each output was a
+        // branch of its own and paid its latency alone).
 #pragma unroll
         for (int o = 0; o < NO; o++) {
-            int tt = g + o * G, t = k * TL + tt;
-            float v = 0.f;
+            int tt = g + o * G;
+            float v = sp[tt][cl];
 #pragma unroll
-            for (int q = 0; q < G; q++) v += sp[tt][q * CB + cl];
-            if (on && t < T) y[((size_t)b * T + t) * E + c] = from_f32<Tv>((v + dskip * gu[o]) * silu_f(gz[o]));
+            for (int q = 1; q < G; q++) v += sp[tt][q * CB + cl];
+            Tv out = from_f32<Tv>((v + dskip * gu[o]) * silu_f(gz[o]));
+            if (on && k * TL + tt < T) yt[o * G * E] = out;
         }
+        yt += (size_t)TL * E;
     }
 #pragma unroll
     for (int k = 0; k < SPT; k++)
@@ -216,8 +262,12 @@ template <int SPT>
 struct onepass_config {
     static constexpr int TL = SPT == 2 ? 64 : 32, BUF = SPT == 2 ? 3 : 2;
 };
-#define SCAN_ONEPASS_RUN(SPT, T) \
-    scan_onepass<SPT, onepass_config<SPT>::TL, onepass_config<SPT>::BUF, T>(SCAN_ONEPASS_ARGS)
+// B and C go in 16-byte pieces where dbl's rows allow it, else in 4-byte ones.
+#define SCAN_ONEPASS_RUN(SPT, T)                                                                            \
+    if (R % 4 == 0 && ldd % 4 == 0 && N % 4 == 0 && ((size_t)dbl & 15) == 0)                                 \
+        scan_onepass<SPT, onepass_config<SPT>::TL, onepass_config<SPT>::BUF, 16, T>(SCAN_ONEPASS_ARGS);     \
+    else                                                                                                     \
+        scan_onepass<SPT, onepass_config<SPT>::TL, onepass_config<SPT>::BUF, 4, T>(SCAN_ONEPASS_ARGS)
 
 #define SCAN_ONEPASS_PARAMS(T)                                                                                 \
     const float *__restrict__ dt, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,     \
