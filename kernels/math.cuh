@@ -87,13 +87,15 @@ __device__ __forceinline__ void cp_async(void *dst, const void *src, bool full) 
 }
 // cp_async_s is cp_async to a shared-memory address (shared_addr's), so a
 // caller that keeps its destinations as 32-bit offsets does no 64-bit
-// address arithmetic.
+// address arithmetic; it also copies 8-byte pieces.
 template <int n>
 __device__ __forceinline__ void cp_async_s(unsigned dst, const void *src, bool full) {
-    static_assert(n == 4 || n == 16, "cp.async copies 4 or 16 bytes here");
+    static_assert(n == 4 || n == 8 || n == 16, "cp.async copies 4, 8 or 16 bytes");
 #if __CUDA_ARCH__ >= 800
     if (n == 16)
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(full ? 16 : 0) : "memory");
+    else if (n == 8)
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(dst), "l"(src), "r"(full ? 8 : 0) : "memory");
     else
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(full ? 4 : 0) : "memory");
 #else
@@ -101,6 +103,9 @@ __device__ __forceinline__ void cp_async_s(unsigned dst, const void *src, bool f
         uint4 v = full ? *reinterpret_cast<const uint4 *>(src) : make_uint4(0, 0, 0, 0);
         asm volatile("st.shared.v4.u32 [%0], {%1, %2, %3, %4};" ::"r"(dst), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
                      : "memory");
+    } else if (n == 8) {
+        uint2 v = full ? *reinterpret_cast<const uint2 *>(src) : make_uint2(0, 0);
+        asm volatile("st.shared.v2.u32 [%0], {%1, %2};" ::"r"(dst), "r"(v.x), "r"(v.y) : "memory");
     } else {
         unsigned v = full ? *reinterpret_cast<const unsigned *>(src) : 0u;
         asm volatile("st.shared.u32 [%0], %1;" ::"r"(dst), "r"(v) : "memory");

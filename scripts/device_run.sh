@@ -88,6 +88,13 @@ if [[ $mode == onepass ]]; then
     .carry/gpu.test -test.run '^$' -test.bench 'ScanVariants/130m/B1_T2048/L64_onepass2$' -test.benchtime 1x \
     > "$OUT/onepass_ncu.log" 2>&1
   echo "ncu exit $?: $(wc -l < "$OUT/onepass_ncu.log") lines"
+  echo "== ncu: where its warps stall (cycles a issued instruction, by reason)"
+  timeout 120 ncu --clock-control none -k 'regex:scan_onepass2_bf16' --launch-skip 5 --launch-count 1 \
+    --section WarpStateStats --page raw \
+    .carry/gpu.test -test.run '^$' -test.bench 'ScanVariants/130m/B1_T2048/L64_onepass2$' -test.benchtime 1x \
+    > "$OUT/onepass_stalls.log" 2>&1
+  grep -E "smsp__average_warp_latency_issue_stalled|smsp__average_warps_issue_stalled_.*_per_issue_active" \
+    "$OUT/onepass_stalls.log" | awk '$NF + 0 >= 0.05' | sort -k3 -g -r | head -12
   exit $status
 fi
 if [[ $mode == gpu || $mode == all ]]; then
