@@ -14,54 +14,70 @@
 // instruction) and about 8 SPT other instructions.
 //
 // A block of 128 threads owns CB = 8 SPT consecutive channels of one
-// sequence (grid (ceil(E / CB), B)): thread i holds channel c0 + i / G and
-// states g SPT .. g SPT + SPT - 1 of it, g = i % G, G = 16 / SPT, so a
-// channel's G threads are neighbouring lanes of one warp. Its inputs go
-// through dynamic shared memory TL positions at a time, in a ring of BUF
-// tiles that cp.async fills ahead of use; B and C are interleaved there,
-// each thread's SPT values of B then of C side by side, so one 16-byte load
-// (two at SPT = 4) brings both. Positions are computed BATCH = G at a time:
-// after a batch each thread holds its term of the output sum for G
-// positions, and a butterfly over the channel's G lanes (G - 1 shuffles)
-// leaves lane g with the whole sum of the batch's position g, which it
-// gates (the D skip, silu(z)) and writes. Positions past T and channels
-// past E read as zeros, and dt = 0 leaves a state as it is.
-//
-// The sums used to go through shared memory (a store a position, a second
-// barrier a tile and G loads an output): with a lone warp a scheduler
-// (B=1), the shared-memory pipe was about 60% busy, and the butterfly takes
-// its wavefronts from about 7.4 to 4.7 a position a warp.
-//
-// Longer tiles spread each tile's fixed costs (a barrier, the copies'
-// issue) over more positions, and a deeper ring hides more of the copies'
-// latency, but both take shared memory, which bounds the blocks an SM. On
-// the H200 (bf16 prefills, T=2048, bench/NOTES.md): at 2 states a thread,
-// for one warp or so a scheduler (B=1), tiles of 64 in a ring of 3 were
-// fastest (130m 530k tok/s with 16, 608k with 32, 632k with 64); at 4
-// states a thread, for many warps (B=8), tiles of 32 in a ring of 2 (130m
-// 1.19M tok/s against 1.05M with a ring of 3 and 0.90M with tiles of 64).
+// sequence (grid (ceil(E / CB), B)): thread i holds channel c0 + i % CB and
+// states g SPT .. g SPT + SPT - 1 of it, g = i / CB, so a warp reads whole
+// rows of dt, u and z and at most two distinct pieces of B and C (broadcast
+// loads). Its inputs go through dynamic shared memory TL positions at a
+// time, in a ring of BUF tiles that cp.async fills ahead of use. Each
+// position's terms of the output sum, sum over its states of s C, go to a
+// tile of partial sums; after the tile's TL positions the block adds each
+// (position, channel)'s G = 16 / SPT partials, applies the D skip and the
+// gate, and writes y. Positions past T and channels past E read as zeros,
+// and dt = 0 leaves a state as it is. Longer tiles spread each tile's fixed
+// costs (two barriers, the copies' issue, the sums' latency) over more
+// positions, and a deeper ring hides more of the copies' latency, but both
+// take shared memory, which bounds the blocks an SM. On the H200 (bf16
+// prefills, T=2048, bench/NOTES.md): at 2 states a thread, for one warp or
+// so a scheduler (B=1), tiles of 64 in a ring of 3 were fastest (130m 530k
+// tok/s with 16, 608k with 32, 632k with 64); at 4 states a thread, for
+// many warps (B=8), tiles of 32 in a ring of 2 (130m 1.19M tok/s against
+// 1.05M with a ring of 3 and 0.90M with tiles of 64).
 
-#define OP_THREADS 128
-#define OP_NS 16   // states a channel at most
+#define OP_NS 16  // states a channel at most
+
+// Two tuning knobs, with the engine's settings as defaults; BenchmarkOnePass
+// (kernels/onepass_bench_test.go) compiles and times the other settings.
+// OP_THREADS2 is the block at 2 states a thread (128 or 96: at B=1 the 130m
+// shape's 384 warps fill 96 SMs in blocks of 4 warps, all but 4 of the 132
+// in blocks of 3); OP_BCI 1 interleaves B and C by state group in shared
+// memory, so that at 2 states a thread one 16-byte load brings a position's
+// B and C (in 8-byte copies) instead of two 8-byte loads.
+#ifndef OP_THREADS2
+#define OP_THREADS2 128
+#endif
+#ifndef OP_BCI
+#define OP_BCI 0
+#endif
+
+// onepass_threads is the block of the one-pass scan at SPT states a thread.
+__host__ __device__ constexpr int onepass_threads(int SPT) { return SPT == 2 ? OP_THREADS2 : 128; }
+
+// onepass_bcol is the column of B[n] in a position's row of B and C in
+// shared memory (C[n] is SPT further when interleaved, else OP_NS): with
+// OP_BCI each state group's SPT values of B, then its SPT of C.
+template <int SPT>
+__host__ __device__ constexpr int onepass_bcol(int n) { return OP_BCI ? n / SPT * 2 * SPT + n % SPT : n; }
+template <int SPT>
+__host__ __device__ constexpr int onepass_cgap() { return OP_BCI ? SPT : OP_NS; }
 
 // onepass_copies is one thread's share of the copies that fill a tile of the
 // ring: dt and z of channels c0 .. c0 + CB - 1 in 16-byte pieces, u in
-// 16-byte pieces, and B and C in pieces of BCW bytes (4 SPT, or 4 where
-// dbl's rows do not allow more), into the interleaved rows of sBC
-// ([position][state group][SPT of B, SPT of C]). Every piece keeps its source pointer and its
+// 16-byte pieces (8-byte where CB channels are not whole 16-byte pieces),
+// and B and C in pieces of BCW bytes (16, or 4 SPT interleaved, or 4 where
+// dbl's rows do not allow more). Every piece keeps its source pointer and its
 // position in the tile, computed once: a tile's copies then cost a compare,
 // a select and an add each, where recomputing their addresses from (b, t,
 // c) cost about 6 instructions a position (a sixth of the loop). A piece
 // whose columns do not exist has row = T (never a position), so it copies
 // zeros; a piece past the tile's count (NX not a multiple of the block) is
 // never copied.
-template <int SPT, int CB, int TL, int BCW, class Tv>
+template <int SPT, int THREADS, int CB, int TL, int BCW, class Tv>
 struct onepass_copies {
-    static constexpr int G = OP_NS / SPT, PW = BCW / 4, PG = SPT / PW;  // floats a piece of B, pieces a group's B
-    static constexpr int FP = CB / 4, UV = 16 / sizeof(Tv), FU = CB / UV, BP = G * PG;
+    static constexpr int UW = CB * sizeof(Tv) % 16 == 0 ? 16 : 8;  // bytes a piece of u
+    static constexpr int FP = CB / 4, UV = UW / sizeof(Tv), FU = CB / UV, BP = OP_NS * 4 / BCW;
     static constexpr int NX = TL * FP, NU = TL * FU, NB = TL * BP;  // pieces a tile
-    static constexpr int SX = (NX + OP_THREADS - 1) / OP_THREADS, SU = (NU + OP_THREADS - 1) / OP_THREADS,
-                         SB = (NB + OP_THREADS - 1) / OP_THREADS;  // a thread's pieces a tile
+    static constexpr int SX = (NX + THREADS - 1) / THREADS, SU = (NU + THREADS - 1) / THREADS,
+                         SB = (NB + THREADS - 1) / THREADS;  // a thread's pieces a tile
     const float *dt[SX], *z[SX], *bc[SB];
     const Tv *u[SU];
     int xrow[SX], urow[SU], brow[SB];
@@ -74,7 +90,7 @@ struct onepass_copies {
         xstep = (size_t)TL * E, zstep = (size_t)TL * ldz, bstep = (size_t)TL * ldd;
 #pragma unroll
         for (int k = 0; k < SX; k++) {
-            int i = k * OP_THREADS + threadIdx.x, tt = i / FP, cc = i % FP * 4;
+            int i = k * THREADS + threadIdx.x, tt = i / FP, cc = i % FP * 4;
             bool live = c0 + cc < E;
             xrow[k] = live ? tt : T, xoff[k] = (tt * CB + cc) * 4;
             dt[k] = live ? dtv + (r0 + tt) * E + c0 + cc : dtv;
@@ -82,28 +98,28 @@ struct onepass_copies {
         }
 #pragma unroll
         for (int k = 0; k < SU; k++) {
-            int i = k * OP_THREADS + threadIdx.x, tt = i / FU, cc = i % FU * UV;
+            int i = k * THREADS + threadIdx.x, tt = i / FU, cc = i % FU * UV;
             bool live = c0 + cc < E;
             urow[k] = live ? tt : T, uoff[k] = (tt * CB + cc) * sizeof(Tv);
             u[k] = live ? uv + (r0 + tt) * E + c0 + cc : uv;
         }
 #pragma unroll
         for (int k = 0; k < SB; k++) {
-            int i = k * OP_THREADS + threadIdx.x, tt = i / BP, gg = i % BP / PG, q = i % PG * PW, n = gg * SPT + q;
+            int i = k * THREADS + threadIdx.x, tt = i / BP, n = i % BP * (BCW / 4);
             bool live = n < N;
-            brow[k] = live ? tt : T, boff[k] = ((tt * G + gg) * 2 * SPT + q) * 4;
+            brow[k] = live ? tt : T, boff[k] = (tt * 2 * OP_NS + onepass_bcol<SPT>(n)) * 4;
             bc[k] = live ? dbl + (r0 + tt) * ldd + R + n : dbl;
         }
     }
 
     // issue queues the copies of the tile at positions t0 .. t0 + TL - 1
-    // into one tile of the ring (the shared addresses of its dt, u, z and
-    // interleaved B and C), and moves every piece on to the next tile.
+    // into one tile of the ring (the shared addresses of its dt, u, z and its
+    // rows of B and C), and moves every piece on to the next tile.
     __device__ __forceinline__ void issue(unsigned sdt, unsigned su, unsigned sz, unsigned sBC, const float *dtv,
                                           const Tv *uv, const float *zv, const float *dbl, int N, int T, int t0) {
 #pragma unroll
         for (int k = 0; k < SX; k++) {
-            if (NX % OP_THREADS == 0 || k * OP_THREADS + (int)threadIdx.x < NX) {
+            if (NX % THREADS == 0 || k * THREADS + (int)threadIdx.x < NX) {
                 bool ok = t0 + xrow[k] < T;
                 cp_async_s<16>(sdt + xoff[k], ok ? dt[k] : dtv, ok);
                 cp_async_s<16>(sz + xoff[k], ok ? z[k] : zv, ok);
@@ -112,18 +128,18 @@ struct onepass_copies {
         }
 #pragma unroll
         for (int k = 0; k < SU; k++) {
-            if (NU % OP_THREADS == 0 || k * OP_THREADS + (int)threadIdx.x < NU) {
+            if (NU % THREADS == 0 || k * THREADS + (int)threadIdx.x < NU) {
                 bool ok = t0 + urow[k] < T;
-                cp_async_s<16>(su + uoff[k], ok ? u[k] : uv, ok);
+                cp_async_s<UW>(su + uoff[k], ok ? u[k] : uv, ok);
             }
             u[k] += xstep;
         }
 #pragma unroll
         for (int k = 0; k < SB; k++) {
-            if (NB % OP_THREADS == 0 || k * OP_THREADS + (int)threadIdx.x < NB) {
+            if (NB % THREADS == 0 || k * THREADS + (int)threadIdx.x < NB) {
                 bool ok = t0 + brow[k] < T;
                 cp_async_s<BCW>(sBC + boff[k], ok ? bc[k] : dbl, ok);
-                cp_async_s<BCW>(sBC + boff[k] + 4 * SPT, ok ? bc[k] + N : dbl, ok);
+                cp_async_s<BCW>(sBC + boff[k] + 4 * onepass_cgap<SPT>(), ok ? bc[k] + N : dbl, ok);
             }
             bc[k] += bstep;
         }
@@ -132,27 +148,12 @@ struct onepass_copies {
 
 // onepass_shared is the dynamic shared memory, in bytes, of the one-pass
 // scan at SPT states a thread, tiles of TL positions in a ring of BUF and a
-// storage type of size TV bytes: the ring of tiles of dt, u, z and of B and
-// C. gpu.Scan computes the same size to launch it.
+// storage type of size TV bytes: the ring of tiles of dt, u, z, B and C,
+// then the tile of partial sums (rows of a float a thread, 16 more where a
+// warp reads two rows). gpu.Scan computes the same size to launch it.
+__host__ __device__ constexpr int onepass_pst(int SPT) { return onepass_threads(SPT) + (8 * SPT < 32 ? 16 : 0); }
 __host__ __device__ constexpr int onepass_shared(int SPT, int TL, int BUF, int TV) {
-    return BUF * TL * (8 * SPT * (8 + TV) + 2 * OP_NS * 4);
-}
-
-// onepass_sum returns, in lane g of each group of G neighbouring lanes, the
-// group's sum of v[g]: a butterfly that halves the values a lane holds at
-// each of its log2(G) steps, G - 1 shuffles in all.
-template <int G>
-__device__ __forceinline__ float onepass_sum(float (&v)[G], int g) {
-#pragma unroll
-    for (int m = G / 2; m >= 1; m /= 2) {
-        bool hi = g & m;  // keeps the upper half, v[m ..]
-#pragma unroll
-        for (int k = 0; k < m; k++) {
-            float send = hi ? v[k] : v[k + m], keep = hi ? v[k + m] : v[k];
-            v[k] = keep + __shfl_xor_sync(0xffffffffu, send, m);
-        }
-    }
-    return v[0];
+    return BUF * TL * (onepass_threads(SPT) * SPT / 16 * (8 + TV) + 2 * OP_NS * 4) + TL * onepass_pst(SPT) * 4;
 }
 
 template <int SPT, int TL, int BUF, int BCW, class Tv>
@@ -161,13 +162,17 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
                                              const Tv *__restrict__ u, const float *__restrict__ Dskip,
                                              const float *__restrict__ z, int ldz, float *__restrict__ state,
                                              Tv *__restrict__ y, int T, int E, int N) {
-    constexpr int G = OP_NS / SPT;      // threads a channel
-    constexpr int CB = OP_THREADS / G;  // channels a block
+    constexpr int THREADS = onepass_threads(SPT);
+    constexpr int G = OP_NS / SPT;   // threads a channel
+    constexpr int CB = THREADS / G;  // channels a block
     // Positions computed together: their loads first, then their decays,
-    // then the chain through s, then their sums. (Written position by
-    // position, every position pays its whole latency.)
-    constexpr int BATCH = G;
-    static_assert(TL % BATCH == 0 && OP_THREADS % CB == 0 && CB == 8 * SPT && BUF >= 2 && 32 % G == 0, "tile shapes");
+    // then the chain through s. (Written position by position, ptxas issues
+    // each position's loads after the previous one's store to sp, and every
+    // position pays its whole latency.)
+    constexpr int BATCH = 16 / SPT;
+    constexpr int PST = onepass_pst(SPT);
+    constexpr int NO = TL / G;  // outputs a thread gates and writes a tile
+    static_assert(TL % BATCH == 0 && THREADS % CB == 0 && CB % 4 == 0 && BUF >= 2, "tile shapes");
     extern __shared__ __align__(16) unsigned char op_smem[];
     unsigned smem;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem));
@@ -175,8 +180,9 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     auto sdt = reinterpret_cast<float(*)[TL][CB]>(op_smem);
     auto su = reinterpret_cast<Tv(*)[TL][CB]>(sdt + BUF);
     auto sz = reinterpret_cast<float(*)[TL][CB]>(su + BUF);
-    auto sBC = reinterpret_cast<float(*)[TL][G][2 * SPT]>(sz + BUF);
-    int b = blockIdx.y, c0 = blockIdx.x * CB, cl = threadIdx.x / G, g = threadIdx.x % G, c = c0 + cl;
+    auto sBC = reinterpret_cast<float(*)[TL][2 * OP_NS]>(sz + BUF);  // [position][onepass_bcol]
+    auto sp = reinterpret_cast<float(*)[PST]>(sBC + BUF);  // [position][g CB + channel]: each thread's term of the sum
+    int b = blockIdx.y, c0 = blockIdx.x * CB, cl = threadIdx.x % CB, g = threadIdx.x / CB, c = c0 + cl;
     int n0 = g * SPT;
     bool on = c < E;
     float a[SPT], s[SPT];
@@ -189,7 +195,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     float dskip = on ? Dskip[c] : 0.f;
     int tiles = (T + TL - 1) / TL;
     Tv *yt = y + ((size_t)b * T + g) * E + c;  // output (position g, channel c) of the tile
-    onepass_copies<SPT, CB, TL, BCW, Tv> copies(dtv, u, z, ldz, dbl, ldd, R, b, T, E, N, c0);
+    onepass_copies<SPT, THREADS, CB, TL, BCW, Tv> copies(dtv, u, z, ldz, dbl, ldd, R, b, T, E, N, c0);
     auto issue = [&](int k) {  // tile k into its slot of the ring; past the last tile an empty group
         if (k < tiles) {
             int j = k % BUF;
@@ -202,58 +208,79 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     for (int k = 0; k < tiles; k++) {
         const int j = k % BUF;
         cp_async_wait<BUF - 2>();  // tile k is in
-        __syncthreads();  // and visible; every thread is done with tile k - 1, whose slot the next issue refills
+        __syncthreads();  // and visible; every thread is done with tile k - 1, whose slot the next issue refills, and with sp
         issue(k + BUF - 1);
+        // The gate's u and z of the NO outputs this thread writes (positions
+        // g, g + G, ..., channel cl), into registers now: the loads' latency
+        // hides under the chain instead of adding to the tile's tail.
+        float gu[NO], gz[NO];
+#pragma unroll
+        for (int o = 0; o < NO; o++) gu[o] = to_f32(su[j][g + o * G][cl]), gz[o] = sz[j][g + o * G][cl];
         // Two batches in flight: the loads and decays of the next batch are
-        // written before the chain of this one. With them, the gate's u and
-        // z of the position this lane writes.
-        struct batch {
-            float e[BATCH][SPT], x[BATCH][SPT], cv[BATCH][SPT], gu, gz;
-        } bt[2];
-        auto load = [&](int h, batch &o) {
+        // written before the chain of this one, so they need not wait for
+        // this batch's stores to sp (ptxas cannot tell the ring and sp apart
+        // in dynamic shared memory, and keeps loads after earlier stores).
+        float e[2][BATCH][SPT], x[2][BATCH][SPT], cv[2][BATCH][SPT];
+        auto load = [&](int h, float(&e)[BATCH][SPT], float(&x)[BATCH][SPT], float(&cv)[BATCH][SPT]) {
 #pragma unroll
             for (int i = 0; i < BATCH; i++) {
                 float dt = sdt[j][h + i][cl], du = dt * to_f32(su[j][h + i][cl]);
-                float bc[2 * SPT];
+                const float *bc = &sBC[j][h + i][onepass_bcol<SPT>(n0)];
+                float bv[2 * SPT];  // B[n0 ..], then C[n0 ..]
+                if (OP_BCI && SPT % 2 == 0) {  // whole 16-byte loads
 #pragma unroll
-                for (int q = 0; q < 2 * SPT; q += 4) *reinterpret_cast<float4 *>(bc + q) =
-                    *reinterpret_cast<const float4 *>(&sBC[j][h + i][g][q]);
+                    for (int q = 0; q < 2 * SPT; q += 4)
+                        *reinterpret_cast<float4 *>(bv + q) = *reinterpret_cast<const float4 *>(bc + q);
+                } else {
+#pragma unroll
+                    for (int q = 0; q < SPT; q++) bv[q] = bc[q], bv[SPT + q] = bc[onepass_cgap<SPT>() + q];
+                }
 #pragma unroll
                 for (int q = 0; q < SPT; q++) {
-                    o.e[i][q] = dt * a[q];
-                    o.x[i][q] = du * bc[q];
-                    o.cv[i][q] = bc[SPT + q];
+                    e[i][q] = dt * a[q];
+                    x[i][q] = du * bv[q];
+                    cv[i][q] = bv[SPT + q];
                 }
             }
-            o.gu = to_f32(su[j][h + g][cl]), o.gz = sz[j][h + g][cl];
 #pragma unroll
             for (int i = 0; i < BATCH; i++)
 #pragma unroll
-                for (int q = 0; q < SPT; q++) o.e[i][q] = ex2(o.e[i][q]);
+                for (int q = 0; q < SPT; q++) e[i][q] = ex2(e[i][q]);
         };
-        // chain runs the batch at h through the states, then sums, gates
-        // and writes its output (position h + g).
-        auto chain = [&](int h, const batch &o) {
-            float p[BATCH];
+        auto chain = [&](int h, const float(&e)[BATCH][SPT], const float(&x)[BATCH][SPT],
+                         const float(&cv)[BATCH][SPT]) {
 #pragma unroll
             for (int i = 0; i < BATCH; i++) {
-                p[i] = 0.f;
+                float p = 0.f;
 #pragma unroll
                 for (int q = 0; q < SPT; q++) {
-                    s[q] = o.e[i][q] * s[q] + o.x[i][q];
-                    p[i] += s[q] * o.cv[i][q];
+                    s[q] = e[i][q] * s[q] + x[i][q];
+                    p += s[q] * cv[i][q];
                 }
+                sp[h + i][threadIdx.x] = p;
             }
-            float v = onepass_sum<G>(p, g);
-            Tv out = from_f32<Tv>((v + dskip * o.gu) * silu_f(o.gz));
-            if (on && k * TL + h + g < T) yt[h * E] = out;
         };
-        load(0, bt[0]);
+        load(0, e[0], x[0], cv[0]);
 #pragma unroll
         for (int h = 0; h < TL; h += BATCH) {
             const int cur = h / BATCH % 2;
-            if (h + BATCH < TL) load(h + BATCH, bt[cur ^ 1]);
-            chain(h, bt[cur]);
+            if (h + BATCH < TL) load(h + BATCH, e[cur ^ 1], x[cur ^ 1], cv[cur ^ 1]);
+            chain(h, e[cur], x[cur], cv[cur]);
+        }
+        __syncthreads();  // every term of the tile is in sp
+        // Output (position tt, channel cl) for tt = g, g + G, ...: this
+        // thread's own channel, since CB divides the block. Only the stores
+        // depend on t < T, so the NO outputs' sums and gates interleave
+        // (with the whole output under the condition, each output was a
+        // branch of its own and paid its latency alone).
+#pragma unroll
+        for (int o = 0; o < NO; o++) {
+            int tt = g + o * G;
+            float v = sp[tt][cl];
+#pragma unroll
+            for (int q = 1; q < G; q++) v += sp[tt][q * CB + cl];
+            Tv out = from_f32<Tv>((v + dskip * gu[o]) * silu_f(gz[o]));
+            if (on && k * TL + tt < T) yt[o * G * E] = out;
         }
         yt += (size_t)TL * E;
     }
@@ -270,11 +297,12 @@ template <int SPT>
 struct onepass_config {
     static constexpr int TL = SPT == 2 ? 64 : 32, BUF = SPT == 2 ? 3 : 2;
 };
-// B and C go in pieces of 4 SPT bytes (a thread's states) where dbl's rows
-// allow it, else in 4-byte ones.
+// B and C go in 16-byte pieces (4 SPT-byte ones interleaved) where dbl's
+// rows allow it, else in 4-byte ones.
 #define SCAN_ONEPASS_RUN(SPT, T)                                                                            \
     if (R % 4 == 0 && ldd % 4 == 0 && N % 4 == 0 && ((size_t)dbl & 15) == 0)                                 \
-        scan_onepass<SPT, onepass_config<SPT>::TL, onepass_config<SPT>::BUF, 4 * SPT, T>(SCAN_ONEPASS_ARGS); \
+        scan_onepass<SPT, onepass_config<SPT>::TL, onepass_config<SPT>::BUF, OP_BCI ? 4 * SPT : 16, T>(     \
+            SCAN_ONEPASS_ARGS);                                                                              \
     else                                                                                                     \
         scan_onepass<SPT, onepass_config<SPT>::TL, onepass_config<SPT>::BUF, 4, T>(SCAN_ONEPASS_ARGS)
 
@@ -284,10 +312,10 @@ struct onepass_config {
         float *__restrict__ state, T *__restrict__ y, int T_, int E, int N
 #define SCAN_ONEPASS_ARGS dt, A2, dbl, ldd, R, u, Dskip, z, ldz, state, y, T_, E, N
 #define SCAN_ONEPASS(sfx, T)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
+    extern "C" __global__ void __launch_bounds__(OP_THREADS2) scan_onepass2_##sfx(SCAN_ONEPASS_PARAMS(T)) {    \
         SCAN_ONEPASS_RUN(2, T);                                                                                \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass4_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
+    extern "C" __global__ void __launch_bounds__(128) scan_onepass4_##sfx(SCAN_ONEPASS_PARAMS(T)) {            \
         SCAN_ONEPASS_RUN(4, T);                                                                                \
     }
 EACH_DTYPE(SCAN_ONEPASS)

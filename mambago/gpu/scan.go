@@ -123,8 +123,11 @@ func onePassShared(spt, size int) int {
 	if spt == 4 {
 		tile, ring = 32, 2
 	}
-	cb := 8 * spt
-	return ring * tile * (cb*(8+size) + 2*states*4)
+	cb, pst := 8*spt, onePassThreads
+	if cb < 32 {
+		pst += 16
+	}
+	return ring*tile*(cb*(8+size)+2*states*4) + tile*pst*4
 }
 
 // Launch queues the scan on stream; fn looks kernels up by name.

@@ -1,0 +1,116 @@
+package kernels_test
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mambago/mambago/internal/gputest"
+	"github.com/mambago/mambago/kernels"
+	"github.com/mambago/mambago/mambago/cuda"
+)
+
+// onePassKnobs are the settings of scan_onepass.cu's tuning knobs that
+// BenchmarkOnePass compiles: "" is the engine's.
+var onePassKnobs = []string{"", "-DOP_BCI=1", "-DOP_THREADS2=96", "-DOP_THREADS2=96 -DOP_BCI=1"}
+
+// onePassBlock returns the one-pass scan's threads a block and dynamic
+// shared memory in bytes at spt states a thread, for the knobs in opts and a
+// bf16 storage type (onepass_threads and onepass_shared in the source).
+func onePassBlock(spt int, opts string) (threads, shared int) {
+	threads = 128
+	if spt == 2 && strings.Contains(opts, "OP_THREADS2=96") {
+		threads = 96
+	}
+	tile, ring := 64, 3
+	if spt == 4 {
+		tile, ring = 32, 2
+	}
+	cb, pst := threads*spt/16, threads
+	if 8*spt < 32 {
+		pst += 16
+	}
+	return threads, ring*tile*(cb*(8+2)+2*16*4) + tile*pst*4
+}
+
+// BenchmarkOnePass times the one-pass scan alone, bf16, compiled with each
+// setting of its tuning knobs (onePassKnobs), at the shapes where the engine
+// runs it: 2 states a thread at B=1 (130m at T=2048 and T=8192, 370m, 1.4b)
+// and 4 at B=8 (130m). Every setting's output (y and the state) must equal
+// the engine's setting's bit for bit: the knobs move data, not arithmetic.
+// It reports the median launch in µs, timed with CUDA events.
+func BenchmarkOnePass(b *testing.B) {
+	d := gputest.Device(b)
+	_, s := gpu(b)
+	src, err := kernels.Source("scan_onepass.cu")
+	if err != nil {
+		b.Fatal(err)
+	}
+	timer := newLaunchTimer(b, s)
+	const N, R = 16, 48
+	for _, sh := range []struct {
+		name         string
+		B, T, E, spt int
+	}{{"130m_B1_T2048", 1, 2048, 1536, 2}, {"130m_B1_T8192", 1, 8192, 1536, 2}, {"370m_B1_T2048", 1, 2048, 2048, 2},
+		{"1.4b_B1_T2048", 1, 2048, 4096, 2}, {"130m_B8_T2048", 8, 2048, 1536, 4}} {
+		rows, ld := sh.B*sh.T, R+2*N
+		dt := randn(rows*sh.E, 1)
+		for i, v := range dt {
+			dt[i] = float32(softplus(float64(v) - 2))
+		}
+		A2 := make([]float32, sh.E*N)
+		for i := range A2 {
+			A2[i] = -float32(1+i%N) * math.Log2E
+		}
+		_, u := bf16Bits(randn(rows*sh.E, 1))
+		st0 := randn(sh.B*sh.E*N, 1)
+		bdt, bA2, bdbl, bu := upload(b, s, dt), upload(b, s, A2), upload(b, s, randn(rows*ld, 1)), upload(b, s, u)
+		bD, bz := upload(b, s, randn(sh.E, 1)), upload(b, s, randn(rows*2*sh.E, 1))
+		bst, by := upload(b, s, st0), poisoned(b, s, rows*sh.E/2)
+		var want []float32
+		for _, opts := range onePassKnobs {
+			entry := fmt.Sprintf("scan_onepass%d_bf16", sh.spt)
+			f, err := loadSource(b, d, src, "scan_onepass.cu", strings.Fields(opts)...).Function(entry)
+			if err != nil {
+				b.Fatal(err)
+			}
+			threads, shared := onePassBlock(sh.spt, opts)
+			if err := f.SetMaxDynamicShared(shared); err != nil {
+				b.Fatal(err)
+			}
+			cb := threads * sh.spt / 16
+			grid := cuda.Dim3{X: (sh.E + cb - 1) / cb, Y: sh.B, Z: 1}
+			launch := func() error {
+				return f.Launch(grid, cuda.D1(threads), shared, s, bdt.Ptr, bA2.Ptr, bdbl.Ptr, ld, R, bu.Ptr, bD.Ptr,
+					bz.Offset(4*sh.E), 2*sh.E, bst.Ptr, by.Ptr, sh.T, sh.E, N)
+			}
+			name := opts
+			if name == "" {
+				name = "engine"
+			}
+			b.Run(fmt.Sprintf("%s/%s", sh.name, strings.ReplaceAll(name, " ", "_")), func(b *testing.B) {
+				if err := cuda.CopyIn(bst.Ptr, st0, s); err != nil {
+					b.Fatal(err)
+				}
+				if err := launch(); err != nil {
+					b.Fatal(err)
+				}
+				got := append(download(b, s, by, rows*sh.E/2), download(b, s, bst, sh.B*sh.E*N)...)
+				if want == nil {
+					want = got
+				} else if !slices.EqualFunc(got, want, func(x, y float32) bool {
+					return math.Float32bits(x) == math.Float32bits(y)
+				}) {
+					b.Fatalf("output differs from the engine's setting's")
+				}
+				var times []float64
+				for b.Loop() {
+					times = append(times, timer.ms(b, launch))
+				}
+				b.ReportMetric(1e3*median(times), "us")
+			})
+		}
+	}
+}
