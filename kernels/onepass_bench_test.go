@@ -12,34 +12,30 @@ import (
 	"github.com/mambago/mambago/mambago/cuda"
 )
 
-// onePassKnobs are the settings of scan_onepass.cu's tuning knobs that
+// onePassKnobs are the settings of scan_onepass.cu's tuning knob that
 // BenchmarkOnePass compiles: "" is the engine's.
-var onePassKnobs = []string{"", "-DOP_BCI=1", "-DOP_THREADS2=96", "-DOP_THREADS2=96 -DOP_BCI=1"}
+var onePassKnobs = []string{"", "-DOP_BCI=0"}
 
-// onePassBlock returns the one-pass scan's threads a block and dynamic
-// shared memory in bytes at spt states a thread, for the knobs in opts and a
-// bf16 storage type (onepass_threads and onepass_shared in the source).
-func onePassBlock(spt int, opts string) (threads, shared int) {
-	threads = 128
-	if spt == 2 && strings.Contains(opts, "OP_THREADS2=96") {
-		threads = 96
-	}
+// onePassShared is the one-pass scan's dynamic shared memory in bytes at spt
+// states a thread, for a bf16 storage type (onepass_shared in the source;
+// the knob does not change it).
+func onePassShared(spt int) int {
 	tile, ring := 64, 3
 	if spt == 4 {
 		tile, ring = 32, 2
 	}
-	cb, pst := threads*spt/16, threads
-	if 8*spt < 32 {
+	cb, pst := 8*spt, 128
+	if cb < 32 {
 		pst += 16
 	}
-	return threads, ring*tile*(cb*(8+2)+2*16*4) + tile*pst*4
+	return ring*tile*(cb*(8+2)+2*16*4) + tile*pst*4
 }
 
 // BenchmarkOnePass times the one-pass scan alone, bf16, compiled with each
-// setting of its tuning knobs (onePassKnobs), at the shapes where the engine
+// setting of its tuning knob (onePassKnobs), at the shapes where the engine
 // runs it: 2 states a thread at B=1 (130m at T=2048 and T=8192, 370m, 1.4b)
 // and 4 at B=8 (130m). Every setting's output (y and the state) must equal
-// the engine's setting's bit for bit: the knobs move data, not arithmetic.
+// the engine's setting's bit for bit: the knob moves data, not arithmetic.
 // It reports the median launch in µs, timed with CUDA events.
 func BenchmarkOnePass(b *testing.B) {
 	d := gputest.Device(b)
@@ -76,14 +72,14 @@ func BenchmarkOnePass(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			threads, shared := onePassBlock(sh.spt, opts)
+			shared := onePassShared(sh.spt)
 			if err := f.SetMaxDynamicShared(shared); err != nil {
 				b.Fatal(err)
 			}
-			cb := threads * sh.spt / 16
+			cb := 8 * sh.spt
 			grid := cuda.Dim3{X: (sh.E + cb - 1) / cb, Y: sh.B, Z: 1}
 			launch := func() error {
-				return f.Launch(grid, cuda.D1(threads), shared, s, bdt.Ptr, bA2.Ptr, bdbl.Ptr, ld, R, bu.Ptr, bD.Ptr,
+				return f.Launch(grid, cuda.D1(128), shared, s, bdt.Ptr, bA2.Ptr, bdbl.Ptr, ld, R, bu.Ptr, bD.Ptr,
 					bz.Offset(4*sh.E), 2*sh.E, bst.Ptr, by.Ptr, sh.T, sh.E, N)
 			}
 			name := opts

@@ -33,24 +33,20 @@
 // many warps (B=8), tiles of 32 in a ring of 2 (130m 1.19M tok/s against
 // 1.05M with a ring of 3 and 0.90M with tiles of 64).
 
-#define OP_NS 16  // states a channel at most
+#define OP_THREADS 128  // a block
+#define OP_NS 16        // states a channel at most
 
-// Two tuning knobs, with the engine's settings as defaults; BenchmarkOnePass
-// (kernels/onepass_bench_test.go) compiles and times the other settings.
-// OP_THREADS2 is the block at 2 states a thread (128 or 96: at B=1 the 130m
-// shape's 384 warps fill 96 SMs in blocks of 4 warps, all but 4 of the 132
-// in blocks of 3); OP_BCI 1 interleaves B and C by state group in shared
-// memory, so that at 2 states a thread one 16-byte load brings a position's
-// B and C (in 8-byte copies) instead of two 8-byte loads.
-#ifndef OP_THREADS2
-#define OP_THREADS2 128
-#endif
+// A tuning knob, with the engine's setting as its default; BenchmarkOnePass
+// (kernels/onepass_bench_test.go) compiles and times the other. OP_BCI 1
+// interleaves B and C by state group in shared memory, so that at 2 states
+// a thread one 16-byte load brings a position's B and C (copied in 8-byte
+// pieces) instead of two 8-byte loads. On the H200, scan alone, bf16, B=1,
+// T=2048 (BenchmarkOnePass): 130m 52.6 -> 51.3 us, 1.4b 85.7 -> 80.1; at 4
+// states (B=8) no change. (Blocks of 96 threads at 2 states, which put the
+// 130m shape's 384 warps on 128 SMs instead of 96, were slower: 61.7 us.)
 #ifndef OP_BCI
-#define OP_BCI 0
+#define OP_BCI 1
 #endif
-
-// onepass_threads is the block of the one-pass scan at SPT states a thread.
-__host__ __device__ constexpr int onepass_threads(int SPT) { return SPT == 2 ? OP_THREADS2 : 128; }
 
 // onepass_bcol is the column of B[n] in a position's row of B and C in
 // shared memory (C[n] is SPT further when interleaved, else OP_NS): with
@@ -62,9 +58,8 @@ __host__ __device__ constexpr int onepass_cgap() { return OP_BCI ? SPT : OP_NS; 
 
 // onepass_copies is one thread's share of the copies that fill a tile of the
 // ring: dt and z of channels c0 .. c0 + CB - 1 in 16-byte pieces, u in
-// 16-byte pieces (8-byte where CB channels are not whole 16-byte pieces),
-// and B and C in pieces of BCW bytes (16, or 4 SPT interleaved, or 4 where
-// dbl's rows do not allow more). Every piece keeps its source pointer and its
+// 16-byte pieces, and B and C in pieces of BCW bytes (16, or 4 SPT
+// interleaved, or 4 where dbl's rows do not allow more). Every piece keeps its source pointer and its
 // position in the tile, computed once: a tile's copies then cost a compare,
 // a select and an add each, where recomputing their addresses from (b, t,
 // c) cost about 6 instructions a position (a sixth of the loop). A piece
@@ -73,8 +68,7 @@ __host__ __device__ constexpr int onepass_cgap() { return OP_BCI ? SPT : OP_NS; 
 // never copied.
 template <int SPT, int THREADS, int CB, int TL, int BCW, class Tv>
 struct onepass_copies {
-    static constexpr int UW = CB * sizeof(Tv) % 16 == 0 ? 16 : 8;  // bytes a piece of u
-    static constexpr int FP = CB / 4, UV = UW / sizeof(Tv), FU = CB / UV, BP = OP_NS * 4 / BCW;
+    static constexpr int FP = CB / 4, UV = 16 / sizeof(Tv), FU = CB / UV, BP = OP_NS * 4 / BCW;
     static constexpr int NX = TL * FP, NU = TL * FU, NB = TL * BP;  // pieces a tile
     static constexpr int SX = (NX + THREADS - 1) / THREADS, SU = (NU + THREADS - 1) / THREADS,
                          SB = (NB + THREADS - 1) / THREADS;  // a thread's pieces a tile
@@ -130,7 +124,7 @@ struct onepass_copies {
         for (int k = 0; k < SU; k++) {
             if (NU % THREADS == 0 || k * THREADS + (int)threadIdx.x < NU) {
                 bool ok = t0 + urow[k] < T;
-                cp_async_s<UW>(su + uoff[k], ok ? u[k] : uv, ok);
+                cp_async_s<16>(su + uoff[k], ok ? u[k] : uv, ok);
             }
             u[k] += xstep;
         }
@@ -149,11 +143,11 @@ struct onepass_copies {
 // onepass_shared is the dynamic shared memory, in bytes, of the one-pass
 // scan at SPT states a thread, tiles of TL positions in a ring of BUF and a
 // storage type of size TV bytes: the ring of tiles of dt, u, z, B and C,
-// then the tile of partial sums (rows of a float a thread, 16 more where a
+// then the tile of partial sums (rows of OP_THREADS floats, 16 more where a
 // warp reads two rows). gpu.Scan computes the same size to launch it.
-__host__ __device__ constexpr int onepass_pst(int SPT) { return onepass_threads(SPT) + (8 * SPT < 32 ? 16 : 0); }
+__host__ __device__ constexpr int onepass_pst(int SPT) { return OP_THREADS + (8 * SPT < 32 ? 16 : 0); }
 __host__ __device__ constexpr int onepass_shared(int SPT, int TL, int BUF, int TV) {
-    return BUF * TL * (onepass_threads(SPT) * SPT / 16 * (8 + TV) + 2 * OP_NS * 4) + TL * onepass_pst(SPT) * 4;
+    return BUF * TL * (8 * SPT * (8 + TV) + 2 * OP_NS * 4) + TL * onepass_pst(SPT) * 4;
 }
 
 template <int SPT, int TL, int BUF, int BCW, class Tv>
@@ -162,9 +156,8 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
                                              const Tv *__restrict__ u, const float *__restrict__ Dskip,
                                              const float *__restrict__ z, int ldz, float *__restrict__ state,
                                              Tv *__restrict__ y, int T, int E, int N) {
-    constexpr int THREADS = onepass_threads(SPT);
     constexpr int G = OP_NS / SPT;   // threads a channel
-    constexpr int CB = THREADS / G;  // channels a block
+    constexpr int CB = OP_THREADS / G;  // channels a block
     // Positions computed together: their loads first, then their decays,
     // then the chain through s. (Written position by position, ptxas issues
     // each position's loads after the previous one's store to sp, and every
@@ -172,7 +165,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     constexpr int BATCH = 16 / SPT;
     constexpr int PST = onepass_pst(SPT);
     constexpr int NO = TL / G;  // outputs a thread gates and writes a tile
-    static_assert(TL % BATCH == 0 && THREADS % CB == 0 && CB % 4 == 0 && BUF >= 2, "tile shapes");
+    static_assert(TL % BATCH == 0 && OP_THREADS % CB == 0 && CB == 8 * SPT && BUF >= 2, "tile shapes");
     extern __shared__ __align__(16) unsigned char op_smem[];
     unsigned smem;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem));
@@ -195,7 +188,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     float dskip = on ? Dskip[c] : 0.f;
     int tiles = (T + TL - 1) / TL;
     Tv *yt = y + ((size_t)b * T + g) * E + c;  // output (position g, channel c) of the tile
-    onepass_copies<SPT, THREADS, CB, TL, BCW, Tv> copies(dtv, u, z, ldz, dbl, ldd, R, b, T, E, N, c0);
+    onepass_copies<SPT, OP_THREADS, CB, TL, BCW, Tv> copies(dtv, u, z, ldz, dbl, ldd, R, b, T, E, N, c0);
     auto issue = [&](int k) {  // tile k into its slot of the ring; past the last tile an empty group
         if (k < tiles) {
             int j = k % BUF;
@@ -312,7 +305,7 @@ struct onepass_config {
         float *__restrict__ state, T *__restrict__ y, int T_, int E, int N
 #define SCAN_ONEPASS_ARGS dt, A2, dbl, ldd, R, u, Dskip, z, ldz, state, y, T_, E, N
 #define SCAN_ONEPASS(sfx, T)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(OP_THREADS2) scan_onepass2_##sfx(SCAN_ONEPASS_PARAMS(T)) {    \
+    extern "C" __global__ void __launch_bounds__(128) scan_onepass2_##sfx(SCAN_ONEPASS_PARAMS(T)) {            \
         SCAN_ONEPASS_RUN(2, T);                                                                                \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(128) scan_onepass4_##sfx(SCAN_ONEPASS_PARAMS(T)) {            \

@@ -321,9 +321,9 @@ func bf16Engine(b *testing.B, d, layers int) (*gpu.Engine, engine.State) {
 }
 
 // BenchmarkScanVariants times bf16 prefills of the 130m, 370m, 1.4b and
-// 2.8b shapes at B=1 and B=8 (T=2048, and T=8192 for 130m at B=1) with the
-// chunked scan (L64_onepass-1), the one-pass scan at 2 and 4 states a
-// thread, and the engine's pick (L64_onepass0, OnePassStates).
+// 2.8b shapes at B=1 and B=8 (T=2048, and T=8192 for 130m and 370m at
+// B=1) with the chunked scan (L64_onepass-1), the one-pass scan at 2 and 4
+// states a thread, and the engine's pick (L64_onepass0, OnePassStates).
 func BenchmarkScanVariants(b *testing.B) {
 	gputest.Need(b)
 	type size struct{ B, T int }
@@ -331,7 +331,7 @@ func BenchmarkScanVariants(b *testing.B) {
 		name      string
 		d, layers int
 		sizes     []size
-	}{{"130m", 768, 24, []size{{1, 2048}, {1, 8192}, {8, 2048}}}, {"370m", 1024, 48, []size{{1, 2048}}},
+	}{{"130m", 768, 24, []size{{1, 2048}, {1, 8192}, {8, 2048}}}, {"370m", 1024, 48, []size{{1, 2048}, {1, 8192}}},
 		{"1.4b", 2048, 48, []size{{1, 2048}, {8, 2048}}}, {"2.8b", 2560, 64, []size{{1, 2048}, {8, 2048}}}} {
 		b.Run(sh.name, func(b *testing.B) {
 			e, _ := bf16Engine(b, sh.d, sh.layers)

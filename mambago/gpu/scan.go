@@ -80,24 +80,24 @@ func (s Scan) OnePassApplies() bool {
 }
 
 // OnePassStates is the one-pass scan's states a thread for B sequences of
-// T positions and E channels on a device of sms SMs, or 0 where the
-// chunked scan is faster. A one-pass thread walks all T positions, so the
-// scan's time is a warp's chain of positions unless several warps share a
-// scheduler; the chunked scan is parallel over chunks of T as well, and
-// gets faster per token with longer prompts. From bf16 prefills on the
+// E channels on a device of sms SMs, or 0 where the chunked scan is
+// faster. A one-pass thread walks all T positions, so the scan's time is a
+// warp's chain of positions unless several warps share a scheduler; the
+// chunked scan is parallel over chunks of T as well, and gets faster per
+// token with longer prompts, but not enough to win at any T measured. From bf16 prefills on the
 // H200 (bench/NOTES.md): 4 states a thread where that gives two warps a
-// scheduler or more (every B=8 shape: 130m 1.19M tok/s against 0.97M
-// chunked); 2 states where that gives 1.5 (1.4b at B=1: 128k against
-// 116k), or 2/3 at T <= 4096 (370m at B=1, T=2048: 281k against 248k;
-// 130m, 0.73 warps a scheduler: 677k against 643k); the chunked scan below
-// that, and at 130m B=1 T=8192 (880k against 829k).
-func OnePassStates(B, T, E, sms int) int {
+// scheduler or more (every B=8 shape: 130m 1.25M tok/s against 0.98M
+// chunked); 2 states where that gives 2/3 of a warp a scheduler or more
+// (130m at B=1, 0.73 warps a scheduler: T=2048 747k against 655k, T=8192
+// 929k against 898k; 370m 302k against 253k; 1.4b 135k against 118k); the
+// chunked scan below that.
+func OnePassStates(B, E, sms int) int {
 	warps := func(spt int) int { return B * E * (scanStates / spt) / 32 }
 	schedulers := 4 * sms
 	switch {
 	case warps(4) >= 2*schedulers:
 		return 4
-	case warps(2) >= 3*schedulers/2, warps(2) >= 2*schedulers/3 && T <= 4096:
+	case 3*warps(2) >= 2*schedulers:
 		return 2
 	}
 	return 0
@@ -173,16 +173,16 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 	return nil
 }
 
-// scanOnePass is Scan.OnePass for a call over B sequences of T positions
-// and E channels, as Engine.ScanOnePass sets it: 0 (the chunked scan) where
+// scanOnePass is Scan.OnePass for a call over B sequences of E channels,
+// as Engine.ScanOnePass sets it: 0 (the chunked scan) where
 // the device cannot give the one-pass kernel its shared memory.
-func (e *Engine) scanOnePass(B, T, E int) int {
+func (e *Engine) scanOnePass(B, E int) int {
 	spt := e.ScanOnePass
 	switch {
 	case spt < 0:
 		return 0
 	case spt == 0:
-		spt = OnePassStates(B, T, E, e.dev.SMs)
+		spt = OnePassStates(B, E, e.dev.SMs)
 	}
 	if spt > 0 && onePassShared(spt, e.dt.Size()) > e.dev.MaxSharedOptIn {
 		return 0
