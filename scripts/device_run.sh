@@ -23,6 +23,8 @@
 #   sourceprof: ncu's per-instruction stall samples for the bf16 scan and the
 #             2.8b decode GEMVs (text logs and .ncu-rep reports);
 #   kerneltimes8: the same for a bf16 2.8b prefill at B=8, T=2048;
+#   smallkernels: per-kernel times of a bf16 130m prefill (B=1, T=2048),
+#             then ncu's detail on its dt_proj and x_proj GEMM;
 #   clocks:   the SM clock, power and throttle reasons during back-to-back
 #             2.8b B=8 prefills (is the GPU slower under sustained load?);
 #   kerneltimes: every kernel's mean time with warm caches (ncu, one metric,
@@ -136,6 +138,21 @@ if [[ $mode == kerneltimes ]]; then
   for f in "$OUT"/kerneltimes_*.log; do
     echo "-- $f"; python3 scripts/ncu_summary.py "$f"
   done
+fi
+if [[ $mode == smallkernels ]]; then
+  echo "== ncu, warm caches: per-kernel times of a bf16 130m prefill (B=1, T=2048)"
+  times="--cache-control none --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel"
+  timeout 300 ncu $times --launch-count 1500 .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/bfloat16/B1_T2048$' \
+    -test.benchtime 1x > "$OUT/kerneltimes_130m.log" 2>&1
+  echo "ncu exit $?"; python3 scripts/ncu_summary.py "$OUT/kerneltimes_130m.log"
+  echo "== ncu: dt_proj and x_proj's GEMM in that prefill: throughput, occupancy, waves, stall reasons"
+  timeout 200 ncu --clock-control none -k 'regex:dt_proj|nvjet_sm90_tss_32x64' --launch-skip 40 --launch-count 2 \
+    --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis --metrics \
+    'smsp__issue_active.avg.pct_of_peak_sustained_active,dram__bytes_read.sum,dram__bytes_write.sum,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
+    .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/bfloat16/B1_T2048$' -test.benchtime 1x \
+    > "$OUT/small_ncu.log" 2>&1
+  echo "ncu exit $?"; grep -E "^  [a-z_0-9]+ |Duration|Throughput|Occupancy|Waves|Registers|Block Limit|pct|ratio|bytes" \
+    "$OUT/small_ncu.log" | awk '$NF!="0"' | head -80
 fi
 if [[ $mode == kerneltimes8 ]]; then
   echo "== ncu, warm caches: per-kernel times of a bf16 2.8b prefill at B=8, T=2048 (the engine's pick)"
