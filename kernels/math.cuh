@@ -58,7 +58,7 @@ __device__ __forceinline__ void pdl_wait() {
 __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // Asynchronous copies from global to shared memory (cp.async, sm_80 and
-// newer; before that a plain load and store). A copy of n bytes (4 or 16;
+// newer; before that a plain load and store). A copy of n bytes (4, 8 or 16;
 // the addresses aligned to n) reads src only when full is set, else fills
 // zeros. Copies issued between two cp_async_commit calls form a group;
 // cp_async_wait<k>() waits until at most k groups are in flight, and a
@@ -68,26 +68,9 @@ __device__ __forceinline__ unsigned shared_addr(const void *p) {
     asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(a) : "l"(p));
     return a;
 }
-template <int n>
-__device__ __forceinline__ void cp_async(void *dst, const void *src, bool full) {
-    static_assert(n == 4 || n == 16, "cp.async copies 4 or 16 bytes here");
-#if __CUDA_ARCH__ >= 800
-    if (n == 16)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_addr(dst)), "l"(src), "r"(full ? 16 : 0)
-                     : "memory");
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(shared_addr(dst)), "l"(src), "r"(full ? 4 : 0)
-                     : "memory");
-#else
-    if (n == 16)
-        *reinterpret_cast<uint4 *>(dst) = full ? *reinterpret_cast<const uint4 *>(src) : make_uint4(0, 0, 0, 0);
-    else
-        *reinterpret_cast<unsigned *>(dst) = full ? *reinterpret_cast<const unsigned *>(src) : 0u;
-#endif
-}
-// cp_async_s is cp_async to a shared-memory address (shared_addr's), so a
-// caller that keeps its destinations as 32-bit offsets does no 64-bit
-// address arithmetic; it also copies 8-byte pieces.
+// cp_async_s copies to a shared-memory address (shared_addr's), so a caller
+// that keeps its destinations as 32-bit offsets does no 64-bit address
+// arithmetic; cp_async takes a pointer to shared memory instead.
 template <int n>
 __device__ __forceinline__ void cp_async_s(unsigned dst, const void *src, bool full) {
     static_assert(n == 4 || n == 8 || n == 16, "cp.async copies 4, 8 or 16 bytes");
@@ -111,6 +94,10 @@ __device__ __forceinline__ void cp_async_s(unsigned dst, const void *src, bool f
         asm volatile("st.shared.u32 [%0], %1;" ::"r"(dst), "r"(v) : "memory");
     }
 #endif
+}
+template <int n>
+__device__ __forceinline__ void cp_async(void *dst, const void *src, bool full) {
+    cp_async_s<n>(shared_addr(dst), src, full);
 }
 __device__ __forceinline__ void cp_async_commit() {
 #if __CUDA_ARCH__ >= 800
