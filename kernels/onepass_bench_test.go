@@ -10,33 +10,20 @@ import (
 	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/kernels"
 	"github.com/mambago/mambago/mambago/cuda"
+	gpuengine "github.com/mambago/mambago/mambago/gpu"
 )
 
 // onePassKnobs are the settings of scan_onepass.cu's tuning knob that
 // BenchmarkOnePass compiles: "" is the engine's.
 var onePassKnobs = []string{"", "-DOP_BCI=0"}
 
-// onePassShared is the one-pass scan's dynamic shared memory in bytes at spt
-// states a thread, for a bf16 storage type (onepass_shared in the source;
-// the knob does not change it).
-func onePassShared(spt int) int {
-	tile, ring := 64, 3
-	if spt == 4 {
-		tile, ring = 32, 2
-	}
-	cb, pst := 8*spt, 128
-	if cb < 32 {
-		pst += 16
-	}
-	return ring*tile*(cb*(8+2)+2*16*4) + tile*pst*4
-}
-
 // BenchmarkOnePass times the one-pass scan alone, bf16, compiled with each
 // setting of its tuning knob (onePassKnobs), at the shapes where the engine
 // runs it: 2 states a thread at B=1 (130m at T=2048 and T=8192, 370m, 1.4b)
 // and 4 at B=8 (130m). Every setting's output (y and the state) must equal
 // the engine's setting's bit for bit: the knob moves data, not arithmetic.
-// It reports the median launch in µs, timed with CUDA events.
+// It launches them as gpu.Scan does (its grid and shared memory), and
+// reports the median launch in µs, timed with CUDA events.
 func BenchmarkOnePass(b *testing.B) {
 	d := gputest.Device(b)
 	_, s := gpu(b)
@@ -65,6 +52,9 @@ func BenchmarkOnePass(b *testing.B) {
 		bdt, bA2, bdbl, bu := upload(b, s, dt), upload(b, s, A2), upload(b, s, randn(rows*ld, 1)), upload(b, s, u)
 		bD, bz := upload(b, s, randn(sh.E, 1)), upload(b, s, randn(rows*2*sh.E, 1))
 		bst, by := upload(b, s, st0), poisoned(b, s, rows*sh.E/2)
+		if err := cuda.Fill32(by.Ptr, 0x7fc07fc0, rows*sh.E/2, s); err != nil { // bf16 NaN in both halves
+			b.Fatal(err)
+		}
 		var want []float32
 		for _, opts := range onePassKnobs {
 			entry := fmt.Sprintf("scan_onepass%d_bf16", sh.spt)
@@ -72,16 +62,13 @@ func BenchmarkOnePass(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			shared := onePassShared(sh.spt)
-			if err := f.SetMaxDynamicShared(shared); err != nil {
-				b.Fatal(err)
+			sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R, U: bu.Ptr, D: bD.Ptr,
+				Z: bz.Offset(4 * sh.E), LDZ: 2 * sh.E, State: bst.Ptr, Y: by.Ptr, B: sh.B, T: sh.T, E: sh.E, N: N,
+				DType: cuda.BF16, OnePass: sh.spt}
+			if !sc.OnePassApplies() {
+				b.Fatalf("%s: the one-pass scan does not apply", sh.name)
 			}
-			cb := 8 * sh.spt
-			grid := cuda.Dim3{X: (sh.E + cb - 1) / cb, Y: sh.B, Z: 1}
-			launch := func() error {
-				return f.Launch(grid, cuda.D1(128), shared, s, bdt.Ptr, bA2.Ptr, bdbl.Ptr, ld, R, bu.Ptr, bD.Ptr,
-					bz.Offset(4*sh.E), 2*sh.E, bst.Ptr, by.Ptr, sh.T, sh.E, N)
-			}
+			launch := func() error { return sc.Launch(func(string) *cuda.Function { return f }, s) }
 			name := opts
 			if name == "" {
 				name = "engine"
@@ -94,6 +81,11 @@ func BenchmarkOnePass(b *testing.B) {
 					b.Fatal(err)
 				}
 				got := append(download(b, s, by, rows*sh.E/2), download(b, s, bst, sh.B*sh.E*N)...)
+				for _, w := range got[:rows*sh.E/2] {
+					if bits := math.Float32bits(w); bits&0x7f80 == 0x7f80 || bits>>16&0x7f80 == 0x7f80 {
+						b.Fatalf("y holds a NaN or Inf: an element the kernel did not write")
+					}
+				}
 				if want == nil {
 					want = got
 				} else if !slices.EqualFunc(got, want, func(x, y float32) bool {
