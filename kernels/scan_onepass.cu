@@ -18,15 +18,17 @@
 // states g SPT .. g SPT + SPT - 1 of it, g = i / CB, so a warp reads whole
 // rows of dt, u and z and at most two distinct pieces of B and C (broadcast
 // loads). Its inputs go through dynamic shared memory TL positions at a
-// time, in a ring of BUF tiles that cp.async fills ahead of use. Each
+// time, in a ring of BUF tiles that cp.async fills ahead of use
+// (onepass_copies), B and C side by side by state group (OP_BCI). Each
 // position's terms of the output sum, sum over its states of s C, go to a
 // tile of partial sums; after the tile's TL positions the block adds each
 // (position, channel)'s G = 16 / SPT partials, applies the D skip and the
-// gate, and writes y. Positions past T and channels past E read as zeros,
-// and dt = 0 leaves a state as it is. Longer tiles spread each tile's fixed
-// costs (two barriers, the copies' issue, the sums' latency) over more
-// positions, and a deeper ring hides more of the copies' latency, but both
-// take shared memory, which bounds the blocks an SM. On the H200 (bf16
+// gate, and writes y (only the stores under the condition t < T, so that
+// the outputs' sums overlap). Positions past T and channels past E read as
+// zeros, and dt = 0 leaves a state as it is. Longer tiles spread each
+// tile's fixed costs (two barriers, the copies' issue, the sums' latency)
+// over more positions, and a deeper ring hides more of the copies'
+// latency, but both take shared memory, which bounds the blocks an SM. On the H200 (bf16
 // prefills, T=2048, bench/NOTES.md): at 2 states a thread, for one warp or
 // so a scheduler (B=1), tiles of 64 in a ring of 3 were fastest (130m 530k
 // tok/s with 16, 608k with 32, 632k with 64); at 4 states a thread, for
@@ -41,8 +43,9 @@
 // interleaves B and C by state group in shared memory, so that at 2 states
 // a thread one 16-byte load brings a position's B and C (copied in 8-byte
 // pieces) instead of two 8-byte loads. On the H200, scan alone, bf16, B=1,
-// T=2048 (BenchmarkOnePass): 130m 52.6 -> 51.3 us, 1.4b 85.7 -> 80.1; at 4
-// states (B=8) no change. (Blocks of 96 threads at 2 states, which put the
+// T=2048 (BenchmarkOnePass, two runs): 130m 52.6 -> 51.3 and 56.2 -> 53.3
+// us, 1.4b 85.7 -> 80.1 and 87.5 -> 83.3; at 4 states (B=8), where both
+// settings issue the same loads, no change beyond noise. (Blocks of 96 threads at 2 states, which put the
 // 130m shape's 384 warps on 128 SMs instead of 96, were slower: 61.7 us.)
 #ifndef OP_BCI
 #define OP_BCI 1
