@@ -28,12 +28,12 @@
 // zeros, and dt = 0 leaves a state as it is. Longer tiles spread each
 // tile's fixed costs (two barriers, the copies' issue, the sums' latency)
 // over more positions, and a deeper ring hides more of the copies'
-// latency, but both take shared memory, which bounds the blocks an SM. On the H200 (bf16
-// prefills, T=2048, bench/NOTES.md): at 2 states a thread, for one warp or
-// so a scheduler (B=1), tiles of 64 in a ring of 3 were fastest (130m 530k
-// tok/s with 16, 608k with 32, 632k with 64); at 4 states a thread, for
-// many warps (B=8), tiles of 32 in a ring of 2 (130m 1.19M tok/s against
-// 1.05M with a ring of 3 and 0.90M with tiles of 64).
+// latency, but both take shared memory, which bounds the blocks an SM. On
+// the H200 (bf16 prefills, T=2048, bench/NOTES.md): at 2 states a thread,
+// for one warp or so a scheduler (B=1), tiles of 64 in a ring of 3 were
+// fastest (130m 530k tok/s with 16, 608k with 32, 632k with 64); at 4
+// states a thread, for many warps (B=8), tiles of 32 in a ring of 2 (130m
+// 1.19M tok/s against 1.05M with a ring of 3 and 0.90M with tiles of 64).
 
 #define OP_THREADS 128  // a block
 #define OP_NS 16        // states a channel at most
