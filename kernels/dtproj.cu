@@ -342,9 +342,11 @@ __device__ __forceinline__ void dt_proj_tc(const float *__restrict__ dbl, int ld
         __syncthreads();  // stage s is consumed before stage s + TC_STAGES overwrites it
     }
 
-    // A thread holds channels c, c + 1 of rows g and g + 8 of each tile:
-    // one 8-byte store each where E allows (a warp's store then fills eight
-    // 32-byte sectors), else one float at a time.
+    // A thread holds channels c, c + 1 of rows g and g + 8 of each tile.
+    // The bias and softplus go on every value first, rows past the end
+    // included (their sums are zeros), so that the 4 MT TC_NT softplus
+    // overlap; only the stores depend on the row. (With each row's softplus
+    // under its row's condition, every pair paid its latency alone.)
 #pragma unroll
     for (int n = 0; n < TC_NT; n++) {
         int c = c0 + wc - BM + n * 8 + 2 * q;
@@ -353,10 +355,22 @@ __device__ __forceinline__ void dt_proj_tc(const float *__restrict__ dbl, int ld
         for (int m = 0; m < MT; m++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
+                acc[m][n][2 * h] = softplus_f(acc[m][n][2 * h] + b0);
+                acc[m][n][2 * h + 1] = softplus_f(acc[m][n][2 * h + 1] + b1);
+            }
+    }
+    // One 8-byte store a row and tile where E allows (a warp's store then
+    // fills eight 32-byte sectors), else one float at a time.
+#pragma unroll
+    for (int n = 0; n < TC_NT; n++) {
+        int c = c0 + wc - BM + n * 8 + 2 * q;
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
                 int r = r0 + wr + m * 16 + g + h * 8;
+                float v0 = acc[m][n][2 * h], v1 = acc[m][n][2 * h + 1], *o = dt + (size_t)r * E + c;
                 if (r >= rows) continue;
-                float v0 = softplus_f(acc[m][n][2 * h] + b0), v1 = softplus_f(acc[m][n][2 * h + 1] + b1);
-                float *o = dt + (size_t)r * E + c;
                 if (E % 2 == 0 && c + 1 < E) {
                     *reinterpret_cast<float2 *>(o) = make_float2(v0, v1);
                 } else {

@@ -125,8 +125,8 @@ func BenchmarkDTProj(b *testing.B) {
 // sizingCuts are BenchmarkDTProj's source edits of dt_proj_tc_f32, each a
 // list of (text, replacement).
 var sizingCuts = map[string][][2]string{
-	"no_softplus": {{"softplus_f(acc[m][n][2 * h] + b0), v1 = softplus_f(acc[m][n][2 * h + 1] + b1)",
-		"acc[m][n][2 * h] + b0, v1 = acc[m][n][2 * h + 1] + b1"}},
+	"no_softplus": {{"acc[m][n][2 * h] = softplus_f(acc[m][n][2 * h] + b0);", "acc[m][n][2 * h] += b0;"},
+		{"acc[m][n][2 * h + 1] = softplus_f(acc[m][n][2 * h + 1] + b1);", "acc[m][n][2 * h + 1] += b1;"}},
 	"no_products": {{"mma_tf32(acc[m][n], al[m], bh[n]);", ";"}, {"mma_tf32(acc[m][n], ah[m], bl[n]);", ";"},
 		{"mma_tf32(acc[m][n], ah[m], bh[n]);", "acc[m][n][0] += __uint_as_float(ah[m][0] ^ bh[n][0] ^ al[m][0] ^ bl[n][0]);"}},
 }
