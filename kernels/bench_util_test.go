@@ -4,8 +4,26 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/mambago/mambago/internal/gputest"
+	"github.com/mambago/mambago/kernels"
 	"github.com/mambago/mambago/mambago/cuda"
 )
+
+// kernelBench is what a benchmark of one kernel source starts from: the
+// device (or a skip without one), every kernel compiled with its stream
+// (gpu), the source of name to compile variants of, and a launch timer on
+// the stream.
+func kernelBench(b *testing.B, name string) (d *cuda.Device, fn func(string) *cuda.Function, s *cuda.Stream,
+	src string, timer *launchTimer) {
+	b.Helper()
+	d = gputest.Device(b)
+	fn, s = gpu(b)
+	src, err := kernels.Source(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d, fn, s, src, newLaunchTimer(b, s)
+}
 
 // loadSource compiles src (named name) through NVRTC for d, with opts
 // after --std=c++17, and loads it; the module is unloaded at cleanup.

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mambago/mambago/internal/gputest"
-	"github.com/mambago/mambago/kernels"
 	"github.com/mambago/mambago/mambago/cuda"
 	gpuengine "github.com/mambago/mambago/mambago/gpu"
 )
@@ -22,13 +20,7 @@ import (
 // the softplus, and with no products at all. It reports the median launch
 // in µs, timed with CUDA events.
 func BenchmarkDTProj(b *testing.B) {
-	d := gputest.Device(b)
-	fn, s := gpu(b)
-	src, err := kernels.Source("dtproj.cu")
-	if err != nil {
-		b.Fatal(err)
-	}
-	timer := newLaunchTimer(b, s)
+	d, fn, s, src, timer := kernelBench(b, "dtproj.cu")
 	// Each variant is compiled once: nil is dt_proj_f32 from fn.
 	type variant struct {
 		name   string

@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mambago/mambago/internal/gputest"
-	"github.com/mambago/mambago/kernels"
 	"github.com/mambago/mambago/mambago/cuda"
 	gpuengine "github.com/mambago/mambago/mambago/gpu"
 )
@@ -25,13 +23,7 @@ var onePassKnobs = []string{"", "-DOP_BCI=0"}
 // It launches them as gpu.Scan does (its grid and shared memory), and
 // reports the median launch in µs, timed with CUDA events.
 func BenchmarkOnePass(b *testing.B) {
-	d := gputest.Device(b)
-	_, s := gpu(b)
-	src, err := kernels.Source("scan_onepass.cu")
-	if err != nil {
-		b.Fatal(err)
-	}
-	timer := newLaunchTimer(b, s)
+	d, _, s, src, timer := kernelBench(b, "scan_onepass.cu")
 	const N, R = 16, 48
 	for _, sh := range []struct {
 		name         string
