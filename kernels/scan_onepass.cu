@@ -45,8 +45,9 @@
 // pieces) instead of two 8-byte loads. On the H200, scan alone, bf16, B=1,
 // T=2048 (BenchmarkOnePass, two runs): 130m 52.6 -> 51.3 and 56.2 -> 53.3
 // us, 1.4b 85.7 -> 80.1 and 87.5 -> 83.3; at 4 states (B=8), where both
-// settings issue the same loads, no change beyond noise. (Blocks of 96 threads at 2 states, which put the
-// 130m shape's 384 warps on 128 SMs instead of 96, were slower: 61.7 us.)
+// settings issue the same loads, no change beyond noise. (Blocks of 96
+// threads at 2 states, which put the 130m shape's 384 warps on 128 SMs
+// instead of 96, were slower: 61.7 us.)
 #ifndef OP_BCI
 #define OP_BCI 1
 #endif
@@ -62,19 +63,20 @@ __host__ __device__ constexpr int onepass_cgap() { return OP_BCI ? SPT : OP_NS; 
 // onepass_copies is one thread's share of the copies that fill a tile of the
 // ring: dt and z of channels c0 .. c0 + CB - 1 in 16-byte pieces, u in
 // 16-byte pieces, and B and C in pieces of BCW bytes (16, or 4 SPT
-// interleaved, or 4 where dbl's rows do not allow more). Every piece keeps its source pointer and its
-// position in the tile, computed once: a tile's copies then cost a compare,
-// a select and an add each, where recomputing their addresses from (b, t,
-// c) cost about 6 instructions a position (a sixth of the loop). A piece
+// interleaved, or 4 where dbl's rows do not allow more). Every piece keeps
+// its source pointer and its position in the tile, computed once: a tile's
+// copies then cost a compare, a select and an add each, where recomputing
+// their addresses from (b, t, c) cost about 6 instructions a position (a
+// sixth of the loop). A piece
 // whose columns do not exist has row = T (never a position), so it copies
 // zeros; a piece past the tile's count (NX not a multiple of the block) is
 // never copied.
-template <int SPT, int THREADS, int CB, int TL, int BCW, class Tv>
+template <int SPT, int CB, int TL, int BCW, class Tv>
 struct onepass_copies {
     static constexpr int FP = CB / 4, UV = 16 / sizeof(Tv), FU = CB / UV, BP = OP_NS * 4 / BCW;
     static constexpr int NX = TL * FP, NU = TL * FU, NB = TL * BP;  // pieces a tile
-    static constexpr int SX = (NX + THREADS - 1) / THREADS, SU = (NU + THREADS - 1) / THREADS,
-                         SB = (NB + THREADS - 1) / THREADS;  // a thread's pieces a tile
+    static constexpr int SX = (NX + OP_THREADS - 1) / OP_THREADS, SU = (NU + OP_THREADS - 1) / OP_THREADS,
+                         SB = (NB + OP_THREADS - 1) / OP_THREADS;  // a thread's pieces a tile
     const float *dt[SX], *z[SX], *bc[SB];
     const Tv *u[SU];
     int xrow[SX], urow[SU], brow[SB];
@@ -87,7 +89,7 @@ struct onepass_copies {
         xstep = (size_t)TL * E, zstep = (size_t)TL * ldz, bstep = (size_t)TL * ldd;
 #pragma unroll
         for (int k = 0; k < SX; k++) {
-            int i = k * THREADS + threadIdx.x, tt = i / FP, cc = i % FP * 4;
+            int i = k * OP_THREADS + threadIdx.x, tt = i / FP, cc = i % FP * 4;
             bool live = c0 + cc < E;
             xrow[k] = live ? tt : T, xoff[k] = (tt * CB + cc) * 4;
             dt[k] = live ? dtv + (r0 + tt) * E + c0 + cc : dtv;
@@ -95,14 +97,14 @@ struct onepass_copies {
         }
 #pragma unroll
         for (int k = 0; k < SU; k++) {
-            int i = k * THREADS + threadIdx.x, tt = i / FU, cc = i % FU * UV;
+            int i = k * OP_THREADS + threadIdx.x, tt = i / FU, cc = i % FU * UV;
             bool live = c0 + cc < E;
             urow[k] = live ? tt : T, uoff[k] = (tt * CB + cc) * sizeof(Tv);
             u[k] = live ? uv + (r0 + tt) * E + c0 + cc : uv;
         }
 #pragma unroll
         for (int k = 0; k < SB; k++) {
-            int i = k * THREADS + threadIdx.x, tt = i / BP, n = i % BP * (BCW / 4);
+            int i = k * OP_THREADS + threadIdx.x, tt = i / BP, n = i % BP * (BCW / 4);
             bool live = n < N;
             brow[k] = live ? tt : T, boff[k] = (tt * 2 * OP_NS + onepass_bcol<SPT>(n)) * 4;
             bc[k] = live ? dbl + (r0 + tt) * ldd + R + n : dbl;
@@ -116,7 +118,7 @@ struct onepass_copies {
                                           const Tv *uv, const float *zv, const float *dbl, int N, int T, int t0) {
 #pragma unroll
         for (int k = 0; k < SX; k++) {
-            if (NX % THREADS == 0 || k * THREADS + (int)threadIdx.x < NX) {
+            if (NX % OP_THREADS == 0 || k * OP_THREADS + (int)threadIdx.x < NX) {
                 bool ok = t0 + xrow[k] < T;
                 cp_async_s<16>(sdt + xoff[k], ok ? dt[k] : dtv, ok);
                 cp_async_s<16>(sz + xoff[k], ok ? z[k] : zv, ok);
@@ -125,7 +127,7 @@ struct onepass_copies {
         }
 #pragma unroll
         for (int k = 0; k < SU; k++) {
-            if (NU % THREADS == 0 || k * THREADS + (int)threadIdx.x < NU) {
+            if (NU % OP_THREADS == 0 || k * OP_THREADS + (int)threadIdx.x < NU) {
                 bool ok = t0 + urow[k] < T;
                 cp_async_s<16>(su + uoff[k], ok ? u[k] : uv, ok);
             }
@@ -133,7 +135,7 @@ struct onepass_copies {
         }
 #pragma unroll
         for (int k = 0; k < SB; k++) {
-            if (NB % THREADS == 0 || k * THREADS + (int)threadIdx.x < NB) {
+            if (NB % OP_THREADS == 0 || k * OP_THREADS + (int)threadIdx.x < NB) {
                 bool ok = t0 + brow[k] < T;
                 cp_async_s<BCW>(sBC + boff[k], ok ? bc[k] : dbl, ok);
                 cp_async_s<BCW>(sBC + boff[k] + 4 * onepass_cgap<SPT>(), ok ? bc[k] + N : dbl, ok);
@@ -159,7 +161,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
                                              const Tv *__restrict__ u, const float *__restrict__ Dskip,
                                              const float *__restrict__ z, int ldz, float *__restrict__ state,
                                              Tv *__restrict__ y, int T, int E, int N) {
-    constexpr int G = OP_NS / SPT;   // threads a channel
+    constexpr int G = OP_NS / SPT;      // threads a channel
     constexpr int CB = OP_THREADS / G;  // channels a block
     // Positions computed together: their loads first, then their decays,
     // then the chain through s. (Written position by position, ptxas issues
@@ -191,7 +193,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     float dskip = on ? Dskip[c] : 0.f;
     int tiles = (T + TL - 1) / TL;
     Tv *yt = y + ((size_t)b * T + g) * E + c;  // output (position g, channel c) of the tile
-    onepass_copies<SPT, OP_THREADS, CB, TL, BCW, Tv> copies(dtv, u, z, ldz, dbl, ldd, R, b, T, E, N, c0);
+    onepass_copies<SPT, CB, TL, BCW, Tv> copies(dtv, u, z, ldz, dbl, ldd, R, b, T, E, N, c0);
     auto issue = [&](int k) {  // tile k into its slot of the ring; past the last tile an empty group
         if (k < tiles) {
             int j = k % BUF;
@@ -308,10 +310,10 @@ struct onepass_config {
         float *__restrict__ state, T *__restrict__ y, int T_, int E, int N
 #define SCAN_ONEPASS_ARGS dt, A2, dbl, ldd, R, u, Dskip, z, ldz, state, y, T_, E, N
 #define SCAN_ONEPASS(sfx, T)                                                                                   \
-    extern "C" __global__ void __launch_bounds__(128) scan_onepass2_##sfx(SCAN_ONEPASS_PARAMS(T)) {            \
+    extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
         SCAN_ONEPASS_RUN(2, T);                                                                                \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(128) scan_onepass4_##sfx(SCAN_ONEPASS_PARAMS(T)) {            \
+    extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass4_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
         SCAN_ONEPASS_RUN(4, T);                                                                                \
     }
 EACH_DTYPE(SCAN_ONEPASS)
