@@ -35,9 +35,14 @@ func checkBLAS(call string, r C.mg_result) error {
 // BLAS is a cuBLAS handle bound to one stream.
 type BLAS struct {
 	h unsafe.Pointer
+	s *Stream
 	// TF32 records whether FP32 GEMMs may use TF32 tensor cores (an explicit
 	// opt-in); by default they run in true FP32.
 	TF32 bool
+	// Algo is how GEMMs with bf16 or f16 inputs run (f32 ones always go
+	// through cublasSgemm); GemmEx unless set.
+	Algo GemmAlgo
+	lt   *lt // created on the first cuBLASLt GEMM
 }
 
 // cuBLAS math modes.
@@ -51,7 +56,7 @@ func NewBLAS(s *Stream, tf32 bool) (*BLAS, error) {
 	if err := loadCuBLAS(); err != nil {
 		return nil, err
 	}
-	b := &BLAS{TF32: tf32}
+	b := &BLAS{TF32: tf32, s: s}
 	if err := checkBLAS("cublasCreate", C.mg_cublasCreate(&b.h)); err != nil {
 		return nil, err
 	}
@@ -85,7 +90,11 @@ func (b *BLAS) SetTF32(on bool) error {
 
 // SetStream sends the handle's later work to s.
 func (b *BLAS) SetStream(s *Stream) error {
-	return checkBLAS("cublasSetStream", C.mg_cublasSetStream(b.h, s.handle()))
+	if err := checkBLAS("cublasSetStream", C.mg_cublasSetStream(b.h, s.handle())); err != nil {
+		return err
+	}
+	b.s = s
+	return nil
 }
 
 // GemmNT computes, for row-major f32 matrices, C = A·Wᵀ + beta·C with A
@@ -97,8 +106,8 @@ func (b *BLAS) GemmNT(M, N, K int, A Ptr, lda int, W Ptr, C Ptr, ldc int, beta f
 }
 
 // Gemm is GemmNT with A and W stored as ab and C as c. Anything but f32
-// throughout runs through cublasGemmEx with f32 accumulation
-// (CUBLAS_COMPUTE_32F), on tensor cores for bf16 and f16.
+// throughout runs with f32 accumulation (CUBLAS_COMPUTE_32F), on tensor
+// cores for bf16 and f16, through cublasGemmEx or cuBLASLt as b.Algo says.
 func (b *BLAS) Gemm(M, N, K int, A Ptr, lda int, W Ptr, C Ptr, ldc int, beta float32, ab, c DType) error {
 	if M == 0 || N == 0 {
 		return nil
@@ -107,10 +116,14 @@ func (b *BLAS) Gemm(M, N, K int, A Ptr, lda int, W Ptr, C Ptr, ldc int, beta flo
 	const compute32F = 68 // CUBLAS_COMPUTE_32F
 	alpha, bt := C.float(1), C.float(beta)
 	var err error
-	if ab == F32 && c == F32 {
+	switch {
+	case ab != F32 && b.Algo != GemmEx:
+		err = b.gemmLt(gemmKey{M: M, N: N, K: K, lda: lda, ldc: ldc, ab: ab, c: c, accumulate: beta != 0,
+			tuned: b.Algo == GemmLtTuned}, A, W, C, beta)
+	case ab == F32 && c == F32:
 		err = checkBLAS("cublasSgemm", C.mg_cublasSgemm(b.h, opT, opN, C.int(N), C.int(M), C.int(K), &alpha,
 			C.mg_devptr(W), C.int(K), C.mg_devptr(A), C.int(lda), &bt, C.mg_devptr(C), C.int(ldc)))
-	} else {
+	default:
 		err = checkBLAS("cublasGemmEx", C.mg_cublasGemmEx(b.h, opT, opN, C.int(N), C.int(M), C.int(K), &alpha,
 			C.mg_devptr(W), C.int(ab.dataType()), C.int(K), C.mg_devptr(A), C.int(ab.dataType()), C.int(lda), &bt,
 			C.mg_devptr(C), C.int(c.dataType()), C.int(ldc), compute32F))
@@ -121,6 +134,22 @@ func (b *BLAS) Gemm(M, N, K int, A Ptr, lda int, W Ptr, C Ptr, ldc int, beta flo
 	return nil
 }
 
+// gemmLt runs k through cuBLASLt with its cached plan.
+func (b *BLAS) gemmLt(k gemmKey, A, W, Cp Ptr, beta float32) error {
+	if b.lt == nil {
+		l, err := newLt()
+		if err != nil {
+			return err
+		}
+		b.lt = l
+	}
+	p, err := b.lt.plan(k, A, W, b.s)
+	if err != nil {
+		return err
+	}
+	return b.lt.matmul(p.p, &p.algo, A, W, Cp, beta, b.s.handle())
+}
+
 // Destroy releases the handle.
 func (b *BLAS) Destroy() error {
 	if b == nil || b.h == nil {
@@ -128,5 +157,10 @@ func (b *BLAS) Destroy() error {
 	}
 	h := b.h
 	b.h = nil
-	return checkBLAS("cublasDestroy", C.mg_cublasDestroy(h))
+	err := b.lt.destroy()
+	b.lt = nil
+	if e := checkBLAS("cublasDestroy", C.mg_cublasDestroy(h)); err == nil {
+		err = e
+	}
+	return err
 }

@@ -12,3 +12,13 @@ func TestLaunchLayout(t *testing.T) {
 		t.Fatalf("launch struct layout %v, want %v (attr size, value offset, config size, stream, attrs, nattrs)", got, want)
 	}
 }
+
+// TestLtLayout checks the shim's copy of cublasLtMatmulHeuristicResult_t
+// against cublasLt.h's: a 64-byte algorithm, the workspace size, the
+// status, the waves count and four reserved ints.
+func TestLtLayout(t *testing.T) {
+	want := [4]int{96, 64, 72, 76}
+	if got := ltLayout(); got != want {
+		t.Fatalf("heuristic result layout %v, want %v (size, workspace, state, waves)", got, want)
+	}
+}

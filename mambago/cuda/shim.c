@@ -87,6 +87,22 @@ FN(int, cublasGemmEx, (void *, int, int, int, int, int, const void *, mg_devptr,
                        const void *, mg_devptr, int, int, int, int));
 FN(const char *, cublasGetStatusString, (int));
 
+FN(int, cublasLtCreate, (void **));
+FN(int, cublasLtDestroy, (void *));
+FN(int, cublasLtMatmulDescCreate, (void **, int, int));
+FN(int, cublasLtMatmulDescDestroy, (void *));
+FN(int, cublasLtMatmulDescSetAttribute, (void *, int, const void *, size_t));
+FN(int, cublasLtMatrixLayoutCreate, (void **, int, uint64_t, uint64_t, int64_t));
+FN(int, cublasLtMatrixLayoutDestroy, (void *));
+FN(int, cublasLtMatmulPreferenceCreate, (void **));
+FN(int, cublasLtMatmulPreferenceDestroy, (void *));
+FN(int, cublasLtMatmulPreferenceSetAttribute, (void *, int, const void *, size_t));
+FN(int, cublasLtMatmulAlgoGetHeuristic, (void *, void *, void *, void *, void *, void *, void *, int, mg_lt_heuristic *,
+                                         int *));
+FN(int, cublasLtMatmul, (void *, void *, const void *, mg_devptr, void *, mg_devptr, void *, const void *, mg_devptr,
+                         void *, mg_devptr, void *, const mg_lt_algo *, mg_devptr, size_t, void *));
+FN(int, cuStreamIsCapturing, (void *, int *));
+
 FN(int, nvrtcVersion, (int *, int *));
 FN(int, nvrtcCreateProgram, (void **, const char *, const char *, int, const char *const *, const char *const *));
 FN(int, nvrtcCompileProgram, (void *, int, const char *const *));
@@ -141,6 +157,7 @@ const char *mg_load_driver(const char *path) {
 	LOAD(h, cuGraphExecDestroy, "cuGraphExecDestroy");
 	LOAD(h, cuGraphDestroy, "cuGraphDestroy");
 	LOAD(h, cuGetErrorName, "cuGetErrorName");
+	LOAD(h, cuStreamIsCapturing, "cuStreamIsCapturing");
 	p_cuLaunchKernelEx = dlsym(h, "cuLaunchKernelEx"); // optional: CUDA >= 11.8; mg_cuLaunchKernelPDL says so
 	return NULL;
 }
@@ -155,6 +172,24 @@ const char *mg_load_cublas(const char *path) {
 	LOAD(h, cublasSgemm, "cublasSgemm_v2");
 	LOAD(h, cublasGemmEx, "cublasGemmEx");
 	LOAD(h, cublasGetStatusString, "cublasGetStatusString");
+	return NULL;
+}
+
+const char *mg_load_cublaslt(const char *path) {
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) return dlerror();
+	LOAD(h, cublasLtCreate, "cublasLtCreate");
+	LOAD(h, cublasLtDestroy, "cublasLtDestroy");
+	LOAD(h, cublasLtMatmulDescCreate, "cublasLtMatmulDescCreate");
+	LOAD(h, cublasLtMatmulDescDestroy, "cublasLtMatmulDescDestroy");
+	LOAD(h, cublasLtMatmulDescSetAttribute, "cublasLtMatmulDescSetAttribute");
+	LOAD(h, cublasLtMatrixLayoutCreate, "cublasLtMatrixLayoutCreate");
+	LOAD(h, cublasLtMatrixLayoutDestroy, "cublasLtMatrixLayoutDestroy");
+	LOAD(h, cublasLtMatmulPreferenceCreate, "cublasLtMatmulPreferenceCreate");
+	LOAD(h, cublasLtMatmulPreferenceDestroy, "cublasLtMatmulPreferenceDestroy");
+	LOAD(h, cublasLtMatmulPreferenceSetAttribute, "cublasLtMatmulPreferenceSetAttribute");
+	LOAD(h, cublasLtMatmulAlgoGetHeuristic, "cublasLtMatmulAlgoGetHeuristic");
+	LOAD(h, cublasLtMatmul, "cublasLtMatmul");
 	return NULL;
 }
 
@@ -280,6 +315,64 @@ mg_result mg_cublasGemmEx(void *h, int ta, int tb, int m, int n, int k, const fl
 }
 const char *mg_cublasStatus(mg_result r) {
 	return p_cublasGetStatusString ? p_cublasGetStatusString(r) : "CUBLAS_STATUS_UNKNOWN";
+}
+
+mg_result mg_cuStreamIsCapturing(void *s, int *status) { CALL(cuStreamIsCapturing, s, status); }
+
+mg_result mg_ltCreate(void **h) { CALL(cublasLtCreate, h); }
+mg_result mg_ltDestroy(void *h) { CALL(cublasLtDestroy, h); }
+
+// cuBLASLt's attribute ids (cublasLt.h): the matmul's transposes, and the
+// preference's workspace bound.
+enum { LT_DESC_TRANSA = 3, LT_DESC_TRANSB = 4, LT_PREF_MAX_WORKSPACE_BYTES = 1 };
+enum { CUDA_R_32F_ = 0 };
+
+mg_result mg_ltPlanCreate(mg_lt_plan *p, int ta, int tb, int m, int n, int k, int atype, int lda, int btype, int ldb,
+                          int ctype, int ldc, int compute) {
+	memset(p, 0, sizeof *p);
+	if (!p_cublasLtMatmulDescCreate || !p_cublasLtMatrixLayoutCreate) return 500;
+	int r = p_cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F_);
+	if (!r) r = p_cublasLtMatmulDescSetAttribute(p->desc, LT_DESC_TRANSA, &ta, sizeof ta);
+	if (!r) r = p_cublasLtMatmulDescSetAttribute(p->desc, LT_DESC_TRANSB, &tb, sizeof tb);
+	// Column-major layouts of A, B and C as stored: op(A) is m x k, op(B) k x n.
+	if (!r) r = p_cublasLtMatrixLayoutCreate(&p->a, atype, ta ? k : m, ta ? m : k, lda);
+	if (!r) r = p_cublasLtMatrixLayoutCreate(&p->b, btype, tb ? n : k, tb ? k : n, ldb);
+	if (!r) r = p_cublasLtMatrixLayoutCreate(&p->c, ctype, m, n, ldc);
+	if (r) mg_ltPlanDestroy(p);
+	return r;
+}
+
+void mg_ltPlanDestroy(mg_lt_plan *p) {
+	if (p->desc && p_cublasLtMatmulDescDestroy) p_cublasLtMatmulDescDestroy(p->desc);
+	void *layouts[] = {p->a, p->b, p->c};
+	for (int i = 0; i < 3; i++)
+		if (layouts[i] && p_cublasLtMatrixLayoutDestroy) p_cublasLtMatrixLayoutDestroy(layouts[i]);
+	memset(p, 0, sizeof *p);
+}
+
+mg_result mg_ltHeuristics(void *h, const mg_lt_plan *p, size_t workspace, int want, mg_lt_heuristic *out, int *got) {
+	*got = 0;
+	if (!p_cublasLtMatmulPreferenceCreate || !p_cublasLtMatmulAlgoGetHeuristic) return 500;
+	void *pref = NULL;
+	int r = p_cublasLtMatmulPreferenceCreate(&pref);
+	if (!r) r = p_cublasLtMatmulPreferenceSetAttribute(pref, LT_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace);
+	if (!r) r = p_cublasLtMatmulAlgoGetHeuristic(h, p->desc, p->a, p->b, p->c, p->c, pref, want, out, got);
+	if (pref) p_cublasLtMatmulPreferenceDestroy(pref);
+	return r;
+}
+
+mg_result mg_ltMatmul(void *h, const mg_lt_plan *p, const float *alpha, mg_devptr A, mg_devptr B, const float *beta,
+                      mg_devptr C, const mg_lt_algo *algo, mg_devptr workspace, size_t wsbytes, void *stream) {
+	CALL(cublasLtMatmul, h, p->desc, alpha, A, p->a, B, p->b, beta, C, p->c, C, p->c, algo, workspace, wsbytes, stream);
+}
+
+// mg_lt_layout reports the heuristic result's layout, for a test against
+// cublasLt.h's: its size and the offsets of workspace, state and waves.
+void mg_lt_layout(int *out) {
+	out[0] = sizeof(mg_lt_heuristic);
+	out[1] = offsetof(mg_lt_heuristic, workspace);
+	out[2] = offsetof(mg_lt_heuristic, state);
+	out[3] = offsetof(mg_lt_heuristic, waves);
 }
 
 mg_result mg_nvrtcVersion(int *maj, int *min) { CALL(nvrtcVersion, maj, min); }

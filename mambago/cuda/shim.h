@@ -76,6 +76,33 @@ mg_result mg_cublasGemmEx(void *h, int ta, int tb, int m, int n, int k, const fl
                           int compute);
 const char *mg_cublasStatus(mg_result r);
 
+// cuBLASLt: a GEMM's descriptors (matmul and layouts; C doubles as D),
+// created once per shape, and the heuristic's algorithms for it.
+typedef struct {
+	uint64_t data[8];
+} mg_lt_algo;
+typedef struct {
+	mg_lt_algo algo;
+	size_t workspace;
+	int state;
+	float waves;
+	int reserved[4];
+} mg_lt_heuristic;
+typedef struct {
+	void *desc, *a, *b, *c;
+} mg_lt_plan;
+const char *mg_load_cublaslt(const char *path);
+mg_result mg_ltCreate(void **h);
+mg_result mg_ltDestroy(void *h);
+mg_result mg_ltPlanCreate(mg_lt_plan *p, int ta, int tb, int m, int n, int k, int atype, int lda, int btype, int ldb,
+                          int ctype, int ldc, int compute);
+void mg_ltPlanDestroy(mg_lt_plan *p);
+mg_result mg_ltHeuristics(void *h, const mg_lt_plan *p, size_t workspace, int want, mg_lt_heuristic *out, int *got);
+mg_result mg_ltMatmul(void *h, const mg_lt_plan *p, const float *alpha, mg_devptr A, mg_devptr B, const float *beta,
+                      mg_devptr C, const mg_lt_algo *algo, mg_devptr workspace, size_t wsbytes, void *stream);
+void mg_lt_layout(int *out);
+mg_result mg_cuStreamIsCapturing(void *s, int *status);
+
 // NVRTC.
 mg_result mg_nvrtcVersion(int *major, int *minor);
 mg_result mg_nvrtcCreateProgram(void **prog, const char *src, const char *name);

@@ -89,3 +89,13 @@ func (e *Event) Destroy() error {
 	e.h = nil
 	return check("cuEventDestroy", C.mg_cuEventDestroy(h))
 }
+
+// Capturing reports whether s is capturing a graph, when nothing may wait
+// for it (events cannot be synchronized).
+func (s *Stream) Capturing() (bool, error) {
+	var status C.int // CUstreamCaptureStatus: 0 none, 1 active, 2 invalidated
+	if err := check("cuStreamIsCapturing", C.mg_cuStreamIsCapturing(s.handle(), &status)); err != nil {
+		return false, err
+	}
+	return status != 0, nil
+}

@@ -1,0 +1,211 @@
+package cuda_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/mambago/mambago/internal/gputest"
+	"github.com/mambago/mambago/mambago/cuda"
+)
+
+// bf16Values returns n random values in [-1, 1) that bf16 holds exactly,
+// and their bf16 bits.
+func bf16Values(n int) ([]float32, []uint16) {
+	v, bits := make([]float32, n), make([]uint16, n)
+	for i := range v {
+		b := math.Float32bits(rand.Float32()*2-1) &^ 0xffff
+		v[i], bits[i] = math.Float32frombits(b), uint16(b>>16)
+	}
+	return v, bits
+}
+
+// TestGemmAlgos checks Gemm with bf16 inputs and f32 outputs through
+// cublasGemmEx, cuBLASLt and tuned cuBLASLt against a float64 product of
+// fresh random inputs, with the output poisoned with NaN (beta = 0) or
+// holding random values to accumulate into (beta = 1), at the engine's
+// 130m shapes (in_proj, x_proj, out_proj at T=2048; 128 of their rows
+// checked), a ragged M and a row stride past the width.
+func TestGemmAlgos(t *testing.T) {
+	gputest.Need(t)
+	s, err := cuda.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	for _, algo := range []cuda.GemmAlgo{cuda.GemmEx, cuda.GemmLt, cuda.GemmLtTuned} {
+		b, err := cuda.NewBLAS(s, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Algo = algo
+		for _, c := range []struct{ M, N, K, lda, ldc, beta int }{
+			{2048, 3072, 768, 768, 3072, 0}, {2048, 80, 1536, 1536, 80, 0}, {2048, 768, 1536, 1536, 768, 1},
+			{37, 80, 1536, 1536, 80, 0}, {300, 64, 256, 264, 72, 1},
+		} {
+			name := fmt.Sprintf("%s M=%d N=%d K=%d lda=%d ldc=%d beta=%d", algo, c.M, c.N, c.K, c.lda, c.ldc, c.beta)
+			a, abits := bf16Values(c.M * c.lda)
+			w, wbits := bf16Values(c.N * c.K)
+			c0 := make([]float32, c.M*c.ldc)
+			for i := range c0 {
+				c0[i] = float32(math.NaN())
+				if c.beta != 0 {
+					c0[i] = rand.Float32()*2 - 1
+				}
+			}
+			var bufs []*cuda.Buffer
+			alloc := func(bytes int) cuda.Ptr {
+				buf, err := cuda.Alloc(bytes)
+				if err != nil {
+					t.Fatal(err)
+				}
+				bufs = append(bufs, buf)
+				return buf.Ptr
+			}
+			pa, pw, pc := alloc(2*len(abits)), alloc(2*len(wbits)), alloc(4*len(c0))
+			if err := cuda.CopyIn(pa, abits, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := cuda.CopyIn(pw, wbits, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := cuda.CopyIn(pc, c0, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Gemm(c.M, c.N, c.K, pa, c.lda, pw, pc, c.ldc, float32(c.beta), cuda.BF16, cuda.F32); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			got := make([]float32, len(c0))
+			if err := cuda.CopyOut(got, pc, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			var d2, n2 float64
+			step := max(1, c.M/128) // every row of the small cases, 128 rows of the large
+			for i := 0; i < c.M; i += step {
+				for j := 0; j < c.N; j++ {
+					want := 0.0
+					if c.beta != 0 {
+						want = float64(c0[i*c.ldc+j])
+					}
+					for k := 0; k < c.K; k++ {
+						want += float64(a[i*c.lda+k]) * float64(w[j*c.K+k])
+					}
+					g := float64(got[i*c.ldc+j])
+					d2 += (g - want) * (g - want)
+					n2 += want * want
+				}
+			}
+			if rel := math.Sqrt(d2 / n2); !(rel <= 1e-6) {
+				t.Errorf("%s: rel err %.3g against float64, bound 1e-6", name, rel)
+			}
+			for j := c.N; j < c.ldc; j++ { // the row stride's padding is left as it was
+				if g := got[j]; math.Float32bits(g) != math.Float32bits(c0[j]) {
+					t.Errorf("%s: padding column %d changed to %g", name, j, g)
+				}
+			}
+			for _, buf := range bufs {
+				buf.Free()
+			}
+		}
+		if err := b.Destroy(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkGemmAlgos times the engine's bf16 GEMMs (beta = 0; in_proj,
+// x_proj and out_proj of prefills at the model shapes) through
+// cublasGemmEx, through cuBLASLt's first heuristic algorithm and each of its
+// first 16 (CUDA events, 20 runs after one), and logs them with the FLOP
+// rate of the fastest.
+func BenchmarkGemmAlgos(b *testing.B) {
+	gputest.Need(b)
+	s, err := cuda.NewStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Destroy()
+	bl, err := cuda.NewBLAS(s, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bl.Destroy()
+	type gemm struct {
+		name    string
+		M, N, K int
+	}
+	var shapes []gemm
+	for _, m := range []struct {
+		name          string
+		d, E, R, rows int
+	}{{"130m B1", 768, 1536, 48, 2048}, {"370m B1", 1024, 2048, 64, 2048}, {"1.4b B1", 2048, 4096, 128, 2048},
+		{"130m B8", 768, 1536, 48, 16384}, {"2.8b B8", 2560, 5120, 160, 16384}} {
+		shapes = append(shapes, gemm{m.name + " in_proj", m.rows, 2 * m.E, m.d}, gemm{m.name + " x_proj", m.rows, m.R + 32, m.E},
+			gemm{m.name + " out_proj", m.rows, m.d, m.E})
+	}
+	events := func() (*cuda.Event, *cuda.Event) {
+		e0, err := cuda.NewEvent()
+		if err != nil {
+			b.Fatal(err)
+		}
+		e1, err := cuda.NewEvent()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return e0, e1
+	}
+	start, end := events()
+	for range b.N {
+		for _, g := range shapes {
+			_, abits := bf16Values(g.M * g.K)
+			_, wbits := bf16Values(g.N * g.K)
+			pa, _ := cuda.Alloc(2 * len(abits))
+			pw, _ := cuda.Alloc(2 * len(wbits))
+			pc, err := cuda.Alloc(4 * g.M * g.N)
+			if err != nil {
+				b.Fatal(err)
+			}
+			cuda.CopyIn(pa.Ptr, abits, s)
+			cuda.CopyIn(pw.Ptr, wbits, s)
+			timeAlgo := func(algo cuda.GemmAlgo) float32 {
+				bl.Algo = algo
+				run := func() {
+					if err := bl.Gemm(g.M, g.N, g.K, pa.Ptr, g.K, pw.Ptr, pc.Ptr, g.N, 0, cuda.BF16, cuda.F32); err != nil {
+						b.Fatal(err)
+					}
+				}
+				run()
+				start.Record(s)
+				for range 20 {
+					run()
+				}
+				end.Record(s)
+				end.Synchronize()
+				ms, _ := cuda.Elapsed(start, end)
+				return ms / 20
+			}
+			ex, lt, tuned := timeAlgo(cuda.GemmEx), timeAlgo(cuda.GemmLt), timeAlgo(cuda.GemmLtTuned)
+			cands, err := bl.TimeLtCandidates(g.M, g.N, g.K, pa.Ptr, g.K, pw.Ptr, pc.Ptr, g.N, 16, 20)
+			if err != nil {
+				b.Fatal(err)
+			}
+			best := min(ex, lt, tuned)
+			for _, c := range cands {
+				best = min(best, c)
+			}
+			line := fmt.Sprintf("%-18s M=%5d N=%5d K=%4d  GemmEx %7.2f us  Lt %7.2f  tuned %7.2f  best %7.2f (%.0f TFLOP/s)  candidates:",
+				g.name, g.M, g.N, g.K, 1e3*ex, 1e3*lt, 1e3*tuned, 1e3*best, 2*float64(g.M*g.N*g.K)/float64(best)/1e9)
+			for _, c := range cands {
+				line += fmt.Sprintf(" %.2f", 1e3*c)
+			}
+			b.Log(line)
+			pa.Free()
+			pw.Free()
+			pc.Free()
+		}
+	}
+}

@@ -1,0 +1,307 @@
+package cuda
+
+/*
+#include <stdlib.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// GemmAlgo is how BLAS.Gemm runs a GEMM with bf16 or f16 inputs.
+type GemmAlgo int
+
+const (
+	// GemmEx runs cublasGemmEx, with cuBLAS's own choice of kernel.
+	GemmEx GemmAlgo = iota
+	// GemmLt runs cuBLASLt with the first algorithm of its heuristic, a
+	// plan (descriptors and algorithm) cached per shape.
+	GemmLt
+	// GemmLtTuned runs cuBLASLt with the fastest of the heuristic's first
+	// ltCandidates algorithms, each timed with CUDA events on the GEMM's
+	// own inputs the first time the process meets its shape; the choice is
+	// shared by every handle of the process, so two engines give the same
+	// bits. Where the first meeting is inside a stream capture, which
+	// cannot time, the heuristic's first algorithm is taken (and kept).
+	GemmLtTuned
+)
+
+func (a GemmAlgo) String() string {
+	switch a {
+	case GemmEx:
+		return "cublasGemmEx"
+	case GemmLt:
+		return "cuBLASLt"
+	case GemmLtTuned:
+		return "cuBLASLt, tuned"
+	}
+	return fmt.Sprintf("GemmAlgo(%d)", int(a))
+}
+
+const (
+	// ltWorkspace is each handle's cuBLASLt workspace, as cuBLAS advises
+	// for Hopper; algorithms that need more are never picked.
+	ltWorkspace = 32 << 20
+	// ltCandidates bounds the algorithms GemmLtTuned times.
+	ltCandidates = 8
+	// ltPlans bounds the plans a handle caches (one per shape met; a
+	// prefill meets three or four a chunk length): the oldest goes first.
+	ltPlans = 256
+)
+
+var (
+	cublasLtOnce sync.Once
+	cublasLtErr  error
+)
+
+// loadCuBLASLt loads libcublasLt.so.13, then .so.12.
+func loadCuBLASLt() error {
+	cublasLtOnce.Do(func() {
+		cublasLtErr = loadLibrary("cuBLASLt", []string{"libcublasLt.so.13", "libcublasLt.so.12"},
+			func(p *C.char) *C.char { return C.mg_load_cublaslt(p) })
+	})
+	return cublasLtErr
+}
+
+// gemmKey is a GEMM's shape and types, as Gemm is called.
+type gemmKey struct {
+	M, N, K, lda, ldc int
+	ab, c             DType
+	accumulate        bool // beta != 0
+	tuned             bool
+}
+
+// ltPlan is a shape's descriptors (C memory) and the algorithm that runs it.
+type ltPlan struct {
+	p    *C.mg_lt_plan
+	algo C.mg_lt_algo
+}
+
+// ltChoice is the algorithm chosen for a shape, process-wide (GemmLtTuned).
+var ltChoice = struct {
+	sync.Mutex
+	m map[gemmKey]C.mg_lt_algo
+}{m: map[gemmKey]C.mg_lt_algo{}}
+
+// lt is a BLAS handle's cuBLASLt side: its handle, workspace and plans.
+type lt struct {
+	h     unsafe.Pointer
+	ws    *Buffer
+	plans map[gemmKey]*ltPlan
+	order []gemmKey // oldest first
+}
+
+// newLt creates the cuBLASLt side of a handle.
+func newLt() (*lt, error) {
+	if err := loadCuBLASLt(); err != nil {
+		return nil, err
+	}
+	l := &lt{plans: map[gemmKey]*ltPlan{}}
+	if err := checkBLAS("cublasLtCreate", C.mg_ltCreate(&l.h)); err != nil {
+		return nil, err
+	}
+	ws, err := Alloc(ltWorkspace)
+	if err != nil {
+		l.destroy()
+		return nil, err
+	}
+	l.ws = ws
+	return l, nil
+}
+
+// destroy releases the plans, the workspace and the handle.
+func (l *lt) destroy() error {
+	if l == nil {
+		return nil
+	}
+	for _, p := range l.plans {
+		freePlan(p.p)
+	}
+	l.plans, l.order = nil, nil
+	err := l.ws.Free()
+	if l.h != nil {
+		if e := checkBLAS("cublasLtDestroy", C.mg_ltDestroy(l.h)); err == nil {
+			err = e
+		}
+		l.h = nil
+	}
+	return err
+}
+
+// descriptors creates k's descriptors: for row-major C = A·Wᵀ, in
+// cuBLAS's column-major terms Cᵀ [N, M] = op(W)·Aᵀ with op = transpose.
+func (l *lt) descriptors(k gemmKey) (*C.mg_lt_plan, error) {
+	const opN, opT = 0, 1
+	const compute32F = 68 // CUBLAS_COMPUTE_32F
+	p := (*C.mg_lt_plan)(C.calloc(1, C.size_t(unsafe.Sizeof(C.mg_lt_plan{}))))
+	if p == nil {
+		return nil, fmt.Errorf("cuda: out of host memory for a cuBLASLt plan")
+	}
+	if err := checkBLAS("cublasLtMatmulDescCreate", C.mg_ltPlanCreate(p, opT, opN, C.int(k.N), C.int(k.M), C.int(k.K),
+		C.int(k.ab.dataType()), C.int(k.K), C.int(k.ab.dataType()), C.int(k.lda), C.int(k.c.dataType()),
+		C.int(k.ldc), compute32F)); err != nil {
+		C.free(unsafe.Pointer(p))
+		return nil, err
+	}
+	return p, nil
+}
+
+// freePlan releases descriptors made by descriptors.
+func freePlan(p *C.mg_lt_plan) {
+	C.mg_ltPlanDestroy(p)
+	C.free(unsafe.Pointer(p))
+}
+
+// heuristics returns up to want of cuBLASLt's algorithms for p, best
+// first, each within the workspace.
+func (l *lt) heuristics(p *C.mg_lt_plan, want int) ([]C.mg_lt_algo, error) {
+	res := make([]C.mg_lt_heuristic, want)
+	var got C.int
+	if err := checkBLAS("cublasLtMatmulAlgoGetHeuristic", C.mg_ltHeuristics(l.h, p, ltWorkspace, C.int(want),
+		&res[0], &got)); err != nil {
+		return nil, err
+	}
+	var algos []C.mg_lt_algo
+	for _, r := range res[:got] {
+		if r.state == 0 && r.workspace <= ltWorkspace {
+			algos = append(algos, r.algo)
+		}
+	}
+	if len(algos) == 0 {
+		return nil, fmt.Errorf("cuda: cuBLASLt has no algorithm for this GEMM")
+	}
+	return algos, nil
+}
+
+// matmul queues C = A·Wᵀ + beta·C on stream with algo.
+func (l *lt) matmul(p *C.mg_lt_plan, algo *C.mg_lt_algo, A, W, Cp Ptr, beta float32, s unsafe.Pointer) error {
+	alpha, bt := C.float(1), C.float(beta)
+	return checkBLAS("cublasLtMatmul", C.mg_ltMatmul(l.h, p, &alpha, C.mg_devptr(W), C.mg_devptr(A), &bt,
+		C.mg_devptr(Cp), algo, C.mg_devptr(l.ws.Ptr), ltWorkspace, s))
+}
+
+// plan returns k's plan, creating it (and, for a tuned key met outside a
+// capture, timing the candidates on A and W into scratch of C's size) the
+// first time.
+func (l *lt) plan(k gemmKey, A, W Ptr, s *Stream) (*ltPlan, error) {
+	if p, ok := l.plans[k]; ok {
+		return p, nil
+	}
+	desc, err := l.descriptors(k)
+	if err != nil {
+		return nil, err
+	}
+	p := &ltPlan{p: desc}
+	ok := false
+	defer func() {
+		if !ok {
+			freePlan(desc)
+		}
+	}()
+	ltChoice.Lock()
+	algo, chosen := ltChoice.m[k]
+	ltChoice.Unlock()
+	if chosen {
+		p.algo = algo
+	} else {
+		want := 1
+		if k.tuned {
+			want = ltCandidates
+		}
+		algos, err := l.heuristics(desc, want)
+		if err != nil {
+			return nil, err
+		}
+		p.algo = algos[0]
+		capturing, err := s.Capturing()
+		if err != nil {
+			return nil, err
+		}
+		if len(algos) > 1 && !capturing {
+			best, err := l.fastest(desc, algos, k, A, W, s)
+			if err != nil {
+				return nil, err
+			}
+			p.algo = algos[best]
+		}
+		if k.tuned {
+			ltChoice.Lock()
+			ltChoice.m[k] = p.algo
+			ltChoice.Unlock()
+		}
+	}
+	if len(l.order) >= ltPlans {
+		old := l.order[0]
+		l.order = l.order[1:]
+		freePlan(l.plans[old].p)
+		delete(l.plans, old)
+	}
+	l.plans[k], l.order = p, append(l.order, k)
+	ok = true
+	return p, nil
+}
+
+// fastest times each of algos on A and W (3 runs after one to warm up,
+// CUDA events) into scratch the size of k's C, and returns the index of
+// the fastest.
+func (l *lt) fastest(p *C.mg_lt_plan, algos []C.mg_lt_algo, k gemmKey, A, W Ptr, s *Stream) (int, error) {
+	scratch, err := Alloc(k.M * k.ldc * k.c.Size())
+	if err != nil {
+		return 0, err
+	}
+	defer scratch.Free()
+	start, err := NewEvent()
+	if err != nil {
+		return 0, err
+	}
+	defer start.Destroy()
+	end, err := NewEvent()
+	if err != nil {
+		return 0, err
+	}
+	defer end.Destroy()
+	beta := float32(0)
+	if k.accumulate {
+		beta = 1
+	}
+	best, bestMs := 0, float32(0)
+	for i := range algos {
+		if err := l.matmul(p, &algos[i], A, W, scratch.Ptr, beta, s.handle()); err != nil {
+			return 0, err
+		}
+		if err := start.Record(s); err != nil {
+			return 0, err
+		}
+		for range 3 {
+			if err := l.matmul(p, &algos[i], A, W, scratch.Ptr, beta, s.handle()); err != nil {
+				return 0, err
+			}
+		}
+		if err := end.Record(s); err != nil {
+			return 0, err
+		}
+		if err := end.Synchronize(); err != nil {
+			return 0, err
+		}
+		ms, err := Elapsed(start, end)
+		if err != nil {
+			return 0, err
+		}
+		if i == 0 || ms < bestMs {
+			best, bestMs = i, ms
+		}
+	}
+	return best, nil
+}
+
+// ltLayout returns the shim's heuristic result layout (mg_lt_layout): its
+// size and the offsets of its workspace, state and waves.
+func ltLayout() [4]int {
+	var out [4]C.int
+	C.mg_lt_layout(&out[0])
+	return [4]int{int(out[0]), int(out[1]), int(out[2]), int(out[3])}
+}
