@@ -17,6 +17,11 @@
 #             and memcheck, the mixed-precision engine tests, then bf16
 #             prefills with each scan (BenchmarkScanVariants), and ncu on the
 #             one-pass scan (about 3 minutes);
+#   gemm:     cuBLASLt: TestGemmAlgos and TestLtLayout, every bf16 GEMM of
+#             the prefills through cublasGemmEx, cuBLASLt and each of its
+#             first 16 algorithms (BenchmarkGemmAlgos), then prefills with
+#             each (BenchmarkPrefillGemm) and the engine tests with tuned
+#             cuBLASLt (MAMBAGO_GEMM=lt-tuned);
 #   dtproj:   dt_proj alone: TestDTProjKernel, BenchmarkDTProj (every entry
 #             and variant, each checked, and the sizing cuts), then ncu's pipe
 #             use and stall reasons for the engine's dt_proj in a 1.4b prefill;

@@ -2,6 +2,7 @@ package gpu_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -371,4 +372,32 @@ func timePrefills(b *testing.B, e *gpu.Engine, st engine.State, in engine.Input,
 		}
 	}
 	b.ReportMetric(float64(in.B*in.T*b.N)/b.Elapsed().Seconds(), "tok/s")
+}
+
+// BenchmarkPrefillGemm times bf16 prefills (T=2048) of the 130m, 370m and
+// 1.4b shapes at B=1 and of the 130m and 2.8b shapes at B=8 with each way
+// of running the GEMMs (cuda.GemmAlgo), in one engine a shape.
+func BenchmarkPrefillGemm(b *testing.B) {
+	gputest.Need(b)
+	for _, sh := range []struct {
+		name         string
+		d, layers, B int
+	}{{"130m", 768, 24, 1}, {"370m", 1024, 48, 1}, {"1.4b", 2048, 48, 1}, {"130m", 768, 24, 8}, {"2.8b", 2560, 64, 8}} {
+		b.Run(fmt.Sprintf("%s/B%d_T2048", sh.name, sh.B), func(b *testing.B) {
+			e, _ := bf16Engine(b, sh.d, sh.layers)
+			st, err := e.NewState(sh.B)
+			if err != nil {
+				b.Fatal(err)
+			}
+			in := engine.Input{B: sh.B, T: 2048, IDs: randomIDs(sh.B*2048, 50280)}
+			for _, algo := range []cuda.GemmAlgo{cuda.GemmEx, cuda.GemmLt, cuda.GemmLtTuned} {
+				b.Run(strings.ReplaceAll(algo.String(), ", ", "_"), func(b *testing.B) {
+					if err := e.SetGemmAlgo(algo); err != nil {
+						b.Fatal(err)
+					}
+					timePrefills(b, e, st, in, sh.d)
+				})
+			}
+		})
+	}
 }

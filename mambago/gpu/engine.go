@@ -396,6 +396,19 @@ func (e *Engine) SetTF32(on bool) error {
 	return e.blas.SetTF32(on)
 }
 
+// SetGemmAlgo picks how the GEMMs with bf16 or f16 inputs run
+// (cuda.GemmAlgo): cublasGemmEx, or cuBLASLt with cached plans, tuned or
+// not. Graphs captured before keep the algorithms they were captured with.
+func (e *Engine) SetGemmAlgo(a cuda.GemmAlgo) error {
+	done, err := e.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	e.blas.Algo = a
+	return nil
+}
+
 // function returns the kernel named name.
 func (e *Engine) function(name string) *cuda.Function { return e.fn[name] }
 
