@@ -20,8 +20,7 @@
 #   gemm:     cuBLASLt: TestGemmAlgos and TestLtLayout, every bf16 GEMM of
 #             the prefills through cublasGemmEx, cuBLASLt and each of its
 #             first 16 algorithms (BenchmarkGemmAlgos), then prefills with
-#             each (BenchmarkPrefillGemm) and the engine tests with tuned
-#             cuBLASLt (MAMBAGO_GEMM=lt-tuned);
+#             each (BenchmarkPrefillGemm);
 #   dtproj:   dt_proj alone: TestDTProjKernel, BenchmarkDTProj (every entry
 #             and variant, each checked, and the sizing cuts), then ncu's pipe
 #             use and stall reasons for the engine's dt_proj in a 1.4b prefill;
@@ -70,6 +69,17 @@ if [[ $mode == verify ]]; then
   echo "== 1.4b and 2.8b, bf16: decode step variants, and prefill with each scan"
   .carry/gpu.test -test.run '^$' -test.bench BigShapes -test.benchtime 100x 2>&1 | tee "$OUT/big_shapes.log" \
     | grep -E "us/step|tok/s"
+  exit $status
+fi
+if [[ $mode == gemm ]]; then
+  timeout 200 .carry/cuda.test -test.v -test.run 'GemmAlgos|LtLayout' > "$OUT/gemm_test.log" 2>&1 || status=1
+  grep -E "^(--- |ok|FAIL|PASS)|rel err|panic" "$OUT/gemm_test.log" | head -20
+  echo "== every bf16 GEMM of the prefills, us a GEMM (BenchmarkGemmAlgos)"
+  timeout 240 .carry/cuda.test -test.run '^$' -test.bench GemmAlgos -test.benchtime 1x > "$OUT/gemm_algos.log" 2>&1 || status=1
+  grep -E "GemmEx" "$OUT/gemm_algos.log" | sed 's/^ *gemm_test.go:[0-9]*: //' | cut -c1-150
+  echo "== bf16 prefills, T=2048, with each (BenchmarkPrefillGemm)"
+  timeout 240 .carry/gpu.test -test.run '^$' -test.bench PrefillGemm -test.benchtime 10x 2>&1 | tee "$OUT/prefill_gemm.log" \
+    | grep tok/s | awk '{print $1, $(NF-1)}'
   exit $status
 fi
 if [[ $mode == onepass ]]; then
