@@ -25,20 +25,20 @@ type layer struct {
 // the residual stream, the scan and the carried state) is f32. Its calls
 // are serialised: one stream, one workspace.
 type Engine struct {
-	mu     sync.Mutex
-	cfg    checkpoint.Config
-	dt     cuda.DType
-	dev    *cuda.Device
-	stream *cuda.Stream
-	blas   *cuda.BLAS
+	mu      sync.Mutex
+	cfg     checkpoint.Config
+	dt      cuda.DType
+	dev     *cuda.Device
+	stream  *cuda.Stream
+	blas    *cuda.BLAS
 	// side runs in_proj's z half beside the main stream (SplitInProj),
 	// with its own cuBLAS handle; fork and join order it against stream.
 	side       *cuda.Stream
 	sideBLAS   *cuda.BLAS
 	fork, join *cuda.Event
-	fn         map[string]*cuda.Function
-	modules    []*cuda.Module
-	bufs       []*cuda.Buffer // every weight buffer, freed by Close
+	fn      map[string]*cuda.Function
+	modules []*cuda.Module
+	bufs    []*cuda.Buffer // every weight buffer, freed by Close
 
 	emb, normF, lmHead, inputProj, inputBias cuda.Ptr
 	layers                                   []layer
