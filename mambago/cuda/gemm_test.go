@@ -28,7 +28,7 @@ func bf16Values(n int) ([]float32, []uint16) {
 // 130m shapes (in_proj, x_proj, out_proj at T=2048; 128 of their rows
 // checked), a ragged M and a row stride past the width.
 func TestGemmAlgos(t *testing.T) {
-	gputest.Device(t)
+	gputest.Need(t)
 	s, err := cuda.NewStream()
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +123,7 @@ func TestGemmAlgos(t *testing.T) {
 // first 16 (CUDA events, 20 runs after one), and logs them with the FLOP
 // rate of the fastest.
 func BenchmarkGemmAlgos(b *testing.B) {
-	gputest.Device(b)
+	gputest.Need(b)
 	s, err := cuda.NewStream()
 	if err != nil {
 		b.Fatal(err)

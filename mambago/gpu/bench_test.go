@@ -376,9 +376,7 @@ func timePrefills(b *testing.B, e *gpu.Engine, st engine.State, in engine.Input,
 
 // BenchmarkPrefillGemm times bf16 prefills (T=2048) of the 130m, 370m and
 // 1.4b shapes at B=1 and of the 130m and 2.8b shapes at B=8 with each way
-// of running the GEMMs (cuda.GemmAlgo), with in_proj as one GEMM and split
-// in two across two streams (_split, Engine.SplitInProj), in one engine a
-// shape.
+// of running the GEMMs (cuda.GemmAlgo), in one engine a shape.
 func BenchmarkPrefillGemm(b *testing.B) {
 	gputest.Need(b)
 	for _, sh := range []struct {
@@ -393,19 +391,12 @@ func BenchmarkPrefillGemm(b *testing.B) {
 			}
 			in := engine.Input{B: sh.B, T: 2048, IDs: randomIDs(sh.B*2048, 50280)}
 			for _, algo := range []cuda.GemmAlgo{cuda.GemmEx, cuda.GemmLt, cuda.GemmLtTuned} {
-				for _, split := range []bool{false, true} {
-					name := strings.ReplaceAll(algo.String(), ", ", "_")
-					if split {
-						name += "_split"
+				b.Run(strings.ReplaceAll(algo.String(), ", ", "_"), func(b *testing.B) {
+					if err := e.SetGemmAlgo(algo); err != nil {
+						b.Fatal(err)
 					}
-					b.Run(name, func(b *testing.B) {
-						if err := e.SetGemmAlgo(algo); err != nil {
-							b.Fatal(err)
-						}
-						e.SplitInProj = split
-						timePrefills(b, e, st, in, sh.d)
-					})
-				}
+					timePrefills(b, e, st, in, sh.d)
+				})
 			}
 		})
 	}

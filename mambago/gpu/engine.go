@@ -31,11 +31,6 @@ type Engine struct {
 	dev     *cuda.Device
 	stream  *cuda.Stream
 	blas    *cuda.BLAS
-	// side runs in_proj's z half beside the main stream (SplitInProj),
-	// with its own cuBLAS handle; fork and join order it against stream.
-	side       *cuda.Stream
-	sideBLAS   *cuda.BLAS
-	fork, join *cuda.Event
 	fn      map[string]*cuda.Function
 	modules []*cuda.Module
 	bufs    []*cuda.Buffer // every weight buffer, freed by Close
@@ -75,11 +70,6 @@ type Engine struct {
 	// (DTProj.OneTF32Product). New turns it on for bf16 engines, whose
 	// error is their bf16 weights' (kernels/dtproj.cu).
 	DTProjOneTF32Product bool
-	// SplitInProj runs in_proj as two GEMMs, the x half that conv reads,
-	// then the z half, which only the scan's gate reads, on a second stream
-	// beside conv, x_proj and dt_proj (kernels that leave SMs idle). New
-	// turns it on; graphs capture the two streams as parallel branches.
-	SplitInProj bool
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
 	// DecodePDL launches the decode kernels with programmatic dependent
@@ -116,8 +106,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 		return nil, err
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9,
-		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, SplitInProj: true,
-		GEMVRows: 4}
+		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4}
 	built := e // e is nil once an error is returned
 	defer func() {
 		if err != nil {
@@ -131,18 +120,6 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 		return nil, err
 	}
 	if e.last, err = cuda.NewEvent(); err != nil {
-		return nil, err
-	}
-	if e.side, err = cuda.NewStream(); err != nil {
-		return nil, err
-	}
-	if e.sideBLAS, err = cuda.NewBLAS(e.side, false); err != nil {
-		return nil, err
-	}
-	if e.fork, err = cuda.NewEvent(); err != nil {
-		return nil, err
-	}
-	if e.join, err = cuda.NewEvent(); err != nil {
 		return nil, err
 	}
 	if err = e.last.Record(e.stream); err != nil {
@@ -299,11 +276,7 @@ func (e *Engine) close() error {
 		m.Unload()
 	}
 	e.blas.Destroy()
-	e.sideBLAS.Destroy()
 	e.last.Destroy()
-	e.fork.Destroy()
-	e.join.Destroy()
-	e.side.Destroy()
 	e.stream.Destroy()
 	return e.dev.Close()
 }
@@ -420,9 +393,6 @@ func (e *Engine) SetTF32(on bool) error {
 		return err
 	}
 	defer done()
-	if err := e.sideBLAS.SetTF32(on); err != nil {
-		return err
-	}
 	return e.blas.SetTF32(on)
 }
 
@@ -435,7 +405,7 @@ func (e *Engine) SetGemmAlgo(a cuda.GemmAlgo) error {
 		return err
 	}
 	defer done()
-	e.blas.Algo, e.sideBLAS.Algo = a, a
+	e.blas.Algo = a
 	return nil
 }
 

@@ -255,52 +255,10 @@ func chunk(v []float32, B, T, w, t0, n int) []float32 {
 // addBias adds bias [n] to every row of x [rows, n] (row stride ld), both
 // f32; a zero bias adds nothing.
 func (e *Engine) addBias(x cuda.Ptr, ld int, bias cuda.Ptr, rows, n int) error {
-	return e.addBiasOn(e.stream, x, ld, bias, rows, n)
-}
-
-// addBiasOn is addBias on stream s.
-func (e *Engine) addBiasOn(s *cuda.Stream, x cuda.Ptr, ld int, bias cuda.Ptr, rows, n int) error {
 	if bias == 0 {
 		return nil
 	}
-	return e.fn["add_bias_f32"].Launch(grid1(rows*n), cuda.D1(256), 0, s, x, ld, bias, int64(rows), n)
-}
-
-// inProj runs layer g's in_proj over rows positions: xz = x·W_inᵀ (+ bias).
-// With SplitInProj the x half runs here and the z half, which only the
-// scan reads, on the side stream once the x half is done (the scan waits
-// for e.join).
-func (e *Engine) inProj(g layer, rows int) error {
-	c, ws, dt := e.cfg, &e.ws, e.dt
-	d, E := c.Hidden, c.Inner
-	if !e.SplitInProj {
-		if err := e.blas.Gemm(rows, 2*E, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0, dt, cuda.F32); err != nil {
-			return err
-		}
-		return e.addBias(ws.xz.Ptr, 2*E, g.inBias, rows, 2*E)
-	}
-	if err := e.blas.Gemm(rows, E, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0, dt, cuda.F32); err != nil {
-		return err
-	}
-	if err := e.addBias(ws.xz.Ptr, 2*E, g.inBias, rows, E); err != nil {
-		return err
-	}
-	if err := e.fork.Record(e.stream); err != nil {
-		return err
-	}
-	if err := e.side.Wait(e.fork); err != nil {
-		return err
-	}
-	zw := g.inProj + cuda.Ptr(E*d*dt.Size())
-	if err := e.sideBLAS.Gemm(rows, E, d, ws.x.Ptr, d, zw, ws.xz.Offset(4*E), 2*E, 0, dt, cuda.F32); err != nil {
-		return err
-	}
-	if g.inBias != 0 {
-		if err := e.addBiasOn(e.side, ws.xz.Offset(4*E), 2*E, g.inBias+cuda.Ptr(4*E), rows, E); err != nil {
-			return err
-		}
-	}
-	return e.join.Record(e.side)
+	return e.launch("add_bias_f32", grid1(rows*n), cuda.D1(256), 0, x, ld, bias, int64(rows), n)
 }
 
 // block runs layer l over the chunk of B sequences of n positions in the
@@ -315,7 +273,12 @@ func (e *Engine) block(l, B, n int, s *State) error {
 		{"rmsnorm", func() error {
 			return e.rmsnorm(e.typed("rmsnorm"), ws.h.Ptr, g.norm, ws.x.Ptr, rows, d, c.Eps)
 		}},
-		{"in_proj", func() error { return e.inProj(g, rows) }},
+		{"in_proj", func() error {
+			if err := e.blas.Gemm(rows, 2*E, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0, dt, cuda.F32); err != nil {
+				return err
+			}
+			return e.addBias(ws.xz.Ptr, 2*E, g.inBias, rows, 2*E)
+		}},
 		{"conv", func() error {
 			return Conv{XZ: ws.xz.Ptr, LDX: 2 * E, Window: s.conv(l), W: g.conv, Bias: g.convBias, U: ws.u.Ptr,
 				B: B, T: n, E: E, K: K, DType: dt}.Launch(e.function, e.stream)
@@ -335,11 +298,6 @@ func (e *Engine) block(l, B, n int, s *State) error {
 				OneTF32Product: e.DTProjOneTF32Product, SMs: e.dev.SMs}.Launch(e.function, e.stream)
 		}},
 		{"scan", func() error {
-			if e.SplitInProj { // in_proj's z half is in
-				if err := e.stream.Wait(e.join); err != nil {
-					return err
-				}
-			}
 			return Scan{DT: ws.delta.Ptr, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
 				U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
 				B: B, T: n, E: E, N: N, DType: dt, Chunk: e.ScanChunk, Scratch: ws.scan.Ptr,
