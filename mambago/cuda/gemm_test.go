@@ -28,7 +28,7 @@ func bf16Values(n int) ([]float32, []uint16) {
 // 130m shapes (in_proj, x_proj, out_proj at T=2048; 128 of their rows
 // checked), a ragged M and a row stride past the width.
 func TestGemmAlgos(t *testing.T) {
-	gputest.Need(t)
+	gputest.Device(t)
 	s, err := cuda.NewStream()
 	if err != nil {
 		t.Fatal(err)
@@ -99,8 +99,10 @@ func TestGemmAlgos(t *testing.T) {
 					n2 += want * want
 				}
 			}
-			if rel := math.Sqrt(d2 / n2); !(rel <= 1e-6) {
-				t.Errorf("%s: rel err %.3g against float64, bound 1e-6", name, rel)
+			// f32 sums of K exact products: about sqrt(K) 2^-24 (1.3e-6 at
+			// K = 1536 on the H200, the same for every algorithm).
+			if rel := math.Sqrt(d2 / n2); !(rel <= 4e-6) {
+				t.Errorf("%s: rel err %.3g against float64, bound 4e-6", name, rel)
 			}
 			for j := c.N; j < c.ldc; j++ { // the row stride's padding is left as it was
 				if g := got[j]; math.Float32bits(g) != math.Float32bits(c0[j]) {
@@ -119,11 +121,11 @@ func TestGemmAlgos(t *testing.T) {
 
 // BenchmarkGemmAlgos times the engine's bf16 GEMMs (beta = 0; in_proj,
 // x_proj and out_proj of prefills at the model shapes) through
-// cublasGemmEx, through cuBLASLt's first heuristic algorithm and each of its
-// first 16 (CUDA events, 20 runs after one), and logs them with the FLOP
-// rate of the fastest.
+// cublasGemmEx, through cuBLASLt's first heuristic algorithm, its tuned
+// pick and each of its first 16 (GPU time: graphs of 20 runs, TimeGraph),
+// and logs them with the FLOP rate of the fastest.
 func BenchmarkGemmAlgos(b *testing.B) {
-	gputest.Need(b)
+	gputest.Device(b)
 	s, err := cuda.NewStream()
 	if err != nil {
 		b.Fatal(err)
@@ -147,18 +149,6 @@ func BenchmarkGemmAlgos(b *testing.B) {
 		shapes = append(shapes, gemm{m.name + " in_proj", m.rows, 2 * m.E, m.d}, gemm{m.name + " x_proj", m.rows, m.R + 32, m.E},
 			gemm{m.name + " out_proj", m.rows, m.d, m.E})
 	}
-	events := func() (*cuda.Event, *cuda.Event) {
-		e0, err := cuda.NewEvent()
-		if err != nil {
-			b.Fatal(err)
-		}
-		e1, err := cuda.NewEvent()
-		if err != nil {
-			b.Fatal(err)
-		}
-		return e0, e1
-	}
-	start, end := events()
 	for range b.N {
 		for _, g := range shapes {
 			_, abits := bf16Values(g.M * g.K)
@@ -173,20 +163,17 @@ func BenchmarkGemmAlgos(b *testing.B) {
 			cuda.CopyIn(pw.Ptr, wbits, s)
 			timeAlgo := func(algo cuda.GemmAlgo) float32 {
 				bl.Algo = algo
-				run := func() {
-					if err := bl.Gemm(g.M, g.N, g.K, pa.Ptr, g.K, pw.Ptr, pc.Ptr, g.N, 0, cuda.BF16, cuda.F32); err != nil {
-						b.Fatal(err)
-					}
+				run := func() error {
+					return bl.Gemm(g.M, g.N, g.K, pa.Ptr, g.K, pw.Ptr, pc.Ptr, g.N, 0, cuda.BF16, cuda.F32)
 				}
-				run()
-				start.Record(s)
-				for range 20 {
-					run()
+				if err := run(); err != nil { // plans and tuning outside the capture
+					b.Fatal(err)
 				}
-				end.Record(s)
-				end.Synchronize()
-				ms, _ := cuda.Elapsed(start, end)
-				return ms / 20
+				ms, err := cuda.TimeGraph(s, 20, run)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return ms
 			}
 			ex, lt, tuned := timeAlgo(cuda.GemmEx), timeAlgo(cuda.GemmLt), timeAlgo(cuda.GemmLtTuned)
 			cands, err := bl.TimeLtCandidates(g.M, g.N, g.K, pa.Ptr, g.K, pw.Ptr, pc.Ptr, g.N, 16, 20)

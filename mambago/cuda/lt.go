@@ -22,8 +22,8 @@ const (
 	// plan (descriptors and algorithm) cached per shape.
 	GemmLt
 	// GemmLtTuned runs cuBLASLt with the fastest of the heuristic's first
-	// ltCandidates algorithms, each timed with CUDA events on the GEMM's
-	// own inputs the first time the process meets its shape; the choice is
+	// ltCandidates algorithms, each timed (GPU time, TimeGraph) on the
+	// GEMM's own inputs the first time the process meets its shape; the choice is
 	// shared by every handle of the process, so two engines give the same
 	// bits. Where the first meeting is inside a stream capture, which
 	// cannot time, the heuristic's first algorithm is taken (and kept).
@@ -46,8 +46,10 @@ const (
 	// ltWorkspace is each handle's cuBLASLt workspace, as cuBLAS advises
 	// for Hopper; algorithms that need more are never picked.
 	ltWorkspace = 32 << 20
-	// ltCandidates bounds the algorithms GemmLtTuned times.
+	// ltCandidates bounds the algorithms GemmLtTuned times, ltTimedRuns
+	// the runs of each.
 	ltCandidates = 8
+	ltTimedRuns  = 5
 	// ltPlans bounds the plans a handle caches (one per shape met; a
 	// prefill meets three or four a chunk length): the oldest goes first.
 	ltPlans = 256
@@ -245,15 +247,50 @@ func (l *lt) plan(k gemmKey, A, W Ptr, s *Stream) (*ltPlan, error) {
 	return p, nil
 }
 
-// fastest times each of algos on A and W (3 runs after one to warm up,
-// CUDA events) into scratch the size of k's C, and returns the index of
-// the fastest.
+// fastest returns the index of the fastest of algos for k, run on A and W
+// into scratch the size of k's C: each timed as a graph of ltTimedRuns runs
+// (GPU time alone: launched one by one, a small GEMM's time is its host
+// overhead's).
 func (l *lt) fastest(p *C.mg_lt_plan, algos []C.mg_lt_algo, k gemmKey, A, W Ptr, s *Stream) (int, error) {
 	scratch, err := Alloc(k.M * k.ldc * k.c.Size())
 	if err != nil {
 		return 0, err
 	}
 	defer scratch.Free()
+	beta := float32(0)
+	if k.accumulate {
+		beta = 1
+	}
+	best, bestMs := 0, float32(0)
+	for i := range algos {
+		ms, err := TimeGraph(s, ltTimedRuns, func() error { return l.matmul(p, &algos[i], A, W, scratch.Ptr, beta, s.handle()) })
+		if err != nil {
+			return 0, err
+		}
+		if i == 0 || ms < bestMs {
+			best, bestMs = i, ms
+		}
+	}
+	return best, nil
+}
+
+// TimeGraph captures runs calls of fn on s into a graph, replays it once
+// to warm up and once between CUDA events, and returns the milliseconds a
+// call: GPU time, without the host's launch overhead. s must not be
+// capturing already.
+func TimeGraph(s *Stream, runs int, fn func() error) (float32, error) {
+	g, err := Capture(s, func() error {
+		for range runs {
+			if err := fn(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer g.Destroy()
 	start, err := NewEvent()
 	if err != nil {
 		return 0, err
@@ -264,38 +301,14 @@ func (l *lt) fastest(p *C.mg_lt_plan, algos []C.mg_lt_algo, k gemmKey, A, W Ptr,
 		return 0, err
 	}
 	defer end.Destroy()
-	beta := float32(0)
-	if k.accumulate {
-		beta = 1
-	}
-	best, bestMs := 0, float32(0)
-	for i := range algos {
-		if err := l.matmul(p, &algos[i], A, W, scratch.Ptr, beta, s.handle()); err != nil {
+	for _, step := range []func() error{func() error { return g.Launch(s) }, func() error { return start.Record(s) },
+		func() error { return g.Launch(s) }, func() error { return end.Record(s) }, end.Synchronize} {
+		if err := step(); err != nil {
 			return 0, err
-		}
-		if err := start.Record(s); err != nil {
-			return 0, err
-		}
-		for range 3 {
-			if err := l.matmul(p, &algos[i], A, W, scratch.Ptr, beta, s.handle()); err != nil {
-				return 0, err
-			}
-		}
-		if err := end.Record(s); err != nil {
-			return 0, err
-		}
-		if err := end.Synchronize(); err != nil {
-			return 0, err
-		}
-		ms, err := Elapsed(start, end)
-		if err != nil {
-			return 0, err
-		}
-		if i == 0 || ms < bestMs {
-			best, bestMs = i, ms
 		}
 	}
-	return best, nil
+	ms, err := Elapsed(start, end)
+	return ms / float32(runs), err
 }
 
 // ltLayout returns the shim's heuristic result layout (mg_lt_layout): its

@@ -374,9 +374,10 @@ func timePrefills(b *testing.B, e *gpu.Engine, st engine.State, in engine.Input,
 	b.ReportMetric(float64(in.B*in.T*b.N)/b.Elapsed().Seconds(), "tok/s")
 }
 
-// BenchmarkPrefillGemm times bf16 prefills (T=2048) of the 130m, 370m and
-// 1.4b shapes at B=1 and of the 130m and 2.8b shapes at B=8 with each way
-// of running the GEMMs (cuda.GemmAlgo), in one engine a shape.
+// BenchmarkPrefillGemm times bf16 prefills (T=2048, graph replays) of the
+// 130m, 370m and 1.4b shapes at B=1 and of the 130m and 2.8b shapes at B=8
+// with each way of running the GEMMs (cuda.GemmAlgo), in one engine a
+// shape, a graph captured for each.
 func BenchmarkPrefillGemm(b *testing.B) {
 	gputest.Need(b)
 	for _, sh := range []struct {
@@ -389,13 +390,28 @@ func BenchmarkPrefillGemm(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			in := engine.Input{B: sh.B, T: 2048, IDs: randomIDs(sh.B*2048, 50280)}
+			in, out := engine.Input{B: sh.B, T: 2048, IDs: randomIDs(sh.B*2048, 50280)}, make([]float32, sh.B*sh.d)
 			for _, algo := range []cuda.GemmAlgo{cuda.GemmEx, cuda.GemmLt, cuda.GemmLtTuned} {
 				b.Run(strings.ReplaceAll(algo.String(), ", ", "_"), func(b *testing.B) {
 					if err := e.SetGemmAlgo(algo); err != nil {
 						b.Fatal(err)
 					}
-					timePrefills(b, e, st, in, sh.d)
+					g, err := e.CapturePrefill(st, "ids", 2048, engine.Last)
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer g.Destroy()
+					for range 3 {
+						if err := g.Prefill(in, out); err != nil {
+							b.Fatal(err)
+						}
+					}
+					for b.Loop() {
+						if err := g.Prefill(in, out); err != nil {
+							b.Fatal(err)
+						}
+					}
+					b.ReportMetric(float64(in.B*in.T*b.N)/b.Elapsed().Seconds(), "tok/s")
 				})
 			}
 		})
