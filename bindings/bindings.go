@@ -557,6 +557,27 @@ func SetTF32(model int64, on bool) (ok bool, err error) {
 	return true, e.SetTF32(on)
 }
 
+// SetGemm picks how the CUDA engine's bf16/f16 GEMMs run: "cublas"
+// (cublasGemmEx), "cublaslt" (cuBLASLt, its heuristic's first algorithm)
+// or "cublaslt-tuned" (the fastest of its first algorithms, timed once per
+// shape: the default). The model's backend string names it.
+func SetGemm(model int64, algo string) (ok bool, err error) {
+	defer guard(&err)
+	m, err := models.get(model, "model")
+	if err != nil {
+		return false, err
+	}
+	a, known := cuda.ParseGemmAlgo(algo)
+	if !known {
+		return false, fmt.Errorf("ValueError: unknown GEMM algorithm %q: want cublas, cublaslt or cublaslt-tuned", algo)
+	}
+	e, err := gpuEngine(m, "set_gemm")
+	if err != nil {
+		return false, err
+	}
+	return true, e.SetGemmAlgo(a)
+}
+
 // SetPrefillGraphs makes PrefillDevice replay a cached CUDA graph per
 // (state, input kind, shape, output), keeping the n most recently used (0
 // turns the cache off).

@@ -357,6 +357,15 @@ def test_set_tf32_needs_the_cuda_engine(base_model):
         base_model.set_tf32("yes")
 
 
+def test_set_gemm(base_model):
+    with pytest.raises(ValueError, match="unknown GEMM algorithm"):
+        base_model.set_gemm("cutlass")
+    with pytest.raises(ValueError, match="CUDA engine"):
+        base_model.set_gemm("cublaslt")
+    with pytest.raises(TypeError, match="str"):
+        base_model.set_gemm(1)
+
+
 def test_set_prefill_graphs_needs_the_cuda_engine(base_model):
     with pytest.raises(ValueError, match="CUDA engine"):
         base_model.set_prefill_graphs(4)

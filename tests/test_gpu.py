@@ -182,6 +182,24 @@ def test_tf32_is_an_opt_in_the_backend_records():
     assert np.array_equal(m.prefill(ids, output="all"), exact)
 
 
+def test_gemm_algorithms_agree():
+    """Every GEMM algorithm of a bf16 model gives close outputs, the backend
+    names the one in force, and cublas repeats its bits."""
+    m = mambago.Model.from_pretrained(case_dir("base"), device="cuda", dtype="bfloat16")
+    assert "cublaslt-tuned" in m.backend
+    ids = np.random.default_rng().integers(0, m.config.vocab_size, size=(2, 300))
+    tuned = m.prefill(ids, output="all")
+    for algo in ("cublas", "cublaslt", "cublaslt-tuned"):
+        m.set_gemm(algo)
+        assert algo in m.backend
+        got = m.prefill(ids, output="all")
+        assert not np.isnan(got).any()
+        # f32 sums in another order, then bf16 rounding of what follows.
+        assert np.linalg.norm(got - tuned) <= 2e-2 * np.linalg.norm(tuned), algo
+    m.set_gemm("cublas")
+    assert np.array_equal(m.prefill(ids, output="all"), m.prefill(ids, output="all"))
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_mixed_precision_close_to_float32(dtype):
     """bf16/f16 models run every entry; their outputs stay close to f32's."""

@@ -30,16 +30,26 @@ const (
 	GemmLtTuned
 )
 
+// gemmAlgoNames are the algorithms' names, as String gives them and
+// ParseGemmAlgo reads them.
+var gemmAlgoNames = [...]string{GemmEx: "cublas", GemmLt: "cublaslt", GemmLtTuned: "cublaslt-tuned"}
+
+// String names the algorithm: "cublas", "cublaslt" or "cublaslt-tuned".
 func (a GemmAlgo) String() string {
-	switch a {
-	case GemmEx:
-		return "cublasGemmEx"
-	case GemmLt:
-		return "cuBLASLt"
-	case GemmLtTuned:
-		return "cuBLASLt, tuned"
+	if a >= 0 && int(a) < len(gemmAlgoNames) {
+		return gemmAlgoNames[a]
 	}
 	return fmt.Sprintf("GemmAlgo(%d)", int(a))
+}
+
+// ParseGemmAlgo reads an algorithm's name (String's).
+func ParseGemmAlgo(name string) (GemmAlgo, bool) {
+	for a, n := range gemmAlgoNames {
+		if n == name {
+			return GemmAlgo(a), true
+		}
+	}
+	return GemmEx, false
 }
 
 const (

@@ -450,6 +450,19 @@ class Model:
         _call(_b.SetTF32, self._handle(), bool(on))
         self.backend = json.loads(_call(_b.ModelInfo, self._handle()))["backend"]
 
+    def set_gemm(self, algo: str) -> None:
+        """Pick how the CUDA engine's bf16/f16 GEMMs run: "cublas"
+        (cublasGemmEx), "cublaslt" (cuBLASLt, its heuristic's first algorithm)
+        or "cublaslt-tuned" (the fastest of cuBLASLt's first algorithms, timed
+        once per shape; the default). cublas and cublaslt give the same bits
+        every run; the tuned choice can differ from one process to the next.
+        model.backend names the one in force. Graphs captured before keep
+        theirs."""
+        if not isinstance(algo, str):
+            raise TypeError(f"algo must be a str, got {type(algo).__name__}")
+        _call(_b.SetGemm, self._handle(), algo)
+        self.backend = json.loads(_call(_b.ModelInfo, self._handle()))["backend"]
+
     def set_prefill_graphs(self, n: int) -> None:
         """Make prefill_ptr replay a CUDA graph of the whole prefill (CUDA engine).
 
