@@ -182,6 +182,25 @@ def test_tf32_is_an_opt_in_the_backend_records():
     assert np.array_equal(m.prefill(ids, output="all"), exact)
 
 
+def test_bf16_prefill_ptr_first_on_the_default_stream():
+    """A bf16 model's first prefill of a shape through the device-pointer
+    entry on torch's default stream (the legacy stream, which cannot capture
+    the graphs that time cuBLASLt's candidates) gives the numpy entry's
+    result."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    m = mambago.Model.from_pretrained(case_dir("base"), device="cuda", dtype="bfloat16")
+    B, T = 2, 77
+    ids = np.random.default_rng().integers(0, m.config.vocab_size, size=(B, T))
+    xin = torch.from_numpy(ids).cuda()
+    out = torch.full((B, m.config.hidden_size), float("nan"), device="cuda")
+    m.prefill_ptr(xin.data_ptr(), tuple(xin.shape), out_ptr=out.data_ptr(), output="last",
+                  stream=torch.cuda.default_stream().cuda_stream)
+    torch.cuda.default_stream().synchronize()
+    assert np.array_equal(out.cpu().numpy(), m.prefill(ids, output="last"))
+
+
 def test_gemm_algorithms_agree():
     """Every GEMM algorithm of a bf16 model gives close outputs, the backend
     names the one in force, and cublas repeats its bits."""

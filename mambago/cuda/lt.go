@@ -99,10 +99,12 @@ var ltChoice = struct {
 	m map[gemmKey]C.mg_lt_algo
 }{m: map[gemmKey]C.mg_lt_algo{}}
 
-// lt is a BLAS handle's cuBLASLt side: its handle, workspace and plans.
+// lt is a BLAS handle's cuBLASLt side: its handle, workspace and plans,
+// and the stream it times candidates on.
 type lt struct {
 	h     unsafe.Pointer
 	ws    *Buffer
+	tune  *Stream // created on the first tuning
 	plans map[gemmKey]*ltPlan
 	order []gemmKey // oldest first
 }
@@ -135,6 +137,9 @@ func (l *lt) destroy() error {
 	}
 	l.plans, l.order = nil, nil
 	err := l.ws.Free()
+	if e := l.tune.Destroy(); err == nil {
+		err = e
+	}
 	if l.h != nil {
 		if e := checkBLAS("cublasLtDestroy", C.mg_ltDestroy(l.h)); err == nil {
 			err = e
@@ -260,11 +265,32 @@ func (l *lt) plan(k gemmKey, A, W Ptr, s *Stream) (*ltPlan, error) {
 // fastest returns the index of the fastest of algos for k, run on A and W
 // into scratch the size of k's C: each timed as a graph of ltTimedRuns runs
 // (GPU time alone: launched one by one, a small GEMM's time is its host
-// overhead's).
+// overhead's). The graphs run on l's own tuning stream, after the work
+// queued on s (which produced A), since s may be one that cannot capture
+// (a caller's legacy default stream); it returns when they are done.
+// Without the device memory for the scratch it picks the first.
 func (l *lt) fastest(p *C.mg_lt_plan, algos []C.mg_lt_algo, k gemmKey, A, W Ptr, s *Stream) (int, error) {
-	scratch, err := Alloc(k.M * k.ldc * k.c.Size())
+	if l.tune == nil {
+		t, err := NewStream()
+		if err != nil {
+			return 0, err
+		}
+		l.tune = t
+	}
+	ready, err := NewEvent()
 	if err != nil {
 		return 0, err
+	}
+	defer ready.Destroy()
+	if err := ready.Record(s); err != nil {
+		return 0, err
+	}
+	if err := l.tune.Wait(ready); err != nil {
+		return 0, err
+	}
+	scratch, err := Alloc(k.M * k.ldc * k.c.Size())
+	if err != nil { // no room to time them: the heuristic's first
+		return 0, nil
 	}
 	defer scratch.Free()
 	beta := float32(0)
@@ -273,7 +299,9 @@ func (l *lt) fastest(p *C.mg_lt_plan, algos []C.mg_lt_algo, k gemmKey, A, W Ptr,
 	}
 	best, bestMs := 0, float32(0)
 	for i := range algos {
-		ms, err := TimeGraph(s, ltTimedRuns, func() error { return l.matmul(p, &algos[i], A, W, scratch.Ptr, beta, s.handle()) })
+		ms, err := TimeGraph(l.tune, ltTimedRuns, func() error {
+			return l.matmul(p, &algos[i], A, W, scratch.Ptr, beta, l.tune.handle())
+		})
 		if err != nil {
 			return 0, err
 		}
