@@ -11,15 +11,16 @@ import (
 	gpuengine "github.com/mambago/mambago/mambago/gpu"
 )
 
-// onePassKnobs are the settings of scan_onepass.cu's tuning knob that
+// onePassKnobs are the settings of scan_onepass.cu's tuning knobs that
 // BenchmarkOnePass compiles: "" is the engine's.
-var onePassKnobs = []string{"", "-DOP_BCI=0"}
+var onePassKnobs = []string{"", "-DOP_BCI=0", "-DOP_PAIRS=1", "-DOP_PAIRS=2"}
 
 // BenchmarkOnePass times the one-pass scan alone, bf16, compiled with each
-// setting of its tuning knob (onePassKnobs), at the shapes where the engine
+// setting of its tuning knobs (onePassKnobs), at the shapes where the engine
 // runs it: 2 states a thread at B=1 (130m at T=2048 and T=8192, 370m, 1.4b)
 // and 4 at B=8 (130m). Every setting's output (y and the state) must equal
-// the engine's setting's bit for bit: the knob moves data, not arithmetic.
+// the engine's setting's bit for bit: the knobs move data and code, not
+// arithmetic.
 // It launches them as gpu.Scan does (its grid and shared memory), and
 // reports the median launch in µs, timed with CUDA events.
 func BenchmarkOnePass(b *testing.B) {

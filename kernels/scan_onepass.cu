@@ -51,6 +51,13 @@
 #ifndef OP_BCI
 #define OP_BCI 1
 #endif
+// OP_PAIRS, a second knob: how many pairs of batches of positions the loop
+// over a tile's positions unrolls; 0 (the default) unrolls it whole (the
+// tile's 16 KB or so of code at 2 states a thread). A smaller loop leaves
+// room in the instruction cache for other code a scheduler runs beside it.
+#ifndef OP_PAIRS
+#define OP_PAIRS 0
+#endif
 
 // onepass_bcol is the column of B[n] in a position's row of B and C in
 // shared memory (C[n] is SPT further when interleaved, else OP_NS): with
@@ -170,7 +177,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     constexpr int BATCH = 16 / SPT;
     constexpr int PST = onepass_pst(SPT);
     constexpr int NO = TL / G;  // outputs a thread gates and writes a tile
-    static_assert(TL % BATCH == 0 && OP_THREADS % CB == 0 && CB == 8 * SPT && BUF >= 2, "tile shapes");
+    static_assert(TL % (2 * BATCH) == 0 && OP_THREADS % CB == 0 && CB == 8 * SPT && BUF >= 2, "tile shapes");
     extern __shared__ __align__(16) unsigned char op_smem[];
     unsigned smem;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem));
@@ -258,12 +265,19 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
                 sp[h + i][threadIdx.x] = p;
             }
         };
+        // The batches go in pairs, so that each buffer keeps one name when
+        // the loop is not unrolled whole (OP_PAIRS).
         load(0, e[0], x[0], cv[0]);
+#if OP_PAIRS
+#pragma unroll OP_PAIRS
+#else
 #pragma unroll
-        for (int h = 0; h < TL; h += BATCH) {
-            const int cur = h / BATCH % 2;
-            if (h + BATCH < TL) load(h + BATCH, e[cur ^ 1], x[cur ^ 1], cv[cur ^ 1]);
-            chain(h, e[cur], x[cur], cv[cur]);
+#endif
+        for (int h = 0; h < TL; h += 2 * BATCH) {
+            load(h + BATCH, e[1], x[1], cv[1]);
+            chain(h, e[0], x[0], cv[0]);
+            if (h + 2 * BATCH < TL) load(h + 2 * BATCH, e[0], x[0], cv[0]);
+            chain(h + BATCH, e[1], x[1], cv[1]);
         }
         __syncthreads();  // every term of the tile is in sp
         // Output (position tt, channel cl) for tt = g, g + G, ...: this
