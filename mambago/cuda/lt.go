@@ -79,8 +79,9 @@ func loadCuBLASLt() error {
 	return cublasLtErr
 }
 
-// gemmKey is a GEMM's shape and types, as Gemm is called.
+// gemmKey is a GEMM's device, shape and types, as Gemm is called.
 type gemmKey struct {
+	dev               int // the CUdevice of the handle's context
 	M, N, K, lda, ldc int
 	ab, c             DType
 	accumulate        bool // beta != 0
@@ -102,6 +103,7 @@ var ltChoice = struct {
 // lt is a BLAS handle's cuBLASLt side: its handle, workspace and plans,
 // and the stream it times candidates on.
 type lt struct {
+	dev   int // the CUdevice current when it was created
 	h     unsafe.Pointer
 	ws    *Buffer
 	tune  *Stream // created on the first tuning
@@ -115,6 +117,11 @@ func newLt() (*lt, error) {
 		return nil, err
 	}
 	l := &lt{plans: map[gemmKey]*ltPlan{}}
+	var dev C.int
+	if err := check("cuCtxGetDevice", C.mg_cuCtxGetDevice(&dev)); err != nil {
+		return nil, err
+	}
+	l.dev = int(dev)
 	if err := checkBLAS("cublasLtCreate", C.mg_ltCreate(&l.h)); err != nil {
 		return nil, err
 	}
@@ -205,6 +212,7 @@ func (l *lt) matmul(p *C.mg_lt_plan, algo *C.mg_lt_algo, A, W, Cp Ptr, beta floa
 // capture, timing the candidates on A and W into scratch of C's size) the
 // first time.
 func (l *lt) plan(k gemmKey, A, W Ptr, s *Stream) (*ltPlan, error) {
+	k.dev = l.dev // choices are per device: an algorithm is one GPU's
 	if p, ok := l.plans[k]; ok {
 		return p, nil
 	}

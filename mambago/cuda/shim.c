@@ -102,6 +102,7 @@ FN(int, cublasLtMatmulAlgoGetHeuristic, (void *, void *, void *, void *, void *,
 FN(int, cublasLtMatmul, (void *, void *, const void *, mg_devptr, void *, mg_devptr, void *, const void *, mg_devptr,
                          void *, mg_devptr, void *, const mg_lt_algo *, mg_devptr, size_t, void *));
 FN(int, cuStreamIsCapturing, (void *, int *));
+FN(int, cuCtxGetDevice, (int *));
 
 FN(int, nvrtcVersion, (int *, int *));
 FN(int, nvrtcCreateProgram, (void **, const char *, const char *, int, const char *const *, const char *const *));
@@ -158,6 +159,7 @@ const char *mg_load_driver(const char *path) {
 	LOAD(h, cuGraphDestroy, "cuGraphDestroy");
 	LOAD(h, cuGetErrorName, "cuGetErrorName");
 	LOAD(h, cuStreamIsCapturing, "cuStreamIsCapturing");
+	LOAD(h, cuCtxGetDevice, "cuCtxGetDevice");
 	p_cuLaunchKernelEx = dlsym(h, "cuLaunchKernelEx"); // optional: CUDA >= 11.8; mg_cuLaunchKernelPDL says so
 	return NULL;
 }
@@ -318,6 +320,7 @@ const char *mg_cublasStatus(mg_result r) {
 }
 
 mg_result mg_cuStreamIsCapturing(void *s, int *status) { CALL(cuStreamIsCapturing, s, status); }
+mg_result mg_cuCtxGetDevice(int *dev) { CALL(cuCtxGetDevice, dev); }
 
 mg_result mg_ltCreate(void **h) { CALL(cublasLtCreate, h); }
 mg_result mg_ltDestroy(void *h) { CALL(cublasLtDestroy, h); }

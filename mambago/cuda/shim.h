@@ -102,6 +102,7 @@ mg_result mg_ltMatmul(void *h, const mg_lt_plan *p, const float *alpha, mg_devpt
                       mg_devptr C, const mg_lt_algo *algo, mg_devptr workspace, size_t wsbytes, void *stream);
 void mg_lt_layout(int *out);
 mg_result mg_cuStreamIsCapturing(void *s, int *status);
+mg_result mg_cuCtxGetDevice(int *dev);
 
 // NVRTC.
 mg_result mg_nvrtcVersion(int *major, int *minor);
