@@ -134,20 +134,29 @@ func (b *BLAS) Gemm(M, N, K int, A Ptr, lda int, W Ptr, C Ptr, ldc int, beta flo
 	return nil
 }
 
-// gemmLt runs k through cuBLASLt with its cached plan.
-func (b *BLAS) gemmLt(k gemmKey, A, W, Cp Ptr, beta float32) error {
+// ltSide returns the handle's cuBLASLt side, creating it the first time.
+func (b *BLAS) ltSide() (*lt, error) {
 	if b.lt == nil {
 		l, err := newLt()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		b.lt = l
 	}
-	p, err := b.lt.plan(k, A, W, b.s)
+	return b.lt, nil
+}
+
+// gemmLt runs k through cuBLASLt with its cached plan.
+func (b *BLAS) gemmLt(k gemmKey, A, W, Cp Ptr, beta float32) error {
+	l, err := b.ltSide()
 	if err != nil {
 		return err
 	}
-	return b.lt.matmul(p.p, &p.algo, A, W, Cp, beta, b.s.handle())
+	p, err := l.plan(k, A, W, b.s)
+	if err != nil {
+		return err
+	}
+	return l.matmul(p.p, &p.algo, A, W, Cp, beta, b.s.handle())
 }
 
 // Destroy releases the handle.

@@ -5,26 +5,23 @@ package cuda
 // C) as graphs of runs runs each (TimeGraph), and returns their
 // milliseconds a run, in the heuristic's order.
 func (b *BLAS) TimeLtCandidates(M, N, K int, A Ptr, lda int, W, C Ptr, ldc, want, runs int) ([]float32, error) {
-	if b.lt == nil {
-		l, err := newLt()
-		if err != nil {
-			return nil, err
-		}
-		b.lt = l
+	l, err := b.ltSide()
+	if err != nil {
+		return nil, err
 	}
 	k := gemmKey{M: M, N: N, K: K, lda: lda, ldc: ldc, ab: BF16, c: F32}
-	desc, err := b.lt.descriptors(k)
+	desc, err := l.descriptors(k)
 	if err != nil {
 		return nil, err
 	}
 	defer freePlan(desc)
-	algos, err := b.lt.heuristics(desc, want)
+	algos, err := l.heuristics(desc, want)
 	if err != nil {
 		return nil, err
 	}
 	var ms []float32
 	for i := range algos {
-		t, err := TimeGraph(b.s, runs, func() error { return b.lt.matmul(desc, &algos[i], A, W, C, 0, b.s.handle()) })
+		t, err := TimeGraph(b.s, runs, func() error { return l.matmul(desc, &algos[i], A, W, C, 0, b.s.handle()) })
 		if err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/mambago/cuda"
@@ -19,6 +20,19 @@ func bf16Values(n int) ([]float32, []uint16) {
 		v[i], bits[i] = math.Float32frombits(b), uint16(b>>16)
 	}
 	return v, bits
+}
+
+// upload copies v to new device memory on s, failing tb on any error.
+func upload[T float32 | uint16](tb testing.TB, s *cuda.Stream, v []T) *cuda.Buffer {
+	tb.Helper()
+	buf, err := cuda.Alloc(int(unsafe.Sizeof(v[0])) * len(v))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cuda.CopyIn(buf.Ptr, v, s); err != nil {
+		tb.Fatal(err)
+	}
+	return buf
 }
 
 // TestGemmAlgos checks Gemm with bf16 inputs and f32 outputs through
@@ -54,25 +68,8 @@ func TestGemmAlgos(t *testing.T) {
 					c0[i] = rand.Float32()*2 - 1
 				}
 			}
-			var bufs []*cuda.Buffer
-			alloc := func(bytes int) cuda.Ptr {
-				buf, err := cuda.Alloc(bytes)
-				if err != nil {
-					t.Fatal(err)
-				}
-				bufs = append(bufs, buf)
-				return buf.Ptr
-			}
-			pa, pw, pc := alloc(2*len(abits)), alloc(2*len(wbits)), alloc(4*len(c0))
-			if err := cuda.CopyIn(pa, abits, s); err != nil {
-				t.Fatal(err)
-			}
-			if err := cuda.CopyIn(pw, wbits, s); err != nil {
-				t.Fatal(err)
-			}
-			if err := cuda.CopyIn(pc, c0, s); err != nil {
-				t.Fatal(err)
-			}
+			bufs := []*cuda.Buffer{upload(t, s, abits), upload(t, s, wbits), upload(t, s, c0)}
+			pa, pw, pc := bufs[0].Ptr, bufs[1].Ptr, bufs[2].Ptr
 			if err := b.Gemm(c.M, c.N, c.K, pa, c.lda, pw, pc, c.ldc, float32(c.beta), cuda.BF16, cuda.F32); err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
@@ -153,14 +150,7 @@ func BenchmarkGemmAlgos(b *testing.B) {
 		for _, g := range shapes {
 			_, abits := bf16Values(g.M * g.K)
 			_, wbits := bf16Values(g.N * g.K)
-			pa, _ := cuda.Alloc(2 * len(abits))
-			pw, _ := cuda.Alloc(2 * len(wbits))
-			pc, err := cuda.Alloc(4 * g.M * g.N)
-			if err != nil {
-				b.Fatal(err)
-			}
-			cuda.CopyIn(pa.Ptr, abits, s)
-			cuda.CopyIn(pw.Ptr, wbits, s)
+			pa, pw, pc := upload(b, s, abits), upload(b, s, wbits), upload(b, s, make([]float32, g.M*g.N))
 			timeAlgo := func(algo cuda.GemmAlgo) float32 {
 				bl.Algo = algo
 				run := func() error {
