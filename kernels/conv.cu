@@ -78,9 +78,11 @@ __device__ void conv_silu(const float *__restrict__ xz, int ldx, float *__restri
     extern "C" __global__ void conv_silu_##sfx(const float *__restrict__ xz, int ldx, float *__restrict__ win,       \
                                                const float *__restrict__ w, const float *__restrict__ bias,        \
                                                T *__restrict__ u, int T_, int E, int K) {                          \
+        pdl_wait();                                                                                             \
         if (K <= 4)                                                                                             \
             conv_silu<T, 4>(xz, ldx, win, w, bias, u, T_, E, K);                                                   \
         else                                                                                                    \
             conv_silu<T, MAX_K>(xz, ldx, win, w, bias, u, T_, E, K);                                               \
+        pdl_release();                                                                                          \
     }
 EACH_DTYPE(CONV)

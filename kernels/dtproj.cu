@@ -153,12 +153,16 @@ __device__ __forceinline__ void dt_proj(const float *__restrict__ dbl, int ldd, 
 extern "C" __global__ void __launch_bounds__(DT_THREADS, 3)
     dt_proj_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
                 const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
+    pdl_wait();
     dt_proj<4>(dbl, ldd, R, W, bias, dt, rows, E);
+    pdl_release();
 }
 extern "C" __global__ void __launch_bounds__(DT_THREADS, 2)
     dt_proj_narrow_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
                        const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
+    pdl_wait();
     dt_proj<1>(dbl, ldd, R, W, bias, dt, rows, E);
+    pdl_release();
 }
 
 // dt_proj on the tensor cores (sm_80 and newer), for the same product as
@@ -389,20 +393,28 @@ __device__ __forceinline__ void dt_proj_tc(const float *__restrict__ dbl, int ld
 extern "C" __global__ void __launch_bounds__(TC_THREADS, TC_MINB)
     dt_proj_tc_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
                    const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
+    pdl_wait();
     dt_proj_tc<3, 2>(dbl, ldd, R, W, bias, dt, rows, E);
+    pdl_release();
 }
 extern "C" __global__ void __launch_bounds__(TC_THREADS, TC_MINB)
     dt_proj_tc1_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
                     const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
+    pdl_wait();
     dt_proj_tc<1, 2>(dbl, ldd, R, W, bias, dt, rows, E);
+    pdl_release();
 }
 extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
     dt_proj_tc_tall_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
                         const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
+    pdl_wait();
     dt_proj_tc<3, 4>(dbl, ldd, R, W, bias, dt, rows, E);
+    pdl_release();
 }
 extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
     dt_proj_tc1_tall_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
                          const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
+    pdl_wait();
     dt_proj_tc<1, 4>(dbl, ldd, R, W, bias, dt, rows, E);
+    pdl_release();
 }

@@ -67,7 +67,9 @@ __device__ void rmsnorm(const float *x, const float *__restrict__ w, T *y, int r
 #define RMSNORM(sfx, T)                                                                                     \
     extern "C" __global__ void rmsnorm_##sfx(const float *x, const float *__restrict__ w, T *y, int rows, int d, \
                                              float eps) {                                                  \
+        pdl_wait();                                                                                         \
         rmsnorm<T>(x, w, y, rows, d, eps);                                                                  \
+        pdl_release();                                                                                      \
     }
 EACH_DTYPE(RMSNORM)
 

@@ -211,6 +211,10 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         }
         cp_async_commit();
     };
+    // Launched with programmatic dependent launch, the kernel gets here while
+    // dt_proj may still run: everything above reads weights and the carried
+    // state, which no kernel in flight writes; dt, u, z, B and C come after.
+    pdl_wait();
     for (int k = 0; k < BUF - 1; k++) issue(k);
     for (int k = 0; k < tiles; k++) {
         const int j = k % BUF;
@@ -301,6 +305,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
 #pragma unroll
     for (int k = 0; k < SPT; k++)
         if (on && n0 + k < N) state[((size_t)b * E + c) * N + n0 + k] = s[k];
+    pdl_release();
 }
 
 // onepass_config is each entry's tile and ring: two states a thread in

@@ -17,6 +17,10 @@
 #             and memcheck, the mixed-precision engine tests, then bf16
 #             prefills with each scan (BenchmarkScanVariants), and ncu on the
 #             one-pass scan (about 3 minutes);
+#   pdl:      the prefill's kernels under programmatic dependent launch
+#             (Engine.PrefillPDL): the tests that compare it bit for bit with
+#             plain launches, memcheck over them, then bf16 graph replays with
+#             it off and on (BenchmarkPrefillPDL);
 #   gemm:     cuBLASLt: TestGemmAlgos and TestLtLayout, every bf16 GEMM of
 #             the prefills through cublasGemmEx, cuBLASLt and each of its
 #             first 16 algorithms (BenchmarkGemmAlgos), then prefills with
@@ -80,6 +84,21 @@ if [[ $mode == gemm ]]; then
   echo "== bf16 prefills, T=2048, with each (BenchmarkPrefillGemm)"
   timeout 240 .carry/gpu.test -test.run '^$' -test.bench PrefillGemm -test.benchtime 10x 2>&1 | tee "$OUT/prefill_gemm.log" \
     | grep tok/s | awk '{print $1, $(NF-1)}'
+  exit $status
+fi
+if [[ $mode == pdl ]]; then
+  echo "== the prefill's kernels under programmatic dependent launch, bit for bit against without, and the tests they touch"
+  timeout 300 .carry/gpu.test -test.v -test.run 'PrefillPDL|GraphsReplay|DeviceEntry|PrefillGraphCache|TestConformance|MatchesCPU|ScanVariantsMatch|Mixed' \
+    > "$OUT/pdl_test.log" 2>&1 || status=1
+  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic" "$OUT/pdl_test.log" | head -30
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/gpu.test -test.run 'PrefillPDL' \
+    > "$OUT/memcheck_pdl.log" 2>&1 || status=1
+  echo "memcheck pdl: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_pdl.log" | tail -1)"
+  timeout 300 .carry/kernels.test -test.run 'ConvAndScan|DTProj|RMS|Spill' > "$OUT/pdl_kernels.log" 2>&1 || status=1
+  tail -1 "$OUT/pdl_kernels.log"
+  echo "== bf16 prefills with PrefillPDL off and on (BenchmarkPrefillPDL: graph replays, CUDA events, medians)"
+  timeout 400 .carry/gpu.test -test.v -test.run '^$' -test.bench PrefillPDL -test.benchtime 1x 2>&1 | tee "$OUT/pdl_bench.log" \
+    | grep -E "pdl |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
   exit $status
 fi
 if [[ $mode == onepass ]]; then

@@ -119,6 +119,11 @@ func (f *Function) SetMaxDynamicShared(bytes int) error {
 	return nil
 }
 
+// LaunchMaybePDL is LaunchPDL when pdl is set, else Launch.
+func (f *Function) LaunchMaybePDL(pdl bool, grid, block Dim3, shared int, s *Stream, args ...any) error {
+	return f.launch(pdl, grid, block, shared, s, args)
+}
+
 // Dim3 is a grid or block shape.
 type Dim3 struct{ X, Y, Z int }
 

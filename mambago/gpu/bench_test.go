@@ -2,6 +2,7 @@ package gpu_test
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"testing"
 
@@ -416,4 +417,116 @@ func BenchmarkPrefillGemm(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkPrefillPDL times bf16 prefills (T=2048, device-entry graph
+// replays timed with CUDA events) of the 130m, 370m and 1.4b shapes at B=1
+// and of the 130m and 2.8b shapes at B=8 with Engine.PrefillPDL off and on:
+// the median of 15 replays a setting and round, the settings taking turns
+// over three rounds, a graph captured for each.
+func BenchmarkPrefillPDL(b *testing.B) {
+	gputest.Need(b)
+	for _, sh := range []struct {
+		name         string
+		d, layers, B int
+	}{{"130m", 768, 24, 1}, {"370m", 1024, 48, 1}, {"1.4b", 2048, 48, 1}, {"130m", 768, 24, 8}, {"2.8b", 2560, 64, 8}} {
+		b.Run(fmt.Sprintf("%s/B%d_T2048", sh.name, sh.B), func(b *testing.B) {
+			const T = 2048
+			e, _ := bf16Engine(b, sh.d, sh.layers)
+			st, err := e.NewState(sh.B)
+			if err != nil {
+				b.Fatal(err)
+			}
+			stream, err := cuda.NewStream()
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer stream.Destroy()
+			in, err := cuda.Alloc(8 * sh.B * T)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer in.Free()
+			if err := cuda.CopyIn(in.Ptr, randomIDs(sh.B*T, 50280), nil); err != nil {
+				b.Fatal(err)
+			}
+			out, err := cuda.Alloc(4 * sh.B * sh.d)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer out.Free()
+			times := map[bool][]float64{}
+			for round := 0; round < 3; round++ {
+				for _, pdl := range []bool{false, true} {
+					e.PrefillPDL = pdl
+					for _, n := range []int{0, 1} { // a fresh graph for this setting
+						if err := e.SetPrefillGraphs(n); err != nil {
+							b.Fatal(err)
+						}
+					}
+					ms, err := eventTimes(stream, 15, func() error {
+						return e.PrefillDevice(st, "ids", uintptr(in.Ptr), cuda.F32, sh.B, T, engine.Last, uintptr(out.Ptr),
+							cuda.F32, stream.Handle())
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+					times[pdl] = append(times[pdl], ms...)
+				}
+			}
+			off, on := median(times[false]), median(times[true])
+			tok := float64(sh.B * T)
+			b.Logf("pdl %s B=%d T=%d: off %.3f ms (%.0f tok/s), on %.3f ms (%.0f tok/s): %.3fx",
+				sh.name, sh.B, T, off, tok/off*1e3, on, tok/on*1e3, off/on)
+		})
+	}
+}
+
+// eventTimes runs fn once to warm up, then n more times, each between two
+// CUDA events on s, and returns the n times in milliseconds.
+func eventTimes(s *cuda.Stream, n int, fn func() error) ([]float64, error) {
+	if err := fn(); err != nil {
+		return nil, err
+	}
+	events := make([]*cuda.Event, 2*n)
+	for i := range events {
+		ev, err := cuda.NewEvent()
+		if err != nil {
+			return nil, err
+		}
+		defer ev.Destroy()
+		events[i] = ev
+	}
+	for i := range n {
+		if err := events[2*i].Record(s); err != nil {
+			return nil, err
+		}
+		if err := fn(); err != nil {
+			return nil, err
+		}
+		if err := events[2*i+1].Record(s); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.Synchronize(); err != nil {
+		return nil, err
+	}
+	ms := make([]float64, n)
+	for i := range ms {
+		t, err := cuda.Elapsed(events[2*i], events[2*i+1])
+		if err != nil {
+			return nil, err
+		}
+		ms[i] = float64(t)
+	}
+	return ms, nil
+}
+
+// median returns the median of v (which it sorts).
+func median(v []float64) float64 {
+	sort.Float64s(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2]
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }

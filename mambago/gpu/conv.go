@@ -15,6 +15,7 @@ type Conv struct {
 	B, T   int
 	E, K   int
 	DType  cuda.DType // of U; the rest is f32
+	PDL    bool       // launch with programmatic dependent launch (Engine.PrefillPDL)
 }
 
 const convRun = 16 // RUN in conv.cu
@@ -23,6 +24,6 @@ const convRun = 16 // RUN in conv.cu
 // looks kernels up by name.
 func (c Conv) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
 	blocks := (c.E + 127) / 128
-	return fn("conv_silu_"+c.DType.Suffix()).Launch(cuda.Dim3{X: blocks, Y: (c.T + convRun - 1) / convRun, Z: c.B}, cuda.D1(128), 0,
-		stream, c.XZ, c.LDX, c.Window, c.W, c.Bias, c.U, c.T, c.E, c.K)
+	return fn("conv_silu_"+c.DType.Suffix()).LaunchMaybePDL(c.PDL, cuda.Dim3{X: blocks, Y: (c.T + convRun - 1) / convRun, Z: c.B},
+		cuda.D1(128), 0, stream, c.XZ, c.LDX, c.Window, c.W, c.Bias, c.U, c.T, c.E, c.K)
 }

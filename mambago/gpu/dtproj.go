@@ -23,6 +23,8 @@ type DTProj struct {
 	// dtProjTallRows rows still make three blocks an SM, the tall entries
 	// run (dt_proj_tc_tall_f32, dt_proj_tc1_tall_f32). 0 never picks them.
 	SMs int
+	// PDL launches with programmatic dependent launch (Engine.PrefillPDL).
+	PDL bool
 }
 
 // dt_proj's tiles, the same for every entry (DT_CH, DT_ROWS and DT_THREADS,
@@ -74,5 +76,5 @@ func (p DTProj) entry() (kernel string, rows int) {
 func (p DTProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
 	k, rows := p.entry()
 	grid := cuda.Dim3{X: (p.E + dtProjChannels - 1) / dtProjChannels, Y: (p.Rows + rows - 1) / rows, Z: 1}
-	return fn(k).Launch(grid, cuda.D1(dtProjThreads), 0, stream, p.DBL, p.LDD, p.R, p.W, p.Bias, p.DT, p.Rows, p.E)
+	return fn(k).LaunchMaybePDL(p.PDL, grid, cuda.D1(dtProjThreads), 0, stream, p.DBL, p.LDD, p.R, p.W, p.Bias, p.DT, p.Rows, p.E)
 }

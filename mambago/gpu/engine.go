@@ -70,6 +70,13 @@ type Engine struct {
 	// (DTProj.OneTF32Product). New turns it on for bf16 engines, whose
 	// error is their bf16 weights' (kernels/dtproj.cu).
 	DTProjOneTF32Product bool
+	// PrefillPDL launches the prefill's own kernels of each layer (RMSNorm,
+	// conv, dt_proj and the one-pass scan) with programmatic dependent
+	// launch: each may be launched, and run what reads only weights and the
+	// carried state, while the kernel before it finishes; each waits for
+	// that kernel before reading its results and lets the next one start
+	// once its own stores are done. Set it before capturing graphs.
+	PrefillPDL bool
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
 	// DecodePDL launches the decode kernels with programmatic dependent
@@ -428,13 +435,14 @@ func (e *Engine) launch(name string, grid, block cuda.Dim3, shared int, args ...
 }
 
 // rmsnorm queues the RMSNorm kernel name (kernels/rmsnorm.cu) of rows rows
-// of d from x into y, a warp a row. (Blocks of 4 rows instead of 8 took the
+// of d from x into y, a warp a row, with programmatic dependent launch when
+// pdl is set. (Blocks of 4 rows instead of 8 took the
 // same 5.3 µs a 130m layer at T = 2048, ncu with warm caches at eb233fa;
 // per 2048 rows at T = 8192 it is 2.9 µs, so the rest is a per-launch cost.)
-func (e *Engine) rmsnorm(name string, x, w, y cuda.Ptr, rows, d int, eps float64) error {
+func (e *Engine) rmsnorm(name string, pdl bool, x, w, y cuda.Ptr, rows, d int, eps float64) error {
 	const rowsPerBlock = 8
-	return e.launch(name, cuda.D1((rows+rowsPerBlock-1)/rowsPerBlock), cuda.D1(32*rowsPerBlock), 0, x, w, y, rows, d,
-		float32(eps))
+	return e.fn[name].LaunchMaybePDL(pdl, cuda.D1((rows+rowsPerBlock-1)/rowsPerBlock), cuda.D1(32*rowsPerBlock), 0,
+		e.stream, x, w, y, rows, d, float32(eps))
 }
 
 // grid1 returns a 1-D grid covering n elements with 256-thread blocks, capped

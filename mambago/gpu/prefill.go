@@ -165,7 +165,7 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 			}
 		}
 		rows := B * n
-		if err := e.rmsnorm("rmsnorm_f32", ws.h.Ptr, e.normF, ws.x.Ptr, rows, d, c.Eps); err != nil {
+		if err := e.rmsnorm("rmsnorm_f32", false, ws.h.Ptr, e.normF, ws.x.Ptr, rows, d, c.Eps); err != nil {
 			return err
 		}
 		grid := cuda.Dim3{X: (d + 255) / 256, Y: B, Z: 1}
@@ -271,7 +271,7 @@ func (e *Engine) block(l, B, n int, s *State) error {
 		run  func() error
 	}{
 		{"rmsnorm", func() error {
-			return e.rmsnorm(e.typed("rmsnorm"), ws.h.Ptr, g.norm, ws.x.Ptr, rows, d, c.Eps)
+			return e.rmsnorm(e.typed("rmsnorm"), e.PrefillPDL, ws.h.Ptr, g.norm, ws.x.Ptr, rows, d, c.Eps)
 		}},
 		{"in_proj", func() error {
 			if err := e.blas.Gemm(rows, 2*E, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0, dt, cuda.F32); err != nil {
@@ -281,7 +281,7 @@ func (e *Engine) block(l, B, n int, s *State) error {
 		}},
 		{"conv", func() error {
 			return Conv{XZ: ws.xz.Ptr, LDX: 2 * E, Window: s.conv(l), W: g.conv, Bias: g.convBias, U: ws.u.Ptr,
-				B: B, T: n, E: E, K: K, DType: dt}.Launch(e.function, e.stream)
+				B: B, T: n, E: E, K: K, DType: dt, PDL: e.PrefillPDL}.Launch(e.function, e.stream)
 		}},
 		{"x_proj", func() error {
 			if err := e.blas.Gemm(rows, R+2*N, E, ws.u.Ptr, E, g.xProj, ws.dbl.Ptr, R+2*N, 0, dt, cuda.F32); err != nil {
@@ -295,13 +295,13 @@ func (e *Engine) block(l, B, n int, s *State) error {
 		{"dt_proj", func() error { // f32 in every engine: its rounding reaches the state through exp(dt·A)
 			return DTProj{DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R, W: g.dtProj, Bias: g.dtBias, DT: ws.delta.Ptr,
 				Rows: rows, E: E, TensorCores: e.DTProjTensorCores,
-				OneTF32Product: e.DTProjOneTF32Product, SMs: e.dev.SMs}.Launch(e.function, e.stream)
+				OneTF32Product: e.DTProjOneTF32Product, SMs: e.dev.SMs, PDL: e.PrefillPDL}.Launch(e.function, e.stream)
 		}},
 		{"scan", func() error {
 			return Scan{DT: ws.delta.Ptr, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
 				U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
 				B: B, T: n, E: E, N: N, DType: dt, Chunk: e.ScanChunk, Scratch: ws.scan.Ptr,
-				Staged: e.ScanStaged, OnePass: e.scanOnePass(B, E)}.Launch(e.function, e.stream)
+				Staged: e.ScanStaged, OnePass: e.scanOnePass(B, E), PDL: e.PrefillPDL}.Launch(e.function, e.stream)
 		}},
 		{"out_proj", func() error { // out_proj, accumulated into the residual stream
 			if err := e.blas.Gemm(rows, d, E, ws.y.Ptr, E, g.outProj, ws.h.Ptr, d, 1, dt, cuda.F32); err != nil {

@@ -25,6 +25,9 @@ type Scan struct {
 	// with that many states a thread wherever it applies (OnePassApplies),
 	// instead of the chunked scan; 0 runs the chunked scan.
 	OnePass int
+	// PDL launches the one-pass scan with programmatic dependent launch
+	// (Engine.PrefillPDL): its prologue then overlaps dt_proj's end.
+	PDL bool
 }
 
 const (
@@ -139,7 +142,7 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 			return err
 		}
 		cb := onePassThreads * s.OnePass / scanStates
-		return f.Launch(cuda.Dim3{X: (s.E + cb - 1) / cb, Y: s.B, Z: 1}, cuda.D1(onePassThreads), shared, stream,
+		return f.LaunchMaybePDL(s.PDL, cuda.Dim3{X: (s.E + cb - 1) / cb, Y: s.B, Z: 1}, cuda.D1(onePassThreads), shared, stream,
 			s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, s.State, s.Y, s.T, s.E, s.N)
 	}
 	L, nch, G := s.chunk(), s.chunks(), (s.N+scanStates-1)/scanStates

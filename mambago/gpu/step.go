@@ -134,8 +134,5 @@ func gemvSplit(rows, K, size int) int {
 // dependent launch when e.DecodePDL is set (they all wait for the previous
 // kernel before reading its results).
 func (e *Engine) launchStep(name string, grid, block cuda.Dim3, shared int, args ...any) error {
-	if e.DecodePDL {
-		return e.fn[name].LaunchPDL(grid, block, shared, e.stream, args...)
-	}
-	return e.launch(name, grid, block, shared, args...)
+	return e.fn[name].LaunchMaybePDL(e.DecodePDL, grid, block, shared, e.stream, args...)
 }

@@ -1,0 +1,97 @@
+package gpu_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/mambago/mambago/internal/gputest"
+	"github.com/mambago/mambago/mambago/checkpoint"
+	"github.com/mambago/mambago/mambago/cuda"
+	"github.com/mambago/mambago/mambago/engine"
+	"github.com/mambago/mambago/mambago/internal/enginetest"
+	"github.com/mambago/mambago/mambago/internal/fixture"
+)
+
+// TestPrefillPDLMatches runs prefills with Engine.PrefillPDL on and off,
+// eager and as graph replays, with the one-pass scan at 2 and 4 states a
+// thread and the chunked scan: outputs and carried states must be the same
+// bits, so no kernel read its predecessor's results before they were all
+// written. Fresh random inputs each run; outputs start as NaN.
+func TestPrefillPDLMatches(t *testing.T) {
+	gputest.Need(t)
+	features, err := checkpoint.Load(filepath.Join(fixture.Root(), "features"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		w    *checkpoint.Weights
+		dt   cuda.DType
+	}{
+		{"random f32", fixture.RandomWeights(fixture.Shape(64, 3, 100), rand.Uint64()), cuda.F32},
+		{"random bf16", fixture.RandomWeights(fixture.Shape(128, 2, 100), rand.Uint64()), cuda.BF16},
+		{"features f16", features, cuda.F16},
+	} {
+		for _, onePass := range []int{2, 4, -1} {
+			for _, sz := range []struct{ B, T int }{{1, 300}, {3, 77}} {
+				t.Run(fmt.Sprintf("%s onepass%d B%d_T%d", tc.name, onePass, sz.B, sz.T), func(t *testing.T) {
+					on, off := newEngine(t, tc.w, tc.dt), newEngine(t, tc.w, tc.dt)
+					on.PrefillPDL, off.PrefillPDL = true, false
+					on.ScanOnePass, off.ScanOnePass = onePass, onePass
+					c := on.Config()
+					B, T := sz.B, sz.T
+					in := engine.Input{B: B, T: T}
+					kind := "ids"
+					if c.InputDim > 0 {
+						kind, in.Features = "features", make([]float32, B*T*c.InputDim)
+						for i := range in.Features {
+							in.Features[i] = float32(rand.NormFloat64())
+						}
+					} else {
+						in.IDs = randomIDs(B*T, c.Vocab)
+					}
+					sOn, _ := on.NewState(B)
+					sOff, _ := off.NewState(B)
+					for call := 0; call < 2; call++ { // the second continues from the first's state
+						got, want := fixture.NaNs(B*T*c.Hidden), fixture.NaNs(B*T*c.Hidden)
+						check(t, on.Prefill(sOn, in, engine.All, got))
+						check(t, off.Prefill(sOff, in, engine.All, want))
+						assertBits(t, fmt.Sprintf("PDL on against off, eager call %d", call), got, want)
+						assertBits(t, fmt.Sprintf("PDL on against off, eager call %d, state", call), flatState(t, on, sOn), flatState(t, off, sOff))
+					}
+					g, err := on.CapturePrefill(sOn, kind, T, engine.All)
+					check(t, err)
+					defer g.Destroy()
+					for replay := 0; replay < 3; replay++ {
+						sOn.Reset()
+						sOff.Reset()
+						got, want := fixture.NaNs(B*T*c.Hidden), fixture.NaNs(B*T*c.Hidden)
+						check(t, g.Prefill(in, got))
+						check(t, off.Prefill(sOff, in, engine.All, want))
+						assertBits(t, fmt.Sprintf("PDL on (graph replay %d) against off", replay), got, want)
+						assertBits(t, fmt.Sprintf("PDL on (graph replay %d) against off, state", replay), flatState(t, on, sOn), flatState(t, off, sOff))
+					}
+				})
+			}
+		}
+	}
+}
+
+// flatState returns every layer's conv window and SSM state of st, in a row.
+func flatState(t *testing.T, e engine.Engine, st engine.State) []float32 {
+	t.Helper()
+	var all []float32
+	for _, v := range enginetest.States(t, e, st) {
+		all = append(all, v...)
+	}
+	return all
+}
+
+func check(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
