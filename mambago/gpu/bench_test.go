@@ -381,10 +381,7 @@ func timePrefills(b *testing.B, e *gpu.Engine, st engine.State, in engine.Input,
 // shape, a graph captured for each.
 func BenchmarkPrefillGemm(b *testing.B) {
 	gputest.Need(b)
-	for _, sh := range []struct {
-		name         string
-		d, layers, B int
-	}{{"130m", 768, 24, 1}, {"370m", 1024, 48, 1}, {"1.4b", 2048, 48, 1}, {"130m", 768, 24, 8}, {"2.8b", 2560, 64, 8}} {
+	for _, sh := range prefillShapes {
 		b.Run(fmt.Sprintf("%s/B%d_T2048", sh.name, sh.B), func(b *testing.B) {
 			e, _ := bf16Engine(b, sh.d, sh.layers)
 			st, err := e.NewState(sh.B)
@@ -419,19 +416,36 @@ func BenchmarkPrefillGemm(b *testing.B) {
 	}
 }
 
-// BenchmarkPrefillPDL times bf16 prefills (T=2048, device-entry graph
-// replays timed with CUDA events) of the 130m, 370m and 1.4b shapes at B=1
-// and of the 130m and 2.8b shapes at B=8 with Engine.PrefillPDL off and on:
-// the median of 15 replays a setting and round, the settings taking turns
-// over three rounds, a graph captured for each.
+// BenchmarkPrefillPDL times bf16 prefills (T=2048) of the 130m, 370m and
+// 1.4b shapes at B=1 and of the 130m and 2.8b shapes at B=8 with
+// Engine.PrefillPDL off and on (compareSettings).
 func BenchmarkPrefillPDL(b *testing.B) {
+	compareSettings(b, "pdl", prefillShapes, func(e *gpu.Engine, on bool) { e.PrefillPDL = on })
+}
+
+// prefillShapes are the bf16 prefills the engine's settings are compared
+// on: T=2048, the 130m, 370m and 1.4b shapes at B=1, the 130m and 2.8b
+// shapes at B=8.
+var prefillShapes = []benchShape{{"130m", 768, 24, 1, 2048}, {"370m", 1024, 48, 1, 2048}, {"1.4b", 2048, 48, 1, 2048},
+	{"130m", 768, 24, 8, 2048}, {"2.8b", 2560, 64, 8, 2048}}
+
+// benchShape is a random bf16 model (width d, layers layers) and a prefill
+// of B sequences of T positions.
+type benchShape struct {
+	name         string
+	d, layers, B int
+	T            int
+}
+
+// compareSettings times each shape's bf16 prefill (device-entry graph
+// replays timed with CUDA events) with a setting off and on (set): the
+// median of 15 replays a setting and round, the settings taking turns over
+// three rounds, a graph captured for each; it logs a line per shape
+// starting with label.
+func compareSettings(b *testing.B, label string, shapes []benchShape, set func(e *gpu.Engine, on bool)) {
 	gputest.Need(b)
-	for _, sh := range []struct {
-		name         string
-		d, layers, B int
-	}{{"130m", 768, 24, 1}, {"370m", 1024, 48, 1}, {"1.4b", 2048, 48, 1}, {"130m", 768, 24, 8}, {"2.8b", 2560, 64, 8}} {
-		b.Run(fmt.Sprintf("%s/B%d_T2048", sh.name, sh.B), func(b *testing.B) {
-			const T = 2048
+	for _, sh := range shapes {
+		b.Run(fmt.Sprintf("%s/B%d_T%d", sh.name, sh.B, sh.T), func(b *testing.B) {
 			e, _ := bf16Engine(b, sh.d, sh.layers)
 			st, err := e.NewState(sh.B)
 			if err != nil {
@@ -442,12 +456,12 @@ func BenchmarkPrefillPDL(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer stream.Destroy()
-			in, err := cuda.Alloc(8 * sh.B * T)
+			in, err := cuda.Alloc(8 * sh.B * sh.T)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer in.Free()
-			if err := cuda.CopyIn(in.Ptr, randomIDs(sh.B*T, 50280), nil); err != nil {
+			if err := cuda.CopyIn(in.Ptr, randomIDs(sh.B*sh.T, 50280), nil); err != nil {
 				b.Fatal(err)
 			}
 			out, err := cuda.Alloc(4 * sh.B * sh.d)
@@ -457,27 +471,27 @@ func BenchmarkPrefillPDL(b *testing.B) {
 			defer out.Free()
 			times := map[bool][]float64{}
 			for round := 0; round < 3; round++ {
-				for _, pdl := range []bool{false, true} {
-					e.PrefillPDL = pdl
+				for _, on := range []bool{false, true} {
+					set(e, on)
 					for _, n := range []int{0, 1} { // a fresh graph for this setting
 						if err := e.SetPrefillGraphs(n); err != nil {
 							b.Fatal(err)
 						}
 					}
 					ms, err := eventTimes(stream, 15, func() error {
-						return e.PrefillDevice(st, "ids", uintptr(in.Ptr), cuda.F32, sh.B, T, engine.Last, uintptr(out.Ptr),
+						return e.PrefillDevice(st, "ids", uintptr(in.Ptr), cuda.F32, sh.B, sh.T, engine.Last, uintptr(out.Ptr),
 							cuda.F32, stream.Handle())
 					})
 					if err != nil {
 						b.Fatal(err)
 					}
-					times[pdl] = append(times[pdl], ms...)
+					times[on] = append(times[on], ms...)
 				}
 			}
 			off, on := median(times[false]), median(times[true])
-			tok := float64(sh.B * T)
-			b.Logf("pdl %s B=%d T=%d: off %.3f ms (%.0f tok/s), on %.3f ms (%.0f tok/s): %.3fx",
-				sh.name, sh.B, T, off, tok/off*1e3, on, tok/on*1e3, off/on)
+			tok := float64(sh.B * sh.T)
+			b.Logf("%s %s B=%d T=%d: off %.3f ms (%.0f tok/s), on %.3f ms (%.0f tok/s): %.3fx",
+				label, sh.name, sh.B, sh.T, off, tok/off*1e3, on, tok/on*1e3, off/on)
 		})
 	}
 }
