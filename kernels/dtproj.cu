@@ -100,6 +100,7 @@ __device__ __forceinline__ void dt_proj(const float *__restrict__ dbl, int ldd, 
     for (int i = 0; i < DT_TM; i++)
 #pragma unroll
         for (int j = 0; j < DT_TN; j++) acc[i][j] = 0.f;
+    pdl_wait();  // launched with PDL: dt_low comes from x_proj
     dt_stage<V> next(dbl, ldd, R, W, rows, E, r0, c0);
     next.load(0);
     for (int k0 = 0; k0 < R; k0 += DT_K) {
@@ -144,6 +145,7 @@ __device__ __forceinline__ void dt_proj(const float *__restrict__ dbl, int ldd, 
                 if (c + j < E) o[j] = v[j];
         }
     }
+    pdl_release();
 }
 
 // Two entries: dt_proj_f32 reads 16-byte pieces (R and ldd multiples of 4,
@@ -153,16 +155,12 @@ __device__ __forceinline__ void dt_proj(const float *__restrict__ dbl, int ldd, 
 extern "C" __global__ void __launch_bounds__(DT_THREADS, 3)
     dt_proj_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
                 const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
-    pdl_wait();
     dt_proj<4>(dbl, ldd, R, W, bias, dt, rows, E);
-    pdl_release();
 }
 extern "C" __global__ void __launch_bounds__(DT_THREADS, 2)
     dt_proj_narrow_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
                        const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
-    pdl_wait();
     dt_proj<1>(dbl, ldd, R, W, bias, dt, rows, E);
-    pdl_release();
 }
 
 // dt_proj on the tensor cores (sm_80 and newer), for the same product as
@@ -253,6 +251,7 @@ __device__ __forceinline__ void dt_proj_tc(const float *__restrict__ dbl, int ld
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
     int wr = warp / 4 * (16 * MT), wc = BM + warp % 4 * (8 * TC_NT);  // the warp's rows in a stage
     int r0 = blockIdx.y * BM, c0 = blockIdx.x * TC_BN;
+    pdl_wait();  // launched with PDL: dt_low comes from x_proj
 
     // A thread copies piece k of stage rows i, i + 64, ...: dt_low rows
     // below BM, weight rows from there. Zeros past rows, E and R.
@@ -383,6 +382,7 @@ __device__ __forceinline__ void dt_proj_tc(const float *__restrict__ dbl, int ld
                 }
             }
     }
+    pdl_release();
 }
 
 // The entries: blocks of 64 rows (TC_MT = 2), three an SM, and the tall
@@ -393,28 +393,20 @@ __device__ __forceinline__ void dt_proj_tc(const float *__restrict__ dbl, int ld
 extern "C" __global__ void __launch_bounds__(TC_THREADS, TC_MINB)
     dt_proj_tc_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
                    const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
-    pdl_wait();
     dt_proj_tc<3, 2>(dbl, ldd, R, W, bias, dt, rows, E);
-    pdl_release();
 }
 extern "C" __global__ void __launch_bounds__(TC_THREADS, TC_MINB)
     dt_proj_tc1_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
                     const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
-    pdl_wait();
     dt_proj_tc<1, 2>(dbl, ldd, R, W, bias, dt, rows, E);
-    pdl_release();
 }
 extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
     dt_proj_tc_tall_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
                         const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
-    pdl_wait();
     dt_proj_tc<3, 4>(dbl, ldd, R, W, bias, dt, rows, E);
-    pdl_release();
 }
 extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
     dt_proj_tc1_tall_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
                          const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
-    pdl_wait();
     dt_proj_tc<1, 4>(dbl, ldd, R, W, bias, dt, rows, E);
-    pdl_release();
 }

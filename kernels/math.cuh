@@ -40,11 +40,11 @@ __device__ __forceinline__ float softplus_f(float x) {
 __device__ __forceinline__ float silu_f(float z) { return __fdividef(z, 1.f + ex2(-1.44269504088896341f * z)); }
 
 // Programmatic dependent launch (sm_90 and newer; no-ops before). A kernel
-// launched with cuda.Function.LaunchPDL may start while the previous kernel
-// on its stream runs: pdl_release lets the next kernel start early, and
-// pdl_wait blocks until the previous kernel has finished and its writes are
-// visible. Before pdl_wait a kernel may only read what no kernel in flight
-// writes (weights). Launched the ordinary way, both return at once.
+// launched with PDL (cuda.Function.LaunchMaybePDL) may start while the
+// previous kernel on its stream runs: pdl_release lets the next kernel start
+// early, and pdl_wait blocks until the previous kernel has finished and its
+// writes are visible. Before pdl_wait a kernel may only read what no kernel
+// in flight writes (weights). Launched the ordinary way, both return at once.
 __device__ __forceinline__ void pdl_release() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

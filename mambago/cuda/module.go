@@ -119,11 +119,6 @@ func (f *Function) SetMaxDynamicShared(bytes int) error {
 	return nil
 }
 
-// LaunchMaybePDL is LaunchPDL when pdl is set, else Launch.
-func (f *Function) LaunchMaybePDL(pdl bool, grid, block Dim3, shared int, s *Stream, args ...any) error {
-	return f.launch(pdl, grid, block, shared, s, args)
-}
-
 // Dim3 is a grid or block shape.
 type Dim3 struct{ X, Y, Z int }
 
@@ -137,14 +132,14 @@ func (f *Function) Launch(grid, block Dim3, shared int, s *Stream, args ...any) 
 	return f.launch(false, grid, block, shared, s, args)
 }
 
-// LaunchPDL is Launch with programmatic dependent launch (sm_90 and newer):
-// the kernel may start while the previous kernel on s is still running, so
-// it must execute griddepcontrol.wait (pdl_wait in kernels/math.cuh) before
-// it reads anything that kernel writes, or writes anything it reads. Before
-// the wait it may only read data no kernel in flight writes, such as
-// weights.
-func (f *Function) LaunchPDL(grid, block Dim3, shared int, s *Stream, args ...any) error {
-	return f.launch(true, grid, block, shared, s, args)
+// LaunchMaybePDL is Launch, with programmatic dependent launch (sm_90 and
+// newer) when pdl is set: the kernel may then start while the previous
+// kernel on s is still running, so it must execute griddepcontrol.wait
+// (pdl_wait in kernels/math.cuh) before it reads anything that kernel
+// writes, or writes anything it reads. Before the wait it may only read data
+// no kernel in flight writes, such as weights.
+func (f *Function) LaunchMaybePDL(pdl bool, grid, block Dim3, shared int, s *Stream, args ...any) error {
+	return f.launch(pdl, grid, block, shared, s, args)
 }
 
 func (f *Function) launch(pdl bool, grid, block Dim3, shared int, s *Stream, args []any) error {
