@@ -28,8 +28,8 @@
 #   dtproj:   dt_proj alone: TestDTProjKernel, BenchmarkDTProj (every entry
 #             and variant, each checked, and the sizing cuts), then ncu's pipe
 #             use and stall reasons for the engine's dt_proj in a 1.4b prefill;
-#   sourceprof: ncu's per-instruction stall samples for the bf16 scan and the
-#             2.8b decode GEMVs (text logs and .ncu-rep reports);
+#   sourceprof: ncu's per-instruction stall samples for the bf16 one-pass
+#             scan at 130m B=1 T=2048 (CSV and an .ncu-rep report);
 #   kerneltimes8: the same for a bf16 2.8b prefill at B=8, T=2048;
 #   smallkernels: per-kernel times of a bf16 130m prefill (B=1, T=2048),
 #             then ncu's detail on its dt_proj and x_proj GEMM;
@@ -256,20 +256,17 @@ if [[ $mode == dtproj ]]; then
   echo "ncu exit $?"; grep -E "dt_proj|Duration|Throughput|pct|ratio|bytes|Hit" "$OUT/dtproj_ncu.log" | awk '$NF!="0"' | head -40
 fi
 if [[ $mode == sourceprof ]]; then
-  # Where the scan's and the 2.8b GEMVs' warps stall, instruction by
-  # instruction: ncu's source counters (warp-state samples per SASS line),
-  # printed as text and kept as reports (*.ncu-rep) for the ncu GUI.
-  echo "== ncu source counters: the bf16 scan passes (130m, B=1, T=2048), the decode GEMVs (2.8b)"
-  sections="--section SourceCounters --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis"
-  timeout 240 ncu --clock-control none -k 'regex:scan_chunk_(sum|out)_bf16' --launch-skip 30 --launch-count 2 $sections \
-    --export "$OUT/scan_source" --page source --print-source sass \
-    .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/bfloat16/B1_T2048$' -test.benchtime 1x \
-    > "$OUT/scan_source.log" 2>&1
-  echo "ncu exit $?: $(wc -l < "$OUT/scan_source.log") lines"
-  timeout 240 ncu --clock-control none -k 'regex:step_in_bf16|gemv_bf16' --launch-skip 130 --launch-count 3 $sections \
-    --export "$OUT/gemv_source" --page source --print-source sass \
-    .carry/gpu.test -test.run '^$' -test.bench 'BigShapes/2.8b/kernels$' -test.benchtime 1x > "$OUT/gemv_source.log" 2>&1
-  echo "ncu exit $?: $(wc -l < "$OUT/gemv_source.log") lines"
+  # Where the one-pass scan's warps stall, instruction by instruction: ncu's
+  # source counters (warp-state samples per SASS line) at 130m B=1 T=2048,
+  # printed as CSV and kept as a report (*.ncu-rep) for the ncu GUI.
+  echo "== ncu source counters: the bf16 one-pass scan (130m, B=1, T=2048)"
+  timeout 240 ncu --clock-control none -k 'regex:scan_onepass2_bf16' --launch-skip 5 --launch-count 1 \
+    --section SourceCounters --section WarpStateStats --export "$OUT/onepass_source" \
+    --page source --print-source sass --csv \
+    .carry/gpu.test -test.run '^$' -test.bench 'ScanVariants/130m/B1_T2048/L64_onepass2$' -test.benchtime 1x \
+    > "$OUT/onepass_source.csv" 2>&1
+  echo "ncu exit $?: $(wc -l < "$OUT/onepass_source.csv") lines"
+  head -3 "$OUT/onepass_source.csv" | cut -c1-400
 fi
 if [[ $mode == mamba_ssm ]]; then
   echo "== bf16: mambago vs mamba_ssm (builds mamba_ssm and causal-conv1d for sm_90 first) ${BENCH_ARGS:-}"
