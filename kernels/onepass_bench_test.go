@@ -21,62 +21,68 @@ var onePassKnobs = []string{"", "-DOP_BCI=0", "-DOP_PAIRS=1", "-DOP_PAIRS=2"}
 // and 4 at B=8 (130m). Every setting's output (y and the state) must equal
 // the engine's setting's bit for bit: the knobs move data and code, not
 // arithmetic.
-// It launches them as gpu.Scan does (its grid and shared memory), and
-// reports the median launch in µs, timed with CUDA events.
+// It launches them as gpu.Scan does (its grid and shared memory), timed with
+// CUDA events, the settings taking turns: 9 rounds of 25 launches each, so
+// that the clock's drift over the run falls on all of them alike. It logs a
+// line per shape: each setting's median launch in µs, and its ratio to the
+// engine's.
 func BenchmarkOnePass(b *testing.B) {
 	d, _, s, src, timer := kernelBench(b, "scan_onepass.cu")
 	const N, R = 16, 48
-	for _, sh := range []struct {
-		name         string
-		B, T, E, spt int
-	}{{"130m_B1_T2048", 1, 2048, 1536, 2}, {"130m_B1_T8192", 1, 8192, 1536, 2}, {"370m_B1_T2048", 1, 2048, 2048, 2},
-		{"1.4b_B1_T2048", 1, 2048, 4096, 2}, {"130m_B8_T2048", 8, 2048, 1536, 4}} {
-		rows, ld := sh.B*sh.T, R+2*N
-		dt := randn(rows*sh.E, 1)
-		for i, v := range dt {
-			dt[i] = float32(softplus(float64(v) - 2))
-		}
-		A2 := make([]float32, sh.E*N)
-		for i := range A2 {
-			A2[i] = -float32(1+i%N) * math.Log2E
-		}
-		_, u := bf16Bits(randn(rows*sh.E, 1))
-		st0 := randn(sh.B*sh.E*N, 1)
-		bdt, bA2, bdbl, bu := upload(b, s, dt), upload(b, s, A2), upload(b, s, randn(rows*ld, 1)), upload(b, s, u)
-		bD, bz := upload(b, s, randn(sh.E, 1)), upload(b, s, randn(rows*2*sh.E, 1))
-		bst, by := upload(b, s, st0), poisoned(b, s, rows*sh.E/2)
-		if err := cuda.Fill32(by.Ptr, 0x7fc07fc0, rows*sh.E/2, s); err != nil { // bf16 NaN in both halves
-			b.Fatal(err)
-		}
-		var want []float32
-		for _, opts := range onePassKnobs {
-			entry := fmt.Sprintf("scan_onepass%d_bf16", sh.spt)
-			f, err := loadSource(b, d, src, "scan_onepass.cu", strings.Fields(opts)...).Function(entry)
-			if err != nil {
-				b.Fatal(err)
+	const rounds, runs = 9, 25
+	launches := make([]func() error, len(onePassKnobs))
+	mods := make([]*cuda.Module, len(onePassKnobs))
+	for i, opts := range onePassKnobs {
+		mods[i] = loadSource(b, d, src, "scan_onepass.cu", strings.Fields(opts)...)
+	}
+	for range b.N {
+		for _, sh := range []struct {
+			name         string
+			B, T, E, spt int
+		}{{"130m_B1_T2048", 1, 2048, 1536, 2}, {"130m_B1_T8192", 1, 8192, 1536, 2}, {"370m_B1_T2048", 1, 2048, 2048, 2},
+			{"1.4b_B1_T2048", 1, 2048, 4096, 2}, {"130m_B8_T2048", 8, 2048, 1536, 4}} {
+			rows, ld := sh.B*sh.T, R+2*N
+			dt := randn(rows*sh.E, 1)
+			for i, v := range dt {
+				dt[i] = float32(softplus(float64(v) - 2))
 			}
-			sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R, U: bu.Ptr, D: bD.Ptr,
-				Z: bz.Offset(4 * sh.E), LDZ: 2 * sh.E, State: bst.Ptr, Y: by.Ptr, B: sh.B, T: sh.T, E: sh.E, N: N,
-				DType: cuda.BF16, OnePass: sh.spt}
-			if !sc.OnePassApplies() {
-				b.Fatalf("%s: the one-pass scan does not apply", sh.name)
+			A2 := make([]float32, sh.E*N)
+			for i := range A2 {
+				A2[i] = -float32(1+i%N) * math.Log2E
 			}
-			launch := func() error { return sc.Launch(func(string) *cuda.Function { return f }, s) }
-			name := opts
-			if name == "" {
-				name = "engine"
-			}
-			b.Run(fmt.Sprintf("%s/%s", sh.name, strings.ReplaceAll(name, " ", "_")), func(b *testing.B) {
+			_, u := bf16Bits(randn(rows*sh.E, 1))
+			st0 := randn(sh.B*sh.E*N, 1)
+			bdt, bA2, bdbl, bu := upload(b, s, dt), upload(b, s, A2), upload(b, s, randn(rows*ld, 1)), upload(b, s, u)
+			bD, bz := upload(b, s, randn(sh.E, 1)), upload(b, s, randn(rows*2*sh.E, 1))
+			bst, by := upload(b, s, st0), poisoned(b, s, rows*sh.E/2)
+			var want []float32
+			for i := range onePassKnobs {
+				f, err := mods[i].Function(fmt.Sprintf("scan_onepass%d_bf16", sh.spt))
+				if err != nil {
+					b.Fatal(err)
+				}
+				sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R, U: bu.Ptr, D: bD.Ptr,
+					Z: bz.Offset(4 * sh.E), LDZ: 2 * sh.E, State: bst.Ptr, Y: by.Ptr, B: sh.B, T: sh.T, E: sh.E, N: N,
+					DType: cuda.BF16, OnePass: sh.spt}
+				if !sc.OnePassApplies() {
+					b.Fatalf("%s: the one-pass scan does not apply", sh.name)
+				}
+				launches[i] = func() error { return sc.Launch(func(string) *cuda.Function { return f }, s) }
+				// Checked once from the same state into a poisoned y: every
+				// element written, and the engine's bits.
 				if err := cuda.CopyIn(bst.Ptr, st0, s); err != nil {
 					b.Fatal(err)
 				}
-				if err := launch(); err != nil {
+				if err := cuda.Fill32(by.Ptr, 0x7fc07fc0, rows*sh.E/2, s); err != nil { // bf16 NaN in both halves
+					b.Fatal(err)
+				}
+				if err := launches[i](); err != nil {
 					b.Fatal(err)
 				}
 				got := append(download(b, s, by, rows*sh.E/2), download(b, s, bst, sh.B*sh.E*N)...)
 				for _, w := range got[:rows*sh.E/2] {
 					if bits := math.Float32bits(w); bits&0x7f80 == 0x7f80 || bits>>16&0x7f80 == 0x7f80 {
-						b.Fatalf("y holds a NaN or Inf: an element the kernel did not write")
+						b.Fatalf("%s %q: y holds a NaN or Inf: an element the kernel did not write", sh.name, onePassKnobs[i])
 					}
 				}
 				if want == nil {
@@ -84,14 +90,30 @@ func BenchmarkOnePass(b *testing.B) {
 				} else if !slices.EqualFunc(got, want, func(x, y float32) bool {
 					return math.Float32bits(x) == math.Float32bits(y)
 				}) {
-					b.Fatalf("output differs from the engine's setting's")
+					b.Fatalf("%s %q: output differs from the engine's setting's", sh.name, onePassKnobs[i])
 				}
-				var times []float64
-				for b.Loop() {
-					times = append(times, timer.ms(b, launch))
+			}
+			times := make([][]float64, len(onePassKnobs))
+			for range rounds {
+				for i := range onePassKnobs {
+					for range runs {
+						times[i] = append(times[i], timer.ms(b, launches[i]))
+					}
 				}
-				b.ReportMetric(1e3*median(times), "us")
-			})
+			}
+			line := fmt.Sprintf("onepass %-14s", sh.name)
+			base := median(times[0])
+			for i, opts := range onePassKnobs {
+				if opts == "" {
+					opts = "engine"
+				}
+				m := median(times[i])
+				line += fmt.Sprintf("  %s %.2f us (%.3fx)", opts, 1e3*m, m/base)
+			}
+			b.Log(line)
+			for _, buf := range []*cuda.Buffer{bdt, bA2, bdbl, bu, bD, bz, bst, by} {
+				buf.Free()
+			}
 		}
 	}
 }

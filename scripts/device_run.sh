@@ -17,6 +17,10 @@
 #             and memcheck, the mixed-precision engine tests, then bf16
 #             prefills with each scan (BenchmarkScanVariants), and ncu on the
 #             one-pass scan (about 3 minutes);
+#   scanknobs: the scan's tests with racecheck and memcheck, the engine's
+#             tests that run the scan, the one-pass scan's knobs
+#             (BenchmarkOnePass, settings taking turns), and ncu's per-instruction stall
+#             samples of the engine's one-pass scan (bench/stalls.py);
 #   pdl:      the prefill's kernels under programmatic dependent launch
 #             (Engine.PrefillPDL): the tests that compare it bit for bit with
 #             plain launches, memcheck over them, then bf16 graph replays with
@@ -99,6 +103,30 @@ if [[ $mode == pdl ]]; then
   echo "== bf16 prefills with PrefillPDL off and on (BenchmarkPrefillPDL: graph replays, CUDA events, medians)"
   timeout 400 .carry/gpu.test -test.v -test.run '^$' -test.bench PrefillPDL -test.benchtime 1x 2>&1 | tee "$OUT/pdl_bench.log" \
     | grep -E "pdl |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  exit $status
+fi
+if [[ $mode == scanknobs ]]; then
+  echo "== the scan kernels against float64"
+  .carry/kernels.test -test.v -test.run 'ConvAndScan|DTProj|Spill' 2>&1 > "$OUT/scan_test.log" || status=1
+  grep -E "^(--- FAIL|ok|FAIL|PASS)|rel err" "$OUT/scan_test.log" | head -20
+  for tool in racecheck memcheck; do
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 .carry/kernels.test -test.run 'ConvAndScan' \
+      > "$OUT/${tool}_scan.log" 2>&1 || status=1
+    echo "$tool scan: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/${tool}_scan.log" | tail -1)"
+  done
+  echo "== the engine: mixed precision, conformance, scan variants, PDL, graphs, CPU match, device entries"
+  .carry/gpu.test -test.v -test.run 'Mixed|TestConformance|ScanVariants|PrefillPDL|GraphsReplay|MatchesCPU|DeviceEntry' \
+    2>&1 > "$OUT/engine_test.log" || status=1
+  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic" "$OUT/engine_test.log" | head -20
+  echo "== the one-pass scan alone, bf16, each knob setting taking turns (BenchmarkOnePass; bit for bit the engine's)"
+  .carry/kernels.test -test.v -test.run '^$' -test.bench OnePass -test.benchtime 1x 2>&1 | tee "$OUT/onepass_knobs.log" \
+    | grep -E "onepass |FAIL|differs|panic" | sed 's/^ *onepass_bench_test.go:[0-9]*: //'
+  echo "== ncu source counters of the engine's one-pass scan (130m B=1 T=2048), summarized by bench/stalls.py"
+  timeout 240 ncu --clock-control none -k 'regex:scan_onepass2_bf16' --launch-skip 5 --launch-count 1 \
+    --section SourceCounters --section WarpStateStats --section SpeedOfLight --page source --print-source sass --csv \
+    .carry/gpu.test -test.run '^$' -test.bench 'ScanVariants/130m/B1_T2048/L64_onepass2$' -test.benchtime 1x \
+    > "$OUT/onepass_source.csv" 2>&1
+  python3 bench/stalls.py "$OUT/onepass_source.csv" --top 4 | tee "$OUT/onepass_stalls.txt"
   exit $status
 fi
 if [[ $mode == onepass ]]; then
@@ -266,7 +294,7 @@ if [[ $mode == sourceprof ]]; then
     .carry/gpu.test -test.run '^$' -test.bench 'ScanVariants/130m/B1_T2048/L64_onepass2$' -test.benchtime 1x \
     > "$OUT/onepass_source.csv" 2>&1
   echo "ncu exit $?: $(wc -l < "$OUT/onepass_source.csv") lines"
-  head -3 "$OUT/onepass_source.csv" | cut -c1-400
+  python3 bench/stalls.py "$OUT/onepass_source.csv" --top 6 | tee "$OUT/onepass_stalls.txt"
 fi
 if [[ $mode == mamba_ssm ]]; then
   echo "== bf16: mambago vs mamba_ssm (builds mamba_ssm and causal-conv1d for sm_90 first) ${BENCH_ARGS:-}"

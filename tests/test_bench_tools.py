@@ -1,0 +1,47 @@
+"""bench/stalls.py on a small ncu source CSV of known counts."""
+
+import csv
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def write_csv(path, rows):
+    header = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed",
+              "stall_selected", "stall_wait", "stall_long_sb"]
+    with open(path, "w", newline="") as f:
+        f.write("==PROF== preamble line that is not CSV\n")
+        w = csv.writer(f, quoting=csv.QUOTE_ALL)
+        w.writerow(["Kernel Name", "k"])
+        w.writerow(header)
+        for r in rows:
+            w.writerow(r)
+
+
+def test_stalls_shares_and_hot_instructions(tmp_path):
+    path = tmp_path / "source.csv"
+    write_csv(path, [
+        ["0x1000", "LDS R1, [R2]", "10", "4", "2", "0", "8"],
+        ["0x1010", "FFMA R3, R1, R4, R3", "6", "4", "3", "3", "0"],
+        ["0x1020", "EXIT", "4", "4", "4", "0", "0"],
+    ])
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "stalls.py"), str(path), "--top", "1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = [l.split() for l in r.stdout.splitlines()]
+    assert lines[0][:1] == ["3"] and "20" in lines[0]
+    shares = {l[0]: (l[1], l[3]) for l in lines if len(l) == 4 and l[2] == "samples"}
+    assert shares == {"selected": ("9", "45.0%"), "wait": ("3", "15.0%"), "long_sb": ("8", "40.0%")}
+    hot = [l for l in lines if l and l[0].isdigit() and len(l) > 2 and l[1].startswith("+")]
+    assert ["3", "+00010", "FFMA"] == hot[0][:3]  # the instruction holding the wait samples
+    assert ["8", "+00000", "LDS"] == hot[1][:3]  # and the long-scoreboard ones
+
+
+def test_stalls_rejects_other_csv(tmp_path):
+    path = tmp_path / "other.csv"
+    path.write_text("a,b\n1,2\n")
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "stalls.py"), str(path)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "not an ncu source CSV" in r.stderr
