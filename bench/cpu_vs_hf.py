@@ -24,6 +24,7 @@ import random_checkpoint  # noqa: E402
 
 
 def cpu_name():
+    """The CPU model name, from /proc/cpuinfo where there is one."""
     try:
         for line in open("/proc/cpuinfo"):
             if line.startswith("model name"):
@@ -34,6 +35,7 @@ def cpu_name():
 
 
 def timed(fn, repeats):
+    """Run fn once to warm up, then repeats times; return the median and all times in seconds."""
     fn()  # warm-up
     times = []
     for _ in range(repeats):
@@ -44,6 +46,7 @@ def timed(fn, repeats):
 
 
 def main():
+    """Parse the arguments, time both engines on a random checkpoint and write the JSON."""
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     p.add_argument("--model-dir", default="/tmp/mambago-bench-130m")

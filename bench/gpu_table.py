@@ -11,6 +11,7 @@ import json
 
 
 def main():
+    """Merge the parts named on the command line into PREFIX.json and PREFIX.md."""
     p = argparse.ArgumentParser()
     p.add_argument("prefix")
     p.add_argument("parts", nargs="+")

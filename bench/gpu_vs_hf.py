@@ -30,6 +30,7 @@ from roofline import gemm_flops_per_token  # noqa: E402
 
 
 def main():
+    """Parse the arguments, time mambago and HF on each shape and write the JSON."""
     p = argparse.ArgumentParser()
     p.add_argument("--out", required=True)
     random_checkpoint.add_matrix_args(p)

@@ -31,6 +31,7 @@ def add_matrix_args(p):
 
 
 def write(out_dir, d, layers, vocab=50280, state=16, conv=4, expand=2, seed=0):
+    """Write a random Mamba checkpoint of width d and layers layers (HF layout, safetensors) to out_dir."""
     rng = np.random.default_rng(seed)
     E, R = expand * d, math.ceil(d / 16)
     tensors = {"backbone.embeddings.weight": rng.standard_normal((vocab, d), np.float32) * 0.02,
@@ -72,6 +73,7 @@ def write(out_dir, d, layers, vocab=50280, state=16, conv=4, expand=2, seed=0):
 
 
 def main():
+    """Write the checkpoint the arguments describe."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("out_dir")
     p.add_argument("--shape", choices=sorted(SHAPES), help="a named shape (sets --d and --layers)")

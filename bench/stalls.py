@@ -26,6 +26,7 @@ def read(path):
 
 
 def main():
+    """Print the shares and hot instructions of the CSV named on the command line."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("csv")
     p.add_argument("--top", type=int, default=6, help="instructions listed a reason")

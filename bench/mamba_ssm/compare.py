@@ -111,6 +111,7 @@ class Reference:
         return self._norm(hidden, self.norm_f, residual, False)[:, -1]
 
     def new_cache(self, B):
+        """A zeroed decode cache for B sequences: each layer's conv window and SSM state, bf16."""
         E, K = self.layers[0]["conv_w"].shape
         return [(torch.zeros(B, E, K, device="cuda", dtype=torch.bfloat16),
                  torch.zeros(B, E, self.N, device="cuda", dtype=torch.bfloat16)) for _ in self.layers]
@@ -145,6 +146,7 @@ def replay_ms(fn, n=200):
 
 
 def main():
+    """Parse the arguments, time mambago and mamba_ssm on each shape and write the JSON."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
     random_checkpoint.add_matrix_args(p)

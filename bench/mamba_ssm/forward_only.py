@@ -34,6 +34,7 @@ PACKAGES = {
 
 
 def stub(pkg, instantiations):
+    """A source file that keeps pkg's headers and replaces its backward kernels' instantiations with stubs that raise."""
     lines = ["// Backward kernels stripped by bench/mamba_ssm/forward_only.py (inference benchmark).",
              "#include <stdexcept>", "#include <c10/util/BFloat16.h>", "#include <c10/util/Half.h>",
              "#include <c10/cuda/CUDAException.h>"]
@@ -46,6 +47,7 @@ def stub(pkg, instantiations):
 
 
 def main(root):
+    """Stub the backward kernels of every package source under root."""
     done = 0
     for pkg in PACKAGES.values():
         for path in sorted(glob.glob(os.path.join(root, pkg["sources"]))):

@@ -11,6 +11,7 @@ import sys
 
 
 def main(path):
+    """Rewrite the setup.py at path to build for sm_90 only."""
     lines = open(path).read().split("\n")
     kept, dropped = 0, 0
     for i in range(len(lines) - 1):

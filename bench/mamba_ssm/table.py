@@ -14,6 +14,7 @@ from roofline import design_ceiling  # noqa: E402
 
 
 def main():
+    """Print the markdown table of the JSON named on the command line."""
     p = argparse.ArgumentParser()
     p.add_argument("result")
     p.add_argument("--note", action="append", default=[], help="a line for the header (repeatable)")
