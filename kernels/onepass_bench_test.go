@@ -30,7 +30,6 @@ func BenchmarkOnePass(b *testing.B) {
 	d, _, s, src, timer := kernelBench(b, "scan_onepass.cu")
 	const N, R = 16, 48
 	const rounds, runs = 9, 25
-	launches := make([]func() error, len(onePassKnobs))
 	mods := make([]*cuda.Module, len(onePassKnobs))
 	for i, opts := range onePassKnobs {
 		mods[i] = loadSource(b, d, src, "scan_onepass.cu", strings.Fields(opts)...)
@@ -56,6 +55,7 @@ func BenchmarkOnePass(b *testing.B) {
 			bD, bz := upload(b, s, randn(sh.E, 1)), upload(b, s, randn(rows*2*sh.E, 1))
 			bst, by := upload(b, s, st0), poisoned(b, s, rows*sh.E/2)
 			var want []float32
+			launches := make([]func() error, len(onePassKnobs))
 			for i := range onePassKnobs {
 				f, err := mods[i].Function(fmt.Sprintf("scan_onepass%d_bf16", sh.spt))
 				if err != nil {
@@ -111,6 +111,8 @@ func BenchmarkOnePass(b *testing.B) {
 				line += fmt.Sprintf("  %s %.2f us (%.3fx)", opts, 1e3*m, m/base)
 			}
 			b.Log(line)
+			// Freed now rather than at cleanup, so that the shapes' buffers
+			// do not all stay on the device together.
 			for _, buf := range []*cuda.Buffer{bdt, bA2, bdbl, bu, bD, bz, bst, by} {
 				buf.Free()
 			}

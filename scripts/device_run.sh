@@ -64,6 +64,19 @@ python3 -m pip install -q --no-deps --no-index --target /tmp/site .carry/mambago
 export PYTHONPATH=/tmp/site
 nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 status=0
+# scan_stalls profiles the bf16 one-pass scan of a 130m B=1 T=2048 prefill
+# with ncu's source counters (warp-state samples per SASS line), keeps them
+# as CSV and a report (*.ncu-rep) in $OUT, and summarizes them
+# (bench/stalls.py, the instructions listed a reason as $1).
+scan_stalls() {
+  timeout 240 ncu --clock-control none -k 'regex:scan_onepass2_bf16' --launch-skip 5 --launch-count 1 \
+    --section SourceCounters --section WarpStateStats --export "$OUT/onepass_source" \
+    --page source --print-source sass --csv \
+    .carry/gpu.test -test.run '^$' -test.bench 'ScanVariants/130m/B1_T2048/L64_onepass2$' -test.benchtime 1x \
+    > "$OUT/onepass_source.csv" 2>&1
+  echo "ncu exit $?: $(wc -l < "$OUT/onepass_source.csv") lines"
+  python3 bench/stalls.py "$OUT/onepass_source.csv" --top "$1" | tee "$OUT/onepass_stalls.txt"
+}
 if [[ $mode == verify ]]; then
   bash "$0" "$commit" gpu || status=1
   echo "== GPU stage times (130m, B=1, T=2048, f32 and bf16)"
@@ -122,11 +135,7 @@ if [[ $mode == scanknobs ]]; then
   .carry/kernels.test -test.v -test.run '^$' -test.bench OnePass -test.benchtime 1x 2>&1 | tee "$OUT/onepass_knobs.log" \
     | grep -E "onepass |FAIL|differs|panic" | sed 's/^ *onepass_bench_test.go:[0-9]*: //'
   echo "== ncu source counters of the engine's one-pass scan (130m B=1 T=2048), summarized by bench/stalls.py"
-  timeout 240 ncu --clock-control none -k 'regex:scan_onepass2_bf16' --launch-skip 5 --launch-count 1 \
-    --section SourceCounters --section WarpStateStats --section SpeedOfLight --page source --print-source sass --csv \
-    .carry/gpu.test -test.run '^$' -test.bench 'ScanVariants/130m/B1_T2048/L64_onepass2$' -test.benchtime 1x \
-    > "$OUT/onepass_source.csv" 2>&1
-  python3 bench/stalls.py "$OUT/onepass_source.csv" --top 4 | tee "$OUT/onepass_stalls.txt"
+  scan_stalls 4
   exit $status
 fi
 if [[ $mode == onepass ]]; then
@@ -284,17 +293,8 @@ if [[ $mode == dtproj ]]; then
   echo "ncu exit $?"; grep -E "dt_proj|Duration|Throughput|pct|ratio|bytes|Hit" "$OUT/dtproj_ncu.log" | awk '$NF!="0"' | head -40
 fi
 if [[ $mode == sourceprof ]]; then
-  # Where the one-pass scan's warps stall, instruction by instruction: ncu's
-  # source counters (warp-state samples per SASS line) at 130m B=1 T=2048,
-  # printed as CSV and kept as a report (*.ncu-rep) for the ncu GUI.
-  echo "== ncu source counters: the bf16 one-pass scan (130m, B=1, T=2048)"
-  timeout 240 ncu --clock-control none -k 'regex:scan_onepass2_bf16' --launch-skip 5 --launch-count 1 \
-    --section SourceCounters --section WarpStateStats --export "$OUT/onepass_source" \
-    --page source --print-source sass --csv \
-    .carry/gpu.test -test.run '^$' -test.bench 'ScanVariants/130m/B1_T2048/L64_onepass2$' -test.benchtime 1x \
-    > "$OUT/onepass_source.csv" 2>&1
-  echo "ncu exit $?: $(wc -l < "$OUT/onepass_source.csv") lines"
-  python3 bench/stalls.py "$OUT/onepass_source.csv" --top 6 | tee "$OUT/onepass_stalls.txt"
+  echo "== ncu source counters: where the bf16 one-pass scan's warps stall (130m, B=1, T=2048)"
+  scan_stalls 6
 fi
 if [[ $mode == mamba_ssm ]]; then
   echo "== bf16: mambago vs mamba_ssm (builds mamba_ssm and causal-conv1d for sm_90 first) ${BENCH_ARGS:-}"
