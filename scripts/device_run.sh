@@ -17,6 +17,9 @@
 #             and memcheck, the mixed-precision engine tests, then bf16
 #             prefills with each scan (BenchmarkScanVariants), and ncu on the
 #             one-pass scan (about 3 minutes);
+#   graphnode: the GPU time of a near-empty kernel node in a graph (1, one
+#             an SM and 8 an SM blocks; plain and PDL) and of a 64-row bf16
+#             GEMM node: the floor of each kernel's fixed cost;
 #   scanknobs: the scan's tests with racecheck and memcheck, the engine's
 #             tests that run the scan, the one-pass scan's knobs
 #             (BenchmarkOnePass, settings taking turns), and ncu's per-instruction stall
@@ -116,6 +119,12 @@ if [[ $mode == pdl ]]; then
   echo "== bf16 prefills with PrefillPDL off and on (BenchmarkPrefillPDL: graph replays, CUDA events, medians)"
   timeout 400 .carry/gpu.test -test.v -test.run '^$' -test.bench PrefillPDL -test.benchtime 1x 2>&1 | tee "$OUT/pdl_bench.log" \
     | grep -E "pdl |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  exit $status
+fi
+if [[ $mode == graphnode ]]; then
+  echo "== what a near-empty kernel node and a 64-row GEMM node cost inside a graph (BenchmarkGraphNode)"
+  timeout 200 .carry/kernels.test -test.v -test.run '^$' -test.bench GraphNode -test.benchtime 1x 2>&1 | tee "$OUT/graphnode.log" \
+    | grep -E "graph node|FAIL|panic" | sed 's/^ *launch_bench_test.go:[0-9]*: //'
   exit $status
 fi
 if [[ $mode == scanknobs ]]; then
