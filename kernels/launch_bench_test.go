@@ -32,16 +32,8 @@ func BenchmarkGraphNode(b *testing.B) {
 			launch := func() error {
 				return f.LaunchMaybePDL(pdl, cuda.D1(blocks), cuda.D1(256), 0, s, x.Ptr, w.Ptr, y.Ptr, rows, d64, float32(1e-5))
 			}
-			var us []float64
-			for range 7 {
-				ms, err := cuda.TimeGraph(s, runs, launch)
-				if err != nil {
-					b.Fatal(err)
-				}
-				us = append(us, 1e3*float64(ms))
-			}
-			slices.Sort(us)
-			b.Logf("graph node: %4d blocks, PDL %-5v: %.2f us a node (median of 7 graphs of %d)", blocks, pdl, us[3], runs)
+			b.Logf("graph node: %4d blocks, PDL %-5v: %.2f us a node (median of 7 graphs of %d)", blocks, pdl,
+				nodeTime(b, s, runs, launch), runs)
 		}
 	}
 	// A bf16 GEMM of the 130m in_proj's shape on 64 rows (cuBLAS, the
@@ -62,14 +54,21 @@ func BenchmarkGraphNode(b *testing.B) {
 	if err := gemm(); err != nil { // its plan, outside the capture
 		b.Fatal(err)
 	}
+	b.Logf("graph node: bf16 GEMM M=%d N=%d K=%d (%s): %.2f us a node (median of 7 graphs of %d)", M, N, K, bl.Algo,
+		nodeTime(b, s, runs, gemm), runs)
+}
+
+// nodeTime captures runs calls of fn on s as a graph, 7 times, and returns
+// the median GPU time a call in microseconds (cuda.TimeGraph).
+func nodeTime(b *testing.B, s *cuda.Stream, runs int, fn func() error) float64 {
 	var us []float64
 	for range 7 {
-		ms, err := cuda.TimeGraph(s, runs, gemm)
+		ms, err := cuda.TimeGraph(s, runs, fn)
 		if err != nil {
 			b.Fatal(err)
 		}
 		us = append(us, 1e3*float64(ms))
 	}
 	slices.Sort(us)
-	b.Logf("graph node: bf16 GEMM M=%d N=%d K=%d (%s): %.2f us a node (median of 7 graphs of %d)", M, N, K, bl.Algo, us[3], runs)
+	return us[3]
 }
