@@ -1,7 +1,6 @@
 package kernels_test
 
 import (
-	"slices"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -90,12 +89,6 @@ func (t *launchTimer) ms(tb testing.TB, launch func() error) float64 {
 		tb.Fatal(err)
 	}
 	return float64(ms)
-}
-
-// median returns the median of v (the upper one of an even count), sorting v.
-func median(v []float64) float64 {
-	slices.Sort(v)
-	return v[len(v)/2]
 }
 
 func mustEvent(tb testing.TB) *cuda.Event {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/mambago/cuda"
 	gpuengine "github.com/mambago/mambago/mambago/gpu"
 )
@@ -108,7 +109,7 @@ func BenchmarkDTProj(b *testing.B) {
 				for b.Loop() {
 					times = append(times, timer.ms(b, launch))
 				}
-				b.ReportMetric(1e3*median(times), "us")
+				b.ReportMetric(1e3*gputest.Median(times), "us")
 			})
 		}
 	}

@@ -1,9 +1,9 @@
 package kernels_test
 
 import (
-	"slices"
 	"testing"
 
+	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/mambago/cuda"
 )
 
@@ -69,6 +69,5 @@ func nodeTime(b *testing.B, s *cuda.Stream, runs int, fn func() error) float64 {
 		}
 		us = append(us, 1e3*float64(ms))
 	}
-	slices.Sort(us)
-	return us[3]
+	return gputest.Median(us)
 }

@@ -70,7 +70,7 @@ func BenchmarkMMA(b *testing.B) {
 					times = append(times, timer.ms(b, launch))
 				}
 				flops := float64(blocks*threads/32) * iters * 8 * k.flops
-				b.ReportMetric(flops/(median(times)*1e-3)/1e12, "TFLOP/s")
+				b.ReportMetric(flops/(gputest.Median(times)*1e-3)/1e12, "TFLOP/s")
 			})
 		}
 	}

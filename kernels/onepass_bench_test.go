@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/mambago/cuda"
 	gpuengine "github.com/mambago/mambago/mambago/gpu"
 )
@@ -102,12 +103,12 @@ func BenchmarkOnePass(b *testing.B) {
 				}
 			}
 			line := fmt.Sprintf("onepass %-14s", sh.name)
-			base := median(times[0])
+			base := gputest.Median(times[0])
 			for i, opts := range onePassKnobs {
 				if opts == "" {
 					opts = "engine"
 				}
-				m := median(times[i])
+				m := gputest.Median(times[i])
 				line += fmt.Sprintf("  %s %.2f us (%.3fx)", opts, 1e3*m, m/base)
 			}
 			b.Log(line)

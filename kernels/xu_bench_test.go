@@ -196,7 +196,7 @@ func BenchmarkXU(b *testing.B) {
 				for b.Loop() {
 					times = append(times, run(blocks))
 				}
-				ms := median(times)
+				ms := gputest.Median(times)
 				perClock := float64(blocks) * threads * iters * 16 / (ms * 1e-3) / clockHz / float64(d.SMs)
 				b.ReportMetric(clockHz/1e9, "GHz")
 				b.ReportMetric(perClock, "ex2/clk/SM")

@@ -4,6 +4,7 @@ package gputest
 import (
 	"os"
 	"runtime"
+	"slices"
 	"testing"
 
 	"github.com/mambago/mambago/mambago/cuda"
@@ -51,4 +52,11 @@ func NeedNVRTC(t testing.TB) {
 		}
 		t.Skipf("no NVRTC library (set MAMBAGO_NVRTC, or install nvidia-cuda-nvrtc): %v", err)
 	}
+}
+
+// Median returns the median of v (the upper of the two middle values of an
+// even count), sorting v: the benchmarks' summary of repeated timings.
+func Median(v []float64) float64 {
+	slices.Sort(v)
+	return v[len(v)/2]
 }

@@ -55,3 +55,40 @@ func (g *Graph) Destroy() error {
 	}
 	return err
 }
+
+// TimeGraph captures runs calls of fn on s into a graph, replays it once
+// to warm up and once between CUDA events, and returns the milliseconds a
+// call: GPU time, without the host's launch overhead. s must not be
+// capturing already.
+func TimeGraph(s *Stream, runs int, fn func() error) (float32, error) {
+	g, err := Capture(s, func() error {
+		for range runs {
+			if err := fn(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer g.Destroy()
+	start, err := NewEvent()
+	if err != nil {
+		return 0, err
+	}
+	defer start.Destroy()
+	end, err := NewEvent()
+	if err != nil {
+		return 0, err
+	}
+	defer end.Destroy()
+	for _, step := range []func() error{func() error { return g.Launch(s) }, func() error { return start.Record(s) },
+		func() error { return g.Launch(s) }, func() error { return end.Record(s) }, end.Synchronize} {
+		if err := step(); err != nil {
+			return 0, err
+		}
+	}
+	ms, err := Elapsed(start, end)
+	return ms / float32(runs), err
+}

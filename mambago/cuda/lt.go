@@ -320,43 +320,6 @@ func (l *lt) fastest(p *C.mg_lt_plan, algos []C.mg_lt_algo, k gemmKey, A, W Ptr,
 	return best, nil
 }
 
-// TimeGraph captures runs calls of fn on s into a graph, replays it once
-// to warm up and once between CUDA events, and returns the milliseconds a
-// call: GPU time, without the host's launch overhead. s must not be
-// capturing already.
-func TimeGraph(s *Stream, runs int, fn func() error) (float32, error) {
-	g, err := Capture(s, func() error {
-		for range runs {
-			if err := fn(); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	defer g.Destroy()
-	start, err := NewEvent()
-	if err != nil {
-		return 0, err
-	}
-	defer start.Destroy()
-	end, err := NewEvent()
-	if err != nil {
-		return 0, err
-	}
-	defer end.Destroy()
-	for _, step := range []func() error{func() error { return g.Launch(s) }, func() error { return start.Record(s) },
-		func() error { return g.Launch(s) }, func() error { return end.Record(s) }, end.Synchronize} {
-		if err := step(); err != nil {
-			return 0, err
-		}
-	}
-	ms, err := Elapsed(start, end)
-	return ms / float32(runs), err
-}
-
 // ltLayout returns the shim's heuristic result layout (mg_lt_layout): its
 // size and the offsets of its workspace, state and waves.
 func ltLayout() [4]int {

@@ -2,8 +2,6 @@ package gpu_test
 
 import (
 	"fmt"
-	"sort"
-	"strings"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -382,19 +380,19 @@ func timePrefills(b *testing.B, e *gpu.Engine, st engine.State, in engine.Input,
 func BenchmarkPrefillGemm(b *testing.B) {
 	gputest.Need(b)
 	for _, sh := range prefillShapes {
-		b.Run(fmt.Sprintf("%s/B%d_T2048", sh.name, sh.B), func(b *testing.B) {
+		b.Run(fmt.Sprintf("%s/B%d_T%d", sh.name, sh.B, sh.T), func(b *testing.B) {
 			e, _ := bf16Engine(b, sh.d, sh.layers)
 			st, err := e.NewState(sh.B)
 			if err != nil {
 				b.Fatal(err)
 			}
-			in, out := engine.Input{B: sh.B, T: 2048, IDs: randomIDs(sh.B*2048, 50280)}, make([]float32, sh.B*sh.d)
+			in, out := engine.Input{B: sh.B, T: sh.T, IDs: randomIDs(sh.B*sh.T, 50280)}, make([]float32, sh.B*sh.d)
 			for _, algo := range []cuda.GemmAlgo{cuda.GemmEx, cuda.GemmLt, cuda.GemmLtTuned} {
-				b.Run(strings.ReplaceAll(algo.String(), ", ", "_"), func(b *testing.B) {
+				b.Run(algo.String(), func(b *testing.B) {
 					if err := e.SetGemmAlgo(algo); err != nil {
 						b.Fatal(err)
 					}
-					g, err := e.CapturePrefill(st, "ids", 2048, engine.Last)
+					g, err := e.CapturePrefill(st, "ids", sh.T, engine.Last)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -488,7 +486,7 @@ func compareSettings(b *testing.B, label string, shapes []benchShape, set func(e
 					times[on] = append(times[on], ms...)
 				}
 			}
-			off, on := median(times[false]), median(times[true])
+			off, on := gputest.Median(times[false]), gputest.Median(times[true])
 			tok := float64(sh.B * sh.T)
 			b.Logf("%s %s B=%d T=%d: off %.3f ms (%.0f tok/s), on %.3f ms (%.0f tok/s): %.3fx",
 				label, sh.name, sh.B, sh.T, off, tok/off*1e3, on, tok/on*1e3, off/on)
@@ -534,13 +532,4 @@ func eventTimes(s *cuda.Stream, n int, fn func() error) ([]float64, error) {
 		ms[i] = float64(t)
 	}
 	return ms, nil
-}
-
-// median returns the median of v (which it sorts).
-func median(v []float64) float64 {
-	sort.Float64s(v)
-	if len(v)%2 == 1 {
-		return v[len(v)/2]
-	}
-	return (v[len(v)/2-1] + v[len(v)/2]) / 2
 }
