@@ -12,6 +12,15 @@ GOAMD64=v3 go test -c -o .carry/cpu.test ./mambago/cpu
 GOAMD64=v3 go test -c -o .carry/cuda.test ./mambago/cuda
 GOAMD64=v3 go test -c -o .carry/kernels.test ./kernels
 GOAMD64=v3 go test -c -o .carry/gpu.test ./mambago/gpu
+# With BASE=<commit>, that commit's engine benchmarks too, into .carry/base,
+# for device_run.sh's ab mode.
+rm -rf .carry/base
+if [[ -n ${BASE:-} ]]; then
+  tree=$(mktemp -d)
+  git worktree add -q --detach "$tree" "$BASE"
+  (cd "$tree" && GOAMD64=v3 go test -c -o "$OLDPWD/.carry/base/gpu.test" ./mambago/gpu)
+  git worktree remove --force "$tree"
+fi
 # mamba_ssm's and causal-conv1d's sdists, for the bf16 comparison (cached).
 bash bench/mamba_ssm/fetch.sh > /dev/null
 ls -la .carry .carry/deps

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .carry/ from
 # scripts/device_build.sh. Logs and JSON go to $OUT (or ./out).
-# Usage: bash scripts/device_run.sh [commit] [gpu|gpubench|verify|profile|dtproj|sourceprof|kerneltimes|decodeprof|mamba_ssm|cpu|all]
+# Usage: bash scripts/device_run.sh [commit] [ab|gpu|gpubench|verify|profile|dtproj|sourceprof|kerneltimes|decodeprof|mamba_ssm|cpu|all]
 # (several modes: separate them with commas, e.g. mamba_ssm,kerneltimes)
 #   gpu:      the CUDA binding, kernel and engine tests, the Python tests,
 #             compute-sanitizer memcheck over the kernel and engine fixture
@@ -17,6 +17,8 @@
 #             and memcheck, the mixed-precision engine tests, then bf16
 #             prefills with each scan (BenchmarkScanVariants), and ncu on the
 #             one-pass scan (about 3 minutes);
+#   ab:       bf16 prefills at the bars' shapes (BenchmarkPrefillShapes),
+#             this build and .carry/base's taking turns, and their ratios;
 #   graphnode: the GPU time of a near-empty kernel node in a graph (1, one
 #             an SM and 8 an SM blocks; plain and PDL) and of a 64-row bf16
 #             GEMM node: the floor of each kernel's fixed cost;
@@ -119,6 +121,20 @@ if [[ $mode == pdl ]]; then
   echo "== bf16 prefills with PrefillPDL off and on (BenchmarkPrefillPDL: graph replays, CUDA events, medians)"
   timeout 400 .carry/gpu.test -test.v -test.run '^$' -test.bench PrefillPDL -test.benchtime 1x 2>&1 | tee "$OUT/pdl_bench.log" \
     | grep -E "pdl |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  exit $status
+fi
+if [[ $mode == ab ]]; then
+  # .carry/base/gpu.test is another commit's build (BASE=<commit> bash
+  # scripts/device_build.sh): the two builds take turns, three runs each.
+  echo "== bf16 prefills at the bars' shapes, this build against .carry/base (BenchmarkPrefillShapes, graph replays)"
+  [[ -x .carry/base/gpu.test ]] || { echo "no .carry/base/gpu.test"; exit 1; }
+  for round in 1 2 3; do
+    for build in base new; do
+      bin=.carry/gpu.test; [[ $build == base ]] && bin=.carry/base/gpu.test
+      timeout 150 $bin -test.run '^$' -test.bench PrefillShapes -test.benchtime 1x > "$OUT/ab_${build}_$round.log" 2>&1 || status=1
+    done
+  done
+  python3 bench/ab.py "$OUT"/ab_base_*.log -- "$OUT"/ab_new_*.log | tee "$OUT/ab.md"
   exit $status
 fi
 if [[ $mode == graphnode ]]; then

@@ -444,46 +444,12 @@ func compareSettings(b *testing.B, label string, shapes []benchShape, set func(e
 	gputest.Need(b)
 	for _, sh := range shapes {
 		b.Run(fmt.Sprintf("%s/B%d_T%d", sh.name, sh.B, sh.T), func(b *testing.B) {
-			e, _ := bf16Engine(b, sh.d, sh.layers)
-			st, err := e.NewState(sh.B)
-			if err != nil {
-				b.Fatal(err)
-			}
-			stream, err := cuda.NewStream()
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer stream.Destroy()
-			in, err := cuda.Alloc(8 * sh.B * sh.T)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer in.Free()
-			if err := cuda.CopyIn(in.Ptr, randomIDs(sh.B*sh.T, 50280), nil); err != nil {
-				b.Fatal(err)
-			}
-			out, err := cuda.Alloc(4 * sh.B * sh.d)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer out.Free()
+			e, replays := prefillReplays(b, sh)
 			times := map[bool][]float64{}
 			for round := 0; round < 3; round++ {
 				for _, on := range []bool{false, true} {
 					set(e, on)
-					for _, n := range []int{0, 1} { // a fresh graph for this setting
-						if err := e.SetPrefillGraphs(n); err != nil {
-							b.Fatal(err)
-						}
-					}
-					ms, err := eventTimes(stream, 15, func() error {
-						return e.PrefillDevice(st, "ids", uintptr(in.Ptr), cuda.F32, sh.B, sh.T, engine.Last, uintptr(out.Ptr),
-							cuda.F32, stream.Handle())
-					})
-					if err != nil {
-						b.Fatal(err)
-					}
-					times[on] = append(times[on], ms...)
+					times[on] = append(times[on], replays()...)
 				}
 			}
 			off, on := gputest.Median(times[false]), gputest.Median(times[true])
@@ -491,6 +457,75 @@ func compareSettings(b *testing.B, label string, shapes []benchShape, set func(e
 			b.Logf("%s %s B=%d T=%d: off %.3f ms (%.0f tok/s), on %.3f ms (%.0f tok/s): %.3fx",
 				label, sh.name, sh.B, sh.T, off, tok/off*1e3, on, tok/on*1e3, off/on)
 		})
+	}
+}
+
+// BenchmarkPrefillShapes times the bf16 prefill of each shape the speed
+// bars name at B=1 (T=2048 and T=8192) and at B=8 (T=2048): the median of
+// 45 device-entry graph replays (three rounds of 15, each with a fresh
+// graph), timed with CUDA events. Two builds compare through it as ratios
+// of runs that take turns (scripts/device_run.sh ab).
+func BenchmarkPrefillShapes(b *testing.B) {
+	gputest.Need(b)
+	for _, sh := range []benchShape{{"130m", 768, 24, 1, 2048}, {"130m", 768, 24, 1, 8192},
+		{"370m", 1024, 48, 1, 2048}, {"370m", 1024, 48, 1, 8192}, {"1.4b", 2048, 48, 1, 2048},
+		{"130m", 768, 24, 8, 2048}, {"2.8b", 2560, 64, 8, 2048}} {
+		b.Run(fmt.Sprintf("%s/B%d_T%d", sh.name, sh.B, sh.T), func(b *testing.B) {
+			_, replays := prefillReplays(b, sh)
+			var times []float64
+			for round := 0; round < 3; round++ {
+				times = append(times, replays()...)
+			}
+			ms := gputest.Median(times)
+			b.ReportMetric(ms, "ms")
+			b.ReportMetric(float64(sh.B*sh.T)/ms*1e3, "tok/s")
+		})
+	}
+}
+
+// prefillReplays builds the shape's random bf16 engine, its state, ids and
+// output on the device, and returns it with replays: each call captures a
+// fresh prefill graph (so a changed engine setting takes effect) and returns
+// the times of 15 device-entry replays in milliseconds, after a warm-up.
+func prefillReplays(b *testing.B, sh benchShape) (*gpu.Engine, func() []float64) {
+	b.Helper()
+	e, _ := bf16Engine(b, sh.d, sh.layers)
+	st, err := e.NewState(sh.B)
+	if err != nil {
+		b.Fatal(err)
+	}
+	stream, err := cuda.NewStream()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { stream.Destroy() })
+	in, err := cuda.Alloc(8 * sh.B * sh.T)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { in.Free() })
+	if err := cuda.CopyIn(in.Ptr, randomIDs(sh.B*sh.T, 50280), nil); err != nil {
+		b.Fatal(err)
+	}
+	out, err := cuda.Alloc(4 * sh.B * sh.d)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { out.Free() })
+	return e, func() []float64 {
+		for _, n := range []int{0, 1} { // drop the cached graph: the next prefill captures anew
+			if err := e.SetPrefillGraphs(n); err != nil {
+				b.Fatal(err)
+			}
+		}
+		ms, err := eventTimes(stream, 15, func() error {
+			return e.PrefillDevice(st, "ids", uintptr(in.Ptr), cuda.F32, sh.B, sh.T, engine.Last, uintptr(out.Ptr),
+				cuda.F32, stream.Handle())
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return ms
 	}
 }
 
