@@ -128,10 +128,12 @@ if [[ $mode == ab ]]; then
   # scripts/device_build.sh): the two builds take turns, three runs each.
   echo "== bf16 prefills at the bars' shapes, this build against .carry/base (BenchmarkPrefillShapes, graph replays)"
   [[ -x .carry/base/gpu.test ]] || { echo "no .carry/base/gpu.test"; exit 1; }
-  for round in 1 2 3; do
+  # AB_ROUNDS (3) runs of each; AB_SHAPES, a regexp, picks shapes (e.g. '130m|370m').
+  for round in $(seq "${AB_ROUNDS:-3}"); do
     for build in base new; do
       bin=.carry/gpu.test; [[ $build == base ]] && bin=.carry/base/gpu.test
-      timeout 150 $bin -test.run '^$' -test.bench PrefillShapes -test.benchtime 1x > "$OUT/ab_${build}_$round.log" 2>&1 || status=1
+      timeout 200 $bin -test.run '^$' -test.bench "PrefillShapes/(${AB_SHAPES:-.*})/" -test.benchtime 1x \
+        > "$OUT/ab_${build}_$round.log" 2>&1 || status=1
     done
   done
   python3 bench/ab.py "$OUT"/ab_base_*.log -- "$OUT"/ab_new_*.log | tee "$OUT/ab.md"
