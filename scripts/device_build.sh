@@ -18,8 +18,8 @@ rm -rf .carry/base
 if [[ -n ${BASE:-} ]]; then
   tree=$(mktemp -d)
   git worktree add -q --detach "$tree" "$BASE"
+  trap 'git worktree remove --force "$tree"' EXIT  # also when the build fails
   (cd "$tree" && GOAMD64=v3 go test -c -o "$OLDPWD/.carry/base/gpu.test" ./mambago/gpu)
-  git worktree remove --force "$tree"
 fi
 # mamba_ssm's and causal-conv1d's sdists, for the bf16 comparison (cached).
 bash bench/mamba_ssm/fetch.sh > /dev/null

@@ -45,3 +45,18 @@ def test_stalls_rejects_other_csv(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "bench" / "stalls.py"), str(path)],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "not an ncu source CSV" in r.stderr
+
+
+def test_ab_medians_and_ratio(tmp_path):
+    """bench/ab.py on Go benchmark lines of two builds: medians over runs, base time over new."""
+    line = "BenchmarkPrefillShapes/130m/B1_T2048-16 \t 1\t2000000000 ns/op\t {ms} ms\t 1 tok/s\n"
+    paths = []
+    for name, ms in [("base_1", 2.0), ("base_2", 4.0), ("base_3", 3.0), ("new_1", 2.5), ("new_2", 1.5), ("new_3", 9.0)]:
+        path = tmp_path / f"{name}.log"
+        path.write_text("goos: linux\n" + line.format(ms=ms) + "PASS\n")
+        paths.append(str(path))
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "ab.py"), *paths[:3], "--", *paths[3:]],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    row = [c.strip() for c in r.stdout.splitlines()[2].split("|")[1:-1]]
+    assert row == ["130m/B1_T2048", "3.000", "2.500", "682,667", "819,200", "1.200x", "3/3"]
