@@ -17,6 +17,8 @@
 #             and memcheck, the mixed-precision engine tests, then bf16
 #             prefills with each scan (BenchmarkScanVariants), and ncu on the
 #             one-pass scan (about 3 minutes);
+#   entry:    a bf16 device-entry prefill's time per call, back to back and
+#             on the host (bench/entry_overhead.py; 130m and 1.4b, B=1);
 #   ab:       bf16 prefills at the bars' shapes (BenchmarkPrefillShapes),
 #             this build and .carry/base's taking turns, and their ratios;
 #   graphnode: the GPU time of a near-empty kernel node in a graph (1, one
@@ -121,6 +123,13 @@ if [[ $mode == pdl ]]; then
   echo "== bf16 prefills with PrefillPDL off and on (BenchmarkPrefillPDL: graph replays, CUDA events, medians)"
   timeout 400 .carry/gpu.test -test.v -test.run '^$' -test.bench PrefillPDL -test.benchtime 1x 2>&1 | tee "$OUT/pdl_bench.log" \
     | grep -E "pdl |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  exit $status
+fi
+if [[ $mode == entry ]]; then
+  echo "== a device-entry prefill's host overhead (bench/entry_overhead.py): per call, back to back, host"
+  for shape in 130m 1.4b; do
+    timeout 200 python3 bench/entry_overhead.py --shape $shape --out "$OUT/entry_$shape.json" || status=1
+  done
   exit $status
 fi
 if [[ $mode == ab ]]; then
