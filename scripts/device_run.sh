@@ -18,7 +18,9 @@
 #             prefills with each scan (BenchmarkScanVariants), and ncu on the
 #             one-pass scan (about 3 minutes);
 #   entry:    a bf16 device-entry prefill's time per call, back to back and
-#             on the host (bench/entry_overhead.py; 130m and 1.4b, B=1);
+#             on the host (bench/entry_overhead.py; 130m and 1.4b, B=1,
+#             or $ENTRY_SHAPES), then the Go side's host time call by call
+#             (BenchmarkEntryHost);
 #   ab:       bf16 prefills at the bars' shapes (BenchmarkPrefillShapes),
 #             this build and .carry/base's taking turns, and their ratios;
 #   graphnode: the GPU time of a near-empty kernel node in a graph (1, one
@@ -127,9 +129,12 @@ if [[ $mode == pdl ]]; then
 fi
 if [[ $mode == entry ]]; then
   echo "== a device-entry prefill's host overhead (bench/entry_overhead.py): per call, back to back, host"
-  for shape in 130m 1.4b; do
+  for shape in ${ENTRY_SHAPES:-130m 1.4b}; do
     timeout 200 python3 bench/entry_overhead.py --shape $shape --out "$OUT/entry_$shape.json" || status=1
   done
+  echo "== the Go side of a device-entry prefill on the host, call by call (BenchmarkEntryHost)"
+  timeout 200 .carry/gpu.test -test.v -test.run '^$' -test.bench EntryHost -test.benchtime 1x 2>&1 \
+    | tee "$OUT/entry_host.log" | grep -E "entry host|FAIL|panic" | sed 's/^ *entry_bench_test.go:[0-9]*: //'
   exit $status
 fi
 if [[ $mode == ab ]]; then
