@@ -21,6 +21,10 @@
 #             on the host (bench/entry_overhead.py; 130m and 1.4b, B=1,
 #             or $ENTRY_SHAPES), then the Go side's host time call by call
 #             (BenchmarkEntryHost);
+#   nvjetsass: ncu's SASS of the GEMM kernels cuBLAS runs in a bf16 130m
+#             prefill: does each execute griddepcontrol.wait (ACQBULK), which
+#             would make programmatic edges into GEMM nodes safe? (RMSNorm,
+#             which does, is the control)
 #   ab:       bf16 prefills at the bars' shapes (BenchmarkPrefillShapes),
 #             this build and .carry/base's taking turns, and their ratios;
 #   graphnode: the GPU time of a near-empty kernel node in a graph (1, one
@@ -135,6 +139,33 @@ if [[ $mode == entry ]]; then
   echo "== the Go side of a device-entry prefill on the host, call by call (BenchmarkEntryHost)"
   timeout 200 .carry/gpu.test -test.v -test.run '^$' -test.bench EntryHost -test.benchtime 1x 2>&1 \
     | tee "$OUT/entry_host.log" | grep -E "entry host|FAIL|panic" | sed 's/^ *entry_bench_test.go:[0-9]*: //'
+  exit $status
+fi
+if [[ $mode == nvjetsass ]]; then
+  echo "== do cuBLAS's sm90 GEMM kernels wait for the grid before them (griddepcontrol.wait, SASS ACQBULK)?"
+  timeout 400 ncu --clock-control none -k 'regex:nvjet|gemm|gemv|rmsnorm_bf16' --launch-count ${NVJET_LAUNCHES:-80} \
+    --section SourceCounters --page source --print-source sass \
+    .carry/gpu.test -test.run '^$' -test.bench 'PrefillShapes/130m/B1_T2048' -test.benchtime 1x \
+    > "$OUT/nvjet_sass.txt" 2>&1
+  echo "ncu exit $?: $(wc -l < "$OUT/nvjet_sass.txt") lines"
+  python3 - "$OUT/nvjet_sass.txt" <<'PY' | tee "$OUT/nvjet_pdl.txt"
+import collections, re, sys
+seen = collections.OrderedDict()
+kernel = None
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"\s*(\w+) \(\d+, \d+, \d+\)x\(\d+, \d+, \d+\), Context", line)
+    if m:
+        kernel = m.group(1)
+        seen.setdefault(kernel, {"launches": 0, "ACQBULK": 0, "PREEXIT": 0})
+        seen[kernel]["launches"] += 1
+        continue
+    if kernel:
+        for op in ("ACQBULK", "PREEXIT"):
+            if re.search(r"\b" + op + r"\b", line):
+                seen[kernel][op] += 1
+for k, v in seen.items():
+    print(f"{k}: {v['launches']} launches profiled, ACQBULK lines {v['ACQBULK']}, PREEXIT lines {v['PREEXIT']}")
+PY
   exit $status
 fi
 if [[ $mode == ab ]]; then
