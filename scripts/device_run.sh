@@ -143,23 +143,25 @@ if [[ $mode == entry ]]; then
 fi
 if [[ $mode == nvjetsass ]]; then
   echo "== do cuBLAS's sm90 GEMM kernels wait for the grid before them (griddepcontrol.wait, SASS ACQBULK)?"
-  timeout 400 ncu --clock-control none -k 'regex:nvjet|gemm|gemv|rmsnorm_bf16' --launch-count ${NVJET_LAUNCHES:-80} \
+  timeout 400 ncu --clock-control none -k "regex:${NVJET_KERNELS:-nvjet|gemm|gemv|rmsnorm_bf16}" --launch-skip ${NVJET_SKIP:-0} --launch-count ${NVJET_LAUNCHES:-80} \
     --section SourceCounters --page source --print-source sass \
     .carry/gpu.test -test.run '^$' -test.bench 'PrefillShapes/130m/B1_T2048' -test.benchtime 1x \
     > "$OUT/nvjet_sass.txt" 2>&1
   echo "ncu exit $?: $(wc -l < "$OUT/nvjet_sass.txt") lines"
+  # ncu's source page: a "Kernel Name  <name>" line, then one line a SASS
+  # instruction (address first) with its counters.
   python3 - "$OUT/nvjet_sass.txt" <<'PY' | tee "$OUT/nvjet_pdl.txt"
 import collections, re, sys
 seen = collections.OrderedDict()
 kernel = None
 for line in open(sys.argv[1], errors="replace"):
-    m = re.match(r"\s*(\w+) \(\d+, \d+, \d+\)x\(\d+, \d+, \d+\), Context", line)
+    m = re.match(r"Kernel Name\s+(\S+)", line)
     if m:
         kernel = m.group(1)
         seen.setdefault(kernel, {"launches": 0, "ACQBULK": 0, "PREEXIT": 0})
         seen[kernel]["launches"] += 1
         continue
-    if kernel:
+    if kernel and line.startswith("0x"):  # a SASS line: address, then the instruction
         for op in ("ACQBULK", "PREEXIT"):
             if re.search(r"\b" + op + r"\b", line):
                 seen[kernel][op] += 1
