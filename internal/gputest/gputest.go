@@ -2,6 +2,7 @@
 package gputest
 
 import (
+	"math/rand/v2"
 	"os"
 	"runtime"
 	"slices"
@@ -59,4 +60,33 @@ func NeedNVRTC(t testing.TB) {
 func Median(v []float64) float64 {
 	slices.Sort(v)
 	return v[len(v)/2]
+}
+
+// EntryBuffers sets up a device-entry prefill of B sequences of T random
+// token ids from a vocabulary of vocab, pooled to the last position of
+// width d: a new stream, the ids [B, T] int64 on the device and an f32
+// output [B, d], all released at cleanup.
+func EntryBuffers(t testing.TB, B, T, d, vocab int) (s *cuda.Stream, in, out *cuda.Buffer) {
+	t.Helper()
+	s, err := cuda.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Destroy() })
+	ids := make([]int64, B*T)
+	for i := range ids {
+		ids[i] = rand.Int64N(int64(vocab))
+	}
+	if in, err = cuda.Alloc(8 * B * T); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Free() })
+	if err := cuda.CopyIn(in.Ptr, ids, nil); err != nil {
+		t.Fatal(err)
+	}
+	if out, err = cuda.Alloc(4 * B * d); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { out.Free() })
+	return s, in, out
 }

@@ -494,24 +494,7 @@ func prefillReplays(b *testing.B, sh benchShape) (*gpu.Engine, func() []float64)
 	if err != nil {
 		b.Fatal(err)
 	}
-	stream, err := cuda.NewStream()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { stream.Destroy() })
-	in, err := cuda.Alloc(8 * sh.B * sh.T)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { in.Free() })
-	if err := cuda.CopyIn(in.Ptr, randomIDs(sh.B*sh.T, 50280), nil); err != nil {
-		b.Fatal(err)
-	}
-	out, err := cuda.Alloc(4 * sh.B * sh.d)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { out.Free() })
+	stream, in, out := gputest.EntryBuffers(b, sh.B, sh.T, sh.d, 50280)
 	return e, func() []float64 {
 		for _, n := range []int{0, 1} { // drop the cached graph: the next prefill captures anew
 			if err := e.SetPrefillGraphs(n); err != nil {

@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -38,28 +37,7 @@ func BenchmarkEntryHost(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	stream, err := cuda.NewStream()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { stream.Destroy() })
-	in, err := cuda.Alloc(8 * B * T)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { in.Free() })
-	ids := make([]int64, B*T)
-	for i := range ids {
-		ids[i] = rand.Int64N(50280)
-	}
-	if err := cuda.CopyIn(in.Ptr, ids, nil); err != nil {
-		b.Fatal(err)
-	}
-	out, err := cuda.Alloc(4 * B * d)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { out.Free() })
+	stream, in, out := gputest.EntryBuffers(b, B, T, d, 50280)
 	prefill := func() error {
 		return e.PrefillDevice(st, "ids", uintptr(in.Ptr), cuda.F32, B, T, engine.Last, uintptr(out.Ptr), cuda.F32,
 			stream.Handle())
