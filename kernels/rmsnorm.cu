@@ -3,7 +3,9 @@
 //   y[r, i] = x[r, i] * rsqrt(mean_i(x[r, :]^2) + eps) * w[i]      (w == nullptr: no weight)
 //
 // x [rows, d] f32 (the residual stream), w [d] f32, y [rows, d] of the entry's
-// storage type (rmsnorm_f32 may write over x). A warp owns a row: grid
+// storage type (rmsnorm_f32 may write over x); row r of x and of y starts
+// r * ld elements in (ld = d for whole rows, n d for the last position of
+// each of B sequences of n). A warp owns a row: grid
 // (ceil(rows / (blockDim.x / 32))), blockDim.x a multiple of 32. A row with
 // d % 4 == 0 and d <= 128 * RMS_V is read once, as float4s kept in registers
 // between the sum of squares and the scaling; other rows are read twice.
@@ -31,13 +33,13 @@ __device__ float block_sum(float v) {
 }
 
 template <class T>
-__device__ void rmsnorm(const float *x, const float *__restrict__ w, T *y, int rows, int d, float eps) {
+__device__ void rmsnorm(const float *x, const float *__restrict__ w, T *y, int rows, int d, int ld, float eps) {
     int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     if (r >= rows) return;
-    const float *row = x + (size_t)r * d;
-    T *out = y + (size_t)r * d;
+    const float *row = x + (size_t)r * ld;
+    T *out = y + (size_t)r * ld;
     float ss = 0.f;
-    if (d % 4 == 0 && d <= 128 * RMS_V) {
+    if (d % 4 == 0 && ld % 4 == 0 && d <= 128 * RMS_V) {
         float4 v[RMS_V];
 #pragma unroll
         for (int j = 0; j < RMS_V; j++) {
@@ -66,9 +68,9 @@ __device__ void rmsnorm(const float *x, const float *__restrict__ w, T *y, int r
 
 #define RMSNORM(sfx, T)                                                                                     \
     extern "C" __global__ void rmsnorm_##sfx(const float *x, const float *__restrict__ w, T *y, int rows, int d, \
-                                             float eps) {                                                  \
+                                             int ld, float eps) {                                          \
         pdl_wait();                                                                                         \
-        rmsnorm<T>(x, w, y, rows, d, eps);                                                                  \
+        rmsnorm<T>(x, w, y, rows, d, ld, eps);                                                              \
         pdl_release();                                                                                      \
     }
 EACH_DTYPE(RMSNORM)

@@ -159,24 +159,35 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 		if err := e.embed(src, t0, n); err != nil {
 			return err
 		}
+		// Pooled to the last position, only the last chunk's last position
+		// of each sequence reaches the output: the last layer's out_proj and
+		// the final norm run on those B rows alone (the layers' carried
+		// states need every position of the rest).
+		lastOnly := pool == engine.Last && t0+n == T
 		for l := range e.layers {
-			if err := e.block(l, B, n, s); err != nil {
+			if err := e.block(l, B, n, s, lastOnly && l == len(e.layers)-1); err != nil {
 				return err
 			}
 		}
-		rows := B * n
-		if err := e.rmsnorm("rmsnorm_f32", false, ws.h.Ptr, e.normF, ws.x.Ptr, rows, d, c.Eps); err != nil {
+		if pool == engine.Last && !lastOnly {
+			continue // an earlier chunk: nothing of it is pooled
+		}
+		var err error
+		if lastOnly {
+			last := cuda.Ptr(4 * (n - 1) * d)
+			err = e.rmsnormRows("rmsnorm_f32", false, ws.h.Ptr+last, e.normF, ws.x.Ptr+last, B, d, n*d, c.Eps)
+		} else {
+			err = e.rmsnorm("rmsnorm_f32", false, ws.h.Ptr, e.normF, ws.x.Ptr, B*n, d, c.Eps)
+		}
+		if err != nil {
 			return err
 		}
 		grid := cuda.Dim3{X: (d + 255) / 256, Y: B, Z: 1}
-		var err error
 		switch pool {
 		case engine.All:
 			err = e.launch("pool_f32", grid, cuda.D1(256), 0, ws.x.Ptr, out, n, d, 2, 0, T, t0)
 		case engine.Last:
-			if t0+n == T {
-				err = e.launch("pool_f32", grid, cuda.D1(256), 0, ws.x.Ptr, out, n, d, 0, 0, T, t0)
-			}
+			err = e.launch("pool_f32", grid, cuda.D1(256), 0, ws.x.Ptr, out, n, d, 0, 0, T, t0)
 		default:
 			acc := 0
 			if t0 > 0 {
@@ -262,8 +273,10 @@ func (e *Engine) addBias(x cuda.Ptr, ld int, bias cuda.Ptr, rows, n int) error {
 }
 
 // block runs layer l over the chunk of B sequences of n positions in the
-// workspace, continuing from and updating the layer's carried state.
-func (e *Engine) block(l, B, n int, s *State) error {
+// workspace, continuing from and updating the layer's carried state. With
+// lastOnly, out_proj adds into the residual stream at each sequence's last
+// position only (the rest of ws.h is then stale).
+func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 	c, g, ws := e.cfg, e.layers[l], &e.ws
 	rows, d, E, R, N, K, dt := B*n, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel, e.dt
 	stages := []struct {
@@ -304,10 +317,14 @@ func (e *Engine) block(l, B, n int, s *State) error {
 				Staged: e.ScanStaged, OnePass: e.scanOnePass(B, E), PDL: e.PrefillPDL}.Launch(e.function, e.stream)
 		}},
 		{"out_proj", func() error { // out_proj, accumulated into the residual stream
-			if err := e.blas.Gemm(rows, d, E, ws.y.Ptr, E, g.outProj, ws.h.Ptr, d, 1, dt, cuda.F32); err != nil {
+			y, h, m, ldy, ldh := ws.y.Ptr, ws.h.Ptr, rows, E, d
+			if lastOnly { // B rows, n apart
+				y, h, m, ldy, ldh = y+cuda.Ptr((n-1)*E*dt.Size()), h+cuda.Ptr(4*(n-1)*d), B, n*E, n*d
+			}
+			if err := e.blas.Gemm(m, d, E, y, ldy, g.outProj, h, ldh, 1, dt, cuda.F32); err != nil {
 				return err
 			}
-			return e.addBias(ws.h.Ptr, d, g.outBias, rows, d)
+			return e.addBias(h, ldh, g.outBias, m, d)
 		}},
 	}
 	for _, st := range stages {
