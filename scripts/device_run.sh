@@ -176,6 +176,8 @@ if [[ $mode == ab ]]; then
   echo "== bf16 prefills at the bars' shapes, this build against .carry/base (BenchmarkPrefillShapes, graph replays)"
   [[ -x .carry/base/gpu.test ]] || { echo "no .carry/base/gpu.test"; exit 1; }
   # AB_ROUNDS (3) runs of each; AB_SHAPES, a regexp, picks shapes (e.g. '130m|370m').
+  # go test splits -test.bench at each '/', one regexp a level, so AB_SHAPES
+  # matches the model level only: '130m/B1_T2048|1.4b' does not do what it says.
   for round in $(seq "${AB_ROUNDS:-3}"); do
     for build in base new; do
       bin=.carry/gpu.test; [[ $build == base ]] && bin=.carry/base/gpu.test
