@@ -4,8 +4,8 @@ graph), timed four ways on the GPU machine.
 
     python3 bench/entry_overhead.py --shape 130m --B 1 --T 2048 --out entry.json
 
-- per call: CUDA events around each call, as bench/mamba_ssm/compare.py times
-  it (the host's time before the graph reaches the GPU counts);
+- per call: CUDA events around each call (cuda_timing.cuda_time), as
+  bench/mamba_ssm/compare.py times it (the host's time before the graph reaches the GPU counts);
 - back to back: events around 20 calls, divided by 20 (the host runs ahead,
   so this is the GPU's time a prefill);
 - host: wall time of a call that only queues work, averaged over 200 calls
@@ -27,19 +27,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import random_checkpoint  # noqa: E402
-
-
-def per_call(fn, stream, n=15):
-    """Median ms of fn timed alone with events on stream."""
-    times = []
-    for _ in range(n):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(stream)
-        fn()
-        end.record(stream)
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+from cuda_timing import cuda_time  # noqa: E402
 
 
 def back_to_back(fn, stream, n=15, calls=20):
@@ -100,7 +88,7 @@ def main():
             for _ in range(20):  # warm: the graph is captured on the first call
                 run()
             stream.synchronize()
-            row = {"per_call_ms": per_call(run, stream), "back_to_back_ms": back_to_back(run, stream),
+            row = {"per_call_ms": cuda_time(run, 15)[0], "back_to_back_ms": back_to_back(run, stream),
                    "host_ms": host(run, stream)}
         row["tok_s_per_call"] = a.B * a.T / row["per_call_ms"] * 1e3
         row["tok_s_back_to_back"] = a.B * a.T / row["back_to_back_ms"] * 1e3

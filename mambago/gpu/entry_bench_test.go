@@ -1,8 +1,6 @@
 package gpu
 
 import (
-	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -79,8 +77,7 @@ func BenchmarkEntryHost(b *testing.B) {
 		if err := stream.Synchronize(); err != nil {
 			b.Fatal(err)
 		}
-		slices.Sort(per)
-		b.Logf("entry host %-34s %7.1f us a call", name, per[len(per)/2])
+		b.Logf("entry host %-34s %7.1f us a call", name, gputest.Median(per))
 	}
 	hostUS("PrefillDevice (whole call)", false, prefill)
 	hostUS("graph launch", true, func() error { return g.g.Launch(stream) })
@@ -100,5 +97,5 @@ func BenchmarkEntryHost(b *testing.B) {
 		}
 		return err
 	})
-	b.Log(fmt.Sprintf("entry host: graph of %d B=%d T=%d", layers, B, T))
+	b.Logf("entry host: graph of %d layers, B=%d T=%d", layers, B, T)
 }

@@ -172,13 +172,11 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 		if pool == engine.Last && !lastOnly {
 			continue // an earlier chunk: nothing of it is pooled
 		}
-		var err error
-		if lastOnly {
-			last := cuda.Ptr(4 * (n - 1) * d)
-			err = e.rmsnormRows("rmsnorm_f32", false, ws.h.Ptr+last, e.normF, ws.x.Ptr+last, B, d, n*d, c.Eps)
-		} else {
-			err = e.rmsnorm("rmsnorm_f32", false, ws.h.Ptr, e.normF, ws.x.Ptr, B*n, d, c.Eps)
+		first, rows, ld := cuda.Ptr(0), B*n, d
+		if lastOnly { // B rows, n apart
+			first, rows, ld = cuda.Ptr(4*(n-1)*d), B, n*d
 		}
+		err := e.rmsnormRows("rmsnorm_f32", false, ws.h.Ptr+first, e.normF, ws.x.Ptr+first, rows, d, ld, c.Eps)
 		if err != nil {
 			return err
 		}
