@@ -48,7 +48,10 @@ func BenchmarkEntryHost(b *testing.B) {
 	if err := stream.Synchronize(); err != nil {
 		b.Fatal(err)
 	}
-	s, _ := e.own(st)
+	s, err := e.own(st)
+	if err != nil {
+		b.Fatal(err)
+	}
 	g, err := e.cachedPrefill(graphKey{s: s, kind: "ids", B: B, T: T, pool: engine.Last})
 	if err != nil {
 		b.Fatal(err)
