@@ -172,11 +172,13 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 		if pool == engine.Last && !lastOnly {
 			continue // an earlier chunk: nothing of it is pooled
 		}
-		first, rows, ld := cuda.Ptr(0), B*n, d
-		if lastOnly { // B rows, n apart
-			first, rows, ld = cuda.Ptr(4*(n-1)*d), B, n*d
+		h, x, rows, ld := ws.h.Ptr, ws.x.Ptr, B*n, d
+		if lastOnly {
+			h, ld = lastRows(h, n, d, 4)
+			x, _ = lastRows(x, n, d, 4)
+			rows = B
 		}
-		err := e.rmsnormRows("rmsnorm_f32", false, ws.h.Ptr+first, e.normF, ws.x.Ptr+first, rows, d, ld, c.Eps)
+		err := e.rmsnormRows("rmsnorm_f32", false, h, e.normF, x, rows, d, ld, c.Eps)
 		if err != nil {
 			return err
 		}
@@ -201,6 +203,13 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 		return e.launch("scale_f32", grid1(B*d), cuda.D1(256), 0, out, int64(B*d), float32(1/float64(T)))
 	}
 	return nil
+}
+
+// lastRows is where the last rows of B sequences of n rows each start in p
+// ([B, n, width] elements of size bytes), and their stride in elements: B
+// rows, n apart.
+func lastRows(p cuda.Ptr, n, width, size int) (cuda.Ptr, int) {
+	return p + cuda.Ptr((n-1)*width*size), n * width
 }
 
 // embed fills the residual stream ws.h [B, n, d] for positions t0..t0+n-1.
@@ -316,8 +325,10 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 		}},
 		{"out_proj", func() error { // out_proj, accumulated into the residual stream
 			y, h, m, ldy, ldh := ws.y.Ptr, ws.h.Ptr, rows, E, d
-			if lastOnly { // B rows, n apart
-				y, h, m, ldy, ldh = y+cuda.Ptr((n-1)*E*dt.Size()), h+cuda.Ptr(4*(n-1)*d), B, n*E, n*d
+			if lastOnly {
+				y, ldy = lastRows(y, n, E, dt.Size())
+				h, ldh = lastRows(h, n, d, 4)
+				m = B
 			}
 			if err := e.blas.Gemm(m, d, E, y, ldy, g.outProj, h, ldh, 1, dt, cuda.F32); err != nil {
 				return err
