@@ -59,6 +59,24 @@ __device__ __forceinline__ void pdl_wait() {
 // prefetch_l2 asks for the 128-byte line holding p in L2, without waiting.
 __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
+// prefetch_share asks L2 for the calling block's share of the n bytes at p,
+// without waiting: the grid's blocks split the span into slices of whole
+// 16-byte pieces, and each block's first thread queues its slice as one
+// bulk prefetch (sm_90 and newer; a no-op before, and for a null p). p is
+// 16-byte aligned.
+__device__ __forceinline__ void prefetch_share(const void *p, long long n) {
+#if __CUDA_ARCH__ >= 900
+    if (p == nullptr || threadIdx.x + threadIdx.y + threadIdx.z != 0) return;
+    long long blocks = (long long)gridDim.x * gridDim.y * gridDim.z;
+    long long b = blockIdx.x + gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
+    long long pieces = n >> 4, per = (pieces + blocks - 1) / blocks, lo = b * per, hi = min(pieces, lo + per);
+    if (lo < hi)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((const char *)p + 16 * lo),
+                     "r"((unsigned)(16 * (hi - lo)))
+                     : "memory");
+#endif
+}
+
 // Asynchronous copies from global to shared memory (cp.async, sm_80 and
 // newer; before that a plain load and store). A copy of n bytes (4, 8 or 16;
 // the addresses aligned to n) reads src only when full is set, else fills

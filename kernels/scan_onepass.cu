@@ -169,7 +169,8 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
                                              const float *__restrict__ dbl, int ldd, int R,
                                              const Tv *__restrict__ u, const float *__restrict__ Dskip,
                                              const float *__restrict__ z, int ldz, float *__restrict__ state,
-                                             Tv *__restrict__ y, int T, int E, int N) {
+                                             Tv *__restrict__ y, int T, int E, int N, const void *pf,
+                                             long long pf_bytes, int pf_lead) {
     constexpr int G = OP_NS / SPT;      // threads a channel
     constexpr int CB = OP_THREADS / G;  // channels a block
     // Positions computed together: their loads first, then their decays,
@@ -221,6 +222,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         cp_async_wait<BUF - 2>();  // tile k is in
         __syncthreads();  // and visible; every thread is done with tile k - 1, whose slot the next issue refills, and with sp
         issue(k + BUF - 1);
+        if (k == max(0, tiles - 1 - pf_lead)) prefetch_share(pf, pf_bytes);  // see SCAN_ONEPASS_PARAMS
         // The gate's u and z of the NO outputs this thread writes (positions
         // g, g + G, ..., channel cl), into registers now: the loads' latency
         // hides under the chain instead of adding to the tile's tail.
@@ -325,11 +327,18 @@ struct onepass_config {
     else                                                                                                     \
         scan_onepass<SPT, onepass_config<SPT>::TL, onepass_config<SPT>::BUF, 4, T>(SCAN_ONEPASS_ARGS)
 
+// The span of pf_bytes at pf (prefetch_share; null for none) is what
+// out_proj reads next beside y: the rows of the residual stream it adds
+// into, last read at the layer's start, so no longer in L2. Each block asks
+// for its share pf_lead tiles before its last one: late enough that the
+// scan's own traffic does not push the rows out again, early enough for
+// them to arrive.
 #define SCAN_ONEPASS_PARAMS(T)                                                                                 \
     const float *__restrict__ dt, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,     \
         const T *__restrict__ u, const float *__restrict__ Dskip, const float *__restrict__ z, int ldz,            \
-        float *__restrict__ state, T *__restrict__ y, int T_, int E, int N
-#define SCAN_ONEPASS_ARGS dt, A2, dbl, ldd, R, u, Dskip, z, ldz, state, y, T_, E, N
+        float *__restrict__ state, T *__restrict__ y, int T_, int E, int N, const void *pf, long long pf_bytes,   \
+        int pf_lead
+#define SCAN_ONEPASS_ARGS dt, A2, dbl, ldd, R, u, Dskip, z, ldz, state, y, T_, E, N, pf, pf_bytes, pf_lead
 #define SCAN_ONEPASS(sfx, T)                                                                                   \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
         SCAN_ONEPASS_RUN(2, T);                                                                                \

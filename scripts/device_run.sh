@@ -27,6 +27,9 @@
 #             which does, is the control)
 #   ab:       bf16 prefills at the bars' shapes (BenchmarkPrefillShapes),
 #             this build and .carry/base's taking turns, and their ratios;
+#   residual: Engine.ResidualPrefetch (the scan asks L2 for the residual
+#             rows out_proj adds into): the tests with it, memcheck, then
+#             bf16 prefills with it off and on (BenchmarkResidualPrefetch);
 #   graphnode: the GPU time of a near-empty kernel node in a graph (1, one
 #             an SM and 8 an SM blocks; plain and PDL) and of a 64-row bf16
 #             GEMM node: the floor of each kernel's fixed cost;
@@ -118,10 +121,10 @@ if [[ $mode == gemm ]]; then
 fi
 if [[ $mode == pdl ]]; then
   echo "== the prefill's kernels under programmatic dependent launch, bit for bit against without, and the tests they touch"
-  timeout 300 .carry/gpu.test -test.v -test.run 'PrefillPDL|GraphsReplay|DeviceEntry|PrefillGraphCache|TestConformance|MatchesCPU|ScanVariantsMatch|Mixed' \
+  timeout 300 .carry/gpu.test -test.v -test.run 'PrefillSettings|GraphsReplay|DeviceEntry|PrefillGraphCache|TestConformance|MatchesCPU|ScanVariantsMatch|Mixed' \
     > "$OUT/pdl_test.log" 2>&1 || status=1
   grep -E "^(--- FAIL|ok|FAIL|PASS)|panic" "$OUT/pdl_test.log" | head -30
-  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/gpu.test -test.run 'PrefillPDL' \
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/gpu.test -test.run 'PrefillSettings/PDL' \
     > "$OUT/memcheck_pdl.log" 2>&1 || status=1
   echo "memcheck pdl: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_pdl.log" | tail -1)"
   timeout 300 .carry/kernels.test -test.run 'ConvAndScan|DTProj|RMS|Spill' > "$OUT/pdl_kernels.log" 2>&1 || status=1
@@ -129,6 +132,24 @@ if [[ $mode == pdl ]]; then
   echo "== bf16 prefills with PrefillPDL off and on (BenchmarkPrefillPDL: graph replays, CUDA events, medians)"
   timeout 400 .carry/gpu.test -test.v -test.run '^$' -test.bench PrefillPDL -test.benchtime 1x 2>&1 | tee "$OUT/pdl_bench.log" \
     | grep -E "pdl |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  exit $status
+fi
+if [[ $mode == residual ]]; then
+  echo "== Engine.ResidualPrefetch: the kernels' and engine's tests with it (bit for bit against without), memcheck, then prefills off and on"
+  timeout 150 .carry/kernels.test -test.v -test.run 'ConvAndScan|RMSNorm|Spill' > "$OUT/residual_kernels.log" 2>&1 || status=1
+  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic" "$OUT/residual_kernels.log" | head -10
+  timeout 200 .carry/gpu.test -test.v -test.run 'PrefillSettings|GraphsReplay|DeviceEntry|PrefillGraphCache|TestConformance|MatchesCPU|ScanVariantsMatch|Mixed' \
+    > "$OUT/residual_test.log" 2>&1 || status=1
+  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic" "$OUT/residual_test.log" | head -20
+  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/kernels.test -test.run 'ConvAndScan' \
+    > "$OUT/memcheck_residual_kernels.log" 2>&1 || status=1
+  echo "memcheck kernels: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_residual_kernels.log" | tail -1)"
+  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/gpu.test -test.run 'PrefillSettings/prefetch_random_bf16' \
+    > "$OUT/memcheck_residual.log" 2>&1 || status=1
+  echo "memcheck engine: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_residual.log" | tail -1)"
+  echo "== bf16 prefills with Engine.ResidualPrefetch off and on (BenchmarkResidualPrefetch: graph replays, CUDA events, medians)"
+  timeout 300 .carry/gpu.test -test.v -test.run '^$' -test.bench 'ResidualPrefetch' -test.benchtime 1x 2>&1 \
+    | tee "$OUT/residual_bench.log" | grep -E "residual prefetch |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
   exit $status
 fi
 if [[ $mode == entry ]]; then

@@ -16,6 +16,7 @@ const (
 	attrMaxThreadsPerBlock     = 1
 	attrMaxSharedPerBlock      = 8
 	attrMultiprocessorCount    = 16
+	attrL2CacheSize            = 38
 	attrComputeCapabilityMajor = 75
 	attrComputeCapabilityMinor = 76
 	attrMaxSharedPerBlockOptin = 97
@@ -30,6 +31,7 @@ type Device struct {
 	SMs            int   // multiprocessors
 	TotalMem       int64 // bytes
 	MaxSharedOptIn int   // bytes of shared memory a block may opt in to
+	L2Bytes        int   // the L2 cache's size
 	dev            C.int
 	ctx            unsafe.Pointer
 }
@@ -61,6 +63,7 @@ func Open(ordinal int) (*Device, error) {
 	}{
 		{attrComputeCapabilityMajor, &d.Major}, {attrComputeCapabilityMinor, &d.Minor},
 		{attrMultiprocessorCount, &d.SMs}, {attrMaxSharedPerBlockOptin, &d.MaxSharedOptIn},
+		{attrL2CacheSize, &d.L2Bytes},
 	} {
 		var v C.int
 		if err := check("cuDeviceGetAttribute", C.mg_cuDeviceGetAttribute(&v, C.int(a.attr), d.dev)); err != nil {

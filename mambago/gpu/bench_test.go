@@ -421,6 +421,20 @@ func BenchmarkPrefillPDL(b *testing.B) {
 	compareSettings(b, "pdl", prefillShapes, func(e *gpu.Engine, on bool) { e.PrefillPDL = on })
 }
 
+// BenchmarkResidualPrefetch times bf16 prefills with
+// Engine.ResidualPrefetch off and at New's setting (a quarter of L2), at
+// the shapes of prefillShapes and at 130m B=1 T=8192 (compareSettings).
+func BenchmarkResidualPrefetch(b *testing.B) {
+	quarter := gputest.Device(b).L2Bytes / 4
+	compareSettings(b, "residual prefetch", append([]benchShape{{"130m", 768, 24, 1, 8192}}, prefillShapes...),
+		func(e *gpu.Engine, on bool) {
+			e.ResidualPrefetch = 0
+			if on {
+				e.ResidualPrefetch = quarter
+			}
+		})
+}
+
 // prefillShapes are the bf16 prefills the engine's settings are compared
 // on: T=2048, the 130m, 370m and 1.4b shapes at B=1, the 130m and 2.8b
 // shapes at B=8.

@@ -80,6 +80,17 @@ type Engine struct {
 	// 1.4b B=1, 130m and 2.8b B=8 within 0.4%). Set it before capturing
 	// graphs.
 	PrefillPDL bool
+	// ResidualPrefetch is the most bytes of the residual stream's rows that
+	// the one-pass scan asks L2 for, a few tiles before its end, for the
+	// out_proj after it to add into (Scan.Prefetch); 0 asks for none. Those
+	// rows were last read at the layer's start, and out_proj found them in
+	// HBM: with them in L2 its cuBLASLt GEMM takes 9.6 µs instead of 11.4
+	// at the 130m shape (kernels' BenchmarkGemmPrefetch on branch
+	// issue4-prefetch). New sets a quarter of L2 on sm_90 and later, where
+	// the scan's bulk prefetch exists (bf16 graph replays on the H200:
+	// 130m B=1 T=2048 +0.5-0.9%, 370m +0.4%; more rows than that lost
+	// up to 1.2%). Set it before capturing graphs.
+	ResidualPrefetch int
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
 	// DecodePDL launches the decode kernels with programmatic dependent
@@ -117,6 +128,9 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4}
+	if dev.Major >= 9 {
+		e.ResidualPrefetch = dev.L2Bytes / 4
+	}
 	built := e // e is nil once an error is returned
 	defer func() {
 		if err != nil {

@@ -10,20 +10,35 @@ import (
 	"github.com/mambago/mambago/mambago/checkpoint"
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
+	"github.com/mambago/mambago/mambago/gpu"
 	"github.com/mambago/mambago/mambago/internal/enginetest"
 	"github.com/mambago/mambago/mambago/internal/fixture"
 )
 
-// TestPrefillPDLMatches runs prefills with Engine.PrefillPDL on and off,
-// eager and as graph replays, with the one-pass scan at 2 and 4 states a
-// thread and the chunked scan: outputs and carried states must be the same
-// bits, so no kernel read its predecessor's results before they were all
-// written. Fresh random inputs each run; outputs start as NaN.
-func TestPrefillPDLMatches(t *testing.T) {
+// TestPrefillSettingsMatch runs prefills with each of the engine's
+// scheduling settings on and off, eager and as graph replays, with the
+// one-pass scan at 2 and 4 states a thread and the chunked scan: outputs and
+// carried states must be the same bits. For Engine.PrefillPDL that shows no
+// kernel read its predecessor's results before they were all written; for
+// Engine.ResidualPrefetch, that asking L2 for out_proj's residual rows
+// changes nothing else. Fresh random inputs each run; outputs start as NaN.
+func TestPrefillSettingsMatch(t *testing.T) {
 	gputest.Need(t)
 	features, err := checkpoint.Load(filepath.Join(fixture.Root(), "features"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	settings := []struct {
+		name string
+		set  func(e *gpu.Engine, on bool)
+	}{
+		{"PDL", func(e *gpu.Engine, on bool) { e.PrefillPDL = on }},
+		{"prefetch", func(e *gpu.Engine, on bool) {
+			e.ResidualPrefetch = 0
+			if on {
+				e.ResidualPrefetch = 1 << 40
+			}
+		}},
 	}
 	for _, tc := range []struct {
 		name string
@@ -34,48 +49,60 @@ func TestPrefillPDLMatches(t *testing.T) {
 		{"random bf16", fixture.RandomWeights(fixture.Shape(128, 2, 100), rand.Uint64()), cuda.BF16},
 		{"features f16", features, cuda.F16},
 	} {
-		for _, onePass := range []int{2, 4, -1} {
-			for _, sz := range []struct{ B, T int }{{1, 300}, {3, 77}} {
-				t.Run(fmt.Sprintf("%s onepass%d B%d_T%d", tc.name, onePass, sz.B, sz.T), func(t *testing.T) {
-					on, off := newEngine(t, tc.w, tc.dt), newEngine(t, tc.w, tc.dt)
-					on.PrefillPDL, off.PrefillPDL = true, false
-					on.ScanOnePass, off.ScanOnePass = onePass, onePass
-					c := on.Config()
-					B, T := sz.B, sz.T
-					in := engine.Input{B: B, T: T}
-					kind := "ids"
-					if c.InputDim > 0 {
-						kind, in.Features = "features", make([]float32, B*T*c.InputDim)
-						for i := range in.Features {
-							in.Features[i] = float32(rand.NormFloat64())
-						}
-					} else {
-						in.IDs = randomIDs(B*T, c.Vocab)
-					}
-					sOn, _ := on.NewState(B)
-					sOff, _ := off.NewState(B)
-					for call := 0; call < 2; call++ { // the second continues from the first's state
-						got, want := fixture.NaNs(B*T*c.Hidden), fixture.NaNs(B*T*c.Hidden)
-						check(t, on.Prefill(sOn, in, engine.All, got))
-						check(t, off.Prefill(sOff, in, engine.All, want))
-						assertBits(t, fmt.Sprintf("PDL on against off, eager call %d", call), got, want)
-						assertBits(t, fmt.Sprintf("PDL on against off, eager call %d, state", call), flatState(t, on, sOn), flatState(t, off, sOff))
-					}
-					g, err := on.CapturePrefill(sOn, kind, T, engine.All)
-					check(t, err)
-					defer g.Destroy()
-					for replay := 0; replay < 3; replay++ {
-						sOn.Reset()
-						sOff.Reset()
-						got, want := fixture.NaNs(B*T*c.Hidden), fixture.NaNs(B*T*c.Hidden)
-						check(t, g.Prefill(in, got))
-						check(t, off.Prefill(sOff, in, engine.All, want))
-						assertBits(t, fmt.Sprintf("PDL on (graph replay %d) against off", replay), got, want)
-						assertBits(t, fmt.Sprintf("PDL on (graph replay %d) against off, state", replay), flatState(t, on, sOn), flatState(t, off, sOff))
-					}
-				})
+		for _, setting := range settings {
+			for _, onePass := range []int{2, 4, -1} {
+				for _, sz := range []struct{ B, T int }{{1, 300}, {3, 77}} {
+					name := fmt.Sprintf("%s %s onepass%d B%d_T%d", setting.name, tc.name, onePass, sz.B, sz.T)
+					t.Run(name, func(t *testing.T) {
+						on, off := newEngine(t, tc.w, tc.dt), newEngine(t, tc.w, tc.dt)
+						setting.set(on, true)
+						setting.set(off, false)
+						on.ScanOnePass, off.ScanOnePass = onePass, onePass
+						prefillsMatch(t, setting.name, on, off, sz.B, sz.T)
+					})
+				}
 			}
 		}
+	}
+}
+
+// prefillsMatch runs the same fresh random prefill of B sequences of T
+// positions on two engines, twice eagerly (the second call continuing from
+// the first's state) and as three graph replays of on's, and requires the
+// same bits of both in every output and carried state.
+func prefillsMatch(t *testing.T, label string, on, off *gpu.Engine, B, T int) {
+	t.Helper()
+	c := on.Config()
+	in := engine.Input{B: B, T: T}
+	kind := "ids"
+	if c.InputDim > 0 {
+		kind, in.Features = "features", make([]float32, B*T*c.InputDim)
+		for i := range in.Features {
+			in.Features[i] = float32(rand.NormFloat64())
+		}
+	} else {
+		in.IDs = randomIDs(B*T, c.Vocab)
+	}
+	sOn, _ := on.NewState(B)
+	sOff, _ := off.NewState(B)
+	for call := 0; call < 2; call++ { // the second continues from the first's state
+		got, want := fixture.NaNs(B*T*c.Hidden), fixture.NaNs(B*T*c.Hidden)
+		check(t, on.Prefill(sOn, in, engine.All, got))
+		check(t, off.Prefill(sOff, in, engine.All, want))
+		assertBits(t, fmt.Sprintf("%s on against off, eager call %d", label, call), got, want)
+		assertBits(t, fmt.Sprintf("%s on against off, eager call %d, state", label, call), flatState(t, on, sOn), flatState(t, off, sOff))
+	}
+	g, err := on.CapturePrefill(sOn, kind, T, engine.All)
+	check(t, err)
+	defer g.Destroy()
+	for replay := 0; replay < 3; replay++ {
+		sOn.Reset()
+		sOff.Reset()
+		got, want := fixture.NaNs(B*T*c.Hidden), fixture.NaNs(B*T*c.Hidden)
+		check(t, g.Prefill(in, got))
+		check(t, off.Prefill(sOff, in, engine.All, want))
+		assertBits(t, fmt.Sprintf("%s on (graph replay %d) against off", label, replay), got, want)
+		assertBits(t, fmt.Sprintf("%s on (graph replay %d) against off, state", label, replay), flatState(t, on, sOn), flatState(t, off, sOff))
 	}
 }
 

@@ -28,6 +28,19 @@ type Scan struct {
 	// PDL launches the one-pass scan with programmatic dependent launch
 	// (Engine.PrefillPDL): its prologue then overlaps dt_proj's end.
 	PDL bool
+	// Prefetch is what the one-pass scan asks L2 for, PrefetchLead tiles
+	// before its last, for out_proj (the residual rows it adds into;
+	// Engine.ResidualPrefetch). The zero span asks for nothing.
+	Prefetch     L2Span
+	PrefetchLead int
+}
+
+// L2Span is Bytes of device memory at P that a kernel asks L2 for, without
+// waiting, ahead of the kernel that reads it next (prefetch_share in
+// kernels/math.cuh). P is 16-byte aligned.
+type L2Span struct {
+	P     cuda.Ptr
+	Bytes int
 }
 
 const (
@@ -143,7 +156,8 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 		}
 		cb := onePassThreads * s.OnePass / scanStates
 		return f.LaunchMaybePDL(s.PDL, cuda.Dim3{X: (s.E + cb - 1) / cb, Y: s.B, Z: 1}, cuda.D1(onePassThreads), shared, stream,
-			s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, s.State, s.Y, s.T, s.E, s.N)
+			s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, s.State, s.Y, s.T, s.E, s.N,
+			s.Prefetch.P, int64(s.Prefetch.Bytes), s.PrefetchLead)
 	}
 	L, nch, G := s.chunk(), s.chunks(), (s.N+scanStates-1)/scanStates
 	sum, out := "scan_chunk_sum_", "scan_chunk_out_"
