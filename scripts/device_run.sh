@@ -119,37 +119,37 @@ if [[ $mode == gemm ]]; then
     | grep tok/s | awk '{print $1, $(NF-1)}'
   exit $status
 fi
-if [[ $mode == pdl ]]; then
-  echo "== the prefill's kernels under programmatic dependent launch, bit for bit against without, and the tests they touch"
+# setting_ab checks an engine setting that must change no bit of any output:
+# the kernels' tests, the engine's tests that run prefills (among them
+# TestPrefillSettingsMatch, with each setting on and off), memcheck over the
+# scan kernels' test and over the setting's subtests (PrefillSettings/$2),
+# then bf16 prefills with it off and on (benchmark $3, whose lines start
+# with "$4 "). Logs go to $OUT/$1_*.
+setting_ab() {
+  local tag=$1 sub=$2 bench=$3 label=$4
+  timeout 200 .carry/kernels.test -test.v -test.run 'ConvAndScan|DTProj|RMS|Spill' > "$OUT/${tag}_kernels.log" 2>&1 || status=1
+  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic" "$OUT/${tag}_kernels.log" | head -10
   timeout 300 .carry/gpu.test -test.v -test.run 'PrefillSettings|GraphsReplay|DeviceEntry|PrefillGraphCache|TestConformance|MatchesCPU|ScanVariantsMatch|Mixed' \
-    > "$OUT/pdl_test.log" 2>&1 || status=1
-  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic" "$OUT/pdl_test.log" | head -30
-  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/gpu.test -test.run 'PrefillSettings/PDL' \
-    > "$OUT/memcheck_pdl.log" 2>&1 || status=1
-  echo "memcheck pdl: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_pdl.log" | tail -1)"
-  timeout 300 .carry/kernels.test -test.run 'ConvAndScan|DTProj|RMS|Spill' > "$OUT/pdl_kernels.log" 2>&1 || status=1
-  tail -1 "$OUT/pdl_kernels.log"
-  echo "== bf16 prefills with PrefillPDL off and on (BenchmarkPrefillPDL: graph replays, CUDA events, medians)"
-  timeout 400 .carry/gpu.test -test.v -test.run '^$' -test.bench PrefillPDL -test.benchtime 1x 2>&1 | tee "$OUT/pdl_bench.log" \
-    | grep -E "pdl |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+    > "$OUT/${tag}_test.log" 2>&1 || status=1
+  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic" "$OUT/${tag}_test.log" | head -20
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/kernels.test -test.run 'ConvAndScan' \
+    > "$OUT/memcheck_${tag}_kernels.log" 2>&1 || status=1
+  echo "memcheck kernels: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_${tag}_kernels.log" | tail -1)"
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/gpu.test -test.run "PrefillSettings/$sub" \
+    > "$OUT/memcheck_${tag}.log" 2>&1 || status=1
+  echo "memcheck engine: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_${tag}.log" | tail -1)"
+  echo "== bf16 prefills with it off and on ($bench: graph replays, CUDA events, medians)"
+  timeout 400 .carry/gpu.test -test.v -test.run '^$' -test.bench "$bench" -test.benchtime 1x 2>&1 | tee "$OUT/${tag}_bench.log" \
+    | grep -E "$label |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+}
+if [[ $mode == pdl ]]; then
+  echo "== the prefill's kernels under programmatic dependent launch (Engine.PrefillPDL)"
+  setting_ab pdl PDL PrefillPDL pdl
   exit $status
 fi
 if [[ $mode == residual ]]; then
-  echo "== Engine.ResidualPrefetch: the kernels' and engine's tests with it (bit for bit against without), memcheck, then prefills off and on"
-  timeout 150 .carry/kernels.test -test.v -test.run 'ConvAndScan|RMSNorm|Spill' > "$OUT/residual_kernels.log" 2>&1 || status=1
-  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic" "$OUT/residual_kernels.log" | head -10
-  timeout 200 .carry/gpu.test -test.v -test.run 'PrefillSettings|GraphsReplay|DeviceEntry|PrefillGraphCache|TestConformance|MatchesCPU|ScanVariantsMatch|Mixed' \
-    > "$OUT/residual_test.log" 2>&1 || status=1
-  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic" "$OUT/residual_test.log" | head -20
-  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/kernels.test -test.run 'ConvAndScan' \
-    > "$OUT/memcheck_residual_kernels.log" 2>&1 || status=1
-  echo "memcheck kernels: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_residual_kernels.log" | tail -1)"
-  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/gpu.test -test.run 'PrefillSettings/prefetch_random_bf16' \
-    > "$OUT/memcheck_residual.log" 2>&1 || status=1
-  echo "memcheck engine: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_residual.log" | tail -1)"
-  echo "== bf16 prefills with Engine.ResidualPrefetch off and on (BenchmarkResidualPrefetch: graph replays, CUDA events, medians)"
-  timeout 300 .carry/gpu.test -test.v -test.run '^$' -test.bench 'ResidualPrefetch' -test.benchtime 1x 2>&1 \
-    | tee "$OUT/residual_bench.log" | grep -E "residual prefetch |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  echo "== Engine.ResidualPrefetch: the scan asks L2 for the residual rows out_proj adds into"
+  setting_ab residual prefetch_random_bf16 ResidualPrefetch "residual prefetch"
   exit $status
 fi
 if [[ $mode == entry ]]; then
