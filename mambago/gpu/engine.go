@@ -81,15 +81,16 @@ type Engine struct {
 	// graphs.
 	PrefillPDL bool
 	// ResidualPrefetch is the most bytes of the residual stream's rows that
-	// the one-pass scan asks L2 for, a few tiles before its end, for the
-	// out_proj after it to add into (Scan.Prefetch); 0 asks for none. Those
-	// rows were last read at the layer's start, and out_proj found them in
-	// HBM: with them in L2 its cuBLASLt GEMM takes 9.6 µs instead of 11.4
-	// at the 130m shape (kernels' BenchmarkGemmPrefetch on branch
-	// issue4-prefetch). New sets a quarter of L2 on sm_90 and later, where
-	// the scan's bulk prefetch exists (bf16 graph replays on the H200:
-	// 130m B=1 T=2048 +0.5-0.9%, 370m +0.4%; more rows than that lost
-	// up to 1.2%). Set it before capturing graphs.
+	// the one-pass scan asks L2 for, 8 tiles before its end
+	// (scanPrefetchLead), for the out_proj after it to add into
+	// (Scan.Prefetch); 0 asks for none. Those rows were last read at the
+	// layer's start, and out_proj found them in HBM: with them in L2 its
+	// cuBLASLt GEMM takes 9.6 µs instead of 11.4 at the 130m shape
+	// (kernels' BenchmarkGemmPrefetch on branch issue4-prefetch). New sets
+	// a quarter of L2 (15 MB on the H200) on sm_90 and later, where the
+	// scan's bulk prefetch exists. bf16 graph replays on the H200: 130m B=1
+	// T=2048 +0.5-0.9%, 370m +0.4-0.7%; larger rows (1.4b B=1, T=8192, B=8)
+	// gained nothing or lost up to 1.2%. Set it before capturing graphs.
 	ResidualPrefetch int
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
