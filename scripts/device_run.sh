@@ -21,6 +21,10 @@
 #             on the host (bench/entry_overhead.py; 130m and 1.4b, B=1,
 #             or $ENTRY_SHAPES), then the Go side's host time call by call
 #             (BenchmarkEntryHost);
+#   graphtrace: each kernel of a bf16 130m prefill graph in place: its
+#             duration, its gap after the previous kernel and its share of
+#             the layer (bench/graph_trace.py; T=512, 2048, 8192 or
+#             $TRACE_LENGTHS; other shapes at T=2048 with $TRACE_SHAPES);
 #   nvjetsass: ncu's SASS of the GEMM kernels cuBLAS runs in a bf16 130m
 #             prefill: does each execute griddepcontrol.wait (ACQBULK), which
 #             would make programmatic edges into GEMM nodes safe? (RMSNorm,
@@ -150,6 +154,15 @@ fi
 if [[ $mode == residual ]]; then
   echo "== Engine.ResidualPrefetch: the scan asks L2 for the residual rows out_proj adds into"
   setting_ab residual prefetch_random_bf16 ResidualPrefetch "residual prefetch"
+  exit $status
+fi
+if [[ $mode == graphtrace ]]; then
+  echo "== a bf16 prefill graph's kernels in place (bench/graph_trace.py: CUPTI records through torch.profiler)"
+  timeout 240 python3 bench/graph_trace.py --shape 130m --lengths ${TRACE_LENGTHS:-512,2048,8192} \
+    --out "$OUT/graph_trace_130m.json" || status=1
+  for shape in ${TRACE_SHAPES:-}; do
+    timeout 200 python3 bench/graph_trace.py --shape $shape --lengths 2048 --out "$OUT/graph_trace_$shape.json" || status=1
+  done
   exit $status
 fi
 if [[ $mode == entry ]]; then

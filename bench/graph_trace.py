@@ -1,0 +1,158 @@
+"""Where a prefill graph's time goes, kernel by kernel, in place: CUPTI's
+kernel records (through torch.profiler) of bf16 prefill graph replays of a
+random model, entered through Model.prefill_ptr on a torch stream.
+
+    python3 bench/graph_trace.py --shape 130m --B 1 --lengths 512,2048,8192 --out trace.json
+
+ncu times each kernel alone, serialized and with its own launch; a graph
+replay overlaps the kernels launched with PDL and pays each node's launch
+in between. CUPTI's records carry each kernel's start and end on the GPU's
+clock inside the replay, so for every kernel of a layer (by its place in
+the layer) this gives:
+- its duration, start to end;
+- its gap, from the previous kernel's end to its start (negative where PDL
+  let it start before the previous kernel ended);
+- its share of the layer's period, from its start to the next kernel's
+  start (the period's parts add up to the layer's time).
+
+Medians over the middle layers and the traced replays. Tracing costs
+something: the replay's time with the profiler on is printed beside the
+same replays' time without it (CUDA events, back to back).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import random_checkpoint  # noqa: E402
+
+
+def back_to_back_ms(fn, stream, calls=20, repeats=9):
+    """Median ms a call of calls queued back to back between two events."""
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        for _ in range(calls):
+            fn()
+        end.record(stream)
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return statistics.median(times)
+
+
+def kernels(prof):
+    """The profiled GPU kernels as (name, start us, end us, gap us, next
+    kernel's start us or None), in start order."""
+    out = []
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() >= 0:
+            if "memcpy" in e.name.lower() or "memset" in e.name.lower():
+                continue
+            out.append((e.name, float(e.time_range.start), float(e.time_range.end)))
+    out.sort(key=lambda k: k[1])
+    # Each with its gap (from the previous kernel's end) and the next
+    # kernel's start.
+    return [(n, t0, t1, t0 - (out[i - 1][2] if i else t0), out[i + 1][1] if i + 1 < len(out) else None)
+            for i, (n, t0, t1) in enumerate(out)]
+
+
+def layers(ks, first):
+    """Splits the kernels into layers, each starting at a kernel whose name
+    starts with first (the layer's RMSNorm), up to the next; the stretch
+    before the first layer and the final norm after the last are dropped."""
+    starts = [i for i, k in enumerate(ks) if k[0].startswith(first)]
+    return [ks[a:b] for a, b in zip(starts, starts[1:])]
+
+
+def role(name):
+    """A short name for a kernel: ours by their entry's stem, cuBLAS's as gemm."""
+    for stem in ("rmsnorm", "conv", "dt_proj", "scan", "embed", "pool", "add_bias"):
+        if name.startswith(stem):
+            return stem
+    return "gemm" if ("nvjet" in name or "gemm" in name.lower() or "sm90" in name) else name[:24]
+
+
+def summarize(groups):
+    """Per place in the layer: role, kernel names seen, and the medians of
+    duration, gap and period share (us); the layer's median period."""
+    width = statistics.mode(len(g) for g in groups)
+    groups = [g for g in groups if len(g) == width]
+    rows = []
+    for i in range(width):
+        dur = [g[i][2] - g[i][1] for g in groups]
+        gap = [g[i][3] for g in groups]
+        share = [g[i][4] - g[i][1] for g in groups if g[i][4] is not None]
+        rows.append({"place": i, "role": role(groups[0][i][0]), "names": sorted({g[i][0][:80] for g in groups}),
+                     "duration_us": statistics.median(dur), "gap_us": statistics.median(gap),
+                     "to_next_start_us": statistics.median(share) if share else None})
+    periods = [b[0][1] - a[0][1] for a, b in zip(groups, groups[1:])]
+    return {"kernels_a_layer": width, "layers": len(groups), "period_us": statistics.median(periods),
+            "rows": rows}
+
+
+def main():
+    """Build the model, trace replays at each length, write the JSON."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", default="130m", choices=random_checkpoint.SHAPES)
+    p.add_argument("--B", type=int, default=1)
+    p.add_argument("--lengths", default="2048", type=lambda v: [int(x) for x in v.split(",")])
+    p.add_argument("--replays", type=int, default=5)
+    p.add_argument("--out", required=True)
+    a = p.parse_args()
+    import mambago
+
+    d, L = random_checkpoint.SHAPES[a.shape]
+    path = f"/tmp/mambago-bench-{a.shape}"
+    if not os.path.exists(os.path.join(path, "model.safetensors")):
+        random_checkpoint.write(path, d, L)
+    mg = mambago.Model.from_pretrained(path, device="cuda", dtype="bfloat16")
+    mg.set_prefill_graphs(len(a.lengths) + 1)
+    stream = torch.cuda.Stream()
+    result = {"shape": a.shape, "B": a.B, "gpu": torch.cuda.get_device_name(), "lengths": {}}
+    for T in a.lengths:
+        mg.reserve(a.B, T)
+        state = mg.new_state(a.B)
+        ids = torch.randint(0, mg.config.vocab_size, (a.B, T), device="cuda")
+        out = torch.empty(a.B, d, device="cuda")
+
+        def run():
+            mg.prefill_ptr(ids.data_ptr(), (a.B, T), out_ptr=out.data_ptr(), state=state,
+                           stream=stream.cuda_stream)
+
+        with torch.cuda.stream(stream):
+            for _ in range(30):  # the graph is captured on the first call; then the clocks ramp up
+                run()
+            stream.synchronize()
+            plain = back_to_back_ms(run, stream)
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(a.replays):
+                    run()
+                stream.synchronize()
+            after = back_to_back_ms(run, stream)
+        ks = kernels(prof)
+        s = summarize(layers(ks, "rmsnorm_bf16"))
+        spans = [ks[-1][2] - ks[0][1]]
+        s.update({"T": T, "replay_ms_untraced": plain, "replay_ms_untraced_after": after,
+                  "traced_span_ms": spans[0] / 1e3 / a.replays, "kernels_traced": len(ks)})
+        result["lengths"][str(T)] = s
+        print(f"\n{a.shape} B={a.B} T={T}: replay {plain:.3f} ms untraced ({after:.3f} after), "
+              f"{len(ks)} kernels traced over {a.replays} replays, {s['layers']} layers of "
+              f"{s['kernels_a_layer']}, period {s['period_us']:.1f} us a layer")
+        print(f"  {'place':>5} {'role':<10} {'dur':>7} {'gap':>7} {'to next':>8}  kernel")
+        for r in s["rows"]:
+            gap = f"{r['gap_us']:7.2f}"
+            nxt = "" if r["to_next_start_us"] is None else f"{r['to_next_start_us']:8.2f}"
+            print(f"  {r['place']:>5} {r['role']:<10} {r['duration_us']:7.2f} {gap:>7} {nxt:>8}  {r['names'][0][:60]}")
+    with open(a.out, "w") as f:
+        json.dump(result, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
