@@ -48,13 +48,12 @@ def back_to_back_ms(fn, stream, calls=20, repeats=9):
 
 
 def kernels(prof):
-    """The profiled GPU kernels as (name, start us, end us, gap us, next
-    kernel's start us or None), in start order."""
+    """The profiled GPU activities (kernels, and any memset or memcpy) as
+    (name, start us, end us, gap us, next one's start us or None), in start
+    order."""
     out = []
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() >= 0:
-            if "memcpy" in e.name.lower() or "memset" in e.name.lower():
-                continue
             out.append((e.name, float(e.time_range.start), float(e.time_range.end)))
     out.sort(key=lambda k: k[1])
     # Each with its gap (from the previous kernel's end) and the next
@@ -73,6 +72,8 @@ def layers(ks, first):
 
 def role(name):
     """A short name for a kernel: ours by their entry's stem, cuBLAS's as gemm."""
+    if "memset" in name.lower() or "memcpy" in name.lower():
+        return name[:10]
     for stem in ("rmsnorm", "conv", "dt_proj", "scan", "embed", "pool", "add_bias"):
         if name.startswith(stem):
             return stem
@@ -104,6 +105,7 @@ def main():
     p.add_argument("--B", type=int, default=1)
     p.add_argument("--lengths", default="2048", type=lambda v: [int(x) for x in v.split(",")])
     p.add_argument("--replays", type=int, default=5)
+    p.add_argument("--gemm", default=None, help="Model.set_gemm's algorithm (default: the model's own)")
     p.add_argument("--out", required=True)
     a = p.parse_args()
     import mambago
@@ -114,8 +116,10 @@ def main():
         random_checkpoint.write(path, d, L)
     mg = mambago.Model.from_pretrained(path, device="cuda", dtype="bfloat16")
     mg.set_prefill_graphs(len(a.lengths) + 1)
+    if a.gemm:
+        mg.set_gemm(a.gemm)
     stream = torch.cuda.Stream()
-    result = {"shape": a.shape, "B": a.B, "gpu": torch.cuda.get_device_name(), "lengths": {}}
+    result = {"shape": a.shape, "B": a.B, "gemm": a.gemm, "gpu": torch.cuda.get_device_name(), "lengths": {}}
     for T in a.lengths:
         mg.reserve(a.B, T)
         state = mg.new_state(a.B)
@@ -142,7 +146,7 @@ def main():
         s.update({"T": T, "replay_ms_untraced": plain, "replay_ms_untraced_after": after,
                   "traced_span_ms": spans[0] / 1e3 / a.replays, "kernels_traced": len(ks)})
         result["lengths"][str(T)] = s
-        print(f"\n{a.shape} B={a.B} T={T}: replay {plain:.3f} ms untraced ({after:.3f} after), "
+        print(f"\n{a.shape} B={a.B} T={T} gemm={a.gemm or 'default'}: replay {plain:.3f} ms untraced ({after:.3f} after), "
               f"{len(ks)} kernels traced over {a.replays} replays, {s['layers']} layers of "
               f"{s['kernels_a_layer']}, period {s['period_us']:.1f} us a layer")
         print(f"  {'place':>5} {'role':<10} {'dur':>7} {'gap':>7} {'to next':>8}  kernel")
