@@ -134,6 +134,16 @@ func (b *BLAS) Gemm(M, N, K int, A Ptr, lda int, W Ptr, C Ptr, ldc int, beta flo
 	return nil
 }
 
+// LtWorkspace is the device memory the handle's cuBLASLt GEMMs use as
+// their workspace (empty until the first one runs): nothing but those
+// GEMMs, and the memsets cuBLASLt queues before some of them, touches it.
+func (b *BLAS) LtWorkspace() Buffer {
+	if b.lt == nil || b.lt.ws == nil {
+		return Buffer{}
+	}
+	return *b.lt.ws
+}
+
 // ltSide returns the handle's cuBLASLt side, creating it the first time.
 func (b *BLAS) ltSide() (*lt, error) {
 	if b.lt == nil {

@@ -22,3 +22,16 @@ func TestLtLayout(t *testing.T) {
 		t.Fatalf("heuristic result layout %v, want %v (size, workspace, state, waves)", got, want)
 	}
 }
+
+// TestGraphLayout checks the shim's copies of the graph-edit structs
+// against cuda.h's on 64-bit Linux: CUgraphEdgeData is 8 bytes;
+// CUDA_KERNEL_NODE_PARAMS_v2 is the function, seven unsigned ints, the
+// two argument pointers, the CUkernel and the context (72 bytes);
+// CUDA_MEMSET_NODE_PARAMS is the address, the pitch, the value and element
+// size, the width and the height (40 bytes).
+func TestGraphLayout(t *testing.T) {
+	want := [9]int{8, 40, 56, 64, 72, 16, 24, 32, 40}
+	if got := graphLayout(); got != want {
+		t.Fatalf("graph struct layout %v, want %v (edge size; kernel node params, kern, ctx, end; memset node value, width, height, end)", got, want)
+	}
+}

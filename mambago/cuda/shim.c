@@ -76,6 +76,31 @@ FN(int, cuGraphLaunch, (void *, void *));
 FN(int, cuGraphExecDestroy, (void *));
 FN(int, cuGraphDestroy, (void *));
 FN(int, cuGetErrorName, (int, const char **));
+// Graph edits (optional). The kernel and memset node parameters as cuda.h
+// lays them out (CUDA_KERNEL_NODE_PARAMS_v2, CUDA_MEMSET_NODE_PARAMS);
+// mg_graph_layout reports them for a test.
+typedef struct {
+	void *func;
+	unsigned gx, gy, gz, bx, by, bz, shmem;
+	void **params, **extra;
+	void *kern, *ctx;
+	char tail[64]; // room, should a driver's struct ever grow
+} mg_kernel_node;
+typedef struct {
+	mg_devptr dst;
+	size_t pitch;
+	unsigned value, element;
+	size_t width, height;
+	char tail[64];
+} mg_memset_node;
+FN(int, cuGraphGetNodes, (void *, void **, size_t *));
+FN(int, cuGraphNodeGetType, (void *, int *));
+FN(int, cuGraphNodeGetDependencies, (void *, void **, mg_edge *, size_t *));
+FN(int, cuGraphNodeGetDependentNodes, (void *, void **, mg_edge *, size_t *));
+FN(int, cuGraphAddDependencies, (void *, void **, void **, const mg_edge *, size_t));
+FN(int, cuGraphRemoveDependencies, (void *, void **, void **, const mg_edge *, size_t));
+FN(int, cuGraphKernelNodeGetParams, (void *, mg_kernel_node *));
+FN(int, cuGraphMemsetNodeGetParams, (void *, mg_memset_node *));
 
 FN(int, cublasCreate, (void **));
 FN(int, cublasDestroy, (void *));
@@ -161,6 +186,15 @@ const char *mg_load_driver(const char *path) {
 	LOAD(h, cuStreamIsCapturing, "cuStreamIsCapturing");
 	LOAD(h, cuCtxGetDevice, "cuCtxGetDevice");
 	p_cuLaunchKernelEx = dlsym(h, "cuLaunchKernelEx"); // optional: CUDA >= 11.8; mg_cuLaunchKernelPDL says so
+	// Optional: graph edits (CUDA >= 12.3, the edge-data entry points); mg_graph_edits says so.
+	p_cuGraphGetNodes = dlsym(h, "cuGraphGetNodes");
+	p_cuGraphNodeGetType = dlsym(h, "cuGraphNodeGetType");
+	p_cuGraphNodeGetDependencies = dlsym(h, "cuGraphNodeGetDependencies_v2");
+	p_cuGraphNodeGetDependentNodes = dlsym(h, "cuGraphNodeGetDependentNodes_v2");
+	p_cuGraphAddDependencies = dlsym(h, "cuGraphAddDependencies_v2");
+	p_cuGraphRemoveDependencies = dlsym(h, "cuGraphRemoveDependencies_v2");
+	p_cuGraphKernelNodeGetParams = dlsym(h, "cuGraphKernelNodeGetParams_v2");
+	p_cuGraphMemsetNodeGetParams = dlsym(h, "cuGraphMemsetNodeGetParams");
 	return NULL;
 }
 
@@ -249,6 +283,59 @@ mg_result mg_cuGraphInstantiate(void **e, void *g, unsigned long long f) { CALL(
 mg_result mg_cuGraphLaunch(void *e, void *s) { CALL(cuGraphLaunch, e, s); }
 mg_result mg_cuGraphExecDestroy(void *e) { CALL(cuGraphExecDestroy, e); }
 mg_result mg_cuGraphDestroy(void *g) { CALL(cuGraphDestroy, g); }
+
+int mg_graph_edits(void) {
+	return p_cuGraphGetNodes && p_cuGraphNodeGetType && p_cuGraphNodeGetDependencies &&
+	       p_cuGraphNodeGetDependentNodes && p_cuGraphAddDependencies && p_cuGraphRemoveDependencies &&
+	       p_cuGraphKernelNodeGetParams && p_cuGraphMemsetNodeGetParams;
+}
+mg_result mg_cuGraphGetNodes(void *g, void **nodes, size_t *n) { CALL(cuGraphGetNodes, g, nodes, n); }
+mg_result mg_cuGraphNodeGetType(void *node, int *t) { CALL(cuGraphNodeGetType, node, t); }
+mg_result mg_cuGraphNodeGetDependencies(void *node, void **deps, mg_edge *e, size_t *n) {
+	CALL(cuGraphNodeGetDependencies, node, deps, e, n);
+}
+mg_result mg_cuGraphNodeGetDependentNodes(void *node, void **deps, mg_edge *e, size_t *n) {
+	CALL(cuGraphNodeGetDependentNodes, node, deps, e, n);
+}
+mg_result mg_cuGraphAddDependencies(void *g, void **from, void **to, const mg_edge *e, size_t n) {
+	CALL(cuGraphAddDependencies, g, from, to, e, n);
+}
+mg_result mg_cuGraphRemoveDependencies(void *g, void **from, void **to, const mg_edge *e, size_t n) {
+	CALL(cuGraphRemoveDependencies, g, from, to, e, n);
+}
+mg_result mg_cuGraphKernelNodeFunction(void *node, void **fn) {
+	mg_kernel_node p;
+	memset(&p, 0, sizeof p);
+	if (!p_cuGraphKernelNodeGetParams) return 500;
+	int r = p_cuGraphKernelNodeGetParams(node, &p);
+	*fn = r ? NULL : p.func;
+	return r;
+}
+mg_result mg_cuGraphMemsetNodeSpan(void *node, mg_devptr *dst, size_t *bytes) {
+	mg_memset_node p;
+	memset(&p, 0, sizeof p);
+	if (!p_cuGraphMemsetNodeGetParams) return 500;
+	int r = p_cuGraphMemsetNodeGetParams(node, &p);
+	if (r) return r;
+	*dst = p.dst;
+	size_t row = p.width * p.element;
+	*bytes = p.height > 1 ? p.pitch * (p.height - 1) + row : row;
+	return 0;
+}
+// mg_graph_layout reports the edge's size and the offsets in the node
+// parameter structs as the shim lays them out: kernel node (params, kern,
+// ctx, the end of cuda.h's struct), memset node (value, width, height, end).
+void mg_graph_layout(int *out) {
+	out[0] = sizeof(mg_edge);
+	out[1] = offsetof(mg_kernel_node, params);
+	out[2] = offsetof(mg_kernel_node, kern);
+	out[3] = offsetof(mg_kernel_node, ctx);
+	out[4] = offsetof(mg_kernel_node, tail);
+	out[5] = offsetof(mg_memset_node, value);
+	out[6] = offsetof(mg_memset_node, width);
+	out[7] = offsetof(mg_memset_node, height);
+	out[8] = offsetof(mg_memset_node, tail);
+}
 
 // kernel_params points params[i] at argument i of one packed buffer: it
 // lives at args + offsets[i], so arguments of any width pass intact.

@@ -63,6 +63,27 @@ mg_result mg_cuGraphExecDestroy(void *exec);
 mg_result mg_cuGraphDestroy(void *graph);
 const char *mg_cuErrorName(mg_result r);
 
+// Graph edits between capture and instantiation (optional entry points:
+// CUDA >= 12.3; mg_graph_edits says whether they all loaded). An edge's
+// data is CUgraphEdgeData's 8 bytes; a default edge is all zeros.
+typedef struct {
+	unsigned char from_port, to_port, type, reserved[5];
+} mg_edge;
+int mg_graph_edits(void);
+mg_result mg_cuGraphGetNodes(void *graph, void **nodes, size_t *n);
+mg_result mg_cuGraphNodeGetType(void *node, int *type);
+mg_result mg_cuGraphNodeGetDependencies(void *node, void **deps, mg_edge *edges, size_t *n);
+mg_result mg_cuGraphNodeGetDependentNodes(void *node, void **deps, mg_edge *edges, size_t *n);
+mg_result mg_cuGraphAddDependencies(void *graph, void **from, void **to, const mg_edge *edges, size_t n);
+mg_result mg_cuGraphRemoveDependencies(void *graph, void **from, void **to, const mg_edge *edges, size_t n);
+// mg_cuGraphKernelNodeFunction gives a kernel node's CUfunction (NULL for
+// a kernel given as a CUkernel).
+mg_result mg_cuGraphKernelNodeFunction(void *node, void **fn);
+// mg_cuGraphMemsetNodeSpan gives the first address and the extent in bytes
+// a memset node writes.
+mg_result mg_cuGraphMemsetNodeSpan(void *node, mg_devptr *dst, size_t *bytes);
+void mg_graph_layout(int *out);
+
 // cuBLAS (column-major, as its API is).
 const char *mg_load_cublas(const char *path);
 mg_result mg_cublasCreate(void **h);

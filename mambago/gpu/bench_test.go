@@ -435,6 +435,14 @@ func BenchmarkResidualPrefetch(b *testing.B) {
 		})
 }
 
+// BenchmarkHoistMemsets times bf16 prefills with Engine.HoistMemsets off
+// and on, at the shapes of prefillShapes and at 130m B=1 T=8192
+// (compareSettings).
+func BenchmarkHoistMemsets(b *testing.B) {
+	compareSettings(b, "hoist memsets", append([]benchShape{{"130m", 768, 24, 1, 8192}, {"370m", 1024, 48, 1, 8192}},
+		prefillShapes...), func(e *gpu.Engine, on bool) { e.HoistMemsets = on })
+}
+
 // prefillShapes are the bf16 prefills the engine's settings are compared
 // on: T=2048, the 130m, 370m and 1.4b shapes at B=1, the 130m and 2.8b
 // shapes at B=8.

@@ -117,7 +117,7 @@ func (e *Engine) captureBound(g *Graph) (*Graph, error) {
 	}
 	err := e.onStream(nil, func() error {
 		var cerr error
-		g.g, cerr = cuda.Capture(e.stream, g.body)
+		g.g, cerr = cuda.CaptureHoisting(e.stream, e.hoist(), g.body)
 		return cerr
 	})
 	if err != nil {
@@ -126,6 +126,30 @@ func (e *Engine) captureBound(g *Graph) (*Graph, error) {
 	}
 	g.generation, g.tf32 = e.ws.generation, e.blas.TF32
 	return g, nil
+}
+
+// Hoisted is how many of cuBLASLt's memset nodes the capture started
+// early (Engine.HoistMemsets).
+func (g *Graph) Hoisted() int {
+	if g.g == nil {
+		return 0
+	}
+	return g.g.Hoisted()
+}
+
+// hoist is what captures may hoist (Engine.HoistMemsets): memsets into
+// the cuBLASLt workspace after any of the engine's own kernels; nil when
+// off or before any cuBLASLt GEMM ran.
+func (e *Engine) hoist() *cuda.Hoist {
+	ws := e.blas.LtWorkspace()
+	if !e.HoistMemsets || ws.Bytes == 0 {
+		return nil
+	}
+	h := &cuda.Hoist{Span: ws.Ptr, Bytes: ws.Bytes}
+	for _, f := range e.fn {
+		h.Ours = append(h.Ours, f)
+	}
+	return h
 }
 
 // warmUp runs g's work eagerly and puts the state back as it was.
