@@ -4,6 +4,9 @@
 //   scale_f32:     x[i] *= s                 x [n] f32
 //   to_<T>:        y[i] = x[i]               x [n] f32, y [n] of storage type T (rounded to nearest)
 //   from_<T>:      y[i] = x[i]               x [n] of storage type T, y [n] f32 (exact)
+//   memset_rows:   what a graph's memset node writes, as a kernel (cuda.MemsetEdit): height rows
+//                  of width elements of size bytes (1, 2 or 4), pitch bytes apart, each value's
+//                  low size bytes
 //
 // All take a 1-D grid of any size and stride over the elements.
 
@@ -33,4 +36,18 @@ EACH_DTYPE(FROM)
 
 extern "C" __global__ void scale_f32(float *x, long long n, float s) {
     GRID_STRIDE(i, n) x[i] *= s;
+}
+
+extern "C" __global__ void memset_rows(unsigned char *dst, unsigned long long pitch, unsigned value, int size,
+                                       long long width, long long height) {
+    GRID_STRIDE(i, width * height) {
+        long long r = i / width, c = i - r * width;
+        unsigned char *p = dst + r * pitch + c * size;
+        if (size == 4)
+            *reinterpret_cast<unsigned *>(p) = value;
+        else if (size == 2)
+            *reinterpret_cast<unsigned short *>(p) = (unsigned short)value;
+        else
+            *p = (unsigned char)value;
+    }
 }

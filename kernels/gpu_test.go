@@ -170,6 +170,57 @@ func TestEmbedKernel(t *testing.T) {
 	}
 }
 
+// TestMemsetRowsKernel checks memset_rows, which stands in for a graph's
+// memset node (cuda.MemsetEdit), at each element size, over rows with a
+// pitch: the rows' elements take the value's low bytes, and the bytes
+// between rows and around the span keep their random contents.
+func TestMemsetRowsKernel(t *testing.T) {
+	fn, s := gpu(t)
+	const bufBytes = 4096
+	for _, size := range []int{1, 2, 4} {
+		for _, sh := range []struct{ pitch, width, height int }{{0, 1000, 1}, {200, 37, 5}, {64, 16, 40}} {
+			before := make([]byte, bufBytes)
+			for i := range before {
+				before[i] = byte(rand.IntN(256))
+			}
+			buf, err := cuda.Alloc(bufBytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer buf.Free()
+			if err := cuda.CopyIn(buf.Ptr, before, s); err != nil {
+				t.Fatal(err)
+			}
+			const off, value = 64, uint32(0xa1b2c3d4)
+			err = fn("memset_rows").Launch(cuda.D1(3), cuda.D1(64), 0, s, buf.Ptr+off, uint64(sh.pitch), value,
+				int32(size), int64(sh.width), int64(sh.height))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, bufBytes)
+			if err := cuda.CopyOut(got, buf.Ptr, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Synchronize(); err != nil {
+				t.Fatal(err)
+			}
+			want := append([]byte(nil), before...)
+			for r := 0; r < sh.height; r++ {
+				for c := 0; c < sh.width; c++ {
+					for k := 0; k < size; k++ {
+						want[off+r*sh.pitch+c*size+k] = byte(value >> (8 * k))
+					}
+				}
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("size %d, %+v: byte %d = %#x, want %#x", size, sh, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
+
 // TestConvAndScanKernels checks conv+silu and the scan, each continuing from
 // a random carried state, against float64 references, for several N and T.
 func TestConvAndScanKernels(t *testing.T) {

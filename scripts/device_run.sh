@@ -21,10 +21,10 @@
 #             on the host (bench/entry_overhead.py; 130m and 1.4b, B=1,
 #             or $ENTRY_SHAPES), then the Go side's host time call by call
 #             (BenchmarkEntryHost);
-#   hoist:    Engine.HoistMemsets (cuBLASLt's workspace memsets in a graph
-#             start beside the kernel before them): the tests, memcheck,
-#             bf16 prefills with it off and on (BenchmarkHoistMemsets), and
-#             the 130m graph traced in place;
+#   memsets:  Engine.MemsetKernels and HoistMemsets (cuBLASLt's workspace
+#             memsets in a graph as kernels, or started beside the kernel
+#             before them): the tests, memcheck, bf16 prefills with each edit
+#             off and on (BenchmarkMemsetEdits; $MEMSET_BENCH filters it);
 #   graphtrace: each kernel of a bf16 130m prefill graph in place: its
 #             duration, its gap after the previous kernel and its share of
 #             the layer (bench/graph_trace.py; T=512, 2048, 8192 or
@@ -161,25 +161,24 @@ if [[ $mode == residual ]]; then
   setting_ab residual prefetch_random_bf16 ResidualPrefetch "residual prefetch"
   exit $status
 fi
-if [[ $mode == hoist ]]; then
-  echo "== Engine.HoistMemsets: cuBLASLt's workspace memsets start beside the kernel before them"
-  timeout 120 .carry/cuda.test -test.v -test.run 'CaptureHoisting|Layout|LaunchCopyGraph|GemmAlgos' > "$OUT/hoist_cuda.log" 2>&1 || status=1
-  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic|hoist" "$OUT/hoist_cuda.log" | head -10
-  timeout 300 .carry/gpu.test -test.v -test.run 'PrefillSettings|HoistMemsets130m|GraphsReplay|DeviceEntry|PrefillGraphCache|Mixed' \
-    > "$OUT/hoist_test.log" 2>&1 || status=1
-  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic|memsets hoisted" "$OUT/hoist_test.log" | head -20
-  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/cuda.test -test.run 'CaptureHoisting' \
-    > "$OUT/memcheck_hoist_cuda.log" 2>&1 || status=1
-  echo "memcheck cuda: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_hoist_cuda.log" | tail -1)"
-  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/gpu.test -test.run 'PrefillSettings/hoist_random_bf16' \
-    > "$OUT/memcheck_hoist.log" 2>&1 || status=1
-  echo "memcheck engine: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_hoist.log" | tail -1)"
-  echo "== bf16 prefills with it off and on (BenchmarkHoistMemsets: graph replays, CUDA events, medians)"
-  timeout 400 .carry/gpu.test -test.v -test.run '^$' -test.bench HoistMemsets -test.benchtime 1x 2>&1 | tee "$OUT/hoist_bench.log" \
-    | grep -E "hoist memsets |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
-  echo "== the 130m prefill graph in place, hoisted (bench/graph_trace.py)"
-  timeout 200 python3 bench/graph_trace.py --shape 130m --lengths 2048,8192 --out "$OUT/graph_trace_130m.json" 2>&1 \
-    | grep -v -i warn || status=1
+if [[ $mode == memsets ]]; then
+  echo "== Engine.MemsetKernels and HoistMemsets: cuBLASLt's workspace memsets in captured graphs"
+  timeout 120 .carry/cuda.test -test.v -test.run 'CaptureEditing|Layout|LaunchCopyGraph' > "$OUT/memsets_cuda.log" 2>&1 || status=1
+  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic|edited" "$OUT/memsets_cuda.log" | head -10
+  timeout 120 .carry/kernels.test -test.v -test.run 'MemsetRows|Spill' > "$OUT/memsets_kernels.log" 2>&1 || status=1
+  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic" "$OUT/memsets_kernels.log" | head -10
+  timeout 300 .carry/gpu.test -test.v -test.run 'PrefillSettings|MemsetEdits130m|GraphsReplay|DeviceEntry|PrefillGraphCache|Mixed' \
+    > "$OUT/memsets_test.log" 2>&1 || status=1
+  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic|memsets edited" "$OUT/memsets_test.log" | head -20
+  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/cuda.test -test.run 'CaptureEditing' \
+    > "$OUT/memcheck_memsets_cuda.log" 2>&1 || status=1
+  echo "memcheck cuda: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_memsets_cuda.log" | tail -1)"
+  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/gpu.test -test.run 'PrefillSettings/memsets_random_bf16' \
+    > "$OUT/memcheck_memsets.log" 2>&1 || status=1
+  echo "memcheck engine: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_memsets.log" | tail -1)"
+  echo "== bf16 prefills with the memsets as captured and edited (BenchmarkMemsetEdits: graph replays, CUDA events, medians)"
+  timeout 400 .carry/gpu.test -test.v -test.run '^$' -test.bench "${MEMSET_BENCH:-MemsetEdits/(130m|370m)/B1}" -test.benchtime 1x 2>&1 \
+    | tee "$OUT/memsets_bench.log" | grep -E "memset|FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
   exit $status
 fi
 if [[ $mode == graphtrace ]]; then

@@ -1,6 +1,7 @@
 package cuda
 
 /*
+#include <stdlib.h>
 #include "shim.h"
 */
 import "C"
@@ -13,18 +14,18 @@ import (
 // Graph is an instantiated CUDA graph, captured from a stream.
 type Graph struct {
 	graph, exec unsafe.Pointer
-	hoisted     int // memset nodes CaptureHoisting moved
+	edited      int // memset nodes CaptureEditing edited
 }
 
 // Capture records everything fn queues on s (which must not be the legacy
 // default stream) into a graph and instantiates it. Nothing runs during
 // capture; Launch replays it.
-func Capture(s *Stream, fn func() error) (*Graph, error) { return CaptureHoisting(s, nil, fn) }
+func Capture(s *Stream, fn func() error) (*Graph, error) { return CaptureEditing(s, nil, fn) }
 
-// CaptureHoisting is Capture, then, before instantiating, lets the memset
-// nodes h names start early (see Hoist); a nil h moves none, and neither
-// does a driver without the graph-edit entry points (CUDA < 12.3).
-func CaptureHoisting(s *Stream, h *Hoist, fn func() error) (*Graph, error) {
+// CaptureEditing is Capture, then, before instantiating, edits the memset
+// nodes ed names (see MemsetEdit); a nil ed edits none, and neither does a
+// driver without the graph-edit entry points (CUDA < 12.3).
+func CaptureEditing(s *Stream, ed *MemsetEdit, fn func() error) (*Graph, error) {
 	const relaxed = 2 // CU_STREAM_CAPTURE_MODE_RELAXED: other threads may keep calling CUDA
 	if err := check("cuStreamBeginCapture", C.mg_cuStreamBeginCapture(s.handle(), relaxed)); err != nil {
 		return nil, err
@@ -39,13 +40,13 @@ func CaptureHoisting(s *Stream, h *Hoist, fn func() error) (*Graph, error) {
 		}
 		return nil, endErr
 	}
-	if h != nil && GraphEdits() {
-		n, err := h.apply(g.graph)
+	if ed != nil && GraphEdits() {
+		n, err := ed.apply(g.graph)
 		if err != nil {
 			g.Destroy()
-			return nil, fmt.Errorf("cuda: hoisting memsets: %w", err)
+			return nil, fmt.Errorf("cuda: editing memset nodes: %w", err)
 		}
-		g.hoisted = n
+		g.edited = n
 	}
 	if err := check("cuGraphInstantiate", C.mg_cuGraphInstantiate(&g.exec, g.graph, 0)); err != nil {
 		g.Destroy()
@@ -54,30 +55,33 @@ func CaptureHoisting(s *Stream, h *Hoist, fn func() error) (*Graph, error) {
 	return g, nil
 }
 
-// Hoisted is how many memset nodes CaptureHoisting moved.
-func (g *Graph) Hoisted() int { return g.hoisted }
+// Edited is how many memset nodes CaptureEditing edited.
+func (g *Graph) Edited() int { return g.edited }
 
-// Hoist names the memset nodes a captured graph may start early.
+// MemsetEdit names the memset nodes of a captured graph to edit, and how.
 //
 // cuBLASLt captures some GEMMs as a memset of its workspace and then the
-// kernel. In the graph the memset waits for the node before it and the
-// kernel for the memset, so two node transitions lie between the kernel
-// before and the GEMM instead of one. (On the H200, a bf16 130m prefill's
-// in_proj: 0.8 µs of memset, 4.9 µs from the RMSNorm's end to the GEMM's
-// start, against about 0.1 µs for a GEMM without one; bench/graph_trace.py.)
+// kernel. On the H200 a GEMM node after such a memset started about 3 µs
+// later than one after a kernel, even when the memset had been done for
+// long (bench/graph_trace.py; bench/NOTES.md, session of 2026-12-01 03:39).
 //
-// A memset node that writes only within [Span, Span+Bytes) and waits only
-// for a kernel of Ours, which never touches that span, need not wait for
-// that kernel: Hoist makes it wait for what the kernel waits for instead,
-// and makes its one dependent, if that waits for nothing else, wait for
-// the kernel directly. Every other node keeps its edges, so the graph
-// computes the same values: the memset still follows whatever came before
-// the kernel (the previous user of the workspace among them) and still
-// precedes its GEMM.
-type Hoist struct {
+// The edit applies to a memset node that writes only within [Span,
+// Span+Bytes), waits for one kernel of Ours (which never touch that span)
+// and has one dependent, which waits for it alone. Fill, when set,
+// replaces the memset with a kernel node that writes the same bytes: Fill
+// must be memset_rows of kernels/elementwise.cu (dst, pitch, value,
+// element size, width, height). Hoist makes the memset (or its kernel)
+// wait for what the kernel before it waits for instead of that kernel, and
+// the dependent wait for that kernel directly. Every other edge stays, so
+// the graph computes the same values: the memset still follows whatever
+// came before the kernel (the previous user of the workspace among them)
+// and still precedes its GEMM.
+type MemsetEdit struct {
 	Span  Ptr // what the memsets may write: a library's scratch
 	Bytes int
 	Ours  []*Function // kernels that never touch the span
+	Fill  *Function
+	Hoist bool
 }
 
 // CUgraphNodeType values.
@@ -86,21 +90,38 @@ const (
 	memsetNode = 2
 )
 
-// apply hoists the memsets of graph it may, and returns how many.
-func (h *Hoist) apply(graph unsafe.Pointer) (int, error) {
+// memsetParams is a memset node's CUDA_MEMSET_NODE_PARAMS.
+type memsetParams struct {
+	dst                  Ptr
+	pitch, width, height uint64
+	value                uint32
+	element              int32
+}
+
+// bytes is the extent the memset writes from dst.
+func (m memsetParams) bytes() uint64 {
+	row := m.width * uint64(m.element)
+	if m.height > 1 {
+		return m.pitch*(m.height-1) + row
+	}
+	return row
+}
+
+// apply edits the memsets of graph it may, and returns how many.
+func (ed *MemsetEdit) apply(graph unsafe.Pointer) (int, error) {
 	ours := map[unsafe.Pointer]bool{}
-	for _, f := range h.Ours {
+	for _, f := range ed.Ours {
 		ours[f.h] = true
 	}
 	nodes, err := graphNodes(graph)
 	if err != nil {
 		return 0, err
 	}
-	moved := 0
+	edited := 0
 	for _, m := range nodes {
-		ok, err := h.hoistable(m, ours)
+		mp, ok, err := ed.editable(m, ours)
 		if err != nil {
-			return moved, err
+			return edited, err
 		}
 		if !ok {
 			continue
@@ -108,62 +129,99 @@ func (h *Hoist) apply(graph unsafe.Pointer) (int, error) {
 		pred, predEdge, _ := nodeEdges(m, false)
 		succ, _, _ := nodeEdges(m, true)
 		p, g := pred[0], succ[0]
-		before, _, err := nodeEdges(p, false)
-		if err != nil {
-			return moved, err
+		if ed.Fill != nil {
+			k, err := ed.fillNode(graph, mp, pred)
+			if err != nil {
+				return edited, err
+			}
+			if err := addEdges(graph, []unsafe.Pointer{k}, g); err != nil {
+				return edited, err
+			}
+			if err := check("cuGraphDestroyNode", C.mg_cuGraphDestroyNode(m)); err != nil {
+				return edited, err
+			}
+			m, predEdge = k, make([]C.mg_edge, 1)
 		}
-		// g waits for p directly, then m stops waiting for p and waits for
-		// p's own predecessors (default edges: full completion).
-		if err := addEdges(graph, []unsafe.Pointer{p}, g); err != nil {
-			return moved, err
+		if ed.Hoist {
+			before, _, err := nodeEdges(p, false)
+			if err != nil {
+				return edited, err
+			}
+			// g waits for p directly, then m stops waiting for p and waits
+			// for p's own predecessors (default edges: full completion).
+			if err := addEdges(graph, []unsafe.Pointer{p}, g); err != nil {
+				return edited, err
+			}
+			if err := check("cuGraphRemoveDependencies", C.mg_cuGraphRemoveDependencies(graph,
+				(*unsafe.Pointer)(unsafe.Pointer(&p)), (*unsafe.Pointer)(unsafe.Pointer(&m)), &predEdge[0], 1)); err != nil {
+				return edited, err
+			}
+			if err := addEdges(graph, before, m); err != nil {
+				return edited, err
+			}
 		}
-		if err := check("cuGraphRemoveDependencies", C.mg_cuGraphRemoveDependencies(graph,
-			(*unsafe.Pointer)(unsafe.Pointer(&pred[0])), (*unsafe.Pointer)(unsafe.Pointer(&m)), &predEdge[0], 1)); err != nil {
-			return moved, err
-		}
-		if err := addEdges(graph, before, m); err != nil {
-			return moved, err
-		}
-		moved++
+		edited++
 	}
-	return moved, nil
+	return edited, nil
 }
 
-// hoistable says whether memset node m may be hoisted: a memset within
-// the span, after one kernel of ours, before one node that waits for m
-// alone.
-func (h *Hoist) hoistable(m unsafe.Pointer, ours map[unsafe.Pointer]bool) (bool, error) {
+// editable returns memset node m's parameters and whether the edit
+// applies: a memset within the span, after one kernel of ours, before one
+// node that waits for m alone.
+func (ed *MemsetEdit) editable(m unsafe.Pointer, ours map[unsafe.Pointer]bool) (memsetParams, bool, error) {
+	var mp memsetParams
 	if t, err := nodeType(m); err != nil || t != memsetNode {
-		return false, err
+		return mp, false, err
 	}
 	var dst C.mg_devptr
-	var bytes C.size_t
-	if err := check("cuGraphMemsetNodeGetParams", C.mg_cuGraphMemsetNodeSpan(m, &dst, &bytes)); err != nil {
-		return false, err
+	var pitch, width, height C.size_t
+	var value, element C.uint
+	if err := check("cuGraphMemsetNodeGetParams", C.mg_cuGraphMemsetNodeParams(m, &dst, &pitch, &value, &element,
+		&width, &height)); err != nil {
+		return mp, false, err
 	}
-	if Ptr(dst) < h.Span || uint64(dst)+uint64(bytes) > uint64(h.Span)+uint64(h.Bytes) {
-		return false, nil
+	mp = memsetParams{dst: Ptr(dst), pitch: uint64(pitch), width: uint64(width), height: uint64(height),
+		value: uint32(value), element: int32(element)}
+	if mp.dst < ed.Span || uint64(mp.dst)+mp.bytes() > uint64(ed.Span)+uint64(ed.Bytes) {
+		return mp, false, nil
 	}
 	pred, _, err := nodeEdges(m, false)
 	if err != nil || len(pred) != 1 {
-		return false, err
+		return mp, false, err
 	}
 	if t, err := nodeType(pred[0]); err != nil || t != kernelNode {
-		return false, err
+		return mp, false, err
 	}
 	var fn unsafe.Pointer
 	if err := check("cuGraphKernelNodeGetParams", C.mg_cuGraphKernelNodeFunction(pred[0], &fn)); err != nil {
-		return false, err
+		return mp, false, err
 	}
 	if fn == nil || !ours[fn] {
-		return false, nil
+		return mp, false, nil
 	}
 	succ, _, err := nodeEdges(m, true)
 	if err != nil || len(succ) != 1 {
-		return false, err
+		return mp, false, err
 	}
 	waits, _, err := nodeEdges(succ[0], false)
-	return err == nil && len(waits) == 1, err
+	return mp, err == nil && len(waits) == 1, err
+}
+
+// fillNode adds a node launching ed.Fill to write what mp would, after
+// deps, and returns it.
+func (ed *MemsetEdit) fillNode(graph unsafe.Pointer, mp memsetParams, deps []unsafe.Pointer) (unsafe.Pointer, error) {
+	n := mp.width * mp.height
+	blocks := max(1, min((n+255)/256, 1024))
+	buf, offsets, err := packArgs([]any{mp.dst, mp.pitch, mp.value, mp.element, int64(mp.width), int64(mp.height)})
+	if err != nil {
+		return nil, err
+	}
+	bufp := C.CBytes(buf)
+	defer C.free(bufp)
+	var node unsafe.Pointer
+	err = check("cuGraphAddKernelNode", C.mg_cuGraphAddKernelNode(&node, graph, (*unsafe.Pointer)(unsafe.Pointer(&deps[0])),
+		C.size_t(len(deps)), ed.Fill.h, C.uint(blocks), 256, bufp, (*C.int)(unsafe.Pointer(&offsets[0])), C.int(len(offsets))))
+	return node, err
 }
 
 // graphNodes lists graph's nodes.

@@ -45,7 +45,7 @@ func (b *Buffer) Free() error {
 func (b *Buffer) Offset(bytes int) Ptr { return b.Ptr + Ptr(bytes) }
 
 // CopyIn copies host float32s to the buffer's start, ordered on s.
-func CopyIn[T float32 | int64 | int32 | uint16](dst Ptr, src []T, s *Stream) error {
+func CopyIn[T float32 | int64 | int32 | uint16 | uint8](dst Ptr, src []T, s *Stream) error {
 	if len(src) == 0 {
 		return nil
 	}
@@ -55,7 +55,7 @@ func CopyIn[T float32 | int64 | int32 | uint16](dst Ptr, src []T, s *Stream) err
 
 // CopyOut copies from device memory into host dst, ordered on s. The host
 // memory must stay valid until s has reached the copy (Synchronize).
-func CopyOut[T float32 | int64 | int32 | uint16](dst []T, src Ptr, s *Stream) error {
+func CopyOut[T float32 | int64 | int32 | uint16 | uint8](dst []T, src Ptr, s *Stream) error {
 	if len(dst) == 0 {
 		return nil
 	}

@@ -101,6 +101,8 @@ FN(int, cuGraphAddDependencies, (void *, void **, void **, const mg_edge *, size
 FN(int, cuGraphRemoveDependencies, (void *, void **, void **, const mg_edge *, size_t));
 FN(int, cuGraphKernelNodeGetParams, (void *, mg_kernel_node *));
 FN(int, cuGraphMemsetNodeGetParams, (void *, mg_memset_node *));
+FN(int, cuGraphAddKernelNode, (void **, void *, void **, size_t, const mg_kernel_node *));
+FN(int, cuGraphDestroyNode, (void *));
 
 FN(int, cublasCreate, (void **));
 FN(int, cublasDestroy, (void *));
@@ -195,6 +197,8 @@ const char *mg_load_driver(const char *path) {
 	p_cuGraphRemoveDependencies = dlsym(h, "cuGraphRemoveDependencies_v2");
 	p_cuGraphKernelNodeGetParams = dlsym(h, "cuGraphKernelNodeGetParams_v2");
 	p_cuGraphMemsetNodeGetParams = dlsym(h, "cuGraphMemsetNodeGetParams");
+	p_cuGraphAddKernelNode = dlsym(h, "cuGraphAddKernelNode_v2");
+	p_cuGraphDestroyNode = dlsym(h, "cuGraphDestroyNode");
 	return NULL;
 }
 
@@ -287,7 +291,8 @@ mg_result mg_cuGraphDestroy(void *g) { CALL(cuGraphDestroy, g); }
 int mg_graph_edits(void) {
 	return p_cuGraphGetNodes && p_cuGraphNodeGetType && p_cuGraphNodeGetDependencies &&
 	       p_cuGraphNodeGetDependentNodes && p_cuGraphAddDependencies && p_cuGraphRemoveDependencies &&
-	       p_cuGraphKernelNodeGetParams && p_cuGraphMemsetNodeGetParams;
+	       p_cuGraphKernelNodeGetParams && p_cuGraphMemsetNodeGetParams && p_cuGraphAddKernelNode &&
+	       p_cuGraphDestroyNode;
 }
 mg_result mg_cuGraphGetNodes(void *g, void **nodes, size_t *n) { CALL(cuGraphGetNodes, g, nodes, n); }
 mg_result mg_cuGraphNodeGetType(void *node, int *t) { CALL(cuGraphNodeGetType, node, t); }
@@ -311,17 +316,17 @@ mg_result mg_cuGraphKernelNodeFunction(void *node, void **fn) {
 	*fn = r ? NULL : p.func;
 	return r;
 }
-mg_result mg_cuGraphMemsetNodeSpan(void *node, mg_devptr *dst, size_t *bytes) {
+mg_result mg_cuGraphMemsetNodeParams(void *node, mg_devptr *dst, size_t *pitch, unsigned *value, unsigned *element,
+                                     size_t *width, size_t *height) {
 	mg_memset_node p;
 	memset(&p, 0, sizeof p);
 	if (!p_cuGraphMemsetNodeGetParams) return 500;
 	int r = p_cuGraphMemsetNodeGetParams(node, &p);
 	if (r) return r;
-	*dst = p.dst;
-	size_t row = p.width * p.element;
-	*bytes = p.height > 1 ? p.pitch * (p.height - 1) + row : row;
+	*dst = p.dst, *pitch = p.pitch, *value = p.value, *element = p.element, *width = p.width, *height = p.height;
 	return 0;
 }
+mg_result mg_cuGraphDestroyNode(void *node) { CALL(cuGraphDestroyNode, node); }
 // mg_graph_layout reports the edge's size and the offsets in the node
 // parameter structs as the shim lays them out: kernel node (params, kern,
 // ctx, the end of cuda.h's struct), memset node (value, width, height, end).
@@ -343,6 +348,16 @@ static int kernel_params(void **params, void *args, const int *offsets, int narg
 	if (nargs > 64) return 1; // CUDA_ERROR_INVALID_VALUE
 	for (int i = 0; i < nargs; i++) params[i] = (char *)args + offsets[i];
 	return 0;
+}
+
+mg_result mg_cuGraphAddKernelNode(void **node, void *graph, void **deps, size_t ndeps, void *f, unsigned gx, unsigned bx,
+                                  void *args, const int *offsets, int nargs) {
+	void *params[64];
+	if (kernel_params(params, args, offsets, nargs)) return 1;
+	mg_kernel_node p;
+	memset(&p, 0, sizeof p);
+	p.func = f, p.gx = gx, p.gy = p.gz = 1, p.bx = bx, p.by = p.bz = 1, p.params = params;
+	CALL(cuGraphAddKernelNode, node, graph, deps, ndeps, &p);
 }
 
 mg_result mg_cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,

@@ -79,9 +79,15 @@ mg_result mg_cuGraphRemoveDependencies(void *graph, void **from, void **to, cons
 // mg_cuGraphKernelNodeFunction gives a kernel node's CUfunction (NULL for
 // a kernel given as a CUkernel).
 mg_result mg_cuGraphKernelNodeFunction(void *node, void **fn);
-// mg_cuGraphMemsetNodeSpan gives the first address and the extent in bytes
-// a memset node writes.
-mg_result mg_cuGraphMemsetNodeSpan(void *node, mg_devptr *dst, size_t *bytes);
+// mg_cuGraphMemsetNodeParams gives a memset node's parameters.
+mg_result mg_cuGraphMemsetNodeParams(void *node, mg_devptr *dst, size_t *pitch, unsigned *value, unsigned *element,
+                                     size_t *width, size_t *height);
+// mg_cuGraphAddKernelNode adds a node launching f on a 1-D grid of gx
+// blocks of bx threads, arguments packed as for mg_cuLaunchKernel, after
+// deps; mg_cuGraphDestroyNode removes a node and its edges.
+mg_result mg_cuGraphAddKernelNode(void **node, void *graph, void **deps, size_t ndeps, void *f, unsigned gx, unsigned bx,
+                                  void *args, const int *offsets, int nargs);
+mg_result mg_cuGraphDestroyNode(void *node);
 void mg_graph_layout(int *out);
 
 // cuBLAS (column-major, as its API is).

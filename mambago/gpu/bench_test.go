@@ -435,12 +435,20 @@ func BenchmarkResidualPrefetch(b *testing.B) {
 		})
 }
 
-// BenchmarkHoistMemsets times bf16 prefills with Engine.HoistMemsets off
-// and on, at the shapes of prefillShapes and at 130m B=1 T=8192
+// BenchmarkMemsetEdits times bf16 prefills with cuBLASLt's memsets as
+// captured, against each edit (Engine.MemsetKernels, Engine.HoistMemsets,
+// both), at the shapes of prefillShapes and at 130m and 370m B=1 T=8192
 // (compareSettings).
-func BenchmarkHoistMemsets(b *testing.B) {
-	compareSettings(b, "hoist memsets", append([]benchShape{{"130m", 768, 24, 1, 8192}, {"370m", 1024, 48, 1, 8192}},
-		prefillShapes...), func(e *gpu.Engine, on bool) { e.HoistMemsets = on })
+func BenchmarkMemsetEdits(b *testing.B) {
+	shapes := append([]benchShape{{"130m", 768, 24, 1, 8192}, {"370m", 1024, 48, 1, 8192}}, prefillShapes...)
+	for _, edit := range []struct {
+		label          string
+		kernels, hoist bool
+	}{{"memset kernels", true, false}, {"memsets hoisted", false, true}, {"memset kernels hoisted", true, true}} {
+		compareSettings(b, edit.label, shapes, func(e *gpu.Engine, on bool) {
+			e.MemsetKernels, e.HoistMemsets = on && edit.kernels, on && edit.hoist
+		})
+	}
 }
 
 // prefillShapes are the bf16 prefills the engine's settings are compared

@@ -92,15 +92,16 @@ type Engine struct {
 	// T=2048 +0.5-0.9%, 370m +0.4-0.7%; larger rows (1.4b B=1, T=8192, B=8)
 	// gained nothing or lost up to 1.2%. Set it before capturing graphs.
 	ResidualPrefetch int
-	// HoistMemsets lets a captured graph start cuBLASLt's memsets of its
-	// workspace early (cuda.Hoist): such a memset waits for what the kernel
-	// before it waits for, not for that kernel, when that kernel is one of
-	// the engine's own, which never touch the workspace. A tuned bf16 GEMM
-	// may come with one (the 130m in_proj at T=2048; out_proj too at
-	// T=8192), and in the graph it cost about 5 µs between the RMSNorm and
-	// the GEMM (bench/graph_trace.py). New turns it on. Set it before
-	// capturing graphs.
-	HoistMemsets bool
+	// MemsetKernels and HoistMemsets edit cuBLASLt's memsets of its
+	// workspace in captured graphs (cuda.MemsetEdit), where the kernel
+	// before them is one of the engine's own, which never touch the
+	// workspace. A tuned bf16 GEMM may come with one (the 130m in_proj at
+	// T=2048; out_proj too at T=8192), and on the H200 a GEMM node started
+	// about 3 µs later after a memset node than after a kernel
+	// (bench/graph_trace.py). MemsetKernels replaces each with a kernel
+	// node writing the same bytes; HoistMemsets lets it start beside the
+	// kernel before it instead of after. Set them before capturing graphs.
+	MemsetKernels, HoistMemsets bool
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
 	// DecodePDL launches the decode kernels with programmatic dependent
@@ -138,7 +139,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		HoistMemsets: true}
+		MemsetKernels: true}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4
 	}

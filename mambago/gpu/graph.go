@@ -117,7 +117,7 @@ func (e *Engine) captureBound(g *Graph) (*Graph, error) {
 	}
 	err := e.onStream(nil, func() error {
 		var cerr error
-		g.g, cerr = cuda.CaptureHoisting(e.stream, e.hoist(), g.body)
+		g.g, cerr = cuda.CaptureEditing(e.stream, e.memsetEdit(), g.body)
 		return cerr
 	})
 	if err != nil {
@@ -128,28 +128,31 @@ func (e *Engine) captureBound(g *Graph) (*Graph, error) {
 	return g, nil
 }
 
-// Hoisted is how many of cuBLASLt's memset nodes the capture started
-// early (Engine.HoistMemsets).
-func (g *Graph) Hoisted() int {
+// Edited is how many of cuBLASLt's memset nodes the capture edited
+// (Engine.MemsetKernels, Engine.HoistMemsets).
+func (g *Graph) Edited() int {
 	if g.g == nil {
 		return 0
 	}
-	return g.g.Hoisted()
+	return g.g.Edited()
 }
 
-// hoist is what captures may hoist (Engine.HoistMemsets): memsets into
-// the cuBLASLt workspace after any of the engine's own kernels; nil when
-// off or before any cuBLASLt GEMM ran.
-func (e *Engine) hoist() *cuda.Hoist {
+// memsetEdit is how captures edit cuBLASLt's memsets of its workspace
+// after the engine's own kernels; nil when neither setting is on or before
+// any cuBLASLt GEMM ran.
+func (e *Engine) memsetEdit() *cuda.MemsetEdit {
 	ws := e.blas.LtWorkspace()
-	if !e.HoistMemsets || ws.Bytes == 0 {
+	if !e.MemsetKernels && !e.HoistMemsets || ws.Bytes == 0 {
 		return nil
 	}
-	h := &cuda.Hoist{Span: ws.Ptr, Bytes: ws.Bytes}
-	for _, f := range e.fn {
-		h.Ours = append(h.Ours, f)
+	ed := &cuda.MemsetEdit{Span: ws.Ptr, Bytes: ws.Bytes, Hoist: e.HoistMemsets}
+	if e.MemsetKernels {
+		ed.Fill = e.fn["memset_rows"]
 	}
-	return h
+	for _, f := range e.fn {
+		ed.Ours = append(ed.Ours, f)
+	}
+	return ed
 }
 
 // warmUp runs g's work eagerly and puts the state back as it was.

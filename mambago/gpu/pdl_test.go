@@ -21,8 +21,8 @@ import (
 // carried states must be the same bits. For Engine.PrefillPDL that shows no
 // kernel read its predecessor's results before they were all written; for
 // Engine.ResidualPrefetch, that asking L2 for out_proj's residual rows
-// changes nothing else; for Engine.HoistMemsets, that the graphs' edited
-// edges keep every kernel's inputs ready. Fresh random inputs each run;
+// changes nothing else; for Engine.MemsetKernels and HoistMemsets, that
+// the graphs' edited memsets and edges keep every kernel's inputs ready. Fresh random inputs each run;
 // outputs start as NaN.
 func TestPrefillSettingsMatch(t *testing.T) {
 	gputest.Need(t)
@@ -41,7 +41,7 @@ func TestPrefillSettingsMatch(t *testing.T) {
 				e.ResidualPrefetch = 1 << 40
 			}
 		}},
-		{"hoist", func(e *gpu.Engine, on bool) { e.HoistMemsets = on }},
+		{"memsets", func(e *gpu.Engine, on bool) { e.MemsetKernels, e.HoistMemsets = on, on }},
 	}
 	for _, tc := range []struct {
 		name string
@@ -69,24 +69,27 @@ func TestPrefillSettingsMatch(t *testing.T) {
 	}
 }
 
-// TestHoistMemsets130m runs a two-layer bf16 model of the 130m shape at
+// TestMemsetEdits130m runs a two-layer bf16 model of the 130m shape at
 // B=1, T=2048 and T=8192, where the tuned cuBLASLt in_proj (and out_proj at
-// T=8192) came with a memset on the H200, as graph replays with
-// Engine.HoistMemsets on against eager prefills with it off: the same bits.
-// It logs how many memsets each graph hoisted (cuBLASLt's tuned pick may
-// differ from process to process; cuda's TestCaptureHoisting covers the
-// edit itself).
-func TestHoistMemsets130m(t *testing.T) {
+// T=8192) came with a memset on the H200, as graph replays with each of
+// the memset edits (Engine.MemsetKernels, Engine.HoistMemsets) against
+// eager prefills with none: the same bits. It logs how many memsets each
+// graph edited (cuBLASLt's tuned pick may differ from process to process;
+// cuda's TestCaptureEditing covers the edits themselves).
+func TestMemsetEdits130m(t *testing.T) {
 	gputest.Need(t)
 	if testing.Short() {
 		t.Skip("a 130m-wide model at T=8192: not in -short")
 	}
 	w := fixture.RandomWeights(fixture.Shape(768, 2, 1000), rand.Uint64())
 	for _, T := range []int{2048, 8192} {
-		on, off := newEngine(t, w, cuda.BF16), newEngine(t, w, cuda.BF16)
-		on.HoistMemsets, off.HoistMemsets = true, false
-		hoisted := prefillsMatch(t, fmt.Sprintf("hoist 130m T=%d", T), on, off, 1, T)
-		t.Logf("130m-wide, B=1 T=%d: %d memsets hoisted in the graph", T, hoisted)
+		for _, edit := range []struct{ kernels, hoist bool }{{true, false}, {false, true}, {true, true}} {
+			on, off := newEngine(t, w, cuda.BF16), newEngine(t, w, cuda.BF16)
+			on.MemsetKernels, on.HoistMemsets = edit.kernels, edit.hoist
+			off.MemsetKernels, off.HoistMemsets = false, false
+			label := fmt.Sprintf("130m-wide B=1 T=%d, memset kernels %v, hoisted %v", T, edit.kernels, edit.hoist)
+			t.Logf("%s: %d memsets edited in the graph", label, prefillsMatch(t, label, on, off, 1, T))
+		}
 	}
 }
 
@@ -94,7 +97,7 @@ func TestHoistMemsets130m(t *testing.T) {
 // positions on two engines, twice eagerly (the second call continuing from
 // the first's state) and as three graph replays of on's, and requires the
 // same bits of both in every output and carried state. It returns how many
-// memsets the graph's capture hoisted.
+// memsets the graph's capture edited.
 func prefillsMatch(t *testing.T, label string, on, off *gpu.Engine, B, T int) int {
 	t.Helper()
 	c := on.Config()
@@ -129,7 +132,7 @@ func prefillsMatch(t *testing.T, label string, on, off *gpu.Engine, B, T int) in
 		assertBits(t, fmt.Sprintf("%s on (graph replay %d) against off", label, replay), got, want)
 		assertBits(t, fmt.Sprintf("%s on (graph replay %d) against off, state", label, replay), flatState(t, on, sOn), flatState(t, off, sOff))
 	}
-	return g.Hoisted()
+	return g.Edited()
 }
 
 // flatState returns every layer's conv window and SSM state of st, in a row.
