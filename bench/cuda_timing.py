@@ -30,6 +30,22 @@ def cuda_time(fn, repeats, warmup=1, warm_seconds=0.0):
     return statistics.median(times), times
 
 
+def back_to_back(fn, stream, repeats=15, calls=20):
+    """Median ms a call of fn, calls of it queued back to back on stream
+    between two events (the host runs ahead, so this is the GPU's time a
+    call), over repeats."""
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        for _ in range(calls):
+            fn()
+        end.record(stream)
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    return statistics.median(times)
+
+
 def gemm_rate(dtype, n=8192):
     """FLOP/s of torch's n×n GEMM in dtype (torch's TF32 setting applies to float32)."""
     a = torch.randn(n, n, device="cuda", dtype=dtype)

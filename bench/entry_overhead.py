@@ -27,21 +27,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import random_checkpoint  # noqa: E402
-from cuda_timing import cuda_time  # noqa: E402
-
-
-def back_to_back(fn, stream, n=15, calls=20):
-    """Median ms a call of calls queued back to back between two events on stream."""
-    times = []
-    for _ in range(n):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(stream)
-        for _ in range(calls):
-            fn()
-        end.record(stream)
-        end.synchronize()
-        times.append(start.elapsed_time(end) / calls)
-    return statistics.median(times)
+from cuda_timing import back_to_back, cuda_time  # noqa: E402
 
 
 def host(fn, stream, n=15, calls=20):

@@ -31,20 +31,7 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import random_checkpoint  # noqa: E402
-
-
-def back_to_back_ms(fn, stream, calls=20, repeats=9):
-    """Median ms a call of calls queued back to back between two events."""
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(stream)
-        for _ in range(calls):
-            fn()
-        end.record(stream)
-        end.synchronize()
-        times.append(start.elapsed_time(end) / calls)
-    return statistics.median(times)
+from cuda_timing import back_to_back  # noqa: E402
 
 
 def kernels(prof):
@@ -134,12 +121,12 @@ def main():
             for _ in range(30):  # the graph is captured on the first call; then the clocks ramp up
                 run()
             stream.synchronize()
-            plain = back_to_back_ms(run, stream)
+            plain = back_to_back(run, stream, repeats=9)
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 for _ in range(a.replays):
                     run()
                 stream.synchronize()
-            after = back_to_back_ms(run, stream)
+            after = back_to_back(run, stream, repeats=9)
         ks = kernels(prof)
         s = summarize(layers(ks, "rmsnorm_bf16"))
         spans = [ks[-1][2] - ks[0][1]]

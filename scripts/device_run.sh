@@ -136,20 +136,30 @@ fi
 # with "$4 "). Logs go to $OUT/$1_*.
 setting_ab() {
   local tag=$1 sub=$2 bench=$3 label=$4
-  timeout 200 .carry/kernels.test -test.v -test.run 'ConvAndScan|DTProj|RMS|Spill' > "$OUT/${tag}_kernels.log" 2>&1 || status=1
-  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic" "$OUT/${tag}_kernels.log" | head -10
-  timeout 300 .carry/gpu.test -test.v -test.run 'PrefillSettings|GraphsReplay|DeviceEntry|PrefillGraphCache|TestConformance|MatchesCPU|ScanVariantsMatch|Mixed' \
-    > "$OUT/${tag}_test.log" 2>&1 || status=1
-  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic" "$OUT/${tag}_test.log" | head -20
-  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/kernels.test -test.run 'ConvAndScan' \
-    > "$OUT/memcheck_${tag}_kernels.log" 2>&1 || status=1
-  echo "memcheck kernels: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_${tag}_kernels.log" | tail -1)"
-  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/gpu.test -test.run "PrefillSettings/$sub" \
-    > "$OUT/memcheck_${tag}.log" 2>&1 || status=1
-  echo "memcheck engine: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_${tag}.log" | tail -1)"
+  run_tests ${tag}_kernels 200 .carry/kernels.test -test.v -test.run 'ConvAndScan|DTProj|RMS|Spill'
+  run_tests ${tag}_test 300 .carry/gpu.test -test.v \
+    -test.run 'PrefillSettings|GraphsReplay|DeviceEntry|PrefillGraphCache|TestConformance|MatchesCPU|ScanVariantsMatch|Mixed'
+  memcheck memcheck_${tag}_kernels 150 .carry/kernels.test 'ConvAndScan'
+  memcheck memcheck_${tag} 300 .carry/gpu.test "PrefillSettings/$sub"
   echo "== bf16 prefills with it off and on ($bench: graph replays, CUDA events, medians)"
   timeout 400 .carry/gpu.test -test.v -test.run '^$' -test.bench "$bench" -test.benchtime 1x 2>&1 | tee "$OUT/${tag}_bench.log" \
     | grep -E "$label |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+}
+# run_tests LOG SECONDS COMMAND...: runs a test binary into $OUT/LOG.log
+# and prints its verdicts (and the lines matching $SHOW).
+run_tests() {
+  local log=$1 secs=$2
+  shift 2
+  timeout "$secs" "$@" > "$OUT/$log.log" 2>&1 || status=1
+  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic${SHOW:+|$SHOW}" "$OUT/$log.log" | head -20
+}
+# memcheck LOG SECONDS BINARY TESTS: compute-sanitizer's memcheck over the
+# tests the regexp TESTS names, into $OUT/LOG.log, and its summary.
+memcheck() {
+  local log=$1 secs=$2 bin=$3 tests=$4
+  timeout "$secs" compute-sanitizer --tool memcheck --error-exitcode 9 "$bin" -test.run "$tests" > "$OUT/$log.log" 2>&1 \
+    || status=1
+  echo "$log: $(grep -E 'ERROR SUMMARY' "$OUT/$log.log" | tail -1)"
 }
 if [[ $mode == pdl ]]; then
   echo "== the prefill's kernels under programmatic dependent launch (Engine.PrefillPDL)"
@@ -163,19 +173,12 @@ if [[ $mode == residual ]]; then
 fi
 if [[ $mode == memsets ]]; then
   echo "== Engine.MemsetKernels and HoistMemsets: cuBLASLt's workspace memsets in captured graphs"
-  timeout 120 .carry/cuda.test -test.v -test.run 'CaptureEditing|Layout|LaunchCopyGraph' > "$OUT/memsets_cuda.log" 2>&1 || status=1
-  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic|edited" "$OUT/memsets_cuda.log" | head -10
-  timeout 120 .carry/kernels.test -test.v -test.run 'MemsetRows|Spill' > "$OUT/memsets_kernels.log" 2>&1 || status=1
-  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic" "$OUT/memsets_kernels.log" | head -10
-  timeout 300 .carry/gpu.test -test.v -test.run 'PrefillSettings|MemsetEdits130m|GraphsReplay|DeviceEntry|PrefillGraphCache|Mixed' \
-    > "$OUT/memsets_test.log" 2>&1 || status=1
-  grep -E "^(--- FAIL|ok|FAIL|PASS)|panic|memsets edited" "$OUT/memsets_test.log" | head -20
-  timeout 120 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/cuda.test -test.run 'CaptureEditing' \
-    > "$OUT/memcheck_memsets_cuda.log" 2>&1 || status=1
-  echo "memcheck cuda: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_memsets_cuda.log" | tail -1)"
-  timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/gpu.test -test.run 'PrefillSettings/memsets_random_bf16' \
-    > "$OUT/memcheck_memsets.log" 2>&1 || status=1
-  echo "memcheck engine: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_memsets.log" | tail -1)"
+  SHOW=edited run_tests memsets_cuda 120 .carry/cuda.test -test.v -test.run 'CaptureEditing|Layout|LaunchCopyGraph'
+  run_tests memsets_kernels 120 .carry/kernels.test -test.v -test.run 'MemsetRows|Spill'
+  SHOW="memsets edited" run_tests memsets_test 300 .carry/gpu.test -test.v \
+    -test.run 'PrefillSettings|MemsetEdits130m|GraphsReplay|DeviceEntry|PrefillGraphCache|Mixed'
+  memcheck memcheck_memsets_cuda 120 .carry/cuda.test 'CaptureEditing'
+  memcheck memcheck_memsets 300 .carry/gpu.test 'PrefillSettings/memsets_random_bf16'
   echo "== bf16 prefills with the memsets as captured and edited (BenchmarkMemsetEdits: graph replays, CUDA events, medians)"
   timeout 400 .carry/gpu.test -test.v -test.run '^$' -test.bench "${MEMSET_BENCH:-MemsetEdits/(130m|370m)/B1}" -test.benchtime 1x 2>&1 \
     | tee "$OUT/memsets_bench.log" | grep -E "memset|FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'

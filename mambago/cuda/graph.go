@@ -275,15 +275,7 @@ func addEdges(graph unsafe.Pointer, from []unsafe.Pointer, to unsafe.Pointer) er
 
 // graphLayout is the shim's layout of the graph-edit structs (see
 // mg_graph_layout), for a test without a GPU.
-func graphLayout() [9]int {
-	var out [9]C.int
-	C.mg_graph_layout(&out[0])
-	var r [9]int
-	for i, v := range out {
-		r[i] = int(v)
-	}
-	return r
-}
+func graphLayout() []int { return shimLayout(9, func(p *C.int) { C.mg_graph_layout(p) }) }
 
 // Launch replays the graph on s.
 func (g *Graph) Launch(s *Stream) error {

@@ -322,8 +322,4 @@ func (l *lt) fastest(p *C.mg_lt_plan, algos []C.mg_lt_algo, k gemmKey, A, W Ptr,
 
 // ltLayout returns the shim's heuristic result layout (mg_lt_layout): its
 // size and the offsets of its workspace, state and waves.
-func ltLayout() [4]int {
-	var out [4]C.int
-	C.mg_lt_layout(&out[0])
-	return [4]int{int(out[0]), int(out[1]), int(out[2]), int(out[3])}
-}
+func ltLayout() []int { return shimLayout(4, func(p *C.int) { C.mg_lt_layout(p) }) }

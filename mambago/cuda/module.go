@@ -172,10 +172,14 @@ func (f *Function) launch(pdl bool, grid, block Dim3, shared int, s *Stream, arg
 
 // launchLayout is the shim's layout of cuLaunchKernelEx's structs (see
 // mg_launch_layout), for a test without a GPU.
-func launchLayout() [6]int {
-	var out [6]C.int
-	C.mg_launch_layout(&out[0])
-	var r [6]int
+func launchLayout() []int { return shimLayout(6, func(p *C.int) { C.mg_launch_layout(p) }) }
+
+// shimLayout returns the n ints a shim's mg_*_layout function writes: the
+// sizes and offsets of its copies of a library's structs.
+func shimLayout(n int, fill func(*C.int)) []int {
+	out := make([]C.int, n)
+	fill(&out[0])
+	r := make([]int, n)
 	for i, v := range out {
 		r[i] = int(v)
 	}
