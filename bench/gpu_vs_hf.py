@@ -50,9 +50,7 @@ def main():
     rng = np.random.default_rng(0)
     for shape in a.shapes:
         d, L = random_checkpoint.SHAPES[shape]
-        path = f"/tmp/mambago-bench-{shape}"
-        if not os.path.exists(os.path.join(path, "model.safetensors")):
-            random_checkpoint.write(path, d, L)
+        path = random_checkpoint.cached(shape)
         mg = mambago.Model.from_pretrained(path, device="cuda")
         hf = transformers.MambaModel.from_pretrained(path, dtype=torch.float32).cuda().eval()
         with torch.no_grad():  # HF's warm-up

@@ -98,9 +98,7 @@ def main():
     import mambago
 
     d, L = random_checkpoint.SHAPES[a.shape]
-    path = f"/tmp/mambago-bench-{a.shape}"
-    if not os.path.exists(os.path.join(path, "model.safetensors")):
-        random_checkpoint.write(path, d, L)
+    path = random_checkpoint.cached(a.shape)
     mg = mambago.Model.from_pretrained(path, device="cuda", dtype="bfloat16")
     mg.set_prefill_graphs(len(a.lengths) + 1)
     if a.gemm:

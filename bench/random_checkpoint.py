@@ -72,6 +72,17 @@ def write(out_dir, d, layers, vocab=50280, state=16, conv=4, expand=2, seed=0):
     return out_dir
 
 
+def cached(shape):
+    """The directory of a random checkpoint of a SHAPES shape, written to
+    /tmp/mambago-bench-<shape> the first time (seed 0, so every benchmark
+    of a machine runs the same weights)."""
+    d, layers = SHAPES[shape]
+    path = f"/tmp/mambago-bench-{shape}"
+    if not os.path.exists(os.path.join(path, "model.safetensors")):
+        write(path, d, layers)
+    return path
+
+
 def main():
     """Write the checkpoint the arguments describe."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

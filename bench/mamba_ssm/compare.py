@@ -173,9 +173,7 @@ def main():
     stream = torch.cuda.current_stream()
     for shape in a.shapes:
         d, L = random_checkpoint.SHAPES[shape]
-        path = f"/tmp/mambago-bench-{shape}"
-        if not os.path.exists(os.path.join(path, "model.safetensors")):
-            random_checkpoint.write(path, d, L)
+        path = random_checkpoint.cached(shape)
         mg = mambago.Model.from_pretrained(path, device="cuda", dtype="bfloat16")
         mg.set_prefill_graphs(4)  # the whole prefill as one graph per shape
         ref = Reference(path, k)
