@@ -336,5 +336,5 @@ func TimeGraph(s *Stream, runs int, fn func() error) (float32, error) {
 }
 
 // GraphEdits says whether the loaded driver has the entry points
-// CaptureHoisting edits graphs with (CUDA >= 12.3).
+// CaptureEditing edits graphs with (CUDA >= 12.3).
 func GraphEdits() bool { return C.mg_graph_edits() != 0 }
