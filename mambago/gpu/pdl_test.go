@@ -22,8 +22,8 @@ import (
 // kernel read its predecessor's results before they were all written; for
 // Engine.ResidualPrefetch, that asking L2 for out_proj's residual rows
 // changes nothing else; for Engine.MemsetKernels and HoistMemsets, that
-// the graphs' edited memsets and edges keep every kernel's inputs ready. Fresh random inputs each run;
-// outputs start as NaN.
+// the graphs' edited memsets and edges keep every kernel's inputs ready.
+// Fresh random inputs each run; outputs start as NaN.
 func TestPrefillSettingsMatch(t *testing.T) {
 	gputest.Need(t)
 	features, err := checkpoint.Load(filepath.Join(fixture.Root(), "features"))
