@@ -107,6 +107,14 @@ func (m memsetParams) bytes() uint64 {
 	return row
 }
 
+// memsetSite is an editable memset node m: its parameters, the kernel p it
+// waits for (by the edge pe) and the node g that waits for it.
+type memsetSite struct {
+	m, p, g unsafe.Pointer
+	pe      C.mg_edge
+	params  memsetParams
+}
+
 // apply edits the memsets of graph it may, and returns how many.
 func (ed *MemsetEdit) apply(graph unsafe.Pointer) (int, error) {
 	ours := map[unsafe.Pointer]bool{}
@@ -119,97 +127,104 @@ func (ed *MemsetEdit) apply(graph unsafe.Pointer) (int, error) {
 	}
 	edited := 0
 	for _, m := range nodes {
-		mp, ok, err := ed.editable(m, ours)
+		site, ok, err := ed.editable(m, ours)
 		if err != nil {
 			return edited, err
 		}
 		if !ok {
 			continue
 		}
-		pred, predEdge, _ := nodeEdges(m, false)
-		succ, _, _ := nodeEdges(m, true)
-		p, g := pred[0], succ[0]
-		if ed.Fill != nil {
-			k, err := ed.fillNode(graph, mp, pred)
-			if err != nil {
-				return edited, err
-			}
-			if err := addEdges(graph, []unsafe.Pointer{k}, g); err != nil {
-				return edited, err
-			}
-			if err := check("cuGraphDestroyNode", C.mg_cuGraphDestroyNode(m)); err != nil {
-				return edited, err
-			}
-			m, predEdge = k, make([]C.mg_edge, 1)
-		}
-		if ed.Hoist {
-			before, _, err := nodeEdges(p, false)
-			if err != nil {
-				return edited, err
-			}
-			// g waits for p directly, then m stops waiting for p and waits
-			// for p's own predecessors (default edges: full completion).
-			if err := addEdges(graph, []unsafe.Pointer{p}, g); err != nil {
-				return edited, err
-			}
-			if err := check("cuGraphRemoveDependencies", C.mg_cuGraphRemoveDependencies(graph,
-				(*unsafe.Pointer)(unsafe.Pointer(&p)), (*unsafe.Pointer)(unsafe.Pointer(&m)), &predEdge[0], 1)); err != nil {
-				return edited, err
-			}
-			if err := addEdges(graph, before, m); err != nil {
-				return edited, err
-			}
+		if err := ed.edit(graph, site); err != nil {
+			return edited, err
 		}
 		edited++
 	}
 	return edited, nil
 }
 
-// editable returns memset node m's parameters and whether the edit
-// applies: a memset within the span, after one kernel of ours, before one
-// node that waits for m alone.
-func (ed *MemsetEdit) editable(m unsafe.Pointer, ours map[unsafe.Pointer]bool) (memsetParams, bool, error) {
-	var mp memsetParams
+// edit applies Fill and Hoist to one site.
+func (ed *MemsetEdit) edit(graph unsafe.Pointer, site memsetSite) error {
+	m, p, g, pe := site.m, site.p, site.g, site.pe
+	if ed.Fill != nil {
+		k, err := ed.fillNode(graph, site.params, p)
+		if err != nil {
+			return err
+		}
+		if err := addEdges(graph, []unsafe.Pointer{k}, g); err != nil {
+			return err
+		}
+		if err := check("cuGraphDestroyNode", C.mg_cuGraphDestroyNode(m)); err != nil {
+			return err
+		}
+		m, pe = k, C.mg_edge{}
+	}
+	if !ed.Hoist {
+		return nil
+	}
+	before, _, err := nodeEdges(p, false)
+	if err != nil {
+		return err
+	}
+	// g waits for p directly, then m stops waiting for p and waits for p's
+	// own predecessors (default edges: full completion).
+	if err := addEdges(graph, []unsafe.Pointer{p}, g); err != nil {
+		return err
+	}
+	if err := check("cuGraphRemoveDependencies", C.mg_cuGraphRemoveDependencies(graph,
+		(*unsafe.Pointer)(unsafe.Pointer(&p)), (*unsafe.Pointer)(unsafe.Pointer(&m)), &pe, 1)); err != nil {
+		return err
+	}
+	return addEdges(graph, before, m)
+}
+
+// editable returns memset node m's site and whether the edit applies: a
+// memset within the span, after one kernel of ours, before one node that
+// waits for m alone.
+func (ed *MemsetEdit) editable(m unsafe.Pointer, ours map[unsafe.Pointer]bool) (memsetSite, bool, error) {
+	site := memsetSite{m: m}
 	if t, err := nodeType(m); err != nil || t != memsetNode {
-		return mp, false, err
+		return site, false, err
 	}
 	var dst C.mg_devptr
 	var pitch, width, height C.size_t
 	var value, element C.uint
 	if err := check("cuGraphMemsetNodeGetParams", C.mg_cuGraphMemsetNodeParams(m, &dst, &pitch, &value, &element,
 		&width, &height)); err != nil {
-		return mp, false, err
+		return site, false, err
 	}
-	mp = memsetParams{dst: Ptr(dst), pitch: uint64(pitch), width: uint64(width), height: uint64(height),
+	mp := memsetParams{dst: Ptr(dst), pitch: uint64(pitch), width: uint64(width), height: uint64(height),
 		value: uint32(value), element: int32(element)}
+	site.params = mp
 	if mp.dst < ed.Span || uint64(mp.dst)+mp.bytes() > uint64(ed.Span)+uint64(ed.Bytes) {
-		return mp, false, nil
+		return site, false, nil
 	}
-	pred, _, err := nodeEdges(m, false)
+	pred, pe, err := nodeEdges(m, false)
 	if err != nil || len(pred) != 1 {
-		return mp, false, err
+		return site, false, err
 	}
-	if t, err := nodeType(pred[0]); err != nil || t != kernelNode {
-		return mp, false, err
+	site.p, site.pe = pred[0], pe[0]
+	if t, err := nodeType(site.p); err != nil || t != kernelNode {
+		return site, false, err
 	}
 	var fn unsafe.Pointer
-	if err := check("cuGraphKernelNodeGetParams", C.mg_cuGraphKernelNodeFunction(pred[0], &fn)); err != nil {
-		return mp, false, err
+	if err := check("cuGraphKernelNodeGetParams", C.mg_cuGraphKernelNodeFunction(site.p, &fn)); err != nil {
+		return site, false, err
 	}
 	if fn == nil || !ours[fn] {
-		return mp, false, nil
+		return site, false, nil
 	}
 	succ, _, err := nodeEdges(m, true)
 	if err != nil || len(succ) != 1 {
-		return mp, false, err
+		return site, false, err
 	}
-	waits, _, err := nodeEdges(succ[0], false)
-	return mp, err == nil && len(waits) == 1, err
+	site.g = succ[0]
+	waits, _, err := nodeEdges(site.g, false)
+	return site, err == nil && len(waits) == 1, err
 }
 
 // fillNode adds a node launching ed.Fill to write what mp would, after
-// deps, and returns it.
-func (ed *MemsetEdit) fillNode(graph unsafe.Pointer, mp memsetParams, deps []unsafe.Pointer) (unsafe.Pointer, error) {
+// dep, and returns it.
+func (ed *MemsetEdit) fillNode(graph unsafe.Pointer, mp memsetParams, dep unsafe.Pointer) (unsafe.Pointer, error) {
 	n := mp.width * mp.height
 	blocks := max(1, min((n+255)/256, 1024))
 	buf, offsets, err := packArgs([]any{mp.dst, mp.pitch, mp.value, mp.element, int64(mp.width), int64(mp.height)})
@@ -219,8 +234,8 @@ func (ed *MemsetEdit) fillNode(graph unsafe.Pointer, mp memsetParams, deps []uns
 	bufp := C.CBytes(buf)
 	defer C.free(bufp)
 	var node unsafe.Pointer
-	err = check("cuGraphAddKernelNode", C.mg_cuGraphAddKernelNode(&node, graph, (*unsafe.Pointer)(unsafe.Pointer(&deps[0])),
-		C.size_t(len(deps)), ed.Fill.h, C.uint(blocks), 256, bufp, (*C.int)(unsafe.Pointer(&offsets[0])), C.int(len(offsets))))
+	err = check("cuGraphAddKernelNode", C.mg_cuGraphAddKernelNode(&node, graph, (*unsafe.Pointer)(unsafe.Pointer(&dep)), 1,
+		ed.Fill.h, C.uint(blocks), 256, bufp, (*C.int)(unsafe.Pointer(&offsets[0])), C.int(len(offsets))))
 	return node, err
 }
 
