@@ -57,6 +57,41 @@ def layers(ks, first):
     return [ks[a:b] for a, b in zip(starts, starts[1:])]
 
 
+def edges(ks, first):
+    """The parts of each replay outside its layers, as medians over the
+    replays after the first: {"before": [(role, duration, gap)], "after":
+    [...], "launch_gap_us", "span_us"}. A replay runs from its embed kernel
+    to the next replay's, so "before" holds the kernels ahead of its first
+    layer (first names that layer's RMSNorm) and "after" those behind its
+    last GEMM (the last layer's out_proj): the final norm and the pooling,
+    then what the entry queues around the graph (the output's and the next
+    input's copies, and the next graph's memset of the output). The launch
+    gap runs from the previous kernel's end to the embed's start; the span
+    from a replay's first kernel's start to its last one's end."""
+    starts = [i for i, k in enumerate(ks) if k[0].startswith("embed")]
+    reps = [ks[a:b] for a, b in zip(starts, starts[1:] + [len(ks)])]
+    parts = {"before": [], "after": [], "launch_gap_us": [], "span_us": []}
+    for r in reps[1:]:
+        firsts = [i for i, k in enumerate(r) if k[0].startswith(first)]
+        if not firsts:
+            continue
+        end = max(i for i, k in enumerate(r) if role(k[0]) == "gemm") + 1
+        parts["before"].append([(role(k[0]), k[2] - k[1], k[3]) for k in r[:firsts[0]]])
+        parts["after"].append([(role(k[0]), k[2] - k[1], k[3]) for k in r[end:]])
+        parts["launch_gap_us"].append(r[0][3])
+        parts["span_us"].append(r[-1][2] - r[0][1])
+
+    def median_rows(rows):
+        if not rows or any(len(x) != len(rows[0]) for x in rows):  # replays differ: the first one's
+            return rows[0] if rows else []
+        return [(rows[0][i][0], statistics.median(x[i][1] for x in rows), statistics.median(x[i][2] for x in rows))
+                for i in range(len(rows[0]))]
+
+    return {"before": median_rows(parts["before"]), "after": median_rows(parts["after"]),
+            "launch_gap_us": statistics.median(parts["launch_gap_us"]) if parts["launch_gap_us"] else None,
+            "span_us": statistics.median(parts["span_us"]) if parts["span_us"] else None}
+
+
 def role(name):
     """A short name for a kernel: ours by their entry's stem, cuBLAS's as gemm."""
     if "memset" in name.lower() or "memcpy" in name.lower():
@@ -127,6 +162,7 @@ def main():
             after = back_to_back(run, stream, repeats=9)
         ks = kernels(prof)
         s = summarize(layers(ks, "rmsnorm_bf16"))
+        s["outside"] = edges(ks, "rmsnorm_bf16")
         spans = [ks[-1][2] - ks[0][1]]
         s.update({"T": T, "replay_ms_untraced": plain, "replay_ms_untraced_after": after,
                   "traced_span_ms": spans[0] / 1e3 / a.replays, "kernels_traced": len(ks)})
@@ -139,6 +175,13 @@ def main():
             gap = f"{r['gap_us']:7.2f}"
             nxt = "" if r["to_next_start_us"] is None else f"{r['to_next_start_us']:8.2f}"
             print(f"  {r['place']:>5} {r['role']:<10} {r['duration_us']:7.2f} {gap:>7} {nxt:>8}  {r['names'][0][:60]}")
+        o = s["outside"]
+        if o["span_us"] is not None:
+            print(f"  outside the layers: launch gap {o['launch_gap_us']:.2f} us after the previous replay, "
+                  f"span {o['span_us']:.1f} us a replay")
+            for where in ("before", "after"):
+                for r in o[where]:
+                    print(f"    {where:<6} {r[0]:<10} {r[1]:7.2f} us, gap {r[2]:6.2f}")
     with open(a.out, "w") as f:
         json.dump(result, f, indent=2)
 
