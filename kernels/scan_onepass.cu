@@ -60,6 +60,16 @@
 #ifndef OP_PAIRS
 #define OP_PAIRS 0
 #endif
+// OP_P2, a third: 1 (the default) has a thread at 2 states store its terms of
+// the output sum two positions at a time, one 8-byte store for two 4-byte
+// ones; the tile of partial sums is then [position / 2][slot][position % 2].
+// At 4 states it stays a store a position. On the H200 (scan alone, bf16,
+// BenchmarkOnePass, bits unchanged): 2 states 130m B=1 T=2048 52.58 ->
+// 51.71 us, T=8192 189.8 -> 185.3, 370m 53.5 -> 52.4, 1.4b 80.7 -> 79.2;
+// at 4 states (130m B=8) the pairs were slower, 176.8 -> 182.3.
+#ifndef OP_P2
+#define OP_P2 1
+#endif
 
 // onepass_bcol is the column of B[n] in a position's row of B and C in
 // shared memory (C[n] is SPT further when interleaved, else OP_NS): with
@@ -180,6 +190,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     constexpr int BATCH = 16 / SPT;
     constexpr int PST = onepass_pst(SPT);
     constexpr int NO = TL / G;  // outputs a thread gates and writes a tile
+    constexpr bool P2 = OP_P2 && SPT == 2;  // terms stored in pairs of positions
     static_assert(TL % (2 * BATCH) == 0 && OP_THREADS % CB == 0 && CB == 8 * SPT && BUF >= 2, "tile shapes");
     extern __shared__ __align__(16) unsigned char op_smem[];
     unsigned smem;
@@ -262,6 +273,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         };
         auto chain = [&](int h, const float(&e)[BATCH][SPT], const float(&x)[BATCH][SPT],
                          const float(&cv)[BATCH][SPT]) {
+            float even = 0.f;  // P2: the even position's term, stored with the odd one's
 #pragma unroll
             for (int i = 0; i < BATCH; i++) {
                 float p = 0.f;
@@ -270,7 +282,12 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
                     s[q] = e[i][q] * s[q] + x[i][q];
                     p += s[q] * cv[i][q];
                 }
-                sp[h + i][threadIdx.x] = p;
+                if (!P2)
+                    sp[h + i][threadIdx.x] = p;
+                else if (i % 2 == 0)
+                    even = p;
+                else  // h + i - 1 is even: the pair's two rows hold [slot][2]
+                    *reinterpret_cast<float2 *>(&sp[h + i - 1][2 * threadIdx.x]) = make_float2(even, p);
             }
         };
         // The batches go in pairs, so that each buffer keeps one name when
@@ -296,9 +313,13 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
 #pragma unroll
         for (int o = 0; o < NO; o++) {
             int tt = g + o * G;
-            float v = sp[tt][cl];
+            // Slot q CB + cl of position tt: sp[tt][slot], or with P2 float
+            // 2 slot + tt % 2 of the pair of rows from tt - tt % 2.
+            const float *terms = P2 ? &sp[tt - tt % 2][tt % 2] : sp[tt];
+            constexpr int step = P2 ? 2 : 1;
+            float v = terms[step * cl];
 #pragma unroll
-            for (int q = 1; q < G; q++) v += sp[tt][q * CB + cl];
+            for (int q = 1; q < G; q++) v += terms[step * (q * CB + cl)];
             Tv out = from_f32<Tv>((v + dskip * gu[o]) * silu_f(gz[o]));
             if (on && k * TL + tt < T) yt[o * G * E] = out;
         }
