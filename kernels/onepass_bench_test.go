@@ -14,7 +14,7 @@ import (
 
 // onePassKnobs are the settings of scan_onepass.cu's tuning knobs that
 // BenchmarkOnePass compiles: "" is the engine's.
-var onePassKnobs = []string{"", "-DOP_P2=0", "-DOP_BCI=0", "-DOP_PAIRS=1"}
+var onePassKnobs = []string{"", "-DOP_P2=0", "-DOP_BCI=1", "-DOP_PAIRS=1"}
 
 // BenchmarkOnePass times the one-pass scan alone, bf16, compiled with each
 // setting of its tuning knobs (onePassKnobs), at the shapes where the engine

@@ -19,7 +19,7 @@
 // rows of dt, u and z and at most two distinct pieces of B and C (broadcast
 // loads). Its inputs go through dynamic shared memory TL positions at a
 // time, in a ring of BUF tiles that cp.async fills ahead of use
-// (onepass_copies), B and C side by side by state group (OP_BCI). Each
+// (onepass_copies), with B and C laid out as OP_BCI says. Each
 // position's terms of the output sum, sum over its states of s C, go to a
 // tile of partial sums; after the tile's TL positions the block adds each
 // (position, channel)'s G = 16 / SPT partials, applies the D skip and the
@@ -47,9 +47,14 @@
 // us, 1.4b 85.7 -> 80.1 and 87.5 -> 83.3; at 4 states (B=8), where both
 // settings issue the same loads, no change beyond noise. (Blocks of 96
 // threads at 2 states, which put the 130m shape's 384 warps on 128 SMs
-// instead of 96, were slower: 61.7 us.)
+// instead of 96, were slower: 61.7 us.) Since then the kernel changed
+// around it, and with OP_P2 (below) the plain layout is the faster one
+// (BenchmarkOnePass at 4949b3c, settings taking turns): 130m B=1 T=2048
+// 52.83 us interleaved against 51.10 plain, T=8192 187.7 against 183.1,
+// 370m 53.4 against 52.3, 1.4b 80.3 against 78.0, 130m B=8 178.8 against
+// 171.2 (at 4 states the plain layout had led by 2.3-2.4% before too).
 #ifndef OP_BCI
-#define OP_BCI 1
+#define OP_BCI 0
 #endif
 // OP_PAIRS, a second knob: how many pairs of batches of positions the loop
 // over a tile's positions unrolls; 0 (the default) unrolls it whole. A
