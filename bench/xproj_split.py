@@ -16,29 +16,24 @@ no GEMM, so that the difference is the GEMM's cost in place.
 
 import argparse
 import json
-import statistics
+import os
+import sys
 
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cuda_timing import cuda_time  # noqa: E402
+
 
 def graph_time(body, stream, reps=20, replays=30):
-    """Median µs of one body() inside a replayed CUDA graph of reps bodies."""
+    """Median µs of one body() inside a CUDA graph of reps bodies, replayed
+    on stream (the current stream) and timed with CUDA events."""
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g, stream=stream):
         for _ in range(reps):
             body()
-    times = []
-    for _ in range(3):
-        g.replay()
-    torch.cuda.synchronize()
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(stream)
-        g.replay()
-        end.record(stream)
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / reps)
-    return statistics.median(times)
+    ms, _ = cuda_time(g.replay, replays, warmup=3)
+    return ms * 1e3 / reps
 
 
 def main():
