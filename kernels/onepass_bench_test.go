@@ -12,12 +12,48 @@ import (
 	gpuengine "github.com/mambago/mambago/mambago/gpu"
 )
 
-// onePassKnobs are the settings of scan_onepass.cu's tuning knobs that
-// BenchmarkOnePass compiles: "" is the engine's.
-var onePassKnobs = []string{"", "-DOP_P2=0", "-DOP_BCI=1", "-DOP_PAIRS=1"}
+// onePassKnob is a setting of scan_onepass.cu's tuning knobs: its NVRTC
+// options and, where it sets them, the tile and ring at 2 and 4 states a
+// thread (0: the engine's), which fix its shared memory.
+type onePassKnob struct {
+	opts       string
+	tile, ring [5]int // by states a thread
+}
+
+// onePassKnobs are the settings BenchmarkOnePass compiles: the first is the
+// engine's.
+var onePassKnobs = []onePassKnob{
+	{opts: ""},
+	{opts: "-DOP_BCI=1"},
+	{opts: "-DOP_TL2=32 -DOP_BUF2=3", tile: [5]int{2: 32}, ring: [5]int{2: 3}},
+	{opts: "-DOP_TL2=32 -DOP_BUF2=4", tile: [5]int{2: 32}, ring: [5]int{2: 4}},
+	{opts: "-DOP_TL2=64 -DOP_BUF2=2", tile: [5]int{2: 64}, ring: [5]int{2: 2}},
+	{opts: "-DOP_TL2=64 -DOP_BUF2=4", tile: [5]int{2: 64}, ring: [5]int{2: 4}},
+	{opts: "-DOP_TL2=128 -DOP_BUF2=2", tile: [5]int{2: 128}, ring: [5]int{2: 2}},
+	{opts: "-DOP_TL4=32 -DOP_BUF4=3", tile: [5]int{4: 32}, ring: [5]int{4: 3}},
+	{opts: "-DOP_TL4=64 -DOP_BUF4=2", tile: [5]int{4: 64}, ring: [5]int{4: 2}},
+	{opts: "-DOP_TL4=16 -DOP_BUF4=4", tile: [5]int{4: 16}, ring: [5]int{4: 4}},
+}
+
+// applies says whether the knob changes the build at spt states a thread:
+// a tile or ring of the other width leaves it the engine's.
+func (k onePassKnob) applies(spt int) bool {
+	other := 6 - spt
+	return k.tile[spt] > 0 || k.tile[other] == 0
+}
+
+// shared is the dynamic shared memory of the knob's build at spt states a
+// thread, bf16; 0 where it is the engine's.
+func (k onePassKnob) shared(spt int) int {
+	if k.tile[spt] == 0 {
+		return 0
+	}
+	return gpuengine.OnePassShared(spt, k.tile[spt], k.ring[spt], 2)
+}
 
 // BenchmarkOnePass times the one-pass scan alone, bf16, compiled with each
-// setting of its tuning knobs (onePassKnobs), at the shapes where the engine
+// setting of its tuning knobs (onePassKnobs) that changes the build at a
+// shape, at the shapes where the engine
 // runs it: 2 states a thread at B=1 (130m at T=2048 and T=8192, 370m, 1.4b)
 // and 4 at B=8 (130m). Every setting's output (y and the state) must equal
 // the engine's setting's bit for bit: the knobs move data and code, not
@@ -32,8 +68,8 @@ func BenchmarkOnePass(b *testing.B) {
 	const N, R = 16, 48
 	const rounds, runs = 9, 25
 	mods := make([]*cuda.Module, len(onePassKnobs))
-	for i, opts := range onePassKnobs {
-		mods[i] = loadSource(b, d, src, "scan_onepass.cu", strings.Fields(opts)...)
+	for i, k := range onePassKnobs {
+		mods[i] = loadSource(b, d, src, "scan_onepass.cu", strings.Fields(k.opts)...)
 	}
 	for range b.N {
 		for _, sh := range []struct {
@@ -56,19 +92,24 @@ func BenchmarkOnePass(b *testing.B) {
 			bD, bz := upload(b, s, randn(sh.E, 1)), upload(b, s, randn(rows*2*sh.E, 1))
 			bst, by := upload(b, s, st0), poisoned(b, s, rows*sh.E/2)
 			var want []float32
-			launches := make([]func() error, len(onePassKnobs))
-			for i := range onePassKnobs {
+			var knobs []onePassKnob
+			var launches []func() error
+			for i, k := range onePassKnobs {
+				if !k.applies(sh.spt) {
+					continue
+				}
 				f, err := mods[i].Function(fmt.Sprintf("scan_onepass%d_bf16", sh.spt))
 				if err != nil {
 					b.Fatal(err)
 				}
 				sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R, U: bu.Ptr, D: bD.Ptr,
 					Z: bz.Offset(4 * sh.E), LDZ: 2 * sh.E, State: bst.Ptr, Y: by.Ptr, B: sh.B, T: sh.T, E: sh.E, N: N,
-					DType: cuda.BF16, OnePass: sh.spt}
+					DType: cuda.BF16, OnePass: sh.spt, SharedBytes: k.shared(sh.spt)}
 				if !sc.OnePassApplies() {
 					b.Fatalf("%s: the one-pass scan does not apply", sh.name)
 				}
-				launches[i] = func() error { return sc.Launch(func(string) *cuda.Function { return f }, s) }
+				launch := func() error { return sc.Launch(func(string) *cuda.Function { return f }, s) }
+				knobs, launches = append(knobs, k), append(launches, launch)
 				// Checked once from the same state into a poisoned y: every
 				// element written, and the engine's bits.
 				if err := cuda.CopyIn(bst.Ptr, st0, s); err != nil {
@@ -77,13 +118,13 @@ func BenchmarkOnePass(b *testing.B) {
 				if err := cuda.Fill32(by.Ptr, 0x7fc07fc0, rows*sh.E/2, s); err != nil { // bf16 NaN in both halves
 					b.Fatal(err)
 				}
-				if err := launches[i](); err != nil {
+				if err := launch(); err != nil {
 					b.Fatal(err)
 				}
 				got := append(download(b, s, by, rows*sh.E/2), download(b, s, bst, sh.B*sh.E*N)...)
 				for _, w := range got[:rows*sh.E/2] {
 					if bits := math.Float32bits(w); bits&0x7f80 == 0x7f80 || bits>>16&0x7f80 == 0x7f80 {
-						b.Fatalf("%s %q: y holds a NaN or Inf: an element the kernel did not write", sh.name, onePassKnobs[i])
+						b.Fatalf("%s %q: y holds a NaN or Inf: an element the kernel did not write", sh.name, k.opts)
 					}
 				}
 				if want == nil {
@@ -91,12 +132,12 @@ func BenchmarkOnePass(b *testing.B) {
 				} else if !slices.EqualFunc(got, want, func(x, y float32) bool {
 					return math.Float32bits(x) == math.Float32bits(y)
 				}) {
-					b.Fatalf("%s %q: output differs from the engine's setting's", sh.name, onePassKnobs[i])
+					b.Fatalf("%s %q: output differs from the engine's setting's", sh.name, k.opts)
 				}
 			}
-			times := make([][]float64, len(onePassKnobs))
+			times := make([][]float64, len(knobs))
 			for range rounds {
-				for i := range onePassKnobs {
+				for i := range knobs {
 					for range runs {
 						times[i] = append(times[i], timer.ms(b, launches[i]))
 					}
@@ -104,7 +145,8 @@ func BenchmarkOnePass(b *testing.B) {
 			}
 			line := fmt.Sprintf("onepass %-14s", sh.name)
 			base := gputest.Median(times[0])
-			for i, opts := range onePassKnobs {
+			for i, k := range knobs {
+				opts := k.opts
 				if opts == "" {
 					opts = "engine"
 				}

@@ -339,10 +339,25 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
 // onepass_config is each entry's tile and ring: two states a thread in
 // tiles of 64 positions, a ring of 3 (scan_onepass2_), four in tiles of 32,
 // a ring of 2 (scan_onepass4_). gpu.onePassShared gives the same sizes, and
-// its test compiles them against onepass_shared.
+// its test compiles them against onepass_shared. OP_TL2 and OP_BUF2 (2
+// states), OP_TL4 and OP_BUF4 (4 states) are tuning knobs over them, for
+// BenchmarkOnePass, which launches such a build with its own shared memory
+// (gpu.Scan.SharedBytes).
+#ifndef OP_TL2
+#define OP_TL2 64
+#endif
+#ifndef OP_BUF2
+#define OP_BUF2 3
+#endif
+#ifndef OP_TL4
+#define OP_TL4 32
+#endif
+#ifndef OP_BUF4
+#define OP_BUF4 2
+#endif
 template <int SPT>
 struct onepass_config {
-    static constexpr int TL = SPT == 2 ? 64 : 32, BUF = SPT == 2 ? 3 : 2;
+    static constexpr int TL = SPT == 2 ? OP_TL2 : OP_TL4, BUF = SPT == 2 ? OP_BUF2 : OP_BUF4;
 };
 // B and C go in 16-byte pieces (4 SPT-byte ones interleaved) where dbl's
 // rows allow it, else in 4-byte ones.

@@ -33,6 +33,10 @@ type Scan struct {
 	// Engine.ResidualPrefetch). The zero span asks for nothing.
 	Prefetch     L2Span
 	PrefetchLead int
+	// SharedBytes, where positive, is the one-pass kernel's dynamic shared
+	// memory instead of what the engine's build needs: for builds of
+	// kernels/scan_onepass.cu with other tiles or rings (OnePassShared).
+	SharedBytes int
 }
 
 // L2Span is Bytes of device memory at P that a kernel asks L2 for, without
@@ -129,21 +133,29 @@ func onePassKernel(spt int, dt cuda.DType) string {
 	return fmt.Sprintf("scan_onepass%d_%s", spt, dt.Suffix())
 }
 
-// onePassShared is onepass_shared in kernels/scan_onepass.cu for the
-// one-pass kernel at spt states a thread (tiles of 64 positions in a ring
-// of 3 at 2 states, of 32 in a ring of 2 at 4) and a storage type of size
-// bytes. (The kernel traps if it is launched with less.)
+// onePassShared is the dynamic shared memory of the engine's one-pass
+// kernel at spt states a thread (tiles of 64 positions in a ring of 3 at 2
+// states, of 32 in a ring of 2 at 4, kernels/scan_onepass.cu's
+// onepass_config) for a storage type of size bytes. (The kernel traps if it
+// is launched with less.)
 func onePassShared(spt, size int) int {
-	const states = scanStates
-	tile, ring := 64, 3
 	if spt == 4 {
-		tile, ring = 32, 2
+		return OnePassShared(spt, 32, 2, size)
 	}
+	return OnePassShared(spt, 64, 3, size)
+}
+
+// OnePassShared is onepass_shared in kernels/scan_onepass.cu: the dynamic
+// shared memory, in bytes, of the one-pass scan at spt states a thread, in
+// tiles of tile positions in a ring of ring, for a storage type of size
+// bytes. A build with other tiles than the engine's (OP_TL2 and the like)
+// is launched with Scan.SharedBytes set to it.
+func OnePassShared(spt, tile, ring, size int) int {
 	cb, pst := 8*spt, onePassThreads
 	if cb < 32 {
 		pst += 16
 	}
-	return ring*tile*(cb*(8+size)+2*states*4) + tile*pst*4
+	return ring*tile*(cb*(8+size)+2*scanStates*4) + tile*pst*4
 }
 
 // Launch queues the scan on stream; fn looks kernels up by name.
@@ -151,6 +163,9 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 	if s.OnePassApplies() {
 		f := fn(onePassKernel(s.OnePass, s.DType))
 		shared := onePassShared(s.OnePass, s.DType.Size())
+		if s.SharedBytes > 0 {
+			shared = s.SharedBytes
+		}
 		if err := f.SetMaxDynamicShared(shared); err != nil {
 			return err
 		}

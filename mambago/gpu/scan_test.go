@@ -72,4 +72,15 @@ func TestOnePassSharedMatchesKernel(t *testing.T) {
 	if _, err := cuda.Compile(src+checks.String(), "scan_onepass.cu", "sm_90", "--std=c++17"); err != nil {
 		t.Fatal(err)
 	}
+	// A build with other tiles and rings (the tuning knobs) against
+	// OnePassShared.
+	checks.Reset()
+	for _, spt := range []int{2, 4} {
+		fmt.Fprintf(&checks, "static_assert(onepass_shared(%d, onepass_config<%d>::TL, onepass_config<%d>::BUF, 2) == %d, "+
+			"\"gpu.OnePassShared differs from the kernel's size\");\n", spt, spt, spt, OnePassShared(spt, 16*spt, 6-spt, 2))
+	}
+	if _, err := cuda.Compile(src+checks.String(), "scan_onepass.cu", "sm_90", "--std=c++17",
+		"-DOP_TL2=32", "-DOP_BUF2=4", "-DOP_TL4=64", "-DOP_BUF4=2"); err != nil {
+		t.Fatal(err)
+	}
 }
