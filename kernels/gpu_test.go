@@ -438,7 +438,8 @@ func bf16Bits(v []float32) (rounded []float32, packed []float32) {
 
 // TestGEMVKernel checks the decode GEMV (kernels/step.cu) against float64
 // for every split, with one and four rows to a warp group (gemv_, gemv_r4_;
-// the rows counts leave partial groups), with and without the RMSNorm folded in, writing and
+// the rows counts leave partial groups; at B=1 the one-sequence entries
+// too, which must give the same bits), with and without the RMSNorm folded in, writing and
 // accumulating, on the vector path (K a multiple of 16 bytes' worth of
 // weights) and the scalar one, in f32 and bf16 weights.
 func TestGEMVKernel(t *testing.T) {
@@ -482,6 +483,21 @@ func TestGEMVKernel(t *testing.T) {
 						t.Fatal(err)
 					}
 					got := download(t, s, bo, tc.B*tc.rows)
+					if tc.B == 1 { // the one-sequence entry: the same bits
+						b1 := poisoned(t, s, tc.rows)
+						if tc.accu {
+							b1 = upload(t, s, out0)
+						}
+						if err := fn(kernel+"b1_"+sfx).Launch(grid, cuda.D1(256), 0, s, bx.Ptr, ldx, nptr, float32(eps), bW.Ptr,
+							bb.Ptr, b1.Ptr, tc.rows, accu, tc.B, K, tc.rows, split); err != nil {
+							t.Fatal(err)
+						}
+						for i, v := range download(t, s, b1, tc.rows) {
+							if math.Float32bits(v) != math.Float32bits(got[i]) {
+								t.Fatalf("%s: %sb1_%s gives %v at %d, %s%s %v", name, kernel, sfx, v, i, kernel, sfx, got[i])
+							}
+						}
+					}
 					want := make([]float64, tc.B*tc.rows)
 					for b := 0; b < tc.B; b++ {
 						scale := 1.0

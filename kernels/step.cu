@@ -32,6 +32,16 @@
 #define STEP_WARPS 8
 #define STEP_MAXK 8  // the longest conv kernel, as MAX_K in conv.cu
 
+// The GEMVs' entries come in two widths: for up to STEP_MAXB sequences, and,
+// with _b1 in their names, for one. A lane keeps ROWS x MAXB sums, so the
+// one-sequence entries hold a quarter of the registers (more warps an SM)
+// and walk their slices of k STEP_UNROLL_B1 at a time, every weight load of
+// those slices in flight together. Per sequence their arithmetic is the same
+// as the wide entries', in the same order: the same bits.
+#ifndef STEP_UNROLL_B1
+#define STEP_UNROLL_B1 2
+#endif
+
 // widen turns 16 bytes of T, as loaded (one uint4), into floats; the
 // pointer argument only picks T.
 __device__ __forceinline__ void widen(uint4 v, const float *, float *out) {
@@ -61,11 +71,12 @@ __device__ __forceinline__ void unpack(const T *w, float *out) {
     widen(*reinterpret_cast<const uint4 *>(w), w, out);
 }
 
-// pick returns acc[i] for a run-time i < STEP_MAXB (acc stays in registers).
-__device__ __forceinline__ float pick(const float acc[STEP_MAXB], int i) {
+// pick returns acc[i] for a run-time i < MAXB (acc stays in registers).
+template <int MAXB>
+__device__ __forceinline__ float pick(const float (&acc)[MAXB], int i) {
     float v = 0.f;
 #pragma unroll
-    for (int b = 0; b < STEP_MAXB; b++)
+    for (int b = 0; b < MAXB; b++)
         if (b == i) v = acc[b];
     return v;
 }
@@ -73,22 +84,24 @@ __device__ __forceinline__ float pick(const float acc[STEP_MAXB], int i) {
 // Sums of ROWS consecutive output rows n0 .. n0 + ROWS - 1 (those below
 // rows) over a warp's slices of k: dot[r][b] = sum W[n0 + r, k] * x[b, k] *
 // normw[k] (normw may be nullptr, meaning 1), and, when normw is set, ss[b]
-// = sum x[b, k]^2 over the same k. Each slice of x and normw is read once
-// for the ROWS rows, whose weight loads are all in flight before the FMAs.
-// Lanes hold partial sums.
-template <int ROWS, class T>
+// = sum x[b, k]^2 over the same k, for b < B <= MAXB. Each slice of x and
+// normw is read once for the ROWS rows, whose weight loads are all in
+// flight before the FMAs (those of UNROLL slices at a time). Lanes hold
+// partial sums.
+template <int ROWS, int MAXB, int UNROLL, class T>
 __device__ __forceinline__ void rows_dot(const T *__restrict__ W, int n0, int rows, int K, const float *__restrict__ x,
                                          int ldx, const float *__restrict__ normw, int B, int slice, int split,
-                                         float dot[ROWS][STEP_MAXB], float ss[STEP_MAXB]) {
+                                         float (&dot)[ROWS][MAXB], float (&ss)[MAXB]) {
     constexpr int V = 16 / sizeof(T);
     int lane = threadIdx.x & 31;
 #pragma unroll
-    for (int b = 0; b < STEP_MAXB; b++) {
+    for (int b = 0; b < MAXB; b++) {
         ss[b] = 0.f;
 #pragma unroll
         for (int r = 0; r < ROWS; r++) dot[r][b] = 0.f;
     }
     if (K % V == 0 && ldx % 4 == 0) {
+#pragma unroll UNROLL
         for (int k = (slice * 32 + lane) * V; k < K; k += 32 * V * split) {
             uint4 raw[ROWS];
 #pragma unroll
@@ -101,7 +114,7 @@ __device__ __forceinline__ void rows_dot(const T *__restrict__ W, int n0, int ro
                 else nw[i] = nw[i + 1] = nw[i + 2] = nw[i + 3] = 1.f;
             }
 #pragma unroll
-            for (int b = 0; b < STEP_MAXB; b++) {
+            for (int b = 0; b < MAXB; b++) {
                 if (b < B) {
                     float xv[V];
 #pragma unroll
@@ -130,7 +143,7 @@ __device__ __forceinline__ void rows_dot(const T *__restrict__ W, int n0, int ro
 #pragma unroll
             for (int r = 0; r < ROWS; r++) wv[r] = n0 + r < rows ? to_f32(W[(size_t)(n0 + r) * K + k]) : 0.f;
 #pragma unroll
-            for (int b = 0; b < STEP_MAXB; b++)
+            for (int b = 0; b < MAXB; b++)
                 if (b < B) {
                     float xv = x[(size_t)b * ldx + k];
                     ss[b] += xv * xv;
@@ -142,25 +155,25 @@ __device__ __forceinline__ void rows_dot(const T *__restrict__ W, int n0, int ro
 }
 
 // group_rows runs body(n, v) for every output row n < rows of the block's
-// rows, with v[b] = sum_k W[n, k] * x'[b, k] for b < B (x' is x, or
+// rows, with v[b] = sum_k W[n, k] * x'[b, k] for b < B <= MAXB (x' is x, or
 // rmsnorm(x) * normw with a norm weight), in lanes b < B of the first warp
 // of the row's group. A group of split warps shares ROWS consecutive rows
 // (rows_dot). The loop over rows has the same trip count in every warp, for
 // the barrier that joins a group's partial sums.
-template <int ROWS, class T, class Body>
+template <int ROWS, int MAXB, int UNROLL, class T, class Body>
 __device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const float *__restrict__ x, int ldx,
                                            const float *__restrict__ normw, float eps, int B, int rows, int split,
                                            Body body) {
-    __shared__ float part[STEP_WARPS][ROWS][STEP_MAXB], sqpart[STEP_WARPS][STEP_MAXB];
+    __shared__ float part[STEP_WARPS][ROWS][MAXB], sqpart[STEP_WARPS][MAXB];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, per = STEP_WARPS / split * ROWS;
     int slice = warp % split, first = warp - slice;
     for (int base = blockIdx.x * per; base < rows; base += gridDim.x * per) {
         int n0 = base + warp / split * ROWS;
-        float dot[ROWS][STEP_MAXB] = {}, ss[STEP_MAXB] = {};  // stay 0 in a group past the last row
+        float dot[ROWS][MAXB] = {}, ss[MAXB] = {};  // stay 0 in a group past the last row
         bool live = n0 < rows;
-        if (live) rows_dot<ROWS>(W, n0, rows, K, x, ldx, normw, B, slice, split, dot, ss);
+        if (live) rows_dot<ROWS, MAXB, UNROLL>(W, n0, rows, K, x, ldx, normw, B, slice, split, dot, ss);
 #pragma unroll
-        for (int b = 0; b < STEP_MAXB; b++) {  // B and normw are the same in every lane
+        for (int b = 0; b < MAXB; b++) {  // B and normw are the same in every lane
             if (b < B && normw) ss[b] = warp_sum(live ? ss[b] : 0.f);
 #pragma unroll
             for (int r = 0; r < ROWS; r++)
@@ -215,12 +228,13 @@ __device__ __forceinline__ void pdl_start(const T *W, int K, int rows, int split
 
 // gemv: out[b, n] (+)= sum_k W[n, k] * x'[b, k] + bias[n] for n < rows, with
 // x' as in group_rows; bias may be nullptr; accumulate adds to out.
-template <int ROWS, class T>
+template <int ROWS, int MAXB, int UNROLL, class T>
 __device__ void gemv(const float *x, int ldx, const float *__restrict__ normw, float eps, const T *__restrict__ W,
                      const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows,
                      int split) {
+    if (B > MAXB) __trap();  // gpu's gemvPlan picks a one-sequence entry only for B = 1
     pdl_start<ROWS>(W, K, rows, split);
-    group_rows<ROWS>(W, K, x, ldx, normw, eps, B, rows, split, [&](int n, float v) {
+    group_rows<ROWS, MAXB, UNROLL>(W, K, x, ldx, normw, eps, B, rows, split, [&](int n, float v) {
         int lane = threadIdx.x & 31;
         v += bias ? bias[n] : 0.f;
         float *o = out + (size_t)lane * ldo + n;
@@ -229,13 +243,14 @@ __device__ void gemv(const float *x, int ldx, const float *__restrict__ normw, f
 }
 
 // step_in: the block's first stages, from the residual stream h to xz.
-template <int ROWS, class T>
+template <int ROWS, int MAXB, int UNROLL, class T>
 __device__ void step_in(const float *__restrict__ h, const float *__restrict__ normw, float eps,
                         const T *__restrict__ W, const float *__restrict__ in_bias, const float *__restrict__ conv_w,
                         const float *__restrict__ conv_b, float *__restrict__ win, float *__restrict__ xz, int B,
                         int d, int E, int K, int split) {
+    if (B > MAXB) __trap();  // as in gemv
     pdl_start<ROWS>(W, d, 2 * E, split);
-    group_rows<ROWS>(W, d, h, d, normw, eps, B, 2 * E, split, [&](int n, float v) {
+    group_rows<ROWS, MAXB, UNROLL>(W, d, h, d, normw, eps, B, 2 * E, split, [&](int n, float v) {
         int lane = threadIdx.x & 31;
         v += in_bias ? in_bias[n] : 0.f;
         float *row = xz + (size_t)lane * 2 * E;
@@ -258,8 +273,9 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
     });
 }
 
-// Each GEMV has two entries: one row per warp group (gemv_, step_in_) and
-// four (gemv_r4_, step_in_r4_).
+// Each GEMV has four entries: one row per warp group (gemv_, step_in_) and
+// four (gemv_r4_, step_in_r4_), each for up to STEP_MAXB sequences and, with
+// _b1, for one.
 #define GEMV_PARAMS(T)                                                                                         \
     const float *x, int ldx, const float *__restrict__ normw, float eps, const T *__restrict__ W,             \
         const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows, int split
@@ -270,10 +286,20 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
         float *__restrict__ win, float *__restrict__ xz, int B, int d, int E, int K, int split
 #define STEP_IN_ARGS h, normw, eps, W, in_bias, conv_w, conv_b, win, xz, B, d, E, K, split
 #define STEP_GEMV(sfx, T)                                                                                      \
-    extern "C" __global__ void gemv_##sfx(GEMV_PARAMS(T)) { gemv<1, T>(GEMV_ARGS); }                           \
-    extern "C" __global__ void gemv_r4_##sfx(GEMV_PARAMS(T)) { gemv<4, T>(GEMV_ARGS); }                        \
-    extern "C" __global__ void step_in_##sfx(STEP_IN_PARAMS(T)) { step_in<1, T>(STEP_IN_ARGS); }               \
-    extern "C" __global__ void step_in_r4_##sfx(STEP_IN_PARAMS(T)) { step_in<4, T>(STEP_IN_ARGS); }
+    extern "C" __global__ void gemv_##sfx(GEMV_PARAMS(T)) { gemv<1, STEP_MAXB, 1, T>(GEMV_ARGS); }             \
+    extern "C" __global__ void gemv_r4_##sfx(GEMV_PARAMS(T)) { gemv<4, STEP_MAXB, 1, T>(GEMV_ARGS); }          \
+    extern "C" __global__ void gemv_b1_##sfx(GEMV_PARAMS(T)) { gemv<1, 1, STEP_UNROLL_B1, T>(GEMV_ARGS); }     \
+    extern "C" __global__ void gemv_r4_b1_##sfx(GEMV_PARAMS(T)) { gemv<4, 1, STEP_UNROLL_B1, T>(GEMV_ARGS); }  \
+    extern "C" __global__ void step_in_##sfx(STEP_IN_PARAMS(T)) { step_in<1, STEP_MAXB, 1, T>(STEP_IN_ARGS); } \
+    extern "C" __global__ void step_in_r4_##sfx(STEP_IN_PARAMS(T)) {                                          \
+        step_in<4, STEP_MAXB, 1, T>(STEP_IN_ARGS);                                                            \
+    }                                                                                                          \
+    extern "C" __global__ void step_in_b1_##sfx(STEP_IN_PARAMS(T)) {                                          \
+        step_in<1, 1, STEP_UNROLL_B1, T>(STEP_IN_ARGS);                                                       \
+    }                                                                                                          \
+    extern "C" __global__ void step_in_r4_b1_##sfx(STEP_IN_PARAMS(T)) {                                       \
+        step_in<4, 1, STEP_UNROLL_B1, T>(STEP_IN_ARGS);                                                       \
+    }
 EACH_DTYPE(STEP_GEMV)
 
 // step_scan_f32: a warp per (channel c, sequence b); grid (ceil(E /

@@ -129,6 +129,11 @@ type Engine struct {
 	// more (0 means 1). New sets 4 (a bf16 2.8b step on the H200: 3.00 ms
 	// against 3.31; 1.4b unchanged). Set it before capturing a step graph.
 	GEMVRows int
+	// GEMVOneSequence runs a B=1 decode step's GEMVs on their one-sequence
+	// entries (kernels/step.cu's _b1 kernels: fewer registers, more warps an
+	// SM, the same bits). New turns it on. Set it before capturing a step
+	// graph.
+	GEMVOneSequence bool
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -144,7 +149,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		MemsetKernels: true, HoistMemsets: true}
+		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4
 	}

@@ -225,20 +225,40 @@ func decodeMatchesPrefill(t *testing.T, cfg checkpoint.Config) {
 // bit of the decode step: eager steps and a captured step graph with
 // DecodePDL give what plain launches give, logits and state.
 func TestDecodePDLMatches(t *testing.T) {
+	decodeSettingMatches(t, "PDL", 128, []int{1, 3}, func(e *gpu.Engine, on bool) { e.DecodePDL = on })
+}
+
+// TestDecodeOneSequenceMatches checks that the one-sequence GEMV entries
+// (Engine.GEMVOneSequence, taken at B=1) change no bit of the decode step,
+// with one row and four to a warp group (d = 256: in_proj's 1024 rows take
+// four).
+func TestDecodeOneSequenceMatches(t *testing.T) {
+	for _, rows := range []int{1, 4} {
+		decodeSettingMatches(t, fmt.Sprintf("one-sequence GEMVs, rows %d", rows), 256, []int{1},
+			func(e *gpu.Engine, on bool) { e.GEMVOneSequence, e.GEMVRows = on, rows })
+	}
+}
+
+// decodeSettingMatches runs, from the same weights, tokens and prefill, four
+// eager decode steps and a captured step graph on two engines, one with a
+// setting off and one with it on (set), at each batch in Bs, f32 and bf16,
+// and requires the same bits: logits and every layer's state.
+func decodeSettingMatches(t *testing.T, setting string, d int, Bs []int, set func(e *gpu.Engine, on bool)) {
 	gputest.Need(t)
-	cfg := fixture.Shape(128, 4, 500)
+	cfg := fixture.Shape(d, 4, 500)
 	w := fixture.RandomWeights(cfg, rand.Uint64())
 	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16} {
-		plain, pdl := newEngine(t, w, dt), newEngine(t, w, dt)
-		plain.DecodePDL, pdl.DecodePDL = false, true
-		for _, B := range []int{1, 3} {
+		off, on := newEngine(t, w, dt), newEngine(t, w, dt)
+		set(off, false)
+		set(on, true)
+		for _, B := range Bs {
 			ids := make([]int64, B*9)
 			for i := range ids {
 				ids[i] = rand.Int64N(int64(cfg.Vocab))
 			}
 			var states [2]engine.State
 			var logits [2][]float32
-			for i, e := range []*gpu.Engine{plain, pdl} {
+			for i, e := range []*gpu.Engine{off, on} {
 				st, err := e.NewState(B)
 				if err != nil {
 					t.Fatal(err)
@@ -265,14 +285,14 @@ func TestDecodePDLMatches(t *testing.T) {
 			}
 			for i := range logits[0] {
 				if math.Float32bits(logits[0][i]) != math.Float32bits(logits[1][i]) {
-					t.Fatalf("%s B=%d: logit %d is %v with PDL, %v without", dt, B, i, logits[1][i], logits[0][i])
+					t.Fatalf("%s B=%d: logit %d is %v with %s, %v without", dt, B, i, logits[1][i], setting, logits[0][i])
 				}
 			}
 			for l := 0; l < cfg.Layers; l++ {
 				a, _ := states[0].SSMState(l)
 				b, _ := states[1].SSMState(l)
 				if e := fixture.RelErr(b, a); e != 0 {
-					t.Errorf("%s B=%d: layer %d state differs with PDL by %.3g", dt, B, l, e)
+					t.Errorf("%s B=%d: layer %d state differs with %s by %.3g", dt, B, l, setting, e)
 				}
 			}
 		}

@@ -57,7 +57,7 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	}
 	block, eps := cuda.D1(32*stepWarps), float32(c.Eps)
 	dbl := R + 2*N
-	in, x, out := e.gemvPlan("step_in", 2*E, d), e.gemvPlan("gemv", dbl, E), e.gemvPlan("gemv", d, E)
+	in, x, out := e.gemvPlan("step_in", 2*E, d, B), e.gemvPlan("gemv", dbl, E, B), e.gemvPlan("gemv", d, E, B)
 	for l, g := range e.layers {
 		if err := e.launchStep(in.kernel, in.grid, block, 0, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
 			g.conv, g.convBias, s.conv(l), ws.xz.Ptr, B, d, E, K, in.split); err != nil {
@@ -82,7 +82,7 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 			return err
 		}
 	}
-	head := e.gemvPlan("gemv", V, d)
+	head := e.gemvPlan("gemv", V, d, B)
 	return e.launchStep(head.kernel, head.grid, block, 0, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits,
 		V, 0, B, d, V, head.split)
 }
@@ -96,9 +96,10 @@ type gemvLaunch struct {
 }
 
 // gemvPlan lays out a GEMV of rows rows of K weights for kernel ("gemv" or
-// "step_in"): the split by gemvSplit unless GEMVSplit fixes it, and
-// GEMVRows rows to a group for GEMVs of 1024 rows or more.
-func (e *Engine) gemvPlan(kernel string, rows, K int) gemvLaunch {
+// "step_in") over B sequences: the split by gemvSplit unless GEMVSplit
+// fixes it, GEMVRows rows to a group for GEMVs of 1024 rows or more, and
+// the one-sequence entry at B=1 where GEMVOneSequence asks for it.
+func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 	split := gemvSplit(rows, K, e.dt.Size())
 	if e.GEMVSplit > 0 {
 		split = e.GEMVSplit
@@ -106,6 +107,9 @@ func (e *Engine) gemvPlan(kernel string, rows, K int) gemvLaunch {
 	group := 1
 	if e.GEMVRows == 4 && rows >= 1024 {
 		group, kernel = 4, kernel+"_r4"
+	}
+	if B == 1 && e.GEMVOneSequence {
+		kernel += "_b1"
 	}
 	per := stepWarps / split * group // rows per block
 	return gemvLaunch{kernel: e.typed(kernel), grid: cuda.D1(min((rows+per-1)/per, 65535)), split: split}

@@ -1,0 +1,89 @@
+package kernels_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/mambago/mambago/internal/gputest"
+	"github.com/mambago/mambago/mambago/cuda"
+)
+
+// BenchmarkGEMVOneSequence times the decode GEMVs of kernels/step.cu at B=1,
+// bf16 weights, at the 2.8b shape's sizes (in_proj's 10240 rows of 2560,
+// out_proj's 2560 of 5120, x_proj's 192 of 5120, the LM head's 50280 of
+// 2560): the entry for up to 8 sequences (gemv_r4_, or gemv_ below 1024
+// rows) against the one-sequence entry (_b1) built with STEP_UNROLL_B1 1,
+// 2 and 4, each at the split the engine takes (gpu.gemvSplit). The weights
+// rotate over copies that together exceed L2, as a step's layers do. The
+// builds take turns (9 rounds of 20 launches, CUDA events), and each
+// logs its median launch in µs and its ratio to the wide entry's.
+func BenchmarkGEMVOneSequence(b *testing.B) {
+	d, _, s, src, timer := kernelBench(b, "step.cu")
+	builds := []struct{ name, opts, suffix string }{
+		{"wide", "", ""}, {"b1 unroll1", "-DSTEP_UNROLL_B1=1", "b1_"},
+		{"b1 unroll2", "-DSTEP_UNROLL_B1=2", "b1_"}, {"b1 unroll4", "-DSTEP_UNROLL_B1=4", "b1_"},
+	}
+	mods := make([]*cuda.Module, len(builds))
+	for i, bd := range builds {
+		if bd.opts == "" {
+			mods[i] = loadSource(b, d, src, "step.cu")
+		} else {
+			mods[i] = loadSource(b, d, src, "step.cu", bd.opts)
+		}
+	}
+	const rounds, runs = 9, 20
+	for range b.N {
+		for _, sh := range []struct {
+			name           string
+			rows, K, split int
+		}{{"in_proj", 10240, 2560, 2}, {"out_proj", 2560, 5120, 2}, {"x_proj", 192, 5120, 8}, {"lm_head", 50280, 2560, 2}} {
+			kernel := "gemv_r4_"
+			group := 4
+			if sh.rows < 1024 {
+				kernel, group = "gemv_", 1
+			}
+			copies := max(1, (200<<20)/(2*sh.rows*sh.K)+1) // over L2's 50 MB, at least 200 MB in all
+			var ws []*cuda.Buffer
+			for range copies {
+				_, packed := bf16Bits(randn(sh.rows*sh.K, 0.05))
+				ws = append(ws, upload(b, s, packed))
+			}
+			x, bias := upload(b, s, randn(sh.K, 1)), upload(b, s, randn(sh.rows, 1))
+			out := poisoned(b, s, sh.rows)
+			per := 8 / sh.split * group
+			grid := cuda.D1((sh.rows + per - 1) / per)
+			launches := make([]func() error, len(builds))
+			for i, bd := range builds {
+				f, err := mods[i].Function(kernel + bd.suffix + "bf16")
+				if err != nil {
+					b.Fatal(err)
+				}
+				next := 0
+				launches[i] = func() error {
+					w := ws[next%copies]
+					next++
+					return f.Launch(grid, cuda.D1(256), 0, s, x.Ptr, sh.K, cuda.Ptr(0), float32(0), w.Ptr, bias.Ptr,
+						out.Ptr, sh.rows, 0, 1, sh.K, sh.rows, sh.split)
+				}
+			}
+			times := make([][]float64, len(builds))
+			for range rounds {
+				for i := range builds {
+					for range runs {
+						times[i] = append(times[i], timer.ms(b, launches[i]))
+					}
+				}
+			}
+			line := fmt.Sprintf("gemv %-8s %5d x %4d (%5.1f MB)", sh.name, sh.rows, sh.K, float64(2*sh.rows*sh.K)/1e6)
+			base := gputest.Median(times[0])
+			for i, bd := range builds {
+				m := gputest.Median(times[i])
+				line += fmt.Sprintf("  %s %.2f us (%.3fx, %.2f TB/s)", bd.name, 1e3*m, m/base, float64(2*sh.rows*sh.K)/(m*1e-3)/1e12)
+			}
+			b.Log(line)
+			for _, buf := range append(ws, x, bias, out) {
+				buf.Free()
+			}
+		}
+	}
+}
