@@ -204,9 +204,12 @@ __device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const
         }
         if (slice == 0 && lane < B) {
             float scale = normw ? rsqrtf(q / K + eps) : 1.f;
+            // The scaled sum rounded on its own (__fmul_rn), so that ptxas
+            // cannot fuse it into the body's bias add in one entry and not
+            // in another: every width and unrolling gives the same bits.
 #pragma unroll
             for (int r = 0; r < ROWS; r++)
-                if (n0 + r < rows) body(n0 + r, normw ? v[r] * scale : v[r]);
+                if (n0 + r < rows) body(n0 + r, normw ? __fmul_rn(v[r], scale) : v[r]);
         }
     }
 }
