@@ -280,6 +280,23 @@ if [[ $mode == scanknobs ]]; then
   scan_stalls 4
   exit $status
 fi
+if [[ $mode == gemv ]]; then
+  echo "== the decode GEMVs against float64 and the one-sequence entries' bits; the decode step's bit checks"
+  timeout 120 .carry/kernels.test -test.v -test.run 'GEMVKernel' 2>&1 > "$OUT/gemv_test.log" || status=1
+  grep -E "^(--- FAIL|ok|FAIL|PASS)|b1" "$OUT/gemv_test.log" | head
+  timeout 200 .carry/gpu.test -test.v -test.run 'DecodeOneSequence|DecodePDL|DecodeMatchesPrefill' 2>&1 > "$OUT/decode_test.log" || status=1
+  grep -E "^(--- |ok|FAIL|PASS)" "$OUT/decode_test.log" | head
+  timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/gpu.test -test.run 'DecodeOneSequence|DecodeMatchesPrefill' \
+    > "$OUT/memcheck_decode.log" 2>&1 || status=1
+  echo "memcheck decode: $(grep 'ERROR SUMMARY' "$OUT/memcheck_decode.log" | tail -1)"
+  echo "== each 2.8b GEMV alone, wide against one-sequence builds taking turns (BenchmarkGEMVOneSequence)"
+  timeout 200 .carry/kernels.test -test.v -test.run '^$' -test.bench GEMVOneSequence -test.benchtime 1x 2>&1 | tee "$OUT/gemv_bench.log" \
+    | grep -E "gemv |FAIL|panic" | sed 's/^ *gemv_bench_test.go:[0-9]*: //'
+  echo "== 1.4b and 2.8b decode step graphs, B=1 (BenchmarkBigShapes' decode paths)"
+  timeout 300 .carry/gpu.test -test.run '^$' -test.bench 'BigShapes/.*/kernels_rows4' -test.benchtime 200x 2>&1 \
+    | tee "$OUT/decode_bench.log" | grep -E "us/step|FAIL|panic"
+  exit $status
+fi
 if [[ $mode == onepass ]]; then
   echo "== the scan and dt_proj kernels against float64"
   .carry/kernels.test -test.v -test.run 'ConvAndScan|DTProj' 2>&1 > "$OUT/scan_test.log" || status=1
@@ -404,7 +421,7 @@ if [[ $mode == decodeprof ]]; then
   # Why the kernels take what they take: pipe use and warp stall reasons, for
   # a few launches of the decode kernels and of the bf16 prefill's scan.
   sections="--section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section Occupancy"
-  timeout 200 ncu --clock-control none -k 'regex:step_in_bf16|gemv_bf16|step_scan' --launch-skip 100 --launch-count 6 $sections \
+  timeout 200 ncu --clock-control none -k 'regex:step_in(_r4)?(_b1)?_bf16|gemv(_r4)?(_b1)?_bf16|step_scan' --launch-skip 100 --launch-count 6 $sections \
     .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/bfloat16/B1_step_graph$' -test.benchtime 3x > "$OUT/decode_ncu_detail.log" 2>&1
   timeout 200 ncu --clock-control none -k 'regex:scan_chunk|dt_proj' --launch-skip 30 --launch-count 6 $sections \
     .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/bfloat16/B1_T2048$' -test.benchtime 1x > "$OUT/scan_ncu.log" 2>&1
