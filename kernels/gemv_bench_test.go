@@ -13,7 +13,8 @@ import (
 // out_proj's 2560 of 5120, x_proj's 192 of 5120, the LM head's 50280 of
 // 2560): the entry for up to 8 sequences (gemv_r4_, or gemv_ below 1024
 // rows) against the one-sequence entry (_b1) built with STEP_UNROLL_B1 1,
-// 2 and 4, each at the split the engine takes (gpu.gemvSplit). The weights
+// 2 and 4, each at the split the engine takes (gpu.gemvSplit), and the
+// one-sequence build of unroll 2 at twice that split. The weights
 // rotate over copies that together exceed L2, as a step's layers do. The
 // builds take turns (9 rounds of 20 launches, CUDA events), and each
 // logs its median launch in µs and its ratio to the wide entry's.
@@ -50,25 +51,39 @@ func BenchmarkGEMVOneSequence(b *testing.B) {
 			}
 			x, bias := upload(b, s, randn(sh.K, 1)), upload(b, s, randn(sh.rows, 1))
 			out := poisoned(b, s, sh.rows)
-			per := 8 / sh.split * group
-			grid := cuda.D1((sh.rows + per - 1) / per)
-			launches := make([]func() error, len(builds))
+			// Each build at the engine's split, then the default one-sequence
+			// build (unroll 2) at twice that split.
+			type variant struct {
+				name  string
+				mod   *cuda.Module
+				sfx   string
+				split int
+			}
+			var vs []variant
 			for i, bd := range builds {
-				f, err := mods[i].Function(kernel + bd.suffix + "bf16")
+				vs = append(vs, variant{bd.name, mods[i], bd.suffix, sh.split})
+			}
+			if 2*sh.split <= 8 {
+				vs = append(vs, variant{fmt.Sprintf("b1 unroll2 split%d", 2*sh.split), mods[2], "b1_", 2 * sh.split})
+			}
+			launches := make([]func() error, len(vs))
+			for i, v := range vs {
+				f, err := v.mod.Function(kernel + v.sfx + "bf16")
 				if err != nil {
 					b.Fatal(err)
 				}
+				grid := cuda.D1((sh.rows + 8/v.split*group - 1) / (8 / v.split * group))
 				next := 0
 				launches[i] = func() error {
 					w := ws[next%copies]
 					next++
 					return f.Launch(grid, cuda.D1(256), 0, s, x.Ptr, sh.K, cuda.Ptr(0), float32(0), w.Ptr, bias.Ptr,
-						out.Ptr, sh.rows, 0, 1, sh.K, sh.rows, sh.split)
+						out.Ptr, sh.rows, 0, 1, sh.K, sh.rows, v.split)
 				}
 			}
-			times := make([][]float64, len(builds))
+			times := make([][]float64, len(vs))
 			for range rounds {
-				for i := range builds {
+				for i := range vs {
 					for range runs {
 						times[i] = append(times[i], timer.ms(b, launches[i]))
 					}
@@ -76,9 +91,9 @@ func BenchmarkGEMVOneSequence(b *testing.B) {
 			}
 			line := fmt.Sprintf("gemv %-8s %5d x %4d (%5.1f MB)", sh.name, sh.rows, sh.K, float64(2*sh.rows*sh.K)/1e6)
 			base := gputest.Median(times[0])
-			for i, bd := range builds {
+			for i, v := range vs {
 				m := gputest.Median(times[i])
-				line += fmt.Sprintf("  %s %.2f us (%.3fx, %.2f TB/s)", bd.name, 1e3*m, m/base, float64(2*sh.rows*sh.K)/(m*1e-3)/1e12)
+				line += fmt.Sprintf("  %s %.2f us (%.3fx, %.2f TB/s)", v.name, 1e3*m, m/base, float64(2*sh.rows*sh.K)/(m*1e-3)/1e12)
 			}
 			b.Log(line)
 			for _, buf := range append(ws, x, bias, out) {

@@ -447,7 +447,7 @@ func TestGEMVKernel(t *testing.T) {
 	const eps = 1e-5
 	for _, sfx := range []string{"f32", "bf16"} {
 		for _, K := range []int{64, 770, 2048} {
-			for _, sp := range []struct{ split, rows int }{{1, 1}, {2, 1}, {4, 1}, {8, 1}, {1, 4}, {2, 4}, {8, 4}} {
+			for _, sp := range []struct{ split, rows int }{{1, 1}, {2, 1}, {4, 1}, {8, 1}, {1, 4}, {2, 4}, {4, 4}, {8, 4}} {
 				split, kernel := sp.split, "gemv_"
 				if sp.rows == 4 {
 					kernel = "gemv_r4_"

@@ -208,7 +208,8 @@ func BenchmarkScan130m(b *testing.B) {
 // with the single-token kernels as New sets them up, with four rows to a
 // warp group in the big GEMVs (Engine.GEMVRows) at the default split and at
 // split 1, each on the entries for up to 8 sequences and for one
-// (Engine.GEMVOneSequence, _b1), and on the prefill path at T = 1 with cuBLAS GEMVs
+// (Engine.GEMVOneSequence, _b1), at split 4 on the one-sequence entries, and
+// on the prefill path at T = 1 with cuBLAS GEMVs
 // (DecodeKernelMaxB < 0); then B=1 and B=8, T=2048 prefills with each of
 // scanVariants, and at B=1 with dt_proj on the CUDA cores instead of the
 // tensor cores. (Measured on the H200 at 8779a0b, as BenchmarkDecodeBig:
@@ -231,6 +232,7 @@ func BenchmarkBigShapes(b *testing.B) {
 				oneSeq            bool
 			}{{"kernels", 0, 0, 1, false}, {"kernels_rows4", 0, 0, 4, false}, {"kernels_rows4_b1", 0, 0, 4, true},
 				{"kernels_rows4_split1", 0, 1, 4, false}, {"kernels_rows4_split1_b1", 0, 1, 4, true},
+				{"kernels_rows4_split4_b1", 0, 4, 4, true},
 				{"prefill_path", -1, 0, 1, false}} {
 				b.Run(path.name, func(b *testing.B) {
 					e.DecodeKernelMaxB, e.GEMVSplit, e.GEMVRows, e.GEMVOneSequence = path.maxB, path.split, path.rows, path.oneSeq
