@@ -110,6 +110,14 @@ func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 	}
 	if B == 1 && e.GEMVOneSequence {
 		kernel += "_b1"
+		// With one sequence's sums a warp has registers to spare, and rows
+		// of 8 KB or more (out_proj's E-long rows from the 1.4b shape up)
+		// go faster split four ways: 2.8b out_proj 16.61 -> 15.01 µs
+		// (BenchmarkGEMVOneSequence on the H200), while in_proj's and the
+		// LM head's 5 KB rows were slower (23.30 -> 27.20, 79.5 -> 94.6).
+		if e.GEMVSplit == 0 && rows >= 1024 && K*e.dt.Size() >= 8192 {
+			split = 4
+		}
 	}
 	per := stepWarps / split * group // rows per block
 	return gemvLaunch{kernel: e.typed(kernel), grid: cuda.D1(min((rows+per-1)/per, 65535)), split: split}
