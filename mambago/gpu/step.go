@@ -111,11 +111,12 @@ func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 	if B == 1 && e.GEMVOneSequence {
 		kernel += "_b1"
 		// With one sequence's sums a warp has registers to spare, and rows
-		// of 8 KB or more (out_proj's E-long rows from the 1.4b shape up)
-		// go faster split four ways: 2.8b out_proj 16.61 -> 15.01 µs
+		// of 4096 weights or more (out_proj's E-long rows from the 1.4b
+		// shape up; in_proj's and the LM head's rows are d long) go faster
+		// split four ways: bf16 2.8b out_proj 16.61 -> 15.01 µs
 		// (BenchmarkGEMVOneSequence on the H200), while in_proj's and the
-		// LM head's 5 KB rows were slower (23.30 -> 27.20, 79.5 -> 94.6).
-		if e.GEMVSplit == 0 && rows >= 1024 && K*e.dt.Size() >= 8192 {
+		// LM head's 2560-long rows were slower (23.30 -> 27.20, 79.5 -> 94.6).
+		if e.GEMVSplit == 0 && rows >= 1024 && K >= 4096 {
 			split = 4
 		}
 	}
