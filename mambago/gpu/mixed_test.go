@@ -150,13 +150,14 @@ func TestMixedPrecision130m(t *testing.T) {
 // against a prefill one position longer, from fresh random weights and
 // tokens: in f32 to 1e-4, in bf16 and f16 by the mixed-precision KL bar
 // (the decode step keeps its activations in f32, the prefill rounds them).
-// Two shapes: d = 64, where every GEMV row is one warp's, and d = 512, where
-// warps share rows (each split of kernels/step.cu but 1 runs); each with one
-// row to a warp group and with four (Engine.GEMVRows), which only GEMVs of
-// 1024 rows or more take (d = 512's in_proj).
+// Three shapes: d = 64, where every GEMV row is one warp's, d = 512, where
+// warps share rows (each split of kernels/step.cu but 1 runs), and d = 2048,
+// whose out_proj rows of 4096 the one-sequence entries split four ways at
+// B=1; each with one row to a warp group and with four (Engine.GEMVRows),
+// which only GEMVs of 1024 rows or more take.
 func TestDecodeMatchesPrefill(t *testing.T) {
 	gputest.Need(t)
-	for _, cfg := range []checkpoint.Config{fixture.Shape(64, 3, 300), fixture.Shape(512, 2, 1000)} {
+	for _, cfg := range []checkpoint.Config{fixture.Shape(64, 3, 300), fixture.Shape(512, 2, 1000), fixture.Shape(2048, 1, 1000)} {
 		t.Run(fmt.Sprintf("d%d", cfg.Hidden), func(t *testing.T) { decodeMatchesPrefill(t, cfg) })
 	}
 }
