@@ -12,43 +12,42 @@ import (
 	gpuengine "github.com/mambago/mambago/mambago/gpu"
 )
 
-// onePassKnob is a setting of scan_onepass.cu's tuning knobs: its NVRTC
-// options and, where it sets them, the tile and ring at 2 and 4 states a
-// thread (0: the engine's), which fix its shared memory.
+// onePassKnob is a setting of scan_onepass.cu's tuning knobs: other NVRTC
+// options, or, with spt set, the tile and ring at spt states a thread
+// (OP_TL2 and OP_BUF2, or OP_TL4 and OP_BUF4), which fix its shared memory.
 type onePassKnob struct {
-	opts       string
-	tile, ring [5]int // by states a thread
+	opts            string
+	spt, tile, ring int
 }
 
 // onePassKnobs are the settings BenchmarkOnePass compiles: the first is the
 // engine's.
 var onePassKnobs = []onePassKnob{
-	{opts: ""},
-	{opts: "-DOP_BCI=1"},
-	{opts: "-DOP_TL2=32 -DOP_BUF2=3", tile: [5]int{2: 32}, ring: [5]int{2: 3}},
-	{opts: "-DOP_TL2=32 -DOP_BUF2=4", tile: [5]int{2: 32}, ring: [5]int{2: 4}},
-	{opts: "-DOP_TL2=64 -DOP_BUF2=2", tile: [5]int{2: 64}, ring: [5]int{2: 2}},
-	{opts: "-DOP_TL2=64 -DOP_BUF2=4", tile: [5]int{2: 64}, ring: [5]int{2: 4}},
-	{opts: "-DOP_TL2=128 -DOP_BUF2=2", tile: [5]int{2: 128}, ring: [5]int{2: 2}},
-	{opts: "-DOP_TL4=32 -DOP_BUF4=3", tile: [5]int{4: 32}, ring: [5]int{4: 3}},
-	{opts: "-DOP_TL4=64 -DOP_BUF4=2", tile: [5]int{4: 64}, ring: [5]int{4: 2}},
-	{opts: "-DOP_TL4=16 -DOP_BUF4=4", tile: [5]int{4: 16}, ring: [5]int{4: 4}},
+	{}, {opts: "-DOP_BCI=1"},
+	{spt: 2, tile: 32, ring: 3}, {spt: 2, tile: 32, ring: 4}, {spt: 2, tile: 64, ring: 2},
+	{spt: 2, tile: 64, ring: 4}, {spt: 2, tile: 128, ring: 2},
+	{spt: 4, tile: 32, ring: 3}, {spt: 4, tile: 64, ring: 2}, {spt: 4, tile: 16, ring: 4},
+}
+
+// options are the knob's NVRTC options.
+func (k onePassKnob) options() string {
+	if k.spt == 0 {
+		return k.opts
+	}
+	return fmt.Sprintf("-DOP_TL%d=%d -DOP_BUF%d=%d", k.spt, k.tile, k.spt, k.ring)
 }
 
 // applies says whether the knob changes the build at spt states a thread:
-// a tile or ring of the other width leaves it the engine's.
-func (k onePassKnob) applies(spt int) bool {
-	other := 6 - spt
-	return k.tile[spt] > 0 || k.tile[other] == 0
-}
+// a tile and ring of the other width leave it the engine's.
+func (k onePassKnob) applies(spt int) bool { return k.spt == 0 || k.spt == spt }
 
 // shared is the dynamic shared memory of the knob's build at spt states a
 // thread, bf16; 0 where it is the engine's.
 func (k onePassKnob) shared(spt int) int {
-	if k.tile[spt] == 0 {
+	if k.spt != spt {
 		return 0
 	}
-	return gpuengine.OnePassShared(spt, k.tile[spt], k.ring[spt], 2)
+	return gpuengine.OnePassShared(spt, k.tile, k.ring, 2)
 }
 
 // BenchmarkOnePass times the one-pass scan alone, bf16, compiled with each
@@ -69,7 +68,7 @@ func BenchmarkOnePass(b *testing.B) {
 	const rounds, runs = 9, 25
 	mods := make([]*cuda.Module, len(onePassKnobs))
 	for i, k := range onePassKnobs {
-		mods[i] = loadSource(b, d, src, "scan_onepass.cu", strings.Fields(k.opts)...)
+		mods[i] = loadSource(b, d, src, "scan_onepass.cu", strings.Fields(k.options())...)
 	}
 	for range b.N {
 		for _, sh := range []struct {
@@ -124,7 +123,7 @@ func BenchmarkOnePass(b *testing.B) {
 				got := append(download(b, s, by, rows*sh.E/2), download(b, s, bst, sh.B*sh.E*N)...)
 				for _, w := range got[:rows*sh.E/2] {
 					if bits := math.Float32bits(w); bits&0x7f80 == 0x7f80 || bits>>16&0x7f80 == 0x7f80 {
-						b.Fatalf("%s %q: y holds a NaN or Inf: an element the kernel did not write", sh.name, k.opts)
+						b.Fatalf("%s %q: y holds a NaN or Inf: an element the kernel did not write", sh.name, k.options())
 					}
 				}
 				if want == nil {
@@ -132,7 +131,7 @@ func BenchmarkOnePass(b *testing.B) {
 				} else if !slices.EqualFunc(got, want, func(x, y float32) bool {
 					return math.Float32bits(x) == math.Float32bits(y)
 				}) {
-					b.Fatalf("%s %q: output differs from the engine's setting's", sh.name, k.opts)
+					b.Fatalf("%s %q: output differs from the engine's setting's", sh.name, k.options())
 				}
 			}
 			times := make([][]float64, len(knobs))
@@ -146,7 +145,7 @@ func BenchmarkOnePass(b *testing.B) {
 			line := fmt.Sprintf("onepass %-14s", sh.name)
 			base := gputest.Median(times[0])
 			for i, k := range knobs {
-				opts := k.opts
+				opts := k.options()
 				if opts == "" {
 					opts = "engine"
 				}
