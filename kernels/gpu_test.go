@@ -287,20 +287,24 @@ func TestConvAndScanKernels(t *testing.T) {
 		wantY, wantS := scanRef(dt, dbl, A2, Dk, st0, xz, gotU, B, T, E, N, R)
 		// The default chunk, many chunks, chunks of many stages; the plain
 		// kernels and the staged ones (every E here is a multiple of 8); and
-		// the one-pass scan at 2 and 4 states a thread where it applies.
+		// the one-pass scan at 2 and 4 states a thread where it applies,
+		// walked once and in segments (the last one short where T is not a
+		// multiple of the segments' length).
 		type variant struct {
-			chunk, onePass int
-			staged         bool
+			chunk, onePass, segments int
+			staged                   bool
 		}
-		variants := []variant{{onePass: 2}, {onePass: 4}}
+		variants := []variant{{onePass: 2}, {onePass: 4}, {onePass: 2, segments: 2}, {onePass: 2, segments: 3},
+			{onePass: 2, segments: 8}, {onePass: 4, segments: 3}}
 		for _, chunk := range []int{0, 8, 24, 136} {
 			variants = append(variants, variant{chunk: chunk}, variant{chunk: chunk, staged: true})
 		}
 		for _, v := range variants {
-			bst, by := upload(t, s, st0), poisoned(t, s, rows*E)
+			bst, by, bv := upload(t, s, st0), poisoned(t, s, rows*E), poisoned(t, s, rows*(E+3))
 			sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
 				U: bu.Ptr, D: bD.Ptr, Z: bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr,
 				B: B, T: T, E: E, N: N, Chunk: v.chunk, Staged: v.staged, OnePass: v.onePass,
+				Segments: v.segments, V: bv.Ptr, LDV: E + 3,
 				Prefetch: gpuengine.L2Span{P: bxz.Ptr, Bytes: 4 * rows * 2 * E}, PrefetchLead: 2} // a span it reads anyway, for memcheck
 			if v.onePass > 0 && !sc.OnePassApplies() {
 				continue

@@ -107,9 +107,10 @@ struct onepass_copies {
     unsigned xoff[SX], uoff[SU], boff[SB];  // bytes into the piece's tile
     size_t xstep, zstep, bstep;  // elements from a tile's rows to the next tile's
 
+    // r0 is the row of the first position walked, T the positions walked.
     __device__ __forceinline__ onepass_copies(const float *dtv, const Tv *uv, const float *zv, int ldz,
-                                              const float *dbl, int ldd, int R, int b, int T, int E, int N, int c0) {
-        size_t r0 = (size_t)b * T;
+                                              const float *dbl, int ldd, int R, size_t r0, int T, int E, int N,
+                                              int c0) {
         xstep = (size_t)TL * E, zstep = (size_t)TL * ldz, bstep = (size_t)TL * ldd;
 #pragma unroll
         for (int k = 0; k < SX; k++) {
@@ -185,7 +186,8 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
                                              const Tv *__restrict__ u, const float *__restrict__ Dskip,
                                              const float *__restrict__ z, int ldz, float *__restrict__ state,
                                              Tv *__restrict__ y, int T, int E, int N, const void *pf,
-                                             long long pf_bytes, int pf_lead) {
+                                             long long pf_bytes, int pf_lead, int Ts, float *__restrict__ vpart,
+                                             int ldv, float *__restrict__ ends, float *__restrict__ dtsum) {
     constexpr int G = OP_NS / SPT;      // threads a channel
     constexpr int CB = OP_THREADS / G;  // channels a block
     // Positions computed together: their loads first, then their decays,
@@ -209,22 +211,27 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     int b = blockIdx.y, c0 = blockIdx.x * CB, cl = threadIdx.x % CB, g = threadIdx.x / CB, c = c0 + cl;
     int n0 = g * SPT;
     bool on = c < E;
+    // The segment walked (SCAN_ONEPASS_PARAMS): positions t0 .. t0 + Tl - 1.
+    const int seg = blockIdx.z, t0 = seg * Ts, Tl = min(T, t0 + Ts) - t0;
+    const size_t r0 = (size_t)b * T + t0;
     float a[SPT], s[SPT];
 #pragma unroll
     for (int k = 0; k < SPT; k++) {
         bool live = on && n0 + k < N;
         a[k] = live ? A2[(size_t)c * N + n0 + k] : 0.f;
-        s[k] = live ? state[((size_t)b * E + c) * N + n0 + k] : 0.f;
+        s[k] = live && seg == 0 ? state[((size_t)b * E + c) * N + n0 + k] : 0.f;
     }
     float dskip = on ? Dskip[c] : 0.f;
-    int tiles = (T + TL - 1) / TL;
-    Tv *yt = y + ((size_t)b * T + g) * E + c;  // output (position g, channel c) of the tile
-    onepass_copies<SPT, CB, TL, BCW, Tv> copies(dtv, u, z, ldz, dbl, ldd, R, b, T, E, N, c0);
+    float dsum = 0.f;  // a later segment's sum of dt over this thread's outputs' positions
+    int tiles = (Tl + TL - 1) / TL;
+    Tv *yt = y + (r0 + g) * E + c;  // output (position g, channel c) of the tile
+    float *vt = vpart + (r0 + g) * ldv + c;  // the same in a later segment
+    onepass_copies<SPT, CB, TL, BCW, Tv> copies(dtv, u, z, ldz, dbl, ldd, R, r0, Tl, E, N, c0);
     auto issue = [&](int k) {  // tile k into its slot of the ring; past the last tile an empty group
         if (k < tiles) {
             int j = k % BUF;
             copies.issue(shared_addr(sdt[j]), shared_addr(su[j]), shared_addr(sz[j]), shared_addr(sBC[j]), dtv, u, z,
-                         dbl, N, T, k * TL);
+                         dbl, N, Tl, k * TL);
         }
         cp_async_commit();
     };
@@ -325,14 +332,41 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
             float v = terms[step * cl];
 #pragma unroll
             for (int q = 1; q < G; q++) v += terms[step * (q * CB + cl)];
-            Tv out = from_f32<Tv>((v + dskip * gu[o]) * silu_f(gz[o]));
-            if (on && k * TL + tt < T) yt[o * G * E] = out;
+            v += dskip * gu[o];
+            bool store = on && k * TL + tt < Tl;
+            if (seg == 0) {
+                Tv out = from_f32<Tv>(v * silu_f(gz[o]));
+                if (store) yt[o * G * E] = out;
+            } else {  // the sum before the gate, which scan_fixup completes; positions past the end have dt 0
+                if (store) vt[(size_t)o * G * ldv] = v;
+                dsum += sdt[j][tt][cl];
+            }
         }
         yt += (size_t)TL * E;
+        vt += (size_t)TL * ldv;
     }
+    if (gridDim.z == 1) {
 #pragma unroll
-    for (int k = 0; k < SPT; k++)
-        if (on && n0 + k < N) state[((size_t)b * E + c) * N + n0 + k] = s[k];
+        for (int k = 0; k < SPT; k++)
+            if (on && n0 + k < N) state[((size_t)b * E + c) * N + n0 + k] = s[k];
+    } else {  // the segment's end state from its start state, and (but segment 0's) its dt over G threads
+        size_t sc = ((size_t)seg * gridDim.y + b) * E + c;
+#pragma unroll
+        for (int k = 0; k < SPT; k++)
+            if (on && n0 + k < N) ends[sc * N + n0 + k] = s[k];
+        if (seg > 0) {
+            float *red = &sp[0][0];
+            __syncthreads();  // every thread is done with sp
+            red[threadIdx.x] = dsum;
+            __syncthreads();
+            if (g == 0 && on) {
+                float t = red[cl];
+#pragma unroll
+                for (int q = 1; q < G; q++) t += red[q * CB + cl];
+                dtsum[sc] = t;
+            }
+        }
+    }
     pdl_release();
 }
 
@@ -359,14 +393,22 @@ template <int SPT>
 struct onepass_config {
     static constexpr int TL = SPT == 2 ? OP_TL2 : OP_TL4, BUF = SPT == 2 ? OP_BUF2 : OP_BUF4;
 };
+// OP_TLS and OP_BUFS are the tile and ring of scan_onepass2s_, the entry
+// for a walk in segments (Scan.Segments): with several blocks an SM, a
+// smaller ring (46 KB at bf16 against 92) lets four of them fit.
+#ifndef OP_TLS
+#define OP_TLS 32
+#endif
+#ifndef OP_BUFS
+#define OP_BUFS 3
+#endif
 // B and C go in 16-byte pieces (4 SPT-byte ones interleaved) where dbl's
 // rows allow it, else in 4-byte ones.
-#define SCAN_ONEPASS_RUN(SPT, T)                                                                            \
+#define SCAN_ONEPASS_RUN(SPT, TL, BUF, T)                                                                   \
     if (R % 4 == 0 && ldd % 4 == 0 && N % 4 == 0 && ((size_t)dbl & 15) == 0)                                 \
-        scan_onepass<SPT, onepass_config<SPT>::TL, onepass_config<SPT>::BUF, OP_BCI ? 4 * SPT : 16, T>(     \
-            SCAN_ONEPASS_ARGS);                                                                              \
+        scan_onepass<SPT, TL, BUF, OP_BCI ? 4 * SPT : 16, T>(SCAN_ONEPASS_ARGS);                             \
     else                                                                                                     \
-        scan_onepass<SPT, onepass_config<SPT>::TL, onepass_config<SPT>::BUF, 4, T>(SCAN_ONEPASS_ARGS)
+        scan_onepass<SPT, TL, BUF, 4, T>(SCAN_ONEPASS_ARGS)
 
 // The span of pf_bytes at pf (prefetch_share; null for none) is what
 // out_proj reads next beside y: the rows of the residual stream it adds
@@ -374,17 +416,114 @@ struct onepass_config {
 // for its share pf_lead tiles before its last one: late enough that the
 // scan's own traffic does not push the rows out again, early enough for
 // them to arrive.
+//
+// A grid of gridDim.z = S > 1 walks each sequence in S segments of Ts
+// positions at once, S times the blocks (Scan.Segments): segment 0 from the
+// carried state, writing y; each later one from zero, writing its sums
+// before the gate to vpart (f32, rows of ldv) and its dt summed over the
+// segment to dtsum [S, B, E]; every segment its end state to ends
+// [S, B, E, N]. scan_fixup then adds what each later segment's true start
+// state contributes, gates, and writes y and the carried state. With S = 1
+// (Ts >= T) the walk is the whole scan, and vpart, ends and dtsum go
+// unused.
 #define SCAN_ONEPASS_PARAMS(T)                                                                                 \
     const float *__restrict__ dt, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,     \
         const T *__restrict__ u, const float *__restrict__ Dskip, const float *__restrict__ z, int ldz,            \
         float *__restrict__ state, T *__restrict__ y, int T_, int E, int N, const void *pf, long long pf_bytes,   \
-        int pf_lead
-#define SCAN_ONEPASS_ARGS dt, A2, dbl, ldd, R, u, Dskip, z, ldz, state, y, T_, E, N, pf, pf_bytes, pf_lead
+        int pf_lead, int Ts, float *__restrict__ vpart, int ldv, float *__restrict__ ends,                          \
+        float *__restrict__ dtsum
+#define SCAN_ONEPASS_ARGS \
+    dt, A2, dbl, ldd, R, u, Dskip, z, ldz, state, y, T_, E, N, pf, pf_bytes, pf_lead, Ts, vpart, ldv, ends, dtsum
 #define SCAN_ONEPASS(sfx, T)                                                                                   \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
-        SCAN_ONEPASS_RUN(2, T);                                                                                \
+        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, onepass_config<2>::BUF, T);                                 \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass4_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
-        SCAN_ONEPASS_RUN(4, T);                                                                                \
+        SCAN_ONEPASS_RUN(4, onepass_config<4>::TL, onepass_config<4>::BUF, T);                                 \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2s_##sfx(SCAN_ONEPASS_PARAMS(T)) {    \
+        SCAN_ONEPASS_RUN(2, OP_TLS, OP_BUFS, T);                                                               \
     }
 EACH_DTYPE(SCAN_ONEPASS)
+
+// scan_fixup finishes a walk in S segments (SCAN_ONEPASS_PARAMS). A later
+// segment's true state at position t is its walk's state plus
+// 2^(A2 cd(t)) s0, where s0 is the true state before the segment and cd(t)
+// the sum of dt from the segment's start through t (dt >= 0, A2 < 0). So
+// its output adds sum over n of C[t, n] s0[n] 2^(A2[n] cd(t)) to the walk's
+// sum before the gate. No term depends on the one before it, as the walk's
+// do: every position of every later segment runs in parallel, one exp a
+// (position, channel, state), about 4 instructions each.
+//
+// Grid (ceil(E / 32), S - 1, B), FX_WARPS warps a block: lane i owns channel
+// 32 blockIdx.x + i, warp w the w-th share of segment blockIdx.y + 1's
+// positions. The block first chains s0 from the segments' end states and dt
+// sums (warp w for state w), the last segment's blocks also the carried
+// state; then each warp sums dt over its positions, takes the warps before
+// it as its start, and walks its positions.
+#define FX_WARPS 16
+template <class Tv>
+__device__ __forceinline__ void scan_fixup(const float *__restrict__ dtv, const float *__restrict__ A2,
+                                           const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ z,
+                                           int ldz, const float *__restrict__ vpart, int ldv,
+                                           const float *__restrict__ ends, const float *__restrict__ dtsum,
+                                           float *__restrict__ state, Tv *__restrict__ y, int T, int E, int N,
+                                           int Ts) {
+    static_assert(FX_WARPS >= OP_NS, "a warp a state");
+    __shared__ float s0[OP_NS][32];      // the segment's start state, [state][lane]
+    __shared__ float part[FX_WARPS][32];  // each warp's sum of dt
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
+    const int seg = blockIdx.y + 1, S = gridDim.y + 1, B = gridDim.z, b = blockIdx.z;
+    const bool on = c < E;
+    float a[OP_NS];
+#pragma unroll
+    for (int n = 0; n < OP_NS; n++) a[n] = on && n < N ? A2[(size_t)c * N + n] : 0.f;
+    pdl_wait();  // the walk's outputs
+    if (w < OP_NS) {
+        float s = 0.f;
+        if (on && w < N) {
+            auto at = [&](int j) { return ((size_t)j * B + b) * E + c; };
+            float aw = A2[(size_t)c * N + w];
+            s = ends[at(0) * N + w];
+            for (int j = 1; j < seg; j++) s = ends[at(j) * N + w] + ex2(aw * dtsum[at(j)]) * s;
+            if (seg == S - 1)
+                state[((size_t)b * E + c) * N + w] = ends[at(seg) * N + w] + ex2(aw * dtsum[at(seg)]) * s;
+        }
+        s0[w][lane] = s;
+    }
+    const int t0 = seg * Ts, Tl = min(T, t0 + Ts) - t0, per = (Tl + FX_WARPS - 1) / FX_WARPS;
+    const int p0 = min(Tl, w * per), p1 = min(Tl, p0 + per);
+    const size_t r0 = (size_t)b * T + t0;
+    float sum = 0.f;
+    if (on)
+        for (int t = p0; t < p1; t++) sum += dtv[(r0 + t) * E + c];
+    part[w][lane] = sum;
+    __syncthreads();
+    float cd = 0.f, sv[OP_NS];
+    for (int q = 0; q < w; q++) cd += part[q][lane];
+#pragma unroll
+    for (int n = 0; n < OP_NS; n++) sv[n] = s0[n][lane];
+    if (on) {
+#pragma unroll 1
+        for (int t = p0; t < p1; t++) {
+            size_t r = r0 + t;
+            cd += dtv[r * E + c];
+            const float *C = dbl + r * ldd + R + N;
+            float add = 0.f;
+#pragma unroll
+            for (int n = 0; n < OP_NS; n++)
+                if (n < N) add += C[n] * (sv[n] * ex2(a[n] * cd));
+            y[r * E + c] = from_f32<Tv>((vpart[r * ldv + c] + add) * silu_f(z[r * ldz + c]));
+        }
+    }
+    pdl_release();
+}
+#define SCAN_FIXUP(sfx, T)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(FX_WARPS * 32, 2)                                             \
+        scan_fixup_##sfx(const float *__restrict__ dt, const float *__restrict__ A2, const float *__restrict__ dbl, \
+                         int ldd, int R, const float *__restrict__ z, int ldz, const float *__restrict__ vpart,      \
+                         int ldv, const float *__restrict__ ends, const float *__restrict__ dtsum,                   \
+                         float *__restrict__ state, T *__restrict__ y, int T_, int E, int N, int Ts) {               \
+        scan_fixup<T>(dt, A2, dbl, ldd, R, z, ldz, vpart, ldv, ends, dtsum, state, y, T_, E, N, Ts);             \
+    }
+EACH_DTYPE(SCAN_FIXUP)

@@ -42,6 +42,10 @@
 #   graphnode: the GPU time of a near-empty kernel node in a graph (1, one
 #             an SM and 8 an SM blocks; plain and PDL) and of a 64-row bf16
 #             GEMM node: the floor of each kernel's fixed cost;
+#   segments: the one-pass scan walked in segments (Scan.Segments): the
+#             scan kernels' tests with racecheck and memcheck, the engine's
+#             prefill tests, memcheck over TestScanVariantsMatch, then bf16
+#             prefills walked once and in segments (BenchmarkScanSegments);
 #   scanknobs: the scan's tests with racecheck and memcheck, the engine's
 #             tests that run the scan, the one-pass scan's knobs
 #             (BenchmarkOnePass, settings taking turns), and ncu's per-instruction stall
@@ -278,6 +282,23 @@ if [[ $mode == scanknobs ]]; then
     | grep -E "onepass |FAIL|differs|panic" | sed 's/^ *onepass_bench_test.go:[0-9]*: //'
   echo "== ncu source counters of the engine's one-pass scan (130m B=1 T=2048), summarized by bench/stalls.py"
   scan_stalls 4
+  exit $status
+fi
+if [[ $mode == segments ]]; then
+  echo "== the scan kernels against float64, walked once and in segments; racecheck and memcheck"
+  run_tests segments_kernels 200 .carry/kernels.test -test.v -test.run 'ConvAndScan|Spill'
+  for tool in racecheck memcheck; do
+    timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 .carry/kernels.test -test.run 'ConvAndScan' \
+      > "$OUT/${tool}_segments.log" 2>&1 || status=1
+    echo "$tool scan: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/${tool}_segments.log" | tail -1)"
+  done
+  echo "== the engine's tests that run prefills (segments on by default where OnePassSegments picks them)"
+  SHOW="segments" run_tests segments_test 300 .carry/gpu.test -test.v \
+    -test.run 'ScanVariants|TestSegments|Mixed|TestConformance|GraphsReplay|PrefillSettings|DeviceEntry|MatchesCPU|PrefillGraphCache'
+  memcheck memcheck_segments 200 .carry/gpu.test 'ScanVariantsMatch'
+  echo "== bf16 prefills, the scan walked once against in segments (BenchmarkScanSegments: graph replays)"
+  timeout 300 .carry/gpu.test -test.v -test.run '^$' -test.bench ScanSegments -test.benchtime 1x 2>&1 \
+    | tee "$OUT/segments_bench.log" | grep -E "segments |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
   exit $status
 fi
 if [[ $mode == gemv ]]; then

@@ -2,6 +2,7 @@ package gpu_test
 
 import (
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -453,6 +454,32 @@ func BenchmarkMemsetEdits(b *testing.B) {
 	}{{"memset kernels", true, false}, {"memsets hoisted", false, true}, {"memset kernels hoisted", true, true}} {
 		compareSettings(b, edit.label, shapes, func(e *gpu.Engine, on bool) {
 			e.MemsetKernels, e.HoistMemsets = on && edit.kernels, on && edit.hoist
+		})
+	}
+}
+
+// BenchmarkScanSegments times bf16 prefills with the one-pass scan walked
+// once against walked in segments (Engine.ScanSegments): OnePassSegments'
+// pick at the B=1 shapes of the bars, and 2, 4 and 8 segments at 130m B=1
+// T=2048 (compareSettings). $SEGMENT_BENCH=auto runs the first part only.
+func BenchmarkScanSegments(b *testing.B) {
+	shapes := []benchShape{{"130m", 768, 24, 1, 2048}, {"130m", 768, 24, 1, 8192}, {"370m", 1024, 48, 1, 2048},
+		{"370m", 1024, 48, 1, 8192}, {"130m", 768, 24, 2, 2048}}
+	compareSettings(b, "segments (auto)", shapes, func(e *gpu.Engine, on bool) {
+		e.ScanSegments = -1
+		if on {
+			e.ScanSegments = 0
+		}
+	})
+	if os.Getenv("SEGMENT_BENCH") == "auto" {
+		return
+	}
+	for _, S := range []int{2, 4, 8} {
+		compareSettings(b, fmt.Sprintf("segments (%d)", S), shapes[:1], func(e *gpu.Engine, on bool) {
+			e.ScanSegments = -1
+			if on {
+				e.ScanSegments = S
+			}
 		})
 	}
 }

@@ -63,6 +63,11 @@ type Engine struct {
 	// for each call's batch by OnePassStates. A device that cannot give the
 	// one-pass kernel its shared memory (up to 96 KB) runs the chunked scan.
 	ScanOnePass int
+	// ScanSegments walks the one-pass scan at 2 states a thread in that
+	// many segments of each sequence at once, then adds each later
+	// segment's start state in parallel (Scan.Segments): 0 picks by
+	// OnePassSegments for each call, a negative value or 1 walks once.
+	ScanSegments int
 	// DTProjTensorCores runs dt_proj on the tensor cores as 3xTF32
 	// (DTProj.TensorCores). New turns it on for sm_80 and later.
 	DTProjTensorCores bool

@@ -301,7 +301,8 @@ func decodeSettingMatches(t *testing.T, setting string, d int, Bs []int, set fun
 }
 
 // TestScanVariantsMatch checks the staged scan kernels (Engine.ScanStaged)
-// and the one-pass scan at 2 and 4 states a thread (Engine.ScanOnePass)
+// and the one-pass scan at 2 and 4 states a thread (Engine.ScanOnePass),
+// also walked in segments (Engine.ScanSegments),
 // against the plain chunked kernels in every dtype, through whole prefills
 // of several chunks (and a second prefill continuing from the carried
 // state). The staged kernels do the same arithmetic, so they agree exactly;
@@ -317,12 +318,14 @@ func TestScanVariantsMatch(t *testing.T) {
 		ref.ScanStaged, ref.ScanOnePass = false, -1
 		refOut, refState := prefillTwice(t, ref, ids, 2, 300, cfg.Hidden, nil)
 		for _, v := range []struct {
-			name    string
-			staged  bool
-			onePass int
-		}{{"staged scan", true, -1}, {"one-pass scan, 2 states a thread", false, 2}, {"one-pass scan, 4 states a thread", false, 4}} {
+			name              string
+			staged            bool
+			onePass, segments int
+		}{{"staged scan", true, -1, -1}, {"one-pass scan, 2 states a thread", false, 2, -1},
+			{"one-pass scan, 4 states a thread", false, 4, -1},
+			{"one-pass scan, 2 states a thread in 4 segments", false, 2, 4}} {
 			e := newEngine(t, w, dt)
-			e.ScanStaged, e.ScanOnePass = v.staged, v.onePass
+			e.ScanStaged, e.ScanOnePass, e.ScanSegments = v.staged, v.onePass, v.segments
 			out, state := prefillTwice(t, e, ids, 2, 300, cfg.Hidden, nil)
 			bound := 1e-5
 			switch {

@@ -37,6 +37,46 @@ type Scan struct {
 	// memory instead of what the engine's build needs: for builds of
 	// kernels/scan_onepass.cu with other tiles or rings (OnePassShared).
 	SharedBytes int
+	// Segments, where 2 or more and the one-pass scan runs, walks each
+	// sequence in that many segments at once and then adds what each later
+	// segment's true start state contributes (kernels/scan_onepass.cu,
+	// SCAN_ONEPASS_PARAMS and scan_fixup): more warps a scheduler where one
+	// warp's chain of T positions sets the time (B·E small). The segments
+	// are whole multiples of segmentAlign positions, so fewer may run
+	// (segmentLen); 0 or 1 walks once.
+	Segments int
+	// V, with row stride LDV floats, is [B·T, E] f32 that the segments after
+	// the first may overwrite with their sums before the gate; the engine
+	// passes xz's x half, which nothing reads after the conv.
+	V   cuda.Ptr
+	LDV int
+}
+
+// segmentAlign is the length of the segments of Scan.Segments a multiple
+// of: OP_TLS, the segmented walk's tile.
+const segmentAlign = 32
+
+// maxSegments bounds Scan.Segments (and with it the scan's scratch).
+const maxSegments = 8
+
+// segmentLen is the positions of each of a walk's segments (the last may
+// be shorter) and their count, for Segments asked of T positions: one
+// segment of T where that asks for fewer than two, at most maxSegments.
+func segmentLen(T, segments int) (Ts, S int) {
+	if segments < 2 || T <= segmentAlign {
+		return T, 1
+	}
+	segments = min(segments, maxSegments)
+	Ts = ((T+segments-1)/segments + segmentAlign - 1) / segmentAlign * segmentAlign
+	return Ts, (T + Ts - 1) / Ts
+}
+
+// segments is the walk's segment length and count for s.
+func (s Scan) segments() (Ts, S int) {
+	if !s.OnePassApplies() {
+		return s.T, 1
+	}
+	return segmentLen(s.T, s.Segments)
 }
 
 // L2Span is Bytes of device memory at P that a kernel asks L2 for, without
@@ -69,7 +109,9 @@ func scanChunk(chunk, N int) int {
 // scanScratchBound bounds ScratchFloats over every split of rows = B·T:
 // with two or more chunks, B·chunks <= 2·rows/L.
 func scanScratchBound(rows, E, N, chunk int) int {
-	n := 2 * rows / scanChunk(chunk, N) * E * (N + 1)
+	// Segments (segmentLen): S <= 8, and S > 1 only where T > 32, with
+	// S <= T/32 + 1 < T/16; so B·S <= rows/16 (and <= rows/32 for T >= 256).
+	n := max(2*rows/scanChunk(chunk, N), rows/16+1) * E * (N + 1)
 	if N > scanStates {
 		n += rows * E
 	}
@@ -80,8 +122,12 @@ func (s Scan) chunks() int { return (s.T + s.chunk() - 1) / s.chunk() }
 
 // ScratchFloats is the scratch s needs: every chunk's state [B, chunks, E, N]
 // and dt sum [B, chunks, E] (none for a single chunk), then, with N > 16,
-// the partial sums over state groups [B, T, E].
+// the partial sums over state groups [B, T, E]; for the one-pass scan in
+// segments, every segment's end state and dt sum.
 func (s Scan) ScratchFloats() int {
+	if _, S := s.segments(); S > 1 { // each segment's end state [S, B, E, N] and dt sum [S, B, E]
+		return S * s.B * s.E * (s.N + 1)
+	}
 	n := 0
 	if nch := s.chunks(); nch > 1 {
 		n += s.B * nch * s.E * (s.N + 1)
@@ -123,6 +169,24 @@ func OnePassStates(B, E, sms int) int {
 	return 0
 }
 
+// OnePassSegments is the segments (Scan.Segments) that the one-pass scan
+// at spt states a thread walks B sequences of T positions and E channels in,
+// on a device of sms SMs: as many as keep the walk's blocks within three an
+// SM (segmentShared fits four), at most 8, and none shorter than 256
+// positions; 1 where the walk has that many blocks without segments.
+//
+// The walk's time is a warp's chain of positions at one warp a scheduler
+// (130m and 370m at B=1); segments give each scheduler several shorter
+// chains, and scan_fixup's work in parallel costs about one exp a (position,
+// channel, state) of the later segments.
+func OnePassSegments(B, T, E, spt, sms int) int {
+	if spt != 2 {
+		return 1
+	}
+	blocks := B * ((E + 15) / 16)
+	return max(1, min(3*sms/blocks, maxSegments, T/256))
+}
+
 // onePassThreads is OP_THREADS in kernels/scan_onepass.cu: a block owns
 // onePassThreads·OnePass/16 channels.
 const onePassThreads = 128
@@ -132,6 +196,27 @@ const onePassThreads = 128
 func onePassKernel(spt int, dt cuda.DType) string {
 	return fmt.Sprintf("scan_onepass%d_%s", spt, dt.Suffix())
 }
+
+// segmentKernel names the one-pass entry that walks in segments at spt
+// states a thread (the plain one at 4, whose ring is small already).
+func segmentKernel(spt int, dt cuda.DType) string {
+	if spt == 4 {
+		return onePassKernel(spt, dt)
+	}
+	return fmt.Sprintf("scan_onepass%ds_%s", spt, dt.Suffix())
+}
+
+// segmentShared is segmentKernel's dynamic shared memory: tiles of
+// segmentAlign positions in a ring of 3 at 2 states (OP_TLS, OP_BUFS).
+func segmentShared(spt, size int) int {
+	if spt == 4 {
+		return onePassShared(spt, size)
+	}
+	return OnePassShared(spt, segmentAlign, 3, size)
+}
+
+// fixupThreads is FX_WARPS · 32 in kernels/scan_onepass.cu.
+const fixupThreads = 512
 
 // onePassShared is the dynamic shared memory of the engine's one-pass
 // kernel at spt states a thread (tiles of 64 positions in a ring of 3 at 2
@@ -161,18 +246,29 @@ func OnePassShared(spt, tile, ring, size int) int {
 // Launch queues the scan on stream; fn looks kernels up by name.
 func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
 	if s.OnePassApplies() {
-		f := fn(onePassKernel(s.OnePass, s.DType))
-		shared := onePassShared(s.OnePass, s.DType.Size())
+		Ts, S := s.segments()
+		name, shared := onePassKernel(s.OnePass, s.DType), onePassShared(s.OnePass, s.DType.Size())
+		if S > 1 {
+			name, shared = segmentKernel(s.OnePass, s.DType), segmentShared(s.OnePass, s.DType.Size())
+		}
 		if s.SharedBytes > 0 {
 			shared = s.SharedBytes
 		}
+		f := fn(name)
 		if err := f.SetMaxDynamicShared(shared); err != nil {
 			return err
 		}
+		ends := s.Scratch
+		dtsum := ends + cuda.Ptr(4*S*s.B*s.E*s.N)
 		cb := onePassThreads * s.OnePass / scanStates
-		return f.LaunchMaybePDL(s.PDL, cuda.Dim3{X: (s.E + cb - 1) / cb, Y: s.B, Z: 1}, cuda.D1(onePassThreads), shared, stream,
+		if err := f.LaunchMaybePDL(s.PDL, cuda.Dim3{X: (s.E + cb - 1) / cb, Y: s.B, Z: S}, cuda.D1(onePassThreads), shared, stream,
 			s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, s.State, s.Y, s.T, s.E, s.N,
-			s.Prefetch.P, int64(s.Prefetch.Bytes), s.PrefetchLead)
+			s.Prefetch.P, int64(s.Prefetch.Bytes), s.PrefetchLead, Ts, s.V, s.LDV, ends, dtsum); err != nil || S == 1 {
+			return err
+		}
+		return fn("scan_fixup_"+s.DType.Suffix()).LaunchMaybePDL(s.PDL, cuda.Dim3{X: (s.E + 31) / 32, Y: S - 1, Z: s.B},
+			cuda.D1(fixupThreads), 0, stream, s.DT, s.A2, s.DBL, s.LDD, s.R, s.Z, s.LDZ, s.V, s.LDV, ends, dtsum,
+			s.State, s.Y, s.T, s.E, s.N, Ts)
 	}
 	L, nch, G := s.chunk(), s.chunks(), (s.N+scanStates-1)/scanStates
 	sum, out := "scan_chunk_sum_", "scan_chunk_out_"
@@ -220,4 +316,17 @@ func (e *Engine) scanOnePass(B, E int) int {
 		return 0
 	}
 	return spt
+}
+
+// scanSegments is Scan.Segments for a call over B sequences of T positions
+// and E channels with the one-pass scan at spt states a thread, as
+// Engine.ScanSegments sets it.
+func (e *Engine) scanSegments(B, T, E, spt int) int {
+	switch {
+	case e.ScanSegments < 0:
+		return 1
+	case e.ScanSegments > 0:
+		return e.ScanSegments
+	}
+	return OnePassSegments(B, T, E, spt, e.dev.SMs)
 }

@@ -69,6 +69,11 @@ func TestOnePassSharedMatchesKernel(t *testing.T) {
 				onePassShared(spt, size), spt, size)
 		}
 	}
+	for _, size := range []int{4, 2} { // the segmented walk's entry (segmentKernel)
+		fmt.Fprintf(&checks, "static_assert(onepass_shared(2, OP_TLS, OP_BUFS, %d) == %d && OP_TLS == %d, "+
+			"\"gpu.segmentShared(2, %d) or segmentAlign differs from the kernel's\");\n", size, segmentShared(2, size),
+			segmentAlign, size)
+	}
 	if _, err := cuda.Compile(src+checks.String(), "scan_onepass.cu", "sm_90", "--std=c++17"); err != nil {
 		t.Fatal(err)
 	}
@@ -82,5 +87,35 @@ func TestOnePassSharedMatchesKernel(t *testing.T) {
 	if _, err := cuda.Compile(src+checks.String(), "scan_onepass.cu", "sm_90", "--std=c++17",
 		"-DOP_TL2=32", "-DOP_BUF2=4", "-DOP_TL4=64", "-DOP_BUF4=2"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSegments pins OnePassSegments to the shapes it was written for (an
+// H200: 132 SMs) and segmentLen to whole, nonempty segments.
+func TestSegments(t *testing.T) {
+	for _, c := range []struct {
+		name              string
+		B, T, E, spt, want int
+	}{
+		{"130m B=1 T=2048", 1, 2048, 1536, 2, 4},
+		{"130m B=1 T=8192", 1, 8192, 1536, 2, 4},
+		{"130m B=1 T=512", 1, 512, 1536, 2, 2},
+		{"130m B=1 T=300", 1, 300, 1536, 2, 1},
+		{"130m B=2 T=2048", 2, 2048, 1536, 2, 2},
+		{"370m B=1 T=2048", 1, 2048, 2048, 2, 3},
+		{"1.4b B=1 T=2048", 1, 2048, 4096, 2, 1},
+		{"130m B=8 T=2048", 8, 2048, 1536, 4, 1},
+	} {
+		if got := OnePassSegments(c.B, c.T, c.E, c.spt, 132); got != c.want {
+			t.Errorf("%s: OnePassSegments = %d, want %d", c.name, got, c.want)
+		}
+	}
+	for T := 1; T <= 3000; T++ {
+		for S := 0; S <= 12; S++ {
+			Ts, n := segmentLen(T, S)
+			if n < 1 || n > max(1, min(S, maxSegments)) || (n > 1 && Ts%segmentAlign != 0) || (n-1)*Ts >= T || n*Ts < T {
+				t.Fatalf("segmentLen(%d, %d) = %d, %d", T, S, Ts, n)
+			}
+		}
 	}
 }
