@@ -455,75 +455,99 @@ EACH_DTYPE(SCAN_ONEPASS)
 // do: every position of every later segment runs in parallel, one exp a
 // (position, channel, state), about 4 instructions each.
 //
-// Grid (ceil(E / 32), S - 1, B), FX_WARPS warps a block: lane i owns channel
-// 32 blockIdx.x + i, warp w the w-th share of segment blockIdx.y + 1's
-// positions. The block first chains s0 from the segments' end states and dt
-// sums (warp w for state w), the last segment's blocks also the carried
-// state; then each warp sums dt over its positions, takes the warps before
-// it as its start, and walks its positions.
-#define FX_WARPS 16
-template <class Tv>
+// Grid (ceil(E / 32), (S - 1) Q, B), FX_WARPS warps a block: lane i owns
+// channel 32 blockIdx.x + i; the block, the q-th of Q parts of segment
+// blockIdx.y / Q + 1 (of Lq positions, a multiple of FX_WARPS); warp w, the
+// w-th share of those. The block first chains s0 from the segments' end
+// states and dt sums (warp w for states w, w + FX_WARPS), and the last
+// segment's first part the carried state too; then each warp sums dt over
+// its share and over a stripe of the positions before the part, and takes
+// the sums before its own as its start. Q parts give the grid enough blocks
+// to fill the SMs evenly (at the price of summing dt before each part).
+#define FX_WARPS 8
+template <class Tv, bool V4>
 __device__ __forceinline__ void scan_fixup(const float *__restrict__ dtv, const float *__restrict__ A2,
                                            const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ z,
                                            int ldz, const float *__restrict__ vpart, int ldv,
                                            const float *__restrict__ ends, const float *__restrict__ dtsum,
-                                           float *__restrict__ state, Tv *__restrict__ y, int T, int E, int N,
-                                           int Ts) {
-    static_assert(FX_WARPS >= OP_NS, "a warp a state");
-    __shared__ float s0[OP_NS][32];      // the segment's start state, [state][lane]
-    __shared__ float part[FX_WARPS][32];  // each warp's sum of dt
+                                           float *__restrict__ state, Tv *__restrict__ y, int T, int E, int N, int Ts,
+                                           int Q) {
+    __shared__ float s0[OP_NS][32];           // the segment's start state, [state][lane]
+    __shared__ float before[FX_WARPS][32];    // each warp's stripe of dt before the part
+    __shared__ float own[FX_WARPS][32];       // each warp's sum of dt over its share
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
-    const int seg = blockIdx.y + 1, S = gridDim.y + 1, B = gridDim.z, b = blockIdx.z;
+    const int seg = blockIdx.y / Q + 1, q = blockIdx.y % Q, S = gridDim.y / Q + 1, B = gridDim.z, b = blockIdx.z;
     const bool on = c < E;
     float a[OP_NS];
 #pragma unroll
     for (int n = 0; n < OP_NS; n++) a[n] = on && n < N ? A2[(size_t)c * N + n] : 0.f;
     pdl_wait();  // the walk's outputs
-    if (w < OP_NS) {
+    for (int n = w; n < OP_NS; n += FX_WARPS) {
         float s = 0.f;
-        if (on && w < N) {
+        if (on && n < N) {
             auto at = [&](int j) { return ((size_t)j * B + b) * E + c; };
-            float aw = A2[(size_t)c * N + w];
-            s = ends[at(0) * N + w];
-            for (int j = 1; j < seg; j++) s = ends[at(j) * N + w] + ex2(aw * dtsum[at(j)]) * s;
-            if (seg == S - 1)
-                state[((size_t)b * E + c) * N + w] = ends[at(seg) * N + w] + ex2(aw * dtsum[at(seg)]) * s;
+            float an = A2[(size_t)c * N + n];
+            s = ends[at(0) * N + n];
+            for (int j = 1; j < seg; j++) s = ends[at(j) * N + n] + ex2(an * dtsum[at(j)]) * s;
+            if (seg == S - 1 && q == 0)
+                state[((size_t)b * E + c) * N + n] = ends[at(seg) * N + n] + ex2(an * dtsum[at(seg)]) * s;
         }
-        s0[w][lane] = s;
+        s0[n][lane] = s;
     }
-    const int t0 = seg * Ts, Tl = min(T, t0 + Ts) - t0, per = (Tl + FX_WARPS - 1) / FX_WARPS;
-    const int p0 = min(Tl, w * per), p1 = min(Tl, p0 + per);
+    const int t0 = seg * Ts, Tl = min(T, t0 + Ts) - t0;
+    const int Lq = ((Ts + Q - 1) / Q + FX_WARPS - 1) / FX_WARPS * FX_WARPS, per = Lq / FX_WARPS;
+    const int q0 = min(Tl, q * Lq), p0 = min(Tl, q0 + w * per), p1 = min(Tl, p0 + per);
     const size_t r0 = (size_t)b * T + t0;
-    float sum = 0.f;
-    if (on)
-        for (int t = p0; t < p1; t++) sum += dtv[(r0 + t) * E + c];
-    part[w][lane] = sum;
+    float sb = 0.f, so = 0.f;
+    if (on) {
+#pragma unroll 4
+        for (int t = w; t < q0; t += FX_WARPS) sb += dtv[(r0 + t) * E + c];
+#pragma unroll 4
+        for (int t = p0; t < p1; t++) so += dtv[(r0 + t) * E + c];
+    }
+    before[w][lane] = sb, own[w][lane] = so;
     __syncthreads();
     float cd = 0.f, sv[OP_NS];
-    for (int q = 0; q < w; q++) cd += part[q][lane];
+#pragma unroll
+    for (int k = 0; k < FX_WARPS; k++) cd += before[k][lane] + (k < w ? own[k][lane] : 0.f);
 #pragma unroll
     for (int n = 0; n < OP_NS; n++) sv[n] = s0[n][lane];
     if (on) {
-#pragma unroll 1
+#pragma unroll 2
         for (int t = p0; t < p1; t++) {
             size_t r = r0 + t;
-            cd += dtv[r * E + c];
+            float d = dtv[r * E + c], v = vpart[r * ldv + c], zz = z[r * ldz + c];
             const float *C = dbl + r * ldd + R + N;
+            float cv[OP_NS];
+            if (V4) {
+#pragma unroll
+                for (int n = 0; n < OP_NS; n += 4)
+                    if (n < N) *reinterpret_cast<float4 *>(cv + n) = *reinterpret_cast<const float4 *>(C + n);
+            } else {
+#pragma unroll
+                for (int n = 0; n < OP_NS; n++)
+                    if (n < N) cv[n] = C[n];
+            }
+            cd += d;
             float add = 0.f;
 #pragma unroll
             for (int n = 0; n < OP_NS; n++)
-                if (n < N) add += C[n] * (sv[n] * ex2(a[n] * cd));
-            y[r * E + c] = from_f32<Tv>((vpart[r * ldv + c] + add) * silu_f(z[r * ldz + c]));
+                if (n < N) add += cv[n] * (sv[n] * ex2(a[n] * cd));
+            y[r * E + c] = from_f32<Tv>((v + add) * silu_f(zz));
         }
     }
     pdl_release();
 }
+// C's rows go in 16-byte pieces where dbl's rows allow it.
 #define SCAN_FIXUP(sfx, T)                                                                                     \
     extern "C" __global__ void __launch_bounds__(FX_WARPS * 32, 2)                                             \
         scan_fixup_##sfx(const float *__restrict__ dt, const float *__restrict__ A2, const float *__restrict__ dbl, \
                          int ldd, int R, const float *__restrict__ z, int ldz, const float *__restrict__ vpart,      \
                          int ldv, const float *__restrict__ ends, const float *__restrict__ dtsum,                   \
-                         float *__restrict__ state, T *__restrict__ y, int T_, int E, int N, int Ts) {               \
-        scan_fixup<T>(dt, A2, dbl, ldd, R, z, ldz, vpart, ldv, ends, dtsum, state, y, T_, E, N, Ts);             \
+                         float *__restrict__ state, T *__restrict__ y, int T_, int E, int N, int Ts, int Q) {        \
+        if ((R + N) % 4 == 0 && ldd % 4 == 0 && N % 4 == 0 && ((size_t)dbl & 15) == 0)                              \
+            scan_fixup<T, true>(dt, A2, dbl, ldd, R, z, ldz, vpart, ldv, ends, dtsum, state, y, T_, E, N, Ts, Q);   \
+        else                                                                                                         \
+            scan_fixup<T, false>(dt, A2, dbl, ldd, R, z, ldz, vpart, ldv, ends, dtsum, state, y, T_, E, N, Ts, Q);  \
     }
 EACH_DTYPE(SCAN_FIXUP)

@@ -50,6 +50,9 @@ type Scan struct {
 	// passes xz's x half, which nothing reads after the conv.
 	V   cuda.Ptr
 	LDV int
+	// SMs is the device's SM count, which splits each later segment into
+	// parts for scan_fixup (fixupParts); 0 gives a block a segment.
+	SMs int
 }
 
 // segmentAlign is the length of the segments of Scan.Segments a multiple
@@ -216,7 +219,15 @@ func segmentShared(spt, size int) int {
 }
 
 // fixupThreads is FX_WARPS · 32 in kernels/scan_onepass.cu.
-const fixupThreads = 512
+const fixupThreads = 256
+
+// fixupParts is the parts of each later segment of Ts positions that
+// scan_fixup's grid takes apart, for blocks of them: enough for four blocks
+// an SM of sms (two fit at once, and many blocks even out the SMs' shares),
+// none shorter than 64 positions.
+func fixupParts(sms, blocks, Ts int) int {
+	return max(1, min((4*sms+blocks-1)/blocks, Ts/64))
+}
 
 // onePassShared is the dynamic shared memory of the engine's one-pass
 // kernel at spt states a thread (tiles of 64 positions in a ring of 3 at 2
@@ -266,9 +277,10 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 			s.Prefetch.P, int64(s.Prefetch.Bytes), s.PrefetchLead, Ts, s.V, s.LDV, ends, dtsum); err != nil || S == 1 {
 			return err
 		}
-		return fn("scan_fixup_"+s.DType.Suffix()).LaunchMaybePDL(s.PDL, cuda.Dim3{X: (s.E + 31) / 32, Y: S - 1, Z: s.B},
+		Q := fixupParts(s.SMs, (s.E+31)/32*(S-1)*s.B, Ts)
+		return fn("scan_fixup_"+s.DType.Suffix()).LaunchMaybePDL(s.PDL, cuda.Dim3{X: (s.E + 31) / 32, Y: (S - 1) * Q, Z: s.B},
 			cuda.D1(fixupThreads), 0, stream, s.DT, s.A2, s.DBL, s.LDD, s.R, s.Z, s.LDZ, s.V, s.LDV, ends, dtsum,
-			s.State, s.Y, s.T, s.E, s.N, Ts)
+			s.State, s.Y, s.T, s.E, s.N, Ts, Q)
 	}
 	L, nch, G := s.chunk(), s.chunks(), (s.N+scanStates-1)/scanStates
 	sum, out := "scan_chunk_sum_", "scan_chunk_out_"

@@ -94,7 +94,7 @@ func TestOnePassSharedMatchesKernel(t *testing.T) {
 // H200: 132 SMs) and segmentLen to whole, nonempty segments.
 func TestSegments(t *testing.T) {
 	for _, c := range []struct {
-		name              string
+		name               string
 		B, T, E, spt, want int
 	}{
 		{"130m B=1 T=2048", 1, 2048, 1536, 2, 4},
