@@ -282,7 +282,7 @@ func TestConvAndScanKernels(t *testing.T) {
 			A2[i] = -float32(math.Exp(rand.NormFloat64()*0.5)) * math.Log2E
 		}
 		Dk, st0 := randn(E, 1), randn(B*E*N, 1)
-		bdt, bA2, bdbl := upload(t, s, dt), upload(t, s, A2), upload(t, s, dbl)
+		bA2, bdbl := upload(t, s, A2), upload(t, s, dbl)
 		bD := upload(t, s, Dk)
 		wantY, wantS := scanRef(dt, dbl, A2, Dk, st0, xz, gotU, B, T, E, N, R)
 		// The default chunk, many chunks, chunks of many stages; the plain
@@ -290,22 +290,22 @@ func TestConvAndScanKernels(t *testing.T) {
 		// the one-pass scan at 2 and 4 states a thread where it applies,
 		// walked once and in segments (the last one short where T is not a
 		// multiple of the segments' length).
-		// With SMs set, scan_fixup takes the segments apart in parts.
 		type variant struct {
-			chunk, onePass, segments, sms int
-			staged                        bool
+			chunk, onePass, segments int
+			staged                   bool
 		}
 		variants := []variant{{onePass: 2}, {onePass: 4}, {onePass: 2, segments: 2}, {onePass: 2, segments: 3},
-			{onePass: 2, segments: 8, sms: 132}, {onePass: 4, segments: 3, sms: 132}, {onePass: 2, segments: 2, sms: 132}}
+			{onePass: 2, segments: 8}}
 		for _, chunk := range []int{0, 8, 24, 136} {
 			variants = append(variants, variant{chunk: chunk}, variant{chunk: chunk, staged: true})
 		}
 		for _, v := range variants {
-			bst, by, bv := upload(t, s, st0), poisoned(t, s, rows*E), poisoned(t, s, rows*(E+3))
+			// A fresh dt each time: the walk in segments overwrites it.
+			bdt, bst, by, bv := upload(t, s, dt), upload(t, s, st0), poisoned(t, s, rows*E), poisoned(t, s, rows*(E+3))
 			sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
 				U: bu.Ptr, D: bD.Ptr, Z: bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr,
 				B: B, T: T, E: E, N: N, Chunk: v.chunk, Staged: v.staged, OnePass: v.onePass,
-				Segments: v.segments, V: bv.Ptr, LDV: E + 3, SMs: v.sms,
+				Segments: v.segments, V: bv.Ptr, LDV: E + 3,
 				Prefetch: gpuengine.L2Span{P: bxz.Ptr, Bytes: 4 * rows * 2 * E}, PrefetchLead: 2} // a span it reads anyway, for memcheck
 			if v.onePass > 0 && !sc.OnePassApplies() {
 				continue

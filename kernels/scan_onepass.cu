@@ -180,14 +180,14 @@ __host__ __device__ constexpr int onepass_shared(int SPT, int TL, int BUF, int T
     return BUF * TL * (8 * SPT * (8 + TV) + 2 * OP_NS * 4) + TL * onepass_pst(SPT) * 4;
 }
 
-template <int SPT, int TL, int BUF, int BCW, class Tv>
-__device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, const float *__restrict__ A2,
+template <int SPT, int TL, int BUF, int BCW, class Tv, bool CUM>
+__device__ __forceinline__ void scan_onepass(const float *dtv, const float *__restrict__ A2,
                                              const float *__restrict__ dbl, int ldd, int R,
                                              const Tv *__restrict__ u, const float *__restrict__ Dskip,
                                              const float *__restrict__ z, int ldz, float *__restrict__ state,
                                              Tv *__restrict__ y, int T, int E, int N, const void *pf,
                                              long long pf_bytes, int pf_lead, int Ts, float *__restrict__ vpart,
-                                             int ldv, float *__restrict__ ends, float *__restrict__ dtsum) {
+                                             int ldv, float *__restrict__ ends, float *cum) {
     constexpr int G = OP_NS / SPT;      // threads a channel
     constexpr int CB = OP_THREADS / G;  // channels a block
     // Positions computed together: their loads first, then their decays,
@@ -222,10 +222,12 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         s[k] = live && seg == 0 ? state[((size_t)b * E + c) * N + n0 + k] : 0.f;
     }
     float dskip = on ? Dskip[c] : 0.f;
-    float dsum = 0.f;  // a later segment's sum of dt over this thread's outputs' positions
+    // CUM: dt summed from the segment's start, and at this thread's outputs' positions of the tile
+    float cdr = 0.f, cdo[TL / G];
     int tiles = (Tl + TL - 1) / TL;
     Tv *yt = y + (r0 + g) * E + c;  // output (position g, channel c) of the tile
     float *vt = vpart + (r0 + g) * ldv + c;  // the same in a later segment
+    float *ct = cum + (r0 + g) * E + c;
     onepass_copies<SPT, CB, TL, BCW, Tv> copies(dtv, u, z, ldz, dbl, ldd, R, r0, Tl, E, N, c0);
     auto issue = [&](int k) {  // tile k into its slot of the ring; past the last tile an empty group
         if (k < tiles) {
@@ -261,6 +263,10 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
 #pragma unroll
             for (int i = 0; i < BATCH; i++) {
                 float dt = sdt[j][h + i][cl], du = dt * to_f32(su[j][h + i][cl]);
+                if (CUM) {  // h is a multiple of BATCH = G: position h + g is this thread's output h / G
+                    cdr += dt;
+                    if (i == g) cdo[h / BATCH] = cdr;
+                }
                 const float *bc = &sBC[j][h + i][onepass_bcol<SPT>(n0)];
                 float bv[2 * SPT];  // B[n0 ..], then C[n0 ..]
                 if (OP_BCI && SPT % 2 == 0) {  // whole 16-byte loads
@@ -337,35 +343,24 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
             if (seg == 0) {
                 Tv out = from_f32<Tv>(v * silu_f(gz[o]));
                 if (store) yt[o * G * E] = out;
-            } else {  // the sum before the gate, which scan_fixup completes; positions past the end have dt 0
-                if (store) vt[(size_t)o * G * ldv] = v;
-                dsum += sdt[j][tt][cl];
+            } else if (store) {  // the sum before the gate, which scan_fixup completes, and dt summed
+                vt[(size_t)o * G * ldv] = v;
+                if (CUM) ct[(size_t)o * G * E] = cdo[o];
             }
         }
         yt += (size_t)TL * E;
         vt += (size_t)TL * ldv;
+        ct += (size_t)TL * E;
     }
     if (gridDim.z == 1) {
 #pragma unroll
         for (int k = 0; k < SPT; k++)
             if (on && n0 + k < N) state[((size_t)b * E + c) * N + n0 + k] = s[k];
-    } else {  // the segment's end state from its start state, and (but segment 0's) its dt over G threads
+    } else {  // the segment's end state from its start state
         size_t sc = ((size_t)seg * gridDim.y + b) * E + c;
 #pragma unroll
         for (int k = 0; k < SPT; k++)
             if (on && n0 + k < N) ends[sc * N + n0 + k] = s[k];
-        if (seg > 0) {
-            float *red = &sp[0][0];
-            __syncthreads();  // every thread is done with sp
-            red[threadIdx.x] = dsum;
-            __syncthreads();
-            if (g == 0 && on) {
-                float t = red[cl];
-#pragma unroll
-                for (int q = 1; q < G; q++) t += red[q * CB + cl];
-                dtsum[sc] = t;
-            }
-        }
     }
     pdl_release();
 }
@@ -404,11 +399,11 @@ struct onepass_config {
 #endif
 // B and C go in 16-byte pieces (4 SPT-byte ones interleaved) where dbl's
 // rows allow it, else in 4-byte ones.
-#define SCAN_ONEPASS_RUN(SPT, TL, BUF, T)                                                                   \
+#define SCAN_ONEPASS_RUN(SPT, TL, BUF, T, CUM)                                                              \
     if (R % 4 == 0 && ldd % 4 == 0 && N % 4 == 0 && ((size_t)dbl & 15) == 0)                                 \
-        scan_onepass<SPT, TL, BUF, OP_BCI ? 4 * SPT : 16, T>(SCAN_ONEPASS_ARGS);                             \
+        scan_onepass<SPT, TL, BUF, OP_BCI ? 4 * SPT : 16, T, CUM>(SCAN_ONEPASS_ARGS);                        \
     else                                                                                                     \
-        scan_onepass<SPT, TL, BUF, 4, T>(SCAN_ONEPASS_ARGS)
+        scan_onepass<SPT, TL, BUF, 4, T, CUM>(SCAN_ONEPASS_ARGS)
 
 // The span of pf_bytes at pf (prefetch_share; null for none) is what
 // out_proj reads next beside y: the rows of the residual stream it adds
@@ -420,63 +415,63 @@ struct onepass_config {
 // A grid of gridDim.z = S > 1 walks each sequence in S segments of Ts
 // positions at once, S times the blocks (Scan.Segments): segment 0 from the
 // carried state, writing y; each later one from zero, writing its sums
-// before the gate to vpart (f32, rows of ldv) and its dt summed over the
-// segment to dtsum [S, B, E]; every segment its end state to ends
-// [S, B, E, N]. scan_fixup then adds what each later segment's true start
-// state contributes, gates, and writes y and the carried state. With S = 1
-// (Ts >= T) the walk is the whole scan, and vpart, ends and dtsum go
-// unused.
+// before the gate to vpart (f32, rows of ldv) and, at each of its
+// positions, dt summed from its start to cum (rows of E: the engine passes
+// dt itself, each value replaced after the walk has read it); every
+// segment its end state to ends [S, B, E, N]. scan_fixup then adds what
+// each later segment's true start state contributes, gates, and writes y
+// and the carried state. With S = 1 (Ts >= T) the walk is the whole scan,
+// and vpart, ends and cum go unused. scan_onepass2s_ is the walk in
+// segments (the only entry that writes cum); at 4 states a thread the
+// blocks are many already, and the walk does not run in segments.
 #define SCAN_ONEPASS_PARAMS(T)                                                                                 \
-    const float *__restrict__ dt, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,     \
+    const float *dt, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,                  \
         const T *__restrict__ u, const float *__restrict__ Dskip, const float *__restrict__ z, int ldz,            \
         float *__restrict__ state, T *__restrict__ y, int T_, int E, int N, const void *pf, long long pf_bytes,   \
-        int pf_lead, int Ts, float *__restrict__ vpart, int ldv, float *__restrict__ ends,                          \
-        float *__restrict__ dtsum
+        int pf_lead, int Ts, float *__restrict__ vpart, int ldv, float *__restrict__ ends, float *cum
 #define SCAN_ONEPASS_ARGS \
-    dt, A2, dbl, ldd, R, u, Dskip, z, ldz, state, y, T_, E, N, pf, pf_bytes, pf_lead, Ts, vpart, ldv, ends, dtsum
+    dt, A2, dbl, ldd, R, u, Dskip, z, ldz, state, y, T_, E, N, pf, pf_bytes, pf_lead, Ts, vpart, ldv, ends, cum
 #define SCAN_ONEPASS(sfx, T)                                                                                   \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
-        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, onepass_config<2>::BUF, T);                                 \
+        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, onepass_config<2>::BUF, T, false);                          \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass4_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
-        SCAN_ONEPASS_RUN(4, onepass_config<4>::TL, onepass_config<4>::BUF, T);                                 \
+        SCAN_ONEPASS_RUN(4, onepass_config<4>::TL, onepass_config<4>::BUF, T, false);                          \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2s_##sfx(SCAN_ONEPASS_PARAMS(T)) {    \
-        SCAN_ONEPASS_RUN(2, OP_TLS, OP_BUFS, T);                                                               \
+        SCAN_ONEPASS_RUN(2, OP_TLS, OP_BUFS, T, true);                                                         \
     }
 EACH_DTYPE(SCAN_ONEPASS)
 
 // scan_fixup finishes a walk in S segments (SCAN_ONEPASS_PARAMS). A later
 // segment's true state at position t is its walk's state plus
 // 2^(A2 cd(t)) s0, where s0 is the true state before the segment and cd(t)
-// the sum of dt from the segment's start through t (dt >= 0, A2 < 0). So
-// its output adds sum over n of C[t, n] s0[n] 2^(A2[n] cd(t)) to the walk's
-// sum before the gate. No term depends on the one before it, as the walk's
-// do: every position of every later segment runs in parallel, one exp a
-// (position, channel, state), about 4 instructions each.
+// the sum of dt from the segment's start through t (dt >= 0, A2 < 0; the
+// walk left cd in cum). So its output adds sum over n of
+// C[t, n] s0[n] 2^(A2[n] cd(t)) to the walk's sum before the gate. No term
+// depends on another, as the walk's do: every position of every later
+// segment runs in parallel, one exp a (position, channel, state), about 4
+// instructions each.
 //
-// Grid (ceil(E / 32), (S - 1) Q, B), FX_WARPS warps a block: lane i owns
-// channel 32 blockIdx.x + i; the block, the q-th of Q parts of segment
-// blockIdx.y / Q + 1 (of Lq positions, a multiple of FX_WARPS); warp w, the
-// w-th share of those. The block first chains s0 from the segments' end
-// states and dt sums (warp w for states w, w + FX_WARPS), and the last
-// segment's first part the carried state too; then each warp sums dt over
-// its share and over a stripe of the positions before the part, and takes
-// the sums before its own as its start. Q parts give the grid enough blocks
-// to fill the SMs evenly (at the price of summing dt before each part).
+// Grid (ceil(E / 32), (S - 1) P, B) with P = ceil(Ts / FX_TILE), FX_WARPS
+// warps a block: lane i owns channel 32 blockIdx.x + i; the block, the
+// p-th tile of FX_TILE positions of segment blockIdx.y / P + 1; warp w,
+// FX_TILE / FX_WARPS consecutive positions of it. The block first chains
+// s0 from the segments' end states and their last cd (warp w for states w,
+// w + FX_WARPS), and the last segment's first tile the carried state too.
 #define FX_WARPS 8
+#define FX_TILE 32
 template <class Tv, bool V4>
-__device__ __forceinline__ void scan_fixup(const float *__restrict__ dtv, const float *__restrict__ A2,
+__device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const float *__restrict__ A2,
                                            const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ z,
                                            int ldz, const float *__restrict__ vpart, int ldv,
-                                           const float *__restrict__ ends, const float *__restrict__ dtsum,
-                                           float *__restrict__ state, Tv *__restrict__ y, int T, int E, int N, int Ts,
-                                           int Q) {
-    __shared__ float s0[OP_NS][32];           // the segment's start state, [state][lane]
-    __shared__ float before[FX_WARPS][32];    // each warp's stripe of dt before the part
-    __shared__ float own[FX_WARPS][32];       // each warp's sum of dt over its share
+                                           const float *__restrict__ ends, float *__restrict__ state,
+                                           Tv *__restrict__ y, int T, int E, int N, int Ts) {
+    constexpr int PW = FX_TILE / FX_WARPS;  // positions a warp
+    __shared__ float s0[OP_NS][32];         // the segment's start state, [state][lane]
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
-    const int seg = blockIdx.y / Q + 1, q = blockIdx.y % Q, S = gridDim.y / Q + 1, B = gridDim.z, b = blockIdx.z;
+    const int P = (Ts + FX_TILE - 1) / FX_TILE, seg = blockIdx.y / P + 1, tile = blockIdx.y % P;
+    const int S = gridDim.y / P + 1, B = gridDim.z, b = blockIdx.z;
     const bool on = c < E;
     float a[OP_NS];
 #pragma unroll
@@ -486,68 +481,56 @@ __device__ __forceinline__ void scan_fixup(const float *__restrict__ dtv, const 
         float s = 0.f;
         if (on && n < N) {
             auto at = [&](int j) { return ((size_t)j * B + b) * E + c; };
+            auto total = [&](int j) {  // cd at segment j's last position
+                return cum[((size_t)b * T + min(T, (j + 1) * Ts) - 1) * E + c];
+            };
             float an = A2[(size_t)c * N + n];
             s = ends[at(0) * N + n];
-            for (int j = 1; j < seg; j++) s = ends[at(j) * N + n] + ex2(an * dtsum[at(j)]) * s;
-            if (seg == S - 1 && q == 0)
-                state[((size_t)b * E + c) * N + n] = ends[at(seg) * N + n] + ex2(an * dtsum[at(seg)]) * s;
+            for (int j = 1; j < seg; j++) s = ends[at(j) * N + n] + ex2(an * total(j)) * s;
+            if (seg == S - 1 && tile == 0)
+                state[((size_t)b * E + c) * N + n] = ends[at(seg) * N + n] + ex2(an * total(seg)) * s;
         }
         s0[n][lane] = s;
     }
-    const int t0 = seg * Ts, Tl = min(T, t0 + Ts) - t0;
-    const int Lq = ((Ts + Q - 1) / Q + FX_WARPS - 1) / FX_WARPS * FX_WARPS, per = Lq / FX_WARPS;
-    const int q0 = min(Tl, q * Lq), p0 = min(Tl, q0 + w * per), p1 = min(Tl, p0 + per);
-    const size_t r0 = (size_t)b * T + t0;
-    float sb = 0.f, so = 0.f;
-    if (on) {
-#pragma unroll 4
-        for (int t = w; t < q0; t += FX_WARPS) sb += dtv[(r0 + t) * E + c];
-#pragma unroll 4
-        for (int t = p0; t < p1; t++) so += dtv[(r0 + t) * E + c];
-    }
-    before[w][lane] = sb, own[w][lane] = so;
     __syncthreads();
-    float cd = 0.f, sv[OP_NS];
-#pragma unroll
-    for (int k = 0; k < FX_WARPS; k++) cd += before[k][lane] + (k < w ? own[k][lane] : 0.f);
+    float sv[OP_NS];
 #pragma unroll
     for (int n = 0; n < OP_NS; n++) sv[n] = s0[n][lane];
-    if (on) {
-#pragma unroll 2
-        for (int t = p0; t < p1; t++) {
-            size_t r = r0 + t;
-            float d = dtv[r * E + c], v = vpart[r * ldv + c], zz = z[r * ldz + c];
-            const float *C = dbl + r * ldd + R + N;
-            float cv[OP_NS];
-            if (V4) {
+    const int t0 = seg * Ts, Tl = min(T, t0 + Ts) - t0, p0 = tile * FX_TILE + w * PW;
+    if (!on) return;
 #pragma unroll
-                for (int n = 0; n < OP_NS; n += 4)
-                    if (n < N) *reinterpret_cast<float4 *>(cv + n) = *reinterpret_cast<const float4 *>(C + n);
-            } else {
+    for (int i = 0; i < PW; i++) {
+        if (p0 + i >= Tl) break;
+        size_t r = (size_t)b * T + t0 + p0 + i;
+        float cd = cum[r * E + c], v = vpart[r * ldv + c], zz = z[r * ldz + c];
+        const float *C = dbl + r * ldd + R + N;
+        float cv[OP_NS];
+        if (V4) {
 #pragma unroll
-                for (int n = 0; n < OP_NS; n++)
-                    if (n < N) cv[n] = C[n];
-            }
-            cd += d;
-            float add = 0.f;
+            for (int n = 0; n < OP_NS; n += 4)
+                if (n < N) *reinterpret_cast<float4 *>(cv + n) = *reinterpret_cast<const float4 *>(C + n);
+        } else {
 #pragma unroll
             for (int n = 0; n < OP_NS; n++)
-                if (n < N) add += cv[n] * (sv[n] * ex2(a[n] * cd));
-            y[r * E + c] = from_f32<Tv>((v + add) * silu_f(zz));
+                if (n < N) cv[n] = C[n];
         }
+        float add = 0.f;
+#pragma unroll
+        for (int n = 0; n < OP_NS; n++)
+            if (n < N) add += cv[n] * (sv[n] * ex2(a[n] * cd));
+        y[r * E + c] = from_f32<Tv>((v + add) * silu_f(zz));
     }
-    pdl_release();
 }
 // C's rows go in 16-byte pieces where dbl's rows allow it.
 #define SCAN_FIXUP(sfx, T)                                                                                     \
     extern "C" __global__ void __launch_bounds__(FX_WARPS * 32, 2)                                             \
-        scan_fixup_##sfx(const float *__restrict__ dt, const float *__restrict__ A2, const float *__restrict__ dbl, \
+        scan_fixup_##sfx(const float *__restrict__ cum, const float *__restrict__ A2, const float *__restrict__ dbl, \
                          int ldd, int R, const float *__restrict__ z, int ldz, const float *__restrict__ vpart,      \
-                         int ldv, const float *__restrict__ ends, const float *__restrict__ dtsum,                   \
-                         float *__restrict__ state, T *__restrict__ y, int T_, int E, int N, int Ts, int Q) {        \
+                         int ldv, const float *__restrict__ ends, float *__restrict__ state, T *__restrict__ y,      \
+                         int T_, int E, int N, int Ts) {                                                             \
         if ((R + N) % 4 == 0 && ldd % 4 == 0 && N % 4 == 0 && ((size_t)dbl & 15) == 0)                              \
-            scan_fixup<T, true>(dt, A2, dbl, ldd, R, z, ldz, vpart, ldv, ends, dtsum, state, y, T_, E, N, Ts, Q);   \
+            scan_fixup<T, true>(cum, A2, dbl, ldd, R, z, ldz, vpart, ldv, ends, state, y, T_, E, N, Ts);            \
         else                                                                                                         \
-            scan_fixup<T, false>(dt, A2, dbl, ldd, R, z, ldz, vpart, ldv, ends, dtsum, state, y, T_, E, N, Ts, Q);  \
+            scan_fixup<T, false>(cum, A2, dbl, ldd, R, z, ldz, vpart, ldv, ends, state, y, T_, E, N, Ts);           \
     }
 EACH_DTYPE(SCAN_FIXUP)

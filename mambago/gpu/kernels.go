@@ -74,10 +74,9 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 			if err := fns[name].SetMaxDynamicShared(shared); err != nil {
 				return nil, mods, err
 			}
-			name, shared = segmentKernel(spt, dt), segmentShared(spt, dt.Size())
-			if err := fns[name].SetMaxDynamicShared(shared); err != nil {
-				return nil, mods, err
-			}
+		}
+		if err := fns[segmentKernel(dt)].SetMaxDynamicShared(segmentShared(dt.Size())); err != nil {
+			return nil, mods, err
 		}
 	}
 	return fns, mods, nil

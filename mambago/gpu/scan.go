@@ -37,7 +37,8 @@ type Scan struct {
 	// memory instead of what the engine's build needs: for builds of
 	// kernels/scan_onepass.cu with other tiles or rings (OnePassShared).
 	SharedBytes int
-	// Segments, where 2 or more and the one-pass scan runs, walks each
+	// Segments, where 2 or more and the one-pass scan runs at 2 states a
+	// thread, walks each
 	// sequence in that many segments at once and then adds what each later
 	// segment's true start state contributes (kernels/scan_onepass.cu,
 	// SCAN_ONEPASS_PARAMS and scan_fixup): more warps a scheduler where one
@@ -47,12 +48,11 @@ type Scan struct {
 	Segments int
 	// V, with row stride LDV floats, is [B·T, E] f32 that the segments after
 	// the first may overwrite with their sums before the gate; the engine
-	// passes xz's x half, which nothing reads after the conv.
+	// passes xz's x half, which nothing reads after the conv. The walk in
+	// segments also overwrites DT at their positions, with dt summed from
+	// each segment's start (so a scan in segments runs once on its DT).
 	V   cuda.Ptr
 	LDV int
-	// SMs is the device's SM count, which splits each later segment into
-	// parts for scan_fixup (fixupParts); 0 gives a block a segment.
-	SMs int
 }
 
 // segmentAlign is the length of the segments of Scan.Segments a multiple
@@ -76,7 +76,7 @@ func segmentLen(T, segments int) (Ts, S int) {
 
 // segments is the walk's segment length and count for s.
 func (s Scan) segments() (Ts, S int) {
-	if !s.OnePassApplies() {
+	if !s.OnePassApplies() || s.OnePass != 2 {
 		return s.T, 1
 	}
 	return segmentLen(s.T, s.Segments)
@@ -128,8 +128,8 @@ func (s Scan) chunks() int { return (s.T + s.chunk() - 1) / s.chunk() }
 // the partial sums over state groups [B, T, E]; for the one-pass scan in
 // segments, every segment's end state and dt sum.
 func (s Scan) ScratchFloats() int {
-	if _, S := s.segments(); S > 1 { // each segment's end state [S, B, E, N] and dt sum [S, B, E]
-		return S * s.B * s.E * (s.N + 1)
+	if _, S := s.segments(); S > 1 { // each segment's end state [S, B, E, N]
+		return S * s.B * s.E * s.N
 	}
 	n := 0
 	if nch := s.chunks(); nch > 1 {
@@ -200,34 +200,17 @@ func onePassKernel(spt int, dt cuda.DType) string {
 	return fmt.Sprintf("scan_onepass%d_%s", spt, dt.Suffix())
 }
 
-// segmentKernel names the one-pass entry that walks in segments at spt
-// states a thread (the plain one at 4, whose ring is small already).
-func segmentKernel(spt int, dt cuda.DType) string {
-	if spt == 4 {
-		return onePassKernel(spt, dt)
-	}
-	return fmt.Sprintf("scan_onepass%ds_%s", spt, dt.Suffix())
-}
+// segmentKernel names the one-pass entry that walks in segments (at 2
+// states a thread) for storage type dt.
+func segmentKernel(dt cuda.DType) string { return "scan_onepass2s_" + dt.Suffix() }
 
 // segmentShared is segmentKernel's dynamic shared memory: tiles of
-// segmentAlign positions in a ring of 3 at 2 states (OP_TLS, OP_BUFS).
-func segmentShared(spt, size int) int {
-	if spt == 4 {
-		return onePassShared(spt, size)
-	}
-	return OnePassShared(spt, segmentAlign, 3, size)
-}
+// segmentAlign positions in a ring of 3 (OP_TLS, OP_BUFS).
+func segmentShared(size int) int { return OnePassShared(2, segmentAlign, 3, size) }
 
-// fixupThreads is FX_WARPS · 32 in kernels/scan_onepass.cu.
-const fixupThreads = 256
-
-// fixupParts is the parts of each later segment of Ts positions that
-// scan_fixup's grid takes apart, for blocks of them: enough for four blocks
-// an SM of sms (two fit at once, and many blocks even out the SMs' shares),
-// none shorter than 64 positions.
-func fixupParts(sms, blocks, Ts int) int {
-	return max(1, min((4*sms+blocks-1)/blocks, Ts/64))
-}
+// fixupThreads and fixupTile are FX_WARPS · 32 and FX_TILE in
+// kernels/scan_onepass.cu: a block of scan_fixup takes fixupTile positions.
+const fixupThreads, fixupTile = 256, 32
 
 // onePassShared is the dynamic shared memory of the engine's one-pass
 // kernel at spt states a thread (tiles of 64 positions in a ring of 3 at 2
@@ -260,7 +243,7 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 		Ts, S := s.segments()
 		name, shared := onePassKernel(s.OnePass, s.DType), onePassShared(s.OnePass, s.DType.Size())
 		if S > 1 {
-			name, shared = segmentKernel(s.OnePass, s.DType), segmentShared(s.OnePass, s.DType.Size())
+			name, shared = segmentKernel(s.DType), segmentShared(s.DType.Size())
 		}
 		if s.SharedBytes > 0 {
 			shared = s.SharedBytes
@@ -270,17 +253,16 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 			return err
 		}
 		ends := s.Scratch
-		dtsum := ends + cuda.Ptr(4*S*s.B*s.E*s.N)
 		cb := onePassThreads * s.OnePass / scanStates
 		if err := f.LaunchMaybePDL(s.PDL, cuda.Dim3{X: (s.E + cb - 1) / cb, Y: s.B, Z: S}, cuda.D1(onePassThreads), shared, stream,
 			s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, s.State, s.Y, s.T, s.E, s.N,
-			s.Prefetch.P, int64(s.Prefetch.Bytes), s.PrefetchLead, Ts, s.V, s.LDV, ends, dtsum); err != nil || S == 1 {
+			s.Prefetch.P, int64(s.Prefetch.Bytes), s.PrefetchLead, Ts, s.V, s.LDV, ends, s.DT); err != nil || S == 1 {
 			return err
 		}
-		Q := fixupParts(s.SMs, (s.E+31)/32*(S-1)*s.B, Ts)
-		return fn("scan_fixup_"+s.DType.Suffix()).LaunchMaybePDL(s.PDL, cuda.Dim3{X: (s.E + 31) / 32, Y: (S - 1) * Q, Z: s.B},
-			cuda.D1(fixupThreads), 0, stream, s.DT, s.A2, s.DBL, s.LDD, s.R, s.Z, s.LDZ, s.V, s.LDV, ends, dtsum,
-			s.State, s.Y, s.T, s.E, s.N, Ts, Q)
+		P := (Ts + fixupTile - 1) / fixupTile
+		return fn("scan_fixup_"+s.DType.Suffix()).LaunchMaybePDL(s.PDL, cuda.Dim3{X: (s.E + 31) / 32, Y: (S - 1) * P, Z: s.B},
+			cuda.D1(fixupThreads), 0, stream, s.DT, s.A2, s.DBL, s.LDD, s.R, s.Z, s.LDZ, s.V, s.LDV, ends,
+			s.State, s.Y, s.T, s.E, s.N, Ts)
 	}
 	L, nch, G := s.chunk(), s.chunks(), (s.N+scanStates-1)/scanStates
 	sum, out := "scan_chunk_sum_", "scan_chunk_out_"

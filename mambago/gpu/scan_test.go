@@ -71,7 +71,7 @@ func TestOnePassSharedMatchesKernel(t *testing.T) {
 	}
 	for _, size := range []int{4, 2} { // the segmented walk's entry (segmentKernel)
 		fmt.Fprintf(&checks, "static_assert(onepass_shared(2, OP_TLS, OP_BUFS, %d) == %d && OP_TLS == %d, "+
-			"\"gpu.segmentShared(2, %d) or segmentAlign differs from the kernel's\");\n", size, segmentShared(2, size),
+			"\"gpu.segmentShared(%d) or segmentAlign differs from the kernel's\");\n", size, segmentShared(size),
 			segmentAlign, size)
 	}
 	if _, err := cuda.Compile(src+checks.String(), "scan_onepass.cu", "sm_90", "--std=c++17"); err != nil {
