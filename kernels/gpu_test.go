@@ -290,12 +290,13 @@ func TestConvAndScanKernels(t *testing.T) {
 		// the one-pass scan at 2 and 4 states a thread where it applies,
 		// walked once and in segments (the last one short where T is not a
 		// multiple of the segments' length).
+		// With sms set, scan_fixup splits the positions over more blocks.
 		type variant struct {
-			chunk, onePass, segments int
-			staged                   bool
+			chunk, onePass, segments, sms int
+			staged                        bool
 		}
 		variants := []variant{{onePass: 2}, {onePass: 4}, {onePass: 2, segments: 2}, {onePass: 2, segments: 3},
-			{onePass: 2, segments: 8}}
+			{onePass: 2, segments: 8}, {onePass: 2, segments: 3, sms: 132}}
 		for _, chunk := range []int{0, 8, 24, 136} {
 			variants = append(variants, variant{chunk: chunk}, variant{chunk: chunk, staged: true})
 		}
@@ -305,7 +306,7 @@ func TestConvAndScanKernels(t *testing.T) {
 			sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
 				U: bu.Ptr, D: bD.Ptr, Z: bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr,
 				B: B, T: T, E: E, N: N, Chunk: v.chunk, Staged: v.staged, OnePass: v.onePass,
-				Segments: v.segments, V: bv.Ptr, LDV: E + 3,
+				Segments: v.segments, V: bv.Ptr, LDV: E + 3, SMs: v.sms,
 				Prefetch: gpuengine.L2Span{P: bxz.Ptr, Bytes: 4 * rows * 2 * E}, PrefetchLead: 2} // a span it reads anyway, for memcheck
 			if v.onePass > 0 && !sc.OnePassApplies() {
 				continue

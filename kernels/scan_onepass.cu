@@ -449,76 +449,73 @@ EACH_DTYPE(SCAN_ONEPASS)
 // the sum of dt from the segment's start through t (dt >= 0, A2 < 0; the
 // walk left cd in cum). So its output adds sum over n of
 // C[t, n] s0[n] 2^(A2[n] cd(t)) to the walk's sum before the gate. No term
-// depends on another, as the walk's do: every position of every later
-// segment runs in parallel, one exp a (position, channel, state), about 4
-// instructions each.
+// depends on another, as the walk's do: every position after the first
+// segment runs in parallel, one exp a (position, channel, state).
 //
-// Grid (ceil(E / 32), (S - 1) P, B) with P = ceil(Ts / FX_TILE), FX_WARPS
-// warps a block: lane i owns channel 32 blockIdx.x + i; the block, the
-// p-th tile of FX_TILE positions of segment blockIdx.y / P + 1; warp w,
-// FX_TILE / FX_WARPS consecutive positions of it. The block first chains
-// s0 from the segments' end states and their last cd (warp w for states w,
-// w + FX_WARPS), and the last segment's first tile the carried state too.
+// Grid (ceil(E / 32), Y, B), FX_WARPS warps a block: lane i owns channel
+// 32 blockIdx.x + i, and the block the blockIdx.y-th of Y shares of the
+// positions Ts .. T - 1, which warp w takes FX_UNROLL at a time in turn
+// with the other warps. One wave of blocks (Y from Scan.Launch): each
+// first chains every later segment's s0 from the segments' end states and
+// last cd into shared memory ([S - 1][state][lane], FX_WARPS states at a
+// time), the blocks of share 0 the carried state too, so the chains' loads
+// wait once a block. Then its positions' loads go FX_UNROLL at a time.
 #define FX_WARPS 8
-#define FX_TILE 32
+#define FX_UNROLL 4
 template <class Tv, bool V4>
 __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const float *__restrict__ A2,
                                            const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ z,
                                            int ldz, const float *__restrict__ vpart, int ldv,
                                            const float *__restrict__ ends, float *__restrict__ state,
                                            Tv *__restrict__ y, int T, int E, int N, int Ts) {
-    constexpr int PW = FX_TILE / FX_WARPS;  // positions a warp
-    __shared__ float s0[OP_NS][32];         // the segment's start state, [state][lane]
+    extern __shared__ float s0[];  // [S - 1][OP_NS][32]
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
-    const int P = (Ts + FX_TILE - 1) / FX_TILE, seg = blockIdx.y / P + 1, tile = blockIdx.y % P;
-    const int S = gridDim.y / P + 1, B = gridDim.z, b = blockIdx.z;
+    const int S = (T + Ts - 1) / Ts, B = gridDim.z, b = blockIdx.z;
     const bool on = c < E;
     float a[OP_NS];
 #pragma unroll
     for (int n = 0; n < OP_NS; n++) a[n] = on && n < N ? A2[(size_t)c * N + n] : 0.f;
     pdl_wait();  // the walk's outputs
     for (int n = w; n < OP_NS; n += FX_WARPS) {
-        float s = 0.f;
-        if (on && n < N) {
-            auto at = [&](int j) { return ((size_t)j * B + b) * E + c; };
-            auto total = [&](int j) {  // cd at segment j's last position
-                return cum[((size_t)b * T + min(T, (j + 1) * Ts) - 1) * E + c];
-            };
-            float an = A2[(size_t)c * N + n];
-            s = ends[at(0) * N + n];
-            for (int j = 1; j < seg; j++) s = ends[at(j) * N + n] + ex2(an * total(j)) * s;
-            if (seg == S - 1 && tile == 0)
-                state[((size_t)b * E + c) * N + n] = ends[at(seg) * N + n] + ex2(an * total(seg)) * s;
+        bool live = on && n < N;
+        auto at = [&](int j) { return (((size_t)j * B + b) * E + c) * N + n; };
+        float an = live ? A2[(size_t)c * N + n] : 0.f, s = live ? ends[at(0)] : 0.f;
+        for (int j = 1; j < S; j++) {
+            s0[((j - 1) * OP_NS + n) * 32 + lane] = s;
+            if (live) {  // cd at segment j's last position
+                float total = cum[((size_t)b * T + min(T, (j + 1) * Ts) - 1) * E + c];
+                s = ends[at(j)] + ex2(an * total) * s;
+            }
         }
-        s0[n][lane] = s;
+        if (blockIdx.y == 0 && live) state[((size_t)b * E + c) * N + n] = s;
     }
     __syncthreads();
-    float sv[OP_NS];
-#pragma unroll
-    for (int n = 0; n < OP_NS; n++) sv[n] = s0[n][lane];
-    const int t0 = seg * Ts, Tl = min(T, t0 + Ts) - t0, p0 = tile * FX_TILE + w * PW;
     if (!on) return;
+    const int share = (T - Ts + gridDim.y - 1) / gridDim.y, lo = Ts + blockIdx.y * share, hi = min(T, lo + share);
+    for (int t0 = lo + w * FX_UNROLL; t0 < hi; t0 += FX_WARPS * FX_UNROLL) {
 #pragma unroll
-    for (int i = 0; i < PW; i++) {
-        if (p0 + i >= Tl) break;
-        size_t r = (size_t)b * T + t0 + p0 + i;
-        float cd = cum[r * E + c], v = vpart[r * ldv + c], zz = z[r * ldz + c];
-        const float *C = dbl + r * ldd + R + N;
-        float cv[OP_NS];
-        if (V4) {
+        for (int i = 0; i < FX_UNROLL; i++) {
+            int t = t0 + i;
+            if (t >= hi) break;
+            size_t r = (size_t)b * T + t;
+            float cd = cum[r * E + c], v = vpart[r * ldv + c], zz = z[r * ldz + c];
+            const float *C = dbl + r * ldd + R + N, *sv = s0 + (t / Ts - 1) * OP_NS * 32 + lane;
+            float cv[OP_NS];
+            if (V4) {
 #pragma unroll
-            for (int n = 0; n < OP_NS; n += 4)
-                if (n < N) *reinterpret_cast<float4 *>(cv + n) = *reinterpret_cast<const float4 *>(C + n);
-        } else {
+                for (int n = 0; n < OP_NS; n += 4)
+                    if (n < N) *reinterpret_cast<float4 *>(cv + n) = *reinterpret_cast<const float4 *>(C + n);
+            } else {
+#pragma unroll
+                for (int n = 0; n < OP_NS; n++)
+                    if (n < N) cv[n] = C[n];
+            }
+            float add = 0.f;
 #pragma unroll
             for (int n = 0; n < OP_NS; n++)
-                if (n < N) cv[n] = C[n];
+                if (n < N) add += cv[n] * (sv[n * 32] * ex2(a[n] * cd));
+            y[r * E + c] = from_f32<Tv>((v + add) * silu_f(zz));
         }
-        float add = 0.f;
-#pragma unroll
-        for (int n = 0; n < OP_NS; n++)
-            if (n < N) add += cv[n] * (sv[n] * ex2(a[n] * cd));
-        y[r * E + c] = from_f32<Tv>((v + add) * silu_f(zz));
     }
 }
 // C's rows go in 16-byte pieces where dbl's rows allow it.

@@ -340,7 +340,7 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 				U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
 				B: B, T: n, E: E, N: N, DType: dt, Chunk: e.ScanChunk, Scratch: ws.scan.Ptr,
 				Staged: e.ScanStaged, OnePass: spt, PDL: e.PrefillPDL,
-				Segments: e.scanSegments(B, n, E, spt), V: ws.xz.Ptr, LDV: 2 * E, // xz's x half: the conv has read it
+				Segments: e.scanSegments(B, n, E, spt), V: ws.xz.Ptr, LDV: 2 * E, SMs: e.dev.SMs, // xz's x half: the conv has read it
 				Prefetch: e.residualRows(rows, lastOnly), PrefetchLead: scanPrefetchLead}.Launch(e.function, e.stream)
 		}},
 		{"out_proj", func() error { // out_proj, accumulated into the residual stream

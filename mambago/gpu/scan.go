@@ -53,6 +53,9 @@ type Scan struct {
 	// each segment's start (so a scan in segments runs once on its DT).
 	V   cuda.Ptr
 	LDV int
+	// SMs is the device's SM count, for scan_fixup's one wave of blocks
+	// (at least a block a channel tile and sequence).
+	SMs int
 }
 
 // segmentAlign is the length of the segments of Scan.Segments a multiple
@@ -208,9 +211,10 @@ func segmentKernel(dt cuda.DType) string { return "scan_onepass2s_" + dt.Suffix(
 // segmentAlign positions in a ring of 3 (OP_TLS, OP_BUFS).
 func segmentShared(size int) int { return OnePassShared(2, segmentAlign, 3, size) }
 
-// fixupThreads and fixupTile are FX_WARPS · 32 and FX_TILE in
-// kernels/scan_onepass.cu: a block of scan_fixup takes fixupTile positions.
-const fixupThreads, fixupTile = 256, 32
+// fixupThreads is FX_WARPS · 32 in kernels/scan_onepass.cu, and
+// fixupBlocksPerSM the blocks of it an SM holds at once (its launch bounds):
+// scan_fixup's grid is one wave of them.
+const fixupThreads, fixupBlocksPerSM = 256, 2
 
 // onePassShared is the dynamic shared memory of the engine's one-pass
 // kernel at spt states a thread (tiles of 64 positions in a ring of 3 at 2
@@ -259,9 +263,10 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 			s.Prefetch.P, int64(s.Prefetch.Bytes), s.PrefetchLead, Ts, s.V, s.LDV, ends, s.DT); err != nil || S == 1 {
 			return err
 		}
-		P := (Ts + fixupTile - 1) / fixupTile
-		return fn("scan_fixup_"+s.DType.Suffix()).LaunchMaybePDL(s.PDL, cuda.Dim3{X: (s.E + 31) / 32, Y: (S - 1) * P, Z: s.B},
-			cuda.D1(fixupThreads), 0, stream, s.DT, s.A2, s.DBL, s.LDD, s.R, s.Z, s.LDZ, s.V, s.LDV, ends,
+		tiles := (s.E + 31) / 32
+		Y := max(1, fixupBlocksPerSM*s.SMs/(tiles*s.B))
+		return fn("scan_fixup_"+s.DType.Suffix()).LaunchMaybePDL(s.PDL, cuda.Dim3{X: tiles, Y: Y, Z: s.B},
+			cuda.D1(fixupThreads), 4*(S-1)*scanStates*32, stream, s.DT, s.A2, s.DBL, s.LDD, s.R, s.Z, s.LDZ, s.V, s.LDV, ends,
 			s.State, s.Y, s.T, s.E, s.N, Ts)
 	}
 	L, nch, G := s.chunk(), s.chunks(), (s.N+scanStates-1)/scanStates
