@@ -462,7 +462,8 @@ EACH_DTYPE(SCAN_ONEPASS)
 // wait once a block. Then its positions' loads go FX_UNROLL at a time.
 #define FX_WARPS 8
 #define FX_UNROLL 4
-template <class Tv, bool V4>
+// FULL: N = OP_NS and C's rows in 16-byte pieces.
+template <class Tv, bool FULL>
 __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const float *__restrict__ A2,
                                            const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ z,
                                            int ldz, const float *__restrict__ vpart, int ldv,
@@ -491,41 +492,51 @@ __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const 
     }
     __syncthreads();
     if (!on) return;
-    const int share = (T - Ts + gridDim.y - 1) / gridDim.y, lo = Ts + blockIdx.y * share, hi = min(T, lo + share);
+    // Shares of whole multiples of FX_UNROLL positions (Ts is one too), so
+    // that FX_UNROLL positions from t0 lie in one segment.
+    const int share = ((T - Ts + gridDim.y - 1) / gridDim.y + FX_UNROLL - 1) / FX_UNROLL * FX_UNROLL;
+    const int lo = Ts + blockIdx.y * share, hi = min(T, lo + share);
     for (int t0 = lo + w * FX_UNROLL; t0 < hi; t0 += FX_WARPS * FX_UNROLL) {
+        float sv[OP_NS];
+        const float *s0t = s0 + (t0 / Ts - 1) * OP_NS * 32 + lane;
+#pragma unroll
+        for (int n = 0; n < OP_NS; n++) sv[n] = s0t[n * 32];
+        const size_t r0 = (size_t)b * T + t0;
+        const float *cumr = cum + r0 * E + c, *vr = vpart + r0 * ldv + c, *zr = z + r0 * ldz + c;
+        const float *Cr = dbl + r0 * ldd + R + N;
+        Tv *yr = y + r0 * E + c;
+        // Positions past hi read position t0's inputs, and write nothing: no
+        // branch, so that ptxas issues every position's loads first.
 #pragma unroll
         for (int i = 0; i < FX_UNROLL; i++) {
-            int t = t0 + i;
-            if (t >= hi) break;
-            size_t r = (size_t)b * T + t;
-            float cd = cum[r * E + c], v = vpart[r * ldv + c], zz = z[r * ldz + c];
-            const float *C = dbl + r * ldd + R + N, *sv = s0 + (t / Ts - 1) * OP_NS * 32 + lane;
+            const bool ok = t0 + i < hi;
+            const int k = ok ? i : 0;
+            float cd = cumr[k * E], v = vr[k * ldv], zz = zr[k * ldz];
+            const float *C = Cr + k * ldd;
             float cv[OP_NS];
-            if (V4) {
 #pragma unroll
-                for (int n = 0; n < OP_NS; n += 4)
-                    if (n < N) *reinterpret_cast<float4 *>(cv + n) = *reinterpret_cast<const float4 *>(C + n);
-            } else {
+            for (int n = 0; n < OP_NS; n += 4) {
+                if (FULL)
+                    *reinterpret_cast<float4 *>(cv + n) = *reinterpret_cast<const float4 *>(C + n);
+                else
 #pragma unroll
-                for (int n = 0; n < OP_NS; n++)
-                    if (n < N) cv[n] = C[n];
+                    for (int k = n; k < n + 4; k++) cv[k] = k < N ? C[k] : 0.f;
             }
-            float add = 0.f;
+            float add = 0.f;  // states past N have sv = 0 and cv = 0
 #pragma unroll
-            for (int n = 0; n < OP_NS; n++)
-                if (n < N) add += cv[n] * (sv[n * 32] * ex2(a[n] * cd));
-            y[r * E + c] = from_f32<Tv>((v + add) * silu_f(zz));
+            for (int n = 0; n < OP_NS; n++) add += cv[n] * (sv[n] * ex2(a[n] * cd));
+            if (ok) yr[i * E] = from_f32<Tv>((v + add) * silu_f(zz));
         }
     }
 }
-// C's rows go in 16-byte pieces where dbl's rows allow it.
+// The FULL build where N and dbl's rows allow it.
 #define SCAN_FIXUP(sfx, T)                                                                                     \
     extern "C" __global__ void __launch_bounds__(FX_WARPS * 32, 2)                                             \
         scan_fixup_##sfx(const float *__restrict__ cum, const float *__restrict__ A2, const float *__restrict__ dbl, \
                          int ldd, int R, const float *__restrict__ z, int ldz, const float *__restrict__ vpart,      \
                          int ldv, const float *__restrict__ ends, float *__restrict__ state, T *__restrict__ y,      \
                          int T_, int E, int N, int Ts) {                                                             \
-        if ((R + N) % 4 == 0 && ldd % 4 == 0 && N % 4 == 0 && ((size_t)dbl & 15) == 0)                              \
+        if (N == OP_NS && (R + N) % 4 == 0 && ldd % 4 == 0 && ((size_t)dbl & 15) == 0)                               \
             scan_fixup<T, true>(cum, A2, dbl, ldd, R, z, ldz, vpart, ldv, ends, state, y, T_, E, N, Ts);            \
         else                                                                                                         \
             scan_fixup<T, false>(cum, A2, dbl, ldd, R, z, ldz, vpart, ldv, ends, state, y, T_, E, N, Ts);           \

@@ -460,7 +460,7 @@ func BenchmarkMemsetEdits(b *testing.B) {
 
 // BenchmarkScanSegments times bf16 prefills with the one-pass scan walked
 // once against walked in segments (Engine.ScanSegments): OnePassSegments'
-// pick at the B=1 shapes of the bars, and 2, 4 and 8 segments at 130m B=1
+// pick at the B=1 shapes of the bars, and 3, 5 and 6 segments at 130m B=1
 // T=2048 (compareSettings). $SEGMENT_BENCH=auto runs the first part only.
 func BenchmarkScanSegments(b *testing.B) {
 	shapes := []benchShape{{"130m", 768, 24, 1, 2048}, {"130m", 768, 24, 1, 8192}, {"370m", 1024, 48, 1, 2048},
@@ -474,7 +474,7 @@ func BenchmarkScanSegments(b *testing.B) {
 	if os.Getenv("SEGMENT_BENCH") == "auto" {
 		return
 	}
-	for _, S := range []int{2, 4, 8} {
+	for _, S := range []int{3, 5, 6} {
 		compareSettings(b, fmt.Sprintf("segments (%d)", S), shapes[:1], func(e *gpu.Engine, on bool) {
 			e.ScanSegments = -1
 			if on {
