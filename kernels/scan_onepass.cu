@@ -461,7 +461,7 @@ EACH_DTYPE(SCAN_ONEPASS)
 // time), the blocks of share 0 the carried state too, so the chains' loads
 // wait once a block. Then its positions' loads go FX_UNROLL at a time.
 #define FX_WARPS 8
-#define FX_UNROLL 4
+#define FX_UNROLL 2
 // FULL: N = OP_NS and C's rows in 16-byte pieces.
 template <class Tv, bool FULL>
 __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const float *__restrict__ A2,
@@ -469,13 +469,15 @@ __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const 
                                            int ldz, const float *__restrict__ vpart, int ldv,
                                            const float *__restrict__ ends, float *__restrict__ state,
                                            Tv *__restrict__ y, int T, int E, int N, int Ts) {
-    extern __shared__ float s0[];  // [S - 1][OP_NS][32]
+    // [S - 1][OP_NS][32], after A2 for the block's lanes [OP_NS][32]: both
+    // read from shared memory a position, which leaves the registers to
+    // three blocks an SM (the launch bounds; fixupBlocksPerSM in Go).
+    extern __shared__ float s0[];
+    __shared__ float a[OP_NS][32];
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
     const int S = (T + Ts - 1) / Ts, B = gridDim.z, b = blockIdx.z;
     const bool on = c < E;
-    float a[OP_NS];
-#pragma unroll
-    for (int n = 0; n < OP_NS; n++) a[n] = on && n < N ? A2[(size_t)c * N + n] : 0.f;
+    for (int n = w; n < OP_NS; n += FX_WARPS) a[n][lane] = on && n < N ? A2[(size_t)c * N + n] : 0.f;
     pdl_wait();  // the walk's outputs
     for (int n = w; n < OP_NS; n += FX_WARPS) {
         bool live = on && n < N;
@@ -497,10 +499,7 @@ __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const 
     const int share = ((T - Ts + gridDim.y - 1) / gridDim.y + FX_UNROLL - 1) / FX_UNROLL * FX_UNROLL;
     const int lo = Ts + blockIdx.y * share, hi = min(T, lo + share);
     for (int t0 = lo + w * FX_UNROLL; t0 < hi; t0 += FX_WARPS * FX_UNROLL) {
-        float sv[OP_NS];
-        const float *s0t = s0 + (t0 / Ts - 1) * OP_NS * 32 + lane;
-#pragma unroll
-        for (int n = 0; n < OP_NS; n++) sv[n] = s0t[n * 32];
+        const float *sv = s0 + (t0 / Ts - 1) * OP_NS * 32 + lane;
         const size_t r0 = (size_t)b * T + t0;
         const float *cumr = cum + r0 * E + c, *vr = vpart + r0 * ldv + c, *zr = z + r0 * ldz + c;
         const float *Cr = dbl + r0 * ldd + R + N;
@@ -524,14 +523,14 @@ __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const 
             }
             float add = 0.f;  // states past N have sv = 0 and cv = 0
 #pragma unroll
-            for (int n = 0; n < OP_NS; n++) add += cv[n] * (sv[n] * ex2(a[n] * cd));
+            for (int n = 0; n < OP_NS; n++) add += cv[n] * (sv[n * 32] * ex2(a[n][lane] * cd));
             if (ok) yr[i * E] = from_f32<Tv>((v + add) * silu_f(zz));
         }
     }
 }
 // The FULL build where N and dbl's rows allow it.
 #define SCAN_FIXUP(sfx, T)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(FX_WARPS * 32, 2)                                             \
+    extern "C" __global__ void __launch_bounds__(FX_WARPS * 32, 3)                                             \
         scan_fixup_##sfx(const float *__restrict__ cum, const float *__restrict__ A2, const float *__restrict__ dbl, \
                          int ldd, int R, const float *__restrict__ z, int ldz, const float *__restrict__ vpart,      \
                          int ldv, const float *__restrict__ ends, float *__restrict__ state, T *__restrict__ y,      \
