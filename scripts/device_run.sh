@@ -292,7 +292,7 @@ if [[ $mode == segments ]]; then
       > "$OUT/${tool}_segments.log" 2>&1 || status=1
     echo "$tool scan: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/${tool}_segments.log" | tail -1)"
   done
-  echo "== the engine's tests that run prefills (segments on by default where OnePassSegments picks them)"
+  echo "== the engine's tests that run prefills (TestScanVariantsMatch walks in segments)"
   SHOW="segments" run_tests segments_test 300 .carry/gpu.test -test.v \
     -test.run 'ScanVariants|TestSegments|Mixed|TestConformance|GraphsReplay|PrefillSettings|DeviceEntry|MatchesCPU|PrefillGraphCache'
   memcheck memcheck_segments 200 .carry/gpu.test 'ScanVariantsMatch'

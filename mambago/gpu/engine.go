@@ -66,7 +66,12 @@ type Engine struct {
 	// ScanSegments walks the one-pass scan at 2 states a thread in that
 	// many segments of each sequence at once, then adds each later
 	// segment's start state in parallel (Scan.Segments): 0 picks by
-	// OnePassSegments for each call, a negative value or 1 walks once.
+	// OnePassSegments for each call, a negative value or 1 walks once. New
+	// sets -1: on the H200 (bf16 graph replays, BenchmarkScanSegments at
+	// 10cc670) the walk in 4 segments takes 32.6 µs a 130m layer at B=1
+	// T=2048 against the single walk's 50, but scan_fixup 23.2 more, so
+	// the prefill is slower: 130m B=1 0.945x at T=2048 and 0.948x at
+	// T=8192, 370m 0.878x and 0.854x, 130m B=2 0.903x.
 	ScanSegments int
 	// DTProjTensorCores runs dt_proj on the tensor cores as 3xTF32
 	// (DTProj.TensorCores). New turns it on for sm_80 and later.
@@ -154,7 +159,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true}
+		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, ScanSegments: -1}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4
 	}

@@ -184,7 +184,9 @@ func OnePassStates(B, E, sms int) int {
 // The walk's time is a warp's chain of positions at one warp a scheduler
 // (130m and 370m at B=1); segments give each scheduler several shorter
 // chains, and scan_fixup's work in parallel costs about one exp a (position,
-// channel, state) of the later segments.
+// channel, state) of the later segments. On the H200 that exp costs more
+// than the segments save (Engine.ScanSegments), so the engine asks for
+// this only where ScanSegments is 0.
 func OnePassSegments(B, T, E, spt, sms int) int {
 	if spt != 2 {
 		return 1
