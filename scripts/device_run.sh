@@ -264,15 +264,20 @@ if [[ $mode == graphnode ]]; then
     | grep -E "graph node|FAIL|panic" | sed 's/^ *launch_bench_test.go:[0-9]*: //'
   exit $status
 fi
+# scan_sanitizers TAG: racecheck and memcheck over the scan kernels' test,
+# into $OUT/racecheck_TAG.log and $OUT/memcheck_TAG.log, and their summaries.
+scan_sanitizers() {
+  for tool in racecheck memcheck; do
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 .carry/kernels.test -test.run 'ConvAndScan' \
+      > "$OUT/${tool}_$1.log" 2>&1 || status=1
+    echo "$tool scan: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/${tool}_$1.log" | tail -1)"
+  done
+}
 if [[ $mode == scanknobs ]]; then
   echo "== the scan kernels against float64"
   .carry/kernels.test -test.v -test.run 'ConvAndScan|DTProj|Spill' 2>&1 > "$OUT/scan_test.log" || status=1
   grep -E "^(--- FAIL|ok|FAIL|PASS)|rel err" "$OUT/scan_test.log" | head -20
-  for tool in racecheck memcheck; do
-    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 .carry/kernels.test -test.run 'ConvAndScan' \
-      > "$OUT/${tool}_scan.log" 2>&1 || status=1
-    echo "$tool scan: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/${tool}_scan.log" | tail -1)"
-  done
+  scan_sanitizers scan
   echo "== the engine: mixed precision, conformance, scan variants, PDL, graphs, CPU match, device entries"
   .carry/gpu.test -test.v -test.run 'Mixed|TestConformance|ScanVariants|PrefillPDL|GraphsReplay|MatchesCPU|DeviceEntry' \
     2>&1 > "$OUT/engine_test.log" || status=1
@@ -287,11 +292,7 @@ fi
 if [[ $mode == segments ]]; then
   echo "== the scan kernels against float64, walked once and in segments; racecheck and memcheck"
   run_tests segments_kernels 200 .carry/kernels.test -test.v -test.run 'ConvAndScan|Spill'
-  for tool in racecheck memcheck; do
-    timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 .carry/kernels.test -test.run 'ConvAndScan' \
-      > "$OUT/${tool}_segments.log" 2>&1 || status=1
-    echo "$tool scan: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/${tool}_segments.log" | tail -1)"
-  done
+  scan_sanitizers segments
   echo "== the engine's tests that run prefills (TestScanVariantsMatch walks in segments)"
   SHOW="segments" run_tests segments_test 300 .carry/gpu.test -test.v \
     -test.run 'ScanVariants|TestSegments|Mixed|TestConformance|GraphsReplay|PrefillSettings|DeviceEntry|MatchesCPU|PrefillGraphCache'
