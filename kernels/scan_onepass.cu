@@ -107,10 +107,11 @@ struct onepass_copies {
     unsigned xoff[SX], uoff[SU], boff[SB];  // bytes into the piece's tile
     size_t xstep, zstep, bstep;  // elements from a tile's rows to the next tile's
 
-    // r0 is the row of the first position walked, T the positions walked.
+    // Sequence b's positions t0 .. t0 + T - 1, of Trows a sequence.
     __device__ __forceinline__ onepass_copies(const float *dtv, const Tv *uv, const float *zv, int ldz,
-                                              const float *dbl, int ldd, int R, size_t r0, int T, int E, int N,
-                                              int c0) {
+                                              const float *dbl, int ldd, int R, int b, int Trows, int t0, int T,
+                                              int E, int N, int c0) {
+        size_t r0 = (size_t)b * Trows + t0;
         xstep = (size_t)TL * E, zstep = (size_t)TL * ldz, bstep = (size_t)TL * ldd;
 #pragma unroll
         for (int k = 0; k < SX; k++) {
@@ -180,8 +181,8 @@ __host__ __device__ constexpr int onepass_shared(int SPT, int TL, int BUF, int T
     return BUF * TL * (8 * SPT * (8 + TV) + 2 * OP_NS * 4) + TL * onepass_pst(SPT) * 4;
 }
 
-template <int SPT, int TL, int BUF, int BCW, class Tv, bool CUM>
-__device__ __forceinline__ void scan_onepass(const float *dtv, const float *__restrict__ A2,
+template <int SPT, int TL, int BUF, int BCW, class Tv, bool SEG>
+__device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, const float *__restrict__ A2,
                                              const float *__restrict__ dbl, int ldd, int R,
                                              const Tv *__restrict__ u, const float *__restrict__ Dskip,
                                              const float *__restrict__ z, int ldz, float *__restrict__ state,
@@ -211,9 +212,9 @@ __device__ __forceinline__ void scan_onepass(const float *dtv, const float *__re
     int b = blockIdx.y, c0 = blockIdx.x * CB, cl = threadIdx.x % CB, g = threadIdx.x / CB, c = c0 + cl;
     int n0 = g * SPT;
     bool on = c < E;
-    // The segment walked (SCAN_ONEPASS_PARAMS): positions t0 .. t0 + Tl - 1.
-    const int seg = blockIdx.z, t0 = seg * Ts, Tl = min(T, t0 + Ts) - t0;
-    const size_t r0 = (size_t)b * T + t0;
+    // SEG: the segment walked (SCAN_ONEPASS_PARAMS), positions t0 .. t0 + Tl - 1;
+    // else the whole sequence, with the code of a walk that knows no segments.
+    const int seg = SEG ? blockIdx.z : 0, t0 = seg * Ts, Tl = SEG ? min(T, t0 + Ts) - t0 : T;
     float a[SPT], s[SPT];
 #pragma unroll
     for (int k = 0; k < SPT; k++) {
@@ -222,13 +223,13 @@ __device__ __forceinline__ void scan_onepass(const float *dtv, const float *__re
         s[k] = live && seg == 0 ? state[((size_t)b * E + c) * N + n0 + k] : 0.f;
     }
     float dskip = on ? Dskip[c] : 0.f;
-    // CUM: dt summed from the segment's start, and at this thread's outputs' positions of the tile
+    // SEG: dt summed from the segment's start, and at this thread's outputs' positions of the tile
     float cdr = 0.f, cdo[TL / G];
     int tiles = (Tl + TL - 1) / TL;
-    Tv *yt = y + (r0 + g) * E + c;  // output (position g, channel c) of the tile
-    float *vt = vpart + (r0 + g) * ldv + c;  // the same in a later segment
-    float *ct = cum + (r0 + g) * E + c;
-    onepass_copies<SPT, CB, TL, BCW, Tv> copies(dtv, u, z, ldz, dbl, ldd, R, r0, Tl, E, N, c0);
+    Tv *yt = y + ((size_t)b * T + t0 + g) * E + c;  // output (position g, channel c) of the tile
+    float *vt = vpart + ((size_t)b * T + t0 + g) * ldv + c;  // the same in a later segment
+    float *ct = cum + ((size_t)b * T + t0 + g) * E + c;
+    onepass_copies<SPT, CB, TL, BCW, Tv> copies(dtv, u, z, ldz, dbl, ldd, R, b, T, t0, Tl, E, N, c0);
     auto issue = [&](int k) {  // tile k into its slot of the ring; past the last tile an empty group
         if (k < tiles) {
             int j = k % BUF;
@@ -263,7 +264,7 @@ __device__ __forceinline__ void scan_onepass(const float *dtv, const float *__re
 #pragma unroll
             for (int i = 0; i < BATCH; i++) {
                 float dt = sdt[j][h + i][cl], du = dt * to_f32(su[j][h + i][cl]);
-                if (CUM) {  // h is a multiple of BATCH = G: position h + g is this thread's output h / G
+                if (SEG) {  // h is a multiple of BATCH = G: position h + g is this thread's output h / G
                     cdr += dt;
                     if (i == g) cdo[h / BATCH] = cdr;
                 }
@@ -338,21 +339,18 @@ __device__ __forceinline__ void scan_onepass(const float *dtv, const float *__re
             float v = terms[step * cl];
 #pragma unroll
             for (int q = 1; q < G; q++) v += terms[step * (q * CB + cl)];
-            v += dskip * gu[o];
-            bool store = on && k * TL + tt < Tl;
-            if (seg == 0) {
-                Tv out = from_f32<Tv>(v * silu_f(gz[o]));
-                if (store) yt[o * G * E] = out;
-            } else if (store) {  // the sum before the gate, which scan_fixup completes, and dt summed
-                vt[(size_t)o * G * ldv] = v;
-                if (CUM) ct[(size_t)o * G * E] = cdo[o];
+            if (!SEG || seg == 0) {
+                Tv out = from_f32<Tv>((v + dskip * gu[o]) * silu_f(gz[o]));
+                if (on && k * TL + tt < Tl) yt[o * G * E] = out;
+            } else if (on && k * TL + tt < Tl) {  // the sum before the gate, which scan_fixup completes, and dt summed
+                vt[(size_t)o * G * ldv] = v + dskip * gu[o];
+                ct[(size_t)o * G * E] = cdo[o];
             }
         }
         yt += (size_t)TL * E;
-        vt += (size_t)TL * ldv;
-        ct += (size_t)TL * E;
+        if (SEG) vt += (size_t)TL * ldv, ct += (size_t)TL * E;
     }
-    if (gridDim.z == 1) {
+    if (!SEG || gridDim.z == 1) {
 #pragma unroll
         for (int k = 0; k < SPT; k++)
             if (on && n0 + k < N) state[((size_t)b * E + c) * N + n0 + k] = s[k];
@@ -399,11 +397,11 @@ struct onepass_config {
 #endif
 // B and C go in 16-byte pieces (4 SPT-byte ones interleaved) where dbl's
 // rows allow it, else in 4-byte ones.
-#define SCAN_ONEPASS_RUN(SPT, TL, BUF, T, CUM)                                                              \
+#define SCAN_ONEPASS_RUN(SPT, TL, BUF, T, SEG)                                                              \
     if (R % 4 == 0 && ldd % 4 == 0 && N % 4 == 0 && ((size_t)dbl & 15) == 0)                                 \
-        scan_onepass<SPT, TL, BUF, OP_BCI ? 4 * SPT : 16, T, CUM>(SCAN_ONEPASS_ARGS);                        \
+        scan_onepass<SPT, TL, BUF, OP_BCI ? 4 * SPT : 16, T, SEG>(SCAN_ONEPASS_ARGS);                        \
     else                                                                                                     \
-        scan_onepass<SPT, TL, BUF, 4, T, CUM>(SCAN_ONEPASS_ARGS)
+        scan_onepass<SPT, TL, BUF, 4, T, SEG>(SCAN_ONEPASS_ARGS)
 
 // The span of pf_bytes at pf (prefetch_share; null for none) is what
 // out_proj reads next beside y: the rows of the residual stream it adds
@@ -423,9 +421,14 @@ struct onepass_config {
 // and the carried state. With S = 1 (Ts >= T) the walk is the whole scan,
 // and vpart, ends and cum go unused. scan_onepass2s_ is the walk in
 // segments (the only entry that writes cum); at 4 states a thread the
-// blocks are many already, and the walk does not run in segments.
+// blocks are many already, and the walk does not run in segments. The
+// other entries ignore Ts, vpart, ends and cum, and compile to the walk
+// that knows no segments (a walk with the segments' logic cost the 130m
+// B=1 prefill 3%). cum may be dt itself, though dt is __restrict__: the
+// walk reads dt only through cp.async (asm with a memory clobber), never
+// as a C++ load that a store through cum could be reordered with.
 #define SCAN_ONEPASS_PARAMS(T)                                                                                 \
-    const float *dt, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,                  \
+    const float *__restrict__ dt, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,     \
         const T *__restrict__ u, const float *__restrict__ Dskip, const float *__restrict__ z, int ldz,            \
         float *__restrict__ state, T *__restrict__ y, int T_, int E, int N, const void *pf, long long pf_bytes,   \
         int pf_lead, int Ts, float *__restrict__ vpart, int ldv, float *__restrict__ ends, float *cum
