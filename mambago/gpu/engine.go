@@ -66,7 +66,9 @@ type Engine struct {
 	// ScanSegments walks the one-pass scan at 2 states a thread in that
 	// many segments of each sequence at once, then adds each later
 	// segment's start state in parallel (Scan.Segments): 0 picks by
-	// OnePassSegments for each call, a negative value or 1 walks once. New
+	// OnePassSegments for each call, a negative value or 1 walks once.
+	// Turning it on or off resizes the workspace on the next call (the
+	// segments' scratch), which invalidates captured graphs. New
 	// sets -1: on the H200 (bf16 graph replays, BenchmarkScanSegments at
 	// 10cc670) the walk in 4 segments takes 32.6 µs a 130m layer at B=1
 	// T=2048 against the single walk's 50, but scan_fixup 23.2 more, so
@@ -350,6 +352,7 @@ type workspace struct {
 	h, x, xz, u, dbl, delta, y, in, out *cuda.Buffer
 	scan                                *cuda.Buffer // the scan's chunk summaries
 	scanChunk                           int          // the Engine.ScanChunk that scan is sized for
+	scanSegments                        bool         // whether scan is sized for walks in segments (Engine.segmentsOn)
 	logits                              *cuda.Buffer
 	logitsLen                           int
 	ids                                 *cuda.Buffer
@@ -367,7 +370,7 @@ func (w *workspace) free() {
 // (generation counts the reallocations).
 func (e *Engine) ensure(rows int) error {
 	c, ws := e.cfg, &e.ws
-	if rows <= ws.rows && ws.scanChunk == e.ScanChunk {
+	if rows <= ws.rows && ws.scanChunk == e.ScanChunk && ws.scanSegments == e.segmentsOn() {
 		return nil
 	}
 	rows = max(rows, ws.rows)
@@ -385,7 +388,7 @@ func (e *Engine) ensure(rows int) error {
 		{&ws.h, 4 * rows * c.Hidden}, {&ws.x, 4 * rows * c.Hidden}, {&ws.xz, 4 * rows * 2 * c.Inner},
 		{&ws.u, sz * rows * c.Inner}, {&ws.dbl, 4 * rows * (c.DTRank + 2*c.State)}, {&ws.delta, 4 * rows * c.Inner},
 		{&ws.y, sz * rows * c.Inner}, {&ws.in, 4 * rows * width}, {&ws.ids, 8 * rows},
-		{&ws.scan, 4 * max(1, scanScratchBound(rows, c.Inner, c.State, e.ScanChunk))},
+		{&ws.scan, 4 * max(1, scanScratchBound(rows, c.Inner, c.State, e.ScanChunk, e.segmentsOn()))},
 	}
 	for _, s := range sizes {
 		b, err := cuda.Alloc(s.bytes)
@@ -394,7 +397,7 @@ func (e *Engine) ensure(rows int) error {
 		}
 		*s.dst = b
 	}
-	ws.rows, ws.scanChunk = rows, e.ScanChunk
+	ws.rows, ws.scanChunk, ws.scanSegments = rows, e.ScanChunk, e.segmentsOn()
 	ws.generation++
 	return nil
 }

@@ -113,11 +113,14 @@ func scanChunk(chunk, N int) int {
 }
 
 // scanScratchBound bounds ScratchFloats over every split of rows = B·T:
-// with two or more chunks, B·chunks <= 2·rows/L.
-func scanScratchBound(rows, E, N, chunk int) int {
-	// Segments (segmentLen): S <= 8, and S > 1 only where T > 32, with
-	// S <= T/32 + 1 < T/16; so B·S <= rows/16 (and <= rows/32 for T >= 256).
-	n := max(2*rows/scanChunk(chunk, N), rows/16+1) * E * (N + 1)
+// with two or more chunks, B·chunks <= 2·rows/L; with segments (where the
+// engine may walk in them), B·S <= rows/16, as S <= 8, and S > 1 only where
+// T > 32, with S <= T/32 + 1 < T/16 (segmentLen).
+func scanScratchBound(rows, E, N, chunk int, segments bool) int {
+	n := 2 * rows / scanChunk(chunk, N) * E * (N + 1)
+	if segments {
+		n = max(n, (rows/16+1)*E*N)
+	}
 	if N > scanStates {
 		n += rows * E
 	}
@@ -318,6 +321,10 @@ func (e *Engine) scanOnePass(B, E int) int {
 	}
 	return spt
 }
+
+// segmentsOn reports whether Engine.ScanSegments may walk the scan in
+// segments, which the workspace's scan scratch is then sized for.
+func (e *Engine) segmentsOn() bool { return e.ScanSegments == 0 || e.ScanSegments > 1 }
 
 // scanSegments is Scan.Segments for a call over B sequences of T positions
 // and E channels with the one-pass scan at spt states a thread, as

@@ -119,3 +119,29 @@ func TestSegments(t *testing.T) {
 		}
 	}
 }
+
+// TestScanScratchBound checks, without a GPU, that the workspace's scan
+// scratch (scanScratchBound) holds what every split of its rows into B
+// sequences of T positions asks for: the chunked scan's summaries, and
+// with segments on, every walk in segments' end states.
+func TestScanScratchBound(t *testing.T) {
+	const E, N = 64, 16
+	for rows := 1; rows <= 1200; rows++ {
+		plain, seg := scanScratchBound(rows, E, N, 0, false), scanScratchBound(rows, E, N, 0, true)
+		for B := 1; B <= rows; B++ {
+			if rows%B != 0 {
+				continue
+			}
+			T := rows / B
+			if n := (Scan{B: B, T: T, E: E, N: N, LDZ: 2 * E}).ScratchFloats(); n > plain {
+				t.Fatalf("rows %d, B=%d T=%d: the chunked scan needs %d floats, the bound is %d", rows, B, T, n, plain)
+			}
+			for S := 2; S <= 12; S++ {
+				s := Scan{B: B, T: T, E: E, N: N, LDZ: 2 * E, OnePass: 2, Segments: S}
+				if n := s.ScratchFloats(); n > seg {
+					t.Fatalf("rows %d, B=%d T=%d, %d segments: %d floats, the bound is %d", rows, B, T, S, n, seg)
+				}
+			}
+		}
+	}
+}
