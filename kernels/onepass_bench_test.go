@@ -161,3 +161,96 @@ func BenchmarkOnePass(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkScanSegments times the one-pass scan alone, bf16, at 2 states a
+// thread, walked once against walked in gpu.OnePassSegments' segments and
+// corrected by scan_fixup (both launches), at the B=1 shapes where the
+// engine may walk in segments, the two taking turns (9 rounds of 25
+// launches). Each from the same inputs: the outputs must agree within
+// f32 rounding (the segments sum in another order). It logs a line per
+// shape with each median in µs and the ratio.
+func BenchmarkScanSegments(b *testing.B) {
+	d, fn, s, _, timer := kernelBench(b, "scan_onepass.cu")
+	const N, R = 16, 48
+	const rounds, runs = 9, 25
+	for range b.N {
+		for _, sh := range []struct {
+			name string
+			T, E int
+		}{{"130m_B1_T2048", 2048, 1536}, {"130m_B1_T8192", 8192, 1536}, {"370m_B1_T2048", 2048, 2048}} {
+			rows, ld := sh.T, R+2*N
+			S := gpuengine.OnePassSegments(1, sh.T, sh.E, 2, d.SMs)
+			dt := randn(rows*sh.E, 1)
+			for i, v := range dt {
+				dt[i] = float32(softplus(float64(v) - 2))
+			}
+			A2 := make([]float32, sh.E*N)
+			for i := range A2 {
+				A2[i] = -float32(1+i%N) * math.Log2E
+			}
+			_, u := bf16Bits(randn(rows*sh.E, 1))
+			st0 := randn(sh.E*N, 1)
+			bdt, bA2, bdbl, bu := upload(b, s, dt), upload(b, s, A2), upload(b, s, randn(rows*ld, 1)), upload(b, s, u)
+			bD, bz := upload(b, s, randn(sh.E, 1)), upload(b, s, randn(rows*2*sh.E, 1))
+			bst, by := upload(b, s, st0), poisoned(b, s, rows*sh.E/2)
+			bv := poisoned(b, s, rows*sh.E)
+			var outs [2][]float32
+			var launches [2]func() error
+			var scratch [2]*cuda.Buffer
+			for i, segs := range []int{0, S} {
+				sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R, U: bu.Ptr, D: bD.Ptr,
+					Z: bz.Offset(4 * sh.E), LDZ: 2 * sh.E, State: bst.Ptr, Y: by.Ptr, B: 1, T: sh.T, E: sh.E, N: N,
+					DType: cuda.BF16, OnePass: 2, Segments: segs, V: bv.Ptr, LDV: sh.E, SMs: d.SMs}
+				scratch[i] = poisoned(b, s, max(1, sc.ScratchFloats()))
+				sc.Scratch = scratch[i].Ptr
+				launches[i] = func() error { return sc.Launch(fn, s) }
+				// From the same state and dt (the walk in segments overwrites dt) into a poisoned y.
+				if err := cuda.CopyIn(bst.Ptr, st0, s); err != nil {
+					b.Fatal(err)
+				}
+				if err := cuda.CopyIn(bdt.Ptr, dt, s); err != nil {
+					b.Fatal(err)
+				}
+				if err := cuda.Fill32(by.Ptr, 0x7fc07fc0, rows*sh.E/2, s); err != nil {
+					b.Fatal(err)
+				}
+				if err := launches[i](); err != nil {
+					b.Fatal(err)
+				}
+				outs[i] = append(bf16Unpack(download(b, s, by, rows*sh.E/2)), download(b, s, bst, sh.E*N)...)
+			}
+			want := make([]float64, len(outs[0]))
+			for i, v := range outs[0] {
+				want[i] = float64(v)
+			}
+			if e := relErr(outs[1], want); !(e < 1e-2) { // y in bf16: a rounding apart at most
+				b.Fatalf("%s: walked in %d segments, y and state rel err %.3g against walked once", sh.name, S, e)
+			}
+			var times [2][]float64
+			for range rounds {
+				for i := range launches {
+					for range runs {
+						times[i] = append(times[i], timer.ms(b, launches[i]))
+					}
+				}
+			}
+			once, segs := gputest.Median(times[0]), gputest.Median(times[1])
+			b.Logf("scan segments %-14s once %.2f us, in %d segments with scan_fixup %.2f us: %.3fx", sh.name,
+				1e3*once, S, 1e3*segs, once/segs)
+			for _, buf := range []*cuda.Buffer{bdt, bA2, bdbl, bu, bD, bz, bst, by, bv, scratch[0], scratch[1]} {
+				buf.Free()
+			}
+		}
+	}
+}
+
+// bf16Unpack is the values of bf16 elements packed two to a float32 slot
+// (bf16Bits' layout).
+func bf16Unpack(packed []float32) []float32 {
+	v := make([]float32, 2*len(packed))
+	for i, p := range packed {
+		w := math.Float32bits(p)
+		v[2*i], v[2*i+1] = math.Float32frombits(w<<16), math.Float32frombits(w&^0xffff)
+	}
+	return v
+}

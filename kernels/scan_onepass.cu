@@ -457,14 +457,22 @@ EACH_DTYPE(SCAN_ONEPASS)
 //
 // Grid (ceil(E / 32), Y, B), FX_WARPS warps a block: lane i owns channel
 // 32 blockIdx.x + i, and the block the blockIdx.y-th of Y shares of the
-// positions Ts .. T - 1, which warp w takes FX_UNROLL at a time in turn
-// with the other warps. One wave of blocks (Y from Scan.Launch): each
-// first chains every later segment's s0 from the segments' end states and
-// last cd into shared memory ([S - 1][state][lane], FX_WARPS states at a
-// time), the blocks of share 0 the carried state too, so the chains' loads
-// wait once a block. Then its positions' loads go FX_UNROLL at a time.
+// positions Ts .. T - 1, each warp a run of consecutive positions of it.
+// One wave of blocks (Y from Scan.Launch): each first chains every later
+// segment's s0 from the segments' end states and last cd into shared
+// memory ([S - 1][state][lane], FX_WARPS states at a time), the blocks of
+// share 0 the carried state too, so the chains' loads wait once a block.
+// A thread then keeps its channel's A2 and its segment's s0 in registers
+// (a load from shared memory a term, as an earlier build had, shares the
+// MIO queue with the exps), and walks its run with the next position's
+// loads in flight while it computes one.
 #define FX_WARPS 8
-#define FX_UNROLL 2
+#define FX_BLOCKS 2  // blocks an SM: the launch bounds, fixupBlocksPerSM in Go
+// fixup_in is one position's inputs to scan_fixup: cd, the walk's sum, z
+// and C's row.
+struct fixup_in {
+    float cd, v, z, cv[OP_NS];
+};
 // FULL: N = OP_NS and C's rows in 16-byte pieces.
 template <class Tv, bool FULL>
 __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const float *__restrict__ A2,
@@ -472,15 +480,13 @@ __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const 
                                            int ldz, const float *__restrict__ vpart, int ldv,
                                            const float *__restrict__ ends, float *__restrict__ state,
                                            Tv *__restrict__ y, int T, int E, int N, int Ts) {
-    // [S - 1][OP_NS][32], after A2 for the block's lanes [OP_NS][32]: both
-    // read from shared memory a position, which leaves the registers to
-    // three blocks an SM (the launch bounds; fixupBlocksPerSM in Go).
-    extern __shared__ float s0[];
-    __shared__ float a[OP_NS][32];
+    extern __shared__ float s0[];  // [S - 1][OP_NS][32]
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
     const int S = (T + Ts - 1) / Ts, B = gridDim.z, b = blockIdx.z;
     const bool on = c < E;
-    for (int n = w; n < OP_NS; n += FX_WARPS) a[n][lane] = on && n < N ? A2[(size_t)c * N + n] : 0.f;
+    float a[OP_NS];  // states past N have a = 0 and s0 = 0
+#pragma unroll
+    for (int n = 0; n < OP_NS; n++) a[n] = on && n < N ? A2[(size_t)c * N + n] : 0.f;
     pdl_wait();  // the walk's outputs
     for (int n = w; n < OP_NS; n += FX_WARPS) {
         bool live = on && n < N;
@@ -497,43 +503,51 @@ __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const 
     }
     __syncthreads();
     if (!on) return;
-    // Shares of whole multiples of FX_UNROLL positions (Ts is one too), so
-    // that FX_UNROLL positions from t0 lie in one segment.
-    const int share = ((T - Ts + gridDim.y - 1) / gridDim.y + FX_UNROLL - 1) / FX_UNROLL * FX_UNROLL;
-    const int lo = Ts + blockIdx.y * share, hi = min(T, lo + share);
-    for (int t0 = lo + w * FX_UNROLL; t0 < hi; t0 += FX_WARPS * FX_UNROLL) {
-        const float *sv = s0 + (t0 / Ts - 1) * OP_NS * 32 + lane;
-        const size_t r0 = (size_t)b * T + t0;
-        const float *cumr = cum + r0 * E + c, *vr = vpart + r0 * ldv + c, *zr = z + r0 * ldz + c;
-        const float *Cr = dbl + r0 * ldd + R + N;
-        Tv *yr = y + r0 * E + c;
-        // Positions past hi read position t0's inputs, and write nothing: no
-        // branch, so that ptxas issues every position's loads first.
+    const int share = (T - Ts + gridDim.y - 1) / gridDim.y, run = (share + FX_WARPS - 1) / FX_WARPS;
+    const int t0 = Ts + blockIdx.y * share + w * run, t1 = min(min(T, Ts + (blockIdx.y + 1) * share), t0 + run);
+    if (t0 >= t1) return;
+    int seg = t0 / Ts, next = (seg + 1) * Ts;  // the run's segment, and the position that starts the one after
+    float sv[OP_NS];
+    auto states = [&] {
 #pragma unroll
-        for (int i = 0; i < FX_UNROLL; i++) {
-            const bool ok = t0 + i < hi;
-            const int k = ok ? i : 0;
-            float cd = cumr[k * E], v = vr[k * ldv], zz = zr[k * ldz];
-            const float *C = Cr + k * ldd;
-            float cv[OP_NS];
+        for (int n = 0; n < OP_NS; n++) sv[n] = s0[((seg - 1) * OP_NS + n) * 32 + lane];
+    };
+    states();
+    const size_t r0 = (size_t)b * T;
+    auto load = [&](fixup_in &in, int t) {
+        const size_t r = r0 + t;
+        in.cd = cum[r * E + c], in.v = vpart[r * ldv + c], in.z = z[r * ldz + c];
+        const float *C = dbl + r * ldd + R + N;
 #pragma unroll
-            for (int n = 0; n < OP_NS; n += 4) {
-                if (FULL)
-                    *reinterpret_cast<float4 *>(cv + n) = *reinterpret_cast<const float4 *>(C + n);
-                else
+        for (int n = 0; n < OP_NS; n += 4) {
+            if (FULL)
+                *reinterpret_cast<float4 *>(in.cv + n) = *reinterpret_cast<const float4 *>(C + n);
+            else
 #pragma unroll
-                    for (int k = n; k < n + 4; k++) cv[k] = k < N ? C[k] : 0.f;
-            }
-            float add = 0.f;  // states past N have sv = 0 and cv = 0
-#pragma unroll
-            for (int n = 0; n < OP_NS; n++) add += cv[n] * (sv[n * 32] * ex2(a[n][lane] * cd));
-            if (ok) yr[i * E] = from_f32<Tv>((v + add) * silu_f(zz));
+                for (int k = n; k < n + 4; k++) in.cv[k] = k < N ? C[k] : 0.f;
         }
+    };
+    auto finish = [&](const fixup_in &in, int t) {
+        if (t == next) seg++, next += Ts, states();  // the same t on every lane: no divergence
+        float add = 0.f;
+#pragma unroll
+        for (int n = 0; n < OP_NS; n++) add += in.cv[n] * (sv[n] * ex2(a[n] * in.cd));
+        y[(r0 + t) * E + c] = from_f32<Tv>((in.v + add) * silu_f(in.z));
+    };
+    // Two buffers by name, so that no registers move between positions.
+    fixup_in p, q;
+    load(p, t0);
+    for (int t = t0; t < t1; t += 2) {
+        if (t + 1 < t1) load(q, t + 1);
+        finish(p, t);
+        if (t + 1 == t1) break;
+        if (t + 2 < t1) load(p, t + 2);
+        finish(q, t + 1);
     }
 }
 // The FULL build where N and dbl's rows allow it.
 #define SCAN_FIXUP(sfx, T)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(FX_WARPS * 32, 3)                                             \
+    extern "C" __global__ void __launch_bounds__(FX_WARPS * 32, FX_BLOCKS)                                             \
         scan_fixup_##sfx(const float *__restrict__ cum, const float *__restrict__ A2, const float *__restrict__ dbl, \
                          int ldd, int R, const float *__restrict__ z, int ldz, const float *__restrict__ vpart,      \
                          int ldv, const float *__restrict__ ends, float *__restrict__ state, T *__restrict__ y,      \

@@ -25,6 +25,9 @@
 #             memsets in a graph as kernels, or started beside the kernel
 #             before them): the tests, memcheck, bf16 prefills with each edit
 #             off and on (BenchmarkMemsetEdits; $MEMSET_BENCH filters it);
+#   fixup:    scan_fixup's float64 tests and sanitizers, the scan alone walked
+#             once against in segments, then bf16 prefills likewise (the
+#             kernels' and the engine's BenchmarkScanSegments; about 2 minutes);
 #   graphtrace: each kernel of a bf16 130m prefill graph in place: its
 #             duration, its gap after the previous kernel and its share of
 #             the layer (bench/graph_trace.py; T=512, 2048, 8192 or
@@ -300,6 +303,18 @@ if [[ $mode == segments ]]; then
   echo "== bf16 prefills, the scan walked once against in segments (BenchmarkScanSegments: graph replays)"
   timeout 300 .carry/gpu.test -test.v -test.run '^$' -test.bench ScanSegments -test.benchtime 1x 2>&1 \
     | tee "$OUT/segments_bench.log" | grep -E "segments |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  exit $status
+fi
+if [[ $mode == fixup ]]; then
+  echo "== the scan kernels against float64, walked once and in segments; racecheck and memcheck"
+  run_tests fixup_kernels 200 .carry/kernels.test -test.v -test.run 'ConvAndScan|Spill'
+  scan_sanitizers fixup
+  echo "== the scan alone, walked once against in segments with scan_fixup (kernels' BenchmarkScanSegments)"
+  timeout 200 .carry/kernels.test -test.v -test.run '^$' -test.bench ScanSegments -test.benchtime 1x 2>&1 \
+    | tee "$OUT/fixup_kernel_bench.log" | grep -E "scan segments |FAIL|panic" | sed 's/^ *onepass_bench_test.go:[0-9]*: //'
+  echo "== bf16 prefills, the scan walked once against in segments (the engine's BenchmarkScanSegments, auto)"
+  SEGMENT_BENCH=auto timeout 240 .carry/gpu.test -test.v -test.run '^$' -test.bench ScanSegments -test.benchtime 1x 2>&1 \
+    | tee "$OUT/fixup_bench.log" | grep -E "segments |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
   exit $status
 fi
 if [[ $mode == gemv ]]; then

@@ -217,9 +217,9 @@ func segmentKernel(dt cuda.DType) string { return "scan_onepass2s_" + dt.Suffix(
 func segmentShared(size int) int { return OnePassShared(2, segmentAlign, 3, size) }
 
 // fixupThreads is FX_WARPS · 32 in kernels/scan_onepass.cu, and
-// fixupBlocksPerSM the blocks of it an SM holds at once (its launch bounds):
-// scan_fixup's grid is one wave of them.
-const fixupThreads, fixupBlocksPerSM = 256, 3
+// fixupBlocksPerSM (FX_BLOCKS) the blocks of it an SM holds at once (its
+// launch bounds): scan_fixup's grid is one wave of them.
+const fixupThreads, fixupBlocksPerSM = 256, 2
 
 // onePassShared is the dynamic shared memory of the engine's one-pass
 // kernel at spt states a thread (tiles of 64 positions in a ring of 3 at 2

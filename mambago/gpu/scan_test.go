@@ -53,8 +53,8 @@ func TestWantedKernelsAreEntries(t *testing.T) {
 
 // TestOnePassSharedMatchesKernel compiles, through NVRTC (no GPU needed),
 // static_asserts that onePassShared gives the sizes kernels/scan_onepass.cu
-// computes for its entries' tiles and rings: a kernel launched with less
-// traps.
+// computes for its entries' tiles and rings (a kernel launched with less
+// traps), and that scan_fixup's block and blocks an SM are Go's.
 func TestOnePassSharedMatchesKernel(t *testing.T) {
 	gputest.NeedNVRTC(t)
 	src, err := kernels.Source("scan_onepass.cu")
@@ -74,6 +74,8 @@ func TestOnePassSharedMatchesKernel(t *testing.T) {
 			"\"gpu.segmentShared(%d) or segmentAlign differs from the kernel's\");\n", size, segmentShared(size),
 			segmentAlign, size)
 	}
+	fmt.Fprintf(&checks, "static_assert(FX_WARPS * 32 == %d && FX_BLOCKS == %d, "+
+		"\"gpu.fixupThreads or fixupBlocksPerSM differs from the kernel's\");\n", fixupThreads, fixupBlocksPerSM)
 	if _, err := cuda.Compile(src+checks.String(), "scan_onepass.cu", "sm_90", "--std=c++17"); err != nil {
 		t.Fatal(err)
 	}
