@@ -462,29 +462,31 @@ EACH_DTYPE(SCAN_ONEPASS)
 // segment's s0 from the segments' end states and last cd into shared
 // memory ([S - 1][state][lane], FX_WARPS states at a time), the blocks of
 // share 0 the carried state too, so the chains' loads wait once a block.
-// A thread then keeps its channel's A2 and its segment's s0 in registers
-// (a load from shared memory a term, as an earlier build had, shares the
-// MIO queue with the exps), and walks its run with the next position's
-// loads in flight while it computes one.
+// A thread then keeps its channel's A2 and its segment's s0 in registers,
+// and a warp walks its run with the inputs of its next FX_DEPTH - 1
+// positions in flight: cp.async copies them into a ring of slots in
+// shared memory (an earlier build that loaded each position's inputs into
+// registers while it computed the one before had too few loads in flight
+// an SM, and waited on L2).
 #define FX_WARPS 8
-#define FX_BLOCKS 2  // blocks an SM: the launch bounds, fixupBlocksPerSM in Go
-// fixup_in is one position's inputs to scan_fixup: cd, the walk's sum, z
-// and C's row.
-struct fixup_in {
-    float cd, v, z, cv[OP_NS];
-};
-// FULL: N = OP_NS and C's rows in 16-byte pieces.
-template <class Tv, bool FULL>
+#define FX_BLOCKS 3  // blocks an SM: the launch bounds, fixupBlocksPerSM in Go
+#define FX_DEPTH 8   // a warp's ring of positions, a power of 2
+#define FX_SLOT (3 * 32 + OP_NS)  // floats a position: the warp's cd, v and z, then C's row
+// fixup_shared is scan_fixup's dynamic shared memory, in bytes, for S
+// segments: the warps' rings, then the start states (gpu.fixupShared).
+__host__ __device__ constexpr int fixup_shared(int S) { return 4 * (FX_WARPS * FX_DEPTH * FX_SLOT + (S - 1) * OP_NS * 32); }
+template <class Tv>
 __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const float *__restrict__ A2,
                                            const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ z,
                                            int ldz, const float *__restrict__ vpart, int ldv,
                                            const float *__restrict__ ends, float *__restrict__ state,
                                            Tv *__restrict__ y, int T, int E, int N, int Ts) {
-    extern __shared__ float s0[];  // [S - 1][OP_NS][32]
+    extern __shared__ __align__(16) float fx_smem[];
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
     const int S = (T + Ts - 1) / Ts, B = gridDim.z, b = blockIdx.z;
     const bool on = c < E;
-    float a[OP_NS];  // states past N have a = 0 and s0 = 0
+    float *s0 = fx_smem + FX_WARPS * FX_DEPTH * FX_SLOT;  // [S - 1][OP_NS][32]
+    float a[OP_NS];  // states past N have a = 0, s0 = 0 and C = 0
 #pragma unroll
     for (int n = 0; n < OP_NS; n++) a[n] = on && n < N ? A2[(size_t)c * N + n] : 0.f;
     pdl_wait();  // the walk's outputs
@@ -502,10 +504,9 @@ __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const 
         if (blockIdx.y == 0 && live) state[((size_t)b * E + c) * N + n] = s;
     }
     __syncthreads();
-    if (!on) return;
     const int share = (T - Ts + gridDim.y - 1) / gridDim.y, run = (share + FX_WARPS - 1) / FX_WARPS;
     const int t0 = Ts + blockIdx.y * share + w * run, t1 = min(min(T, Ts + (blockIdx.y + 1) * share), t0 + run);
-    if (t0 >= t1) return;
+    if (t0 >= t1) return;  // the whole warp
     int seg = t0 / Ts, next = (seg + 1) * Ts;  // the run's segment, and the position that starts the one after
     float sv[OP_NS];
     auto states = [&] {
@@ -514,47 +515,50 @@ __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const 
     };
     states();
     const size_t r0 = (size_t)b * T;
-    auto load = [&](fixup_in &in, int t) {
-        const size_t r = r0 + t;
-        in.cd = cum[r * E + c], in.v = vpart[r * ldv + c], in.z = z[r * ldz + c];
-        const float *C = dbl + r * ldd + R + N;
-#pragma unroll
-        for (int n = 0; n < OP_NS; n += 4) {
-            if (FULL)
-                *reinterpret_cast<float4 *>(in.cv + n) = *reinterpret_cast<const float4 *>(C + n);
-            else
-#pragma unroll
-                for (int k = n; k < n + 4; k++) in.cv[k] = k < N ? C[k] : 0.f;
+    float *ring = fx_smem + w * FX_DEPTH * FX_SLOT;
+    const unsigned sring = shared_addr(ring);
+    // Position t's inputs into its slot (lanes past E and states past N
+    // copy zeros); past the run an empty group, so that every iteration
+    // waits for the same count.
+    // The next position to issue, its source in each input (moved on a row
+    // an issue) and its slot.
+    int ti = t0;
+    const float *pc = cum + (r0 + t0) * E + (on ? c : 0), *pv = vpart + (r0 + t0) * ldv + (on ? c : 0),
+                *pz = z + (r0 + t0) * ldz + (on ? c : 0), *pC = dbl + (r0 + t0) * ldd + R + N + (lane < N ? lane : 0);
+    auto issue = [&] {
+        if (ti < t1) {
+            const unsigned slot = sring + ti % FX_DEPTH * FX_SLOT * 4;
+            cp_async_s<4>(slot + lane * 4, pc, on);
+            cp_async_s<4>(slot + (32 + lane) * 4, pv, on);
+            cp_async_s<4>(slot + (64 + lane) * 4, pz, on);
+            if (lane < OP_NS) cp_async_s<4>(slot + (96 + lane) * 4, pC, lane < N);
+            ti++, pc += E, pv += ldv, pz += ldz, pC += ldd;
         }
+        cp_async_commit();
     };
-    auto finish = [&](const fixup_in &in, int t) {
+    for (int k = 0; k < FX_DEPTH - 1; k++) issue();
+    for (int t = t0; t < t1; t++) {
+        cp_async_wait<FX_DEPTH - 2>();  // position t is in
+        __syncwarp();  // and visible to the warp, whose lanes are all done with position t - 1's slot
+        issue();  // position t + FX_DEPTH - 1, into that slot
+        const float *sl = ring + t % FX_DEPTH * FX_SLOT;
+        const float cd = sl[lane], v = sl[32 + lane], zz = sl[64 + lane];
+        float cv[OP_NS];
+#pragma unroll
+        for (int n = 0; n < OP_NS; n += 4) *reinterpret_cast<float4 *>(cv + n) = *reinterpret_cast<const float4 *>(sl + 96 + n);
         if (t == next) seg++, next += Ts, states();  // the same t on every lane: no divergence
         float add = 0.f;
 #pragma unroll
-        for (int n = 0; n < OP_NS; n++) add += in.cv[n] * (sv[n] * ex2(a[n] * in.cd));
-        y[(r0 + t) * E + c] = from_f32<Tv>((in.v + add) * silu_f(in.z));
-    };
-    // Two buffers by name, so that no registers move between positions.
-    fixup_in p, q;
-    load(p, t0);
-    for (int t = t0; t < t1; t += 2) {
-        if (t + 1 < t1) load(q, t + 1);
-        finish(p, t);
-        if (t + 1 == t1) break;
-        if (t + 2 < t1) load(p, t + 2);
-        finish(q, t + 1);
+        for (int n = 0; n < OP_NS; n++) add += cv[n] * (sv[n] * ex2(a[n] * cd));
+        if (on) y[(r0 + t) * E + c] = from_f32<Tv>((v + add) * silu_f(zz));
     }
 }
-// The FULL build where N and dbl's rows allow it.
 #define SCAN_FIXUP(sfx, T)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(FX_WARPS * 32, FX_BLOCKS)                                             \
+    extern "C" __global__ void __launch_bounds__(FX_WARPS * 32, FX_BLOCKS)                                     \
         scan_fixup_##sfx(const float *__restrict__ cum, const float *__restrict__ A2, const float *__restrict__ dbl, \
                          int ldd, int R, const float *__restrict__ z, int ldz, const float *__restrict__ vpart,      \
                          int ldv, const float *__restrict__ ends, float *__restrict__ state, T *__restrict__ y,      \
                          int T_, int E, int N, int Ts) {                                                             \
-        if (N == OP_NS && (R + N) % 4 == 0 && ldd % 4 == 0 && ((size_t)dbl & 15) == 0)                               \
-            scan_fixup<T, true>(cum, A2, dbl, ldd, R, z, ldz, vpart, ldv, ends, state, y, T_, E, N, Ts);            \
-        else                                                                                                         \
-            scan_fixup<T, false>(cum, A2, dbl, ldd, R, z, ldz, vpart, ldv, ends, state, y, T_, E, N, Ts);           \
+        scan_fixup<T>(cum, A2, dbl, ldd, R, z, ldz, vpart, ldv, ends, state, y, T_, E, N, Ts);                       \
     }
 EACH_DTYPE(SCAN_FIXUP)

@@ -219,7 +219,15 @@ func segmentShared(size int) int { return OnePassShared(2, segmentAlign, 3, size
 // fixupThreads is FX_WARPS · 32 in kernels/scan_onepass.cu, and
 // fixupBlocksPerSM (FX_BLOCKS) the blocks of it an SM holds at once (its
 // launch bounds): scan_fixup's grid is one wave of them.
-const fixupThreads, fixupBlocksPerSM = 256, 2
+const fixupThreads, fixupBlocksPerSM = 256, 3
+
+// fixupShared is scan_fixup's dynamic shared memory (fixup_shared) for S
+// segments: each warp's ring of FX_DEPTH = 8 positions of its 32 channels'
+// inputs and C's row, then the later segments' start states.
+func fixupShared(S int) int {
+	const depth, slot = 8, 3*32 + scanStates
+	return 4 * (fixupThreads/32*depth*slot + (S-1)*scanStates*32)
+}
 
 // onePassShared is the dynamic shared memory of the engine's one-pass
 // kernel at spt states a thread (tiles of 64 positions in a ring of 3 at 2
@@ -271,7 +279,7 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 		tiles := (s.E + 31) / 32
 		Y := max(1, fixupBlocksPerSM*s.SMs/(tiles*s.B))
 		return fn("scan_fixup_"+s.DType.Suffix()).LaunchMaybePDL(s.PDL, cuda.Dim3{X: tiles, Y: Y, Z: s.B},
-			cuda.D1(fixupThreads), 4*(S-1)*scanStates*32, stream, s.DT, s.A2, s.DBL, s.LDD, s.R, s.Z, s.LDZ, s.V, s.LDV, ends,
+			cuda.D1(fixupThreads), fixupShared(S), stream, s.DT, s.A2, s.DBL, s.LDD, s.R, s.Z, s.LDZ, s.V, s.LDV, ends,
 			s.State, s.Y, s.T, s.E, s.N, Ts)
 	}
 	L, nch, G := s.chunk(), s.chunks(), (s.N+scanStates-1)/scanStates
