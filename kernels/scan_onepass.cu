@@ -470,7 +470,7 @@ EACH_DTYPE(SCAN_ONEPASS)
 // an SM, and waited on L2).
 #define FX_WARPS 8
 #define FX_BLOCKS 3  // blocks an SM: the launch bounds, fixupBlocksPerSM in Go
-#define FX_DEPTH 8   // a warp's ring of positions, a power of 2
+#define FX_DEPTH 8   // a warp's ring of positions, a power of 2 (pairs of them in flight)
 #define FX_SLOT (3 * 32 + OP_NS)  // floats a position: the warp's cd, v and z, then C's row
 // fixup_shared is scan_fixup's dynamic shared memory, in bytes, for S
 // segments: the warps' rings, then the start states (gpu.fixupShared).
@@ -504,7 +504,9 @@ __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const 
         if (blockIdx.y == 0 && live) state[((size_t)b * E + c) * N + n] = s;
     }
     __syncthreads();
-    const int share = (T - Ts + gridDim.y - 1) / gridDim.y, run = (share + FX_WARPS - 1) / FX_WARPS;
+    // Shares and runs of whole pairs of positions from Ts (even, as a
+    // multiple of segmentAlign): a pair never straddles two segments.
+    const int share = ((T - Ts + gridDim.y - 1) / gridDim.y + 1) & ~1, run = ((share + FX_WARPS - 1) / FX_WARPS + 1) & ~1;
     const int t0 = Ts + blockIdx.y * share + w * run, t1 = min(min(T, Ts + (blockIdx.y + 1) * share), t0 + run);
     if (t0 >= t1) return;  // the whole warp
     int seg = t0 / Ts, next = (seg + 1) * Ts;  // the run's segment, and the position that starts the one after
@@ -517,40 +519,53 @@ __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const 
     const size_t r0 = (size_t)b * T;
     float *ring = fx_smem + w * FX_DEPTH * FX_SLOT;
     const unsigned sring = shared_addr(ring);
-    // Position t's inputs into its slot (lanes past E and states past N
-    // copy zeros); past the run an empty group, so that every iteration
-    // waits for the same count.
     // The next position to issue, its source in each input (moved on a row
-    // an issue) and its slot.
+    // a position) and its slot.
     int ti = t0;
     const float *pc = cum + (r0 + t0) * E + (on ? c : 0), *pv = vpart + (r0 + t0) * ldv + (on ? c : 0),
                 *pz = z + (r0 + t0) * ldz + (on ? c : 0), *pC = dbl + (r0 + t0) * ldd + R + N + (lane < N ? lane : 0);
+    // The next pair of positions' inputs into their slots (lanes past E
+    // and states past N copy zeros; positions past the run nothing), as
+    // one group, so that every iteration waits for the same count.
     auto issue = [&] {
-        if (ti < t1) {
-            const unsigned slot = sring + ti % FX_DEPTH * FX_SLOT * 4;
-            cp_async_s<4>(slot + lane * 4, pc, on);
-            cp_async_s<4>(slot + (32 + lane) * 4, pv, on);
-            cp_async_s<4>(slot + (64 + lane) * 4, pz, on);
-            if (lane < OP_NS) cp_async_s<4>(slot + (96 + lane) * 4, pC, lane < N);
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            if (ti < t1) {
+                const unsigned slot = sring + ti % FX_DEPTH * FX_SLOT * 4;
+                cp_async_s<4>(slot + lane * 4, pc, on);
+                cp_async_s<4>(slot + (32 + lane) * 4, pv, on);
+                cp_async_s<4>(slot + (64 + lane) * 4, pz, on);
+                if (lane < OP_NS) cp_async_s<4>(slot + (96 + lane) * 4, pC, lane < N);
+            }
             ti++, pc += E, pv += ldv, pz += ldz, pC += ldd;
         }
         cp_async_commit();
     };
-    for (int k = 0; k < FX_DEPTH - 1; k++) issue();
-    for (int t = t0; t < t1; t++) {
-        cp_async_wait<FX_DEPTH - 2>();  // position t is in
-        __syncwarp();  // and visible to the warp, whose lanes are all done with position t - 1's slot
-        issue();  // position t + FX_DEPTH - 1, into that slot
-        const float *sl = ring + t % FX_DEPTH * FX_SLOT;
-        const float cd = sl[lane], v = sl[32 + lane], zz = sl[64 + lane];
-        float cv[OP_NS];
-#pragma unroll
-        for (int n = 0; n < OP_NS; n += 4) *reinterpret_cast<float4 *>(cv + n) = *reinterpret_cast<const float4 *>(sl + 96 + n);
+    for (int k = 0; k < FX_DEPTH / 2 - 1; k++) issue();
+    // A pair of positions an iteration, t and t + 1 (the latter past the
+    // run where the run is odd at T: computed from a stale slot, not
+    // stored), so that each warp has two chains of exps to interleave.
+    for (int t = t0; t < t1; t += 2) {
+        cp_async_wait<FX_DEPTH / 2 - 2>();  // positions t and t + 1 are in
+        __syncwarp();  // and visible to the warp, whose lanes are all done with the previous pair's slots
+        issue();  // positions t + FX_DEPTH - 2 and t + FX_DEPTH - 1, into those slots
         if (t == next) seg++, next += Ts, states();  // the same t on every lane: no divergence
-        float add = 0.f;
+        const float *sa = ring + t % FX_DEPTH * FX_SLOT, *sb = sa + FX_SLOT;
+        const float cda = sa[lane], cdb = sb[lane];
+        float adda = 0.f, addb = 0.f;
 #pragma unroll
-        for (int n = 0; n < OP_NS; n++) add += cv[n] * (sv[n] * ex2(a[n] * cd));
-        if (on) y[(r0 + t) * E + c] = from_f32<Tv>((v + add) * silu_f(zz));
+        for (int n = 0; n < OP_NS; n += 4) {
+            const float4 ca = *reinterpret_cast<const float4 *>(sa + 96 + n),
+                         cb = *reinterpret_cast<const float4 *>(sb + 96 + n);
+            const float cva[4] = {ca.x, ca.y, ca.z, ca.w}, cvb[4] = {cb.x, cb.y, cb.z, cb.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                adda += cva[k] * (sv[n + k] * ex2(a[n + k] * cda));
+                addb += cvb[k] * (sv[n + k] * ex2(a[n + k] * cdb));
+            }
+        }
+        if (on) y[(r0 + t) * E + c] = from_f32<Tv>((sa[32 + lane] + adda) * silu_f(sa[64 + lane]));
+        if (on && t + 1 < t1) y[(r0 + t + 1) * E + c] = from_f32<Tv>((sb[32 + lane] + addb) * silu_f(sb[64 + lane]));
     }
 }
 #define SCAN_FIXUP(sfx, T)                                                                                     \
