@@ -472,6 +472,7 @@ EACH_DTYPE(SCAN_ONEPASS)
 #define FX_BLOCKS 3  // blocks an SM: the launch bounds, fixupBlocksPerSM in Go
 #define FX_DEPTH 8   // a warp's ring of positions, a power of 2 (pairs of them in flight)
 #define FX_SLOT (3 * 32 + OP_NS)  // floats a position: the warp's cd, v and z, then C's row
+#define FX_SEGS 8    // segments at most (gpu.maxSegments)
 // fixup_shared is scan_fixup's dynamic shared memory, in bytes, for S
 // segments: the warps' rings, then the start states (gpu.fixupShared).
 __host__ __device__ constexpr int fixup_shared(int S) { return 4 * (FX_WARPS * FX_DEPTH * FX_SLOT + (S - 1) * OP_NS * 32); }
@@ -490,18 +491,33 @@ __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const 
 #pragma unroll
     for (int n = 0; n < OP_NS; n++) a[n] = on && n < N ? A2[(size_t)c * N + n] : 0.f;
     pdl_wait();  // the walk's outputs
-    for (int n = w; n < OP_NS; n += FX_WARPS) {
-        bool live = on && n < N;
-        auto at = [&](int j) { return (((size_t)j * B + b) * E + c) * N + n; };
-        float an = live ? A2[(size_t)c * N + n] : 0.f, s = live ? ends[at(0)] : 0.f;
-        for (int j = 1; j < S; j++) {
-            s0[((j - 1) * OP_NS + n) * 32 + lane] = s;
-            if (live) {  // cd at segment j's last position
-                float total = cum[((size_t)b * T + min(T, (j + 1) * Ts) - 1) * E + c];
-                s = ends[at(j)] + ex2(an * total) * s;
+    {  // every load of the chains first (one L2 round trip), then the chains
+        constexpr int NK = OP_NS / FX_WARPS;  // states a warp
+        float total[FX_SEGS], en[NK][FX_SEGS], an[NK];  // (a[n] would put a in local memory: n is not a constant)
+#pragma unroll
+        for (int k = 0; k < NK; k++) an[k] = on && w + k * FX_WARPS < N ? A2[(size_t)c * N + w + k * FX_WARPS] : 0.f;
+#pragma unroll
+        for (int j = 0; j < FX_SEGS; j++) {  // cd at segment j's last position
+            total[j] = on && j < S ? cum[((size_t)b * T + min(T, (j + 1) * Ts) - 1) * E + c] : 0.f;
+#pragma unroll
+            for (int k = 0; k < NK; k++) {
+                const int n = w + k * FX_WARPS;
+                en[k][j] = on && n < N && j < S ? ends[(((size_t)j * B + b) * E + c) * N + n] : 0.f;
             }
         }
-        if (blockIdx.y == 0 && live) state[((size_t)b * E + c) * N + n] = s;
+#pragma unroll
+        for (int k = 0; k < NK; k++) {
+            const int n = w + k * FX_WARPS;
+            float s = en[k][0];
+#pragma unroll
+            for (int j = 1; j < FX_SEGS; j++) {
+                if (j < S) {
+                    s0[((j - 1) * OP_NS + n) * 32 + lane] = s;
+                    s = en[k][j] + ex2(an[k] * total[j]) * s;
+                }
+            }
+            if (blockIdx.y == 0 && on && n < N) state[((size_t)b * E + c) * N + n] = s;
+        }
     }
     __syncthreads();
     // Shares and runs of whole pairs of positions from Ts (even, as a
@@ -519,25 +535,39 @@ __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const 
     const size_t r0 = (size_t)b * T;
     float *ring = fx_smem + w * FX_DEPTH * FX_SLOT;
     const unsigned sring = shared_addr(ring);
-    // The next position to issue, its source in each input (moved on a row
-    // a position) and its slot.
+    // The next position to issue. Where every row allows it, lane p < 28
+    // copies the p-th 16-byte piece of a slot: lanes 0-7 cd, 8-15 v, 16-23
+    // z (four channels each; pieces past E zeros), 24-27 C's row; else each
+    // lane its channel's cd, v and z, and lanes 0-15 a state of C, in 4-byte
+    // pieces. Each source moves on a row a position.
+    const bool vec = N == OP_NS && E % 4 == 0 && ldv % 4 == 0 && ldz % 4 == 0 && (R + N) % 4 == 0 && ldd % 4 == 0 &&
+                     (((size_t)cum | (size_t)vpart | (size_t)z | (size_t)dbl) & 15) == 0;
+    const int q = lane % 8 * 4, c0 = blockIdx.x * 32;  // a piece's first channel or state
+    const float *src = lane < 8 ? cum : lane < 16 ? vpart : lane < 24 ? z : dbl;
+    const int ld = lane < 8 ? E : lane < 16 ? ldv : lane < 24 ? ldz : ldd;
+    const bool piece = lane < 24 ? c0 + q < E : lane < 28;
+    src += (r0 + t0) * ld + (lane < 24 ? (piece ? c0 + q : 0) : R + N + q);
     int ti = t0;
     const float *pc = cum + (r0 + t0) * E + (on ? c : 0), *pv = vpart + (r0 + t0) * ldv + (on ? c : 0),
                 *pz = z + (r0 + t0) * ldz + (on ? c : 0), *pC = dbl + (r0 + t0) * ldd + R + N + (lane < N ? lane : 0);
-    // The next pair of positions' inputs into their slots (lanes past E
-    // and states past N copy zeros; positions past the run nothing), as
-    // one group, so that every iteration waits for the same count.
+    // The next pair of positions' inputs into their slots (positions past
+    // the run nothing), as one group, so that every iteration waits for
+    // the same count.
     auto issue = [&] {
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             if (ti < t1) {
                 const unsigned slot = sring + ti % FX_DEPTH * FX_SLOT * 4;
-                cp_async_s<4>(slot + lane * 4, pc, on);
-                cp_async_s<4>(slot + (32 + lane) * 4, pv, on);
-                cp_async_s<4>(slot + (64 + lane) * 4, pz, on);
-                if (lane < OP_NS) cp_async_s<4>(slot + (96 + lane) * 4, pC, lane < N);
+                if (vec) {
+                    if (lane < 28) cp_async_s<16>(slot + lane * 16, src, piece);
+                } else {
+                    cp_async_s<4>(slot + lane * 4, pc, on);
+                    cp_async_s<4>(slot + (32 + lane) * 4, pv, on);
+                    cp_async_s<4>(slot + (64 + lane) * 4, pz, on);
+                    if (lane < OP_NS) cp_async_s<4>(slot + (96 + lane) * 4, pC, lane < N);
+                }
             }
-            ti++, pc += E, pv += ldv, pz += ldz, pC += ldd;
+            ti++, src += ld, pc += E, pv += ldv, pz += ldz, pC += ldd;
         }
         cp_async_commit();
     };

@@ -74,8 +74,9 @@ func TestOnePassSharedMatchesKernel(t *testing.T) {
 			"\"gpu.segmentShared(%d) or segmentAlign differs from the kernel's\");\n", size, segmentShared(size),
 			segmentAlign, size)
 	}
-	fmt.Fprintf(&checks, "static_assert(FX_WARPS * 32 == %d && FX_BLOCKS == %d, "+
-		"\"gpu.fixupThreads or fixupBlocksPerSM differs from the kernel's\");\n", fixupThreads, fixupBlocksPerSM)
+	fmt.Fprintf(&checks, "static_assert(FX_WARPS * 32 == %d && FX_BLOCKS == %d && FX_SEGS == %d, "+
+		"\"gpu.fixupThreads, fixupBlocksPerSM or maxSegments differs from the kernel's\");\n", fixupThreads,
+		fixupBlocksPerSM, maxSegments)
 	for S := 2; S <= maxSegments; S++ {
 		fmt.Fprintf(&checks, "static_assert(fixup_shared(%d) == %d, \"gpu.fixupShared(%d) differs from the kernel's\");\n",
 			S, fixupShared(S), S)
