@@ -290,23 +290,31 @@ func TestConvAndScanKernels(t *testing.T) {
 		// the one-pass scan at 2 and 4 states a thread where it applies,
 		// walked once and in segments (the last one short where T is not a
 		// multiple of the segments' length).
-		// With sms set, scan_fixup splits the positions over more blocks.
+		// With sms set, scan_fixup splits the positions over more blocks;
+		// with aligned, the walk's sums go to rows of E (the engine's rows
+		// of 2E are as aligned), which scan_fixup copies in 16-byte pieces
+		// where N = 16 and dbl's rows allow, else rows of E + 3.
 		type variant struct {
 			chunk, onePass, segments, sms int
-			staged                        bool
+			staged, aligned               bool
 		}
 		variants := []variant{{onePass: 2}, {onePass: 4}, {onePass: 2, segments: 2}, {onePass: 2, segments: 3},
-			{onePass: 2, segments: 8}, {onePass: 2, segments: 3, sms: 132}}
+			{onePass: 2, segments: 8}, {onePass: 2, segments: 3, sms: 132}, {onePass: 2, segments: 3, aligned: true},
+			{onePass: 2, segments: 8, sms: 132, aligned: true}}
 		for _, chunk := range []int{0, 8, 24, 136} {
 			variants = append(variants, variant{chunk: chunk}, variant{chunk: chunk, staged: true})
 		}
 		for _, v := range variants {
 			// A fresh dt each time: the walk in segments overwrites it.
-			bdt, bst, by, bv := upload(t, s, dt), upload(t, s, st0), poisoned(t, s, rows*E), poisoned(t, s, rows*(E+3))
+			ldv := E + 3
+			if v.aligned {
+				ldv = E
+			}
+			bdt, bst, by, bv := upload(t, s, dt), upload(t, s, st0), poisoned(t, s, rows*E), poisoned(t, s, rows*ldv)
 			sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
 				U: bu.Ptr, D: bD.Ptr, Z: bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr,
 				B: B, T: T, E: E, N: N, Chunk: v.chunk, Staged: v.staged, OnePass: v.onePass,
-				Segments: v.segments, V: bv.Ptr, LDV: E + 3, SMs: v.sms,
+				Segments: v.segments, V: bv.Ptr, LDV: ldv, SMs: v.sms,
 				Prefetch: gpuengine.L2Span{P: bxz.Ptr, Bytes: 4 * rows * 2 * E}, PrefetchLead: 2} // a span it reads anyway, for memcheck
 			if v.onePass > 0 && !sc.OnePassApplies() {
 				continue

@@ -457,36 +457,43 @@ EACH_DTYPE(SCAN_ONEPASS)
 //
 // Grid (ceil(E / 32), Y, B), FX_WARPS warps a block: lane i owns channel
 // 32 blockIdx.x + i, and the block the blockIdx.y-th of Y shares of the
-// positions Ts .. T - 1, which warp w takes FX_UNROLL at a time in turn
-// with the other warps. One wave of blocks (Y from Scan.Launch): each
-// first chains every later segment's s0 from the segments' end states and
-// last cd into shared memory ([S - 1][state][lane], FX_WARPS states at a
-// time), the blocks of share 0 the carried state too, so the chains' loads
-// wait once a block. Then its positions' loads go FX_UNROLL at a time.
+// positions Ts .. T - 1, each warp a run of consecutive positions of it.
+// One wave of blocks (Y from Scan.Launch): each first chains every later
+// segment's s0 from the segments' end states and last cd into shared
+// memory ([S - 1][state][lane], FX_WARPS states at a time), the blocks of
+// share 0 the carried state too, so the chains' loads wait once a block.
+// A thread then keeps its channel's A2 and its segment's s0 in registers,
+// and a warp walks its run with the inputs of its next FX_DEPTH - 1
+// positions in flight: cp.async copies them into a ring of slots in
+// shared memory (an earlier build that loaded each position's inputs into
+// registers while it computed the one before had too few loads in flight
+// an SM, and waited on L2).
 #define FX_WARPS 8
-#define FX_UNROLL 2
 #define FX_BLOCKS 3  // blocks an SM: the launch bounds, fixupBlocksPerSM in Go
+#define FX_DEPTH 8   // a warp's ring of positions, a power of 2 (pairs of them in flight)
+#define FX_SLOT (3 * 32 + OP_NS)  // floats a position: the warp's cd, v and z, then C's row
 #define FX_SEGS 8    // segments at most (gpu.maxSegments)
-// FULL: N = OP_NS and C's rows in 16-byte pieces.
-template <class Tv, bool FULL>
+// fixup_shared is scan_fixup's dynamic shared memory, in bytes, for S
+// segments: the warps' rings, then the start states (gpu.fixupShared).
+__host__ __device__ constexpr int fixup_shared(int S) { return 4 * (FX_WARPS * FX_DEPTH * FX_SLOT + (S - 1) * OP_NS * 32); }
+template <class Tv>
 __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const float *__restrict__ A2,
                                            const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ z,
                                            int ldz, const float *__restrict__ vpart, int ldv,
                                            const float *__restrict__ ends, float *__restrict__ state,
                                            Tv *__restrict__ y, int T, int E, int N, int Ts) {
-    // [S - 1][OP_NS][32], after A2 for the block's lanes [OP_NS][32]: both
-    // read from shared memory a position, which leaves the registers to
-    // three blocks an SM (the launch bounds; fixupBlocksPerSM in Go).
-    extern __shared__ float s0[];
-    __shared__ float a[OP_NS][32];
+    extern __shared__ __align__(16) float fx_smem[];
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32, c = blockIdx.x * 32 + lane;
     const int S = (T + Ts - 1) / Ts, B = gridDim.z, b = blockIdx.z;
     const bool on = c < E;
-    for (int n = w; n < OP_NS; n += FX_WARPS) a[n][lane] = on && n < N ? A2[(size_t)c * N + n] : 0.f;
+    float *s0 = fx_smem + FX_WARPS * FX_DEPTH * FX_SLOT;  // [S - 1][OP_NS][32]
+    float a[OP_NS];  // states past N have a = 0, s0 = 0 and C = 0
+#pragma unroll
+    for (int n = 0; n < OP_NS; n++) a[n] = on && n < N ? A2[(size_t)c * N + n] : 0.f;
     pdl_wait();  // the walk's outputs
-    {  // every load of the chains first (one L2 round trip, not one a segment and state), then the chains
+    {  // every load of the chains first (one L2 round trip), then the chains
         constexpr int NK = OP_NS / FX_WARPS;  // states a warp
-        float total[FX_SEGS], en[NK][FX_SEGS], an[NK];
+        float total[FX_SEGS], en[NK][FX_SEGS], an[NK];  // (a[n] would put a in local memory: n is not a constant)
 #pragma unroll
         for (int k = 0; k < NK; k++) an[k] = on && w + k * FX_WARPS < N ? A2[(size_t)c * N + w + k * FX_WARPS] : 0.f;
 #pragma unroll
@@ -513,51 +520,90 @@ __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const 
         }
     }
     __syncthreads();
-    if (!on) return;
-    // Shares of whole multiples of FX_UNROLL positions (Ts is one too), so
-    // that FX_UNROLL positions from t0 lie in one segment.
-    const int share = ((T - Ts + gridDim.y - 1) / gridDim.y + FX_UNROLL - 1) / FX_UNROLL * FX_UNROLL;
-    const int lo = Ts + blockIdx.y * share, hi = min(T, lo + share);
-    for (int t0 = lo + w * FX_UNROLL; t0 < hi; t0 += FX_WARPS * FX_UNROLL) {
-        const float *sv = s0 + (t0 / Ts - 1) * OP_NS * 32 + lane;
-        const size_t r0 = (size_t)b * T + t0;
-        const float *cumr = cum + r0 * E + c, *vr = vpart + r0 * ldv + c, *zr = z + r0 * ldz + c;
-        const float *Cr = dbl + r0 * ldd + R + N;
-        Tv *yr = y + r0 * E + c;
-        // Positions past hi read position t0's inputs, and write nothing: no
-        // branch, so that ptxas issues every position's loads first.
+    // Shares and runs of whole pairs of positions from Ts (even, as a
+    // multiple of segmentAlign): a pair never straddles two segments.
+    const int share = ((T - Ts + gridDim.y - 1) / gridDim.y + 1) & ~1, run = ((share + FX_WARPS - 1) / FX_WARPS + 1) & ~1;
+    const int t0 = Ts + blockIdx.y * share + w * run, t1 = min(min(T, Ts + (blockIdx.y + 1) * share), t0 + run);
+    if (t0 >= t1) return;  // the whole warp
+    int seg = t0 / Ts, next = (seg + 1) * Ts;  // the run's segment, and the position that starts the one after
+    float sv[OP_NS];
+    auto states = [&] {
 #pragma unroll
-        for (int i = 0; i < FX_UNROLL; i++) {
-            const bool ok = t0 + i < hi;
-            const int k = ok ? i : 0;
-            float cd = cumr[k * E], v = vr[k * ldv], zz = zr[k * ldz];
-            const float *C = Cr + k * ldd;
-            float cv[OP_NS];
+        for (int n = 0; n < OP_NS; n++) sv[n] = s0[((seg - 1) * OP_NS + n) * 32 + lane];
+    };
+    states();
+    const size_t r0 = (size_t)b * T;
+    float *ring = fx_smem + w * FX_DEPTH * FX_SLOT;
+    const unsigned sring = shared_addr(ring);
+    // The next position to issue. Where every row allows it, lane p < 28
+    // copies the p-th 16-byte piece of a slot: lanes 0-7 cd, 8-15 v, 16-23
+    // z (four channels each; pieces past E zeros), 24-27 C's row; else each
+    // lane its channel's cd, v and z, and lanes 0-15 a state of C, in 4-byte
+    // pieces. Each source moves on a row a position.
+    const bool vec = N == OP_NS && E % 4 == 0 && ldv % 4 == 0 && ldz % 4 == 0 && (R + N) % 4 == 0 && ldd % 4 == 0 &&
+                     (((size_t)cum | (size_t)vpart | (size_t)z | (size_t)dbl) & 15) == 0;
+    const int q = lane % 8 * 4, c0 = blockIdx.x * 32;  // a piece's first channel or state
+    const float *src = lane < 8 ? cum : lane < 16 ? vpart : lane < 24 ? z : dbl;
+    const int ld = lane < 8 ? E : lane < 16 ? ldv : lane < 24 ? ldz : ldd;
+    const bool piece = lane < 24 ? c0 + q < E : lane < 28;
+    src += (r0 + t0) * ld + (lane < 24 ? (piece ? c0 + q : 0) : R + N + q);
+    int ti = t0;
+    const float *pc = cum + (r0 + t0) * E + (on ? c : 0), *pv = vpart + (r0 + t0) * ldv + (on ? c : 0),
+                *pz = z + (r0 + t0) * ldz + (on ? c : 0), *pC = dbl + (r0 + t0) * ldd + R + N + (lane < N ? lane : 0);
+    // The next pair of positions' inputs into their slots (positions past
+    // the run nothing), as one group, so that every iteration waits for
+    // the same count.
+    auto issue = [&] {
 #pragma unroll
-            for (int n = 0; n < OP_NS; n += 4) {
-                if (FULL)
-                    *reinterpret_cast<float4 *>(cv + n) = *reinterpret_cast<const float4 *>(C + n);
-                else
-#pragma unroll
-                    for (int k = n; k < n + 4; k++) cv[k] = k < N ? C[k] : 0.f;
+        for (int i = 0; i < 2; i++) {
+            if (ti < t1) {
+                const unsigned slot = sring + ti % FX_DEPTH * FX_SLOT * 4;
+                if (vec) {
+                    if (lane < 28) cp_async_s<16>(slot + lane * 16, src, piece);
+                } else {
+                    cp_async_s<4>(slot + lane * 4, pc, on);
+                    cp_async_s<4>(slot + (32 + lane) * 4, pv, on);
+                    cp_async_s<4>(slot + (64 + lane) * 4, pz, on);
+                    if (lane < OP_NS) cp_async_s<4>(slot + (96 + lane) * 4, pC, lane < N);
+                }
             }
-            float add = 0.f;  // states past N have sv = 0 and cv = 0
-#pragma unroll
-            for (int n = 0; n < OP_NS; n++) add += cv[n] * (sv[n * 32] * ex2(a[n][lane] * cd));
-            if (ok) yr[i * E] = from_f32<Tv>((v + add) * silu_f(zz));
+            ti++, src += ld, pc += E, pv += ldv, pz += ldz, pC += ldd;
         }
+        cp_async_commit();
+    };
+    for (int k = 0; k < FX_DEPTH / 2 - 1; k++) issue();
+    // A pair of positions an iteration, t and t + 1 (the latter past the
+    // run where the run is odd at T: computed from a stale slot, not
+    // stored), so that each warp has two chains of exps to interleave.
+    for (int t = t0; t < t1; t += 2) {
+        cp_async_wait<FX_DEPTH / 2 - 2>();  // positions t and t + 1 are in
+        __syncwarp();  // and visible to the warp, whose lanes are all done with the previous pair's slots
+        issue();  // positions t + FX_DEPTH - 2 and t + FX_DEPTH - 1, into those slots
+        if (t == next) seg++, next += Ts, states();  // the same t on every lane: no divergence
+        const float *sa = ring + t % FX_DEPTH * FX_SLOT, *sb = sa + FX_SLOT;
+        const float cda = sa[lane], cdb = sb[lane];
+        float adda = 0.f, addb = 0.f;
+#pragma unroll
+        for (int n = 0; n < OP_NS; n += 4) {
+            const float4 ca = *reinterpret_cast<const float4 *>(sa + 96 + n),
+                         cb = *reinterpret_cast<const float4 *>(sb + 96 + n);
+            const float cva[4] = {ca.x, ca.y, ca.z, ca.w}, cvb[4] = {cb.x, cb.y, cb.z, cb.w};
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                adda += cva[k] * (sv[n + k] * ex2(a[n + k] * cda));
+                addb += cvb[k] * (sv[n + k] * ex2(a[n + k] * cdb));
+            }
+        }
+        if (on) y[(r0 + t) * E + c] = from_f32<Tv>((sa[32 + lane] + adda) * silu_f(sa[64 + lane]));
+        if (on && t + 1 < t1) y[(r0 + t + 1) * E + c] = from_f32<Tv>((sb[32 + lane] + addb) * silu_f(sb[64 + lane]));
     }
 }
-// The FULL build where N and dbl's rows allow it.
 #define SCAN_FIXUP(sfx, T)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(FX_WARPS * 32, FX_BLOCKS)                                             \
+    extern "C" __global__ void __launch_bounds__(FX_WARPS * 32, FX_BLOCKS)                                     \
         scan_fixup_##sfx(const float *__restrict__ cum, const float *__restrict__ A2, const float *__restrict__ dbl, \
                          int ldd, int R, const float *__restrict__ z, int ldz, const float *__restrict__ vpart,      \
                          int ldv, const float *__restrict__ ends, float *__restrict__ state, T *__restrict__ y,      \
                          int T_, int E, int N, int Ts) {                                                             \
-        if (N == OP_NS && (R + N) % 4 == 0 && ldd % 4 == 0 && ((size_t)dbl & 15) == 0)                               \
-            scan_fixup<T, true>(cum, A2, dbl, ldd, R, z, ldz, vpart, ldv, ends, state, y, T_, E, N, Ts);            \
-        else                                                                                                         \
-            scan_fixup<T, false>(cum, A2, dbl, ldd, R, z, ldz, vpart, ldv, ends, state, y, T_, E, N, Ts);           \
+        scan_fixup<T>(cum, A2, dbl, ldd, R, z, ldz, vpart, ldv, ends, state, y, T_, E, N, Ts);                       \
     }
 EACH_DTYPE(SCAN_FIXUP)

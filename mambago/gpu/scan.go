@@ -221,9 +221,13 @@ func segmentShared(size int) int { return OnePassShared(2, segmentAlign, 3, size
 // launch bounds): scan_fixup's grid is one wave of them.
 const fixupThreads, fixupBlocksPerSM = 256, 3
 
-// fixupShared is scan_fixup's dynamic shared memory for S segments: the
-// later segments' start states, [S - 1][16][32] floats.
-func fixupShared(S int) int { return 4 * (S - 1) * scanStates * 32 }
+// fixupShared is scan_fixup's dynamic shared memory (fixup_shared) for S
+// segments: each warp's ring of FX_DEPTH = 8 positions of its 32 channels'
+// inputs and C's row, then the later segments' start states.
+func fixupShared(S int) int {
+	const depth, slot = 8, 3*32 + scanStates
+	return 4 * (fixupThreads/32*depth*slot + (S-1)*scanStates*32)
+}
 
 // onePassShared is the dynamic shared memory of the engine's one-pass
 // kernel at spt states a thread (tiles of 64 positions in a ring of 3 at 2

@@ -54,7 +54,7 @@ func TestWantedKernelsAreEntries(t *testing.T) {
 // TestOnePassSharedMatchesKernel compiles, through NVRTC (no GPU needed),
 // static_asserts that onePassShared gives the sizes kernels/scan_onepass.cu
 // computes for its entries' tiles and rings (a kernel launched with less
-// traps), and that scan_fixup's block, blocks an SM and segments are Go's.
+// traps), and that scan_fixup's block, blocks an SM and shared memory are Go's.
 func TestOnePassSharedMatchesKernel(t *testing.T) {
 	gputest.NeedNVRTC(t)
 	src, err := kernels.Source("scan_onepass.cu")
@@ -77,6 +77,10 @@ func TestOnePassSharedMatchesKernel(t *testing.T) {
 	fmt.Fprintf(&checks, "static_assert(FX_WARPS * 32 == %d && FX_BLOCKS == %d && FX_SEGS == %d, "+
 		"\"gpu.fixupThreads, fixupBlocksPerSM or maxSegments differs from the kernel's\");\n", fixupThreads,
 		fixupBlocksPerSM, maxSegments)
+	for S := 2; S <= maxSegments; S++ {
+		fmt.Fprintf(&checks, "static_assert(fixup_shared(%d) == %d, \"gpu.fixupShared(%d) differs from the kernel's\");\n",
+			S, fixupShared(S), S)
+	}
 	if _, err := cuda.Compile(src+checks.String(), "scan_onepass.cu", "sm_90", "--std=c++17"); err != nil {
 		t.Fatal(err)
 	}
