@@ -460,14 +460,14 @@ EACH_DTYPE(SCAN_ONEPASS)
 // positions Ts .. T - 1, each warp a run of consecutive positions of it.
 // One wave of blocks (Y from Scan.Launch): each first chains every later
 // segment's s0 from the segments' end states and last cd into shared
-// memory ([S - 1][state][lane], FX_WARPS states at a time), the blocks of
-// share 0 the carried state too, so the chains' loads wait once a block.
-// A thread then keeps its channel's A2 and its segment's s0 in registers,
-// and a warp walks its run with the inputs of its next FX_DEPTH - 1
-// positions in flight: cp.async copies them into a ring of slots in
-// shared memory (an earlier build that loaded each position's inputs into
-// registers while it computed the one before had too few loads in flight
-// an SM, and waited on L2).
+// memory ([S - 1][state][lane], OP_NS / FX_WARPS states a warp, every load
+// of a chain issued before its first step), the blocks of share 0 the
+// carried state too. A thread then keeps its channel's A2 and its
+// segment's s0 in registers, and a warp walks its run a pair of positions
+// at a time, with the inputs of the next FX_DEPTH - 2 positions in flight:
+// cp.async copies them into a ring of slots in shared memory (a build that
+// loaded each position's inputs into registers while it computed the one
+// before had too few loads in flight an SM, and waited on L2).
 #define FX_WARPS 8
 #define FX_BLOCKS 3  // blocks an SM: the launch bounds, fixupBlocksPerSM in Go
 #define FX_DEPTH 8   // a warp's ring of positions, a power of 2 (pairs of them in flight)

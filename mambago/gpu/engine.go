@@ -70,10 +70,11 @@ type Engine struct {
 	// Turning it on or off resizes the workspace on the next call (the
 	// segments' scratch), which invalidates captured graphs. New
 	// sets -1: on the H200 (bf16 graph replays, BenchmarkScanSegments at
-	// 10cc670) the walk in 4 segments takes 32.6 µs a 130m layer at B=1
-	// T=2048 against the single walk's 50, but scan_fixup 23.2 more, so
-	// the prefill is slower: 130m B=1 0.945x at T=2048 and 0.948x at
-	// T=8192, 370m 0.878x and 0.854x, 130m B=2 0.903x.
+	// edbc9d5) the walk in 4 segments takes about 32.6 µs a 130m layer at
+	// B=1 T=2048 against the single walk's 50, but scan_fixup about 25
+	// more, so the prefill is slower: 130m B=1 0.905x at T=2048 and 0.936x
+	// at T=8192, 370m 0.856x and 0.854x, 130m B=2 0.891x
+	// (bench/results/2026-12-01-fixup.md).
 	ScanSegments int
 	// DTProjTensorCores runs dt_proj on the tensor cores as 3xTF32
 	// (DTProj.TensorCores). New turns it on for sm_80 and later.
