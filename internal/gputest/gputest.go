@@ -65,9 +65,15 @@ func Median(v []float64) float64 {
 // EntryBuffers sets up a device-entry prefill of B sequences of T random
 // token ids from a vocabulary of vocab, pooled to the last position of
 // width d: a new stream, the ids [B, T] int64 on the device and an f32
-// output [B, d], all released at cleanup.
+// output [B, d], all released at cleanup. It locks the calling goroutine
+// to its thread, with the device's primary context current there, until
+// cleanup (Device): the caller's own driver calls (its events and copies)
+// then run where that context is current. (Without the lock a goroutine
+// that moved to another thread between two calls got
+// CUDA_ERROR_INVALID_CONTEXT, once, in BenchmarkScanSegments.)
 func EntryBuffers(t testing.TB, B, T, d, vocab int) (s *cuda.Stream, in, out *cuda.Buffer) {
 	t.Helper()
+	Device(t)
 	s, err := cuda.NewStream()
 	if err != nil {
 		t.Fatal(err)
