@@ -64,7 +64,6 @@ func (k onePassKnob) shared(spt int) int {
 // engine's.
 func BenchmarkOnePass(b *testing.B) {
 	d, _, s, src, timer := kernelBench(b, "scan_onepass.cu")
-	const N, R = 16, 48
 	const rounds, runs = 9, 25
 	mods := make([]*cuda.Module, len(onePassKnobs))
 	for i, k := range onePassKnobs {
@@ -76,20 +75,8 @@ func BenchmarkOnePass(b *testing.B) {
 			B, T, E, spt int
 		}{{"130m_B1_T2048", 1, 2048, 1536, 2}, {"130m_B1_T8192", 1, 8192, 1536, 2}, {"370m_B1_T2048", 1, 2048, 2048, 2},
 			{"1.4b_B1_T2048", 1, 2048, 4096, 2}, {"130m_B8_T2048", 8, 2048, 1536, 4}} {
-			rows, ld := sh.B*sh.T, R+2*N
-			dt := randn(rows*sh.E, 1)
-			for i, v := range dt {
-				dt[i] = float32(softplus(float64(v) - 2))
-			}
-			A2 := make([]float32, sh.E*N)
-			for i := range A2 {
-				A2[i] = -float32(1+i%N) * math.Log2E
-			}
-			_, u := bf16Bits(randn(rows*sh.E, 1))
-			st0 := randn(sh.B*sh.E*N, 1)
-			bdt, bA2, bdbl, bu := upload(b, s, dt), upload(b, s, A2), upload(b, s, randn(rows*ld, 1)), upload(b, s, u)
-			bD, bz := upload(b, s, randn(sh.E, 1)), upload(b, s, randn(rows*2*sh.E, 1))
-			bst, by := upload(b, s, st0), poisoned(b, s, rows*sh.E/2)
+			rows := sh.B * sh.T
+			in := newScanBenchInputs(b, s, sh.B, sh.T, sh.E)
 			var want []float32
 			var knobs []onePassKnob
 			var launches []func() error
@@ -101,9 +88,8 @@ func BenchmarkOnePass(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R, U: bu.Ptr, D: bD.Ptr,
-					Z: bz.Offset(4 * sh.E), LDZ: 2 * sh.E, State: bst.Ptr, Y: by.Ptr, B: sh.B, T: sh.T, E: sh.E, N: N,
-					DType: cuda.BF16, OnePass: sh.spt, SharedBytes: k.shared(sh.spt)}
+				sc := in.scan(sh.spt)
+				sc.SharedBytes = k.shared(sh.spt)
 				if !sc.OnePassApplies() {
 					b.Fatalf("%s: the one-pass scan does not apply", sh.name)
 				}
@@ -111,16 +97,11 @@ func BenchmarkOnePass(b *testing.B) {
 				knobs, launches = append(knobs, k), append(launches, launch)
 				// Checked once from the same state into a poisoned y: every
 				// element written, and the engine's bits.
-				if err := cuda.CopyIn(bst.Ptr, st0, s); err != nil {
-					b.Fatal(err)
-				}
-				if err := cuda.Fill32(by.Ptr, 0x7fc07fc0, rows*sh.E/2, s); err != nil { // bf16 NaN in both halves
-					b.Fatal(err)
-				}
+				in.reset(b)
 				if err := launch(); err != nil {
 					b.Fatal(err)
 				}
-				got := append(download(b, s, by, rows*sh.E/2), download(b, s, bst, sh.B*sh.E*N)...)
+				got := append(download(b, s, in.y, rows*sh.E/2), download(b, s, in.st, len(in.st0))...)
 				for _, w := range got[:rows*sh.E/2] {
 					if bits := math.Float32bits(w); bits&0x7f80 == 0x7f80 || bits>>16&0x7f80 == 0x7f80 {
 						b.Fatalf("%s %q: y holds a NaN or Inf: an element the kernel did not write", sh.name, k.options())
@@ -155,9 +136,7 @@ func BenchmarkOnePass(b *testing.B) {
 			b.Log(line)
 			// Freed now rather than at cleanup, so that the shapes' buffers
 			// do not all stay on the device together.
-			for _, buf := range []*cuda.Buffer{bdt, bA2, bdbl, bu, bD, bz, bst, by} {
-				buf.Free()
-			}
+			in.free()
 		}
 	}
 }
@@ -171,53 +150,30 @@ func BenchmarkOnePass(b *testing.B) {
 // shape with each median in µs and the ratio.
 func BenchmarkScanSegments(b *testing.B) {
 	d, fn, s, _, timer := kernelBench(b, "scan_onepass.cu")
-	const N, R = 16, 48
 	const rounds, runs = 9, 25
 	for range b.N {
 		for _, sh := range []struct {
 			name string
 			T, E int
 		}{{"130m_B1_T2048", 2048, 1536}, {"130m_B1_T8192", 8192, 1536}, {"370m_B1_T2048", 2048, 2048}} {
-			rows, ld := sh.T, R+2*N
+			rows := sh.T
 			S := gpuengine.OnePassSegments(1, sh.T, sh.E, 2, d.SMs)
-			dt := randn(rows*sh.E, 1)
-			for i, v := range dt {
-				dt[i] = float32(softplus(float64(v) - 2))
-			}
-			A2 := make([]float32, sh.E*N)
-			for i := range A2 {
-				A2[i] = -float32(1+i%N) * math.Log2E
-			}
-			_, u := bf16Bits(randn(rows*sh.E, 1))
-			st0 := randn(sh.E*N, 1)
-			bdt, bA2, bdbl, bu := upload(b, s, dt), upload(b, s, A2), upload(b, s, randn(rows*ld, 1)), upload(b, s, u)
-			bD, bz := upload(b, s, randn(sh.E, 1)), upload(b, s, randn(rows*2*sh.E, 1))
-			bst, by := upload(b, s, st0), poisoned(b, s, rows*sh.E/2)
+			in := newScanBenchInputs(b, s, 1, sh.T, sh.E)
 			bv := poisoned(b, s, rows*sh.E)
 			var outs [2][]float32
 			var launches [2]func() error
 			var scratch [2]*cuda.Buffer
 			for i, segs := range []int{0, S} {
-				sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R, U: bu.Ptr, D: bD.Ptr,
-					Z: bz.Offset(4 * sh.E), LDZ: 2 * sh.E, State: bst.Ptr, Y: by.Ptr, B: 1, T: sh.T, E: sh.E, N: N,
-					DType: cuda.BF16, OnePass: 2, Segments: segs, V: bv.Ptr, LDV: sh.E, SMs: d.SMs}
+				sc := in.scan(2)
+				sc.Segments, sc.V, sc.LDV, sc.SMs = segs, bv.Ptr, sh.E, d.SMs
 				scratch[i] = poisoned(b, s, max(1, sc.ScratchFloats()))
 				sc.Scratch = scratch[i].Ptr
 				launches[i] = func() error { return sc.Launch(fn, s) }
-				// From the same state and dt (the walk in segments overwrites dt) into a poisoned y.
-				if err := cuda.CopyIn(bst.Ptr, st0, s); err != nil {
-					b.Fatal(err)
-				}
-				if err := cuda.CopyIn(bdt.Ptr, dt, s); err != nil {
-					b.Fatal(err)
-				}
-				if err := cuda.Fill32(by.Ptr, 0x7fc07fc0, rows*sh.E/2, s); err != nil {
-					b.Fatal(err)
-				}
+				in.reset(b) // the walk in segments overwrites dt
 				if err := launches[i](); err != nil {
 					b.Fatal(err)
 				}
-				outs[i] = append(bf16Unpack(download(b, s, by, rows*sh.E/2)), download(b, s, bst, sh.E*N)...)
+				outs[i] = append(bf16Unpack(download(b, s, in.y, rows*sh.E/2)), download(b, s, in.st, len(in.st0))...)
 			}
 			want := make([]float64, len(outs[0]))
 			for i, v := range outs[0] {
@@ -237,7 +193,8 @@ func BenchmarkScanSegments(b *testing.B) {
 			once, segs := gputest.Median(times[0]), gputest.Median(times[1])
 			b.Logf("scan segments %-14s once %.2f us, in %d segments with scan_fixup %.2f us: %.3fx", sh.name,
 				1e3*once, S, 1e3*segs, once/segs)
-			for _, buf := range []*cuda.Buffer{bdt, bA2, bdbl, bu, bD, bz, bst, by, bv, scratch[0], scratch[1]} {
+			in.free()
+			for _, buf := range []*cuda.Buffer{bv, scratch[0], scratch[1]} {
 				buf.Free()
 			}
 		}
@@ -253,4 +210,64 @@ func bf16Unpack(packed []float32) []float32 {
 		v[2*i], v[2*i+1] = math.Float32frombits(w<<16), math.Float32frombits(w&^0xffff)
 	}
 	return v
+}
+
+// scanBenchInputs are a random bf16 scan of B sequences of T positions and
+// E channels on the device, for the scan's benchmarks: N = 16 states, dt
+// rank R = 48, dt = softplus(x - 2) for standard normal x, A2 = -(1 + n)
+// log2 e (S4D's initialization), and a y to poison; dt and the carried
+// state also on the host, to restore (reset).
+type scanBenchInputs struct {
+	s                            *cuda.Stream
+	B, T, E                      int
+	dt0, st0                     []float32
+	dt, A2, dbl, u, D, xz, st, y *cuda.Buffer
+}
+
+const scanBenchN, scanBenchR = 16, 48
+
+// newScanBenchInputs draws and uploads a fresh set of inputs.
+func newScanBenchInputs(b *testing.B, s *cuda.Stream, B, T, E int) *scanBenchInputs {
+	rows, N := B*T, scanBenchN
+	in := &scanBenchInputs{s: s, B: B, T: T, E: E, dt0: randn(rows*E, 1), st0: randn(B*E*N, 1)}
+	for i, v := range in.dt0 {
+		in.dt0[i] = float32(softplus(float64(v) - 2))
+	}
+	A2 := make([]float32, E*N)
+	for i := range A2 {
+		A2[i] = -float32(1+i%N) * math.Log2E
+	}
+	_, u := bf16Bits(randn(rows*E, 1))
+	in.dt, in.A2, in.dbl, in.u = upload(b, s, in.dt0), upload(b, s, A2), upload(b, s, randn(rows*(scanBenchR+2*N), 1)), upload(b, s, u)
+	in.D, in.xz = upload(b, s, randn(E, 1)), upload(b, s, randn(rows*2*E, 1))
+	in.st, in.y = upload(b, s, in.st0), poisoned(b, s, rows*E/2)
+	return in
+}
+
+// scan is the one-pass scan at spt states a thread over the inputs, z
+// read from xz's second half as the engine lays it out.
+func (in *scanBenchInputs) scan(spt int) gpuengine.Scan {
+	return gpuengine.Scan{DT: in.dt.Ptr, A2: in.A2.Ptr, DBL: in.dbl.Ptr, LDD: scanBenchR + 2*scanBenchN, R: scanBenchR,
+		U: in.u.Ptr, D: in.D.Ptr, Z: in.xz.Offset(4 * in.E), LDZ: 2 * in.E, State: in.st.Ptr, Y: in.y.Ptr, B: in.B,
+		T: in.T, E: in.E, N: scanBenchN, DType: cuda.BF16, OnePass: spt}
+}
+
+// reset restores dt and the carried state and fills y with bf16 NaNs.
+func (in *scanBenchInputs) reset(b *testing.B) {
+	if err := cuda.CopyIn(in.dt.Ptr, in.dt0, in.s); err != nil {
+		b.Fatal(err)
+	}
+	if err := cuda.CopyIn(in.st.Ptr, in.st0, in.s); err != nil {
+		b.Fatal(err)
+	}
+	if err := cuda.Fill32(in.y.Ptr, 0x7fc07fc0, in.B*in.T*in.E/2, in.s); err != nil { // bf16 NaN in both halves
+		b.Fatal(err)
+	}
+}
+
+// free releases the device buffers.
+func (in *scanBenchInputs) free() {
+	for _, buf := range []*cuda.Buffer{in.dt, in.A2, in.dbl, in.u, in.D, in.xz, in.st, in.y} {
+		buf.Free()
+	}
 }
