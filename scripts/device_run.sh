@@ -292,10 +292,15 @@ if [[ $mode == scanknobs ]]; then
   scan_stalls 4
   exit $status
 fi
-if [[ $mode == segments ]]; then
+# segment_checks NAME: the scan kernels' float64 tests (walked once and in
+# segments) into $OUT/NAME_kernels.log, then racecheck and memcheck.
+segment_checks() {
   echo "== the scan kernels against float64, walked once and in segments; racecheck and memcheck"
-  run_tests segments_kernels 200 .carry/kernels.test -test.v -test.run 'ConvAndScan|Spill'
-  scan_sanitizers segments
+  run_tests "$1_kernels" 200 .carry/kernels.test -test.v -test.run 'ConvAndScan|Spill'
+  scan_sanitizers "$1"
+}
+if [[ $mode == segments ]]; then
+  segment_checks segments
   echo "== the engine's tests that run prefills (TestScanVariantsMatch walks in segments)"
   SHOW="segments" run_tests segments_test 300 .carry/gpu.test -test.v \
     -test.run 'ScanVariants|TestSegments|Mixed|TestConformance|GraphsReplay|PrefillSettings|DeviceEntry|MatchesCPU|PrefillGraphCache'
@@ -306,9 +311,7 @@ if [[ $mode == segments ]]; then
   exit $status
 fi
 if [[ $mode == fixup ]]; then
-  echo "== the scan kernels against float64, walked once and in segments; racecheck and memcheck"
-  run_tests fixup_kernels 200 .carry/kernels.test -test.v -test.run 'ConvAndScan|Spill'
-  scan_sanitizers fixup
+  segment_checks fixup
   echo "== the scan alone, walked once against in segments with scan_fixup (kernels' BenchmarkScanSegments)"
   timeout 200 .carry/kernels.test -test.v -test.run '^$' -test.bench ScanSegments -test.benchtime 1x 2>&1 \
     | tee "$OUT/fixup_kernel_bench.log" | grep -E "scan segments |FAIL|panic" | sed 's/^ *onepass_bench_test.go:[0-9]*: //'

@@ -132,7 +132,8 @@ func (s Scan) chunks() int { return (s.T + s.chunk() - 1) / s.chunk() }
 // ScratchFloats is the scratch s needs: every chunk's state [B, chunks, E, N]
 // and dt sum [B, chunks, E] (none for a single chunk), then, with N > 16,
 // the partial sums over state groups [B, T, E]; for the one-pass scan in
-// segments, every segment's end state and dt sum.
+// segments, every segment's end state [S, B, E, N] (their dt sums stay in
+// DT, Segments).
 func (s Scan) ScratchFloats() int {
 	if _, S := s.segments(); S > 1 { // each segment's end state [S, B, E, N]
 		return S * s.B * s.E * s.N
