@@ -25,6 +25,9 @@
 #             memsets in a graph as kernels, or started beside the kernel
 #             before them): the tests, memcheck, bf16 prefills with each edit
 #             off and on (BenchmarkMemsetEdits; $MEMSET_BENCH filters it);
+#   inplace:  ncu on a bf16 130m prefill graph's nodes, one at a time with
+#             the caches as the graph leaves them: each kernel's time, DRAM
+#             and L2 bytes (bench/inplace.py; INPLACE_SKIP, INPLACE_COUNT);
 #   fixup:    scan_fixup's float64 tests and sanitizers, the scan alone walked
 #             once against in segments, then bf16 prefills likewise (the
 #             kernels' and the engine's BenchmarkScanSegments; about 2 minutes);
@@ -478,6 +481,16 @@ if [[ $mode == profile ]]; then
     --section Occupancy .carry/gpu.test -test.run '^$' -test.bench 'Prefill130m/bfloat16/B1_T2048$' -test.benchtime 1x \
     > "$OUT/dtproj_ncu.log" 2>&1
   echo "ncu exit $?"; grep -E "^  [a-z_0-9]+ |Duration|Throughput|Achieved Occ" "$OUT/dtproj_ncu.log" | head -24
+fi
+if [[ $mode == inplace ]]; then
+  echo "== ncu on the nodes of a bf16 130m B=1 T=2048 prefill graph, in place (caches as the graph leaves them): time, DRAM and L2 bytes"
+  metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active
+  timeout 400 ncu --graph-profiling node --cache-control none --clock-control none --launch-skip ${INPLACE_SKIP:-3000} \
+    --launch-count ${INPLACE_COUNT:-48} --metrics $metrics --csv --page raw \
+    .carry/gpu.test -test.run '^$' -test.bench 'PrefillShapes/130m/B1_T2048$' -test.benchtime 1x > "$OUT/inplace.csv" 2> "$OUT/inplace.err"
+  echo "ncu exit $?: $(wc -l < "$OUT/inplace.csv") lines"
+  python3 bench/inplace.py "$OUT/inplace.csv" | tee "$OUT/inplace.md"
+  exit $status
 fi
 if [[ $mode == dtproj ]]; then
   echo "== dt_proj: the kernel test, BenchmarkDTProj, ncu in a 2.8b prefill at B=8"
