@@ -27,7 +27,8 @@
 #             off and on (BenchmarkMemsetEdits; $MEMSET_BENCH filters it);
 #   inplace:  ncu on a bf16 130m prefill graph's nodes, one at a time with
 #             the caches as the graph leaves them: each kernel's time, DRAM
-#             and L2 bytes (bench/inplace.py; INPLACE_SKIP, INPLACE_COUNT);
+#             and L2 bytes (bench/inplace.py; INPLACE_SKIP, INPLACE_COUNT,
+#             INPLACE_METRICS);
 #   fixup:    scan_fixup's float64 tests and sanitizers, the scan alone walked
 #             once against in segments, then bf16 prefills likewise (the
 #             kernels' and the engine's BenchmarkScanSegments; about 2 minutes);
@@ -484,7 +485,7 @@ if [[ $mode == profile ]]; then
 fi
 if [[ $mode == inplace ]]; then
   echo "== ncu on the nodes of a bf16 130m B=1 T=2048 prefill graph, in place (caches as the graph leaves them): time, DRAM and L2 bytes"
-  metrics=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active
+  metrics=${INPLACE_METRICS:-gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,lts__t_bytes.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,sm__warps_active.avg.pct_of_peak_sustained_active}
   timeout 400 ncu --graph-profiling node --cache-control none --clock-control none --launch-skip ${INPLACE_SKIP:-3000} \
     --launch-count ${INPLACE_COUNT:-48} --metrics $metrics --csv --page raw \
     .carry/gpu.test -test.run '^$' -test.bench 'PrefillShapes/130m/B1_T2048$' -test.benchtime 1x > "$OUT/inplace.csv" 2> "$OUT/inplace.err"
