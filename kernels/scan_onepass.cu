@@ -567,7 +567,11 @@ __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const 
                     if (lane < OP_NS) cp_async_s<4>(slot + (96 + lane) * 4, pC, lane < N);
                 }
             }
-            ti++, src += ld, pc += E, pv += ldv, pz += ldz, pC += ldd;
+            ti++;
+            if (vec)  // only the path taken moves its sources
+                src += ld;
+            else
+                pc += E, pv += ldv, pz += ldz, pC += ldd;
         }
         cp_async_commit();
     };

@@ -38,13 +38,12 @@ type Scan struct {
 	// kernels/scan_onepass.cu with other tiles or rings (OnePassShared).
 	SharedBytes int
 	// Segments, where 2 or more and the one-pass scan runs at 2 states a
-	// thread, walks each
-	// sequence in that many segments at once and then adds what each later
-	// segment's true start state contributes (kernels/scan_onepass.cu,
-	// SCAN_ONEPASS_PARAMS and scan_fixup): more warps a scheduler where one
-	// warp's chain of T positions sets the time (B·E small). The segments
-	// are whole multiples of segmentAlign positions, so fewer may run
-	// (segmentLen); 0 or 1 walks once.
+	// thread, walks each sequence in that many segments at once and then
+	// adds what each later segment's true start state contributes
+	// (kernels/scan_onepass.cu, SCAN_ONEPASS_PARAMS and scan_fixup): more
+	// warps a scheduler where one warp's chain of T positions sets the time
+	// (B·E small). The segments are whole multiples of segmentAlign
+	// positions, so fewer may run (segmentLen); 0 or 1 walks once.
 	Segments int
 	// V, with row stride LDV floats, is [B·T, E] f32 that the segments after
 	// the first may overwrite with their sums before the gate; the engine
