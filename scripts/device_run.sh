@@ -41,6 +41,9 @@
 #             prefill: does each execute griddepcontrol.wait (ACQBULK), which
 #             would make programmatic edges into GEMM nodes safe? (RMSNorm,
 #             which does, is the control)
+#   fused:    the conv and x_proj in one kernel (Engine.FusedConvXProj): its
+#             kernel test with racecheck and memcheck, the engine's prefill
+#             tests, memcheck over the engine's fused-against-unfused test;
 #   ab:       bf16 prefills at the bars' shapes (BenchmarkPrefillShapes),
 #             this build and .carry/base's taking turns, and their ratios;
 #   residual: Engine.ResidualPrefetch (the scan asks L2 for the residual
@@ -172,6 +175,20 @@ memcheck() {
     || status=1
   echo "$log: $(grep -E 'ERROR SUMMARY' "$OUT/$log.log" | tail -1)"
 }
+if [[ $mode == fused ]]; then
+  echo "== the conv and x_proj fused (kernels/conv_xproj.cu): against conv_silu and float64; racecheck and memcheck"
+  run_tests fused_kernels 200 .carry/kernels.test -test.v -test.run 'ConvXProj|ConvAndScan|Spill'
+  for tool in racecheck memcheck; do
+    timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 .carry/kernels.test -test.run 'ConvXProj' \
+      > "$OUT/${tool}_fused.log" 2>&1 || status=1
+    echo "$tool conv_xproj: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/${tool}_fused.log" | tail -1)"
+  done
+  echo "== the engine's tests that run prefills (fused by default; TestFusedConvXProjMatches against unfused)"
+  run_tests fused_test 300 .carry/gpu.test -test.v \
+    -test.run 'FusedConvXProj|PrefillSettings|GraphsReplay|DeviceEntry|PrefillGraphCache|TestConformance|MatchesCPU|ScanVariantsMatch|Mixed'
+  memcheck memcheck_fused 200 .carry/gpu.test 'FusedConvXProjMatches/d=768_bf16'
+  exit $status
+fi
 if [[ $mode == pdl ]]; then
   echo "== the prefill's kernels under programmatic dependent launch (Engine.PrefillPDL)"
   setting_ab pdl PDL PrefillPDL pdl

@@ -120,6 +120,12 @@ type Engine struct {
 	// becoming kernels 0.980x (a GEMM node after a memset node still
 	// started late). Set them before capturing graphs.
 	MemsetKernels, HoistMemsets bool
+	// FusedConvXProj runs each layer's conv and x_proj as one cluster
+	// kernel (ConvXProj) where it applies (ConvXProjApplies: 16-bit
+	// engines on sm_90 and newer, x_proj's output at most 96 wide): a graph
+	// node fewer a layer, and no cuBLAS node between the conv and dt_proj.
+	// New turns it on. Set it before capturing graphs.
+	FusedConvXProj bool
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
 	// DecodePDL launches the decode kernels with programmatic dependent
@@ -162,7 +168,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, ScanSegments: -1}
+		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, ScanSegments: -1, FusedConvXProj: true}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4
 	}

@@ -16,11 +16,13 @@ var (
 	plainKernels = []string{"scale_f32", "add_bias_f32", "memset_rows", "rmsnorm_dbc_f32", "scan_carry_f32",
 		"pool_f32", "step_scan_f32", "dt_proj_f32", "dt_proj_narrow_f32", "dt_proj_tc_f32", "dt_proj_tc1_f32",
 		"dt_proj_tc_tall_f32", "dt_proj_tc1_tall_f32"}
+	// fusedKernels are the 16-bit entries of kernels/conv_xproj.cu (ConvXProj).
+	fusedKernels = []string{"conv_xproj10_bf16", "conv_xproj10_f16", "conv_xproj12_bf16", "conv_xproj12_f16"}
 )
 
 // wantedKernels names every entry the engine launches.
 func wantedKernels() []string {
-	want := append([]string{}, plainKernels...)
+	want := append(append([]string{}, plainKernels...), fusedKernels...)
 	for _, k := range typedKernels {
 		for _, sfx := range kernels.DTypes {
 			want = append(want, k+"_"+sfx)

@@ -303,6 +303,7 @@ func (e *Engine) addBias(x cuda.Ptr, ld int, bias cuda.Ptr, rows, n int) error {
 func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 	c, g, ws := e.cfg, e.layers[l], &e.ws
 	rows, d, E, R, N, K, dt := B*n, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel, e.dt
+	fused := e.ConvXProjFused() // the conv stage runs x_proj too
 	stages := []struct {
 		name string
 		run  func() error
@@ -317,12 +318,18 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 			return e.addBias(ws.xz.Ptr, 2*E, g.inBias, rows, 2*E)
 		}},
 		{"conv", func() error {
-			return Conv{XZ: ws.xz.Ptr, LDX: 2 * E, Window: s.conv(l), W: g.conv, Bias: g.convBias, U: ws.u.Ptr,
-				B: B, T: n, E: E, K: K, DType: dt, PDL: e.PrefillPDL}.Launch(e.function, e.stream)
+			conv := Conv{XZ: ws.xz.Ptr, LDX: 2 * E, Window: s.conv(l), W: g.conv, Bias: g.convBias, U: ws.u.Ptr,
+				B: B, T: n, E: E, K: K, DType: dt, PDL: e.PrefillPDL}
+			if fused {
+				return ConvXProj{Conv: conv, XProj: g.xProj, DBL: ws.dbl.Ptr, J: R + 2*N}.Launch(e.function, e.stream)
+			}
+			return conv.Launch(e.function, e.stream)
 		}},
 		{"x_proj", func() error {
-			if err := e.blas.Gemm(rows, R+2*N, E, ws.u.Ptr, E, g.xProj, ws.dbl.Ptr, R+2*N, 0, dt, cuda.F32); err != nil {
-				return err
+			if !fused {
+				if err := e.blas.Gemm(rows, R+2*N, E, ws.u.Ptr, E, g.xProj, ws.dbl.Ptr, R+2*N, 0, dt, cuda.F32); err != nil {
+					return err
+				}
 			}
 			if !c.Falcon {
 				return nil

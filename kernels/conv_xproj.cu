@@ -1,0 +1,288 @@
+// The causal conv with SiLU and x_proj in one launch, for the 16-bit storage
+// types on sm_90 and newer (a cluster kernel):
+//
+//   u[b, t, c]   = silu(bias[c] + sum_k w[c, k] * x[b, t - K + 1 + k, c])   (conv.cu)
+//   dbl[b, t, j] = sum_c u[b, t, c] * W[j, c]                               (x_proj)
+//
+// x is the xs half of in_proj's output (f32, row (b, t) at xz + (b*T + t)*ldx),
+// win [B, E, K] the carried windows (f32, updated as conv.cu does), cw [E, K]
+// and cbias [E] (or nullptr) the conv's f32 weights, W [J, E] x_proj's weight
+// in the storage type T, u [B, T, E] in T, dbl [B, T, J] f32. K <= 4, E a
+// multiple of 8, J a multiple of 4 and at most 8 NT.
+//
+// Unfused, the conv writes u and x_proj's GEMM reads it back: two graph nodes,
+// one of them cuBLAS's, whose fixed cost (about 3 us at the 130m shape, B=1,
+// T=2048, where x_proj's 2048 x 80 output fills half the GPU) is a large part
+// of a layer's. Here a cluster of CX_CS blocks takes CX_TM positions of one
+// sequence (grid (CX_CS ceil(T / CX_TM), B)), block r of it slice r of the
+// channels, which it walks CX_KC at a time:
+// - the conv of the chunk, a thread one channel and CX_TM / 4 consecutive
+//   positions (a warp reads 128-byte rows of x), each input loaded once and
+//   the next chunk's loaded while this one's products run; the results go to
+//   shared memory, and from there to u in 16-byte pieces, the same bits as
+//   conv_silu's (the same f32 operations in the same order);
+// - the chunk's share of x_proj on the tensor cores: warp w owns rows
+//   16 (w % 4) .. 16 (w % 4) + 15 of the tile and half of dbl's columns (NT / 2
+//   tiles of 8, the first or the second half as w / 4), in f32 accumulators
+//   (mma.m16n8k16 over fragments from ldmatrix), with the chunk of W copied
+//   in by cp.async during the chunk before.
+// Both tiles are double-buffered, so a chunk costs one barrier. After the
+// last chunk every block leaves its partial products in shared memory, and
+// block r sums rows r CX_TM / CX_CS .. of the cluster's partials, in rank
+// order (so the same bits every run), through distributed shared memory, and
+// writes them to dbl.
+
+#define CX_THREADS 256                 // a block: 8 warps
+#define CX_TM 64                       // positions a tile
+#define CX_WN 2                        // warps a row of 16 positions: they split dbl's columns
+#define CX_CS 8                        // blocks a cluster: slices of the channels
+#define CX_KC 64                       // channels a chunk
+#define CX_KP (CX_KC + 8)              // a row of a chunk's tiles in shared memory: 144 bytes, so ldmatrix's rows miss each other's banks
+#define CX_GROUPS (CX_THREADS / CX_KC) // the conv's threads a channel
+#define CX_RUN (CX_TM / CX_GROUPS)     // the conv's positions a thread
+
+// conv_xproj_shared is the dynamic shared memory of the NT entry, in bytes:
+// two tiles of u and two of W's chunk, or, after the chunks, the partial
+// products [CX_TM][8 NT + 4] f32 in the same space. gpu.ConvXProj computes
+// the same size to launch it.
+__host__ __device__ constexpr int conv_xproj_tiles(int NT) { return 2 * (CX_TM + 8 * NT) * CX_KP * 2; }
+__host__ __device__ constexpr int conv_xproj_shared(int NT) {
+    return conv_xproj_tiles(NT) > CX_TM * (8 * NT + 4) * 4 ? conv_xproj_tiles(NT) : CX_TM * (8 * NT + 4) * 4;
+}
+
+#if __CUDA_ARCH__ >= 900
+#define CX_CLUSTER __cluster_dims__(CX_CS, 1, 1)
+
+// The cluster's rank of the calling block, its barrier (every thread of every
+// block arrives, releasing its shared-memory stores, then waits, acquiring
+// the others'), and a 16-byte load from the shared memory of block rank at
+// the address addr has in the caller's.
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+__device__ __forceinline__ void cluster_barrier() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+__device__ __forceinline__ float4 cluster_load4(unsigned addr, unsigned rank) {
+    unsigned a;
+    float4 v;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(addr), "r"(rank));
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(a)
+                 : "memory");
+    return v;
+}
+
+// ldmatrix4 loads four 8x8 tiles of 16-bit values: lane l gives the address
+// of a row of tile l / 8 and receives its share of each tile.
+__device__ __forceinline__ void ldmatrix4(unsigned addr, unsigned (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// ldmatrix2 loads two: lanes 0-15 give the addresses, and r[0], r[1] the
+// shares.
+__device__ __forceinline__ void ldmatrix2(unsigned addr, unsigned (&r)[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+
+// mma16816 is d += a b for a 16x16 tile a (row-major fragments) and a 16x8
+// tile b (column-major), in T with f32 accumulation.
+template <class T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1);
+template <>
+__device__ __forceinline__ void mma16816<bf16>(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<f16>(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <class T, int NT>
+__device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx, float *__restrict__ win,
+                                           const float *__restrict__ cw, const float *__restrict__ cbias,
+                                           const T *__restrict__ W, T *__restrict__ u, float *__restrict__ dbl,
+                                           int T_, int E, int K, int J) {
+    constexpr int JP = 8 * NT + 4;  // a row of the partial products, floats
+    extern __shared__ __align__(16) unsigned char cx_smem[];
+    T *us = reinterpret_cast<T *>(cx_smem);  // [2][CX_TM][CX_KP]
+    T *ws = us + 2 * CX_TM * CX_KP;          // [2][8 NT][CX_KP]
+    float *part = reinterpret_cast<float *>(cx_smem);  // [CX_TM][JP], after the chunks
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int rank = cluster_rank(), b = blockIdx.y, t0 = blockIdx.x / CX_CS * CX_TM;
+    const int chunks = ((E + CX_KC - 1) / CX_KC + CX_CS - 1) / CX_CS;  // a slice's
+    const int cfirst = rank * chunks * CX_KC;                           // the slice's first channel
+    const size_t row0 = (size_t)b * T_;
+
+    // W's chunk i into ws[i % 2]: rows j < J of the chunk's columns, zeros
+    // past J (up to 8 NT) and past E.
+    auto copy_w = [&](int i) {
+        const int c0 = cfirst + i * CX_KC;
+        const unsigned dst = shared_addr(ws + (i & 1) * 8 * NT * CX_KP);
+        each_copy<CX_THREADS, 8 * NT * CX_KC / 8>([&](int p) {
+            int j = p / (CX_KC / 8), k = p % (CX_KC / 8) * 8;
+            bool ok = j < J && c0 + k < E;
+            cp_async_s<16>(dst + (j * CX_KP + k) * 2, ok ? W + (size_t)j * E + c0 + k : W, ok);
+        });
+        cp_async_commit();
+    };
+
+    // The conv's share of a thread: channel cc of the chunk, positions
+    // g CX_RUN .. g CX_RUN + CX_RUN - 1 of the tile, with x from 3 positions
+    // before (the window's before position 0, zeros past T).
+    const int cc = tid % CX_KC, g = tid / CX_KC, tg = t0 + g * CX_RUN;
+    float in[CX_RUN + 3], wp[4], b0;
+    auto load_x = [&](int i) {
+        const int c = cfirst + i * CX_KC + cc;
+        const bool live = c < E;
+        const float *state = win + ((size_t)b * E + c) * K;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            int k = j - (4 - K);
+            wp[j] = live && k >= 0 ? cw[(size_t)c * K + k] : 0.f;
+        }
+        b0 = live && cbias ? cbias[c] : 0.f;
+        const float *px = xz + (row0 + tg - 3) * ldx + c;  // position tg - 3's input
+        if (live && tg >= 3 && tg + CX_RUN <= T_) {         // every tile's interior: no conditions
+#pragma unroll
+            for (int p = 0; p < CX_RUN + 3; p++) in[p] = px[p * ldx];
+        } else {
+#pragma unroll
+            for (int p = 0; p < CX_RUN + 3; p++) {
+                int t = tg - 3 + p;
+                in[p] = !live || t >= T_ ? 0.f : t >= 0 ? px[p * ldx] : t >= -K ? state[K + t] : 0.f;
+            }
+        }
+    };
+
+    copy_w(0);  // weights: ahead of the wait
+    pdl_wait();
+    load_x(0);
+    constexpr int NW = NT / CX_WN;  // a warp's tiles of 8 columns
+    const int wm = warp % (CX_TM / 16), wn = warp / (CX_TM / 16);
+    float acc[NW][4];
+#pragma unroll
+    for (int n = 0; n < NW; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+
+    for (int i = 0; i < chunks; i++) {
+        const int c0 = cfirst + i * CX_KC;
+        T *ut = us + (i & 1) * CX_TM * CX_KP;
+        // The conv, as conv_silu computes it: acc = bias, then each tap's
+        // product added in order.
+#pragma unroll
+        for (int p = 0; p < CX_RUN; p++) {
+            float a = b0;
+#pragma unroll
+            for (int j = 0; j < 4; j++) a += wp[j] * in[p + j];
+            ut[(g * CX_RUN + p) * CX_KP + cc] = from_f32<T>(silu_f(a));
+        }
+        if (t0 == 0 && g == 0 && c0 + cc < E) {  // the window's only reader, done with it
+            const int c = c0 + cc;
+            float *state = win + ((size_t)b * E + c) * K;
+            float next[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                int t = T_ - K + k;
+                next[k] = k >= K ? 0.f : t >= 0 ? xz[(row0 + t) * ldx + c] : state[T_ + k];
+            }
+#pragma unroll
+            for (int k = 0; k < 4; k++)
+                if (k < K) state[k] = next[k];
+        }
+        if (i + 1 < chunks) load_x(i + 1);  // in flight under the products
+        cp_async_wait<0>();
+        __syncthreads();
+        if (i + 1 < chunks) copy_w(i + 1);
+        // u from shared memory, 16 bytes a piece.
+        each_copy<CX_THREADS, CX_TM * CX_KC / 8>([&](int p) {
+            int r = p / (CX_KC / 8), k = p % (CX_KC / 8) * 8;
+            if (t0 + r < T_ && c0 + k < E) {
+                uint4 v;
+                asm volatile("ld.shared.v4.u32 {%0, %1, %2, %3}, [%4];"
+                             : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                             : "r"(shared_addr(ut + r * CX_KP + k)));
+                *reinterpret_cast<uint4 *>(u + (row0 + t0 + r) * E + c0 + k) = v;
+            }
+        });
+        // The chunk's products: the warp's 16 rows and NW tiles of columns.
+        const T *wt = ws + (i & 1) * 8 * NT * CX_KP + wn * NW * 8 * CX_KP;
+        const unsigned abase = shared_addr(ut + (16 * wm + (lane & 15)) * CX_KP + (lane >> 4) * 8);
+        const unsigned bbase = shared_addr(wt + ((lane & 7) + (lane >> 4) * 8) * CX_KP + ((lane >> 3) & 1) * 8);
+#pragma unroll
+        for (int ks = 0; ks < CX_KC / 16; ks++) {
+            unsigned a[4];
+            ldmatrix4(abase + ks * 32, a);
+#pragma unroll
+            for (int n = 0; n < NW; n += 2) {
+                unsigned bf[4];
+                if (n + 1 < NW) {
+                    ldmatrix4(bbase + (n * 8 * CX_KP + ks * 16) * 2, bf);
+                    mma16816<T>(acc[n + 1], a, bf[2], bf[3]);
+                } else {
+                    ldmatrix2(bbase + (n * 8 * CX_KP + ks * 16) * 2, bf);
+                }
+                mma16816<T>(acc[n], a, bf[0], bf[1]);
+            }
+        }
+    }
+
+    // The partial products to shared memory (once every warp is done with
+    // the tiles), then the cluster's sum of this block's rows.
+    __syncthreads();
+    {
+        const int r = 16 * wm + (lane >> 2), col = 8 * NW * wn + 2 * (lane & 3);
+#pragma unroll
+        for (int n = 0; n < NW; n++) {
+            *reinterpret_cast<float2 *>(part + r * JP + n * 8 + col) = make_float2(acc[n][0], acc[n][1]);
+            *reinterpret_cast<float2 *>(part + (r + 8) * JP + n * 8 + col) = make_float2(acc[n][2], acc[n][3]);
+        }
+    }
+    cluster_barrier();
+    constexpr int RR = CX_TM / CX_CS;  // rows a block sums
+    const int J4 = J / 4;
+    for (int p = tid; p < RR * J4; p += CX_THREADS) {
+        const int r = rank * RR + p / J4, j = p % J4 * 4;
+        const unsigned addr = shared_addr(part + r * JP + j);
+        float4 s = cluster_load4(addr, 0);
+#pragma unroll
+        for (int q = 1; q < CX_CS; q++) {
+            float4 v = cluster_load4(addr, q);
+            s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+        }
+        if (t0 + r < T_) *reinterpret_cast<float4 *>(dbl + (row0 + t0 + r) * J + j) = s;
+    }
+    cluster_barrier();  // no block leaves while another reads its shared memory
+    pdl_release();
+}
+#else
+#define CX_CLUSTER
+#endif
+
+// conv_xproj<NT>_*: NT = 10 serves J <= 80 (the 130m shape's 48 + 2 x 16),
+// NT = 12 J <= 96 (370m's). Before sm_90 (no clusters) they trap; the engine
+// launches them only on sm_90 and newer.
+#define CX_PARAMS(T)                                                                                            \
+    const float *__restrict__ xz, int ldx, float *__restrict__ win, const float *__restrict__ cw,               \
+        const float *__restrict__ cbias, const T *__restrict__ W, T *__restrict__ u, float *__restrict__ dbl,    \
+        int T_, int E, int K, int J
+#if __CUDA_ARCH__ >= 900
+#define CX_BODY(NT, T) conv_xproj<T, NT>(xz, ldx, win, cw, cbias, W, u, dbl, T_, E, K, J);
+#else
+#define CX_BODY(NT, T) __trap();
+#endif
+extern "C" __global__ void __launch_bounds__(CX_THREADS) CX_CLUSTER conv_xproj10_bf16(CX_PARAMS(bf16)) { CX_BODY(10, bf16) }
+extern "C" __global__ void __launch_bounds__(CX_THREADS) CX_CLUSTER conv_xproj10_f16(CX_PARAMS(f16)) { CX_BODY(10, f16) }
+extern "C" __global__ void __launch_bounds__(CX_THREADS) CX_CLUSTER conv_xproj12_bf16(CX_PARAMS(bf16)) { CX_BODY(12, bf16) }
+extern "C" __global__ void __launch_bounds__(CX_THREADS) CX_CLUSTER conv_xproj12_f16(CX_PARAMS(f16)) { CX_BODY(12, f16) }
