@@ -15,22 +15,23 @@
 // T=2048, where x_proj's 2048 x 80 output fills half the GPU) is a large part
 // of a layer's. Here a cluster of CX_CS blocks takes CX_TM positions of one
 // sequence (grid (CX_CS ceil(T / CX_TM), B)), block r of it slice r of the
-// channels, which it walks CX_KC at a time:
-// - the conv of the chunk, a thread one channel and CX_TM / 4 consecutive
-//   positions (a warp reads 128-byte rows of x), each input loaded once and
-//   the next chunk's loaded while this one's products run; the results go to
-//   shared memory, and from there to u in 16-byte pieces, the same bits as
-//   conv_silu's (the same f32 operations in the same order);
+// channels, in chunks of CX_KC (at most CX_MAXC a slice):
+// - every chunk's inputs are copied to shared memory at once (cp.async):
+//   W's ahead of the wait for the kernel before, as weights; x's after it,
+//   rows t0 - 3 .. t0 + CX_TM - 1, a group a chunk;
+// - the conv of a chunk, a thread one channel and CX_RUN consecutive
+//   positions, goes to a tile of u in shared memory, and from there to u in
+//   16-byte pieces: the same bits as conv_silu's (the same f32 operations in
+//   the same order);
 // - the chunk's share of x_proj on the tensor cores: warp w owns rows
 //   16 (w % 4) .. 16 (w % 4) + 15 of the tile and half of dbl's columns (NT / 2
 //   tiles of 8, the first or the second half as w / 4), in f32 accumulators
-//   (mma.m16n8k16 over fragments from ldmatrix), with the chunk of W copied
-//   in by cp.async during the chunk before.
-// Both tiles are double-buffered, so a chunk costs one barrier. After the
-// last chunk every block leaves its partial products in shared memory, and
-// block r sums rows r CX_TM / CX_CS .. of the cluster's partials, in rank
-// order (so the same bits every run), through distributed shared memory, and
-// writes them to dbl.
+//   (mma.m16n8k16 over fragments from ldmatrix), beside the next chunk's conv,
+//   so a chunk costs one barrier.
+// After the last chunk every block leaves its partial products in shared
+// memory, and block r sums rows r CX_TM / CX_CS .. of the cluster's partials,
+// in rank order (so the same bits every run), through distributed shared
+// memory, and writes them to dbl.
 
 #define CX_THREADS 256                 // a block: 8 warps
 #define CX_TM 64                       // positions a tile
@@ -41,13 +42,18 @@
 #define CX_GROUPS (CX_THREADS / CX_KC) // the conv's threads a channel
 #define CX_RUN (CX_TM / CX_GROUPS)     // the conv's positions a thread
 
-// conv_xproj_shared is the dynamic shared memory of the NT entry, in bytes:
-// two tiles of u and two of W's chunk, or, after the chunks, the partial
-// products [CX_TM][8 NT + 4] f32 in the same space. gpu.ConvXProj computes
-// the same size to launch it.
-__host__ __device__ constexpr int conv_xproj_tiles(int NT) { return 2 * (CX_TM + 8 * NT) * CX_KP * 2; }
-__host__ __device__ constexpr int conv_xproj_shared(int NT) {
-    return conv_xproj_tiles(NT) > CX_TM * (8 * NT + 4) * 4 ? conv_xproj_tiles(NT) : CX_TM * (8 * NT + 4) * 4;
+#define CX_XR (CX_TM + 3)               // rows of a chunk of x in shared memory: 3 positions before the tile
+#define CX_MAXC 4                      // chunks a slice at most: E <= CX_CS CX_KC CX_MAXC = 2048
+
+// conv_xproj_chunks is a slice's chunks of CX_KC channels for E channels.
+__host__ __device__ constexpr int conv_xproj_chunks(int E) { return ((E + CX_KC - 1) / CX_KC + CX_CS - 1) / CX_CS; }
+
+// conv_xproj_shared is the dynamic shared memory of the NT entry for E
+// channels, in bytes: every chunk's x (f32) and W (T), then two tiles of u;
+// after the chunks the partial products [CX_TM][8 NT + 4] (f32) take the
+// same space. gpu.ConvXProj computes the same size to launch it.
+__host__ __device__ constexpr int conv_xproj_shared(int NT, int E) {
+    return conv_xproj_chunks(E) * (CX_XR * CX_KC * 4 + 8 * NT * CX_KP * 2) + 2 * CX_TM * CX_KP * 2;
 }
 
 #if __CUDA_ARCH__ >= 900
@@ -68,11 +74,8 @@ __device__ __forceinline__ void cluster_barrier() {
 __device__ __forceinline__ float4 cluster_load4(unsigned addr, unsigned rank) {
     unsigned a;
     float4 v;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(addr), "r"(rank));
-    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                 : "r"(a)
-                 : "memory");
+    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(addr), "r"(rank));
+    asm("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a));
     return v;
 }
 
@@ -115,72 +118,73 @@ __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx
                                            const T *__restrict__ W, T *__restrict__ u, float *__restrict__ dbl,
                                            int T_, int E, int K, int J) {
     constexpr int JP = 8 * NT + 4;  // a row of the partial products, floats
-    extern __shared__ __align__(16) unsigned char cx_smem[];
-    T *us = reinterpret_cast<T *>(cx_smem);  // [2][CX_TM][CX_KP]
-    T *ws = us + 2 * CX_TM * CX_KP;          // [2][8 NT][CX_KP]
-    float *part = reinterpret_cast<float *>(cx_smem);  // [CX_TM][JP], after the chunks
-
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int rank = cluster_rank(), b = blockIdx.y, t0 = blockIdx.x / CX_CS * CX_TM;
-    const int chunks = ((E + CX_KC - 1) / CX_KC + CX_CS - 1) / CX_CS;  // a slice's
-    const int cfirst = rank * chunks * CX_KC;                           // the slice's first channel
+    const int chunks = conv_xproj_chunks(E);  // a slice's
+    const int cfirst = rank * chunks * CX_KC;  // the slice's first channel
     const size_t row0 = (size_t)b * T_;
+    extern __shared__ __align__(16) unsigned char cx_smem[];
+    float *xs = reinterpret_cast<float *>(cx_smem);                        // [chunks][CX_XR][CX_KC]
+    T *ws = reinterpret_cast<T *>(xs + chunks * CX_XR * CX_KC);             // [chunks][8 NT][CX_KP]
+    T *us = ws + chunks * 8 * NT * CX_KP;                                   // [2][CX_TM][CX_KP]
+    float *part = reinterpret_cast<float *>(cx_smem);                      // [CX_TM][JP], after the chunks
 
-    // W's chunk i into ws[i % 2]: rows j < J of the chunk's columns, zeros
-    // past J (up to 8 NT) and past E.
-    auto copy_w = [&](int i) {
+    // Every chunk's copies at once, so that their latencies overlap: W's
+    // (rows j < J of the chunk's columns; zeros past J, up to 8 NT, and past
+    // E) in one group ahead of the wait, as weights; then each chunk's x in
+    // a group of its own, rows t0 - 3 .. t0 + CX_TM - 1 (zeros before 0 and
+    // past T: the conv takes the window's values from global memory).
+    for (int p = tid; p < chunks * 8 * NT * (CX_KC / 8); p += CX_THREADS) {
+        int i = p / (8 * NT * (CX_KC / 8)), j = p / (CX_KC / 8) % (8 * NT), k = p % (CX_KC / 8) * 8, c = cfirst + i * CX_KC + k;
+        bool ok = j < J && c < E;
+        cp_async_s<16>(shared_addr(ws + (i * 8 * NT + j) * CX_KP + k), ok ? W + (size_t)j * E + c : W, ok);
+    }
+    cp_async_commit();
+    pdl_wait();
+    for (int i = 0; i < chunks; i++) {
         const int c0 = cfirst + i * CX_KC;
-        const unsigned dst = shared_addr(ws + (i & 1) * 8 * NT * CX_KP);
-        each_copy<CX_THREADS, 8 * NT * CX_KC / 8>([&](int p) {
-            int j = p / (CX_KC / 8), k = p % (CX_KC / 8) * 8;
-            bool ok = j < J && c0 + k < E;
-            cp_async_s<16>(dst + (j * CX_KP + k) * 2, ok ? W + (size_t)j * E + c0 + k : W, ok);
+        const unsigned dst = shared_addr(xs + i * CX_XR * CX_KC);
+        each_copy<CX_THREADS, CX_XR * CX_KC / 4>([&](int p) {
+            int r = p / (CX_KC / 4), k = p % (CX_KC / 4) * 4, t = t0 - 3 + r;
+            bool ok = t >= 0 && t < T_ && c0 + k < E;
+            cp_async_s<16>(dst + (r * CX_KC + k) * 4, ok ? xz + (row0 + t) * ldx + c0 + k : xz, ok);
         });
         cp_async_commit();
+    }
+    // wait_x(i) returns once this thread's copies of chunk i (and of every
+    // group before it) have landed.
+    auto wait_x = [&](int i) {
+        switch (chunks - 1 - i) {
+            case 0: cp_async_wait<0>(); break;
+            case 1: cp_async_wait<1>(); break;
+            case 2: cp_async_wait<2>(); break;
+            default: cp_async_wait<3>(); break;
+        }
     };
 
-    // The conv's share of a thread: channel cc of the chunk, positions
-    // g CX_RUN .. g CX_RUN + CX_RUN - 1 of the tile, with x from 3 positions
-    // before (the window's before position 0, zeros past T).
-    const int cc = tid % CX_KC, g = tid / CX_KC, tg = t0 + g * CX_RUN;
-    float in[CX_RUN + 3], wp[4], b0;
-    auto load_x = [&](int i) {
+    // The conv of chunk i into the tile of u ut, as conv_silu computes it
+    // (acc = bias, then each tap's product added in order): thread (cc, g)
+    // takes channel cc and positions g CX_RUN .. g CX_RUN + CX_RUN - 1 of
+    // the tile. Tile 0 reads the window (its only reader) and then updates it.
+    const int cc = tid % CX_KC, g = tid / CX_KC;
+    auto conv = [&](int i, T *ut) {
         const int c = cfirst + i * CX_KC + cc;
         const bool live = c < E;
-        const float *state = win + ((size_t)b * E + c) * K;
+        float wp[4], in[CX_RUN + 3];
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             int k = j - (4 - K);
             wp[j] = live && k >= 0 ? cw[(size_t)c * K + k] : 0.f;
         }
-        b0 = live && cbias ? cbias[c] : 0.f;
-        const float *px = xz + (row0 + tg - 3) * ldx + c;  // position tg - 3's input
-        if (live && tg >= 3 && tg + CX_RUN <= T_) {         // every tile's interior: no conditions
+        const float b0 = live && cbias ? cbias[c] : 0.f;
+        const float *xc = xs + (i * CX_XR + g * CX_RUN) * CX_KC + cc;
 #pragma unroll
-            for (int p = 0; p < CX_RUN + 3; p++) in[p] = px[p * ldx];
-        } else {
+        for (int p = 0; p < CX_RUN + 3; p++) in[p] = xc[p * CX_KC];
+        float *state = win + ((size_t)b * E + c) * K;
+        if (t0 == 0 && g == 0 && live) {
 #pragma unroll
-            for (int p = 0; p < CX_RUN + 3; p++) {
-                int t = tg - 3 + p;
-                in[p] = !live || t >= T_ ? 0.f : t >= 0 ? px[p * ldx] : t >= -K ? state[K + t] : 0.f;
-            }
+            for (int p = 0; p < 3; p++) in[p] = p - 3 >= -K ? state[K + p - 3] : 0.f;
         }
-    };
-
-    copy_w(0);  // weights: ahead of the wait
-    pdl_wait();
-    load_x(0);
-    constexpr int NW = NT / CX_WN;  // a warp's tiles of 8 columns
-    const int wm = warp % (CX_TM / 16), wn = warp / (CX_TM / 16);
-    float acc[NW][4];
-#pragma unroll
-    for (int n = 0; n < NW; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
-
-    for (int i = 0; i < chunks; i++) {
-        const int c0 = cfirst + i * CX_KC;
-        T *ut = us + (i & 1) * CX_TM * CX_KP;
-        // The conv, as conv_silu computes it: acc = bias, then each tap's
-        // product added in order.
 #pragma unroll
         for (int p = 0; p < CX_RUN; p++) {
             float a = b0;
@@ -188,9 +192,7 @@ __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx
             for (int j = 0; j < 4; j++) a += wp[j] * in[p + j];
             ut[(g * CX_RUN + p) * CX_KP + cc] = from_f32<T>(silu_f(a));
         }
-        if (t0 == 0 && g == 0 && c0 + cc < E) {  // the window's only reader, done with it
-            const int c = c0 + cc;
-            float *state = win + ((size_t)b * E + c) * K;
+        if (t0 == 0 && g == 0 && live) {  // done with the window: slot k takes element T + k of concat(window, x)
             float next[4];
 #pragma unroll
             for (int k = 0; k < 4; k++) {
@@ -201,10 +203,24 @@ __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx
             for (int k = 0; k < 4; k++)
                 if (k < K) state[k] = next[k];
         }
-        if (i + 1 < chunks) load_x(i + 1);  // in flight under the products
-        cp_async_wait<0>();
+    };
+
+    constexpr int NW = NT / CX_WN;  // a warp's tiles of 8 columns
+    const int wm = warp % (CX_TM / 16), wn = warp / (CX_TM / 16);
+    float acc[NW][4];
+#pragma unroll
+    for (int n = 0; n < NW; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+
+    // Chunk i's products run beside chunk i + 1's conv: one barrier a chunk.
+    wait_x(0);
+    __syncthreads();
+    conv(0, us);
+    for (int i = 0; i < chunks; i++) {
+        const int c0 = cfirst + i * CX_KC;
+        T *ut = us + (i & 1) * CX_TM * CX_KP;
+        if (i + 1 < chunks) wait_x(i + 1);
         __syncthreads();
-        if (i + 1 < chunks) copy_w(i + 1);
+        if (i + 1 < chunks) conv(i + 1, us + ((i + 1) & 1) * CX_TM * CX_KP);
         // u from shared memory, 16 bytes a piece.
         each_copy<CX_THREADS, CX_TM * CX_KC / 8>([&](int p) {
             int r = p / (CX_KC / 8), k = p % (CX_KC / 8) * 8;
@@ -217,7 +233,7 @@ __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx
             }
         });
         // The chunk's products: the warp's 16 rows and NW tiles of columns.
-        const T *wt = ws + (i & 1) * 8 * NT * CX_KP + wn * NW * 8 * CX_KP;
+        const T *wt = ws + (i * 8 * NT + wn * NW * 8) * CX_KP;
         const unsigned abase = shared_addr(ut + (16 * wm + (lane & 15)) * CX_KP + (lane >> 4) * 8);
         const unsigned bbase = shared_addr(wt + ((lane & 7) + (lane >> 4) * 8) * CX_KP + ((lane >> 3) & 1) * 8);
 #pragma unroll
@@ -255,12 +271,12 @@ __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx
     for (int p = tid; p < RR * J4; p += CX_THREADS) {
         const int r = rank * RR + p / J4, j = p % J4 * 4;
         const unsigned addr = shared_addr(part + r * JP + j);
-        float4 s = cluster_load4(addr, 0);
+        float4 v[CX_CS];
 #pragma unroll
-        for (int q = 1; q < CX_CS; q++) {
-            float4 v = cluster_load4(addr, q);
-            s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
-        }
+        for (int q = 0; q < CX_CS; q++) v[q] = cluster_load4(addr, q);  // all in flight, then summed in order
+        float4 s = v[0];
+#pragma unroll
+        for (int q = 1; q < CX_CS; q++) s.x += v[q].x, s.y += v[q].y, s.z += v[q].z, s.w += v[q].w;
         if (t0 + r < T_) *reinterpret_cast<float4 *>(dbl + (row0 + t0 + r) * J + j) = s;
     }
     cluster_barrier();  // no block leaves while another reads its shared memory

@@ -19,9 +19,10 @@ type ConvXProj struct {
 
 // Kernel constants, as in conv_xproj.cu.
 const (
-	convXProjTM      = 64  // CX_TM: positions a cluster
-	convXProjCluster = 8   // CX_CS: blocks a cluster
-	convXProjThreads = 256 // CX_THREADS
+	convXProjTM      = 64   // CX_TM: positions a cluster
+	convXProjCluster = 8    // CX_CS: blocks a cluster
+	convXProjThreads = 256  // CX_THREADS
+	convXProjMaxE    = 2048 // CX_CS x 64 x CX_MAXC: every chunk's inputs in shared memory at once
 )
 
 // convXProjTiles returns the entry's tiles of 8 columns of dbl for J
@@ -40,29 +41,35 @@ func convXProjTiles(J int) int {
 
 // ConvXProjApplies reports whether the fused kernel serves a layer: a
 // 16-bit storage type on sm_90 or newer, a conv of at most 4 taps, E a
-// multiple of 8 and J a multiple of 4 of at most 96 (the 130m and 370m
-// shapes; larger ones run the conv and cuBLAS's GEMM).
+// multiple of 8 of at most 2048 and J a multiple of 4 of at most 96 (the
+// 130m and 370m shapes; larger ones run the conv and cuBLAS's GEMM).
 func ConvXProjApplies(dev *cuda.Device, dt cuda.DType, E, K, J int) bool {
-	return dev.Major >= 9 && dt != cuda.F32 && K >= 1 && K <= 4 && E%8 == 0 && convXProjTiles(J) > 0
+	return dev.Major >= 9 && dt != cuda.F32 && K >= 1 && K <= 4 && E%8 == 0 && E <= convXProjMaxE &&
+		convXProjTiles(J) > 0 && convXProjShared(convXProjTiles(J), E) <= dev.MaxSharedOptIn
 }
 
-// convXProjShared is conv_xproj_shared(NT) in bytes.
-func convXProjShared(nt int) int {
-	const kp = 64 + 8 // CX_KP
-	tiles, part := 2*(convXProjTM+8*nt)*kp*2, convXProjTM*(8*nt+4)*4
-	return max(tiles, part)
+// convXProjChunks is conv_xproj_chunks(E): a slice's chunks of 64 channels.
+func convXProjChunks(E int) int { return ((E+63)/64 + convXProjCluster - 1) / convXProjCluster }
+
+// convXProjShared is conv_xproj_shared(NT, E) in bytes.
+func convXProjShared(nt, E int) int {
+	const kp, xr = 64 + 8, convXProjTM + 3 // CX_KP, CX_XR
+	return convXProjChunks(E)*(xr*64*4+8*nt*kp*2) + 2*convXProjTM*kp*2
 }
 
 // Launch queues the fused conv and x_proj, which also update the windows, on
 // stream; fn looks kernels up by name.
 func (c ConvXProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
 	nt := convXProjTiles(c.J)
-	if nt == 0 || c.DType == cuda.F32 || c.K > 4 || c.E%8 != 0 {
+	if nt == 0 || c.DType == cuda.F32 || c.K > 4 || c.E%8 != 0 || c.E > convXProjMaxE {
 		return fmt.Errorf("gpu: conv_xproj serves no %s layer with E=%d, K=%d, J=%d", c.DType, c.E, c.K, c.J)
 	}
 	grid := cuda.Dim3{X: convXProjCluster * ((c.T + convXProjTM - 1) / convXProjTM), Y: c.B, Z: 1}
-	return fn(fmt.Sprintf("conv_xproj%d_%s", nt, c.DType.Suffix())).LaunchMaybePDL(c.PDL, grid,
-		cuda.D1(convXProjThreads), convXProjShared(nt), stream,
+	f, shared := fn(fmt.Sprintf("conv_xproj%d_%s", nt, c.DType.Suffix())), convXProjShared(nt, c.E)
+	if err := f.SetMaxDynamicShared(shared); err != nil {
+		return err
+	}
+	return f.LaunchMaybePDL(c.PDL, grid, cuda.D1(convXProjThreads), shared, stream,
 		c.XZ, c.LDX, c.Window, c.W, c.Bias, c.XProj, c.U, c.DBL, c.T, c.E, c.K, c.J)
 }
 

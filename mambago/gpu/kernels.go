@@ -81,5 +81,16 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 			return nil, mods, err
 		}
 	}
+	// The fused conv and x_proj likewise, at its largest (ConvXProjApplies
+	// keeps it off where the device cannot give that).
+	for _, nt := range []int{10, 12} {
+		for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
+			if shared := convXProjShared(nt, convXProjMaxE); dev.Major >= 9 && shared <= dev.MaxSharedOptIn {
+				if err := fns[fmt.Sprintf("conv_xproj%d_%s", nt, dt.Suffix())].SetMaxDynamicShared(shared); err != nil {
+					return nil, mods, err
+				}
+			}
+		}
+	}
 	return fns, mods, nil
 }
