@@ -49,28 +49,34 @@
 __host__ __device__ constexpr int conv_xproj_chunks(int E) { return ((E + CX_KC - 1) / CX_KC + CX_CS - 1) / CX_CS; }
 
 // conv_xproj_shared is the dynamic shared memory of the NT entry for E
-// channels, in bytes: every chunk's x (f32) and W (T), then two tiles of u;
-// after the chunks the partial products [CX_TM][8 NT + 4] (f32) take the
-// same space. gpu.ConvXProj computes the same size to launch it.
+// channels, in bytes: every chunk's x, the conv's weights and bias (f32) and
+// W (T), then two tiles of u; after the chunks the partial products
+// [CX_TM][8 NT + 4] (f32) take the space of the first. gpu.ConvXProj computes the same size to launch it.
 __host__ __device__ constexpr int conv_xproj_shared(int NT, int E) {
-    return conv_xproj_chunks(E) * (CX_XR * CX_KC * 4 + 8 * NT * CX_KP * 2) + 2 * CX_TM * CX_KP * 2;
+    return conv_xproj_chunks(E) * (CX_XR * CX_KC * 4 + CX_KC * 5 * 4 + 8 * NT * CX_KP * 2) + 2 * CX_TM * CX_KP * 2;
 }
 
 #if __CUDA_ARCH__ >= 900
 #define CX_CLUSTER __cluster_dims__(CX_CS, 1, 1)
 
-// The cluster's rank of the calling block, its barrier (every thread of every
-// block arrives, releasing its shared-memory stores, then waits, acquiring
-// the others'), and a 16-byte load from the shared memory of block rank at
-// the address addr has in the caller's.
+// The cluster's rank of the calling block; its barrier in two halves (every
+// thread of every block arrives, then waits): an arrival that releases the
+// thread's stores (they are visible to every thread of the cluster once the
+// wait returns), one that releases nothing, and the wait; and a 16-byte
+// load from the shared memory of block rank at the address addr has in the
+// caller's.
 __device__ __forceinline__ unsigned cluster_rank() {
     unsigned r;
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
     return r;
 }
-__device__ __forceinline__ void cluster_barrier() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+__device__ __forceinline__ void cluster_arrive_release() {
+    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
 }
+__device__ __forceinline__ void cluster_arrive_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 __device__ __forceinline__ float4 cluster_load4(unsigned addr, unsigned rank) {
     unsigned a;
     float4 v;
@@ -125,7 +131,9 @@ __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx
     const size_t row0 = (size_t)b * T_;
     extern __shared__ __align__(16) unsigned char cx_smem[];
     float *xs = reinterpret_cast<float *>(cx_smem);                        // [chunks][CX_XR][CX_KC]
-    T *ws = reinterpret_cast<T *>(xs + chunks * CX_XR * CX_KC);             // [chunks][8 NT][CX_KP]
+    float *cws = xs + chunks * CX_XR * CX_KC;                              // [chunks][CX_KC K], the conv's weights
+    float *cbs = cws + chunks * CX_KC * 4;                                 // [chunks][CX_KC], its bias
+    T *ws = reinterpret_cast<T *>(cbs + chunks * CX_KC);                   // [chunks][8 NT][CX_KP]
     T *us = ws + chunks * 8 * NT * CX_KP;                                   // [2][CX_TM][CX_KP]
     float *part = reinterpret_cast<float *>(cx_smem);                      // [CX_TM][JP], after the chunks
 
@@ -138,6 +146,19 @@ __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx
         int i = p / (8 * NT * (CX_KC / 8)), j = p / (CX_KC / 8) % (8 * NT), k = p % (CX_KC / 8) * 8, c = cfirst + i * CX_KC + k;
         bool ok = j < J && c < E;
         cp_async_s<16>(shared_addr(ws + (i * 8 * NT + j) * CX_KP + k), ok ? W + (size_t)j * E + c : W, ok);
+    }
+    // The conv's weights and bias likewise, 16 bytes a piece: E K and E are
+    // multiples of 8, so a piece is whole or past the end.
+    for (int p = tid; p < chunks * CX_KC * (K + 1) / 4; p += CX_THREADS) {
+        int i = p / (CX_KC * (K + 1) / 4), q = p % (CX_KC * (K + 1) / 4) * 4, c0 = cfirst + i * CX_KC;
+        if (q < CX_KC * K) {
+            bool ok = c0 * K + q < E * K;
+            cp_async_s<16>(shared_addr(cws + i * CX_KC * 4 + q), ok ? cw + (size_t)c0 * K + q : cw, ok);
+        } else {
+            q -= CX_KC * K;
+            bool ok = cbias && c0 + q < E;
+            cp_async_s<16>(shared_addr(cbs + i * CX_KC + q), ok ? cbias + c0 + q : cw, ok);
+        }
     }
     cp_async_commit();
     pdl_wait();
@@ -174,9 +195,9 @@ __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             int k = j - (4 - K);
-            wp[j] = live && k >= 0 ? cw[(size_t)c * K + k] : 0.f;
+            wp[j] = k >= 0 ? cws[i * CX_KC * 4 + cc * K + k] : 0.f;  // zeros past E
         }
-        const float b0 = live && cbias ? cbias[c] : 0.f;
+        const float b0 = cbs[i * CX_KC + cc];
         const float *xc = xs + (i * CX_XR + g * CX_RUN) * CX_KC + cc;
 #pragma unroll
         for (int p = 0; p < CX_RUN + 3; p++) in[p] = xc[p * CX_KC];
@@ -211,17 +232,9 @@ __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx
 #pragma unroll
     for (int n = 0; n < NW; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
 
-    // Chunk i's products run beside chunk i + 1's conv: one barrier a chunk.
-    wait_x(0);
-    __syncthreads();
-    conv(0, us);
-    for (int i = 0; i < chunks; i++) {
-        const int c0 = cfirst + i * CX_KC;
-        T *ut = us + (i & 1) * CX_TM * CX_KP;
-        if (i + 1 < chunks) wait_x(i + 1);
-        __syncthreads();
-        if (i + 1 < chunks) conv(i + 1, us + ((i + 1) & 1) * CX_TM * CX_KP);
-        // u from shared memory, 16 bytes a piece.
+    // store_u copies a tile of u, channels c0 .., from shared memory to u, 16
+    // bytes a piece.
+    auto store_u = [&](const T *ut, int c0) {
         each_copy<CX_THREADS, CX_TM * CX_KC / 8>([&](int p) {
             int r = p / (CX_KC / 8), k = p % (CX_KC / 8) * 8;
             if (t0 + r < T_ && c0 + k < E) {
@@ -232,6 +245,19 @@ __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx
                 *reinterpret_cast<uint4 *>(u + (row0 + t0 + r) * E + c0 + k) = v;
             }
         });
+    };
+
+    // Chunk i's products run beside chunk i + 1's conv: one barrier a chunk.
+    wait_x(0);
+    __syncthreads();
+    conv(0, us);
+    for (int i = 0; i < chunks; i++) {
+        const int c0 = cfirst + i * CX_KC;
+        T *ut = us + (i & 1) * CX_TM * CX_KP;
+        if (i + 1 < chunks) wait_x(i + 1);
+        __syncthreads();
+        if (i + 1 < chunks) conv(i + 1, us + ((i + 1) & 1) * CX_TM * CX_KP);
+        if (i + 1 < chunks) store_u(ut, c0);  // the last chunk's wait for the cluster's barrier
         // The chunk's products: the warp's 16 rows and NW tiles of columns.
         const T *wt = ws + (i * 8 * NT + wn * NW * 8) * CX_KP;
         const unsigned abase = shared_addr(ut + (16 * wm + (lane & 15)) * CX_KP + (lane >> 4) * 8);
@@ -265,7 +291,12 @@ __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx
             *reinterpret_cast<float2 *>(part + (r + 8) * JP + n * 8 + col) = make_float2(acc[n][2], acc[n][3]);
         }
     }
-    cluster_barrier();
+    // The arrival releases the partial products; the last tile of u (which
+    // the partial products do not overwrite) goes out after it, so that the
+    // release does not wait for those stores.
+    cluster_arrive_release();
+    store_u(us + ((chunks - 1) & 1) * CX_TM * CX_KP, cfirst + (chunks - 1) * CX_KC);
+    cluster_wait();
     constexpr int RR = CX_TM / CX_CS;  // rows a block sums
     const int J4 = J / 4;
     for (int p = tid; p < RR * J4; p += CX_THREADS) {
@@ -279,7 +310,8 @@ __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx
         for (int q = 1; q < CX_CS; q++) s.x += v[q].x, s.y += v[q].y, s.z += v[q].z, s.w += v[q].w;
         if (t0 + r < T_) *reinterpret_cast<float4 *>(dbl + (row0 + t0 + r) * J + j) = s;
     }
-    cluster_barrier();  // no block leaves while another reads its shared memory
+    cluster_arrive_relaxed();  // no block leaves while another reads its shared memory
+    cluster_wait();
     pdl_release();
 }
 #else

@@ -54,7 +54,7 @@ func convXProjChunks(E int) int { return ((E+63)/64 + convXProjCluster - 1) / co
 // convXProjShared is conv_xproj_shared(NT, E) in bytes.
 func convXProjShared(nt, E int) int {
 	const kp, xr = 64 + 8, convXProjTM + 3 // CX_KP, CX_XR
-	return convXProjChunks(E)*(xr*64*4+8*nt*kp*2) + 2*convXProjTM*kp*2
+	return convXProjChunks(E)*(xr*64*4+64*5*4+8*nt*kp*2) + 2*convXProjTM*kp*2
 }
 
 // Launch queues the fused conv and x_proj, which also update the windows, on
