@@ -183,10 +183,10 @@ if [[ $mode == fused ]]; then
       > "$OUT/${tool}_fused.log" 2>&1 || status=1
     echo "$tool conv_xproj: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/${tool}_fused.log" | tail -1)"
   done
-  echo "== the engine's tests that run prefills (fused by default; TestFusedConvXProjMatches against unfused)"
+  echo "== the engine's tests that run prefills (TestFusedConvXProjMatches: fused against unfused)"
   run_tests fused_test 300 .carry/gpu.test -test.v \
     -test.run 'FusedConvXProj|PrefillSettings|GraphsReplay|DeviceEntry|PrefillGraphCache|TestConformance|MatchesCPU|ScanVariantsMatch|Mixed'
-  memcheck memcheck_fused 200 .carry/gpu.test 'FusedConvXProjMatches/d=768_bf16'
+  memcheck memcheck_fused 200 .carry/gpu.test 'FusedConvXProjMatches/d=768_bfloat16'
   exit $status
 fi
 if [[ $mode == pdl ]]; then

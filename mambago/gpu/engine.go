@@ -122,9 +122,12 @@ type Engine struct {
 	MemsetKernels, HoistMemsets bool
 	// FusedConvXProj runs each layer's conv and x_proj as one cluster
 	// kernel (ConvXProj) where it applies (ConvXProjApplies: 16-bit
-	// engines on sm_90 and newer, x_proj's output at most 96 wide): a graph
-	// node fewer a layer, and no cuBLAS node between the conv and dt_proj.
-	// New turns it on. Set it before capturing graphs.
+	// engines on sm_90 and newer, E at most 2048, x_proj's output at most 96
+	// wide): a graph node fewer a layer, and no cuBLAS node between the conv
+	// and dt_proj. Off by default: on the H200 the kernel takes 14-19 µs in
+	// a 130m B=1 T=2048 graph against 11.4 for the conv and the GEMM it
+	// replaces (bf16 prefills 0.93-0.97x; bench/NOTES.md, session of
+	// 2026-12-01 12:31). Set it before capturing graphs.
 	FusedConvXProj bool
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
@@ -168,7 +171,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, ScanSegments: -1, FusedConvXProj: true}
+		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, ScanSegments: -1}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4
 	}
