@@ -1,5 +1,5 @@
 // The causal conv with SiLU and x_proj in one launch, for the 16-bit storage
-// types on sm_90 and newer (a cluster kernel):
+// types (sm_80 and newer):
 //
 //   u[b, t, c]   = silu(bias[c] + sum_k w[c, k] * x[b, t - K + 1 + k, c])   (conv.cu)
 //   dbl[b, t, j] = sum_c u[b, t, c] * W[j, c]                               (x_proj)
@@ -8,17 +8,19 @@
 // win [B, E, K] the carried windows (f32, updated as conv.cu does), cw [E, K]
 // and cbias [E] (or nullptr) the conv's f32 weights, W [J, E] x_proj's weight
 // in the storage type T, u [B, T, E] in T, dbl [B, T, J] f32. K <= 4, E a
-// multiple of 8, J a multiple of 4 and at most 8 NT.
+// multiple of 8, J a multiple of 4 and at most 8 NT. part [B, T, CX_CS, J]
+// (f32) is scratch, and count [B ceil(T / CX_TM)] counters that are zero
+// between launches.
 //
 // Unfused, the conv writes u and x_proj's GEMM reads it back: two graph nodes,
 // one of them cuBLAS's, whose fixed cost (about 3 us at the 130m shape, B=1,
 // T=2048, where x_proj's 2048 x 80 output fills half the GPU) is a large part
-// of a layer's. Here a cluster of CX_CS blocks takes CX_TM positions of one
-// sequence (grid (CX_CS ceil(T / CX_TM), B)), block r of it slice r of the
-// channels, in chunks of CX_KC (at most CX_MAXC a slice):
+// of a layer's. Here CX_CS blocks take CX_TM positions of one sequence (grid
+// (CX_CS ceil(T / CX_TM), B)), block r of them slice r of the channels, in
+// chunks of CX_KC (at most CX_MAXC a slice):
 // - every chunk's inputs are copied to shared memory at once (cp.async):
-//   W's ahead of the wait for the kernel before, as weights; x's after it,
-//   rows t0 - 3 .. t0 + CX_TM - 1, a group a chunk;
+//   W's and the conv's weights ahead of the wait for the kernel before; x's
+//   after it, rows t0 - 3 .. t0 + CX_TM - 1, a group a chunk;
 // - the conv of a chunk, a thread one channel and CX_RUN consecutive
 //   positions, goes to a tile of u in shared memory, and from there to u in
 //   16-byte pieces: the same bits as conv_silu's (the same f32 operations in
@@ -28,15 +30,18 @@
 //   tiles of 8, the first or the second half as w / 4), in f32 accumulators
 //   (mma.m16n8k16 over fragments from ldmatrix), beside the next chunk's conv,
 //   so a chunk costs one barrier.
-// After the last chunk every block leaves its partial products in shared
-// memory, and block r sums rows r CX_TM / CX_CS .. of the cluster's partials,
-// in rank order (so the same bits every run), through distributed shared
-// memory, and writes them to dbl.
+// Each block then writes its partial products to part and counts itself in
+// on its tile's counter; the tile's last block sums the CX_CS partials in
+// slice order (so the same bits whichever block is last), writes dbl and
+// resets the counter. (A cluster of CX_CS blocks summing through distributed
+// shared memory was slower on the H200: 30 clusters of 8 fit at once, fewer
+// than the 32 of the 130m shape at T=2048, and its barriers' release fences
+// waited for the stores of u; bench/NOTES.md.)
 
 #define CX_THREADS 256                 // a block: 8 warps
 #define CX_TM 64                       // positions a tile
 #define CX_WN 2                        // warps a row of 16 positions: they split dbl's columns
-#define CX_CS 8                        // blocks a cluster: slices of the channels
+#define CX_CS 8                        // blocks a tile of positions: slices of the channels
 #define CX_KC 64                       // channels a chunk
 #define CX_KP (CX_KC + 8)              // a row of a chunk's tiles in shared memory: 144 bytes, so ldmatrix's rows miss each other's banks
 #define CX_GROUPS (CX_THREADS / CX_KC) // the conv's threads a channel
@@ -50,41 +55,12 @@ __host__ __device__ constexpr int conv_xproj_chunks(int E) { return ((E + CX_KC 
 
 // conv_xproj_shared is the dynamic shared memory of the NT entry for E
 // channels, in bytes: every chunk's x, the conv's weights and bias (f32) and
-// W (T), then two tiles of u; after the chunks the partial products
-// [CX_TM][8 NT + 4] (f32) take the space of the first. gpu.ConvXProj computes the same size to launch it.
+// W (T), then two tiles of u. gpu.ConvXProj computes the same size to launch it.
 __host__ __device__ constexpr int conv_xproj_shared(int NT, int E) {
     return conv_xproj_chunks(E) * (CX_XR * CX_KC * 4 + CX_KC * 5 * 4 + 8 * NT * CX_KP * 2) + 2 * CX_TM * CX_KP * 2;
 }
 
-#if __CUDA_ARCH__ >= 900
-#define CX_CLUSTER __cluster_dims__(CX_CS, 1, 1)
-
-// The cluster's rank of the calling block; its barrier in two halves (every
-// thread of every block arrives, then waits): an arrival that releases the
-// thread's stores (they are visible to every thread of the cluster once the
-// wait returns), one that releases nothing, and the wait; and a 16-byte
-// load from the shared memory of block rank at the address addr has in the
-// caller's.
-__device__ __forceinline__ unsigned cluster_rank() {
-    unsigned r;
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-    return r;
-}
-__device__ __forceinline__ void cluster_arrive_release() {
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-__device__ __forceinline__ float4 cluster_load4(unsigned addr, unsigned rank) {
-    unsigned a;
-    float4 v;
-    asm("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(a) : "r"(addr), "r"(rank));
-    asm("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(a));
-    return v;
-}
-
+#if __CUDA_ARCH__ >= 800
 // ldmatrix4 loads four 8x8 tiles of 16-bit values: lane l gives the address
 // of a row of tile l / 8 and receives its share of each tile.
 __device__ __forceinline__ void ldmatrix4(unsigned addr, unsigned (&r)[4]) {
@@ -122,10 +98,9 @@ template <class T, int NT>
 __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx, float *__restrict__ win,
                                            const float *__restrict__ cw, const float *__restrict__ cbias,
                                            const T *__restrict__ W, T *__restrict__ u, float *__restrict__ dbl,
-                                           int T_, int E, int K, int J) {
-    constexpr int JP = 8 * NT + 4;  // a row of the partial products, floats
+                                           float *part, unsigned *count, int T_, int E, int K, int J) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int rank = cluster_rank(), b = blockIdx.y, t0 = blockIdx.x / CX_CS * CX_TM;
+    const int rank = blockIdx.x % CX_CS, b = blockIdx.y, tile = blockIdx.x / CX_CS, t0 = tile * CX_TM;
     const int chunks = conv_xproj_chunks(E);  // a slice's
     const int cfirst = rank * chunks * CX_KC;  // the slice's first channel
     const size_t row0 = (size_t)b * T_;
@@ -135,7 +110,6 @@ __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx
     float *cbs = cws + chunks * CX_KC * 4;                                 // [chunks][CX_KC], its bias
     T *ws = reinterpret_cast<T *>(cbs + chunks * CX_KC);                   // [chunks][8 NT][CX_KP]
     T *us = ws + chunks * 8 * NT * CX_KP;                                   // [2][CX_TM][CX_KP]
-    float *part = reinterpret_cast<float *>(cx_smem);                      // [CX_TM][JP], after the chunks
 
     // Every chunk's copies at once, so that their latencies overlap: W's
     // (rows j < J of the chunk's columns; zeros past J, up to 8 NT, and past
@@ -257,7 +231,7 @@ __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx
         if (i + 1 < chunks) wait_x(i + 1);
         __syncthreads();
         if (i + 1 < chunks) conv(i + 1, us + ((i + 1) & 1) * CX_TM * CX_KP);
-        if (i + 1 < chunks) store_u(ut, c0);  // the last chunk's wait for the cluster's barrier
+        if (i + 1 < chunks) store_u(ut, c0);  // the last chunk's after the fence below
         // The chunk's products: the warp's 16 rows and NW tiles of columns.
         const T *wt = ws + (i * 8 * NT + wn * NW * 8) * CX_KP;
         const unsigned abase = shared_addr(ut + (16 * wm + (lane & 15)) * CX_KP + (lane >> 4) * 8);
@@ -280,57 +254,62 @@ __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx
         }
     }
 
-    // The partial products to shared memory (once every warp is done with
-    // the tiles), then the cluster's sum of this block's rows.
-    __syncthreads();
+    // The partial products to part, rows t < T; every thread fences its own
+    // stores before the barrier, then one thread counts the block in.
     {
         const int r = 16 * wm + (lane >> 2), col = 8 * NW * wn + 2 * (lane & 3);
+        float *pr = part + ((row0 + t0 + r) * CX_CS + rank) * J + col;
+        const size_t down8 = (size_t)8 * CX_CS * J;  // 8 rows on
 #pragma unroll
         for (int n = 0; n < NW; n++) {
-            *reinterpret_cast<float2 *>(part + r * JP + n * 8 + col) = make_float2(acc[n][0], acc[n][1]);
-            *reinterpret_cast<float2 *>(part + (r + 8) * JP + n * 8 + col) = make_float2(acc[n][2], acc[n][3]);
+            if (col + 8 * n >= J) break;
+            if (t0 + r < T_) *reinterpret_cast<float2 *>(pr + 8 * n) = make_float2(acc[n][0], acc[n][1]);
+            if (t0 + r + 8 < T_) *reinterpret_cast<float2 *>(pr + down8 + 8 * n) = make_float2(acc[n][2], acc[n][3]);
         }
     }
-    // The arrival releases the partial products; the last tile of u (which
-    // the partial products do not overwrite) goes out after it, so that the
-    // release does not wait for those stores.
-    cluster_arrive_release();
+    __threadfence();
+    __syncthreads();
+    __shared__ unsigned last;
+    unsigned *counter = count + (size_t)b * (gridDim.x / CX_CS) + tile;
+    if (tid == 0) last = atomicAdd(counter, 1u) == CX_CS - 1;
+    // The last tile of u goes out after the fence, which then did not wait
+    // for those stores.
     store_u(us + ((chunks - 1) & 1) * CX_TM * CX_KP, cfirst + (chunks - 1) * CX_KC);
-    cluster_wait();
-    constexpr int RR = CX_TM / CX_CS;  // rows a block sums
-    const int J4 = J / 4;
-    for (int p = tid; p < RR * J4; p += CX_THREADS) {
-        const int r = rank * RR + p / J4, j = p % J4 * 4;
-        const unsigned addr = shared_addr(part + r * JP + j);
-        float4 v[CX_CS];
+    __syncthreads();
+    if (last) {  // every block of the tile has fenced its partials: sum them in slice order
+        __threadfence();
+        const int J4 = J / 4;
+        for (int p = tid; p < CX_TM * J4; p += CX_THREADS) {
+            const int r = p / J4, j = p % J4 * 4;
+            if (t0 + r >= T_) break;
+            const float *pr = part + (row0 + t0 + r) * CX_CS * J + j;
+            float4 v[CX_CS];
 #pragma unroll
-        for (int q = 0; q < CX_CS; q++) v[q] = cluster_load4(addr, q);  // all in flight, then summed in order
-        float4 s = v[0];
+            for (int q = 0; q < CX_CS; q++) v[q] = __ldcg(reinterpret_cast<const float4 *>(pr + q * J));
+            float4 s = v[0];
 #pragma unroll
-        for (int q = 1; q < CX_CS; q++) s.x += v[q].x, s.y += v[q].y, s.z += v[q].z, s.w += v[q].w;
-        if (t0 + r < T_) *reinterpret_cast<float4 *>(dbl + (row0 + t0 + r) * J + j) = s;
+            for (int q = 1; q < CX_CS; q++) s.x += v[q].x, s.y += v[q].y, s.z += v[q].z, s.w += v[q].w;
+            *reinterpret_cast<float4 *>(dbl + (row0 + t0 + r) * J + j) = s;
+        }
+        if (tid == 0) *counter = 0;  // for the next launch
     }
-    cluster_arrive_relaxed();  // no block leaves while another reads its shared memory
-    cluster_wait();
     pdl_release();
 }
-#else
-#define CX_CLUSTER
 #endif
 
 // conv_xproj<NT>_*: NT = 10 serves J <= 80 (the 130m shape's 48 + 2 x 16),
-// NT = 12 J <= 96 (370m's). Before sm_90 (no clusters) they trap; the engine
-// launches them only on sm_90 and newer.
+// NT = 12 J <= 96 (370m's). Before sm_80 they trap; the engine launches them
+// only on sm_80 and newer.
 #define CX_PARAMS(T)                                                                                            \
     const float *__restrict__ xz, int ldx, float *__restrict__ win, const float *__restrict__ cw,               \
         const float *__restrict__ cbias, const T *__restrict__ W, T *__restrict__ u, float *__restrict__ dbl,    \
-        int T_, int E, int K, int J
-#if __CUDA_ARCH__ >= 900
-#define CX_BODY(NT, T) conv_xproj<T, NT>(xz, ldx, win, cw, cbias, W, u, dbl, T_, E, K, J);
+        float *part, unsigned *count, int T_, int E, int K, int J
+#if __CUDA_ARCH__ >= 800
+#define CX_BODY(NT, T) conv_xproj<T, NT>(xz, ldx, win, cw, cbias, W, u, dbl, part, count, T_, E, K, J);
 #else
 #define CX_BODY(NT, T) __trap();
 #endif
-extern "C" __global__ void __launch_bounds__(CX_THREADS) CX_CLUSTER conv_xproj10_bf16(CX_PARAMS(bf16)) { CX_BODY(10, bf16) }
-extern "C" __global__ void __launch_bounds__(CX_THREADS) CX_CLUSTER conv_xproj10_f16(CX_PARAMS(f16)) { CX_BODY(10, f16) }
-extern "C" __global__ void __launch_bounds__(CX_THREADS) CX_CLUSTER conv_xproj12_bf16(CX_PARAMS(bf16)) { CX_BODY(12, bf16) }
-extern "C" __global__ void __launch_bounds__(CX_THREADS) CX_CLUSTER conv_xproj12_f16(CX_PARAMS(f16)) { CX_BODY(12, f16) }
+extern "C" __global__ void __launch_bounds__(CX_THREADS) conv_xproj10_bf16(CX_PARAMS(bf16)) { CX_BODY(10, bf16) }
+extern "C" __global__ void __launch_bounds__(CX_THREADS) conv_xproj10_f16(CX_PARAMS(f16)) { CX_BODY(10, f16) }
+extern "C" __global__ void __launch_bounds__(CX_THREADS) conv_xproj12_bf16(CX_PARAMS(bf16)) { CX_BODY(12, bf16) }
+extern "C" __global__ void __launch_bounds__(CX_THREADS) conv_xproj12_f16(CX_PARAMS(f16)) { CX_BODY(12, f16) }

@@ -14,15 +14,16 @@ import (
 
 // TestConvXProjKernel checks the fused conv and x_proj (kernels/conv_xproj.cu)
 // in bf16 and f16: u and the updated windows must be the same bits as
-// conv_silu's, and dbl within 1e-5 (of its largest value) of float64 sums
-// of the products of that u and W as stored. The shapes take both entries
+// conv_silu's, dbl within 1e-5 (of its largest value) of float64 sums of
+// the products of that u and W as stored, and the tiles' counters back at
+// zero (a second launch on them must give the same bits). The shapes take both entries
 // (J up to 80 and up to 96), partial tiles of positions, prompts shorter
 // than the conv, E not a multiple of the cluster's channels (whole slices
 // then idle), and 1 to 4 taps.
 func TestConvXProjKernel(t *testing.T) {
 	fn, s := gpu(t)
-	if d := gputest.Device(t); d.Major < 9 {
-		t.Skipf("conv_xproj is a cluster kernel of sm_90 and newer; this GPU is sm_%d%d", d.Major, d.Minor)
+	if d := gputest.Device(t); d.Major < 8 {
+		t.Skipf("conv_xproj needs sm_80 or newer; this GPU is sm_%d%d", d.Major, d.Minor)
 	}
 	for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
 		for _, tc := range []struct{ B, T, E, K, J int }{
@@ -41,12 +42,16 @@ func TestConvXProjKernel(t *testing.T) {
 			if err := conv.Launch(fn, s); err != nil {
 				t.Fatal(err)
 			}
-			// the fused kernel's, twice (the second from the same inputs: the same bits)
+			// the fused kernel's, twice with the same counters (the second from
+			// the same inputs: the same bits, so the first left them at zero)
+			count := upload(t, s, make([]float32, gpuengine.ConvXProjCounters(B, T)))
 			for run := 0; run < 2; run++ {
 				bwin, bu, bdbl := upload(t, s, win), poisoned(t, s, rows*E/2), poisoned(t, s, rows*J)
+				part := poisoned(t, s, rows*8*J)
 				fused := conv
 				fused.Window, fused.U = bwin.Ptr, bu.Ptr
-				if err := (gpuengine.ConvXProj{Conv: fused, XProj: bwx.Ptr, DBL: bdbl.Ptr, J: J}).Launch(fn, s); err != nil {
+				cx := gpuengine.ConvXProj{Conv: fused, XProj: bwx.Ptr, DBL: bdbl.Ptr, J: J, Part: part.Ptr, Count: count.Ptr}
+				if err := cx.Launch(fn, s); err != nil {
 					t.Fatal(err)
 				}
 				label := fmt.Sprintf("%s %+v run %d", dt, tc, run)
@@ -70,6 +75,11 @@ func TestConvXProjKernel(t *testing.T) {
 				}
 				if e := relErr(download(t, s, bdbl, rows*J), want); !(e <= 1e-5) {
 					t.Errorf("%s: dbl rel err %.3g", label, e)
+				}
+				for i, v := range download(t, s, count, gpuengine.ConvXProjCounters(B, T)) {
+					if math.Float32bits(v) != 0 {
+						t.Fatalf("%s: counter %d left at %d", label, i, math.Float32bits(v))
+					}
 				}
 			}
 			t.Logf("%s %+v ok", dt, tc)

@@ -8,19 +8,25 @@ import (
 
 // ConvXProj is one layer's conv (Conv's math) and x_proj in one launch over
 // a chunk of B sequences of T positions, for the 16-bit storage types on
-// sm_90 and newer (kernels/conv_xproj.cu has the math, the layouts and the
-// cluster scheme). It writes u as Conv does, and dbl = u Wᵀ in f32.
+// sm_80 and newer (kernels/conv_xproj.cu has the math, the layouts and the
+// scheme). It writes u as Conv does, and dbl = u Wᵀ in f32.
 type ConvXProj struct {
 	Conv           // the conv's inputs and u; DType is BF16 or F16
 	XProj cuda.Ptr // x_proj's weight [J, E], of type DType
 	DBL   cuda.Ptr // [B, T, J] out, f32
 	J     int      // dt_rank + 2 state sizes
+	Part  cuda.Ptr // scratch of B·T·8·J floats (the blocks' partial products)
+	Count cuda.Ptr // ConvXProjCounters(B, T) counters, zero before the launch and after it
 }
+
+// ConvXProjCounters is how many counters a launch over B sequences of T
+// positions takes: one a tile of 64 positions.
+func ConvXProjCounters(B, T int) int { return B * ((T + convXProjTM - 1) / convXProjTM) }
 
 // Kernel constants, as in conv_xproj.cu.
 const (
-	convXProjTM      = 64   // CX_TM: positions a cluster
-	convXProjCluster = 8    // CX_CS: blocks a cluster
+	convXProjTM      = 64   // CX_TM: positions a tile
+	convXProjCluster = 8    // CX_CS: blocks a tile, each a slice of the channels
 	convXProjThreads = 256  // CX_THREADS
 	convXProjMaxE    = 2048 // CX_CS x 64 x CX_MAXC: every chunk's inputs in shared memory at once
 )
@@ -40,12 +46,14 @@ func convXProjTiles(J int) int {
 }
 
 // ConvXProjApplies reports whether the fused kernel serves a layer: a
-// 16-bit storage type on sm_90 or newer, a conv of at most 4 taps, E a
-// multiple of 8 of at most 2048 and J a multiple of 4 of at most 96 (the
-// 130m and 370m shapes; larger ones run the conv and cuBLAS's GEMM).
+// 16-bit storage type on sm_80 or newer, a conv of at most 4 taps, E a
+// multiple of 8 of at most 2048, and J a multiple of 4 of at most 96 and of
+// E / 8 (the partial products then fit in dt's buffer, which dt_proj
+// writes after): the 130m and 370m shapes. Larger ones run the conv and
+// cuBLAS's GEMM.
 func ConvXProjApplies(dev *cuda.Device, dt cuda.DType, E, K, J int) bool {
-	return dev.Major >= 9 && dt != cuda.F32 && K >= 1 && K <= 4 && E%8 == 0 && E <= convXProjMaxE &&
-		convXProjTiles(J) > 0 && convXProjShared(convXProjTiles(J), E) <= dev.MaxSharedOptIn
+	return dev.Major >= 8 && dt != cuda.F32 && K >= 1 && K <= 4 && E%8 == 0 && E <= convXProjMaxE &&
+		convXProjCluster*J <= E && convXProjTiles(J) > 0 && convXProjShared(convXProjTiles(J), E) <= dev.MaxSharedOptIn
 }
 
 // convXProjChunks is conv_xproj_chunks(E): a slice's chunks of 64 channels.
@@ -70,7 +78,7 @@ func (c ConvXProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) e
 		return err
 	}
 	return f.LaunchMaybePDL(c.PDL, grid, cuda.D1(convXProjThreads), shared, stream,
-		c.XZ, c.LDX, c.Window, c.W, c.Bias, c.XProj, c.U, c.DBL, c.T, c.E, c.K, c.J)
+		c.XZ, c.LDX, c.Window, c.W, c.Bias, c.XProj, c.U, c.DBL, c.Part, c.Count, c.T, c.E, c.K, c.J)
 }
 
 // ConvXProjFused reports whether the engine's prefill runs each layer's conv

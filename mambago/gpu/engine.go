@@ -120,14 +120,11 @@ type Engine struct {
 	// becoming kernels 0.980x (a GEMM node after a memset node still
 	// started late). Set them before capturing graphs.
 	MemsetKernels, HoistMemsets bool
-	// FusedConvXProj runs each layer's conv and x_proj as one cluster
-	// kernel (ConvXProj) where it applies (ConvXProjApplies: 16-bit
-	// engines on sm_90 and newer, E at most 2048, x_proj's output at most 96
-	// wide): a graph node fewer a layer, and no cuBLAS node between the conv
-	// and dt_proj. Off by default: on the H200 the kernel takes 14-19 µs in
-	// a 130m B=1 T=2048 graph against 11.4 for the conv and the GEMM it
-	// replaces (bf16 prefills 0.93-0.97x; bench/NOTES.md, session of
-	// 2026-12-01 12:31). Set it before capturing graphs.
+	// FusedConvXProj runs each layer's conv and x_proj as one kernel
+	// (ConvXProj) where it applies (ConvXProjApplies: 16-bit engines on
+	// sm_80 and newer, the 130m and 370m shapes): a graph node fewer a
+	// layer, and no cuBLAS node between the conv and dt_proj. New turns it
+	// on. Set it before capturing graphs.
 	FusedConvXProj bool
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
@@ -171,7 +168,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, ScanSegments: -1}
+		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, ScanSegments: -1, FusedConvXProj: true}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4
 	}
@@ -361,6 +358,7 @@ type workspace struct {
 	rows, outLen, generation            int
 	h, x, xz, u, dbl, delta, y, in, out *cuda.Buffer
 	scan                                *cuda.Buffer // the scan's chunk summaries
+	counts                              *cuda.Buffer // ConvXProj's counters, zero between launches
 	scanChunk                           int          // the Engine.ScanChunk that scan is sized for
 	scanSegments                        bool         // whether scan is sized for walks in segments (Engine.segmentsOn)
 	logits                              *cuda.Buffer
@@ -369,7 +367,7 @@ type workspace struct {
 }
 
 func (w *workspace) free() {
-	for _, b := range []*cuda.Buffer{w.h, w.x, w.xz, w.u, w.dbl, w.delta, w.y, w.in, w.out, w.ids, w.logits, w.scan} {
+	for _, b := range []*cuda.Buffer{w.h, w.x, w.xz, w.u, w.dbl, w.delta, w.y, w.in, w.out, w.ids, w.logits, w.scan, w.counts} {
 		b.Free()
 	}
 	*w = workspace{}
@@ -384,11 +382,12 @@ func (e *Engine) ensure(rows int) error {
 		return nil
 	}
 	rows = max(rows, ws.rows)
-	for _, b := range []*cuda.Buffer{ws.h, ws.x, ws.xz, ws.u, ws.dbl, ws.delta, ws.y, ws.in, ws.ids, ws.scan} {
+	for _, b := range []*cuda.Buffer{ws.h, ws.x, ws.xz, ws.u, ws.dbl, ws.delta, ws.y, ws.in, ws.ids, ws.scan, ws.counts} {
 		b.Free()
 	}
 	ws.rows = 0
 	width, sz := max(c.Hidden, c.InputDim), e.dt.Size()
+	counters := rows/convXProjTM + rows // ConvXProjCounters(B, n) for any B n <= rows
 	sizes := []struct {
 		dst   **cuda.Buffer
 		bytes int
@@ -399,6 +398,7 @@ func (e *Engine) ensure(rows int) error {
 		{&ws.u, sz * rows * c.Inner}, {&ws.dbl, 4 * rows * (c.DTRank + 2*c.State)}, {&ws.delta, 4 * rows * c.Inner},
 		{&ws.y, sz * rows * c.Inner}, {&ws.in, 4 * rows * width}, {&ws.ids, 8 * rows},
 		{&ws.scan, 4 * max(1, scanScratchBound(rows, c.Inner, c.State, e.ScanChunk, e.segmentsOn()))},
+		{&ws.counts, 4 * counters},
 	}
 	for _, s := range sizes {
 		b, err := cuda.Alloc(s.bytes)
@@ -406,6 +406,9 @@ func (e *Engine) ensure(rows int) error {
 			return err
 		}
 		*s.dst = b
+	}
+	if err := cuda.Fill32(ws.counts.Ptr, 0, counters, e.stream); err != nil {
+		return err
 	}
 	ws.rows, ws.scanChunk, ws.scanSegments = rows, e.ScanChunk, e.segmentsOn()
 	ws.generation++

@@ -85,7 +85,7 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 	// keeps it off where the device cannot give that).
 	for _, nt := range []int{10, 12} {
 		for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
-			if shared := convXProjShared(nt, convXProjMaxE); dev.Major >= 9 && shared <= dev.MaxSharedOptIn {
+			if shared := convXProjShared(nt, convXProjMaxE); dev.Major >= 8 && shared <= dev.MaxSharedOptIn {
 				if err := fns[fmt.Sprintf("conv_xproj%d_%s", nt, dt.Suffix())].SetMaxDynamicShared(shared); err != nil {
 					return nil, mods, err
 				}

@@ -321,7 +321,8 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 			conv := Conv{XZ: ws.xz.Ptr, LDX: 2 * E, Window: s.conv(l), W: g.conv, Bias: g.convBias, U: ws.u.Ptr,
 				B: B, T: n, E: E, K: K, DType: dt, PDL: e.PrefillPDL}
 			if fused {
-				return ConvXProj{Conv: conv, XProj: g.xProj, DBL: ws.dbl.Ptr, J: R + 2*N}.Launch(e.function, e.stream)
+				return ConvXProj{Conv: conv, XProj: g.xProj, DBL: ws.dbl.Ptr, J: R + 2*N, // dt's buffer is free until dt_proj
+					Part: ws.delta.Ptr, Count: ws.counts.Ptr}.Launch(e.function, e.stream)
 			}
 			return conv.Launch(e.function, e.stream)
 		}},
