@@ -12,7 +12,7 @@ import (
 )
 
 // TestFusedConvXProjMatches runs 16-bit prefills with the conv and x_proj
-// fused (Engine.FusedConvXProj) and unfused, on models of the 130m and 370m
+// fused (Engine.FusedConvXProj, off by default) and unfused, on models of the 130m and 370m
 // widths (x_proj 80 and 96 wide: both kernel entries) and a narrower one,
 // at lengths with partial tiles and one shorter than the conv. Fused,
 // two engines must give the same bits eagerly and as graph replays
@@ -29,7 +29,7 @@ func TestFusedConvXProjMatches(t *testing.T) {
 				label := fmt.Sprintf("d=%d %s B%d_T%d", d, dt, sz.B, sz.T)
 				t.Run(label, func(t *testing.T) {
 					a, b, off := newEngine(t, w, dt), newEngine(t, w, dt), newEngine(t, w, dt)
-					a.FusedConvXProj, b.FusedConvXProj = true, true
+					a.FusedConvXProj, b.FusedConvXProj, off.FusedConvXProj = true, true, false
 					if !a.ConvXProjFused() || off.ConvXProjFused() {
 						t.Skipf("the fused kernel does not apply here (sm_80 and newer): fused %v, unfused engine %v",
 							a.ConvXProjFused(), off.ConvXProjFused())

@@ -123,8 +123,11 @@ type Engine struct {
 	// FusedConvXProj runs each layer's conv and x_proj as one kernel
 	// (ConvXProj) where it applies (ConvXProjApplies: 16-bit engines on
 	// sm_80 and newer, the 130m and 370m shapes): a graph node fewer a
-	// layer, and no cuBLAS node between the conv and dt_proj. New turns it
-	// on. Set it before capturing graphs.
+	// layer, and no cuBLAS node between the conv and dt_proj. Off by
+	// default: on the H200 the kernel takes 16.4 µs in a 130m B=1 T=2048
+	// graph against 11.4 for the conv and the GEMM it replaces (bf16
+	// prefills 0.91-0.96x; bench/NOTES.md, session of 2026-12-01 12:31).
+	// Set it before capturing graphs.
 	FusedConvXProj bool
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
@@ -168,7 +171,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, ScanSegments: -1, FusedConvXProj: true}
+		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, ScanSegments: -1}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4
 	}
