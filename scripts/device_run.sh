@@ -44,6 +44,8 @@
 #   fused:    the conv and x_proj in one kernel (Engine.FusedConvXProj): its
 #             kernel test with racecheck and memcheck, the engine's prefill
 #             tests, memcheck over the engine's fused-against-unfused test;
+#             with FUSED_PROFILE=1 also ncu's stall samples of the kernel in a
+#             130m prefill and bf16 prefills off and on (BenchmarkFusedConvXProj);
 #   ab:       bf16 prefills at the bars' shapes (BenchmarkPrefillShapes),
 #             this build and .carry/base's taking turns, and their ratios;
 #   residual: Engine.ResidualPrefetch (the scan asks L2 for the residual
@@ -187,6 +189,20 @@ if [[ $mode == fused ]]; then
   run_tests fused_test 300 .carry/gpu.test -test.v \
     -test.run 'FusedConvXProj|PrefillSettings|GraphsReplay|DeviceEntry|PrefillGraphCache|TestConformance|MatchesCPU|ScanVariantsMatch|Mixed'
   memcheck memcheck_fused 200 .carry/gpu.test 'FusedConvXProjMatches/d=768_bfloat16'
+  [[ -n ${FUSED_PROFILE:-} ]] || exit $status
+  echo "== ncu on the fused kernel in a 130m B=1 T=2048 prefill graph (caches as the graph leaves them)"
+  timeout 150 ncu --clock-control none --cache-control none -k 'regex:conv_xproj10_bf16' --launch-skip 30 --launch-count 1 \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
+    --section SourceCounters --page source --print-source sass --csv \
+    .carry/gpu.test -test.run '^$' -test.bench 'FusedConvXProj/130m/B1_T2048' -test.benchtime 1x > "$OUT/fused_source.csv" 2>&1
+  python3 bench/stalls.py "$OUT/fused_source.csv" --top 6 | tee "$OUT/fused_stalls.txt"
+  timeout 100 ncu --clock-control none --cache-control none -k 'regex:conv_xproj10_bf16' --launch-skip 30 --launch-count 1 \
+    --section SpeedOfLight --section SchedulerStats --section Occupancy .carry/gpu.test -test.run '^$' \
+    -test.bench 'FusedConvXProj/130m/B1_T2048' -test.benchtime 1x 2>&1 | tee "$OUT/fused_ncu.txt" \
+    | grep -E "Duration|Elapsed|SM Active|Issued|Eligible|Theoretical Occ|Achieved Occ|Block Limit"
+  echo "== bf16 prefills, the conv and x_proj as two nodes against one kernel (BenchmarkFusedConvXProj)"
+  timeout 200 .carry/gpu.test -test.v -test.run '^$' -test.bench FusedConvXProj -test.benchtime 1x 2>&1 \
+    | tee "$OUT/fused_bench.log" | grep -E "fused conv |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
   exit $status
 fi
 if [[ $mode == pdl ]]; then

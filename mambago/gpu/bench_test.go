@@ -484,6 +484,15 @@ func BenchmarkScanSegments(b *testing.B) {
 	}
 }
 
+// BenchmarkFusedConvXProj times bf16 prefills with the conv and x_proj as
+// two nodes against one kernel (Engine.FusedConvXProj) at the B=1 shapes of
+// the bars where it applies, 130m and 370m (compareSettings).
+func BenchmarkFusedConvXProj(b *testing.B) {
+	shapes := []benchShape{{"130m", 768, 24, 1, 2048}, {"130m", 768, 24, 1, 8192}, {"370m", 1024, 48, 1, 2048},
+		{"370m", 1024, 48, 1, 8192}}
+	compareSettings(b, "fused conv and x_proj", shapes, func(e *gpu.Engine, on bool) { e.FusedConvXProj = on })
+}
+
 // prefillShapes are the bf16 prefills the engine's settings are compared
 // on: T=2048, the 130m, 370m and 1.4b shapes at B=1, the 130m and 2.8b
 // shapes at B=8.
