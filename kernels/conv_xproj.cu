@@ -79,20 +79,16 @@ __device__ __forceinline__ void ldmatrix2(unsigned addr, unsigned (&r)[4]) {
 // tile b (column-major), in T with f32 accumulation.
 template <class T>
 __device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1);
-template <>
-__device__ __forceinline__ void mma16816<bf16>(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void mma16816<f16>(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+#define CX_MMA(T, ptx)                                                                                         \
+    template <>                                                                                                \
+    __device__ __forceinline__ void mma16816<T>(float(&d)[4], const unsigned(&a)[4], unsigned b0, unsigned b1) { \
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." ptx "." ptx ".f32 {%0, %1, %2, %3}, "             \
+                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                                            \
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                           \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));                           \
+    }
+CX_MMA(bf16, "bf16")
+CX_MMA(f16, "f16")
 
 template <class T, int NT>
 __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx, float *__restrict__ win,
