@@ -26,7 +26,7 @@ func ConvXProjCounters(B, T int) int { return B * ((T + convXProjTM - 1) / convX
 // Kernel constants, as in conv_xproj.cu.
 const (
 	convXProjTM      = 64   // CX_TM: positions a tile
-	convXProjCluster = 8    // CX_CS: blocks a tile, each a slice of the channels
+	convXProjSlices  = 8    // CX_CS: blocks a tile, each a slice of the channels
 	convXProjThreads = 256  // CX_THREADS
 	convXProjMaxE    = 2048 // CX_CS x 64 x CX_MAXC: every chunk's inputs in shared memory at once
 )
@@ -53,11 +53,11 @@ func convXProjTiles(J int) int {
 // cuBLAS's GEMM.
 func ConvXProjApplies(dev *cuda.Device, dt cuda.DType, E, K, J int) bool {
 	return dev.Major >= 8 && dt != cuda.F32 && K >= 1 && K <= 4 && E%8 == 0 && E <= convXProjMaxE &&
-		convXProjCluster*J <= E && convXProjTiles(J) > 0 && convXProjShared(convXProjTiles(J), E) <= dev.MaxSharedOptIn
+		convXProjSlices*J <= E && convXProjTiles(J) > 0 && convXProjShared(convXProjTiles(J), E) <= dev.MaxSharedOptIn
 }
 
 // convXProjChunks is conv_xproj_chunks(E): a slice's chunks of 64 channels.
-func convXProjChunks(E int) int { return ((E+63)/64 + convXProjCluster - 1) / convXProjCluster }
+func convXProjChunks(E int) int { return ((E+63)/64 + convXProjSlices - 1) / convXProjSlices }
 
 // convXProjShared is conv_xproj_shared(NT, E) in bytes.
 func convXProjShared(nt, E int) int {
@@ -72,7 +72,7 @@ func (c ConvXProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) e
 	if nt == 0 || c.DType == cuda.F32 || c.K > 4 || c.E%8 != 0 || c.E > convXProjMaxE {
 		return fmt.Errorf("gpu: conv_xproj serves no %s layer with E=%d, K=%d, J=%d", c.DType, c.E, c.K, c.J)
 	}
-	grid := cuda.Dim3{X: convXProjCluster * ((c.T + convXProjTM - 1) / convXProjTM), Y: c.B, Z: 1}
+	grid := cuda.Dim3{X: convXProjSlices * ((c.T + convXProjTM - 1) / convXProjTM), Y: c.B, Z: 1}
 	f, shared := fn(fmt.Sprintf("conv_xproj%d_%s", nt, c.DType.Suffix())), convXProjShared(nt, c.E)
 	if err := f.SetMaxDynamicShared(shared); err != nil {
 		return err
