@@ -51,10 +51,7 @@ func Source(name string) (string, error) {
 	return text.String(), nil
 }
 
-// entryRE finds a kernel's name after its attributes: __launch_bounds__(...)
-// and upper-case macros that expand to attributes (conv_xproj.cu's
-// CX_CLUSTER), in any order.
-var entryRE = regexp.MustCompile(`extern "C" __global__ void[\s\\]+(?:(?:__launch_bounds__\([^)]*\)|[A-Z][A-Z0-9_]*)[\s\\]+)*(\w+?)(##sfx)?\(`)
+var entryRE = regexp.MustCompile(`extern "C" __global__ void[\s\\]+(?:__launch_bounds__\([^)]*\)[\s\\]*)?(\w+?)(##sfx)?\(`)
 
 // Entries returns the kernels a source file defines (its extern "C"
 // __global__ functions, a name ending in ##sfx once per DTypes suffix), so

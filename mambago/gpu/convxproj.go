@@ -31,6 +31,14 @@ const (
 	convXProjMaxE    = 2048 // CX_CS x 64 x CX_MAXC: every chunk's inputs in shared memory at once
 )
 
+// convXProjEntries are the entries' tiles of 8 columns of dbl (NT in
+// conv_xproj.cu), and convXProjKernel names an entry.
+var convXProjEntries = []int{10, 12}
+
+func convXProjKernel(nt int, dt cuda.DType) string {
+	return fmt.Sprintf("conv_xproj%d_%s", nt, dt.Suffix())
+}
+
 // convXProjTiles returns the entry's tiles of 8 columns of dbl for J
 // columns, or 0 where no entry serves J.
 func convXProjTiles(J int) int {
@@ -72,8 +80,8 @@ func (c ConvXProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) e
 	if nt == 0 || c.DType == cuda.F32 || c.K > 4 || c.E%8 != 0 || c.E > convXProjMaxE {
 		return fmt.Errorf("gpu: conv_xproj serves no %s layer with E=%d, K=%d, J=%d", c.DType, c.E, c.K, c.J)
 	}
-	grid := cuda.Dim3{X: convXProjSlices * ((c.T + convXProjTM - 1) / convXProjTM), Y: c.B, Z: 1}
-	f, shared := fn(fmt.Sprintf("conv_xproj%d_%s", nt, c.DType.Suffix())), convXProjShared(nt, c.E)
+	grid := cuda.Dim3{X: convXProjSlices * ConvXProjCounters(1, c.T), Y: c.B, Z: 1} // CX_CS blocks a tile
+	f, shared := fn(convXProjKernel(nt, c.DType)), convXProjShared(nt, c.E)
 	if err := f.SetMaxDynamicShared(shared); err != nil {
 		return err
 	}

@@ -16,13 +16,16 @@ var (
 	plainKernels = []string{"scale_f32", "add_bias_f32", "memset_rows", "rmsnorm_dbc_f32", "scan_carry_f32",
 		"pool_f32", "step_scan_f32", "dt_proj_f32", "dt_proj_narrow_f32", "dt_proj_tc_f32", "dt_proj_tc1_f32",
 		"dt_proj_tc_tall_f32", "dt_proj_tc1_tall_f32"}
-	// fusedKernels are the 16-bit entries of kernels/conv_xproj.cu (ConvXProj).
-	fusedKernels = []string{"conv_xproj10_bf16", "conv_xproj10_f16", "conv_xproj12_bf16", "conv_xproj12_f16"}
 )
 
 // wantedKernels names every entry the engine launches.
 func wantedKernels() []string {
-	want := append(append([]string{}, plainKernels...), fusedKernels...)
+	want := append([]string{}, plainKernels...)
+	for _, nt := range convXProjEntries {
+		for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
+			want = append(want, convXProjKernel(nt, dt))
+		}
+	}
 	for _, k := range typedKernels {
 		for _, sfx := range kernels.DTypes {
 			want = append(want, k+"_"+sfx)
@@ -83,10 +86,10 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 	}
 	// The fused conv and x_proj likewise, at its largest (ConvXProjApplies
 	// keeps it off where the device cannot give that).
-	for _, nt := range []int{10, 12} {
+	for _, nt := range convXProjEntries {
 		for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
 			if shared := convXProjShared(nt, convXProjMaxE); dev.Major >= 8 && shared <= dev.MaxSharedOptIn {
-				if err := fns[fmt.Sprintf("conv_xproj%d_%s", nt, dt.Suffix())].SetMaxDynamicShared(shared); err != nil {
+				if err := fns[convXProjKernel(nt, dt)].SetMaxDynamicShared(shared); err != nil {
 					return nil, mods, err
 				}
 			}
