@@ -118,6 +118,9 @@ def test_prefill_inputs(m, fm):
         m.prefill(-x - 1)
     with pytest.raises(ValueError, match="input_ids.*vocabulary"):
         m.prefill([[1, 2, 10**6]])
+    with pytest.raises(ValueError, match="input_ids.*18446744073709551615"):
+        m.prefill(np.array([[1, 2**64 - 1]], np.uint64))  # no wrap to -1 in the message
+    assert m.prefill(np.array([[1, 2]], np.uint64)).shape == (1, 64)
     emb = np.random.default_rng().standard_normal((2, 5, 64)).astype(np.float32)
     with pytest.raises(TypeError, match="inputs_embeds.*float32"):
         m.prefill(inputs_embeds=emb.astype(np.float64))

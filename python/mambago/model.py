@@ -82,6 +82,9 @@ def _as_array(name, x, kind):
     if not x.flags.c_contiguous:
         raise ValueError(f"{name} is not C-contiguous (use np.ascontiguousarray)")
     if kind == "int" and x.dtype != np.int64:
+        if x.dtype == np.uint64 and x.size and x.max() > np.iinfo(np.int64).max:
+            # astype would wrap such an id to a negative one, and the error would name that
+            raise ValueError(f"{name} holds token id {x.max()}, outside the int64 range of token ids")
         x = x.astype(np.int64)
     return x
 
