@@ -209,13 +209,13 @@ if [[ $mode == fused ]]; then
   exit $status
 fi
 if [[ $mode == split ]]; then
-  echo "== bf16 prefills, in_proj whole against split (BenchmarkSplitInProj: graph replays, CUDA events, medians)"
-  timeout ${SPLIT_BENCH_SECS:-300} .carry/gpu.test -test.v -test.run '^$' -test.bench SplitInProj -test.benchtime 1x 2>&1 \
-    | tee "$OUT/split_bench.log" | grep -E "split in_proj|FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
   echo "== Engine.SplitInProj: in_proj's z half on a second stream beside the conv, x_proj and dt_proj"
-  run_tests split_cuda 60 .carry/cuda.test -test.v -test.run 'GemmAlgos|LtLayout'
-  run_tests split_test 200 .carry/gpu.test -test.v -test.run 'SplitInProj'
-  [[ -n ${SPLIT_MEMCHECK:-} ]] && memcheck memcheck_split 200 .carry/gpu.test 'SplitInProjMatches/d=768_bias_false_bfloat16_sms_32'
+  run_tests split_cuda 120 .carry/cuda.test -test.v -test.run 'GemmAlgos|LtLayout'
+  run_tests split_test 400 .carry/gpu.test -test.v -test.run 'SplitInProj|GraphsReplay|Mixed'
+  memcheck memcheck_split 300 .carry/gpu.test 'SplitInProjMatches/d=768_bias_false_bfloat16_sms_32'
+  echo "== bf16 prefills, in_proj whole against split (BenchmarkSplitInProj: graph replays, CUDA events, medians)"
+  timeout 500 .carry/gpu.test -test.v -test.run '^$' -test.bench SplitInProj -test.benchtime 1x 2>&1 \
+    | tee "$OUT/split_bench.log" | grep -E "split in_proj|FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
   exit $status
 fi
 if [[ $mode == pdl ]]; then

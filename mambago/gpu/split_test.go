@@ -32,9 +32,6 @@ func TestSplitInProjMatches(t *testing.T) {
 		d := w.Config.Hidden
 		for _, dt := range []cuda.DType{cuda.BF16, cuda.F16, cuda.F32} {
 			for _, sms := range []int{0, 32} {
-				if sms == 0 && dt != cuda.BF16 {
-					continue // the other types once, on a subset of the SMs
-				}
 				for _, sz := range []struct{ B, T int }{{1, 300}, {3, 77}, {2, 2}} {
 					label := fmt.Sprintf("d=%d bias %v %s sms %d B%d_T%d", d, w.Config.UseBias, dt, sms, sz.B, sz.T)
 					t.Run(label, func(t *testing.T) {
