@@ -499,11 +499,8 @@ func BenchmarkFusedConvXProj(b *testing.B) {
 func BenchmarkZBesideScan(b *testing.B) {
 	shapes := []benchShape{{"130m", 768, 24, 1, 2048}, {"130m", 768, 24, 1, 8192}, {"130m", 768, 24, 1, 512}}
 	compareSettings(b, "z half beside the scan", shapes, func(e *gpu.Engine, on bool) { e.ZBesideScan = on })
-	compareSettings(b, "z half in place, the scan ungated and gate_silu", shapes[:2], func(e *gpu.Engine, on bool) {
-		e.UngatedScan = on
-	})
-	compareSettings(b, "z half beside the scan, planned for the whole GPU", shapes[:1], func(e *gpu.Engine, on bool) {
-		e.ZBesideScan, e.ZBesideGEMMSMs = on, -1
+	compareSettings(b, "z half beside the scan, the scan's SMs its own", shapes, func(e *gpu.Engine, on bool) {
+		e.ZBesideScan, e.ZBesideExclusive = on, on
 	})
 }
 

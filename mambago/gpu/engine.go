@@ -145,14 +145,7 @@ type Engine struct {
 	// shared memory a block may take, so that no block of the GEMM beside
 	// it can share an SM with one of the scan's.
 	ZBesideExclusive bool
-	// ZBesideGEMMSMs, with ZBesideScan, overrides the SMs cuBLASLt plans the z
-	// half for: 0 the SMs the scan leaves idle, negative the whole GPU.
-	ZBesideGEMMSMs int
-	// UngatedScan, where ZBesideScan would apply, stops the scan short of
-	// its gate and finishes it with gate_silu, with in_proj whole in place:
-	// what the split costs without the z half beside the scan.
-	UngatedScan bool
-	side        *lane // ZBesideScan's stream, created on its first use
+	side             *lane // ZBesideScan's stream, created on its first use
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
 	// DecodePDL launches the decode kernels with programmatic dependent

@@ -303,7 +303,7 @@ const zBesideMinSMs = 16
 // zBeside returns how many SMs scan leaves idle, where Engine.ZBesideScan
 // runs in_proj's z half beside it; 0 where it does not.
 func (e *Engine) zBeside(scan Scan) int {
-	if !(e.ZBesideScan || e.UngatedScan) || e.dt == cuda.F32 || e.blas.Algo == cuda.GemmEx || !scan.UngatedApplies() {
+	if !e.ZBesideScan || e.dt == cuda.F32 || e.blas.Algo == cuda.GemmEx || !scan.UngatedApplies() {
 		return 0
 	}
 	if idle := e.dev.SMs - scan.Blocks(); idle >= zBesideMinSMs {
@@ -389,7 +389,7 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 		{"rmsnorm", func() error {
 			return e.rmsnorm(e.typed("rmsnorm"), e.PrefillPDL, ws.h.Ptr, g.norm, ws.x.Ptr, rows, d, c.Eps)
 		}},
-		{"in_proj", func() error { return e.inProj(g, rows, idle == 0 || !e.ZBesideScan) }},
+		{"in_proj", func() error { return e.inProj(g, rows, idle == 0) }},
 		{"conv", func() error {
 			conv := Conv{XZ: ws.xz.Ptr, LDX: 2 * E, Window: s.conv(l), W: g.conv, Bias: g.convBias, U: ws.u.Ptr,
 				B: B, T: n, E: E, K: K, DType: dt, PDL: e.PrefillPDL}
@@ -419,14 +419,8 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 			if idle == 0 {
 				return scan.Launch(e.function, e.stream)
 			}
-			if e.ZBesideScan {
-				sms := idle
-				if e.ZBesideGEMMSMs != 0 {
-					sms = max(e.ZBesideGEMMSMs, 0)
-				}
-				if err := e.zHalfBeside(g, rows, sms); err != nil {
-					return err
-				}
+			if err := e.zHalfBeside(g, rows, idle); err != nil {
+				return err
 			}
 			scan.Ungated = true // its sums before the gate into xz's x half (scan.V)
 			if e.ZBesideExclusive {
@@ -435,10 +429,8 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 			if err := scan.Launch(e.function, e.stream); err != nil {
 				return err
 			}
-			if e.ZBesideScan {
-				if err := e.stream.Wait(e.side.join); err != nil {
-					return err
-				}
+			if err := e.stream.Wait(e.side.join); err != nil {
+				return err
 			}
 			return GateSilu{V: scan.V, Z: scan.Z, Y: scan.Y, LDV: scan.LDV, LDZ: scan.LDZ, Rows: rows, E: E, DType: dt,
 				PDL: e.PrefillPDL}.Launch(e.function, e.stream)
