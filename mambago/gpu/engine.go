@@ -145,7 +145,7 @@ type Engine struct {
 	// shared memory a block may take, so that no block of the GEMM beside
 	// it can share an SM with one of the scan's.
 	ZBesideExclusive bool
-	side             *lane // ZBesideScan's stream, created on its first use
+	side        *lane // ZBesideScan's stream, created on its first use
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
 	// DecodePDL launches the decode kernels with programmatic dependent
