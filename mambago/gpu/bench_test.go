@@ -499,9 +499,6 @@ func BenchmarkFusedConvXProj(b *testing.B) {
 func BenchmarkZBesideScan(b *testing.B) {
 	shapes := []benchShape{{"130m", 768, 24, 1, 2048}, {"130m", 768, 24, 1, 8192}, {"130m", 768, 24, 1, 512}}
 	compareSettings(b, "z half beside the scan", shapes, func(e *gpu.Engine, on bool) { e.ZBesideScan = on })
-	compareSettings(b, "z half beside the scan, the scan's SMs its own", shapes, func(e *gpu.Engine, on bool) {
-		e.ZBesideScan, e.ZBesideExclusive = on, on
-	})
 }
 
 // prefillShapes are the bf16 prefills the engine's settings are compared

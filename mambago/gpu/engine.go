@@ -141,10 +141,6 @@ type Engine struct {
 	// The halves may run other GEMM kernels than the whole, so results
 	// differ from the whole's in rounding. Set it before capturing graphs.
 	ZBesideScan bool
-	// ZBesideExclusive, with ZBesideScan, launches the scan with all the
-	// shared memory a block may take, so that no block of the GEMM beside
-	// it can share an SM with one of the scan's.
-	ZBesideExclusive bool
 	side        *lane // ZBesideScan's stream, created on its first use
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer

@@ -423,9 +423,6 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 				return err
 			}
 			scan.Ungated = true // its sums before the gate into xz's x half (scan.V)
-			if e.ZBesideExclusive {
-				scan.SharedBytes = e.dev.MaxSharedOptIn
-			}
 			if err := scan.Launch(e.function, e.stream); err != nil {
 				return err
 			}
