@@ -4,8 +4,6 @@
 //   scale_f32:     x[i] *= s                 x [n] f32
 //   to_<T>:        y[i] = x[i]               x [n] f32, y [n] of storage type T (rounded to nearest)
 //   from_<T>:      y[i] = x[i]               x [n] of storage type T, y [n] f32 (exact)
-//   gate_silu_<T>: y[r, c] = v[r, c] * silu(z[r, c])   v, z f32 (row strides ldv, ldz), y of storage
-//                  type T [rows, E]: the scan's gate, after scan_onepass2v_ (kernels/scan_onepass.cu)
 //   memset_rows:   what a graph's memset node writes, as a kernel (cuda.MemsetEdit): height rows
 //                  of width elements of size bytes (1, 2 or 4), pitch bytes apart, each value's
 //                  low size bytes
@@ -53,32 +51,3 @@ extern "C" __global__ void memset_rows(unsigned char *dst, unsigned long long pi
             *p = (unsigned char)value;
     }
 }
-
-// gate_silu finishes scan_onepass2v_'s outputs with the scan's own gate
-// arithmetic (its epilogue's, so the same bits): four channels a thread
-// where the rows allow 16-byte loads, else one. It waits for its inputs
-// under programmatic dependent launch.
-#define GATE_SILU(sfx, T)                                                                                           \
-    extern "C" __global__ void gate_silu_##sfx(const float *__restrict__ v, int ldv, const float *__restrict__ z,    \
-                                               int ldz, T *__restrict__ y, long long rows, int E) {                 \
-        pdl_wait();                                                                                                 \
-        if (E % 4 == 0 && ldv % 4 == 0 && ldz % 4 == 0 && (((size_t)v | (size_t)z) & 15) == 0) {                  \
-            const int q = E / 4;                                                                                    \
-            GRID_STRIDE(i, rows * q) {                                                                              \
-                long long r = i / q;                                                                                \
-                int c = 4 * (int)(i - r * q);                                                                       \
-                float4 a = *reinterpret_cast<const float4 *>(v + r * ldv + c);                                      \
-                float4 b = *reinterpret_cast<const float4 *>(z + r * ldz + c);                                      \
-                store4(y + r * E + c,                                                                               \
-                       make_float4(a.x * silu_f(b.x), a.y * silu_f(b.y), a.z * silu_f(b.z), a.w * silu_f(b.w)));    \
-            }                                                                                                       \
-        } else {                                                                                                    \
-            GRID_STRIDE(i, rows * E) {                                                                              \
-                long long r = i / E;                                                                                \
-                int c = (int)(i - r * E);                                                                           \
-                y[r * E + c] = from_f32<T>(v[r * ldv + c] * silu_f(z[r * ldz + c]));                                \
-            }                                                                                                       \
-        }                                                                                                           \
-        pdl_release();                                                                                              \
-    }
-EACH_DTYPE(GATE_SILU)

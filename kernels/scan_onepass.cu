@@ -95,7 +95,7 @@ __host__ __device__ constexpr int onepass_cgap() { return OP_BCI ? SPT : OP_NS; 
 // whose columns do not exist has row = T (never a position), so it copies
 // zeros; a piece past the tile's count (NX not a multiple of the block) is
 // never copied.
-template <int SPT, int CB, int TL, int BCW, class Tv, bool Z = true>
+template <int SPT, int CB, int TL, int BCW, class Tv>
 struct onepass_copies {
     static constexpr int FP = CB / 4, UV = 16 / sizeof(Tv), FU = CB / UV, BP = OP_NS * 4 / BCW;
     static constexpr int NX = TL * FP, NU = TL * FU, NB = TL * BP;  // pieces a tile
@@ -147,7 +147,7 @@ struct onepass_copies {
             if (NX % OP_THREADS == 0 || k * OP_THREADS + (int)threadIdx.x < NX) {
                 bool ok = t0 + xrow[k] < T;
                 cp_async_s<16>(sdt + xoff[k], ok ? dt[k] : dtv, ok);
-                if (Z) cp_async_s<16>(sz + xoff[k], ok ? z[k] : zv, ok);
+                cp_async_s<16>(sz + xoff[k], ok ? z[k] : zv, ok);
             }
             dt[k] += xstep, z[k] += zstep;
         }
@@ -181,7 +181,7 @@ __host__ __device__ constexpr int onepass_shared(int SPT, int TL, int BUF, int T
     return BUF * TL * (8 * SPT * (8 + TV) + 2 * OP_NS * 4) + TL * onepass_pst(SPT) * 4;
 }
 
-template <int SPT, int TL, int BUF, int BCW, class Tv, bool SEG, bool GATE = true>
+template <int SPT, int TL, int BUF, int BCW, class Tv, bool SEG>
 __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, const float *__restrict__ A2,
                                              const float *__restrict__ dbl, int ldd, int R,
                                              const Tv *__restrict__ u, const float *__restrict__ Dskip,
@@ -229,7 +229,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     Tv *yt = y + ((size_t)b * T + t0 + g) * E + c;  // output (position g, channel c) of the tile
     float *vt = vpart + ((size_t)b * T + t0 + g) * ldv + c;  // the same in a later segment
     float *ct = cum + ((size_t)b * T + t0 + g) * E + c;
-    onepass_copies<SPT, CB, TL, BCW, Tv, GATE> copies(dtv, u, z, ldz, dbl, ldd, R, b, T, t0, Tl, E, N, c0);
+    onepass_copies<SPT, CB, TL, BCW, Tv> copies(dtv, u, z, ldz, dbl, ldd, R, b, T, t0, Tl, E, N, c0);
     auto issue = [&](int k) {  // tile k into its slot of the ring; past the last tile an empty group
         if (k < tiles) {
             int j = k % BUF;
@@ -254,7 +254,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         // hides under the chain instead of adding to the tile's tail.
         float gu[NO], gz[NO];
 #pragma unroll
-        for (int o = 0; o < NO; o++) gu[o] = to_f32(su[j][g + o * G][cl]), gz[o] = GATE ? sz[j][g + o * G][cl] : 0.f;
+        for (int o = 0; o < NO; o++) gu[o] = to_f32(su[j][g + o * G][cl]), gz[o] = sz[j][g + o * G][cl];
         // Two batches in flight: the loads and decays of the next batch are
         // written before the chain of this one, so they need not wait for
         // this batch's stores to sp (ptxas cannot tell the ring and sp apart
@@ -339,17 +339,16 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
             float v = terms[step * cl];
 #pragma unroll
             for (int q = 1; q < G; q++) v += terms[step * (q * CB + cl)];
-            if (GATE && (!SEG || seg == 0)) {
+            if (!SEG || seg == 0) {
                 Tv out = from_f32<Tv>((v + dskip * gu[o]) * silu_f(gz[o]));
                 if (on && k * TL + tt < Tl) yt[o * G * E] = out;
-            } else if (on && k * TL + tt < Tl) {  // the sum before the gate, which scan_fixup or gate_silu completes
+            } else if (on && k * TL + tt < Tl) {  // the sum before the gate, which scan_fixup completes, and dt summed
                 vt[(size_t)o * G * ldv] = v + dskip * gu[o];
-                if (SEG) ct[(size_t)o * G * E] = cdo[o];  // and dt summed
+                ct[(size_t)o * G * E] = cdo[o];
             }
         }
         yt += (size_t)TL * E;
-        if (SEG || !GATE) vt += (size_t)TL * ldv;
-        if (SEG) ct += (size_t)TL * E;
+        if (SEG) vt += (size_t)TL * ldv, ct += (size_t)TL * E;
     }
     if (!SEG || gridDim.z == 1) {
 #pragma unroll
@@ -398,11 +397,11 @@ struct onepass_config {
 #endif
 // B and C go in 16-byte pieces (4 SPT-byte ones interleaved) where dbl's
 // rows allow it, else in 4-byte ones.
-#define SCAN_ONEPASS_RUN(SPT, TL, BUF, T, SEG, GATE)                                                        \
+#define SCAN_ONEPASS_RUN(SPT, TL, BUF, T, SEG)                                                              \
     if (R % 4 == 0 && ldd % 4 == 0 && N % 4 == 0 && ((size_t)dbl & 15) == 0)                                 \
-        scan_onepass<SPT, TL, BUF, OP_BCI ? 4 * SPT : 16, T, SEG, GATE>(SCAN_ONEPASS_ARGS);                  \
+        scan_onepass<SPT, TL, BUF, OP_BCI ? 4 * SPT : 16, T, SEG>(SCAN_ONEPASS_ARGS);                        \
     else                                                                                                     \
-        scan_onepass<SPT, TL, BUF, 4, T, SEG, GATE>(SCAN_ONEPASS_ARGS)
+        scan_onepass<SPT, TL, BUF, 4, T, SEG>(SCAN_ONEPASS_ARGS)
 
 // The span of pf_bytes at pf (prefetch_share; null for none) is what
 // out_proj reads next beside y: the rows of the residual stream it adds
@@ -423,13 +422,9 @@ struct onepass_config {
 // and vpart, ends and cum go unused. scan_onepass2s_ is the walk in
 // segments (the only entry that writes cum); at 4 states a thread the
 // blocks are many already, and the walk does not run in segments. The
-// other entries ignore Ts, ends and cum, and compile to the walk that
-// knows no segments (a walk with the segments' logic cost the 130m B=1
-// prefill 3%). scan_onepass2v_ walks once and stops short of the gate: it
-// never reads z (which a GEMM beside it may still be writing) and writes
-// y's sums before the gate to vpart instead of y, for gate_silu
-// (kernels/elementwise.cu) to finish; the other entries ignore vpart too.
-// cum may be dt itself, though dt is __restrict__: the
+// other entries ignore Ts, vpart, ends and cum, and compile to the walk
+// that knows no segments (a walk with the segments' logic cost the 130m
+// B=1 prefill 3%). cum may be dt itself, though dt is __restrict__: the
 // walk reads dt only through cp.async (asm with a memory clobber), never
 // as a C++ load that a store through cum could be reordered with.
 #define SCAN_ONEPASS_PARAMS(T)                                                                                 \
@@ -441,16 +436,13 @@ struct onepass_config {
     dt, A2, dbl, ldd, R, u, Dskip, z, ldz, state, y, T_, E, N, pf, pf_bytes, pf_lead, Ts, vpart, ldv, ends, cum
 #define SCAN_ONEPASS(sfx, T)                                                                                   \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
-        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, onepass_config<2>::BUF, T, false, true);                    \
+        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, onepass_config<2>::BUF, T, false);                          \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass4_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
-        SCAN_ONEPASS_RUN(4, onepass_config<4>::TL, onepass_config<4>::BUF, T, false, true);                    \
+        SCAN_ONEPASS_RUN(4, onepass_config<4>::TL, onepass_config<4>::BUF, T, false);                          \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2s_##sfx(SCAN_ONEPASS_PARAMS(T)) {    \
-        SCAN_ONEPASS_RUN(2, OP_TLS, OP_BUFS, T, true, true);                                                   \
-    }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2v_##sfx(SCAN_ONEPASS_PARAMS(T)) {    \
-        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, onepass_config<2>::BUF, T, false, false);                   \
+        SCAN_ONEPASS_RUN(2, OP_TLS, OP_BUFS, T, true);                                                         \
     }
 EACH_DTYPE(SCAN_ONEPASS)
 

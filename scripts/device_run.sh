@@ -62,9 +62,9 @@
 #             tests that run the scan, the one-pass scan's knobs
 #             (BenchmarkOnePass, settings taking turns), and ncu's per-instruction stall
 #             samples of the engine's one-pass scan (bench/stalls.py);
-#   zbeside:  Engine.ZBesideScan (in_proj's z half on a second stream beside
-#             the scan, on the SMs it leaves idle): bf16 prefills with it off
-#             and on (BenchmarkZBesideScan), then its tests and memcheck;
+#   split:    Engine.SplitInProj (in_proj's z half on a second stream): its
+#             tests, memcheck, then bf16 prefills whole against split with
+#             the z half planned for several SM counts (BenchmarkSplitInProj);
 #   pdl:      the prefill's kernels under programmatic dependent launch
 #             (Engine.PrefillPDL): the tests that compare it bit for bit with
 #             plain launches, memcheck over them, then bf16 graph replays with
@@ -208,14 +208,14 @@ if [[ $mode == fused ]]; then
     | tee "$OUT/fused_bench.log" | grep -E "fused conv |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
   exit $status
 fi
-if [[ $mode == zbeside ]]; then
-  echo "== bf16 prefills, in_proj whole against its z half beside the scan (BenchmarkZBesideScan: graph replays, CUDA events, medians)"
-  timeout ${ZB_BENCH_SECS:-200} .carry/gpu.test -test.v -test.run '^$' -test.bench ZBesideScan -test.benchtime 1x 2>&1 \
-    | tee "$OUT/zbeside_bench.log" | grep -E "z half beside|FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
-  echo "== Engine.ZBesideScan: its tests, then memcheck"
-  run_tests zbeside_cuda 60 .carry/cuda.test -test.v -test.run 'GemmAlgos|LtLayout'
-  SHOW="beside the scan" run_tests zbeside_test 200 .carry/gpu.test -test.v -test.run 'ZBesideScan|PrefillSettings'
-  memcheck memcheck_zbeside 200 .carry/gpu.test 'ZBesideScanMatches/d=768_bias_false_bfloat16_B1_T300'
+if [[ $mode == split ]]; then
+  echo "== Engine.SplitInProj: in_proj's z half on a second stream beside the conv, x_proj and dt_proj"
+  run_tests split_cuda 120 .carry/cuda.test -test.v -test.run 'GemmAlgos|LtLayout'
+  run_tests split_test 400 .carry/gpu.test -test.v -test.run 'SplitInProj|GraphsReplay|Mixed'
+  memcheck memcheck_split 300 .carry/gpu.test 'SplitInProjMatches/d=768_bias_false_bfloat16_sms_32'
+  echo "== bf16 prefills, in_proj whole against split (BenchmarkSplitInProj: graph replays, CUDA events, medians)"
+  timeout 500 .carry/gpu.test -test.v -test.run '^$' -test.bench SplitInProj -test.benchtime 1x 2>&1 \
+    | tee "$OUT/split_bench.log" | grep -E "split in_proj|FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
   exit $status
 fi
 if [[ $mode == pdl ]]; then

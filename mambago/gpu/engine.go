@@ -129,19 +129,19 @@ type Engine struct {
 	// prefills 0.91-0.96x; bench/NOTES.md, session of 2026-12-01 12:31).
 	// Set it before capturing graphs.
 	FusedConvXProj bool
-	// ZBesideScan runs in_proj's z half beside the scan, on the SMs the
-	// scan leaves idle, where it leaves at least zBesideMinSMs (the one-pass
-	// scan at 2 states a thread, walking once, at the 130m width and B=1:
-	// 96 blocks on the H200's 132 SMs). in_proj then runs as two GEMMs: in
-	// place the x half, which the conv reads; on a second stream, once
-	// dt_proj is done, the z half, which only the scan's gate reads,
-	// planned by cuBLASLt for the idle SMs (cuda.BLAS.SMs). The scan stops
-	// short of its gate (Scan.Ungated), and gate_silu finishes it once the
-	// z half is in. Only where cuBLASLt runs the GEMMs (16-bit engines).
-	// The halves may run other GEMM kernels than the whole, so results
-	// differ from the whole's in rounding. Set it before capturing graphs.
-	ZBesideScan bool
-	side        *lane // ZBesideScan's stream, created on its first use
+	// SplitInProj runs each layer's in_proj as two GEMMs: on the engine's
+	// stream the x half, which the conv reads, then on a second stream the z
+	// half, which only the scan's gate reads, beside the conv, x_proj and
+	// dt_proj (latency-bound kernels that leave much of the GPU idle at
+	// B=1); the scan waits for both. SplitInProjSMs, when positive, is how
+	// many SMs cuBLASLt plans the z half for (cuda.BLAS.SMs), so that it
+	// leaves the rest to the kernels beside it; 0 plans it for all. The
+	// halves run other GEMM kernels than the whole, so the results differ
+	// from an unsplit engine's in rounding. Set both before capturing
+	// graphs.
+	SplitInProj    bool
+	SplitInProjSMs int
+	side           *lane // SplitInProj's stream, created on its first use
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
 	// DecodePDL launches the decode kernels with programmatic dependent
@@ -403,7 +403,7 @@ func (e *Engine) sideLane() (*lane, error) {
 	}()
 	if err != nil {
 		l.destroy()
-		return nil, fmt.Errorf("gpu: the second stream of ZBesideScan: %w", err)
+		return nil, fmt.Errorf("gpu: the second stream of SplitInProj: %w", err)
 	}
 	e.side = l
 	return l, nil

@@ -296,53 +296,25 @@ func (e *Engine) addBias(x cuda.Ptr, ld int, bias cuda.Ptr, rows, n int) error {
 	return e.launch("add_bias_f32", grid1(rows*n), cuda.D1(256), 0, x, ld, bias, int64(rows), n)
 }
 
-// zBesideMinSMs is the fewest idle SMs beside the scan for which
-// Engine.ZBesideScan runs in_proj's z half there.
-const zBesideMinSMs = 16
-
-// zBeside returns how many SMs scan leaves idle, where Engine.ZBesideScan
-// runs in_proj's z half beside it; 0 where it does not.
-func (e *Engine) zBeside(scan Scan) int {
-	if !e.ZBesideScan || e.dt == cuda.F32 || e.blas.Algo == cuda.GemmEx || !scan.UngatedApplies() {
-		return 0
-	}
-	if idle := e.dev.SMs - scan.Blocks(); idle >= zBesideMinSMs {
-		return idle
-	}
-	return 0
-}
-
-// ZBesideSMs is how many SMs in_proj's z half gets beside the scan in a
-// prefill of B sequences of T positions (Engine.ZBesideScan): 0 where it
-// runs in place.
-func (e *Engine) ZBesideSMs(B, T int) int {
-	c := e.cfg
-	spt := e.scanOnePass(B, c.Inner)
-	return e.zBeside(Scan{B: B, T: T, E: c.Inner, N: c.State, LDZ: 2 * c.Inner, OnePass: spt,
-		Segments: e.scanSegments(B, T, c.Inner, spt)})
-}
-
-// inProj runs layer g's in_proj over rows positions, xz = x·W_inᵀ (+ bias):
-// the whole, or with zHalf false the x half alone (Engine.ZBesideScan).
-func (e *Engine) inProj(g layer, rows int, zHalf bool) error {
+// inProj runs layer g's in_proj over rows positions: xz = x·W_inᵀ (+ bias).
+// With SplitInProj the x half runs on the engine's stream and the z half on
+// the side lane after it (Engine.SplitInProj); the scan joins the lane.
+func (e *Engine) inProj(g layer, rows int) error {
 	ws, dt, d, E := &e.ws, e.dt, e.cfg.Hidden, e.cfg.Inner
-	n := 2 * E
-	if !zHalf {
-		n = E
+	if !e.SplitInProj {
+		if err := e.blas.Gemm(rows, 2*E, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0, dt, cuda.F32); err != nil {
+			return err
+		}
+		return e.addBias(ws.xz.Ptr, 2*E, g.inBias, rows, 2*E)
 	}
-	if err := e.blas.Gemm(rows, n, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0, dt, cuda.F32); err != nil {
-		return err
-	}
-	return e.addBias(ws.xz.Ptr, 2*E, g.inBias, rows, n)
-}
-
-// zHalfBeside queues in_proj's z half on the side lane, after what the
-// engine's stream has queued so far, for idle SMs (Engine.ZBesideScan);
-// the lane's join event marks its end.
-func (e *Engine) zHalfBeside(g layer, rows, idle int) error {
-	ws, dt, d, E := &e.ws, e.dt, e.cfg.Hidden, e.cfg.Inner
 	side, err := e.sideLane()
 	if err != nil {
+		return err
+	}
+	if err := e.blas.Gemm(rows, E, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0, dt, cuda.F32); err != nil {
+		return err
+	}
+	if err := e.addBias(ws.xz.Ptr, 2*E, g.inBias, rows, E); err != nil {
 		return err
 	}
 	if err := side.fork.Record(e.stream); err != nil {
@@ -351,7 +323,7 @@ func (e *Engine) zHalfBeside(g layer, rows, idle int) error {
 	if err := side.stream.Wait(side.fork); err != nil {
 		return err
 	}
-	side.blas.SMs = idle
+	side.blas.SMs = e.SplitInProjSMs
 	zW := g.inProj + cuda.Ptr(E*d*dt.Size()) // W_in's rows E..2E-1
 	if err := side.blas.Gemm(rows, E, d, ws.x.Ptr, d, zW, ws.xz.Offset(4*E), 2*E, 0, dt, cuda.F32); err != nil {
 		return err
@@ -374,14 +346,6 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 	c, g, ws := e.cfg, e.layers[l], &e.ws
 	rows, d, E, R, N, K, dt := B*n, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel, e.dt
 	fused := e.ConvXProjFused() // the conv stage runs x_proj too
-	spt := e.scanOnePass(B, E)
-	scan := Scan{DT: ws.delta.Ptr, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
-		U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
-		B: B, T: n, E: E, N: N, DType: dt, Chunk: e.ScanChunk, Scratch: ws.scan.Ptr,
-		Staged: e.ScanStaged, OnePass: spt, PDL: e.PrefillPDL,
-		Segments: e.scanSegments(B, n, E, spt), V: ws.xz.Ptr, LDV: 2 * E, SMs: e.dev.SMs, // xz's x half: the conv has read it
-		Prefetch: e.residualRows(rows, lastOnly), PrefetchLead: scanPrefetchLead}
-	idle := e.zBeside(scan) // in_proj's z half beside the scan, on its idle SMs
 	stages := []struct {
 		name string
 		run  func() error
@@ -389,7 +353,7 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 		{"rmsnorm", func() error {
 			return e.rmsnorm(e.typed("rmsnorm"), e.PrefillPDL, ws.h.Ptr, g.norm, ws.x.Ptr, rows, d, c.Eps)
 		}},
-		{"in_proj", func() error { return e.inProj(g, rows, idle == 0) }},
+		{"in_proj", func() error { return e.inProj(g, rows) }},
 		{"conv", func() error {
 			conv := Conv{XZ: ws.xz.Ptr, LDX: 2 * E, Window: s.conv(l), W: g.conv, Bias: g.convBias, U: ws.u.Ptr,
 				B: B, T: n, E: E, K: K, DType: dt, PDL: e.PrefillPDL}
@@ -416,21 +380,18 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 				OneTF32Product: e.DTProjOneTF32Product, SMs: e.dev.SMs, PDL: e.PrefillPDL}.Launch(e.function, e.stream)
 		}},
 		{"scan", func() error {
-			if idle == 0 {
-				return scan.Launch(e.function, e.stream)
+			if e.SplitInProj { // in_proj's z half, on the side lane
+				if err := e.stream.Wait(e.side.join); err != nil {
+					return err
+				}
 			}
-			if err := e.zHalfBeside(g, rows, idle); err != nil {
-				return err
-			}
-			scan.Ungated = true // its sums before the gate into xz's x half (scan.V)
-			if err := scan.Launch(e.function, e.stream); err != nil {
-				return err
-			}
-			if err := e.stream.Wait(e.side.join); err != nil {
-				return err
-			}
-			return GateSilu{V: scan.V, Z: scan.Z, Y: scan.Y, LDV: scan.LDV, LDZ: scan.LDZ, Rows: rows, E: E, DType: dt,
-				PDL: e.PrefillPDL}.Launch(e.function, e.stream)
+			spt := e.scanOnePass(B, E)
+			return Scan{DT: ws.delta.Ptr, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
+				U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
+				B: B, T: n, E: E, N: N, DType: dt, Chunk: e.ScanChunk, Scratch: ws.scan.Ptr,
+				Staged: e.ScanStaged, OnePass: spt, PDL: e.PrefillPDL,
+				Segments: e.scanSegments(B, n, E, spt), V: ws.xz.Ptr, LDV: 2 * E, SMs: e.dev.SMs, // xz's x half: the conv has read it
+				Prefetch: e.residualRows(rows, lastOnly), PrefetchLead: scanPrefetchLead}.Launch(e.function, e.stream)
 		}},
 		{"out_proj", func() error { // out_proj, accumulated into the residual stream
 			y, h, m, ldy, ldh := ws.y.Ptr, ws.h.Ptr, rows, E, d

@@ -55,41 +55,6 @@ type Scan struct {
 	// SMs is the device's SM count, for scan_fixup's one wave of blocks
 	// (at least a block a channel tile and sequence).
 	SMs int
-	// Ungated stops the scan short of its gate (UngatedApplies: the one-pass
-	// scan at 2 states a thread, walking once): it never reads Z, and it
-	// writes each output's sum before the gate, f32, to V (row stride LDV)
-	// instead of Y. GateSilu finishes it.
-	Ungated bool
-}
-
-// UngatedApplies reports whether s can run Ungated.
-func (s Scan) UngatedApplies() bool {
-	_, S := s.segments()
-	return s.OnePassApplies() && s.OnePass == 2 && S == 1
-}
-
-// Blocks is the one-pass scan's grid size: a block of onePassThreads
-// threads for each onePassThreads·OnePass/16 channels of each sequence.
-func (s Scan) Blocks() int {
-	cb := onePassThreads * s.OnePass / scanStates
-	return (s.E + cb - 1) / cb * s.B
-}
-
-// GateSilu finishes an Ungated scan: Y = V·silu(Z), rows [rows, E] of
-// storage type DType from V (row stride LDV) and Z (row stride LDZ), f32,
-// with the scan's own arithmetic (the same bits as its gate).
-type GateSilu struct {
-	V, Z, Y  cuda.Ptr
-	LDV, LDZ int
-	Rows, E  int
-	DType    cuda.DType
-	PDL      bool // wait for the kernels before it under programmatic dependent launch
-}
-
-// Launch queues the gate on stream; fn looks kernels up by name.
-func (g GateSilu) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
-	return fn("gate_silu_"+g.DType.Suffix()).LaunchMaybePDL(g.PDL, grid1(g.Rows*g.E/4), cuda.D1(256), 0, stream,
-		g.V, g.LDV, g.Z, g.LDZ, g.Y, int64(g.Rows), g.E)
 }
 
 // segmentAlign is the length of the segments of Scan.Segments a multiple
@@ -294,12 +259,6 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 	if s.OnePassApplies() {
 		Ts, S := s.segments()
 		name, shared := onePassKernel(s.OnePass, s.DType), onePassShared(s.OnePass, s.DType.Size())
-		if s.Ungated {
-			if !s.UngatedApplies() {
-				return fmt.Errorf("gpu: the scan stops short of its gate only at 2 states a thread, walking once")
-			}
-			name = "scan_onepass2v_" + s.DType.Suffix()
-		}
 		if S > 1 {
 			name, shared = segmentKernel(s.DType), segmentShared(s.DType.Size())
 		}
