@@ -62,9 +62,6 @@
 #             tests that run the scan, the one-pass scan's knobs
 #             (BenchmarkOnePass, settings taking turns), and ncu's per-instruction stall
 #             samples of the engine's one-pass scan (bench/stalls.py);
-#   split:    Engine.SplitInProj (in_proj's z half on a second stream): its
-#             tests, memcheck, then bf16 prefills whole against split with
-#             the z half planned for several SM counts (BenchmarkSplitInProj);
 #   pdl:      the prefill's kernels under programmatic dependent launch
 #             (Engine.PrefillPDL): the tests that compare it bit for bit with
 #             plain launches, memcheck over them, then bf16 graph replays with
@@ -206,16 +203,6 @@ if [[ $mode == fused ]]; then
   echo "== bf16 prefills, the conv and x_proj as two nodes against one kernel (BenchmarkFusedConvXProj)"
   timeout 200 .carry/gpu.test -test.v -test.run '^$' -test.bench FusedConvXProj -test.benchtime 1x 2>&1 \
     | tee "$OUT/fused_bench.log" | grep -E "fused conv |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
-  exit $status
-fi
-if [[ $mode == split ]]; then
-  echo "== Engine.SplitInProj: in_proj's z half on a second stream beside the conv, x_proj and dt_proj"
-  run_tests split_cuda 120 .carry/cuda.test -test.v -test.run 'GemmAlgos|LtLayout'
-  run_tests split_test 400 .carry/gpu.test -test.v -test.run 'SplitInProj|GraphsReplay|Mixed'
-  memcheck memcheck_split 300 .carry/gpu.test 'SplitInProjMatches/d=768_bias_false_bfloat16_sms_32'
-  echo "== bf16 prefills, in_proj whole against split (BenchmarkSplitInProj: graph replays, CUDA events, medians)"
-  timeout 500 .carry/gpu.test -test.v -test.run '^$' -test.bench SplitInProj -test.benchtime 1x 2>&1 \
-    | tee "$OUT/split_bench.log" | grep -E "split in_proj|FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
   exit $status
 fi
 if [[ $mode == pdl ]]; then

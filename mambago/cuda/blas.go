@@ -42,13 +42,7 @@ type BLAS struct {
 	// Algo is how GEMMs with bf16 or f16 inputs run (f32 ones always go
 	// through cublasSgemm); GemmEx unless set.
 	Algo GemmAlgo
-	// SMs, when positive, is how many SMs this handle's cuBLASLt GEMMs are
-	// planned for (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET): a GEMM that runs
-	// beside other kernels leaves the rest of the GPU to them. Its plans,
-	// and GemmLtTuned's choices, are apart from those for the whole GPU.
-	// cublasGemmEx and cublasSgemm (GemmEx, f32) ignore it.
-	SMs int
-	lt  *lt // created on the first cuBLASLt GEMM
+	lt   *lt // created on the first cuBLASLt GEMM
 }
 
 // cuBLAS math modes.
@@ -125,7 +119,7 @@ func (b *BLAS) Gemm(M, N, K int, A Ptr, lda int, W Ptr, C Ptr, ldc int, beta flo
 	switch {
 	case ab != F32 && b.Algo != GemmEx:
 		err = b.gemmLt(gemmKey{M: M, N: N, K: K, lda: lda, ldc: ldc, ab: ab, c: c, accumulate: beta != 0,
-			tuned: b.Algo == GemmLtTuned, sms: max(b.SMs, 0)}, A, W, C, beta)
+			tuned: b.Algo == GemmLtTuned}, A, W, C, beta)
 	case ab == F32 && c == F32:
 		err = checkBLAS("cublasSgemm", C.mg_cublasSgemm(b.h, opT, opN, C.int(N), C.int(M), C.int(K), &alpha,
 			C.mg_devptr(W), C.int(K), C.mg_devptr(A), C.int(lda), &bt, C.mg_devptr(C), C.int(ldc)))

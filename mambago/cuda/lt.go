@@ -86,7 +86,6 @@ type gemmKey struct {
 	ab, c             DType
 	accumulate        bool // beta != 0
 	tuned             bool
-	sms               int // the SMs its heuristic targets (BLAS.SMs); 0 for all
 }
 
 // ltPlan is a shape's descriptors (C memory) and the algorithm that runs it.
@@ -168,7 +167,7 @@ func (l *lt) descriptors(k gemmKey) (*C.mg_lt_plan, error) {
 	}
 	if err := checkBLAS("cublasLtMatmulDescCreate", C.mg_ltPlanCreate(p, opT, opN, C.int(k.N), C.int(k.M), C.int(k.K),
 		C.int(k.ab.dataType()), C.int(k.K), C.int(k.ab.dataType()), C.int(k.lda), C.int(k.c.dataType()),
-		C.int(k.ldc), compute32F, C.int(k.sms))); err != nil {
+		C.int(k.ldc), compute32F)); err != nil {
 		C.free(unsafe.Pointer(p))
 		return nil, err
 	}

@@ -429,17 +429,16 @@ mg_result mg_ltDestroy(void *h) { CALL(cublasLtDestroy, h); }
 
 // cuBLASLt's attribute ids (cublasLt.h): the matmul's transposes, and the
 // preference's workspace bound.
-enum { LT_DESC_TRANSA = 3, LT_DESC_TRANSB = 4, LT_DESC_SM_COUNT_TARGET = 15, LT_PREF_MAX_WORKSPACE_BYTES = 1 };
+enum { LT_DESC_TRANSA = 3, LT_DESC_TRANSB = 4, LT_PREF_MAX_WORKSPACE_BYTES = 1 };
 enum { CUDA_R_32F_ = 0 };
 
 mg_result mg_ltPlanCreate(mg_lt_plan *p, int ta, int tb, int m, int n, int k, int atype, int lda, int btype, int ldb,
-                          int ctype, int ldc, int compute, int sms) {
+                          int ctype, int ldc, int compute) {
 	memset(p, 0, sizeof *p);
 	if (!p_cublasLtMatmulDescCreate || !p_cublasLtMatrixLayoutCreate) return 500;
 	int r = p_cublasLtMatmulDescCreate(&p->desc, compute, CUDA_R_32F_);
 	if (!r) r = p_cublasLtMatmulDescSetAttribute(p->desc, LT_DESC_TRANSA, &ta, sizeof ta);
 	if (!r) r = p_cublasLtMatmulDescSetAttribute(p->desc, LT_DESC_TRANSB, &tb, sizeof tb);
-	if (!r && sms > 0) r = p_cublasLtMatmulDescSetAttribute(p->desc, LT_DESC_SM_COUNT_TARGET, &sms, sizeof sms);
 	// Column-major layouts of A, B and C as stored: op(A) is m x k, op(B) k x n.
 	if (!r) r = p_cublasLtMatrixLayoutCreate(&p->a, atype, ta ? k : m, ta ? m : k, lda);
 	if (!r) r = p_cublasLtMatrixLayoutCreate(&p->b, btype, tb ? n : k, tb ? k : n, ldb);

@@ -121,10 +121,8 @@ typedef struct {
 const char *mg_load_cublaslt(const char *path);
 mg_result mg_ltCreate(void **h);
 mg_result mg_ltDestroy(void *h);
-// mg_ltPlanCreate makes a plan's descriptors; sms > 0 sets the SM count its
-// heuristic targets (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET).
 mg_result mg_ltPlanCreate(mg_lt_plan *p, int ta, int tb, int m, int n, int k, int atype, int lda, int btype, int ldb,
-                          int ctype, int ldc, int compute, int sms);
+                          int ctype, int ldc, int compute);
 void mg_ltPlanDestroy(mg_lt_plan *p);
 mg_result mg_ltHeuristics(void *h, const mg_lt_plan *p, size_t workspace, int want, mg_lt_heuristic *out, int *got);
 mg_result mg_ltMatmul(void *h, const mg_lt_plan *p, const float *alpha, mg_devptr A, mg_devptr B, const float *beta,

@@ -493,25 +493,6 @@ func BenchmarkFusedConvXProj(b *testing.B) {
 	compareSettings(b, "fused conv and x_proj", shapes, func(e *gpu.Engine, on bool) { e.FusedConvXProj = on })
 }
 
-// BenchmarkSplitInProj times bf16 prefills with in_proj whole against
-// split in two GEMMs on two streams (Engine.SplitInProj), the z half
-// planned for each of several SM counts (Engine.SplitInProjSMs; 0: all)
-// at the 130m and 370m shapes at B=1, and for half the GPU at 1.4b and at
-// 130m B=8.
-func BenchmarkSplitInProj(b *testing.B) {
-	small := []benchShape{{"130m", 768, 24, 1, 2048}, {"130m", 768, 24, 1, 8192}, {"370m", 1024, 48, 1, 2048}}
-	for _, sms := range []int{0, 32, 66} {
-		shapes := small
-		if sms == 66 {
-			shapes = append(shapes, benchShape{"370m", 1024, 48, 1, 8192}, benchShape{"1.4b", 2048, 48, 1, 2048},
-				benchShape{"130m", 768, 24, 8, 2048})
-		}
-		compareSettings(b, fmt.Sprintf("split in_proj (z half on %d SMs)", sms), shapes, func(e *gpu.Engine, on bool) {
-			e.SplitInProj, e.SplitInProjSMs = on, sms
-		})
-	}
-}
-
 // prefillShapes are the bf16 prefills the engine's settings are compared
 // on: T=2048, the 130m, 370m and 1.4b shapes at B=1, the 130m and 2.8b
 // shapes at B=8.

@@ -129,19 +129,6 @@ type Engine struct {
 	// prefills 0.91-0.96x; bench/NOTES.md, session of 2026-12-01 12:31).
 	// Set it before capturing graphs.
 	FusedConvXProj bool
-	// SplitInProj runs each layer's in_proj as two GEMMs: on the engine's
-	// stream the x half, which the conv reads, then on a second stream the z
-	// half, which only the scan's gate reads, beside the conv, x_proj and
-	// dt_proj (latency-bound kernels that leave much of the GPU idle at
-	// B=1); the scan waits for both. SplitInProjSMs, when positive, is how
-	// many SMs cuBLASLt plans the z half for (cuda.BLAS.SMs), so that it
-	// leaves the rest to the kernels beside it; 0 plans it for all. The
-	// halves run other GEMM kernels than the whole, so the results differ
-	// from an unsplit engine's in rounding. Set both before capturing
-	// graphs.
-	SplitInProj    bool
-	SplitInProjSMs int
-	side           *lane // SplitInProj's stream, created on its first use
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
 	// DecodePDL launches the decode kernels with programmatic dependent
@@ -363,61 +350,10 @@ func (e *Engine) close() error {
 	for _, m := range e.modules {
 		m.Unload()
 	}
-	e.side.destroy()
 	e.blas.Destroy()
 	e.last.Destroy()
 	e.stream.Destroy()
 	return e.dev.Close()
-}
-
-// lane is a second stream with its own cuBLAS handle (and so its own
-// cuBLASLt workspace), for work beside the engine's stream: fork is
-// recorded on the engine's stream before the work, join on the lane's
-// after it.
-type lane struct {
-	stream     *cuda.Stream
-	blas       *cuda.BLAS
-	fork, join *cuda.Event
-}
-
-// sideLane returns the engine's lane, creating it the first time, with the
-// GEMM settings of the engine's own handle.
-func (e *Engine) sideLane() (*lane, error) {
-	if e.side != nil {
-		return e.side, nil
-	}
-	l := &lane{}
-	err := func() (err error) {
-		if l.stream, err = cuda.NewStream(); err != nil {
-			return err
-		}
-		if l.blas, err = cuda.NewBLAS(l.stream, e.blas.TF32); err != nil {
-			return err
-		}
-		l.blas.Algo = e.blas.Algo
-		if l.fork, err = cuda.NewEvent(); err != nil {
-			return err
-		}
-		l.join, err = cuda.NewEvent()
-		return err
-	}()
-	if err != nil {
-		l.destroy()
-		return nil, fmt.Errorf("gpu: the second stream of SplitInProj: %w", err)
-	}
-	e.side = l
-	return l, nil
-}
-
-// destroy releases the lane's stream, handle and events (nil: nothing).
-func (l *lane) destroy() {
-	if l == nil {
-		return
-	}
-	l.blas.Destroy()
-	l.fork.Destroy()
-	l.join.Destroy()
-	l.stream.Destroy()
 }
 
 // workspace is the scratch of one chunk, grown on demand and reused.
@@ -539,11 +475,6 @@ func (e *Engine) SetTF32(on bool) error {
 		return err
 	}
 	defer done()
-	if e.side != nil {
-		if err := e.side.blas.SetTF32(on); err != nil {
-			return err
-		}
-	}
 	return e.blas.SetTF32(on)
 }
 
@@ -561,9 +492,6 @@ func (e *Engine) SetGemmAlgo(a cuda.GemmAlgo) error {
 	}
 	defer done()
 	e.blas.Algo = a
-	if e.side != nil {
-		e.side.blas.Algo = a
-	}
 	return nil
 }
 

@@ -296,48 +296,6 @@ func (e *Engine) addBias(x cuda.Ptr, ld int, bias cuda.Ptr, rows, n int) error {
 	return e.launch("add_bias_f32", grid1(rows*n), cuda.D1(256), 0, x, ld, bias, int64(rows), n)
 }
 
-// inProj runs layer g's in_proj over rows positions: xz = x·W_inᵀ (+ bias).
-// With SplitInProj the x half runs on the engine's stream and the z half on
-// the side lane after it (Engine.SplitInProj); the scan joins the lane.
-func (e *Engine) inProj(g layer, rows int) error {
-	ws, dt, d, E := &e.ws, e.dt, e.cfg.Hidden, e.cfg.Inner
-	if !e.SplitInProj {
-		if err := e.blas.Gemm(rows, 2*E, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0, dt, cuda.F32); err != nil {
-			return err
-		}
-		return e.addBias(ws.xz.Ptr, 2*E, g.inBias, rows, 2*E)
-	}
-	side, err := e.sideLane()
-	if err != nil {
-		return err
-	}
-	if err := e.blas.Gemm(rows, E, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0, dt, cuda.F32); err != nil {
-		return err
-	}
-	if err := e.addBias(ws.xz.Ptr, 2*E, g.inBias, rows, E); err != nil {
-		return err
-	}
-	if err := side.fork.Record(e.stream); err != nil {
-		return err
-	}
-	if err := side.stream.Wait(side.fork); err != nil {
-		return err
-	}
-	side.blas.SMs = e.SplitInProjSMs
-	zW := g.inProj + cuda.Ptr(E*d*dt.Size()) // W_in's rows E..2E-1
-	if err := side.blas.Gemm(rows, E, d, ws.x.Ptr, d, zW, ws.xz.Offset(4*E), 2*E, 0, dt, cuda.F32); err != nil {
-		return err
-	}
-	if g.inBias != 0 {
-		err := e.fn["add_bias_f32"].Launch(grid1(rows*E), cuda.D1(256), 0, side.stream, ws.xz.Offset(4*E), 2*E,
-			g.inBias+cuda.Ptr(4*E), int64(rows), E)
-		if err != nil {
-			return err
-		}
-	}
-	return side.join.Record(side.stream)
-}
-
 // block runs layer l over the chunk of B sequences of n positions in the
 // workspace, continuing from and updating the layer's carried state. With
 // lastOnly, out_proj adds into the residual stream at each sequence's last
@@ -353,7 +311,12 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 		{"rmsnorm", func() error {
 			return e.rmsnorm(e.typed("rmsnorm"), e.PrefillPDL, ws.h.Ptr, g.norm, ws.x.Ptr, rows, d, c.Eps)
 		}},
-		{"in_proj", func() error { return e.inProj(g, rows) }},
+		{"in_proj", func() error {
+			if err := e.blas.Gemm(rows, 2*E, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0, dt, cuda.F32); err != nil {
+				return err
+			}
+			return e.addBias(ws.xz.Ptr, 2*E, g.inBias, rows, 2*E)
+		}},
 		{"conv", func() error {
 			conv := Conv{XZ: ws.xz.Ptr, LDX: 2 * E, Window: s.conv(l), W: g.conv, Bias: g.convBias, U: ws.u.Ptr,
 				B: B, T: n, E: E, K: K, DType: dt, PDL: e.PrefillPDL}
@@ -380,11 +343,6 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 				OneTF32Product: e.DTProjOneTF32Product, SMs: e.dev.SMs, PDL: e.PrefillPDL}.Launch(e.function, e.stream)
 		}},
 		{"scan", func() error {
-			if e.SplitInProj { // in_proj's z half, on the side lane
-				if err := e.stream.Wait(e.side.join); err != nil {
-					return err
-				}
-			}
 			spt := e.scanOnePass(B, E)
 			return Scan{DT: ws.delta.Ptr, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
 				U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
