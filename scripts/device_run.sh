@@ -62,8 +62,6 @@
 #             tests that run the scan, the one-pass scan's knobs
 #             (BenchmarkOnePass, settings taking turns), and ncu's per-instruction stall
 #             samples of the engine's one-pass scan (bench/stalls.py);
-#   carveout: bf16 prefills with the engine's kernels at the driver's
-#             L1/shared split and at all shared (BenchmarkSharedCarveout);
 #   pdl:      the prefill's kernels under programmatic dependent launch
 #             (Engine.PrefillPDL): the tests that compare it bit for bit with
 #             plain launches, memcheck over them, then bf16 graph replays with
@@ -205,12 +203,6 @@ if [[ $mode == fused ]]; then
   echo "== bf16 prefills, the conv and x_proj as two nodes against one kernel (BenchmarkFusedConvXProj)"
   timeout 200 .carry/gpu.test -test.v -test.run '^$' -test.bench FusedConvXProj -test.benchtime 1x 2>&1 \
     | tee "$OUT/fused_bench.log" | grep -E "fused conv |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
-  exit $status
-fi
-if [[ $mode == carveout ]]; then
-  echo "== bf16 prefills, the driver's L1/shared split against all shared for the engine's kernels (BenchmarkSharedCarveout)"
-  timeout 300 .carry/gpu.test -test.v -test.run '^$' -test.bench SharedCarveout -test.benchtime 1x 2>&1 \
-    | tee "$OUT/carveout_bench.log" | grep -E "carveout |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
   exit $status
 fi
 if [[ $mode == pdl ]]; then

@@ -119,17 +119,6 @@ func (f *Function) SetMaxDynamicShared(bytes int) error {
 	return nil
 }
 
-// SetSharedCarveout sets the share of the SM's unified L1 and shared memory
-// that the kernel prefers as shared memory, in percent (0-100; -1 restores
-// the driver's default choice): CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT.
-func (f *Function) SetSharedCarveout(percent int) error {
-	const preferredSharedMemoryCarveout = 9
-	if err := check("cuFuncSetAttribute", C.mg_cuFuncSetAttribute(f.h, preferredSharedMemoryCarveout, C.int(percent))); err != nil {
-		return fmt.Errorf("%w (kernel %s, carveout %d%%)", err, f.Name, percent)
-	}
-	return nil
-}
-
 // Dim3 is a grid or block shape.
 type Dim3 struct{ X, Y, Z int }
 

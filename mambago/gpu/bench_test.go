@@ -493,23 +493,6 @@ func BenchmarkFusedConvXProj(b *testing.B) {
 	compareSettings(b, "fused conv and x_proj", shapes, func(e *gpu.Engine, on bool) { e.FusedConvXProj = on })
 }
 
-// BenchmarkSharedCarveout times bf16 prefills with the driver's split of L1
-// and shared memory for the engine's kernels against all of it shared
-// (Engine.SetSharedCarveout(100), the split cuBLAS's GEMMs take).
-func BenchmarkSharedCarveout(b *testing.B) {
-	shapes := []benchShape{{"130m", 768, 24, 1, 2048}, {"130m", 768, 24, 1, 8192}, {"370m", 1024, 48, 1, 2048},
-		{"1.4b", 2048, 48, 1, 2048}, {"130m", 768, 24, 8, 2048}}
-	compareSettings(b, "all shared carveout", shapes, func(e *gpu.Engine, on bool) {
-		pct := -1
-		if on {
-			pct = 100
-		}
-		if err := e.SetSharedCarveout(pct); err != nil {
-			b.Fatal(err)
-		}
-	})
-}
-
 // prefillShapes are the bf16 prefills the engine's settings are compared
 // on: T=2048, the 130m, 370m and 1.4b shapes at B=1, the 130m and 2.8b
 // shapes at B=8.

@@ -495,26 +495,6 @@ func (e *Engine) SetGemmAlgo(a cuda.GemmAlgo) error {
 	return nil
 }
 
-// SetSharedCarveout sets every engine kernel's preferred split of the SMs'
-// L1 and shared memory (cuda.Function.SetSharedCarveout): percent shared,
-// or -1 for the driver's choice (the default). An SM changes its split only
-// between kernels, when none of its blocks remain, so kernels of different
-// splits cannot share an SM (cuBLAS's GEMMs take the largest). Graphs
-// captured before keep the splits they were captured with.
-func (e *Engine) SetSharedCarveout(percent int) error {
-	done, err := e.bind()
-	if err != nil {
-		return err
-	}
-	defer done()
-	for _, f := range e.fn {
-		if err := f.SetSharedCarveout(percent); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // function returns the kernel named name.
 func (e *Engine) function(name string) *cuda.Function { return e.fn[name] }
 
