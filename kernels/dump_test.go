@@ -12,8 +12,8 @@ import (
 )
 
 // TestDumpCubin is a tool, not a check: with MAMBAGO_DUMP set to a kernel
-// source (e.g. scan_onepass.cu) it compiles that source for sm_90 through
-// NVRTC, with the options in MAMBAGO_DUMP_OPTS (e.g. "-DOP_TL2=32"), logs
+// source (e.g. scan_onepass.cu) it compiles that source for sm_90 (or the
+// architecture in MAMBAGO_DUMP_ARCH, e.g. sm_90a) through NVRTC, with the options in MAMBAGO_DUMP_OPTS (e.g. "-DOP_TL2=32"), logs
 // ptxas's register and spill lines, and writes the cubin to
 // MAMBAGO_DUMP_DIR (default the system's temporary folder) for cuobjdump.
 // scripts/sass.sh runs it. Without MAMBAGO_DUMP it skips.
@@ -28,7 +28,11 @@ func TestDumpCubin(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := append([]string{"--std=c++17", "--ptxas-options=-v"}, strings.Fields(os.Getenv("MAMBAGO_DUMP_OPTS"))...)
-	cubin, log, err := cuda.CompileLog(src, name, "sm_90", opts...)
+	arch := os.Getenv("MAMBAGO_DUMP_ARCH")
+	if arch == "" {
+		arch = "sm_90"
+	}
+	cubin, log, err := cuda.CompileLog(src, name, arch, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

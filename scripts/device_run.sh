@@ -62,6 +62,8 @@
 #             tests that run the scan, the one-pass scan's knobs
 #             (BenchmarkOnePass, settings taking turns), and ncu's per-instruction stall
 #             samples of the engine's one-pass scan (bench/stalls.py);
+#   gemmtma:  gemm_tma (TMA and wgmma, sm_90a) against float64 and under
+#             memcheck, then against cuBLASLt's tuned pick (BenchmarkGemmTMA);
 #   pdl:      the prefill's kernels under programmatic dependent launch
 #             (Engine.PrefillPDL): the tests that compare it bit for bit with
 #             plain launches, memcheck over them, then bf16 graph replays with
@@ -203,6 +205,14 @@ if [[ $mode == fused ]]; then
   echo "== bf16 prefills, the conv and x_proj as two nodes against one kernel (BenchmarkFusedConvXProj)"
   timeout 200 .carry/gpu.test -test.v -test.run '^$' -test.bench FusedConvXProj -test.benchtime 1x 2>&1 \
     | tee "$OUT/fused_bench.log" | grep -E "fused conv |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  exit $status
+fi
+if [[ $mode == gemmtma ]]; then
+  echo "== gemm_tma (kernels/gemm_tma.cu: TMA and wgmma) against float64, memcheck, then against cuBLASLt (BenchmarkGemmTMA)"
+  run_tests gemmtma_test 120 .carry/kernels.test -test.v -test.run 'GemmTMA'
+  memcheck memcheck_gemmtma 120 .carry/kernels.test 'GemmTMAKernel'
+  timeout 200 .carry/kernels.test -test.v -test.run '^$' -test.bench GemmTMA -test.benchtime 1x 2>&1 \
+    | tee "$OUT/gemmtma_bench.log" | grep -E "gemm_tma |FAIL|panic" | sed 's/^ *gemm_tma_test.go:[0-9]*: //'
   exit $status
 fi
 if [[ $mode == pdl ]]; then

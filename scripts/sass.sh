@@ -5,6 +5,7 @@
 # Prints ptxas's registers and spills per entry, then writes the SASS to
 # build/sass/<file>.sass and the cubin beside it.
 #   bash scripts/sass.sh scan_onepass.cu [NVRTC options, e.g. -DOP_TL2=32]
+# SASS_ARCH picks another target (e.g. SASS_ARCH=sm_90a for wgmma).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name=${1:?a kernel source in kernels/, e.g. scan_onepass.cu}
@@ -16,7 +17,7 @@ if [[ ! -x $tools/bin/python ]]; then
 fi
 cu13=$("$tools/bin/python" -c 'import os, nvidia; print(os.path.join(nvidia.__path__[0], "cu13"))')
 mkdir -p build/sass
-MAMBAGO_NVRTC="$cu13/lib/libnvrtc.so.13" MAMBAGO_DUMP="$name" \
+MAMBAGO_NVRTC="$cu13/lib/libnvrtc.so.13" MAMBAGO_DUMP="$name" MAMBAGO_DUMP_ARCH="${SASS_ARCH:-sm_90}" \
   MAMBAGO_DUMP_OPTS="$*" MAMBAGO_DUMP_DIR="$PWD/build/sass" \
   go test -count=1 -run '^TestDumpCubin$' -v ./kernels | grep -E "Compiling|Used|spill|wrote|FAIL|ok" \
   | sed 's/^ *dump_test.go:[0-9]*: //'

@@ -213,6 +213,8 @@ func packArgs(args []any) ([]byte, []int32, error) {
 			put(4, func(b []byte) { binary.LittleEndian.PutUint32(b, v) })
 		case float32:
 			put(4, func(b []byte) { binary.LittleEndian.PutUint32(b, math.Float32bits(v)) })
+		case TensorMap:
+			put(len(v), func(b []byte) { copy(b, v[:]) })
 		case int:
 			if v < math.MinInt32 || v > math.MaxInt32 {
 				return nil, nil, fmt.Errorf("argument %d: int %d overflows int32 (pass int64)", i, v)

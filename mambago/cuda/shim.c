@@ -103,6 +103,8 @@ FN(int, cuGraphKernelNodeGetParams, (void *, mg_kernel_node *));
 FN(int, cuGraphMemsetNodeGetParams, (void *, mg_memset_node *));
 FN(int, cuGraphAddKernelNode, (void **, void *, void **, size_t, const mg_kernel_node *));
 FN(int, cuGraphDestroyNode, (void *));
+FN(int, cuTensorMapEncodeTiled, (void *, int, unsigned, mg_devptr, const uint64_t *, const uint64_t *, const unsigned *,
+                                 const unsigned *, int, int, int, int));
 
 FN(int, cublasCreate, (void **));
 FN(int, cublasDestroy, (void *));
@@ -199,6 +201,7 @@ const char *mg_load_driver(const char *path) {
 	p_cuGraphMemsetNodeGetParams = dlsym(h, "cuGraphMemsetNodeGetParams");
 	p_cuGraphAddKernelNode = dlsym(h, "cuGraphAddKernelNode_v2");
 	p_cuGraphDestroyNode = dlsym(h, "cuGraphDestroyNode");
+	p_cuTensorMapEncodeTiled = dlsym(h, "cuTensorMapEncodeTiled"); // optional: CUDA >= 12.0
 	return NULL;
 }
 
@@ -508,4 +511,11 @@ mg_result mg_nvrtcGetCUBIN(void *p, char **cubin, size_t *size) {
 mg_result mg_nvrtcDestroyProgram(void **p) { CALL(nvrtcDestroyProgram, p); }
 const char *mg_nvrtcErrorString(mg_result r) {
 	return p_nvrtcGetErrorString ? p_nvrtcGetErrorString(r) : "NVRTC_ERROR_UNKNOWN";
+}
+
+mg_result mg_cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank, mg_devptr addr, const uint64_t *dims,
+                                    const uint64_t *strides, const unsigned *box, const unsigned *estrides, int interleave,
+                                    int swizzle, int l2promotion, int oobfill) {
+	CALL(cuTensorMapEncodeTiled, map, dtype, rank, addr, dims, strides, box, estrides, interleave, swizzle, l2promotion,
+	     oobfill);
 }

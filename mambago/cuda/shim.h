@@ -88,6 +88,11 @@ mg_result mg_cuGraphMemsetNodeParams(void *node, mg_devptr *dst, size_t *pitch, 
 mg_result mg_cuGraphAddKernelNode(void **node, void *graph, void **deps, size_t ndeps, void *f, unsigned gx, unsigned bx,
                                   void *args, const int *offsets, int nargs);
 mg_result mg_cuGraphDestroyNode(void *node);
+// mg_cuTensorMapEncodeTiled encodes a TMA tensor map (map: 128 bytes,
+// 64-aligned) as cuTensorMapEncodeTiled does (CUDA >= 12.0; 500 without it).
+mg_result mg_cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank, mg_devptr addr, const uint64_t *dims,
+                                    const uint64_t *strides, const unsigned *box, const unsigned *estrides, int interleave,
+                                    int swizzle, int l2promotion, int oobfill);
 void mg_graph_layout(int *out);
 
 // cuBLAS (column-major, as its API is).

@@ -1,0 +1,188 @@
+// GEMMs on Hopper's tensor cores through the copy engine (TMA) and wgmma:
+//
+//   C [M, N] = A [M, K] · Wᵀ + beta · C        (beta 0: C is only written)
+//
+// A (row stride lda) and W [N, K] (row stride ldw) of a 16-bit storage type,
+// both K-major (a linear layer's input and weight as PyTorch stores them); C
+// f32, row stride ldc. The operands come in as TMA tensor maps
+// (cuda.NewTensorMap2D: boxes of 64 elements of K by 128 rows, 128-byte
+// swizzle), which zero-fill rows past M or N and columns past K.
+//
+// gemm_tma_<T>: a block of 384 threads computes a 128 x 128 tile of C, grid
+// (ceil(N / 128), ceil(M / 128)). Warpgroup 0 is the producer: one thread
+// copies A's and W's 128 x 64 tiles of each step of K into a ring of
+// GT_STAGES stages, each completing on the stage's full barrier (the copy
+// engine counts its bytes). Warpgroups 1 and 2 are the consumers, rows 0-63
+// and 64-127 of the tile: each waits for a stage, runs its four wgmma
+// m64n128k16 (f32 accumulators in registers), waits for them and releases the
+// stage through its empty barrier. The epilogue stores the accumulators
+// (adding beta · C) inside C only. Under programmatic dependent launch the
+// producer fetches the first stages of W (a weight, which no kernel in
+// flight writes) before it waits for the previous kernel, then A's.
+//
+// wgmma and the tensor maps need sm_90a: on any other target the kernels
+// compile to a trap, so that every source builds for every architecture.
+
+#define GT_BM 128
+#define GT_BN 128
+#define GT_BK 64
+#define GT_STAGES 4
+#define GT_THREADS 384
+#define GT_STAGE_BYTES ((GT_BM + GT_BN) * GT_BK * 2)
+
+// gemm_tma_shared is the dynamic shared memory of gemm_tma_*: the ring, 1024
+// bytes to align it (the 128-byte swizzle repeats every 1024), and the
+// barriers. gpu code passes the same (kernels' gemmTMAShared).
+__host__ __device__ constexpr int gemm_tma_shared() { return GT_STAGES * GT_STAGE_BYTES + 1024 + 2 * GT_STAGES * 8; }
+
+// A CUtensorMap as the driver encodes it: 128 opaque bytes.
+struct __align__(64) tensor_map {
+    unsigned long long v[16];
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    asm volatile(
+        "{\n .reg .pred p;\n GT_WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra GT_WAIT_%=;\n}" ::"r"(bar),
+        "r"(parity)
+        : "memory");
+}
+// tma_load copies the box at (x, y) (x along K) of map into shared memory at
+// dst, completing on bar.
+__device__ __forceinline__ void tma_load(unsigned dst, const tensor_map *map, unsigned bar, int x, int y) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+        "l"(map), "r"(bar), "r"(x), "r"(y)
+        : "memory");
+}
+// wg_desc is the wgmma descriptor of a K-major tile at shared address addr,
+// 128-byte rows swizzled in groups of 8 rows (1024 bytes apart).
+__device__ __forceinline__ unsigned long long wg_desc(unsigned addr) {
+    return (unsigned long long)((addr & 0x3FFFF) >> 4) | (1ull << 16) | (64ull << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+
+// wg_mma runs D (+)= A · Bᵀ for a 64 x 128 x 16 step; scale 0 overwrites D.
+#define WG_MMA(TY)                                                                                   \
+    __device__ __forceinline__ void wg_mma_##TY(float (&d)[64], unsigned long long da, unsigned long long db, int scale) { \
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"                                 \
+                     " wgmma.mma_async.sync.aligned.m64n128k16.f32." #TY "." #TY                    \
+                     " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, 0;\n}"                                         \
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])                                                                          \
+                     : "l"(da), "l"(db), "r"(scale));                                                \
+    }
+WG_MMA(bf16)
+WG_MMA(f16)
+__device__ __forceinline__ void wg_mma(bf16, float (&d)[64], unsigned long long da, unsigned long long db, int scale) {
+    wg_mma_bf16(d, da, db, scale);
+}
+__device__ __forceinline__ void wg_mma(f16, float (&d)[64], unsigned long long da, unsigned long long db, int scale) {
+    wg_mma_f16(d, da, db, scale);
+}
+
+template <class T>
+__device__ __forceinline__ void gemm_tma(const tensor_map *amap, const tensor_map *wmap, float *__restrict__ C, int ldc,
+                                         int M, int N, int K, float beta) {
+    extern __shared__ __align__(1024) unsigned char gt_smem[];
+    const unsigned base = (shared_addr(gt_smem) + 1023) & ~1023u;
+    const unsigned bars = base + GT_STAGES * GT_STAGE_BYTES;  // full[s] at bars + 8 s, empty[s] after them
+    auto full = [&](int s) { return bars + 8 * s; };
+    auto empty = [&](int s) { return bars + 8 * (GT_STAGES + s); };
+    auto sA = [&](int s) { return base + s * GT_STAGE_BYTES; };
+    auto sW = [&](int s) { return base + s * GT_STAGE_BYTES + GT_BM * GT_BK * 2; };
+    const int m0 = blockIdx.y * GT_BM, n0 = blockIdx.x * GT_BN, steps = (K + GT_BK - 1) / GT_BK;
+    const int wg = threadIdx.x / 128;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < GT_STAGES; s++) mbar_init(full(s), 1), mbar_init(empty(s), 2);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+    if (wg == 0) {  // the producer
+        if (threadIdx.x == 0) {
+            const int first = min(steps, GT_STAGES);
+            for (int k = 0; k < first; k++) {  // W's first stages: a weight, ready before the wait
+                mbar_expect_tx(full(k), GT_STAGE_BYTES);
+                tma_load(sW(k), wmap, full(k), k * GT_BK, n0);
+            }
+            pdl_wait();
+            for (int k = 0; k < first; k++) tma_load(sA(k), amap, full(k), k * GT_BK, m0);
+            for (int k = first; k < steps; k++) {
+                const int s = k % GT_STAGES;
+                mbar_wait(empty(s), (k / GT_STAGES - 1) & 1);  // both consumers are done with step k - GT_STAGES
+                mbar_expect_tx(full(s), GT_STAGE_BYTES);
+                tma_load(sW(s), wmap, full(s), k * GT_BK, n0);
+                tma_load(sA(s), amap, full(s), k * GT_BK, m0);
+            }
+        }
+    } else {  // a consumer: rows (wg - 1) 64 .. + 63 of the tile
+        pdl_wait();  // the epilogue reads C
+        float d[64];
+#pragma unroll
+        for (int i = 0; i < 64; i++) d[i] = 0.f;
+        const unsigned rows = (wg - 1) * 64 * GT_BK * 2;  // the warpgroup's 64 rows of A's tile
+        for (int k = 0; k < steps; k++) {
+            const int s = k % GT_STAGES;
+            mbar_wait(full(s), (k / GT_STAGES) & 1);
+            wg_fence();
+#pragma unroll
+            for (int j = 0; j < GT_BK / 16; j++)  // 16 elements of K (32 bytes) a step, inside the swizzled row
+                wg_mma(T{}, d, wg_desc(sA(s) + rows + 32 * j), wg_desc(sW(s) + 32 * j), k > 0 || j > 0);
+            wg_commit();
+            wg_wait0();
+            if (threadIdx.x % 128 == 0) mbar_arrive(empty(s));
+        }
+        // d[4i + h] is row 16 w + lane / 4 (+ 8 for h >= 2), column 8 i + 2 (lane % 4) + h % 2 of the
+        // warpgroup's 64 x 128 (w its warp).
+        const int w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
+        const int r0 = m0 + (wg - 1) * 64 + 16 * w + lane / 4;
+#pragma unroll
+        for (int i = 0; i < 16; i++) {
+#pragma unroll
+            for (int h = 0; h < 4; h++) {
+                const int r = r0 + (h >= 2 ? 8 : 0), c = n0 + 8 * i + 2 * (lane % 4) + h % 2;
+                if (r < M && c < N) {
+                    float *p = C + (size_t)r * ldc + c;
+                    *p = beta != 0.f ? d[4 * i + h] + beta * *p : d[4 * i + h];
+                }
+            }
+        }
+    }
+    pdl_release();
+}
+#endif
+
+#define GEMM_TMA(sfx, T)                                                                                        \
+    extern "C" __global__ void __launch_bounds__(GT_THREADS, 1)                                                 \
+        gemm_tma_##sfx(const __grid_constant__ tensor_map amap, const __grid_constant__ tensor_map wmap,        \
+                       float *__restrict__ C, int ldc, int M, int N, int K, float beta) {                        \
+        GEMM_TMA_BODY(T)                                                                                        \
+    }
+// gemm_tma_entry runs gemm_tma for a 16-bit type on sm_90a; gemm_tma_f32
+// exists only because EACH_DTYPE makes every type's entry, and traps.
+template <class T>
+__device__ __forceinline__ void gemm_tma_entry(const tensor_map *amap, const tensor_map *wmap, float *C, int ldc, int M,
+                                               int N, int K, float beta) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    gemm_tma<T>(amap, wmap, C, ldc, M, N, K, beta);
+#else
+    __trap();
+#endif
+}
+template <>
+__device__ __forceinline__ void gemm_tma_entry<float>(const tensor_map *, const tensor_map *, float *, int, int, int, int,
+                                                      float) {
+    __trap();
+}
+#define GEMM_TMA_BODY(T) gemm_tma_entry<T>(&amap, &wmap, C, ldc, M, N, K, beta);
+EACH_DTYPE(GEMM_TMA)
