@@ -151,6 +151,7 @@ func BenchmarkGemmTMA(b *testing.B) {
 		{"1.4b_out_proj_T2048", 2048, 2048, 4096, 1},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
+			gputest.Device(b) // a sub-benchmark runs on its own goroutine: the context made current on its thread
 			M, N, K := tc.M, tc.N, tc.K
 			_, aPacked := pack16(dt, randn(M*K, 1))
 			_, wPacked := pack16(dt, randn(N*K, 0.05))
