@@ -14,8 +14,9 @@
 // GT_STAGES stages, each completing on the stage's full barrier (the copy
 // engine counts its bytes). Warpgroups 1 and 2 are the consumers, rows 0-63
 // and 64-127 of the tile: each waits for a stage, runs its four wgmma
-// m64n128k16 (f32 accumulators in registers), waits for them and releases the
-// stage through its empty barrier. The epilogue stores the accumulators
+// m64n128k16 (f32 accumulators in registers), and releases the step
+// before's stage through its empty barrier once that step's MMAs are done
+// (one step's MMAs in flight while the next stage is waited for). The epilogue stores the accumulators
 // (adding beta · C) inside C only. Under programmatic dependent launch the
 // producer fetches the first stages of W (a weight, which no kernel in
 // flight writes) before it waits for the previous kernel, then A's.
@@ -72,6 +73,7 @@ __device__ __forceinline__ unsigned long long wg_desc(unsigned addr) {
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 __device__ __forceinline__ void wg_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+__device__ __forceinline__ void wg_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;" ::: "memory"); }
 
 // wg_mma runs D (+)= A · Bᵀ for a 64 x 128 x 16 step; scale 0 overwrites D.
 #define WG_MMA(TY)                                                                                   \
@@ -139,21 +141,36 @@ __device__ __forceinline__ void gemm_tma(const tensor_map *amap, const tensor_ma
             for (int j = 0; j < GT_BK / 16; j++)  // 16 elements of K (32 bytes) a step, inside the swizzled row
                 wg_mma(T{}, d, wg_desc(sA(s) + rows + 32 * j), wg_desc(sW(s) + 32 * j), k > 0 || j > 0);
             wg_commit();
-            wg_wait0();
-            if (threadIdx.x % 128 == 0) mbar_arrive(empty(s));
+            // The step before's MMAs are done once at most this step's are in
+            // flight: its stage goes back to the producer, while the tensor
+            // cores run this one.
+            wg_wait1();
+            if (k > 0 && threadIdx.x % 128 == 0) mbar_arrive(empty((k - 1) % GT_STAGES));
         }
+        wg_wait0();
         // d[4i + h] is row 16 w + lane / 4 (+ 8 for h >= 2), column 8 i + 2 (lane % 4) + h % 2 of the
         // warpgroup's 64 x 128 (w its warp).
         const int w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
         const int r0 = m0 + (wg - 1) * 64 + 16 * w + lane / 4;
+        const bool pairs = ldc % 2 == 0 && ((size_t)C & 7) == 0;  // each thread's two columns as one 8-byte access
 #pragma unroll
         for (int i = 0; i < 16; i++) {
 #pragma unroll
-            for (int h = 0; h < 4; h++) {
-                const int r = r0 + (h >= 2 ? 8 : 0), c = n0 + 8 * i + 2 * (lane % 4) + h % 2;
-                if (r < M && c < N) {
-                    float *p = C + (size_t)r * ldc + c;
-                    *p = beta != 0.f ? d[4 * i + h] + beta * *p : d[4 * i + h];
+            for (int h = 0; h < 4; h += 2) {
+                const int r = r0 + (h >= 2 ? 8 : 0), c = n0 + 8 * i + 2 * (lane % 4);
+                if (r >= M) continue;
+                float *p = C + (size_t)r * ldc + c;
+                if (pairs && c + 1 < N) {
+                    float2 v = make_float2(d[4 * i + h], d[4 * i + h + 1]);
+                    if (beta != 0.f) {
+                        const float2 o = *reinterpret_cast<const float2 *>(p);
+                        v.x += beta * o.x, v.y += beta * o.y;
+                    }
+                    *reinterpret_cast<float2 *>(p) = v;
+                } else {
+#pragma unroll
+                    for (int q = 0; q < 2; q++)
+                        if (c + q < N) p[q] = beta != 0.f ? d[4 * i + h + q] + beta * p[q] : d[4 * i + h + q];
                 }
             }
         }
