@@ -8,11 +8,11 @@
 // (cuda.NewTensorMap2D: boxes of 64 elements of K by 128 rows, 128-byte
 // swizzle), which zero-fill rows past M or N and columns past K.
 //
-// gemm_tma_<T>: a block of 384 threads computes a 128 x 128 tile of C, grid
-// (ceil(N / 128), ceil(M / 128)). Warpgroup 0 is the producer: one thread
-// copies A's and W's 128 x 64 tiles of each step of K into a ring of
+// gemm_tma_<T>: a block of 288 threads computes a 128 x 128 tile of C, grid
+// (ceil(N / 128), ceil(M / 128)), GT_BLOCKS blocks an SM. Warp 8 is the
+// producer: one thread copies A's and W's 128 x 64 tiles of each step of K into a ring of
 // GT_STAGES stages, each completing on the stage's full barrier (the copy
-// engine counts its bytes). Warpgroups 1 and 2 are the consumers, rows 0-63
+// engine counts its bytes). Warpgroups 0 and 1 are the consumers, rows 0-63
 // and 64-127 of the tile: each waits for a stage, runs its four wgmma
 // m64n128k16 (f32 accumulators in registers), and releases the step
 // before's stage through its empty barrier once that step's MMAs are done
@@ -27,8 +27,13 @@
 #define GT_BM 128
 #define GT_BN 128
 #define GT_BK 64
-#define GT_STAGES 4
-#define GT_THREADS 384
+#ifndef GT_STAGES
+#define GT_STAGES 3  // with two blocks an SM (GT_BLOCKS), six stages of loads in flight an SM
+#endif
+#ifndef GT_BLOCKS
+#define GT_BLOCKS 2  // blocks an SM: one's epilogue runs under the other's MMAs
+#endif
+#define GT_THREADS 288  // two consumer warpgroups, then the producer's warp
 #define GT_STAGE_BYTES ((GT_BM + GT_BN) * GT_BK * 2)
 
 // gemm_tma_shared is the dynamic shared memory of gemm_tma_*: the ring, 1024
@@ -104,14 +109,14 @@ __device__ __forceinline__ void gemm_tma(const tensor_map *amap, const tensor_ma
     auto sA = [&](int s) { return base + s * GT_STAGE_BYTES; };
     auto sW = [&](int s) { return base + s * GT_STAGE_BYTES + GT_BM * GT_BK * 2; };
     const int m0 = blockIdx.y * GT_BM, n0 = blockIdx.x * GT_BN, steps = (K + GT_BK - 1) / GT_BK;
-    const int wg = threadIdx.x / 128;
+    const int wg = threadIdx.x / 128;  // 0 and 1 the consumers, 2 the producer (one warp)
     if (threadIdx.x == 0) {
         for (int s = 0; s < GT_STAGES; s++) mbar_init(full(s), 1), mbar_init(empty(s), 2);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     __syncthreads();
-    if (wg == 0) {  // the producer
-        if (threadIdx.x == 0) {
+    if (wg == 2) {  // the producer
+        if (threadIdx.x == 256) {
             const int first = min(steps, GT_STAGES);
             for (int k = 0; k < first; k++) {  // W's first stages: a weight, ready before the wait
                 mbar_expect_tx(full(k), GT_STAGE_BYTES);
@@ -127,12 +132,12 @@ __device__ __forceinline__ void gemm_tma(const tensor_map *amap, const tensor_ma
                 tma_load(sA(s), amap, full(s), k * GT_BK, m0);
             }
         }
-    } else {  // a consumer: rows (wg - 1) 64 .. + 63 of the tile
+    } else {  // a consumer: rows 64 wg .. + 63 of the tile
         pdl_wait();  // the epilogue reads C
         float d[64];
 #pragma unroll
         for (int i = 0; i < 64; i++) d[i] = 0.f;
-        const unsigned rows = (wg - 1) * 64 * GT_BK * 2;  // the warpgroup's 64 rows of A's tile
+        const unsigned rows = wg * 64 * GT_BK * 2;  // the warpgroup's 64 rows of A's tile
         for (int k = 0; k < steps; k++) {
             const int s = k % GT_STAGES;
             mbar_wait(full(s), (k / GT_STAGES) & 1);
@@ -151,7 +156,7 @@ __device__ __forceinline__ void gemm_tma(const tensor_map *amap, const tensor_ma
         // d[4i + h] is row 16 w + lane / 4 (+ 8 for h >= 2), column 8 i + 2 (lane % 4) + h % 2 of the
         // warpgroup's 64 x 128 (w its warp).
         const int w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
-        const int r0 = m0 + (wg - 1) * 64 + 16 * w + lane / 4;
+        const int r0 = m0 + wg * 64 + 16 * w + lane / 4;
         const bool pairs = ldc % 2 == 0 && ((size_t)C & 7) == 0;  // each thread's two columns as one 8-byte access
 #pragma unroll
         for (int i = 0; i < 16; i++) {
@@ -180,7 +185,7 @@ __device__ __forceinline__ void gemm_tma(const tensor_map *amap, const tensor_ma
 #endif
 
 #define GEMM_TMA(sfx, T)                                                                                        \
-    extern "C" __global__ void __launch_bounds__(GT_THREADS, 1)                                                 \
+    extern "C" __global__ void __launch_bounds__(GT_THREADS, GT_BLOCKS)                                         \
         gemm_tma_##sfx(const __grid_constant__ tensor_map amap, const __grid_constant__ tensor_map wmap,        \
                        float *__restrict__ C, int ldc, int M, int N, int K, float beta) {                        \
         GEMM_TMA_BODY(T)                                                                                        \

@@ -19,9 +19,9 @@ type gemmTMA struct {
 	s  *cuda.Stream
 }
 
-// gemmTMAShared is gemm_tma_shared(): 4 stages of two 128 x 64 16-bit
-// tiles, 1024 bytes of alignment, 8 barriers.
-const gemmTMAShared = 4*(128+128)*64*2 + 1024 + 2*4*8
+// gemmTMAShared is gemm_tma_shared(): 3 stages (GT_STAGES) of two 128 x 64
+// 16-bit tiles, 1024 bytes of alignment, the barriers.
+const gemmTMAShared = 3*(128+128)*64*2 + 1024 + 2*3*8
 
 // newGemmTMA compiles gemm_tma.cu for d's sm_90a, or skips where d is no
 // sm_90 GPU.
@@ -70,7 +70,7 @@ func (g *gemmTMA) maps(dt cuda.DType, A, W cuda.Ptr, M, N, K int) (cuda.TensorMa
 
 // launch queues the GEMM (with programmatic dependent launch when pdl).
 func (g *gemmTMA) launch(dt cuda.DType, am, wm cuda.TensorMap, C cuda.Ptr, M, N, K int, beta float32, pdl bool) error {
-	return g.fn[dt].LaunchMaybePDL(pdl, cuda.Dim3{X: (N + 127) / 128, Y: (M + 127) / 128, Z: 1}, cuda.D1(384),
+	return g.fn[dt].LaunchMaybePDL(pdl, cuda.Dim3{X: (N + 127) / 128, Y: (M + 127) / 128, Z: 1}, cuda.D1(288),
 		gemmTMAShared, g.s, am, wm, C, N, M, N, K, beta)
 }
 
