@@ -11,21 +11,24 @@ import (
 	"github.com/mambago/mambago/mambago/cuda"
 )
 
-// gemmTMA is kernels/gemm_tma.cu built for sm_90a (wgmma and tensor maps),
-// and a launcher of its entries: C [M, N] = A [M, K] · Wᵀ + beta · C, A and
-// W of dt (K-major, rows K apart), C f32 (rows N apart).
+// gemmTMA is kernels/gemm_tma.cu built for sm_90a (wgmma and tensor maps)
+// with a tile of 128 x bn, a ring of stages and blocks an SM, and a
+// launcher of its entries: C [M, N] = A [M, K] · Wᵀ + beta · C, A and W of
+// dt (K-major, rows K apart), C f32 (rows N apart).
 type gemmTMA struct {
-	fn map[cuda.DType]*cuda.Function
-	s  *cuda.Stream
+	bn, shared int
+	fn         map[cuda.DType]*cuda.Function
+	s          *cuda.Stream
 }
 
-// gemmTMAShared is gemm_tma_shared(): 3 stages (GT_STAGES) of two 128 x 64
-// 16-bit tiles, 1024 bytes of alignment, the barriers.
-const gemmTMAShared = 3*(128+128)*64*2 + 1024 + 2*3*8
+// gemmTMABuilds are the builds the test checks and the benchmark times:
+// the source's defaults (128 x 128, 3 stages, two blocks an SM), then
+// 128 x 256 tiles, 4 stages, one block an SM.
+var gemmTMABuilds = []struct{ bn, stages, blocks int }{{128, 3, 2}, {256, 4, 1}}
 
-// newGemmTMA compiles gemm_tma.cu for d's sm_90a, or skips where d is no
-// sm_90 GPU.
-func newGemmTMA(tb testing.TB, s *cuda.Stream) *gemmTMA {
+// newGemmTMA compiles gemm_tma.cu for d's sm_90a with a tile of 128 x bn,
+// stages stages and blocks blocks an SM, or skips where d is no sm_90 GPU.
+func newGemmTMA(tb testing.TB, s *cuda.Stream, bn, stages, blocks int) *gemmTMA {
 	tb.Helper()
 	d := gputest.Device(tb)
 	if d.Major != 9 || d.Minor != 0 {
@@ -35,7 +38,8 @@ func newGemmTMA(tb testing.TB, s *cuda.Stream) *gemmTMA {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cubin, err := cuda.Compile(src, "gemm_tma.cu", "sm_90a", "--std=c++17")
+	cubin, err := cuda.Compile(src, "gemm_tma.cu", "sm_90a", "--std=c++17", fmt.Sprintf("-DGT_BN=%d", bn),
+		fmt.Sprintf("-DGT_STAGES=%d", stages), fmt.Sprintf("-DGT_BLOCKS=%d", blocks))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -44,13 +48,15 @@ func newGemmTMA(tb testing.TB, s *cuda.Stream) *gemmTMA {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { m.Unload() })
-	g := &gemmTMA{fn: map[cuda.DType]*cuda.Function{}, s: s}
+	// gemm_tma_shared(): the ring of stages of A's 128 and W's bn rows of 64
+	// 16-bit elements, 1024 bytes of alignment, two barriers a stage.
+	g := &gemmTMA{bn: bn, shared: stages*(128+bn)*64*2 + 1024 + 2*stages*8, fn: map[cuda.DType]*cuda.Function{}, s: s}
 	for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
 		f, err := m.Function("gemm_tma_" + dt.Suffix())
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if err := f.SetMaxDynamicShared(gemmTMAShared); err != nil {
+		if err := f.SetMaxDynamicShared(g.shared); err != nil {
 			tb.Fatal(err)
 		}
 		g.fn[dt] = f
@@ -64,65 +70,91 @@ func (g *gemmTMA) maps(dt cuda.DType, A, W cuda.Ptr, M, N, K int) (cuda.TensorMa
 	if err != nil {
 		return am, am, err
 	}
-	wm, err := cuda.NewTensorMap2D(dt, W, N, K, K, 128, 64)
+	wm, err := cuda.NewTensorMap2D(dt, W, N, K, K, g.bn, 64)
 	return am, wm, err
 }
 
 // launch queues the GEMM (with programmatic dependent launch when pdl).
 func (g *gemmTMA) launch(dt cuda.DType, am, wm cuda.TensorMap, C cuda.Ptr, M, N, K int, beta float32, pdl bool) error {
-	return g.fn[dt].LaunchMaybePDL(pdl, cuda.Dim3{X: (N + 127) / 128, Y: (M + 127) / 128, Z: 1}, cuda.D1(288),
-		gemmTMAShared, g.s, am, wm, C, N, M, N, K, beta)
+	return g.fn[dt].LaunchMaybePDL(pdl, cuda.Dim3{X: (N + g.bn - 1) / g.bn, Y: (M + 127) / 128, Z: 1}, cuda.D1(288),
+		g.shared, g.s, am, wm, C, N, M, N, K, beta)
 }
 
-// TestGemmTMAKernel checks gemm_tma (bf16, f16) against float64 sums of the
-// products of its inputs as stored: within 1e-5 of C's largest value, at
+// TestGemmTMAKernel checks each build of gemm_tma (gemmTMABuilds; bf16, f16)
+// against float64 sums of the products of its inputs as stored: within 1e-5
+// of C's largest value (64 random rows of the two large shapes), at
 // the 130m in_proj and out_proj shapes (the latter adding into C, beta 1),
 // at shapes with partial tiles in every dimension (M, N not multiples of
 // 128, K not of 64), and at one row. C starts as NaN where beta is 0, so an
 // element the kernel skips fails. Fresh random inputs each run.
 func TestGemmTMAKernel(t *testing.T) {
 	_, s := gpu(t)
-	g := newGemmTMA(t, s)
-	for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
-		for _, tc := range []struct {
-			M, N, K int
-			beta    float32
-		}{{2048, 3072, 768, 0}, {2048, 768, 1536, 1}, {300, 200, 96, 0}, {1, 128, 64, 0}, {130, 72, 1000, 1}, {129, 257, 8, 0}} {
-			label := fmt.Sprintf("%s M=%d N=%d K=%d beta=%g", dt, tc.M, tc.N, tc.K, tc.beta)
-			M, N, K := tc.M, tc.N, tc.K
-			a, aPacked := pack16(dt, randn(M*K, 1))
-			w, wPacked := pack16(dt, randn(N*K, 0.05))
-			c0 := randn(M*N, 1)
-			bA, bW := upload(t, s, aPacked), upload(t, s, wPacked)
-			var bC *cuda.Buffer
-			if tc.beta != 0 {
-				bC = upload(t, s, c0)
-			} else {
-				bC = poisoned(t, s, M*N)
-			}
-			am, wm, err := g.maps(dt, bA.Ptr, bW.Ptr, M, N, K)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := g.launch(dt, am, wm, bC.Ptr, M, N, K, tc.beta, rand.IntN(2) == 0); err != nil {
-				t.Fatal(err)
-			}
-			want := make([]float64, M*N)
-			for r := 0; r < M; r++ {
-				for c := 0; c < N; c++ {
-					var acc float64
-					for k := 0; k < K; k++ {
-						acc += float64(a[r*K+k]) * float64(w[c*K+k])
-					}
-					if tc.beta != 0 {
-						acc += float64(tc.beta) * float64(c0[r*N+c])
-					}
-					want[r*N+c] = acc
+	for _, build := range gemmTMABuilds {
+		g := newGemmTMA(t, s, build.bn, build.stages, build.blocks)
+		for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
+			gemmTMACheck(t, g, s, dt, fmt.Sprintf("128x%d %d stages", build.bn, build.stages))
+		}
+	}
+}
+
+// gemmTMACheck runs TestGemmTMAKernel's shapes on one build and type.
+func gemmTMACheck(t *testing.T, g *gemmTMA, s *cuda.Stream, dt cuda.DType, build string) {
+	for _, tc := range []struct {
+		M, N, K int
+		beta    float32
+	}{{2048, 3072, 768, 0}, {2048, 768, 1536, 1}, {300, 200, 96, 0}, {1, 128, 64, 0}, {130, 72, 1000, 1}, {129, 257, 8, 0}} {
+		label := fmt.Sprintf("%s %s M=%d N=%d K=%d beta=%g", build, dt, tc.M, tc.N, tc.K, tc.beta)
+		M, N, K := tc.M, tc.N, tc.K
+		a, aPacked := pack16(dt, randn(M*K, 1))
+		w, wPacked := pack16(dt, randn(N*K, 0.05))
+		c0 := randn(M*N, 1)
+		bA, bW := upload(t, s, aPacked), upload(t, s, wPacked)
+		var bC *cuda.Buffer
+		if tc.beta != 0 {
+			bC = upload(t, s, c0)
+		} else {
+			bC = poisoned(t, s, M*N)
+		}
+		am, wm, err := g.maps(dt, bA.Ptr, bW.Ptr, M, N, K)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.launch(dt, am, wm, bC.Ptr, M, N, K, tc.beta, rand.IntN(2) == 0); err != nil {
+			t.Fatal(err)
+		}
+		got := download(t, s, bC, M*N)
+		// Every row of the small shapes; of the large ones 64 random rows
+		// (and every NaN anywhere), to keep the float64 sums quick.
+		rows := make([]int, 0, M)
+		for r := 0; r < M; r++ {
+			rows = append(rows, r)
+		}
+		if M*N*K > 1<<26 {
+			rand.Shuffle(len(rows), func(i, j int) { rows[i], rows[j] = rows[j], rows[i] })
+			rows = rows[:64]
+			for i, v := range got {
+				if v != v {
+					t.Fatalf("%s: C[%d, %d] is NaN", label, i/N, i%N)
 				}
 			}
-			if e := relErr(download(t, s, bC, M*N), want); !(e <= 1e-5) {
-				t.Errorf("%s: rel err %.3g", label, e)
+		}
+		var gotRows []float32
+		var want []float64
+		for _, r := range rows {
+			gotRows = append(gotRows, got[r*N:(r+1)*N]...)
+			for c := 0; c < N; c++ {
+				var acc float64
+				for k := 0; k < K; k++ {
+					acc += float64(a[r*K+k]) * float64(w[c*K+k])
+				}
+				if tc.beta != 0 {
+					acc += float64(tc.beta) * float64(c0[r*N+c])
+				}
+				want = append(want, acc)
 			}
+		}
+		if e := relErr(gotRows, want); !(e <= 1e-5) {
+			t.Errorf("%s: rel err %.3g", label, e)
 		}
 	}
 }
@@ -133,7 +165,10 @@ func TestGemmTMAKernel(t *testing.T) {
 // graph of 20 launches, the two taking turns, and their ratio.
 func BenchmarkGemmTMA(b *testing.B) {
 	_, s := gpu(b)
-	g := newGemmTMA(b, s)
+	var builds []*gemmTMA
+	for _, build := range gemmTMABuilds {
+		builds = append(builds, newGemmTMA(b, s, build.bn, build.stages, build.blocks))
+	}
 	blas, err := cuda.NewBLAS(s, false)
 	if err != nil {
 		b.Fatal(err)
@@ -156,35 +191,38 @@ func BenchmarkGemmTMA(b *testing.B) {
 			_, aPacked := pack16(dt, randn(M*K, 1))
 			_, wPacked := pack16(dt, randn(N*K, 0.05))
 			bA, bW, bC := upload(b, s, aPacked), upload(b, s, wPacked), upload(b, s, randn(M*N, 1))
-			am, wm, err := g.maps(dt, bA.Ptr, bW.Ptr, M, N, K)
-			if err != nil {
-				b.Fatal(err)
+			runs := []func() error{func() error { return blas.Gemm(M, N, K, bA.Ptr, K, bW.Ptr, bC.Ptr, N, tc.beta, dt, cuda.F32) }}
+			for _, g := range builds {
+				am, wm, err := g.maps(dt, bA.Ptr, bW.Ptr, M, N, K)
+				if err != nil {
+					b.Fatal(err)
+				}
+				runs = append(runs, func() error { return g.launch(dt, am, wm, bC.Ptr, M, N, K, tc.beta, true) })
 			}
-			ours := func() error { return g.launch(dt, am, wm, bC.Ptr, M, N, K, tc.beta, true) }
-			theirs := func() error { return blas.Gemm(M, N, K, bA.Ptr, K, bW.Ptr, bC.Ptr, N, tc.beta, dt, cuda.F32) }
-			if err := theirs(); err != nil { // tunes outside the capture
+			if err := runs[0](); err != nil { // cuBLASLt tunes outside the capture
 				b.Fatal(err)
 			}
 			if err := s.Synchronize(); err != nil {
 				b.Fatal(err)
 			}
-			var tOurs, tTheirs []float64
-			for round := 0; round < 9; round++ {
-				for _, x := range []struct {
-					f   func() error
-					out *[]float64
-				}{{ours, &tOurs}, {theirs, &tTheirs}} {
-					ms, err := cuda.TimeGraph(s, 20, x.f)
+			times := make([][]float64, len(runs))
+			for round := 0; round < 9; round++ { // the builds taking turns
+				for i, run := range runs {
+					ms, err := cuda.TimeGraph(s, 20, run)
 					if err != nil {
 						b.Fatal(err)
 					}
-					*x.out = append(*x.out, float64(ms)*1e3) // TimeGraph: ms a run
+					times[i] = append(times[i], float64(ms)*1e3) // TimeGraph: ms a run
 				}
 			}
-			mo, mt := median(tOurs), median(tTheirs)
 			flops := 2 * float64(M) * float64(N) * float64(K)
-			b.Logf("gemm_tma %s: ours %.2f us (%.0f TFLOP/s), cuBLASLt %.2f us (%.0f TFLOP/s): %.3fx", tc.name,
-				mo, flops/mo/1e6, mt, flops/mt/1e6, mt/mo)
+			mt := median(times[0])
+			line := fmt.Sprintf("gemm_tma %s: cuBLASLt %.2f us (%.0f TFLOP/s)", tc.name, mt, flops/mt/1e6)
+			for i, build := range gemmTMABuilds {
+				mo := median(times[i+1])
+				line += fmt.Sprintf("; 128x%d %.2f us (%.0f TFLOP/s, %.3fx)", build.bn, mo, flops/mo/1e6, mt/mo)
+			}
+			b.Log(line)
 		})
 	}
 }
