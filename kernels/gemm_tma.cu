@@ -2,24 +2,27 @@
 //
 //   C [M, N] = A [M, K] · Wᵀ + beta · C        (beta 0: C is only written)
 //
-// A (row stride lda) and W [N, K] (row stride ldw) of a 16-bit storage type,
-// both K-major (a linear layer's input and weight as PyTorch stores them); C
-// f32, row stride ldc. The operands come in as TMA tensor maps
-// (cuda.NewTensorMap2D: boxes of 64 elements of K by 128 rows, 128-byte
-// swizzle), which zero-fill rows past M or N and columns past K.
+// A and W [N, K] of a 16-bit storage type, both K-major (a linear layer's
+// input and weight as PyTorch stores them); C f32, row stride ldc. A and W
+// come in as TMA tensor maps, which carry their row strides
+// (cuda.NewTensorMap2D: boxes of 64 elements of K by 128 rows of A or GT_BN
+// of W, 128-byte swizzle), and zero-fill rows past M or N and columns past K.
 //
-// gemm_tma_<T>: a block of 288 threads computes a 128 x 128 tile of C, grid
-// (ceil(N / 128), ceil(M / 128)), GT_BLOCKS blocks an SM. Warp 8 is the
-// producer: one thread copies A's and W's 128 x 64 tiles of each step of K into a ring of
-// GT_STAGES stages, each completing on the stage's full barrier (the copy
+// gemm_tma_<T>: a block of 288 threads computes a 128 x GT_BN tile of C,
+// grid (ceil(N / GT_BN), ceil(M / 128)), GT_BLOCKS blocks an SM (the
+// default build: 128 x 128 tiles, 3 stages, two blocks, so that one block's
+// epilogue runs under the other's MMAs). Warp 8 is the producer: one thread
+// copies A's 128 x 64 and W's GT_BN x 64 tiles of each step of K into a ring
+// of GT_STAGES stages, each completing on the stage's full barrier (the copy
 // engine counts its bytes). Warpgroups 0 and 1 are the consumers, rows 0-63
 // and 64-127 of the tile: each waits for a stage, runs its four wgmma
-// m64n128k16 (f32 accumulators in registers), and releases the step
+// m64nGT_BNk16 (f32 accumulators in registers), and releases the step
 // before's stage through its empty barrier once that step's MMAs are done
-// (one step's MMAs in flight while the next stage is waited for). The epilogue stores the accumulators
-// (adding beta · C) inside C only. Under programmatic dependent launch the
-// producer fetches the first stages of W (a weight, which no kernel in
-// flight writes) before it waits for the previous kernel, then A's.
+// (one step's MMAs in flight while the next stage is waited for). The
+// epilogue stores the accumulators (adding beta · C) inside C only. Under
+// programmatic dependent launch the producer fetches the first stages of W
+// (a weight, which no kernel in flight writes) before it waits for the
+// previous kernel, then A's.
 //
 // wgmma and the tensor maps need sm_90a: on any other target the kernels
 // compile to a trap, so that every source builds for every architecture.
