@@ -64,6 +64,8 @@
 #             samples of the engine's one-pass scan (bench/stalls.py);
 #   gemmtma:  gemm_tma (TMA and wgmma, sm_90a) against float64 and under
 #             memcheck, then against cuBLASLt's tuned pick (BenchmarkGemmTMA);
+#             with GEMMTMA_PROFILE=1 also ncu's sections and stall samples of
+#             it at $GEMMTMA_SHAPE (130m_in_proj_T2048 by default);
 #   pdl:      the prefill's kernels under programmatic dependent launch
 #             (Engine.PrefillPDL): the tests that compare it bit for bit with
 #             plain launches, memcheck over them, then bf16 graph replays with
@@ -213,6 +215,16 @@ if [[ $mode == gemmtma ]]; then
   memcheck memcheck_gemmtma 120 .carry/kernels.test 'GemmTMAKernel'
   timeout 200 .carry/kernels.test -test.v -test.run '^$' -test.bench GemmTMA -test.benchtime 1x 2>&1 \
     | tee "$OUT/gemmtma_bench.log" | grep -E "gemm_tma |FAIL|panic" | sed 's/^ *gemm_tma_test.go:[0-9]*: //'
+  [[ -n ${GEMMTMA_PROFILE:-} ]] || exit $status
+  echo "== ncu on gemm_tma (the default build) at ${GEMMTMA_SHAPE:=130m_in_proj_T2048}: sections, then stall samples"
+  timeout 150 ncu --clock-control none -k 'regex:gemm_tma_bf16' --launch-skip 3 --launch-count 1 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+    .carry/kernels.test -test.run '^$' -test.bench "GemmTMA/$GEMMTMA_SHAPE" -test.benchtime 1x 2>&1 \
+    | tee "$OUT/gemmtma_ncu.txt" | grep -E "Duration|Throughput|Hit Rate|Stall|Issued|Eligible|Achieved Occ|Theoretical Occ|Warp Cycles" | head -40
+  timeout 150 ncu --clock-control none -k 'regex:gemm_tma_bf16' --launch-skip 3 --launch-count 1 \
+    --section SourceCounters --page source --print-source sass --csv .carry/kernels.test -test.run '^$' \
+    -test.bench "GemmTMA/$GEMMTMA_SHAPE" -test.benchtime 1x > "$OUT/gemmtma_source.csv" 2>&1
+  python3 bench/stalls.py "$OUT/gemmtma_source.csv" --top 6 | tee "$OUT/gemmtma_stalls.txt"
   exit $status
 fi
 if [[ $mode == pdl ]]; then
