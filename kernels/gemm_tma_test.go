@@ -22,9 +22,9 @@ type gemmTMA struct {
 }
 
 // gemmTMABuilds are the builds the test checks and the benchmark times:
-// the source's defaults (128 x 128, 3 stages, two blocks an SM), then
-// 128 x 256 tiles, 4 stages, one block an SM.
-var gemmTMABuilds = []struct{ bn, stages, blocks int }{{128, 3, 2}, {256, 4, 1}}
+// the source's defaults (128 x 128, 3 stages, two blocks an SM), then one
+// block an SM with a deeper ring (more bytes in flight), and 128 x 256 tiles.
+var gemmTMABuilds = []struct{ bn, stages, blocks int }{{128, 3, 2}, {128, 6, 1}, {256, 4, 1}}
 
 // newGemmTMA compiles gemm_tma.cu for d's sm_90a with a tile of 128 x bn,
 // stages stages and blocks blocks an SM, or skips where d is no sm_90 GPU.
@@ -220,7 +220,8 @@ func BenchmarkGemmTMA(b *testing.B) {
 			line := fmt.Sprintf("gemm_tma %s: cuBLASLt %.2f us (%.0f TFLOP/s)", tc.name, mt, flops/mt/1e6)
 			for i, build := range gemmTMABuilds {
 				mo := median(times[i+1])
-				line += fmt.Sprintf("; 128x%d %.2f us (%.0f TFLOP/s, %.3fx)", build.bn, mo, flops/mo/1e6, mt/mo)
+				line += fmt.Sprintf("; 128x%d/%d stages/%d an SM %.2f us (%.0f TFLOP/s, %.3fx)", build.bn, build.stages,
+					build.blocks, mo, flops/mo/1e6, mt/mo)
 			}
 			b.Log(line)
 		})
