@@ -28,7 +28,13 @@ func kernelBench(b *testing.B, name string) (d *cuda.Device, fn func(string) *cu
 // after --std=c++17, and loads it; the module is unloaded at cleanup.
 func loadSource(tb testing.TB, d *cuda.Device, src, name string, opts ...string) *cuda.Module {
 	tb.Helper()
-	cubin, err := cuda.Compile(src, name, d.Arch(), append([]string{"--std=c++17"}, opts...)...)
+	return loadSourceFor(tb, d.Arch(), src, name, opts...)
+}
+
+// loadSourceFor is loadSource for the architecture arch (e.g. sm_90a).
+func loadSourceFor(tb testing.TB, arch, src, name string, opts ...string) *cuda.Module {
+	tb.Helper()
+	cubin, err := cuda.Compile(src, name, arch, append([]string{"--std=c++17"}, opts...)...)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -38,16 +38,8 @@ func newGemmTMA(tb testing.TB, s *cuda.Stream, bn, stages, blocks int) *gemmTMA 
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cubin, err := cuda.Compile(src, "gemm_tma.cu", "sm_90a", "--std=c++17", fmt.Sprintf("-DGT_BN=%d", bn),
+	m := loadSourceFor(tb, "sm_90a", src, "gemm_tma.cu", fmt.Sprintf("-DGT_BN=%d", bn),
 		fmt.Sprintf("-DGT_STAGES=%d", stages), fmt.Sprintf("-DGT_BLOCKS=%d", blocks))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	m, err := cuda.LoadModule(cubin)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { m.Unload() })
 	// gemm_tma_shared(): the ring of stages of A's 128 and W's bn rows of 64
 	// 16-bit elements, 1024 bytes of alignment, two barriers a stage.
 	g := &gemmTMA{bn: bn, shared: stages*(128+bn)*64*2 + 1024 + 2*stages*8, fn: map[cuda.DType]*cuda.Function{}, s: s}
