@@ -8,8 +8,10 @@
 // (cuda.NewTensorMap2D: boxes of 64 elements of K by 128 rows of A or GT_BN
 // of W, 128-byte swizzle), and zero-fill rows past M or N and columns past K.
 //
-// gemm_tma_<T>: a block of 288 threads computes a 128 x GT_BN tile of C,
-// grid (ceil(N / GT_BN), ceil(M / 128)), GT_BLOCKS blocks an SM (the
+// gemm_tma_<T>: a block of 288 threads computes 128 x GT_BN tiles of C: one
+// on a grid of (ceil(N / GT_BN), ceil(M / 128)), or every gridDim.x-th on a
+// smaller, persistent grid (P, 1), its ring running on from one tile into
+// the next while the consumers store. GT_BLOCKS blocks an SM (the
 // default build: 128 x 128 tiles, 3 stages, two blocks, so that one block's
 // epilogue runs under the other's MMAs). Warp 8 is the producer: one thread
 // copies A's 128 x 64 and W's GT_BN x 64 tiles of each step of K into a ring
@@ -117,7 +119,12 @@ __device__ __forceinline__ void gemm_tma(const tensor_map *amap, const tensor_ma
     auto empty = [&](int s) { return bars + 8 * (GT_STAGES + s); };
     auto sA = [&](int s) { return base + s * GT_STAGE_BYTES; };
     auto sW = [&](int s) { return base + s * GT_STAGE_BYTES + GT_BM * GT_BK * 2; };
-    const int m0 = blockIdx.y * GT_BM, n0 = blockIdx.x * GT_BN, steps = (K + GT_BK - 1) / GT_BK;
+    const int steps = (K + GT_BK - 1) / GT_BK, nt = (N + GT_BN - 1) / GT_BN, tiles = (M + GT_BM - 1) / GT_BM * nt;
+    // The tiles this block computes, row-major over (M, N) tiles: one for a
+    // grid of a block a tile, every gridDim-th from its own for a smaller
+    // (persistent) grid. Steps of K are counted over all of them, so the
+    // ring's stages and phases run on from one tile to the next.
+    const int t0 = blockIdx.y * gridDim.x + blockIdx.x, stride = gridDim.x * gridDim.y;
     const int wg = threadIdx.x / 128;  // 0 and 1 the consumers, 2 the producer (one warp)
     if (threadIdx.x == 0) {
         for (int s = 0; s < GT_STAGES; s++) mbar_init(full(s), 1), mbar_init(empty(s), 2);
@@ -126,65 +133,79 @@ __device__ __forceinline__ void gemm_tma(const tensor_map *amap, const tensor_ma
     __syncthreads();
     if (wg == 2) {  // the producer
         if (threadIdx.x == 256) {
-            const int first = min(steps, GT_STAGES);
-            for (int k = 0; k < first; k++) {  // W's first stages: a weight, ready before the wait
-                mbar_expect_tx(full(k), GT_STAGE_BYTES);
-                tma_load(sW(k), wmap, full(k), k * GT_BK, n0);
-            }
-            pdl_wait();
-            for (int k = 0; k < first; k++) tma_load(sA(k), amap, full(k), k * GT_BK, m0);
-            for (int k = first; k < steps; k++) {
-                const int s = k % GT_STAGES;
-                mbar_wait(empty(s), (k / GT_STAGES - 1) & 1);  // both consumers are done with step k - GT_STAGES
-                mbar_expect_tx(full(s), GT_STAGE_BYTES);
-                tma_load(sW(s), wmap, full(s), k * GT_BK, n0);
-                tma_load(sA(s), amap, full(s), k * GT_BK, m0);
+            int g = 0, k0 = 0;  // steps issued, over every tile; the tile's first step still to issue
+            for (int t = t0; t < tiles; t += stride, k0 = 0) {
+                const int m0 = t / nt * GT_BM, n0 = t % nt * GT_BN;
+                if (t == t0) {  // W's first stages: a weight, ready before the wait
+                    k0 = min(steps, GT_STAGES);
+                    for (int k = 0; k < k0; k++) {
+                        mbar_expect_tx(full(k), GT_STAGE_BYTES);
+                        tma_load(sW(k), wmap, full(k), k * GT_BK, n0);
+                    }
+                    pdl_wait();
+                    for (int k = 0; k < k0; k++) tma_load(sA(k), amap, full(k), k * GT_BK, m0);
+                    g = k0;
+                }
+                for (int k = k0; k < steps; k++, g++) {
+                    const int s = g % GT_STAGES;
+                    if (g >= GT_STAGES)
+                        mbar_wait(empty(s), (g / GT_STAGES - 1) & 1);  // both consumers are done with step g - GT_STAGES
+                    mbar_expect_tx(full(s), GT_STAGE_BYTES);
+                    tma_load(sW(s), wmap, full(s), k * GT_BK, n0);
+                    tma_load(sA(s), amap, full(s), k * GT_BK, m0);
+                }
             }
         }
-    } else {  // a consumer: rows 64 wg .. + 63 of the tile
+    } else {  // a consumer: rows 64 wg .. + 63 of each tile
         pdl_wait();  // the epilogue reads C
         float d[GT_BN / 2];
 #pragma unroll
         for (int i = 0; i < GT_BN / 2; i++) d[i] = 0.f;
         const unsigned rows = wg * 64 * GT_BK * 2;  // the warpgroup's 64 rows of A's tile
-        for (int k = 0; k < steps; k++) {
-            const int s = k % GT_STAGES;
-            mbar_wait(full(s), (k / GT_STAGES) & 1);
-            wg_fence();
+        const bool lead = threadIdx.x % 128 == 0;
+        int g = 0;  // steps consumed, over every tile
+        for (int t = t0; t < tiles; t += stride) {
+            const int m0 = t / nt * GT_BM, n0 = t % nt * GT_BN;
+            for (int k = 0; k < steps; k++, g++) {
+                const int s = g % GT_STAGES;
+                mbar_wait(full(s), (g / GT_STAGES) & 1);
+                wg_fence();
 #pragma unroll
-            for (int j = 0; j < GT_BK / 16; j++)  // 16 elements of K (32 bytes) a step, inside the swizzled row
-                wg_mma(T{}, d, wg_desc(sA(s) + rows + 32 * j), wg_desc(sW(s) + 32 * j), k > 0 || j > 0);
-            wg_commit();
-            // The step before's MMAs are done once at most this step's are in
-            // flight: its stage goes back to the producer, while the tensor
-            // cores run this one.
-            wg_wait1();
-            if (k > 0 && threadIdx.x % 128 == 0) mbar_arrive(empty((k - 1) % GT_STAGES));
-        }
-        wg_wait0();
-        // d[4i + h] is row 16 w + lane / 4 (+ 8 for h >= 2), column 8 i + 2 (lane % 4) + h % 2 of the
-        // warpgroup's 64 x 128 (w its warp).
-        const int w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
-        const int r0 = m0 + wg * 64 + 16 * w + lane / 4;
-        const bool pairs = ldc % 2 == 0 && ((size_t)C & 7) == 0;  // each thread's two columns as one 8-byte access
+                for (int j = 0; j < GT_BK / 16; j++)  // 16 elements of K (32 bytes) a step, inside the swizzled row
+                    wg_mma(T{}, d, wg_desc(sA(s) + rows + 32 * j), wg_desc(sW(s) + 32 * j), k > 0 || j > 0);
+                wg_commit();
+                // The step before's MMAs are done once at most this step's are in
+                // flight: its stage goes back to the producer, while the tensor
+                // cores run this one.
+                wg_wait1();
+                if (k > 0 && lead) mbar_arrive(empty((g - 1) % GT_STAGES));
+            }
+            wg_wait0();
+            if (lead) mbar_arrive(empty((g - 1) % GT_STAGES));  // the tile's last stage
+            // d[4i + h] is row 16 w + lane / 4 (+ 8 for h >= 2), column 8 i + 2 (lane % 4) + h % 2 of the
+            // warpgroup's 64 x GT_BN (w its warp).
+            const int w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;
+            const int r0 = m0 + wg * 64 + 16 * w + lane / 4;
+            const bool pairs = ldc % 2 == 0 && ((size_t)C & 7) == 0;  // each thread's two columns as one 8-byte access
 #pragma unroll
-        for (int i = 0; i < GT_BN / 8; i++) {
+            for (int i = 0; i < GT_BN / 8; i++) {
 #pragma unroll
-            for (int h = 0; h < 4; h += 2) {
-                const int r = r0 + (h >= 2 ? 8 : 0), c = n0 + 8 * i + 2 * (lane % 4);
-                if (r >= M) continue;
-                float *p = C + (size_t)r * ldc + c;
-                if (pairs && c + 1 < N) {
-                    float2 v = make_float2(d[4 * i + h], d[4 * i + h + 1]);
-                    if (beta != 0.f) {
-                        const float2 o = *reinterpret_cast<const float2 *>(p);
-                        v.x += beta * o.x, v.y += beta * o.y;
+                for (int h = 0; h < 4; h += 2) {
+                    const int r = r0 + (h >= 2 ? 8 : 0), c = n0 + 8 * i + 2 * (lane % 4);
+                    if (r >= M) continue;
+                    float *p = C + (size_t)r * ldc + c;
+                    if (pairs && c + 1 < N) {
+                        float2 v = make_float2(d[4 * i + h], d[4 * i + h + 1]);
+                        if (beta != 0.f) {
+                            const float2 o = *reinterpret_cast<const float2 *>(p);
+                            v.x += beta * o.x, v.y += beta * o.y;
+                        }
+                        *reinterpret_cast<float2 *>(p) = v;
+                    } else {
+#pragma unroll
+                        for (int q = 0; q < 2; q++)
+                            if (c + q < N) p[q] = beta != 0.f ? d[4 * i + h + q] + beta * p[q] : d[4 * i + h + q];
                     }
-                    *reinterpret_cast<float2 *>(p) = v;
-                } else {
-#pragma unroll
-                    for (int q = 0; q < 2; q++)
-                        if (c + q < N) p[q] = beta != 0.f ? d[4 * i + h + q] + beta * p[q] : d[4 * i + h + q];
                 }
             }
         }

@@ -17,18 +17,23 @@ import (
 // dt (K-major, rows K apart), C f32 (rows N apart).
 type gemmTMA struct {
 	bn, shared int
+	slots      int // blocks the GPU holds at once; positive: launch a persistent grid of at most that many
 	fn         map[cuda.DType]*cuda.Function
 	s          *cuda.Stream
 }
 
 // gemmTMABuilds are the builds the test checks and the benchmark times:
-// the source's defaults (128 x 128, 3 stages, two blocks an SM), then one
-// block an SM with a deeper ring (more bytes in flight), and 128 x 256 tiles.
-var gemmTMABuilds = []struct{ bn, stages, blocks int }{{128, 3, 2}, {128, 6, 1}, {256, 4, 1}}
+// the source's defaults (128 x 128, 3 stages, two blocks an SM) on a block a
+// tile and on a persistent grid (two blocks an SM), then one block an SM
+// with a deeper ring (more bytes in flight), and 128 x 256 tiles.
+var gemmTMABuilds = []struct {
+	bn, stages, blocks int
+	persistent         bool
+}{{128, 3, 2, false}, {128, 3, 2, true}, {128, 6, 1, false}, {256, 4, 1, false}}
 
 // newGemmTMA compiles gemm_tma.cu for d's sm_90a with a tile of 128 x bn,
 // stages stages and blocks blocks an SM, or skips where d is no sm_90 GPU.
-func newGemmTMA(tb testing.TB, s *cuda.Stream, bn, stages, blocks int) *gemmTMA {
+func newGemmTMA(tb testing.TB, s *cuda.Stream, bn, stages, blocks int, persistent bool) *gemmTMA {
 	tb.Helper()
 	d := gputest.Device(tb)
 	if d.Major != 9 || d.Minor != 0 {
@@ -43,6 +48,9 @@ func newGemmTMA(tb testing.TB, s *cuda.Stream, bn, stages, blocks int) *gemmTMA 
 	// gemm_tma_shared(): the ring of stages of A's 128 and W's bn rows of 64
 	// 16-bit elements, 1024 bytes of alignment, two barriers a stage.
 	g := &gemmTMA{bn: bn, shared: stages*(128+bn)*64*2 + 1024 + 2*stages*8, fn: map[cuda.DType]*cuda.Function{}, s: s}
+	if persistent {
+		g.slots = blocks * d.SMs
+	}
 	for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
 		f, err := m.Function("gemm_tma_" + dt.Suffix())
 		if err != nil {
@@ -68,8 +76,11 @@ func (g *gemmTMA) maps(dt cuda.DType, A, W cuda.Ptr, M, N, K int) (cuda.TensorMa
 
 // launch queues the GEMM (with programmatic dependent launch when pdl).
 func (g *gemmTMA) launch(dt cuda.DType, am, wm cuda.TensorMap, C cuda.Ptr, M, N, K int, beta float32, pdl bool) error {
-	return g.fn[dt].LaunchMaybePDL(pdl, cuda.Dim3{X: (N + g.bn - 1) / g.bn, Y: (M + 127) / 128, Z: 1}, cuda.D1(288),
-		g.shared, g.s, am, wm, C, N, M, N, K, beta)
+	grid := cuda.Dim3{X: (N + g.bn - 1) / g.bn, Y: (M + 127) / 128, Z: 1}
+	if g.slots > 0 {
+		grid = cuda.Dim3{X: min(grid.X*grid.Y, g.slots), Y: 1, Z: 1}
+	}
+	return g.fn[dt].LaunchMaybePDL(pdl, grid, cuda.D1(288), g.shared, g.s, am, wm, C, N, M, N, K, beta)
 }
 
 // TestGemmTMAKernel checks each build of gemm_tma (gemmTMABuilds; bf16, f16)
@@ -82,9 +93,9 @@ func (g *gemmTMA) launch(dt cuda.DType, am, wm cuda.TensorMap, C cuda.Ptr, M, N,
 func TestGemmTMAKernel(t *testing.T) {
 	_, s := gpu(t)
 	for _, build := range gemmTMABuilds {
-		g := newGemmTMA(t, s, build.bn, build.stages, build.blocks)
+		g := newGemmTMA(t, s, build.bn, build.stages, build.blocks, build.persistent)
 		for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
-			gemmTMACheck(t, g, s, dt, fmt.Sprintf("128x%d %d stages", build.bn, build.stages))
+			gemmTMACheck(t, g, s, dt, fmt.Sprintf("128x%d %d stages persistent %v", build.bn, build.stages, build.persistent))
 		}
 	}
 }
@@ -159,7 +170,7 @@ func BenchmarkGemmTMA(b *testing.B) {
 	_, s := gpu(b)
 	var builds []*gemmTMA
 	for _, build := range gemmTMABuilds {
-		builds = append(builds, newGemmTMA(b, s, build.bn, build.stages, build.blocks))
+		builds = append(builds, newGemmTMA(b, s, build.bn, build.stages, build.blocks, build.persistent))
 	}
 	blas, err := cuda.NewBLAS(s, false)
 	if err != nil {
@@ -212,8 +223,12 @@ func BenchmarkGemmTMA(b *testing.B) {
 			line := fmt.Sprintf("gemm_tma %s: cuBLASLt %.2f us (%.0f TFLOP/s)", tc.name, mt, flops/mt/1e6)
 			for i, build := range gemmTMABuilds {
 				mo := median(times[i+1])
-				line += fmt.Sprintf("; 128x%d/%d stages/%d an SM %.2f us (%.0f TFLOP/s, %.3fx)", build.bn, build.stages,
-					build.blocks, mo, flops/mo/1e6, mt/mo)
+				kind := ""
+				if build.persistent {
+					kind = "/persistent"
+				}
+				line += fmt.Sprintf("; 128x%d/%d stages/%d an SM%s %.2f us (%.0f TFLOP/s, %.3fx)", build.bn, build.stages,
+					build.blocks, kind, mo, flops/mo/1e6, mt/mo)
 			}
 			b.Log(line)
 		})
