@@ -3,7 +3,6 @@ package kernels_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"sort"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -219,10 +218,10 @@ func BenchmarkGemmTMA(b *testing.B) {
 				}
 			}
 			flops := 2 * float64(M) * float64(N) * float64(K)
-			mt := median(times[0])
+			mt := gputest.Median(times[0])
 			line := fmt.Sprintf("gemm_tma %s: cuBLASLt %.2f us (%.0f TFLOP/s)", tc.name, mt, flops/mt/1e6)
 			for i, build := range gemmTMABuilds {
-				mo := median(times[i+1])
+				mo := gputest.Median(times[i+1])
 				kind := ""
 				if build.persistent {
 					kind = "/persistent"
@@ -233,10 +232,4 @@ func BenchmarkGemmTMA(b *testing.B) {
 			b.Log(line)
 		})
 	}
-}
-
-// median returns the median of v (which it sorts).
-func median(v []float64) float64 {
-	sort.Float64s(v)
-	return v[len(v)/2]
 }

@@ -165,6 +165,18 @@ setting_ab() {
   timeout 400 .carry/gpu.test -test.v -test.run '^$' -test.bench "$bench" -test.benchtime 1x 2>&1 | tee "$OUT/${tag}_bench.log" \
     | grep -E "$label |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
 }
+# source_stalls TAG KERNEL SKIP BINARY BENCH [NCU OPTIONS...]: ncu's
+# per-instruction warp-state samples of KERNEL's launch after SKIP others in
+# benchmark BENCH of a test binary, as $OUT/TAG_source.csv, summarized by
+# bench/stalls.py into $OUT/TAG_stalls.txt (the top 6 instructions a reason).
+source_stalls() {
+  local tag=$1 kernel=$2 skip=$3 bin=$4 bench=$5
+  shift 5
+  timeout 150 ncu --clock-control none -k "regex:$kernel" --launch-skip "$skip" --launch-count 1 "$@" \
+    --section SourceCounters --page source --print-source sass --csv \
+    "$bin" -test.run '^$' -test.bench "$bench" -test.benchtime 1x > "$OUT/${tag}_source.csv" 2>&1
+  python3 bench/stalls.py "$OUT/${tag}_source.csv" --top 6 | tee "$OUT/${tag}_stalls.txt"
+}
 # run_tests LOG SECONDS COMMAND...: runs a test binary into $OUT/LOG.log
 # and prints its verdicts (and the lines matching $SHOW).
 run_tests() {
@@ -195,11 +207,8 @@ if [[ $mode == fused ]]; then
   memcheck memcheck_fused 200 .carry/gpu.test 'FusedConvXProjMatches/d=768_bfloat16'
   [[ -n ${FUSED_PROFILE:-} ]] || exit $status
   echo "== ncu on the fused kernel in a 130m B=1 T=2048 prefill graph (caches as the graph leaves them)"
-  timeout 150 ncu --clock-control none --cache-control none -k 'regex:conv_xproj10_bf16' --launch-skip 30 --launch-count 1 \
-    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats \
-    --section SourceCounters --page source --print-source sass --csv \
-    .carry/gpu.test -test.run '^$' -test.bench 'FusedConvXProj/130m/B1_T2048' -test.benchtime 1x > "$OUT/fused_source.csv" 2>&1
-  python3 bench/stalls.py "$OUT/fused_source.csv" --top 6 | tee "$OUT/fused_stalls.txt"
+  source_stalls fused conv_xproj10_bf16 30 .carry/gpu.test 'FusedConvXProj/130m/B1_T2048' --cache-control none \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy --section LaunchStats
   timeout 100 ncu --clock-control none --cache-control none -k 'regex:conv_xproj10_bf16' --launch-skip 30 --launch-count 1 \
     --section SpeedOfLight --section SchedulerStats --section Occupancy .carry/gpu.test -test.run '^$' \
     -test.bench 'FusedConvXProj/130m/B1_T2048' -test.benchtime 1x 2>&1 | tee "$OUT/fused_ncu.txt" \
@@ -221,10 +230,7 @@ if [[ $mode == gemmtma ]]; then
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
     .carry/kernels.test -test.run '^$' -test.bench "GemmTMA/$GEMMTMA_SHAPE" -test.benchtime 1x 2>&1 \
     | tee "$OUT/gemmtma_ncu.txt" | grep -E "Duration|Throughput|Hit Rate|Stall|Issued|Eligible|Achieved Occ|Theoretical Occ|Warp Cycles" | head -40
-  timeout 150 ncu --clock-control none -k 'regex:gemm_tma_bf16' --launch-skip 3 --launch-count 1 \
-    --section SourceCounters --page source --print-source sass --csv .carry/kernels.test -test.run '^$' \
-    -test.bench "GemmTMA/$GEMMTMA_SHAPE" -test.benchtime 1x > "$OUT/gemmtma_source.csv" 2>&1
-  python3 bench/stalls.py "$OUT/gemmtma_source.csv" --top 6 | tee "$OUT/gemmtma_stalls.txt"
+  source_stalls gemmtma gemm_tma_bf16 3 .carry/kernels.test "GemmTMA/$GEMMTMA_SHAPE"
   exit $status
 fi
 if [[ $mode == pdl ]]; then
