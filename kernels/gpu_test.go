@@ -21,7 +21,11 @@ func gpu(t testing.TB) (func(string) *cuda.Function, *cuda.Stream) {
 	fns := map[string]*cuda.Function{}
 	for _, name := range kernels.Names() {
 		src, _ := kernels.Source(name)
-		m := loadSource(t, d, src, name)
+		arch := d.Arch()
+		if arch == "sm_90" && kernels.ArchSpecific(name) {
+			arch = "sm_90a" // as the engine compiles it (gpu.loadKernels)
+		}
+		m := loadSourceFor(t, arch, src, name)
 		for _, k := range kernels.Entries(name) {
 			f, err := m.Function(k)
 			if err != nil {

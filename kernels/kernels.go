@@ -17,7 +17,7 @@ var sources embed.FS
 
 // prelude is put in front of every source, in order: the storage types and
 // EACH_DTYPE, then the shared device helpers.
-var prelude = []string{"dtype.cuh", "math.cuh"}
+var prelude = []string{"dtype.cuh", "math.cuh", "hopper.cuh"}
 
 // DTypes are the suffixes of the typed kernels, as EACH_DTYPE in dtype.cuh
 // expands them.
@@ -51,7 +51,19 @@ func Source(name string) (string, error) {
 	return text.String(), nil
 }
 
-var entryRE = regexp.MustCompile(`extern "C" __global__ void[\s\\]+(?:__launch_bounds__\([^)]*\)[\s\\]*)?(\w+?)(##sfx)?\(`)
+// ArchSpecific reports whether the source file name has code for the
+// architecture-specific target of Hopper (sm_90a: wgmma, TMA multicast),
+// which it guards with __CUDA_ARCH_FEAT_SM90_ALL; on an sm_90 device it
+// must then be compiled for sm_90a, or that code compiles to a trap.
+func ArchSpecific(name string) bool {
+	b, err := sources.ReadFile(name)
+	return err == nil && strings.Contains(string(b), "__CUDA_ARCH_FEAT_SM90_ALL")
+}
+
+// entryRE matches a kernel's definition: its attributes (__launch_bounds__,
+// or a macro in capitals such as out_norm.cu's cluster dimensions) skipped,
+// then its name, with ##sfx where EACH_DTYPE makes one per type.
+var entryRE = regexp.MustCompile(`extern "C" __global__ void[\s\\]+(?:(?:__launch_bounds__\([^)]*\)|[A-Z][A-Z0-9_]*)[\s\\]+)*(\w+?)(##sfx)?\(`)
 
 // Entries returns the kernels a source file defines (its extern "C"
 // __global__ functions, a name ending in ##sfx once per DTypes suffix), so

@@ -10,7 +10,8 @@ import (
 	"github.com/mambago/mambago/mambago/cuda"
 )
 
-// TestCompileAll compiles every kernel through NVRTC for sm_80 and sm_90.
+// TestCompileAll compiles every kernel through NVRTC for sm_80, sm_90 and
+// sm_90a (the target of the wgmma and TMA kernels, gemm_tma and out_norm).
 // It needs NVRTC but no GPU: scripts/test.sh installs the nvidia-cuda-nvrtc
 // wheel and points MAMBAGO_NVRTC at its libnvrtc.so, so CI fails on a kernel
 // that does not compile.
@@ -30,7 +31,7 @@ func TestCompileAll(t *testing.T) {
 		if len(kernels.Entries(name)) == 0 {
 			t.Errorf("%s defines no extern \"C\" __global__ kernel", name)
 		}
-		for _, arch := range []string{"sm_80", "sm_90"} {
+		for _, arch := range []string{"sm_80", "sm_90", "sm_90a"} {
 			cubin, err := cuda.Compile(src, name, arch, "--std=c++17")
 			if err != nil {
 				t.Errorf("%s", err)

@@ -62,6 +62,12 @@
 #             tests that run the scan, the one-pass scan's knobs
 #             (BenchmarkOnePass, settings taking turns), and ncu's per-instruction stall
 #             samples of the engine's one-pass scan (bench/stalls.py);
+#   outnorm:  out_norm (out_proj, the residual add and the next layer's
+#             RMSNorm in one cluster kernel, Engine.FusedOutNorm): its kernel
+#             test with memcheck and racecheck, the engine's prefill tests,
+#             memcheck over the engine's fused-against-unfused test, then
+#             BenchmarkOutNorm and bf16 prefills off and on
+#             (BenchmarkFusedOutNorm); OUTNORM_PROFILE=1 adds ncu's sections;
 #   gemmtma:  gemm_tma (TMA and wgmma, sm_90a) against float64 and under
 #             memcheck, then against cuBLASLt's tuned pick (BenchmarkGemmTMA);
 #             with GEMMTMA_PROFILE=1 also ncu's sections and stall samples of
@@ -216,6 +222,29 @@ if [[ $mode == fused ]]; then
   echo "== bf16 prefills, the conv and x_proj as two nodes against one kernel (BenchmarkFusedConvXProj)"
   timeout 200 .carry/gpu.test -test.v -test.run '^$' -test.bench FusedConvXProj -test.benchtime 1x 2>&1 \
     | tee "$OUT/fused_bench.log" | grep -E "fused conv |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  exit $status
+fi
+if [[ $mode == outnorm ]]; then
+  echo "== out_norm (kernels/out_norm.cu: out_proj, the residual add and the next RMSNorm in a cluster) against float64, memcheck, racecheck"
+  run_tests outnorm_test 150 .carry/kernels.test -test.v -test.run 'OutNormKernel'
+  memcheck memcheck_outnorm 150 .carry/kernels.test 'OutNormKernel'
+  timeout 150 compute-sanitizer --tool racecheck --print-limit 10 .carry/kernels.test -test.run 'OutNormKernel' \
+    > "$OUT/racecheck_outnorm.txt" 2>&1; tail -3 "$OUT/racecheck_outnorm.txt"
+  echo "== the engine's prefill tests with it (TestFusedOutNormMatches: fused against unfused)"
+  run_tests outnorm_engine 300 .carry/gpu.test -test.v -test.run 'FusedOutNorm|PrefillSettings|GraphsReplay|DeviceEntry|Mixed'
+  memcheck memcheck_outnorm_engine 200 .carry/gpu.test 'FusedOutNormMatches/bfloat16_B1_T300'
+  echo "== out_norm against cuBLASLt's out_proj then rmsnorm (BenchmarkOutNorm)"
+  timeout 120 .carry/kernels.test -test.v -test.run '^$' -test.bench OutNorm -test.benchtime 1x 2>&1 \
+    | tee "$OUT/outnorm_bench.log" | grep -E "out_norm |FAIL|panic" | sed 's/^ *out_norm_test.go:[0-9]*: //'
+  echo "== bf16 prefills, out_proj and the norm unfused against fused (BenchmarkFusedOutNorm)"
+  timeout 200 .carry/gpu.test -test.v -test.run '^$' -test.bench FusedOutNorm -test.benchtime 1x 2>&1 \
+    | tee "$OUT/outnorm_prefill.log" | grep -E "fused out_proj|FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  [[ -n ${OUTNORM_PROFILE:-} ]] || exit $status
+  echo "== ncu on out_norm at 130m T=2048"
+  timeout 150 ncu --clock-control none -k 'regex:out_norm_bf16' --launch-skip 3 --launch-count 1 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy --section LaunchStats \
+    .carry/kernels.test -test.run '^$' -test.bench "OutNorm/130m_T2048" -test.benchtime 1x 2>&1 \
+    | tee "$OUT/outnorm_ncu.txt" | grep -E "Duration|Throughput|Hit Rate|Issued|Eligible|Achieved Occ|Theoretical Occ|Cluster|Waves" | head -40
   exit $status
 fi
 if [[ $mode == gemmtma ]]; then

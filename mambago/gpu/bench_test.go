@@ -623,3 +623,12 @@ func eventTimes(s *cuda.Stream, n int, fn func() error) ([]float64, error) {
 	}
 	return ms, nil
 }
+
+// BenchmarkFusedOutNorm compares bf16 prefills with out_proj and the next
+// layer's RMSNorm fused (Engine.FusedOutNorm) and not, at the 130m width
+// where the kernel applies, B=1 and B=8.
+func BenchmarkFusedOutNorm(b *testing.B) {
+	shapes := []benchShape{{"130m", 768, 24, 1, 2048}, {"130m", 768, 24, 1, 8192}, {"130m", 768, 24, 1, 512},
+		{"130m", 768, 24, 8, 2048}}
+	compareSettings(b, "fused out_proj and norm", shapes, func(e *gpu.Engine, on bool) { e.FusedOutNorm = on })
+}

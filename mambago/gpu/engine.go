@@ -129,6 +129,12 @@ type Engine struct {
 	// prefills 0.91-0.96x; bench/NOTES.md, session of 2026-12-01 12:31).
 	// Set it before capturing graphs.
 	FusedConvXProj bool
+	// FusedOutNorm runs each layer's out_proj, but the last's, with the
+	// residual add and the next layer's RMSNorm as one kernel (OutNorm)
+	// where it applies (OutNormApplies: 16-bit engines on sm_90 at the 130m
+	// width): the next layer's RMSNorm node goes, and out_proj takes
+	// programmatic dependent launch. Set it before capturing graphs.
+	FusedOutNorm bool
 	// Timer, when set, times every stage of every layer (eager calls only).
 	Timer *StageTimer
 	// DecodePDL launches the decode kernels with programmatic dependent

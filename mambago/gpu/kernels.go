@@ -44,7 +44,11 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 		if err != nil {
 			return nil, mods, err
 		}
-		cubin, err := cuda.CompileCached(src, name, dev.Arch(), "--std=c++17")
+		arch := dev.Arch()
+		if arch == "sm_90" && kernels.ArchSpecific(name) {
+			arch = "sm_90a" // gemm_tma.cu, out_norm.cu: wgmma and TMA
+		}
+		cubin, err := cuda.CompileCached(src, name, arch, "--std=c++17")
 		if err != nil {
 			return nil, mods, err
 		}
@@ -92,6 +96,14 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 				if err := fns[convXProjKernel(nt, dt)].SetMaxDynamicShared(shared); err != nil {
 					return nil, mods, err
 				}
+			}
+		}
+	}
+	// out_proj with the next layer's RMSNorm (OutNorm), where it applies.
+	if dev.Major == 9 && dev.Minor == 0 && outNormShared() <= dev.MaxSharedOptIn {
+		for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
+			if err := fns[outNormKernel(dt)].SetMaxDynamicShared(outNormShared()); err != nil {
+				return nil, mods, err
 			}
 		}
 	}

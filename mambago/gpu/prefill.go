@@ -309,6 +309,9 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 		run  func() error
 	}{
 		{"rmsnorm", func() error {
+			if e.outNormFused(l - 1) {
+				return nil // the previous layer's out_proj wrote ws.x
+			}
 			return e.rmsnorm(e.typed("rmsnorm"), e.PrefillPDL, ws.h.Ptr, g.norm, ws.x.Ptr, rows, d, c.Eps)
 		}},
 		{"in_proj", func() error {
@@ -352,6 +355,10 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 				Prefetch: e.residualRows(rows, lastOnly), PrefetchLead: scanPrefetchLead}.Launch(e.function, e.stream)
 		}},
 		{"out_proj", func() error { // out_proj, accumulated into the residual stream
+			if e.outNormFused(l) { // and the next layer's RMSNorm
+				return OutNorm{Y: ws.y.Ptr, LDY: E, W: g.outProj, H: ws.h.Ptr, Norm: e.layers[l+1].norm, X: ws.x.Ptr,
+					M: rows, D: d, K: E, Eps: float32(c.Eps), DType: dt, PDL: e.PrefillPDL}.Launch(e.function, e.stream)
+			}
 			y, h, m, ldy, ldh := ws.y.Ptr, ws.h.Ptr, rows, E, d
 			if lastOnly {
 				y, ldy = lastRows(y, n, E, dt.Size())

@@ -1,0 +1,208 @@
+// out_proj, the residual add and the next layer's RMSNorm in one launch
+// (sm_90a), for a layer of d = 8 ON_BN columns:
+//
+//   h [M, d] += y [M, K] · Wᵀ                                  (the residual stream, f32)
+//   x [M, d]  = T(w[i] · (h[r, i] · rsqrt(mean_i(h[r, :]²) + eps)))   (the next layer's in_proj input)
+//
+// y [M, K] and W [d, K] of a 16-bit storage type T, both K-major, as TMA
+// tensor maps (cuda.NewTensorMap2D, 128-byte swizzle: y in boxes of 16 rows
+// by 64 elements of K, W in boxes of ON_BN rows); h and x rows d apart; w
+// [d] f32 (RMSNorm's weight). The norm is rmsnorm.cu's math, its sum of
+// squares added in another order.
+//
+// A cluster of 8 blocks owns 128 rows of h, block r (its rank) the columns
+// r ON_BN .. r ON_BN + ON_BN - 1 of them: grid (8, ceil(M / 128)), cluster
+// (8, 1, 1). So a cluster holds whole rows, and the row sums of the norm
+// stay on chip: each block sums the squares of its tile's rows over its
+// columns, and every block adds the cluster's 8 partial sums of a row in
+// rank order through distributed shared memory. The cluster also shares
+// y: block r copies rows 16 r .. 16 r + 15 of y's 128 x 64 tile of each step
+// of K into every block of the cluster (TMA multicast), so y is read from
+// L2 once a cluster, and W's slice once a block. (At the 130m shape, d =
+// 768 and T = 2048: 128 blocks, about one wave, and 44 MB from L2 against
+// 75 MB for plain 128 x 128 tiles.)
+//
+// A block is gemm_tma.cu's: warp 8 the producer, warpgroups 0 and 1 the
+// consumers of rows 0-63 and 64-127, a ring of ON_STAGES stages on full and
+// empty mbarriers, one step's wgmma in flight. A stage's full barrier counts
+// its local W and the 8 slices of y that arrive from the cluster; its empty
+// barrier counts both consumers of all 8 blocks, since the producer of every
+// block writes into every block's stage. Under programmatic dependent launch
+// the producer fetches W's first stages before it waits for the previous
+// kernel (the scan, which writes y), and the consumers wait before they
+// read h.
+
+#define ON_BM 128
+#ifndef ON_BN
+#define ON_BN 96  // d / 8: 96 for the 130m shape's d = 768, 128 for 1024
+#endif
+#define ON_BK 64
+#define ON_CLUSTER 8
+#ifndef ON_STAGES
+#define ON_STAGES 3  // 28 KB a stage at ON_BN = 96: two blocks an SM
+#endif
+#define ON_THREADS 288
+#define ON_SLICE (ON_BM / ON_CLUSTER)  // rows of y's tile each block copies for its cluster
+#define ON_STAGE_BYTES ((ON_BM + ON_BN) * ON_BK * 2)
+
+// out_norm_shared is the dynamic shared memory of out_norm_*: the ring, 1024
+// bytes to align it (the 128-byte swizzle repeats every 1024), two barriers
+// a stage and a float a row (the block's sums of squares). gpu.OutNorm
+// passes the same.
+__host__ __device__ constexpr int out_norm_shared() {
+    return ON_STAGES * ON_STAGE_BYTES + 1024 + 2 * ON_STAGES * 8 + ON_BM * 4;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+template <class T>
+__device__ __forceinline__ void out_norm(const tensor_map *ymap, const tensor_map *wmap, float *h,
+                                         const float *__restrict__ nw, T *x, int M, int K, float eps) {
+    extern __shared__ __align__(1024) unsigned char on_smem[];
+    const unsigned base = (shared_addr(on_smem) + 1023) & ~1023u;
+    const unsigned bars = base + ON_STAGES * ON_STAGE_BYTES;  // full[s] at bars + 8 s, empty[s] after them
+    const unsigned sums = bars + 2 * ON_STAGES * 8;           // [ON_BM] f32
+    auto full = [&](int s) { return bars + 8 * s; };
+    auto empty = [&](int s) { return bars + 8 * (ON_STAGES + s); };
+    auto sY = [&](int s) { return base + s * ON_STAGE_BYTES; };
+    auto sW = [&](int s) { return base + s * ON_STAGE_BYTES + ON_BM * ON_BK * 2; };
+    constexpr int N = ON_CLUSTER * ON_BN;
+    const unsigned rank = cluster_rank();
+    const int steps = (K + ON_BK - 1) / ON_BK, m0 = blockIdx.y * ON_BM, n0 = rank * ON_BN;
+    const int wg = threadIdx.x / 128;  // 0 and 1 the consumers, 2 the producer (one warp)
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < ON_STAGES; s++) mbar_init(full(s), 1), mbar_init(empty(s), 2 * ON_CLUSTER);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    cluster_sync();  // every block's barriers exist before a copy or an arrival reaches them
+    if (wg == 2) {
+        if (threadIdx.x == 256) {
+            // Step k's stage: the local W slice, and this block's slice of
+            // y's tile into every block of the cluster.
+            auto copy_y = [&](int s, int k) {
+                tma_load_multicast(sY(s) + rank * ON_SLICE * ON_BK * 2, ymap, full(s), k * ON_BK,
+                                   m0 + rank * ON_SLICE, (1u << ON_CLUSTER) - 1);
+            };
+            const int k0 = min(steps, ON_STAGES);
+            for (int k = 0; k < k0; k++) {  // W: a weight, ready before the wait
+                mbar_expect_tx(full(k), ON_STAGE_BYTES);
+                tma_load(sW(k), wmap, full(k), k * ON_BK, n0);
+            }
+            pdl_wait();
+            for (int k = 0; k < k0; k++) copy_y(k, k);
+            for (int k = k0; k < steps; k++) {
+                const int s = k % ON_STAGES;
+                // Every consumer of the cluster is done with step k - ON_STAGES.
+                mbar_wait_cluster(empty(s), (k / ON_STAGES - 1) & 1);
+                mbar_expect_tx(full(s), ON_STAGE_BYTES);
+                tma_load(sW(s), wmap, full(s), k * ON_BK, n0);
+                copy_y(s, k);
+            }
+        }
+    }
+    // d[4i + 2hh + q] is local row lr + 8 hh, column 8 i + 2 (lane % 4) + q
+    // of the block's tile (w the warp in its warpgroup).
+    const int w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32, lr = wg * 64 + 16 * w + lane / 4;
+    float d[ON_BN / 2];
+    if (wg < 2) {
+        pdl_wait();  // h is read below
+#pragma unroll
+        for (int i = 0; i < ON_BN / 2; i++) d[i] = 0.f;
+        const unsigned rows = wg * 64 * ON_BK * 2;  // the warpgroup's 64 rows of y's tile
+        const bool lead = threadIdx.x % 128 == 0;
+        for (int k = 0; k < steps; k++) {
+            const int s = k % ON_STAGES;
+            mbar_wait(full(s), (k / ON_STAGES) & 1);
+            wg_fence();
+#pragma unroll
+            for (int j = 0; j < ON_BK / 16; j++)
+                wg_mma(T{}, d, wg_desc(sY(s) + rows + 32 * j), wg_desc(sW(s) + 32 * j), k > 0 || j > 0);
+            wg_commit();
+            // Step k - 1's MMAs are done: its stage goes back to every
+            // producer of the cluster, if one will fill it again.
+            wg_wait1();
+            if (lead && k > 0 && k - 1 + ON_STAGES < steps) {
+                const unsigned e = empty((k - 1) % ON_STAGES);
+                for (int q = 0; q < ON_CLUSTER; q++) mbar_arrive_cluster(cluster_map(e, q));
+            }
+        }
+        wg_wait0();
+        // h += the tile, and this block's sum of squares of each row.
+        float ss[2] = {0.f, 0.f};
+#pragma unroll
+        for (int i = 0; i < ON_BN / 8; i++) {
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int r = m0 + lr + 8 * hh, c = n0 + 8 * i + 2 * (lane % 4);
+                if (r >= M) continue;
+                float2 *p = reinterpret_cast<float2 *>(h + (size_t)r * N + c);
+                const float2 o = *p;
+                const float a = d[4 * i + 2 * hh] + o.x, b = d[4 * i + 2 * hh + 1] + o.y;
+                d[4 * i + 2 * hh] = a, d[4 * i + 2 * hh + 1] = b;
+                *p = make_float2(a, b);
+                ss[hh] += a * a + b * b;
+            }
+        }
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {  // the four lanes of a row
+            ss[hh] += __shfl_xor_sync(0xffffffffu, ss[hh], 1);
+            ss[hh] += __shfl_xor_sync(0xffffffffu, ss[hh], 2);
+        }
+        if (lane % 4 == 0) {
+            asm volatile("st.shared.f32 [%0], %1;" ::"r"(sums + 4 * lr), "f"(ss[0]) : "memory");
+            asm volatile("st.shared.f32 [%0], %1;" ::"r"(sums + 4 * (lr + 8)), "f"(ss[1]) : "memory");
+        }
+    }
+    cluster_sync();  // every block's row sums are in
+    if (wg < 2) {
+        float scale[2];
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            float total = 0.f;
+            for (int q = 0; q < ON_CLUSTER; q++) total += cluster_ld(cluster_map(sums + 4 * (lr + 8 * hh), q));
+            scale[hh] = rsqrtf(total / N + eps);
+        }
+#pragma unroll
+        for (int i = 0; i < ON_BN / 8; i++) {
+            const int c = n0 + 8 * i + 2 * (lane % 4);
+            const float2 g = *reinterpret_cast<const float2 *>(nw + c);
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int r = m0 + lr + 8 * hh;
+                if (r >= M) continue;
+                const unsigned v = from_f32<T>(g.x * (d[4 * i + 2 * hh] * scale[hh])).bits |
+                                   (unsigned)from_f32<T>(g.y * (d[4 * i + 2 * hh + 1] * scale[hh])).bits << 16;
+                *reinterpret_cast<unsigned *>(x + (size_t)r * N + c) = v;
+            }
+        }
+    }
+    cluster_sync();  // no block leaves while another reads its row sums
+    pdl_release();
+}
+#define ON_CLUSTER_DIMS __cluster_dims__(ON_CLUSTER, 1, 1)
+#else
+#define ON_CLUSTER_DIMS
+#endif
+
+// out_norm_entry runs out_norm for a 16-bit type on sm_90a; elsewhere, and
+// for f32 (EACH_DTYPE makes every type's entry), it traps.
+template <class T>
+__device__ __forceinline__ void out_norm_entry(const tensor_map *ymap, const tensor_map *wmap, float *h, const float *nw,
+                                               T *x, int M, int K, float eps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    out_norm<T>(ymap, wmap, h, nw, x, M, K, eps);
+#else
+    __trap();
+#endif
+}
+template <>
+__device__ __forceinline__ void out_norm_entry<float>(const tensor_map *, const tensor_map *, float *, const float *,
+                                                      float *, int, int, float) {
+    __trap();
+}
+#define OUT_NORM(sfx, T)                                                                                            \
+    extern "C" __global__ void ON_CLUSTER_DIMS __launch_bounds__(ON_THREADS, 1)                                      \
+        out_norm_##sfx(const __grid_constant__ tensor_map ymap, const __grid_constant__ tensor_map wmap, float *h,   \
+                       const float *__restrict__ nw, T *x, int M, int K, float eps) {                                \
+        out_norm_entry<T>(&ymap, &wmap, h, nw, x, M, K, eps);                                                         \
+    }
+EACH_DTYPE(OUT_NORM)
