@@ -41,6 +41,13 @@
 #ifndef ON_STAGES
 #define ON_STAGES 3  // 28 KB a stage at ON_BN = 96: two blocks an SM
 #endif
+// ON_MULTICAST 1 (the default) shares y's tiles across the cluster as
+// above; 0 has each block copy the whole tile itself (8 times the reads of
+// y from L2, but no block waits for another's consumers), a build for
+// comparison (BenchmarkOutNorm).
+#ifndef ON_MULTICAST
+#define ON_MULTICAST 1
+#endif
 #define ON_THREADS 288
 #define ON_SLICE (ON_BM / ON_CLUSTER)  // rows of y's tile each block copies for its cluster
 #define ON_STAGE_BYTES ((ON_BM + ON_BN) * ON_BK * 2)
@@ -70,7 +77,7 @@ __device__ __forceinline__ void out_norm(const tensor_map *ymap, const tensor_ma
     const int steps = (K + ON_BK - 1) / ON_BK, m0 = blockIdx.y * ON_BM, n0 = rank * ON_BN;
     const int wg = threadIdx.x / 128;  // 0 and 1 the consumers, 2 the producer (one warp)
     if (threadIdx.x == 0) {
-        for (int s = 0; s < ON_STAGES; s++) mbar_init(full(s), 1), mbar_init(empty(s), 2 * ON_CLUSTER);
+        for (int s = 0; s < ON_STAGES; s++) mbar_init(full(s), 1), mbar_init(empty(s), ON_MULTICAST ? 2 * ON_CLUSTER : 2);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
     cluster_sync();  // every block's barriers exist before a copy or an arrival reaches them
@@ -79,8 +86,12 @@ __device__ __forceinline__ void out_norm(const tensor_map *ymap, const tensor_ma
             // Step k's stage: the local W slice, and this block's slice of
             // y's tile into every block of the cluster.
             auto copy_y = [&](int s, int k) {
-                tma_load_multicast(sY(s) + rank * ON_SLICE * ON_BK * 2, ymap, full(s), k * ON_BK,
-                                   m0 + rank * ON_SLICE, (1u << ON_CLUSTER) - 1);
+                if (ON_MULTICAST)
+                    tma_load_multicast(sY(s) + rank * ON_SLICE * ON_BK * 2, ymap, full(s), k * ON_BK,
+                                       m0 + rank * ON_SLICE, (1u << ON_CLUSTER) - 1);
+                else
+                    for (int q = 0; q < ON_CLUSTER; q++)
+                        tma_load(sY(s) + q * ON_SLICE * ON_BK * 2, ymap, full(s), k * ON_BK, m0 + q * ON_SLICE);
             };
             const int k0 = min(steps, ON_STAGES);
             for (int k = 0; k < k0; k++) {  // W: a weight, ready before the wait
@@ -122,7 +133,10 @@ __device__ __forceinline__ void out_norm(const tensor_map *ymap, const tensor_ma
             wg_wait1();
             if (lead && k > 0 && k - 1 + ON_STAGES < steps) {
                 const unsigned e = empty((k - 1) % ON_STAGES);
-                for (int q = 0; q < ON_CLUSTER; q++) mbar_arrive_cluster(cluster_map(e, q));
+                if (ON_MULTICAST)
+                    for (int q = 0; q < ON_CLUSTER; q++) mbar_arrive_cluster(cluster_map(e, q));
+                else
+                    mbar_arrive(e);
             }
         }
         wg_wait0();

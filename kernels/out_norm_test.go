@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
+	"github.com/mambago/mambago/kernels"
 	"github.com/mambago/mambago/mambago/cuda"
 	gpuengine "github.com/mambago/mambago/mambago/gpu"
 )
@@ -17,6 +18,30 @@ func outNormDevice(tb testing.TB, dt cuda.DType, D, K int) {
 	d := gputest.Device(tb)
 	if !gpuengine.OutNormApplies(d, dt, D, K) {
 		tb.Skipf("out_norm needs sm_90a (wgmma, TMA multicast); this GPU is sm_%d%d", d.Major, d.Minor)
+	}
+}
+
+// outNormBuilds are out_norm.cu's builds the test checks and the benchmark
+// times: the engine's (3 stages, y multicast across the cluster; gpu.OutNorm's
+// defaults), deeper rings, and each block copying y itself.
+var outNormBuilds = []struct{ stages, multicast int }{{3, 1}, {5, 1}, {7, 1}, {3, 0}, {7, 0}}
+
+// outNormBuild compiles out_norm.cu for sm_90a with a ring of stages and y
+// multicast or not, and returns a lookup of its entries.
+func outNormBuild(tb testing.TB, stages, multicast int) func(string) *cuda.Function {
+	tb.Helper()
+	src, err := kernels.Source("out_norm.cu")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m := loadSourceFor(tb, "sm_90a", src, "out_norm.cu", fmt.Sprintf("-DON_STAGES=%d", stages),
+		fmt.Sprintf("-DON_MULTICAST=%d", multicast))
+	return func(name string) *cuda.Function {
+		f, err := m.Function(name)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return f
 	}
 }
 
@@ -32,11 +57,23 @@ func outNormDevice(tb testing.TB, dt cuda.DType, D, K int) {
 // random inputs each run.
 func TestOutNormKernel(t *testing.T) {
 	fn, s := gpu(t)
+	outNormDevice(t, cuda.BF16, 768, 64)
+	for i, build := range outNormBuilds {
+		lookup := fn // the engine's build, compiled as gpu.loadKernels compiles it
+		if i > 0 {
+			lookup = outNormBuild(t, build.stages, build.multicast)
+		}
+		outNormCheck(t, lookup, s, build.stages, fmt.Sprintf("%d stages multicast %d", build.stages, build.multicast))
+	}
+}
+
+// outNormCheck runs TestOutNormKernel's cases on one build.
+func outNormCheck(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, stages int, build string) {
 	const D = 768
 	for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
 		for _, tc := range []struct{ M, K, LDY int }{{2048, 1536, 1536}, {300, 1000, 1000}, {1, 1536, 1536},
 			{129, 64, 192}} {
-			label := fmt.Sprintf("%s M=%d K=%d ldy=%d", dt, tc.M, tc.K, tc.LDY)
+			label := fmt.Sprintf("%s %s M=%d K=%d ldy=%d", build, dt, tc.M, tc.K, tc.LDY)
 			outNormDevice(t, dt, D, tc.K)
 			M, K, LDY := tc.M, tc.K, tc.LDY
 			y, yPacked := pack16(dt, randn(M*LDY, 1))
@@ -53,7 +90,7 @@ func TestOutNormKernel(t *testing.T) {
 			}
 			bX := upload(t, s, nan16)
 			err := gpuengine.OutNorm{Y: bY.Ptr, LDY: LDY, W: bW.Ptr, H: bH.Ptr, Norm: bN.Ptr, X: bX.Ptr, M: M, D: D, K: K,
-				Eps: eps, DType: dt, PDL: rand.IntN(2) == 0}.Launch(fn, s)
+				Eps: eps, DType: dt, PDL: rand.IntN(2) == 0, Stages: stages}.Launch(fn, s)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -133,16 +170,22 @@ func BenchmarkOutNorm(b *testing.B) {
 			bX := upload(b, s, make([]float32, M*D/2))
 			rms := fn("rmsnorm_bf16")
 			runs := []func() error{
-				func() error {
+				func() error { // the engine's unfused path
 					if err := blas.Gemm(M, D, K, bY.Ptr, K, bW.Ptr, bH.Ptr, D, 1, dt, cuda.F32); err != nil {
 						return err
 					}
 					return rms.LaunchMaybePDL(true, cuda.D1((M+7)/8), cuda.D1(256), 0, s, bH.Ptr, bN.Ptr, bX.Ptr, M, D, D, float32(1e-5))
 				},
-				func() error {
+			}
+			for i, build := range outNormBuilds {
+				lookup := fn
+				if i > 0 {
+					lookup = outNormBuild(b, build.stages, build.multicast)
+				}
+				runs = append(runs, func() error {
 					return gpuengine.OutNorm{Y: bY.Ptr, LDY: K, W: bW.Ptr, H: bH.Ptr, Norm: bN.Ptr, X: bX.Ptr, M: M, D: D, K: K,
-						Eps: 1e-5, DType: dt, PDL: true}.Launch(fn, s)
-				},
+						Eps: 1e-5, DType: dt, PDL: true, Stages: build.stages}.Launch(lookup, s)
+				})
 			}
 			if err := runs[0](); err != nil { // cuBLASLt tunes outside the capture
 				b.Fatal(err)
@@ -160,9 +203,14 @@ func BenchmarkOutNorm(b *testing.B) {
 					times[i] = append(times[i], float64(ms)*1e3)
 				}
 			}
-			base, ours := gputest.Median(times[0]), gputest.Median(times[1])
-			b.Logf("out_norm 130m T=%d: cuBLASLt out_proj + rmsnorm %.2f us, out_norm %.2f us (%.3fx; %.0f TFLOP/s)", M, base,
-				ours, base/ours, 2*float64(M)*D*K/ours/1e6)
+			base := gputest.Median(times[0])
+			line := fmt.Sprintf("out_norm 130m T=%d: cuBLASLt out_proj + rmsnorm %.2f us", M, base)
+			for i, build := range outNormBuilds {
+				ours := gputest.Median(times[i+1])
+				line += fmt.Sprintf("; %d stages multicast %d: %.2f us (%.3fx; %.0f TFLOP/s)", build.stages, build.multicast,
+					ours, base/ours, 2*float64(M)*D*K/ours/1e6)
+			}
+			b.Log(line)
 		})
 	}
 }

@@ -30,6 +30,10 @@ type OutNorm struct {
 	DType cuda.DType
 	// PDL launches it with programmatic dependent launch.
 	PDL bool
+	// Stages is the ring's depth (ON_STAGES) of the build fn returns, which
+	// sets the shared memory the launch asks for; 0 is the engine's build
+	// (outNormStages). Other builds are for benchmarks.
+	Stages int
 }
 
 // outNormBN and outNormStages are out_norm.cu's ON_BN and ON_STAGES as the
@@ -41,9 +45,9 @@ const (
 	outNormCluster = 8
 )
 
-// outNormShared is out_norm_shared() in bytes.
-func outNormShared() int {
-	return outNormStages*(128+outNormBN)*64*2 + 1024 + 2*outNormStages*8 + 128*4
+// outNormShared is out_norm_shared() in bytes, for a ring of stages stages.
+func outNormShared(stages int) int {
+	return stages*(128+outNormBN)*64*2 + 1024 + 2*stages*8 + 128*4
 }
 
 // outNormKernel is the entry of out_norm.cu for dt.
@@ -55,7 +59,7 @@ func outNormKernel(dt cuda.DType) string { return "out_norm_" + dt.Suffix() }
 // 16-byte aligned for the tensor map.
 func OutNormApplies(dev *cuda.Device, dt cuda.DType, D, K int) bool {
 	return dev.Major == 9 && dev.Minor == 0 && (dt == cuda.BF16 || dt == cuda.F16) &&
-		D == outNormCluster*outNormBN && K >= 1 && K%8 == 0 && outNormShared() <= dev.MaxSharedOptIn
+		D == outNormCluster*outNormBN && K >= 1 && K%8 == 0 && outNormShared(outNormStages) <= dev.MaxSharedOptIn
 }
 
 // Launch queues the kernel on stream; fn looks kernels up by name.
@@ -75,12 +79,16 @@ func (o OutNorm) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) err
 	if err != nil {
 		return fmt.Errorf("gpu: out_norm's W: %w", err)
 	}
-	f := fn(outNormKernel(o.DType))
-	if err := f.SetMaxDynamicShared(outNormShared()); err != nil {
+	stages := o.Stages
+	if stages == 0 {
+		stages = outNormStages
+	}
+	f, shared := fn(outNormKernel(o.DType)), outNormShared(stages)
+	if err := f.SetMaxDynamicShared(shared); err != nil {
 		return err
 	}
 	grid := cuda.Dim3{X: outNormCluster, Y: (o.M + 127) / 128, Z: 1}
-	return f.LaunchMaybePDL(o.PDL, grid, cuda.D1(outNormThreads), outNormShared(), stream, ym, wm, o.H, o.Norm, o.X,
+	return f.LaunchMaybePDL(o.PDL, grid, cuda.D1(outNormThreads), shared, stream, ym, wm, o.H, o.Norm, o.X,
 		o.M, o.K, o.Eps)
 }
 

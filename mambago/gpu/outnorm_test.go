@@ -38,7 +38,9 @@ func TestFusedOutNormMatches(t *testing.T) {
 					t.Skipf("the fused kernel does not apply here (sm_90a): fused %v, unfused engine %v",
 						a.OutNormFused(), off.OutNormFused())
 				}
-				prefillsMatch(t, label+" fused", a, b, sz.B, sz.T)
+				if sz.chunk == 0 { // a captured prefill runs as one chunk
+					prefillsMatch(t, label+" fused", a, b, sz.B, sz.T)
+				}
 				in := engine.Input{B: sz.B, T: sz.T, IDs: randomIDs(sz.B*sz.T, w.Config.Vocab)}
 				sa, _ := a.NewState(sz.B)
 				so, _ := off.NewState(sz.B)
