@@ -48,6 +48,11 @@
 #ifndef ON_MULTICAST
 #define ON_MULTICAST 1
 #endif
+// ON_EPILOGUE 0 drops the epilogue (h, the norm, x: nothing is written),
+// a build that times the main loop alone (BenchmarkOutNorm).
+#ifndef ON_EPILOGUE
+#define ON_EPILOGUE 1
+#endif
 #define ON_THREADS 288
 #define ON_SLICE (ON_BM / ON_CLUSTER)  // rows of y's tile each block copies for its cluster
 #define ON_STAGE_BYTES ((ON_BM + ON_BN) * ON_BK * 2)
@@ -147,7 +152,7 @@ __device__ __forceinline__ void out_norm(const tensor_map *ymap, const tensor_ma
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
                 const int r = m0 + lr + 8 * hh, c = n0 + 8 * i + 2 * (lane % 4);
-                if (r >= M) continue;
+                if (r >= M || !ON_EPILOGUE) continue;
                 float2 *p = reinterpret_cast<float2 *>(h + (size_t)r * N + c);
                 const float2 o = *p;
                 const float a = d[4 * i + 2 * hh] + o.x, b = d[4 * i + 2 * hh + 1] + o.y;
@@ -167,7 +172,7 @@ __device__ __forceinline__ void out_norm(const tensor_map *ymap, const tensor_ma
         }
     }
     cluster_sync();  // every block's row sums are in
-    if (wg < 2) {
+    if (wg < 2 && ON_EPILOGUE) {
         float scale[2];
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -24,18 +26,38 @@ func outNormDevice(tb testing.TB, dt cuda.DType, D, K int) {
 // outNormBuilds are out_norm.cu's builds the test checks and the benchmark
 // times: the engine's (3 stages, y multicast across the cluster; gpu.OutNorm's
 // defaults), deeper rings, and each block copying y itself.
-var outNormBuilds = []struct{ stages, multicast int }{{3, 1}, {5, 1}, {7, 1}, {3, 0}, {7, 0}}
+var outNormBuilds = []struct{ stages, multicast int }{{3, 1}, {5, 1}, {3, 0}, {2, 0}}
+
+// outNormBenchBuilds are the builds BenchmarkOutNorm times: outNormBuilds,
+// then the main loop alone (no epilogue) with and without the multicast;
+// MAMBAGO_OUTNORM_BUILDS (e.g. "3:0:1,3:1:1", stages:multicast:epilogue)
+// picks others, for a profiler.
+func outNormBenchBuilds() []struct{ stages, multicast, epilogue int } {
+	var out []struct{ stages, multicast, epilogue int }
+	if env := os.Getenv("MAMBAGO_OUTNORM_BUILDS"); env != "" {
+		for _, f := range strings.Split(env, ",") {
+			var b struct{ stages, multicast, epilogue int }
+			fmt.Sscanf(f, "%d:%d:%d", &b.stages, &b.multicast, &b.epilogue)
+			out = append(out, b)
+		}
+		return out
+	}
+	for _, b := range outNormBuilds {
+		out = append(out, struct{ stages, multicast, epilogue int }{b.stages, b.multicast, 1})
+	}
+	return append(out, struct{ stages, multicast, epilogue int }{3, 1, 0}, struct{ stages, multicast, epilogue int }{3, 0, 0})
+}
 
 // outNormBuild compiles out_norm.cu for sm_90a with a ring of stages and y
 // multicast or not, and returns a lookup of its entries.
-func outNormBuild(tb testing.TB, stages, multicast int) func(string) *cuda.Function {
+func outNormBuild(tb testing.TB, stages, multicast int, opts ...string) func(string) *cuda.Function {
 	tb.Helper()
 	src, err := kernels.Source("out_norm.cu")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	m := loadSourceFor(tb, "sm_90a", src, "out_norm.cu", fmt.Sprintf("-DON_STAGES=%d", stages),
-		fmt.Sprintf("-DON_MULTICAST=%d", multicast))
+	opts = append([]string{fmt.Sprintf("-DON_STAGES=%d", stages), fmt.Sprintf("-DON_MULTICAST=%d", multicast)}, opts...)
+	m := loadSourceFor(tb, "sm_90a", src, "out_norm.cu", opts...)
 	return func(name string) *cuda.Function {
 		f, err := m.Function(name)
 		if err != nil {
@@ -177,11 +199,9 @@ func BenchmarkOutNorm(b *testing.B) {
 					return rms.LaunchMaybePDL(true, cuda.D1((M+7)/8), cuda.D1(256), 0, s, bH.Ptr, bN.Ptr, bX.Ptr, M, D, D, float32(1e-5))
 				},
 			}
-			for i, build := range outNormBuilds {
-				lookup := fn
-				if i > 0 {
-					lookup = outNormBuild(b, build.stages, build.multicast)
-				}
+			builds := outNormBenchBuilds()
+			for _, build := range builds {
+				lookup := outNormBuild(b, build.stages, build.multicast, fmt.Sprintf("-DON_EPILOGUE=%d", build.epilogue))
 				runs = append(runs, func() error {
 					return gpuengine.OutNorm{Y: bY.Ptr, LDY: K, W: bW.Ptr, H: bH.Ptr, Norm: bN.Ptr, X: bX.Ptr, M: M, D: D, K: K,
 						Eps: 1e-5, DType: dt, PDL: true, Stages: build.stages}.Launch(lookup, s)
@@ -205,10 +225,10 @@ func BenchmarkOutNorm(b *testing.B) {
 			}
 			base := gputest.Median(times[0])
 			line := fmt.Sprintf("out_norm 130m T=%d: cuBLASLt out_proj + rmsnorm %.2f us", M, base)
-			for i, build := range outNormBuilds {
+			for i, build := range builds {
 				ours := gputest.Median(times[i+1])
-				line += fmt.Sprintf("; %d stages multicast %d: %.2f us (%.3fx; %.0f TFLOP/s)", build.stages, build.multicast,
-					ours, base/ours, 2*float64(M)*D*K/ours/1e6)
+				line += fmt.Sprintf("; %d stages multicast %d epilogue %d: %.2f us (%.3fx; %.0f TFLOP/s)", build.stages,
+					build.multicast, build.epilogue, ours, base/ours, 2*float64(M)*D*K/ours/1e6)
 			}
 			b.Log(line)
 		})
