@@ -5,8 +5,9 @@
 //   x [M, d]  = T(w[i] · (h[r, i] · rsqrt(mean_i(h[r, :]²) + eps)))   (the next layer's in_proj input)
 //
 // y [M, K] and W [d, K] of a 16-bit storage type T, both K-major, as TMA
-// tensor maps (cuda.NewTensorMap2D, 128-byte swizzle: y in boxes of 16 rows
-// by 64 elements of K, W in boxes of ON_BN rows); h and x rows d apart; w
+// tensor maps (cuda.NewTensorMap2D, 128-byte swizzle: y in boxes of 128
+// rows by 64 elements of K (16 rows with ON_MULTICAST), W in boxes of ON_BN
+// rows); h and x rows d apart; w
 // [d] f32 (RMSNorm's weight). The norm is rmsnorm.cu's math, its sum of
 // squares added in another order.
 //
@@ -15,19 +16,12 @@
 // (8, 1, 1). So a cluster holds whole rows, and the row sums of the norm
 // stay on chip: each block sums the squares of its tile's rows over its
 // columns, and every block adds the cluster's 8 partial sums of a row in
-// rank order through distributed shared memory. The cluster also shares
-// y: block r copies rows 16 r .. 16 r + 15 of y's 128 x 64 tile of each step
-// of K into every block of the cluster (TMA multicast), so y is read from
-// L2 once a cluster, and W's slice once a block. (At the 130m shape, d =
-// 768 and T = 2048: 128 blocks, about one wave, and 44 MB from L2 against
-// 75 MB for plain 128 x 128 tiles.)
+// rank order through distributed shared memory. (At the 130m shape, d =
+// 768 and T = 2048: 128 blocks, about one wave.)
 //
 // A block is gemm_tma.cu's: warp 8 the producer, warpgroups 0 and 1 the
 // consumers of rows 0-63 and 64-127, a ring of ON_STAGES stages on full and
-// empty mbarriers, one step's wgmma in flight. A stage's full barrier counts
-// its local W and the 8 slices of y that arrive from the cluster; its empty
-// barrier counts both consumers of all 8 blocks, since the producer of every
-// block writes into every block's stage. Under programmatic dependent launch
+// empty mbarriers, one step's wgmma in flight. Under programmatic dependent launch
 // the producer fetches W's first stages before it waits for the previous
 // kernel (the scan, which writes y), and the consumers wait before they
 // read h.
@@ -41,12 +35,16 @@
 #ifndef ON_STAGES
 #define ON_STAGES 3  // 28 KB a stage at ON_BN = 96: two blocks an SM
 #endif
-// ON_MULTICAST 1 (the default) shares y's tiles across the cluster as
-// above; 0 has each block copy the whole tile itself (8 times the reads of
-// y from L2, but no block waits for another's consumers), a build for
-// comparison (BenchmarkOutNorm).
+// ON_MULTICAST 0 (the default) has each block copy y's whole 128 x 64 tile
+// of a step itself (a box of 128 rows); 1 shares the tiles across the
+// cluster (TMA multicast, boxes of 16 rows): y is then read from L2 once a
+// cluster, but every stage waits for the consumers of all 8 blocks, each
+// releasing it in 8 blocks (a cluster-scope fence each). On the H200 the
+// main loop alone took 55.7 µs with the multicast against 10.0 without
+// (130m, T = 2048; BenchmarkOutNorm), so the multicast is a build for
+// comparison only.
 #ifndef ON_MULTICAST
-#define ON_MULTICAST 1
+#define ON_MULTICAST 0
 #endif
 // ON_EPILOGUE 0 drops the epilogue (h, the norm, x: nothing is written),
 // a build that times the main loop alone (BenchmarkOutNorm).
@@ -95,8 +93,7 @@ __device__ __forceinline__ void out_norm(const tensor_map *ymap, const tensor_ma
                     tma_load_multicast(sY(s) + rank * ON_SLICE * ON_BK * 2, ymap, full(s), k * ON_BK,
                                        m0 + rank * ON_SLICE, (1u << ON_CLUSTER) - 1);
                 else
-                    for (int q = 0; q < ON_CLUSTER; q++)
-                        tma_load(sY(s) + q * ON_SLICE * ON_BK * 2, ymap, full(s), k * ON_BK, m0 + q * ON_SLICE);
+                    tma_load(sY(s), ymap, full(s), k * ON_BK, m0);
             };
             const int k0 = min(steps, ON_STAGES);
             for (int k = 0; k < k0; k++) {  // W: a weight, ready before the wait
@@ -144,6 +141,20 @@ __device__ __forceinline__ void out_norm(const tensor_map *ymap, const tensor_ma
                     mbar_arrive(e);
             }
         }
+        // The tile's rows of h, all loads in flight together while the last
+        // step's MMAs run. (Loaded and stored element by element, each load
+        // waited for the store before it: 18 µs of L2 round trips at the
+        // 130m shape, T = 2048.)
+        float2 o[ON_BN / 8][2];
+#pragma unroll
+        for (int i = 0; i < ON_BN / 8; i++) {
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int r = m0 + lr + 8 * hh, c = n0 + 8 * i + 2 * (lane % 4);
+                o[i][hh] = r < M && ON_EPILOGUE ? *reinterpret_cast<const float2 *>(h + (size_t)r * N + c)
+                                                : make_float2(0.f, 0.f);
+            }
+        }
         wg_wait0();
         // h += the tile, and this block's sum of squares of each row.
         float ss[2] = {0.f, 0.f};
@@ -152,13 +163,10 @@ __device__ __forceinline__ void out_norm(const tensor_map *ymap, const tensor_ma
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
                 const int r = m0 + lr + 8 * hh, c = n0 + 8 * i + 2 * (lane % 4);
-                if (r >= M || !ON_EPILOGUE) continue;
-                float2 *p = reinterpret_cast<float2 *>(h + (size_t)r * N + c);
-                const float2 o = *p;
-                const float a = d[4 * i + 2 * hh] + o.x, b = d[4 * i + 2 * hh + 1] + o.y;
+                const float a = d[4 * i + 2 * hh] + o[i][hh].x, b = d[4 * i + 2 * hh + 1] + o[i][hh].y;
                 d[4 * i + 2 * hh] = a, d[4 * i + 2 * hh + 1] = b;
-                *p = make_float2(a, b);
                 ss[hh] += a * a + b * b;
+                if (r < M && ON_EPILOGUE) *reinterpret_cast<float2 *>(h + (size_t)r * N + c) = make_float2(a, b);
             }
         }
 #pragma unroll

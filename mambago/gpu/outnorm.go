@@ -32,8 +32,11 @@ type OutNorm struct {
 	PDL bool
 	// Stages is the ring's depth (ON_STAGES) of the build fn returns, which
 	// sets the shared memory the launch asks for; 0 is the engine's build
-	// (outNormStages). Other builds are for benchmarks.
-	Stages int
+	// (outNormStages). Multicast says the build shares y across the cluster
+	// (ON_MULTICAST 1: y's boxes are then 16 rows, not 128). Other builds
+	// than the engine's are for benchmarks.
+	Stages    int
+	Multicast bool
 }
 
 // outNormBN and outNormStages are out_norm.cu's ON_BN and ON_STAGES as the
@@ -69,9 +72,14 @@ func (o OutNorm) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) err
 		return fmt.Errorf("gpu: out_norm serves no %s layer with M=%d, D=%d, K=%d (rows of Y %d apart)", o.DType, o.M,
 			o.D, o.K, o.LDY)
 	}
-	// Y in slices of 16 rows (each block's share of the cluster's tile),
-	// W in its blocks' columns, both 64 elements of K (128 bytes) a box.
-	ym, err := cuda.NewTensorMap2D(o.DType, o.Y, o.M, o.K, o.LDY, 128/outNormCluster, 64)
+	// Y in tiles of 128 rows (with the multicast, slices of 16: each
+	// block's share of the cluster's tile), W in its blocks' columns, both
+	// 64 elements of K (128 bytes) a box.
+	yRows := 128
+	if o.Multicast {
+		yRows = 128 / outNormCluster
+	}
+	ym, err := cuda.NewTensorMap2D(o.DType, o.Y, o.M, o.K, o.LDY, yRows, 64)
 	if err != nil {
 		return fmt.Errorf("gpu: out_norm's Y: %w", err)
 	}
