@@ -45,7 +45,8 @@ func outNormBenchBuilds() []struct{ stages, multicast, epilogue int } {
 	for _, b := range outNormBuilds {
 		out = append(out, struct{ stages, multicast, epilogue int }{b.stages, b.multicast, 1})
 	}
-	return append(out, struct{ stages, multicast, epilogue int }{3, 0, 0})
+	return append(out, struct{ stages, multicast, epilogue int }{3, 0, 0}, struct{ stages, multicast, epilogue int }{3, 0, 2},
+		struct{ stages, multicast, epilogue int }{4, 0, 0})
 }
 
 // outNormBuild compiles out_norm.cu for sm_90a with a ring of stages and y

@@ -37,6 +37,9 @@ type OutNorm struct {
 	// than the engine's are for benchmarks.
 	Stages    int
 	Multicast bool
+	// Box is the build's ON_BOX (rows a copy of y or W brings); 0 is the
+	// engine's (outNormBox).
+	Box int
 }
 
 // outNormBN and outNormStages are out_norm.cu's ON_BN and ON_STAGES as the
@@ -46,6 +49,7 @@ const (
 	outNormStages  = 3
 	outNormThreads = 288
 	outNormCluster = 8
+	outNormBox     = 16
 )
 
 // outNormShared is out_norm_shared() in bytes, for a ring of stages stages.
@@ -72,18 +76,21 @@ func (o OutNorm) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) err
 		return fmt.Errorf("gpu: out_norm serves no %s layer with M=%d, D=%d, K=%d (rows of Y %d apart)", o.DType, o.M,
 			o.D, o.K, o.LDY)
 	}
-	// Y in tiles of 128 rows (with the multicast, slices of 16: each
-	// block's share of the cluster's tile), W in its blocks' columns, both
-	// 64 elements of K (128 bytes) a box.
-	yRows := 128
-	if o.Multicast {
-		yRows = 128 / outNormCluster
+	// Y and W in boxes of Box rows (with the multicast, y's slices of 16:
+	// each block's share of the cluster's tile) by 64 elements of K (128
+	// bytes).
+	box := o.Box
+	if box == 0 {
+		box = outNormBox
 	}
-	ym, err := cuda.NewTensorMap2D(o.DType, o.Y, o.M, o.K, o.LDY, yRows, 64)
+	if o.Multicast {
+		box = 128 / outNormCluster
+	}
+	ym, err := cuda.NewTensorMap2D(o.DType, o.Y, o.M, o.K, o.LDY, box, 64)
 	if err != nil {
 		return fmt.Errorf("gpu: out_norm's Y: %w", err)
 	}
-	wm, err := cuda.NewTensorMap2D(o.DType, o.W, o.D, o.K, o.K, outNormBN, 64)
+	wm, err := cuda.NewTensorMap2D(o.DType, o.W, o.D, o.K, o.K, box, 64)
 	if err != nil {
 		return fmt.Errorf("gpu: out_norm's W: %w", err)
 	}
