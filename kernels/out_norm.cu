@@ -6,8 +6,8 @@
 //
 // y [M, K] and W [d, K] of a 16-bit storage type T, both K-major, as TMA
 // tensor maps (cuda.NewTensorMap2D, 128-byte swizzle: y in boxes of 128
-// rows by 64 elements of K (16 rows with ON_MULTICAST), W in boxes of ON_BN
-// rows); h and x rows d apart; w
+// rows by 64 elements of K (ON_BOX rows), W in boxes of ON_BN rows); h and
+// x rows d apart; w
 // [d] f32 (RMSNorm's weight). The norm is rmsnorm.cu's math, its sum of
 // squares added in another order.
 //
@@ -46,10 +46,12 @@
 #ifndef ON_MULTICAST
 #define ON_MULTICAST 0
 #endif
-// ON_BOX: the rows of y and of W each copy brings (a tensor map's box), so
-// a stage takes (128 + ON_BN) / ON_BOX copies. Without the multicast, y's
-// tile in one box of 128 rows ran the main loop in 17.6 µs, in 8 boxes of
-// 16 in 10.0 (H200, 130m, T = 2048).
+// ON_BOX: the rows of y each copy brings (y's tensor map's box), so a
+// stage takes 128 / ON_BOX copies of y and one of W. The main loop alone on
+// the H200 (130m, T = 2048; BenchmarkOutNorm, runs 3-5 of
+// bench/results/2026-12-01-out-norm.md, on three machines): y in 8 boxes
+// of 16 rows and W in one 10.0 µs, y in one box 17.6, y and W both in
+// boxes of 16 rows 20.1.
 #ifndef ON_BOX
 #define ON_BOX 16
 #endif
@@ -110,10 +112,7 @@ __device__ __forceinline__ void out_norm(const tensor_map *ymap, const tensor_ma
                     for (int q = 0; q < ON_BM / ON_BOX; q++)
                         tma_load(sY(s) + q * ON_BOX * ON_BK * 2, ymap, full(s), k * ON_BK, m0 + q * ON_BOX);
             };
-            auto copy_w = [&](int s, int k) {
-                for (int q = 0; q < ON_BN / ON_BOX; q++)
-                    tma_load(sW(s) + q * ON_BOX * ON_BK * 2, wmap, full(s), k * ON_BK, n0 + q * ON_BOX);
-            };
+            auto copy_w = [&](int s, int k) { tma_load(sW(s), wmap, full(s), k * ON_BK, n0); };
             const int k0 = min(steps, ON_STAGES);
             for (int k = 0; k < k0; k++) {  // W: a weight, ready before the wait
                 mbar_expect_tx(full(k), ON_STAGE_BYTES);

@@ -37,7 +37,7 @@ type OutNorm struct {
 	// than the engine's are for benchmarks.
 	Stages    int
 	Multicast bool
-	// Box is the build's ON_BOX (rows a copy of y or W brings); 0 is the
+	// Box is the build's ON_BOX (rows a copy of y brings); 0 is the
 	// engine's (outNormBox).
 	Box int
 }
@@ -76,9 +76,9 @@ func (o OutNorm) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) err
 		return fmt.Errorf("gpu: out_norm serves no %s layer with M=%d, D=%d, K=%d (rows of Y %d apart)", o.DType, o.M,
 			o.D, o.K, o.LDY)
 	}
-	// Y and W in boxes of Box rows (with the multicast, y's slices of 16:
-	// each block's share of the cluster's tile) by 64 elements of K (128
-	// bytes).
+	// Y in boxes of Box rows (with the multicast, slices of 16: each
+	// block's share of the cluster's tile), W in its block's columns, both
+	// 64 elements of K (128 bytes) a box.
 	box := o.Box
 	if box == 0 {
 		box = outNormBox
@@ -90,7 +90,7 @@ func (o OutNorm) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) err
 	if err != nil {
 		return fmt.Errorf("gpu: out_norm's Y: %w", err)
 	}
-	wm, err := cuda.NewTensorMap2D(o.DType, o.W, o.D, o.K, o.K, box, 64)
+	wm, err := cuda.NewTensorMap2D(o.DType, o.W, o.D, o.K, o.K, outNormBN, 64)
 	if err != nil {
 		return fmt.Errorf("gpu: out_norm's W: %w", err)
 	}
