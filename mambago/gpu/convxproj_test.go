@@ -8,6 +8,7 @@ import (
 	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
+	"github.com/mambago/mambago/mambago/gpu"
 	"github.com/mambago/mambago/mambago/internal/fixture"
 )
 
@@ -35,22 +36,40 @@ func TestFusedConvXProjMatches(t *testing.T) {
 							a.ConvXProjFused(), off.ConvXProjFused())
 					}
 					prefillsMatch(t, label+" fused", a, b, sz.B, sz.T)
-					in := engine.Input{B: sz.B, T: sz.T, IDs: randomIDs(sz.B*sz.T, w.Config.Vocab)}
-					sa, _ := a.NewState(sz.B)
-					so, _ := off.NewState(sz.B)
-					for call := 0; call < 2; call++ { // the second continues from the first's state
-						got, want := fixture.NaNs(sz.B*sz.T*d), fixture.NaNs(sz.B*sz.T*d)
-						check(t, a.Prefill(sa, in, engine.All, got))
-						check(t, off.Prefill(so, in, engine.All, want))
-						if e := normRel(got, want); !(e <= 2e-3) {
-							t.Errorf("call %d: hidden states fused against unfused: %.3g of the norm", call, e)
-						}
-						if e := normRel(flatState(t, a, sa), flatState(t, off, so)); !(e <= 2e-3) {
-							t.Errorf("call %d: carried state fused against unfused: %.3g of the norm", call, e)
-						}
-					}
+					closeToUnfused(t, a, off, sz.B, sz.T, 2e-3)
 				})
 			}
+		}
+	}
+}
+
+// closeToUnfused runs the same random prompts through a fused engine and
+// an unfused one, twice (the second call continuing from the first's
+// state): all positions' hidden states, the carried states and the last
+// positions' hidden states must agree to within tol of their norms.
+// Outputs start as NaN.
+func closeToUnfused(t *testing.T, fused, off *gpu.Engine, B, T int, tol float64) {
+	t.Helper()
+	c := fused.Config()
+	d := c.Hidden
+	in := engine.Input{B: B, T: T, IDs: randomIDs(B*T, c.Vocab)}
+	sa, _ := fused.NewState(B)
+	so, _ := off.NewState(B)
+	for call := 0; call < 2; call++ {
+		got, want := fixture.NaNs(B*T*d), fixture.NaNs(B*T*d)
+		check(t, fused.Prefill(sa, in, engine.All, got))
+		check(t, off.Prefill(so, in, engine.All, want))
+		if e := normRel(got, want); !(e <= tol) {
+			t.Errorf("call %d: hidden states fused against unfused: %.3g of the norm", call, e)
+		}
+		if e := normRel(flatState(t, fused, sa), flatState(t, off, so)); !(e <= tol) {
+			t.Errorf("call %d: carried state fused against unfused: %.3g of the norm", call, e)
+		}
+		last, wantLast := fixture.NaNs(B*d), fixture.NaNs(B*d)
+		check(t, fused.Prefill(sa, in, engine.Last, last))
+		check(t, off.Prefill(so, in, engine.Last, wantLast))
+		if e := normRel(last, wantLast); !(e <= tol) {
+			t.Errorf("call %d: last positions fused against unfused: %.3g of the norm", call, e)
 		}
 	}
 }

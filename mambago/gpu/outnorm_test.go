@@ -7,7 +7,6 @@ import (
 
 	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/mambago/cuda"
-	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/internal/fixture"
 )
 
@@ -41,26 +40,7 @@ func TestFusedOutNormMatches(t *testing.T) {
 				if sz.chunk == 0 { // a captured prefill runs as one chunk
 					prefillsMatch(t, label+" fused", a, b, sz.B, sz.T)
 				}
-				in := engine.Input{B: sz.B, T: sz.T, IDs: randomIDs(sz.B*sz.T, w.Config.Vocab)}
-				sa, _ := a.NewState(sz.B)
-				so, _ := off.NewState(sz.B)
-				for call := 0; call < 2; call++ { // the second continues from the first's state
-					got, want := fixture.NaNs(sz.B*sz.T*d), fixture.NaNs(sz.B*sz.T*d)
-					check(t, a.Prefill(sa, in, engine.All, got))
-					check(t, off.Prefill(so, in, engine.All, want))
-					if e := normRel(got, want); !(e <= 2e-3) {
-						t.Errorf("call %d: hidden states fused against unfused: %.3g of the norm", call, e)
-					}
-					if e := normRel(flatState(t, a, sa), flatState(t, off, so)); !(e <= 2e-3) {
-						t.Errorf("call %d: carried state fused against unfused: %.3g of the norm", call, e)
-					}
-					last := fixture.NaNs(sz.B * d)
-					check(t, a.Prefill(sa, in, engine.Last, last))
-					check(t, off.Prefill(so, in, engine.Last, want[:sz.B*d]))
-					if e := normRel(last, want[:sz.B*d]); !(e <= 2e-3) {
-						t.Errorf("call %d: last positions fused against unfused: %.3g of the norm", call, e)
-					}
-				}
+				closeToUnfused(t, a, off, sz.B, sz.T, 2e-3)
 			})
 		}
 	}
