@@ -62,6 +62,12 @@
 #ifndef ON_EPILOGUE
 #define ON_EPILOGUE 1
 #endif
+// Further timing builds take the epilogue apart: 3 loads and stores h only
+// (no norm, no x), 4 computes the norm and writes x from the products alone
+// (h neither read nor written), 5 only loads h. The epilogue's parts:
+#define ON_H_LOAD (ON_EPILOGUE == 1 || ON_EPILOGUE == 2 || ON_EPILOGUE == 3 || ON_EPILOGUE == 5)
+#define ON_H_STORE (ON_EPILOGUE == 1 || ON_EPILOGUE == 2 || ON_EPILOGUE == 3)
+#define ON_X (ON_EPILOGUE == 1 || ON_EPILOGUE == 2 || ON_EPILOGUE == 4)
 #define ON_THREADS 288
 #define ON_SLICE (ON_BM / ON_CLUSTER)  // rows of y's tile each block copies for its cluster
 #define ON_STAGE_BYTES ((ON_BM + ON_BN) * ON_BK * 2)
@@ -169,7 +175,7 @@ __device__ __forceinline__ void out_norm(const tensor_map *ymap, const tensor_ma
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
                 const int r = m0 + lr + 8 * hh, c = n0 + 8 * i + 2 * (lane % 4);
-                o[i][hh] = r < M && ON_EPILOGUE ? *reinterpret_cast<const float2 *>(h + (size_t)r * N + c)
+                o[i][hh] = r < M && ON_H_LOAD ? *reinterpret_cast<const float2 *>(h + (size_t)r * N + c)
                                                 : make_float2(0.f, 0.f);
             }
         }
@@ -184,7 +190,7 @@ __device__ __forceinline__ void out_norm(const tensor_map *ymap, const tensor_ma
                 const float a = d[4 * i + 2 * hh] + o[i][hh].x, b = d[4 * i + 2 * hh + 1] + o[i][hh].y;
                 d[4 * i + 2 * hh] = a, d[4 * i + 2 * hh + 1] = b;
                 ss[hh] += a * a + b * b;
-                if (r < M && ON_EPILOGUE) *reinterpret_cast<float2 *>(h + (size_t)r * N + c) = make_float2(a, b);
+                if (r < M && ON_H_STORE) *reinterpret_cast<float2 *>(h + (size_t)r * N + c) = make_float2(a, b);
             }
         }
 #pragma unroll
@@ -198,7 +204,7 @@ __device__ __forceinline__ void out_norm(const tensor_map *ymap, const tensor_ma
         }
     }
     cluster_sync();  // every block's row sums are in
-    if (wg < 2 && ON_EPILOGUE) {
+    if (wg < 2 && ON_X) {
         float scale[2];
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
