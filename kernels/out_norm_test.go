@@ -5,7 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"strings"
+	"strconv"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -24,41 +24,35 @@ func outNormDevice(tb testing.TB, dt cuda.DType, D, K int) {
 }
 
 // outNormBuilds are out_norm.cu's builds the test checks and the benchmark
-// times: the engine's (3 stages, each block copying y itself; gpu.OutNorm's
-// defaults), other rings, and y multicast across the cluster.
-var outNormBuilds = []struct{ stages, multicast int }{{3, 0}, {4, 0}, {2, 0}, {3, 1}}
+// times: the engine's (gpu.OutNormBuild's zero value), other rings, y
+// multicast across the cluster, and h's tile copied by TMA.
+var outNormBuilds = []gpuengine.OutNormBuild{{}, {Stages: 4}, {Stages: 2}, {Multicast: true}, {HTMA: true},
+	{HTMA: true, Stages: 4}}
 
 // outNormBenchBuilds are the builds BenchmarkOutNorm times: outNormBuilds,
-// then the engine's main loop alone (no epilogue);
-// MAMBAGO_OUTNORM_BUILDS (e.g. "3:0:1,3:1:1", stages:multicast:epilogue)
-// picks others, for a profiler.
-func outNormBenchBuilds() []struct{ stages, multicast, epilogue int } {
-	var out []struct{ stages, multicast, epilogue int }
-	if env := os.Getenv("MAMBAGO_OUTNORM_BUILDS"); env != "" {
-		for _, f := range strings.Split(env, ",") {
-			var b struct{ stages, multicast, epilogue int }
-			fmt.Sscanf(f, "%d:%d:%d", &b.stages, &b.multicast, &b.epilogue)
-			out = append(out, b)
-		}
-		return out
+// then the main loop alone (no epilogue), the epilogue's parts (h loaded and
+// stored only; the norm and x only; h loaded only) and the norm's sums
+// without the cluster's exchange. MAMBAGO_OUTNORM_BUILD=i times the i-th
+// alone, for a profiler.
+func outNormBenchBuilds() []gpuengine.OutNormBuild {
+	all := append(append([]gpuengine.OutNormBuild{}, outNormBuilds...), gpuengine.OutNormBuild{Epilogue: -1},
+		gpuengine.OutNormBuild{Epilogue: 3}, gpuengine.OutNormBuild{Epilogue: 4}, gpuengine.OutNormBuild{Epilogue: 5},
+		gpuengine.OutNormBuild{Epilogue: 2})
+	if i, err := strconv.Atoi(os.Getenv("MAMBAGO_OUTNORM_BUILD")); err == nil && i >= 0 && i < len(all) {
+		return all[i : i+1]
 	}
-	for _, b := range outNormBuilds {
-		out = append(out, struct{ stages, multicast, epilogue int }{b.stages, b.multicast, 1})
-	}
-	return append(out, struct{ stages, multicast, epilogue int }{3, 0, 0}, struct{ stages, multicast, epilogue int }{3, 0, 2},
-		struct{ stages, multicast, epilogue int }{4, 0, 0})
+	return all
 }
 
-// outNormBuild compiles out_norm.cu for sm_90a with a ring of stages and y
-// multicast or not, and returns a lookup of its entries.
-func outNormBuild(tb testing.TB, stages, multicast int, opts ...string) func(string) *cuda.Function {
+// outNormBuild compiles out_norm.cu for sm_90a as b, and returns a lookup
+// of its entries.
+func outNormBuild(tb testing.TB, b gpuengine.OutNormBuild) func(string) *cuda.Function {
 	tb.Helper()
 	src, err := kernels.Source("out_norm.cu")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	opts = append([]string{fmt.Sprintf("-DON_STAGES=%d", stages), fmt.Sprintf("-DON_MULTICAST=%d", multicast)}, opts...)
-	m := loadSourceFor(tb, "sm_90a", src, "out_norm.cu", opts...)
+	m := loadSourceFor(tb, "sm_90a", src, "out_norm.cu", b.Options()...)
 	return func(name string) *cuda.Function {
 		f, err := m.Function(name)
 		if err != nil {
@@ -84,15 +78,14 @@ func TestOutNormKernel(t *testing.T) {
 	for i, build := range outNormBuilds {
 		lookup := fn // the engine's build, compiled as gpu.loadKernels compiles it
 		if i > 0 {
-			lookup = outNormBuild(t, build.stages, build.multicast)
+			lookup = outNormBuild(t, build)
 		}
-		outNormCheck(t, lookup, s, build.stages, build.multicast == 1,
-			fmt.Sprintf("%d stages multicast %d", build.stages, build.multicast))
+		outNormCheck(t, lookup, s, build)
 	}
 }
 
 // outNormCheck runs TestOutNormKernel's cases on one build.
-func outNormCheck(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, stages int, multicast bool, build string) {
+func outNormCheck(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, build gpuengine.OutNormBuild) {
 	const D = 768
 	for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
 		for _, tc := range []struct{ M, K, LDY int }{{2048, 1536, 1536}, {300, 1000, 1000}, {1, 1536, 1536},
@@ -114,7 +107,7 @@ func outNormCheck(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, 
 			}
 			bX := upload(t, s, nan16)
 			err := gpuengine.OutNorm{Y: bY.Ptr, LDY: LDY, W: bW.Ptr, H: bH.Ptr, Norm: bN.Ptr, X: bX.Ptr, M: M, D: D, K: K,
-				Eps: eps, DType: dt, PDL: rand.IntN(2) == 0, Stages: stages, Multicast: multicast}.Launch(fn, s)
+				Eps: eps, DType: dt, PDL: rand.IntN(2) == 0, Build: build}.Launch(fn, s)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -203,10 +196,10 @@ func BenchmarkOutNorm(b *testing.B) {
 			}
 			builds := outNormBenchBuilds()
 			for _, build := range builds {
-				lookup := outNormBuild(b, build.stages, build.multicast, fmt.Sprintf("-DON_EPILOGUE=%d", build.epilogue))
+				lookup := outNormBuild(b, build)
 				runs = append(runs, func() error {
 					return gpuengine.OutNorm{Y: bY.Ptr, LDY: K, W: bW.Ptr, H: bH.Ptr, Norm: bN.Ptr, X: bX.Ptr, M: M, D: D, K: K,
-						Eps: 1e-5, DType: dt, PDL: true, Stages: build.stages, Multicast: build.multicast == 1}.Launch(lookup, s)
+						Eps: 1e-5, DType: dt, PDL: true, Build: build}.Launch(lookup, s)
 				})
 			}
 			if err := runs[0](); err != nil { // cuBLASLt tunes outside the capture
@@ -229,8 +222,7 @@ func BenchmarkOutNorm(b *testing.B) {
 			line := fmt.Sprintf("out_norm 130m T=%d: cuBLASLt out_proj + rmsnorm %.2f us", M, base)
 			for i, build := range builds {
 				ours := gputest.Median(times[i+1])
-				line += fmt.Sprintf("; %d stages multicast %d epilogue %d: %.2f us (%.3fx; %.0f TFLOP/s)", build.stages,
-					build.multicast, build.epilogue, ours, base/ours, 2*float64(M)*D*K/ours/1e6)
+				line += fmt.Sprintf("; %v: %.2f us (%.3fx; %.0f TFLOP/s)", build, ours, base/ours, 2*float64(M)*D*K/ours/1e6)
 			}
 			b.Log(line)
 		})

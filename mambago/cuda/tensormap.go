@@ -23,10 +23,21 @@ type TensorMap [128]byte
 // matrix read zeros there. It needs p 16-byte aligned, rowStride ·
 // dt.Size() a multiple of 16, and CUDA 12 or newer.
 func NewTensorMap2D(dt DType, p Ptr, rows, cols, rowStride, boxRows, boxCols int) (TensorMap, error) {
+	return newTensorMap2D(dt, p, rows, cols, rowStride, boxRows, boxCols, true)
+}
+
+// NewTensorMap2DPlain is NewTensorMap2D without the swizzle: a box lands in
+// shared memory as plain rows of boxCols elements, so boxCols may be up to
+// 256 elements, its bytes a multiple of 16.
+func NewTensorMap2DPlain(dt DType, p Ptr, rows, cols, rowStride, boxRows, boxCols int) (TensorMap, error) {
+	return newTensorMap2D(dt, p, rows, cols, rowStride, boxRows, boxCols, false)
+}
+
+func newTensorMap2D(dt DType, p Ptr, rows, cols, rowStride, boxRows, boxCols int, swizzled bool) (TensorMap, error) {
 	var m TensorMap
 	const (
 		float16, bfloat16, float32 = 6, 9, 7 // CU_TENSOR_MAP_DATA_TYPE_*
-		swizzle128                 = 3       // CU_TENSOR_MAP_SWIZZLE_128B
+		swizzleNone, swizzle128    = 0, 3    // CU_TENSOR_MAP_SWIZZLE_*
 		l2Promote256               = 3       // CU_TENSOR_MAP_L2_PROMOTION_L2_256B
 	)
 	var code int
@@ -46,8 +57,15 @@ func NewTensorMap2D(dt DType, p Ptr, rows, cols, rowStride, boxRows, boxCols int
 	case uintptr(p)%16 != 0 || rowStride*dt.Size()%16 != 0:
 		return m, fmt.Errorf("cuda: tensor map needs 16-byte alignment (address %#x, rows %d bytes apart)", uintptr(p),
 			rowStride*dt.Size())
-	case boxRows < 1 || boxRows > 256 || boxCols < 1 || boxCols*dt.Size() > 128:
+	case swizzled && (boxRows < 1 || boxRows > 256 || boxCols < 1 || boxCols*dt.Size() > 128):
 		return m, fmt.Errorf("cuda: tensor map box of %d x %d elements (at most 256 rows of 128 bytes)", boxRows, boxCols)
+	case !swizzled && (boxRows < 1 || boxRows > 256 || boxCols < 1 || boxCols > 256 || boxCols*dt.Size()%16 != 0):
+		return m, fmt.Errorf("cuda: plain tensor map box of %d x %d elements (at most 256 x 256, rows a multiple of 16 bytes)",
+			boxRows, boxCols)
+	}
+	swizzle := swizzleNone
+	if swizzled {
+		swizzle = swizzle128
 	}
 	// The C side's arrays: dims and the box innermost first; one stride (the
 	// rows'), in bytes.
@@ -66,7 +84,7 @@ func NewTensorMap2D(dt DType, p Ptr, rows, cols, rowStride, boxRows, boxCols int
 	defer C.free(raw)
 	aligned := unsafe.Pointer((uintptr(raw) + 63) &^ 63)
 	r := C.mg_cuTensorMapEncodeTiled(aligned, C.int(code), 2, C.mg_devptr(p), &dims[0], &strides[0], &box[0],
-		&estrides[0], 0, swizzle128, l2Promote256, 0)
+		&estrides[0], 0, C.int(swizzle), l2Promote256, 0)
 	if err := check("cuTensorMapEncodeTiled", r); err != nil {
 		return m, err
 	}

@@ -27,6 +27,17 @@ func TestTensorMapChecks(t *testing.T) {
 			t.Errorf("%s: got %v, want an error about %q", tc.name, err, tc.want)
 		}
 	}
+	// Plain maps take rows wider than 128 bytes, but not past 256
+	// elements or off 16 bytes.
+	for _, tc := range []struct {
+		name             string
+		boxRows, boxCols int
+	}{{"plain box wider than 256 elements", 128, 512}, {"plain box rows of 12 bytes", 128, 3}, {"plain box of no rows", 0, 96}} {
+		_, err := NewTensorMap2DPlain(F32, 0x1000, 2048, 768, 768, tc.boxRows, tc.boxCols)
+		if err == nil || !strings.Contains(err.Error(), "plain tensor map box") {
+			t.Errorf("%s: got %v, want an error about the box", tc.name, err)
+		}
+	}
 }
 
 // TestPackTensorMap: a TensorMap argument travels whole, 128 bytes at its

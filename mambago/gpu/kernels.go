@@ -100,7 +100,7 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 		}
 	}
 	// out_proj with the next layer's RMSNorm (OutNorm), where it applies.
-	if shared := outNormShared(outNormStages); dev.Major == 9 && dev.Minor == 0 && shared <= dev.MaxSharedOptIn {
+	if shared := outNormShared(OutNormBuild{}); dev.Major == 9 && dev.Minor == 0 && shared <= dev.MaxSharedOptIn {
 		for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
 			if err := fns[outNormKernel(dt)].SetMaxDynamicShared(shared); err != nil {
 				return nil, mods, err

@@ -30,16 +30,59 @@ type OutNorm struct {
 	DType cuda.DType
 	// PDL launches it with programmatic dependent launch.
 	PDL bool
-	// Stages is the ring's depth (ON_STAGES) of the build fn returns, which
-	// sets the shared memory the launch asks for; 0 is the engine's build
-	// (outNormStages). Multicast says the build shares y across the cluster
-	// (ON_MULTICAST 1: y's boxes are then 16 rows, not 128). Other builds
-	// than the engine's are for benchmarks.
-	Stages    int
-	Multicast bool
-	// Box is the build's ON_BOX (rows a copy of y brings); 0 is the
-	// engine's (outNormBox).
-	Box int
+	// Build is the build of out_norm.cu that fn returns: the zero value is
+	// the engine's; others are for benchmarks.
+	Build OutNormBuild
+}
+
+// OutNormBuild names a build of kernels/out_norm.cu by its macros, which
+// the launch must know (shared memory, tensor map boxes). The zero value is
+// the build the engine compiles.
+type OutNormBuild struct {
+	Stages    int  // ON_STAGES, the ring's depth; 0: outNormStages
+	Multicast bool // ON_MULTICAST: y shared across the cluster
+	Box       int  // ON_BOX, the rows of y a copy brings; 0: outNormBox
+	HTMA      bool // ON_HTMA: h's tile copied into shared memory by TMA
+	Epilogue  int  // ON_EPILOGUE (timing builds take the epilogue apart); 0: 1, the whole epilogue; -1: none
+}
+
+// Options are the NVRTC options that compile b.
+func (b OutNormBuild) Options() []string {
+	b = b.resolved()
+	return []string{fmt.Sprintf("-DON_STAGES=%d", b.Stages), fmt.Sprintf("-DON_MULTICAST=%d", b2i(b.Multicast)),
+		fmt.Sprintf("-DON_BOX=%d", b.Box), fmt.Sprintf("-DON_HTMA=%d", b2i(b.HTMA)),
+		fmt.Sprintf("-DON_EPILOGUE=%d", max(b.Epilogue, 0))}
+}
+
+// String names b for benchmark logs.
+func (b OutNormBuild) String() string {
+	b = b.resolved()
+	return fmt.Sprintf("%d stages, multicast %v, box %d, h by TMA %v, epilogue %d", b.Stages, b.Multicast, b.Box, b.HTMA,
+		b.Epilogue)
+}
+
+// resolved fills in b's defaults.
+func (b OutNormBuild) resolved() OutNormBuild {
+	if b.Stages == 0 {
+		b.Stages = outNormStages
+	}
+	if b.Box == 0 {
+		b.Box = outNormBox
+	}
+	if b.Multicast {
+		b.Box = 128 / outNormCluster
+	}
+	if b.Epilogue == 0 {
+		b.Epilogue = 1
+	}
+	return b
+}
+
+func b2i(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 // outNormBN and outNormStages are out_norm.cu's ON_BN and ON_STAGES as the
@@ -52,9 +95,14 @@ const (
 	outNormBox     = 16
 )
 
-// outNormShared is out_norm_shared() in bytes, for a ring of stages stages.
-func outNormShared(stages int) int {
-	return stages*(128+outNormBN)*64*2 + 1024 + 2*stages*8 + 128*4
+// outNormShared is out_norm_shared() in bytes, for build b.
+func outNormShared(b OutNormBuild) int {
+	b = b.resolved()
+	hBytes := 0
+	if b.HTMA {
+		hBytes = 128 * outNormBN * 4
+	}
+	return b.Stages*(128+outNormBN)*64*2 + hBytes + 1024 + (2*b.Stages+1)*8 + 128*4
 }
 
 // outNormKernel is the entry of out_norm.cu for dt.
@@ -66,7 +114,7 @@ func outNormKernel(dt cuda.DType) string { return "out_norm_" + dt.Suffix() }
 // 16-byte aligned for the tensor map.
 func OutNormApplies(dev *cuda.Device, dt cuda.DType, D, K int) bool {
 	return dev.Major == 9 && dev.Minor == 0 && (dt == cuda.BF16 || dt == cuda.F16) &&
-		D == outNormCluster*outNormBN && K >= 1 && K%8 == 0 && outNormShared(outNormStages) <= dev.MaxSharedOptIn
+		D == outNormCluster*outNormBN && K >= 1 && K%8 == 0 && outNormShared(OutNormBuild{}) <= dev.MaxSharedOptIn
 }
 
 // Launch queues the kernel on stream; fn looks kernels up by name.
@@ -76,17 +124,11 @@ func (o OutNorm) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) err
 		return fmt.Errorf("gpu: out_norm serves no %s layer with M=%d, D=%d, K=%d (rows of Y %d apart)", o.DType, o.M,
 			o.D, o.K, o.LDY)
 	}
-	// Y in boxes of Box rows (with the multicast, slices of 16: each
+	b := o.Build.resolved()
+	// Y in boxes of b.Box rows (with the multicast, slices of 16: each
 	// block's share of the cluster's tile), W in its block's columns, both
-	// 64 elements of K (128 bytes) a box.
-	box := o.Box
-	if box == 0 {
-		box = outNormBox
-	}
-	if o.Multicast {
-		box = 128 / outNormCluster
-	}
-	ym, err := cuda.NewTensorMap2D(o.DType, o.Y, o.M, o.K, o.LDY, box, 64)
+	// 64 elements of K (128 bytes) a box; H in the block's whole tile, plain.
+	ym, err := cuda.NewTensorMap2D(o.DType, o.Y, o.M, o.K, o.LDY, b.Box, 64)
 	if err != nil {
 		return fmt.Errorf("gpu: out_norm's Y: %w", err)
 	}
@@ -94,16 +136,16 @@ func (o OutNorm) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) err
 	if err != nil {
 		return fmt.Errorf("gpu: out_norm's W: %w", err)
 	}
-	stages := o.Stages
-	if stages == 0 {
-		stages = outNormStages
+	hm, err := cuda.NewTensorMap2DPlain(cuda.F32, o.H, o.M, o.D, o.D, 128, outNormBN)
+	if err != nil {
+		return fmt.Errorf("gpu: out_norm's H: %w", err)
 	}
-	f, shared := fn(outNormKernel(o.DType)), outNormShared(stages)
+	f, shared := fn(outNormKernel(o.DType)), outNormShared(b)
 	if err := f.SetMaxDynamicShared(shared); err != nil {
 		return err
 	}
 	grid := cuda.Dim3{X: outNormCluster, Y: (o.M + 127) / 128, Z: 1}
-	return f.LaunchMaybePDL(o.PDL, grid, cuda.D1(outNormThreads), shared, stream, ym, wm, o.H, o.Norm, o.X,
+	return f.LaunchMaybePDL(o.PDL, grid, cuda.D1(outNormThreads), shared, stream, ym, wm, hm, o.H, o.Norm, o.X,
 		o.M, o.K, o.Eps)
 }
 
