@@ -63,6 +63,16 @@
 #define ON_HTMA 0
 #endif
 #define ON_H_BYTES (ON_HTMA ? ON_BM * ON_BN * 4 : 0)
+// ON_WAIT0 1 (the default) has the consumers wait for each step's MMAs
+// before they release its stage; 0 keeps one step's MMAs in flight and
+// releases the step before's stage (gemm_tma.cu's loop). With 0 a stage goes
+// back only after the next has arrived, so the ring holds one copy fewer in
+// flight. (ptxas serialized the MMAs of the build without an epilogue
+// anyway, which is why that build ran in 18.4 µs against 26.9 for the build
+// that only loads h, runs 8-9.)
+#ifndef ON_WAIT0
+#define ON_WAIT0 1
+#endif
 // ON_EPILOGUE 0 drops the epilogue (h, the norm, x: nothing is written),
 // a build that times the main loop alone (BenchmarkOutNorm); 2 reads each
 // row's sums from its own block 8 times instead of from the cluster's 8
@@ -170,11 +180,19 @@ __device__ __forceinline__ void out_norm(const tensor_map *ymap, const tensor_ma
             for (int j = 0; j < ON_BK / 16; j++)
                 wg_mma(T{}, d, wg_desc(sY(s) + rows + 32 * j), wg_desc(sW(s) + 32 * j), k > 0 || j > 0);
             wg_commit();
-            // Step k - 1's MMAs are done: its stage goes back to every
-            // producer of the cluster, if one will fill it again.
-            wg_wait1();
-            if (lead && k > 0 && k - 1 + ON_STAGES < steps) {
-                const unsigned e = empty((k - 1) % ON_STAGES);
+            // ON_WAIT0: step k's MMAs are done, and its stage goes back to
+            // the producer (of every block of the cluster with the
+            // multicast) if it will fill it again. Else step k - 1's are,
+            // and its stage goes back: one step's MMAs stay in flight while
+            // the next stage is waited for, but a stage is then released
+            // only once the next one has arrived.
+            const int done = ON_WAIT0 ? k : k - 1;
+            if (ON_WAIT0)
+                wg_wait0();
+            else
+                wg_wait1();
+            if (lead && done >= 0 && done + ON_STAGES < steps) {
+                const unsigned e = empty(done % ON_STAGES);
                 if (ON_MULTICAST)
                     for (int q = 0; q < ON_CLUSTER; q++) mbar_arrive_cluster(cluster_map(e, q));
                 else

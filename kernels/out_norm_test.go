@@ -24,20 +24,19 @@ func outNormDevice(tb testing.TB, dt cuda.DType, D, K int) {
 }
 
 // outNormBuilds are out_norm.cu's builds the test checks and the benchmark
-// times: the engine's (gpu.OutNormBuild's zero value), other rings, y
-// multicast across the cluster, and h's tile copied by TMA.
-var outNormBuilds = []gpuengine.OutNormBuild{{}, {Stages: 4}, {Stages: 2}, {Multicast: true}, {HTMA: true},
-	{HTMA: true, Stages: 4}}
+// times: the engine's (gpu.OutNormBuild's zero value), one step's MMAs in
+// flight, other rings, y multicast across the cluster, and h's tile copied by
+// TMA.
+var outNormBuilds = []gpuengine.OutNormBuild{{}, {InFlight: true}, {Stages: 4}, {Stages: 2}, {Multicast: true},
+	{HTMA: true}}
 
 // outNormBenchBuilds are the builds BenchmarkOutNorm times: outNormBuilds,
-// then the main loop alone (no epilogue), the epilogue's parts (h loaded and
-// stored only; the norm and x only; h loaded only) and the norm's sums
-// without the cluster's exchange. MAMBAGO_OUTNORM_BUILD=i times the i-th
+// then the main loop alone (no epilogue) and with h loaded only (both ways
+// of waiting for the MMAs). MAMBAGO_OUTNORM_BUILD=i times the i-th
 // alone, for a profiler.
 func outNormBenchBuilds() []gpuengine.OutNormBuild {
 	all := append(append([]gpuengine.OutNormBuild{}, outNormBuilds...), gpuengine.OutNormBuild{Epilogue: -1},
-		gpuengine.OutNormBuild{Epilogue: 3}, gpuengine.OutNormBuild{Epilogue: 4}, gpuengine.OutNormBuild{Epilogue: 5},
-		gpuengine.OutNormBuild{Epilogue: 2})
+		gpuengine.OutNormBuild{Epilogue: 5}, gpuengine.OutNormBuild{Epilogue: 5, InFlight: true})
 	if i, err := strconv.Atoi(os.Getenv("MAMBAGO_OUTNORM_BUILD")); err == nil && i >= 0 && i < len(all) {
 		return all[i : i+1]
 	}

@@ -44,6 +44,9 @@ type OutNormBuild struct {
 	Box       int  // ON_BOX, the rows of y a copy brings; 0: outNormBox
 	HTMA      bool // ON_HTMA: h's tile copied into shared memory by TMA
 	Epilogue  int  // ON_EPILOGUE (timing builds take the epilogue apart); 0: 1, the whole epilogue; -1: none
+	// InFlight keeps one step's MMAs in flight (ON_WAIT0 0), releasing
+	// the step before's stage.
+	InFlight bool
 }
 
 // Options are the NVRTC options that compile b.
@@ -51,14 +54,14 @@ func (b OutNormBuild) Options() []string {
 	b = b.resolved()
 	return []string{fmt.Sprintf("-DON_STAGES=%d", b.Stages), fmt.Sprintf("-DON_MULTICAST=%d", b2i(b.Multicast)),
 		fmt.Sprintf("-DON_BOX=%d", b.Box), fmt.Sprintf("-DON_HTMA=%d", b2i(b.HTMA)),
-		fmt.Sprintf("-DON_EPILOGUE=%d", max(b.Epilogue, 0))}
+		fmt.Sprintf("-DON_EPILOGUE=%d", max(b.Epilogue, 0)), fmt.Sprintf("-DON_WAIT0=%d", 1-b2i(b.InFlight))}
 }
 
 // String names b for benchmark logs.
 func (b OutNormBuild) String() string {
 	b = b.resolved()
-	return fmt.Sprintf("%d stages, multicast %v, box %d, h by TMA %v, epilogue %d", b.Stages, b.Multicast, b.Box, b.HTMA,
-		b.Epilogue)
+	return fmt.Sprintf("%d stages, multicast %v, box %d, h by TMA %v, epilogue %d, MMAs in flight %v", b.Stages, b.Multicast,
+		b.Box, b.HTMA, b.Epilogue, b.InFlight)
 }
 
 // resolved fills in b's defaults.
