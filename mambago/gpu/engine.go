@@ -134,8 +134,8 @@ type Engine struct {
 	// where it applies (OutNormApplies: 16-bit engines on sm_90 at the 130m
 	// width): the next layer's RMSNorm node goes, and out_proj takes
 	// programmatic dependent launch. Off by default: on the H200 the kernel
-	// takes 36.7 µs at 130m T=2048 against 13.1 for cuBLASLt's out_proj and
-	// rmsnorm, and bf16 prefills run at 0.82-0.85x (bench/results/
+	// takes 34.4 µs at 130m T=2048 against 13.1 for cuBLASLt's out_proj and
+	// rmsnorm, and bf16 prefills run at 0.83-0.89x (bench/results/
 	// 2026-12-01-out-norm.md). Set it before capturing graphs.
 	FusedOutNorm bool
 	// Timer, when set, times every stage of every layer (eager calls only).
