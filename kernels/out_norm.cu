@@ -67,9 +67,10 @@
 // before they release its stage; 0 keeps one step's MMAs in flight and
 // releases the step before's stage (gemm_tma.cu's loop). With 0 a stage goes
 // back only after the next has arrived, so the ring holds one copy fewer in
-// flight. (ptxas serialized the MMAs of the build without an epilogue
-// anyway, which is why that build ran in 18.4 µs against 26.9 for the build
-// that only loads h, runs 8-9.)
+// flight. On the H200 (130m; BenchmarkOutNorm, run 11 of
+// bench/results/2026-12-01-out-norm.md): 34.4 µs against 36.3 at T = 2048,
+// 96.2 against 115.2 at T = 8192. (ptxas serializes the MMAs of the build
+// without an epilogue whatever this says.)
 #ifndef ON_WAIT0
 #define ON_WAIT0 1
 #endif
