@@ -5,11 +5,11 @@
 //   x [M, d]  = T(w[i] · (h[r, i] · rsqrt(mean_i(h[r, :]²) + eps)))   (the next layer's in_proj input)
 //
 // y [M, K] and W [d, K] of a 16-bit storage type T, both K-major, as TMA
-// tensor maps (cuda.NewTensorMap2D, 128-byte swizzle: y in boxes of 128
-// rows by 64 elements of K (ON_BOX rows), W in boxes of ON_BN rows); h and
-// x rows d apart; w
-// [d] f32 (RMSNorm's weight). The norm is rmsnorm.cu's math, its sum of
-// squares added in another order.
+// tensor maps (cuda.NewTensorMap2D, 128-byte swizzle, 64 elements of K a
+// box: y in boxes of ON_BOX rows, W in boxes of ON_BN rows); h [M, d] f32
+// also as a plain tensor map (cuda.NewTensorMap2DPlain, read only with
+// ON_HTMA); h and x rows d apart; w [d] f32 (RMSNorm's weight). The norm is
+// rmsnorm.cu's math, its sum of squares added in another order.
 //
 // A cluster of 8 blocks owns 128 rows of h, block r (its rank) the columns
 // r ON_BN .. r ON_BN + ON_BN - 1 of them: grid (8, ceil(M / 128)), cluster
@@ -21,10 +21,10 @@
 //
 // A block is gemm_tma.cu's: warp 8 the producer, warpgroups 0 and 1 the
 // consumers of rows 0-63 and 64-127, a ring of ON_STAGES stages on full and
-// empty mbarriers, one step's wgmma in flight. Under programmatic dependent launch
-// the producer fetches W's first stages before it waits for the previous
-// kernel (the scan, which writes y), and the consumers wait before they
-// read h.
+// empty mbarriers (ON_WAIT0 says when a stage goes back). Under
+// programmatic dependent launch the producer fetches W's first stages
+// before it waits for the previous kernel (the scan, which writes y), and
+// the consumers wait before they read h.
 
 #define ON_BM 128
 #ifndef ON_BN
@@ -36,7 +36,7 @@
 #define ON_STAGES 3  // 28 KB a stage at ON_BN = 96: two blocks an SM
 #endif
 // ON_MULTICAST 0 (the default) has each block copy y's whole 128 x 64 tile
-// of a step itself (a box of 128 rows); 1 shares the tiles across the
+// of a step itself (in ON_BOX-row boxes); 1 shares the tiles across the
 // cluster (TMA multicast, boxes of 16 rows): y is then read from L2 once a
 // cluster, but every stage waits for the consumers of all 8 blocks, each
 // releasing it in 8 blocks (a cluster-scope fence each). On the H200 the
@@ -94,8 +94,7 @@
 // out_norm_shared is the dynamic shared memory of out_norm_*: the ring (and
 // h's tile with ON_HTMA), 1024 bytes to align it (the 128-byte swizzle
 // repeats every 1024), two barriers a stage and h's, and a float a row (the
-// block's sums of squares). gpu.OutNorm
-// passes the same.
+// block's sums of squares). gpu.OutNorm passes the same.
 __host__ __device__ constexpr int out_norm_shared() {
     return ON_STAGES * ON_STAGE_BYTES + ON_H_BYTES + 1024 + (2 * ON_STAGES + 1) * 8 + ON_BM * 4;
 }
