@@ -40,6 +40,15 @@
 #ifndef GT_BLOCKS
 #define GT_BLOCKS 2  // blocks an SM: one's epilogue runs under the other's MMAs
 #endif
+// GT_WAIT0 1 has the consumers wait for each step's MMAs and release its
+// stage; 0 (the default) keeps one step's MMAs in flight and releases the
+// step before's, which puts a stage back only once the next has arrived.
+// out_norm.cu's loop gained 5% (130m, T = 2048) and 16% (T = 8192) from
+// the change (bench/results/2026-12-01-out-norm.md, run 11); here it has not
+// yet run on a GPU.
+#ifndef GT_WAIT0
+#define GT_WAIT0 0
+#endif
 #define GT_THREADS 288  // two consumer warpgroups, then the producer's warp
 #define GT_STAGE_BYTES ((GT_BM + GT_BN) * GT_BK * 2)
 
@@ -114,14 +123,19 @@ __device__ __forceinline__ void gemm_tma(const tensor_map *amap, const tensor_ma
                 for (int j = 0; j < GT_BK / 16; j++)  // 16 elements of K (32 bytes) a step, inside the swizzled row
                     wg_mma(T{}, d, wg_desc(sA(s) + rows + 32 * j), wg_desc(sW(s) + 32 * j), k > 0 || j > 0);
                 wg_commit();
-                // The step before's MMAs are done once at most this step's are in
-                // flight: its stage goes back to the producer, while the tensor
-                // cores run this one.
-                wg_wait1();
-                if (k > 0 && lead) mbar_arrive(empty((g - 1) % GT_STAGES));
+                if (GT_WAIT0) {  // this step's MMAs are done: its stage goes back
+                    wg_wait0();
+                    if (lead) mbar_arrive(empty(g % GT_STAGES));
+                } else {
+                    // The step before's MMAs are done once at most this step's are
+                    // in flight: its stage goes back to the producer, while the
+                    // tensor cores run this one.
+                    wg_wait1();
+                    if (k > 0 && lead) mbar_arrive(empty((g - 1) % GT_STAGES));
+                }
             }
             wg_wait0();
-            if (lead) mbar_arrive(empty((g - 1) % GT_STAGES));  // the tile's last stage
+            if (!GT_WAIT0 && lead) mbar_arrive(empty((g - 1) % GT_STAGES));  // the tile's last stage
             // d[4i + h] is row 16 w + lane / 4 (+ 8 for h >= 2), column 8 i + 2 (lane % 4) + h % 2 of the
             // warpgroup's 64 x GT_BN (w its warp).
             const int w = threadIdx.x % 128 / 32, lane = threadIdx.x % 32;

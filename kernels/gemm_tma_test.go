@@ -24,15 +24,19 @@ type gemmTMA struct {
 // gemmTMABuilds are the builds the test checks and the benchmark times:
 // the source's defaults (128 x 128, 3 stages, two blocks an SM) on a block a
 // tile and on a persistent grid (two blocks an SM), then one block an SM
-// with a deeper ring (more bytes in flight), and 128 x 256 tiles.
+// with a deeper ring (more bytes in flight), 128 x 256 tiles, and the
+// defaults with each step's MMAs waited for before its stage goes back
+// (GT_WAIT0).
 var gemmTMABuilds = []struct {
 	bn, stages, blocks int
-	persistent         bool
-}{{128, 3, 2, false}, {128, 3, 2, true}, {128, 6, 1, false}, {256, 4, 1, false}}
+	persistent, wait0  bool
+}{{128, 3, 2, false, false}, {128, 3, 2, true, false}, {128, 6, 1, false, false}, {256, 4, 1, false, false},
+	{128, 3, 2, false, true}}
 
 // newGemmTMA compiles gemm_tma.cu for d's sm_90a with a tile of 128 x bn,
-// stages stages and blocks blocks an SM, or skips where d is no sm_90 GPU.
-func newGemmTMA(tb testing.TB, s *cuda.Stream, bn, stages, blocks int, persistent bool) *gemmTMA {
+// stages stages, blocks blocks an SM and GT_WAIT0 as wait0 says, or skips
+// where d is no sm_90 GPU.
+func newGemmTMA(tb testing.TB, s *cuda.Stream, bn, stages, blocks int, persistent, wait0 bool) *gemmTMA {
 	tb.Helper()
 	d := gputest.Device(tb)
 	if d.Major != 9 || d.Minor != 0 {
@@ -43,7 +47,7 @@ func newGemmTMA(tb testing.TB, s *cuda.Stream, bn, stages, blocks int, persisten
 		tb.Fatal(err)
 	}
 	m := loadSourceFor(tb, "sm_90a", src, "gemm_tma.cu", fmt.Sprintf("-DGT_BN=%d", bn),
-		fmt.Sprintf("-DGT_STAGES=%d", stages), fmt.Sprintf("-DGT_BLOCKS=%d", blocks))
+		fmt.Sprintf("-DGT_STAGES=%d", stages), fmt.Sprintf("-DGT_BLOCKS=%d", blocks), fmt.Sprintf("-DGT_WAIT0=%d", b2i(wait0)))
 	// gemm_tma_shared(): the ring of stages of A's 128 and W's bn rows of 64
 	// 16-bit elements, 1024 bytes of alignment, two barriers a stage.
 	g := &gemmTMA{bn: bn, shared: stages*(128+bn)*64*2 + 1024 + 2*stages*8, fn: map[cuda.DType]*cuda.Function{}, s: s}
@@ -92,9 +96,10 @@ func (g *gemmTMA) launch(dt cuda.DType, am, wm cuda.TensorMap, C cuda.Ptr, M, N,
 func TestGemmTMAKernel(t *testing.T) {
 	_, s := gpu(t)
 	for _, build := range gemmTMABuilds {
-		g := newGemmTMA(t, s, build.bn, build.stages, build.blocks, build.persistent)
+		g := newGemmTMA(t, s, build.bn, build.stages, build.blocks, build.persistent, build.wait0)
 		for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
-			gemmTMACheck(t, g, s, dt, fmt.Sprintf("128x%d %d stages persistent %v", build.bn, build.stages, build.persistent))
+			gemmTMACheck(t, g, s, dt, fmt.Sprintf("128x%d %d stages persistent %v wait0 %v", build.bn, build.stages,
+				build.persistent, build.wait0))
 		}
 	}
 }
@@ -169,7 +174,7 @@ func BenchmarkGemmTMA(b *testing.B) {
 	_, s := gpu(b)
 	var builds []*gemmTMA
 	for _, build := range gemmTMABuilds {
-		builds = append(builds, newGemmTMA(b, s, build.bn, build.stages, build.blocks, build.persistent))
+		builds = append(builds, newGemmTMA(b, s, build.bn, build.stages, build.blocks, build.persistent, build.wait0))
 	}
 	blas, err := cuda.NewBLAS(s, false)
 	if err != nil {
@@ -226,10 +231,21 @@ func BenchmarkGemmTMA(b *testing.B) {
 				if build.persistent {
 					kind = "/persistent"
 				}
+				if build.wait0 {
+					kind += "/each step waited for"
+				}
 				line += fmt.Sprintf("; 128x%d/%d stages/%d an SM%s %.2f us (%.0f TFLOP/s, %.3fx)", build.bn, build.stages,
 					build.blocks, kind, mo, flops/mo/1e6, mt/mo)
 			}
 			b.Log(line)
 		})
 	}
+}
+
+// b2i is 1 for true, 0 for false.
+func b2i(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
 }
