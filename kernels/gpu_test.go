@@ -21,11 +21,7 @@ func gpu(t testing.TB) (func(string) *cuda.Function, *cuda.Stream) {
 	fns := map[string]*cuda.Function{}
 	for _, name := range kernels.Names() {
 		src, _ := kernels.Source(name)
-		arch := d.Arch()
-		if arch == "sm_90" && kernels.ArchSpecific(name) {
-			arch = "sm_90a" // as the engine compiles it (gpu.loadKernels)
-		}
-		m := loadSourceFor(t, arch, src, name)
+		m := loadSourceFor(t, kernels.Target(name, d.Arch()), src, name) // as gpu.loadKernels compiles it
 		for _, k := range kernels.Entries(name) {
 			f, err := m.Function(k)
 			if err != nil {

@@ -51,13 +51,17 @@ func Source(name string) (string, error) {
 	return text.String(), nil
 }
 
-// ArchSpecific reports whether the source file name has code for the
-// architecture-specific target of Hopper (sm_90a: wgmma, TMA multicast),
-// which it guards with __CUDA_ARCH_FEAT_SM90_ALL; on an sm_90 device it
-// must then be compiled for sm_90a, or that code compiles to a trap.
-func ArchSpecific(name string) bool {
+// Target is the architecture to compile the source file name for on a
+// device of architecture arch (e.g. sm_90): arch itself, or sm_90a where the
+// file has code for Hopper's architecture-specific target (wgmma, TMA
+// multicast), which it guards with __CUDA_ARCH_FEAT_SM90_ALL and which
+// compiles to a trap elsewhere.
+func Target(name, arch string) string {
 	b, err := sources.ReadFile(name)
-	return err == nil && strings.Contains(string(b), "__CUDA_ARCH_FEAT_SM90_ALL")
+	if arch == "sm_90" && err == nil && strings.Contains(string(b), "__CUDA_ARCH_FEAT_SM90_ALL") {
+		return "sm_90a"
+	}
+	return arch
 }
 
 // entryRE matches a kernel's definition: its attributes (__launch_bounds__,

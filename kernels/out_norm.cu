@@ -75,18 +75,17 @@
 #define ON_WAIT0 1
 #endif
 // ON_EPILOGUE 0 drops the epilogue (h, the norm, x: nothing is written),
-// a build that times the main loop alone (BenchmarkOutNorm); 2 reads each
-// row's sums from its own block 8 times instead of from the cluster's 8
-// (wrong norms), a build that times the exchange.
+// a build that times the main loop alone (BenchmarkOutNorm); 5 only loads
+// h, a build that times that load. (Runs 8-9 of
+// bench/results/2026-12-01-out-norm.md also timed 2, 3 and 4: the sums
+// without the cluster's exchange, h loaded and stored only, the norm and x
+// only; they are in the history at 967320e.)
 #ifndef ON_EPILOGUE
 #define ON_EPILOGUE 1
 #endif
-// Further timing builds take the epilogue apart: 3 loads and stores h only
-// (no norm, no x), 4 computes the norm and writes x from the products alone
-// (h neither read nor written), 5 only loads h. The epilogue's parts:
-#define ON_H_LOAD (ON_EPILOGUE == 1 || ON_EPILOGUE == 2 || ON_EPILOGUE == 3 || ON_EPILOGUE == 5)
-#define ON_H_STORE (ON_EPILOGUE == 1 || ON_EPILOGUE == 2 || ON_EPILOGUE == 3)
-#define ON_X (ON_EPILOGUE == 1 || ON_EPILOGUE == 2 || ON_EPILOGUE == 4)
+#define ON_H_LOAD (ON_EPILOGUE == 1 || ON_EPILOGUE == 5)
+#define ON_H_STORE (ON_EPILOGUE == 1)
+#define ON_X (ON_EPILOGUE == 1)
 #define ON_THREADS 288
 #define ON_SLICE (ON_BM / ON_CLUSTER)  // rows of y's tile each block copies for its cluster
 #define ON_STAGE_BYTES ((ON_BM + ON_BN) * ON_BK * 2)
@@ -100,11 +99,6 @@ __host__ __device__ constexpr int out_norm_shared() {
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-__device__ __forceinline__ float ss_own(unsigned addr) {
-    float v;
-    asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
-    return v;
-}
 template <class T>
 __device__ __forceinline__ void out_norm(const tensor_map *ymap, const tensor_map *wmap, const tensor_map *hmap, float *h,
                                          const float *__restrict__ nw, T *x, int M, int K, float eps) {
@@ -251,8 +245,7 @@ __device__ __forceinline__ void out_norm(const tensor_map *ymap, const tensor_ma
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
             float total = 0.f;
-            for (int q = 0; q < ON_CLUSTER; q++)  // (ON_EPILOGUE 2, a timing build: this block's sums only)
-                total += ON_EPILOGUE == 2 ? ss_own(sums + 4 * (lr + 8 * hh)) : cluster_ld(cluster_map(sums + 4 * (lr + 8 * hh), q));
+            for (int q = 0; q < ON_CLUSTER; q++) total += cluster_ld(cluster_map(sums + 4 * (lr + 8 * hh), q));
             scale[hh] = rsqrtf(total / N + eps);
         }
 #pragma unroll

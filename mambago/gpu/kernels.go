@@ -44,11 +44,7 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 		if err != nil {
 			return nil, mods, err
 		}
-		arch := dev.Arch()
-		if arch == "sm_90" && kernels.ArchSpecific(name) {
-			arch = "sm_90a" // gemm_tma.cu, out_norm.cu: wgmma and TMA
-		}
-		cubin, err := cuda.CompileCached(src, name, arch, "--std=c++17")
+		cubin, err := cuda.CompileCached(src, name, kernels.Target(name, dev.Arch()), "--std=c++17")
 		if err != nil {
 			return nil, mods, err
 		}

@@ -41,7 +41,6 @@ type OutNorm struct {
 type OutNormBuild struct {
 	Stages    int  // ON_STAGES, the ring's depth; 0: outNormStages
 	Multicast bool // ON_MULTICAST: y shared across the cluster
-	Box       int  // ON_BOX, the rows of y a copy brings; 0: outNormBox
 	HTMA      bool // ON_HTMA: h's tile copied into shared memory by TMA
 	Epilogue  int  // ON_EPILOGUE (timing builds take the epilogue apart); 0: 1, the whole epilogue; -1: none
 	// InFlight keeps one step's MMAs in flight (ON_WAIT0 0), releasing
@@ -53,27 +52,21 @@ type OutNormBuild struct {
 func (b OutNormBuild) Options() []string {
 	b = b.resolved()
 	return []string{fmt.Sprintf("-DON_STAGES=%d", b.Stages), fmt.Sprintf("-DON_MULTICAST=%d", b2i(b.Multicast)),
-		fmt.Sprintf("-DON_BOX=%d", b.Box), fmt.Sprintf("-DON_HTMA=%d", b2i(b.HTMA)),
+		fmt.Sprintf("-DON_HTMA=%d", b2i(b.HTMA)),
 		fmt.Sprintf("-DON_EPILOGUE=%d", max(b.Epilogue, 0)), fmt.Sprintf("-DON_WAIT0=%d", 1-b2i(b.InFlight))}
 }
 
 // String names b for benchmark logs.
 func (b OutNormBuild) String() string {
 	b = b.resolved()
-	return fmt.Sprintf("%d stages, multicast %v, box %d, h by TMA %v, epilogue %d, MMAs in flight %v", b.Stages, b.Multicast,
-		b.Box, b.HTMA, b.Epilogue, b.InFlight)
+	return fmt.Sprintf("%d stages, multicast %v, h by TMA %v, epilogue %d, MMAs in flight %v", b.Stages, b.Multicast,
+		b.HTMA, b.Epilogue, b.InFlight)
 }
 
 // resolved fills in b's defaults.
 func (b OutNormBuild) resolved() OutNormBuild {
 	if b.Stages == 0 {
 		b.Stages = outNormStages
-	}
-	if b.Box == 0 {
-		b.Box = outNormBox
-	}
-	if b.Multicast {
-		b.Box = 128 / outNormCluster
 	}
 	if b.Epilogue == 0 {
 		b.Epilogue = 1
@@ -95,7 +88,7 @@ const (
 	outNormStages  = 3
 	outNormThreads = 288
 	outNormCluster = 8
-	outNormBox     = 16
+	outNormBox     = 16 // ON_BOX, and ON_BM / ON_CLUSTER (the multicast's slices)
 )
 
 // outNormShared is out_norm_shared() in bytes, for build b.
@@ -128,10 +121,11 @@ func (o OutNorm) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) err
 			o.D, o.K, o.LDY)
 	}
 	b := o.Build.resolved()
-	// Y in boxes of b.Box rows (with the multicast, slices of 16: each
-	// block's share of the cluster's tile), W in its block's columns, both
-	// 64 elements of K (128 bytes) a box; H in the block's whole tile, plain.
-	ym, err := cuda.NewTensorMap2D(o.DType, o.Y, o.M, o.K, o.LDY, b.Box, 64)
+	// Y in boxes of outNormBox rows (ON_BOX; with the multicast, the same 16
+	// rows are each block's share of the cluster's tile), W in its block's
+	// columns, both 64 elements of K (128 bytes) a box; H in the block's
+	// whole tile, plain.
+	ym, err := cuda.NewTensorMap2D(o.DType, o.Y, o.M, o.K, o.LDY, outNormBox, 64)
 	if err != nil {
 		return fmt.Errorf("gpu: out_norm's Y: %w", err)
 	}
