@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -225,6 +226,7 @@ func TestMemsetRowsKernel(t *testing.T) {
 // a random carried state, against float64 references, for several N and T.
 func TestConvAndScanKernels(t *testing.T) {
 	fn, s := gpu(t)
+	sm90 := gputest.Device(t).Major >= 9 // the scan's warps that specialize need mbarriers
 	for _, tc := range []struct{ B, T, E, N, K, R int }{
 		{1, 1, 64, 16, 4, 4}, {2, 37, 96, 8, 3, 5}, {3, 300, 128, 64, 4, 8}, {1, 257, 32, 256, 2, 2}, {2, 19, 48, 33, 4, 3},
 		{2, 45, 40, 16, 6, 4},                          // K > 4: the conv computes with MAX_K taps
@@ -293,18 +295,24 @@ func TestConvAndScanKernels(t *testing.T) {
 		// With sms set, scan_fixup splits the positions over more blocks;
 		// with aligned, the walk's sums go to rows of E (the engine's rows
 		// of 2E are as aligned), which scan_fixup copies in 16-byte pieces
-		// where N = 16 and dbl's rows allow, else rows of E + 3.
+		// where N = 16 and dbl's rows allow, else rows of E + 3. With
+		// helpers, the entry whose warps specialize (sm_90 and newer) must
+		// give the plain walk's bits.
 		type variant struct {
 			chunk, onePass, segments, sms int
-			staged, aligned               bool
+			staged, aligned, helpers      bool
 		}
-		variants := []variant{{onePass: 2}, {onePass: 4}, {onePass: 2, segments: 2}, {onePass: 2, segments: 3},
+		variants := []variant{{onePass: 2}, {onePass: 2, helpers: true}, {onePass: 4}, {onePass: 2, segments: 2}, {onePass: 2, segments: 3},
 			{onePass: 2, segments: 8}, {onePass: 2, segments: 3, sms: 132}, {onePass: 2, segments: 3, aligned: true},
 			{onePass: 2, segments: 8, sms: 132, aligned: true}}
 		for _, chunk := range []int{0, 8, 24, 136} {
 			variants = append(variants, variant{chunk: chunk}, variant{chunk: chunk, staged: true})
 		}
+		var walkY, walkS []float32 // the plain walk's (onePass 2, walked once)
 		for _, v := range variants {
+			if v.helpers && !sm90 {
+				continue
+			}
 			// A fresh dt each time: the walk in segments overwrites it.
 			ldv := E + 3
 			if v.aligned {
@@ -314,7 +322,7 @@ func TestConvAndScanKernels(t *testing.T) {
 			sc := gpuengine.Scan{DT: bdt.Ptr, A2: bA2.Ptr, DBL: bdbl.Ptr, LDD: ld, R: R,
 				U: bu.Ptr, D: bD.Ptr, Z: bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr,
 				B: B, T: T, E: E, N: N, Chunk: v.chunk, Staged: v.staged, OnePass: v.onePass,
-				Segments: v.segments, V: bv.Ptr, LDV: ldv, SMs: v.sms,
+				Segments: v.segments, V: bv.Ptr, LDV: ldv, SMs: v.sms, Helpers: v.helpers,
 				Prefetch: gpuengine.L2Span{P: bxz.Ptr, Bytes: 4 * rows * 2 * E}, PrefetchLead: 2} // a span it reads anyway, for memcheck
 			if v.onePass > 0 && !sc.OnePassApplies() {
 				continue
@@ -324,8 +332,14 @@ func TestConvAndScanKernels(t *testing.T) {
 			if err := sc.Launch(fn, s); err != nil {
 				t.Fatal(err)
 			}
-			checkScan(t, fmt.Sprintf("%+v %+v", tc, v), download(t, s, by, rows*E),
-				download(t, s, bst, B*E*N), wantY, wantS)
+			gotY, gotS := download(t, s, by, rows*E), download(t, s, bst, B*E*N)
+			checkScan(t, fmt.Sprintf("%+v %+v", tc, v), gotY, gotS, wantY, wantS)
+			switch {
+			case v == variant{onePass: 2}:
+				walkY, walkS = gotY, gotS
+			case v.helpers && (!slices.Equal(gotY, walkY) || !slices.Equal(gotS, walkS)):
+				t.Errorf("%+v %+v: y or the state differs from the plain walk's bits", tc, v)
+			}
 		}
 		t.Logf("%+v ok", tc)
 	}

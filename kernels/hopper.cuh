@@ -1,21 +1,25 @@
 // Hopper's (sm_90a) pieces shared by the kernels that use the copy engine
-// (TMA), mbarriers, clusters and wgmma: gemm_tma.cu and out_norm.cu.
+// (TMA), mbarriers, clusters and wgmma: gemm_tma.cu and out_norm.cu, and
+// the mbarriers of scan_onepass.cu's warps that specialize.
 // kernels.Source puts this file in front of every source, after dtype.cuh
-// and math.cuh. The tensor map type exists on every target; the rest only
-// where __CUDA_ARCH_FEAT_SM90_ALL is defined (compiled for sm_90a), so a
-// kernel that uses them must compile to something else (a trap) elsewhere.
+// and math.cuh. The tensor map type exists on every target; the mbarriers
+// from sm_90 on; the rest only where __CUDA_ARCH_FEAT_SM90_ALL is defined
+// (compiled for sm_90a). A kernel that uses them must compile to something
+// else (a trap) elsewhere.
 
 // A CUtensorMap as the driver encodes it: 128 opaque bytes.
 struct __align__(64) tensor_map {
     unsigned long long v[16];
 };
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#if __CUDA_ARCH__ >= 900
+// mbarriers in the block's shared memory (sm_90: the scan's warps that
+// specialize use them too, compiled for sm_90). mbar_arrive releases the
+// thread's earlier accesses and mbar_wait acquires them, at block scope;
+// mbar_arrive_copies arrives once the thread's earlier cp.async copies
+// have landed (counted in the barrier's init count: .noinc).
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
 __device__ __forceinline__ void mbar_arrive(unsigned bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
@@ -25,6 +29,21 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
         "{\n .reg .pred p;\n GT_WAIT_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n @!p bra GT_WAIT_%=;\n}" ::"r"(bar),
         "r"(parity)
         : "memory");
+}
+__device__ __forceinline__ void mbar_arrive_copies(unsigned bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
+// bar_sync_named is a barrier of the n threads (whole warps) that name
+// barrier id (1-15; __syncthreads is 0), ordering their shared-memory
+// accesses before it against those after it.
+__device__ __forceinline__ void bar_sync_named(unsigned id, unsigned n) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
+#endif
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
 // mbar_wait_cluster is mbar_wait acquiring at cluster scope: for a barrier
 // that other blocks of the cluster arrive on (mbar_arrive_cluster).

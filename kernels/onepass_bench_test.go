@@ -3,6 +3,7 @@ package kernels_test
 import (
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -14,16 +15,19 @@ import (
 
 // onePassKnob is a setting of scan_onepass.cu's tuning knobs: other NVRTC
 // options, or, with spt set, the tile and ring at spt states a thread
-// (OP_TL2 and OP_BUF2, or OP_TL4 and OP_BUF4), which fix its shared memory.
+// (OP_TL2 and OP_BUF2, or OP_TL4 and OP_BUF4), which fix its shared memory;
+// or, with helpers, the engine's build launched as its entry whose warps
+// specialize (gpu.Scan.Helpers, 2 states a thread).
 type onePassKnob struct {
 	opts            string
 	spt, tile, ring int
+	helpers         bool
 }
 
 // onePassKnobs are the settings BenchmarkOnePass compiles: the first is the
 // engine's.
 var onePassKnobs = []onePassKnob{
-	{}, {opts: "-DOP_BCI=1"},
+	{}, {helpers: true}, {opts: "-DOP_BCI=1"},
 	{spt: 2, tile: 32, ring: 3}, {spt: 2, tile: 32, ring: 4}, {spt: 2, tile: 64, ring: 2},
 	{spt: 2, tile: 64, ring: 4}, {spt: 2, tile: 128, ring: 2},
 	{spt: 4, tile: 32, ring: 3}, {spt: 4, tile: 64, ring: 2}, {spt: 4, tile: 16, ring: 4},
@@ -39,7 +43,23 @@ func (k onePassKnob) options() string {
 
 // applies says whether the knob changes the build at spt states a thread:
 // a tile and ring of the other width leave it the engine's.
-func (k onePassKnob) applies(spt int) bool { return k.spt == 0 || k.spt == spt }
+func (k onePassKnob) applies(spt int) bool {
+	if k.helpers {
+		return spt == 2
+	}
+	return k.spt == 0 || k.spt == spt
+}
+
+// name is the knob's name in the benchmark's lines.
+func (k onePassKnob) name() string {
+	switch {
+	case k.helpers:
+		return "helpers"
+	case k.options() == "":
+		return "engine"
+	}
+	return k.options()
+}
 
 // shared is the dynamic shared memory of the knob's build at spt states a
 // thread, bf16; 0 where it is the engine's.
@@ -61,12 +81,20 @@ func (k onePassKnob) shared(spt int) int {
 // CUDA events, the settings taking turns: 9 rounds of 25 launches each, so
 // that the clock's drift over the run falls on all of them alike. It logs a
 // line per shape: each setting's median launch in µs, and its ratio to the
-// engine's.
+// engine's. ONEPASS_KNOBS, a comma-separated list of the settings' names
+// (as the lines give them), times only those beside the engine's.
 func BenchmarkOnePass(b *testing.B) {
 	d, _, s, src, timer := kernelBench(b, "scan_onepass.cu")
 	const rounds, runs = 9, 25
-	mods := make([]*cuda.Module, len(onePassKnobs))
-	for i, k := range onePassKnobs {
+	knobs := onePassKnobs
+	if only := os.Getenv("ONEPASS_KNOBS"); only != "" {
+		knobs = slices.DeleteFunc(slices.Clone(knobs[1:]), func(k onePassKnob) bool {
+			return !slices.Contains(strings.Split(only, ","), k.name())
+		})
+		knobs = append([]onePassKnob{onePassKnobs[0]}, knobs...)
+	}
+	mods := make([]*cuda.Module, len(knobs))
+	for i, k := range knobs {
 		mods[i] = loadSource(b, d, src, "scan_onepass.cu", strings.Fields(k.options())...)
 	}
 	for range b.N {
@@ -78,23 +106,27 @@ func BenchmarkOnePass(b *testing.B) {
 			rows := sh.B * sh.T
 			in := newScanBenchInputs(b, s, sh.B, sh.T, sh.E)
 			var want []float32
-			var knobs []onePassKnob
+			var timed []onePassKnob
 			var launches []func() error
-			for i, k := range onePassKnobs {
+			for i, k := range knobs {
 				if !k.applies(sh.spt) {
 					continue
 				}
-				f, err := mods[i].Function(fmt.Sprintf("scan_onepass%d_bf16", sh.spt))
+				entry := fmt.Sprintf("scan_onepass%d_bf16", sh.spt)
+				if k.helpers {
+					entry = "scan_onepass2w_bf16"
+				}
+				f, err := mods[i].Function(entry)
 				if err != nil {
 					b.Fatal(err)
 				}
 				sc := in.scan(sh.spt)
-				sc.SharedBytes = k.shared(sh.spt)
+				sc.SharedBytes, sc.Helpers = k.shared(sh.spt), k.helpers
 				if !sc.OnePassApplies() {
 					b.Fatalf("%s: the one-pass scan does not apply", sh.name)
 				}
 				launch := func() error { return sc.Launch(func(string) *cuda.Function { return f }, s) }
-				knobs, launches = append(knobs, k), append(launches, launch)
+				timed, launches = append(timed, k), append(launches, launch)
 				// Checked once from the same state into a poisoned y: every
 				// element written, and the engine's bits.
 				in.reset(b)
@@ -104,7 +136,7 @@ func BenchmarkOnePass(b *testing.B) {
 				got := append(download(b, s, in.y, rows*sh.E/2), download(b, s, in.st, len(in.st0))...)
 				for _, w := range got[:rows*sh.E/2] {
 					if bits := math.Float32bits(w); bits&0x7f80 == 0x7f80 || bits>>16&0x7f80 == 0x7f80 {
-						b.Fatalf("%s %q: y holds a NaN or Inf: an element the kernel did not write", sh.name, k.options())
+						b.Fatalf("%s %s: y holds a NaN or Inf: an element the kernel did not write", sh.name, k.name())
 					}
 				}
 				if want == nil {
@@ -112,12 +144,12 @@ func BenchmarkOnePass(b *testing.B) {
 				} else if !slices.EqualFunc(got, want, func(x, y float32) bool {
 					return math.Float32bits(x) == math.Float32bits(y)
 				}) {
-					b.Fatalf("%s %q: output differs from the engine's setting's", sh.name, k.options())
+					b.Fatalf("%s %s: output differs from the engine's setting's", sh.name, k.name())
 				}
 			}
-			times := make([][]float64, len(knobs))
+			times := make([][]float64, len(timed))
 			for range rounds {
-				for i := range knobs {
+				for i := range timed {
 					for range runs {
 						times[i] = append(times[i], timer.ms(b, launches[i]))
 					}
@@ -125,13 +157,9 @@ func BenchmarkOnePass(b *testing.B) {
 			}
 			line := fmt.Sprintf("onepass %-14s", sh.name)
 			base := gputest.Median(times[0])
-			for i, k := range knobs {
-				opts := k.options()
-				if opts == "" {
-					opts = "engine"
-				}
+			for i, k := range timed {
 				m := gputest.Median(times[i])
-				line += fmt.Sprintf("  %s %.2f us (%.3fx)", opts, 1e3*m, m/base)
+				line += fmt.Sprintf("  %s %.2f us (%.3fx)", k.name(), 1e3*m, m/base)
 			}
 			b.Log(line)
 			// Freed now rather than at cleanup, so that the shapes' buffers

@@ -107,15 +107,16 @@ struct onepass_copies {
     unsigned xoff[SX], uoff[SU], boff[SB];  // bytes into the piece's tile
     size_t xstep, zstep, bstep;  // elements from a tile's rows to the next tile's
 
-    // Sequence b's positions t0 .. t0 + T - 1, of Trows a sequence.
+    // Sequence b's positions t0 .. t0 + T - 1, of Trows a sequence; tid is
+    // the thread's index among the OP_THREADS that copy.
     __device__ __forceinline__ onepass_copies(const float *dtv, const Tv *uv, const float *zv, int ldz,
                                               const float *dbl, int ldd, int R, int b, int Trows, int t0, int T,
-                                              int E, int N, int c0) {
+                                              int E, int N, int c0, unsigned tid) {
         size_t r0 = (size_t)b * Trows + t0;
         xstep = (size_t)TL * E, zstep = (size_t)TL * ldz, bstep = (size_t)TL * ldd;
 #pragma unroll
         for (int k = 0; k < SX; k++) {
-            int i = k * OP_THREADS + threadIdx.x, tt = i / FP, cc = i % FP * 4;
+            int i = k * OP_THREADS + tid, tt = i / FP, cc = i % FP * 4;
             bool live = c0 + cc < E;
             xrow[k] = live ? tt : T, xoff[k] = (tt * CB + cc) * 4;
             dt[k] = live ? dtv + (r0 + tt) * E + c0 + cc : dtv;
@@ -123,14 +124,14 @@ struct onepass_copies {
         }
 #pragma unroll
         for (int k = 0; k < SU; k++) {
-            int i = k * OP_THREADS + threadIdx.x, tt = i / FU, cc = i % FU * UV;
+            int i = k * OP_THREADS + tid, tt = i / FU, cc = i % FU * UV;
             bool live = c0 + cc < E;
             urow[k] = live ? tt : T, uoff[k] = (tt * CB + cc) * sizeof(Tv);
             u[k] = live ? uv + (r0 + tt) * E + c0 + cc : uv;
         }
 #pragma unroll
         for (int k = 0; k < SB; k++) {
-            int i = k * OP_THREADS + threadIdx.x, tt = i / BP, n = i % BP * (BCW / 4);
+            int i = k * OP_THREADS + tid, tt = i / BP, n = i % BP * (BCW / 4);
             bool live = n < N;
             brow[k] = live ? tt : T, boff[k] = (tt * 2 * OP_NS + onepass_bcol<SPT>(n)) * 4;
             bc[k] = live ? dbl + (r0 + tt) * ldd + R + n : dbl;
@@ -141,10 +142,11 @@ struct onepass_copies {
     // into one tile of the ring (the shared addresses of its dt, u, z and its
     // rows of B and C), and moves every piece on to the next tile.
     __device__ __forceinline__ void issue(unsigned sdt, unsigned su, unsigned sz, unsigned sBC, const float *dtv,
-                                          const Tv *uv, const float *zv, const float *dbl, int N, int T, int t0) {
+                                          const Tv *uv, const float *zv, const float *dbl, int N, int T, int t0,
+                                          unsigned tid) {
 #pragma unroll
         for (int k = 0; k < SX; k++) {
-            if (NX % OP_THREADS == 0 || k * OP_THREADS + (int)threadIdx.x < NX) {
+            if (NX % OP_THREADS == 0 || k * OP_THREADS + (int)tid < NX) {
                 bool ok = t0 + xrow[k] < T;
                 cp_async_s<16>(sdt + xoff[k], ok ? dt[k] : dtv, ok);
                 cp_async_s<16>(sz + xoff[k], ok ? z[k] : zv, ok);
@@ -153,7 +155,7 @@ struct onepass_copies {
         }
 #pragma unroll
         for (int k = 0; k < SU; k++) {
-            if (NU % OP_THREADS == 0 || k * OP_THREADS + (int)threadIdx.x < NU) {
+            if (NU % OP_THREADS == 0 || k * OP_THREADS + (int)tid < NU) {
                 bool ok = t0 + urow[k] < T;
                 cp_async_s<16>(su + uoff[k], ok ? u[k] : uv, ok);
             }
@@ -161,7 +163,7 @@ struct onepass_copies {
         }
 #pragma unroll
         for (int k = 0; k < SB; k++) {
-            if (NB % OP_THREADS == 0 || k * OP_THREADS + (int)threadIdx.x < NB) {
+            if (NB % OP_THREADS == 0 || k * OP_THREADS + (int)tid < NB) {
                 bool ok = t0 + brow[k] < T;
                 cp_async_s<BCW>(sBC + boff[k], ok ? bc[k] : dbl, ok);
                 cp_async_s<BCW>(sBC + boff[k] + 4 * onepass_cgap<SPT>(), ok ? bc[k] + N : dbl, ok);
@@ -181,7 +183,76 @@ __host__ __device__ constexpr int onepass_shared(int SPT, int TL, int BUF, int T
     return BUF * TL * (8 * SPT * (8 + TV) + 2 * OP_NS * 4) + TL * onepass_pst(SPT) * 4;
 }
 
-template <int SPT, int TL, int BUF, int BCW, class Tv, bool SEG>
+// onepass_ws_shared is onepass_shared for the entry whose warps specialize
+// (SCAN_ONEPASS_RUN's WS): a second tile of partial sums, then the ring's
+// and the two tiles' mbarriers (onepass_bars). gpu.Scan computes the same.
+__host__ __device__ constexpr int onepass_ws_shared(int SPT, int TL, int BUF, int TV) {
+    return onepass_shared(SPT, TL, BUF, TV) + TL * onepass_pst(SPT) * 4 + 8 * (BUF + 4);
+}
+
+// onepass_bars are the mbarriers of the entry whose warps specialize, at
+// shared address a: full[j] completes once the copies of ring slot j's tile
+// have landed (the copying warps' OP_THREADS arrivals); sums[p] once the
+// walking warps have stored their terms in tile p of partial sums, and
+// free[p] once the output warps have read them back (OP_THREADS each).
+struct onepass_bars {
+    unsigned a;
+    int BUF;
+    __device__ __forceinline__ unsigned full(int j) const { return a + 8 * j; }
+    __device__ __forceinline__ unsigned sums(int p) const { return a + 8 * (BUF + p); }
+    __device__ __forceinline__ unsigned free(int p) const { return a + 8 * (BUF + 2 + p); }
+};
+// op_wait, op_arrive, op_copied and op_helpers_sync are the mbarrier and
+// named-barrier steps of the warps that specialize (sm_90 and newer; a trap
+// before, where the entry cannot run).
+__device__ __forceinline__ void op_wait(unsigned bar, unsigned parity) {
+#if __CUDA_ARCH__ >= 900
+    mbar_wait(bar, parity);
+#else
+    __trap();
+#endif
+}
+__device__ __forceinline__ void op_arrive(unsigned bar) {
+#if __CUDA_ARCH__ >= 900
+    mbar_arrive(bar);
+#else
+    __trap();
+#endif
+}
+__device__ __forceinline__ void op_copied(unsigned bar) {
+#if __CUDA_ARCH__ >= 900
+    mbar_arrive_copies(bar);
+#else
+    __trap();
+#endif
+}
+__device__ __forceinline__ void op_init(unsigned bar, unsigned count) {
+#if __CUDA_ARCH__ >= 900
+    mbar_init(bar, count);
+#else
+    __trap();
+#endif
+}
+__device__ __forceinline__ void op_helpers_sync() {
+#if __CUDA_ARCH__ >= 900
+    bar_sync_named(1, OP_THREADS);
+#else
+    __trap();
+#endif
+}
+
+// WS, the warps that specialize (2 states a thread, no segments; a block of
+// 2 OP_THREADS): the first OP_THREADS threads walk the chain and nothing
+// else, each tile's terms into one of two tiles of partial sums; the other
+// OP_THREADS copy the ring's tiles and compute the outputs (the sums, the
+// gate, the stores), each taking the place of the walking thread of the
+// same index in the tile's copies and outputs. So the walk no longer stops
+// at each tile's end for two barriers, the copies' issue and the outputs,
+// which were about a quarter of its time (stall samples,
+// bench/results/2026-11-30-scan-stalls-spread-92a2ebf.md); the two halves
+// meet on mbarriers (onepass_bars). The arithmetic is the plain entry's, in
+// the same order: the same bits.
+template <int SPT, int TL, int BUF, int BCW, class Tv, bool SEG, bool WS>
 __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, const float *__restrict__ A2,
                                              const float *__restrict__ dbl, int ldd, int R,
                                              const Tv *__restrict__ u, const float *__restrict__ Dskip,
@@ -200,16 +271,22 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     constexpr int NO = TL / G;  // outputs a thread gates and writes a tile
     constexpr bool P2 = OP_P2 && SPT == 2;  // terms stored in pairs of positions
     static_assert(TL % (2 * BATCH) == 0 && OP_THREADS % CB == 0 && CB == 8 * SPT && BUF >= 2, "tile shapes");
+    static_assert(!WS || (SPT == 2 && !SEG), "the warps specialize at 2 states a thread, walking once");
     extern __shared__ __align__(16) unsigned char op_smem[];
     unsigned smem;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem));
-    if (smem < onepass_shared(SPT, TL, BUF, sizeof(Tv))) __trap();  // launched with too little shared memory
+    if (smem < (WS ? onepass_ws_shared(SPT, TL, BUF, sizeof(Tv)) : onepass_shared(SPT, TL, BUF, sizeof(Tv))))
+        __trap();  // launched with too little shared memory
     auto sdt = reinterpret_cast<float(*)[TL][CB]>(op_smem);
     auto su = reinterpret_cast<Tv(*)[TL][CB]>(sdt + BUF);
     auto sz = reinterpret_cast<float(*)[TL][CB]>(su + BUF);
     auto sBC = reinterpret_cast<float(*)[TL][2 * OP_NS]>(sz + BUF);  // [position][onepass_bcol]
     auto sp = reinterpret_cast<float(*)[PST]>(sBC + BUF);  // [position][g CB + channel]: each thread's term of the sum
-    int b = blockIdx.y, c0 = blockIdx.x * CB, cl = threadIdx.x % CB, g = threadIdx.x / CB, c = c0 + cl;
+    // WS: the index among the walking or the output threads, and the role
+    const unsigned tid = WS ? threadIdx.x % OP_THREADS : threadIdx.x;
+    const bool walker = !WS || threadIdx.x < OP_THREADS;
+    const onepass_bars bars{shared_addr(op_smem) + onepass_shared(SPT, TL, BUF, sizeof(Tv)) + TL * PST * 4, BUF};
+    int b = blockIdx.y, c0 = blockIdx.x * CB, cl = tid % CB, g = tid / CB, c = c0 + cl;
     int n0 = g * SPT;
     bool on = c < E;
     // SEG: the segment walked (SCAN_ONEPASS_PARAMS), positions t0 .. t0 + Tl - 1;
@@ -229,32 +306,90 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     Tv *yt = y + ((size_t)b * T + t0 + g) * E + c;  // output (position g, channel c) of the tile
     float *vt = vpart + ((size_t)b * T + t0 + g) * ldv + c;  // the same in a later segment
     float *ct = cum + ((size_t)b * T + t0 + g) * E + c;
-    onepass_copies<SPT, CB, TL, BCW, Tv> copies(dtv, u, z, ldz, dbl, ldd, R, b, T, t0, Tl, E, N, c0);
+    onepass_copies<SPT, CB, TL, BCW, Tv> copies(dtv, u, z, ldz, dbl, ldd, R, b, T, t0, Tl, E, N, c0, tid);
     auto issue = [&](int k) {  // tile k into its slot of the ring; past the last tile an empty group
         if (k < tiles) {
             int j = k % BUF;
             copies.issue(shared_addr(sdt[j]), shared_addr(su[j]), shared_addr(sz[j]), shared_addr(sBC[j]), dtv, u, z,
-                         dbl, N, Tl, k * TL);
+                         dbl, N, Tl, k * TL, tid);
+            if (WS) op_copied(bars.full(j));
         }
-        cp_async_commit();
+        if (!WS) cp_async_commit();
     };
+    // The outputs of tile k (terms in spk, the gate's u and z in gu and gz):
+    // output (position tt, channel cl) for tt = g, g + G, ..., this thread's
+    // own channel, since CB divides the block. Only the stores depend on
+    // t < T, so the NO outputs' sums and gates interleave (with the whole
+    // output under the condition, each output was a branch of its own and
+    // paid its latency alone).
+    auto outputs = [&](int k, const float(*spk)[PST], const float(&gu)[NO], const float(&gz)[NO]) {
+#pragma unroll
+        for (int o = 0; o < NO; o++) {
+            int tt = g + o * G;
+            // Slot q CB + cl of position tt: spk[tt][slot], or with P2 float
+            // 2 slot + tt % 2 of the pair of rows from tt - tt % 2.
+            const float *terms = P2 ? &spk[tt - tt % 2][tt % 2] : spk[tt];
+            constexpr int step = P2 ? 2 : 1;
+            float v = terms[step * cl];
+#pragma unroll
+            for (int q = 1; q < G; q++) v += terms[step * (q * CB + cl)];
+            if (!SEG || seg == 0) {
+                Tv out = from_f32<Tv>((v + dskip * gu[o]) * silu_f(gz[o]));
+                if (on && k * TL + tt < Tl) yt[o * G * E] = out;
+            } else if (on && k * TL + tt < Tl) {  // the sum before the gate, which scan_fixup completes, and dt summed
+                vt[(size_t)o * G * ldv] = v + dskip * gu[o];
+                ct[(size_t)o * G * E] = cdo[o];
+            }
+        }
+        yt += (size_t)TL * E;
+        if (SEG) vt += (size_t)TL * ldv, ct += (size_t)TL * E;
+    };
+    if (WS && threadIdx.x == 0) {
+        for (int j = 0; j < BUF; j++) op_init(bars.full(j), OP_THREADS);
+        for (int p = 0; p < 2; p++) op_init(bars.sums(p), OP_THREADS), op_init(bars.free(p), OP_THREADS);
+    }
+    if (WS) __syncthreads();  // the barriers initialized
     // Launched with programmatic dependent launch, the kernel gets here while
     // dt_proj may still run: everything above reads weights and the carried
     // state, which no kernel in flight writes; dt, u, z, B and C come after.
     pdl_wait();
-    for (int k = 0; k < BUF - 1; k++) issue(k);
-    for (int k = 0; k < tiles; k++) {
+    if (WS && !walker) {  // the copies and the outputs
+        for (int k = 0; k < BUF; k++) issue(k);
+        for (int k = 0; k < tiles; k++) {
+            const int j = k % BUF;
+            op_wait(bars.sums(k % 2), k / 2 % 2);  // the walk's terms of tile k are in
+            float gu[NO], gz[NO];
+#pragma unroll
+            for (int o = 0; o < NO; o++) gu[o] = to_f32(su[j][g + o * G][cl]), gz[o] = sz[j][g + o * G][cl];
+            outputs(k, sp + k % 2 * TL, gu, gz);
+            op_arrive(bars.free(k % 2));
+            op_helpers_sync();  // every output thread is done with slot j, whose copies come next
+            issue(k + BUF);
+        }
+    }
+    if (!WS) {
+        for (int k = 0; k < BUF - 1; k++) issue(k);
+    }
+    for (int k = 0; walker && k < tiles; k++) {
         const int j = k % BUF;
-        cp_async_wait<BUF - 2>();  // tile k is in
-        __syncthreads();  // and visible; every thread is done with tile k - 1, whose slot the next issue refills, and with sp
-        issue(k + BUF - 1);
+        float(*spk)[PST] = WS ? sp + k % 2 * TL : sp;  // WS: the tile's terms go to one of two tiles
+        if (WS) {
+            op_wait(bars.full(j), k / BUF % 2);  // tile k is in
+            if (k >= 2) op_wait(bars.free(k % 2), (k / 2 - 1) % 2);  // and the outputs of tile k - 2 have read spk
+        } else {
+            cp_async_wait<BUF - 2>();  // tile k is in
+            __syncthreads();  // and visible; every thread is done with tile k - 1, whose slot the next issue refills, and with sp
+            issue(k + BUF - 1);
+        }
         if (k == max(0, tiles - 1 - pf_lead)) prefetch_share(pf, pf_bytes);  // see SCAN_ONEPASS_PARAMS
         // The gate's u and z of the NO outputs this thread writes (positions
         // g, g + G, ..., channel cl), into registers now: the loads' latency
         // hides under the chain instead of adding to the tile's tail.
         float gu[NO], gz[NO];
+        if (!WS) {
 #pragma unroll
-        for (int o = 0; o < NO; o++) gu[o] = to_f32(su[j][g + o * G][cl]), gz[o] = sz[j][g + o * G][cl];
+            for (int o = 0; o < NO; o++) gu[o] = to_f32(su[j][g + o * G][cl]), gz[o] = sz[j][g + o * G][cl];
+        }
         // Two batches in flight: the loads and decays of the next batch are
         // written before the chain of this one, so they need not wait for
         // this batch's stores to sp (ptxas cannot tell the ring and sp apart
@@ -302,11 +437,11 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
                     p += s[q] * cv[i][q];
                 }
                 if (!P2)
-                    sp[h + i][threadIdx.x] = p;
+                    spk[h + i][tid] = p;
                 else if (i % 2 == 0)
                     even = p;
                 else  // h + i - 1 is even: the pair's two rows hold [slot][2]
-                    *reinterpret_cast<float2 *>(&sp[h + i - 1][2 * threadIdx.x]) = make_float2(even, p);
+                    *reinterpret_cast<float2 *>(&spk[h + i - 1][2 * tid]) = make_float2(even, p);
             }
         };
         // The batches go in pairs, so that each buffer keeps one name when
@@ -323,38 +458,18 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
             if (h + 2 * BATCH < TL) load(h + 2 * BATCH, e[0], x[0], cv[0]);
             chain(h + BATCH, e[1], x[1], cv[1]);
         }
-        __syncthreads();  // every term of the tile is in sp
-        // Output (position tt, channel cl) for tt = g, g + G, ...: this
-        // thread's own channel, since CB divides the block. Only the stores
-        // depend on t < T, so the NO outputs' sums and gates interleave
-        // (with the whole output under the condition, each output was a
-        // branch of its own and paid its latency alone).
-#pragma unroll
-        for (int o = 0; o < NO; o++) {
-            int tt = g + o * G;
-            // Slot q CB + cl of position tt: sp[tt][slot], or with P2 float
-            // 2 slot + tt % 2 of the pair of rows from tt - tt % 2.
-            const float *terms = P2 ? &sp[tt - tt % 2][tt % 2] : sp[tt];
-            constexpr int step = P2 ? 2 : 1;
-            float v = terms[step * cl];
-#pragma unroll
-            for (int q = 1; q < G; q++) v += terms[step * (q * CB + cl)];
-            if (!SEG || seg == 0) {
-                Tv out = from_f32<Tv>((v + dskip * gu[o]) * silu_f(gz[o]));
-                if (on && k * TL + tt < Tl) yt[o * G * E] = out;
-            } else if (on && k * TL + tt < Tl) {  // the sum before the gate, which scan_fixup completes, and dt summed
-                vt[(size_t)o * G * ldv] = v + dskip * gu[o];
-                ct[(size_t)o * G * E] = cdo[o];
-            }
+        if (WS) {
+            op_arrive(bars.sums(k % 2));  // the tile's terms are in spk
+            continue;
         }
-        yt += (size_t)TL * E;
-        if (SEG) vt += (size_t)TL * ldv, ct += (size_t)TL * E;
+        __syncthreads();  // every term of the tile is in sp
+        outputs(k, sp, gu, gz);
     }
-    if (!SEG || gridDim.z == 1) {
+    if (walker && (!SEG || gridDim.z == 1)) {
 #pragma unroll
         for (int k = 0; k < SPT; k++)
             if (on && n0 + k < N) state[((size_t)b * E + c) * N + n0 + k] = s[k];
-    } else {  // the segment's end state from its start state
+    } else if (walker) {  // the segment's end state from its start state
         size_t sc = ((size_t)seg * gridDim.y + b) * E + c;
 #pragma unroll
         for (int k = 0; k < SPT; k++)
@@ -397,11 +512,11 @@ struct onepass_config {
 #endif
 // B and C go in 16-byte pieces (4 SPT-byte ones interleaved) where dbl's
 // rows allow it, else in 4-byte ones.
-#define SCAN_ONEPASS_RUN(SPT, TL, BUF, T, SEG)                                                              \
+#define SCAN_ONEPASS_RUN(SPT, TL, BUF, T, SEG, WS)                                                          \
     if (R % 4 == 0 && ldd % 4 == 0 && N % 4 == 0 && ((size_t)dbl & 15) == 0)                                 \
-        scan_onepass<SPT, TL, BUF, OP_BCI ? 4 * SPT : 16, T, SEG>(SCAN_ONEPASS_ARGS);                        \
+        scan_onepass<SPT, TL, BUF, OP_BCI ? 4 * SPT : 16, T, SEG, WS>(SCAN_ONEPASS_ARGS);                    \
     else                                                                                                     \
-        scan_onepass<SPT, TL, BUF, 4, T, SEG>(SCAN_ONEPASS_ARGS)
+        scan_onepass<SPT, TL, BUF, 4, T, SEG, WS>(SCAN_ONEPASS_ARGS)
 
 // The span of pf_bytes at pf (prefetch_share; null for none) is what
 // out_proj reads next beside y: the rows of the residual stream it adds
@@ -436,13 +551,16 @@ struct onepass_config {
     dt, A2, dbl, ldd, R, u, Dskip, z, ldz, state, y, T_, E, N, pf, pf_bytes, pf_lead, Ts, vpart, ldv, ends, cum
 #define SCAN_ONEPASS(sfx, T)                                                                                   \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
-        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, onepass_config<2>::BUF, T, false);                          \
+        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, onepass_config<2>::BUF, T, false, false);                   \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass4_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
-        SCAN_ONEPASS_RUN(4, onepass_config<4>::TL, onepass_config<4>::BUF, T, false);                          \
+        SCAN_ONEPASS_RUN(4, onepass_config<4>::TL, onepass_config<4>::BUF, T, false, false);                   \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2s_##sfx(SCAN_ONEPASS_PARAMS(T)) {    \
-        SCAN_ONEPASS_RUN(2, OP_TLS, OP_BUFS, T, true);                                                         \
+        SCAN_ONEPASS_RUN(2, OP_TLS, OP_BUFS, T, true, false);                                                  \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(2 * OP_THREADS, 1) scan_onepass2w_##sfx(SCAN_ONEPASS_PARAMS(T)) { \
+        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, onepass_config<2>::BUF, T, false, true);                    \
     }
 EACH_DTYPE(SCAN_ONEPASS)
 

@@ -62,6 +62,13 @@
 #             tests that run the scan, the one-pass scan's knobs
 #             (BenchmarkOnePass, settings taking turns), and ncu's per-instruction stall
 #             samples of the engine's one-pass scan (bench/stalls.py);
+#   helpers:  the one-pass scan's entry whose warps specialize
+#             (scan_onepass2w_, Engine.ScanHelpers): the scan's kernel test
+#             (float64, and the plain walk's bits) under racecheck, synccheck
+#             and memcheck, the engine's scan tests, the scan alone against
+#             the plain entry (BenchmarkOnePass with ONEPASS_KNOBS=helpers),
+#             then bf16 prefills off and on (BenchmarkScanHelpers);
+#             HELPERS_PROFILE=1 adds both entries' stall samples;
 #   outnorm:  out_norm (out_proj, the residual add and the next layer's
 #             RMSNorm in one cluster kernel, Engine.FusedOutNorm): its kernel
 #             test with memcheck and racecheck, the engine's prefill tests,
@@ -222,6 +229,30 @@ if [[ $mode == fused ]]; then
   echo "== bf16 prefills, the conv and x_proj as two nodes against one kernel (BenchmarkFusedConvXProj)"
   timeout 200 .carry/gpu.test -test.v -test.run '^$' -test.bench FusedConvXProj -test.benchtime 1x 2>&1 \
     | tee "$OUT/fused_bench.log" | grep -E "fused conv |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  exit $status
+fi
+if [[ $mode == helpers ]]; then
+  echo "== the one-pass scan with warps that specialize: float64 and the plain walk's bits; racecheck, synccheck, memcheck"
+  run_tests helpers_kernels 200 .carry/kernels.test -test.v -test.run 'ConvAndScan|Spill'
+  for tool in racecheck synccheck memcheck; do
+    timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 .carry/kernels.test -test.run 'ConvAndScan' \
+      > "$OUT/${tool}_helpers.log" 2>&1 || status=1
+    echo "$tool scan: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/${tool}_helpers.log" | tail -1)"
+  done
+  echo "== the engine's scan tests (TestScanVariantsMatch: the plain walk's bits) and memcheck over them"
+  run_tests helpers_engine 300 .carry/gpu.test -test.v -test.run 'ScanVariantsMatch|PrefillSettings|GraphsReplay'
+  memcheck memcheck_helpers_engine 200 .carry/gpu.test 'ScanVariantsMatch'
+  echo "== the scan alone, plain entry against warps that specialize (BenchmarkOnePass, taking turns)"
+  ONEPASS_KNOBS=${ONEPASS_KNOBS:-helpers} timeout 200 .carry/kernels.test -test.v -test.run '^$' -test.bench OnePass \
+    -test.benchtime 1x 2>&1 | tee "$OUT/helpers_onepass.log" | grep -E "onepass |FAIL|differs|panic" \
+    | sed 's/^ *onepass_bench_test.go:[0-9]*: //'
+  echo "== bf16 prefills, plain entry against warps that specialize (BenchmarkScanHelpers)"
+  timeout 300 .carry/gpu.test -test.v -test.run '^$' -test.bench ScanHelpers -test.benchtime 1x 2>&1 \
+    | tee "$OUT/helpers_prefill.log" | grep -E "scan helpers|FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  [[ -n ${HELPERS_PROFILE:-} ]] || exit $status
+  echo "== stall samples: the plain entry, then the warps that specialize (130m B=1 T=2048, scan alone)"
+  ONEPASS_KNOBS=helpers source_stalls helpers_plain scan_onepass2_bf16 3 .carry/kernels.test 'OnePass'
+  ONEPASS_KNOBS=helpers source_stalls helpers_ws scan_onepass2w_bf16 3 .carry/kernels.test 'OnePass'
   exit $status
 fi
 if [[ $mode == outnorm ]]; then

@@ -76,6 +76,11 @@ type Engine struct {
 	// at T=8192, 370m 0.856x and 0.854x, 130m B=2 0.891x
 	// (bench/results/2026-12-01-fixup.md).
 	ScanSegments int
+	// ScanHelpers runs the one-pass scan at 2 states a thread, walked once,
+	// with warps that specialize (Scan.Helpers): the walking warps run only
+	// the chain, and as many more copy the tiles and compute the outputs.
+	// Same bits. Only on sm_90 and later. Set it before capturing graphs.
+	ScanHelpers bool
 	// DTProjTensorCores runs dt_proj on the tensor cores as 3xTF32
 	// (DTProj.TensorCores). New turns it on for sm_80 and later.
 	DTProjTensorCores bool

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -302,7 +303,8 @@ func decodeSettingMatches(t *testing.T, setting string, d int, Bs []int, set fun
 
 // TestScanVariantsMatch checks the staged scan kernels (Engine.ScanStaged)
 // and the one-pass scan at 2 and 4 states a thread (Engine.ScanOnePass),
-// also walked in segments (Engine.ScanSegments),
+// also walked in segments (Engine.ScanSegments) and with warps that
+// specialize (Engine.ScanHelpers, sm_90: the plain walk's bits),
 // against the plain chunked kernels in every dtype, through whole prefills
 // of several chunks (and a second prefill continuing from the carried
 // state). The staged kernels do the same arithmetic, so they agree exactly;
@@ -317,16 +319,24 @@ func TestScanVariantsMatch(t *testing.T) {
 		ref := newEngine(t, w, dt)
 		ref.ScanStaged, ref.ScanOnePass = false, -1
 		refOut, refState := prefillTwice(t, ref, ids, 2, 300, cfg.Hidden, nil)
+		var walkOut []float32 // the one-pass scan's at 2 states a thread, walked once
 		for _, v := range []struct {
 			name              string
-			staged            bool
+			staged, helpers   bool
 			onePass, segments int
-		}{{"staged scan", true, -1, -1}, {"one-pass scan, 2 states a thread", false, 2, -1},
-			{"one-pass scan, 4 states a thread", false, 4, -1},
-			{"one-pass scan, 2 states a thread in 4 segments", false, 2, 4}} {
-			e := newEngine(t, w, dt)
-			e.ScanStaged, e.ScanOnePass, e.ScanSegments = v.staged, v.onePass, v.segments
+		}{{"staged scan", true, false, -1, -1}, {"one-pass scan, 2 states a thread", false, false, 2, -1},
+			{"one-pass scan, 2 states a thread, warps that specialize", false, true, 2, -1},
+			{"one-pass scan, 4 states a thread", false, false, 4, -1},
+			{"one-pass scan, 2 states a thread in 4 segments", false, false, 2, 4}} {
+			e := newEngine(t, w, dt) // (before sm_90 ScanHelpers changes nothing)
+			e.ScanStaged, e.ScanOnePass, e.ScanSegments, e.ScanHelpers = v.staged, v.onePass, v.segments, v.helpers
 			out, state := prefillTwice(t, e, ids, 2, 300, cfg.Hidden, nil)
+			switch {
+			case v.onePass == 2 && v.segments < 0 && !v.helpers:
+				walkOut = out
+			case v.helpers && !slices.Equal(out, walkOut):
+				t.Errorf("%s %s: hidden states differ from the plain walk's bits", dt, v.name)
+			}
 			bound := 1e-5
 			switch {
 			case v.staged:

@@ -350,7 +350,7 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 			return Scan{DT: ws.delta.Ptr, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
 				U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
 				B: B, T: n, E: E, N: N, DType: dt, Chunk: e.ScanChunk, Scratch: ws.scan.Ptr,
-				Staged: e.ScanStaged, OnePass: spt, PDL: e.PrefillPDL,
+				Staged: e.ScanStaged, OnePass: spt, PDL: e.PrefillPDL, Helpers: e.ScanHelpers && e.dev.Major >= 9,
 				Segments: e.scanSegments(B, n, E, spt), V: ws.xz.Ptr, LDV: 2 * E, SMs: e.dev.SMs, // xz's x half: the conv has read it
 				Prefetch: e.residualRows(rows, lastOnly), PrefetchLead: scanPrefetchLead}.Launch(e.function, e.stream)
 		}},

@@ -55,6 +55,22 @@ type Scan struct {
 	// SMs is the device's SM count, for scan_fixup's one wave of blocks
 	// (at least a block a channel tile and sequence).
 	SMs int
+	// Helpers, where the one-pass scan runs at 2 states a thread walked
+	// once, runs its entry whose warps specialize (scan_onepass2w_,
+	// WarpsApply): a block's walking warps run only the chain, and as many
+	// more warps copy the tiles and compute the outputs. Same bits. Needs
+	// sm_90 (mbarriers); the entry traps before.
+	Helpers bool
+}
+
+// WarpsApply reports whether s runs the one-pass entry whose warps
+// specialize (Helpers): at 2 states a thread, walked once, and, where SMs
+// is set, in one wave (its shared memory holds one block an SM, where the
+// plain entry's fits two: at 1.4b B=1 that entry's 256 blocks run at once).
+func (s Scan) WarpsApply() bool {
+	_, S := s.segments()
+	blocks := s.B * ((s.E + 15) / 16)
+	return s.Helpers && s.OnePassApplies() && s.OnePass == 2 && S == 1 && (s.SMs == 0 || blocks <= s.SMs)
 }
 
 // segmentAlign is the length of the segments of Scan.Segments a multiple
@@ -199,8 +215,20 @@ func OnePassSegments(B, T, E, spt, sms int) int {
 }
 
 // onePassThreads is OP_THREADS in kernels/scan_onepass.cu: a block owns
-// onePassThreads·OnePass/16 channels.
+// onePassThreads·OnePass/16 channels (twice the threads where its warps
+// specialize).
 const onePassThreads = 128
+
+// helpersKernel names the one-pass entry whose warps specialize (at 2
+// states a thread) for storage type dt.
+func helpersKernel(dt cuda.DType) string { return "scan_onepass2w_" + dt.Suffix() }
+
+// helpersShared is helpersKernel's dynamic shared memory
+// (onepass_ws_shared): onePassShared's, a second tile of partial sums of
+// 64 positions, and 7 mbarriers.
+func helpersShared(size int) int {
+	return onePassShared(2, size) + 64*(onePassThreads+16)*4 + 8*(3+4)
+}
 
 // onePassKernel names the one-pass entry at spt states a thread for
 // storage type dt.
@@ -259,8 +287,12 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 	if s.OnePassApplies() {
 		Ts, S := s.segments()
 		name, shared := onePassKernel(s.OnePass, s.DType), onePassShared(s.OnePass, s.DType.Size())
-		if S > 1 {
+		threads := onePassThreads
+		switch {
+		case S > 1:
 			name, shared = segmentKernel(s.DType), segmentShared(s.DType.Size())
+		case s.WarpsApply():
+			name, shared, threads = helpersKernel(s.DType), helpersShared(s.DType.Size()), 2*onePassThreads
 		}
 		if s.SharedBytes > 0 {
 			shared = s.SharedBytes
@@ -271,7 +303,7 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 		}
 		ends := s.Scratch
 		cb := onePassThreads * s.OnePass / scanStates
-		if err := f.LaunchMaybePDL(s.PDL, cuda.Dim3{X: (s.E + cb - 1) / cb, Y: s.B, Z: S}, cuda.D1(onePassThreads), shared, stream,
+		if err := f.LaunchMaybePDL(s.PDL, cuda.Dim3{X: (s.E + cb - 1) / cb, Y: s.B, Z: S}, cuda.D1(threads), shared, stream,
 			s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, s.State, s.Y, s.T, s.E, s.N,
 			s.Prefetch.P, int64(s.Prefetch.Bytes), s.PrefetchLead, Ts, s.V, s.LDV, ends, s.DT); err != nil || S == 1 {
 			return err

@@ -53,8 +53,8 @@ func TestWantedKernelsAreEntries(t *testing.T) {
 
 // TestOnePassSharedMatchesKernel compiles, through NVRTC (no GPU needed),
 // static_asserts that onePassShared gives the sizes kernels/scan_onepass.cu
-// computes for its entries' tiles and rings (a kernel launched with less
-// traps), and that scan_fixup's block, blocks an SM and shared memory are Go's.
+// computes for its entries' tiles and rings, helpersShared those of the
+// entry whose warps specialize (a kernel launched with less traps), and that scan_fixup's block, blocks an SM and shared memory are Go's.
 func TestOnePassSharedMatchesKernel(t *testing.T) {
 	gputest.NeedNVRTC(t)
 	src, err := kernels.Source("scan_onepass.cu")
@@ -68,6 +68,10 @@ func TestOnePassSharedMatchesKernel(t *testing.T) {
 				"\"gpu.onePassShared(%d, %d) differs from the kernel's size\");\n", spt, spt, spt, size,
 				onePassShared(spt, size), spt, size)
 		}
+	}
+	for _, size := range []int{4, 2} { // the entry whose warps specialize (helpersKernel)
+		fmt.Fprintf(&checks, "static_assert(onepass_ws_shared(2, onepass_config<2>::TL, onepass_config<2>::BUF, %d) == %d, "+
+			"\"gpu.helpersShared(%d) differs from the kernel's size\");\n", size, helpersShared(size), size)
 	}
 	for _, size := range []int{4, 2} { // the segmented walk's entry (segmentKernel)
 		fmt.Fprintf(&checks, "static_assert(onepass_shared(2, OP_TLS, OP_BUFS, %d) == %d && OP_TLS == %d, "+
