@@ -30,6 +30,25 @@ __device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
         "r"(parity)
         : "memory");
 }
+// mbar_wait_hint is mbar_wait whose every try may suspend the thread up to
+// ns nanoseconds (the hardware wakes it when the phase completes): for
+// warps that wait long and should leave the issue slots to others.
+__device__ __forceinline__ void mbar_wait_hint(unsigned bar, unsigned parity, unsigned ns) {
+    asm volatile(
+        "{\n .reg .pred p;\n GT_WAITH_%=:\n mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1, %2;\n @!p bra GT_WAITH_%=;\n}" ::"r"(bar),
+        "r"(parity), "r"(ns)
+        : "memory");
+}
+// mbar_test reports whether the phase of parity parity has completed, at
+// once.
+__device__ __forceinline__ bool mbar_test(unsigned bar, unsigned parity) {
+    unsigned ok;
+    asm volatile("{\n .reg .pred p;\n mbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(ok)
+                 : "r"(bar), "r"(parity)
+                 : "memory");
+    return ok;
+}
 __device__ __forceinline__ void mbar_arrive_copies(unsigned bar) {
     asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }

@@ -27,7 +27,8 @@ type onePassKnob struct {
 // onePassKnobs are the settings BenchmarkOnePass compiles: the first is the
 // engine's.
 var onePassKnobs = []onePassKnob{
-	{}, {helpers: true}, {opts: "-DOP_BCI=1"},
+	{}, {helpers: true}, {helpers: true, opts: "-DOP_WS_WAIT=0"}, {helpers: true, opts: "-DOP_WS_WAIT=2 -DOP_WS_NS=200"},
+	{helpers: true, opts: "-DOP_WS_NS=200"}, {helpers: true, opts: "-DOP_WS_NS=5000"}, {opts: "-DOP_BCI=1"},
 	{spt: 2, tile: 32, ring: 3}, {spt: 2, tile: 32, ring: 4}, {spt: 2, tile: 64, ring: 2},
 	{spt: 2, tile: 64, ring: 4}, {spt: 2, tile: 128, ring: 2},
 	{spt: 4, tile: 32, ring: 3}, {spt: 4, tile: 64, ring: 2}, {spt: 4, tile: 16, ring: 4},
@@ -53,6 +54,8 @@ func (k onePassKnob) applies(spt int) bool {
 // name is the knob's name in the benchmark's lines.
 func (k onePassKnob) name() string {
 	switch {
+	case k.helpers && k.opts != "":
+		return "helpers" + strings.ReplaceAll(k.opts, " ", "")
 	case k.helpers:
 		return "helpers"
 	case k.options() == "":

@@ -202,12 +202,36 @@ struct onepass_bars {
     __device__ __forceinline__ unsigned sums(int p) const { return a + 8 * (BUF + p); }
     __device__ __forceinline__ unsigned free(int p) const { return a + 8 * (BUF + 2 + p); }
 };
-// op_wait, op_arrive, op_copied and op_helpers_sync are the mbarrier and
-// named-barrier steps of the warps that specialize (sm_90 and newer; a trap
+// op_wait, op_wait_idle, op_arrive, op_copied, op_init and op_helpers_sync
+// are the mbarrier and named-barrier steps of the warps that specialize (sm_90 and newer; a trap
 // before, where the entry cannot run).
 __device__ __forceinline__ void op_wait(unsigned bar, unsigned parity) {
 #if __CUDA_ARCH__ >= 900
     mbar_wait(bar, parity);
+#else
+    __trap();
+#endif
+}
+// OP_WS_WAIT, a knob of the entry whose warps specialize: how the output
+// warps wait for the walk's terms (most of their time): 0 spins on
+// try_wait, whose retries take issue slots from the walking warp on the
+// same scheduler; 1 (the default) passes try_wait a suspend hint of
+// OP_WS_NS nanoseconds; 2 polls test_wait with __nanosleep(OP_WS_NS)
+// between polls.
+#ifndef OP_WS_WAIT
+#define OP_WS_WAIT 1
+#endif
+#ifndef OP_WS_NS
+#define OP_WS_NS 1000
+#endif
+__device__ __forceinline__ void op_wait_idle(unsigned bar, unsigned parity) {
+#if __CUDA_ARCH__ >= 900
+    if (OP_WS_WAIT == 1)
+        mbar_wait_hint(bar, parity, OP_WS_NS);
+    else if (OP_WS_WAIT == 2)
+        while (!mbar_test(bar, parity)) __nanosleep(OP_WS_NS);
+    else
+        mbar_wait(bar, parity);
 #else
     __trap();
 #endif
@@ -357,7 +381,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         for (int k = 0; k < BUF; k++) issue(k);
         for (int k = 0; k < tiles; k++) {
             const int j = k % BUF;
-            op_wait(bars.sums(k % 2), k / 2 % 2);  // the walk's terms of tile k are in
+            op_wait_idle(bars.sums(k % 2), k / 2 % 2);  // the walk's terms of tile k are in
             float gu[NO], gz[NO];
 #pragma unroll
             for (int o = 0; o < NO; o++) gu[o] = to_f32(su[j][g + o * G][cl]), gz[o] = sz[j][g + o * G][cl];
