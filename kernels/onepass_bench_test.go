@@ -16,8 +16,9 @@ import (
 // onePassKnob is a setting of scan_onepass.cu's tuning knobs: other NVRTC
 // options, or, with spt set, the tile and ring at spt states a thread
 // (OP_TL2 and OP_BUF2, or OP_TL4 and OP_BUF4), which fix its shared memory;
-// or, with helpers, the engine's build launched as its entry whose warps
-// specialize (gpu.Scan.Helpers, 2 states a thread).
+// or, with helpers, a build launched as its entry whose warps specialize
+// (gpu.Scan.Helpers, 2 states a thread), its ring (OP_WS_BUF) in ring where
+// set.
 type onePassKnob struct {
 	opts            string
 	spt, tile, ring int
@@ -28,7 +29,8 @@ type onePassKnob struct {
 // engine's.
 var onePassKnobs = []onePassKnob{
 	{}, {helpers: true}, {helpers: true, opts: "-DOP_WS_WAIT=0"}, {helpers: true, opts: "-DOP_WS_WAIT=2 -DOP_WS_NS=200"},
-	{helpers: true, opts: "-DOP_WS_NS=200"}, {helpers: true, opts: "-DOP_WS_NS=5000"}, {opts: "-DOP_BCI=1"},
+	{helpers: true, opts: "-DOP_WS_NS=200"}, {helpers: true, opts: "-DOP_WS_NS=5000"},
+	{helpers: true, opts: "-DOP_WS_BUF=4", ring: 4}, {helpers: true, opts: "-DOP_WS_BUF=2", ring: 2}, {opts: "-DOP_BCI=1"},
 	{spt: 2, tile: 32, ring: 3}, {spt: 2, tile: 32, ring: 4}, {spt: 2, tile: 64, ring: 2},
 	{spt: 2, tile: 64, ring: 4}, {spt: 2, tile: 128, ring: 2},
 	{spt: 4, tile: 32, ring: 3}, {spt: 4, tile: 64, ring: 2}, {spt: 4, tile: 16, ring: 4},
@@ -67,6 +69,9 @@ func (k onePassKnob) name() string {
 // shared is the dynamic shared memory of the knob's build at spt states a
 // thread, bf16; 0 where it is the engine's.
 func (k onePassKnob) shared(spt int) int {
+	if k.helpers && k.ring > 0 {
+		return gpuengine.HelpersShared(k.ring, 2)
+	}
 	if k.spt != spt {
 		return 0
 	}

@@ -224,6 +224,10 @@ __device__ __forceinline__ void op_wait(unsigned bar, unsigned parity) {
 #ifndef OP_WS_NS
 #define OP_WS_NS 1000
 #endif
+// OP_WS_BUF, another: the ring's tiles in that entry (gpu.HelpersShared).
+#ifndef OP_WS_BUF
+#define OP_WS_BUF 3
+#endif
 __device__ __forceinline__ void op_wait_idle(unsigned bar, unsigned parity) {
 #if __CUDA_ARCH__ >= 900
     if (OP_WS_WAIT == 1)
@@ -381,14 +385,14 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         for (int k = 0; k < BUF; k++) issue(k);
         for (int k = 0; k < tiles; k++) {
             const int j = k % BUF;
-            op_wait_idle(bars.sums(k % 2), k / 2 % 2);  // the walk's terms of tile k are in
+            op_wait_idle(bars.sums(k % 2), k / 2 % 2);  // the walk's terms of tile k are in, and it is done with slot j
             float gu[NO], gz[NO];
 #pragma unroll
             for (int o = 0; o < NO; o++) gu[o] = to_f32(su[j][g + o * G][cl]), gz[o] = sz[j][g + o * G][cl];
+            op_helpers_sync();  // every output thread has read its gate's u and z from slot j
+            issue(k + BUF);  // into slot j, before the outputs: the copies' lead is the walk's BUF - 1 tiles
             outputs(k, sp + k % 2 * TL, gu, gz);
             op_arrive(bars.free(k % 2));
-            op_helpers_sync();  // every output thread is done with slot j, whose copies come next
-            issue(k + BUF);
         }
     }
     if (!WS) {
@@ -584,7 +588,7 @@ struct onepass_config {
         SCAN_ONEPASS_RUN(2, OP_TLS, OP_BUFS, T, true, false);                                                  \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(2 * OP_THREADS, 1) scan_onepass2w_##sfx(SCAN_ONEPASS_PARAMS(T)) { \
-        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, onepass_config<2>::BUF, T, false, true);                    \
+        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, OP_WS_BUF, T, false, true);                                 \
     }
 EACH_DTYPE(SCAN_ONEPASS)
 

@@ -223,11 +223,17 @@ const onePassThreads = 128
 // states a thread) for storage type dt.
 func helpersKernel(dt cuda.DType) string { return "scan_onepass2w_" + dt.Suffix() }
 
-// helpersShared is helpersKernel's dynamic shared memory
-// (onepass_ws_shared): onePassShared's, a second tile of partial sums of
-// 64 positions, and 7 mbarriers.
-func helpersShared(size int) int {
-	return onePassShared(2, size) + 64*(onePassThreads+16)*4 + 8*(3+4)
+// helpersShared is helpersKernel's dynamic shared memory for a storage
+// type of size bytes (a ring of 3 tiles, OP_WS_BUF).
+func helpersShared(size int) int { return HelpersShared(3, size) }
+
+// HelpersShared is onepass_ws_shared in kernels/scan_onepass.cu: the
+// dynamic shared memory of the one-pass entry whose warps specialize, with
+// a ring of ring tiles of 64 positions: OnePassShared's, a second tile of
+// partial sums, and ring + 4 mbarriers. A build with another ring
+// (OP_WS_BUF) is launched with Scan.SharedBytes set to it.
+func HelpersShared(ring, size int) int {
+	return OnePassShared(2, 64, ring, size) + 64*(onePassThreads+16)*4 + 8*(ring+4)
 }
 
 // onePassKernel names the one-pass entry at spt states a thread for

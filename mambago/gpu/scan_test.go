@@ -70,7 +70,7 @@ func TestOnePassSharedMatchesKernel(t *testing.T) {
 		}
 	}
 	for _, size := range []int{4, 2} { // the entry whose warps specialize (helpersKernel)
-		fmt.Fprintf(&checks, "static_assert(onepass_ws_shared(2, onepass_config<2>::TL, onepass_config<2>::BUF, %d) == %d, "+
+		fmt.Fprintf(&checks, "static_assert(onepass_ws_shared(2, onepass_config<2>::TL, OP_WS_BUF, %d) == %d, "+
 			"\"gpu.helpersShared(%d) differs from the kernel's size\");\n", size, helpersShared(size), size)
 	}
 	for _, size := range []int{4, 2} { // the segmented walk's entry (segmentKernel)
