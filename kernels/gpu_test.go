@@ -231,6 +231,7 @@ func TestConvAndScanKernels(t *testing.T) {
 		{1, 1, 64, 16, 4, 4}, {2, 37, 96, 8, 3, 5}, {3, 300, 128, 64, 4, 8}, {1, 257, 32, 256, 2, 2}, {2, 19, 48, 33, 4, 3},
 		{2, 45, 40, 16, 6, 4},                          // K > 4: the conv computes with MAX_K taps
 		{2, 200, 64, 12, 4, 4}, {1, 700, 32, 16, 4, 8}, // the one-pass scan with idle states, and a long prompt
+		{1, 300, 96, 16, 4, 48}, {2, 130, 40, 16, 4, 16}, // dt_rank 48 (the 130m shape's), channels past E in a block
 	} {
 		B, T, E, N, K, R := tc.B, tc.T, tc.E, tc.N, tc.K, tc.R
 		rows := B * T
@@ -341,7 +342,76 @@ func TestConvAndScanKernels(t *testing.T) {
 				t.Errorf("%+v %+v: y or the state differs from the plain walk's bits", tc, v)
 			}
 		}
+		if sm90 {
+			checkScanDT(t, fn, s, scanDTCase{B: B, T: T, E: E, N: N, R: R, dbl: dbl, xz: xz, u: gotU, A2: A2, D: Dk,
+				st0: st0, bdbl: bdbl, bu: bu, bxz: bxz, bA2: bA2, bD: bD})
+		}
 		t.Logf("%+v ok", tc)
+	}
+}
+
+// scanDTCase is a scan's inputs for checkScanDT, on the host and on the
+// device.
+type scanDTCase struct {
+	B, T, E, N, R          int
+	dbl, xz, u, A2, D, st0 []float32
+	bdbl, bu, bxz, bA2, bD *cuda.Buffer
+}
+
+// checkScanDT checks the scan that computes the time step in its tiles
+// from dt_low (gpu.Scan.DTProducts), where it applies: with 3 TF32
+// products against float64 (the time step from the same dt_low, weights
+// and bias), and with 1 and 3 bit for bit against dt_proj's tensor-core
+// entry followed by the scan.
+func checkScanDT(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, c scanDTCase) {
+	t.Helper()
+	B, T, E, N, R, rows, ld := c.B, c.T, c.E, c.N, c.R, c.B*c.T, c.R+2*c.N
+	probe := gpuengine.Scan{DBL: c.bdbl.Ptr, LDD: ld, R: R, LDZ: 2 * E, B: B, T: T, E: E, N: N, OnePass: 2, Helpers: true,
+		DTProducts: 3}
+	if !probe.FusedDTApplies() {
+		return // dt_rank not a multiple of 8, or the one-pass scan does not apply
+	}
+	W, bias := randn(E*R, 1/math.Sqrt(float64(R))), randn(E, 0.5)
+	bW, bbias := upload(t, s, W), upload(t, s, bias)
+	dt := make([]float32, rows*E)
+	for r := 0; r < rows; r++ {
+		for ch := 0; ch < E; ch++ {
+			acc := float64(bias[ch])
+			for k := 0; k < R; k++ {
+				acc += float64(c.dbl[r*ld+k]) * float64(W[ch*R+k])
+			}
+			dt[r*E+ch] = float32(softplus(acc))
+		}
+	}
+	wantY, wantS := scanRef(dt, c.dbl, c.A2, c.D, c.st0, c.xz, c.u, B, T, E, N, R)
+	for _, products := range []int{3, 1} {
+		run := func(fused bool) (y, st []float32) {
+			bdt, bst, by := poisoned(t, s, rows*E), upload(t, s, c.st0), poisoned(t, s, rows*E)
+			sc := gpuengine.Scan{DT: bdt.Ptr, A2: c.bA2.Ptr, DBL: c.bdbl.Ptr, LDD: ld, R: R, U: c.bu.Ptr, D: c.bD.Ptr,
+				Z: c.bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr, B: B, T: T, E: E, N: N, OnePass: 2,
+				Helpers: true}
+			if fused {
+				sc.DTProducts, sc.DTW, sc.DTBias = products, bW.Ptr, bbias.Ptr
+				if !sc.FusedDTApplies() {
+					t.Fatalf("%d products: the scan does not compute the time step here", products)
+				}
+			} else if err := (gpuengine.DTProj{DBL: c.bdbl.Ptr, LDD: ld, R: R, W: bW.Ptr, Bias: bbias.Ptr, DT: bdt.Ptr,
+				Rows: rows, E: E, TensorCores: true, OneTF32Product: products == 1}).Launch(fn, s); err != nil {
+				t.Fatal(err)
+			}
+			if err := sc.Launch(fn, s); err != nil {
+				t.Fatal(err)
+			}
+			return download(t, s, by, rows*E), download(t, s, bst, B*E*N)
+		}
+		gotY, gotS := run(true)
+		name := fmt.Sprintf("B%d T%d E%d R%d, the time step in the tiles, %d products", B, T, E, R, products)
+		if products == 3 {
+			checkScan(t, name, gotY, gotS, wantY, wantS)
+		}
+		if wy, ws := run(false); !slices.Equal(gotY, wy) || !slices.Equal(gotS, ws) {
+			t.Errorf("%s: y or the state differs from dt_proj then the scan", name)
+		}
 	}
 }
 

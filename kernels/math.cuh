@@ -145,3 +145,34 @@ __device__ __forceinline__ void each_copy(F f) {
         if (COUNT % THREADS == 0 || i < COUNT) f(i);
     }
 }
+
+// TF32 on the tensor cores (dt_proj_tc in dtproj.cu, and the time step
+// that scan_onepass.cu computes in its tiles).
+// split_tf32 returns v's TF32 head, v with its low 13 mantissa bits
+// cleared, and the rest, v - hi, which is exact. (Truncating takes one
+// integer instruction; cvt.rna.tf32.f32, rounding to nearest, is four on
+// sm_90, and they made the kernel bound by the integer pipe: 59 us a 1.4b
+// layer, its tensor pipe 37% busy.)
+__device__ __forceinline__ void split_tf32(float v, unsigned &hi, unsigned &lo) {
+    hi = __float_as_uint(v) & 0xffffe000u;
+    lo = __float_as_uint(v - __uint_as_float(hi));
+}
+
+// round_tf32 returns v rounded to TF32 to nearest, ties away from zero (as
+// cvt.rna.tf32.f32, in two instructions instead of four).
+__device__ __forceinline__ unsigned round_tf32(float v) { return (__float_as_uint(v) + 0x1000u) & 0xffffe000u; }
+
+// mma_tf32 adds a (16 x 8, rows) times b (8 x 8, columns) to d, the PTX
+// fragment layouts of mma.m16n8k8 .tf32: with g = lane / 4 and q = lane % 4,
+// a holds (g, q), (g + 8, q), (g, q + 4), (g + 8, q + 4); b holds (q, g),
+// (q + 4, g); d holds (g, 2q), (g, 2q + 1), (g + 8, 2q), (g + 8, 2q + 1).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+#if __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#else
+    __trap();  // gpu.DTProj and gpu.Scan pick these kernels only on sm_80 and newer
+#endif
+}

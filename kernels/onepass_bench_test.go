@@ -70,7 +70,7 @@ func (k onePassKnob) name() string {
 // thread, bf16; 0 where it is the engine's.
 func (k onePassKnob) shared(spt int) int {
 	if k.helpers && k.ring > 0 {
-		return gpuengine.HelpersShared(k.ring, 2)
+		return gpuengine.HelpersShared(k.ring, 2, false)
 	}
 	if k.spt != spt {
 		return 0

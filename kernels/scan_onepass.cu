@@ -140,7 +140,9 @@ struct onepass_copies {
 
     // issue queues the copies of the tile at positions t0 .. t0 + TL - 1
     // into one tile of the ring (the shared addresses of its dt, u, z and its
-    // rows of B and C), and moves every piece on to the next tile.
+    // rows of B and C; dt only with DT), and moves every piece on to the next
+    // tile.
+    template <bool DT = true>
     __device__ __forceinline__ void issue(unsigned sdt, unsigned su, unsigned sz, unsigned sBC, const float *dtv,
                                           const Tv *uv, const float *zv, const float *dbl, int N, int T, int t0,
                                           unsigned tid) {
@@ -148,7 +150,7 @@ struct onepass_copies {
         for (int k = 0; k < SX; k++) {
             if (NX % OP_THREADS == 0 || k * OP_THREADS + (int)tid < NX) {
                 bool ok = t0 + xrow[k] < T;
-                cp_async_s<16>(sdt + xoff[k], ok ? dt[k] : dtv, ok);
+                if (DT) cp_async_s<16>(sdt + xoff[k], ok ? dt[k] : dtv, ok);
                 cp_async_s<16>(sz + xoff[k], ok ? z[k] : zv, ok);
             }
             dt[k] += xstep, z[k] += zstep;
@@ -183,24 +185,161 @@ __host__ __device__ constexpr int onepass_shared(int SPT, int TL, int BUF, int T
     return BUF * TL * (8 * SPT * (8 + TV) + 2 * OP_NS * 4) + TL * onepass_pst(SPT) * 4;
 }
 
+// OP_RMAX bounds dt_rank (R) where the entry computes the time step itself
+// (DTF, below), and OP_DL is the row of a tile of dt_low in shared memory
+// (4 floats of padding: a fragment's 8 rows by 4 columns hit 32 banks).
+#define OP_RMAX 64
+#define OP_DL (OP_RMAX + 4)
+
 // onepass_ws_shared is onepass_shared for the entry whose warps specialize
 // (SCAN_ONEPASS_RUN's WS): a second tile of partial sums, then the ring's
-// and the two tiles' mbarriers (onepass_bars). gpu.Scan computes the same.
-__host__ __device__ constexpr int onepass_ws_shared(int SPT, int TL, int BUF, int TV) {
-    return onepass_shared(SPT, TL, BUF, TV) + TL * onepass_pst(SPT) * 4 + 8 * (BUF + 4);
+// and the two tiles' mbarriers (onepass_bars); with DTF, BUF more
+// mbarriers, then (at a multiple of 16 bytes) a ring of BUF tiles of
+// dt_low rows. gpu.Scan computes the same (HelpersShared).
+__host__ __device__ constexpr int onepass_ws_shared(int SPT, int TL, int BUF, int TV, bool DTF) {
+    return DTF ? (onepass_ws_shared(SPT, TL, BUF, TV, false) + 8 * BUF + 15) / 16 * 16 + BUF * TL * OP_DL * 4
+               : onepass_shared(SPT, TL, BUF, TV) + TL * onepass_pst(SPT) * 4 + 8 * (BUF + 4);
 }
 
+// onepass_dtargs are the time step's weights [E, R] and bias [E] (f32) and
+// its TF32 products (1 or 3), where the entry computes it (DTF).
+struct onepass_dtargs {
+    const float *W, *bias;
+    int products;
+};
+
+// onepass_lowcopies is one copying thread's share of the copies of a
+// tile's dt_low rows, the first R columns of dbl (R a multiple of 8, at
+// most OP_RMAX), into rows of OP_DL floats, in 16-byte pieces; rows past T
+// copy zeros, columns past R nothing.
+template <int TL>
+struct onepass_lowcopies {
+    static constexpr int PR = OP_RMAX / 4, NP = TL * PR / OP_THREADS;  // pieces a row, a thread's pieces a tile
+    static_assert(TL * PR % OP_THREADS == 0, "whole rounds of pieces");
+    const float *src[NP];
+    int row[NP];
+    unsigned off[NP];
+    bool live[NP];
+    size_t step;
+    __device__ __forceinline__ onepass_lowcopies(const float *dbl, int ldd, int R, int b, int Trows, int t0,
+                                                 unsigned tid) {
+        size_t r0 = (size_t)b * Trows + t0;
+        step = (size_t)TL * ldd;
+#pragma unroll
+        for (int k = 0; k < NP; k++) {
+            int i = k * OP_THREADS + tid, tt = i / PR, cc = i % PR * 4;
+            live[k] = cc < R, row[k] = tt, off[k] = (tt * OP_DL + cc) * 4;
+            src[k] = dbl + (r0 + tt) * ldd + cc;
+        }
+    }
+    // issue queues the tile at positions t0 .. into the tile at shared
+    // address sL, and moves on to the next tile.
+    __device__ __forceinline__ void issue(unsigned sL, const float *dbl, int T, int t0) {
+#pragma unroll
+        for (int k = 0; k < NP; k++) {
+            bool ok = t0 + row[k] < T;
+            if (live[k]) cp_async_s<16>(sL + off[k], ok ? src[k] : dbl, ok);
+            src[k] += step;
+        }
+    }
+};
+
+// onepass_dt computes the time step of a tile for the block's 16 channels
+// (2 states a thread) on the tensor cores, as dt_proj_tc in dtproj.cu does
+// it: the same TF32 operands and products in the same order, then the bias
+// and softplus_f, so the same bits. Each of the copying threads' 4 warps
+// takes 16 positions of the tile at a time (TL = 64: one such m16 tile)
+// and both n8 halves of the channels; a thread keeps its fragments of the weights (bh, bl) and its 4
+// channels' biases in registers. Positions past T and channels past E get
+// dt = 0, which leaves a state as it is.
+struct onepass_dt {
+    static constexpr int KC = OP_RMAX / 8;  // k chunks at most
+    unsigned bh[KC][2][2], bl[KC][2][2];
+    float bias[2][2];
+    int products, chunks;
+    // (A null W, as the entries that do not compute the time step pass,
+    // loads nothing.)
+    __device__ __forceinline__ onepass_dt(const onepass_dtargs &a, int c0, int E, int R, unsigned tid) {
+        const int lane = tid % 32, g = lane / 4, q = lane % 4;
+        products = a.products, chunks = a.W ? R / 8 : 0;
+#pragma unroll
+        for (int n = 0; n < 2; n++) {
+            const int c = c0 + n * 8 + g, cb = c0 + n * 8 + 2 * q;
+            bias[n][0] = chunks && cb < E ? a.bias[cb] : 0.f, bias[n][1] = chunks && cb + 1 < E ? a.bias[cb + 1] : 0.f;
+#pragma unroll
+            for (int kc = 0; kc < KC; kc++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    float w = c < E && kc < chunks ? a.W[(size_t)c * R + kc * 8 + q + j * 4] : 0.f;
+                    if (products == 3)
+                        split_tf32(w, bh[kc][n][j], bl[kc][n][j]);
+                    else
+                        bh[kc][n][j] = round_tf32(w), bl[kc][n][j] = 0;
+                }
+        }
+    }
+    // tile writes the time step of the tile at positions t0 .. (of Tl) from
+    // its dt_low rows sL into sdt [TL][16].
+    template <int TL>
+    __device__ __forceinline__ void tile(const float (*sL)[OP_DL], float (*sdt)[16], int t0, int Tl, int c0, int E,
+                                         unsigned tid) const {
+        static_assert(TL % 16 == 0, "whole m16 tiles");
+#pragma unroll
+        for (int m = tid / 32 * 16; m < TL; m += OP_THREADS / 2) rows(sL, sdt, m, t0, Tl, c0, E, tid);
+    }
+    // rows is tile's 16 positions from m0, for one warp.
+    __device__ __forceinline__ void rows(const float (*sL)[OP_DL], float (*sdt)[16], int m0, int t0, int Tl, int c0,
+                                         int E, unsigned tid) const {
+        const int lane = tid % 32, g = lane / 4, q = lane % 4;
+        float acc[2][4] = {};
+#pragma unroll
+        for (int kc = 0; kc < KC; kc++) {
+            if (kc >= chunks) break;
+            unsigned ah[4], al[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float v = sL[m0 + g + (j & 1) * 8][kc * 8 + q + (j >> 1) * 4];
+                if (products == 3)
+                    split_tf32(v, ah[j], al[j]);
+                else
+                    ah[j] = round_tf32(v);
+            }
+            if (products == 3) {
+#pragma unroll
+                for (int n = 0; n < 2; n++) mma_tf32(acc[n], al, bh[kc][n]);
+#pragma unroll
+                for (int n = 0; n < 2; n++) mma_tf32(acc[n], ah, bl[kc][n]);
+            }
+#pragma unroll
+            for (int n = 0; n < 2; n++) mma_tf32(acc[n], ah, bh[kc][n]);
+        }
+#pragma unroll
+        for (int n = 0; n < 2; n++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int pos = m0 + g + 8 * h, c = n * 8 + 2 * q;
+                const bool live = t0 + pos < Tl;
+                float v0 = softplus_f(acc[n][2 * h] + bias[n][0]), v1 = softplus_f(acc[n][2 * h + 1] + bias[n][1]);
+                v0 = live && c0 + c < E ? v0 : 0.f, v1 = live && c0 + c + 1 < E ? v1 : 0.f;
+                *reinterpret_cast<float2 *>(&sdt[pos][c]) = make_float2(v0, v1);
+            }
+    }
+};
+
 // onepass_bars are the mbarriers of the entry whose warps specialize, at
-// shared address a: full[j] completes once the copies of ring slot j's tile
-// have landed (the copying warps' OP_THREADS arrivals); sums[p] once the
-// walking warps have stored their terms in tile p of partial sums, and
-// free[p] once the output warps have read them back (OP_THREADS each).
+// shared address a: full[j] completes once ring slot j's tile is ready for
+// the walk (the copying warps' OP_THREADS arrivals: their copies landed,
+// or with DTF its time step computed), landed[j] (DTF) once its copies
+// have landed; sums[p] once the walking warps have stored their terms in
+// tile p of partial sums, and free[p] once the output warps have read them
+// back (OP_THREADS each).
 struct onepass_bars {
     unsigned a;
     int BUF;
     __device__ __forceinline__ unsigned full(int j) const { return a + 8 * j; }
     __device__ __forceinline__ unsigned sums(int p) const { return a + 8 * (BUF + p); }
     __device__ __forceinline__ unsigned free(int p) const { return a + 8 * (BUF + 2 + p); }
+    __device__ __forceinline__ unsigned landed(int j) const { return a + 8 * (BUF + 4 + j); }
 };
 // op_wait, op_wait_idle, op_arrive, op_copied, op_init and op_helpers_sync
 // are the mbarrier and named-barrier steps of the warps that specialize (sm_90 and newer; a trap
@@ -225,8 +364,11 @@ __device__ __forceinline__ void op_wait(unsigned bar, unsigned parity) {
 #define OP_WS_NS 1000
 #endif
 // OP_WS_BUF, another: the ring's tiles in that entry (gpu.HelpersShared).
+// On the H200 (scan alone, bf16, BenchmarkOnePass at 78961a8): 130m B=1
+// T=2048 49.66 us with 3, 48.77 with 4, 50.66 with 2; T=8192 170.2, 167.3,
+// 174.3; 370m 50.8, 49.8, 51.7.
 #ifndef OP_WS_BUF
-#define OP_WS_BUF 3
+#define OP_WS_BUF 4
 #endif
 __device__ __forceinline__ void op_wait_idle(unsigned bar, unsigned parity) {
 #if __CUDA_ARCH__ >= 900
@@ -280,14 +422,18 @@ __device__ __forceinline__ void op_helpers_sync() {
 // bench/results/2026-11-30-scan-stalls-spread-92a2ebf.md); the two halves
 // meet on mbarriers (onepass_bars). The arithmetic is the plain entry's, in
 // the same order: the same bits.
-template <int SPT, int TL, int BUF, int BCW, class Tv, bool SEG, bool WS>
+//
+// DTF (with WS): the copying warps also compute each tile's time step from
+// dt_low (onepass_dt, dta) two tiles ahead of the walk, in place of
+// dt_proj's kernel; dtv is then unused.
+template <int SPT, int TL, int BUF, int BCW, class Tv, bool SEG, bool WS, bool DTF>
 __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, const float *__restrict__ A2,
                                              const float *__restrict__ dbl, int ldd, int R,
                                              const Tv *__restrict__ u, const float *__restrict__ Dskip,
                                              const float *__restrict__ z, int ldz, float *__restrict__ state,
                                              Tv *__restrict__ y, int T, int E, int N, const void *pf,
                                              long long pf_bytes, int pf_lead, int Ts, float *__restrict__ vpart,
-                                             int ldv, float *__restrict__ ends, float *cum) {
+                                             int ldv, float *__restrict__ ends, float *cum, const onepass_dtargs dta) {
     constexpr int G = OP_NS / SPT;      // threads a channel
     constexpr int CB = OP_THREADS / G;  // channels a block
     // Positions computed together: their loads first, then their decays,
@@ -300,10 +446,11 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     constexpr bool P2 = OP_P2 && SPT == 2;  // terms stored in pairs of positions
     static_assert(TL % (2 * BATCH) == 0 && OP_THREADS % CB == 0 && CB == 8 * SPT && BUF >= 2, "tile shapes");
     static_assert(!WS || (SPT == 2 && !SEG), "the warps specialize at 2 states a thread, walking once");
+    static_assert(!DTF || WS, "the time step is computed by the warps that specialize");
     extern __shared__ __align__(16) unsigned char op_smem[];
     unsigned smem;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem));
-    if (smem < (WS ? onepass_ws_shared(SPT, TL, BUF, sizeof(Tv)) : onepass_shared(SPT, TL, BUF, sizeof(Tv))))
+    if (smem < (WS ? onepass_ws_shared(SPT, TL, BUF, sizeof(Tv), DTF) : onepass_shared(SPT, TL, BUF, sizeof(Tv))))
         __trap();  // launched with too little shared memory
     auto sdt = reinterpret_cast<float(*)[TL][CB]>(op_smem);
     auto su = reinterpret_cast<Tv(*)[TL][CB]>(sdt + BUF);
@@ -314,6 +461,9 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     const unsigned tid = WS ? threadIdx.x % OP_THREADS : threadIdx.x;
     const bool walker = !WS || threadIdx.x < OP_THREADS;
     const onepass_bars bars{shared_addr(op_smem) + onepass_shared(SPT, TL, BUF, sizeof(Tv)) + TL * PST * 4, BUF};
+    // DTF: the ring of dt_low tiles
+    auto sL = reinterpret_cast<float(*)[TL][OP_DL]>(op_smem + onepass_ws_shared(SPT, TL, BUF, sizeof(Tv), DTF) -
+                                                    BUF * TL * OP_DL * 4);
     int b = blockIdx.y, c0 = blockIdx.x * CB, cl = tid % CB, g = tid / CB, c = c0 + cl;
     int n0 = g * SPT;
     bool on = c < E;
@@ -335,12 +485,14 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     float *vt = vpart + ((size_t)b * T + t0 + g) * ldv + c;  // the same in a later segment
     float *ct = cum + ((size_t)b * T + t0 + g) * E + c;
     onepass_copies<SPT, CB, TL, BCW, Tv> copies(dtv, u, z, ldz, dbl, ldd, R, b, T, t0, Tl, E, N, c0, tid);
+    onepass_lowcopies<TL> lows(dbl, ldd, R, b, T, t0, tid);
     auto issue = [&](int k) {  // tile k into its slot of the ring; past the last tile an empty group
         if (k < tiles) {
             int j = k % BUF;
-            copies.issue(shared_addr(sdt[j]), shared_addr(su[j]), shared_addr(sz[j]), shared_addr(sBC[j]), dtv, u, z,
-                         dbl, N, Tl, k * TL, tid);
-            if (WS) op_copied(bars.full(j));
+            copies.template issue<!DTF>(shared_addr(sdt[j]), shared_addr(su[j]), shared_addr(sz[j]),
+                                        shared_addr(sBC[j]), dtv, u, z, dbl, N, Tl, k * TL, tid);
+            if (DTF) lows.issue(shared_addr(sL[j]), dbl, Tl, k * TL);
+            if (WS) op_copied(DTF ? bars.landed(j) : bars.full(j));
         }
         if (!WS) cp_async_commit();
     };
@@ -375,6 +527,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     if (WS && threadIdx.x == 0) {
         for (int j = 0; j < BUF; j++) op_init(bars.full(j), OP_THREADS);
         for (int p = 0; p < 2; p++) op_init(bars.sums(p), OP_THREADS), op_init(bars.free(p), OP_THREADS);
+        for (int j = 0; DTF && j < BUF; j++) op_init(bars.landed(j), OP_THREADS);
     }
     if (WS) __syncthreads();  // the barriers initialized
     // Launched with programmatic dependent launch, the kernel gets here while
@@ -382,7 +535,20 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     // state, which no kernel in flight writes; dt, u, z, B and C come after.
     pdl_wait();
     if (WS && !walker) {  // the copies and the outputs
+        // DTF: tile k's time step, once its dt_low has landed
+        const onepass_dt dtw(dta, c0, E, R, tid);
+        auto step = [&](int k) {
+            if constexpr (DTF) {
+                if (k < tiles) {
+                    const int j = k % BUF;
+                    op_wait(bars.landed(j), k / BUF % 2);
+                    dtw.template tile<TL>(sL[j], sdt[j], k * TL, Tl, c0, E, tid);
+                    op_arrive(bars.full(j));
+                }
+            }
+        };
         for (int k = 0; k < BUF; k++) issue(k);
+        step(0), step(1);
         for (int k = 0; k < tiles; k++) {
             const int j = k % BUF;
             op_wait_idle(bars.sums(k % 2), k / 2 % 2);  // the walk's terms of tile k are in, and it is done with slot j
@@ -391,6 +557,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
             for (int o = 0; o < NO; o++) gu[o] = to_f32(su[j][g + o * G][cl]), gz[o] = sz[j][g + o * G][cl];
             op_helpers_sync();  // every output thread has read its gate's u and z from slot j
             issue(k + BUF);  // into slot j, before the outputs: the copies' lead is the walk's BUF - 1 tiles
+            step(k + 2);  // the walk is at tile k + 1 or past it
             outputs(k, sp + k % 2 * TL, gu, gz);
             op_arrive(bars.free(k % 2));
         }
@@ -402,6 +569,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         const int j = k % BUF;
         float(*spk)[PST] = WS ? sp + k % 2 * TL : sp;  // WS: the tile's terms go to one of two tiles
         if (WS) {
+            if (DTF) op_wait(bars.landed(j), k / BUF % 2);  // its copies have landed
             op_wait(bars.full(j), k / BUF % 2);  // tile k is in
             if (k >= 2) op_wait(bars.free(k % 2), (k / 2 - 1) % 2);  // and the outputs of tile k - 2 have read spk
         } else {
@@ -540,11 +708,13 @@ struct onepass_config {
 #endif
 // B and C go in 16-byte pieces (4 SPT-byte ones interleaved) where dbl's
 // rows allow it, else in 4-byte ones.
-#define SCAN_ONEPASS_RUN(SPT, TL, BUF, T, SEG, WS)                                                          \
+#define SCAN_ONEPASS_RUN(SPT, TL, BUF, T, SEG, WS, DTF, DTA)                                                 \
     if (R % 4 == 0 && ldd % 4 == 0 && N % 4 == 0 && ((size_t)dbl & 15) == 0)                                 \
-        scan_onepass<SPT, TL, BUF, OP_BCI ? 4 * SPT : 16, T, SEG, WS>(SCAN_ONEPASS_ARGS);                    \
+        scan_onepass<SPT, TL, BUF, OP_BCI ? 4 * SPT : 16, T, SEG, WS, DTF>(SCAN_ONEPASS_ARGS, DTA);          \
+    else if constexpr (!DTF)                                                                                 \
+        scan_onepass<SPT, TL, BUF, 4, T, SEG, WS, DTF>(SCAN_ONEPASS_ARGS, DTA);                              \
     else                                                                                                     \
-        scan_onepass<SPT, TL, BUF, 4, T, SEG, WS>(SCAN_ONEPASS_ARGS)
+        __trap() /* gpu.Scan runs the time step's entry only where dbl's rows allow 16-byte pieces */
 
 // The span of pf_bytes at pf (prefetch_share; null for none) is what
 // out_proj reads next beside y: the rows of the residual stream it adds
@@ -579,16 +749,22 @@ struct onepass_config {
     dt, A2, dbl, ldd, R, u, Dskip, z, ldz, state, y, T_, E, N, pf, pf_bytes, pf_lead, Ts, vpart, ldv, ends, cum
 #define SCAN_ONEPASS(sfx, T)                                                                                   \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
-        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, onepass_config<2>::BUF, T, false, false);                   \
+        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, onepass_config<2>::BUF, T, false, false, false, {});        \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass4_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
-        SCAN_ONEPASS_RUN(4, onepass_config<4>::TL, onepass_config<4>::BUF, T, false, false);                   \
+        SCAN_ONEPASS_RUN(4, onepass_config<4>::TL, onepass_config<4>::BUF, T, false, false, false, {});        \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2s_##sfx(SCAN_ONEPASS_PARAMS(T)) {    \
-        SCAN_ONEPASS_RUN(2, OP_TLS, OP_BUFS, T, true, false);                                                  \
+        SCAN_ONEPASS_RUN(2, OP_TLS, OP_BUFS, T, true, false, false, {});                                       \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(2 * OP_THREADS, 1) scan_onepass2w_##sfx(SCAN_ONEPASS_PARAMS(T)) { \
-        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, OP_WS_BUF, T, false, true);                                 \
+        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, OP_WS_BUF, T, false, true, false, {});                      \
+    }                                                                                                          \
+    extern "C" __global__ void __launch_bounds__(2 * OP_THREADS, 1)                                            \
+        scan_onepass2wd_##sfx(SCAN_ONEPASS_PARAMS(T), const float *__restrict__ Wdt,                           \
+                              const float *__restrict__ dtb, int products) {                                   \
+        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, OP_WS_BUF, T, false, true, true,                            \
+                         (onepass_dtargs{Wdt, dtb, products}));                                                \
     }
 EACH_DTYPE(SCAN_ONEPASS)
 

@@ -67,7 +67,8 @@
 #             (float64, and the plain walk's bits) under racecheck, synccheck
 #             and memcheck, the engine's scan tests, the scan alone against
 #             the plain entry (BenchmarkOnePass with ONEPASS_KNOBS=helpers),
-#             then bf16 prefills off and on (BenchmarkScanHelpers);
+#             then bf16 prefills off and on (BenchmarkScanHelpers, and
+#             BenchmarkScanDTProj: with dt_proj in the scan's tiles);
 #             HELPERS_PROFILE=1 adds both entries' stall samples;
 #   outnorm:  out_norm (out_proj, the residual add and the next layer's
 #             RMSNorm in one cluster kernel, Engine.FusedOutNorm): its kernel
@@ -233,7 +234,7 @@ if [[ $mode == fused ]]; then
 fi
 if [[ $mode == helpers ]]; then
   echo "== the one-pass scan with warps that specialize: float64 and the plain walk's bits; racecheck, synccheck, memcheck"
-  run_tests helpers_kernels 200 .carry/kernels.test -test.v -test.run 'ConvAndScan|Spill'
+  run_tests helpers_kernels 200 .carry/kernels.test -test.v -test.run 'ConvAndScan|DTProj|Spill'
   for tool in racecheck synccheck memcheck; do
     timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 .carry/kernels.test -test.run 'ConvAndScan' \
       > "$OUT/${tool}_helpers.log" 2>&1 || status=1
@@ -246,8 +247,8 @@ if [[ $mode == helpers ]]; then
   ONEPASS_KNOBS=${ONEPASS_KNOBS:-helpers} timeout 200 .carry/kernels.test -test.v -test.run '^$' -test.bench OnePass \
     -test.benchtime 1x 2>&1 | tee "$OUT/helpers_onepass.log" | grep -E "onepass |FAIL|differs|panic" \
     | sed 's/^ *onepass_bench_test.go:[0-9]*: //'
-  echo "== bf16 prefills, plain entry against warps that specialize (BenchmarkScanHelpers)"
-  timeout 300 .carry/gpu.test -test.v -test.run '^$' -test.bench ScanHelpers -test.benchtime 1x 2>&1 \
+  echo "== bf16 prefills, plain entry against warps that specialize, without and with dt_proj in its tiles"
+  timeout 400 .carry/gpu.test -test.v -test.run '^$' -test.bench 'ScanHelpers|ScanDTProj' -test.benchtime 1x 2>&1 \
     | tee "$OUT/helpers_prefill.log" | grep -E "scan helpers|FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
   [[ -n ${HELPERS_PROFILE:-} ]] || exit $status
   echo "== stall samples: the plain entry, then the warps that specialize (130m B=1 T=2048, scan alone)"

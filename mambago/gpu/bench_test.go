@@ -641,3 +641,15 @@ func BenchmarkScanHelpers(b *testing.B) {
 		{"370m", 1024, 48, 1, 2048}, {"1.4b", 2048, 48, 1, 2048}}
 	compareSettings(b, "scan helpers", shapes, func(e *gpu.Engine, on bool) { e.ScanHelpers = on })
 }
+
+// BenchmarkScanDTProj times bf16 prefills with the one-pass scan's plain
+// entry and dt_proj's kernel against the entry whose warps specialize and
+// compute the time step in its tiles (Engine.ScanHelpers and
+// Engine.ScanDTProj), the settings taking turns.
+func BenchmarkScanDTProj(b *testing.B) {
+	shapes := []benchShape{{"130m", 768, 24, 1, 2048}, {"130m", 768, 24, 1, 8192}, {"130m", 768, 24, 1, 512},
+		{"370m", 1024, 48, 1, 2048}}
+	compareSettings(b, "scan helpers and dt_proj", shapes, func(e *gpu.Engine, on bool) {
+		e.ScanHelpers, e.ScanDTProj = on, on
+	})
+}

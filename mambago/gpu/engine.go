@@ -81,6 +81,11 @@ type Engine struct {
 	// the chain, and as many more copy the tiles and compute the outputs.
 	// Same bits. Only on sm_90 and later. Set it before capturing graphs.
 	ScanHelpers bool
+	// ScanDTProj, with ScanHelpers and DTProjTensorCores, has the scan's
+	// warps that specialize compute the time step from dt_low, in place of
+	// dt_proj's kernel, where that applies (Scan.FusedDTApplies: dt_rank a
+	// multiple of 8 up to 64). Same bits. Set it before capturing graphs.
+	ScanDTProj bool
 	// DTProjTensorCores runs dt_proj on the tensor cores as 3xTF32
 	// (DTProj.TensorCores). New turns it on for sm_80 and later.
 	DTProjTensorCores bool

@@ -11,7 +11,7 @@ import (
 // <kernel>_<suffix>; plainKernels have one f32 entry.
 var (
 	typedKernels = []string{"embed", "rmsnorm", "to", "conv_silu", "scan_chunk_sum", "scan_chunk_out",
-		"scan_chunk_sum_st", "scan_chunk_out_st", "scan_onepass2", "scan_onepass4", "scan_onepass2s", "scan_onepass2w", "scan_fixup", "step_in", "gemv",
+		"scan_chunk_sum_st", "scan_chunk_out_st", "scan_onepass2", "scan_onepass4", "scan_onepass2s", "scan_onepass2w", "scan_onepass2wd", "scan_fixup", "step_in", "gemv",
 		"step_in_r4", "gemv_r4", "step_in_b1", "gemv_b1", "step_in_r4_b1", "gemv_r4_b1", "from"}
 	plainKernels = []string{"scale_f32", "add_bias_f32", "memset_rows", "rmsnorm_dbc_f32", "scan_carry_f32",
 		"pool_f32", "step_scan_f32", "dt_proj_f32", "dt_proj_narrow_f32", "dt_proj_tc_f32", "dt_proj_tc1_f32",
@@ -83,9 +83,11 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 		if err := fns[segmentKernel(dt)].SetMaxDynamicShared(segmentShared(dt.Size())); err != nil {
 			return nil, mods, err
 		}
-		if shared := helpersShared(dt.Size()); dev.Major >= 9 && shared <= dev.MaxSharedOptIn {
-			if err := fns[helpersKernel(dt)].SetMaxDynamicShared(shared); err != nil {
-				return nil, mods, err
+		for _, dtf := range []bool{false, true} {
+			if shared := helpersShared(dt.Size(), dtf); dev.Major >= 9 && shared <= dev.MaxSharedOptIn {
+				if err := fns[helpersKernel(dt, dtf)].SetMaxDynamicShared(shared); err != nil {
+					return nil, mods, err
+				}
 			}
 		}
 	}

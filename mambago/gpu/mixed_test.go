@@ -304,7 +304,8 @@ func decodeSettingMatches(t *testing.T, setting string, d int, Bs []int, set fun
 // TestScanVariantsMatch checks the staged scan kernels (Engine.ScanStaged)
 // and the one-pass scan at 2 and 4 states a thread (Engine.ScanOnePass),
 // also walked in segments (Engine.ScanSegments) and with warps that
-// specialize (Engine.ScanHelpers, sm_90: the plain walk's bits),
+// specialize (Engine.ScanHelpers, sm_90: the plain walk's bits, also with
+// dt_proj in the scan's tiles, Engine.ScanDTProj),
 // against the plain chunked kernels in every dtype, through whole prefills
 // of several chunks (and a second prefill continuing from the carried
 // state). The staged kernels do the same arithmetic, so they agree exactly;
@@ -321,15 +322,17 @@ func TestScanVariantsMatch(t *testing.T) {
 		refOut, refState := prefillTwice(t, ref, ids, 2, 300, cfg.Hidden, nil)
 		var walkOut []float32 // the one-pass scan's at 2 states a thread, walked once
 		for _, v := range []struct {
-			name              string
-			staged, helpers   bool
-			onePass, segments int
-		}{{"staged scan", true, false, -1, -1}, {"one-pass scan, 2 states a thread", false, false, 2, -1},
-			{"one-pass scan, 2 states a thread, warps that specialize", false, true, 2, -1},
-			{"one-pass scan, 4 states a thread", false, false, 4, -1},
-			{"one-pass scan, 2 states a thread in 4 segments", false, false, 2, 4}} {
+			name                    string
+			staged, helpers, dtProj bool
+			onePass, segments       int
+		}{{"staged scan", true, false, false, -1, -1}, {"one-pass scan, 2 states a thread", false, false, false, 2, -1},
+			{"one-pass scan, 2 states a thread, warps that specialize", false, true, false, 2, -1},
+			{"one-pass scan, 2 states a thread, warps that specialize, dt_proj in its tiles", false, true, true, 2, -1},
+			{"one-pass scan, 4 states a thread", false, false, false, 4, -1},
+			{"one-pass scan, 2 states a thread in 4 segments", false, false, false, 2, 4}} {
 			e := newEngine(t, w, dt) // (before sm_90 ScanHelpers changes nothing)
-			e.ScanStaged, e.ScanOnePass, e.ScanSegments, e.ScanHelpers = v.staged, v.onePass, v.segments, v.helpers
+			e.ScanStaged, e.ScanOnePass, e.ScanSegments, e.ScanHelpers, e.ScanDTProj = v.staged, v.onePass, v.segments,
+				v.helpers, v.dtProj
 			out, state := prefillTwice(t, e, ids, 2, 300, cfg.Hidden, nil)
 			switch {
 			case v.onePass == 2 && v.segments < 0 && !v.helpers:

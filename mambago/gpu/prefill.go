@@ -304,6 +304,20 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 	c, g, ws := e.cfg, e.layers[l], &e.ws
 	rows, d, E, R, N, K, dt := B*n, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel, e.dt
 	fused := e.ConvXProjFused() // the conv stage runs x_proj too
+	spt := e.scanOnePass(B, E)
+	scan := Scan{DT: ws.delta.Ptr, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
+		U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
+		B: B, T: n, E: E, N: N, DType: dt, Chunk: e.ScanChunk, Scratch: ws.scan.Ptr,
+		Staged: e.ScanStaged, OnePass: spt, PDL: e.PrefillPDL, Helpers: e.ScanHelpers && e.dev.Major >= 9,
+		Segments: e.scanSegments(B, n, E, spt), V: ws.xz.Ptr, LDV: 2 * E, SMs: e.dev.SMs, // xz's x half: the conv has read it
+		Prefetch: e.residualRows(rows, lastOnly), PrefetchLead: scanPrefetchLead}
+	if e.ScanDTProj && e.DTProjTensorCores { // the time step in the scan's tiles (dt_proj's tensor-core products)
+		scan.DTW, scan.DTBias, scan.DTProducts = g.dtProj, g.dtBias, 3
+		if e.DTProjOneTF32Product {
+			scan.DTProducts = 1
+		}
+	}
+	fusedDT := scan.FusedDTApplies()
 	stages := []struct {
 		name string
 		run  func() error
@@ -341,19 +355,14 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 			return e.launch("rmsnorm_dbc_f32", cuda.D1(rows), cuda.D1(128), 0, ws.dbl.Ptr, R, N, float32(c.MixerEps))
 		}},
 		{"dt_proj", func() error { // f32 in every engine: its rounding reaches the state through exp(dt·A)
+			if fusedDT {
+				return nil // the scan computes it
+			}
 			return DTProj{DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R, W: g.dtProj, Bias: g.dtBias, DT: ws.delta.Ptr,
 				Rows: rows, E: E, TensorCores: e.DTProjTensorCores,
 				OneTF32Product: e.DTProjOneTF32Product, SMs: e.dev.SMs, PDL: e.PrefillPDL}.Launch(e.function, e.stream)
 		}},
-		{"scan", func() error {
-			spt := e.scanOnePass(B, E)
-			return Scan{DT: ws.delta.Ptr, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
-				U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
-				B: B, T: n, E: E, N: N, DType: dt, Chunk: e.ScanChunk, Scratch: ws.scan.Ptr,
-				Staged: e.ScanStaged, OnePass: spt, PDL: e.PrefillPDL, Helpers: e.ScanHelpers && e.dev.Major >= 9,
-				Segments: e.scanSegments(B, n, E, spt), V: ws.xz.Ptr, LDV: 2 * E, SMs: e.dev.SMs, // xz's x half: the conv has read it
-				Prefetch: e.residualRows(rows, lastOnly), PrefetchLead: scanPrefetchLead}.Launch(e.function, e.stream)
-		}},
+		{"scan", func() error { return scan.Launch(e.function, e.stream) }},
 		{"out_proj", func() error { // out_proj, accumulated into the residual stream
 			if e.outNormFused(l) { // and the next layer's RMSNorm
 				return OutNorm{Y: ws.y.Ptr, LDY: E, W: g.outProj, H: ws.h.Ptr, Norm: e.layers[l+1].norm, X: ws.x.Ptr,

@@ -61,6 +61,22 @@ type Scan struct {
 	// more warps copy the tiles and compute the outputs. Same bits. Needs
 	// sm_90 (mbarriers); the entry traps before.
 	Helpers bool
+	// DTProducts, 1 or 3, has the entry whose warps specialize compute the
+	// time step itself, where FusedDTApplies, from dt_low (DBL's first R
+	// columns) with the weights DTW [E, R] and bias DTBias (f32): the
+	// same TF32 products in the same order as DTProj's tensor-core entries
+	// (dt_proj_tc1_f32 with 1, dt_proj_tc_f32 with 3), so the same bits,
+	// in place of dt_proj's kernel; DT is then unused. 0 reads DT.
+	DTProducts  int
+	DTW, DTBias cuda.Ptr
+}
+
+// FusedDTApplies reports whether s computes the time step itself
+// (DTProducts): with its warps specializing (WarpsApply), R a multiple of
+// 8 up to 64, and dbl's rows in 16-byte pieces.
+func (s Scan) FusedDTApplies() bool {
+	return (s.DTProducts == 1 || s.DTProducts == 3) && s.WarpsApply() && s.R%8 == 0 && s.R <= onePassRMax &&
+		s.LDD%4 == 0 && s.N%4 == 0 && s.DBL%16 == 0
 }
 
 // WarpsApply reports whether s runs the one-pass entry whose warps
@@ -220,21 +236,42 @@ func OnePassSegments(B, T, E, spt, sms int) int {
 const onePassThreads = 128
 
 // helpersKernel names the one-pass entry whose warps specialize (at 2
-// states a thread) for storage type dt.
-func helpersKernel(dt cuda.DType) string { return "scan_onepass2w_" + dt.Suffix() }
+// states a thread) for storage type dt, and with dtf the one that computes
+// the time step too.
+func helpersKernel(dt cuda.DType, dtf bool) string {
+	if dtf {
+		return "scan_onepass2wd_" + dt.Suffix()
+	}
+	return "scan_onepass2w_" + dt.Suffix()
+}
 
 // helpersShared is helpersKernel's dynamic shared memory for a storage
-// type of size bytes (a ring of 3 tiles, OP_WS_BUF).
-func helpersShared(size int) int { return HelpersShared(3, size) }
+// type of size bytes (a ring of helpersRing tiles, OP_WS_BUF), and
+// with dtf that of its entry that computes the time step too.
+func helpersShared(size int, dtf bool) int { return HelpersShared(helpersRing, size, dtf) }
+
+// helpersRing is OP_WS_BUF in kernels/scan_onepass.cu.
+const helpersRing = 4
 
 // HelpersShared is onepass_ws_shared in kernels/scan_onepass.cu: the
 // dynamic shared memory of the one-pass entry whose warps specialize, with
 // a ring of ring tiles of 64 positions: OnePassShared's, a second tile of
-// partial sums, and ring + 4 mbarriers. A build with another ring
-// (OP_WS_BUF) is launched with Scan.SharedBytes set to it.
-func HelpersShared(ring, size int) int {
-	return OnePassShared(2, 64, ring, size) + 64*(onePassThreads+16)*4 + 8*(ring+4)
+// partial sums, and ring + 4 mbarriers; with dtf (Scan.DTProducts) ring more
+// mbarriers and, from a multiple of 16 bytes, ring tiles of dt_low rows
+// (64 rows of onePassDL floats). A build with another ring (OP_WS_BUF) is
+// launched with Scan.SharedBytes set to it.
+func HelpersShared(ring, size int, dtf bool) int {
+	n := OnePassShared(2, 64, ring, size) + 64*(onePassThreads+16)*4 + 8*(ring+4)
+	if dtf {
+		n = (n+8*ring+15)/16*16 + ring*64*onePassDL*4
+	}
+	return n
 }
+
+// onePassDL is OP_DL, a row of dt_low in the scan's shared memory, and
+// onePassRMax OP_RMAX, the largest dt_rank the scan computes the time step
+// for.
+const onePassDL, onePassRMax = 68, 64
 
 // onePassKernel names the one-pass entry at spt states a thread for
 // storage type dt.
@@ -298,7 +335,8 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 		case S > 1:
 			name, shared = segmentKernel(s.DType), segmentShared(s.DType.Size())
 		case s.WarpsApply():
-			name, shared, threads = helpersKernel(s.DType), helpersShared(s.DType.Size()), 2*onePassThreads
+			dtf := s.FusedDTApplies()
+			name, shared, threads = helpersKernel(s.DType, dtf), helpersShared(s.DType.Size(), dtf), 2*onePassThreads
 		}
 		if s.SharedBytes > 0 {
 			shared = s.SharedBytes
@@ -309,9 +347,13 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 		}
 		ends := s.Scratch
 		cb := onePassThreads * s.OnePass / scanStates
-		if err := f.LaunchMaybePDL(s.PDL, cuda.Dim3{X: (s.E + cb - 1) / cb, Y: s.B, Z: S}, cuda.D1(threads), shared, stream,
-			s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, s.State, s.Y, s.T, s.E, s.N,
-			s.Prefetch.P, int64(s.Prefetch.Bytes), s.PrefetchLead, Ts, s.V, s.LDV, ends, s.DT); err != nil || S == 1 {
+		args := []any{s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, s.State, s.Y, s.T, s.E, s.N,
+			s.Prefetch.P, int64(s.Prefetch.Bytes), s.PrefetchLead, Ts, s.V, s.LDV, ends, s.DT}
+		if s.FusedDTApplies() {
+			args = append(args, s.DTW, s.DTBias, s.DTProducts)
+		}
+		grid := cuda.Dim3{X: (s.E + cb - 1) / cb, Y: s.B, Z: S}
+		if err := f.LaunchMaybePDL(s.PDL, grid, cuda.D1(threads), shared, stream, args...); err != nil || S == 1 {
 			return err
 		}
 		tiles := (s.E + 31) / 32

@@ -69,9 +69,12 @@ func TestOnePassSharedMatchesKernel(t *testing.T) {
 				onePassShared(spt, size), spt, size)
 		}
 	}
-	for _, size := range []int{4, 2} { // the entry whose warps specialize (helpersKernel)
-		fmt.Fprintf(&checks, "static_assert(onepass_ws_shared(2, onepass_config<2>::TL, OP_WS_BUF, %d) == %d, "+
-			"\"gpu.helpersShared(%d) differs from the kernel's size\");\n", size, helpersShared(size), size)
+	for _, size := range []int{4, 2} { // the entries whose warps specialize (helpersKernel)
+		for _, dtf := range []bool{false, true} {
+			fmt.Fprintf(&checks, "static_assert(onepass_ws_shared(2, onepass_config<2>::TL, OP_WS_BUF, %d, %v) == %d && "+
+				"OP_DL == %d && OP_RMAX == %d, \"gpu.helpersShared(%d, %v) or onePassDL differs from the kernel's\");\n",
+				size, dtf, helpersShared(size, dtf), onePassDL, onePassRMax, size, dtf)
+		}
 	}
 	for _, size := range []int{4, 2} { // the segmented walk's entry (segmentKernel)
 		fmt.Fprintf(&checks, "static_assert(onepass_shared(2, OP_TLS, OP_BUFS, %d) == %d && OP_TLS == %d, "+
