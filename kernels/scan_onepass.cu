@@ -247,7 +247,7 @@ struct onepass_lowcopies {
 // onepass_dt computes the time step of a tile for the block's 16 channels
 // (2 states a thread) on the tensor cores, as dt_proj_tc in dtproj.cu does
 // it: the same TF32 operands and products in the same order, then the bias
-// and softplus_f, so the same bits. Each of the copying threads' 4 warps
+// and softplus_f, so the same bits. Each of the 4 warps that compute it
 // takes 16 positions of the tile at a time (TL = 64: one such m16 tile)
 // and both n8 halves of the channels; a thread keeps its fragments of the weights (bh, bl) and its 4
 // channels' biases in registers. Positions past T and channels past E get
@@ -423,9 +423,11 @@ __device__ __forceinline__ void op_helpers_sync() {
 // meet on mbarriers (onepass_bars). The arithmetic is the plain entry's, in
 // the same order: the same bits.
 //
-// DTF (with WS): the copying warps also compute each tile's time step from
-// dt_low (onepass_dt, dta) two tiles ahead of the walk, in place of
-// dt_proj's kernel; dtv is then unused.
+// DTF (with WS): OP_THREADS more threads (a block of 3 OP_THREADS) compute
+// each tile's time step from dt_low (onepass_dt, dta) as soon as its
+// copies land, in place of dt_proj's kernel; dtv is then unused. (With the
+// copying warps computing it too, between their copies and outputs, those
+// warps became the walk's bottleneck: prefills 0.85x of the plain entry's.)
 template <int SPT, int TL, int BUF, int BCW, class Tv, bool SEG, bool WS, bool DTF>
 __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, const float *__restrict__ A2,
                                              const float *__restrict__ dbl, int ldd, int R,
@@ -534,21 +536,19 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     // dt_proj may still run: everything above reads weights and the carried
     // state, which no kernel in flight writes; dt, u, z, B and C come after.
     pdl_wait();
-    if (WS && !walker) {  // the copies and the outputs
-        // DTF: tile k's time step, once its dt_low has landed
-        const onepass_dt dtw(dta, c0, E, R, tid);
-        auto step = [&](int k) {
-            if constexpr (DTF) {
-                if (k < tiles) {
-                    const int j = k % BUF;
-                    op_wait(bars.landed(j), k / BUF % 2);
-                    dtw.template tile<TL>(sL[j], sdt[j], k * TL, Tl, c0, E, tid);
-                    op_arrive(bars.full(j));
-                }
+    if constexpr (DTF) {
+        if (threadIdx.x >= 2 * OP_THREADS) {  // the time step of each tile, once its dt_low has landed
+            const onepass_dt dtw(dta, c0, E, R, tid);
+            for (int k = 0; k < tiles; k++) {
+                const int j = k % BUF;
+                op_wait_idle(bars.landed(j), k / BUF % 2);  // (and the walk is done with slot j's last tile)
+                dtw.template tile<TL>(sL[j], sdt[j], k * TL, Tl, c0, E, tid);
+                op_arrive(bars.full(j));
             }
-        };
+        }
+    }
+    if (WS && !walker && threadIdx.x < 2 * OP_THREADS) {  // the copies and the outputs
         for (int k = 0; k < BUF; k++) issue(k);
-        step(0), step(1);
         for (int k = 0; k < tiles; k++) {
             const int j = k % BUF;
             op_wait_idle(bars.sums(k % 2), k / 2 % 2);  // the walk's terms of tile k are in, and it is done with slot j
@@ -557,7 +557,6 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
             for (int o = 0; o < NO; o++) gu[o] = to_f32(su[j][g + o * G][cl]), gz[o] = sz[j][g + o * G][cl];
             op_helpers_sync();  // every output thread has read its gate's u and z from slot j
             issue(k + BUF);  // into slot j, before the outputs: the copies' lead is the walk's BUF - 1 tiles
-            step(k + 2);  // the walk is at tile k + 1 or past it
             outputs(k, sp + k % 2 * TL, gu, gz);
             op_arrive(bars.free(k % 2));
         }
@@ -760,7 +759,7 @@ struct onepass_config {
     extern "C" __global__ void __launch_bounds__(2 * OP_THREADS, 1) scan_onepass2w_##sfx(SCAN_ONEPASS_PARAMS(T)) { \
         SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, OP_WS_BUF, T, false, true, false, {});                      \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(2 * OP_THREADS, 1)                                            \
+    extern "C" __global__ void __launch_bounds__(3 * OP_THREADS, 1)                                            \
         scan_onepass2wd_##sfx(SCAN_ONEPASS_PARAMS(T), const float *__restrict__ Wdt,                           \
                               const float *__restrict__ dtb, int products) {                                   \
         SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, OP_WS_BUF, T, false, true, true,                            \

@@ -337,6 +337,9 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 		case s.WarpsApply():
 			dtf := s.FusedDTApplies()
 			name, shared, threads = helpersKernel(s.DType, dtf), helpersShared(s.DType.Size(), dtf), 2*onePassThreads
+			if dtf { // and as many more that compute the time step
+				threads += onePassThreads
+			}
 		}
 		if s.SharedBytes > 0 {
 			shared = s.SharedBytes
