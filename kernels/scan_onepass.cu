@@ -278,17 +278,21 @@ struct onepass_dt {
                 }
         }
     }
-    // tile writes the time step of the tile at positions t0 .. (of Tl) from
-    // its dt_low rows sL into sdt [TL][16].
-    template <int TL>
-    __device__ __forceinline__ void tile(const float (*sL)[OP_DL], float (*sdt)[16], int t0, int Tl, int c0, int E,
+    // tile computes the time step of the tile at positions t0 .. (of Tl)
+    // from its dt_low rows sL, and leaves in each row, in place of its
+    // dt_low, the pairs (dt, dt u) of the block's 16 channels (u from su
+    // [TL][16]): the walk's loads then take one 8-byte load a position
+    // where they took dt, u, its conversion and the product.
+    template <int TL, class Tv>
+    __device__ __forceinline__ void tile(float (*sL)[OP_DL], const Tv (*su)[16], int t0, int Tl, int c0, int E,
                                          unsigned tid) const {
         static_assert(TL % 16 == 0, "whole m16 tiles");
 #pragma unroll
-        for (int m = tid / 32 * 16; m < TL; m += OP_THREADS / 2) rows(sL, sdt, m, t0, Tl, c0, E, tid);
+        for (int m = tid / 32 * 16; m < TL; m += OP_THREADS / 2) rows(sL, su, m, t0, Tl, c0, E, tid);
     }
     // rows is tile's 16 positions from m0, for one warp.
-    __device__ __forceinline__ void rows(const float (*sL)[OP_DL], float (*sdt)[16], int m0, int t0, int Tl, int c0,
+    template <class Tv>
+    __device__ __forceinline__ void rows(float (*sL)[OP_DL], const Tv (*su)[16], int m0, int t0, int Tl, int c0,
                                          int E, unsigned tid) const {
         const int lane = tid % 32, g = lane / 4, q = lane % 4;
         float acc[2][4] = {};
@@ -313,6 +317,7 @@ struct onepass_dt {
 #pragma unroll
             for (int n = 0; n < 2; n++) mma_tf32(acc[n], ah, bh[kc][n]);
         }
+        __syncwarp();  // every lane has read its dt_low from these rows, which take the pairs now
 #pragma unroll
         for (int n = 0; n < 2; n++)
 #pragma unroll
@@ -321,7 +326,8 @@ struct onepass_dt {
                 const bool live = t0 + pos < Tl;
                 float v0 = softplus_f(acc[n][2 * h] + bias[n][0]), v1 = softplus_f(acc[n][2 * h + 1] + bias[n][1]);
                 v0 = live && c0 + c < E ? v0 : 0.f, v1 = live && c0 + c + 1 < E ? v1 : 0.f;
-                *reinterpret_cast<float2 *>(&sdt[pos][c]) = make_float2(v0, v1);
+                const float u0 = to_f32(su[pos][c]), u1 = to_f32(su[pos][c + 1]);
+                *reinterpret_cast<float4 *>(&sL[pos][2 * c]) = make_float4(v0, v0 * u0, v1, v1 * u1);
             }
     }
 };
@@ -542,7 +548,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
             for (int k = 0; k < tiles; k++) {
                 const int j = k % BUF;
                 op_wait_idle(bars.landed(j), k / BUF % 2);  // (and the walk is done with slot j's last tile)
-                dtw.template tile<TL>(sL[j], sdt[j], k * TL, Tl, c0, E, tid);
+                dtw.template tile<TL>(sL[j], su[j], k * TL, Tl, c0, E, tid);
                 op_arrive(bars.full(j));
             }
         }
@@ -593,7 +599,13 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         auto load = [&](int h, float(&e)[BATCH][SPT], float(&x)[BATCH][SPT], float(&cv)[BATCH][SPT]) {
 #pragma unroll
             for (int i = 0; i < BATCH; i++) {
-                float dt = sdt[j][h + i][cl], du = dt * to_f32(su[j][h + i][cl]);
+                float dt, du;
+                if constexpr (DTF) {  // the pairs (dt, dt u) in the tile's rows of dt_low (onepass_dt)
+                    const float2 p = *reinterpret_cast<const float2 *>(&sL[j][h + i][2 * cl]);
+                    dt = p.x, du = p.y;
+                } else {
+                    dt = sdt[j][h + i][cl], du = dt * to_f32(su[j][h + i][cl]);
+                }
                 if (SEG) {  // h is a multiple of BATCH = G: position h + g is this thread's output h / G
                     cdr += dt;
                     if (i == g) cdo[h / BATCH] = cdr;
