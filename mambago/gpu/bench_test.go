@@ -634,12 +634,13 @@ func BenchmarkFusedOutNorm(b *testing.B) {
 }
 
 // BenchmarkScanHelpers times bf16 prefills with the one-pass scan's plain
-// entry against its entry whose warps specialize (Engine.ScanHelpers), the
-// settings taking turns, at the shapes that walk 2 states a thread.
+// entry against its entry whose warps specialize (Engine.ScanHelpers, with
+// dt_proj's own kernel: ScanDTProj off), the settings taking turns, at the
+// shapes that walk 2 states a thread.
 func BenchmarkScanHelpers(b *testing.B) {
 	shapes := []benchShape{{"130m", 768, 24, 1, 2048}, {"130m", 768, 24, 1, 8192}, {"130m", 768, 24, 1, 512},
 		{"370m", 1024, 48, 1, 2048}, {"1.4b", 2048, 48, 1, 2048}}
-	compareSettings(b, "scan helpers", shapes, func(e *gpu.Engine, on bool) { e.ScanHelpers = on })
+	compareSettings(b, "scan helpers", shapes, func(e *gpu.Engine, on bool) { e.ScanHelpers, e.ScanDTProj = on, false })
 }
 
 // BenchmarkScanDTProj times bf16 prefills with the one-pass scan's plain

@@ -76,15 +76,22 @@ type Engine struct {
 	// at T=8192, 370m 0.856x and 0.854x, 130m B=2 0.891x
 	// (bench/results/2026-12-01-fixup.md).
 	ScanSegments int
-	// ScanHelpers runs the one-pass scan at 2 states a thread, walked once,
+	// ScanHelpers runs the one-pass scan at 2 states a thread, walked once
+	// and in one wave of blocks (Scan.WarpsApply: 130m and 370m at B=1),
 	// with warps that specialize (Scan.Helpers): the walking warps run only
 	// the chain, and as many more copy the tiles and compute the outputs.
-	// Same bits. Only on sm_90 and later. Set it before capturing graphs.
+	// Same bits. Only on sm_90 and later. New turns it on: on the H200
+	// (bf16 graph replays, BenchmarkScanHelpers at 5b57d1b) 130m B=1
+	// T=2048 1.037x, T=8192 1.055x, T=512 1.014x, 370m 1.031x. Set it
+	// before capturing graphs.
 	ScanHelpers bool
-	// ScanDTProj, with ScanHelpers and DTProjTensorCores, has the scan's
-	// warps that specialize compute the time step from dt_low, in place of
+	// ScanDTProj, with ScanHelpers and DTProjTensorCores, has 4 more warps
+	// of the scan's blocks compute the time step from dt_low, in place of
 	// dt_proj's kernel, where that applies (Scan.FusedDTApplies: dt_rank a
-	// multiple of 8 up to 64). Same bits. Set it before capturing graphs.
+	// multiple of 8 up to 64). Same bits. New turns it on: with
+	// ScanHelpers, against neither (BenchmarkScanDTProj at 5b57d1b), 130m
+	// B=1 T=2048 1.052x, T=8192 1.044x, T=512 1.063x, 370m 1.063x. Set it
+	// before capturing graphs.
 	ScanDTProj bool
 	// DTProjTensorCores runs dt_proj on the tensor cores as 3xTF32
 	// (DTProj.TensorCores). New turns it on for sm_80 and later.
@@ -190,7 +197,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, ScanSegments: -1}
+		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4
 	}

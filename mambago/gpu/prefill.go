@@ -308,10 +308,10 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 	scan := Scan{DT: ws.delta.Ptr, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
 		U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
 		B: B, T: n, E: E, N: N, DType: dt, Chunk: e.ScanChunk, Scratch: ws.scan.Ptr,
-		Staged: e.ScanStaged, OnePass: spt, PDL: e.PrefillPDL, Helpers: e.ScanHelpers && e.dev.Major >= 9,
+		Staged: e.ScanStaged, OnePass: spt, PDL: e.PrefillPDL, Helpers: e.ScanHelpers && e.helpersFit(false),
 		Segments: e.scanSegments(B, n, E, spt), V: ws.xz.Ptr, LDV: 2 * E, SMs: e.dev.SMs, // xz's x half: the conv has read it
 		Prefetch: e.residualRows(rows, lastOnly), PrefetchLead: scanPrefetchLead}
-	if e.ScanDTProj && e.DTProjTensorCores { // the time step in the scan's tiles (dt_proj's tensor-core products)
+	if e.ScanDTProj && e.DTProjTensorCores && e.helpersFit(true) { // the time step in the scan's tiles (dt_proj's products)
 		scan.DTW, scan.DTBias, scan.DTProducts = g.dtProj, g.dtBias, 3
 		if e.DTProjOneTF32Product {
 			scan.DTProducts = 1

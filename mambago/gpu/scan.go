@@ -413,6 +413,13 @@ func (e *Engine) scanOnePass(B, E int) int {
 	return spt
 }
 
+// helpersFit reports whether the device runs the one-pass entry whose
+// warps specialize (sm_90 and newer: mbarriers), with dtf the one that
+// computes the time step too, with the shared memory it needs.
+func (e *Engine) helpersFit(dtf bool) bool {
+	return e.dev.Major >= 9 && helpersShared(e.dt.Size(), dtf) <= e.dev.MaxSharedOptIn
+}
+
 // segmentsOn reports whether Engine.ScanSegments may walk the scan in
 // segments, which the workspace's scan scratch is then sized for.
 func (e *Engine) segmentsOn() bool { return e.ScanSegments == 0 || e.ScanSegments > 1 }
