@@ -249,9 +249,9 @@ struct onepass_lowcopies {
 // it: the same TF32 operands and products in the same order, then the bias
 // and softplus_f, so the same bits. Each of the 4 warps that compute it
 // takes 16 positions of the tile at a time (TL = 64: one such m16 tile)
-// and both n8 halves of the channels; a thread keeps its fragments of the weights (bh, bl) and its 4
-// channels' biases in registers. Positions past T and channels past E get
-// dt = 0, which leaves a state as it is.
+// and both n8 halves of the channels; a thread keeps its fragments of the
+// weights (bh, bl) and its 4 channels' biases in registers. Positions past
+// T and channels past E get dt = 0, which leaves a state as it is.
 struct onepass_dt {
     static constexpr int KC = OP_RMAX / 8;  // k chunks at most
     unsigned bh[KC][2][2], bl[KC][2][2];
@@ -348,8 +348,8 @@ struct onepass_bars {
     __device__ __forceinline__ unsigned landed(int j) const { return a + 8 * (BUF + 4 + j); }
 };
 // op_wait, op_wait_idle, op_arrive, op_copied, op_init and op_helpers_sync
-// are the mbarrier and named-barrier steps of the warps that specialize (sm_90 and newer; a trap
-// before, where the entry cannot run).
+// are the mbarrier and named-barrier steps of the warps that specialize
+// (sm_90 and newer; a trap before, where the entry cannot run).
 __device__ __forceinline__ void op_wait(unsigned bar, unsigned parity) {
 #if __CUDA_ARCH__ >= 900
     mbar_wait(bar, parity);
@@ -358,11 +358,14 @@ __device__ __forceinline__ void op_wait(unsigned bar, unsigned parity) {
 #endif
 }
 // OP_WS_WAIT, a knob of the entry whose warps specialize: how the output
-// warps wait for the walk's terms (most of their time): 0 spins on
-// try_wait, whose retries take issue slots from the walking warp on the
-// same scheduler; 1 (the default) passes try_wait a suspend hint of
-// OP_WS_NS nanoseconds; 2 polls test_wait with __nanosleep(OP_WS_NS)
-// between polls.
+// warps wait for the walk's terms and the time-step warps for their
+// copies (most of their time): 0 spins on try_wait, whose retries take
+// issue slots from the walking warp on the same scheduler; 1 (the
+// default) passes try_wait a suspend hint of OP_WS_NS nanoseconds; 2 polls
+// test_wait with __nanosleep(OP_WS_NS) between polls. On the H200 the three
+// were within 0.6% of each other with 8 warps a block (BenchmarkOnePass at
+// 72c19b2), and 2 with 300 ns gave the prefill 1.000x at 130m B=1 T=2048
+// with 12 (bench/results/2026-12-01-scan-helpers.md, run 11).
 #ifndef OP_WS_WAIT
 #define OP_WS_WAIT 1
 #endif
