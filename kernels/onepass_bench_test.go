@@ -17,12 +17,14 @@ import (
 // options, or, with spt set, the tile and ring at spt states a thread
 // (OP_TL2 and OP_BUF2, or OP_TL4 and OP_BUF4), which fix its shared memory;
 // or, with helpers, a build launched as its entry whose warps specialize
-// (gpu.Scan.Helpers, 2 states a thread), its ring (OP_WS_BUF) in ring where
-// set.
+// (gpu.Scan.Helpers, 2 states a thread), its ring (OP_WS_BUF) in ring and
+// its tiles of partial sums (OP_WS_SP) in sums where set, and with dt as
+// the entry that computes the time step too (gpu.Scan.DTProducts, one
+// product: the bf16 engine's).
 type onePassKnob struct {
-	opts            string
-	spt, tile, ring int
-	helpers         bool
+	opts                  string
+	spt, tile, ring, sums int
+	helpers, dt           bool
 }
 
 // onePassKnobs are the settings BenchmarkOnePass compiles: the first is the
@@ -30,7 +32,10 @@ type onePassKnob struct {
 var onePassKnobs = []onePassKnob{
 	{}, {helpers: true}, {helpers: true, opts: "-DOP_WS_WAIT=0"}, {helpers: true, opts: "-DOP_WS_WAIT=2 -DOP_WS_NS=200"},
 	{helpers: true, opts: "-DOP_WS_NS=200"}, {helpers: true, opts: "-DOP_WS_NS=5000"},
-	{helpers: true, opts: "-DOP_WS_BUF=4", ring: 4}, {helpers: true, opts: "-DOP_WS_BUF=2", ring: 2}, {opts: "-DOP_BCI=1"},
+	{helpers: true, opts: "-DOP_WS_BUF=4", ring: 4}, {helpers: true, opts: "-DOP_WS_BUF=2", ring: 2},
+	{helpers: true, dt: true}, {helpers: true, dt: true, opts: "-DOP_WS_SP=3 -DOP_WS_BUF=3", ring: 3, sums: 3},
+	{helpers: true, dt: true, opts: "-DOP_WS_BUF=3", ring: 3}, {helpers: true, dt: true, opts: "-DOP_WS_WAIT=2 -DOP_WS_NS=2000"},
+	{opts: "-DOP_BCI=1"},
 	{spt: 2, tile: 32, ring: 3}, {spt: 2, tile: 32, ring: 4}, {spt: 2, tile: 64, ring: 2},
 	{spt: 2, tile: 64, ring: 4}, {spt: 2, tile: 128, ring: 2},
 	{spt: 4, tile: 32, ring: 3}, {spt: 4, tile: 64, ring: 2}, {spt: 4, tile: 16, ring: 4},
@@ -56,10 +61,12 @@ func (k onePassKnob) applies(spt int) bool {
 // name is the knob's name in the benchmark's lines.
 func (k onePassKnob) name() string {
 	switch {
-	case k.helpers && k.opts != "":
-		return "helpers" + strings.ReplaceAll(k.opts, " ", "")
 	case k.helpers:
-		return "helpers"
+		name := "helpers"
+		if k.dt {
+			name += "+dt"
+		}
+		return name + strings.ReplaceAll(k.opts, " ", "")
 	case k.options() == "":
 		return "engine"
 	}
@@ -69,8 +76,15 @@ func (k onePassKnob) name() string {
 // shared is the dynamic shared memory of the knob's build at spt states a
 // thread, bf16; 0 where it is the engine's.
 func (k onePassKnob) shared(spt int) int {
-	if k.helpers && k.ring > 0 {
-		return gpuengine.HelpersShared(k.ring, 2, false)
+	if k.helpers && (k.ring > 0 || k.sums > 0) {
+		ring, sums := k.ring, k.sums
+		if ring == 0 {
+			ring = 4
+		}
+		if sums == 0 {
+			sums = 2
+		}
+		return gpuengine.HelpersShared(ring, sums, 2, k.dt)
 	}
 	if k.spt != spt {
 		return 0
@@ -84,7 +98,8 @@ func (k onePassKnob) shared(spt int) int {
 // runs it: 2 states a thread at B=1 (130m at T=2048 and T=8192, 370m, 1.4b)
 // and 4 at B=8 (130m). Every setting's output (y and the state) must equal
 // the engine's setting's bit for bit: the knobs move data and code, not
-// arithmetic.
+// arithmetic. (The settings with dt compute the time step from dt_low,
+// so they must equal the first such setting's bits instead.)
 // It launches them as gpu.Scan does (its grid and shared memory), timed with
 // CUDA events, the settings taking turns: 9 rounds of 25 launches each, so
 // that the clock's drift over the run falls on all of them alike. It logs a
@@ -113,7 +128,7 @@ func BenchmarkOnePass(b *testing.B) {
 			{"1.4b_B1_T2048", 1, 2048, 4096, 2}, {"130m_B8_T2048", 8, 2048, 1536, 4}} {
 			rows := sh.B * sh.T
 			in := newScanBenchInputs(b, s, sh.B, sh.T, sh.E)
-			var want []float32
+			want := map[bool][]float32{} // by knob.dt
 			var timed []onePassKnob
 			var launches []func() error
 			for i, k := range knobs {
@@ -121,7 +136,10 @@ func BenchmarkOnePass(b *testing.B) {
 					continue
 				}
 				entry := fmt.Sprintf("scan_onepass%d_bf16", sh.spt)
-				if k.helpers {
+				switch {
+				case k.dt:
+					entry = "scan_onepass2wd_bf16"
+				case k.helpers:
 					entry = "scan_onepass2w_bf16"
 				}
 				f, err := mods[i].Function(entry)
@@ -130,6 +148,12 @@ func BenchmarkOnePass(b *testing.B) {
 				}
 				sc := in.scan(sh.spt)
 				sc.SharedBytes, sc.Helpers = k.shared(sh.spt), k.helpers
+				if k.dt {
+					sc.DTProducts, sc.DTW, sc.DTBias = 1, in.W.Ptr, in.bias.Ptr
+					if !sc.FusedDTApplies() {
+						b.Fatalf("%s %s: the scan does not compute the time step here", sh.name, k.name())
+					}
+				}
 				if !sc.OnePassApplies() {
 					b.Fatalf("%s: the one-pass scan does not apply", sh.name)
 				}
@@ -147,12 +171,12 @@ func BenchmarkOnePass(b *testing.B) {
 						b.Fatalf("%s %s: y holds a NaN or Inf: an element the kernel did not write", sh.name, k.name())
 					}
 				}
-				if want == nil {
-					want = got
-				} else if !slices.EqualFunc(got, want, func(x, y float32) bool {
+				if want[k.dt] == nil {
+					want[k.dt] = got
+				} else if !slices.EqualFunc(got, want[k.dt], func(x, y float32) bool {
 					return math.Float32bits(x) == math.Float32bits(y)
 				}) {
-					b.Fatalf("%s %s: output differs from the engine's setting's", sh.name, k.name())
+					b.Fatalf("%s %s: output differs from the first such setting's", sh.name, k.name())
 				}
 			}
 			times := make([][]float64, len(timed))
@@ -252,12 +276,14 @@ func bf16Unpack(packed []float32) []float32 {
 // E channels on the device, for the scan's benchmarks: N = 16 states, dt
 // rank R = 48, dt = softplus(x - 2) for standard normal x, A2 = -(1 + n)
 // log2 e (S4D's initialization), and a y to poison; dt and the carried
-// state also on the host, to restore (reset).
+// state also on the host, to restore (reset). W and bias are dt_proj's, for
+// the entry that computes the time step from dbl's dt_low (about
+// softplus(x - 2) again).
 type scanBenchInputs struct {
-	s                            *cuda.Stream
-	B, T, E                      int
-	dt0, st0                     []float32
-	dt, A2, dbl, u, D, xz, st, y *cuda.Buffer
+	s                                     *cuda.Stream
+	B, T, E                               int
+	dt0, st0                              []float32
+	dt, A2, dbl, u, D, xz, st, y, W, bias *cuda.Buffer
 }
 
 const scanBenchN, scanBenchR = 16, 48
@@ -277,6 +303,11 @@ func newScanBenchInputs(b *testing.B, s *cuda.Stream, B, T, E int) *scanBenchInp
 	in.dt, in.A2, in.dbl, in.u = upload(b, s, in.dt0), upload(b, s, A2), upload(b, s, randn(rows*(scanBenchR+2*N), 1)), upload(b, s, u)
 	in.D, in.xz = upload(b, s, randn(E, 1)), upload(b, s, randn(rows*2*E, 1))
 	in.st, in.y = upload(b, s, in.st0), poisoned(b, s, rows*E/2)
+	bias := make([]float32, E)
+	for i := range bias {
+		bias[i] = -2
+	}
+	in.W, in.bias = upload(b, s, randn(E*scanBenchR, 1/math.Sqrt(scanBenchR))), upload(b, s, bias)
 	return in
 }
 
@@ -303,7 +334,7 @@ func (in *scanBenchInputs) reset(b *testing.B) {
 
 // free releases the device buffers.
 func (in *scanBenchInputs) free() {
-	for _, buf := range []*cuda.Buffer{in.dt, in.A2, in.dbl, in.u, in.D, in.xz, in.st, in.y} {
+	for _, buf := range []*cuda.Buffer{in.dt, in.A2, in.dbl, in.u, in.D, in.xz, in.st, in.y, in.W, in.bias} {
 		buf.Free()
 	}
 }

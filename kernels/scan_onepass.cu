@@ -191,14 +191,26 @@ __host__ __device__ constexpr int onepass_shared(int SPT, int TL, int BUF, int T
 #define OP_RMAX 64
 #define OP_DL (OP_RMAX + 4)
 
+// OP_WS_SP, a knob of the entries whose warps specialize: the tiles of
+// partial sums between the walk and the output warps (the walk runs up to
+// OP_WS_SP - 1 tiles ahead of the outputs). 2 is the engine's
+// (gpu.HelpersShared); 3 was written on 2026-12-01 after the device time
+// ran out (stall samples at 6b5c7b9: the walk waited on the outputs), and
+// fits 227 KB with a ring of 3 (OP_WS_BUF).
+#ifndef OP_WS_SP
+#define OP_WS_SP 2
+#endif
+
 // onepass_ws_shared is onepass_shared for the entry whose warps specialize
-// (SCAN_ONEPASS_RUN's WS): a second tile of partial sums, then the ring's
-// and the two tiles' mbarriers (onepass_bars); with DTF, BUF more
-// mbarriers, then (at a multiple of 16 bytes) a ring of BUF tiles of
-// dt_low rows. gpu.Scan computes the same (HelpersShared).
+// (SCAN_ONEPASS_RUN's WS): OP_WS_SP - 1 more tiles of partial sums, then
+// the ring's mbarriers and two for each tile of partial sums
+// (onepass_bars); with DTF, BUF more mbarriers, then (at a multiple of 16
+// bytes) a ring of BUF tiles of dt_low rows. gpu.Scan computes the same
+// (HelpersShared).
 __host__ __device__ constexpr int onepass_ws_shared(int SPT, int TL, int BUF, int TV, bool DTF) {
     return DTF ? (onepass_ws_shared(SPT, TL, BUF, TV, false) + 8 * BUF + 15) / 16 * 16 + BUF * TL * OP_DL * 4
-               : onepass_shared(SPT, TL, BUF, TV) + TL * onepass_pst(SPT) * 4 + 8 * (BUF + 4);
+               : onepass_shared(SPT, TL, BUF, TV) + (OP_WS_SP - 1) * TL * onepass_pst(SPT) * 4 +
+                     8 * (BUF + 2 * OP_WS_SP);
 }
 
 // onepass_dtargs are the time step's weights [E, R] and bias [E] (f32) and
@@ -337,15 +349,15 @@ struct onepass_dt {
 // the walk (the copying warps' OP_THREADS arrivals: their copies landed,
 // or with DTF its time step computed), landed[j] (DTF) once its copies
 // have landed; sums[p] once the walking warps have stored their terms in
-// tile p of partial sums, and free[p] once the output warps have read them
-// back (OP_THREADS each).
+// tile p of the OP_WS_SP tiles of partial sums, and free[p] once the output
+// warps have read them back (OP_THREADS each).
 struct onepass_bars {
     unsigned a;
     int BUF;
     __device__ __forceinline__ unsigned full(int j) const { return a + 8 * j; }
     __device__ __forceinline__ unsigned sums(int p) const { return a + 8 * (BUF + p); }
-    __device__ __forceinline__ unsigned free(int p) const { return a + 8 * (BUF + 2 + p); }
-    __device__ __forceinline__ unsigned landed(int j) const { return a + 8 * (BUF + 4 + j); }
+    __device__ __forceinline__ unsigned free(int p) const { return a + 8 * (BUF + OP_WS_SP + p); }
+    __device__ __forceinline__ unsigned landed(int j) const { return a + 8 * (BUF + 2 * OP_WS_SP + j); }
 };
 // op_wait, op_wait_idle, op_arrive, op_copied, op_init and op_helpers_sync
 // are the mbarrier and named-barrier steps of the warps that specialize
@@ -471,7 +483,10 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     // WS: the index among the walking or the output threads, and the role
     const unsigned tid = WS ? threadIdx.x % OP_THREADS : threadIdx.x;
     const bool walker = !WS || threadIdx.x < OP_THREADS;
-    const onepass_bars bars{shared_addr(op_smem) + onepass_shared(SPT, TL, BUF, sizeof(Tv)) + TL * PST * 4, BUF};
+    constexpr int SP = OP_WS_SP;  // WS: tiles of partial sums
+    static_assert(SP >= 2, "the walk and the outputs on different tiles of partial sums");
+    const onepass_bars bars{shared_addr(op_smem) + onepass_shared(SPT, TL, BUF, sizeof(Tv)) + (SP - 1) * TL * PST * 4,
+                            BUF};
     // DTF: the ring of dt_low tiles
     auto sL = reinterpret_cast<float(*)[TL][OP_DL]>(op_smem + onepass_ws_shared(SPT, TL, BUF, sizeof(Tv), DTF) -
                                                     BUF * TL * OP_DL * 4);
@@ -537,7 +552,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     };
     if (WS && threadIdx.x == 0) {
         for (int j = 0; j < BUF; j++) op_init(bars.full(j), OP_THREADS);
-        for (int p = 0; p < 2; p++) op_init(bars.sums(p), OP_THREADS), op_init(bars.free(p), OP_THREADS);
+        for (int p = 0; p < SP; p++) op_init(bars.sums(p), OP_THREADS), op_init(bars.free(p), OP_THREADS);
         for (int j = 0; DTF && j < BUF; j++) op_init(bars.landed(j), OP_THREADS);
     }
     if (WS) __syncthreads();  // the barriers initialized
@@ -560,14 +575,14 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         for (int k = 0; k < BUF; k++) issue(k);
         for (int k = 0; k < tiles; k++) {
             const int j = k % BUF;
-            op_wait_idle(bars.sums(k % 2), k / 2 % 2);  // the walk's terms of tile k are in, and it is done with slot j
+            op_wait_idle(bars.sums(k % SP), k / SP % 2);  // the walk's terms of tile k are in, and it is done with slot j
             float gu[NO], gz[NO];
 #pragma unroll
             for (int o = 0; o < NO; o++) gu[o] = to_f32(su[j][g + o * G][cl]), gz[o] = sz[j][g + o * G][cl];
             op_helpers_sync();  // every output thread has read its gate's u and z from slot j
             issue(k + BUF);  // into slot j, before the outputs: the copies' lead is the walk's BUF - 1 tiles
-            outputs(k, sp + k % 2 * TL, gu, gz);
-            op_arrive(bars.free(k % 2));
+            outputs(k, sp + k % SP * TL, gu, gz);
+            op_arrive(bars.free(k % SP));
         }
     }
     if (!WS) {
@@ -575,11 +590,11 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     }
     for (int k = 0; walker && k < tiles; k++) {
         const int j = k % BUF;
-        float(*spk)[PST] = WS ? sp + k % 2 * TL : sp;  // WS: the tile's terms go to one of two tiles
+        float(*spk)[PST] = WS ? sp + k % SP * TL : sp;  // WS: the tile's terms go to one of SP tiles
         if (WS) {
             if (DTF) op_wait(bars.landed(j), k / BUF % 2);  // its copies have landed
             op_wait(bars.full(j), k / BUF % 2);  // tile k is in
-            if (k >= 2) op_wait(bars.free(k % 2), (k / 2 - 1) % 2);  // and the outputs of tile k - 2 have read spk
+            if (k >= SP) op_wait(bars.free(k % SP), (k / SP - 1) % 2);  // and the outputs of tile k - SP have read spk
         } else {
             cp_async_wait<BUF - 2>();  // tile k is in
             __syncthreads();  // and visible; every thread is done with tile k - 1, whose slot the next issue refills, and with sp
@@ -669,7 +684,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
             chain(h + BATCH, e[1], x[1], cv[1]);
         }
         if (WS) {
-            op_arrive(bars.sums(k % 2));  // the tile's terms are in spk
+            op_arrive(bars.sums(k % SP));  // the tile's terms are in spk
             continue;
         }
         __syncthreads();  // every term of the tile is in sp

@@ -248,20 +248,22 @@ func helpersKernel(dt cuda.DType, dtf bool) string {
 // helpersShared is helpersKernel's dynamic shared memory for a storage
 // type of size bytes (a ring of helpersRing tiles, OP_WS_BUF), and
 // with dtf that of its entry that computes the time step too.
-func helpersShared(size int, dtf bool) int { return HelpersShared(helpersRing, size, dtf) }
+func helpersShared(size int, dtf bool) int { return HelpersShared(helpersRing, helpersSums, size, dtf) }
 
-// helpersRing is OP_WS_BUF in kernels/scan_onepass.cu.
-const helpersRing = 4
+// helpersRing and helpersSums are OP_WS_BUF and OP_WS_SP in
+// kernels/scan_onepass.cu.
+const helpersRing, helpersSums = 4, 2
 
 // HelpersShared is onepass_ws_shared in kernels/scan_onepass.cu: the
 // dynamic shared memory of the one-pass entry whose warps specialize, with
-// a ring of ring tiles of 64 positions: OnePassShared's, a second tile of
-// partial sums, and ring + 4 mbarriers; with dtf (Scan.DTProducts) ring more
-// mbarriers and, from a multiple of 16 bytes, ring tiles of dt_low rows
-// (64 rows of onePassDL floats). A build with another ring (OP_WS_BUF) is
-// launched with Scan.SharedBytes set to it.
-func HelpersShared(ring, size int, dtf bool) int {
-	n := OnePassShared(2, 64, ring, size) + 64*(onePassThreads+16)*4 + 8*(ring+4)
+// a ring of ring tiles of 64 positions and sums tiles of partial sums:
+// OnePassShared's (one tile of partial sums), sums - 1 more, and ring +
+// 2·sums mbarriers; with dtf (Scan.DTProducts) ring more mbarriers and,
+// from a multiple of 16 bytes, ring tiles of dt_low rows (64 rows of
+// onePassDL floats). A build with another ring or tiles of partial sums
+// (OP_WS_BUF, OP_WS_SP) is launched with Scan.SharedBytes set to it.
+func HelpersShared(ring, sums, size int, dtf bool) int {
+	n := OnePassShared(2, 64, ring, size) + (sums-1)*64*(onePassThreads+16)*4 + 8*(ring+2*sums)
 	if dtf {
 		n = (n+8*ring+15)/16*16 + ring*64*onePassDL*4
 	}

@@ -76,6 +76,8 @@ func TestOnePassSharedMatchesKernel(t *testing.T) {
 				size, dtf, helpersShared(size, dtf), onePassDL, onePassRMax, size, dtf)
 		}
 	}
+	fmt.Fprintf(&checks, "static_assert(OP_WS_BUF == %d && OP_WS_SP == %d, \"gpu.helpersRing or helpersSums differs\");\n",
+		helpersRing, helpersSums)
 	for _, size := range []int{4, 2} { // the segmented walk's entry (segmentKernel)
 		fmt.Fprintf(&checks, "static_assert(onepass_shared(2, OP_TLS, OP_BUFS, %d) == %d && OP_TLS == %d, "+
 			"\"gpu.segmentShared(%d) or segmentAlign differs from the kernel's\");\n", size, segmentShared(size),
@@ -100,6 +102,17 @@ func TestOnePassSharedMatchesKernel(t *testing.T) {
 	}
 	if _, err := cuda.Compile(src+checks.String(), "scan_onepass.cu", "sm_90", "--std=c++17",
 		"-DOP_TL2=32", "-DOP_BUF2=4", "-DOP_TL4=64", "-DOP_BUF4=2"); err != nil {
+		t.Fatal(err)
+	}
+	// And the warps that specialize with another ring and tiles of partial
+	// sums (OP_WS_BUF, OP_WS_SP) against HelpersShared.
+	checks.Reset()
+	for _, dtf := range []bool{false, true} {
+		fmt.Fprintf(&checks, "static_assert(onepass_ws_shared(2, onepass_config<2>::TL, OP_WS_BUF, 2, %v) == %d, "+
+			"\"gpu.HelpersShared differs from the kernel's size\");\n", dtf, HelpersShared(3, 3, 2, dtf))
+	}
+	if _, err := cuda.Compile(src+checks.String(), "scan_onepass.cu", "sm_90", "--std=c++17",
+		"-DOP_WS_BUF=3", "-DOP_WS_SP=3"); err != nil {
 		t.Fatal(err)
 	}
 }
