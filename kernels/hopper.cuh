@@ -3,9 +3,9 @@
 // the mbarriers of scan_onepass.cu's warps that specialize.
 // kernels.Source puts this file in front of every source, after dtype.cuh
 // and math.cuh. The tensor map type exists on every target; the mbarriers
-// from sm_90 on; the rest only where __CUDA_ARCH_FEAT_SM90_ALL is defined
-// (compiled for sm_90a). A kernel that uses them must compile to something
-// else (a trap) elsewhere.
+// from sm_90 on (traps before); the rest only where __CUDA_ARCH_FEAT_SM90_ALL
+// is defined (compiled for sm_90a), so a kernel that uses those must compile
+// to something else (a trap) elsewhere.
 
 // A CUtensorMap as the driver encodes it: 128 opaque bytes.
 struct __align__(64) tensor_map {
@@ -58,6 +58,19 @@ __device__ __forceinline__ void mbar_arrive_copies(unsigned bar) {
 __device__ __forceinline__ void bar_sync_named(unsigned id, unsigned n) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
+#else
+// Before sm_90 the same names trap, so that a kernel using them compiles on
+// every target and is never run where it cannot (its launcher checks).
+__device__ __forceinline__ void mbar_init(unsigned, unsigned) { __trap(); }
+__device__ __forceinline__ void mbar_arrive(unsigned) { __trap(); }
+__device__ __forceinline__ void mbar_wait(unsigned, unsigned) { __trap(); }
+__device__ __forceinline__ void mbar_wait_hint(unsigned, unsigned, unsigned) { __trap(); }
+__device__ __forceinline__ bool mbar_test(unsigned, unsigned) {
+    __trap();
+    return false;
+}
+__device__ __forceinline__ void mbar_arrive_copies(unsigned) { __trap(); }
+__device__ __forceinline__ void bar_sync_named(unsigned, unsigned) { __trap(); }
 #endif
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

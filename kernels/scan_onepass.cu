@@ -359,16 +359,6 @@ struct onepass_bars {
     __device__ __forceinline__ unsigned free(int p) const { return a + 8 * (BUF + OP_WS_SP + p); }
     __device__ __forceinline__ unsigned landed(int j) const { return a + 8 * (BUF + 2 * OP_WS_SP + j); }
 };
-// op_wait, op_wait_idle, op_arrive, op_copied, op_init and op_helpers_sync
-// are the mbarrier and named-barrier steps of the warps that specialize
-// (sm_90 and newer; a trap before, where the entry cannot run).
-__device__ __forceinline__ void op_wait(unsigned bar, unsigned parity) {
-#if __CUDA_ARCH__ >= 900
-    mbar_wait(bar, parity);
-#else
-    __trap();
-#endif
-}
 // OP_WS_WAIT, a knob of the entry whose warps specialize: how the output
 // warps wait for the walk's terms and the time-step warps for their
 // copies (most of their time): 0 spins on try_wait, whose retries take
@@ -391,45 +381,14 @@ __device__ __forceinline__ void op_wait(unsigned bar, unsigned parity) {
 #ifndef OP_WS_BUF
 #define OP_WS_BUF 4
 #endif
+// op_wait_idle is the wait of the warps that wait most (OP_WS_WAIT).
 __device__ __forceinline__ void op_wait_idle(unsigned bar, unsigned parity) {
-#if __CUDA_ARCH__ >= 900
     if (OP_WS_WAIT == 1)
         mbar_wait_hint(bar, parity, OP_WS_NS);
     else if (OP_WS_WAIT == 2)
         while (!mbar_test(bar, parity)) __nanosleep(OP_WS_NS);
     else
         mbar_wait(bar, parity);
-#else
-    __trap();
-#endif
-}
-__device__ __forceinline__ void op_arrive(unsigned bar) {
-#if __CUDA_ARCH__ >= 900
-    mbar_arrive(bar);
-#else
-    __trap();
-#endif
-}
-__device__ __forceinline__ void op_copied(unsigned bar) {
-#if __CUDA_ARCH__ >= 900
-    mbar_arrive_copies(bar);
-#else
-    __trap();
-#endif
-}
-__device__ __forceinline__ void op_init(unsigned bar, unsigned count) {
-#if __CUDA_ARCH__ >= 900
-    mbar_init(bar, count);
-#else
-    __trap();
-#endif
-}
-__device__ __forceinline__ void op_helpers_sync() {
-#if __CUDA_ARCH__ >= 900
-    bar_sync_named(1, OP_THREADS);
-#else
-    __trap();
-#endif
 }
 
 // WS, the warps that specialize (2 states a thread, no segments; a block of
@@ -518,7 +477,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
             copies.template issue<!DTF>(shared_addr(sdt[j]), shared_addr(su[j]), shared_addr(sz[j]),
                                         shared_addr(sBC[j]), dtv, u, z, dbl, N, Tl, k * TL, tid);
             if (DTF) lows.issue(shared_addr(sL[j]), dbl, Tl, k * TL);
-            if (WS) op_copied(DTF ? bars.landed(j) : bars.full(j));
+            if (WS) mbar_arrive_copies(DTF ? bars.landed(j) : bars.full(j));
         }
         if (!WS) cp_async_commit();
     };
@@ -551,9 +510,9 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         if (SEG) vt += (size_t)TL * ldv, ct += (size_t)TL * E;
     };
     if (WS && threadIdx.x == 0) {
-        for (int j = 0; j < BUF; j++) op_init(bars.full(j), OP_THREADS);
-        for (int p = 0; p < SP; p++) op_init(bars.sums(p), OP_THREADS), op_init(bars.free(p), OP_THREADS);
-        for (int j = 0; DTF && j < BUF; j++) op_init(bars.landed(j), OP_THREADS);
+        for (int j = 0; j < BUF; j++) mbar_init(bars.full(j), OP_THREADS);
+        for (int p = 0; p < SP; p++) mbar_init(bars.sums(p), OP_THREADS), mbar_init(bars.free(p), OP_THREADS);
+        for (int j = 0; DTF && j < BUF; j++) mbar_init(bars.landed(j), OP_THREADS);
     }
     if (WS) __syncthreads();  // the barriers initialized
     // Launched with programmatic dependent launch, the kernel gets here while
@@ -567,7 +526,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
                 const int j = k % BUF;
                 op_wait_idle(bars.landed(j), k / BUF % 2);  // (and the walk is done with slot j's last tile)
                 dtw.template tile<TL>(sL[j], su[j], k * TL, Tl, c0, E, tid);
-                op_arrive(bars.full(j));
+                mbar_arrive(bars.full(j));
             }
         }
     }
@@ -579,10 +538,10 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
             float gu[NO], gz[NO];
 #pragma unroll
             for (int o = 0; o < NO; o++) gu[o] = to_f32(su[j][g + o * G][cl]), gz[o] = sz[j][g + o * G][cl];
-            op_helpers_sync();  // every output thread has read its gate's u and z from slot j
+            bar_sync_named(1, OP_THREADS);  // every output thread has read its gate's u and z from slot j
             issue(k + BUF);  // into slot j, before the outputs: the copies' lead is the walk's BUF - 1 tiles
             outputs(k, sp + k % SP * TL, gu, gz);
-            op_arrive(bars.free(k % SP));
+            mbar_arrive(bars.free(k % SP));
         }
     }
     if (!WS) {
@@ -592,9 +551,9 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         const int j = k % BUF;
         float(*spk)[PST] = WS ? sp + k % SP * TL : sp;  // WS: the tile's terms go to one of SP tiles
         if (WS) {
-            if (DTF) op_wait(bars.landed(j), k / BUF % 2);  // its copies have landed
-            op_wait(bars.full(j), k / BUF % 2);  // tile k is in
-            if (k >= SP) op_wait(bars.free(k % SP), (k / SP - 1) % 2);  // and the outputs of tile k - SP have read spk
+            if (DTF) mbar_wait(bars.landed(j), k / BUF % 2);  // its copies have landed
+            mbar_wait(bars.full(j), k / BUF % 2);  // tile k is in
+            if (k >= SP) mbar_wait(bars.free(k % SP), (k / SP - 1) % 2);  // and the outputs of tile k - SP have read spk
         } else {
             cp_async_wait<BUF - 2>();  // tile k is in
             __syncthreads();  // and visible; every thread is done with tile k - 1, whose slot the next issue refills, and with sp
@@ -684,7 +643,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
             chain(h + BATCH, e[1], x[1], cv[1]);
         }
         if (WS) {
-            op_arrive(bars.sums(k % SP));  // the tile's terms are in spk
+            mbar_arrive(bars.sums(k % SP));  // the tile's terms are in spk
             continue;
         }
         __syncthreads();  // every term of the tile is in sp

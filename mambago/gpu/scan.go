@@ -85,7 +85,8 @@ func (s Scan) FusedDTApplies() bool {
 // plain entry's fits two: at 1.4b B=1 that entry's 256 blocks run at once).
 func (s Scan) WarpsApply() bool {
 	_, S := s.segments()
-	blocks := s.B * ((s.E + 15) / 16)
+	cb := onePassThreads * 2 / scanStates // channels a block at 2 states a thread
+	blocks := s.B * ((s.E + cb - 1) / cb)
 	return s.Helpers && s.OnePassApplies() && s.OnePass == 2 && S == 1 && (s.SMs == 0 || blocks <= s.SMs)
 }
 
@@ -332,12 +333,12 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 	if s.OnePassApplies() {
 		Ts, S := s.segments()
 		name, shared := onePassKernel(s.OnePass, s.DType), onePassShared(s.OnePass, s.DType.Size())
-		threads := onePassThreads
+		threads, dtf := onePassThreads, false
 		switch {
 		case S > 1:
 			name, shared = segmentKernel(s.DType), segmentShared(s.DType.Size())
 		case s.WarpsApply():
-			dtf := s.FusedDTApplies()
+			dtf = s.FusedDTApplies()
 			name, shared, threads = helpersKernel(s.DType, dtf), helpersShared(s.DType.Size(), dtf), 2*onePassThreads
 			if dtf { // and as many more that compute the time step
 				threads += onePassThreads
@@ -352,9 +353,9 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 		}
 		ends := s.Scratch
 		cb := onePassThreads * s.OnePass / scanStates
-		args := []any{s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, s.State, s.Y, s.T, s.E, s.N,
-			s.Prefetch.P, int64(s.Prefetch.Bytes), s.PrefetchLead, Ts, s.V, s.LDV, ends, s.DT}
-		if s.FusedDTApplies() {
+		args := append(make([]any, 0, 25), s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, s.State, s.Y, s.T, s.E,
+			s.N, s.Prefetch.P, int64(s.Prefetch.Bytes), s.PrefetchLead, Ts, s.V, s.LDV, ends, s.DT)
+		if dtf {
 			args = append(args, s.DTW, s.DTBias, s.DTProducts)
 		}
 		grid := cuda.Dim3{X: (s.E + cb - 1) / cb, Y: s.B, Z: S}
