@@ -61,34 +61,6 @@ __host__ __device__ constexpr int conv_xproj_shared(int NT, int E) {
 }
 
 #if __CUDA_ARCH__ >= 800
-// ldmatrix4 loads four 8x8 tiles of 16-bit values: lane l gives the address
-// of a row of tile l / 8 and receives its share of each tile.
-__device__ __forceinline__ void ldmatrix4(unsigned addr, unsigned (&r)[4]) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
-}
-
-// ldmatrix2 loads two: lanes 0-15 give the addresses, and r[0], r[1] the
-// shares.
-__device__ __forceinline__ void ldmatrix2(unsigned addr, unsigned (&r)[4]) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
-}
-
-// mma16816 is d += a b for a 16x16 tile a (row-major fragments) and a 16x8
-// tile b (column-major), in T with f32 accumulation.
-template <class T>
-__device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1);
-#define CX_MMA(T, ptx)                                                                                         \
-    template <>                                                                                                \
-    __device__ __forceinline__ void mma16816<T>(float(&d)[4], const unsigned(&a)[4], unsigned b0, unsigned b1) { \
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." ptx "." ptx ".f32 {%0, %1, %2, %3}, "             \
-                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                                            \
-                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                           \
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));                           \
-    }
-CX_MMA(bf16, "bf16")
-CX_MMA(f16, "f16")
 
 template <class T, int NT>
 __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx, float *__restrict__ win,

@@ -128,6 +128,16 @@ __device__ __forceinline__ float cluster_ld(unsigned addr) {
     asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
     return v;
 }
+// cluster_ld4 reads the four f32 at a 16-byte aligned shared::cluster
+// address.
+__device__ __forceinline__ float4 cluster_ld4(unsigned addr) {
+    float4 v;
+    asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(addr)
+                 : "memory");
+    return v;
+}
 // mbar_arrive_cluster arrives on the mbarrier at a shared::cluster address
 // (another block's, through cluster_map), releasing this thread's earlier
 // accesses at cluster scope.

@@ -176,3 +176,46 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
     __trap();  // gpu.DTProj and gpu.Scan pick these kernels only on sm_80 and newer
 #endif
 }
+
+// 16-bit tensor-core products (mma.m16n8k16, sm_80 and newer: conv_xproj.cu
+// and xproj.cu; they trap before). ldmatrix4 loads four 8x8 tiles of 16-bit
+// values from shared memory: lane l gives the address of a row of tile
+// l / 8 and receives its share of each tile. ldmatrix2 loads two: lanes
+// 0-15 give the addresses, and r[0], r[1] the shares.
+__device__ __forceinline__ void ldmatrix4(unsigned addr, unsigned (&r)[4]) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+#else
+    __trap();
+#endif
+}
+__device__ __forceinline__ void ldmatrix2(unsigned addr, unsigned (&r)[4]) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+#else
+    __trap();
+#endif
+}
+
+// mma16816 is d += a b for a 16x16 tile a (row-major fragments) and a 16x8
+// tile b (column-major), in T with f32 accumulation.
+template <class T>
+__device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1);
+#if __CUDA_ARCH__ >= 800
+#define MMA16816(T, ptx)                                                                                       \
+    template <>                                                                                                \
+    __device__ __forceinline__ void mma16816<T>(float(&d)[4], const unsigned(&a)[4], unsigned b0, unsigned b1) { \
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." ptx "." ptx ".f32 {%0, %1, %2, %3}, "             \
+                     "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"                                            \
+                     : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                           \
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));                           \
+    }
+#else
+#define MMA16816(T, ptx)                                                                                       \
+    template <>                                                                                                \
+    __device__ __forceinline__ void mma16816<T>(float(&)[4], const unsigned(&)[4], unsigned, unsigned) { __trap(); }
+#endif
+MMA16816(bf16, "bf16")
+MMA16816(f16, "f16")

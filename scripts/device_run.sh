@@ -70,6 +70,10 @@
 #             then bf16 prefills off and on (BenchmarkScanHelpers, and
 #             BenchmarkScanDTProj: with dt_proj in the scan's tiles);
 #             HELPERS_PROFILE=1 adds both entries' stall samples;
+#   xproj:    our x_proj (Engine.OwnXProj): its kernel test with memcheck and
+#             racecheck, the engine's tests against cuBLAS's x_proj
+#             (TestOwnXProjMatches) with memcheck, then BenchmarkXProj (alone,
+#             against cuBLASLt) and bf16 prefills off and on (BenchmarkOwnXProj);
 #   outnorm:  out_norm (out_proj, the residual add and the next layer's
 #             RMSNorm in one cluster kernel, Engine.FusedOutNorm): its kernel
 #             test with memcheck and racecheck, the engine's prefill tests,
@@ -254,6 +258,24 @@ if [[ $mode == helpers ]]; then
   echo "== stall samples: the plain entry, then the warps that specialize (130m B=1 T=2048, scan alone)"
   ONEPASS_KNOBS=helpers source_stalls helpers_plain scan_onepass2_bf16 3 .carry/kernels.test 'OnePass'
   ONEPASS_KNOBS=helpers source_stalls helpers_ws scan_onepass2w_bf16 3 .carry/kernels.test 'OnePass'
+  exit $status
+fi
+if [[ $mode == xproj ]]; then
+  echo "== our x_proj (kernels/xproj.cu) against float64, memcheck, racecheck"
+  run_tests xproj_kernels 150 .carry/kernels.test -test.v -test.run 'XProjKernel|CompileAll'
+  memcheck memcheck_xproj 150 .carry/kernels.test 'XProjKernel'
+  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 .carry/kernels.test -test.run 'XProjKernel' \
+    > "$OUT/racecheck_xproj.log" 2>&1 || status=1
+  echo "racecheck xproj: $(grep -E 'RACECHECK SUMMARY' "$OUT/racecheck_xproj.log" | tail -1)"
+  echo "== the engine with it against cuBLAS's x_proj (TestOwnXProjMatches), memcheck"
+  run_tests xproj_engine 300 .carry/gpu.test -test.v -test.run 'OwnXProjMatches|PrefillSettings|GraphsReplay'
+  memcheck memcheck_xproj_engine 200 .carry/gpu.test 'OwnXProjMatches/d=768_bfloat16_B1_T300'
+  echo "== x_proj alone, cuBLASLt against ours (BenchmarkXProj)"
+  timeout 120 .carry/kernels.test -test.v -test.run '^$' -test.bench 'XProj$' -test.benchtime 1x 2>&1 \
+    | tee "$OUT/xproj_bench.log" | grep -E "xproj |FAIL|panic" | sed 's/^ *xproj_test.go:[0-9]*: //'
+  echo "== bf16 prefills, x_proj on cuBLAS against ours (BenchmarkOwnXProj)"
+  timeout 300 .carry/gpu.test -test.v -test.run '^$' -test.bench OwnXProj -test.benchtime 1x 2>&1 \
+    | tee "$OUT/xproj_prefill.log" | grep -E "own x_proj|FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
   exit $status
 fi
 if [[ $mode == outnorm ]]; then

@@ -493,6 +493,15 @@ func BenchmarkFusedConvXProj(b *testing.B) {
 	compareSettings(b, "fused conv and x_proj", shapes, func(e *gpu.Engine, on bool) { e.FusedConvXProj = on })
 }
 
+// BenchmarkOwnXProj times bf16 prefills with x_proj on cuBLAS's GEMM
+// against our kernel (Engine.OwnXProj) where it applies: 130m and 370m at
+// B=1 (T=512, 2048, 8192) and 130m at B=8 (compareSettings).
+func BenchmarkOwnXProj(b *testing.B) {
+	shapes := []benchShape{{"130m", 768, 24, 1, 2048}, {"130m", 768, 24, 1, 8192}, {"130m", 768, 24, 1, 512},
+		{"370m", 1024, 48, 1, 2048}, {"370m", 1024, 48, 1, 8192}, {"130m", 768, 24, 8, 2048}}
+	compareSettings(b, "own x_proj", shapes, func(e *gpu.Engine, on bool) { e.OwnXProj = on })
+}
+
 // prefillShapes are the bf16 prefills the engine's settings are compared
 // on: T=2048, the 130m, 370m and 1.4b shapes at B=1, the 130m and 2.8b
 // shapes at B=8.

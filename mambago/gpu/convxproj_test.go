@@ -13,15 +13,35 @@ import (
 )
 
 // TestFusedConvXProjMatches runs 16-bit prefills with the conv and x_proj
-// fused (Engine.FusedConvXProj, off by default) and unfused, on models of the 130m and 370m
-// widths (x_proj 80 and 96 wide: both kernel entries) and a narrower one,
-// at lengths with partial tiles and one shorter than the conv. Fused,
-// two engines must give the same bits eagerly and as graph replays
-// (prefillsMatch: the cluster's sum runs in a fixed order). Against the
-// unfused engine only x_proj's order of summation differs, so outputs and
-// carried states must agree to within 2e-3 of their norms (bf16's
-// rounding is 4e-3 of a value). Fresh random inputs; outputs start as NaN.
+// fused (Engine.FusedConvXProj, off by default) and unfused
+// (matchesUnfused).
 func TestFusedConvXProjMatches(t *testing.T) {
+	matchesUnfused(t, "the fused conv and x_proj", func(e *gpu.Engine, on bool) bool {
+		e.FusedConvXProj = on
+		return e.ConvXProjFused()
+	})
+}
+
+// TestOwnXProjMatches runs 16-bit prefills with x_proj on our kernel
+// (Engine.OwnXProj) and on cuBLAS's GEMM (matchesUnfused).
+func TestOwnXProjMatches(t *testing.T) {
+	matchesUnfused(t, "our x_proj", func(e *gpu.Engine, on bool) bool {
+		e.OwnXProj = on
+		return e.OwnXProjOn()
+	})
+}
+
+// matchesUnfused runs 16-bit prefills with a setting that replaces x_proj's
+// GEMM (set turns it on or off and reports whether it then applies) on and
+// off, on models of the 130m and 370m widths (x_proj 80 and 96 wide: both
+// kernel entries) and a narrower one, at lengths with partial tiles and
+// one shorter than the conv. On, two engines must give the same bits
+// eagerly and as graph replays (prefillsMatch: the kernels sum in a fixed
+// order). Against the setting off only x_proj's order of summation
+// differs, so outputs and carried states must agree to within 2e-3 of
+// their norms (bf16's rounding is 4e-3 of a value). Fresh random inputs;
+// outputs start as NaN.
+func matchesUnfused(t *testing.T, what string, set func(e *gpu.Engine, on bool) bool) {
 	gputest.Need(t)
 	for _, d := range []int{768, 1024, 512} {
 		w := fixture.RandomWeights(fixture.Shape(d, 2, 100), rand.Uint64())
@@ -30,12 +50,11 @@ func TestFusedConvXProjMatches(t *testing.T) {
 				label := fmt.Sprintf("d=%d %s B%d_T%d", d, dt, sz.B, sz.T)
 				t.Run(label, func(t *testing.T) {
 					a, b, off := newEngine(t, w, dt), newEngine(t, w, dt), newEngine(t, w, dt)
-					a.FusedConvXProj, b.FusedConvXProj, off.FusedConvXProj = true, true, false
-					if !a.ConvXProjFused() || off.ConvXProjFused() {
-						t.Skipf("the fused kernel does not apply here (sm_80 and newer): fused %v, unfused engine %v",
-							a.ConvXProjFused(), off.ConvXProjFused())
+					onA, onB, onOff := set(a, true), set(b, true), set(off, false)
+					if !onA || !onB || onOff {
+						t.Skipf("%s does not apply here: on %v, off %v", what, onA, onOff)
 					}
-					prefillsMatch(t, label+" fused", a, b, sz.B, sz.T)
+					prefillsMatch(t, label+" "+what, a, b, sz.B, sz.T)
 					closeToUnfused(t, a, off, sz.B, sz.T, 2e-3)
 				})
 			}

@@ -146,6 +146,13 @@ type Engine struct {
 	// prefills 0.91-0.96x; bench/NOTES.md, session of 2026-12-01 12:31).
 	// Set it before capturing graphs.
 	FusedConvXProj bool
+	// OwnXProj runs each layer's x_proj on our own kernel (XProj) where it
+	// applies (XProjApplies: 16-bit engines on sm_90, the 130m and 370m
+	// widths) instead of cuBLAS's GEMM: it fetches its weight before the
+	// conv ends and lets the scan launch early (programmatic dependent
+	// launch, which cuBLAS's kernels do not take). Set it before capturing
+	// graphs.
+	OwnXProj bool
 	// FusedOutNorm runs each layer's out_proj, but the last's, with the
 	// residual add and the next layer's RMSNorm as one kernel (OutNorm)
 	// where it applies (OutNormApplies: 16-bit engines on sm_90 at the 130m

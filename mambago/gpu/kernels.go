@@ -26,6 +26,11 @@ func wantedKernels() []string {
 			want = append(want, convXProjKernel(nt, dt))
 		}
 	}
+	for _, nt := range xprojEntries {
+		for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
+			want = append(want, xprojKernel(nt, dt))
+		}
+	}
 	for _, k := range typedKernels {
 		for _, sfx := range kernels.DTypes {
 			want = append(want, k+"_"+sfx)
@@ -97,6 +102,18 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 		for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
 			if shared := convXProjShared(nt, convXProjMaxE); dev.Major >= 8 && shared <= dev.MaxSharedOptIn {
 				if err := fns[convXProjKernel(nt, dt)].SetMaxDynamicShared(shared); err != nil {
+					return nil, mods, err
+				}
+			}
+		}
+	}
+	// Our x_proj likewise, at the widest E it serves at each NT (a
+	// 370m-wide layer's 2048 at most for the engine's shapes; XProjApplies
+	// checks each layer's own).
+	for _, nt := range xprojEntries {
+		for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
+			if shared := xprojShared(nt, 2048); dev.Major == 9 && dev.Minor == 0 && shared <= dev.MaxSharedOptIn {
+				if err := fns[xprojKernel(nt, dt)].SetMaxDynamicShared(shared); err != nil {
 					return nil, mods, err
 				}
 			}

@@ -304,6 +304,7 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 	c, g, ws := e.cfg, e.layers[l], &e.ws
 	rows, d, E, R, N, K, dt := B*n, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel, e.dt
 	fused := e.ConvXProjFused() // the conv stage runs x_proj too
+	ownXProj := e.OwnXProjOn()
 	spt := e.scanOnePass(B, E)
 	scan := Scan{DT: ws.delta.Ptr, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
 		U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
@@ -344,7 +345,13 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 			return conv.Launch(e.function, e.stream)
 		}},
 		{"x_proj", func() error {
-			if !fused {
+			if ownXProj {
+				err := XProj{U: ws.u.Ptr, W: g.xProj, DBL: ws.dbl.Ptr, M: rows, E: E, J: R + 2*N, DType: dt,
+					PDL: e.PrefillPDL}.Launch(e.function, e.stream)
+				if err != nil {
+					return err
+				}
+			} else if !fused {
 				if err := e.blas.Gemm(rows, R+2*N, E, ws.u.Ptr, E, g.xProj, ws.dbl.Ptr, R+2*N, 0, dt, cuda.F32); err != nil {
 					return err
 				}

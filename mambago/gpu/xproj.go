@@ -1,0 +1,88 @@
+package gpu
+
+import (
+	"fmt"
+
+	"github.com/mambago/mambago/mambago/cuda"
+)
+
+// XProj is one layer's x_proj on our own kernel (kernels/xproj.cu has the
+// math and the scheme), for the 16-bit storage types on sm_90:
+//
+//	DBL [M, J] = U [M, E] · Wᵀ, f32 out
+//
+// Unlike cuBLAS's GEMM it takes programmatic dependent launch: it copies its
+// slice of W before it waits for the conv, and lets the scan launch while it
+// runs.
+type XProj struct {
+	U     cuda.Ptr // [M, E] of DType (the conv's output)
+	W     cuda.Ptr // [J, E] of DType (x_proj's weight)
+	DBL   cuda.Ptr // [M, J] out, f32
+	M     int      // rows: B·T
+	E, J  int      // channels; dt_rank + 2 state sizes
+	DType cuda.DType
+	PDL   bool // launch with programmatic dependent launch
+}
+
+// Kernel constants, as in xproj.cu.
+const (
+	xprojThreads = 256 // XP_THREADS
+	xprojTM      = 64  // XP_TM: rows a cluster
+	xprojSlices  = 4   // XP_KS: blocks a cluster, each a slice of E
+	xprojChunks  = 4   // XP_CHUNKS: groups of u's copies
+)
+
+// xprojTiles returns the entry's tiles of 8 columns of dbl for J columns
+// (NT in xproj.cu), or 0 where no entry serves J.
+func xprojTiles(J int) int {
+	switch {
+	case J <= 0 || J%4 != 0:
+		return 0
+	case J <= 80:
+		return 10
+	case J <= 96:
+		return 12
+	}
+	return 0
+}
+
+// xprojEntries are the NT of xproj.cu's entries.
+var xprojEntries = []int{10, 12}
+
+func xprojKernel(nt int, dt cuda.DType) string { return fmt.Sprintf("xproj%d_%s", nt, dt.Suffix()) }
+
+// xprojShared is xproj_shared(NT, E) in bytes: W's slice and u's tile, rows
+// E / 4 + 8 elements long.
+func xprojShared(nt, E int) int { return (8*nt + xprojTM) * (E/xprojSlices + 8) * 2 }
+
+// XProjApplies reports whether the kernel serves a layer: a 16-bit storage
+// type on sm_90 (it is compiled for sm_90a: clusters), E a multiple of 256
+// (each block's slice in 4 chunks of whole k-steps of 16) and at least 512
+// (the partial products fit over W's slice), and J a multiple of 4 of at
+// most 96: the 130m and 370m shapes.
+func XProjApplies(dev *cuda.Device, dt cuda.DType, E, J int) bool {
+	nt := xprojTiles(J)
+	return dev.Major == 9 && dev.Minor == 0 && dt != cuda.F32 && E%(xprojSlices*xprojChunks*16) == 0 && E >= 512 &&
+		nt > 0 && xprojShared(nt, E) <= dev.MaxSharedOptIn
+}
+
+// Launch queues x_proj on stream; fn looks kernels up by name.
+func (x XProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
+	nt := xprojTiles(x.J)
+	if nt == 0 || x.DType == cuda.F32 || x.E%(xprojSlices*xprojChunks*16) != 0 || x.E < 512 || x.M < 1 {
+		return fmt.Errorf("gpu: xproj serves no %s layer with M=%d, E=%d, J=%d", x.DType, x.M, x.E, x.J)
+	}
+	f, shared := fn(xprojKernel(nt, x.DType)), xprojShared(nt, x.E)
+	if err := f.SetMaxDynamicShared(shared); err != nil {
+		return err
+	}
+	grid := cuda.D1(xprojSlices * ((x.M + xprojTM - 1) / xprojTM)) // a cluster of 4 blocks a tile of rows
+	return f.LaunchMaybePDL(x.PDL, grid, cuda.D1(xprojThreads), shared, stream, x.U, x.W, x.DBL, x.M, x.E, x.J)
+}
+
+// OwnXProjOn reports whether the engine's prefill runs x_proj on XProj
+// (Engine.OwnXProj, where XProjApplies and the conv does not compute it).
+func (e *Engine) OwnXProjOn() bool {
+	c := e.cfg
+	return e.OwnXProj && !e.ConvXProjFused() && XProjApplies(e.dev, e.dt, c.Inner, c.DTRank+2*c.State)
+}
