@@ -77,6 +77,14 @@ __device__ __forceinline__ void bar_sync_named(unsigned, unsigned) { __trap(); }
 __device__ __forceinline__ void mbar_expect_tx(unsigned bar, unsigned bytes) {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
+// bulk_load copies bytes (a multiple of 16; both addresses 16-byte
+// aligned) from global memory at src to shared memory at dst on the copy
+// engine, completing on bar (as tma_load's, counted by mbar_expect_tx).
+__device__ __forceinline__ void bulk_load(unsigned dst, const void *src, unsigned bytes, unsigned bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
 // mbar_wait_cluster is mbar_wait acquiring at cluster scope: for a barrier
 // that other blocks of the cluster arrive on (mbar_arrive_cluster).
 __device__ __forceinline__ void mbar_wait_cluster(unsigned bar, unsigned parity) {

@@ -30,7 +30,10 @@
 #define XP_THREADS 256  // a block: 8 warps
 #define XP_TM 64        // rows a cluster
 #define XP_KS 4         // blocks a cluster, each a slice of the channels
-#define XP_CHUNKS 4     // groups of u's copies, multiplied as each lands
+#define XP_CHUNKS 4     // (XP_BULK 0) groups of u's copies, multiplied as each lands
+#ifndef XP_BULK
+#define XP_BULK 1       // rows copied by the copy engine (cp.async.bulk); 0: cp.async, 16 bytes a thread
+#endif
 
 // xproj_pitch is a row of W's slice and of u's tile in shared memory, in
 // elements: the slice plus 8, so that rows are an odd number of 16-byte
@@ -49,12 +52,48 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
     static_assert(NT % 2 == 0, "two warps split a row's tiles of columns");
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int q = cluster_rank(), r0 = blockIdx.x / XP_KS * XP_TM;
-    const int S = E / XP_KS, SC = S / XP_CHUNKS, P = xproj_pitch(E), c0 = q * S;
+    const int S = E / XP_KS, P = xproj_pitch(E), c0 = q * S;
     extern __shared__ __align__(16) unsigned char xp_smem[];
     T *ws = reinterpret_cast<T *>(xp_smem);  // [8 NT][P]
     T *us = ws + 8 * NT * P;                  // [XP_TM][P]
     float *part = reinterpret_cast<float *>(xp_smem);  // [XP_TM][8 NT], once the products are done
 
+#if XP_BULK
+    // Rows of W's slice and of u's tile on the copy engine, a row a copy:
+    // W's ahead of the wait (a weight), completing on wbar; u's after it,
+    // rows 16 g .. 16 g + 15 (warp g's) on ubar(g). The rows past J and past
+    // M are zeros, written here.
+    __shared__ __align__(8) unsigned long long xp_bars[1 + XP_TM / 16];
+    const unsigned wbar = shared_addr(&xp_bars[0]);
+    auto ubar = [&](int g) { return wbar + 8 * (1 + g); };
+    const int live = min(XP_TM, M - r0);  // the tile's rows
+    if (tid == 0) {
+        for (int b = 0; b < 1 + XP_TM / 16; b++) mbar_init(wbar + 8 * b, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    for (int p = tid; p < (8 * NT - J + XP_TM - live) * (S / 8); p += XP_THREADS) {
+        const int row = p / (S / 8), k = p % (S / 8) * 8;
+        T *dst = row < 8 * NT - J ? ws + (J + row) * P + k : us + (live + row - (8 * NT - J)) * P + k;
+        *reinterpret_cast<uint4 *>(dst) = make_uint4(0, 0, 0, 0);
+    }
+    __syncthreads();
+    if (warp == 0) {
+        if (lane == 0) mbar_expect_tx(wbar, J * S * 2);
+        __syncwarp();
+        for (int j = lane; j < J; j += 32) bulk_load(shared_addr(ws + j * P), W + (size_t)j * E + c0, S * 2, wbar);
+    }
+    pdl_wait();
+    if (warp == 0) {
+        for (int g = 0; g < XP_TM / 16; g++) {
+            const int rows = max(0, min(16, live - 16 * g));
+            if (lane == 0) mbar_expect_tx(ubar(g), rows * S * 2);
+            __syncwarp();
+            if (lane < rows)
+                bulk_load(shared_addr(us + (16 * g + lane) * P), u + (size_t)(r0 + 16 * g + lane) * E + c0, S * 2, ubar(g));
+        }
+    }
+    pdl_release();  // the scan may launch: it waits for this grid before reading dbl
+#else
     // W's slice, 16 bytes a piece, ahead of the wait: it is a weight.
     const int pieces = S / 8;
     for (int p = tid; p < 8 * NT * pieces; p += XP_THREADS) {
@@ -65,7 +104,7 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
     cp_async_commit();
     pdl_wait();
     // u's tile, chunk by chunk (zeros past M).
-    const int cpieces = SC / 8;
+    const int SC = S / XP_CHUNKS, cpieces = SC / 8;
     for (int i = 0; i < XP_CHUNKS; i++) {
         for (int p = tid; p < XP_TM * cpieces; p += XP_THREADS) {
             const int r = p / cpieces, k = i * SC + p % cpieces * 8;
@@ -75,6 +114,7 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
         cp_async_commit();
     }
     pdl_release();  // the scan may launch: it waits for this grid before reading dbl
+#endif
 
     constexpr int NW = NT / 2;  // a warp's tiles of 8 columns
     const int wm = warp % 4, wn = warp / 4;
@@ -83,6 +123,13 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
     for (int n = 0; n < NW; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
     const unsigned abase = shared_addr(us + (16 * wm + (lane & 15)) * P + (lane >> 4) * 8);
     const unsigned bbase = shared_addr(ws + (wn * NW * 8 + (lane & 7) + (lane >> 4) * 8) * P + ((lane >> 3) & 1) * 8);
+#if XP_BULK
+    // The warp's rows and W's slice landed: the whole slice at once.
+    mbar_wait(wbar, 0);
+    mbar_wait(ubar(wm), 0);
+    for (int ks = 0; ks < S / 16; ks++) {
+        const int k = 16 * ks;
+#else
 #pragma unroll
     for (int i = 0; i < XP_CHUNKS; i++) {
         // Chunk i (and W, the first group) landed for this thread; the
@@ -94,8 +141,9 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
             default: cp_async_wait<3>(); break;
         }
         __syncthreads();
-        for (int ks = 0; ks < SC / 16; ks++) {
-            const int k = i * SC + 16 * ks;
+        for (int ks = 0; ks < S / XP_CHUNKS / 16; ks++) {
+            const int k = i * (S / XP_CHUNKS) + 16 * ks;
+#endif
             unsigned a[4];
             ldmatrix4(abase + k * 2, a);
 #pragma unroll
@@ -109,7 +157,9 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
                 }
                 mma16816<T>(acc[n], a, bf[0], bf[1]);
             }
+#if !XP_BULK
         }
+#endif
     }
     __syncthreads();  // every warp is done with W's slice: the partials go over it
     {

@@ -64,15 +64,24 @@ func TestXProjKernel(t *testing.T) {
 }
 
 // BenchmarkXProj times our x_proj against cuBLASLt's tuned GEMM on the
-// same operands (bf16, graphs of 20 launches back to back, the two taking
-// turns over 9 rounds; medians), at the 130m and 370m shapes. Each of ours
-// is checked against cuBLAS's output first (within 1e-5 of its largest
-// value). Back to back, ours overlap the next launch's weight copies with
-// the one before (PDL); in a prefill the conv comes before it.
+// same operands (bf16, graphs of 20 launches back to back, all taking
+// turns over 9 rounds; medians), at the 130m and 370m shapes: the engine's
+// build with PDL (back to back, each launch's weight copies overlap the
+// one before; in a prefill the conv comes before it) and without, and the
+// build that copies with cp.async (XP_BULK=0). Each is checked against
+// cuBLAS's output first (within 1e-5 of its largest value).
 func BenchmarkXProj(b *testing.B) {
-	fn, s := gpu(b)
-	if d := gputest.Device(b); d.Major != 9 || d.Minor != 0 {
+	d, fn, s, src, _ := kernelBench(b, "xproj.cu")
+	if d.Major != 9 || d.Minor != 0 {
 		b.Skipf("xproj is compiled for sm_90a (clusters); this GPU is sm_%d%d", d.Major, d.Minor)
+	}
+	cpAsync := loadSourceFor(b, "sm_90a", src, "xproj.cu", "-DXP_BULK=0")
+	cpFn := func(name string) *cuda.Function {
+		f, err := cpAsync.Function(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return f
 	}
 	blas, err := cuda.NewBLAS(s, false)
 	if err != nil {
@@ -94,11 +103,17 @@ func BenchmarkXProj(b *testing.B) {
 			_, uPacked := pack16(dt, randn(M*E, 1))
 			_, wPacked := pack16(dt, randn(J*E, 0.05))
 			bu, bw := upload(b, s, uPacked), upload(b, s, wPacked)
-			ref, ours := poisoned(b, s, M*J), poisoned(b, s, M*J)
-			x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: ours.Ptr, M: M, E: E, J: J, DType: dt, PDL: true}
-			runs := []func() error{
-				func() error { return blas.Gemm(M, J, E, bu.Ptr, E, bw.Ptr, ref.Ptr, J, 0, dt, cuda.F32) },
-				func() error { return x.Launch(fn, s) },
+			ref := poisoned(b, s, M*J)
+			names := []string{"cuBLASLt", "ours", "ours without PDL", "ours with cp.async"}
+			runs := []func() error{func() error { return blas.Gemm(M, J, E, bu.Ptr, E, bw.Ptr, ref.Ptr, J, 0, dt, cuda.F32) }}
+			var outs []*cuda.Buffer
+			for i, v := range []struct {
+				fn  func(string) *cuda.Function
+				pdl bool
+			}{{fn, true}, {fn, false}, {cpFn, true}} {
+				outs = append(outs, poisoned(b, s, M*J))
+				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: outs[i].Ptr, M: M, E: E, J: J, DType: dt, PDL: v.pdl}
+				runs = append(runs, func() error { return x.Launch(v.fn, s) })
 			}
 			for _, run := range runs { // cuBLASLt tunes outside the capture
 				if err := run(); err != nil {
@@ -110,8 +125,10 @@ func BenchmarkXProj(b *testing.B) {
 			for i, v := range want {
 				want64[i] = float64(v)
 			}
-			if e := relErr(download(b, s, ours, M*J), want64); !(e <= 1e-5) {
-				b.Fatalf("xproj %s: rel err %.3g against cuBLAS", tc.name, e)
+			for i, out := range outs {
+				if e := relErr(download(b, s, out, M*J), want64); !(e <= 1e-5) {
+					b.Fatalf("xproj %s, %s: rel err %.3g against cuBLAS", tc.name, names[i+1], e)
+				}
 			}
 			times := make([][]float64, len(runs))
 			for round := 0; round < 9; round++ {
@@ -123,10 +140,14 @@ func BenchmarkXProj(b *testing.B) {
 					times[i] = append(times[i], float64(ms)*1e3)
 				}
 			}
-			mc, mo := gputest.Median(times[0]), gputest.Median(times[1])
+			mc := gputest.Median(times[0])
 			bytes := float64(2*(M*E+J*E) + 4*M*J)
-			b.Logf("xproj %s: cuBLASLt %.2f us, ours %.2f us (%.3fx; %.0f GB/s of u, W and dbl)", tc.name, mc, mo,
-				mc/mo, bytes/mo/1e3)
+			line := fmt.Sprintf("xproj %s: cuBLASLt %.2f us", tc.name, mc)
+			for i, name := range names[1:] {
+				mo := gputest.Median(times[i+1])
+				line += fmt.Sprintf("; %s %.2f us (%.3fx; %.0f GB/s of u, W and dbl)", name, mo, mc/mo, bytes/mo/1e3)
+			}
+			b.Log(line)
 		})
 	}
 }

@@ -262,7 +262,7 @@ if [[ $mode == helpers ]]; then
 fi
 if [[ $mode == xproj ]]; then
   echo "== our x_proj (kernels/xproj.cu) against float64, memcheck, racecheck"
-  run_tests xproj_kernels 150 .carry/kernels.test -test.v -test.run 'XProjKernel|CompileAll'
+  run_tests xproj_kernels 150 .carry/kernels.test -test.v -test.run 'XProjKernel'
   memcheck memcheck_xproj 150 .carry/kernels.test 'XProjKernel'
   timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 .carry/kernels.test -test.run 'XProjKernel' \
     > "$OUT/racecheck_xproj.log" 2>&1 || status=1
@@ -273,6 +273,14 @@ if [[ $mode == xproj ]]; then
   echo "== x_proj alone, cuBLASLt against ours (BenchmarkXProj)"
   timeout 120 .carry/kernels.test -test.v -test.run '^$' -test.bench 'XProj$' -test.benchtime 1x 2>&1 \
     | tee "$OUT/xproj_bench.log" | grep -E "xproj |FAIL|panic" | sed 's/^ *xproj_test.go:[0-9]*: //'
+  if [[ -n ${XPROJ_PROFILE:-} ]]; then
+    echo "== ncu on xproj10_bf16 at 2048 x 1536 x 80 (TestXProjKernel's first launch), caches as left"
+    timeout 120 ncu --cache-control none --clock-control none -k 'regex:xproj10_bf16' --launch-count 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+      --section LaunchStats .carry/kernels.test -test.run 'XProjKernel' 2>&1 | tee "$OUT/xproj_ncu.txt" \
+      | grep -E "Duration|Throughput|Busy|Hit Rate|Achieved Occ|Theoretical Occ|Cluster|Stall|Warp Cycles|Issued" | head -40
+  fi
+  [[ -n ${XPROJ_NO_PREFILL:-} ]] && exit $status
   echo "== bf16 prefills, x_proj on cuBLAS against ours (BenchmarkOwnXProj)"
   timeout 300 .carry/gpu.test -test.v -test.run '^$' -test.bench OwnXProj -test.benchtime 1x 2>&1 \
     | tee "$OUT/xproj_prefill.log" | grep -E "own x_proj|FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
