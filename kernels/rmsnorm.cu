@@ -33,16 +33,14 @@ __device__ float block_sum(float v) {
     return total;
 }
 
-#define RMS_WV 3  // float4s of w a thread holds until they go to shared memory: 256 threads, rows of up to 2560
-
 // rmsnorm waits for the kernel before (pdl_wait) itself. Rows read once
-// (d % 4 == 0 and d <= 128 RMS_V, blocks of at least d / (4 RMS_WV)
-// threads) fetch w, a weight that no kernel in flight writes, ahead of the
-// wait, and stage it in shared memory after the row's sum of squares, so
+// (d % 4 == 0 and d <= 128 RMS_V) copy w, a weight that no kernel in flight
+// writes, into shared memory ahead of the wait (cp.async, so no thread
+// waits for it there), and wait for it only after the row's sum of squares:
 // its latency hides behind the wait and the row's loads. (Loaded after the
-// sum instead, each piece of w waited for the store before it: L2's
-// latency six times in a row at d = 768, about 2 us of a 130m RMSNorm's 4.6
-// in a prefill graph.)
+// sum from global memory, each piece of w waited for the store before it:
+// L2's latency six times in a row at d = 768, about 2 us of a 130m
+// RMSNorm's 4.6 in a prefill graph.)
 template <class T>
 __device__ void rmsnorm(const float *x, const float *__restrict__ w, T *y, int rows, int d, int ld, float eps) {
     __shared__ __align__(16) float wsh[128 * RMS_V];
@@ -50,7 +48,7 @@ __device__ void rmsnorm(const float *x, const float *__restrict__ w, T *y, int r
     const bool live = r < rows;  // the warp's row
     const float *row = x + (size_t)r * ld;
     T *out = y + (size_t)r * ld;
-    if (d % 4 != 0 || ld % 4 != 0 || d > 128 * RMS_V || 4 * (int)blockDim.x * RMS_WV < d) {
+    if (d % 4 != 0 || ld % 4 != 0 || d > 128 * RMS_V) {
         pdl_wait();
         if (!live) return;
         float ss = 0.f;
@@ -62,12 +60,9 @@ __device__ void rmsnorm(const float *x, const float *__restrict__ w, T *y, int r
         }
         return;
     }
-    float4 wv[RMS_WV];
-#pragma unroll
-    for (int k = 0; k < RMS_WV; k++) {
-        int i = 4 * (threadIdx.x + k * blockDim.x);
-        wv[k] = w && i < d ? *reinterpret_cast<const float4 *>(w + i) : make_float4(1.f, 1.f, 1.f, 1.f);
-    }
+    if (w)
+        for (int i = 4 * threadIdx.x; i < d; i += 4 * blockDim.x) cp_async_s<16>(shared_addr(wsh + i), w + i, true);
+    cp_async_commit();
     pdl_wait();
     float4 v[RMS_V];
     float ss = 0.f;
@@ -78,19 +73,14 @@ __device__ void rmsnorm(const float *x, const float *__restrict__ w, T *y, int r
         ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
     }
     float scale = rsqrtf(warp_sum(ss) / d + eps);
-    asm volatile("" ::: "memory");  // w's stores after the row's loads: they wait for w's loads
-#pragma unroll
-    for (int k = 0; k < RMS_WV; k++) {
-        int i = 4 * (threadIdx.x + k * blockDim.x);
-        if (i < d) *reinterpret_cast<float4 *>(wsh + i) = wv[k];
-    }
+    cp_async_wait<0>();
     __syncthreads();
     if (!live) return;
 #pragma unroll
     for (int j = 0; j < RMS_V; j++) {
         int i = 4 * (lane + 32 * j);
         if (i >= d) break;
-        float4 s = *reinterpret_cast<const float4 *>(wsh + i);
+        float4 s = w ? *reinterpret_cast<const float4 *>(wsh + i) : make_float4(1.f, 1.f, 1.f, 1.f);
         store4(out + i, make_float4(s.x * (v[j].x * scale), s.y * (v[j].y * scale), s.z * (v[j].z * scale),
                                     s.w * (v[j].w * scale)));
     }
