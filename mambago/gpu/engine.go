@@ -150,8 +150,10 @@ type Engine struct {
 	// applies (XProjApplies: 16-bit engines on sm_90, the 130m and 370m
 	// widths) instead of cuBLAS's GEMM: it fetches its weight before the
 	// conv ends and lets the scan launch early (programmatic dependent
-	// launch, which cuBLAS's kernels do not take). Set it before capturing
-	// graphs.
+	// launch, which cuBLAS's kernels do not take). Off by default: on the
+	// H200 the kernel takes 8.1 µs at 130m T=2048 against cuBLASLt's 4.6,
+	// and bf16 prefills run at 0.90-0.96x (bench/results/2026-12-01-xproj.md).
+	// Set it before capturing graphs.
 	OwnXProj bool
 	// FusedOutNorm runs each layer's out_proj, but the last's, with the
 	// residual add and the next layer's RMSNorm as one kernel (OutNorm)
