@@ -105,3 +105,53 @@ func mustEvent(tb testing.TB) *cuda.Event {
 	}
 	return e
 }
+
+// tunedBLAS returns a cuBLAS handle on s that runs cuBLASLt's tuned plans
+// (the engine's pick for 16-bit GEMMs), destroyed at cleanup.
+func tunedBLAS(tb testing.TB, s *cuda.Stream) *cuda.BLAS {
+	tb.Helper()
+	blas, err := cuda.NewBLAS(s, false)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { blas.Destroy() })
+	blas.Algo = cuda.GemmLtTuned
+	return blas
+}
+
+// graphTurns times each of runs as graphs of 20 launches back to back,
+// the runs taking turns over 9 rounds, and returns each one's median in
+// microseconds a launch.
+func graphTurns(tb testing.TB, s *cuda.Stream, runs []func() error) []float64 {
+	tb.Helper()
+	times := make([][]float64, len(runs))
+	for round := 0; round < 9; round++ {
+		for i, run := range runs {
+			ms, err := cuda.TimeGraph(s, 20, run)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			times[i] = append(times[i], float64(ms)*1e3) // TimeGraph: ms a launch
+		}
+	}
+	medians := make([]float64, len(runs))
+	for i, t := range times {
+		medians[i] = gputest.Median(t)
+	}
+	return medians
+}
+
+// gemmNT64 returns the float64 sums a [M, K] · bᵀ ([N, K]), [M, N].
+func gemmNT64(a, b []float32, M, N, K int) []float64 {
+	out := make([]float64, M*N)
+	for r := 0; r < M; r++ {
+		for j := 0; j < N; j++ {
+			var acc float64
+			for c := 0; c < K; c++ {
+				acc += float64(a[r*K+c]) * float64(b[j*K+c])
+			}
+			out[r*N+j] = acc
+		}
+	}
+	return out
+}

@@ -205,21 +205,7 @@ __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx
         const unsigned abase = shared_addr(ut + (16 * wm + (lane & 15)) * CX_KP + (lane >> 4) * 8);
         const unsigned bbase = shared_addr(wt + ((lane & 7) + (lane >> 4) * 8) * CX_KP + ((lane >> 3) & 1) * 8);
 #pragma unroll
-        for (int ks = 0; ks < CX_KC / 16; ks++) {
-            unsigned a[4];
-            ldmatrix4(abase + ks * 32, a);
-#pragma unroll
-            for (int n = 0; n < NW; n += 2) {
-                unsigned bf[4];
-                if (n + 1 < NW) {
-                    ldmatrix4(bbase + (n * 8 * CX_KP + ks * 16) * 2, bf);
-                    mma16816<T>(acc[n + 1], a, bf[2], bf[3]);
-                } else {
-                    ldmatrix2(bbase + (n * 8 * CX_KP + ks * 16) * 2, bf);
-                }
-                mma16816<T>(acc[n], a, bf[0], bf[1]);
-            }
-        }
+        for (int ks = 0; ks < CX_KC / 16; ks++) mma_k16<T, NW>(acc, abase, bbase, CX_KP, ks * 32);
     }
 
     // The partial products to part, rows t < T; every thread fences its own

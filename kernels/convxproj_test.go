@@ -63,16 +63,7 @@ func TestConvXProjKernel(t *testing.T) {
 					t.Errorf("%s: window differs from conv_silu's at %d", label, i)
 				}
 				u := unpack16(dt, wantU)
-				want := make([]float64, rows*J)
-				for r := 0; r < rows; r++ {
-					for j := 0; j < J; j++ {
-						var acc float64
-						for c := 0; c < E; c++ {
-							acc += float64(u[r*E+c]) * float64(wx[j*E+c])
-						}
-						want[r*J+j] = acc
-					}
-				}
+				want := gemmNT64(u, wx, rows, J, E)
 				if e := relErr(download(t, s, bdbl, rows*J), want); !(e <= 1e-5) {
 					t.Errorf("%s: dbl rel err %.3g", label, e)
 				}

@@ -176,12 +176,7 @@ func BenchmarkGemmTMA(b *testing.B) {
 	for _, build := range gemmTMABuilds {
 		builds = append(builds, newGemmTMA(b, s, build.bn, build.stages, build.blocks, build.persistent, build.wait0))
 	}
-	blas, err := cuda.NewBLAS(s, false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer blas.Destroy()
-	blas.Algo = cuda.GemmLtTuned
+	blas := tunedBLAS(b, s)
 	dt := cuda.BF16
 	for _, tc := range []struct {
 		name    string
@@ -212,21 +207,12 @@ func BenchmarkGemmTMA(b *testing.B) {
 			if err := s.Synchronize(); err != nil {
 				b.Fatal(err)
 			}
-			times := make([][]float64, len(runs))
-			for round := 0; round < 9; round++ { // the builds taking turns
-				for i, run := range runs {
-					ms, err := cuda.TimeGraph(s, 20, run)
-					if err != nil {
-						b.Fatal(err)
-					}
-					times[i] = append(times[i], float64(ms)*1e3) // TimeGraph: ms a run
-				}
-			}
+			times := graphTurns(b, s, runs) // the builds taking turns
 			flops := 2 * float64(M) * float64(N) * float64(K)
-			mt := gputest.Median(times[0])
+			mt := times[0]
 			line := fmt.Sprintf("gemm_tma %s: cuBLASLt %.2f us (%.0f TFLOP/s)", tc.name, mt, flops/mt/1e6)
 			for i, build := range gemmTMABuilds {
-				mo := gputest.Median(times[i+1])
+				mo := times[i+1]
 				kind := ""
 				if build.persistent {
 					kind = "/persistent"

@@ -219,3 +219,26 @@ __device__ __forceinline__ void mma16816(float (&d)[4], const unsigned (&a)[4], 
 #endif
 MMA16816(bf16, "bf16")
 MMA16816(f16, "f16")
+
+// mma_k16 adds one k-step of 16 to a warp's NW tiles of 16 x 8: the A
+// fragment from ldmatrix4 at aaddr (rows 16, this lane's row and half), and
+// each tile's B fragment (8 rows of W, k-major, pitch elements apart) from
+// bbase + n 8 pitch elements, two tiles to an ldmatrix4 and the odd one
+// last to an ldmatrix2. kbytes is the step's offset in bytes along k, in
+// both operands.
+template <class T, int NW>
+__device__ __forceinline__ void mma_k16(float (&acc)[NW][4], unsigned aaddr, unsigned bbase, int pitch, int kbytes) {
+    unsigned a[4];
+    ldmatrix4(aaddr + kbytes, a);
+#pragma unroll
+    for (int n = 0; n < NW; n += 2) {
+        unsigned bf[4];
+        if (n + 1 < NW) {
+            ldmatrix4(bbase + n * 8 * pitch * 2 + kbytes, bf);
+            mma16816<T>(acc[n + 1], a, bf[2], bf[3]);
+        } else {
+            ldmatrix2(bbase + n * 8 * pitch * 2 + kbytes, bf);
+        }
+        mma16816<T>(acc[n], a, bf[0], bf[1]);
+    }
+}

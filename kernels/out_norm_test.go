@@ -169,12 +169,7 @@ func outNormCheck(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, 
 // and rmsnorm), as in the engine.
 func BenchmarkOutNorm(b *testing.B) {
 	fn, s := gpu(b)
-	blas, err := cuda.NewBLAS(s, false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer blas.Destroy()
-	blas.Algo = cuda.GemmLtTuned
+	blas := tunedBLAS(b, s)
 	const D, K = 768, 1536
 	dt := cuda.BF16
 	for _, M := range []int{2048, 8192} {
@@ -207,20 +202,11 @@ func BenchmarkOutNorm(b *testing.B) {
 			if err := s.Synchronize(); err != nil {
 				b.Fatal(err)
 			}
-			times := make([][]float64, len(runs))
-			for round := 0; round < 9; round++ {
-				for i, run := range runs {
-					ms, err := cuda.TimeGraph(s, 20, run)
-					if err != nil {
-						b.Fatal(err)
-					}
-					times[i] = append(times[i], float64(ms)*1e3)
-				}
-			}
-			base := gputest.Median(times[0])
+			times := graphTurns(b, s, runs)
+			base := times[0]
 			line := fmt.Sprintf("out_norm 130m T=%d: cuBLASLt out_proj + rmsnorm %.2f us", M, base)
 			for i, build := range builds {
-				ours := gputest.Median(times[i+1])
+				ours := times[i+1]
 				line += fmt.Sprintf("; %v: %.2f us (%.3fx; %.0f TFLOP/s)", build, ours, base/ours, 2*float64(M)*D*K/ours/1e6)
 			}
 			b.Log(line)

@@ -144,19 +144,7 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
         for (int ks = 0; ks < S / XP_CHUNKS / 16; ks++) {
             const int k = i * (S / XP_CHUNKS) + 16 * ks;
 #endif
-            unsigned a[4];
-            ldmatrix4(abase + k * 2, a);
-#pragma unroll
-            for (int n = 0; n < NW; n += 2) {
-                unsigned bf[4];
-                if (n + 1 < NW) {
-                    ldmatrix4(bbase + (n * 8 * P + k) * 2, bf);
-                    mma16816<T>(acc[n + 1], a, bf[2], bf[3]);
-                } else {
-                    ldmatrix2(bbase + (n * 8 * P + k) * 2, bf);
-                }
-                mma16816<T>(acc[n], a, bf[0], bf[1]);
-            }
+            mma_k16<T, NW>(acc, abase, bbase, P, k * 2);
 #if !XP_BULK
         }
 #endif

@@ -30,16 +30,7 @@ func TestXProjKernel(t *testing.T) {
 			u, uPacked := pack16(dt, randn(M*E, 1))
 			w, wPacked := pack16(dt, randn(J*E, 0.05))
 			bu, bw := upload(t, s, uPacked), upload(t, s, wPacked)
-			want := make([]float64, M*J)
-			for r := 0; r < M; r++ {
-				for j := 0; j < J; j++ {
-					var acc float64
-					for c := 0; c < E; c++ {
-						acc += float64(u[r*E+c]) * float64(w[j*E+c])
-					}
-					want[r*J+j] = acc
-				}
-			}
+			want := gemmNT64(u, w, M, J, E)
 			var first []float32
 			for run := 0; run < 2; run++ {
 				out := poisoned(t, s, M*J)
@@ -83,12 +74,7 @@ func BenchmarkXProj(b *testing.B) {
 		}
 		return f
 	}
-	blas, err := cuda.NewBLAS(s, false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer blas.Destroy()
-	blas.Algo = cuda.GemmLtTuned
+	blas := tunedBLAS(b, s)
 	dt := cuda.BF16
 	for _, tc := range []struct {
 		name string
@@ -130,21 +116,12 @@ func BenchmarkXProj(b *testing.B) {
 					b.Fatalf("xproj %s, %s: rel err %.3g against cuBLAS", tc.name, names[i+1], e)
 				}
 			}
-			times := make([][]float64, len(runs))
-			for round := 0; round < 9; round++ {
-				for i, run := range runs {
-					ms, err := cuda.TimeGraph(s, 20, run)
-					if err != nil {
-						b.Fatal(err)
-					}
-					times[i] = append(times[i], float64(ms)*1e3)
-				}
-			}
-			mc := gputest.Median(times[0])
+			times := graphTurns(b, s, runs)
+			mc := times[0]
 			bytes := float64(2*(M*E+J*E) + 4*M*J)
 			line := fmt.Sprintf("xproj %s: cuBLASLt %.2f us", tc.name, mc)
 			for i, name := range names[1:] {
-				mo := gputest.Median(times[i+1])
+				mo := times[i+1]
 				line += fmt.Sprintf("; %s %.2f us (%.3fx; %.0f GB/s of u, W and dbl)", name, mo, mc/mo, bytes/mo/1e3)
 			}
 			b.Log(line)

@@ -39,9 +39,11 @@ func convXProjKernel(nt int, dt cuda.DType) string {
 	return fmt.Sprintf("conv_xproj%d_%s", nt, dt.Suffix())
 }
 
-// convXProjTiles returns the entry's tiles of 8 columns of dbl for J
-// columns, or 0 where no entry serves J.
-func convXProjTiles(J int) int {
+// dblTiles returns the tiles of 8 columns of dbl that the x_proj kernels'
+// entries (conv_xproj.cu, xproj.cu) keep for J columns: 10 for J up to 80
+// (the 130m shape's 48 + 2 x 16), 12 up to 96 (370m's); 0 where no entry
+// serves J (J not a multiple of 4, or over 96).
+func dblTiles(J int) int {
 	switch {
 	case J <= 0 || J%4 != 0:
 		return 0
@@ -61,7 +63,7 @@ func convXProjTiles(J int) int {
 // cuBLAS's GEMM.
 func ConvXProjApplies(dev *cuda.Device, dt cuda.DType, E, K, J int) bool {
 	return dev.Major >= 8 && dt != cuda.F32 && K >= 1 && K <= 4 && E%8 == 0 && E <= convXProjMaxE &&
-		convXProjSlices*J <= E && convXProjTiles(J) > 0 && convXProjShared(convXProjTiles(J), E) <= dev.MaxSharedOptIn
+		convXProjSlices*J <= E && dblTiles(J) > 0 && convXProjShared(dblTiles(J), E) <= dev.MaxSharedOptIn
 }
 
 // convXProjChunks is conv_xproj_chunks(E): a slice's chunks of 64 channels.
@@ -76,7 +78,7 @@ func convXProjShared(nt, E int) int {
 // Launch queues the fused conv and x_proj, which also update the windows, on
 // stream; fn looks kernels up by name.
 func (c ConvXProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
-	nt := convXProjTiles(c.J)
+	nt := dblTiles(c.J)
 	if nt == 0 || c.DType == cuda.F32 || c.K > 4 || c.E%8 != 0 || c.E > convXProjMaxE {
 		return fmt.Errorf("gpu: conv_xproj serves no %s layer with E=%d, K=%d, J=%d", c.DType, c.E, c.K, c.J)
 	}

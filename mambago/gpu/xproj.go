@@ -32,20 +32,6 @@ const (
 	xprojChunks  = 4   // XP_CHUNKS: groups of u's copies
 )
 
-// xprojTiles returns the entry's tiles of 8 columns of dbl for J columns
-// (NT in xproj.cu), or 0 where no entry serves J.
-func xprojTiles(J int) int {
-	switch {
-	case J <= 0 || J%4 != 0:
-		return 0
-	case J <= 80:
-		return 10
-	case J <= 96:
-		return 12
-	}
-	return 0
-}
-
 // xprojEntries are the NT of xproj.cu's entries.
 var xprojEntries = []int{10, 12}
 
@@ -61,14 +47,14 @@ func xprojShared(nt, E int) int { return (8*nt + xprojTM) * (E/xprojSlices + 8) 
 // (the partial products fit over W's slice), and J a multiple of 4 of at
 // most 96: the 130m and 370m shapes.
 func XProjApplies(dev *cuda.Device, dt cuda.DType, E, J int) bool {
-	nt := xprojTiles(J)
+	nt := dblTiles(J)
 	return dev.Major == 9 && dev.Minor == 0 && dt != cuda.F32 && E%(xprojSlices*xprojChunks*16) == 0 && E >= 512 &&
 		nt > 0 && xprojShared(nt, E) <= dev.MaxSharedOptIn
 }
 
 // Launch queues x_proj on stream; fn looks kernels up by name.
 func (x XProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
-	nt := xprojTiles(x.J)
+	nt := dblTiles(x.J)
 	if nt == 0 || x.DType == cuda.F32 || x.E%(xprojSlices*xprojChunks*16) != 0 || x.E < 512 || x.M < 1 {
 		return fmt.Errorf("gpu: xproj serves no %s layer with M=%d, E=%d, J=%d", x.DType, x.M, x.E, x.J)
 	}
