@@ -517,12 +517,11 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     if (WS) __syncthreads();  // the barriers initialized
     // Launched with programmatic dependent launch, the kernel gets here while
     // dt_proj may still run: everything above reads weights and the carried
-    // state, which no kernel in flight writes; dt, u, z, B and C come after
-    // the wait (the time-step warps' below, everyone else's after them).
+    // state, which no kernel in flight writes; dt, u, z, B and C come after.
+    pdl_wait();
     if constexpr (DTF) {
         if (threadIdx.x >= 2 * OP_THREADS) {  // the time step of each tile, once its dt_low has landed
-            const onepass_dt dtw(dta, c0, E, R, tid);  // dt_proj's weights, ahead of the wait
-            pdl_wait();
+            const onepass_dt dtw(dta, c0, E, R, tid);
             for (int k = 0; k < tiles; k++) {
                 const int j = k % BUF;
                 op_wait_idle(bars.landed(j), k / BUF % 2);  // (and the walk is done with slot j's last tile)
@@ -531,14 +530,8 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
             }
         }
     }
-    pdl_wait();
     if (WS && !walker && threadIdx.x < 2 * OP_THREADS) {  // the copies and the outputs
-        // Tile 0 alone, then the rest of the ring once it has landed: the
-        // walk's start waits for tile 0 only, which then does not share L2
-        // with the next BUF - 1 tiles.
-        issue(0);
-        op_wait_idle(DTF ? bars.landed(0) : bars.full(0), 0);
-        for (int k = 1; k < BUF; k++) issue(k);
+        for (int k = 0; k < BUF; k++) issue(k);
         for (int k = 0; k < tiles; k++) {
             const int j = k % BUF;
             op_wait_idle(bars.sums(k % SP), k / SP % 2);  // the walk's terms of tile k are in, and it is done with slot j
