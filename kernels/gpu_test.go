@@ -374,14 +374,8 @@ func checkScanDT(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, c
 	W, bias := randn(E*R, 1/math.Sqrt(float64(R))), randn(E, 0.5)
 	bW, bbias := upload(t, s, W), upload(t, s, bias)
 	dt := make([]float32, rows*E)
-	for r := 0; r < rows; r++ {
-		for ch := 0; ch < E; ch++ {
-			acc := float64(bias[ch])
-			for k := 0; k < R; k++ {
-				acc += float64(c.dbl[r*ld+k]) * float64(W[ch*R+k])
-			}
-			dt[r*E+ch] = float32(softplus(acc))
-		}
+	for i, v := range dtProj64(c.dbl, ld, W, bias, rows, E, R) {
+		dt[i] = float32(v)
 	}
 	wantY, wantS := scanRef(dt, c.dbl, c.A2, c.D, c.st0, c.xz, c.u, B, T, E, N, R)
 	for _, products := range []int{3, 1} {
@@ -455,6 +449,22 @@ func checkScan(t *testing.T, name string, gotY, gotS []float32, wantY, wantS []f
 	}
 }
 
+// dtProj64 is dt_proj in float64: softplus(dbl[r, :R] · W[c, :] + bias[c])
+// for rows r of dbl (ldd apart) and channels c < E, W [E, R].
+func dtProj64(dbl []float32, ldd int, W, bias []float32, rows, E, R int) []float64 {
+	out := make([]float64, rows*E)
+	for r := 0; r < rows; r++ {
+		for c := 0; c < E; c++ {
+			var sum float64
+			for k := 0; k < R; k++ {
+				sum += float64(dbl[r*ldd+k]) * float64(W[c*R+k])
+			}
+			out[r*E+c] = softplus(sum + float64(bias[c]))
+		}
+	}
+	return out
+}
+
 // softplus is PyTorch's, threshold 20.
 func softplus(x float64) float64 {
 	if x > 20 {
@@ -484,16 +494,7 @@ func TestDTProjKernel(t *testing.T) {
 		{300, 5120, 160, 16}, {64, 256, 16, 64}, {100, 200, 20, 16}, {130, 4096, 128, 16}} {
 		ldd := tc.R + 2*tc.N
 		dbl, W, bias := randn(tc.rows*ldd, 1), randn(tc.E*tc.R, 0.5), randn(tc.E, 2)
-		want := make([]float64, tc.rows*tc.E)
-		for r := 0; r < tc.rows; r++ {
-			for c := 0; c < tc.E; c++ {
-				var sum float64
-				for k := 0; k < tc.R; k++ {
-					sum += float64(dbl[r*ldd+k]) * float64(W[c*tc.R+k])
-				}
-				want[r*tc.E+c] = softplus(sum + float64(bias[c]))
-			}
-		}
+		want := dtProj64(dbl, ldd, W, bias, tc.rows, tc.E, tc.R)
 		bdbl, bW, bb := upload(t, s, dbl), upload(t, s, W), upload(t, s, bias)
 		for _, v := range variants {
 			bd := poisoned(t, s, tc.rows*tc.E)

@@ -203,13 +203,23 @@ run_tests() {
   timeout "$secs" "$@" > "$OUT/$log.log" 2>&1 || status=1
   grep -E "^(--- FAIL|ok|FAIL|PASS)|panic${SHOW:+|$SHOW}" "$OUT/$log.log" | head -20
 }
-# memcheck LOG SECONDS BINARY TESTS: compute-sanitizer's memcheck over the
-# tests the regexp TESTS names, into $OUT/LOG.log, and its summary.
-memcheck() {
-  local log=$1 secs=$2 bin=$3 tests=$4
-  timeout "$secs" compute-sanitizer --tool memcheck --error-exitcode 9 "$bin" -test.run "$tests" > "$OUT/$log.log" 2>&1 \
+# sanitizer TOOL LOG SECONDS BINARY TESTS: compute-sanitizer's TOOL over the
+# tests the regexp TESTS names, into $OUT/LOG.log, and its summary;
+# memcheck LOG SECONDS BINARY TESTS is its memcheck.
+sanitizer() {
+  local tool=$1 log=$2 secs=$3 bin=$4 tests=$5
+  timeout "$secs" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" -test.run "$tests" > "$OUT/$log.log" 2>&1 \
     || status=1
-  echo "$log: $(grep -E 'ERROR SUMMARY' "$OUT/$log.log" | tail -1)"
+  echo "$log: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/$log.log" | tail -1)"
+}
+memcheck() { sanitizer memcheck "$@"; }
+# bench_log LOG SECONDS BINARY BENCH PATTERN: benchmark BENCH of a test
+# binary, once, into $OUT/LOG.log, and its lines that match PATTERN (and
+# any failure), without the testing package's file:line prefix.
+bench_log() {
+  local log=$1 secs=$2 bin=$3 bench=$4 pattern=$5
+  timeout "$secs" "$bin" -test.v -test.run '^$' -test.bench "$bench" -test.benchtime 1x 2>&1 | tee "$OUT/$log.log" \
+    | grep -E "$pattern|FAIL|panic" | sed 's/^ *[a-z_]*\.go:[0-9]*: //'
 }
 if [[ $mode == fused ]]; then
   echo "== the conv and x_proj fused (kernels/conv_xproj.cu): against conv_silu and float64; racecheck and memcheck"
@@ -232,28 +242,20 @@ if [[ $mode == fused ]]; then
     -test.bench 'FusedConvXProj/130m/B1_T2048' -test.benchtime 1x 2>&1 | tee "$OUT/fused_ncu.txt" \
     | grep -E "Duration|Elapsed|SM Active|Issued|Eligible|Theoretical Occ|Achieved Occ|Block Limit"
   echo "== bf16 prefills, the conv and x_proj as two nodes against one kernel (BenchmarkFusedConvXProj)"
-  timeout 200 .carry/gpu.test -test.v -test.run '^$' -test.bench FusedConvXProj -test.benchtime 1x 2>&1 \
-    | tee "$OUT/fused_bench.log" | grep -E "fused conv |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  bench_log fused_bench 200 .carry/gpu.test FusedConvXProj "fused conv "
   exit $status
 fi
 if [[ $mode == helpers ]]; then
   echo "== the one-pass scan with warps that specialize: float64 and the plain walk's bits; racecheck, synccheck, memcheck"
   run_tests helpers_kernels 200 .carry/kernels.test -test.v -test.run 'ConvAndScan|DTProj|Spill'
-  for tool in racecheck synccheck memcheck; do
-    timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 .carry/kernels.test -test.run 'ConvAndScan' \
-      > "$OUT/${tool}_helpers.log" 2>&1 || status=1
-    echo "$tool scan: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/${tool}_helpers.log" | tail -1)"
-  done
+  for tool in racecheck synccheck memcheck; do sanitizer $tool ${tool}_helpers 200 .carry/kernels.test 'ConvAndScan'; done
   echo "== the engine's scan tests (TestScanVariantsMatch: the plain walk's bits) and memcheck over them"
   run_tests helpers_engine 300 .carry/gpu.test -test.v -test.run 'ScanVariantsMatch|PrefillSettings|GraphsReplay'
   memcheck memcheck_helpers_engine 200 .carry/gpu.test 'ScanVariantsMatch'
   echo "== the scan alone, plain entry against warps that specialize (BenchmarkOnePass, taking turns)"
-  ONEPASS_KNOBS=${ONEPASS_KNOBS:-helpers} timeout 200 .carry/kernels.test -test.v -test.run '^$' -test.bench OnePass \
-    -test.benchtime 1x 2>&1 | tee "$OUT/helpers_onepass.log" | grep -E "onepass |FAIL|differs|panic" \
-    | sed 's/^ *onepass_bench_test.go:[0-9]*: //'
+  ONEPASS_KNOBS=${ONEPASS_KNOBS:-helpers} bench_log helpers_onepass 200 .carry/kernels.test OnePass "onepass |differs"
   echo "== bf16 prefills, plain entry against warps that specialize, without and with dt_proj in its tiles"
-  timeout 400 .carry/gpu.test -test.v -test.run '^$' -test.bench 'ScanHelpers|ScanDTProj' -test.benchtime 1x 2>&1 \
-    | tee "$OUT/helpers_prefill.log" | grep -E "scan helpers|FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  bench_log helpers_prefill 400 .carry/gpu.test 'ScanHelpers|ScanDTProj' "scan helpers"
   [[ -n ${HELPERS_PROFILE:-} ]] || exit $status
   echo "== stall samples: the plain entry, then the warps that specialize (130m B=1 T=2048, scan alone)"
   ONEPASS_KNOBS=helpers source_stalls helpers_plain scan_onepass2_bf16 3 .carry/kernels.test 'OnePass'
@@ -264,15 +266,12 @@ if [[ $mode == xproj ]]; then
   echo "== our x_proj (kernels/xproj.cu) against float64, memcheck, racecheck"
   run_tests xproj_kernels 150 .carry/kernels.test -test.v -test.run 'XProjKernel'
   memcheck memcheck_xproj 150 .carry/kernels.test 'XProjKernel'
-  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 .carry/kernels.test -test.run 'XProjKernel' \
-    > "$OUT/racecheck_xproj.log" 2>&1 || status=1
-  echo "racecheck xproj: $(grep -E 'RACECHECK SUMMARY' "$OUT/racecheck_xproj.log" | tail -1)"
+  sanitizer racecheck racecheck_xproj 150 .carry/kernels.test 'XProjKernel'
   echo "== the engine with it against cuBLAS's x_proj (TestOwnXProjMatches), memcheck"
   run_tests xproj_engine 300 .carry/gpu.test -test.v -test.run 'OwnXProjMatches|PrefillSettings|GraphsReplay'
   memcheck memcheck_xproj_engine 200 .carry/gpu.test 'OwnXProjMatches/d=768_bfloat16_B1_T300'
   echo "== x_proj alone, cuBLASLt against ours (BenchmarkXProj)"
-  timeout 120 .carry/kernels.test -test.v -test.run '^$' -test.bench 'XProj$' -test.benchtime 1x 2>&1 \
-    | tee "$OUT/xproj_bench.log" | grep -E "xproj |FAIL|panic" | sed 's/^ *xproj_test.go:[0-9]*: //'
+  bench_log xproj_bench 120 .carry/kernels.test 'XProj$' "xproj "
   if [[ -n ${XPROJ_PROFILE:-} ]]; then
     echo "== ncu on xproj10_bf16 at 2048 x 1536 x 80 (TestXProjKernel's first launch), caches as left"
     timeout 120 ncu --cache-control none --clock-control none -k 'regex:xproj10_bf16' --launch-count 1 \
@@ -282,8 +281,7 @@ if [[ $mode == xproj ]]; then
   fi
   [[ -n ${XPROJ_NO_PREFILL:-} ]] && exit $status
   echo "== bf16 prefills, x_proj on cuBLAS against ours (BenchmarkOwnXProj)"
-  timeout 300 .carry/gpu.test -test.v -test.run '^$' -test.bench OwnXProj -test.benchtime 1x 2>&1 \
-    | tee "$OUT/xproj_prefill.log" | grep -E "own x_proj|FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  bench_log xproj_prefill 300 .carry/gpu.test OwnXProj "own x_proj"
   exit $status
 fi
 if [[ $mode == outnorm ]]; then
@@ -296,11 +294,9 @@ if [[ $mode == outnorm ]]; then
   run_tests outnorm_engine 300 .carry/gpu.test -test.v -test.run 'FusedOutNorm|PrefillSettings|GraphsReplay|DeviceEntry|Mixed'
   memcheck memcheck_outnorm_engine 200 .carry/gpu.test 'FusedOutNormMatches/bfloat16_B1_T300'
   echo "== out_norm against cuBLASLt's out_proj then rmsnorm (BenchmarkOutNorm)"
-  timeout 120 .carry/kernels.test -test.v -test.run '^$' -test.bench OutNorm -test.benchtime 1x 2>&1 \
-    | tee "$OUT/outnorm_bench.log" | grep -E "out_norm |FAIL|panic" | sed 's/^ *out_norm_test.go:[0-9]*: //'
+  bench_log outnorm_bench 120 .carry/kernels.test OutNorm "out_norm "
   echo "== bf16 prefills, out_proj and the norm unfused against fused (BenchmarkFusedOutNorm)"
-  timeout 200 .carry/gpu.test -test.v -test.run '^$' -test.bench FusedOutNorm -test.benchtime 1x 2>&1 \
-    | tee "$OUT/outnorm_prefill.log" | grep -E "fused out_proj|FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  bench_log outnorm_prefill 200 .carry/gpu.test FusedOutNorm "fused out_proj"
   [[ -n ${OUTNORM_PROFILE:-} ]] || exit $status
   echo "== ncu on out_norm at 130m T=2048"
   timeout 150 ncu --clock-control none -k 'regex:out_norm_bf16' --launch-skip 3 --launch-count 1 \

@@ -433,7 +433,7 @@ func BenchmarkPrefillPDL(b *testing.B) {
 // the shapes of prefillShapes and at 130m B=1 T=8192 (compareSettings).
 func BenchmarkResidualPrefetch(b *testing.B) {
 	quarter := gputest.Device(b).L2Bytes / 4
-	compareSettings(b, "residual prefetch", append([]benchShape{{"130m", 768, 24, 1, 8192}}, prefillShapes...),
+	compareSettings(b, "residual prefetch", append([]benchShape{shape("130m", 1, 8192)}, prefillShapes...),
 		func(e *gpu.Engine, on bool) {
 			e.ResidualPrefetch = 0
 			if on {
@@ -447,7 +447,7 @@ func BenchmarkResidualPrefetch(b *testing.B) {
 // both), at the shapes of prefillShapes and at 130m and 370m B=1 T=8192
 // (compareSettings).
 func BenchmarkMemsetEdits(b *testing.B) {
-	shapes := append([]benchShape{{"130m", 768, 24, 1, 8192}, {"370m", 1024, 48, 1, 8192}}, prefillShapes...)
+	shapes := append([]benchShape{shape("130m", 1, 8192), shape("370m", 1, 8192)}, prefillShapes...)
 	for _, edit := range []struct {
 		label          string
 		kernels, hoist bool
@@ -463,8 +463,8 @@ func BenchmarkMemsetEdits(b *testing.B) {
 // pick at the B=1 shapes of the bars, and 3, 5 and 6 segments at 130m B=1
 // T=2048 (compareSettings). $SEGMENT_BENCH=auto runs the first part only.
 func BenchmarkScanSegments(b *testing.B) {
-	shapes := []benchShape{{"130m", 768, 24, 1, 2048}, {"130m", 768, 24, 1, 8192}, {"370m", 1024, 48, 1, 2048},
-		{"370m", 1024, 48, 1, 8192}, {"130m", 768, 24, 2, 2048}}
+	shapes := []benchShape{shape("130m", 1, 2048), shape("130m", 1, 8192), shape("370m", 1, 2048),
+		shape("370m", 1, 8192), shape("130m", 2, 2048)}
 	compareSettings(b, "segments (auto)", shapes, func(e *gpu.Engine, on bool) {
 		e.ScanSegments = -1
 		if on {
@@ -488,8 +488,8 @@ func BenchmarkScanSegments(b *testing.B) {
 // two nodes against one kernel (Engine.FusedConvXProj) at the B=1 shapes of
 // the bars where it applies, 130m and 370m (compareSettings).
 func BenchmarkFusedConvXProj(b *testing.B) {
-	shapes := []benchShape{{"130m", 768, 24, 1, 2048}, {"130m", 768, 24, 1, 8192}, {"370m", 1024, 48, 1, 2048},
-		{"370m", 1024, 48, 1, 8192}}
+	shapes := []benchShape{shape("130m", 1, 2048), shape("130m", 1, 8192), shape("370m", 1, 2048),
+		shape("370m", 1, 8192)}
 	compareSettings(b, "fused conv and x_proj", shapes, func(e *gpu.Engine, on bool) { e.FusedConvXProj = on })
 }
 
@@ -497,16 +497,16 @@ func BenchmarkFusedConvXProj(b *testing.B) {
 // against our kernel (Engine.OwnXProj) where it applies: 130m and 370m at
 // B=1 (T=512, 2048, 8192) and 130m at B=8 (compareSettings).
 func BenchmarkOwnXProj(b *testing.B) {
-	shapes := []benchShape{{"130m", 768, 24, 1, 2048}, {"130m", 768, 24, 1, 8192}, {"130m", 768, 24, 1, 512},
-		{"370m", 1024, 48, 1, 2048}, {"370m", 1024, 48, 1, 8192}, {"130m", 768, 24, 8, 2048}}
+	shapes := []benchShape{shape("130m", 1, 2048), shape("130m", 1, 8192), shape("130m", 1, 512),
+		shape("370m", 1, 2048), shape("370m", 1, 8192), shape("130m", 8, 2048)}
 	compareSettings(b, "own x_proj", shapes, func(e *gpu.Engine, on bool) { e.OwnXProj = on })
 }
 
 // prefillShapes are the bf16 prefills the engine's settings are compared
 // on: T=2048, the 130m, 370m and 1.4b shapes at B=1, the 130m and 2.8b
 // shapes at B=8.
-var prefillShapes = []benchShape{{"130m", 768, 24, 1, 2048}, {"370m", 1024, 48, 1, 2048}, {"1.4b", 2048, 48, 1, 2048},
-	{"130m", 768, 24, 8, 2048}, {"2.8b", 2560, 64, 8, 2048}}
+var prefillShapes = []benchShape{shape("130m", 1, 2048), shape("370m", 1, 2048), shape("1.4b", 1, 2048),
+	shape("130m", 8, 2048), shape("2.8b", 8, 2048)}
 
 // benchShape is a random bf16 model (width d, layers layers) and a prefill
 // of B sequences of T positions.
@@ -514,6 +514,14 @@ type benchShape struct {
 	name         string
 	d, layers, B int
 	T            int
+}
+
+// shape is the benchShape of a Mamba-1 size ("130m", "370m", "1.4b" or
+// "2.8b": its width and layers) at B sequences of T positions.
+func shape(name string, B, T int) benchShape {
+	size := map[string]struct{ d, layers int }{"130m": {768, 24}, "370m": {1024, 48}, "1.4b": {2048, 48},
+		"2.8b": {2560, 64}}[name]
+	return benchShape{name, size.d, size.layers, B, T}
 }
 
 // compareSettings times each shape's bf16 prefill (device-entry graph
@@ -548,9 +556,9 @@ func compareSettings(b *testing.B, label string, shapes []benchShape, set func(e
 // of runs that take turns (scripts/device_run.sh ab).
 func BenchmarkPrefillShapes(b *testing.B) {
 	gputest.Need(b)
-	for _, sh := range []benchShape{{"130m", 768, 24, 1, 2048}, {"130m", 768, 24, 1, 8192},
-		{"370m", 1024, 48, 1, 2048}, {"370m", 1024, 48, 1, 8192}, {"1.4b", 2048, 48, 1, 2048},
-		{"130m", 768, 24, 8, 2048}, {"2.8b", 2560, 64, 8, 2048}} {
+	for _, sh := range []benchShape{shape("130m", 1, 2048), shape("130m", 1, 8192),
+		shape("370m", 1, 2048), shape("370m", 1, 8192), shape("1.4b", 1, 2048),
+		shape("130m", 8, 2048), shape("2.8b", 8, 2048)} {
 		b.Run(fmt.Sprintf("%s/B%d_T%d", sh.name, sh.B, sh.T), func(b *testing.B) {
 			_, replays := prefillReplays(b, sh)
 			var times []float64
@@ -637,8 +645,8 @@ func eventTimes(s *cuda.Stream, n int, fn func() error) ([]float64, error) {
 // layer's RMSNorm fused (Engine.FusedOutNorm) and not, at the 130m width
 // where the kernel applies, B=1 and B=8.
 func BenchmarkFusedOutNorm(b *testing.B) {
-	shapes := []benchShape{{"130m", 768, 24, 1, 2048}, {"130m", 768, 24, 1, 8192}, {"130m", 768, 24, 1, 512},
-		{"130m", 768, 24, 8, 2048}}
+	shapes := []benchShape{shape("130m", 1, 2048), shape("130m", 1, 8192), shape("130m", 1, 512),
+		shape("130m", 8, 2048)}
 	compareSettings(b, "fused out_proj and norm", shapes, func(e *gpu.Engine, on bool) { e.FusedOutNorm = on })
 }
 
@@ -647,8 +655,8 @@ func BenchmarkFusedOutNorm(b *testing.B) {
 // dt_proj's own kernel: ScanDTProj off), the settings taking turns, at the
 // shapes that walk 2 states a thread.
 func BenchmarkScanHelpers(b *testing.B) {
-	shapes := []benchShape{{"130m", 768, 24, 1, 2048}, {"130m", 768, 24, 1, 8192}, {"130m", 768, 24, 1, 512},
-		{"370m", 1024, 48, 1, 2048}, {"1.4b", 2048, 48, 1, 2048}}
+	shapes := []benchShape{shape("130m", 1, 2048), shape("130m", 1, 8192), shape("130m", 1, 512),
+		shape("370m", 1, 2048), shape("1.4b", 1, 2048)}
 	compareSettings(b, "scan helpers", shapes, func(e *gpu.Engine, on bool) { e.ScanHelpers, e.ScanDTProj = on, false })
 }
 
@@ -657,8 +665,8 @@ func BenchmarkScanHelpers(b *testing.B) {
 // compute the time step in its tiles (Engine.ScanHelpers and
 // Engine.ScanDTProj), the settings taking turns.
 func BenchmarkScanDTProj(b *testing.B) {
-	shapes := []benchShape{{"130m", 768, 24, 1, 2048}, {"130m", 768, 24, 1, 8192}, {"130m", 768, 24, 1, 512},
-		{"370m", 1024, 48, 1, 2048}}
+	shapes := []benchShape{shape("130m", 1, 2048), shape("130m", 1, 8192), shape("130m", 1, 512),
+		shape("370m", 1, 2048)}
 	compareSettings(b, "scan helpers and dt_proj", shapes, func(e *gpu.Engine, on bool) {
 		e.ScanHelpers, e.ScanDTProj = on, on
 	})

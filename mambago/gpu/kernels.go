@@ -71,17 +71,22 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 			return nil, mods, fmt.Errorf("gpu: kernel %s is in no source of kernels/", k)
 		}
 	}
-	// The one-pass scan takes more than the 48 KB of shared memory a kernel
-	// gets unasked; allow it here, outside any graph capture (Scan.Launch
-	// asks again, which then does nothing). A device that cannot give it
-	// runs the chunked scan (Engine.scanOnePass).
+	// The kernels below take more than the 48 KB of shared memory a kernel
+	// gets unasked; allow it here, outside any graph capture (their
+	// launches ask again, which then does nothing). allow does so where on
+	// holds and the device can give it; a device that cannot runs another
+	// path (Engine.scanOnePass, ConvXProjApplies, XProjApplies,
+	// OutNormApplies).
+	allow := func(name string, shared int, on bool) error {
+		if !on || shared > dev.MaxSharedOptIn {
+			return nil
+		}
+		return fns[name].SetMaxDynamicShared(shared)
+	}
+	hopper := dev.Major == 9 && dev.Minor == 0 // the kernels compiled for sm_90a
 	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16, cuda.F16} {
 		for _, spt := range []int{2, 4} {
-			name, shared := onePassKernel(spt, dt), onePassShared(spt, dt.Size())
-			if shared > dev.MaxSharedOptIn {
-				continue
-			}
-			if err := fns[name].SetMaxDynamicShared(shared); err != nil {
+			if err := allow(onePassKernel(spt, dt), onePassShared(spt, dt.Size()), true); err != nil {
 				return nil, mods, err
 			}
 		}
@@ -89,42 +94,28 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 			return nil, mods, err
 		}
 		for _, dtf := range []bool{false, true} {
-			if shared := helpersShared(dt.Size(), dtf); dev.Major >= 9 && shared <= dev.MaxSharedOptIn {
-				if err := fns[helpersKernel(dt, dtf)].SetMaxDynamicShared(shared); err != nil {
-					return nil, mods, err
-				}
-			}
-		}
-	}
-	// The fused conv and x_proj likewise, at its largest (ConvXProjApplies
-	// keeps it off where the device cannot give that).
-	for _, nt := range convXProjEntries {
-		for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
-			if shared := convXProjShared(nt, convXProjMaxE); dev.Major >= 8 && shared <= dev.MaxSharedOptIn {
-				if err := fns[convXProjKernel(nt, dt)].SetMaxDynamicShared(shared); err != nil {
-					return nil, mods, err
-				}
-			}
-		}
-	}
-	// Our x_proj likewise, at the widest E it serves at each NT (a
-	// 370m-wide layer's 2048 at most for the engine's shapes; XProjApplies
-	// checks each layer's own).
-	for _, nt := range xprojEntries {
-		for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
-			if shared := xprojShared(nt, 2048); dev.Major == 9 && dev.Minor == 0 && shared <= dev.MaxSharedOptIn {
-				if err := fns[xprojKernel(nt, dt)].SetMaxDynamicShared(shared); err != nil {
-					return nil, mods, err
-				}
-			}
-		}
-	}
-	// out_proj with the next layer's RMSNorm (OutNorm), where it applies.
-	if shared := outNormShared(OutNormBuild{}); dev.Major == 9 && dev.Minor == 0 && shared <= dev.MaxSharedOptIn {
-		for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
-			if err := fns[outNormKernel(dt)].SetMaxDynamicShared(shared); err != nil {
+			if err := allow(helpersKernel(dt, dtf), helpersShared(dt.Size(), dtf), dev.Major >= 9); err != nil {
 				return nil, mods, err
 			}
+		}
+	}
+	for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
+		// The fused conv and x_proj at the widest E it serves, and our
+		// x_proj at the 370m shape's 2048 (its launch asks for more where a
+		// wider layer needs it).
+		for _, nt := range convXProjEntries {
+			if err := allow(convXProjKernel(nt, dt), convXProjShared(nt, convXProjMaxE), dev.Major >= 8); err != nil {
+				return nil, mods, err
+			}
+		}
+		for _, nt := range xprojEntries {
+			if err := allow(xprojKernel(nt, dt), xprojShared(nt, 2048), hopper); err != nil {
+				return nil, mods, err
+			}
+		}
+		// out_proj with the next layer's RMSNorm (OutNorm).
+		if err := allow(outNormKernel(dt), outNormShared(OutNormBuild{}), hopper); err != nil {
+			return nil, mods, err
 		}
 	}
 	return fns, mods, nil
