@@ -264,9 +264,9 @@ if [[ $mode == helpers ]]; then
 fi
 if [[ $mode == xproj ]]; then
   echo "== our x_proj (kernels/xproj.cu) against float64, memcheck, racecheck"
-  run_tests xproj_kernels 150 .carry/kernels.test -test.v -test.run 'XProjKernel'
-  memcheck memcheck_xproj 150 .carry/kernels.test 'XProjKernel'
-  sanitizer racecheck racecheck_xproj 150 .carry/kernels.test 'XProjKernel'
+  run_tests xproj_kernels 150 .carry/kernels.test -test.v -test.run '^TestXProjKernel$'
+  memcheck memcheck_xproj 150 .carry/kernels.test '^TestXProjKernel$'
+  sanitizer racecheck racecheck_xproj 150 .carry/kernels.test '^TestXProjKernel$'
   echo "== the engine with it against cuBLAS's x_proj (TestOwnXProjMatches), memcheck"
   run_tests xproj_engine 300 .carry/gpu.test -test.v -test.run 'OwnXProjMatches|PrefillSettings|GraphsReplay'
   memcheck memcheck_xproj_engine 200 .carry/gpu.test 'OwnXProjMatches/d=768_bfloat16_B1_T300'
@@ -274,9 +274,9 @@ if [[ $mode == xproj ]]; then
   bench_log xproj_bench 120 .carry/kernels.test 'XProj$' "xproj "
   if [[ -n ${XPROJ_PROFILE:-} ]]; then
     echo "== ncu on xproj10_bf16 at 2048 x 1536 x 80 (TestXProjKernel's first launch), caches as left"
-    timeout 120 ncu --cache-control none --clock-control none -k 'regex:xproj10_bf16' --launch-count 1 \
+    timeout 120 ncu --cache-control none --clock-control none -k 'regex:^xproj10_bf16' --launch-count 1 \
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-      --section LaunchStats .carry/kernels.test -test.run 'XProjKernel' 2>&1 | tee "$OUT/xproj_ncu.txt" \
+      --section LaunchStats .carry/kernels.test -test.run '^TestXProjKernel$' 2>&1 | tee "$OUT/xproj_ncu.txt" \
       | grep -E "Duration|Throughput|Busy|Hit Rate|Achieved Occ|Theoretical Occ|Cluster|Stall|Warp Cycles|Issued" | head -40
   fi
   [[ -n ${XPROJ_NO_PREFILL:-} ]] && exit $status
