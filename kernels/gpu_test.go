@@ -106,40 +106,43 @@ func relErr(got []float32, want []float64) float64 {
 }
 
 // TestRMSNormKernel checks rmsnorm_f32 against float64, over whole rows
-// (ld = d) and over rows ld apart (the last position of each sequence), where
-// the elements between the rows must stay as they were.
+// (ldx = ldy = d) and over rows apart (the last position of each sequence,
+// read ldx apart and written whole or ldy apart), where the elements
+// between the rows written must stay as they were.
 func TestRMSNormKernel(t *testing.T) {
 	fn, s := gpu(t)
-	// d = 1002 and 3000 take the kernel's two-read path, as do rows 1002 apart.
-	for _, c := range []struct{ d, ld int }{{64, 64}, {768, 768}, {2560, 2560}, {1000, 1000}, {1002, 1002},
-		{3000, 3000}, {768, 5 * 768}, {64, 1002}, {1000, 3000}} {
-		d, ld, rows := c.d, c.ld, 37
-		x, w := randn(rows*ld, 3), randn(d, 1)
-		bx, bw, by := upload(t, s, x), upload(t, s, w), poisoned(t, s, rows*ld)
-		if err := fn("rmsnorm_f32").Launch(cuda.D1((rows+7)/8), cuda.D1(256), 0, s, bx.Ptr, bw.Ptr, by.Ptr, rows, d, ld,
-			float32(1e-5)); err != nil {
+	// d = 1002 and 3000 take the kernel's two-read path, as do rows 1002 or
+	// 66 apart.
+	for _, c := range []struct{ d, ldx, ldy int }{{64, 64, 64}, {768, 768, 768}, {2560, 2560, 2560}, {1000, 1000, 1000},
+		{1002, 1002, 1002}, {3000, 3000, 3000}, {768, 5 * 768, 5 * 768}, {64, 1002, 1002}, {1000, 3000, 3000},
+		{768, 5 * 768, 768}, {64, 1002, 64}, {64, 64, 66}, {1000, 1000, 3000}} {
+		d, ldx, ldy, rows := c.d, c.ldx, c.ldy, 37
+		x, w := randn(rows*ldx, 3), randn(d, 1)
+		bx, bw, by := upload(t, s, x), upload(t, s, w), poisoned(t, s, rows*ldy)
+		if err := fn("rmsnorm_f32").Launch(cuda.D1((rows+7)/8), cuda.D1(256), 0, s, bx.Ptr, bw.Ptr, by.Ptr, rows, d, ldx,
+			ldy, float32(1e-5)); err != nil {
 			t.Fatal(err)
 		}
-		all := download(t, s, by, rows*ld)
+		all := download(t, s, by, rows*ldy)
 		got, want := make([]float32, 0, rows*d), make([]float64, rows*d)
 		for r := 0; r < rows; r++ {
-			got = append(got, all[r*ld:r*ld+d]...)
-			for i := d; i < ld && r*ld+i < len(all); i++ {
-				if !math.IsNaN(float64(all[r*ld+i])) {
-					t.Fatalf("d=%d ld=%d: element %d after row %d was written", d, ld, i-d, r)
+			got = append(got, all[r*ldy:r*ldy+d]...)
+			for i := d; i < ldy; i++ {
+				if !math.IsNaN(float64(all[r*ldy+i])) {
+					t.Fatalf("d=%d ldx=%d ldy=%d: element %d after row %d was written", d, ldx, ldy, i-d, r)
 				}
 			}
 			var ss float64
 			for i := 0; i < d; i++ {
-				ss += float64(x[r*ld+i]) * float64(x[r*ld+i])
+				ss += float64(x[r*ldx+i]) * float64(x[r*ldx+i])
 			}
 			sc := 1 / math.Sqrt(ss/float64(d)+1e-5)
 			for i := 0; i < d; i++ {
-				want[r*d+i] = float64(x[r*ld+i]) * sc * float64(w[i])
+				want[r*d+i] = float64(x[r*ldx+i]) * sc * float64(w[i])
 			}
 		}
 		if e := relErr(got, want); e > 1e-5 {
-			t.Errorf("d=%d ld=%d: rel err %.3g", d, ld, e)
+			t.Errorf("d=%d ldx=%d ldy=%d: rel err %.3g", d, ldx, ldy, e)
 		}
 	}
 }

@@ -3,12 +3,13 @@
 //   y[r, i] = x[r, i] * rsqrt(mean_i(x[r, :]^2) + eps) * w[i]      (w == nullptr: no weight)
 //
 // x [rows, d] f32 (the residual stream), w [d] f32, y [rows, d] of the entry's
-// storage type (rmsnorm_f32 may write over x); row r of x and of y starts
-// r * ld elements in (ld = d for whole rows, n d for the last position of
-// each of B sequences of n). A warp owns a row: grid
-// (ceil(rows / (blockDim.x / 32))), blockDim.x a multiple of 32. A row with
-// d % 4 == 0 and d <= 128 * RMS_V is read once, as float4s kept in registers
-// between the sum of squares and the scaling; other rows are read twice.
+// storage type (rmsnorm_f32 may write over x); row r of x starts r * ldx
+// elements in and row r of y r * ldy (both d for whole rows; ldx = n d and
+// ldy = d for the last position of each of B sequences of n, written as B
+// whole rows). A warp owns a row: grid (ceil(rows / (blockDim.x / 32))),
+// blockDim.x a multiple of 32. A row with d, ldx and ldy multiples of 4 and
+// d <= 128 * RMS_V is read once, as float4s kept in registers between the
+// sum of squares and the scaling; other rows are read twice.
 // Rows read once take w from shared memory (rmsnorm below).
 // (At the 130m shape, T = 2048, the stage timer gave a block a row with two
 // barriers 8.8 us a layer and this kernel 7.5; ncu with warm caches gives
@@ -42,13 +43,14 @@ __device__ float block_sum(float v) {
 // L2's latency six times in a row at d = 768, about 2 us of a 130m
 // RMSNorm's 4.6 in a prefill graph.)
 template <class T>
-__device__ void rmsnorm(const float *x, const float *__restrict__ w, T *y, int rows, int d, int ld, float eps) {
+__device__ void rmsnorm(const float *x, const float *__restrict__ w, T *y, int rows, int d, int ldx, int ldy,
+                        float eps) {
     __shared__ __align__(16) float wsh[128 * RMS_V];
     const int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     const bool live = r < rows;  // the warp's row
-    const float *row = x + (size_t)r * ld;
-    T *out = y + (size_t)r * ld;
-    if (d % 4 != 0 || ld % 4 != 0 || d > 128 * RMS_V) {
+    const float *row = x + (size_t)r * ldx;
+    T *out = y + (size_t)r * ldy;
+    if (d % 4 != 0 || ldx % 4 != 0 || ldy % 4 != 0 || d > 128 * RMS_V) {
         pdl_wait();
         if (!live) return;
         float ss = 0.f;
@@ -88,8 +90,8 @@ __device__ void rmsnorm(const float *x, const float *__restrict__ w, T *y, int r
 
 #define RMSNORM(sfx, T)                                                                                     \
     extern "C" __global__ void rmsnorm_##sfx(const float *x, const float *__restrict__ w, T *y, int rows, int d, \
-                                             int ld, float eps) {                                          \
-        rmsnorm<T>(x, w, y, rows, d, ld, eps);                                                              \
+                                             int ldx, int ldy, float eps) {                                \
+        rmsnorm<T>(x, w, y, rows, d, ldx, ldy, eps);                                                        \
         pdl_release();                                                                                      \
     }
 EACH_DTYPE(RMSNORM)

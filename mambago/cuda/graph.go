@@ -7,6 +7,8 @@ package cuda
 import "C"
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"unsafe"
 )
@@ -353,3 +355,130 @@ func TimeGraph(s *Stream, runs int, fn func() error) (float32, error) {
 // GraphEdits says whether the loaded driver has the entry points
 // CaptureEditing edits graphs with (CUDA >= 12.3).
 func GraphEdits() bool { return C.mg_graph_edits() != 0 }
+
+// GraphArgs says whether the loaded driver has the entry points that find
+// and change a captured kernel's arguments (CUDA >= 12.4).
+func GraphArgs() bool { return C.mg_graph_args() != 0 }
+
+// PointerArgs is the kernel arguments of an instantiated graph that hold
+// chosen device pointers, so that a replay can point them at other buffers
+// without capturing again (cuGraphExecKernelNodeSetParams).
+type PointerArgs struct {
+	g      *Graph
+	sites  []argSite
+	cur    []Ptr // what each pointer's arguments hold now
+	broken bool  // a Set failed part way: the launches hold a mix
+}
+
+// argSite is one kernel node's packed arguments and which of them hold
+// which pointer.
+type argSite struct {
+	node           unsafe.Pointer
+	args           []byte
+	offsets, sizes []C.int
+	slots          []argSlot
+}
+
+// argSlot is an argument of 8 bytes at offset that holds pointer which.
+type argSlot struct{ offset, which int }
+
+// FindPointerArgs finds the arguments of g's kernel nodes that equal one
+// of ptrs: whole 8-byte arguments of kernels whose parameters the driver
+// lists (a pointer inside a struct argument, or in a memcpy or memset node,
+// is not found). counts[i] is how many arguments hold ptrs[i]; the caller
+// decides whether that is every use of it.
+func (g *Graph) FindPointerArgs(ptrs ...Ptr) (p *PointerArgs, counts []int, err error) {
+	if !GraphArgs() {
+		return nil, nil, fmt.Errorf("cuda: the driver cannot change a graph's kernel arguments (CUDA >= 12.4)")
+	}
+	nodes, err := graphNodes(g.graph)
+	if err != nil {
+		return nil, nil, err
+	}
+	const kernelNode = 0 // CU_GRAPH_NODE_TYPE_KERNEL
+	p, counts = &PointerArgs{g: g, cur: append([]Ptr(nil), ptrs...)}, make([]int, len(ptrs))
+	for _, node := range nodes {
+		if t, err := nodeType(node); err != nil || t != kernelNode {
+			if err != nil {
+				return nil, nil, err
+			}
+			continue
+		}
+		site, err := kernelArgs(node)
+		if err != nil {
+			return nil, nil, err
+		}
+		for i, off := range site.offsets {
+			if site.sizes[i] != 8 {
+				continue // not a pointer
+			}
+			v := Ptr(binary.LittleEndian.Uint64(site.args[off:]))
+			for w, ptr := range ptrs {
+				if ptr != 0 && v == ptr {
+					site.slots = append(site.slots, argSlot{offset: int(off), which: w})
+					counts[w]++
+				}
+			}
+		}
+		if len(site.slots) > 0 {
+			p.sites = append(p.sites, site)
+		}
+	}
+	return p, counts, nil
+}
+
+// kernelArgs reads a kernel node's arguments as the graph holds them.
+func kernelArgs(node unsafe.Pointer) (argSite, error) {
+	const capacity = 32768 // a launch's parameters take at most 32 KB (CUDA 12.1 on sm_70 and newer)
+	buf := C.malloc(capacity)
+	defer C.free(buf)
+	var offsets, sizes [64]C.int
+	var n C.int
+	if err := check("cuGraphKernelNodeGetParams", C.mg_cuGraphKernelNodeArgs(node, buf, capacity, &offsets[0], &sizes[0], &n)); err != nil {
+		return argSite{}, err
+	}
+	if n == 0 {
+		return argSite{node: node}, nil
+	}
+	end := int(offsets[n-1] + sizes[n-1])
+	return argSite{node: node, args: C.GoBytes(buf, C.int(end)), offsets: append([]C.int(nil), offsets[:n]...),
+		sizes: append([]C.int(nil), sizes[:n]...)}, nil
+}
+
+// Set points the arguments that held the i-th pointer given to
+// FindPointerArgs at to[i] (0 leaves them as they are), in the graph's
+// instantiated launches. Nodes whose pointers do not change are not touched.
+func (p *PointerArgs) Set(to ...Ptr) error {
+	switch {
+	case p.broken:
+		return errors.New("cuda: an earlier change of the graph's pointer arguments failed part way: capture again")
+	case len(to) != len(p.cur):
+		return fmt.Errorf("cuda: %d pointers given, %d found", len(to), len(p.cur))
+	}
+	for _, site := range p.sites {
+		changed := false
+		for _, s := range site.slots {
+			if to[s.which] != 0 && to[s.which] != p.cur[s.which] {
+				binary.LittleEndian.PutUint64(site.args[s.offset:], uint64(to[s.which]))
+				changed = true
+			}
+		}
+		if !changed {
+			continue
+		}
+		args := C.CBytes(site.args)
+		err := check("cuGraphExecKernelNodeSetParams", C.mg_cuGraphExecKernelNodeSetArgs(p.g.exec, site.node, args,
+			&site.offsets[0], C.int(len(site.offsets))))
+		C.free(args)
+		if err != nil {
+			p.broken = true
+			return err
+		}
+	}
+	for i, v := range to {
+		if v != 0 {
+			p.cur[i] = v
+		}
+	}
+	return nil
+}

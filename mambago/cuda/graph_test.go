@@ -115,3 +115,84 @@ func TestCaptureEditing(t *testing.T) {
 		t.Log("this driver lacks the graph-edit entry points: no memset was edited")
 	}
 }
+
+const argKernels = `
+extern "C" __global__ void ramp(float *x, int n, float start) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) x[i] = start + i;
+}
+extern "C" __global__ void twice(const float *x, int n, float *y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2.f * x[i];
+}`
+
+// TestPointerArgs captures ramp(a) -> twice(a, b), finds a's two uses and
+// b's one, and checks that replays after Set write the buffers set (a and b
+// poisoned, then c and d, then c and b again) and leave the others as they
+// were.
+func TestPointerArgs(t *testing.T) {
+	d := gputest.Device(t)
+	if !cuda.GraphArgs() {
+		t.Skip("the driver cannot change a graph's kernel arguments (CUDA < 12.4)")
+	}
+	cubin, err := cuda.Compile(argKernels, "args.cu", d.Arch())
+	must(t, err)
+	mod, err := cuda.LoadModule(cubin)
+	must(t, err)
+	defer mod.Unload()
+	ramp, err := mod.Function("ramp")
+	must(t, err)
+	twice, err := mod.Function("twice")
+	must(t, err)
+	s, err := cuda.NewStream()
+	must(t, err)
+	defer s.Destroy()
+	const n = 1000
+	var bufs [4]*cuda.Buffer
+	for i := range bufs {
+		bufs[i], err = cuda.Alloc(4 * n)
+		must(t, err)
+		defer bufs[i].Free()
+	}
+	a, b, c, dd := bufs[0].Ptr, bufs[1].Ptr, bufs[2].Ptr, bufs[3].Ptr
+	g, err := cuda.Capture(s, func() error {
+		if err := ramp.Launch(cuda.D1(4), cuda.D1(256), 0, s, a, n, float32(5)); err != nil {
+			return err
+		}
+		return twice.Launch(cuda.D1(4), cuda.D1(256), 0, s, a, n, b)
+	})
+	must(t, err)
+	defer g.Destroy()
+	args, counts, err := g.FindPointerArgs(a, b)
+	must(t, err)
+	if counts[0] != 2 || counts[1] != 1 {
+		t.Fatalf("uses of a and b: %v, want [2 1]", counts)
+	}
+	nan := math.Float32bits(float32(math.NaN()))
+	// check replays after poisoning every buffer and wants each to hold
+	// the ramp (1), its double (2) or NaN (0).
+	check := func(want [4]int) {
+		t.Helper()
+		for _, buf := range bufs {
+			must(t, cuda.Fill32(buf.Ptr, nan, n, s))
+		}
+		must(t, g.Launch(s))
+		for k, buf := range bufs {
+			got := make([]float32, n)
+			must(t, cuda.CopyOut(got, buf.Ptr, s))
+			for i, v := range got {
+				if w := float32(want[k]) * (5 + float32(i)); want[k] == 0 && !math.IsNaN(float64(v)) || want[k] != 0 && v != w {
+					t.Fatalf("buffer %d [%d] = %v, want %d x the ramp (0: untouched)", k, i, v, want[k])
+				}
+			}
+		}
+	}
+	check([4]int{1, 2, 0, 0})
+	must(t, args.Set(c, dd))
+	check([4]int{0, 0, 1, 2})
+	must(t, args.Set(0, b))
+	check([4]int{0, 2, 1, 0})
+	if err := args.Set(a); err == nil {
+		t.Fatal("Set with one pointer of two gave no error")
+	}
+}

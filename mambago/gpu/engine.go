@@ -543,15 +543,15 @@ func (e *Engine) launch(name string, grid, block cuda.Dim3, shared int, args ...
 // same 5.3 µs a 130m layer at T = 2048, ncu with warm caches at eb233fa;
 // per 2048 rows at T = 8192 it is 2.9 µs, so the rest is a per-launch cost.)
 func (e *Engine) rmsnorm(name string, pdl bool, x, w, y cuda.Ptr, rows, d int, eps float64) error {
-	return e.rmsnormRows(name, pdl, x, w, y, rows, d, d, eps)
+	return e.rmsnormRows(name, pdl, x, w, y, rows, d, d, d, eps)
 }
 
-// rmsnormRows is rmsnorm over rows that start ld elements apart in x and in
-// y (ld >= d).
-func (e *Engine) rmsnormRows(name string, pdl bool, x, w, y cuda.Ptr, rows, d, ld int, eps float64) error {
+// rmsnormRows is rmsnorm over rows that start ldx elements apart in x and
+// ldy apart in y (both at least d).
+func (e *Engine) rmsnormRows(name string, pdl bool, x, w, y cuda.Ptr, rows, d, ldx, ldy int, eps float64) error {
 	const rowsPerBlock = 8
 	return e.fn[name].LaunchMaybePDL(pdl, cuda.D1((rows+rowsPerBlock-1)/rowsPerBlock), cuda.D1(32*rowsPerBlock), 0,
-		e.stream, x, w, y, rows, d, ld, float32(eps))
+		e.stream, x, w, y, rows, d, ldx, ldy, float32(eps))
 }
 
 // grid1 returns a 1-D grid covering n elements with 256-thread blocks, capped

@@ -3,6 +3,7 @@ package gpu
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -90,4 +91,112 @@ func TestPrefillGraphCache(t *testing.T) {
 	if len(e.graphs) != 0 {
 		t.Fatalf("%d graphs left after their state was freed", len(e.graphs))
 	}
+}
+
+// TestGraphReplaysInPlace checks that cached prefill graphs, replayed on
+// device memory, read the caller's token ids and write the caller's f32
+// output in place (no copies beside the graph) and still give the eager
+// call's bits: replays alternate between two inputs and two outputs, and a
+// replay into a bf16 output (through the graph's own buffer) comes between,
+// each output poisoned before every replay and the one not written checked
+// untouched, for each pooling.
+func TestGraphReplaysInPlace(t *testing.T) {
+	gputest.Device(t)
+	const V, dm, B, T = 100, 64, 2, 37
+	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16} {
+		e, err := New(fixture.RandomWeights(fixture.Shape(dm, 2, V), 11), 0, dt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		st, err := e.NewState(B)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs := [2]*cuda.Buffer{}
+		for k := range inputs {
+			ids := make([]int64, B*T)
+			for i := range ids {
+				ids[i] = rand.Int64N(V)
+			}
+			inputs[k] = alloc(t, 8*B*T)
+			if err := cuda.CopyIn(inputs[k].Ptr, ids, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, pool := range []engine.Pool{engine.Last, engine.All, engine.Sum, engine.Mean} {
+			n := pool.OutLen(B, T, dm)
+			outs := [2]*cuda.Buffer{alloc(t, 4*n), alloc(t, 4*n)}
+			half := alloc(t, 2*n)
+			// run prefills input k into out (of type ot) from a fresh state
+			// and returns out's bits, with every output poisoned before and
+			// the others checked untouched after.
+			run := func(k int, out *cuda.Buffer, ot cuda.DType) []uint32 {
+				t.Helper()
+				for _, b := range []*cuda.Buffer{outs[0], outs[1], half} {
+					if err := cuda.Fill32(b.Ptr, math.Float32bits(float32(math.NaN())), b.Bytes/4, nil); err != nil {
+						t.Fatal(err)
+					}
+				}
+				st.Reset()
+				if err := e.PrefillDevice(st, "ids", uintptr(inputs[k].Ptr), cuda.F32, B, T, pool, uintptr(out.Ptr), ot, 0); err != nil {
+					t.Fatal(err)
+				}
+				if err := cuda.Synchronize(); err != nil {
+					t.Fatal(err)
+				}
+				var got []uint32
+				for _, b := range []*cuda.Buffer{outs[0], outs[1], half} {
+					bits := make([]float32, b.Bytes/4)
+					if err := cuda.CopyOut(bits, b.Ptr, nil); err != nil {
+						t.Fatal(err)
+					}
+					for i, v := range bits {
+						if b == out {
+							got = append(got, math.Float32bits(v))
+						} else if !math.IsNaN(float64(v)) {
+							t.Fatalf("%s pool %d: a replay into another buffer wrote [%d] = %v", dt, pool, i, v)
+						}
+					}
+				}
+				return got
+			}
+			if err := e.SetPrefillGraphs(0); err != nil {
+				t.Fatal(err)
+			}
+			want := [2][]uint32{run(0, outs[0], cuda.F32), run(1, outs[0], cuda.F32)}
+			wantHalf := run(0, half, cuda.BF16)
+			if err := e.SetPrefillGraphs(4); err != nil {
+				t.Fatal(err)
+			}
+			for i, step := range []struct{ in, out int }{{0, 0}, {1, 1}, {0, 1}, {-1, 0}, {1, 0}, {0, 0}} {
+				if step.in < 0 {
+					if got := run(0, half, cuda.BF16); !slices.Equal(got, wantHalf) {
+						t.Fatalf("%s pool %d: replay %d into a bf16 output differs from eager", dt, pool, i)
+					}
+					continue
+				}
+				if got := run(step.in, outs[step.out], cuda.F32); !slices.Equal(got, want[step.in]) {
+					t.Fatalf("%s pool %d: replay %d (input %d, output %d) differs from eager", dt, pool, i, step.in, step.out)
+				}
+			}
+			if !cuda.GraphArgs() {
+				continue
+			}
+			g := e.graphs[graphKey{s: st.(*State), kind: "ids", B: B, T: T, pool: pool}]
+			if g == nil || !g.direct.in || !g.direct.out {
+				t.Fatalf("%s pool %d: the cached graph does not read and write in place", dt, pool)
+			}
+		}
+	}
+}
+
+func alloc(t *testing.T, bytes int) *cuda.Buffer {
+	t.Helper()
+	b, err := cuda.Alloc(bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Free() })
+	return b
 }

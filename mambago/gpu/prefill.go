@@ -150,9 +150,17 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 		return err
 	}
 	ws := &e.ws
-	// Poison the output, so an element the kernels miss shows as NaN.
-	if err := cuda.Fill32(out, math.Float32bits(float32(math.NaN())), outLen, e.stream); err != nil {
+	// Poison the output, so an element the kernels miss shows as NaN. A
+	// captured prefill leaves that node out: its replays write into the
+	// caller's buffer, which the caller (a test) can poison itself.
+	capturing, err := e.stream.Capturing()
+	if err != nil {
 		return err
+	}
+	if !capturing {
+		if err := cuda.Fill32(out, math.Float32bits(float32(math.NaN())), outLen, e.stream); err != nil {
+			return err
+		}
 	}
 	for t0 := 0; t0 < T; t0 += tc {
 		n := min(tc, T-t0)
@@ -172,23 +180,29 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 		if pool == engine.Last && !lastOnly {
 			continue // an earlier chunk: nothing of it is pooled
 		}
-		h, x, rows, ld := ws.h.Ptr, ws.x.Ptr, B*n, d
+		// The final norm writes the output itself where the output is its
+		// rows (each sequence's last position, or every position of a
+		// prompt run as one chunk); otherwise it writes ws.x, pooled into out.
+		h, ldh, rows := ws.h.Ptr, d, B*n
 		if lastOnly {
-			h, ld = lastRows(h, n, d, 4)
-			x, _ = lastRows(x, n, d, 4)
+			h, ldh = lastRows(h, n, d, 4)
 			rows = B
 		}
-		err := e.rmsnormRows("rmsnorm_f32", false, h, e.normF, x, rows, d, ld, c.Eps)
-		if err != nil {
+		direct := lastOnly || pool == engine.All && n == T
+		normed := ws.x.Ptr
+		if direct {
+			normed = out
+		}
+		if err := e.rmsnormRows("rmsnorm_f32", false, h, e.normF, normed, rows, d, ldh, d, c.Eps); err != nil {
 			return err
 		}
+		if direct {
+			continue
+		}
 		grid := cuda.Dim3{X: (d + 255) / 256, Y: B, Z: 1}
-		switch pool {
-		case engine.All:
+		if pool == engine.All {
 			err = e.launch("pool_f32", grid, cuda.D1(256), 0, ws.x.Ptr, out, n, d, 2, 0, T, t0)
-		case engine.Last:
-			err = e.launch("pool_f32", grid, cuda.D1(256), 0, ws.x.Ptr, out, n, d, 0, 0, T, t0)
-		default:
+		} else { // Sum and Mean
 			acc := 0
 			if t0 > 0 {
 				acc = 1
