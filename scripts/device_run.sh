@@ -533,7 +533,7 @@ if [[ $mode == gpu || $mode == all ]]; then
   echo "== compute-sanitizer memcheck"
   for t in kernels gpu; do
     timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/$t.test \
-      -test.run 'RMS|Embed|ConvAndScan|DTProj|GEMV|TestConformance/fixtures|MixedPrecisionFixtures|PrefillGraphCache|GraphReplaysInPlace|DeviceEntry|Decode|ScanVariants|ScanChunk' > "$OUT/memcheck_$t.log" 2>&1
+      -test.run 'RMS|Embed|ConvAndScan|DTProj|GEMV|TestConformance/fixtures|MixedPrecisionFixtures|PrefillGraphCache|GraphReplaysAcrossBuffers|DeviceEntry|Decode|ScanVariants|ScanChunk' > "$OUT/memcheck_$t.log" 2>&1
     echo "memcheck $t exit $?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$t.log" | tail -1)"
   done
   timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 .carry/kernels.test -test.run ConvAndScan \

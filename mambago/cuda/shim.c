@@ -9,8 +9,6 @@
 
 static const char *missing;
 
-static int kernel_params(void **params, void *args, const int *offsets, int nargs);
-
 const char *mg_missing(void) { return missing; }
 
 const char *mg_preload(const char *path) { return dlopen(path, RTLD_NOW | RTLD_GLOBAL) ? NULL : dlerror(); }
@@ -105,10 +103,6 @@ FN(int, cuGraphKernelNodeGetParams, (void *, mg_kernel_node *));
 FN(int, cuGraphMemsetNodeGetParams, (void *, mg_memset_node *));
 FN(int, cuGraphAddKernelNode, (void **, void *, void **, size_t, const mg_kernel_node *));
 FN(int, cuGraphDestroyNode, (void *));
-// Kernel arguments of a captured graph, found and changed in place (optional:
-// CUDA >= 12.4 for cuFuncGetParamInfo).
-FN(int, cuFuncGetParamInfo, (void *, size_t, size_t *, size_t *));
-FN(int, cuGraphExecKernelNodeSetParams, (void *, void *, const mg_kernel_node *));
 FN(int, cuTensorMapEncodeTiled, (void *, int, unsigned, mg_devptr, const uint64_t *, const uint64_t *, const unsigned *,
                                  const unsigned *, int, int, int, int));
 
@@ -207,8 +201,6 @@ const char *mg_load_driver(const char *path) {
 	p_cuGraphMemsetNodeGetParams = dlsym(h, "cuGraphMemsetNodeGetParams");
 	p_cuGraphAddKernelNode = dlsym(h, "cuGraphAddKernelNode_v2");
 	p_cuGraphDestroyNode = dlsym(h, "cuGraphDestroyNode");
-	p_cuFuncGetParamInfo = dlsym(h, "cuFuncGetParamInfo");
-	p_cuGraphExecKernelNodeSetParams = dlsym(h, "cuGraphExecKernelNodeSetParams_v2");
 	p_cuTensorMapEncodeTiled = dlsym(h, "cuTensorMapEncodeTiled"); // optional: CUDA >= 12.0
 	return NULL;
 }
@@ -338,41 +330,6 @@ mg_result mg_cuGraphMemsetNodeParams(void *node, mg_devptr *dst, size_t *pitch, 
 	return 0;
 }
 mg_result mg_cuGraphDestroyNode(void *node) { CALL(cuGraphDestroyNode, node); }
-
-int mg_graph_args(void) { return p_cuGraphKernelNodeGetParams && p_cuFuncGetParamInfo && p_cuGraphExecKernelNodeSetParams; }
-
-mg_result mg_cuGraphKernelNodeArgs(void *node, void *args, size_t cap, int *offsets, int *sizes, int *nargs) {
-	mg_kernel_node p;
-	memset(&p, 0, sizeof p);
-	*nargs = 0;
-	if (!mg_graph_args()) return 500;
-	int r = p_cuGraphKernelNodeGetParams(node, &p);
-	if (r) return r;
-	if (!p.func || !p.params) return 0; // a CUkernel, or arguments given as one buffer: not ours
-	for (int i = 0; i < 64; i++) {
-		size_t off = 0, size = 0;
-		if (p_cuFuncGetParamInfo(p.func, i, &off, &size)) break; // past the last parameter
-		if (off + size > cap) {
-			*nargs = 0; // larger than any launch takes: not enumerable
-			return 0;
-		}
-		memcpy((char *)args + off, p.params[i], size);
-		offsets[i] = (int)off, sizes[i] = (int)size, *nargs = i + 1;
-	}
-	return 0;
-}
-
-mg_result mg_cuGraphExecKernelNodeSetArgs(void *exec, void *node, void *args, const int *offsets, int nargs) {
-	void *params[64];
-	if (kernel_params(params, args, offsets, nargs)) return 1;
-	mg_kernel_node p;
-	memset(&p, 0, sizeof p);
-	if (!mg_graph_args()) return 500;
-	int r = p_cuGraphKernelNodeGetParams(node, &p);
-	if (r) return r;
-	p.params = params, p.extra = NULL;
-	return p_cuGraphExecKernelNodeSetParams(exec, node, &p);
-}
 // mg_graph_layout reports the edge's size and the offsets in the node
 // parameter structs as the shim lays them out: kernel node (params, kern,
 // ctx, the end of cuda.h's struct), memset node (value, width, height, end).

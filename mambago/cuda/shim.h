@@ -88,15 +88,6 @@ mg_result mg_cuGraphMemsetNodeParams(void *node, mg_devptr *dst, size_t *pitch, 
 mg_result mg_cuGraphAddKernelNode(void **node, void *graph, void **deps, size_t ndeps, void *f, unsigned gx, unsigned bx,
                                   void *args, const int *offsets, int nargs);
 mg_result mg_cuGraphDestroyNode(void *node);
-// Kernel arguments in an instantiated graph (CUDA >= 12.4; mg_graph_args
-// says whether the entry points loaded). mg_cuGraphKernelNodeArgs copies a
-// kernel node's arguments into args (cap bytes) at the offsets the kernel's
-// parameter layout gives, with each one's offset and size; nargs is 0 for a
-// node whose arguments it cannot enumerate. mg_cuGraphExecKernelNodeSetArgs
-// gives node's launch in exec new arguments, packed the same way.
-int mg_graph_args(void);
-mg_result mg_cuGraphKernelNodeArgs(void *node, void *args, size_t cap, int *offsets, int *sizes, int *nargs);
-mg_result mg_cuGraphExecKernelNodeSetArgs(void *exec, void *node, void *args, const int *offsets, int nargs);
 // mg_cuTensorMapEncodeTiled encodes a TMA tensor map (map: 128 bytes,
 // 64-aligned) as cuTensorMapEncodeTiled does (CUDA >= 12.0; 500 without it).
 mg_result mg_cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank, mg_devptr addr, const uint64_t *dims,

@@ -23,11 +23,6 @@ type Graph struct {
 	kind           string
 	B, T           int
 	pool           engine.Pool
-	// args holds the kernel arguments that point at in and out, when the
-	// driver can change them; direct says whether replays on device
-	// memory may point them at the caller's input and output (see findArgs).
-	args   *cuda.PointerArgs
-	direct struct{ in, out bool }
 }
 
 // CaptureStep captures the decode step for st: token ids [B] in, logits [B, V] out.
@@ -130,47 +125,7 @@ func (e *Engine) captureBound(g *Graph) (*Graph, error) {
 		return nil, fmt.Errorf("gpu: capture: %w", err)
 	}
 	g.generation, g.tf32 = e.ws.generation, e.blas.TF32
-	if err := g.findArgs(); err != nil {
-		g.free()
-		return nil, fmt.Errorf("gpu: capture: %w", err)
-	}
 	return g, nil
-}
-
-// findArgs finds the kernel arguments that hold g's input and output
-// buffers, so that a replay on device memory reads the caller's input and
-// writes the caller's output in place, with no copies beside the graph.
-// Two uses qualify: token ids, which only the embedding kernel reads, and a
-// prefill's output, which only the final norm (or the pooling after it)
-// writes. Embeddings and features reach a copy or a GEMM node, and a
-// step's logits come from a GEMM node, whose pointers stay the graph's own.
-func (g *Graph) findArgs() error {
-	if !cuda.GraphArgs() {
-		return nil
-	}
-	out := g.out.Ptr
-	if g.step {
-		out = 0 // the logits are cuBLAS's
-	}
-	args, uses, err := g.g.FindPointerArgs(g.in.Ptr, out)
-	if err != nil {
-		return err
-	}
-	g.args = args
-	g.direct.in, g.direct.out = g.kind == "ids" && uses[0] > 0, uses[1] > 0
-	return nil
-}
-
-// point makes the graph read its input at in and write its output at out
-// (g's own buffers, or the caller's where g.direct allows).
-func (g *Graph) point(in, out cuda.Ptr) error {
-	if g.args == nil {
-		return nil // g's own buffers, always
-	}
-	if g.step {
-		out = 0
-	}
-	return g.args.Set(in, out)
 }
 
 // Edited is how many of cuBLASLt's memset nodes the capture edited
@@ -251,7 +206,7 @@ func (g *Graph) Step(ids []int64, logits []float32) error {
 	if err := engine.CheckIDs("token_ids", ids, c.Vocab); err != nil {
 		return err
 	}
-	return g.replay(nil, g.in.Ptr, func() error { return cuda.CopyIn(g.in.Ptr, ids, e.stream) },
+	return g.replay(nil, func() error { return cuda.CopyIn(g.in.Ptr, ids, e.stream) },
 		func() error { return cuda.CopyOut(logits, g.logit.Ptr, e.stream) }, true)
 }
 
@@ -268,19 +223,15 @@ func (g *Graph) StepDevice(ids, logits, stream uintptr) error {
 	if ids == 0 || logits == 0 {
 		return engine.Invalid("null device pointer (ids %#x, logits %#x)", ids, logits)
 	}
-	in, upload := g.in.Ptr, func() error { return cuda.Copy(g.in.Ptr, cuda.Ptr(ids), 8*g.B, e.stream) }
-	if g.direct.in {
-		in, upload = cuda.Ptr(ids), func() error { return nil }
-	}
+	upload := func() error { return cuda.Copy(g.in.Ptr, cuda.Ptr(ids), 8*g.B, e.stream) }
 	download := func() error { return cuda.Copy(cuda.Ptr(logits), g.logit.Ptr, 4*g.B*e.cfg.Vocab, e.stream) }
-	return g.replay(cuda.WrapStream(stream), in, upload, download, false)
+	return g.replay(cuda.WrapStream(stream), upload, download, false)
 }
 
-// replay uploads the input, launches the graph reading it at in (g.in, or
-// the caller's ids where g.direct.in allows) and downloads the output on
+// replay uploads the input, launches the graph and downloads the output on
 // stream (nil: the engine's own), after checking the graph is still valid,
 // and waits for them when wait is set.
-func (g *Graph) replay(stream *cuda.Stream, in cuda.Ptr, upload, download func() error, wait bool) error {
+func (g *Graph) replay(stream *cuda.Stream, upload, download func() error, wait bool) error {
 	e := g.e
 	done, err := e.bind()
 	if err != nil {
@@ -292,9 +243,6 @@ func (g *Graph) replay(stream *cuda.Stream, in cuda.Ptr, upload, download func()
 	}
 	return e.onStream(stream, func() error {
 		if err := upload(); err != nil {
-			return err
-		}
-		if err := g.point(in, g.out.Ptr); err != nil {
 			return err
 		}
 		if err := g.g.Launch(e.stream); err != nil {
@@ -334,7 +282,7 @@ func (g *Graph) Prefill(in engine.Input, out []float32) error {
 		}
 		return engine.Invalid("graph captured %s input", g.kind)
 	}
-	return g.replay(nil, g.in.Ptr, upload, func() error { return cuda.CopyOut(out, g.out.Ptr, e.stream) }, true)
+	return g.replay(nil, upload, func() error { return cuda.CopyOut(out, g.out.Ptr, e.stream) }, true)
 }
 
 // Destroy releases the graph.
@@ -430,31 +378,17 @@ func (e *Engine) touchGraph(k graphKey) {
 	}
 }
 
-// replayDevice runs g on caller-owned device memory, all on e.stream:
-// the graph reads token ids at io.in and writes an f32 output to io.out in
-// place where g.direct allows; otherwise the input is copied, or widened
-// from io.inType, into g's input buffer first, and the output copied, or
-// rounded to io.outType, from g's output buffer after. The caller holds the
-// bound thread and runs it inside onStream.
+// replayDevice runs g on caller-owned device memory: the input at io.in (of
+// g's kind and shape) is copied, or widened from io.inType, into g's input
+// buffer, the graph launched, and its output copied, or rounded to
+// io.outType, to io.out, all on e.stream. The caller holds the bound thread
+// and runs it inside onStream.
 func (g *Graph) replayDevice(io deviceIO) error {
 	e := g.e
-	directIn, directOut := g.direct.in && io.inType == cuda.F32, g.direct.out && io.outType == cuda.F32
-	in, out := g.in.Ptr, g.out.Ptr
-	if directIn {
-		in = io.in
-	}
-	if directOut {
-		out = io.out
-	}
-	if err := g.point(in, out); err != nil {
-		return err
-	}
 	var err error
-	switch {
-	case directIn:
-	case io.inType == cuda.F32:
+	if io.inType == cuda.F32 {
 		err = cuda.Copy(g.in.Ptr, io.in, g.in.Bytes, e.stream)
-	default:
+	} else {
 		err = e.convert("from_"+io.inType.Suffix(), io.in, g.in.Ptr, g.in.Bytes/4)
 	}
 	if err != nil {
@@ -463,10 +397,7 @@ func (g *Graph) replayDevice(io deviceIO) error {
 	if err := g.g.Launch(e.stream); err != nil {
 		return err
 	}
-	switch {
-	case directOut:
-		return nil
-	case io.outType == cuda.F32:
+	if io.outType == cuda.F32 {
 		return cuda.Copy(io.out, g.out.Ptr, g.out.Bytes, e.stream)
 	}
 	return e.convert("to_"+io.outType.Suffix(), g.out.Ptr, io.out, g.out.Bytes/4)

@@ -93,14 +93,12 @@ func TestPrefillGraphCache(t *testing.T) {
 	}
 }
 
-// TestGraphReplaysInPlace checks that cached prefill graphs, replayed on
-// device memory, read the caller's token ids and write the caller's f32
-// output in place (no copies beside the graph) and still give the eager
-// call's bits: replays alternate between two inputs and two outputs, and a
-// replay into a bf16 output (through the graph's own buffer) comes between,
-// each output poisoned before every replay and the one not written checked
-// untouched, for each pooling.
-func TestGraphReplaysInPlace(t *testing.T) {
+// TestGraphReplaysAcrossBuffers checks that cached prefill graphs, replayed
+// on device memory, give the eager call's bits whichever caller buffers they
+// read and write: replays alternate between two inputs and two f32 outputs,
+// with a replay into a bf16 output between, every output poisoned before
+// each replay and the ones not written checked untouched, for each pooling.
+func TestGraphReplaysAcrossBuffers(t *testing.T) {
 	gputest.Device(t)
 	const V, dm, B, T = 100, 64, 2, 37
 	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16} {
@@ -179,13 +177,6 @@ func TestGraphReplaysInPlace(t *testing.T) {
 				if got := run(step.in, outs[step.out], cuda.F32); !slices.Equal(got, want[step.in]) {
 					t.Fatalf("%s pool %d: replay %d (input %d, output %d) differs from eager", dt, pool, i, step.in, step.out)
 				}
-			}
-			if !cuda.GraphArgs() {
-				continue
-			}
-			g := e.graphs[graphKey{s: st.(*State), kind: "ids", B: B, T: T, pool: pool}]
-			if g == nil || !g.direct.in || !g.direct.out {
-				t.Fatalf("%s pool %d: the cached graph does not read and write in place", dt, pool)
 			}
 		}
 	}

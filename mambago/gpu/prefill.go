@@ -150,17 +150,9 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 		return err
 	}
 	ws := &e.ws
-	// Poison the output, so an element the kernels miss shows as NaN. A
-	// captured prefill leaves that node out: its replays write into the
-	// caller's buffer, which the caller (a test) can poison itself.
-	capturing, err := e.stream.Capturing()
-	if err != nil {
+	// Poison the output, so an element the kernels miss shows as NaN.
+	if err := cuda.Fill32(out, math.Float32bits(float32(math.NaN())), outLen, e.stream); err != nil {
 		return err
-	}
-	if !capturing {
-		if err := cuda.Fill32(out, math.Float32bits(float32(math.NaN())), outLen, e.stream); err != nil {
-			return err
-		}
 	}
 	for t0 := 0; t0 < T; t0 += tc {
 		n := min(tc, T-t0)
@@ -200,6 +192,7 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 			continue
 		}
 		grid := cuda.Dim3{X: (d + 255) / 256, Y: B, Z: 1}
+		var err error
 		if pool == engine.All {
 			err = e.launch("pool_f32", grid, cuda.D1(256), 0, ws.x.Ptr, out, n, d, 2, 0, T, t0)
 		} else { // Sum and Mean
