@@ -338,3 +338,89 @@ func (in *scanBenchInputs) free() {
 		buf.Free()
 	}
 }
+
+// opEvents names scan_onepass.cu's OP_TIMELINE events, in its order.
+var opEvents = []string{"entry", "waited", "issued", "landed0", "dt0", "walk0", "walkend", "outend", "dtend"}
+
+// BenchmarkOnePassTimeline times the stages of the engine's bf16 one-pass
+// scan at B=1 (warps that specialize, the time step computed in its tiles)
+// from inside the kernel: a build with OP_TIMELINE records, for each block,
+// when its first thread of each role reaches each event (%globaltimer).
+// After 5 warm-up launches, 15 launches each read back the blocks' rows;
+// the line per shape gives the kernel's time (CUDA events) and each event's
+// time from the first block's start, the median block's and the last
+// block's, as medians over the launches, in µs: where the start (pdl_wait
+// to the walk's first tile) and the end (the walk's last tile to the last
+// outputs) of the scan go, the fixed part of its time.
+func BenchmarkOnePassTimeline(b *testing.B) {
+	d, _, s, src, timer := kernelBench(b, "scan_onepass.cu")
+	mod := loadSource(b, d, src, "scan_onepass.cu", "-DOP_TIMELINE=1")
+	f, err := mod.Function("scan_onepass2wd_bf16")
+	if err != nil {
+		b.Fatal(err)
+	}
+	timeline, bytes, err := mod.Global("op_timeline")
+	if err != nil {
+		b.Fatal(err)
+	}
+	events := len(opEvents)
+	for range b.N {
+		for _, sh := range []struct {
+			name string
+			T, E int
+		}{{"130m_B1_T2048", 2048, 1536}, {"130m_B1_T8192", 8192, 1536}, {"370m_B1_T2048", 2048, 2048},
+			{"1.4b_B1_T2048", 2048, 4096}} {
+			in := newScanBenchInputs(b, s, 1, sh.T, sh.E)
+			sc := in.scan(2)
+			sc.Helpers, sc.DTProducts, sc.DTW, sc.DTBias = true, 1, in.W.Ptr, in.bias.Ptr
+			if !sc.FusedDTApplies() {
+				b.Fatalf("%s: the scan does not compute the time step here", sh.name)
+			}
+			blocks := (sh.E + 15) / 16
+			if blocks*events*8 > bytes {
+				b.Fatalf("%s: %d blocks, op_timeline holds %d", sh.name, blocks, bytes/(8*events))
+			}
+			launch := func() error { return sc.Launch(func(string) *cuda.Function { return f }, s) }
+			var kernel []float64
+			median, last := make([][]float64, events), make([][]float64, events)
+			for i := range 20 {
+				if err := cuda.Fill32(timeline, 0, blocks*events*2, s); err != nil {
+					b.Fatal(err)
+				}
+				ms := timer.ms(b, launch)
+				if i < 5 {
+					continue
+				}
+				kernel = append(kernel, 1e3*ms)
+				rows := make([]int64, blocks*events)
+				if err := cuda.CopyOut(rows, timeline, s); err != nil {
+					b.Fatal(err)
+				}
+				start := int64(math.MaxInt64)
+				for blk := range blocks {
+					start = min(start, rows[blk*events])
+				}
+				for ev := range events {
+					var at []float64
+					for blk := range blocks {
+						if t := rows[blk*events+ev]; t != 0 {
+							at = append(at, float64(t-start)/1e3)
+						}
+					}
+					if len(at) != blocks {
+						b.Fatalf("%s: event %s recorded by %d blocks of %d", sh.name, opEvents[ev], len(at), blocks)
+					}
+					median[ev] = append(median[ev], gputest.Median(at))
+					last[ev] = append(last[ev], slices.Max(at))
+				}
+			}
+			line := fmt.Sprintf("timeline %-14s kernel %.2f us; from the first block's start (median block / last):", sh.name,
+				gputest.Median(kernel))
+			for ev := 1; ev < events; ev++ {
+				line += fmt.Sprintf(" %s %.2f/%.2f", opEvents[ev], gputest.Median(median[ev]), gputest.Median(last[ev]))
+			}
+			b.Log(line)
+			in.free()
+		}
+	}
+}

@@ -381,6 +381,38 @@ struct onepass_bars {
 #ifndef OP_WS_BUF
 #define OP_WS_BUF 4
 #endif
+// OP_TIMELINE (a diagnostic build; BenchmarkOnePassTimeline) records when
+// the first thread of each role reaches each of the events below, as
+// %globaltimer's nanoseconds in op_timeline, a row of OP_EVENTS a block
+// (the first OP_TL_BLOCKS blocks). Other builds compile op_mark to nothing.
+#ifndef OP_TIMELINE
+#define OP_TIMELINE 0
+#endif
+enum {
+    OP_EV_ENTRY,     // the block starts (thread 0)
+    OP_EV_WAITED,    // pdl_wait returned (thread 0)
+    OP_EV_ISSUED,    // the copies of the ring's first tiles issued (the first copying thread)
+    OP_EV_LANDED0,   // tile 0's copies landed (the first time-step thread)
+    OP_EV_DT0,       // tile 0's time step computed
+    OP_EV_WALK0,     // the walk starts tile 0 (thread 0)
+    OP_EV_WALKEND,   // the walk's last tile done
+    OP_EV_OUTEND,    // the last tile's outputs stored (the first output thread)
+    OP_EV_DTEND,     // the last tile's time step computed
+    OP_EVENTS
+};
+#define OP_TL_BLOCKS 1024
+#if OP_TIMELINE
+extern "C" __device__ unsigned long long op_timeline[OP_TL_BLOCKS * OP_EVENTS];
+#endif
+__device__ __forceinline__ void op_mark(int event) {
+#if OP_TIMELINE
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+    const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    if (block < OP_TL_BLOCKS) op_timeline[block * OP_EVENTS + event] = t;
+#endif
+}
+
 // op_wait_idle is the wait of the warps that wait most (OP_WS_WAIT).
 __device__ __forceinline__ void op_wait_idle(unsigned bar, unsigned parity) {
     if (OP_WS_WAIT == 1)
@@ -429,6 +461,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     static_assert(TL % (2 * BATCH) == 0 && OP_THREADS % CB == 0 && CB == 8 * SPT && BUF >= 2, "tile shapes");
     static_assert(!WS || (SPT == 2 && !SEG), "the warps specialize at 2 states a thread, walking once");
     static_assert(!DTF || WS, "the time step is computed by the warps that specialize");
+    if (threadIdx.x == 0) op_mark(OP_EV_ENTRY);
     extern __shared__ __align__(16) unsigned char op_smem[];
     unsigned smem;
     asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(smem));
@@ -519,19 +552,24 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     // dt_proj may still run: everything above reads weights and the carried
     // state, which no kernel in flight writes; dt, u, z, B and C come after.
     pdl_wait();
+    if (threadIdx.x == 0) op_mark(OP_EV_WAITED);
     if constexpr (DTF) {
         if (threadIdx.x >= 2 * OP_THREADS) {  // the time step of each tile, once its dt_low has landed
             const onepass_dt dtw(dta, c0, E, R, tid);
             for (int k = 0; k < tiles; k++) {
                 const int j = k % BUF;
                 op_wait_idle(bars.landed(j), k / BUF % 2);  // (and the walk is done with slot j's last tile)
+                if (k == 0 && threadIdx.x == 2 * OP_THREADS) op_mark(OP_EV_LANDED0);
                 dtw.template tile<TL>(sL[j], su[j], k * TL, Tl, c0, E, tid);
                 mbar_arrive(bars.full(j));
+                if (k == 0 && threadIdx.x == 2 * OP_THREADS) op_mark(OP_EV_DT0);
             }
+            if (threadIdx.x == 2 * OP_THREADS) op_mark(OP_EV_DTEND);
         }
     }
     if (WS && !walker && threadIdx.x < 2 * OP_THREADS) {  // the copies and the outputs
         for (int k = 0; k < BUF; k++) issue(k);
+        if (threadIdx.x == OP_THREADS) op_mark(OP_EV_ISSUED);
         for (int k = 0; k < tiles; k++) {
             const int j = k % BUF;
             op_wait_idle(bars.sums(k % SP), k / SP % 2);  // the walk's terms of tile k are in, and it is done with slot j
@@ -543,6 +581,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
             outputs(k, sp + k % SP * TL, gu, gz);
             mbar_arrive(bars.free(k % SP));
         }
+        if (threadIdx.x == OP_THREADS) op_mark(OP_EV_OUTEND);
     }
     if (!WS) {
         for (int k = 0; k < BUF - 1; k++) issue(k);
@@ -554,6 +593,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
             if (DTF) mbar_wait(bars.landed(j), k / BUF % 2);  // its copies have landed
             mbar_wait(bars.full(j), k / BUF % 2);  // tile k is in
             if (k >= SP) mbar_wait(bars.free(k % SP), (k / SP - 1) % 2);  // and the outputs of tile k - SP have read spk
+            if (k == 0 && threadIdx.x == 0) op_mark(OP_EV_WALK0);
         } else {
             cp_async_wait<BUF - 2>();  // tile k is in
             __syncthreads();  // and visible; every thread is done with tile k - 1, whose slot the next issue refills, and with sp
@@ -649,6 +689,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         __syncthreads();  // every term of the tile is in sp
         outputs(k, sp, gu, gz);
     }
+    if (threadIdx.x == 0) op_mark(OP_EV_WALKEND);
     if (walker && (!SEG || gridDim.z == 1)) {
 #pragma unroll
         for (int k = 0; k < SPT; k++)

@@ -51,6 +51,10 @@
 #   residual: Engine.ResidualPrefetch (the scan asks L2 for the residual
 #             rows out_proj adds into): the tests with it, memcheck, then
 #             bf16 prefills with it off and on (BenchmarkResidualPrefetch);
+#   timeline: the one-pass scan's stages timed from inside the kernel
+#             (%globaltimer in an OP_TIMELINE build; BenchmarkOnePassTimeline);
+#   shapes:   bf16 prefills at the bars' shapes with this build alone
+#             (BenchmarkPrefillShapes; AB_SHAPES picks shapes);
 #   graphnode: the GPU time of a near-empty kernel node in a graph (1, one
 #             an SM and 8 an SM blocks; plain and PDL) and of a 64-row bf16
 #             GEMM node: the floor of each kernel's fixed cost;
@@ -411,6 +415,17 @@ if [[ $mode == ab ]]; then
     done
   done
   python3 bench/ab.py "$OUT"/ab_base_*.log -- "$OUT"/ab_new_*.log | tee "$OUT/ab.md"
+  exit $status
+fi
+if [[ $mode == timeline ]]; then
+  echo "== the one-pass scan's stages from inside the kernel (BenchmarkOnePassTimeline, an OP_TIMELINE build)"
+  bench_log timeline 200 .carry/kernels.test OnePassTimeline "timeline "
+  exit $status
+fi
+if [[ $mode == shapes ]]; then
+  echo "== bf16 prefills at the bars' shapes, this build (BenchmarkPrefillShapes, graph replays, CUDA events, medians)"
+  timeout 300 .carry/gpu.test -test.run '^$' -test.bench "PrefillShapes/(${AB_SHAPES:-.*})/" -test.benchtime 1x 2>&1 \
+    | tee "$OUT/shapes.log" | grep -E "tok/s|FAIL|panic"
   exit $status
 fi
 if [[ $mode == graphnode ]]; then

@@ -104,6 +104,19 @@ func (m *Module) Function(name string) (*Function, error) {
 	return f, nil
 }
 
+// Global is the address and size in bytes of the module's __device__
+// variable name (declare it extern "C", or look it up by its mangled name).
+func (m *Module) Global(name string) (Ptr, int, error) {
+	cname := C.CString(name)
+	defer C.free(unsafe.Pointer(cname))
+	var p C.mg_devptr
+	var bytes C.size_t
+	if err := check("cuModuleGetGlobal", C.mg_cuModuleGetGlobal(&p, &bytes, m.h, cname)); err != nil {
+		return 0, 0, fmt.Errorf("%w (variable %s)", err, name)
+	}
+	return Ptr(p), int(bytes), nil
+}
+
 // SetMaxDynamicShared lets the kernel use up to bytes of dynamic shared
 // memory. A call for no more than an earlier one allowed does nothing, so
 // launch paths may call it every time.

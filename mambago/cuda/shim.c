@@ -49,6 +49,7 @@ FN(int, cuStreamWaitEvent, (void *, void *, unsigned));
 FN(int, cuModuleLoadData, (void **, const void *));
 FN(int, cuModuleUnload, (void *));
 FN(int, cuModuleGetFunction, (void **, void *, const char *));
+FN(int, cuModuleGetGlobal, (mg_devptr *, size_t *, void *, const char *));
 FN(int, cuFuncSetAttribute, (void *, int, int));
 FN(int, cuLaunchKernel, (void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
                          void **, void **));
@@ -178,6 +179,7 @@ const char *mg_load_driver(const char *path) {
 	LOAD(h, cuModuleLoadData, "cuModuleLoadData");
 	LOAD(h, cuModuleUnload, "cuModuleUnload");
 	LOAD(h, cuModuleGetFunction, "cuModuleGetFunction");
+	LOAD(h, cuModuleGetGlobal, "cuModuleGetGlobal_v2");
 	LOAD(h, cuFuncSetAttribute, "cuFuncSetAttribute");
 	LOAD(h, cuLaunchKernel, "cuLaunchKernel");
 	LOAD(h, cuStreamBeginCapture, "cuStreamBeginCapture_v2");
@@ -283,6 +285,9 @@ mg_result mg_cuStreamWaitEvent(void *s, void *e, unsigned f) { CALL(cuStreamWait
 mg_result mg_cuModuleLoadData(void **m, const void *img) { CALL(cuModuleLoadData, m, img); }
 mg_result mg_cuModuleUnload(void *m) { CALL(cuModuleUnload, m); }
 mg_result mg_cuModuleGetFunction(void **f, void *m, const char *n) { CALL(cuModuleGetFunction, f, m, n); }
+mg_result mg_cuModuleGetGlobal(mg_devptr *p, size_t *bytes, void *m, const char *n) {
+	CALL(cuModuleGetGlobal, p, bytes, m, n);
+}
 mg_result mg_cuFuncSetAttribute(void *f, int a, int v) { CALL(cuFuncSetAttribute, f, a, v); }
 mg_result mg_cuStreamBeginCapture(void *s, int mode) { CALL(cuStreamBeginCapture, s, mode); }
 mg_result mg_cuStreamEndCapture(void *s, void **g) { CALL(cuStreamEndCapture, s, g); }

@@ -49,6 +49,7 @@ mg_result mg_cuStreamWaitEvent(void *s, void *e, unsigned flags);
 mg_result mg_cuModuleLoadData(void **m, const void *image);
 mg_result mg_cuModuleUnload(void *m);
 mg_result mg_cuModuleGetFunction(void **f, void *m, const char *name);
+mg_result mg_cuModuleGetGlobal(mg_devptr *p, size_t *bytes, void *m, const char *name);
 mg_result mg_cuFuncSetAttribute(void *f, int attr, int v);
 mg_result mg_cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                             unsigned shmem, void *stream, void *args, const int *offsets, int nargs);
