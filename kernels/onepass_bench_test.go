@@ -35,6 +35,8 @@ var onePassKnobs = []onePassKnob{
 	{helpers: true, opts: "-DOP_WS_BUF=4", ring: 4}, {helpers: true, opts: "-DOP_WS_BUF=2", ring: 2},
 	{helpers: true, dt: true}, {helpers: true, dt: true, opts: "-DOP_WS_SP=3 -DOP_WS_BUF=3", ring: 3, sums: 3},
 	{helpers: true, dt: true, opts: "-DOP_WS_BUF=3", ring: 3}, {helpers: true, dt: true, opts: "-DOP_WS_WAIT=2 -DOP_WS_NS=2000"},
+	{helpers: true, dt: true, opts: "-DOP_FIRST=1"}, {helpers: true, dt: true, opts: "-DOP_SPIN0=1"},
+	{helpers: true, dt: true, opts: "-DOP_FIRST=1 -DOP_SPIN0=1"},
 	{opts: "-DOP_BCI=1"},
 	{spt: 2, tile: 32, ring: 3}, {spt: 2, tile: 32, ring: 4}, {spt: 2, tile: 64, ring: 2},
 	{spt: 2, tile: 64, ring: 4}, {spt: 2, tile: 128, ring: 2},
@@ -347,21 +349,37 @@ var opEvents = []string{"entry", "waited", "issued", "landed0", "dt0", "walk0", 
 // from inside the kernel: a build with OP_TIMELINE records, for each block,
 // when its first thread of each role reaches each event (%globaltimer).
 // After 5 warm-up launches, 15 launches each read back the blocks' rows;
-// the line per shape gives the kernel's time (CUDA events) and each event's
-// time from the first block's start, the median block's and the last
-// block's, as medians over the launches, in µs: where the start (pdl_wait
-// to the walk's first tile) and the end (the walk's last tile to the last
-// outputs) of the scan go, the fixed part of its time.
+// the line per shape and build gives the kernel's time (CUDA events) and
+// each event's time from the first block's start, the median block's and
+// the last block's, as medians over the launches, in µs: where the start
+// (pdl_wait to the walk's first tile) and the end (the walk's last tile to
+// the last outputs) of the scan go, the fixed part of its time.
+// TIMELINE_BUILDS, a comma-separated list of NVRTC options (e.g.
+// "-DOP_FIRST=1,-DOP_SPIN0=1"), adds builds beside the engine's; each must
+// give the engine's bits.
 func BenchmarkOnePassTimeline(b *testing.B) {
 	d, _, s, src, timer := kernelBench(b, "scan_onepass.cu")
-	mod := loadSource(b, d, src, "scan_onepass.cu", "-DOP_TIMELINE=1")
-	f, err := mod.Function("scan_onepass2wd_bf16")
-	if err != nil {
-		b.Fatal(err)
+	builds := []string{""}
+	if extra := os.Getenv("TIMELINE_BUILDS"); extra != "" {
+		builds = append(builds, strings.Split(extra, ",")...)
 	}
-	timeline, bytes, err := mod.Global("op_timeline")
-	if err != nil {
-		b.Fatal(err)
+	type build struct {
+		f        *cuda.Function
+		timeline cuda.Ptr
+		bytes    int
+	}
+	compiled := make([]build, len(builds))
+	for i, opts := range builds {
+		mod := loadSource(b, d, src, "scan_onepass.cu", append([]string{"-DOP_TIMELINE=1"}, strings.Fields(opts)...)...)
+		f, err := mod.Function("scan_onepass2wd_bf16")
+		if err != nil {
+			b.Fatal(err)
+		}
+		timeline, bytes, err := mod.Global("op_timeline")
+		if err != nil {
+			b.Fatal(err)
+		}
+		compiled[i] = build{f, timeline, bytes}
 	}
 	events := len(opEvents)
 	for range b.N {
@@ -371,55 +389,72 @@ func BenchmarkOnePassTimeline(b *testing.B) {
 		}{{"130m_B1_T2048", 2048, 1536}, {"130m_B1_T8192", 8192, 1536}, {"370m_B1_T2048", 2048, 2048},
 			{"1.4b_B1_T2048", 2048, 4096}} {
 			in := newScanBenchInputs(b, s, 1, sh.T, sh.E)
-			sc := in.scan(2)
-			sc.Helpers, sc.DTProducts, sc.DTW, sc.DTBias = true, 1, in.W.Ptr, in.bias.Ptr
-			if !sc.FusedDTApplies() {
-				b.Fatalf("%s: the scan does not compute the time step here", sh.name)
-			}
 			blocks := (sh.E + 15) / 16
-			if blocks*events*8 > bytes {
-				b.Fatalf("%s: %d blocks, op_timeline holds %d", sh.name, blocks, bytes/(8*events))
-			}
-			launch := func() error { return sc.Launch(func(string) *cuda.Function { return f }, s) }
-			var kernel []float64
-			median, last := make([][]float64, events), make([][]float64, events)
-			for i := range 20 {
-				if err := cuda.Fill32(timeline, 0, blocks*events*2, s); err != nil {
+			var want []float32
+			for i, bl := range compiled {
+				sc := in.scan(2)
+				sc.Helpers, sc.DTProducts, sc.DTW, sc.DTBias = true, 1, in.W.Ptr, in.bias.Ptr
+				if !sc.FusedDTApplies() {
+					b.Fatalf("%s: the scan does not compute the time step here", sh.name)
+				}
+				if blocks*events*8 > bl.bytes {
+					b.Fatalf("%s: %d blocks, op_timeline holds %d", sh.name, blocks, bl.bytes/(8*events))
+				}
+				launch := func() error { return sc.Launch(func(string) *cuda.Function { return bl.f }, s) }
+				in.reset(b)
+				if err := launch(); err != nil {
 					b.Fatal(err)
 				}
-				ms := timer.ms(b, launch)
-				if i < 5 {
-					continue
+				got := append(download(b, s, in.y, sh.T*sh.E/2), download(b, s, in.st, len(in.st0))...)
+				if want == nil {
+					want = got
+				} else if !slices.EqualFunc(got, want, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) }) {
+					b.Fatalf("%s %s: output differs from the engine's build", sh.name, builds[i])
 				}
-				kernel = append(kernel, 1e3*ms)
-				rows := make([]int64, blocks*events)
-				if err := cuda.CopyOut(rows, timeline, s); err != nil {
-					b.Fatal(err)
-				}
-				start := int64(math.MaxInt64)
-				for blk := range blocks {
-					start = min(start, rows[blk*events])
-				}
-				for ev := range events {
-					var at []float64
+				var kernel []float64
+				median, last := make([][]float64, events), make([][]float64, events)
+				for run := range 20 {
+					if err := cuda.Fill32(bl.timeline, 0, blocks*events*2, s); err != nil {
+						b.Fatal(err)
+					}
+					ms := timer.ms(b, launch)
+					if run < 5 {
+						continue
+					}
+					kernel = append(kernel, 1e3*ms)
+					rows := make([]int64, blocks*events)
+					if err := cuda.CopyOut(rows, bl.timeline, s); err != nil {
+						b.Fatal(err)
+					}
+					start := int64(math.MaxInt64)
 					for blk := range blocks {
-						if t := rows[blk*events+ev]; t != 0 {
-							at = append(at, float64(t-start)/1e3)
+						start = min(start, rows[blk*events])
+					}
+					for ev := range events {
+						var at []float64
+						for blk := range blocks {
+							if t := rows[blk*events+ev]; t != 0 {
+								at = append(at, float64(t-start)/1e3)
+							}
 						}
+						if len(at) != blocks {
+							b.Fatalf("%s: event %s recorded by %d blocks of %d", sh.name, opEvents[ev], len(at), blocks)
+						}
+						median[ev] = append(median[ev], gputest.Median(at))
+						last[ev] = append(last[ev], slices.Max(at))
 					}
-					if len(at) != blocks {
-						b.Fatalf("%s: event %s recorded by %d blocks of %d", sh.name, opEvents[ev], len(at), blocks)
-					}
-					median[ev] = append(median[ev], gputest.Median(at))
-					last[ev] = append(last[ev], slices.Max(at))
 				}
+				name := builds[i]
+				if name == "" {
+					name = "engine"
+				}
+				line := fmt.Sprintf("timeline %-14s %-14s kernel %.2f us; from the first block's start (median block / last):",
+					sh.name, name, gputest.Median(kernel))
+				for ev := 1; ev < events; ev++ {
+					line += fmt.Sprintf(" %s %.2f/%.2f", opEvents[ev], gputest.Median(median[ev]), gputest.Median(last[ev]))
+				}
+				b.Log(line)
 			}
-			line := fmt.Sprintf("timeline %-14s kernel %.2f us; from the first block's start (median block / last):", sh.name,
-				gputest.Median(kernel))
-			for ev := 1; ev < events; ev++ {
-				line += fmt.Sprintf(" %s %.2f/%.2f", opEvents[ev], gputest.Median(median[ev]), gputest.Median(last[ev]))
-			}
-			b.Log(line)
 			in.free()
 		}
 	}
