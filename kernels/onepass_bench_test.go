@@ -35,8 +35,6 @@ var onePassKnobs = []onePassKnob{
 	{helpers: true, opts: "-DOP_WS_BUF=4", ring: 4}, {helpers: true, opts: "-DOP_WS_BUF=2", ring: 2},
 	{helpers: true, dt: true}, {helpers: true, dt: true, opts: "-DOP_WS_SP=3 -DOP_WS_BUF=3", ring: 3, sums: 3},
 	{helpers: true, dt: true, opts: "-DOP_WS_BUF=3", ring: 3}, {helpers: true, dt: true, opts: "-DOP_WS_WAIT=2 -DOP_WS_NS=2000"},
-	{helpers: true, dt: true, opts: "-DOP_FIRST=1"}, {helpers: true, dt: true, opts: "-DOP_SPIN0=1"},
-	{helpers: true, dt: true, opts: "-DOP_FIRST=1 -DOP_SPIN0=1"},
 	{opts: "-DOP_BCI=1"},
 	{spt: 2, tile: 32, ring: 3}, {spt: 2, tile: 32, ring: 4}, {spt: 2, tile: 64, ring: 2},
 	{spt: 2, tile: 64, ring: 4}, {spt: 2, tile: 128, ring: 2},
@@ -355,8 +353,8 @@ var opEvents = []string{"entry", "waited", "issued", "landed0", "dt0", "walk0", 
 // (pdl_wait to the walk's first tile) and the end (the walk's last tile to
 // the last outputs) of the scan go, the fixed part of its time.
 // TIMELINE_BUILDS, a comma-separated list of NVRTC options (e.g.
-// "-DOP_FIRST=1,-DOP_SPIN0=1"), adds builds beside the engine's; each must
-// give the engine's bits.
+// "-DOP_WS_BUF=3,-DOP_WS_WAIT=0"), adds builds beside the engine's; each
+// must give the engine's bits.
 func BenchmarkOnePassTimeline(b *testing.B) {
 	d, _, s, src, timer := kernelBench(b, "scan_onepass.cu")
 	builds := []string{""}

@@ -374,20 +374,6 @@ struct onepass_bars {
 #ifndef OP_WS_NS
 #define OP_WS_NS 1000
 #endif
-// OP_FIRST and OP_SPIN0, knobs of the scan's start in that entry (0, the
-// engine's, for neither): OP_FIRST copies tile 0 alone and issues the rest
-// of the ring once it has landed, so that tile 0 does not share L2 and the
-// copy queues with the next BUF - 1 tiles; OP_SPIN0 has the time-step
-// warps wait for tile 0's copies without a suspend hint (OP_WS_WAIT), as
-// the walk waits for them. (BenchmarkOnePassTimeline: 2.66 us from the
-// wait to the walk's first tile at 130m B=1 T=2048, 1.6 of it tile 0's
-// copies and 0.96 its time step.)
-#ifndef OP_FIRST
-#define OP_FIRST 0
-#endif
-#ifndef OP_SPIN0
-#define OP_SPIN0 0
-#endif
 // OP_WS_BUF, another: the ring's tiles in that entry (gpu.HelpersShared).
 // On the H200 (scan alone, bf16, BenchmarkOnePass at 78961a8): 130m B=1
 // T=2048 49.66 us with 3, 48.77 with 4, 50.66 with 2; T=8192 170.2, 167.3,
@@ -572,10 +558,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
             const onepass_dt dtw(dta, c0, E, R, tid);
             for (int k = 0; k < tiles; k++) {
                 const int j = k % BUF;
-                if (OP_SPIN0 && k == 0)
-                    mbar_wait(bars.landed(0), 0);  // the walk waits for this one: no suspend hint
-                else
-                    op_wait_idle(bars.landed(j), k / BUF % 2);  // (and the walk is done with slot j's last tile)
+                op_wait_idle(bars.landed(j), k / BUF % 2);  // (and the walk is done with slot j's last tile)
                 if (k == 0 && threadIdx.x == 2 * OP_THREADS) op_mark(OP_EV_LANDED0);
                 dtw.template tile<TL>(sL[j], su[j], k * TL, Tl, c0, E, tid);
                 mbar_arrive(bars.full(j));
@@ -585,13 +568,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         }
     }
     if (WS && !walker && threadIdx.x < 2 * OP_THREADS) {  // the copies and the outputs
-        if (OP_FIRST) {  // tile 0 alone
-            issue(0);
-            mbar_wait(DTF ? bars.landed(0) : bars.full(0), 0);
-            for (int k = 1; k < BUF; k++) issue(k);
-        } else {
-            for (int k = 0; k < BUF; k++) issue(k);
-        }
+        for (int k = 0; k < BUF; k++) issue(k);
         if (threadIdx.x == OP_THREADS) op_mark(OP_EV_ISSUED);
         for (int k = 0; k < tiles; k++) {
             const int j = k % BUF;
