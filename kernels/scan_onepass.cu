@@ -374,15 +374,6 @@ struct onepass_bars {
 #ifndef OP_WS_NS
 #define OP_WS_NS 1000
 #endif
-// OP_LATE, a knob of the scan's start in that entry: the copying warps
-// issue the ring's first OP_LATE tiles, and the rest once tile 0 is ready
-// for the walk (0, the engine's: the whole ring at once). At 130m B=1
-// T=2048 the ring's issue takes 2.6 us after the wait, beside tile 0's
-// time step (BenchmarkOnePassTimeline); copying tile 0 alone did not bring
-// it in sooner, and issuing the rest after it landed slowed the time step.
-#ifndef OP_LATE
-#define OP_LATE 0
-#endif
 // OP_WS_BUF, another: the ring's tiles in that entry (gpu.HelpersShared).
 // On the H200 (scan alone, bf16, BenchmarkOnePass at 78961a8): 130m B=1
 // T=2048 49.66 us with 3, 48.77 with 4, 50.66 with 2; T=8192 170.2, 167.3,
@@ -577,14 +568,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         }
     }
     if (WS && !walker && threadIdx.x < 2 * OP_THREADS) {  // the copies and the outputs
-        constexpr int early = OP_LATE > 0 && OP_LATE < BUF ? OP_LATE : BUF;
-        if (early < BUF) {  // the rest of the ring once tile 0 is ready for the walk
-            for (int k = 0; k < early; k++) issue(k);
-            mbar_wait(bars.full(0), 0);
-            for (int k = early; k < BUF; k++) issue(k);
-        } else {
-            for (int k = 0; k < BUF; k++) issue(k);
-        }
+        for (int k = 0; k < BUF; k++) issue(k);
         if (threadIdx.x == OP_THREADS) op_mark(OP_EV_ISSUED);
         for (int k = 0; k < tiles; k++) {
             const int j = k % BUF;
