@@ -62,6 +62,17 @@ func Median(v []float64) float64 {
 	return v[len(v)/2]
 }
 
+// Alloc returns a device buffer of bytes, freed at cleanup.
+func Alloc(t testing.TB, bytes int) *cuda.Buffer {
+	t.Helper()
+	b, err := cuda.Alloc(bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Free() })
+	return b
+}
+
 // EntryBuffers sets up a device-entry prefill of B sequences of T random
 // token ids from a vocabulary of vocab, pooled to the last position of
 // width d: a new stream, the ids [B, T] int64 on the device and an f32
@@ -83,16 +94,9 @@ func EntryBuffers(t testing.TB, B, T, d, vocab int) (s *cuda.Stream, in, out *cu
 	for i := range ids {
 		ids[i] = rand.Int64N(int64(vocab))
 	}
-	if in, err = cuda.Alloc(8 * B * T); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { in.Free() })
+	in = Alloc(t, 8*B*T)
 	if err := cuda.CopyIn(in.Ptr, ids, nil); err != nil {
 		t.Fatal(err)
 	}
-	if out, err = cuda.Alloc(4 * B * d); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { out.Free() })
-	return s, in, out
+	return s, in, Alloc(t, 4*B*d)
 }

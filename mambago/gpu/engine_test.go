@@ -140,7 +140,7 @@ func TestDeviceEntryMatchesHostEntry(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, stream := range []*cuda.Stream{nil, caller} {
-				din, dout := deviceInput(t, tc.in), mustAlloc(t, 4*len(host))
+				din, dout := deviceInput(t, tc.in), gputest.Alloc(t, 4*len(host))
 				if err := cuda.Fill32(dout.Ptr, math.Float32bits(float32(math.NaN())), len(host), nil); err != nil {
 					t.Fatal(err)
 				}
@@ -177,26 +177,16 @@ func TestDeviceEntryMatchesHostEntry(t *testing.T) {
 	}
 }
 
-func mustAlloc(t *testing.T, bytes int) *cuda.Buffer {
-	t.Helper()
-	b, err := cuda.Alloc(bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Free() })
-	return b
-}
-
 // deviceInput uploads in's ids or features to a new device buffer.
 func deviceInput(t *testing.T, in engine.Input) *cuda.Buffer {
 	t.Helper()
 	var b *cuda.Buffer
 	var err error
 	if in.IDs != nil {
-		b = mustAlloc(t, 8*len(in.IDs))
+		b = gputest.Alloc(t, 8*len(in.IDs))
 		err = cuda.CopyIn(b.Ptr, in.IDs, nil)
 	} else {
-		b = mustAlloc(t, 4*len(in.Features))
+		b = gputest.Alloc(t, 4*len(in.Features))
 		err = cuda.CopyIn(b.Ptr, in.Features, nil)
 	}
 	if err != nil {

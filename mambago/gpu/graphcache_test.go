@@ -117,15 +117,15 @@ func TestGraphReplaysAcrossBuffers(t *testing.T) {
 			for i := range ids {
 				ids[i] = rand.Int64N(V)
 			}
-			inputs[k] = alloc(t, 8*B*T)
+			inputs[k] = gputest.Alloc(t, 8*B*T)
 			if err := cuda.CopyIn(inputs[k].Ptr, ids, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
 		for _, pool := range []engine.Pool{engine.Last, engine.All, engine.Sum, engine.Mean} {
 			n := pool.OutLen(B, T, dm)
-			outs := [2]*cuda.Buffer{alloc(t, 4*n), alloc(t, 4*n)}
-			half := alloc(t, 2*n)
+			outs := [2]*cuda.Buffer{gputest.Alloc(t, 4*n), gputest.Alloc(t, 4*n)}
+			half := gputest.Alloc(t, 2*n)
 			// run prefills input k into out (of type ot) from a fresh state
 			// and returns out's bits, with every output poisoned before and
 			// the others checked untouched after.
@@ -180,14 +180,4 @@ func TestGraphReplaysAcrossBuffers(t *testing.T) {
 			}
 		}
 	}
-}
-
-func alloc(t *testing.T, bytes int) *cuda.Buffer {
-	t.Helper()
-	b, err := cuda.Alloc(bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Free() })
-	return b
 }
