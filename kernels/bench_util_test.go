@@ -141,14 +141,15 @@ func graphTurns(tb testing.TB, s *cuda.Stream, runs []func() error) []float64 {
 	return medians
 }
 
-// gemmNT64 returns the float64 sums a [M, K] · bᵀ ([N, K]), [M, N].
-func gemmNT64(a, b []float32, M, N, K int) []float64 {
+// gemmNT64 returns the float64 sums a [M, K] · bᵀ ([N, K]), [M, N], with
+// a's rows lda apart.
+func gemmNT64(a []float32, lda int, b []float32, M, N, K int) []float64 {
 	out := make([]float64, M*N)
 	for r := 0; r < M; r++ {
 		for j := 0; j < N; j++ {
 			var acc float64
 			for c := 0; c < K; c++ {
-				acc += float64(a[r*K+c]) * float64(b[j*K+c])
+				acc += float64(a[r*lda+c]) * float64(b[j*K+c])
 			}
 			out[r*N+j] = acc
 		}

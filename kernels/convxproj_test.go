@@ -63,7 +63,7 @@ func TestConvXProjKernel(t *testing.T) {
 					t.Errorf("%s: window differs from conv_silu's at %d", label, i)
 				}
 				u := unpack16(dt, wantU)
-				want := gemmNT64(u, wx, rows, J, E)
+				want := gemmNT64(u, E, wx, rows, J, E)
 				if e := relErr(download(t, s, bdbl, rows*J), want); !(e <= 1e-5) {
 					t.Errorf("%s: dbl rel err %.3g", label, e)
 				}

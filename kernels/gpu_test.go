@@ -455,15 +455,9 @@ func checkScan(t *testing.T, name string, gotY, gotS []float32, wantY, wantS []f
 // dtProj64 is dt_proj in float64: softplus(dbl[r, :R] · W[c, :] + bias[c])
 // for rows r of dbl (ldd apart) and channels c < E, W [E, R].
 func dtProj64(dbl []float32, ldd int, W, bias []float32, rows, E, R int) []float64 {
-	out := make([]float64, rows*E)
-	for r := 0; r < rows; r++ {
-		for c := 0; c < E; c++ {
-			var sum float64
-			for k := 0; k < R; k++ {
-				sum += float64(dbl[r*ldd+k]) * float64(W[c*R+k])
-			}
-			out[r*E+c] = softplus(sum + float64(bias[c]))
-		}
+	out := gemmNT64(dbl, ldd, W, rows, E, R)
+	for i, v := range out {
+		out[i] = softplus(v + float64(bias[i%E]))
 	}
 	return out
 }

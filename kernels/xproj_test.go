@@ -30,7 +30,7 @@ func TestXProjKernel(t *testing.T) {
 			u, uPacked := pack16(dt, randn(M*E, 1))
 			w, wPacked := pack16(dt, randn(J*E, 0.05))
 			bu, bw := upload(t, s, uPacked), upload(t, s, wPacked)
-			want := gemmNT64(u, w, M, J, E)
+			want := gemmNT64(u, E, w, M, J, E)
 			var first []float32
 			for run := 0; run < 2; run++ {
 				out := poisoned(t, s, M*J)
