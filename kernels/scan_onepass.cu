@@ -256,18 +256,6 @@ struct onepass_lowcopies {
     }
 };
 
-// OP_DTHOIST, a knob (0, the engine's): onepass_dt loads every chunk of a
-// tile's dt_low before its first product. In the default build the chunk
-// loop breaks at a run-time bound (R / 8 chunks), so each chunk's loads
-// wait for the products before them, six shared-memory round trips in a
-// row at R = 48 (the SASS of scan_onepass2wd_bf16): part of the 0.95 us a
-// tile's time step takes at the scan's start (BenchmarkOnePassTimeline).
-// The same products in the same order: the same bits. Written on
-// 2026-12-01 after the device time ran out; compiled, not yet run on a GPU.
-#ifndef OP_DTHOIST
-#define OP_DTHOIST 0
-#endif
-
 // onepass_dt computes the time step of a tile for the block's 16 channels
 // (2 states a thread) on the tensor cores, as dt_proj_tc in dtproj.cu does
 // it: the same TF32 operands and products in the same order, then the bias
@@ -320,25 +308,13 @@ struct onepass_dt {
                                          int E, unsigned tid) const {
         const int lane = tid % 32, g = lane / 4, q = lane % 4;
         float acc[2][4] = {};
-#if OP_DTHOIST
-        float low[KC][4];  // every chunk's dt_low, loaded before the first product
-#pragma unroll
-        for (int kc = 0; kc < KC; kc++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                low[kc][j] = kc < chunks ? sL[m0 + g + (j & 1) * 8][kc * 8 + q + (j >> 1) * 4] : 0.f;
-#endif
 #pragma unroll
         for (int kc = 0; kc < KC; kc++) {
             if (kc >= chunks) break;
             unsigned ah[4], al[4];
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-#if OP_DTHOIST
-                float v = low[kc][j];
-#else
                 float v = sL[m0 + g + (j & 1) * 8][kc * 8 + q + (j >> 1) * 4];
-#endif
                 if (products == 3)
                     split_tf32(v, ah[j], al[j]);
                 else
