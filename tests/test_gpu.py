@@ -229,10 +229,17 @@ def test_mixed_precision_close_to_float32(dtype):
     ids = rng.integers(0, m.config.vocab_size, size=(3, 50))
     for output in ("all", "last", "mean"):
         got, want = m.prefill(ids, output=output), f32.prefill(ids, output=output)
+        # A repeat gives the same bits: a race in a kernel would not.
+        assert np.array_equal(m.prefill(ids, output=output), got), output
         # The norm of the difference over the norm of f32's (the KL and argmax
         # bars are in mambago/gpu/mixed_test.go); the largest single element
-        # is too noisy a measure in bf16.
-        tol = 1e-1 if dtype == "bfloat16" else 2e-2
+        # is too noisy a measure in bf16. On this fixture (d = 64, weights
+        # drawn at 0.1) the rounding of the weights alone dominates, and some
+        # prompts' last positions are ill-conditioned: over 600 random draws
+        # on the H200 (bench/mixed_draws.py, results/2026-12-01-draws.md) bf16
+        # reached 0.130 ("last"; median 0.022) and f16 0.025 (median 0.003).
+        # A wrong kernel gives errors of order 1.
+        tol = 0.25 if dtype == "bfloat16" else 0.05
         assert not np.isnan(got).any() and np.linalg.norm(got - want) <= tol * np.linalg.norm(want), output
     st = m.new_state(3)
     m.prefill(ids, state=st)
