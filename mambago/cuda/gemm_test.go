@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -35,12 +36,22 @@ func upload[T float32 | uint16](tb testing.TB, s *cuda.Stream, v []T) *cuda.Buff
 	return buf
 }
 
+// gemmCase is a GEMM TestGemmAlgos checks: C [M, N] (row stride ldc) =
+// A [M, K] (row stride lda) · Wᵀ + beta C.
+type gemmCase struct{ M, N, K, lda, ldc, beta int }
+
+// gemmCases are the engine's 130m shapes (in_proj, x_proj, out_proj at
+// T=2048), a ragged M and a row stride past the width.
+var gemmCases = []gemmCase{
+	{2048, 3072, 768, 768, 3072, 0}, {2048, 80, 1536, 1536, 80, 0}, {2048, 768, 1536, 1536, 768, 1},
+	{37, 80, 1536, 1536, 80, 0}, {300, 64, 256, 264, 72, 1},
+}
+
 // TestGemmAlgos checks Gemm with bf16 inputs and f32 outputs through
 // cublasGemmEx, cuBLASLt and tuned cuBLASLt against a float64 product of
 // fresh random inputs, with the output poisoned with NaN (beta = 0) or
-// holding random values to accumulate into (beta = 1), at the engine's
-// 130m shapes (in_proj, x_proj, out_proj at T=2048; 128 of their rows
-// checked), a ragged M and a row stride past the width.
+// holding random values to accumulate into (beta = 1), at gemmCases (128
+// rows of the large ones checked).
 func TestGemmAlgos(t *testing.T) {
 	gputest.Device(t)
 	s, err := cuda.NewStream()
@@ -54,66 +65,113 @@ func TestGemmAlgos(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.Algo = algo
-		for _, c := range []struct{ M, N, K, lda, ldc, beta int }{
-			{2048, 3072, 768, 768, 3072, 0}, {2048, 80, 1536, 1536, 80, 0}, {2048, 768, 1536, 1536, 768, 1},
-			{37, 80, 1536, 1536, 80, 0}, {300, 64, 256, 264, 72, 1},
-		} {
+		for _, c := range gemmCases {
 			name := fmt.Sprintf("%s M=%d N=%d K=%d lda=%d ldc=%d beta=%d", algo, c.M, c.N, c.K, c.lda, c.ldc, c.beta)
-			a, abits := bf16Values(c.M * c.lda)
-			w, wbits := bf16Values(c.N * c.K)
-			c0 := make([]float32, c.M*c.ldc)
-			for i := range c0 {
-				c0[i] = float32(math.NaN())
-				if c.beta != 0 {
-					c0[i] = rand.Float32()*2 - 1
-				}
-			}
-			bufs := []*cuda.Buffer{upload(t, s, abits), upload(t, s, wbits), upload(t, s, c0)}
-			pa, pw, pc := bufs[0].Ptr, bufs[1].Ptr, bufs[2].Ptr
-			if err := b.Gemm(c.M, c.N, c.K, pa, c.lda, pw, pc, c.ldc, float32(c.beta), cuda.BF16, cuda.F32); err != nil {
+			if err := checkGemm(t, s, b, c, name); err != nil {
 				t.Fatalf("%s: %v", name, err)
-			}
-			got := make([]float32, len(c0))
-			if err := cuda.CopyOut(got, pc, s); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Synchronize(); err != nil {
-				t.Fatal(err)
-			}
-			var d2, n2 float64
-			step := max(1, c.M/128) // every row of the small cases, 128 rows of the large
-			for i := 0; i < c.M; i += step {
-				for j := 0; j < c.N; j++ {
-					want := 0.0
-					if c.beta != 0 {
-						want = float64(c0[i*c.ldc+j])
-					}
-					for k := 0; k < c.K; k++ {
-						want += float64(a[i*c.lda+k]) * float64(w[j*c.K+k])
-					}
-					g := float64(got[i*c.ldc+j])
-					d2 += (g - want) * (g - want)
-					n2 += want * want
-				}
-			}
-			// f32 sums of K exact products: about sqrt(K) 2^-24 (1.3e-6 at
-			// K = 1536 on the H200, the same for every algorithm).
-			if rel := math.Sqrt(d2 / n2); !(rel <= 4e-6) {
-				t.Errorf("%s: rel err %.3g against float64, bound 4e-6", name, rel)
-			}
-			for j := c.N; j < c.ldc; j++ { // the row stride's padding is left as it was
-				if g := got[j]; math.Float32bits(g) != math.Float32bits(c0[j]) {
-					t.Errorf("%s: padding column %d changed to %g", name, j, g)
-				}
-			}
-			for _, buf := range bufs {
-				buf.Free()
 			}
 		}
 		if err := b.Destroy(); err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestPinnedGemmCandidates checks every candidate cuBLASLt's heuristic
+// offers at gemmCases, each pinned in turn (cuda.PinGemmCandidate), as
+// TestGemmAlgos checks the tuned one, until the pin passes the last
+// (cuda.ErrNoCandidate).
+func TestPinnedGemmCandidates(t *testing.T) {
+	gputest.Device(t)
+	s, err := cuda.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Destroy()
+	b, err := cuda.NewBLAS(s, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Destroy()
+	b.Algo = cuda.GemmLtTuned
+	for _, c := range gemmCases {
+		for i := 0; ; i++ {
+			cuda.PinGemmCandidate(c.M, c.N, c.K, i)
+			name := fmt.Sprintf("candidate %d M=%d N=%d K=%d lda=%d ldc=%d beta=%d", i, c.M, c.N, c.K, c.lda, c.ldc, c.beta)
+			err := checkGemm(t, s, b, c, name)
+			cuda.PinGemmCandidate(c.M, c.N, c.K, -1)
+			if errors.Is(err, cuda.ErrNoCandidate) {
+				if i == 0 {
+					t.Errorf("%s: no candidate at all", name)
+				}
+				t.Logf("M=%d N=%d K=%d: %d candidates", c.M, c.N, c.K, i)
+				break
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+	}
+}
+
+// checkGemm runs c through b on fresh random bf16 inputs and compares it
+// with a float64 product, reporting mismatches on t under name; it returns
+// Gemm's own error.
+func checkGemm(t *testing.T, s *cuda.Stream, b *cuda.BLAS, c gemmCase, name string) error {
+	t.Helper()
+	a, abits := bf16Values(c.M * c.lda)
+	w, wbits := bf16Values(c.N * c.K)
+	c0 := make([]float32, c.M*c.ldc)
+	for i := range c0 {
+		c0[i] = float32(math.NaN())
+		if c.beta != 0 {
+			c0[i] = rand.Float32()*2 - 1
+		}
+	}
+	bufs := []*cuda.Buffer{upload(t, s, abits), upload(t, s, wbits), upload(t, s, c0)}
+	defer func() {
+		for _, buf := range bufs {
+			buf.Free()
+		}
+	}()
+	pa, pw, pc := bufs[0].Ptr, bufs[1].Ptr, bufs[2].Ptr
+	if err := b.Gemm(c.M, c.N, c.K, pa, c.lda, pw, pc, c.ldc, float32(c.beta), cuda.BF16, cuda.F32); err != nil {
+		return err
+	}
+	got := make([]float32, len(c0))
+	if err := cuda.CopyOut(got, pc, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	var d2, n2 float64
+	step := max(1, c.M/128) // every row of the small cases, 128 rows of the large
+	for i := 0; i < c.M; i += step {
+		for j := 0; j < c.N; j++ {
+			want := 0.0
+			if c.beta != 0 {
+				want = float64(c0[i*c.ldc+j])
+			}
+			for k := 0; k < c.K; k++ {
+				want += float64(a[i*c.lda+k]) * float64(w[j*c.K+k])
+			}
+			g := float64(got[i*c.ldc+j])
+			d2 += (g - want) * (g - want)
+			n2 += want * want
+		}
+	}
+	// f32 sums of K exact products: about sqrt(K) 2^-24 (1.3e-6 at
+	// K = 1536 on the H200, the same for every algorithm).
+	if rel := math.Sqrt(d2 / n2); !(rel <= 4e-6) {
+		t.Errorf("%s: rel err %.3g against float64, bound 4e-6", name, rel)
+	}
+	for j := c.N; j < c.ldc; j++ { // the row stride's padding is left as it was
+		if g := got[j]; math.Float32bits(g) != math.Float32bits(c0[j]) {
+			t.Errorf("%s: padding column %d changed to %g", name, j, g)
+		}
+	}
+	return nil
 }
 
 // BenchmarkGemmAlgos times the engine's bf16 GEMMs (beta = 0; in_proj,

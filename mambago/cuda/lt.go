@@ -7,7 +7,9 @@ package cuda
 import "C"
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"unsafe"
 )
@@ -88,17 +90,77 @@ type gemmKey struct {
 	tuned             bool
 }
 
-// ltPlan is a shape's descriptors (C memory) and the algorithm that runs it.
+// ltPlan is a shape's descriptors (C memory) and the algorithm that runs
+// it, made while the pins were at generation pins.
 type ltPlan struct {
 	p    *C.mg_lt_plan
 	algo C.mg_lt_algo
+	pins int
 }
 
-// ltChoice is the algorithm chosen for a shape, process-wide (GemmLtTuned).
+// ltChoice is the algorithm chosen for a shape, process-wide (GemmLtTuned),
+// and its place among the heuristic's candidates.
 var ltChoice = struct {
 	sync.Mutex
-	m map[gemmKey]C.mg_lt_algo
-}{m: map[gemmKey]C.mg_lt_algo{}}
+	m     map[gemmKey]C.mg_lt_algo
+	index map[gemmKey]int
+}{m: map[gemmKey]C.mg_lt_algo{}, index: map[gemmKey]int{}}
+
+// ltPins are the candidates PinGemmCandidate pinned, by shape (M, N, K),
+// process-wide; gen counts their changes, so that handles remake the plans
+// they made before one.
+var ltPins = struct {
+	sync.Mutex
+	m   map[[3]int]int
+	gen int
+}{m: map[[3]int]int{}}
+
+// ErrNoCandidate is the error of a GEMM whose shape is pinned to a
+// candidate cuBLASLt's heuristic does not offer it.
+var ErrNoCandidate = errors.New("cuda: no such cuBLASLt candidate")
+
+// PinGemmCandidate makes every tuned cuBLASLt GEMM (GemmLtTuned) of shape
+// M x N x K, as BLAS.Gemm is called, run candidate i of the heuristic's
+// first ltCandidates (0 is its first) in place of the fastest one timed;
+// a negative i takes the pin away. A GEMM pinned to a candidate the
+// heuristic does not offer fails with ErrNoCandidate. The tuning times each
+// candidate alone, back to back, with its operands in L2; a pin lets each be
+// timed where the GEMM really runs, inside a prefill graph (gpu's
+// BenchmarkGemmCandidates). Graphs captured before keep their kernels.
+func PinGemmCandidate(M, N, K, i int) {
+	ltPins.Lock()
+	defer ltPins.Unlock()
+	if i < 0 {
+		delete(ltPins.m, [3]int{M, N, K})
+	} else {
+		ltPins.m[[3]int{M, N, K}] = i
+	}
+	ltPins.gen++
+}
+
+// TunedGemmCandidate reports which of the heuristic's candidates the tuning
+// chose for shape M x N x K (the first key met with that shape), if it has.
+func TunedGemmCandidate(M, N, K int) (int, bool) {
+	ltChoice.Lock()
+	defer ltChoice.Unlock()
+	for k, i := range ltChoice.index {
+		if k.M == M && k.N == N && k.K == K {
+			return i, true
+		}
+	}
+	return 0, false
+}
+
+// pinOf returns k's pinned candidate (or -1) and the pins' generation.
+func pinOf(k gemmKey) (pin, gen int) {
+	ltPins.Lock()
+	defer ltPins.Unlock()
+	pin, ok := ltPins.m[[3]int{k.M, k.N, k.K}]
+	if !ok || !k.tuned {
+		pin = -1
+	}
+	return pin, ltPins.gen
+}
 
 // lt is a BLAS handle's cuBLASLt side: its handle, workspace and plans,
 // and the stream it times candidates on.
@@ -213,14 +275,18 @@ func (l *lt) matmul(p *C.mg_lt_plan, algo *C.mg_lt_algo, A, W, Cp Ptr, beta floa
 // first time.
 func (l *lt) plan(k gemmKey, A, W Ptr, s *Stream) (*ltPlan, error) {
 	k.dev = l.dev // choices are per device: an algorithm is one GPU's
+	pin, gen := pinOf(k)
 	if p, ok := l.plans[k]; ok {
-		return p, nil
+		if p.pins == gen {
+			return p, nil
+		}
+		l.drop(k) // made before a pin changed
 	}
 	desc, err := l.descriptors(k)
 	if err != nil {
 		return nil, err
 	}
-	p := &ltPlan{p: desc}
+	p := &ltPlan{p: desc, pins: gen}
 	ok := false
 	defer func() {
 		if !ok {
@@ -230,9 +296,19 @@ func (l *lt) plan(k gemmKey, A, W Ptr, s *Stream) (*ltPlan, error) {
 	ltChoice.Lock()
 	algo, chosen := ltChoice.m[k]
 	ltChoice.Unlock()
-	if chosen {
+	switch {
+	case pin >= 0:
+		algos, err := l.heuristics(desc, ltCandidates)
+		if err != nil {
+			return nil, err
+		}
+		if pin >= len(algos) {
+			return nil, fmt.Errorf("%w: %d of %d", ErrNoCandidate, pin, len(algos))
+		}
+		p.algo = algos[pin]
+	case chosen:
 		p.algo = algo
-	} else {
+	default:
 		want := 1
 		if k.tuned {
 			want = ltCandidates
@@ -241,33 +317,36 @@ func (l *lt) plan(k gemmKey, A, W Ptr, s *Stream) (*ltPlan, error) {
 		if err != nil {
 			return nil, err
 		}
-		p.algo = algos[0]
+		best := 0
 		capturing, err := s.Capturing()
 		if err != nil {
 			return nil, err
 		}
 		if len(algos) > 1 && !capturing {
-			best, err := l.fastest(desc, algos, k, A, W, s)
-			if err != nil {
+			if best, err = l.fastest(desc, algos, k, A, W, s); err != nil {
 				return nil, err
 			}
-			p.algo = algos[best]
 		}
+		p.algo = algos[best]
 		if k.tuned {
 			ltChoice.Lock()
-			ltChoice.m[k] = p.algo
+			ltChoice.m[k], ltChoice.index[k] = p.algo, best
 			ltChoice.Unlock()
 		}
 	}
 	if len(l.order) >= ltPlans {
-		old := l.order[0]
-		l.order = l.order[1:]
-		freePlan(l.plans[old].p)
-		delete(l.plans, old)
+		l.drop(l.order[0])
 	}
 	l.plans[k], l.order = p, append(l.order, k)
 	ok = true
 	return p, nil
+}
+
+// drop frees k's cached plan.
+func (l *lt) drop(k gemmKey) {
+	freePlan(l.plans[k].p)
+	delete(l.plans, k)
+	l.order = slices.DeleteFunc(l.order, func(o gemmKey) bool { return o == k })
 }
 
 // fastest returns the index of the fastest of algos for k, run on A and W

@@ -1,6 +1,7 @@
 package gpu_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -578,26 +579,91 @@ func BenchmarkPrefillShapes(b *testing.B) {
 // the times of 15 device-entry replays in milliseconds, after a warm-up.
 func prefillReplays(b *testing.B, sh benchShape) (*gpu.Engine, func() []float64) {
 	b.Helper()
+	e, replays := prefillReplaysErr(b, sh)
+	return e, func() []float64 {
+		ms, err := replays()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return ms
+	}
+}
+
+// prefillReplaysErr is prefillReplays whose replays return their error.
+func prefillReplaysErr(b *testing.B, sh benchShape) (*gpu.Engine, func() ([]float64, error)) {
+	b.Helper()
 	e, _ := bf16Engine(b, sh.d, sh.layers)
 	st, err := e.NewState(sh.B)
 	if err != nil {
 		b.Fatal(err)
 	}
 	stream, in, out := gputest.EntryBuffers(b, sh.B, sh.T, sh.d, 50280)
-	return e, func() []float64 {
+	return e, func() ([]float64, error) {
 		for _, n := range []int{0, 1} { // drop the cached graph: the next prefill captures anew
 			if err := e.SetPrefillGraphs(n); err != nil {
-				b.Fatal(err)
+				return nil, err
 			}
 		}
-		ms, err := eventTimes(stream, 15, func() error {
+		return eventTimes(stream, 15, func() error {
 			return e.PrefillDevice(st, "ids", uintptr(in.Ptr), cuda.F32, sh.B, sh.T, engine.Last, uintptr(out.Ptr),
 				cuda.F32, stream.Handle())
 		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return ms
+	}
+}
+
+// BenchmarkGemmCandidates times bf16 prefills (graph replays, CUDA events)
+// with each GEMM of the layers (in_proj, x_proj, out_proj) pinned in turn
+// to each of cuBLASLt's candidates (cuda.PinGemmCandidate), against the
+// tuned choice, the two taking turns over two rounds of 15 replays. The
+// tuning times candidates alone with their operands in L2; this asks whether
+// another candidate does better where the GEMM really runs, between the
+// layer's other kernels. A line per shape and GEMM gives the tuned choice's
+// place and each candidate's speed against it (above 1: faster).
+func BenchmarkGemmCandidates(b *testing.B) {
+	gputest.Need(b)
+	for _, sh := range []benchShape{shape("130m", 1, 2048), shape("130m", 1, 8192), shape("370m", 1, 2048)} {
+		b.Run(fmt.Sprintf("%s/B%d_T%d", sh.name, sh.B, sh.T), func(b *testing.B) {
+			e, replays := prefillReplaysErr(b, sh)
+			if _, err := replays(); err != nil { // the tuning, once
+				b.Fatal(err)
+			}
+			c, rows := e.Config(), sh.B*sh.T
+			for _, g := range []struct {
+				name string
+				N, K int
+			}{{"in_proj", 2 * c.Inner, c.Hidden}, {"x_proj", c.DTRank + 2*c.State, c.Inner}, {"out_proj", c.Hidden, c.Inner}} {
+				tuned, ok := cuda.TunedGemmCandidate(rows, g.N, g.K)
+				if !ok {
+					b.Fatalf("%s: no tuned choice for %d x %d x %d", g.name, rows, g.N, g.K)
+				}
+				line := fmt.Sprintf("candidates %s B=%d T=%d %s (%d x %d x %d, tuned: %d):", sh.name, sh.B, sh.T, g.name,
+					rows, g.N, g.K, tuned)
+				for i := 0; ; i++ {
+					var off, on []float64
+					for range 2 {
+						cuda.PinGemmCandidate(rows, g.N, g.K, -1)
+						ms, err := replays()
+						if err != nil {
+							b.Fatal(err)
+						}
+						off = append(off, ms...)
+						cuda.PinGemmCandidate(rows, g.N, g.K, i)
+						if ms, err = replays(); errors.Is(err, cuda.ErrNoCandidate) {
+							break
+						} else if err != nil {
+							b.Fatal(err)
+						}
+						on = append(on, ms...)
+					}
+					cuda.PinGemmCandidate(rows, g.N, g.K, -1)
+					if len(on) == 0 {
+						break
+					}
+					line += fmt.Sprintf("  %d %.3fx", i, gputest.Median(off)/gputest.Median(on))
+				}
+				b.Log(line)
+			}
+		})
 	}
 }
 
