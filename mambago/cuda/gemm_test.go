@@ -83,16 +83,7 @@ func TestGemmAlgos(t *testing.T) {
 // (cuda.ErrNoCandidate).
 func TestPinnedGemmCandidates(t *testing.T) {
 	gputest.Device(t)
-	s, err := cuda.NewStream()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Destroy()
-	b, err := cuda.NewBLAS(s, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Destroy()
+	s, b := newBLAS(t)
 	b.Algo = cuda.GemmLtTuned
 	for _, c := range gemmCases {
 		for i := 0; ; i++ {
@@ -112,6 +103,23 @@ func TestPinnedGemmCandidates(t *testing.T) {
 			}
 		}
 	}
+}
+
+// newBLAS returns a new stream and a BLAS handle on it, both released
+// when tb ends.
+func newBLAS(tb testing.TB) (*cuda.Stream, *cuda.BLAS) {
+	tb.Helper()
+	s, err := cuda.NewStream()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Destroy() })
+	b, err := cuda.NewBLAS(s, false)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { b.Destroy() })
+	return s, b
 }
 
 // checkGemm runs c through b on fresh random bf16 inputs and compares it
@@ -181,16 +189,7 @@ func checkGemm(t *testing.T, s *cuda.Stream, b *cuda.BLAS, c gemmCase, name stri
 // and logs them with the FLOP rate of the fastest.
 func BenchmarkGemmAlgos(b *testing.B) {
 	gputest.Device(b)
-	s, err := cuda.NewStream()
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer s.Destroy()
-	bl, err := cuda.NewBLAS(s, false)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer bl.Destroy()
+	s, bl := newBLAS(b)
 	type gemm struct {
 		name    string
 		M, N, K int
