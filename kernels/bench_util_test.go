@@ -1,6 +1,8 @@
 package kernels_test
 
 import (
+	"math"
+	"slices"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -155,4 +157,10 @@ func gemmNT64(a []float32, lda int, b []float32, M, N, K int) []float64 {
 		}
 	}
 	return out
+}
+
+// sameBits reports whether a and b hold the same float32 bits, element by
+// element (NaN equal to itself, -0 apart from 0).
+func sameBits(a, b []float32) bool {
+	return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
 }

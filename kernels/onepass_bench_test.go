@@ -77,14 +77,7 @@ func (k onePassKnob) name() string {
 // thread, bf16; 0 where it is the engine's.
 func (k onePassKnob) shared(spt int) int {
 	if k.helpers && (k.ring > 0 || k.sums > 0) {
-		ring, sums := k.ring, k.sums
-		if ring == 0 {
-			ring = 4
-		}
-		if sums == 0 {
-			sums = 2
-		}
-		return gpuengine.HelpersShared(ring, sums, 2, k.dt)
+		return gpuengine.HelpersShared(k.ring, k.sums, 2, k.dt)
 	}
 	if k.spt != spt {
 		return 0
@@ -173,9 +166,7 @@ func BenchmarkOnePass(b *testing.B) {
 				}
 				if want[k.dt] == nil {
 					want[k.dt] = got
-				} else if !slices.EqualFunc(got, want[k.dt], func(x, y float32) bool {
-					return math.Float32bits(x) == math.Float32bits(y)
-				}) {
+				} else if !sameBits(got, want[k.dt]) {
 					b.Fatalf("%s %s: output differs from the first such setting's", sh.name, k.name())
 				}
 			}
@@ -406,7 +397,7 @@ func BenchmarkOnePassTimeline(b *testing.B) {
 				got := append(download(b, s, in.y, sh.T*sh.E/2), download(b, s, in.st, len(in.st0))...)
 				if want == nil {
 					want = got
-				} else if !slices.EqualFunc(got, want, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) }) {
+				} else if !sameBits(got, want) {
 					b.Fatalf("%s %s: output differs from the engine's build", sh.name, builds[i])
 				}
 				var kernel []float64

@@ -194,9 +194,10 @@ __host__ __device__ constexpr int onepass_shared(int SPT, int TL, int BUF, int T
 // OP_WS_SP, a knob of the entries whose warps specialize: the tiles of
 // partial sums between the walk and the output warps (the walk runs up to
 // OP_WS_SP - 1 tiles ahead of the outputs). 2 is the engine's
-// (gpu.HelpersShared); 3 was written on 2026-12-01 after the device time
-// ran out (stall samples at 6b5c7b9: the walk waited on the outputs), and
-// fits 227 KB with a ring of 3 (OP_WS_BUF).
+// (gpu.HelpersShared). 3 (stall samples at 6b5c7b9: the walk waited on the
+// outputs) fits 227 KB with a ring of 3 (OP_WS_BUF), and was no faster on
+// the H200: 57.12 us for the engine's against 57.18-60.64 for the knobs at
+// 130m T=2048 (bench/NOTES.md, session of 2026-12-01 17:19).
 #ifndef OP_WS_SP
 #define OP_WS_SP 2
 #endif

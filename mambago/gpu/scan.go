@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/mambago/mambago/mambago/cuda"
@@ -257,13 +258,15 @@ const helpersRing, helpersSums = 4, 2
 
 // HelpersShared is onepass_ws_shared in kernels/scan_onepass.cu: the
 // dynamic shared memory of the one-pass entry whose warps specialize, with
-// a ring of ring tiles of 64 positions and sums tiles of partial sums:
+// a ring of ring tiles of 64 positions and sums tiles of partial sums (0
+// for either: the engine's, helpersRing and helpersSums):
 // OnePassShared's (one tile of partial sums), sums - 1 more, and ring +
 // 2·sums mbarriers; with dtf (Scan.DTProducts) ring more mbarriers and,
 // from a multiple of 16 bytes, ring tiles of dt_low rows (64 rows of
 // onePassDL floats). A build with another ring or tiles of partial sums
 // (OP_WS_BUF, OP_WS_SP) is launched with Scan.SharedBytes set to it.
 func HelpersShared(ring, sums, size int, dtf bool) int {
+	ring, sums = cmp.Or(ring, helpersRing), cmp.Or(sums, helpersSums)
 	n := OnePassShared(2, 64, ring, size) + (sums-1)*64*(onePassThreads+16)*4 + 8*(ring+2*sums)
 	if dtf {
 		n = (n+8*ring+15)/16*16 + ring*64*onePassDL*4

@@ -54,7 +54,8 @@ func TestWantedKernelsAreEntries(t *testing.T) {
 // TestOnePassSharedMatchesKernel compiles, through NVRTC (no GPU needed),
 // static_asserts that onePassShared gives the sizes kernels/scan_onepass.cu
 // computes for its entries' tiles and rings, helpersShared those of the
-// entry whose warps specialize (a kernel launched with less traps), and that scan_fixup's block, blocks an SM and shared memory are Go's.
+// entry whose warps specialize (a kernel launched with less traps), and
+// that scan_fixup's block, blocks an SM and shared memory are Go's.
 func TestOnePassSharedMatchesKernel(t *testing.T) {
 	gputest.NeedNVRTC(t)
 	src, err := kernels.Source("scan_onepass.cu")
