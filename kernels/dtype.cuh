@@ -50,6 +50,17 @@ __device__ __forceinline__ void store4(T *p, float4 v) {
     *reinterpret_cast<uint2 *>(p) = u;
 }
 
+// load4 reads four consecutive values at p (aligned to four elements) as
+// one load, in f32.
+__device__ __forceinline__ float4 load4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+template <class T>
+__device__ __forceinline__ float4 load4(const T *p) {
+    uint2 u = *reinterpret_cast<const uint2 *>(p);
+    T a, b, c, d;
+    a.bits = u.x & 0xffff, b.bits = u.x >> 16, c.bits = u.y & 0xffff, d.bits = u.y >> 16;
+    return make_float4(to_f32(a), to_f32(b), to_f32(c), to_f32(d));
+}
+
 // EACH_DTYPE(X) expands X(sfx, T) for every storage type. A kernel file
 // defines its typed entries through it, one extern "C" kernel per type named
 // <kernel>_##sfx: rmsnorm_f32, rmsnorm_bf16, rmsnorm_f16. kernels.DTypes

@@ -174,6 +174,74 @@ func TestEmbedKernel(t *testing.T) {
 	}
 }
 
+// TestRMSNormEmbedKernel checks rmsnorm_embed in every storage type
+// against float64: h must hold the table's rows bit for bit (ids outside
+// [0, V) clamped), and y must be rmsnorm_<T> of them, at widths that take
+// the kernel's one-read path (64, 768, 2560) and its two-read path (1002,
+// 3000); h and y are poisoned with NaN first.
+func TestRMSNormEmbedKernel(t *testing.T) {
+	fn, s := gpu(t)
+	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16, cuda.F16} {
+		for _, d := range []int{64, 768, 2560, 1002, 3000} {
+			V, rows := 300, 37
+			E, w := randn(V*d, 1), randn(d, 1)
+			table := E
+			if dt != cuda.F32 {
+				E, table = pack16(dt, E)
+			}
+			ids := make([]int64, rows)
+			for i := range ids {
+				ids[i] = rand.Int64N(int64(V))
+			}
+			ids[3], ids[5] = -4, int64(V)+7 // clamped to 0 and V-1
+			bE, bw, bh := upload(t, s, table), upload(t, s, w), poisoned(t, s, rows*d)
+			by := poisoned(t, s, (rows*d*dt.Size()+3)/4)
+			bids, err := cuda.Alloc(8 * rows)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer bids.Free()
+			if err := cuda.CopyIn(bids.Ptr, ids, s); err != nil {
+				t.Fatal(err)
+			}
+			name := "rmsnorm_embed_" + map[cuda.DType]string{cuda.F32: "f32", cuda.BF16: "bf16", cuda.F16: "f16"}[dt]
+			if err := fn(name).Launch(cuda.D1((rows+7)/8), cuda.D1(256), 0, s, bids.Ptr, bE.Ptr, V, bh.Ptr, bw.Ptr,
+				by.Ptr, rows, d, float32(1e-5)); err != nil {
+				t.Fatal(err)
+			}
+			h, y := download(t, s, bh, rows*d), download(t, s, by, (rows*d*dt.Size()+3)/4)
+			if dt != cuda.F32 {
+				y = unpack16(dt, y)[:rows*d]
+			}
+			want := make([]float64, rows*d)
+			for r, id := range ids {
+				id = min(max(id, 0), int64(V)-1)
+				row := E[int(id)*d : int(id+1)*d]
+				if !sameBits(h[r*d:(r+1)*d], row) {
+					t.Fatalf("%s d=%d: h's row %d is not table row %d", name, d, r, id)
+				}
+				var ss float64
+				for _, v := range row {
+					ss += float64(v) * float64(v)
+				}
+				sc := 1 / math.Sqrt(ss/float64(d)+1e-5)
+				for i, v := range row {
+					want[r*d+i] = float64(v) * sc * float64(w[i])
+				}
+			}
+			tol := 1e-5 // f32; a 16-bit y is rounded once
+			if dt == cuda.BF16 {
+				tol = 1.0 / 128
+			} else if dt == cuda.F16 {
+				tol = 1.0 / 1024
+			}
+			if e := relErr(y, want); e > tol {
+				t.Errorf("%s d=%d: y's rel err %.3g, tolerance %.3g", name, d, e, tol)
+			}
+		}
+	}
+}
+
 // TestMemsetRowsKernel checks memset_rows, which stands in for a graph's
 // memset node (cuda.MemsetEdit), at each element size, over rows with a
 // pitch: the rows' elements take the value's low bytes, and the bytes

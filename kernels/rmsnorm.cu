@@ -34,6 +34,15 @@ __device__ float block_sum(float v) {
     return total;
 }
 
+// row_of is the row of x that row r reads: ids[r] clamped to [0, V) where
+// ids is set (an embedding lookup; the host checks ids, and a bad one must
+// still never read outside the table), else r.
+__device__ __forceinline__ long long row_of(const long long *ids, int r, int V) {
+    if (!ids) return r;
+    long long id = ids[r];
+    return id < 0 ? 0 : (id >= V ? V - 1 : id);
+}
+
 // rmsnorm waits for the kernel before (pdl_wait) itself. Rows read once
 // (d % 4 == 0 and d <= 128 RMS_V) copy w, a weight that no kernel in flight
 // writes, into shared memory ahead of the wait (cp.async, so no thread
@@ -42,22 +51,32 @@ __device__ float block_sum(float v) {
 // sum from global memory, each piece of w waited for the store before it:
 // L2's latency six times in a row at d = 768, about 2 us of a 130m
 // RMSNorm's 4.6 in a prefill graph.)
-template <class T>
-__device__ void rmsnorm(const float *x, const float *__restrict__ w, T *y, int rows, int d, int ldx, int ldy,
-                        float eps) {
+//
+// Row r is x's row r (S = float, ids null), or, where ids is set, row
+// ids[r] of an embedding table x [V, d] of type S (ids clamped to [0, V),
+// ldx = d), which is also written to the residual stream h [rows, d] f32:
+// the embedding lookup and the first layer's RMSNorm in one pass.
+template <class T, class S>
+__device__ void rmsnorm(const S *x, const long long *ids, int V, float *h, const float *__restrict__ w, T *y,
+                        int rows, int d, int ldx, int ldy, float eps) {
     __shared__ __align__(16) float wsh[128 * RMS_V];
     const int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     const bool live = r < rows;  // the warp's row
-    const float *row = x + (size_t)r * ldx;
     T *out = y + (size_t)r * ldy;
+    float *hrow = h ? h + (size_t)r * d : nullptr;
     if (d % 4 != 0 || ldx % 4 != 0 || ldy % 4 != 0 || d > 128 * RMS_V) {
         pdl_wait();
         if (!live) return;
+        const S *row = x + (size_t)row_of(ids, r, V) * ldx;
         float ss = 0.f;
-        for (int i = lane; i < d; i += 32) ss += row[i] * row[i];
+        for (int i = lane; i < d; i += 32) {
+            float v = to_f32(row[i]);
+            ss += v * v;
+            if (hrow) hrow[i] = v;
+        }
         float scale = rsqrtf(warp_sum(ss) / d + eps);
         for (int i = lane; i < d; i += 32) {
-            float v = row[i] * scale;
+            float v = to_f32(row[i]) * scale;
             out[i] = from_f32<T>(w ? w[i] * v : v);
         }
         return;
@@ -65,13 +84,14 @@ __device__ void rmsnorm(const float *x, const float *__restrict__ w, T *y, int r
     if (w)
         for (int i = 4 * threadIdx.x; i < d; i += 4 * blockDim.x) cp_async_s<16>(shared_addr(wsh + i), w + i, true);
     cp_async_commit();
-    pdl_wait();
+    pdl_wait();  // before ids too: a graph's input, written by the copy before it
+    const S *row = x + (size_t)(live ? row_of(ids, r, V) : 0) * ldx;
     float4 v[RMS_V];
     float ss = 0.f;
 #pragma unroll
     for (int j = 0; j < RMS_V; j++) {
         int i = 4 * (lane + 32 * j);
-        v[j] = live && i < d ? *reinterpret_cast<const float4 *>(row + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[j] = live && i < d ? load4(row + i) : make_float4(0.f, 0.f, 0.f, 0.f);
         ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
     }
     float scale = rsqrtf(warp_sum(ss) / d + eps);
@@ -82,16 +102,26 @@ __device__ void rmsnorm(const float *x, const float *__restrict__ w, T *y, int r
     for (int j = 0; j < RMS_V; j++) {
         int i = 4 * (lane + 32 * j);
         if (i >= d) break;
+        if (hrow) store4(hrow + i, v[j]);
         float4 s = w ? *reinterpret_cast<const float4 *>(wsh + i) : make_float4(1.f, 1.f, 1.f, 1.f);
         store4(out + i, make_float4(s.x * (v[j].x * scale), s.y * (v[j].y * scale), s.z * (v[j].z * scale),
                                     s.w * (v[j].w * scale)));
     }
 }
 
+// rmsnorm_<T>: x [rows, d] f32 (row stride ldx) normed into y.
+// rmsnorm_embed_<T>: rows ids[r] of the embedding table E [V, d] (storage
+// type T) written to h [rows, d] f32 and normed into y [rows, d].
 #define RMSNORM(sfx, T)                                                                                     \
     extern "C" __global__ void rmsnorm_##sfx(const float *x, const float *__restrict__ w, T *y, int rows, int d, \
                                              int ldx, int ldy, float eps) {                                \
-        rmsnorm<T>(x, w, y, rows, d, ldx, ldy, eps);                                                        \
+        rmsnorm<T, float>(x, nullptr, 0, nullptr, w, y, rows, d, ldx, ldy, eps);                           \
+        pdl_release();                                                                                      \
+    }                                                                                                       \
+    extern "C" __global__ void rmsnorm_embed_##sfx(const long long *ids, const T *__restrict__ E, int V,      \
+                                                   float *h, const float *__restrict__ w, T *y, int rows,   \
+                                                   int d, float eps) {                                      \
+        rmsnorm<T, T>(E, ids, V, h, w, y, rows, d, d, d, eps);                                              \
         pdl_release();                                                                                      \
     }
 EACH_DTYPE(RMSNORM)

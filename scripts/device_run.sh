@@ -88,6 +88,11 @@
 #             memcheck, then against cuBLASLt's tuned pick (BenchmarkGemmTMA);
 #             with GEMMTMA_PROFILE=1 also ncu's sections and stall samples of
 #             it at $GEMMTMA_SHAPE (130m_in_proj_T2048 by default);
+#   embednorm: the first layer's RMSNorm with the embedding lookup
+#             (Engine.EmbedNorm): its kernel under memcheck, then setting_ab's
+#             tests and bf16 prefills off and on (BenchmarkEmbedNorm);
+#   tuning:   the cuBLASLt tests, then the tuning of each 130m and 370m
+#             prefill GEMM repeated with one round and three (BenchmarkLtTuning);
 #   pdl:      the prefill's kernels under programmatic dependent launch
 #             (Engine.PrefillPDL): the tests that compare it bit for bit with
 #             plain launches, memcheck over them, then bf16 graph replays with
@@ -327,6 +332,19 @@ fi
 if [[ $mode == pdl ]]; then
   echo "== the prefill's kernels under programmatic dependent launch (Engine.PrefillPDL)"
   setting_ab pdl PDL PrefillPDL pdl
+  exit $status
+fi
+if [[ $mode == embednorm ]]; then
+  echo "== Engine.EmbedNorm: the first RMSNorm looks the ids up itself (rmsnorm_embed)"
+  memcheck memcheck_embed_kernel 100 .carry/kernels.test 'RMSNormEmbed|EmbedKernel'
+  setting_ab embednorm embednorm EmbedNorm embednorm
+  exit $status
+fi
+if [[ $mode == tuning ]]; then
+  echo "== cuBLASLt's tuning repeated: which candidate each repeat picks, one round and three (BenchmarkLtTuning)"
+  run_tests tuning_test 200 .carry/cuda.test -test.v -test.run 'GemmAlgos|PinnedGemm'
+  timeout 300 .carry/cuda.test -test.v -test.run '^$' -test.bench LtTuning -test.benchtime 1x 2>&1 | tee "$OUT/tuning.log" \
+    | grep -E "picks|FAIL|panic" | sed 's/^ *gemm_test.go:[0-9]*: //'
   exit $status
 fi
 if [[ $mode == residual ]]; then

@@ -29,3 +29,25 @@ func (b *BLAS) TimeLtCandidates(M, N, K int, A Ptr, lda int, W, C Ptr, ldc, want
 	}
 	return ms, nil
 }
+
+// TuneLt runs the tuning a tuned bf16 GEMM runs the first time the process
+// meets its shape (Gemm's arguments; C is the tuning's own scratch), in
+// rounds rounds, and returns the candidate it picks and every candidate's
+// median, in milliseconds a run.
+func (b *BLAS) TuneLt(M, N, K int, A Ptr, lda int, W Ptr, ldc int, beta float32, rounds int) (int, []float32, error) {
+	l, err := b.ltSide()
+	if err != nil {
+		return 0, nil, err
+	}
+	k := gemmKey{M: M, N: N, K: K, lda: lda, ldc: ldc, ab: BF16, c: F32, accumulate: beta != 0, tuned: true}
+	desc, err := l.descriptors(k)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer freePlan(desc)
+	algos, err := l.heuristics(desc, ltCandidates)
+	if err != nil {
+		return 0, nil, err
+	}
+	return l.fastest(desc, algos, k, A, W, b.s, rounds)
+}

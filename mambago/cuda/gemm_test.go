@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -240,6 +241,61 @@ func BenchmarkGemmAlgos(b *testing.B) {
 			pa.Free()
 			pw.Free()
 			pc.Free()
+		}
+	}
+}
+
+// BenchmarkLtTuning repeats the tuned GEMMs' tuning (cuBLASLt's first 8
+// candidates timed on the GEMM's own operands) at the engine's 130m and
+// 370m prefill shapes, with one round of timings and with ltRounds, and
+// logs which candidate each repeat picked: a pick that changes between
+// repeats is one that changes between processes. bench/results/
+// 2026-12-01-candidates.md has each candidate's speed in place.
+func BenchmarkLtTuning(b *testing.B) {
+	gputest.Device(b)
+	s, bl := newBLAS(b)
+	const repeats = 12
+	type gemm struct {
+		name    string
+		M, N, K int
+		beta    float32
+	}
+	var shapes []gemm
+	for _, m := range []struct {
+		name          string
+		d, E, R, rows int
+	}{{"130m T2048", 768, 1536, 48, 2048}, {"130m T8192", 768, 1536, 48, 8192}, {"370m T2048", 1024, 2048, 64, 2048}} {
+		shapes = append(shapes, gemm{m.name + " in_proj", m.rows, 2 * m.E, m.d, 0},
+			gemm{m.name + " x_proj", m.rows, m.R + 32, m.E, 0}, gemm{m.name + " out_proj", m.rows, m.d, m.E, 1})
+	}
+	for range b.N {
+		for _, g := range shapes {
+			_, abits := bf16Values(g.M * g.K)
+			_, wbits := bf16Values(g.N * g.K)
+			pa, pw := upload(b, s, abits), upload(b, s, wbits)
+			for _, rounds := range []int{1, 3} {
+				picks := map[int]int{}
+				var spread []string
+				start := time.Now()
+				for range repeats {
+					best, med, err := bl.TuneLt(g.M, g.N, g.K, pa.Ptr, g.K, pw.Ptr, g.N, g.beta, rounds)
+					if err != nil {
+						b.Fatal(err)
+					}
+					picks[best]++
+					if len(spread) < 2 {
+						line := ""
+						for _, m := range med {
+							line += fmt.Sprintf(" %.2f", 1e3*m)
+						}
+						spread = append(spread, line)
+					}
+				}
+				b.Logf("%-20s rounds=%d picks %v (%.1f ms a tuning); medians of the first two tunings, us:%s |%s",
+					g.name, rounds, picks, float64(time.Since(start).Microseconds())/1e3/repeats, spread[0], spread[1])
+			}
+			pa.Free()
+			pw.Free()
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -59,9 +60,10 @@ const (
 	// for Hopper; algorithms that need more are never picked.
 	ltWorkspace = 32 << 20
 	// ltCandidates bounds the algorithms GemmLtTuned times, ltTimedRuns
-	// the runs of each.
+	// the runs of each timing and ltRounds the timings of each (fastest).
 	ltCandidates = 8
 	ltTimedRuns  = 5
+	ltRounds     = 3
 	// ltPlans bounds the plans a handle caches (one per shape met; a
 	// prefill meets three or four a chunk length): the oldest goes first.
 	ltPlans = 256
@@ -95,7 +97,7 @@ type gemmKey struct {
 type ltPlan struct {
 	p    *C.mg_lt_plan
 	algo C.mg_lt_algo
-	pins int
+	pins int64
 }
 
 // ltChoice is the algorithm chosen for a shape, process-wide (GemmLtTuned),
@@ -108,11 +110,12 @@ var ltChoice = struct {
 
 // ltPins are the candidates PinGemmCandidate pinned, by shape (M, N, K),
 // process-wide; gen counts their changes, so that handles remake the plans
-// they made before one.
+// they made before one. gen is written under the lock and read without it,
+// so that a GEMM whose plan is cached takes no lock.
 var ltPins = struct {
 	sync.Mutex
 	m   map[[3]int]int
-	gen int
+	gen atomic.Int64
 }{m: map[[3]int]int{}}
 
 // ErrNoCandidate is the error of a GEMM whose shape is pinned to a
@@ -135,7 +138,7 @@ func PinGemmCandidate(M, N, K, i int) {
 	} else {
 		ltPins.m[[3]int{M, N, K}] = i
 	}
-	ltPins.gen++
+	ltPins.gen.Add(1)
 }
 
 // TunedGemmCandidate reports which of the heuristic's candidates the tuning
@@ -152,14 +155,14 @@ func TunedGemmCandidate(M, N, K int) (int, bool) {
 }
 
 // pinOf returns k's pinned candidate (or -1) and the pins' generation.
-func pinOf(k gemmKey) (pin, gen int) {
+func pinOf(k gemmKey) (pin int, gen int64) {
 	ltPins.Lock()
 	defer ltPins.Unlock()
 	pin, ok := ltPins.m[[3]int{k.M, k.N, k.K}]
 	if !ok || !k.tuned {
 		pin = -1
 	}
-	return pin, ltPins.gen
+	return pin, ltPins.gen.Load()
 }
 
 // lt is a BLAS handle's cuBLASLt side: its handle, workspace and plans,
@@ -275,13 +278,13 @@ func (l *lt) matmul(p *C.mg_lt_plan, algo *C.mg_lt_algo, A, W, Cp Ptr, beta floa
 // first time.
 func (l *lt) plan(k gemmKey, A, W Ptr, s *Stream) (*ltPlan, error) {
 	k.dev = l.dev // choices are per device: an algorithm is one GPU's
-	pin, gen := pinOf(k)
 	if p, ok := l.plans[k]; ok {
-		if p.pins == gen {
+		if p.pins == ltPins.gen.Load() {
 			return p, nil
 		}
 		l.drop(k) // made before a pin changed
 	}
+	pin, gen := pinOf(k)
 	desc, err := l.descriptors(k)
 	if err != nil {
 		return nil, err
@@ -323,7 +326,7 @@ func (l *lt) plan(k gemmKey, A, W Ptr, s *Stream) (*ltPlan, error) {
 			return nil, err
 		}
 		if len(algos) > 1 && !capturing {
-			if best, err = l.fastest(desc, algos, k, A, W, s); err != nil {
+			if best, _, err = l.fastest(desc, algos, k, A, W, s, ltRounds); err != nil {
 				return nil, err
 			}
 		}
@@ -352,51 +355,65 @@ func (l *lt) drop(k gemmKey) {
 // fastest returns the index of the fastest of algos for k, run on A and W
 // into scratch the size of k's C: each timed as a graph of ltTimedRuns runs
 // (GPU time alone: launched one by one, a small GEMM's time is its host
-// overhead's). The graphs run on l's own tuning stream, after the work
-// queued on s (which produced A), since s may be one that cannot capture
-// (a caller's legacy default stream); it returns when they are done.
-// Without the device memory for the scratch it picks the first.
-func (l *lt) fastest(p *C.mg_lt_plan, algos []C.mg_lt_algo, k gemmKey, A, W Ptr, s *Stream) (int, error) {
+// overhead's), in rounds rounds, each round in another order, and ranked
+// by the median of its rounds (one timing each let noise pick among
+// candidates a few percent apart, a different one in each process). The
+// graphs run on l's own tuning stream, after the work queued on s (which
+// produced A), since s may be one that cannot capture (a caller's legacy
+// default stream); it returns when they are done. It also returns every
+// candidate's median, in milliseconds a run. Without the device memory for
+// the scratch it picks the first and returns no times.
+func (l *lt) fastest(p *C.mg_lt_plan, algos []C.mg_lt_algo, k gemmKey, A, W Ptr, s *Stream, rounds int) (int, []float32, error) {
 	if l.tune == nil {
 		t, err := NewStream()
 		if err != nil {
-			return 0, err
+			return 0, nil, err
 		}
 		l.tune = t
 	}
 	ready, err := NewEvent()
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer ready.Destroy()
 	if err := ready.Record(s); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	if err := l.tune.Wait(ready); err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	scratch, err := Alloc(k.M * k.ldc * k.c.Size())
 	if err != nil { // no room to time them: the heuristic's first
-		return 0, nil
+		return 0, nil, nil
 	}
 	defer scratch.Free()
 	beta := float32(0)
 	if k.accumulate {
 		beta = 1
 	}
-	best, bestMs := 0, float32(0)
-	for i := range algos {
-		ms, err := TimeGraph(l.tune, ltTimedRuns, func() error {
-			return l.matmul(p, &algos[i], A, W, scratch.Ptr, beta, l.tune.handle())
-		})
-		if err != nil {
-			return 0, err
-		}
-		if i == 0 || ms < bestMs {
-			best, bestMs = i, ms
+	times := make([][]float32, len(algos))
+	for r := range rounds {
+		for j := range algos {
+			i := (j + r) % len(algos) // each round starts one candidate later
+			ms, err := TimeGraph(l.tune, ltTimedRuns, func() error {
+				return l.matmul(p, &algos[i], A, W, scratch.Ptr, beta, l.tune.handle())
+			})
+			if err != nil {
+				return 0, nil, err
+			}
+			times[i] = append(times[i], ms)
 		}
 	}
-	return best, nil
+	medians := make([]float32, len(algos))
+	best := 0
+	for i, t := range times {
+		slices.Sort(t)
+		medians[i] = t[len(t)/2]
+		if medians[i] < medians[best] {
+			best = i
+		}
+	}
+	return best, medians, nil
 }
 
 // ltLayout returns the shim's heuristic result layout (mg_lt_layout): its

@@ -443,6 +443,14 @@ func BenchmarkResidualPrefetch(b *testing.B) {
 		})
 }
 
+// BenchmarkEmbedNorm times bf16 prefills with Engine.EmbedNorm off and on
+// (compareSettings), at the shapes of prefillShapes and at 130m and 370m
+// B=1 T=8192.
+func BenchmarkEmbedNorm(b *testing.B) {
+	shapes := append([]benchShape{shape("130m", 1, 8192), shape("370m", 1, 8192)}, prefillShapes...)
+	compareSettings(b, "embednorm", shapes, func(e *gpu.Engine, on bool) { e.EmbedNorm = on })
+}
+
 // BenchmarkMemsetEdits times bf16 prefills with cuBLASLt's memsets as
 // captured, against each edit (Engine.MemsetKernels, Engine.HoistMemsets,
 // both), at the shapes of prefillShapes and at 130m and 370m B=1 T=8192

@@ -122,6 +122,13 @@ type Engine struct {
 	// T=2048 +0.5-0.9%, 370m +0.4-0.7%; larger rows (1.4b B=1, T=8192, B=8)
 	// gained nothing or lost up to 1.2%. Set it before capturing graphs.
 	ResidualPrefetch int
+	// EmbedNorm has the first layer's RMSNorm look the token ids up in the
+	// embedding table itself (rmsnorm_embed), writing the residual stream
+	// as it norms it, in place of the embedding kernel before it: a kernel
+	// a chunk fewer, and the stream written once instead of written and
+	// read again. Same bits. New turns it on. Set it before capturing
+	// graphs.
+	EmbedNorm bool
 	// MemsetKernels and HoistMemsets edit cuBLASLt's memsets of its
 	// workspace in captured graphs (cuda.MemsetEdit), where the kernel
 	// before them is one of the engine's own, which never touch the
@@ -206,7 +213,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true}
+		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, EmbedNorm: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4
 	}
@@ -549,9 +556,15 @@ func (e *Engine) rmsnorm(name string, pdl bool, x, w, y cuda.Ptr, rows, d int, e
 // rmsnormRows is rmsnorm over rows that start ldx elements apart in x and
 // ldy apart in y (both at least d).
 func (e *Engine) rmsnormRows(name string, pdl bool, x, w, y cuda.Ptr, rows, d, ldx, ldy int, eps float64) error {
+	grid, block := rmsnormGrid(rows)
+	return e.fn[name].LaunchMaybePDL(pdl, grid, block, 0, e.stream, x, w, y, rows, d, ldx, ldy, float32(eps))
+}
+
+// rmsnormGrid is the launch shape of kernels/rmsnorm.cu's entries over
+// rows rows: a warp a row, 8 rows a block.
+func rmsnormGrid(rows int) (grid, block cuda.Dim3) {
 	const rowsPerBlock = 8
-	return e.fn[name].LaunchMaybePDL(pdl, cuda.D1((rows+rowsPerBlock-1)/rowsPerBlock), cuda.D1(32*rowsPerBlock), 0,
-		e.stream, x, w, y, rows, d, ldx, ldy, float32(eps))
+	return cuda.D1((rows + rowsPerBlock - 1) / rowsPerBlock), cuda.D1(32 * rowsPerBlock)
 }
 
 // grid1 returns a 1-D grid covering n elements with 256-thread blocks, capped

@@ -10,7 +10,7 @@ import (
 // typedKernels have one entry per storage type (kernels.DTypes), named
 // <kernel>_<suffix>; plainKernels have one f32 entry.
 var (
-	typedKernels = []string{"embed", "rmsnorm", "to", "conv_silu", "scan_chunk_sum", "scan_chunk_out",
+	typedKernels = []string{"embed", "rmsnorm", "rmsnorm_embed", "to", "conv_silu", "scan_chunk_sum", "scan_chunk_out",
 		"scan_chunk_sum_st", "scan_chunk_out_st", "scan_onepass2", "scan_onepass4", "scan_onepass2s", "scan_onepass2w", "scan_onepass2wd", "scan_fixup", "step_in", "gemv",
 		"step_in_r4", "gemv_r4", "step_in_b1", "gemv_b1", "step_in_r4_b1", "gemv_r4_b1", "from"}
 	plainKernels = []string{"scale_f32", "add_bias_f32", "memset_rows", "rmsnorm_dbc_f32", "scan_carry_f32",

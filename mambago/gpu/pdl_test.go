@@ -22,8 +22,9 @@ import (
 // kernel read its predecessor's results before they were all written; for
 // Engine.ResidualPrefetch, that asking L2 for out_proj's residual rows
 // changes nothing else; for Engine.MemsetKernels and HoistMemsets, that
-// the graphs' edited memsets and edges keep every kernel's inputs ready.
-// Fresh random inputs each run; outputs start as NaN.
+// the graphs' edited memsets and edges keep every kernel's inputs ready;
+// for Engine.EmbedNorm, that the first RMSNorm's lookup writes the
+// embedding kernel's residual stream. Fresh random inputs each run; outputs start as NaN.
 func TestPrefillSettingsMatch(t *testing.T) {
 	gputest.Need(t)
 	features, err := checkpoint.Load(filepath.Join(fixture.Root(), "features"))
@@ -42,6 +43,7 @@ func TestPrefillSettingsMatch(t *testing.T) {
 			}
 		}},
 		{"memsets", func(e *gpu.Engine, on bool) { e.MemsetKernels, e.HoistMemsets = on, on }},
+		{"embednorm", func(e *gpu.Engine, on bool) { e.EmbedNorm = on }},
 	}
 	for _, tc := range []struct {
 		name string

@@ -156,7 +156,8 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 	}
 	for t0 := 0; t0 < T; t0 += tc {
 		n := min(tc, T-t0)
-		if err := e.embed(src, t0, n); err != nil {
+		gather, err := e.embed(src, t0, n, e.EmbedNorm)
+		if err != nil {
 			return err
 		}
 		// Pooled to the last position, only the last chunk's last position
@@ -165,7 +166,11 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 		// states need every position of the rest).
 		lastOnly := pool == engine.Last && t0+n == T
 		for l := range e.layers {
-			if err := e.block(l, B, n, s, lastOnly && l == len(e.layers)-1); err != nil {
+			ids := cuda.Ptr(0)
+			if l == 0 {
+				ids = gather
+			}
+			if err := e.block(l, B, n, s, lastOnly && l == len(e.layers)-1, ids); err != nil {
 				return err
 			}
 		}
@@ -192,7 +197,6 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 			continue
 		}
 		grid := cuda.Dim3{X: (d + 255) / 256, Y: B, Z: 1}
-		var err error
 		if pool == engine.All {
 			err = e.launch("pool_f32", grid, cuda.D1(256), 0, ws.x.Ptr, out, n, d, 2, 0, T, t0)
 		} else { // Sum and Mean
@@ -220,10 +224,14 @@ func lastRows(p cuda.Ptr, n, width, size int) (cuda.Ptr, int) {
 }
 
 // embed fills the residual stream ws.h [B, n, d] for positions t0..t0+n-1.
-func (e *Engine) embed(src source, t0, n int) error {
+// With gather, a prompt of token ids is only put in place: embed returns
+// the device ids [B*n], which the first layer's RMSNorm then looks up
+// itself (Engine.EmbedNorm); otherwise it returns 0.
+func (e *Engine) embed(src source, t0, n int, gather bool) (cuda.Ptr, error) {
 	c, ws, in := e.cfg, &e.ws, src.in
 	B, d, rows := in.B, c.Hidden, in.B*n
 	ids, embeds, features := ws.ids.Ptr, ws.h.Ptr, ws.in.Ptr
+	var err error
 	switch {
 	case src.dev != 0 && src.kind == "ids":
 		ids = src.dev
@@ -236,32 +244,32 @@ func (e *Engine) embed(src source, t0, n int) error {
 		for b := 0; b < B; b++ {
 			chunkIDs = append(chunkIDs, in.IDs[b*in.T+t0:b*in.T+t0+n]...)
 		}
-		if err := cuda.CopyIn(ids, chunkIDs, e.stream); err != nil {
-			return err
-		}
+		err = cuda.CopyIn(ids, chunkIDs, e.stream)
 	case in.Embeds != nil:
-		if err := cuda.CopyIn(embeds, chunk(in.Embeds, B, in.T, d, t0, n), e.stream); err != nil {
-			return err
-		}
+		err = cuda.CopyIn(embeds, chunk(in.Embeds, B, in.T, d, t0, n), e.stream)
 	default:
-		if err := cuda.CopyIn(features, chunk(in.Features, B, in.T, c.InputDim, t0, n), e.stream); err != nil {
-			return err
-		}
+		err = cuda.CopyIn(features, chunk(in.Features, B, in.T, c.InputDim, t0, n), e.stream)
+	}
+	if err != nil {
+		return 0, err
 	}
 	switch {
 	case in.IDs != nil || src.kind == "ids":
-		return e.launch(e.typed("embed"), cuda.D1(rows), cuda.D1(256), 0, ids, e.emb, ws.h.Ptr, c.Vocab, d)
+		if gather {
+			return ids, nil
+		}
+		return 0, e.launch(e.typed("embed"), cuda.D1(rows), cuda.D1(256), 0, ids, e.emb, ws.h.Ptr, c.Vocab, d)
 	case in.Embeds != nil || src.kind == "embeds":
 		if embeds != ws.h.Ptr {
-			return cuda.Copy(ws.h.Ptr, embeds, 4*rows*d, e.stream)
+			return 0, cuda.Copy(ws.h.Ptr, embeds, 4*rows*d, e.stream)
 		}
-		return nil
+		return 0, nil
 	default:
 		F := c.InputDim
 		if err := e.blas.GemmNT(rows, d, F, features, F, e.inputProj, ws.h.Ptr, d, 0); err != nil {
-			return err
+			return 0, err
 		}
-		return e.addBias(ws.h.Ptr, d, e.inputBias, rows, d)
+		return 0, e.addBias(ws.h.Ptr, d, e.inputBias, rows, d)
 	}
 }
 
@@ -306,8 +314,10 @@ func (e *Engine) addBias(x cuda.Ptr, ld int, bias cuda.Ptr, rows, n int) error {
 // block runs layer l over the chunk of B sequences of n positions in the
 // workspace, continuing from and updating the layer's carried state. With
 // lastOnly, out_proj adds into the residual stream at each sequence's last
-// position only (the rest of ws.h is then stale).
-func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
+// position only (the rest of ws.h is then stale). Where ids is set (the
+// first layer, Engine.EmbedNorm), its RMSNorm looks the chunk's token ids
+// [B*n] up itself and writes the residual stream.
+func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr) error {
 	c, g, ws := e.cfg, e.layers[l], &e.ws
 	rows, d, E, R, N, K, dt := B*n, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel, e.dt
 	fused := e.ConvXProjFused() // the conv stage runs x_proj too
@@ -333,6 +343,11 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool) error {
 		{"rmsnorm", func() error {
 			if e.outNormFused(l - 1) {
 				return nil // the previous layer's out_proj wrote ws.x
+			}
+			if ids != 0 {
+				grid, block := rmsnormGrid(rows)
+				return e.fn[e.typed("rmsnorm_embed")].LaunchMaybePDL(e.PrefillPDL, grid, block, 0, e.stream,
+					ids, e.emb, c.Vocab, ws.h.Ptr, g.norm, ws.x.Ptr, rows, d, float32(c.Eps))
 			}
 			return e.rmsnorm(e.typed("rmsnorm"), e.PrefillPDL, ws.h.Ptr, g.norm, ws.x.Ptr, rows, d, c.Eps)
 		}},

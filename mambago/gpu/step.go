@@ -52,7 +52,7 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	if err := cuda.Fill32(logits, math.Float32bits(float32(math.NaN())), B*V, e.stream); err != nil {
 		return err
 	}
-	if err := e.embed(src, 0, 1); err != nil {
+	if _, err := e.embed(src, 0, 1, false); err != nil {
 		return err
 	}
 	block, eps := cuda.D1(32*stepWarps), float32(c.Eps)
