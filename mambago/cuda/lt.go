@@ -404,16 +404,24 @@ func (l *lt) fastest(p *C.mg_lt_plan, algos []C.mg_lt_algo, k gemmKey, A, W Ptr,
 			times[i] = append(times[i], ms)
 		}
 	}
-	medians := make([]float32, len(algos))
+	best, medians := fastestOf(times)
+	return best, medians, nil
+}
+
+// fastestOf returns the index of the candidate whose timings (times[i],
+// one or more each) have the least median, the first of equals, and every
+// candidate's median (the upper one of an even count).
+func fastestOf(times [][]float32) (int, []float32) {
+	medians := make([]float32, len(times))
 	best := 0
 	for i, t := range times {
-		slices.Sort(t)
+		t = slices.Sorted(slices.Values(t))
 		medians[i] = t[len(t)/2]
 		if medians[i] < medians[best] {
 			best = i
 		}
 	}
-	return best, medians, nil
+	return best, medians
 }
 
 // ltLayout returns the shim's heuristic result layout (mg_lt_layout): its
