@@ -91,6 +91,8 @@
 #   embednorm: the first layer's RMSNorm with the embedding lookup
 #             (Engine.EmbedNorm): its kernel under memcheck, then setting_ab's
 #             tests and bf16 prefills off and on (BenchmarkEmbedNorm);
+#   onepassknobs: the one-pass scan alone, the engine's build against each
+#             setting named in $ONEPASS_KNOBS (BenchmarkOnePass), no sanitizers;
 #   tuning:   the cuBLASLt tests, then the tuning of each 130m and 370m
 #             prefill GEMM repeated with one round and three (BenchmarkLtTuning);
 #   pdl:      the prefill's kernels under programmatic dependent launch
@@ -338,6 +340,11 @@ if [[ $mode == embednorm ]]; then
   echo "== Engine.EmbedNorm: the first RMSNorm looks the ids up itself (rmsnorm_embed)"
   memcheck memcheck_embed_kernel 100 .carry/kernels.test 'RMSNormEmbed|EmbedKernel'
   setting_ab embednorm embednorm EmbedNorm embednorm
+  exit $status
+fi
+if [[ $mode == onepassknobs ]]; then
+  echo "== the one-pass scan alone with each of \$ONEPASS_KNOBS beside the engine's build (BenchmarkOnePass, taking turns; bits compared)"
+  bench_log onepass_knobs 300 .carry/kernels.test OnePass "onepass |differs"
   exit $status
 fi
 if [[ $mode == tuning ]]; then
