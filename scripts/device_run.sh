@@ -350,8 +350,7 @@ fi
 if [[ $mode == tuning ]]; then
   echo "== cuBLASLt's tuning repeated: which candidate each repeat picks, one round and three (BenchmarkLtTuning)"
   run_tests tuning_test 200 .carry/cuda.test -test.v -test.run 'GemmAlgos|PinnedGemm'
-  timeout 300 .carry/cuda.test -test.v -test.run '^$' -test.bench LtTuning -test.benchtime 1x 2>&1 | tee "$OUT/tuning.log" \
-    | grep -E "picks|FAIL|panic" | sed 's/^ *gemm_test.go:[0-9]*: //'
+  bench_log tuning 300 .carry/cuda.test LtTuning "picks"
   exit $status
 fi
 if [[ $mode == residual ]]; then
