@@ -204,7 +204,7 @@ func TestRMSNormEmbedKernel(t *testing.T) {
 			if err := cuda.CopyIn(bids.Ptr, ids, s); err != nil {
 				t.Fatal(err)
 			}
-			name := "rmsnorm_embed_" + map[cuda.DType]string{cuda.F32: "f32", cuda.BF16: "bf16", cuda.F16: "f16"}[dt]
+			name := "rmsnorm_embed_" + dt.Suffix()
 			if err := fn(name).Launch(cuda.D1((rows+7)/8), cuda.D1(256), 0, s, bids.Ptr, bE.Ptr, V, bh.Ptr, bw.Ptr,
 				by.Ptr, rows, d, float32(1e-5)); err != nil {
 				t.Fatal(err)

@@ -24,7 +24,8 @@ import (
 // changes nothing else; for Engine.MemsetKernels and HoistMemsets, that
 // the graphs' edited memsets and edges keep every kernel's inputs ready;
 // for Engine.EmbedNorm, that the first RMSNorm's lookup writes the
-// embedding kernel's residual stream. Fresh random inputs each run; outputs start as NaN.
+// embedding kernel's residual stream. Fresh random inputs each run;
+// outputs start as NaN.
 func TestPrefillSettingsMatch(t *testing.T) {
 	gputest.Need(t)
 	features, err := checkpoint.Load(filepath.Join(fixture.Root(), "features"))
