@@ -265,18 +265,6 @@ struct onepass_lowcopies {
 // and both n8 halves of the channels; a thread keeps its fragments of the
 // weights (bh, bl) and its 4 channels' biases in registers. Positions past
 // T and channels past E get dt = 0, which leaves a state as it is.
-//
-// OP_DTP, a knob (a build for BenchmarkOnePass and BenchmarkOnePassTimeline,
-// not the engine's): 1 or 3 fixes the TF32 products at compile time, so
-// that the other count's split and products leave the code (a launch asking
-// for another count traps); 0, the default, reads them from the launch. The
-// SASS of a tile's time step at 0 holds both counts' instructions, 460 for
-// one warp's 16 rows, and tile 0's time step, which every block's walk
-// waits for, took 0.95 us (bench/NOTES.md, session of 2026-12-01 18:15):
-// about 4 cycles an instruction, a single warp's dependent chain.
-#ifndef OP_DTP
-#define OP_DTP 0
-#endif
 struct onepass_dt {
     static constexpr int KC = OP_RMAX / 8;  // k chunks at most
     unsigned bh[KC][2][2], bl[KC][2][2];
@@ -286,8 +274,7 @@ struct onepass_dt {
     // loads nothing.)
     __device__ __forceinline__ onepass_dt(const onepass_dtargs &a, int c0, int E, int R, unsigned tid) {
         const int lane = tid % 32, g = lane / 4, q = lane % 4;
-        products = OP_DTP ? OP_DTP : a.products, chunks = a.W ? R / 8 : 0;
-        if (OP_DTP && a.W && a.products != OP_DTP) __trap();  // a build for one count, launched for the other
+        products = a.products, chunks = a.W ? R / 8 : 0;
 #pragma unroll
         for (int n = 0; n < 2; n++) {
             const int c = c0 + n * 8 + g, cb = c0 + n * 8 + 2 * q;

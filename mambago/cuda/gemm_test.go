@@ -247,7 +247,7 @@ func BenchmarkGemmAlgos(b *testing.B) {
 
 // BenchmarkLtTuning repeats the tuned GEMMs' tuning (cuBLASLt's first 8
 // candidates timed on the GEMM's own operands) at the engine's 130m and
-// 370m prefill shapes, with one round of timings and with ltRounds, and
+// 370m prefill shapes, with one round of timings and with three, and
 // logs which candidate each repeat picked: a pick that changes between
 // repeats is one that changes between processes. bench/results/
 // 2026-12-01-candidates.md has each candidate's speed in place.

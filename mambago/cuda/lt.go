@@ -61,9 +61,13 @@ const (
 	ltWorkspace = 32 << 20
 	// ltCandidates bounds the algorithms GemmLtTuned times, ltTimedRuns
 	// the runs of each timing and ltRounds the timings of each (fastest).
+	// One round: on the H200, 12 repeats of each 130m and 370m prefill
+	// GEMM's tuning picked the same candidate every time with one round as
+	// with three, and three took up to 2.4 times as long (BenchmarkLtTuning,
+	// bench/results/2026-12-01-tuning-embednorm.md).
 	ltCandidates = 8
 	ltTimedRuns  = 5
-	ltRounds     = 3
+	ltRounds     = 1
 	// ltPlans bounds the plans a handle caches (one per shape met; a
 	// prefill meets three or four a chunk length): the oldest goes first.
 	ltPlans = 256

@@ -126,13 +126,11 @@ type Engine struct {
 	// embedding table itself (rmsnorm_embed), writing the residual stream
 	// as it norms it, in place of the embedding kernel before it: a kernel
 	// a chunk fewer, and the stream written once instead of written and
-	// read again. Same bits (TestPrefillSettingsMatch). Off by default
-	// until it has run on a GPU: written in a session without one, its
-	// kernel has only been compiled (NVRTC, sm_90, no spills); the
-	// prediction is about 4 µs less a 130m call at T=2048 (the embedding
-	// kernel took 6.0 µs there, 2.3 of it fixed) and the GPU run to take is
-	// `device_run.sh <commit> embednorm` (bench/NOTES.md). Set it before
-	// capturing graphs.
+	// read again. Same bits (TestPrefillSettingsMatch). On by default: bf16
+	// graph replays on the H200 gave 1.000-1.005x at the bars' shapes (about
+	// 3 µs less a 130m call at T=2048, as predicted; BenchmarkEmbedNorm,
+	// bench/results/2026-12-01-tuning-embednorm.md). Set it before capturing
+	// graphs.
 	EmbedNorm bool
 	// MemsetKernels and HoistMemsets edit cuBLASLt's memsets of its
 	// workspace in captured graphs (cuda.MemsetEdit), where the kernel
@@ -218,7 +216,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true}
+		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4
 	}
