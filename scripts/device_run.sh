@@ -289,6 +289,13 @@ if [[ $mode == xproj ]]; then
       --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
       --section LaunchStats .carry/kernels.test -test.run '^TestXProjKernel$' 2>&1 | tee "$OUT/xproj_ncu.txt" \
       | grep -E "Duration|Throughput|Busy|Hit Rate|Achieved Occ|Theoretical Occ|Cluster|Stall|Warp Cycles|Issued" | head -40
+    echo "== stall samples of xproj10_bf16 at 130m T=2048, in BenchmarkXProj's graphs (L2 warm)"
+    source_stalls xproj xproj10_bf16 40 .carry/kernels.test 'XProj$/130m_T2048' --cache-control none
+    echo "== cuBLASLt's x_proj kernel at the same shape and caches, for comparison"
+    timeout 120 ncu --cache-control none --clock-control none -k 'regex:nvjet' --launch-skip 40 --launch-count 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section LaunchStats \
+      .carry/kernels.test -test.run '^$' -test.bench 'XProj$/130m_T2048' -test.benchtime 1x 2>&1 | tee "$OUT/xproj_nvjet_ncu.txt" \
+      | grep -E "nvjet|Duration|Throughput|Hit Rate|Grid Size|Cluster|Registers|Shared Memory Config|Warp Cycles|Issued" | head -30
   fi
   [[ -n ${XPROJ_NO_PREFILL:-} ]] && exit $status
   echo "== bf16 prefills, x_proj on cuBLAS against ours (BenchmarkOwnXProj)"
