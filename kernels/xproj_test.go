@@ -2,7 +2,10 @@ package kernels_test
 
 import (
 	"fmt"
+	"strings"
 	"testing"
+
+	"github.com/mambago/mambago/kernels"
 
 	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/mambago/cuda"
@@ -23,6 +26,49 @@ func TestXProjKernel(t *testing.T) {
 	if d := gputest.Device(t); d.Major != 9 || d.Minor != 0 {
 		t.Skipf("xproj is compiled for sm_90a (clusters); this GPU is sm_%d%d", d.Major, d.Minor)
 	}
+	builds := map[string]func(string) *cuda.Function{"engine": fn}
+	for _, k := range xprojKnobs {
+		builds[k.name] = xprojBuild(t, k.opts)
+	}
+	for name, fn := range builds {
+		t.Run(name, func(t *testing.T) {
+			gputest.Device(t) // a subtest runs on its own goroutine: the context made current on its thread
+			testXProj(t, fn, s)
+		})
+	}
+}
+
+// xprojKnob is a build of xproj.cu with other NVRTC options, tested and
+// timed beside the engine's.
+type xprojKnob struct{ name, opts string }
+
+// xprojKnobs are xproj.cu's builds besides the engine's: the copies from
+// all warps (XP_ISSUE), W's rows in an order rotated by the cluster
+// (XP_ROT), and copies by cp.async (XP_BULK=0).
+var xprojKnobs = []xprojKnob{
+	{"copies from 8 warps", "-DXP_ISSUE=1"}, {"W rotated", "-DXP_ROT=7"}, {"both", "-DXP_ISSUE=1 -DXP_ROT=7"},
+	{"cp.async", "-DXP_BULK=0"},
+}
+
+// xprojBuild compiles xproj.cu for sm_90a with opts and returns its
+// functions by name.
+func xprojBuild(tb testing.TB, opts string) func(string) *cuda.Function {
+	src, err := kernels.Source("xproj.cu")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m := loadSourceFor(tb, "sm_90a", src, "xproj.cu", strings.Fields(opts)...)
+	return func(name string) *cuda.Function {
+		f, err := m.Function(name)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return f
+	}
+}
+
+// testXProj is TestXProjKernel for one build.
+func testXProj(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream) {
 	for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
 		for _, tc := range []xprojCase{{2048, 1536, 80}, {300, 2048, 96}, {1, 1536, 80}, {130, 512, 44}, {64, 768, 16},
 			{77, 1024, 92}} {
@@ -59,20 +105,17 @@ func TestXProjKernel(t *testing.T) {
 // turns over 9 rounds; medians), at the 130m and 370m shapes: the engine's
 // build with PDL (back to back, each launch's weight copies overlap the
 // one before; in a prefill the conv comes before it) and without, and the
-// build that copies with cp.async (XP_BULK=0). Each is checked against
+// builds of xprojKnobs with PDL. Each is checked against
 // cuBLAS's output first (within 1e-5 of its largest value).
 func BenchmarkXProj(b *testing.B) {
-	d, fn, s, src, _ := kernelBench(b, "xproj.cu")
+	d, fn, s, _, _ := kernelBench(b, "xproj.cu")
 	if d.Major != 9 || d.Minor != 0 {
 		b.Skipf("xproj is compiled for sm_90a (clusters); this GPU is sm_%d%d", d.Major, d.Minor)
 	}
-	cpAsync := loadSourceFor(b, "sm_90a", src, "xproj.cu", "-DXP_BULK=0")
-	cpFn := func(name string) *cuda.Function {
-		f, err := cpAsync.Function(name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return f
+	builds := []func(string) *cuda.Function{fn, fn}
+	names := []string{"cuBLASLt", "ours", "ours without PDL"}
+	for _, k := range xprojKnobs {
+		builds, names = append(builds, xprojBuild(b, k.opts)), append(names, "ours, "+k.name)
 	}
 	blas := tunedBLAS(b, s)
 	dt := cuda.BF16
@@ -90,16 +133,12 @@ func BenchmarkXProj(b *testing.B) {
 			_, wPacked := pack16(dt, randn(J*E, 0.05))
 			bu, bw := upload(b, s, uPacked), upload(b, s, wPacked)
 			ref := poisoned(b, s, M*J)
-			names := []string{"cuBLASLt", "ours", "ours without PDL", "ours with cp.async"}
 			runs := []func() error{func() error { return blas.Gemm(M, J, E, bu.Ptr, E, bw.Ptr, ref.Ptr, J, 0, dt, cuda.F32) }}
 			var outs []*cuda.Buffer
-			for i, v := range []struct {
-				fn  func(string) *cuda.Function
-				pdl bool
-			}{{fn, true}, {fn, false}, {cpFn, true}} {
+			for i, build := range builds {
 				outs = append(outs, poisoned(b, s, M*J))
-				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: outs[i].Ptr, M: M, E: E, J: J, DType: dt, PDL: v.pdl}
-				runs = append(runs, func() error { return x.Launch(v.fn, s) })
+				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: outs[i].Ptr, M: M, E: E, J: J, DType: dt, PDL: i != 1}
+				runs = append(runs, func() error { return x.Launch(build, s) })
 			}
 			for _, run := range runs { // cuBLASLt tunes outside the capture
 				if err := run(); err != nil {
