@@ -34,23 +34,6 @@
 #ifndef XP_BULK
 #define XP_BULK 1       // rows copied by the copy engine (cp.async.bulk); 0: cp.async, 16 bytes a thread
 #endif
-// Two knobs of the bulk copies (builds for BenchmarkXProj, not the
-// engine's), each a guess at why the copies land late (the blocks' warps
-// spend most of their stall samples waiting for W's slice and u's rows,
-// with L2 at 18% of its throughput; bench/results/2026-12-01-tuning-embednorm.md):
-// - XP_ISSUE 1 issues the row copies from all eight warps, ten or so rows
-//   each, instead of warp 0's lanes one after the other (a bulk copy takes
-//   its addresses from uniform registers, so a warp issues its lanes'
-//   copies one at a time: 144 in a row at the 130m shape);
-// - XP_ROT r starts each cluster's copies of W's rows at row r x (the
-//   cluster's index) mod J, so that the 32 clusters reading the same slice
-//   of W at once do not ask the same L2 lines for it at the same time.
-#ifndef XP_ISSUE
-#define XP_ISSUE 0
-#endif
-#ifndef XP_ROT
-#define XP_ROT 0
-#endif
 
 // xproj_pitch is a row of W's slice and of u's tile in shared memory, in
 // elements: the slice plus 8, so that rows are an odd number of 16-byte
@@ -78,8 +61,8 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
 #if XP_BULK
     // Rows of W's slice and of u's tile on the copy engine, a row a copy:
     // W's ahead of the wait (a weight), completing on wbar; u's after it,
-    // rows 16 g .. 16 g + 15 (warp g's) on ubar(g). The rows past J and past
-    // M are zeros, written here.
+    // rows 16 g .. 16 g + 15 (those warp g multiplies) on ubar(g). The rows
+    // past J and past M are zeros, written here.
     __shared__ __align__(8) unsigned long long xp_bars[1 + XP_TM / 16];
     const unsigned wbar = shared_addr(&xp_bars[0]);
     auto ubar = [&](int g) { return wbar + 8 * (1 + g); };
@@ -88,10 +71,9 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
     if (tid == 0) {
         for (int b = 0; b < 1 + XP_TM / 16; b++) mbar_init(wbar + 8 * b, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-        if (XP_ISSUE) {  // every barrier's bytes, before any warp issues a copy
-            mbar_expect_tx(wbar, J * S * 2);
-            for (int g = 0; g < XP_TM / 16; g++) mbar_expect_tx(ubar(g), urows(g) * S * 2);
-        }
+        // Every barrier's bytes, before any thread issues a copy.
+        mbar_expect_tx(wbar, J * S * 2);
+        for (int g = 0; g < XP_TM / 16; g++) mbar_expect_tx(ubar(g), urows(g) * S * 2);
     }
     for (int p = tid; p < (8 * NT - J + XP_TM - live) * (S / 8); p += XP_THREADS) {
         const int row = p / (S / 8), k = p % (S / 8) * 8;
@@ -99,33 +81,15 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
         *reinterpret_cast<uint4 *>(dst) = make_uint4(0, 0, 0, 0);
     }
     __syncthreads();
-    // W's row i goes to row j of the slice: i itself, or rotated by the cluster.
-    auto wrow = [&](int i) { return XP_ROT ? (i + blockIdx.x / XP_KS * XP_ROT) % J : i; };
-    if (XP_ISSUE) {
-        // Row 8 l + w of W (J <= 96) and of u's tile from lane l of warp w.
-        const int i = 8 * lane + warp;
-        if (i < J) bulk_load(shared_addr(ws + wrow(i) * P), W + (size_t)wrow(i) * E + c0, S * 2, wbar);
-    } else if (warp == 0) {
-        if (lane == 0) mbar_expect_tx(wbar, J * S * 2);
-        __syncwarp();
-        for (int i = lane; i < J; i += 32) {
-            const int j = wrow(i);
-            bulk_load(shared_addr(ws + j * P), W + (size_t)j * E + c0, S * 2, wbar);
-        }
-    }
+    // Row 8 l + w of W's slice (J <= 96) and of u's tile from lane l of
+    // warp w, about ten copies a warp. A bulk copy takes its addresses from
+    // uniform registers, so a warp issues its lanes' copies one at a time:
+    // all 144 rows (130m) from warp 0 took 1.1 us longer at T = 512 and
+    // 0.4 us at T = 2048 (bench/results/2026-12-01-tuning-embednorm.md).
+    const int i = 8 * lane + warp;
+    if (i < J) bulk_load(shared_addr(ws + i * P), W + (size_t)i * E + c0, S * 2, wbar);
     pdl_wait();
-    if (XP_ISSUE) {
-        const int r = 8 * lane + warp;
-        if (r < live) bulk_load(shared_addr(us + r * P), u + (size_t)(r0 + r) * E + c0, S * 2, ubar(r / 16));
-    } else if (warp == 0) {
-        for (int g = 0; g < XP_TM / 16; g++) {
-            const int rows = urows(g);
-            if (lane == 0) mbar_expect_tx(ubar(g), rows * S * 2);
-            __syncwarp();
-            if (lane < rows)
-                bulk_load(shared_addr(us + (16 * g + lane) * P), u + (size_t)(r0 + 16 * g + lane) * E + c0, S * 2, ubar(g));
-        }
-    }
+    if (i < live) bulk_load(shared_addr(us + i * P), u + (size_t)(r0 + i) * E + c0, S * 2, ubar(i / 16));
     pdl_release();  // the scan may launch: it waits for this grid before reading dbl
 #else
     // W's slice, 16 bytes a piece, ahead of the wait: it is a weight.
