@@ -28,16 +28,8 @@
 //   so every run gives the same bits, and writes them to dbl.
 
 #define XP_THREADS 256  // a block: 8 warps
-#ifndef XP_TM
-#define XP_TM 64        // rows a cluster: 64 or 128
-#endif
-#ifndef XP_KS
-#define XP_KS 4         // blocks a cluster, each a slice of the channels (at most 8)
-#endif
-// XP_TM 128 with XP_KS 8 is a build for BenchmarkXProj (not the engine's;
-// gpu.XProj launches the defaults): W's slices read half as often (once a
-// 128 rows), each block a slice of E / 8 and 16 rows to sum.
-#define XP_WN (XP_THREADS / 32 / (XP_TM / 16))  // warps that share a group of 16 rows, each a part of the columns
+#define XP_TM 64        // rows a cluster
+#define XP_KS 4         // blocks a cluster, each a slice of the channels
 #define XP_CHUNKS 4     // (XP_BULK 0) groups of u's copies, multiplied as each lands
 #ifndef XP_BULK
 #define XP_BULK 1       // rows copied by the copy engine (cp.async.bulk); 0: cp.async, 16 bytes a thread
@@ -57,6 +49,7 @@ __host__ __device__ constexpr int xproj_shared(int NT, int E) { return (8 * NT +
 template <class T, int NT>
 __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restrict__ W, float *__restrict__ dbl, int M,
                                       int E, int J) {
+    static_assert(NT % 2 == 0, "two warps split a row's tiles of columns");
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int q = cluster_rank(), r0 = blockIdx.x / XP_KS * XP_TM;
     const int S = E / XP_KS, P = xproj_pitch(E), c0 = q * S;
@@ -64,7 +57,6 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
     T *ws = reinterpret_cast<T *>(xp_smem);  // [8 NT][P]
     T *us = ws + 8 * NT * P;                  // [XP_TM][P]
     float *part = reinterpret_cast<float *>(xp_smem);  // [XP_TM][8 NT], once the products are done
-    if (XP_TM * 8 * NT * 4 > xproj_shared(NT, E)) __trap();  // the partials would not fit: too few channels
 
 #if XP_BULK
     // Rows of W's slice and of u's tile on the copy engine, a row a copy:
@@ -122,9 +114,8 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
     pdl_release();  // the scan may launch: it waits for this grid before reading dbl
 #endif
 
-    static_assert(XP_WN >= 1 && NT % XP_WN == 0, "the warps split a row group's tiles of columns evenly");
-    constexpr int NW = NT / XP_WN;  // a warp's tiles of 8 columns
-    const int wm = warp % (XP_TM / 16), wn = warp / (XP_TM / 16);
+    constexpr int NW = NT / 2;  // a warp's tiles of 8 columns
+    const int wm = warp % 4, wn = warp / 4;
     float acc[NW][4];
 #pragma unroll
     for (int n = 0; n < NW; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;

@@ -26,70 +26,27 @@ func TestXProjKernel(t *testing.T) {
 	if d := gputest.Device(t); d.Major != 9 || d.Minor != 0 {
 		t.Skipf("xproj is compiled for sm_90a (clusters); this GPU is sm_%d%d", d.Major, d.Minor)
 	}
-	knobs := append([]xprojKnob{{name: "engine"}}, xprojKnobs...)
-	for _, k := range knobs {
-		build := fn
-		if k.opts != "" {
-			build = xprojBuild(t, k.opts)
-		}
-		t.Run(k.name, func(t *testing.T) {
+	builds := map[string]func(string) *cuda.Function{"engine": fn}
+	for _, k := range xprojKnobs {
+		builds[k.name] = xprojBuild(t, k.opts)
+	}
+	for name, fn := range builds {
+		t.Run(name, func(t *testing.T) {
 			gputest.Device(t) // a subtest runs on its own goroutine: the context made current on its thread
-			testXProj(t, k, build, s)
+			testXProj(t, fn, s)
 		})
 	}
 }
 
 // xprojKnob is a build of xproj.cu with other NVRTC options, tested and
-// timed beside the engine's; tm and ks are its XP_TM and XP_KS where they
-// are not the engine's (gpu.XProj's), 0 otherwise.
-type xprojKnob struct {
-	name, opts string
-	tm, ks     int
-}
+// timed beside the engine's.
+type xprojKnob struct{ name, opts string }
 
 // xprojKnobs are xproj.cu's builds besides the engine's: copies by
-// cp.async (XP_BULK=0), and clusters of 8 slices over 128 rows. (Two more,
-// W's rows in an order rotated by the cluster and the copies issued from
-// warp 0 alone, were measured slower on 2026-12-01 and taken out.)
-var xprojKnobs = []xprojKnob{
-	{name: "cp.async", opts: "-DXP_BULK=0"},
-	{name: "8 slices of 128 rows", opts: "-DXP_TM=128 -DXP_KS=8", tm: 128, ks: 8},
-}
-
-// fits reports whether the build serves E channels: each block's slice a
-// whole number of k-steps, and the partial products within its shared
-// memory (xproj.cu traps otherwise).
-func (k xprojKnob) fits(E, J int) bool {
-	if k.tm == 0 {
-		return true
-	}
-	nt := 10
-	if J > 80 {
-		nt = 12
-	}
-	return E%(16*k.ks) == 0 && k.tm*8*nt*4 <= k.shared(nt, E)
-}
-
-// shared is xproj_shared(NT, E) of a build with its own geometry.
-func (k xprojKnob) shared(nt, E int) int { return (8*nt + k.tm) * (E/k.ks + 8) * 2 }
-
-// launch queues x with the build's functions fn: through gpu.XProj for the
-// engine's geometry, else with the build's grid and shared memory.
-func (k xprojKnob) launch(fn func(string) *cuda.Function, x gpuengine.XProj, s *cuda.Stream) error {
-	if k.tm == 0 {
-		return x.Launch(fn, s)
-	}
-	nt := 10
-	if x.J > 80 {
-		nt = 12
-	}
-	f, shared := fn(fmt.Sprintf("xproj%d_%s", nt, x.DType.Suffix())), k.shared(nt, x.E)
-	if err := f.SetMaxDynamicShared(shared); err != nil {
-		return err
-	}
-	grid := cuda.D1(k.ks * ((x.M + k.tm - 1) / k.tm))
-	return f.LaunchMaybePDL(x.PDL, grid, cuda.D1(256), shared, s, x.U, x.W, x.DBL, x.M, x.E, x.J)
-}
+// cp.async (XP_BULK=0). (Two more, W's rows in an order rotated by the
+// cluster and the copies issued from warp 0 alone, were measured slower
+// on 2026-12-01 and taken out.)
+var xprojKnobs = []xprojKnob{{"cp.async", "-DXP_BULK=0"}}
 
 // xprojBuild compiles xproj.cu for sm_90a with opts and returns its
 // functions by name.
@@ -108,15 +65,12 @@ func xprojBuild(tb testing.TB, opts string) func(string) *cuda.Function {
 	}
 }
 
-// testXProj is TestXProjKernel for one build, at the shapes it serves.
-func testXProj(t *testing.T, k xprojKnob, fn func(string) *cuda.Function, s *cuda.Stream) {
+// testXProj is TestXProjKernel for one build.
+func testXProj(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream) {
 	for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
 		for _, tc := range []xprojCase{{2048, 1536, 80}, {300, 2048, 96}, {1, 1536, 80}, {130, 512, 44}, {64, 768, 16},
 			{77, 1024, 92}} {
 			M, E, J := tc.M, tc.E, tc.J
-			if !k.fits(E, J) {
-				continue
-			}
 			u, uPacked := pack16(dt, randn(M*E, 1))
 			w, wPacked := pack16(dt, randn(J*E, 0.05))
 			bu, bw := upload(t, s, uPacked), upload(t, s, wPacked)
@@ -125,7 +79,7 @@ func testXProj(t *testing.T, k xprojKnob, fn func(string) *cuda.Function, s *cud
 			for run := 0; run < 2; run++ {
 				out := poisoned(t, s, M*J)
 				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: out.Ptr, M: M, E: E, J: J, DType: dt}
-				if err := k.launch(fn, x, s); err != nil {
+				if err := x.Launch(fn, s); err != nil {
 					t.Fatal(err)
 				}
 				got := download(t, s, out, M*J)
@@ -156,7 +110,6 @@ func BenchmarkXProj(b *testing.B) {
 	if d.Major != 9 || d.Minor != 0 {
 		b.Skipf("xproj is compiled for sm_90a (clusters); this GPU is sm_%d%d", d.Major, d.Minor)
 	}
-	knobs := append([]xprojKnob{{name: "engine"}, {name: "engine"}}, xprojKnobs...)
 	builds := []func(string) *cuda.Function{fn, fn}
 	names := []string{"cuBLASLt", "ours", "ours without PDL"}
 	for _, k := range xprojKnobs {
@@ -183,7 +136,7 @@ func BenchmarkXProj(b *testing.B) {
 			for i, build := range builds {
 				outs = append(outs, poisoned(b, s, M*J))
 				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: outs[i].Ptr, M: M, E: E, J: J, DType: dt, PDL: i != 1}
-				runs = append(runs, func() error { return knobs[i].launch(build, x, s) })
+				runs = append(runs, func() error { return x.Launch(build, s) })
 			}
 			for _, run := range runs { // cuBLASLt tunes outside the capture
 				if err := run(); err != nil {
