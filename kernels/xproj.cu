@@ -46,6 +46,43 @@ __host__ __device__ constexpr int xproj_pitch(int E) { return E / XP_KS + 8; }
 __host__ __device__ constexpr int xproj_shared(int NT, int E) { return (8 * NT + XP_TM) * xproj_pitch(E) * 2; }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// xproj_sum ends both kernels: each warp's products (acc, rows 16 wm of the
+// tile and tiles wn NW .. of 8 columns) go to the block's partials in
+// shared memory (part, [XP_TM][8 NT] f32, over the operands, which every
+// warp is done with), and block q of the cluster adds the XP_KS partials of
+// rows q XP_TM / XP_KS .. in slice order through distributed shared memory
+// and writes them to dbl (rows r0 ..; those past M left out).
+template <int NT, int NW>
+__device__ __forceinline__ void xproj_sum(const float (&acc)[NW][4], float *part, float *__restrict__ dbl, int r0, int M,
+                                          int J, int q, int wm, int wn) {
+    const int tid = threadIdx.x, lane = tid & 31;
+    {
+        const int r = 16 * wm + (lane >> 2), col = 8 * NW * wn + 2 * (lane & 3);
+#pragma unroll
+        for (int n = 0; n < NW; n++) {
+            *reinterpret_cast<float2 *>(part + r * 8 * NT + col + 8 * n) = make_float2(acc[n][0], acc[n][1]);
+            *reinterpret_cast<float2 *>(part + (r + 8) * 8 * NT + col + 8 * n) = make_float2(acc[n][2], acc[n][3]);
+        }
+    }
+    cluster_sync();  // every block's partials are in
+    constexpr int RB = XP_TM / XP_KS;  // rows this block sums
+    const int J4 = J / 4;
+    const unsigned pbase = shared_addr(part);
+    for (int p = tid; p < RB * J4; p += XP_THREADS) {
+        const int r = q * RB + p / J4, j = p % J4 * 4;
+        if (r0 + r >= M) break;
+        const unsigned at = pbase + (r * 8 * NT + j) * 4;
+        float4 s = cluster_ld4(cluster_map(at, 0));
+#pragma unroll
+        for (int o = 1; o < XP_KS; o++) {
+            const float4 v = cluster_ld4(cluster_map(at, o));
+            s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+        }
+        *reinterpret_cast<float4 *>(dbl + (size_t)(r0 + r) * J + j) = s;
+    }
+    cluster_sync();  // no block leaves while another reads its partials
+}
+
 template <class T, int NT>
 __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restrict__ W, float *__restrict__ dbl, int M,
                                       int E, int J) {
@@ -148,37 +185,107 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
 #endif
     }
     __syncthreads();  // every warp is done with W's slice: the partials go over it
-    {
-        const int r = 16 * wm + (lane >> 2), col = 8 * NW * wn + 2 * (lane & 3);
-#pragma unroll
-        for (int n = 0; n < NW; n++) {
-            *reinterpret_cast<float2 *>(part + r * 8 * NT + col + 8 * n) = make_float2(acc[n][0], acc[n][1]);
-            *reinterpret_cast<float2 *>(part + (r + 8) * 8 * NT + col + 8 * n) = make_float2(acc[n][2], acc[n][3]);
+    xproj_sum<NT, NW>(acc, part, dbl, r0, M, J, q, wm, wn);
+}
+// xproj_tma is xproj with its operands copied as tiles through TMA tensor
+// maps (XProj.TMA; not yet the engine's): umap views u as [M, E] and wmap
+// W as [J, E], both in boxes of 64 channels (128 bytes, swizzled in
+// 128-byte rows) by 64 rows of u or 8 NT rows of W, which the copy engine
+// zero-fills past M and past J. A block's slice of E / XP_KS channels is
+// C = E / XP_KS / 64 such chunks: C copies of W (issued before the wait)
+// and C of u, 2 C copies a block in all (12 at the 130m shape) where xproj
+// makes a copy a row (144). The guess this build tests: xproj's time at
+// T = 2048 and 8192 follows its copies' count, not their bytes
+// (bench/results/2026-12-01-tuning-embednorm.md, runs 5-7).
+//
+// Shared memory: chunk k's W box (8 NT x 128 bytes) then its u box
+// (XP_TM x 128 bytes), each 1024-byte aligned (the swizzle's period), so
+// xproj_tma_shared(NT, E) = C (8 NT + XP_TM) 128 + 1024. In a box, the 16
+// bytes of channels 8 c .. 8 c + 7 of row r sit at r 128 + 16 (c ^ r % 8):
+// ldmatrix's eight rows of one 16-byte column then fall on eight distinct
+// banks groups.
+__host__ __device__ constexpr int xproj_tma_chunks(int E) { return E / XP_KS / 64; }
+__host__ __device__ constexpr int xproj_tma_shared(int NT, int E) {
+    return xproj_tma_chunks(E) * (8 * NT + XP_TM) * 128 + 1024;
+}
+#define XP_TMA_CMAX 8  // chunks a slice at most: E <= 2048
+
+// xproj_sw is the shared address of 16-byte column c of row r in the
+// swizzled box at box.
+__device__ __forceinline__ unsigned xproj_sw(unsigned box, int r, int c) { return box + r * 128 + ((c ^ (r & 7)) << 4); }
+
+template <class T, int NT>
+__device__ __forceinline__ void xproj_tma(const tensor_map *umap, const tensor_map *wmap, float *__restrict__ dbl, int M,
+                                          int E, int J) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int q = cluster_rank(), r0 = blockIdx.x / XP_KS * XP_TM;
+    const int C = xproj_tma_chunks(E), c0 = q * (E / XP_KS);
+    extern __shared__ __align__(16) unsigned char xpt_smem[];
+    const unsigned base = (shared_addr(xpt_smem) + 1023) & ~1023u;  // the boxes' alignment, within the 1024 bytes added
+    constexpr int WBOX = 8 * NT * 128, UBOX = XP_TM * 128;
+    auto wbox = [&](int k) { return base + k * (WBOX + UBOX); };
+    auto ubox = [&](int k) { return wbox(k) + WBOX; };
+    float *part = reinterpret_cast<float *>(xpt_smem + (base - shared_addr(xpt_smem)));  // [XP_TM][8 NT] at the end
+    __shared__ __align__(8) unsigned long long xp_bars[1 + XP_TMA_CMAX];
+    const unsigned wbar = shared_addr(&xp_bars[0]);
+    auto ubar = [&](int k) { return wbar + 8 * (1 + k); };
+    if (C < 1 || C > XP_TMA_CMAX || XP_TM * 8 * NT * 4 > C * (WBOX + UBOX)) __trap();  // gpu.XProj checks E
+    if (tid == 0) {
+        for (int b = 0; b <= C; b++) mbar_init(wbar + 8 * b, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_expect_tx(wbar, C * WBOX);  // whole boxes: the zeros past J count
+        for (int k = 0; k < C; k++) tma_load(wbox(k), wmap, wbar, c0 + 64 * k, 0);
+    }
+    pdl_wait();
+    if (tid == 0) {
+        for (int k = 0; k < C; k++) {
+            mbar_expect_tx(ubar(k), UBOX);
+            tma_load(ubox(k), umap, ubar(k), c0 + 64 * k, r0);
         }
     }
-    cluster_sync();  // every block's partials are in
-    constexpr int RB = XP_TM / XP_KS;  // rows this block sums
-    const int J4 = J / 4;
-    const unsigned pbase = shared_addr(part);
-    for (int p = tid; p < RB * J4; p += XP_THREADS) {
-        const int r = q * RB + p / J4, j = p % J4 * 4;
-        if (r0 + r >= M) break;
-        const unsigned at = pbase + (r * 8 * NT + j) * 4;
-        float4 s = cluster_ld4(cluster_map(at, 0));
+    pdl_release();  // the scan may launch: it waits for this grid before reading dbl
+    __syncthreads();  // the barriers are initialized before any thread waits on them
+
+    constexpr int NW = NT / 2;  // a warp's tiles of 8 columns
+    const int wm = warp % 4, wn = warp / 4;
+    float acc[NW][4];
 #pragma unroll
-        for (int o = 1; o < XP_KS; o++) {
-            const float4 v = cluster_ld4(cluster_map(at, o));
-            s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+    for (int n = 0; n < NW; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.f;
+    // This lane's rows in ldmatrix's terms (as mma_k16 takes them): A's row
+    // and 16-byte half, B's row within a pair of 8-row tiles and its half.
+    const int ar = 16 * wm + (lane & 15), ah = lane >> 4;
+    const int br = wn * NW * 8 + (lane & 7) + (lane >> 4) * 8, bh = (lane >> 3) & 1;
+    mbar_wait(wbar, 0);
+    for (int k = 0; k < C; k++) {
+        mbar_wait(ubar(k), 0);
+#pragma unroll
+        for (int j = 0; j < 4; j++) {  // 16 channels a step: 16-byte columns 2 j and 2 j + 1
+            unsigned a[4];
+            ldmatrix4(xproj_sw(ubox(k), ar, 2 * j + ah), a);
+#pragma unroll
+            for (int n = 0; n < NW; n += 2) {
+                unsigned bf[4];
+                const unsigned at = xproj_sw(wbox(k), br + 8 * n, 2 * j + bh);
+                if (n + 1 < NW) {
+                    ldmatrix4(at, bf);
+                    mma16816<T>(acc[n + 1], a, bf[2], bf[3]);
+                } else {
+                    ldmatrix2(at, bf);
+                }
+                mma16816<T>(acc[n], a, bf[0], bf[1]);
+            }
         }
-        *reinterpret_cast<float4 *>(dbl + (size_t)(r0 + r) * J + j) = s;
     }
-    cluster_sync();  // no block leaves while another reads its partials
+    __syncthreads();  // every warp is done with the boxes: the partials go over them
+    xproj_sum<NT, NW>(acc, part, dbl, r0, M, J, q, wm, wn);
 }
 #define XP_CLUSTER_DIMS __cluster_dims__(XP_KS, 1, 1)
 #define XP_BODY(NT, T) xproj<T, NT>(u, W, dbl, M, E, J);
+#define XP_TMA_BODY(NT, T) xproj_tma<T, NT>(&umap, &wmap, dbl, M, E, J);
 #else
 #define XP_CLUSTER_DIMS
 #define XP_BODY(NT, T) __trap();  // gpu.XProjApplies keeps the engine off it
+#define XP_TMA_BODY(NT, T) __trap();
 #endif
 
 // xproj<NT>_*: NT = 10 serves J <= 80 (the 130m shape's 48 + 2 x 16), NT = 12
@@ -188,3 +295,12 @@ extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj10
 extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj10_f16(XP_PARAMS(f16)) { XP_BODY(10, f16) }
 extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj12_bf16(XP_PARAMS(bf16)) { XP_BODY(12, bf16) }
 extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj12_f16(XP_PARAMS(f16)) { XP_BODY(12, f16) }
+
+// xproj_tma<NT>_*: xproj_tma, the same grid and block, its shared memory
+// xproj_tma_shared(NT, E) (launched by gpu.XProj with TMA set).
+#define XP_TMA_PARAMS \
+    const __grid_constant__ tensor_map umap, const __grid_constant__ tensor_map wmap, float *__restrict__ dbl, int M, int E, int J
+extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj_tma10_bf16(XP_TMA_PARAMS) { XP_TMA_BODY(10, bf16) }
+extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj_tma10_f16(XP_TMA_PARAMS) { XP_TMA_BODY(10, f16) }
+extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj_tma12_bf16(XP_TMA_PARAMS) { XP_TMA_BODY(12, bf16) }
+extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj_tma12_f16(XP_TMA_PARAMS) { XP_TMA_BODY(12, f16) }

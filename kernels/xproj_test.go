@@ -26,27 +26,32 @@ func TestXProjKernel(t *testing.T) {
 	if d := gputest.Device(t); d.Major != 9 || d.Minor != 0 {
 		t.Skipf("xproj is compiled for sm_90a (clusters); this GPU is sm_%d%d", d.Major, d.Minor)
 	}
-	builds := map[string]func(string) *cuda.Function{"engine": fn}
-	for _, k := range xprojKnobs {
-		builds[k.name] = xprojBuild(t, k.opts)
-	}
-	for name, fn := range builds {
-		t.Run(name, func(t *testing.T) {
+	for _, k := range append([]xprojKnob{{name: "engine"}}, xprojKnobs...) {
+		build := fn
+		if k.opts != "" {
+			build = xprojBuild(t, k.opts)
+		}
+		t.Run(k.name, func(t *testing.T) {
 			gputest.Device(t) // a subtest runs on its own goroutine: the context made current on its thread
-			testXProj(t, fn, s)
+			testXProj(t, k.tma, build, s)
 		})
 	}
 }
 
-// xprojKnob is a build of xproj.cu with other NVRTC options, tested and
+// xprojKnob is a build of xproj.cu with other NVRTC options, or its
+// entries that copy through tensor maps (tma: gpu.XProj.TMA), tested and
 // timed beside the engine's.
-type xprojKnob struct{ name, opts string }
+type xprojKnob struct {
+	name, opts string
+	tma        bool
+}
 
 // xprojKnobs are xproj.cu's builds besides the engine's: copies by
-// cp.async (XP_BULK=0). (Two more, W's rows in an order rotated by the
-// cluster and the copies issued from warp 0 alone, were measured slower
-// on 2026-12-01 and taken out.)
-var xprojKnobs = []xprojKnob{{"cp.async", "-DXP_BULK=0"}}
+// cp.async (XP_BULK=0), and tiles through tensor maps. (Three more, W's
+// rows in an order rotated by the cluster, the copies issued from warp 0
+// alone and clusters of 8 slices over 128 rows, were measured slower on
+// 2026-12-01 and taken out.)
+var xprojKnobs = []xprojKnob{{name: "cp.async", opts: "-DXP_BULK=0"}, {name: "tensor maps", tma: true}}
 
 // xprojBuild compiles xproj.cu for sm_90a with opts and returns its
 // functions by name.
@@ -65,8 +70,8 @@ func xprojBuild(tb testing.TB, opts string) func(string) *cuda.Function {
 	}
 }
 
-// testXProj is TestXProjKernel for one build.
-func testXProj(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream) {
+// testXProj is TestXProjKernel for one build (tma: its tensor-map entries).
+func testXProj(t *testing.T, tma bool, fn func(string) *cuda.Function, s *cuda.Stream) {
 	for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
 		for _, tc := range []xprojCase{{2048, 1536, 80}, {300, 2048, 96}, {1, 1536, 80}, {130, 512, 44}, {64, 768, 16},
 			{77, 1024, 92}} {
@@ -78,7 +83,7 @@ func testXProj(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream) {
 			var first []float32
 			for run := 0; run < 2; run++ {
 				out := poisoned(t, s, M*J)
-				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: out.Ptr, M: M, E: E, J: J, DType: dt}
+				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: out.Ptr, M: M, E: E, J: J, DType: dt, TMA: tma}
 				if err := x.Launch(fn, s); err != nil {
 					t.Fatal(err)
 				}
@@ -110,10 +115,15 @@ func BenchmarkXProj(b *testing.B) {
 	if d.Major != 9 || d.Minor != 0 {
 		b.Skipf("xproj is compiled for sm_90a (clusters); this GPU is sm_%d%d", d.Major, d.Minor)
 	}
+	knobs := append([]xprojKnob{{name: "engine"}, {name: "engine"}}, xprojKnobs...)
 	builds := []func(string) *cuda.Function{fn, fn}
 	names := []string{"cuBLASLt", "ours", "ours without PDL"}
 	for _, k := range xprojKnobs {
-		builds, names = append(builds, xprojBuild(b, k.opts)), append(names, "ours, "+k.name)
+		build := fn
+		if k.opts != "" {
+			build = xprojBuild(b, k.opts)
+		}
+		builds, names = append(builds, build), append(names, "ours, "+k.name)
 	}
 	blas := tunedBLAS(b, s)
 	dt := cuda.BF16
@@ -135,7 +145,8 @@ func BenchmarkXProj(b *testing.B) {
 			var outs []*cuda.Buffer
 			for i, build := range builds {
 				outs = append(outs, poisoned(b, s, M*J))
-				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: outs[i].Ptr, M: M, E: E, J: J, DType: dt, PDL: i != 1}
+				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: outs[i].Ptr, M: M, E: E, J: J, DType: dt, PDL: i != 1,
+					TMA: knobs[i].tma}
 				runs = append(runs, func() error { return x.Launch(build, s) })
 			}
 			for _, run := range runs { // cuBLASLt tunes outside the capture

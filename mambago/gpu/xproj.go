@@ -22,6 +22,13 @@ type XProj struct {
 	E, J  int      // channels; dt_rank + 2 state sizes
 	DType cuda.DType
 	PDL   bool // launch with programmatic dependent launch
+	// TMA copies u and W as tiles through tensor maps, a copy a 64-channel
+	// chunk of the block's slice, instead of a copy a row (xproj_tma; E a
+	// multiple of 256 of at most 2048). Written on 2026-12-01 to test
+	// whether the row copies' count is what makes xproj slow; it has only
+	// been compiled (NVRTC, sm_90a, no spills), not yet run on a GPU, and
+	// the engine never sets it.
+	TMA bool
 }
 
 // Kernel constants, as in xproj.cu.
@@ -41,6 +48,13 @@ func xprojKernel(nt int, dt cuda.DType) string { return fmt.Sprintf("xproj%d_%s"
 // E / 4 + 8 elements long.
 func xprojShared(nt, E int) int { return (8*nt + xprojTM) * (E/xprojSlices + 8) * 2 }
 
+// xprojTMAChunks is xproj_tma_chunks(E): the 64-channel chunks of a
+// block's slice, each a box of W and one of u; xprojTMAShared is
+// xproj_tma_shared(NT, E) in bytes: the boxes (128-byte rows) and 1024
+// bytes to align them.
+func xprojTMAChunks(E int) int     { return E / xprojSlices / 64 }
+func xprojTMAShared(nt, E int) int { return xprojTMAChunks(E)*(8*nt+xprojTM)*128 + 1024 }
+
 // XProjApplies reports whether the kernel serves a layer: a 16-bit storage
 // type on sm_90 (it is compiled for sm_90a: clusters), E a multiple of 256
 // (each block's slice in 4 chunks of whole k-steps of 16) and at least 512
@@ -58,12 +72,36 @@ func (x XProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error
 	if nt == 0 || x.DType == cuda.F32 || x.E%(xprojSlices*xprojChunks*16) != 0 || x.E < 512 || x.M < 1 {
 		return fmt.Errorf("gpu: xproj serves no %s layer with M=%d, E=%d, J=%d", x.DType, x.M, x.E, x.J)
 	}
+	grid := cuda.D1(xprojSlices * ((x.M + xprojTM - 1) / xprojTM)) // a cluster of 4 blocks a tile of rows
+	if x.TMA {
+		return x.launchTMA(fn, nt, grid, stream)
+	}
 	f, shared := fn(xprojKernel(nt, x.DType)), xprojShared(nt, x.E)
 	if err := f.SetMaxDynamicShared(shared); err != nil {
 		return err
 	}
-	grid := cuda.D1(xprojSlices * ((x.M + xprojTM - 1) / xprojTM)) // a cluster of 4 blocks a tile of rows
 	return f.LaunchMaybePDL(x.PDL, grid, cuda.D1(xprojThreads), shared, stream, x.U, x.W, x.DBL, x.M, x.E, x.J)
+}
+
+// launchTMA launches xproj_tma: the tensor maps of u (boxes of 64 rows) and
+// W (boxes of 8 nt rows), 64 channels wide.
+func (x XProj) launchTMA(fn func(string) *cuda.Function, nt int, grid cuda.Dim3, stream *cuda.Stream) error {
+	if c := xprojTMAChunks(x.E); x.E%(xprojSlices*64) != 0 || c > 8 {
+		return fmt.Errorf("gpu: xproj_tma serves E a multiple of %d of at most 2048, not %d", xprojSlices*64, x.E)
+	}
+	umap, err := cuda.NewTensorMap2D(x.DType, x.U, x.M, x.E, x.E, xprojTM, 64)
+	if err != nil {
+		return fmt.Errorf("gpu: xproj_tma's map of u: %w", err)
+	}
+	wmap, err := cuda.NewTensorMap2D(x.DType, x.W, x.J, x.E, x.E, 8*nt, 64)
+	if err != nil {
+		return fmt.Errorf("gpu: xproj_tma's map of W: %w", err)
+	}
+	f, shared := fn(fmt.Sprintf("xproj_tma%d_%s", nt, x.DType.Suffix())), xprojTMAShared(nt, x.E)
+	if err := f.SetMaxDynamicShared(shared); err != nil {
+		return err
+	}
+	return f.LaunchMaybePDL(x.PDL, grid, cuda.D1(xprojThreads), shared, stream, umap, wmap, x.DBL, x.M, x.E, x.J)
 }
 
 // OwnXProjOn reports whether the engine's prefill runs x_proj on XProj
