@@ -203,7 +203,7 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
 // xproj_tma_shared(NT, E) = C (8 NT + XP_TM) 128 + 1024. In a box, the 16
 // bytes of channels 8 c .. 8 c + 7 of row r sit at r 128 + 16 (c ^ r % 8):
 // ldmatrix's eight rows of one 16-byte column then fall on eight distinct
-// banks groups.
+// bank groups.
 __host__ __device__ constexpr int xproj_tma_chunks(int E) { return E / XP_KS / 64; }
 __host__ __device__ constexpr int xproj_tma_shared(int NT, int E) {
     return xproj_tma_chunks(E) * (8 * NT + XP_TM) * 128 + 1024;
@@ -225,7 +225,7 @@ __device__ __forceinline__ void xproj_tma(const tensor_map *umap, const tensor_m
     constexpr int WBOX = 8 * NT * 128, UBOX = XP_TM * 128;
     auto wbox = [&](int k) { return base + k * (WBOX + UBOX); };
     auto ubox = [&](int k) { return wbox(k) + WBOX; };
-    float *part = reinterpret_cast<float *>(xpt_smem + (base - shared_addr(xpt_smem)));  // [XP_TM][8 NT] at the end
+    float *part = reinterpret_cast<float *>(xpt_smem + (base - shared_addr(xpt_smem)));  // [XP_TM][8 NT], over the boxes once done
     __shared__ __align__(8) unsigned long long xp_bars[1 + XP_TMA_CMAX];
     const unsigned wbar = shared_addr(&xp_bars[0]);
     auto ubar = [&](int k) { return wbar + 8 * (1 + k); };
