@@ -5,9 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/mambago/mambago/kernels"
-
 	"github.com/mambago/mambago/internal/gputest"
+	"github.com/mambago/mambago/kernels"
 	"github.com/mambago/mambago/mambago/cuda"
 	gpuengine "github.com/mambago/mambago/mambago/gpu"
 )
@@ -27,10 +26,7 @@ func TestXProjKernel(t *testing.T) {
 		t.Skipf("xproj is compiled for sm_90a (clusters); this GPU is sm_%d%d", d.Major, d.Minor)
 	}
 	for _, k := range append([]xprojKnob{{name: "engine"}}, xprojKnobs...) {
-		build := fn
-		if k.opts != "" {
-			build = xprojBuild(t, k.opts)
-		}
+		build := k.functions(t, fn)
 		t.Run(k.name, func(t *testing.T) {
 			gputest.Device(t) // a subtest runs on its own goroutine: the context made current on its thread
 			testXProj(t, k.tma, build, s)
@@ -40,10 +36,20 @@ func TestXProjKernel(t *testing.T) {
 
 // xprojKnob is a build of xproj.cu with other NVRTC options, or its
 // entries that copy through tensor maps (tma: gpu.XProj.TMA), tested and
-// timed beside the engine's.
+// timed beside the engine's; noPDL launches it without programmatic
+// dependent launch (BenchmarkXProj's control).
 type xprojKnob struct {
 	name, opts string
-	tma        bool
+	tma, noPDL bool
+}
+
+// functions returns the knob's build's functions by name: engine's (the
+// engine's build) where the knob has no NVRTC options of its own.
+func (k xprojKnob) functions(tb testing.TB, engine func(string) *cuda.Function) func(string) *cuda.Function {
+	if k.opts == "" {
+		return engine
+	}
+	return xprojBuild(tb, k.opts)
 }
 
 // xprojKnobs are xproj.cu's builds besides the engine's: copies by
@@ -115,15 +121,14 @@ func BenchmarkXProj(b *testing.B) {
 	if d.Major != 9 || d.Minor != 0 {
 		b.Skipf("xproj is compiled for sm_90a (clusters); this GPU is sm_%d%d", d.Major, d.Minor)
 	}
-	knobs := append([]xprojKnob{{name: "engine"}, {name: "engine"}}, xprojKnobs...)
-	builds := []func(string) *cuda.Function{fn, fn}
-	names := []string{"cuBLASLt", "ours", "ours without PDL"}
+	knobs := []xprojKnob{{name: "ours"}, {name: "ours without PDL", noPDL: true}}
 	for _, k := range xprojKnobs {
-		build := fn
-		if k.opts != "" {
-			build = xprojBuild(b, k.opts)
-		}
-		builds, names = append(builds, build), append(names, "ours, "+k.name)
+		k.name = "ours, " + k.name
+		knobs = append(knobs, k)
+	}
+	builds := make([]func(string) *cuda.Function, len(knobs))
+	for i, k := range knobs {
+		builds[i] = k.functions(b, fn)
 	}
 	blas := tunedBLAS(b, s)
 	dt := cuda.BF16
@@ -145,8 +150,8 @@ func BenchmarkXProj(b *testing.B) {
 			var outs []*cuda.Buffer
 			for i, build := range builds {
 				outs = append(outs, poisoned(b, s, M*J))
-				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: outs[i].Ptr, M: M, E: E, J: J, DType: dt, PDL: i != 1,
-					TMA: knobs[i].tma}
+				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: outs[i].Ptr, M: M, E: E, J: J, DType: dt,
+					PDL: !knobs[i].noPDL, TMA: knobs[i].tma}
 				runs = append(runs, func() error { return x.Launch(build, s) })
 			}
 			for _, run := range runs { // cuBLASLt tunes outside the capture
@@ -161,16 +166,16 @@ func BenchmarkXProj(b *testing.B) {
 			}
 			for i, out := range outs {
 				if e := relErr(download(b, s, out, M*J), want64); !(e <= 1e-5) {
-					b.Fatalf("xproj %s, %s: rel err %.3g against cuBLAS", tc.name, names[i+1], e)
+					b.Fatalf("xproj %s, %s: rel err %.3g against cuBLAS", tc.name, knobs[i].name, e)
 				}
 			}
 			times := graphTurns(b, s, runs)
 			mc := times[0]
 			bytes := float64(2*(M*E+J*E) + 4*M*J)
 			line := fmt.Sprintf("xproj %s: cuBLASLt %.2f us", tc.name, mc)
-			for i, name := range names[1:] {
+			for i, k := range knobs {
 				mo := times[i+1]
-				line += fmt.Sprintf("; %s %.2f us (%.3fx; %.0f GB/s of u, W and dbl)", name, mo, mc/mo, bytes/mo/1e3)
+				line += fmt.Sprintf("; %s %.2f us (%.3fx; %.0f GB/s of u, W and dbl)", k.name, mo, mc/mo, bytes/mo/1e3)
 			}
 			b.Log(line)
 		})
