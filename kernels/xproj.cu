@@ -35,6 +35,36 @@
 #define XP_BULK 1       // rows copied by the copy engine (cp.async.bulk); 0: cp.async, 16 bytes a thread
 #endif
 
+// XP_TIMELINE (a diagnostic build; BenchmarkXProjTimeline) records when
+// thread 0 of each block reaches each event below, as %globaltimer's
+// nanoseconds in xp_timeline, a row of XP_EVENTS a block (the first
+// XP_TL_BLOCKS blocks). Other builds compile xp_mark to nothing.
+#ifndef XP_TIMELINE
+#define XP_TIMELINE 0
+#endif
+enum {
+    XP_EV_ENTRY,    // the block starts
+    XP_EV_WAITED,   // pdl_wait returned
+    XP_EV_WLANDED,  // W's slice landed
+    XP_EV_ULANDED,  // the last of thread 0's rows of u landed
+    XP_EV_MMA,      // thread 0's products done
+    XP_EV_SYNC,     // the cluster's partials in (the first cluster barrier passed)
+    XP_EV_EXIT,     // the sums stored and the last cluster barrier passed
+    XP_EVENTS
+};
+#define XP_TL_BLOCKS 1024
+#if XP_TIMELINE
+extern "C" __device__ unsigned long long xp_timeline[XP_TL_BLOCKS * XP_EVENTS];
+#endif
+__device__ __forceinline__ void xp_mark(int event) {
+#if XP_TIMELINE
+    if (threadIdx.x != 0 || blockIdx.x >= XP_TL_BLOCKS) return;
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+    xp_timeline[blockIdx.x * XP_EVENTS + event] = t;
+#endif
+}
+
 // xproj_pitch is a row of W's slice and of u's tile in shared memory, in
 // elements: the slice plus 8, so that rows are an odd number of 16-byte
 // pieces apart and ldmatrix's eight rows miss each other's banks.
@@ -65,6 +95,7 @@ __device__ __forceinline__ void xproj_sum(const float (&acc)[NW][4], float *part
         }
     }
     cluster_sync();  // every block's partials are in
+    xp_mark(XP_EV_SYNC);
     constexpr int RB = XP_TM / XP_KS;  // rows this block sums
     const int J4 = J / 4;
     const unsigned pbase = shared_addr(part);
@@ -81,6 +112,7 @@ __device__ __forceinline__ void xproj_sum(const float (&acc)[NW][4], float *part
         *reinterpret_cast<float4 *>(dbl + (size_t)(r0 + r) * J + j) = s;
     }
     cluster_sync();  // no block leaves while another reads its partials
+    xp_mark(XP_EV_EXIT);
 }
 
 template <class T, int NT>
@@ -88,6 +120,7 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
                                       int E, int J) {
     static_assert(NT % 2 == 0, "two warps split a row's tiles of columns");
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    xp_mark(XP_EV_ENTRY);
     const int q = cluster_rank(), r0 = blockIdx.x / XP_KS * XP_TM;
     const int S = E / XP_KS, P = xproj_pitch(E), c0 = q * S;
     extern __shared__ __align__(16) unsigned char xp_smem[];
@@ -126,6 +159,7 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
     const int i = 8 * lane + warp;
     if (i < J) bulk_load(shared_addr(ws + i * P), W + (size_t)i * E + c0, S * 2, wbar);
     pdl_wait();
+    xp_mark(XP_EV_WAITED);
     if (i < live) bulk_load(shared_addr(us + i * P), u + (size_t)(r0 + i) * E + c0, S * 2, ubar(i / 16));
     pdl_release();  // the scan may launch: it waits for this grid before reading dbl
 #else
@@ -138,6 +172,7 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
     }
     cp_async_commit();
     pdl_wait();
+    xp_mark(XP_EV_WAITED);
     // u's tile, chunk by chunk (zeros past M).
     const int SC = S / XP_CHUNKS, cpieces = SC / 8;
     for (int i = 0; i < XP_CHUNKS; i++) {
@@ -161,7 +196,9 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
 #if XP_BULK
     // The warp's rows and W's slice landed: the whole slice at once.
     mbar_wait(wbar, 0);
+    xp_mark(XP_EV_WLANDED);
     mbar_wait(ubar(wm), 0);
+    xp_mark(XP_EV_ULANDED);
     for (int ks = 0; ks < S / 16; ks++) {
         const int k = 16 * ks;
 #else
@@ -184,6 +221,7 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
         }
 #endif
     }
+    xp_mark(XP_EV_MMA);
     __syncthreads();  // every warp is done with W's slice: the partials go over it
     xproj_sum<NT, NW>(acc, part, dbl, r0, M, J, q, wm, wn);
 }
@@ -218,6 +256,7 @@ template <class T, int NT>
 __device__ __forceinline__ void xproj_tma(const tensor_map *umap, const tensor_map *wmap, float *__restrict__ dbl, int M,
                                           int E, int J) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    xp_mark(XP_EV_ENTRY);
     const int q = cluster_rank(), r0 = blockIdx.x / XP_KS * XP_TM;
     const int C = xproj_tma_chunks(E), c0 = q * (E / XP_KS);
     extern __shared__ __align__(16) unsigned char xpt_smem[];
@@ -237,6 +276,7 @@ __device__ __forceinline__ void xproj_tma(const tensor_map *umap, const tensor_m
         for (int k = 0; k < C; k++) tma_load(wbox(k), wmap, wbar, c0 + 64 * k, 0);
     }
     pdl_wait();
+    xp_mark(XP_EV_WAITED);
     if (tid == 0) {
         for (int k = 0; k < C; k++) {
             mbar_expect_tx(ubar(k), UBOX);
@@ -256,8 +296,10 @@ __device__ __forceinline__ void xproj_tma(const tensor_map *umap, const tensor_m
     const int ar = 16 * wm + (lane & 15), ah = lane >> 4;
     const int br = wn * NW * 8 + (lane & 7) + (lane >> 4) * 8, bh = (lane >> 3) & 1;
     mbar_wait(wbar, 0);
+    xp_mark(XP_EV_WLANDED);
     for (int k = 0; k < C; k++) {
         mbar_wait(ubar(k), 0);
+        if (k == C - 1) xp_mark(XP_EV_ULANDED);
 #pragma unroll
         for (int j = 0; j < 4; j++) {  // 16 channels a step: 16-byte columns 2 j and 2 j + 1
             unsigned a[4];
@@ -276,6 +318,7 @@ __device__ __forceinline__ void xproj_tma(const tensor_map *umap, const tensor_m
             }
         }
     }
+    xp_mark(XP_EV_MMA);
     __syncthreads();  // every warp is done with the boxes: the partials go over them
     xproj_sum<NT, NW>(acc, part, dbl, r0, M, J, q, wm, wn);
 }

@@ -2,6 +2,8 @@ package kernels_test
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -179,5 +181,122 @@ func BenchmarkXProj(b *testing.B) {
 			}
 			b.Log(line)
 		})
+	}
+}
+
+// xpEvents names xproj.cu's XP_TIMELINE events, in its order.
+var xpEvents = []string{"entry", "waited", "wlanded", "ulanded", "mma", "sync", "exit"}
+
+// BenchmarkXProjTimeline times the stages of our x_proj from inside the
+// kernel: a build with XP_TIMELINE records, for each block, when its thread
+// 0 reaches each event (%globaltimer). Each launch is alone on the stream
+// (PDL set, with no kernel before it to wait for), beside cuBLASLt's tuned
+// GEMM launched alone the same way. After 5 warm-up launches, 15 launches
+// each read back the blocks' rows; the line per shape and build gives the
+// kernel's time (CUDA events around the one launch) and each event's time
+// from the first block's start, for the median block and the last, as
+// medians over the launches, in µs. Both builds (row copies and tensor
+// maps) are checked against cuBLAS's output first.
+func BenchmarkXProjTimeline(b *testing.B) {
+	d, _, s, src, timer := kernelBench(b, "xproj.cu")
+	if d.Major != 9 || d.Minor != 0 {
+		b.Skipf("xproj is compiled for sm_90a (clusters); this GPU is sm_%d%d", d.Major, d.Minor)
+	}
+	mod := loadSourceFor(b, "sm_90a", src, "xproj.cu", "-DXP_TIMELINE=1")
+	fn := func(name string) *cuda.Function {
+		f, err := mod.Function(name)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return f
+	}
+	timeline, bytes, err := mod.Global("xp_timeline")
+	if err != nil {
+		b.Fatal(err)
+	}
+	blas := tunedBLAS(b, s)
+	dt, events := cuda.BF16, len(xpEvents)
+	for range b.N {
+		for _, tc := range []struct {
+			name string
+			xprojCase
+		}{{"130m_T2048", xprojCase{2048, 1536, 80}}, {"130m_T8192", xprojCase{8192, 1536, 80}},
+			{"130m_T512", xprojCase{512, 1536, 80}}} {
+			M, E, J := tc.M, tc.E, tc.J
+			blocks := 4 * ((M + 63) / 64)
+			if blocks*events*8 > bytes {
+				b.Fatalf("%s: %d blocks, xp_timeline holds %d", tc.name, blocks, bytes/(8*events))
+			}
+			_, uPacked := pack16(dt, randn(M*E, 1))
+			_, wPacked := pack16(dt, randn(J*E, 0.05))
+			bu, bw := upload(b, s, uPacked), upload(b, s, wPacked)
+			ref, out := poisoned(b, s, M*J), poisoned(b, s, M*J)
+			gemm := func() error { return blas.Gemm(M, J, E, bu.Ptr, E, bw.Ptr, ref.Ptr, J, 0, dt, cuda.F32) }
+			var blasMs []float64
+			for run := range 20 {
+				if ms := timer.ms(b, gemm); run >= 5 {
+					blasMs = append(blasMs, 1e3*ms)
+				}
+			}
+			want := download(b, s, ref, M*J)
+			want64 := make([]float64, len(want))
+			for i, v := range want {
+				want64[i] = float64(v)
+			}
+			b.Logf("timeline %s cuBLASLt alone %.2f us", tc.name, gputest.Median(blasMs))
+			for _, tma := range []bool{false, true} {
+				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: out.Ptr, M: M, E: E, J: J, DType: dt, PDL: true, TMA: tma}
+				launch := func() error { return x.Launch(fn, s) }
+				if err := launch(); err != nil {
+					b.Fatal(err)
+				}
+				if e := relErr(download(b, s, out, M*J), want64); !(e <= 1e-5) {
+					b.Fatalf("%s tma=%v: rel err %.3g against cuBLAS", tc.name, tma, e)
+				}
+				var kernel []float64
+				median, last := make([][]float64, events), make([][]float64, events)
+				for run := range 20 {
+					if err := cuda.Fill32(timeline, 0, blocks*events*2, s); err != nil {
+						b.Fatal(err)
+					}
+					ms := timer.ms(b, launch)
+					if run < 5 {
+						continue
+					}
+					kernel = append(kernel, 1e3*ms)
+					rows := make([]int64, blocks*events)
+					if err := cuda.CopyOut(rows, timeline, s); err != nil {
+						b.Fatal(err)
+					}
+					start := int64(math.MaxInt64)
+					for blk := range blocks {
+						start = min(start, rows[blk*events])
+					}
+					for ev := range events {
+						var at []float64
+						for blk := range blocks {
+							if t := rows[blk*events+ev]; t != 0 {
+								at = append(at, float64(t-start)/1e3)
+							}
+						}
+						if len(at) != blocks {
+							b.Fatalf("%s: event %s recorded by %d blocks of %d", tc.name, xpEvents[ev], len(at), blocks)
+						}
+						median[ev] = append(median[ev], gputest.Median(at))
+						last[ev] = append(last[ev], slices.Max(at))
+					}
+				}
+				name := "rows"
+				if tma {
+					name = "tensor maps"
+				}
+				line := fmt.Sprintf("timeline %s %-11s kernel %.2f us; from the first block's start (median block / last):",
+					tc.name, name, gputest.Median(kernel))
+				for ev := range events {
+					line += fmt.Sprintf(" %s %.2f/%.2f", xpEvents[ev], gputest.Median(median[ev]), gputest.Median(last[ev]))
+				}
+				b.Log(line)
+			}
+		}
 	}
 }

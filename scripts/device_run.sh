@@ -74,6 +74,9 @@
 #             then bf16 prefills off and on (BenchmarkScanHelpers, and
 #             BenchmarkScanDTProj: with dt_proj in the scan's tiles);
 #             HELPERS_PROFILE=1 adds both entries' stall samples;
+#   xptimeline: our x_proj's stages (row copies and tensor maps) timed from
+#             inside the kernel, each launch alone, beside cuBLASLt's alone
+#             (%globaltimer in an XP_TIMELINE build; BenchmarkXProjTimeline);
 #   xproj:    our x_proj (Engine.OwnXProj): its kernel test with memcheck and
 #             racecheck, the engine's tests against cuBLAS's x_proj
 #             (TestOwnXProjMatches) with memcheck, then BenchmarkXProj (alone,
@@ -271,6 +274,11 @@ if [[ $mode == helpers ]]; then
   echo "== stall samples: the plain entry, then the warps that specialize (130m B=1 T=2048, scan alone)"
   ONEPASS_KNOBS=helpers source_stalls helpers_plain scan_onepass2_bf16 3 .carry/kernels.test 'OnePass'
   ONEPASS_KNOBS=helpers source_stalls helpers_ws scan_onepass2w_bf16 3 .carry/kernels.test 'OnePass'
+  exit $status
+fi
+if [[ $mode == xptimeline ]]; then
+  echo "== our x_proj's stages from inside the kernel, each launch alone (BenchmarkXProjTimeline, an XP_TIMELINE build)"
+  bench_log xproj_timeline 200 .carry/kernels.test 'XProjTimeline' "timeline "
   exit $status
 fi
 if [[ $mode == xproj ]]; then
