@@ -101,6 +101,10 @@ __device__ __forceinline__ void tma_load(unsigned dst, const tensor_map *map, un
         "l"(map), "r"(bar), "r"(x), "r"(y)
         : "memory");
 }
+// tma_prefetch_map asks for map's descriptor ahead of its first copy.
+__device__ __forceinline__ void tma_prefetch_map(const tensor_map *map) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+}
 // wg_desc is the wgmma descriptor of a K-major tile at shared address addr,
 // 128-byte rows swizzled in groups of 8 rows (1024 bytes apart).
 __device__ __forceinline__ unsigned long long wg_desc(unsigned addr) {
@@ -124,6 +128,13 @@ __device__ __forceinline__ unsigned cluster_rank() {
 }
 __device__ __forceinline__ void cluster_sync() {
     asm volatile("barrier.cluster.arrive.release.aligned;\n barrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// cluster_sync_relaxed is cluster_sync without the release: for the last
+// barrier before a block exits, once its reads of other blocks' shared
+// memory have returned (their values consumed), where nothing written
+// before it need be seen by another block after it.
+__device__ __forceinline__ void cluster_sync_relaxed() {
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;\n barrier.cluster.wait.aligned;" ::: "memory");
 }
 __device__ __forceinline__ unsigned cluster_map(unsigned addr, unsigned r) {
     unsigned out;
@@ -164,9 +175,12 @@ __device__ __forceinline__ void tma_load_multicast(unsigned dst, const tensor_ma
         : "memory");
 }
 
-// wg_mma runs D (+)= A · Bᵀ for a 64 x N x 16 step of a warpgroup (N = 96,
-// 128 or 256: D holds N / 2 floats a thread; A and B from shared memory
+// wg_mma runs D (+)= A · Bᵀ for a 64 x N x 16 step of a warpgroup (N = 80,
+// 96, 128 or 256: D holds N / 2 floats a thread; A and B from shared memory
 // through wg_desc's descriptors); scale 0 overwrites D.
+#define WG_MMA80(TY) __device__ __forceinline__ void wg_mma(TY, float (&d)[40], unsigned long long da, unsigned long long db, int scale) { asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %42, 0;\n" " wgmma.mma_async.sync.aligned.m64n80k16.f32." #TY "." #TY " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39}, %40, %41, p, 1, 1, 0, 0;\n}" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]) : "l"(da), "l"(db), "r"(scale)); }
+WG_MMA80(bf16)
+WG_MMA80(f16)
 #define WG_MMA96(TY) __device__ __forceinline__ void wg_mma(TY, float (&d)[48], unsigned long long da, unsigned long long db, int scale) { asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %50, 0;\n" " wgmma.mma_async.sync.aligned.m64n96k16.f32." #TY "." #TY " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, %48, %49, p, 1, 1, 0, 0;\n}" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]) : "l"(da), "l"(db), "r"(scale)); }
 WG_MMA96(bf16)
 WG_MMA96(f16)

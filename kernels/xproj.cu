@@ -76,24 +76,34 @@ __host__ __device__ constexpr int xproj_pitch(int E) { return E / XP_KS + 8; }
 __host__ __device__ constexpr int xproj_shared(int NT, int E) { return (8 * NT + XP_TM) * xproj_pitch(E) * 2; }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// xproj_sum ends both kernels: each warp's products (acc, rows 16 wm of the
-// tile and tiles wn NW .. of 8 columns) go to the block's partials in
-// shared memory (part, [XP_TM][8 NT] f32, over the operands, which every
-// warp is done with), and block q of the cluster adds the XP_KS partials of
-// rows q XP_TM / XP_KS .. in slice order through distributed shared memory
-// and writes them to dbl (rows r0 ..; those past M left out).
+// XP_RELAXED 1 (the default) ends both kernels with cluster_sync_relaxed:
+// a block's last barrier only keeps it alive while the cluster reads its
+// partials, so it need not wait for its stores of dbl to be seen.
+#ifndef XP_RELAXED
+#define XP_RELAXED 1
+#endif
+
+// xproj_part stores a warp's products (acc, rows 16 wm of the tile and
+// tiles wn NW .. of 8 columns, in mma.m16n8k16's and wgmma's layout) into
+// the block's partials in shared memory (part, [XP_TM][8 NT] f32).
 template <int NT, int NW>
-__device__ __forceinline__ void xproj_sum(const float (&acc)[NW][4], float *part, float *__restrict__ dbl, int r0, int M,
-                                          int J, int q, int wm, int wn) {
-    const int tid = threadIdx.x, lane = tid & 31;
-    {
-        const int r = 16 * wm + (lane >> 2), col = 8 * NW * wn + 2 * (lane & 3);
+__device__ __forceinline__ void xproj_part(const float (&acc)[NW][4], float *part, int wm, int wn) {
+    const int lane = threadIdx.x & 31;
+    const int r = 16 * wm + (lane >> 2), col = 8 * NW * wn + 2 * (lane & 3);
 #pragma unroll
-        for (int n = 0; n < NW; n++) {
-            *reinterpret_cast<float2 *>(part + r * 8 * NT + col + 8 * n) = make_float2(acc[n][0], acc[n][1]);
-            *reinterpret_cast<float2 *>(part + (r + 8) * 8 * NT + col + 8 * n) = make_float2(acc[n][2], acc[n][3]);
-        }
+    for (int n = 0; n < NW; n++) {
+        *reinterpret_cast<float2 *>(part + r * 8 * NT + col + 8 * n) = make_float2(acc[n][0], acc[n][1]);
+        *reinterpret_cast<float2 *>(part + (r + 8) * 8 * NT + col + 8 * n) = make_float2(acc[n][2], acc[n][3]);
     }
+}
+
+// xproj_reduce ends both kernels, once every warp's products are in part:
+// block q of the cluster adds the XP_KS partials of rows q XP_TM / XP_KS ..
+// in slice order through distributed shared memory, so every run gives the
+// same bits, and writes them to dbl (rows r0 ..; those past M left out).
+template <int NT>
+__device__ __forceinline__ void xproj_reduce(const float *part, float *__restrict__ dbl, int r0, int M, int J, int q) {
+    const int tid = threadIdx.x;
     cluster_sync();  // every block's partials are in
     xp_mark(XP_EV_SYNC);
     constexpr int RB = XP_TM / XP_KS;  // rows this block sums
@@ -111,7 +121,11 @@ __device__ __forceinline__ void xproj_sum(const float (&acc)[NW][4], float *part
         }
         *reinterpret_cast<float4 *>(dbl + (size_t)(r0 + r) * J + j) = s;
     }
-    cluster_sync();  // no block leaves while another reads its partials
+    // No block leaves while another reads its partials.
+    if (XP_RELAXED)
+        cluster_sync_relaxed();
+    else
+        cluster_sync();
     xp_mark(XP_EV_EXIT);
 }
 
@@ -223,7 +237,8 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
     }
     xp_mark(XP_EV_MMA);
     __syncthreads();  // every warp is done with W's slice: the partials go over it
-    xproj_sum<NT, NW>(acc, part, dbl, r0, M, J, q, wm, wn);
+    xproj_part<NT, NW>(acc, part, wm, wn);
+    xproj_reduce<NT>(part, dbl, r0, M, J, q);
 }
 // xproj_tma is xproj with its operands copied as tiles through TMA tensor
 // maps (XProj.TMA; not yet the engine's): umap views u as [M, E] and wmap
@@ -247,6 +262,11 @@ __host__ __device__ constexpr int xproj_tma_shared(int NT, int E) {
     return xproj_tma_chunks(E) * (8 * NT + XP_TM) * 128 + 1024;
 }
 #define XP_TMA_CMAX 8  // chunks a slice at most: E <= 2048
+// XP_WGMMA 1 (the default) multiplies on wgmma, one warpgroup; 0 on
+// mma.m16n8k16, every warp (as xproj).
+#ifndef XP_WGMMA
+#define XP_WGMMA 1
+#endif
 
 // xproj_sw is the shared address of 16-byte column c of row r in the
 // swizzled box at box.
@@ -272,6 +292,7 @@ __device__ __forceinline__ void xproj_tma(const tensor_map *umap, const tensor_m
     if (tid == 0) {
         for (int b = 0; b <= C; b++) mbar_init(wbar + 8 * b, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        tma_prefetch_map(umap);
         mbar_expect_tx(wbar, C * WBOX);  // whole boxes: the zeros past J count
         for (int k = 0; k < C; k++) tma_load(wbox(k), wmap, wbar, c0 + 64 * k, 0);
     }
@@ -286,6 +307,30 @@ __device__ __forceinline__ void xproj_tma(const tensor_map *umap, const tensor_m
     pdl_release();  // the scan may launch: it waits for this grid before reading dbl
     __syncthreads();  // the barriers are initialized before any thread waits on them
 
+#if XP_WGMMA
+    // Warpgroup 0 multiplies, on wgmma (m64 n8NT k16, both operands from
+    // the swizzled boxes), each chunk's four steps as the chunk lands; its
+    // accumulators hold mma.m16n8k16's layout for rows 16 warp .., all NT
+    // tiles of columns. Warpgroup 1 only joins the sums.
+    float acc[NT][4];
+    if (warp < 4) {
+        float(&d)[4 * NT] = *reinterpret_cast<float(*)[4 * NT]>(&acc[0][0]);
+        mbar_wait(wbar, 0);
+        xp_mark(XP_EV_WLANDED);
+        for (int k = 0; k < C; k++) {
+            mbar_wait(ubar(k), 0);
+            if (k == C - 1) xp_mark(XP_EV_ULANDED);
+            wg_fence();
+#pragma unroll
+            for (int j = 0; j < 4; j++) wg_mma(T{}, d, wg_desc(ubox(k) + 32 * j), wg_desc(wbox(k) + 32 * j), k > 0 || j > 0);
+            wg_commit();
+        }
+        wg_wait0();
+    }
+    xp_mark(XP_EV_MMA);
+    __syncthreads();  // every warp is done with the boxes: the partials go over them
+    if (warp < 4) xproj_part<NT, NT>(acc, part, warp, 0);
+#else
     constexpr int NW = NT / 2;  // a warp's tiles of 8 columns
     const int wm = warp % 4, wn = warp / 4;
     float acc[NW][4];
@@ -320,7 +365,9 @@ __device__ __forceinline__ void xproj_tma(const tensor_map *umap, const tensor_m
     }
     xp_mark(XP_EV_MMA);
     __syncthreads();  // every warp is done with the boxes: the partials go over them
-    xproj_sum<NT, NW>(acc, part, dbl, r0, M, J, q, wm, wn);
+    xproj_part<NT, NW>(acc, part, wm, wn);
+#endif
+    xproj_reduce<NT>(part, dbl, r0, M, J, q);
 }
 #define XP_CLUSTER_DIMS __cluster_dims__(XP_KS, 1, 1)
 #define XP_BODY(NT, T) xproj<T, NT>(u, W, dbl, M, E, J);

@@ -3,6 +3,7 @@ package kernels_test
 import (
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -55,11 +56,13 @@ func (k xprojKnob) functions(tb testing.TB, engine func(string) *cuda.Function) 
 }
 
 // xprojKnobs are xproj.cu's builds besides the engine's: copies by
-// cp.async (XP_BULK=0), and tiles through tensor maps. (Three more, W's
+// cp.async (XP_BULK=0), and tiles through tensor maps, multiplied on wgmma
+// (the default) or on mma.m16n8k16 (XP_WGMMA=0). (Three more, W's
 // rows in an order rotated by the cluster, the copies issued from warp 0
 // alone and clusters of 8 slices over 128 rows, were measured slower on
 // 2026-12-01 and taken out.)
-var xprojKnobs = []xprojKnob{{name: "cp.async", opts: "-DXP_BULK=0"}, {name: "tensor maps", tma: true}}
+var xprojKnobs = []xprojKnob{{name: "cp.async", opts: "-DXP_BULK=0"}, {name: "tensor maps", tma: true},
+	{name: "tensor maps on mma.sync", opts: "-DXP_WGMMA=0", tma: true}}
 
 // xprojBuild compiles xproj.cu for sm_90a with opts and returns its
 // functions by name.
@@ -195,24 +198,40 @@ var xpEvents = []string{"entry", "waited", "wlanded", "ulanded", "mma", "sync", 
 // each read back the blocks' rows; the line per shape and build gives the
 // kernel's time (CUDA events around the one launch) and each event's time
 // from the first block's start, for the median block and the last, as
-// medians over the launches, in µs. Both builds (row copies and tensor
-// maps) are checked against cuBLAS's output first.
+// medians over the launches, in µs. Both entries (row copies and tensor
+// maps) are checked against cuBLAS's output first. XPROJ_TIMELINE_BUILDS, a
+// comma-separated list of NVRTC options (e.g. "-DXP_RELAXED=0"), adds
+// builds beside the default one.
 func BenchmarkXProjTimeline(b *testing.B) {
 	d, _, s, src, timer := kernelBench(b, "xproj.cu")
 	if d.Major != 9 || d.Minor != 0 {
 		b.Skipf("xproj is compiled for sm_90a (clusters); this GPU is sm_%d%d", d.Major, d.Minor)
 	}
-	mod := loadSourceFor(b, "sm_90a", src, "xproj.cu", "-DXP_TIMELINE=1")
-	fn := func(name string) *cuda.Function {
-		f, err := mod.Function(name)
+	type build struct {
+		name     string
+		fn       func(string) *cuda.Function
+		timeline cuda.Ptr
+		bytes    int
+	}
+	var builds []build
+	opts := []string{""}
+	if extra := os.Getenv("XPROJ_TIMELINE_BUILDS"); extra != "" {
+		opts = append(opts, strings.Split(extra, ",")...)
+	}
+	for _, o := range opts {
+		mod := loadSourceFor(b, "sm_90a", src, "xproj.cu", append([]string{"-DXP_TIMELINE=1"}, strings.Fields(o)...)...)
+		timeline, bytes, err := mod.Global("xp_timeline")
 		if err != nil {
 			b.Fatal(err)
 		}
-		return f
-	}
-	timeline, bytes, err := mod.Global("xp_timeline")
-	if err != nil {
-		b.Fatal(err)
+		fn := func(name string) *cuda.Function {
+			f, err := mod.Function(name)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return f
+		}
+		builds = append(builds, build{strings.TrimSpace(o), fn, timeline, bytes})
 	}
 	blas := tunedBLAS(b, s)
 	dt, events := cuda.BF16, len(xpEvents)
@@ -224,8 +243,8 @@ func BenchmarkXProjTimeline(b *testing.B) {
 			{"130m_T512", xprojCase{512, 1536, 80}}} {
 			M, E, J := tc.M, tc.E, tc.J
 			blocks := 4 * ((M + 63) / 64)
-			if blocks*events*8 > bytes {
-				b.Fatalf("%s: %d blocks, xp_timeline holds %d", tc.name, blocks, bytes/(8*events))
+			if blocks*events*8 > builds[0].bytes {
+				b.Fatalf("%s: %d blocks, xp_timeline holds %d", tc.name, blocks, builds[0].bytes/(8*events))
 			}
 			_, uPacked := pack16(dt, randn(M*E, 1))
 			_, wPacked := pack16(dt, randn(J*E, 0.05))
@@ -244,58 +263,64 @@ func BenchmarkXProjTimeline(b *testing.B) {
 				want64[i] = float64(v)
 			}
 			b.Logf("timeline %s cuBLASLt alone %.2f us", tc.name, gputest.Median(blasMs))
-			for _, tma := range []bool{false, true} {
-				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: out.Ptr, M: M, E: E, J: J, DType: dt, PDL: true, TMA: tma}
-				launch := func() error { return x.Launch(fn, s) }
-				if err := launch(); err != nil {
-					b.Fatal(err)
-				}
-				if e := relErr(download(b, s, out, M*J), want64); !(e <= 1e-5) {
-					b.Fatalf("%s tma=%v: rel err %.3g against cuBLAS", tc.name, tma, e)
-				}
-				var kernel []float64
-				median, last := make([][]float64, events), make([][]float64, events)
-				for run := range 20 {
-					if err := cuda.Fill32(timeline, 0, blocks*events*2, s); err != nil {
+			for _, bl := range builds {
+				for _, tma := range []bool{false, true} {
+					x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: out.Ptr, M: M, E: E, J: J, DType: dt, PDL: true, TMA: tma}
+					launch := func() error { return x.Launch(bl.fn, s) }
+					timeline := bl.timeline
+					if err := launch(); err != nil {
 						b.Fatal(err)
 					}
-					ms := timer.ms(b, launch)
-					if run < 5 {
-						continue
+					if e := relErr(download(b, s, out, M*J), want64); !(e <= 1e-5) {
+						b.Fatalf("%s tma=%v: rel err %.3g against cuBLAS", tc.name, tma, e)
 					}
-					kernel = append(kernel, 1e3*ms)
-					rows := make([]int64, blocks*events)
-					if err := cuda.CopyOut(rows, timeline, s); err != nil {
-						b.Fatal(err)
-					}
-					start := int64(math.MaxInt64)
-					for blk := range blocks {
-						start = min(start, rows[blk*events])
-					}
-					for ev := range events {
-						var at []float64
+					var kernel []float64
+					median, last := make([][]float64, events), make([][]float64, events)
+					for run := range 20 {
+						if err := cuda.Fill32(timeline, 0, blocks*events*2, s); err != nil {
+							b.Fatal(err)
+						}
+						ms := timer.ms(b, launch)
+						if run < 5 {
+							continue
+						}
+						kernel = append(kernel, 1e3*ms)
+						rows := make([]int64, blocks*events)
+						if err := cuda.CopyOut(rows, timeline, s); err != nil {
+							b.Fatal(err)
+						}
+						start := int64(math.MaxInt64)
 						for blk := range blocks {
-							if t := rows[blk*events+ev]; t != 0 {
-								at = append(at, float64(t-start)/1e3)
+							start = min(start, rows[blk*events])
+						}
+						for ev := range events {
+							var at []float64
+							for blk := range blocks {
+								if t := rows[blk*events+ev]; t != 0 {
+									at = append(at, float64(t-start)/1e3)
+								}
 							}
+							if len(at) != blocks {
+								b.Fatalf("%s: event %s recorded by %d blocks of %d", tc.name, xpEvents[ev], len(at), blocks)
+							}
+							median[ev] = append(median[ev], gputest.Median(at))
+							last[ev] = append(last[ev], slices.Max(at))
 						}
-						if len(at) != blocks {
-							b.Fatalf("%s: event %s recorded by %d blocks of %d", tc.name, xpEvents[ev], len(at), blocks)
-						}
-						median[ev] = append(median[ev], gputest.Median(at))
-						last[ev] = append(last[ev], slices.Max(at))
 					}
+					name := "rows"
+					if tma {
+						name = "tensor maps"
+					}
+					if bl.name != "" {
+						name += " " + bl.name
+					}
+					line := fmt.Sprintf("timeline %s %-11s kernel %.2f us; from the first block's start (median block / last):",
+						tc.name, name, gputest.Median(kernel))
+					for ev := range events {
+						line += fmt.Sprintf(" %s %.2f/%.2f", xpEvents[ev], gputest.Median(median[ev]), gputest.Median(last[ev]))
+					}
+					b.Log(line)
 				}
-				name := "rows"
-				if tma {
-					name = "tensor maps"
-				}
-				line := fmt.Sprintf("timeline %s %-11s kernel %.2f us; from the first block's start (median block / last):",
-					tc.name, name, gputest.Median(kernel))
-				for ev := range events {
-					line += fmt.Sprintf(" %s %.2f/%.2f", xpEvents[ev], gputest.Median(median[ev]), gputest.Median(last[ev]))
-				}
-				b.Log(line)
 			}
 		}
 	}

@@ -31,6 +31,15 @@ func TestOwnXProjMatches(t *testing.T) {
 	})
 }
 
+// TestOwnXProjTMAMatches is TestOwnXProjMatches with the tensor-map entry
+// (Engine.XProjTMA).
+func TestOwnXProjTMAMatches(t *testing.T) {
+	matchesUnfused(t, "our x_proj on tensor maps", func(e *gpu.Engine, on bool) bool {
+		e.OwnXProj, e.XProjTMA = on, on
+		return e.OwnXProjOn()
+	})
+}
+
 // matchesUnfused runs 16-bit prefills with a setting that replaces x_proj's
 // GEMM (set turns it on or off and reports whether it then applies) on and
 // off, on models of the 130m and 370m widths (x_proj 80 and 96 wide: both

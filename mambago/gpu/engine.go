@@ -165,6 +165,10 @@ type Engine struct {
 	// and bf16 prefills run at 0.90-0.96x (bench/results/2026-12-01-xproj.md).
 	// Set it before capturing graphs.
 	OwnXProj bool
+	// XProjTMA makes OwnXProj's kernel copy u and W as tensor-map tiles and
+	// multiply them on wgmma (XProj.TMA; E a multiple of 256 of at most
+	// 2048). Off by default, like OwnXProj. Set it before capturing graphs.
+	XProjTMA bool
 	// FusedOutNorm runs each layer's out_proj, but the last's, with the
 	// residual add and the next layer's RMSNorm as one kernel (OutNorm)
 	// where it applies (OutNormApplies: 16-bit engines on sm_90 at the 130m

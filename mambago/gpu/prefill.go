@@ -369,7 +369,7 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr) error
 		{"x_proj", func() error {
 			if ownXProj {
 				err := XProj{U: ws.u.Ptr, W: g.xProj, DBL: ws.dbl.Ptr, M: rows, E: E, J: R + 2*N, DType: dt,
-					PDL: e.PrefillPDL}.Launch(e.function, e.stream)
+					PDL: e.PrefillPDL, TMA: e.XProjTMA}.Launch(e.function, e.stream)
 				if err != nil {
 					return err
 				}

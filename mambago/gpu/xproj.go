@@ -23,11 +23,9 @@ type XProj struct {
 	DType cuda.DType
 	PDL   bool // launch with programmatic dependent launch
 	// TMA copies u and W as tiles through tensor maps, a copy a 64-channel
-	// chunk of the block's slice, instead of a copy a row (xproj_tma; E a
-	// multiple of 256 of at most 2048). Written on 2026-12-01 to test
-	// whether the row copies' count is what makes xproj slow; it has only
-	// been compiled (NVRTC, sm_90a, no spills), not yet run on a GPU, and
-	// the engine never sets it.
+	// chunk of the block's slice, instead of a copy a row, and multiplies
+	// them on wgmma (xproj_tma; E a multiple of 256 of at most 2048;
+	// Engine.XProjTMA).
 	TMA bool
 }
 
@@ -105,8 +103,13 @@ func (x XProj) launchTMA(fn func(string) *cuda.Function, nt int, grid cuda.Dim3,
 }
 
 // OwnXProjOn reports whether the engine's prefill runs x_proj on XProj
-// (Engine.OwnXProj, where XProjApplies and the conv does not compute it).
+// (Engine.OwnXProj, where XProjApplies, the conv does not compute it and,
+// with Engine.XProjTMA, the tensor-map entry serves E).
 func (e *Engine) OwnXProjOn() bool {
 	c := e.cfg
-	return e.OwnXProj && !e.ConvXProjFused() && XProjApplies(e.dev, e.dt, c.Inner, c.DTRank+2*c.State)
+	E, J := c.Inner, c.DTRank+2*c.State
+	if e.XProjTMA && (E%(xprojSlices*64) != 0 || xprojTMAChunks(E) > 8 || xprojTMAShared(dblTiles(J), E) > e.dev.MaxSharedOptIn) {
+		return false
+	}
+	return e.OwnXProj && !e.ConvXProjFused() && XProjApplies(e.dev, e.dt, E, J)
 }
