@@ -287,8 +287,8 @@ if [[ $mode == xproj ]]; then
   memcheck memcheck_xproj 150 .carry/kernels.test '^TestXProjKernel$'
   sanitizer racecheck racecheck_xproj 150 .carry/kernels.test '^TestXProjKernel$'
   echo "== the engine with it against cuBLAS's x_proj (TestOwnXProjMatches), memcheck"
-  run_tests xproj_engine 300 .carry/gpu.test -test.v -test.run 'OwnXProj.*Matches|PrefillSettings|GraphsReplay'
-  memcheck memcheck_xproj_engine 200 .carry/gpu.test 'OwnXProj.*Matches/d=768_bfloat16_B1_T300'
+  run_tests xproj_engine 300 .carry/gpu.test -test.v -test.run 'OwnXProj.*Matches|AutoXProjMatches|PrefillSettings|GraphsReplay'
+  memcheck memcheck_xproj_engine 200 .carry/gpu.test '(OwnXProjTMA|AutoXProj)Matches/d=768_bfloat16_B1_T300'
   echo "== x_proj alone, cuBLASLt against ours (BenchmarkXProj)"
   bench_log xproj_bench 120 .carry/kernels.test 'XProj$' "xproj "
   if [[ -n ${XPROJ_PROFILE:-} ]]; then

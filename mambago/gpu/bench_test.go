@@ -503,14 +503,16 @@ func BenchmarkFusedConvXProj(b *testing.B) {
 }
 
 // BenchmarkOwnXProj times bf16 prefills with x_proj on cuBLAS's GEMM
-// against our kernel's tensor-map entry (Engine.OwnXProj with XProjTMA)
-// where it applies: 130m and 370m at B=1 (T=512, 2048, 8192) and 130m at
+// against our kernel's tensor-map entry (Engine.OwnXProj with XProjTMA, and
+// AutoXProj off) where it applies: 130m and 370m at B=1 (T=512, 2048, 8192) and 130m at
 // B=8 (compareSettings). (The row-copy entry, 0.90-0.96x, was timed so on
 // 2026-12-01.)
 func BenchmarkOwnXProj(b *testing.B) {
 	shapes := []benchShape{shape("130m", 1, 2048), shape("130m", 1, 8192), shape("130m", 1, 512),
 		shape("370m", 1, 2048), shape("370m", 1, 8192), shape("130m", 8, 2048)}
-	compareSettings(b, "own x_proj, tensor maps", shapes, func(e *gpu.Engine, on bool) { e.OwnXProj, e.XProjTMA = on, on })
+	compareSettings(b, "own x_proj, tensor maps", shapes, func(e *gpu.Engine, on bool) {
+		e.OwnXProj, e.XProjTMA, e.AutoXProj = on, on, false
+	})
 }
 
 // prefillShapes are the bf16 prefills the engine's settings are compared

@@ -40,6 +40,16 @@ func TestOwnXProjTMAMatches(t *testing.T) {
 	})
 }
 
+// TestAutoXProjMatches is TestOwnXProjMatches for the engine's default,
+// Engine.AutoXProj: our x_proj's tensor-map entry at these lengths (at most
+// 900 rows) where its policy takes it.
+func TestAutoXProjMatches(t *testing.T) {
+	matchesUnfused(t, "x_proj by AutoXProj", func(e *gpu.Engine, on bool) bool {
+		e.AutoXProj = on
+		return e.XProjOwnAt(900)
+	})
+}
+
 // matchesUnfused runs 16-bit prefills with a setting that replaces x_proj's
 // GEMM (set turns it on or off and reports whether it then applies) on and
 // off, on models of the 130m and 370m widths (x_proj 80 and 96 wide: both
@@ -59,6 +69,7 @@ func matchesUnfused(t *testing.T, what string, set func(e *gpu.Engine, on bool) 
 				label := fmt.Sprintf("d=%d %s B%d_T%d", d, dt, sz.B, sz.T)
 				t.Run(label, func(t *testing.T) {
 					a, b, off := newEngine(t, w, dt), newEngine(t, w, dt), newEngine(t, w, dt)
+					a.AutoXProj, b.AutoXProj, off.AutoXProj = false, false, false // off: x_proj on cuBLAS at every length
 					onA, onB, onOff := set(a, true), set(b, true), set(off, false)
 					if !onA || !onB || onOff {
 						t.Skipf("%s does not apply here: on %v, off %v", what, onA, onOff)

@@ -169,6 +169,12 @@ type Engine struct {
 	// multiply them on wgmma (XProj.TMA; E a multiple of 256 of at most
 	// 2048). Off by default, like OwnXProj. Set it before capturing graphs.
 	XProjTMA bool
+	// AutoXProj runs x_proj on XProj's tensor-map entry in the prefills
+	// where it was measured faster than cuBLAS's GEMM, with OwnXProj off
+	// (xprojPays: one block an SM, W's slice of a block at most 64 KB: the
+	// 130m width up to 2048 rows). On by default. Set it before capturing
+	// graphs.
+	AutoXProj bool
 	// FusedOutNorm runs each layer's out_proj, but the last's, with the
 	// residual add and the next layer's RMSNorm as one kernel (OutNorm)
 	// where it applies (OutNormApplies: 16-bit engines on sm_90 at the 130m
@@ -220,7 +226,8 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true}
+		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
+		AutoXProj: true}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4
 	}

@@ -321,7 +321,10 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr) error
 	c, g, ws := e.cfg, e.layers[l], &e.ws
 	rows, d, E, R, N, K, dt := B*n, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel, e.dt
 	fused := e.ConvXProjFused() // the conv stage runs x_proj too
-	ownXProj := e.OwnXProjOn()
+	ownXProj, xprojTMA := e.OwnXProjOn(), e.XProjTMA
+	if !ownXProj && e.xprojAuto(rows) {
+		ownXProj, xprojTMA = true, true
+	}
 	spt := e.scanOnePass(B, E)
 	scan := Scan{DT: ws.delta.Ptr, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
 		U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
@@ -369,7 +372,7 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr) error
 		{"x_proj", func() error {
 			if ownXProj {
 				err := XProj{U: ws.u.Ptr, W: g.xProj, DBL: ws.dbl.Ptr, M: rows, E: E, J: R + 2*N, DType: dt,
-					PDL: e.PrefillPDL, TMA: e.XProjTMA}.Launch(e.function, e.stream)
+					PDL: e.PrefillPDL, TMA: xprojTMA}.Launch(e.function, e.stream)
 				if err != nil {
 					return err
 				}

@@ -102,14 +102,44 @@ func (x XProj) launchTMA(fn func(string) *cuda.Function, nt int, grid cuda.Dim3,
 	return f.LaunchMaybePDL(x.PDL, grid, cuda.D1(xprojThreads), shared, stream, umap, wmap, x.DBL, x.M, x.E, x.J)
 }
 
-// OwnXProjOn reports whether the engine's prefill runs x_proj on XProj
-// (Engine.OwnXProj, where XProjApplies, the conv does not compute it and,
-// with Engine.XProjTMA, the tensor-map entry serves E).
+// OwnXProjOn reports whether the engine's prefill runs x_proj on XProj at
+// every length (Engine.OwnXProj, where XProjApplies, the conv does not
+// compute it and, with Engine.XProjTMA, the tensor-map entry serves E).
 func (e *Engine) OwnXProjOn() bool {
 	c := e.cfg
 	E, J := c.Inner, c.DTRank+2*c.State
-	if e.XProjTMA && (E%(xprojSlices*64) != 0 || xprojTMAChunks(E) > 8 || xprojTMAShared(dblTiles(J), E) > e.dev.MaxSharedOptIn) {
+	if e.XProjTMA && !e.xprojTMAServes() {
 		return false
 	}
 	return e.OwnXProj && !e.ConvXProjFused() && XProjApplies(e.dev, e.dt, E, J)
+}
+
+// xprojTMAServes reports whether XProj's tensor-map entry serves the
+// model's width on this device.
+func (e *Engine) xprojTMAServes() bool {
+	c := e.cfg
+	E, J := c.Inner, c.DTRank+2*c.State
+	return E%(xprojSlices*64) == 0 && xprojTMAChunks(E) <= 8 && xprojTMAShared(dblTiles(J), E) <= e.dev.MaxSharedOptIn
+}
+
+// XProjOwnAt reports whether a prefill of rows rows (B·T, or a chunk's)
+// runs x_proj on XProj rather than cuBLAS's GEMM: Engine.OwnXProj, or
+// Engine.AutoXProj where it pays.
+func (e *Engine) XProjOwnAt(rows int) bool { return e.OwnXProjOn() || e.xprojAuto(rows) }
+
+// xprojAuto reports whether a prefill of rows rows runs x_proj on XProj's
+// tensor-map entry by Engine.AutoXProj (OwnXProj off): where it was
+// measured faster than cuBLAS's GEMM in bf16 prefills on the H200
+// (bench/results/2026-12-01-xproj-timeline.md, run 3: 1.069x at 130m
+// T=512, 1.001x at T=2048; 0.975x at T=8192, 0.976x at B=8 T=2048, 0.985x
+// at 370m T=2048). Those are the launches where each block has an SM to
+// itself (4 ⌈rows / 64⌉ blocks at most the SMs) and W's slice, which every
+// block copies, is at most 64 KB (61 KB at the 130m width, 98 KB at 370m's).
+func (e *Engine) xprojAuto(rows int) bool {
+	c := e.cfg
+	E, J := c.Inner, c.DTRank+2*c.State
+	blocks := xprojSlices * ((rows + xprojTM - 1) / xprojTM)
+	wSlice := 8 * dblTiles(J) * (E / xprojSlices) * 2
+	return e.AutoXProj && !e.ConvXProjFused() && XProjApplies(e.dev, e.dt, E, J) && e.xprojTMAServes() &&
+		blocks <= e.dev.SMs && wSlice <= 64<<10
 }
