@@ -156,14 +156,16 @@ type Engine struct {
 	// prefills 0.91-0.96x; bench/NOTES.md, session of 2026-12-01 12:31).
 	// Set it before capturing graphs.
 	FusedConvXProj bool
-	// OwnXProj runs each layer's x_proj on our own kernel (XProj) where it
-	// applies (XProjApplies: 16-bit engines on sm_90, the 130m and 370m
-	// widths) instead of cuBLAS's GEMM: it fetches its weight before the
-	// conv ends and lets the scan launch early (programmatic dependent
-	// launch, which cuBLAS's kernels do not take). Off by default: on the
-	// H200 the kernel takes 8.1 µs at 130m T=2048 against cuBLASLt's 4.6,
-	// and bf16 prefills run at 0.90-0.96x (bench/results/2026-12-01-xproj.md).
-	// Set it before capturing graphs.
+	// OwnXProj runs each layer's x_proj on our own kernel (XProj) at every
+	// length where it applies (XProjApplies: 16-bit engines on sm_90, the
+	// 130m and 370m widths) instead of cuBLAS's GEMM: it fetches its weight
+	// before the conv ends and lets the scan launch early (programmatic
+	// dependent launch, which cuBLAS's kernels do not take). Off by default:
+	// AutoXProj takes the kernel where it pays. Forced at every length, the
+	// tensor-map entry (XProjTMA) gives bf16 prefills on the H200 0.98x at
+	// 8192 rows and at B=8, and the row-copy entry 0.90-0.96x everywhere
+	// (bench/results/2026-12-01-xproj-timeline.md). Set it before capturing
+	// graphs.
 	OwnXProj bool
 	// XProjTMA makes OwnXProj's kernel copy u and W as tensor-map tiles and
 	// multiply them on wgmma (XProj.TMA; E a multiple of 256 of at most
