@@ -141,17 +141,6 @@ __device__ __forceinline__ unsigned cluster_map(unsigned addr, unsigned r) {
     asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(out) : "r"(addr), "r"(r));
     return out;
 }
-// cluster_arrive_relaxed and cluster_wait are the two halves of a cluster
-// barrier, for work between them: the arrive orders nothing, the wait
-// acquires (as after cluster_sync's release arrive).
-__device__ __forceinline__ void cluster_arrive_relaxed() {
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
-// cluster_st2 writes two f32 at an 8-byte aligned shared::cluster address.
-__device__ __forceinline__ void cluster_st2(unsigned addr, float a, float b) {
-    asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
-}
 // cluster_ld reads the f32 at a shared::cluster address (cluster_map's).
 __device__ __forceinline__ float cluster_ld(unsigned addr) {
     float v;

@@ -252,32 +252,20 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
 // (bench/results/2026-12-01-tuning-embednorm.md, runs 5-7).
 //
 // Shared memory: chunk k's W box (8 NT x 128 bytes) then its u box
-// (XP_TM x 128 bytes), each 1024-byte aligned (the swizzle's period), then
-// the slots that receive the cluster's partials of this block's rows
-// (recv, [XP_KS][XP_TM / XP_KS][8 NT] f32), so xproj_tma_shared(NT, E) =
-// C (8 NT + XP_TM) 128 + 1024 + XP_TM 8 NT 4. In a box, the 16
+// (XP_TM x 128 bytes), each 1024-byte aligned (the swizzle's period), so
+// xproj_tma_shared(NT, E) = C (8 NT + XP_TM) 128 + 1024. In a box, the 16
 // bytes of channels 8 c .. 8 c + 7 of row r sit at r 128 + 16 (c ^ r % 8):
 // ldmatrix's eight rows of one 16-byte column then fall on eight distinct
 // bank groups.
 __host__ __device__ constexpr int xproj_tma_chunks(int E) { return E / XP_KS / 64; }
 __host__ __device__ constexpr int xproj_tma_shared(int NT, int E) {
-    return xproj_tma_chunks(E) * (8 * NT + XP_TM) * 128 + 1024 + XP_TM * 8 * NT * 4;
+    return xproj_tma_chunks(E) * (8 * NT + XP_TM) * 128 + 1024;
 }
 #define XP_TMA_CMAX 8  // chunks a slice at most: E <= 2048
 // XP_WGMMA 1 (the default) multiplies on wgmma, one warpgroup; 0 on
 // mma.m16n8k16, every warp (as xproj).
 #ifndef XP_WGMMA
 #define XP_WGMMA 1
-#endif
-// XP_PUSH 1 (the default; with XP_WGMMA) sums the cluster's partials by
-// pushing them: warp w of warpgroup 0 holds rows 16 w .. of the tile, which
-// block w sums, so it stores them into block w's recv slot of this block's
-// rank (st.shared::cluster) and one cluster barrier makes them visible;
-// each block then adds its four slots in rank order (xproj_reduce's order
-// and bits) and writes them, and no block reads another after the barrier.
-// 0: partials over the boxes, read remotely (xproj_reduce: two barriers).
-#ifndef XP_PUSH
-#define XP_PUSH 1
 #endif
 
 // xproj_sw is the shared address of 16-byte column c of row r in the
@@ -301,9 +289,6 @@ __device__ __forceinline__ void xproj_tma(const tensor_map *umap, const tensor_m
     const unsigned wbar = shared_addr(&xp_bars[0]);
     auto ubar = [&](int k) { return wbar + 8 * (1 + k); };
     if (C < 1 || C > XP_TMA_CMAX || XP_TM * 8 * NT * 4 > C * (WBOX + UBOX)) __trap();  // gpu.XProj checks E
-#if XP_WGMMA && XP_PUSH
-    cluster_arrive_relaxed();  // this block has started: the wait before the first remote store
-#endif
     if (tid == 0) {
         for (int b = 0; b <= C; b++) mbar_init(wbar + 8 * b, 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -343,43 +328,8 @@ __device__ __forceinline__ void xproj_tma(const tensor_map *umap, const tensor_m
         wg_wait0();
     }
     xp_mark(XP_EV_MMA);
-#if XP_PUSH
-    // Every block of the cluster has started (the arrive at the top) before
-    // any thread stores into another's shared memory.
-    cluster_wait();
-    constexpr int RB = XP_TM / XP_KS;  // rows a block sums
-    static_assert(RB == 16 && XP_KS == 4, "warp w of warpgroup 0 holds the rows block w sums");
-    float *recv = part + C * (WBOX + UBOX) / 4;  // [XP_KS][RB][8 NT], past the boxes
-    if (warp < 4) {
-        const int r = lane >> 2, col = 2 * (lane & 3);
-        const unsigned slot = cluster_map(shared_addr(recv + q * RB * 8 * NT), warp);
-#pragma unroll
-        for (int n = 0; n < NT; n++) {
-            cluster_st2(slot + ((r * 8 * NT) + col + 8 * n) * 4, acc[n][0], acc[n][1]);
-            cluster_st2(slot + (((r + 8) * 8 * NT) + col + 8 * n) * 4, acc[n][2], acc[n][3]);
-        }
-    }
-    cluster_sync();  // every block's partials of this block's rows are in recv
-    xp_mark(XP_EV_SYNC);
-    const int J4 = J / 4;
-    for (int p = tid; p < RB * J4; p += XP_THREADS) {
-        const int r = p / J4, j = p % J4 * 4;
-        if (r0 + q * RB + r >= M) break;
-        const float *at = recv + r * 8 * NT + j;
-        float4 s = *reinterpret_cast<const float4 *>(at);
-#pragma unroll
-        for (int o = 1; o < XP_KS; o++) {
-            const float4 v = *reinterpret_cast<const float4 *>(at + o * RB * 8 * NT);
-            s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
-        }
-        *reinterpret_cast<float4 *>(dbl + (size_t)(r0 + q * RB + r) * J + j) = s;
-    }
-    xp_mark(XP_EV_EXIT);
-    return;
-#else
     __syncthreads();  // every warp is done with the boxes: the partials go over them
     if (warp < 4) xproj_part<NT, NT>(acc, part, warp, 0);
-#endif
 #else
     constexpr int NW = NT / 2;  // a warp's tiles of 8 columns
     const int wm = warp % 4, wn = warp / 4;

@@ -57,14 +57,12 @@ func (k xprojKnob) functions(tb testing.TB, engine func(string) *cuda.Function) 
 
 // xprojKnobs are xproj.cu's builds besides the engine's: copies by
 // cp.async (XP_BULK=0), and tiles through tensor maps, multiplied on wgmma
-// (the default) or on mma.m16n8k16 (XP_WGMMA=0), their partials pushed to
-// the block that sums them (the default) or pulled by it (XP_PUSH=0). (Three more, W's
+// (the default) or on mma.m16n8k16 (XP_WGMMA=0). (Three more, W's
 // rows in an order rotated by the cluster, the copies issued from warp 0
 // alone and clusters of 8 slices over 128 rows, were measured slower on
 // 2026-12-01 and taken out.)
 var xprojKnobs = []xprojKnob{{name: "cp.async", opts: "-DXP_BULK=0"}, {name: "tensor maps", tma: true},
-	{name: "tensor maps on mma.sync", opts: "-DXP_WGMMA=0", tma: true},
-	{name: "tensor maps, sums pulled", opts: "-DXP_PUSH=0", tma: true}}
+	{name: "tensor maps on mma.sync", opts: "-DXP_WGMMA=0", tma: true}}
 
 // xprojBuild compiles xproj.cu for sm_90a with opts and returns its
 // functions by name.

@@ -48,12 +48,10 @@ func xprojShared(nt, E int) int { return (8*nt + xprojTM) * (E/xprojSlices + 8) 
 
 // xprojTMAChunks is xproj_tma_chunks(E): the 64-channel chunks of a
 // block's slice, each a box of W and one of u; xprojTMAShared is
-// xproj_tma_shared(NT, E) in bytes: the boxes (128-byte rows), 1024 bytes
-// to align them, and the slots that receive the cluster's partials.
-func xprojTMAChunks(E int) int { return E / xprojSlices / 64 }
-func xprojTMAShared(nt, E int) int {
-	return xprojTMAChunks(E)*(8*nt+xprojTM)*128 + 1024 + xprojTM*8*nt*4
-}
+// xproj_tma_shared(NT, E) in bytes: the boxes (128-byte rows) and 1024
+// bytes to align them.
+func xprojTMAChunks(E int) int     { return E / xprojSlices / 64 }
+func xprojTMAShared(nt, E int) int { return xprojTMAChunks(E)*(8*nt+xprojTM)*128 + 1024 }
 
 // XProjApplies reports whether the kernel serves a layer: a 16-bit storage
 // type on sm_90 (it is compiled for sm_90a: clusters), E a multiple of 256
