@@ -1,6 +1,7 @@
 package kernels_test
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"testing"
@@ -163,4 +164,54 @@ func gemmNT64(a []float32, lda int, b []float32, M, N, K int) []float64 {
 // element (NaN equal to itself, -0 apart from 0).
 func sameBits(a, b []float32) bool {
 	return slices.EqualFunc(a, b, func(x, y float32) bool { return math.Float32bits(x) == math.Float32bits(y) })
+}
+
+// blockTimeline launches a timeline build's kernel (launch) 20 times, the
+// first 5 as warm-up, zeroing its record (timeline: blocks rows of
+// len(events) %globaltimer nanoseconds) before each launch and reading it
+// back after. It returns the kernel's median time (CUDA events around the
+// launch, µs) and, for each event, " name median/last": the medians over
+// the launches of the median block's and the last block's time from the
+// first block's start, in µs. Every block must record every event.
+func blockTimeline(b *testing.B, s *cuda.Stream, timer *launchTimer, timeline cuda.Ptr, blocks int, events []string,
+	launch func() error) (kernelUs float64, summary string) {
+	b.Helper()
+	n := len(events)
+	var kernel []float64
+	median, last := make([][]float64, n), make([][]float64, n)
+	for run := range 20 {
+		if err := cuda.Fill32(timeline, 0, blocks*n*2, s); err != nil {
+			b.Fatal(err)
+		}
+		ms := timer.ms(b, launch)
+		if run < 5 {
+			continue
+		}
+		kernel = append(kernel, 1e3*ms)
+		rows := make([]int64, blocks*n)
+		if err := cuda.CopyOut(rows, timeline, s); err != nil {
+			b.Fatal(err)
+		}
+		start := int64(math.MaxInt64)
+		for blk := range blocks {
+			start = min(start, rows[blk*n])
+		}
+		for ev := range n {
+			var at []float64
+			for blk := range blocks {
+				if t := rows[blk*n+ev]; t != 0 {
+					at = append(at, float64(t-start)/1e3)
+				}
+			}
+			if len(at) != blocks {
+				b.Fatalf("event %s recorded by %d blocks of %d", events[ev], len(at), blocks)
+			}
+			median[ev] = append(median[ev], gputest.Median(at))
+			last[ev] = append(last[ev], slices.Max(at))
+		}
+	}
+	for ev := range n {
+		summary += fmt.Sprintf(" %s %.2f/%.2f", events[ev], gputest.Median(median[ev]), gputest.Median(last[ev]))
+	}
+	return gputest.Median(kernel), summary
 }

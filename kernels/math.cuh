@@ -56,6 +56,17 @@ __device__ __forceinline__ void pdl_wait() {
 #endif
 }
 
+// timeline_mark stores %globaltimer's nanoseconds as event of this block's
+// row in tl (events a row, the first limit blocks by their linear index):
+// the diagnostic timelines of scan_onepass.cu (OP_TIMELINE) and xproj.cu
+// (XP_TIMELINE).
+__device__ __forceinline__ void timeline_mark(unsigned long long *tl, int events, int limit, int event) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+    const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    if (block < limit) tl[block * events + event] = t;
+}
+
 // prefetch_l2 asks for the 128-byte line holding p in L2, without waiting.
 __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 

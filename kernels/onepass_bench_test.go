@@ -400,49 +400,13 @@ func BenchmarkOnePassTimeline(b *testing.B) {
 				} else if !sameBits(got, want) {
 					b.Fatalf("%s %s: output differs from the engine's build", sh.name, builds[i])
 				}
-				var kernel []float64
-				median, last := make([][]float64, events), make([][]float64, events)
-				for run := range 20 {
-					if err := cuda.Fill32(bl.timeline, 0, blocks*events*2, s); err != nil {
-						b.Fatal(err)
-					}
-					ms := timer.ms(b, launch)
-					if run < 5 {
-						continue
-					}
-					kernel = append(kernel, 1e3*ms)
-					rows := make([]int64, blocks*events)
-					if err := cuda.CopyOut(rows, bl.timeline, s); err != nil {
-						b.Fatal(err)
-					}
-					start := int64(math.MaxInt64)
-					for blk := range blocks {
-						start = min(start, rows[blk*events])
-					}
-					for ev := range events {
-						var at []float64
-						for blk := range blocks {
-							if t := rows[blk*events+ev]; t != 0 {
-								at = append(at, float64(t-start)/1e3)
-							}
-						}
-						if len(at) != blocks {
-							b.Fatalf("%s: event %s recorded by %d blocks of %d", sh.name, opEvents[ev], len(at), blocks)
-						}
-						median[ev] = append(median[ev], gputest.Median(at))
-						last[ev] = append(last[ev], slices.Max(at))
-					}
-				}
+				kernel, summary := blockTimeline(b, s, timer, bl.timeline, blocks, opEvents, launch)
 				name := builds[i]
 				if name == "" {
 					name = "engine"
 				}
-				line := fmt.Sprintf("timeline %-14s %-14s kernel %.2f us; from the first block's start (median block / last):",
-					sh.name, name, gputest.Median(kernel))
-				for ev := 1; ev < events; ev++ {
-					line += fmt.Sprintf(" %s %.2f/%.2f", opEvents[ev], gputest.Median(median[ev]), gputest.Median(last[ev]))
-				}
-				b.Log(line)
+				b.Logf("timeline %-14s %-14s kernel %.2f us; from the first block's start (median block / last):%s",
+					sh.name, name, kernel, summary)
 			}
 			in.free()
 		}

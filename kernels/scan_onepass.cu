@@ -408,10 +408,7 @@ extern "C" __device__ unsigned long long op_timeline[OP_TL_BLOCKS * OP_EVENTS];
 #endif
 __device__ __forceinline__ void op_mark(int event) {
 #if OP_TIMELINE
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-    const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    if (block < OP_TL_BLOCKS) op_timeline[block * OP_EVENTS + event] = t;
+    timeline_mark(op_timeline, OP_EVENTS, OP_TL_BLOCKS, event);
 #endif
 }
 

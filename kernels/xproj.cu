@@ -58,10 +58,7 @@ extern "C" __device__ unsigned long long xp_timeline[XP_TL_BLOCKS * XP_EVENTS];
 #endif
 __device__ __forceinline__ void xp_mark(int event) {
 #if XP_TIMELINE
-    if (threadIdx.x != 0 || blockIdx.x >= XP_TL_BLOCKS) return;
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
-    xp_timeline[blockIdx.x * XP_EVENTS + event] = t;
+    if (threadIdx.x == 0) timeline_mark(xp_timeline, XP_EVENTS, XP_TL_BLOCKS, event);
 #endif
 }
 

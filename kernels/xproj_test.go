@@ -2,9 +2,7 @@ package kernels_test
 
 import (
 	"fmt"
-	"math"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 
@@ -274,39 +272,7 @@ func BenchmarkXProjTimeline(b *testing.B) {
 					if e := relErr(download(b, s, out, M*J), want64); !(e <= 1e-5) {
 						b.Fatalf("%s tma=%v: rel err %.3g against cuBLAS", tc.name, tma, e)
 					}
-					var kernel []float64
-					median, last := make([][]float64, events), make([][]float64, events)
-					for run := range 20 {
-						if err := cuda.Fill32(timeline, 0, blocks*events*2, s); err != nil {
-							b.Fatal(err)
-						}
-						ms := timer.ms(b, launch)
-						if run < 5 {
-							continue
-						}
-						kernel = append(kernel, 1e3*ms)
-						rows := make([]int64, blocks*events)
-						if err := cuda.CopyOut(rows, timeline, s); err != nil {
-							b.Fatal(err)
-						}
-						start := int64(math.MaxInt64)
-						for blk := range blocks {
-							start = min(start, rows[blk*events])
-						}
-						for ev := range events {
-							var at []float64
-							for blk := range blocks {
-								if t := rows[blk*events+ev]; t != 0 {
-									at = append(at, float64(t-start)/1e3)
-								}
-							}
-							if len(at) != blocks {
-								b.Fatalf("%s: event %s recorded by %d blocks of %d", tc.name, xpEvents[ev], len(at), blocks)
-							}
-							median[ev] = append(median[ev], gputest.Median(at))
-							last[ev] = append(last[ev], slices.Max(at))
-						}
-					}
+					kernel, summary := blockTimeline(b, s, timer, timeline, blocks, xpEvents, launch)
 					name := "rows"
 					if tma {
 						name = "tensor maps"
@@ -314,12 +280,8 @@ func BenchmarkXProjTimeline(b *testing.B) {
 					if bl.name != "" {
 						name += " " + bl.name
 					}
-					line := fmt.Sprintf("timeline %s %-11s kernel %.2f us; from the first block's start (median block / last):",
-						tc.name, name, gputest.Median(kernel))
-					for ev := range events {
-						line += fmt.Sprintf(" %s %.2f/%.2f", xpEvents[ev], gputest.Median(median[ev]), gputest.Median(last[ev]))
-					}
-					b.Log(line)
+					b.Logf("timeline %s %-11s kernel %.2f us; from the first block's start (median block / last):%s",
+						tc.name, name, kernel, summary)
 				}
 			}
 		}
