@@ -172,9 +172,10 @@ func sameBits(a, b []float32) bool {
 // back after. It returns the kernel's median time (CUDA events around the
 // launch, µs) and, for each event, " name median/last": the medians over
 // the launches of the median block's and the last block's time from the
-// first block's start, in µs. Every block must record every event.
+// first block's start, in µs. Every block must record every event. each,
+// where set, sees every measured launch's rows (as recorded, ns).
 func blockTimeline(b *testing.B, s *cuda.Stream, timer *launchTimer, timeline cuda.Ptr, blocks int, events []string,
-	launch func() error) (kernelUs float64, summary string) {
+	launch func() error, each func(rows []int64)) (kernelUs float64, summary string) {
 	b.Helper()
 	n := len(events)
 	var kernel []float64
@@ -191,6 +192,9 @@ func blockTimeline(b *testing.B, s *cuda.Stream, timer *launchTimer, timeline cu
 		rows := make([]int64, blocks*n)
 		if err := cuda.CopyOut(rows, timeline, s); err != nil {
 			b.Fatal(err)
+		}
+		if each != nil {
+			each(rows)
 		}
 		start := int64(math.MaxInt64)
 		for blk := range blocks {

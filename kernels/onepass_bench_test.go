@@ -400,7 +400,7 @@ func BenchmarkOnePassTimeline(b *testing.B) {
 				} else if !sameBits(got, want) {
 					b.Fatalf("%s %s: output differs from the engine's build", sh.name, builds[i])
 				}
-				kernel, summary := blockTimeline(b, s, timer, bl.timeline, blocks, opEvents, launch)
+				kernel, summary := blockTimeline(b, s, timer, bl.timeline, blocks, opEvents, launch, nil)
 				name := builds[i]
 				if name == "" {
 					name = "engine"

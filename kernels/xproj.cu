@@ -38,7 +38,8 @@
 // XP_TIMELINE (a diagnostic build; BenchmarkXProjTimeline) records when
 // thread 0 of each block reaches each event below, as %globaltimer's
 // nanoseconds in xp_timeline, a row of XP_EVENTS a block (the first
-// XP_TL_BLOCKS blocks). Other builds compile xp_mark to nothing.
+// XP_TL_BLOCKS blocks), and the SM it ran on in xp_sm. Other builds compile
+// xp_mark to nothing.
 #ifndef XP_TIMELINE
 #define XP_TIMELINE 0
 #endif
@@ -55,10 +56,17 @@ enum {
 #define XP_TL_BLOCKS 1024
 #if XP_TIMELINE
 extern "C" __device__ unsigned long long xp_timeline[XP_TL_BLOCKS * XP_EVENTS];
+extern "C" __device__ unsigned xp_sm[XP_TL_BLOCKS];  // the SM each block ran on (%smid)
 #endif
 __device__ __forceinline__ void xp_mark(int event) {
 #if XP_TIMELINE
-    if (threadIdx.x == 0) timeline_mark(xp_timeline, XP_EVENTS, XP_TL_BLOCKS, event);
+    if (threadIdx.x != 0) return;
+    timeline_mark(xp_timeline, XP_EVENTS, XP_TL_BLOCKS, event);
+    if (event == XP_EV_ENTRY && blockIdx.x < XP_TL_BLOCKS) {
+        unsigned sm;
+        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+        xp_sm[blockIdx.x] = sm;
+    }
 #endif
 }
 

@@ -2,6 +2,7 @@ package kernels_test
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -197,7 +198,10 @@ var xpEvents = []string{"entry", "waited", "wlanded", "ulanded", "mma", "sync", 
 // kernel's time (CUDA events around the one launch) and each event's time
 // from the first block's start, for the median block and the last, as
 // medians over the launches, in µs. Both entries (row copies and tensor
-// maps) are checked against cuBLAS's output first. XPROJ_TIMELINE_BUILDS, a
+// maps) are checked against cuBLAS's output first. Each line ends with how
+// many SMs ran more than one block of the launch (%smid at entry) and the
+// median exit of blocks alone on their SM and of those sharing one: whether
+// cluster placement makes x_proj's tail. XPROJ_TIMELINE_BUILDS, a
 // comma-separated list of NVRTC options (e.g. "-DXP_RELAXED=0"), adds
 // builds beside the default one.
 func BenchmarkXProjTimeline(b *testing.B) {
@@ -209,6 +213,7 @@ func BenchmarkXProjTimeline(b *testing.B) {
 		name     string
 		fn       func(string) *cuda.Function
 		timeline cuda.Ptr
+		sm       cuda.Ptr // xp_sm
 		bytes    int
 	}
 	var builds []build
@@ -222,6 +227,10 @@ func BenchmarkXProjTimeline(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		sm, _, err := mod.Global("xp_sm")
+		if err != nil {
+			b.Fatal(err)
+		}
 		fn := func(name string) *cuda.Function {
 			f, err := mod.Function(name)
 			if err != nil {
@@ -229,7 +238,7 @@ func BenchmarkXProjTimeline(b *testing.B) {
 			}
 			return f
 		}
-		builds = append(builds, build{strings.TrimSpace(o), fn, timeline, bytes})
+		builds = append(builds, build{strings.TrimSpace(o), fn, timeline, sm, bytes})
 	}
 	blas := tunedBLAS(b, s)
 	dt, events := cuda.BF16, len(xpEvents)
@@ -272,7 +281,49 @@ func BenchmarkXProjTimeline(b *testing.B) {
 					if e := relErr(download(b, s, out, M*J), want64); !(e <= 1e-5) {
 						b.Fatalf("%s tma=%v: rel err %.3g against cuBLAS", tc.name, tma, e)
 					}
-					kernel, summary := blockTimeline(b, s, timer, timeline, blocks, xpEvents, launch)
+					// Each launch's blocks by the SMs they shared: the median
+					// exit of those alone on their SM and of those beside
+					// another block of the launch.
+					var shared []float64
+					var exitAlone, exitShared []float64
+					each := func(rows []int64) {
+						sms := make([]int32, blocks)
+						if err := cuda.CopyOut(sms, bl.sm, s); err != nil {
+							b.Fatal(err)
+						}
+						count := map[int32]int{}
+						for _, m := range sms {
+							count[m]++
+						}
+						start, n, two := int64(math.MaxInt64), len(xpEvents), 0
+						for blk := range blocks {
+							start = min(start, rows[blk*n])
+						}
+						var alone, beside []float64
+						for blk, m := range sms {
+							exit := float64(rows[blk*n+n-1]-start) / 1e3
+							if count[m] > 1 {
+								beside = append(beside, exit)
+							} else {
+								alone = append(alone, exit)
+							}
+						}
+						for _, c := range count {
+							if c > 1 {
+								two++
+							}
+						}
+						shared = append(shared, float64(two))
+						if len(alone) > 0 {
+							exitAlone = append(exitAlone, gputest.Median(alone))
+						}
+						if len(beside) > 0 {
+							exitShared = append(exitShared, gputest.Median(beside))
+						}
+					}
+					kernel, summary := blockTimeline(b, s, timer, timeline, blocks, xpEvents, launch, each)
+					summary += fmt.Sprintf("; SMs holding more than one block: %.0f (median over launches); exit, median block alone on its SM %.2f, sharing one %.2f",
+						gputest.Median(shared), medianOrNaN(exitAlone), medianOrNaN(exitShared))
 					name := "rows"
 					if tma {
 						name = "tensor maps"
@@ -286,4 +337,12 @@ func BenchmarkXProjTimeline(b *testing.B) {
 			}
 		}
 	}
+}
+
+// medianOrNaN is gputest.Median, or NaN for no values.
+func medianOrNaN(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	return gputest.Median(v)
 }
