@@ -274,7 +274,6 @@ func BenchmarkXProjTimeline(b *testing.B) {
 				for _, tma := range []bool{false, true} {
 					x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: out.Ptr, M: M, E: E, J: J, DType: dt, PDL: true, TMA: tma}
 					launch := func() error { return x.Launch(bl.fn, s) }
-					timeline := bl.timeline
 					if err := launch(); err != nil {
 						b.Fatal(err)
 					}
@@ -321,7 +320,7 @@ func BenchmarkXProjTimeline(b *testing.B) {
 							exitShared = append(exitShared, gputest.Median(beside))
 						}
 					}
-					kernel, summary := blockTimeline(b, s, timer, timeline, blocks, xpEvents, launch, each)
+					kernel, summary := blockTimeline(b, s, timer, bl.timeline, blocks, xpEvents, launch, each)
 					summary += fmt.Sprintf("; SMs holding more than one block: %.0f (median over launches); exit, median block alone on its SM %.2f, sharing one %.2f",
 						gputest.Median(shared), medianOrNaN(exitAlone), medianOrNaN(exitShared))
 					name := "rows"

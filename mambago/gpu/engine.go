@@ -173,9 +173,9 @@ type Engine struct {
 	XProjTMA bool
 	// AutoXProj runs x_proj on XProj's tensor-map entry in the prefills
 	// where it was measured faster than cuBLAS's GEMM, with OwnXProj off
-	// (xprojPays: one block an SM, W's slice of a block at most 64 KB: the
-	// 130m width up to 2048 rows). On by default. Set it before capturing
-	// graphs.
+	// (xprojRoute: one block an SM, W's slice of a block at most 64 KB: the
+	// 130m width up to 2048 rows; XProjOwnAt reports it). On by default. Set
+	// it before capturing graphs.
 	AutoXProj bool
 	// FusedOutNorm runs each layer's out_proj, but the last's, with the
 	// residual add and the next layer's RMSNorm as one kernel (OutNorm)

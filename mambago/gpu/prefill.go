@@ -321,10 +321,7 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr) error
 	c, g, ws := e.cfg, e.layers[l], &e.ws
 	rows, d, E, R, N, K, dt := B*n, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel, e.dt
 	fused := e.ConvXProjFused() // the conv stage runs x_proj too
-	ownXProj, xprojTMA := e.OwnXProjOn(), e.XProjTMA
-	if !ownXProj && e.xprojAuto(rows) {
-		ownXProj, xprojTMA = true, true
-	}
+	ownXProj, xprojTMA := e.xprojRoute(rows)
 	spt := e.scanOnePass(B, E)
 	scan := Scan{DT: ws.delta.Ptr, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
 		U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,

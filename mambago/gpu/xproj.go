@@ -50,7 +50,11 @@ func xprojShared(nt, E int) int { return (8*nt + xprojTM) * (E/xprojSlices + 8) 
 // block's slice, each a box of W and one of u; xprojTMAShared is
 // xproj_tma_shared(NT, E) in bytes: the boxes (128-byte rows) and 1024
 // bytes to align them.
-func xprojTMAChunks(E int) int     { return E / xprojSlices / 64 }
+func xprojTMAChunks(E int) int { return E / xprojSlices / 64 }
+
+// xprojTMAWidth reports whether the tensor-map entry takes E channels: whole
+// 64-channel chunks in each block's slice, at most 8 of them (E <= 2048).
+func xprojTMAWidth(E int) bool     { return E%(xprojSlices*64) == 0 && xprojTMAChunks(E) <= 8 }
 func xprojTMAShared(nt, E int) int { return xprojTMAChunks(E)*(8*nt+xprojTM)*128 + 1024 }
 
 // XProjApplies reports whether the kernel serves a layer: a 16-bit storage
@@ -84,7 +88,7 @@ func (x XProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error
 // launchTMA launches xproj_tma: the tensor maps of u (boxes of 64 rows) and
 // W (boxes of 8 nt rows), 64 channels wide.
 func (x XProj) launchTMA(fn func(string) *cuda.Function, nt int, grid cuda.Dim3, stream *cuda.Stream) error {
-	if c := xprojTMAChunks(x.E); x.E%(xprojSlices*64) != 0 || c > 8 {
+	if !xprojTMAWidth(x.E) {
 		return fmt.Errorf("gpu: xproj_tma serves E a multiple of %d of at most 2048, not %d", xprojSlices*64, x.E)
 	}
 	umap, err := cuda.NewTensorMap2D(x.DType, x.U, x.M, x.E, x.E, xprojTM, 64)
@@ -106,40 +110,46 @@ func (x XProj) launchTMA(fn func(string) *cuda.Function, nt int, grid cuda.Dim3,
 // every length (Engine.OwnXProj, where XProjApplies, the conv does not
 // compute it and, with Engine.XProjTMA, the tensor-map entry serves E).
 func (e *Engine) OwnXProjOn() bool {
-	c := e.cfg
-	E, J := c.Inner, c.DTRank+2*c.State
-	if e.XProjTMA && !e.xprojTMAServes() {
-		return false
-	}
-	return e.OwnXProj && !e.ConvXProjFused() && XProjApplies(e.dev, e.dt, E, J)
-}
-
-// xprojTMAServes reports whether XProj's tensor-map entry serves the
-// model's width on this device.
-func (e *Engine) xprojTMAServes() bool {
-	c := e.cfg
-	E, J := c.Inner, c.DTRank+2*c.State
-	return E%(xprojSlices*64) == 0 && xprojTMAChunks(E) <= 8 && xprojTMAShared(dblTiles(J), E) <= e.dev.MaxSharedOptIn
+	E, J := e.xprojDims()
+	return e.OwnXProj && !e.ConvXProjFused() && XProjApplies(e.dev, e.dt, E, J) && (!e.XProjTMA || e.xprojTMAServes())
 }
 
 // XProjOwnAt reports whether a prefill of rows rows (B·T, or a chunk's)
 // runs x_proj on XProj rather than cuBLAS's GEMM: Engine.OwnXProj, or
 // Engine.AutoXProj where it pays.
-func (e *Engine) XProjOwnAt(rows int) bool { return e.OwnXProjOn() || e.xprojAuto(rows) }
+func (e *Engine) XProjOwnAt(rows int) bool {
+	own, _ := e.xprojRoute(rows)
+	return own
+}
 
-// xprojAuto reports whether a prefill of rows rows runs x_proj on XProj's
-// tensor-map entry by Engine.AutoXProj (OwnXProj off): where it was
-// measured faster than cuBLAS's GEMM in bf16 prefills on the H200
-// (bench/results/2026-12-01-xproj-timeline.md, run 3: 1.069x at 130m
-// T=512, 1.001x at T=2048; 0.975x at T=8192, 0.976x at B=8 T=2048, 0.985x
-// at 370m T=2048). Those are the launches where each block has an SM to
-// itself (4 ⌈rows / 64⌉ blocks at most the SMs) and W's slice, which every
-// block copies, is at most 64 KB (61 KB at the 130m width, 98 KB at 370m's).
-func (e *Engine) xprojAuto(rows int) bool {
-	c := e.cfg
-	E, J := c.Inner, c.DTRank+2*c.State
+// xprojRoute says how a prefill of rows rows runs x_proj: on XProj (own)
+// or cuBLAS's GEMM, and on XProj's tensor-map entry (tma). OwnXProj, with
+// XProjTMA's choice of entry, comes first; then AutoXProj, which takes the
+// tensor-map entry where it was measured faster than cuBLAS's GEMM in bf16
+// prefills on the H200 (bench/results/2026-12-01-xproj-timeline.md, run 3:
+// 1.069x at 130m T=512, 1.001x at T=2048; 0.975x at T=8192, 0.976x at B=8
+// T=2048, 0.985x at 370m T=2048). Those are the launches where each block
+// has an SM to itself (4 ⌈rows / 64⌉ blocks at most the SMs) and W's slice,
+// which every block copies, is at most 64 KB (61 KB at the 130m width,
+// 98 KB at 370m's).
+func (e *Engine) xprojRoute(rows int) (own, tma bool) {
+	if e.OwnXProjOn() {
+		return true, e.XProjTMA
+	}
+	E, J := e.xprojDims()
 	blocks := xprojSlices * ((rows + xprojTM - 1) / xprojTM)
 	wSlice := 8 * dblTiles(J) * (E / xprojSlices) * 2
-	return e.AutoXProj && !e.ConvXProjFused() && XProjApplies(e.dev, e.dt, E, J) && e.xprojTMAServes() &&
+	auto := e.AutoXProj && !e.ConvXProjFused() && XProjApplies(e.dev, e.dt, E, J) && e.xprojTMAServes() &&
 		blocks <= e.dev.SMs && wSlice <= 64<<10
+	return auto, auto
 }
+
+// xprojTMAServes reports whether XProj's tensor-map entry serves the
+// model's width on this device (its shared memory included).
+func (e *Engine) xprojTMAServes() bool {
+	E, J := e.xprojDims()
+	return xprojTMAWidth(E) && xprojTMAShared(dblTiles(J), E) <= e.dev.MaxSharedOptIn
+}
+
+// xprojDims are x_proj's channels E and output columns J.
+func (e *Engine) xprojDims() (E, J int) { return e.cfg.Inner, e.cfg.DTRank + 2*e.cfg.State }
