@@ -26,21 +26,8 @@
 //   which is then done with), and block q adds the XP_KS partials of rows
 //   q XP_TM / XP_KS .. in slice order through distributed shared memory,
 //   so every run gives the same bits, and writes them to dbl.
-//
-// XP_GLOBAL 1 (the default) drops the cluster: each block posts its partials
-// to part ([M, XP_KS, J] f32 scratch) and counts itself in on its tile's
-// counter (count, a counter a tile of XP_TM rows, zero before a launch and
-// left zero after); the tile's last block adds the XP_KS partials in slice
-// order (the same bits as the cluster's sum, whichever block is last) and
-// writes dbl. Clusters of 4 cannot all sit one block an SM on the H200 (at
-// 128 blocks, 8 SMs hold two: 2026-12-01 run 7), and those blocks were
-// x_proj's tail; without a cluster the blocks spread over every SM.
-// XP_GLOBAL 0 keeps the cluster's sum.
 
 #define XP_THREADS 256  // a block: 8 warps
-#ifndef XP_GLOBAL
-#define XP_GLOBAL 1
-#endif
 #define XP_TM 64        // rows a cluster
 #define XP_KS 4         // blocks a cluster, each a slice of the channels
 #define XP_CHUNKS 4     // (XP_BULK 0) groups of u's copies, multiplied as each lands
@@ -62,7 +49,7 @@ enum {
     XP_EV_WLANDED,  // W's slice landed
     XP_EV_ULANDED,  // the last of thread 0's rows of u landed
     XP_EV_MMA,      // thread 0's products done
-    XP_EV_SYNC,     // the cluster's partials in (the first cluster barrier passed; XP_GLOBAL: the block counted in)
+    XP_EV_SYNC,     // the cluster's partials in (the first cluster barrier passed)
     XP_EV_EXIT,     // the sums stored and the last cluster barrier passed
     XP_EVENTS
 };
@@ -115,55 +102,13 @@ __device__ __forceinline__ void xproj_part(const float (&acc)[NW][4], float *par
     }
 }
 
-// xp_slice is the block's slice of the channels: its rank in the cluster,
-// or (XP_GLOBAL) its place among the tile's XP_KS blocks.
-__device__ __forceinline__ int xp_slice() { return XP_GLOBAL ? blockIdx.x % XP_KS : cluster_rank(); }
-
 // xproj_reduce ends both kernels, once every warp's products are in part:
 // block q of the cluster adds the XP_KS partials of rows q XP_TM / XP_KS ..
 // in slice order through distributed shared memory, so every run gives the
 // same bits, and writes them to dbl (rows r0 ..; those past M left out).
-// With XP_GLOBAL the partials meet in gpart instead, and the tile's last
-// block adds them in the same order.
 template <int NT>
-__device__ __forceinline__ void xproj_reduce(const float *part, float *__restrict__ dbl, float *gpart, unsigned *count,
-                                             int r0, int M, int J, int q) {
+__device__ __forceinline__ void xproj_reduce(const float *part, float *__restrict__ dbl, int r0, int M, int J, int q) {
     const int tid = threadIdx.x;
-#if XP_GLOBAL
-    const int J4 = J / 4, live = min(XP_TM, M - r0);
-    // The block's partials to gpart; every thread fences its own stores
-    // before the barrier, then one thread counts the block in.
-    for (int p = tid; p < live * J4; p += XP_THREADS) {
-        const int r = p / J4, j = p % J4 * 4;
-        *reinterpret_cast<float4 *>(gpart + ((size_t)(r0 + r) * XP_KS + q) * J + j) =
-            *reinterpret_cast<const float4 *>(part + r * 8 * NT + j);
-    }
-    __threadfence();
-    __syncthreads();
-    __shared__ unsigned last;
-    unsigned *counter = count + r0 / XP_TM;
-    if (tid == 0) last = atomicAdd(counter, 1u) == XP_KS - 1;
-    __syncthreads();
-    xp_mark(XP_EV_SYNC);
-    if (last) {  // every block of the tile has fenced its partials
-        __threadfence();
-        for (int p = tid; p < live * J4; p += XP_THREADS) {
-            const int r = p / J4, j = p % J4 * 4;
-            const float *pr = gpart + (size_t)(r0 + r) * XP_KS * J + j;
-            float4 v[XP_KS];
-#pragma unroll
-            for (int o = 0; o < XP_KS; o++)
-                v[o] = o == q ? *reinterpret_cast<const float4 *>(part + r * 8 * NT + j)
-                              : __ldcg(reinterpret_cast<const float4 *>(pr + o * J));
-            float4 s = v[0];
-#pragma unroll
-            for (int o = 1; o < XP_KS; o++) s.x += v[o].x, s.y += v[o].y, s.z += v[o].z, s.w += v[o].w;
-            *reinterpret_cast<float4 *>(dbl + (size_t)(r0 + r) * J + j) = s;
-        }
-        if (tid == 0) *counter = 0;  // for the next launch
-    }
-    xp_mark(XP_EV_EXIT);
-#else
     cluster_sync();  // every block's partials are in
     xp_mark(XP_EV_SYNC);
     constexpr int RB = XP_TM / XP_KS;  // rows this block sums
@@ -187,16 +132,15 @@ __device__ __forceinline__ void xproj_reduce(const float *part, float *__restric
     else
         cluster_sync();
     xp_mark(XP_EV_EXIT);
-#endif
 }
 
 template <class T, int NT>
-__device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restrict__ W, float *__restrict__ dbl,
-                                      float *gpart, unsigned *count, int M, int E, int J) {
+__device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restrict__ W, float *__restrict__ dbl, int M,
+                                      int E, int J) {
     static_assert(NT % 2 == 0, "two warps split a row's tiles of columns");
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     xp_mark(XP_EV_ENTRY);
-    const int q = xp_slice(), r0 = blockIdx.x / XP_KS * XP_TM;
+    const int q = cluster_rank(), r0 = blockIdx.x / XP_KS * XP_TM;
     const int S = E / XP_KS, P = xproj_pitch(E), c0 = q * S;
     extern __shared__ __align__(16) unsigned char xp_smem[];
     T *ws = reinterpret_cast<T *>(xp_smem);  // [8 NT][P]
@@ -299,7 +243,7 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
     xp_mark(XP_EV_MMA);
     __syncthreads();  // every warp is done with W's slice: the partials go over it
     xproj_part<NT, NW>(acc, part, wm, wn);
-    xproj_reduce<NT>(part, dbl, gpart, count, r0, M, J, q);
+    xproj_reduce<NT>(part, dbl, r0, M, J, q);
 }
 // xproj_tma is xproj with its operands copied as tiles through TMA tensor
 // maps (XProj.TMA; not yet the engine's): umap views u as [M, E] and wmap
@@ -334,11 +278,11 @@ __host__ __device__ constexpr int xproj_tma_shared(int NT, int E) {
 __device__ __forceinline__ unsigned xproj_sw(unsigned box, int r, int c) { return box + r * 128 + ((c ^ (r & 7)) << 4); }
 
 template <class T, int NT>
-__device__ __forceinline__ void xproj_tma(const tensor_map *umap, const tensor_map *wmap, float *__restrict__ dbl,
-                                          float *gpart, unsigned *count, int M, int E, int J) {
+__device__ __forceinline__ void xproj_tma(const tensor_map *umap, const tensor_map *wmap, float *__restrict__ dbl, int M,
+                                          int E, int J) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     xp_mark(XP_EV_ENTRY);
-    const int q = xp_slice(), r0 = blockIdx.x / XP_KS * XP_TM;
+    const int q = cluster_rank(), r0 = blockIdx.x / XP_KS * XP_TM;
     const int C = xproj_tma_chunks(E), c0 = q * (E / XP_KS);
     extern __shared__ __align__(16) unsigned char xpt_smem[];
     const unsigned base = (shared_addr(xpt_smem) + 1023) & ~1023u;  // the boxes' alignment, within the 1024 bytes added
@@ -428,15 +372,11 @@ __device__ __forceinline__ void xproj_tma(const tensor_map *umap, const tensor_m
     __syncthreads();  // every warp is done with the boxes: the partials go over them
     xproj_part<NT, NW>(acc, part, wm, wn);
 #endif
-    xproj_reduce<NT>(part, dbl, gpart, count, r0, M, J, q);
+    xproj_reduce<NT>(part, dbl, r0, M, J, q);
 }
-#if XP_GLOBAL
-#define XP_CLUSTER_DIMS
-#else
 #define XP_CLUSTER_DIMS __cluster_dims__(XP_KS, 1, 1)
-#endif
-#define XP_BODY(NT, T) xproj<T, NT>(u, W, dbl, part, count, M, E, J);
-#define XP_TMA_BODY(NT, T) xproj_tma<T, NT>(&umap, &wmap, dbl, part, count, M, E, J);
+#define XP_BODY(NT, T) xproj<T, NT>(u, W, dbl, M, E, J);
+#define XP_TMA_BODY(NT, T) xproj_tma<T, NT>(&umap, &wmap, dbl, M, E, J);
 #else
 #define XP_CLUSTER_DIMS
 #define XP_BODY(NT, T) __trap();  // gpu.XProjApplies keeps the engine off it
@@ -444,11 +384,8 @@ __device__ __forceinline__ void xproj_tma(const tensor_map *umap, const tensor_m
 #endif
 
 // xproj<NT>_*: NT = 10 serves J <= 80 (the 130m shape's 48 + 2 x 16), NT = 12
-// J <= 96 (370m's). Grid (XP_KS ceil(M / XP_TM)), block XP_THREADS. part
-// ([M, XP_KS, J] f32) and count (ceil(M / XP_TM) counters, zero) serve the
-// XP_GLOBAL build; the cluster's leaves them alone.
-#define XP_PARAMS(T) \
-    const T *__restrict__ u, const T *__restrict__ W, float *__restrict__ dbl, float *part, unsigned *count, int M, int E, int J
+// J <= 96 (370m's). Grid (XP_KS ceil(M / XP_TM)), block XP_THREADS.
+#define XP_PARAMS(T) const T *__restrict__ u, const T *__restrict__ W, float *__restrict__ dbl, int M, int E, int J
 extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj10_bf16(XP_PARAMS(bf16)) { XP_BODY(10, bf16) }
 extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj10_f16(XP_PARAMS(f16)) { XP_BODY(10, f16) }
 extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj12_bf16(XP_PARAMS(bf16)) { XP_BODY(12, bf16) }
@@ -457,8 +394,7 @@ extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj12
 // xproj_tma<NT>_*: xproj_tma, the same grid and block, its shared memory
 // xproj_tma_shared(NT, E) (launched by gpu.XProj with TMA set).
 #define XP_TMA_PARAMS \
-    const __grid_constant__ tensor_map umap, const __grid_constant__ tensor_map wmap, float *__restrict__ dbl, float *part, \
-        unsigned *count, int M, int E, int J
+    const __grid_constant__ tensor_map umap, const __grid_constant__ tensor_map wmap, float *__restrict__ dbl, int M, int E, int J
 extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj_tma10_bf16(XP_TMA_PARAMS) { XP_TMA_BODY(10, bf16) }
 extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj_tma10_f16(XP_TMA_PARAMS) { XP_TMA_BODY(10, f16) }
 extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj_tma12_bf16(XP_TMA_PARAMS) { XP_TMA_BODY(12, bf16) }

@@ -56,14 +56,12 @@ func (k xprojKnob) functions(tb testing.TB, engine func(string) *cuda.Function) 
 
 // xprojKnobs are xproj.cu's builds besides the engine's: copies by
 // cp.async (XP_BULK=0), and tiles through tensor maps, multiplied on wgmma
-// (the default) or on mma.m16n8k16 (XP_WGMMA=0), their partials summed
-// through global memory (the default) or by a cluster (XP_GLOBAL=0). (Three more, W's
+// (the default) or on mma.m16n8k16 (XP_WGMMA=0). (Three more, W's
 // rows in an order rotated by the cluster, the copies issued from warp 0
 // alone and clusters of 8 slices over 128 rows, were measured slower on
 // 2026-12-01 and taken out.)
 var xprojKnobs = []xprojKnob{{name: "cp.async", opts: "-DXP_BULK=0"}, {name: "tensor maps", tma: true},
-	{name: "tensor maps on mma.sync", opts: "-DXP_WGMMA=0", tma: true},
-	{name: "tensor maps, a cluster's sum", opts: "-DXP_GLOBAL=0", tma: true}}
+	{name: "tensor maps on mma.sync", opts: "-DXP_WGMMA=0", tma: true}}
 
 // xprojBuild compiles xproj.cu for sm_90a with opts and returns its
 // functions by name.
@@ -82,12 +80,6 @@ func xprojBuild(tb testing.TB, opts string) func(string) *cuda.Function {
 	}
 }
 
-// xprojScratch returns XProj's scratch for M rows and J columns: the
-// partials filled with NaN, the counters zero.
-func xprojScratch(tb testing.TB, s *cuda.Stream, M, J int) (part, count *cuda.Buffer) {
-	return poisoned(tb, s, gpuengine.XProjPartBytes(M, J)/4), upload(tb, s, make([]float32, gpuengine.XProjCounters(M)))
-}
-
 // testXProj is TestXProjKernel for one build (tma: its tensor-map entries).
 func testXProj(t *testing.T, tma bool, fn func(string) *cuda.Function, s *cuda.Stream) {
 	for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
@@ -99,21 +91,14 @@ func testXProj(t *testing.T, tma bool, fn func(string) *cuda.Function, s *cuda.S
 			bu, bw := upload(t, s, uPacked), upload(t, s, wPacked)
 			want := gemmNT64(u, E, w, M, J, E)
 			var first []float32
-			part, count := xprojScratch(t, s, M, J)
 			for run := 0; run < 2; run++ {
 				out := poisoned(t, s, M*J)
-				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: out.Ptr, Part: part.Ptr, Count: count.Ptr, M: M, E: E, J: J,
-					DType: dt, TMA: tma}
+				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: out.Ptr, M: M, E: E, J: J, DType: dt, TMA: tma}
 				if err := x.Launch(fn, s); err != nil {
 					t.Fatal(err)
 				}
 				got := download(t, s, out, M*J)
 				label := fmt.Sprintf("%s %+v run %d", dt, tc, run)
-				for i, c := range download(t, s, count, gpuengine.XProjCounters(M)) {
-					if c != 0 {
-						t.Errorf("%s: counter %d left at %#x, not zero", label, i, math.Float32bits(c))
-					}
-				}
 				if e := relErr(got, want); !(e <= 1e-5) {
 					t.Errorf("%s: rel err %.3g", label, e)
 				}
@@ -167,10 +152,9 @@ func BenchmarkXProj(b *testing.B) {
 			ref := poisoned(b, s, M*J)
 			runs := []func() error{func() error { return blas.Gemm(M, J, E, bu.Ptr, E, bw.Ptr, ref.Ptr, J, 0, dt, cuda.F32) }}
 			var outs []*cuda.Buffer
-			part, count := xprojScratch(b, s, M, J) // the launches run one after another
 			for i, build := range builds {
 				outs = append(outs, poisoned(b, s, M*J))
-				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: outs[i].Ptr, Part: part.Ptr, Count: count.Ptr, M: M, E: E, J: J, DType: dt,
+				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: outs[i].Ptr, M: M, E: E, J: J, DType: dt,
 					PDL: !knobs[i].noPDL, TMA: knobs[i].tma}
 				runs = append(runs, func() error { return x.Launch(build, s) })
 			}
@@ -273,7 +257,6 @@ func BenchmarkXProjTimeline(b *testing.B) {
 			_, wPacked := pack16(dt, randn(J*E, 0.05))
 			bu, bw := upload(b, s, uPacked), upload(b, s, wPacked)
 			ref, out := poisoned(b, s, M*J), poisoned(b, s, M*J)
-			part, count := xprojScratch(b, s, M, J)
 			gemm := func() error { return blas.Gemm(M, J, E, bu.Ptr, E, bw.Ptr, ref.Ptr, J, 0, dt, cuda.F32) }
 			var blasMs []float64
 			for run := range 20 {
@@ -289,8 +272,7 @@ func BenchmarkXProjTimeline(b *testing.B) {
 			b.Logf("timeline %s cuBLASLt alone %.2f us", tc.name, gputest.Median(blasMs))
 			for _, bl := range builds {
 				for _, tma := range []bool{false, true} {
-					x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: out.Ptr, Part: part.Ptr, Count: count.Ptr, M: M, E: E, J: J,
-						DType: dt, PDL: true, TMA: tma}
+					x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: out.Ptr, M: M, E: E, J: J, DType: dt, PDL: true, TMA: tma}
 					launch := func() error { return x.Launch(bl.fn, s) }
 					if err := launch(); err != nil {
 						b.Fatal(err)

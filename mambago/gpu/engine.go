@@ -419,7 +419,7 @@ type workspace struct {
 	rows, outLen, generation            int
 	h, x, xz, u, dbl, delta, y, in, out *cuda.Buffer
 	scan                                *cuda.Buffer // the scan's chunk summaries
-	counts                              *cuda.Buffer // ConvXProj's and XProj's counters, zero between launches
+	counts                              *cuda.Buffer // ConvXProj's counters, zero between launches
 	scanChunk                           int          // the Engine.ScanChunk that scan is sized for
 	scanSegments                        bool         // whether scan is sized for walks in segments (Engine.segmentsOn)
 	logits                              *cuda.Buffer
@@ -448,7 +448,7 @@ func (e *Engine) ensure(rows int) error {
 	}
 	ws.rows = 0
 	width, sz := max(c.Hidden, c.InputDim), e.dt.Size()
-	counters := rows/convXProjTM + rows // ConvXProjCounters(B, n) for any B n <= rows; XProjCounters(rows)
+	counters := rows/convXProjTM + rows // ConvXProjCounters(B, n) for any B n <= rows
 	sizes := []struct {
 		dst   **cuda.Buffer
 		bytes int

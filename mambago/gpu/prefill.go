@@ -368,10 +368,8 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr) error
 		}},
 		{"x_proj", func() error {
 			if ownXProj {
-				// dt's buffer (rows x E f32, E >= 4 J where XProjApplies) is
-				// free until dt_proj: XProj's partials go there.
-				err := XProj{U: ws.u.Ptr, W: g.xProj, DBL: ws.dbl.Ptr, Part: ws.delta.Ptr, Count: ws.counts.Ptr, M: rows,
-					E: E, J: R + 2*N, DType: dt, PDL: e.PrefillPDL, TMA: xprojTMA}.Launch(e.function, e.stream)
+				err := XProj{U: ws.u.Ptr, W: g.xProj, DBL: ws.dbl.Ptr, M: rows, E: E, J: R + 2*N, DType: dt,
+					PDL: e.PrefillPDL, TMA: xprojTMA}.Launch(e.function, e.stream)
 				if err != nil {
 					return err
 				}

@@ -15,18 +15,13 @@ import (
 // slice of W before it waits for the conv, and lets the scan launch while it
 // runs.
 type XProj struct {
-	U   cuda.Ptr // [M, E] of DType (the conv's output)
-	W   cuda.Ptr // [J, E] of DType (x_proj's weight)
-	DBL cuda.Ptr // [M, J] out, f32
-	// Part ([M, 4, J] f32, at least XProjPartBytes) and Count (XProjCounters
-	// uint32 counters, zero before the launch and left zero after) are
-	// scratch where the blocks of a tile of rows meet (xproj.cu's
-	// XP_GLOBAL build; the cluster build leaves them alone).
-	Part, Count cuda.Ptr
-	M           int // rows: B·T
-	E, J        int // channels; dt_rank + 2 state sizes
-	DType       cuda.DType
-	PDL         bool // launch with programmatic dependent launch
+	U     cuda.Ptr // [M, E] of DType (the conv's output)
+	W     cuda.Ptr // [J, E] of DType (x_proj's weight)
+	DBL   cuda.Ptr // [M, J] out, f32
+	M     int      // rows: B·T
+	E, J  int      // channels; dt_rank + 2 state sizes
+	DType cuda.DType
+	PDL   bool // launch with programmatic dependent launch
 	// TMA copies u and W as tiles through tensor maps, a copy a 64-channel
 	// chunk of the block's slice, instead of a copy a row, and multiplies
 	// them on wgmma (xproj_tma; E a multiple of 256 of at most 2048;
@@ -41,11 +36,6 @@ const (
 	xprojSlices  = 4   // XP_KS: blocks a cluster, each a slice of E
 	xprojChunks  = 4   // XP_CHUNKS: groups of u's copies
 )
-
-// XProjPartBytes is the size of XProj.Part for M rows and J columns, and
-// XProjCounters the length of XProj.Count for M rows.
-func XProjPartBytes(M, J int) int { return 4 * xprojSlices * M * J }
-func XProjCounters(M int) int     { return (M + xprojTM - 1) / xprojTM }
 
 // xprojEntries are the NT of xproj.cu's entries.
 var xprojEntries = []int{10, 12}
@@ -84,9 +74,6 @@ func (x XProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error
 	if nt == 0 || x.DType == cuda.F32 || x.E%(xprojSlices*xprojChunks*16) != 0 || x.E < 512 || x.M < 1 {
 		return fmt.Errorf("gpu: xproj serves no %s layer with M=%d, E=%d, J=%d", x.DType, x.M, x.E, x.J)
 	}
-	if x.Part == 0 || x.Count == 0 {
-		return fmt.Errorf("gpu: xproj needs its scratch (Part, Count) for M=%d, J=%d", x.M, x.J)
-	}
 	grid := cuda.D1(xprojSlices * ((x.M + xprojTM - 1) / xprojTM)) // a cluster of 4 blocks a tile of rows
 	if x.TMA {
 		return x.launchTMA(fn, nt, grid, stream)
@@ -95,7 +82,7 @@ func (x XProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error
 	if err := f.SetMaxDynamicShared(shared); err != nil {
 		return err
 	}
-	return f.LaunchMaybePDL(x.PDL, grid, cuda.D1(xprojThreads), shared, stream, x.U, x.W, x.DBL, x.Part, x.Count, x.M, x.E, x.J)
+	return f.LaunchMaybePDL(x.PDL, grid, cuda.D1(xprojThreads), shared, stream, x.U, x.W, x.DBL, x.M, x.E, x.J)
 }
 
 // launchTMA launches xproj_tma: the tensor maps of u (boxes of 64 rows) and
@@ -116,7 +103,7 @@ func (x XProj) launchTMA(fn func(string) *cuda.Function, nt int, grid cuda.Dim3,
 	if err := f.SetMaxDynamicShared(shared); err != nil {
 		return err
 	}
-	return f.LaunchMaybePDL(x.PDL, grid, cuda.D1(xprojThreads), shared, stream, umap, wmap, x.DBL, x.Part, x.Count, x.M, x.E, x.J)
+	return f.LaunchMaybePDL(x.PDL, grid, cuda.D1(xprojThreads), shared, stream, umap, wmap, x.DBL, x.M, x.E, x.J)
 }
 
 // OwnXProjOn reports whether the engine's prefill runs x_proj on XProj at
