@@ -103,24 +103,25 @@ __device__ __forceinline__ void xproj_part(const float (&acc)[NW][4], float *par
 }
 
 // xproj_reduce ends both kernels, once every warp's products are in part:
-// block q of the cluster adds the XP_KS partials of rows q XP_TM / XP_KS ..
-// in slice order through distributed shared memory, so every run gives the
-// same bits, and writes them to dbl (rows r0 ..; those past M left out).
-template <int NT>
+// block q of the cluster of KS adds the KS partials of rows q RB .. (RB =
+// ceil(XP_TM / KS)) in slice order through distributed shared memory, so
+// every run gives the same bits, and writes them to dbl (rows r0 ..; those
+// past M left out).
+template <int NT, int KS>
 __device__ __forceinline__ void xproj_reduce(const float *part, float *__restrict__ dbl, int r0, int M, int J, int q) {
     const int tid = threadIdx.x;
     cluster_sync();  // every block's partials are in
     xp_mark(XP_EV_SYNC);
-    constexpr int RB = XP_TM / XP_KS;  // rows this block sums
+    constexpr int RB = (XP_TM + KS - 1) / KS;  // rows this block sums
     const int J4 = J / 4;
     const unsigned pbase = shared_addr(part);
     for (int p = tid; p < RB * J4; p += XP_THREADS) {
         const int r = q * RB + p / J4, j = p % J4 * 4;
-        if (r0 + r >= M) break;
+        if (r >= XP_TM || r0 + r >= M) break;
         const unsigned at = pbase + (r * 8 * NT + j) * 4;
         float4 s = cluster_ld4(cluster_map(at, 0));
 #pragma unroll
-        for (int o = 1; o < XP_KS; o++) {
+        for (int o = 1; o < KS; o++) {
             const float4 v = cluster_ld4(cluster_map(at, o));
             s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
         }
@@ -243,28 +244,31 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
     xp_mark(XP_EV_MMA);
     __syncthreads();  // every warp is done with W's slice: the partials go over it
     xproj_part<NT, NW>(acc, part, wm, wn);
-    xproj_reduce<NT>(part, dbl, r0, M, J, q);
+    xproj_reduce<NT, XP_KS>(part, dbl, r0, M, J, q);
 }
 // xproj_tma is xproj with its operands copied as tiles through TMA tensor
 // maps (XProj.TMA; not yet the engine's): umap views u as [M, E] and wmap
 // W as [J, E], both in boxes of 64 channels (128 bytes, swizzled in
 // 128-byte rows) by 64 rows of u or 8 NT rows of W, which the copy engine
 // zero-fills past M and past J. A block's slice of E / XP_KS channels is
-// C = E / XP_KS / 64 such chunks: C copies of W (issued before the wait)
-// and C of u, 2 C copies a block in all (12 at the 130m shape) where xproj
-// makes a copy a row (144). The guess this build tests: xproj's time at
+// C = E / KS / 64 such chunks: C copies of W (issued before the wait) and
+// C of u, 2 C copies a block in all (12 at the 130m shape) where xproj
+// makes a copy a row (144). KS, the blocks of a cluster (slices of E), is
+// XP_KS (4) or 3: at 32 tiles of rows (130m, T=2048) clusters of 4 do not
+// all find four SMs of one GPC on every H200, so some SMs run two blocks
+// and end late (2026-12-01 timeline, run 7); clusters of 3 fit. The guess this build tests: xproj's time at
 // T = 2048 and 8192 follows its copies' count, not their bytes
 // (bench/results/2026-12-01-tuning-embednorm.md, runs 5-7).
 //
 // Shared memory: chunk k's W box (8 NT x 128 bytes) then its u box
 // (XP_TM x 128 bytes), each 1024-byte aligned (the swizzle's period), so
-// xproj_tma_shared(NT, E) = C (8 NT + XP_TM) 128 + 1024. In a box, the 16
+// xproj_tma_shared(NT, E, KS) = C (8 NT + XP_TM) 128 + 1024. In a box, the 16
 // bytes of channels 8 c .. 8 c + 7 of row r sit at r 128 + 16 (c ^ r % 8):
 // ldmatrix's eight rows of one 16-byte column then fall on eight distinct
 // bank groups.
-__host__ __device__ constexpr int xproj_tma_chunks(int E) { return E / XP_KS / 64; }
-__host__ __device__ constexpr int xproj_tma_shared(int NT, int E) {
-    return xproj_tma_chunks(E) * (8 * NT + XP_TM) * 128 + 1024;
+__host__ __device__ constexpr int xproj_tma_chunks(int E, int KS) { return E / KS / 64; }
+__host__ __device__ constexpr int xproj_tma_shared(int NT, int E, int KS) {
+    return xproj_tma_chunks(E, KS) * (8 * NT + XP_TM) * 128 + 1024;
 }
 #define XP_TMA_CMAX 8  // chunks a slice at most: E <= 2048
 // XP_WGMMA 1 (the default) multiplies on wgmma, one warpgroup; 0 on
@@ -277,13 +281,13 @@ __host__ __device__ constexpr int xproj_tma_shared(int NT, int E) {
 // swizzled box at box.
 __device__ __forceinline__ unsigned xproj_sw(unsigned box, int r, int c) { return box + r * 128 + ((c ^ (r & 7)) << 4); }
 
-template <class T, int NT>
+template <class T, int NT, int KS>
 __device__ __forceinline__ void xproj_tma(const tensor_map *umap, const tensor_map *wmap, float *__restrict__ dbl, int M,
                                           int E, int J) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     xp_mark(XP_EV_ENTRY);
-    const int q = cluster_rank(), r0 = blockIdx.x / XP_KS * XP_TM;
-    const int C = xproj_tma_chunks(E), c0 = q * (E / XP_KS);
+    const int q = cluster_rank(), r0 = blockIdx.x / KS * XP_TM;
+    const int C = xproj_tma_chunks(E, KS), c0 = q * (E / KS);
     extern __shared__ __align__(16) unsigned char xpt_smem[];
     const unsigned base = (shared_addr(xpt_smem) + 1023) & ~1023u;  // the boxes' alignment, within the 1024 bytes added
     constexpr int WBOX = 8 * NT * 128, UBOX = XP_TM * 128;
@@ -372,16 +376,17 @@ __device__ __forceinline__ void xproj_tma(const tensor_map *umap, const tensor_m
     __syncthreads();  // every warp is done with the boxes: the partials go over them
     xproj_part<NT, NW>(acc, part, wm, wn);
 #endif
-    xproj_reduce<NT>(part, dbl, r0, M, J, q);
+    xproj_reduce<NT, KS>(part, dbl, r0, M, J, q);
 }
-#define XP_CLUSTER_DIMS __cluster_dims__(XP_KS, 1, 1)
+#define XP_CLUSTER(KS) __cluster_dims__(KS, 1, 1)
 #define XP_BODY(NT, T) xproj<T, NT>(u, W, dbl, M, E, J);
-#define XP_TMA_BODY(NT, T) xproj_tma<T, NT>(&umap, &wmap, dbl, M, E, J);
+#define XP_TMA_BODY(NT, T, KS) xproj_tma<T, NT, KS>(&umap, &wmap, dbl, M, E, J);
 #else
-#define XP_CLUSTER_DIMS
+#define XP_CLUSTER(KS)
 #define XP_BODY(NT, T) __trap();  // gpu.XProjApplies keeps the engine off it
-#define XP_TMA_BODY(NT, T) __trap();
+#define XP_TMA_BODY(NT, T, KS) __trap();
 #endif
+#define XP_CLUSTER_DIMS XP_CLUSTER(XP_KS)
 
 // xproj<NT>_*: NT = 10 serves J <= 80 (the 130m shape's 48 + 2 x 16), NT = 12
 // J <= 96 (370m's). Grid (XP_KS ceil(M / XP_TM)), block XP_THREADS.
@@ -392,10 +397,18 @@ extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj12
 extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj12_f16(XP_PARAMS(f16)) { XP_BODY(12, f16) }
 
 // xproj_tma<NT>_*: xproj_tma, the same grid and block, its shared memory
-// xproj_tma_shared(NT, E) (launched by gpu.XProj with TMA set).
+// xproj_tma_shared(NT, E, XP_KS) (launched by gpu.XProj with TMA set);
+// xproj_tma<NT>s3_*: clusters of 3 (grid 3 ceil(M / XP_TM), E a multiple of
+// 192; gpu.XProj with Slices 3).
 #define XP_TMA_PARAMS \
     const __grid_constant__ tensor_map umap, const __grid_constant__ tensor_map wmap, float *__restrict__ dbl, int M, int E, int J
-extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj_tma10_bf16(XP_TMA_PARAMS) { XP_TMA_BODY(10, bf16) }
-extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj_tma10_f16(XP_TMA_PARAMS) { XP_TMA_BODY(10, f16) }
-extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj_tma12_bf16(XP_TMA_PARAMS) { XP_TMA_BODY(12, bf16) }
-extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj_tma12_f16(XP_TMA_PARAMS) { XP_TMA_BODY(12, f16) }
+#define XP_TMA_ENTRY(NAME, NT, T, KS) \
+    extern "C" __global__ void XP_CLUSTER(KS) __launch_bounds__(XP_THREADS) NAME(XP_TMA_PARAMS) { XP_TMA_BODY(NT, T, KS) }
+XP_TMA_ENTRY(xproj_tma10_bf16, 10, bf16, XP_KS)
+XP_TMA_ENTRY(xproj_tma10_f16, 10, f16, XP_KS)
+XP_TMA_ENTRY(xproj_tma12_bf16, 12, bf16, XP_KS)
+XP_TMA_ENTRY(xproj_tma12_f16, 12, f16, XP_KS)
+XP_TMA_ENTRY(xproj_tma10s3_bf16, 10, bf16, 3)
+XP_TMA_ENTRY(xproj_tma10s3_f16, 10, f16, 3)
+XP_TMA_ENTRY(xproj_tma12s3_bf16, 12, bf16, 3)
+XP_TMA_ENTRY(xproj_tma12s3_f16, 12, f16, 3)

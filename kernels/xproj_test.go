@@ -31,7 +31,7 @@ func TestXProjKernel(t *testing.T) {
 		build := k.functions(t, fn)
 		t.Run(k.name, func(t *testing.T) {
 			gputest.Device(t) // a subtest runs on its own goroutine: the context made current on its thread
-			testXProj(t, k.tma, build, s)
+			testXProj(t, k.tma, k.slices, build, s)
 		})
 	}
 }
@@ -39,10 +39,12 @@ func TestXProjKernel(t *testing.T) {
 // xprojKnob is a build of xproj.cu with other NVRTC options, or its
 // entries that copy through tensor maps (tma: gpu.XProj.TMA), tested and
 // timed beside the engine's; noPDL launches it without programmatic
-// dependent launch (BenchmarkXProj's control).
+// dependent launch (BenchmarkXProj's control); slices is the tensor-map
+// entry's blocks a cluster (gpu.XProj.Slices).
 type xprojKnob struct {
 	name, opts string
 	tma, noPDL bool
+	slices     int
 }
 
 // functions returns the knob's build's functions by name: engine's (the
@@ -56,12 +58,14 @@ func (k xprojKnob) functions(tb testing.TB, engine func(string) *cuda.Function) 
 
 // xprojKnobs are xproj.cu's builds besides the engine's: copies by
 // cp.async (XP_BULK=0), and tiles through tensor maps, multiplied on wgmma
-// (the default) or on mma.m16n8k16 (XP_WGMMA=0). (Three more, W's
+// (the default) or on mma.m16n8k16 (XP_WGMMA=0), and the tensor-map entry
+// in clusters of 3. (Three more, W's
 // rows in an order rotated by the cluster, the copies issued from warp 0
 // alone and clusters of 8 slices over 128 rows, were measured slower on
 // 2026-12-01 and taken out.)
 var xprojKnobs = []xprojKnob{{name: "cp.async", opts: "-DXP_BULK=0"}, {name: "tensor maps", tma: true},
-	{name: "tensor maps on mma.sync", opts: "-DXP_WGMMA=0", tma: true}}
+	{name: "tensor maps on mma.sync", opts: "-DXP_WGMMA=0", tma: true},
+	{name: "tensor maps in clusters of 3", tma: true, slices: 3}}
 
 // xprojBuild compiles xproj.cu for sm_90a with opts and returns its
 // functions by name.
@@ -80,12 +84,17 @@ func xprojBuild(tb testing.TB, opts string) func(string) *cuda.Function {
 	}
 }
 
-// testXProj is TestXProjKernel for one build (tma: its tensor-map entries).
-func testXProj(t *testing.T, tma bool, fn func(string) *cuda.Function, s *cuda.Stream) {
+// testXProj is TestXProjKernel for one build (tma: its tensor-map entries,
+// in clusters of slices). Clusters of 3 take the cases whose E is a
+// multiple of 192.
+func testXProj(t *testing.T, tma bool, slices int, fn func(string) *cuda.Function, s *cuda.Stream) {
 	for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
 		for _, tc := range []xprojCase{{2048, 1536, 80}, {300, 2048, 96}, {1, 1536, 80}, {130, 512, 44}, {64, 768, 16},
-			{77, 1024, 92}} {
+			{77, 1024, 92}, {130, 1152, 44}, {77, 1536, 92}} {
 			M, E, J := tc.M, tc.E, tc.J
+			if slices == 3 && E%192 != 0 {
+				continue
+			}
 			u, uPacked := pack16(dt, randn(M*E, 1))
 			w, wPacked := pack16(dt, randn(J*E, 0.05))
 			bu, bw := upload(t, s, uPacked), upload(t, s, wPacked)
@@ -93,7 +102,7 @@ func testXProj(t *testing.T, tma bool, fn func(string) *cuda.Function, s *cuda.S
 			var first []float32
 			for run := 0; run < 2; run++ {
 				out := poisoned(t, s, M*J)
-				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: out.Ptr, M: M, E: E, J: J, DType: dt, TMA: tma}
+				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: out.Ptr, M: M, E: E, J: J, DType: dt, TMA: tma, Slices: slices}
 				if err := x.Launch(fn, s); err != nil {
 					t.Fatal(err)
 				}
@@ -155,7 +164,7 @@ func BenchmarkXProj(b *testing.B) {
 			for i, build := range builds {
 				outs = append(outs, poisoned(b, s, M*J))
 				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: outs[i].Ptr, M: M, E: E, J: J, DType: dt,
-					PDL: !knobs[i].noPDL, TMA: knobs[i].tma}
+					PDL: !knobs[i].noPDL, TMA: knobs[i].tma, Slices: knobs[i].slices}
 				runs = append(runs, func() error { return x.Launch(build, s) })
 			}
 			for _, run := range runs { // cuBLASLt tunes outside the capture
@@ -198,7 +207,8 @@ var xpEvents = []string{"entry", "waited", "wlanded", "ulanded", "mma", "sync", 
 // kernel's time (CUDA events around the one launch) and each event's time
 // from the first block's start, for the median block and the last, as
 // medians over the launches, in µs. Both entries (row copies and tensor
-// maps) are checked against cuBLAS's output first. Each line ends with how
+// maps, the latter in clusters of 4 and of 3) are checked against cuBLAS's
+// output first. Each line ends with how
 // many SMs ran more than one block of the launch (%smid at entry) and the
 // median exit of blocks alone on their SM and of those sharing one: whether
 // cluster placement makes x_proj's tail. XPROJ_TIMELINE_BUILDS, a
@@ -249,9 +259,9 @@ func BenchmarkXProjTimeline(b *testing.B) {
 		}{{"130m_T2048", xprojCase{2048, 1536, 80}}, {"130m_T8192", xprojCase{8192, 1536, 80}},
 			{"130m_T512", xprojCase{512, 1536, 80}}} {
 			M, E, J := tc.M, tc.E, tc.J
-			blocks := 4 * ((M + 63) / 64)
-			if blocks*events*8 > builds[0].bytes {
-				b.Fatalf("%s: %d blocks, xp_timeline holds %d", tc.name, blocks, builds[0].bytes/(8*events))
+			maxBlocks := 4 * ((M + 63) / 64)
+			if maxBlocks*events*8 > builds[0].bytes {
+				b.Fatalf("%s: %d blocks, xp_timeline holds %d", tc.name, maxBlocks, builds[0].bytes/(8*events))
 			}
 			_, uPacked := pack16(dt, randn(M*E, 1))
 			_, wPacked := pack16(dt, randn(J*E, 0.05))
@@ -271,14 +281,20 @@ func BenchmarkXProjTimeline(b *testing.B) {
 			}
 			b.Logf("timeline %s cuBLASLt alone %.2f us", tc.name, gputest.Median(blasMs))
 			for _, bl := range builds {
-				for _, tma := range []bool{false, true} {
-					x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: out.Ptr, M: M, E: E, J: J, DType: dt, PDL: true, TMA: tma}
+				for _, v := range []struct {
+					name   string
+					tma    bool
+					slices int
+				}{{"rows", false, 4}, {"tensor maps", true, 4}, {"tensor maps, clusters of 3", true, 3}} {
+					blocks := v.slices * ((M + 63) / 64)
+					x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: out.Ptr, M: M, E: E, J: J, DType: dt, PDL: true, TMA: v.tma,
+						Slices: v.slices}
 					launch := func() error { return x.Launch(bl.fn, s) }
 					if err := launch(); err != nil {
 						b.Fatal(err)
 					}
 					if e := relErr(download(b, s, out, M*J), want64); !(e <= 1e-5) {
-						b.Fatalf("%s tma=%v: rel err %.3g against cuBLAS", tc.name, tma, e)
+						b.Fatalf("%s %s: rel err %.3g against cuBLAS", tc.name, v.name, e)
 					}
 					// Each launch's blocks by the SMs they shared: the median
 					// exit of those alone on their SM and of those beside
@@ -323,10 +339,7 @@ func BenchmarkXProjTimeline(b *testing.B) {
 					kernel, summary := blockTimeline(b, s, timer, bl.timeline, blocks, xpEvents, launch, each)
 					summary += fmt.Sprintf("; SMs holding more than one block: %.0f (median over launches); exit, median block alone on its SM %.2f, sharing one %.2f",
 						gputest.Median(shared), medianOrNaN(exitAlone), medianOrNaN(exitShared))
-					name := "rows"
-					if tma {
-						name = "tensor maps"
-					}
+					name := v.name
 					if bl.name != "" {
 						name += " " + bl.name
 					}

@@ -80,7 +80,8 @@
 #   xproj:    our x_proj (Engine.OwnXProj): its kernel test with memcheck and
 #             racecheck, the engine's tests against cuBLAS's x_proj
 #             (TestOwnXProjMatches) with memcheck, then BenchmarkXProj (alone,
-#             against cuBLASLt) and bf16 prefills off and on (BenchmarkOwnXProj);
+#             against cuBLASLt) and bf16 prefills off and on (BenchmarkOwnXProj,
+#             or $XPROJ_PREFILL_BENCH);
 #   outnorm:  out_norm (out_proj, the residual add and the next layer's
 #             RMSNorm in one cluster kernel, Engine.FusedOutNorm): its kernel
 #             test with memcheck and racecheck, the engine's prefill tests,
@@ -287,8 +288,8 @@ if [[ $mode == xproj ]]; then
   memcheck memcheck_xproj 150 .carry/kernels.test '^TestXProjKernel$'
   sanitizer racecheck racecheck_xproj 150 .carry/kernels.test '^TestXProjKernel$'
   echo "== the engine with it against cuBLAS's x_proj (TestOwnXProjMatches), memcheck"
-  run_tests xproj_engine 300 .carry/gpu.test -test.v -test.run 'OwnXProj.*Matches|AutoXProjMatches|PrefillSettings|GraphsReplay'
-  memcheck memcheck_xproj_engine 200 .carry/gpu.test '(OwnXProjTMA|AutoXProj)Matches/d=768_bfloat16_B1_T300'
+  run_tests xproj_engine 300 .carry/gpu.test -test.v -test.run 'OwnXProj.*Matches|AutoXProjMatches|XProjSlicesMatches|PrefillSettings|GraphsReplay'
+  memcheck memcheck_xproj_engine 200 .carry/gpu.test '(OwnXProjTMA|AutoXProj|XProjSlices)Matches/d=768_bfloat16_B1_T300'
   echo "== x_proj alone, cuBLASLt against ours (BenchmarkXProj)"
   bench_log xproj_bench 120 .carry/kernels.test 'XProj$' "xproj "
   if [[ -n ${XPROJ_PROFILE:-} ]]; then
@@ -306,8 +307,9 @@ if [[ $mode == xproj ]]; then
       | grep -E "nvjet|Duration|Throughput|Hit Rate|Grid Size|Cluster|Registers|Shared Memory Config|Warp Cycles|Issued" | head -30
   fi
   [[ -n ${XPROJ_NO_PREFILL:-} ]] && exit $status
-  echo "== bf16 prefills, x_proj on cuBLAS against ours (BenchmarkOwnXProj)"
-  bench_log xproj_prefill 300 .carry/gpu.test OwnXProj "own x_proj"
+  # XPROJ_PREFILL_BENCH names other gpu.test benchmarks (e.g. XProjSlices).
+  echo "== bf16 prefills, x_proj settings off and on (${XPROJ_PREFILL_BENCH:-OwnXProj})"
+  bench_log xproj_prefill 300 .carry/gpu.test "${XPROJ_PREFILL_BENCH:-OwnXProj}" "x_proj"
   exit $status
 fi
 if [[ $mode == outnorm ]]; then

@@ -515,6 +515,18 @@ func BenchmarkOwnXProj(b *testing.B) {
 	})
 }
 
+// BenchmarkXProjSlices times bf16 prefills with AutoXProj's tensor-map
+// entry in clusters of 4 (off) and of 3 (on), at lengths its policy takes.
+func BenchmarkXProjSlices(b *testing.B) {
+	shapes := []benchShape{shape("130m", 1, 2048), shape("130m", 1, 1024), shape("130m", 1, 512)}
+	compareSettings(b, "x_proj in clusters of 3", shapes, func(e *gpu.Engine, on bool) {
+		e.XProjSlices = 4
+		if on {
+			e.XProjSlices = 3
+		}
+	})
+}
+
 // prefillShapes are the bf16 prefills the engine's settings are compared
 // on: T=2048, the 130m, 370m and 1.4b shapes at B=1, the 130m and 2.8b
 // shapes at B=8.

@@ -50,6 +50,18 @@ func TestAutoXProjMatches(t *testing.T) {
 	})
 }
 
+// TestXProjSlicesMatches is TestOwnXProjTMAMatches for the tensor-map entry
+// in clusters of 3 (Engine.XProjSlices; the 130m width takes it).
+func TestXProjSlicesMatches(t *testing.T) {
+	matchesUnfused(t, "our x_proj on tensor maps in clusters of 3", func(e *gpu.Engine, on bool) bool {
+		e.OwnXProj, e.XProjTMA, e.XProjSlices = on, on, 0
+		if on {
+			e.XProjSlices = 3
+		}
+		return e.OwnXProjOn() && e.XProjTMASlices() == 3
+	})
+}
+
 // matchesUnfused runs 16-bit prefills with a setting that replaces x_proj's
 // GEMM (set turns it on or off and reports whether it then applies) on and
 // off, on models of the 130m and 370m widths (x_proj 80 and 96 wide: both

@@ -177,6 +177,11 @@ type Engine struct {
 	// 130m width up to 2048 rows; XProjOwnAt reports it). On by default. Set
 	// it before capturing graphs.
 	AutoXProj bool
+	// XProjSlices is the blocks a tile of rows of XProj's tensor-map entry
+	// (XProj.Slices), where the width takes them: 0 or 4 (clusters of 4),
+	// or 3 (E a multiple of 192: the 130m width). Set it before capturing
+	// graphs.
+	XProjSlices int
 	// FusedOutNorm runs each layer's out_proj, but the last's, with the
 	// residual add and the next layer's RMSNorm as one kernel (OutNorm)
 	// where it applies (OutNormApplies: 16-bit engines on sm_90 at the 130m

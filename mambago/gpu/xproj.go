@@ -27,6 +27,10 @@ type XProj struct {
 	// them on wgmma (xproj_tma; E a multiple of 256 of at most 2048;
 	// Engine.XProjTMA).
 	TMA bool
+	// Slices is the tensor-map entry's blocks a tile of rows, each a slice
+	// of E, which a cluster's blocks: 4 (0 means 4) or 3 (E a multiple of
+	// 192; Engine.XProjSlices).
+	Slices int
 }
 
 // Kernel constants, as in xproj.cu.
@@ -46,16 +50,27 @@ func xprojKernel(nt int, dt cuda.DType) string { return fmt.Sprintf("xproj%d_%s"
 // E / 4 + 8 elements long.
 func xprojShared(nt, E int) int { return (8*nt + xprojTM) * (E/xprojSlices + 8) * 2 }
 
-// xprojTMAChunks is xproj_tma_chunks(E): the 64-channel chunks of a
-// block's slice, each a box of W and one of u; xprojTMAShared is
-// xproj_tma_shared(NT, E) in bytes: the boxes (128-byte rows) and 1024
-// bytes to align them.
-func xprojTMAChunks(E int) int { return E / xprojSlices / 64 }
+// xprojTMAChunks is xproj_tma_chunks(E, KS) for ks slices of E: the
+// 64-channel chunks of a block's slice, each a box of W and one of u;
+// xprojTMAShared is xproj_tma_shared(NT, E, KS) in bytes: the boxes
+// (128-byte rows) and 1024 bytes to align them.
+func xprojTMAChunks(E, ks int) int { return E / ks / 64 }
 
-// xprojTMAWidth reports whether the tensor-map entry takes E channels: whole
-// 64-channel chunks in each block's slice, at most 8 of them (E <= 2048).
-func xprojTMAWidth(E int) bool     { return E%(xprojSlices*64) == 0 && xprojTMAChunks(E) <= 8 }
-func xprojTMAShared(nt, E int) int { return xprojTMAChunks(E)*(8*nt+xprojTM)*128 + 1024 }
+// xprojTMAWidth reports whether the tensor-map entry with ks slices takes E
+// channels: whole 64-channel chunks in each block's slice, at most 8 of
+// them (E <= 2048 with 4 slices, 1536 with 3), and an entry for ks.
+func xprojTMAWidth(E, ks int) bool {
+	return (ks == 3 || ks == xprojSlices) && E%(ks*64) == 0 && xprojTMAChunks(E, ks) <= 8
+}
+func xprojTMAShared(nt, E, ks int) int { return xprojTMAChunks(E, ks)*(8*nt+xprojTM)*128 + 1024 }
+
+// slices is the tensor-map entry's slices of E, Slices or its default.
+func (x XProj) slices() int {
+	if x.Slices == 0 {
+		return xprojSlices
+	}
+	return x.Slices
+}
 
 // XProjApplies reports whether the kernel serves a layer: a 16-bit storage
 // type on sm_90 (it is compiled for sm_90a: clusters), E a multiple of 256
@@ -71,13 +86,18 @@ func XProjApplies(dev *cuda.Device, dt cuda.DType, E, J int) bool {
 // Launch queues x_proj on stream; fn looks kernels up by name.
 func (x XProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
 	nt := dblTiles(x.J)
-	if nt == 0 || x.DType == cuda.F32 || x.E%(xprojSlices*xprojChunks*16) != 0 || x.E < 512 || x.M < 1 {
+	if nt == 0 || x.DType == cuda.F32 || x.E < 512 || x.M < 1 {
 		return fmt.Errorf("gpu: xproj serves no %s layer with M=%d, E=%d, J=%d", x.DType, x.M, x.E, x.J)
 	}
-	grid := cuda.D1(xprojSlices * ((x.M + xprojTM - 1) / xprojTM)) // a cluster of 4 blocks a tile of rows
+	tiles := (x.M + xprojTM - 1) / xprojTM
 	if x.TMA {
-		return x.launchTMA(fn, nt, grid, stream)
+		return x.launchTMA(fn, nt, cuda.D1(x.slices()*tiles), stream) // a cluster of Slices blocks a tile
 	}
+	if x.E%(xprojSlices*xprojChunks*16) != 0 || x.slices() != xprojSlices {
+		return fmt.Errorf("gpu: xproj's row-copy entry takes E a multiple of %d in %d slices, not E=%d in %d",
+			xprojSlices*xprojChunks*16, xprojSlices, x.E, x.slices())
+	}
+	grid := cuda.D1(xprojSlices * tiles) // a cluster of 4 blocks a tile of rows
 	f, shared := fn(xprojKernel(nt, x.DType)), xprojShared(nt, x.E)
 	if err := f.SetMaxDynamicShared(shared); err != nil {
 		return err
@@ -88,8 +108,9 @@ func (x XProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error
 // launchTMA launches xproj_tma: the tensor maps of u (boxes of 64 rows) and
 // W (boxes of 8 nt rows), 64 channels wide.
 func (x XProj) launchTMA(fn func(string) *cuda.Function, nt int, grid cuda.Dim3, stream *cuda.Stream) error {
-	if !xprojTMAWidth(x.E) {
-		return fmt.Errorf("gpu: xproj_tma serves E a multiple of %d of at most 2048, not %d", xprojSlices*64, x.E)
+	ks := x.slices()
+	if !xprojTMAWidth(x.E, ks) {
+		return fmt.Errorf("gpu: xproj_tma in %d slices serves E a multiple of %d of at most %d, not %d", ks, ks*64, ks*512, x.E)
 	}
 	umap, err := cuda.NewTensorMap2D(x.DType, x.U, x.M, x.E, x.E, xprojTM, 64)
 	if err != nil {
@@ -99,7 +120,11 @@ func (x XProj) launchTMA(fn func(string) *cuda.Function, nt int, grid cuda.Dim3,
 	if err != nil {
 		return fmt.Errorf("gpu: xproj_tma's map of W: %w", err)
 	}
-	f, shared := fn(fmt.Sprintf("xproj_tma%d_%s", nt, x.DType.Suffix())), xprojTMAShared(nt, x.E)
+	name := fmt.Sprintf("xproj_tma%d_%s", nt, x.DType.Suffix())
+	if ks != xprojSlices {
+		name = fmt.Sprintf("xproj_tma%ds%d_%s", nt, ks, x.DType.Suffix())
+	}
+	f, shared := fn(name), xprojTMAShared(nt, x.E, ks)
 	if err := f.SetMaxDynamicShared(shared); err != nil {
 		return err
 	}
@@ -148,7 +173,18 @@ func (e *Engine) xprojRoute(rows int) (own, tma bool) {
 // model's width on this device (its shared memory included).
 func (e *Engine) xprojTMAServes() bool {
 	E, J := e.xprojDims()
-	return xprojTMAWidth(E) && xprojTMAShared(dblTiles(J), E) <= e.dev.MaxSharedOptIn
+	return xprojTMAWidth(E, xprojSlices) && xprojTMAShared(dblTiles(J), E, xprojSlices) <= e.dev.MaxSharedOptIn
+}
+
+// XProjTMASlices reports the tensor-map entry's slices of E in the
+// prefills: Engine.XProjSlices where the width and the shared memory take
+// it, else 4.
+func (e *Engine) XProjTMASlices() int {
+	E, J := e.xprojDims()
+	if ks := e.XProjSlices; ks != 0 && xprojTMAWidth(E, ks) && xprojTMAShared(dblTiles(J), E, ks) <= e.dev.MaxSharedOptIn {
+		return ks
+	}
+	return xprojSlices
 }
 
 // xprojDims are x_proj's channels E and output columns J.
