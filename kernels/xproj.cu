@@ -387,6 +387,7 @@ __device__ __forceinline__ void xproj_tma(const tensor_map *umap, const tensor_m
 #define XP_TMA_BODY(NT, T, KS) __trap();
 #endif
 #define XP_CLUSTER_DIMS XP_CLUSTER(XP_KS)
+#define XP_CLUSTER_DIMS3 XP_CLUSTER(3)
 
 // xproj<NT>_*: NT = 10 serves J <= 80 (the 130m shape's 48 + 2 x 16), NT = 12
 // J <= 96 (370m's). Grid (XP_KS ceil(M / XP_TM)), block XP_THREADS.
@@ -402,13 +403,11 @@ extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj12
 // 192; gpu.XProj with Slices 3).
 #define XP_TMA_PARAMS \
     const __grid_constant__ tensor_map umap, const __grid_constant__ tensor_map wmap, float *__restrict__ dbl, int M, int E, int J
-#define XP_TMA_ENTRY(NAME, NT, T, KS) \
-    extern "C" __global__ void XP_CLUSTER(KS) __launch_bounds__(XP_THREADS) NAME(XP_TMA_PARAMS) { XP_TMA_BODY(NT, T, KS) }
-XP_TMA_ENTRY(xproj_tma10_bf16, 10, bf16, XP_KS)
-XP_TMA_ENTRY(xproj_tma10_f16, 10, f16, XP_KS)
-XP_TMA_ENTRY(xproj_tma12_bf16, 12, bf16, XP_KS)
-XP_TMA_ENTRY(xproj_tma12_f16, 12, f16, XP_KS)
-XP_TMA_ENTRY(xproj_tma10s3_bf16, 10, bf16, 3)
-XP_TMA_ENTRY(xproj_tma10s3_f16, 10, f16, 3)
-XP_TMA_ENTRY(xproj_tma12s3_bf16, 12, bf16, 3)
-XP_TMA_ENTRY(xproj_tma12s3_f16, 12, f16, 3)
+extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj_tma10_bf16(XP_TMA_PARAMS) { XP_TMA_BODY(10, bf16, XP_KS) }
+extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj_tma10_f16(XP_TMA_PARAMS) { XP_TMA_BODY(10, f16, XP_KS) }
+extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj_tma12_bf16(XP_TMA_PARAMS) { XP_TMA_BODY(12, bf16, XP_KS) }
+extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj_tma12_f16(XP_TMA_PARAMS) { XP_TMA_BODY(12, f16, XP_KS) }
+extern "C" __global__ void XP_CLUSTER_DIMS3 __launch_bounds__(XP_THREADS) xproj_tma10s3_bf16(XP_TMA_PARAMS) { XP_TMA_BODY(10, bf16, 3) }
+extern "C" __global__ void XP_CLUSTER_DIMS3 __launch_bounds__(XP_THREADS) xproj_tma10s3_f16(XP_TMA_PARAMS) { XP_TMA_BODY(10, f16, 3) }
+extern "C" __global__ void XP_CLUSTER_DIMS3 __launch_bounds__(XP_THREADS) xproj_tma12s3_bf16(XP_TMA_PARAMS) { XP_TMA_BODY(12, bf16, 3) }
+extern "C" __global__ void XP_CLUSTER_DIMS3 __launch_bounds__(XP_THREADS) xproj_tma12s3_f16(XP_TMA_PARAMS) { XP_TMA_BODY(12, f16, 3) }
