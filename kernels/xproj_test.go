@@ -47,6 +47,16 @@ type xprojKnob struct {
 	slices     int
 }
 
+// takes reports whether the knob's entry serves E channels: a multiple of
+// 64 a slice (of 4 slices, or of the tensor-map entry's 3), at most 2048.
+func (k xprojKnob) takes(E int) bool {
+	slices := 4
+	if k.tma && k.slices != 0 {
+		slices = k.slices
+	}
+	return E%(64*slices) == 0 && E/slices <= 512
+}
+
 // functions returns the knob's build's functions by name: engine's (the
 // engine's build) where the knob has no NVRTC options of its own.
 func (k xprojKnob) functions(tb testing.TB, engine func(string) *cuda.Function) func(string) *cuda.Function {
@@ -85,14 +95,13 @@ func xprojBuild(tb testing.TB, opts string) func(string) *cuda.Function {
 }
 
 // testXProj is TestXProjKernel for one build (tma: its tensor-map entries,
-// in clusters of slices). Clusters of 3 take the cases whose E is a
-// multiple of 192.
+// in clusters of slices), at the cases whose E it takes.
 func testXProj(t *testing.T, tma bool, slices int, fn func(string) *cuda.Function, s *cuda.Stream) {
 	for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
 		for _, tc := range []xprojCase{{2048, 1536, 80}, {300, 2048, 96}, {1, 1536, 80}, {130, 512, 44}, {64, 768, 16},
 			{77, 1024, 92}, {130, 1152, 44}, {77, 1536, 92}} {
 			M, E, J := tc.M, tc.E, tc.J
-			if slices == 3 && E%192 != 0 {
+			if !(xprojKnob{tma: tma, slices: slices}).takes(E) {
 				continue
 			}
 			u, uPacked := pack16(dt, randn(M*E, 1))
@@ -161,10 +170,15 @@ func BenchmarkXProj(b *testing.B) {
 			ref := poisoned(b, s, M*J)
 			runs := []func() error{func() error { return blas.Gemm(M, J, E, bu.Ptr, E, bw.Ptr, ref.Ptr, J, 0, dt, cuda.F32) }}
 			var outs []*cuda.Buffer
+			var timed []xprojKnob // the knobs that take E
 			for i, build := range builds {
-				outs = append(outs, poisoned(b, s, M*J))
-				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: outs[i].Ptr, M: M, E: E, J: J, DType: dt,
+				if !knobs[i].takes(E) {
+					continue
+				}
+				out := poisoned(b, s, M*J)
+				x := gpuengine.XProj{U: bu.Ptr, W: bw.Ptr, DBL: out.Ptr, M: M, E: E, J: J, DType: dt,
 					PDL: !knobs[i].noPDL, TMA: knobs[i].tma, Slices: knobs[i].slices}
+				outs, timed = append(outs, out), append(timed, knobs[i])
 				runs = append(runs, func() error { return x.Launch(build, s) })
 			}
 			for _, run := range runs { // cuBLASLt tunes outside the capture
@@ -179,14 +193,14 @@ func BenchmarkXProj(b *testing.B) {
 			}
 			for i, out := range outs {
 				if e := relErr(download(b, s, out, M*J), want64); !(e <= 1e-5) {
-					b.Fatalf("xproj %s, %s: rel err %.3g against cuBLAS", tc.name, knobs[i].name, e)
+					b.Fatalf("xproj %s, %s: rel err %.3g against cuBLAS", tc.name, timed[i].name, e)
 				}
 			}
 			times := graphTurns(b, s, runs)
 			mc := times[0]
 			bytes := float64(2*(M*E+J*E) + 4*M*J)
 			line := fmt.Sprintf("xproj %s: cuBLASLt %.2f us", tc.name, mc)
-			for i, k := range knobs {
+			for i, k := range timed {
 				mo := times[i+1]
 				line += fmt.Sprintf("; %s %.2f us (%.3fx; %.0f GB/s of u, W and dbl)", k.name, mo, mc/mo, bytes/mo/1e3)
 			}

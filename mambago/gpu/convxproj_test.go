@@ -58,7 +58,7 @@ func TestXProjSlicesMatches(t *testing.T) {
 		if on {
 			e.XProjSlices = 3
 		}
-		return e.OwnXProjOn() && e.XProjTMASlices() == 3
+		return e.OwnXProjOn() && e.XProjTMASlices(900) == 3
 	})
 }
 

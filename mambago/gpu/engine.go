@@ -178,9 +178,10 @@ type Engine struct {
 	// it before capturing graphs.
 	AutoXProj bool
 	// XProjSlices is the blocks a tile of rows of XProj's tensor-map entry
-	// (XProj.Slices), where the width takes them: 0 or 4 (clusters of 4),
-	// or 3 (E a multiple of 192: the 130m width). Set it before capturing
-	// graphs.
+	// (XProj.Slices, a cluster), where the width takes them: 4, or 3 (E a
+	// multiple of 192: the 130m width). 0, the default, picks 3 where the
+	// width takes it and the blocks fit one an SM, else 4
+	// (XProjTMASlices). Set it before capturing graphs.
 	XProjSlices int
 	// FusedOutNorm runs each layer's out_proj, but the last's, with the
 	// residual add and the next layer's RMSNorm as one kernel (OutNorm)

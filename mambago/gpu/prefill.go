@@ -370,7 +370,7 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr) error
 			if ownXProj {
 				slices := 0 // the row-copy entry's
 				if xprojTMA {
-					slices = e.XProjTMASlices()
+					slices = e.XProjTMASlices(rows)
 				}
 				err := XProj{U: ws.u.Ptr, W: g.xProj, DBL: ws.dbl.Ptr, M: rows, E: E, J: R + 2*N, DType: dt,
 					PDL: e.PrefillPDL, TMA: xprojTMA, Slices: slices}.Launch(e.function, e.stream)

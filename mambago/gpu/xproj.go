@@ -176,13 +176,24 @@ func (e *Engine) xprojTMAServes() bool {
 	return xprojTMAWidth(E, xprojSlices) && xprojTMAShared(dblTiles(J), E, xprojSlices) <= e.dev.MaxSharedOptIn
 }
 
-// XProjTMASlices reports the tensor-map entry's slices of E in the
-// prefills: Engine.XProjSlices where the width and the shared memory take
-// it, else 4.
-func (e *Engine) XProjTMASlices() int {
+// XProjTMASlices reports the tensor-map entry's slices of E in a prefill
+// of rows rows: Engine.XProjSlices where the width and the shared memory
+// take it; by default (0) 3 where they do and the 3 ⌈rows / 64⌉ blocks fit
+// one an SM, else 4. At 32 tiles of rows clusters of 3 find their SMs where
+// clusters of 4 left 8 SMs running two blocks (130m B=1 T=2048 bf16
+// prefills 1.013x, T=1024 1.026x, T=512 1.031x on the H200;
+// bench/results/2026-12-01-xproj-timeline.md, run 10); at 8192 rows, in
+// waves, they were slower alone (15.4 against 13.1 µs).
+func (e *Engine) XProjTMASlices(rows int) int {
 	E, J := e.xprojDims()
-	if ks := e.XProjSlices; ks != 0 && xprojTMAWidth(E, ks) && xprojTMAShared(dblTiles(J), E, ks) <= e.dev.MaxSharedOptIn {
+	fits := func(ks int) bool {
+		return xprojTMAWidth(E, ks) && xprojTMAShared(dblTiles(J), E, ks) <= e.dev.MaxSharedOptIn
+	}
+	switch ks := e.XProjSlices; {
+	case ks != 0 && fits(ks):
 		return ks
+	case ks == 0 && fits(3) && 3*((rows+xprojTM-1)/xprojTM) <= e.dev.SMs:
+		return 3
 	}
 	return xprojSlices
 }
