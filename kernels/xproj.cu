@@ -14,7 +14,8 @@
 // before the conv ends, and its few blocks (about 100) each walk all of
 // K = E. Here:
 // - a cluster of XP_KS blocks owns XP_TM rows, block q of them slice q of
-//   the channels (E / XP_KS): 4 x 32 = 128 blocks at the 130m shape;
+//   the channels (E / XP_KS): 4 x 32 = 128 blocks at the 130m shape (the
+//   tensor-map entry also comes in clusters of 3; see xproj_tma);
 // - a block copies its slice of W into shared memory before it waits for
 //   the conv (weights, pdl_wait), then its tile of u in XP_CHUNKS groups, all
 //   in flight at once, and lets the scan after it launch;
