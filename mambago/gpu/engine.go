@@ -180,8 +180,9 @@ type Engine struct {
 	// XProjSlices is the blocks a tile of rows of XProj's tensor-map entry
 	// (XProj.Slices, a cluster), where the width takes them: 4, or 3 (E a
 	// multiple of 192: the 130m width). 0, the default, picks 3 where the
-	// width takes it and the blocks fit one an SM, else 4
-	// (XProjTMASlices). Set it before capturing graphs.
+	// width takes it and the blocks fit one an SM, else 4; a value the
+	// width does not take also gives 4 (XProjTMASlices). Set it before
+	// capturing graphs.
 	XProjSlices int
 	// FusedOutNorm runs each layer's out_proj, but the last's, with the
 	// residual add and the next layer's RMSNorm as one kernel (OutNorm)
