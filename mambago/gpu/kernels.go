@@ -29,6 +29,9 @@ func wantedKernels() []string {
 	for _, nt := range xprojEntries {
 		for _, dt := range []cuda.DType{cuda.BF16, cuda.F16} {
 			want = append(want, xprojKernel(nt, dt))
+			for _, ks := range xprojTMASliceCounts {
+				want = append(want, xprojTMAKernel(nt, ks, dt))
+			}
 		}
 	}
 	for _, k := range typedKernels {

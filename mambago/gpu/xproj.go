@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/mambago/mambago/mambago/cuda"
 )
@@ -60,12 +61,24 @@ func xprojTMAChunks(E, ks int) int { return E / ks / 64 }
 // channels: whole 64-channel chunks in each block's slice, at most 8 of
 // them (E <= 2048 with 4 slices, 1536 with 3), and an entry for ks.
 func xprojTMAWidth(E, ks int) bool {
-	return (ks == 3 || ks == xprojSlices) && E%(ks*64) == 0 && xprojTMAChunks(E, ks) <= 8
+	return slices.Contains(xprojTMASliceCounts, ks) && E%(ks*64) == 0 && xprojTMAChunks(E, ks) <= 8
 }
 func xprojTMAShared(nt, E, ks int) int { return xprojTMAChunks(E, ks)*(8*nt+xprojTM)*128 + 1024 }
 
-// slices is the tensor-map entry's slices of E, Slices or its default.
-func (x XProj) slices() int {
+// xprojTMASliceCounts are the tensor-map entry's clusters (slices of E),
+// and xprojTMAKernel names its entry for NT nt, ks slices and storage type
+// dt: xproj_tma<NT>_* for 4, xproj_tma<NT>s<ks>_* otherwise.
+var xprojTMASliceCounts = []int{xprojSlices, 3}
+
+func xprojTMAKernel(nt, ks int, dt cuda.DType) string {
+	if ks == xprojSlices {
+		return fmt.Sprintf("xproj_tma%d_%s", nt, dt.Suffix())
+	}
+	return fmt.Sprintf("xproj_tma%ds%d_%s", nt, ks, dt.Suffix())
+}
+
+// ks is the tensor-map entry's slices of E: Slices or its default.
+func (x XProj) ks() int {
 	if x.Slices == 0 {
 		return xprojSlices
 	}
@@ -91,11 +104,11 @@ func (x XProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error
 	}
 	tiles := (x.M + xprojTM - 1) / xprojTM
 	if x.TMA {
-		return x.launchTMA(fn, nt, cuda.D1(x.slices()*tiles), stream) // a cluster of Slices blocks a tile
+		return x.launchTMA(fn, nt, cuda.D1(x.ks()*tiles), stream) // a cluster of Slices blocks a tile
 	}
-	if x.E%(xprojSlices*xprojChunks*16) != 0 || x.slices() != xprojSlices {
+	if x.E%(xprojSlices*xprojChunks*16) != 0 || x.ks() != xprojSlices {
 		return fmt.Errorf("gpu: xproj's row-copy entry takes E a multiple of %d in %d slices, not E=%d in %d",
-			xprojSlices*xprojChunks*16, xprojSlices, x.E, x.slices())
+			xprojSlices*xprojChunks*16, xprojSlices, x.E, x.ks())
 	}
 	grid := cuda.D1(xprojSlices * tiles) // a cluster of 4 blocks a tile of rows
 	f, shared := fn(xprojKernel(nt, x.DType)), xprojShared(nt, x.E)
@@ -108,7 +121,7 @@ func (x XProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error
 // launchTMA launches xproj_tma: the tensor maps of u (boxes of 64 rows) and
 // W (boxes of 8 nt rows), 64 channels wide.
 func (x XProj) launchTMA(fn func(string) *cuda.Function, nt int, grid cuda.Dim3, stream *cuda.Stream) error {
-	ks := x.slices()
+	ks := x.ks()
 	if !xprojTMAWidth(x.E, ks) {
 		return fmt.Errorf("gpu: xproj_tma in %d slices serves E a multiple of %d of at most %d, not %d", ks, ks*64, ks*512, x.E)
 	}
@@ -120,11 +133,7 @@ func (x XProj) launchTMA(fn func(string) *cuda.Function, nt int, grid cuda.Dim3,
 	if err != nil {
 		return fmt.Errorf("gpu: xproj_tma's map of W: %w", err)
 	}
-	name := fmt.Sprintf("xproj_tma%d_%s", nt, x.DType.Suffix())
-	if ks != xprojSlices {
-		name = fmt.Sprintf("xproj_tma%ds%d_%s", nt, ks, x.DType.Suffix())
-	}
-	f, shared := fn(name), xprojTMAShared(nt, x.E, ks)
+	f, shared := fn(xprojTMAKernel(nt, ks, x.DType)), xprojTMAShared(nt, x.E, ks)
 	if err := f.SetMaxDynamicShared(shared); err != nil {
 		return err
 	}
