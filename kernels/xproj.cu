@@ -248,18 +248,19 @@ __device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restri
     xproj_reduce<NT, XP_KS>(part, dbl, r0, M, J, q);
 }
 // xproj_tma is xproj with its operands copied as tiles through TMA tensor
-// maps (XProj.TMA; not yet the engine's): umap views u as [M, E] and wmap
-// W as [J, E], both in boxes of 64 channels (128 bytes, swizzled in
-// 128-byte rows) by 64 rows of u or 8 NT rows of W, which the copy engine
-// zero-fills past M and past J. A block's slice of E / XP_KS channels is
-// C = E / KS / 64 such chunks: C copies of W (issued before the wait) and
-// C of u, 2 C copies a block in all (12 at the 130m shape) where xproj
-// makes a copy a row (144). KS, the blocks of a cluster (slices of E), is
-// XP_KS (4) or 3: at 32 tiles of rows (130m, T=2048) clusters of 4 do not
-// all find four SMs of one GPC on every H200, so some SMs run two blocks
-// and end late (2026-12-01 timeline, run 7); clusters of 3 fit. The guess this build tests: xproj's time at
-// T = 2048 and 8192 follows its copies' count, not their bytes
-// (bench/results/2026-12-01-tuning-embednorm.md, runs 5-7).
+// maps (XProj.TMA; the engine's where Engine.AutoXProj takes our kernel):
+// umap views u as [M, E] and wmap W as [J, E], both in boxes of 64
+// channels (128 bytes, swizzled in 128-byte rows) by 64 rows of u or 8 NT
+// rows of W, which the copy engine zero-fills past M and past J. A block's
+// slice of E / KS channels is C = E / KS / 64 such chunks: C copies of W
+// (issued before the wait) and C of u, 2 C copies a block in all (12 at the
+// 130m shape in clusters of 4) where xproj makes a copy a row (144).
+//
+// KS, the blocks of a cluster (slices of E), is XP_KS (4) or 3. Clusters
+// sit inside one GPC: at 32 tiles of rows (130m, T=2048) clusters of 4 did
+// not all find four SMs of a GPC on the H200 measured, so some SMs ran two
+// blocks and ended late; clusters of 3 fit one block an SM
+// (bench/results/2026-12-01-xproj-clusters.md).
 //
 // Shared memory: chunk k's W box (8 NT x 128 bytes) then its u box
 // (XP_TM x 128 bytes), each 1024-byte aligned (the swizzle's period), so
