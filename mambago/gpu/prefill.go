@@ -321,7 +321,7 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr) error
 	c, g, ws := e.cfg, e.layers[l], &e.ws
 	rows, d, E, R, N, K, dt := B*n, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel, e.dt
 	fused := e.ConvXProjFused() // the conv stage runs x_proj too
-	ownXProj, xprojTMA := e.xprojRoute(rows)
+	ownXProj, xprojTMA, xprojKS := e.xprojRoute(rows)
 	spt := e.scanOnePass(B, E)
 	scan := Scan{DT: ws.delta.Ptr, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
 		U: ws.u.Ptr, D: g.d, Z: ws.xz.Offset(4 * E), LDZ: 2 * E, State: s.ssm(l), Y: ws.y.Ptr,
@@ -368,12 +368,8 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr) error
 		}},
 		{"x_proj", func() error {
 			if ownXProj {
-				slices := 0 // the row-copy entry's
-				if xprojTMA {
-					slices = e.XProjTMASlices(rows)
-				}
 				err := XProj{U: ws.u.Ptr, W: g.xProj, DBL: ws.dbl.Ptr, M: rows, E: E, J: R + 2*N, DType: dt,
-					PDL: e.PrefillPDL, TMA: xprojTMA, Slices: slices}.Launch(e.function, e.stream)
+					PDL: e.PrefillPDL, TMA: xprojTMA, Slices: xprojKS}.Launch(e.function, e.stream)
 				if err != nil {
 					return err
 				}

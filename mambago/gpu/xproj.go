@@ -152,12 +152,13 @@ func (e *Engine) OwnXProjOn() bool {
 // runs x_proj on XProj rather than cuBLAS's GEMM: Engine.OwnXProj, or
 // Engine.AutoXProj where it pays.
 func (e *Engine) XProjOwnAt(rows int) bool {
-	own, _ := e.xprojRoute(rows)
+	own, _, _ := e.xprojRoute(rows)
 	return own
 }
 
 // xprojRoute says how a prefill of rows rows runs x_proj: on XProj (own)
-// or cuBLAS's GEMM, and on XProj's tensor-map entry (tma). OwnXProj, with
+// or cuBLAS's GEMM, and on XProj's tensor-map entry (tma) in clusters of
+// slices (XProjTMASlices; 0, the row-copy entry's, without tma). OwnXProj, with
 // XProjTMA's choice of entry, comes first; then AutoXProj, which takes the
 // tensor-map entry where it was measured faster than cuBLAS's GEMM in bf16
 // prefills on the H200 (bench/results/2026-12-01-xproj-timeline.md, run 3:
@@ -166,16 +167,21 @@ func (e *Engine) XProjOwnAt(rows int) bool {
 // has an SM to itself (4 ⌈rows / 64⌉ blocks at most the SMs) and W's slice,
 // which every block copies, is at most 64 KB (61 KB at the 130m width,
 // 98 KB at 370m's).
-func (e *Engine) xprojRoute(rows int) (own, tma bool) {
+func (e *Engine) xprojRoute(rows int) (own, tma bool, slices int) {
 	if e.OwnXProjOn() {
-		return true, e.XProjTMA
+		own, tma = true, e.XProjTMA
+	} else {
+		E, J := e.xprojDims()
+		blocks := xprojSlices * ((rows + xprojTM - 1) / xprojTM)
+		wSlice := 8 * dblTiles(J) * (E / xprojSlices) * 2
+		own = e.AutoXProj && !e.ConvXProjFused() && XProjApplies(e.dev, e.dt, E, J) && e.xprojTMAServes() &&
+			blocks <= e.dev.SMs && wSlice <= 64<<10
+		tma = own
 	}
-	E, J := e.xprojDims()
-	blocks := xprojSlices * ((rows + xprojTM - 1) / xprojTM)
-	wSlice := 8 * dblTiles(J) * (E / xprojSlices) * 2
-	auto := e.AutoXProj && !e.ConvXProjFused() && XProjApplies(e.dev, e.dt, E, J) && e.xprojTMAServes() &&
-		blocks <= e.dev.SMs && wSlice <= 64<<10
-	return auto, auto
+	if tma {
+		slices = e.XProjTMASlices(rows)
+	}
+	return own, tma, slices
 }
 
 // xprojTMAServes reports whether XProj's tensor-map entry serves the
