@@ -8,7 +8,9 @@
 //
 // The points:
 //
-//	W   the GEMM weights of in_proj, x_proj and out_proj
+//	W   the GEMM weights of in_proj, x_proj and out_proj: Wi, Wx and Wo
+//	    together
+//	Wi, Wx, Wo  in_proj's, x_proj's and out_proj's weights alone
 //	E   the embeddings and the LM head
 //	x   the normed input of in_proj
 //	xz  in_proj's output (the conv's input and the gate z), stored in the
@@ -49,8 +51,8 @@ import (
 // points is a set of rounding points, as the package comment names them.
 type points map[string]bool
 
-// parse reads a space-separated list of points; "u" implies "us", and a
-// point written "-name" is left out.
+// parse reads a space-separated list of points; "u" implies "us", "W"
+// implies "Wi", "Wx" and "Wo", and a point written "-name" is left out.
 func parse(s string) points {
 	p := points{}
 	for _, f := range strings.Fields(s) {
@@ -60,6 +62,9 @@ func parse(s string) points {
 	}
 	if p["u"] {
 		p["us"] = true
+	}
+	if p["W"] {
+		p["Wi"], p["Wx"], p["Wo"] = true, true, true
 	}
 	for _, f := range strings.Fields(s) {
 		if name, off := strings.CutPrefix(f, "-"); off {
@@ -71,6 +76,9 @@ func parse(s string) points {
 
 var configs = []struct{ name, points string }{
 	{"weights only (W)", "W"},
+	{"in_proj's weights only (Wi)", "Wi"},
+	{"x_proj's weights only (Wx)", "Wx"},
+	{"out_proj's weights only (Wo)", "Wo"},
 	{"weights + embeddings (W E)", "W E"},
 	{"engine (all)", "W E x u dt y hx"},
 	{"engine, dt_proj in f32", "W E x u y hx"},
@@ -192,9 +200,9 @@ func newModel(w *checkpoint.Weights, p points, round func(float64) float64) *mod
 	m.emb = m.r("E", f64(w.Embeddings))
 	m.head = m.r("E", f64(w.LMHead))
 	for _, l := range w.Layers {
-		m.layers = append(m.layers, layer{norm: f64(l.Norm), inProj: m.r("W", f64(l.InProj)), inBias: f64(l.InBias),
-			conv: f64(l.Conv), convBias: f64(l.ConvBias), xProj: m.r("W", f64(l.XProj)), dtProj: m.r("dt", f64(l.DTProj)),
-			dtBias: f64(l.DTBias), a: f64(l.A), d: f64(l.D), outProj: m.r("W", f64(l.OutProj)), outBias: f64(l.OutBias)})
+		m.layers = append(m.layers, layer{norm: f64(l.Norm), inProj: m.r("Wi", f64(l.InProj)), inBias: f64(l.InBias),
+			conv: f64(l.Conv), convBias: f64(l.ConvBias), xProj: m.r("Wx", f64(l.XProj)), dtProj: m.r("dt", f64(l.DTProj)),
+			dtBias: f64(l.DTBias), a: f64(l.A), d: f64(l.D), outProj: m.r("Wo", f64(l.OutProj)), outBias: f64(l.OutBias)})
 	}
 	return m
 }
