@@ -5,7 +5,10 @@
 Each log holds one run of every shape. Per shape it prints the median over
 the runs of each build's milliseconds a prefill and tokens/s, and the ratio
 of the medians (base time over new time: above 1 is faster), as a markdown
-table.
+table. Where the logs hold a model at B=1 at both T=2048 and T=8192, a
+second table gives issue 4's window: how much faster a token goes at
+T=8192 than at T=2048, in each run (both lengths from the same log) and
+from the medians.
 """
 
 import re
@@ -15,16 +18,44 @@ import sys
 LINE = re.compile(r"^BenchmarkPrefillShapes/(\S+?)(?:-\d+)?\s+\d+\s+.*?([\d.]+) ms\s+([\d.]+) tok/s")
 
 
+def read_log(path):
+    """Returns {shape: ms} from one log."""
+    out = {}
+    with open(path) as f:
+        for line in f:
+            m = LINE.match(line)
+            if m:
+                out[m.group(1)] = float(m.group(2))
+    return out
+
+
 def read(paths):
     """Returns {shape: [ms of each run]} from the logs at paths."""
     runs = {}
     for path in paths:
-        with open(path) as f:
-            for line in f:
-                m = LINE.match(line)
-                if m:
-                    runs.setdefault(m.group(1), []).append(float(m.group(2)))
+        for shape, ms in read_log(path).items():
+            runs.setdefault(shape, []).append(ms)
     return runs
+
+
+def window(ms2048, ms8192):
+    """T=8192's tokens/s over T=2048's, less 1, as a signed percentage."""
+    return f"{(4 * ms2048 / ms8192 - 1) * 100:+.1f}%"
+
+
+def windows(paths):
+    """Returns {model: (the window of each log, the window of the medians)}
+    for every model the logs run at B=1 at both T=2048 and T=8192. The
+    medians are over the logs that hold both lengths."""
+    logs = [read_log(p) for p in paths]
+    out = {}
+    for model in dict.fromkeys(s.split("/")[0] for log in logs for s in log):
+        short, long = f"{model}/B1_T2048", f"{model}/B1_T8192"
+        pairs = [(log[short], log[long]) for log in logs if short in log and long in log]
+        if pairs:
+            out[model] = ([window(a, b) for a, b in pairs],
+                          window(statistics.median(a for a, _ in pairs), statistics.median(b for _, b in pairs)))
+    return out
 
 
 def main(argv):
@@ -45,6 +76,15 @@ def main(argv):
         tok = int(m.group(1)) * int(m.group(2))
         print(f"| {shape} | {b:.3f} | {n:.3f} | {tok / b * 1e3:,.0f} | {tok / n * 1e3:,.0f} | "
               f"{b / n:.3f}x | {len(base[shape])}/{len(new[shape])} |")
+    wb, wn = windows(argv[:cut]), windows(argv[cut + 1 :])
+    if wb or wn:
+        print()
+        print("| window, T=8192 over T=2048 (B=1) | base, each run | base, medians | new, each run | new, medians |")
+        print("|---|---|---|---|---|")
+        for model in dict.fromkeys([*wb, *wn]):
+            b_runs, b_med = wb.get(model, ([], "–"))
+            n_runs, n_med = wn.get(model, ([], "–"))
+            print(f"| {model} | {', '.join(b_runs) or '–'} | {b_med} | {', '.join(n_runs) or '–'} | {n_med} |")
 
 
 if __name__ == "__main__":

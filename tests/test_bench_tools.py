@@ -60,3 +60,27 @@ def test_ab_medians_and_ratio(tmp_path):
     assert r.returncode == 0, r.stderr
     row = [c.strip() for c in r.stdout.splitlines()[2].split("|")[1:-1]]
     assert row == ["130m/B1_T2048", "3.000", "2.500", "682,667", "819,200", "1.200x", "3/3"]
+
+
+def test_ab_window(tmp_path):
+    """bench/ab.py's window table: T=8192 tokens/s over T=2048's, per run (one log) and from the medians."""
+    line = "BenchmarkPrefillShapes/130m/B1_T{T}-16 \t 1\t2000000000 ns/op\t {ms} ms\t 1 tok/s\n"
+    paths = []
+    # base: 4·2/7 = +14.3%, 4·2/8 = 0%, 4·3/8 = +50%; medians 2 and 8: 0%.
+    # new: the T=8192 line missing in one log, whose run then gives no window;
+    # 4·2/6 = +33.3%, 4·1/3.2 = +25%; the medians of the runs with both: 1.5 and 4.6, +30.4%.
+    for name, short, long in [("base_1", 2.0, 7.0), ("base_2", 2.0, 8.0), ("base_3", 3.0, 8.0),
+                              ("new_1", 2.0, 6.0), ("new_2", 2.0, None), ("new_3", 1.0, 3.2)]:
+        path = tmp_path / f"{name}.log"
+        text = line.format(T=2048, ms=short)
+        if long is not None:
+            text += line.format(T=8192, ms=long)
+        path.write_text("goos: linux\n" + text + "PASS\n")
+        paths.append(str(path))
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "ab.py"), *paths[:3], "--", *paths[3:]],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    rows = [l for l in r.stdout.splitlines() if l.startswith("| 130m |")]
+    assert len(rows) == 1, r.stdout
+    cells = [c.strip() for c in rows[0].split("|")[1:-1]]
+    assert cells == ["130m", "+14.3%, +0.0%, +50.0%", "+0.0%", "+33.3%, +25.0%", "+30.4%"]
