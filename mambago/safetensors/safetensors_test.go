@@ -1,0 +1,132 @@
+package safetensors
+
+import (
+	"math"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/x448/float16"
+)
+
+// TestBF16Bits pins bfloat16 rounding bit by bit at the cases IEEE 754's
+// round-to-nearest-even decides: exact values, halfway cases both ways,
+// values just past halfway, the carry into the exponent, overflow to
+// infinity, subnormals, signed zero and NaN.
+func TestBF16Bits(t *testing.T) {
+	for _, c := range []struct {
+		in   uint32 // float32 bits
+		want uint16
+	}{
+		{0x3f800000, 0x3f80}, // 1
+		{0xbf800000, 0xbf80}, // -1
+		{0x3f808000, 0x3f80}, // halfway between 0x3f80 and 0x3f81: to the even 0x3f80
+		{0x3f818000, 0x3f82}, // halfway between 0x3f81 and 0x3f82: to the even 0x3f82
+		{0x3f808001, 0x3f81}, // just past halfway: up
+		{0x3f807fff, 0x3f80}, // just below halfway: down
+		{0x3fffffff, 0x4000}, // the mantissa's carry moves into the exponent: 2
+		{0x7f7fffff, 0x7f80}, // float32's largest rounds past bfloat16's: +inf
+		{0x7f800000, 0x7f80}, // +inf
+		{0xff800000, 0xff80}, // -inf
+		{0x00000000, 0x0000}, // +0
+		{0x80000000, 0x8000}, // -0
+		{0x00008000, 0x0000}, // the smallest subnormal halfway case: to even, 0
+		{0x00018000, 0x0002}, // a subnormal halfway case that rounds up to even
+	} {
+		if got := BF16Bits(math.Float32frombits(c.in)); got != c.want {
+			t.Errorf("BF16Bits(%#08x) = %#04x, want %#04x", c.in, got, c.want)
+		}
+	}
+	for _, in := range []uint32{0x7fc00000, 0x7f800001, 0xff800001, 0x7fbfffff} {
+		got := BF16Bits(math.Float32frombits(in))
+		if got&0x7f80 != 0x7f80 || got&0x7f == 0 || got>>15 != uint16(in>>31) {
+			t.Errorf("BF16Bits(NaN %#08x) = %#04x, want a NaN of the same sign", in, got)
+		}
+	}
+}
+
+// TestWriteReadRoundTrip writes one tensor of each float type and reads it
+// back: F32 exactly, BF16 as BF16Bits rounds, F16 as x448/float16 rounds.
+func TestWriteReadRoundTrip(t *testing.T) {
+	values := []float32{0, -0.5, 1, 3.14159265, -65504, 1e-8, 70000, float32(math.Inf(-1))}
+	path := filepath.Join(t.TempDir(), "t.safetensors")
+	err := Write(path, map[string]Tensor{
+		"w.f32":  {F32, []int{2, 4}, values},
+		"w.bf16": {BF16, []int{8}, values},
+		"w.f16":  {F16, []int{4, 2}, values},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if got, want := f.Names(), []string{"w.bf16", "w.f16", "w.f32"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Names() = %v, want %v", got, want)
+	}
+	if info, ok := f.Info("w.f16"); !ok || info.DType != F16 || !reflect.DeepEqual(info.Shape, []int{4, 2}) ||
+		info.Len() != 8 {
+		t.Fatalf("Info(w.f16) = %+v, %v", info, ok)
+	}
+	for name, round := range map[string]func(float32) float32{
+		"w.f32":  func(v float32) float32 { return v },
+		"w.bf16": func(v float32) float32 { return math.Float32frombits(uint32(BF16Bits(v)) << 16) },
+		"w.f16":  func(v float32) float32 { return float16.Fromfloat32(v).Float32() },
+	} {
+		got, err := f.Float32(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range values {
+			if want := round(v); math.Float32bits(got[i]) != math.Float32bits(want) {
+				t.Errorf("%s[%d] = %v, want %v (from %v)", name, i, got[i], want, v)
+			}
+		}
+	}
+	// 70000 is past f16's range, 1e-8 below its smallest subnormal.
+	if got, _ := f.Float32("w.f16"); !math.IsInf(float64(got[6]), 1) || got[5] != 0 {
+		t.Errorf("f16 of 70000 and 1e-8 = %v and %v, want +Inf and 0", got[6], got[5])
+	}
+}
+
+// TestErrorsNameTheProblem checks that what the package refuses comes back
+// as an error naming the file, the tensor and the reason.
+func TestErrorsNameTheProblem(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "t.safetensors")
+	if err := Write(path, map[string]Tensor{"x": {F32, []int{3}, []float32{1, 2, 3}}}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, c := range []struct {
+		what string
+		err  error
+		want []string
+	}{
+		{"a missing tensor", func() error { _, err := f.Float32("y"); return err }(), []string{path, `"y"`}},
+		{"ints of a float tensor", func() error { _, err := f.Int64("x"); return err }(), []string{`"x"`, "F32"}},
+		{"a shape that does not hold the values",
+			Write(filepath.Join(dir, "bad.safetensors"), map[string]Tensor{"z": {F32, []int{2, 2}, []float32{1}}}),
+			[]string{`"z"`, "[2 2]", "1 values"}},
+		{"an integer type to write",
+			Write(filepath.Join(dir, "int.safetensors"), map[string]Tensor{"i": {I64, []int{1}, []float32{1}}}),
+			[]string{`"i"`, "I64"}},
+	} {
+		if c.err == nil {
+			t.Errorf("%s: no error", c.what)
+			continue
+		}
+		for _, s := range c.want {
+			if !strings.Contains(c.err.Error(), s) {
+				t.Errorf("%s: error %q does not name %s", c.what, c.err, s)
+			}
+		}
+	}
+}
