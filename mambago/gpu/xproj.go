@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -55,7 +56,8 @@ func xprojShared(nt, E int) int { return (8*nt + xprojTM) * (E/xprojSlices + 8) 
 // 64-channel chunks of a block's slice, each a box of W and one of u;
 // xprojTMAShared is xproj_tma_shared(NT, E, KS) in bytes: the boxes
 // (128-byte rows) and 1024 bytes to align them.
-func xprojTMAChunks(E, ks int) int { return E / ks / 64 }
+func xprojTMAChunks(E, ks int) int     { return E / ks / 64 }
+func xprojTMAShared(nt, E, ks int) int { return xprojTMAChunks(E, ks)*(8*nt+xprojTM)*128 + 1024 }
 
 // xprojTMAWidth reports whether the tensor-map entry with ks slices takes E
 // channels: whole 64-channel chunks in each block's slice, at most 8 of
@@ -63,7 +65,6 @@ func xprojTMAChunks(E, ks int) int { return E / ks / 64 }
 func xprojTMAWidth(E, ks int) bool {
 	return slices.Contains(xprojTMASliceCounts, ks) && E%(ks*64) == 0 && xprojTMAChunks(E, ks) <= 8
 }
-func xprojTMAShared(nt, E, ks int) int { return xprojTMAChunks(E, ks)*(8*nt+xprojTM)*128 + 1024 }
 
 // xprojTMASliceCounts are the tensor-map entry's clusters (slices of E),
 // and xprojTMAKernel names its entry for NT nt, ks slices and storage type
@@ -78,12 +79,7 @@ func xprojTMAKernel(nt, ks int, dt cuda.DType) string {
 }
 
 // ks is the tensor-map entry's slices of E: Slices or its default.
-func (x XProj) ks() int {
-	if x.Slices == 0 {
-		return xprojSlices
-	}
-	return x.Slices
-}
+func (x XProj) ks() int { return cmp.Or(x.Slices, xprojSlices) }
 
 // XProjApplies reports whether the kernel serves a layer: a 16-bit storage
 // type on sm_90 (it is compiled for sm_90a: clusters), E a multiple of 256
@@ -197,7 +193,7 @@ func (e *Engine) xprojTMAServes() bool {
 // one an SM, else 4. At 32 tiles of rows clusters of 3 find their SMs where
 // clusters of 4 left 8 SMs running two blocks (130m B=1 T=2048 bf16
 // prefills 1.013x, T=1024 1.026x, T=512 1.031x on the H200;
-// bench/results/2026-12-01-xproj-timeline.md, run 10); at 8192 rows, in
+// bench/results/2026-12-01-xproj-clusters.md, run 10); at 8192 rows, in
 // waves, they were slower alone (15.4 against 13.1 µs).
 func (e *Engine) XProjTMASlices(rows int) int {
 	E, J := e.xprojDims()
