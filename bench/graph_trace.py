@@ -26,12 +26,7 @@ import os
 import statistics
 import sys
 
-import torch
-from torch.profiler import ProfilerActivity, profile
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import random_checkpoint  # noqa: E402
-from cuda_timing import back_to_back  # noqa: E402
 
 
 def kernels(prof):
@@ -57,29 +52,32 @@ def layers(ks, first):
     return [ks[a:b] for a, b in zip(starts, starts[1:])]
 
 
-def edges(ks, first):
+def edges(ks, first, per_replay):
     """The parts of each replay outside its layers, as medians over the
-    replays after the first: {"before": [(role, duration, gap)], "after":
-    [...], "launch_gap_us", "span_us"}. A replay runs from its embed kernel
-    to the next replay's, so "before" holds the kernels ahead of its first
-    layer (first names that layer's RMSNorm) and "after" those behind its
-    last GEMM (the last layer's out_proj): the final norm and the pooling,
-    then what the entry queues around the graph (the output's and the next
-    input's copies, and the next graph's memset of the output). The launch
-    gap runs from the previous kernel's end to the embed's start; the span
-    from a replay's first kernel's start to its last one's end."""
-    starts = [i for i, k in enumerate(ks) if k[0].startswith("embed")]
-    reps = [ks[a:b] for a, b in zip(starts, starts[1:] + [len(ks)])]
-    parts = {"before": [], "after": [], "launch_gap_us": [], "span_us": []}
-    for r in reps[1:]:
-        firsts = [i for i, k in enumerate(r) if k[0].startswith(first)]
-        if not firsts:
+    replays after the first but the last: {"after": [(role, duration,
+    gap)], "launch_gap_us", "span_us", "outside_us"}. Every per_replay-th
+    kernel whose name starts with first (a layer's RMSNorm) starts a
+    replay's first layer. "after" holds what runs behind a replay's last
+    GEMM (the last layer's out_proj) up to the next replay's first layer:
+    the final norm and the pooling, then what the entry queues around the
+    graph (the output's and the next input's copies, where it copies, and
+    the next graph's memset of the output). The launch gap runs from the
+    previous activity's end to the first layer's start; the span from a
+    replay's first layer's start to its last activity's end; "outside_us"
+    from the last GEMM's end to the next replay's first layer's start, the
+    time a replay spends outside its layers."""
+    firsts = [i for i, k in enumerate(ks) if k[0].startswith(first)][::per_replay]
+    reps = [ks[a:b] for a, b in zip(firsts, firsts[1:] + [len(ks)])]
+    parts = {"after": [], "launch_gap_us": [], "span_us": [], "outside_us": []}
+    for r, nxt in zip(reps[1:], reps[2:]):
+        gemms = [i for i, k in enumerate(r) if role(k[0]) == "gemm"]
+        if not gemms:
             continue
-        end = max(i for i, k in enumerate(r) if role(k[0]) == "gemm") + 1
-        parts["before"].append([(role(k[0]), k[2] - k[1], k[3]) for k in r[:firsts[0]]])
+        end = gemms[-1] + 1
         parts["after"].append([(role(k[0]), k[2] - k[1], k[3]) for k in r[end:]])
         parts["launch_gap_us"].append(r[0][3])
         parts["span_us"].append(r[-1][2] - r[0][1])
+        parts["outside_us"].append(nxt[0][1] - r[end - 1][2])
 
     def median_rows(rows):
         if not rows or any(len(x) != len(rows[0]) for x in rows):  # replays differ: the first one's
@@ -87,9 +85,10 @@ def edges(ks, first):
         return [(rows[0][i][0], statistics.median(x[i][1] for x in rows), statistics.median(x[i][2] for x in rows))
                 for i in range(len(rows[0]))]
 
-    return {"before": median_rows(parts["before"]), "after": median_rows(parts["after"]),
+    return {"after": median_rows(parts["after"]),
             "launch_gap_us": statistics.median(parts["launch_gap_us"]) if parts["launch_gap_us"] else None,
-            "span_us": statistics.median(parts["span_us"]) if parts["span_us"] else None}
+            "span_us": statistics.median(parts["span_us"]) if parts["span_us"] else None,
+            "outside_us": statistics.median(parts["outside_us"]) if parts["outside_us"] else None}
 
 
 def role(name):
@@ -123,7 +122,7 @@ def summarize(groups):
 def main():
     """Build the model, trace replays at each length, write the JSON."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", default="130m", choices=random_checkpoint.SHAPES)
+    p.add_argument("--shape", default="130m")
     p.add_argument("--B", type=int, default=1)
     p.add_argument("--lengths", default="2048", type=lambda v: [int(x) for x in v.split(",")])
     p.add_argument("--replays", type=int, default=5)
@@ -131,7 +130,13 @@ def main():
     p.add_argument("--out", required=True)
     a = p.parse_args()
     import mambago
+    import random_checkpoint
+    import torch
+    from cuda_timing import back_to_back
+    from torch.profiler import ProfilerActivity, profile
 
+    if a.shape not in random_checkpoint.SHAPES:
+        p.error(f"--shape {a.shape}: one of {', '.join(random_checkpoint.SHAPES)}")
     d, L = random_checkpoint.SHAPES[a.shape]
     path = random_checkpoint.cached(a.shape)
     mg = mambago.Model.from_pretrained(path, device="cuda", dtype="bfloat16")
@@ -162,7 +167,7 @@ def main():
             after = back_to_back(run, stream, repeats=9)
         ks = kernels(prof)
         s = summarize(layers(ks, "rmsnorm_bf16"))
-        s["outside"] = edges(ks, "rmsnorm_bf16")
+        s["outside"] = edges(ks, "rmsnorm_bf16", L)
         spans = [ks[-1][2] - ks[0][1]]
         s.update({"T": T, "replay_ms_untraced": plain, "replay_ms_untraced_after": after,
                   "traced_span_ms": spans[0] / 1e3 / a.replays, "kernels_traced": len(ks)})
@@ -177,11 +182,11 @@ def main():
             print(f"  {r['place']:>5} {r['role']:<10} {r['duration_us']:7.2f} {gap:>7} {nxt:>8}  {r['names'][0][:60]}")
         o = s["outside"]
         if o["span_us"] is not None:
+            outside = "" if o["outside_us"] is None else f", {o['outside_us']:.1f} us outside the layers"
             print(f"  outside the layers: launch gap {o['launch_gap_us']:.2f} us after the previous replay, "
-                  f"span {o['span_us']:.1f} us a replay")
-            for where in ("before", "after"):
-                for r in o[where]:
-                    print(f"    {where:<6} {r[0]:<10} {r[1]:7.2f} us, gap {r[2]:6.2f}")
+                  f"span {o['span_us']:.1f} us a replay{outside}")
+            for r in o["after"]:
+                print(f"    after  {r[0]:<10} {r[1]:7.2f} us, gap {r[2]:6.2f}")
     with open(a.out, "w") as f:
         json.dump(result, f, indent=2)
 

@@ -32,6 +32,9 @@
 #   fixup:    scan_fixup's float64 tests and sanitizers, the scan alone walked
 #             once against in segments, then bf16 prefills likewise (the
 #             kernels' and the engine's BenchmarkScanSegments; about 2 minutes);
+#   bind:     replays in place (cuda.Graph.Bind; the device entries' graphs
+#             reading ids and writing outputs in the caller's buffers): the
+#             tests, and memcheck over them;
 #   graphtrace: each kernel of a bf16 130m prefill graph in place: its
 #             duration, its gap after the previous kernel and its share of
 #             the layer (bench/graph_trace.py; T=512, 2048, 8192 or
@@ -440,6 +443,14 @@ for k, v in seen.items():
 PY
   exit $status
 fi
+if [[ $mode == bind ]]; then
+  echo "== replays in place: cuda.Graph.Bind and the device entries' graphs on the caller's buffers; memcheck"
+  run_tests bind_cuda 120 .carry/cuda.test -test.v -test.run 'GraphBind|Layout|CaptureEditing'
+  run_tests bind_gpu 300 .carry/gpu.test -test.v -test.run 'InPlace|GraphReplaysAcrossBuffers|PrefillGraphCache|DeviceEntry|Step'
+  memcheck memcheck_bind_cuda 120 .carry/cuda.test 'GraphBind'
+  memcheck memcheck_bind_gpu 300 .carry/gpu.test 'InPlace|GraphReplaysAcrossBuffers'
+  exit $status
+fi
 if [[ $mode == ab ]]; then
   # .carry/base/gpu.test is another commit's build (BASE=<commit> bash
   # scripts/device_build.sh): the two builds take turns, three runs each.
@@ -589,7 +600,7 @@ if [[ $mode == gpu || $mode == all ]]; then
   echo "== compute-sanitizer memcheck"
   for t in kernels gpu; do
     timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/$t.test \
-      -test.run 'RMS|Embed|ConvAndScan|DTProj|GEMV|TestConformance/fixtures|MixedPrecisionFixtures|PrefillGraphCache|GraphReplaysAcrossBuffers|DeviceEntry|Decode|ScanVariants|ScanChunk' > "$OUT/memcheck_$t.log" 2>&1
+      -test.run 'RMS|Embed|ConvAndScan|DTProj|GEMV|TestConformance/fixtures|MixedPrecisionFixtures|PrefillGraphCache|GraphReplaysAcrossBuffers|InPlace|DeviceEntry|Decode|ScanVariants|ScanChunk' > "$OUT/memcheck_$t.log" 2>&1
     echo "memcheck $t exit $?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$t.log" | tail -1)"
   done
   timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 .carry/kernels.test -test.run ConvAndScan \

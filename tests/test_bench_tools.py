@@ -84,3 +84,29 @@ def test_ab_window(tmp_path):
     assert len(rows) == 1, r.stdout
     cells = [c.strip() for c in rows[0].split("|")[1:-1]]
     assert cells == ["130m", "+14.3%, +0.0%, +50.0%", "+0.0%", "+33.3%, +25.0%", "+30.4%"]
+
+
+def test_graph_trace_edges_splits_replays_at_their_first_layer():
+    sys.path.insert(0, str(ROOT / "bench"))
+    import graph_trace
+
+    # Three replays of two layers each (RMSNorm, GEMM, scan, GEMM), each
+    # followed by the final norm, the output's copy and the next poison:
+    # times in us, every activity 1 us long, 1 us apart, so a replay is 11
+    # activities and 22 us.
+    names = []
+    for _ in range(3):
+        for _ in range(2):
+            names += ["rmsnorm_bf16", "nvjet_gemm", "scan_onepass", "nvjet_gemm"]
+        names += ["rmsnorm_f32", "Memcpy DtoD", "Memset (Device)"]
+    ks = []
+    for i, n in enumerate(names):
+        t0 = 2.0 * i
+        ks.append((n, t0, t0 + 1, 1.0 if i else 0.0, 2.0 * (i + 1) if i + 1 < len(names) else None))
+    o = graph_trace.edges(ks, "rmsnorm_bf16", 2)
+    assert [r[0] for r in o["after"]] == ["rmsnorm", "Memcpy Dto", "Memset (De"]
+    assert o["launch_gap_us"] == 1.0
+    # From the second replay's last GEMM's end (t = 2*18 + 1) to the third
+    # replay's first RMSNorm (t = 2*22): 7 us.
+    assert o["outside_us"] == 7.0
+    assert o["span_us"] == 21.0

@@ -185,15 +185,10 @@ func (ed *MemsetEdit) editable(m unsafe.Pointer, ours map[unsafe.Pointer]bool) (
 	if t, err := nodeType(m); err != nil || t != memsetNode {
 		return site, false, err
 	}
-	var dst C.mg_devptr
-	var pitch, width, height C.size_t
-	var value, element C.uint
-	if err := check("cuGraphMemsetNodeGetParams", C.mg_cuGraphMemsetNodeParams(m, &dst, &pitch, &value, &element,
-		&width, &height)); err != nil {
+	mp, err := nodeMemset(m)
+	if err != nil {
 		return site, false, err
 	}
-	mp := memsetParams{dst: Ptr(dst), pitch: uint64(pitch), width: uint64(width), height: uint64(height),
-		value: uint32(value), element: int32(element)}
 	site.params = mp
 	if mp.dst < ed.Span || uint64(mp.dst)+mp.bytes() > uint64(ed.Span)+uint64(ed.Bytes) {
 		return site, false, nil
@@ -290,7 +285,7 @@ func addEdges(graph unsafe.Pointer, from []unsafe.Pointer, to unsafe.Pointer) er
 
 // graphLayout is the shim's layout of the graph-edit structs (see
 // mg_graph_layout), for a test without a GPU.
-func graphLayout() []int { return shimLayout(9, func(p *C.int) { C.mg_graph_layout(p) }) }
+func graphLayout() []int { return shimLayout(13, func(p *C.int) { C.mg_graph_layout(p) }) }
 
 // Launch replays the graph on s.
 func (g *Graph) Launch(s *Stream) error {

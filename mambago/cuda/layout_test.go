@@ -31,10 +31,14 @@ func TestLtLayout(t *testing.T) {
 // CUDA_KERNEL_NODE_PARAMS_v2 is the function, seven unsigned ints, the
 // two argument pointers, the CUkernel and the context (72 bytes);
 // CUDA_MEMSET_NODE_PARAMS is the address, the pitch, the value and element
-// size, the width and the height (40 bytes).
+// size, the width and the height (40 bytes); CUDA_MEMCPY3D is four
+// size_t, the memory type, host pointer, device pointer, array, a
+// reserved pointer and two size_t for each side, then the width, height
+// and depth (200 bytes).
 func TestGraphLayout(t *testing.T) {
-	want := []int{8, 40, 56, 64, 72, 16, 24, 32, 40}
+	want := []int{8, 40, 56, 64, 72, 16, 24, 32, 40, 48, 120, 136, 200}
 	if got := graphLayout(); !slices.Equal(got, want) {
-		t.Fatalf("graph struct layout %v, want %v (edge size; kernel node params, kern, ctx, end; memset node value, width, height, end)", got, want)
+		t.Fatalf("graph struct layout %v, want %v (edge size; kernel node params, kern, ctx, end; memset node value, width, height, end; "+
+			"copy node source address, destination type and address, size)", got, want)
 	}
 }

@@ -104,6 +104,30 @@ FN(int, cuGraphKernelNodeGetParams, (void *, mg_kernel_node *));
 FN(int, cuGraphMemsetNodeGetParams, (void *, mg_memset_node *));
 FN(int, cuGraphAddKernelNode, (void **, void *, void **, size_t, const mg_kernel_node *));
 FN(int, cuGraphDestroyNode, (void *));
+// Rebinding a graph's buffers (optional: CUDA >= 12.4 for the parameter
+// info; mg_graph_rebinds says whether they all loaded). cuda.h's
+// CUDA_MEMCPY3D, the fields a copy node's check reads.
+typedef struct {
+	size_t srcX, srcY, srcZ, srcLOD;
+	int srcType;
+	const void *srcHost;
+	mg_devptr srcDevice;
+	void *srcArray, *reserved0;
+	size_t srcPitch, srcHeight;
+	size_t dstX, dstY, dstZ, dstLOD;
+	int dstType;
+	void *dstHost;
+	mg_devptr dstDevice;
+	void *dstArray, *reserved1;
+	size_t dstPitch, dstHeight;
+	size_t width, height, depth;
+} mg_memcpy3d;
+FN(int, cuFuncGetParamInfo, (void *, size_t, size_t *, size_t *));
+FN(int, cuKernelGetParamInfo, (void *, size_t, size_t *, size_t *));
+FN(int, cuGraphExecKernelNodeSetParams, (void *, void *, const mg_kernel_node *));
+FN(int, cuGraphExecMemsetNodeSetParams, (void *, void *, const mg_memset_node *, void *));
+FN(int, cuGraphMemcpyNodeGetParams, (void *, mg_memcpy3d *));
+FN(int, cuCtxGetCurrent, (void **));
 FN(int, cuTensorMapEncodeTiled, (void *, int, unsigned, mg_devptr, const uint64_t *, const uint64_t *, const unsigned *,
                                  const unsigned *, int, int, int, int));
 
@@ -203,6 +227,13 @@ const char *mg_load_driver(const char *path) {
 	p_cuGraphMemsetNodeGetParams = dlsym(h, "cuGraphMemsetNodeGetParams");
 	p_cuGraphAddKernelNode = dlsym(h, "cuGraphAddKernelNode_v2");
 	p_cuGraphDestroyNode = dlsym(h, "cuGraphDestroyNode");
+	// Optional: rebinding (CUDA >= 12.4); mg_graph_rebinds says so.
+	p_cuFuncGetParamInfo = dlsym(h, "cuFuncGetParamInfo");
+	p_cuKernelGetParamInfo = dlsym(h, "cuKernelGetParamInfo");
+	p_cuGraphExecKernelNodeSetParams = dlsym(h, "cuGraphExecKernelNodeSetParams_v2");
+	p_cuGraphExecMemsetNodeSetParams = dlsym(h, "cuGraphExecMemsetNodeSetParams");
+	p_cuGraphMemcpyNodeGetParams = dlsym(h, "cuGraphMemcpyNodeGetParams");
+	p_cuCtxGetCurrent = dlsym(h, "cuCtxGetCurrent");
 	p_cuTensorMapEncodeTiled = dlsym(h, "cuTensorMapEncodeTiled"); // optional: CUDA >= 12.0
 	return NULL;
 }
@@ -335,6 +366,82 @@ mg_result mg_cuGraphMemsetNodeParams(void *node, mg_devptr *dst, size_t *pitch, 
 	return 0;
 }
 mg_result mg_cuGraphDestroyNode(void *node) { CALL(cuGraphDestroyNode, node); }
+
+static int kernel_params(void **params, void *args, const int *offsets, int nargs);
+
+int mg_graph_rebinds(void) {
+	return mg_graph_edits() && p_cuFuncGetParamInfo && p_cuKernelGetParamInfo && p_cuGraphExecKernelNodeSetParams &&
+	       p_cuGraphExecMemsetNodeSetParams && p_cuGraphMemcpyNodeGetParams && p_cuCtxGetCurrent;
+}
+
+// param_info is cuFuncGetParamInfo, or cuKernelGetParamInfo for a node
+// that names its kernel as a CUkernel.
+static int param_info(const mg_kernel_node *p, size_t i, size_t *off, size_t *size) {
+	if (p->func) return p_cuFuncGetParamInfo ? p_cuFuncGetParamInfo(p->func, i, off, size) : 500;
+	return p_cuKernelGetParamInfo ? p_cuKernelGetParamInfo(p->kern, i, off, size) : 500;
+}
+
+mg_result mg_cuGraphKernelNodeArgs(void *node, void **fn, unsigned char *buf, size_t cap, int *offsets, int *sizes,
+                                   int max, int *n) {
+	mg_kernel_node p;
+	memset(&p, 0, sizeof p);
+	*fn = NULL, *n = 0;
+	if (!p_cuGraphKernelNodeGetParams) return 500;
+	int r = p_cuGraphKernelNodeGetParams(node, &p);
+	if (r) return r;
+	*fn = p.func;
+	if (!p.params) return 801; // CUDA_ERROR_NOT_SUPPORTED: arguments passed as one buffer (`extra`)
+	for (int i = 0;; i++) {
+		size_t off = 0, size = 0;
+		r = param_info(&p, (size_t)i, &off, &size);
+		if (r == 1) return 0; // CUDA_ERROR_INVALID_VALUE: past the last argument
+		if (r) return r;
+		if (i >= max || off + size > cap) return 1;
+		memcpy(buf + off, p.params[i], size);
+		offsets[i] = (int)off, sizes[i] = (int)size, *n = i + 1;
+	}
+}
+
+mg_result mg_cuGraphExecKernelNodeSetArgs(void *exec, void *node, unsigned char *buf, const int *offsets, int n) {
+	void *params[64];
+	if (kernel_params(params, buf, offsets, n)) return 1;
+	mg_kernel_node p;
+	memset(&p, 0, sizeof p);
+	if (!p_cuGraphKernelNodeGetParams || !p_cuGraphExecKernelNodeSetParams) return 500;
+	int r = p_cuGraphKernelNodeGetParams(node, &p);
+	if (r) return r;
+	p.params = params, p.extra = NULL;
+	return p_cuGraphExecKernelNodeSetParams(exec, node, &p);
+}
+
+mg_result mg_cuGraphExecMemsetNodeSetDst(void *exec, void *node, mg_devptr dst) {
+	mg_memset_node p;
+	memset(&p, 0, sizeof p);
+	void *ctx = NULL;
+	if (!p_cuGraphMemsetNodeGetParams || !p_cuGraphExecMemsetNodeSetParams || !p_cuCtxGetCurrent) return 500;
+	int r = p_cuGraphMemsetNodeGetParams(node, &p);
+	if (!r) r = p_cuCtxGetCurrent(&ctx);
+	if (r) return r;
+	p.dst = dst;
+	return p_cuGraphExecMemsetNodeSetParams(exec, node, &p, ctx);
+}
+
+mg_result mg_cuGraphMemcpyNodeSpans(void *node, mg_devptr *src, mg_devptr *dst, size_t *bytes) {
+	mg_memcpy3d p;
+	memset(&p, 0, sizeof p);
+	if (!p_cuGraphMemcpyNodeGetParams) return 500;
+	int r = p_cuGraphMemcpyNodeGetParams(node, &p);
+	if (r) return r;
+	// Each side's extent as a superset: its origin's offset, then every row
+	// of every slice at the larger of its pitch and the width.
+	size_t h = p.height ? p.height : 1, d = p.depth ? p.depth : 1;
+	size_t sp = p.srcPitch > p.width ? p.srcPitch : p.width, dp = p.dstPitch > p.width ? p.dstPitch : p.width;
+	size_t sh = p.srcHeight > h ? p.srcHeight : h, dh = p.dstHeight > h ? p.dstHeight : h;
+	*src = p.srcDevice ? p.srcDevice + p.srcX + sp * (p.srcY + sh * p.srcZ) : 0;
+	*dst = p.dstDevice ? p.dstDevice + p.dstX + dp * (p.dstY + dh * p.dstZ) : 0;
+	bytes[0] = sp * sh * d, bytes[1] = dp * dh * d;
+	return 0;
+}
 // mg_graph_layout reports the edge's size and the offsets in the node
 // parameter structs as the shim lays them out: kernel node (params, kern,
 // ctx, the end of cuda.h's struct), memset node (value, width, height, end).
@@ -348,6 +455,10 @@ void mg_graph_layout(int *out) {
 	out[6] = offsetof(mg_memset_node, width);
 	out[7] = offsetof(mg_memset_node, height);
 	out[8] = offsetof(mg_memset_node, tail);
+	out[9] = offsetof(mg_memcpy3d, srcDevice);
+	out[10] = offsetof(mg_memcpy3d, dstType);
+	out[11] = offsetof(mg_memcpy3d, dstDevice);
+	out[12] = sizeof(mg_memcpy3d);
 }
 
 // kernel_params points params[i] at argument i of one packed buffer: it

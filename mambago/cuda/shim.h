@@ -89,6 +89,26 @@ mg_result mg_cuGraphMemsetNodeParams(void *node, mg_devptr *dst, size_t *pitch, 
 mg_result mg_cuGraphAddKernelNode(void **node, void *graph, void **deps, size_t ndeps, void *f, unsigned gx, unsigned bx,
                                   void *args, const int *offsets, int nargs);
 mg_result mg_cuGraphDestroyNode(void *node);
+// Rebinding a graph's buffers after instantiation (optional entry points:
+// CUDA >= 12.4; mg_graph_rebinds says whether they all loaded).
+int mg_graph_rebinds(void);
+// mg_cuGraphKernelNodeArgs reads a kernel node's arguments: their count
+// (*n, at most max), each one's offset and size in the kernel's parameter
+// block, and their bytes at those offsets in buf (cap bytes); *fn is the
+// node's CUfunction (NULL for a CUkernel). CUDA_ERROR_NOT_SUPPORTED (801)
+// for a node whose arguments were passed as one buffer.
+mg_result mg_cuGraphKernelNodeArgs(void *node, void **fn, unsigned char *buf, size_t cap, int *offsets, int *sizes,
+                                   int max, int *n);
+// mg_cuGraphExecKernelNodeSetArgs gives node, in exec, the n arguments at
+// offsets in buf, the rest of its launch as captured.
+mg_result mg_cuGraphExecKernelNodeSetArgs(void *exec, void *node, unsigned char *buf, const int *offsets, int n);
+// mg_cuGraphExecMemsetNodeSetDst points memset node, in exec, at dst, the
+// rest of its parameters as captured.
+mg_result mg_cuGraphExecMemsetNodeSetDst(void *exec, void *node, mg_devptr dst);
+// mg_cuGraphMemcpyNodeSpans gives a copy node's device source and
+// destination (0 where a side is not device memory) and, in bytes[0] and
+// bytes[1], extents that cover what each side touches.
+mg_result mg_cuGraphMemcpyNodeSpans(void *node, mg_devptr *src, mg_devptr *dst, size_t *bytes);
 // mg_cuTensorMapEncodeTiled encodes a TMA tensor map (map: 128 bytes,
 // 64-aligned) as cuTensorMapEncodeTiled does (CUDA >= 12.0; 500 without it).
 mg_result mg_cuTensorMapEncodeTiled(void *map, int dtype, unsigned rank, mg_devptr addr, const uint64_t *dims,

@@ -60,14 +60,18 @@ func (e *Engine) PrefillDevice(st engine.State, kind string, in uintptr, inType 
 		return err
 	}
 	outLen := pool.OutLen(B, T, e.cfg.Hidden)
-	if outType != cuda.F32 {
+	// The kernels write the output in 16-byte pieces and the GEMMs' plans
+	// assume aligned operands: other types, and buffers aligned less, go
+	// through the engine's own.
+	stageOut := outType != cuda.F32 || io.out%16 != 0
+	if stageOut {
 		if err := e.ensureOut(outLen); err != nil {
 			return err
 		}
 	}
 	return e.onStream(cuda.WrapStream(stream), func() error {
 		src := source{in: engine.Input{B: B, T: T}, dev: io.in, kind: kind}
-		if kind != "ids" && inType != cuda.F32 { // widen into the buffer the f32 input would be read from
+		if kind != "ids" && (inType != cuda.F32 || io.in%16 != 0) { // widen into the buffer the f32 input would be read from
 			staging, width := e.ws.h.Ptr, e.cfg.Hidden
 			if kind == "features" {
 				staging, width = e.ws.in.Ptr, e.cfg.InputDim
@@ -78,13 +82,13 @@ func (e *Engine) PrefillDevice(st engine.State, kind string, in uintptr, inType 
 			src.dev = staging
 		}
 		dst := io.out
-		if outType != cuda.F32 {
+		if stageOut {
 			dst = e.ws.out.Ptr
 		}
 		if err := e.run(s, src, pool, dst); err != nil {
 			return err
 		}
-		if outType != cuda.F32 {
+		if stageOut {
 			return e.convert("to_"+outType.Suffix(), dst, io.out, outLen)
 		}
 		return nil

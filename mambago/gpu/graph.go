@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/mambago/mambago/mambago/cuda"
@@ -17,12 +18,16 @@ type Graph struct {
 	s              *State
 	g              *cuda.Graph
 	in, out, logit *cuda.Buffer
-	generation     int  // the workspace it points into
-	tf32           bool // the GEMM mode it was captured with
-	step           bool
-	kind           string
-	B, T           int
-	pool           engine.Pool
+	// inBind and outBind, where the capture could find them, let a
+	// device-pointer replay read its token ids from, and write its output
+	// to, the caller's memory in place (bindTo); nil: it copies.
+	inBind, outBind *cuda.Binding
+	generation      int  // the workspace it points into
+	tf32            bool // the GEMM mode it was captured with
+	step            bool
+	kind            string
+	B, T            int
+	pool            engine.Pool
 }
 
 // CaptureStep captures the decode step for st: token ids [B] in, logits [B, V] out.
@@ -125,8 +130,71 @@ func (e *Engine) captureBound(g *Graph) (*Graph, error) {
 		return nil, fmt.Errorf("gpu: capture: %w", err)
 	}
 	g.generation, g.tf32 = e.ws.generation, e.blas.TF32
+	if err := g.bind(); err != nil {
+		g.free()
+		return nil, fmt.Errorf("gpu: capture: %w", err)
+	}
 	return g, nil
 }
+
+// bind finds, in the captured graph, the uses of the buffers a device
+// replay may point at the caller's memory instead: token ids, which only
+// the engine's own kernels read, and a prefill's output, which only they
+// and the NaN poison write. A decode step's logits come from cuBLAS and
+// are always copied. A buffer cuda.Graph.Bind refuses is copied as before.
+func (g *Graph) bind() error {
+	var ours []*cuda.Function
+	for _, f := range g.e.fn {
+		ours = append(ours, f)
+	}
+	find := func(buf *cuda.Buffer) (*cuda.Binding, error) {
+		b, err := g.g.Bind(buf.Ptr, buf.Bytes, ours)
+		if errors.Is(err, cuda.ErrUnbindable) {
+			return nil, nil
+		}
+		return b, err
+	}
+	var err error
+	if g.kind == "ids" {
+		if g.inBind, err = find(g.in); err != nil {
+			return err
+		}
+	}
+	if !g.step {
+		g.outBind, err = find(g.out)
+	}
+	return err
+}
+
+// bindTo points b's uses at the caller's buffer p when the replay can use
+// it in place (b found, direct: the caller's type is the graph's, and p
+// aligned to align bytes, as the kernels' vector loads and stores need),
+// and says whether it did; otherwise it points them back at the graph's
+// own buffer, own, through which the caller's data is copied.
+func bindTo(b *cuda.Binding, p, own cuda.Ptr, direct bool, align int) (bool, error) {
+	if b == nil {
+		return false, nil
+	}
+	if direct && p%cuda.Ptr(align) == 0 {
+		return true, b.Rebind(p)
+	}
+	return false, b.Rebind(own)
+}
+
+// ownBuffers points every rebound use back at the graph's own buffers, for
+// a replay that copies through them.
+func (g *Graph) ownBuffers() error {
+	if _, err := bindTo(g.inBind, 0, g.in.Ptr, false, 1); err != nil {
+		return err
+	}
+	_, err := bindTo(g.outBind, 0, g.out.Ptr, false, 1)
+	return err
+}
+
+// InPlace says whether device-pointer replays of g can read their token
+// ids and write their output in place (each where the caller's buffer is
+// of the graph's type and aligned: ids to 8 bytes, the output to 16).
+func (g *Graph) InPlace() (ids, out bool) { return g.inBind != nil, g.outBind != nil }
 
 // Edited is how many of cuBLASLt's memset nodes the capture edited
 // (Engine.MemsetKernels, Engine.HoistMemsets).
@@ -206,8 +274,13 @@ func (g *Graph) Step(ids []int64, logits []float32) error {
 	if err := engine.CheckIDs("token_ids", ids, c.Vocab); err != nil {
 		return err
 	}
-	return g.replay(nil, func() error { return cuda.CopyIn(g.in.Ptr, ids, e.stream) },
-		func() error { return cuda.CopyOut(logits, g.logit.Ptr, e.stream) }, true)
+	upload := func() error {
+		if err := g.ownBuffers(); err != nil {
+			return err
+		}
+		return cuda.CopyIn(g.in.Ptr, ids, e.stream)
+	}
+	return g.replay(nil, upload, func() error { return cuda.CopyOut(logits, g.logit.Ptr, e.stream) }, true)
 }
 
 // StepDevice replays a captured step on caller-owned device memory: B int64
@@ -223,7 +296,13 @@ func (g *Graph) StepDevice(ids, logits, stream uintptr) error {
 	if ids == 0 || logits == 0 {
 		return engine.Invalid("null device pointer (ids %#x, logits %#x)", ids, logits)
 	}
-	upload := func() error { return cuda.Copy(g.in.Ptr, cuda.Ptr(ids), 8*g.B, e.stream) }
+	upload := func() error {
+		inPlace, err := bindTo(g.inBind, cuda.Ptr(ids), g.in.Ptr, true, 8)
+		if err != nil || inPlace {
+			return err
+		}
+		return cuda.Copy(g.in.Ptr, cuda.Ptr(ids), 8*g.B, e.stream)
+	}
 	download := func() error { return cuda.Copy(cuda.Ptr(logits), g.logit.Ptr, 4*g.B*e.cfg.Vocab, e.stream) }
 	return g.replay(cuda.WrapStream(stream), upload, download, false)
 }
@@ -272,6 +351,9 @@ func (g *Graph) Prefill(in engine.Input, out []float32) error {
 		return err
 	}
 	upload := func() error {
+		if err := g.ownBuffers(); err != nil {
+			return err
+		}
 		switch {
 		case in.IDs != nil && g.kind == "ids":
 			return cuda.CopyIn(g.in.Ptr, in.IDs, e.stream)
@@ -378,17 +460,30 @@ func (e *Engine) touchGraph(k graphKey) {
 	}
 }
 
-// replayDevice runs g on caller-owned device memory: the input at io.in (of
-// g's kind and shape) is copied, or widened from io.inType, into g's input
-// buffer, the graph launched, and its output copied, or rounded to
-// io.outType, to io.out, all on e.stream. The caller holds the bound thread
-// and runs it inside onStream.
+// replayDevice runs g on caller-owned device memory, all on e.stream: the
+// graph reads token ids at io.in in place, and writes an f32 output to
+// io.out in place, where the capture found those buffers' uses and the
+// caller's are aligned (Graph.InPlace); otherwise the input is copied, or
+// widened from io.inType, into g's input buffer, and the output copied, or
+// rounded to io.outType, from g's. The caller holds the bound thread and
+// runs it inside onStream.
 func (g *Graph) replayDevice(io deviceIO) error {
 	e := g.e
-	var err error
-	if io.inType == cuda.F32 {
+	// Buffers that overlap are copied: the output's NaN poison comes first.
+	apart := io.in+cuda.Ptr(g.in.Bytes) <= io.out || io.out+cuda.Ptr(g.out.Bytes) <= io.in
+	inPlace, err := bindTo(g.inBind, io.in, g.in.Ptr, apart, 8) // ids (the graph's kind), whose type is always int64
+	if err != nil {
+		return err
+	}
+	outPlace, err := bindTo(g.outBind, io.out, g.out.Ptr, apart && io.outType == cuda.F32, 16)
+	if err != nil {
+		return err
+	}
+	switch {
+	case inPlace:
+	case io.inType == cuda.F32:
 		err = cuda.Copy(g.in.Ptr, io.in, g.in.Bytes, e.stream)
-	} else {
+	default:
 		err = e.convert("from_"+io.inType.Suffix(), io.in, g.in.Ptr, g.in.Bytes/4)
 	}
 	if err != nil {
@@ -397,7 +492,10 @@ func (g *Graph) replayDevice(io deviceIO) error {
 	if err := g.g.Launch(e.stream); err != nil {
 		return err
 	}
-	if io.outType == cuda.F32 {
+	switch {
+	case outPlace:
+		return nil
+	case io.outType == cuda.F32:
 		return cuda.Copy(io.out, g.out.Ptr, g.out.Bytes, e.stream)
 	}
 	return e.convert("to_"+io.outType.Suffix(), g.out.Ptr, io.out, g.out.Bytes/4)

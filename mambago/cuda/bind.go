@@ -1,0 +1,229 @@
+package cuda
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"unsafe"
+)
+
+// ErrUnbindable says a graph's buffer cannot be rebound: the driver lacks
+// the entry points (CUDA < 12.4), or a node uses the buffer in a way a
+// rebinding could not follow. Replays then copy through the buffer.
+var ErrUnbindable = errors.New("cuda: buffer cannot be rebound")
+
+// Binding is one device buffer of a captured graph that replays may move
+// elsewhere: every use of it by the graph's own kernels (an argument that
+// points into it) and by its memset nodes, found once by Graph.Bind, so
+// that Rebind can point them all at another buffer of the same size. A
+// replay can then read its input from, or write its output to, the
+// caller's memory in place instead of copying through the buffer.
+type Binding struct {
+	g           *Graph
+	base, at    Ptr // the captured buffer, and where the uses point now (0: unknown)
+	bytes       int
+	kernels     []kernelUse
+	memsets     []memsetUse
+	kernelNodes int // kernel nodes whose arguments Bind read, for tests
+}
+
+// kernelUse is a kernel node with arguments that point into the buffer:
+// its argument block as captured, each argument's offset in it, and the
+// pointers to move.
+type kernelUse struct {
+	node    unsafe.Pointer
+	args    []byte
+	offsets []int32
+	patches []patch
+}
+
+// patch is an 8-byte argument at off in the argument block that points
+// delta bytes into the buffer.
+type patch struct {
+	off   int
+	delta uint64
+}
+
+// memsetUse is a memset node that writes delta bytes into the buffer.
+type memsetUse struct {
+	node  unsafe.Pointer
+	delta uint64
+}
+
+// maxArgBytes is the largest kernel parameter block (CUDA 12.1 and later).
+const maxArgBytes = 32764
+
+// CUgraphNodeType values Bind knows beyond kernels and memsets: nodes that
+// touch no memory, and copies, which it checks.
+const (
+	copyNode        = 1
+	emptyNode       = 5
+	waitEventNode   = 6
+	recordEventNode = 7
+)
+
+// Bind finds the uses of the buffer [base, base+bytes) in g.
+//
+// A kernel of ours moves with the buffer argument by argument: each 8-byte
+// argument that points into the buffer is rewritten on Rebind. A memset
+// node that writes inside it moves too. Bind refuses (ErrUnbindable) a
+// buffer that anything else may touch, since that would keep using the
+// old buffer: a copy node, a memset that writes across its edge, an
+// argument of ours that holds its address inside a larger value (a
+// struct, a tensor map), any argument of a kernel not of ours, or a node
+// of a kind Bind does not know (host code, a child graph, memory
+// allocation). Library kernels whose arguments the driver gives as one
+// block (`extra`) cannot be read: the caller vouches that they never
+// touch the buffer.
+func (g *Graph) Bind(base Ptr, bytes int, ours []*Function) (*Binding, error) {
+	if !GraphRebinds() {
+		return nil, fmt.Errorf("%w: the driver lacks the entry points (CUDA 12.4 or later)", ErrUnbindable)
+	}
+	own := map[unsafe.Pointer]bool{}
+	for _, f := range ours {
+		own[f.h] = true
+	}
+	nodes, err := graphNodes(g.graph)
+	if err != nil {
+		return nil, err
+	}
+	b := &Binding{g: g, base: base, at: base, bytes: bytes}
+	args := make([]byte, maxArgBytes) // each kernel node's argument block in turn
+	inside := func(p uint64, n uint64) bool { return p < uint64(base)+uint64(bytes) && p+n > uint64(base) }
+	for _, node := range nodes {
+		t, err := nodeType(node)
+		if err != nil {
+			return nil, err
+		}
+		switch t {
+		case kernelNode:
+			if err := b.kernel(node, args, own, inside); err != nil {
+				return nil, err
+			}
+		case memsetNode:
+			mp, err := nodeMemset(node)
+			if err != nil {
+				return nil, err
+			}
+			if !inside(uint64(mp.dst), mp.bytes()) {
+				continue
+			}
+			if mp.dst < base || uint64(mp.dst)+mp.bytes() > uint64(base)+uint64(bytes) {
+				return nil, fmt.Errorf("%w: a memset writes across the buffer's edge", ErrUnbindable)
+			}
+			b.memsets = append(b.memsets, memsetUse{node: node, delta: uint64(mp.dst - base)})
+		case copyNode:
+			var src, dst C.mg_devptr
+			var n [2]C.size_t
+			if err := check("cuGraphMemcpyNodeGetParams", C.mg_cuGraphMemcpyNodeSpans(node, &src, &dst, &n[0])); err != nil {
+				return nil, err
+			}
+			if src != 0 && inside(uint64(src), uint64(n[0])) || dst != 0 && inside(uint64(dst), uint64(n[1])) {
+				return nil, fmt.Errorf("%w: a copy node uses the buffer", ErrUnbindable)
+			}
+		case emptyNode, waitEventNode, recordEventNode:
+		default:
+			return nil, fmt.Errorf("%w: the graph holds a node of type %d", ErrUnbindable, t)
+		}
+	}
+	return b, nil
+}
+
+// kernel records kernel node's uses of the buffer, or refuses them; args
+// is scratch room for its argument block.
+func (b *Binding) kernel(node unsafe.Pointer, args []byte, own map[unsafe.Pointer]bool, inside func(p, n uint64) bool) error {
+	offsets, sizes := make([]int32, 64), make([]int32, 64)
+	var fn unsafe.Pointer
+	var n C.int
+	r := C.mg_cuGraphKernelNodeArgs(node, &fn, (*C.uchar)(unsafe.Pointer(&args[0])), C.size_t(len(args)),
+		(*C.int)(unsafe.Pointer(&offsets[0])), (*C.int)(unsafe.Pointer(&sizes[0])), C.int(len(offsets)), &n)
+	ours := fn != nil && own[fn]
+	if r == 801 && !ours { // a library's kernel with its arguments in one block: on the caller's word
+		return nil
+	}
+	if err := check("cuGraphKernelNodeGetParams", r); err != nil {
+		return err
+	}
+	b.kernelNodes++
+	use := kernelUse{node: node, offsets: offsets[:n]}
+	end := 0
+	for i := range int(n) {
+		off, size := int(offsets[i]), int(sizes[i])
+		end = max(end, off+size)
+		if ours && size == 8 && off%8 == 0 {
+			if v := binary.LittleEndian.Uint64(args[off:]); inside(v, 1) {
+				use.patches = append(use.patches, patch{off: off, delta: v - uint64(b.base)})
+			}
+			continue
+		}
+		// Any other argument, or any argument of another's kernel: an
+		// address of the buffer anywhere in it cannot be followed.
+		for w := (off + 7) / 8 * 8; w+8 <= off+size; w += 8 {
+			if inside(binary.LittleEndian.Uint64(args[w:]), 1) {
+				return fmt.Errorf("%w: argument %d of a kernel node holds its address", ErrUnbindable, i)
+			}
+		}
+	}
+	if len(use.patches) > 0 {
+		use.args = slices.Clone(args[:end])
+		b.kernels = append(b.kernels, use)
+	}
+	return nil
+}
+
+// nodeMemset reads a memset node's parameters.
+func nodeMemset(node unsafe.Pointer) (memsetParams, error) {
+	var dst C.mg_devptr
+	var pitch, width, height C.size_t
+	var value, element C.uint
+	err := check("cuGraphMemsetNodeGetParams", C.mg_cuGraphMemsetNodeParams(node, &dst, &pitch, &value, &element,
+		&width, &height))
+	return memsetParams{dst: Ptr(dst), pitch: uint64(pitch), width: uint64(width), height: uint64(height),
+		value: uint32(value), element: int32(element)}, err
+}
+
+// Uses is how many kernel nodes and memset nodes use the buffer, and how
+// many kernel nodes' arguments Bind read.
+func (b *Binding) Uses() (kernels, memsets, read int) {
+	return len(b.kernels), len(b.memsets), b.kernelNodes
+}
+
+// Rebind points every use of the buffer at to, which must hold as many
+// bytes, aligned as the graph's kernels need (the caller checks both);
+// the captured buffer's own address points them back. It takes effect at
+// the next Launch: launches already queued keep what they had. A no-op
+// when the uses point at to already.
+func (b *Binding) Rebind(to Ptr) error {
+	if to == b.at {
+		return nil
+	}
+	b.at = 0 // unknown until every use has moved
+	for _, k := range b.kernels {
+		args := slices.Clone(k.args)
+		for _, p := range k.patches {
+			binary.LittleEndian.PutUint64(args[p.off:], uint64(to)+p.delta)
+		}
+		if err := check("cuGraphExecKernelNodeSetParams", C.mg_cuGraphExecKernelNodeSetArgs(b.g.exec, k.node,
+			(*C.uchar)(unsafe.Pointer(&args[0])), (*C.int)(unsafe.Pointer(&k.offsets[0])), C.int(len(k.offsets)))); err != nil {
+			return err
+		}
+	}
+	for _, m := range b.memsets {
+		if err := check("cuGraphExecMemsetNodeSetParams", C.mg_cuGraphExecMemsetNodeSetDst(b.g.exec, m.node,
+			C.mg_devptr(uint64(to)+m.delta))); err != nil {
+			return err
+		}
+	}
+	b.at = to
+	return nil
+}
+
+// GraphRebinds says whether the loaded driver has the entry points
+// Graph.Bind and Binding.Rebind use (CUDA >= 12.4).
+func GraphRebinds() bool { return C.mg_graph_rebinds() != 0 }
