@@ -33,6 +33,8 @@ def kernels(prof):
     """The profiled GPU activities (kernels, and any memset or memcpy) as
     (name, start us, end us, gap us, next one's start us or None), in start
     order."""
+    import torch
+
     out = []
     for e in prof.events():
         if e.device_type == torch.autograd.DeviceType.CUDA and e.time_range.elapsed_us() >= 0:

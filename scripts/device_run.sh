@@ -445,10 +445,11 @@ PY
 fi
 if [[ $mode == bind ]]; then
   echo "== replays in place: cuda.Graph.Bind and the device entries' graphs on the caller's buffers; memcheck"
-  run_tests bind_cuda 120 .carry/cuda.test -test.v -test.run 'GraphBind|Layout|CaptureEditing'
-  run_tests bind_gpu 300 .carry/gpu.test -test.v -test.run 'InPlace|GraphReplaysAcrossBuffers|PrefillGraphCache|DeviceEntry|Step'
+  SHOW='_test.go:[0-9]+:' run_tests bind_cuda 120 .carry/cuda.test -test.v -test.run 'GraphBind|Layout|CaptureEditing'
+  SHOW='_test.go:[0-9]+:' run_tests bind_gpu 300 .carry/gpu.test -test.v -test.run 'InPlace|GraphReplaysAcrossBuffers|PrefillGraphCache|DeviceEntry|Step'
   memcheck memcheck_bind_cuda 120 .carry/cuda.test 'GraphBind'
   memcheck memcheck_bind_gpu 300 .carry/gpu.test 'InPlace|GraphReplaysAcrossBuffers'
+  grep -h -m 12 -E "^========= [A-Z]" "$OUT"/memcheck_bind_*.log
   exit $status
 fi
 if [[ $mode == ab ]]; then

@@ -33,14 +33,20 @@ type Binding struct {
 	kernelNodes int // kernel nodes whose arguments Bind read, for tests
 }
 
-// kernelUse is a kernel node with arguments that point into the buffer:
-// its argument block as captured, each argument's offset in it, and the
-// pointers to move.
+// kernelUse is a kernel node with arguments that point into the buffer,
+// and the pointers to move.
 type kernelUse struct {
 	node    unsafe.Pointer
+	patches []patch
+}
+
+// nodeArgs is a kernel node's argument block as the executable graph has
+// it now, and each argument's offset in it. A graph keeps one a node for
+// all its bindings, so that rebinding one buffer keeps what another's
+// Rebind wrote into the same node.
+type nodeArgs struct {
 	args    []byte
 	offsets []int32
-	patches []patch
 }
 
 // patch is an 8-byte argument at off in the argument block that points
@@ -79,8 +85,8 @@ const (
 // struct, a tensor map), any argument of a kernel not of ours, or a node
 // of a kind Bind does not know (host code, a child graph, memory
 // allocation). Library kernels whose arguments the driver gives as one
-// block (`extra`) cannot be read: the caller vouches that they never
-// touch the buffer.
+// block (`extra`), or whose parameters the driver does not describe,
+// cannot be read: the caller vouches that they never touch the buffer.
 func (g *Graph) Bind(base Ptr, bytes int, ours []*Function) (*Binding, error) {
 	if !GraphRebinds() {
 		return nil, fmt.Errorf("%w: the driver lacks the entry points (CUDA 12.4 or later)", ErrUnbindable)
@@ -144,14 +150,14 @@ func (b *Binding) kernel(node unsafe.Pointer, args []byte, own map[unsafe.Pointe
 	r := C.mg_cuGraphKernelNodeArgs(node, &fn, (*C.uchar)(unsafe.Pointer(&args[0])), C.size_t(len(args)),
 		(*C.int)(unsafe.Pointer(&offsets[0])), (*C.int)(unsafe.Pointer(&sizes[0])), C.int(len(offsets)), &n)
 	ours := fn != nil && own[fn]
-	if r == 801 && !ours { // a library's kernel with its arguments in one block: on the caller's word
+	if r != 0 && !ours { // a library's kernel the driver cannot describe (or with its arguments in one block): on the caller's word
 		return nil
 	}
-	if err := check("cuGraphKernelNodeGetParams", r); err != nil {
-		return err
+	if err := check("cuFuncGetParamInfo", r); err != nil {
+		return fmt.Errorf("%w: reading a kernel node's arguments: %v", ErrUnbindable, err)
 	}
 	b.kernelNodes++
-	use := kernelUse{node: node, offsets: offsets[:n]}
+	use := kernelUse{node: node}
 	end := 0
 	for i := range int(n) {
 		off, size := int(offsets[i]), int(sizes[i])
@@ -171,7 +177,12 @@ func (b *Binding) kernel(node unsafe.Pointer, args []byte, own map[unsafe.Pointe
 		}
 	}
 	if len(use.patches) > 0 {
-		use.args = slices.Clone(args[:end])
+		if b.g.args == nil {
+			b.g.args = map[unsafe.Pointer]*nodeArgs{}
+		}
+		if b.g.args[node] == nil {
+			b.g.args[node] = &nodeArgs{args: slices.Clone(args[:end]), offsets: slices.Clone(offsets[:n])}
+		}
 		b.kernels = append(b.kernels, use)
 	}
 	return nil
@@ -205,12 +216,12 @@ func (b *Binding) Rebind(to Ptr) error {
 	}
 	b.at = 0 // unknown until every use has moved
 	for _, k := range b.kernels {
-		args := slices.Clone(k.args)
+		a := b.g.args[k.node]
 		for _, p := range k.patches {
-			binary.LittleEndian.PutUint64(args[p.off:], uint64(to)+p.delta)
+			binary.LittleEndian.PutUint64(a.args[p.off:], uint64(to)+p.delta)
 		}
 		if err := check("cuGraphExecKernelNodeSetParams", C.mg_cuGraphExecKernelNodeSetArgs(b.g.exec, k.node,
-			(*C.uchar)(unsafe.Pointer(&args[0])), (*C.int)(unsafe.Pointer(&k.offsets[0])), C.int(len(k.offsets)))); err != nil {
+			(*C.uchar)(unsafe.Pointer(&a.args[0])), (*C.int)(unsafe.Pointer(&a.offsets[0])), C.int(len(a.offsets)))); err != nil {
 			return err
 		}
 	}

@@ -14,7 +14,8 @@ import (
 // Graph is an instantiated CUDA graph, captured from a stream.
 type Graph struct {
 	graph, exec unsafe.Pointer
-	edited      int // memset nodes CaptureEditing edited
+	edited      int                          // memset nodes CaptureEditing edited
+	args        map[unsafe.Pointer]*nodeArgs // kernel nodes' arguments as Bind's bindings set them
 }
 
 // Capture records everything fn queues on s (which must not be the legacy

@@ -22,8 +22,9 @@ type Graph struct {
 	// device-pointer replay read its token ids from, and write its output
 	// to, the caller's memory in place (bindTo); nil: it copies.
 	inBind, outBind *cuda.Binding
-	generation      int  // the workspace it points into
-	tf32            bool // the GEMM mode it was captured with
+	unbound         error // why a buffer has no binding, for InPlace's callers
+	generation      int   // the workspace it points into
+	tf32            bool  // the GEMM mode it was captured with
 	step            bool
 	kind            string
 	B, T            int
@@ -130,10 +131,7 @@ func (e *Engine) captureBound(g *Graph) (*Graph, error) {
 		return nil, fmt.Errorf("gpu: capture: %w", err)
 	}
 	g.generation, g.tf32 = e.ws.generation, e.blas.TF32
-	if err := g.bind(); err != nil {
-		g.free()
-		return nil, fmt.Errorf("gpu: capture: %w", err)
-	}
+	g.bind()
 	return g, nil
 }
 
@@ -141,29 +139,26 @@ func (e *Engine) captureBound(g *Graph) (*Graph, error) {
 // replay may point at the caller's memory instead: token ids, which only
 // the engine's own kernels read, and a prefill's output, which only they
 // and the NaN poison write. A decode step's logits come from cuBLAS and
-// are always copied. A buffer cuda.Graph.Bind refuses is copied as before.
-func (g *Graph) bind() error {
+// are always copied. A buffer cuda.Graph.Bind refuses, or fails to bind,
+// is copied through as before; g.unbound says why.
+func (g *Graph) bind() {
 	var ours []*cuda.Function
 	for _, f := range g.e.fn {
 		ours = append(ours, f)
 	}
-	find := func(buf *cuda.Buffer) (*cuda.Binding, error) {
+	find := func(buf *cuda.Buffer, what string) *cuda.Binding {
 		b, err := g.g.Bind(buf.Ptr, buf.Bytes, ours)
-		if errors.Is(err, cuda.ErrUnbindable) {
-			return nil, nil
+		if err != nil {
+			g.unbound = errors.Join(g.unbound, fmt.Errorf("%s: %w", what, err))
 		}
-		return b, err
+		return b
 	}
-	var err error
 	if g.kind == "ids" {
-		if g.inBind, err = find(g.in); err != nil {
-			return err
-		}
+		g.inBind = find(g.in, "token ids")
 	}
 	if !g.step {
-		g.outBind, err = find(g.out)
+		g.outBind = find(g.out, "output")
 	}
-	return err
 }
 
 // bindTo points b's uses at the caller's buffer p when the replay can use
@@ -193,8 +188,11 @@ func (g *Graph) ownBuffers() error {
 
 // InPlace says whether device-pointer replays of g can read their token
 // ids and write their output in place (each where the caller's buffer is
-// of the graph's type and aligned: ids to 8 bytes, the output to 16).
-func (g *Graph) InPlace() (ids, out bool) { return g.inBind != nil, g.outBind != nil }
+// of the graph's type and aligned: ids to 8 bytes, the output to 16), and
+// why a buffer that could not be bound was not (nil when none failed).
+func (g *Graph) InPlace() (ids, out bool, why error) {
+	return g.inBind != nil, g.outBind != nil, g.unbound
+}
 
 // Edited is how many of cuBLASLt's memset nodes the capture edited
 // (Engine.MemsetKernels, Engine.HoistMemsets).

@@ -93,8 +93,8 @@ func TestGraphInPlace(t *testing.T) {
 				t.Fatalf("%s pool %d: the first replay differs from eager", dt, pool)
 			}
 			g := e.graphs[graphKey{s: st.(*State), kind: "ids", B: B, T: T, pool: pool}]
-			if inIDs, inOut := g.InPlace(); !inIDs || !inOut {
-				t.Fatalf("%s pool %d: in place: ids %v, output %v; want both", dt, pool, inIDs, inOut)
+			if inIDs, inOut, why := g.InPlace(); !inIDs || !inOut {
+				t.Fatalf("%s pool %d: in place: ids %v, output %v; want both (%v)", dt, pool, inIDs, inOut, why)
 			}
 			for i, at := range []int{0, 4, 0, 0} {
 				if err := cuda.Fill32(g.in.Ptr, 0, g.in.Bytes/4, nil); err != nil {
@@ -120,8 +120,8 @@ func TestGraphInPlace(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer gs.Destroy()
-		if inIDs, inOut := gs.InPlace(); !inIDs || inOut {
-			t.Fatalf("%s step: in place: ids %v, logits %v; want ids only", dt, inIDs, inOut)
+		if inIDs, inOut, why := gs.InPlace(); !inIDs || inOut {
+			t.Fatalf("%s step: in place: ids %v, logits %v; want ids only (%v)", dt, inIDs, inOut, why)
 		}
 		stepIDs := []int64{3, 77}
 		dids, logits := gputest.Alloc(t, 8*B), gputest.Alloc(t, 4*B*V)
