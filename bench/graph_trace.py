@@ -68,7 +68,8 @@ def edges(ks, first, per_replay):
     replay's first layer's start to its last activity's end; "outside_us"
     from the last GEMM's end to the next replay's first layer's start, the
     time a replay spends outside its layers."""
-    firsts = [i for i, k in enumerate(ks) if k[0].startswith(first)][::per_replay]
+    firsts = [i for i, k in enumerate(ks) if k[0].startswith("rmsnorm_embed")]  # the lookup in the first RMSNorm
+    firsts = firsts or [i for i, k in enumerate(ks) if k[0].startswith(first)][::per_replay]
     reps = [ks[a:b] for a, b in zip(firsts, firsts[1:] + [len(ks)])]
     parts = {"after": [], "launch_gap_us": [], "span_us": [], "outside_us": []}
     for r, nxt in zip(reps[1:], reps[2:]):

@@ -90,15 +90,24 @@ def test_graph_trace_edges_splits_replays_at_their_first_layer():
     sys.path.insert(0, str(ROOT / "bench"))
     import graph_trace
 
-    # Three replays of two layers each (RMSNorm, GEMM, scan, GEMM), each
+    # Three replays of two layers each (RMSNorm, GEMM, scan, GEMM; the first
+    # layer's RMSNorm with the embedding lookup or without), each
     # followed by the final norm, the output's copy and the next poison:
     # times in us, every activity 1 us long, 1 us apart, so a replay is 11
     # activities and 22 us.
-    names = []
-    for _ in range(3):
-        for _ in range(2):
-            names += ["rmsnorm_bf16", "nvjet_gemm", "scan_onepass", "nvjet_gemm"]
-        names += ["rmsnorm_f32", "Memcpy DtoD", "Memset (Device)"]
+    def trace(first_norm):
+        names = []
+        for _ in range(3):
+            for layer in range(2):
+                names += [first_norm if layer == 0 else "rmsnorm_bf16", "nvjet_gemm", "scan_onepass", "nvjet_gemm"]
+            names += ["rmsnorm_f32", "Memcpy DtoD", "Memset (Device)"]
+        return names
+
+    for first_norm in ("rmsnorm_bf16", "rmsnorm_embed_bf16"):
+        check_edges(graph_trace, trace(first_norm))
+
+
+def check_edges(graph_trace, names):
     ks = []
     for i, n in enumerate(names):
         t0 = 2.0 * i

@@ -65,13 +65,15 @@ type memsetUse struct {
 // maxArgBytes is the largest kernel parameter block (CUDA 12.1 and later).
 const maxArgBytes = 32764
 
-// CUgraphNodeType values Bind knows beyond kernels and memsets: nodes that
-// touch no memory, and copies, which it checks.
+// CUgraphNodeType values Bind knows beyond kernels and memsets: copies,
+// which it checks, and nodes that touch no memory of the caller's.
 const (
 	copyNode        = 1
 	emptyNode       = 5
 	waitEventNode   = 6
 	recordEventNode = 7
+	memAllocNode    = 10
+	memFreeNode     = 11
 )
 
 // Bind finds the uses of the buffer [base, base+bytes) in g.
@@ -82,18 +84,18 @@ const (
 // buffer that anything else may touch, since that would keep using the
 // old buffer: a copy node, a memset that writes across its edge, an
 // argument of ours that holds its address inside a larger value (a
-// struct, a tensor map), any argument of a kernel not of ours, or a node
-// of a kind Bind does not know (host code, a child graph, memory
-// allocation). Library kernels whose arguments the driver gives as one
-// block (`extra`), or whose parameters the driver does not describe,
-// cannot be read: the caller vouches that they never touch the buffer.
+// struct, a tensor map), or a node of a kind that may touch memory and
+// that Bind does not know (host code, a child graph, stream memory
+// operations). Kernels not of ours (a library's) are not read: the caller
+// vouches that they never touch the buffer. Nodes that allocate or free
+// the graph's own memory touch none of it.
 func (g *Graph) Bind(base Ptr, bytes int, ours []*Function) (*Binding, error) {
 	if !GraphRebinds() {
 		return nil, fmt.Errorf("%w: the driver lacks the entry points (CUDA 12.4 or later)", ErrUnbindable)
 	}
-	own := map[unsafe.Pointer]bool{}
+	own := map[unsafe.Pointer]*Function{}
 	for _, f := range ours {
-		own[f.h] = true
+		own[f.h] = f
 	}
 	nodes, err := graphNodes(g.graph)
 	if err != nil {
@@ -133,7 +135,7 @@ func (g *Graph) Bind(base Ptr, bytes int, ours []*Function) (*Binding, error) {
 			if src != 0 && inside(uint64(src), uint64(n[0])) || dst != 0 && inside(uint64(dst), uint64(n[1])) {
 				return nil, fmt.Errorf("%w: a copy node uses the buffer", ErrUnbindable)
 			}
-		case emptyNode, waitEventNode, recordEventNode:
+		case emptyNode, waitEventNode, recordEventNode, memAllocNode, memFreeNode:
 		default:
 			return nil, fmt.Errorf("%w: the graph holds a node of type %d", ErrUnbindable, t)
 		}
@@ -142,37 +144,45 @@ func (g *Graph) Bind(base Ptr, bytes int, ours []*Function) (*Binding, error) {
 }
 
 // kernel records kernel node's uses of the buffer, or refuses them; args
-// is scratch room for its argument block.
-func (b *Binding) kernel(node unsafe.Pointer, args []byte, own map[unsafe.Pointer]bool, inside func(p, n uint64) bool) error {
+// is scratch room for its argument block. A kernel not of ours is on the
+// caller's word: reading its arguments would take their count, which only
+// a launch through Function knows (the driver's probe past the last one
+// is an API error, which compute-sanitizer reports).
+func (b *Binding) kernel(node unsafe.Pointer, args []byte, own map[unsafe.Pointer]*Function, inside func(p, n uint64) bool) error {
 	offsets, sizes := make([]int32, 64), make([]int32, 64)
 	var fn unsafe.Pointer
-	var n C.int
-	r := C.mg_cuGraphKernelNodeArgs(node, &fn, (*C.uchar)(unsafe.Pointer(&args[0])), C.size_t(len(args)),
-		(*C.int)(unsafe.Pointer(&offsets[0])), (*C.int)(unsafe.Pointer(&sizes[0])), C.int(len(offsets)), &n)
-	ours := fn != nil && own[fn]
-	if r != 0 && !ours { // a library's kernel the driver cannot describe (or with its arguments in one block): on the caller's word
+	if err := check("cuGraphKernelNodeGetParams", C.mg_cuGraphKernelNodeArgs(node, &fn, -1, nil, 0, nil, nil)); err != nil {
+		return err
+	}
+	f := own[fn]
+	if fn == nil || f == nil {
 		return nil
 	}
-	if err := check("cuFuncGetParamInfo", r); err != nil {
-		return fmt.Errorf("%w: reading a kernel node's arguments: %v", ErrUnbindable, err)
+	n := int(f.nargs.Load())
+	if n > len(offsets) {
+		return fmt.Errorf("%w: kernel %s takes %d arguments", ErrUnbindable, f.Name, n)
+	}
+	if err := check("cuFuncGetParamInfo", C.mg_cuGraphKernelNodeArgs(node, &fn, C.int(n), (*C.uchar)(unsafe.Pointer(&args[0])),
+		C.size_t(len(args)), (*C.int)(unsafe.Pointer(&offsets[0])), (*C.int)(unsafe.Pointer(&sizes[0])))); err != nil {
+		return fmt.Errorf("%w: reading the arguments of kernel %s: %v", ErrUnbindable, f.Name, err)
 	}
 	b.kernelNodes++
 	use := kernelUse{node: node}
 	end := 0
-	for i := range int(n) {
+	for i := range n {
 		off, size := int(offsets[i]), int(sizes[i])
 		end = max(end, off+size)
-		if ours && size == 8 && off%8 == 0 {
+		if size == 8 && off%8 == 0 {
 			if v := binary.LittleEndian.Uint64(args[off:]); inside(v, 1) {
 				use.patches = append(use.patches, patch{off: off, delta: v - uint64(b.base)})
 			}
 			continue
 		}
-		// Any other argument, or any argument of another's kernel: an
-		// address of the buffer anywhere in it cannot be followed.
+		// Any other argument: an address of the buffer anywhere in it
+		// cannot be followed.
 		for w := (off + 7) / 8 * 8; w+8 <= off+size; w += 8 {
 			if inside(binary.LittleEndian.Uint64(args[w:]), 1) {
-				return fmt.Errorf("%w: argument %d of a kernel node holds its address", ErrUnbindable, i)
+				return fmt.Errorf("%w: argument %d of kernel %s holds its address", ErrUnbindable, i, f.Name)
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package cuda_test
 
 import (
+	"encoding/binary"
 	"errors"
 	"math"
 	"testing"
@@ -17,14 +18,20 @@ extern "C" __global__ void twice(const float *x, float *y, int n) {
 extern "C" __global__ void plus_one(float *y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) y[i] += 1.f;
+}
+// A 128-byte argument (a tensor map's size) whose first word is y.
+struct __align__(64) wide { float *y; unsigned long long rest[15]; };
+extern "C" __global__ void plus_one_wide(const wide w, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) w.y[i] += 1.f;
 }`
 
 // TestGraphBind captures poison(y) -> twice(x + 16 elements, y) ->
 // plus_one(y), binds x and y, and checks that replays rebound to other
 // buffers compute y' = 2 x'[16:] + 1 there, leave the captured buffers
 // untouched, and compute into them again once pointed back; and that Bind
-// refuses a buffer that a kernel not of ours, a copy node or a memset
-// across its edge uses.
+// refuses a buffer that a copy node, a memset across its edge, or an
+// argument of ours holding its address inside a larger value uses.
 func TestGraphBind(t *testing.T) {
 	d := gputest.Device(t)
 	if !cuda.GraphRebinds() {
@@ -38,6 +45,8 @@ func TestGraphBind(t *testing.T) {
 	twice, err := mod.Function("twice")
 	must(t, err)
 	plusOne, err := mod.Function("plus_one")
+	must(t, err)
+	plusOneWide, err := mod.Function("plus_one_wide")
 	must(t, err)
 	s, err := cuda.NewStream()
 	must(t, err)
@@ -60,7 +69,7 @@ func TestGraphBind(t *testing.T) {
 	fill(x, func(i int) float32 { return float32(i) })
 	fill(x2, func(i int) float32 { return float32(-3 * i) })
 	grid, block := cuda.D1(n/256), cuda.D1(256)
-	body := func(copyX bool) func() error {
+	body := func(copyX, wide bool) func() error {
 		return func() error {
 			if err := cuda.Fill32(y.Ptr, math.Float32bits(float32(math.NaN())), n, s); err != nil {
 				return err
@@ -73,10 +82,15 @@ func TestGraphBind(t *testing.T) {
 					return err
 				}
 			}
+			if wide {
+				var w cuda.TensorMap
+				binary.LittleEndian.PutUint64(w[:], uint64(y.Ptr))
+				return plusOneWide.Launch(grid, block, 0, s, w, n)
+			}
 			return plusOne.Launch(grid, block, 0, s, y.Ptr, n)
 		}
 	}
-	g, err := cuda.Capture(s, body(false))
+	g, err := cuda.Capture(s, body(false, false))
 	must(t, err)
 	defer g.Destroy()
 	ours := []*cuda.Function{twice, plusOne}
@@ -122,10 +136,19 @@ func TestGraphBind(t *testing.T) {
 			t.Errorf("%s: Bind gave %v, want ErrUnbindable", what, err)
 		}
 	}
-	refused("y used by a kernel not of ours", g, y, y.Bytes, []*cuda.Function{twice})
 	refused("half of y, which the memset writes whole", g, y, y.Bytes/2, ours)
-	gc, err := cuda.Capture(s, body(true))
+	gc, err := cuda.Capture(s, body(true, false))
 	must(t, err)
 	defer gc.Destroy()
 	refused("x read by a copy node", gc, x, x.Bytes, ours)
+	gw, err := cuda.Capture(s, body(false, true))
+	must(t, err)
+	defer gw.Destroy()
+	refused("y's address inside a 128-byte argument", gw, y, y.Bytes, append(ours, plusOneWide))
+	// A kernel not of ours is on the caller's word: Bind neither reads nor moves it.
+	bn, err := gw.Bind(y.Ptr, y.Bytes, ours)
+	must(t, err)
+	if k, m, read := bn.Uses(); k != 1 || m != 1 || read != 1 {
+		t.Errorf("y with plus_one_wide not ours: %d kernel and %d memset uses of %d kernels read, want 1, 1 of 1", k, m, read)
+	}
 }

@@ -227,6 +227,7 @@ func (ed *MemsetEdit) fillNode(graph unsafe.Pointer, mp memsetParams, dep unsafe
 	if err != nil {
 		return nil, err
 	}
+	ed.Fill.nargs.Store(int32(len(offsets)))
 	bufp := C.CBytes(buf)
 	defer C.free(bufp)
 	var node unsafe.Pointer

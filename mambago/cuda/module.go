@@ -10,6 +10,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -90,7 +91,8 @@ func (m *Module) Unload() error {
 type Function struct {
 	Name      string
 	h         unsafe.Pointer
-	maxShared int // the largest SetMaxDynamicShared so far
+	maxShared int          // the largest SetMaxDynamicShared so far
+	nargs     atomic.Int32 // its arguments, counted at each launch (Graph.Bind reads as many)
 }
 
 // Function looks up the kernel name (declare it extern "C" in the source).
@@ -160,6 +162,7 @@ func (f *Function) launch(pdl bool, grid, block Dim3, shared int, s *Stream, arg
 	if err != nil {
 		return fmt.Errorf("cuda: launch %s: %w", f.Name, err)
 	}
+	f.nargs.Store(int32(len(args)))
 	var bufp unsafe.Pointer
 	if len(buf) > 0 {
 		bufp = C.CBytes(buf)

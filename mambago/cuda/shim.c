@@ -124,8 +124,6 @@ typedef struct {
 } mg_memcpy3d;
 FN(int, cuFuncGetParamInfo, (void *, size_t, size_t *, size_t *));
 FN(int, cuKernelGetParamInfo, (void *, size_t, size_t *, size_t *));
-FN(int, cuFuncGetParamCount, (void *, size_t *));
-FN(int, cuKernelGetParamCount, (void *, size_t *));
 FN(int, cuGraphExecKernelNodeSetParams, (void *, void *, const mg_kernel_node *));
 FN(int, cuGraphExecMemsetNodeSetParams, (void *, void *, const mg_memset_node *, void *));
 FN(int, cuGraphMemcpyNodeGetParams, (void *, mg_memcpy3d *));
@@ -232,8 +230,6 @@ const char *mg_load_driver(const char *path) {
 	// Optional: rebinding (CUDA >= 12.4); mg_graph_rebinds says so.
 	p_cuFuncGetParamInfo = dlsym(h, "cuFuncGetParamInfo");
 	p_cuKernelGetParamInfo = dlsym(h, "cuKernelGetParamInfo");
-	p_cuFuncGetParamCount = dlsym(h, "cuFuncGetParamCount");     // CUDA >= 12.9; else the arguments are probed
-	p_cuKernelGetParamCount = dlsym(h, "cuKernelGetParamCount");
 	p_cuGraphExecKernelNodeSetParams = dlsym(h, "cuGraphExecKernelNodeSetParams_v2");
 	p_cuGraphExecMemsetNodeSetParams = dlsym(h, "cuGraphExecMemsetNodeSetParams");
 	p_cuGraphMemcpyNodeGetParams = dlsym(h, "cuGraphMemcpyNodeGetParams");
@@ -385,30 +381,24 @@ static int param_info(const mg_kernel_node *p, size_t i, size_t *off, size_t *si
 	return p_cuKernelGetParamInfo ? p_cuKernelGetParamInfo(p->kern, i, off, size) : 500;
 }
 
-mg_result mg_cuGraphKernelNodeArgs(void *node, void **fn, unsigned char *buf, size_t cap, int *offsets, int *sizes,
-                                   int max, int *n) {
+mg_result mg_cuGraphKernelNodeArgs(void *node, void **fn, int count, unsigned char *buf, size_t cap, int *offsets,
+                                   int *sizes) {
 	mg_kernel_node p;
 	memset(&p, 0, sizeof p);
-	*fn = NULL, *n = 0;
+	*fn = NULL;
 	if (!p_cuGraphKernelNodeGetParams) return 500;
 	int r = p_cuGraphKernelNodeGetParams(node, &p);
 	if (r) return r;
 	*fn = p.func;
+	if (count < 0) return 0; // the function alone
 	if (!p.params) return 801; // CUDA_ERROR_NOT_SUPPORTED: arguments passed as one buffer (`extra`)
-	// The count where the driver gives it; otherwise arguments are probed
-	// until the index is out of range (CUDA_ERROR_INVALID_VALUE).
-	size_t count = (size_t)-1;
-	if (p.func && p_cuFuncGetParamCount) r = p_cuFuncGetParamCount(p.func, &count);
-	if (!p.func && p_cuKernelGetParamCount) r = p_cuKernelGetParamCount(p.kern, &count);
-	if (r) return r;
-	for (size_t i = 0; i < count; i++) {
+	for (int i = 0; i < count; i++) {
 		size_t off = 0, size = 0;
-		r = param_info(&p, i, &off, &size);
-		if (r == 1 && count == (size_t)-1) return 0; // past the last argument
+		r = param_info(&p, (size_t)i, &off, &size);
 		if (r) return r;
-		if (i >= (size_t)max || off + size > cap) return 1;
+		if (off + size > cap) return 1;
 		memcpy(buf + off, p.params[i], size);
-		offsets[i] = (int)off, sizes[i] = (int)size, *n = (int)i + 1;
+		offsets[i] = (int)off, sizes[i] = (int)size;
 	}
 	return 0;
 }
