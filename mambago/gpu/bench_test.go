@@ -451,6 +451,14 @@ func BenchmarkEmbedNorm(b *testing.B) {
 	compareSettings(b, "embednorm", shapes, func(e *gpu.Engine, on bool) { e.EmbedNorm = on })
 }
 
+// BenchmarkInPlaceReplays times bf16 prefills with Engine.InPlaceReplays
+// off (ids and output copied through the graph's own buffers) and on
+// (compareSettings), at the 130m and 370m shapes at B=1, T=2048 and 8192.
+func BenchmarkInPlaceReplays(b *testing.B) {
+	shapes := []benchShape{shape("130m", 1, 2048), shape("130m", 1, 8192), shape("370m", 1, 2048), shape("370m", 1, 8192)}
+	compareSettings(b, "in place", shapes, func(e *gpu.Engine, on bool) { e.InPlaceReplays = on })
+}
+
 // BenchmarkMemsetEdits times bf16 prefills with cuBLASLt's memsets as
 // captured, against each edit (Engine.MemsetKernels, Engine.HoistMemsets,
 // both), at the shapes of prefillShapes and at 130m and 370m B=1 T=8192

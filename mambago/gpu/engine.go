@@ -132,6 +132,12 @@ type Engine struct {
 	// bench/results/2026-12-01-tuning-embednorm.md). Set it before capturing
 	// graphs.
 	EmbedNorm bool
+	// InPlaceReplays lets device-pointer replays of cached graphs read
+	// token ids from, and write f32 outputs to, the caller's buffers in
+	// place (Graph.InPlace) instead of copying through the graph's own.
+	// Same bits (TestGraphInPlace). On by default; off only to measure it
+	// (BenchmarkInPlaceReplays).
+	InPlaceReplays bool
 	// MemsetKernels and HoistMemsets edit cuBLASLt's memsets of its
 	// workspace in captured graphs (cuda.MemsetEdit), where the kernel
 	// before them is one of the engine's own, which never touch the
@@ -236,7 +242,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
 		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
-		AutoXProj: true}
+		AutoXProj: true, InPlaceReplays: true}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4
 	}

@@ -295,7 +295,7 @@ func (g *Graph) StepDevice(ids, logits, stream uintptr) error {
 		return engine.Invalid("null device pointer (ids %#x, logits %#x)", ids, logits)
 	}
 	upload := func() error {
-		inPlace, err := bindTo(g.inBind, cuda.Ptr(ids), g.in.Ptr, true, 8)
+		inPlace, err := bindTo(g.inBind, cuda.Ptr(ids), g.in.Ptr, e.InPlaceReplays, 8)
 		if err != nil || inPlace {
 			return err
 		}
@@ -468,7 +468,7 @@ func (e *Engine) touchGraph(k graphKey) {
 func (g *Graph) replayDevice(io deviceIO) error {
 	e := g.e
 	// Buffers that overlap are copied: the output's NaN poison comes first.
-	apart := io.in+cuda.Ptr(g.in.Bytes) <= io.out || io.out+cuda.Ptr(g.out.Bytes) <= io.in
+	apart := e.InPlaceReplays && (io.in+cuda.Ptr(g.in.Bytes) <= io.out || io.out+cuda.Ptr(g.out.Bytes) <= io.in)
 	inPlace, err := bindTo(g.inBind, io.in, g.in.Ptr, apart, 8) // ids (the graph's kind), whose type is always int64
 	if err != nil {
 		return err
