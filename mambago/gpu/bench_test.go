@@ -453,10 +453,14 @@ func BenchmarkEmbedNorm(b *testing.B) {
 
 // BenchmarkInPlaceReplays times bf16 prefills with Engine.InPlaceReplays
 // off (ids and output copied through the graph's own buffers) and on
-// (compareSettings), at the 130m and 370m shapes at B=1, T=2048 and 8192.
+// (compareSettings), at the 130m and 370m shapes at B=1, T=2048 and 8192;
+// then again with the order of the two reversed in each round ("copies":
+// above 1, copying is the faster), since compareSettings always runs off
+// first.
 func BenchmarkInPlaceReplays(b *testing.B) {
 	shapes := []benchShape{shape("130m", 1, 2048), shape("130m", 1, 8192), shape("370m", 1, 2048), shape("370m", 1, 8192)}
 	compareSettings(b, "in place", shapes, func(e *gpu.Engine, on bool) { e.InPlaceReplays = on })
+	compareSettings(b, "copies", shapes, func(e *gpu.Engine, on bool) { e.InPlaceReplays = !on })
 }
 
 // BenchmarkMemsetEdits times bf16 prefills with cuBLASLt's memsets as
