@@ -102,15 +102,7 @@ func TestGraphReplaysAcrossBuffers(t *testing.T) {
 	gputest.Device(t)
 	const V, dm, B, T = 100, 64, 2, 37
 	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16} {
-		e, err := New(fixture.RandomWeights(fixture.Shape(dm, 2, V), 11), 0, dt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer e.Close()
-		st, err := e.NewState(B)
-		if err != nil {
-			t.Fatal(err)
-		}
+		e, st := smallEngine(t, dm, V, 11, dt, B)
 		inputs := [2]*cuda.Buffer{}
 		for k := range inputs {
 			ids := make([]int64, B*T)
@@ -180,4 +172,21 @@ func TestGraphReplaysAcrossBuffers(t *testing.T) {
 			}
 		}
 	}
+}
+
+// smallEngine is a two-layer engine of random weights (width dm, vocabulary
+// V, drawn from seed) in dt, closed when the test ends, and a state for B
+// sequences.
+func smallEngine(t *testing.T, dm, V int, seed uint64, dt cuda.DType, B int) (*Engine, engine.State) {
+	t.Helper()
+	e, err := New(fixture.RandomWeights(fixture.Shape(dm, 2, V), seed), 0, dt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	st, err := e.NewState(B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e, st
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
-	"github.com/mambago/mambago/mambago/internal/fixture"
 )
 
 // TestGraphInPlace checks that cached prefill graphs read the caller's
@@ -28,15 +27,7 @@ func TestGraphInPlace(t *testing.T) {
 	}
 	const V, dm, B, T = 100, 64, 2, 37
 	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16} {
-		e, err := New(fixture.RandomWeights(fixture.Shape(dm, 2, V), 13), 0, dt)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer e.Close()
-		st, err := e.NewState(B)
-		if err != nil {
-			t.Fatal(err)
-		}
+		e, st := smallEngine(t, dm, V, 13, dt, B)
 		ids := make([]int64, B*T)
 		for i := range ids {
 			ids[i] = 1 + rand.Int64N(V-1)
