@@ -164,14 +164,15 @@ func (g *Graph) bind() {
 // bindTo points b's uses at the caller's buffer p when the replay can use
 // it in place (b found, direct: the caller's type is the graph's, and p
 // aligned to align bytes, as the kernels' vector loads and stores need),
-// and says whether it did; otherwise it points them back at the graph's
-// own buffer, own, through which the caller's data is copied.
+// and says whether it did; otherwise, or where the driver refuses p (a
+// memset node moves only within its context), it points them back at the
+// graph's own buffer, own, through which the caller's data is copied.
 func bindTo(b *cuda.Binding, p, own cuda.Ptr, direct bool, align int) (bool, error) {
 	if b == nil {
 		return false, nil
 	}
-	if direct && p%cuda.Ptr(align) == 0 {
-		return true, b.Rebind(p)
+	if direct && p%cuda.Ptr(align) == 0 && b.Rebind(p) == nil {
+		return true, nil
 	}
 	return false, b.Rebind(own)
 }

@@ -19,7 +19,8 @@ import (
 // through the graph's own buffer, with the same bits; so does every replay
 // of a captured step's logits, while its ids are read in place, and host
 // replays in between point the graph back at its own buffers. Eager
-// prefills into an output aligned to 4 bytes give the same bits too.
+// prefills into an output aligned to 4 bytes give the same bits too, and
+// so do replays queued back to back into four outputs without a wait.
 func TestGraphInPlace(t *testing.T) {
 	gputest.Device(t)
 	if !cuda.GraphRebinds() {
@@ -102,6 +103,43 @@ func TestGraphInPlace(t *testing.T) {
 				if at%16 != 0 && !slices.Equal(own, want) {
 					t.Fatalf("%s pool %d: replay %d into an output aligned to 4 bytes did not go through the graph's own", dt, pool, i)
 				}
+			}
+		}
+
+		// Replays queued back to back, each into another output, with no
+		// wait between: a rebinding must not reach a replay already queued.
+		// Each prefill continues the state the one before left, eagerly
+		// first, then from the graph.
+		pool, n := engine.Last, engine.Last.OutLen(B, T, dm)
+		burst := func() [][]uint32 {
+			t.Helper()
+			outs := make([]*cuda.Buffer, 4)
+			for i := range outs {
+				outs[i] = gputest.Alloc(t, 4*n)
+				fill(outs[i], 0, n, float32(math.NaN()))
+			}
+			st.Reset()
+			for _, o := range outs {
+				if err := e.PrefillDevice(st, "ids", uintptr(in.Ptr), cuda.F32, B, T, pool, uintptr(o.Ptr), cuda.F32, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got [][]uint32
+			for _, o := range outs {
+				got = append(got, bits(o.Ptr, n))
+			}
+			return got
+		}
+		if err := e.SetPrefillGraphs(0); err != nil {
+			t.Fatal(err)
+		}
+		want := burst()
+		if err := e.SetPrefillGraphs(4); err != nil {
+			t.Fatal(err)
+		}
+		for i, got := range burst() {
+			if !slices.Equal(got, want[i]) {
+				t.Fatalf("%s: replay %d of a burst into its own output differs from eager", dt, i)
 			}
 		}
 
