@@ -82,13 +82,14 @@ const (
 // argument that points into the buffer is rewritten on Rebind. A memset
 // node that writes inside it moves too. Bind refuses (ErrUnbindable) a
 // buffer that anything else may touch, since that would keep using the
-// old buffer: a copy node, a memset that writes across its edge, an
-// argument of ours that holds its address inside a larger value (a
-// struct, a tensor map), or a node of a kind that may touch memory and
-// that Bind does not know (host code, a child graph, stream memory
-// operations). Kernels not of ours (a library's) are not read: the caller
-// vouches that they never touch the buffer. Nodes that allocate or free
-// the graph's own memory touch none of it.
+// old buffer: a copy node, a memset that writes across its edge or in
+// rows (an executable graph moves only 1-D memsets), an argument of ours
+// that holds its address inside a larger value (a struct, a tensor map),
+// or a node of a kind that may touch memory and that Bind does not know
+// (host code, a child graph, stream memory operations). Kernels not of
+// ours (a library's) are not read: the caller vouches that they never
+// touch the buffer. Nodes that allocate or free the graph's own memory
+// touch none of it.
 func (g *Graph) Bind(base Ptr, bytes int, ours []*Function) (*Binding, error) {
 	if !GraphRebinds() {
 		return nil, fmt.Errorf("%w: the driver lacks the entry points (CUDA 12.4 or later)", ErrUnbindable)
@@ -124,6 +125,9 @@ func (g *Graph) Bind(base Ptr, bytes int, ours []*Function) (*Binding, error) {
 			}
 			if mp.dst < base || uint64(mp.dst)+mp.bytes() > uint64(base)+uint64(bytes) {
 				return nil, fmt.Errorf("%w: a memset writes across the buffer's edge", ErrUnbindable)
+			}
+			if mp.height > 1 { // an executable graph moves only 1-D memsets
+				return nil, fmt.Errorf("%w: a 2-D memset writes into the buffer", ErrUnbindable)
 			}
 			b.memsets = append(b.memsets, memsetUse{node: node, delta: uint64(mp.dst - base)})
 		case copyNode:
