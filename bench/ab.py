@@ -8,7 +8,11 @@ of the medians (base time over new time: above 1 is faster), as a markdown
 table. Where the logs hold a model at B=1 at both T=2048 and T=8192, a
 second table gives issue 4's window: how much faster a token goes at
 T=8192 than at T=2048, in each run (both lengths from the same log) and
-from the medians.
+from the medians. Where the logs name the candidate each process's
+cuBLASLt tuning chose for each GEMM ("tuned <shape>: in_proj 2, ..."), a
+third table lists, per shape and build, each choice with the runs that
+made it: a choice that differs between runs of one build is a difference
+between processes, not between builds.
 """
 
 import re
@@ -16,6 +20,7 @@ import statistics
 import sys
 
 LINE = re.compile(r"^BenchmarkPrefillShapes/(\S+?)(?:-\d+)?\s+\d+\s+.*?([\d.]+) ms\s+([\d.]+) tok/s")
+TUNED = re.compile(r"\btuned (\S+): (.+?)\s*$")
 
 
 def read_log(path):
@@ -36,6 +41,24 @@ def read(paths):
         for shape, ms in read_log(path).items():
             runs.setdefault(shape, []).append(ms)
     return runs
+
+
+def picks(paths):
+    """Returns {shape: {choice: [numbers of the runs (1-based) that made it]}}
+    from the "tuned" lines of the logs at paths."""
+    out = {}
+    for run, path in enumerate(paths, 1):
+        with open(path) as f:
+            for line in f:
+                m = TUNED.search(line)
+                if m:
+                    out.setdefault(m.group(1), {}).setdefault(m.group(2), []).append(run)
+    return out
+
+
+def choices(seen):
+    """One cell of the third table: each choice with its runs."""
+    return "; ".join(f"{c} (run {', '.join(map(str, runs))})" for c, runs in seen.items()) or "–"
 
 
 def window(ms2048, ms8192):
@@ -85,6 +108,13 @@ def main(argv):
             b_runs, b_med = wb.get(model, ([], "–"))
             n_runs, n_med = wn.get(model, ([], "–"))
             print(f"| {model} | {', '.join(b_runs) or '–'} | {b_med} | {', '.join(n_runs) or '–'} | {n_med} |")
+    pb, pn = picks(argv[:cut]), picks(argv[cut + 1 :])
+    if pb or pn:
+        print()
+        print("| shape | base: cuBLASLt's tuned candidates (runs) | new: cuBLASLt's tuned candidates (runs) |")
+        print("|---|---|---|")
+        for shape in dict.fromkeys([*pb, *pn]):
+            print(f"| {shape} | {choices(pb.get(shape, {}))} | {choices(pn.get(shape, {}))} |")
 
 
 if __name__ == "__main__":

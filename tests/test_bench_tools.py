@@ -86,6 +86,26 @@ def test_ab_window(tmp_path):
     assert cells == ["130m", "+14.3%, +0.0%, +50.0%", "+0.0%", "+33.3%, +25.0%", "+30.4%"]
 
 
+def test_ab_tuned_picks(tmp_path):
+    """bench/ab.py's third table: each build's cuBLASLt choices per shape, with the runs that made them."""
+    bench = "BenchmarkPrefillShapes/370m/B1_T2048-16 \t 1\t2000000000 ns/op\t 5.5 ms\t 1 tok/s\n"
+    tuned = "--- BENCH: BenchmarkPrefillShapes/370m/B1_T2048-16\n    bench_test.go:612: tuned 370m/B1_T2048: {}\n"
+    paths = []
+    for name, pick in [("base_1", "in_proj 2, x_proj 0, out_proj 1"), ("base_2", "in_proj 2, x_proj 0, out_proj 1"),
+                       ("new_1", "in_proj 2, x_proj 0, out_proj 1"), ("new_2", "in_proj 3, x_proj 0, out_proj 1")]:
+        path = tmp_path / f"{name}.log"
+        path.write_text(bench + tuned.format(pick) + "PASS\n")
+        paths.append(str(path))
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "ab.py"), *paths[:2], "--", *paths[2:]],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    rows = [l for l in r.stdout.splitlines() if l.startswith("| 370m/B1_T2048 | in_proj")]
+    assert len(rows) == 1, r.stdout
+    cells = [c.strip() for c in rows[0].split("|")[1:-1]]
+    assert cells == ["370m/B1_T2048", "in_proj 2, x_proj 0, out_proj 1 (run 1, 2)",
+                     "in_proj 2, x_proj 0, out_proj 1 (run 1); in_proj 3, x_proj 0, out_proj 1 (run 2)"]
+
+
 def test_graph_trace_edges_splits_replays_at_their_first_layer():
     sys.path.insert(0, str(ROOT / "bench"))
     import graph_trace

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -589,7 +590,9 @@ func compareSettings(b *testing.B, label string, shapes []benchShape, set func(e
 // BenchmarkPrefillShapes times the bf16 prefill of each shape the speed
 // bars name at B=1 (T=2048 and T=8192) and at B=8 (T=2048): the median of
 // 45 device-entry graph replays (three rounds of 15, each with a fresh
-// graph), timed with CUDA events. Two builds compare through it as ratios
+// graph), timed with CUDA events. It logs the candidate the process's
+// cuBLASLt tuning chose for each GEMM (tunedPicks), which can differ
+// between processes. Two builds compare through it as ratios
 // of runs that take turns (scripts/device_run.sh ab).
 func BenchmarkPrefillShapes(b *testing.B) {
 	gputest.Need(b)
@@ -597,11 +600,12 @@ func BenchmarkPrefillShapes(b *testing.B) {
 		shape("370m", 1, 2048), shape("370m", 1, 8192), shape("1.4b", 1, 2048),
 		shape("130m", 8, 2048), shape("2.8b", 8, 2048)} {
 		b.Run(fmt.Sprintf("%s/B%d_T%d", sh.name, sh.B, sh.T), func(b *testing.B) {
-			_, replays := prefillReplays(b, sh)
+			e, replays := prefillReplays(b, sh)
 			var times []float64
 			for round := 0; round < 3; round++ {
 				times = append(times, replays()...)
 			}
+			b.Logf("tuned %s/B%d_T%d: %s", sh.name, sh.B, sh.T, tunedPicks(e.Config(), sh.B*sh.T))
 			ms := gputest.Median(times)
 			b.ReportMetric(ms, "ms")
 			b.ReportMetric(float64(sh.B*sh.T)/ms*1e3, "tok/s")
@@ -647,6 +651,34 @@ func prefillReplaysErr(b *testing.B, sh benchShape) (*gpu.Engine, func() ([]floa
 	}
 }
 
+// layerGemm is one of a layer's GEMMs: its name, and its N and K for
+// rows of the prompt (M).
+type layerGemm struct {
+	name string
+	N, K int
+}
+
+// layerGemms lists a layer's GEMMs under c: in_proj, x_proj, out_proj.
+func layerGemms(c checkpoint.Config) []layerGemm {
+	return []layerGemm{{"in_proj", 2 * c.Inner, c.Hidden}, {"x_proj", c.DTRank + 2*c.State, c.Inner},
+		{"out_proj", c.Hidden, c.Inner}}
+}
+
+// tunedPicks says which of cuBLASLt's candidates this process's tuning
+// chose for each of a layer's GEMMs at rows rows ("-": not run through the
+// tuning, as x_proj on our own kernel): "in_proj 2, x_proj -, out_proj 1".
+func tunedPicks(c checkpoint.Config, rows int) string {
+	var parts []string
+	for _, g := range layerGemms(c) {
+		pick := "-"
+		if i, ok := cuda.TunedGemmCandidate(rows, g.N, g.K); ok {
+			pick = fmt.Sprint(i)
+		}
+		parts = append(parts, g.name+" "+pick)
+	}
+	return strings.Join(parts, ", ")
+}
+
 // BenchmarkGemmCandidates times bf16 prefills (graph replays, CUDA events)
 // with each GEMM of the layers (in_proj, x_proj, out_proj) pinned in turn
 // to each of cuBLASLt's candidates (cuda.PinGemmCandidate), against the
@@ -663,11 +695,8 @@ func BenchmarkGemmCandidates(b *testing.B) {
 			if _, err := replays(); err != nil { // the tuning, once
 				b.Fatal(err)
 			}
-			c, rows := e.Config(), sh.B*sh.T
-			for _, g := range []struct {
-				name string
-				N, K int
-			}{{"in_proj", 2 * c.Inner, c.Hidden}, {"x_proj", c.DTRank + 2*c.State, c.Inner}, {"out_proj", c.Hidden, c.Inner}} {
+			rows := sh.B * sh.T
+			for _, g := range layerGemms(e.Config()) {
 				tuned, ok := cuda.TunedGemmCandidate(rows, g.N, g.K)
 				if !ok {
 					b.Fatalf("%s: no tuned choice for %d x %d x %d", g.name, rows, g.N, g.K)
