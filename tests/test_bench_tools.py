@@ -47,6 +47,14 @@ def test_stalls_rejects_other_csv(tmp_path):
     assert r.returncode != 0 and "not an ncu source CSV" in r.stderr
 
 
+def run_ab(base, new):
+    """bench/ab.py's output for the base and new builds' logs."""
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "ab.py"), *base, "--", *new],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
 def test_ab_medians_and_ratio(tmp_path):
     """bench/ab.py on Go benchmark lines of two builds: medians over runs, base time over new."""
     line = "BenchmarkPrefillShapes/130m/B1_T2048-16 \t 1\t2000000000 ns/op\t {ms} ms\t 1 tok/s\n"
@@ -55,10 +63,8 @@ def test_ab_medians_and_ratio(tmp_path):
         path = tmp_path / f"{name}.log"
         path.write_text("goos: linux\n" + line.format(ms=ms) + "PASS\n")
         paths.append(str(path))
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "ab.py"), *paths[:3], "--", *paths[3:]],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    row = [c.strip() for c in r.stdout.splitlines()[2].split("|")[1:-1]]
+    out = run_ab(paths[:3], paths[3:])
+    row = [c.strip() for c in out.splitlines()[2].split("|")[1:-1]]
     assert row == ["130m/B1_T2048", "3.000", "2.500", "682,667", "819,200", "1.200x", "3/3"]
 
 
@@ -77,11 +83,9 @@ def test_ab_window(tmp_path):
             text += line.format(T=8192, ms=long)
         path.write_text("goos: linux\n" + text + "PASS\n")
         paths.append(str(path))
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "ab.py"), *paths[:3], "--", *paths[3:]],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    rows = [l for l in r.stdout.splitlines() if l.startswith("| 130m |")]
-    assert len(rows) == 1, r.stdout
+    out = run_ab(paths[:3], paths[3:])
+    rows = [l for l in out.splitlines() if l.startswith("| 130m |")]
+    assert len(rows) == 1, out
     cells = [c.strip() for c in rows[0].split("|")[1:-1]]
     assert cells == ["130m", "+14.3%, +0.0%, +50.0%", "+0.0%", "+33.3%, +25.0%", "+30.4%"]
 
@@ -96,11 +100,9 @@ def test_ab_tuned_picks(tmp_path):
         path = tmp_path / f"{name}.log"
         path.write_text(bench + tuned.format(pick) + "PASS\n")
         paths.append(str(path))
-    r = subprocess.run([sys.executable, str(ROOT / "bench" / "ab.py"), *paths[:2], "--", *paths[2:]],
-                       capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stderr
-    rows = [l for l in r.stdout.splitlines() if l.startswith("| 370m/B1_T2048 | in_proj")]
-    assert len(rows) == 1, r.stdout
+    out = run_ab(paths[:2], paths[2:])
+    rows = [l for l in out.splitlines() if l.startswith("| 370m/B1_T2048 | in_proj")]
+    assert len(rows) == 1, out
     cells = [c.strip() for c in rows[0].split("|")[1:-1]]
     assert cells == ["370m/B1_T2048", "in_proj 2, x_proj 0, out_proj 1 (run 1, 2)",
                      "in_proj 2, x_proj 0, out_proj 1 (run 1); in_proj 3, x_proj 0, out_proj 1 (run 2)"]
