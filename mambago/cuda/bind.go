@@ -27,7 +27,6 @@ var ErrUnbindable = errors.New("cuda: buffer cannot be rebound")
 type Binding struct {
 	g           *Graph
 	base, at    Ptr // the captured buffer, and where the uses point now (0: unknown)
-	bytes       int
 	kernels     []kernelUse
 	memsets     []memsetUse
 	kernelNodes int // kernel nodes whose arguments Bind read, for tests
@@ -102,7 +101,7 @@ func (g *Graph) Bind(base Ptr, bytes int, ours []*Function) (*Binding, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Binding{g: g, base: base, at: base, bytes: bytes}
+	b := &Binding{g: g, base: base, at: base}
 	args := make([]byte, maxArgBytes) // each kernel node's argument block in turn
 	inside := func(p uint64, n uint64) bool { return p < uint64(base)+uint64(bytes) && p+n > uint64(base) }
 	for _, node := range nodes {

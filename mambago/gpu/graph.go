@@ -142,10 +142,7 @@ func (e *Engine) captureBound(g *Graph) (*Graph, error) {
 // are always copied. A buffer cuda.Graph.Bind refuses, or fails to bind,
 // is copied through as before; g.unbound says why.
 func (g *Graph) bind() {
-	var ours []*cuda.Function
-	for _, f := range g.e.fn {
-		ours = append(ours, f)
-	}
+	ours := g.e.ownKernels()
 	find := func(buf *cuda.Buffer, what string) *cuda.Binding {
 		b, err := g.g.Bind(buf.Ptr, buf.Bytes, ours)
 		if err != nil {
@@ -180,11 +177,15 @@ func bindTo(b *cuda.Binding, p, own cuda.Ptr, direct bool, align int) (bool, err
 // ownBuffers points every rebound use back at the graph's own buffers, for
 // a replay that copies through them.
 func (g *Graph) ownBuffers() error {
-	if _, err := bindTo(g.inBind, 0, g.in.Ptr, false, 1); err != nil {
-		return err
+	if g.inBind != nil {
+		if err := g.inBind.Rebind(g.in.Ptr); err != nil {
+			return err
+		}
 	}
-	_, err := bindTo(g.outBind, 0, g.out.Ptr, false, 1)
-	return err
+	if g.outBind != nil {
+		return g.outBind.Rebind(g.out.Ptr)
+	}
+	return nil
 }
 
 // InPlace says whether device-pointer replays of g can read their token
@@ -216,10 +217,17 @@ func (e *Engine) memsetEdit() *cuda.MemsetEdit {
 	if e.MemsetKernels {
 		ed.Fill = e.fn["memset_rows"]
 	}
-	for _, f := range e.fn {
-		ed.Ours = append(ed.Ours, f)
-	}
+	ed.Ours = e.ownKernels()
 	return ed
+}
+
+// ownKernels lists the engine's own kernels: every entry it loaded.
+func (e *Engine) ownKernels() []*cuda.Function {
+	fns := make([]*cuda.Function, 0, len(e.fn))
+	for _, f := range e.fn {
+		fns = append(fns, f)
+	}
+	return fns
 }
 
 // warmUp runs g's work eagerly and puts the state back as it was.
