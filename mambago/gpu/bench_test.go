@@ -464,6 +464,16 @@ func BenchmarkInPlaceReplays(b *testing.B) {
 	compareSettings(b, "copies", shapes, func(e *gpu.Engine, on bool) { e.InPlaceReplays = !on })
 }
 
+// BenchmarkPoisonOutputs times bf16 prefills with Engine.PoisonOutputs on
+// and off (compareSettings, which runs "off" first in each round; "no
+// poison": above 1, leaving the poison out is the faster), at the 130m and
+// 370m shapes at B=1, T=2048 and 8192; then with the order reversed.
+func BenchmarkPoisonOutputs(b *testing.B) {
+	shapes := []benchShape{shape("130m", 1, 2048), shape("130m", 1, 8192), shape("370m", 1, 2048), shape("370m", 1, 8192)}
+	compareSettings(b, "no poison", shapes, func(e *gpu.Engine, on bool) { e.PoisonOutputs = !on })
+	compareSettings(b, "poison", shapes, func(e *gpu.Engine, on bool) { e.PoisonOutputs = on })
+}
+
 // BenchmarkMemsetEdits times bf16 prefills with cuBLASLt's memsets as
 // captured, against each edit (Engine.MemsetKernels, Engine.HoistMemsets,
 // both), at the shapes of prefillShapes and at 130m and 370m B=1 T=8192

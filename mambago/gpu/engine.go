@@ -138,6 +138,14 @@ type Engine struct {
 	// Same bits (TestGraphInPlace). On by default; off only to measure it
 	// (BenchmarkInPlaceReplays).
 	InPlaceReplays bool
+	// PoisonOutputs fills each output with NaN before a prefill or a decode
+	// step writes it, so an element the kernels miss shows as NaN instead
+	// of an earlier call's value. Every entry writes its whole output, so
+	// this is a check for tests (which turn it on), not a need: off by
+	// default, as it costs each call a memset node (on the H200 about 1.2
+	// µs, and a 130m prefill graph's first kernel starts about 1.7 µs after
+	// it; bench/graph_trace.py). Set it before capturing graphs.
+	PoisonOutputs bool
 	// MemsetKernels and HoistMemsets edit cuBLASLt's memsets of its
 	// workspace in captured graphs (cuda.MemsetEdit), where the kernel
 	// before them is one of the engine's own, which never touch the

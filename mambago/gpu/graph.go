@@ -138,9 +138,10 @@ func (e *Engine) captureBound(g *Graph) (*Graph, error) {
 // bind finds, in the captured graph, the uses of the buffers a device
 // replay may point at the caller's memory instead: token ids, which only
 // the engine's own kernels read, and a prefill's output, which only they
-// and the NaN poison write. A decode step's logits come from cuBLAS and
-// are always copied. A buffer cuda.Graph.Bind refuses, or fails to bind,
-// is copied through as before; g.unbound says why.
+// write (with the NaN poison's memset, under Engine.PoisonOutputs). A
+// decode step's logits come from cuBLAS and are always copied. A buffer
+// cuda.Graph.Bind refuses, or fails to bind, is copied through as before;
+// g.unbound says why.
 func (g *Graph) bind() {
 	ours := g.e.ownKernels()
 	find := func(buf *cuda.Buffer, what string) *cuda.Binding {
@@ -476,7 +477,7 @@ func (e *Engine) touchGraph(k graphKey) {
 // runs it inside onStream.
 func (g *Graph) replayDevice(io deviceIO) error {
 	e := g.e
-	// Buffers that overlap are copied: the output's NaN poison comes first.
+	// Buffers that overlap are copied: the output's NaN poison, if on, comes first.
 	apart := e.InPlaceReplays && (io.in+cuda.Ptr(g.in.Bytes) <= io.out || io.out+cuda.Ptr(g.out.Bytes) <= io.in)
 	inPlace, err := bindTo(g.inBind, io.in, g.in.Ptr, apart, 8) // ids (the graph's kind), whose type is always int64
 	if err != nil {

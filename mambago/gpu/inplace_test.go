@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -21,14 +22,21 @@ import (
 // replays in between point the graph back at its own buffers. Eager
 // prefills into an output aligned to 4 bytes give the same bits too, and
 // so do replays queued back to back into four outputs without a wait.
+// bf16 runs with Engine.PoisonOutputs on and off (the default), so with
+// and without the output's memset node among its uses.
 func TestGraphInPlace(t *testing.T) {
 	gputest.Device(t)
 	if !cuda.GraphRebinds() {
 		t.Skip("this driver lacks the entry points in-place replays need (CUDA 12.4 or later)")
 	}
 	const V, dm, B, T = 100, 64, 2, 37
-	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16} {
+	for _, c := range []struct {
+		dt     cuda.DType
+		poison bool // Engine.PoisonOutputs: the output's memset node is bound too
+	}{{cuda.F32, true}, {cuda.BF16, true}, {cuda.BF16, false}} {
+		dt, name := c.dt, fmt.Sprintf("%s (poison %v)", c.dt, c.poison)
 		e, st := smallEngine(t, dm, V, 13, dt, B)
+		e.PoisonOutputs = c.poison
 		ids := make([]int64, B*T)
 		for i := range ids {
 			ids[i] = 1 + rand.Int64N(V-1)
@@ -76,17 +84,17 @@ func TestGraphInPlace(t *testing.T) {
 			}
 			want := run(0)
 			if got := run(4); !slices.Equal(got, want) { // the kernels' 16-byte stores go through the engine's buffer
-				t.Fatalf("%s pool %d: an eager prefill into an output aligned to 4 bytes differs", dt, pool)
+				t.Fatalf("%s pool %d: an eager prefill into an output aligned to 4 bytes differs", name, pool)
 			}
 			if err := e.SetPrefillGraphs(4); err != nil {
 				t.Fatal(err)
 			}
 			if got := run(0); !slices.Equal(got, want) {
-				t.Fatalf("%s pool %d: the first replay differs from eager", dt, pool)
+				t.Fatalf("%s pool %d: the first replay differs from eager", name, pool)
 			}
 			g := e.graphs[graphKey{s: st.(*State), kind: "ids", B: B, T: T, pool: pool}]
 			if inIDs, inOut, why := g.InPlace(); !inIDs || !inOut {
-				t.Fatalf("%s pool %d: in place: ids %v, output %v; want both (%v)", dt, pool, inIDs, inOut, why)
+				t.Fatalf("%s pool %d: in place: ids %v, output %v; want both (%v)", name, pool, inIDs, inOut, why)
 			}
 			for i, at := range []int{0, 4, 0, 0} {
 				if err := cuda.Fill32(g.in.Ptr, 0, g.in.Bytes/4, nil); err != nil {
@@ -94,14 +102,14 @@ func TestGraphInPlace(t *testing.T) {
 				}
 				fill(g.out, 0, n, 42)
 				if got := run(at); !slices.Equal(got, want) {
-					t.Fatalf("%s pool %d: replay %d (output at +%d bytes) differs from eager", dt, pool, i, at)
+					t.Fatalf("%s pool %d: replay %d (output at +%d bytes) differs from eager", name, pool, i, at)
 				}
 				own := bits(g.out.Ptr, n)
 				if at%16 == 0 && slices.ContainsFunc(own, func(u uint32) bool { return u != math.Float32bits(42) }) {
-					t.Fatalf("%s pool %d: replay %d in place wrote the graph's own output", dt, pool, i)
+					t.Fatalf("%s pool %d: replay %d in place wrote the graph's own output", name, pool, i)
 				}
 				if at%16 != 0 && !slices.Equal(own, want) {
-					t.Fatalf("%s pool %d: replay %d into an output aligned to 4 bytes did not go through the graph's own", dt, pool, i)
+					t.Fatalf("%s pool %d: replay %d into an output aligned to 4 bytes did not go through the graph's own", name, pool, i)
 				}
 			}
 		}
@@ -139,7 +147,7 @@ func TestGraphInPlace(t *testing.T) {
 		}
 		for i, got := range burst() {
 			if !slices.Equal(got, want[i]) {
-				t.Fatalf("%s: replay %d of a burst into its own output differs from eager", dt, i)
+				t.Fatalf("%s: replay %d of a burst into its own output differs from eager", name, i)
 			}
 		}
 
@@ -150,7 +158,7 @@ func TestGraphInPlace(t *testing.T) {
 		}
 		defer gs.Destroy()
 		if inIDs, inOut, why := gs.InPlace(); !inIDs || inOut {
-			t.Fatalf("%s step: in place: ids %v, logits %v; want ids only (%v)", dt, inIDs, inOut, why)
+			t.Fatalf("%s step: in place: ids %v, logits %v; want ids only (%v)", name, inIDs, inOut, why)
 		}
 		stepIDs := []int64{3, 77}
 		dids, logits := gputest.Alloc(t, 8*B), gputest.Alloc(t, 4*B*V)
@@ -182,7 +190,7 @@ func TestGraphInPlace(t *testing.T) {
 			if wantStep == nil {
 				wantStep = got
 			} else if !slices.Equal(got, wantStep) {
-				t.Fatalf("%s step: replay %d (device %v) differs from the first", dt, i, i%2 == 0)
+				t.Fatalf("%s step: replay %d (device %v) differs from the first", name, i, i%2 == 0)
 			}
 		}
 	}

@@ -45,6 +45,7 @@ func TestPrefillSettingsMatch(t *testing.T) {
 		}},
 		{"memsets", func(e *gpu.Engine, on bool) { e.MemsetKernels, e.HoistMemsets = on, on }},
 		{"embednorm", func(e *gpu.Engine, on bool) { e.EmbedNorm = on }},
+		{"poison", func(e *gpu.Engine, on bool) { e.PoisonOutputs = on }},
 	}
 	for _, tc := range []struct {
 		name string

@@ -150,8 +150,7 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 		return err
 	}
 	ws := &e.ws
-	// Poison the output, so an element the kernels miss shows as NaN.
-	if err := cuda.Fill32(out, math.Float32bits(float32(math.NaN())), outLen, e.stream); err != nil {
+	if err := e.poison(out, outLen); err != nil {
 		return err
 	}
 	for t0 := 0; t0 < T; t0 += tc {
@@ -214,6 +213,15 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 		return e.launch("scale_f32", grid1(B*d), cuda.D1(256), 0, out, int64(B*d), float32(1/float64(T)))
 	}
 	return nil
+}
+
+// poison fills n float32s at p with NaN where e.PoisonOutputs asks for it,
+// so an element the kernels miss shows as NaN.
+func (e *Engine) poison(p cuda.Ptr, n int) error {
+	if !e.PoisonOutputs {
+		return nil
+	}
+	return cuda.Fill32(p, math.Float32bits(float32(math.NaN())), n, e.stream)
 }
 
 // lastRows is where the last rows of B sequences of n rows each start in p

@@ -1,8 +1,6 @@
 package gpu
 
 import (
-	"math"
-
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
 )
@@ -48,8 +46,7 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	if err := e.ensure(B); err != nil {
 		return err
 	}
-	// Poison the output, so an element the kernels miss shows as NaN.
-	if err := cuda.Fill32(logits, math.Float32bits(float32(math.NaN())), B*V, e.stream); err != nil {
+	if err := e.poison(logits, B*V); err != nil {
 		return err
 	}
 	if _, err := e.embed(src, 0, 1, false); err != nil {
