@@ -452,6 +452,13 @@ if [[ $mode == bind ]]; then
   grep -h -m 12 -E "^========= [A-Z]" "$OUT"/memcheck_bind_*.log
   exit $status
 fi
+if [[ $mode == poison ]]; then
+  echo "== Engine.PoisonOutputs (off by default): memcheck over its settings test, then prefills with it on and off"
+  memcheck memcheck_poison 300 .carry/gpu.test 'PrefillSettings/poison'
+  timeout 300 .carry/gpu.test -test.v -test.run '^$' -test.bench PoisonOutputs -test.benchtime 1x 2>&1 | tee "$OUT/poison_bench.log" \
+    | grep -E "poison |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  exit $status
+fi
 if [[ $mode == ab ]]; then
   # .carry/base/gpu.test is another commit's build (BASE=<commit> bash
   # scripts/device_build.sh): the two builds take turns, three runs each.
