@@ -459,6 +459,21 @@ if [[ $mode == poison ]]; then
     | grep -E "poison |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
   exit $status
 fi
+if [[ $mode == instances ]]; then
+  echo "== two engines of a shape in one process, taking turns (BenchmarkEngineInstances), the SM clock sampled beside"
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv -lms 500 > "$OUT/smi.csv" &
+  smi=$!
+  timeout 300 .carry/gpu.test -test.v -test.run '^$' -test.bench 'EngineInstances|PoisonOutputs' -test.benchtime 1x 2>&1 \
+    | tee "$OUT/instances.log" | grep -E "instance |poison |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  kill $smi
+  python3 - "$OUT/smi.csv" <<'PY'
+import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))[1:]
+sm = [int(r[1].split()[0]) for r in rows if len(r) > 4 and r[1].strip()[0].isdigit()]
+print(f"SM clock: {len(sm)} samples, min {min(sm)} MHz, max {max(sm)} MHz; temperature {rows[0][3].strip()} -> {rows[-1][3].strip()} C")
+PY
+  exit $status
+fi
 if [[ $mode == ab ]]; then
   # .carry/base/gpu.test is another commit's build (BASE=<commit> bash
   # scripts/device_build.sh): the two builds take turns, three runs each.

@@ -474,6 +474,38 @@ func BenchmarkPoisonOutputs(b *testing.B) {
 	compareSettings(b, "poison", shapes, func(e *gpu.Engine, on bool) { e.PoisonOutputs = on })
 }
 
+// BenchmarkEngineInstances asks whether a bf16 prefill's speed follows the
+// engine instance within one process: two engines of one shape (130m and
+// 370m, B=1, T=2048), both alive, take turns over four rounds of 15 graph
+// replays each, and each round's median is logged with the engines'
+// placement (Engine.Placement). compareSettings' second pass of a shape
+// builds a second engine, and ran 2% slower at 130m T=2048 in two
+// sessions.
+func BenchmarkEngineInstances(b *testing.B) {
+	for _, sh := range []benchShape{shape("130m", 1, 2048), shape("370m", 1, 2048)} {
+		b.Run(fmt.Sprintf("%s/B%d_T%d", sh.name, sh.B, sh.T), func(b *testing.B) {
+			type instance struct {
+				e       *gpu.Engine
+				replays func() []float64
+			}
+			var engines []instance
+			for range 2 {
+				e, replays := prefillReplays(b, sh)
+				engines = append(engines, instance{e, replays})
+			}
+			for round := range 4 {
+				for i, in := range engines {
+					ms := gputest.Median(in.replays())
+					b.Logf("instance %s round %d engine %d: %.3f ms", sh.name, round, i, ms)
+				}
+			}
+			for i, in := range engines {
+				b.Logf("instance %s engine %d placement: %s", sh.name, i, in.e.Placement())
+			}
+		})
+	}
+}
+
 // BenchmarkMemsetEdits times bf16 prefills with cuBLASLt's memsets as
 // captured, against each edit (Engine.MemsetKernels, Engine.HoistMemsets,
 // both), at the shapes of prefillShapes and at 130m and 370m B=1 T=8192

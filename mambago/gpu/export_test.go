@@ -1,0 +1,23 @@
+package gpu
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Placement lists where e's workspace buffers and its first layer's GEMM
+// weights sit on the device, for benchmarks that ask whether a prefill's
+// speed follows its buffers' addresses.
+func (e *Engine) Placement() string {
+	ws := &e.ws
+	var parts []string
+	for _, b := range []struct {
+		name string
+		p    uint64
+	}{{"h", uint64(ws.h.Ptr)}, {"x", uint64(ws.x.Ptr)}, {"xz", uint64(ws.xz.Ptr)}, {"u", uint64(ws.u.Ptr)},
+		{"dbl", uint64(ws.dbl.Ptr)}, {"y", uint64(ws.y.Ptr)}, {"in_proj", uint64(e.layers[0].inProj)},
+		{"out_proj", uint64(e.layers[0].outProj)}} {
+		parts = append(parts, fmt.Sprintf("%s %#x", b.name, b.p))
+	}
+	return strings.Join(parts, ", ")
+}
