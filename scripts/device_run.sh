@@ -463,8 +463,10 @@ if [[ $mode == instances ]]; then
   echo "== two engines of a shape in one process, taking turns (BenchmarkEngineInstances), the SM clock sampled beside"
   nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv -lms 500 > "$OUT/smi.csv" &
   smi=$!
-  timeout 300 .carry/gpu.test -test.v -test.run '^$' -test.bench 'EngineInstances|PoisonOutputs' -test.benchtime 1x 2>&1 \
-    | tee "$OUT/instances.log" | grep -E "instance |poison |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  for bench in EngineInstances PoisonOutputs; do  # a process each: the first engine is its process's first
+    timeout 300 .carry/gpu.test -test.v -test.run '^$' -test.bench "$bench" -test.benchtime 1x 2>&1 \
+      | tee "$OUT/instances_$bench.log" | grep -E "instance |poison |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  done
   kill $smi
   python3 - "$OUT/smi.csv" <<'PY'
 import csv, sys
