@@ -475,14 +475,15 @@ func BenchmarkPoisonOutputs(b *testing.B) {
 }
 
 // BenchmarkEngineInstances asks whether a bf16 prefill's speed follows the
-// engine instance within one process: an engine of one shape (130m and
-// 370m, B=1, T=2048) runs a round of 15 graph replays alone, then a second
-// engine is built and the two, both alive, take turns over three rounds;
-// each round's median is logged with the engines' placement
-// (Engine.Placement). compareSettings' second pass of a shape builds a
-// second engine, and ran 2% slower at 130m T=2048 in two sessions. Run it
-// alone (-test.bench EngineInstances), so that its first engine is the
-// process's first.
+// engine instance within one process, or what ran before it: an engine of
+// one shape (130m and 370m, B=1, T=2048) runs a round of 15 graph replays
+// alone; a 370m engine then runs T=8192 once and is closed; a second
+// engine of the shape is built, and the two, both alive, take turns over
+// three rounds. Each round's median is logged with the engines' placement
+// (Engine.Placement). compareSettings' second pass of a shape, after its
+// T=8192 shapes, ran about 2% slower at 130m and 370m T=2048 in two
+// sessions. Run it alone (-test.bench EngineInstances), so that its first
+// engine is the process's first.
 func BenchmarkEngineInstances(b *testing.B) {
 	for _, sh := range []benchShape{shape("130m", 1, 2048), shape("370m", 1, 2048)} {
 		b.Run(fmt.Sprintf("%s/B%d_T%d", sh.name, sh.B, sh.T), func(b *testing.B) {
@@ -499,6 +500,13 @@ func BenchmarkEngineInstances(b *testing.B) {
 				for i, in := range engines {
 					ms := gputest.Median(in.replays())
 					b.Logf("instance %s round %d engine %d: %.3f ms", sh.name, round, i, ms)
+				}
+				if round == 0 {
+					b.Run("370m_T8192_dropped", func(b *testing.B) { // closed as it ends
+						_, replays := prefillReplays(b, shape("370m", 1, 8192))
+						b.Logf("instance %s: a 370m engine ran T=8192 in %.3f ms, closed", sh.name,
+							gputest.Median(replays()))
+					})
 				}
 			}
 			for i, in := range engines {
