@@ -122,32 +122,15 @@ def summarize(groups):
             "rows": rows}
 
 
-def main():
-    """Build the model, trace replays at each length, write the JSON."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", default="130m")
-    p.add_argument("--B", type=int, default=1)
-    p.add_argument("--lengths", default="2048", type=lambda v: [int(x) for x in v.split(",")])
-    p.add_argument("--replays", type=int, default=5)
-    p.add_argument("--gemm", default=None, help="Model.set_gemm's algorithm (default: the model's own)")
-    p.add_argument("--out", required=True)
-    a = p.parse_args()
-    import mambago
-    import random_checkpoint
+def trace(a, mg, L, d):
+    """Traces mg's replays at each of a.lengths and prints each length's
+    table; returns {str(T): summary}."""
     import torch
     from cuda_timing import back_to_back
     from torch.profiler import ProfilerActivity, profile
 
-    if a.shape not in random_checkpoint.SHAPES:
-        p.error(f"--shape {a.shape}: one of {', '.join(random_checkpoint.SHAPES)}")
-    d, L = random_checkpoint.SHAPES[a.shape]
-    path = random_checkpoint.cached(a.shape)
-    mg = mambago.Model.from_pretrained(path, device="cuda", dtype="bfloat16")
-    mg.set_prefill_graphs(len(a.lengths) + 1)
-    if a.gemm:
-        mg.set_gemm(a.gemm)
     stream = torch.cuda.Stream()
-    result = {"shape": a.shape, "B": a.B, "gemm": a.gemm, "gpu": torch.cuda.get_device_name(), "lengths": {}}
+    out_lengths = {}
     for T in a.lengths:
         mg.reserve(a.B, T)
         state = mg.new_state(a.B)
@@ -174,7 +157,7 @@ def main():
         spans = [ks[-1][2] - ks[0][1]]
         s.update({"T": T, "replay_ms_untraced": plain, "replay_ms_untraced_after": after,
                   "traced_span_ms": spans[0] / 1e3 / a.replays, "kernels_traced": len(ks)})
-        result["lengths"][str(T)] = s
+        out_lengths[str(T)] = s
         print(f"\n{a.shape} B={a.B} T={T} gemm={a.gemm or 'default'}: replay {plain:.3f} ms untraced ({after:.3f} after), "
               f"{len(ks)} kernels traced over {a.replays} replays, {s['layers']} layers of "
               f"{s['kernels_a_layer']}, period {s['period_us']:.1f} us a layer")
@@ -190,6 +173,61 @@ def main():
                   f"span {o['span_us']:.1f} us a replay{outside}")
             for r in o["after"]:
                 print(f"    after  {r[0]:<10} {r[1]:7.2f} us, gap {r[2]:6.2f}")
+    return out_lengths
+
+
+def compare_instances(runs):
+    """Prints, for each length, each instance's untraced replay time and
+    each place's period share (to the next kernel's start) per instance,
+    so that a slow instance's extra time can be placed."""
+    for T in runs[0]:
+        print(f"\n== T={T}: instances side by side (us to the next kernel's start, medians)")
+        print("  replay ms: " + ", ".join(f"{r[T]['replay_ms_untraced']:.3f}" for r in runs))
+        print("  period us: " + ", ".join(f"{r[T]['period_us']:.2f}" for r in runs))
+        for i, row in enumerate(runs[0][T]["rows"]):
+            cells = []
+            for r in runs:
+                rows = r[T]["rows"]
+                v = rows[i]["to_next_start_us"] if i < len(rows) else None
+                cells.append("   -  " if v is None else f"{v:6.2f}")
+            print(f"  {i:>5} {row['role']:<10} " + " ".join(cells))
+
+
+def main():
+    """Build the model, trace replays at each length, write the JSON."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shape", default="130m")
+    p.add_argument("--B", type=int, default=1)
+    p.add_argument("--lengths", default="2048", type=lambda v: [int(x) for x in v.split(",")])
+    p.add_argument("--replays", type=int, default=5)
+    p.add_argument("--gemm", default=None, help="Model.set_gemm's algorithm (default: the model's own)")
+    p.add_argument("--instances", type=int, default=1,
+                   help="models built, traced and closed one after another in this process, compared at the end")
+    p.add_argument("--out", required=True)
+    a = p.parse_args()
+    import mambago
+    import random_checkpoint
+    import torch
+
+    if a.shape not in random_checkpoint.SHAPES:
+        p.error(f"--shape {a.shape}: one of {', '.join(random_checkpoint.SHAPES)}")
+    if a.instances < 1:
+        p.error("--instances: at least 1")
+    d, L = random_checkpoint.SHAPES[a.shape]
+    path = random_checkpoint.cached(a.shape)
+    result = {"shape": a.shape, "B": a.B, "gemm": a.gemm, "gpu": torch.cuda.get_device_name(), "instances": []}
+    for i in range(a.instances):
+        if a.instances > 1:
+            print(f"\n==== instance {i + 1} of {a.instances}")
+        mg = mambago.Model.from_pretrained(path, device="cuda", dtype="bfloat16")
+        mg.set_prefill_graphs(len(a.lengths) + 1)
+        if a.gemm:
+            mg.set_gemm(a.gemm)
+        result["instances"].append(trace(a, mg, L, d))
+        mg.close()
+    result["lengths"] = result["instances"][0]
+    if a.instances > 1:
+        compare_instances(result["instances"])
     with open(a.out, "w") as f:
         json.dump(result, f, indent=2)
 

@@ -404,6 +404,15 @@ if [[ $mode == graphtrace ]]; then
   done
   exit $status
 fi
+if [[ $mode == instancetrace ]]; then
+  echo "== models built one after another in one process, each traced (bench/graph_trace.py --instances)"
+  for shape in ${TRACE_SHAPES:-130m}; do
+    timeout 400 python3 bench/graph_trace.py --shape $shape --lengths ${TRACE_LENGTHS:-2048,8192} \
+      --instances ${TRACE_INSTANCES:-6} --out "$OUT/instances_$shape.json" > "$OUT/instances_$shape.log" 2>&1 || status=1
+    sed -n '/^== T=/,$p' "$OUT/instances_$shape.log"
+  done
+  exit $status
+fi
 if [[ $mode == entry ]]; then
   echo "== a device-entry prefill's host overhead (bench/entry_overhead.py): per call, back to back, host"
   for shape in ${ENTRY_SHAPES:-130m 1.4b}; do

@@ -141,3 +141,22 @@ def check_edges(graph_trace, names):
     # replay's first RMSNorm (t = 2*22): 7 us.
     assert o["outside_us"] == 7.0
     assert o["span_us"] == 21.0
+
+
+def test_graph_trace_compare_instances_lines_up_each_place(capsys):
+    sys.path.insert(0, str(ROOT / "bench"))
+    import graph_trace
+
+    def run(ms, scan_us):
+        rows = [{"role": "rmsnorm", "to_next_start_us": 2.0}, {"role": "scan", "to_next_start_us": scan_us},
+                {"role": "gemm", "to_next_start_us": None}]
+        return {"2048": {"replay_ms_untraced": ms, "period_us": 2.0 + scan_us, "rows": rows}}
+
+    graph_trace.compare_instances([run(2.175, 50.0), run(2.221, 51.5)])
+    out = capsys.readouterr().out
+    assert "replay ms: 2.175, 2.221" in out
+    assert "period us: 52.00, 53.50" in out
+    scan = [l for l in out.splitlines() if " scan " in l]
+    assert len(scan) == 1 and scan[0].split()[-2:] == ["50.00", "51.50"], out
+    gemm = [l for l in out.splitlines() if " gemm " in l]
+    assert len(gemm) == 1 and gemm[0].split()[-2:] == ["-", "-"], out
