@@ -127,6 +127,8 @@
 #             against the step graph's wall time from the Go benchmark;
 #   mamba_ssm: builds mamba_ssm and causal-conv1d for sm_90 (once per machine),
 #             then the bf16 prefill and decode comparison (bench/mamba_ssm/compare.py);
+#   hfprecision: the bf16/f16 fixture bars for transformers' own models in
+#             those dtypes, beside mambago's (bench/hf_precision.py);
 #   cpu:      the CPU engine's stage timings and the CPU benchmark against HF;
 #   all:      all three (default).
 set -uo pipefail
@@ -411,6 +413,13 @@ if [[ $mode == instancetrace ]]; then
       --instances ${TRACE_INSTANCES:-6} --out "$OUT/instances_$shape.json" > "$OUT/instances_$shape.log" 2>&1 || status=1
     sed -n '/^== T=/,$p' "$OUT/instances_$shape.log"
   done
+  exit $status
+fi
+if [[ $mode == hfprecision ]]; then
+  echo "== issue 4's fixture bars for transformers' own bf16 and f16 models, beside mambago's (bench/hf_precision.py)"
+  timeout 300 python3 bench/hf_precision.py --out "$OUT/hf_precision.json" > "$OUT/hf_precision.log" 2>&1 || status=1
+  sed -n '/^mean KL/,$p' "$OUT/hf_precision.log"
+  [[ $status == 0 ]] || tail -20 "$OUT/hf_precision.log"
   exit $status
 fi
 if [[ $mode == entry ]]; then

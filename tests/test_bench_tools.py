@@ -160,3 +160,22 @@ def test_graph_trace_compare_instances_lines_up_each_place(capsys):
     assert len(scan) == 1 and scan[0].split()[-2:] == ["50.00", "51.50"], out
     gemm = [l for l in out.splitlines() if " gemm " in l]
     assert len(gemm) == 1 and gemm[0].split()[-2:] == ["-", "-"], out
+
+
+def test_hf_precision_stats_and_cases():
+    sys.path.insert(0, str(ROOT / "bench"))
+    import hf_precision
+    import numpy as np
+
+    ref = np.array([[[0.0, 1.0, 2.0], [3.0, 0.0, 0.0]]])
+    assert hf_precision.logit_stats(ref, ref) == (0.0, 2)
+    # One position's distribution changed: KL = sum p (log p - log q) there, half of it the mean.
+    got = ref.copy()
+    got[0, 1] = [0.0, 3.0, 0.0]
+    p = np.exp(ref[0, 1]) / np.exp(ref[0, 1]).sum()
+    q = np.exp(got[0, 1]) / np.exp(got[0, 1]).sum()
+    kl, hits = hf_precision.logit_stats(ref, got)
+    assert abs(kl - (p * np.log(p / q)).sum() / 2) < 1e-12 and hits == 1
+    cases = hf_precision.causal_lm_cases()
+    assert {"base", "batch3", "falcon", "embeds"} <= set(cases)
+    assert not {"features", "mambamodel", "original"} & set(cases)
