@@ -140,6 +140,13 @@ func GPUStatus() (reason string, err error) {
 	return "", nil
 }
 
+// CompileNotice returns the line to show before LoadModel on device when
+// that will compile the CUDA kernels (the first load on a machine), else "".
+func CompileNotice(device string) (notice string, err error) {
+	defer guard(&err)
+	return mambago.CompileNotice(device), nil
+}
+
 // LoadModel opens the checkpoint folder path on device ("auto", "cpu",
 // "cuda") with compute dtype ("" for the engine's default) and returns a
 // model handle. blasPath names a CBLAS library for the CPU engine's GEMMs

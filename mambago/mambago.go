@@ -16,7 +16,9 @@ package mambago
 
 import (
 	"fmt"
+	"io"
 	"strings"
+	"time"
 
 	"github.com/mambago/mambago/mambago/blas"
 	"github.com/mambago/mambago/mambago/checkpoint"
@@ -40,6 +42,34 @@ type Options struct {
 	// BLAS is the path of a CBLAS shared library (e.g. numpy's OpenBLAS) for
 	// the CPU engine's GEMMs; empty uses gonum's pure-Go BLAS.
 	BLAS string
+	// Progress, if set, receives a line before and after long work: the
+	// first load on a machine compiles the CUDA kernels for its GPU (about
+	// 10-30 s, then read from the disk cache; see CompileNotice).
+	Progress io.Writer
+}
+
+// CompileNotice returns the line to show a user before a model opens on
+// device (as Options.Device) when that will compile CUDA kernels, because
+// the disk cache (cuda.CacheDir) holds none yet for this GPU's
+// architecture; otherwise "". Open writes it to Options.Progress itself.
+func CompileNotice(device string) string {
+	switch strings.ToLower(device) {
+	case "", "auto", "cuda", "gpu":
+	default:
+		return ""
+	}
+	if gpuUsable() != nil {
+		return "" // the CPU engine compiles nothing; "cuda" fails in Open with the reason
+	}
+	arch, pending, err := gpu.PendingKernels(0)
+	if err != nil || len(pending) == 0 {
+		return ""
+	}
+	cache := "; cached in " + cuda.CacheDir() + " for later loads"
+	if cuda.CacheDir() == "" {
+		cache = "; with no cache directory every load compiles them (set MAMBAGO_KERNEL_CACHE)"
+	}
+	return fmt.Sprintf("mambago: compiling %d CUDA kernel sources for %s (about 10-30 s%s) ...", len(pending), arch, cache)
 }
 
 // GPUUsable reports why the CUDA engine cannot run here, or nil when it can.
@@ -92,7 +122,16 @@ func Open(path string, opts Options) (*Model, error) {
 		return nil, engine.Invalid("open %s: %v", path, err)
 	}
 	if useGPU {
+		notice, start := "", time.Now()
+		if opts.Progress != nil {
+			if notice = CompileNotice(device); notice != "" {
+				fmt.Fprintln(opts.Progress, notice)
+			}
+		}
 		g, err := gpu.New(w, 0, dt)
+		if notice != "" && err == nil {
+			fmt.Fprintf(opts.Progress, "mambago: compiled the kernels and loaded the model in %.1f s\n", time.Since(start).Seconds())
+		}
 		if err != nil {
 			return nil, fmt.Errorf("open %s on the GPU: %w", path, err)
 		}

@@ -374,3 +374,13 @@ def test_set_prefill_graphs_needs_the_cuda_engine(base_model):
         base_model.set_prefill_graphs(4)
     with pytest.raises(ValueError, match="0 or more"):
         base_model.set_prefill_graphs(-1)
+
+
+def test_compile_notice_is_empty_off_the_gpu():
+    """No notice where nothing compiles: the CPU engine, or no usable GPU."""
+    from mambago._native import bindings, call
+
+    assert call(bindings.CompileNotice, "cpu") == ""
+    if not mambago.cuda_is_available():
+        assert call(bindings.CompileNotice, "auto") == ""
+        assert call(bindings.CompileNotice, "cuda") == ""

@@ -303,3 +303,24 @@ def test_prefill_graphs_match_eager():
         assert np.array_equal(run(), want)
     m.set_prefill_graphs(0)
     assert np.array_equal(run(), want)
+
+
+def test_first_load_says_it_compiles(tmp_path):
+    """A load with an empty kernel cache says on stderr that it compiles the
+    kernels, and how long the load took; the next load, cache filled, says
+    nothing. Each in its own process, with its own cache directory."""
+    import os
+    import subprocess
+    import sys
+
+    script = (f"import mambago; m = mambago.Model.from_pretrained({case_dir('base')!r}, device='cuda'); "
+              "print(m.device)")
+    env = dict(os.environ, MAMBAGO_KERNEL_CACHE=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600)
+            for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0 and r.stdout.strip() == "cuda", r.stderr
+    first, second = runs[0].stderr, runs[1].stderr
+    assert "mambago: compiling" in first and str(tmp_path) in first, first
+    assert "mambago: compiled the kernels and loaded the model in" in first, first
+    assert "mambago:" not in second, second

@@ -31,31 +31,60 @@ func CacheDir() string {
 	return filepath.Join(base, "mambago", "kernels")
 }
 
-// CompileCached is Compile with an on-disk cache keyed by the source's
-// hash, the architecture, NVRTC's version and the options. A cache that
-// cannot be read or written is skipped, never an error.
-func CompileCached(src, name, arch string, options ...string) ([]byte, error) {
+// cachePath is the file CompileCached keeps src's CUBIN for arch and
+// options in ("" when there is no cache directory).
+func cachePath(src, name, arch string, options []string) (string, error) {
+	dir := CacheDir()
+	if dir == "" {
+		return "", nil
+	}
 	maj, min, err := NVRTCVersion()
 	if err != nil {
-		return nil, err
+		return "", err
 	}
-	dir := CacheDir()
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00nvrtc %d.%d\x00%s", src, arch, maj, min, strings.Join(options, "\x00"))
 	key := hex.EncodeToString(h.Sum(nil))[:32]
-	path := filepath.Join(dir, fmt.Sprintf("%s-%s-%s.cubin", strings.TrimSuffix(filepath.Base(name), ".cu"), arch, key))
-	if dir != "" {
-		if b, err := os.ReadFile(path); err == nil && bytes.HasPrefix(b, []byte("\x7fELF")) {
-			cacheHits.Add(1)
-			return b, nil
-		}
+	return filepath.Join(dir, fmt.Sprintf("%s-%s-%s.cubin", strings.TrimSuffix(filepath.Base(name), ".cu"), arch, key)), nil
+}
+
+// readCached returns the CUBIN at path, or nil where there is none.
+func readCached(path string) []byte {
+	if path == "" {
+		return nil
+	}
+	if b, err := os.ReadFile(path); err == nil && bytes.HasPrefix(b, []byte("\x7fELF")) {
+		return b
+	}
+	return nil
+}
+
+// IsCached reports whether CompileCached would find src's CUBIN for arch
+// and options on disk instead of compiling it.
+func IsCached(src, name, arch string, options ...string) bool {
+	path, err := cachePath(src, name, arch, options)
+	return err == nil && readCached(path) != nil
+}
+
+// CompileCached is Compile with an on-disk cache keyed by the source's
+// hash, the architecture, NVRTC's version and the options. A cache that
+// cannot be read or written is skipped, never an error. It is safe to call
+// from several goroutines at once (NVRTC compiles each program on its own).
+func CompileCached(src, name, arch string, options ...string) ([]byte, error) {
+	path, err := cachePath(src, name, arch, options)
+	if err != nil {
+		return nil, err
+	}
+	if b := readCached(path); b != nil {
+		cacheHits.Add(1)
+		return b, nil
 	}
 	cubin, err := Compile(src, name, arch, options...)
 	if err != nil {
 		return nil, err
 	}
 	cacheMisses.Add(1)
-	if dir != "" && os.MkdirAll(dir, 0o755) == nil {
+	if dir := filepath.Dir(path); path != "" && os.MkdirAll(dir, 0o755) == nil {
 		if tmp, err := os.CreateTemp(dir, ".tmp-*"); err == nil {
 			_, werr := tmp.Write(cubin)
 			cerr := tmp.Close()

@@ -11,7 +11,7 @@ import (
 
 // TestCompileCached needs NVRTC but no GPU: a second compile of the same
 // source is read from disk, a changed option compiles again, and a corrupt
-// cache file is ignored.
+// cache file is ignored. IsCached says beforehand which of these compile.
 func TestCompileCached(t *testing.T) {
 	if err := cuda.LoadNVRTC(); err != nil {
 		t.Skipf("no NVRTC library (set MAMBAGO_NVRTC): %v", err)
@@ -19,6 +19,9 @@ func TestCompileCached(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("MAMBAGO_KERNEL_CACHE", dir)
 	src := `extern "C" __global__ void k(float *x) { x[threadIdx.x] *= 2.f; }`
+	if cuda.IsCached(src, "k.cu", "sm_90") {
+		t.Fatal("an empty cache holds the source")
+	}
 	h0, m0 := cuda.CacheStats()
 	a, err := cuda.CompileCached(src, "k.cu", "sm_90")
 	if err != nil {
@@ -32,6 +35,10 @@ func TestCompileCached(t *testing.T) {
 	if h1-h0 != 1 || m1-m0 != 1 || !bytes.Equal(a, b) {
 		t.Fatalf("hits %d misses %d (want 1, 1), same bytes %v", h1-h0, m1-m0, bytes.Equal(a, b))
 	}
+	if !cuda.IsCached(src, "k.cu", "sm_90") || cuda.IsCached(src, "k.cu", "sm_90", "--use_fast_math") ||
+		cuda.IsCached(src, "k.cu", "sm_80") {
+		t.Fatal("IsCached: want the compiled source cached for sm_90 only, with no other option")
+	}
 	if _, err := cuda.CompileCached(src, "k.cu", "sm_90", "--use_fast_math"); err != nil {
 		t.Fatal(err)
 	}
@@ -44,6 +51,9 @@ func TestCompileCached(t *testing.T) {
 	}
 	for _, f := range files {
 		os.WriteFile(f, []byte("garbage"), 0o644)
+	}
+	if cuda.IsCached(src, "k.cu", "sm_90") {
+		t.Fatal("IsCached trusts a corrupt cache file")
 	}
 	c, err := cuda.CompileCached(src, "k.cu", "sm_90")
 	if err != nil || !bytes.Equal(c, a) {

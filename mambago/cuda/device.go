@@ -37,7 +37,34 @@ type Device struct {
 }
 
 // Arch returns the compute capability as NVRTC spells it, e.g. "sm_90".
-func (d *Device) Arch() string { return fmt.Sprintf("sm_%d%d", d.Major, d.Minor) }
+func (d *Device) Arch() string { return archName(d.Major, d.Minor) }
+
+// archName names compute capability major.minor as NVRTC's target: "sm_90".
+func archName(major, minor int) string { return fmt.Sprintf("sm_%d%d", major, minor) }
+
+// DeviceArch returns device ordinal's compute architecture ("sm_90")
+// without retaining its context, for callers that only need to know what
+// the kernels compile for.
+func DeviceArch(ordinal int) (string, error) {
+	n, err := DeviceCount()
+	if err != nil {
+		return "", err
+	}
+	if ordinal < 0 || ordinal >= n {
+		return "", fmt.Errorf("cuda: device %d does not exist (%d devices)", ordinal, n)
+	}
+	var dev C.int
+	if err := check("cuDeviceGet", C.mg_cuDeviceGet(&dev, C.int(ordinal))); err != nil {
+		return "", err
+	}
+	var cc [2]C.int
+	for i, attr := range []int{attrComputeCapabilityMajor, attrComputeCapabilityMinor} {
+		if err := check("cuDeviceGetAttribute", C.mg_cuDeviceGetAttribute(&cc[i], C.int(attr), dev)); err != nil {
+			return "", err
+		}
+	}
+	return archName(int(cc[0]), int(cc[1])), nil
+}
 
 // Open retains the primary context of device ordinal and reads its properties.
 func Open(ordinal int) (*Device, error) {

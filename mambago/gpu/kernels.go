@@ -1,7 +1,10 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
+	"runtime"
+	"sync"
 
 	"github.com/mambago/mambago/kernels"
 	"github.com/mambago/mambago/mambago/cuda"
@@ -42,21 +45,81 @@ func wantedKernels() []string {
 	return want
 }
 
+// kernelOptions are NVRTC's options for every kernel source.
+var kernelOptions = []string{"--std=c++17"}
+
+// maxCompiles bounds the kernel sources NVRTC compiles at once: each
+// compile holds a few hundred MB of host memory while it runs.
+const maxCompiles = 8
+
+// compileKernels returns a CUBIN for each of kernels.Names() in order,
+// compiled for arch (each source's kernels.Target) or read from the disk
+// cache (cuda.CompileCached). The sources compile several at once: the
+// longest, scan_onepass.cu, takes about 10 s alone and all of them 26 s in
+// a row on one core, so a machine's first load waits for about the longest.
+func compileKernels(arch string) ([][]byte, error) {
+	names := kernels.Names()
+	cubins := make([][]byte, len(names))
+	errs := make([]error, len(names))
+	slots := make(chan struct{}, max(1, min(maxCompiles, runtime.GOMAXPROCS(0))))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			src, err := kernels.Source(name)
+			if err == nil {
+				cubins[i], err = cuda.CompileCached(src, name, kernels.Target(name, arch), kernelOptions...)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	return cubins, errors.Join(errs...)
+}
+
+// PendingKernels lists the kernel sources that loading an engine on device
+// ordinal would compile, as no CUBIN of theirs for its architecture is in
+// the disk cache yet (cuda.CacheDir), with that architecture. Loading
+// compiles them once, for about 10-30 s, then reads them from the cache;
+// callers report that wait to their users.
+func PendingKernels(ordinal int) (arch string, pending []string, err error) {
+	if arch, err = cuda.DeviceArch(ordinal); err != nil {
+		return "", nil, err
+	}
+	pending, err = pendingKernels(arch)
+	return arch, pending, err
+}
+
+// pendingKernels lists the kernel sources with no CUBIN for arch in the
+// disk cache.
+func pendingKernels(arch string) ([]string, error) {
+	var pending []string
+	for _, name := range kernels.Names() {
+		src, err := kernels.Source(name)
+		if err != nil {
+			return nil, err
+		}
+		if !cuda.IsCached(src, name, kernels.Target(name, arch), kernelOptions...) {
+			pending = append(pending, name)
+		}
+	}
+	return pending, nil
+}
+
 // loadKernels compiles every kernel source for the device and looks up the
 // entry points.
 func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, error) {
 	fns := map[string]*cuda.Function{}
 	var mods []*cuda.Module
-	for _, name := range kernels.Names() {
-		src, err := kernels.Source(name)
-		if err != nil {
-			return nil, mods, err
-		}
-		cubin, err := cuda.CompileCached(src, name, kernels.Target(name, dev.Arch()), "--std=c++17")
-		if err != nil {
-			return nil, mods, err
-		}
-		m, err := cuda.LoadModule(cubin)
+	cubins, err := compileKernels(dev.Arch())
+	if err != nil {
+		return nil, mods, err
+	}
+	for i, name := range kernels.Names() {
+		m, err := cuda.LoadModule(cubins[i])
 		if err != nil {
 			return nil, mods, fmt.Errorf("%s: %w", name, err)
 		}

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import time
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -275,7 +277,17 @@ class Model:
         blas_path = {"auto": None, "go": ""}.get(blas, blas)
         if blas_path is None:
             blas_path = numpy_blas()
-        return cls(_call(_b.LoadModel, path, device, dtype or "", blas_path))
+        # The first load on a machine compiles the CUDA kernels (10-30 s, then
+        # cached): say so on stderr, which a notebook shows in the cell.
+        notice = _call(_b.CompileNotice, device)
+        if notice:
+            print(notice, file=sys.stderr, flush=True)
+            start = time.perf_counter()
+        model = cls(_call(_b.LoadModel, path, device, dtype or "", blas_path))
+        if notice:
+            print(f"mambago: compiled the kernels and loaded the model in {time.perf_counter() - start:.1f} s",
+                  file=sys.stderr, flush=True)
+        return model
 
     def _handle(self):
         if self._h is None:
