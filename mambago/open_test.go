@@ -33,6 +33,7 @@ func TestOpenReportsCompile(t *testing.T) {
 		}
 		m.Close()
 		got := progress.String()
+		t.Logf("load %d: %q", i+1, got)
 		if want == "" && got != "" || want != "" && (!strings.HasPrefix(got, want) ||
 			!strings.Contains(got, "loaded the model in")) {
 			t.Fatalf("load %d wrote %q; want %q", i+1, got, want)

@@ -12,6 +12,7 @@ GOAMD64=v3 go test -c -o .carry/cpu.test ./mambago/cpu
 GOAMD64=v3 go test -c -o .carry/cuda.test ./mambago/cuda
 GOAMD64=v3 go test -c -o .carry/kernels.test ./kernels
 GOAMD64=v3 go test -c -o .carry/gpu.test ./mambago/gpu
+GOAMD64=v3 go test -c -o .carry/mambago.test ./mambago
 # With BASE=<commit>, that commit's engine benchmarks too, into .carry/base,
 # for device_run.sh's ab mode.
 rm -rf .carry/base

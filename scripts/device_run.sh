@@ -127,6 +127,8 @@
 #             against the step graph's wall time from the Go benchmark;
 #   mamba_ssm: builds mamba_ssm and causal-conv1d for sm_90 (once per machine),
 #             then the bf16 prefill and decode comparison (bench/mamba_ssm/compare.py);
+#   compile:  the first load's notice (Go and Python) with the kernels compiled
+#             in parallel, then a few engine tests;
 #   hfprecision: the bf16/f16 fixture bars for transformers' own models in
 #             those dtypes, beside mambago's (bench/hf_precision.py);
 #   cpu:      the CPU engine's stage timings and the CPU benchmark against HF;
@@ -420,6 +422,15 @@ if [[ $mode == hfprecision ]]; then
   timeout 300 python3 bench/hf_precision.py --out "$OUT/hf_precision.json" > "$OUT/hf_precision.log" 2>&1 || status=1
   sed -n '/^mean KL/,$p' "$OUT/hf_precision.log"
   [[ $status == 0 ]] || tail -20 "$OUT/hf_precision.log"
+  exit $status
+fi
+if [[ $mode == compile ]]; then
+  echo "== the first load on a machine: kernels compiled up to 8 at once, and the notice before it (Go, then Python)"
+  SHOW='open_test.go:[0-9]+:' run_tests open_test 300 .carry/mambago.test -test.v -test.run 'OpenReportsCompile'
+  timeout 300 python3 -m pytest -q tests/test_gpu.py tests/test_bad_input.py -k 'first_load or compile_notice or gpu_matches_cpu' \
+    > "$OUT/compile_pytest.log" 2>&1 || status=1
+  tail -3 "$OUT/compile_pytest.log"
+  run_tests compile_gpu 300 .carry/gpu.test -test.v -test.run 'TestGraphInPlace|TestPrefillGraphCache|TestConformance'
   exit $status
 fi
 if [[ $mode == entry ]]; then
