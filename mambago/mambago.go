@@ -44,7 +44,8 @@ type Options struct {
 	BLAS string
 	// Progress, if set, receives a line before and after long work: the
 	// first load on a machine compiles the CUDA kernels for its GPU (about
-	// 10-30 s, then read from the disk cache; see CompileNotice).
+	// 3 s on the H200 host with 16 cores, 15 s on 2; then read from the
+	// disk cache; see CompileNotice).
 	Progress io.Writer
 }
 
@@ -69,7 +70,7 @@ func CompileNotice(device string) string {
 	if cuda.CacheDir() == "" {
 		cache = "; with no cache directory every load compiles them (set MAMBAGO_KERNEL_CACHE)"
 	}
-	return fmt.Sprintf("mambago: compiling %d CUDA kernel sources for %s (about 10-30 s%s) ...", len(pending), arch, cache)
+	return fmt.Sprintf("mambago: compiling %d CUDA kernel sources for %s (up to half a minute%s) ...", len(pending), arch, cache)
 }
 
 // GPUUsable reports why the CUDA engine cannot run here, or nil when it can.

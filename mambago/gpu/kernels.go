@@ -83,7 +83,7 @@ func compileKernels(arch string) ([][]byte, error) {
 // PendingKernels lists the kernel sources that loading an engine on device
 // ordinal would compile, as no CUBIN of theirs for its architecture is in
 // the disk cache yet (cuda.CacheDir), with that architecture. Loading
-// compiles them once, for about 10-30 s, then reads them from the cache;
+// compiles them once (up to half a minute), then reads them from the cache;
 // callers report that wait to their users.
 func PendingKernels(ordinal int) (arch string, pending []string, err error) {
 	if arch, err = cuda.DeviceArch(ordinal); err != nil {

@@ -277,7 +277,7 @@ class Model:
         blas_path = {"auto": None, "go": ""}.get(blas, blas)
         if blas_path is None:
             blas_path = numpy_blas()
-        # The first load on a machine compiles the CUDA kernels (10-30 s, then
+        # The first load on a machine compiles the CUDA kernels (up to half a minute, then
         # cached): say so on stderr, which a notebook shows in the cell.
         notice = _call(_b.CompileNotice, device)
         if notice:
