@@ -17,10 +17,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"unsafe"
 
 	"github.com/mambago/mambago/mambago"
+	"github.com/mambago/mambago/mambago/checkpoint"
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/gpu"
@@ -154,6 +156,51 @@ func CompileNotice(device string) (notice string, err error) {
 func LoadModel(path, device, dtype, blasPath string) (h int64, err error) {
 	defer guard(&err)
 	m, err := mambago.Open(path, mambago.Options{Device: device, DType: dtype, BLAS: blasPath})
+	if err != nil {
+		return 0, err
+	}
+	return models.add(m), nil
+}
+
+// LoadStateDict opens a model from tensors in memory, as a PyTorch
+// state_dict holds them: configJSON is the model's config (config.json's
+// contents), and tensorsJSON lists [{"name", "shape", "addr"}], each addr
+// the start of that tensor's float32 values, C-contiguous, owned by the
+// caller for the call (they are copied). device, dtype and blasPath are as
+// for LoadModel.
+func LoadStateDict(configJSON, tensorsJSON, device, dtype, blasPath string) (h int64, err error) {
+	defer guard(&err)
+	cfg, err := checkpoint.ParseConfig([]byte(configJSON))
+	if err != nil {
+		return 0, fmt.Errorf("ValueError: config: %w", err)
+	}
+	var list []struct {
+		Name  string  `json:"name"`
+		Shape []int   `json:"shape"`
+		Addr  uintptr `json:"addr"`
+	}
+	if err := json.Unmarshal([]byte(tensorsJSON), &list); err != nil {
+		return 0, fmt.Errorf("ValueError: state dict: %w", err)
+	}
+	tensors := make(map[string]checkpoint.Tensor, len(list))
+	for _, t := range list {
+		n := 1
+		for _, d := range t.Shape {
+			if d < 0 || d > 1<<40 || n > (1<<40)/max(d, 1) {
+				return 0, fmt.Errorf("ValueError: state dict: %s: bad shape %v", t.Name, t.Shape)
+			}
+			n *= d
+		}
+		if err := checkBuf("state dict: "+t.Name, t.Addr, n); err != nil {
+			return 0, err
+		}
+		tensors[t.Name] = checkpoint.Tensor{Shape: t.Shape, Data: slices.Clone(floats(t.Addr, n))}
+	}
+	w, err := checkpoint.FromTensors(cfg, tensors)
+	if err != nil {
+		return 0, fmt.Errorf("ValueError: %w", err)
+	}
+	m, err := mambago.OpenWeights(w, mambago.Options{Device: device, DType: dtype, BLAS: blasPath})
 	if err != nil {
 		return 0, err
 	}

@@ -96,50 +96,74 @@ type Model struct {
 // Open loads the checkpoint folder path (config.json plus safetensors files)
 // onto the engine opts selects.
 func Open(path string, opts Options) (*Model, error) {
-	device := strings.ToLower(opts.Device)
-	useGPU := false
-	switch device {
-	case "", "auto":
-		useGPU = gpuUsable() == nil
-	case "cpu":
-	case "cuda", "gpu":
-		if err := gpuUsable(); err != nil {
-			return nil, engine.Invalid("device %q: no usable GPU: %v", opts.Device, err)
-		}
-		useGPU = true
-	default:
-		return nil, engine.Invalid("device %q: want \"auto\", \"cpu\" or \"cuda\"", opts.Device)
-	}
-	dt, ok := cuda.ParseDType(opts.DType)
-	if !ok && opts.DType != "" {
-		return nil, engine.Invalid("dtype %q: want None, \"float32\", \"bfloat16\" or \"float16\"", opts.DType)
-	}
-	if dt != cuda.F32 && !useGPU {
-		return nil, engine.Invalid("dtype %q needs the CUDA engine (the CPU engine computes in float32), and this model runs on the CPU (device %q)", opts.DType, opts.Device)
+	useGPU, dt, err := opts.engine()
+	if err != nil {
+		return nil, err
 	}
 	w, err := checkpoint.Load(path)
 	if err != nil {
 		// A checkpoint that cannot be read is the caller's input: Python raises ValueError.
 		return nil, engine.Invalid("open %s: %v", path, err)
 	}
+	return start(w, useGPU, dt, opts, path)
+}
+
+// OpenWeights runs weights already in memory (checkpoint.FromTensors, for
+// a PyTorch state_dict) on the engine opts selects.
+func OpenWeights(w *checkpoint.Weights, opts Options) (*Model, error) {
+	useGPU, dt, err := opts.engine()
+	if err != nil {
+		return nil, err
+	}
+	return start(w, useGPU, dt, opts, "the weights")
+}
+
+// engine says whether opts pick the CUDA engine, and its dtype.
+func (opts Options) engine() (useGPU bool, dt cuda.DType, err error) {
+	switch strings.ToLower(opts.Device) {
+	case "", "auto":
+		useGPU = gpuUsable() == nil
+	case "cpu":
+	case "cuda", "gpu":
+		if err := gpuUsable(); err != nil {
+			return false, 0, engine.Invalid("device %q: no usable GPU: %v", opts.Device, err)
+		}
+		useGPU = true
+	default:
+		return false, 0, engine.Invalid("device %q: want \"auto\", \"cpu\" or \"cuda\"", opts.Device)
+	}
+	dt, ok := cuda.ParseDType(opts.DType)
+	if !ok && opts.DType != "" {
+		return false, 0, engine.Invalid("dtype %q: want None, \"float32\", \"bfloat16\" or \"float16\"", opts.DType)
+	}
+	if dt != cuda.F32 && !useGPU {
+		return false, 0, engine.Invalid("dtype %q needs the CUDA engine (the CPU engine computes in float32), and this model runs on the CPU (device %q)", opts.DType, opts.Device)
+	}
+	return useGPU, dt, nil
+}
+
+// start puts w on the CUDA engine in dt, or on the CPU engine; what names
+// the weights in errors.
+func start(w *checkpoint.Weights, useGPU bool, dt cuda.DType, opts Options, what string) (*Model, error) {
 	if useGPU {
-		notice, start := "", time.Now()
+		notice, begin := "", time.Now()
 		if opts.Progress != nil {
-			if notice = CompileNotice(device); notice != "" {
+			if notice = CompileNotice(opts.Device); notice != "" {
 				fmt.Fprintln(opts.Progress, notice)
 			}
 		}
 		g, err := gpu.New(w, 0, dt)
 		if notice != "" && err == nil {
-			fmt.Fprintf(opts.Progress, "mambago: compiled the kernels and loaded the model in %.1f s\n", time.Since(start).Seconds())
+			fmt.Fprintf(opts.Progress, "mambago: compiled the kernels and loaded the model in %.1f s\n", time.Since(begin).Seconds())
 		}
 		if err != nil {
-			return nil, fmt.Errorf("open %s on the GPU: %w", path, err)
+			return nil, fmt.Errorf("open %s on the GPU: %w", what, err)
 		}
 		return &Model{Engine: g}, nil
 	}
 	e := cpu.New(w)
 	if opts.BLAS != "" {
+		var err error
 		if e.BLAS, err = blas.Open(opts.BLAS); err != nil {
 			return nil, engine.Invalid("%v", err)
 		}

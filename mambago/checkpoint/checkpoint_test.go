@@ -3,6 +3,7 @@ package checkpoint_test
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -168,6 +169,67 @@ func TestHalfPrecisionEqualsUpcast(t *testing.T) {
 		}
 		if slices.Equal(a.Layers[0].InProj, orig.Layers[0].InProj) {
 			t.Errorf("%s weights were not rounded at all", dt)
+		}
+	}
+}
+
+// TestFromTensorsMatchesLoad gives every single-file fixture's tensors to
+// FromTensors as a state dict would hold them and checks the Weights equal
+// Load's, and that the given slices are left as they were.
+func TestFromTensorsMatchesLoad(t *testing.T) {
+	for _, name := range []string{"base", "conv3_bias", "falcon", "original", "untied", "features", "mambamodel", "bf16"} {
+		dir := filepath.Join(fixture.Root(), name)
+		want, err := checkpoint.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tensors := map[string]checkpoint.Tensor{}
+		before := map[string][]float32{}
+		for n, v := range readAll(t, filepath.Join(dir, "model.safetensors")) {
+			tensors[n] = checkpoint.Tensor{Shape: v.Shape, Data: v.Data}
+			before[n] = slices.Clone(v.Data)
+		}
+		got, err := checkpoint.FromTensors(want.Config, tensors)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: FromTensors' weights differ from Load's", name)
+		}
+		for n, v := range tensors {
+			if !slices.Equal(v.Data, before[n]) {
+				t.Errorf("%s: FromTensors changed %s", name, n)
+			}
+		}
+	}
+}
+
+// TestFromTensorsNamesEveryProblem: a missing tensor, an extra one, a
+// mis-shaped one and one whose values do not fill its shape, all in one
+// error that says it is the state dict.
+func TestFromTensorsNamesEveryProblem(t *testing.T) {
+	dir := filepath.Join(fixture.Root(), "base")
+	cfg, err := checkpoint.ReadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tensors := map[string]checkpoint.Tensor{}
+	for n, v := range readAll(t, filepath.Join(dir, "model.safetensors")) {
+		tensors[n] = checkpoint.Tensor{Shape: v.Shape, Data: v.Data}
+	}
+	delete(tensors, "backbone.layers.1.mixer.D")
+	tensors["backbone.layers.0.mixer.extra_thing"] = checkpoint.Tensor{Shape: []int{2}, Data: []float32{1, 2}}
+	tensors["backbone.norm_f.weight"] = checkpoint.Tensor{Shape: []int{63}, Data: make([]float32, 63)}
+	tensors["backbone.layers.0.mixer.D"] = checkpoint.Tensor{Shape: []int{128}, Data: make([]float32, 100)}
+	_, err = checkpoint.FromTensors(cfg, tensors)
+	if err == nil {
+		t.Fatal("a bad state dict loaded")
+	}
+	for _, want := range []string{"state dict", "missing backbone.layers.1.mixer.D [128]",
+		"unexpected tensor backbone.layers.0.mixer.extra_thing (in the state dict)",
+		"backbone.norm_f.weight has shape [63], want [64]", "backbone.layers.0.mixer.D has 100 values for shape [128]"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
 		}
 	}
 }

@@ -51,6 +51,14 @@ type spec struct {
 	optional bool
 }
 
+// tensor is one named tensor of a checkpoint: its shape, where it is (for
+// errors), and a read that gives it as float32.
+type tensor struct {
+	shape []int
+	in    string
+	read  func() ([]float32, error)
+}
+
 // Load reads the model in dir: config.json plus model.safetensors, or the
 // shards listed in model.safetensors.index.json. Every tensor is converted to
 // float32 straight from the memory-mapped files. A bad checkpoint gives one
@@ -69,30 +77,69 @@ func Load(dir string) (*Weights, error) {
 			f.Close()
 		}
 	}()
-	where := map[string]*safetensors.File{}
-	var problems []string
+	tensors := map[string]tensor{}
+	var problems, paths []string
 	for _, f := range files {
+		paths = append(paths, f.Path)
 		for _, n := range f.Names() {
-			if g, dup := where[n]; dup {
-				problems = append(problems, fmt.Sprintf("%s is in both %s and %s", n, filepath.Base(g.Path), filepath.Base(f.Path)))
+			if t, dup := tensors[n]; dup {
+				problems = append(problems, fmt.Sprintf("%s is in both %s and %s", n, t.in, filepath.Base(f.Path)))
 			}
-			where[n] = f
+			info, _ := f.Info(n)
+			tensors[n] = tensor{shape: info.Shape, in: filepath.Base(f.Path), read: func() ([]float32, error) { return f.Float32(n) }}
 		}
 	}
+	return build(cfg, tensors, problems, "checkpoint "+strings.Join(paths, ", "))
+}
 
+// Tensor is one float32 tensor in memory: its row-major shape and values.
+type Tensor struct {
+	Shape []int
+	Data  []float32
+}
+
+// FromTensors builds a model's Weights from float32 tensors in memory,
+// named as a PyTorch state_dict of MambaForCausalLM, MambaModel or the
+// state-spaces models names them, with the same checks as Load. The
+// Weights keep the given slices (A is computed into its own), so the
+// caller must not change them afterwards.
+func FromTensors(cfg Config, tensors map[string]Tensor) (*Weights, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	refs := make(map[string]tensor, len(tensors))
+	var problems []string
+	for n, t := range tensors {
+		want := 1
+		for _, d := range t.Shape {
+			want *= d
+		}
+		if want != len(t.Data) || slices.ContainsFunc(t.Shape, func(d int) bool { return d < 0 }) {
+			problems = append(problems, fmt.Sprintf("%s has %d values for shape %v", n, len(t.Data), t.Shape))
+			continue
+		}
+		refs[n] = tensor{shape: t.Shape, in: "the state dict", read: func() ([]float32, error) { return t.Data, nil }}
+	}
+	return build(cfg, refs, problems, "state dict")
+}
+
+// build gathers the Weights cfg describes from tensors, adding every
+// missing, extra or mis-shaped one to problems; with any problem it fails,
+// naming what (the files, or the state dict).
+func build(cfg Config, tensors map[string]tensor, problems []string, what string) (*Weights, error) {
 	w := &Weights{Config: cfg}
 	// MambaForCausalLM and state-spaces checkpoints prefix the body with
 	// "backbone."; a MambaModel saved on its own does not.
 	prefix := ""
-	for n := range where {
+	for n := range tensors {
 		if strings.HasPrefix(n, "backbone.") {
 			prefix = "backbone."
 			break
 		}
 	}
 	embName := prefix + "embeddings.weight"
-	if _, ok := where[embName]; !ok {
-		if _, ok := where[prefix+"embedding.weight"]; ok {
+	if _, ok := tensors[embName]; !ok {
+		if _, ok := tensors[prefix+"embedding.weight"]; ok {
 			embName = prefix + "embedding.weight"
 		}
 	}
@@ -102,9 +149,9 @@ func Load(dir string) (*Weights, error) {
 		{name: prefix + "norm_f.weight", shape: []int{d}, dst: &w.NormF},
 		{name: "lm_head.weight", shape: []int{V, d}, dst: &w.LMHead, optional: true},
 	}
-	if t, ok := where["input_proj.weight"]; ok {
-		if info, _ := t.Info("input_proj.weight"); len(info.Shape) == 2 {
-			w.Config.InputDim = info.Shape[1]
+	if t, ok := tensors["input_proj.weight"]; ok {
+		if len(t.shape) == 2 {
+			w.Config.InputDim = t.shape[1]
 		}
 		specs = append(specs,
 			spec{name: "input_proj.weight", shape: []int{d, w.Config.InputDim}, dst: &w.InputProj},
@@ -138,19 +185,18 @@ func Load(dir string) (*Weights, error) {
 	known := map[string]bool{}
 	for _, s := range specs {
 		known[s.name] = true
-		f, ok := where[s.name]
+		t, ok := tensors[s.name]
 		if !ok {
 			if !s.optional {
 				problems = append(problems, fmt.Sprintf("missing %s %v", s.name, s.shape))
 			}
 			continue
 		}
-		info, _ := f.Info(s.name)
-		if !slices.Equal(info.Shape, s.shape) {
-			problems = append(problems, fmt.Sprintf("%s has shape %v, want %v (in %s)", s.name, info.Shape, s.shape, filepath.Base(f.Path)))
+		if !slices.Equal(t.shape, s.shape) {
+			problems = append(problems, fmt.Sprintf("%s has shape %v, want %v (in %s)", s.name, t.shape, s.shape, t.in))
 			continue
 		}
-		v, err := f.Float32(s.name)
+		v, err := t.read()
 		if err != nil {
 			problems = append(problems, err.Error())
 			continue
@@ -158,26 +204,22 @@ func Load(dir string) (*Weights, error) {
 		*s.dst = v
 	}
 	var extra []string
-	for n := range where {
+	for n := range tensors {
 		if !known[n] {
 			extra = append(extra, n)
 		}
 	}
 	sort.Strings(extra)
 	for _, n := range extra {
-		problems = append(problems, fmt.Sprintf("unexpected tensor %s (in %s)", n, filepath.Base(where[n].Path)))
+		problems = append(problems, fmt.Sprintf("unexpected tensor %s (in %s)", n, tensors[n].in))
 	}
 	if len(problems) > 0 {
-		names := make([]string, len(files))
-		for i, f := range files {
-			names[i] = f.Path
-		}
-		return nil, fmt.Errorf("checkpoint %s does not match its config (d=%d, layers=%d, d_inner=%d, d_state=%d, dt_rank=%d, conv=%d, vocab=%d): %s",
-			strings.Join(names, ", "), d, cfg.Layers, E, N, R, K, V, strings.Join(problems, "; "))
+		return nil, fmt.Errorf("%s does not match its config (d=%d, layers=%d, d_inner=%d, d_state=%d, dt_rank=%d, conv=%d, vocab=%d): %s",
+			what, d, cfg.Layers, E, N, R, K, V, strings.Join(problems, "; "))
 	}
 	for i := range w.Layers {
-		a := aLog[i]
-		for j, v := range a {
+		a := make([]float32, len(aLog[i]))
+		for j, v := range aLog[i] {
 			a[j] = -float32(math.Exp(float64(v)))
 		}
 		w.Layers[i].A = a

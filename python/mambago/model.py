@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -140,6 +141,102 @@ def cuda_unavailable_reason() -> str:
     return _call(_b.GPUStatus)
 
 
+def _engine_args(device, dtype, blas):
+    """Checks from_pretrained's and from_state_dict's engine arguments and
+    returns (device, dtype, blas_path) as the Go loaders take them."""
+    if not isinstance(device, str):
+        raise TypeError(f"device must be a str, got {type(device).__name__}")
+    if dtype is not None and not isinstance(dtype, str):
+        dtype = str(dtype).replace("torch.", "")
+    if not isinstance(blas, str):
+        raise TypeError(f"blas must be a str, got {type(blas).__name__}")
+    blas_path = {"auto": None, "go": ""}.get(blas, blas)
+    if blas_path is None:
+        blas_path = numpy_blas()
+    return device, dtype or "", blas_path
+
+
+def _config_dict(config) -> dict:
+    """A model configuration as config.json's dict, from a dict, a
+    transformers config (to_dict()), or a config.json path or its folder."""
+    if isinstance(config, (str, os.PathLike)):
+        path = os.fspath(config)
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+        try:
+            with open(path) as f:
+                config = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"config: cannot read {path!r}: {e}") from None
+    elif hasattr(config, "to_dict") and callable(config.to_dict):
+        config = config.to_dict()
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config must be a dict, a transformers config or a config.json path, "
+                        f"got {type(config).__name__}")
+    return dict(config)
+
+
+def _float32_tensor(name, value) -> np.ndarray:
+    """A state_dict entry as a C-contiguous float32 numpy array: torch
+    tensors of any float dtype and device are copied to the CPU as float32
+    (numpy has no bfloat16), numpy float arrays converted."""
+    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
+        import torch
+
+        if not value.is_floating_point():
+            raise TypeError(f"state_dict[{name!r}]: want a float tensor, got {value.dtype}")
+        value = value.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy()
+    a = np.asarray(value)
+    if a.dtype.kind != "f":
+        raise TypeError(f"state_dict[{name!r}]: want a float tensor, got dtype {a.dtype}")
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def _tied_head(state_dict) -> bool:
+    """Whether the state_dict's lm_head.weight is the embedding tensor
+    itself, as a tied PyTorch model's state_dict() lists it twice."""
+    head = state_dict.get("lm_head.weight")
+    for key in ("backbone.embeddings.weight", "backbone.embedding.weight", "embeddings.weight"):
+        emb = state_dict.get(key)
+        if head is None or emb is None:
+            continue
+        if head is emb:
+            return True
+        if hasattr(head, "data_ptr") and hasattr(emb, "data_ptr"):
+            return head.data_ptr() == emb.data_ptr() and tuple(head.shape) == tuple(emb.shape) \
+                and head.stride() == emb.stride() and head.dtype == emb.dtype
+    return False
+
+
+def _pickled_checkpoint(path) -> list:
+    """The pytorch_model.bin files of a folder that has no safetensors
+    checkpoint (the shards of pytorch_model.bin.index.json, or the one
+    file); [] where it has safetensors or neither."""
+    if any(os.path.exists(os.path.join(path, f)) for f in ("model.safetensors", "model.safetensors.index.json")):
+        return []
+    index = os.path.join(path, "pytorch_model.bin.index.json")
+    if os.path.exists(index):
+        with open(index) as f:
+            shards = sorted(set(json.load(f).get("weight_map", {}).values()))
+        return [os.path.join(path, s) for s in shards]
+    single = os.path.join(path, "pytorch_model.bin")
+    return [single] if os.path.exists(single) else []
+
+
+def _torch_load(paths) -> dict:
+    """Every tensor of PyTorch's pickled checkpoint files, through
+    torch.load with weights_only=True (no code in the files runs)."""
+    try:
+        import torch
+    except ImportError:
+        raise ValueError(f"{paths[0]} is a pickled PyTorch checkpoint, which needs torch to read: install torch, "
+                         "or save the model with save_pretrained(..., safe_serialization=True)") from None
+    state = {}
+    for p in paths:
+        state.update(torch.load(p, map_location="cpu", weights_only=True))
+    return state
+
+
 def numpy_blas() -> str:
     """The path of the OpenBLAS library numpy loaded, or "" if there is none.
 
@@ -248,8 +345,11 @@ class Model:
 
     @classmethod
     def from_pretrained(cls, path, device: str = "auto", dtype: str | None = None, blas: str = "auto") -> "Model":
-        """Load a checkpoint folder (config.json plus model.safetensors, or shards
-        with model.safetensors.index.json) as Hugging Face save_pretrained writes it.
+        """Load a checkpoint folder as Hugging Face save_pretrained writes it:
+        config.json plus model.safetensors, or shards with
+        model.safetensors.index.json. A folder with PyTorch's pickled
+        pytorch_model.bin (or its shards) instead loads through torch.load
+        (weights_only=True), which needs torch installed.
 
         device is "auto" (the GPU when one is usable, else the CPU), "cpu" or
         "cuda". dtype is None or "float32" (the default), or, on the CUDA
@@ -268,22 +368,58 @@ class Model:
         path = os.fspath(path)
         if not os.path.isdir(path):
             raise ValueError(f"path {path!r} is not a checkpoint folder")
-        if not isinstance(device, str):
-            raise TypeError(f"device must be a str, got {type(device).__name__}")
-        if dtype is not None and not isinstance(dtype, str):
-            dtype = str(dtype).replace("torch.", "")
-        if not isinstance(blas, str):
-            raise TypeError(f"blas must be a str, got {type(blas).__name__}")
-        blas_path = {"auto": None, "go": ""}.get(blas, blas)
-        if blas_path is None:
-            blas_path = numpy_blas()
-        # The first load on a machine compiles the CUDA kernels (up to half a minute, then
-        # cached): say so on stderr, which a notebook shows in the cell.
+        bins = _pickled_checkpoint(path)
+        if bins:
+            return cls.from_state_dict(_torch_load(bins), path, device=device, dtype=dtype, blas=blas)
+        device, dtype, blas_path = _engine_args(device, dtype, blas)
+        return cls._load(device, lambda: _call(_b.LoadModel, path, device, dtype, blas_path))
+
+    @classmethod
+    def from_state_dict(cls, state_dict, config, device: str = "auto", dtype: str | None = None,
+                        blas: str = "auto") -> "Model":
+        """Run weights already in memory: a PyTorch model's state_dict()
+        (MambaForCausalLM, MambaModel, or the state-spaces naming) with its
+        config, so a script that trained or loaded a model in PyTorch hands
+        it over without saving it first.
+
+        state_dict maps each tensor's name to a torch tensor (any float
+        dtype, on any device; copied to float32 on the CPU) or a numpy float
+        array. config is the model's configuration: a transformers config
+        (anything with to_dict()), a dict as config.json holds it, or the path
+        of a config.json or of the folder holding it. device, dtype and blas
+        are as for from_pretrained. The weights are copied: later changes to
+        the tensors do not reach the model.
+        """
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"state_dict must be a mapping of names to tensors, got {type(state_dict).__name__}")
+        config = _config_dict(config)
+        device, dtype, blas_path = _engine_args(device, dtype, blas)
+        arrays, listing = [], []
+        tied = _tied_head(state_dict)
+        for name, value in state_dict.items():
+            if not isinstance(name, str):
+                raise TypeError(f"state_dict keys must be str, got {type(name).__name__}")
+            if name == "lm_head.weight" and tied:
+                continue  # the embeddings' own storage: the model ties them instead of holding a copy
+            a = _float32_tensor(name, value)
+            arrays.append(a)  # alive until Go has copied it
+            listing.append({"name": name, "shape": list(a.shape), "addr": _addr(a) if a.size else 0})
+        tensors_json = json.dumps(listing)
+        config_json = json.dumps(config, default=str)
+        return cls._load(device, lambda: _call(_b.LoadStateDict, config_json, tensors_json, device, dtype,
+                                               blas_path))
+
+    @classmethod
+    def _load(cls, device, load):
+        """Runs load (a Go call returning a model handle) and wraps the
+        handle. The first load on a machine compiles the CUDA kernels (up to
+        half a minute, then cached): it says so on stderr, which a notebook
+        shows in the cell."""
         notice = _call(_b.CompileNotice, device)
         if notice:
             print(notice, file=sys.stderr, flush=True)
             start = time.perf_counter()
-        model = cls(_call(_b.LoadModel, path, device, dtype or "", blas_path))
+        model = cls(load())
         if notice:
             print(f"mambago: compiled the kernels and loaded the model in {time.perf_counter() - start:.1f} s",
                   file=sys.stderr, flush=True)

@@ -1,0 +1,193 @@
+"""Model.from_state_dict (weights in memory, as a PyTorch state_dict holds
+them) and from_pretrained on a folder of pickled pytorch_model.bin files:
+the same model as from_pretrained on the safetensors checkpoint, bit for
+bit, and clear errors for bad input."""
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+import mambago
+from conftest import case_dir, read_safetensors
+
+CASES = ["base", "untied", "falcon", "conv3_bias", "dstate8", "original", "mambamodel", "features", "bf16"]
+
+
+def prompt(model, rng):
+    """Fresh random input for model, as prefill's keyword arguments."""
+    if model.config.input_dim:
+        return {"features": rng.standard_normal((2, 9, model.config.input_dim)).astype(np.float32)}
+    return {"input_ids": rng.integers(0, model.config.vocab_size, size=(2, 9))}
+
+
+def assert_same_model(got, want, device="cpu"):
+    """got and want give the same bits for every output kind and the state."""
+    kw = prompt(want, np.random.default_rng())
+    for output in ("all", "last", "mean"):
+        assert np.array_equal(got.prefill(**kw, output=output), want.prefill(**kw, output=output)), output
+    sg, sw = got.new_state(2), want.new_state(2)
+    got.prefill(**kw, state=sg)
+    want.prefill(**kw, state=sw)
+    assert np.array_equal(sg.ssm_state(0), sw.ssm_state(0))
+
+
+class HFLikeConfig:
+    """Stands in for a transformers config: anything with to_dict()."""
+
+    def __init__(self, d):
+        self.d = d
+
+    def to_dict(self):
+        return dict(self.d)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_from_state_dict_matches_from_pretrained(name):
+    want = mambago.Model.from_pretrained(case_dir(name), device="cpu")
+    sd = read_safetensors(os.path.join(case_dir(name), "model.safetensors"))
+    with open(os.path.join(case_dir(name), "config.json")) as f:
+        config = json.load(f)
+    for cfg in (config, HFLikeConfig(config), case_dir(name), os.path.join(case_dir(name), "config.json")):
+        got = mambago.Model.from_state_dict(sd, cfg, device="cpu")
+        assert got.config == want.config
+        assert_same_model(got, want)
+
+
+def test_from_state_dict_copies_and_widens():
+    """float16 and float64 arrays load as their float32 values; changing the
+    arrays after the load does not reach the model."""
+    sd = read_safetensors(os.path.join(case_dir("base"), "model.safetensors"))
+    half = {k: v.astype(np.float16) for k, v in sd.items()}
+    up = {k: v.astype(np.float32) for k, v in half.items()}
+    a = mambago.Model.from_state_dict(half, case_dir("base"), device="cpu")
+    b = mambago.Model.from_state_dict(up, case_dir("base"), device="cpu")
+    assert_same_model(a, b)
+    wide = {k: v.astype(np.float64) for k, v in sd.items()}
+    c = mambago.Model.from_state_dict(wide, case_dir("base"), device="cpu")
+    want = mambago.Model.from_pretrained(case_dir("base"), device="cpu")
+    for v in wide.values():
+        v[...] = 0
+    assert_same_model(c, want)
+
+
+def test_from_state_dict_bad_input(tmp_path):
+    sd = read_safetensors(os.path.join(case_dir("base"), "model.safetensors"))
+    cfg = case_dir("base")
+    with pytest.raises(TypeError, match="state_dict must be a mapping"):
+        mambago.Model.from_state_dict(list(sd.items()), cfg)
+    with pytest.raises(TypeError, match="keys must be str"):
+        mambago.Model.from_state_dict({1: np.zeros(3, np.float32)}, cfg)
+    bad = dict(sd, **{"backbone.norm_f.weight": np.arange(64)})
+    with pytest.raises(TypeError, match=r"state_dict\['backbone.norm_f.weight'\]: want a float tensor"):
+        mambago.Model.from_state_dict(bad, cfg)
+    with pytest.raises(TypeError, match="config must be"):
+        mambago.Model.from_state_dict(sd, 42)
+    with pytest.raises(ValueError, match="config: cannot read"):
+        mambago.Model.from_state_dict(sd, str(tmp_path))
+    missing = {k: v for k, v in sd.items() if k != "backbone.layers.1.mixer.D"}
+    with pytest.raises(ValueError, match=r"state dict does not match its config.*missing backbone.layers.1.mixer.D"):
+        mambago.Model.from_state_dict(missing, cfg)
+    extra = dict(sd, **{"backbone.layers.0.mixer.extra": np.zeros(2, np.float32)})
+    with pytest.raises(ValueError, match="unexpected tensor backbone.layers.0.mixer.extra"):
+        mambago.Model.from_state_dict(extra, cfg)
+    shaped = dict(sd, **{"backbone.norm_f.weight": np.zeros((8, 8), np.float32)})
+    with pytest.raises(ValueError, match=r"backbone.norm_f.weight has shape \[8 8\], want \[64\]"):
+        mambago.Model.from_state_dict(shaped, cfg)
+    with open(os.path.join(cfg, "config.json")) as f:
+        config = json.load(f)
+    with pytest.raises(ValueError, match="config"):
+        mambago.Model.from_state_dict(sd, dict(config, hidden_size=0))
+    with pytest.raises(ValueError, match="device"):
+        mambago.Model.from_state_dict(sd, cfg, device="tpu")
+
+
+def pickled_copy(tmp_path, name, torch):
+    """A folder with the case's config.json and its weights as torch.save's
+    pytorch_model.bin, no safetensors."""
+    d = tmp_path / name
+    d.mkdir()
+    shutil.copy(os.path.join(case_dir(name), "config.json"), d)
+    sd = read_safetensors(os.path.join(case_dir(name), "model.safetensors"))
+    torch.save({k: torch.from_numpy(v) for k, v in sd.items()}, d / "pytorch_model.bin")
+    return str(d)
+
+
+def test_pickled_checkpoint_without_torch_says_so(tmp_path, monkeypatch):
+    """A pytorch_model.bin folder needs torch; without it, a ValueError that
+    says so and how to convert (torch hidden where it is installed)."""
+    import builtins
+
+    d = tmp_path / "bin"
+    d.mkdir()
+    shutil.copy(os.path.join(case_dir("base"), "config.json"), d)
+    (d / "pytorch_model.bin").write_bytes(b"not read")
+    real_import = builtins.__import__
+
+    def no_torch(name, *args, **kwargs):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("no torch here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    with pytest.raises(ValueError, match="needs torch to read.*safe_serialization=True"):
+        mambago.Model.from_pretrained(str(d), device="cpu")
+
+
+def test_pickled_checkpoint_loads_through_torch(tmp_path):
+    torch = pytest.importorskip("torch", reason="torch is not installed: pytorch_model.bin needs it")
+    want = mambago.Model.from_pretrained(case_dir("base"), device="cpu")
+    got = mambago.Model.from_pretrained(pickled_copy(tmp_path, "base", torch), device="cpu")
+    assert_same_model(got, want)
+
+
+def test_torch_tensors_of_every_float_dtype():
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    sd = read_safetensors(os.path.join(case_dir("base"), "model.safetensors"))
+    for dt in (torch.float32, torch.bfloat16, torch.float16):
+        tensors = {k: torch.from_numpy(v).to(dt) for k, v in sd.items()}
+        up = {k: t.float().numpy() for k, t in tensors.items()}
+        got = mambago.Model.from_state_dict(tensors, case_dir("base"), device="cpu")
+        assert_same_model(got, mambago.Model.from_state_dict(up, case_dir("base"), device="cpu"))
+    with pytest.raises(TypeError, match="want a float tensor"):
+        mambago.Model.from_state_dict(dict(sd, **{"backbone.norm_f.weight": torch.arange(64)}), case_dir("base"))
+
+
+def test_transformers_model_hands_over():
+    """A transformers model's own state_dict() and config, as a PyTorch
+    script holds them."""
+    pytest.importorskip("torch", reason="torch is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    hf = transformers.AutoModelForCausalLM.from_pretrained(case_dir("base"))
+    got = mambago.Model.from_state_dict(hf.state_dict(), hf.config, device="cpu")
+    assert_same_model(got, mambago.Model.from_pretrained(case_dir("base"), device="cpu"))
+
+
+@pytest.mark.skipif(not mambago.cuda_is_available(), reason=f"no GPU: {mambago.cuda_unavailable_reason()}")
+@pytest.mark.parametrize("dtype", [None, "bfloat16"])
+def test_from_state_dict_on_the_gpu(dtype):
+    sd = read_safetensors(os.path.join(case_dir("base"), "model.safetensors"))
+    got = mambago.Model.from_state_dict(sd, case_dir("base"), device="cuda", dtype=dtype)
+    want = mambago.Model.from_pretrained(case_dir("base"), device="cuda", dtype=dtype)
+    assert got.device == "cuda" and got.dtype == want.dtype
+    assert_same_model(got, want)
+
+
+def test_tied_head_is_not_copied():
+    """A state_dict that lists the embeddings again as lm_head.weight (one
+    array, as tied PyTorch models do) loads as a tied model; a distinct
+    lm_head array loads as the model's own head."""
+    from mambago.model import _tied_head
+
+    sd = read_safetensors(os.path.join(case_dir("base"), "model.safetensors"))
+    tied = dict(sd, **{"lm_head.weight": sd["backbone.embeddings.weight"]})
+    assert _tied_head(tied)
+    own = dict(sd, **{"lm_head.weight": sd["backbone.embeddings.weight"].copy()})
+    assert not _tied_head(own) and not _tied_head(sd)
+    want = mambago.Model.from_pretrained(case_dir("base"), device="cpu")
+    for d in (tied, own):
+        got = mambago.Model.from_state_dict(d, case_dir("base"), device="cpu")
+        h = got.prefill(np.arange(6).reshape(2, 3), output="all")
+        assert np.array_equal(got.logits(h), want.logits(h))
