@@ -137,10 +137,24 @@ def test_pickled_checkpoint_without_torch_says_so(tmp_path, monkeypatch):
 
 
 def test_pickled_checkpoint_loads_through_torch(tmp_path):
+    """One pytorch_model.bin, and the same weights in two shards named by
+    pytorch_model.bin.index.json."""
     torch = pytest.importorskip("torch", reason="torch is not installed: pytorch_model.bin needs it")
     want = mambago.Model.from_pretrained(case_dir("base"), device="cpu")
     got = mambago.Model.from_pretrained(pickled_copy(tmp_path, "base", torch), device="cpu")
     assert_same_model(got, want)
+    d = tmp_path / "shards"
+    d.mkdir()
+    shutil.copy(os.path.join(case_dir("base"), "config.json"), d)
+    sd = read_safetensors(os.path.join(case_dir("base"), "model.safetensors"))
+    names = sorted(sd)
+    weight_map = {}
+    for i, part in enumerate((names[::2], names[1::2])):
+        shard = f"pytorch_model-0000{i + 1}-of-00002.bin"
+        torch.save({k: torch.from_numpy(sd[k]) for k in part}, d / shard)
+        weight_map.update({k: shard for k in part})
+    (d / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    assert_same_model(mambago.Model.from_pretrained(str(d), device="cpu"), want)
 
 
 def test_torch_tensors_of_every_float_dtype():
