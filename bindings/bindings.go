@@ -142,11 +142,13 @@ func GPUStatus() (reason string, err error) {
 	return "", nil
 }
 
-// CompileNotice returns the line to show before LoadModel on device when
-// that will compile the CUDA kernels (the first load on a machine), else "".
-func CompileNotice(device string) (notice string, err error) {
+// LoadNotice returns the line to show before loading the checkpoint folder
+// path ("" for a state dict) on device when that takes a while (a big
+// checkpoint, or the first load on a machine, which compiles the CUDA
+// kernels), else "" (mambago.LoadNotice).
+func LoadNotice(path, device string) (notice string, err error) {
 	defer guard(&err)
-	return mambago.CompileNotice(device), nil
+	return mambago.LoadNotice(path, device), nil
 }
 
 // LoadModel opens the checkpoint folder path on device ("auto", "cpu",

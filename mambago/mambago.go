@@ -17,6 +17,8 @@ package mambago
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -42,18 +44,60 @@ type Options struct {
 	// BLAS is the path of a CBLAS shared library (e.g. numpy's OpenBLAS) for
 	// the CPU engine's GEMMs; empty uses gonum's pure-Go BLAS.
 	BLAS string
-	// Progress, if set, receives a line before and after long work: the
-	// first load on a machine compiles the CUDA kernels for its GPU (about
-	// 3 s on the H200 host with 16 cores, 15 s on 2; then read from the
-	// disk cache; see CompileNotice).
+	// Progress, if set, receives a line before and after long work
+	// (LoadNotice): reading a checkpoint of a GB or more, or the first load
+	// on a machine, which compiles the CUDA kernels for its GPU (3 s on the
+	// H200 host with 16 cores, 15 s on 2; then read from the disk cache).
 	Progress io.Writer
 }
 
-// CompileNotice returns the line to show a user before a model opens on
-// device (as Options.Device) when that will compile CUDA kernels, because
-// the disk cache (cuda.CacheDir) holds none yet for this GPU's
-// architecture; otherwise "". Open writes it to Options.Progress itself.
-func CompileNotice(device string) string {
+// bigCheckpoint is the size from which LoadNotice announces a checkpoint's
+// read (a 1.4 GB checkpoint loads in about 3 s on 2 cores).
+const bigCheckpoint = 1 << 30
+
+// LoadNotice returns the line to show a user before a model opens from the
+// checkpoint folder path ("" for weights already in memory) on device (as
+// Options.Device) when that takes a while: reading a checkpoint of a GB or
+// more, or compiling the CUDA kernels because the disk cache
+// (cuda.CacheDir) holds none yet for this GPU's architecture. Otherwise it
+// returns "". Open writes it to Options.Progress itself, and "mambago:
+// loaded in <seconds> s" after.
+func LoadNotice(path, device string) string {
+	var work []string
+	if n := checkpointBytes(path); n >= bigCheckpoint {
+		work = append(work, fmt.Sprintf("reading %.1f GB of weights from %s", float64(n)/1e9, path))
+	}
+	if c := compileWork(device); c != "" {
+		work = append(work, c)
+	}
+	if len(work) == 0 {
+		return ""
+	}
+	return "mambago: " + strings.Join(work, "; ") + " ..."
+}
+
+// checkpointBytes is the size of the weight files in the folder path
+// (safetensors, or PyTorch's pickles); 0 where there are none.
+func checkpointBytes(path string) int64 {
+	if path == "" {
+		return 0
+	}
+	var n int64
+	for _, pattern := range []string{"*.safetensors", "*.bin"} {
+		files, _ := filepath.Glob(filepath.Join(path, pattern))
+		for _, f := range files {
+			if fi, err := os.Stat(f); err == nil {
+				n += fi.Size()
+			}
+		}
+	}
+	return n
+}
+
+// compileWork says what loading on device will compile ("compiling 13
+// CUDA kernel sources for sm_90 ..."), or "" where nothing: the CPU
+// engine, no usable GPU, or every kernel already in the disk cache.
+func compileWork(device string) string {
 	switch strings.ToLower(device) {
 	case "", "auto", "cuda", "gpu":
 	default:
@@ -70,7 +114,7 @@ func CompileNotice(device string) string {
 	if cuda.CacheDir() == "" {
 		cache = "; with no cache directory every load compiles them (set MAMBAGO_KERNEL_CACHE)"
 	}
-	return fmt.Sprintf("mambago: compiling %d CUDA kernel sources for %s (up to half a minute%s) ...", len(pending), arch, cache)
+	return fmt.Sprintf("compiling %d CUDA kernel sources for %s (up to half a minute%s)", len(pending), arch, cache)
 }
 
 // GPUUsable reports why the CUDA engine cannot run here, or nil when it can.
@@ -100,12 +144,17 @@ func Open(path string, opts Options) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
+	done := opts.announce(path)
 	w, err := checkpoint.Load(path)
 	if err != nil {
 		// A checkpoint that cannot be read is the caller's input: Python raises ValueError.
 		return nil, engine.Invalid("open %s: %v", path, err)
 	}
-	return start(w, useGPU, dt, opts, path)
+	m, err := start(w, useGPU, dt, opts, path)
+	if err == nil {
+		done()
+	}
+	return m, err
 }
 
 // OpenWeights runs weights already in memory (checkpoint.FromTensors, for
@@ -115,7 +164,27 @@ func OpenWeights(w *checkpoint.Weights, opts Options) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	return start(w, useGPU, dt, opts, "the weights")
+	done := opts.announce("")
+	m, err := start(w, useGPU, dt, opts, "the weights")
+	if err == nil {
+		done()
+	}
+	return m, err
+}
+
+// announce writes LoadNotice(path, opts.Device) to opts.Progress, where
+// both are there, and returns what writes the closing line.
+func (opts Options) announce(path string) (done func()) {
+	if opts.Progress == nil {
+		return func() {}
+	}
+	notice := LoadNotice(path, opts.Device)
+	if notice == "" {
+		return func() {}
+	}
+	fmt.Fprintln(opts.Progress, notice)
+	begin := time.Now()
+	return func() { fmt.Fprintf(opts.Progress, "mambago: loaded in %.1f s\n", time.Since(begin).Seconds()) }
 }
 
 // engine says whether opts pick the CUDA engine, and its dtype.
@@ -146,16 +215,7 @@ func (opts Options) engine() (useGPU bool, dt cuda.DType, err error) {
 // the weights in errors.
 func start(w *checkpoint.Weights, useGPU bool, dt cuda.DType, opts Options, what string) (*Model, error) {
 	if useGPU {
-		notice, begin := "", time.Now()
-		if opts.Progress != nil {
-			if notice = CompileNotice(opts.Device); notice != "" {
-				fmt.Fprintln(opts.Progress, notice)
-			}
-		}
 		g, err := gpu.New(w, 0, dt)
-		if notice != "" && err == nil {
-			fmt.Fprintf(opts.Progress, "mambago: compiled the kernels and loaded the model in %.1f s\n", time.Since(begin).Seconds())
-		}
 		if err != nil {
 			return nil, fmt.Errorf("open %s on the GPU: %w", what, err)
 		}

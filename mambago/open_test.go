@@ -1,6 +1,7 @@
 package mambago_test
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -9,19 +10,49 @@ import (
 	"github.com/mambago/mambago/mambago/internal/fixture"
 )
 
-// TestOpenReportsCompile checks Options.Progress: no line for the CPU
-// engine; on a GPU with an empty kernel cache, Open says it compiles before
-// it does and how long the load took, and with the cache filled it says
-// nothing.
+// TestLoadNotice checks what a load announces: nothing for a small
+// checkpoint on the CPU (and nothing written to Options.Progress); a
+// checkpoint of a GB or more (here a sparse file) is announced with its
+// size.
+func TestLoadNotice(t *testing.T) {
+	dir := filepath.Join(fixture.Root(), "base")
+	if n := mambago.LoadNotice(dir, "cpu"); n != "" {
+		t.Fatalf("LoadNotice(base, cpu) = %q", n)
+	}
+	var progress strings.Builder
+	m, err := mambago.Open(dir, mambago.Options{Device: "cpu", Progress: &progress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	if progress.Len() != 0 {
+		t.Fatalf("a small CPU load wrote %q", progress.String())
+	}
+	big := t.TempDir()
+	f, err := os.Create(filepath.Join(big, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(3 << 29); err != nil { // 1.6 GB, sparse
+		t.Fatal(err)
+	}
+	f.Close()
+	want := "mambago: reading 1.6 GB of weights from " + big
+	if n := mambago.LoadNotice(big, "cpu"); !strings.HasPrefix(n, want) {
+		t.Fatalf("LoadNotice(1.6 GB, cpu) = %q, want it to start %q", n, want)
+	}
+}
+
+// TestOpenReportsCompile checks Options.Progress on a GPU: with an empty
+// kernel cache, Open says it compiles before it does and how long the load
+// took; with the cache filled it says nothing. Without a GPU, LoadNotice
+// names no compile.
 func TestOpenReportsCompile(t *testing.T) {
 	t.Setenv("MAMBAGO_KERNEL_CACHE", t.TempDir())
 	dir := filepath.Join(fixture.Root(), "base")
-	if n := mambago.CompileNotice("cpu"); n != "" {
-		t.Fatalf("CompileNotice(cpu) = %q", n)
-	}
 	if err := mambago.GPUUsable(); err != nil {
-		if n := mambago.CompileNotice("auto"); n != "" {
-			t.Fatalf("no GPU (%v), but CompileNotice(auto) = %q", err, n)
+		if n := mambago.LoadNotice(dir, "auto"); n != "" {
+			t.Fatalf("no GPU (%v), but LoadNotice(base, auto) = %q", err, n)
 		}
 		t.Skipf("the rest needs a GPU: %v", err)
 	}
@@ -35,7 +66,7 @@ func TestOpenReportsCompile(t *testing.T) {
 		got := progress.String()
 		t.Logf("load %d: %q", i+1, got)
 		if want == "" && got != "" || want != "" && (!strings.HasPrefix(got, want) ||
-			!strings.Contains(got, "loaded the model in")) {
+			!strings.Contains(got, "\nmambago: loaded in ")) {
 			t.Fatalf("load %d wrote %q; want %q", i+1, got, want)
 		}
 	}

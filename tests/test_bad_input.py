@@ -376,11 +376,21 @@ def test_set_prefill_graphs_needs_the_cuda_engine(base_model):
         base_model.set_prefill_graphs(-1)
 
 
-def test_compile_notice_is_empty_off_the_gpu():
-    """No notice where nothing compiles: the CPU engine, or no usable GPU."""
+def test_load_notice(tmp_path, capsys):
+    """No notice where a load is quick: a small checkpoint, or a state dict,
+    on the CPU. A checkpoint of a GB or more (here a sparse file) is
+    announced on stderr with its size before it is read, and a load that
+    then fails says no more."""
     from mambago._native import bindings, call
 
-    assert call(bindings.CompileNotice, "cpu") == ""
+    assert call(bindings.LoadNotice, case_dir("base"), "cpu") == ""
+    assert call(bindings.LoadNotice, "", "cpu") == ""
     if not mambago.cuda_is_available():
-        assert call(bindings.CompileNotice, "auto") == ""
-        assert call(bindings.CompileNotice, "cuda") == ""
+        assert call(bindings.LoadNotice, case_dir("base"), "auto") == ""
+    shutil.copy(os.path.join(case_dir("base"), "config.json"), tmp_path)
+    with open(tmp_path / "model.safetensors", "wb") as f:
+        f.truncate(3 << 29)  # 1.6 GB of zeros, sparse: not a valid file
+    with pytest.raises(ValueError, match="model.safetensors"):
+        mambago.Model.from_pretrained(str(tmp_path), device="cpu")
+    err = capsys.readouterr().err
+    assert f"mambago: reading 1.6 GB of weights from {tmp_path}" in err and "loaded in" not in err, err

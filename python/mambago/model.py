@@ -16,6 +16,7 @@ Contract of every entry:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -190,6 +191,37 @@ def _float32_tensor(name, value) -> np.ndarray:
     if a.dtype.kind != "f":
         raise TypeError(f"state_dict[{name!r}]: want a float tensor, got dtype {a.dtype}")
     return np.ascontiguousarray(a, dtype=np.float32)
+
+
+@contextlib.contextmanager
+def _announce(path, device):
+    """Around a load that takes a while (a checkpoint of a GB or more, or
+    the first load on a machine, which compiles the CUDA kernels; see
+    mambago.LoadNotice in Go), a line on stderr before it and its time
+    after: stderr shows in a notebook's cell."""
+    notice = _call(_b.LoadNotice, path, device)
+    if notice:
+        print(notice, file=sys.stderr, flush=True)
+    start = time.perf_counter()
+    yield
+    if notice:
+        print(f"mambago: loaded in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
+
+
+def _load_state_dict(state_dict, config, device, dtype, blas_path) -> int:
+    """Hands state_dict's tensors (as float32 numpy arrays, kept alive for
+    the call) and config to Go; returns the model handle."""
+    arrays, listing = [], []
+    tied = _tied_head(state_dict)
+    for name, value in state_dict.items():
+        if not isinstance(name, str):
+            raise TypeError(f"state_dict keys must be str, got {type(name).__name__}")
+        if name == "lm_head.weight" and tied:
+            continue  # the embeddings' own storage: the model ties them instead of holding a copy
+        a = _float32_tensor(name, value)
+        arrays.append(a)  # alive until Go has copied it
+        listing.append({"name": name, "shape": list(a.shape), "addr": _addr(a) if a.size else 0})
+    return _call(_b.LoadStateDict, json.dumps(config, default=str), json.dumps(listing), device, dtype, blas_path)
 
 
 def _tied_head(state_dict) -> bool:
@@ -368,11 +400,12 @@ class Model:
         path = os.fspath(path)
         if not os.path.isdir(path):
             raise ValueError(f"path {path!r} is not a checkpoint folder")
-        bins = _pickled_checkpoint(path)
-        if bins:
-            return cls.from_state_dict(_torch_load(bins), path, device=device, dtype=dtype, blas=blas)
         device, dtype, blas_path = _engine_args(device, dtype, blas)
-        return cls._load(device, lambda: _call(_b.LoadModel, path, device, dtype, blas_path))
+        with _announce(path, device):
+            bins = _pickled_checkpoint(path)
+            if bins:
+                return cls(_load_state_dict(_torch_load(bins), _config_dict(path), device, dtype, blas_path))
+            return cls(_call(_b.LoadModel, path, device, dtype, blas_path))
 
     @classmethod
     def from_state_dict(cls, state_dict, config, device: str = "auto", dtype: str | None = None,
@@ -394,36 +427,8 @@ class Model:
             raise TypeError(f"state_dict must be a mapping of names to tensors, got {type(state_dict).__name__}")
         config = _config_dict(config)
         device, dtype, blas_path = _engine_args(device, dtype, blas)
-        arrays, listing = [], []
-        tied = _tied_head(state_dict)
-        for name, value in state_dict.items():
-            if not isinstance(name, str):
-                raise TypeError(f"state_dict keys must be str, got {type(name).__name__}")
-            if name == "lm_head.weight" and tied:
-                continue  # the embeddings' own storage: the model ties them instead of holding a copy
-            a = _float32_tensor(name, value)
-            arrays.append(a)  # alive until Go has copied it
-            listing.append({"name": name, "shape": list(a.shape), "addr": _addr(a) if a.size else 0})
-        tensors_json = json.dumps(listing)
-        config_json = json.dumps(config, default=str)
-        return cls._load(device, lambda: _call(_b.LoadStateDict, config_json, tensors_json, device, dtype,
-                                               blas_path))
-
-    @classmethod
-    def _load(cls, device, load):
-        """Runs load (a Go call returning a model handle) and wraps the
-        handle. The first load on a machine compiles the CUDA kernels (up to
-        half a minute, then cached): it says so on stderr, which a notebook
-        shows in the cell."""
-        notice = _call(_b.CompileNotice, device)
-        if notice:
-            print(notice, file=sys.stderr, flush=True)
-            start = time.perf_counter()
-        model = cls(load())
-        if notice:
-            print(f"mambago: compiled the kernels and loaded the model in {time.perf_counter() - start:.1f} s",
-                  file=sys.stderr, flush=True)
-        return model
+        with _announce("", device):
+            return cls(_load_state_dict(state_dict, config, device, dtype, blas_path))
 
     def _handle(self):
         if self._h is None:
