@@ -427,7 +427,7 @@ fi
 if [[ $mode == compile ]]; then
   echo "== the first load on a machine: kernels compiled up to 8 at once, and the notice before it (Go, then Python)"
   SHOW='open_test.go:[0-9]+:' run_tests open_test 300 .carry/mambago.test -test.v -test.run 'OpenReportsCompile'
-  timeout 300 python3 -m pytest -q tests/test_gpu.py tests/test_bad_input.py -k 'first_load or compile_notice' \
+  timeout 300 python3 -m pytest -q tests/test_gpu.py tests/test_bad_input.py tests/test_state_dict.py -k 'first_load or load_notice or state_dict' \
     > "$OUT/compile_pytest.log" 2>&1 || status=1
   tail -3 "$OUT/compile_pytest.log"
   run_tests compile_gpu 300 .carry/gpu.test -test.v -test.run 'TestGraphInPlace|TestPrefillGraphCache'
