@@ -110,7 +110,7 @@ def main(argv=None) -> int:
 
     def common(sp):
         """Add the arguments every subcommand takes."""
-        sp.add_argument("model", help="checkpoint folder (config.json + safetensors)")
+        sp.add_argument("model", help="checkpoint folder (config.json + safetensors, or pytorch_model.bin with torch installed)")
         sp.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
         sp.add_argument("--dtype", default=None, help="float32 (default), bfloat16 or float16")
         sp.add_argument("--blas", default="auto", help="CPU GEMMs: auto (numpy's OpenBLAS), go, or a library path")
