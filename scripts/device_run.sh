@@ -129,6 +129,8 @@
 #             then the bf16 prefill and decode comparison (bench/mamba_ssm/compare.py);
 #   compile:  the first load's notice (Go and Python) with the kernels compiled
 #             in parallel, then a few engine tests;
+#   twopasses: the slow second pass, reproduced and traced stage by stage
+#             (BenchmarkTwoPasses);
 #   hfprecision: the bf16/f16 fixture bars for transformers' own models in
 #             those dtypes, beside mambago's (bench/hf_precision.py);
 #   cpu:      the CPU engine's stage timings and the CPU benchmark against HF;
@@ -503,6 +505,12 @@ rows = list(csv.reader(open(sys.argv[1])))[1:]
 sm = [int(r[1].split()[0]) for r in rows if len(r) > 4 and r[1].strip()[0].isdigit()]
 print(f"SM clock: {len(sm)} samples, min {min(sm)} MHz, max {max(sm)} MHz; temperature {rows[0][3].strip()} -> {rows[-1][3].strip()} C")
 PY
+  exit $status
+fi
+if [[ $mode == twopasses ]]; then
+  echo "== the slow second pass: four B=1 shapes on fresh engines, twice in one process (BenchmarkTwoPasses)"
+  timeout 400 .carry/gpu.test -test.v -test.run '^$' -test.bench TwoPasses -test.benchtime 1x > "$OUT/twopasses.log" 2>&1 || status=1
+  grep -E "two passes|FAIL|panic" "$OUT/twopasses.log" | sed 's/^ *bench_test.go:[0-9]*: //'
   exit $status
 fi
 if [[ $mode == ab ]]; then

@@ -516,6 +516,41 @@ func BenchmarkEngineInstances(b *testing.B) {
 	}
 }
 
+// BenchmarkTwoPasses tries to reproduce the slow second pass
+// (results/2026-12-02-poison.md, runs 3-7): the four B=1 shapes that
+// compareSettings' benchmarks time, each on a fresh engine that is closed
+// after it (as there), twice over in one process. Each shape logs its
+// graph replays' median (six rounds of 15, as compareSettings' two settings
+// make) and its eager stage table (CUDA events a stage, 5 prefills), so
+// that a slower pass shows where its time goes.
+func BenchmarkTwoPasses(b *testing.B) {
+	shapes := []benchShape{shape("130m", 1, 2048), shape("130m", 1, 8192), shape("370m", 1, 2048), shape("370m", 1, 8192)}
+	for pass := range 2 {
+		for _, sh := range shapes {
+			b.Run(fmt.Sprintf("pass%d/%s/B%d_T%d", pass, sh.name, sh.B, sh.T), func(b *testing.B) {
+				e, replays := prefillReplays(b, sh)
+				var times []float64
+				for range 6 {
+					times = append(times, replays()...)
+				}
+				st, err := e.NewState(sh.B)
+				if err != nil {
+					b.Fatal(err)
+				}
+				in := engine.Input{B: sh.B, T: sh.T, IDs: randomIDs(sh.B*sh.T, 50280)}
+				out := make([]float32, sh.B*sh.d)
+				table := stageTable(b, e, func() {
+					if err := e.Prefill(st, in, engine.Last, out); err != nil {
+						b.Fatal(err)
+					}
+				})
+				b.Logf("two passes: pass %d %s T=%d: %.3f ms a replay; eager stages:\n%s", pass, sh.name, sh.T,
+					gputest.Median(times), table)
+			})
+		}
+	}
+}
+
 // BenchmarkMemsetEdits times bf16 prefills with cuBLASLt's memsets as
 // captured, against each edit (Engine.MemsetKernels, Engine.HoistMemsets,
 // both), at the shapes of prefillShapes and at 130m and 370m B=1 T=8192
