@@ -17,7 +17,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"unsafe"
 
@@ -168,8 +167,9 @@ func LoadModel(path, device, dtype, blasPath string) (h int64, err error) {
 // state_dict holds them: configJSON is the model's config (config.json's
 // contents), and tensorsJSON lists [{"name", "shape", "addr"}], each addr
 // the start of that tensor's float32 values, C-contiguous, owned by the
-// caller for the call (they are copied). device, dtype and blasPath are as
-// for LoadModel.
+// caller for the call (the GPU engine uploads them, the CPU engine copies
+// them: mambago.OpenBorrowed). device, dtype and blasPath are as for
+// LoadModel.
 func LoadStateDict(configJSON, tensorsJSON, device, dtype, blasPath string) (h int64, err error) {
 	defer guard(&err)
 	cfg, err := checkpoint.ParseConfig([]byte(configJSON))
@@ -196,13 +196,13 @@ func LoadStateDict(configJSON, tensorsJSON, device, dtype, blasPath string) (h i
 		if err := checkBuf("state dict: "+t.Name, t.Addr, n); err != nil {
 			return 0, err
 		}
-		tensors[t.Name] = checkpoint.Tensor{Shape: t.Shape, Data: slices.Clone(floats(t.Addr, n))}
+		tensors[t.Name] = checkpoint.Tensor{Shape: t.Shape, Data: floats(t.Addr, n)}
 	}
 	w, err := checkpoint.FromTensors(cfg, tensors)
 	if err != nil {
 		return 0, fmt.Errorf("ValueError: %w", err)
 	}
-	m, err := mambago.OpenWeights(w, mambago.Options{Device: device, DType: dtype, BLAS: blasPath})
+	m, err := mambago.OpenBorrowed(w, mambago.Options{Device: device, DType: dtype, BLAS: blasPath})
 	if err != nil {
 		return 0, err
 	}

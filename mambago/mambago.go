@@ -158,11 +158,28 @@ func Open(path string, opts Options) (*Model, error) {
 }
 
 // OpenWeights runs weights already in memory (checkpoint.FromTensors, for
-// a PyTorch state_dict) on the engine opts selects.
+// a PyTorch state_dict) on the engine opts selects. The CPU engine keeps w.
 func OpenWeights(w *checkpoint.Weights, opts Options) (*Model, error) {
+	return openWeights(w, opts, false)
+}
+
+// OpenBorrowed is OpenWeights for weights whose memory the caller owns only
+// for the call (a Python caller's arrays): the GPU engine uploads them as
+// they are, and the CPU engine keeps a copy (checkpoint.Weights.Clone), so
+// only that engine pays for one.
+func OpenBorrowed(w *checkpoint.Weights, opts Options) (*Model, error) {
+	return openWeights(w, opts, true)
+}
+
+// openWeights is OpenWeights, copying w first for the CPU engine where
+// borrowed.
+func openWeights(w *checkpoint.Weights, opts Options, borrowed bool) (*Model, error) {
 	useGPU, dt, err := opts.engine()
 	if err != nil {
 		return nil, err
+	}
+	if borrowed && !useGPU {
+		w = w.Clone()
 	}
 	done := opts.announce("")
 	m, err := start(w, useGPU, dt, opts, "the weights")

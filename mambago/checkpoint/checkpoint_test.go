@@ -233,3 +233,31 @@ func TestFromTensorsNamesEveryProblem(t *testing.T) {
 		}
 	}
 }
+
+// TestCloneIsDeep: a clone equals its source, shares none of its memory,
+// keeps the head tied where it was, and covers every tensor field (a new
+// field of Weights or Layer must join Clone's list).
+func TestCloneIsDeep(t *testing.T) {
+	for _, name := range []string{"base", "untied", "features"} {
+		w, err := checkpoint.Load(filepath.Join(fixture.Root(), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := w.Clone()
+		if !reflect.DeepEqual(c, w) || c.Tied() != w.Tied() {
+			t.Fatalf("%s: the clone differs (tied %v, source %v)", name, c.Tied(), w.Tied())
+		}
+		for _, pair := range [][2]any{{w, c}, {&w.Layers[0], &c.Layers[0]}, {&w.Layers[1], &c.Layers[1]}} {
+			a, b := reflect.ValueOf(pair[0]).Elem(), reflect.ValueOf(pair[1]).Elem()
+			for i := range a.NumField() {
+				f := a.Field(i)
+				if f.Type() != reflect.TypeOf([]float32(nil)) || f.Len() == 0 {
+					continue
+				}
+				if f.Pointer() == b.Field(i).Pointer() {
+					t.Errorf("%s: the clone shares %s", name, a.Type().Field(i).Name)
+				}
+			}
+		}
+	}
+}

@@ -42,6 +42,40 @@ type Weights struct {
 	InputBias  []float32 // [d], nil when absent
 }
 
+// Clone returns a deep copy of w, tied as w is (LMHead the same slice as
+// Embeddings where w's are).
+func (w *Weights) Clone() *Weights {
+	c := *w
+	c.Layers = slices.Clone(w.Layers)
+	tied := w.Tied()
+	if tied {
+		c.LMHead = nil // one copy of the table, below
+	}
+	for _, p := range c.tensors() {
+		*p = slices.Clone(*p)
+	}
+	if tied {
+		c.LMHead = c.Embeddings
+	}
+	return &c
+}
+
+// tensors points at every tensor of w: the model's, then each layer's.
+func (w *Weights) tensors() []*[]float32 {
+	ts := []*[]float32{&w.Embeddings, &w.NormF, &w.LMHead, &w.InputProj, &w.InputBias}
+	for i := range w.Layers {
+		l := &w.Layers[i]
+		ts = append(ts, &l.Norm, &l.InProj, &l.InBias, &l.Conv, &l.ConvBias, &l.XProj, &l.DTProj, &l.DTBias,
+			&l.A, &l.D, &l.OutProj, &l.OutBias)
+	}
+	return ts
+}
+
+// Tied reports whether the LM head is the embedding table itself.
+func (w *Weights) Tied() bool {
+	return len(w.LMHead) > 0 && len(w.Embeddings) > 0 && &w.LMHead[0] == &w.Embeddings[0]
+}
+
 // spec is one tensor the loader expects: its name, shape, where it goes, and
 // whether its absence is an error.
 type spec struct {

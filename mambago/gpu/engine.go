@@ -323,7 +323,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 		return nil, err
 	}
 	e.lmHead = e.emb
-	if &w.LMHead[0] != &w.Embeddings[0] {
+	if !w.Tied() {
 		if err = upAll(typed{&e.lmHead}, w.LMHead); err != nil {
 			return nil, err
 		}
