@@ -205,3 +205,36 @@ def test_tied_head_is_not_copied():
         got = mambago.Model.from_state_dict(d, case_dir("base"), device="cpu")
         h = got.prefill(np.arange(6).reshape(2, 3), output="all")
         assert np.array_equal(got.logits(h), want.logits(h))
+
+
+def test_hub_ids_download_through_huggingface_hub(monkeypatch, tmp_path):
+    """A Hub id that is not a folder here goes to huggingface_hub's
+    snapshot_download (a stand-in module here: no network), safetensors
+    first, then pickled weights; without huggingface_hub, or when the
+    download fails, a ValueError that says so. A path that is not an id
+    stays a plain error."""
+    import sys
+    import types
+
+    calls = []
+    pickled_only = tmp_path / "pickled"  # a snapshot with no safetensors
+    pickled_only.mkdir()
+
+    def snapshot_download(repo_id, allow_patterns):
+        calls.append((repo_id, allow_patterns))
+        if repo_id == "org/missing":
+            raise OSError("404 Client Error: Repository Not Found")
+        return str(pickled_only) if len(calls) == 1 else case_dir("base")
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(snapshot_download=snapshot_download))
+    got = mambago.Model.from_pretrained("org/mamba-tiny", device="cpu")
+    assert_same_model(got, mambago.Model.from_pretrained(case_dir("base"), device="cpu"))
+    assert [c[0] for c in calls] == ["org/mamba-tiny"] * 2
+    assert "*.safetensors" in calls[0][1] and "pytorch_model*.bin" in calls[1][1]
+    with pytest.raises(ValueError, match="downloading it from the Hugging Face Hub failed: 404"):
+        mambago.Model.from_pretrained("org/missing", device="cpu")
+    with pytest.raises(ValueError, match="is not a checkpoint folder$"):
+        mambago.Model.from_pretrained(str(tmp_path / "no" / "such" / "folder"), device="cpu")
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import fails
+    with pytest.raises(ValueError, match="install huggingface_hub"):
+        mambago.Model.from_pretrained("org/mamba-tiny", device="cpu")

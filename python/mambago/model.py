@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Mapping
@@ -240,6 +241,38 @@ def _tied_head(state_dict) -> bool:
     return False
 
 
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+# What a Hub download fetches: the config and the safetensors weights, or
+# failing those the pickled ones.
+_HUB_FILES = (["config.json", "*.safetensors", "model.safetensors.index.json"],
+              ["config.json", "pytorch_model*.bin", "pytorch_model.bin.index.json"])
+
+
+def _checkpoint_folder(path) -> str:
+    """path itself where it is a folder; a Hugging Face Hub id ("org/name")
+    that is not a path here is downloaded through huggingface_hub into its
+    cache, and that folder returned."""
+    if os.path.isdir(path):
+        return path
+    if os.path.exists(path) or not _HUB_ID.match(path):
+        raise ValueError(f"path {path!r} is not a checkpoint folder")
+    try:
+        import huggingface_hub
+    except ImportError:
+        raise ValueError(f"path {path!r} is not a checkpoint folder here; to download it from the Hugging Face Hub, "
+                         "install huggingface_hub") from None
+    try:
+        for patterns in _HUB_FILES:
+            folder = huggingface_hub.snapshot_download(path, allow_patterns=patterns)
+            if any(f.endswith((".safetensors", ".bin")) for f in os.listdir(folder)):
+                return folder
+    except Exception as e:  # the Hub's errors: network, unknown repo, gated model
+        raise ValueError(f"path {path!r} is not a checkpoint folder here, and downloading it from the Hugging Face "
+                         f"Hub failed: {e}") from None
+    raise ValueError(f"{path!r} on the Hugging Face Hub has no safetensors or pytorch_model.bin weights")
+
+
 def _pickled_checkpoint(path) -> list:
     """The pytorch_model.bin files of a folder that has no safetensors
     checkpoint (the shards of pytorch_model.bin.index.json, or the one
@@ -381,7 +414,10 @@ class Model:
         config.json plus model.safetensors, or shards with
         model.safetensors.index.json. A folder with PyTorch's pickled
         pytorch_model.bin (or its shards) instead loads through torch.load
-        (weights_only=True), which needs torch installed.
+        (weights_only=True), which needs torch installed. A Hugging Face Hub
+        id ("state-spaces/mamba-130m-hf") that is not a folder here is
+        downloaded through huggingface_hub, where that is installed (its
+        config and weights only, into its cache).
 
         device is "auto" (the GPU when one is usable, else the CPU), "cpu" or
         "cuda". dtype is None or "float32" (the default), or, on the CUDA
@@ -397,9 +433,7 @@ class Model:
         """
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
-        path = os.fspath(path)
-        if not os.path.isdir(path):
-            raise ValueError(f"path {path!r} is not a checkpoint folder")
+        path = _checkpoint_folder(os.fspath(path))
         device, dtype, blas_path = _engine_args(device, dtype, blas)
         with _announce(path, device):
             bins = _pickled_checkpoint(path)
