@@ -2,7 +2,8 @@
 # Runs every test on a fresh machine: go vet; for each Python (3.11 and 3.12
 # where pyenv has them, else python3) a fresh venv, the extension built by
 # `pip install .`, and pytest; then go test, with numpy's OpenBLAS as well. Needs Go >= 1.26 and a C
-# compiler; everything else (gopy, goimports, pybindgen, numpy, pytest) it
+# compiler; everything else (gopy, goimports, pybindgen, numpy, pytest, and
+# nbclient, nbformat and ipykernel for the notebook test) it
 # installs itself, and nvidia-cuda-nvrtc to compile the CUDA kernels.
 # MAMBAGO_PYTHONS="python3.12 ..." picks the interpreters.
 set -euo pipefail
@@ -32,7 +33,7 @@ for py in "${pythons[@]}"; do
   rm -rf "$venv"
   "$py" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q numpy pytest
+  "$venv/bin/python" -m pip install -q numpy pytest nbclient nbformat ipykernel  # the last three: tests/test_notebook.py
   "$venv/bin/python" -m pip install -q .
   step "Python $ver: pytest"
   "$venv/bin/python" -m pytest -q tests
