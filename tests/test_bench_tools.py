@@ -179,3 +179,20 @@ def test_hf_precision_stats_and_cases():
     cases = hf_precision.causal_lm_cases()
     assert {"base", "batch3", "falcon", "embeds"} <= set(cases)
     assert not {"features", "mambamodel", "original"} & set(cases)
+
+
+def test_graph_trace_leaves_memsets_beside_a_kernel_off_the_chain():
+    sys.path.insert(0, str(ROOT / "bench"))
+    import graph_trace
+
+    # Two layers: the memset (1 us) beside the scan starts before it in one
+    # and after it in the other, and neither stays; a memset that ends
+    # before the next kernel starts keeps its place.
+    acts = [("rmsnorm_bf16", 0.0, 2.0), ("memset_rows", 2.5, 3.0), ("nvjet_gemm", 3.5, 9.0),
+            ("memset_rows", 9.5, 10.5), ("scan_onepass", 9.8, 60.0), ("nvjet_gemm", 60.5, 70.0),
+            ("rmsnorm_bf16", 70.5, 72.0), ("memset_rows", 72.5, 73.0), ("nvjet_gemm", 73.5, 79.0),
+            ("scan_onepass", 79.5, 130.0), ("memset_rows", 79.7, 80.7), ("nvjet_gemm", 130.5, 140.0)]
+    layer = ["rmsnorm_bf16", "memset_rows", "nvjet_gemm", "scan_onepass", "nvjet_gemm"]
+    assert [a[0] for a in graph_trace.chain(acts)] == layer + layer
+    rows = graph_trace.with_gaps(graph_trace.chain(acts))
+    assert rows[3][0] == "scan_onepass" and rows[3][4] == 60.5  # the next start: out_proj's
