@@ -1,0 +1,156 @@
+"""Stand-ins for transformers' Mamba causal LMs in inference scripts: swap
+the import and keep the calls.
+
+    from mambago.hf import MambaForCausalLM   # was: from transformers import MambaForCausalLM
+
+    model = MambaForCausalLM.from_pretrained("state-spaces/mamba-130m-hf", device="cuda", dtype="bfloat16")
+    out = model.generate(input_ids, max_new_tokens=20)   # prompt and new tokens, as transformers returns them
+    logits = model(input_ids).logits                     # [B, T, V]
+
+Inputs may be torch tensors (CPU or CUDA) or numpy arrays; outputs come
+back as the same kind, on the input's device. The engine is chosen at load
+(device=, dtype=): .to() and .eval() accept what the model already is and
+refuse the rest with a ValueError that says how to load it instead. A model
+already in PyTorch hands over with from_model.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .model import Model
+
+# transformers' from_pretrained arguments that choose nothing here, or that
+# name what device= and dtype= choose.
+_LOAD_ALIASES = {"torch_dtype": "dtype", "device_map": "device"}
+
+
+class CausalLMOutput:
+    """What a forward call returns: logits [B, T, V] (float32), read as
+    out.logits or out["logits"]."""
+
+    def __init__(self, logits):
+        self.logits = logits
+
+    def __getitem__(self, key):
+        if key != "logits":
+            raise KeyError(key)
+        return self.logits
+
+
+class MambaForCausalLM:
+    """A Mamba (or Falcon-Mamba) causal LM with transformers' inference
+    calls: from_pretrained, a forward call returning .logits, generate
+    returning prompt and new tokens. The mambago Model behind it is .model;
+    its config is .config."""
+
+    def __init__(self, model: Model):
+        self.model = model
+        self.config = model.config
+
+    @classmethod
+    def from_pretrained(cls, path, *, device: str = "auto", dtype=None, blas: str = "auto", **kwargs):
+        """Load as Model.from_pretrained does (a folder or a Hub id).
+        transformers' torch_dtype= and device_map= ("auto", "cpu", "cuda")
+        are read as dtype= and device=; any other argument is a TypeError."""
+        for name, value in kwargs.items():
+            if name not in _LOAD_ALIASES:
+                raise TypeError(f"from_pretrained: unsupported argument {name!r}")
+            if _LOAD_ALIASES[name] == "dtype":
+                dtype = value
+            else:
+                device = str(value).split(":")[0]
+        return cls(Model.from_pretrained(path, device=device, dtype=dtype, blas=blas))
+
+    @classmethod
+    def from_model(cls, hf_model, *, device: str = "auto", dtype=None, blas: str = "auto"):
+        """Take over a transformers model already in memory (its
+        state_dict() and config; Model.from_state_dict)."""
+        return cls(Model.from_state_dict(hf_model.state_dict(), hf_model.config, device=device, dtype=dtype,
+                                         blas=blas))
+
+    def __call__(self, input_ids=None, *, inputs_embeds=None, attention_mask=None, **kwargs) -> CausalLMOutput:
+        """Logits [B, T, V] at every position of a prompt from a zero state.
+        An attention_mask must be all ones (no padding). Arguments that ask
+        for more than logits (labels, caches, hidden states) are a
+        TypeError."""
+        if kwargs:
+            raise TypeError(f"unsupported arguments {sorted(kwargs)}: this model returns logits only")
+        like = input_ids if input_ids is not None else inputs_embeds
+        _check_mask(attention_mask)
+        if inputs_embeds is not None:
+            hidden = self.model.prefill(inputs_embeds=_numpy(inputs_embeds), output="all")
+        else:
+            hidden = self.model.prefill(_numpy(input_ids), output="all")
+        return CausalLMOutput(_like(self.model.logits(hidden), like))
+
+    def generate(self, input_ids, max_new_tokens: int = 20, *, do_sample: bool = False, temperature: float = 1.0,
+                 top_k: int = 50, top_p: float = 1.0, eos_token_id: int | None = None,
+                 pad_token_id: int | None = None, attention_mask=None, seed: int | None = None):
+        """Continue prompts [B, T] by up to max_new_tokens tokens and return
+        prompt and new tokens [B, T + n], as transformers does: greedy unless
+        do_sample (then temperature, top_k and top_p apply; seed makes it
+        reproducible). A row stops at eos_token_id (the config's by default)
+        and is padded with pad_token_id (eos by default) while others go on.
+        An attention_mask must be all ones."""
+        _check_mask(attention_mask)
+        ids = _numpy(input_ids).astype(np.int64, copy=False)
+        if eos_token_id is None:
+            eos_token_id = self.config.eos_token_id
+        if do_sample:
+            new = self.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                                      seed=seed, eos_token_id=eos_token_id)
+        else:
+            new = self.model.generate(ids, max_new_tokens, eos_token_id=eos_token_id)
+        if eos_token_id is not None and pad_token_id is not None and pad_token_id != eos_token_id:
+            # The engine pads a stopped row with eos: everything after its first eos.
+            seen = np.cumsum(new == eos_token_id, axis=1)
+            first = (new == eos_token_id) & (seen == 1)
+            new = np.where((seen > 0) & ~first, pad_token_id, new)
+        return _like(np.concatenate([ids.reshape(new.shape[0], -1), new], axis=1), input_ids)
+
+    def eval(self):
+        """Return self: the model only ever runs inference."""
+        return self
+
+    def to(self, *args, **kwargs):
+        """Return self where the arguments ask for the device and dtype the
+        model already has; the engine is chosen at load, so anything else
+        is a ValueError that says how to load it instead."""
+        for a in list(args) + list(kwargs.values()):
+            want = str(a).replace("torch.", "")
+            if want.split(":")[0] in ("cpu", "cuda") and want.split(":")[0] != self.model.device:
+                raise ValueError(f"this model runs on {self.model.device}: load it with "
+                                 f"from_pretrained(..., device={want.split(':')[0]!r}) instead of moving it")
+            if want in ("float32", "float", "bfloat16", "float16", "half") and \
+                    {"float": "float32", "half": "float16"}.get(want, want) != self.model.dtype:
+                raise ValueError(f"this model computes in {self.model.dtype}: load it with "
+                                 f"from_pretrained(..., dtype={want!r}) instead of casting it")
+        return self
+
+    def __repr__(self):
+        return f"mambago.hf.MambaForCausalLM({self.model!r})"
+
+
+def _numpy(x) -> np.ndarray:
+    """x as a numpy array: torch tensors are copied to the CPU first."""
+    if type(x).__module__.startswith("torch") and hasattr(x, "detach"):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _like(a: np.ndarray, like):
+    """a as the kind of array like is: a torch tensor on like's device, or
+    numpy."""
+    if type(like).__module__.startswith("torch") and hasattr(like, "device"):
+        import torch
+
+        return torch.from_numpy(a).to(like.device)
+    return a
+
+
+def _check_mask(mask):
+    """Refuses an attention mask with padding: the engine runs whole rows."""
+    if mask is not None and not np.all(_numpy(mask) == 1):
+        raise ValueError("attention_mask has padding (zeros): mambago runs every row whole; "
+                         "run rows of different lengths as separate calls")

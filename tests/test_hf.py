@@ -1,0 +1,84 @@
+"""mambago.hf.MambaForCausalLM, the stand-in for transformers' class in
+inference scripts: the same numbers as mambago.Model's calls, transformers'
+shapes and conventions, and, where torch and transformers are installed,
+transformers' own logits and greedy tokens."""
+
+import numpy as np
+import pytest
+
+import mambago
+from conftest import case_dir, rel_err
+from mambago.hf import MambaForCausalLM
+
+
+def test_forward_and_generate_follow_transformers_conventions():
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    ref = mambago.Model.from_pretrained(case_dir("base"), device="cpu")
+    rng = np.random.default_rng()
+    ids = rng.integers(0, m.config.vocab_size, size=(2, 7))
+    out = m(ids, attention_mask=np.ones_like(ids))
+    assert np.array_equal(out.logits, ref.logits(ref.prefill(ids, output="all")))
+    assert out["logits"] is out.logits and out.logits.shape == (2, 7, m.config.vocab_size)
+    full = m.generate(ids, max_new_tokens=5)
+    assert full.shape == (2, 12) and np.array_equal(full[:, :7], ids)
+    assert np.array_equal(full[:, 7:], ref.generate(ids, 5, eos_token_id=ref.config.eos_token_id))
+    sampled = m.generate(ids, max_new_tokens=5, do_sample=True, temperature=0.7, top_k=10, seed=3)
+    assert np.array_equal(sampled, m.generate(ids, max_new_tokens=5, do_sample=True, temperature=0.7, top_k=10,
+                                              seed=3))
+    emb = rng.standard_normal((1, 4, m.config.hidden_size)).astype(np.float32)
+    assert np.array_equal(m(inputs_embeds=emb).logits, ref.logits(ref.prefill(inputs_embeds=emb, output="all")))
+    assert m.eval() is m and m.to("cpu") is m and m.to("float32") is m
+
+
+def test_pad_token_follows_the_first_eos():
+    """A row that stops at eos is padded with pad_token_id while another row
+    goes on (the engine pads with eos itself)."""
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    rng = np.random.default_rng()
+    for _ in range(100):  # two prompts whose greedy runs give a token for row 0 to stop at
+        ids = rng.integers(0, m.config.vocab_size, size=(2, 3))
+        free = m.model.generate(ids, 6)  # new tokens, no stop
+        eos = int(free[0, 1])
+        if eos not in free[1] and eos != free[0, 0]:
+            break
+    else:
+        pytest.skip("no prompt pair found")
+    pad = (eos + 1) % m.config.vocab_size
+    got = m.generate(ids, max_new_tokens=6, eos_token_id=eos, pad_token_id=pad)
+    assert np.array_equal(got[:, :3], ids)
+    assert np.array_equal(got[0, 3:], [free[0, 0], eos] + [pad] * 4), (got, free)
+    assert np.array_equal(got[1, 3:], free[1])
+
+
+def test_refuses_what_it_cannot_do():
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    ids = np.array([[5, 17, 33]])
+    with pytest.raises(ValueError, match="attention_mask has padding"):
+        m(ids, attention_mask=np.array([[0, 1, 1]]))
+    with pytest.raises(ValueError, match="attention_mask has padding"):
+        m.generate(ids, attention_mask=np.array([[0, 1, 1]]))
+    with pytest.raises(TypeError, match="logits only"):
+        m(ids, labels=ids)
+    with pytest.raises(TypeError, match="unsupported argument 'trust_remote_code'"):
+        MambaForCausalLM.from_pretrained(case_dir("base"), trust_remote_code=True)
+    with pytest.raises(ValueError, match="device='cuda'"):
+        m.to("cuda:0")
+    with pytest.raises(ValueError, match="dtype='bfloat16'"):
+        m.to("bfloat16")
+    assert MambaForCausalLM.from_pretrained(case_dir("base"), device_map="cpu").model.device == "cpu"
+
+
+def test_matches_transformers():
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    hf = transformers.MambaForCausalLM.from_pretrained(case_dir("base")).eval()
+    ours = MambaForCausalLM.from_model(hf, device="cpu")
+    ids = torch.randint(0, hf.config.vocab_size, (2, 9))
+    with torch.no_grad():
+        want_logits = hf(ids).logits
+        want_tokens = hf.generate(ids, max_new_tokens=6, do_sample=False)
+    got = ours(ids).logits
+    assert isinstance(got, torch.Tensor) and got.shape == want_logits.shape
+    assert rel_err(got.numpy(), want_logits.numpy()) <= 1e-4
+    tokens = ours.generate(ids, max_new_tokens=6)
+    assert isinstance(tokens, torch.Tensor) and torch.equal(tokens, want_tokens), (tokens, want_tokens)
