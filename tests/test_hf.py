@@ -82,3 +82,16 @@ def test_matches_transformers():
     assert rel_err(got.numpy(), want_logits.numpy()) <= 1e-4
     tokens = ours.generate(ids, max_new_tokens=6)
     assert isinstance(tokens, torch.Tensor) and torch.equal(tokens, want_tokens), (tokens, want_tokens)
+
+
+def test_falcon_matches_transformers():
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    from mambago.hf import FalconMambaForCausalLM
+
+    hf = transformers.FalconMambaForCausalLM.from_pretrained(case_dir("falcon")).eval()
+    ours = FalconMambaForCausalLM.from_pretrained(case_dir("falcon"), device="cpu")
+    ids = torch.randint(0, hf.config.vocab_size, (1, 12))
+    with torch.no_grad():
+        assert rel_err(ours(ids).logits.numpy(), hf(ids).logits.numpy()) <= 1e-4
+        assert torch.equal(ours.generate(ids, max_new_tokens=5), hf.generate(ids, max_new_tokens=5, do_sample=False))

@@ -154,3 +154,8 @@ def _check_mask(mask):
     if mask is not None and not np.all(_numpy(mask) == 1):
         raise ValueError("attention_mask has padding (zeros): mambago runs every row whole; "
                          "run rows of different lengths as separate calls")
+
+
+# Falcon-Mamba checkpoints load through the same class (model_type
+# "falcon_mamba" in their config).
+FalconMambaForCausalLM = MambaForCausalLM
