@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test on a fresh machine: go vet; for each Python (3.11 and 3.12
+# Runs every test on a fresh machine: go vet; for each Python (3.10 to 3.13
 # where pyenv has them, else python3) a fresh venv, the extension built by
 # `pip install .`, and pytest; then go test, with numpy's OpenBLAS as well. Needs Go >= 1.26 and a C
 # compiler; everything else (gopy, goimports, pybindgen, numpy, pytest, and
@@ -15,7 +15,7 @@ pythons=()
 if [[ -n "${MAMBAGO_PYTHONS:-}" ]]; then
   read -r -a pythons <<<"$MAMBAGO_PYTHONS"
 elif command -v pyenv >/dev/null; then
-  for v in 3.11 3.12; do
+  for v in 3.10 3.11 3.12 3.13; do
     p=$(pyenv prefix "$(pyenv versions --bare | grep -E "^${v//./\\.}(\.[0-9]+)?$" | tail -1)" 2>/dev/null || true)
     [[ -n "$p" && -x "$p/bin/python3" ]] && pythons+=("$p/bin/python3")
   done
