@@ -7,6 +7,10 @@ Load a Hugging Face checkpoint folder and run it from numpy::
     hidden = model.prefill(input_ids, output="all")   # [B, T, d]
     tokens = model.generate(input_ids, max_new_tokens=32)
 
+Weights already in PyTorch load with Model.from_state_dict, and
+mambago.hf.MambaForCausalLM stands in for transformers' class in inference
+scripts.
+
 The engine is Go (github.com/mambago/mambago), called through a gopy
 extension; Python never runs in the hot loop.
 """
