@@ -238,3 +238,14 @@ def test_hub_ids_download_through_huggingface_hub(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # import fails
     with pytest.raises(ValueError, match="install huggingface_hub"):
         mambago.Model.from_pretrained("org/mamba-tiny", device="cpu")
+
+
+def test_ml_dtypes_bfloat16_arrays():
+    """numpy arrays of ml_dtypes' bfloat16 (as JAX and others hand out)
+    load as their float32 values."""
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="ml_dtypes is not installed")
+    sd = read_safetensors(os.path.join(case_dir("base"), "model.safetensors"))
+    bf = {k: v.astype(ml_dtypes.bfloat16) for k, v in sd.items()}
+    up = {k: v.astype(np.float32) for k, v in bf.items()}
+    assert_same_model(mambago.Model.from_state_dict(bf, case_dir("base"), device="cpu"),
+                      mambago.Model.from_state_dict(up, case_dir("base"), device="cpu"))

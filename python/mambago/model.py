@@ -189,7 +189,7 @@ def _float32_tensor(name, value) -> np.ndarray:
             raise TypeError(f"state_dict[{name!r}]: want a float tensor, got {value.dtype}")
         value = value.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy()
     a = np.asarray(value)
-    if a.dtype.kind != "f":
+    if a.dtype.kind != "f" and "float" not in a.dtype.name:  # ml_dtypes' bfloat16 is kind "V"
         raise TypeError(f"state_dict[{name!r}]: want a float tensor, got dtype {a.dtype}")
     return np.ascontiguousarray(a, dtype=np.float32)
 
