@@ -95,3 +95,19 @@ def test_falcon_matches_transformers():
     with torch.no_grad():
         assert rel_err(ours(ids).logits.numpy(), hf(ids).logits.numpy()) <= 1e-4
         assert torch.equal(ours.generate(ids, max_new_tokens=5), hf.generate(ids, max_new_tokens=5, do_sample=False))
+
+
+def test_cuda_tensors_in_and_out():
+    """On the GPU, CUDA tensors in give CUDA tensors out, with the CPU
+    engine's numbers (within the f32 engines' 1e-4)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    if not (mambago.cuda_is_available() and torch.cuda.is_available()):
+        pytest.skip(f"no GPU: {mambago.cuda_unavailable_reason() or 'torch sees none'}")
+    gpu = MambaForCausalLM.from_pretrained(case_dir("base"), device_map="cuda")
+    cpu = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    ids = torch.randint(0, gpu.config.vocab_size, (2, 9), device="cuda")
+    got = gpu(ids).logits
+    assert got.device.type == "cuda" and gpu.model.device == "cuda"
+    assert rel_err(got.cpu().numpy(), cpu(ids.cpu()).logits.numpy()) <= 1e-4
+    tokens = gpu.generate(ids, max_new_tokens=4)
+    assert tokens.device.type == "cuda" and tokens.shape == (2, 13)
