@@ -433,8 +433,8 @@ class Model:
         """
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
+        device, dtype, blas_path = _engine_args(device, dtype, blas)  # before any download
         path = _checkpoint_folder(os.fspath(path))
-        device, dtype, blas_path = _engine_args(device, dtype, blas)
         with _announce(path, device):
             bins = _pickled_checkpoint(path)
             if bins:
