@@ -46,15 +46,8 @@ func archName(major, minor int) string { return fmt.Sprintf("sm_%d%d", major, mi
 // without retaining its context, for callers that only need to know what
 // the kernels compile for.
 func DeviceArch(ordinal int) (string, error) {
-	n, err := DeviceCount()
+	dev, err := deviceHandle(ordinal)
 	if err != nil {
-		return "", err
-	}
-	if ordinal < 0 || ordinal >= n {
-		return "", fmt.Errorf("cuda: device %d does not exist (%d devices)", ordinal, n)
-	}
-	var dev C.int
-	if err := check("cuDeviceGet", C.mg_cuDeviceGet(&dev, C.int(ordinal))); err != nil {
 		return "", err
 	}
 	var cc [2]C.int
@@ -66,19 +59,27 @@ func DeviceArch(ordinal int) (string, error) {
 	return archName(int(cc[0]), int(cc[1])), nil
 }
 
+// deviceHandle returns the driver's handle of device ordinal, or an error
+// naming how many devices there are.
+func deviceHandle(ordinal int) (C.int, error) {
+	n, err := DeviceCount()
+	if err != nil {
+		return 0, err
+	}
+	if ordinal < 0 || ordinal >= n {
+		return 0, fmt.Errorf("cuda: device %d does not exist (%d devices)", ordinal, n)
+	}
+	var dev C.int
+	return dev, check("cuDeviceGet", C.mg_cuDeviceGet(&dev, C.int(ordinal)))
+}
+
 // Open retains the primary context of device ordinal and reads its properties.
 func Open(ordinal int) (*Device, error) {
-	n, err := DeviceCount()
+	dev, err := deviceHandle(ordinal)
 	if err != nil {
 		return nil, err
 	}
-	if ordinal < 0 || ordinal >= n {
-		return nil, fmt.Errorf("cuda: device %d does not exist (%d devices)", ordinal, n)
-	}
-	d := &Device{Ordinal: ordinal}
-	if err := check("cuDeviceGet", C.mg_cuDeviceGet(&d.dev, C.int(ordinal))); err != nil {
-		return nil, err
-	}
+	d := &Device{Ordinal: ordinal, dev: dev}
 	var name [256]C.char
 	if err := check("cuDeviceGetName", C.mg_cuDeviceGetName(&name[0], 256, d.dev)); err != nil {
 		return nil, err

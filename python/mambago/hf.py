@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import Model
+from .model import Model, _is_torch_tensor
 
 # transformers' from_pretrained arguments that choose nothing here, or that
 # name what device= and dtype= choose.
@@ -134,7 +134,7 @@ class MambaForCausalLM:
 
 def _numpy(x) -> np.ndarray:
     """x as a numpy array: torch tensors are copied to the CPU first."""
-    if type(x).__module__.startswith("torch") and hasattr(x, "detach"):
+    if _is_torch_tensor(x):
         return x.detach().cpu().numpy()
     return np.asarray(x)
 
@@ -142,7 +142,7 @@ def _numpy(x) -> np.ndarray:
 def _like(a: np.ndarray, like):
     """a as the kind of array like is: a torch tensor on like's device, or
     numpy."""
-    if type(like).__module__.startswith("torch") and hasattr(like, "device"):
+    if _is_torch_tensor(like):
         import torch
 
         return torch.from_numpy(a).to(like.device)

@@ -178,11 +178,16 @@ def _config_dict(config) -> dict:
     return dict(config)
 
 
+def _is_torch_tensor(x) -> bool:
+    """Whether x is a torch tensor (without importing torch)."""
+    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
+
+
 def _float32_tensor(name, value) -> np.ndarray:
     """A state_dict entry as a C-contiguous float32 numpy array: torch
     tensors of any float dtype and device are copied to the CPU as float32
     (numpy has no bfloat16), numpy float arrays converted."""
-    if type(value).__module__.startswith("torch") and hasattr(value, "detach"):
+    if _is_torch_tensor(value):
         import torch
 
         if not value.is_floating_point():
