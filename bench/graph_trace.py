@@ -217,6 +217,25 @@ def compare_instances(runs):
             print(f"  {i:>5} {row['role']:<10} " + " ".join(cells))
 
 
+def run_between(shape, T):
+    """Builds a bf16 model of shape, runs 20 prefills of one sequence of T
+    random ids on the GPU and closes it."""
+    import mambago
+    import random_checkpoint
+    import torch
+
+    mg = mambago.Model.from_pretrained(random_checkpoint.cached(shape), device="cuda", dtype="bfloat16")
+    ids = torch.randint(0, mg.config.vocab_size, (1, T), device="cuda")
+    out = torch.empty(1, random_checkpoint.SHAPES[shape][0], device="cuda")
+    stream = torch.cuda.Stream()
+    state = mg.new_state(1)
+    for _ in range(20):
+        mg.prefill_ptr(ids.data_ptr(), (1, T), out_ptr=out.data_ptr(), state=state, stream=stream.cuda_stream)
+    stream.synchronize()
+    mg.close()
+    print(f"  (between: {shape} T={T}, 20 prefills)")
+
+
 def main():
     """Build the model, trace replays at each length, write the JSON."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -227,6 +246,9 @@ def main():
     p.add_argument("--gemm", default=None, help="Model.set_gemm's algorithm (default: the model's own)")
     p.add_argument("--instances", type=int, default=1,
                    help="models built, traced and closed one after another in this process, compared at the end")
+    p.add_argument("--between", default="", type=lambda v: [x.split(":") for x in v.split(",") if x],
+                   help="SHAPE:T,...: before each instance after the first, build each of these bf16 models, run "
+                        "20 prefills of B=1, T and close it (the slow pass of bench/NOTES.md)")
     p.add_argument("--out", required=True)
     a = p.parse_args()
     import mambago
@@ -237,12 +259,18 @@ def main():
         p.error(f"--shape {a.shape}: one of {', '.join(random_checkpoint.SHAPES)}")
     if a.instances < 1:
         p.error("--instances: at least 1")
+    for item in a.between:
+        if len(item) != 2 or item[0] not in random_checkpoint.SHAPES or not item[1].isdigit():
+            p.error(f"--between: {':'.join(item)!r} is not SHAPE:T")
     d, L = random_checkpoint.SHAPES[a.shape]
     path = random_checkpoint.cached(a.shape)
     result = {"shape": a.shape, "B": a.B, "gemm": a.gemm, "gpu": torch.cuda.get_device_name(), "instances": []}
     for i in range(a.instances):
         if a.instances > 1:
             print(f"\n==== instance {i + 1} of {a.instances}")
+        if i > 0:
+            for shape, T in a.between:
+                run_between(shape, int(T))
         mg = mambago.Model.from_pretrained(path, device="cuda", dtype="bfloat16")
         mg.set_prefill_graphs(len(a.lengths) + 1)
         if a.gemm:

@@ -130,7 +130,11 @@
 #   compile:  the first load's notice (Go and Python) with the kernels compiled
 #             in parallel, then a few engine tests;
 #   twopasses: the slow second pass, reproduced and traced stage by stage
-#             (BenchmarkTwoPasses);
+#             (BenchmarkTwoPasses; scripts/twopass_probe.sh has its probes);
+#   instancetrace: bf16 models built, traced kernel by kernel and closed one
+#             after another in one process (graph_trace.py --instances;
+#             TRACE_SHAPES, TRACE_LENGTHS, TRACE_INSTANCES, and TRACE_BETWEEN,
+#             models run between them, as 370m:2048,370m:8192);
 #   hfprecision: the bf16/f16 fixture bars for transformers' own models in
 #             those dtypes, beside mambago's (bench/hf_precision.py);
 #   cpu:      the CPU engine's stage timings and the CPU benchmark against HF;
@@ -414,7 +418,7 @@ if [[ $mode == instancetrace ]]; then
   echo "== models built one after another in one process, each traced (bench/graph_trace.py --instances)"
   for shape in ${TRACE_SHAPES:-130m}; do
     timeout 400 python3 bench/graph_trace.py --shape $shape --lengths ${TRACE_LENGTHS:-2048,8192} \
-      --instances ${TRACE_INSTANCES:-6} --out "$OUT/instances_$shape.json" > "$OUT/instances_$shape.log" 2>&1 || status=1
+      --instances ${TRACE_INSTANCES:-6} ${TRACE_BETWEEN:+--between $TRACE_BETWEEN} --out "$OUT/instances_$shape.json" > "$OUT/instances_$shape.log" 2>&1 || status=1
     sed -n '/^== T=/,$p' "$OUT/instances_$shape.log"
   done
   exit $status

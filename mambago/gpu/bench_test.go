@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/mambago/checkpoint"
@@ -519,35 +522,125 @@ func BenchmarkEngineInstances(b *testing.B) {
 // BenchmarkTwoPasses tries to reproduce the slow second pass
 // (results/2026-12-02-poison.md, runs 3-7): the four B=1 shapes that
 // compareSettings' benchmarks time, each on a fresh engine that is closed
-// after it (as there), twice over in one process. Each shape logs its
-// graph replays' median (six rounds of 15, as compareSettings' two settings
-// make) and its eager stage table (CUDA events a stage, 5 prefills), so
-// that a slower pass shows where its time goes.
+// after it (as there), twice over in one process. $TWOPASS_SHAPES replaces
+// that sequence with its own, as "130m:2048,370m:8192,768x96:2048" (a size,
+// or a width and a count of layers, and a length). Each step
+// logs its graph replays' median (six rounds of 15, as compareSettings' two
+// settings make) and, unless $TWOPASS_STAGES is 0, its eager stage table
+// (CUDA events a stage, 5 prefills), so that a slower step shows where its
+// time goes. Two probes tell the engine's memory from the process's state:
+// with $TWOPASS_KEEP=1 the first step's engine stays open and is timed again
+// after each later step; $TWOPASS_PADS, as "0,1,3", holds that many MB of
+// device memory while a step builds and times its engine, so that its
+// buffers land elsewhere. $TWOPASS_SLEEPS, as "0,0,40", idles that many
+// seconds before a step (to let the GPU cool); $TWOPASS_LONG_GEMM=lt runs
+// the GEMMs of steps longer than 2048 on cuBLASLt's heuristic pick instead of
+// the tuned one (whose tuning launches every candidate). Each line starts with the
+// time of day, to be read beside nvidia-smi's log.
 func BenchmarkTwoPasses(b *testing.B) {
-	shapes := []benchShape{shape("130m", 1, 2048), shape("130m", 1, 8192), shape("370m", 1, 2048), shape("370m", 1, 8192)}
-	for pass := range 2 {
-		for _, sh := range shapes {
-			b.Run(fmt.Sprintf("pass%d/%s/B%d_T%d", pass, sh.name, sh.B, sh.T), func(b *testing.B) {
-				e, replays := prefillReplays(b, sh)
-				var times []float64
-				for range 6 {
-					times = append(times, replays()...)
+	var steps []benchShape
+	if list := os.Getenv("TWOPASS_SHAPES"); list != "" {
+		for _, item := range strings.Split(list, ",") {
+			name, t, _ := strings.Cut(item, ":")
+			T, err := strconv.Atoi(t)
+			sh := shape(name, 1, T)
+			if w, l, ok := strings.Cut(name, "x"); ok { // width x layers
+				sh.d, _ = strconv.Atoi(w)
+				sh.layers, _ = strconv.Atoi(l)
+			}
+			if err != nil || sh.d <= 0 || sh.layers <= 0 {
+				b.Fatalf("TWOPASS_SHAPES: %q is not size:length (size 130m, 370m, 1.4b, 2.8b or width x layers)", item)
+			}
+			steps = append(steps, sh)
+		}
+	} else {
+		shapes := []benchShape{shape("130m", 1, 2048), shape("130m", 1, 8192), shape("370m", 1, 2048), shape("370m", 1, 8192)}
+		steps = append(shapes, shapes...)
+	}
+	stages := os.Getenv("TWOPASS_STAGES") != "0"
+	counts := func(name string) []int {
+		var n []int
+		for _, f := range strings.FieldsFunc(os.Getenv(name), func(r rune) bool { return r == ',' }) {
+			c, err := strconv.Atoi(f)
+			if err != nil || c < 0 {
+				b.Fatalf("%s: %q is not a count", name, f)
+			}
+			n = append(n, c)
+		}
+		return n
+	}
+	pads, sleeps := counts("TWOPASS_PADS"), counts("TWOPASS_SLEEPS")
+	// median times six rounds of replays, each of a graph captured anew: the
+	// median and least of all, and each round's median.
+	median := func(replays func() []float64) (float64, float64, string) {
+		var times []float64
+		var rounds []string
+		for range 6 {
+			ms := replays()
+			times = append(times, ms...)
+			rounds = append(rounds, fmt.Sprintf("%.3f", gputest.Median(ms)))
+		}
+		return gputest.Median(times), slices.Min(times), strings.Join(rounds, " ")
+	}
+	var keptEngine *gpu.Engine
+	var kept func() ([]float64, error) // the first step's engine's replays, with $TWOPASS_KEEP=1
+	if os.Getenv("TWOPASS_KEEP") == "1" {
+		keptEngine, kept = prefillReplaysErr(b, steps[0]) // closed when the benchmark ends
+	}
+	for i, sh := range steps {
+		b.Run(fmt.Sprintf("step%d/%s/B%d_T%d", i, sh.name, sh.B, sh.T), func(b *testing.B) {
+			if i < len(sleeps) {
+				time.Sleep(time.Duration(sleeps[i]) * time.Second)
+			}
+			if i < len(pads) && pads[i] > 0 {
+				gputest.Device(b)
+				gputest.Alloc(b, pads[i]<<20) // freed when the step ends
+			}
+			keptReplays := func() []float64 {
+				ms, err := kept()
+				if err != nil {
+					b.Fatal(err)
 				}
+				return ms
+			}
+			var e *gpu.Engine
+			var replays func() []float64
+			if i == 0 && kept != nil {
+				e, replays = keptEngine, keptReplays
+			} else {
+				e, replays = prefillReplays(b, sh)
+			}
+			if os.Getenv("TWOPASS_HOIST") == "0" {
+				e.HoistMemsets = false
+			}
+			if sh.T > 2048 && os.Getenv("TWOPASS_LONG_GEMM") == "lt" { // the heuristic's pick: no tuning's candidates
+				if err := e.SetGemmAlgo(cuda.GemmLt); err != nil {
+					b.Fatal(err)
+				}
+			}
+			med, low, rounds := median(replays)
+			table := "(not taken)"
+			if stages {
 				st, err := e.NewState(sh.B)
 				if err != nil {
 					b.Fatal(err)
 				}
 				in := engine.Input{B: sh.B, T: sh.T, IDs: randomIDs(sh.B*sh.T, 50280)}
-				out := make([]float32, sh.B*sh.d)
-				table := stageTable(b, e, func() {
-					if err := e.Prefill(st, in, engine.Last, out); err != nil {
+				last := make([]float32, sh.B*sh.d)
+				table = stageTable(b, e, func() {
+					if err := e.Prefill(st, in, engine.Last, last); err != nil {
 						b.Fatal(err)
 					}
 				})
-				b.Logf("two passes: pass %d %s T=%d: %.3f ms a replay; eager stages:\n%s", pass, sh.name, sh.T,
-					gputest.Median(times), table)
-			})
-		}
+			}
+			b.Logf("two passes: %s step %d %s T=%d: %.3f ms a replay (min %.3f; rounds %s); eager stages:\n%s",
+				time.Now().Format(time.TimeOnly), i, sh.name, sh.T, med, low, rounds, table)
+			if kept != nil && i > 0 {
+				med, low, rounds := median(keptReplays)
+				b.Logf("two passes: %s step %d, the first step's engine again: %.3f ms a replay (min %.3f; rounds %s)",
+					time.Now().Format(time.TimeOnly), i, med, low, rounds)
+			}
+		})
 	}
 }
 
