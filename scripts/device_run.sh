@@ -50,7 +50,10 @@
 #             with FUSED_PROFILE=1 also ncu's stall samples of the kernel in a
 #             130m prefill and bf16 prefills off and on (BenchmarkFusedConvXProj);
 #   ab:       bf16 prefills at the bars' shapes (BenchmarkPrefillShapes),
-#             this build and .carry/base's taking turns, and their ratios;
+#             this build and .carry/base's taking turns, and their ratios
+#             (a base before 2026-12-02 04:00 runs its shapes in another
+#             order, which can put its 370m T=2048 in the slow state of
+#             bench/results/2026-12-02-slowpass.md: compare 130m there);
 #   residual: Engine.ResidualPrefetch (the scan asks L2 for the residual
 #             rows out_proj adds into): the tests with it, memcheck, then
 #             bf16 prefills with it off and on (BenchmarkResidualPrefetch);
