@@ -50,6 +50,53 @@ def test_pad_token_follows_the_first_eos():
     assert np.array_equal(got[1, 3:], free[1])
 
 
+def test_transformers_script_conveniences():
+    """What scripts written for transformers also call: AutoModelForCausalLM,
+    generate's max_length (prompt included) and use_cache, .device and
+    .dtype, float16 embeddings."""
+    from mambago.hf import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    rng = np.random.default_rng()
+    ids = rng.integers(0, m.config.vocab_size, size=(2, 5))
+    free = m.generate(ids, max_new_tokens=4)
+    assert free.shape[0] == 2 and 6 <= free.shape[1] <= 9  # fewer where both rows stop at eos
+    assert np.array_equal(m.generate(ids, max_length=9), free)
+    assert np.array_equal(m.generate(ids, max_new_tokens=4, max_length=6), free)  # the first wins
+    assert np.array_equal(m.generate(ids, max_new_tokens=4, use_cache=False), free)
+    with pytest.raises(ValueError, match="max_length=5 leaves no room"):
+        m.generate(ids, max_length=5)
+    assert np.array_equal(m(ids, use_cache=True).logits, m(ids).logits)
+    emb = rng.standard_normal((1, 3, m.config.hidden_size)).astype(np.float16)
+    assert np.array_equal(m(inputs_embeds=emb).logits, m(inputs_embeds=emb.astype(np.float32)).logits)
+    try:
+        import torch
+    except ImportError:
+        assert m.device == "cpu" and m.dtype == "float32"
+    else:
+        assert m.device == torch.device("cpu") and m.dtype == torch.float32
+        t = torch.from_numpy(emb.astype(np.float32)).to(torch.bfloat16)
+        got = m(inputs_embeds=t).logits
+        assert isinstance(got, torch.Tensor) and torch.equal(got, m(inputs_embeds=t.float()).logits)
+
+
+def test_refuses_other_architectures(tmp_path):
+    """A config of another model type fails at load, naming it, even where
+    its dimensions would pass."""
+    import json
+    import shutil
+
+    from mambago.hf import AutoModelForCausalLM
+
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(f"{case_dir('base')}/{name}", tmp_path / name)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["model_type"] = "llama"
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match='model_type "llama"'):
+        AutoModelForCausalLM.from_pretrained(tmp_path, device="cpu")
+
+
 def test_refuses_what_it_cannot_do():
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
     ids = np.array([[5, 17, 33]])
@@ -82,6 +129,10 @@ def test_matches_transformers():
     assert rel_err(got.numpy(), want_logits.numpy()) <= 1e-4
     tokens = ours.generate(ids, max_new_tokens=6)
     assert isinstance(tokens, torch.Tensor) and torch.equal(tokens, want_tokens), (tokens, want_tokens)
+    with torch.no_grad():
+        want = hf.generate(ids.to(hf.device), max_length=13, do_sample=False)
+    assert torch.equal(ours.generate(ids.to(ours.device), max_length=13), want)
+    assert ours.device == hf.device and ours.dtype == hf.dtype
 
 
 def test_falcon_matches_transformers():

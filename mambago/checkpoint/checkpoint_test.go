@@ -58,6 +58,24 @@ func TestConfigRejects(t *testing.T) {
 			t.Errorf("ParseConfig(%s) accepted it", js)
 		}
 	}
+	// Other architectures, whose dimensions alone would pass.
+	for js, want := range map[string]string{
+		`{"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "intermediate_size": 128}`: `model_type "llama"`,
+		`{"model_type": "mamba2", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10}`:                          `model_type "mamba2"`,
+		`{"d_model": 64, "n_layer": 2, "vocab_size": 10, "ssm_cfg": {"layer": "Mamba2"}}`:                                `ssm_cfg.layer "Mamba2"`,
+	} {
+		if _, err := checkpoint.ParseConfig([]byte(js)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseConfig(%s) = %v, want an error naming %s", js, err, want)
+		}
+	}
+	for _, js := range []string{
+		`{"model_type": "mamba", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10}`,
+		`{"d_model": 64, "n_layer": 2, "vocab_size": 10, "ssm_cfg": {"layer": "Mamba1"}}`,
+	} {
+		if _, err := checkpoint.ParseConfig([]byte(js)); err != nil {
+			t.Errorf("ParseConfig(%s): %v", js, err)
+		}
+	}
 	c, err := checkpoint.ParseConfig([]byte(`{"d_model": 80, "n_layer": 3, "vocab_size": 50277, "pad_vocab_size_multiple": 8, "ssm_cfg": {"d_state": 8}}`))
 	if err != nil {
 		t.Fatal(err)

@@ -37,13 +37,18 @@ type Config struct {
 	EOSTokenID     int     `json:"eos_token_id"` // -1 when the config names none
 }
 
-// ParseConfig decodes a config.json in Hugging Face or state-spaces form.
+// ParseConfig decodes a config.json in Hugging Face or state-spaces form. It
+// refuses a model type other than Mamba-1's (model_type "mamba" or
+// "falcon_mamba", or none; ssm_cfg's layer "Mamba1" or none).
 func ParseConfig(data []byte) (Config, error) {
 	var raw map[string]any
 	if err := json.Unmarshal(data, &raw); err != nil {
 		return Config{}, err
 	}
 	if ssm, ok := raw["ssm_cfg"].(map[string]any); ok {
+		if layer, _ := ssm["layer"].(string); layer != "" && layer != "Mamba1" {
+			return Config{}, fmt.Errorf("ssm_cfg.layer %q: mambago runs Mamba-1 models only", layer)
+		}
 		// Original state-spaces names: lift ssm_cfg into the top level.
 		for k, v := range ssm {
 			if _, dup := raw[k]; !dup {
@@ -75,6 +80,11 @@ func ParseConfig(data []byte) (Config, error) {
 	}
 	c := Config{}
 	c.ModelType, _ = raw["model_type"].(string)
+	switch c.ModelType {
+	case "", "mamba", "falcon_mamba": // "": state-spaces configs name none
+	default:
+		return Config{}, fmt.Errorf("model_type %q: mambago runs Mamba-1 models only (mamba or falcon_mamba)", c.ModelType)
+	}
 	c.Falcon = c.ModelType == "falcon_mamba"
 	c.Hidden = integer(0, "hidden_size", "d_model")
 	c.Layers = integer(0, "num_hidden_layers", "n_layer")

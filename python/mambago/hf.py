@@ -8,10 +8,14 @@ the import and keep the calls.
     logits = model(input_ids).logits                     # [B, T, V]
 
 Inputs may be torch tensors (CPU or CUDA) or numpy arrays; outputs come
-back as the same kind, on the input's device. The engine is chosen at load
+back as the same kind, on the input's device. Embeddings may be float32, or
+bfloat16/float16 tensors (widened exactly). The engine is chosen at load
 (device=, dtype=): .to() and .eval() accept what the model already is and
-refuse the rest with a ValueError that says how to load it instead. A model
-already in PyTorch hands over with from_model.
+refuse the rest with a ValueError that says how to load it instead;
+.device and .dtype say what it is, as torch objects where torch is
+installed (so `inputs.to(model.device)` works). A model already in PyTorch
+hands over with from_model. AutoModelForCausalLM is the same class: it
+loads Mamba and Falcon-Mamba checkpoints and refuses any other model type.
 """
 
 from __future__ import annotations
@@ -48,6 +52,21 @@ class MambaForCausalLM:
         self.model = model
         self.config = model.config
 
+    @property
+    def device(self):
+        """Where the model runs: torch.device("cuda:0") or ("cpu") where
+        torch is installed, else the string."""
+        name = "cuda:0" if self.model.device == "cuda" else "cpu"
+        torch = _torch()
+        return torch.device(name) if torch else name
+
+    @property
+    def dtype(self):
+        """The dtype the engine computes in: torch.float32, torch.bfloat16
+        or torch.float16 where torch is installed, else its name."""
+        torch = _torch()
+        return getattr(torch, self.model.dtype) if torch else self.model.dtype
+
     @classmethod
     def from_pretrained(cls, path, *, device: str = "auto", dtype=None, blas: str = "auto", **kwargs):
         """Load as Model.from_pretrained does (a folder or a Hub id).
@@ -69,11 +88,12 @@ class MambaForCausalLM:
         return cls(Model.from_state_dict(hf_model.state_dict(), hf_model.config, device=device, dtype=dtype,
                                          blas=blas))
 
-    def __call__(self, input_ids=None, *, inputs_embeds=None, attention_mask=None, **kwargs) -> CausalLMOutput:
+    def __call__(self, input_ids=None, *, inputs_embeds=None, attention_mask=None, use_cache=None,
+                 **kwargs) -> CausalLMOutput:
         """Logits [B, T, V] at every position of a prompt from a zero state.
-        An attention_mask must be all ones (no padding). Arguments that ask
-        for more than logits (labels, caches, hidden states) are a
-        TypeError."""
+        An attention_mask must be all ones (no padding); use_cache changes
+        nothing (no cache is returned). Arguments that ask for more than
+        logits (labels, caches, hidden states) are a TypeError."""
         if kwargs:
             raise TypeError(f"unsupported arguments {sorted(kwargs)}: this model returns logits only")
         like = input_ids if input_ids is not None else inputs_embeds
@@ -84,17 +104,27 @@ class MambaForCausalLM:
             hidden = self.model.prefill(_numpy(input_ids), output="all")
         return CausalLMOutput(_like(self.model.logits(hidden), like))
 
-    def generate(self, input_ids, max_new_tokens: int = 20, *, do_sample: bool = False, temperature: float = 1.0,
-                 top_k: int = 50, top_p: float = 1.0, eos_token_id: int | None = None,
-                 pad_token_id: int | None = None, attention_mask=None, seed: int | None = None):
+    def generate(self, input_ids, max_new_tokens: int | None = None, *, max_length: int | None = None,
+                 do_sample: bool = False, temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0,
+                 eos_token_id: int | None = None, pad_token_id: int | None = None, attention_mask=None,
+                 use_cache: bool = True, seed: int | None = None):
         """Continue prompts [B, T] by up to max_new_tokens tokens and return
         prompt and new tokens [B, T + n], as transformers does: greedy unless
         do_sample (then temperature, top_k and top_p apply; seed makes it
-        reproducible). A row stops at eos_token_id (the config's by default)
-        and is padded with pad_token_id (eos by default) while others go on.
-        An attention_mask must be all ones."""
+        reproducible). Without max_new_tokens, max_length counts the prompt
+        too (T + n <= max_length); with neither, 20 new tokens. A row stops
+        at eos_token_id (the config's by default) and is padded with
+        pad_token_id (eos by default) while others go on. An attention_mask
+        must be all ones; use_cache changes nothing (the state is always
+        carried)."""
         _check_mask(attention_mask)
         ids = _numpy(input_ids).astype(np.int64, copy=False)
+        if max_new_tokens is None:
+            T = ids.shape[-1] if ids.ndim else 0
+            if max_length is not None and max_length <= T:
+                raise ValueError(f"max_length={max_length} leaves no room after a prompt of {T} tokens: "
+                                 f"raise it, or pass max_new_tokens")
+            max_new_tokens = 20 if max_length is None else max_length - T
         if eos_token_id is None:
             eos_token_id = self.config.eos_token_id
         if do_sample:
@@ -133,10 +163,25 @@ class MambaForCausalLM:
 
 
 def _numpy(x) -> np.ndarray:
-    """x as a numpy array: torch tensors are copied to the CPU first."""
+    """x as a numpy array: torch tensors are copied to the CPU first, and
+    bfloat16/float16 ones (which numpy cannot hold or the engine take)
+    widened to float32, exactly."""
     if _is_torch_tensor(x):
-        return x.detach().cpu().numpy()
-    return np.asarray(x)
+        x = x.detach()
+        if x.is_floating_point() and x.element_size() == 2:
+            x = x.float()
+        return x.cpu().numpy()
+    a = np.asarray(x)
+    return a.astype(np.float32) if a.dtype == np.float16 else a
+
+
+def _torch():
+    """The torch module where it is installed, else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
 
 
 def _like(a: np.ndarray, like):
@@ -157,5 +202,8 @@ def _check_mask(mask):
 
 
 # Falcon-Mamba checkpoints load through the same class (model_type
-# "falcon_mamba" in their config).
+# "falcon_mamba" in their config), and so do scripts written against
+# transformers' AutoModelForCausalLM: the loader reads the model type from
+# the config and refuses any that is not Mamba-1.
 FalconMambaForCausalLM = MambaForCausalLM
+AutoModelForCausalLM = MambaForCausalLM
