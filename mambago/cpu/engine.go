@@ -14,6 +14,7 @@ type Engine struct {
 	w   *checkpoint.Weights
 	cfg checkpoint.Config
 	a2  [][]float32 // per layer, A·log2(e) [E, N]: the scan's exp as exp2
+	a2t [][]float32 // per layer, a2 in groups of eight channels [E/8][N][8] (scanLanes)
 	// ChunkRows bounds B·T per pass; longer prompts run in chunks along T.
 	ChunkRows int
 	// BLAS, when set, runs the GEMMs (e.g. numpy's OpenBLAS); nil uses gonum.
@@ -35,6 +36,7 @@ func New(w *checkpoint.Weights) *Engine {
 			a2[i] = a * math.Log2E
 		}
 		e.a2 = append(e.a2, a2)
+		e.a2t = append(e.a2t, transposeA2(a2, w.Config.Inner, w.Config.State))
 	}
 	return e
 }

@@ -80,7 +80,7 @@ func (e *Engine) block(l int, w *work, conv, ssm []float32) {
 	t = e.Timer.lap(t, "x_proj")
 	e.gemm(w.delta, E, w.dbl, R+2*N, lw.DTProj, rows, E, R, 0) // its bias goes into the scan
 	t = e.Timer.lap(t, "dt_proj")
-	e.scan(w, lw, e.a2[l], ssm)
+	e.scan(w, l, ssm)
 	t = e.Timer.lap(t, "scan")
 	e.gemm(w.h, d, w.y, E, lw.OutProj, rows, d, E, 1) // onto the residual stream
 	addBias(w.h, lw.OutBias)
@@ -202,16 +202,26 @@ func (e *Engine) conv(w *work, lw *checkpoint.Layer, state []float32) {
 	})
 }
 
-// scan runs the selective scan (exp(delta·A) computed as exp2(delta·A·log2 e),
-// with a2 = A·log2 e) with softplus(delta + dt bias), the D skip and
-// the silu(z) gate fused in, from and into the carried SSM state [B, E, N].
-func (e *Engine) scan(w *work, lw *checkpoint.Layer, a2, state []float32) {
+// scan runs layer l's selective scan (exp(delta·A) computed as
+// exp2(delta·A·log2 e), with a2 = A·log2 e) with softplus(delta + dt bias),
+// the D skip and the silu(z) gate fused in, from and into the carried SSM
+// state [B, E, N]. With AVX2, eight channels at a time run in the lanes of
+// one register (scanLanes); the channels left over, or all of them without
+// AVX2, run one at a time below.
+func (e *Engine) scan(w *work, l int, state []float32) {
 	E, R, N, T := e.cfg.Inner, e.cfg.DTRank, e.cfg.State, w.T
+	lw, a2 := &e.w.Layers[l], e.a2[l]
 	stride := R + 2*N
 	blocks := (E + chanBlock - 1) / chanBlock
 	parallelFor(w.B*blocks, func(job int) {
 		b, e0 := job/blocks, (job%blocks)*chanBlock
 		e1 := min(E, e0+chanBlock)
+		if useLanes {
+			scratch := make([]float32, N*laneWidth)
+			for ; e0+laneWidth <= e1; e0 += laneWidth {
+				e.scanLanes(w, l, b, e0, state, scratch)
+			}
+		}
 		for t := 0; t < T; t++ {
 			r := b*T + t
 			Bt := w.dbl[r*stride+R : r*stride+R+N]

@@ -37,6 +37,10 @@ func scanRow(s, a2, b, c []float32, dt, dtu float32) float32 {
 // useAVX2 selects the assembly kernel; tests turn it off to check the Go loop.
 var useAVX2 = hasAVX2
 
+// useLanes runs the scan eight channels at a time (scanLanes); tests turn
+// it off to check it against the channel-at-a-time loop.
+var useLanes = hasAVX2
+
 // scanConsts are exp2neg's constants, as the assembly kernel loads them:
 // the clamp, 1/2, ln 2, the polynomial from x^6 down to x^0, and 127 (as bits).
 var scanConsts = [11]float32{

@@ -9,3 +9,8 @@ var hasAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 //
 //go:noescape
 func scanRowAVX2(s, a2, b, c *float32, count int, dt, dtu float32, k *[11]float32) float32
+
+// scanLanesAVX2 runs a lane call of the scan (lanes.go) in AVX2/FMA.
+//
+//go:noescape
+func scanLanesAVX2(a *laneScan)

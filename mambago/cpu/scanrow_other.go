@@ -7,3 +7,5 @@ const hasAVX2 = false
 func scanRowAVX2(s, a2, b, c *float32, count int, dt, dtu float32, k *[11]float32) float32 {
 	panic("unreachable")
 }
+
+func scanLanesAVX2(a *laneScan) { panic("unreachable") }

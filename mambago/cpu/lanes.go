@@ -1,0 +1,110 @@
+package cpu
+
+import (
+	"math"
+	"unsafe"
+)
+
+// The scan with eight channels in the eight lanes of an AVX2 register
+// (lanes_amd64.s). scanRow vectorizes over the N states of one channel, so
+// for each (position, channel) it pays a call, a horizontal sum and a
+// scalar softplus and silu, which at N = 16 cost more than the 16 updates.
+// Across channels every step is a vector operation: softplus of eight time
+// steps, the N updates of eight states (each state's decay exp2(dt·a2) is
+// its own), the D skip and the silu gate. The lanes keep the states in a
+// transposed scratch [N][8] and walk all T positions in one call.
+
+// laneWidth is the number of channels a lane call runs.
+const laneWidth = 8
+
+// laneScan holds one lane call's operands; lanes_amd64.s reads its fields
+// at the offsets TestLaneScanLayout pins.
+type laneScan struct {
+	delta, u, z, y *float32 // position 0 of channel e0: dt_proj's output, the conv's, in_proj's z half, the output
+	bc             *float32 // position 0's B (N values), followed by its C
+	a2t            *float32 // A·log2(e) of the eight channels, [N][8]
+	state          *float32 // their SSM states, [N][8], updated in place
+	k              *[laneConsts][8]float32
+	T              int
+	nBytes         int // 4·N
+	rowE, rowZ     int // bytes from one position to the next in delta, u and y, and in z
+	rowBC          int // bytes from one position's B to the next one's
+	dtBias, d      [laneWidth]float32
+}
+
+// laneConsts is the count of laneK's vectors.
+const laneConsts = 18
+
+// laneK holds the constants of lanes_amd64.s, each broadcast to eight lanes:
+// exp2neg's clamp, 1/2, ln 2, its polynomial from x^6 down to x^2, 1, and
+// 127 (as bits); then log2(e), the sign mask, 2, softplus' threshold 20
+// and the odd series of its log1p from 1/11 down to 1/3.
+var laneK = func() (k [laneConsts][8]float32) {
+	vals := [laneConsts]float32{-126, 0.5, math.Ln2, 1.0 / 720, 1.0 / 120, 1.0 / 24, 1.0 / 6, 1,
+		math.Float32frombits(127), math.Log2E, math.Float32frombits(0x7fffffff), 2, 20,
+		1.0 / 11, 1.0 / 9, 1.0 / 7, 1.0 / 5, 1.0 / 3}
+	for i, v := range vals {
+		for j := range k[i] {
+			k[i][j] = v
+		}
+	}
+	return k
+}()
+
+// transposeA2 returns a2 [E, N] as [E/8][N][8]: each group of eight
+// channels' values for state n side by side (channels past the last whole
+// group are left out; the scalar loop runs them).
+func transposeA2(a2 []float32, E, N int) []float32 {
+	groups := E / laneWidth
+	t := make([]float32, groups*N*laneWidth)
+	for g := range groups {
+		for lane := range laneWidth {
+			for n := range N {
+				t[(g*N+n)*laneWidth+lane] = a2[(g*laneWidth+lane)*N+n]
+			}
+		}
+	}
+	return t
+}
+
+// scanLanes runs the scan of channels ch..ch+7 of sequence b over the
+// chunk's T positions, as scan's scalar loop does for each channel, with
+// scratch [N][8] for their states.
+func (e *Engine) scanLanes(w *work, l int, b, ch int, state, scratch []float32) {
+	E, R, N, T := e.cfg.Inner, e.cfg.DTRank, e.cfg.State, w.T
+	lw := &e.w.Layers[l]
+	stride := R + 2*N
+	r0, last := b*T, b*T+T-1
+	// The kernel reads and writes through raw pointers: make sure every
+	// row it touches is in its slice.
+	_, _, _, _ = w.delta[last*E+ch+7], w.u[last*E+ch+7], w.y[last*E+ch+7], w.xz[last*2*E+E+ch+7]
+	_, _, _ = w.dbl[last*stride+stride-1], e.a2t[l][(ch/laneWidth+1)*N*laneWidth-1], scratch[N*laneWidth-1]
+	for lane := range laneWidth {
+		for n, v := range state[(b*E+ch+lane)*N : (b*E+ch+lane+1)*N] {
+			scratch[n*laneWidth+lane] = v
+		}
+	}
+	a := laneScan{
+		delta: &w.delta[r0*E+ch], u: &w.u[r0*E+ch], y: &w.y[r0*E+ch], z: &w.xz[r0*2*E+E+ch],
+		bc: &w.dbl[r0*stride+R], a2t: &e.a2t[l][ch/laneWidth*N*laneWidth], state: &scratch[0], k: &laneK,
+		T: T, nBytes: 4 * N, rowE: 4 * E, rowZ: 8 * E, rowBC: 4 * stride,
+	}
+	copy(a.dtBias[:], lw.DTBias[ch:ch+laneWidth])
+	copy(a.d[:], lw.D[ch:ch+laneWidth])
+	scanLanesAVX2(&a)
+	for lane := range laneWidth {
+		for n := range N {
+			state[(b*E+ch+lane)*N+n] = scratch[n*laneWidth+lane]
+		}
+	}
+}
+
+// laneScanOffsets are the byte offsets of laneScan's fields that
+// lanes_amd64.s uses, in its order (checked by TestLaneScanLayout).
+var laneScanOffsets = [...]uintptr{
+	unsafe.Offsetof(laneScan{}.delta), unsafe.Offsetof(laneScan{}.u), unsafe.Offsetof(laneScan{}.z),
+	unsafe.Offsetof(laneScan{}.y), unsafe.Offsetof(laneScan{}.bc), unsafe.Offsetof(laneScan{}.a2t),
+	unsafe.Offsetof(laneScan{}.state), unsafe.Offsetof(laneScan{}.k), unsafe.Offsetof(laneScan{}.T),
+	unsafe.Offsetof(laneScan{}.nBytes), unsafe.Offsetof(laneScan{}.rowE), unsafe.Offsetof(laneScan{}.rowZ),
+	unsafe.Offsetof(laneScan{}.rowBC), unsafe.Offsetof(laneScan{}.dtBias), unsafe.Offsetof(laneScan{}.d),
+}

@@ -1,0 +1,156 @@
+#include "textflag.h"
+
+// laneScan's fields (lanes.go; TestLaneScanLayout pins them).
+#define DELTA 0
+#define U 8
+#define Z 16
+#define Y 24
+#define BC 32
+#define A2T 40
+#define STATE 48
+#define KONST 56
+#define POSITIONS 64
+#define NBYTES 72
+#define ROWE 80
+#define ROWZ 88
+#define ROWBC 96
+#define DTBIAS 104
+#define DSKIP 136
+
+// laneK's vectors (lanes.go), as offsets from R13. Y8-Y12 hold the first
+// ones that every exp2 needs: -126, 1/2, ln 2, 1 and 127.
+#define K_P6 96
+#define K_P5 128
+#define K_P4 160
+#define K_P3 192
+#define K_LOG2E 288
+#define K_ABS 320
+#define K_TWO 352
+#define K_TWENTY 384
+#define K_S11 416
+#define K_S9 448
+#define K_S7 480
+#define K_S5 512
+#define K_S3 544
+
+// EXP2NEG sets P to 2^X for X <= 0 in eight lanes, as exp2neg (mathx.go)
+// does: X clamped to -126, k = trunc(X - 1/2), a degree-6 polynomial of
+// (X - k)·ln 2, times 2^k. It overwrites X, K and F.
+#define EXP2NEG(X, K, F, P) \
+	VMAXPS Y8, X, X; \
+	VSUBPS Y9, X, K; \
+	VCVTTPS2DQ K, K; \
+	VCVTDQ2PS K, F; \
+	VSUBPS F, X, X; \
+	VMULPS Y10, X, X; \
+	VMOVUPS K_P6(R13), P; \
+	VFMADD213PS K_P5(R13), X, P; \
+	VFMADD213PS K_P4(R13), X, P; \
+	VFMADD213PS K_P3(R13), X, P; \
+	VFMADD213PS Y9, X, P; \
+	VFMADD213PS Y11, X, P; \
+	VFMADD213PS Y11, X, P; \
+	VPADDD Y12, K, K; \
+	VPSLLD $23, K, K; \
+	VMULPS K, P, P
+
+// NEGEXP sets P to e^-|X| in eight lanes, through EXP2NEG; it keeps X and
+// overwrites T, K and F.
+#define NEGEXP(X, T, K, F, P) \
+	VANDPS K_ABS(R13), X, T; \
+	VMULPS K_LOG2E(R13), T, T; \
+	VXORPS P, P, P; \
+	VSUBPS T, P, T; \
+	EXP2NEG(T, K, F, P)
+
+// func scanLanesAVX2(a *laneScan)
+//
+// For each of a.T positions, in eight channels (lanes) at once:
+//   dt  = softplus(delta + dt_bias)               (x above 20 taken as is)
+//   s_n = 2^(dt·a2_n)·s_n + dt·u·B_n, acc = Σ_n s_n·C_n   for n < N
+//   y   = (acc + D·u)·silu(z)
+// as scan's scalar loop computes each channel (mixer.go).
+TEXT ·scanLanesAVX2(SB), NOSPLIT, $0-8
+	MOVQ a+0(FP), AX
+	MOVQ DELTA(AX), DI
+	MOVQ U(AX), SI
+	MOVQ Z(AX), R8
+	MOVQ Y(AX), R9
+	MOVQ BC(AX), R10
+	MOVQ A2T(AX), R11
+	MOVQ STATE(AX), R12
+	MOVQ KONST(AX), R13
+	MOVQ POSITIONS(AX), CX
+	TESTQ CX, CX
+	JLE done
+	VMOVUPS 0(R13), Y8    // -126
+	VMOVUPS 32(R13), Y9   // 1/2
+	VMOVUPS 64(R13), Y10  // ln 2
+	VMOVUPS 224(R13), Y11 // 1
+	VMOVUPS 256(R13), Y12 // 127 (int32)
+
+position:
+	// dt = softplus(x), x = delta + dt_bias: max(x, 0) + log1p(y) with
+	// y = e^-|x|, log1p(y) = 2·sv·(1 + sv²/3 + ... + sv^10/11), sv = y/(2+y).
+	VMOVUPS (DI), Y3
+	VADDPS DTBIAS(AX), Y3, Y3
+	NEGEXP(Y3, Y4, Y6, Y7, Y5)  // Y5 = y
+	VADDPS K_TWO(R13), Y5, Y6
+	VDIVPS Y6, Y5, Y6           // sv
+	VMULPS Y6, Y6, Y7           // sv²
+	VMOVUPS K_S11(R13), Y4
+	VFMADD213PS K_S9(R13), Y7, Y4
+	VFMADD213PS K_S7(R13), Y7, Y4
+	VFMADD213PS K_S5(R13), Y7, Y4
+	VFMADD213PS K_S3(R13), Y7, Y4
+	VFMADD213PS Y11, Y7, Y4     // the series
+	VADDPS Y6, Y6, Y6           // 2·sv
+	VMULPS Y4, Y6, Y6           // log1p(y)
+	VXORPS Y4, Y4, Y4
+	VMAXPS Y4, Y3, Y4           // max(x, 0)
+	VADDPS Y6, Y4, Y0
+	VCMPPS $0x1e, K_TWENTY(R13), Y3, Y4 // x > 20
+	VBLENDVPS Y4, Y3, Y0, Y0    // dt
+	VMOVUPS (SI), Y13           // u
+	VMULPS Y13, Y0, Y1          // dt·u
+	VXORPS Y2, Y2, Y2           // acc
+	MOVQ R10, DX
+	ADDQ NBYTES(AX), DX         // this position's C
+	XORQ BX, BX                 // 4·n
+
+state:
+	VMULPS (R11)(BX*8), Y0, Y3  // dt·a2_n
+	EXP2NEG(Y3, Y4, Y7, Y5)
+	VMULPS (R12)(BX*8), Y5, Y6  // 2^(dt·a2_n)·s_n
+	VBROADCASTSS (R10)(BX*1), Y7
+	VFMADD231PS Y7, Y1, Y6      // + dt·u·B_n
+	VMOVUPS Y6, (R12)(BX*8)
+	VBROADCASTSS (DX)(BX*1), Y7
+	VFMADD231PS Y7, Y6, Y2      // acc += s_n·C_n
+	ADDQ $4, BX
+	CMPQ BX, NBYTES(AX)
+	JLT state
+
+	// y = (acc + D·u)·silu(z), silu(z) = (z ≥ 0 ? z : z·e)/(1 + e), e = e^-|z|.
+	VFMADD231PS DSKIP(AX), Y13, Y2
+	VMOVUPS (R8), Y3
+	NEGEXP(Y3, Y4, Y6, Y7, Y5)  // Y5 = e
+	VADDPS Y11, Y5, Y6
+	VMULPS Y5, Y3, Y7
+	VXORPS Y4, Y4, Y4
+	VCMPPS $0x1d, Y4, Y3, Y4    // z ≥ 0
+	VBLENDVPS Y4, Y3, Y7, Y7
+	VDIVPS Y6, Y7, Y5           // silu(z)
+	VMULPS Y5, Y2, Y2
+	VMOVUPS Y2, (R9)
+	ADDQ ROWE(AX), DI
+	ADDQ ROWE(AX), SI
+	ADDQ ROWE(AX), R9
+	ADDQ ROWZ(AX), R8
+	ADDQ ROWBC(AX), R10
+	DECQ CX
+	JNZ position
+
+done:
+	VZEROUPPER
+	RET
