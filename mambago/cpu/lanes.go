@@ -3,10 +3,13 @@ package cpu
 import (
 	"math"
 	"unsafe"
+
+	"github.com/mambago/mambago/mambago/checkpoint"
 )
 
-// The scan with eight channels in the eight lanes of an AVX2 register
-// (lanes_amd64.s). scanRow vectorizes over the N states of one channel, so
+// The conv and the scan with eight channels in the eight lanes of an AVX2
+// register (lanes_amd64.s). The conv's loop per (position, channel) is
+// scalar Go: a window shift, K products and a silu. scanRow vectorizes over the N states of one channel, so
 // for each (position, channel) it pays a call, a horizontal sum and a
 // scalar softplus and silu, which at N = 16 cost more than the 16 updates.
 // Across channels every step is a vector operation: softplus of eight time
@@ -107,4 +110,56 @@ var laneScanOffsets = [...]uintptr{
 	unsafe.Offsetof(laneScan{}.state), unsafe.Offsetof(laneScan{}.k), unsafe.Offsetof(laneScan{}.T),
 	unsafe.Offsetof(laneScan{}.nBytes), unsafe.Offsetof(laneScan{}.rowE), unsafe.Offsetof(laneScan{}.rowZ),
 	unsafe.Offsetof(laneScan{}.rowBC), unsafe.Offsetof(laneScan{}.dtBias), unsafe.Offsetof(laneScan{}.d),
+}
+
+// laneConv holds one lane call's operands for the conv; lanes_amd64.s reads
+// its fields at the offsets TestLaneScanLayout pins.
+type laneConv struct {
+	xs, u    *float32 // position 0 of channel ch: in_proj's x half, the output
+	win      *float32 // the eight channels' windows, [K][8], oldest first, updated in place
+	w        *float32 // their conv weights, [K][8]
+	k        *[laneConsts][8]float32
+	T        int
+	km1Bytes int // 32·(K-1): the window's bytes before its newest input
+	rowX     int // bytes from one position to the next in xs
+	rowU     int // and in u
+	bias     [laneWidth]float32
+}
+
+// convLanes runs the conv of channels ch..ch+7 of sequence b over the
+// chunk's T positions, as conv's scalar loop does for each channel, with
+// scratch [2][K][8] for their windows and weights.
+func (e *Engine) convLanes(w *work, lw *checkpoint.Layer, b, ch int, state, scratch []float32) {
+	E, K, T := e.cfg.Inner, e.cfg.ConvKernel, w.T
+	r0, last := b*T, b*T+T-1
+	_, _, _ = w.xz[last*2*E+ch+7], w.u[last*E+ch+7], scratch[2*K*laneWidth-1]
+	win, wt := scratch[:K*laneWidth], scratch[K*laneWidth:2*K*laneWidth]
+	for lane := range laneWidth {
+		for k := range K {
+			win[k*laneWidth+lane] = state[(b*E+ch+lane)*K+k]
+			wt[k*laneWidth+lane] = lw.Conv[(ch+lane)*K+k]
+		}
+	}
+	a := laneConv{
+		xs: &w.xz[r0*2*E+ch], u: &w.u[r0*E+ch], win: &win[0], w: &wt[0], k: &laneK,
+		T: T, km1Bytes: 4 * laneWidth * (K - 1), rowX: 8 * E, rowU: 4 * E,
+	}
+	if lw.ConvBias != nil {
+		copy(a.bias[:], lw.ConvBias[ch:ch+laneWidth])
+	}
+	convLanesAVX2(&a)
+	for lane := range laneWidth {
+		for k := range K {
+			state[(b*E+ch+lane)*K+k] = win[k*laneWidth+lane]
+		}
+	}
+}
+
+// laneConvOffsets are the byte offsets of laneConv's fields that
+// lanes_amd64.s uses, in its order (checked by TestLaneScanLayout).
+var laneConvOffsets = [...]uintptr{
+	unsafe.Offsetof(laneConv{}.xs), unsafe.Offsetof(laneConv{}.u), unsafe.Offsetof(laneConv{}.win),
+	unsafe.Offsetof(laneConv{}.w), unsafe.Offsetof(laneConv{}.k), unsafe.Offsetof(laneConv{}.T),
+	unsafe.Offsetof(laneConv{}.km1Bytes), unsafe.Offsetof(laneConv{}.rowX), unsafe.Offsetof(laneConv{}.rowU),
+	unsafe.Offsetof(laneConv{}.bias),
 }

@@ -33,6 +33,15 @@
 #define K_S5 512
 #define K_S3 544
 
+// LOADK loads the constants every exp2 needs, from laneK at R13, into
+// Y8-Y12: -126, 1/2, ln 2, 1 and 127 (as int32).
+#define LOADK \
+	VMOVUPS 0(R13), Y8; \
+	VMOVUPS 32(R13), Y9; \
+	VMOVUPS 64(R13), Y10; \
+	VMOVUPS 224(R13), Y11; \
+	VMOVUPS 256(R13), Y12
+
 // EXP2NEG sets P to 2^X for X <= 0 in eight lanes, as exp2neg (mathx.go)
 // does: X clamped to -126, k = trunc(X - 1/2), a degree-6 polynomial of
 // (X - k)·ln 2, times 2^k. It overwrites X, K and F.
@@ -63,6 +72,17 @@
 	VSUBPS T, P, T; \
 	EXP2NEG(T, K, F, P)
 
+// SILU sets S to silu(X) = (X ≥ 0 ? X : X·e)/(1 + e), e = e^-|X|, in eight
+// lanes, as silu (mathx.go) does; it keeps X and overwrites A, B and C.
+#define SILU(X, A, B, C, S) \
+	NEGEXP(X, A, B, C, S); \
+	VADDPS Y11, S, B; \
+	VMULPS S, X, C; \
+	VXORPS A, A, A; \
+	VCMPPS $0x1d, A, X, A; \
+	VBLENDVPS A, X, C, C; \
+	VDIVPS B, C, S
+
 // func scanLanesAVX2(a *laneScan)
 //
 // For each of a.T positions, in eight channels (lanes) at once:
@@ -83,11 +103,7 @@ TEXT ·scanLanesAVX2(SB), NOSPLIT, $0-8
 	MOVQ POSITIONS(AX), CX
 	TESTQ CX, CX
 	JLE done
-	VMOVUPS 0(R13), Y8    // -126
-	VMOVUPS 32(R13), Y9   // 1/2
-	VMOVUPS 64(R13), Y10  // ln 2
-	VMOVUPS 224(R13), Y11 // 1
-	VMOVUPS 256(R13), Y12 // 127 (int32)
+	LOADK
 
 position:
 	// dt = softplus(x), x = delta + dt_bias: max(x, 0) + log1p(y) with
@@ -131,16 +147,10 @@ state:
 	CMPQ BX, NBYTES(AX)
 	JLT state
 
-	// y = (acc + D·u)·silu(z), silu(z) = (z ≥ 0 ? z : z·e)/(1 + e), e = e^-|z|.
+	// y = (acc + D·u)·silu(z)
 	VFMADD231PS DSKIP(AX), Y13, Y2
 	VMOVUPS (R8), Y3
-	NEGEXP(Y3, Y4, Y6, Y7, Y5)  // Y5 = e
-	VADDPS Y11, Y5, Y6
-	VMULPS Y5, Y3, Y7
-	VXORPS Y4, Y4, Y4
-	VCMPPS $0x1d, Y4, Y3, Y4    // z ≥ 0
-	VBLENDVPS Y4, Y3, Y7, Y7
-	VDIVPS Y6, Y7, Y5           // silu(z)
+	SILU(Y3, Y4, Y6, Y7, Y5)
 	VMULPS Y5, Y2, Y2
 	VMOVUPS Y2, (R9)
 	ADDQ ROWE(AX), DI
@@ -152,5 +162,63 @@ state:
 	JNZ position
 
 done:
+	VZEROUPPER
+	RET
+
+// laneConv's fields (lanes.go; TestLaneScanLayout pins them).
+#define CONV_XS 0
+#define CONV_U 8
+#define CONV_WIN 16
+#define CONV_W 24
+#define CONV_KONST 32
+#define CONV_POSITIONS 40
+#define CONV_KM1BYTES 48
+#define CONV_ROWX 56
+#define CONV_ROWU 64
+#define CONV_BIAS 72
+
+// func convLanesAVX2(a *laneConv)
+//
+// For each of a.T positions, in eight channels (lanes) at once: the window
+// [K][8] slides by one, taking the position's input as its newest entry;
+// u = silu(bias + Σ_k w_k·window_k), summed from the oldest entry, as
+// conv's scalar loop computes each channel (mixer.go).
+TEXT ·convLanesAVX2(SB), NOSPLIT, $0-8
+	MOVQ a+0(FP), AX
+	MOVQ CONV_XS(AX), DI
+	MOVQ CONV_U(AX), SI
+	MOVQ CONV_WIN(AX), R11
+	MOVQ CONV_W(AX), R12
+	MOVQ CONV_KONST(AX), R13
+	MOVQ CONV_POSITIONS(AX), CX
+	TESTQ CX, CX
+	JLE convdone
+	LOADK
+
+convposition:
+	VMOVUPS CONV_BIAS(AX), Y2
+	XORQ BX, BX           // 32·k
+
+convtap:
+	CMPQ BX, CONV_KM1BYTES(AX)
+	JGE convnewest
+	VMOVUPS 32(R11)(BX*1), Y3
+	VMOVUPS Y3, (R11)(BX*1)        // window_k = window_{k+1}
+	VFMADD231PS (R12)(BX*1), Y3, Y2 // acc += w_k·window_k
+	ADDQ $32, BX
+	JMP convtap
+
+convnewest:
+	VMOVUPS (DI), Y3
+	VMOVUPS Y3, (R11)(BX*1)
+	VFMADD231PS (R12)(BX*1), Y3, Y2
+	SILU(Y2, Y4, Y6, Y7, Y5)       // u
+	VMOVUPS Y5, (SI)
+	ADDQ CONV_ROWX(AX), DI
+	ADDQ CONV_ROWU(AX), SI
+	DECQ CX
+	JNZ convposition
+
+convdone:
 	VZEROUPPER
 	RET

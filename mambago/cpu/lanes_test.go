@@ -17,13 +17,18 @@ func TestLaneScanLayout(t *testing.T) {
 	if laneScanOffsets != want {
 		t.Fatalf("laneScan's offsets are %v; lanes_amd64.s reads %v", laneScanOffsets, want)
 	}
+	if want := [...]uintptr{0, 8, 16, 24, 32, 40, 48, 56, 64, 72}; laneConvOffsets != want {
+		t.Fatalf("laneConv's offsets are %v; lanes_amd64.s reads %v", laneConvOffsets, want)
+	}
 }
 
-// TestScanLanesMatchesChannelLoop runs prefills with the scan eight channels
-// at a time (scanLanes) and one at a time, from the same random carried
-// state, and compares every position's output and the final states. The
+// TestScanLanesMatchesChannelLoop runs prefills with the conv and the scan
+// eight channels at a time (convLanes, scanLanes) and one at a time, from
+// the same random carried state, and compares every position's output and
+// the final states. The
 // shapes leave channels over for the loop (E = 2d not a multiple of 8),
-// take N from 1 to 64 and T from 1, and the time-step biases reach past
+// take N from 1 to 64, K from 2 to 8 (with and without a conv bias) and T
+// from 1, and the time-step biases reach past
 // softplus' threshold of 20 and far below 0; fresh random draws each run.
 func TestScanLanesMatchesChannelLoop(t *testing.T) {
 	if !hasAVX2 {
@@ -31,12 +36,16 @@ func TestScanLanesMatchesChannelLoop(t *testing.T) {
 	}
 	defer func() { useLanes = hasAVX2 }()
 	rng := rand.New(rand.NewPCG(rand.Uint64(), 7))
-	for _, sh := range []struct{ d, N, B, T int }{
-		{64, 16, 2, 37}, {52, 16, 1, 1}, {36, 1, 3, 9}, {20, 5, 2, 17}, {64, 64, 1, 70}, {40, 8, 2, 4},
+	for _, sh := range []struct {
+		d, N, K, B, T int
+		convBias      bool
+	}{
+		{64, 16, 4, 2, 37, true}, {52, 16, 4, 1, 1, true}, {36, 1, 3, 3, 9, false}, {20, 5, 2, 2, 17, true},
+		{64, 64, 8, 1, 70, false}, {40, 8, 4, 2, 4, true},
 	} {
-		t.Run(fmt.Sprintf("d=%d_N=%d_B=%d_T=%d", sh.d, sh.N, sh.B, sh.T), func(t *testing.T) {
+		t.Run(fmt.Sprintf("d=%d_N=%d_K=%d_B=%d_T=%d", sh.d, sh.N, sh.K, sh.B, sh.T), func(t *testing.T) {
 			cfg := fixture.Shape(sh.d, 2, 50)
-			cfg.State = sh.N
+			cfg.State, cfg.ConvKernel, cfg.UseConvBias = sh.N, sh.K, sh.convBias
 			w := fixture.RandomWeights(cfg, rng.Uint64())
 			for _, l := range w.Layers {
 				for i := range l.DTBias {
@@ -55,12 +64,16 @@ func TestScanLanesMatchesChannelLoop(t *testing.T) {
 			for i := range ids {
 				ids[i] = rng.Int64N(50)
 			}
-			start := make([][]float32, cfg.Layers)
-			for l := range start {
-				start[l] = make([]float32, sh.B*cfg.Inner*sh.N)
-				for i := range start[l] {
-					start[l][i] = float32(rng.NormFloat64())
+			random := func(n int) []float32 {
+				v := make([]float32, n)
+				for i := range v {
+					v[i] = float32(rng.NormFloat64())
 				}
+				return v
+			}
+			start, window := make([][]float32, cfg.Layers), make([][]float32, cfg.Layers)
+			for l := range start {
+				start[l], window[l] = random(sh.B*cfg.Inner*sh.N), random(sh.B*cfg.Inner*sh.K)
 			}
 			run := func(lanes bool) ([]float32, *State) {
 				useLanes = lanes
@@ -71,6 +84,9 @@ func TestScanLanesMatchesChannelLoop(t *testing.T) {
 				s := st.(*State)
 				for l := range start {
 					if err := s.SetSSMState(l, start[l]); err != nil {
+						t.Fatal(err)
+					}
+					if err := s.SetConvState(l, window[l]); err != nil {
 						t.Fatal(err)
 					}
 				}

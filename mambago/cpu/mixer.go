@@ -171,13 +171,21 @@ const chanBlock = 32
 
 // conv computes u = silu(causal depthwise conv1d(xs) + bias) for each
 // sequence, reading the K-1 inputs before the chunk from the carried window
-// [B, E, K] and leaving the last K inputs in it.
+// [B, E, K] and leaving the last K inputs in it. With AVX2, eight channels
+// at a time run in the lanes of one register (convLanes); the channels left
+// over, or all of them without AVX2, run one at a time below.
 func (e *Engine) conv(w *work, lw *checkpoint.Layer, state []float32) {
 	E, K, T := e.cfg.Inner, e.cfg.ConvKernel, w.T
 	blocks := (E + chanBlock - 1) / chanBlock
 	parallelFor(w.B*blocks, func(job int) {
 		b, e0 := job/blocks, (job%blocks)*chanBlock
 		e1 := min(E, e0+chanBlock)
+		if useLanes {
+			scratch := make([]float32, 2*K*laneWidth)
+			for ; e0+laneWidth <= e1; e0 += laneWidth {
+				e.convLanes(w, lw, b, e0, state, scratch)
+			}
+		}
 		win := state[(b*E+e0)*K : (b*E+e1)*K] // window of each channel, oldest first
 		for t := 0; t < T; t++ {
 			r := b*T + t

@@ -14,3 +14,8 @@ func scanRowAVX2(s, a2, b, c *float32, count int, dt, dtu float32, k *[11]float3
 //
 //go:noescape
 func scanLanesAVX2(a *laneScan)
+
+// convLanesAVX2 runs a lane call of the conv (lanes.go) in AVX2/FMA.
+//
+//go:noescape
+func convLanesAVX2(a *laneConv)
