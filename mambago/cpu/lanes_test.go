@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
+	"github.com/mambago/mambago/mambago/blas"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/internal/fixture"
 )
@@ -121,5 +123,53 @@ func TestScanLanesMatchesChannelLoop(t *testing.T) {
 				check(fmt.Sprintf("layer %d conv window", l), gs.conv[l], ws.conv[l])
 			}
 		})
+	}
+}
+
+// BenchmarkLanes times 130m-shaped prefills (B=1, T=512) and decode steps
+// (B=1 and 8) with the conv and the scan in lanes and one channel at a time,
+// the two taking turns; $MAMBAGO_TEST_BLAS names the CBLAS library for the
+// GEMMs (gonum's otherwise).
+func BenchmarkLanes(b *testing.B) {
+	if !hasAVX2 {
+		b.Skip("this CPU has no AVX2/FMA")
+	}
+	defer func() { useLanes = hasAVX2 }()
+	e := New(fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1))
+	if path := os.Getenv("MAMBAGO_TEST_BLAS"); path != "" {
+		lib, err := blas.Open(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		e.BLAS = lib
+	}
+	for _, c := range []struct {
+		name string
+		B, T int // T = 0: one step
+	}{{"prefill_B1_T512", 1, 512}, {"step_B1", 1, 0}, {"step_B8", 8, 0}} {
+		for _, lanes := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/lanes=%v", c.name, lanes), func(b *testing.B) {
+				useLanes = lanes
+				st, err := e.NewState(c.B)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ids := make([]int64, c.B*max(c.T, 1))
+				for i := range ids {
+					ids[i] = rand.Int64N(50280)
+				}
+				out := make([]float32, c.B*50280)
+				for b.Loop() {
+					if c.T == 0 {
+						err = e.Step(st, ids, out)
+					} else {
+						err = e.Prefill(st, engine.Input{B: c.B, T: c.T, IDs: ids}, engine.Last, out[:c.B*768])
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }
