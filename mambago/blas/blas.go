@@ -1,4 +1,4 @@
-// Package blas calls SGEMM in a CBLAS shared library that it loads at run
+// Package blas calls SGEMM (and SGEMV) in a CBLAS shared library that it loads at run
 // time with dlopen: typically the OpenBLAS that numpy ships, which the Python
 // package finds and passes in. Nothing is linked at build time, so the CPU
 // engine builds with gcc and Go alone and falls back to gonum's pure-Go BLAS
@@ -22,6 +22,11 @@ typedef void (*sgemm32)(int, int, int, int32_t, int32_t, int32_t, float, const f
 typedef void (*sgemm64)(int, int, int, int64_t, int64_t, int64_t, float, const float *, int64_t,
                         const float *, int64_t, float, float *, int64_t);
 
+typedef void (*sgemv32)(int, int, int32_t, int32_t, float, const float *, int32_t, const float *, int32_t, float,
+                        float *, int32_t);
+typedef void (*sgemv64)(int, int, int64_t, int64_t, float, const float *, int64_t, const float *, int64_t, float,
+                        float *, int64_t);
+
 typedef int (*set_threads_local)(int);
 
 // mg_sgemm calls SGEMM; with set_local (OpenBLAS's openblas_set_num_threads_local)
@@ -35,6 +40,19 @@ static void mg_sgemm(void *fn, void *set_local, int ilp64, int transB, int64_t m
 	} else {
 		((sgemm32)fn)(RowMajor, NoTrans, tb, (int32_t)m, (int32_t)n, (int32_t)k, alpha, a, (int32_t)lda,
 		              b, (int32_t)ldb, beta, c, (int32_t)ldc);
+	}
+	if (set_local) ((set_threads_local)set_local)(prev);
+}
+
+// mg_sgemv calls SGEMV (y = alpha·A·x + beta·y, A row-major [m, n]), on the
+// calling thread alone where set_local is given, as mg_sgemm does.
+static void mg_sgemv(void *fn, void *set_local, int ilp64, int64_t m, int64_t n, float alpha, const float *a,
+                     int64_t lda, const float *x, float beta, float *y) {
+	int prev = set_local ? ((set_threads_local)set_local)(1) : 0;
+	if (ilp64) {
+		((sgemv64)fn)(RowMajor, NoTrans, m, n, alpha, a, lda, x, 1, beta, y, 1);
+	} else {
+		((sgemv32)fn)(RowMajor, NoTrans, (int32_t)m, (int32_t)n, alpha, a, (int32_t)lda, x, 1, beta, y, 1);
 	}
 	if (set_local) ((set_threads_local)set_local)(prev);
 }
@@ -62,6 +80,7 @@ type Lib struct {
 	// can run several at once; otherwise the library uses its own threads.
 	SingleThreaded bool
 	fn             unsafe.Pointer
+	gemv           unsafe.Pointer // the SGEMV beside it (its name with sgemv for sgemm), or nil
 	setLocal       unsafe.Pointer
 	ilp64          bool
 }
@@ -96,6 +115,9 @@ func Open(path string) (*Lib, error) {
 		C.free(unsafe.Pointer(cname))
 		if fn != nil {
 			l := &Lib{Path: path, Symbol: name, fn: fn, ilp64: strings.HasSuffix(name, "64_")}
+			cgemv := C.CString(strings.Replace(name, "sgemm", "sgemv", 1))
+			l.gemv = C.mg_sym(h, cgemv)
+			C.free(unsafe.Pointer(cgemv))
 			for _, set := range localThreads {
 				cset := C.CString(set)
 				l.setLocal = C.mg_sym(h, cset)
@@ -133,4 +155,31 @@ func (l *Lib) Sgemm(transB bool, m, n, k int, alpha float32, a []float32, lda in
 	C.mg_sgemm(l.fn, l.setLocal, ilp, tb, C.int64_t(m), C.int64_t(n), C.int64_t(k), C.float(alpha),
 		(*C.float)(unsafe.Pointer(&a[0])), C.int64_t(lda), (*C.float)(unsafe.Pointer(&b[0])), C.int64_t(ldb),
 		C.float(beta), (*C.float)(unsafe.Pointer(&c[0])), C.int64_t(ldc))
+}
+
+// HasSgemv reports whether the library has the SGEMV that Sgemv calls.
+func (l *Lib) HasSgemv() bool { return l.gemv != nil }
+
+// Sgemv computes y = alpha·A·x + beta·y for row-major A [m, n] (row stride
+// lda), x [n] and y [m]: a GEMM of one row against Aᵀ, which streams A once
+// where SGEMM would pack it first. It panics where HasSgemv is false. The
+// slices must hold the elements the strides reach.
+func (l *Lib) Sgemv(m, n int, alpha float32, a []float32, lda int, x []float32, beta float32, y []float32) {
+	if l.gemv == nil {
+		panic("blas: " + l.Path + " has no SGEMV")
+	}
+	if m == 0 || n == 0 {
+		return
+	}
+	if !l.ilp64 && max(m, n, lda) > math.MaxInt32 {
+		panic(fmt.Sprintf("blas: %s takes 32-bit dimensions; got m=%d n=%d", l.Symbol, m, n))
+	}
+	ilp := C.int(0)
+	if l.ilp64 {
+		ilp = 1
+	}
+	_, _, _ = a[(m-1)*lda+n-1], x[n-1], y[m-1]
+	C.mg_sgemv(l.gemv, l.setLocal, ilp, C.int64_t(m), C.int64_t(n), C.float(alpha),
+		(*C.float)(unsafe.Pointer(&a[0])), C.int64_t(lda), (*C.float)(unsafe.Pointer(&x[0])), C.float(beta),
+		(*C.float)(unsafe.Pointer(&y[0])))
 }

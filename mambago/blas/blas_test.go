@@ -1,6 +1,7 @@
 package blas_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -10,7 +11,8 @@ import (
 )
 
 // TestSgemm checks the library named by MAMBAGO_TEST_BLAS (scripts/test.sh
-// points it at numpy's OpenBLAS) against a float64 reference.
+// points it at numpy's OpenBLAS) against a float64 reference: SGEMM both
+// ways, and SGEMV.
 func TestSgemm(t *testing.T) {
 	path := os.Getenv("MAMBAGO_TEST_BLAS")
 	if path == "" {
@@ -55,6 +57,25 @@ func TestSgemm(t *testing.T) {
 			}
 		}
 	}
+	if !l.HasSgemv() {
+		t.Fatalf("%s has no SGEMV beside %s", l.Path, l.Symbol)
+	}
+	m, n, lda := 300, 77, 80 // y = 0.5·y + 2·A·x, A [m, n] with padded rows
+	a, x, y := randn(m*lda), randn(n), randn(m)
+	want := make([]float64, m)
+	for i := range want {
+		var s float64
+		for j := 0; j < n; j++ {
+			s += float64(a[i*lda+j]) * float64(x[j])
+		}
+		want[i] = 0.5*float64(y[i]) + 2*s
+	}
+	l.Sgemv(m, n, 2, a, lda, x, 0.5, y)
+	for i := range y {
+		if math.Abs(float64(y[i])-want[i]) > 1e-4*(1+math.Abs(want[i])) {
+			t.Fatalf("Sgemv: y[%d] = %v, want %v", i, y[i], want[i])
+		}
+	}
 	if _, err := blas.Open("/nonexistent/libnothing.so"); err == nil {
 		t.Error("opening a missing library succeeded")
 	}
@@ -66,4 +87,42 @@ func randn(n int) []float32 {
 		v[i] = float32(rand.NormFloat64())
 	}
 	return v
+}
+
+// BenchmarkSgemmRows times C = A·Wᵀ with A of m rows against weights W of
+// the 130m in_proj's shape [3072, 768], forty different W per call so that
+// W streams from memory as it does in a decode step; GB/s counts W's bytes.
+func BenchmarkSgemmRows(b *testing.B) {
+	path := os.Getenv("MAMBAGO_TEST_BLAS")
+	if path == "" {
+		b.Skip("MAMBAGO_TEST_BLAS is not set")
+	}
+	l, err := blas.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n, k, count = 3072, 768, 40
+	ws := make([][]float32, count)
+	for i := range ws {
+		ws[i] = randn(n * k)
+	}
+	for _, m := range []int{0, 1, 2, 8, -2, -8} { // 0: one row through SGEMV; -m: m rows as W·Aᵀ
+		b.Run(fmt.Sprintf("m=%d", m), func(b *testing.B) {
+			rows := max(m, -m, 1)
+			a, c := randn(rows*k), make([]float32, rows*n)
+			for b.Loop() {
+				for _, w := range ws {
+					switch {
+					case m == 0:
+						l.Sgemv(n, k, 1, w, k, a, 0, c)
+					case m < 0:
+						l.Sgemm(true, n, rows, k, 1, w, k, a, k, 0, c, rows)
+					default:
+						l.Sgemm(true, m, n, k, 1, a, k, w, k, 0, c, n)
+					}
+				}
+			}
+			b.ReportMetric(float64(count*n*k*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+		})
+	}
 }
