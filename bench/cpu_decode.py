@@ -3,27 +3,50 @@ after a 16-token prompt, and one step's, at B=1 and B=8 (medians).
 
     python3 bench/cpu_decode.py out.json
 """
-import time, sys, json, statistics
-import numpy as np, mambago
-sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
+
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import random_checkpoint  # noqa: E402
 
-m = mambago.Model.from_pretrained(random_checkpoint.cached("130m"), device="cpu")
-rng = np.random.default_rng(0)
-out = {"mambago_backend": m.backend}
-for B in (1, 8):
-    ids = rng.integers(0, m.config.vocab_size, size=(B, 16))
-    m.generate(ids, 4)
-    ts = []
-    for _ in range(3):
-        t = time.perf_counter(); m.generate(ids, 33); ts.append(time.perf_counter() - t)
-    # prefill of 16 + 32 steps; time the steps alone through step()
-    st = m.new_state(B); m.prefill(ids, state=st)
-    tok = np.ascontiguousarray(ids[:, -1])
-    ss = []
-    for _ in range(20):
-        t = time.perf_counter(); m.step(tok, st); ss.append(time.perf_counter() - t)
-    out[f"B{B}"] = {"generate_33_s": statistics.median(ts), "step_ms": statistics.median(ss) * 1e3}
-    print(f"B={B}: generate 33 tokens {statistics.median(ts)*1e3:.0f} ms; step {statistics.median(ss)*1e3:.1f} ms "
-          f"({B/statistics.median(ss):.1f} tok/s)", flush=True)
-json.dump(out, open(sys.argv[1], "w"), indent=1)
+
+def median_seconds(fn, repeats):
+    """The median wall time of repeats calls of fn, in seconds."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def main():
+    """Time generate and step at B=1 and B=8 and write the JSON to argv[1]."""
+    import mambago
+
+    m = mambago.Model.from_pretrained(random_checkpoint.cached("130m"), device="cpu")
+    rng = np.random.default_rng(0)
+    result = {"mambago_backend": m.backend}
+    for B in (1, 8):
+        ids = rng.integers(0, m.config.vocab_size, size=(B, 16))
+        m.generate(ids, 4)  # warm-up
+        gen = median_seconds(lambda: m.generate(ids, 33), 3)
+        state = m.new_state(B)
+        m.prefill(ids, state=state)
+        last = np.ascontiguousarray(ids[:, -1])
+        step = median_seconds(lambda: m.step(last, state), 20)
+        result[f"B{B}"] = {"generate_33_s": gen, "step_ms": step * 1e3}
+        print(f"B={B}: generate 33 tokens {gen * 1e3:.0f} ms; step {step * 1e3:.1f} ms ({B / step:.1f} tok/s)",
+              flush=True)
+    with open(sys.argv[1], "w") as f:
+        json.dump(result, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
