@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"runtime"
 	"unsafe"
 
 	"github.com/mambago/mambago/mambago/checkpoint"
@@ -162,4 +163,65 @@ var laneConvOffsets = [...]uintptr{
 	unsafe.Offsetof(laneConv{}.w), unsafe.Offsetof(laneConv{}.k), unsafe.Offsetof(laneConv{}.T),
 	unsafe.Offsetof(laneConv{}.km1Bytes), unsafe.Offsetof(laneConv{}.rowX), unsafe.Offsetof(laneConv{}.rowU),
 	unsafe.Offsetof(laneConv{}.bias),
+}
+
+// A GEMM of a few rows against a weight matrix (a decode step of up to
+// eight sequences). SGEMM packs W before it multiplies, which at two to
+// eight rows leaves it reading W at about a third of the memory's rate
+// (results/2026-12-02-cpu-sgemv.md); gemmRowsAVX2 streams each row of W
+// once and multiplies it by all the rows of A, whose K8 columns sit in L1,
+// interleaved [K8/8][8 rows][8].
+
+// rowsMax is the most rows gemmRows takes: one AVX2 register of sums each.
+const rowsMax = 8
+
+// rowsGemm holds one gemmRowsAVX2 call's operands; lanes_amd64.s reads its
+// fields at the offsets TestLaneScanLayout pins.
+type rowsGemm struct {
+	a      *float32 // A's first K8 columns, interleaved [K8/8][8][8], rows past M zero
+	w      *float32 // the first of W's rows to multiply
+	out    *float32 // their dot products with A's eight rows, [N][8]
+	N      int      // rows of W
+	kBytes int      // 4·K8, K8 a positive multiple of 8
+	ldw    int      // bytes from one row of W to the next
+}
+
+// gemmRows computes C = A·Wᵀ + beta·C for A [M, K] (row stride lda), M ≤
+// rowsMax, W [N, K] and C [M, N] (row stride ldc), with the rows of W split
+// across goroutines.
+func gemmRows(c []float32, ldc int, a []float32, lda int, w []float32, M, N, K int, beta float32) {
+	K8 := K &^ 7
+	ai := make([]float32, K8*rowsMax)
+	for m := range M {
+		for k := range K8 {
+			ai[k/8*64+m*8+k%8] = a[m*lda+k]
+		}
+	}
+	const minBlock = 64
+	parallelRows(N, max(minBlock, (N+runtime.GOMAXPROCS(0)-1)/runtime.GOMAXPROCS(0)), func(lo, hi int) {
+		out := make([]float32, (hi-lo)*rowsMax)
+		if K8 > 0 {
+			_ = w[(hi-1)*K+K8-1]
+			gemmRowsAVX2(&rowsGemm{a: &ai[0], w: &w[lo*K], out: &out[0], N: hi - lo, kBytes: 4 * K8, ldw: 4 * K})
+		}
+		for n := lo; n < hi; n++ {
+			for m := range M {
+				s := out[(n-lo)*rowsMax+m]
+				for k := K8; k < K; k++ { // the columns past the last multiple of 8
+					s += a[m*lda+k] * w[n*K+k]
+				}
+				if beta != 0 {
+					s += beta * c[m*ldc+n]
+				}
+				c[m*ldc+n] = s
+			}
+		}
+	})
+}
+
+// rowsGemmOffsets are the byte offsets of rowsGemm's fields that
+// lanes_amd64.s uses, in its order (checked by TestLaneScanLayout).
+var rowsGemmOffsets = [...]uintptr{
+	unsafe.Offsetof(rowsGemm{}.a), unsafe.Offsetof(rowsGemm{}.w), unsafe.Offsetof(rowsGemm{}.out),
+	unsafe.Offsetof(rowsGemm{}.N), unsafe.Offsetof(rowsGemm{}.kBytes), unsafe.Offsetof(rowsGemm{}.ldw),
 }

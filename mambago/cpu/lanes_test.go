@@ -22,6 +22,54 @@ func TestLaneScanLayout(t *testing.T) {
 	if want := [...]uintptr{0, 8, 16, 24, 32, 40, 48, 56, 64, 72}; laneConvOffsets != want {
 		t.Fatalf("laneConv's offsets are %v; lanes_amd64.s reads %v", laneConvOffsets, want)
 	}
+	if want := [...]uintptr{0, 8, 16, 24, 32, 40}; rowsGemmOffsets != want {
+		t.Fatalf("rowsGemm's offsets are %v; lanes_amd64.s reads %v", rowsGemmOffsets, want)
+	}
+}
+
+// TestGemmRows checks gemmRows against float64 on fresh random operands:
+// 1 to 8 rows, K with and without columns past a multiple of 8 (and under
+// 8), padded row strides, beta 0 and 1.
+func TestGemmRows(t *testing.T) {
+	if !hasAVX2 {
+		t.Skip("this CPU has no AVX2/FMA")
+	}
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 11))
+	randn := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = float32(rng.NormFloat64())
+		}
+		return v
+	}
+	for _, K := range []int{3, 8, 29, 768} {
+		for M := 1; M <= rowsMax; M++ {
+			for _, beta := range []float32{0, 1} {
+				N, lda, ldc := 37+rng.IntN(300), K+rng.IntN(3), 0
+				ldc = N + rng.IntN(3)
+				a, w, c := randn(M*lda), randn(N*K), randn(M*ldc)
+				want := make([]float64, len(c))
+				for i := range c {
+					want[i] = float64(c[i])
+				}
+				for m := range M {
+					for n := range N {
+						var s float64
+						for k := range K {
+							s += float64(a[m*lda+k]) * float64(w[n*K+k])
+						}
+						want[m*ldc+n] = s + float64(beta)*float64(c[m*ldc+n])
+					}
+				}
+				gemmRows(c, ldc, a, lda, w, M, N, K, beta)
+				for i := range c {
+					if math.Abs(float64(c[i])-want[i]) > 1e-5*(math.Sqrt(float64(K))+math.Abs(want[i])) {
+						t.Fatalf("K=%d M=%d beta=%v: c[%d] = %v, want %v", K, M, beta, i, c[i], want[i])
+					}
+				}
+			}
+		}
+	}
 }
 
 // TestScanLanesMatchesChannelLoop runs prefills with the conv and the scan
@@ -171,5 +219,34 @@ func BenchmarkLanes(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkGemmRows times gemmRows on 1, 2 and 8 rows against forty weight
+// matrices of the 130m in_proj's shape [3072, 768] (W streams from memory,
+// as in a decode step); GB/s counts W's bytes (BenchmarkSgemmRows in
+// mambago/blas times OpenBLAS on the same).
+func BenchmarkGemmRows(b *testing.B) {
+	if !hasAVX2 {
+		b.Skip("this CPU has no AVX2/FMA")
+	}
+	const n, k, count = 3072, 768, 40
+	ws := make([][]float32, count)
+	for i := range ws {
+		ws[i] = make([]float32, n*k)
+		for j := range ws[i] {
+			ws[i][j] = rand.Float32()
+		}
+	}
+	for _, m := range []int{1, 2, 8} {
+		b.Run(fmt.Sprintf("m=%d", m), func(b *testing.B) {
+			a, c := make([]float32, m*k), make([]float32, m*n)
+			for b.Loop() {
+				for _, w := range ws {
+					gemmRows(c, n, a, k, w, m, n, k, 0)
+				}
+			}
+			b.ReportMetric(float64(count*n*k*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+		})
 	}
 }

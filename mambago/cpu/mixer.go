@@ -122,10 +122,12 @@ func normDBC(dbl []float32, rows, R, N int, eps float64) {
 
 // gemm computes C = A @ W^T + beta·C, with A [M, K] (row stride lda), W [N, K]
 // and C [M, N] (row stride ldc): through the CBLAS library in e.BLAS when one
-// is loaded (its SGEMV for one row), else gonum's parallel SGEMM.
+// is loaded (its SGEMV for one row), else gonum's parallel SGEMM; up to
+// rowsMax rows, with AVX2, run in gemmRows.
 func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w []float32, M, N, K int, beta float32) {
 	a, w, c = a[:(M-1)*lda+K], w[:N*K], c[:(M-1)*ldc+N]
-	if M == 1 && e.BLAS != nil && e.BLAS.HasSgemv() {
+	switch {
+	case M == 1 && e.BLAS != nil && e.BLAS.HasSgemv():
 		// One row (a decode step of one sequence): SGEMV streams W once,
 		// where SGEMM packs it first, at about a third of the speed.
 		if !e.BLAS.SingleThreaded {
@@ -136,6 +138,11 @@ func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w []float32, M
 		parallelRows(N, max(minBlock, (N+runtime.GOMAXPROCS(0)-1)/runtime.GOMAXPROCS(0)), func(lo, hi int) {
 			e.BLAS.Sgemv(hi-lo, K, 1, w[lo*K:], K, a, beta, c[lo:hi])
 		})
+		return
+	case M <= rowsMax && useLanes:
+		// A few rows (a decode step of up to eight sequences): our kernel
+		// streams W once for all of them.
+		gemmRows(c, ldc, a, lda, w, M, N, K, beta)
 		return
 	}
 	if e.BLAS != nil && !e.BLAS.SingleThreaded {

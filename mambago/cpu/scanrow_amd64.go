@@ -19,3 +19,8 @@ func scanLanesAVX2(a *laneScan)
 //
 //go:noescape
 func convLanesAVX2(a *laneConv)
+
+// gemmRowsAVX2 runs gemmRows' dot products (lanes.go) in AVX2/FMA.
+//
+//go:noescape
+func gemmRowsAVX2(a *rowsGemm)

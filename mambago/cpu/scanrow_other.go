@@ -11,3 +11,5 @@ func scanRowAVX2(s, a2, b, c *float32, count int, dt, dtu float32, k *[11]float3
 func scanLanesAVX2(a *laneScan) { panic("unreachable") }
 
 func convLanesAVX2(a *laneConv) { panic("unreachable") }
+
+func gemmRowsAVX2(a *rowsGemm) { panic("unreachable") }
