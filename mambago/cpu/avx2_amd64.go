@@ -2,6 +2,9 @@ package cpu
 
 import "golang.org/x/sys/cpu"
 
+// hasAVX2 reports that this CPU (and its OS) runs AVX2 and FMA, which the
+// assembly kernels below (scanrow_amd64.s, lanes_amd64.s) need; without it
+// the engine runs its Go loops.
 var hasAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 
 // scanRowAVX2 is scanRow's loop over n = 0..count-1 (count a multiple of 8)
