@@ -15,6 +15,9 @@ type Engine struct {
 	cfg checkpoint.Config
 	a2  [][]float32 // per layer, A·log2(e) [E, N]: the scan's exp as exp2
 	a2t [][]float32 // per layer, a2 in groups of eight channels [E/8][N][8] (scanLanes)
+	// convT is each layer's conv weights in groups of eight channels
+	// [E/8][K][8] (convLanes).
+	convT [][]float32
 	// ChunkRows bounds B·T per pass; longer prompts run in chunks along T.
 	ChunkRows int
 	// BLAS, when set, runs the GEMMs (e.g. numpy's OpenBLAS); nil uses gonum.
@@ -36,7 +39,8 @@ func New(w *checkpoint.Weights) *Engine {
 			a2[i] = a * math.Log2E
 		}
 		e.a2 = append(e.a2, a2)
-		e.a2t = append(e.a2t, transposeA2(a2, w.Config.Inner, w.Config.State))
+		e.a2t = append(e.a2t, transposeLanes(a2, w.Config.Inner, w.Config.State))
+		e.convT = append(e.convT, transposeLanes(l.Conv, w.Config.Inner, w.Config.ConvKernel))
 	}
 	return e
 }

@@ -2,21 +2,20 @@ package cpu
 
 import (
 	"math"
-	"runtime"
 	"unsafe"
-
-	"github.com/mambago/mambago/mambago/checkpoint"
 )
 
 // The conv and the scan with eight channels in the eight lanes of an AVX2
-// register (lanes_amd64.s). The conv's loop per (position, channel) is
-// scalar Go: a window shift, K products and a silu. scanRow vectorizes over the N states of one channel, so
-// for each (position, channel) it pays a call, a horizontal sum and a
-// scalar softplus and silu, which at N = 16 cost more than the 16 updates.
-// Across channels every step is a vector operation: softplus of eight time
-// steps, the N updates of eight states (each state's decay exp2(dt·a2) is
-// its own), the D skip and the silu gate. The lanes keep the states in a
-// transposed scratch [N][8] and walk all T positions in one call.
+// register (lanes_amd64.s). One channel at a time, the conv's loop per
+// (position, channel) is scalar Go (a window shift, K products and a silu),
+// and scanRow vectorizes over the N states of one channel only, so for each
+// (position, channel) it pays a call, a horizontal sum and a scalar
+// softplus and silu, which at N = 16 cost more than the 16 updates. Across
+// channels every step is a vector operation: softplus of eight time steps,
+// the N updates of eight states (each state's decay exp2(dt·a2) is its
+// own), the D skip and the silu gate. The lanes keep the windows and states
+// in transposed scratch ([K][8], [N][8]) and walk all T positions in one
+// call.
 
 // laneWidth is the number of channels a lane call runs.
 const laneWidth = 8
@@ -55,16 +54,17 @@ var laneK = func() (k [laneConsts][8]float32) {
 	return k
 }()
 
-// transposeA2 returns a2 [E, N] as [E/8][N][8]: each group of eight
-// channels' values for state n side by side (channels past the last whole
-// group are left out; the scalar loop runs them).
-func transposeA2(a2 []float32, E, N int) []float32 {
+// transposeLanes returns v [E, N] (a2, or the conv weights [E, K]) as
+// [E/8][N][8]: each group of eight channels' values for column n side by
+// side (channels past the last whole group are left out; the scalar loops
+// run them).
+func transposeLanes(v []float32, E, N int) []float32 {
 	groups := E / laneWidth
 	t := make([]float32, groups*N*laneWidth)
 	for g := range groups {
 		for lane := range laneWidth {
 			for n := range N {
-				t[(g*N+n)*laneWidth+lane] = a2[(g*laneWidth+lane)*N+n]
+				t[(g*N+n)*laneWidth+lane] = v[(g*laneWidth+lane)*N+n]
 			}
 		}
 	}
@@ -127,18 +127,17 @@ type laneConv struct {
 	bias     [laneWidth]float32
 }
 
-// convLanes runs the conv of channels ch..ch+7 of sequence b over the
-// chunk's T positions, as conv's scalar loop does for each channel, with
-// scratch [2][K][8] for their windows and weights.
-func (e *Engine) convLanes(w *work, lw *checkpoint.Layer, b, ch int, state, scratch []float32) {
+// convLanes runs layer l's conv of channels ch..ch+7 of sequence b over
+// the chunk's T positions, as conv's scalar loop does for each channel,
+// with scratch [K][8] for their windows.
+func (e *Engine) convLanes(w *work, l int, b, ch int, state, win []float32) {
 	E, K, T := e.cfg.Inner, e.cfg.ConvKernel, w.T
+	lw, wt := &e.w.Layers[l], e.convT[l][ch/laneWidth*K*laneWidth:]
 	r0, last := b*T, b*T+T-1
-	_, _, _ = w.xz[last*2*E+ch+7], w.u[last*E+ch+7], scratch[2*K*laneWidth-1]
-	win, wt := scratch[:K*laneWidth], scratch[K*laneWidth:2*K*laneWidth]
+	_, _, _, _ = w.xz[last*2*E+ch+7], w.u[last*E+ch+7], win[K*laneWidth-1], wt[K*laneWidth-1]
 	for lane := range laneWidth {
 		for k := range K {
 			win[k*laneWidth+lane] = state[(b*E+ch+lane)*K+k]
-			wt[k*laneWidth+lane] = lw.Conv[(ch+lane)*K+k]
 		}
 	}
 	a := laneConv{
@@ -197,27 +196,32 @@ func gemmRows(c []float32, ldc int, a []float32, lda int, w []float32, M, N, K i
 			ai[k/8*64+m*8+k%8] = a[m*lda+k]
 		}
 	}
-	const minBlock = 64
-	parallelRows(N, max(minBlock, (N+runtime.GOMAXPROCS(0)-1)/runtime.GOMAXPROCS(0)), func(lo, hi int) {
-		out := make([]float32, (hi-lo)*rowsMax)
-		if K8 > 0 {
-			_ = w[(hi-1)*K+K8-1]
-			gemmRowsAVX2(&rowsGemm{a: &ai[0], w: &w[lo*K], out: &out[0], N: hi - lo, kBytes: 4 * K8, ldw: 4 * K})
-		}
-		for n := lo; n < hi; n++ {
-			for m := range M {
-				s := out[(n-lo)*rowsMax+m]
-				for k := K8; k < K; k++ { // the columns past the last multiple of 8
-					s += a[m*lda+k] * w[n*K+k]
+	parallelSplit(N, 64, func(lo, hi int) {
+		var out [rowsStep * rowsMax]float32 // the sums of rowsStep rows of W at a time, in L1
+		for n0 := lo; n0 < hi; n0 += rowsStep {
+			n1 := min(hi, n0+rowsStep)
+			if K8 > 0 {
+				_ = w[(n1-1)*K+K8-1]
+				gemmRowsAVX2(&rowsGemm{a: &ai[0], w: &w[n0*K], out: &out[0], N: n1 - n0, kBytes: 4 * K8, ldw: 4 * K})
+			}
+			for n := n0; n < n1; n++ {
+				for m := range M {
+					s := out[(n-n0)*rowsMax+m]
+					for k := K8; k < K; k++ { // the columns past the last multiple of 8
+						s += a[m*lda+k] * w[n*K+k]
+					}
+					if beta != 0 {
+						s += beta * c[m*ldc+n]
+					}
+					c[m*ldc+n] = s
 				}
-				if beta != 0 {
-					s += beta * c[m*ldc+n]
-				}
-				c[m*ldc+n] = s
 			}
 		}
 	})
 }
+
+// rowsStep is the count of W's rows a gemmRowsAVX2 call takes.
+const rowsStep = 256
 
 // rowsGemmOffsets are the byte offsets of rowsGemm's fields that
 // lanes_amd64.s uses, in its order (checked by TestLaneScanLayout).

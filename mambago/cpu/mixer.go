@@ -1,8 +1,6 @@
 package cpu
 
 import (
-	"runtime"
-
 	gblas "gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas32"
 
@@ -71,7 +69,7 @@ func (e *Engine) block(l int, w *work, conv, ssm []float32) {
 	e.gemm(w.xz, 2*E, w.x, d, lw.InProj, rows, 2*E, d, 0)
 	addBias(w.xz, lw.InBias)
 	t = e.Timer.lap(t, "in_proj")
-	e.conv(w, lw, conv)
+	e.conv(w, l, conv)
 	t = e.Timer.lap(t, "conv")
 	e.gemm(w.dbl, R+2*N, w.u, E, lw.XProj, rows, R+2*N, E, 0)
 	if c.Falcon {
@@ -135,7 +133,7 @@ func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w []float32, M
 			return
 		}
 		const minBlock = 256
-		parallelRows(N, max(minBlock, (N+runtime.GOMAXPROCS(0)-1)/runtime.GOMAXPROCS(0)), func(lo, hi int) {
+		parallelSplit(N, minBlock, func(lo, hi int) {
 			e.BLAS.Sgemv(hi-lo, K, 1, w[lo*K:], K, a, beta, c[lo:hi])
 		})
 		return
@@ -154,11 +152,11 @@ func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w []float32, M
 		// and N: no library thread pool spins against the engine's goroutines.
 		const minBlock = 64
 		if N >= M {
-			parallelRows(N, max(minBlock, (N+runtime.GOMAXPROCS(0)-1)/runtime.GOMAXPROCS(0)), func(lo, hi int) {
+			parallelSplit(N, minBlock, func(lo, hi int) {
 				e.BLAS.Sgemm(true, M, hi-lo, K, 1, a, lda, w[lo*K:], K, beta, c[lo:], ldc)
 			})
 		} else {
-			parallelRows(M, max(minBlock, (M+runtime.GOMAXPROCS(0)-1)/runtime.GOMAXPROCS(0)), func(lo, hi int) {
+			parallelSplit(M, minBlock, func(lo, hi int) {
 				e.BLAS.Sgemm(true, hi-lo, N, K, 1, a[lo*lda:], lda, w, K, beta, c[lo*ldc:], ldc)
 			})
 		}
@@ -194,16 +192,17 @@ const chanBlock = 32
 // [B, E, K] and leaving the last K inputs in it. With AVX2, eight channels
 // at a time run in the lanes of one register (convLanes); the channels left
 // over, or all of them without AVX2, run one at a time below.
-func (e *Engine) conv(w *work, lw *checkpoint.Layer, state []float32) {
+func (e *Engine) conv(w *work, l int, state []float32) {
 	E, K, T := e.cfg.Inner, e.cfg.ConvKernel, w.T
+	lw := &e.w.Layers[l]
 	blocks := (E + chanBlock - 1) / chanBlock
 	parallelFor(w.B*blocks, func(job int) {
 		b, e0 := job/blocks, (job%blocks)*chanBlock
 		e1 := min(E, e0+chanBlock)
 		if useLanes {
-			scratch := make([]float32, 2*K*laneWidth)
+			scratch := make([]float32, K*laneWidth)
 			for ; e0+laneWidth <= e1; e0 += laneWidth {
-				e.convLanes(w, lw, b, e0, state, scratch)
+				e.convLanes(w, l, b, e0, state, scratch)
 			}
 		}
 		win := state[(b*E+e0)*K : (b*E+e1)*K] // window of each channel, oldest first

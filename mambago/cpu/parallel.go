@@ -41,3 +41,10 @@ func parallelRows(n, grain int, fn func(lo, hi int)) {
 		fn(b*grain, min(n, (b+1)*grain))
 	})
 }
+
+// parallelSplit calls fn(lo, hi) over [0, n) cut into one block a worker
+// (GOMAXPROCS of them), each at least minBlock long.
+func parallelSplit(n, minBlock int, fn func(lo, hi int)) {
+	workers := runtime.GOMAXPROCS(0)
+	parallelRows(n, max(minBlock, (n+workers-1)/workers), fn)
+}
