@@ -3,9 +3,13 @@
 The extension (``mambago._gopy``) is built by ``pip install .``; see setup.py.
 Every Go function returns ``(value, error)``; gopy raises the error as
 RuntimeError, whose message starts with the exception type to raise instead.
+In a process forked after the import, every function raises RuntimeError
+rather than entering Go, whose runtime did not survive the fork.
 """
 
+import functools
 import gc
+import os
 
 try:
     from ._gopy import bindings as _b
@@ -35,4 +39,38 @@ def call(fn, *args):
         raise
 
 
-bindings = _b
+# The process that imported the extension. Go's runtime threads (and a CUDA
+# context) do not survive fork(): a forked child that calls into Go waits
+# forever. Every call checks the pid first and raises instead.
+_PID = os.getpid()
+
+FORKED_MESSAGE = (
+    "mambago cannot run in a process forked from one that had imported it: the Go runtime "
+    "(and CUDA) do not survive fork(), so the call would hang. Start workers with "
+    "multiprocessing's 'spawn' or 'forkserver' method (multiprocessing.set_start_method('spawn'), "
+    "or DataLoader(..., multiprocessing_context='spawn')), or import mambago only inside the workers"
+)
+
+
+class _Bindings:
+    """The extension's module, each function refusing to run in a forked child."""
+
+    def __init__(self, module):
+        self._module = module
+
+    def __getattr__(self, name):
+        fn = getattr(self._module, name)
+        if not callable(fn):
+            return fn
+
+        @functools.wraps(fn)
+        def guarded(*args):
+            if os.getpid() != _PID:
+                raise RuntimeError(FORKED_MESSAGE)
+            return fn(*args)
+
+        setattr(self, name, guarded)  # built once a name; later lookups skip __getattr__
+        return guarded
+
+
+bindings = _Bindings(_b)
