@@ -10,28 +10,37 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+import mambago
 from conftest import case_dir
 
 TIMEOUT_S = 60
 
 
-def run_script(tmp_path, body):
-    """Runs body as a script (with `case`, the base fixture's folder) and returns its stdout."""
+def run_script(tmp_path, body, **names):
+    """Runs body as a script, with `case` (the base fixture's folder) and names
+    defined first, and returns its stdout."""
+    names = {"case": case_dir("base"), **names}
     script = tmp_path / "script.py"
-    script.write_text(f"case = {case_dir('base')!r}\n" + textwrap.dedent(body))
+    script.write_text("".join(f"{k} = {v!r}\n" for k, v in names.items()) + textwrap.dedent(body))
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT_S,
                           cwd=tmp_path)
     assert proc.returncode == 0, f"script failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
 
 
-def test_forked_child_raises_and_parent_goes_on(tmp_path):
+GPU = pytest.mark.skipif(not mambago.cuda_is_available(), reason=f"no GPU: {mambago.cuda_unavailable_reason()}")
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=GPU)])
+def test_forked_child_raises_and_parent_goes_on(tmp_path, device):
     out = run_script(tmp_path, """
         import gc, os, sys
         import numpy as np
         import mambago
 
-        model = mambago.Model.from_pretrained(case, device="cpu")
+        model = mambago.Model.from_pretrained(case, device=device)
         ids = np.random.default_rng().integers(0, model.config.vocab_size, size=(2, 7))
         before = model.prefill(ids)
 
@@ -43,7 +52,7 @@ def test_forked_child_raises_and_parent_goes_on(tmp_path):
             except RuntimeError as exc:
                 code = 0 if "spawn" in str(exc) and "fork" in str(exc) else 4
             try:
-                mambago.Model.from_pretrained(case, device="cpu")
+                mambago.Model.from_pretrained(case, device=device)
                 code = 5
             except RuntimeError:
                 pass
@@ -55,7 +64,7 @@ def test_forked_child_raises_and_parent_goes_on(tmp_path):
         print("child", os.waitstatus_to_exitcode(status))
         after = model.prefill(ids)
         print("parent equal", bool(np.array_equal(before, after)))
-    """)
+    """, device=device)
     assert "child 0" in out
     assert "parent equal True" in out
 
