@@ -1,6 +1,9 @@
 package cpu
 
 import (
+	"math"
+	"runtime"
+
 	gblas "gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas32"
 
@@ -148,24 +151,60 @@ func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w []float32, M
 		return
 	}
 	if e.BLAS != nil {
-		// One single-threaded SGEMM per goroutine, on blocks of the larger of M
-		// and N: no library thread pool spins against the engine's goroutines.
-		const minBlock = 64
-		if N >= M {
-			parallelSplit(N, minBlock, func(lo, hi int) {
-				e.BLAS.Sgemm(true, M, hi-lo, K, 1, a, lda, w[lo*K:], K, beta, c[lo:], ldc)
-			})
-		} else {
-			parallelSplit(M, minBlock, func(lo, hi int) {
-				e.BLAS.Sgemm(true, hi-lo, N, K, 1, a[lo*lda:], lda, w, K, beta, c[lo*ldc:], ldc)
-			})
-		}
+		// Single-threaded SGEMMs on tiles of C, one goroutine each at a
+		// time: no library thread pool spins against the engine's goroutines.
+		e.gemmTiled(c, ldc, a, lda, w, M, N, K, beta, runtime.GOMAXPROCS(0))
 		return
 	}
 	A := blas32.General{Rows: M, Cols: K, Stride: lda, Data: a}
 	W := blas32.General{Rows: N, Cols: K, Stride: K, Data: w}
 	C := blas32.General{Rows: M, Cols: N, Stride: ldc, Data: c}
 	blas32.Gemm(gblas.NoTrans, gblas.Trans, 1, A, W, beta, C)
+}
+
+// gemmTiled runs gemm's C = A @ W^T + beta·C as single-threaded SGEMMs of
+// e.BLAS on the tiles gemmTiles cuts for workers, spread over the
+// goroutines as they come.
+func (e *Engine) gemmTiled(c []float32, ldc int, a []float32, lda int, w []float32, M, N, K int, beta float32, workers int) {
+	tm, tn := gemmTiles(M, N, workers)
+	nb := (N + tn - 1) / tn
+	parallelFor((M+tm-1)/tm*nb, func(i int) {
+		m0, n0 := i/nb*tm, i%nb*tn
+		m, n := min(tm, M-m0), min(tn, N-n0)
+		e.BLAS.Sgemm(true, m, n, K, 1, a[m0*lda:], lda, w[n0*K:], K, beta, c[m0*ldc+n0:], ldc)
+	})
+}
+
+// gemmTileWorkers is the fewest workers for which gemmTiles cuts C into
+// several tiles a worker.
+const gemmTileWorkers = 8
+
+// gemmTiles returns the tile of C [M, N] that one single-threaded SGEMM
+// computes, tm rows by tn columns, for workers goroutines.
+//
+// Each SGEMM packs its rows of A and of W before it multiplies, so tiles
+// cost packing: a strip of all M rows packs A once a call. Below
+// gemmTileWorkers, C is cut into one strip a worker, along the longer side
+// of C. With more workers some finish late (BenchmarkGemmSplits on the GPU
+// machine's 16 cores: the slowest of 16 strips took 1.5-1.9x the fastest),
+// so C is cut into about four near-square tiles a worker, taken as they
+// come. There that ran in_proj 1.08-1.17x and out_proj 1.26-1.28x faster at
+// T=2048, x_proj 2.3x and in_proj at T=128 2.9x, and even with the strips
+// at T=512 (bench/results/2026-12-02-cpu-gemm-tiles.md). On 2 cores the
+// strips stay: tiles lost up to 10% there to the packing of smaller blocks.
+func gemmTiles(M, N, workers int) (tm, tn int) {
+	const strip, minM, minN = 64, 32, 64 // the smallest sides cut
+	if workers < gemmTileWorkers {
+		if N >= M {
+			return M, max(strip, (N+workers-1)/workers)
+		}
+		return max(strip, (M+workers-1)/workers), N
+	}
+	want := 4 * workers
+	mb := int(math.Round(math.Sqrt(float64(want) * float64(M) / float64(N))))
+	mb = min(max(mb, 1), max(M/minM, 1))
+	nb := min(max((want+mb-1)/mb, 1), max(N/minN, 1))
+	return (M + mb - 1) / mb, (N + nb - 1) / nb
 }
 
 // addBias adds bias to every row of m; a nil bias adds nothing.
