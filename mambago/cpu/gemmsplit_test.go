@@ -17,21 +17,10 @@ import (
 // $MAMBAGO_TEST_BLAS: "split" (one strip of W's rows a goroutine), "split4"
 // (four strips a goroutine, taken as they come), "tiles" (blocks of 128
 // rows of A by 384 of W) and "gemm" (gemmTiles' cut, as gemm runs it). It
-// reports GFLOP/s and, for
-// "split", the slowest block's time over the fastest one's (the median of
-// that ratio over the runs).
+// reports GFLOP/s and, for "split", the slowest block's time over the
+// fastest one's (the median of that ratio over the runs).
 func BenchmarkGemmSplits(b *testing.B) {
-	path := os.Getenv("MAMBAGO_TEST_BLAS")
-	if path == "" {
-		b.Skip("MAMBAGO_TEST_BLAS is not set")
-	}
-	lib, err := blas.Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if !lib.SingleThreaded {
-		b.Skip("the library takes no per-call thread count")
-	}
+	lib := perCallBLAS(b)
 	workers, e := runtime.GOMAXPROCS(0), &Engine{BLAS: lib}
 	for _, s := range []struct {
 		name    string
@@ -102,18 +91,7 @@ func randVec(n int) []float32 {
 // gemmTiles makes (strips along either side, tiles from gemmTileWorkers
 // workers on, shapes no tile divides), with beta 0 and 1.
 func TestGemmTiled(t *testing.T) {
-	path := os.Getenv("MAMBAGO_TEST_BLAS")
-	if path == "" {
-		t.Skip("MAMBAGO_TEST_BLAS is not set (scripts/test.sh sets it to numpy's OpenBLAS)")
-	}
-	lib, err := blas.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !lib.SingleThreaded {
-		t.Skip("the library takes no per-call thread count")
-	}
-	e := &Engine{BLAS: lib}
+	e := &Engine{BLAS: perCallBLAS(t)}
 	for _, s := range []struct{ M, N, K int }{{9, 300, 17}, {300, 37, 29}, {517, 1001, 64}, {2048, 80, 40}, {33, 4000, 8}} {
 		for _, workers := range []int{1, 2, 7, gemmTileWorkers, 16, 64} {
 			for _, beta := range []float32{0, 1} {
@@ -163,4 +141,23 @@ func TestGemmTiles(t *testing.T) {
 			}
 		}
 	}
+}
+
+// perCallBLAS opens the CBLAS library $MAMBAGO_TEST_BLAS names, skipping
+// where none is named or where it takes no per-call thread count (so that
+// single-threaded calls can run side by side, as gemmTiled runs them).
+func perCallBLAS(tb testing.TB) *blas.Lib {
+	tb.Helper()
+	path := os.Getenv("MAMBAGO_TEST_BLAS")
+	if path == "" {
+		tb.Skip("MAMBAGO_TEST_BLAS is not set (scripts/test.sh sets it to numpy's OpenBLAS)")
+	}
+	lib, err := blas.Open(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if !lib.SingleThreaded {
+		tb.Skip("the library takes no per-call thread count")
+	}
+	return lib
 }
