@@ -186,7 +186,7 @@ const gemmTileWorkers = 8
 // cost packing: a strip of all M rows packs A once a call. Below
 // gemmTileWorkers, C is cut into one strip a worker, along the longer side
 // of C. With more workers some finish late (BenchmarkGemmSplits on the GPU
-// machine's 16 cores: the slowest of 16 strips took 1.5-1.9x the fastest),
+// machine's 16 cores: the slowest of 16 strips took 1.4-1.9x the fastest),
 // so C is cut into about four near-square tiles a worker, taken as they
 // come. There that ran in_proj 1.08-1.17x and out_proj 1.26-1.28x faster at
 // T=2048, x_proj 2.3x and in_proj at T=128 2.9x, and even with the strips

@@ -64,10 +64,10 @@ class _Bindings:
             return fn
 
         @functools.wraps(fn)
-        def guarded(*args):
+        def guarded(*args, **kwargs):
             if os.getpid() != _PID:
                 raise RuntimeError(FORKED_MESSAGE)
-            return fn(*args)
+            return fn(*args, **kwargs)
 
         setattr(self, name, guarded)  # built once a name; later lookups skip __getattr__
         return guarded
