@@ -62,13 +62,30 @@ func transposeLanes(v []float32, E, N int) []float32 {
 	groups := E / laneWidth
 	t := make([]float32, groups*N*laneWidth)
 	for g := range groups {
-		for lane := range laneWidth {
-			for n := range N {
-				t[(g*N+n)*laneWidth+lane] = v[(g*laneWidth+lane)*N+n]
-			}
-		}
+		toLanes(t[g*N*laneWidth:], v[g*laneWidth*N:], N)
 	}
 	return t
+}
+
+// toLanes copies eight channels' rows of n values (rows [8][n]) into lanes
+// [n][8], the layout of a lane call's states and windows; fromLanes copies
+// them back.
+func toLanes(lanes, rows []float32, n int) {
+	for lane := range laneWidth {
+		for i, v := range rows[lane*n : (lane+1)*n] {
+			lanes[i*laneWidth+lane] = v
+		}
+	}
+}
+
+// fromLanes is toLanes the other way: lanes [n][8] into rows [8][n].
+func fromLanes(rows, lanes []float32, n int) {
+	for lane := range laneWidth {
+		row := rows[lane*n : (lane+1)*n]
+		for i := range row {
+			row[i] = lanes[i*laneWidth+lane]
+		}
+	}
 }
 
 // scanLanes runs the scan of channels ch..ch+7 of sequence b over the
@@ -83,11 +100,8 @@ func (e *Engine) scanLanes(w *work, l int, b, ch int, state, scratch []float32) 
 	// row it touches is in its slice.
 	_, _, _, _ = w.delta[last*E+ch+7], w.u[last*E+ch+7], w.y[last*E+ch+7], w.xz[last*2*E+E+ch+7]
 	_, _, _ = w.dbl[last*stride+stride-1], e.a2t[l][(ch/laneWidth+1)*N*laneWidth-1], scratch[N*laneWidth-1]
-	for lane := range laneWidth {
-		for n, v := range state[(b*E+ch+lane)*N : (b*E+ch+lane+1)*N] {
-			scratch[n*laneWidth+lane] = v
-		}
-	}
+	states := state[(b*E+ch)*N : (b*E+ch+laneWidth)*N]
+	toLanes(scratch, states, N)
 	a := laneScan{
 		delta: &w.delta[r0*E+ch], u: &w.u[r0*E+ch], y: &w.y[r0*E+ch], z: &w.xz[r0*2*E+E+ch],
 		bc: &w.dbl[r0*stride+R], a2t: &e.a2t[l][ch/laneWidth*N*laneWidth], state: &scratch[0], k: &laneK,
@@ -96,11 +110,7 @@ func (e *Engine) scanLanes(w *work, l int, b, ch int, state, scratch []float32) 
 	copy(a.dtBias[:], lw.DTBias[ch:ch+laneWidth])
 	copy(a.d[:], lw.D[ch:ch+laneWidth])
 	scanLanesAVX2(&a)
-	for lane := range laneWidth {
-		for n := range N {
-			state[(b*E+ch+lane)*N+n] = scratch[n*laneWidth+lane]
-		}
-	}
+	fromLanes(states, scratch, N)
 }
 
 // laneScanOffsets are the byte offsets of laneScan's fields that
@@ -135,11 +145,8 @@ func (e *Engine) convLanes(w *work, l int, b, ch int, state, win []float32) {
 	lw, wt := &e.w.Layers[l], e.convT[l][ch/laneWidth*K*laneWidth:]
 	r0, last := b*T, b*T+T-1
 	_, _, _, _ = w.xz[last*2*E+ch+7], w.u[last*E+ch+7], win[K*laneWidth-1], wt[K*laneWidth-1]
-	for lane := range laneWidth {
-		for k := range K {
-			win[k*laneWidth+lane] = state[(b*E+ch+lane)*K+k]
-		}
-	}
+	windows := state[(b*E+ch)*K : (b*E+ch+laneWidth)*K]
+	toLanes(win, windows, K)
 	a := laneConv{
 		xs: &w.xz[r0*2*E+ch], u: &w.u[r0*E+ch], win: &win[0], w: &wt[0], k: &laneK,
 		T: T, km1Bytes: 4 * laneWidth * (K - 1), rowX: 8 * E, rowU: 4 * E,
@@ -148,11 +155,7 @@ func (e *Engine) convLanes(w *work, l int, b, ch int, state, win []float32) {
 		copy(a.bias[:], lw.ConvBias[ch:ch+laneWidth])
 	}
 	convLanesAVX2(&a)
-	for lane := range laneWidth {
-		for k := range K {
-			state[(b*E+ch+lane)*K+k] = win[k*laneWidth+lane]
-		}
-	}
+	fromLanes(windows, win, K)
 }
 
 // laneConvOffsets are the byte offsets of laneConv's fields that
