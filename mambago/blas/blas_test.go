@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 
+	"github.com/mambago/mambago/internal/blastest"
 	"github.com/mambago/mambago/mambago/blas"
 )
 
@@ -14,14 +14,7 @@ import (
 // points it at numpy's OpenBLAS) against a float64 reference: SGEMM both
 // ways, and SGEMV.
 func TestSgemm(t *testing.T) {
-	path := os.Getenv("MAMBAGO_TEST_BLAS")
-	if path == "" {
-		t.Skip("MAMBAGO_TEST_BLAS is not set: no CBLAS library to test (scripts/test.sh sets it to numpy's OpenBLAS)")
-	}
-	l, err := blas.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := blastest.Need(t)
 	t.Logf("%s: %s", l.Path, l.Symbol)
 	for _, transB := range []bool{false, true} {
 		m, n, k, lda, ldc := 37, 53, 29, 31, 60
@@ -93,14 +86,7 @@ func randn(n int) []float32 {
 // the 130m in_proj's shape [3072, 768], forty different W per call so that
 // W streams from memory as it does in a decode step; GB/s counts W's bytes.
 func BenchmarkSgemmRows(b *testing.B) {
-	path := os.Getenv("MAMBAGO_TEST_BLAS")
-	if path == "" {
-		b.Skip("MAMBAGO_TEST_BLAS is not set")
-	}
-	l, err := blas.Open(path)
-	if err != nil {
-		b.Fatal(err)
-	}
+	l := blastest.Need(b)
 	const n, k, count = 3072, 768, 40
 	ws := make([][]float32, count)
 	for i := range ws {

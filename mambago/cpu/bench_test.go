@@ -2,11 +2,10 @@ package cpu_test
 
 import (
 	"fmt"
-	"github.com/mambago/mambago/mambago/blas"
 	"math/rand/v2"
-	"os"
 	"testing"
 
+	"github.com/mambago/mambago/internal/blastest"
 	"github.com/mambago/mambago/mambago/cpu"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/internal/fixture"
@@ -15,13 +14,7 @@ import (
 // BenchmarkPrefill130m times a prefill of the 130m shape (d=768, 24 layers).
 func BenchmarkPrefill130m(b *testing.B) {
 	e := cpu.New(fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1))
-	if path := os.Getenv("MAMBAGO_TEST_BLAS"); path != "" {
-		lib, err := blas.Open(path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		e.BLAS = lib
-	}
+	e.BLAS = blastest.Maybe(b)
 	for _, T := range []int{128, 512} {
 		b.Run(fmt.Sprintf("B1_T%d", T), func(b *testing.B) {
 			ids := make([]int64, T)

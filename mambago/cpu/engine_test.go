@@ -1,18 +1,16 @@
 package cpu_test
 
 import (
-	"github.com/mambago/mambago/mambago/blas"
-	"os"
 	"path/filepath"
-
-	"github.com/mambago/mambago/mambago/internal/fixture"
-	"github.com/mambago/mambago/mambago/safetensors"
 	"testing"
 
+	"github.com/mambago/mambago/internal/blastest"
 	"github.com/mambago/mambago/mambago/checkpoint"
 	"github.com/mambago/mambago/mambago/cpu"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/internal/enginetest"
+	"github.com/mambago/mambago/mambago/internal/fixture"
+	"github.com/mambago/mambago/mambago/safetensors"
 )
 
 func open(t *testing.T, dir string) engine.Engine {
@@ -29,14 +27,7 @@ func TestConformance(t *testing.T) { enginetest.Run(t, open) }
 // TestConformanceBLAS reruns the suite with the GEMMs in the CBLAS library
 // named by MAMBAGO_TEST_BLAS (scripts/test.sh sets it to numpy's OpenBLAS).
 func TestConformanceBLAS(t *testing.T) {
-	path := os.Getenv("MAMBAGO_TEST_BLAS")
-	if path == "" {
-		t.Skip("MAMBAGO_TEST_BLAS is not set (scripts/test.sh sets it to numpy's OpenBLAS)")
-	}
-	lib, err := blas.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	lib := blastest.Need(t)
 	enginetest.Suite{Open: func(t *testing.T, dir string) engine.Engine {
 		e := open(t, dir).(*cpu.Engine)
 		e.BLAS = lib

@@ -3,12 +3,12 @@ package cpu
 import (
 	"math"
 	"math/rand/v2"
-	"os"
 	"runtime"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/mambago/mambago/internal/blastest"
 	"github.com/mambago/mambago/mambago/blas"
 )
 
@@ -148,14 +148,7 @@ func TestGemmTiles(t *testing.T) {
 // single-threaded calls can run side by side, as gemmTiled runs them).
 func perCallBLAS(tb testing.TB) *blas.Lib {
 	tb.Helper()
-	path := os.Getenv("MAMBAGO_TEST_BLAS")
-	if path == "" {
-		tb.Skip("MAMBAGO_TEST_BLAS is not set (scripts/test.sh sets it to numpy's OpenBLAS)")
-	}
-	lib, err := blas.Open(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	lib := blastest.Need(tb)
 	if !lib.SingleThreaded {
 		tb.Skip("the library takes no per-call thread count")
 	}

@@ -4,10 +4,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"testing"
 
-	"github.com/mambago/mambago/mambago/blas"
+	"github.com/mambago/mambago/internal/blastest"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/internal/fixture"
 )
@@ -184,13 +183,7 @@ func BenchmarkLanes(b *testing.B) {
 	}
 	defer func() { useLanes = hasAVX2 }()
 	e := New(fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1))
-	if path := os.Getenv("MAMBAGO_TEST_BLAS"); path != "" {
-		lib, err := blas.Open(path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		e.BLAS = lib
-	}
+	e.BLAS = blastest.Maybe(b)
 	for _, c := range []struct {
 		name string
 		B, T int // T = 0: one step
