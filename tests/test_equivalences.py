@@ -7,10 +7,10 @@ import pytest
 
 from conftest import rel_err
 
-# The model runs its GEMMs in numpy's OpenBLAS, whose kernels differ with the
-# shape (T rows at once against one row per step): its rounding, amplified
-# through the layers, has reached 4e-5. The pure-Go path (blas="go") gives
-# bit-identical rows; the Go suite pins that at 2e-5.
+# A prefill of T rows and T one-row steps sum in different orders: OpenBLAS,
+# gonum (blas="go") and the engine's few-row kernel each pick their blocking
+# by shape. That rounding, amplified through the layers, has reached 4.4e-5,
+# so these identities hold to the bar against HF (enginetest.EquivTol).
 TOL = 1e-4
 
 

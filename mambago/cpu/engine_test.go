@@ -24,15 +24,22 @@ func open(t *testing.T, dir string) engine.Engine {
 
 func TestConformance(t *testing.T) { enginetest.Run(t, open) }
 
+// TestConformanceNoLanes reruns the suite on the scalar paths alone, as on
+// a CPU without AVX2.
+func TestConformanceNoLanes(t *testing.T) {
+	defer cpu.SetLanes(false)()
+	enginetest.Run(t, open)
+}
+
 // TestConformanceBLAS reruns the suite with the GEMMs in the CBLAS library
 // named by MAMBAGO_TEST_BLAS (scripts/test.sh sets it to numpy's OpenBLAS).
 func TestConformanceBLAS(t *testing.T) {
 	lib := blastest.Need(t)
-	enginetest.Suite{Open: func(t *testing.T, dir string) engine.Engine {
+	enginetest.Run(t, func(t *testing.T, dir string) engine.Engine {
 		e := open(t, dir).(*cpu.Engine)
 		e.BLAS = lib
 		return e
-	}, EquivTol: enginetest.EquivTolLib}.Run(t)
+	})
 }
 
 // TestSmallChunks reruns the suite with chunks of a few rows, so the chunking

@@ -40,17 +40,17 @@ func open(t *testing.T, dir string) engine.Engine {
 // TestConformance runs the HF fixtures and the equivalences on the GPU.
 func TestConformance(t *testing.T) {
 	gputest.Need(t)
-	enginetest.Suite{Open: open, EquivTol: enginetest.EquivTolLib}.Run(t)
+	enginetest.Run(t, open)
 }
 
 // TestSmallChunks reruns the suite with chunks of a few rows along T.
 func TestSmallChunks(t *testing.T) {
 	gputest.Need(t)
-	enginetest.Suite{Open: func(t *testing.T, dir string) engine.Engine {
+	enginetest.Run(t, func(t *testing.T, dir string) engine.Engine {
 		e := open(t, dir).(*gpu.Engine)
 		e.ChunkRows = 7
 		return e
-	}, EquivTol: enginetest.EquivTolLib}.Run(t)
+	})
 }
 
 // TestMatchesCPU compares the GPU engine with the CPU engine on fresh random
