@@ -106,6 +106,8 @@ def test_prefill_inputs(m, fm):
         m.prefill(x[None])  # rank 3
     with pytest.raises(ValueError, match="input_ids"):
         m.prefill(np.zeros((2, 0), np.int64))  # empty
+    with pytest.raises(ValueError, match=r"empty dimension: shape \(0,\)"):
+        m.prefill(np.zeros(0, np.int64))  # empty and unbatched: the shape given is the one named
     with pytest.raises(ValueError, match="input_ids.*contiguous"):
         m.prefill(np.asfortranarray(ids(m, 3, 4)))
     with pytest.raises(ValueError, match="input_ids.*contiguous"):

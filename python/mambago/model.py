@@ -103,12 +103,13 @@ def _check_ids(name, ids, vocab):
 
 def _batched(name, x, rank):
     """Add a batch axis to an unbatched input; check the rank."""
+    given = x.shape
     if x.ndim == rank - 1:
         x = x[None]
     if x.ndim != rank:
-        raise ValueError(f"{name} must have {rank} dimensions (or {rank - 1} without the batch), got shape {x.shape}")
+        raise ValueError(f"{name} must have {rank} dimensions (or {rank - 1} without the batch), got shape {given}")
     if 0 in x.shape:
-        raise ValueError(f"{name} has an empty dimension: shape {x.shape}")
+        raise ValueError(f"{name} has an empty dimension: shape {given}")
     return x
 
 
