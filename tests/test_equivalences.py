@@ -9,9 +9,10 @@ from conftest import rel_err
 
 # A prefill of T rows and T one-row steps sum in different orders: OpenBLAS,
 # gonum (blas="go") and the engine's few-row kernel each pick their blocking
-# by shape. That rounding, amplified through the layers, has reached 4.4e-5,
-# so these identities hold to the bar against HF (enginetest.EquivTol).
-TOL = 1e-4
+# by shape. On fresh random prompts that rounding is amplified where a
+# position's residual nearly cancels before the final norm, and has reached
+# 1.09e-4; the Go suite's enginetest.EquivTol says how it was measured.
+TOL = 3e-4
 
 
 @pytest.fixture

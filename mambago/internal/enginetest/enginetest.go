@@ -22,13 +22,21 @@ const RefTol = 1e-4
 
 // EquivTol is the tolerance between two runs of one engine that group the
 // same arithmetic differently (a prefill of T rows against T one-row steps,
-// say). No engine here sums a row the same way whatever the shape: gonum's
-// SGEMM blocks K in 64s and differs from M=2 to M=74 once K > 64, the CPU
-// engine's gemmRows takes up to eight rows, and cuBLAS and optimised BLASes
-// pick kernels by shape. That rounding, amplified through the layers, runs
-// about 5e-6 on these fixtures and has reached 4.4e-5 (300 runs of the CPU
-// suite with AVX2 lanes), so the bar against HF is the bar here too.
-const EquivTol = RefTol
+// say), on fresh random prompts. No engine here sums a row the same way
+// whatever the shape: gonum's SGEMM blocks K in 64s and differs from M=2 to
+// M=74 once K > 64, the CPU engine's gemmRows takes up to eight rows, and
+// cuBLAS and optimised BLASes pick kernels by shape.
+//
+// The fixtures amplify that rounding where a position's residual stream
+// nearly cancels before the final RMSNorm: numpy's own float32 forward of
+// these models differs from float64 by up to 4.3e-5 in 40 random prompts,
+// at positions whose final residual has 1/15 of the median rms. Over 1300
+// runs of the CPU suite (with and without OpenBLAS) the worst difference
+// per run had a median of 5e-6 to 9e-6, a 99.9th percentile of 6e-5 and a
+// maximum of 1.09e-4, so RefTol would fail about one run in a thousand.
+// 3e-4 still catches a step whose dt is off by 1e-4 relative (that gave
+// 9e-4 on the same check).
+const EquivTol = 3e-4
 
 // Run runs the whole suite on the engines open opens.
 func Run(t *testing.T, open Open) {
