@@ -7,7 +7,6 @@ instructions that hold the most samples of each reason.
 """
 
 import argparse
-import collections
 import csv
 import sys
 

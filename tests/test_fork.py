@@ -5,7 +5,6 @@ keeps working, and spawned workers run normally.
 Each case runs in a fresh interpreter under a timeout, so a regression shows
 as a failure, not as a hung test run."""
 
-import os
 import subprocess
 import sys
 import textwrap

@@ -49,7 +49,7 @@ def test_prefill_ptr_matches_numpy_entry():
     for name in ("base", "features"):
         m = mambago.Model.from_pretrained(case_dir(name), device="cuda")
         rng = np.random.default_rng()
-        B, T, d = 3, 57, m.config.hidden_size
+        B, T = 3, 57
         if m.config.input_dim:
             x = rng.standard_normal((B, T, m.config.input_dim)).astype(np.float32)
             kind, kw = "features", {"features": x}

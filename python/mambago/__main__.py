@@ -23,7 +23,7 @@ def _ids(text: str) -> np.ndarray:
     try:
         rows = [[int(t) for t in row.replace(" ", "").split(",") if t] for row in text.split(";")]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--prompt-ids wants comma-separated integers (rows split by ';'), got {text!r}")
+        raise argparse.ArgumentTypeError(f"--prompt-ids wants comma-separated integers (rows split by ';'), got {text!r}") from None
     if not rows or any(len(r) != len(rows[0]) or not r for r in rows):
         raise argparse.ArgumentTypeError("--prompt-ids rows must be non-empty and of equal length")
     return np.asarray(rows, dtype=np.int64)
@@ -33,7 +33,7 @@ def _ints(text: str) -> list[int]:
     try:
         return [int(t) for t in text.split(",") if t]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"want comma-separated integers, got {text!r}")
+        raise argparse.ArgumentTypeError(f"want comma-separated integers, got {text!r}") from None
 
 
 def _load(args) -> Model:
