@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/bits"
 	"os"
 	"sort"
 	"syscall"
@@ -126,22 +127,40 @@ func (f *File) parse() error {
 			return fmt.Errorf("tensor %q: %w", name, err)
 		}
 		info := Info{DType: h.DType, Shape: h.Shape}
-		for _, s := range h.Shape {
-			if s < 0 {
-				return fmt.Errorf("tensor %q: negative dimension in shape %v", name, h.Shape)
-			}
-		}
 		begin, end := h.Offsets[0], h.Offsets[1]
 		if begin < 0 || end < begin || end > int64(len(body)) {
 			return fmt.Errorf("tensor %q: data offsets %v outside the %d data bytes", name, h.Offsets, len(body))
 		}
-		if es := h.DType.size(); es != 0 && int64(info.Len()*es) != end-begin {
-			return fmt.Errorf("tensor %q: %s%v needs %d bytes, offsets give %d", name, h.DType, h.Shape, info.Len()*es, end-begin)
+		// Every shape is checked, whatever its dtype, so that Len never
+		// overflows: no tensor holds more elements than the file has bits.
+		n, err := elements(h.Shape, 8*uint64(len(f.mapped)))
+		if err != nil {
+			return fmt.Errorf("tensor %q: %w", name, err)
+		}
+		if es := h.DType.size(); es != 0 && n*uint64(es) != uint64(end-begin) {
+			return fmt.Errorf("tensor %q: %s%v needs %d bytes, offsets give %d", name, h.DType, h.Shape, n*uint64(es), end-begin)
 		}
 		info.data = body[begin:end]
 		f.tensors[name] = info
 	}
 	return nil
+}
+
+// elements returns the element count of shape, refusing a negative
+// dimension and a count above limit (so that no product overflows).
+func elements(shape []int, limit uint64) (uint64, error) {
+	n := uint64(1)
+	for _, d := range shape {
+		if d < 0 {
+			return 0, fmt.Errorf("negative dimension in shape %v", shape)
+		}
+		hi, lo := bits.Mul64(n, uint64(d))
+		if hi != 0 || lo > limit {
+			return 0, fmt.Errorf("shape %v holds more elements than the file can", shape)
+		}
+		n = lo
+	}
+	return n, nil
 }
 
 // Close unmaps the file. Slices returned earlier by Float32 or Int64 stay valid:
@@ -177,6 +196,11 @@ func (f *File) Float32(name string) ([]float32, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: no tensor %q", f.Path, name)
 	}
+	switch t.DType {
+	case F32, BF16, F16:
+	default:
+		return nil, fmt.Errorf("%s: tensor %q has dtype %s, want F32, BF16 or F16", f.Path, name, t.DType)
+	}
 	out := make([]float32, t.Len())
 	b := t.data
 	switch t.DType {
@@ -192,8 +216,6 @@ func (f *File) Float32(name string) ([]float32, error) {
 		for i := range out {
 			out[i] = float16.Frombits(binary.LittleEndian.Uint16(b[2*i:])).Float32()
 		}
-	default:
-		return nil, fmt.Errorf("%s: tensor %q has dtype %s, want F32, BF16 or F16", f.Path, name, t.DType)
 	}
 	return out, nil
 }
@@ -203,6 +225,9 @@ func (f *File) Int64(name string) ([]int64, error) {
 	t, ok := f.tensors[name]
 	if !ok {
 		return nil, fmt.Errorf("%s: no tensor %q", f.Path, name)
+	}
+	if t.DType != I64 && t.DType != I32 {
+		return nil, fmt.Errorf("%s: tensor %q has dtype %s, want I64 or I32", f.Path, name, t.DType)
 	}
 	out := make([]int64, t.Len())
 	switch t.DType {
@@ -214,8 +239,6 @@ func (f *File) Int64(name string) ([]int64, error) {
 		for i := range out {
 			out[i] = int64(int32(binary.LittleEndian.Uint32(t.data[4*i:])))
 		}
-	default:
-		return nil, fmt.Errorf("%s: tensor %q has dtype %s, want I64 or I32", f.Path, name, t.DType)
 	}
 	return out, nil
 }

@@ -1,7 +1,9 @@
 package safetensors
 
 import (
+	"encoding/binary"
 	"math"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -129,4 +131,85 @@ func TestErrorsNameTheProblem(t *testing.T) {
 			}
 		}
 	}
+}
+
+// rawFile writes a safetensors file of the given header and data bytes.
+func rawFile(t testing.TB, header string, data []byte) string {
+	path := filepath.Join(t.TempDir(), "raw.safetensors")
+	b := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))
+	if err := os.WriteFile(path, append(append(b, header...), data...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestShapesThatOverflow checks that Open refuses a shape whose element
+// count wraps around in 64 bits to the byte count the offsets give (2^62+1
+// F32 elements are 4 bytes modulo 2^64), or is too large for the file,
+// whatever the dtype: Float32 and Int64 would otherwise try to allocate it.
+func TestShapesThatOverflow(t *testing.T) {
+	for _, header := range []string{
+		`{"x":{"dtype":"F32","shape":[4611686018427387905],"data_offsets":[0,4]}}`,
+		`{"x":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,0]}}`,
+		`{"x":{"dtype":"I64","shape":[2305843009213693953],"data_offsets":[0,8]}}`,
+		`{"x":{"dtype":"F64","shape":[68719476736],"data_offsets":[0,8]}}`,
+		`{"x":{"dtype":"BF16","shape":[-2,-2],"data_offsets":[0,8]}}`,
+	} {
+		_, err := Open(rawFile(t, header, make([]byte, 8)))
+		if err == nil || !strings.Contains(err.Error(), `"x"`) {
+			t.Errorf("%s: got error %v, want one that names the tensor", header, err)
+		}
+	}
+	f, err := Open(rawFile(t, `{"x":{"dtype":"F32","shape":[0,4611686018427387904],"data_offsets":[0,0]}}`, nil))
+	if err != nil {
+		t.Fatalf("an empty tensor with a large dimension: %v", err)
+	}
+	defer f.Close()
+	if v, err := f.Float32("x"); err != nil || len(v) != 0 {
+		t.Errorf("empty tensor: got %d values, %v", len(v), err)
+	}
+}
+
+// FuzzOpen checks that no file, however malformed, makes Open, Float32 or
+// Int64 panic, and that every tensor they return has its shape's length.
+func FuzzOpen(f *testing.F) {
+	dir := f.TempDir()
+	good := filepath.Join(dir, "good.safetensors")
+	if err := Write(good, map[string]Tensor{
+		"a": {F32, []int{2, 3}, []float32{1, 2, 3, 4, 5, 6}},
+		"b": {BF16, []int{3}, []float32{1, -2, 0.5}},
+		"c": {F16, []int{1, 1}, []float32{7}},
+	}); err != nil {
+		f.Fatal(err)
+	}
+	seed, err := os.ReadFile(good)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(seed)
+	f.Add(seed[:20])
+	f.Add([]byte{})
+	ints := binary.LittleEndian.AppendUint64(nil, 60)
+	ints = append(ints, []byte(`{"i":{"dtype":"I32","shape":[2],"data_offsets":[0,8]}}     `)...)
+	f.Add(append(ints, 1, 0, 0, 0, 255, 255, 255, 255))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(t.TempDir(), "f.safetensors")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		file, err := Open(path)
+		if err != nil {
+			return
+		}
+		defer file.Close()
+		for _, name := range file.Names() {
+			info, _ := file.Info(name)
+			if v, err := file.Float32(name); err == nil && len(v) != info.Len() {
+				t.Errorf("%q: Float32 gave %d values for shape %v", name, len(v), info.Shape)
+			}
+			if v, err := file.Int64(name); err == nil && len(v) != info.Len() {
+				t.Errorf("%q: Int64 gave %d values for shape %v", name, len(v), info.Shape)
+			}
+		}
+	})
 }
