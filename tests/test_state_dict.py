@@ -73,6 +73,20 @@ def test_from_state_dict_copies_and_widens():
     assert_same_model(c, want)
 
 
+def test_config_of_numpy_scalars():
+    """A config dict whose numbers are numpy scalars (dimensions computed with
+    numpy) loads as the plain numbers would."""
+    sd = read_safetensors(os.path.join(case_dir("base"), "model.safetensors"))
+    with open(os.path.join(case_dir("base"), "config.json")) as f:
+        config = json.load(f)
+    npcfg = dict(config, hidden_size=np.int64(64), num_hidden_layers=np.int32(2),
+                 layer_norm_epsilon=np.float32(config["layer_norm_epsilon"]), use_bias=np.bool_(False))
+    got = mambago.Model.from_state_dict(sd, npcfg, device="cpu")
+    want = mambago.Model.from_pretrained(case_dir("base"), device="cpu")
+    assert got.config.hidden_size == 64 and got.config.num_hidden_layers == 2
+    assert_same_model(got, want)
+
+
 def test_from_state_dict_bad_input(tmp_path):
     sd = read_safetensors(os.path.join(case_dir("base"), "model.safetensors"))
     cfg = case_dir("base")
@@ -100,6 +114,12 @@ def test_from_state_dict_bad_input(tmp_path):
         config = json.load(f)
     with pytest.raises(ValueError, match="config"):
         mambago.Model.from_state_dict(sd, dict(config, hidden_size=0))
+    with pytest.raises(ValueError, match='hidden_size = "64", want an integer'):
+        mambago.Model.from_state_dict(sd, dict(config, hidden_size="64"))
+    with pytest.raises(ValueError, match="hidden_size = 64.5, want an integer"):
+        mambago.Model.from_state_dict(sd, dict(config, hidden_size=64.5))
+    with pytest.raises(ValueError, match='use_bias = "no", want true or false'):
+        mambago.Model.from_state_dict(sd, dict(config, use_bias="no"))
     with pytest.raises(ValueError, match="device"):
         mambago.Model.from_state_dict(sd, cfg, device="tpu")
 

@@ -53,6 +53,13 @@ func TestConfigRejects(t *testing.T) {
 		`{"hidden_size": 64, "vocab_size": 10}`,
 		`{"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "layer_norm_epsilon": 0}`,
 		`not json`,
+		// A value of the wrong type is an error, not a default.
+		`{"hidden_size": 64.5, "num_hidden_layers": 2, "vocab_size": 10}`,
+		`{"hidden_size": "64", "num_hidden_layers": 2, "vocab_size": 10}`,
+		`{"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "use_bias": "yes"}`,
+		`{"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "layer_norm_epsilon": "x"}`,
+		`{"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "time_step_rank": "four"}`,
+		`{"d_model": 64, "n_layer": 2, "vocab_size": 10, "ssm_cfg": {"d_state": [16]}}`,
 	} {
 		if _, err := checkpoint.ParseConfig([]byte(js)); err == nil {
 			t.Errorf("ParseConfig(%s) accepted it", js)
@@ -76,7 +83,17 @@ func TestConfigRejects(t *testing.T) {
 			t.Errorf("ParseConfig(%s): %v", js, err)
 		}
 	}
-	c, err := checkpoint.ParseConfig([]byte(`{"d_model": 80, "n_layer": 3, "vocab_size": 50277, "pad_vocab_size_multiple": 8, "ssm_cfg": {"d_state": 8}}`))
+	// HF's "auto" rank, a list of end-of-sequence ids (the first is used) and
+	// a null field (absent) are all accepted.
+	c, err := checkpoint.ParseConfig([]byte(`{"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10,
+		"time_step_rank": "auto", "eos_token_id": [7, 9], "intermediate_size": null}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DTRank != 4 || c.EOSTokenID != 7 || c.Inner != 128 {
+		t.Errorf("rank %d, eos %d, inner %d; want 4, 7, 128", c.DTRank, c.EOSTokenID, c.Inner)
+	}
+	c, err = checkpoint.ParseConfig([]byte(`{"d_model": 80, "n_layer": 3, "vocab_size": 50277, "pad_vocab_size_multiple": 8, "ssm_cfg": {"d_state": 8}}`))
 	if err != nil {
 		t.Fatal(err)
 	}

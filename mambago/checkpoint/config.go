@@ -56,27 +56,55 @@ func ParseConfig(data []byte) (Config, error) {
 			}
 		}
 	}
-	num := func(names ...string) (float64, bool) {
+	// Each field is read from the first of its names that is present and
+	// not null; a value of the wrong type is an error, never a default.
+	var bad error
+	lookup := func(names ...string) (string, any) {
 		for _, n := range names {
-			if v, ok := raw[n].(float64); ok {
-				return v, true
+			if v, ok := raw[n]; ok && v != nil {
+				return n, v
 			}
 		}
-		return 0, false
+		return "", nil
+	}
+	num := func(names ...string) (float64, bool) {
+		n, v := lookup(names...)
+		if v == nil {
+			return 0, false
+		}
+		f, ok := v.(float64)
+		if !ok && bad == nil {
+			bad = fmt.Errorf("%s = %s, want a number", n, jsonText(v))
+		}
+		return f, ok
 	}
 	integer := func(def int, names ...string) int {
-		if v, ok := num(names...); ok {
-			return int(v)
+		n, v := lookup(names...)
+		if v == nil {
+			return def
 		}
-		return def
+		f, ok := v.(float64)
+		if !ok || f != math.Trunc(f) || math.Abs(f) > 1<<53 {
+			if bad == nil {
+				bad = fmt.Errorf("%s = %s, want an integer", n, jsonText(v))
+			}
+			return def
+		}
+		return int(f)
 	}
 	boolean := func(def bool, names ...string) bool {
-		for _, n := range names {
-			if v, ok := raw[n].(bool); ok {
-				return v
-			}
+		n, v := lookup(names...)
+		if v == nil {
+			return def
 		}
-		return def
+		b, ok := v.(bool)
+		if !ok {
+			if bad == nil {
+				bad = fmt.Errorf("%s = %s, want true or false", n, jsonText(v))
+			}
+			return def
+		}
+		return b
 	}
 	c := Config{}
 	c.ModelType, _ = raw["model_type"].(string)
@@ -93,7 +121,9 @@ func ParseConfig(data []byte) (Config, error) {
 	c.Vocab = integer(0, "vocab_size")
 	expand := integer(2, "expand")
 	c.Inner = integer(expand*c.Hidden, "intermediate_size", "d_inner")
-	c.DTRank = integer(0, "time_step_rank", "dt_rank")
+	if _, v := lookup("time_step_rank", "dt_rank"); v != "auto" {
+		c.DTRank = integer(0, "time_step_rank", "dt_rank")
+	}
 	if c.DTRank == 0 { // "auto" or absent
 		c.DTRank = int(math.Ceil(float64(c.Hidden) / 16))
 	}
@@ -109,12 +139,34 @@ func ParseConfig(data []byte) (Config, error) {
 	}
 	c.TieEmbeddings = boolean(true, "tie_word_embeddings", "tie_embeddings")
 	c.ResidualInFP32 = boolean(true, "residual_in_fp32")
+	if _, v := lookup("eos_token_id"); v != nil {
+		if ids, ok := v.([]any); ok { // several end-of-sequence ids: the first stops generation
+			if len(ids) == 0 {
+				raw["eos_token_id"] = nil
+			} else {
+				raw["eos_token_id"] = ids[0]
+			}
+		}
+	}
 	c.EOSTokenID = integer(-1, "eos_token_id")
 	if pad := integer(1, "pad_vocab_size_multiple"); pad > 1 && c.Vocab%pad != 0 {
 		// state-spaces pads the embedding table to a multiple.
 		c.Vocab += pad - c.Vocab%pad
 	}
+	if bad != nil {
+		return Config{}, bad
+	}
 	return c, c.Validate()
+}
+
+// jsonText shows a decoded JSON value as the file spells it, so that a
+// string "64" reads as a string in an error.
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }
 
 // Validate reports the first dimension that is missing or out of range.

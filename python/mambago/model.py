@@ -179,6 +179,16 @@ def _config_dict(config) -> dict:
     return dict(config)
 
 
+def _json_value(x):
+    """A config value json cannot write itself: a numpy or torch scalar as its
+    Python number, anything else as its text (which the loader then refuses
+    by name if the field wants a number)."""
+    item = getattr(x, "item", None)
+    if callable(item) and getattr(x, "ndim", None) == 0:
+        return item()
+    return str(x)
+
+
 def _is_torch_tensor(x) -> bool:
     """Whether x is a torch tensor (without importing torch)."""
     return type(x).__module__.startswith("torch") and hasattr(x, "detach")
@@ -228,7 +238,7 @@ def _load_state_dict(state_dict, config, device, dtype, blas_path) -> int:
         a = _float32_tensor(name, value)
         arrays.append(a)  # alive until Go has copied it
         listing.append({"name": name, "shape": list(a.shape), "addr": _addr(a) if a.size else 0})
-    return _call(_b.LoadStateDict, json.dumps(config, default=str), json.dumps(listing), device, dtype, blas_path)
+    return _call(_b.LoadStateDict, json.dumps(config, default=_json_value), json.dumps(listing), device, dtype, blas_path)
 
 
 def _tied_head(state_dict) -> bool:
