@@ -141,6 +141,8 @@
 #   hfprecision: the bf16/f16 fixture bars for transformers' own models in
 #             those dtypes, beside mambago's (bench/hf_precision.py);
 #   cpu:      the CPU engine's stage timings and the CPU benchmark against HF;
+#   cpujobs:  the CPU conv and scan in tasks of 32, 16 and 8 channels, taking
+#             turns over three rounds (BenchmarkConvScanJobs; about 30 s);
 #   all:      all three (default).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -813,5 +815,10 @@ if [[ $mode == cpu || $mode == all ]]; then
   echo "== CPU prefill, mambago vs Hugging Face"
   python3 bench/cpu_vs_hf.py --out "$OUT/cpu_vs_hf.json" --lengths 512,128,2048 --commit "$commit" 2>&1 \
     | grep -v "falling back" | tee "$OUT/cpu_vs_hf.log"
+fi
+if [[ $mode == cpujobs ]]; then
+  echo "== CPU conv/scan task widths (130m shape, B=1, T=512; GOMAXPROCS $(nproc))"
+  MAMBAGO_TEST_BLAS=$(python3 -c "import mambago.model as m; print(m.numpy_blas())") \
+    .carry/cpu.test -test.run '^$' -test.bench ConvScanJobs -test.benchtime 5x 2>&1 | tee "$OUT/cpu_jobs.log" | grep "ch[0-9]"
 fi
 exit $status

@@ -1,0 +1,82 @@
+package cpu
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/mambago/mambago/internal/blastest"
+	"github.com/mambago/mambago/mambago/engine"
+	"github.com/mambago/mambago/mambago/internal/fixture"
+)
+
+// BenchmarkConvScanJobs times a 130m B=1 T=512 prefill with the conv and the
+// scan cut into tasks of 32, 16 and 8 channels (48, 96 and 192 tasks), in
+// three rounds that take turns, and reports each stage's time a prefill.
+// With few tasks a worker, one late core holds up the stage. Tasks of 8
+// channels write 32 bytes of each row of u and y, half a cache line, so two
+// workers share every line: on 2 cores they ran the conv 2.4x and the scan
+// 1.4x slower than 16 or 32, which were even.
+func BenchmarkConvScanJobs(b *testing.B) {
+	e := New(fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1))
+	e.BLAS = blastest.Maybe(b)
+	const T = 512
+	ids := make([]int64, T)
+	for i := range ids {
+		ids[i] = rand.Int64N(50280)
+	}
+	out := make([]float32, 768)
+	defer func(was int) { chanBlock = was }(chanBlock)
+	for round := 1; round <= 3; round++ {
+		for _, ch := range []int{32, 16, 8} {
+			b.Run(fmt.Sprintf("ch%d/round%d", ch, round), func(b *testing.B) {
+				chanBlock = ch
+				e.Timer = &StageTimer{}
+				for b.Loop() {
+					st, _ := e.NewState(1)
+					if err := e.Prefill(st, engine.Input{B: 1, T: T, IDs: ids}, engine.Last, out); err != nil {
+						b.Fatal(err)
+					}
+				}
+				n := float64(b.N)
+				b.ReportMetric(e.Timer.d["conv"].Seconds()*1e3/n, "conv_ms/op")
+				b.ReportMetric(e.Timer.d["scan"].Seconds()*1e3/n, "scan_ms/op")
+				b.ReportMetric(T*n/b.Elapsed().Seconds(), "tok/s")
+			})
+		}
+	}
+}
+
+// TestConvScanJobsSameBits checks that the conv and scan tasks' width does
+// not change a bit of the output: each channel runs alone whatever the cut.
+// E = 100 leaves four channels past the last group of eight lanes.
+func TestConvScanJobsSameBits(t *testing.T) {
+	e := New(fixture.RandomWeights(fixture.Shape(50, 2, 60), rand.Uint64()))
+	const B, T = 3, 41
+	ids := make([]int64, B*T)
+	for i := range ids {
+		ids[i] = rand.Int64N(60)
+	}
+	defer func(was int) { chanBlock = was }(chanBlock)
+	var want []float32
+	for _, ch := range []int{32, 16, 8, 24} {
+		chanBlock = ch
+		st, err := e.NewState(B)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := fixture.NaNs(B * T * 50)
+		if err := e.Prefill(st, engine.Input{B: B, T: T, IDs: ids}, engine.All, got); err != nil {
+			t.Fatal(err)
+		}
+		if want == nil {
+			want = got
+			continue
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("%d-channel tasks: element %d is %v, 32-channel tasks gave %v", ch, i, got[i], want[i])
+			}
+		}
+	}
+}
