@@ -20,8 +20,10 @@ def test_forward_and_generate_follow_transformers_conventions():
     assert np.array_equal(out.logits, ref.logits(ref.prefill(ids, output="all")))
     assert out["logits"] is out.logits and out.logits.shape == (2, 7, m.config.vocab_size)
     full = m.generate(ids, max_new_tokens=5)
-    assert full.shape == (2, 12) and np.array_equal(full[:, :7], ids)
-    assert np.array_equal(full[:, 7:], ref.generate(ids, 5, eos_token_id=ref.config.eos_token_id))
+    new = ref.generate(ids, 5, eos_token_id=ref.config.eos_token_id)
+    # Fewer than 5 new tokens where both rows reach eos first (about 1 prompt in 1000).
+    assert 1 <= new.shape[1] <= 5 and full.shape == (2, 7 + new.shape[1])
+    assert np.array_equal(full[:, :7], ids) and np.array_equal(full[:, 7:], new)
     sampled = m.generate(ids, max_new_tokens=5, do_sample=True, temperature=0.7, top_k=10, seed=3)
     assert np.array_equal(sampled, m.generate(ids, max_new_tokens=5, do_sample=True, temperature=0.7, top_k=10,
                                               seed=3))
@@ -161,4 +163,4 @@ def test_cuda_tensors_in_and_out():
     assert got.device.type == "cuda" and gpu.model.device == "cuda"
     assert rel_err(got.cpu().numpy(), cpu(ids.cpu()).logits.numpy()) <= 1e-4
     tokens = gpu.generate(ids, max_new_tokens=4)
-    assert tokens.device.type == "cuda" and tokens.shape == (2, 13)
+    assert tokens.device.type == "cuda" and tokens.shape[0] == 2 and 10 <= tokens.shape[1] <= 13  # eos may stop both
