@@ -79,6 +79,7 @@ func BenchmarkGemmSplits(b *testing.B) {
 	}
 }
 
+// randVec returns n fresh standard-normal values.
 func randVec(n int) []float32 {
 	v := make([]float32, n)
 	for i := range v {

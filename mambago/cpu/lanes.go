@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"math"
-	"unsafe"
 )
 
 // The conv and the scan with eight channels in the eight lanes of an AVX2
@@ -113,16 +112,6 @@ func (e *Engine) scanLanes(w *work, l int, b, ch int, state, scratch []float32) 
 	fromLanes(states, scratch, N)
 }
 
-// laneScanOffsets are the byte offsets of laneScan's fields that
-// lanes_amd64.s uses, in its order (checked by TestLaneScanLayout).
-var laneScanOffsets = [...]uintptr{
-	unsafe.Offsetof(laneScan{}.delta), unsafe.Offsetof(laneScan{}.u), unsafe.Offsetof(laneScan{}.z),
-	unsafe.Offsetof(laneScan{}.y), unsafe.Offsetof(laneScan{}.bc), unsafe.Offsetof(laneScan{}.a2t),
-	unsafe.Offsetof(laneScan{}.state), unsafe.Offsetof(laneScan{}.k), unsafe.Offsetof(laneScan{}.T),
-	unsafe.Offsetof(laneScan{}.nBytes), unsafe.Offsetof(laneScan{}.rowE), unsafe.Offsetof(laneScan{}.rowZ),
-	unsafe.Offsetof(laneScan{}.rowBC), unsafe.Offsetof(laneScan{}.dtBias), unsafe.Offsetof(laneScan{}.d),
-}
-
 // laneConv holds one lane call's operands for the conv; lanes_amd64.s reads
 // its fields at the offsets TestLaneScanLayout pins.
 type laneConv struct {
@@ -156,15 +145,6 @@ func (e *Engine) convLanes(w *work, l int, b, ch int, state, win []float32) {
 	}
 	convLanesAVX2(&a)
 	fromLanes(windows, win, K)
-}
-
-// laneConvOffsets are the byte offsets of laneConv's fields that
-// lanes_amd64.s uses, in its order (checked by TestLaneScanLayout).
-var laneConvOffsets = [...]uintptr{
-	unsafe.Offsetof(laneConv{}.xs), unsafe.Offsetof(laneConv{}.u), unsafe.Offsetof(laneConv{}.win),
-	unsafe.Offsetof(laneConv{}.w), unsafe.Offsetof(laneConv{}.k), unsafe.Offsetof(laneConv{}.T),
-	unsafe.Offsetof(laneConv{}.km1Bytes), unsafe.Offsetof(laneConv{}.rowX), unsafe.Offsetof(laneConv{}.rowU),
-	unsafe.Offsetof(laneConv{}.bias),
 }
 
 // A GEMM of a few rows against a weight matrix (a decode step of up to
@@ -225,10 +205,3 @@ func gemmRows(c []float32, ldc int, a []float32, lda int, w []float32, M, N, K i
 
 // rowsStep is the count of W's rows a gemmRowsAVX2 call takes.
 const rowsStep = 256
-
-// rowsGemmOffsets are the byte offsets of rowsGemm's fields that
-// lanes_amd64.s uses, in its order (checked by TestLaneScanLayout).
-var rowsGemmOffsets = [...]uintptr{
-	unsafe.Offsetof(rowsGemm{}.a), unsafe.Offsetof(rowsGemm{}.w), unsafe.Offsetof(rowsGemm{}.out),
-	unsafe.Offsetof(rowsGemm{}.N), unsafe.Offsetof(rowsGemm{}.kBytes), unsafe.Offsetof(rowsGemm{}.ldw),
-}

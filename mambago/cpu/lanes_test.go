@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/mambago/mambago/internal/blastest"
@@ -11,18 +13,25 @@ import (
 	"github.com/mambago/mambago/mambago/internal/fixture"
 )
 
-// TestLaneScanLayout pins laneScan's field offsets, which lanes_amd64.s
-// uses as numbers.
+// TestLaneScanLayout pins the field offsets of laneScan, laneConv and
+// rowsGemm, which lanes_amd64.s uses as numbers.
 func TestLaneScanLayout(t *testing.T) {
-	want := [...]uintptr{0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 136}
-	if laneScanOffsets != want {
-		t.Fatalf("laneScan's offsets are %v; lanes_amd64.s reads %v", laneScanOffsets, want)
-	}
-	if want := [...]uintptr{0, 8, 16, 24, 32, 40, 48, 56, 64, 72}; laneConvOffsets != want {
-		t.Fatalf("laneConv's offsets are %v; lanes_amd64.s reads %v", laneConvOffsets, want)
-	}
-	if want := [...]uintptr{0, 8, 16, 24, 32, 40}; rowsGemmOffsets != want {
-		t.Fatalf("rowsGemm's offsets are %v; lanes_amd64.s reads %v", rowsGemmOffsets, want)
+	for _, c := range []struct {
+		v    any
+		want []uintptr // the offsets lanes_amd64.s #defines, in field order
+	}{
+		{laneScan{}, []uintptr{0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 136}},
+		{laneConv{}, []uintptr{0, 8, 16, 24, 32, 40, 48, 56, 64, 72}},
+		{rowsGemm{}, []uintptr{0, 8, 16, 24, 32, 40}},
+	} {
+		typ := reflect.TypeOf(c.v)
+		got := make([]uintptr, typ.NumField())
+		for i := range got {
+			got[i] = typ.Field(i).Offset
+		}
+		if !slices.Equal(got, c.want) {
+			t.Fatalf("%s's offsets are %v; lanes_amd64.s reads %v", typ.Name(), got, c.want)
+		}
 	}
 }
 
@@ -34,19 +43,12 @@ func TestGemmRows(t *testing.T) {
 		t.Skip("this CPU has no AVX2/FMA")
 	}
 	rng := rand.New(rand.NewPCG(rand.Uint64(), 11))
-	randn := func(n int) []float32 {
-		v := make([]float32, n)
-		for i := range v {
-			v[i] = float32(rng.NormFloat64())
-		}
-		return v
-	}
 	for _, K := range []int{3, 8, 29, 768} {
 		for M := 1; M <= rowsMax; M++ {
 			for _, beta := range []float32{0, 1} {
 				N, lda, ldc := 37+rng.IntN(300), K+rng.IntN(3), 0
 				ldc = N + rng.IntN(3)
-				a, w, c := randn(M*lda), randn(N*K), randn(M*ldc)
+				a, w, c := randVec(M*lda), randVec(N*K), randVec(M*ldc)
 				want := make([]float64, len(c))
 				for i := range c {
 					want[i] = float64(c[i])
@@ -113,16 +115,9 @@ func TestScanLanesMatchesChannelLoop(t *testing.T) {
 			for i := range ids {
 				ids[i] = rng.Int64N(50)
 			}
-			random := func(n int) []float32 {
-				v := make([]float32, n)
-				for i := range v {
-					v[i] = float32(rng.NormFloat64())
-				}
-				return v
-			}
 			start, window := make([][]float32, cfg.Layers), make([][]float32, cfg.Layers)
 			for l := range start {
-				start[l], window[l] = random(sh.B*cfg.Inner*sh.N), random(sh.B*cfg.Inner*sh.K)
+				start[l], window[l] = randVec(sh.B*cfg.Inner*sh.N), randVec(sh.B*cfg.Inner*sh.K)
 			}
 			run := func(lanes bool) ([]float32, *State) {
 				useLanes = lanes
