@@ -139,13 +139,10 @@ func ParseConfig(data []byte) (Config, error) {
 	}
 	c.TieEmbeddings = boolean(true, "tie_word_embeddings", "tie_embeddings")
 	c.ResidualInFP32 = boolean(true, "residual_in_fp32")
-	if _, v := lookup("eos_token_id"); v != nil {
-		if ids, ok := v.([]any); ok { // several end-of-sequence ids: the first stops generation
-			if len(ids) == 0 {
-				raw["eos_token_id"] = nil
-			} else {
-				raw["eos_token_id"] = ids[0]
-			}
+	if ids, ok := raw["eos_token_id"].([]any); ok { // several end-of-sequence ids: the first stops generation
+		raw["eos_token_id"] = nil
+		if len(ids) > 0 {
+			raw["eos_token_id"] = ids[0]
 		}
 	}
 	c.EOSTokenID = integer(-1, "eos_token_id")
