@@ -223,9 +223,15 @@ func addBias(m, bias []float32) {
 	})
 }
 
-// chanBlock is the number of channels one conv or scan task handles: 48
-// tasks a sequence at 130m. BenchmarkConvScanJobs times smaller ones.
-var chanBlock = 32
+// chanBlock is the number of channels one conv or scan task handles: 96
+// tasks a sequence at 130m, six a worker on 16 cores, so that a late core
+// holds up a stage by a sixth of it. BenchmarkConvScanJobs (130m, B=1,
+// T=512) on the GPU machine's 16 cores, rounds 2-3 of three runs: 16
+// channels ran the scan 6% faster than 32 (26.6-27.3 ms against 28.2-29.2)
+// and the prefill 2.5% faster (median ratio of six rounds), the conv even;
+// on 2 cores the two were even. Tasks of 8 write half a cache line of each
+// row of u and y, which two workers then share: slower on both machines.
+var chanBlock = 16
 
 // conv computes u = silu(causal depthwise conv1d(xs) + bias) for each
 // sequence, reading the K-1 inputs before the chunk from the carried window
