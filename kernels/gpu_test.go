@@ -108,7 +108,9 @@ func relErr(got []float32, want []float64) float64 {
 // TestRMSNormKernel checks rmsnorm_f32 against float64, over whole rows
 // (ldx = ldy = d) and over rows apart (the last position of each sequence,
 // read ldx apart and written whole or ldy apart), where the elements
-// between the rows written must stay as they were.
+// between the rows written must stay as they were. Each launch also fills
+// a span (the folded memset of cuda.MemsetEdit): more words than the grid
+// has threads, and not one past the span.
 func TestRMSNormKernel(t *testing.T) {
 	fn, s := gpu(t)
 	// d = 1002 and 3000 take the kernel's two-read path, as do rows 1002 or
@@ -119,9 +121,20 @@ func TestRMSNormKernel(t *testing.T) {
 		d, ldx, ldy, rows := c.d, c.ldx, c.ldy, 37
 		x, w := randn(rows*ldx, 3), randn(d, 1)
 		bx, bw, by := upload(t, s, x), upload(t, s, w), poisoned(t, s, rows*ldy)
+		const fillWord, fillWords = 0x01020304, 3*5*256 + 7 // the grid has 5 blocks of 256 threads
+		bfill := poisoned(t, s, fillWords+1)
 		if err := fn("rmsnorm_f32").Launch(cuda.D1((rows+7)/8), cuda.D1(256), 0, s, bx.Ptr, bw.Ptr, by.Ptr, rows, d, ldx,
-			ldy, float32(1e-5)); err != nil {
+			ldy, float32(1e-5), bfill.Ptr, uint32(fillWord), int64(fillWords)); err != nil {
 			t.Fatal(err)
+		}
+		fill := download(t, s, bfill, fillWords+1)
+		for i, v := range fill[:fillWords] {
+			if math.Float32bits(v) != fillWord {
+				t.Fatalf("d=%d: fill word %d is %#x, want %#x", d, i, math.Float32bits(v), uint32(fillWord))
+			}
+		}
+		if !math.IsNaN(float64(fill[fillWords])) {
+			t.Fatalf("d=%d: the word after the fill was written", d)
 		}
 		all := download(t, s, by, rows*ldy)
 		got, want := make([]float32, 0, rows*d), make([]float64, rows*d)
@@ -206,7 +219,7 @@ func TestRMSNormEmbedKernel(t *testing.T) {
 			}
 			name := "rmsnorm_embed_" + dt.Suffix()
 			if err := fn(name).Launch(cuda.D1((rows+7)/8), cuda.D1(256), 0, s, bids.Ptr, bE.Ptr, V, bh.Ptr, bw.Ptr,
-				by.Ptr, rows, d, float32(1e-5)); err != nil {
+				by.Ptr, rows, d, float32(1e-5), cuda.Ptr(0), uint32(0), int64(0)); err != nil {
 				t.Fatal(err)
 			}
 			h, y := download(t, s, bh, rows*d), download(t, s, by, (rows*d*dt.Size()+3)/4)

@@ -30,7 +30,8 @@ func BenchmarkGraphNode(b *testing.B) {
 		}
 		for _, pdl := range []bool{false, true} {
 			launch := func() error {
-				return f.LaunchMaybePDL(pdl, cuda.D1(blocks), cuda.D1(256), 0, s, x.Ptr, w.Ptr, y.Ptr, rows, d64, d64, d64, float32(1e-5))
+				return f.LaunchMaybePDL(pdl, cuda.D1(blocks), cuda.D1(256), 0, s, x.Ptr, w.Ptr, y.Ptr, rows, d64, d64, d64, float32(1e-5),
+					cuda.Ptr(0), uint32(0), int64(0))
 			}
 			b.Logf("graph node: %4d blocks, PDL %-5v: %.2f us a node (median of 7 graphs of %d)", blocks, pdl,
 				nodeTime(b, s, runs, launch), runs)

@@ -185,7 +185,8 @@ func BenchmarkOutNorm(b *testing.B) {
 					if err := blas.Gemm(M, D, K, bY.Ptr, K, bW.Ptr, bH.Ptr, D, 1, dt, cuda.F32); err != nil {
 						return err
 					}
-					return rms.LaunchMaybePDL(true, cuda.D1((M+7)/8), cuda.D1(256), 0, s, bH.Ptr, bN.Ptr, bX.Ptr, M, D, D, D, float32(1e-5))
+					return rms.LaunchMaybePDL(true, cuda.D1((M+7)/8), cuda.D1(256), 0, s, bH.Ptr, bN.Ptr, bX.Ptr, M, D, D, D, float32(1e-5),
+						cuda.Ptr(0), uint32(0), int64(0))
 				},
 			}
 			builds := outNormBenchBuilds()

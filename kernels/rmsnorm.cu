@@ -11,6 +11,12 @@
 // d <= 128 * RMS_V is read once, as float4s kept in registers between the
 // sum of squares and the scaling; other rows are read twice.
 // Rows read once take w from shared memory (rmsnorm below).
+//
+// Each entry also writes fill_words copies of the 32-bit fill_word from
+// fill, after its wait for the kernel before it: a captured graph folds a
+// library's memset of its scratch into the RMSNorm before the library's
+// GEMM that way (cuda.MemsetEdit's Fold), so that the GEMM waits for one
+// kernel instead of two. Launches pass fill_words = 0.
 // (At the 130m shape, T = 2048, the stage timer gave a block a row with two
 // barriers 8.8 us a layer and this kernel 7.5; ncu with warm caches gives
 // this one 5.2 us, against 2.9 per 2048 rows at T = 8192.)
@@ -56,9 +62,17 @@ __device__ __forceinline__ long long row_of(const long long *ids, int r, int V) 
 // ids[r] of an embedding table x [V, d] of type S (ids clamped to [0, V),
 // ldx = d), which is also written to the residual stream h [rows, d] f32:
 // the embedding lookup and the first layer's RMSNorm in one pass.
+// fill_after_wait is the fill every entry does once it has waited: the
+// grid's threads write fill_word to fill[0 .. n).
+__device__ __forceinline__ void fill_after_wait(unsigned *fill, unsigned fill_word, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        fill[i] = fill_word;
+}
+
 template <class T, class S>
 __device__ void rmsnorm(const S *x, const long long *ids, int V, float *h, const float *__restrict__ w, T *y,
-                        int rows, int d, int ldx, int ldy, float eps) {
+                        int rows, int d, int ldx, int ldy, float eps, unsigned *fill, unsigned fill_word,
+                        long long fill_words) {
     __shared__ __align__(16) float wsh[128 * RMS_V];
     const int r = (blockIdx.x * blockDim.x + threadIdx.x) >> 5, lane = threadIdx.x & 31;
     const bool live = r < rows;  // the warp's row
@@ -66,6 +80,7 @@ __device__ void rmsnorm(const S *x, const long long *ids, int V, float *h, const
     float *hrow = h ? h + (size_t)r * d : nullptr;
     if (d % 4 != 0 || ldx % 4 != 0 || ldy % 4 != 0 || d > 128 * RMS_V) {
         pdl_wait();
+        fill_after_wait(fill, fill_word, fill_words);
         if (!live) return;
         const S *row = x + (size_t)row_of(ids, r, V) * ldx;
         float ss = 0.f;
@@ -85,6 +100,7 @@ __device__ void rmsnorm(const S *x, const long long *ids, int V, float *h, const
         for (int i = 4 * threadIdx.x; i < d; i += 4 * blockDim.x) cp_async_s<16>(shared_addr(wsh + i), w + i, true);
     cp_async_commit();
     pdl_wait();  // before ids too: a graph's input, written by the copy before it
+    fill_after_wait(fill, fill_word, fill_words);
     const S *row = x + (size_t)(live ? row_of(ids, r, V) : 0) * ldx;
     float4 v[RMS_V];
     float ss = 0.f;
@@ -112,16 +128,19 @@ __device__ void rmsnorm(const S *x, const long long *ids, int V, float *h, const
 // rmsnorm_<T>: x [rows, d] f32 (row stride ldx) normed into y.
 // rmsnorm_embed_<T>: rows ids[r] of the embedding table E [V, d] (storage
 // type T) written to h [rows, d] f32 and normed into y [rows, d].
+// Both then fill (the opening comment): their last three arguments.
 #define RMSNORM(sfx, T)                                                                                     \
     extern "C" __global__ void rmsnorm_##sfx(const float *x, const float *__restrict__ w, T *y, int rows, int d, \
-                                             int ldx, int ldy, float eps) {                                \
-        rmsnorm<T, float>(x, nullptr, 0, nullptr, w, y, rows, d, ldx, ldy, eps);                           \
+                                             int ldx, int ldy, float eps, unsigned *fill, unsigned fill_word, \
+                                             long long fill_words) {                                        \
+        rmsnorm<T, float>(x, nullptr, 0, nullptr, w, y, rows, d, ldx, ldy, eps, fill, fill_word, fill_words); \
         pdl_release();                                                                                      \
     }                                                                                                       \
     extern "C" __global__ void rmsnorm_embed_##sfx(const long long *ids, const T *__restrict__ E, int V,      \
                                                    float *h, const float *__restrict__ w, T *y, int rows,   \
-                                                   int d, float eps) {                                      \
-        rmsnorm<T, T>(E, ids, V, h, w, y, rows, d, d, d, eps);                                              \
+                                                   int d, float eps, unsigned *fill, unsigned fill_word,    \
+                                                   long long fill_words) {                                  \
+        rmsnorm<T, T>(E, ids, V, h, w, y, rows, d, d, d, eps, fill, fill_word, fill_words);                 \
         pdl_release();                                                                                      \
     }
 EACH_DTYPE(RMSNORM)

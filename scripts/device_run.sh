@@ -21,10 +21,11 @@
 #             on the host (bench/entry_overhead.py; 130m and 1.4b, B=1,
 #             or $ENTRY_SHAPES), then the Go side's host time call by call
 #             (BenchmarkEntryHost);
-#   memsets:  Engine.MemsetKernels and HoistMemsets (cuBLASLt's workspace
-#             memsets in a graph as kernels, or started beside the kernel
-#             before them): the tests, memcheck, bf16 prefills with each edit
-#             off and on (BenchmarkMemsetEdits; $MEMSET_BENCH filters it);
+#   memsets:  Engine.MemsetKernels, HoistMemsets and FoldMemsets (cuBLASLt's
+#             workspace memsets in a graph as kernels, started beside the
+#             kernel before them, or folded into it): the tests, memcheck,
+#             bf16 prefills with each edit off and on (BenchmarkMemsetEdits;
+#             $MEMSET_BENCH filters it, MEMSET_EDITS=fold times the fold alone);
 #   inplace:  ncu on a bf16 130m prefill graph's nodes, one at a time with
 #             the caches as the graph leaves them: each kernel's time, DRAM
 #             and L2 bytes (bench/inplace.py; INPLACE_SKIP, INPLACE_COUNT,
@@ -394,13 +395,13 @@ if [[ $mode == residual ]]; then
   exit $status
 fi
 if [[ $mode == memsets ]]; then
-  echo "== Engine.MemsetKernels and HoistMemsets: cuBLASLt's workspace memsets in captured graphs"
+  echo "== Engine.MemsetKernels, HoistMemsets and FoldMemsets: cuBLASLt's workspace memsets in captured graphs"
   SHOW=edited run_tests memsets_cuda 120 .carry/cuda.test -test.v -test.run 'CaptureEditing|Layout|LaunchCopyGraph'
-  run_tests memsets_kernels 120 .carry/kernels.test -test.v -test.run 'MemsetRows|Spill'
+  run_tests memsets_kernels 120 .carry/kernels.test -test.v -test.run 'MemsetRows|Spill|RMSNorm'
   SHOW="memsets edited" run_tests memsets_test 300 .carry/gpu.test -test.v \
     -test.run 'PrefillSettings|MemsetEdits130m|GraphsReplay|DeviceEntry|PrefillGraphCache|Mixed'
   memcheck memcheck_memsets_cuda 120 .carry/cuda.test 'CaptureEditing'
-  memcheck memcheck_memsets 300 .carry/gpu.test 'PrefillSettings/memsets_random_bf16'
+  memcheck memcheck_memsets 300 .carry/gpu.test 'PrefillSettings/(memsets|folds)_random_bf16'
   echo "== bf16 prefills with the memsets as captured and edited (BenchmarkMemsetEdits: graph replays, CUDA events, medians)"
   timeout 400 .carry/gpu.test -test.v -test.run '^$' -test.bench "${MEMSET_BENCH:-MemsetEdits/(130m|370m)/B1}" -test.benchtime 1x 2>&1 \
     | tee "$OUT/memsets_bench.log" | grep -E "memset|FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'

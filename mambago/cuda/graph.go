@@ -7,7 +7,9 @@ package cuda
 import "C"
 
 import (
+	"encoding/binary"
 	"fmt"
+	"slices"
 	"unsafe"
 )
 
@@ -15,6 +17,7 @@ import (
 type Graph struct {
 	graph, exec unsafe.Pointer
 	edited      int                          // memset nodes CaptureEditing edited
+	folded      int                          // of those, folded into the kernel before them
 	args        map[unsafe.Pointer]*nodeArgs // kernel nodes' arguments as Bind's bindings set them
 }
 
@@ -42,12 +45,12 @@ func CaptureEditing(s *Stream, ed *MemsetEdit, fn func() error) (*Graph, error) 
 		return nil, endErr
 	}
 	if ed != nil && GraphEdits() {
-		n, err := ed.apply(g.graph)
+		n, folded, err := ed.apply(g.graph)
 		if err != nil {
 			g.Destroy()
 			return nil, fmt.Errorf("cuda: editing memset nodes: %w", err)
 		}
-		g.edited = n
+		g.edited, g.folded = n, folded
 	}
 	if err := check("cuGraphInstantiate", C.mg_cuGraphInstantiate(&g.exec, g.graph, 0)); err != nil {
 		g.Destroy()
@@ -58,6 +61,10 @@ func CaptureEditing(s *Stream, ed *MemsetEdit, fn func() error) (*Graph, error) 
 
 // Edited is how many memset nodes CaptureEditing edited.
 func (g *Graph) Edited() int { return g.edited }
+
+// Folded is how many of the edited memsets MemsetEdit's Fold took into the
+// kernel before them.
+func (g *Graph) Folded() int { return g.folded }
 
 // MemsetEdit names the memset nodes of a captured graph to edit, and how.
 //
@@ -77,12 +84,23 @@ func (g *Graph) Edited() int { return g.edited }
 // the graph computes the same values: the memset still follows whatever
 // came before the kernel (the previous user of the workspace among them)
 // and still precedes its GEMM.
+//
+// Fold names kernels of Ours that can take a memset over: their last three
+// arguments are (fill Ptr, word uint32, words int64), and they write words
+// copies of word from fill once they have waited for the kernel before
+// them (kernels/rmsnorm.cu), which the memset waited for too. Where the
+// memset's kernel is one of them, captured with no fill (words 0), and the
+// memset writes whole aligned 32-bit words in one run, the kernel is given
+// the memset's fill and the memset node goes: its dependent then waits for
+// that kernel alone. Elsewhere Fill and Hoist apply as above. Fold needs
+// GraphFolds.
 type MemsetEdit struct {
 	Span  Ptr // what the memsets may write: a library's scratch
 	Bytes int
-	Ours  []*Function // kernels that never touch the span
+	Ours  []*Function // kernels that never touch the span but through a fill of Fold's
 	Fill  *Function
 	Hoist bool
+	Fold  []*Function
 }
 
 // CUgraphNodeType values.
@@ -108,39 +126,69 @@ func (m memsetParams) bytes() uint64 {
 	return row
 }
 
+// words is the memset as a fill of 32-bit words: the word, how many, and
+// whether it is one (an aligned run of whole words).
+func (m memsetParams) words() (word uint32, n int64, ok bool) {
+	size := uint64(m.element)
+	row := m.width * size
+	if m.height > 1 && m.pitch != row || m.dst%4 != 0 || row*max(m.height, 1)%4 != 0 {
+		return 0, 0, false
+	}
+	switch size {
+	case 1:
+		word = (m.value & 0xff) * 0x01010101
+	case 2:
+		word = (m.value & 0xffff) * 0x00010001
+	case 4:
+		word = m.value
+	default:
+		return 0, 0, false
+	}
+	return word, int64(row * max(m.height, 1) / 4), true
+}
+
 // memsetSite is an editable memset node m: its parameters, the kernel p it
-// waits for (by the edge pe) and the node g that waits for it.
+// waits for (by the edge pe; fn its function) and the node g that waits
+// for it.
 type memsetSite struct {
 	m, p, g unsafe.Pointer
+	fn      unsafe.Pointer
 	pe      C.mg_edge
 	params  memsetParams
 }
 
-// apply edits the memsets of graph it may, and returns how many.
-func (ed *MemsetEdit) apply(graph unsafe.Pointer) (int, error) {
+// apply edits the memsets of graph it may, and returns how many, and how
+// many of those it folded.
+func (ed *MemsetEdit) apply(graph unsafe.Pointer) (edited, folded int, err error) {
 	ours := map[unsafe.Pointer]bool{}
 	for _, f := range ed.Ours {
 		ours[f.h] = true
 	}
 	nodes, err := graphNodes(graph)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	edited := 0
 	for _, m := range nodes {
 		site, ok, err := ed.editable(m, ours)
 		if err != nil {
-			return edited, err
+			return edited, folded, err
 		}
 		if !ok {
 			continue
 		}
-		if err := ed.edit(graph, site); err != nil {
-			return edited, err
+		fold, err := ed.fold(graph, site) // else Fill and Hoist
+		if err == nil && !fold {
+			err = ed.edit(graph, site)
+		}
+		if err != nil {
+			return edited, folded, err
 		}
 		edited++
+		if fold {
+			folded++
+		}
 	}
-	return edited, nil
+	return edited, folded, nil
 }
 
 // edit applies Fill and Hoist to one site.
@@ -178,6 +226,50 @@ func (ed *MemsetEdit) edit(graph unsafe.Pointer, site memsetSite) error {
 	return addEdges(graph, before, m)
 }
 
+// fold gives site's kernel the memset's fill, where Fold allows it, and
+// removes the memset; it reports whether it did.
+func (ed *MemsetEdit) fold(graph unsafe.Pointer, site memsetSite) (bool, error) {
+	i := slices.IndexFunc(ed.Fold, func(f *Function) bool { return f.h == site.fn })
+	word, words, ok := site.params.words()
+	if i < 0 || !ok || !GraphFolds() {
+		return false, nil
+	}
+	f := ed.Fold[i]
+	n := int(f.nargs.Load())
+	args, offsets, sizes := make([]byte, maxArgBytes), make([]int32, 64), make([]int32, 64)
+	if n < 3 || n > len(offsets) {
+		return false, fmt.Errorf("kernel %s: %d arguments, no fill", f.Name, n)
+	}
+	var fn unsafe.Pointer
+	if err := check("cuFuncGetParamInfo", C.mg_cuGraphKernelNodeArgs(site.p, &fn, C.int(n), (*C.uchar)(unsafe.Pointer(&args[0])),
+		C.size_t(len(args)), (*C.int)(unsafe.Pointer(&offsets[0])), (*C.int)(unsafe.Pointer(&sizes[0])))); err != nil {
+		return false, fmt.Errorf("reading the arguments of kernel %s: %w", f.Name, err)
+	}
+	at := func(k int) []byte { return args[offsets[n-3+k]:] }
+	if sizes[n-3] != 8 || sizes[n-2] != 4 || sizes[n-1] != 8 {
+		return false, fmt.Errorf("kernel %s: its last three arguments are no fill (sizes %v)", f.Name, sizes[n-3:n])
+	}
+	if binary.LittleEndian.Uint64(at(2)) != 0 {
+		return false, nil // it fills for another memset already
+	}
+	binary.LittleEndian.PutUint64(at(0), uint64(site.params.dst))
+	binary.LittleEndian.PutUint32(at(1), word)
+	binary.LittleEndian.PutUint64(at(2), uint64(words))
+	if err := check("cuGraphKernelNodeSetParams", C.mg_cuGraphKernelNodeSetArgs(site.p, (*C.uchar)(unsafe.Pointer(&args[0])),
+		(*C.int)(unsafe.Pointer(&offsets[0])), C.int(n))); err != nil {
+		return false, err
+	}
+	if err := addEdges(graph, []unsafe.Pointer{site.p}, site.g); err != nil {
+		return false, err
+	}
+	return true, check("cuGraphDestroyNode", C.mg_cuGraphDestroyNode(site.m))
+}
+
+// GraphFolds says whether the loaded driver has the entry points
+// MemsetEdit's Fold uses (those of GraphRebinds, and setting a captured
+// kernel node's arguments).
+func GraphFolds() bool { return C.mg_graph_folds() != 0 }
+
 // editable returns memset node m's site and whether the edit applies: a
 // memset within the span, after one kernel of ours, before one node that
 // waits for m alone.
@@ -202,11 +294,10 @@ func (ed *MemsetEdit) editable(m unsafe.Pointer, ours map[unsafe.Pointer]bool) (
 	if t, err := nodeType(site.p); err != nil || t != kernelNode {
 		return site, false, err
 	}
-	var fn unsafe.Pointer
-	if err := check("cuGraphKernelNodeGetParams", C.mg_cuGraphKernelNodeFunction(site.p, &fn)); err != nil {
+	if err := check("cuGraphKernelNodeGetParams", C.mg_cuGraphKernelNodeFunction(site.p, &site.fn)); err != nil {
 		return site, false, err
 	}
-	if fn == nil || !ours[fn] {
+	if site.fn == nil || !ours[site.fn] {
 		return site, false, nil
 	}
 	succ, _, err := nodeEdges(m, true)

@@ -125,6 +125,7 @@ typedef struct {
 FN(int, cuFuncGetParamInfo, (void *, size_t, size_t *, size_t *));
 FN(int, cuKernelGetParamInfo, (void *, size_t, size_t *, size_t *));
 FN(int, cuGraphExecKernelNodeSetParams, (void *, void *, const mg_kernel_node *));
+FN(int, cuGraphKernelNodeSetParams, (void *, const mg_kernel_node *));
 FN(int, cuGraphExecMemsetNodeSetParams, (void *, void *, const mg_memset_node *, void *));
 FN(int, cuGraphMemcpyNodeGetParams, (void *, mg_memcpy3d *));
 FN(int, cuCtxGetCurrent, (void **));
@@ -231,6 +232,7 @@ const char *mg_load_driver(const char *path) {
 	p_cuFuncGetParamInfo = dlsym(h, "cuFuncGetParamInfo");
 	p_cuKernelGetParamInfo = dlsym(h, "cuKernelGetParamInfo");
 	p_cuGraphExecKernelNodeSetParams = dlsym(h, "cuGraphExecKernelNodeSetParams_v2");
+	p_cuGraphKernelNodeSetParams = dlsym(h, "cuGraphKernelNodeSetParams_v2");
 	p_cuGraphExecMemsetNodeSetParams = dlsym(h, "cuGraphExecMemsetNodeSetParams");
 	p_cuGraphMemcpyNodeGetParams = dlsym(h, "cuGraphMemcpyNodeGetParams");
 	p_cuCtxGetCurrent = dlsym(h, "cuCtxGetCurrent");
@@ -413,6 +415,20 @@ mg_result mg_cuGraphExecKernelNodeSetArgs(void *exec, void *node, unsigned char 
 	if (r) return r;
 	p.params = params, p.extra = NULL;
 	return p_cuGraphExecKernelNodeSetParams(exec, node, &p);
+}
+
+int mg_graph_folds(void) { return mg_graph_rebinds() && p_cuGraphKernelNodeSetParams; }
+
+mg_result mg_cuGraphKernelNodeSetArgs(void *node, unsigned char *buf, const int *offsets, int n) {
+	void *params[64];
+	if (kernel_params(params, buf, offsets, n)) return 1;
+	mg_kernel_node p;
+	memset(&p, 0, sizeof p);
+	if (!p_cuGraphKernelNodeGetParams || !p_cuGraphKernelNodeSetParams) return 500;
+	int r = p_cuGraphKernelNodeGetParams(node, &p);
+	if (r) return r;
+	p.params = params, p.extra = NULL;
+	return p_cuGraphKernelNodeSetParams(node, &p);
 }
 
 mg_result mg_cuGraphExecMemsetNodeSetDst(void *exec, void *node, mg_devptr dst) {

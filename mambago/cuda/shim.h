@@ -102,6 +102,12 @@ mg_result mg_cuGraphKernelNodeArgs(void *node, void **fn, int count, unsigned ch
 // mg_cuGraphExecKernelNodeSetArgs gives node, in exec, the n arguments at
 // offsets in buf, the rest of its launch as captured.
 mg_result mg_cuGraphExecKernelNodeSetArgs(void *exec, void *node, unsigned char *buf, const int *offsets, int n);
+// Giving a captured kernel node other arguments before instantiation
+// (cuda.MemsetEdit's Fold; mg_graph_folds says whether the entry points
+// loaded): mg_cuGraphKernelNodeSetArgs gives node the n arguments at
+// offsets in buf, the rest of its launch as captured.
+int mg_graph_folds(void);
+mg_result mg_cuGraphKernelNodeSetArgs(void *node, unsigned char *buf, const int *offsets, int n);
 // mg_cuGraphExecMemsetNodeSetDst points memset node, in exec, at dst, the
 // rest of its parameters as captured.
 mg_result mg_cuGraphExecMemsetNodeSetDst(void *exec, void *node, mg_devptr dst);

@@ -647,17 +647,24 @@ func BenchmarkTwoPasses(b *testing.B) {
 // BenchmarkMemsetEdits times bf16 prefills with cuBLASLt's memsets as
 // captured, against each edit (Engine.MemsetKernels, Engine.HoistMemsets,
 // both), at the shapes of prefillShapes and at 130m and 370m B=1 T=8192
-// (compareSettings).
+// (compareSettings); then Engine.FoldMemsets against both edits without
+// it (the engine's setting before it). $MEMSET_EDITS=fold runs the last
+// part only.
 func BenchmarkMemsetEdits(b *testing.B) {
 	shapes := append([]benchShape{shape("130m", 1, 8192), shape("370m", 1, 8192)}, prefillShapes...)
-	for _, edit := range []struct {
-		label          string
-		kernels, hoist bool
-	}{{"memset kernels", true, false}, {"memsets hoisted", false, true}, {"memset kernels hoisted", true, true}} {
-		compareSettings(b, edit.label, shapes, func(e *gpu.Engine, on bool) {
-			e.MemsetKernels, e.HoistMemsets = on && edit.kernels, on && edit.hoist
-		})
+	if os.Getenv("MEMSET_EDITS") != "fold" {
+		for _, edit := range []struct {
+			label          string
+			kernels, hoist bool
+		}{{"memset kernels", true, false}, {"memsets hoisted", false, true}, {"memset kernels hoisted", true, true}} {
+			compareSettings(b, edit.label, shapes, func(e *gpu.Engine, on bool) {
+				e.MemsetKernels, e.HoistMemsets, e.FoldMemsets = on && edit.kernels, on && edit.hoist, false
+			})
+		}
 	}
+	compareSettings(b, "memsets folded", shapes, func(e *gpu.Engine, on bool) {
+		e.MemsetKernels, e.HoistMemsets, e.FoldMemsets = true, true, on
+	})
 }
 
 // BenchmarkScanSegments times bf16 prefills with the one-pass scan walked

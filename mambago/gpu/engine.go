@@ -161,6 +161,15 @@ type Engine struct {
 	// becoming kernels 0.980x (a GEMM node after a memset node still
 	// started late). Set them before capturing graphs.
 	MemsetKernels, HoistMemsets bool
+	// FoldMemsets folds such a memset into the RMSNorm before it where it
+	// can (cuda.MemsetEdit's Fold): the RMSNorm node writes the memset's
+	// bytes after its wait, and the GEMM then waits for it alone, where a
+	// hoisted memset kernel left it waiting for two (in the trace of
+	// bench/results/2026-12-01-graph-trace-538ad8e.md, in_proj started
+	// 1.15 µs after the later of the two, out_proj 0.48 µs after the scan).
+	// Memsets it cannot fold get MemsetKernels and HoistMemsets. Set it
+	// before capturing graphs.
+	FoldMemsets bool
 	// FusedConvXProj runs each layer's conv and x_proj as one kernel
 	// (ConvXProj) where it applies (ConvXProjApplies: 16-bit engines on
 	// sm_80 and newer, the 130m and 370m shapes): a graph node fewer a
@@ -249,7 +258,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
+		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
 		AutoXProj: true, InPlaceReplays: true}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4
@@ -594,8 +603,14 @@ func (e *Engine) rmsnorm(name string, pdl bool, x, w, y cuda.Ptr, rows, d int, e
 // ldy apart in y (both at least d).
 func (e *Engine) rmsnormRows(name string, pdl bool, x, w, y cuda.Ptr, rows, d, ldx, ldy int, eps float64) error {
 	grid, block := rmsnormGrid(rows)
-	return e.fn[name].LaunchMaybePDL(pdl, grid, block, 0, e.stream, x, w, y, rows, d, ldx, ldy, float32(eps))
+	return e.fn[name].LaunchMaybePDL(pdl, grid, block, 0, e.stream,
+		append([]any{x, w, y, rows, d, ldx, ldy, float32(eps)}, noFill...)...)
 }
+
+// noFill is the last three arguments of kernels/rmsnorm.cu's entries as the
+// engine launches them: no fill. A captured graph may give an RMSNorm node
+// a fill in their place (cuda.MemsetEdit's Fold).
+var noFill = []any{cuda.Ptr(0), uint32(0), int64(0)}
 
 // rmsnormGrid is the launch shape of kernels/rmsnorm.cu's entries over
 // rows rows: a warp a row, 8 rows a block.

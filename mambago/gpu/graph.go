@@ -198,12 +198,13 @@ func (g *Graph) InPlace() (ids, out bool, why error) {
 }
 
 // Edited is how many of cuBLASLt's memset nodes the capture edited
-// (Engine.MemsetKernels, Engine.HoistMemsets).
-func (g *Graph) Edited() int {
+// (Engine.MemsetKernels, Engine.HoistMemsets, Engine.FoldMemsets), and how
+// many of those it folded into the RMSNorm before them.
+func (g *Graph) Edited() (edited, folded int) {
 	if g.g == nil {
-		return 0
+		return 0, 0
 	}
-	return g.g.Edited()
+	return g.g.Edited(), g.g.Folded()
 }
 
 // memsetEdit is how captures edit cuBLASLt's memsets of its workspace
@@ -211,12 +212,15 @@ func (g *Graph) Edited() int {
 // any cuBLASLt GEMM ran.
 func (e *Engine) memsetEdit() *cuda.MemsetEdit {
 	ws := e.blas.LtWorkspace()
-	if !e.MemsetKernels && !e.HoistMemsets || ws.Bytes == 0 {
+	if !e.MemsetKernels && !e.HoistMemsets && !e.FoldMemsets || ws.Bytes == 0 {
 		return nil
 	}
 	ed := &cuda.MemsetEdit{Span: ws.Ptr, Bytes: ws.Bytes, Hoist: e.HoistMemsets}
 	if e.MemsetKernels {
 		ed.Fill = e.fn["memset_rows"]
+	}
+	if e.FoldMemsets { // the RMSNorms before in_proj
+		ed.Fold = []*cuda.Function{e.fn[e.typed("rmsnorm")], e.fn[e.typed("rmsnorm_embed")]}
 	}
 	ed.Ours = e.ownKernels()
 	return ed

@@ -21,7 +21,7 @@ import (
 // carried states must be the same bits. For Engine.PrefillPDL that shows no
 // kernel read its predecessor's results before they were all written; for
 // Engine.ResidualPrefetch, that asking L2 for out_proj's residual rows
-// changes nothing else; for Engine.MemsetKernels and HoistMemsets, that
+// changes nothing else; for Engine.MemsetKernels, HoistMemsets and FoldMemsets, that
 // the graphs' edited memsets and edges keep every kernel's inputs ready;
 // for Engine.EmbedNorm, that the first RMSNorm's lookup writes the
 // embedding kernel's residual stream. Fresh random inputs each run;
@@ -43,7 +43,8 @@ func TestPrefillSettingsMatch(t *testing.T) {
 				e.ResidualPrefetch = 1 << 40
 			}
 		}},
-		{"memsets", func(e *gpu.Engine, on bool) { e.MemsetKernels, e.HoistMemsets = on, on }},
+		{"memsets", func(e *gpu.Engine, on bool) { e.MemsetKernels, e.HoistMemsets, e.FoldMemsets = on, on, false }},
+		{"folds", func(e *gpu.Engine, on bool) { e.MemsetKernels, e.HoistMemsets, e.FoldMemsets = on, on, on }},
 		{"embednorm", func(e *gpu.Engine, on bool) { e.EmbedNorm = on }},
 		{"poison", func(e *gpu.Engine, on bool) { e.PoisonOutputs = on }},
 	}
@@ -76,10 +77,11 @@ func TestPrefillSettingsMatch(t *testing.T) {
 // TestMemsetEdits130m runs a two-layer bf16 model of the 130m shape at
 // B=1, T=2048 and T=8192, where the tuned cuBLASLt in_proj (and out_proj at
 // T=8192) came with a memset on the H200, as graph replays with each of
-// the memset edits (Engine.MemsetKernels, Engine.HoistMemsets) against
+// the memset edits (Engine.MemsetKernels, Engine.HoistMemsets, and
+// Engine.FoldMemsets with both) against
 // eager prefills with none: the same bits. It logs how many memsets each
-// graph edited (cuBLASLt's tuned pick may differ from process to process;
-// cuda's TestCaptureEditing covers the edits themselves).
+// graph edited and folded (cuBLASLt's tuned pick may differ from process to
+// process; cuda's TestCaptureEditing covers the edits themselves).
 func TestMemsetEdits130m(t *testing.T) {
 	gputest.Need(t)
 	if testing.Short() {
@@ -87,12 +89,15 @@ func TestMemsetEdits130m(t *testing.T) {
 	}
 	w := fixture.RandomWeights(fixture.Shape(768, 2, 1000), rand.Uint64())
 	for _, T := range []int{2048, 8192} {
-		for _, edit := range []struct{ kernels, hoist bool }{{true, false}, {false, true}, {true, true}} {
+		for _, edit := range []struct{ kernels, hoist, fold bool }{{true, false, false}, {false, true, false},
+			{true, true, false}, {true, true, true}} {
 			on, off := newEngine(t, w, cuda.BF16), newEngine(t, w, cuda.BF16)
-			on.MemsetKernels, on.HoistMemsets = edit.kernels, edit.hoist
-			off.MemsetKernels, off.HoistMemsets = false, false
-			label := fmt.Sprintf("130m-wide B=1 T=%d, memset kernels %v, hoisted %v", T, edit.kernels, edit.hoist)
-			t.Logf("%s: %d memsets edited in the graph", label, prefillsMatch(t, label, on, off, 1, T))
+			on.MemsetKernels, on.HoistMemsets, on.FoldMemsets = edit.kernels, edit.hoist, edit.fold
+			off.MemsetKernels, off.HoistMemsets, off.FoldMemsets = false, false, false
+			label := fmt.Sprintf("130m-wide B=1 T=%d, memset kernels %v, hoisted %v, folded %v", T, edit.kernels,
+				edit.hoist, edit.fold)
+			edited, folded := prefillsMatch(t, label, on, off, 1, T)
+			t.Logf("%s: %d memsets edited in the graph, %d of them folded", label, edited, folded)
 		}
 	}
 }
@@ -101,8 +106,8 @@ func TestMemsetEdits130m(t *testing.T) {
 // positions on two engines, twice eagerly (the second call continuing from
 // the first's state) and as three graph replays of on's, and requires the
 // same bits of both in every output and carried state. It returns how many
-// memsets the graph's capture edited.
-func prefillsMatch(t *testing.T, label string, on, off *gpu.Engine, B, T int) int {
+// memsets the graph's capture edited, and how many of those it folded.
+func prefillsMatch(t *testing.T, label string, on, off *gpu.Engine, B, T int) (edited, folded int) {
 	t.Helper()
 	c := on.Config()
 	in := engine.Input{B: B, T: T}
