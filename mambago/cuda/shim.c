@@ -405,30 +405,34 @@ mg_result mg_cuGraphKernelNodeArgs(void *node, void **fn, int count, unsigned ch
 	return 0;
 }
 
+// node_with_args fills *p with kernel node's launch as captured, but for
+// its arguments: the n at offsets in buf, through params (64 slots).
+static int node_with_args(mg_kernel_node *p, void **params, void *node, unsigned char *buf, const int *offsets, int n) {
+	if (kernel_params(params, buf, offsets, n)) return 1;
+	memset(p, 0, sizeof *p);
+	if (!p_cuGraphKernelNodeGetParams) return 500;
+	int r = p_cuGraphKernelNodeGetParams(node, p);
+	if (r) return r;
+	p->params = params, p->extra = NULL;
+	return 0;
+}
+
 mg_result mg_cuGraphExecKernelNodeSetArgs(void *exec, void *node, unsigned char *buf, const int *offsets, int n) {
 	void *params[64];
-	if (kernel_params(params, buf, offsets, n)) return 1;
 	mg_kernel_node p;
-	memset(&p, 0, sizeof p);
-	if (!p_cuGraphKernelNodeGetParams || !p_cuGraphExecKernelNodeSetParams) return 500;
-	int r = p_cuGraphKernelNodeGetParams(node, &p);
-	if (r) return r;
-	p.params = params, p.extra = NULL;
-	return p_cuGraphExecKernelNodeSetParams(exec, node, &p);
+	if (!p_cuGraphExecKernelNodeSetParams) return 500;
+	int r = node_with_args(&p, params, node, buf, offsets, n);
+	return r ? r : p_cuGraphExecKernelNodeSetParams(exec, node, &p);
 }
 
 int mg_graph_folds(void) { return mg_graph_rebinds() && p_cuGraphKernelNodeSetParams; }
 
 mg_result mg_cuGraphKernelNodeSetArgs(void *node, unsigned char *buf, const int *offsets, int n) {
 	void *params[64];
-	if (kernel_params(params, buf, offsets, n)) return 1;
 	mg_kernel_node p;
-	memset(&p, 0, sizeof p);
-	if (!p_cuGraphKernelNodeGetParams || !p_cuGraphKernelNodeSetParams) return 500;
-	int r = p_cuGraphKernelNodeGetParams(node, &p);
-	if (r) return r;
-	p.params = params, p.extra = NULL;
-	return p_cuGraphKernelNodeSetParams(node, &p);
+	if (!p_cuGraphKernelNodeSetParams) return 500;
+	int r = node_with_args(&p, params, node, buf, offsets, n);
+	return r ? r : p_cuGraphKernelNodeSetParams(node, &p);
 }
 
 mg_result mg_cuGraphExecMemsetNodeSetDst(void *exec, void *node, mg_devptr dst) {
