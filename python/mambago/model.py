@@ -2,8 +2,9 @@
 
 Contract of every entry:
 
-* integer inputs (token ids) may be any integer dtype, lists included; they
-  are passed to the engine as int64;
+* integer inputs (token ids) may be any integer dtype in any memory layout
+  (slices such as ids[:, -1] included), lists too; they are passed to the
+  engine as a C-contiguous int64 copy where they are not one already;
 * float inputs (inputs_embeds, features, hidden, states) must be float32 numpy
   arrays (or objects numpy can view as such without a copy, e.g. CPU torch
   tensors), C-contiguous;
@@ -62,8 +63,10 @@ class Config:
 def _as_array(name, x, kind):
     """Return x as a C-contiguous numpy array of the kind asked for, or raise.
 
-    kind "int" accepts any integer dtype (converted to int64); kind "float32"
-    accepts float32 only.
+    kind "int" accepts any integer dtype in any layout (copied to C-contiguous
+    int64 where needed: token ids are small); kind "float32" accepts
+    C-contiguous float32 only, so that a large array is never copied behind
+    the caller's back.
     """
     if x is None:
         raise TypeError(f"{name} is required")
@@ -84,13 +87,13 @@ def _as_array(name, x, kind):
             raise TypeError(f"{name} must hold integers, got dtype {x.dtype}")
     elif x.dtype != np.float32:
         raise TypeError(f"{name} must be float32, got dtype {x.dtype} (use .astype(np.float32))")
-    if not x.flags.c_contiguous:
-        raise ValueError(f"{name} is not C-contiguous (use np.ascontiguousarray)")
-    if kind == "int" and x.dtype != np.int64:
+    if kind == "int":
         if x.dtype == np.uint64 and x.size and x.max() > np.iinfo(np.int64).max:
             # astype would wrap such an id to a negative one, and the error would name that
             raise ValueError(f"{name} holds token id {x.max()}, outside the int64 range of token ids")
-        x = x.astype(np.int64)
+        return np.ascontiguousarray(x, dtype=np.int64)
+    if not x.flags.c_contiguous:
+        raise ValueError(f"{name} is not C-contiguous (use np.ascontiguousarray)")
     return x
 
 
