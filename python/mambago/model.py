@@ -11,7 +11,7 @@ Contract of every entry:
 * outputs are new float32 (or int64) numpy arrays, filled with NaN before the
   engine writes them;
 * bad input raises TypeError (wrong dtype or type) or ValueError (wrong rank,
-  shape, batch size, non-contiguous memory, out-of-range ids, NaN/inf), naming
+  shape, batch size, non-contiguous float memory, out-of-range ids, NaN/inf), naming
   the argument. Nothing crashes the interpreter.
 """
 
