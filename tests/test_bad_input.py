@@ -108,6 +108,8 @@ def test_prefill_inputs(m, fm):
         m.prefill(np.zeros((2, 0), np.int64))  # empty
     with pytest.raises(ValueError, match=r"empty dimension: shape \(0,\)"):
         m.prefill(np.zeros(0, np.int64))  # empty and unbatched: the shape given is the one named
+    with pytest.raises(ValueError, match=r"input_ids.*shape \(\)"):
+        m.prefill(np.array(5))  # a scalar is no prompt
     # ids in any layout are copied (they are small): the same as their contiguous copy
     for view in (np.asfortranarray(ids(m, 3, 4)), ids(m, 2, 8)[:, ::2], ids(m, 2, 8).astype(np.int32)[:, 1::3]):
         np.testing.assert_array_equal(m.prefill(view, output="all"), m.prefill(view.copy(order="C"), output="all"))

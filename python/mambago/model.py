@@ -91,7 +91,7 @@ def _as_array(name, x, kind):
         if x.dtype == np.uint64 and x.size and x.max() > np.iinfo(np.int64).max:
             # astype would wrap such an id to a negative one, and the error would name that
             raise ValueError(f"{name} holds token id {x.max()}, outside the int64 range of token ids")
-        return np.ascontiguousarray(x, dtype=np.int64)
+        return x.astype(np.int64, order="C", copy=False)  # keeps a 0-d array 0-d, for the rank check
     if not x.flags.c_contiguous:
         raise ValueError(f"{name} is not C-contiguous (use np.ascontiguousarray)")
     return x
