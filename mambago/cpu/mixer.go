@@ -233,6 +233,17 @@ func addBias(m, bias []float32) {
 // row of u and y, which two workers then share: slower on both machines.
 var chanBlock = 16
 
+// channelTasks runs fn on every sequence's channels in tasks of chanBlock,
+// in parallel: fn(b, e0, e1) for channels [e0, e1) of sequence b, one of B,
+// E channels each.
+func channelTasks(B, E int, fn func(b, e0, e1 int)) {
+	blocks := (E + chanBlock - 1) / chanBlock
+	parallelFor(B*blocks, func(job int) {
+		b, e0 := job/blocks, (job%blocks)*chanBlock
+		fn(b, e0, min(E, e0+chanBlock))
+	})
+}
+
 // conv computes u = silu(causal depthwise conv1d(xs) + bias) for each
 // sequence, reading the K-1 inputs before the chunk from the carried window
 // [B, E, K] and leaving the last K inputs in it. With AVX2, eight channels
@@ -241,10 +252,7 @@ var chanBlock = 16
 func (e *Engine) conv(w *work, l int, state []float32) {
 	E, K, T := e.cfg.Inner, e.cfg.ConvKernel, w.T
 	lw := &e.w.Layers[l]
-	blocks := (E + chanBlock - 1) / chanBlock
-	parallelFor(w.B*blocks, func(job int) {
-		b, e0 := job/blocks, (job%blocks)*chanBlock
-		e1 := min(E, e0+chanBlock)
+	channelTasks(w.B, E, func(b, e0, e1 int) {
 		if useLanes {
 			scratch := make([]float32, K*laneWidth)
 			for ; e0+laneWidth <= e1; e0 += laneWidth {
@@ -285,10 +293,7 @@ func (e *Engine) scan(w *work, l int, state []float32) {
 	E, R, N, T := e.cfg.Inner, e.cfg.DTRank, e.cfg.State, w.T
 	lw, a2 := &e.w.Layers[l], e.a2[l]
 	stride := R + 2*N
-	blocks := (E + chanBlock - 1) / chanBlock
-	parallelFor(w.B*blocks, func(job int) {
-		b, e0 := job/blocks, (job%blocks)*chanBlock
-		e1 := min(E, e0+chanBlock)
+	channelTasks(w.B, E, func(b, e0, e1 int) {
 		if useLanes {
 			scratch := make([]float32, N*laneWidth)
 			for ; e0+laneWidth <= e1; e0 += laneWidth {
