@@ -136,7 +136,9 @@ func (b *BLAS) Gemm(M, N, K int, A Ptr, lda int, W Ptr, C Ptr, ldc int, beta flo
 
 // LtWorkspace is the device memory the handle's cuBLASLt GEMMs use as
 // their workspace (empty until the first one runs): nothing but those
-// GEMMs, and the memsets cuBLASLt queues before some of them, touches it.
+// GEMMs, and the memsets cuBLASLt queues before some of them, touches it
+// (in a captured graph, a kernel that MemsetEdit's Fold gave such a memset
+// writes its bytes instead).
 func (b *BLAS) LtWorkspace() Buffer {
 	if b.lt == nil || b.lt.ws == nil {
 		return Buffer{}
