@@ -44,3 +44,46 @@ def test_quick_start_runs():
     assert ns["pooled"].shape == (8, clf.config.hidden_size)
     for name in ("last", "every", "logits", "next_logits", "pooled"):
         assert not np.isnan(ns[name]).any(), name
+
+
+def api_rows():
+    """Each call the README's API table documents: (owner, name, the text
+    between its parentheses)."""
+    with open(README, encoding="utf-8") as f:
+        lines = [line for line in f if line.startswith("| `")]
+    calls = []
+    for line in lines:
+        first = line.split(" | ")[0]
+        calls += re.findall(r"`(\w+)\.(\w+)\(([^)`]*)\)`", first)
+    return calls
+
+
+def test_api_table_matches_the_signatures():
+    """Every call in the README's API table names a real function whose
+    parameters, their order, keyword-only marks and defaults are as the
+    table writes them."""
+    import inspect
+
+    owners = {"Model": mambago.Model, "model": mambago.Model, "state": mambago.State,
+              "graph": mambago.Graph, "mambago": mambago}
+    calls = api_rows()
+    assert len(calls) >= 20, calls  # the table is where this test looks
+    for owner, name, args in calls:
+        fn = getattr(owners[owner], name, None)
+        assert fn is not None, f"the README documents {owner}.{name}, which does not exist"
+        params = [p for p in inspect.signature(fn).parameters.values() if p.name not in ("self", "cls")]
+        documented, keyword_only = [], False
+        for part in filter(None, (a.strip() for a in args.split(","))):
+            if part == "*":
+                keyword_only = True
+                continue
+            pname, _, default = part.partition("=")
+            documented.append((pname, default, keyword_only))
+        assert [p.name for p in params] == [d[0] for d in documented], f"{owner}.{name}({args})"
+        for p, (pname, default, kw) in zip(params, documented):
+            assert (p.kind == p.KEYWORD_ONLY) == kw, f"{owner}.{name}: {pname} keyword-only is {kw} in the README"
+            if default:
+                assert p.default is not p.empty and p.default == eval(default), \
+                    f"{owner}.{name}: {pname}={default} in the README, {p.default!r} in the code"
+            else:
+                assert p.default is p.empty, f"{owner}.{name}: {pname} has a default the README omits"
