@@ -94,14 +94,21 @@ func TestOpenRejectsDevicesAndDTypes(t *testing.T) {
 	}
 }
 
-// Example prefills a prompt and generates four tokens greedily.
+// Example prefills a prompt into a carried state and generates four tokens
+// greedily: the calls of the README's Go snippet.
 func Example() {
-	m, err := mambago.Open(filepath.Join(fixture.Root(), "base"), mambago.Options{})
+	m, err := mambago.Open(filepath.Join(fixture.Root(), "base"), mambago.Options{Device: "cpu"})
 	if err != nil {
 		panic(err)
 	}
-	prompt := []int64{5, 17, 33, 2}
-	tokens, n, err := m.Generate(prompt, 1, len(prompt), 4, mambago.Sampling{TopP: 1, EOS: -1})
+	ids := []int64{5, 17, 33, 2}
+	st, _ := m.NewState(1)
+	hidden := make([]float32, m.Config().Hidden)
+	err = m.Prefill(st, engine.Input{B: 1, T: len(ids), IDs: ids}, engine.Last, hidden)
+	fmt.Println(len(hidden), err)
+	tokens, n, err := m.Generate(ids, 1, len(ids), 4, mambago.Sampling{TopP: 1, EOS: -1})
 	fmt.Println(n, len(tokens), err)
-	// Output: 4 4 <nil>
+	// Output:
+	// 64 <nil>
+	// 4 4 <nil>
 }
