@@ -11,15 +11,15 @@
 // d <= 128 * RMS_V is read once, as float4s kept in registers between the
 // sum of squares and the scaling; other rows are read twice.
 // Rows read once take w from shared memory (rmsnorm below).
+// (At the 130m shape, T = 2048, the stage timer gave a block a row with two
+// barriers 8.8 us a layer and this kernel 7.5; ncu with warm caches gives
+// this one 5.2 us, against 2.9 per 2048 rows at T = 8192.)
 //
 // Each entry also writes fill_words copies of the 32-bit fill_word from
 // fill, after its wait for the kernel before it: a captured graph folds a
 // library's memset of its scratch into the RMSNorm before the library's
 // GEMM that way (cuda.MemsetEdit's Fold), so that the GEMM waits for one
 // kernel instead of two. Launches pass fill_words = 0.
-// (At the 130m shape, T = 2048, the stage timer gave a block a row with two
-// barriers 8.8 us a layer and this kernel 7.5; ncu with warm caches gives
-// this one 5.2 us, against 2.9 per 2048 rows at T = 8192.)
 
 #define RMS_V 20  // float4s a lane keeps: rows of up to 2560 floats
 
@@ -49,6 +49,13 @@ __device__ __forceinline__ long long row_of(const long long *ids, int r, int V) 
     return id < 0 ? 0 : (id >= V ? V - 1 : id);
 }
 
+// fill_after_wait is the fill every entry does once it has waited: the
+// grid's threads write fill_word to fill[0 .. n).
+__device__ __forceinline__ void fill_after_wait(unsigned *fill, unsigned fill_word, long long n) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        fill[i] = fill_word;
+}
+
 // rmsnorm waits for the kernel before (pdl_wait) itself. Rows read once
 // (d % 4 == 0 and d <= 128 RMS_V) copy w, a weight that no kernel in flight
 // writes, into shared memory ahead of the wait (cp.async, so no thread
@@ -62,13 +69,6 @@ __device__ __forceinline__ long long row_of(const long long *ids, int r, int V) 
 // ids[r] of an embedding table x [V, d] of type S (ids clamped to [0, V),
 // ldx = d), which is also written to the residual stream h [rows, d] f32:
 // the embedding lookup and the first layer's RMSNorm in one pass.
-// fill_after_wait is the fill every entry does once it has waited: the
-// grid's threads write fill_word to fill[0 .. n).
-__device__ __forceinline__ void fill_after_wait(unsigned *fill, unsigned fill_word, long long n) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
-        fill[i] = fill_word;
-}
-
 template <class T, class S>
 __device__ void rmsnorm(const S *x, const long long *ids, int V, float *h, const float *__restrict__ w, T *y,
                         int rows, int d, int ldx, int ldy, float eps, unsigned *fill, unsigned fill_word,
