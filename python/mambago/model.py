@@ -97,6 +97,13 @@ def _as_array(name, x, kind):
     return x
 
 
+def _token_column(token_ids):
+    """A step's token_ids as int64: [B] as given, or a [B, 1] column as its B
+    ids (a view, contiguous like the column)."""
+    ids = _as_array("token_ids", token_ids, "int")
+    return ids[:, 0] if ids.ndim == 2 and ids.shape[1] == 1 else ids
+
+
 def _check_ids(name, ids, vocab):
     """Raise ValueError for a token id outside [0, vocab)."""
     if ids.size and (ids.min() < 0 or ids.max() >= vocab):
@@ -625,9 +632,7 @@ class Model:
 
     def step(self, token_ids, state: State) -> np.ndarray:
         """Feed one token per sequence (token_ids [B]) after a prefill; returns logits [B, V]."""
-        ids = _as_array("token_ids", token_ids, "int")
-        if ids.ndim == 2 and ids.shape[1] == 1:
-            ids = np.ascontiguousarray(ids[:, 0])
+        ids = _token_column(token_ids)
         if ids.ndim != 1 or ids.size == 0:
             raise ValueError(f"token_ids must have shape [B] (one token per sequence), got {ids.shape}")
         _check_ids("token_ids", ids, self.config.vocab_size)
@@ -790,9 +795,7 @@ class Graph:
         """Replay the captured step: token_ids [B] in, logits [B, V] out."""
         if self._what != "step":
             raise ValueError("this graph captured a prefill; call prefill")
-        ids = _as_array("token_ids", token_ids, "int")
-        if ids.ndim == 2 and ids.shape[1] == 1:
-            ids = np.ascontiguousarray(ids[:, 0])
+        ids = _token_column(token_ids)
         if ids.shape != (self.batch_size,):
             raise ValueError(f"token_ids must have shape ({self.batch_size},), got {ids.shape}")
         _check_ids("token_ids", ids, self._model.config.vocab_size)
