@@ -64,6 +64,27 @@ type memsetUse struct {
 // maxArgBytes is the largest kernel parameter block (CUDA 12.1 and later).
 const maxArgBytes = 32764
 
+// maxArgs is the most arguments a kernel node may take for Bind and
+// MemsetEdit to read them; ours take at most about 40.
+const maxArgs = 64
+
+// readKernelArgs reads kernel node's first n arguments (up to maxArgs) into
+// args, scratch room of maxArgBytes, and returns each one's offset and size
+// there.
+func readKernelArgs(node unsafe.Pointer, n int, args []byte) (offsets, sizes []int32, err error) {
+	if n < 0 || n > maxArgs {
+		return nil, nil, fmt.Errorf("takes %d arguments (at most %d can be read)", n, maxArgs)
+	}
+	offsets, sizes = make([]int32, n), make([]int32, n)
+	if n == 0 {
+		return offsets, sizes, nil
+	}
+	var fn unsafe.Pointer
+	err = check("cuFuncGetParamInfo", C.mg_cuGraphKernelNodeArgs(node, &fn, C.int(n), (*C.uchar)(unsafe.Pointer(&args[0])),
+		C.size_t(len(args)), (*C.int)(unsafe.Pointer(&offsets[0])), (*C.int)(unsafe.Pointer(&sizes[0]))))
+	return offsets, sizes, err
+}
+
 // CUgraphNodeType values Bind knows beyond kernels and memsets: copies,
 // which it checks, and nodes that touch no memory of the caller's.
 const (
@@ -152,7 +173,6 @@ func (g *Graph) Bind(base Ptr, bytes int, ours []*Function) (*Binding, error) {
 // a launch through Function knows (the driver's probe past the last one
 // is an API error, which compute-sanitizer reports).
 func (b *Binding) kernel(node unsafe.Pointer, args []byte, own map[unsafe.Pointer]*Function, inside func(p, n uint64) bool) error {
-	offsets, sizes := make([]int32, 64), make([]int32, 64)
 	var fn unsafe.Pointer
 	if err := check("cuGraphKernelNodeGetParams", C.mg_cuGraphKernelNodeArgs(node, &fn, -1, nil, 0, nil, nil)); err != nil {
 		return err
@@ -162,12 +182,9 @@ func (b *Binding) kernel(node unsafe.Pointer, args []byte, own map[unsafe.Pointe
 		return nil
 	}
 	n := int(f.nargs.Load())
-	if n > len(offsets) {
-		return fmt.Errorf("%w: kernel %s takes %d arguments", ErrUnbindable, f.Name, n)
-	}
-	if err := check("cuFuncGetParamInfo", C.mg_cuGraphKernelNodeArgs(node, &fn, C.int(n), (*C.uchar)(unsafe.Pointer(&args[0])),
-		C.size_t(len(args)), (*C.int)(unsafe.Pointer(&offsets[0])), (*C.int)(unsafe.Pointer(&sizes[0])))); err != nil {
-		return fmt.Errorf("%w: reading the arguments of kernel %s: %v", ErrUnbindable, f.Name, err)
+	offsets, sizes, err := readKernelArgs(node, n, args)
+	if err != nil {
+		return fmt.Errorf("%w: kernel %s: %v", ErrUnbindable, f.Name, err)
 	}
 	b.kernelNodes++
 	use := kernelUse{node: node}
@@ -194,7 +211,7 @@ func (b *Binding) kernel(node unsafe.Pointer, args []byte, own map[unsafe.Pointe
 			b.g.args = map[unsafe.Pointer]*nodeArgs{}
 		}
 		if b.g.args[node] == nil {
-			b.g.args[node] = &nodeArgs{args: slices.Clone(args[:end]), offsets: slices.Clone(offsets[:n])}
+			b.g.args[node] = &nodeArgs{args: slices.Clone(args[:end]), offsets: offsets}
 		}
 		b.kernels = append(b.kernels, use)
 	}

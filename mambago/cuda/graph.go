@@ -236,13 +236,12 @@ func (ed *MemsetEdit) fold(graph unsafe.Pointer, site memsetSite) (bool, error) 
 	}
 	f := ed.Fold[i]
 	n := int(f.nargs.Load())
-	args, offsets, sizes := make([]byte, maxArgBytes), make([]int32, 64), make([]int32, 64)
-	if n < 3 || n > len(offsets) {
+	if n < 3 {
 		return false, fmt.Errorf("kernel %s: %d arguments, no fill", f.Name, n)
 	}
-	var fn unsafe.Pointer
-	if err := check("cuFuncGetParamInfo", C.mg_cuGraphKernelNodeArgs(site.p, &fn, C.int(n), (*C.uchar)(unsafe.Pointer(&args[0])),
-		C.size_t(len(args)), (*C.int)(unsafe.Pointer(&offsets[0])), (*C.int)(unsafe.Pointer(&sizes[0])))); err != nil {
+	args := make([]byte, maxArgBytes)
+	offsets, sizes, err := readKernelArgs(site.p, n, args)
+	if err != nil {
 		return false, fmt.Errorf("reading the arguments of kernel %s: %w", f.Name, err)
 	}
 	at := func(k int) []byte { return args[offsets[n-3+k]:] }
