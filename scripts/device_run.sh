@@ -33,6 +33,8 @@
 #   fixup:    scan_fixup's float64 tests and sanitizers, the scan alone walked
 #             once against in segments, then bf16 prefills likewise (the
 #             kernels' and the engine's BenchmarkScanSegments; about 2 minutes);
+#   pytest:   the Python tests alone ($PYTEST_ARGS, default "-q tests"; the
+#             last $PYTEST_TAIL lines shown);
 #   bind:     replays in place (cuda.Graph.Bind; the device entries' graphs
 #             reading ids and writing outputs in the caller's buffers): the
 #             tests, and memcheck over them;
@@ -482,6 +484,12 @@ for line in open(sys.argv[1], errors="replace"):
 for k, v in seen.items():
     print(f"{k}: {v['launches']} launches profiled, ACQBULK lines {v['ACQBULK']}, PREEXIT lines {v['PREEXIT']}")
 PY
+  exit $status
+fi
+if [[ $mode == pytest ]]; then
+  echo "== pytest \${PYTEST_ARGS:-tests}, the wheel of .carry"
+  python3 -m pytest ${PYTEST_ARGS:--q tests} 2>&1 | tee "$OUT/pytest.log" | grep -vE "^\[transformers\]" | tail -${PYTEST_TAIL:-40}
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
   exit $status
 fi
 if [[ $mode == bind ]]; then
