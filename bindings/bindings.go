@@ -339,8 +339,11 @@ func CopyState(state int64, which string, layer int, buf uintptr, n int, toGo bo
 // continuing from state. kind says what the input buffer holds: "ids"
 // (int64 [B, T]), "embeds" (float32 [B, T, d]) or "features" (float32
 // [B, T, F]); output is "last", "all", "sum" or "mean" and out receives
-// float32 [B, d] or [B, T, d]. It returns the number of values written.
-func Prefill(model, state int64, kind string, in uintptr, inLen, B, T int, output string, out uintptr, outLen int) (written int, err error) {
+// float32 [B, d] or [B, T, d]. spans, when nSpans > 0, holds int64 [B, 2]:
+// each row's first token and token count in a padded batch
+// (mambago.Model.PrefillSpans). It returns the number of values written.
+func Prefill(model, state int64, kind string, in uintptr, inLen, B, T int, output string, out uintptr, outLen int,
+	spans uintptr, nSpans int) (written int, err error) {
 	defer guard(&err)
 	m, st, err := modelState(model, state)
 	if err != nil {
@@ -354,7 +357,34 @@ func Prefill(model, state int64, kind string, in uintptr, inLen, B, T int, outpu
 	if err != nil {
 		return 0, err
 	}
-	return outLen, m.Prefill(st, input, pool, dst)
+	rows, err := spanList(spans, nSpans, B)
+	if err != nil {
+		return 0, err
+	}
+	if rows == nil {
+		return outLen, m.Prefill(st, input, pool, dst)
+	}
+	return outLen, m.PrefillSpans(st, input, rows, pool, dst)
+}
+
+// spanList reads nSpans int64 pairs (first token, token count) at addr,
+// one a row of B; nil where nSpans is 0 (no padding).
+func spanList(addr uintptr, nSpans, B int) ([]mambago.Span, error) {
+	if nSpans == 0 {
+		return nil, nil
+	}
+	if nSpans != B {
+		return nil, fmt.Errorf("ValueError: %d spans for a batch of %d rows", nSpans, B)
+	}
+	if err := checkBuf("spans", addr, 2*nSpans); err != nil {
+		return nil, err
+	}
+	raw := int64s(addr, 2*nSpans)
+	rows := make([]mambago.Span, nSpans)
+	for b := range rows {
+		rows[b] = mambago.Span{Start: int(raw[2*b]), Len: int(raw[2*b+1])}
+	}
+	return rows, nil
 }
 
 // hostIO checks and views a prompt's buffers: the inLen values at in as B
@@ -462,8 +492,10 @@ func Logits(model int64, hidden uintptr, B, hiddenLen int, out uintptr, outLen i
 
 // Generate continues the prompts ids (int64 [B, T]) by up to maxNew tokens
 // and writes them, int64 [B, maxNew], to out. It returns how many columns
-// were generated; rows that emitted eos (≥ 0) are padded with it.
-func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, topK int, topP float64, seed, eos int64, out uintptr, outLen int) (n int, err error) {
+// were generated; rows that emitted eos (≥ 0) are padded with it. spans, when
+// nSpans > 0, places each row's prompt in a padded batch, as for Prefill.
+func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, topK int, topP float64, seed, eos int64, out uintptr, outLen int,
+	spans uintptr, nSpans int) (n int, err error) {
 	defer guard(&err)
 	m, err := models.get(model, "model")
 	if err != nil {
@@ -481,7 +513,11 @@ func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, t
 	if err := checkBuf("output", out, outLen); err != nil {
 		return 0, err
 	}
-	toks, n, err := m.Generate(int64s(ids, B*T), B, T, maxNew, mambago.Sampling{
+	rows, err := spanList(spans, nSpans, B)
+	if err != nil {
+		return 0, err
+	}
+	toks, n, err := m.GenerateSpans(int64s(ids, B*T), B, T, rows, maxNew, mambago.Sampling{
 		Temperature: temperature, TopK: topK, TopP: topP, Seed: uint64(seed), EOS: eos,
 	})
 	if err != nil {

@@ -1,6 +1,7 @@
 package mambago
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"sort"
@@ -34,6 +35,13 @@ func (s Sampling) Check() error {
 // and returns them as [B, n] (row-major) with n ≤ maxNew: generation ends
 // early once every row has emitted EOS.
 func (m *Model) Generate(ids []int64, B, T, maxNew int, s Sampling) ([]int64, int, error) {
+	return m.GenerateSpans(ids, B, T, nil, maxNew, s)
+}
+
+// GenerateSpans is Generate for a padded batch: row b of ids holds its
+// prompt at spans[b] (PrefillSpans), and each row continues from its last
+// token. nil spans take every row whole.
+func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s Sampling) (_ []int64, _ int, err error) {
 	if err := s.Check(); err != nil {
 		return nil, 0, err
 	}
@@ -45,8 +53,15 @@ func (m *Model) Generate(ids []int64, B, T, maxNew int, s Sampling) ([]int64, in
 	if err != nil {
 		return nil, 0, err
 	}
+	defer func() { err = errors.Join(err, freeState(st)) }()
 	hidden := make([]float32, B*cfg.Hidden)
-	if err := m.Prefill(st, engine.Input{B: B, T: T, IDs: ids}, engine.Last, hidden); err != nil {
+	in := engine.Input{B: B, T: T, IDs: ids}
+	if spans == nil {
+		err = m.Prefill(st, in, engine.Last, hidden)
+	} else {
+		err = m.prefillSpans(st, in, spans, engine.Last, hidden, true)
+	}
+	if err != nil {
 		return nil, 0, err
 	}
 	logits := make([]float32, B*cfg.Vocab)

@@ -137,6 +137,16 @@ type Model struct {
 	engine.Engine
 }
 
+// freeState releases a state that holds memory outside Go's heap (the CUDA
+// engine's device memory) at once; a state of Go memory is left to the
+// collector.
+func freeState(st engine.State) error {
+	if f, ok := st.(interface{ Free() error }); ok {
+		return f.Free()
+	}
+	return nil
+}
+
 // Open loads the checkpoint folder path (config.json plus safetensors files)
 // onto the engine opts selects.
 func Open(path string, opts Options) (*Model, error) {

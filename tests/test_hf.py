@@ -102,10 +102,10 @@ def test_refuses_other_architectures(tmp_path):
 def test_refuses_what_it_cannot_do():
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
     ids = np.array([[5, 17, 33]])
-    with pytest.raises(ValueError, match="attention_mask has padding"):
-        m(ids, attention_mask=np.array([[0, 1, 1]]))
-    with pytest.raises(ValueError, match="attention_mask has padding"):
-        m.generate(ids, attention_mask=np.array([[0, 1, 1]]))
+    with pytest.raises(ValueError, match="padding between its tokens"):
+        m(ids, attention_mask=np.array([[1, 0, 1]]))
+    with pytest.raises(ValueError, match="padding between its tokens"):
+        m.generate(ids, attention_mask=np.array([[1, 0, 1]]))
     with pytest.raises(TypeError, match="logits only"):
         m(ids, labels=ids)
     with pytest.raises(TypeError, match="unsupported argument 'trust_remote_code'"):

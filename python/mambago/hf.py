@@ -91,17 +91,20 @@ class MambaForCausalLM:
     def __call__(self, input_ids=None, *, inputs_embeds=None, attention_mask=None, use_cache=None,
                  **kwargs) -> CausalLMOutput:
         """Logits [B, T, V] at every position of a prompt from a zero state.
-        An attention_mask must be all ones (no padding); use_cache changes
-        nothing (no cache is returned). Arguments that ask for more than
-        logits (labels, caches, hidden states) are a TypeError."""
+        An attention_mask with zeros marks padding before or after each row's
+        tokens (Model.prefill): the tokens' logits are what the row alone
+        gives, as transformers gives them for left padding, and the padding's
+        logits are zero. use_cache changes nothing (no cache is returned).
+        Arguments that ask for more than logits (labels, caches, hidden
+        states) are a TypeError."""
         if kwargs:
             raise TypeError(f"unsupported arguments {sorted(kwargs)}: this model returns logits only")
         like = input_ids if input_ids is not None else inputs_embeds
-        _check_mask(attention_mask)
+        mask = None if attention_mask is None else _numpy(attention_mask)
         if inputs_embeds is not None:
-            hidden = self.model.prefill(inputs_embeds=_numpy(inputs_embeds), output="all")
+            hidden = self.model.prefill(inputs_embeds=_numpy(inputs_embeds), output="all", attention_mask=mask)
         else:
-            hidden = self.model.prefill(_numpy(input_ids), output="all")
+            hidden = self.model.prefill(_numpy(input_ids), output="all", attention_mask=mask)
         return CausalLMOutput(_like(self.model.logits(hidden), like))
 
     def generate(self, input_ids, max_new_tokens: int | None = None, *, max_length: int | None = None,
@@ -115,9 +118,11 @@ class MambaForCausalLM:
         too (T + n <= max_length); with neither, 20 new tokens. A row stops
         at eos_token_id (the config's by default) and is padded with
         pad_token_id (eos by default) while others go on. An attention_mask
-        must be all ones; use_cache changes nothing (the state is always
+        with zeros marks padding before or after each row's prompt, and each
+        row continues from its own last token (for left padding, as
+        transformers does). use_cache changes nothing (the state is always
         carried)."""
-        _check_mask(attention_mask)
+        mask = None if attention_mask is None else _numpy(attention_mask)
         ids = _numpy(input_ids).astype(np.int64, copy=False)
         if max_new_tokens is None:
             T = ids.shape[-1] if ids.ndim else 0
@@ -129,9 +134,9 @@ class MambaForCausalLM:
             eos_token_id = self.config.eos_token_id
         if do_sample:
             new = self.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                                      seed=seed, eos_token_id=eos_token_id)
+                                      seed=seed, eos_token_id=eos_token_id, attention_mask=mask)
         else:
-            new = self.model.generate(ids, max_new_tokens, eos_token_id=eos_token_id)
+            new = self.model.generate(ids, max_new_tokens, eos_token_id=eos_token_id, attention_mask=mask)
         if eos_token_id is not None and pad_token_id is not None and pad_token_id != eos_token_id:
             # The engine pads a stopped row with eos: everything after its first eos.
             seen = np.cumsum(new == eos_token_id, axis=1)
@@ -192,13 +197,6 @@ def _like(a: np.ndarray, like):
 
         return torch.from_numpy(a).to(like.device)
     return a
-
-
-def _check_mask(mask):
-    """Refuses an attention mask with padding: the engine runs whole rows."""
-    if mask is not None and not np.all(_numpy(mask) == 1):
-        raise ValueError("attention_mask has padding (zeros): mambago runs every row whole; "
-                         "run rows of different lengths as separate calls")
 
 
 # Falcon-Mamba checkpoints load through the same class (model_type

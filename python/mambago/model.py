@@ -104,6 +104,43 @@ def _token_column(token_ids):
     return ids[:, 0] if ids.ndim == 2 and ids.shape[1] == 1 else ids
 
 
+def _spans(mask, B, T):
+    """An attention_mask [B, T] ([T] for one row): 1 (or True) at a token, 0 at
+    padding, each row's tokens one run. Returns each row's (first token,
+    token count) as int64 [B, 2], or None when nothing is padded."""
+    if mask is None:
+        return None
+    if getattr(mask, "is_cuda", False):
+        raise TypeError("attention_mask is a CUDA tensor; the numpy entries take host memory (call .cpu())")
+    m = np.asarray(mask)
+    if m.dtype != np.bool_ and not np.issubdtype(m.dtype, np.number):
+        raise TypeError(f"attention_mask must hold numbers or booleans, got dtype {m.dtype}")
+    m = _batched("attention_mask", m, 2)
+    if m.shape != (B, T):
+        raise ValueError(f"attention_mask has shape {m.shape}, the prompt has {(B, T)}")
+    if np.any((m != 0) & (m != 1)):
+        raise ValueError("attention_mask must hold only 0 (padding) and 1 (token)")
+    m = m.astype(np.int64)
+    count = m.sum(axis=1)
+    if np.any(count == 0):
+        raise ValueError(f"attention_mask row {int(np.argmin(count))} has no tokens")
+    if np.all(count == T):
+        return None
+    first = np.argmax(m, axis=1)
+    pos = np.arange(T)
+    run = (pos >= first[:, None]) & (pos < (first + count)[:, None])
+    if not np.array_equal(m, run):
+        b = int(np.argmax(np.any(m != run, axis=1)))
+        raise ValueError(f"attention_mask row {b} has padding between its tokens; "
+                         f"padding may only come before them (left) or after them (right)")
+    return np.ascontiguousarray(np.stack([first, count], axis=1), dtype=np.int64)
+
+
+def _span_args(spans):
+    """The (address, row count) pair the bindings take for spans; (0, 0) for none."""
+    return (0, 0) if spans is None else (_addr(spans), spans.shape[0])
+
+
 def _check_ids(name, ids, vocab):
     """Raise ValueError for a token id outside [0, vocab)."""
     if ids.size and (ids.min() < 0 or ids.max() >= vocab):
@@ -552,7 +589,7 @@ class Model:
         return x, kind
 
     def prefill(self, input_ids=None, *, inputs_embeds=None, features=None, state: State | None = None,
-                output: str = "last") -> np.ndarray:
+                output: str = "last", attention_mask=None) -> np.ndarray:
         """Run whole prompts through the model in one pass.
 
         Give exactly one input: input_ids [B, T] (integers), inputs_embeds
@@ -563,6 +600,12 @@ class Model:
         without it the prompts start fresh. output chooses what is returned,
         always after the final norm: "last" [B, d], "all" [B, T, d], "sum" or
         "mean" over T [B, d].
+
+        attention_mask [B, T] (1 at tokens, 0 at padding, on the left or the
+        right of each row's tokens) runs a padded batch: each row gets what
+        its tokens alone would give, and its state too. "last" is then the
+        row's last token, "sum" and "mean" run over its tokens, and "all" is
+        zero at the padding. Rows of k different lengths cost k prefills.
         """
         x, kind = self._prompt(input_ids, inputs_embeds, features)
         if not isinstance(output, str) or output not in _OUTPUTS:
@@ -572,8 +615,10 @@ class Model:
         if state is None:
             state = self.new_state(B)
         self._check_state(state, B)
+        spans = _spans(attention_mask, B, T)
         out = _nan((B, T, cfg.hidden_size) if output == "all" else (B, cfg.hidden_size))
-        _call(_b.Prefill, self._handle(), state._handle(), kind, _addr(x), x.size, B, T, output, _addr(out), out.size)
+        _call(_b.Prefill, self._handle(), state._handle(), kind, _addr(x), x.size, B, T, output, _addr(out), out.size,
+              *_span_args(spans))
         return out
 
     def prefill_ptr(self, input_ptr: int, shape, *, out_ptr: int, kind: str = "ids", state: State | None = None,
@@ -737,16 +782,20 @@ class Model:
         return out
 
     def generate(self, input_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int = 0,
-                 top_p: float = 1.0, seed: int | None = None, eos_token_id: int | None = None) -> np.ndarray:
+                 top_p: float = 1.0, seed: int | None = None, eos_token_id: int | None = None, *,
+                 attention_mask=None) -> np.ndarray:
         """Continue prompts input_ids [B, T] by up to max_new_tokens tokens; returns int64 [B, n].
 
         temperature 0 is greedy; otherwise tokens are sampled after top_k and
         top_p filtering, reproducibly for a given seed. A row that emits
         eos_token_id stops and is padded with it; generation ends when every
-        row has stopped, so n may be below max_new_tokens.
+        row has stopped, so n may be below max_new_tokens. attention_mask
+        marks padding as prefill's does: each row continues from its own last
+        token.
         """
         ids = _batched("input_ids", _as_array("input_ids", input_ids, "int"), 2)
         _check_ids("input_ids", ids, self.config.vocab_size)
+        spans = _spans(attention_mask, *ids.shape)
         for name, v in (("max_new_tokens", max_new_tokens), ("top_k", top_k)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise TypeError(f"{name} must be an int, got {type(v).__name__}")
@@ -772,7 +821,7 @@ class Model:
         if max_new_tokens == 0:
             return out
         n = _call(_b.Generate, self._handle(), _addr(ids), B, T, int(max_new_tokens), float(temperature),
-                  int(top_k), float(top_p), int(seed) & (2**63 - 1), eos, _addr(out), out.size)
+                  int(top_k), float(top_p), int(seed) & (2**63 - 1), eos, _addr(out), out.size, *_span_args(spans))
         return out[:, :n].copy()
 
 

@@ -1,0 +1,195 @@
+package mambago
+
+import (
+	"errors"
+	"maps"
+	"slices"
+
+	"github.com/mambago/mambago/mambago/engine"
+)
+
+// Span is where a row of a padded batch holds its tokens: positions
+// [Start, Start+Len) of the row. The positions outside it are padding, on
+// the left (a tokenizer's padding_side="left"), on the right, or both.
+type Span struct{ Start, Len int }
+
+// PrefillSpans is Prefill for a padded batch: row b holds its tokens at
+// spans[b] and padding elsewhere. Each row gets what a prefill of its tokens
+// alone would give: the padding reaches neither its state nor any output.
+// For a fresh state that is what transformers' Mamba computes for a
+// left-padded batch under an attention mask, for models without in_proj
+// bias. pool's output:
+//   - All: every position, zeros at the padding;
+//   - Last: the row's last token;
+//   - Sum and Mean: over the row's tokens only.
+//
+// Rows of one length run as one prefill, so a batch of k lengths costs k
+// prefills, and the carried state is copied through the host between st
+// and each length's own. st is written only once every prefill has run.
+func (m *Model) PrefillSpans(st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32) error {
+	return m.prefillSpans(st, in, spans, pool, out, false)
+}
+
+// prefillSpans is PrefillSpans; fresh says st is known to be zero, so its
+// rows need not be read.
+func (m *Model) prefillSpans(st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32, fresh bool) (err error) {
+	cfg := m.Config()
+	if err := engine.CheckPrefill(cfg, in, st.Batch(), pool, out); err != nil {
+		return err
+	}
+	if len(spans) != in.B {
+		return engine.Invalid("%d spans for a batch of %d rows", len(spans), in.B)
+	}
+	whole := true
+	for b, s := range spans {
+		if s.Len < 1 || s.Start < 0 || s.Start+s.Len > in.T {
+			return engine.Invalid("row %d: tokens at [%d, %d) of %d positions: want at least one token, "+
+				"within the row", b, s.Start, s.Start+s.Len, in.T)
+		}
+		whole = whole && s.Len == in.T
+	}
+	if whole {
+		return m.Prefill(st, in, pool, out)
+	}
+
+	groups := map[int][]int{} // rows by their number of tokens
+	for b, s := range spans {
+		groups[s.Len] = append(groups[s.Len], b)
+	}
+	lengths := slices.Sorted(maps.Keys(groups))
+	subs := make([]engine.State, len(lengths))
+	defer func() {
+		for _, s := range subs {
+			if s != nil {
+				err = errors.Join(err, freeState(s))
+			}
+		}
+	}()
+	for i, n := range lengths {
+		if subs[i], err = m.NewState(len(groups[n])); err != nil {
+			return err
+		}
+	}
+	rows := rowCopier{st: st, subs: subs, groups: groups, lengths: lengths, layers: cfg.Layers}
+	if !fresh {
+		if err := rows.toGroups(); err != nil {
+			return err
+		}
+	}
+	clear(out)
+	d := cfg.Hidden
+	for i, n := range lengths {
+		g := groups[n]
+		sub := gather(in, spans, g, n, cfg.Hidden, cfg.InputDim)
+		subOut := make([]float32, pool.OutLen(len(g), n, d))
+		if err := m.Prefill(subs[i], sub, pool, subOut); err != nil {
+			return err
+		}
+		for j, b := range g {
+			if pool == engine.All {
+				at := (b*in.T + spans[b].Start) * d
+				copy(out[at:at+n*d], subOut[j*n*d:(j+1)*n*d])
+			} else {
+				copy(out[b*d:(b+1)*d], subOut[j*d:(j+1)*d])
+			}
+		}
+	}
+	return rows.fromGroups()
+}
+
+// gather returns the input of rows g, n tokens each from their spans.
+func gather(in engine.Input, spans []Span, g []int, n, d, F int) engine.Input {
+	sub := engine.Input{B: len(g), T: n}
+	pick := func(src []float32, w int) []float32 {
+		dst := make([]float32, 0, len(g)*n*w)
+		for _, b := range g {
+			at := (b*in.T + spans[b].Start) * w
+			dst = append(dst, src[at:at+n*w]...)
+		}
+		return dst
+	}
+	switch {
+	case in.IDs != nil:
+		sub.IDs = make([]int64, 0, len(g)*n)
+		for _, b := range g {
+			at := b*in.T + spans[b].Start
+			sub.IDs = append(sub.IDs, in.IDs[at:at+n]...)
+		}
+	case in.Embeds != nil:
+		sub.Embeds = pick(in.Embeds, d)
+	default:
+		sub.Features = pick(in.Features, F)
+	}
+	return sub
+}
+
+// rowCopier moves a batch state's rows to and from the states of its
+// groups of rows (subs[i] holds rows groups[lengths[i]], in order), a
+// layer at a time.
+type rowCopier struct {
+	st      engine.State
+	subs    []engine.State
+	groups  map[int][]int
+	lengths []int
+	layers  int
+}
+
+// layerParts are the two parts of a layer's state, read and written whole.
+var layerParts = []struct {
+	get func(engine.State, int) ([]float32, error)
+	set func(engine.State, int, []float32) error
+}{
+	{engine.State.ConvState, engine.State.SetConvState},
+	{engine.State.SSMState, engine.State.SetSSMState},
+}
+
+// toGroups copies each row of st into its group's state.
+func (r rowCopier) toGroups() error {
+	for l := range r.layers {
+		for _, p := range layerParts {
+			full, err := p.get(r.st, l)
+			if err != nil {
+				return err
+			}
+			w := len(full) / r.st.Batch()
+			for i, n := range r.lengths {
+				g := r.groups[n]
+				part := make([]float32, 0, len(g)*w)
+				for _, b := range g {
+					part = append(part, full[b*w:(b+1)*w]...)
+				}
+				if err := p.set(r.subs[i], l, part); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// fromGroups copies each group's rows back into st.
+func (r rowCopier) fromGroups() error {
+	for l := range r.layers {
+		for _, p := range layerParts {
+			var full []float32
+			for i, n := range r.lengths {
+				part, err := p.get(r.subs[i], l)
+				if err != nil {
+					return err
+				}
+				g := r.groups[n]
+				w := len(part) / len(g)
+				if full == nil {
+					full = make([]float32, r.st.Batch()*w)
+				}
+				for j, b := range g {
+					copy(full[b*w:(b+1)*w], part[j*w:(j+1)*w])
+				}
+			}
+			if err := p.set(r.st, l, full); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
