@@ -324,3 +324,24 @@ def test_first_load_says_it_compiles(tmp_path):
     assert "mambago: compiling" in first and str(tmp_path) in first, first
     assert "\nmambago: loaded in " in first, first
     assert "mambago:" not in second, second
+
+
+def test_generate_frees_its_states():
+    """generate's own states (one per call, one per row length of a padded
+    batch) hold device memory the collector does not see: each call frees
+    them. Leaked, those of these 60 calls would hold about 110 MiB."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    gpu = mambago.Model.from_pretrained(case_dir("base"), device="cuda")
+    rng = np.random.default_rng()
+    ids = rng.integers(0, gpu.config.vocab_size, size=(64, 5))
+    mask = np.ones_like(ids)
+    mask[::2, :2] = 0  # two row lengths: two states of their own, and the batch's
+    for _ in range(2):  # the workspace grows to its size first
+        gpu.generate(ids, 2)
+        gpu.generate(ids, 2, attention_mask=mask)
+    before = torch.cuda.mem_get_info()[0]
+    for _ in range(30):
+        gpu.generate(ids, 2)
+        gpu.generate(ids, 2, attention_mask=mask)
+    lost = before - torch.cuda.mem_get_info()[0]
+    assert lost < 8 << 20, f"{lost / 2**20:.1f} MiB of device memory gone after 60 calls"
