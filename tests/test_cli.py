@@ -27,6 +27,21 @@ def test_run_prints_tokens_and_timing():
     assert "tok/s" in r.stdout and "prefill" in r.stdout
 
 
+def test_run_takes_rows_of_different_lengths():
+    """Rows of different lengths run as a left-padded batch: each row's
+    tokens are what it generates alone."""
+    ragged = cli("run", case_dir("base"), "--prompt-ids", "5,17,33,2;1,2", "--max-new-tokens", "5", "--device", "cpu")
+    assert ragged.returncode == 0, ragged.stderr
+    assert "rows left-padded" in ragged.stdout
+    for b, prompt in enumerate(("5,17,33,2", "1,2")):
+        alone = cli("run", case_dir("base"), "--prompt-ids", prompt, "--max-new-tokens", "5", "--device", "cpu")
+        assert alone.returncode == 0, alone.stderr
+        want = [l.split(":")[1] for l in alone.stdout.splitlines() if l.startswith("generated[0]")]
+        got = [l.split(":")[1] for l in ragged.stdout.splitlines() if l.startswith(f"generated[{b}]")]
+        assert got == want, (got, want)
+        assert f"prompt[{b}]:    {prompt.replace(',', ' ')}" in ragged.stdout
+
+
 def test_bench_table_and_json(tmp_path):
     out = tmp_path / "b.json"
     r = cli("bench", case_dir("base"), "--lengths", "8,32", "--batch", "1,2", "--repeats", "2", "--json", str(out))
@@ -39,6 +54,8 @@ def test_bench_table_and_json(tmp_path):
 def test_bad_arguments_exit_cleanly():
     r = cli("run", case_dir("base"), "--prompt-ids", "1,2,x")
     assert r.returncode == 2 and "prompt-ids" in r.stderr
+    r = cli("run", case_dir("base"), "--prompt-ids", "1,2;;3")
+    assert r.returncode == 2 and "non-empty" in r.stderr
     r = cli("run", case_dir("base"), "--prompt-ids", "1,2,100000")
     assert r.returncode == 2 and "vocabulary" in r.stderr
     r = cli("info", "/nonexistent/model")

@@ -19,14 +19,21 @@ from . import __version__
 from .model import Model
 
 
-def _ids(text: str) -> np.ndarray:
+def _ids(text: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """Prompts "1,2,3;4,5" as int64 ids [B, T], left-padded with 0 where rows
+    differ in length, and their attention mask (None when none is padded)."""
     try:
         rows = [[int(t) for t in row.replace(" ", "").split(",") if t] for row in text.split(";")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"--prompt-ids wants comma-separated integers (rows split by ';'), got {text!r}") from None
-    if not rows or any(len(r) != len(rows[0]) or not r for r in rows):
-        raise argparse.ArgumentTypeError("--prompt-ids rows must be non-empty and of equal length")
-    return np.asarray(rows, dtype=np.int64)
+    if not rows or any(not r for r in rows):
+        raise argparse.ArgumentTypeError("--prompt-ids rows must be non-empty")
+    T = max(len(r) for r in rows)
+    ids = np.zeros((len(rows), T), dtype=np.int64)
+    mask = np.zeros((len(rows), T), dtype=np.int64)
+    for b, r in enumerate(rows):
+        ids[b, T - len(r):], mask[b, T - len(r):] = r, 1
+    return ids, (None if mask.all() else mask)
 
 
 def _ints(text: str) -> list[int]:
@@ -56,21 +63,24 @@ def cmd_info(args) -> int:
 def cmd_run(args) -> int:
     """Prefill the prompt, generate, and print the tokens and timings."""
     m = _load(args)
-    ids = args.prompt_ids
+    ids, mask = args.prompt_ids
     B, T = ids.shape
+    tokens = B * T if mask is None else int(mask.sum())
     t0 = time.perf_counter()
-    hidden = m.prefill(ids, output="last")
+    hidden = m.prefill(ids, output="last", attention_mask=mask)
     t_prefill = time.perf_counter() - t0
     t0 = time.perf_counter()
     eos = args.eos_token_id if args.eos_token_id is not None else None
     out = m.generate(ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                     top_p=args.top_p, seed=args.seed, eos_token_id=eos)
+                     top_p=args.top_p, seed=args.seed, eos_token_id=eos, attention_mask=mask)
     t_gen = time.perf_counter() - t0
     for b in range(B):
-        print(f"prompt[{b}]:    {' '.join(map(str, ids[b]))}")
+        prompt = ids[b] if mask is None else ids[b, mask[b] == 1]
+        print(f"prompt[{b}]:    {' '.join(map(str, prompt))}")
         print(f"generated[{b}]: {' '.join(map(str, out[b]))}")
     n = out.shape[1]
-    print(f"prefill: B={B} T={T} in {t_prefill * 1e3:.2f} ms ({B * T / t_prefill:,.0f} tok/s); "
+    shape = f"B={B} T={T}" if mask is None else f"B={B} T={T} ({tokens} tokens, rows left-padded)"
+    print(f"prefill: {shape} in {t_prefill * 1e3:.2f} ms ({tokens / t_prefill:,.0f} tok/s); "
           f"last hidden norm {np.linalg.norm(hidden, axis=-1).round(3).tolist()}")
     if n:
         print(f"generate: {n} new tokens per row in {t_gen * 1e3:.2f} ms "
@@ -121,7 +131,7 @@ def main(argv=None) -> int:
 
     sp = sub.add_parser("run", help="prefill a prompt and generate")
     common(sp)
-    sp.add_argument("--prompt-ids", type=_ids, required=True, help="token ids, e.g. 1,2,3 (rows split by ';')")
+    sp.add_argument("--prompt-ids", type=_ids, required=True, help="token ids, e.g. 1,2,3 (rows split by ';'; rows may differ in length)")
     sp.add_argument("--max-new-tokens", type=int, default=16)
     sp.add_argument("--temperature", type=float, default=0.0)
     sp.add_argument("--top-k", type=int, default=0)
