@@ -24,8 +24,9 @@ type Span struct{ Start, Len int }
 //   - Sum and Mean: over the row's tokens only.
 //
 // Rows of one length run as one prefill, so a batch of k lengths costs k
-// prefills, and the carried state is copied through the host between st
-// and each length's own. st is written only once every prefill has run.
+// prefills. With more than one length, the carried state is copied through
+// the host between st and each length's own, and st is written only once
+// every prefill has run.
 func (m *Model) PrefillSpans(st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32) error {
 	return m.prefillSpans(st, in, spans, pool, out, false)
 }
@@ -57,6 +58,28 @@ func (m *Model) prefillSpans(st engine.State, in engine.Input, spans []Span, poo
 		groups[s.Len] = append(groups[s.Len], b)
 	}
 	lengths := slices.Sorted(maps.Keys(groups))
+	d := cfg.Hidden
+	clear(out)
+	// run prefills rows g, n tokens each, on sub and scatters their outputs.
+	run := func(sub engine.State, n int, g []int) error {
+		subOut := make([]float32, pool.OutLen(len(g), n, d))
+		if err := m.Prefill(sub, gather(in, spans, g, n, d, cfg.InputDim), pool, subOut); err != nil {
+			return err
+		}
+		for j, b := range g {
+			if pool == engine.All {
+				at := (b*in.T + spans[b].Start) * d
+				copy(out[at:at+n*d], subOut[j*n*d:(j+1)*n*d])
+			} else {
+				copy(out[b*d:(b+1)*d], subOut[j*d:(j+1)*d])
+			}
+		}
+		return nil
+	}
+	if len(lengths) == 1 { // one length: its rows are the batch, in order, and st their state
+		return run(st, lengths[0], groups[lengths[0]])
+	}
+
 	subs := make([]engine.State, len(lengths))
 	defer func() {
 		for _, s := range subs {
@@ -76,22 +99,9 @@ func (m *Model) prefillSpans(st engine.State, in engine.Input, spans []Span, poo
 			return err
 		}
 	}
-	clear(out)
-	d := cfg.Hidden
 	for i, n := range lengths {
-		g := groups[n]
-		sub := gather(in, spans, g, n, cfg.Hidden, cfg.InputDim)
-		subOut := make([]float32, pool.OutLen(len(g), n, d))
-		if err := m.Prefill(subs[i], sub, pool, subOut); err != nil {
+		if err := run(subs[i], n, groups[n]); err != nil {
 			return err
-		}
-		for j, b := range g {
-			if pool == engine.All {
-				at := (b*in.T + spans[b].Start) * d
-				copy(out[at:at+n*d], subOut[j*n*d:(j+1)*n*d])
-			} else {
-				copy(out[b*d:(b+1)*d], subOut[j*d:(j+1)*d])
-			}
 		}
 	}
 	return rows.fromGroups()

@@ -25,11 +25,9 @@ func relErr(got, want []float32) float64 {
 // agree, and the padding's outputs are zero.
 func TestPrefillSpansMatchesRows(t *testing.T) {
 	m := openBase(t)
-	cfg := m.Config()
-	d, V := cfg.Hidden, int64(cfg.Vocab)
+	V := int64(m.Config().Vocab)
 	rng := rand.New(rand.NewPCG(rand.Uint64(), 1))
 	const B, T, lead = 4, 13, 3
-	spans := []mambago.Span{{0, T}, {5, 8}, {0, 6}, {2, 1 + rng.IntN(T-2)}} // whole, left, right, both
 	ids := make([]int64, B*T)
 	first := make([]int64, B*lead)
 	for i := range ids {
@@ -38,6 +36,21 @@ func TestPrefillSpansMatchesRows(t *testing.T) {
 	for i := range first {
 		first[i] = rng.Int64N(V)
 	}
+	for _, spans := range [][]mambago.Span{
+		{{0, T}, {5, 8}, {0, 6}, {2, 1 + rng.IntN(T-2)}}, // whole, left, right, both: four lengths
+		{{4, 9}, {0, 9}, {2, 9}, {3, 9}},                 // one length: one prefill on the batch's state
+	} {
+		checkSpans(t, m, spans, ids, first)
+	}
+}
+
+// checkSpans runs PrefillSpans on B rows of T ids after lead ids, with each
+// pool, against each row alone.
+func checkSpans(t *testing.T, m *mambago.Model, spans []mambago.Span, ids, first []int64) {
+	cfg := m.Config()
+	d := cfg.Hidden
+	B := len(spans)
+	T, lead := len(ids)/B, len(first)/B
 	for _, pool := range []engine.Pool{engine.All, engine.Last, engine.Mean} {
 		st, _ := m.NewState(B)
 		if err := m.Prefill(st, engine.Input{B: B, T: lead, IDs: first}, engine.Last, make([]float32, B*d)); err != nil {
