@@ -91,6 +91,29 @@ def test_rows_as_if_alone(name, engine):
             assert rel_err(state.conv_state(layer)[b], alone.conv_state(layer)[0]) <= tol, (b, layer)
 
 
+def test_rows_of_one_length(engine):
+    """Every row the same number of tokens at different places: one prefill
+    on the batch's own state."""
+    model = load("base", engine)
+    tol = TOL[engine[1]]
+    rng = np.random.default_rng()
+    B, T, n = 4, 12, 7
+    mask = np.zeros((B, T), np.int64)
+    for b, first in enumerate((0, 5, 2, 3)):
+        mask[b, first:first + n] = 1
+    x = prompt(rng, model, B, T)
+    state = model.new_state(B)
+    got = model.prefill(**x, attention_mask=mask, output="all", state=state)
+    for b in range(B):
+        f = int(mask[b].argmax())
+        alone = model.new_state(1)
+        want = model.prefill(**row(x, b, f, n), output="all", state=alone)[0]
+        assert rel_err(got[b, f:f + n], want) <= tol and not np.any(got[b, :f]) and not np.any(got[b, f + n:])
+        for layer in range(model.config.num_hidden_layers):
+            assert rel_err(state.ssm_state(layer)[b], alone.ssm_state(layer)[0]) <= tol, (b, layer)
+            assert rel_err(state.conv_state(layer)[b], alone.conv_state(layer)[0]) <= tol, (b, layer)
+
+
 @pytest.mark.parametrize("engine", [e for e in ENGINES if e[1] == "float32"], ids=lambda e: "-".join(e))
 def test_generate_continues_each_row(engine):
     """Greedy tokens, bit for bit, in f32 (GenerateSpans is the same Go code
