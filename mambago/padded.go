@@ -110,27 +110,26 @@ func (m *Model) prefillSpans(st engine.State, in engine.Input, spans []Span, poo
 // gather returns the input of rows g, n tokens each from their spans.
 func gather(in engine.Input, spans []Span, g []int, n, d, F int) engine.Input {
 	sub := engine.Input{B: len(g), T: n}
-	pick := func(src []float32, w int) []float32 {
-		dst := make([]float32, 0, len(g)*n*w)
-		for _, b := range g {
-			at := (b*in.T + spans[b].Start) * w
-			dst = append(dst, src[at:at+n*w]...)
-		}
-		return dst
-	}
 	switch {
 	case in.IDs != nil:
-		sub.IDs = make([]int64, 0, len(g)*n)
-		for _, b := range g {
-			at := b*in.T + spans[b].Start
-			sub.IDs = append(sub.IDs, in.IDs[at:at+n]...)
-		}
+		sub.IDs = pickSpans(in.IDs, in.T, spans, g, n, 1)
 	case in.Embeds != nil:
-		sub.Embeds = pick(in.Embeds, d)
+		sub.Embeds = pickSpans(in.Embeds, in.T, spans, g, n, d)
 	default:
-		sub.Features = pick(in.Features, F)
+		sub.Features = pickSpans(in.Features, in.T, spans, g, n, F)
 	}
 	return sub
+}
+
+// pickSpans copies rows g's n positions from their spans out of src, rows
+// of T positions of w values each.
+func pickSpans[V any](src []V, T int, spans []Span, g []int, n, w int) []V {
+	dst := make([]V, 0, len(g)*n*w)
+	for _, b := range g {
+		at := (b*T + spans[b].Start) * w
+		dst = append(dst, src[at:at+n*w]...)
+	}
+	return dst
 }
 
 // rowCopier moves a batch state's rows to and from the states of its

@@ -8,17 +8,8 @@ import (
 	"github.com/mambago/mambago/mambago"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/internal/enginetest"
+	"github.com/mambago/mambago/mambago/internal/fixture"
 )
-
-// relErr is max|got - want| / max|want|.
-func relErr(got, want []float32) float64 {
-	var diff, scale float64
-	for i := range want {
-		diff = math.Max(diff, math.Abs(float64(got[i])-float64(want[i])))
-		scale = math.Max(scale, math.Abs(float64(want[i])))
-	}
-	return diff / math.Max(scale, 1e-30)
-}
 
 // TestPrefillSpansMatchesRows runs a padded batch, continuing from a carried
 // state, and each row alone from the same state: outputs and final states
@@ -81,7 +72,7 @@ func checkSpans(t *testing.T, m *mambago.Model, spans []mambago.Span, ids, first
 					}
 				}
 			}
-			if e := relErr(got, want); e > enginetest.EquivTol {
+			if e := fixture.RelErr(got, want); e > enginetest.EquivTol {
 				t.Errorf("pool %d row %d %+v: rel err %.3g", pool, b, s, e)
 			}
 			for l := range cfg.Layers {
@@ -89,7 +80,7 @@ func checkSpans(t *testing.T, m *mambago.Model, spans []mambago.Span, ids, first
 					all, _ := part(st, l)
 					one, _ := part(alone, l)
 					w := len(one)
-					if e := relErr(all[b*w:(b+1)*w], one); e > enginetest.EquivTol {
+					if e := fixture.RelErr(all[b*w:(b+1)*w], one); e > enginetest.EquivTol {
 						t.Errorf("pool %d row %d layer %d: state rel err %.3g", pool, b, l, e)
 					}
 				}
