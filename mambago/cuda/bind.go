@@ -79,8 +79,7 @@ func readKernelArgs(node unsafe.Pointer, n int, args []byte) (offsets, sizes []i
 	if n == 0 {
 		return offsets, sizes, nil
 	}
-	var fn unsafe.Pointer
-	err = check("cuFuncGetParamInfo", C.mg_cuGraphKernelNodeArgs(node, &fn, C.int(n), (*C.uchar)(unsafe.Pointer(&args[0])),
+	err = check("cuFuncGetParamInfo", C.mg_cuGraphKernelNodeArgs(node, C.int(n), (*C.uchar)(unsafe.Pointer(&args[0])),
 		C.size_t(len(args)), (*C.int)(unsafe.Pointer(&offsets[0])), (*C.int)(unsafe.Pointer(&sizes[0]))))
 	return offsets, sizes, err
 }
@@ -173,8 +172,8 @@ func (g *Graph) Bind(base Ptr, bytes int, ours []*Function) (*Binding, error) {
 // a launch through Function knows (the driver's probe past the last one
 // is an API error, which compute-sanitizer reports).
 func (b *Binding) kernel(node unsafe.Pointer, args []byte, own map[unsafe.Pointer]*Function, inside func(p, n uint64) bool) error {
-	var fn unsafe.Pointer
-	if err := check("cuGraphKernelNodeGetParams", C.mg_cuGraphKernelNodeArgs(node, &fn, -1, nil, 0, nil, nil)); err != nil {
+	fn, err := kernelFunction(node)
+	if err != nil {
 		return err
 	}
 	f := own[fn]

@@ -293,7 +293,7 @@ func (ed *MemsetEdit) editable(m unsafe.Pointer, ours map[unsafe.Pointer]bool) (
 	if t, err := nodeType(site.p); err != nil || t != kernelNode {
 		return site, false, err
 	}
-	if err := check("cuGraphKernelNodeGetParams", C.mg_cuGraphKernelNodeFunction(site.p, &site.fn)); err != nil {
+	if site.fn, err = kernelFunction(site.p); err != nil {
 		return site, false, err
 	}
 	if site.fn == nil || !ours[site.fn] {
@@ -341,6 +341,14 @@ func nodeType(node unsafe.Pointer) (int, error) {
 	var t C.int
 	err := check("cuGraphNodeGetType", C.mg_cuGraphNodeGetType(node, &t))
 	return int(t), err
+}
+
+// kernelFunction is kernel node's CUfunction, nil for a kernel given as a
+// CUkernel (none of ours: Function loads each through cuModuleGetFunction).
+func kernelFunction(node unsafe.Pointer) (unsafe.Pointer, error) {
+	var fn unsafe.Pointer
+	err := check("cuGraphKernelNodeGetParams", C.mg_cuGraphKernelNodeFunction(node, &fn))
+	return fn, err
 }
 
 // nodeEdges lists the nodes node waits for (or, with out, those that wait

@@ -383,16 +383,12 @@ static int param_info(const mg_kernel_node *p, size_t i, size_t *off, size_t *si
 	return p_cuKernelGetParamInfo ? p_cuKernelGetParamInfo(p->kern, i, off, size) : 500;
 }
 
-mg_result mg_cuGraphKernelNodeArgs(void *node, void **fn, int count, unsigned char *buf, size_t cap, int *offsets,
-                                   int *sizes) {
+mg_result mg_cuGraphKernelNodeArgs(void *node, int count, unsigned char *buf, size_t cap, int *offsets, int *sizes) {
 	mg_kernel_node p;
 	memset(&p, 0, sizeof p);
-	*fn = NULL;
 	if (!p_cuGraphKernelNodeGetParams) return 500;
 	int r = p_cuGraphKernelNodeGetParams(node, &p);
 	if (r) return r;
-	*fn = p.func;
-	if (count < 0) return 0; // the function alone
 	if (!p.params) return 801; // CUDA_ERROR_NOT_SUPPORTED: arguments passed as one buffer (`extra`)
 	for (int i = 0; i < count; i++) {
 		size_t off = 0, size = 0;

@@ -92,13 +92,11 @@ mg_result mg_cuGraphDestroyNode(void *node);
 // Rebinding a graph's buffers after instantiation (optional entry points:
 // CUDA >= 12.4; mg_graph_rebinds says whether they all loaded).
 int mg_graph_rebinds(void);
-// mg_cuGraphKernelNodeArgs reads a kernel node's CUfunction (*fn; NULL for
-// a CUkernel) and, for count >= 0, its first count arguments: each one's
-// offset and size in the kernel's parameter block, and their bytes at
-// those offsets in buf (cap bytes). CUDA_ERROR_NOT_SUPPORTED (801) for a
-// node whose arguments were passed as one buffer.
-mg_result mg_cuGraphKernelNodeArgs(void *node, void **fn, int count, unsigned char *buf, size_t cap, int *offsets,
-                                   int *sizes);
+// mg_cuGraphKernelNodeArgs reads a kernel node's first count arguments:
+// each one's offset and size in the kernel's parameter block, and their
+// bytes at those offsets in buf (cap bytes). CUDA_ERROR_NOT_SUPPORTED (801)
+// for a node whose arguments were passed as one buffer.
+mg_result mg_cuGraphKernelNodeArgs(void *node, int count, unsigned char *buf, size_t cap, int *offsets, int *sizes);
 // mg_cuGraphExecKernelNodeSetArgs gives node, in exec, the n arguments at
 // offsets in buf, the rest of its launch as captured.
 mg_result mg_cuGraphExecKernelNodeSetArgs(void *exec, void *node, unsigned char *buf, const int *offsets, int n);

@@ -604,13 +604,14 @@ func (e *Engine) rmsnorm(name string, pdl bool, x, w, y cuda.Ptr, rows, d int, e
 func (e *Engine) rmsnormRows(name string, pdl bool, x, w, y cuda.Ptr, rows, d, ldx, ldy int, eps float64) error {
 	grid, block := rmsnormGrid(rows)
 	return e.fn[name].LaunchMaybePDL(pdl, grid, block, 0, e.stream,
-		append([]any{x, w, y, rows, d, ldx, ldy, float32(eps)}, noFill...)...)
+		x, w, y, rows, d, ldx, ldy, float32(eps), noFill, uint32(0), int64(0))
 }
 
-// noFill is the last three arguments of kernels/rmsnorm.cu's entries as the
-// engine launches them: no fill. A captured graph may give an RMSNorm node
-// a fill in their place (cuda.MemsetEdit's Fold).
-var noFill = []any{cuda.Ptr(0), uint32(0), int64(0)}
+// noFill starts the last three arguments of kernels/rmsnorm.cu's entries as
+// the engine launches them, no fill: a null buffer, a word of 0, 0 words.
+// A captured graph may give an RMSNorm node a fill in their place
+// (cuda.MemsetEdit's Fold).
+const noFill = cuda.Ptr(0)
 
 // rmsnormGrid is the launch shape of kernels/rmsnorm.cu's entries over
 // rows rows: a warp a row, 8 rows a block.

@@ -355,7 +355,7 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr) error
 			if ids != 0 {
 				grid, block := rmsnormGrid(rows)
 				return e.fn[e.typed("rmsnorm_embed")].LaunchMaybePDL(e.PrefillPDL, grid, block, 0, e.stream,
-					append([]any{ids, e.emb, c.Vocab, ws.h.Ptr, g.norm, ws.x.Ptr, rows, d, float32(c.Eps)}, noFill...)...)
+					ids, e.emb, c.Vocab, ws.h.Ptr, g.norm, ws.x.Ptr, rows, d, float32(c.Eps), noFill, uint32(0), int64(0))
 			}
 			return e.rmsnorm(e.typed("rmsnorm"), e.PrefillPDL, ws.h.Ptr, g.norm, ws.x.Ptr, rows, d, c.Eps)
 		}},
