@@ -341,9 +341,11 @@ func CopyState(state int64, which string, layer int, buf uintptr, n int, toGo bo
 // [B, T, F]); output is "last", "all", "sum" or "mean" and out receives
 // float32 [B, d] or [B, T, d]. spans, when nSpans > 0, holds int64 [B, 2]:
 // each row's first token and token count in a padded batch
-// (mambago.Model.PrefillSpans). It returns the number of values written.
+// (mambago.Model.PrefillSpans; with fresh, the state is new and the batch
+// runs as one prefill, mambago.Model.StartSpans). It returns the number of
+// values written.
 func Prefill(model, state int64, kind string, in uintptr, inLen, B, T int, output string, out uintptr, outLen int,
-	spans uintptr, nSpans int) (written int, err error) {
+	spans uintptr, nSpans int, fresh bool) (written int, err error) {
 	defer guard(&err)
 	m, st, err := modelState(model, state)
 	if err != nil {
@@ -363,6 +365,9 @@ func Prefill(model, state int64, kind string, in uintptr, inLen, B, T int, outpu
 	}
 	if rows == nil {
 		return outLen, m.Prefill(st, input, pool, dst)
+	}
+	if fresh {
+		return outLen, m.StartSpans(st, input, rows, pool, dst)
 	}
 	return outLen, m.PrefillSpans(st, input, rows, pool, dst)
 }

@@ -1,4 +1,5 @@
-// Pooling over the positions of a chunk of the normed hidden states.
+// Pooling over the positions of a chunk of the normed hidden states, and the
+// masks of a padded batch (below pool_f32).
 //
 //   mode 1 (sum):   out[b, i] (+)= sum_t h[b, t, i]      ('+=' when accumulate, for later chunks)
 //   mode 2 (all):   out[b, t0 + t, i] = h[b, t, i]        (out holds [B, T, d], the chunk starts at t0)
@@ -23,4 +24,28 @@ extern "C" __global__ void pool_f32(const float *__restrict__ h, float *__restri
 #pragma unroll 8
         for (int t = 0; t < n; t++) out[((size_t)b * T + t0 + t) * d + i] = rows[(size_t)t * d];
     }
+}
+
+// A left-padded batch of new sequences (engine.Input.Pad): pad [B] counts
+// the positions of padding that open each sequence.
+//
+//   zero_padding:  the first width 2-byte units of row (b, t) of a chunk of n
+//                  positions a sequence, starting at p + (b n + t) ld units, are
+//                  zeroed where t0 + t < pad[b] (the chunk holds positions
+//                  t0 .. t0 + n - 1). Grid (rows, B), rows covering every
+//                  padding row of the chunk; a block strides over a row.
+//   mean_rows_f32: out[b, i] *= 1 / (T - pad[b]), a sum over each row's tokens
+//                  made their mean (rounded as scale_f32's 1 / T is).
+
+extern "C" __global__ void zero_padding(unsigned short *p, long long ld, int width, int n, const int *__restrict__ pad,
+                                        int t0) {
+    int t = blockIdx.x, b = blockIdx.y;
+    if (t >= n || t0 + t >= pad[b]) return;
+    unsigned short *row = p + ((long long)b * n + t) * ld;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) row[i] = 0;
+}
+
+extern "C" __global__ void mean_rows_f32(float *out, int d, const int *__restrict__ pad, int T) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
+    if (i < d) out[(long long)b * d + i] *= (float)(1.0 / (double)(T - pad[b]));
 }

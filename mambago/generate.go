@@ -59,7 +59,7 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 	if spans == nil {
 		err = m.Prefill(st, in, engine.Last, hidden)
 	} else {
-		err = m.prefillSpans(st, in, spans, engine.Last, hidden, true)
+		err = m.StartSpans(st, in, spans, engine.Last, hidden)
 	}
 	if err != nil {
 		return nil, 0, err

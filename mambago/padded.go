@@ -23,20 +23,32 @@ type Span struct{ Start, Len int }
 //   - Last: the row's last token;
 //   - Sum and Mean: over the row's tokens only.
 //
-// Rows of one length run as one prefill, so a batch of k lengths costs k
-// prefills. With more than one length, the carried state is copied through
-// the host between st and each length's own, and st is written only once
-// every prefill has run.
+// Each row continues from its row of st. Rows of one length run as one
+// prefill, so a batch of k lengths costs k prefills. With more than one
+// length, the carried state is copied through the host between st and each
+// length's own, and st is written only once every prefill has run. For new
+// sequences, StartSpans runs any batch as one prefill.
 func (m *Model) PrefillSpans(st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32) error {
 	return m.prefillSpans(st, in, spans, pool, out, false)
 }
 
-// prefillSpans is PrefillSpans; fresh says st is known to be zero, so its
-// rows need not be read.
+// StartSpans is PrefillSpans for new sequences: every row starts from a
+// zero state, whatever st held. The whole batch runs as one prefill, each
+// row's tokens moved to the end of a row as long as the longest
+// (engine.Input.Pad), so padding costs its positions' work but no more
+// prefills.
+func (m *Model) StartSpans(st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32) error {
+	return m.prefillSpans(st, in, spans, pool, out, true)
+}
+
+// prefillSpans is PrefillSpans, or with fresh StartSpans.
 func (m *Model) prefillSpans(st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32, fresh bool) (err error) {
 	cfg := m.Config()
 	if err := engine.CheckPrefill(cfg, in, st.Batch(), pool, out); err != nil {
 		return err
+	}
+	if in.Pad != nil {
+		return engine.Invalid("give a padded batch's spans or its Pad, not both")
 	}
 	if len(spans) != in.B {
 		return engine.Invalid("%d spans for a batch of %d rows", len(spans), in.B)
@@ -48,6 +60,9 @@ func (m *Model) prefillSpans(st engine.State, in engine.Input, spans []Span, poo
 				"within the row", b, s.Start, s.Start+s.Len, in.T)
 		}
 		whole = whole && s.Len == in.T
+	}
+	if fresh {
+		return m.prefillRight(st, in, spans, pool, out)
 	}
 	if whole {
 		return m.Prefill(st, in, pool, out)
@@ -94,10 +109,8 @@ func (m *Model) prefillSpans(st engine.State, in engine.Input, spans []Span, poo
 		}
 	}
 	rows := rowCopier{st: st, subs: subs, groups: groups, lengths: lengths, layers: cfg.Layers}
-	if !fresh {
-		if err := rows.toGroups(); err != nil {
-			return err
-		}
+	if err := rows.toGroups(); err != nil {
+		return err
 	}
 	for i, n := range lengths {
 		if err := run(subs[i], n, groups[n]); err != nil {
@@ -105,6 +118,50 @@ func (m *Model) prefillSpans(st engine.State, in engine.Input, spans []Span, poo
 		}
 	}
 	return rows.fromGroups()
+}
+
+// prefillRight runs checked spans of new sequences as one prefill: each
+// row's tokens at the end of a row of the longest row's length, after
+// padding the engine keeps out of every state and output (engine.Input.Pad).
+func (m *Model) prefillRight(st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32) error {
+	T := slices.MaxFunc(spans, func(a, b Span) int { return a.Len - b.Len }).Len
+	d, F := m.Config().Hidden, m.Config().InputDim
+	right := engine.Input{B: in.B, T: T, Pad: make([]int, in.B)}
+	for b, s := range spans {
+		right.Pad[b] = T - s.Len
+	}
+	switch {
+	case in.IDs != nil:
+		right.IDs = alignRight(in.IDs, in.T, spans, T, 1) // token 0 at the padding, which nothing reads
+	case in.Embeds != nil:
+		right.Embeds = alignRight(in.Embeds, in.T, spans, T, d)
+	default:
+		right.Features = alignRight(in.Features, in.T, spans, T, F)
+	}
+	if pool != engine.All {
+		return m.Prefill(st, right, pool, out)
+	}
+	all := make([]float32, pool.OutLen(in.B, T, d))
+	if err := m.Prefill(st, right, pool, all); err != nil {
+		return err
+	}
+	clear(out)
+	for b, s := range spans {
+		at := (b*in.T + s.Start) * d
+		copy(out[at:at+s.Len*d], all[(b*T+right.Pad[b])*d:(b+1)*T*d])
+	}
+	return nil
+}
+
+// alignRight copies each row's span out of src, rows of T positions of w
+// values each, to the end of a row of n positions, zeros before it.
+func alignRight[V any](src []V, T int, spans []Span, n, w int) []V {
+	dst := make([]V, len(spans)*n*w)
+	for b, s := range spans {
+		at := (b*T + s.Start) * w
+		copy(dst[((b+1)*n-s.Len)*w:(b+1)*n*w], src[at:at+s.Len*w])
+	}
+	return dst
 }
 
 // gather returns the input of rows g, n tokens each from their spans.

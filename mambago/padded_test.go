@@ -30,19 +30,26 @@ func TestPrefillSpansMatchesRows(t *testing.T) {
 	for _, spans := range [][]mambago.Span{
 		{{0, T}, {5, 8}, {0, 6}, {2, 1 + rng.IntN(T-2)}}, // whole, left, right, both: four lengths
 		{{4, 9}, {0, 9}, {2, 9}, {3, 9}},                 // one length: one prefill on the batch's state
+		{{1, 12}, {0, T}, {0, 13}, {0, T}},               // whole rows
 	} {
-		checkSpans(t, m, spans, ids, first)
+		checkSpans(t, m, spans, ids, first, false)
+		checkSpans(t, m, spans, ids, first, true)
 	}
 }
 
-// checkSpans runs PrefillSpans on B rows of T ids after lead ids, with each
-// pool, against each row alone.
-func checkSpans(t *testing.T, m *mambago.Model, spans []mambago.Span, ids, first []int64) {
+// checkSpans runs PrefillSpans on B rows of T ids after lead ids, or with
+// start StartSpans, with each pool, against each row alone (after its lead
+// ids, or with start from a new state).
+func checkSpans(t *testing.T, m *mambago.Model, spans []mambago.Span, ids, first []int64, start bool) {
 	cfg := m.Config()
 	d := cfg.Hidden
 	B := len(spans)
 	T, lead := len(ids)/B, len(first)/B
-	for _, pool := range []engine.Pool{engine.All, engine.Last, engine.Mean} {
+	run := m.PrefillSpans
+	if start {
+		run = m.StartSpans
+	}
+	for _, pool := range []engine.Pool{engine.All, engine.Last, engine.Sum, engine.Mean} {
 		st, _ := m.NewState(B)
 		if err := m.Prefill(st, engine.Input{B: B, T: lead, IDs: first}, engine.Last, make([]float32, B*d)); err != nil {
 			t.Fatal(err)
@@ -51,12 +58,14 @@ func checkSpans(t *testing.T, m *mambago.Model, spans []mambago.Span, ids, first
 		for i := range out {
 			out[i] = float32(math.NaN())
 		}
-		if err := m.PrefillSpans(st, engine.Input{B: B, T: T, IDs: ids}, spans, pool, out); err != nil {
+		if err := run(st, engine.Input{B: B, T: T, IDs: ids}, spans, pool, out); err != nil {
 			t.Fatal(err)
 		}
 		for b, s := range spans {
 			alone, _ := m.NewState(1)
-			m.Prefill(alone, engine.Input{B: 1, T: lead, IDs: first[b*lead : (b+1)*lead]}, engine.Last, make([]float32, d))
+			if !start {
+				m.Prefill(alone, engine.Input{B: 1, T: lead, IDs: first[b*lead : (b+1)*lead]}, engine.Last, make([]float32, d))
+			}
 			want := make([]float32, pool.OutLen(1, s.Len, d))
 			in := engine.Input{B: 1, T: s.Len, IDs: ids[b*T+s.Start : b*T+s.Start+s.Len]}
 			if err := m.Prefill(alone, in, pool, want); err != nil {
@@ -73,7 +82,7 @@ func checkSpans(t *testing.T, m *mambago.Model, spans []mambago.Span, ids, first
 				}
 			}
 			if e := fixture.RelErr(got, want); e > enginetest.EquivTol {
-				t.Errorf("pool %d row %d %+v: rel err %.3g", pool, b, s, e)
+				t.Errorf("start %v pool %d row %d %+v: rel err %.3g", start, pool, b, s, e)
 			}
 			for l := range cfg.Layers {
 				for _, part := range []func(engine.State, int) ([]float32, error){engine.State.ConvState, engine.State.SSMState} {
@@ -81,7 +90,7 @@ func checkSpans(t *testing.T, m *mambago.Model, spans []mambago.Span, ids, first
 					one, _ := part(alone, l)
 					w := len(one)
 					if e := fixture.RelErr(all[b*w:(b+1)*w], one); e > enginetest.EquivTol {
-						t.Errorf("pool %d row %d layer %d: state rel err %.3g", pool, b, l, e)
+						t.Errorf("start %v pool %d row %d layer %d: state rel err %.3g", start, pool, b, l, e)
 					}
 				}
 			}
@@ -101,8 +110,10 @@ func TestPrefillSpansRefusesBadSpans(t *testing.T) {
 		{{0, 4}, {3, 2}},         // past its end
 		{{0, 4}, {0, 4}, {0, 4}}, // too many
 	} {
-		if err := m.PrefillSpans(st, in, spans, engine.Last, make([]float32, 2*d)); !engine.IsInvalid(err) {
-			t.Errorf("spans %v: got %v, want an input error", spans, err)
+		for _, run := range []func(engine.State, engine.Input, []mambago.Span, engine.Pool, []float32) error{m.PrefillSpans, m.StartSpans} {
+			if err := run(st, in, spans, engine.Last, make([]float32, 2*d)); !engine.IsInvalid(err) {
+				t.Errorf("spans %v: got %v, want an input error", spans, err)
+			}
 		}
 	}
 }

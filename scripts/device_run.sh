@@ -17,6 +17,10 @@
 #             and memcheck, the mixed-precision engine tests, then bf16
 #             prefills with each scan (BenchmarkScanVariants), and ncu on the
 #             one-pass scan (about 3 minutes);
+#   padcheck: the padded-batch tests (Go and Python) with memcheck over the
+#             engine's, then the padded mode;
+#   padded:   a left-padded bf16 batch of new sequences as one prefill against
+#             a prefill per row length (bench/padded.py, $PADDED_SHAPE or 130m);
 #   entry:    a bf16 device-entry prefill's time per call, back to back and
 #             on the host (bench/entry_overhead.py; 130m and 1.4b, B=1,
 #             or $ENTRY_SHAPES), then the Go side's host time call by call
@@ -455,6 +459,21 @@ if [[ $mode == entry ]]; then
   echo "== the Go side of a device-entry prefill on the host, call by call (BenchmarkEntryHost)"
   timeout 200 .carry/gpu.test -test.v -test.run '^$' -test.bench EntryHost -test.benchtime 1x 2>&1 \
     | tee "$OUT/entry_host.log" | grep -E "entry host|FAIL|panic" | sed 's/^ *entry_bench_test.go:[0-9]*: //'
+  exit $status
+fi
+if [[ $mode == padcheck ]]; then
+  echo "== left-padded batches of new sequences (engine.Input.Pad): the conformance suite, default and small chunks"
+  run_tests padcheck_gpu 300 .carry/gpu.test -test.v -test.run 'TestConformance|TestSmallChunks|TestMatchesCPU'
+  run_tests padcheck_mambago 200 .carry/mambago.test -test.v -test.run 'Spans|Free'
+  memcheck memcheck_padded 300 .carry/gpu.test 'TestConformance/padded-rows|TestSmallChunks/padded-rows'
+  timeout 300 python3 -m pytest -q tests/test_padding.py tests/test_bad_input.py tests/test_hf.py tests/test_cli.py \
+    > "$OUT/padcheck_pytest.log" 2>&1 || status=1
+  tail -3 "$OUT/padcheck_pytest.log"
+  mode=padded
+fi
+if [[ $mode == padded ]]; then
+  echo "== a padded batch of new sequences: one prefill against one per row length (bench/padded.py)"
+  timeout 400 python3 bench/padded.py --shape ${PADDED_SHAPE:-130m} --out "$OUT/padded.json" || status=1
   exit $status
 fi
 if [[ $mode == nvjetsass ]]; then

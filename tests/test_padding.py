@@ -55,6 +55,17 @@ def row(x, b, first, n):
     return {k: v[b:b + 1, first:first + n] for k, v in x.items()}
 
 
+def check_outputs(outs, b, f, n, want_all, tol):
+    """Row b of a padded batch's outputs (outs by output kind), its n tokens
+    from position f, against what the tokens gave alone ("all")."""
+    got_all = outs["all"][b]
+    assert rel_err(got_all[f:f + n], want_all) <= tol, (b, f, n)
+    assert not np.any(got_all[:f]) and not np.any(got_all[f + n:]), "padding's output is not zero"
+    assert rel_err(outs["last"][b], want_all[-1]) <= tol
+    assert rel_err(outs["sum"][b], want_all.astype(np.float64).sum(0)) <= tol
+    assert rel_err(outs["mean"][b], want_all.astype(np.float64).mean(0)) <= tol
+
+
 @pytest.mark.parametrize("name", ["base", "features", "conv3_bias"])
 def test_rows_as_if_alone(name, engine):
     model = load(name, engine)
@@ -80,15 +91,28 @@ def test_rows_as_if_alone(name, engine):
         alone = model.new_state(1)
         model.prefill(**row(lead, b, 0, 4), state=alone)
         want_all = model.prefill(**row(x, b, f, n), output="all", state=alone)[0]
-        got_all = outs["all"][b]
-        assert rel_err(got_all[f:f + n], want_all) <= tol, (b, f, n)
-        assert not np.any(got_all[:f]) and not np.any(got_all[f + n:]), "padding's output is not zero"
-        assert rel_err(outs["last"][b], want_all[-1]) <= tol
-        assert rel_err(outs["sum"][b], want_all.astype(np.float64).sum(0)) <= tol
-        assert rel_err(outs["mean"][b], want_all.astype(np.float64).mean(0)) <= tol
+        check_outputs(outs, b, f, n, want_all, tol)
         for layer in range(model.config.num_hidden_layers):
             assert rel_err(state.ssm_state(layer)[b], alone.ssm_state(layer)[0]) <= tol, (b, layer)
             assert rel_err(state.conv_state(layer)[b], alone.conv_state(layer)[0]) <= tol, (b, layer)
+
+
+@pytest.mark.parametrize("name", ["base", "features", "conv3_bias"])
+def test_new_rows_as_if_alone(name, engine):
+    """Without a state the batch runs as one prefill (mambago.Model.StartSpans):
+    every output is still what each row's tokens alone give."""
+    model = load(name, engine)
+    tol = TOL[engine[1]]
+    rng = np.random.default_rng()
+    B, T = 6, 29
+    mask = random_batch(rng, B, T)
+    x = prompt(rng, model, B, T)
+    first, count = mask.argmax(axis=1), mask.sum(axis=1)
+    outs = {output: model.prefill(**x, attention_mask=mask, output=output) for output in ("all", "last", "sum", "mean")}
+    for b in range(B):
+        f, n = int(first[b]), int(count[b])
+        want_all = model.prefill(**row(x, b, f, n), output="all")[0]
+        check_outputs(outs, b, f, n, want_all, tol)
 
 
 def test_rows_of_one_length(engine):

@@ -79,6 +79,12 @@ func (e *Engine) Prefill(st engine.State, in engine.Input, pool engine.Pool, out
 	B, T := in.B, in.T
 	tc := max(1, min(T, e.ChunkRows/B)) // positions per chunk
 	w := newWork(e.cfg, B, tc)
+	if in.Pad != nil { // new sequences (engine.Input.Pad)
+		for l := range s.conv {
+			clear(s.conv[l])
+			clear(s.ssm[l])
+		}
+	}
 	var acc []float64 // running sum over positions, for Sum and Mean
 	if pool == engine.Sum || pool == engine.Mean {
 		acc = make([]float64, B*d)
@@ -86,11 +92,13 @@ func (e *Engine) Prefill(st engine.State, in engine.Input, pool engine.Pool, out
 	for t0 := 0; t0 < T; t0 += tc {
 		n := min(tc, T-t0)
 		w.resize(e.cfg, B, n)
+		w.setPad(in, t0)
 		e.embed(w, in, t0)
 		for l := range e.w.Layers {
 			e.block(l, w, s.conv[l], s.ssm[l])
 		}
 		rmsnorm(w.x, w.h, e.w.NormF, d, e.cfg.Eps) // norm_f of every row of the chunk
+		w.zeroPadding(w.x, d, d)                   // All writes zeros there, and Sum adds none
 		for b := 0; b < B; b++ {
 			rowsB := w.x[b*n*d : (b+1)*n*d]
 			switch pool {
@@ -109,12 +117,14 @@ func (e *Engine) Prefill(st engine.State, in engine.Input, pool engine.Pool, out
 		}
 	}
 	if acc != nil {
-		scale := 1.0
-		if pool == engine.Mean {
-			scale = 1 / float64(T)
-		}
-		for i, v := range acc {
-			out[i] = float32(v * scale)
+		for b := range B {
+			scale := 1.0
+			if pool == engine.Mean {
+				scale = 1 / float64(T-in.Padding(b)) // over the row's tokens
+			}
+			for i, v := range acc[b*d : (b+1)*d] {
+				out[b*d+i] = float32(v * scale)
+			}
 		}
 	}
 	return nil

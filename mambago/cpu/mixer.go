@@ -8,6 +8,7 @@ import (
 	"gonum.org/v1/gonum/blas/blas32"
 
 	"github.com/mambago/mambago/mambago/checkpoint"
+	"github.com/mambago/mambago/mambago/engine"
 )
 
 // The Mamba-1 block, stage by stage. For a chunk of B sequences of T
@@ -34,6 +35,7 @@ type work struct {
 	dbl   []float32 // [rows, R+2N]   x_proj output
 	delta []float32 // [rows, E]      dt_proj output, before softplus
 	y     []float32 // [rows, E]      gated scan output
+	pad   []int     // [B] rows of padding that open each sequence's chunk (engine.Input.Pad), or nil
 }
 
 func newWork(c checkpoint.Config, B, T int) *work {
@@ -59,6 +61,29 @@ func (w *work) resize(c checkpoint.Config, B, T int) {
 	w.dbl = w.dbl[:rows*(c.DTRank+2*c.State)]
 }
 
+// setPad sets the chunk's padding rows for positions t0.. of the input's
+// rows (none without in.Pad).
+func (w *work) setPad(in engine.Input, t0 int) {
+	w.pad = w.pad[:0]
+	if in.Pad == nil {
+		return
+	}
+	for b := range w.B {
+		w.pad = append(w.pad, min(w.T, max(0, in.Pad[b]-t0)))
+	}
+}
+
+// zeroPadding zeroes the first width values of each padding row of the
+// chunk in m, rows ld values apart.
+func (w *work) zeroPadding(m []float32, ld, width int) {
+	for b, p := range w.pad {
+		for t := range p {
+			r := b*w.T + t
+			clear(m[r*ld : r*ld+width])
+		}
+	}
+}
+
 // block runs layer l of the model over the chunk in w, continuing from and
 // updating the carried conv window and SSM state of that layer.
 func (e *Engine) block(l int, w *work, conv, ssm []float32) {
@@ -72,7 +97,9 @@ func (e *Engine) block(l int, w *work, conv, ssm []float32) {
 	e.gemm(w.xz, 2*E, w.x, d, lw.InProj, rows, 2*E, d, 0)
 	addBias(w.xz, lw.InBias)
 	t = e.Timer.lap(t, "in_proj")
+	w.zeroPadding(w.xz, 2*E, E) // the padding's inputs reach neither the conv nor its window
 	e.conv(w, l, conv)
+	w.zeroPadding(w.u, E, E) // nor the scan: with u = 0 (so B = C = 0) a zero state stays zero
 	t = e.Timer.lap(t, "conv")
 	e.gemm(w.dbl, R+2*N, w.u, E, lw.XProj, rows, R+2*N, E, 0)
 	if c.Falcon {

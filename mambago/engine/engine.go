@@ -51,6 +51,22 @@ type Input struct {
 	IDs      []int64   // [B, T] token ids
 	Embeds   []float32 // [B, T, d] embeddings, fed in place of the embedding lookup
 	Features []float32 // [B, T, F] raw features, fed through input_proj
+
+	// Pad, when set ([B]), opens row b with Pad[b] positions of padding,
+	// 0 <= Pad[b] < T: a left-padded batch of new sequences in one prefill.
+	// The prefill then starts every row from a zero state, whatever the
+	// state held, and the padding reaches neither a row's state nor its
+	// tokens' outputs: Last is position T-1, Sum and Mean run over the
+	// row's tokens, and All is zero at the padding.
+	Pad []int
+}
+
+// Padding is how many positions of padding open row b (Input.Pad).
+func (in Input) Padding(b int) int {
+	if in.Pad == nil {
+		return 0
+	}
+	return in.Pad[b]
 }
 
 // State is the carried state of one batch of sequences: per layer, the conv
@@ -128,6 +144,9 @@ func CheckInput(cfg checkpoint.Config, in Input, batch int) error {
 	if set != 1 {
 		return Invalid("give exactly one of input_ids, inputs_embeds or features (%d given)", set)
 	}
+	if err := checkPad(in); err != nil {
+		return err
+	}
 	switch {
 	case in.IDs != nil:
 		if len(in.IDs) != in.B*in.T {
@@ -148,6 +167,22 @@ func CheckInput(cfg checkpoint.Config, in Input, batch int) error {
 		}
 		return CheckFinite("features", in.Features)
 	}
+}
+
+// checkPad reports a Pad of the wrong length, or a row left without tokens.
+func checkPad(in Input) error {
+	if in.Pad == nil {
+		return nil
+	}
+	if len(in.Pad) != in.B {
+		return Invalid("padding given for %d rows, want B = %d", len(in.Pad), in.B)
+	}
+	for b, p := range in.Pad {
+		if p < 0 || p >= in.T {
+			return Invalid("row %d opens with %d positions of padding: want 0 to %d, so that a token is left", b, p, in.T-1)
+		}
+	}
+	return nil
 }
 
 // CheckPrefill validates a prefill: in against cfg and the state's batch

@@ -455,10 +455,11 @@ type workspace struct {
 	logits                              *cuda.Buffer
 	logitsLen                           int
 	ids                                 *cuda.Buffer
+	pad                                 *cuda.Buffer // a padded batch's Pad, int32 [B]
 }
 
 func (w *workspace) free() {
-	for _, b := range []*cuda.Buffer{w.h, w.x, w.xz, w.u, w.dbl, w.delta, w.y, w.in, w.out, w.ids, w.logits, w.scan, w.counts} {
+	for _, b := range []*cuda.Buffer{w.h, w.x, w.xz, w.u, w.dbl, w.delta, w.y, w.in, w.out, w.ids, w.pad, w.logits, w.scan, w.counts} {
 		b.Free()
 	}
 	*w = workspace{}
@@ -473,7 +474,7 @@ func (e *Engine) ensure(rows int) error {
 		return nil
 	}
 	rows = max(rows, ws.rows)
-	for _, b := range []*cuda.Buffer{ws.h, ws.x, ws.xz, ws.u, ws.dbl, ws.delta, ws.y, ws.in, ws.ids, ws.scan, ws.counts} {
+	for _, b := range []*cuda.Buffer{ws.h, ws.x, ws.xz, ws.u, ws.dbl, ws.delta, ws.y, ws.in, ws.ids, ws.pad, ws.scan, ws.counts} {
 		b.Free()
 	}
 	ws.rows = 0
@@ -487,7 +488,7 @@ func (e *Engine) ensure(rows int) error {
 		// holds the final norm's f32 output. Everything else is f32.
 		{&ws.h, 4 * rows * c.Hidden}, {&ws.x, 4 * rows * c.Hidden}, {&ws.xz, 4 * rows * 2 * c.Inner},
 		{&ws.u, sz * rows * c.Inner}, {&ws.dbl, 4 * rows * (c.DTRank + 2*c.State)}, {&ws.delta, 4 * rows * c.Inner},
-		{&ws.y, sz * rows * c.Inner}, {&ws.in, 4 * rows * width}, {&ws.ids, 8 * rows},
+		{&ws.y, sz * rows * c.Inner}, {&ws.in, 4 * rows * width}, {&ws.ids, 8 * rows}, {&ws.pad, 4 * rows}, // B <= rows
 		{&ws.scan, 4 * max(1, scanScratchBound(rows, c.Inner, c.State, e.ScanChunk, e.segmentsOn()))},
 		{&ws.counts, 4 * counters},
 	}

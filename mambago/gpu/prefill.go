@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"math"
+	"slices"
 
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
@@ -153,12 +154,17 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 	if err := e.poison(out, outLen); err != nil {
 		return err
 	}
+	pad, err := e.startPadded(s, src.in)
+	if err != nil {
+		return err
+	}
 	for t0 := 0; t0 < T; t0 += tc {
 		n := min(tc, T-t0)
 		gather, err := e.embed(src, t0, n, e.EmbedNorm)
 		if err != nil {
 			return err
 		}
+		pad := pad.chunk(t0, n)
 		// Pooled to the last position, only the last chunk's last position
 		// of each sequence reaches the output: the last layer's out_proj and
 		// the final norm run on those B rows alone (the layers' carried
@@ -169,7 +175,7 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 			if l == 0 {
 				ids = gather
 			}
-			if err := e.block(l, B, n, s, lastOnly && l == len(e.layers)-1, ids); err != nil {
+			if err := e.block(l, B, n, s, lastOnly && l == len(e.layers)-1, ids, pad); err != nil {
 				return err
 			}
 		}
@@ -192,6 +198,11 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 		if err := e.rmsnormRows("rmsnorm_f32", false, h, e.normF, normed, rows, d, ldh, d, c.Eps); err != nil {
 			return err
 		}
+		if !lastOnly { // All writes zeros at the padding, and Sum adds none
+			if err := e.zeroPadding(pad, normed, 2*d, 2*d, B, n); err != nil {
+				return err
+			}
+		}
 		if direct {
 			continue
 		}
@@ -209,10 +220,53 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 			return err
 		}
 	}
+	if pool == engine.Mean && pad.pad != 0 { // over each row's tokens
+		return e.launch("mean_rows_f32", cuda.Dim3{X: (d + 255) / 256, Y: B, Z: 1}, cuda.D1(256), 0, out, d, pad.pad, T)
+	}
 	if pool == engine.Mean {
 		return e.launch("scale_f32", grid1(B*d), cuda.D1(256), 0, out, int64(B*d), float32(1/float64(T)))
 	}
 	return nil
+}
+
+// padding is a padded batch's Pad (engine.Input.Pad) on the device, as a
+// chunk of positions sees it.
+type padding struct {
+	pad  cuda.Ptr // int32 [B], or 0 for a batch without padding
+	most int      // the most positions of padding that open a row
+	t0   int      // the chunk's first position
+	rows int      // the most padding rows a sequence has in the chunk (0: none)
+}
+
+// chunk is p for the chunk of n positions from t0.
+func (p padding) chunk(t0, n int) padding {
+	p.t0, p.rows = t0, min(n, max(0, p.most-t0))
+	return p
+}
+
+// startPadded readies a prefill of in on s: for a padded batch it zeroes
+// s, whose rows start anew, and puts in.Pad in ws.pad.
+func (e *Engine) startPadded(s *State, in engine.Input) (padding, error) {
+	if in.Pad == nil {
+		return padding{}, nil
+	}
+	if err := cuda.Fill32(s.buf.Ptr, 0, s.buf.Bytes/4, e.stream); err != nil {
+		return padding{}, err
+	}
+	pad := make([]int32, len(in.Pad))
+	for b, n := range in.Pad {
+		pad[b] = int32(n)
+	}
+	return padding{pad: e.ws.pad.Ptr, most: slices.Max(in.Pad)}, cuda.CopyIn(e.ws.pad.Ptr, pad, e.stream)
+}
+
+// zeroPadding zeroes the first width 2-byte units of each padding row of the
+// chunk of B sequences of n rows in m, rows ld units apart.
+func (e *Engine) zeroPadding(p padding, m cuda.Ptr, ld, width, B, n int) error {
+	if p.rows == 0 {
+		return nil
+	}
+	return e.launch("zero_padding", cuda.Dim3{X: p.rows, Y: B, Z: 1}, cuda.D1(128), 0, m, int64(ld), width, n, p.pad, p.t0)
 }
 
 // poison fills n float32s at p with NaN where e.PoisonOutputs asks for it,
@@ -324,11 +378,12 @@ func (e *Engine) addBias(x cuda.Ptr, ld int, bias cuda.Ptr, rows, n int) error {
 // lastOnly, out_proj adds into the residual stream at each sequence's last
 // position only (the rest of ws.h is then stale). Where ids is set (the
 // first layer, Engine.EmbedNorm), its RMSNorm looks the chunk's token ids
-// [B*n] up itself and writes the residual stream.
-func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr) error {
+// [B*n] up itself and writes the residual stream. The chunk's padding rows
+// (pad) reach neither the conv nor the scan.
+func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr, pad padding) error {
 	c, g, ws := e.cfg, e.layers[l], &e.ws
 	rows, d, E, R, N, K, dt := B*n, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel, e.dt
-	fused := e.ConvXProjFused() // the conv stage runs x_proj too
+	fused := e.ConvXProjFused() && pad.rows == 0 // the conv stage runs x_proj too (on u before its padding is zeroed)
 	ownXProj, xprojTMA, xprojKS := e.xprojRoute(rows)
 	spt := e.scanOnePass(B, E)
 	scan := Scan{DT: ws.delta.Ptr, A2: g.a2, DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R,
@@ -372,7 +427,16 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr) error
 				return ConvXProj{Conv: conv, XProj: g.xProj, DBL: ws.dbl.Ptr, J: R + 2*N, // dt's buffer is free until dt_proj
 					Part: ws.delta.Ptr, Count: ws.counts.Ptr}.Launch(e.function, e.stream)
 			}
-			return conv.Launch(e.function, e.stream)
+			// The padding's inputs reach neither the conv nor its window, nor
+			// its outputs the scan: with u = 0 (so B = C = 0) a zero state
+			// stays zero. (Units of 2 bytes: xz is f32, u of the storage type.)
+			if err := e.zeroPadding(pad, ws.xz.Ptr, 4*E, 2*E, B, n); err != nil {
+				return err
+			}
+			if err := conv.Launch(e.function, e.stream); err != nil {
+				return err
+			}
+			return e.zeroPadding(pad, ws.u.Ptr, E*dt.Size()/2, E*dt.Size()/2, B, n)
 		}},
 		{"x_proj", func() error {
 			if ownXProj {

@@ -605,20 +605,23 @@ class Model:
         right of each row's tokens) runs a padded batch: each row gets what
         its tokens alone would give, and its state too. "last" is then the
         row's last token, "sum" and "mean" run over its tokens, and "all" is
-        zero at the padding. Rows of k different lengths cost k prefills.
+        zero at the padding. Without state the batch runs as one prefill, as
+        long as its longest row; continuing a state, rows of k different
+        lengths cost k prefills.
         """
         x, kind = self._prompt(input_ids, inputs_embeds, features)
         if not isinstance(output, str) or output not in _OUTPUTS:
             raise ValueError(f"output must be one of {_OUTPUTS}, got {output!r}")
         cfg = self.config
         B, T = x.shape[0], x.shape[1]
-        if state is None:
+        fresh = state is None
+        if fresh:
             state = self.new_state(B)
         self._check_state(state, B)
         spans = _spans(attention_mask, B, T)
         out = _nan((B, T, cfg.hidden_size) if output == "all" else (B, cfg.hidden_size))
         _call(_b.Prefill, self._handle(), state._handle(), kind, _addr(x), x.size, B, T, output, _addr(out), out.size,
-              *_span_args(spans))
+              *_span_args(spans), fresh)
         return out
 
     def prefill_ptr(self, input_ptr: int, shape, *, out_ptr: int, kind: str = "ids", state: State | None = None,

@@ -1,7 +1,7 @@
 // Package enginetest is the conformance suite every engine passes: the
 // Hugging Face fixtures, and the equivalences that must hold whatever the
 // engine (prefill ≡ steps, chunked prefill ≡ one prefill, independent batch
-// rows, pooled outputs).
+// rows, pooled outputs, left-padded rows).
 package enginetest
 
 import (
@@ -45,6 +45,7 @@ func Run(t *testing.T, open Open) {
 	t.Run("chunked-prefill", func(t *testing.T) { ChunkedPrefill(t, open) })
 	t.Run("batch-rows-independent", func(t *testing.T) { BatchRowsIndependent(t, open) })
 	t.Run("pooling", func(t *testing.T) { Pooling(t, open) })
+	t.Run("padded-rows", func(t *testing.T) { PaddedRows(t, open) })
 }
 
 // Fixtures compares every output with the HF reference of every case.
@@ -281,4 +282,80 @@ func Pooling(t *testing.T, open Open) {
 	check(t, "last", run(engine.Last), last, EquivTol)
 	check(t, "sum", run(engine.Sum), sum, EquivTol)
 	check(t, "mean", run(engine.Mean), mean, EquivTol)
+}
+
+// PaddedRows checks a left-padded batch (engine.Input.Pad) against each row's
+// tokens alone from a zero state, with every pool, on a state that held
+// something before: outputs, zeros at the padding, and final states. Then
+// Pads that leave a row no token are input errors.
+func PaddedRows(t *testing.T, open Open) {
+	for _, name := range []string{"base", "conv3_bias", "falcon", "features"} {
+		e := open(t, caseDir(name))
+		cfg := e.Config()
+		B, T, d, F := 3, 2+rand.IntN(30), cfg.Hidden, cfg.InputDim
+		pad := []int{0, 1 + rand.IntN(T-1), T - 1} // whole, some padding, one token
+		rand.Shuffle(B, func(i, j int) { pad[i], pad[j] = pad[j], pad[i] })
+		in := engine.Input{B: B, T: T, Pad: pad}
+		rows := func(b int) engine.Input { // row b's tokens alone
+			one := engine.Input{B: 1, T: T - pad[b]}
+			if F > 0 {
+				one.Features = in.Features[(b*T+pad[b])*F : (b+1)*T*F]
+			} else {
+				one.IDs = in.IDs[b*T+pad[b] : (b+1)*T]
+			}
+			return one
+		}
+		if F > 0 {
+			in.Features = make([]float32, B*T*F)
+			for i := range in.Features {
+				in.Features[i] = float32(rand.NormFloat64())
+			}
+		} else {
+			in.IDs = randomIDs(B*T, cfg.Vocab)
+		}
+		for _, pool := range []engine.Pool{engine.All, engine.Last, engine.Sum, engine.Mean} {
+			label := fmt.Sprintf("%s pad %v pool %d", name, pad, pool)
+			st := mustState(t, e, B)
+			lead := engine.Input{B: B, T: 5, IDs: randomIDs(B*5, cfg.Vocab)} // a state the padded batch must drop
+			if F > 0 {
+				lead = engine.Input{B: B, T: 1, Features: in.Features[:B*F]}
+			}
+			if err := e.Prefill(st, lead, engine.Last, fixture.NaNs(B*d)); err != nil {
+				t.Fatal(err)
+			}
+			out := fixture.NaNs(pool.OutLen(B, T, d))
+			if err := e.Prefill(st, in, pool, out); err != nil {
+				t.Fatal(err)
+			}
+			batched := States(t, e, st)
+			for b := range B {
+				one := mustState(t, e, 1)
+				want := fixture.NaNs(pool.OutLen(1, T-pad[b], d))
+				if err := e.Prefill(one, rows(b), pool, want); err != nil {
+					t.Fatal(err)
+				}
+				got := out[b*d : (b+1)*d]
+				if pool == engine.All {
+					got = out[(b*T+pad[b])*d : (b+1)*T*d]
+					for i, v := range out[b*T*d : (b*T+pad[b])*d] {
+						if v != 0 {
+							t.Fatalf("%s row %d: padding position %d holds %v", label, b, i/d, v)
+						}
+					}
+				}
+				check(t, fmt.Sprintf("%s row %d", label, b), got, want, EquivTol)
+				alone := States(t, e, one)
+				for i := range alone {
+					per := len(alone[i])
+					check(t, fmt.Sprintf("%s row %d state %d", label, b, i), batched[i][b*per:(b+1)*per], alone[i], EquivTol)
+				}
+			}
+		}
+		for _, bad := range [][]int{{0, 0}, {0, 0, T}, {0, -1, 0}, {0, 0, 0, 0}} {
+			in.Pad = bad
+			if err := e.Prefill(mustState(t, e, B), in, engine.Last, fixture.NaNs(B*d)); !engine.IsInvalid(err) {
+				t.Errorf("%s: Pad %v gave %v, want an input error", name, bad, err)
+			}
+		}
+	}
 }
