@@ -432,6 +432,8 @@ func stepIO(ids uintptr, B int, out uintptr, outLen int) ([]int64, []float32, er
 type devicePrefiller interface {
 	PrefillDevice(st engine.State, kind string, in uintptr, inType cuda.DType, B, T int, pool engine.Pool, out uintptr,
 		outType cuda.DType, stream uintptr) error
+	PrefillDevicePadded(st engine.State, kind string, in uintptr, inType cuda.DType, T int, pad []int, pool engine.Pool,
+		out uintptr, outType cuda.DType, stream uintptr) error
 }
 
 var _ devicePrefiller = (*gpu.Engine)(nil)
@@ -440,9 +442,11 @@ var _ devicePrefiller = (*gpu.Engine)(nil)
 // (int64 [B, T] for "ids"; [B, T, d] for "embeds" and [B, T, F] for
 // "features", of inType: "float32", "bfloat16" or "float16"), out receives
 // [B, d] or [B, T, d] of outType, and the work is queued on stream (0: the
-// legacy default stream) without waiting. CUDA engine only.
+// legacy default stream) without waiting. CUDA engine only. pad, when
+// nPad > 0, holds int64 [B]: the positions of padding that open each row of
+// a left-padded batch of new sequences (gpu.Engine.PrefillDevicePadded).
 func PrefillDevice(model, state int64, kind string, in uintptr, inType string, B, T int, output string, out uintptr,
-	outType string, stream uintptr) (ok bool, err error) {
+	outType string, stream uintptr, pad uintptr, nPad int) (ok bool, err error) {
 	defer guard(&err)
 	m, st, err := modelState(model, state)
 	if err != nil {
@@ -461,7 +465,20 @@ func PrefillDevice(model, state int64, kind string, in uintptr, inType string, B
 	if !isGPU {
 		return false, fmt.Errorf("ValueError: prefill_ptr needs the CUDA engine; this model runs on %s", m.Device())
 	}
-	return true, dp.PrefillDevice(st, kind, in, it, B, T, pool, out, ot, stream)
+	if nPad == 0 {
+		return true, dp.PrefillDevice(st, kind, in, it, B, T, pool, out, ot, stream)
+	}
+	if nPad != B {
+		return false, fmt.Errorf("ValueError: padding given for %d rows, want B = %d", nPad, B)
+	}
+	if err := checkBuf("pad", pad, nPad); err != nil {
+		return false, err
+	}
+	counts := make([]int, nPad)
+	for b, n := range int64s(pad, nPad) {
+		counts[b] = int(n)
+	}
+	return true, dp.PrefillDevicePadded(st, kind, in, it, T, counts, pool, out, ot, stream)
 }
 
 // Step feeds one token per sequence (int64 [B] at ids) and writes the logits,

@@ -113,6 +113,55 @@ def test_prefill_ptr_bad_input():
         m.prefill_ptr(16, (1, 2), out_ptr=16, kind="tokens")
 
 
+@pytest.mark.parametrize("model_dtype", ["float32", "bfloat16"])
+def test_prefill_ptr_left_padded(model_dtype):
+    """A left-padded batch through the device entry (attention_mask): the
+    numpy entry's result for new sequences (bit for bit in f32, where both run
+    the same launches), zeros at the padding, and a state, which held
+    something before, left as each row's tokens alone leave theirs."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    tol = 3e-4 if model_dtype == "float32" else 3e-2
+    rng = np.random.default_rng()
+    for name in ("base", "features"):
+        m = mambago.Model.from_pretrained(case_dir(name), device="cuda", dtype=model_dtype)
+        B, T = 4, 37
+        pad = np.concatenate([[0], rng.integers(1, T, size=B - 1)])  # row 0 whole: the numpy entry runs T positions too
+        mask = (np.arange(T)[None, :] >= pad[:, None]).astype(np.int64)
+        if m.config.input_dim:
+            x = rng.standard_normal((B, T, m.config.input_dim)).astype(np.float32)
+            kind, kw = "features", {"features": x}
+        else:
+            x = rng.integers(0, m.config.vocab_size, size=(B, T))
+            kind, kw = "ids", {"input_ids": x}
+        xin = torch.from_numpy(x).cuda()
+        for output in ("all", "last", "sum", "mean"):
+            want = m.prefill(**kw, attention_mask=mask, output=output)
+            out = torch.full(want.shape, float("nan"), device="cuda")
+            state = m.new_state(B)
+            m.prefill(**{k: v[:, :3] for k, v in kw.items()}, state=state)  # what the padded batch must drop
+            m.prefill_ptr(xin.data_ptr(), xin.shape, out_ptr=out.data_ptr(), kind=kind, output=output, state=state,
+                          attention_mask=torch.from_numpy(mask).cuda() if output == "all" else mask)
+            got = out.cpu().numpy()
+            if model_dtype == "float32":
+                assert np.array_equal(got, want), (name, output)
+            assert rel_err(got, want) <= tol, (name, output)
+            if output == "all":
+                assert not any(got[b, :pad[b]].any() for b in range(B)), "padding's output is not zero"
+            for b in range(B):
+                alone = m.new_state(1)
+                m.prefill(**{k: v[b:b + 1, pad[b]:] for k, v in kw.items()}, state=alone)
+                for layer in range(m.config.num_hidden_layers):
+                    assert rel_err(state.ssm_state(layer)[b], alone.ssm_state(layer)[0]) <= tol, (name, b, layer)
+                    assert rel_err(state.conv_state(layer)[b], alone.conv_state(layer)[0]) <= tol, (name, b, layer)
+        right = mask[:, ::-1].copy()
+        with pytest.raises(ValueError, match="left padding only"):
+            m.prefill_ptr(xin.data_ptr(), xin.shape, out_ptr=out.data_ptr(), kind=kind, attention_mask=right)
+        with pytest.raises(ValueError, match="shape"):
+            m.prefill_ptr(xin.data_ptr(), xin.shape, out_ptr=out.data_ptr(), kind=kind, attention_mask=mask[:, 1:])
+
+
 def test_graphs_replay_bit_identical_to_eager():
     """Captured step and prefill graphs give bit for bit what the eager calls
     give, over several replays that carry the state forward."""

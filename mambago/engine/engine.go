@@ -144,7 +144,7 @@ func CheckInput(cfg checkpoint.Config, in Input, batch int) error {
 	if set != 1 {
 		return Invalid("give exactly one of input_ids, inputs_embeds or features (%d given)", set)
 	}
-	if err := checkPad(in); err != nil {
+	if err := CheckPad(in); err != nil {
 		return err
 	}
 	switch {
@@ -169,8 +169,9 @@ func CheckInput(cfg checkpoint.Config, in Input, batch int) error {
 	}
 }
 
-// checkPad reports a Pad of the wrong length, or a row left without tokens.
-func checkPad(in Input) error {
+// CheckPad reports an in.Pad of the wrong length, or one that leaves a row
+// without tokens.
+func CheckPad(in Input) error {
 	if in.Pad == nil {
 		return nil
 	}

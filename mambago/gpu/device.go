@@ -25,6 +25,29 @@ import (
 // as one chunk.
 func (e *Engine) PrefillDevice(st engine.State, kind string, in uintptr, inType cuda.DType, B, T int, pool engine.Pool,
 	out uintptr, outType cuda.DType, stream uintptr) error {
+	return e.prefillDevice(st, kind, in, inType, engine.Input{B: B, T: T}, pool, out, outType, stream)
+}
+
+// PrefillDevicePadded is PrefillDevice for a left-padded batch of new
+// sequences (engine.Input.Pad): row b of the input opens with pad[b]
+// positions of padding, B = len(pad), and every row starts from a zero
+// state, whatever st held, which is left holding the rows' final states.
+// The padding reaches neither a state nor an output: Last is position T-1,
+// Sum and Mean run over each row's tokens, and All is zero at the padding.
+// It runs eagerly, never as a cached graph.
+func (e *Engine) PrefillDevicePadded(st engine.State, kind string, in uintptr, inType cuda.DType, T int, pad []int,
+	pool engine.Pool, out uintptr, outType cuda.DType, stream uintptr) error {
+	shape := engine.Input{B: len(pad), T: T, Pad: pad}
+	if err := engine.CheckPad(shape); err != nil {
+		return err
+	}
+	return e.prefillDevice(st, kind, in, inType, shape, pool, out, outType, stream)
+}
+
+// prefillDevice is PrefillDevice of a prompt of shape's B, T and Pad.
+func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType cuda.DType, shape engine.Input,
+	pool engine.Pool, out uintptr, outType cuda.DType, stream uintptr) error {
+	B, T := shape.B, shape.T
 	s, err := e.own(st)
 	if err != nil {
 		return err
@@ -49,7 +72,7 @@ func (e *Engine) PrefillDevice(st engine.State, kind string, in uintptr, inType 
 	}
 	defer done()
 	io := deviceIO{in: cuda.Ptr(in), inType: inType, out: cuda.Ptr(out), outType: outType}
-	if e.graphCap > 0 && B*T <= e.ChunkRows {
+	if e.graphCap > 0 && B*T <= e.ChunkRows && shape.Pad == nil {
 		g, err := e.cachedPrefill(graphKey{s: s, kind: kind, B: B, T: T, pool: pool})
 		if err != nil {
 			return err
@@ -70,7 +93,7 @@ func (e *Engine) PrefillDevice(st engine.State, kind string, in uintptr, inType 
 		}
 	}
 	return e.onStream(cuda.WrapStream(stream), func() error {
-		src := source{in: engine.Input{B: B, T: T}, dev: io.in, kind: kind}
+		src := source{in: shape, dev: io.in, kind: kind}
 		if kind != "ids" && (inType != cuda.F32 || io.in%16 != 0) { // widen into the buffer the f32 input would be read from
 			staging, width := e.ws.h.Ptr, e.cfg.Hidden
 			if kind == "features" {

@@ -178,6 +178,70 @@ func TestDeviceEntryMatchesHostEntry(t *testing.T) {
 	}
 }
 
+// TestDevicePaddedMatchesHostPadded runs a left-padded batch (engine.Input.Pad)
+// through PrefillDevicePadded and through Prefill with host buffers, each on
+// a state that held something before: the outputs and final states are the
+// same bits, and a bad pad is an input error.
+func TestDevicePaddedMatchesHostPadded(t *testing.T) {
+	gputest.Need(t)
+	gputest.Device(t)
+	w, err := checkpoint.Load(filepath.Join(fixture.Root(), "base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEngine(t, w, cuda.F32)
+	c := e.Config()
+	B, T := 3, 29
+	in := engine.Input{B: B, T: T, IDs: make([]int64, B*T), Pad: []int{rand.IntN(T), 0, T - 1}}
+	for i := range in.IDs {
+		in.IDs[i] = rand.Int64N(int64(c.Vocab))
+	}
+	lead := engine.Input{B: B, T: 4, IDs: in.IDs[:B*4]}
+	din := deviceInput(t, in)
+	for _, pool := range []engine.Pool{engine.All, engine.Last, engine.Sum, engine.Mean} {
+		host := fixture.NaNs(pool.OutLen(B, T, c.Hidden))
+		st, _ := e.NewState(B)
+		st2, _ := e.NewState(B)
+		for _, s := range []engine.State{st, st2} {
+			if err := e.Prefill(s, lead, engine.Last, fixture.NaNs(B*c.Hidden)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := e.Prefill(st, in, pool, host); err != nil {
+			t.Fatal(err)
+		}
+		dout := gputest.Alloc(t, 4*len(host))
+		if err := cuda.Fill32(dout.Ptr, math.Float32bits(float32(math.NaN())), len(host), nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.PrefillDevicePadded(st2, "ids", uintptr(din.Ptr), cuda.F32, T, in.Pad, pool, uintptr(dout.Ptr), cuda.F32, 0); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, len(host))
+		if err := cuda.CopyOut(got, dout.Ptr, nil); err != nil {
+			t.Fatal(err)
+		}
+		for i := range got {
+			if math.Float32bits(got[i]) != math.Float32bits(host[i]) {
+				t.Fatalf("pool %d: out[%d] = %v, host entry gives %v", pool, i, got[i], host[i])
+			}
+		}
+		want, have := enginetest.States(t, e, st), enginetest.States(t, e, st2)
+		for i := range want {
+			if fixture.RelErr(have[i], want[i]) != 0 {
+				t.Fatalf("pool %d: final state %d differs", pool, i)
+			}
+		}
+	}
+	st, _ := e.NewState(B)
+	for _, bad := range [][]int{{0, 0}, {0, T, 0}, {-1, 0, 0}} {
+		err := e.PrefillDevicePadded(st, "ids", uintptr(din.Ptr), cuda.F32, T, bad, engine.Last, uintptr(din.Ptr), cuda.F32, 0)
+		if !engine.IsInvalid(err) {
+			t.Errorf("pad %v: got %v, want an input error", bad, err)
+		}
+	}
+}
+
 // deviceInput uploads in's ids or features to a new device buffer.
 func deviceInput(t *testing.T, in engine.Input) *cuda.Buffer {
 	t.Helper()

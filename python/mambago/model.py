@@ -136,6 +136,22 @@ def _spans(mask, B, T):
     return np.ascontiguousarray(np.stack([first, count], axis=1), dtype=np.int64)
 
 
+def _left_padding(mask, B, T):
+    """The positions of padding that open each row of a left-padded
+    attention_mask [B, T] (a CUDA tensor is copied to the host), as int64 [B]."""
+    if getattr(mask, "is_cuda", False):
+        mask = mask.cpu()
+    spans = _spans(mask, B, T)
+    if spans is None:
+        return np.zeros(B, np.int64)
+    first, count = spans[:, 0], spans[:, 1]
+    if np.any(first + count != T):
+        b = int(np.argmax(first + count != T))
+        raise ValueError(f"attention_mask row {b} is padded on the right; prefill_ptr takes left padding only "
+                         f"(each row's tokens end at the last position), or use prefill on host arrays")
+    return np.ascontiguousarray(first, dtype=np.int64)
+
+
 def _span_args(spans):
     """The (address, row count) pair the bindings take for spans; (0, 0) for none."""
     return (0, 0) if spans is None else (_addr(spans), spans.shape[0])
@@ -625,7 +641,8 @@ class Model:
         return out
 
     def prefill_ptr(self, input_ptr: int, shape, *, out_ptr: int, kind: str = "ids", state: State | None = None,
-                    output: str = "last", stream: int = 0, input_dtype=None, out_dtype="float32") -> None:
+                    output: str = "last", stream: int = 0, input_dtype=None, out_dtype="float32",
+                    attention_mask=None) -> None:
         """Prefill from and into caller-owned GPU memory, with no copy through the host (CUDA engine).
 
         input_ptr is the device address of the input (e.g. tensor.data_ptr()):
@@ -644,6 +661,16 @@ class Model:
         host. Both buffers must stay alive until the work is done. Token ids
         are not range-checked here (that would need a copy): the kernel clamps
         them into the vocabulary. Without state the prompts start fresh.
+
+        attention_mask [B, T] (1 at tokens, 0 at padding) runs a left-padded
+        batch of new sequences (each row's tokens end at the last position,
+        as tokenizer(..., padding_side="left") gives): every row starts from a
+        zero state, so state, if given, is zeroed first and left holding the
+        rows' final states. The padding reaches neither a state nor an output:
+        "last" is each row's last token, "sum" and "mean" run over its tokens,
+        and "all" is zero at the padding. The mask is read on the host (a CUDA
+        tensor is copied there, which waits for its stream), and the batch
+        runs as one eager prefill, never a cached graph.
         """
         for name, v in (("input_ptr", input_ptr), ("out_ptr", out_ptr), ("stream", stream)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
@@ -672,11 +699,12 @@ class Model:
             in_type = _buffer_dtype("input_dtype", "float32" if input_dtype is None else input_dtype)
         out_type = _buffer_dtype("out_dtype", out_dtype)
         B, T = shape[0], shape[1]
+        pad = None if attention_mask is None else _left_padding(attention_mask, B, T)
         if state is None:
             state = self.new_state(B)
         self._check_state(state, B)
         _call(_b.PrefillDevice, self._handle(), state._handle(), kind, int(input_ptr), in_type, B, T, output,
-              int(out_ptr), out_type, int(stream))
+              int(out_ptr), out_type, int(stream), *((0, 0) if pad is None else (_addr(pad), B)))
 
     def step(self, token_ids, state: State) -> np.ndarray:
         """Feed one token per sequence (token_ids [B]) after a prefill; returns logits [B, V]."""
