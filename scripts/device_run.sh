@@ -17,8 +17,8 @@
 #             and memcheck, the mixed-precision engine tests, then bf16
 #             prefills with each scan (BenchmarkScanVariants), and ncu on the
 #             one-pass scan (about 3 minutes);
-#   padcheck: the padded-batch tests (Go and Python) with memcheck over the
-#             engine's, then the padded mode;
+#   padcheck: the padded-batch tests (Go and Python; the device entry's too)
+#             with memcheck over the engine's;
 #   padded:   a left-padded bf16 batch of new sequences as one prefill against
 #             a prefill per row length (bench/padded.py, $PADDED_SHAPE or 130m);
 #   entry:    a bf16 device-entry prefill's time per call, back to back and
@@ -463,13 +463,13 @@ if [[ $mode == entry ]]; then
 fi
 if [[ $mode == padcheck ]]; then
   echo "== left-padded batches of new sequences (engine.Input.Pad): the conformance suite, default and small chunks"
-  run_tests padcheck_gpu 300 .carry/gpu.test -test.v -test.run 'TestConformance|TestSmallChunks|TestMatchesCPU'
+  run_tests padcheck_gpu 300 .carry/gpu.test -test.v -test.run 'TestConformance|TestSmallChunks|TestMatchesCPU|TestDevice'
   run_tests padcheck_mambago 200 .carry/mambago.test -test.v -test.run 'Spans|Free'
-  memcheck memcheck_padded 300 .carry/gpu.test 'TestConformance/padded-rows|TestSmallChunks/padded-rows'
+  memcheck memcheck_padded 300 .carry/gpu.test 'TestConformance/padded-rows|TestSmallChunks/padded-rows|TestDevicePadded'
   timeout 300 python3 -m pytest -q tests/test_padding.py tests/test_bad_input.py tests/test_hf.py tests/test_cli.py \
-    > "$OUT/padcheck_pytest.log" 2>&1 || status=1
+    tests/test_gpu.py > "$OUT/padcheck_pytest.log" 2>&1 || status=1
   tail -3 "$OUT/padcheck_pytest.log"
-  mode=padded
+  exit $status
 fi
 if [[ $mode == padded ]]; then
   echo "== a padded batch of new sequences: one prefill against one per row length (bench/padded.py)"
