@@ -140,7 +140,7 @@ def test_prefill_ptr_left_padded(model_dtype):
             want = m.prefill(**kw, attention_mask=mask, output=output)
             out = torch.full(want.shape, float("nan"), device="cuda")
             state = m.new_state(B)
-            m.prefill(**{k: v[:, :3] for k, v in kw.items()}, state=state)  # what the padded batch must drop
+            m.prefill(**{k: np.ascontiguousarray(v[:, :3]) for k, v in kw.items()}, state=state)  # to be dropped
             m.prefill_ptr(xin.data_ptr(), xin.shape, out_ptr=out.data_ptr(), kind=kind, output=output, state=state,
                           attention_mask=torch.from_numpy(mask).cuda() if output == "all" else mask)
             got = out.cpu().numpy()
@@ -151,7 +151,7 @@ def test_prefill_ptr_left_padded(model_dtype):
                 assert not any(got[b, :pad[b]].any() for b in range(B)), "padding's output is not zero"
             for b in range(B):
                 alone = m.new_state(1)
-                m.prefill(**{k: v[b:b + 1, pad[b]:] for k, v in kw.items()}, state=alone)
+                m.prefill(**{k: np.ascontiguousarray(v[b:b + 1, pad[b]:]) for k, v in kw.items()}, state=alone)
                 for layer in range(m.config.num_hidden_layers):
                     assert rel_err(state.ssm_state(layer)[b], alone.ssm_state(layer)[0]) <= tol, (name, b, layer)
                     assert rel_err(state.conv_state(layer)[b], alone.conv_state(layer)[0]) <= tol, (name, b, layer)
