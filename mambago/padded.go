@@ -33,13 +33,24 @@ func (m *Model) PrefillSpans(st engine.State, in engine.Input, spans []Span, poo
 }
 
 // StartSpans is PrefillSpans for new sequences: every row starts from a
-// zero state, whatever st held. The whole batch runs as one prefill, each
-// row's tokens moved to the end of a row as long as the longest
-// (engine.Input.Pad), so padding costs its positions' work but no more
-// prefills.
+// zero state, whatever st held. On the CUDA engine the whole batch runs as
+// one prefill, each row's tokens moved to the end of a row as long as the
+// longest (engine.Input.Pad), so padding costs its positions' work but no
+// more prefills. The CPU engine, whose time follows the positions it runs,
+// takes a prefill a row length, which skips the padding's work
+// (onePrefillPads).
 func (m *Model) StartSpans(st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32) error {
 	return m.prefillSpans(st, in, spans, pool, out, true)
 }
+
+// onePrefillPads says whether a padded batch of new sequences runs as one
+// prefill, padding included, rather than a prefill a row length. On the
+// H200 one prefill was 8.9-97x faster for 130m bf16 batches of 8-49
+// lengths (bench/results/2026-12-02-padded-8ed0c89.md): a prefill a length
+// costs its launches. On 2 CPU cores it was 0.74-0.88x as fast (B=32 T=256,
+// B=16 T=128, B=8 T=512; 130m): the padding's positions cost what tokens do.
+// (A variable, so that the tests run either way on either engine.)
+var onePrefillPads = func(m *Model) bool { return m.Device() != "cpu" }
 
 // prefillSpans is PrefillSpans, or with fresh StartSpans.
 func (m *Model) prefillSpans(st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32, fresh bool) (err error) {
@@ -61,8 +72,11 @@ func (m *Model) prefillSpans(st engine.State, in engine.Input, spans []Span, poo
 		}
 		whole = whole && s.Len == in.T
 	}
-	if fresh {
+	if fresh && onePrefillPads(m) {
 		return m.prefillRight(st, in, spans, pool, out)
+	}
+	if fresh {
+		st.Reset() // every row starts from zero, whatever st held
 	}
 	if whole {
 		return m.Prefill(st, in, pool, out)
@@ -109,8 +123,10 @@ func (m *Model) prefillSpans(st engine.State, in engine.Input, spans []Span, poo
 		}
 	}
 	rows := rowCopier{st: st, subs: subs, groups: groups, lengths: lengths, layers: cfg.Layers}
-	if err := rows.toGroups(); err != nil {
-		return err
+	if !fresh { // new states are zero already
+		if err := rows.toGroups(); err != nil {
+			return err
+		}
 	}
 	for i, n := range lengths {
 		if err := run(subs[i], n, groups[n]); err != nil {

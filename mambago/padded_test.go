@@ -33,7 +33,11 @@ func TestPrefillSpansMatchesRows(t *testing.T) {
 		{{1, 12}, {0, T}, {0, 13}, {0, T}},               // whole rows
 	} {
 		checkSpans(t, m, spans, ids, first, false)
-		checkSpans(t, m, spans, ids, first, true)
+		for _, one := range []bool{false, true} { // StartSpans both ways
+			restore := mambago.SetOnePrefillPads(one)
+			checkSpans(t, m, spans, ids, first, true)
+			restore()
+		}
 	}
 }
 

@@ -621,9 +621,10 @@ class Model:
         right of each row's tokens) runs a padded batch: each row gets what
         its tokens alone would give, and its state too. "last" is then the
         row's last token, "sum" and "mean" run over its tokens, and "all" is
-        zero at the padding. Without state the batch runs as one prefill, as
-        long as its longest row; continuing a state, rows of k different
-        lengths cost k prefills.
+        zero at the padding. Without state, on the CUDA engine the batch runs
+        as one prefill as long as its longest row (the CPU engine takes a
+        prefill a row length, skipping the padding's work); continuing a
+        state, rows of k different lengths cost k prefills.
         """
         x, kind = self._prompt(input_ids, inputs_embeds, features)
         if not isinstance(output, str) or output not in _OUTPUTS:

@@ -1,0 +1,10 @@
+package mambago
+
+// SetOnePrefillPads makes StartSpans run a padded batch as one prefill
+// (one) or a prefill a row length, whatever the engine, until the returned
+// function restores the engine's own choice.
+func SetOnePrefillPads(one bool) (restore func()) {
+	saved := onePrefillPads
+	onePrefillPads = func(*Model) bool { return one }
+	return func() { onePrefillPads = saved }
+}
