@@ -41,6 +41,16 @@ def test_auto_picks_the_gpu():
     assert mambago.Model.from_pretrained(case_dir("base")).device == "cuda"
 
 
+def random_prompt(m, rng, B, T):
+    """A random prompt for m: its array, the device entry's kind, and the
+    numpy entry's keyword arguments."""
+    if m.config.input_dim:
+        x = rng.standard_normal((B, T, m.config.input_dim)).astype(np.float32)
+        return x, "features", {"features": x}
+    x = rng.integers(0, m.config.vocab_size, size=(B, T))
+    return x, "ids", {"input_ids": x}
+
+
 def test_prefill_ptr_matches_numpy_entry():
     """The device-pointer entry, fed torch CUDA tensors, gives the numpy entry's result."""
     torch = pytest.importorskip("torch")
@@ -50,12 +60,7 @@ def test_prefill_ptr_matches_numpy_entry():
         m = mambago.Model.from_pretrained(case_dir(name), device="cuda")
         rng = np.random.default_rng()
         B, T = 3, 57
-        if m.config.input_dim:
-            x = rng.standard_normal((B, T, m.config.input_dim)).astype(np.float32)
-            kind, kw = "features", {"features": x}
-        else:
-            x = rng.integers(0, m.config.vocab_size, size=(B, T))
-            kind, kw = "ids", {"input_ids": x}
+        x, kind, kw = random_prompt(m, rng, B, T)
         for output in ("all", "last", "mean"):
             want = m.prefill(**kw, output=output)
             xin = torch.from_numpy(x).cuda()
@@ -129,12 +134,7 @@ def test_prefill_ptr_left_padded(model_dtype):
         B, T = 4, 37
         pad = np.concatenate([[0], rng.integers(1, T, size=B - 1)])  # row 0 whole: the numpy entry runs T positions too
         mask = (np.arange(T)[None, :] >= pad[:, None]).astype(np.int64)
-        if m.config.input_dim:
-            x = rng.standard_normal((B, T, m.config.input_dim)).astype(np.float32)
-            kind, kw = "features", {"features": x}
-        else:
-            x = rng.integers(0, m.config.vocab_size, size=(B, T))
-            kind, kw = "ids", {"input_ids": x}
+        x, kind, kw = random_prompt(m, rng, B, T)
         xin = torch.from_numpy(x).cuda()
         for output in ("all", "last", "sum", "mean"):
             want = m.prefill(**kw, attention_mask=mask, output=output)

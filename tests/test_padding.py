@@ -99,8 +99,9 @@ def test_rows_as_if_alone(name, engine):
 
 @pytest.mark.parametrize("name", ["base", "features", "conv3_bias"])
 def test_new_rows_as_if_alone(name, engine):
-    """Without a state the batch runs as one prefill (mambago.Model.StartSpans):
-    every output is still what each row's tokens alone give."""
+    """Without a state (mambago.Model.StartSpans: one prefill on the CUDA
+    engine, a prefill a row length on the CPU) every output is still what
+    each row's tokens alone give."""
     model = load(name, engine)
     tol = TOL[engine[1]]
     rng = np.random.default_rng()
