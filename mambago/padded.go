@@ -27,7 +27,7 @@ type Span struct{ Start, Len int }
 // prefill, so a batch of k lengths costs k prefills. With more than one
 // length, the carried state is copied through the host between st and each
 // length's own, and st is written only once every prefill has run. For new
-// sequences, StartSpans runs any batch as one prefill.
+// sequences, StartSpans runs any batch as one prefill on the CUDA engine.
 func (m *Model) PrefillSpans(st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32) error {
 	return m.prefillSpans(st, in, spans, pool, out, false)
 }
