@@ -80,10 +80,7 @@ func (e *Engine) Prefill(st engine.State, in engine.Input, pool engine.Pool, out
 	tc := max(1, min(T, e.ChunkRows/B)) // positions per chunk
 	w := newWork(e.cfg, B, tc)
 	if in.Pad != nil { // new sequences (engine.Input.Pad)
-		for l := range s.conv {
-			clear(s.conv[l])
-			clear(s.ssm[l])
-		}
+		s.zero()
 	}
 	var acc []float64 // running sum over positions, for Sum and Mean
 	if pool == engine.Sum || pool == engine.Mean {

@@ -250,7 +250,7 @@ func (e *Engine) startPadded(s *State, in engine.Input) (padding, error) {
 	if in.Pad == nil {
 		return padding{}, nil
 	}
-	if err := cuda.Fill32(s.buf.Ptr, 0, s.buf.Bytes/4, e.stream); err != nil {
+	if err := s.zero(e.stream); err != nil {
 		return padding{}, err
 	}
 	pad := make([]int32, len(in.Pad))
