@@ -341,9 +341,8 @@ func CopyState(state int64, which string, layer int, buf uintptr, n int, toGo bo
 // [B, T, F]); output is "last", "all", "sum" or "mean" and out receives
 // float32 [B, d] or [B, T, d]. spans, when nSpans > 0, holds int64 [B, 2]:
 // each row's first token and token count in a padded batch
-// (mambago.Model.PrefillSpans; with fresh, the state is new and the batch
-// runs as one prefill, mambago.Model.StartSpans). It returns the number of
-// values written.
+// (mambago.Model.PrefillSpans; with fresh, the state is new: StartSpans).
+// It returns the number of values written.
 func Prefill(model, state int64, kind string, in uintptr, inLen, B, T int, output string, out uintptr, outLen int,
 	spans uintptr, nSpans int, fresh bool) (written int, err error) {
 	defer guard(&err)
@@ -444,7 +443,7 @@ var _ devicePrefiller = (*gpu.Engine)(nil)
 // [B, d] or [B, T, d] of outType, and the work is queued on stream (0: the
 // legacy default stream) without waiting. CUDA engine only. pad, when
 // nPad > 0, holds int64 [B]: the positions of padding that open each row of
-// a left-padded batch of new sequences (gpu.Engine.PrefillDevicePadded).
+// a left-padded batch (gpu.Engine.PrefillDevicePadded).
 func PrefillDevice(model, state int64, kind string, in uintptr, inType string, B, T int, output string, out uintptr,
 	outType string, stream uintptr, pad uintptr, nPad int) (ok bool, err error) {
 	defer guard(&err)

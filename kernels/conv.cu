@@ -92,3 +92,31 @@ __device__ void conv_silu(const float *__restrict__ xz, int ldx, float *__restri
             conv_silu<T, MAX_K>(xz, ldx, win, w, bias, u, T_, E, K);                                               \
     }
 EACH_DTYPE(CONV)
+
+// pad_window_f32 carries a left-padded batch's windows (engine.Input.Pad)
+// past the padding, before conv_silu runs on a chunk of n positions from t0.
+// Sequence b's chunk opens with p = min(n, max(0, pad[b] - t0)) positions of
+// padding; element p + k of concat(window, x) takes the window's slot k, so
+// the conv reads the window right before the sequence's first token and
+// leaves it in place when the whole chunk is padding. The padding's other
+// inputs reach only the padding's own outputs. Grid (ceil(E / blockDim.x),
+// B); xz, ldx, win, E and K as conv_silu's.
+extern "C" __global__ void pad_window_f32(float *__restrict__ xz, int ldx, float *__restrict__ win, int n, int E,
+                                          int K, const int *__restrict__ pad, int t0) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
+    int p = min(n, max(0, pad[b] - t0));
+    if (c >= E || p == 0) return;
+    float *state = win + ((size_t)b * E + c) * K;
+    float old[MAX_K];
+#pragma unroll
+    for (int k = 0; k < MAX_K; k++) old[k] = k < K ? state[k] : 0.f;
+#pragma unroll
+    for (int k = 0; k < MAX_K; k++) {
+        int i = p + k - K;  // the chunk's position for element p + k (before it: the window)
+        if (k >= K) break;
+        if (i < 0)
+            state[p + k] = old[k];
+        else
+            xz[((size_t)b * n + i) * ldx + c] = old[k];
+    }
+}

@@ -1,6 +1,6 @@
 package mambago
 
-// SetOnePrefillPads makes StartSpans run a padded batch as one prefill
+// SetOnePrefillPads makes PrefillSpans and StartSpans run a padded batch as one prefill
 // (one) or a prefill a row length, whatever the engine, until the returned
 // function restores the engine's own choice.
 func SetOnePrefillPads(one bool) (restore func()) {

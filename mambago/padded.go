@@ -23,28 +23,26 @@ type Span struct{ Start, Len int }
 //   - Last: the row's last token;
 //   - Sum and Mean: over the row's tokens only.
 //
-// Each row continues from its row of st. Rows of one length run as one
-// prefill, so a batch of k lengths costs k prefills. With more than one
-// length, the carried state is copied through the host between st and each
-// length's own, and st is written only once every prefill has run. For new
-// sequences, StartSpans runs any batch as one prefill on the CUDA engine.
+// Each row continues from its row of st. On the CUDA engine the whole
+// batch runs as one prefill, each row's tokens moved to the end of a row
+// as long as the longest (engine.Input.Pad), so padding costs its
+// positions' work but no more prefills. The CPU engine, whose time follows
+// the positions it runs, takes a prefill a row length, which skips the
+// padding's work (onePrefillPads): with more than one length, the carried
+// state is copied through the host between st and each length's own, and
+// st is written only once every prefill has run.
 func (m *Model) PrefillSpans(st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32) error {
 	return m.prefillSpans(st, in, spans, pool, out, false)
 }
 
 // StartSpans is PrefillSpans for new sequences: every row starts from a
-// zero state, whatever st held. On the CUDA engine the whole batch runs as
-// one prefill, each row's tokens moved to the end of a row as long as the
-// longest (engine.Input.Pad), so padding costs its positions' work but no
-// more prefills. The CPU engine, whose time follows the positions it runs,
-// takes a prefill a row length, which skips the padding's work
-// (onePrefillPads).
+// zero state, whatever st held (on the CPU engine, with no copies of it).
 func (m *Model) StartSpans(st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32) error {
 	return m.prefillSpans(st, in, spans, pool, out, true)
 }
 
-// onePrefillPads says whether a padded batch of new sequences runs as one
-// prefill, padding included, rather than a prefill a row length. On the
+// onePrefillPads says whether a padded batch runs as one prefill, padding
+// included, rather than a prefill a row length. On the
 // H200 one prefill was 8.9-97x faster for 130m bf16 batches of 8-49
 // lengths (bench/results/2026-12-02-padded-8ed0c89.md): a prefill a length
 // costs its launches. On 2 CPU cores it was 0.74-0.88x as fast (B=32 T=256,
@@ -72,14 +70,14 @@ func (m *Model) prefillSpans(st engine.State, in engine.Input, spans []Span, poo
 		}
 		whole = whole && s.Len == in.T
 	}
-	if fresh && onePrefillPads(m) {
-		return m.prefillRight(st, in, spans, pool, out)
-	}
 	if fresh {
 		st.Reset() // every row starts from zero, whatever st held
 	}
 	if whole {
 		return m.Prefill(st, in, pool, out)
+	}
+	if onePrefillPads(m) {
+		return m.prefillRight(st, in, spans, pool, out)
 	}
 
 	groups := map[int][]int{} // rows by their number of tokens
@@ -136,9 +134,9 @@ func (m *Model) prefillSpans(st engine.State, in engine.Input, spans []Span, poo
 	return rows.fromGroups()
 }
 
-// prefillRight runs checked spans of new sequences as one prefill: each
-// row's tokens at the end of a row of the longest row's length, after
-// padding the engine keeps out of every state and output (engine.Input.Pad).
+// prefillRight runs checked spans as one prefill: each row's tokens at the
+// end of a row of the longest row's length, after padding the engine keeps
+// out of every state and output (engine.Input.Pad).
 func (m *Model) prefillRight(st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32) error {
 	T := slices.MaxFunc(spans, func(a, b Span) int { return a.Len - b.Len }).Len
 	d, F := m.Config().Hidden, m.Config().InputDim

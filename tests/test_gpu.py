@@ -120,10 +120,11 @@ def test_prefill_ptr_bad_input():
 
 @pytest.mark.parametrize("model_dtype", ["float32", "bfloat16"])
 def test_prefill_ptr_left_padded(model_dtype):
-    """A left-padded batch through the device entry (attention_mask): the
-    numpy entry's result for new sequences (bit for bit in f32, where both run
-    the same launches), zeros at the padding, and a state, which held
-    something before, left as each row's tokens alone leave theirs."""
+    """A left-padded batch through the device entry (attention_mask),
+    continuing a state and from none: the numpy entry's result (bit for bit
+    in f32, where both run the same launches), zeros at the padding, and the
+    state left as each row's tokens alone, after the same prompt, leave
+    theirs."""
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("torch has no CUDA")
@@ -136,21 +137,29 @@ def test_prefill_ptr_left_padded(model_dtype):
         mask = (np.arange(T)[None, :] >= pad[:, None]).astype(np.int64)
         x, kind, kw = random_prompt(m, rng, B, T)
         xin = torch.from_numpy(x).cuda()
-        for output in ("all", "last", "sum", "mean"):
-            want = m.prefill(**kw, attention_mask=mask, output=output)
+        lead = {k: np.ascontiguousarray(v[:, :3]) for k, v in kw.items()}  # the prompt the rows continue
+
+        def after_lead(rows):
+            st = m.new_state(len(rows))
+            m.prefill(**{k: np.ascontiguousarray(v[rows]) for k, v in lead.items()}, state=st)
+            return st
+
+        for output, fresh in (("all", False), ("last", False), ("sum", False), ("mean", False), ("last", True)):
+            want = m.prefill(**kw, attention_mask=mask, output=output, state=None if fresh else after_lead(range(B)))
             out = torch.full(want.shape, float("nan"), device="cuda")
-            state = m.new_state(B)
-            m.prefill(**{k: np.ascontiguousarray(v[:, :3]) for k, v in kw.items()}, state=state)  # to be dropped
+            state = None if fresh else after_lead(range(B))
             m.prefill_ptr(xin.data_ptr(), xin.shape, out_ptr=out.data_ptr(), kind=kind, output=output, state=state,
                           attention_mask=torch.from_numpy(mask).cuda() if output == "all" else mask)
             got = out.cpu().numpy()
             if model_dtype == "float32":
-                assert np.array_equal(got, want), (name, output)
-            assert rel_err(got, want) <= tol, (name, output)
+                assert np.array_equal(got, want), (name, output, fresh)
+            assert rel_err(got, want) <= tol, (name, output, fresh)
             if output == "all":
                 assert not any(got[b, :pad[b]].any() for b in range(B)), "padding's output is not zero"
+            if fresh:
+                continue
             for b in range(B):
-                alone = m.new_state(1)
+                alone = after_lead([b])
                 m.prefill(**{k: np.ascontiguousarray(v[b:b + 1, pad[b]:]) for k, v in kw.items()}, state=alone)
                 for layer in range(m.config.num_hidden_layers):
                     assert rel_err(state.ssm_state(layer)[b], alone.ssm_state(layer)[0]) <= tol, (name, b, layer)

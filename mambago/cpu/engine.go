@@ -79,9 +79,6 @@ func (e *Engine) Prefill(st engine.State, in engine.Input, pool engine.Pool, out
 	B, T := in.B, in.T
 	tc := max(1, min(T, e.ChunkRows/B)) // positions per chunk
 	w := newWork(e.cfg, B, tc)
-	if in.Pad != nil { // new sequences (engine.Input.Pad)
-		s.zero()
-	}
 	var acc []float64 // running sum over positions, for Sum and Mean
 	if pool == engine.Sum || pool == engine.Mean {
 		acc = make([]float64, B*d)

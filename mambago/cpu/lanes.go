@@ -87,14 +87,18 @@ func fromLanes(rows, lanes []float32, n int) {
 	}
 }
 
-// scanLanes runs the scan of channels ch..ch+7 of sequence b over the
-// chunk's T positions, as scan's scalar loop does for each channel, with
-// scratch [N][8] for their states.
+// scanLanes runs the scan of channels ch..ch+7 of sequence b over its
+// tokens in the chunk (work.tokens), as scan's scalar loop does for each
+// channel, with scratch [N][8] for their states.
 func (e *Engine) scanLanes(w *work, l int, b, ch int, state, scratch []float32) {
-	E, R, N, T := e.cfg.Inner, e.cfg.DTRank, e.cfg.State, w.T
+	E, R, N := e.cfg.Inner, e.cfg.DTRank, e.cfg.State
 	lw := &e.w.Layers[l]
 	stride := R + 2*N
-	r0, last := b*T, b*T+T-1
+	r0, T := w.tokens(b)
+	if T == 0 {
+		return // all padding
+	}
+	last := r0 + T - 1
 	// The kernel reads and writes through raw pointers: make sure every
 	// row it touches is in its slice.
 	_, _, _, _ = w.delta[last*E+ch+7], w.u[last*E+ch+7], w.y[last*E+ch+7], w.xz[last*2*E+E+ch+7]
@@ -127,12 +131,16 @@ type laneConv struct {
 }
 
 // convLanes runs layer l's conv of channels ch..ch+7 of sequence b over
-// the chunk's T positions, as conv's scalar loop does for each channel,
-// with scratch [K][8] for their windows.
+// its tokens in the chunk (work.tokens), as conv's scalar loop does for
+// each channel, with scratch [K][8] for their windows.
 func (e *Engine) convLanes(w *work, l int, b, ch int, state, win []float32) {
-	E, K, T := e.cfg.Inner, e.cfg.ConvKernel, w.T
+	E, K := e.cfg.Inner, e.cfg.ConvKernel
 	lw, wt := &e.w.Layers[l], e.convT[l][ch/laneWidth*K*laneWidth:]
-	r0, last := b*T, b*T+T-1
+	r0, T := w.tokens(b)
+	if T == 0 {
+		return // all padding
+	}
+	last := r0 + T - 1
 	_, _, _, _ = w.xz[last*2*E+ch+7], w.u[last*E+ch+7], win[K*laneWidth-1], wt[K*laneWidth-1]
 	windows := state[(b*E+ch)*K : (b*E+ch+laneWidth)*K]
 	toLanes(win, windows, K)

@@ -73,6 +73,16 @@ func (w *work) setPad(in engine.Input, t0 int) {
 	}
 }
 
+// tokens returns the first row of sequence b's tokens in the chunk and
+// their count: the rows after its padding.
+func (w *work) tokens(b int) (r0, n int) {
+	p := 0
+	if w.pad != nil {
+		p = w.pad[b]
+	}
+	return b*w.T + p, w.T - p
+}
+
 // zeroPadding zeroes the first width values of each padding row of the
 // chunk in m, rows ld values apart.
 func (w *work) zeroPadding(m []float32, ld, width int) {
@@ -97,9 +107,11 @@ func (e *Engine) block(l int, w *work, conv, ssm []float32) {
 	e.gemm(w.xz, 2*E, w.x, d, lw.InProj, rows, 2*E, d, 0)
 	addBias(w.xz, lw.InBias)
 	t = e.Timer.lap(t, "in_proj")
-	w.zeroPadding(w.xz, 2*E, E) // the padding's inputs reach neither the conv nor its window
+	// The conv and the scan run over each sequence's tokens (w.tokens), so
+	// the padding reaches neither a window nor a state; its rows of their
+	// outputs are zero.
 	e.conv(w, l, conv)
-	w.zeroPadding(w.u, E, E) // nor the scan: with u = 0 (so B = C = 0) a zero state stays zero
+	w.zeroPadding(w.u, E, E)
 	t = e.Timer.lap(t, "conv")
 	e.gemm(w.dbl, R+2*N, w.u, E, lw.XProj, rows, R+2*N, E, 0)
 	if c.Falcon {
@@ -109,6 +121,7 @@ func (e *Engine) block(l int, w *work, conv, ssm []float32) {
 	e.gemm(w.delta, E, w.dbl, R+2*N, lw.DTProj, rows, E, R, 0) // its bias goes into the scan
 	t = e.Timer.lap(t, "dt_proj")
 	e.scan(w, l, ssm)
+	w.zeroPadding(w.y, E, E)
 	t = e.Timer.lap(t, "scan")
 	e.gemm(w.h, d, w.y, E, lw.OutProj, rows, d, E, 1) // onto the residual stream
 	addBias(w.h, lw.OutBias)
@@ -271,13 +284,14 @@ func channelTasks(B, E int, fn func(b, e0, e1 int)) {
 	})
 }
 
-// conv computes u = silu(causal depthwise conv1d(xs) + bias) for each
-// sequence, reading the K-1 inputs before the chunk from the carried window
-// [B, E, K] and leaving the last K inputs in it. With AVX2, eight channels
-// at a time run in the lanes of one register (convLanes); the channels left
-// over, or all of them without AVX2, run one at a time below.
+// conv computes u = silu(causal depthwise conv1d(xs) + bias) over each
+// sequence's tokens in the chunk (work.tokens), reading the K-1 inputs
+// before them from the carried window [B, E, K] and leaving the last K
+// inputs in it. With AVX2, eight channels at a time run in the lanes of
+// one register (convLanes); the channels left over, or all of them without
+// AVX2, run one at a time below.
 func (e *Engine) conv(w *work, l int, state []float32) {
-	E, K, T := e.cfg.Inner, e.cfg.ConvKernel, w.T
+	E, K := e.cfg.Inner, e.cfg.ConvKernel
 	lw := &e.w.Layers[l]
 	channelTasks(w.B, E, func(b, e0, e1 int) {
 		if useLanes {
@@ -287,8 +301,8 @@ func (e *Engine) conv(w *work, l int, state []float32) {
 			}
 		}
 		win := state[(b*E+e0)*K : (b*E+e1)*K] // window of each channel, oldest first
-		for t := 0; t < T; t++ {
-			r := b*T + t
+		r0, n := w.tokens(b)
+		for r := r0; r < r0+n; r++ {
 			xs, u := w.xz[r*2*E:r*2*E+E], w.u[r*E:(r+1)*E]
 			for ch := e0; ch < e1; ch++ {
 				wd := win[(ch-e0)*K : (ch-e0+1)*K]
@@ -313,11 +327,12 @@ func (e *Engine) conv(w *work, l int, state []float32) {
 // scan runs layer l's selective scan (exp(delta·A) computed as
 // exp2(delta·A·log2 e), with a2 = A·log2 e) with softplus(delta + dt bias),
 // the D skip and the silu(z) gate fused in, from and into the carried SSM
-// state [B, E, N]. With AVX2, eight channels at a time run in the lanes of
+// state [B, E, N], over each sequence's tokens in the chunk (work.tokens).
+// With AVX2, eight channels at a time run in the lanes of
 // one register (scanLanes); the channels left over, or all of them without
 // AVX2, run one at a time below.
 func (e *Engine) scan(w *work, l int, state []float32) {
-	E, R, N, T := e.cfg.Inner, e.cfg.DTRank, e.cfg.State, w.T
+	E, R, N := e.cfg.Inner, e.cfg.DTRank, e.cfg.State
 	lw, a2 := &e.w.Layers[l], e.a2[l]
 	stride := R + 2*N
 	channelTasks(w.B, E, func(b, e0, e1 int) {
@@ -327,8 +342,8 @@ func (e *Engine) scan(w *work, l int, state []float32) {
 				e.scanLanes(w, l, b, e0, state, scratch)
 			}
 		}
-		for t := 0; t < T; t++ {
-			r := b*T + t
+		r0, n := w.tokens(b)
+		for r := r0; r < r0+n; r++ {
 			Bt := w.dbl[r*stride+R : r*stride+R+N]
 			Ct := w.dbl[r*stride+R+N : (r+1)*stride]
 			for ch := e0; ch < e1; ch++ {

@@ -53,11 +53,12 @@ type Input struct {
 	Features []float32 // [B, T, F] raw features, fed through input_proj
 
 	// Pad, when set ([B]), opens row b with Pad[b] positions of padding,
-	// 0 <= Pad[b] < T: a left-padded batch of new sequences in one prefill.
-	// The prefill then starts every row from a zero state, whatever the
-	// state held, and the padding reaches neither a row's state nor its
-	// tokens' outputs: Last is position T-1, Sum and Mean run over the
-	// row's tokens, and All is zero at the padding.
+	// 0 <= Pad[b] < T: a left-padded batch in one prefill. The padding
+	// reaches neither a row's state nor its tokens' outputs: each row
+	// continues from its row of the state as a prefill of its tokens alone
+	// would (Reset the state first for new sequences), Last is position
+	// T-1, Sum and Mean run over the row's tokens, and All is zero at the
+	// padding.
 	Pad []int
 }
 

@@ -28,13 +28,13 @@ func (e *Engine) PrefillDevice(st engine.State, kind string, in uintptr, inType 
 	return e.prefillDevice(st, kind, in, inType, engine.Input{B: B, T: T}, pool, out, outType, stream)
 }
 
-// PrefillDevicePadded is PrefillDevice for a left-padded batch of new
-// sequences (engine.Input.Pad): row b of the input opens with pad[b]
-// positions of padding, B = len(pad), and every row starts from a zero
-// state, whatever st held, which is left holding the rows' final states.
-// The padding reaches neither a state nor an output: Last is position T-1,
-// Sum and Mean run over each row's tokens, and All is zero at the padding.
-// It runs eagerly, never as a cached graph.
+// PrefillDevicePadded is PrefillDevice for a left-padded batch
+// (engine.Input.Pad): row b of the input opens with pad[b] positions of
+// padding, B = len(pad), and each row continues from its row of st as its
+// tokens alone would (Reset st first for new sequences). The padding
+// reaches neither a state nor an output: Last is position T-1, Sum and
+// Mean run over each row's tokens, and All is zero at the padding. It runs
+// eagerly, never as a cached graph.
 func (e *Engine) PrefillDevicePadded(st engine.State, kind string, in uintptr, inType cuda.DType, T int, pad []int,
 	pool engine.Pool, out uintptr, outType cuda.DType, stream uintptr) error {
 	shape := engine.Input{B: len(pad), T: T, Pad: pad}

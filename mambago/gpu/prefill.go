@@ -154,7 +154,7 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 	if err := e.poison(out, outLen); err != nil {
 		return err
 	}
-	pad, err := e.startPadded(s, src.in)
+	pad, err := e.startPadded(src.in)
 	if err != nil {
 		return err
 	}
@@ -244,14 +244,11 @@ func (p padding) chunk(t0, n int) padding {
 	return p
 }
 
-// startPadded readies a prefill of in on s: for a padded batch it zeroes
-// s, whose rows start anew, and puts in.Pad in ws.pad.
-func (e *Engine) startPadded(s *State, in engine.Input) (padding, error) {
+// startPadded readies a prefill of in: for a padded batch it puts in.Pad
+// in ws.pad.
+func (e *Engine) startPadded(in engine.Input) (padding, error) {
 	if in.Pad == nil {
 		return padding{}, nil
-	}
-	if err := s.zero(e.stream); err != nil {
-		return padding{}, err
 	}
 	pad := make([]int32, len(in.Pad))
 	for b, n := range in.Pad {
@@ -379,7 +376,10 @@ func (e *Engine) addBias(x cuda.Ptr, ld int, bias cuda.Ptr, rows, n int) error {
 // position only (the rest of ws.h is then stale). Where ids is set (the
 // first layer, Engine.EmbedNorm), its RMSNorm looks the chunk's token ids
 // [B*n] up itself and writes the residual stream. The chunk's padding rows
-// (pad) reach neither the conv nor the scan.
+// (pad) reach neither a window nor a state: the conv reads each window
+// right before its sequence's first token (pad_window_f32), and the scan
+// holds the state through the padding with a time step of 0 (exp(0·A) = 1)
+// and u = 0 there.
 func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr, pad padding) error {
 	c, g, ws := e.cfg, e.layers[l], &e.ws
 	rows, d, E, R, N, K, dt := B*n, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel, e.dt
@@ -392,7 +392,7 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr, pad p
 		Staged: e.ScanStaged, OnePass: spt, PDL: e.PrefillPDL, Helpers: e.ScanHelpers && e.helpersFit(false),
 		Segments: e.scanSegments(B, n, E, spt), V: ws.xz.Ptr, LDV: 2 * E, SMs: e.dev.SMs, // xz's x half: the conv has read it
 		Prefetch: e.residualRows(rows, lastOnly), PrefetchLead: scanPrefetchLead}
-	if e.ScanDTProj && e.DTProjTensorCores && e.helpersFit(true) { // the time step in the scan's tiles (dt_proj's products)
+	if e.ScanDTProj && e.DTProjTensorCores && e.helpersFit(true) && pad.rows == 0 { // the time step in the scan's tiles (dt_proj's products)
 		scan.DTW, scan.DTBias, scan.DTProducts = g.dtProj, g.dtBias, 3
 		if e.DTProjOneTF32Product {
 			scan.DTProducts = 1
@@ -427,16 +427,17 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr, pad p
 				return ConvXProj{Conv: conv, XProj: g.xProj, DBL: ws.dbl.Ptr, J: R + 2*N, // dt's buffer is free until dt_proj
 					Part: ws.delta.Ptr, Count: ws.counts.Ptr}.Launch(e.function, e.stream)
 			}
-			// The padding's inputs reach neither the conv nor its window, nor
-			// its outputs the scan: with u = 0 (so B = C = 0) a zero state
-			// stays zero. (Units of 2 bytes: xz is f32, u of the storage type.)
-			if err := e.zeroPadding(pad, ws.xz.Ptr, 4*E, 2*E, B, n); err != nil {
-				return err
+			if pad.rows > 0 { // the window moves to right before each sequence's first token
+				err := e.launch("pad_window_f32", cuda.Dim3{X: (E + 127) / 128, Y: B, Z: 1}, cuda.D1(128), 0,
+					ws.xz.Ptr, 2*E, s.conv(l), n, E, K, pad.pad, pad.t0)
+				if err != nil {
+					return err
+				}
 			}
 			if err := conv.Launch(e.function, e.stream); err != nil {
 				return err
 			}
-			return e.zeroPadding(pad, ws.u.Ptr, E*dt.Size()/2, E*dt.Size()/2, B, n)
+			return e.zeroPadding(pad, ws.u.Ptr, E*dt.Size()/2, E*dt.Size()/2, B, n) // (in units of 2 bytes)
 		}},
 		{"x_proj", func() error {
 			if ownXProj {
@@ -459,9 +460,13 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr, pad p
 			if fusedDT {
 				return nil // the scan computes it
 			}
-			return DTProj{DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R, W: g.dtProj, Bias: g.dtBias, DT: ws.delta.Ptr,
+			err := DTProj{DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R, W: g.dtProj, Bias: g.dtBias, DT: ws.delta.Ptr,
 				Rows: rows, E: E, TensorCores: e.DTProjTensorCores,
 				OneTF32Product: e.DTProjOneTF32Product, SMs: e.dev.SMs, PDL: e.PrefillPDL}.Launch(e.function, e.stream)
+			if err != nil {
+				return err
+			}
+			return e.zeroPadding(pad, ws.delta.Ptr, 2*E, 2*E, B, n) // a time step of 0 holds the state
 		}},
 		{"scan", func() error { return scan.Launch(e.function, e.stream) }},
 		{"out_proj", func() error { // out_proj, accumulated into the residual stream

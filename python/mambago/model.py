@@ -621,10 +621,9 @@ class Model:
         right of each row's tokens) runs a padded batch: each row gets what
         its tokens alone would give, and its state too. "last" is then the
         row's last token, "sum" and "mean" run over its tokens, and "all" is
-        zero at the padding. Without state, on the CUDA engine the batch runs
-        as one prefill as long as its longest row (the CPU engine takes a
-        prefill a row length, skipping the padding's work); continuing a
-        state, rows of k different lengths cost k prefills.
+        zero at the padding. On the CUDA engine the batch runs as one prefill
+        as long as its longest row; the CPU engine takes a prefill a row
+        length, skipping the padding's work.
         """
         x, kind = self._prompt(input_ids, inputs_embeds, features)
         if not isinstance(output, str) or output not in _OUTPUTS:
@@ -664,10 +663,10 @@ class Model:
         them into the vocabulary. Without state the prompts start fresh.
 
         attention_mask [B, T] (1 at tokens, 0 at padding) runs a left-padded
-        batch of new sequences (each row's tokens end at the last position,
-        as tokenizer(..., padding_side="left") gives): every row starts from a
-        zero state, so state, if given, is zeroed first and left holding the
-        rows' final states. The padding reaches neither a state nor an output:
+        batch (each row's tokens end at the last position, as
+        tokenizer(..., padding_side="left") gives): each row continues from
+        its row of state (new sequences without one) as its tokens alone
+        would. The padding reaches neither a state nor an output:
         "last" is each row's last token, "sum" and "mean" run over its tokens,
         and "all" is zero at the padding. The mask is read on the host (a CUDA
         tensor is copied there, which waits for its stream), and the batch

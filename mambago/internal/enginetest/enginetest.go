@@ -285,9 +285,9 @@ func Pooling(t *testing.T, open Open) {
 }
 
 // PaddedRows checks a left-padded batch (engine.Input.Pad) against each row's
-// tokens alone from a zero state, with every pool, on a state that held
-// something before: outputs, zeros at the padding, and final states. Then
-// Pads that leave a row no token are input errors.
+// tokens alone, with every pool, on a state that holds a prompt before
+// (continued) and on that state Reset (new sequences): outputs, zeros at the
+// padding, and final states. Then Pads that leave a row no token are input errors.
 func PaddedRows(t *testing.T, open Open) {
 	for _, name := range []string{"base", "conv3_bias", "falcon", "features"} {
 		e := open(t, caseDir(name))
@@ -296,58 +296,70 @@ func PaddedRows(t *testing.T, open Open) {
 		pad := []int{0, 1 + rand.IntN(T-1), T - 1} // whole, some padding, one token
 		rand.Shuffle(B, func(i, j int) { pad[i], pad[j] = pad[j], pad[i] })
 		in := engine.Input{B: B, T: T, Pad: pad}
-		rows := func(b int) engine.Input { // row b's tokens alone
-			one := engine.Input{B: 1, T: T - pad[b]}
-			if F > 0 {
-				one.Features = in.Features[(b*T+pad[b])*F : (b+1)*T*F]
-			} else {
-				one.IDs = in.IDs[b*T+pad[b] : (b+1)*T]
-			}
-			return one
-		}
+		lead := engine.Input{B: B, T: 5, IDs: randomIDs(B*5, cfg.Vocab)} // the prompt before
 		if F > 0 {
 			in.Features = make([]float32, B*T*F)
 			for i := range in.Features {
 				in.Features[i] = float32(rand.NormFloat64())
 			}
+			lead = engine.Input{B: B, T: 1, Features: make([]float32, B*F)}
+			for i := range lead.Features {
+				lead.Features[i] = float32(rand.NormFloat64())
+			}
 		} else {
 			in.IDs = randomIDs(B*T, cfg.Vocab)
 		}
-		for _, pool := range []engine.Pool{engine.All, engine.Last, engine.Sum, engine.Mean} {
-			label := fmt.Sprintf("%s pad %v pool %d", name, pad, pool)
-			st := mustState(t, e, B)
-			lead := engine.Input{B: B, T: 5, IDs: randomIDs(B*5, cfg.Vocab)} // a state the padded batch must drop
+		// row returns row b of x: its tokens alone, or with from, all of it.
+		row := func(x engine.Input, b, from int) engine.Input {
+			one := engine.Input{B: 1, T: x.T - from}
 			if F > 0 {
-				lead = engine.Input{B: B, T: 1, Features: in.Features[:B*F]}
+				one.Features = x.Features[(b*x.T+from)*F : (b+1)*x.T*F]
+			} else {
+				one.IDs = x.IDs[b*x.T+from : (b+1)*x.T]
 			}
-			if err := e.Prefill(st, lead, engine.Last, fixture.NaNs(B*d)); err != nil {
-				t.Fatal(err)
-			}
-			out := fixture.NaNs(pool.OutLen(B, T, d))
-			if err := e.Prefill(st, in, pool, out); err != nil {
-				t.Fatal(err)
-			}
-			batched := States(t, e, st)
-			for b := range B {
-				one := mustState(t, e, 1)
-				want := fixture.NaNs(pool.OutLen(1, T-pad[b], d))
-				if err := e.Prefill(one, rows(b), pool, want); err != nil {
+			return one
+		}
+		for _, pool := range []engine.Pool{engine.All, engine.Last, engine.Sum, engine.Mean} {
+			for _, fresh := range []bool{false, true} {
+				label := fmt.Sprintf("%s pad %v pool %d fresh %v", name, pad, pool, fresh)
+				st := mustState(t, e, B)
+				if err := e.Prefill(st, lead, engine.Last, fixture.NaNs(B*d)); err != nil {
 					t.Fatal(err)
 				}
-				got := out[b*d : (b+1)*d]
-				if pool == engine.All {
-					got = out[(b*T+pad[b])*d : (b+1)*T*d]
-					for i, v := range out[b*T*d : (b*T+pad[b])*d] {
-						if v != 0 {
-							t.Fatalf("%s row %d: padding position %d holds %v", label, b, i/d, v)
+				if fresh {
+					st.Reset()
+				}
+				out := fixture.NaNs(pool.OutLen(B, T, d))
+				if err := e.Prefill(st, in, pool, out); err != nil {
+					t.Fatal(err)
+				}
+				batched := States(t, e, st)
+				for b := range B {
+					one := mustState(t, e, 1)
+					if !fresh {
+						if err := e.Prefill(one, row(lead, b, 0), engine.Last, fixture.NaNs(d)); err != nil {
+							t.Fatal(err)
 						}
 					}
-				}
-				check(t, fmt.Sprintf("%s row %d", label, b), got, want, EquivTol)
-				alone := States(t, e, one)
-				for i := range alone {
-					per := len(alone[i])
-					check(t, fmt.Sprintf("%s row %d state %d", label, b, i), batched[i][b*per:(b+1)*per], alone[i], EquivTol)
+					want := fixture.NaNs(pool.OutLen(1, T-pad[b], d))
+					if err := e.Prefill(one, row(in, b, pad[b]), pool, want); err != nil {
+						t.Fatal(err)
+					}
+					got := out[b*d : (b+1)*d]
+					if pool == engine.All {
+						got = out[(b*T+pad[b])*d : (b+1)*T*d]
+						for i, v := range out[b*T*d : (b*T+pad[b])*d] {
+							if v != 0 {
+								t.Fatalf("%s row %d: padding position %d holds %v", label, b, i/d, v)
+							}
+						}
+					}
+					check(t, fmt.Sprintf("%s row %d", label, b), got, want, EquivTol)
+					alone := States(t, e, one)
+					for i := range alone {
+						per := len(alone[i])
+						check(t, fmt.Sprintf("%s row %d state %d", label, b, i), batched[i][b*per:(b+1)*per], alone[i], EquivTol)
+					}
 				}
 			}
 		}
