@@ -19,7 +19,7 @@
 #             one-pass scan (about 3 minutes);
 #   padcheck: the padded-batch tests (Go and Python; the device entry's too)
 #             with memcheck over the engine's;
-#   padded:   a left-padded bf16 batch of new sequences as one prefill against
+#   padded:   a left-padded bf16 batch as one prefill (new, and continuing a state) against
 #             a prefill per row length (bench/padded.py, $PADDED_SHAPE or 130m);
 #   entry:    a bf16 device-entry prefill's time per call, back to back and
 #             on the host (bench/entry_overhead.py; 130m and 1.4b, B=1,
@@ -462,7 +462,7 @@ if [[ $mode == entry ]]; then
   exit $status
 fi
 if [[ $mode == padcheck ]]; then
-  echo "== left-padded batches of new sequences (engine.Input.Pad): the conformance suite, default and small chunks"
+  echo "== left-padded batches (engine.Input.Pad), new and continuing: the conformance suite, default and small chunks"
   run_tests padcheck_gpu 300 .carry/gpu.test -test.v -test.run 'TestConformance|TestSmallChunks|TestMatchesCPU|TestDevice'
   run_tests padcheck_mambago 200 .carry/mambago.test -test.v -test.run 'Spans|Free'
   memcheck memcheck_padded 300 .carry/gpu.test 'TestConformance/padded-rows|TestSmallChunks/padded-rows|TestDevicePadded'
