@@ -385,15 +385,15 @@ def test_first_load_says_it_compiles(tmp_path):
 
 
 def test_generate_frees_its_states():
-    """generate's own states (one per call, one per row length of a padded
-    batch) hold device memory the collector does not see: each call frees
-    them. Leaked, those of these 60 calls would hold about 110 MiB."""
+    """generate's own state (one per call, padded batch or not) holds device
+    memory the collector does not see: each call frees it. Leaked, those of
+    these 60 calls would hold about 110 MiB."""
     torch = pytest.importorskip("torch", reason="torch is not installed")
     gpu = mambago.Model.from_pretrained(case_dir("base"), device="cuda")
     rng = np.random.default_rng()
     ids = rng.integers(0, gpu.config.vocab_size, size=(64, 5))
     mask = np.ones_like(ids)
-    mask[::2, :2] = 0  # two row lengths: two states of their own, and the batch's
+    mask[::2, :2] = 0  # two row lengths, in one padded prefill
     for _ in range(2):  # the workspace grows to its size first
         gpu.generate(ids, 2)
         gpu.generate(ids, 2, attention_mask=mask)
