@@ -112,8 +112,8 @@ extern "C" __global__ void pad_window_f32(float *__restrict__ xz, int ldx, float
     for (int k = 0; k < MAX_K; k++) old[k] = k < K ? state[k] : 0.f;
 #pragma unroll
     for (int k = 0; k < MAX_K; k++) {
-        int i = p + k - K;  // the chunk's position for element p + k (before it: the window)
         if (k >= K) break;
+        int i = p + k - K;  // the chunk's position for element p + k (before it: the window)
         if (i < 0)
             state[p + k] = old[k];
         else
