@@ -24,11 +24,6 @@ func (s *State) Batch() int { return s.batch }
 func (s *State) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.zero()
-}
-
-// zero zeroes the state; the caller holds s.mu.
-func (s *State) zero() {
 	for l := range s.conv {
 		clear(s.conv[l])
 		clear(s.ssm[l])

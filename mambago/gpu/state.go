@@ -76,14 +76,9 @@ func (s *State) Reset() {
 		return
 	}
 	defer done()
-	if s.zero(e.stream) == nil {
+	if cuda.Fill32(s.buf.Ptr, 0, s.buf.Bytes/4, e.stream) == nil {
 		e.stream.Synchronize()
 	}
-}
-
-// zero queues the state's zeroing on stream.
-func (s *State) zero(stream *cuda.Stream) error {
-	return cuda.Fill32(s.buf.Ptr, 0, s.buf.Bytes/4, stream)
 }
 
 // ConvState returns a copy of layer's conv window, [B, E, K].
