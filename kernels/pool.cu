@@ -26,8 +26,8 @@ extern "C" __global__ void pool_f32(const float *__restrict__ h, float *__restri
     }
 }
 
-// A left-padded batch of new sequences (engine.Input.Pad): pad [B] counts
-// the positions of padding that open each sequence.
+// A left-padded batch (engine.Input.Pad): pad [B] counts the positions of
+// padding that open each sequence.
 //
 //   zero_padding:  the first width 2-byte units of row (b, t) of a chunk of n
 //                  positions a sequence, starting at p + (b n + t) ld units, are

@@ -77,15 +77,13 @@ def test_rows_as_if_alone(name, engine):
     first, count = mask.argmax(axis=1), mask.sum(axis=1)
     # A state carried in first, so the rows also continue as they would alone.
     lead = prompt(rng, model, B, 4)
-    state = model.new_state(B)
-    model.prefill(**lead, state=state)
     outs = {}
     for output in ("all", "last", "sum", "mean"):
         st = model.new_state(B)
         model.prefill(**lead, state=st)
         outs[output] = model.prefill(**x, attention_mask=mask, output=output, state=st)
         if output == "last":
-            state = st
+            state = st  # its final state, checked below
     for b in range(B):
         f, n = int(first[b]), int(count[b])
         alone = model.new_state(1)
