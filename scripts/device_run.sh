@@ -66,6 +66,9 @@
 #             bf16 prefills with it off and on (BenchmarkResidualPrefetch);
 #   timeline: the one-pass scan's stages timed from inside the kernel
 #             (%globaltimer in an OP_TIMELINE build; BenchmarkOnePassTimeline);
+#   tilecopy: how long a scan block's first tile takes to land from L2
+#             when every block reads the same bytes, or its own, or one
+#             block alone (BenchmarkTileCopy);
 #   shapes:   bf16 prefills at the bars' shapes with this build alone
 #             (BenchmarkPrefillShapes; AB_SHAPES picks shapes);
 #   graphnode: the GPU time of a near-empty kernel node in a graph (1, one
@@ -566,6 +569,11 @@ if [[ $mode == ab ]]; then
     done
   done
   python3 bench/ab.py "$OUT"/ab_base_*.log -- "$OUT"/ab_new_*.log | tee "$OUT/ab.md"
+  exit $status
+fi
+if [[ $mode == tilecopy ]]; then
+  echo "== a tile's copies into shared memory: the same bytes for every block, or each block's own (BenchmarkTileCopy)"
+  bench_log tilecopy 120 .carry/kernels.test TileCopy "tile copy"
   exit $status
 fi
 if [[ $mode == timeline ]]; then
