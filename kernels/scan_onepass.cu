@@ -400,6 +400,8 @@ enum {
     OP_EV_WALKEND,   // the walk's last tile done
     OP_EV_OUTEND,    // the last tile's outputs stored (the first output thread)
     OP_EV_DTEND,     // the last tile's time step computed
+    OP_EV_ISSUED0,   // tile 0's copies issued (the first copying thread)
+    OP_EV_DTW,       // the time step's weights in registers (the first time-step thread)
     OP_EVENTS
 };
 #define OP_TL_BLOCKS 1024
@@ -408,6 +410,14 @@ extern "C" __device__ unsigned long long op_timeline[OP_TL_BLOCKS * OP_EVENTS];
 #endif
 __device__ __forceinline__ void op_mark(int event) {
 #if OP_TIMELINE
+    timeline_mark(op_timeline, OP_EVENTS, OP_TL_BLOCKS, event);
+#endif
+}
+
+// op_mark_after is op_mark once dep has been computed (its loads landed).
+__device__ __forceinline__ void op_mark_after(int event, unsigned dep) {
+#if OP_TIMELINE
+    asm volatile("" ::"r"(dep));
     timeline_mark(op_timeline, OP_EVENTS, OP_TL_BLOCKS, event);
 #endif
 }
@@ -555,6 +565,12 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     if constexpr (DTF) {
         if (threadIdx.x >= 2 * OP_THREADS) {  // the time step of each tile, once its dt_low has landed
             const onepass_dt dtw(dta, c0, E, R, tid);
+            if (OP_TIMELINE && threadIdx.x == 2 * OP_THREADS) {
+                unsigned dep = __float_as_uint(dtw.bias[1][1]);
+#pragma unroll
+                for (int kc = 0; kc < onepass_dt::KC; kc++) dep ^= dtw.bh[kc][0][0] ^ dtw.bh[kc][1][1];
+                op_mark_after(OP_EV_DTW, dep);
+            }
             for (int k = 0; k < tiles; k++) {
                 const int j = k % BUF;
                 op_wait_idle(bars.landed(j), k / BUF % 2);  // (and the walk is done with slot j's last tile)
@@ -567,7 +583,10 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         }
     }
     if (WS && !walker && threadIdx.x < 2 * OP_THREADS) {  // the copies and the outputs
-        for (int k = 0; k < BUF; k++) issue(k);
+        for (int k = 0; k < BUF; k++) {
+            issue(k);
+            if (k == 0 && threadIdx.x == OP_THREADS) op_mark(OP_EV_ISSUED0);
+        }
         if (threadIdx.x == OP_THREADS) op_mark(OP_EV_ISSUED);
         for (int k = 0; k < tiles; k++) {
             const int j = k % BUF;
