@@ -55,6 +55,22 @@ __device__ __forceinline__ void pdl_wait() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+// lo32 is the low 32 bits of a pointer, for folding it into a value.
+__device__ __forceinline__ unsigned lo32(const void *p) { return (unsigned)(size_t)p; }
+
+// pdl_wait_after is pdl_wait once dep has been computed. ptxas schedules a
+// plain pdl_wait as early as it can, ahead of arithmetic and loads written
+// before it that do not touch memory the wait guards; here the wait is
+// predicated on dep != ~dep, which always holds, so it comes after
+// everything dep depends on (fold the values to be ready into dep).
+__device__ __forceinline__ void pdl_wait_after(unsigned dep) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t.reg .b32 n;\n\tnot.b32 n, %0;\n\tsetp.ne.b32 p, %0, n;\n\t"
+        "@p griddepcontrol.wait;\n\t}" ::"r"(dep)
+        : "memory");
+#endif
+}
 
 // timeline_mark stores %globaltimer's nanoseconds as event of this block's
 // row in tl (events a row, the first limit blocks by their linear index):

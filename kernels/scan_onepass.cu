@@ -138,6 +138,21 @@ struct onepass_copies {
         }
     }
 
+    // fold returns a value that depends on every piece's address, for
+    // pdl_wait_after: ptxas otherwise computes them (about 130 instructions
+    // a thread and the parameters' constant loads) after the kernel's wait,
+    // where they delay tile 0's copies.
+    __device__ __forceinline__ unsigned fold() const {
+        unsigned v = 0;
+#pragma unroll
+        for (int k = 0; k < SX; k++) v ^= lo32(dt[k]) ^ lo32(z[k]) ^ xrow[k] ^ xoff[k];
+#pragma unroll
+        for (int k = 0; k < SU; k++) v ^= lo32(u[k]) ^ urow[k] ^ uoff[k];
+#pragma unroll
+        for (int k = 0; k < SB; k++) v ^= lo32(bc[k]) ^ brow[k] ^ boff[k];
+        return v;
+    }
+
     // issue queues the copies of the tile at positions t0 .. t0 + TL - 1
     // into one tile of the ring (the shared addresses of its dt, u, z and its
     // rows of B and C; dt only with DT), and moves every piece on to the next
@@ -245,6 +260,13 @@ struct onepass_lowcopies {
             src[k] = dbl + (r0 + tt) * ldd + cc;
         }
     }
+    // fold is onepass_copies::fold for these pieces.
+    __device__ __forceinline__ unsigned fold() const {
+        unsigned v = 0;
+#pragma unroll
+        for (int k = 0; k < NP; k++) v ^= lo32(src[k]) ^ row[k] ^ off[k] ^ live[k];
+        return v;
+    }
     // issue queues the tile at positions t0 .. into the tile at shared
     // address sL, and moves on to the next tile.
     __device__ __forceinline__ void issue(unsigned sL, const float *dbl, int T, int t0) {
@@ -290,6 +312,18 @@ struct onepass_dt {
                         bh[kc][n][j] = round_tf32(w), bl[kc][n][j] = 0;
                 }
         }
+    }
+    // fold returns a value that depends on every weight and bias, for
+    // pdl_wait_after: their loads then land before the kernel's wait (ptxas
+    // would otherwise issue them after it).
+    __device__ __forceinline__ unsigned fold() const {
+        unsigned v = __float_as_uint(bias[0][0]) ^ __float_as_uint(bias[0][1]) ^ __float_as_uint(bias[1][0]) ^
+                     __float_as_uint(bias[1][1]);
+#pragma unroll
+        for (int kc = 0; kc < KC; kc++)
+#pragma unroll
+            for (int n = 0; n < 2; n++) v ^= bh[kc][n][0] ^ bh[kc][n][1] ^ bl[kc][n][0] ^ bl[kc][n][1];
+        return v;
     }
     // tile computes the time step of the tile at positions t0 .. (of Tl)
     // from its dt_low rows sL, and leaves in each row, in place of its
@@ -558,13 +592,22 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     }
     if (WS) __syncthreads();  // the barriers initialized
     // Launched with programmatic dependent launch, the kernel gets here while
-    // dt_proj may still run: everything above reads weights and the carried
-    // state, which no kernel in flight writes; dt, u, z, B and C come after.
-    pdl_wait();
+    // the kernel before it may still run: everything above reads weights and
+    // the carried state, which no kernel in flight writes; dt, u, z, B and C
+    // come after pdl_wait. Each role waits in its own branch, after what it
+    // can do without the inputs: the time-step warps load their weights and
+    // the copying warps compute their pieces' addresses, so tile 0's copies
+    // and time step start as soon as the wait returns (with one wait for
+    // every thread, ptxas placed both after it: tile 0's copies were issued
+    // 0.9 us after the wait, bench/results/2026-12-02-tilecopy.md).
+    const bool timestep = DTF && threadIdx.x >= 2 * OP_THREADS;
+    const bool copier = WS && !walker && !timestep;
+    if (!timestep && !copier) pdl_wait();
     if (threadIdx.x == 0) op_mark(OP_EV_WAITED);
     if constexpr (DTF) {
-        if (threadIdx.x >= 2 * OP_THREADS) {  // the time step of each tile, once its dt_low has landed
+        if (timestep) {  // the time step of each tile, once its dt_low has landed
             const onepass_dt dtw(dta, c0, E, R, tid);
+            pdl_wait_after(dtw.fold());
             if (OP_TIMELINE && threadIdx.x == 2 * OP_THREADS) {
                 unsigned dep = __float_as_uint(dtw.bias[1][1]);
 #pragma unroll
@@ -582,7 +625,8 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
             if (threadIdx.x == 2 * OP_THREADS) op_mark(OP_EV_DTEND);
         }
     }
-    if (WS && !walker && threadIdx.x < 2 * OP_THREADS) {  // the copies and the outputs
+    if (copier) {  // the copies and the outputs
+        pdl_wait_after(copies.fold() ^ (DTF ? lows.fold() : 0u));
         for (int k = 0; k < BUF; k++) {
             issue(k);
             if (k == 0 && threadIdx.x == OP_THREADS) op_mark(OP_EV_ISSUED0);
