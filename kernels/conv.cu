@@ -17,10 +17,7 @@
 // x): no other thread reads that window, and one launch does both (a
 // separate window kernel took 2.2 us a layer at the 130m shape).
 //
-// Each thread loads its channel's weights and bias before it waits for the
-// kernel before it (PDL; they come from memory no kernel writes, and from
-// HBM, as a layer's weights leave L2 before the next call reaches them),
-// and lets the next kernel launch right after that wait: the
+// Each block lets the next kernel launch (PDL) as soon as it starts: the
 // only kernel that follows the conv with PDL is our x_proj (XProj), which
 // reads nothing but its weight before it waits for the conv's end, so it
 // fetches W while the conv runs. (Ahead of a cuBLAS node the trigger does
@@ -41,26 +38,16 @@ __device__ void conv_silu(const float *__restrict__ xz, int ldx, float *__restri
     float *state = win + ((size_t)b * E + c) * K;
     // wp[j] weighs hist[j] = x[t - (KK - 1) + j]: the K weights, right-aligned.
     float wp[KK], hist[KK];
-    unsigned ready = 0;  // the weights and the bias, loaded before the wait
 #pragma unroll
     for (int j = 0; j < KK; j++) {
         int k = j - (KK - K);
         wp[j] = k >= 0 ? w[(size_t)c * K + k] : 0.f;
-        ready ^= __float_as_uint(wp[j]);
-    }
-    float b0 = bias ? bias[c] : 0.f;
-    // The weights are this layer's, read from memory no kernel in flight
-    // writes; the inputs and the window come after the wait (pad_window_f32,
-    // on a padded batch, writes the window just before this kernel).
-    pdl_wait_after(ready ^ __float_as_uint(b0));
-    pdl_release();
-#pragma unroll
-    for (int j = 0; j < KK; j++) {
         // hist starts one position back, as each step shifts first. Before
         // position 0 the inputs are in the window (slot K + tt), or weigh 0.
         int tt = t0 - KK + j;
         hist[j] = j == 0 ? 0.f : tt >= 0 ? xz[((size_t)b * T_ + tt) * ldx + c] : tt >= -K ? state[K + tt] : 0.f;
     }
+    float b0 = bias ? bias[c] : 0.f;
     int n = min(RUN, T_ - t0);
     // Every input of the run is loaded before the first is used: with a
     // load per step, each step waited a full memory round trip (ptxas
@@ -97,6 +84,8 @@ __device__ void conv_silu(const float *__restrict__ xz, int ldx, float *__restri
     extern "C" __global__ void conv_silu_##sfx(const float *__restrict__ xz, int ldx, float *__restrict__ win,       \
                                                const float *__restrict__ w, const float *__restrict__ bias,        \
                                                T *__restrict__ u, int T_, int E, int K) {                          \
+        pdl_wait();                                                                                             \
+        pdl_release();                                                                                          \
         if (K <= 4)                                                                                             \
             conv_silu<T, 4>(xz, ldx, win, w, bias, u, T_, E, K);                                                   \
         else                                                                                                    \
