@@ -83,6 +83,22 @@ __device__ __forceinline__ void timeline_mark(unsigned long long *tl, int events
     if (block < limit) tl[block * events + event] = t;
 }
 
+// timeline_mark_after is timeline_mark once dep has been computed: the
+// timer is read under the predicate dep != ~dep (always true), so ptxas
+// cannot read it before the loads dep folds have landed.
+__device__ __forceinline__ void timeline_mark_after(unsigned long long *tl, int events, int limit, int event,
+                                                    unsigned dep) {
+    unsigned long long t;
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t.reg .b32 n;\n\tnot.b32 n, %1;\n\tsetp.ne.b32 p, %1, n;\n\t"
+        "mov.u64 %0, 0;\n\t@p mov.u64 %0, %%globaltimer;\n\t}"
+        : "=l"(t)
+        : "r"(dep)
+        : "memory");
+    const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    if (block < limit) tl[block * events + event] = t;
+}
+
 // prefetch_l2 asks for the 128-byte line holding p in L2, without waiting.
 __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 

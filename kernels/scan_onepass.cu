@@ -451,8 +451,7 @@ __device__ __forceinline__ void op_mark(int event) {
 // op_mark_after is op_mark once dep has been computed (its loads landed).
 __device__ __forceinline__ void op_mark_after(int event, unsigned dep) {
 #if OP_TIMELINE
-    asm volatile("" ::"r"(dep));
-    timeline_mark(op_timeline, OP_EVENTS, OP_TL_BLOCKS, event);
+    timeline_mark_after(op_timeline, OP_EVENTS, OP_TL_BLOCKS, event, dep);
 #endif
 }
 
