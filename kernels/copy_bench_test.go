@@ -96,7 +96,7 @@ func BenchmarkTileCopy(b *testing.B) {
 				b.Fatal(err)
 			}
 			if err := f.Launch(cuda.D1(c.blocks), cuda.D1(128), c.common+c.own, s, src.Ptr, int64(c.common), int64(c.own),
-				boolInt(c.distinct), tl.Ptr, sink.Ptr); err != nil {
+				int32(b2i(c.distinct)), tl.Ptr, sink.Ptr); err != nil {
 				b.Fatal(err)
 			}
 			rows := make([]int64, 2*c.blocks)
@@ -120,13 +120,6 @@ func BenchmarkTileCopy(b *testing.B) {
 		b.Logf("tile copy: %3d blocks, %5d %-8s + %4d own bytes a block: landed %.2f us (median block), %.2f (slowest)",
 			c.blocks, c.common, which, c.own, gputest.Median(med), gputest.Median(last))
 	}
-}
-
-func boolInt(v bool) int32 {
-	if v {
-		return 1
-	}
-	return 0
 }
 
 // TestTileCopySourceCompiles compiles BenchmarkTileCopy's kernel through

@@ -58,45 +58,45 @@ __device__ __forceinline__ void pdl_wait() {
 // lo32 is the low 32 bits of a pointer, for folding it into a value.
 __device__ __forceinline__ unsigned lo32(const void *p) { return (unsigned)(size_t)p; }
 
+// AFTER_DEP(d) opens an inline-PTX block that sets the predicate p to
+// d != ~d, which always holds: an instruction under @p then comes after
+// everything the register d depends on, where an empty asm that only uses d
+// emits nothing for ptxas to order. The block ends with "}".
+#define AFTER_DEP(d) "{\n\t.reg .pred p;\n\t.reg .b32 n;\n\tnot.b32 n, " d ";\n\tsetp.ne.b32 p, " d ", n;\n\t"
+
 // pdl_wait_after is pdl_wait once dep has been computed. ptxas schedules a
 // plain pdl_wait as early as it can, ahead of arithmetic and loads written
-// before it that do not touch memory the wait guards; here the wait is
-// predicated on dep != ~dep, which always holds, so it comes after
+// before it that do not touch memory the wait guards; this one comes after
 // everything dep depends on (fold the values to be ready into dep).
 __device__ __forceinline__ void pdl_wait_after(unsigned dep) {
 #if __CUDA_ARCH__ >= 900
-    asm volatile(
-        "{\n\t.reg .pred p;\n\t.reg .b32 n;\n\tnot.b32 n, %0;\n\tsetp.ne.b32 p, %0, n;\n\t"
-        "@p griddepcontrol.wait;\n\t}" ::"r"(dep)
-        : "memory");
+    asm volatile(AFTER_DEP("%0") "@p griddepcontrol.wait;\n\t}" ::"r"(dep) : "memory");
 #endif
 }
 
-// timeline_mark stores %globaltimer's nanoseconds as event of this block's
-// row in tl (events a row, the first limit blocks by their linear index):
-// the diagnostic timelines of scan_onepass.cu (OP_TIMELINE) and xproj.cu
-// (XP_TIMELINE).
-__device__ __forceinline__ void timeline_mark(unsigned long long *tl, int events, int limit, int event) {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+// timeline_store stores t as event of this block's row in tl (events a
+// row, the first limit blocks by their linear index): the diagnostic
+// timelines of scan_onepass.cu (OP_TIMELINE) and xproj.cu (XP_TIMELINE).
+__device__ __forceinline__ void timeline_store(unsigned long long *tl, int events, int limit, int event,
+                                               unsigned long long t) {
     const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
     if (block < limit) tl[block * events + event] = t;
 }
 
+// timeline_mark stores %globaltimer's nanoseconds (timeline_store).
+__device__ __forceinline__ void timeline_mark(unsigned long long *tl, int events, int limit, int event) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)::"memory");
+    timeline_store(tl, events, limit, event, t);
+}
+
 // timeline_mark_after is timeline_mark once dep has been computed: the
-// timer is read under the predicate dep != ~dep (always true), so ptxas
-// cannot read it before the loads dep folds have landed.
+// timer is read under AFTER_DEP, so not before the loads dep folds land.
 __device__ __forceinline__ void timeline_mark_after(unsigned long long *tl, int events, int limit, int event,
                                                     unsigned dep) {
     unsigned long long t;
-    asm volatile(
-        "{\n\t.reg .pred p;\n\t.reg .b32 n;\n\tnot.b32 n, %1;\n\tsetp.ne.b32 p, %1, n;\n\t"
-        "mov.u64 %0, 0;\n\t@p mov.u64 %0, %%globaltimer;\n\t}"
-        : "=l"(t)
-        : "r"(dep)
-        : "memory");
-    const unsigned block = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    if (block < limit) tl[block * events + event] = t;
+    asm volatile(AFTER_DEP("%1") "mov.u64 %0, 0;\n\t@p mov.u64 %0, %%globaltimer;\n\t}" : "=l"(t) : "r"(dep) : "memory");
+    timeline_store(tl, events, limit, event, t);
 }
 
 // prefetch_l2 asks for the 128-byte line holding p in L2, without waiting.

@@ -607,12 +607,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         if (timestep) {  // the time step of each tile, once its dt_low has landed
             const onepass_dt dtw(dta, c0, E, R, tid);
             pdl_wait_after(dtw.fold());
-            if (OP_TIMELINE && threadIdx.x == 2 * OP_THREADS) {
-                unsigned dep = __float_as_uint(dtw.bias[1][1]);
-#pragma unroll
-                for (int kc = 0; kc < onepass_dt::KC; kc++) dep ^= dtw.bh[kc][0][0] ^ dtw.bh[kc][1][1];
-                op_mark_after(OP_EV_DTW, dep);
-            }
+            if (OP_TIMELINE && threadIdx.x == 2 * OP_THREADS) op_mark_after(OP_EV_DTW, dtw.fold());
             for (int k = 0; k < tiles; k++) {
                 const int j = k % BUF;
                 op_wait_idle(bars.landed(j), k / BUF % 2);  // (and the walk is done with slot j's last tile)
