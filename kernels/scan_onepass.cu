@@ -436,6 +436,8 @@ enum {
     OP_EV_DTEND,     // the last tile's time step computed
     OP_EV_ISSUED0,   // tile 0's copies issued (the first copying thread)
     OP_EV_DTW,       // the time step's weights in registers (the first time-step thread)
+    OP_EV_CREADY,    // the copies' addresses computed, before the wait (the first copying thread)
+    OP_EV_CWAITED,   // the copying warps' wait returned (the first copying thread)
     OP_EVENTS
 };
 #define OP_TL_BLOCKS 1024
@@ -620,7 +622,10 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         }
     }
     if (copier) {  // the copies and the outputs
-        pdl_wait_after(copies.fold() ^ (DTF ? lows.fold() : 0u));
+        const unsigned ready = copies.fold() ^ (DTF ? lows.fold() : 0u);
+        if (OP_TIMELINE && threadIdx.x == OP_THREADS) op_mark_after(OP_EV_CREADY, ready);
+        pdl_wait_after(ready);
+        if (threadIdx.x == OP_THREADS) op_mark(OP_EV_CWAITED);
         for (int k = 0; k < BUF; k++) {
             issue(k);
             if (k == 0 && threadIdx.x == OP_THREADS) op_mark(OP_EV_ISSUED0);
