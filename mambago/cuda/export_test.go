@@ -45,7 +45,7 @@ func (b *BLAS) TuneLt(M, N, K int, A Ptr, lda int, W Ptr, ldc int, beta float32,
 		return 0, nil, err
 	}
 	defer freePlan(desc)
-	algos, err := l.heuristics(desc, ltCandidates)
+	algos, err := l.heuristics(desc, int(ltCandidates.Load()))
 	if err != nil {
 		return 0, nil, err
 	}

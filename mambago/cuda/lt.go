@@ -59,19 +59,33 @@ const (
 	// ltWorkspace is each handle's cuBLASLt workspace, as cuBLAS advises
 	// for Hopper; algorithms that need more are never picked.
 	ltWorkspace = 32 << 20
-	// ltCandidates bounds the algorithms GemmLtTuned times, ltTimedRuns
-	// the runs of each timing and ltRounds the timings of each (fastest).
+	// ltTimedRuns is the runs of each of the tuning's timings (GemmLtTuned,
+	// ltCandidates below) and ltRounds the timings of each (fastest).
 	// One round: on the H200, 12 repeats of each 130m and 370m prefill
 	// GEMM's tuning picked the same candidate every time with one round as
 	// with three, and three took up to 2.4 times as long (BenchmarkLtTuning,
 	// bench/results/2026-12-01-tuning-embednorm.md).
-	ltCandidates = 8
-	ltTimedRuns  = 5
-	ltRounds     = 1
+	ltTimedRuns = 5
+	ltRounds    = 1
 	// ltPlans bounds the plans a handle caches (one per shape met; a
 	// prefill meets three or four a chunk length): the oldest goes first.
 	ltPlans = 256
 )
+
+// ltCandidates bounds the algorithms GemmLtTuned times (the heuristic's
+// first, best first): 8 unless SetGemmCandidates changed it.
+var ltCandidates atomic.Int64
+
+func init() { ltCandidates.Store(8) }
+
+// SetGemmCandidates makes the tuning of GEMM shapes met from now on time up
+// to n of cuBLASLt's candidates (the default is 8; n is clamped to 1-64),
+// and PinGemmCandidate index into as many; it returns the bound before. A
+// measuring tool, as PinGemmCandidate is: plans made before keep their
+// choice.
+func SetGemmCandidates(n int) int {
+	return int(ltCandidates.Swap(int64(min(max(n, 1), 64))))
+}
 
 var (
 	cublasLtOnce sync.Once
@@ -305,7 +319,7 @@ func (l *lt) plan(k gemmKey, A, W Ptr, s *Stream) (*ltPlan, error) {
 	ltChoice.Unlock()
 	switch {
 	case pin >= 0:
-		algos, err := l.heuristics(desc, ltCandidates)
+		algos, err := l.heuristics(desc, int(ltCandidates.Load()))
 		if err != nil {
 			return nil, err
 		}
@@ -318,7 +332,7 @@ func (l *lt) plan(k gemmKey, A, W Ptr, s *Stream) (*ltPlan, error) {
 	default:
 		want := 1
 		if k.tuned {
-			want = ltCandidates
+			want = int(ltCandidates.Load())
 		}
 		algos, err := l.heuristics(desc, want)
 		if err != nil {

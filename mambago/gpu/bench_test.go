@@ -784,8 +784,10 @@ func compareSettings(b *testing.B, label string, shapes []benchShape, set func(e
 // run first: after T=8192 prefills a process can fall into a state where
 // each graph node launches about 0.35 µs later, which costs T=2048 1.5-2%
 // and T=8192 little (results/2026-12-02-slowpass.md).
+// GEMM_CANDIDATES sets the tuning's cuBLASLt candidates (8 by default).
 func BenchmarkPrefillShapes(b *testing.B) {
 	gputest.Need(b)
+	defer gemmCandidatesFromEnv()()
 	for _, sh := range []benchShape{shape("130m", 1, 2048), shape("370m", 1, 2048), shape("1.4b", 1, 2048),
 		shape("130m", 1, 8192), shape("370m", 1, 8192), shape("130m", 8, 2048), shape("2.8b", 8, 2048)} {
 		b.Run(fmt.Sprintf("%s/B%d_T%d", sh.name, sh.B, sh.T), func(b *testing.B) {
@@ -876,8 +878,11 @@ func tunedPicks(c checkpoint.Config, rows int) string {
 // another candidate does better where the GEMM really runs, between the
 // layer's other kernels. A line per shape and GEMM gives the tuned choice's
 // place and each candidate's speed against it (above 1: faster).
+// GEMM_CANDIDATES sets how many of cuBLASLt's candidates the tuning times
+// and the pins reach (cuda.SetGemmCandidates; 8 by default).
 func BenchmarkGemmCandidates(b *testing.B) {
 	gputest.Need(b)
+	defer gemmCandidatesFromEnv()()
 	for _, sh := range []benchShape{shape("130m", 1, 2048), shape("130m", 1, 8192), shape("370m", 1, 2048)} {
 		b.Run(fmt.Sprintf("%s/B%d_T%d", sh.name, sh.B, sh.T), func(b *testing.B) {
 			e, replays := prefillReplaysErr(b, sh)
@@ -919,6 +924,18 @@ func BenchmarkGemmCandidates(b *testing.B) {
 			}
 		})
 	}
+}
+
+// gemmCandidatesFromEnv sets the tuning's cuBLASLt candidates to
+// $GEMM_CANDIDATES where that is a number (cuda.SetGemmCandidates) and
+// returns what puts the bound back.
+func gemmCandidatesFromEnv() func() {
+	n, err := strconv.Atoi(os.Getenv("GEMM_CANDIDATES"))
+	if err != nil {
+		return func() {}
+	}
+	prev := cuda.SetGemmCandidates(n)
+	return func() { cuda.SetGemmCandidates(prev) }
 }
 
 // eventTimes runs fn once to warm up, then n more times, each between two
