@@ -409,13 +409,6 @@ struct onepass_bars {
 #ifndef OP_WS_NS
 #define OP_WS_NS 1000
 #endif
-// OP_WALK_HINT 1 (a probe) has the walking warps wait for the first tile
-// with a suspend hint, as the time-step warps do, instead of retrying
-// try_wait for the 3 us the tile takes: does their retrying slow the
-// copying warps' issue of the first tiles?
-#ifndef OP_WALK_HINT
-#define OP_WALK_HINT 0
-#endif
 // OP_WS_BUF, another: the ring's tiles in that entry (gpu.HelpersShared).
 // On the H200 (scan alone, bf16, BenchmarkOnePass at 78961a8): 130m B=1
 // T=2048 49.66 us with 3, 48.77 with 4, 50.66 with 2; T=8192 170.2, 167.3,
@@ -658,13 +651,8 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         const int j = k % BUF;
         float(*spk)[PST] = WS ? sp + k % SP * TL : sp;  // WS: the tile's terms go to one of SP tiles
         if (WS) {
-            if (OP_WALK_HINT && k == 0) {  // the long wait for the first tile, suspended
-                if (DTF) mbar_wait_hint(bars.landed(j), 0, OP_WS_NS);
-                mbar_wait_hint(bars.full(j), 0, OP_WS_NS);
-            } else {
-                if (DTF) mbar_wait(bars.landed(j), k / BUF % 2);  // its copies have landed
-                mbar_wait(bars.full(j), k / BUF % 2);  // tile k is in
-            }
+            if (DTF) mbar_wait(bars.landed(j), k / BUF % 2);  // its copies have landed
+            mbar_wait(bars.full(j), k / BUF % 2);  // tile k is in
             if (k >= SP) mbar_wait(bars.free(k % SP), (k / SP - 1) % 2);  // and the outputs of tile k - SP have read spk
             if (k == 0 && threadIdx.x == 0) op_mark(OP_EV_WALK0);
         } else {
