@@ -892,8 +892,9 @@ func BenchmarkGemmCandidates(b *testing.B) {
 			rows := sh.B * sh.T
 			for _, g := range layerGemms(e.Config()) {
 				tuned, ok := cuda.TunedGemmCandidate(rows, g.N, g.K)
-				if !ok {
-					b.Fatalf("%s: no tuned choice for %d x %d x %d", g.name, rows, g.N, g.K)
+				if !ok { // not on cuBLASLt in this prefill (x_proj on our kernel)
+					b.Logf("candidates %s B=%d T=%d %s: not a cuBLASLt GEMM here", sh.name, sh.B, sh.T, g.name)
+					continue
 				}
 				line := fmt.Sprintf("candidates %s B=%d T=%d %s (%d x %d x %d, tuned: %d):", sh.name, sh.B, sh.T, g.name,
 					rows, g.N, g.K, tuned)
