@@ -430,7 +430,7 @@ struct onepass_bars {
 // land): are tile 0's copies slow to issue (0.6 us after the wait) because
 // their first touches translate their pages?
 #ifndef OP_TLBWARM
-#define OP_TLBWARM 1
+#define OP_TLBWARM 0
 #endif
 // OP_WS_BUF, another: the ring's tiles in that entry (gpu.HelpersShared).
 // On the H200 (scan alone, bf16, BenchmarkOnePass at 78961a8): 130m B=1
