@@ -152,15 +152,6 @@ struct onepass_copies {
         for (int k = 0; k < SB; k++) v ^= lo32(bc[k]) ^ brow[k] ^ boff[k];
         return v;
     }
-    // prefetch asks L2 for the lines of the next tile's pieces (OP_TLBWARM).
-    __device__ __forceinline__ void prefetch() const {
-#pragma unroll
-        for (int k = 0; k < SX; k++) prefetch_l2(z[k]);
-#pragma unroll
-        for (int k = 0; k < SU; k++) prefetch_l2(u[k]);
-#pragma unroll
-        for (int k = 0; k < SB; k++) prefetch_l2(bc[k]);
-    }
 
     // issue queues the copies of the tile at positions t0 .. t0 + TL - 1
     // into one tile of the ring (the shared addresses of its dt, u, z and its
@@ -275,12 +266,6 @@ struct onepass_lowcopies {
 #pragma unroll
         for (int k = 0; k < NP; k++) v ^= lo32(src[k]) ^ row[k] ^ off[k] ^ live[k];
         return v;
-    }
-    // prefetch is onepass_copies::prefetch for these pieces.
-    __device__ __forceinline__ void prefetch() const {
-#pragma unroll
-        for (int k = 0; k < NP; k++)
-            if (live[k]) prefetch_l2(src[k]);
     }
     // issue queues the tile at positions t0 .. into the tile at shared
     // address sL, and moves on to the next tile.
@@ -423,14 +408,6 @@ struct onepass_bars {
 #endif
 #ifndef OP_WS_NS
 #define OP_WS_NS 1000
-#endif
-// OP_TLBWARM 1 (a probe) has the copying warps ask L2 for the lines of tile
-// 0's pieces before their wait (prefetch.global.L2, which returns nothing:
-// lines that x_proj still writes are only fetched into L2, where its writes
-// land): are tile 0's copies slow to issue (0.6 us after the wait) because
-// their first touches translate their pages?
-#ifndef OP_TLBWARM
-#define OP_TLBWARM 0
 #endif
 // OP_WS_BUF, another: the ring's tiles in that entry (gpu.HelpersShared).
 // On the H200 (scan alone, bf16, BenchmarkOnePass at 78961a8): 130m B=1
@@ -646,10 +623,6 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     }
     if (copier) {  // the copies and the outputs
         const unsigned ready = copies.fold() ^ (DTF ? lows.fold() : 0u);
-        if (OP_TLBWARM) {  // tile 0's lines asked of L2 before the wait: their pages translated, z and u in L2
-            copies.prefetch();
-            if (DTF) lows.prefetch();
-        }
         if (OP_TIMELINE && threadIdx.x == OP_THREADS) op_mark_after(OP_EV_CREADY, ready);
         pdl_wait_after(ready);
         if (threadIdx.x == OP_THREADS) op_mark(OP_EV_CWAITED);
