@@ -13,8 +13,9 @@ struct __align__(64) tensor_map {
 };
 
 #if __CUDA_ARCH__ >= 900
-// mbarriers in the block's shared memory (sm_90: the scan's warps that
-// specialize use them too, compiled for sm_90). mbar_arrive releases the
+// mbarriers in the block's shared memory, and the copy engine's 2-D copies
+// (sm_90: the scan's warps that specialize use them too, compiled for
+// sm_90). mbar_arrive releases the
 // thread's earlier accesses and mbar_wait acquires them, at block scope;
 // mbar_arrive_copies arrives once the thread's earlier cp.async copies
 // have landed (counted in the barrier's init count: .noinc).
@@ -58,6 +59,19 @@ __device__ __forceinline__ void mbar_arrive_copies(unsigned bar) {
 __device__ __forceinline__ void bar_sync_named(unsigned id, unsigned n) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
+// tma_load copies the box at (x, y) (x along K) of map into shared memory at
+// dst, completing on bar.
+__device__ __forceinline__ void tma_load(unsigned dst, const tensor_map *map, unsigned bar, int x, int y) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
+        "l"(map), "r"(bar), "r"(x), "r"(y)
+        : "memory");
+}
+// mbar_add_tx adds bytes to the copies the current phase of bar waits for,
+// without arriving (mbar_expect_tx arrives too).
+__device__ __forceinline__ void mbar_add_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
 #else
 // Before sm_90 the same names trap, so that a kernel using them compiles on
 // every target and is never run where it cannot (its launcher checks).
@@ -71,6 +85,8 @@ __device__ __forceinline__ bool mbar_test(unsigned, unsigned) {
 }
 __device__ __forceinline__ void mbar_arrive_copies(unsigned) { __trap(); }
 __device__ __forceinline__ void bar_sync_named(unsigned, unsigned) { __trap(); }
+__device__ __forceinline__ void tma_load(unsigned, const tensor_map *, unsigned, int, int) { __trap(); }
+__device__ __forceinline__ void mbar_add_tx(unsigned, unsigned) { __trap(); }
 #endif
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -91,14 +107,6 @@ __device__ __forceinline__ void mbar_wait_cluster(unsigned bar, unsigned parity)
     asm volatile(
         "{\n .reg .pred p;\n GT_WAITC_%=:\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%0], %1;\n @!p bra GT_WAITC_%=;\n}" ::"r"(bar),
         "r"(parity)
-        : "memory");
-}
-// tma_load copies the box at (x, y) (x along K) of map into shared memory at
-// dst, completing on bar.
-__device__ __forceinline__ void tma_load(unsigned dst, const tensor_map *map, unsigned bar, int x, int y) {
-    asm volatile(
-        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::"r"(dst),
-        "l"(map), "r"(bar), "r"(x), "r"(y)
         : "memory");
 }
 // tma_prefetch_map asks for map's descriptor ahead of its first copy.

@@ -330,6 +330,36 @@ func (in *scanBenchInputs) free() {
 	}
 }
 
+// setTMAMaps writes the tensor maps of an OP_TMA build of the one-pass scan
+// (scan_onepass.cu's op_tmaps) for these inputs at B=1: u and z in boxes of
+// 64 positions by 16 channels, B and C in boxes of 64 rows of 32 columns
+// from column R of x_proj's output.
+func (in *scanBenchInputs) setTMAMaps(b *testing.B, at cuda.Ptr) {
+	const tl, cb, ldd = 64, 16, scanBenchR + 2*scanBenchN
+	if in.B != 1 {
+		b.Fatalf("OP_TMA builds take one sequence, not %d", in.B)
+	}
+	var maps []byte
+	for _, m := range []struct {
+		dt                cuda.DType
+		p                 cuda.Ptr
+		cols, stride, box int
+	}{
+		{cuda.BF16, in.u.Ptr, in.E, in.E, cb},
+		{cuda.F32, in.xz.Offset(4 * in.E), in.E, 2 * in.E, cb},
+		{cuda.F32, in.dbl.Ptr, ldd, ldd, 2 * scanBenchN},
+	} {
+		tm, err := cuda.NewTensorMap2DPlain(m.dt, m.p, in.T, m.cols, m.stride, tl, m.box)
+		if err != nil {
+			b.Fatal(err)
+		}
+		maps = append(maps, tm[:]...)
+	}
+	if err := cuda.CopyIn(at, maps, in.s); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // opEvents names scan_onepass.cu's OP_TIMELINE events, in its order.
 var opEvents = []string{"entry", "waited", "issued", "landed0", "dt0", "walk0", "walk1", "walkend", "outend", "dtend", "issued0", "dtw", "cready", "cwaited"}
 
@@ -356,6 +386,7 @@ func BenchmarkOnePassTimeline(b *testing.B) {
 		f        *cuda.Function
 		timeline cuda.Ptr
 		bytes    int
+		tmaps    cuda.Ptr // OP_TMA builds: op_tmaps, set for each shape's inputs (setTMAMaps)
 	}
 	compiled := make([]build, len(builds))
 	for i, opts := range builds {
@@ -368,7 +399,12 @@ func BenchmarkOnePassTimeline(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		compiled[i] = build{f, timeline, bytes}
+		compiled[i] = build{f: f, timeline: timeline, bytes: bytes}
+		if strings.Contains(opts, "-DOP_TMA=1") {
+			if compiled[i].tmaps, _, err = mod.Global("op_tmaps"); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 	events := len(opEvents)
 	for range b.N {
@@ -388,6 +424,9 @@ func BenchmarkOnePassTimeline(b *testing.B) {
 				}
 				if blocks*events*8 > bl.bytes {
 					b.Fatalf("%s: %d blocks, op_timeline holds %d", sh.name, blocks, bl.bytes/(8*events))
+				}
+				if bl.tmaps != 0 {
+					in.setTMAMaps(b, bl.tmaps)
 				}
 				launch := func() error { return sc.Launch(func(string) *cuda.Function { return bl.f }, s) }
 				in.reset(b)

@@ -409,6 +409,23 @@ struct onepass_bars {
 #ifndef OP_WS_NS
 #define OP_WS_NS 1000
 #endif
+// OP_TMA 1 (a probe; BenchmarkOnePassTimeline sets its maps) has the entry
+// whose warps specialize and compute the time step copy each tile's u, z,
+// B and C with three copy-engine boxes from one thread instead of 16-byte
+// cp.async pieces from every copying thread (dt_low stays on cp.async: its
+// rows of OP_DL floats keep the time step's loads free of bank conflicts,
+// and a box lands as dense rows). The boxes land in the slots' existing
+// layouts; rows past T and channels past E come in as zeros, as before. Is
+// tile 0's issue, 0.6 us after the wait with the pieces, shorter?
+// op_tmaps: u [T][E] (boxes of TL x CB), z [T][E] with row stride ldz (the
+// same), and x_proj's output [T][ldd] (boxes of TL x 32 at column R), one
+// sequence, d_state 16.
+#ifndef OP_TMA
+#define OP_TMA 0
+#endif
+#if OP_TMA
+extern "C" __device__ tensor_map op_tmaps[3];
+#endif
 // OP_WS_BUF, another: the ring's tiles in that entry (gpu.HelpersShared).
 // On the H200 (scan alone, bf16, BenchmarkOnePass at 78961a8): 130m B=1
 // T=2048 49.66 us with 3, 48.77 with 4, 50.66 with 2; T=8192 170.2, 167.3,
@@ -548,11 +565,24 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     float *ct = cum + ((size_t)b * T + t0 + g) * E + c;
     onepass_copies<SPT, CB, TL, BCW, Tv> copies(dtv, u, z, ldz, dbl, ldd, R, b, T, t0, Tl, E, N, c0, tid);
     onepass_lowcopies<TL> lows(dbl, ldd, R, b, T, t0, tid);
+    constexpr bool TMA = OP_TMA && WS && DTF;  // u, z, B and C on the copy engine (OP_TMA)
     auto issue = [&](int k) {  // tile k into its slot of the ring; past the last tile an empty group
         if (k < tiles) {
             int j = k % BUF;
-            copies.template issue<!DTF>(shared_addr(sdt[j]), shared_addr(su[j]), shared_addr(sz[j]),
-                                        shared_addr(sBC[j]), dtv, u, z, dbl, N, Tl, k * TL, tid);
+            if constexpr (TMA) {
+#if OP_TMA
+                if (tid == 0) {
+                    const unsigned bar = bars.landed(j);
+                    mbar_add_tx(bar, TL * CB * (sizeof(Tv) + 4) + TL * 2 * OP_NS * 4);
+                    tma_load(shared_addr(su[j]), &op_tmaps[0], bar, c0, k * TL);
+                    tma_load(shared_addr(sz[j]), &op_tmaps[1], bar, c0, k * TL);
+                    tma_load(shared_addr(sBC[j]), &op_tmaps[2], bar, R, k * TL);
+                }
+#endif
+            } else {
+                copies.template issue<!DTF>(shared_addr(sdt[j]), shared_addr(su[j]), shared_addr(sz[j]),
+                                            shared_addr(sBC[j]), dtv, u, z, dbl, N, Tl, k * TL, tid);
+            }
             if (DTF) lows.issue(shared_addr(sL[j]), dbl, Tl, k * TL);
             if (WS) mbar_arrive_copies(DTF ? bars.landed(j) : bars.full(j));
         }
@@ -586,6 +616,9 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         yt += (size_t)TL * E;
         if (SEG) vt += (size_t)TL * ldv, ct += (size_t)TL * E;
     };
+    if (TMA && (gridDim.y != 1 || N != OP_NS || ldd != R + 2 * OP_NS ||
+                (shared_addr(su[0]) | shared_addr(sz[0]) | shared_addr(sBC[0])) % 128))
+        __trap();  // OP_TMA: one sequence, d_state 16, B and C right after dt_low, aligned slots
     if (WS && threadIdx.x == 0) {
         for (int j = 0; j < BUF; j++) mbar_init(bars.full(j), OP_THREADS);
         for (int p = 0; p < SP; p++) mbar_init(bars.sums(p), OP_THREADS), mbar_init(bars.free(p), OP_THREADS);
@@ -622,7 +655,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         }
     }
     if (copier) {  // the copies and the outputs
-        const unsigned ready = copies.fold() ^ (DTF ? lows.fold() : 0u);
+        const unsigned ready = (TMA ? 0u : copies.fold()) ^ (DTF ? lows.fold() : 0u);
         if (OP_TIMELINE && threadIdx.x == OP_THREADS) op_mark_after(OP_EV_CREADY, ready);
         pdl_wait_after(ready);
         if (threadIdx.x == OP_THREADS) op_mark(OP_EV_CWAITED);
