@@ -316,6 +316,7 @@ func TestConvAndScanKernels(t *testing.T) {
 		{2, 45, 40, 16, 6, 4},                          // K > 4: the conv computes with MAX_K taps
 		{2, 200, 64, 12, 4, 4}, {1, 700, 32, 16, 4, 8}, // the one-pass scan with idle states, and a long prompt
 		{1, 300, 96, 16, 4, 48}, {2, 130, 40, 16, 4, 16}, // dt_rank 48 (the 130m shape's), channels past E in a block
+		{1, 77, 40, 16, 4, 8}, // the copy engine's boxes (Scan.TMA) with channels past E, and rows past T
 	} {
 		B, T, E, N, K, R := tc.B, tc.T, tc.E, tc.N, tc.K, tc.R
 		rows := B * T
@@ -446,7 +447,8 @@ type scanDTCase struct {
 // from dt_low (gpu.Scan.DTProducts), where it applies: with 3 TF32
 // products against float64 (the time step from the same dt_low, weights
 // and bias), and with 1 and 3 bit for bit against dt_proj's tensor-core
-// entry followed by the scan.
+// entry followed by the scan; and, where Scan.TMAApplies, with its tiles
+// through the copy engine bit for bit against its cp.async pieces.
 func checkScanDT(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, c scanDTCase) {
 	t.Helper()
 	B, T, E, N, R, rows, ld := c.B, c.T, c.E, c.N, c.R, c.B*c.T, c.R+2*c.N
@@ -463,11 +465,11 @@ func checkScanDT(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, c
 	}
 	wantY, wantS := scanRef(dt, c.dbl, c.A2, c.D, c.st0, c.xz, c.u, B, T, E, N, R)
 	for _, products := range []int{3, 1} {
-		run := func(fused bool) (y, st []float32) {
+		run := func(fused, tma bool) (y, st []float32) {
 			bdt, bst, by := poisoned(t, s, rows*E), upload(t, s, c.st0), poisoned(t, s, rows*E)
 			sc := gpuengine.Scan{DT: bdt.Ptr, A2: c.bA2.Ptr, DBL: c.bdbl.Ptr, LDD: ld, R: R, U: c.bu.Ptr, D: c.bD.Ptr,
 				Z: c.bxz.Offset(4 * E), LDZ: 2 * E, State: bst.Ptr, Y: by.Ptr, B: B, T: T, E: E, N: N, OnePass: 2,
-				Helpers: true}
+				Helpers: true, TMA: tma}
 			if fused {
 				sc.DTProducts, sc.DTW, sc.DTBias = products, bW.Ptr, bbias.Ptr
 				if !sc.FusedDTApplies() {
@@ -482,13 +484,19 @@ func checkScanDT(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, c
 			}
 			return download(t, s, by, rows*E), download(t, s, bst, B*E*N)
 		}
-		gotY, gotS := run(true)
+		gotY, gotS := run(true, false)
 		name := fmt.Sprintf("B%d T%d E%d R%d, the time step in the tiles, %d products", B, T, E, R, products)
 		if products == 3 {
 			checkScan(t, name, gotY, gotS, wantY, wantS)
 		}
-		if wy, ws := run(false); !slices.Equal(gotY, wy) || !slices.Equal(gotS, ws) {
+		if wy, ws := run(false, false); !slices.Equal(gotY, wy) || !slices.Equal(gotS, ws) {
 			t.Errorf("%s: y or the state differs from dt_proj then the scan", name)
+		}
+		probe.DTProducts, probe.U, probe.Z, probe.TMA = products, c.bu.Ptr, c.bxz.Offset(4*E), true
+		if probe.TMAApplies() {
+			if ty, ts := run(true, true); !slices.Equal(gotY, ty) || !slices.Equal(gotS, ts) {
+				t.Errorf("%s: y or the state differs with the tiles through the copy engine", name)
+			}
 		}
 	}
 }

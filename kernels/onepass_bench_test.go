@@ -330,36 +330,6 @@ func (in *scanBenchInputs) free() {
 	}
 }
 
-// setTMAMaps writes the tensor maps of an OP_TMA build of the one-pass scan
-// (scan_onepass.cu's op_tmaps) for these inputs at B=1: u and z in boxes of
-// 64 positions by 16 channels, B and C in boxes of 64 rows of 32 columns
-// from column R of x_proj's output.
-func (in *scanBenchInputs) setTMAMaps(b *testing.B, at cuda.Ptr) {
-	const tl, cb, ldd = 64, 16, scanBenchR + 2*scanBenchN
-	if in.B != 1 {
-		b.Fatalf("OP_TMA builds take one sequence, not %d", in.B)
-	}
-	var maps []byte
-	for _, m := range []struct {
-		dt                cuda.DType
-		p                 cuda.Ptr
-		cols, stride, box int
-	}{
-		{cuda.BF16, in.u.Ptr, in.E, in.E, cb},
-		{cuda.F32, in.xz.Offset(4 * in.E), in.E, 2 * in.E, cb},
-		{cuda.F32, in.dbl.Ptr, ldd, ldd, 2 * scanBenchN},
-	} {
-		tm, err := cuda.NewTensorMap2DPlain(m.dt, m.p, in.T, m.cols, m.stride, tl, m.box)
-		if err != nil {
-			b.Fatal(err)
-		}
-		maps = append(maps, tm[:]...)
-	}
-	if err := cuda.CopyIn(at, maps, in.s); err != nil {
-		b.Fatal(err)
-	}
-}
-
 // opEvents names scan_onepass.cu's OP_TIMELINE events, in its order.
 var opEvents = []string{"entry", "waited", "issued", "landed0", "dt0", "walk0", "walk1", "walkend", "outend", "dtend", "issued0", "dtw", "cready", "cwaited"}
 
@@ -375,7 +345,8 @@ var opEvents = []string{"entry", "waited", "issued", "landed0", "dt0", "walk0", 
 // the last outputs) of the scan go, the fixed part of its time.
 // TIMELINE_BUILDS, a comma-separated list of NVRTC options (e.g.
 // "-DOP_WS_BUF=3,-DOP_WS_WAIT=0"), adds builds beside the engine's; each
-// must give the engine's bits.
+// must give the engine's bits. The build "tma" is the engine's entry whose
+// tiles come through the copy engine (gpu.Scan.TMA).
 func BenchmarkOnePassTimeline(b *testing.B) {
 	d, _, s, src, timer := kernelBench(b, "scan_onepass.cu")
 	builds := []string{""}
@@ -386,12 +357,20 @@ func BenchmarkOnePassTimeline(b *testing.B) {
 		f        *cuda.Function
 		timeline cuda.Ptr
 		bytes    int
-		tmaps    cuda.Ptr // OP_TMA builds: op_tmaps, set for each shape's inputs (setTMAMaps)
+		tma      bool // the entry whose tiles come through the copy engine (gpu.Scan.TMA)
 	}
 	compiled := make([]build, len(builds))
 	for i, opts := range builds {
+		tma := opts == "tma"
+		if tma {
+			opts = ""
+		}
 		mod := loadSource(b, d, src, "scan_onepass.cu", append([]string{"-DOP_TIMELINE=1"}, strings.Fields(opts)...)...)
-		f, err := mod.Function("scan_onepass2wd_bf16")
+		entry := "scan_onepass2wd_bf16"
+		if tma {
+			entry = "scan_onepass2wdt_bf16"
+		}
+		f, err := mod.Function(entry)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -399,12 +378,7 @@ func BenchmarkOnePassTimeline(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		compiled[i] = build{f: f, timeline: timeline, bytes: bytes}
-		if strings.Contains(opts, "-DOP_TMA=1") {
-			if compiled[i].tmaps, _, err = mod.Global("op_tmaps"); err != nil {
-				b.Fatal(err)
-			}
-		}
+		compiled[i] = build{f: f, timeline: timeline, bytes: bytes, tma: tma}
 	}
 	events := len(opEvents)
 	for range b.N {
@@ -418,15 +392,12 @@ func BenchmarkOnePassTimeline(b *testing.B) {
 			var want []float32
 			for i, bl := range compiled {
 				sc := in.scan(2)
-				sc.Helpers, sc.DTProducts, sc.DTW, sc.DTBias = true, 1, in.W.Ptr, in.bias.Ptr
-				if !sc.FusedDTApplies() {
-					b.Fatalf("%s: the scan does not compute the time step here", sh.name)
+				sc.Helpers, sc.DTProducts, sc.DTW, sc.DTBias, sc.TMA = true, 1, in.W.Ptr, in.bias.Ptr, bl.tma
+				if !sc.FusedDTApplies() || bl.tma && !sc.TMAApplies() {
+					b.Fatalf("%s: the scan does not compute the time step here, or not through the copy engine", sh.name)
 				}
 				if blocks*events*8 > bl.bytes {
 					b.Fatalf("%s: %d blocks, op_timeline holds %d", sh.name, blocks, bl.bytes/(8*events))
-				}
-				if bl.tmaps != 0 {
-					in.setTMAMaps(b, bl.tmaps)
 				}
 				launch := func() error { return sc.Launch(func(string) *cuda.Function { return bl.f }, s) }
 				in.reset(b)

@@ -236,6 +236,15 @@ struct onepass_dtargs {
     int products;
 };
 
+// onepass_maps are the tensor maps of the entry whose copying warps take
+// u, z, B and C through the copy engine (scan_onepass2wdt_, TMA below): u
+// [T][E] and z [T][E] (row stride ldz) in boxes of TL positions by CB
+// channels, and x_proj's output [T][ldd] in boxes of TL rows of 2 OP_NS
+// columns from column R (B, then C). One sequence, d_state OP_NS.
+struct onepass_maps {
+    const tensor_map *u, *z, *bc;
+};
+
 // onepass_lowcopies is one copying thread's share of the copies of a
 // tile's dt_low rows, the first R columns of dbl (R a multiple of 8, at
 // most OP_RMAX), into rows of OP_DL floats, in 16-byte pieces; rows past T
@@ -409,23 +418,6 @@ struct onepass_bars {
 #ifndef OP_WS_NS
 #define OP_WS_NS 1000
 #endif
-// OP_TMA 1 (a probe; BenchmarkOnePassTimeline sets its maps) has the entry
-// whose warps specialize and compute the time step copy each tile's u, z,
-// B and C with three copy-engine boxes from one thread instead of 16-byte
-// cp.async pieces from every copying thread (dt_low stays on cp.async: its
-// rows of OP_DL floats keep the time step's loads free of bank conflicts,
-// and a box lands as dense rows). The boxes land in the slots' existing
-// layouts; rows past T and channels past E come in as zeros, as before. Is
-// tile 0's issue, 0.6 us after the wait with the pieces, shorter?
-// op_tmaps: u [T][E] (boxes of TL x CB), z [T][E] with row stride ldz (the
-// same), and x_proj's output [T][ldd] (boxes of TL x 32 at column R), one
-// sequence, d_state 16.
-#ifndef OP_TMA
-#define OP_TMA 0
-#endif
-#if OP_TMA
-extern "C" __device__ tensor_map op_tmaps[3];
-#endif
 // OP_WS_BUF, another: the ring's tiles in that entry (gpu.HelpersShared).
 // On the H200 (scan alone, bf16, BenchmarkOnePass at 78961a8): 130m B=1
 // T=2048 49.66 us with 3, 48.77 with 4, 50.66 with 2; T=8192 170.2, 167.3,
@@ -501,14 +493,15 @@ __device__ __forceinline__ void op_wait_idle(unsigned bar, unsigned parity) {
 // copies land, in place of dt_proj's kernel; dtv is then unused. (With the
 // copying warps computing it too, between their copies and outputs, those
 // warps became the walk's bottleneck: prefills 0.85x of the plain entry's.)
-template <int SPT, int TL, int BUF, int BCW, class Tv, bool SEG, bool WS, bool DTF>
+template <int SPT, int TL, int BUF, int BCW, class Tv, bool SEG, bool WS, bool DTF, bool TMA>
 __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, const float *__restrict__ A2,
                                              const float *__restrict__ dbl, int ldd, int R,
                                              const Tv *__restrict__ u, const float *__restrict__ Dskip,
                                              const float *__restrict__ z, int ldz, float *__restrict__ state,
                                              Tv *__restrict__ y, int T, int E, int N, const void *pf,
                                              long long pf_bytes, int pf_lead, int Ts, float *__restrict__ vpart,
-                                             int ldv, float *__restrict__ ends, float *cum, const onepass_dtargs dta) {
+                                             int ldv, float *__restrict__ ends, float *cum, const onepass_dtargs dta,
+                                             const onepass_maps maps) {
     constexpr int G = OP_NS / SPT;      // threads a channel
     constexpr int CB = OP_THREADS / G;  // channels a block
     // Positions computed together: their loads first, then their decays,
@@ -522,6 +515,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     static_assert(TL % (2 * BATCH) == 0 && OP_THREADS % CB == 0 && CB == 8 * SPT && BUF >= 2, "tile shapes");
     static_assert(!WS || (SPT == 2 && !SEG), "the warps specialize at 2 states a thread, walking once");
     static_assert(!DTF || WS, "the time step is computed by the warps that specialize");
+    static_assert(!TMA || DTF, "the copy engine's boxes serve the entry that computes the time step");
     if (threadIdx.x == 0) op_mark(OP_EV_ENTRY);
     extern __shared__ __align__(16) unsigned char op_smem[];
     unsigned smem;
@@ -565,20 +559,17 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     float *ct = cum + ((size_t)b * T + t0 + g) * E + c;
     onepass_copies<SPT, CB, TL, BCW, Tv> copies(dtv, u, z, ldz, dbl, ldd, R, b, T, t0, Tl, E, N, c0, tid);
     onepass_lowcopies<TL> lows(dbl, ldd, R, b, T, t0, tid);
-    constexpr bool TMA = OP_TMA && WS && DTF;  // u, z, B and C on the copy engine (OP_TMA)
     auto issue = [&](int k) {  // tile k into its slot of the ring; past the last tile an empty group
         if (k < tiles) {
             int j = k % BUF;
-            if constexpr (TMA) {
-#if OP_TMA
+            if constexpr (TMA) {  // one thread: three boxes, their bytes counted on the tile's barrier
                 if (tid == 0) {
                     const unsigned bar = bars.landed(j);
                     mbar_add_tx(bar, TL * CB * (sizeof(Tv) + 4) + TL * 2 * OP_NS * 4);
-                    tma_load(shared_addr(su[j]), &op_tmaps[0], bar, c0, k * TL);
-                    tma_load(shared_addr(sz[j]), &op_tmaps[1], bar, c0, k * TL);
-                    tma_load(shared_addr(sBC[j]), &op_tmaps[2], bar, R, k * TL);
+                    tma_load(shared_addr(su[j]), maps.u, bar, c0, k * TL);
+                    tma_load(shared_addr(sz[j]), maps.z, bar, c0, k * TL);
+                    tma_load(shared_addr(sBC[j]), maps.bc, bar, R, k * TL);
                 }
-#endif
             } else {
                 copies.template issue<!DTF>(shared_addr(sdt[j]), shared_addr(su[j]), shared_addr(sz[j]),
                                             shared_addr(sBC[j]), dtv, u, z, dbl, N, Tl, k * TL, tid);
@@ -618,7 +609,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     };
     if (TMA && (gridDim.y != 1 || N != OP_NS || ldd != R + 2 * OP_NS ||
                 (shared_addr(su[0]) | shared_addr(sz[0]) | shared_addr(sBC[0])) % 128))
-        __trap();  // OP_TMA: one sequence, d_state 16, B and C right after dt_low, aligned slots
+        __trap();  // the boxes: one sequence, d_state OP_NS, B and C right after dt_low, slots 128-byte aligned
     if (WS && threadIdx.x == 0) {
         for (int j = 0; j < BUF; j++) mbar_init(bars.full(j), OP_THREADS);
         for (int p = 0; p < SP; p++) mbar_init(bars.sums(p), OP_THREADS), mbar_init(bars.free(p), OP_THREADS);
@@ -832,11 +823,12 @@ struct onepass_config {
 #endif
 // B and C go in 16-byte pieces (4 SPT-byte ones interleaved) where dbl's
 // rows allow it, else in 4-byte ones.
-#define SCAN_ONEPASS_RUN(SPT, TL, BUF, T, SEG, WS, DTF, DTA)                                                 \
+#define SCAN_ONEPASS_RUN(SPT, TL, BUF, T, SEG, WS, DTF, DTA, TMA, MAPS)                                       \
     if (R % 4 == 0 && ldd % 4 == 0 && N % 4 == 0 && ((size_t)dbl & 15) == 0)                                 \
-        scan_onepass<SPT, TL, BUF, OP_BCI ? 4 * SPT : 16, T, SEG, WS, DTF>(SCAN_ONEPASS_ARGS, DTA);          \
+        scan_onepass<SPT, TL, BUF, OP_BCI ? 4 * SPT : 16, T, SEG, WS, DTF, TMA>(SCAN_ONEPASS_ARGS, DTA,       \
+                                                                                 MAPS);                        \
     else if constexpr (!DTF)                                                                                 \
-        scan_onepass<SPT, TL, BUF, 4, T, SEG, WS, DTF>(SCAN_ONEPASS_ARGS, DTA);                              \
+        scan_onepass<SPT, TL, BUF, 4, T, SEG, WS, DTF, false>(SCAN_ONEPASS_ARGS, DTA, MAPS);                  \
     else                                                                                                     \
         __trap() /* gpu.Scan runs the time step's entry only where dbl's rows allow 16-byte pieces */
 
@@ -873,22 +865,33 @@ struct onepass_config {
     dt, A2, dbl, ldd, R, u, Dskip, z, ldz, state, y, T_, E, N, pf, pf_bytes, pf_lead, Ts, vpart, ldv, ends, cum
 #define SCAN_ONEPASS(sfx, T)                                                                                   \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
-        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, onepass_config<2>::BUF, T, false, false, false, {});        \
+        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, onepass_config<2>::BUF, T, false, false, false, {}, false,   \
+                         {});                                                                                  \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass4_##sfx(SCAN_ONEPASS_PARAMS(T)) {     \
-        SCAN_ONEPASS_RUN(4, onepass_config<4>::TL, onepass_config<4>::BUF, T, false, false, false, {});        \
+        SCAN_ONEPASS_RUN(4, onepass_config<4>::TL, onepass_config<4>::BUF, T, false, false, false, {}, false,   \
+                         {});                                                                                  \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(OP_THREADS) scan_onepass2s_##sfx(SCAN_ONEPASS_PARAMS(T)) {    \
-        SCAN_ONEPASS_RUN(2, OP_TLS, OP_BUFS, T, true, false, false, {});                                       \
+        SCAN_ONEPASS_RUN(2, OP_TLS, OP_BUFS, T, true, false, false, {}, false, {});                            \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(2 * OP_THREADS, 1) scan_onepass2w_##sfx(SCAN_ONEPASS_PARAMS(T)) { \
-        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, OP_WS_BUF, T, false, true, false, {});                      \
+        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, OP_WS_BUF, T, false, true, false, {}, false, {});           \
     }                                                                                                          \
     extern "C" __global__ void __launch_bounds__(3 * OP_THREADS, 1)                                            \
         scan_onepass2wd_##sfx(SCAN_ONEPASS_PARAMS(T), const float *__restrict__ Wdt,                           \
                               const float *__restrict__ dtb, int products) {                                   \
         SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, OP_WS_BUF, T, false, true, true,                            \
-                         (onepass_dtargs{Wdt, dtb, products}));                                                \
+                         (onepass_dtargs{Wdt, dtb, products}), false, {});                                     \
+    }                                                                                                          \
+    /* scan_onepass2wd_ with u, z, B and C through the copy engine (onepass_maps; the maps first, */          \
+    /* so that their 64-byte alignment holds in the parameter buffer) */                                       \
+    extern "C" __global__ void __launch_bounds__(3 * OP_THREADS, 1) scan_onepass2wdt_##sfx(                    \
+        const __grid_constant__ tensor_map umap, const __grid_constant__ tensor_map zmap,                      \
+        const __grid_constant__ tensor_map bcmap, SCAN_ONEPASS_PARAMS(T), const float *__restrict__ Wdt,       \
+        const float *__restrict__ dtb, int products) {                                                         \
+        SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, OP_WS_BUF, T, false, true, true,                            \
+                         (onepass_dtargs{Wdt, dtb, products}), true, (onepass_maps{&umap, &zmap, &bcmap}));    \
     }
 EACH_DTYPE(SCAN_ONEPASS)
 

@@ -64,6 +64,11 @@
 #   residual: Engine.ResidualPrefetch (the scan asks L2 for the residual
 #             rows out_proj adds into): the tests with it, memcheck, then
 #             bf16 prefills with it off and on (BenchmarkResidualPrefetch);
+#   scantma:  Engine.ScanTMA (the B=1 scan's tiles through the copy engine):
+#             racecheck over the scan kernels' tests (TestConvAndScanKernels
+#             compares the two entries bit for bit), the engine's tests,
+#             memcheck, bf16 prefills off and on (BenchmarkScanTMA), then
+#             the scan's timeline with both entries;
 #   timeline: the one-pass scan's stages timed from inside the kernel
 #             (%globaltimer in an OP_TIMELINE build; BenchmarkOnePassTimeline);
 #   tilecopy: how long a scan block's first tile takes to land from L2
@@ -379,6 +384,14 @@ fi
 if [[ $mode == pdl ]]; then
   echo "== the prefill's kernels under programmatic dependent launch (Engine.PrefillPDL)"
   setting_ab pdl PDL PrefillPDL pdl
+  exit $status
+fi
+if [[ $mode == scantma ]]; then
+  echo "== Engine.ScanTMA: the scan's u, z, B and C tiles through the copy engine (scan_onepass2wdt_)"
+  sanitizer racecheck racecheck_scantma 240 .carry/kernels.test 'ConvAndScan'
+  setting_ab scantma scantma ScanTMA scantma
+  echo "== the scan's stages, the engine's entry beside the copy engine's (BenchmarkOnePassTimeline, bits compared)"
+  TIMELINE_BUILDS=tma bench_log scantma_timeline 200 .carry/kernels.test OnePassTimeline "timeline "
   exit $status
 fi
 if [[ $mode == embednorm ]]; then

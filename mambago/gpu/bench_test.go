@@ -455,6 +455,15 @@ func BenchmarkEmbedNorm(b *testing.B) {
 	compareSettings(b, "embednorm", shapes, func(e *gpu.Engine, on bool) { e.EmbedNorm = on })
 }
 
+// BenchmarkScanTMA times bf16 prefills with Engine.ScanTMA off and on
+// (compareSettings) at the 130m and 370m shapes at B=1, T=2048 and 8192,
+// where the scan's tiles come through the copy engine with it on.
+func BenchmarkScanTMA(b *testing.B) {
+	shapes := []benchShape{shape("130m", 1, 2048), shape("130m", 1, 8192), shape("370m", 1, 2048),
+		shape("370m", 1, 8192)}
+	compareSettings(b, "scantma", shapes, func(e *gpu.Engine, on bool) { e.ScanTMA = on })
+}
+
 // BenchmarkInPlaceReplays times bf16 prefills with Engine.InPlaceReplays
 // off (ids and output copied through the graph's own buffers) and on
 // (compareSettings), at the 130m and 370m shapes at B=1, T=2048 and 8192;

@@ -93,6 +93,14 @@ type Engine struct {
 	// B=1 T=2048 1.052x, T=8192 1.044x, T=512 1.063x, 370m 1.063x. Set it
 	// before capturing graphs.
 	ScanDTProj bool
+	// ScanTMA, with ScanDTProj, has the scan's copying warps take each
+	// tile's u, z, B and C as three copy-engine (TMA) boxes from one
+	// thread, where that applies (Scan.TMAApplies: B=1, d_state 16). Same
+	// bits. Off by default: in the scan alone (BenchmarkOnePassTimeline,
+	// bench/results/2026-12-02-scanstart.md) its walk ended 1.2-1.3 µs
+	// sooner at every shape; not yet measured in a prefill. Set it before
+	// capturing graphs.
+	ScanTMA bool
 	// DTProjTensorCores runs dt_proj on the tensor cores as 3xTF32
 	// (DTProj.TensorCores). New turns it on for sm_80 and later.
 	DTProjTensorCores bool

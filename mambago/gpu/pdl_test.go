@@ -24,7 +24,9 @@ import (
 // changes nothing else; for Engine.MemsetKernels, HoistMemsets and FoldMemsets, that
 // the graphs' edited memsets and edges keep every kernel's inputs ready;
 // for Engine.EmbedNorm, that the first RMSNorm's lookup writes the
-// embedding kernel's residual stream. Fresh random inputs each run;
+// embedding kernel's residual stream; for Engine.ScanTMA, that the scan's
+// tiles through the copy engine are its cp.async pieces (the bf16 case at
+// B=1 runs them, rows past T included). Fresh random inputs each run;
 // outputs start as NaN.
 func TestPrefillSettingsMatch(t *testing.T) {
 	gputest.Need(t)
@@ -47,6 +49,7 @@ func TestPrefillSettingsMatch(t *testing.T) {
 		{"folds", func(e *gpu.Engine, on bool) { e.MemsetKernels, e.HoistMemsets, e.FoldMemsets = on, on, on }},
 		{"embednorm", func(e *gpu.Engine, on bool) { e.EmbedNorm = on }},
 		{"poison", func(e *gpu.Engine, on bool) { e.PoisonOutputs = on }},
+		{"scantma", func(e *gpu.Engine, on bool) { e.ScanTMA = on }},
 	}
 	for _, tc := range []struct {
 		name string

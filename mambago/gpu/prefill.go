@@ -393,7 +393,7 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr, pad p
 		Segments: e.scanSegments(B, n, E, spt), V: ws.xz.Ptr, LDV: 2 * E, SMs: e.dev.SMs, // xz's x half: the conv has read it
 		Prefetch: e.residualRows(rows, lastOnly), PrefetchLead: scanPrefetchLead}
 	if e.ScanDTProj && e.DTProjTensorCores && e.helpersFit(true) && pad.rows == 0 { // the time step in the scan's tiles (dt_proj's products)
-		scan.DTW, scan.DTBias, scan.DTProducts = g.dtProj, g.dtBias, 3
+		scan.DTW, scan.DTBias, scan.DTProducts, scan.TMA = g.dtProj, g.dtBias, 3, e.ScanTMA
 		if e.DTProjOneTF32Product {
 			scan.DTProducts = 1
 		}

@@ -70,6 +70,37 @@ type Scan struct {
 	// in place of dt_proj's kernel; DT is then unused. 0 reads DT.
 	DTProducts  int
 	DTW, DTBias cuda.Ptr
+	// TMA has the entry that computes the time step copy each tile's u, z,
+	// B and C as three copy-engine boxes from one thread (its dt_low stays
+	// on cp.async), where TMAApplies (Engine.ScanTMA): scan_onepass2wdt_.
+	// Same bits.
+	TMA bool
+}
+
+// TMAApplies reports whether s's tiles come through the copy engine (TMA):
+// where it computes the time step (FusedDTApplies), at B=1, with d_state
+// 16 and B and C right after dt_low in DBL's rows, and every row of U and
+// Z 16-byte aligned.
+func (s Scan) TMAApplies() bool {
+	return s.TMA && s.FusedDTApplies() && s.B == 1 && s.N == scanStates && s.LDD == s.R+2*scanStates &&
+		s.U%16 == 0 && s.Z%16 == 0 && s.E*s.DType.Size()%16 == 0 && s.LDZ%4 == 0
+}
+
+// tmaMaps returns the tensor maps of scan_onepass2wdt_ (kernels/scan_onepass.cu,
+// onepass_maps): u and z in boxes of 64 positions by 16 channels, and B and
+// C as boxes of 64 rows of 32 columns of DBL.
+func (s Scan) tmaMaps() (u, z, bc cuda.TensorMap, err error) {
+	const rows, channels = 64, onePassThreads * 2 / scanStates
+	if u, err = cuda.NewTensorMap2DPlain(s.DType, s.U, s.T, s.E, s.E, rows, channels); err != nil {
+		return u, z, bc, fmt.Errorf("gpu: the scan's map of u: %w", err)
+	}
+	if z, err = cuda.NewTensorMap2DPlain(cuda.F32, s.Z, s.T, s.E, s.LDZ, rows, channels); err != nil {
+		return u, z, bc, fmt.Errorf("gpu: the scan's map of z: %w", err)
+	}
+	if bc, err = cuda.NewTensorMap2DPlain(cuda.F32, s.DBL, s.T, s.LDD, s.LDD, rows, 2*scanStates); err != nil {
+		return u, z, bc, fmt.Errorf("gpu: the scan's map of B and C: %w", err)
+	}
+	return u, z, bc, nil
 }
 
 // FusedDTApplies reports whether s computes the time step itself
@@ -346,6 +377,9 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 			if dtf { // and as many more that compute the time step
 				threads += onePassThreads
 			}
+			if dtf && s.TMAApplies() {
+				name = "scan_onepass2wdt_" + s.DType.Suffix()
+			}
 		}
 		if s.SharedBytes > 0 {
 			shared = s.SharedBytes
@@ -356,7 +390,15 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 		}
 		ends := s.Scratch
 		cb := onePassThreads * s.OnePass / scanStates
-		args := append(make([]any, 0, 25), s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, s.State, s.Y, s.T, s.E,
+		args := make([]any, 0, 28)
+		if dtf && s.TMAApplies() { // the maps first (scan_onepass2wdt_)
+			u, z, bc, err := s.tmaMaps()
+			if err != nil {
+				return err
+			}
+			args = append(args, u, z, bc)
+		}
+		args = append(args, s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, s.State, s.Y, s.T, s.E,
 			s.N, s.Prefetch.P, int64(s.Prefetch.Bytes), s.PrefetchLead, Ts, s.V, s.LDV, ends, s.DT)
 		if dtf {
 			args = append(args, s.DTW, s.DTBias, s.DTProducts)

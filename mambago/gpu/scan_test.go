@@ -34,6 +34,40 @@ func TestOnePassStates(t *testing.T) {
 	}
 }
 
+// TestScanTMAApplies pins, without a GPU, where the scan's tiles come
+// through the copy engine (Scan.TMA): the engine's bf16 scan at B=1 of the
+// 130m and 370m shapes as the prefill lays it out, not at B=8, nor with
+// d_state 8, nor without the time step in the scan's tiles.
+func TestScanTMAApplies(t *testing.T) {
+	const ptr = cuda.Ptr(1 << 20) // any 16-byte-aligned address
+	scan := func(B, E, R, N, products int) Scan {
+		return Scan{DBL: ptr, LDD: R + 2*N, R: R, U: ptr, Z: ptr + cuda.Ptr(4*E), LDZ: 2 * E, B: B, T: 2048, E: E, N: N,
+			DType: cuda.BF16, OnePass: OnePassStates(B, E, 132), Helpers: true, SMs: 132, DTProducts: products, TMA: true}
+	}
+	for _, c := range []struct {
+		name string
+		s    Scan
+		want bool
+	}{
+		{"130m B=1", scan(1, 1536, 48, 16, 1), true},
+		{"370m B=1", scan(1, 2048, 64, 16, 1), true},
+		{"130m B=1, f16's three products", scan(1, 1536, 48, 16, 3), true},
+		{"130m B=8", scan(8, 1536, 48, 16, 1), false},
+		{"130m B=1, d_state 8", scan(1, 1536, 48, 8, 1), false},
+		{"130m B=1, dt_proj's own kernel", scan(1, 1536, 48, 16, 0), false},
+		{"1.4b B=1 (dt_rank 128)", scan(1, 4096, 128, 16, 1), false},
+	} {
+		if got := c.s.TMAApplies(); got != c.want {
+			t.Errorf("%s: TMAApplies = %v, want %v", c.name, got, c.want)
+		}
+		off := c.s
+		off.TMA = false
+		if off.TMAApplies() {
+			t.Errorf("%s: applies with TMA off", c.name)
+		}
+	}
+}
+
 // TestWantedKernelsAreEntries checks, without a GPU, that every kernel the
 // engine looks up is an entry of some source in kernels/ (loadKernels
 // fails otherwise).
