@@ -515,7 +515,8 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     static_assert(TL % (2 * BATCH) == 0 && OP_THREADS % CB == 0 && CB == 8 * SPT && BUF >= 2, "tile shapes");
     static_assert(!WS || (SPT == 2 && !SEG), "the warps specialize at 2 states a thread, walking once");
     static_assert(!DTF || WS, "the time step is computed by the warps that specialize");
-    static_assert(!TMA || DTF, "the copy engine's boxes serve the entry that computes the time step");
+    static_assert(!TMA || (DTF && !OP_BCI), "the copy engine's boxes serve the entry that computes the time step, "
+                                            "with B and C in plain rows");
     if (threadIdx.x == 0) op_mark(OP_EV_ENTRY);
     extern __shared__ __align__(16) unsigned char op_smem[];
     unsigned smem;
