@@ -160,8 +160,8 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 		if err := fns[segmentKernel(dt)].SetMaxDynamicShared(segmentShared(dt.Size())); err != nil {
 			return nil, mods, err
 		}
-		for _, dtf := range []bool{false, true} {
-			if err := allow(helpersKernel(dt, dtf), helpersShared(dt.Size(), dtf), dev.Major >= 9); err != nil {
+		for _, e := range []struct{ dtf, tma bool }{{false, false}, {true, false}, {true, true}} {
+			if err := allow(helpersKernel(dt, e.dtf, e.tma), helpersShared(dt.Size(), e.dtf), dev.Major >= 9); err != nil {
 				return nil, mods, err
 			}
 		}

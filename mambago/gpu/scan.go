@@ -269,10 +269,14 @@ func OnePassSegments(B, T, E, spt, sms int) int {
 const onePassThreads = 128
 
 // helpersKernel names the one-pass entry whose warps specialize (at 2
-// states a thread) for storage type dt, and with dtf the one that computes
-// the time step too.
-func helpersKernel(dt cuda.DType, dtf bool) string {
-	if dtf {
+// states a thread) for storage type dt, with dtf the one that computes the
+// time step too, and with tma as well that one's entry whose tiles come
+// through the copy engine (Scan.TMA).
+func helpersKernel(dt cuda.DType, dtf, tma bool) string {
+	switch {
+	case dtf && tma:
+		return "scan_onepass2wdt_" + dt.Suffix()
+	case dtf:
 		return "scan_onepass2wd_" + dt.Suffix()
 	}
 	return "scan_onepass2w_" + dt.Suffix()
@@ -367,18 +371,15 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 	if s.OnePassApplies() {
 		Ts, S := s.segments()
 		name, shared := onePassKernel(s.OnePass, s.DType), onePassShared(s.OnePass, s.DType.Size())
-		threads, dtf := onePassThreads, false
+		threads, dtf, tma := onePassThreads, false, false
 		switch {
 		case S > 1:
 			name, shared = segmentKernel(s.DType), segmentShared(s.DType.Size())
 		case s.WarpsApply():
-			dtf = s.FusedDTApplies()
-			name, shared, threads = helpersKernel(s.DType, dtf), helpersShared(s.DType.Size(), dtf), 2*onePassThreads
+			dtf, tma = s.FusedDTApplies(), s.TMAApplies()
+			name, shared, threads = helpersKernel(s.DType, dtf, tma), helpersShared(s.DType.Size(), dtf), 2*onePassThreads
 			if dtf { // and as many more that compute the time step
 				threads += onePassThreads
-			}
-			if dtf && s.TMAApplies() {
-				name = "scan_onepass2wdt_" + s.DType.Suffix()
 			}
 		}
 		if s.SharedBytes > 0 {
@@ -391,7 +392,7 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 		ends := s.Scratch
 		cb := onePassThreads * s.OnePass / scanStates
 		args := make([]any, 0, 28)
-		if dtf && s.TMAApplies() { // the maps first (scan_onepass2wdt_)
+		if tma { // the maps first
 			u, z, bc, err := s.tmaMaps()
 			if err != nil {
 				return err
