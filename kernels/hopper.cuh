@@ -67,6 +67,10 @@ __device__ __forceinline__ void tma_load(unsigned dst, const tensor_map *map, un
         "l"(map), "r"(bar), "r"(x), "r"(y)
         : "memory");
 }
+// fence_proxy_async orders this thread's earlier writes to shared memory
+// before later copy-engine (async proxy) accesses to it that a barrier
+// orders after them: a slot written in place, then refilled by tma_load.
+__device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 // mbar_add_tx adds bytes to the copies the current phase of bar waits for,
 // without arriving (mbar_expect_tx arrives too).
 __device__ __forceinline__ void mbar_add_tx(unsigned bar, unsigned bytes) {
@@ -87,6 +91,7 @@ __device__ __forceinline__ void mbar_arrive_copies(unsigned) { __trap(); }
 __device__ __forceinline__ void bar_sync_named(unsigned, unsigned) { __trap(); }
 __device__ __forceinline__ void tma_load(unsigned, const tensor_map *, unsigned, int, int) { __trap(); }
 __device__ __forceinline__ void mbar_add_tx(unsigned, unsigned) { __trap(); }
+__device__ __forceinline__ void fence_proxy_async() { __trap(); }
 #endif
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -221,10 +221,11 @@ __host__ __device__ constexpr int onepass_shared(int SPT, int TL, int BUF, int T
 // (SCAN_ONEPASS_RUN's WS): OP_WS_SP - 1 more tiles of partial sums, then
 // the ring's mbarriers and two for each tile of partial sums
 // (onepass_bars); with DTF, BUF more mbarriers, then (at a multiple of 16
-// bytes) a ring of BUF tiles of dt_low rows. gpu.Scan computes the same
-// (HelpersShared).
+// bytes) a ring of BUF tiles of dt_low rows, at a multiple of 128 bytes
+// (where the copy engine writes them, TMA below). gpu.Scan computes the
+// same (HelpersShared).
 __host__ __device__ constexpr int onepass_ws_shared(int SPT, int TL, int BUF, int TV, bool DTF) {
-    return DTF ? (onepass_ws_shared(SPT, TL, BUF, TV, false) + 8 * BUF + 15) / 16 * 16 + BUF * TL * OP_DL * 4
+    return DTF ? (onepass_ws_shared(SPT, TL, BUF, TV, false) + 8 * BUF + 127) / 128 * 128 + BUF * TL * OP_DL * 4
                : onepass_shared(SPT, TL, BUF, TV) + (OP_WS_SP - 1) * TL * onepass_pst(SPT) * 4 +
                      8 * (BUF + 2 * OP_WS_SP);
 }
@@ -237,12 +238,14 @@ struct onepass_dtargs {
 };
 
 // onepass_maps are the tensor maps of the entry whose copying warps take
-// u, z, B and C through the copy engine (scan_onepass2wdt_, TMA below): u
+// every tile through the copy engine (scan_onepass2wdt_, TMA below): u
 // [T][E] and z [T][E] (row stride ldz) in boxes of TL positions by CB
-// channels, and x_proj's output [T][ldd] in boxes of TL rows of 2 OP_NS
-// columns from column R (B, then C). One sequence, d_state OP_NS.
+// channels, and x_proj's output [T][ldd] twice: in boxes of TL rows of 2
+// OP_NS columns from column R (B, then C), and of TL rows of OP_DL columns
+// from column 0 (dt_low, in sL's rows as they are: the columns past R are
+// never read, those past ldd come as zeros). One sequence, d_state OP_NS.
 struct onepass_maps {
-    const tensor_map *u, *z, *bc;
+    const tensor_map *u, *z, *bc, *low;
 };
 
 // onepass_lowcopies is one copying thread's share of the copies of a
@@ -563,10 +566,11 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     auto issue = [&](int k) {  // tile k into its slot of the ring; past the last tile an empty group
         if (k < tiles) {
             int j = k % BUF;
-            if constexpr (TMA) {  // one thread: three boxes, their bytes counted on the tile's barrier
+            if constexpr (TMA) {  // one thread: four boxes, their bytes counted on the tile's barrier
                 if (tid == 0) {
                     const unsigned bar = bars.landed(j);
-                    mbar_add_tx(bar, TL * CB * (sizeof(Tv) + 4) + TL * 2 * OP_NS * 4);
+                    mbar_add_tx(bar, TL * CB * (sizeof(Tv) + 4) + TL * 2 * OP_NS * 4 + TL * OP_DL * 4);
+                    tma_load(shared_addr(sL[j]), maps.low, bar, 0, k * TL);
                     tma_load(shared_addr(su[j]), maps.u, bar, c0, k * TL);
                     tma_load(shared_addr(sz[j]), maps.z, bar, c0, k * TL);
                     tma_load(shared_addr(sBC[j]), maps.bc, bar, R, k * TL);
@@ -574,8 +578,8 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
             } else {
                 copies.template issue<!DTF>(shared_addr(sdt[j]), shared_addr(su[j]), shared_addr(sz[j]),
                                             shared_addr(sBC[j]), dtv, u, z, dbl, N, Tl, k * TL, tid);
+                if (DTF) lows.issue(shared_addr(sL[j]), dbl, Tl, k * TL);
             }
-            if (DTF) lows.issue(shared_addr(sL[j]), dbl, Tl, k * TL);
             if (WS) mbar_arrive_copies(DTF ? bars.landed(j) : bars.full(j));
         }
         if (!WS) cp_async_commit();
@@ -609,7 +613,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         if (SEG) vt += (size_t)TL * ldv, ct += (size_t)TL * E;
     };
     if (TMA && (gridDim.y != 1 || N != OP_NS || ldd != R + 2 * OP_NS ||
-                (shared_addr(su[0]) | shared_addr(sz[0]) | shared_addr(sBC[0])) % 128))
+                (shared_addr(su[0]) | shared_addr(sz[0]) | shared_addr(sBC[0]) | shared_addr(sL[0])) % 128))
         __trap();  // the boxes: one sequence, d_state OP_NS, B and C right after dt_low, slots 128-byte aligned
     if (WS && threadIdx.x == 0) {
         for (int j = 0; j < BUF; j++) mbar_init(bars.full(j), OP_THREADS);
@@ -640,6 +644,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
                 op_wait_idle(bars.landed(j), k / BUF % 2);  // (and the walk is done with slot j's last tile)
                 if (k == 0 && threadIdx.x == 2 * OP_THREADS) op_mark(OP_EV_LANDED0);
                 dtw.template tile<TL>(sL[j], su[j], k * TL, Tl, c0, E, tid);
+                if (TMA) fence_proxy_async();  // the pairs written over dt_low, before the copy engine refills slot j
                 mbar_arrive(bars.full(j));
                 if (k == 0 && threadIdx.x == 2 * OP_THREADS) op_mark(OP_EV_DT0);
             }
@@ -647,7 +652,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         }
     }
     if (copier) {  // the copies and the outputs
-        const unsigned ready = (TMA ? 0u : copies.fold()) ^ (DTF ? lows.fold() : 0u);
+        const unsigned ready = TMA ? 0u : copies.fold() ^ (DTF ? lows.fold() : 0u);
         if (OP_TIMELINE && threadIdx.x == OP_THREADS) op_mark_after(OP_EV_CREADY, ready);
         pdl_wait_after(ready);
         if (threadIdx.x == OP_THREADS) op_mark(OP_EV_CWAITED);
@@ -885,14 +890,15 @@ struct onepass_config {
         SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, OP_WS_BUF, T, false, true, true,                            \
                          (onepass_dtargs{Wdt, dtb, products}), false, {});                                     \
     }                                                                                                          \
-    /* scan_onepass2wd_ with u, z, B and C through the copy engine (onepass_maps; the maps first, */          \
+    /* scan_onepass2wd_ with every tile through the copy engine (onepass_maps; the maps first,    */          \
     /* so that their 64-byte alignment holds in the parameter buffer) */                                       \
     extern "C" __global__ void __launch_bounds__(3 * OP_THREADS, 1) scan_onepass2wdt_##sfx(                    \
         const __grid_constant__ tensor_map umap, const __grid_constant__ tensor_map zmap,                      \
-        const __grid_constant__ tensor_map bcmap, SCAN_ONEPASS_PARAMS(T), const float *__restrict__ Wdt,       \
-        const float *__restrict__ dtb, int products) {                                                         \
+        const __grid_constant__ tensor_map bcmap, const __grid_constant__ tensor_map lowmap,                    \
+        SCAN_ONEPASS_PARAMS(T), const float *__restrict__ Wdt, const float *__restrict__ dtb, int products) {   \
         SCAN_ONEPASS_RUN(2, onepass_config<2>::TL, OP_WS_BUF, T, false, true, true,                            \
-                         (onepass_dtargs{Wdt, dtb, products}), true, (onepass_maps{&umap, &zmap, &bcmap}));    \
+                         (onepass_dtargs{Wdt, dtb, products}), true,                                           \
+                         (onepass_maps{&umap, &zmap, &bcmap, &lowmap}));                                       \
     }
 EACH_DTYPE(SCAN_ONEPASS)
 

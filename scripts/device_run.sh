@@ -387,7 +387,7 @@ if [[ $mode == pdl ]]; then
   exit $status
 fi
 if [[ $mode == scantma ]]; then
-  echo "== Engine.ScanTMA: the scan's u, z, B and C tiles through the copy engine (scan_onepass2wdt_)"
+  echo "== Engine.ScanTMA: the scan's dt_low, u, z, B and C tiles through the copy engine (scan_onepass2wdt_)"
   sanitizer racecheck racecheck_scantma 240 .carry/kernels.test 'ConvAndScan'
   setting_ab scantma scantma ScanTMA scantma
   echo "== the scan's stages, the engine's entry beside the copy engine's (BenchmarkOnePassTimeline, bits compared)"

@@ -94,11 +94,12 @@ type Engine struct {
 	// before capturing graphs.
 	ScanDTProj bool
 	// ScanTMA, with ScanDTProj, has the scan's copying warps take each
-	// tile's u, z, B and C as three copy-engine (TMA) boxes from one
-	// thread, where that applies (Scan.TMAApplies: B=1, d_state 16). Same
-	// bits. Off by default: in the scan alone (BenchmarkOnePassTimeline,
-	// bench/results/2026-12-02-scanstart.md) its walk ended 1.2-1.3 µs
-	// sooner at every shape; not yet measured in a prefill. Set it before
+	// tile's dt_low, u, z, B and C as four copy-engine (TMA) boxes from
+	// one thread, where that applies (Scan.TMAApplies: B=1, d_state 16).
+	// Same bits. Off by default: with three boxes (dt_low on cp.async)
+	// prefills ran 1.3-2.2% faster, but the 130m T=8192 gained more than
+	// T=2048, which widened that shape's window by 0.8 points
+	// (bench/results/2026-12-02-scantma-b576541.md). Set it before
 	// capturing graphs.
 	ScanTMA bool
 	// DTProjTensorCores runs dt_proj on the tensor cores as 3xTF32

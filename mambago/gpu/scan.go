@@ -70,10 +70,9 @@ type Scan struct {
 	// in place of dt_proj's kernel; DT is then unused. 0 reads DT.
 	DTProducts  int
 	DTW, DTBias cuda.Ptr
-	// TMA has the entry that computes the time step copy each tile's u, z,
-	// B and C as three copy-engine boxes from one thread (its dt_low stays
-	// on cp.async), where TMAApplies (Engine.ScanTMA): scan_onepass2wdt_.
-	// Same bits.
+	// TMA has the entry that computes the time step copy each tile's
+	// dt_low, u, z, B and C as four copy-engine boxes from one thread,
+	// where TMAApplies (Engine.ScanTMA): scan_onepass2wdt_. Same bits.
 	TMA bool
 }
 
@@ -87,20 +86,29 @@ func (s Scan) TMAApplies() bool {
 }
 
 // tmaMaps returns the tensor maps of scan_onepass2wdt_ (kernels/scan_onepass.cu,
-// onepass_maps): u and z in boxes of 64 positions by 16 channels, and B and
-// C as boxes of 64 rows of 32 columns of DBL.
-func (s Scan) tmaMaps() (u, z, bc cuda.TensorMap, err error) {
+// onepass_maps), in its parameters' order: u and z in boxes of 64 positions
+// by 16 channels, then DBL in boxes of 64 rows of 32 columns (B and C) and
+// of 64 rows of onePassDL columns (dt_low, as the scan's rows hold it).
+func (s Scan) tmaMaps() ([4]cuda.TensorMap, error) {
 	const rows, channels = 64, onePassThreads * 2 / scanStates
-	if u, err = cuda.NewTensorMap2DPlain(s.DType, s.U, s.T, s.E, s.E, rows, channels); err != nil {
-		return u, z, bc, fmt.Errorf("gpu: the scan's map of u: %w", err)
+	var maps [4]cuda.TensorMap
+	for i, m := range []struct {
+		what            string
+		dt              cuda.DType
+		p               cuda.Ptr
+		cols, ld, boxCs int
+	}{
+		{"u", s.DType, s.U, s.E, s.E, channels},
+		{"z", cuda.F32, s.Z, s.E, s.LDZ, channels},
+		{"B and C", cuda.F32, s.DBL, s.LDD, s.LDD, 2 * scanStates},
+		{"dt_low", cuda.F32, s.DBL, s.LDD, s.LDD, onePassDL},
+	} {
+		var err error
+		if maps[i], err = cuda.NewTensorMap2DPlain(m.dt, m.p, s.T, m.cols, m.ld, rows, m.boxCs); err != nil {
+			return maps, fmt.Errorf("gpu: the scan's map of %s: %w", m.what, err)
+		}
 	}
-	if z, err = cuda.NewTensorMap2DPlain(cuda.F32, s.Z, s.T, s.E, s.LDZ, rows, channels); err != nil {
-		return u, z, bc, fmt.Errorf("gpu: the scan's map of z: %w", err)
-	}
-	if bc, err = cuda.NewTensorMap2DPlain(cuda.F32, s.DBL, s.T, s.LDD, s.LDD, rows, 2*scanStates); err != nil {
-		return u, z, bc, fmt.Errorf("gpu: the scan's map of B and C: %w", err)
-	}
-	return u, z, bc, nil
+	return maps, nil
 }
 
 // FusedDTApplies reports whether s computes the time step itself
@@ -297,14 +305,14 @@ const helpersRing, helpersSums = 4, 2
 // for either: the engine's, helpersRing and helpersSums):
 // OnePassShared's (one tile of partial sums), sums - 1 more, and ring +
 // 2·sums mbarriers; with dtf (Scan.DTProducts) ring more mbarriers and,
-// from a multiple of 16 bytes, ring tiles of dt_low rows (64 rows of
+// from a multiple of 128 bytes, ring tiles of dt_low rows (64 rows of
 // onePassDL floats). A build with another ring or tiles of partial sums
 // (OP_WS_BUF, OP_WS_SP) is launched with Scan.SharedBytes set to it.
 func HelpersShared(ring, sums, size int, dtf bool) int {
 	ring, sums = cmp.Or(ring, helpersRing), cmp.Or(sums, helpersSums)
 	n := OnePassShared(2, 64, ring, size) + (sums-1)*64*(onePassThreads+16)*4 + 8*(ring+2*sums)
 	if dtf {
-		n = (n+8*ring+15)/16*16 + ring*64*onePassDL*4
+		n = (n+8*ring+127)/128*128 + ring*64*onePassDL*4
 	}
 	return n
 }
@@ -393,11 +401,11 @@ func (s Scan) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error 
 		cb := onePassThreads * s.OnePass / scanStates
 		args := make([]any, 0, 28)
 		if tma { // the maps first
-			u, z, bc, err := s.tmaMaps()
+			maps, err := s.tmaMaps()
 			if err != nil {
 				return err
 			}
-			args = append(args, u, z, bc)
+			args = append(args, maps[0], maps[1], maps[2], maps[3])
 		}
 		args = append(args, s.DT, s.A2, s.DBL, s.LDD, s.R, s.U, s.D, s.Z, s.LDZ, s.State, s.Y, s.T, s.E,
 			s.N, s.Prefetch.P, int64(s.Prefetch.Bytes), s.PrefetchLead, Ts, s.V, s.LDV, ends, s.DT)
