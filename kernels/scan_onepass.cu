@@ -652,6 +652,8 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         }
     }
     if (copier) {  // the copies and the outputs
+        if (TMA && tid == 0)  // the maps' descriptors, before the wait: tile 0's boxes then go at once
+            tma_prefetch(maps.low), tma_prefetch(maps.u), tma_prefetch(maps.z), tma_prefetch(maps.bc);
         const unsigned ready = TMA ? 0u : copies.fold() ^ (DTF ? lows.fold() : 0u);
         if (OP_TIMELINE && threadIdx.x == OP_THREADS) op_mark_after(OP_EV_CREADY, ready);
         pdl_wait_after(ready);
