@@ -428,12 +428,6 @@ struct onepass_bars {
 #ifndef OP_WS_BUF
 #define OP_WS_BUF 4
 #endif
-// OP_DTWARM (a probe): the time-step warps run their tile's code once
-// before their wait, on scratch, so that tile 0's pass after it does not
-// wait for instruction fetches, if that is what its 1 us is.
-#ifndef OP_DTWARM
-#define OP_DTWARM 0
-#endif
 // OP_TIMELINE (a diagnostic build; BenchmarkOnePassTimeline) records when
 // the first thread of each role reaches each of the events below, as
 // %globaltimer's nanoseconds in op_timeline, a row of OP_EVENTS a block
@@ -643,24 +637,6 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     if constexpr (DTF) {
         if (timestep) {  // the time step of each tile, once its dt_low has landed
             const onepass_dt dtw(dta, c0, E, R, tid);
-#if OP_DTWARM
-            // (probe) one pass of the tile's code before the wait, on
-            // whatever tile 0 of the partial sums holds (the walk writes it
-            // only after tile 0's time step), so that tile 0's pass finds
-            // its instructions in the SM's caches
-            auto wL = reinterpret_cast<float(*)[OP_DL]>(sp);
-            auto wU = reinterpret_cast<const Tv(*)[CB]>(wL + TL);
-            for (int k = -1; k < tiles; k++) {
-                if (k == 0) {
-                    pdl_wait_after(dtw.fold());
-                    if (OP_TIMELINE && threadIdx.x == 2 * OP_THREADS) op_mark_after(OP_EV_DTW, dtw.fold());
-                }
-                const int j = max(k, 0) % BUF;
-                if (k >= 0) op_wait_idle(bars.landed(j), k / BUF % 2);
-                if (k == 0 && threadIdx.x == 2 * OP_THREADS) op_mark(OP_EV_LANDED0);
-                dtw.template tile<TL>(k < 0 ? wL : sL[j], k < 0 ? wU : su[j], max(k, 0) * TL, Tl, c0, E, tid);
-                if (k < 0) continue;
-#else
             pdl_wait_after(dtw.fold());
             if (OP_TIMELINE && threadIdx.x == 2 * OP_THREADS) op_mark_after(OP_EV_DTW, dtw.fold());
             for (int k = 0; k < tiles; k++) {
@@ -668,7 +644,6 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
                 op_wait_idle(bars.landed(j), k / BUF % 2);  // (and the walk is done with slot j's last tile)
                 if (k == 0 && threadIdx.x == 2 * OP_THREADS) op_mark(OP_EV_LANDED0);
                 dtw.template tile<TL>(sL[j], su[j], k * TL, Tl, c0, E, tid);
-#endif
                 if (TMA) fence_proxy_async();  // the pairs written over dt_low, before the copy engine refills slot j
                 mbar_arrive(bars.full(j));
                 if (k == 0 && threadIdx.x == 2 * OP_THREADS) op_mark(OP_EV_DT0);
