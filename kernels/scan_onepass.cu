@@ -566,11 +566,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     auto issue = [&](int k) {  // tile k into its slot of the ring; past the last tile an empty group
         if (k < tiles) {
             int j = k % BUF;
-            // TMA: one thread takes each tile after the first as four boxes,
-            // their bytes counted on the tile's barrier. Tile 0 comes as
-            // every copying thread's pieces, which land sooner after the
-            // wait (0.55 us after their issue, the boxes 1.66).
-            if (TMA && k > 0) {
+            if constexpr (TMA) {  // one thread: four boxes, their bytes counted on the tile's barrier
                 if (tid == 0) {
                     const unsigned bar = bars.landed(j);
                     mbar_add_tx(bar, TL * CB * (sizeof(Tv) + 4) + TL * 2 * OP_NS * 4 + TL * OP_DL * 4);
@@ -658,7 +654,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     if (copier) {  // the copies and the outputs
         if (TMA && tid == 0)  // the maps' descriptors, before the wait: tile 0's boxes then go at once
             tma_prefetch(maps.low), tma_prefetch(maps.u), tma_prefetch(maps.z), tma_prefetch(maps.bc);
-        const unsigned ready = copies.fold() ^ (DTF ? lows.fold() : 0u);
+        const unsigned ready = TMA ? 0u : copies.fold() ^ (DTF ? lows.fold() : 0u);
         if (OP_TIMELINE && threadIdx.x == OP_THREADS) op_mark_after(OP_EV_CREADY, ready);
         pdl_wait_after(ready);
         if (threadIdx.x == OP_THREADS) op_mark(OP_EV_CWAITED);
