@@ -67,12 +67,6 @@ __device__ __forceinline__ void tma_load(unsigned dst, const tensor_map *map, un
         "l"(map), "r"(bar), "r"(x), "r"(y)
         : "memory");
 }
-// tma_prefetch asks for map's descriptor ahead of its first tma_load (a
-// kernel parameter, global or constant memory), so that load does not wait
-// for it.
-__device__ __forceinline__ void tma_prefetch(const tensor_map *map) {
-    asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
-}
 // fence_proxy_async orders this thread's earlier writes to shared memory
 // before later copy-engine (async proxy) accesses to it that a barrier
 // orders after them: a slot written in place, then refilled by tma_load.
@@ -98,7 +92,6 @@ __device__ __forceinline__ void bar_sync_named(unsigned, unsigned) { __trap(); }
 __device__ __forceinline__ void tma_load(unsigned, const tensor_map *, unsigned, int, int) { __trap(); }
 __device__ __forceinline__ void mbar_add_tx(unsigned, unsigned) { __trap(); }
 __device__ __forceinline__ void fence_proxy_async() { __trap(); }
-__device__ __forceinline__ void tma_prefetch(const tensor_map *) { __trap(); }
 #endif
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -220,10 +220,9 @@ __host__ __device__ constexpr int onepass_shared(int SPT, int TL, int BUF, int T
 // onepass_ws_shared is onepass_shared for the entry whose warps specialize
 // (SCAN_ONEPASS_RUN's WS): OP_WS_SP - 1 more tiles of partial sums, then
 // the ring's mbarriers and two for each tile of partial sums
-// (onepass_bars); with DTF, BUF more mbarriers, then (at a multiple of 16
-// bytes) a ring of BUF tiles of dt_low rows, at a multiple of 128 bytes
-// (where the copy engine writes them, TMA below). gpu.Scan computes the
-// same (HelpersShared).
+// (onepass_bars); with DTF, BUF more mbarriers, then (at a multiple of 128
+// bytes, where the copy engine can write them: TMA below) a ring of BUF
+// tiles of dt_low rows. gpu.Scan computes the same (HelpersShared).
 __host__ __device__ constexpr int onepass_ws_shared(int SPT, int TL, int BUF, int TV, bool DTF) {
     return DTF ? (onepass_ws_shared(SPT, TL, BUF, TV, false) + 8 * BUF + 127) / 128 * 128 + BUF * TL * OP_DL * 4
                : onepass_shared(SPT, TL, BUF, TV) + (OP_WS_SP - 1) * TL * onepass_pst(SPT) * 4 +
@@ -652,8 +651,6 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         }
     }
     if (copier) {  // the copies and the outputs
-        if (TMA && tid == 0)  // the maps' descriptors, before the wait: tile 0's boxes then go at once
-            tma_prefetch(maps.low), tma_prefetch(maps.u), tma_prefetch(maps.z), tma_prefetch(maps.bc);
         const unsigned ready = TMA ? 0u : copies.fold() ^ (DTF ? lows.fold() : 0u);
         if (OP_TIMELINE && threadIdx.x == OP_THREADS) op_mark_after(OP_EV_CREADY, ready);
         pdl_wait_after(ready);

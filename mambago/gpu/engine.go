@@ -96,10 +96,11 @@ type Engine struct {
 	// ScanTMA, with ScanDTProj, has the scan's copying warps take each
 	// tile's dt_low, u, z, B and C as four copy-engine (TMA) boxes from
 	// one thread, where that applies (Scan.TMAApplies: B=1, d_state 16).
-	// Same bits. Off by default: with three boxes (dt_low on cp.async)
-	// prefills ran 1.3-2.2% faster, but the 130m T=8192 gained more than
-	// T=2048, which widened that shape's window by 0.8 points
-	// (bench/results/2026-12-02-scantma-b576541.md). Set it before
+	// Same bits. Off by default: it makes 130m B=1 prefills 1.026x as
+	// fast at T=2048 and 1.038x at T=8192 (370m 1.005x and 1.006x), but
+	// with T=8192 gaining more, the 130m window (T=8192 over T=2048) is
+	// +15.6% with it on, past issue 4's 15%
+	// (bench/results/2026-12-02-scantma-4boxes.md). Set it before
 	// capturing graphs.
 	ScanTMA bool
 	// DTProjTensorCores runs dt_proj on the tensor cores as 3xTF32
