@@ -331,7 +331,7 @@ func (in *scanBenchInputs) free() {
 }
 
 // opEvents names scan_onepass.cu's OP_TIMELINE events, in its order.
-var opEvents = []string{"entry", "waited", "issued", "landed0", "dt0", "walk0", "walk1", "walkend", "outend", "dtend", "issued0", "dtw", "cready", "cwaited"}
+var opEvents = []string{"entry", "waited", "issued", "landed0", "dt0", "walk0", "walk1", "walkend", "outend", "dtend", "issued0", "dtw", "cready", "cwaited", "dtmma0"}
 
 // BenchmarkOnePassTimeline times the stages of the engine's bf16 one-pass
 // scan at B=1 (warps that specialize, the time step computed in its tiles)

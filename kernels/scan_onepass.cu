@@ -290,6 +290,55 @@ struct onepass_lowcopies {
     }
 };
 
+// OP_TIMELINE (a diagnostic build; BenchmarkOnePassTimeline) records when
+// the first thread of each role reaches each of the events below, as
+// %globaltimer's nanoseconds in op_timeline, a row of OP_EVENTS a block
+// (the first OP_TL_BLOCKS blocks). Other builds compile op_mark to nothing.
+#ifndef OP_TIMELINE
+#define OP_TIMELINE 0
+#endif
+enum {
+    OP_EV_ENTRY,     // the block starts (thread 0)
+    OP_EV_WAITED,    // pdl_wait returned (thread 0)
+    OP_EV_ISSUED,    // the copies of the ring's first tiles issued (the first copying thread)
+    OP_EV_LANDED0,   // tile 0's copies landed (the first time-step thread)
+    OP_EV_DT0,       // tile 0's time step computed
+    OP_EV_WALK0,     // the walk starts tile 0 (thread 0)
+    OP_EV_WALK1,     // the walk is done with tile 0 (thread 0)
+    OP_EV_WALKEND,   // the walk's last tile done
+    OP_EV_OUTEND,    // the last tile's outputs stored (the first output thread)
+    OP_EV_DTEND,     // the last tile's time step computed
+    OP_EV_ISSUED0,   // tile 0's copies issued (the first copying thread)
+    OP_EV_DTW,       // the time step's weights in registers (the first time-step thread)
+    OP_EV_CREADY,    // the copies' addresses computed, before the wait (the first copying thread)
+    OP_EV_CWAITED,   // the copying warps' wait returned (the first copying thread)
+    OP_EV_DTMMA0,    // tile 0's products done, before the bias and softplus (the first time-step thread)
+    OP_EVENTS
+};
+#define OP_TL_BLOCKS 1024
+#if OP_TIMELINE
+extern "C" __device__ unsigned long long op_timeline[OP_TL_BLOCKS * OP_EVENTS];
+#endif
+__device__ __forceinline__ void op_mark(int event) {
+#if OP_TIMELINE
+    timeline_mark(op_timeline, OP_EVENTS, OP_TL_BLOCKS, event);
+#endif
+}
+
+// op_mark_after is op_mark once dep has been computed (its loads landed).
+__device__ __forceinline__ void op_mark_after(int event, unsigned dep) {
+#if OP_TIMELINE
+    timeline_mark_after(op_timeline, OP_EVENTS, OP_TL_BLOCKS, event, dep);
+#endif
+}
+
+// OP_DTHOIST, a knob of onepass_dt: 1 loads every k chunk's operands of a
+// warp's 16 rows before the first product, where 0 (the default) loads each
+// chunk's before its products.
+#ifndef OP_DTHOIST
+#define OP_DTHOIST 0
+#endif
+
 // onepass_dt computes the time step of a tile for the block's 16 channels
 // (2 states a thread) on the tensor cores, as dt_proj_tc in dtproj.cu does
 // it: the same TF32 operands and products in the same order, then the bias
@@ -341,26 +390,41 @@ struct onepass_dt {
     // dt_low, the pairs (dt, dt u) of the block's 16 channels (u from su
     // [TL][16]): the walk's loads then take one 8-byte load a position
     // where they took dt, u, its conversion and the product.
+    // (mark: the timeline's OP_EV_DTMMA0 once the products are done.)
     template <int TL, class Tv>
     __device__ __forceinline__ void tile(float (*sL)[OP_DL], const Tv (*su)[16], int t0, int Tl, int c0, int E,
-                                         unsigned tid) const {
+                                         unsigned tid, bool mark = false) const {
         static_assert(TL % 16 == 0, "whole m16 tiles");
 #pragma unroll
-        for (int m = tid / 32 * 16; m < TL; m += OP_THREADS / 2) rows(sL, su, m, t0, Tl, c0, E, tid);
+        for (int m = tid / 32 * 16; m < TL; m += OP_THREADS / 2) rows(sL, su, m, t0, Tl, c0, E, tid, mark);
     }
     // rows is tile's 16 positions from m0, for one warp.
     template <class Tv>
     __device__ __forceinline__ void rows(float (*sL)[OP_DL], const Tv (*su)[16], int m0, int t0, int Tl, int c0,
-                                         int E, unsigned tid) const {
+                                         int E, unsigned tid, bool mark) const {
         const int lane = tid % 32, g = lane / 4, q = lane % 4;
         float acc[2][4] = {};
+#if OP_DTHOIST
+        // Every chunk's operands first (the row's columns past R are
+        // padding or zeros, read but never multiplied), then the products:
+        // the chain of MMAs waits for no load.
+        float av[KC][4];
+#pragma unroll
+        for (int kc = 0; kc < KC; kc++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) av[kc][j] = sL[m0 + g + (j & 1) * 8][kc * 8 + q + (j >> 1) * 4];
+#endif
 #pragma unroll
         for (int kc = 0; kc < KC; kc++) {
             if (kc >= chunks) break;
             unsigned ah[4], al[4];
 #pragma unroll
             for (int j = 0; j < 4; j++) {
+#if OP_DTHOIST
+                float v = av[kc][j];
+#else
                 float v = sL[m0 + g + (j & 1) * 8][kc * 8 + q + (j >> 1) * 4];
+#endif
                 if (products == 3)
                     split_tf32(v, ah[j], al[j]);
                 else
@@ -375,6 +439,9 @@ struct onepass_dt {
 #pragma unroll
             for (int n = 0; n < 2; n++) mma_tf32(acc[n], ah, bh[kc][n]);
         }
+        if (OP_TIMELINE && mark)
+            op_mark_after(OP_EV_DTMMA0, __float_as_uint(acc[0][0]) ^ __float_as_uint(acc[0][3]) ^
+                                            __float_as_uint(acc[1][0]) ^ __float_as_uint(acc[1][3]));
         __syncwarp();  // every lane has read its dt_low from these rows, which take the pairs now
 #pragma unroll
         for (int n = 0; n < 2; n++)
@@ -427,47 +494,6 @@ struct onepass_bars {
 #ifndef OP_WS_BUF
 #define OP_WS_BUF 4
 #endif
-// OP_TIMELINE (a diagnostic build; BenchmarkOnePassTimeline) records when
-// the first thread of each role reaches each of the events below, as
-// %globaltimer's nanoseconds in op_timeline, a row of OP_EVENTS a block
-// (the first OP_TL_BLOCKS blocks). Other builds compile op_mark to nothing.
-#ifndef OP_TIMELINE
-#define OP_TIMELINE 0
-#endif
-enum {
-    OP_EV_ENTRY,     // the block starts (thread 0)
-    OP_EV_WAITED,    // pdl_wait returned (thread 0)
-    OP_EV_ISSUED,    // the copies of the ring's first tiles issued (the first copying thread)
-    OP_EV_LANDED0,   // tile 0's copies landed (the first time-step thread)
-    OP_EV_DT0,       // tile 0's time step computed
-    OP_EV_WALK0,     // the walk starts tile 0 (thread 0)
-    OP_EV_WALK1,     // the walk is done with tile 0 (thread 0)
-    OP_EV_WALKEND,   // the walk's last tile done
-    OP_EV_OUTEND,    // the last tile's outputs stored (the first output thread)
-    OP_EV_DTEND,     // the last tile's time step computed
-    OP_EV_ISSUED0,   // tile 0's copies issued (the first copying thread)
-    OP_EV_DTW,       // the time step's weights in registers (the first time-step thread)
-    OP_EV_CREADY,    // the copies' addresses computed, before the wait (the first copying thread)
-    OP_EV_CWAITED,   // the copying warps' wait returned (the first copying thread)
-    OP_EVENTS
-};
-#define OP_TL_BLOCKS 1024
-#if OP_TIMELINE
-extern "C" __device__ unsigned long long op_timeline[OP_TL_BLOCKS * OP_EVENTS];
-#endif
-__device__ __forceinline__ void op_mark(int event) {
-#if OP_TIMELINE
-    timeline_mark(op_timeline, OP_EVENTS, OP_TL_BLOCKS, event);
-#endif
-}
-
-// op_mark_after is op_mark once dep has been computed (its loads landed).
-__device__ __forceinline__ void op_mark_after(int event, unsigned dep) {
-#if OP_TIMELINE
-    timeline_mark_after(op_timeline, OP_EVENTS, OP_TL_BLOCKS, event, dep);
-#endif
-}
-
 // op_wait_idle is the wait of the warps that wait most (OP_WS_WAIT).
 __device__ __forceinline__ void op_wait_idle(unsigned bar, unsigned parity) {
     if (OP_WS_WAIT == 1)
@@ -642,7 +668,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
                 const int j = k % BUF;
                 op_wait_idle(bars.landed(j), k / BUF % 2);  // (and the walk is done with slot j's last tile)
                 if (k == 0 && threadIdx.x == 2 * OP_THREADS) op_mark(OP_EV_LANDED0);
-                dtw.template tile<TL>(sL[j], su[j], k * TL, Tl, c0, E, tid);
+                dtw.template tile<TL>(sL[j], su[j], k * TL, Tl, c0, E, tid, k == 0 && threadIdx.x == 2 * OP_THREADS);
                 if (TMA) fence_proxy_async();  // the pairs written over dt_low, before the copy engine refills slot j
                 mbar_arrive(bars.full(j));
                 if (k == 0 && threadIdx.x == 2 * OP_THREADS) op_mark(OP_EV_DT0);
