@@ -290,6 +290,12 @@ struct onepass_lowcopies {
     }
 };
 
+// OP_WS_EARLY, a knob of the entry that computes the time step: how many of
+// the ring's first tiles the copying warps issue before tile 0's time step
+// is done (the rest after). OP_WS_BUF (the default) issues them all at once.
+#ifndef OP_WS_EARLY
+#define OP_WS_EARLY OP_WS_BUF
+#endif
 // OP_TIMELINE (a diagnostic build; BenchmarkOnePassTimeline) records when
 // the first thread of each role reaches each of the events below, as
 // %globaltimer's nanoseconds in op_timeline, a row of OP_EVENTS a block
@@ -682,6 +688,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         pdl_wait_after(ready);
         if (threadIdx.x == OP_THREADS) op_mark(OP_EV_CWAITED);
         for (int k = 0; k < BUF; k++) {
+            if (DTF && k == OP_WS_EARLY && k < tiles) op_wait_idle(bars.full(0), 0);  // tile 0's time step is done
             issue(k);
             if (k == 0 && threadIdx.x == OP_THREADS) op_mark(OP_EV_ISSUED0);
         }
