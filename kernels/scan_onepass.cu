@@ -338,13 +338,6 @@ __device__ __forceinline__ void op_mark_after(int event, unsigned dep) {
 #endif
 }
 
-// OP_DTHOIST, a knob of onepass_dt: 1 loads every k chunk's operands of a
-// warp's 16 rows before the first product, where 0 (the default) loads each
-// chunk's before its products.
-#ifndef OP_DTHOIST
-#define OP_DTHOIST 0
-#endif
-
 // onepass_dt computes the time step of a tile for the block's 16 channels
 // (2 states a thread) on the tensor cores, as dt_proj_tc in dtproj.cu does
 // it: the same TF32 operands and products in the same order, then the bias
@@ -402,41 +395,36 @@ struct onepass_dt {
                                          unsigned tid, bool mark = false) const {
         static_assert(TL % 16 == 0, "whole m16 tiles");
 #pragma unroll
-        for (int m = tid / 32 * 16; m < TL; m += OP_THREADS / 2) rows(sL, su, m, t0, Tl, c0, E, tid, mark);
+        for (int m = tid / 32 * 16; m < TL; m += OP_THREADS / 2) {
+            if (products == 3)
+                rows<3>(sL, su, m, t0, Tl, c0, E, tid, mark);
+            else
+                rows<1>(sL, su, m, t0, Tl, c0, E, tid, mark);
+        }
     }
-    // rows is tile's 16 positions from m0, for one warp.
-    template <class Tv>
+    // rows is tile's 16 positions from m0, for one warp, in P products. (P
+    // is a template argument: with products read at run time, ptxas kept the
+    // three-product chain's MMAs, predicated off, between the one product's
+    // MMAs, and a chunk waited for them.)
+    template <int P, class Tv>
     __device__ __forceinline__ void rows(float (*sL)[OP_DL], const Tv (*su)[16], int m0, int t0, int Tl, int c0,
                                          int E, unsigned tid, bool mark) const {
+        static_assert(P == 1 || P == 3, "one TF32 product or three");
         const int lane = tid % 32, g = lane / 4, q = lane % 4;
         float acc[2][4] = {};
-#if OP_DTHOIST
-        // Every chunk's operands first (the row's columns past R are
-        // padding or zeros, read but never multiplied), then the products:
-        // the chain of MMAs waits for no load.
-        float av[KC][4];
-#pragma unroll
-        for (int kc = 0; kc < KC; kc++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) av[kc][j] = sL[m0 + g + (j & 1) * 8][kc * 8 + q + (j >> 1) * 4];
-#endif
 #pragma unroll
         for (int kc = 0; kc < KC; kc++) {
             if (kc >= chunks) break;
             unsigned ah[4], al[4];
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-#if OP_DTHOIST
-                float v = av[kc][j];
-#else
                 float v = sL[m0 + g + (j & 1) * 8][kc * 8 + q + (j >> 1) * 4];
-#endif
-                if (products == 3)
+                if (P == 3)
                     split_tf32(v, ah[j], al[j]);
                 else
                     ah[j] = round_tf32(v);
             }
-            if (products == 3) {
+            if (P == 3) {
 #pragma unroll
                 for (int n = 0; n < 2; n++) mma_tf32(acc[n], al, bh[kc][n]);
 #pragma unroll
