@@ -290,12 +290,6 @@ struct onepass_lowcopies {
     }
 };
 
-// OP_WS_EARLY, a knob of the entry that computes the time step: how many of
-// the ring's first tiles the copying warps issue before tile 0's time step
-// is done (the rest after). OP_WS_BUF (the default) issues them all at once.
-#ifndef OP_WS_EARLY
-#define OP_WS_EARLY OP_WS_BUF
-#endif
 // OP_TIMELINE (a diagnostic build; BenchmarkOnePassTimeline) records when
 // the first thread of each role reaches each of the events below, as
 // %globaltimer's nanoseconds in op_timeline, a row of OP_EVENTS a block
@@ -402,10 +396,11 @@ struct onepass_dt {
                 rows<1>(sL, su, m, t0, Tl, c0, E, tid, mark);
         }
     }
-    // rows is tile's 16 positions from m0, for one warp, in P products. (P
+    // rows is tile's 16 positions from m0, for one warp, in P products. P
     // is a template argument: with products read at run time, ptxas kept the
-    // three-product chain's MMAs, predicated off, between the one product's
-    // MMAs, and a chunk waited for them.)
+    // three-product MMAs, predicated off, in the one product's chain, and
+    // each chunk waited on them. On the H200 (BenchmarkOnePassTimeline, 130m
+    // T=2048) tile 0's products took 0.80 us that way and 0.48 this way.
     template <int P, class Tv>
     __device__ __forceinline__ void rows(float (*sL)[OP_DL], const Tv (*su)[16], int m0, int t0, int Tl, int c0,
                                          int E, unsigned tid, bool mark) const {
@@ -676,7 +671,6 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         pdl_wait_after(ready);
         if (threadIdx.x == OP_THREADS) op_mark(OP_EV_CWAITED);
         for (int k = 0; k < BUF; k++) {
-            if (DTF && k == OP_WS_EARLY && k < tiles) op_wait_idle(bars.full(0), 0);  // tile 0's time step is done
             issue(k);
             if (k == 0 && threadIdx.x == OP_THREADS) op_mark(OP_EV_ISSUED0);
         }
