@@ -389,22 +389,20 @@ struct onepass_dt {
                                          unsigned tid, bool mark = false) const {
         static_assert(TL % 16 == 0, "whole m16 tiles");
 #pragma unroll
-        for (int m = tid / 32 * 16; m < TL; m += OP_THREADS / 2) {
-            if (products == 3)
-                rows<3>(sL, su, m, t0, Tl, c0, E, tid, mark);
-            else
-                rows<1>(sL, su, m, t0, Tl, c0, E, tid, mark);
-        }
+        for (int m = tid / 32 * 16; m < TL; m += OP_THREADS / 2) rows(sL, su, m, t0, Tl, c0, E, tid, mark);
     }
-    // rows is tile's 16 positions from m0, for one warp, in P products. P
-    // is a template argument: with products read at run time, ptxas kept the
-    // three-product MMAs, predicated off, in the one product's chain, and
-    // each chunk waited on them. On the H200 (BenchmarkOnePassTimeline, 130m
-    // T=2048) tile 0's products took 0.80 us that way and 0.48 this way.
-    template <int P, class Tv>
+    // rows is tile's 16 positions from m0, for one warp. The products'
+    // count is read at run time, so ptxas keeps the three-product MMAs,
+    // predicated off, in the one product's chain. As a template argument
+    // (1d4e6c9) tile 0's products took 0.48 us instead of 0.80 and each tile
+    // walked about 2% faster, but that speeds long prompts more than short
+    // ones: on two H200s the 130m window widened by 0.3 and 0.8 points (to
+    // +15.0% and +14.7%), with 130m T=2048 at 1.004x and 0.996x (bench/
+    // NOTES.md, session of 2026-12-02 20:38). Kept for when the window bar
+    // reads one-sided, with Engine.ScanTMA.
+    template <class Tv>
     __device__ __forceinline__ void rows(float (*sL)[OP_DL], const Tv (*su)[16], int m0, int t0, int Tl, int c0,
                                          int E, unsigned tid, bool mark) const {
-        static_assert(P == 1 || P == 3, "one TF32 product or three");
         const int lane = tid % 32, g = lane / 4, q = lane % 4;
         float acc[2][4] = {};
 #pragma unroll
@@ -414,12 +412,12 @@ struct onepass_dt {
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 float v = sL[m0 + g + (j & 1) * 8][kc * 8 + q + (j >> 1) * 4];
-                if (P == 3)
+                if (products == 3)
                     split_tf32(v, ah[j], al[j]);
                 else
                     ah[j] = round_tf32(v);
             }
-            if (P == 3) {
+            if (products == 3) {
 #pragma unroll
                 for (int n = 0; n < 2; n++) mma_tf32(acc[n], al, bh[kc][n]);
 #pragma unroll
