@@ -393,13 +393,13 @@ struct onepass_dt {
     }
     // rows is tile's 16 positions from m0, for one warp. The products'
     // count is read at run time, so ptxas keeps the three-product MMAs,
-    // predicated off, in the one product's chain. As a template argument
-    // (1d4e6c9) tile 0's products took 0.48 us instead of 0.80 and each tile
-    // walked about 2% faster, but that speeds long prompts more than short
-    // ones: on two H200s the 130m window widened by 0.3 and 0.8 points (to
-    // +15.0% and +14.7%), with 130m T=2048 at 1.004x and 0.996x (bench/
-    // NOTES.md, session of 2026-12-02 20:38). Kept for when the window bar
-    // reads one-sided, with Engine.ScanTMA.
+    // predicated off, in the one product's chain. With the count as a
+    // template argument (1d4e6c9), tile 0's products took 0.48 us instead
+    // of 0.80 and each tile walked about 2% faster. That speeds long prompts
+    // more than short ones: on two H200s the 130m window widened by 0.3 and
+    // 0.8 points (to +15.0% and +14.7%), with 130m T=2048 at 1.004x and
+    // 0.996x (bench/NOTES.md, session of 2026-12-02 20:38). If the window
+    // bar reads one-sided, take 1d4e6c9 together with Engine.ScanTMA.
     template <class Tv>
     __device__ __forceinline__ void rows(float (*sL)[OP_DL], const Tv (*su)[16], int m0, int t0, int Tl, int c0,
                                          int E, unsigned tid, bool mark) const {
