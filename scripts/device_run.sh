@@ -71,6 +71,10 @@
 #             the scan's timeline with both entries;
 #   timeline: the one-pass scan's stages timed from inside the kernel
 #             (%globaltimer in an OP_TIMELINE build; BenchmarkOnePassTimeline);
+#   handover: our x_proj and the B=1 scan back to back under PDL, both as
+#             timeline builds on one clock: when x_proj's blocks store their
+#             rows against when the scan's copying warps' wait returns
+#             (BenchmarkXProjScanHandover: what flags a tile could save);
 #   tilecopy: how long a scan block's first tile takes to land from L2
 #             when every block reads the same bytes, or its own, or one
 #             block alone (BenchmarkTileCopy);
@@ -582,6 +586,11 @@ if [[ $mode == ab ]]; then
     done
   done
   python3 bench/ab.py "$OUT"/ab_base_*.log -- "$OUT"/ab_new_*.log | tee "$OUT/ab.md"
+  exit $status
+fi
+if [[ $mode == handover ]]; then
+  echo "== x_proj then the scan under PDL, both timeline builds on one clock (BenchmarkXProjScanHandover)"
+  bench_log handover 200 .carry/kernels.test XProjScanHandover "handover "
   exit $status
 fi
 if [[ $mode == tilecopy ]]; then
