@@ -34,6 +34,17 @@ func loadSource(tb testing.TB, d *cuda.Device, src, name string, opts ...string)
 	return loadSourceFor(tb, d.Arch(), src, name, opts...)
 }
 
+// functions returns m's functions by name, failing tb for a name m lacks.
+func functions(tb testing.TB, m *cuda.Module) func(string) *cuda.Function {
+	return func(name string) *cuda.Function {
+		f, err := m.Function(name)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		return f
+	}
+}
+
 // loadSourceFor is loadSource for the architecture arch (e.g. sm_90a).
 func loadSourceFor(tb testing.TB, arch, src, name string, opts ...string) *cuda.Module {
 	tb.Helper()

@@ -47,16 +47,7 @@ func BenchmarkXProjScanHandover(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	lookup := func(m *cuda.Module) func(string) *cuda.Function {
-		return func(name string) *cuda.Function {
-			f, err := m.Function(name)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return f
-		}
-	}
-	xfn, sfn := lookup(xmod), lookup(smod)
+	xfn, sfn := functions(b, xmod), functions(b, smod)
 	xev, sev := len(xpEvents), len(opEvents)
 	event := func(names []string, name string) int {
 		i := slices.Index(names, name)

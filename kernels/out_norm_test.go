@@ -51,14 +51,7 @@ func outNormBuild(tb testing.TB, b gpuengine.OutNormBuild) func(string) *cuda.Fu
 	if err != nil {
 		tb.Fatal(err)
 	}
-	m := loadSourceFor(tb, "sm_90a", src, "out_norm.cu", b.Options()...)
-	return func(name string) *cuda.Function {
-		f, err := m.Function(name)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return f
-	}
+	return functions(tb, loadSourceFor(tb, "sm_90a", src, "out_norm.cu", b.Options()...))
 }
 
 // TestOutNormKernel checks out_norm (gpu.OutNorm) against float64 sums of

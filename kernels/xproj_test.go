@@ -84,14 +84,7 @@ func xprojBuild(tb testing.TB, opts string) func(string) *cuda.Function {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	m := loadSourceFor(tb, "sm_90a", src, "xproj.cu", strings.Fields(opts)...)
-	return func(name string) *cuda.Function {
-		f, err := m.Function(name)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		return f
-	}
+	return functions(tb, loadSourceFor(tb, "sm_90a", src, "xproj.cu", strings.Fields(opts)...))
 }
 
 // testXProj is TestXProjKernel for one build (tma: its tensor-map entries,
@@ -255,14 +248,7 @@ func BenchmarkXProjTimeline(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		fn := func(name string) *cuda.Function {
-			f, err := mod.Function(name)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return f
-		}
-		builds = append(builds, build{strings.TrimSpace(o), fn, timeline, sm, bytes})
+		builds = append(builds, build{strings.TrimSpace(o), functions(b, mod), timeline, sm, bytes})
 	}
 	blas := tunedBLAS(b, s)
 	dt, events := cuda.BF16, len(xpEvents)
