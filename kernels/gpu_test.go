@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -15,14 +16,16 @@ import (
 )
 
 // gpu compiles every kernel for GPU 0 and returns a lookup, or skips the test
-// with the reason there is no GPU.
+// with the reason there is no GPU. KERNELS_OPTS, NVRTC options added to every
+// source's (e.g. "-DOP_EARLY=1"), runs the tests on a knob's build.
 func gpu(t testing.TB) (func(string) *cuda.Function, *cuda.Stream) {
 	t.Helper()
 	d := gputest.Device(t)
 	fns := map[string]*cuda.Function{}
+	opts := strings.Fields(os.Getenv("KERNELS_OPTS"))
 	for _, name := range kernels.Names() {
 		src, _ := kernels.Source(name)
-		m := loadSourceFor(t, kernels.Target(name, d.Arch()), src, name) // as gpu.loadKernels compiles it
+		m := loadSourceFor(t, kernels.Target(name, d.Arch()), src, name, opts...) // as gpu.loadKernels compiles it
 		for _, k := range kernels.Entries(name) {
 			f, err := m.Function(k)
 			if err != nil {

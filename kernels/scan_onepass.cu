@@ -156,13 +156,13 @@ struct onepass_copies {
     // issue queues the copies of the tile at positions t0 .. t0 + TL - 1
     // into one tile of the ring (the shared addresses of its dt, u, z and its
     // rows of B and C; dt only with DT), and moves every piece on to the next
-    // tile.
-    template <bool DT = true>
+    // tile. PART picks the pieces: 0 every one, 1 u's, 2 the others.
+    template <bool DT = true, int PART = 0>
     __device__ __forceinline__ void issue(unsigned sdt, unsigned su, unsigned sz, unsigned sBC, const float *dtv,
                                           const Tv *uv, const float *zv, const float *dbl, int N, int T, int t0,
                                           unsigned tid) {
 #pragma unroll
-        for (int k = 0; k < SX; k++) {
+        for (int k = 0; PART != 1 && k < SX; k++) {
             if (NX % OP_THREADS == 0 || k * OP_THREADS + (int)tid < NX) {
                 bool ok = t0 + xrow[k] < T;
                 if (DT) cp_async_s<16>(sdt + xoff[k], ok ? dt[k] : dtv, ok);
@@ -171,7 +171,7 @@ struct onepass_copies {
             dt[k] += xstep, z[k] += zstep;
         }
 #pragma unroll
-        for (int k = 0; k < SU; k++) {
+        for (int k = 0; PART != 2 && k < SU; k++) {
             if (NU % OP_THREADS == 0 || k * OP_THREADS + (int)tid < NU) {
                 bool ok = t0 + urow[k] < T;
                 cp_async_s<16>(su + uoff[k], ok ? u[k] : uv, ok);
@@ -179,7 +179,7 @@ struct onepass_copies {
             u[k] += xstep;
         }
 #pragma unroll
-        for (int k = 0; k < SB; k++) {
+        for (int k = 0; PART != 1 && k < SB; k++) {
             if (NB % OP_THREADS == 0 || k * OP_THREADS + (int)tid < NB) {
                 bool ok = t0 + brow[k] < T;
                 cp_async_s<BCW>(sBC + boff[k], ok ? bc[k] : dbl, ok);
@@ -220,11 +220,11 @@ __host__ __device__ constexpr int onepass_shared(int SPT, int TL, int BUF, int T
 // onepass_ws_shared is onepass_shared for the entry whose warps specialize
 // (SCAN_ONEPASS_RUN's WS): OP_WS_SP - 1 more tiles of partial sums, then
 // the ring's mbarriers and two for each tile of partial sums
-// (onepass_bars); with DTF, BUF more mbarriers, then (at a multiple of 128
+// (onepass_bars); with DTF, 2 BUF more mbarriers, then (at a multiple of 128
 // bytes, where the copy engine can write them: TMA below) a ring of BUF
 // tiles of dt_low rows. gpu.Scan computes the same (HelpersShared).
 __host__ __device__ constexpr int onepass_ws_shared(int SPT, int TL, int BUF, int TV, bool DTF) {
-    return DTF ? (onepass_ws_shared(SPT, TL, BUF, TV, false) + 8 * BUF + 127) / 128 * 128 + BUF * TL * OP_DL * 4
+    return DTF ? (onepass_ws_shared(SPT, TL, BUF, TV, false) + 16 * BUF + 127) / 128 * 128 + BUF * TL * OP_DL * 4
                : onepass_shared(SPT, TL, BUF, TV) + (OP_WS_SP - 1) * TL * onepass_pst(SPT) * 4 +
                      8 * (BUF + 2 * OP_WS_SP);
 }
@@ -301,7 +301,7 @@ enum {
     OP_EV_ENTRY,     // the block starts (thread 0)
     OP_EV_WAITED,    // pdl_wait returned (thread 0)
     OP_EV_ISSUED,    // the copies of the ring's first tiles issued (the first copying thread)
-    OP_EV_LANDED0,   // tile 0's copies landed (the first time-step thread)
+    OP_EV_LANDED0,   // tile 0's copies (with OP_EARLY its dt_low and u) landed (the first time-step thread)
     OP_EV_DT0,       // tile 0's time step computed
     OP_EV_WALK0,     // the walk starts tile 0 (thread 0)
     OP_EV_WALK1,     // the walk is done with tile 0 (thread 0)
@@ -447,10 +447,11 @@ struct onepass_dt {
 // onepass_bars are the mbarriers of the entry whose warps specialize, at
 // shared address a: full[j] completes once ring slot j's tile is ready for
 // the walk (the copying warps' OP_THREADS arrivals: their copies landed,
-// or with DTF its time step computed), landed[j] (DTF) once its copies
-// have landed; sums[p] once the walking warps have stored their terms in
-// tile p of the OP_WS_SP tiles of partial sums, and free[p] once the output
-// warps have read them back (OP_THREADS each).
+// or with DTF its time step computed), landed[j] (DTF) once all its copies
+// have landed and early[j] (DTF, OP_EARLY) once those the time step reads
+// (dt_low and u, issued first) have; sums[p] once the walking warps have stored
+// their terms in tile p of the OP_WS_SP tiles of partial sums, and free[p]
+// once the output warps have read them back (OP_THREADS each).
 struct onepass_bars {
     unsigned a;
     int BUF;
@@ -458,6 +459,7 @@ struct onepass_bars {
     __device__ __forceinline__ unsigned sums(int p) const { return a + 8 * (BUF + p); }
     __device__ __forceinline__ unsigned free(int p) const { return a + 8 * (BUF + OP_WS_SP + p); }
     __device__ __forceinline__ unsigned landed(int j) const { return a + 8 * (BUF + 2 * OP_WS_SP + j); }
+    __device__ __forceinline__ unsigned early(int j) const { return a + 8 * (2 * BUF + 2 * OP_WS_SP + j); }
 };
 // OP_WS_WAIT, a knob of the entry whose warps specialize: how the output
 // warps wait for the walk's terms and the time-step warps for their
@@ -480,6 +482,13 @@ struct onepass_bars {
 // 174.3; 370m 50.8, 49.8, 51.7.
 #ifndef OP_WS_BUF
 #define OP_WS_BUF 4
+#endif
+// OP_EARLY, another (the entries that compute the time step): 1 issues a
+// tile's dt_low and u first, on a barrier of their own (onepass_bars'
+// early), so that the time-step warps start before z, B and C land; 0
+// issues every copy on landed. The early barriers are in the layout either way.
+#ifndef OP_EARLY
+#define OP_EARLY 0
 #endif
 // op_wait_idle is the wait of the warps that wait most (OP_WS_WAIT).
 __device__ __forceinline__ void op_wait_idle(unsigned bar, unsigned parity) {
@@ -578,15 +587,24 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     auto issue = [&](int k) {  // tile k into its slot of the ring; past the last tile an empty group
         if (k < tiles) {
             int j = k % BUF;
-            if constexpr (TMA) {  // one thread: four boxes, their bytes counted on the tile's barrier
+            if constexpr (TMA) {  // one thread: four boxes, their bytes counted on the tile's barriers
                 if (tid == 0) {
-                    const unsigned bar = bars.landed(j);
-                    mbar_add_tx(bar, TL * CB * (sizeof(Tv) + 4) + TL * 2 * OP_NS * 4 + TL * OP_DL * 4);
-                    tma_load(shared_addr(sL[j]), maps.low, bar, 0, k * TL);
-                    tma_load(shared_addr(su[j]), maps.u, bar, c0, k * TL);
-                    tma_load(shared_addr(sz[j]), maps.z, bar, c0, k * TL);
-                    tma_load(shared_addr(sBC[j]), maps.bc, bar, R, k * TL);
+                    const unsigned first = OP_EARLY ? bars.early(j) : bars.landed(j), rest = bars.landed(j);
+                    mbar_add_tx(first, TL * CB * sizeof(Tv) + TL * OP_DL * 4);
+                    tma_load(shared_addr(sL[j]), maps.low, first, 0, k * TL);
+                    tma_load(shared_addr(su[j]), maps.u, first, c0, k * TL);
+                    mbar_add_tx(rest, TL * CB * 4 + TL * 2 * OP_NS * 4);
+                    tma_load(shared_addr(sz[j]), maps.z, rest, c0, k * TL);
+                    tma_load(shared_addr(sBC[j]), maps.bc, rest, R, k * TL);
                 }
+                if (OP_EARLY) mbar_arrive_copies(bars.early(j));
+            } else if constexpr (DTF && OP_EARLY) {  // what the time step reads first, on its own barrier
+                lows.issue(shared_addr(sL[j]), dbl, Tl, k * TL);
+                copies.template issue<false, 1>(shared_addr(sdt[j]), shared_addr(su[j]), shared_addr(sz[j]),
+                                                shared_addr(sBC[j]), dtv, u, z, dbl, N, Tl, k * TL, tid);
+                mbar_arrive_copies(bars.early(j));
+                copies.template issue<false, 2>(shared_addr(sdt[j]), shared_addr(su[j]), shared_addr(sz[j]),
+                                                shared_addr(sBC[j]), dtv, u, z, dbl, N, Tl, k * TL, tid);
             } else {
                 copies.template issue<!DTF>(shared_addr(sdt[j]), shared_addr(su[j]), shared_addr(sz[j]),
                                             shared_addr(sBC[j]), dtv, u, z, dbl, N, Tl, k * TL, tid);
@@ -631,6 +649,7 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         for (int j = 0; j < BUF; j++) mbar_init(bars.full(j), OP_THREADS);
         for (int p = 0; p < SP; p++) mbar_init(bars.sums(p), OP_THREADS), mbar_init(bars.free(p), OP_THREADS);
         for (int j = 0; DTF && j < BUF; j++) mbar_init(bars.landed(j), OP_THREADS);
+        for (int j = 0; DTF && OP_EARLY && j < BUF; j++) mbar_init(bars.early(j), OP_THREADS);
     }
     if (WS) __syncthreads();  // the barriers initialized
     // Launched with programmatic dependent launch, the kernel gets here while
@@ -653,7 +672,8 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
             if (OP_TIMELINE && threadIdx.x == 2 * OP_THREADS) op_mark_after(OP_EV_DTW, dtw.fold());
             for (int k = 0; k < tiles; k++) {
                 const int j = k % BUF;
-                op_wait_idle(bars.landed(j), k / BUF % 2);  // (and the walk is done with slot j's last tile)
+                // its dt_low and u, or all its copies (and the walk is done with slot j's last tile)
+                op_wait_idle(OP_EARLY ? bars.early(j) : bars.landed(j), k / BUF % 2);
                 if (k == 0 && threadIdx.x == 2 * OP_THREADS) op_mark(OP_EV_LANDED0);
                 dtw.template tile<TL>(sL[j], su[j], k * TL, Tl, c0, E, tid, k == 0 && threadIdx.x == 2 * OP_THREADS);
                 if (TMA) fence_proxy_async();  // the pairs written over dt_low, before the copy engine refills slot j

@@ -75,6 +75,12 @@
 #             timeline builds on one clock: when x_proj's blocks store their
 #             rows against when the scan's copying warps' wait returns
 #             (BenchmarkXProjScanHandover: what flags a tile could save);
+#   knob:     a scan knob's build ($KNOB, NVRTC options such as
+#             -DOP_EARLY=1) under the scan kernels' float64 tests with
+#             racecheck, synccheck and memcheck (KERNELS_OPTS), then the
+#             scan's stages beside the engine's build (TIMELINE_BUILDS) and
+#             the scan alone against it (BenchmarkOnePass), both checked bit
+#             for bit against the engine's build;
 #   tilecopy: how long a scan block's first tile takes to land from L2
 #             when every block reads the same bytes, or its own, or one
 #             block alone (BenchmarkTileCopy);
@@ -591,6 +597,19 @@ fi
 if [[ $mode == handover ]]; then
   echo "== x_proj then the scan under PDL, both timeline builds on one clock (BenchmarkXProjScanHandover)"
   bench_log handover 200 .carry/kernels.test XProjScanHandover "handover "
+  exit $status
+fi
+if [[ $mode == knob ]]; then
+  knob=${KNOB:?KNOB names the NVRTC options of the build, e.g. -DOP_EARLY=1}
+  echo "== the scan kernels against float64 built with $knob; racecheck, synccheck, memcheck"
+  KERNELS_OPTS=$knob run_tests knob_kernels 200 .carry/kernels.test -test.v -test.run 'ConvAndScan|Spill'
+  for tool in racecheck synccheck memcheck; do
+    KERNELS_OPTS=$knob sanitizer $tool ${tool}_knob 240 .carry/kernels.test 'ConvAndScan'
+  done
+  echo "== the scan's stages, the engine's build and $knob's (BenchmarkOnePassTimeline)"
+  TIMELINE_BUILDS=$knob bench_log knob_timeline 200 .carry/kernels.test OnePassTimeline "timeline "
+  echo "== the scan alone, the engine's build against $knob's, taking turns (BenchmarkOnePass)"
+  ONEPASS_KNOBS="helpers+dt,helpers+dt${knob// /}" bench_log knob_onepass 200 .carry/kernels.test OnePass "onepass |differs"
   exit $status
 fi
 if [[ $mode == tilecopy ]]; then

@@ -304,7 +304,7 @@ const helpersRing, helpersSums = 4, 2
 // a ring of ring tiles of 64 positions and sums tiles of partial sums (0
 // for either: the engine's, helpersRing and helpersSums):
 // OnePassShared's (one tile of partial sums), sums - 1 more, and ring +
-// 2·sums mbarriers; with dtf (Scan.DTProducts) ring more mbarriers and,
+// 2·sums mbarriers; with dtf (Scan.DTProducts) 2·ring more mbarriers and,
 // from a multiple of 128 bytes, ring tiles of dt_low rows (64 rows of
 // onePassDL floats). A build with another ring or tiles of partial sums
 // (OP_WS_BUF, OP_WS_SP) is launched with Scan.SharedBytes set to it.
@@ -312,7 +312,7 @@ func HelpersShared(ring, sums, size int, dtf bool) int {
 	ring, sums = cmp.Or(ring, helpersRing), cmp.Or(sums, helpersSums)
 	n := OnePassShared(2, 64, ring, size) + (sums-1)*64*(onePassThreads+16)*4 + 8*(ring+2*sums)
 	if dtf {
-		n = (n+8*ring+127)/128*128 + ring*64*onePassDL*4
+		n = (n+16*ring+127)/128*128 + ring*64*onePassDL*4
 	}
 	return n
 }
