@@ -15,10 +15,11 @@ import (
 // BenchmarkXProjScanHandover times the hand-over from our x_proj to the
 // engine's B=1 scan (the entry that computes the time step) as the engine
 // launches them: back to back on one stream, both with programmatic
-// dependent launch, the scan reading x_proj's output. Both kernels are
-// timeline builds (XP_TIMELINE, OP_TIMELINE) stamping %globaltimer, one
-// clock for every SM, so their events share a time line: µs from x_proj's
-// first block's start, medians over 15 launches after 5 warm-up ones.
+// dependent launch, the scan reading x_proj's output, replayed as one CUDA
+// graph. Both kernels are timeline builds (XP_TIMELINE, OP_TIMELINE)
+// stamping %globaltimer, one clock for every SM, so their events share a
+// time line: µs from x_proj's first block's start, medians over 15 launches
+// after 5 warm-up ones.
 //
 // It asks what a flag a tile of rows, set by the x_proj cluster that wrote
 // it, could save against the scan's griddepcontrol.wait (bench/NOTES.md, item
@@ -96,12 +97,19 @@ func BenchmarkXProjScanHandover(b *testing.B) {
 				b.Fatal(err)
 			}
 			want := download(b, s, in.y, T*E/2)
-			pair := func() error {
+			// The pair as one graph, as the engine replays it: launched from
+			// the host one after the other, the scan's launch would come
+			// after x_proj had ended (x_proj takes about as long as a launch).
+			graph, err := cuda.Capture(s, func() error {
 				if err := x.Launch(xfn, s); err != nil {
 					return err
 				}
 				return sc.Launch(sfn, s)
+			})
+			if err != nil {
+				b.Fatal(err)
 			}
+			pair := func() error { return graph.Launch(s) }
 			var pairUs []float64
 			stats := map[string][]float64{}
 			for run := range 20 {
@@ -164,6 +172,9 @@ func BenchmarkXProjScanHandover(b *testing.B) {
 				line += fmt.Sprintf(" %s %.2f;", k, gputest.Median(stats[k]))
 			}
 			b.Log(line)
+			if err := graph.Destroy(); err != nil {
+				b.Fatal(err)
+			}
 			bw.Free()
 			in.free()
 		}
