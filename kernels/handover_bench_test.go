@@ -26,7 +26,11 @@ import (
 // 00000019): the copying warps' wait returns ("cwaited") some time after
 // x_proj's last block has stored its rows ("exit", the last block), and
 // the first cluster's rows (tile 0, all the scan needs first) were stored
-// earlier still ("exit", the first block). Each launch's scan output is
+// earlier still ("exit", the first block). The "late" fields take the scan
+// blocks that entered once x_proj's first block had left: how many, when,
+// and each one's set-up from its copying warps' start ("centry") to the
+// barriers' initialization ("synced"), their addresses ("cready") and
+// their wait's return ("cwaited"). Each launch's scan output is
 // compared bit for bit with the same two kernels run with a stream
 // synchronization between them.
 func BenchmarkXProjScanHandover(b *testing.B) {
@@ -60,6 +64,7 @@ func BenchmarkXProjScanHandover(b *testing.B) {
 	xEntry, xExit := event(xpEvents, "entry"), event(xpEvents, "exit")
 	sEntry, sWaited, sCWaited := event(opEvents, "entry"), event(opEvents, "waited"), event(opEvents, "cwaited")
 	sLanded0, sWalk0 := event(opEvents, "landed0"), event(opEvents, "walk0")
+	sCEntry, sSynced, sCReady := event(opEvents, "centry"), event(opEvents, "synced"), event(opEvents, "cready")
 	for range b.N {
 		for _, sh := range []struct {
 			name string
@@ -163,13 +168,38 @@ func BenchmarkXProjScanHandover(b *testing.B) {
 				add("scan landed0 median", gputest.Median(column(srows, sev, sblocks, sLanded0)))
 				add("scan walk0 median", gputest.Median(column(srows, sev, sblocks, sWalk0)))
 				add("gap: cwaited median - xp exit last", gputest.Median(cw)-slices.Max(xexit))
+				// The blocks that entered once x_proj's first blocks had
+				// left (on their SMs): each one's set-up, from its copying
+				// warps' start to the barriers' initialization, to their
+				// addresses and to their wait's return.
+				centry, synced, ready := column(srows, sev, sblocks, sCEntry), column(srows, sev, sblocks,
+					sSynced), column(srows, sev, sblocks, sCReady)
+				var late, toSynced, toReady, toWaited []float64
+				for blk := range sblocks {
+					if centry[blk] >= slices.Min(xexit) {
+						late = append(late, centry[blk])
+						toSynced = append(toSynced, synced[blk]-centry[blk])
+						toReady = append(toReady, ready[blk]-centry[blk])
+						toWaited = append(toWaited, cw[blk]-centry[blk])
+					}
+				}
+				add("late blocks", float64(len(late)))
+				if len(late) > 0 {
+					add("late: centry median", gputest.Median(late))
+					add("late: synced - centry", gputest.Median(toSynced))
+					add("late: cready - centry", gputest.Median(toReady))
+					add("late: cwaited - centry", gputest.Median(toWaited))
+				}
 			}
 			line := fmt.Sprintf("handover %s: x_proj (clusters of %d) + scan %.2f us; from x_proj's first block's start:",
 				sh.name, slicesOf, gputest.Median(pairUs))
 			for _, k := range []string{"xp exit first", "xp exit median", "xp exit last", "scan entry first",
 				"scan waited median", "scan cwaited first", "scan cwaited median", "scan landed0 median",
-				"scan walk0 median", "gap: cwaited median - xp exit last"} {
-				line += fmt.Sprintf(" %s %.2f;", k, gputest.Median(stats[k]))
+				"scan walk0 median", "gap: cwaited median - xp exit last", "late blocks", "late: centry median",
+				"late: synced - centry", "late: cready - centry", "late: cwaited - centry"} {
+				if len(stats[k]) > 0 {
+					line += fmt.Sprintf(" %s %.2f;", k, gputest.Median(stats[k]))
+				}
 			}
 			b.Log(line)
 			if err := graph.Destroy(); err != nil {

@@ -35,7 +35,7 @@ var onePassKnobs = []onePassKnob{
 	{helpers: true, opts: "-DOP_WS_BUF=4", ring: 4}, {helpers: true, opts: "-DOP_WS_BUF=2", ring: 2},
 	{helpers: true, dt: true}, {helpers: true, dt: true, opts: "-DOP_WS_SP=3 -DOP_WS_BUF=3", ring: 3, sums: 3},
 	{helpers: true, dt: true, opts: "-DOP_WS_BUF=3", ring: 3}, {helpers: true, dt: true, opts: "-DOP_WS_WAIT=2 -DOP_WS_NS=2000"},
-	{helpers: true, dt: true, opts: "-DOP_EARLY=1"},
+	{helpers: true, dt: true, opts: "-DOP_EARLY=1"}, {helpers: true, dt: true, opts: "-DOP_SYNC_FIRST=1"},
 	{opts: "-DOP_BCI=1"},
 	{spt: 2, tile: 32, ring: 3}, {spt: 2, tile: 32, ring: 4}, {spt: 2, tile: 64, ring: 2},
 	{spt: 2, tile: 64, ring: 4}, {spt: 2, tile: 128, ring: 2},
@@ -332,7 +332,7 @@ func (in *scanBenchInputs) free() {
 }
 
 // opEvents names scan_onepass.cu's OP_TIMELINE events, in its order.
-var opEvents = []string{"entry", "waited", "issued", "landed0", "dt0", "walk0", "walk1", "walkend", "outend", "dtend", "issued0", "dtw", "cready", "cwaited", "dtmma0"}
+var opEvents = []string{"entry", "waited", "issued", "landed0", "dt0", "walk0", "walk1", "walkend", "outend", "dtend", "issued0", "dtw", "cready", "cwaited", "dtmma0", "centry", "synced"}
 
 // BenchmarkOnePassTimeline times the stages of the engine's bf16 one-pass
 // scan at B=1 (warps that specialize, the time step computed in its tiles)
