@@ -492,13 +492,6 @@ struct onepass_bars {
 #ifndef OP_EARLY
 #define OP_EARLY 0
 #endif
-// OP_SYNC_FIRST, another: 1 initializes the mbarriers (and waits for every
-// thread) before the weights' loads and the copies' address arithmetic, so
-// that no warp's wait at that __syncthreads covers another's prologue; 0
-// after them.
-#ifndef OP_SYNC_FIRST
-#define OP_SYNC_FIRST 0
-#endif
 // op_wait_idle is the wait of the warps that wait most (OP_WS_WAIT).
 __device__ __forceinline__ void op_wait_idle(unsigned bar, unsigned parity) {
     if (OP_WS_WAIT == 1)
@@ -572,17 +565,6 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     // DTF: the ring of dt_low tiles
     auto sL = reinterpret_cast<float(*)[TL][OP_DL]>(op_smem + onepass_ws_shared(SPT, TL, BUF, sizeof(Tv), DTF) -
                                                     BUF * TL * OP_DL * 4);
-    auto init_bars = [&] {  // WS: the mbarriers, initialized before any thread goes on
-        if (WS && threadIdx.x == 0) {
-            for (int j = 0; j < BUF; j++) mbar_init(bars.full(j), OP_THREADS);
-            for (int p = 0; p < SP; p++) mbar_init(bars.sums(p), OP_THREADS), mbar_init(bars.free(p), OP_THREADS);
-            for (int j = 0; DTF && j < BUF; j++) mbar_init(bars.landed(j), OP_THREADS);
-            for (int j = 0; DTF && OP_EARLY && j < BUF; j++) mbar_init(bars.early(j), OP_THREADS);
-        }
-        if (WS) __syncthreads();
-        if (WS && threadIdx.x == OP_THREADS) op_mark(OP_EV_SYNCED);
-    };
-    if (OP_SYNC_FIRST) init_bars();
     int b = blockIdx.y, c0 = blockIdx.x * CB, cl = tid % CB, g = tid / CB, c = c0 + cl;
     int n0 = g * SPT;
     bool on = c < E;
@@ -666,7 +648,14 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     if (TMA && (gridDim.y != 1 || N != OP_NS || ldd != R + 2 * OP_NS ||
                 (shared_addr(su[0]) | shared_addr(sz[0]) | shared_addr(sBC[0]) | shared_addr(sL[0])) % 128))
         __trap();  // the boxes: one sequence, d_state OP_NS, B and C right after dt_low, slots 128-byte aligned
-    if (!OP_SYNC_FIRST) init_bars();
+    if (WS && threadIdx.x == 0) {
+        for (int j = 0; j < BUF; j++) mbar_init(bars.full(j), OP_THREADS);
+        for (int p = 0; p < SP; p++) mbar_init(bars.sums(p), OP_THREADS), mbar_init(bars.free(p), OP_THREADS);
+        for (int j = 0; DTF && j < BUF; j++) mbar_init(bars.landed(j), OP_THREADS);
+        for (int j = 0; DTF && OP_EARLY && j < BUF; j++) mbar_init(bars.early(j), OP_THREADS);
+    }
+    if (WS) __syncthreads();  // the barriers initialized
+    if (WS && threadIdx.x == OP_THREADS) op_mark(OP_EV_SYNCED);
     // Launched with programmatic dependent launch, the kernel gets here while
     // the kernel before it may still run: everything above reads weights and
     // the carried state, which no kernel in flight writes; dt, u, z, B and C
