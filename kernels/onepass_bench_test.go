@@ -35,7 +35,7 @@ var onePassKnobs = []onePassKnob{
 	{helpers: true, opts: "-DOP_WS_BUF=4", ring: 4}, {helpers: true, opts: "-DOP_WS_BUF=2", ring: 2},
 	{helpers: true, dt: true}, {helpers: true, dt: true, opts: "-DOP_WS_SP=3 -DOP_WS_BUF=3", ring: 3, sums: 3},
 	{helpers: true, dt: true, opts: "-DOP_WS_BUF=3", ring: 3}, {helpers: true, dt: true, opts: "-DOP_WS_WAIT=2 -DOP_WS_NS=2000"},
-	{helpers: true, dt: true, opts: "-DOP_EARLY=1"}, {helpers: true, dt: true, opts: "-DOP_ROLES=1"},
+	{helpers: true, dt: true, opts: "-DOP_EARLY=1"},
 	{opts: "-DOP_BCI=1"},
 	{spt: 2, tile: 32, ring: 3}, {spt: 2, tile: 32, ring: 4}, {spt: 2, tile: 64, ring: 2},
 	{spt: 2, tile: 64, ring: 4}, {spt: 2, tile: 128, ring: 2},

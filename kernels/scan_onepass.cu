@@ -107,8 +107,6 @@ struct onepass_copies {
     unsigned xoff[SX], uoff[SU], boff[SB];  // bytes into the piece's tile
     size_t xstep, zstep, bstep;  // elements from a tile's rows to the next tile's
 
-    __device__ __forceinline__ onepass_copies() {}  // addresses assigned later
-
     // Sequence b's positions t0 .. t0 + T - 1, of Trows a sequence; tid is
     // the thread's index among the OP_THREADS that copy.
     __device__ __forceinline__ onepass_copies(const float *dtv, const Tv *uv, const float *zv, int ldz,
@@ -262,7 +260,6 @@ struct onepass_lowcopies {
     unsigned off[NP];
     bool live[NP];
     size_t step;
-    __device__ __forceinline__ onepass_lowcopies() {}  // addresses assigned later
     __device__ __forceinline__ onepass_lowcopies(const float *dbl, int ldd, int R, int b, int Trows, int t0,
                                                  unsigned tid) {
         size_t r0 = (size_t)b * Trows + t0;
@@ -495,12 +492,6 @@ struct onepass_bars {
 #ifndef OP_EARLY
 #define OP_EARLY 0
 #endif
-// OP_ROLES, another: 1 computes the copies' addresses in the copying warps'
-// branch only; 0 in the code every warp runs before the roles part (where
-// the walking and time-step warps compute them too, sharing the schedulers).
-#ifndef OP_ROLES
-#define OP_ROLES 0
-#endif
 // op_wait_idle is the wait of the warps that wait most (OP_WS_WAIT).
 __device__ __forceinline__ void op_wait_idle(unsigned bar, unsigned parity) {
     if (OP_WS_WAIT == 1)
@@ -594,13 +585,8 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
     Tv *yt = y + ((size_t)b * T + t0 + g) * E + c;  // output (position g, channel c) of the tile
     float *vt = vpart + ((size_t)b * T + t0 + g) * ldv + c;  // the same in a later segment
     float *ct = cum + ((size_t)b * T + t0 + g) * E + c;
-    onepass_copies<SPT, CB, TL, BCW, Tv> copies;
-    onepass_lowcopies<TL> lows;
-    auto address = [&] {  // the copies' addresses: with OP_ROLES, only the copying warps' work
-        copies = onepass_copies<SPT, CB, TL, BCW, Tv>(dtv, u, z, ldz, dbl, ldd, R, b, T, t0, Tl, E, N, c0, tid);
-        if (DTF) lows = onepass_lowcopies<TL>(dbl, ldd, R, b, T, t0, tid);
-    };
-    if (!WS || !OP_ROLES) address();
+    onepass_copies<SPT, CB, TL, BCW, Tv> copies(dtv, u, z, ldz, dbl, ldd, R, b, T, t0, Tl, E, N, c0, tid);
+    onepass_lowcopies<TL> lows(dbl, ldd, R, b, T, t0, tid);
     auto issue = [&](int k) {  // tile k into its slot of the ring; past the last tile an empty group
         if (k < tiles) {
             int j = k % BUF;
@@ -702,7 +688,6 @@ __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, cons
         }
     }
     if (copier) {  // the copies and the outputs
-        if (OP_ROLES) address();
         const unsigned ready = TMA ? 0u : copies.fold() ^ (DTF ? lows.fold() : 0u);
         if (OP_TIMELINE && threadIdx.x == OP_THREADS) op_mark_after(OP_EV_CREADY, ready);
         pdl_wait_after(ready);
