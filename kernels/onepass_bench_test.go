@@ -105,8 +105,14 @@ func BenchmarkOnePass(b *testing.B) {
 	const rounds, runs = 9, 25
 	knobs := onePassKnobs
 	if only := os.Getenv("ONEPASS_KNOBS"); only != "" {
+		names := strings.Split(only, ",")
+		for _, name := range names {
+			if !slices.ContainsFunc(onePassKnobs, func(k onePassKnob) bool { return k.name() == name }) {
+				b.Fatalf("ONEPASS_KNOBS: no setting %q in onePassKnobs", name)
+			}
+		}
 		knobs = slices.DeleteFunc(slices.Clone(knobs[1:]), func(k onePassKnob) bool {
-			return !slices.Contains(strings.Split(only, ","), k.name())
+			return !slices.Contains(names, k.name())
 		})
 		knobs = append([]onePassKnob{onePassKnobs[0]}, knobs...)
 	}

@@ -79,8 +79,9 @@
 #             -DOP_EARLY=1) under the scan kernels' float64 tests with
 #             racecheck, synccheck and memcheck (KERNELS_OPTS), then the
 #             scan's stages beside the engine's build (TIMELINE_BUILDS) and
-#             the scan alone against it (BenchmarkOnePass), both checked bit
-#             for bit against the engine's build;
+#             the scan alone against it (BenchmarkOnePass, which needs the
+#             knob in its onePassKnobs), both checked bit for bit against the
+#             engine's build;
 #   tilecopy: how long a scan block's first tile takes to land from L2
 #             when every block reads the same bytes, or its own, or one
 #             block alone (BenchmarkTileCopy);
