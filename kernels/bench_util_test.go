@@ -45,6 +45,17 @@ func functions(tb testing.TB, m *cuda.Module) func(string) *cuda.Function {
 	}
 }
 
+// global returns m's device variable name (its address and size in
+// bytes), failing tb if m lacks it.
+func global(tb testing.TB, m *cuda.Module, name string) (cuda.Ptr, int) {
+	tb.Helper()
+	p, n, err := m.Global(name)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return p, n
+}
+
 // loadSourceFor is loadSource for the architecture arch (e.g. sm_90a).
 func loadSourceFor(tb testing.TB, arch, src, name string, opts ...string) *cuda.Module {
 	tb.Helper()

@@ -44,14 +44,8 @@ func BenchmarkXProjScanHandover(b *testing.B) {
 	}
 	xmod := loadSourceFor(b, "sm_90a", xsrc, "xproj.cu", "-DXP_TIMELINE=1")
 	smod := loadSource(b, d, ssrc, "scan_onepass.cu", "-DOP_TIMELINE=1")
-	xtl, xbytes, err := xmod.Global("xp_timeline")
-	if err != nil {
-		b.Fatal(err)
-	}
-	stl, sbytes, err := smod.Global("op_timeline")
-	if err != nil {
-		b.Fatal(err)
-	}
+	xtl, xbytes := global(b, xmod, "xp_timeline")
+	stl, sbytes := global(b, smod, "op_timeline")
 	xfn, sfn := functions(b, xmod), functions(b, smod)
 	xev, sev := len(xpEvents), len(opEvents)
 	event := func(names []string, name string) int {

@@ -381,10 +381,7 @@ func BenchmarkOnePassTimeline(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		timeline, bytes, err := mod.Global("op_timeline")
-		if err != nil {
-			b.Fatal(err)
-		}
+		timeline, bytes := global(b, mod, "op_timeline")
 		compiled[i] = build{f: f, timeline: timeline, bytes: bytes, tma: tma}
 	}
 	events := len(opEvents)

@@ -240,14 +240,8 @@ func BenchmarkXProjTimeline(b *testing.B) {
 	}
 	for _, o := range opts {
 		mod := loadSourceFor(b, "sm_90a", src, "xproj.cu", append([]string{"-DXP_TIMELINE=1"}, strings.Fields(o)...)...)
-		timeline, bytes, err := mod.Global("xp_timeline")
-		if err != nil {
-			b.Fatal(err)
-		}
-		sm, _, err := mod.Global("xp_sm")
-		if err != nil {
-			b.Fatal(err)
-		}
+		timeline, bytes := global(b, mod, "xp_timeline")
+		sm, _ := global(b, mod, "xp_sm")
 		builds = append(builds, build{strings.TrimSpace(o), functions(b, mod), timeline, sm, bytes})
 	}
 	blas := tunedBLAS(b, s)
