@@ -81,34 +81,28 @@ __device__ __forceinline__ float pick(const float (&acc)[MAXB], int i) {
     return v;
 }
 
-// load_x reads 4 floats at p (16-byte aligned) and load_x1 one. FRESH
-// (nonzero) marks an activation other blocks of the same launch wrote
-// (step_layers), which the read-only path must not serve: FRESH 1 loads it
-// from L2 (ld.global.cg), FRESH 2 through L1 (ld.global.ca), which the grid
-// barrier's acquire invalidated (grid_sync).
-template <int FRESH>
-__device__ __forceinline__ float4 load4(const float *p) {
-    const float4 *q = reinterpret_cast<const float4 *>(p);
-    return FRESH == 1 ? __ldcg(q) : __ldca(q);
-}
-template <int FRESH>
+// load_x reads 4 floats at p (16-byte aligned) and load_x1 one. With FRESH
+// the activation was written by other blocks of the same launch
+// (step_layers), so the load goes to L2 (ld.global.cg): neither the SM's L1
+// nor the read-only path may hold a line from before the write.
+template <bool FRESH>
 __device__ __forceinline__ void load_x(const float *p, float *out) {
     if (FRESH) {
-        float4 v = load4<FRESH>(p);
+        float4 v = __ldcg(reinterpret_cast<const float4 *>(p));
         out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
     } else {
         unpack(p, out);
     }
 }
-template <int FRESH>
+template <bool FRESH>
 __device__ __forceinline__ float load_x1(const float *p) {
-    return FRESH == 1 ? __ldcg(p) : FRESH == 2 ? __ldca(p) : *p;
+    return FRESH ? __ldcg(p) : *p;
 }
 
 // quotient is a / b, rounded as IEEE division, or with FRESH (the fused
 // step) as __fdividef (2 ulp): the exact division's slow path is a call, and
 // around it ptxas spills the fused step's loop state.
-template <int FRESH>
+template <bool FRESH>
 __device__ __forceinline__ float quotient(float a, float b) {
     return FRESH ? __fdividef(a, b) : a / b;
 }
@@ -120,7 +114,7 @@ __device__ __forceinline__ float quotient(float a, float b) {
 // normw is read once for the ROWS rows, whose weight loads are all in
 // flight before the FMAs (those of UNROLL slices at a time). Lanes hold
 // partial sums. FRESH reads x through L2 (load_x).
-template <int ROWS, int MAXB, int UNROLL, int FRESH, class T>
+template <int ROWS, int MAXB, int UNROLL, bool FRESH, class T>
 __device__ __forceinline__ void rows_dot(const T *__restrict__ W, int n0, int rows, int K, const float *__restrict__ x,
                                          int ldx, const float *__restrict__ normw, int B, int slice, int split,
                                          float (&dot)[ROWS][MAXB], float (&ss)[MAXB]) {
@@ -192,7 +186,7 @@ __device__ __forceinline__ void rows_dot(const T *__restrict__ W, int n0, int ro
 // of the row's group. A group of split warps shares ROWS consecutive rows
 // (rows_dot). The loop over rows has the same trip count in every warp, for
 // the barrier that joins a group's partial sums. FRESH as in rows_dot.
-template <int ROWS, int MAXB, int UNROLL, int FRESH, class T, class Body>
+template <int ROWS, int MAXB, int UNROLL, bool FRESH, class T, class Body>
 __device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const float *__restrict__ x, int ldx,
                                            const float *__restrict__ normw, float eps, int B, int rows, int split,
                                            Body body) {
@@ -264,7 +258,7 @@ __device__ __forceinline__ void pdl_start(const T *W, int K, int rows, int split
 // gemv_rows: out[b, n] (+)= sum_k W[n, k] * x'[b, k] + bias[n] for n < rows,
 // with x' as in group_rows; bias may be nullptr; accumulate adds to out
 // (read as FRESH reads x).
-template <int ROWS, int MAXB, int UNROLL, int FRESH, class T>
+template <int ROWS, int MAXB, int UNROLL, bool FRESH, class T>
 __device__ __forceinline__ void gemv_rows(const float *x, int ldx, const float *__restrict__ normw, float eps,
                                           const T *__restrict__ W, const float *__restrict__ bias, float *out, int ldo,
                                           int accumulate, int B, int K, int rows, int split) {
@@ -287,7 +281,7 @@ __device__ void gemv(const float *x, int ldx, const float *__restrict__ normw, f
 }
 
 // step_in_rows: the block's first stages, from the residual stream h to xz.
-template <int ROWS, int MAXB, int UNROLL, int FRESH, class T>
+template <int ROWS, int MAXB, int UNROLL, bool FRESH, class T>
 __device__ __forceinline__ void step_in_rows(const float *h, const float *__restrict__ normw, float eps,
                                              const T *__restrict__ W, const float *__restrict__ in_bias,
                                              const float *__restrict__ conv_w, const float *__restrict__ conv_b,
@@ -369,7 +363,7 @@ EACH_DTYPE(STEP_GEMV)
 // rmsnorm_dbc_f32 does in place for the separate launches, but each warp
 // for itself: its sums of squares run in another order, so the same math
 // to f32 rounding rather than the same bits.
-template <int FRESH, bool NORM>
+template <bool FRESH, bool NORM>
 __device__ __forceinline__ void scan_one(int c, int b, const float *dbl, int ldd, int R,
                                          const float *__restrict__ W_dt, const float *__restrict__ dt_bias,
                                          const float *__restrict__ A2, const float *__restrict__ Dskip,
@@ -453,29 +447,15 @@ struct StepLayer {
     const float *out_bias;
 };
 
-// Probes of step_layers (its probe argument), for measurements only:
-// STEP_PROBE_BARRIERS runs the launch's grid barriers and nothing else;
-// STEP_PROBE_NO_BARRIERS runs the stages without them (wrong results: a
-// time for the work alone); STEP_PROBE_RELEASE arrives at a barrier with a
-// release reduction instead of a full fence and an atomic add.
-#define STEP_PROBE_BARRIERS 1
-#define STEP_PROBE_NO_BARRIERS 2
-#define STEP_PROBE_RELEASE 4
-
 // grid_sync: no block of the grid passes its k-th call of the launch (k from
 // 1) until every block has made that call; what any block wrote before it,
 // every block reads after it (FRESH). bar[0] counts arrivals and must be
 // zero when the launch starts: grid_done leaves it so.
-__device__ __forceinline__ void grid_sync(unsigned *bar, unsigned k, int probe) {
-    if (probe & STEP_PROBE_NO_BARRIERS) return;
+__device__ __forceinline__ void grid_sync(unsigned *bar, unsigned k) {
     __syncthreads();
     if (threadIdx.x == 0) {
-        if (probe & STEP_PROBE_RELEASE) {
-            asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
-        } else {
-            __threadfence();
-            atomicAdd(bar, 1u);
-        }
+        __threadfence();
+        atomicAdd(bar, 1u);
         unsigned target = k * gridDim.x, seen;
         do {
             asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(bar) : "memory");
@@ -514,14 +494,14 @@ struct StepGemv {
     __device__ int per() const { return STEP_WARPS / split * (rows4 ? 4 : 1); }
 };
 
-template <int MAXB, int UNROLL, int LOADS, class T>
+template <int MAXB, int UNROLL, class T>
 __device__ __forceinline__ void fused_gemv(StepGemv g, const float *x, int ldx, const float *normw, float eps,
                                            const T *W, const float *bias, float *out, int ldo, int accumulate, int B,
                                            int K, int rows) {
     if (g.rows4)
-        gemv_rows<4, MAXB, UNROLL, LOADS>(x, ldx, normw, eps, W, bias, out, ldo, accumulate, B, K, rows, g.split);
+        gemv_rows<4, MAXB, UNROLL, true>(x, ldx, normw, eps, W, bias, out, ldo, accumulate, B, K, rows, g.split);
     else
-        gemv_rows<1, MAXB, UNROLL, LOADS>(x, ldx, normw, eps, W, bias, out, ldo, accumulate, B, K, rows, g.split);
+        gemv_rows<1, MAXB, UNROLL, true>(x, ldx, normw, eps, W, bias, out, ldo, accumulate, B, K, rows, g.split);
 }
 
 // step_layers: every layer of the step, then the LM head. h [B, d] holds the
@@ -531,18 +511,13 @@ __device__ __forceinline__ void fused_gemv(StepGemv g, const float *x, int ldx, 
 // the conv, x_proj, out_proj, the LM head) each take split warps a row, and
 // four rows to a group where rows4 has their bit (1, 2, 4, 8). bar is two
 // zeroed words the launches of one engine share (grid_sync, grid_done).
-template <int MAXB, int UNROLL, int LOADS, class T>
+template <int MAXB, int UNROLL, class T>
 __device__ void step_layers(const StepLayer *__restrict__ layers, int L, float *h, float *xz, float *dbl, float *y,
                             float *conv_state, float *ssm_state, const float *__restrict__ norm_f,
                             const T *__restrict__ head, float *logits, int B, int d, int E, int R, int N, int K,
                             int V, float eps, float mixer_eps, int falcon, int split_in, int split_x,
-                            int split_out, int split_head, int rows4, int prefetch, int probe, unsigned *bar) {
+                            int split_out, int split_head, int rows4, int prefetch, unsigned *bar) {
     if (B > MAXB) __trap();  // as in gemv
-    if (probe & STEP_PROBE_BARRIERS) {  // the barriers alone
-        for (unsigned k = 1; k <= 4u * L; k++) grid_sync(bar, k, probe);
-        grid_done(bar);
-        return;
-    }
     StepGemv g_in{split_in, rows4 & 1}, g_x{split_x, rows4 & 2}, g_out{split_out, rows4 & 4},
         g_head{split_head, rows4 & 8};
     int ldd = R + 2 * N, warp = threadIdx.x >> 5;
@@ -553,33 +528,33 @@ __device__ void step_layers(const StepLayer *__restrict__ layers, int L, float *
                 *w_out = static_cast<const T *>(w.out_proj);
         float *win = conv_state + (size_t)l * B * E * K, *state = ssm_state + (size_t)l * B * E * N;
         if (g_in.rows4)
-            step_in_rows<4, MAXB, UNROLL, LOADS>(h, w.norm, eps, w_in, w.in_bias, w.conv, w.conv_bias, win, xz, B, d,
+            step_in_rows<4, MAXB, UNROLL, true>(h, w.norm, eps, w_in, w.in_bias, w.conv, w.conv_bias, win, xz, B, d,
                                                 E, K, g_in.split);
         else
-            step_in_rows<1, MAXB, UNROLL, LOADS>(h, w.norm, eps, w_in, w.in_bias, w.conv, w.conv_bias, win, xz, B, d,
+            step_in_rows<1, MAXB, UNROLL, true>(h, w.norm, eps, w_in, w.in_bias, w.conv, w.conv_bias, win, xz, B, d,
                                                 E, K, g_in.split);
         prefetch_rows(w_x, E, ldd, g_x.per(), prefetch);
-        grid_sync(bar, ++k, probe);
-        fused_gemv<MAXB, UNROLL, LOADS>(g_x, xz, 2 * E, nullptr, 0.f, w_x, nullptr, dbl, ldd, 0, B, E, ldd);
-        grid_sync(bar, ++k, probe);
+        grid_sync(bar, ++k);
+        fused_gemv<MAXB, UNROLL>(g_x, xz, 2 * E, nullptr, 0.f, w_x, nullptr, dbl, ldd, 0, B, E, ldd);
+        grid_sync(bar, ++k);
         for (int j = blockIdx.x * STEP_WARPS + warp; j < E * B; j += gridDim.x * STEP_WARPS) {
             if (falcon)
-                scan_one<LOADS, true>(j % E, j / E, dbl, ldd, R, w.dt_proj, w.dt_bias, w.a2, w.d, xz, state, y, E, N,
+                scan_one<true, true>(j % E, j / E, dbl, ldd, R, w.dt_proj, w.dt_bias, w.a2, w.d, xz, state, y, E, N,
                                      mixer_eps);
             else
-                scan_one<LOADS, false>(j % E, j / E, dbl, ldd, R, w.dt_proj, w.dt_bias, w.a2, w.d, xz, state, y, E, N,
+                scan_one<true, false>(j % E, j / E, dbl, ldd, R, w.dt_proj, w.dt_bias, w.a2, w.d, xz, state, y, E, N,
                                       mixer_eps);
         }
         prefetch_rows(w_out, E, d, g_out.per(), prefetch);
-        grid_sync(bar, ++k, probe);
-        fused_gemv<MAXB, UNROLL, LOADS>(g_out, y, E, nullptr, 0.f, w_out, w.out_bias, h, d, 1, B, E, d);
+        grid_sync(bar, ++k);
+        fused_gemv<MAXB, UNROLL>(g_out, y, E, nullptr, 0.f, w_out, w.out_bias, h, d, 1, B, E, d);
         if (l + 1 < L)
             prefetch_rows(static_cast<const T *>(layers[l + 1].in_proj), d, 2 * E, g_in.per(), prefetch);
         else
             prefetch_rows(head, d, V, g_head.per(), prefetch);
-        grid_sync(bar, ++k, probe);
+        grid_sync(bar, ++k);
     }
-    fused_gemv<MAXB, UNROLL, LOADS>(g_head, h, d, norm_f, eps, head, nullptr, logits, V, 0, B, d, V);
+    fused_gemv<MAXB, UNROLL>(g_head, h, d, norm_f, eps, head, nullptr, logits, V, 0, B, d, V);
     grid_done(bar);
 }
 
@@ -587,32 +562,15 @@ __device__ void step_layers(const StepLayer *__restrict__ layers, int L, float *
     const StepLayer *__restrict__ layers, int L, float *h, float *xz, float *dbl, float *y, float *conv_state,  \
         float *ssm_state, const float *__restrict__ norm_f, const T *__restrict__ head, float *logits, int B,   \
         int d, int E, int R, int N, int K, int V, float eps, float mixer_eps, int falcon, int split_in,         \
-        int split_x, int split_out, int split_head, int rows4, int prefetch, int probe, unsigned *bar
+        int split_x, int split_out, int split_head, int rows4, int prefetch, unsigned *bar
 #define STEP_LAYERS_ARGS                                                                                        \
     layers, L, h, xz, dbl, y, conv_state, ssm_state, norm_f, head, logits, B, d, E, R, N, K, V, eps, mixer_eps, \
-        falcon, split_in, split_x, split_out, split_head, rows4, prefetch, probe, bar
-// Entries: step_layers_<T> for up to STEP_MAXB sequences, _b1_ for one;
-// _cg_ reads the activations from L2 rather than through L1 (a probe). Two
-// blocks an SM, but one for f32, whose sums for eight sequences need more
-// than the 128 registers two allow.
-#define STEP_MIN_BLOCKS_f32 1
-#define STEP_MIN_BLOCKS_bf16 2
-#define STEP_MIN_BLOCKS_f16 2
-#define STEP_LAYERS(sfx, T)                                                                                      \
-    extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS, STEP_MIN_BLOCKS_##sfx)                         \
-        step_layers_##sfx(STEP_LAYERS_PARAMS(T)) {                                                               \
-        step_layers<STEP_MAXB, 1, 2, T>(STEP_LAYERS_ARGS);                                                       \
-    }                                                                                                            \
-    extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS, STEP_MIN_BLOCKS_##sfx)                         \
-        step_layers_b1_##sfx(STEP_LAYERS_PARAMS(T)) {                                                            \
-        step_layers<1, STEP_UNROLL_B1, 2, T>(STEP_LAYERS_ARGS);                                                  \
-    }                                                                                                            \
-    extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS, STEP_MIN_BLOCKS_##sfx)                         \
-        step_layers_cg_##sfx(STEP_LAYERS_PARAMS(T)) {                                                            \
-        step_layers<STEP_MAXB, 1, 1, T>(STEP_LAYERS_ARGS);                                                       \
-    }                                                                                                            \
-    extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS, STEP_MIN_BLOCKS_##sfx)                         \
-        step_layers_cg_b1_##sfx(STEP_LAYERS_PARAMS(T)) {                                                         \
-        step_layers<1, STEP_UNROLL_B1, 1, T>(STEP_LAYERS_ARGS);                                                  \
+        falcon, split_in, split_x, split_out, split_head, rows4, prefetch, bar
+#define STEP_LAYERS(sfx, T)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS, 2) step_layers_##sfx(STEP_LAYERS_PARAMS(T)) {    \
+        step_layers<STEP_MAXB, 1, T>(STEP_LAYERS_ARGS);                                                         \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS, 2) step_layers_b1_##sfx(STEP_LAYERS_PARAMS(T)) { \
+        step_layers<1, STEP_UNROLL_B1, T>(STEP_LAYERS_ARGS);                                                    \
     }
 EACH_DTYPE(STEP_LAYERS)

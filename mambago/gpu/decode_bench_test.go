@@ -14,23 +14,20 @@ import (
 
 // decodeSetting is one way to run the decode step, for BenchmarkDecodeFused.
 type decodeSetting struct {
-	name                   string
-	fused                  bool
-	prefetch, perSM, probe int // Engine.DecodeFusedPrefetch, DecodeFusedBlocksPerSM and DecodeFusedProbe
+	name            string
+	fused           bool
+	prefetch, perSM int // Engine.DecodeFusedPrefetch and DecodeFusedBlocksPerSM
 }
 
 func (s decodeSetting) set(e *gpu.Engine) {
-	e.DecodeFused, e.DecodeFusedPrefetch, e.DecodeFusedBlocksPerSM, e.DecodeFusedProbe = s.fused, s.prefetch, s.perSM, s.probe
+	e.DecodeFused, e.DecodeFusedPrefetch, e.DecodeFusedBlocksPerSM = s.fused, s.prefetch, s.perSM
 }
 
 // BenchmarkDecodeFused times bf16 decode step graphs of the 130m, 370m,
 // 1.4b and 2.8b shapes at B=1 and B=8, replayed on device buffers
 // (Graph.StepDevice) between CUDA events: the separate launches (four a
-// layer) against the fused step (Engine.DecodeFused): by default (its
-// activations read through L1), from L2, arriving at its barriers by a
-// release reduction, without L2 prefetch, and two probes (Engine.
-// DecodeFusedProbe) that split its time: its barriers alone, and its
-// stages without barriers (wrong results; a time only). Each of
+// layer) against the fused step (Engine.DecodeFused), by default and with
+// no L2 prefetch, 128 KiB of it, and one block a multiprocessor. Each of
 // five rounds replays every setting's graph 50 times in turn; a setting's
 // time is the median of its rounds' medians, logged with its ratio to the
 // separate launches'. DECODE_SHAPES (a regexp, e.g. '130m|2.8b') picks the
@@ -38,9 +35,8 @@ func (s decodeSetting) set(e *gpu.Engine) {
 func BenchmarkDecodeFused(b *testing.B) {
 	gputest.Need(b)
 	pick := regexp.MustCompile(os.Getenv("DECODE_SHAPES"))
-	settings := []decodeSetting{{"separate", false, 0, 0, 0}, {"fused", true, 0, 0, 0},
-		{"fused_l2", true, 0, 0, gpu.FusedProbeL2}, {"fused_release", true, 0, 0, 4}, {"fused_noprefetch", true, -1, 0, 0},
-		{"barriers_only", true, 0, 0, 1}, {"no_barriers", true, 0, 0, 2}}
+	settings := []decodeSetting{{"separate", false, 0, 0}, {"fused", true, 0, 0}, {"fused_noprefetch", true, -1, 0},
+		{"fused_prefetch128k", true, 128 << 10, 0}, {"fused_1perSM", true, 0, 1}}
 	for _, sh := range []struct {
 		name      string
 		d, layers int

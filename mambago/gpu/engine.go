@@ -272,16 +272,7 @@ type Engine struct {
 	// DecodeFusedBlocksPerSM caps the fused step's blocks a multiprocessor
 	// (0: as many as fit; its launch bounds allow two).
 	DecodeFusedBlocksPerSM int
-	// DecodeFusedProbe is for measurements only: kernels/step.cu's
-	// STEP_PROBE_ flags (1: the grid barriers alone; 2: the stages without
-	// them, whose results are wrong; 4: barriers arrived at by a release
-	// reduction), and FusedProbeL2 for its _cg_ entries.
-	DecodeFusedProbe int
 }
-
-// FusedProbeL2 in Engine.DecodeFusedProbe runs the fused step's _cg_
-// entries, which read activations from L2 instead of through L1.
-const FusedProbeL2 = 8
 
 var _ engine.Engine = (*Engine)(nil)
 

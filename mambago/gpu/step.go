@@ -102,9 +102,6 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 func (e *Engine) decodeFused(s *State, B int, logits cuda.Ptr, gemvs [4]gemvLaunch) error {
 	c, ws := e.cfg, &e.ws
 	name := "step_layers"
-	if e.DecodeFusedProbe&FusedProbeL2 != 0 {
-		name += "_cg"
-	}
 	if B == 1 && e.GEMVOneSequence {
 		name += "_b1"
 	}
@@ -140,8 +137,7 @@ func (e *Engine) decodeFused(s *State, B int, logits cuda.Ptr, gemvs [4]gemvLaun
 	return f.LaunchCooperative(cuda.D1(perSM*e.dev.SMs), cuda.D1(block), 0, e.stream, e.stepTable.Ptr, c.Layers,
 		ws.h.Ptr, ws.xz.Ptr, ws.dbl.Ptr, ws.delta.Ptr, s.conv(0), s.ssm(0), e.normF, e.lmHead, logits, B, c.Hidden,
 		c.Inner, c.DTRank, c.State, c.ConvKernel, c.Vocab, float32(c.Eps), float32(c.MixerEps), falcon,
-		gemvs[0].split, gemvs[1].split, gemvs[2].split, gemvs[3].split, rows4, prefetch, e.DecodeFusedProbe&^FusedProbeL2,
-		e.stepBar.Ptr)
+		gemvs[0].split, gemvs[1].split, gemvs[2].split, gemvs[3].split, rows4, prefetch, e.stepBar.Ptr)
 }
 
 // stepTable returns the layers' weight pointers as kernels/step.cu's
