@@ -75,10 +75,6 @@
 #             timeline builds on one clock: when x_proj's blocks store their
 #             rows against when the scan's copying warps' wait returns
 #             (BenchmarkXProjScanHandover: what flags a tile could save);
-#   decodefused: the fused decode step (Engine.DecodeFused) against the
-#             separate launches: the decode tests, memcheck, racecheck and
-#             synccheck over TestDecodeFusedMatches, then BenchmarkDecodeFused
-#             ($DECODE_SHAPES picks its shapes);
 #   knob:     a scan knob's build ($KNOB, NVRTC options such as
 #             -DOP_EARLY=1) under the scan kernels' float64 tests with
 #             racecheck, synccheck and memcheck (KERNELS_OPTS), then the
@@ -597,16 +593,6 @@ if [[ $mode == ab ]]; then
     done
   done
   python3 bench/ab.py "$OUT"/ab_base_*.log -- "$OUT"/ab_new_*.log | tee "$OUT/ab.md"
-  exit $status
-fi
-if [[ $mode == decodefused ]]; then
-  echo "== the fused decode step (Engine.DecodeFused) against the separate launches; the decode tests; sanitizers"
-  SHOW="decode|Decode" run_tests decodefused_test 300 .carry/gpu.test -test.v -test.run 'TestDecode'
-  for tool in memcheck racecheck synccheck; do
-    sanitizer $tool ${tool}_decodefused 200 .carry/gpu.test 'TestDecodeFusedMatches/(d256|falcon)'
-  done
-  echo "== bf16 decode step graphs, separate launches against the fused step (BenchmarkDecodeFused)"
-  DECODE_SHAPES=${DECODE_SHAPES:-} bench_log decodefused_bench 400 .carry/gpu.test DecodeFused "us/step|B=|^ *(separate|fused)"
   exit $status
 fi
 if [[ $mode == handover ]]; then

@@ -144,7 +144,7 @@ func D1(x int) Dim3 { return Dim3{x, 1, 1} }
 // float32, int64, uint64 or int (passed as int32 after a range check); each is
 // packed at its natural alignment, so nothing is truncated.
 func (f *Function) Launch(grid, block Dim3, shared int, s *Stream, args ...any) error {
-	return f.launch(0, grid, block, shared, s, args)
+	return f.launch(false, grid, block, shared, s, args)
 }
 
 // LaunchMaybePDL is Launch, with programmatic dependent launch (sm_90 and
@@ -154,36 +154,10 @@ func (f *Function) Launch(grid, block Dim3, shared int, s *Stream, args ...any) 
 // writes, or writes anything it reads. Before the wait it may only read data
 // no kernel in flight writes, such as weights.
 func (f *Function) LaunchMaybePDL(pdl bool, grid, block Dim3, shared int, s *Stream, args ...any) error {
-	flags := 0
-	if pdl {
-		flags = C.MG_LAUNCH_PDL
-	}
-	return f.launch(flags, grid, block, shared, s, args)
+	return f.launch(pdl, grid, block, shared, s, args)
 }
 
-// LaunchCooperative is Launch as a cooperative launch: every block of the
-// grid is resident at once, so blocks may wait for one another (a grid
-// barrier), or the launch fails (CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE)
-// rather than hang. A stream capture records it as a cooperative node.
-// MaxActiveBlocks bounds the grid.
-func (f *Function) LaunchCooperative(grid, block Dim3, shared int, s *Stream, args ...any) error {
-	return f.launch(C.MG_LAUNCH_COOPERATIVE, grid, block, shared, s, args)
-}
-
-// MaxActiveBlocks is how many blocks of block threads and shared bytes of
-// dynamic shared memory one multiprocessor holds at once.
-func (f *Function) MaxActiveBlocks(block, shared int) (int, error) {
-	var n C.int
-	r := C.mg_cuOccupancyMaxActiveBlocksPerMultiprocessor(&n, f.h, C.int(block), C.size_t(shared))
-	if err := check("cuOccupancyMaxActiveBlocksPerMultiprocessor", r); err != nil {
-		return 0, fmt.Errorf("%w (kernel %s, %d threads, %d B shared)", err, f.Name, block, shared)
-	}
-	return int(n), nil
-}
-
-// launch queues the kernel with the shim's launch attribute flags (none: a
-// plain cuLaunchKernel).
-func (f *Function) launch(flags int, grid, block Dim3, shared int, s *Stream, args []any) error {
+func (f *Function) launch(pdl bool, grid, block Dim3, shared int, s *Stream, args []any) error {
 	buf, offsets, err := packArgs(args)
 	if err != nil {
 		return fmt.Errorf("cuda: launch %s: %w", f.Name, err)
@@ -200,9 +174,9 @@ func (f *Function) launch(flags int, grid, block Dim3, shared int, s *Stream, ar
 	}
 	gx, gy, gz, bx, by, bz := C.uint(grid.X), C.uint(grid.Y), C.uint(grid.Z), C.uint(block.X), C.uint(block.Y), C.uint(block.Z)
 	name, r := "cuLaunchKernel", C.mg_result(0)
-	if flags != 0 {
-		name, r = "cuLaunchKernelEx", C.mg_cuLaunchKernelEx(f.h, gx, gy, gz, bx, by, bz, C.uint(shared), s.handle(), bufp, offp,
-			C.int(len(offsets)), C.int(flags))
+	if pdl {
+		name, r = "cuLaunchKernelEx", C.mg_cuLaunchKernelPDL(f.h, gx, gy, gz, bx, by, bz, C.uint(shared), s.handle(), bufp, offp,
+			C.int(len(offsets)))
 	} else {
 		r = C.mg_cuLaunchKernel(f.h, gx, gy, gz, bx, by, bz, C.uint(shared), s.handle(), bufp, offp, C.int(len(offsets)))
 	}

@@ -70,7 +70,6 @@ typedef struct {
 	unsigned nattrs;
 } mg_launch_config;
 FN(int, cuLaunchKernelEx, (const mg_launch_config *, void *, void **, void **));
-FN(int, cuOccupancyMaxActiveBlocksPerMultiprocessor, (int *, void *, int, size_t));
 FN(int, cuStreamBeginCapture, (void *, int));
 FN(int, cuStreamEndCapture, (void *, void **));
 FN(int, cuGraphInstantiateWithFlags, (void **, void *, unsigned long long));
@@ -217,8 +216,7 @@ const char *mg_load_driver(const char *path) {
 	LOAD(h, cuGetErrorName, "cuGetErrorName");
 	LOAD(h, cuStreamIsCapturing, "cuStreamIsCapturing");
 	LOAD(h, cuCtxGetDevice, "cuCtxGetDevice");
-	p_cuLaunchKernelEx = dlsym(h, "cuLaunchKernelEx"); // optional: CUDA >= 11.8; mg_cuLaunchKernelEx says so
-	LOAD(h, cuOccupancyMaxActiveBlocksPerMultiprocessor, "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+	p_cuLaunchKernelEx = dlsym(h, "cuLaunchKernelEx"); // optional: CUDA >= 11.8; mg_cuLaunchKernelPDL says so
 	// Optional: graph edits (CUDA >= 12.3, the edge-data entry points); mg_graph_edits says so.
 	p_cuGraphGetNodes = dlsym(h, "cuGraphGetNodes");
 	p_cuGraphNodeGetType = dlsym(h, "cuGraphNodeGetType");
@@ -506,29 +504,21 @@ mg_result mg_cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsi
 	return p_cuLaunchKernel(f, gx, gy, gz, bx, by, bz, shmem, stream, params, NULL);
 }
 
-// mg_cuLaunchKernelEx is mg_cuLaunchKernel through cuLaunchKernelEx with
-// the launch attributes flags asks for: MG_LAUNCH_PDL, programmatic stream
-// serialization (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, id
-// 6: the kernel may start before the previous one in the stream ends, and
-// must wait for it, griddepcontrol.wait, before it reads its results), and
-// MG_LAUNCH_COOPERATIVE (CU_LAUNCH_ATTRIBUTE_COOPERATIVE, id 2: every block
-// resident at once, or the launch fails).
-mg_result mg_cuLaunchKernelEx(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                              unsigned shmem, void *stream, void *args, const int *offsets, int nargs, int flags) {
+// mg_cuLaunchKernelPDL is mg_cuLaunchKernel with programmatic stream
+// serialization allowed (CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION,
+// id 6): the kernel may start before the previous one in the stream ends,
+// and must wait for it (griddepcontrol.wait) before it reads its results.
+mg_result mg_cuLaunchKernelPDL(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                               unsigned shmem, void *stream, void *args, const int *offsets, int nargs) {
 	void *params[64];
 	if (kernel_params(params, args, offsets, nargs)) return 1;
 	if (!p_cuLaunchKernelEx) return 500;
-	mg_launch_attr attrs[2];
-	memset(attrs, 0, sizeof attrs);
-	unsigned n = 0;
-	if (flags & MG_LAUNCH_PDL) attrs[n].id = 6, attrs[n++].value.i = 1;
-	if (flags & MG_LAUNCH_COOPERATIVE) attrs[n].id = 2, attrs[n++].value.i = 1;
-	mg_launch_config cfg = {gx, gy, gz, bx, by, bz, shmem, stream, attrs, n};
+	mg_launch_attr attr;
+	memset(&attr, 0, sizeof attr);
+	attr.id = 6;
+	attr.value.i = 1;
+	mg_launch_config cfg = {gx, gy, gz, bx, by, bz, shmem, stream, &attr, 1};
 	return p_cuLaunchKernelEx(&cfg, f, params, NULL);
-}
-
-mg_result mg_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *f, int block, size_t shmem) {
-	CALL(cuOccupancyMaxActiveBlocksPerMultiprocessor, blocks, f, block, shmem);
 }
 
 // mg_launch_layout reports the launch structs' layout, for a test against

@@ -53,12 +53,8 @@ mg_result mg_cuModuleGetGlobal(mg_devptr *p, size_t *bytes, void *m, const char 
 mg_result mg_cuFuncSetAttribute(void *f, int attr, int v);
 mg_result mg_cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                             unsigned shmem, void *stream, void *args, const int *offsets, int nargs);
-// Flags of mg_cuLaunchKernelEx's launch attributes.
-#define MG_LAUNCH_PDL 1
-#define MG_LAUNCH_COOPERATIVE 2
-mg_result mg_cuLaunchKernelEx(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                              unsigned shmem, void *stream, void *args, const int *offsets, int nargs, int flags);
-mg_result mg_cuOccupancyMaxActiveBlocksPerMultiprocessor(int *blocks, void *f, int block, size_t shmem);
+mg_result mg_cuLaunchKernelPDL(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                               unsigned shmem, void *stream, void *args, const int *offsets, int nargs);
 void mg_launch_layout(int *out);
 mg_result mg_cuStreamBeginCapture(void *s, int mode);
 mg_result mg_cuStreamEndCapture(void *s, void **graph);

@@ -37,9 +37,6 @@ type Engine struct {
 
 	emb, normF, lmHead, inputProj, inputBias cuda.Ptr
 	layers                                   []layer
-	// The fused decode step's layer table (stepTable) and grid barrier
-	// (two zeroed words; kernels/step.cu's grid_sync).
-	stepTable, stepBar *cuda.Buffer
 
 	ws     workspace
 	closed bool // set by Close; every later call fails
@@ -256,22 +253,6 @@ type Engine struct {
 	// SM, the same bits). New turns it on. Set it before capturing a step
 	// graph.
 	GEMVOneSequence bool
-	// DecodeFused runs a decode step on the single-token kernels as two
-	// launches, the embedding and then kernels/step.cu's step_layers: every
-	// layer and the LM head in one cooperative launch whose blocks wait for
-	// one another at a grid barrier between stages, in place of four
-	// launches a layer. Its GEMVs split and group their rows as the
-	// separate launches do; its divisions round as __fdividef, so its
-	// results agree with theirs to f32 rounding, not bit for bit. Set it
-	// before capturing a step graph.
-	DecodeFused bool
-	// DecodeFusedPrefetch is how many bytes of its next GEMV's weight rows
-	// each block of the fused step asks L2 for before each grid barrier;
-	// 0 means 32 KiB, a negative value none.
-	DecodeFusedPrefetch int
-	// DecodeFusedBlocksPerSM caps the fused step's blocks a multiprocessor
-	// (0: as many as fit; its launch bounds allow two).
-	DecodeFusedBlocksPerSM int
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -378,21 +359,6 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 			return nil, err
 		}
 		e.layers = append(e.layers, g)
-	}
-	table := stepTable(e.layers)
-	if e.stepTable, err = cuda.Alloc(8 * len(table)); err != nil {
-		return nil, err
-	}
-	e.bufs = append(e.bufs, e.stepTable)
-	if err = cuda.CopyIn(e.stepTable.Ptr, table, e.stream); err != nil {
-		return nil, err
-	}
-	if e.stepBar, err = cuda.Alloc(8); err != nil {
-		return nil, err
-	}
-	e.bufs = append(e.bufs, e.stepBar)
-	if err = cuda.Fill32(e.stepBar.Ptr, 0, 2, e.stream); err != nil {
-		return nil, err
 	}
 	return e, e.stream.Synchronize()
 }

@@ -1,8 +1,6 @@
 package gpu
 
 import (
-	"fmt"
-
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
 )
@@ -13,10 +11,6 @@ const (
 	// prefill path with T = 1.
 	decodeMaxB = 8
 	stepWarps  = 8 // STEP_WARPS in kernels/step.cu: output rows per block
-	// defaultFusedPrefetch is DecodeFusedPrefetch's default: the bytes of
-	// its next GEMV's rows a block of the fused step asks L2 for before
-	// each grid barrier.
-	defaultFusedPrefetch = 32 << 10
 )
 
 // stepDevice queues one decode step for the B sequences of s: token ids from
@@ -45,8 +39,7 @@ func (e *Engine) decodeKernelMaxB() int {
 }
 
 // decode is the decode step on the kernels of kernels/step.cu: four launches
-// a layer, or with DecodeFused one for every layer; every activation f32,
-// the weights read once for all sequences.
+// a layer, every activation f32, the weights read once for all sequences.
 func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	c, ws := e.cfg, &e.ws
 	B, d, E, R, N, K, V := src.in.B, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel, c.Vocab
@@ -62,10 +55,6 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	block, eps := cuda.D1(32*stepWarps), float32(c.Eps)
 	dbl := R + 2*N
 	in, x, out := e.gemvPlan("step_in", 2*E, d, B), e.gemvPlan("gemv", dbl, E, B), e.gemvPlan("gemv", d, E, B)
-	head := e.gemvPlan("gemv", V, d, B)
-	if e.DecodeFused {
-		return e.decodeFused(s, B, logits, [4]gemvLaunch{in, x, out, head})
-	}
 	for l, g := range e.layers {
 		if err := e.launchStep(in.kernel, in.grid, block, 0, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
 			g.conv, g.convBias, s.conv(l), ws.xz.Ptr, B, d, E, K, in.split); err != nil {
@@ -90,68 +79,9 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 			return err
 		}
 	}
+	head := e.gemvPlan("gemv", V, d, B)
 	return e.launchStep(head.kernel, head.grid, block, 0, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits,
 		V, 0, B, d, V, head.split)
-}
-
-// decodeFused queues every layer of the decode step and the LM head as one
-// cooperative launch of kernels/step.cu's step_layers, after the embedding
-// decode queued: gemvs are the plans of in_proj, x_proj, out_proj and the
-// LM head, whose splits and rows a group it takes (the arithmetic of the
-// separate launches, bar the division's last bits: see quotient there).
-func (e *Engine) decodeFused(s *State, B int, logits cuda.Ptr, gemvs [4]gemvLaunch) error {
-	c, ws := e.cfg, &e.ws
-	name := "step_layers"
-	if B == 1 && e.GEMVOneSequence {
-		name += "_b1"
-	}
-	f := e.fn[e.typed(name)]
-	block := 32 * stepWarps
-	perSM, err := f.MaxActiveBlocks(block, 0)
-	if err != nil {
-		return err
-	}
-	if e.DecodeFusedBlocksPerSM > 0 {
-		perSM = min(perSM, e.DecodeFusedBlocksPerSM)
-	}
-	if perSM < 1 {
-		return fmt.Errorf("gpu: %s: no block of %d threads fits on a multiprocessor", f.Name, block)
-	}
-	rows4 := 0
-	for i, g := range gemvs {
-		if g.group == 4 {
-			rows4 |= 1 << i
-		}
-	}
-	prefetch := e.DecodeFusedPrefetch
-	switch {
-	case prefetch == 0:
-		prefetch = defaultFusedPrefetch
-	case prefetch < 0:
-		prefetch = 0
-	}
-	falcon := 0
-	if c.Falcon {
-		falcon = 1
-	}
-	return f.LaunchCooperative(cuda.D1(perSM*e.dev.SMs), cuda.D1(block), 0, e.stream, e.stepTable.Ptr, c.Layers,
-		ws.h.Ptr, ws.xz.Ptr, ws.dbl.Ptr, ws.delta.Ptr, s.conv(0), s.ssm(0), e.normF, e.lmHead, logits, B, c.Hidden,
-		c.Inner, c.DTRank, c.State, c.ConvKernel, c.Vocab, float32(c.Eps), float32(c.MixerEps), falcon,
-		gemvs[0].split, gemvs[1].split, gemvs[2].split, gemvs[3].split, rows4, prefetch, e.stepBar.Ptr)
-}
-
-// stepTable returns the layers' weight pointers as kernels/step.cu's
-// StepLayer structs lay them out: twelve 8-byte pointers a layer, in
-// layer's field order.
-func stepTable(layers []layer) []int64 {
-	out := make([]int64, 0, 12*len(layers))
-	for _, g := range layers {
-		for _, p := range []cuda.Ptr{g.norm, g.inProj, g.inBias, g.conv, g.convBias, g.xProj, g.dtProj, g.dtBias,
-			g.a2, g.d, g.outProj, g.outBias} {
-			out = append(out, int64(p))
-		}
-	}
-	return out
 }
 
 // gemvLaunch is how one GEMV of kernels/step.cu runs: the entry (gemv or
@@ -160,7 +90,6 @@ type gemvLaunch struct {
 	kernel string
 	grid   cuda.Dim3
 	split  int
-	group  int // rows a warp group sums: 1, or 4 (the _r4 entries)
 }
 
 // gemvPlan lays out a GEMV of rows rows of K weights for kernel ("gemv" or
@@ -189,7 +118,7 @@ func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 		}
 	}
 	per := stepWarps / split * group // rows per block
-	return gemvLaunch{kernel: e.typed(kernel), grid: cuda.D1(min((rows+per-1)/per, 65535)), split: split, group: group}
+	return gemvLaunch{kernel: e.typed(kernel), grid: cuda.D1(min((rows+per-1)/per, 65535)), split: split}
 }
 
 // gemvSplit picks how many warps share a GEMV row of K weights of size
