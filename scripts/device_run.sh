@@ -75,6 +75,9 @@
 #             timeline builds on one clock: when x_proj's blocks store their
 #             rows against when the scan's copying warps' wait returns
 #             (BenchmarkXProjScanHandover: what flags a tile could save);
+#   decodeab: bf16 decode step graphs (BenchmarkDecodeSteps, $DECODE_SHAPES),
+#             this build and .carry/base's taking turns ($AB_ROUNDS each),
+#             and the ratio of their medians;
 #   knob:     a scan knob's build ($KNOB, NVRTC options such as
 #             -DOP_EARLY=1) under the scan kernels' float64 tests with
 #             racecheck, synccheck and memcheck (KERNELS_OPTS), then the
@@ -593,6 +596,30 @@ if [[ $mode == ab ]]; then
     done
   done
   python3 bench/ab.py "$OUT"/ab_base_*.log -- "$OUT"/ab_new_*.log | tee "$OUT/ab.md"
+  exit $status
+fi
+if [[ $mode == decodeab ]]; then
+  echo "== bf16 decode step graphs, this build against .carry/base, taking turns (BenchmarkDecodeSteps)"
+  [[ -x .carry/base/gpu.test ]] || { echo "no .carry/base/gpu.test"; exit 1; }
+  for round in $(seq "${AB_ROUNDS:-3}"); do
+    for build in base new; do
+      bin=.carry/gpu.test; [[ $build == base ]] && bin=.carry/base/gpu.test
+      DECODE_SHAPES=${DECODE_SHAPES:-} timeout 200 $bin -test.run '^$' -test.bench DecodeSteps -test.benchtime 1x \
+        > "$OUT/decodeab_${build}_$round.log" 2>&1 || status=1
+    done
+  done
+  python3 - "$OUT" <<'PY'
+import glob, re, statistics, sys
+runs = {}
+for path in sorted(glob.glob(sys.argv[1] + "/decodeab_*.log")):
+    build = path.rsplit("/", 1)[1].split("_")[1]
+    for m in re.finditer(r"^BenchmarkDecodeSteps/(\S+?)(?:-\d+)?\s+\d+\s+\d+ ns/op\s+([\d.]+) us/step", open(path).read(), re.M):
+        runs.setdefault(m.group(1), {}).setdefault(build, []).append(float(m.group(2)))
+print("| shape | base us/step | new us/step | base/new |\n|---|---|---|---|")
+for shape, r in runs.items():
+    b, n = statistics.median(r.get("base", [0])), statistics.median(r.get("new", [0]))
+    print(f"| {shape} | {b:.1f} {r.get('base')} | {n:.1f} {r.get('new')} | {b / n if n else 0:.3f} |")
+PY
   exit $status
 fi
 if [[ $mode == handover ]]; then

@@ -1,0 +1,78 @@
+package gpu_test
+
+import (
+	"fmt"
+	"os"
+	"regexp"
+	"slices"
+	"testing"
+
+	"github.com/mambago/mambago/internal/gputest"
+	"github.com/mambago/mambago/mambago/gpu"
+)
+
+// BenchmarkDecodeSteps times bf16 decode step graphs of the 130m, 370m,
+// 1.4b and 2.8b shapes at B=1 and B=8 as New sets the engine up, replayed
+// on device buffers (Graph.StepDevice) between CUDA events: the median of
+// five rounds' medians of 50 replays, reported as us/step. DECODE_SHAPES
+// (a regexp, e.g. '130m|1.4b') picks the shapes; device_run.sh's decodeab
+// mode runs two builds' in turns.
+func BenchmarkDecodeSteps(b *testing.B) {
+	gputest.Need(b)
+	pick := regexp.MustCompile(os.Getenv("DECODE_SHAPES"))
+	for _, sh := range []struct {
+		name      string
+		d, layers int
+	}{{"130m", 768, 24}, {"370m", 1024, 48}, {"1.4b", 2048, 48}, {"2.8b", 2560, 64}} {
+		if !pick.MatchString(sh.name) {
+			continue
+		}
+		b.Run(sh.name, func(b *testing.B) {
+			e, _ := bf16Engine(b, sh.d, sh.layers)
+			for _, B := range []int{1, 8} {
+				b.Run(fmt.Sprintf("B%d", B), func(b *testing.B) {
+					b.ReportMetric(1e3*decodeStepMs(b, e, B), "us/step")
+				})
+			}
+		})
+	}
+}
+
+// decodeStepMs captures a decode step graph of B sequences on e and
+// returns the median over five rounds of each round's median time of 50
+// replays, in milliseconds.
+func decodeStepMs(b *testing.B, e *gpu.Engine, B int) float64 {
+	const vocab, rounds, replays = 50280, 5, 50
+	st, err := e.NewState(B)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.(*gpu.State).Free()
+	stream, ids, logits := gputest.EntryBuffers(b, B, 1, vocab, vocab)
+	g, err := e.CaptureStep(st)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer g.Destroy()
+	var perRound []float64
+	for range rounds {
+		ms, err := eventTimes(stream, replays, func() error {
+			return g.StepDevice(uintptr(ids.Ptr), uintptr(logits.Ptr), stream.Handle())
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		perRound = append(perRound, medianMs(ms))
+	}
+	return medianMs(perRound)
+}
+
+// medianMs is the median of ms (sorted in place).
+func medianMs(ms []float64) float64 {
+	slices.Sort(ms)
+	n := len(ms)
+	if n%2 == 1 {
+		return ms[n/2]
+	}
+	return (ms[n/2-1] + ms[n/2]) / 2
+}
