@@ -216,19 +216,16 @@ __device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const
 
 // pdl_start begins a kernel that may run under programmatic dependent
 // launch: it lets the next kernel start, asks L2 for the weights of the
-// warp group's first ROWS rows (read-only, so safe before the wait; the
-// rows lie one after another, so one span), then waits for the previous
-// kernel's results.
+// warp's first row (read-only, so safe before the wait), then waits for the
+// previous kernel's results.
 template <int ROWS, class T>
 __device__ __forceinline__ void pdl_start(const T *W, int K, int rows, int split) {
     pdl_release();
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     int n = blockIdx.x * (STEP_WARPS / split * ROWS) + warp / split * ROWS;
-    if (n < rows) {
-        const char *span = reinterpret_cast<const char *>(W + (size_t)n * K);
-        size_t bytes = (size_t)min(ROWS, rows - n) * K * sizeof(T);
-        for (size_t o = (warp % split * 32 + lane) * 128; o < bytes; o += 32 * split * 128) prefetch_l2(span + o);
-    }
+    if (n < rows)
+        for (int k = (warp % split * 32 + lane) * (128 / sizeof(T)); k < K; k += 32 * split * (128 / sizeof(T)))
+            prefetch_l2(W + (size_t)n * K + k);
     pdl_wait();
 }
 
