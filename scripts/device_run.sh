@@ -580,6 +580,19 @@ if [[ $mode == twopasses ]]; then
   grep -E "two passes|FAIL|panic" "$OUT/twopasses.log" | sed 's/^ *bench_test.go:[0-9]*: //'
   exit $status
 fi
+# alternate LOG BENCH: benchmark BENCH of .carry/base/gpu.test and of
+# .carry/gpu.test, taking turns, $AB_ROUNDS (3) runs of each, into
+# $OUT/LOG_base_<round>.log and $OUT/LOG_new_<round>.log.
+alternate() {
+  local log=$1 bench=$2 round build bin
+  for round in $(seq "${AB_ROUNDS:-3}"); do
+    for build in base new; do
+      bin=.carry/gpu.test; [[ $build == base ]] && bin=.carry/base/gpu.test
+      timeout 200 $bin -test.run '^$' -test.bench "$bench" -test.benchtime 1x > "$OUT/${log}_${build}_$round.log" 2>&1 \
+        || status=1
+    done
+  done
+}
 if [[ $mode == ab ]]; then
   # .carry/base/gpu.test is another commit's build (BASE=<commit> bash
   # scripts/device_build.sh): the two builds take turns, three runs each.
@@ -588,26 +601,14 @@ if [[ $mode == ab ]]; then
   # AB_ROUNDS (3) runs of each; AB_SHAPES, a regexp, picks shapes (e.g. '130m|370m').
   # go test splits -test.bench at each '/', one regexp a level, so AB_SHAPES
   # matches the model level only: '130m/B1_T2048|1.4b' does not do what it says.
-  for round in $(seq "${AB_ROUNDS:-3}"); do
-    for build in base new; do
-      bin=.carry/gpu.test; [[ $build == base ]] && bin=.carry/base/gpu.test
-      timeout 200 $bin -test.run '^$' -test.bench "PrefillShapes/(${AB_SHAPES:-.*})/" -test.benchtime 1x \
-        > "$OUT/ab_${build}_$round.log" 2>&1 || status=1
-    done
-  done
+  alternate ab "PrefillShapes/(${AB_SHAPES:-.*})/"
   python3 bench/ab.py "$OUT"/ab_base_*.log -- "$OUT"/ab_new_*.log | tee "$OUT/ab.md"
   exit $status
 fi
 if [[ $mode == decodeab ]]; then
   echo "== bf16 decode step graphs, this build against .carry/base, taking turns (BenchmarkDecodeSteps)"
   [[ -x .carry/base/gpu.test ]] || { echo "no .carry/base/gpu.test"; exit 1; }
-  for round in $(seq "${AB_ROUNDS:-3}"); do
-    for build in base new; do
-      bin=.carry/gpu.test; [[ $build == base ]] && bin=.carry/base/gpu.test
-      DECODE_SHAPES=${DECODE_SHAPES:-} timeout 200 $bin -test.run '^$' -test.bench DecodeSteps -test.benchtime 1x \
-        > "$OUT/decodeab_${build}_$round.log" 2>&1 || status=1
-    done
-  done
+  alternate decodeab DecodeSteps
   python3 - "$OUT" <<'PY'
 import glob, re, statistics, sys
 runs = {}
