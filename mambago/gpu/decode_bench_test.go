@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"regexp"
-	"slices"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -62,17 +61,7 @@ func decodeStepMs(b *testing.B, e *gpu.Engine, B int) float64 {
 		if err != nil {
 			b.Fatal(err)
 		}
-		perRound = append(perRound, medianMs(ms))
+		perRound = append(perRound, gputest.Median(ms))
 	}
-	return medianMs(perRound)
-}
-
-// medianMs is the median of ms (sorted in place).
-func medianMs(ms []float64) float64 {
-	slices.Sort(ms)
-	n := len(ms)
-	if n%2 == 1 {
-		return ms[n/2]
-	}
-	return (ms[n/2-1] + ms[n/2]) / 2
+	return gputest.Median(perRound)
 }
