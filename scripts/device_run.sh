@@ -616,10 +616,18 @@ for path in sorted(glob.glob(sys.argv[1] + "/decodeab_*.log")):
     build = path.rsplit("/", 1)[1].split("_")[1]
     for m in re.finditer(r"^BenchmarkDecodeSteps/(\S+?)(?:-\d+)?\s+\d+\s+\d+ ns/op\s+([\d.]+) us/step", open(path).read(), re.M):
         runs.setdefault(m.group(1), {}).setdefault(build, []).append(float(m.group(2)))
-print("| shape | base us/step | new us/step | base/new |\n|---|---|---|---|")
+bits = {}  # shape -> build -> the logits hashes BenchmarkDecodeSteps logged
+for path in sorted(glob.glob(sys.argv[1] + "/decodeab_*.log")):
+    build = path.rsplit("/", 1)[1].split("_")[1]
+    for m in re.finditer(r"^--- BENCH: BenchmarkDecodeSteps/(\S+?)(?:-\d+)?\n(?:[ \t]+.*\n)*?[ \t]+\S+ logits bits ([0-9a-f]+)",
+                         open(path).read(), re.M):
+        bits.setdefault(m.group(1), {}).setdefault(build, set()).add(m.group(2))
+print("| shape | base us/step | new us/step | base/new | logits bits |\n|---|---|---|---|---|")
 for shape, r in runs.items():
     b, n = statistics.median(r.get("base", [0])), statistics.median(r.get("new", [0]))
-    print(f"| {shape} | {b:.1f} {r.get('base')} | {n:.1f} {r.get('new')} | {b / n if n else 0:.3f} |")
+    h = bits.get(shape, {})
+    same = "same" if h.get("base") and h.get("base") == h.get("new") and len(h["base"]) == 1 else f"DIFFER {h}"
+    print(f"| {shape} | {b:.1f} {r.get('base')} | {n:.1f} {r.get('new')} | {b / n if n else 0:.3f} | {same} |")
 PY
   exit $status
 fi

@@ -2,6 +2,8 @@ package gpu_test
 
 import (
 	"fmt"
+	"hash/fnv"
+	"math"
 	"os"
 	"regexp"
 	"testing"
@@ -15,7 +17,9 @@ import (
 // on device buffers (Graph.StepDevice) between CUDA events: the median of
 // five rounds' medians of 50 replays, reported as us/step. DECODE_SHAPES
 // (a regexp, e.g. '130m|1.4b') picks the shapes; device_run.sh's decodeab
-// mode runs two builds' in turns.
+// mode runs two builds' in turns. Each shape and batch also logs a hash of
+// the logits of three eager steps from a zero state and fixed tokens, so
+// that two builds meant to give the same bits can be seen to.
 func BenchmarkDecodeSteps(b *testing.B) {
 	gputest.Need(b)
 	pick := regexp.MustCompile(os.Getenv("DECODE_SHAPES"))
@@ -31,6 +35,7 @@ func BenchmarkDecodeSteps(b *testing.B) {
 			for _, B := range []int{1, 8} {
 				b.Run(fmt.Sprintf("B%d", B), func(b *testing.B) {
 					b.ReportMetric(1e3*decodeStepMs(b, e, B), "us/step")
+					b.Logf("logits bits %016x", decodeBits(b, e, B))
 				})
 			}
 		})
@@ -64,4 +69,33 @@ func decodeStepMs(b *testing.B, e *gpu.Engine, B int) float64 {
 		perRound = append(perRound, gputest.Median(ms))
 	}
 	return gputest.Median(perRound)
+}
+
+// decodeBits runs three eager decode steps of B sequences on e from a zero
+// state, with tokens that depend only on the sequence and the step, and
+// returns the FNV-1a hash of the last step's logits' bits.
+func decodeBits(b *testing.B, e *gpu.Engine, B int) uint64 {
+	const vocab = 50280
+	st, err := e.NewState(B)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.(*gpu.State).Free()
+	logits, ids := make([]float32, B*vocab), make([]int64, B)
+	for step := range 3 {
+		for i := range ids {
+			ids[i] = int64((7919*i + 104729*step + 12345) % vocab)
+		}
+		if err := e.Step(st, ids, logits); err != nil {
+			b.Fatal(err)
+		}
+	}
+	h := fnv.New64a()
+	var word [4]byte
+	for _, v := range logits {
+		u := math.Float32bits(v)
+		word[0], word[1], word[2], word[3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+		h.Write(word[:])
+	}
+	return h.Sum64()
 }
