@@ -31,6 +31,7 @@
 #define STEP_MAXB 8
 #define STEP_WARPS 8
 #define STEP_MAXK 8  // the longest conv kernel, as MAX_K in conv.cu
+#define STEP_PREK 4  // the longest conv whose taps step_in loads early (Mamba's is 4)
 
 // The GEMVs' entries come in two widths: for up to STEP_MAXB sequences, and,
 // with _b1 in their names, for one. A lane keeps ROWS x MAXB sums, so the
@@ -154,16 +155,22 @@ __device__ __forceinline__ void rows_dot(const T *__restrict__ W, int n0, int ro
     }
 }
 
-// group_rows runs body(n, v) for every output row n < rows of the block's
-// rows, with v[b] = sum_k W[n, k] * x'[b, k] for b < B <= MAXB (x' is x, or
-// rmsnorm(x) * normw with a norm weight), in lanes b < B of the first warp
-// of the row's group. A group of split warps shares ROWS consecutive rows
-// (rows_dot). The loop over rows has the same trip count in every warp, for
-// the barrier that joins a group's partial sums.
-template <int ROWS, int MAXB, int UNROLL, class T, class Body>
+// group_rows runs body(n, v, r) for every output row n = n0 + r < rows of
+// the block's rows, with v[b] = sum_k W[n, k] * x'[b, k] for b < B <= MAXB
+// (x' is x, or rmsnorm(x) * normw with a norm weight), in lanes b < B of the
+// first warp of the row's group. A group of split warps shares ROWS
+// consecutive rows n0 .. n0 + ROWS - 1 (rows_dot). load(n0, lane), called in
+// every lane of the group's first warp before its weight loads, queues
+// asynchronous copies (cp.async, a few a lane) of what the body reads
+// besides v into shared memory, where the body finds them: those reads
+// share the weights' round trip instead of starting one of their own after
+// the sums, and hold no registers meanwhile. The loop over rows has the
+// same trip count in every warp, for the barrier that joins a group's
+// partial sums.
+template <int ROWS, int MAXB, int UNROLL, class T, class Load, class Body>
 __device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const float *__restrict__ x, int ldx,
                                            const float *__restrict__ normw, float eps, int B, int rows, int split,
-                                           Body body) {
+                                           Load load, Body body) {
     __shared__ float part[STEP_WARPS][ROWS][MAXB], sqpart[STEP_WARPS][MAXB];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, per = STEP_WARPS / split * ROWS;
     int slice = warp % split, first = warp - slice;
@@ -171,6 +178,8 @@ __device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const
         int n0 = base + warp / split * ROWS;
         float dot[ROWS][MAXB] = {}, ss[MAXB] = {};  // stay 0 in a group past the last row
         bool live = n0 < rows;
+        if (live && slice == 0) load(n0, lane);
+        cp_async_commit();
         if (live) rows_dot<ROWS, MAXB, UNROLL>(W, n0, rows, K, x, ldx, normw, B, slice, split, dot, ss);
 #pragma unroll
         for (int b = 0; b < MAXB; b++) {  // B and normw are the same in every lane
@@ -202,6 +211,8 @@ __device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const
             for (int r = 0; r < ROWS; r++) v[r] = pick(dot[r], lane);
             q = pick(ss, lane);
         }
+        cp_async_wait<0>();  // load's copies, seen by the whole warp
+        __syncwarp();
         if (slice == 0 && lane < B) {
             float scale = normw ? rsqrtf(q / K + eps) : 1.f;
             // The scaled sum rounded on its own (__fmul_rn), so that ptxas
@@ -209,8 +220,9 @@ __device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const
             // in another: every width and unrolling gives the same bits.
 #pragma unroll
             for (int r = 0; r < ROWS; r++)
-                if (n0 + r < rows) body(n0 + r, normw ? __fmul_rn(v[r], scale) : v[r]);
+                if (n0 + r < rows) body(n0 + r, normw ? __fmul_rn(v[r], scale) : v[r], r);
         }
+        __syncwarp();  // the body's reads of load's copies before the next rows' copies
     }
 }
 
@@ -237,11 +249,22 @@ __device__ void gemv(const float *x, int ldx, const float *__restrict__ normw, f
                      int split) {
     if (B > MAXB) __trap();  // gpu's gemvPlan picks a one-sequence entry only for B = 1
     pdl_start<ROWS>(W, K, rows, split);
-    group_rows<ROWS, MAXB, UNROLL>(W, K, x, ldx, normw, eps, B, rows, split, [&](int n, float v) {
-        int lane = threadIdx.x & 31;
-        v += bias ? bias[n] : 0.f;
-        float *o = out + (size_t)lane * ldo + n;
-        *o = accumulate ? *o + v : v;
+    // The group's copies: pre[b][r] = {bias[n], out[b, n] when accumulating}
+    // for its rows n = n0 + r (zeros where absent).
+    __shared__ float pre[STEP_WARPS][MAXB][ROWS][2];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    auto load = [&](int n0, int lane) {
+#pragma unroll
+        for (int i = lane; i < MAXB * ROWS * 2; i += 32) {
+            int b = i / (ROWS * 2), r = i / 2 % ROWS, kind = i % 2, n = n0 + r;
+            bool full = b < B && n < rows && (kind == 0 ? bias != nullptr : accumulate != 0);
+            const float *src = !full ? out : kind == 0 ? bias + n : out + (size_t)b * ldo + n;
+            cp_async<4>(&pre[warp][b][r][kind], src, full);
+        }
+    };
+    group_rows<ROWS, MAXB, UNROLL>(W, K, x, ldx, normw, eps, B, rows, split, load, [&](int n, float v, int r) {
+        v += pre[warp][lane][r][0];
+        out[(size_t)lane * ldo + n] = accumulate ? pre[warp][lane][r][1] + v : v;
     });
 }
 
@@ -253,9 +276,33 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
                         int d, int E, int K, int split) {
     if (B > MAXB) __trap();  // as in gemv
     pdl_start<ROWS>(W, d, 2 * E, split);
-    group_rows<ROWS, MAXB, UNROLL>(W, d, h, d, normw, eps, B, 2 * E, split, [&](int n, float v) {
-        int lane = threadIdx.x & 31;
-        v += in_bias ? in_bias[n] : 0.f;
+    // The group's copies for sequence b and row n = n0 + r: in_bias[n], and
+    // for a channel (n < E) conv_b[n] and, when the conv has up to STEP_PREK
+    // taps, its weights and the sequence's window (zeros where absent); a
+    // longer conv reads those in the body.
+    struct Pre {
+        float bias, cb, cw[STEP_PREK], wd[STEP_PREK];
+    };
+    constexpr int kinds = sizeof(Pre) / sizeof(float);
+    __shared__ Pre pre[STEP_WARPS][MAXB][ROWS];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    bool taps = K <= STEP_PREK;
+    auto load = [&](int n0, int lane) {
+#pragma unroll 1  // unrolled, the wide entries' ten copies a lane held their addresses at once
+        for (int i = lane; i < MAXB * ROWS * kinds; i += 32) {
+            int b = i / (ROWS * kinds), r = i / kinds % ROWS, kind = i % kinds, n = n0 + r, k = (kind - 2) % STEP_PREK;
+            bool conv = b < B && n < E, full;
+            const float *src;
+            if (kind == 0) full = b < B && n < 2 * E && in_bias, src = in_bias + n;
+            else if (kind == 1) full = conv && conv_b, src = conv_b + n;
+            else if (kind < 2 + STEP_PREK) full = conv && taps && k < K, src = conv_w + (size_t)n * K + k;
+            else full = conv && taps && k < K, src = win + ((size_t)b * E + n) * K + k;
+            cp_async<4>(reinterpret_cast<float *>(&pre[warp][b][r]) + kind, full ? src : win, full);
+        }
+    };
+    group_rows<ROWS, MAXB, UNROLL>(W, d, h, d, normw, eps, B, 2 * E, split, load, [&](int n, float v, int r) {
+        const Pre &p = pre[warp][lane][r];
+        v += p.bias;
         float *row = xz + (size_t)lane * 2 * E;
         if (n >= E) {
             row[n] = v;  // z
@@ -263,13 +310,24 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
         }
         // The conv step of channel n: the window takes v as its newest input.
         float *wnd = win + ((size_t)lane * E + n) * K;
-        float sum = conv_b ? conv_b[n] : 0.f;
+        float sum = p.cb;
+        if (taps) {
 #pragma unroll
-        for (int k = 0; k < STEP_MAXK; k++) {
-            if (k < K) {
-                float in = k + 1 < K ? wnd[k + 1] : v;
-                sum += conv_w[(size_t)n * K + k] * in;
-                wnd[k] = in;
+            for (int k = 0; k < STEP_PREK; k++) {
+                if (k < K) {
+                    float in = k + 1 < K ? p.wd[k + 1 < STEP_PREK ? k + 1 : 0] : v;
+                    sum += p.cw[k] * in;
+                    wnd[k] = in;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < STEP_MAXK; k++) {
+                if (k < K) {
+                    float in = k + 1 < K ? wnd[k + 1] : v;
+                    sum += conv_w[(size_t)n * K + k] * in;
+                    wnd[k] = in;
+                }
             }
         }
         row[n] = sum / (1.f + __expf(-sum));  // silu, as conv.cu computes it
@@ -312,25 +370,74 @@ EACH_DTYPE(STEP_GEMV)
 //   dt = softplus(dbl[b, :R] · W_dt[c, :] + dt_bias[c])
 //   s[n] = exp2(dt * A2[c, n]) * s[n] + dt * B[n] * u       (B, C from dbl)
 //   y[b, c] = (sum_n s[n] * C[n] + D[c] * u) * silu(z)
+//
+// Every load is issued before the first result it feeds: the weights
+// (W_dt's row, dt_bias, A2's row, D) before the wait (which ptxas would
+// otherwise hoist above them; they come from HBM, the activations from L2),
+// the activations and the state right after it, so that after the wait the warp pays one memory
+// round trip rather than four in a row (dt_low, then dt_bias, then the
+// state with B and C, then D and z). Ranks up to 32 * STEP_RL and states up
+// to 32 * STEP_NL are held in registers; the rest, if any, are read in a
+// loop as before. The arithmetic, and its order, is the plain loops'.
+#define STEP_RL 8
+#define STEP_NL 2
+
 extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS)
     step_scan_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W_dt,
                   const float *__restrict__ dt_bias, const float *__restrict__ A2, const float *__restrict__ Dskip,
                   const float *__restrict__ xz, float *__restrict__ state, float *__restrict__ y, int E, int N) {
     pdl_release();
-    pdl_wait();
     int lane = threadIdx.x & 31, c = blockIdx.x * STEP_WARPS + (threadIdx.x >> 5), b = blockIdx.y;
-    if (c >= E) return;
+    if (c >= E) return;  // reads nothing, so need not wait
+    const float *wdt = W_dt + (size_t)c * R, *a2 = A2 + (size_t)c * N;
+    float w[STEP_RL], a[STEP_NL];
+#pragma unroll
+    for (int i = 0; i < STEP_RL; i++) w[i] = lane + 32 * i < R ? wdt[lane + 32 * i] : 0.f;
+#pragma unroll
+    for (int i = 0; i < STEP_NL; i++) a[i] = lane + 32 * i < N ? a2[lane + 32 * i] : 0.f;
+    float bias = dt_bias[c], dskip = Dskip[c];
+    unsigned dep = __float_as_uint(bias) ^ __float_as_uint(dskip);  // the wait after the weights' loads
+#pragma unroll
+    for (int i = 0; i < STEP_RL; i++) dep ^= __float_as_uint(w[i]);
+#pragma unroll
+    for (int i = 0; i < STEP_NL; i++) dep ^= __float_as_uint(a[i]);
+    pdl_wait_after(dep);
+
     const float *row = dbl + (size_t)b * ldd;
-    float dt = 0.f;
-    for (int k = lane; k < R; k += 32) dt += row[k] * W_dt[(size_t)c * R + k];
-    dt = softplus_f(warp_sum(dt) + dt_bias[c]);
-    float u = xz[(size_t)b * 2 * E + c], du = dt * u, acc = 0.f;
     float *s = state + ((size_t)b * E + c) * N;
-    for (int n = lane; n < N; n += 32) {
-        float v = ex2(dt * A2[(size_t)c * N + n]) * s[n] + du * row[R + n];
+    float lo[STEP_RL], sB[STEP_NL], sC[STEP_NL], sv[STEP_NL];
+#pragma unroll
+    for (int i = 0; i < STEP_RL; i++) lo[i] = lane + 32 * i < R ? row[lane + 32 * i] : 0.f;
+#pragma unroll
+    for (int i = 0; i < STEP_NL; i++) {
+        int n = lane + 32 * i;
+        sB[i] = n < N ? row[R + n] : 0.f;
+        sC[i] = n < N ? row[R + N + n] : 0.f;
+        sv[i] = n < N ? s[n] : 0.f;
+    }
+    float u = xz[(size_t)b * 2 * E + c], z = xz[(size_t)b * 2 * E + E + c];
+
+    float dt = 0.f;
+#pragma unroll
+    for (int i = 0; i < STEP_RL; i++)
+        if (lane + 32 * i < R) dt += lo[i] * w[i];
+    for (int k = lane + 32 * STEP_RL; k < R; k += 32) dt += row[k] * wdt[k];
+    dt = softplus_f(warp_sum(dt) + bias);
+    float du = dt * u, acc = 0.f;
+#pragma unroll
+    for (int i = 0; i < STEP_NL; i++) {
+        int n = lane + 32 * i;
+        if (n < N) {
+            float v = ex2(dt * a[i]) * sv[i] + du * sB[i];
+            s[n] = v;
+            acc += v * sC[i];
+        }
+    }
+    for (int n = lane + 32 * STEP_NL; n < N; n += 32) {
+        float v = ex2(dt * a2[n]) * s[n] + du * row[R + n];
         s[n] = v;
         acc += v * row[R + N + n];
     }
     acc = warp_sum(acc);
-    if (lane == 0) y[(size_t)b * E + c] = (acc + Dskip[c] * u) * silu_f(xz[(size_t)b * 2 * E + E + c]);
+    if (lane == 0) y[(size_t)b * E + c] = (acc + dskip * u) * silu_f(z);
 }
