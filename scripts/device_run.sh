@@ -75,6 +75,10 @@
 #             timeline builds on one clock: when x_proj's blocks store their
 #             rows against when the scan's copying warps' wait returns
 #             (BenchmarkXProjScanHandover: what flags a tile could save);
+#   decodecheck: the decode step's kernels and entries against their
+#             references (TestGEMVKernel; the engine's decode, step-graph and
+#             generate tests), then memcheck over both and racecheck over the
+#             GEMVs' shared memory;
 #   decodeab: bf16 decode step graphs (BenchmarkDecodeSteps, $DECODE_SHAPES),
 #             this build and .carry/base's taking turns ($AB_ROUNDS each),
 #             and the ratio of their medians;
@@ -603,6 +607,17 @@ if [[ $mode == ab ]]; then
   # matches the model level only: '130m/B1_T2048|1.4b' does not do what it says.
   alternate ab "PrefillShapes/(${AB_SHAPES:-.*})/"
   python3 bench/ab.py "$OUT"/ab_base_*.log -- "$OUT"/ab_new_*.log | tee "$OUT/ab.md"
+  exit $status
+fi
+if [[ $mode == decodecheck ]]; then
+  echo "== the decode step: kernels and engine tests, memcheck, racecheck"
+  decode_tests='Decode|GraphsReplay|GraphInPlace|DeviceEntry|OddShapes|Reserve'
+  run_tests decode_kernels 200 .carry/kernels.test -test.v -test.run 'GEMV'
+  run_tests decode_gpu 400 .carry/gpu.test -test.v -test.run "$decode_tests"
+  run_tests decode_generate 200 .carry/mambago.test -test.v -test.run 'Generate|Padded'
+  memcheck memcheck_decode_kernels 200 .carry/kernels.test 'GEMV'
+  memcheck memcheck_decode_gpu 400 .carry/gpu.test 'Decode'
+  sanitizer racecheck racecheck_decode_kernels 200 .carry/kernels.test 'GEMV'
   exit $status
 fi
 if [[ $mode == decodeab ]]; then
