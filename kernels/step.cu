@@ -159,7 +159,7 @@ __device__ __forceinline__ void rows_dot(const T *__restrict__ W, int n0, int ro
 // the block's rows, with v[b] = sum_k W[n, k] * x'[b, k] for b < B <= MAXB
 // (x' is x, or rmsnorm(x) * normw with a norm weight), in lanes b < B of the
 // first warp of the row's group. A group of split warps shares ROWS
-// consecutive rows n0 .. n0 + ROWS - 1 (rows_dot). load(n0, lane), called in
+// consecutive rows n0 .. n0 + ROWS - 1 (rows_dot). load(n0), called in
 // every lane of the group's first warp before its weight loads, queues
 // asynchronous copies (cp.async, a few a lane) of what the body reads
 // besides v into shared memory, where the body finds them: those reads
@@ -178,7 +178,7 @@ __device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const
         int n0 = base + warp / split * ROWS;
         float dot[ROWS][MAXB] = {}, ss[MAXB] = {};  // stay 0 in a group past the last row
         bool live = n0 < rows;
-        if (live && slice == 0) load(n0, lane);
+        if (live && slice == 0) load(n0);
         cp_async_commit();
         if (live) rows_dot<ROWS, MAXB, UNROLL>(W, n0, rows, K, x, ldx, normw, B, slice, split, dot, ss);
 #pragma unroll
@@ -253,7 +253,7 @@ __device__ void gemv(const float *x, int ldx, const float *__restrict__ normw, f
     // for its rows n = n0 + r (zeros where absent).
     __shared__ float pre[STEP_WARPS][MAXB][ROWS][2];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    auto load = [&](int n0, int lane) {
+    auto load = [&](int n0) {
 #pragma unroll
         for (int i = lane; i < MAXB * ROWS * 2; i += 32) {
             int b = i / (ROWS * 2), r = i / 2 % ROWS, kind = i % 2, n = n0 + r;
@@ -287,7 +287,7 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
     __shared__ Pre pre[STEP_WARPS][MAXB][ROWS];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     bool taps = K <= STEP_PREK;
-    auto load = [&](int n0, int lane) {
+    auto load = [&](int n0) {
 #pragma unroll 1  // unrolled, the wide entries' ten copies a lane held their addresses at once
         for (int i = lane; i < MAXB * ROWS * kinds; i += 32) {
             int b = i / (ROWS * kinds), r = i / kinds % ROWS, kind = i % kinds, n = n0 + r, k = (kind - 2) % STEP_PREK;
@@ -372,13 +372,14 @@ EACH_DTYPE(STEP_GEMV)
 //   y[b, c] = (sum_n s[n] * C[n] + D[c] * u) * silu(z)
 //
 // Every load is issued before the first result it feeds: the weights
-// (W_dt's row, dt_bias, A2's row, D) before the wait (which ptxas would
-// otherwise hoist above them; they come from HBM, the activations from L2),
-// the activations and the state right after it, so that after the wait the warp pays one memory
-// round trip rather than four in a row (dt_low, then dt_bias, then the
-// state with B and C, then D and z). Ranks up to 32 * STEP_RL and states up
-// to 32 * STEP_NL are held in registers; the rest, if any, are read in a
-// loop as before. The arithmetic, and its order, is the plain loops'.
+// (W_dt's row, dt_bias, A2's row, D) before the wait, which ptxas would
+// otherwise hoist above them (they come from HBM, the activations from L2),
+// and the activations and the state right after it. So after the wait a
+// warp pays one memory round trip, not four in a row (dt_low, then
+// dt_bias, then the state with B and C, then D and z). Ranks up to
+// 32 * STEP_RL and states up to 32 * STEP_NL are held in registers; any
+// rest is read in a loop. The arithmetic, and its order, is the plain
+// loops'.
 #define STEP_RL 8
 #define STEP_NL 2
 
