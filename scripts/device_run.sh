@@ -79,6 +79,9 @@
 #             references (TestGEMVKernel; the engine's decode, step-graph and
 #             generate tests), then memcheck over both and racecheck over the
 #             GEMVs' shared memory;
+#   decodekernels: ncu's time for each decode kernel of one bf16 step
+#             graph, this build and .carry/base's (BenchmarkDecodeSteps,
+#             $DECODE_PROFILE, e.g. 1.4b/B8; nodes profiled one at a time);
 #   decodeab: bf16 decode step graphs (BenchmarkDecodeSteps, $DECODE_SHAPES),
 #             this build and .carry/base's taking turns ($AB_ROUNDS each),
 #             and the ratio of their medians;
@@ -618,6 +621,17 @@ if [[ $mode == decodecheck ]]; then
   memcheck memcheck_decode_kernels 200 .carry/kernels.test 'GEMV'
   memcheck memcheck_decode_gpu 400 .carry/gpu.test 'Decode'
   sanitizer racecheck racecheck_decode_kernels 200 .carry/kernels.test 'GEMV'
+  exit $status
+fi
+if [[ $mode == decodekernels ]]; then
+  echo "== ncu: each decode kernel of one bf16 step graph, ${DECODE_PROFILE:=1.4b/B8}, .carry/base then this build"
+  for build in base new; do
+    bin=.carry/gpu.test; [[ $build == base ]] && bin=.carry/base/gpu.test
+    timeout 250 ncu --clock-control none -k 'regex:step_in|gemv|step_scan' --launch-count 400 --print-summary per-kernel \
+      $bin -test.run '^$' -test.bench "DecodeSteps/${DECODE_PROFILE}\$" -test.benchtime 1x > "$OUT/decodekernels_$build.log" 2>&1
+    echo "-- $build: ncu exit $?"
+    grep -E "^  [a-z_0-9]+ |gpu__time_duration|Duration" "$OUT/decodekernels_$build.log" | head -16
+  done
   exit $status
 fi
 if [[ $mode == decodeab ]]; then
