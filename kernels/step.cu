@@ -278,26 +278,30 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
     pdl_start<ROWS>(W, d, 2 * E, split);
     // The group's copies for sequence b and row n = n0 + r: in_bias[n], and
     // for a channel (n < E) conv_b[n] and, when the conv has up to STEP_PREK
-    // taps, its weights and the sequence's window (zeros where absent); a
-    // longer conv reads those in the body.
-    struct Pre {
-        float bias, cb, cw[STEP_PREK], wd[STEP_PREK];
+    // taps, its weights and the sequence's window (zeros where absent; each
+    // row of taps one 16-byte copy where it can be); a longer conv reads
+    // those in the body. Four copies (kinds) a row and sequence.
+    struct alignas(16) Pre {
+        float cw[STEP_PREK], wd[STEP_PREK], bias, cb;
     };
-    constexpr int kinds = sizeof(Pre) / sizeof(float);
     __shared__ Pre pre[STEP_WARPS][MAXB][ROWS];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     bool taps = K <= STEP_PREK;
     auto load = [&](int n0) {
-#pragma unroll 1  // unrolled, the wide entries' ten copies a lane held their addresses at once
-        for (int i = lane; i < MAXB * ROWS * kinds; i += 32) {
-            int b = i / (ROWS * kinds), r = i / kinds % ROWS, kind = i % kinds, n = n0 + r, k = (kind - 2) % STEP_PREK;
-            bool conv = b < B && n < E, full;
-            const float *src;
-            if (kind == 0) full = b < B && n < 2 * E && in_bias, src = in_bias + n;
-            else if (kind == 1) full = conv && conv_b, src = conv_b + n;
-            else if (kind < 2 + STEP_PREK) full = conv && taps && k < K, src = conv_w + (size_t)n * K + k;
-            else full = conv && taps && k < K, src = win + ((size_t)b * E + n) * K + k;
-            cp_async<4>(reinterpret_cast<float *>(&pre[warp][b][r]) + kind, full ? src : win, full);
+#pragma unroll 1  // unrolled, the wide entries' copies held their addresses at once
+        for (int i = lane; i < MAXB * ROWS * 4; i += 32) {
+            int b = i / (ROWS * 4), r = i / 4 % ROWS, kind = i % 4, n = n0 + r;
+            bool conv = b < B && n < E;
+            Pre &p = pre[warp][b][r];
+            if (kind == 0) cp_async<4>(&p.bias, in_bias ? in_bias + n : win, b < B && n < 2 * E && in_bias);
+            else if (kind == 1) cp_async<4>(&p.cb, conv_b ? conv_b + n : win, conv && conv_b);
+            else {
+                const float *src = kind == 2 ? conv_w + (size_t)n * K : win + ((size_t)b * E + n) * K;
+                float *dst = kind == 2 ? p.cw : p.wd;
+                if (K == STEP_PREK && (reinterpret_cast<size_t>(src) & 15) == 0) cp_async<16>(dst, conv ? src : win, conv);
+                else
+                    for (int k = 0; k < STEP_PREK; k++) cp_async<4>(dst + k, conv && taps && k < K ? src + k : win, conv && taps && k < K);
+            }
         }
     };
     group_rows<ROWS, MAXB, UNROLL>(W, d, h, d, normw, eps, B, 2 * E, split, load, [&](int n, float v, int r) {
@@ -380,10 +384,10 @@ EACH_DTYPE(STEP_GEMV)
 // 32 * STEP_RL and states up to 32 * STEP_NL are held in registers; any
 // rest is read in a loop. The arithmetic, and its order, is the plain
 // loops'.
-#define STEP_RL 8
+#define STEP_RL 4
 #define STEP_NL 2
 
-extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS)
+extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS, 6)  // 40 registers; at 48 (5 blocks an SM) 1.4b B=8 took 9% longer
     step_scan_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W_dt,
                   const float *__restrict__ dt_bias, const float *__restrict__ A2, const float *__restrict__ Dskip,
                   const float *__restrict__ xz, float *__restrict__ state, float *__restrict__ y, int E, int N) {
