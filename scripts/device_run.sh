@@ -587,15 +587,16 @@ if [[ $mode == twopasses ]]; then
   grep -E "two passes|FAIL|panic" "$OUT/twopasses.log" | sed 's/^ *bench_test.go:[0-9]*: //'
   exit $status
 fi
+# build_bin BUILD names a build's engine test binary (base: .carry/base's);
 # alternate LOG BENCH: benchmark BENCH of .carry/base/gpu.test and of
 # .carry/gpu.test, taking turns, $AB_ROUNDS (3) runs of each, into
 # $OUT/LOG_base_<round>.log and $OUT/LOG_new_<round>.log.
+build_bin() { [[ $1 == base ]] && echo .carry/base/gpu.test || echo .carry/gpu.test; }
 alternate() {
-  local log=$1 bench=$2 round build bin
+  local log=$1 bench=$2 round build
   for round in $(seq "${AB_ROUNDS:-3}"); do
     for build in base new; do
-      bin=.carry/gpu.test; [[ $build == base ]] && bin=.carry/base/gpu.test
-      timeout 200 $bin -test.run '^$' -test.bench "$bench" -test.benchtime 1x > "$OUT/${log}_${build}_$round.log" 2>&1 \
+      timeout 200 "$(build_bin $build)" -test.run '^$' -test.bench "$bench" -test.benchtime 1x > "$OUT/${log}_${build}_$round.log" 2>&1 \
         || status=1
     done
   done
@@ -626,9 +627,8 @@ fi
 if [[ $mode == decodekernels ]]; then
   echo "== ncu: each decode kernel of one bf16 step graph, ${DECODE_PROFILE:=1.4b/B8}, .carry/base then this build"
   for build in base new; do
-    bin=.carry/gpu.test; [[ $build == base ]] && bin=.carry/base/gpu.test
     timeout 250 ncu --clock-control none -k 'regex:step_in|gemv|step_scan' --launch-count 400 --print-summary per-kernel \
-      $bin -test.run '^$' -test.bench "DecodeSteps/${DECODE_PROFILE}\$" -test.benchtime 1x > "$OUT/decodekernels_$build.log" 2>&1
+      "$(build_bin $build)" -test.run '^$' -test.bench "DecodeSteps/${DECODE_PROFILE}\$" -test.benchtime 1x > "$OUT/decodekernels_$build.log" 2>&1
     echo "-- $build: ncu exit $?"
     grep -E "^  [a-z_0-9]+ |gpu__time_duration|Duration" "$OUT/decodekernels_$build.log" | head -16
   done
@@ -640,16 +640,13 @@ if [[ $mode == decodeab ]]; then
   alternate decodeab DecodeSteps
   python3 - "$OUT" <<'PY'
 import glob, re, statistics, sys
-runs = {}
+runs, bits = {}, {}  # shape -> build -> the times, and the logits hashes BenchmarkDecodeSteps logged
 for path in sorted(glob.glob(sys.argv[1] + "/decodeab_*.log")):
-    build = path.rsplit("/", 1)[1].split("_")[1]
-    for m in re.finditer(r"^BenchmarkDecodeSteps/(\S+?)(?:-\d+)?\s+\d+\s+\d+ ns/op\s+([\d.]+) us/step", open(path).read(), re.M):
+    build, text = path.rsplit("/", 1)[1].split("_")[1], open(path).read()
+    for m in re.finditer(r"^BenchmarkDecodeSteps/(\S+?)(?:-\d+)?\s+\d+\s+\d+ ns/op\s+([\d.]+) us/step", text, re.M):
         runs.setdefault(m.group(1), {}).setdefault(build, []).append(float(m.group(2)))
-bits = {}  # shape -> build -> the logits hashes BenchmarkDecodeSteps logged
-for path in sorted(glob.glob(sys.argv[1] + "/decodeab_*.log")):
-    build = path.rsplit("/", 1)[1].split("_")[1]
     for m in re.finditer(r"^--- BENCH: BenchmarkDecodeSteps/(\S+?)(?:-\d+)?\n(?:[ \t]+.*\n)*?[ \t]+\S+ logits bits ([0-9a-f]+)",
-                         open(path).read(), re.M):
+                         text, re.M):
         bits.setdefault(m.group(1), {}).setdefault(build, set()).add(m.group(2))
 print("| shape | base us/step | new us/step | base/new | logits bits |\n|---|---|---|---|---|")
 for shape, r in runs.items():

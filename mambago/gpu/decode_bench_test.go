@@ -1,6 +1,7 @@
 package gpu_test
 
 import (
+	"encoding/binary"
 	"fmt"
 	"hash/fnv"
 	"math"
@@ -93,8 +94,7 @@ func decodeBits(b *testing.B, e *gpu.Engine, B int) uint64 {
 	h := fnv.New64a()
 	var word [4]byte
 	for _, v := range logits {
-		u := math.Float32bits(v)
-		word[0], word[1], word[2], word[3] = byte(u), byte(u>>8), byte(u>>16), byte(u>>24)
+		binary.LittleEndian.PutUint32(word[:], math.Float32bits(v))
 		h.Write(word[:])
 	}
 	return h.Sum64()
