@@ -587,11 +587,11 @@ if [[ $mode == twopasses ]]; then
   grep -E "two passes|FAIL|panic" "$OUT/twopasses.log" | sed 's/^ *bench_test.go:[0-9]*: //'
   exit $status
 fi
-# build_bin BUILD names a build's engine test binary (base: .carry/base's);
+# build_bin BUILD names a build's engine test binary (base: .carry/base's).
+build_bin() { [[ $1 == base ]] && echo .carry/base/gpu.test || echo .carry/gpu.test; }
 # alternate LOG BENCH: benchmark BENCH of .carry/base/gpu.test and of
 # .carry/gpu.test, taking turns, $AB_ROUNDS (3) runs of each, into
 # $OUT/LOG_base_<round>.log and $OUT/LOG_new_<round>.log.
-build_bin() { [[ $1 == base ]] && echo .carry/base/gpu.test || echo .carry/gpu.test; }
 alternate() {
   local log=$1 bench=$2 round build
   for round in $(seq "${AB_ROUNDS:-3}"); do
