@@ -6,6 +6,8 @@
 #   gpu:      the CUDA binding, kernel and engine tests, the Python tests,
 #             compute-sanitizer memcheck over the kernel and engine fixture
 #             tests, and racecheck over the scan kernel's test;
+#   sanitize: gpu's compute-sanitizer part alone (memcheck over the kernel
+#             and engine tests, racecheck over the scan kernel's test);
 #   gpubench: the GPU stage times, then the GPU prefill benchmark against HF
 #             (bench/gpu_vs_hf.py, with $BENCH_ARGS, e.g. "--shapes 130m,370m");
 #   verify:   gpu, then the Go stage benchmark, the scan variants, the XU
@@ -808,15 +810,19 @@ if [[ $mode == gpu || $mode == all ]]; then
   done
   echo "== pytest"
   python3 -m pytest -q tests 2>&1 | tee "$OUT/pytest.log" | tail -3
+fi
+if [[ $mode == gpu || $mode == all || $mode == sanitize ]]; then
   echo "== compute-sanitizer memcheck"
   for t in kernels gpu; do
     timeout 300 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/$t.test \
       -test.run 'RMS|Embed|ConvAndScan|DTProj|GEMV|TestConformance/fixtures|MixedPrecisionFixtures|PrefillGraphCache|GraphReplaysAcrossBuffers|InPlace|DeviceEntry|Decode|ScanVariants|ScanChunk' > "$OUT/memcheck_$t.log" 2>&1
-    echo "memcheck $t exit $?: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$t.log" | tail -1)"
+    rc=$?; echo "memcheck $t exit $rc: $(grep -E 'ERROR SUMMARY' "$OUT/memcheck_$t.log" | tail -1)"
+    [[ $rc == 0 ]] || status=1
   done
   timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 .carry/kernels.test -test.run ConvAndScan \
     > "$OUT/racecheck_kernels.log" 2>&1
-  echo "racecheck scan exit $?: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/racecheck_kernels.log" | tail -1)"
+  rc=$?; echo "racecheck scan exit $rc: $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/racecheck_kernels.log" | tail -1)"
+  [[ $rc == 0 ]] || status=1
 fi
 if [[ $mode == gpubench || $mode == all ]]; then
   echo "== GPU stage times (130m shape, B=1, T=2048; Go benchmark; GPU_STAGES=0 skips)"
