@@ -629,7 +629,8 @@ func bf16Bits(v []float32) (rounded []float32, packed []float32) {
 // the rows counts leave partial groups; at B=1 the one-sequence entries
 // too, which must give the same bits), with and without the RMSNorm folded in, writing and
 // accumulating, on the vector path (K a multiple of 16 bytes' worth of
-// weights) and the scalar one, in f32 and bf16 weights.
+// weights) and the scalar one, in f32 and bf16 weights; and the tensor-core
+// entry (gemv_tc_bf16) where K is a multiple of 8.
 func TestGEMVKernel(t *testing.T) {
 	fn, s := gpu(t)
 	const eps = 1e-5
@@ -713,6 +714,24 @@ func TestGEMVKernel(t *testing.T) {
 					}
 					if e := relErr(got, want); e > 1e-5 {
 						t.Errorf("%s: rel err %.3g", name, e)
+					}
+					// The tensor-core entry (bf16, K a multiple of 8), once
+					// for each K and case: its blocks of 16 rows take no split.
+					if sfx != "bf16" || K%8 != 0 || sp.split != 8 || sp.rows != 1 {
+						continue
+					}
+					bt := poisoned(t, s, tc.B*tc.rows)
+					if tc.accu {
+						bt = upload(t, s, out0)
+					}
+					if err := fn("gemv_tc_bf16").Launch(cuda.D1((tc.rows+15)/16), cuda.D1(256), 0, s, bx.Ptr, ldx, nptr,
+						float32(eps), bW.Ptr, bb.Ptr, bt.Ptr, tc.rows, accu, tc.B, K, tc.rows, 8); err != nil {
+						t.Fatal(err)
+					}
+					if e := relErr(download(t, s, bt, tc.B*tc.rows), want); e > 1e-5 {
+						t.Errorf("gemv_tc_bf16 K=%d %+v: rel err %.3g", K, tc, e)
+					} else {
+						t.Logf("gemv_tc_bf16 K=%d %+v: rel err %.3g", K, tc, e)
 					}
 				}
 			}

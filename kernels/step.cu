@@ -42,6 +42,10 @@
 #ifndef STEP_UNROLL_B1
 #define STEP_UNROLL_B1 2
 #endif
+// The tensor-core entries' slices of k a warp loads at once (group_tile).
+#ifndef STEP_TILE_U
+#define STEP_TILE_U 4
+#endif
 
 // widen turns 16 bytes of T, as loaded (one uint4), into floats; the
 // pointer argument only picks T.
@@ -155,10 +159,10 @@ __device__ __forceinline__ void rows_dot(const T *__restrict__ W, int n0, int ro
     }
 }
 
-// group_rows runs body(n, v, r) for every output row n = n0 + r < rows of
-// the block's rows, with v[b] = sum_k W[n, k] * x'[b, k] for b < B <= MAXB
-// (x' is x, or rmsnorm(x) * normw with a norm weight), in lanes b < B of the
-// first warp of the row's group. A group of split warps shares ROWS
+// group_rows runs body(n, b, r, v) for every output row n = n0 + r < rows of
+// the block's rows and sequence b < B <= MAXB, with v = sum_k W[n, k] *
+// x'[b, k] (x' is x, or rmsnorm(x) * normw with a norm weight), in lane b of
+// the first warp of the row's group. A group of split warps shares ROWS
 // consecutive rows n0 .. n0 + ROWS - 1 (rows_dot). load(n0), called in
 // every lane of the group's first warp before its weight loads, queues
 // asynchronous copies (cp.async, a few a lane) of what the body reads
@@ -220,9 +224,144 @@ __device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const
             // in another: every width and unrolling gives the same bits.
 #pragma unroll
             for (int r = 0; r < ROWS; r++)
-                if (n0 + r < rows) body(n0 + r, normw ? __fmul_rn(v[r], scale) : v[r], r);
+                if (n0 + r < rows) body(n0 + r, lane, r, normw ? __fmul_rn(v[r], scale) : v[r]);
         }
         __syncwarp();  // the body's reads of load's copies before the next rows' copies
+    }
+}
+
+// split3 writes the pair (a, b) as three pairs of T, hi + mid + lo, each
+// packed as a tensor-core operand (a in the low half): a - hi is exact in
+// f32, and so is what mid leaves, so for bf16 the parts carry 24 of a's
+// significant bits, all of an f32's but for values near the bottom of its
+// range.
+template <class T>
+__device__ __forceinline__ void split3(float a, float b, unsigned &hi, unsigned &mid, unsigned &lo) {
+    unsigned *part[3] = {&hi, &mid, &lo};
+#pragma unroll
+    for (int i = 0; i < 3; i++) {
+        T ta = from_f32<T>(a), tb = from_f32<T>(b);
+        *part[i] = ta.bits | (unsigned)tb.bits << 16;
+        a -= to_f32(ta), b -= to_f32(tb);
+    }
+}
+
+// group_tile is group_rows on the tensor cores, for a batch of sequences
+// (the _tc entries; Engine.GEMVTensorCores): the block's STEP_WARPS warps
+// share 16 consecutive rows n0 .. n0 + 15, warp w taking every
+// STEP_WARPS-th 32-wide slice of k from 32 w, and ends with body(n, b, r, v)
+// as group_rows does, in its first warp. In a slice, lane (g = lane / 4,
+// t = lane % 4) loads 16 bytes of rows n0 + g and n0 + g + 8 at k + 8 t and
+// the same 8 values of sequence g's x, the fragments of two m16n8k16
+// products (rows by sequences) whose k order is a permutation of the
+// slice's, the same in both operands. x stays f32 to the products: split3's
+// three parts go through the tensor cores in turn, each product of a
+// weight and a part is exact, and the tensor cores sum in f32, so the sums
+// are those of the FMA entries to f32 rounding (not their bits). K must be
+// a multiple of 8 and ldx of 4, with W and x 16-byte aligned (gemvPlan
+// picks these entries only then). Per 16 rows and slice a warp issues six
+// products where the FMA entries spend 256 FMAs a sequence: at B = 8 the
+// weights' stream, not the arithmetic, sets the time.
+template <class T, class Load, class Body>
+__device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const float *__restrict__ x, int ldx,
+                                           const float *__restrict__ normw, float eps, int B, int rows,
+                                           Load load, Body body) {
+    static_assert(sizeof(T) == 2, "the tensor-core GEMV takes 16-bit weights");
+    if (K % 8 != 0 || ldx % 4 != 0 || B > 8) __trap();
+    __shared__ float part[STEP_WARPS][4][32], sqpart[STEP_WARPS][8];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    for (int n0 = blockIdx.x * 16; n0 < rows; n0 += gridDim.x * 16) {
+        if (warp == 0) load(n0);
+        cp_async_commit();
+        bool row0 = n0 + g < rows, row1 = n0 + g + 8 < rows, seq = g < B;
+        const T *w0 = W + (size_t)(n0 + g) * K, *w1 = w0 + (size_t)8 * K;
+        const float *xg = x + (size_t)g * ldx;
+        float acc[4] = {0.f, 0.f, 0.f, 0.f}, ss = 0.f;
+        // STEP_TILE_U slices at a time, their weights' loads all issued
+        // before the first product (the same trip count in every lane).
+        for (int k0 = 32 * warp; k0 < K; k0 += 32 * STEP_WARPS * STEP_TILE_U) {
+            uint4 wa[STEP_TILE_U], wb[STEP_TILE_U];
+#pragma unroll
+            for (int u = 0; u < STEP_TILE_U; u++) {
+                int k = k0 + 32 * STEP_WARPS * u + 8 * t;
+                wa[u] = row0 && k < K ? *reinterpret_cast<const uint4 *>(w0 + k) : make_uint4(0, 0, 0, 0);
+                wb[u] = row1 && k < K ? *reinterpret_cast<const uint4 *>(w1 + k) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int u = 0; u < STEP_TILE_U; u++) {
+                int k = k0 + 32 * STEP_WARPS * u + 8 * t;
+                bool in = k < K;
+                float xv[8] = {};
+                if (seq && in) {
+                    unpack(xg + k, xv);
+                    unpack(xg + k + 4, xv + 4);
+                }
+                if (normw) {
+                    float nw[8] = {};
+                    if (in) {
+                        unpack(normw + k, nw);
+                        unpack(normw + k + 4, nw + 4);
+                    }
+#pragma unroll
+                    for (int i = 0; i < 8; i++) {
+                        ss += xv[i] * xv[i];
+                        xv[i] *= nw[i];
+                    }
+                }
+                unsigned hi[4], mid[4], lo[4];
+#pragma unroll
+                for (int i = 0; i < 4; i++) split3<T>(xv[2 * i], xv[2 * i + 1], hi[i], mid[i], lo[i]);
+                const unsigned a0[4] = {wa[u].x, wb[u].x, wa[u].y, wb[u].y};
+                const unsigned a1[4] = {wa[u].z, wb[u].z, wa[u].w, wb[u].w};
+                mma16816<T>(acc, a0, lo[0], lo[1]), mma16816<T>(acc, a1, lo[2], lo[3]);
+                mma16816<T>(acc, a0, mid[0], mid[1]), mma16816<T>(acc, a1, mid[2], mid[3]);
+                mma16816<T>(acc, a0, hi[0], hi[1]), mma16816<T>(acc, a1, hi[2], hi[3]);
+            }
+        }
+        // acc[i] is row g + 8 (i / 2), sequence 2 t + i % 2; ss, summed over
+        // the four lanes of g, is sequence g's.
+        ss += __shfl_xor_sync(0xffffffffu, ss, 1);
+        ss += __shfl_xor_sync(0xffffffffu, ss, 2);
+#pragma unroll
+        for (int i = 0; i < 4; i++) part[warp][i][lane] = acc[i];
+        if (t == 0) sqpart[warp][g] = ss;
+        __syncthreads();
+        float v[4] = {0.f, 0.f, 0.f, 0.f}, q[2] = {0.f, 0.f};
+        if (warp == 0) {
+            for (int j = 0; j < STEP_WARPS; j++) {
+#pragma unroll
+                for (int i = 0; i < 4; i++) v[i] += part[j][i][lane];
+                q[0] += sqpart[j][2 * t], q[1] += sqpart[j][2 * t + 1];
+            }
+        }
+        __syncthreads();  // part is free for the next rows
+        cp_async_wait<0>();  // load's copies, seen by the whole warp
+        __syncwarp();
+        if (warp == 0) {
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int r = g + 8 * (i / 2), b = 2 * t + i % 2;
+                float scale = normw ? rsqrtf(q[i % 2] / K + eps) : 1.f;
+                if (n0 + r < rows && b < B) body(n0 + r, b, r, normw ? __fmul_rn(v[i], scale) : v[i]);
+            }
+        }
+        __syncwarp();  // the body's reads of load's copies before the next rows' copies
+    }
+}
+
+// group runs a GEMV's rows as group_rows does, ROWS to a warp group, or,
+// with TILE, as group_tile does (ROWS is then 16, the tile's; split is
+// STEP_WARPS).
+template <int ROWS, int MAXB, int UNROLL, bool TILE, class T, class Load, class Body>
+__device__ __forceinline__ void group(const T *__restrict__ W, int K, const float *__restrict__ x, int ldx,
+                                      const float *__restrict__ normw, float eps, int B, int rows, int split,
+                                      Load load, Body body) {
+    if constexpr (TILE) {
+        static_assert(ROWS == 16, "a tile is 16 rows");
+        if (split != STEP_WARPS) __trap();
+        group_tile<T>(W, K, x, ldx, normw, eps, B, rows, load, body);
+    } else {
+        group_rows<ROWS, MAXB, UNROLL>(W, K, x, ldx, normw, eps, B, rows, split, load, body);
     }
 }
 
@@ -230,52 +369,60 @@ __device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const
 // launch: it lets the next kernel start, asks L2 for the weights of the
 // warp's first row (read-only, so safe before the wait), then waits for the
 // previous kernel's results.
-template <int ROWS, class T>
+// With TILE (group_tile's blocks) it asks for the block's first 16 rows.
+template <int ROWS, bool TILE, class T>
 __device__ __forceinline__ void pdl_start(const T *W, int K, int rows, int split) {
     pdl_release();
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int n = blockIdx.x * (STEP_WARPS / split * ROWS) + warp / split * ROWS;
-    if (n < rows)
-        for (int k = (warp % split * 32 + lane) * (128 / sizeof(T)); k < K; k += 32 * split * (128 / sizeof(T)))
-            prefetch_l2(W + (size_t)n * K + k);
+    constexpr size_t LINE = 128 / sizeof(T);  // weights to a 128-byte line
+    if constexpr (TILE) {
+        size_t n0 = (size_t)blockIdx.x * 16, end = min((size_t)rows, n0 + 16) * K;
+        for (size_t i = n0 * K + threadIdx.x * LINE; i < end; i += blockDim.x * LINE) prefetch_l2(W + i);
+    } else {
+        int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+        int n = blockIdx.x * (STEP_WARPS / split * ROWS) + warp / split * ROWS;
+        if (n < rows)
+            for (int k = (warp % split * 32 + lane) * LINE; k < K; k += 32 * split * LINE) prefetch_l2(W + (size_t)n * K + k);
+    }
     pdl_wait();
 }
 
 // gemv: out[b, n] (+)= sum_k W[n, k] * x'[b, k] + bias[n] for n < rows, with
 // x' as in group_rows; bias may be nullptr; accumulate adds to out.
-template <int ROWS, int MAXB, int UNROLL, class T>
+template <int ROWS, int MAXB, int UNROLL, bool TILE, class T>
 __device__ void gemv(const float *x, int ldx, const float *__restrict__ normw, float eps, const T *__restrict__ W,
                      const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows,
                      int split) {
     if (B > MAXB) __trap();  // gpu's gemvPlan picks a one-sequence entry only for B = 1
-    pdl_start<ROWS>(W, K, rows, split);
-    // The group's copies: pre[b][r] = {bias[n], out[b, n] when accumulating}
-    // for its rows n = n0 + r (zeros where absent).
-    __shared__ float pre[STEP_WARPS][MAXB][ROWS][2];
+    pdl_start<ROWS, TILE>(W, K, rows, split);
+    // The group's copies: mine[b][r] = {bias[n], out[b, n] when
+    // accumulating} for its rows n = n0 + r (zeros where absent); a tile's
+    // block has one group.
+    __shared__ float pre[TILE ? 1 : STEP_WARPS][MAXB][ROWS][2];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    auto &mine = pre[TILE ? 0 : warp];
     auto load = [&](int n0) {
 #pragma unroll
         for (int i = lane; i < MAXB * ROWS * 2; i += 32) {
             int b = i / (ROWS * 2), r = i / 2 % ROWS, kind = i % 2, n = n0 + r;
             bool full = b < B && n < rows && (kind == 0 ? bias != nullptr : accumulate != 0);
             const float *src = !full ? out : kind == 0 ? bias + n : out + (size_t)b * ldo + n;
-            cp_async<4>(&pre[warp][b][r][kind], src, full);
+            cp_async<4>(&mine[b][r][kind], src, full);
         }
     };
-    group_rows<ROWS, MAXB, UNROLL>(W, K, x, ldx, normw, eps, B, rows, split, load, [&](int n, float v, int r) {
-        v += pre[warp][lane][r][0];
-        out[(size_t)lane * ldo + n] = accumulate ? pre[warp][lane][r][1] + v : v;
+    group<ROWS, MAXB, UNROLL, TILE>(W, K, x, ldx, normw, eps, B, rows, split, load, [&](int n, int b, int r, float v) {
+        v += mine[b][r][0];
+        out[(size_t)b * ldo + n] = accumulate ? mine[b][r][1] + v : v;
     });
 }
 
 // step_in: the block's first stages, from the residual stream h to xz.
-template <int ROWS, int MAXB, int UNROLL, class T>
+template <int ROWS, int MAXB, int UNROLL, bool TILE, class T>
 __device__ void step_in(const float *__restrict__ h, const float *__restrict__ normw, float eps,
                         const T *__restrict__ W, const float *__restrict__ in_bias, const float *__restrict__ conv_w,
                         const float *__restrict__ conv_b, float *__restrict__ win, float *__restrict__ xz, int B,
                         int d, int E, int K, int split) {
     if (B > MAXB) __trap();  // as in gemv
-    pdl_start<ROWS>(W, d, 2 * E, split);
+    pdl_start<ROWS, TILE>(W, d, 2 * E, split);
     // The group's copies for sequence b and row n = n0 + r: in_bias[n], and
     // for a channel (n < E) conv_b[n] and, when the conv has up to STEP_PREK
     // taps, its weights and the sequence's window (zeros where absent; each
@@ -284,15 +431,16 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
     struct alignas(16) Pre {
         float cw[STEP_PREK], wd[STEP_PREK], bias, cb;
     };
-    __shared__ Pre pre[STEP_WARPS][MAXB][ROWS];
+    __shared__ Pre pre[TILE ? 1 : STEP_WARPS][MAXB][ROWS];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    auto &mine = pre[TILE ? 0 : warp];
     bool taps = K <= STEP_PREK;
     auto load = [&](int n0) {
 #pragma unroll 1  // unrolled, the wide entries' copies held their addresses at once
         for (int i = lane; i < MAXB * ROWS * 4; i += 32) {
             int b = i / (ROWS * 4), r = i / 4 % ROWS, kind = i % 4, n = n0 + r;
             bool conv = b < B && n < E;
-            Pre &p = pre[warp][b][r];
+            Pre &p = mine[b][r];
             if (kind == 0) cp_async<4>(&p.bias, in_bias ? in_bias + n : win, b < B && n < 2 * E && in_bias);
             else if (kind == 1) cp_async<4>(&p.cb, conv_b ? conv_b + n : win, conv && conv_b);
             else {
@@ -304,16 +452,16 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
             }
         }
     };
-    group_rows<ROWS, MAXB, UNROLL>(W, d, h, d, normw, eps, B, 2 * E, split, load, [&](int n, float v, int r) {
-        const Pre &p = pre[warp][lane][r];
+    group<ROWS, MAXB, UNROLL, TILE>(W, d, h, d, normw, eps, B, 2 * E, split, load, [&](int n, int b, int r, float v) {
+        const Pre &p = mine[b][r];
         v += p.bias;
-        float *row = xz + (size_t)lane * 2 * E;
+        float *row = xz + (size_t)b * 2 * E;
         if (n >= E) {
             row[n] = v;  // z
             return;
         }
         // The conv step of channel n: the window takes v as its newest input.
-        float *wnd = win + ((size_t)lane * E + n) * K;
+        float *wnd = win + ((size_t)b * E + n) * K;
         float sum = p.cb;
         if (taps) {
 #pragma unroll
@@ -340,7 +488,8 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
 
 // Each GEMV has four entries: one row per warp group (gemv_, step_in_) and
 // four (gemv_r4_, step_in_r4_), each for up to STEP_MAXB sequences and, with
-// _b1, for one.
+// _b1, for one; and, for bf16 weights, a fifth on the tensor cores for up to
+// STEP_MAXB sequences (gemv_tc_, step_in_tc_; group_tile).
 #define GEMV_PARAMS(T)                                                                                         \
     const float *x, int ldx, const float *__restrict__ normw, float eps, const T *__restrict__ W,             \
         const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows, int split
@@ -351,21 +500,34 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
         float *__restrict__ win, float *__restrict__ xz, int B, int d, int E, int K, int split
 #define STEP_IN_ARGS h, normw, eps, W, in_bias, conv_w, conv_b, win, xz, B, d, E, K, split
 #define STEP_GEMV(sfx, T)                                                                                      \
-    extern "C" __global__ void gemv_##sfx(GEMV_PARAMS(T)) { gemv<1, STEP_MAXB, 1, T>(GEMV_ARGS); }             \
-    extern "C" __global__ void gemv_r4_##sfx(GEMV_PARAMS(T)) { gemv<4, STEP_MAXB, 1, T>(GEMV_ARGS); }          \
-    extern "C" __global__ void gemv_b1_##sfx(GEMV_PARAMS(T)) { gemv<1, 1, STEP_UNROLL_B1, T>(GEMV_ARGS); }     \
-    extern "C" __global__ void gemv_r4_b1_##sfx(GEMV_PARAMS(T)) { gemv<4, 1, STEP_UNROLL_B1, T>(GEMV_ARGS); }  \
-    extern "C" __global__ void step_in_##sfx(STEP_IN_PARAMS(T)) { step_in<1, STEP_MAXB, 1, T>(STEP_IN_ARGS); } \
+    extern "C" __global__ void gemv_##sfx(GEMV_PARAMS(T)) { gemv<1, STEP_MAXB, 1, false, T>(GEMV_ARGS); }      \
+    extern "C" __global__ void gemv_r4_##sfx(GEMV_PARAMS(T)) { gemv<4, STEP_MAXB, 1, false, T>(GEMV_ARGS); }   \
+    extern "C" __global__ void gemv_b1_##sfx(GEMV_PARAMS(T)) {                                                \
+        gemv<1, 1, STEP_UNROLL_B1, false, T>(GEMV_ARGS);                                                      \
+    }                                                                                                          \
+    extern "C" __global__ void gemv_r4_b1_##sfx(GEMV_PARAMS(T)) {                                             \
+        gemv<4, 1, STEP_UNROLL_B1, false, T>(GEMV_ARGS);                                                      \
+    }                                                                                                          \
+    extern "C" __global__ void step_in_##sfx(STEP_IN_PARAMS(T)) {                                             \
+        step_in<1, STEP_MAXB, 1, false, T>(STEP_IN_ARGS);                                                     \
+    }                                                                                                          \
     extern "C" __global__ void step_in_r4_##sfx(STEP_IN_PARAMS(T)) {                                          \
-        step_in<4, STEP_MAXB, 1, T>(STEP_IN_ARGS);                                                            \
+        step_in<4, STEP_MAXB, 1, false, T>(STEP_IN_ARGS);                                                     \
     }                                                                                                          \
     extern "C" __global__ void step_in_b1_##sfx(STEP_IN_PARAMS(T)) {                                          \
-        step_in<1, 1, STEP_UNROLL_B1, T>(STEP_IN_ARGS);                                                       \
+        step_in<1, 1, STEP_UNROLL_B1, false, T>(STEP_IN_ARGS);                                                \
     }                                                                                                          \
     extern "C" __global__ void step_in_r4_b1_##sfx(STEP_IN_PARAMS(T)) {                                       \
-        step_in<4, 1, STEP_UNROLL_B1, T>(STEP_IN_ARGS);                                                       \
+        step_in<4, 1, STEP_UNROLL_B1, false, T>(STEP_IN_ARGS);                                                \
     }
 EACH_DTYPE(STEP_GEMV)
+
+// The tensor-core entries, bf16 only: split3's parts of x in f16 would
+// overflow past 65504, and x here is the residual stream before its norm.
+extern "C" __global__ void gemv_tc_bf16(GEMV_PARAMS(bf16)) { gemv<16, STEP_MAXB, 1, true, bf16>(GEMV_ARGS); }
+extern "C" __global__ void step_in_tc_bf16(STEP_IN_PARAMS(bf16)) {
+    step_in<16, STEP_MAXB, 1, true, bf16>(STEP_IN_ARGS);
+}
 
 // step_scan_f32: a warp per (channel c, sequence b); grid (ceil(E /
 // STEP_WARPS), B), block 32 * STEP_WARPS. The lanes split dt_proj's R

@@ -253,6 +253,12 @@ type Engine struct {
 	// SM, the same bits). New turns it on. Set it before capturing a step
 	// graph.
 	GEMVOneSequence bool
+	// GEMVTensorCores runs a bf16 decode step's GEMVs for two or more
+	// sequences on the tensor cores (kernels/step.cu's _tc entries): 16
+	// rows by up to 8 sequences to a block, x kept to f32 precision as
+	// three bf16 parts. New turns it on from sm_80. Set it before capturing
+	// a step graph.
+	GEMVTensorCores bool
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -268,7 +274,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
+		GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8, MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
 		AutoXProj: true, InPlaceReplays: true}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4

@@ -11,6 +11,9 @@ const (
 	// prefill path with T = 1.
 	decodeMaxB = 8
 	stepWarps  = 8 // STEP_WARPS in kernels/step.cu: output rows per block
+	// tileRows is the rows of a block of the tensor-core GEMVs (group_tile
+	// in kernels/step.cu), whose K must be a multiple of tileKAlign.
+	tileRows, tileKAlign = 16, 8
 )
 
 // stepDevice queues one decode step for the B sequences of s: token ids from
@@ -93,10 +96,16 @@ type gemvLaunch struct {
 }
 
 // gemvPlan lays out a GEMV of rows rows of K weights for kernel ("gemv" or
-// "step_in") over B sequences: the split by gemvSplit unless GEMVSplit
-// fixes it, GEMVRows rows to a group for GEMVs of 1024 rows or more, and
-// the one-sequence entry at B=1 where GEMVOneSequence asks for it.
+// "step_in") over B sequences: the tensor-core entry for a bf16 batch where
+// GEMVTensorCores asks for it and K is a multiple of 8; else the split by
+// gemvSplit unless GEMVSplit fixes it, GEMVRows rows to a group for GEMVs
+// of 1024 rows or more, and the one-sequence entry at B=1 where
+// GEMVOneSequence asks for it.
 func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
+	if B > 1 && e.GEMVTensorCores && e.dt == cuda.BF16 && K%tileKAlign == 0 {
+		tiles := (rows + tileRows - 1) / tileRows
+		return gemvLaunch{kernel: e.typed(kernel + "_tc"), grid: cuda.D1(min(tiles, 65535)), split: stepWarps}
+	}
 	split := gemvSplit(rows, K, e.dt.Size())
 	if e.GEMVSplit > 0 {
 		split = e.GEMVSplit
