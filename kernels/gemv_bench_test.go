@@ -102,3 +102,82 @@ func BenchmarkGEMVOneSequence(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGEMVBatch times the decode GEMVs of kernels/step.cu for a batch
+// of 8 sequences, bf16 weights, at the 1.4b shape's sizes (in_proj's 8192
+// rows of 2048, out_proj's 2048 of 4096, x_proj's 160 of 4096, the LM
+// head's 50280 of 2048): the FMA entry the engine takes without tensor
+// cores (gemv_r4_ at split 2, or gemv_ at split 8 below 1024 rows) against
+// the tensor-core entry (gemv_tc_) built with STEP_TILE_U 2, 4 and 8. The
+// weights rotate over copies that together exceed L2, as a step's layers
+// do; the builds take turns (9 rounds of 20 launches, CUDA events), and
+// each logs its median launch in µs, its ratio to the FMA entry's and the
+// weights' rate against the H200's 4.8 TB/s.
+func BenchmarkGEMVBatch(b *testing.B) {
+	const B, rounds, runs = 8, 9, 20
+	d, _, s, src, timer := kernelBench(b, "step.cu")
+	type build struct {
+		name string
+		mod  *cuda.Module
+	}
+	builds := []build{{"fma", loadSource(b, d, src, "step.cu")}}
+	for _, u := range []int{2, 4, 8} {
+		builds = append(builds, build{fmt.Sprintf("tc u%d", u), loadSource(b, d, src, "step.cu", fmt.Sprintf("-DSTEP_TILE_U=%d", u))})
+	}
+	for range b.N {
+		for _, sh := range []struct {
+			name    string
+			rows, K int
+		}{{"in_proj", 8192, 2048}, {"out_proj", 2048, 4096}, {"x_proj", 160, 4096}, {"lm_head", 50280, 2048}} {
+			bytes := float64(2 * sh.rows * sh.K)
+			copies := max(1, (200<<20)/(2*sh.rows*sh.K)+1) // over L2's 50 MB, at least 200 MB in all
+			var ws []*cuda.Buffer
+			for range copies {
+				_, packed := bf16Bits(randn(sh.rows*sh.K, 0.05))
+				ws = append(ws, upload(b, s, packed))
+			}
+			x, bias := upload(b, s, randn(B*sh.K, 1)), upload(b, s, randn(sh.rows, 1))
+			out := poisoned(b, s, B*sh.rows)
+			launches := make([]func() error, len(builds))
+			for i, bd := range builds {
+				kernel, split, per := "gemv_r4_bf16", 2, 16 // per: rows a block
+				switch {
+				case i > 0:
+					kernel, split = "gemv_tc_bf16", 8
+				case sh.rows < 1024:
+					kernel, split, per = "gemv_bf16", 8, 1
+				}
+				f, err := bd.mod.Function(kernel)
+				if err != nil {
+					b.Fatal(err)
+				}
+				grid, next := cuda.D1((sh.rows+per-1)/per), 0
+				launches[i] = func() error {
+					w := ws[next%copies]
+					next++
+					return f.Launch(grid, cuda.D1(256), 0, s, x.Ptr, sh.K, cuda.Ptr(0), float32(0), w.Ptr, bias.Ptr,
+						out.Ptr, sh.rows, 0, B, sh.K, sh.rows, split)
+				}
+			}
+			times := make([][]float64, len(builds))
+			for range rounds {
+				for i := range builds {
+					for range runs {
+						times[i] = append(times[i], timer.ms(b, launches[i]))
+					}
+				}
+			}
+			line := fmt.Sprintf("gemv B=%d %-8s %5d x %4d (%5.1f MB)", B, sh.name, sh.rows, sh.K, bytes/1e6)
+			base := gputest.Median(times[0])
+			for i, bd := range builds {
+				m := gputest.Median(times[i])
+				line += fmt.Sprintf("  %s %.2f us (%.2fx, %.2f TB/s, %.0f%%)", bd.name, 1e3*m, base/m, bytes/(m*1e-3)/1e12,
+					100*bytes/(m*1e-3)/4.8e12)
+			}
+			b.Log(line)
+			for _, buf := range append(ws, x, bias, out) {
+				buf.Free()
+			}
+		}
+	}
+}

@@ -81,6 +81,8 @@
 #             references (TestGEMVKernel; the engine's decode, step-graph and
 #             generate tests), then memcheck over both and racecheck over the
 #             GEMVs' shared memory;
+#   gemvbatch: the decode GEMVs at B=8 alone, FMA against tensor-core
+#             entries (BenchmarkGEMVBatch; about a minute);
 #   decodekernels: ncu's time for each decode kernel of one bf16 step
 #             graph, this build and .carry/base's (BenchmarkDecodeSteps,
 #             $DECODE_PROFILE, e.g. 1.4b/B8; nodes profiled one at a time);
@@ -627,9 +629,9 @@ if [[ $mode == decodecheck ]]; then
   exit $status
 fi
 if [[ $mode == decodekernels ]]; then
-  echo "== ncu: each decode kernel of one bf16 step graph, ${DECODE_PROFILE:=1.4b/B8}, .carry/base then this build"
-  for build in base new; do
-    timeout 250 ncu --clock-control none -k 'regex:step_in|gemv|step_scan' --launch-count 400 --print-summary per-kernel \
+  echo "== ncu: each decode kernel of one bf16 step graph, ${DECODE_PROFILE:=1.4b/B8}, builds: ${DECODE_BUILDS:=base new}"
+  for build in $DECODE_BUILDS; do
+    timeout 250 ncu --clock-control none -k 'regex:step_in|gemv|step_scan' --launch-count "${DECODE_NCU_COUNT:-400}" --print-summary per-kernel \
       "$(build_bin $build)" -test.run '^$' -test.bench "DecodeSteps/${DECODE_PROFILE}\$" -test.benchtime 1x > "$OUT/decodekernels_$build.log" 2>&1
     echo "-- $build: ncu exit $?"
     grep -E "^  [a-z_0-9]+ |gpu__time_duration|Duration" "$OUT/decodekernels_$build.log" | head -16
@@ -750,6 +752,12 @@ if [[ $mode == fixup ]]; then
   echo "== bf16 prefills, the scan walked once against in segments (the engine's BenchmarkScanSegments, auto)"
   SEGMENT_BENCH=auto timeout 240 .carry/gpu.test -test.v -test.run '^$' -test.bench ScanSegments -test.benchtime 1x 2>&1 \
     | tee "$OUT/fixup_bench.log" | grep -E "segments |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  exit $status
+fi
+if [[ $mode == gemvbatch ]]; then
+  echo "== the decode GEMVs at B=8 (1.4b sizes): FMA entries against the tensor-core entry's builds (BenchmarkGEMVBatch)"
+  timeout 200 .carry/kernels.test -test.v -test.run '^$' -test.bench GEMVBatch -test.benchtime 1x 2>&1 | tee "$OUT/gemv_batch.log" \
+    | grep -E "gemv B=|FAIL|panic" | sed 's/^ *gemv_bench_test.go:[0-9]*: //'
   exit $status
 fi
 if [[ $mode == gemv ]]; then
