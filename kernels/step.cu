@@ -42,10 +42,12 @@
 #ifndef STEP_UNROLL_B1
 #define STEP_UNROLL_B1 2
 #endif
-// The tensor-core entries' slices of k a warp loads at once (group_tile).
+// The tensor-core entries' slices of k a warp loads at once (group_tile;
+// even: the slices go in pairs).
 #ifndef STEP_TILE_U
 #define STEP_TILE_U 4
 #endif
+static_assert(STEP_TILE_U % 2 == 0, "group_tile loads slices in pairs");
 
 // widen turns 16 bytes of T, as loaded (one uint4), into floats; the
 // pointer argument only picks T.
@@ -249,7 +251,7 @@ __device__ __forceinline__ void split3(float a, float b, unsigned &hi, unsigned 
 // group_tile is group_rows on the tensor cores, for a batch of sequences
 // (the _tc entries; Engine.GEMVTensorCores): the block's STEP_WARPS warps
 // share 16 consecutive rows n0 .. n0 + 15, warp w taking every
-// STEP_WARPS-th 32-wide slice of k from 32 w, and ends with body(n, b, r, v)
+// STEP_WARPS-th pair of 32-wide slices of k from 64 w, and ends with body(n, b, r, v)
 // as group_rows does, in its first warp. In a slice, lane (g = lane / 4,
 // t = lane % 4) loads 16 bytes of rows n0 + g and n0 + g + 8 at k + 8 t and
 // the same 8 values of sequence g's x, the fragments of two m16n8k16
@@ -278,18 +280,20 @@ __device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const
         const float *xg = x + (size_t)g * ldx;
         float acc[4] = {0.f, 0.f, 0.f, 0.f}, ss = 0.f;
         // STEP_TILE_U slices at a time, their weights' loads all issued
-        // before the first product (the same trip count in every lane).
-        for (int k0 = 32 * warp; k0 < K; k0 += 32 * STEP_WARPS * STEP_TILE_U) {
+        // before the first product (the same trip count in every lane), in
+        // pairs of neighbours: a pair's two loads of a row read one whole
+        // 128-byte line.
+        for (int k0 = 64 * warp; k0 < K; k0 += 32 * STEP_WARPS * STEP_TILE_U) {
             uint4 wa[STEP_TILE_U], wb[STEP_TILE_U];
 #pragma unroll
             for (int u = 0; u < STEP_TILE_U; u++) {
-                int k = k0 + 32 * STEP_WARPS * u + 8 * t;
+                int k = k0 + 64 * STEP_WARPS * (u / 2) + 32 * (u % 2) + 8 * t;
                 wa[u] = row0 && k < K ? *reinterpret_cast<const uint4 *>(w0 + k) : make_uint4(0, 0, 0, 0);
                 wb[u] = row1 && k < K ? *reinterpret_cast<const uint4 *>(w1 + k) : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
             for (int u = 0; u < STEP_TILE_U; u++) {
-                int k = k0 + 32 * STEP_WARPS * u + 8 * t;
+                int k = k0 + 64 * STEP_WARPS * (u / 2) + 32 * (u % 2) + 8 * t;
                 bool in = k < K;
                 float xv[8] = {};
                 if (seq && in) {
@@ -609,4 +613,93 @@ extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS, 6)
     }
     acc = warp_sum(acc);
     if (lane == 0) y[(size_t)b * E + c] = (acc + dskip * u) * silu_f(z);
+}
+
+// step_scan_batch_f32: step_scan_f32 for a batch (2 <= B <= STEP_MAXB) with
+// N <= 32, a warp a channel for every sequence; grid (ceil(E /
+// STEP_WARPS)), block 32 * STEP_WARPS, dynamic shared memory B (R + 2N)
+// floats. A channel's weights are read once, not B times, and the block
+// stages the B rows of dbl, which every channel reads, once. A warp's half
+// h takes sequences b = 2p + h, lane n = lane % 16 its states n and
+// n + 16. The sums are step_scan_f32's, in its order.
+extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS)
+    step_scan_batch_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W_dt,
+                        const float *__restrict__ dt_bias, const float *__restrict__ A2,
+                        const float *__restrict__ Dskip, const float *__restrict__ xz, float *__restrict__ state,
+                        float *__restrict__ y, int E, int N, int B) {
+    constexpr int PAIRS = STEP_MAXB / 2;
+    if (B > STEP_MAXB || N > 32) __trap();  // gpu's decode takes step_scan_f32 then
+    pdl_release();
+    extern __shared__ float rows[];  // [B][R + 2N]
+    int lane = threadIdx.x & 31, c = blockIdx.x * STEP_WARPS + (threadIdx.x >> 5), h = lane >> 4, n = lane & 15;
+    int width = R + 2 * N;
+    bool live = c < E;
+    const float *wdt = W_dt + (size_t)min(c, E - 1) * R, *a2 = A2 + (size_t)min(c, E - 1) * N;
+    float w[STEP_RL], a[2];
+#pragma unroll
+    for (int i = 0; i < STEP_RL; i++) w[i] = lane + 32 * i < R ? wdt[lane + 32 * i] : 0.f;
+#pragma unroll
+    for (int j = 0; j < 2; j++) a[j] = n + 16 * j < N ? a2[n + 16 * j] : 0.f;
+    float bias = dt_bias[min(c, E - 1)], dskip = Dskip[min(c, E - 1)];
+    unsigned dep = __float_as_uint(bias) ^ __float_as_uint(dskip) ^ __float_as_uint(a[0]) ^ __float_as_uint(a[1]);
+#pragma unroll
+    for (int i = 0; i < STEP_RL; i++) dep ^= __float_as_uint(w[i]);
+    pdl_wait_after(dep);
+
+    // One round trip: the rows into shared memory, and this lane's states,
+    // u and z for each of its sequences into registers.
+    for (int i = threadIdx.x; i < B * width; i += blockDim.x)
+        cp_async<4>(&rows[i], dbl + (size_t)(i / width) * ldd + i % width, true);
+    cp_async_commit();
+    float sv[PAIRS][2], u[PAIRS], z[PAIRS];
+#pragma unroll
+    for (int p = 0; p < PAIRS; p++) {
+        int b = 2 * p + h;
+        bool mine = live && b < B;
+        const float *s = state + ((size_t)b * E + c) * N;
+        sv[p][0] = mine && n < N ? s[n] : 0.f;
+        sv[p][1] = mine && n + 16 < N ? s[n + 16] : 0.f;
+        u[p] = mine ? xz[(size_t)b * 2 * E + c] : 0.f;
+        z[p] = mine ? xz[(size_t)b * 2 * E + E + c] : 0.f;
+    }
+    cp_async_wait<0>();
+    __syncthreads();
+    if (!live) return;
+
+    // Each sequence's time step, as step_scan_f32 sums it; lane b keeps
+    // sequence b's.
+    float dts = 0.f;
+    for (int b = 0; b < B; b++) {
+        const float *row = rows + b * width;
+        float dt = 0.f;
+#pragma unroll
+        for (int i = 0; i < STEP_RL; i++)
+            if (lane + 32 * i < R) dt += row[lane + 32 * i] * w[i];
+        for (int k = lane + 32 * STEP_RL; k < R; k += 32) dt += row[k] * wdt[k];
+        dt = softplus_f(warp_sum(dt) + bias);
+        if (lane == b) dts = dt;
+    }
+    // The states: both halves of the warp run every pair's shuffles, the
+    // half past B with nothing to add. C·s sums as step_scan_f32's
+    // warp_sum does: the products rounded, n with n + 16, then over 16 lanes.
+#pragma unroll
+    for (int p = 0; p < PAIRS; p++) {
+        if (2 * p >= B) break;
+        int b = 2 * p + h;
+        bool mine = b < B;
+        float dt = __shfl_sync(0xffffffffu, dts, b), du = dt * u[p], cs[2] = {0.f, 0.f};
+        const float *row = rows + min(b, B - 1) * width;
+        float *s = state + ((size_t)b * E + c) * N;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            if (mine && n + 16 * j < N) {
+                float v = ex2(dt * a[j]) * sv[p][j] + du * row[R + n + 16 * j];
+                s[n + 16 * j] = v;
+                cs[j] = __fmul_rn(v, row[R + N + n + 16 * j]);
+            }
+        }
+        float acc = cs[0] + cs[1];
+        for (int o = 8; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (mine && n == 0) y[(size_t)b * E + c] = (acc + dskip * u[p]) * silu_f(z[p]);
+    }
 }

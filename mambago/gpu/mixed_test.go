@@ -254,6 +254,18 @@ func TestDecodeTensorCoresMatch(t *testing.T) {
 	}
 }
 
+// TestDecodeScanBatchMatches checks the batched scan step
+// (Engine.DecodeScanBatch: a warp a channel for every sequence) against a
+// warp a channel and sequence: the same sums in the same order, so within
+// f32 rounding (1e-6) or, where ptxas contracts the two kernels alike, to
+// the bit. B = 2, 5 (an odd batch leaves the last pair half empty) and 8.
+func TestDecodeScanBatchMatches(t *testing.T) {
+	for _, d := range []int{64, 512} {
+		decodeSettingMatches(t, fmt.Sprintf("batched scan step, d=%d", d), d, []int{2, 5, 8}, 1e-6,
+			func(e *gpu.Engine, on bool) { e.DecodeScanBatch = on })
+	}
+}
+
 // decodeSettingMatches runs, from the same weights, tokens and prefill, four
 // eager decode steps and a captured step graph on two engines, one with a
 // setting off and one with it on (set), at each batch in Bs, f32 and bf16,

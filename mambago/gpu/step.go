@@ -72,9 +72,7 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 				return err
 			}
 		}
-		grid := cuda.Dim3{X: (E + stepWarps - 1) / stepWarps, Y: B, Z: 1}
-		if err := e.launchStep("step_scan_f32", grid, block, 0, ws.dbl.Ptr, dbl, R, g.dtProj, g.dtBias, g.a2, g.d,
-			ws.xz.Ptr, s.ssm(l), ws.delta.Ptr, E, N); err != nil {
+		if err := e.scanStep(B, l, &g, s); err != nil {
 			return err
 		}
 		if err := e.launchStep(out.kernel, out.grid, block, 0, ws.delta.Ptr, E, cuda.Ptr(0), float32(0), g.outProj,
@@ -85,6 +83,23 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	head := e.gemvPlan("gemv", V, d, B)
 	return e.launchStep(head.kernel, head.grid, block, 0, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits,
 		V, 0, B, d, V, head.split)
+}
+
+// scanStep launches layer l's scan step for the B sequences of s: a warp a
+// channel for every sequence (step_scan_batch_f32) where DecodeScanBatch
+// asks for it and the state fits (N <= 32), else a warp a channel and
+// sequence (step_scan_f32).
+func (e *Engine) scanStep(B, l int, g *layer, s *State) error {
+	c, ws := e.cfg, &e.ws
+	R, N, E := c.DTRank, c.State, c.Inner
+	dbl, blocks := R+2*N, (E+stepWarps-1)/stepWarps
+	block := cuda.D1(32 * stepWarps)
+	if B > 1 && e.DecodeScanBatch && N <= 32 {
+		return e.launchStep("step_scan_batch_f32", cuda.D1(blocks), block, 4*B*dbl, ws.dbl.Ptr, dbl, R, g.dtProj,
+			g.dtBias, g.a2, g.d, ws.xz.Ptr, s.ssm(l), ws.delta.Ptr, E, N, B)
+	}
+	return e.launchStep("step_scan_f32", cuda.Dim3{X: blocks, Y: B, Z: 1}, block, 0, ws.dbl.Ptr, dbl, R, g.dtProj,
+		g.dtBias, g.a2, g.d, ws.xz.Ptr, s.ssm(l), ws.delta.Ptr, E, N)
 }
 
 // gemvLaunch is how one GEMV of kernels/step.cu runs: the entry (gemv or
