@@ -42,12 +42,10 @@
 #ifndef STEP_UNROLL_B1
 #define STEP_UNROLL_B1 2
 #endif
-// The tensor-core entries' slices of k a warp loads at once (group_tile;
-// even: the slices go in pairs).
+// The tensor-core entries' slices of k a warp loads at once (group_tile).
 #ifndef STEP_TILE_U
 #define STEP_TILE_U 4
 #endif
-static_assert(STEP_TILE_U % 2 == 0, "group_tile loads slices in pairs");
 
 // widen turns 16 bytes of T, as loaded (one uint4), into floats; the
 // pointer argument only picks T.
@@ -251,7 +249,7 @@ __device__ __forceinline__ void split3(float a, float b, unsigned &hi, unsigned 
 // group_tile is group_rows on the tensor cores, for a batch of sequences
 // (the _tc entries; Engine.GEMVTensorCores): the block's STEP_WARPS warps
 // share 16 consecutive rows n0 .. n0 + 15, warp w taking every
-// STEP_WARPS-th pair of 32-wide slices of k from 64 w, and ends with body(n, b, r, v)
+// STEP_WARPS-th 32-wide slice of k from 32 w, and ends with body(n, b, r, v)
 // as group_rows does, in its first warp. In a slice, lane (g = lane / 4,
 // t = lane % 4) loads 16 bytes of rows n0 + g and n0 + g + 8 at k + 8 t and
 // the same 8 values of sequence g's x, the fragments of two m16n8k16
@@ -280,20 +278,18 @@ __device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const
         const float *xg = x + (size_t)g * ldx;
         float acc[4] = {0.f, 0.f, 0.f, 0.f}, ss = 0.f;
         // STEP_TILE_U slices at a time, their weights' loads all issued
-        // before the first product (the same trip count in every lane), in
-        // pairs of neighbours: a pair's two loads of a row read one whole
-        // 128-byte line.
-        for (int k0 = 64 * warp; k0 < K; k0 += 32 * STEP_WARPS * STEP_TILE_U) {
+        // before the first product (the same trip count in every lane).
+        for (int k0 = 32 * warp; k0 < K; k0 += 32 * STEP_WARPS * STEP_TILE_U) {
             uint4 wa[STEP_TILE_U], wb[STEP_TILE_U];
 #pragma unroll
             for (int u = 0; u < STEP_TILE_U; u++) {
-                int k = k0 + 64 * STEP_WARPS * (u / 2) + 32 * (u % 2) + 8 * t;
+                int k = k0 + 32 * STEP_WARPS * u + 8 * t;
                 wa[u] = row0 && k < K ? *reinterpret_cast<const uint4 *>(w0 + k) : make_uint4(0, 0, 0, 0);
                 wb[u] = row1 && k < K ? *reinterpret_cast<const uint4 *>(w1 + k) : make_uint4(0, 0, 0, 0);
             }
 #pragma unroll
             for (int u = 0; u < STEP_TILE_U; u++) {
-                int k = k0 + 64 * STEP_WARPS * (u / 2) + 32 * (u % 2) + 8 * t;
+                int k = k0 + 32 * STEP_WARPS * u + 8 * t;
                 bool in = k < K;
                 float xv[8] = {};
                 if (seq && in) {
@@ -666,19 +662,26 @@ extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS)
     __syncthreads();
     if (!live) return;
 
-    // Each sequence's time step, as step_scan_f32 sums it; lane b keeps
-    // sequence b's.
-    float dts = 0.f;
-    for (int b = 0; b < B; b++) {
-        const float *row = rows + b * width;
-        float dt = 0.f;
+    // Every sequence's time step, as step_scan_f32 sums it (warp_sum's
+    // order), the B sums' chains side by side.
+    float dt[STEP_MAXB];
 #pragma unroll
-        for (int i = 0; i < STEP_RL; i++)
-            if (lane + 32 * i < R) dt += row[lane + 32 * i] * w[i];
-        for (int k = lane + 32 * STEP_RL; k < R; k += 32) dt += row[k] * wdt[k];
-        dt = softplus_f(warp_sum(dt) + bias);
-        if (lane == b) dts = dt;
+    for (int b = 0; b < STEP_MAXB; b++) {
+        dt[b] = 0.f;
+        if (b < B) {
+            const float *row = rows + b * width;
+#pragma unroll
+            for (int i = 0; i < STEP_RL; i++)
+                if (lane + 32 * i < R) dt[b] += row[lane + 32 * i] * w[i];
+            for (int k = lane + 32 * STEP_RL; k < R; k += 32) dt[b] += row[k] * wdt[k];
+        }
     }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+        for (int b = 0; b < STEP_MAXB; b++) dt[b] += __shfl_xor_sync(0xffffffffu, dt[b], o);
+#pragma unroll
+    for (int b = 0; b < STEP_MAXB; b++) dt[b] = softplus_f(dt[b] + bias);
     // The states: both halves of the warp run every pair's shuffles, the
     // half past B with nothing to add. C·s sums as step_scan_f32's
     // warp_sum does: the products rounded, n with n + 16, then over 16 lanes.
@@ -687,13 +690,13 @@ extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS)
         if (2 * p >= B) break;
         int b = 2 * p + h;
         bool mine = b < B;
-        float dt = __shfl_sync(0xffffffffu, dts, b), du = dt * u[p], cs[2] = {0.f, 0.f};
+        float step = h ? dt[2 * p + 1] : dt[2 * p], du = step * u[p], cs[2] = {0.f, 0.f};
         const float *row = rows + min(b, B - 1) * width;
         float *s = state + ((size_t)b * E + c) * N;
 #pragma unroll
         for (int j = 0; j < 2; j++) {
             if (mine && n + 16 * j < N) {
-                float v = ex2(dt * a[j]) * sv[p][j] + du * row[R + n + 16 * j];
+                float v = ex2(step * a[j]) * sv[p][j] + du * row[R + n + 16 * j];
                 s[n + 16 * j] = v;
                 cs[j] = __fmul_rn(v, row[R + N + n + 16 * j]);
             }

@@ -81,6 +81,9 @@
 #             references (TestGEMVKernel; the engine's decode, step-graph and
 #             generate tests), then memcheck over both and racecheck over the
 #             GEMVs' shared memory;
+#   decodebatch: bf16 decode steps of 8 sequences with the batch's kernels
+#             (Engine.GEMVTensorCores, Engine.DecodeScanBatch) off and on,
+#             taking turns in one process (BenchmarkDecodeBatchSettings);
 #   gemvbatch: the decode GEMVs at B=8 alone, FMA against tensor-core
 #             entries (BenchmarkGEMVBatch; about a minute);
 #   decodekernels: ncu's time for each decode kernel of one bf16 step
@@ -752,6 +755,12 @@ if [[ $mode == fixup ]]; then
   echo "== bf16 prefills, the scan walked once against in segments (the engine's BenchmarkScanSegments, auto)"
   SEGMENT_BENCH=auto timeout 240 .carry/gpu.test -test.v -test.run '^$' -test.bench ScanSegments -test.benchtime 1x 2>&1 \
     | tee "$OUT/fixup_bench.log" | grep -E "segments |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  exit $status
+fi
+if [[ $mode == decodebatch ]]; then
+  echo "== bf16 decode steps of 8 sequences, the batch's kernels off and on in turns (BenchmarkDecodeBatchSettings, \${DECODE_SHAPES:-all})"
+  timeout 300 .carry/gpu.test -test.v -test.run '^$' -test.bench "DecodeBatchSettings" -test.benchtime 1x 2>&1 \
+    | tee "$OUT/decode_batch.log" | grep -E "B=8:|FAIL|panic" | sed 's/^ *decode_bench_test.go:[0-9]*: //'
   exit $status
 fi
 if [[ $mode == gemvbatch ]]; then

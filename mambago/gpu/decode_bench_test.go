@@ -43,6 +43,49 @@ func BenchmarkDecodeSteps(b *testing.B) {
 	}
 }
 
+// BenchmarkDecodeBatchSettings times bf16 decode step graphs of 8
+// sequences with the batch's own kernels off and on, in one process, the
+// settings taking turns over three rounds: Engine.DecodeScanBatch (the
+// scan step a warp a channel for every sequence) and
+// Engine.GEMVTensorCores (the GEMVs on the tensor cores). DECODE_SHAPES
+// (a regexp) picks the shapes. Each logs its medians and ratios.
+func BenchmarkDecodeBatchSettings(b *testing.B) {
+	gputest.Need(b)
+	pick := regexp.MustCompile(os.Getenv("DECODE_SHAPES"))
+	settings := []struct {
+		name string
+		set  func(e *gpu.Engine)
+	}{
+		{"neither", func(e *gpu.Engine) { e.DecodeScanBatch, e.GEMVTensorCores = false, false }},
+		{"tensor cores", func(e *gpu.Engine) { e.DecodeScanBatch, e.GEMVTensorCores = false, true }},
+		{"both", func(e *gpu.Engine) { e.DecodeScanBatch, e.GEMVTensorCores = true, true }},
+	}
+	for _, sh := range []struct {
+		name      string
+		d, layers int
+	}{{"130m", 768, 24}, {"370m", 1024, 48}, {"1.4b", 2048, 48}, {"2.8b", 2560, 64}} {
+		if !pick.MatchString(sh.name) {
+			continue
+		}
+		b.Run(sh.name, func(b *testing.B) {
+			e, _ := bf16Engine(b, sh.d, sh.layers)
+			times := make([][]float64, len(settings))
+			for range 3 {
+				for i, st := range settings {
+					st.set(e)
+					times[i] = append(times[i], 1e3*decodeStepMs(b, e, 8))
+				}
+			}
+			line, base := fmt.Sprintf("%s B=8:", sh.name), gputest.Median(times[0])
+			for i, st := range settings {
+				m := gputest.Median(times[i])
+				line += fmt.Sprintf("  %s %.1f us/step (%.3fx) %.1f", st.name, m, base/m, times[i])
+			}
+			b.Log(line)
+		})
+	}
+}
+
 // decodeStepMs captures a decode step graph of B sequences on e and
 // returns the median over five rounds of each round's median time of 50
 // replays, in milliseconds.
