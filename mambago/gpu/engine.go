@@ -262,7 +262,9 @@ type Engine struct {
 	// DecodeScanBatch runs a decode step's scan for two or more sequences
 	// with a warp a channel for all of them (kernels/step.cu's
 	// step_scan_batch_f32: the channel's weights read once, not once a
-	// sequence). New turns it on. Set it before capturing a step graph.
+	// sequence; the same bits). New turns it on where the model's channels
+	// make at least 1.5 blocks an SM (scanBatchPays). Set it before
+	// capturing a step graph.
 	DecodeScanBatch bool
 }
 
@@ -279,7 +281,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8, DecodeScanBatch: true, MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
+		GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8, DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
 		AutoXProj: true, InPlaceReplays: true}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4

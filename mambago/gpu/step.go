@@ -102,6 +102,19 @@ func (e *Engine) scanStep(B, l int, g *layer, s *State) error {
 		g.dtBias, g.a2, g.d, ws.xz.Ptr, s.ssm(l), ws.delta.Ptr, E, N)
 }
 
+// scanBatchPays reports whether the batched scan step (a warp a channel,
+// every sequence in turn) beats a warp a channel and sequence for E
+// channels on SMs multiprocessors: where its E / stepWarps blocks give the
+// SMs at least 1.5 each. Fewer, and each SM's few warps walk their
+// sequences' chains with too little beside them. Measured on the H200 (132
+// SMs), bf16 steps of 8 sequences with the tensor-core GEMVs: 130m (192
+// blocks) 645.6 µs a step with the batched scan's 696.4 against; 370m
+// (256) 1389.5 against 1342.5, 1.4b (512) 2947.0 against 2689.2
+// (BenchmarkDecodeBatchSettings).
+func scanBatchPays(E, SMs int) bool {
+	return 2*((E+stepWarps-1)/stepWarps) >= 3*SMs
+}
+
 // gemvLaunch is how one GEMV of kernels/step.cu runs: the entry (gemv or
 // step_in, with one or four rows to a warp group), its grid, and its split.
 type gemvLaunch struct {

@@ -1,0 +1,52 @@
+package gpu
+
+import (
+	"testing"
+
+	"github.com/mambago/mambago/mambago/cuda"
+)
+
+// TestScanBatchPays checks, without a GPU, where the batched scan step is
+// taken on the H200's 132 SMs: not at 130m's 1536 channels (192 blocks,
+// measured slower), at 370m's 2048 and up.
+func TestScanBatchPays(t *testing.T) {
+	for _, c := range []struct {
+		E    int
+		pays bool
+	}{{1536, false}, {1576, false}, {1584, true}, {2048, true}, {4096, true}, {5120, true}} {
+		if got := scanBatchPays(c.E, 132); got != c.pays {
+			t.Errorf("scanBatchPays(%d, 132) = %v, want %v", c.E, got, c.pays)
+		}
+	}
+}
+
+// TestGEMVPlanTensorCores checks, without a GPU, which decode GEMVs take the
+// tensor-core entries: a bf16 batch of two or more sequences with K a
+// multiple of 8 and GEMVTensorCores set, in blocks of 16 rows at the full
+// split; every other case keeps the FMA entries.
+func TestGEMVPlanTensorCores(t *testing.T) {
+	for _, c := range []struct {
+		dt      cuda.DType
+		on      bool
+		B, K    int
+		kernel  string
+		gridX   int
+		split   int
+		comment string
+	}{
+		{cuda.BF16, true, 8, 2048, "step_in_tc_bf16", 512, 8, "a batch"},
+		{cuda.BF16, true, 2, 2048, "step_in_tc_bf16", 512, 8, "the least batch"},
+		{cuda.BF16, true, 1, 2048, "step_in_r4_b1_bf16", 512, 2, "one sequence"},
+		{cuda.BF16, true, 8, 2052, "step_in_r4_bf16", 512, 2, "K not a multiple of 8"},
+		{cuda.BF16, false, 8, 2048, "step_in_r4_bf16", 512, 2, "setting off"},
+		{cuda.F16, true, 8, 2048, "step_in_r4_f16", 512, 2, "f16 weights"},
+		{cuda.F32, true, 8, 2048, "step_in_r4_f32", 512, 2, "f32 weights"},
+	} {
+		e := &Engine{dt: c.dt, GEMVRows: 4, GEMVOneSequence: true, GEMVTensorCores: c.on}
+		p := e.gemvPlan("step_in", 8192, c.K, c.B)
+		if p.kernel != c.kernel || int(p.grid.X) != c.gridX || p.split != c.split {
+			t.Errorf("%s: plan %s grid %d split %d, want %s grid %d split %d", c.comment, p.kernel, p.grid.X, p.split,
+				c.kernel, c.gridX, c.split)
+		}
+	}
+}
