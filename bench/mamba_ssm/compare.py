@@ -19,7 +19,8 @@ Its state is bf16, as allocate_inference_cache makes it.
 
 mambago runs with dtype="bfloat16" through prefill_ptr (output "last"), its
 whole prefill replayed as one cached CUDA graph per shape, and, for decode,
-a captured step graph replayed with step_ptr. Both sides run on
+a captured step graph replayed with step_ptr, at each of --decode-batches
+(1 and 8 sequences unless given). Both sides run on
 torch's current stream and are timed with CUDA events: for prefill, the
 median of repeats; for decode, the mean of 200 replays in a row.
 """
@@ -151,6 +152,8 @@ def main():
     p.add_argument("--out", required=True)
     random_checkpoint.add_matrix_args(p)
     p.add_argument("--commit", default="unknown")
+    p.add_argument("--decode-batches", type=lambda v: [int(b) for b in v.split(",")], default=[1, 8],
+                   help="decode step batch sizes, comma-separated (default 1,8)")
     a = p.parse_args()
     import mambago
 
@@ -213,29 +216,30 @@ def main():
                 print(f"{shape} B={B} T={T}: mambago {ms:.2f} ms ({row['mambago_tok_s']:,.0f} tok/s, "
                       f"{100 * row['roofline_fraction']:.0f}% of roofline), mamba_ssm {rms:.2f} ms: "
                       f"{row['speedup']:.2f}x, last-hidden rel diff {err:.1e}", flush=True)
-        # Decode, B=1, graphs on both sides.
-        tok = torch.randint(0, V, (1,), device="cuda")
-        st = mg.new_state(1)
-        graph = mg.capture_step(st)
-        logits = torch.empty(1, V, device="cuda")
-        ours = replay_ms(lambda: graph.step_ptr(tok.data_ptr(), logits_ptr=logits.data_ptr(),
-                                                stream=stream.cuda_stream))
-        cache = ref.new_cache(1)
-        side = torch.cuda.Stream()
-        side.wait_stream(stream)
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                ref.step(tok, cache)
-        stream.wait_stream(side)
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            ref_logits = ref.step(tok, cache)
-        theirs = replay_ms(g.replay)
-        decode.append({"shape": shape, "B": 1, "mambago_step_ms": ours, "mamba_ssm_step_ms": theirs,
-                       "speedup": theirs / ours})
-        save()
-        print(f"{shape} decode step B=1 (graphs): mambago {ours * 1e3:.0f} us, mamba_ssm {theirs * 1e3:.0f} us: "
-              f"{theirs / ours:.2f}x", flush=True)
+        # Decode, graphs on both sides, at each of --decode-batches.
+        for B in a.decode_batches:
+            tok = torch.randint(0, V, (B,), device="cuda")
+            st = mg.new_state(B)
+            graph = mg.capture_step(st)
+            logits = torch.empty(B, V, device="cuda")
+            ours = replay_ms(lambda: graph.step_ptr(tok.data_ptr(), logits_ptr=logits.data_ptr(),
+                                                    stream=stream.cuda_stream))
+            cache = ref.new_cache(B)
+            side = torch.cuda.Stream()
+            side.wait_stream(stream)
+            with torch.cuda.stream(side):
+                for _ in range(3):
+                    ref.step(tok, cache)
+            stream.wait_stream(side)
+            g = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(g):
+                ref_logits = ref.step(tok, cache)
+            theirs = replay_ms(g.replay)
+            decode.append({"shape": shape, "B": B, "mambago_step_ms": ours, "mamba_ssm_step_ms": theirs,
+                           "speedup": theirs / ours})
+            save()
+            print(f"{shape} decode step B={B} (graphs): mambago {ours * 1e3:.0f} us, mamba_ssm {theirs * 1e3:.0f} us: "
+                  f"{theirs / ours:.2f}x", flush=True)
         del ref_logits, g, graph, mg, ref
         torch.cuda.empty_cache()
     save()
