@@ -259,9 +259,9 @@ __device__ __forceinline__ void split3(float a, float b, unsigned &hi, unsigned 
 // weight and a part is exact, and the tensor cores sum in f32, so the sums
 // are those of the FMA entries to f32 rounding (not their bits). K must be
 // a multiple of 8 and ldx of 4, with W and x 16-byte aligned (gemvPlan
-// picks these entries only then). Per 16 rows and slice a warp issues six
-// products where the FMA entries spend 256 FMAs a sequence: at B = 8 the
-// weights' stream, not the arithmetic, sets the time.
+// picks these entries only then). For the 512 weights of 16 rows and a
+// slice a warp issues six products, where the FMA entries spend an FMA a
+// weight and sequence (4096 at B = 8) besides widening each weight.
 template <class T, class Load, class Body>
 __device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const float *__restrict__ x, int ldx,
                                            const float *__restrict__ normw, float eps, int B, int rows,

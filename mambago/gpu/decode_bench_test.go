@@ -22,6 +22,20 @@ import (
 // the logits of three eager steps from a zero state and fixed tokens, so
 // that two builds meant to give the same bits can be seen to.
 func BenchmarkDecodeSteps(b *testing.B) {
+	forDecodeShapes(b, func(b *testing.B, _ string, e *gpu.Engine) {
+		for _, B := range []int{1, 8} {
+			b.Run(fmt.Sprintf("B%d", B), func(b *testing.B) {
+				b.ReportMetric(1e3*decodeStepMs(b, e, B), "us/step")
+				b.Logf("logits bits %016x", decodeBits(b, e, B))
+			})
+		}
+	})
+}
+
+// forDecodeShapes runs f, in a sub-benchmark named for the shape, on a bf16
+// engine of random weights for each decode benchmark shape that
+// DECODE_SHAPES (a regexp; all when unset) picks.
+func forDecodeShapes(b *testing.B, f func(b *testing.B, shape string, e *gpu.Engine)) {
 	gputest.Need(b)
 	pick := regexp.MustCompile(os.Getenv("DECODE_SHAPES"))
 	for _, sh := range []struct {
@@ -33,12 +47,7 @@ func BenchmarkDecodeSteps(b *testing.B) {
 		}
 		b.Run(sh.name, func(b *testing.B) {
 			e, _ := bf16Engine(b, sh.d, sh.layers)
-			for _, B := range []int{1, 8} {
-				b.Run(fmt.Sprintf("B%d", B), func(b *testing.B) {
-					b.ReportMetric(1e3*decodeStepMs(b, e, B), "us/step")
-					b.Logf("logits bits %016x", decodeBits(b, e, B))
-				})
-			}
+			f(b, sh.name, e)
 		})
 	}
 }
@@ -50,8 +59,6 @@ func BenchmarkDecodeSteps(b *testing.B) {
 // Engine.GEMVTensorCores (the GEMVs on the tensor cores). DECODE_SHAPES
 // (a regexp) picks the shapes. Each logs its medians and ratios.
 func BenchmarkDecodeBatchSettings(b *testing.B) {
-	gputest.Need(b)
-	pick := regexp.MustCompile(os.Getenv("DECODE_SHAPES"))
 	settings := []struct {
 		name string
 		set  func(e *gpu.Engine)
@@ -60,30 +67,21 @@ func BenchmarkDecodeBatchSettings(b *testing.B) {
 		{"tensor cores", func(e *gpu.Engine) { e.DecodeScanBatch, e.GEMVTensorCores = false, true }},
 		{"both", func(e *gpu.Engine) { e.DecodeScanBatch, e.GEMVTensorCores = true, true }},
 	}
-	for _, sh := range []struct {
-		name      string
-		d, layers int
-	}{{"130m", 768, 24}, {"370m", 1024, 48}, {"1.4b", 2048, 48}, {"2.8b", 2560, 64}} {
-		if !pick.MatchString(sh.name) {
-			continue
-		}
-		b.Run(sh.name, func(b *testing.B) {
-			e, _ := bf16Engine(b, sh.d, sh.layers)
-			times := make([][]float64, len(settings))
-			for range 3 {
-				for i, st := range settings {
-					st.set(e)
-					times[i] = append(times[i], 1e3*decodeStepMs(b, e, 8))
-				}
-			}
-			line, base := fmt.Sprintf("%s B=8:", sh.name), gputest.Median(times[0])
+	forDecodeShapes(b, func(b *testing.B, shape string, e *gpu.Engine) {
+		times := make([][]float64, len(settings))
+		for range 3 {
 			for i, st := range settings {
-				m := gputest.Median(times[i])
-				line += fmt.Sprintf("  %s %.1f us/step (%.3fx) %.1f", st.name, m, base/m, times[i])
+				st.set(e)
+				times[i] = append(times[i], 1e3*decodeStepMs(b, e, 8))
 			}
-			b.Log(line)
-		})
-	}
+		}
+		line, base := fmt.Sprintf("%s B=8:", shape), gputest.Median(times[0])
+		for i, st := range settings {
+			m := gputest.Median(times[i])
+			line += fmt.Sprintf("  %s %.1f us/step (%.3fx) %.1f", st.name, m, base/m, times[i])
+		}
+		b.Log(line)
+	})
 }
 
 // decodeStepMs captures a decode step graph of B sequences on e and
