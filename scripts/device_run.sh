@@ -86,6 +86,8 @@
 #             taking turns in one process (BenchmarkDecodeBatchSettings);
 #   gemvbatch: the decode GEMVs at B=8 alone, FMA against tensor-core
 #             entries (BenchmarkGEMVBatch; about a minute);
+#   gemvstalls: ncu's warp-state samples per SASS line of the tensor-core
+#             GEMV at the 1.4b in_proj size (bench/stalls.py summarizes);
 #   decodekernels: ncu's time for each decode kernel of one bf16 step
 #             graph, this build and .carry/base's (BenchmarkDecodeSteps,
 #             $DECODE_PROFILE, e.g. 1.4b/B8; nodes profiled one at a time);
@@ -761,6 +763,16 @@ if [[ $mode == decodebatch ]]; then
   echo "== bf16 decode steps of 8 sequences, the batch's kernels off and on in turns (BenchmarkDecodeBatchSettings, \${DECODE_SHAPES:-all})"
   timeout 300 .carry/gpu.test -test.v -test.run '^$' -test.bench "DecodeBatchSettings" -test.benchtime 1x 2>&1 \
     | tee "$OUT/decode_batch.log" | grep -E "B=8:|FAIL|panic" | sed 's/^ *decode_bench_test.go:[0-9]*: //'
+  exit $status
+fi
+if [[ $mode == gemvstalls ]]; then
+  echo "== ncu: where the tensor-core GEMV's warps wait (gemv_tc_bf16 in BenchmarkGEMVBatch's in_proj, 1.4b sizes, B=8)"
+  timeout 300 ncu --clock-control none -k 'regex:gemv_tc_bf16' --launch-skip 25 --launch-count 1 \
+    --section SpeedOfLight --section Occupancy --section MemoryWorkloadAnalysis --section WarpStateStats \
+    --section SourceCounters --page source --print-source sass --csv \
+    .carry/kernels.test -test.run '^$' -test.bench GEMVBatch -test.benchtime 1x > "$OUT/gemv_tc_source.csv" 2>&1
+  echo "ncu exit $?: $(wc -l < "$OUT/gemv_tc_source.csv") lines"
+  python3 bench/stalls.py "$OUT/gemv_tc_source.csv" --top 25 | tee "$OUT/gemv_tc_stalls.txt"
   exit $status
 fi
 if [[ $mode == gemvbatch ]]; then
