@@ -54,24 +54,23 @@ func forDecodeShapes(b *testing.B, f func(b *testing.B, shape string, e *gpu.Eng
 
 // BenchmarkDecodeBatchSettings times bf16 decode step graphs of 8
 // sequences with the batch's own kernels off and on, in one process, the
-// settings taking turns over three rounds: Engine.DecodeScanBatch (the
-// scan step a warp a channel for every sequence) and
-// Engine.GEMVTensorCores (the GEMVs on the tensor cores). DECODE_SHAPES
-// (a regexp) picks the shapes. Each logs its medians and ratios.
+// settings taking turns over three rounds: Engine.GEMVTensorCores (the
+// GEMVs on the tensor cores), then also Engine.DecodeScanBatch (the scan
+// step a warp a channel for every sequence), then both with x_proj kept on
+// the FMA entry (Engine.GEMVTensorCoreRows 1024). DECODE_SHAPES (a regexp)
+// picks the shapes. Each logs its medians and ratios.
 func BenchmarkDecodeBatchSettings(b *testing.B) {
 	settings := []struct {
-		name string
-		set  func(e *gpu.Engine)
-	}{
-		{"neither", func(e *gpu.Engine) { e.DecodeScanBatch, e.GEMVTensorCores = false, false }},
-		{"tensor cores", func(e *gpu.Engine) { e.DecodeScanBatch, e.GEMVTensorCores = false, true }},
-		{"both", func(e *gpu.Engine) { e.DecodeScanBatch, e.GEMVTensorCores = true, true }},
-	}
+		name              string
+		tensorCores, scan bool
+		tensorCoreRows    int
+	}{{"neither", false, false, 0}, {"tensor cores", true, false, 0}, {"both", true, true, 0},
+		{"both, x_proj on FMA", true, true, 1024}}
 	forDecodeShapes(b, func(b *testing.B, shape string, e *gpu.Engine) {
 		times := make([][]float64, len(settings))
 		for range 3 {
 			for i, st := range settings {
-				st.set(e)
+				e.GEMVTensorCores, e.DecodeScanBatch, e.GEMVTensorCoreRows = st.tensorCores, st.scan, st.tensorCoreRows
 				times[i] = append(times[i], 1e3*decodeStepMs(b, e, 8))
 			}
 		}

@@ -259,6 +259,13 @@ type Engine struct {
 	// three bf16 parts. New turns it on from sm_80. Set it before capturing
 	// a step graph.
 	GEMVTensorCores bool
+	// GEMVTensorCoreRows is the fewest rows a GEMV needs to take the
+	// tensor cores under GEMVTensorCores (0: any). x_proj's few long rows
+	// (160 of 4096 at 1.4b) make 10 blocks of 16 rows there, and alone it
+	// measured slower than on the FMA entry's 160 one-row blocks
+	// (BenchmarkGEMVBatch: 12.99 µs against 10.85); 1024 keeps it there.
+	// Set it before capturing a step graph.
+	GEMVTensorCoreRows int
 	// DecodeScanBatch runs a decode step's scan for two or more sequences
 	// with a warp a channel for all of them (kernels/step.cu's
 	// step_scan_batch_f32: the channel's weights read once, not once a

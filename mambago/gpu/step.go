@@ -125,12 +125,13 @@ type gemvLaunch struct {
 
 // gemvPlan lays out a GEMV of rows rows of K weights for kernel ("gemv" or
 // "step_in") over B sequences: the tensor-core entry for a bf16 batch where
-// GEMVTensorCores asks for it and K is a multiple of 8; else the split by
+// GEMVTensorCores asks for it, K is a multiple of 8 and the rows are
+// GEMVTensorCoreRows or more; else the split by
 // gemvSplit unless GEMVSplit fixes it, GEMVRows rows to a group for GEMVs
 // of 1024 rows or more, and the one-sequence entry at B=1 where
 // GEMVOneSequence asks for it.
 func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
-	if B > 1 && e.GEMVTensorCores && e.dt == cuda.BF16 && K%tileKAlign == 0 {
+	if B > 1 && e.GEMVTensorCores && e.dt == cuda.BF16 && K%tileKAlign == 0 && rows >= e.GEMVTensorCoreRows {
 		tiles := (rows + tileRows - 1) / tileRows
 		return gemvLaunch{kernel: e.typed(kernel + "_tc"), grid: cuda.D1(min(tiles, 65535)), split: stepWarps}
 	}
