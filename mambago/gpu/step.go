@@ -87,15 +87,16 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 
 // scanStep launches layer l's scan step for the B sequences of s: a warp a
 // channel for every sequence (step_scan_batch_f32) where DecodeScanBatch
-// asks for it and the state fits (N <= 32), else a warp a channel and
+// asks for it, the state fits its lanes (N <= 32) and dbl's B rows fit a
+// block's default 48 KB of shared memory; else a warp a channel and
 // sequence (step_scan_f32).
 func (e *Engine) scanStep(B, l int, g *layer, s *State) error {
 	c, ws := e.cfg, &e.ws
 	R, N, E := c.DTRank, c.State, c.Inner
 	dbl, blocks := R+2*N, (E+stepWarps-1)/stepWarps
-	block := cuda.D1(32 * stepWarps)
-	if B > 1 && e.DecodeScanBatch && N <= 32 {
-		return e.launchStep("step_scan_batch_f32", cuda.D1(blocks), block, 4*B*dbl, ws.dbl.Ptr, dbl, R, g.dtProj,
+	block, shared := cuda.D1(32*stepWarps), 4*B*(R+2*N)
+	if B > 1 && e.DecodeScanBatch && N <= 32 && shared <= 48<<10 {
+		return e.launchStep("step_scan_batch_f32", cuda.D1(blocks), block, shared, ws.dbl.Ptr, dbl, R, g.dtProj,
 			g.dtBias, g.a2, g.d, ws.xz.Ptr, s.ssm(l), ws.delta.Ptr, E, N, B)
 	}
 	return e.launchStep("step_scan_f32", cuda.Dim3{X: blocks, Y: B, Z: 1}, block, 0, ws.dbl.Ptr, dbl, R, g.dtProj,
@@ -105,12 +106,12 @@ func (e *Engine) scanStep(B, l int, g *layer, s *State) error {
 // scanBatchPays reports whether the batched scan step (a warp a channel,
 // every sequence in turn) beats a warp a channel and sequence for E
 // channels on SMs multiprocessors: where its E / stepWarps blocks give the
-// SMs at least 1.5 each. Fewer, and each SM's few warps walk their
+// SMs at least 1.5 each. With fewer, each SM's few warps walk their
 // sequences' chains with too little beside them. Measured on the H200 (132
-// SMs), bf16 steps of 8 sequences with the tensor-core GEMVs: 130m (192
-// blocks) 645.6 µs a step with the batched scan's 696.4 against; 370m
-// (256) 1389.5 against 1342.5, 1.4b (512) 2947.0 against 2689.2
-// (BenchmarkDecodeBatchSettings).
+// SMs; BenchmarkDecodeBatchSettings, bf16 steps of 8 sequences with the
+// tensor-core GEMVs), without it and with it: 130m (192 blocks) 645.6 and
+// 696.4 µs a step, 370m (256) 1389.5 and 1342.5, 1.4b (512) 2947.0 and
+// 2689.2.
 func scanBatchPays(E, SMs int) bool {
 	return 2*((E+stepWarps-1)/stepWarps) >= 3*SMs
 }
@@ -126,10 +127,9 @@ type gemvLaunch struct {
 // gemvPlan lays out a GEMV of rows rows of K weights for kernel ("gemv" or
 // "step_in") over B sequences: the tensor-core entry for a bf16 batch where
 // GEMVTensorCores asks for it, K is a multiple of 8 and the rows are
-// GEMVTensorCoreRows or more; else the split by
-// gemvSplit unless GEMVSplit fixes it, GEMVRows rows to a group for GEMVs
-// of 1024 rows or more, and the one-sequence entry at B=1 where
-// GEMVOneSequence asks for it.
+// GEMVTensorCoreRows or more; else the split by gemvSplit unless GEMVSplit
+// fixes it, GEMVRows rows to a group for GEMVs of 1024 rows or more, and
+// the one-sequence entry at B=1 where GEMVOneSequence asks for it.
 func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 	if B > 1 && e.GEMVTensorCores && e.dt == cuda.BF16 && K%tileKAlign == 0 && rows >= e.GEMVTensorCoreRows {
 		tiles := (rows + tileRows - 1) / tileRows
