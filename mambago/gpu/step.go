@@ -94,7 +94,7 @@ func (e *Engine) scanStep(B, l int, g *layer, s *State) error {
 	c, ws := e.cfg, &e.ws
 	R, N, E := c.DTRank, c.State, c.Inner
 	dbl, blocks := R+2*N, (E+stepWarps-1)/stepWarps
-	block, shared := cuda.D1(32*stepWarps), 4*B*(R+2*N)
+	block, shared := cuda.D1(32*stepWarps), 4*B*dbl
 	if B > 1 && e.DecodeScanBatch && N <= 32 && shared <= 48<<10 {
 		return e.launchStep("step_scan_batch_f32", cuda.D1(blocks), block, shared, ws.dbl.Ptr, dbl, R, g.dtProj,
 			g.dtBias, g.a2, g.d, ws.xz.Ptr, s.ssm(l), ws.delta.Ptr, E, N, B)
