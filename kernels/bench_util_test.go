@@ -99,6 +99,21 @@ func newLaunchTimer(tb testing.TB, s *cuda.Stream) *launchTimer {
 	return t
 }
 
+// turns times each of launches runs times in a row, the launches taking
+// turns over rounds rounds, and returns each one's times in milliseconds.
+func (t *launchTimer) turns(tb testing.TB, launches []func() error, rounds, runs int) [][]float64 {
+	tb.Helper()
+	times := make([][]float64, len(launches))
+	for range rounds {
+		for i, launch := range launches {
+			for range runs {
+				times[i] = append(times[i], t.ms(tb, launch))
+			}
+		}
+	}
+	return times
+}
+
 // ms queues launch between the timer's events, waits for it, and returns
 // its elapsed milliseconds.
 func (t *launchTimer) ms(tb testing.TB, launch func() error) float64 {

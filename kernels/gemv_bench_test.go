@@ -43,12 +43,7 @@ func BenchmarkGEMVOneSequence(b *testing.B) {
 			if sh.rows < 1024 {
 				kernel, group = "gemv_", 1
 			}
-			copies := max(1, (200<<20)/(2*sh.rows*sh.K)+1) // over L2's 50 MB, at least 200 MB in all
-			var ws []*cuda.Buffer
-			for range copies {
-				_, packed := bf16Bits(randn(sh.rows*sh.K, 0.05))
-				ws = append(ws, upload(b, s, packed))
-			}
+			ws := rotatingWeights(b, s, sh.rows, sh.K)
 			x, bias := upload(b, s, randn(sh.K, 1)), upload(b, s, randn(sh.rows, 1))
 			out := poisoned(b, s, sh.rows)
 			// Each build at the engine's split, then the default one-sequence
@@ -75,20 +70,13 @@ func BenchmarkGEMVOneSequence(b *testing.B) {
 				grid := cuda.D1((sh.rows + 8/v.split*group - 1) / (8 / v.split * group))
 				next := 0
 				launches[i] = func() error {
-					w := ws[next%copies]
+					w := ws[next%len(ws)]
 					next++
 					return f.Launch(grid, cuda.D1(256), 0, s, x.Ptr, sh.K, cuda.Ptr(0), float32(0), w.Ptr, bias.Ptr,
 						out.Ptr, sh.rows, 0, 1, sh.K, sh.rows, v.split)
 				}
 			}
-			times := make([][]float64, len(vs))
-			for range rounds {
-				for i := range vs {
-					for range runs {
-						times[i] = append(times[i], timer.ms(b, launches[i]))
-					}
-				}
-			}
+			times := timer.turns(b, launches, rounds, runs)
 			line := fmt.Sprintf("gemv %-8s %5d x %4d (%5.1f MB)", sh.name, sh.rows, sh.K, float64(2*sh.rows*sh.K)/1e6)
 			base := gputest.Median(times[0])
 			for i, v := range vs {
@@ -130,12 +118,7 @@ func BenchmarkGEMVBatch(b *testing.B) {
 			rows, K int
 		}{{"in_proj", 8192, 2048}, {"out_proj", 2048, 4096}, {"x_proj", 160, 4096}, {"lm_head", 50280, 2048}} {
 			bytes := float64(2 * sh.rows * sh.K)
-			copies := max(1, (200<<20)/(2*sh.rows*sh.K)+1) // over L2's 50 MB, at least 200 MB in all
-			var ws []*cuda.Buffer
-			for range copies {
-				_, packed := bf16Bits(randn(sh.rows*sh.K, 0.05))
-				ws = append(ws, upload(b, s, packed))
-			}
+			ws := rotatingWeights(b, s, sh.rows, sh.K)
 			x, bias := upload(b, s, randn(B*sh.K, 1)), upload(b, s, randn(sh.rows, 1))
 			out := poisoned(b, s, B*sh.rows)
 			launches := make([]func() error, len(builds))
@@ -153,20 +136,13 @@ func BenchmarkGEMVBatch(b *testing.B) {
 				}
 				grid, next := cuda.D1((sh.rows+per-1)/per), 0
 				launches[i] = func() error {
-					w := ws[next%copies]
+					w := ws[next%len(ws)]
 					next++
 					return f.Launch(grid, cuda.D1(256), 0, s, x.Ptr, sh.K, cuda.Ptr(0), float32(0), w.Ptr, bias.Ptr,
 						out.Ptr, sh.rows, 0, B, sh.K, sh.rows, split)
 				}
 			}
-			times := make([][]float64, len(builds))
-			for range rounds {
-				for i := range builds {
-					for range runs {
-						times[i] = append(times[i], timer.ms(b, launches[i]))
-					}
-				}
-			}
+			times := timer.turns(b, launches, rounds, runs)
 			line := fmt.Sprintf("gemv B=%d %-8s %5d x %4d (%5.1f MB)", B, sh.name, sh.rows, sh.K, bytes/1e6)
 			base := gputest.Median(times[0])
 			for i, bd := range builds {
@@ -180,4 +156,17 @@ func BenchmarkGEMVBatch(b *testing.B) {
 			}
 		}
 	}
+}
+
+// rotatingWeights uploads random bf16 weights of rows x K in as many copies
+// as make 200 MB or more, past L2's 50 MB, so that a benchmark rotating over
+// them reads its weights from memory, as a step's layers do.
+func rotatingWeights(b *testing.B, s *cuda.Stream, rows, K int) []*cuda.Buffer {
+	copies := max(1, (200<<20)/(2*rows*K)+1)
+	ws := make([]*cuda.Buffer, 0, copies)
+	for range copies {
+		_, packed := bf16Bits(randn(rows*K, 0.05))
+		ws = append(ws, upload(b, s, packed))
+	}
+	return ws
 }

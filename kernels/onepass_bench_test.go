@@ -177,14 +177,7 @@ func BenchmarkOnePass(b *testing.B) {
 					b.Fatalf("%s %s: output differs from the first such setting's", sh.name, k.name())
 				}
 			}
-			times := make([][]float64, len(timed))
-			for range rounds {
-				for i := range timed {
-					for range runs {
-						times[i] = append(times[i], timer.ms(b, launches[i]))
-					}
-				}
-			}
+			times := timer.turns(b, launches, rounds, runs)
 			line := fmt.Sprintf("onepass %-14s", sh.name)
 			base := gputest.Median(times[0])
 			for i, k := range timed {
@@ -240,14 +233,7 @@ func BenchmarkScanSegments(b *testing.B) {
 			if e := relErr(outs[1], want); !(e < 1e-2) { // y in bf16: a rounding apart at most
 				b.Fatalf("%s: walked in %d segments, y and state rel err %.3g against walked once", sh.name, S, e)
 			}
-			var times [2][]float64
-			for range rounds {
-				for i := range launches {
-					for range runs {
-						times[i] = append(times[i], timer.ms(b, launches[i]))
-					}
-				}
-			}
+			times := timer.turns(b, launches[:], rounds, runs)
 			once, segs := gputest.Median(times[0]), gputest.Median(times[1])
 			b.Logf("scan segments %-14s once %.2f us, in %d segments with scan_fixup %.2f us: %.3fx", sh.name,
 				1e3*once, S, 1e3*segs, once/segs)
