@@ -2,6 +2,7 @@ package kernels_test
 
 import (
 	"fmt"
+	"os"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -96,21 +97,35 @@ func BenchmarkGEMVOneSequence(b *testing.B) {
 // rows of 2048, out_proj's 2048 of 4096, x_proj's 160 of 4096, the LM
 // head's 50280 of 2048): the FMA entry the engine takes without tensor
 // cores (gemv_r4_ at split 2, or gemv_ at split 8 below 1024 rows) against
-// the tensor-core entry (gemv_tc_) built with STEP_TILE_U 2, 4 and 8. The
-// weights rotate over copies that together exceed L2, as a step's layers
-// do; the builds take turns (9 rounds of 20 launches, CUDA events), and
-// each logs its median launch in µs, its ratio to the FMA entry's and the
-// weights' rate against the H200's 4.8 TB/s.
+// the tensor-core entry (gemv_tc_) in builds of STEP_TILE_U (slices a warp
+// loads at once) and block shapes (warps, and blocks an SM through
+// STEP_TILE_MINB's register bound). With GEMV_BASE_SOURCE (a file holding
+// another version's kernels.Source("step.cu")), that version's tensor-core
+// entry at 8 warps comes first among them. Each build's output must match
+// the FMA entry's. The weights rotate over copies that together exceed
+// L2, as a step's layers do; the builds take turns (9 rounds of 20
+// launches, CUDA events), and each logs its median launch in µs, its ratio
+// to the FMA entry's and the weights' rate against the H200's 4.8 TB/s.
 func BenchmarkGEMVBatch(b *testing.B) {
 	const B, rounds, runs = 8, 9, 20
 	d, _, s, src, timer := kernelBench(b, "step.cu")
 	type build struct {
-		name string
-		mod  *cuda.Module
+		name  string
+		mod   *cuda.Module
+		warps int
 	}
-	builds := []build{{"fma", loadSource(b, d, src, "step.cu")}}
-	for _, u := range []int{2, 4, 8} {
-		builds = append(builds, build{fmt.Sprintf("tc u%d", u), loadSource(b, d, src, "step.cu", fmt.Sprintf("-DSTEP_TILE_U=%d", u))})
+	builds := []build{{"fma", loadSource(b, d, src, "step.cu"), 8}}
+	if path := os.Getenv("GEMV_BASE_SOURCE"); path != "" {
+		base, err := os.ReadFile(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		builds = append(builds, build{"base", loadSource(b, d, string(base), "step.cu"), 8})
+	}
+	for _, v := range []struct{ u, warps, minb int }{{2, 8, 1}, {4, 8, 1}, {2, 8, 4}, {2, 16, 2}, {4, 16, 1}} {
+		opts := []string{fmt.Sprintf("-DSTEP_TILE_U=%d", v.u), fmt.Sprintf("-DSTEP_TILE_THREADS=%d", 32*v.warps),
+			fmt.Sprintf("-DSTEP_TILE_MINB=%d", v.minb)}
+		builds = append(builds, build{fmt.Sprintf("tc u%d w%d m%d", v.u, v.warps, v.minb), loadSource(b, d, src, "step.cu", opts...), v.warps})
 	}
 	for range b.N {
 		for _, sh := range []struct {
@@ -126,7 +141,7 @@ func BenchmarkGEMVBatch(b *testing.B) {
 				kernel, split, per := "gemv_r4_bf16", 2, 16 // per: rows a block
 				switch {
 				case i > 0:
-					kernel, split = "gemv_tc_bf16", 8
+					kernel, split = "gemv_tc_bf16", bd.warps
 				case sh.rows < 1024:
 					kernel, split, per = "gemv_bf16", 8, 1
 				}
@@ -138,8 +153,28 @@ func BenchmarkGEMVBatch(b *testing.B) {
 				launches[i] = func() error {
 					w := ws[next%len(ws)]
 					next++
-					return f.Launch(grid, cuda.D1(256), 0, s, x.Ptr, sh.K, cuda.Ptr(0), float32(0), w.Ptr, bias.Ptr,
+					return f.Launch(grid, cuda.D1(32*bd.warps), 0, s, x.Ptr, sh.K, cuda.Ptr(0), float32(0), w.Ptr, bias.Ptr,
 						out.Ptr, sh.rows, 0, B, sh.K, sh.rows, split)
+				}
+			}
+			// Every build's output against the FMA entry's (which the tests
+			// hold to float64), from the same weights (each launch's first
+			// call reads the first copy), over NaNs.
+			var ref []float64
+			for i, bd := range builds {
+				if err := cuda.Fill32(out.Ptr, 0x7fc00000, B*sh.rows, s); err != nil {
+					b.Fatal(err)
+				}
+				if err := launches[i](); err != nil {
+					b.Fatal(err)
+				}
+				got := download(b, s, out, B*sh.rows)
+				if i == 0 {
+					for _, v := range got {
+						ref = append(ref, float64(v))
+					}
+				} else if e := relErr(got, ref); e > 1e-5 {
+					b.Fatalf("%s %s: rel err %.3g against the FMA entry", sh.name, bd.name, e)
 				}
 			}
 			times := timer.turns(b, launches, rounds, runs)

@@ -716,22 +716,25 @@ func TestGEMVKernel(t *testing.T) {
 						t.Errorf("%s: rel err %.3g", name, e)
 					}
 					// The tensor-core entry (bf16, K a multiple of 8), once
-					// for each K and case: its blocks of 16 rows take no split.
+					// for each K and case and block of 8 or 16 warps: its
+					// blocks of 16 rows split k over their warps.
 					if sfx != "bf16" || K%8 != 0 || sp.split != 8 || sp.rows != 1 {
 						continue
 					}
-					bt := poisoned(t, s, tc.B*tc.rows)
-					if tc.accu {
-						bt = upload(t, s, out0)
-					}
-					if err := fn("gemv_tc_bf16").Launch(cuda.D1((tc.rows+15)/16), cuda.D1(256), 0, s, bx.Ptr, ldx, nptr,
-						float32(eps), bW.Ptr, bb.Ptr, bt.Ptr, tc.rows, accu, tc.B, K, tc.rows, 8); err != nil {
-						t.Fatal(err)
-					}
-					if e := relErr(download(t, s, bt, tc.B*tc.rows), want); e > 1e-5 {
-						t.Errorf("gemv_tc_bf16 K=%d %+v: rel err %.3g", K, tc, e)
-					} else {
-						t.Logf("gemv_tc_bf16 K=%d %+v: rel err %.3g", K, tc, e)
+					for _, warps := range []int{8, 16} {
+						bt := poisoned(t, s, tc.B*tc.rows)
+						if tc.accu {
+							bt = upload(t, s, out0)
+						}
+						if err := fn("gemv_tc_bf16").Launch(cuda.D1((tc.rows+15)/16), cuda.D1(32*warps), 0, s, bx.Ptr, ldx, nptr,
+							float32(eps), bW.Ptr, bb.Ptr, bt.Ptr, tc.rows, accu, tc.B, K, tc.rows, warps); err != nil {
+							t.Fatal(err)
+						}
+						if e := relErr(download(t, s, bt, tc.B*tc.rows), want); e > 1e-5 {
+							t.Errorf("gemv_tc_bf16 K=%d %d warps %+v: rel err %.3g", K, warps, tc, e)
+						} else {
+							t.Logf("gemv_tc_bf16 K=%d %d warps %+v: rel err %.3g", K, warps, tc, e)
+						}
 					}
 				}
 			}

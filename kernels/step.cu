@@ -230,45 +230,52 @@ __device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const
     }
 }
 
-// split3 writes the pair (a, b) as three pairs of T, hi + mid + lo, each
-// packed as a tensor-core operand (a in the low half): a - hi is exact in
-// f32, and so is what mid leaves, so for bf16 the parts carry 24 of a's
-// significant bits, all of an f32's but for values near the bottom of its
-// range.
-template <class T>
+// split3 writes the pair (a, b) as three pairs of bf16, hi + mid + lo,
+// each packed as a tensor-core operand (a in the low half). Each part is
+// its value's top 16 bits (a truncation: no conversion instruction), and
+// what it leaves is exact in f32, so the three parts carry all 24 of a's
+// significant bits: what hi leaves has at most 16 and what mid leaves at
+// most 8, which bf16 holds exactly.
 __device__ __forceinline__ void split3(float a, float b, unsigned &hi, unsigned &mid, unsigned &lo) {
     unsigned *part[3] = {&hi, &mid, &lo};
 #pragma unroll
     for (int i = 0; i < 3; i++) {
-        T ta = from_f32<T>(a), tb = from_f32<T>(b);
-        *part[i] = ta.bits | (unsigned)tb.bits << 16;
-        a -= to_f32(ta), b -= to_f32(tb);
+        unsigned ua = __float_as_uint(a), ub = __float_as_uint(b);
+        *part[i] = __byte_perm(ua, ub, 0x7632);
+        a -= __uint_as_float(ua & 0xffff0000u), b -= __uint_as_float(ub & 0xffff0000u);
     }
 }
 
+// STEP_TILE_MAXW: the most warps a tensor-core GEMV's block may have.
+#define STEP_TILE_MAXW 16
+
 // group_tile is group_rows on the tensor cores, for a batch of sequences
-// (the _tc entries; Engine.GEMVTensorCores): the block's STEP_WARPS warps
-// share 16 consecutive rows n0 .. n0 + 15, warp w taking every
-// STEP_WARPS-th 32-wide slice of k from 32 w, and ends with body(n, b, r, v)
-// as group_rows does, in its first warp. In a slice, lane (g = lane / 4,
-// t = lane % 4) loads 16 bytes of rows n0 + g and n0 + g + 8 at k + 8 t and
-// the same 8 values of sequence g's x, the fragments of two m16n8k16
-// products (rows by sequences) whose k order is a permutation of the
-// slice's, the same in both operands. x stays f32 to the products: split3's
+// (the _tc entries; Engine.GEMVTensorCores): the block's warps (split of
+// them, 32 * split threads, split up to STEP_TILE_MAXW) share 16
+// consecutive rows n0 .. n0 + 15, warp w taking every split-th 32-wide
+// slice of k from 32 w, and end with body(n, b, r, v) as group_rows does,
+// in the first warp. In a slice, lane (g = lane / 4, t = lane % 4) loads
+// 16 bytes of rows n0 + g and n0 + g + 8 at k + 8 t and the same 8 values
+// of sequence g's x, the fragments of two m16n8k16 products (rows by
+// sequences) whose k order is a permutation of the slice's, the same in
+// both operands. A warp issues the loads of STEP_TILE_U slices, weights
+// and x, before their first product. x stays f32 to the products: split3's
 // three parts go through the tensor cores in turn, each product of a
-// weight and a part is exact, and the tensor cores sum in f32, so the sums
-// are those of the FMA entries to f32 rounding (not their bits). K must be
-// a multiple of 8 and ldx of 4, with W and x 16-byte aligned (gemvPlan
-// picks these entries only then). For the 512 weights of 16 rows and a
-// slice a warp issues six products, where the FMA entries spend an FMA a
-// weight and sequence (4096 at B = 8) besides widening each weight.
+// weight and a part is exact, and the tensor cores sum in f32 (two
+// accumulators, even and odd slices, so that half the products wait on
+// each other), so the sums are those of the FMA entries to f32 rounding
+// (not their bits). K must be a multiple of 8 and ldx of 4, with W and x
+// 16-byte aligned (gemvPlan picks these entries only then). For the 512
+// weights of 16 rows and a slice a warp issues six products, where the
+// FMA entries spend an FMA a weight and sequence (4096 at B = 8) besides
+// widening each weight.
 template <class T, class Load, class Body>
 __device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const float *__restrict__ x, int ldx,
-                                           const float *__restrict__ normw, float eps, int B, int rows,
+                                           const float *__restrict__ normw, float eps, int B, int rows, int split,
                                            Load load, Body body) {
     static_assert(sizeof(T) == 2, "the tensor-core GEMV takes 16-bit weights");
-    if (K % 8 != 0 || ldx % 4 != 0 || B > 8) __trap();
-    __shared__ float part[STEP_WARPS][4][32], sqpart[STEP_WARPS][8];
+    if (K % 8 != 0 || ldx % 4 != 0 || B > 8 || split > STEP_TILE_MAXW || 32 * split != blockDim.x) __trap();
+    __shared__ float part[STEP_TILE_MAXW][4][32], sqpart[STEP_TILE_MAXW][8];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     for (int n0 = blockIdx.x * 16; n0 < rows; n0 += gridDim.x * 16) {
         if (warp == 0) load(n0);
@@ -276,59 +283,58 @@ __device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const
         bool row0 = n0 + g < rows, row1 = n0 + g + 8 < rows, seq = g < B;
         const T *w0 = W + (size_t)(n0 + g) * K, *w1 = w0 + (size_t)8 * K;
         const float *xg = x + (size_t)g * ldx;
-        float acc[4] = {0.f, 0.f, 0.f, 0.f}, ss = 0.f;
-        // STEP_TILE_U slices at a time, their weights' loads all issued
-        // before the first product (the same trip count in every lane).
-        for (int k0 = 32 * warp; k0 < K; k0 += 32 * STEP_WARPS * STEP_TILE_U) {
+        float acc[2][4] = {}, ss = 0.f;
+        for (int k0 = 32 * warp + 8 * t; k0 < K; k0 += 32 * split * STEP_TILE_U) {
             uint4 wa[STEP_TILE_U], wb[STEP_TILE_U];
+            float4 xv[STEP_TILE_U][2];
 #pragma unroll
             for (int u = 0; u < STEP_TILE_U; u++) {
-                int k = k0 + 32 * STEP_WARPS * u + 8 * t;
-                wa[u] = row0 && k < K ? *reinterpret_cast<const uint4 *>(w0 + k) : make_uint4(0, 0, 0, 0);
-                wb[u] = row1 && k < K ? *reinterpret_cast<const uint4 *>(w1 + k) : make_uint4(0, 0, 0, 0);
+                int k = k0 + 32 * split * u;
+                bool in = k < K;
+                wa[u] = row0 && in ? *reinterpret_cast<const uint4 *>(w0 + k) : make_uint4(0, 0, 0, 0);
+                wb[u] = row1 && in ? *reinterpret_cast<const uint4 *>(w1 + k) : make_uint4(0, 0, 0, 0);
+                xv[u][0] = seq && in ? *reinterpret_cast<const float4 *>(xg + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+                xv[u][1] = seq && in ? *reinterpret_cast<const float4 *>(xg + k + 4) : make_float4(0.f, 0.f, 0.f, 0.f);
             }
 #pragma unroll
             for (int u = 0; u < STEP_TILE_U; u++) {
-                int k = k0 + 32 * STEP_WARPS * u + 8 * t;
-                bool in = k < K;
-                float xv[8] = {};
-                if (seq && in) {
-                    unpack(xg + k, xv);
-                    unpack(xg + k + 4, xv + 4);
-                }
+                int k = k0 + 32 * split * u;
+                float v[8] = {xv[u][0].x, xv[u][0].y, xv[u][0].z, xv[u][0].w,
+                              xv[u][1].x, xv[u][1].y, xv[u][1].z, xv[u][1].w};
                 if (normw) {
                     float nw[8] = {};
-                    if (in) {
+                    if (k < K) {
                         unpack(normw + k, nw);
                         unpack(normw + k + 4, nw + 4);
                     }
 #pragma unroll
                     for (int i = 0; i < 8; i++) {
-                        ss += xv[i] * xv[i];
-                        xv[i] *= nw[i];
+                        ss += v[i] * v[i];
+                        v[i] *= nw[i];
                     }
                 }
                 unsigned hi[4], mid[4], lo[4];
 #pragma unroll
-                for (int i = 0; i < 4; i++) split3<T>(xv[2 * i], xv[2 * i + 1], hi[i], mid[i], lo[i]);
+                for (int i = 0; i < 4; i++) split3(v[2 * i], v[2 * i + 1], hi[i], mid[i], lo[i]);
                 const unsigned a0[4] = {wa[u].x, wb[u].x, wa[u].y, wb[u].y};
                 const unsigned a1[4] = {wa[u].z, wb[u].z, wa[u].w, wb[u].w};
-                mma16816<T>(acc, a0, lo[0], lo[1]), mma16816<T>(acc, a1, lo[2], lo[3]);
-                mma16816<T>(acc, a0, mid[0], mid[1]), mma16816<T>(acc, a1, mid[2], mid[3]);
-                mma16816<T>(acc, a0, hi[0], hi[1]), mma16816<T>(acc, a1, hi[2], hi[3]);
+                float(&c)[4] = acc[u % 2];
+                mma16816<T>(c, a0, lo[0], lo[1]), mma16816<T>(c, a1, lo[2], lo[3]);
+                mma16816<T>(c, a0, mid[0], mid[1]), mma16816<T>(c, a1, mid[2], mid[3]);
+                mma16816<T>(c, a0, hi[0], hi[1]), mma16816<T>(c, a1, hi[2], hi[3]);
             }
         }
-        // acc[i] is row g + 8 (i / 2), sequence 2 t + i % 2; ss, summed over
-        // the four lanes of g, is sequence g's.
+        // acc[.][i] is row g + 8 (i / 2), sequence 2 t + i % 2; ss, summed
+        // over the four lanes of g, is sequence g's.
         ss += __shfl_xor_sync(0xffffffffu, ss, 1);
         ss += __shfl_xor_sync(0xffffffffu, ss, 2);
 #pragma unroll
-        for (int i = 0; i < 4; i++) part[warp][i][lane] = acc[i];
+        for (int i = 0; i < 4; i++) part[warp][i][lane] = acc[0][i] + acc[1][i];
         if (t == 0) sqpart[warp][g] = ss;
         __syncthreads();
         float v[4] = {0.f, 0.f, 0.f, 0.f}, q[2] = {0.f, 0.f};
         if (warp == 0) {
-            for (int j = 0; j < STEP_WARPS; j++) {
+            for (int j = 0; j < split; j++) {
 #pragma unroll
                 for (int i = 0; i < 4; i++) v[i] += part[j][i][lane];
                 q[0] += sqpart[j][2 * t], q[1] += sqpart[j][2 * t + 1];
@@ -350,16 +356,15 @@ __device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const
 }
 
 // group runs a GEMV's rows as group_rows does, ROWS to a warp group, or,
-// with TILE, as group_tile does (ROWS is then 16, the tile's; split is
-// STEP_WARPS).
+// with TILE, as group_tile does (ROWS is then 16, the tile's, and split
+// the block's warps).
 template <int ROWS, int MAXB, int UNROLL, bool TILE, class T, class Load, class Body>
 __device__ __forceinline__ void group(const T *__restrict__ W, int K, const float *__restrict__ x, int ldx,
                                       const float *__restrict__ normw, float eps, int B, int rows, int split,
                                       Load load, Body body) {
     if constexpr (TILE) {
         static_assert(ROWS == 16, "a tile is 16 rows");
-        if (split != STEP_WARPS) __trap();
-        group_tile<T>(W, K, x, ldx, normw, eps, B, rows, load, body);
+        group_tile<T>(W, K, x, ldx, normw, eps, B, rows, split, load, body);
     } else {
         group_rows<ROWS, MAXB, UNROLL>(W, K, x, ldx, normw, eps, B, rows, split, load, body);
     }
@@ -524,8 +529,18 @@ EACH_DTYPE(STEP_GEMV)
 
 // The tensor-core entries, bf16 only: split3's parts of x in f16 would
 // overflow past 65504, and x here is the residual stream before its norm.
-extern "C" __global__ void gemv_tc_bf16(GEMV_PARAMS(bf16)) { gemv<16, STEP_MAXB, 1, true, bf16>(GEMV_ARGS); }
-extern "C" __global__ void step_in_tc_bf16(STEP_IN_PARAMS(bf16)) {
+// STEP_TILE_THREADS and STEP_TILE_MINB bound their blocks (threads, and
+// blocks an SM, so registers a thread).
+#ifndef STEP_TILE_THREADS
+#define STEP_TILE_THREADS (32 * STEP_TILE_MAXW)
+#endif
+#ifndef STEP_TILE_MINB
+#define STEP_TILE_MINB 1
+#endif
+extern "C" __global__ void __launch_bounds__(STEP_TILE_THREADS, STEP_TILE_MINB) gemv_tc_bf16(GEMV_PARAMS(bf16)) {
+    gemv<16, STEP_MAXB, 1, true, bf16>(GEMV_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(STEP_TILE_THREADS, STEP_TILE_MINB) step_in_tc_bf16(STEP_IN_PARAMS(bf16)) {
     step_in<16, STEP_MAXB, 1, true, bf16>(STEP_IN_ARGS);
 }
 

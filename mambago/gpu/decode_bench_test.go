@@ -56,21 +56,21 @@ func forDecodeShapes(b *testing.B, f func(b *testing.B, shape string, e *gpu.Eng
 // sequences with the batch's own kernels off and on, in one process, the
 // settings taking turns over three rounds: Engine.GEMVTensorCores (the
 // GEMVs on the tensor cores), then also Engine.DecodeScanBatch (the scan
-// step a warp a channel for every sequence), then both with x_proj kept on
-// the FMA entry (Engine.GEMVTensorCoreRows 1024). DECODE_SHAPES (a regexp)
+// step a warp a channel for every sequence), then both with the
+// tensor-core GEMVs' blocks of 16 warps (Engine.GEMVTileWarps). DECODE_SHAPES (a regexp)
 // picks the shapes. Each logs its medians and ratios.
 func BenchmarkDecodeBatchSettings(b *testing.B) {
 	settings := []struct {
 		name              string
 		tensorCores, scan bool
-		tensorCoreRows    int
-	}{{"neither", false, false, 0}, {"tensor cores", true, false, 0}, {"both", true, true, 0},
-		{"both, x_proj on FMA", true, true, 1024}}
+		tileWarps         int
+	}{{"neither", false, false, 8}, {"tensor cores", true, false, 8}, {"both", true, true, 8},
+		{"both, 16 warps a tile", true, true, 16}}
 	forDecodeShapes(b, func(b *testing.B, shape string, e *gpu.Engine) {
 		times := make([][]float64, len(settings))
 		for range 3 {
 			for i, st := range settings {
-				e.GEMVTensorCores, e.DecodeScanBatch, e.GEMVTensorCoreRows = st.tensorCores, st.scan, st.tensorCoreRows
+				e.GEMVTensorCores, e.DecodeScanBatch, e.GEMVTileWarps = st.tensorCores, st.scan, st.tileWarps
 				times[i] = append(times[i], 1e3*decodeStepMs(b, e, 8))
 			}
 		}

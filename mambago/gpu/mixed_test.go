@@ -246,11 +246,14 @@ func TestDecodeOneSequenceMatches(t *testing.T) {
 // tensor cores as three bf16 parts and is summed in another order, so the
 // logits and states agree to f32 rounding, not to the bit. d = 64 (one
 // block of 16 rows short of in_proj's 256), 136 (K a multiple of 8, not of
-// 16 or 32: slices past K in every warp) and 512; B = 2, 5 and 8.
+// 16 or 32: slices past K in every warp) and 512; B = 2, 5 and 8; blocks
+// of 8 and 16 warps (Engine.GEMVTileWarps).
 func TestDecodeTensorCoresMatch(t *testing.T) {
-	for _, d := range []int{64, 136, 512} {
-		decodeSettingMatches(t, fmt.Sprintf("tensor-core GEMVs, d=%d", d), d, []int{2, 5, 8}, 1e-4,
-			func(e *gpu.Engine, on bool) { e.GEMVTensorCores = on })
+	for _, warps := range []int{8, 16} {
+		for _, d := range []int{64, 136, 512} {
+			decodeSettingMatches(t, fmt.Sprintf("tensor-core GEMVs, %d warps, d=%d", warps, d), d, []int{2, 5, 8}, 1e-4,
+				func(e *gpu.Engine, on bool) { e.GEMVTensorCores, e.GEMVTileWarps = on, warps })
+		}
 	}
 }
 

@@ -12,8 +12,10 @@ const (
 	decodeMaxB = 8
 	stepWarps  = 8 // STEP_WARPS in kernels/step.cu: output rows per block
 	// tileRows is the rows of a block of the tensor-core GEMVs (group_tile
-	// in kernels/step.cu), whose K must be a multiple of tileKAlign.
-	tileRows, tileKAlign = 16, 8
+	// in kernels/step.cu), whose K must be a multiple of tileKAlign;
+	// tileMaxWarps is the most warps such a block may have
+	// (STEP_TILE_MAXW).
+	tileRows, tileKAlign, tileMaxWarps = 16, 8, 16
 )
 
 // stepDevice queues one decode step for the B sequences of s: token ids from
@@ -55,15 +57,14 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	if _, err := e.embed(src, 0, 1, false); err != nil {
 		return err
 	}
-	block, eps := cuda.D1(32*stepWarps), float32(c.Eps)
-	dbl := R + 2*N
+	eps, dbl := float32(c.Eps), R+2*N
 	in, x, out := e.gemvPlan("step_in", 2*E, d, B), e.gemvPlan("gemv", dbl, E, B), e.gemvPlan("gemv", d, E, B)
 	for l, g := range e.layers {
-		if err := e.launchStep(in.kernel, in.grid, block, 0, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
+		if err := e.launchStep(in.kernel, in.grid, in.block, 0, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
 			g.conv, g.convBias, s.conv(l), ws.xz.Ptr, B, d, E, K, in.split); err != nil {
 			return err
 		}
-		if err := e.launchStep(x.kernel, x.grid, block, 0, ws.xz.Ptr, 2*E, cuda.Ptr(0), float32(0), g.xProj,
+		if err := e.launchStep(x.kernel, x.grid, x.block, 0, ws.xz.Ptr, 2*E, cuda.Ptr(0), float32(0), g.xProj,
 			cuda.Ptr(0), ws.dbl.Ptr, dbl, 0, B, E, dbl, x.split); err != nil {
 			return err
 		}
@@ -75,13 +76,13 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 		if err := e.scanStep(B, l, &g, s); err != nil {
 			return err
 		}
-		if err := e.launchStep(out.kernel, out.grid, block, 0, ws.delta.Ptr, E, cuda.Ptr(0), float32(0), g.outProj,
+		if err := e.launchStep(out.kernel, out.grid, out.block, 0, ws.delta.Ptr, E, cuda.Ptr(0), float32(0), g.outProj,
 			g.outBias, ws.h.Ptr, d, 1, B, E, d, out.split); err != nil {
 			return err
 		}
 	}
 	head := e.gemvPlan("gemv", V, d, B)
-	return e.launchStep(head.kernel, head.grid, block, 0, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits,
+	return e.launchStep(head.kernel, head.grid, head.block, 0, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits,
 		V, 0, B, d, V, head.split)
 }
 
@@ -117,23 +118,27 @@ func scanBatchPays(E, SMs int) bool {
 }
 
 // gemvLaunch is how one GEMV of kernels/step.cu runs: the entry (gemv or
-// step_in, with one or four rows to a warp group), its grid, and its split.
+// step_in, with one or four rows to a warp group, or on the tensor cores),
+// its grid and block, and its split (for the tensor-core entries, the
+// block's warps).
 type gemvLaunch struct {
-	kernel string
-	grid   cuda.Dim3
-	split  int
+	kernel      string
+	grid, block cuda.Dim3
+	split       int
 }
 
 // gemvPlan lays out a GEMV of rows rows of K weights for kernel ("gemv" or
 // "step_in") over B sequences: the tensor-core entry for a bf16 batch where
 // GEMVTensorCores asks for it, K is a multiple of 8 and the rows are
-// GEMVTensorCoreRows or more; else the split by gemvSplit unless GEMVSplit
+// GEMVTensorCoreRows or more, with blocks of GEMVTileWarps warps; else the split by gemvSplit unless GEMVSplit
 // fixes it, GEMVRows rows to a group for GEMVs of 1024 rows or more, and
 // the one-sequence entry at B=1 where GEMVOneSequence asks for it.
 func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 	if B > 1 && e.GEMVTensorCores && e.dt == cuda.BF16 && K%tileKAlign == 0 && rows >= e.GEMVTensorCoreRows {
 		tiles := (rows + tileRows - 1) / tileRows
-		return gemvLaunch{kernel: e.typed(kernel + "_tc"), grid: cuda.D1(min(tiles, 65535)), split: stepWarps}
+		warps := min(max(e.GEMVTileWarps, 1), tileMaxWarps)
+		return gemvLaunch{kernel: e.typed(kernel + "_tc"), grid: cuda.D1(min(tiles, 65535)), block: cuda.D1(32 * warps),
+			split: warps}
 	}
 	split := gemvSplit(rows, K, e.dt.Size())
 	if e.GEMVSplit > 0 {
@@ -156,7 +161,8 @@ func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 		}
 	}
 	per := stepWarps / split * group // rows per block
-	return gemvLaunch{kernel: e.typed(kernel), grid: cuda.D1(min((rows+per-1)/per, 65535)), split: split}
+	return gemvLaunch{kernel: e.typed(kernel), grid: cuda.D1(min((rows+per-1)/per, 65535)), block: cuda.D1(32 * stepWarps),
+		split: split}
 }
 
 // gemvSplit picks how many warps share a GEMV row of K weights of size
