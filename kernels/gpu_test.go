@@ -630,112 +630,118 @@ func bf16Bits(v []float32) (rounded []float32, packed []float32) {
 // too, which must give the same bits), with and without the RMSNorm folded in, writing and
 // accumulating, on the vector path (K a multiple of 16 bytes' worth of
 // weights) and the scalar one, in f32 and bf16 weights; and the tensor-core
-// entry (gemv_tc_bf16) where K is a multiple of 8.
+// entry (gemv_tc_bf16) where K is a multiple of 8 (136 is not one of 32,
+// so some of a warp's lanes load past K while the warp's products run on).
 func TestGEMVKernel(t *testing.T) {
 	fn, s := gpu(t)
-	const eps = 1e-5
 	for _, sfx := range []string{"f32", "bf16"} {
-		for _, K := range []int{64, 770, 2048} {
-			for _, sp := range []struct{ split, rows int }{{1, 1}, {2, 1}, {4, 1}, {8, 1}, {1, 4}, {2, 4}, {4, 4}, {8, 4}} {
-				split, kernel := sp.split, "gemv_"
-				if sp.rows == 4 {
-					kernel = "gemv_r4_"
+		for _, K := range []int{64, 136, 770, 2048} {
+			t.Run(fmt.Sprintf("%s_K%d", sfx, K), func(t *testing.T) { testGEMVKernel(t, fn, s, sfx, K) })
+		}
+	}
+}
+
+// testGEMVKernel is TestGEMVKernel's cases for one weight type and K.
+func testGEMVKernel(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, sfx string, K int) {
+	const eps = 1e-5
+	for _, sp := range []struct{ split, rows int }{{1, 1}, {2, 1}, {4, 1}, {8, 1}, {1, 4}, {2, 4}, {4, 4}, {8, 4}} {
+		split, kernel := sp.split, "gemv_"
+		if sp.rows == 4 {
+			kernel = "gemv_r4_"
+		}
+		for _, tc := range []struct {
+			B, rows    int
+			norm, accu bool
+		}{{1, 37, true, false}, {3, 5, false, true}, {8, 130, true, true}, {8, 9, false, false}} {
+			name := fmt.Sprintf("%s%s K=%d split=%d %+v", kernel, sfx, K, split, tc)
+			ldx := K + 4
+			x, W, bias, normw := randn(tc.B*ldx, 1), randn(tc.rows*K, 0.1), randn(tc.rows, 1), randn(K, 1)
+			wdev := W
+			if sfx == "bf16" {
+				W, wdev = bf16Bits(W)
+			}
+			out0 := randn(tc.B*tc.rows, 1)
+			bx, bW, bb, bn := upload(t, s, x), upload(t, s, wdev), upload(t, s, bias), upload(t, s, normw)
+			bo := poisoned(t, s, tc.B*tc.rows)
+			if tc.accu {
+				bo = upload(t, s, out0)
+			}
+			nptr, accu := cuda.Ptr(0), 0
+			if tc.norm {
+				nptr = bn.Ptr
+			}
+			if tc.accu {
+				accu = 1
+			}
+			per := 8 / split * sp.rows
+			grid := cuda.D1((tc.rows + per - 1) / per)
+			if err := fn(kernel+sfx).Launch(grid, cuda.D1(256), 0, s, bx.Ptr, ldx, nptr, float32(eps), bW.Ptr,
+				bb.Ptr, bo.Ptr, tc.rows, accu, tc.B, K, tc.rows, split); err != nil {
+				t.Fatal(err)
+			}
+			got := download(t, s, bo, tc.B*tc.rows)
+			if tc.B == 1 { // the one-sequence entry: the same bits
+				b1 := poisoned(t, s, tc.rows)
+				if tc.accu {
+					b1 = upload(t, s, out0)
 				}
-				for _, tc := range []struct {
-					B, rows    int
-					norm, accu bool
-				}{{1, 37, true, false}, {3, 5, false, true}, {8, 130, true, true}, {8, 9, false, false}} {
-					name := fmt.Sprintf("%s%s K=%d split=%d %+v", kernel, sfx, K, split, tc)
-					ldx := K + 4
-					x, W, bias, normw := randn(tc.B*ldx, 1), randn(tc.rows*K, 0.1), randn(tc.rows, 1), randn(K, 1)
-					wdev := W
-					if sfx == "bf16" {
-						W, wdev = bf16Bits(W)
+				if err := fn(kernel+"b1_"+sfx).Launch(grid, cuda.D1(256), 0, s, bx.Ptr, ldx, nptr, float32(eps), bW.Ptr,
+					bb.Ptr, b1.Ptr, tc.rows, accu, tc.B, K, tc.rows, split); err != nil {
+					t.Fatal(err)
+				}
+				for i, v := range download(t, s, b1, tc.rows) {
+					if math.Float32bits(v) != math.Float32bits(got[i]) {
+						t.Fatalf("%s: %sb1_%s gives %v at %d, %s%s %v", name, kernel, sfx, v, i, kernel, sfx, got[i])
 					}
-					out0 := randn(tc.B*tc.rows, 1)
-					bx, bW, bb, bn := upload(t, s, x), upload(t, s, wdev), upload(t, s, bias), upload(t, s, normw)
-					bo := poisoned(t, s, tc.B*tc.rows)
-					if tc.accu {
-						bo = upload(t, s, out0)
+				}
+			}
+			want := make([]float64, tc.B*tc.rows)
+			for b := 0; b < tc.B; b++ {
+				scale := 1.0
+				if tc.norm {
+					var ss float64
+					for k := 0; k < K; k++ {
+						ss += float64(x[b*ldx+k]) * float64(x[b*ldx+k])
 					}
-					nptr, accu := cuda.Ptr(0), 0
-					if tc.norm {
-						nptr = bn.Ptr
-					}
-					if tc.accu {
-						accu = 1
-					}
-					per := 8 / split * sp.rows
-					grid := cuda.D1((tc.rows + per - 1) / per)
-					if err := fn(kernel+sfx).Launch(grid, cuda.D1(256), 0, s, bx.Ptr, ldx, nptr, float32(eps), bW.Ptr,
-						bb.Ptr, bo.Ptr, tc.rows, accu, tc.B, K, tc.rows, split); err != nil {
-						t.Fatal(err)
-					}
-					got := download(t, s, bo, tc.B*tc.rows)
-					if tc.B == 1 { // the one-sequence entry: the same bits
-						b1 := poisoned(t, s, tc.rows)
-						if tc.accu {
-							b1 = upload(t, s, out0)
-						}
-						if err := fn(kernel+"b1_"+sfx).Launch(grid, cuda.D1(256), 0, s, bx.Ptr, ldx, nptr, float32(eps), bW.Ptr,
-							bb.Ptr, b1.Ptr, tc.rows, accu, tc.B, K, tc.rows, split); err != nil {
-							t.Fatal(err)
-						}
-						for i, v := range download(t, s, b1, tc.rows) {
-							if math.Float32bits(v) != math.Float32bits(got[i]) {
-								t.Fatalf("%s: %sb1_%s gives %v at %d, %s%s %v", name, kernel, sfx, v, i, kernel, sfx, got[i])
-							}
-						}
-					}
-					want := make([]float64, tc.B*tc.rows)
-					for b := 0; b < tc.B; b++ {
-						scale := 1.0
+					scale = 1 / math.Sqrt(ss/float64(K)+eps)
+				}
+				for n := 0; n < tc.rows; n++ {
+					var sum float64
+					for k := 0; k < K; k++ {
+						xv := float64(x[b*ldx+k]) * scale
 						if tc.norm {
-							var ss float64
-							for k := 0; k < K; k++ {
-								ss += float64(x[b*ldx+k]) * float64(x[b*ldx+k])
-							}
-							scale = 1 / math.Sqrt(ss/float64(K)+eps)
+							xv *= float64(normw[k])
 						}
-						for n := 0; n < tc.rows; n++ {
-							var sum float64
-							for k := 0; k < K; k++ {
-								xv := float64(x[b*ldx+k]) * scale
-								if tc.norm {
-									xv *= float64(normw[k])
-								}
-								sum += float64(W[n*K+k]) * xv
-							}
-							want[b*tc.rows+n] = sum + float64(bias[n])
-							if tc.accu {
-								want[b*tc.rows+n] += float64(out0[b*tc.rows+n])
-							}
-						}
+						sum += float64(W[n*K+k]) * xv
 					}
-					if e := relErr(got, want); e > 1e-5 {
-						t.Errorf("%s: rel err %.3g", name, e)
+					want[b*tc.rows+n] = sum + float64(bias[n])
+					if tc.accu {
+						want[b*tc.rows+n] += float64(out0[b*tc.rows+n])
 					}
-					// The tensor-core entry (bf16, K a multiple of 8), once
-					// for each K and case and block of 8 or 16 warps: its
-					// blocks of 16 rows split k over their warps.
-					if sfx != "bf16" || K%8 != 0 || sp.split != 8 || sp.rows != 1 {
-						continue
-					}
-					for _, warps := range []int{8, 16} {
-						bt := poisoned(t, s, tc.B*tc.rows)
-						if tc.accu {
-							bt = upload(t, s, out0)
-						}
-						if err := fn("gemv_tc_bf16").Launch(cuda.D1((tc.rows+15)/16), cuda.D1(32*warps), 0, s, bx.Ptr, ldx, nptr,
-							float32(eps), bW.Ptr, bb.Ptr, bt.Ptr, tc.rows, accu, tc.B, K, tc.rows, warps); err != nil {
-							t.Fatal(err)
-						}
-						if e := relErr(download(t, s, bt, tc.B*tc.rows), want); e > 1e-5 {
-							t.Errorf("gemv_tc_bf16 K=%d %d warps %+v: rel err %.3g", K, warps, tc, e)
-						} else {
-							t.Logf("gemv_tc_bf16 K=%d %d warps %+v: rel err %.3g", K, warps, tc, e)
-						}
-					}
+				}
+			}
+			if e := relErr(got, want); e > 1e-5 {
+				t.Errorf("%s: rel err %.3g", name, e)
+			}
+			// The tensor-core entry (bf16, K a multiple of 8), once
+			// for each K and case and block of 8 or 16 warps: its
+			// blocks of 16 rows split k over their warps.
+			if sfx != "bf16" || K%8 != 0 || sp.split != 8 || sp.rows != 1 {
+				continue
+			}
+			for _, warps := range []int{8, 16} {
+				bt := poisoned(t, s, tc.B*tc.rows)
+				if tc.accu {
+					bt = upload(t, s, out0)
+				}
+				if err := fn("gemv_tc_bf16").Launch(cuda.D1((tc.rows+15)/16), cuda.D1(32*warps), 0, s, bx.Ptr, ldx, nptr,
+					float32(eps), bW.Ptr, bb.Ptr, bt.Ptr, tc.rows, accu, tc.B, K, tc.rows, warps); err != nil {
+					t.Fatal(err)
+				}
+				if e := relErr(download(t, s, bt, tc.B*tc.rows), want); e > 1e-5 {
+					t.Errorf("gemv_tc_bf16 K=%d %d warps %+v: rel err %.3g", K, warps, tc, e)
+				} else {
+					t.Logf("gemv_tc_bf16 K=%d %d warps %+v: rel err %.3g", K, warps, tc, e)
 				}
 			}
 		}

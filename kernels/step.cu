@@ -44,7 +44,7 @@
 #endif
 // The tensor-core entries' slices of k a warp loads at once (group_tile).
 #ifndef STEP_TILE_U
-#define STEP_TILE_U 4
+#define STEP_TILE_U 2
 #endif
 
 // widen turns 16 bytes of T, as loaded (one uint4), into floats; the
@@ -284,12 +284,14 @@ __device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const
         const T *w0 = W + (size_t)(n0 + g) * K, *w1 = w0 + (size_t)8 * K;
         const float *xg = x + (size_t)g * ldx;
         float acc[2][4] = {}, ss = 0.f;
-        for (int k0 = 32 * warp + 8 * t; k0 < K; k0 += 32 * split * STEP_TILE_U) {
+        // k0 is the same in every lane of a warp, and so is the trip count:
+        // mma.sync needs the whole warp.
+        for (int k0 = 32 * warp; k0 < K; k0 += 32 * split * STEP_TILE_U) {
             uint4 wa[STEP_TILE_U], wb[STEP_TILE_U];
             float4 xv[STEP_TILE_U][2];
 #pragma unroll
             for (int u = 0; u < STEP_TILE_U; u++) {
-                int k = k0 + 32 * split * u;
+                int k = k0 + 32 * split * u + 8 * t;
                 bool in = k < K;
                 wa[u] = row0 && in ? *reinterpret_cast<const uint4 *>(w0 + k) : make_uint4(0, 0, 0, 0);
                 wb[u] = row1 && in ? *reinterpret_cast<const uint4 *>(w1 + k) : make_uint4(0, 0, 0, 0);
@@ -298,7 +300,7 @@ __device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const
             }
 #pragma unroll
             for (int u = 0; u < STEP_TILE_U; u++) {
-                int k = k0 + 32 * split * u;
+                int k = k0 + 32 * split * u + 8 * t;
                 float v[8] = {xv[u][0].x, xv[u][0].y, xv[u][0].z, xv[u][0].w,
                               xv[u][1].x, xv[u][1].y, xv[u][1].z, xv[u][1].w};
                 if (normw) {
@@ -535,7 +537,7 @@ EACH_DTYPE(STEP_GEMV)
 #define STEP_TILE_THREADS (32 * STEP_TILE_MAXW)
 #endif
 #ifndef STEP_TILE_MINB
-#define STEP_TILE_MINB 1
+#define STEP_TILE_MINB 2
 #endif
 extern "C" __global__ void __launch_bounds__(STEP_TILE_THREADS, STEP_TILE_MINB) gemv_tc_bf16(GEMV_PARAMS(bf16)) {
     gemv<16, STEP_MAXB, 1, true, bf16>(GEMV_ARGS);

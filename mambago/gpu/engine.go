@@ -267,7 +267,7 @@ type Engine struct {
 	// Set it before capturing a step graph.
 	GEMVTensorCoreRows int
 	// GEMVTileWarps is the warps of a tensor-core GEMV's block (1 to 16),
-	// which split each block's 16 rows along k. New sets 8. Set it before
+	// which split each block's 16 rows along k. New sets 16. Set it before
 	// capturing a step graph.
 	GEMVTileWarps int
 	// DecodeScanBatch runs a decode step's scan for two or more sequences
@@ -292,7 +292,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8, GEMVTileWarps: 8, DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
+		GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8, GEMVTileWarps: 16, DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
 		AutoXProj: true, InPlaceReplays: true}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4
