@@ -21,6 +21,15 @@ if [[ -n ${BASE:-} ]]; then
   git worktree add -q --detach "$tree" "$BASE"
   trap 'git worktree remove --force "$tree"' EXIT  # also when the build fails
   (cd "$tree" && GOAMD64=v3 go test -c -o "$OLDPWD/.carry/base/gpu.test" ./mambago/gpu)
+  # and its step.cu as NVRTC compiles it, for BenchmarkGEMVBatch's "base"
+  # (device_run.sh gemvtc).
+  mkdir -p "$tree/cmd/stepsource"
+  printf '%s\n' 'package main' 'import ("fmt"; "github.com/mambago/mambago/kernels")' \
+    'func main() { s, err := kernels.Source("step.cu"); if err != nil { panic(err) }; fmt.Print(s) }' \
+    > "$tree/cmd/stepsource/main.go"
+  (cd "$tree" && go run ./cmd/stepsource > "$OLDPWD/.carry/base_step.cu")
+else
+  rm -f .carry/base_step.cu
 fi
 # mamba_ssm's and causal-conv1d's sdists, for the bf16 comparison (cached).
 bash bench/mamba_ssm/fetch.sh > /dev/null

@@ -85,11 +85,12 @@
 #             (Engine.GEMVTensorCores, Engine.DecodeScanBatch) off and on,
 #             taking turns in one process (BenchmarkDecodeBatchSettings);
 #   gemvbatch: the decode GEMVs at B=8 alone, FMA against tensor-core
-#             entries (BenchmarkGEMVBatch; about a minute);
+#             entries, and BASE's (device_build.sh) where built
+#             (BenchmarkGEMVBatch; about a minute);
 #   gemvtc:   the tensor-core GEMVs: TestGEMVKernel (against float64, blocks
 #             of 8 and 16 warps) under racecheck and memcheck, their builds
-#             at B=8 (BenchmarkGEMVBatch, with .carry/base_step.cu, another
-#             version's kernels.Source("step.cu"), as "base" where present),
+#             at B=8 (BenchmarkGEMVBatch, with BASE's step.cu as "base" where
+#             device_build.sh was given a BASE),
 #             the engine's decode tests for the tensor-core GEMVs, then
 #             decodebatch (about 6 minutes);
 #   gemvstalls: ncu's warp-state samples per SASS line of the tensor-core
@@ -783,28 +784,23 @@ if [[ $mode == gemvstalls ]]; then
 fi
 if [[ $mode == gemvtc ]]; then
   echo "== TestGEMVKernel (the tensor-core entry at 8 and 16 warps against float64), racecheck, memcheck"
-  timeout 200 .carry/kernels.test -test.v -test.run 'TestGEMVKernel' > "$OUT/gemv_test.log" 2>&1 || status=1
-  grep -E "^(--- |ok|FAIL|PASS)" "$OUT/gemv_test.log" | head
+  run_tests gemv_test 200 .carry/kernels.test -test.v -test.run 'TestGEMVKernel'
   echo "gemv_tc_bf16 cases: $(grep -c 'gemv_tc_bf16 K=' "$OUT/gemv_test.log"), worst rel err" \
     "$(grep 'gemv_tc_bf16 K=' "$OUT/gemv_test.log" | awk '{print $NF}' | sort -g | tail -1)"
-  for tool in racecheck memcheck; do
-    timeout 200 compute-sanitizer --tool $tool --error-exitcode 9 .carry/kernels.test -test.run 'TestGEMVKernel' \
-      > "$OUT/${tool}_gemv.log" 2>&1 || status=1
-    echo "$tool: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/${tool}_gemv.log" | tail -1)"
-  done
+  sanitizer racecheck racecheck_gemv 200 .carry/kernels.test 'TestGEMVKernel'
+  memcheck memcheck_gemv 200 .carry/kernels.test 'TestGEMVKernel'
   echo "== the decode GEMVs at B=8, 1.4b sizes (BenchmarkGEMVBatch)"
   [[ -f .carry/base_step.cu ]] && export GEMV_BASE_SOURCE=.carry/base_step.cu
   timeout 240 .carry/kernels.test -test.v -test.run '^$' -test.bench GEMVBatch -test.benchtime 1x 2>&1 | tee "$OUT/gemv_batch.log" \
     | grep -E "gemv B=|FAIL|panic|rel err" | sed 's/^ *gemv_bench_test.go:[0-9]*: //'
   echo "== the engine's decode tests with the tensor-core GEMVs"
-  timeout 300 .carry/gpu.test -test.v -test.run 'TestDecodeTensorCoresMatch|TestDecodeMatchesPrefill|TestDecodeScanBatchMatches' \
-    > "$OUT/decode_tc_test.log" 2>&1 || status=1
-  grep -E "^(--- |ok|FAIL|PASS)" "$OUT/decode_tc_test.log" | head -12
+  run_tests decode_tc_test 300 .carry/gpu.test -test.v -test.run 'TestDecodeTensorCoresMatch|TestDecodeMatchesPrefill|TestDecodeScanBatchMatches'
   bash "$0" "$commit" decodebatch || status=1
   exit $status
 fi
 if [[ $mode == gemvbatch ]]; then
   echo "== the decode GEMVs at B=8 (1.4b sizes): FMA entries against the tensor-core entry's builds (BenchmarkGEMVBatch)"
+  [[ -f .carry/base_step.cu ]] && export GEMV_BASE_SOURCE=.carry/base_step.cu
   timeout 200 .carry/kernels.test -test.v -test.run '^$' -test.bench GEMVBatch -test.benchtime 1x 2>&1 | tee "$OUT/gemv_batch.log" \
     | grep -E "gemv B=|FAIL|panic" | sed 's/^ *gemv_bench_test.go:[0-9]*: //'
   exit $status
