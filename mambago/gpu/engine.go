@@ -260,11 +260,11 @@ type Engine struct {
 	// a step graph.
 	GEMVTensorCores bool
 	// GEMVTensorCoreRows is the fewest rows a GEMV needs to take the
-	// tensor cores under GEMVTensorCores (0: any). x_proj's few long rows
-	// (160 of 4096 at 1.4b) make 10 blocks of 16 rows there, and alone it
-	// measured slower than on the FMA entry's 160 one-row blocks
-	// (BenchmarkGEMVBatch: 12.99 µs against 10.85); 1024 keeps it there.
-	// Set it before capturing a step graph.
+	// tensor cores under GEMVTensorCores (0: any; 1024 keeps x_proj's few
+	// long rows on the FMA entry). That measured 1.3-1.5% faster a step at
+	// 1.4b and 2.8b and 2.1% slower at 370m before the tiles took 16 warps,
+	// which brought x_proj alone level with the FMA entry (BenchmarkGEMVBatch:
+	// 12.86 µs against 13.76). Set it before capturing a step graph.
 	GEMVTensorCoreRows int
 	// GEMVTileWarps is the warps of a tensor-core GEMV's block (1 to 16),
 	// which split each block's 16 rows along k. New sets 16. Set it before
