@@ -531,6 +531,8 @@ EACH_DTYPE(STEP_GEMV)
 
 // The tensor-core entries, bf16 only: split3's parts of x in f16 would
 // overflow past 65504, and x here is the residual stream before its norm.
+// Grid ceil(rows / 16), block 32 * split (split up to STEP_TILE_MAXW
+// warps; gpu.Engine.GEMVTileWarps).
 // STEP_TILE_THREADS and STEP_TILE_MINB bound their blocks (threads, and
 // blocks an SM, so registers a thread).
 #ifndef STEP_TILE_THREADS
