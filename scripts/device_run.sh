@@ -768,8 +768,7 @@ if [[ $mode == fixup ]]; then
 fi
 if [[ $mode == decodebatch ]]; then
   echo "== bf16 decode steps of 8 sequences, the batch's kernels off and on in turns (BenchmarkDecodeBatchSettings, \${DECODE_SHAPES:-all})"
-  timeout 300 .carry/gpu.test -test.v -test.run '^$' -test.bench "DecodeBatchSettings" -test.benchtime 1x 2>&1 \
-    | tee "$OUT/decode_batch.log" | grep -E "B=8:|FAIL|panic" | sed 's/^ *decode_bench_test.go:[0-9]*: //'
+  bench_log decode_batch 300 .carry/gpu.test DecodeBatchSettings "B=8:"
   exit $status
 fi
 if [[ $mode == gemvstalls ]]; then
@@ -789,20 +788,16 @@ if [[ $mode == gemvtc ]]; then
     "$(grep 'gemv_tc_bf16 K=' "$OUT/gemv_test.log" | awk '{print $NF}' | sort -g | tail -1)"
   sanitizer racecheck racecheck_gemv 200 .carry/kernels.test 'TestGEMVKernel'
   memcheck memcheck_gemv 200 .carry/kernels.test 'TestGEMVKernel'
-  echo "== the decode GEMVs at B=8, 1.4b sizes (BenchmarkGEMVBatch)"
-  [[ -f .carry/base_step.cu ]] && export GEMV_BASE_SOURCE=.carry/base_step.cu
-  timeout 240 .carry/kernels.test -test.v -test.run '^$' -test.bench GEMVBatch -test.benchtime 1x 2>&1 | tee "$OUT/gemv_batch.log" \
-    | grep -E "gemv B=|FAIL|panic|rel err" | sed 's/^ *gemv_bench_test.go:[0-9]*: //'
   echo "== the engine's decode tests with the tensor-core GEMVs"
   run_tests decode_tc_test 300 .carry/gpu.test -test.v -test.run 'TestDecodeTensorCoresMatch|TestDecodeMatchesPrefill|TestDecodeScanBatchMatches'
+  bash "$0" "$commit" gemvbatch || status=1
   bash "$0" "$commit" decodebatch || status=1
   exit $status
 fi
 if [[ $mode == gemvbatch ]]; then
   echo "== the decode GEMVs at B=8 (1.4b sizes): FMA entries against the tensor-core entry's builds (BenchmarkGEMVBatch)"
   [[ -f .carry/base_step.cu ]] && export GEMV_BASE_SOURCE=.carry/base_step.cu
-  timeout 200 .carry/kernels.test -test.v -test.run '^$' -test.bench GEMVBatch -test.benchtime 1x 2>&1 | tee "$OUT/gemv_batch.log" \
-    | grep -E "gemv B=|FAIL|panic" | sed 's/^ *gemv_bench_test.go:[0-9]*: //'
+  bench_log gemv_batch 240 .carry/kernels.test GEMVBatch "gemv B=|rel err"
   exit $status
 fi
 if [[ $mode == gemv ]]; then

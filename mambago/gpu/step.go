@@ -60,11 +60,11 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	eps, dbl := float32(c.Eps), R+2*N
 	in, x, out := e.gemvPlan("step_in", 2*E, d, B), e.gemvPlan("gemv", dbl, E, B), e.gemvPlan("gemv", d, E, B)
 	for l, g := range e.layers {
-		if err := e.launchStep(in.kernel, in.grid, in.block, 0, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
+		if err := e.launchGEMV(in, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
 			g.conv, g.convBias, s.conv(l), ws.xz.Ptr, B, d, E, K, in.split); err != nil {
 			return err
 		}
-		if err := e.launchStep(x.kernel, x.grid, x.block, 0, ws.xz.Ptr, 2*E, cuda.Ptr(0), float32(0), g.xProj,
+		if err := e.launchGEMV(x, ws.xz.Ptr, 2*E, cuda.Ptr(0), float32(0), g.xProj,
 			cuda.Ptr(0), ws.dbl.Ptr, dbl, 0, B, E, dbl, x.split); err != nil {
 			return err
 		}
@@ -76,14 +76,13 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 		if err := e.scanStep(B, l, &g, s); err != nil {
 			return err
 		}
-		if err := e.launchStep(out.kernel, out.grid, out.block, 0, ws.delta.Ptr, E, cuda.Ptr(0), float32(0), g.outProj,
+		if err := e.launchGEMV(out, ws.delta.Ptr, E, cuda.Ptr(0), float32(0), g.outProj,
 			g.outBias, ws.h.Ptr, d, 1, B, E, d, out.split); err != nil {
 			return err
 		}
 	}
 	head := e.gemvPlan("gemv", V, d, B)
-	return e.launchStep(head.kernel, head.grid, head.block, 0, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits,
-		V, 0, B, d, V, head.split)
+	return e.launchGEMV(head, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits, V, 0, B, d, V, head.split)
 }
 
 // scanStep launches layer l's scan step for the B sequences of s: a warp a
@@ -127,12 +126,18 @@ type gemvLaunch struct {
 	split       int
 }
 
+// launchGEMV launches p's entry with args.
+func (e *Engine) launchGEMV(p gemvLaunch, args ...any) error {
+	return e.launchStep(p.kernel, p.grid, p.block, 0, args...)
+}
+
 // gemvPlan lays out a GEMV of rows rows of K weights for kernel ("gemv" or
 // "step_in") over B sequences: the tensor-core entry for a bf16 batch where
 // GEMVTensorCores asks for it, K is a multiple of 8 and the rows are
-// GEMVTensorCoreRows or more, with blocks of GEMVTileWarps warps; else the split by gemvSplit unless GEMVSplit
-// fixes it, GEMVRows rows to a group for GEMVs of 1024 rows or more, and
-// the one-sequence entry at B=1 where GEMVOneSequence asks for it.
+// GEMVTensorCoreRows or more, with blocks of GEMVTileWarps warps; else
+// the split by gemvSplit unless GEMVSplit fixes it, GEMVRows rows to a
+// group for GEMVs of 1024 rows or more, and the one-sequence entry at B=1
+// where GEMVOneSequence asks for it.
 func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 	if B > 1 && e.GEMVTensorCores && e.dt == cuda.BF16 && K%tileKAlign == 0 && rows >= e.GEMVTensorCoreRows {
 		tiles := (rows + tileRows - 1) / tileRows
