@@ -16,6 +16,9 @@ const (
 	// tileMaxWarps is the most warps such a block may have
 	// (STEP_TILE_MAXW).
 	tileRows, tileKAlign, tileMaxWarps = 16, 8, 16
+	// tilePartFloats is the f32 scratch of one part of a tile split along
+	// k (STEP_TILE_PART); tileMaxParts the most parts a tile may take.
+	tilePartFloats, tileMaxParts = 144, 8
 )
 
 // stepDevice queues one decode step for the B sequences of s: token ids from
@@ -119,31 +122,77 @@ func scanBatchPays(E, SMs int) bool {
 // gemvLaunch is how one GEMV of kernels/step.cu runs: the entry (gemv or
 // step_in, with one or four rows to a warp group, or on the tensor cores),
 // its grid and block, and its split (for the tensor-core entries, the
-// block's warps).
+// block's warps). A tensor-core entry's grid is (tiles, parts): each tile's
+// k split over parts blocks.
 type gemvLaunch struct {
 	kernel      string
 	grid, block cuda.Dim3
 	split       int
+	tile        bool // a tensor-core entry: it takes the scratch of its parts
 }
 
-// launchGEMV launches p's entry with args.
+// tileScratch is what the decode step's tensor-core GEMVs split along k
+// need under the engine's settings (the same at every batch they run):
+// scratch floats and counters, zeros where none splits.
+func (e *Engine) tileScratch() (floats, counters int) {
+	c := e.cfg
+	dbl := c.DTRank + 2*c.State
+	for _, p := range []gemvLaunch{e.gemvPlan("step_in", 2*c.Inner, c.Hidden, 2), e.gemvPlan("gemv", dbl, c.Inner, 2),
+		e.gemvPlan("gemv", c.Hidden, c.Inner, 2), e.gemvPlan("gemv", c.Vocab, c.Hidden, 2)} {
+		if n := p.scratch(); n > 0 {
+			floats, counters = max(floats, n), max(counters, p.grid.X)
+		}
+	}
+	return floats, counters
+}
+
+// scratch is the f32 scratch of p's parts along k, in floats (0 unsplit).
+func (p gemvLaunch) scratch() int {
+	if !p.tile || p.grid.Y < 2 {
+		return 0
+	}
+	return p.grid.X * p.grid.Y * tilePartFloats
+}
+
+// launchGEMV launches p's entry with args, and, for a tensor-core entry,
+// the workspace's scratch and counters for its parts along k.
 func (e *Engine) launchGEMV(p gemvLaunch, args ...any) error {
+	if p.tile {
+		args = append(args, e.ws.tiles.Ptr, e.ws.tileCounts.Ptr)
+	}
 	return e.launchStep(p.kernel, p.grid, p.block, 0, args...)
+}
+
+// tileParts picks the blocks a tensor-core GEMV's tiles split k over: the
+// fewest, a power of two up to most, that give the SMs two blocks each,
+// while each block's warps keep a 32-wide slice of k or more apiece.
+func tileParts(tiles, K, warps, SMs, most int) int {
+	parts := 1
+	for 2*parts <= most && tiles*parts < 2*SMs && 2*parts*warps*32 <= K {
+		parts *= 2
+	}
+	return parts
 }
 
 // gemvPlan lays out a GEMV of rows rows of K weights for kernel ("gemv" or
 // "step_in") over B sequences: the tensor-core entry for a bf16 batch where
 // GEMVTensorCores asks for it, K is a multiple of 8 and the rows are
-// GEMVTensorCoreRows or more, with blocks of GEMVTileWarps warps; else
-// the split by gemvSplit unless GEMVSplit fixes it, GEMVRows rows to a
-// group for GEMVs of 1024 rows or more, and the one-sequence entry at B=1
-// where GEMVOneSequence asks for it.
+// GEMVTensorCoreRows or more, with blocks of GEMVTileWarps warps, each
+// tile's k split over up to GEMVTileParts blocks (tileParts); else the
+// split by gemvSplit unless GEMVSplit fixes it, GEMVRows rows to a group
+// for GEMVs of 1024 rows or more, and the one-sequence entry at B=1 where
+// GEMVOneSequence asks for it.
 func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 	if B > 1 && e.GEMVTensorCores && e.dt == cuda.BF16 && K%tileKAlign == 0 && rows >= e.GEMVTensorCoreRows {
 		tiles := (rows + tileRows - 1) / tileRows
 		warps := min(max(e.GEMVTileWarps, 1), tileMaxWarps)
-		return gemvLaunch{kernel: e.typed(kernel + "_tc"), grid: cuda.D1(min(tiles, 65535)), block: cuda.D1(32 * warps),
-			split: warps}
+		sms := 0
+		if e.dev != nil {
+			sms = e.dev.SMs
+		}
+		parts := tileParts(tiles, K, warps, sms, min(max(e.GEMVTileParts, 1), tileMaxParts))
+		return gemvLaunch{kernel: e.typed(kernel + "_tc"), grid: cuda.Dim3{X: min(tiles, 65535), Y: parts, Z: 1},
+			block: cuda.D1(32 * warps), split: warps, tile: true}
 	}
 	split := gemvSplit(rows, K, e.dt.Size())
 	if e.GEMVSplit > 0 {

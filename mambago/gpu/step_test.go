@@ -57,3 +57,38 @@ func TestGEMVPlanTensorCores(t *testing.T) {
 		}
 	}
 }
+
+// TestTileParts checks, without a GPU, how many blocks the tensor-core
+// GEMVs split each tile's k over on the H200's 132 SMs at 16 warps a tile,
+// with up to 8: none where the tiles already give every SM two blocks (the
+// 1.4b in_proj's 512, the LM head's), until they do (out_proj's 128 at
+// 1.4b: 4; x_proj's 10: 8), and never so many that a block's warps lack a
+// slice of 32 apiece (370m: out_proj's 64 tiles of K 2048 stop at 4); and
+// the plan's grid and scratch follow.
+func TestTileParts(t *testing.T) {
+	for _, c := range []struct {
+		tiles, K, most, want int
+		comment              string
+	}{
+		{512, 2048, 8, 1, "1.4b in_proj"},
+		{128, 4096, 8, 4, "1.4b out_proj"},
+		{10, 4096, 8, 8, "1.4b x_proj"},
+		{3143, 2048, 8, 1, "LM head"},
+		{256, 1024, 8, 2, "370m in_proj"},
+		{64, 2048, 8, 4, "370m out_proj: K bounds it"},
+		{10, 4096, 2, 2, "at most 2"},
+		{10, 4096, 1, 1, "no split"},
+	} {
+		if got := tileParts(c.tiles, c.K, 16, 132, c.most); got != c.want {
+			t.Errorf("%s: %d tiles of K %d split over %d blocks, want %d", c.comment, c.tiles, c.K, got, c.want)
+		}
+	}
+	e := &Engine{dt: cuda.BF16, dev: &cuda.Device{SMs: 132}, GEMVTensorCores: true, GEMVTileWarps: 16, GEMVTileParts: 8}
+	p := e.gemvPlan("gemv", 2048, 4096, 8)
+	if p.grid.X != 128 || p.grid.Y != 4 || p.scratch() != 128*4*tilePartFloats {
+		t.Errorf("1.4b out_proj: grid %v, scratch %d floats; want (128, 4), %d", p.grid, p.scratch(), 128*4*tilePartFloats)
+	}
+	if p := e.gemvPlan("gemv", 2048, 4096, 1); p.tile || p.scratch() != 0 {
+		t.Errorf("one sequence: %+v, scratch %d; want the FMA entry and none", p, p.scratch())
+	}
+}
