@@ -317,7 +317,9 @@ __device__ __forceinline__ bool tile_parts_last(const TileParts &tp, int tile, i
 // 16-byte aligned (gemvPlan picks these entries only then). For the 512
 // weights of 16 rows and a slice a warp issues six products, where the
 // FMA entries spend an FMA a weight and sequence (4096 at B = 8) besides
-// widening each weight.
+// widening each weight. With gridDim.y > 1 a block takes only part
+// blockIdx.y of k (tile_kspan), and the tile's last block to finish sums
+// the parts in tp and runs the body (tile_parts_last).
 template <class T, class Load, class Body>
 __device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const float *__restrict__ x, int ldx,
                                            const float *__restrict__ normw, float eps, int B, int rows, int split,
