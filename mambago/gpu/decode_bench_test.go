@@ -56,17 +56,17 @@ func forDecodeShapes(b *testing.B, f func(b *testing.B, shape string, e *gpu.Eng
 // sequences with the batch's own kernels off and on, in one process, the
 // settings taking turns over three rounds: Engine.GEMVTensorCores (the
 // GEMVs on the tensor cores), then also Engine.DecodeScanBatch (the scan
-// step a warp a channel for every sequence), then both with the
-// tensor-core GEMVs' tiles split along k (Engine.GEMVTileParts 8), all at
-// 16 warps a tile. DECODE_SHAPES (a regexp)
+// step a warp a channel for every sequence), each with x_proj's few tiles
+// whole and split along k over up to 4 and 8 blocks
+// (Engine.GEMVTileParts), all at 16 warps a tile. DECODE_SHAPES (a regexp)
 // picks the shapes. Each logs its medians and ratios.
 func BenchmarkDecodeBatchSettings(b *testing.B) {
 	settings := []struct {
 		name                 string
 		tensorCores, scan    bool
 		tileWarps, tileParts int
-	}{{"neither", false, false, 16, 1}, {"tensor cores", true, false, 16, 1}, {"both", true, true, 16, 1},
-		{"both, tiles split along k", true, true, 16, 8}}
+	}{{"neither", false, false, 16, 1}, {"tensor cores", true, false, 16, 1}, {"tensor cores, split 4", true, false, 16, 4},
+		{"both", true, true, 16, 1}, {"both, split 4", true, true, 16, 4}, {"both, split 8", true, true, 16, 8}}
 	forDecodeShapes(b, func(b *testing.B, shape string, e *gpu.Engine) {
 		times := make([][]float64, len(settings))
 		for range 3 {

@@ -280,7 +280,7 @@ type Engine struct {
 	// with a warp a channel for all of them (kernels/step.cu's
 	// step_scan_batch_f32: the channel's weights read once, not once a
 	// sequence; the same bits). New turns it on where the model's channels
-	// make at least 1.5 blocks an SM (scanBatchPays). Set it before
+	// make at least 3 blocks an SM (scanBatchPays). Set it before
 	// capturing a step graph.
 	DecodeScanBatch bool
 }

@@ -109,14 +109,15 @@ func (e *Engine) scanStep(B, l int, g *layer, s *State) error {
 // scanBatchPays reports whether the batched scan step (a warp a channel,
 // every sequence in turn) beats a warp a channel and sequence for E
 // channels on SMs multiprocessors: where its E / stepWarps blocks give the
-// SMs at least 1.5 each. With fewer, each SM's few warps walk their
+// SMs at least 3 each. With fewer, each SM's few warps walk their
 // sequences' chains with too little beside them. Measured on the H200 (132
 // SMs; BenchmarkDecodeBatchSettings, bf16 steps of 8 sequences with the
-// tensor-core GEMVs), without it and with it: 130m (192 blocks) 645.6 and
-// 696.4 µs a step, 370m (256) 1389.5 and 1342.5, 1.4b (512) 2947.0 and
-// 2689.2.
+// tensor-core GEMVs at 16 warps a tile, 2026-12-03), without it and with
+// it: 130m (192 blocks) 599.8 and 648.7 µs a step, 370m (256) 1246.2 and
+// 1294.2, 1.4b (512) 2721.0 and 2513.5, 2.8b (640) 5003.2 and 4690.2.
+// (Beside the slower tensor-core GEMVs before 8e40672 it paid at 370m.)
 func scanBatchPays(E, SMs int) bool {
-	return 2*((E+stepWarps-1)/stepWarps) >= 3*SMs
+	return (E+stepWarps-1)/stepWarps >= 3*SMs
 }
 
 // gemvLaunch is how one GEMV of kernels/step.cu runs: the entry (gemv or
@@ -163,12 +164,17 @@ func (e *Engine) launchGEMV(p gemvLaunch, args ...any) error {
 	return e.launchStep(p.kernel, p.grid, p.block, 0, args...)
 }
 
-// tileParts picks the blocks a tensor-core GEMV's tiles split k over: the
-// fewest, a power of two up to most, that give the SMs two blocks each,
-// while each block's warps keep a 32-wide slice of k or more apiece.
+// tileParts picks the blocks a tensor-core GEMV's tiles split k over: none
+// unless the tiles are fewer than a quarter of the SMs (x_proj's 6-12);
+// then the fewest, a power of two up to most, that give the SMs two blocks
+// each, while each block's warps keep a 32-wide slice of k or more apiece.
+// Measured on the H200 at 1.4b sizes, B=8 (BenchmarkGEMVBatch, 16 warps):
+// x_proj's 10 tiles 14.56 µs whole, 12.70 in 4 parts; out_proj's 128 tiles
+// 17.57 whole, 17.89 and 19.26 in 2 and 4 parts; in_proj and the LM head
+// slower in every split.
 func tileParts(tiles, K, warps, SMs, most int) int {
 	parts := 1
-	for 2*parts <= most && tiles*parts < 2*SMs && 2*parts*warps*32 <= K {
+	for 4*tiles < SMs && 2*parts <= most && tiles*parts < 2*SMs && 2*parts*warps*32 <= K {
 		parts *= 2
 	}
 	return parts

@@ -7,13 +7,13 @@ import (
 )
 
 // TestScanBatchPays checks, without a GPU, where the batched scan step is
-// taken on the H200's 132 SMs: not at 130m's 1536 channels (192 blocks,
-// measured slower), at 370m's 2048 and up.
+// taken on the H200's 132 SMs: not at 130m's 1536 channels (192 blocks)
+// or 370m's 2048 (256), both measured slower, but at 1.4b's 4096 and up.
 func TestScanBatchPays(t *testing.T) {
 	for _, c := range []struct {
 		E    int
 		pays bool
-	}{{1536, false}, {1576, false}, {1584, true}, {2048, true}, {4096, true}, {5120, true}} {
+	}{{1536, false}, {2048, false}, {3160, false}, {3161, true}, {4096, true}, {5120, true}} {
 		if got := scanBatchPays(c.E, 132); got != c.pays {
 			t.Errorf("scanBatchPays(%d, 132) = %v, want %v", c.E, got, c.pays)
 		}
@@ -60,23 +60,24 @@ func TestGEMVPlanTensorCores(t *testing.T) {
 
 // TestTileParts checks, without a GPU, how many blocks the tensor-core
 // GEMVs split each tile's k over on the H200's 132 SMs at 16 warps a tile,
-// with up to 8: none where the tiles already give every SM two blocks (the
-// 1.4b in_proj's 512, the LM head's), until they do (out_proj's 128 at
-// 1.4b: 4; x_proj's 10: 8), and never so many that a block's warps lack a
-// slice of 32 apiece (370m: out_proj's 64 tiles of K 2048 stop at 4); and
-// the plan's grid and scratch follow.
+// with up to 8: none where the tiles are a quarter of the SMs or more
+// (in_proj's, out_proj's, the LM head's); x_proj's few tiles until they
+// give every SM two blocks, but never so many that a block's warps lack a
+// slice of 32 apiece (130m: K 1536 stops at 2); and the plan's grid and
+// scratch follow.
 func TestTileParts(t *testing.T) {
 	for _, c := range []struct {
 		tiles, K, most, want int
 		comment              string
 	}{
 		{512, 2048, 8, 1, "1.4b in_proj"},
-		{128, 4096, 8, 4, "1.4b out_proj"},
+		{128, 4096, 8, 1, "1.4b out_proj"},
+		{33, 4096, 8, 1, "a quarter of the SMs"},
+		{32, 4096, 8, 8, "fewer"},
 		{10, 4096, 8, 8, "1.4b x_proj"},
+		{10, 4096, 4, 4, "1.4b x_proj, at most 4"},
+		{6, 1536, 8, 2, "130m x_proj: K bounds it"},
 		{3143, 2048, 8, 1, "LM head"},
-		{256, 1024, 8, 2, "370m in_proj"},
-		{64, 2048, 8, 4, "370m out_proj: K bounds it"},
-		{10, 4096, 2, 2, "at most 2"},
 		{10, 4096, 1, 1, "no split"},
 	} {
 		if got := tileParts(c.tiles, c.K, 16, 132, c.most); got != c.want {
@@ -84,9 +85,12 @@ func TestTileParts(t *testing.T) {
 		}
 	}
 	e := &Engine{dt: cuda.BF16, dev: &cuda.Device{SMs: 132}, GEMVTensorCores: true, GEMVTileWarps: 16, GEMVTileParts: 8}
-	p := e.gemvPlan("gemv", 2048, 4096, 8)
-	if p.grid.X != 128 || p.grid.Y != 4 || p.scratch() != 128*4*tilePartFloats {
-		t.Errorf("1.4b out_proj: grid %v, scratch %d floats; want (128, 4), %d", p.grid, p.scratch(), 128*4*tilePartFloats)
+	p := e.gemvPlan("gemv", 160, 4096, 8)
+	if p.grid.X != 10 || p.grid.Y != 8 || p.scratch() != 10*8*tilePartFloats {
+		t.Errorf("1.4b x_proj: grid %v, scratch %d floats; want (10, 8), %d", p.grid, p.scratch(), 10*8*tilePartFloats)
+	}
+	if p := e.gemvPlan("gemv", 2048, 4096, 8); p.grid.Y != 1 || p.scratch() != 0 {
+		t.Errorf("1.4b out_proj: grid %v, scratch %d floats; want no split", p.grid, p.scratch())
 	}
 	if p := e.gemvPlan("gemv", 2048, 4096, 1); p.tile || p.scratch() != 0 {
 		t.Errorf("one sequence: %+v, scratch %d; want the FMA entry and none", p, p.scratch())
