@@ -97,11 +97,11 @@ func BenchmarkGEMVOneSequence(b *testing.B) {
 // rows of 2048, out_proj's 2048 of 4096, x_proj's 160 of 4096, the LM
 // head's 50280 of 2048): the FMA entry the engine takes without tensor
 // cores (gemv_r4_ at split 2, or gemv_ at split 8 below 1024 rows) against
-// the tensor-core entry (gemv_tc_) at 16 warps a tile, each tile's k split
-// over 1, 2, 4 and 8 blocks (gpu.Engine.GEMVTileParts), and at 8 warps
-// unsplit. With GEMV_BASE_SOURCE (a file holding another version's
-// kernels.Source("step.cu"), whose tensor-core entry takes no scratch),
-// that version's tensor-core entry at 16 warps comes first among them.
+// the tensor-core entries at 16 warps a tile, whole (gemv_tc_) and with
+// each tile's k split over 2, 4 and 8 blocks (gemv_tc_split_;
+// gpu.Engine.GEMVTileParts), and at 8 warps whole. With GEMV_BASE_SOURCE (a
+// file holding another version's kernels.Source("step.cu")), that
+// version's gemv_tc_ at 16 warps comes first among them.
 // Each build's output must match the FMA entry's. The weights rotate over
 // copies that together exceed L2, as a step's layers do; the builds take
 // turns (9 rounds of 20 launches, CUDA events), and each logs its median
@@ -114,19 +114,18 @@ func BenchmarkGEMVBatch(b *testing.B) {
 		name         string
 		mod          *cuda.Module
 		warps, parts int
-		old          bool // another version's entry, without the scratch arguments
 	}
 	mod := loadSource(b, d, src, "step.cu")
-	builds := []build{{"fma", mod, 8, 1, false}}
+	builds := []build{{"fma", mod, 8, 1}}
 	if path := os.Getenv("GEMV_BASE_SOURCE"); path != "" {
 		base, err := os.ReadFile(path)
 		if err != nil {
 			b.Fatal(err)
 		}
-		builds = append(builds, build{"base", loadSource(b, d, string(base), "step.cu"), 16, 1, true})
+		builds = append(builds, build{"base", loadSource(b, d, string(base), "step.cu"), 16, 1})
 	}
 	for _, v := range []struct{ warps, parts int }{{16, 1}, {16, 2}, {16, 4}, {16, 8}, {8, 1}} {
-		builds = append(builds, build{fmt.Sprintf("tc w%d p%d", v.warps, v.parts), mod, v.warps, v.parts, false})
+		builds = append(builds, build{fmt.Sprintf("tc w%d p%d", v.warps, v.parts), mod, v.warps, v.parts})
 	}
 	for range b.N {
 		for _, sh := range []struct {
@@ -143,6 +142,8 @@ func BenchmarkGEMVBatch(b *testing.B) {
 			for i, bd := range builds {
 				kernel, split, per := "gemv_r4_bf16", 2, 16 // per: rows a block
 				switch {
+				case bd.parts > 1:
+					kernel, split = "gemv_tc_split_bf16", bd.warps
 				case i > 0:
 					kernel, split = "gemv_tc_bf16", bd.warps
 				case sh.rows < 1024:
@@ -157,7 +158,7 @@ func BenchmarkGEMVBatch(b *testing.B) {
 					w := ws[next%len(ws)]
 					next++
 					args := []any{x.Ptr, sh.K, cuda.Ptr(0), float32(0), w.Ptr, bias.Ptr, out.Ptr, sh.rows, 0, B, sh.K, sh.rows, split}
-					if kernel == "gemv_tc_bf16" && !bd.old {
+					if kernel == "gemv_tc_split_bf16" {
 						args = append(args, scratch.Ptr, count.Ptr)
 					}
 					return f.Launch(grid, cuda.D1(32*bd.warps), 0, s, args...)

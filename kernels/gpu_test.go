@@ -632,7 +632,8 @@ func bf16Bits(v []float32) (rounded []float32, packed []float32) {
 // weights) and the scalar one, in f32 and bf16 weights; and the tensor-core
 // entry (gemv_tc_bf16) where K is a multiple of 8 (136 is not one of 32,
 // so some of a warp's lanes load past K while the warp's products run on),
-// at 8 and 16 warps, with each tile's k split over 1, 2 and 4 blocks.
+// at 8 and 16 warps, whole (gemv_tc_bf16) and with each tile's k split
+// over 1, 2 and 4 blocks (gemv_tc_split_bf16).
 func TestGEMVKernel(t *testing.T) {
 	fn, s := gpu(t)
 	for _, sfx := range []string{"f32", "bf16"} {
@@ -724,27 +725,31 @@ func testGEMVKernel(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream
 			if e := relErr(got, want); e > 1e-5 {
 				t.Errorf("%s: rel err %.3g", name, e)
 			}
-			// The tensor-core entry (bf16, K a multiple of 8), once
-			// for each K and case, block of 8 or 16 warps and split of
-			// each tile's k over 1, 2 or 4 blocks (at K = 64 some of
-			// them get none), whose counters must be zero again after.
+			// The tensor-core entries (bf16, K a multiple of 8), once
+			// for each K and case and block of 8 or 16 warps:
+			// gemv_tc_bf16, and gemv_tc_split_bf16 with each tile's k
+			// split over 1, 2 or 4 blocks (at K = 64 some of them get
+			// none), whose counters must be zero again after.
 			if sfx != "bf16" || K%8 != 0 || sp.split != 8 || sp.rows != 1 {
 				continue
 			}
 			tiles := (tc.rows + 15) / 16
 			for _, warps := range []int{8, 16} {
-				for _, parts := range []int{1, 2, 4} {
+				for _, parts := range []int{0, 1, 2, 4} { // 0: gemv_tc_bf16, else gemv_tc_split_bf16
 					bt := poisoned(t, s, tc.B*tc.rows)
 					if tc.accu {
 						bt = upload(t, s, out0)
 					}
-					scratch, count := poisoned(t, s, tiles*parts*144), upload(t, s, make([]float32, tiles))
-					if err := fn("gemv_tc_bf16").Launch(cuda.Dim3{X: tiles, Y: parts, Z: 1}, cuda.D1(32*warps), 0, s, bx.Ptr, ldx,
-						nptr, float32(eps), bW.Ptr, bb.Ptr, bt.Ptr, tc.rows, accu, tc.B, K, tc.rows, warps, scratch.Ptr,
-						count.Ptr); err != nil {
+					scratch, count := poisoned(t, s, tiles*max(parts, 1)*144), upload(t, s, make([]float32, tiles))
+					kernel, grid := "gemv_tc_bf16", cuda.D1(tiles)
+					args := []any{bx.Ptr, ldx, nptr, float32(eps), bW.Ptr, bb.Ptr, bt.Ptr, tc.rows, accu, tc.B, K, tc.rows, warps}
+					if parts > 0 {
+						kernel, grid.Y, args = "gemv_tc_split_bf16", parts, append(args, scratch.Ptr, count.Ptr)
+					}
+					if err := fn(kernel).Launch(grid, cuda.D1(32*warps), 0, s, args...); err != nil {
 						t.Fatal(err)
 					}
-					name := fmt.Sprintf("gemv_tc_bf16 K=%d %d warps %d parts %+v", K, warps, parts, tc)
+					name := fmt.Sprintf("%s K=%d %d warps %d parts %+v", kernel, K, warps, grid.Y, tc)
 					if e := relErr(download(t, s, bt, tc.B*tc.rows), want); e > 1e-5 {
 						t.Errorf("%s: rel err %.3g", name, e)
 					} else {

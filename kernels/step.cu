@@ -248,6 +248,12 @@ __device__ __forceinline__ void split3(float a, float b, unsigned &hi, unsigned 
 
 // STEP_TILE_MAXW: the most warps a tensor-core GEMV's block may have.
 #define STEP_TILE_MAXW 16
+// The TILE argument of gemv and step_in: rows to warp groups (group_rows),
+// whole tiles on the tensor cores, or tiles split along k over gridDim.y
+// blocks (group_tile).
+#define TILE_NONE 0
+#define TILE_WHOLE 1
+#define TILE_SPLIT 2
 // STEP_TILE_PART: the floats a tile's part takes in TileParts.scratch:
 // its 16 rows by 8 sequences of sums, then 8 sequences' sums of squares.
 #define STEP_TILE_PART 144
@@ -261,10 +267,15 @@ struct TileParts {
     unsigned *count;
 };
 
-// tile_kspan is the block's part of k in a tensor-core GEMV split along k
-// over gridDim.y blocks (part blockIdx.y): kbeg .. kend - 1, whole slices
-// of 32 as evenly as they go.
+// tile_kspan is the block's part of k in a tensor-core GEMV: with SPLIT,
+// split along k over gridDim.y blocks (part blockIdx.y), kbeg .. kend - 1,
+// whole slices of 32 as evenly as they go; else all of it.
+template <bool SPLIT>
 __device__ __forceinline__ void tile_kspan(int K, int &kbeg, int &kend) {
+    if constexpr (!SPLIT) {
+        kbeg = 0, kend = K;
+        return;
+    }
     int per = ((K + 31) / 32 + gridDim.y - 1) / gridDim.y;
     kbeg = min(K, 32 * per * (int)blockIdx.y), kend = min(K, kbeg + 32 * per);
 }
@@ -317,10 +328,11 @@ __device__ __forceinline__ bool tile_parts_last(const TileParts &tp, int tile, i
 // 16-byte aligned (gemvPlan picks these entries only then). For the 512
 // weights of 16 rows and a slice a warp issues six products, where the
 // FMA entries spend an FMA a weight and sequence (4096 at B = 8) besides
-// widening each weight. With gridDim.y > 1 a block takes only part
-// blockIdx.y of k (tile_kspan), and the tile's last block to finish sums
-// the parts in tp and runs the body (tile_parts_last).
-template <class T, class Load, class Body>
+// widening each weight. With SPLIT (the _tc_split entries) a block takes
+// only part blockIdx.y of k (tile_kspan), and the tile's last block to
+// finish sums the parts in tp and runs the body (tile_parts_last); without
+// it gridDim.y must be 1, and tp is unused.
+template <bool SPLIT, class T, class Load, class Body>
 __device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const float *__restrict__ x, int ldx,
                                            const float *__restrict__ normw, float eps, int B, int rows, int split,
                                            const TileParts &tp, Load load, Body body) {
@@ -330,8 +342,8 @@ __device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int parts = gridDim.y, p = blockIdx.y;
     int kbeg, kend;
-    tile_kspan(K, kbeg, kend);
-    if (parts > 1 && (tp.scratch == nullptr || tp.count == nullptr)) __trap();
+    tile_kspan<SPLIT>(K, kbeg, kend);
+    if (SPLIT ? tp.scratch == nullptr || tp.count == nullptr : parts != 1) __trap();
     for (int n0 = blockIdx.x * 16; n0 < rows; n0 += gridDim.x * 16) {
         if (warp == 0) load(n0);
         cp_async_commit();
@@ -401,7 +413,7 @@ __device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const
         cp_async_wait<0>();  // load's copies, seen by the whole warp
         __syncwarp();
         // Split along k, the tile's last block to finish sums the parts.
-        if (warp == 0 && (parts == 1 || tile_parts_last(tp, n0 / 16, parts, p, lane, v, q))) {
+        if (warp == 0 && (!SPLIT || tile_parts_last(tp, n0 / 16, parts, p, lane, v, q))) {
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 int r = g + 8 * (i / 2), b = 2 * t + i % 2;
@@ -414,15 +426,16 @@ __device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const
 }
 
 // group runs a GEMV's rows as group_rows does, ROWS to a warp group, or,
-// with TILE, as group_tile does (ROWS is then 16, the tile's, split the
-// block's warps, and tp the scratch of its parts along k).
-template <int ROWS, int MAXB, int UNROLL, bool TILE, class T, class Load, class Body>
+// with TILE (TILE_WHOLE or TILE_SPLIT), as group_tile does (ROWS is then
+// 16, the tile's, split the block's warps, and tp the scratch of its parts
+// along k).
+template <int ROWS, int MAXB, int UNROLL, int TILE, class T, class Load, class Body>
 __device__ __forceinline__ void group(const T *__restrict__ W, int K, const float *__restrict__ x, int ldx,
                                       const float *__restrict__ normw, float eps, int B, int rows, int split,
                                       const TileParts &tp, Load load, Body body) {
     if constexpr (TILE) {
         static_assert(ROWS == 16, "a tile is 16 rows");
-        group_tile<T>(W, K, x, ldx, normw, eps, B, rows, split, tp, load, body);
+        group_tile<TILE == TILE_SPLIT, T>(W, K, x, ldx, normw, eps, B, rows, split, tp, load, body);
     } else {
         group_rows<ROWS, MAXB, UNROLL>(W, K, x, ldx, normw, eps, B, rows, split, load, body);
     }
@@ -432,15 +445,18 @@ __device__ __forceinline__ void group(const T *__restrict__ W, int K, const floa
 // launch: it lets the next kernel start, asks L2 for the weights of the
 // warp's first row (read-only, so safe before the wait), then waits for the
 // previous kernel's results.
-// With TILE (group_tile's blocks) it asks for the block's part of k in its
-// first 16 rows.
-template <int ROWS, bool TILE, class T>
+// With TILE (group_tile's blocks) it asks for the block's first 16 rows,
+// with TILE_SPLIT only its part of k in them.
+template <int ROWS, int TILE, class T>
 __device__ __forceinline__ void pdl_start(const T *W, int K, int rows, int split) {
     pdl_release();
     constexpr size_t LINE = 128 / sizeof(T);  // weights to a 128-byte line
-    if constexpr (TILE) {  // the block's part of k in its first 16 rows
+    if constexpr (TILE == TILE_WHOLE) {
+        size_t n0 = (size_t)blockIdx.x * 16, end = min((size_t)rows, n0 + 16) * K;
+        for (size_t i = n0 * K + threadIdx.x * LINE; i < end; i += blockDim.x * LINE) prefetch_l2(W + i);
+    } else if constexpr (TILE == TILE_SPLIT) {
         int kbeg, kend;
-        tile_kspan(K, kbeg, kend);
+        tile_kspan<true>(K, kbeg, kend);
         int span = (kend - kbeg + (int)LINE - 1) / (int)LINE;  // lines a row
         for (int i = threadIdx.x; i < 16 * span; i += blockDim.x) {
             size_t n = (size_t)blockIdx.x * 16 + i / span;
@@ -457,7 +473,7 @@ __device__ __forceinline__ void pdl_start(const T *W, int K, int rows, int split
 
 // gemv: out[b, n] (+)= sum_k W[n, k] * x'[b, k] + bias[n] for n < rows, with
 // x' as in group_rows; bias may be nullptr; accumulate adds to out.
-template <int ROWS, int MAXB, int UNROLL, bool TILE, class T>
+template <int ROWS, int MAXB, int UNROLL, int TILE, class T>
 __device__ void gemv(const float *x, int ldx, const float *__restrict__ normw, float eps, const T *__restrict__ W,
                      const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows,
                      int split, TileParts tp = {}) {
@@ -485,7 +501,7 @@ __device__ void gemv(const float *x, int ldx, const float *__restrict__ normw, f
 }
 
 // step_in: the block's first stages, from the residual stream h to xz.
-template <int ROWS, int MAXB, int UNROLL, bool TILE, class T>
+template <int ROWS, int MAXB, int UNROLL, int TILE, class T>
 __device__ void step_in(const float *__restrict__ h, const float *__restrict__ normw, float eps,
                         const T *__restrict__ W, const float *__restrict__ in_bias, const float *__restrict__ conv_w,
                         const float *__restrict__ conv_b, float *__restrict__ win, float *__restrict__ xz, int B,
@@ -569,34 +585,34 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
         float *__restrict__ win, float *__restrict__ xz, int B, int d, int E, int K, int split
 #define STEP_IN_ARGS h, normw, eps, W, in_bias, conv_w, conv_b, win, xz, B, d, E, K, split
 #define STEP_GEMV(sfx, T)                                                                                      \
-    extern "C" __global__ void gemv_##sfx(GEMV_PARAMS(T)) { gemv<1, STEP_MAXB, 1, false, T>(GEMV_ARGS); }      \
-    extern "C" __global__ void gemv_r4_##sfx(GEMV_PARAMS(T)) { gemv<4, STEP_MAXB, 1, false, T>(GEMV_ARGS); }   \
+    extern "C" __global__ void gemv_##sfx(GEMV_PARAMS(T)) { gemv<1, STEP_MAXB, 1, TILE_NONE, T>(GEMV_ARGS); }      \
+    extern "C" __global__ void gemv_r4_##sfx(GEMV_PARAMS(T)) { gemv<4, STEP_MAXB, 1, TILE_NONE, T>(GEMV_ARGS); }   \
     extern "C" __global__ void gemv_b1_##sfx(GEMV_PARAMS(T)) {                                                \
-        gemv<1, 1, STEP_UNROLL_B1, false, T>(GEMV_ARGS);                                                      \
+        gemv<1, 1, STEP_UNROLL_B1, TILE_NONE, T>(GEMV_ARGS);                                                      \
     }                                                                                                          \
     extern "C" __global__ void gemv_r4_b1_##sfx(GEMV_PARAMS(T)) {                                             \
-        gemv<4, 1, STEP_UNROLL_B1, false, T>(GEMV_ARGS);                                                      \
+        gemv<4, 1, STEP_UNROLL_B1, TILE_NONE, T>(GEMV_ARGS);                                                      \
     }                                                                                                          \
     extern "C" __global__ void step_in_##sfx(STEP_IN_PARAMS(T)) {                                             \
-        step_in<1, STEP_MAXB, 1, false, T>(STEP_IN_ARGS);                                                     \
+        step_in<1, STEP_MAXB, 1, TILE_NONE, T>(STEP_IN_ARGS);                                                     \
     }                                                                                                          \
     extern "C" __global__ void step_in_r4_##sfx(STEP_IN_PARAMS(T)) {                                          \
-        step_in<4, STEP_MAXB, 1, false, T>(STEP_IN_ARGS);                                                     \
+        step_in<4, STEP_MAXB, 1, TILE_NONE, T>(STEP_IN_ARGS);                                                     \
     }                                                                                                          \
     extern "C" __global__ void step_in_b1_##sfx(STEP_IN_PARAMS(T)) {                                          \
-        step_in<1, 1, STEP_UNROLL_B1, false, T>(STEP_IN_ARGS);                                                \
+        step_in<1, 1, STEP_UNROLL_B1, TILE_NONE, T>(STEP_IN_ARGS);                                                \
     }                                                                                                          \
     extern "C" __global__ void step_in_r4_b1_##sfx(STEP_IN_PARAMS(T)) {                                       \
-        step_in<4, 1, STEP_UNROLL_B1, false, T>(STEP_IN_ARGS);                                                \
+        step_in<4, 1, STEP_UNROLL_B1, TILE_NONE, T>(STEP_IN_ARGS);                                                \
     }
 EACH_DTYPE(STEP_GEMV)
 
 // The tensor-core entries, bf16 only: split3's parts of x in f16 would
 // overflow past 65504, and x here is the residual stream before its norm.
-// Grid (ceil(rows / 16), parts), block 32 * split (split up to
-// STEP_TILE_MAXW warps; gpu.Engine.GEMVTileWarps); at parts > 1 each
-// tile's k is split over parts blocks, which sum through scratch and
-// count (TileParts; gpu.Engine.GEMVTileParts).
+// Grid ceil(rows / 16), block 32 * split (split up to STEP_TILE_MAXW
+// warps; gpu.Engine.GEMVTileWarps). The _tc_split entries take a grid
+// (ceil(rows / 16), parts): each tile's k split over parts blocks, which
+// sum through scratch and count (TileParts; gpu.Engine.GEMVTileParts).
 // STEP_TILE_THREADS and STEP_TILE_MINB bound their blocks (threads, and
 // blocks an SM, so registers a thread).
 #ifndef STEP_TILE_THREADS
@@ -605,13 +621,19 @@ EACH_DTYPE(STEP_GEMV)
 #ifndef STEP_TILE_MINB
 #define STEP_TILE_MINB 2
 #endif
-extern "C" __global__ void __launch_bounds__(STEP_TILE_THREADS, STEP_TILE_MINB)
-    gemv_tc_bf16(GEMV_PARAMS(bf16), float *scratch, unsigned *count) {
-    gemv<16, STEP_MAXB, 1, true, bf16>(GEMV_ARGS, TileParts{scratch, count});
+extern "C" __global__ void __launch_bounds__(STEP_TILE_THREADS, STEP_TILE_MINB) gemv_tc_bf16(GEMV_PARAMS(bf16)) {
+    gemv<16, STEP_MAXB, 1, TILE_WHOLE, bf16>(GEMV_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(STEP_TILE_THREADS, STEP_TILE_MINB) step_in_tc_bf16(STEP_IN_PARAMS(bf16)) {
+    step_in<16, STEP_MAXB, 1, TILE_WHOLE, bf16>(STEP_IN_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(STEP_TILE_THREADS, STEP_TILE_MINB)
-    step_in_tc_bf16(STEP_IN_PARAMS(bf16), float *scratch, unsigned *count) {
-    step_in<16, STEP_MAXB, 1, true, bf16>(STEP_IN_ARGS, TileParts{scratch, count});
+    gemv_tc_split_bf16(GEMV_PARAMS(bf16), float *scratch, unsigned *count) {
+    gemv<16, STEP_MAXB, 1, TILE_SPLIT, bf16>(GEMV_ARGS, TileParts{scratch, count});
+}
+extern "C" __global__ void __launch_bounds__(STEP_TILE_THREADS, STEP_TILE_MINB)
+    step_in_tc_split_bf16(STEP_IN_PARAMS(bf16), float *scratch, unsigned *count) {
+    step_in<16, STEP_MAXB, 1, TILE_SPLIT, bf16>(STEP_IN_ARGS, TileParts{scratch, count});
 }
 
 // step_scan_f32: a warp per (channel c, sequence b); grid (ceil(E /

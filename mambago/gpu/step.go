@@ -123,13 +123,13 @@ func scanBatchPays(E, SMs int) bool {
 // gemvLaunch is how one GEMV of kernels/step.cu runs: the entry (gemv or
 // step_in, with one or four rows to a warp group, or on the tensor cores),
 // its grid and block, and its split (for the tensor-core entries, the
-// block's warps). A tensor-core entry's grid is (tiles, parts): each tile's
+// block's warps). A _tc_split entry's grid is (tiles, parts): each tile's
 // k split over parts blocks.
 type gemvLaunch struct {
 	kernel      string
 	grid, block cuda.Dim3
 	split       int
-	tile        bool // a tensor-core entry: it takes the scratch of its parts
+	splitK      bool // a _tc_split entry: it takes the scratch of its parts
 }
 
 // tileScratch is what the decode step's tensor-core GEMVs split along k
@@ -149,16 +149,16 @@ func (e *Engine) tileScratch() (floats, counters int) {
 
 // scratch is the f32 scratch of p's parts along k, in floats (0 unsplit).
 func (p gemvLaunch) scratch() int {
-	if !p.tile || p.grid.Y < 2 {
+	if !p.splitK {
 		return 0
 	}
 	return p.grid.X * p.grid.Y * tilePartFloats
 }
 
-// launchGEMV launches p's entry with args, and, for a tensor-core entry,
+// launchGEMV launches p's entry with args, and, for a _tc_split entry,
 // the workspace's scratch and counters for its parts along k.
 func (e *Engine) launchGEMV(p gemvLaunch, args ...any) error {
-	if p.tile {
+	if p.splitK {
 		args = append(args, e.ws.tiles.Ptr, e.ws.tileCounts.Ptr)
 	}
 	return e.launchStep(p.kernel, p.grid, p.block, 0, args...)
@@ -184,7 +184,8 @@ func tileParts(tiles, K, warps, SMs, most int) int {
 // "step_in") over B sequences: the tensor-core entry for a bf16 batch where
 // GEMVTensorCores asks for it, K is a multiple of 8 and the rows are
 // GEMVTensorCoreRows or more, with blocks of GEMVTileWarps warps, each
-// tile's k split over up to GEMVTileParts blocks (tileParts); else the
+// tile's k split over up to GEMVTileParts blocks (tileParts: the
+// _tc_split entries where it splits); else the
 // split by gemvSplit unless GEMVSplit fixes it, GEMVRows rows to a group
 // for GEMVs of 1024 rows or more, and the one-sequence entry at B=1 where
 // GEMVOneSequence asks for it.
@@ -196,9 +197,12 @@ func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 		if e.dev != nil {
 			sms = e.dev.SMs
 		}
-		parts := tileParts(tiles, K, warps, sms, min(max(e.GEMVTileParts, 1), tileMaxParts))
-		return gemvLaunch{kernel: e.typed(kernel + "_tc"), grid: cuda.Dim3{X: min(tiles, 65535), Y: parts, Z: 1},
-			block: cuda.D1(32 * warps), split: warps, tile: true}
+		p := gemvLaunch{kernel: e.typed(kernel + "_tc"), grid: cuda.D1(min(tiles, 65535)), block: cuda.D1(32 * warps),
+			split: warps}
+		if parts := tileParts(tiles, K, warps, sms, min(max(e.GEMVTileParts, 1), tileMaxParts)); parts > 1 {
+			p.kernel, p.grid.Y, p.splitK = e.typed(kernel+"_tc_split"), parts, true
+		}
+		return p
 	}
 	split := gemvSplit(rows, K, e.dt.Size())
 	if e.GEMVSplit > 0 {

@@ -86,13 +86,14 @@ func TestTileParts(t *testing.T) {
 	}
 	e := &Engine{dt: cuda.BF16, dev: &cuda.Device{SMs: 132}, GEMVTensorCores: true, GEMVTileWarps: 16, GEMVTileParts: 8}
 	p := e.gemvPlan("gemv", 160, 4096, 8)
-	if p.grid.X != 10 || p.grid.Y != 8 || p.scratch() != 10*8*tilePartFloats {
-		t.Errorf("1.4b x_proj: grid %v, scratch %d floats; want (10, 8), %d", p.grid, p.scratch(), 10*8*tilePartFloats)
+	if p.kernel != "gemv_tc_split_bf16" || p.grid.X != 10 || p.grid.Y != 8 || p.scratch() != 10*8*tilePartFloats {
+		t.Errorf("1.4b x_proj: %s, grid %v, scratch %d floats; want gemv_tc_split_bf16, (10, 8), %d", p.kernel, p.grid,
+			p.scratch(), 10*8*tilePartFloats)
 	}
-	if p := e.gemvPlan("gemv", 2048, 4096, 8); p.grid.Y != 1 || p.scratch() != 0 {
-		t.Errorf("1.4b out_proj: grid %v, scratch %d floats; want no split", p.grid, p.scratch())
+	if p := e.gemvPlan("gemv", 2048, 4096, 8); p.kernel != "gemv_tc_bf16" || p.grid.Y != 1 || p.scratch() != 0 {
+		t.Errorf("1.4b out_proj: %s, grid %v, scratch %d floats; want gemv_tc_bf16 unsplit", p.kernel, p.grid, p.scratch())
 	}
-	if p := e.gemvPlan("gemv", 2048, 4096, 1); p.tile || p.scratch() != 0 {
+	if p := e.gemvPlan("gemv", 2048, 4096, 1); p.splitK || p.scratch() != 0 {
 		t.Errorf("one sequence: %+v, scratch %d; want the FMA entry and none", p, p.scratch())
 	}
 }
