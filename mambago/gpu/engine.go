@@ -274,7 +274,8 @@ type Engine struct {
 	// tensor-core GEMV may split each tile's k over, where its tiles are
 	// too few to give every SM two blocks (out_proj, x_proj); the tile's
 	// last block sums the parts in order (the same bits whichever is last).
-	// New sets 1: no split. Set it before capturing a step graph.
+	// New sets 8 where x_proj's rows are 4096 or more long, else 1
+	// (defaultTileParts). Set it before capturing a step graph.
 	GEMVTileParts int
 	// DecodeScanBatch runs a decode step's scan for two or more sequences
 	// with a warp a channel for all of them (kernels/step.cu's
@@ -298,7 +299,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8, GEMVTileWarps: 16, GEMVTileParts: 1, DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
+		GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8, GEMVTileWarps: 16, GEMVTileParts: defaultTileParts(w.Config.Inner), DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
 		AutoXProj: true, InPlaceReplays: true}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4

@@ -180,6 +180,19 @@ func tileParts(tiles, K, warps, SMs, most int) int {
 	return parts
 }
 
+// defaultTileParts is New's Engine.GEMVTileParts for E channels (x_proj's
+// K): 8 from 4096 up, else 1. Measured on the H200 (BenchmarkDecodeBatchSettings,
+// bf16 steps of 8 sequences, 2026-12-03, at New's other settings), x_proj's
+// tiles whole and split: 130m (K 1536, 2 parts) 584.0 and 594.9 µs a step,
+// 370m (2048, 4 parts) 1227.9 and 1249.7, 1.4b (4096, 8 parts) 2340.1 and
+// 2302.7, 2.8b (5120, 8 parts) 4683.9 and 4577.9.
+func defaultTileParts(E int) int {
+	if E >= 4096 {
+		return tileMaxParts
+	}
+	return 1
+}
+
 // gemvPlan lays out a GEMV of rows rows of K weights for kernel ("gemv" or
 // "step_in") over B sequences: the tensor-core entry for a bf16 batch where
 // GEMVTensorCores asks for it, K is a multiple of 8 and the rows are

@@ -20,6 +20,17 @@ func TestScanBatchPays(t *testing.T) {
 	}
 }
 
+// TestDefaultTileParts checks New's split of x_proj's tiles along k, by
+// the model's channels: none at 130m's 1536 and 370m's 2048 (measured
+// slower), 8 from 1.4b's 4096 up.
+func TestDefaultTileParts(t *testing.T) {
+	for _, c := range []struct{ E, want int }{{1536, 1}, {2048, 1}, {4095, 1}, {4096, 8}, {5120, 8}} {
+		if got := defaultTileParts(c.E); got != c.want {
+			t.Errorf("defaultTileParts(%d) = %d, want %d", c.E, got, c.want)
+		}
+	}
+}
+
 // TestGEMVPlanTensorCores checks, without a GPU, which decode GEMVs take the
 // tensor-core entries: a bf16 batch of two or more sequences with K a
 // multiple of 8, GEMVTensorCores set and GEMVTensorCoreRows rows or more,
