@@ -260,8 +260,8 @@ __device__ __forceinline__ void split3(float a, float b, unsigned &hi, unsigned 
 
 // TileParts is the scratch of a tensor-core GEMV whose tiles are split
 // along k over gridDim.y blocks: scratch [tiles][gridDim.y][STEP_TILE_PART]
-// f32 and count [tiles], counters that are zero between launches. Unused
-// (and may be null) at gridDim.y 1.
+// f32 and count [tiles], counters that are zero between launches. The
+// whole-tile entries take none.
 struct TileParts {
     float *scratch;
     unsigned *count;
@@ -584,26 +584,26 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
         const float *__restrict__ in_bias, const float *__restrict__ conv_w, const float *__restrict__ conv_b, \
         float *__restrict__ win, float *__restrict__ xz, int B, int d, int E, int K, int split
 #define STEP_IN_ARGS h, normw, eps, W, in_bias, conv_w, conv_b, win, xz, B, d, E, K, split
-#define STEP_GEMV(sfx, T)                                                                                      \
-    extern "C" __global__ void gemv_##sfx(GEMV_PARAMS(T)) { gemv<1, STEP_MAXB, 1, TILE_NONE, T>(GEMV_ARGS); }      \
-    extern "C" __global__ void gemv_r4_##sfx(GEMV_PARAMS(T)) { gemv<4, STEP_MAXB, 1, TILE_NONE, T>(GEMV_ARGS); }   \
-    extern "C" __global__ void gemv_b1_##sfx(GEMV_PARAMS(T)) {                                                \
-        gemv<1, 1, STEP_UNROLL_B1, TILE_NONE, T>(GEMV_ARGS);                                                      \
-    }                                                                                                          \
-    extern "C" __global__ void gemv_r4_b1_##sfx(GEMV_PARAMS(T)) {                                             \
-        gemv<4, 1, STEP_UNROLL_B1, TILE_NONE, T>(GEMV_ARGS);                                                      \
-    }                                                                                                          \
-    extern "C" __global__ void step_in_##sfx(STEP_IN_PARAMS(T)) {                                             \
-        step_in<1, STEP_MAXB, 1, TILE_NONE, T>(STEP_IN_ARGS);                                                     \
-    }                                                                                                          \
-    extern "C" __global__ void step_in_r4_##sfx(STEP_IN_PARAMS(T)) {                                          \
-        step_in<4, STEP_MAXB, 1, TILE_NONE, T>(STEP_IN_ARGS);                                                     \
-    }                                                                                                          \
-    extern "C" __global__ void step_in_b1_##sfx(STEP_IN_PARAMS(T)) {                                          \
-        step_in<1, 1, STEP_UNROLL_B1, TILE_NONE, T>(STEP_IN_ARGS);                                                \
-    }                                                                                                          \
-    extern "C" __global__ void step_in_r4_b1_##sfx(STEP_IN_PARAMS(T)) {                                       \
-        step_in<4, 1, STEP_UNROLL_B1, TILE_NONE, T>(STEP_IN_ARGS);                                                \
+#define STEP_GEMV(sfx, T)                                                                                        \
+    extern "C" __global__ void gemv_##sfx(GEMV_PARAMS(T)) { gemv<1, STEP_MAXB, 1, TILE_NONE, T>(GEMV_ARGS); }    \
+    extern "C" __global__ void gemv_r4_##sfx(GEMV_PARAMS(T)) { gemv<4, STEP_MAXB, 1, TILE_NONE, T>(GEMV_ARGS); } \
+    extern "C" __global__ void gemv_b1_##sfx(GEMV_PARAMS(T)) {                                                   \
+        gemv<1, 1, STEP_UNROLL_B1, TILE_NONE, T>(GEMV_ARGS);                                                     \
+    }                                                                                                            \
+    extern "C" __global__ void gemv_r4_b1_##sfx(GEMV_PARAMS(T)) {                                                \
+        gemv<4, 1, STEP_UNROLL_B1, TILE_NONE, T>(GEMV_ARGS);                                                     \
+    }                                                                                                            \
+    extern "C" __global__ void step_in_##sfx(STEP_IN_PARAMS(T)) {                                                \
+        step_in<1, STEP_MAXB, 1, TILE_NONE, T>(STEP_IN_ARGS);                                                    \
+    }                                                                                                            \
+    extern "C" __global__ void step_in_r4_##sfx(STEP_IN_PARAMS(T)) {                                             \
+        step_in<4, STEP_MAXB, 1, TILE_NONE, T>(STEP_IN_ARGS);                                                    \
+    }                                                                                                            \
+    extern "C" __global__ void step_in_b1_##sfx(STEP_IN_PARAMS(T)) {                                             \
+        step_in<1, 1, STEP_UNROLL_B1, TILE_NONE, T>(STEP_IN_ARGS);                                               \
+    }                                                                                                            \
+    extern "C" __global__ void step_in_r4_b1_##sfx(STEP_IN_PARAMS(T)) {                                          \
+        step_in<4, 1, STEP_UNROLL_B1, TILE_NONE, T>(STEP_IN_ARGS);                                               \
     }
 EACH_DTYPE(STEP_GEMV)
 
