@@ -97,35 +97,35 @@ func BenchmarkGEMVOneSequence(b *testing.B) {
 // rows of 2048, out_proj's 2048 of 4096, x_proj's 160 of 4096, the LM
 // head's 50280 of 2048): the FMA entry the engine takes without tensor
 // cores (gemv_r4_ at split 2, or gemv_ at split 8 below 1024 rows) against
-// the tensor-core entry (gemv_tc_) in builds of STEP_TILE_U (slices a warp
-// loads at once) and block shapes (warps, and blocks an SM through
-// STEP_TILE_MINB's register bound). With GEMV_BASE_SOURCE (a file holding
-// another version's kernels.Source("step.cu")), that version's tensor-core
-// entry at 8 warps comes first among them. Each build's output must match
-// the FMA entry's. The weights rotate over copies that together exceed
-// L2, as a step's layers do; the builds take turns (9 rounds of 20
-// launches, CUDA events), and each logs its median launch in µs, its ratio
-// to the FMA entry's and the weights' rate against the H200's 4.8 TB/s.
+// the tensor-core entries at 16 warps a tile, whole (gemv_tc_) and with
+// each tile's k split over 2, 4 and 8 blocks (gemv_tc_split_;
+// gpu.Engine.GEMVTileParts), and at 8 warps whole. With GEMV_BASE_SOURCE (a
+// file holding another version's kernels.Source("step.cu")), that
+// version's gemv_tc_ at 16 warps comes first among them.
+// Each build's output must match the FMA entry's. The weights rotate over
+// copies that together exceed L2, as a step's layers do; the builds take
+// turns (9 rounds of 20 launches, CUDA events), and each logs its median
+// launch in µs, its ratio to the FMA entry's and the weights' rate against
+// the H200's 4.8 TB/s.
 func BenchmarkGEMVBatch(b *testing.B) {
 	const B, rounds, runs = 8, 9, 20
 	d, _, s, src, timer := kernelBench(b, "step.cu")
 	type build struct {
-		name  string
-		mod   *cuda.Module
-		warps int
+		name         string
+		mod          *cuda.Module
+		warps, parts int
 	}
-	builds := []build{{"fma", loadSource(b, d, src, "step.cu"), 8}}
+	mod := loadSource(b, d, src, "step.cu")
+	builds := []build{{"fma", mod, 8, 1}}
 	if path := os.Getenv("GEMV_BASE_SOURCE"); path != "" {
 		base, err := os.ReadFile(path)
 		if err != nil {
 			b.Fatal(err)
 		}
-		builds = append(builds, build{"base", loadSource(b, d, string(base), "step.cu"), 8})
+		builds = append(builds, build{"base", loadSource(b, d, string(base), "step.cu"), 16, 1})
 	}
-	for _, v := range []struct{ u, warps, minb int }{{2, 8, 1}, {4, 8, 1}, {2, 8, 4}, {2, 16, 2}, {4, 16, 1}} {
-		opts := []string{fmt.Sprintf("-DSTEP_TILE_U=%d", v.u), fmt.Sprintf("-DSTEP_TILE_THREADS=%d", 32*v.warps),
-			fmt.Sprintf("-DSTEP_TILE_MINB=%d", v.minb)}
-		builds = append(builds, build{fmt.Sprintf("tc u%d w%d m%d", v.u, v.warps, v.minb), loadSource(b, d, src, "step.cu", opts...), v.warps})
+	for _, v := range []struct{ warps, parts int }{{16, 1}, {16, 2}, {16, 4}, {16, 8}, {8, 1}} {
+		builds = append(builds, build{fmt.Sprintf("tc w%d p%d", v.warps, v.parts), mod, v.warps, v.parts})
 	}
 	for range b.N {
 		for _, sh := range []struct {
@@ -136,10 +136,14 @@ func BenchmarkGEMVBatch(b *testing.B) {
 			ws := rotatingWeights(b, s, sh.rows, sh.K)
 			x, bias := upload(b, s, randn(B*sh.K, 1)), upload(b, s, randn(sh.rows, 1))
 			out := poisoned(b, s, B*sh.rows)
+			tiles := (sh.rows + 15) / 16
+			scratch, count := upload(b, s, make([]float32, tiles*8*144)), upload(b, s, make([]float32, tiles))
 			launches := make([]func() error, len(builds))
 			for i, bd := range builds {
 				kernel, split, per := "gemv_r4_bf16", 2, 16 // per: rows a block
 				switch {
+				case bd.parts > 1:
+					kernel, split = "gemv_tc_split_bf16", bd.warps
 				case i > 0:
 					kernel, split = "gemv_tc_bf16", bd.warps
 				case sh.rows < 1024:
@@ -149,12 +153,15 @@ func BenchmarkGEMVBatch(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				grid, next := cuda.D1((sh.rows+per-1)/per), 0
+				grid, next := cuda.Dim3{X: (sh.rows + per - 1) / per, Y: bd.parts, Z: 1}, 0
 				launches[i] = func() error {
 					w := ws[next%len(ws)]
 					next++
-					return f.Launch(grid, cuda.D1(32*bd.warps), 0, s, x.Ptr, sh.K, cuda.Ptr(0), float32(0), w.Ptr, bias.Ptr,
-						out.Ptr, sh.rows, 0, B, sh.K, sh.rows, split)
+					args := []any{x.Ptr, sh.K, cuda.Ptr(0), float32(0), w.Ptr, bias.Ptr, out.Ptr, sh.rows, 0, B, sh.K, sh.rows, split}
+					if kernel == "gemv_tc_split_bf16" {
+						args = append(args, scratch.Ptr, count.Ptr)
+					}
+					return f.Launch(grid, cuda.D1(32*bd.warps), 0, s, args...)
 				}
 			}
 			// Every build's output against the FMA entry's (which the tests
@@ -186,7 +193,7 @@ func BenchmarkGEMVBatch(b *testing.B) {
 					100*bytes/(m*1e-3)/4.8e12)
 			}
 			b.Log(line)
-			for _, buf := range append(ws, x, bias, out) {
+			for _, buf := range append(ws, x, bias, out, scratch, count) {
 				buf.Free()
 			}
 		}

@@ -631,7 +631,9 @@ func bf16Bits(v []float32) (rounded []float32, packed []float32) {
 // accumulating, on the vector path (K a multiple of 16 bytes' worth of
 // weights) and the scalar one, in f32 and bf16 weights; and the tensor-core
 // entry (gemv_tc_bf16) where K is a multiple of 8 (136 is not one of 32,
-// so some of a warp's lanes load past K while the warp's products run on).
+// so some of a warp's lanes load past K while the warp's products run on),
+// at 8 and 16 warps, whole (gemv_tc_bf16) and with each tile's k split
+// over 1, 2 and 4 blocks (gemv_tc_split_bf16).
 func TestGEMVKernel(t *testing.T) {
 	fn, s := gpu(t)
 	for _, sfx := range []string{"f32", "bf16"} {
@@ -723,25 +725,41 @@ func testGEMVKernel(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream
 			if e := relErr(got, want); e > 1e-5 {
 				t.Errorf("%s: rel err %.3g", name, e)
 			}
-			// The tensor-core entry (bf16, K a multiple of 8), once
-			// for each K and case and block of 8 or 16 warps: its
-			// blocks of 16 rows split k over their warps.
+			// The tensor-core entries (bf16, K a multiple of 8), once
+			// for each K and case and block of 8 or 16 warps:
+			// gemv_tc_bf16, and gemv_tc_split_bf16 with each tile's k
+			// split over 1, 2 or 4 blocks (at K = 64 some of them get
+			// none), whose counters must be zero again after.
 			if sfx != "bf16" || K%8 != 0 || sp.split != 8 || sp.rows != 1 {
 				continue
 			}
+			tiles := (tc.rows + 15) / 16
 			for _, warps := range []int{8, 16} {
-				bt := poisoned(t, s, tc.B*tc.rows)
-				if tc.accu {
-					bt = upload(t, s, out0)
-				}
-				if err := fn("gemv_tc_bf16").Launch(cuda.D1((tc.rows+15)/16), cuda.D1(32*warps), 0, s, bx.Ptr, ldx, nptr,
-					float32(eps), bW.Ptr, bb.Ptr, bt.Ptr, tc.rows, accu, tc.B, K, tc.rows, warps); err != nil {
-					t.Fatal(err)
-				}
-				if e := relErr(download(t, s, bt, tc.B*tc.rows), want); e > 1e-5 {
-					t.Errorf("gemv_tc_bf16 K=%d %d warps %+v: rel err %.3g", K, warps, tc, e)
-				} else {
-					t.Logf("gemv_tc_bf16 K=%d %d warps %+v: rel err %.3g", K, warps, tc, e)
+				for _, parts := range []int{0, 1, 2, 4} { // 0: gemv_tc_bf16, else gemv_tc_split_bf16
+					bt := poisoned(t, s, tc.B*tc.rows)
+					if tc.accu {
+						bt = upload(t, s, out0)
+					}
+					scratch, count := poisoned(t, s, tiles*max(parts, 1)*144), upload(t, s, make([]float32, tiles))
+					kernel, grid := "gemv_tc_bf16", cuda.D1(tiles)
+					args := []any{bx.Ptr, ldx, nptr, float32(eps), bW.Ptr, bb.Ptr, bt.Ptr, tc.rows, accu, tc.B, K, tc.rows, warps}
+					if parts > 0 {
+						kernel, grid.Y, args = "gemv_tc_split_bf16", parts, append(args, scratch.Ptr, count.Ptr)
+					}
+					if err := fn(kernel).Launch(grid, cuda.D1(32*warps), 0, s, args...); err != nil {
+						t.Fatal(err)
+					}
+					name := fmt.Sprintf("%s K=%d %d warps %d parts %+v", kernel, K, warps, grid.Y, tc)
+					if e := relErr(download(t, s, bt, tc.B*tc.rows), want); e > 1e-5 {
+						t.Errorf("%s: rel err %.3g", name, e)
+					} else {
+						t.Logf("%s: rel err %.3g", name, e)
+					}
+					for i, v := range download(t, s, count, tiles) {
+						if math.Float32bits(v) != 0 {
+							t.Errorf("%s: tile %d's counter left at %d", name, i, math.Float32bits(v))
+						}
+					}
 				}
 			}
 		}

@@ -248,6 +248,66 @@ __device__ __forceinline__ void split3(float a, float b, unsigned &hi, unsigned 
 
 // STEP_TILE_MAXW: the most warps a tensor-core GEMV's block may have.
 #define STEP_TILE_MAXW 16
+// The TILE argument of gemv and step_in: rows to warp groups (group_rows),
+// whole tiles on the tensor cores, or tiles split along k over gridDim.y
+// blocks (group_tile).
+#define TILE_NONE 0
+#define TILE_WHOLE 1
+#define TILE_SPLIT 2
+// STEP_TILE_PART: the floats a tile's part takes in TileParts.scratch:
+// its 16 rows by 8 sequences of sums, then 8 sequences' sums of squares.
+#define STEP_TILE_PART 144
+
+// TileParts is the scratch of a tensor-core GEMV whose tiles are split
+// along k over gridDim.y blocks: scratch [tiles][gridDim.y][STEP_TILE_PART]
+// f32 and count [tiles], counters that are zero between launches. The
+// whole-tile entries take none.
+struct TileParts {
+    float *scratch;
+    unsigned *count;
+};
+
+// tile_kspan is the block's part of k in a tensor-core GEMV: with SPLIT,
+// split along k over gridDim.y blocks (part blockIdx.y), kbeg .. kend - 1,
+// whole slices of 32 as evenly as they go; else all of it.
+template <bool SPLIT>
+__device__ __forceinline__ void tile_kspan(int K, int &kbeg, int &kend) {
+    if constexpr (!SPLIT) {
+        kbeg = 0, kend = K;
+        return;
+    }
+    int per = ((K + 31) / 32 + gridDim.y - 1) / gridDim.y;
+    kbeg = min(K, 32 * per * (int)blockIdx.y), kend = min(K, kbeg + 32 * per);
+}
+
+// tile_parts_last, in a tile's first warp, stores this block's part p of
+// tile's sums (v and q as group_tile's first warp holds them) and counts
+// it in. For the tile's last block to count in, it then sums the parts in
+// order 0 .. parts - 1 into v and q (the same bits whichever block is
+// last), resets the counter and returns true; other blocks return false.
+__device__ __forceinline__ bool tile_parts_last(const TileParts &tp, int tile, int parts, int p, int lane,
+                                                float (&v)[4], float (&q)[2]) {
+    const int g = lane >> 2, t = lane & 3;
+    float *mine = tp.scratch + ((size_t)tile * parts + p) * STEP_TILE_PART;
+#pragma unroll
+    for (int i = 0; i < 4; i++) mine[32 * i + lane] = v[i];
+    if (g == 0) mine[128 + 2 * t] = q[0], mine[129 + 2 * t] = q[1];
+    __threadfence();  // the part before the count
+    __syncwarp();
+    unsigned last = 0;
+    if (lane == 0) last = atomicAdd(tp.count + tile, 1u) == (unsigned)parts - 1;
+    if (!__shfl_sync(0xffffffffu, last, 0)) return false;
+    __threadfence();  // every part counted in before this is seen
+    const float *all = tp.scratch + (size_t)tile * parts * STEP_TILE_PART;
+    v[0] = v[1] = v[2] = v[3] = q[0] = q[1] = 0.f;
+    for (int j = 0; j < parts; j++, all += STEP_TILE_PART) {
+#pragma unroll
+        for (int i = 0; i < 4; i++) v[i] += __ldcg(all + 32 * i + lane);
+        q[0] += __ldcg(all + 128 + 2 * t), q[1] += __ldcg(all + 129 + 2 * t);
+    }
+    if (lane == 0) tp.count[tile] = 0;  // for the next launch
+    return true;
+}
 
 // group_tile is group_rows on the tensor cores, for a batch of sequences
 // (the _tc entries; Engine.GEMVTensorCores): the block's warps (split of
@@ -268,15 +328,22 @@ __device__ __forceinline__ void split3(float a, float b, unsigned &hi, unsigned 
 // 16-byte aligned (gemvPlan picks these entries only then). For the 512
 // weights of 16 rows and a slice a warp issues six products, where the
 // FMA entries spend an FMA a weight and sequence (4096 at B = 8) besides
-// widening each weight.
-template <class T, class Load, class Body>
+// widening each weight. With SPLIT (the _tc_split entries) a block takes
+// only part blockIdx.y of k (tile_kspan), and the tile's last block to
+// finish sums the parts in tp and runs the body (tile_parts_last); without
+// it gridDim.y must be 1, and tp is unused.
+template <bool SPLIT, class T, class Load, class Body>
 __device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const float *__restrict__ x, int ldx,
                                            const float *__restrict__ normw, float eps, int B, int rows, int split,
-                                           Load load, Body body) {
+                                           const TileParts &tp, Load load, Body body) {
     static_assert(sizeof(T) == 2, "the tensor-core GEMV takes 16-bit weights");
     if (K % 8 != 0 || ldx % 4 != 0 || B > 8 || split > STEP_TILE_MAXW || 32 * split != blockDim.x) __trap();
     __shared__ float part[STEP_TILE_MAXW][4][32], sqpart[STEP_TILE_MAXW][8];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int parts = gridDim.y, p = blockIdx.y;
+    int kbeg, kend;
+    tile_kspan<SPLIT>(K, kbeg, kend);
+    if (SPLIT ? tp.scratch == nullptr || tp.count == nullptr : parts != 1) __trap();
     for (int n0 = blockIdx.x * 16; n0 < rows; n0 += gridDim.x * 16) {
         if (warp == 0) load(n0);
         cp_async_commit();
@@ -286,13 +353,13 @@ __device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const
         float acc[2][4] = {}, ss = 0.f;
         // k0 is the same in every lane of a warp, and so is the trip count:
         // mma.sync needs the whole warp.
-        for (int k0 = 32 * warp; k0 < K; k0 += 32 * split * STEP_TILE_U) {
+        for (int k0 = kbeg + 32 * warp; k0 < kend; k0 += 32 * split * STEP_TILE_U) {
             uint4 wa[STEP_TILE_U], wb[STEP_TILE_U];
             float4 xv[STEP_TILE_U][2];
 #pragma unroll
             for (int u = 0; u < STEP_TILE_U; u++) {
                 int k = k0 + 32 * split * u + 8 * t;
-                bool in = k < K;
+                bool in = k < kend;
                 wa[u] = row0 && in ? *reinterpret_cast<const uint4 *>(w0 + k) : make_uint4(0, 0, 0, 0);
                 wb[u] = row1 && in ? *reinterpret_cast<const uint4 *>(w1 + k) : make_uint4(0, 0, 0, 0);
                 xv[u][0] = seq && in ? *reinterpret_cast<const float4 *>(xg + k) : make_float4(0.f, 0.f, 0.f, 0.f);
@@ -305,7 +372,7 @@ __device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const
                               xv[u][1].x, xv[u][1].y, xv[u][1].z, xv[u][1].w};
                 if (normw) {
                     float nw[8] = {};
-                    if (k < K) {
+                    if (k < kend) {
                         unpack(normw + k, nw);
                         unpack(normw + k + 4, nw + 4);
                     }
@@ -345,7 +412,8 @@ __device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const
         __syncthreads();  // part is free for the next rows
         cp_async_wait<0>();  // load's copies, seen by the whole warp
         __syncwarp();
-        if (warp == 0) {
+        // Split along k, the tile's last block to finish sums the parts.
+        if (warp == 0 && (!SPLIT || tile_parts_last(tp, n0 / 16, parts, p, lane, v, q))) {
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 int r = g + 8 * (i / 2), b = 2 * t + i % 2;
@@ -358,15 +426,16 @@ __device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const
 }
 
 // group runs a GEMV's rows as group_rows does, ROWS to a warp group, or,
-// with TILE, as group_tile does (ROWS is then 16, the tile's, and split
-// the block's warps).
-template <int ROWS, int MAXB, int UNROLL, bool TILE, class T, class Load, class Body>
+// with TILE (TILE_WHOLE or TILE_SPLIT), as group_tile does (ROWS is then
+// 16, the tile's, split the block's warps, and tp the scratch of its parts
+// along k).
+template <int ROWS, int MAXB, int UNROLL, int TILE, class T, class Load, class Body>
 __device__ __forceinline__ void group(const T *__restrict__ W, int K, const float *__restrict__ x, int ldx,
                                       const float *__restrict__ normw, float eps, int B, int rows, int split,
-                                      Load load, Body body) {
+                                      const TileParts &tp, Load load, Body body) {
     if constexpr (TILE) {
         static_assert(ROWS == 16, "a tile is 16 rows");
-        group_tile<T>(W, K, x, ldx, normw, eps, B, rows, split, load, body);
+        group_tile<TILE == TILE_SPLIT, T>(W, K, x, ldx, normw, eps, B, rows, split, tp, load, body);
     } else {
         group_rows<ROWS, MAXB, UNROLL>(W, K, x, ldx, normw, eps, B, rows, split, load, body);
     }
@@ -376,14 +445,23 @@ __device__ __forceinline__ void group(const T *__restrict__ W, int K, const floa
 // launch: it lets the next kernel start, asks L2 for the weights of the
 // warp's first row (read-only, so safe before the wait), then waits for the
 // previous kernel's results.
-// With TILE (group_tile's blocks) it asks for the block's first 16 rows.
-template <int ROWS, bool TILE, class T>
+// With TILE (group_tile's blocks) it asks for the block's first 16 rows,
+// with TILE_SPLIT only its part of k in them.
+template <int ROWS, int TILE, class T>
 __device__ __forceinline__ void pdl_start(const T *W, int K, int rows, int split) {
     pdl_release();
     constexpr size_t LINE = 128 / sizeof(T);  // weights to a 128-byte line
-    if constexpr (TILE) {
+    if constexpr (TILE == TILE_WHOLE) {
         size_t n0 = (size_t)blockIdx.x * 16, end = min((size_t)rows, n0 + 16) * K;
         for (size_t i = n0 * K + threadIdx.x * LINE; i < end; i += blockDim.x * LINE) prefetch_l2(W + i);
+    } else if constexpr (TILE == TILE_SPLIT) {
+        int kbeg, kend;
+        tile_kspan<true>(K, kbeg, kend);
+        int span = (kend - kbeg + (int)LINE - 1) / (int)LINE;  // lines a row
+        for (int i = threadIdx.x; i < 16 * span; i += blockDim.x) {
+            size_t n = (size_t)blockIdx.x * 16 + i / span;
+            if (n < (size_t)rows) prefetch_l2(W + n * K + kbeg + (size_t)(i % span) * LINE);
+        }
     } else {
         int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
         int n = blockIdx.x * (STEP_WARPS / split * ROWS) + warp / split * ROWS;
@@ -395,10 +473,10 @@ __device__ __forceinline__ void pdl_start(const T *W, int K, int rows, int split
 
 // gemv: out[b, n] (+)= sum_k W[n, k] * x'[b, k] + bias[n] for n < rows, with
 // x' as in group_rows; bias may be nullptr; accumulate adds to out.
-template <int ROWS, int MAXB, int UNROLL, bool TILE, class T>
+template <int ROWS, int MAXB, int UNROLL, int TILE, class T>
 __device__ void gemv(const float *x, int ldx, const float *__restrict__ normw, float eps, const T *__restrict__ W,
                      const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows,
-                     int split) {
+                     int split, TileParts tp = {}) {
     if (B > MAXB) __trap();  // gpu's gemvPlan picks a one-sequence entry only for B = 1
     pdl_start<ROWS, TILE>(W, K, rows, split);
     // The group's copies: mine[b][r] = {bias[n], out[b, n] when
@@ -416,18 +494,18 @@ __device__ void gemv(const float *x, int ldx, const float *__restrict__ normw, f
             cp_async<4>(&mine[b][r][kind], src, full);
         }
     };
-    group<ROWS, MAXB, UNROLL, TILE>(W, K, x, ldx, normw, eps, B, rows, split, load, [&](int n, int b, int r, float v) {
+    group<ROWS, MAXB, UNROLL, TILE>(W, K, x, ldx, normw, eps, B, rows, split, tp, load, [&](int n, int b, int r, float v) {
         v += mine[b][r][0];
         out[(size_t)b * ldo + n] = accumulate ? mine[b][r][1] + v : v;
     });
 }
 
 // step_in: the block's first stages, from the residual stream h to xz.
-template <int ROWS, int MAXB, int UNROLL, bool TILE, class T>
+template <int ROWS, int MAXB, int UNROLL, int TILE, class T>
 __device__ void step_in(const float *__restrict__ h, const float *__restrict__ normw, float eps,
                         const T *__restrict__ W, const float *__restrict__ in_bias, const float *__restrict__ conv_w,
                         const float *__restrict__ conv_b, float *__restrict__ win, float *__restrict__ xz, int B,
-                        int d, int E, int K, int split) {
+                        int d, int E, int K, int split, TileParts tp = {}) {
     if (B > MAXB) __trap();  // as in gemv
     pdl_start<ROWS, TILE>(W, d, 2 * E, split);
     // The group's copies for sequence b and row n = n0 + r: in_bias[n], and
@@ -459,7 +537,7 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
             }
         }
     };
-    group<ROWS, MAXB, UNROLL, TILE>(W, d, h, d, normw, eps, B, 2 * E, split, load, [&](int n, int b, int r, float v) {
+    group<ROWS, MAXB, UNROLL, TILE>(W, d, h, d, normw, eps, B, 2 * E, split, tp, load, [&](int n, int b, int r, float v) {
         const Pre &p = mine[b][r];
         v += p.bias;
         float *row = xz + (size_t)b * 2 * E;
@@ -506,33 +584,35 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
         const float *__restrict__ in_bias, const float *__restrict__ conv_w, const float *__restrict__ conv_b, \
         float *__restrict__ win, float *__restrict__ xz, int B, int d, int E, int K, int split
 #define STEP_IN_ARGS h, normw, eps, W, in_bias, conv_w, conv_b, win, xz, B, d, E, K, split
-#define STEP_GEMV(sfx, T)                                                                                      \
-    extern "C" __global__ void gemv_##sfx(GEMV_PARAMS(T)) { gemv<1, STEP_MAXB, 1, false, T>(GEMV_ARGS); }      \
-    extern "C" __global__ void gemv_r4_##sfx(GEMV_PARAMS(T)) { gemv<4, STEP_MAXB, 1, false, T>(GEMV_ARGS); }   \
-    extern "C" __global__ void gemv_b1_##sfx(GEMV_PARAMS(T)) {                                                \
-        gemv<1, 1, STEP_UNROLL_B1, false, T>(GEMV_ARGS);                                                      \
-    }                                                                                                          \
-    extern "C" __global__ void gemv_r4_b1_##sfx(GEMV_PARAMS(T)) {                                             \
-        gemv<4, 1, STEP_UNROLL_B1, false, T>(GEMV_ARGS);                                                      \
-    }                                                                                                          \
-    extern "C" __global__ void step_in_##sfx(STEP_IN_PARAMS(T)) {                                             \
-        step_in<1, STEP_MAXB, 1, false, T>(STEP_IN_ARGS);                                                     \
-    }                                                                                                          \
-    extern "C" __global__ void step_in_r4_##sfx(STEP_IN_PARAMS(T)) {                                          \
-        step_in<4, STEP_MAXB, 1, false, T>(STEP_IN_ARGS);                                                     \
-    }                                                                                                          \
-    extern "C" __global__ void step_in_b1_##sfx(STEP_IN_PARAMS(T)) {                                          \
-        step_in<1, 1, STEP_UNROLL_B1, false, T>(STEP_IN_ARGS);                                                \
-    }                                                                                                          \
-    extern "C" __global__ void step_in_r4_b1_##sfx(STEP_IN_PARAMS(T)) {                                       \
-        step_in<4, 1, STEP_UNROLL_B1, false, T>(STEP_IN_ARGS);                                                \
+#define STEP_GEMV(sfx, T)                                                                                        \
+    extern "C" __global__ void gemv_##sfx(GEMV_PARAMS(T)) { gemv<1, STEP_MAXB, 1, TILE_NONE, T>(GEMV_ARGS); }    \
+    extern "C" __global__ void gemv_r4_##sfx(GEMV_PARAMS(T)) { gemv<4, STEP_MAXB, 1, TILE_NONE, T>(GEMV_ARGS); } \
+    extern "C" __global__ void gemv_b1_##sfx(GEMV_PARAMS(T)) {                                                   \
+        gemv<1, 1, STEP_UNROLL_B1, TILE_NONE, T>(GEMV_ARGS);                                                     \
+    }                                                                                                            \
+    extern "C" __global__ void gemv_r4_b1_##sfx(GEMV_PARAMS(T)) {                                                \
+        gemv<4, 1, STEP_UNROLL_B1, TILE_NONE, T>(GEMV_ARGS);                                                     \
+    }                                                                                                            \
+    extern "C" __global__ void step_in_##sfx(STEP_IN_PARAMS(T)) {                                                \
+        step_in<1, STEP_MAXB, 1, TILE_NONE, T>(STEP_IN_ARGS);                                                    \
+    }                                                                                                            \
+    extern "C" __global__ void step_in_r4_##sfx(STEP_IN_PARAMS(T)) {                                             \
+        step_in<4, STEP_MAXB, 1, TILE_NONE, T>(STEP_IN_ARGS);                                                    \
+    }                                                                                                            \
+    extern "C" __global__ void step_in_b1_##sfx(STEP_IN_PARAMS(T)) {                                             \
+        step_in<1, 1, STEP_UNROLL_B1, TILE_NONE, T>(STEP_IN_ARGS);                                               \
+    }                                                                                                            \
+    extern "C" __global__ void step_in_r4_b1_##sfx(STEP_IN_PARAMS(T)) {                                          \
+        step_in<4, 1, STEP_UNROLL_B1, TILE_NONE, T>(STEP_IN_ARGS);                                               \
     }
 EACH_DTYPE(STEP_GEMV)
 
 // The tensor-core entries, bf16 only: split3's parts of x in f16 would
 // overflow past 65504, and x here is the residual stream before its norm.
 // Grid ceil(rows / 16), block 32 * split (split up to STEP_TILE_MAXW
-// warps; gpu.Engine.GEMVTileWarps).
+// warps; gpu.Engine.GEMVTileWarps). The _tc_split entries take a grid
+// (ceil(rows / 16), parts): each tile's k split over parts blocks, which
+// sum through scratch and count (TileParts; gpu.Engine.GEMVTileParts).
 // STEP_TILE_THREADS and STEP_TILE_MINB bound their blocks (threads, and
 // blocks an SM, so registers a thread).
 #ifndef STEP_TILE_THREADS
@@ -542,10 +622,18 @@ EACH_DTYPE(STEP_GEMV)
 #define STEP_TILE_MINB 2
 #endif
 extern "C" __global__ void __launch_bounds__(STEP_TILE_THREADS, STEP_TILE_MINB) gemv_tc_bf16(GEMV_PARAMS(bf16)) {
-    gemv<16, STEP_MAXB, 1, true, bf16>(GEMV_ARGS);
+    gemv<16, STEP_MAXB, 1, TILE_WHOLE, bf16>(GEMV_ARGS);
 }
 extern "C" __global__ void __launch_bounds__(STEP_TILE_THREADS, STEP_TILE_MINB) step_in_tc_bf16(STEP_IN_PARAMS(bf16)) {
-    step_in<16, STEP_MAXB, 1, true, bf16>(STEP_IN_ARGS);
+    step_in<16, STEP_MAXB, 1, TILE_WHOLE, bf16>(STEP_IN_ARGS);
+}
+extern "C" __global__ void __launch_bounds__(STEP_TILE_THREADS, STEP_TILE_MINB)
+    gemv_tc_split_bf16(GEMV_PARAMS(bf16), float *scratch, unsigned *count) {
+    gemv<16, STEP_MAXB, 1, TILE_SPLIT, bf16>(GEMV_ARGS, TileParts{scratch, count});
+}
+extern "C" __global__ void __launch_bounds__(STEP_TILE_THREADS, STEP_TILE_MINB)
+    step_in_tc_split_bf16(STEP_IN_PARAMS(bf16), float *scratch, unsigned *count) {
+    step_in<16, STEP_MAXB, 1, TILE_SPLIT, bf16>(STEP_IN_ARGS, TileParts{scratch, count});
 }
 
 // step_scan_f32: a warp per (channel c, sequence b); grid (ceil(E /

@@ -784,8 +784,8 @@ fi
 if [[ $mode == gemvtc ]]; then
   echo "== TestGEMVKernel (the tensor-core entry at 8 and 16 warps against float64), racecheck, memcheck"
   run_tests gemv_test 200 .carry/kernels.test -test.v -test.run 'TestGEMVKernel'
-  echo "gemv_tc_bf16 cases: $(grep -c 'gemv_tc_bf16 K=' "$OUT/gemv_test.log"), worst rel err" \
-    "$(grep 'gemv_tc_bf16 K=' "$OUT/gemv_test.log" | awk '{print $NF}' | sort -g | tail -1)"
+  echo "gemv_tc cases: $(grep -cE 'gemv_tc_(split_)?bf16 K=' "$OUT/gemv_test.log"), worst rel err" \
+    "$(grep -E 'gemv_tc_(split_)?bf16 K=' "$OUT/gemv_test.log" | awk '{print $NF}' | sort -g | tail -1)"
   sanitizer racecheck racecheck_gemv 200 .carry/kernels.test 'TestGEMVKernel'
   memcheck memcheck_gemv 200 .carry/kernels.test 'TestGEMVKernel'
   echo "== the engine's decode tests with the tensor-core GEMVs"

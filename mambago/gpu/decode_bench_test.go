@@ -56,21 +56,22 @@ func forDecodeShapes(b *testing.B, f func(b *testing.B, shape string, e *gpu.Eng
 // sequences with the batch's own kernels off and on, in one process, the
 // settings taking turns over three rounds: Engine.GEMVTensorCores (the
 // GEMVs on the tensor cores), then also Engine.DecodeScanBatch (the scan
-// step a warp a channel for every sequence), then both with the
-// tensor-core GEMVs' blocks of 16 warps (Engine.GEMVTileWarps). DECODE_SHAPES (a regexp)
+// step a warp a channel for every sequence), each with x_proj's few tiles
+// whole and split along k over up to 4 and 8 blocks
+// (Engine.GEMVTileParts), all at 16 warps a tile. DECODE_SHAPES (a regexp)
 // picks the shapes. Each logs its medians and ratios.
 func BenchmarkDecodeBatchSettings(b *testing.B) {
 	settings := []struct {
-		name              string
-		tensorCores, scan bool
-		tileWarps         int
-	}{{"neither", false, false, 8}, {"tensor cores", true, false, 8}, {"both", true, true, 8},
-		{"both, 16 warps a tile", true, true, 16}}
+		name                 string
+		tensorCores, scan    bool
+		tileWarps, tileParts int
+	}{{"neither", false, false, 16, 1}, {"tensor cores", true, false, 16, 1}, {"tensor cores, split 4", true, false, 16, 4},
+		{"both", true, true, 16, 1}, {"both, split 4", true, true, 16, 4}, {"both, split 8", true, true, 16, 8}}
 	forDecodeShapes(b, func(b *testing.B, shape string, e *gpu.Engine) {
 		times := make([][]float64, len(settings))
 		for range 3 {
 			for i, st := range settings {
-				e.GEMVTensorCores, e.DecodeScanBatch, e.GEMVTileWarps = st.tensorCores, st.scan, st.tileWarps
+				e.GEMVTensorCores, e.DecodeScanBatch, e.GEMVTileWarps, e.GEMVTileParts = st.tensorCores, st.scan, st.tileWarps, st.tileParts
 				times[i] = append(times[i], 1e3*decodeStepMs(b, e, 8))
 			}
 		}

@@ -270,11 +270,18 @@ type Engine struct {
 	// which split each block's 16 rows along k. New sets 16. Set it before
 	// capturing a step graph.
 	GEMVTileWarps int
+	// GEMVTileParts is the most blocks (1 to 8, a power of two) a
+	// tensor-core GEMV may split each tile's k over, where its tiles are
+	// too few to give every SM two blocks (out_proj, x_proj); the tile's
+	// last block sums the parts in order (the same bits whichever is last).
+	// New sets 8 where x_proj's rows are 4096 or more long, else 1
+	// (defaultTileParts). Set it before capturing a step graph.
+	GEMVTileParts int
 	// DecodeScanBatch runs a decode step's scan for two or more sequences
 	// with a warp a channel for all of them (kernels/step.cu's
 	// step_scan_batch_f32: the channel's weights read once, not once a
 	// sequence; the same bits). New turns it on where the model's channels
-	// make at least 1.5 blocks an SM (scanBatchPays). Set it before
+	// make at least 3 blocks an SM (scanBatchPays). Set it before
 	// capturing a step graph.
 	DecodeScanBatch bool
 }
@@ -292,7 +299,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	}
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8, GEMVTileWarps: 16, DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
+		GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8, GEMVTileWarps: 16, GEMVTileParts: defaultTileParts(w.Config.Inner), DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
 		AutoXProj: true, InPlaceReplays: true}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4
@@ -484,6 +491,8 @@ type workspace struct {
 	h, x, xz, u, dbl, delta, y, in, out *cuda.Buffer
 	scan                                *cuda.Buffer // the scan's chunk summaries
 	counts                              *cuda.Buffer // ConvXProj's counters, zero between launches
+	tiles, tileCounts                   *cuda.Buffer // the decode step's tensor-core GEMVs' parts along k, and their counters (zero between launches)
+	tileFloats, tileCountsN             int          // what tiles and tileCounts hold
 	scanChunk                           int          // the Engine.ScanChunk that scan is sized for
 	scanSegments                        bool         // whether scan is sized for walks in segments (Engine.segmentsOn)
 	logits                              *cuda.Buffer
@@ -493,7 +502,8 @@ type workspace struct {
 }
 
 func (w *workspace) free() {
-	for _, b := range []*cuda.Buffer{w.h, w.x, w.xz, w.u, w.dbl, w.delta, w.y, w.in, w.out, w.ids, w.pad, w.logits, w.scan, w.counts} {
+	for _, b := range []*cuda.Buffer{w.h, w.x, w.xz, w.u, w.dbl, w.delta, w.y, w.in, w.out, w.ids, w.pad, w.logits, w.scan, w.counts,
+		w.tiles, w.tileCounts} {
 		b.Free()
 	}
 	*w = workspace{}
@@ -504,11 +514,14 @@ func (w *workspace) free() {
 // (generation counts the reallocations).
 func (e *Engine) ensure(rows int) error {
 	c, ws := e.cfg, &e.ws
-	if rows <= ws.rows && ws.scanChunk == e.ScanChunk && ws.scanSegments == e.segmentsOn() {
+	tileFloats, tileCounts := e.tileScratch()
+	if rows <= ws.rows && ws.scanChunk == e.ScanChunk && ws.scanSegments == e.segmentsOn() && tileFloats <= ws.tileFloats &&
+		tileCounts <= ws.tileCountsN {
 		return nil
 	}
-	rows = max(rows, ws.rows)
-	for _, b := range []*cuda.Buffer{ws.h, ws.x, ws.xz, ws.u, ws.dbl, ws.delta, ws.y, ws.in, ws.ids, ws.pad, ws.scan, ws.counts} {
+	rows, tileFloats, tileCounts = max(rows, ws.rows), max(1, tileFloats, ws.tileFloats), max(1, tileCounts, ws.tileCountsN)
+	for _, b := range []*cuda.Buffer{ws.h, ws.x, ws.xz, ws.u, ws.dbl, ws.delta, ws.y, ws.in, ws.ids, ws.pad, ws.scan, ws.counts,
+		ws.tiles, ws.tileCounts} {
 		b.Free()
 	}
 	ws.rows = 0
@@ -525,6 +538,7 @@ func (e *Engine) ensure(rows int) error {
 		{&ws.y, sz * rows * c.Inner}, {&ws.in, 4 * rows * width}, {&ws.ids, 8 * rows}, {&ws.pad, 4 * rows}, // B <= rows
 		{&ws.scan, 4 * max(1, scanScratchBound(rows, c.Inner, c.State, e.ScanChunk, e.segmentsOn()))},
 		{&ws.counts, 4 * counters},
+		{&ws.tiles, 4 * tileFloats}, {&ws.tileCounts, 4 * tileCounts},
 	}
 	for _, s := range sizes {
 		b, err := cuda.Alloc(s.bytes)
@@ -533,10 +547,16 @@ func (e *Engine) ensure(rows int) error {
 		}
 		*s.dst = b
 	}
-	if err := cuda.Fill32(ws.counts.Ptr, 0, counters, e.stream); err != nil {
-		return err
+	for _, c := range []struct {
+		buf *cuda.Buffer
+		n   int
+	}{{ws.counts, counters}, {ws.tileCounts, tileCounts}} {
+		if err := cuda.Fill32(c.buf.Ptr, 0, c.n, e.stream); err != nil {
+			return err
+		}
 	}
 	ws.rows, ws.scanChunk, ws.scanSegments = rows, e.ScanChunk, e.segmentsOn()
+	ws.tileFloats, ws.tileCountsN = tileFloats, tileCounts
 	ws.generation++
 	return nil
 }

@@ -247,12 +247,17 @@ func TestDecodeOneSequenceMatches(t *testing.T) {
 // logits and states agree to f32 rounding, not to the bit. d = 64 (one
 // block of 16 rows short of in_proj's 256), 136 (K a multiple of 8, not of
 // 16 or 32: slices past K in every warp) and 512; B = 2, 5 and 8; blocks
-// of 8 and 16 warps (Engine.GEMVTileWarps).
+// of 8 and 16 warps (Engine.GEMVTileWarps), and 8 warps with tiles split
+// along k (Engine.GEMVTileParts 8: at d = 512, where the tiles are fewer
+// than a quarter of the SMs, out_proj's and x_proj's take 4 blocks each and
+// the LM head's 2).
 func TestDecodeTensorCoresMatch(t *testing.T) {
-	for _, warps := range []int{8, 16} {
+	for _, tiles := range []struct{ warps, parts int }{{8, 1}, {16, 1}, {8, 8}} {
 		for _, d := range []int{64, 136, 512} {
-			decodeSettingMatches(t, fmt.Sprintf("tensor-core GEMVs, %d warps, d=%d", warps, d), d, []int{2, 5, 8}, 1e-4,
-				func(e *gpu.Engine, on bool) { e.GEMVTensorCores, e.GEMVTileWarps = on, warps })
+			decodeSettingMatches(t, fmt.Sprintf("tensor-core GEMVs, %+v, d=%d", tiles, d), d, []int{2, 5, 8}, 1e-4,
+				func(e *gpu.Engine, on bool) {
+					e.GEMVTensorCores, e.GEMVTileWarps, e.GEMVTileParts = on, tiles.warps, tiles.parts
+				})
 		}
 	}
 }

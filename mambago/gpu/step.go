@@ -16,6 +16,9 @@ const (
 	// tileMaxWarps is the most warps such a block may have
 	// (STEP_TILE_MAXW).
 	tileRows, tileKAlign, tileMaxWarps = 16, 8, 16
+	// tilePartFloats is the f32 scratch of one part of a tile split along
+	// k (STEP_TILE_PART); tileMaxParts the most parts a tile may take.
+	tilePartFloats, tileMaxParts = 144, 8
 )
 
 // stepDevice queues one decode step for the B sequences of s: token ids from
@@ -106,44 +109,113 @@ func (e *Engine) scanStep(B, l int, g *layer, s *State) error {
 // scanBatchPays reports whether the batched scan step (a warp a channel,
 // every sequence in turn) beats a warp a channel and sequence for E
 // channels on SMs multiprocessors: where its E / stepWarps blocks give the
-// SMs at least 1.5 each. With fewer, each SM's few warps walk their
+// SMs at least 3 each. With fewer, each SM's few warps walk their
 // sequences' chains with too little beside them. Measured on the H200 (132
 // SMs; BenchmarkDecodeBatchSettings, bf16 steps of 8 sequences with the
-// tensor-core GEMVs), without it and with it: 130m (192 blocks) 645.6 and
-// 696.4 µs a step, 370m (256) 1389.5 and 1342.5, 1.4b (512) 2947.0 and
-// 2689.2.
+// tensor-core GEMVs at 16 warps a tile, 2026-12-03), without it and with
+// it: 130m (192 blocks) 599.8 and 648.7 µs a step, 370m (256) 1246.2 and
+// 1294.2, 1.4b (512) 2721.0 and 2513.5, 2.8b (640) 5003.2 and 4690.2.
+// (Beside the slower tensor-core GEMVs before 8e40672 it paid at 370m.)
 func scanBatchPays(E, SMs int) bool {
-	return 2*((E+stepWarps-1)/stepWarps) >= 3*SMs
+	return (E+stepWarps-1)/stepWarps >= 3*SMs
 }
 
 // gemvLaunch is how one GEMV of kernels/step.cu runs: the entry (gemv or
 // step_in, with one or four rows to a warp group, or on the tensor cores),
 // its grid and block, and its split (for the tensor-core entries, the
-// block's warps).
+// block's warps). A _tc_split entry's grid is (tiles, parts): each tile's
+// k split over parts blocks.
 type gemvLaunch struct {
 	kernel      string
 	grid, block cuda.Dim3
 	split       int
+	splitK      bool // a _tc_split entry: it takes the scratch of its parts
 }
 
-// launchGEMV launches p's entry with args.
+// tileScratch is what the decode step's tensor-core GEMVs split along k
+// need under the engine's settings (the same at every batch they run):
+// scratch floats and counters, zeros where none splits.
+func (e *Engine) tileScratch() (floats, counters int) {
+	c := e.cfg
+	dbl := c.DTRank + 2*c.State
+	for _, p := range []gemvLaunch{e.gemvPlan("step_in", 2*c.Inner, c.Hidden, 2), e.gemvPlan("gemv", dbl, c.Inner, 2),
+		e.gemvPlan("gemv", c.Hidden, c.Inner, 2), e.gemvPlan("gemv", c.Vocab, c.Hidden, 2)} {
+		if n := p.scratch(); n > 0 {
+			floats, counters = max(floats, n), max(counters, p.grid.X)
+		}
+	}
+	return floats, counters
+}
+
+// scratch is the f32 scratch of p's parts along k, in floats (0 unsplit).
+func (p gemvLaunch) scratch() int {
+	if !p.splitK {
+		return 0
+	}
+	return p.grid.X * p.grid.Y * tilePartFloats
+}
+
+// launchGEMV launches p's entry with args, and, for a _tc_split entry,
+// the workspace's scratch and counters for its parts along k.
 func (e *Engine) launchGEMV(p gemvLaunch, args ...any) error {
+	if p.splitK {
+		args = append(args, e.ws.tiles.Ptr, e.ws.tileCounts.Ptr)
+	}
 	return e.launchStep(p.kernel, p.grid, p.block, 0, args...)
+}
+
+// tileParts picks the blocks a tensor-core GEMV's tiles split k over: none
+// unless the tiles are fewer than a quarter of the SMs (x_proj's 6-12);
+// then the fewest, a power of two up to most, that give the SMs two blocks
+// each, while each block's warps keep a 32-wide slice of k or more apiece.
+// Measured on the H200 at 1.4b sizes, B=8 (BenchmarkGEMVBatch, 16 warps):
+// x_proj's 10 tiles 14.56 µs whole, 12.70 in 4 parts; out_proj's 128 tiles
+// 17.57 whole, 17.89 and 19.26 in 2 and 4 parts; in_proj and the LM head
+// slower in every split.
+func tileParts(tiles, K, warps, SMs, most int) int {
+	parts := 1
+	for 4*tiles < SMs && 2*parts <= most && tiles*parts < 2*SMs && 2*parts*warps*32 <= K {
+		parts *= 2
+	}
+	return parts
+}
+
+// defaultTileParts is New's Engine.GEMVTileParts for E channels (x_proj's
+// K): 8 from 4096 up, else 1. Measured on the H200 (BenchmarkDecodeBatchSettings,
+// bf16 steps of 8 sequences, 2026-12-03, at New's other settings), x_proj's
+// tiles whole and split: 130m (K 1536, 2 parts) 584.0 and 594.9 µs a step,
+// 370m (2048, 4 parts) 1227.9 and 1249.7, 1.4b (4096, 8 parts) 2340.1 and
+// 2302.7, 2.8b (5120, 8 parts) 4683.9 and 4577.9.
+func defaultTileParts(E int) int {
+	if E >= 4096 {
+		return tileMaxParts
+	}
+	return 1
 }
 
 // gemvPlan lays out a GEMV of rows rows of K weights for kernel ("gemv" or
 // "step_in") over B sequences: the tensor-core entry for a bf16 batch where
 // GEMVTensorCores asks for it, K is a multiple of 8 and the rows are
-// GEMVTensorCoreRows or more, with blocks of GEMVTileWarps warps; else
-// the split by gemvSplit unless GEMVSplit fixes it, GEMVRows rows to a
-// group for GEMVs of 1024 rows or more, and the one-sequence entry at B=1
-// where GEMVOneSequence asks for it.
+// GEMVTensorCoreRows or more, with blocks of GEMVTileWarps warps, each
+// tile's k split over up to GEMVTileParts blocks (tileParts: the
+// _tc_split entries where it splits); else the
+// split by gemvSplit unless GEMVSplit fixes it, GEMVRows rows to a group
+// for GEMVs of 1024 rows or more, and the one-sequence entry at B=1 where
+// GEMVOneSequence asks for it.
 func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 	if B > 1 && e.GEMVTensorCores && e.dt == cuda.BF16 && K%tileKAlign == 0 && rows >= e.GEMVTensorCoreRows {
 		tiles := (rows + tileRows - 1) / tileRows
 		warps := min(max(e.GEMVTileWarps, 1), tileMaxWarps)
-		return gemvLaunch{kernel: e.typed(kernel + "_tc"), grid: cuda.D1(min(tiles, 65535)), block: cuda.D1(32 * warps),
+		sms := 0
+		if e.dev != nil {
+			sms = e.dev.SMs
+		}
+		p := gemvLaunch{kernel: e.typed(kernel + "_tc"), grid: cuda.D1(min(tiles, 65535)), block: cuda.D1(32 * warps),
 			split: warps}
+		if parts := tileParts(tiles, K, warps, sms, min(max(e.GEMVTileParts, 1), tileMaxParts)); parts > 1 {
+			p.kernel, p.grid.Y, p.splitK = e.typed(kernel+"_tc_split"), parts, true
+		}
+		return p
 	}
 	split := gemvSplit(rows, K, e.dt.Size())
 	if e.GEMVSplit > 0 {

@@ -7,15 +7,26 @@ import (
 )
 
 // TestScanBatchPays checks, without a GPU, where the batched scan step is
-// taken on the H200's 132 SMs: not at 130m's 1536 channels (192 blocks,
-// measured slower), at 370m's 2048 and up.
+// taken on the H200's 132 SMs: not at 130m's 1536 channels (192 blocks)
+// or 370m's 2048 (256), both measured slower, but at 1.4b's 4096 and up.
 func TestScanBatchPays(t *testing.T) {
 	for _, c := range []struct {
 		E    int
 		pays bool
-	}{{1536, false}, {1576, false}, {1584, true}, {2048, true}, {4096, true}, {5120, true}} {
+	}{{1536, false}, {2048, false}, {3160, false}, {3161, true}, {4096, true}, {5120, true}} {
 		if got := scanBatchPays(c.E, 132); got != c.pays {
 			t.Errorf("scanBatchPays(%d, 132) = %v, want %v", c.E, got, c.pays)
+		}
+	}
+}
+
+// TestDefaultTileParts checks New's split of x_proj's tiles along k, by
+// the model's channels: none at 130m's 1536 and 370m's 2048 (measured
+// slower), 8 from 1.4b's 4096 up.
+func TestDefaultTileParts(t *testing.T) {
+	for _, c := range []struct{ E, want int }{{1536, 1}, {2048, 1}, {4095, 1}, {4096, 8}, {5120, 8}} {
+		if got := defaultTileParts(c.E); got != c.want {
+			t.Errorf("defaultTileParts(%d) = %d, want %d", c.E, got, c.want)
 		}
 	}
 }
@@ -55,5 +66,45 @@ func TestGEMVPlanTensorCores(t *testing.T) {
 			t.Errorf("%s: plan %s grid %d block %d split %d, want %s grid %d block %d split %d", c.comment, p.kernel,
 				p.grid.X, p.block.X, p.split, c.kernel, c.gridX, c.block, c.split)
 		}
+	}
+}
+
+// TestTileParts checks, without a GPU, how many blocks the tensor-core
+// GEMVs split each tile's k over on the H200's 132 SMs at 16 warps a tile,
+// with up to 8: none where the tiles are a quarter of the SMs or more
+// (in_proj's, out_proj's, the LM head's); x_proj's few tiles until they
+// give every SM two blocks, but never so many that a block's warps lack a
+// slice of 32 apiece (130m: K 1536 stops at 2); and the plan's grid and
+// scratch follow.
+func TestTileParts(t *testing.T) {
+	for _, c := range []struct {
+		tiles, K, most, want int
+		comment              string
+	}{
+		{512, 2048, 8, 1, "1.4b in_proj"},
+		{128, 4096, 8, 1, "1.4b out_proj"},
+		{33, 4096, 8, 1, "a quarter of the SMs"},
+		{32, 4096, 8, 8, "fewer"},
+		{10, 4096, 8, 8, "1.4b x_proj"},
+		{10, 4096, 4, 4, "1.4b x_proj, at most 4"},
+		{6, 1536, 8, 2, "130m x_proj: K bounds it"},
+		{3143, 2048, 8, 1, "LM head"},
+		{10, 4096, 1, 1, "no split"},
+	} {
+		if got := tileParts(c.tiles, c.K, 16, 132, c.most); got != c.want {
+			t.Errorf("%s: %d tiles of K %d split over %d blocks, want %d", c.comment, c.tiles, c.K, got, c.want)
+		}
+	}
+	e := &Engine{dt: cuda.BF16, dev: &cuda.Device{SMs: 132}, GEMVTensorCores: true, GEMVTileWarps: 16, GEMVTileParts: 8}
+	p := e.gemvPlan("gemv", 160, 4096, 8)
+	if p.kernel != "gemv_tc_split_bf16" || p.grid.X != 10 || p.grid.Y != 8 || p.scratch() != 10*8*tilePartFloats {
+		t.Errorf("1.4b x_proj: %s, grid %v, scratch %d floats; want gemv_tc_split_bf16, (10, 8), %d", p.kernel, p.grid,
+			p.scratch(), 10*8*tilePartFloats)
+	}
+	if p := e.gemvPlan("gemv", 2048, 4096, 8); p.kernel != "gemv_tc_bf16" || p.grid.Y != 1 || p.scratch() != 0 {
+		t.Errorf("1.4b out_proj: %s, grid %v, scratch %d floats; want gemv_tc_bf16 unsplit", p.kernel, p.grid, p.scratch())
+	}
+	if p := e.gemvPlan("gemv", 2048, 4096, 1); p.splitK || p.scratch() != 0 {
+		t.Errorf("one sequence: %+v, scratch %d; want the FMA entry and none", p, p.scratch())
 	}
 }
