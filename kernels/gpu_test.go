@@ -740,10 +740,11 @@ func testGEMVKernel(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream
 					if tc.accu {
 						bt = upload(t, s, out0)
 					}
-					scratch, count := poisoned(t, s, tiles*max(parts, 1)*144), upload(t, s, make([]float32, tiles))
 					kernel, grid := "gemv_tc_bf16", cuda.D1(tiles)
 					args := []any{bx.Ptr, ldx, nptr, float32(eps), bW.Ptr, bb.Ptr, bt.Ptr, tc.rows, accu, tc.B, K, tc.rows, warps}
+					count := upload(t, s, make([]float32, tiles))
 					if parts > 0 {
+						scratch := poisoned(t, s, tiles*parts*144)
 						kernel, grid.Y, args = "gemv_tc_split_bf16", parts, append(args, scratch.Ptr, count.Ptr)
 					}
 					if err := fn(kernel).Launch(grid, cuda.D1(32*warps), 0, s, args...); err != nil {

@@ -492,13 +492,20 @@ type workspace struct {
 	scan                                *cuda.Buffer // the scan's chunk summaries
 	counts                              *cuda.Buffer // ConvXProj's counters, zero between launches
 	tiles, tileCounts                   *cuda.Buffer // the decode step's tensor-core GEMVs' parts along k, and their counters (zero between launches)
-	tileFloats, tileCountsN             int          // what tiles and tileCounts hold
 	scanChunk                           int          // the Engine.ScanChunk that scan is sized for
 	scanSegments                        bool         // whether scan is sized for walks in segments (Engine.segmentsOn)
 	logits                              *cuda.Buffer
 	logitsLen                           int
 	ids                                 *cuda.Buffer
 	pad                                 *cuda.Buffer // a padded batch's Pad, int32 [B]
+}
+
+// words is the 4-byte words b holds (0 for none).
+func words(b *cuda.Buffer) int {
+	if b == nil {
+		return 0
+	}
+	return b.Bytes / 4
 }
 
 func (w *workspace) free() {
@@ -515,11 +522,11 @@ func (w *workspace) free() {
 func (e *Engine) ensure(rows int) error {
 	c, ws := e.cfg, &e.ws
 	tileFloats, tileCounts := e.tileScratch()
-	if rows <= ws.rows && ws.scanChunk == e.ScanChunk && ws.scanSegments == e.segmentsOn() && tileFloats <= ws.tileFloats &&
-		tileCounts <= ws.tileCountsN {
+	if rows <= ws.rows && ws.scanChunk == e.ScanChunk && ws.scanSegments == e.segmentsOn() &&
+		tileFloats <= words(ws.tiles) && tileCounts <= words(ws.tileCounts) {
 		return nil
 	}
-	rows, tileFloats, tileCounts = max(rows, ws.rows), max(1, tileFloats, ws.tileFloats), max(1, tileCounts, ws.tileCountsN)
+	rows, tileFloats, tileCounts = max(rows, ws.rows), max(1, tileFloats, words(ws.tiles)), max(1, tileCounts, words(ws.tileCounts))
 	for _, b := range []*cuda.Buffer{ws.h, ws.x, ws.xz, ws.u, ws.dbl, ws.delta, ws.y, ws.in, ws.ids, ws.pad, ws.scan, ws.counts,
 		ws.tiles, ws.tileCounts} {
 		b.Free()
@@ -556,7 +563,6 @@ func (e *Engine) ensure(rows int) error {
 		}
 	}
 	ws.rows, ws.scanChunk, ws.scanSegments = rows, e.ScanChunk, e.segmentsOn()
-	ws.tileFloats, ws.tileCountsN = tileFloats, tileCounts
 	ws.generation++
 	return nil
 }

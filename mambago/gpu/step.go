@@ -166,15 +166,16 @@ func (e *Engine) launchGEMV(p gemvLaunch, args ...any) error {
 
 // tileParts picks the blocks a tensor-core GEMV's tiles split k over: none
 // unless the tiles are fewer than a quarter of the SMs (x_proj's 6-12);
-// then the fewest, a power of two up to most, that give the SMs two blocks
-// each, while each block's warps keep a 32-wide slice of k or more apiece.
+// then the most, a power of two up to most (which keeps tiles x parts
+// under 2 SMs), while each block's warps keep a 32-wide slice of k or more
+// apiece.
 // Measured on the H200 at 1.4b sizes, B=8 (BenchmarkGEMVBatch, 16 warps):
 // x_proj's 10 tiles 14.56 µs whole, 12.70 in 4 parts; out_proj's 128 tiles
 // 17.57 whole, 17.89 and 19.26 in 2 and 4 parts; in_proj and the LM head
 // slower in every split.
 func tileParts(tiles, K, warps, SMs, most int) int {
 	parts := 1
-	for 4*tiles < SMs && 2*parts <= most && tiles*parts < 2*SMs && 2*parts*warps*32 <= K {
+	for 4*tiles < SMs && 2*parts <= most && 2*parts*warps*32 <= K {
 		parts *= 2
 	}
 	return parts
