@@ -84,9 +84,12 @@
 #   decodebatch: bf16 decode steps of 8 sequences with the batch's kernels
 #             (Engine.GEMVTensorCores, Engine.DecodeScanBatch) off and on,
 #             taking turns in one process (BenchmarkDecodeBatchSettings);
-#   gemvbatch: the decode GEMVs at B=8 alone, FMA against tensor-core
-#             entries, and BASE's (device_build.sh) where built
-#             (BenchmarkGEMVBatch; about a minute);
+#   gemvbatch: the decode GEMVs at B=8 alone (1.4b and 2.8b sizes), 8
+#             launches back to back: FMA against tensor-core entries, and
+#             BASE's (device_build.sh) where built (BenchmarkGEMVBatch; about
+#             a minute);
+#   cublasgemv: the same GEMMs at B=8 on cuBLAS through torch, with the
+#             kernels it picks (bench/cublas_gemv.py);
 #   gemvtc:   the tensor-core GEMVs: TestGEMVKernel (against float64, blocks
 #             of 8 and 16 warps) under racecheck and memcheck, their builds
 #             at B=8 (BenchmarkGEMVBatch, with BASE's step.cu as "base" where
@@ -794,8 +797,13 @@ if [[ $mode == gemvtc ]]; then
   bash "$0" "$commit" decodebatch || status=1
   exit $status
 fi
+if [[ $mode == cublasgemv ]]; then
+  echo "== the decode step's GEMMs at B=8 on cuBLAS (torch's F.linear in a CUDA graph; bench/cublas_gemv.py)"
+  timeout 300 python3 bench/cublas_gemv.py --out "$OUT/cublas_gemv.json" 2>&1 | tee "$OUT/cublas_gemv.log" || status=1
+  exit $status
+fi
 if [[ $mode == gemvbatch ]]; then
-  echo "== the decode GEMVs at B=8 (1.4b sizes): FMA entries against the tensor-core entry's builds (BenchmarkGEMVBatch)"
+  echo "== the decode GEMVs at B=8 (1.4b and 2.8b sizes): FMA entries against the tensor-core entry's builds (BenchmarkGEMVBatch)"
   [[ -f .carry/base_step.cu ]] && export GEMV_BASE_SOURCE=.carry/base_step.cu
   bench_log gemv_batch 240 .carry/kernels.test GEMVBatch "gemv B=|rel err"
   exit $status
