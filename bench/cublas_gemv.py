@@ -41,7 +41,7 @@ def time_gemm(rows, K, B, calls, repeats):
     ws = [torch.randn(rows, K, device="cuda", dtype=torch.bfloat16) * 0.05 for _ in range(copies)]
     x = torch.randn(B, K, device="cuda", dtype=torch.bfloat16)
     outs = [torch.empty(B, rows, device="cuda", dtype=torch.bfloat16) for _ in range(calls)]
-    want = (x.float() @ ws[0].float().t())
+    want = x.float() @ ws[0].float().t()
     got = F.linear(x, ws[0])
     err = ((got.float() - want).norm() / want.norm()).item()
     if err > 1e-2:

@@ -107,11 +107,10 @@ func BenchmarkGEMVOneSequence(b *testing.B) {
 // copies that together exceed L2, as a step's layers do. A timed run is 8
 // launches back to back, so that the host's launch latency falls outside
 // all but the first, as in a step graph (timed one launch at a time, each
-// GEMV took 4-6 µs longer); the builds take
-// turns (9 rounds of 20 runs, CUDA events), and each logs its median time
-// a launch in µs, its ratio to the FMA entry's and the weights' rate
-// against the H200's 4.8 TB/s. bench/cublas_gemv.py times cuBLAS on the
-// same sizes.
+// GEMV took 4-6 µs longer); the builds take turns (9 rounds of 20 runs,
+// CUDA events), and each logs its median time a launch in µs, its ratio to
+// the FMA entry's and the weights' rate against the H200's 4.8 TB/s.
+// bench/cublas_gemv.py times cuBLAS on the same sizes.
 func BenchmarkGEMVBatch(b *testing.B) {
 	const B, rounds, runs, train = 8, 9, 20, 8
 	d, _, s, src, timer := kernelBench(b, "step.cu")
