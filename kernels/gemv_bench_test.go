@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
+	"github.com/mambago/mambago/kernels"
 	"github.com/mambago/mambago/mambago/cuda"
 )
 
@@ -102,7 +103,9 @@ func BenchmarkGEMVOneSequence(b *testing.B) {
 // tile's k split over 4 and 8 blocks (gemv_tc_split_;
 // gpu.Engine.GEMVTileParts). With GEMV_BASE_SOURCE (a file holding another
 // version's kernels.Source("step.cu")), that version's gemv_tc_ at 16
-// warps comes first among them.
+// warps comes first among them. On sm_90, gemv_wg.cu's GEMV (wgmma, TMA)
+// comes last, alone ("wg", x's parts made once) and after x_parts_bf16
+// ("wg+parts", as a step would run it).
 // Each build's output must match the FMA entry's. The weights rotate over
 // copies that together exceed L2, as a step's layers do. A timed run is 8
 // launches back to back, so that the host's launch latency falls outside
@@ -118,18 +121,37 @@ func BenchmarkGEMVBatch(b *testing.B) {
 		name         string
 		mod          *cuda.Module
 		warps, parts int
+		wg           int // gemv_wg_bf16: 1 alone, 2 after x_parts_bf16 (0: not it)
 	}
 	mod := loadSource(b, d, src, "step.cu")
-	builds := []build{{"fma", mod, 8, 1}}
+	builds := []build{{"fma", mod, 8, 1, 0}}
 	if path := os.Getenv("GEMV_BASE_SOURCE"); path != "" {
 		base, err := os.ReadFile(path)
 		if err != nil {
 			b.Fatal(err)
 		}
-		builds = append(builds, build{"base", loadSource(b, d, string(base), "step.cu"), 16, 1})
+		builds = append(builds, build{"base", loadSource(b, d, string(base), "step.cu"), 16, 1, 0})
 	}
 	for _, v := range []struct{ warps, parts int }{{16, 1}, {16, 4}, {16, 8}} {
-		builds = append(builds, build{fmt.Sprintf("tc w%d p%d", v.warps, v.parts), mod, v.warps, v.parts})
+		builds = append(builds, build{fmt.Sprintf("tc w%d p%d", v.warps, v.parts), mod, v.warps, v.parts, 0})
+	}
+	var wgFn, partsFn *cuda.Function // gemv_wg.cu's, on sm_90 only
+	if d.Major == 9 && d.Minor == 0 {
+		wsrc, err := kernels.Source("gemv_wg.cu")
+		if err != nil {
+			b.Fatal(err)
+		}
+		wmod := loadSourceFor(b, "sm_90a", wsrc, "gemv_wg.cu")
+		if wgFn, err = wmod.Function("gemv_wg_bf16"); err != nil {
+			b.Fatal(err)
+		}
+		if partsFn, err = wmod.Function("x_parts_bf16"); err != nil {
+			b.Fatal(err)
+		}
+		if err := wgFn.SetMaxDynamicShared(gemvWGShared); err != nil {
+			b.Fatal(err)
+		}
+		builds = append(builds, build{"wg", wmod, 5, 1, 1}, build{"wg+parts", wmod, 5, 1, 2})
 	}
 	for range b.N {
 		for _, sh := range []struct {
@@ -144,7 +166,44 @@ func BenchmarkGEMVBatch(b *testing.B) {
 			tiles := (sh.rows + 15) / 16
 			scratch, count := upload(b, s, make([]float32, tiles*8*144)), upload(b, s, make([]float32, tiles))
 			launches := make([]func() error, len(builds))
+			var parts *cuda.Buffer // x's three bf16 parts, 24 rows of K, and the tensor maps of them and each W
+			var xmap cuda.TensorMap
+			var wmaps []cuda.TensorMap
+			if wgFn != nil {
+				parts = poisoned(b, s, 24*sh.K/2)
+				var err error
+				if xmap, err = cuda.NewTensorMap2D(cuda.BF16, parts.Ptr, 24, sh.K, sh.K, 24, 64); err != nil {
+					b.Fatal(err)
+				}
+				if err := partsFn.Launch(cuda.Dim3{X: (sh.K + 255) / 256, Y: 8, Z: 1}, cuda.D1(256), 0, s, x.Ptr, sh.K, B,
+					sh.K, parts.Ptr); err != nil {
+					b.Fatal(err)
+				}
+				for _, w := range ws {
+					m, err := cuda.NewTensorMap2D(cuda.BF16, w.Ptr, sh.rows, sh.K, sh.K, 64, 64)
+					if err != nil {
+						b.Fatal(err)
+					}
+					wmaps = append(wmaps, m)
+				}
+			}
 			for i, bd := range builds {
+				if bd.wg > 0 {
+					next := 0
+					launches[i] = func() error {
+						if bd.wg == 2 {
+							if err := partsFn.Launch(cuda.Dim3{X: (sh.K + 255) / 256, Y: 8, Z: 1}, cuda.D1(256), 0, s, x.Ptr,
+								sh.K, B, sh.K, parts.Ptr); err != nil {
+								return err
+							}
+						}
+						m := wmaps[next%len(wmaps)]
+						next++
+						return wgFn.Launch(cuda.D1((sh.rows+63)/64), cuda.D1(160), gemvWGShared, s, m, xmap, bias.Ptr, out.Ptr,
+							sh.rows, 0, B, sh.K, sh.rows)
+					}
+					continue
+				}
 				kernel, split, per := "gemv_r4_bf16", 2, 16 // per: rows a block
 				switch {
 				case bd.parts > 1:
@@ -209,6 +268,9 @@ func BenchmarkGEMVBatch(b *testing.B) {
 					100*bytes/(m*1e-3)/4.8e12)
 			}
 			b.Log(line)
+			if parts != nil {
+				parts.Free()
+			}
 			for _, buf := range append(ws, x, bias, out, scratch, count) {
 				buf.Free()
 			}

@@ -88,6 +88,9 @@
 #             launches back to back: FMA against tensor-core entries, and
 #             BASE's (device_build.sh) where built (BenchmarkGEMVBatch; about
 #             a minute);
+#   wggemv:   gemv_wg_bf16 (kernels/gemv_wg.cu: wgmma on TMA boxes):
+#             TestGEMVWGKernel, memcheck over it, then gemvbatch (which
+#             times it) and cublasgemv;
 #   cublasgemv: the same GEMMs at B=8 on cuBLAS through torch, with the
 #             kernels it picks (bench/cublas_gemv.py);
 #   gemvtc:   the tensor-core GEMVs: TestGEMVKernel (against float64, blocks
@@ -795,6 +798,15 @@ if [[ $mode == gemvtc ]]; then
   run_tests decode_tc_test 300 .carry/gpu.test -test.v -test.run 'TestDecodeTensorCoresMatch|TestDecodeMatchesPrefill|TestDecodeScanBatchMatches'
   bash "$0" "$commit" gemvbatch || status=1
   bash "$0" "$commit" decodebatch || status=1
+  exit $status
+fi
+if [[ $mode == wggemv ]]; then
+  echo "== gemv_wg_bf16 (wgmma m64n24k16 on TMA boxes, x as three bf16 parts): TestGEMVWGKernel, memcheck, then gemvbatch and cublasgemv"
+  SHOW="rel err" run_tests gemv_wg_test 120 .carry/kernels.test -test.v -test.run 'TestGEMVWGKernel'
+  if [[ $status != 0 ]]; then echo "TestGEMVWGKernel failed: no memcheck, no benchmark"; exit 1; fi
+  memcheck memcheck_gemv_wg 150 .carry/kernels.test 'TestGEMVWGKernel'
+  bash "$0" "$commit" gemvbatch || status=1
+  bash "$0" "$commit" cublasgemv || status=1
   exit $status
 fi
 if [[ $mode == cublasgemv ]]; then
