@@ -104,8 +104,9 @@ func BenchmarkGEMVOneSequence(b *testing.B) {
 // gpu.Engine.GEMVTileParts). With GEMV_BASE_SOURCE (a file holding another
 // version's kernels.Source("step.cu")), that version's gemv_tc_ at 16
 // warps comes first among them. On sm_90, gemv_wg.cu's GEMV (wgmma, TMA)
-// comes last, alone ("wg", x's parts made once) and after x_parts_bf16
-// ("wg+parts", as a step would run it).
+// comes last, on rings of 4, 8 and 12 stages, alone ("wg sN", x's parts
+// made once) and, at 8, after x_parts_bf16 ("wg s8+parts", as a step would
+// run it).
 // Each build's output must match the FMA entry's. The weights rotate over
 // copies that together exceed L2, as a step's layers do. A timed run is 8
 // launches back to back, so that the host's launch latency falls outside
@@ -122,36 +123,46 @@ func BenchmarkGEMVBatch(b *testing.B) {
 		mod          *cuda.Module
 		warps, parts int
 		wg           int // gemv_wg_bf16: 1 alone, 2 after x_parts_bf16 (0: not it)
+		wgFn         *cuda.Function
+		wgShared     int // its dynamic shared memory
 	}
 	mod := loadSource(b, d, src, "step.cu")
-	builds := []build{{"fma", mod, 8, 1, 0}}
+	builds := []build{{"fma", mod, 8, 1, 0, nil, 0}}
 	if path := os.Getenv("GEMV_BASE_SOURCE"); path != "" {
 		base, err := os.ReadFile(path)
 		if err != nil {
 			b.Fatal(err)
 		}
-		builds = append(builds, build{"base", loadSource(b, d, string(base), "step.cu"), 16, 1, 0})
+		builds = append(builds, build{"base", loadSource(b, d, string(base), "step.cu"), 16, 1, 0, nil, 0})
 	}
 	for _, v := range []struct{ warps, parts int }{{16, 1}, {16, 4}, {16, 8}} {
-		builds = append(builds, build{fmt.Sprintf("tc w%d p%d", v.warps, v.parts), mod, v.warps, v.parts, 0})
+		builds = append(builds, build{fmt.Sprintf("tc w%d p%d", v.warps, v.parts), mod, v.warps, v.parts, 0, nil, 0})
 	}
-	var wgFn, partsFn *cuda.Function // gemv_wg.cu's, on sm_90 only
+	var partsFn *cuda.Function // gemv_wg.cu's x_parts_bf16, on sm_90 only
 	if d.Major == 9 && d.Minor == 0 {
 		wsrc, err := kernels.Source("gemv_wg.cu")
 		if err != nil {
 			b.Fatal(err)
 		}
-		wmod := loadSourceFor(b, "sm_90a", wsrc, "gemv_wg.cu")
-		if wgFn, err = wmod.Function("gemv_wg_bf16"); err != nil {
-			b.Fatal(err)
+		// Rings of 4, 8 (the source's) and 12 stages: 4, 2 and 1 blocks an SM.
+		for _, stages := range []int{4, 8, 12} {
+			wmod := loadSourceFor(b, "sm_90a", wsrc, "gemv_wg.cu", fmt.Sprintf("-DGW_STAGES=%d", stages))
+			f, err := wmod.Function("gemv_wg_bf16")
+			if err != nil {
+				b.Fatal(err)
+			}
+			shared := gemvWGSharedFor(stages)
+			if err := f.SetMaxDynamicShared(shared); err != nil {
+				b.Fatal(err)
+			}
+			builds = append(builds, build{fmt.Sprintf("wg s%d", stages), wmod, 5, 1, 1, f, shared})
+			if stages == 8 {
+				builds = append(builds, build{"wg s8+parts", wmod, 5, 1, 2, f, shared})
+				if partsFn, err = wmod.Function("x_parts_bf16"); err != nil {
+					b.Fatal(err)
+				}
+			}
 		}
-		if partsFn, err = wmod.Function("x_parts_bf16"); err != nil {
-			b.Fatal(err)
-		}
-		if err := wgFn.SetMaxDynamicShared(gemvWGShared); err != nil {
-			b.Fatal(err)
-		}
-		builds = append(builds, build{"wg", wmod, 5, 1, 1}, build{"wg+parts", wmod, 5, 1, 2})
 	}
 	for range b.N {
 		for _, sh := range []struct {
@@ -169,7 +180,7 @@ func BenchmarkGEMVBatch(b *testing.B) {
 			var parts *cuda.Buffer // x's three bf16 parts, 24 rows of K, and the tensor maps of them and each W
 			var xmap cuda.TensorMap
 			var wmaps []cuda.TensorMap
-			if wgFn != nil {
+			if partsFn != nil {
 				parts = poisoned(b, s, 24*sh.K/2)
 				var err error
 				if xmap, err = cuda.NewTensorMap2D(cuda.BF16, parts.Ptr, 24, sh.K, sh.K, 24, 64); err != nil {
@@ -199,8 +210,8 @@ func BenchmarkGEMVBatch(b *testing.B) {
 						}
 						m := wmaps[next%len(wmaps)]
 						next++
-						return wgFn.Launch(cuda.D1((sh.rows+63)/64), cuda.D1(160), gemvWGShared, s, m, xmap, bias.Ptr, out.Ptr,
-							sh.rows, 0, B, sh.K, sh.rows)
+						return bd.wgFn.Launch(cuda.D1((sh.rows+63)/64), cuda.D1(160), bd.wgShared, s, m, xmap, bias.Ptr,
+							out.Ptr, sh.rows, 0, B, sh.K, sh.rows)
 					}
 					continue
 				}

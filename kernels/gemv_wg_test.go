@@ -24,9 +24,12 @@ func gemvWG(fn func(string) *cuda.Function, s *cuda.Stream, wmap, xmap cuda.Tens
 		accumulate, B, K, rows)
 }
 
-// gemvWGShared is gemv_wg_shared() at the source's GW_STAGES (8): the ring
-// of 12 KB stages, 1024 bytes of alignment, two barriers a stage.
-const gemvWGShared = 8*(64*64*2+4096) + 1024 + 2*8*8
+// gemvWGShared is gemv_wg_shared() at the source's GW_STAGES (8).
+var gemvWGShared = gemvWGSharedFor(8)
+
+// gemvWGSharedFor is gemv_wg_shared() for a ring of stages stages: 12 KB
+// stages, 1024 bytes of alignment, two barriers a stage.
+func gemvWGSharedFor(stages int) int { return stages*(64*64*2+4096) + 1024 + 2*stages*8 }
 
 // needSM90 skips where d is no sm_90 GPU (wgmma and tensor maps need sm_90a).
 func needSM90(tb testing.TB) {
