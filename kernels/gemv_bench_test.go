@@ -180,14 +180,16 @@ func BenchmarkGEMVBatch(b *testing.B) {
 			var parts *cuda.Buffer // x's three bf16 parts, 24 rows of K, and the tensor maps of them and each W
 			var xmap cuda.TensorMap
 			var wmaps []cuda.TensorMap
+			makeParts := func() error {
+				return partsFn.Launch(cuda.D1(8), cuda.D1(256), 0, s, x.Ptr, sh.K, cuda.Ptr(0), float32(0), B, sh.K, parts.Ptr)
+			}
 			if partsFn != nil {
 				parts = poisoned(b, s, 24*sh.K/2)
 				var err error
 				if xmap, err = cuda.NewTensorMap2D(cuda.BF16, parts.Ptr, 24, sh.K, sh.K, 24, 64); err != nil {
 					b.Fatal(err)
 				}
-				if err := partsFn.Launch(cuda.Dim3{X: (sh.K + 255) / 256, Y: 8, Z: 1}, cuda.D1(256), 0, s, x.Ptr, sh.K, B,
-					sh.K, parts.Ptr); err != nil {
+				if err := makeParts(); err != nil {
 					b.Fatal(err)
 				}
 				for _, w := range ws {
@@ -203,8 +205,7 @@ func BenchmarkGEMVBatch(b *testing.B) {
 					next := 0
 					launches[i] = func() error {
 						if bd.wg == 2 {
-							if err := partsFn.Launch(cuda.Dim3{X: (sh.K + 255) / 256, Y: 8, Z: 1}, cuda.D1(256), 0, s, x.Ptr,
-								sh.K, B, sh.K, parts.Ptr); err != nil {
+							if err := makeParts(); err != nil {
 								return err
 							}
 						}

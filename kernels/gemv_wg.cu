@@ -42,19 +42,25 @@
 // barriers.
 __host__ __device__ constexpr int gemv_wg_shared() { return GW_STAGES * GW_STAGE_BYTES + 1024 + 2 * GW_STAGES * 8; }
 
-// x_parts_bf16 writes parts [24][K] bf16: row 8 p + b is part p (0 hi, 1
-// mid, 2 lo) of x[b, :] (row stride ldx), zeros for b >= B. Grid
-// (ceil(K / 256), 8), block 256.
-extern "C" __global__ void x_parts_bf16(const float *__restrict__ x, int ldx, int B, int K, bf16 *__restrict__ parts) {
-    int k = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
-    if (k >= K) return;
-    float v = b < B ? x[(size_t)b * ldx + k] : 0.f;
-#pragma unroll
-    for (int p = 0; p < 3; p++) {
-        unsigned u = __float_as_uint(v) & 0xffff0000u;  // the top 16 bits: exact in bf16
-        parts[(size_t)(8 * p + b) * K + k] = bf16{(unsigned short)(u >> 16)};
-        v -= __uint_as_float(u);
+// x_parts_bf16 writes parts [24][K] bf16 (store_parts: row 8 p + b is part p
+// of sequence b) from x [B, K] f32 (row stride ldx), zeros for B <= b < 8;
+// with a norm weight, of rmsnorm(x[b]) * normw instead (eps inside the
+// square root, as rmsnorm.cu). Grid (8), block a multiple of 32; under PDL
+// it lets the next kernel start at once.
+extern "C" __global__ void x_parts_bf16(const float *__restrict__ x, int ldx, const float *__restrict__ normw,
+                                        float eps, int B, int K, bf16 *__restrict__ parts) {
+    pdl_release();
+    pdl_wait();
+    const int b = blockIdx.x;
+    const float *row = x + (size_t)b * ldx;
+    float scale = 1.f;
+    if (normw && b < B) {
+        float ss = 0.f;
+        for (int k = threadIdx.x; k < K; k += blockDim.x) ss += row[k] * row[k];
+        scale = rsqrtf(block_sum(ss) / K + eps);
     }
+    for (int k = threadIdx.x; k < K; k += blockDim.x)
+        store_parts(parts, K, b, k, b < B ? row[k] * scale * (normw ? normw[k] : 1.f) : 0.f);
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -71,8 +77,24 @@ __device__ __forceinline__ void wg_mma24(float (&d)[12], unsigned long long da, 
         : "l"(da), "l"(db), "r"(scale));
 }
 
-__device__ __forceinline__ void gemv_wg(const tensor_map *wmap, const tensor_map *xmap, const float *__restrict__ bias,
-                                        float *out, int ldo, int accumulate, int B, int K, int rows) {
+// gw_row and gw_seq are the output row (of the block's 64) and the
+// sequence of a consumer thread's result h (0-3): wgmma's D fragment puts
+// d[4 i + h] at row 16 w + lane / 4 (+ 8 for h >= 2) and column 8 i + 2
+// (lane % 4) + h % 2, that is part i of sequence 2 (lane % 4) + h % 2.
+__device__ __forceinline__ int gw_row(int h) { return 16 * (threadIdx.x / 32) + threadIdx.x % 32 / 4 + (h >= 2 ? 8 : 0); }
+__device__ __forceinline__ int gw_seq(int h) { return 2 * (threadIdx.x % 4) + h % 2; }
+
+// gemv_wg runs the ring for the block's 64 rows n0 = 64 blockIdx.x: the
+// producer thread copies the first GW_STAGES stages' weights before it
+// waits for the previous kernel (pdl_wait; weights are read-only), then
+// their parts, then the rest. The consumers call pre() (which loads what
+// the body reads: the weights' part before its pdl_wait, the activations'
+// after), run the products, and end with body(h, n, b, v) for each of
+// their four results h of row n < rows and sequence b < B: v = sum_k W[n,
+// k] x[b, k], as (hi + mid) + lo.
+template <class Pre, class Body>
+__device__ __forceinline__ void gemv_wg(const tensor_map *wmap, const tensor_map *xmap, int B, int K, int rows,
+                                        Pre pre, Body body) {
     extern __shared__ __align__(1024) unsigned char gw_smem[];
     const unsigned base = (shared_addr(gw_smem) + 1023) & ~1023u;
     const unsigned bars = base + GW_STAGES * GW_STAGE_BYTES;  // full[s] at bars + 8 s, empty[s] after them
@@ -82,6 +104,7 @@ __device__ __forceinline__ void gemv_wg(const tensor_map *wmap, const tensor_map
     auto sX = [&](int s) { return base + s * GW_STAGE_BYTES + GW_W_BYTES; };
     const int steps = (K + GW_BK - 1) / GW_BK, n0 = blockIdx.x * GW_ROWS;
     if (B > 8 || blockDim.x != GW_THREADS) __trap();
+    pdl_release();
     if (threadIdx.x == 0) {
         for (int s = 0; s < GW_STAGES; s++) mbar_init(full(s), 1), mbar_init(empty(s), 1);
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -89,9 +112,16 @@ __device__ __forceinline__ void gemv_wg(const tensor_map *wmap, const tensor_map
     __syncthreads();
     if (threadIdx.x >= 128) {  // the producer's warp; one thread copies
         if (threadIdx.x == 128) {
-            for (int k = 0; k < steps; k++) {
+            const int first = min(steps, GW_STAGES);
+            for (int k = 0; k < first; k++) {
+                mbar_expect_tx(full(k), GW_W_BYTES + GW_X_BYTES);
+                tma_load(sW(k), wmap, full(k), k * GW_BK, n0);
+            }
+            pdl_wait();
+            for (int k = 0; k < first; k++) tma_load(sX(k), xmap, full(k), k * GW_BK, 0);
+            for (int k = first; k < steps; k++) {
                 const int s = k % GW_STAGES;
-                if (k >= GW_STAGES) mbar_wait(empty(s), (k / GW_STAGES - 1) & 1);
+                mbar_wait(empty(s), (k / GW_STAGES - 1) & 1);
                 mbar_expect_tx(full(s), GW_W_BYTES + GW_X_BYTES);
                 tma_load(sW(s), wmap, full(s), k * GW_BK, n0);
                 tma_load(sX(s), xmap, full(s), k * GW_BK, 0);
@@ -99,6 +129,7 @@ __device__ __forceinline__ void gemv_wg(const tensor_map *wmap, const tensor_map
         }
         return;
     }
+    pre();
     float d[12];
 #pragma unroll
     for (int i = 0; i < 12; i++) d[i] = 0.f;
@@ -115,26 +146,102 @@ __device__ __forceinline__ void gemv_wg(const tensor_map *wmap, const tensor_map
         if (k > 0 && lead) mbar_arrive(empty((k - 1) % GW_STAGES));
     }
     wg_wait0();
-    // d[4 i + h] is row 16 w + lane / 4 (+ 8 for h >= 2), column 8 i + 2
-    // (lane % 4) + h % 2: part i of sequence 2 (lane % 4) + h % 2.
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
 #pragma unroll
     for (int h = 0; h < 4; h++) {
-        const int n = n0 + 16 * w + lane / 4 + (h >= 2 ? 8 : 0), b = 2 * (lane % 4) + h % 2;
-        if (n >= rows || b >= B) continue;
-        float v = (d[h] + d[4 + h]) + d[8 + h];  // hi + mid, then lo
-        if (bias) v += bias[n];
-        float *o = out + (size_t)b * ldo + n;
-        *o = accumulate ? *o + v : v;
+        const int n = n0 + gw_row(h), b = gw_seq(h);
+        if (n < rows && b < B) body(h, n, b, (d[h] + d[4 + h]) + d[8 + h]);
     }
 }
 #endif
 
+// gemv_wg_bf16: out[b, n] (+)= sum_k W[n, k] x[b, k] + bias[n] for n < rows
+// and b < B <= 8, W rows x K bf16 through wmap (64 x 64 boxes) and x as
+// parts (x_parts_bf16, or the scan step's) through xmap (24 x 64 boxes);
+// bias may be nullptr; accumulate adds to out. Grid ceil(rows / 64), block
+// GW_THREADS, dynamic shared memory gemv_wg_shared().
 extern "C" __global__ void __launch_bounds__(GW_THREADS)
     gemv_wg_bf16(const __grid_constant__ tensor_map wmap, const __grid_constant__ tensor_map xmap,
                  const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    gemv_wg(&wmap, &xmap, bias, out, ldo, accumulate, B, K, rows);
+    float pb[2], po[4];  // bias of the thread's two rows, out at its four results
+    auto pre = [&]() {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int n = blockIdx.x * GW_ROWS + gw_row(2 * r);
+            pb[r] = bias && n < rows ? bias[n] : 0.f;
+        }
+        pdl_wait();
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            const int n = blockIdx.x * GW_ROWS + gw_row(h), b = gw_seq(h);
+            po[h] = accumulate && n < rows && b < B ? out[(size_t)b * ldo + n] : 0.f;
+        }
+    };
+    gemv_wg(&wmap, &xmap, B, K, rows, pre, [&](int h, int n, int b, float v) {
+        v += pb[h / 2];
+        out[(size_t)b * ldo + n] = accumulate ? po[h] + v : v;
+    });
+#else
+    __trap();
+#endif
+}
+
+// GW_TAPS is the longest conv step_in_wg_bf16 takes (Mamba's is 4).
+#define GW_TAPS 4
+
+// step_in_wg_bf16 is step.cu's step_in on gemv_wg: xz[b, n] for the 2E rows
+// of in_proj (W 2E x d through wmap) applied to x (rmsnorm(h) * normw as
+// x_parts_bf16 writes it, through xmap), plus in_bias (may be nullptr); for
+// a channel n < E, then the conv step of the window win [B, E, taps]
+// (weights conv_w [E, taps], bias conv_b, may be nullptr; taps <=
+// GW_TAPS) and silu, as step_in does them, in its order. Grid ceil(2E /
+// 64), block GW_THREADS, dynamic shared memory gemv_wg_shared().
+extern "C" __global__ void __launch_bounds__(GW_THREADS)
+    step_in_wg_bf16(const __grid_constant__ tensor_map wmap, const __grid_constant__ tensor_map xmap,
+                    const float *__restrict__ in_bias, const float *__restrict__ conv_w,
+                    const float *__restrict__ conv_b, float *__restrict__ win, float *__restrict__ xz, int B, int d,
+                    int E, int taps) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    if (taps > GW_TAPS) __trap();
+    // The thread's two rows' biases and taps, then its four results' windows.
+    float ib[2], cb[2], cw[2][GW_TAPS], wd[4][GW_TAPS];
+    auto pre = [&]() {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int n = blockIdx.x * GW_ROWS + gw_row(2 * r);
+            const bool conv = n < E;
+            ib[r] = in_bias && n < 2 * E ? in_bias[n] : 0.f;
+            cb[r] = conv_b && conv ? conv_b[n] : 0.f;
+#pragma unroll
+            for (int k = 0; k < GW_TAPS; k++) cw[r][k] = conv && k < taps ? conv_w[(size_t)n * taps + k] : 0.f;
+        }
+        pdl_wait();
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            const int n = blockIdx.x * GW_ROWS + gw_row(h), b = gw_seq(h);
+            const bool conv = n < E && b < B;
+#pragma unroll
+            for (int k = 0; k < GW_TAPS; k++) wd[h][k] = conv && k < taps ? win[((size_t)b * E + n) * taps + k] : 0.f;
+        }
+    };
+    gemv_wg(&wmap, &xmap, B, d, 2 * E, pre, [&](int h, int n, int b, float v) {
+        v += ib[h / 2];
+        float *row = xz + (size_t)b * 2 * E;
+        if (n >= E) {
+            row[n] = v;  // z
+            return;
+        }
+        float *wnd = win + ((size_t)b * E + n) * taps, sum = cb[h / 2];
+#pragma unroll
+        for (int k = 0; k < GW_TAPS; k++) {
+            if (k < taps) {
+                float in = k + 1 < taps ? wd[h][k + 1 < GW_TAPS ? k + 1 : 0] : v;
+                sum += cw[h / 2][k] * in;
+                wnd[k] = in;
+            }
+        }
+        row[n] = sum / (1.f + __expf(-sum));  // silu, as conv.cu computes it
+    });
 #else
     __trap();
 #endif

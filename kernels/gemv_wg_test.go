@@ -9,19 +9,11 @@ import (
 	"github.com/mambago/mambago/mambago/cuda"
 )
 
-// gemvWG runs kernels/gemv_wg.cu's GEMV: x's three bf16 parts (x_parts_bf16)
-// into parts, then gemv_wg_bf16 on W's tensor map (rows x K bf16) and the
-// parts'. xmap is the parts' tensor map (newGemvWGParts).
-func gemvWG(fn func(string) *cuda.Function, s *cuda.Stream, wmap, xmap cuda.TensorMap, x, parts, bias, out cuda.Ptr,
-	ldx, ldo, accumulate, B, K, rows int, withParts bool) error {
-	if withParts {
-		if err := fn("x_parts_bf16").Launch(cuda.Dim3{X: (K + 255) / 256, Y: 8, Z: 1}, cuda.D1(256), 0, s, x, ldx, B, K,
-			parts); err != nil {
-			return err
-		}
-	}
-	return fn("gemv_wg_bf16").Launch(cuda.D1((rows+63)/64), cuda.D1(160), gemvWGShared, s, wmap, xmap, bias, out, ldo,
-		accumulate, B, K, rows)
+// launchParts runs x_parts_bf16: x [B, K] (row stride ldx), normed with
+// normw where it is set, as three bf16 parts into parts [24][K].
+func launchParts(fn func(string) *cuda.Function, s *cuda.Stream, x, normw cuda.Ptr, eps float32, ldx, B, K int,
+	parts cuda.Ptr) error {
+	return fn("x_parts_bf16").Launch(cuda.D1(8), cuda.D1(256), 0, s, x, ldx, normw, eps, B, K, parts)
 }
 
 // gemvWGShared is gemv_wg_shared() at the source's GW_STAGES (8).
@@ -40,27 +32,31 @@ func needSM90(tb testing.TB) {
 }
 
 // TestGEMVWGKernel checks gemv_wg_bf16 (with x_parts_bf16 before it)
-// against float64 sums of the stored bf16 weights times x in f32: within
-// 1e-5 relative error, over NaNs where it writes and onto random values
-// where it accumulates. Shapes: partial blocks of rows and a K that is not
-// a multiple of 64 (the tensor maps' zeros past the edges), B = 1, 3, 5 and
-// 8, and the 1.4b in_proj size.
+// against float64 sums of the stored bf16 weights times x in f32, or
+// rmsnorm(x) * normw where the case norms: within 1e-5 relative error, over
+// NaNs where it writes and onto random values where it accumulates.
+// Shapes: partial blocks of rows and a K that is not a multiple of 64 (the
+// tensor maps' zeros past the edges), B = 1, 3, 5 and 8, the 1.4b in_proj
+// size and the 130m LM head's.
 func TestGEMVWGKernel(t *testing.T) {
+	const eps = 1e-5
 	fn, s := gpu(t)
 	needSM90(t)
 	if err := fn("gemv_wg_bf16").SetMaxDynamicShared(gemvWGShared); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		rows, K, B int
-		accu, bias bool
-	}{{130, 136, 3, false, true}, {64, 64, 8, true, false}, {200, 1000, 5, true, true}, {8192, 2048, 8, false, true},
-		{37, 2560, 1, false, false}} {
+		rows, K, B       int
+		accu, bias, norm bool
+	}{{130, 136, 3, false, true, false}, {64, 64, 8, true, false, true}, {200, 1000, 5, true, true, false},
+		{8192, 2048, 8, false, true, true}, {37, 2560, 1, false, false, false}, {50280, 768, 8, false, false, true}} {
 		name := fmt.Sprintf("gemv_wg_bf16 %+v", tc)
 		ldx := tc.K + 4
 		x, W, bias, out0 := randn(tc.B*ldx, 1), randn(tc.rows*tc.K, 0.1), randn(tc.rows, 1), randn(tc.B*tc.rows, 1)
+		normw := randn(tc.K, 1)
 		W, packed := bf16Bits(W)
-		bx, bW, bb := upload(t, s, x), upload(t, s, packed), upload(t, s, bias)
+		bx, bW, bb, bn := upload(t, s, x), upload(t, s, packed), upload(t, s, bias), upload(t, s, normw)
+		xs := normed(x, normw, ldx, tc.B, tc.K, eps, tc.norm)
 		parts := poisoned(t, s, 24*tc.K/2) // 24 rows of K bf16
 		bo := poisoned(t, s, tc.B*tc.rows)
 		if tc.accu {
@@ -81,8 +77,15 @@ func TestGEMVWGKernel(t *testing.T) {
 		if tc.accu {
 			accu = 1
 		}
-		if err := gemvWG(fn, s, wmap, xmap, bx.Ptr, parts.Ptr, bptr, bo.Ptr, ldx, tc.rows, accu, tc.B, tc.K, tc.rows,
-			true); err != nil {
+		nptr := cuda.Ptr(0)
+		if tc.norm {
+			nptr = bn.Ptr
+		}
+		if err := launchParts(fn, s, bx.Ptr, nptr, eps, ldx, tc.B, tc.K, parts.Ptr); err != nil {
+			t.Fatal(err)
+		}
+		if err := fn("gemv_wg_bf16").Launch(cuda.D1((tc.rows+63)/64), cuda.D1(160), gemvWGShared, s, wmap, xmap, bptr,
+			bo.Ptr, tc.rows, accu, tc.B, tc.K, tc.rows); err != nil {
 			t.Fatal(err)
 		}
 		want := make([]float64, tc.B*tc.rows)
@@ -90,7 +93,7 @@ func TestGEMVWGKernel(t *testing.T) {
 			for n := range tc.rows {
 				var sum float64
 				for k := range tc.K {
-					sum += float64(W[n*tc.K+k]) * float64(x[b*ldx+k])
+					sum += float64(W[n*tc.K+k]) * xs[b*tc.K+k]
 				}
 				if tc.bias {
 					sum += float64(bias[n])
@@ -106,6 +109,115 @@ func TestGEMVWGKernel(t *testing.T) {
 			t.Errorf("%s: rel err %.3g", name, e)
 		} else {
 			t.Logf("%s: rel err %.3g", name, e)
+		}
+	}
+}
+
+// normed returns x [B, K] (row stride ldx) in float64, packed, and where
+// norm is set as rmsnorm(x[b]) * normw with eps inside the square root.
+func normed(x, normw []float32, ldx, B, K int, eps float64, norm bool) []float64 {
+	out := make([]float64, B*K)
+	for b := range B {
+		scale := 1.0
+		if norm {
+			var ss float64
+			for k := range K {
+				ss += float64(x[b*ldx+k]) * float64(x[b*ldx+k])
+			}
+			scale = 1 / math.Sqrt(ss/float64(K)+eps)
+		}
+		for k := range K {
+			v := float64(x[b*ldx+k]) * scale
+			if norm {
+				v *= float64(normw[k])
+			}
+			out[b*K+k] = v
+		}
+	}
+	return out
+}
+
+// TestStepInWGKernel checks step_in_wg_bf16 against float64: in_proj of
+// rmsnorm(h) * normw (x_parts_bf16 before it) plus in_bias, z for rows E
+// and up, and for a channel the conv step of its window of taps taps
+// (shifted by one, the sum in the newest) and silu: xz and the windows
+// within 1e-5 relative error, xz over NaNs. Shapes: E = 64 (one block of
+// channels, one of z), 200 (blocks that straddle E and end short), d not a
+// multiple of 64; taps 4 and 3; with and without the biases; B = 2, 5, 8.
+func TestStepInWGKernel(t *testing.T) {
+	fn, s := gpu(t)
+	needSM90(t)
+	if err := fn("step_in_wg_bf16").SetMaxDynamicShared(gemvWGShared); err != nil {
+		t.Fatal(err)
+	}
+	const eps = 1e-5
+	for _, tc := range []struct {
+		d, E, taps, B int
+		bias          bool
+	}{{256, 64, 4, 8, true}, {136, 200, 3, 5, false}, {2048, 4096, 4, 2, true}} {
+		name := fmt.Sprintf("step_in_wg_bf16 %+v", tc)
+		d, E, taps, B := tc.d, tc.E, tc.taps, tc.B
+		h, normw, W := randn(B*d, 1), randn(d, 1), randn(2*E*d, 0.1)
+		inBias, convW, convB, win := randn(2*E, 1), randn(E*taps, 0.5), randn(E, 1), randn(B*E*taps, 1)
+		W, packed := bf16Bits(W)
+		bh, bn, bW, bwin := upload(t, s, h), upload(t, s, normw), upload(t, s, packed), upload(t, s, win)
+		bib, bcw, bcb := upload(t, s, inBias), upload(t, s, convW), upload(t, s, convB)
+		parts, xz := poisoned(t, s, 24*d/2), poisoned(t, s, B*2*E)
+		wmap, err := cuda.NewTensorMap2D(cuda.BF16, bW.Ptr, 2*E, d, d, 64, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		xmap, err := cuda.NewTensorMap2D(cuda.BF16, parts.Ptr, 24, d, d, 24, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ib, cb := bib.Ptr, bcb.Ptr
+		if !tc.bias {
+			ib, cb = 0, 0
+		}
+		if err := launchParts(fn, s, bh.Ptr, bn.Ptr, eps, d, B, d, parts.Ptr); err != nil {
+			t.Fatal(err)
+		}
+		if err := fn("step_in_wg_bf16").Launch(cuda.D1((2*E+63)/64), cuda.D1(160), gemvWGShared, s, wmap, xmap, ib,
+			bcw.Ptr, cb, bwin.Ptr, xz.Ptr, B, d, E, taps); err != nil {
+			t.Fatal(err)
+		}
+		x := normed(h, normw, d, B, d, eps, true)
+		wantXZ, wantWin := make([]float64, B*2*E), make([]float64, B*E*taps)
+		for b := range B {
+			for n := range 2 * E {
+				v := 0.0
+				for k := range d {
+					v += float64(W[n*d+k]) * x[b*d+k]
+				}
+				if tc.bias {
+					v += float64(inBias[n])
+				}
+				if n >= E {
+					wantXZ[b*2*E+n] = v
+					continue
+				}
+				sum := 0.0
+				if tc.bias {
+					sum = float64(convB[n])
+				}
+				for k := range taps {
+					in := v
+					if k+1 < taps {
+						in = float64(win[(b*E+n)*taps+k+1])
+					}
+					sum += float64(convW[n*taps+k]) * in
+					wantWin[(b*E+n)*taps+k] = in
+				}
+				wantXZ[b*2*E+n] = sum / (1 + math.Exp(-sum))
+			}
+		}
+		gotXZ, gotWin := download(t, s, xz, B*2*E), download(t, s, bwin, B*E*taps)
+		ex, ew := relErr(gotXZ, wantXZ), relErr(gotWin, wantWin)
+		if ex > 1e-5 || ew > 1e-5 || math.IsNaN(ex) || math.IsNaN(ew) {
+			t.Errorf("%s: rel err xz %.3g, windows %.3g", name, ex, ew)
+		} else {
+			t.Logf("%s: rel err xz %.3g, windows %.3g", name, ex, ew)
 		}
 	}
 }

@@ -7,6 +7,23 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+// block_sum returns the sum of v over the block, in every thread.
+__device__ float block_sum(float v) {
+    __shared__ float part[32];
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_sum(v);
+    if (lane == 0) part[warp] = v;
+    __syncthreads();
+    int warps = (blockDim.x + 31) >> 5;
+    v = threadIdx.x < warps ? part[threadIdx.x] : 0.f;
+    if (warp == 0) v = warp_sum(v);
+    if (threadIdx.x == 0) part[0] = v;
+    __syncthreads();
+    float total = part[0];
+    __syncthreads();  // part is reused by the next call
+    return total;
+}
+
 // exp2 on the special function unit, results below 2^-126 flushed to zero (a
 // decay that small is zero to the state); relative error 2^-22.
 __device__ __forceinline__ float ex2(float x) {
@@ -38,6 +55,20 @@ __device__ __forceinline__ float softplus_f(float x) {
 // adds nothing to 1 either way, so this is __expf's value in two
 // instructions instead of five.
 __device__ __forceinline__ float silu_f(float z) { return __fdividef(z, 1.f + ex2(-1.44269504088896341f * z)); }
+
+// store_parts writes v as three bf16 parts, hi + mid + lo (each the top
+// 16 bits of what is left: a truncation, and what it leaves is exact in
+// f32, so the parts carry all 24 significant bits), into parts [3][8][K]
+// at column k of row 8 p + b: the x operand of the warpgroup GEMVs
+// (gemv_wg.cu), each part a row of eight sequences' k.
+__device__ __forceinline__ void store_parts(bf16 *parts, int K, int b, int k, float v) {
+#pragma unroll
+    for (int p = 0; p < 3; p++) {
+        unsigned u = __float_as_uint(v) & 0xffff0000u;
+        parts[(size_t)(8 * p + b) * K + k] = bf16{(unsigned short)(u >> 16)};
+        v -= __uint_as_float(u);
+    }
+}
 
 // Programmatic dependent launch (sm_90 and newer; no-ops before). A kernel
 // launched with PDL (cuda.Function.LaunchMaybePDL) may start while the

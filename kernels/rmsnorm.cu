@@ -23,23 +23,6 @@
 
 #define RMS_V 20  // float4s a lane keeps: rows of up to 2560 floats
 
-// block_sum returns the sum of v over the block, in every thread.
-__device__ float block_sum(float v) {
-    __shared__ float part[32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    v = warp_sum(v);
-    if (lane == 0) part[warp] = v;
-    __syncthreads();
-    int warps = (blockDim.x + 31) >> 5;
-    v = threadIdx.x < warps ? part[threadIdx.x] : 0.f;
-    if (warp == 0) v = warp_sum(v);
-    if (threadIdx.x == 0) part[0] = v;
-    __syncthreads();
-    float total = part[0];
-    __syncthreads();  // part is reused by the next call
-    return total;
-}
-
 // row_of is the row of x that row r reads: ids[r] clamped to [0, V) where
 // ids is set (an embedding lookup; the host checks ids, and a bad one must
 // still never read outside the table), else r.

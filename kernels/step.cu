@@ -644,6 +644,9 @@ extern "C" __global__ void __launch_bounds__(STEP_TILE_THREADS, STEP_TILE_MINB)
 //   s[n] = exp2(dt * A2[c, n]) * s[n] + dt * B[n] * u       (B, C from dbl)
 //   y[b, c] = (sum_n s[n] * C[n] + D[c] * u) * silu(z)
 //
+// With parts set, y[b, c] also goes there as out_proj's x operand on the
+// warpgroup GEMV (store_parts; gemv_wg.cu), rows of E.
+//
 // Every load is issued before the first result it feeds: the weights
 // (W_dt's row, dt_bias, A2's row, D) before the wait, which ptxas would
 // otherwise hoist above them (they come from HBM, the activations from L2),
@@ -661,7 +664,8 @@ extern "C" __global__ void __launch_bounds__(STEP_TILE_THREADS, STEP_TILE_MINB)
 extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS, 6)
     step_scan_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W_dt,
                   const float *__restrict__ dt_bias, const float *__restrict__ A2, const float *__restrict__ Dskip,
-                  const float *__restrict__ xz, float *__restrict__ state, float *__restrict__ y, int E, int N) {
+                  const float *__restrict__ xz, float *__restrict__ state, float *__restrict__ y, int E, int N,
+                  bf16 *__restrict__ parts) {
     pdl_release();
     int lane = threadIdx.x & 31, c = blockIdx.x * STEP_WARPS + (threadIdx.x >> 5), b = blockIdx.y;
     if (c >= E) return;  // reads nothing, so need not wait
@@ -715,7 +719,11 @@ extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS, 6)
         acc += v * row[R + N + n];
     }
     acc = warp_sum(acc);
-    if (lane == 0) y[(size_t)b * E + c] = (acc + dskip * u) * silu_f(z);
+    if (lane == 0) {
+        float out = (acc + dskip * u) * silu_f(z);
+        y[(size_t)b * E + c] = out;
+        if (parts) store_parts(parts, E, b, c, out);
+    }
 }
 
 // step_scan_batch_f32: step_scan_f32 for a batch (2 <= B <= STEP_MAXB) with
@@ -729,7 +737,7 @@ extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS)
     step_scan_batch_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W_dt,
                         const float *__restrict__ dt_bias, const float *__restrict__ A2,
                         const float *__restrict__ Dskip, const float *__restrict__ xz, float *__restrict__ state,
-                        float *__restrict__ y, int E, int N, int B) {
+                        float *__restrict__ y, int E, int N, int B, bf16 *__restrict__ parts) {
     constexpr int PAIRS = STEP_MAXB / 2;
     if (B > STEP_MAXB || N > 32) __trap();  // gpu's decode takes step_scan_f32 then
     pdl_release();
@@ -810,6 +818,10 @@ extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS)
         }
         float acc = cs[0] + cs[1];
         for (int o = 8; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (mine && n == 0) y[(size_t)b * E + c] = (acc + dskip * u[p]) * silu_f(z[p]);
+        if (mine && n == 0) {
+            float out = (acc + dskip * u[p]) * silu_f(z[p]);
+            y[(size_t)b * E + c] = out;
+            if (parts) store_parts(parts, E, b, c, out);
+        }
     }
 }

@@ -88,6 +88,11 @@
 #             launches back to back: FMA against tensor-core entries, and
 #             BASE's (device_build.sh) where built (BenchmarkGEMVBatch; about
 #             a minute);
+#   wgdecode: the warpgroup GEMVs in the decode step (Engine.GEMVWarpgroup,
+#             GEMVWarpgroupOut): TestGEMVWGKernel and TestStepInWGKernel,
+#             memcheck, the engine's decode tests and memcheck over
+#             TestDecodeWarpgroupMatches, then steps of 8 and 4 sequences
+#             off and on (BenchmarkDecodeWarpgroup; DECODE_SHAPES);
 #   wggemv:   gemv_wg_bf16 (kernels/gemv_wg.cu: wgmma on TMA boxes):
 #             TestGEMVWGKernel, memcheck over it, then gemvbatch (which
 #             times it) and cublasgemv;
@@ -798,6 +803,16 @@ if [[ $mode == gemvtc ]]; then
   run_tests decode_tc_test 300 .carry/gpu.test -test.v -test.run 'TestDecodeTensorCoresMatch|TestDecodeMatchesPrefill|TestDecodeScanBatchMatches'
   bash "$0" "$commit" gemvbatch || status=1
   bash "$0" "$commit" decodebatch || status=1
+  exit $status
+fi
+if [[ $mode == wgdecode ]]; then
+  echo "== the warpgroup GEMVs in the decode step: kernel tests, memcheck, the engine's decode tests, then steps off and on"
+  SHOW="rel err" run_tests gemv_wg_test 200 .carry/kernels.test -test.v -test.run 'TestGEMVWGKernel|TestStepInWGKernel'
+  if [[ $status != 0 ]]; then echo "the warpgroup kernels' tests failed: nothing more"; exit 1; fi
+  memcheck memcheck_gemv_wg 200 .carry/kernels.test 'TestGEMVWGKernel|TestStepInWGKernel'
+  run_tests decode_wg_test 300 .carry/gpu.test -test.v -test.run 'TestDecodeWarpgroupMatches|TestDecodeMatchesPrefill|TestDecodeTensorCoresMatch'
+  memcheck memcheck_decode_wg 300 .carry/gpu.test 'TestDecodeWarpgroupMatches'
+  bench_log decode_wg 300 .carry/gpu.test DecodeWarpgroup "warpgroup:"
   exit $status
 fi
 if [[ $mode == wggemv ]]; then

@@ -84,6 +84,36 @@ func BenchmarkDecodeBatchSettings(b *testing.B) {
 	})
 }
 
+// BenchmarkDecodeWarpgroup times bf16 decode step graphs of 8 and 4
+// sequences with the warpgroup GEMVs off (New's tensor-core GEMVs), on for
+// in_proj and the LM head (Engine.GEMVWarpgroup), and on for out_proj too
+// (GEMVWarpgroupOut), taking turns over three rounds in one process.
+// DECODE_SHAPES (a regexp) picks the shapes. Each logs its medians and
+// their ratios to off.
+func BenchmarkDecodeWarpgroup(b *testing.B) {
+	settings := []struct {
+		name    string
+		in, out bool
+	}{{"off", false, false}, {"in+head", true, false}, {"in+head+out", true, true}}
+	forDecodeShapes(b, func(b *testing.B, shape string, e *gpu.Engine) {
+		for _, B := range []int{8, 4} {
+			times := make([][]float64, len(settings))
+			for range 3 {
+				for i, st := range settings {
+					e.GEMVWarpgroup, e.GEMVWarpgroupOut = st.in, st.out
+					times[i] = append(times[i], 1e3*decodeStepMs(b, e, B))
+				}
+			}
+			line, base := fmt.Sprintf("%s B=%d warpgroup:", shape, B), gputest.Median(times[0])
+			for i, st := range settings {
+				m := gputest.Median(times[i])
+				line += fmt.Sprintf("  %s %.1f us/step (%.3fx) %.1f", st.name, m, base/m, times[i])
+			}
+			b.Log(line)
+		}
+	})
+}
+
 // decodeStepMs captures a decode step graph of B sequences on e and
 // returns the median over five rounds of each round's median time of 50
 // replays, in milliseconds.

@@ -39,7 +39,8 @@ type Engine struct {
 	layers                                   []layer
 
 	ws     workspace
-	closed bool // set by Close; every later call fails
+	wg     *wgMaps // the warpgroup GEMVs' tensor maps, once encoded
+	closed bool    // set by Close; every later call fails
 
 	// The prefill graph cache of SetPrefillGraphs, least recently used first.
 	graphCap   int
@@ -284,6 +285,19 @@ type Engine struct {
 	// make at least 3 blocks an SM (scanBatchPays). Set it before
 	// capturing a step graph.
 	DecodeScanBatch bool
+	// GEMVWarpgroup runs a bf16 decode step's in_proj and LM head for 2 to
+	// 8 sequences on Hopper's warpgroup products (kernels/gemv_wg.cu: 64
+	// rows by all sequences a block, weights and x's three bf16 parts
+	// copied by TMA, one wgmma m64n24k16 per 64 x 16 weights), x kept to
+	// f32 precision as in GEMVTensorCores; the norm goes into x's parts
+	// (x_parts_bf16), the conv step stays in in_proj's epilogue. It needs
+	// an sm_90 device (warpgroupApplies). Set it before capturing a step
+	// graph.
+	GEMVWarpgroup bool
+	// GEMVWarpgroupOut also runs out_proj on the warpgroup GEMV, with the
+	// scan step writing its x's parts, where GEMVWarpgroup applies. Set it
+	// before capturing a step graph.
+	GEMVWarpgroupOut bool
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -492,6 +506,7 @@ type workspace struct {
 	scan                                *cuda.Buffer // the scan's chunk summaries
 	counts                              *cuda.Buffer // ConvXProj's counters, zero between launches
 	tiles, tileCounts                   *cuda.Buffer // the decode step's tensor-core GEMVs' parts along k, and their counters (zero between launches)
+	parts                               *cuda.Buffer // the warpgroup GEMVs' x as bf16 parts (wgPartsBytes)
 	scanChunk                           int          // the Engine.ScanChunk that scan is sized for
 	scanSegments                        bool         // whether scan is sized for walks in segments (Engine.segmentsOn)
 	logits                              *cuda.Buffer
@@ -510,7 +525,7 @@ func words(b *cuda.Buffer) int {
 
 func (w *workspace) free() {
 	for _, b := range []*cuda.Buffer{w.h, w.x, w.xz, w.u, w.dbl, w.delta, w.y, w.in, w.out, w.ids, w.pad, w.logits, w.scan, w.counts,
-		w.tiles, w.tileCounts} {
+		w.tiles, w.tileCounts, w.parts} {
 		b.Free()
 	}
 	*w = workspace{}
@@ -528,7 +543,7 @@ func (e *Engine) ensure(rows int) error {
 	}
 	rows, tileFloats, tileCounts = max(rows, ws.rows), max(1, tileFloats, words(ws.tiles)), max(1, tileCounts, words(ws.tileCounts))
 	for _, b := range []*cuda.Buffer{ws.h, ws.x, ws.xz, ws.u, ws.dbl, ws.delta, ws.y, ws.in, ws.ids, ws.pad, ws.scan, ws.counts,
-		ws.tiles, ws.tileCounts} {
+		ws.tiles, ws.tileCounts, ws.parts} {
 		b.Free()
 	}
 	ws.rows = 0
@@ -546,6 +561,7 @@ func (e *Engine) ensure(rows int) error {
 		{&ws.scan, 4 * max(1, scanScratchBound(rows, c.Inner, c.State, e.ScanChunk, e.segmentsOn()))},
 		{&ws.counts, 4 * counters},
 		{&ws.tiles, 4 * tileFloats}, {&ws.tileCounts, 4 * tileCounts},
+		{&ws.parts, wgPartsBytes(c.Hidden, c.Inner)},
 	}
 	for _, s := range sizes {
 		b, err := cuda.Alloc(s.bytes)
@@ -554,10 +570,13 @@ func (e *Engine) ensure(rows int) error {
 		}
 		*s.dst = b
 	}
+	// Counters start at zero; so do the parts, whose rows past a batch's
+	// sequences only the copies of x_parts_bf16 write (the scan step's
+	// leave them as they are).
 	for _, c := range []struct {
 		buf *cuda.Buffer
 		n   int
-	}{{ws.counts, counters}, {ws.tileCounts, tileCounts}} {
+	}{{ws.counts, counters}, {ws.tileCounts, tileCounts}, {ws.parts, words(ws.parts)}} {
 		if err := cuda.Fill32(c.buf.Ptr, 0, c.n, e.stream); err != nil {
 			return err
 		}

@@ -62,8 +62,24 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	}
 	eps, dbl := float32(c.Eps), R+2*N
 	in, x, out := e.gemvPlan("step_in", 2*E, d, B), e.gemvPlan("gemv", dbl, E, B), e.gemvPlan("gemv", d, E, B)
+	var wg *wgMaps
+	if e.warpgroupApplies(B) {
+		var err error
+		if wg, err = e.warpgroupMaps(); err != nil {
+			return err
+		}
+	}
+	wgOut := wg != nil && e.GEMVWarpgroupOut
 	for l, g := range e.layers {
-		if err := e.launchGEMV(in, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
+		if wg != nil {
+			if err := e.launchParts(ws.h.Ptr, d, g.norm, eps, B, d, ws.parts.Ptr); err != nil {
+				return err
+			}
+			if err := e.launchWG("step_in_wg_bf16", 2*E, wg.in[l], wg.dParts, g.inBias, g.conv, g.convBias,
+				s.conv(l), ws.xz.Ptr, B, d, E, K); err != nil {
+				return err
+			}
+		} else if err := e.launchGEMV(in, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
 			g.conv, g.convBias, s.conv(l), ws.xz.Ptr, B, d, E, K, in.split); err != nil {
 			return err
 		}
@@ -76,13 +92,27 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 				return err
 			}
 		}
-		if err := e.scanStep(B, l, &g, s); err != nil {
+		parts := cuda.Ptr(0)
+		if wgOut {
+			parts = ws.eParts(d)
+		}
+		if err := e.scanStep(B, l, &g, s, parts); err != nil {
 			return err
 		}
-		if err := e.launchGEMV(out, ws.delta.Ptr, E, cuda.Ptr(0), float32(0), g.outProj,
+		if wgOut {
+			if err := e.launchWG("gemv_wg_bf16", d, wg.out[l], wg.eParts, g.outBias, ws.h.Ptr, d, 1, B, E, d); err != nil {
+				return err
+			}
+		} else if err := e.launchGEMV(out, ws.delta.Ptr, E, cuda.Ptr(0), float32(0), g.outProj,
 			g.outBias, ws.h.Ptr, d, 1, B, E, d, out.split); err != nil {
 			return err
 		}
+	}
+	if wg != nil {
+		if err := e.launchParts(ws.h.Ptr, d, e.normF, eps, B, d, ws.parts.Ptr); err != nil {
+			return err
+		}
+		return e.launchWG("gemv_wg_bf16", V, wg.head, wg.dParts, cuda.Ptr(0), logits, V, 0, B, d, V)
 	}
 	head := e.gemvPlan("gemv", V, d, B)
 	return e.launchGEMV(head, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits, V, 0, B, d, V, head.split)
@@ -92,18 +122,19 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 // channel for every sequence (step_scan_batch_f32) where DecodeScanBatch
 // asks for it, the state fits its lanes (N <= 32) and dbl's B rows fit a
 // block's default 48 KB of shared memory; else a warp a channel and
-// sequence (step_scan_f32).
-func (e *Engine) scanStep(B, l int, g *layer, s *State) error {
+// sequence (step_scan_f32). Where parts is set the scan also writes y
+// there as out_proj's parts (store_parts in kernels/math.cuh).
+func (e *Engine) scanStep(B, l int, g *layer, s *State, parts cuda.Ptr) error {
 	c, ws := e.cfg, &e.ws
 	R, N, E := c.DTRank, c.State, c.Inner
 	dbl, blocks := R+2*N, (E+stepWarps-1)/stepWarps
 	block, shared := cuda.D1(32*stepWarps), 4*B*dbl
 	if B > 1 && e.DecodeScanBatch && N <= 32 && shared <= 48<<10 {
 		return e.launchStep("step_scan_batch_f32", cuda.D1(blocks), block, shared, ws.dbl.Ptr, dbl, R, g.dtProj,
-			g.dtBias, g.a2, g.d, ws.xz.Ptr, s.ssm(l), ws.delta.Ptr, E, N, B)
+			g.dtBias, g.a2, g.d, ws.xz.Ptr, s.ssm(l), ws.delta.Ptr, E, N, B, parts)
 	}
 	return e.launchStep("step_scan_f32", cuda.Dim3{X: blocks, Y: B, Z: 1}, block, 0, ws.dbl.Ptr, dbl, R, g.dtProj,
-		g.dtBias, g.a2, g.d, ws.xz.Ptr, s.ssm(l), ws.delta.Ptr, E, N)
+		g.dtBias, g.a2, g.d, ws.xz.Ptr, s.ssm(l), ws.delta.Ptr, E, N, parts)
 }
 
 // scanBatchPays reports whether the batched scan step (a warp a channel,

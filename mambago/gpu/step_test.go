@@ -3,6 +3,7 @@ package gpu
 import (
 	"testing"
 
+	"github.com/mambago/mambago/mambago/checkpoint"
 	"github.com/mambago/mambago/mambago/cuda"
 )
 
@@ -106,5 +107,38 @@ func TestTileParts(t *testing.T) {
 	}
 	if p := e.gemvPlan("gemv", 2048, 4096, 1); p.splitK || p.scratch() != 0 {
 		t.Errorf("one sequence: %+v, scratch %d; want the FMA entry and none", p, p.scratch())
+	}
+}
+
+// TestWarpgroupApplies checks when a decode step takes the warpgroup GEMVs:
+// GEMVWarpgroup set, bf16 on an sm_90 device, 2 to 8 sequences, widths a
+// multiple of 8 and a conv of at most 4 taps.
+func TestWarpgroupApplies(t *testing.T) {
+	h200 := &cuda.Device{Major: 9, Minor: 0, SMs: 132}
+	cfg := checkpoint.Config{Hidden: 2048, Inner: 4096, ConvKernel: 4}
+	for _, c := range []struct {
+		on   bool
+		dt   cuda.DType
+		dev  *cuda.Device
+		cfg  checkpoint.Config
+		B    int
+		want bool
+		why  string
+	}{
+		{true, cuda.BF16, h200, cfg, 8, true, "a bf16 batch on sm_90"},
+		{true, cuda.BF16, h200, cfg, 2, true, "the least batch"},
+		{false, cuda.BF16, h200, cfg, 8, false, "off"},
+		{true, cuda.BF16, h200, cfg, 1, false, "one sequence"},
+		{true, cuda.BF16, h200, cfg, 9, false, "past the decode kernels' batch"},
+		{true, cuda.F16, h200, cfg, 8, false, "f16"},
+		{true, cuda.BF16, &cuda.Device{Major: 10, Minor: 0}, cfg, 8, false, "not sm_90"},
+		{true, cuda.BF16, &cuda.Device{Major: 8, Minor: 0}, cfg, 8, false, "sm_80"},
+		{true, cuda.BF16, h200, checkpoint.Config{Hidden: 2044, Inner: 4088, ConvKernel: 4}, 8, false, "d not a multiple of 8"},
+		{true, cuda.BF16, h200, checkpoint.Config{Hidden: 2048, Inner: 4096, ConvKernel: 5}, 8, false, "a conv of 5 taps"},
+	} {
+		e := &Engine{cfg: c.cfg, dt: c.dt, dev: c.dev, GEMVWarpgroup: c.on}
+		if got := e.warpgroupApplies(c.B); got != c.want {
+			t.Errorf("%s: warpgroupApplies(%d) = %v, want %v", c.why, c.B, got, c.want)
+		}
 	}
 }

@@ -1,0 +1,101 @@
+package gpu
+
+import (
+	"fmt"
+
+	"github.com/mambago/mambago/mambago/cuda"
+)
+
+// The warpgroup GEMVs of kernels/gemv_wg.cu (Engine.GEMVWarpgroup): 64 rows
+// a block of wgThreads threads, in wgStages stages of 64 of k, each a 64 x
+// 64 box of weights and a 24 x 64 box of x's parts (padded to 4 KB).
+const (
+	wgRows, wgThreads, wgStages, wgBK = 64, 160, 8, 64
+	wgTaps                            = 4 // GW_TAPS: the longest conv step_in_wg_bf16 takes
+)
+
+// wgShared is gemv_wg_shared(): the ring, 1024 bytes to align it, and two
+// barriers a stage.
+func wgShared() int { return wgStages*(wgRows*wgBK*2+4096) + 1024 + 2*wgStages*8 }
+
+// wgPartsBytes is the parts workspace of the warpgroup GEMVs: x's three
+// bf16 parts for 8 sequences, rows of d (in_proj's and the LM head's x),
+// then rows of E (out_proj's, which the scan step writes).
+func wgPartsBytes(d, E int) int { return 2 * 24 * (d + E) }
+
+// wgMaps are the tensor maps the warpgroup GEMVs copy through: each layer's
+// in_proj and out_proj weights and the LM head's (encoded once: weights
+// never move), and the two parts' rows in the workspace (encoded again
+// when the workspace is reallocated: generation).
+type wgMaps struct {
+	generation     int
+	in, out        []cuda.TensorMap
+	head           cuda.TensorMap
+	dParts, eParts cuda.TensorMap
+}
+
+// warpgroupApplies reports whether a decode step of B sequences runs
+// in_proj and the LM head (and, with GEMVWarpgroupOut, out_proj) on the
+// warpgroup GEMVs: GEMVWarpgroup set, bf16 weights on an sm_90 device (the
+// kernels need sm_90a), 2 <= B <= 8, the widths a multiple of 8 (16-byte
+// rows for the tensor maps) and a conv of at most wgTaps taps.
+func (e *Engine) warpgroupApplies(B int) bool {
+	c := e.cfg
+	return e.GEMVWarpgroup && e.dt == cuda.BF16 && e.dev != nil && e.dev.Major == 9 && e.dev.Minor == 0 && B >= 2 &&
+		B <= decodeMaxB && c.Hidden%8 == 0 && c.Inner%8 == 0 && c.ConvKernel <= wgTaps
+}
+
+// warpgroupMaps returns the tensor maps for the current workspace, encoding
+// what is missing or stale.
+func (e *Engine) warpgroupMaps() (*wgMaps, error) {
+	c, ws := e.cfg, &e.ws
+	m := e.wg
+	if m == nil {
+		m = &wgMaps{generation: -1}
+		box := func(p cuda.Ptr, rows, K int) (cuda.TensorMap, error) {
+			return cuda.NewTensorMap2D(cuda.BF16, p, rows, K, K, wgRows, wgBK)
+		}
+		var err error
+		if m.head, err = box(e.lmHead, c.Vocab, c.Hidden); err != nil {
+			return nil, fmt.Errorf("gpu: the LM head's tensor map: %w", err)
+		}
+		for l, g := range e.layers {
+			in, err := box(g.inProj, 2*c.Inner, c.Hidden)
+			if err != nil {
+				return nil, fmt.Errorf("gpu: layer %d in_proj's tensor map: %w", l, err)
+			}
+			out, err := box(g.outProj, c.Hidden, c.Inner)
+			if err != nil {
+				return nil, fmt.Errorf("gpu: layer %d out_proj's tensor map: %w", l, err)
+			}
+			m.in, m.out = append(m.in, in), append(m.out, out)
+		}
+		e.wg = m
+	}
+	if m.generation != ws.generation {
+		var err error
+		if m.dParts, err = cuda.NewTensorMap2D(cuda.BF16, ws.parts.Ptr, 24, c.Hidden, c.Hidden, 24, wgBK); err != nil {
+			return nil, fmt.Errorf("gpu: the parts' tensor map: %w", err)
+		}
+		if m.eParts, err = cuda.NewTensorMap2D(cuda.BF16, ws.eParts(c.Hidden), 24, c.Inner, c.Inner, 24, wgBK); err != nil {
+			return nil, fmt.Errorf("gpu: the scan's parts' tensor map: %w", err)
+		}
+		m.generation = ws.generation
+	}
+	return m, nil
+}
+
+// eParts is where the parts of rows of E start in the parts workspace,
+// after those of rows of d.
+func (w *workspace) eParts(d int) cuda.Ptr { return w.parts.Ptr + cuda.Ptr(2*24*d) }
+
+// launchParts queues x_parts_bf16: x [B, K] (row stride ldx), with the norm
+// weight normw (or none), as parts into dst.
+func (e *Engine) launchParts(x cuda.Ptr, ldx int, normw cuda.Ptr, eps float32, B, K int, dst cuda.Ptr) error {
+	return e.launchStep("x_parts_bf16", cuda.D1(decodeMaxB), cuda.D1(256), 0, x, ldx, normw, eps, B, K, dst)
+}
+
+// launchWG queues one of the warpgroup GEMVs over rows rows.
+func (e *Engine) launchWG(kernel string, rows int, args ...any) error {
+	return e.launchStep(kernel, cuda.D1((rows+wgRows-1)/wgRows), cuda.D1(wgThreads), wgShared(), args...)
+}
