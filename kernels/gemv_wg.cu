@@ -4,25 +4,30 @@
 //
 //   out[b, n] (+)= sum_k W[n, k] * x[b, k] + bias[n]      for n < rows, b < B
 //
-// x goes in as three bf16 parts (x_parts_bf16: hi + mid + lo, each the top
-// 16 bits of what is left, as step.cu's split3 makes them, so every
-// product of a weight and a part is exact), laid out as 24 rows of K:
-// row 8 p + b is part p of sequence b (zeros for b >= B). One wgmma
-// m64n24k16 then multiplies 64 weight rows by all three parts of all eight
-// sequences, and the epilogue sums each sequence's three columns. Where
-// step.cu's group_tile issues six mma.sync and split3's arithmetic for
-// every 16 x 32 weights, this is one instruction for 64 x 16 of them, with
-// both operands read from shared memory.
+// x goes in as three bf16 parts (store_parts in math.cuh: hi + mid + lo,
+// each the top 16 bits of what is left, so every product of a weight and a
+// part is exact), laid out as 24 rows of K: row 8 p + b is part p of
+// sequence b. x_parts_bf16 writes them from f32 rows, normed or not; the
+// decode step's scan writes out_proj's (step.cu). One wgmma m64n24k16 then
+// multiplies 64 weight rows by all three parts of all eight sequences, and
+// the epilogue sums each sequence's three columns. A column of the product
+// depends on its own column of x only, so rows of sequences past B may
+// hold anything. Where step.cu's group_tile issues six mma.sync and
+// split3's arithmetic for every 16 x 32 weights, this is one instruction
+// for 64 x 16 of them, with both operands read from shared memory.
 //
-// gemv_wg_bf16: a block of 160 threads takes 64 rows (grid ceil(rows /
+// A block of GW_THREADS (160) threads takes 64 rows (grid ceil(rows /
 // 64)). Warp 4 is the producer: one thread copies each 64-wide step of K,
 // W's 64 x 64 box and the parts' 24 x 64 box (tensor maps, 128-byte
 // swizzle), into a ring of GW_STAGES stages, each completing on its full
-// barrier. Warpgroup 0 consumes: for each stage, four wgmma (16 of K
+// barrier; the first stages' weights go before it waits for the previous
+// kernel (PDL). Warpgroup 0 consumes: for each stage, four wgmma (16 of K
 // each), then the stage before goes back through its empty barrier (one
 // step's products in flight while the next stage is waited for), as
-// gemm_tma.cu's consumers do. Measurement only (BenchmarkGEMVBatch,
-// TestGEMVWGKernel): not an engine's entry yet.
+// gemm_tma.cu's consumers do. The entries differ in what the epilogue
+// does with a sum: gemv_wg_bf16 adds a bias and maybe the output's value,
+// step_in_wg_bf16 runs step.cu's step_in epilogue (the conv step).
+// gpu.Engine.GEMVWarpgroup picks them.
 //
 // wgmma and the tensor maps need sm_90a: on any other target the GEMV
 // compiles to a trap, so that every source builds for every architecture.
@@ -92,9 +97,16 @@ __device__ __forceinline__ int gw_seq(int h) { return 2 * (threadIdx.x % 4) + h 
 // after), run the products, and end with body(h, n, b, v) for each of
 // their four results h of row n < rows and sequence b < B: v = sum_k W[n,
 // k] x[b, k], as (hi + mid) + lo.
+//
+// Split along k (gridDim.y = parts > 1), block (x, p) takes only steps
+// [S p / parts, S (p + 1) / parts) of the S = ceil(K / 64); each stores
+// its sums in scratch [gridDim.x][parts][4][128] f32 and counts in at
+// count[blockIdx.x] (zero between launches), and the last of a tile's
+// blocks to count in sums the parts in order 0 .. parts - 1 (the same bits
+// whichever is last), resets the counter and runs the body alone.
 template <class Pre, class Body>
 __device__ __forceinline__ void gemv_wg(const tensor_map *wmap, const tensor_map *xmap, int B, int K, int rows,
-                                        Pre pre, Body body) {
+                                        float *scratch, unsigned *count, Pre pre, Body body) {
     extern __shared__ __align__(1024) unsigned char gw_smem[];
     const unsigned base = (shared_addr(gw_smem) + 1023) & ~1023u;
     const unsigned bars = base + GW_STAGES * GW_STAGE_BYTES;  // full[s] at bars + 8 s, empty[s] after them
@@ -102,7 +114,8 @@ __device__ __forceinline__ void gemv_wg(const tensor_map *wmap, const tensor_map
     auto empty = [&](int s) { return bars + 8 * (GW_STAGES + s); };
     auto sW = [&](int s) { return base + s * GW_STAGE_BYTES; };
     auto sX = [&](int s) { return base + s * GW_STAGE_BYTES + GW_W_BYTES; };
-    const int steps = (K + GW_BK - 1) / GW_BK, n0 = blockIdx.x * GW_ROWS;
+    const int all = (K + GW_BK - 1) / GW_BK, parts = gridDim.y, p = blockIdx.y, n0 = blockIdx.x * GW_ROWS;
+    const int kbeg = all * p / parts, steps = all * (p + 1) / parts - kbeg;  // in steps of GW_BK
     if (B > 8 || blockDim.x != GW_THREADS) __trap();
     pdl_release();
     if (threadIdx.x == 0) {
@@ -115,16 +128,16 @@ __device__ __forceinline__ void gemv_wg(const tensor_map *wmap, const tensor_map
             const int first = min(steps, GW_STAGES);
             for (int k = 0; k < first; k++) {
                 mbar_expect_tx(full(k), GW_W_BYTES + GW_X_BYTES);
-                tma_load(sW(k), wmap, full(k), k * GW_BK, n0);
+                tma_load(sW(k), wmap, full(k), (kbeg + k) * GW_BK, n0);
             }
             pdl_wait();
-            for (int k = 0; k < first; k++) tma_load(sX(k), xmap, full(k), k * GW_BK, 0);
+            for (int k = 0; k < first; k++) tma_load(sX(k), xmap, full(k), (kbeg + k) * GW_BK, 0);
             for (int k = first; k < steps; k++) {
                 const int s = k % GW_STAGES;
                 mbar_wait(empty(s), (k / GW_STAGES - 1) & 1);
                 mbar_expect_tx(full(s), GW_W_BYTES + GW_X_BYTES);
-                tma_load(sW(s), wmap, full(s), k * GW_BK, n0);
-                tma_load(sX(s), xmap, full(s), k * GW_BK, 0);
+                tma_load(sW(s), wmap, full(s), (kbeg + k) * GW_BK, n0);
+                tma_load(sX(s), xmap, full(s), (kbeg + k) * GW_BK, 0);
             }
         }
         return;
@@ -146,10 +159,33 @@ __device__ __forceinline__ void gemv_wg(const tensor_map *wmap, const tensor_map
         if (k > 0 && lead) mbar_arrive(empty((k - 1) % GW_STAGES));
     }
     wg_wait0();
+    float v[4];
+#pragma unroll
+    for (int h = 0; h < 4; h++) v[h] = (d[h] + d[4 + h]) + d[8 + h];
+    if (parts > 1) {
+        __shared__ unsigned last;
+        const int t = threadIdx.x;
+        float *mine = scratch + ((size_t)blockIdx.x * parts + p) * 512;
+#pragma unroll
+        for (int h = 0; h < 4; h++) mine[128 * h + t] = v[h];
+        __threadfence();  // the part before the count
+        bar_sync_named(1, 128);
+        if (t == 0) last = atomicAdd(count + blockIdx.x, 1u) == (unsigned)parts - 1;
+        bar_sync_named(1, 128);
+        if (!last) return;
+        __threadfence();  // every part counted in before this is seen
+        const float *part = scratch + (size_t)blockIdx.x * parts * 512;
+#pragma unroll
+        for (int h = 0; h < 4; h++) v[h] = 0.f;
+        for (int j = 0; j < parts; j++, part += 512)
+#pragma unroll
+            for (int h = 0; h < 4; h++) v[h] += __ldcg(part + 128 * h + t);
+        if (t == 0) count[blockIdx.x] = 0;  // for the next launch
+    }
 #pragma unroll
     for (int h = 0; h < 4; h++) {
         const int n = n0 + gw_row(h), b = gw_seq(h);
-        if (n < rows && b < B) body(h, n, b, (d[h] + d[4 + h]) + d[8 + h]);
+        if (n < rows && b < B) body(h, n, b, v[h]);
     }
 }
 #endif
@@ -157,11 +193,14 @@ __device__ __forceinline__ void gemv_wg(const tensor_map *wmap, const tensor_map
 // gemv_wg_bf16: out[b, n] (+)= sum_k W[n, k] x[b, k] + bias[n] for n < rows
 // and b < B <= 8, W rows x K bf16 through wmap (64 x 64 boxes) and x as
 // parts (x_parts_bf16, or the scan step's) through xmap (24 x 64 boxes);
-// bias may be nullptr; accumulate adds to out. Grid ceil(rows / 64), block
-// GW_THREADS, dynamic shared memory gemv_wg_shared().
+// bias may be nullptr; accumulate adds to out. Grid (ceil(rows / 64),
+// parts): with parts > 1 split along k through scratch and count (gemv_wg),
+// which may be nullptr otherwise. Block GW_THREADS, dynamic shared memory
+// gemv_wg_shared().
 extern "C" __global__ void __launch_bounds__(GW_THREADS)
     gemv_wg_bf16(const __grid_constant__ tensor_map wmap, const __grid_constant__ tensor_map xmap,
-                 const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows) {
+                 const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows,
+                 float *scratch, unsigned *count) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     float pb[2], po[4];  // bias of the thread's two rows, out at its four results
     auto pre = [&]() {
@@ -177,7 +216,7 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS)
             po[h] = accumulate && n < rows && b < B ? out[(size_t)b * ldo + n] : 0.f;
         }
     };
-    gemv_wg(&wmap, &xmap, B, K, rows, pre, [&](int h, int n, int b, float v) {
+    gemv_wg(&wmap, &xmap, B, K, rows, scratch, count, pre, [&](int h, int n, int b, float v) {
         v += pb[h / 2];
         out[(size_t)b * ldo + n] = accumulate ? po[h] + v : v;
     });
@@ -195,7 +234,8 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS)
 // a channel n < E, then the conv step of the window win [B, E, taps]
 // (weights conv_w [E, taps], bias conv_b, may be nullptr; taps <=
 // GW_TAPS) and silu, as step_in does them, in its order. Grid ceil(2E /
-// 64), block GW_THREADS, dynamic shared memory gemv_wg_shared().
+// 64) (never split along k), block GW_THREADS, dynamic shared memory
+// gemv_wg_shared().
 extern "C" __global__ void __launch_bounds__(GW_THREADS)
     step_in_wg_bf16(const __grid_constant__ tensor_map wmap, const __grid_constant__ tensor_map xmap,
                     const float *__restrict__ in_bias, const float *__restrict__ conv_w,
@@ -224,7 +264,7 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS)
             for (int k = 0; k < GW_TAPS; k++) wd[h][k] = conv && k < taps ? win[((size_t)b * E + n) * taps + k] : 0.f;
         }
     };
-    gemv_wg(&wmap, &xmap, B, d, 2 * E, pre, [&](int h, int n, int b, float v) {
+    gemv_wg(&wmap, &xmap, B, d, 2 * E, nullptr, nullptr, pre, [&](int h, int n, int b, float v) {
         v += ib[h / 2];
         float *row = xz + (size_t)b * 2 * E;
         if (n >= E) {

@@ -37,7 +37,9 @@ func needSM90(tb testing.TB) {
 // NaNs where it writes and onto random values where it accumulates.
 // Shapes: partial blocks of rows and a K that is not a multiple of 64 (the
 // tensor maps' zeros past the edges), B = 1, 3, 5 and 8, the 1.4b in_proj
-// size and the 130m LM head's.
+// size and the 130m LM head's; split along k over 3, 4 and 8 blocks (the
+// 1.4b out_proj; 16 steps of k over 8 blocks; 3 steps over 3), writing
+// cases run twice (the counters must be back at zero).
 func TestGEMVWGKernel(t *testing.T) {
 	const eps = 1e-5
 	fn, s := gpu(t)
@@ -48,8 +50,11 @@ func TestGEMVWGKernel(t *testing.T) {
 	for _, tc := range []struct {
 		rows, K, B       int
 		accu, bias, norm bool
-	}{{130, 136, 3, false, true, false}, {64, 64, 8, true, false, true}, {200, 1000, 5, true, true, false},
-		{8192, 2048, 8, false, true, true}, {37, 2560, 1, false, false, false}, {50280, 768, 8, false, false, true}} {
+		parts            int // blocks a tile's k is split over
+	}{{130, 136, 3, false, true, false, 1}, {64, 64, 8, true, false, true, 1}, {200, 1000, 5, true, true, false, 1},
+		{8192, 2048, 8, false, true, true, 1}, {37, 2560, 1, false, false, false, 1},
+		{50280, 768, 8, false, false, true, 1}, {2048, 4096, 8, true, true, false, 4}, {200, 1000, 5, true, true, false, 8},
+		{130, 136, 3, false, true, false, 3}} {
 		name := fmt.Sprintf("gemv_wg_bf16 %+v", tc)
 		ldx := tc.K + 4
 		x, W, bias, out0 := randn(tc.B*ldx, 1), randn(tc.rows*tc.K, 0.1), randn(tc.rows, 1), randn(tc.B*tc.rows, 1)
@@ -84,9 +89,17 @@ func TestGEMVWGKernel(t *testing.T) {
 		if err := launchParts(fn, s, bx.Ptr, nptr, eps, ldx, tc.B, tc.K, parts.Ptr); err != nil {
 			t.Fatal(err)
 		}
-		if err := fn("gemv_wg_bf16").Launch(cuda.D1((tc.rows+63)/64), cuda.D1(160), gemvWGShared, s, wmap, xmap, bptr,
-			bo.Ptr, tc.rows, accu, tc.B, tc.K, tc.rows); err != nil {
-			t.Fatal(err)
+		tiles := (tc.rows + 63) / 64
+		scratch, count := poisoned(t, s, tiles*tc.parts*512), upload(t, s, make([]float32, tiles))
+		grid := cuda.Dim3{X: tiles, Y: tc.parts, Z: 1}
+		for run := range 2 { // twice: the counters are back at zero after a launch
+			if run == 1 && tc.accu {
+				break
+			}
+			if err := fn("gemv_wg_bf16").Launch(grid, cuda.D1(160), gemvWGShared, s, wmap, xmap, bptr, bo.Ptr, tc.rows,
+				accu, tc.B, tc.K, tc.rows, scratch.Ptr, count.Ptr); err != nil {
+				t.Fatal(err)
+			}
 		}
 		want := make([]float64, tc.B*tc.rows)
 		for b := range tc.B {

@@ -298,6 +298,11 @@ type Engine struct {
 	// scan step writing its x's parts, where GEMVWarpgroup applies. Set it
 	// before capturing a step graph.
 	GEMVWarpgroupOut bool
+	// GEMVWarpgroupParts is the most blocks (a power of two) out_proj's
+	// tiles on the warpgroup GEMV split k over (wgOutParts), the last of a
+	// tile's blocks summing the parts in order (the same bits whichever is
+	// last); 0 or 1 splits none. Set it before capturing a step graph.
+	GEMVWarpgroupParts int
 }
 
 var _ engine.Engine = (*Engine)(nil)

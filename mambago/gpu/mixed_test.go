@@ -264,17 +264,23 @@ func TestDecodeTensorCoresMatch(t *testing.T) {
 
 // TestDecodeWarpgroupMatches checks the warpgroup GEMVs of a bf16 batch
 // (Engine.GEMVWarpgroup: in_proj and the LM head; with GEMVWarpgroupOut
-// out_proj too, its x's parts from the scan step) against the engine's
+// out_proj too, its x's parts from the scan step, whole or split along k
+// over up to 8 blocks) against the engine's
 // other GEMVs: x goes through wgmma as three bf16 parts, summed in another
 // order, so logits and states agree to f32 rounding. d = 64 (in_proj one
 // block of channels and one of z), 136 (K not a multiple of 64: the tensor
 // maps' zeros past it; E = 272 straddles a block) and 512; B = 2, 5 and 8.
 // They run on sm_90 only; elsewhere both engines take the same path.
 func TestDecodeWarpgroupMatches(t *testing.T) {
-	for _, out := range []bool{false, true} {
+	for _, out := range []struct {
+		on    bool
+		parts int
+	}{{false, 1}, {true, 1}, {true, 8}} {
 		for _, d := range []int{64, 136, 512} {
-			decodeSettingMatches(t, fmt.Sprintf("warpgroup GEMVs, out_proj %v, d=%d", out, d), d, []int{2, 5, 8}, 1e-4,
-				func(e *gpu.Engine, on bool) { e.GEMVWarpgroup, e.GEMVWarpgroupOut = on, on && out })
+			decodeSettingMatches(t, fmt.Sprintf("warpgroup GEMVs, out_proj %+v, d=%d", out, d), d, []int{2, 5, 8}, 1e-4,
+				func(e *gpu.Engine, on bool) {
+					e.GEMVWarpgroup, e.GEMVWarpgroupOut, e.GEMVWarpgroupParts = on, on && out.on, out.parts
+				})
 		}
 	}
 }

@@ -69,13 +69,13 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 			return err
 		}
 	}
-	wgOut := wg != nil && e.GEMVWarpgroupOut
+	wgOut, outParts := wg != nil && e.GEMVWarpgroupOut, e.wgOutParts()
 	for l, g := range e.layers {
 		if wg != nil {
 			if err := e.launchParts(ws.h.Ptr, d, g.norm, eps, B, d, ws.parts.Ptr); err != nil {
 				return err
 			}
-			if err := e.launchWG("step_in_wg_bf16", 2*E, wg.in[l], wg.dParts, g.inBias, g.conv, g.convBias,
+			if err := e.launchWG("step_in_wg_bf16", 2*E, 1, wg.in[l], wg.dParts, g.inBias, g.conv, g.convBias,
 				s.conv(l), ws.xz.Ptr, B, d, E, K); err != nil {
 				return err
 			}
@@ -100,7 +100,8 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 			return err
 		}
 		if wgOut {
-			if err := e.launchWG("gemv_wg_bf16", d, wg.out[l], wg.eParts, g.outBias, ws.h.Ptr, d, 1, B, E, d); err != nil {
+			if err := e.launchWG("gemv_wg_bf16", d, outParts, wg.out[l], wg.eParts, g.outBias, ws.h.Ptr, d, 1, B, E, d,
+				ws.tiles.Ptr, ws.tileCounts.Ptr); err != nil {
 				return err
 			}
 		} else if err := e.launchGEMV(out, ws.delta.Ptr, E, cuda.Ptr(0), float32(0), g.outProj,
@@ -112,7 +113,8 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 		if err := e.launchParts(ws.h.Ptr, d, e.normF, eps, B, d, ws.parts.Ptr); err != nil {
 			return err
 		}
-		return e.launchWG("gemv_wg_bf16", V, wg.head, wg.dParts, cuda.Ptr(0), logits, V, 0, B, d, V)
+		return e.launchWG("gemv_wg_bf16", V, 1, wg.head, wg.dParts, cuda.Ptr(0), logits, V, 0, B, d, V, cuda.Ptr(0),
+			cuda.Ptr(0))
 	}
 	head := e.gemvPlan("gemv", V, d, B)
 	return e.launchGEMV(head, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits, V, 0, B, d, V, head.split)
@@ -163,9 +165,10 @@ type gemvLaunch struct {
 	splitK      bool // a _tc_split entry: it takes the scratch of its parts
 }
 
-// tileScratch is what the decode step's tensor-core GEMVs split along k
-// need under the engine's settings (the same at every batch they run):
-// scratch floats and counters, zeros where none splits.
+// tileScratch is what the decode step's GEMVs split along k need under the
+// engine's settings (the same at every batch they run), the tensor-core
+// entries' and the warpgroup out_proj's (wgScratch): scratch floats and
+// counters, zeros where none splits.
 func (e *Engine) tileScratch() (floats, counters int) {
 	c := e.cfg
 	dbl := c.DTRank + 2*c.State
@@ -175,7 +178,8 @@ func (e *Engine) tileScratch() (floats, counters int) {
 			floats, counters = max(floats, n), max(counters, p.grid.X)
 		}
 	}
-	return floats, counters
+	wf, wc := e.wgScratch()
+	return max(floats, wf), max(counters, wc)
 }
 
 // scratch is the f32 scratch of p's parts along k, in floats (0 unsplit).

@@ -142,3 +142,24 @@ func TestWarpgroupApplies(t *testing.T) {
 		}
 	}
 }
+
+// TestWGOutParts checks how many blocks out_proj's tiles split k over on
+// the warpgroup GEMV on the H200's 132 SMs: the most up to
+// GEMVWarpgroupParts within two blocks an SM, two steps of k a part or more.
+func TestWGOutParts(t *testing.T) {
+	for _, c := range []struct {
+		d, E, most, want int
+		shape            string
+	}{
+		{2048, 4096, 8, 8, "1.4b: 32 tiles, 256 blocks"},
+		{2048, 4096, 4, 4, "1.4b at most 4"},
+		{2560, 5120, 8, 4, "2.8b: 40 tiles, 8 parts would be 320 blocks"},
+		{768, 1536, 16, 8, "130m: 24 steps of k, 16 parts would leave fewer than 2 each"},
+		{2048, 4096, 0, 1, "unset"},
+	} {
+		e := &Engine{cfg: checkpoint.Config{Hidden: c.d, Inner: c.E}, dev: &cuda.Device{SMs: 132}, GEMVWarpgroupParts: c.most}
+		if got := e.wgOutParts(); got != c.want {
+			t.Errorf("%s: %d parts, want %d", c.shape, got, c.want)
+		}
+	}
+}

@@ -95,7 +95,36 @@ func (e *Engine) launchParts(x cuda.Ptr, ldx int, normw cuda.Ptr, eps float32, B
 	return e.launchStep("x_parts_bf16", cuda.D1(decodeMaxB), cuda.D1(256), 0, x, ldx, normw, eps, B, K, dst)
 }
 
-// launchWG queues one of the warpgroup GEMVs over rows rows.
-func (e *Engine) launchWG(kernel string, rows int, args ...any) error {
-	return e.launchStep(kernel, cuda.D1((rows+wgRows-1)/wgRows), cuda.D1(wgThreads), wgShared(), args...)
+// launchWG queues one of the warpgroup GEMVs over rows rows, each tile's k
+// split over parts blocks (grid (tiles, parts)).
+func (e *Engine) launchWG(kernel string, rows, parts int, args ...any) error {
+	grid := cuda.Dim3{X: (rows + wgRows - 1) / wgRows, Y: parts, Z: 1}
+	return e.launchStep(kernel, grid, cuda.D1(wgThreads), wgShared(), args...)
+}
+
+// wgOutParts is how many blocks out_proj's tiles (d rows, rows of E) split
+// k over on the warpgroup GEMV: the most, a power of two up to
+// GEMVWarpgroupParts, that keeps the blocks within two an SM and each part
+// two steps of k or more.
+func (e *Engine) wgOutParts() int {
+	c, sms := e.cfg, 0
+	if e.dev != nil {
+		sms = e.dev.SMs
+	}
+	tiles, steps, parts := (c.Hidden+wgRows-1)/wgRows, (c.Inner+wgBK-1)/wgBK, 1
+	for 2*parts <= e.GEMVWarpgroupParts && tiles*2*parts <= 2*sms && 2*(2*parts) <= steps {
+		parts *= 2
+	}
+	return parts
+}
+
+// wgScratch is what out_proj split along k on the warpgroup GEMV needs
+// (floats and counters), zeros where it does not split.
+func (e *Engine) wgScratch() (floats, counters int) {
+	parts := e.wgOutParts()
+	if !e.GEMVWarpgroup || !e.GEMVWarpgroupOut || parts == 1 {
+		return 0, 0
+	}
+	tiles := (e.cfg.Hidden + wgRows - 1) / wgRows
+	return tiles * parts * 4 * 128, tiles
 }
