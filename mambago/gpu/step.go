@@ -48,6 +48,10 @@ func (e *Engine) decodeKernelMaxB() int {
 
 // decode is the decode step on the kernels of kernels/step.cu: four launches
 // a layer, every activation f32, the weights read once for all sequences.
+// Where GEMVWarpgroup applies (warpgroupApplies), in_proj and the LM head
+// run on kernels/gemv_wg.cu instead, each after x_parts_bf16 (the norm into
+// x's parts: five launches a layer), and with GEMVWarpgroupOut so does
+// out_proj, its x's parts written by the scan step.
 func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	c, ws := e.cfg, &e.ws
 	B, d, E, R, N, K, V := src.in.B, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel, c.Vocab
