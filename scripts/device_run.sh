@@ -810,7 +810,8 @@ if [[ $mode == wgdecode ]]; then
   SHOW="rel err" run_tests gemv_wg_test 200 .carry/kernels.test -test.v -test.run 'TestGEMVWGKernel|TestStepInWGKernel'
   if [[ $status != 0 ]]; then echo "the warpgroup kernels' tests failed: nothing more"; exit 1; fi
   memcheck memcheck_gemv_wg 200 .carry/kernels.test 'TestGEMVWGKernel|TestStepInWGKernel'
-  run_tests decode_wg_test 300 .carry/gpu.test -test.v -test.run 'TestDecodeWarpgroupMatches|TestDecodeMatchesPrefill|TestDecodeTensorCoresMatch'
+  run_tests decode_wg_test 300 .carry/gpu.test -test.v \
+    -test.run 'TestDecodeWarpgroupMatches|TestDecodeMatchesPrefill|TestDecodeTensorCoresMatch|TestDecodePDLMatches|TestDecodeScanBatchMatches'
   memcheck memcheck_decode_wg 300 .carry/gpu.test 'TestDecodeWarpgroupMatches'
   bench_log decode_wg 300 .carry/gpu.test DecodeWarpgroup "warpgroup:"
   exit $status

@@ -291,17 +291,18 @@ type Engine struct {
 	// copied by TMA, one wgmma m64n24k16 per 64 x 16 weights), x kept to
 	// f32 precision as in GEMVTensorCores; the norm goes into x's parts
 	// (x_parts_bf16), the conv step stays in in_proj's epilogue. It needs
-	// an sm_90 device (warpgroupApplies). Set it before capturing a step
-	// graph.
+	// an sm_90 device (warpgroupApplies), where New turns it on. Set it
+	// before capturing a step graph.
 	GEMVWarpgroup bool
 	// GEMVWarpgroupOut also runs out_proj on the warpgroup GEMV, with the
-	// scan step writing its x's parts, where GEMVWarpgroup applies. Set it
-	// before capturing a step graph.
+	// scan step writing its x's parts, where GEMVWarpgroup applies. New
+	// turns it on with GEMVWarpgroup. Set it before capturing a step graph.
 	GEMVWarpgroupOut bool
 	// GEMVWarpgroupParts is the most blocks (a power of two) out_proj's
 	// tiles on the warpgroup GEMV split k over (wgOutParts), the last of a
 	// tile's blocks summing the parts in order (the same bits whichever is
-	// last); 0 or 1 splits none. Set it before capturing a step graph.
+	// last); 0 or 1 splits none. New sets 8. Set it before capturing a
+	// step graph.
 	GEMVWarpgroupParts int
 }
 
@@ -316,9 +317,10 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	if err != nil {
 		return nil, err
 	}
+	sm90 := dev.Major == 9 && dev.Minor == 0 // the warpgroup GEMVs' kernels are compiled for sm_90a
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8, GEMVTileWarps: 16, GEMVTileParts: defaultTileParts(w.Config.Inner), DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
+		GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8, GEMVTileWarps: 16, GEMVTileParts: defaultTileParts(w.Config.Inner), DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), GEMVWarpgroup: sm90, GEMVWarpgroupOut: sm90, GEMVWarpgroupParts: 8, MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
 		AutoXProj: true, InPlaceReplays: true}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4
