@@ -812,8 +812,8 @@ if [[ $mode == wgdecode ]]; then
   memcheck memcheck_gemv_wg 200 .carry/kernels.test 'TestGEMVWGKernel|TestStepInWGKernel'
   run_tests decode_wg_test 300 .carry/gpu.test -test.v \
     -test.run 'TestDecodeWarpgroupMatches|TestDecodeMatchesPrefill|TestDecodeTensorCoresMatch|TestDecodePDLMatches|TestDecodeScanBatchMatches'
-  memcheck memcheck_decode_wg 300 .carry/gpu.test 'TestDecodeWarpgroupMatches'
   bench_log decode_wg 300 .carry/gpu.test DecodeWarpgroup "warpgroup:"
+  memcheck memcheck_decode_wg 300 .carry/gpu.test 'TestDecodeWarpgroupMatches'
   exit $status
 fi
 if [[ $mode == wggemv ]]; then
