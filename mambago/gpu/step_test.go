@@ -163,3 +163,13 @@ func TestWGOutParts(t *testing.T) {
 		}
 	}
 }
+
+// TestWGOutPays checks where New puts out_proj on the warpgroup GEMV: at
+// 1.4b's and 2.8b's widths, not 130m's or 370m's (both measured slower).
+func TestWGOutPays(t *testing.T) {
+	for d, want := range map[int]bool{768: false, 1024: false, 2048: true, 2560: true} {
+		if got := wgOutPays(d); got != want {
+			t.Errorf("wgOutPays(%d) = %v, want %v", d, got, want)
+		}
+	}
+}

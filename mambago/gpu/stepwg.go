@@ -118,6 +118,14 @@ func (e *Engine) wgOutParts() int {
 	return parts
 }
 
+// wgOutPays reports whether out_proj pays on the warpgroup GEMV at hidden
+// width d: from 2048 up. Its d / 64 tiles are few at 130m and 370m.
+// Measured on the H200 (BenchmarkDecodeWarpgroup, bf16 steps of 8
+// sequences, 2026-12-03), in_proj and the LM head on it, out_proj off and
+// on (in 4 parts): 130m 500.1 and 508.4 µs a step, 370m 1146.9 and
+// 1177.9, 1.4b 2024.4 and 1891.9, 2.8b 4066.9 and 3213.4.
+func wgOutPays(d int) bool { return d >= 2048 }
+
 // wgScratch is what out_proj split along k on the warpgroup GEMV needs
 // (floats and counters), zeros where it does not split.
 func (e *Engine) wgScratch() (floats, counters int) {
