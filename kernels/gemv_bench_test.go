@@ -212,7 +212,8 @@ func BenchmarkGEMVBatch(b *testing.B) {
 						m := wmaps[next%len(wmaps)]
 						next++
 						return bd.wgFn.Launch(cuda.D1((sh.rows+63)/64), cuda.D1(160), bd.wgShared, s, m, xmap, bias.Ptr,
-							out.Ptr, sh.rows, 0, B, sh.K, sh.rows, cuda.Ptr(0), cuda.Ptr(0))
+							out.Ptr, sh.rows, 0, B, sh.K, sh.rows, cuda.Ptr(0), cuda.Ptr(0), cuda.Ptr(0), 0, float32(0),
+							cuda.Ptr(0), cuda.Ptr(0), cuda.Ptr(0))
 					}
 					continue
 				}

@@ -104,8 +104,11 @@ __device__ __forceinline__ int gw_seq(int h) { return 2 * (threadIdx.x % 4) + h 
 // count[blockIdx.x] (zero between launches), and the last of a tile's
 // blocks to count in sums the parts in order 0 .. parts - 1 (the same bits
 // whichever is last), resets the counter and runs the body alone.
+//
+// It returns whether this thread ran the body: false in the producer's
+// warp and in the blocks of a split tile other than the last.
 template <class Pre, class Body>
-__device__ __forceinline__ void gemv_wg(const tensor_map *wmap, const tensor_map *xmap, int B, int K, int rows,
+__device__ __forceinline__ bool gemv_wg(const tensor_map *wmap, const tensor_map *xmap, int B, int K, int rows,
                                         float *scratch, unsigned *count, Pre pre, Body body) {
     extern __shared__ __align__(1024) unsigned char gw_smem[];
     const unsigned base = (shared_addr(gw_smem) + 1023) & ~1023u;
@@ -140,7 +143,7 @@ __device__ __forceinline__ void gemv_wg(const tensor_map *wmap, const tensor_map
                 tma_load(sX(s), xmap, full(s), (kbeg + k) * GW_BK, 0);
             }
         }
-        return;
+        return false;
     }
     pre();
     float d[12];
@@ -172,7 +175,7 @@ __device__ __forceinline__ void gemv_wg(const tensor_map *wmap, const tensor_map
         bar_sync_named(1, 128);
         if (t == 0) last = atomicAdd(count + blockIdx.x, 1u) == (unsigned)parts - 1;
         bar_sync_named(1, 128);
-        if (!last) return;
+        if (!last) return false;
         __threadfence();  // every part counted in before this is seen
         const float *part = scratch + (size_t)blockIdx.x * parts * 512;
 #pragma unroll
@@ -187,39 +190,92 @@ __device__ __forceinline__ void gemv_wg(const tensor_map *wmap, const tensor_map
         const int n = n0 + gw_row(h), b = gw_seq(h);
         if (n < rows && b < B) body(h, n, b, v[h]);
     }
+    return true;
+}
+
+// wg_norm_scale sets scale[j] to the RMSNorm's scale of the thread's
+// sequence gw_seq(j), rsqrt(sum / K + eps), from the sums of squares that
+// the GEMV before wrote a tile at a time (ss [tiles][8], summed in tile
+// order: the same bits in every block); 1 where ss is nullptr. After the
+// wait for the previous kernel.
+__device__ __forceinline__ void wg_norm_scale(const float *__restrict__ ss, int tiles, int K, float eps,
+                                              float (&scale)[2]) {
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        float sum = 0.f;
+        if (ss)
+#pragma unroll 8
+            for (int t = 0; t < tiles; t++) sum += __ldcg(ss + 8 * t + gw_seq(j));
+        scale[j] = ss ? rsqrtf(sum / K + eps) : 1.f;
+    }
+}
+
+// wg_store_ss writes the block's sums of squares, ss[8 blockIdx.x + b] for
+// b < 8, from each consumer thread's q[j] (its rows' squares of sequence
+// gw_seq(j)): over the lanes of a warp that share a sequence, then over the
+// four warps in order.
+__device__ __forceinline__ void wg_store_ss(float (&q)[2], float *__restrict__ ss) {
+    __shared__ float red[4][8];
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) q[j] += __shfl_xor_sync(0xffffffffu, q[j], o);
+    if (lane < 4) red[w][2 * lane] = q[0], red[w][2 * lane + 1] = q[1];
+    bar_sync_named(1, 128);
+    if (threadIdx.x < 8)
+        ss[8 * blockIdx.x + threadIdx.x] =
+            ((red[0][threadIdx.x] + red[1][threadIdx.x]) + red[2][threadIdx.x]) + red[3][threadIdx.x];
 }
 #endif
 
-// gemv_wg_bf16: out[b, n] (+)= sum_k W[n, k] x[b, k] + bias[n] for n < rows
-// and b < B <= 8, W rows x K bf16 through wmap (64 x 64 boxes) and x as
-// parts (x_parts_bf16, or the scan step's) through xmap (24 x 64 boxes);
-// bias may be nullptr; accumulate adds to out. Grid (ceil(rows / 64),
-// parts): with parts > 1 split along k through scratch and count (gemv_wg),
-// which may be nullptr otherwise. Block GW_THREADS, dynamic shared memory
-// gemv_wg_shared().
+// gemv_wg_bf16: out[b, n] (+)= scale[b] sum_k W[n, k] x[b, k] + bias[n] for
+// n < rows and b < B <= 8, W rows x K bf16 through wmap (64 x 64 boxes) and
+// x as parts (x_parts_bf16, the scan step's, or the GEMV before's next
+// parts) through xmap (24 x 64 boxes); bias may be nullptr; accumulate
+// adds to out. scale is the RMSNorm's from ss (wg_norm_scale: ss_tiles
+// tiles of sums of squares of x's K, eps), or 1 where ss is nullptr. Where
+// next_parts is set, the sums also go on as the next GEMV's x: out[b, n] *
+// next_normw[n] as parts into next_parts (rows of rows), and the block's
+// sums of out[b, n]^2 into next_ss [gridDim.x][8], for the next GEMV's
+// norm (the norm folded across the launch: no x_parts_bf16 between).
+// Grid (ceil(rows / 64), parts): with parts > 1 split along k through
+// scratch and count (gemv_wg), which may be nullptr otherwise. Block
+// GW_THREADS, dynamic shared memory gemv_wg_shared().
 extern "C" __global__ void __launch_bounds__(GW_THREADS)
     gemv_wg_bf16(const __grid_constant__ tensor_map wmap, const __grid_constant__ tensor_map xmap,
                  const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows,
-                 float *scratch, unsigned *count) {
+                 float *scratch, unsigned *count, const float *__restrict__ ss, int ss_tiles, float eps,
+                 const float *__restrict__ next_normw, bf16 *__restrict__ next_parts, float *__restrict__ next_ss) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    float pb[2], po[4];  // bias of the thread's two rows, out at its four results
+    // The bias and next norm weight of the thread's two rows, out at its
+    // four results, the scale of its two sequences, and its squares.
+    float pb[2], pn[2], po[4], scale[2], q[2] = {0.f, 0.f};
     auto pre = [&]() {
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int n = blockIdx.x * GW_ROWS + gw_row(2 * r);
             pb[r] = bias && n < rows ? bias[n] : 0.f;
+            pn[r] = next_parts && n < rows ? next_normw[n] : 0.f;
         }
         pdl_wait();
+        wg_norm_scale(ss, ss_tiles, K, eps, scale);
 #pragma unroll
         for (int h = 0; h < 4; h++) {
             const int n = blockIdx.x * GW_ROWS + gw_row(h), b = gw_seq(h);
             po[h] = accumulate && n < rows && b < B ? out[(size_t)b * ldo + n] : 0.f;
         }
     };
-    gemv_wg(&wmap, &xmap, B, K, rows, scratch, count, pre, [&](int h, int n, int b, float v) {
-        v += pb[h / 2];
-        out[(size_t)b * ldo + n] = accumulate ? po[h] + v : v;
+    const bool ran = gemv_wg(&wmap, &xmap, B, K, rows, scratch, count, pre, [&](int h, int n, int b, float v) {
+        v = scale[h % 2] * v + pb[h / 2];
+        const float o = accumulate ? po[h] + v : v;
+        out[(size_t)b * ldo + n] = o;
+        if (next_parts) {
+            store_parts(next_parts, rows, b, n, o * pn[h / 2]);
+            q[h % 2] += o * o;
+        }
     });
+    if (ran && next_parts) wg_store_ss(q, next_ss);
 #else
     __trap();
 #endif
@@ -230,7 +286,9 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS)
 
 // step_in_wg_bf16 is step.cu's step_in on gemv_wg: xz[b, n] for the 2E rows
 // of in_proj (W 2E x d through wmap) applied to x (rmsnorm(h) * normw as
-// x_parts_bf16 writes it, through xmap), plus in_bias (may be nullptr); for
+// x_parts_bf16 writes it, through xmap; or h * normw as out_proj's next
+// parts, scaled after the products by ss's norm as gemv_wg_bf16 scales),
+// plus in_bias (may be nullptr); for
 // a channel n < E, then the conv step of the window win [B, E, taps]
 // (weights conv_w [E, taps], bias conv_b, may be nullptr; taps <=
 // GW_TAPS) and silu, as step_in does them, in its order. Grid ceil(2E /
@@ -240,11 +298,11 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS)
     step_in_wg_bf16(const __grid_constant__ tensor_map wmap, const __grid_constant__ tensor_map xmap,
                     const float *__restrict__ in_bias, const float *__restrict__ conv_w,
                     const float *__restrict__ conv_b, float *__restrict__ win, float *__restrict__ xz, int B, int d,
-                    int E, int taps) {
+                    int E, int taps, const float *__restrict__ ss, int ss_tiles, float eps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     if (taps > GW_TAPS) __trap();
     // The thread's two rows' biases and taps, then its four results' windows.
-    float ib[2], cb[2], cw[2][GW_TAPS], wd[4][GW_TAPS];
+    float ib[2], cb[2], cw[2][GW_TAPS], wd[4][GW_TAPS], scale[2];
     auto pre = [&]() {
 #pragma unroll
         for (int r = 0; r < 2; r++) {
@@ -256,6 +314,7 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS)
             for (int k = 0; k < GW_TAPS; k++) cw[r][k] = conv && k < taps ? conv_w[(size_t)n * taps + k] : 0.f;
         }
         pdl_wait();
+        wg_norm_scale(ss, ss_tiles, d, eps, scale);
 #pragma unroll
         for (int h = 0; h < 4; h++) {
             const int n = blockIdx.x * GW_ROWS + gw_row(h), b = gw_seq(h);
@@ -265,7 +324,7 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS)
         }
     };
     gemv_wg(&wmap, &xmap, B, d, 2 * E, nullptr, nullptr, pre, [&](int h, int n, int b, float v) {
-        v += ib[h / 2];
+        v = scale[h % 2] * v + ib[h / 2];
         float *row = xz + (size_t)b * 2 * E;
         if (n >= E) {
             row[n] = v;  // z

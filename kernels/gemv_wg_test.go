@@ -97,7 +97,8 @@ func TestGEMVWGKernel(t *testing.T) {
 				break
 			}
 			if err := fn("gemv_wg_bf16").Launch(grid, cuda.D1(160), gemvWGShared, s, wmap, xmap, bptr, bo.Ptr, tc.rows,
-				accu, tc.B, tc.K, tc.rows, scratch.Ptr, count.Ptr); err != nil {
+				accu, tc.B, tc.K, tc.rows, scratch.Ptr, count.Ptr, cuda.Ptr(0), 0, float32(0), cuda.Ptr(0), cuda.Ptr(0),
+				cuda.Ptr(0)); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -192,7 +193,7 @@ func TestStepInWGKernel(t *testing.T) {
 			t.Fatal(err)
 		}
 		if err := fn("step_in_wg_bf16").Launch(cuda.D1((2*E+63)/64), cuda.D1(160), gemvWGShared, s, wmap, xmap, ib,
-			bcw.Ptr, cb, bwin.Ptr, xz.Ptr, B, d, E, taps); err != nil {
+			bcw.Ptr, cb, bwin.Ptr, xz.Ptr, B, d, E, taps, cuda.Ptr(0), 0, float32(0)); err != nil {
 			t.Fatal(err)
 		}
 		x := normed(h, normw, d, B, d, eps, true)
@@ -231,6 +232,113 @@ func TestStepInWGKernel(t *testing.T) {
 			t.Errorf("%s: rel err xz %.3g, windows %.3g", name, ex, ew)
 		} else {
 			t.Logf("%s: rel err xz %.3g, windows %.3g", name, ex, ew)
+		}
+	}
+}
+
+// TestGEMVWGNormFold checks the norm folded across two warpgroup GEMVs, as
+// out_proj and the next in_proj run it (Engine.GEMVWarpgroupFold): the
+// first, out_proj-like (accumulating, with a bias, whole and split along k
+// over 4 blocks), also writes its outputs times the next norm weight as
+// parts and its blocks' sums of squares, and must match float64 there
+// (the parts summing back to out * normw bit for bit, the sums within
+// 1e-5); the second reads those parts and sums and must give W2 ·
+// (rmsnorm(out) * normw) against float64 within 1e-5. Shapes: d = 2048, E
+// = 4096 (1.4b's out_proj), and d = 200, E = 136 (a partial block of rows
+// and of k); B = 5 and 8.
+func TestGEMVWGNormFold(t *testing.T) {
+	fn, s := gpu(t)
+	needSM90(t)
+	if err := fn("gemv_wg_bf16").SetMaxDynamicShared(gemvWGShared); err != nil {
+		t.Fatal(err)
+	}
+	const eps = 1e-5
+	for _, tc := range []struct{ d, E, B, parts, rows2 int }{{2048, 4096, 8, 4, 8192}, {2048, 4096, 5, 1, 300},
+		{200, 136, 5, 1, 130}} {
+		name := fmt.Sprintf("fold %+v", tc)
+		d, E, B := tc.d, tc.E, tc.B
+		y, W, bias, h0, normw := randn(B*E, 1), randn(d*E, 0.05), randn(d, 1), randn(B*d, 1), randn(d, 1)
+		W2 := randn(tc.rows2*d, 0.1)
+		W, packed := bf16Bits(W)
+		W2, packed2 := bf16Bits(W2)
+		by, bW, bb, bh, bn, bW2 := upload(t, s, y), upload(t, s, packed), upload(t, s, bias), upload(t, s, h0),
+			upload(t, s, normw), upload(t, s, packed2)
+		yparts, next, out2 := poisoned(t, s, 24*E/2), poisoned(t, s, 24*d/2), poisoned(t, s, B*tc.rows2)
+		tiles := (d + 63) / 64
+		ss, scratch, count := poisoned(t, s, 8*tiles), poisoned(t, s, tiles*tc.parts*512), upload(t, s, make([]float32, tiles))
+		maps := func(p cuda.Ptr, rows, cols, box int) cuda.TensorMap {
+			m, err := cuda.NewTensorMap2D(cuda.BF16, p, rows, cols, cols, box, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m
+		}
+		wmap, ymap, w2map, nmap := maps(bW.Ptr, d, E, 64), maps(yparts.Ptr, 24, E, 24), maps(bW2.Ptr, tc.rows2, d, 64),
+			maps(next.Ptr, 24, d, 24)
+		if err := launchParts(fn, s, by.Ptr, 0, 0, E, B, E, yparts.Ptr); err != nil {
+			t.Fatal(err)
+		}
+		if err := fn("gemv_wg_bf16").Launch(cuda.Dim3{X: tiles, Y: tc.parts, Z: 1}, cuda.D1(160), gemvWGShared, s, wmap,
+			ymap, bb.Ptr, bh.Ptr, d, 1, B, E, d, scratch.Ptr, count.Ptr, cuda.Ptr(0), 0, float32(0), bn.Ptr, next.Ptr,
+			ss.Ptr); err != nil {
+			t.Fatal(err)
+		}
+		if err := fn("gemv_wg_bf16").Launch(cuda.D1((tc.rows2+63)/64), cuda.D1(160), gemvWGShared, s, w2map, nmap,
+			cuda.Ptr(0), out2.Ptr, tc.rows2, 0, B, d, tc.rows2, cuda.Ptr(0), cuda.Ptr(0), ss.Ptr, tiles, float32(eps),
+			cuda.Ptr(0), cuda.Ptr(0), cuda.Ptr(0)); err != nil {
+			t.Fatal(err)
+		}
+		// The first GEMV: h = h0 + W y + bias, its parts and its sums.
+		want := make([]float64, B*d)
+		for b := range B {
+			for n := range d {
+				v := float64(h0[b*d+n]) + float64(bias[n])
+				for k := range E {
+					v += float64(W[n*E+k]) * float64(y[b*E+k])
+				}
+				want[b*d+n] = v
+			}
+		}
+		h := download(t, s, bh, B*d)
+		if e := relErr(h, want); e > 1e-5 || math.IsNaN(e) {
+			t.Errorf("%s: h rel err %.3g", name, e)
+		}
+		words := download(t, s, next, 24*d/2)
+		part := func(p, b, n int) float32 {
+			i := (8*p+b)*d + n
+			return math.Float32frombits((math.Float32bits(words[i/2]) >> (16 * (i % 2))) << 16)
+		}
+		for b := range B {
+			for n := range d {
+				if got, want := (part(0, b, n)+part(1, b, n))+part(2, b, n), h[b*d+n]*normw[n]; got != want {
+					t.Fatalf("%s: the next parts at b=%d, n=%d sum to %g, want h * normw = %g", name, b, n, got, want)
+				}
+			}
+		}
+		gotSS, wantSS := download(t, s, ss, 8*tiles), make([]float64, 8*tiles)
+		for b := range B {
+			for n := range d {
+				wantSS[8*(n/64)+b] += float64(h[b*d+n]) * float64(h[b*d+n])
+			}
+		}
+		if e := relErr(gotSS, wantSS); e > 1e-5 || math.IsNaN(e) {
+			t.Errorf("%s: sums of squares rel err %.3g", name, e)
+		}
+		// The second: W2 · (rmsnorm(h) * normw), the norm from the sums.
+		x := normed(h, normw, d, B, d, eps, true)
+		want2 := make([]float64, B*tc.rows2)
+		for b := range B {
+			for n := range tc.rows2 {
+				for k := range d {
+					want2[b*tc.rows2+n] += float64(W2[n*d+k]) * x[b*d+k]
+				}
+			}
+		}
+		e2 := relErr(download(t, s, out2, B*tc.rows2), want2)
+		if e2 > 1e-5 || math.IsNaN(e2) {
+			t.Errorf("%s: the next GEMV's rel err %.3g", name, e2)
+		} else {
+			t.Logf("%s: next GEMV rel err %.3g", name, e2)
 		}
 	}
 }

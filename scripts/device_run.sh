@@ -807,9 +807,9 @@ if [[ $mode == gemvtc ]]; then
 fi
 if [[ $mode == wgdecode ]]; then
   echo "== the warpgroup GEMVs in the decode step: kernel tests, memcheck, the engine's decode tests, then steps off and on"
-  SHOW="rel err" run_tests gemv_wg_test 200 .carry/kernels.test -test.v -test.run 'TestGEMVWGKernel|TestStepInWGKernel'
+  SHOW="rel err" run_tests gemv_wg_test 200 .carry/kernels.test -test.v -test.run 'TestGEMVWGKernel|TestStepInWGKernel|TestGEMVWGNormFold'
   if [[ $status != 0 ]]; then echo "the warpgroup kernels' tests failed: nothing more"; exit 1; fi
-  memcheck memcheck_gemv_wg 200 .carry/kernels.test 'TestGEMVWGKernel|TestStepInWGKernel'
+  memcheck memcheck_gemv_wg 200 .carry/kernels.test 'TestGEMVWGKernel|TestStepInWGKernel|TestGEMVWGNormFold'
   run_tests decode_wg_test 300 .carry/gpu.test -test.v \
     -test.run 'TestDecodeWarpgroupMatches|TestDecodeMatchesPrefill|TestDecodeTensorCoresMatch|TestDecodePDLMatches|TestDecodeScanBatchMatches'
   bench_log decode_wg 300 .carry/gpu.test DecodeWarpgroup "warpgroup:"

@@ -87,24 +87,25 @@ func BenchmarkDecodeBatchSettings(b *testing.B) {
 // BenchmarkDecodeWarpgroup times bf16 decode step graphs of 8 and 4
 // sequences with the warpgroup GEMVs off (New's tensor-core GEMVs), on for
 // in_proj and the LM head (Engine.GEMVWarpgroup), and on for out_proj too
-// (GEMVWarpgroupOut) with its tiles whole or split along k over up to 4
-// and 8 blocks (GEMVWarpgroupParts), taking turns over three rounds in one
-// process.
+// (GEMVWarpgroupOut) split along k over up to 4 blocks
+// (GEMVWarpgroupParts), and then with the norm folded across launches
+// (GEMVWarpgroupFold), taking turns over three rounds in one process.
 // DECODE_SHAPES (a regexp) picks the shapes. Each logs its medians and
 // their ratios to off.
 func BenchmarkDecodeWarpgroup(b *testing.B) {
 	settings := []struct {
-		name         string
-		in, out      bool
-		outPartsMost int
-	}{{"off", false, false, 1}, {"in+head", true, false, 1}, {"+out", true, true, 1}, {"+out/4", true, true, 4},
-		{"+out/8", true, true, 8}}
+		name          string
+		in, out, fold bool
+		outPartsMost  int
+	}{{"off", false, false, false, 1}, {"in+head", true, false, false, 1}, {"+out/4", true, true, false, 4},
+		{"+out/4+fold", true, true, true, 4}}
 	forDecodeShapes(b, func(b *testing.B, shape string, e *gpu.Engine) {
 		for _, B := range []int{8, 4} {
 			times := make([][]float64, len(settings))
 			for range 3 {
 				for i, st := range settings {
 					e.GEMVWarpgroup, e.GEMVWarpgroupOut, e.GEMVWarpgroupParts = st.in, st.out, st.outPartsMost
+					e.GEMVWarpgroupFold = st.fold
 					times[i] = append(times[i], 1e3*decodeStepMs(b, e, B))
 				}
 			}

@@ -308,6 +308,13 @@ type Engine struct {
 	// 1935.2 in 8; 2.8b's 40 split 4 ways under either. Set it before
 	// capturing a step graph.
 	GEMVWarpgroupParts int
+	// GEMVWarpgroupFold folds the RMSNorm across launches where
+	// GEMVWarpgroup applies: out_proj (then on the warpgroup GEMV at every
+	// width) writes the next layer's x as parts of h * normw and its
+	// blocks' sums of squares, and in_proj and the LM head scale their sums
+	// by the norm, so that only layer 0 runs x_parts_bf16. Set it before
+	// capturing a step graph.
+	GEMVWarpgroupFold bool
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -518,6 +525,7 @@ type workspace struct {
 	counts                              *cuda.Buffer // ConvXProj's counters, zero between launches
 	tiles, tileCounts                   *cuda.Buffer // the decode step's tensor-core GEMVs' parts along k, and their counters (zero between launches)
 	parts                               *cuda.Buffer // the warpgroup GEMVs' x as bf16 parts (wgPartsBytes)
+	normSS                              *cuda.Buffer // out_proj's blocks' sums of squares for the next norm (GEMVWarpgroupFold), [d/64][8] f32
 	scanChunk                           int          // the Engine.ScanChunk that scan is sized for
 	scanSegments                        bool         // whether scan is sized for walks in segments (Engine.segmentsOn)
 	logits                              *cuda.Buffer
@@ -536,7 +544,7 @@ func words(b *cuda.Buffer) int {
 
 func (w *workspace) free() {
 	for _, b := range []*cuda.Buffer{w.h, w.x, w.xz, w.u, w.dbl, w.delta, w.y, w.in, w.out, w.ids, w.pad, w.logits, w.scan, w.counts,
-		w.tiles, w.tileCounts, w.parts} {
+		w.tiles, w.tileCounts, w.parts, w.normSS} {
 		b.Free()
 	}
 	*w = workspace{}
@@ -554,7 +562,7 @@ func (e *Engine) ensure(rows int) error {
 	}
 	rows, tileFloats, tileCounts = max(rows, ws.rows), max(1, tileFloats, words(ws.tiles)), max(1, tileCounts, words(ws.tileCounts))
 	for _, b := range []*cuda.Buffer{ws.h, ws.x, ws.xz, ws.u, ws.dbl, ws.delta, ws.y, ws.in, ws.ids, ws.pad, ws.scan, ws.counts,
-		ws.tiles, ws.tileCounts, ws.parts} {
+		ws.tiles, ws.tileCounts, ws.parts, ws.normSS} {
 		b.Free()
 	}
 	ws.rows = 0
@@ -572,7 +580,7 @@ func (e *Engine) ensure(rows int) error {
 		{&ws.scan, 4 * max(1, scanScratchBound(rows, c.Inner, c.State, e.ScanChunk, e.segmentsOn()))},
 		{&ws.counts, 4 * counters},
 		{&ws.tiles, 4 * tileFloats}, {&ws.tileCounts, 4 * tileCounts},
-		{&ws.parts, wgPartsBytes(c.Hidden, c.Inner)},
+		{&ws.parts, wgPartsBytes(c.Hidden, c.Inner)}, {&ws.normSS, 4 * 8 * wgTiles(c.Hidden)},
 	}
 	for _, s := range sizes {
 		b, err := cuda.Alloc(s.bytes)

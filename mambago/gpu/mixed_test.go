@@ -266,21 +266,24 @@ func TestDecodeTensorCoresMatch(t *testing.T) {
 // TestDecodeWarpgroupMatches checks the warpgroup GEMVs of a bf16 batch
 // (Engine.GEMVWarpgroup: in_proj and the LM head; with GEMVWarpgroupOut
 // out_proj too, its x's parts from the scan step, whole or split along k
-// over up to 8 blocks) against the engine's
+// over up to 8 blocks; with GEMVWarpgroupFold the norm folded across
+// out_proj and the next in_proj or the LM head) against the engine's
 // other GEMVs: x goes through wgmma as three bf16 parts, summed in another
 // order, so logits and states agree to f32 rounding. d = 64 (in_proj one
 // block of channels and one of z), 136 (K not a multiple of 64: the tensor
 // maps' zeros past it; E = 272 straddles a block) and 512; B = 2, 5 and 8.
 // They run on sm_90 only; elsewhere both engines take the same path.
 func TestDecodeWarpgroupMatches(t *testing.T) {
-	for _, out := range []struct {
-		on    bool
+	for _, wg := range []struct {
+		out   bool
 		parts int
-	}{{false, 1}, {true, 1}, {true, 8}} {
+		fold  bool
+	}{{false, 1, false}, {true, 1, false}, {true, 8, false}, {false, 1, true}, {false, 8, true}} {
 		for _, d := range []int{64, 136, 512} {
-			decodeSettingMatches(t, fmt.Sprintf("warpgroup GEMVs, out_proj %+v, d=%d", out, d), d, []int{2, 5, 8}, 1e-4,
+			decodeSettingMatches(t, fmt.Sprintf("warpgroup GEMVs, %+v, d=%d", wg, d), d, []int{2, 5, 8}, 1e-4,
 				func(e *gpu.Engine, on bool) {
-					e.GEMVWarpgroup, e.GEMVWarpgroupOut, e.GEMVWarpgroupParts = on, on && out.on, out.parts
+					e.GEMVWarpgroup, e.GEMVWarpgroupOut, e.GEMVWarpgroupParts = on, on && wg.out, wg.parts
+					e.GEMVWarpgroupFold = on && wg.fold
 				})
 		}
 	}

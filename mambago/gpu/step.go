@@ -51,7 +51,9 @@ func (e *Engine) decodeKernelMaxB() int {
 // Where GEMVWarpgroup applies (warpgroupApplies), in_proj and the LM head
 // run on kernels/gemv_wg.cu instead, each after x_parts_bf16 (the norm into
 // x's parts: five launches a layer), and with GEMVWarpgroupOut so does
-// out_proj, its x's parts written by the scan step.
+// out_proj, its x's parts written by the scan step. With GEMVWarpgroupFold
+// out_proj writes the next layer's parts and norm sums itself, and only
+// layer 0 runs x_parts_bf16.
 func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	c, ws := e.cfg, &e.ws
 	B, d, E, R, N, K, V := src.in.B, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel, c.Vocab
@@ -73,14 +75,26 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 			return err
 		}
 	}
-	wgOut, outParts := wg != nil && e.GEMVWarpgroupOut, e.wgOutParts()
+	fold := wg != nil && e.GEMVWarpgroupFold
+	wgOut, outParts := wg != nil && (e.GEMVWarpgroupOut || fold), e.wgOutParts()
+	// norm is where in_proj and the LM head find their norm: in the sums of
+	// squares out_proj left (a fold), or none (x's parts are normed).
+	type norm struct {
+		ss    cuda.Ptr
+		tiles int
+	}
+	folded := norm{ws.normSS.Ptr, wgTiles(d)}
 	for l, g := range e.layers {
 		if wg != nil {
-			if err := e.launchParts(ws.h.Ptr, d, g.norm, eps, B, d, ws.parts.Ptr); err != nil {
-				return err
+			in := folded
+			if !fold || l == 0 {
+				if err := e.launchParts(ws.h.Ptr, d, g.norm, eps, B, d, ws.parts.Ptr); err != nil {
+					return err
+				}
+				in = norm{}
 			}
 			if err := e.launchWG("step_in_wg_bf16", 2*E, 1, wg.in[l], wg.dParts, g.inBias, g.conv, g.convBias,
-				s.conv(l), ws.xz.Ptr, B, d, E, K); err != nil {
+				s.conv(l), ws.xz.Ptr, B, d, E, K, in.ss, in.tiles, eps); err != nil {
 				return err
 			}
 		} else if err := e.launchGEMV(in, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
@@ -104,8 +118,15 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 			return err
 		}
 		if wgOut {
+			nextNorm, nextParts, nextSS := cuda.Ptr(0), cuda.Ptr(0), cuda.Ptr(0)
+			if fold {
+				nextNorm, nextParts, nextSS = e.normF, ws.parts.Ptr, ws.normSS.Ptr
+				if l+1 < len(e.layers) {
+					nextNorm = e.layers[l+1].norm
+				}
+			}
 			if err := e.launchWG("gemv_wg_bf16", d, outParts, wg.out[l], wg.eParts, g.outBias, ws.h.Ptr, d, 1, B, E, d,
-				ws.tiles.Ptr, ws.tileCounts.Ptr); err != nil {
+				ws.tiles.Ptr, ws.tileCounts.Ptr, cuda.Ptr(0), 0, eps, nextNorm, nextParts, nextSS); err != nil {
 				return err
 			}
 		} else if err := e.launchGEMV(out, ws.delta.Ptr, E, cuda.Ptr(0), float32(0), g.outProj,
@@ -114,11 +135,15 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 		}
 	}
 	if wg != nil {
-		if err := e.launchParts(ws.h.Ptr, d, e.normF, eps, B, d, ws.parts.Ptr); err != nil {
-			return err
+		head := folded
+		if !fold {
+			if err := e.launchParts(ws.h.Ptr, d, e.normF, eps, B, d, ws.parts.Ptr); err != nil {
+				return err
+			}
+			head = norm{}
 		}
 		return e.launchWG("gemv_wg_bf16", V, 1, wg.head, wg.dParts, cuda.Ptr(0), logits, V, 0, B, d, V, cuda.Ptr(0),
-			cuda.Ptr(0))
+			cuda.Ptr(0), head.ss, head.tiles, eps, cuda.Ptr(0), cuda.Ptr(0), cuda.Ptr(0))
 	}
 	head := e.gemvPlan("gemv", V, d, B)
 	return e.launchGEMV(head, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits, V, 0, B, d, V, head.split)

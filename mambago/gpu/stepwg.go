@@ -18,6 +18,9 @@ const (
 // barriers a stage.
 func wgShared() int { return wgStages*(wgRows*wgBK*2+4096) + 1024 + 2*wgStages*8 }
 
+// wgTiles is the blocks of 64 rows a warpgroup GEMV of rows rows takes.
+func wgTiles(rows int) int { return (rows + wgRows - 1) / wgRows }
+
 // wgPartsBytes is the parts workspace of the warpgroup GEMVs: x's three
 // bf16 parts for 8 sequences, rows of d (in_proj's and the LM head's x),
 // then rows of E (out_proj's, which the scan step writes).
@@ -127,10 +130,11 @@ func (e *Engine) wgOutParts() int {
 func wgOutPays(d int) bool { return d >= 2048 }
 
 // wgScratch is what out_proj split along k on the warpgroup GEMV needs
-// (floats and counters), zeros where it does not split.
+// (floats and counters; GEMVWarpgroupFold puts it there too), zeros where
+// it does not split.
 func (e *Engine) wgScratch() (floats, counters int) {
 	parts := e.wgOutParts()
-	if !e.GEMVWarpgroup || !e.GEMVWarpgroupOut || parts == 1 {
+	if !e.GEMVWarpgroup || !(e.GEMVWarpgroupOut || e.GEMVWarpgroupFold) || parts == 1 {
 		return 0, 0
 	}
 	tiles := (e.cfg.Hidden + wgRows - 1) / wgRows
