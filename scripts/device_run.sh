@@ -89,7 +89,8 @@
 #             BASE's (device_build.sh) where built (BenchmarkGEMVBatch; about
 #             a minute);
 #   wgdecode: the warpgroup GEMVs in the decode step (Engine.GEMVWarpgroup,
-#             GEMVWarpgroupOut): TestGEMVWGKernel and TestStepInWGKernel,
+#             GEMVWarpgroupOut, GEMVWarpgroupFold): TestGEMVWGKernel,
+#             TestStepInWGKernel and TestGEMVWGNormFold against float64,
 #             memcheck, the engine's decode tests and memcheck over
 #             TestDecodeWarpgroupMatches, then steps of 8 and 4 sequences
 #             off and on (BenchmarkDecodeWarpgroup; DECODE_SHAPES);
