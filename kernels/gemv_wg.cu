@@ -236,7 +236,8 @@ __device__ __forceinline__ void wg_store_ss(float (&q)[2], float *__restrict__ s
 // adds to out. scale is the RMSNorm's from ss (wg_norm_scale: ss_tiles
 // tiles of sums of squares of x's K, eps), or 1 where ss is nullptr. Where
 // next_parts is set, the sums also go on as the next GEMV's x: out[b, n] *
-// next_normw[n] as parts into next_parts (rows of rows), and the block's
+// next_normw[n] (1 where it is nullptr) as parts into next_parts (rows of
+// rows), and the block's
 // sums of out[b, n]^2 into next_ss [gridDim.x][8], for the next GEMV's
 // norm (the norm folded across the launch: no x_parts_bf16 between).
 // Grid (ceil(rows / 64), parts): with parts > 1 split along k through
@@ -256,7 +257,7 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS)
         for (int r = 0; r < 2; r++) {
             const int n = blockIdx.x * GW_ROWS + gw_row(2 * r);
             pb[r] = bias && n < rows ? bias[n] : 0.f;
-            pn[r] = next_parts && n < rows ? next_normw[n] : 0.f;
+            pn[r] = !next_parts || n >= rows ? 0.f : next_normw ? next_normw[n] : 1.f;
         }
         pdl_wait();
         wg_norm_scale(ss, ss_tiles, K, eps, scale);

@@ -86,15 +86,15 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	folded := norm{ws.normSS.Ptr, wgTiles(d)}
 	for l, g := range e.layers {
 		if wg != nil {
-			in := folded
+			inNorm := folded
 			if !fold || l == 0 {
 				if err := e.launchParts(ws.h.Ptr, d, g.norm, eps, B, d, ws.parts.Ptr); err != nil {
 					return err
 				}
-				in = norm{}
+				inNorm = norm{}
 			}
 			if err := e.launchWG("step_in_wg_bf16", 2*E, 1, wg.in[l], wg.dParts, g.inBias, g.conv, g.convBias,
-				s.conv(l), ws.xz.Ptr, B, d, E, K, in.ss, in.tiles, eps); err != nil {
+				s.conv(l), ws.xz.Ptr, B, d, E, K, inNorm.ss, inNorm.tiles, eps); err != nil {
 				return err
 			}
 		} else if err := e.launchGEMV(in, ws.h.Ptr, g.norm, eps, g.inProj, g.inBias,
