@@ -92,8 +92,9 @@
 #             GEMVWarpgroupOut, GEMVWarpgroupFold): TestGEMVWGKernel,
 #             TestStepInWGKernel and TestGEMVWGNormFold against float64,
 #             memcheck, the engine's decode tests and memcheck over
-#             TestDecodeWarpgroupMatches, then steps of 8 and 4 sequences
-#             off and on (BenchmarkDecodeWarpgroup; DECODE_SHAPES);
+#             TestDecodeWarpgroupMatches, then steps of 8, 4 and 1
+#             sequences off and on (BenchmarkDecodeWarpgroup; DECODE_SHAPES,
+#             DECODE_BATCHES);
 #   wggemv:   gemv_wg_bf16 (kernels/gemv_wg.cu: wgmma on TMA boxes):
 #             TestGEMVWGKernel, memcheck over it, then gemvbatch (which
 #             times it) and cublasgemv;

@@ -7,6 +7,8 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -84,12 +86,15 @@ func BenchmarkDecodeBatchSettings(b *testing.B) {
 	})
 }
 
-// BenchmarkDecodeWarpgroup times bf16 decode step graphs of 8 and 4
-// sequences with the warpgroup GEMVs off (New's tensor-core GEMVs), on for
+// BenchmarkDecodeWarpgroup times bf16 decode step graphs of 8, 4 and 1
+// sequences (DECODE_BATCHES) with the warpgroup GEMVs off (the tensor-core
+// GEMVs, and the one-sequence entries at B=1), on for
 // in_proj and the LM head (Engine.GEMVWarpgroup), and on for out_proj too
 // (GEMVWarpgroupOut) split along k over up to 4 blocks
 // (GEMVWarpgroupParts), and then with the norm folded across launches
-// (GEMVWarpgroupFold), taking turns over three rounds in one process.
+// (GEMVWarpgroupFold), taking turns over three rounds in one process. At
+// B=1 the settings on take the warpgroup GEMVs there too
+// (GEMVWarpgroupOneSequence).
 // DECODE_SHAPES (a regexp) picks the shapes. Each logs its medians and
 // their ratios to off.
 func BenchmarkDecodeWarpgroup(b *testing.B) {
@@ -100,12 +105,12 @@ func BenchmarkDecodeWarpgroup(b *testing.B) {
 	}{{"off", false, false, false, 1}, {"in+head", true, false, false, 1}, {"+out/4", true, true, false, 4},
 		{"+out/4+fold", true, true, true, 4}}
 	forDecodeShapes(b, func(b *testing.B, shape string, e *gpu.Engine) {
-		for _, B := range []int{8, 4} {
+		for _, B := range decodeBatches(b, "8,4,1") {
 			times := make([][]float64, len(settings))
 			for range 3 {
 				for i, st := range settings {
 					e.GEMVWarpgroup, e.GEMVWarpgroupOut, e.GEMVWarpgroupParts = st.in, st.out, st.outPartsMost
-					e.GEMVWarpgroupFold = st.fold
+					e.GEMVWarpgroupFold, e.GEMVWarpgroupOneSequence = st.fold, st.in
 					times[i] = append(times[i], 1e3*decodeStepMs(b, e, B))
 				}
 			}
@@ -117,6 +122,24 @@ func BenchmarkDecodeWarpgroup(b *testing.B) {
 			b.Log(line)
 		}
 	})
+}
+
+// decodeBatches returns the batches in DECODE_BATCHES (a comma-separated
+// list), or in def where it is unset.
+func decodeBatches(b *testing.B, def string) []int {
+	list := os.Getenv("DECODE_BATCHES")
+	if list == "" {
+		list = def
+	}
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			b.Fatalf("DECODE_BATCHES: %q is not a batch", f)
+		}
+		out = append(out, n)
+	}
+	return out
 }
 
 // decodeStepMs captures a decode step graph of B sequences on e and

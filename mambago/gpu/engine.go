@@ -315,6 +315,11 @@ type Engine struct {
 	// by the norm, so that only layer 0 runs x_parts_bf16. Set it before
 	// capturing a step graph.
 	GEMVWarpgroupFold bool
+	// GEMVWarpgroupOneSequence takes the warpgroup GEMVs (GEMVWarpgroup)
+	// at B=1 too, in place of the one-sequence entries (GEMVOneSequence):
+	// 7 of the product's 8 columns go to waste, but the weights' bytes are
+	// the same. Set it before capturing a step graph.
+	GEMVWarpgroupOneSequence bool
 }
 
 var _ engine.Engine = (*Engine)(nil)

@@ -271,19 +271,26 @@ func TestDecodeTensorCoresMatch(t *testing.T) {
 // other GEMVs: x goes through wgmma as three bf16 parts, summed in another
 // order, so logits and states agree to f32 rounding. d = 64 (in_proj one
 // block of channels and one of z), 136 (K not a multiple of 64: the tensor
-// maps' zeros past it; E = 272 straddles a block) and 512; B = 2, 5 and 8.
+// maps' zeros past it; E = 272 straddles a block) and 512; B = 2, 5 and 8,
+// and B = 1 and 3 with the fold at B=1 too (GEMVWarpgroupOneSequence).
 // They run on sm_90 only; elsewhere both engines take the same path.
 func TestDecodeWarpgroupMatches(t *testing.T) {
 	for _, wg := range []struct {
 		out   bool
 		parts int
 		fold  bool
-	}{{false, 1, false}, {true, 1, false}, {true, 8, false}, {false, 1, true}, {false, 8, true}} {
+		one   bool // B=1 too (GEMVWarpgroupOneSequence)
+	}{{false, 1, false, false}, {true, 1, false, false}, {true, 8, false, false}, {false, 1, true, false},
+		{false, 8, true, false}, {false, 8, true, true}} {
+		Bs := []int{2, 5, 8}
+		if wg.one {
+			Bs = []int{1, 3}
+		}
 		for _, d := range []int{64, 136, 512} {
-			decodeSettingMatches(t, fmt.Sprintf("warpgroup GEMVs, %+v, d=%d", wg, d), d, []int{2, 5, 8}, 1e-4,
+			decodeSettingMatches(t, fmt.Sprintf("warpgroup GEMVs, %+v, d=%d", wg, d), d, Bs, 1e-4,
 				func(e *gpu.Engine, on bool) {
 					e.GEMVWarpgroup, e.GEMVWarpgroupOut, e.GEMVWarpgroupParts = on, on && wg.out, wg.parts
-					e.GEMVWarpgroupFold = on && wg.fold
+					e.GEMVWarpgroupFold, e.GEMVWarpgroupOneSequence = on && wg.fold, on && wg.one
 				})
 		}
 	}

@@ -140,6 +140,10 @@ func TestWarpgroupApplies(t *testing.T) {
 		if got := e.warpgroupApplies(c.B); got != c.want {
 			t.Errorf("%s: warpgroupApplies(%d) = %v, want %v", c.why, c.B, got, c.want)
 		}
+		e.GEMVWarpgroupOneSequence = true // B=1 joins; nothing else changes
+		if got, want := e.warpgroupApplies(c.B), c.want || (c.B == 1 && c.on && c.dt == cuda.BF16); got != want {
+			t.Errorf("%s, one sequence too: warpgroupApplies(%d) = %v, want %v", c.why, c.B, got, want)
+		}
 	}
 }
 

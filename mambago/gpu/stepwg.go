@@ -40,12 +40,16 @@ type wgMaps struct {
 // warpgroupApplies reports whether a decode step of B sequences runs
 // in_proj and the LM head (and, with GEMVWarpgroupOut, out_proj) on the
 // warpgroup GEMVs: GEMVWarpgroup set, bf16 weights on an sm_90 device (the
-// kernels need sm_90a), 2 <= B <= 8, the widths a multiple of 8 (16-byte
-// rows for the tensor maps) and a conv of at most wgTaps taps.
+// kernels need sm_90a), 2 <= B <= 8 (or B = 1 with
+// GEMVWarpgroupOneSequence), the widths a multiple of 8 (16-byte rows for
+// the tensor maps) and a conv of at most wgTaps taps.
 func (e *Engine) warpgroupApplies(B int) bool {
-	c := e.cfg
-	return e.GEMVWarpgroup && e.dt == cuda.BF16 && e.dev != nil && e.dev.Major == 9 && e.dev.Minor == 0 && B >= 2 &&
-		B <= decodeMaxB && c.Hidden%8 == 0 && c.Inner%8 == 0 && c.ConvKernel <= wgTaps
+	c, least := e.cfg, 2
+	if e.GEMVWarpgroupOneSequence {
+		least = 1
+	}
+	return e.GEMVWarpgroup && e.dt == cuda.BF16 && e.dev != nil && e.dev.Major == 9 && e.dev.Minor == 0 &&
+		B >= least && B <= decodeMaxB && c.Hidden%8 == 0 && c.Inner%8 == 0 && c.ConvKernel <= wgTaps
 }
 
 // warpgroupMaps returns the tensor maps for the current workspace, encoding
