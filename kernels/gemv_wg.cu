@@ -195,18 +195,30 @@ __device__ __forceinline__ bool gemv_wg(const tensor_map *wmap, const tensor_map
 
 // wg_norm_scale sets scale[j] to the RMSNorm's scale of the thread's
 // sequence gw_seq(j), rsqrt(sum / K + eps), from the sums of squares that
-// the GEMV before wrote a tile at a time (ss [tiles][8], summed in tile
-// order: the same bits in every block); 1 where ss is nullptr. After the
-// wait for the previous kernel.
+// the GEMV before wrote a tile at a time (ss [tiles][8]); 1 where ss is
+// nullptr. The 128 consumer threads share the loads (thread t those of
+// sequence t % 8 at flat index t, t + 128, ...: one round trip, not one a
+// tile) and add them in a fixed order, the same bits in every block. After
+// the wait for the previous kernel.
 __device__ __forceinline__ void wg_norm_scale(const float *__restrict__ ss, int tiles, int K, float eps,
                                               float (&scale)[2]) {
+    if (!ss) {
+        scale[0] = scale[1] = 1.f;
+        return;
+    }
+    __shared__ float red[4][8];
+    const int t = threadIdx.x, w = t / 32, lane = t % 32;
+    float sum = 0.f;
+#pragma unroll 4
+    for (int i = t; i < 8 * tiles; i += 128) sum += __ldcg(ss + i);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 8);  // the lanes of sequence lane % 8
+    sum += __shfl_xor_sync(0xffffffffu, sum, 16);
+    if (lane < 8) red[w][lane] = sum;
+    bar_sync_named(1, 128);
 #pragma unroll
     for (int j = 0; j < 2; j++) {
-        float sum = 0.f;
-        if (ss)
-#pragma unroll 8
-            for (int t = 0; t < tiles; t++) sum += __ldcg(ss + 8 * t + gw_seq(j));
-        scale[j] = ss ? rsqrtf(sum / K + eps) : 1.f;
+        const int b = gw_seq(j);
+        scale[j] = rsqrtf((((red[0][b] + red[1][b]) + red[2][b]) + red[3][b]) / K + eps);
     }
 }
 
