@@ -95,6 +95,7 @@
 #             TestDecodeWarpgroupMatches, then steps of 8, 4 and 1
 #             sequences off and on (BenchmarkDecodeWarpgroup; DECODE_SHAPES,
 #             DECODE_BATCHES);
+#   wgbench:  wgdecode's steps alone (BenchmarkDecodeWarpgroup), no tests;
 #   wggemv:   gemv_wg_bf16 (kernels/gemv_wg.cu: wgmma on TMA boxes):
 #             TestGEMVWGKernel, memcheck over it, then gemvbatch (which
 #             times it) and cublasgemv;
@@ -816,6 +817,11 @@ if [[ $mode == wgdecode ]]; then
     -test.run 'TestDecodeWarpgroupMatches|TestDecodeMatchesPrefill|TestDecodeTensorCoresMatch|TestDecodePDLMatches|TestDecodeScanBatchMatches'
   bench_log decode_wg 300 .carry/gpu.test DecodeWarpgroup "warpgroup:"
   memcheck memcheck_decode_wg 300 .carry/gpu.test 'TestDecodeWarpgroupMatches'
+  exit $status
+fi
+if [[ $mode == wgbench ]]; then
+  echo "== decode steps with the warpgroup GEMVs off and on (BenchmarkDecodeWarpgroup; \${DECODE_SHAPES:-all}, batches \${DECODE_BATCHES:-8,4,1})"
+  bench_log decode_wg 300 .carry/gpu.test DecodeWarpgroup "warpgroup:"
   exit $status
 fi
 if [[ $mode == wggemv ]]; then

@@ -296,8 +296,9 @@ type Engine struct {
 	GEMVWarpgroup bool
 	// GEMVWarpgroupOut also runs out_proj on the warpgroup GEMV, with the
 	// scan step writing its x's parts, where GEMVWarpgroup applies. New
-	// turns it on with GEMVWarpgroup where it pays (wgOutPays). Set it
-	// before capturing a step graph.
+	// turns it on with GEMVWarpgroup where it pays (wgOutPays), which
+	// matters only with GEMVWarpgroupFold off: the fold puts out_proj there
+	// at every width. Set it before capturing a step graph.
 	GEMVWarpgroupOut bool
 	// GEMVWarpgroupParts is the most blocks (a power of two) out_proj's
 	// tiles on the warpgroup GEMV split k over (wgOutParts), the last of a
@@ -312,8 +313,12 @@ type Engine struct {
 	// GEMVWarpgroup applies: out_proj (then on the warpgroup GEMV at every
 	// width) writes the next layer's x as parts of h * normw and its
 	// blocks' sums of squares, and in_proj and the LM head scale their sums
-	// by the norm, so that only layer 0 runs x_parts_bf16. Set it before
-	// capturing a step graph.
+	// by the norm, so that only layer 0 runs x_parts_bf16: four launches a
+	// layer, not five. New turns it on with GEMVWarpgroup: on the H200
+	// (BenchmarkDecodeWarpgroup, bf16 steps of 8 sequences, 2026-12-03,
+	// 411cb94) it took 130m from 499.2 to 467.7 µs a step, 370m 1145.9 to
+	// 1024.9, 1.4b 1886.6 to 1683.4 and 2.8b 3229.8 to 2887.5. Set it
+	// before capturing a step graph.
 	GEMVWarpgroupFold bool
 	// GEMVWarpgroupOneSequence takes the warpgroup GEMVs (GEMVWarpgroup)
 	// at B=1 too, in place of the one-sequence entries (GEMVOneSequence):
@@ -336,7 +341,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	sm90 := dev.Major == 9 && dev.Minor == 0 // the warpgroup GEMVs' kernels are compiled for sm_90a
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8, GEMVTileWarps: 16, GEMVTileParts: defaultTileParts(w.Config.Inner), DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), GEMVWarpgroup: sm90, GEMVWarpgroupOut: sm90 && wgOutPays(w.Config.Hidden), GEMVWarpgroupParts: 4, MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
+		GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8, GEMVTileWarps: 16, GEMVTileParts: defaultTileParts(w.Config.Inner), DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), GEMVWarpgroup: sm90, GEMVWarpgroupOut: sm90 && wgOutPays(w.Config.Hidden), GEMVWarpgroupParts: 4, GEMVWarpgroupFold: sm90, MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
 		AutoXProj: true, InPlaceReplays: true}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4
