@@ -96,6 +96,8 @@
 #             sequences off and on (BenchmarkDecodeWarpgroup; DECODE_SHAPES,
 #             DECODE_BATCHES);
 #   wgbench:  wgdecode's steps alone (BenchmarkDecodeWarpgroup), no tests;
+#   decodeverify: decodecheck's engine and generate tests (New's defaults),
+#             without the sanitizers (a few minutes less);
 #   wggemv:   gemv_wg_bf16 (kernels/gemv_wg.cu: wgmma on TMA boxes):
 #             TestGEMVWGKernel, memcheck over it, then gemvbatch (which
 #             times it) and cublasgemv;
@@ -643,15 +645,21 @@ if [[ $mode == ab ]]; then
   python3 bench/ab.py "$OUT"/ab_base_*.log -- "$OUT"/ab_new_*.log | tee "$OUT/ab.md"
   exit $status
 fi
+decode_tests='Decode|GraphsReplay|GraphInPlace|DeviceEntry|OddShapes|Reserve'  # the engine's decode tests
 if [[ $mode == decodecheck ]]; then
   echo "== the decode step: kernels and engine tests, memcheck, racecheck"
-  decode_tests='Decode|GraphsReplay|GraphInPlace|DeviceEntry|OddShapes|Reserve'
   run_tests decode_kernels 200 .carry/kernels.test -test.v -test.run 'GEMV'
   run_tests decode_gpu 400 .carry/gpu.test -test.v -test.run "$decode_tests"
   run_tests decode_generate 200 .carry/mambago.test -test.v -test.run 'Generate|Padded'
   memcheck memcheck_decode_kernels 200 .carry/kernels.test 'GEMV'
   memcheck memcheck_decode_gpu 400 .carry/gpu.test 'Decode'
   sanitizer racecheck racecheck_decode_kernels 200 .carry/kernels.test 'GEMV'
+  exit $status
+fi
+if [[ $mode == decodeverify ]]; then
+  echo "== the decode step: the engine's decode, step-graph and generate tests"
+  run_tests decode_gpu 300 .carry/gpu.test -test.v -test.run "$decode_tests"
+  run_tests decode_generate 200 .carry/mambago.test -test.v -test.run 'Generate|Padded'
   exit $status
 fi
 if [[ $mode == decodekernels ]]; then

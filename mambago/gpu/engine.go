@@ -323,7 +323,8 @@ type Engine struct {
 	// GEMVWarpgroupOneSequence takes the warpgroup GEMVs (GEMVWarpgroup)
 	// at B=1 too, in place of the one-sequence entries (GEMVOneSequence):
 	// 7 of the product's 8 columns go to waste, but the weights' bytes are
-	// the same. Set it before capturing a step graph.
+	// the same. With GEMVWarpgroupFold, New turns it on where it pays
+	// (wgOneSequencePays). Set it before capturing a step graph.
 	GEMVWarpgroupOneSequence bool
 }
 
@@ -341,7 +342,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	sm90 := dev.Major == 9 && dev.Minor == 0 // the warpgroup GEMVs' kernels are compiled for sm_90a
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8, GEMVTileWarps: 16, GEMVTileParts: defaultTileParts(w.Config.Inner), DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), GEMVWarpgroup: sm90, GEMVWarpgroupOut: sm90 && wgOutPays(w.Config.Hidden), GEMVWarpgroupParts: 4, GEMVWarpgroupFold: sm90, MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
+		GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8, GEMVTileWarps: 16, GEMVTileParts: defaultTileParts(w.Config.Inner), DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), GEMVWarpgroup: sm90, GEMVWarpgroupOut: sm90 && wgOutPays(w.Config.Hidden), GEMVWarpgroupParts: 4, GEMVWarpgroupFold: sm90, GEMVWarpgroupOneSequence: sm90 && wgOneSequencePays(w.Config.Hidden), MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
 		AutoXProj: true, InPlaceReplays: true}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4

@@ -133,6 +133,14 @@ func (e *Engine) wgOutParts() int {
 // 1177.9, 1.4b 2024.4 and 1891.9, 2.8b 4066.9 and 3213.4.
 func wgOutPays(d int) bool { return d >= 2048 }
 
+// wgOneSequencePays reports whether a step of one sequence is faster on
+// the warpgroup GEMVs with the norm folded (GEMVWarpgroupOneSequence and
+// GEMVWarpgroupFold) than on the one-sequence entries, at width d. On the
+// H200 (BenchmarkDecodeWarpgroup at B=1, bf16, 2026-12-03, b00ebf7), µs a
+// step, one-sequence entries against the fold: 130m 353.1 and 312.9,
+// 370m 783.2 and 713.0, 1.4b 1322.2 and 1252.0, 2.8b 2175.8 and 2220.9.
+func wgOneSequencePays(d int) bool { return d <= 2048 }
+
 // wgScratch is what out_proj split along k on the warpgroup GEMV needs
 // (floats and counters; GEMVWarpgroupFold puts it there too), zeros where
 // it does not split.
