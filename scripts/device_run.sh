@@ -79,7 +79,7 @@
 #             (BenchmarkXProjScanHandover: what flags a tile could save);
 #   decodecheck: the decode step's kernels and entries against their
 #             references (TestGEMVKernel; the engine's decode, step-graph and
-#             generate tests), then memcheck over both and racecheck over the
+#             padded-entry tests), then memcheck over both and racecheck over the
 #             GEMVs' shared memory;
 #   decodebatch: bf16 decode steps of 8 sequences with the batch's kernels
 #             (Engine.GEMVTensorCores, Engine.DecodeScanBatch) off and on,
@@ -96,7 +96,7 @@
 #             sequences off and on (BenchmarkDecodeWarpgroup; DECODE_SHAPES,
 #             DECODE_BATCHES);
 #   wgbench:  wgdecode's steps alone (BenchmarkDecodeWarpgroup), no tests;
-#   decodeverify: decodecheck's engine and generate tests (New's defaults),
+#   decodeverify: decodecheck's engine tests (New's defaults),
 #             without the sanitizers (a few minutes less);
 #   wggemv:   gemv_wg_bf16 (kernels/gemv_wg.cu: wgmma on TMA boxes):
 #             TestGEMVWGKernel, memcheck over it, then gemvbatch (which
@@ -303,6 +303,11 @@ run_tests() {
   shift 2
   timeout "$secs" "$@" > "$OUT/$log.log" 2>&1 || status=1
   grep -E "^(--- FAIL|ok|FAIL|PASS)|panic${SHOW:+|$SHOW}" "$OUT/$log.log" | head -20
+  # A pattern that matches no test is a check that did not run, not a pass.
+  if grep -q "no tests to run" "$OUT/$log.log"; then
+    echo "$log: no test matched: FAIL"
+    status=1
+  fi
 }
 # sanitizer TOOL LOG SECONDS BINARY TESTS: compute-sanitizer's TOOL over the
 # tests the regexp TESTS names, into $OUT/LOG.log, and its summary;
@@ -645,21 +650,19 @@ if [[ $mode == ab ]]; then
   python3 bench/ab.py "$OUT"/ab_base_*.log -- "$OUT"/ab_new_*.log | tee "$OUT/ab.md"
   exit $status
 fi
-decode_tests='Decode|GraphsReplay|GraphInPlace|DeviceEntry|OddShapes|Reserve'  # the engine's decode tests
+decode_tests='Decode|GraphsReplay|GraphInPlace|DeviceEntry|DevicePadded|OddShapes|Reserve'  # the engine's decode tests
 if [[ $mode == decodecheck ]]; then
   echo "== the decode step: kernels and engine tests, memcheck, racecheck"
   run_tests decode_kernels 200 .carry/kernels.test -test.v -test.run 'GEMV'
   run_tests decode_gpu 400 .carry/gpu.test -test.v -test.run "$decode_tests"
-  run_tests decode_generate 200 .carry/mambago.test -test.v -test.run 'Generate|Padded'
   memcheck memcheck_decode_kernels 200 .carry/kernels.test 'GEMV'
   memcheck memcheck_decode_gpu 400 .carry/gpu.test 'Decode'
   sanitizer racecheck racecheck_decode_kernels 200 .carry/kernels.test 'GEMV'
   exit $status
 fi
 if [[ $mode == decodeverify ]]; then
-  echo "== the decode step: the engine's decode, step-graph and generate tests"
+  echo "== the decode step: the engine's decode and step-graph tests"
   run_tests decode_gpu 300 .carry/gpu.test -test.v -test.run "$decode_tests"
-  run_tests decode_generate 200 .carry/mambago.test -test.v -test.run 'Generate|Padded'
   exit $status
 fi
 if [[ $mode == decodekernels ]]; then
