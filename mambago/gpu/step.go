@@ -52,8 +52,9 @@ func (e *Engine) decodeKernelMaxB() int {
 // run on kernels/gemv_wg.cu instead, each after x_parts_bf16 (the norm into
 // x's parts: five launches a layer), and with GEMVWarpgroupOut so does
 // out_proj, its x's parts written by the scan step. With GEMVWarpgroupFold
-// out_proj writes the next layer's parts and norm sums itself, and only
-// layer 0 runs x_parts_bf16.
+// (New's default there) out_proj runs there at every width and writes the
+// next layer's parts and norm sums itself, and only layer 0 runs
+// x_parts_bf16: four launches a layer again.
 func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	c, ws := e.cfg, &e.ws
 	B, d, E, R, N, K, V := src.in.B, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel, c.Vocab
