@@ -77,7 +77,7 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 		}
 	}
 	fold := wg != nil && e.GEMVWarpgroupFold
-	wgOut, outParts := wg != nil && (e.GEMVWarpgroupOut || fold), e.wgOutParts()
+	wgOut, outParts := wg != nil && e.wgOutOn(), e.wgOutParts()
 	// norm is where in_proj and the LM head find their norm: in the sums of
 	// squares out_proj left (a fold), or none (x's parts are normed).
 	type norm struct {

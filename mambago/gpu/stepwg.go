@@ -105,7 +105,7 @@ func (e *Engine) launchParts(x cuda.Ptr, ldx int, normw cuda.Ptr, eps float32, B
 // launchWG queues one of the warpgroup GEMVs over rows rows, each tile's k
 // split over parts blocks (grid (tiles, parts)).
 func (e *Engine) launchWG(kernel string, rows, parts int, args ...any) error {
-	grid := cuda.Dim3{X: (rows + wgRows - 1) / wgRows, Y: parts, Z: 1}
+	grid := cuda.Dim3{X: wgTiles(rows), Y: parts, Z: 1}
 	return e.launchStep(kernel, grid, cuda.D1(wgThreads), wgShared(), args...)
 }
 
@@ -118,7 +118,7 @@ func (e *Engine) wgOutParts() int {
 	if e.dev != nil {
 		sms = e.dev.SMs
 	}
-	tiles, steps, parts := (c.Hidden+wgRows-1)/wgRows, (c.Inner+wgBK-1)/wgBK, 1
+	tiles, steps, parts := wgTiles(c.Hidden), (c.Inner+wgBK-1)/wgBK, 1
 	for 2*parts <= e.GEMVWarpgroupParts && tiles*2*parts <= 2*sms && 2*(2*parts) <= steps {
 		parts *= 2
 	}
@@ -141,14 +141,18 @@ func wgOutPays(d int) bool { return d >= 2048 }
 // 370m 783.2 and 713.0, 1.4b 1322.2 and 1252.0, 2.8b 2175.8 and 2220.9.
 func wgOneSequencePays(d int) bool { return d <= 2048 }
 
+// wgOutOn reports whether out_proj takes the warpgroup GEMV where the
+// warpgroup GEMVs apply: with GEMVWarpgroupOut, or with GEMVWarpgroupFold,
+// whose out_proj writes the next layer's parts.
+func (e *Engine) wgOutOn() bool { return e.GEMVWarpgroupOut || e.GEMVWarpgroupFold }
+
 // wgScratch is what out_proj split along k on the warpgroup GEMV needs
-// (floats and counters; GEMVWarpgroupFold puts it there too), zeros where
-// it does not split.
+// (floats and counters), zeros where it does not split.
 func (e *Engine) wgScratch() (floats, counters int) {
 	parts := e.wgOutParts()
-	if !e.GEMVWarpgroup || !(e.GEMVWarpgroupOut || e.GEMVWarpgroupFold) || parts == 1 {
+	if !e.GEMVWarpgroup || !e.wgOutOn() || parts == 1 {
 		return 0, 0
 	}
-	tiles := (e.cfg.Hidden + wgRows - 1) / wgRows
+	tiles := wgTiles(e.cfg.Hidden)
 	return tiles * parts * 4 * 128, tiles
 }
