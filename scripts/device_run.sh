@@ -96,6 +96,10 @@
 #             sequences off and on (BenchmarkDecodeWarpgroup; DECODE_SHAPES,
 #             DECODE_BATCHES);
 #   wgbench:  wgdecode's steps alone (BenchmarkDecodeWarpgroup), no tests;
+#   wgkernels: ncu's time for each kernel of bf16 decode step graphs,
+#             one BenchmarkDecodeWarpgroup setting at a time ($WG_SETTINGS,
+#             default "off +out/4+fold"; $DECODE_SHAPES, default 2.8b;
+#             $DECODE_BATCHES, default 1): which kernel one setting loses in;
 #   decodeverify: decodecheck's engine tests (New's defaults),
 #             without the sanitizers (a few minutes less);
 #   wggemv:   gemv_wg_bf16 (kernels/gemv_wg.cu: wgmma on TMA boxes):
@@ -658,6 +662,19 @@ if [[ $mode == decodecheck ]]; then
   memcheck memcheck_decode_kernels 200 .carry/kernels.test 'GEMV'
   memcheck memcheck_decode_gpu 400 .carry/gpu.test 'Decode'
   sanitizer racecheck racecheck_decode_kernels 200 .carry/kernels.test 'GEMV'
+  exit $status
+fi
+if [[ $mode == wgkernels ]]; then
+  export DECODE_SHAPES=${DECODE_SHAPES:-2.8b} DECODE_BATCHES=${DECODE_BATCHES:-1}
+  echo "== ncu: each kernel of bf16 step graphs ($DECODE_SHAPES, B=$DECODE_BATCHES), a setting at a time"
+  for setting in ${WG_SETTINGS:-off +out/4+fold}; do
+    log="wgkernels_$(tr -c 'a-z0-9\n' _ <<< "$setting")"
+    DECODE_SETTINGS=$setting timeout 250 ncu --clock-control none -k 'regex:step_|gemv|x_parts' \
+      --launch-count "${DECODE_NCU_COUNT:-600}" --print-summary per-kernel \
+      .carry/gpu.test -test.run '^$' -test.bench 'DecodeWarpgroup$' -test.benchtime 1x > "$OUT/$log.log" 2>&1
+    echo "-- $setting: ncu exit $?"
+    grep -E "^  [a-z_0-9]+|gpu__time_duration|Duration" "$OUT/$log.log" | head -24
+  done
   exit $status
 fi
 if [[ $mode == decodeverify ]]; then

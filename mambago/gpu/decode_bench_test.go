@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -95,15 +96,29 @@ func BenchmarkDecodeBatchSettings(b *testing.B) {
 // (GEMVWarpgroupFold), taking turns over three rounds in one process. At
 // B=1 the settings on take the warpgroup GEMVs there too
 // (GEMVWarpgroupOneSequence).
-// DECODE_SHAPES (a regexp) picks the shapes. Each logs its medians and
-// their ratios to off.
+// DECODE_SHAPES (a regexp) picks the shapes, and DECODE_SETTINGS (a
+// comma-separated list of the names below) the settings, so that a profiler
+// can see one setting's kernels alone. Each logs its medians and their
+// ratios to the first setting.
 func BenchmarkDecodeWarpgroup(b *testing.B) {
-	settings := []struct {
+	type setting struct {
 		name          string
 		in, out, fold bool
 		outPartsMost  int
-	}{{"off", false, false, false, 1}, {"in+head", true, false, false, 1}, {"+out/4", true, true, false, 4},
+	}
+	all := []setting{{"off", false, false, false, 1}, {"in+head", true, false, false, 1}, {"+out/4", true, true, false, 4},
 		{"+out/4+fold", true, true, true, 4}}
+	settings := all
+	if list := os.Getenv("DECODE_SETTINGS"); list != "" {
+		settings = nil
+		for _, name := range strings.Split(list, ",") {
+			i := slices.IndexFunc(all, func(s setting) bool { return s.name == name })
+			if i < 0 {
+				b.Fatalf("DECODE_SETTINGS: no setting %q", name)
+			}
+			settings = append(settings, all[i])
+		}
+	}
 	forDecodeShapes(b, func(b *testing.B, shape string, e *gpu.Engine) {
 		for _, B := range decodeBatches(b, "8,4,1") {
 			times := make([][]float64, len(settings))
