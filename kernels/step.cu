@@ -645,10 +645,7 @@ extern "C" __global__ void __launch_bounds__(STEP_TILE_THREADS, STEP_TILE_MINB)
 //   y[b, c] = (sum_n s[n] * C[n] + D[c] * u) * silu(z)
 //
 // With parts set, y[b, c] also goes there as out_proj's x operand on the
-// warpgroup GEMV (store_parts; gemv_wg.cu), rows of E. With pf set, the
-// blocks ask L2 for the pf_bytes at pf (prefetch_share): out_proj's
-// weights, which then come from L2 while the step's latency-bound kernels
-// leave HBM idle.
+// warpgroup GEMV (store_parts; gemv_wg.cu), rows of E.
 //
 // Every load is issued before the first result it feeds: the weights
 // (W_dt's row, dt_bias, A2's row, D) before the wait, which ptxas would
@@ -668,7 +665,7 @@ extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS, 6)
     step_scan_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W_dt,
                   const float *__restrict__ dt_bias, const float *__restrict__ A2, const float *__restrict__ Dskip,
                   const float *__restrict__ xz, float *__restrict__ state, float *__restrict__ y, int E, int N,
-                  bf16 *__restrict__ parts, const void *__restrict__ pf, long long pf_bytes) {
+                  bf16 *__restrict__ parts) {
     pdl_release();
     int lane = threadIdx.x & 31, c = blockIdx.x * STEP_WARPS + (threadIdx.x >> 5), b = blockIdx.y;
     if (c >= E) return;  // reads nothing, so need not wait
@@ -699,7 +696,6 @@ extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS, 6)
         sv[i] = n < N ? s[n] : 0.f;
     }
     float u = xz[(size_t)b * 2 * E + c], z = xz[(size_t)b * 2 * E + E + c];
-    prefetch_share(pf, pf_bytes);  // after the loads: they are the step's critical path
 
     float dt = 0.f;
 #pragma unroll
@@ -741,8 +737,7 @@ extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS)
     step_scan_batch_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W_dt,
                         const float *__restrict__ dt_bias, const float *__restrict__ A2,
                         const float *__restrict__ Dskip, const float *__restrict__ xz, float *__restrict__ state,
-                        float *__restrict__ y, int E, int N, int B, bf16 *__restrict__ parts,
-                        const void *__restrict__ pf, long long pf_bytes) {
+                        float *__restrict__ y, int E, int N, int B, bf16 *__restrict__ parts) {
     constexpr int PAIRS = STEP_MAXB / 2;
     if (B > STEP_MAXB || N > 32) __trap();  // gpu's decode takes step_scan_f32 then
     pdl_release();
@@ -778,7 +773,6 @@ extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS)
         u[p] = mine ? xz[(size_t)b * 2 * E + c] : 0.f;
         z[p] = mine ? xz[(size_t)b * 2 * E + E + c] : 0.f;
     }
-    prefetch_share(pf, pf_bytes);  // as step_scan_f32 does
     cp_async_wait<0>();
     __syncthreads();
     if (!live) return;

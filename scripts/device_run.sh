@@ -100,11 +100,6 @@
 #             one BenchmarkDecodeWarpgroup setting at a time ($WG_SETTINGS,
 #             default "off +out/4+fold"; $DECODE_SHAPES, default 2.8b;
 #             $DECODE_BATCHES, default 1): which kernel one setting loses in;
-#   outprefetch: Engine.DecodeOutPrefetch (the scan step asks L2 for
-#             out_proj's weights): TestDecodeOutPrefetchMatches (bit for
-#             bit) and decodecheck's engine tests, memcheck over the first,
-#             then bf16 steps off and on, taking turns in one process
-#             (BenchmarkDecodeOutPrefetch; DECODE_SHAPES, DECODE_BATCHES);
 #   decodeverify: decodecheck's engine tests (New's defaults),
 #             without the sanitizers (a few minutes less);
 #   wggemv:   gemv_wg_bf16 (kernels/gemv_wg.cu: wgmma on TMA boxes):
@@ -680,13 +675,6 @@ if [[ $mode == wgkernels ]]; then
     echo "-- $setting: ncu exit $?"
     grep -E "^  [a-z_0-9]+|gpu__time_duration|Duration" "$OUT/$log.log" | head -24
   done
-  exit $status
-fi
-if [[ $mode == outprefetch ]]; then
-  echo "== out_proj's weights asked of L2 by the scan step: the decode tests, memcheck, then steps off and on"
-  run_tests outprefetch_test 300 .carry/gpu.test -test.v -test.run "TestDecodeOutPrefetchMatches|$decode_tests"
-  memcheck memcheck_outprefetch 150 .carry/gpu.test 'TestDecodeOutPrefetchMatches'
-  bench_log outprefetch_bench 300 .carry/gpu.test DecodeOutPrefetch "out_proj prefetch:"
   exit $status
 fi
 if [[ $mode == decodeverify ]]; then

@@ -139,36 +139,6 @@ func BenchmarkDecodeWarpgroup(b *testing.B) {
 	})
 }
 
-// BenchmarkDecodeOutPrefetch times bf16 decode step graphs of 1 and 8
-// sequences (DECODE_BATCHES) as New sets the engine up, with
-// Engine.DecodeOutPrefetch off, at a quarter of L2 (New's
-// ResidualPrefetch) and at all of out_proj's weights, taking turns over
-// three rounds in one process. DECODE_SHAPES (a regexp) picks the shapes.
-// Each logs its medians and their ratios to off.
-func BenchmarkDecodeOutPrefetch(b *testing.B) {
-	forDecodeShapes(b, func(b *testing.B, shape string, e *gpu.Engine) {
-		settings := []struct {
-			name string
-			most int
-		}{{"off", 0}, {"quarter-L2", e.ResidualPrefetch}, {"all", 1 << 40}}
-		for _, B := range decodeBatches(b, "1,8") {
-			times := make([][]float64, len(settings))
-			for range 3 {
-				for i, st := range settings {
-					e.DecodeOutPrefetch = st.most
-					times[i] = append(times[i], 1e3*decodeStepMs(b, e, B))
-				}
-			}
-			line, base := fmt.Sprintf("%s B=%d out_proj prefetch:", shape, B), gputest.Median(times[0])
-			for i, st := range settings {
-				m := gputest.Median(times[i])
-				line += fmt.Sprintf("  %s %.1f us/step (%.3fx) %.1f", st.name, m, base/m, times[i])
-			}
-			b.Log(line)
-		}
-	})
-}
-
 // decodeBatches returns the batches in DECODE_BATCHES (a comma-separated
 // list), or in def where it is unset.
 func decodeBatches(b *testing.B, def string) []int {

@@ -326,13 +326,6 @@ type Engine struct {
 	// the same. With GEMVWarpgroupFold, New turns it on where it pays
 	// (wgOneSequencePays). Set it before capturing a step graph.
 	GEMVWarpgroupOneSequence bool
-	// DecodeOutPrefetch is the most bytes of a layer's out_proj weights
-	// that the decode step's scan asks L2 for (prefetch_share in
-	// kernels/step.cu, sm_90 and newer), so that out_proj reads them from
-	// L2: HBM is idle while x_proj and the scan step wait on latency. 0
-	// asks for none. It changes no bit. Set it before capturing a step
-	// graph.
-	DecodeOutPrefetch int
 }
 
 var _ engine.Engine = (*Engine)(nil)

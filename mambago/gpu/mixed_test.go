@@ -230,23 +230,6 @@ func TestDecodePDLMatches(t *testing.T) {
 	decodeSettingMatches(t, "PDL", 128, []int{1, 3}, 0, func(e *gpu.Engine, on bool) { e.DecodePDL = on })
 }
 
-// TestDecodeOutPrefetchMatches checks that asking L2 for out_proj's
-// weights from the scan step (Engine.DecodeOutPrefetch) changes no bit of
-// the decode step: all of them (d = 256), and a prefix that is not a whole
-// number of the blocks' shares (1000 bytes, rounded down to 992), at B = 1
-// (step_scan_f32) and 3 (step_scan_batch_f32 where DecodeScanBatch is on).
-func TestDecodeOutPrefetchMatches(t *testing.T) {
-	for _, most := range []int{1 << 30, 1000} {
-		decodeSettingMatches(t, fmt.Sprintf("out_proj prefetch, at most %d bytes", most), 256, []int{1, 3}, 0,
-			func(e *gpu.Engine, on bool) {
-				e.DecodeScanBatch, e.DecodeOutPrefetch = true, 0
-				if on {
-					e.DecodeOutPrefetch = most
-				}
-			})
-	}
-}
-
 // TestDecodeOneSequenceMatches checks that the one-sequence GEMV entries
 // (Engine.GEMVOneSequence, taken at B=1) change no bit of the decode step,
 // with one row and four to a warp group (d = 256: in_proj's 1024 rows take

@@ -155,23 +155,18 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 // asks for it, the state fits its lanes (N <= 32) and dbl's B rows fit a
 // block's default 48 KB of shared memory; else a warp a channel and
 // sequence (step_scan_f32). Where parts is set the scan also writes y
-// there as out_proj's parts (store_parts in kernels/math.cuh). With
-// DecodeOutPrefetch it asks L2 for out_proj's weights.
+// there as out_proj's parts (store_parts in kernels/math.cuh).
 func (e *Engine) scanStep(B, l int, g *layer, s *State, parts cuda.Ptr) error {
 	c, ws := e.cfg, &e.ws
 	R, N, E := c.DTRank, c.State, c.Inner
 	dbl, blocks := R+2*N, (E+stepWarps-1)/stepWarps
 	block, shared := cuda.D1(32*stepWarps), 4*B*dbl
-	pf, pfBytes := cuda.Ptr(0), int64(min(c.Hidden*E*e.dt.Size(), e.DecodeOutPrefetch)&^15) // whole 16-byte pieces
-	if pfBytes > 0 {
-		pf = g.outProj
-	}
 	if B > 1 && e.DecodeScanBatch && N <= 32 && shared <= 48<<10 {
 		return e.launchStep("step_scan_batch_f32", cuda.D1(blocks), block, shared, ws.dbl.Ptr, dbl, R, g.dtProj,
-			g.dtBias, g.a2, g.d, ws.xz.Ptr, s.ssm(l), ws.delta.Ptr, E, N, B, parts, pf, pfBytes)
+			g.dtBias, g.a2, g.d, ws.xz.Ptr, s.ssm(l), ws.delta.Ptr, E, N, B, parts)
 	}
 	return e.launchStep("step_scan_f32", cuda.Dim3{X: blocks, Y: B, Z: 1}, block, 0, ws.dbl.Ptr, dbl, R, g.dtProj,
-		g.dtBias, g.a2, g.d, ws.xz.Ptr, s.ssm(l), ws.delta.Ptr, E, N, parts, pf, pfBytes)
+		g.dtBias, g.a2, g.d, ws.xz.Ptr, s.ssm(l), ws.delta.Ptr, E, N, parts)
 }
 
 // scanBatchPays reports whether the batched scan step (a warp a channel,
