@@ -52,7 +52,7 @@ __host__ __device__ constexpr int gemv_wg_shared() { return GW_STAGES * GW_STAGE
 // with a norm weight, of rmsnorm(x[b]) * normw instead (eps inside the
 // square root, as rmsnorm.cu). Grid (8), block a multiple of 32; under PDL
 // it lets the next kernel start at once.
-extern "C" __global__ void x_parts_bf16(const float *__restrict__ x, int ldx, const float *__restrict__ normw,
+extern "C" __global__ void x_parts_bf16(const float *x, int ldx, const float *__restrict__ normw,
                                         float eps, int B, int K, bf16 *__restrict__ parts) {
     pdl_release();
     pdl_wait();

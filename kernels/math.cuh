@@ -76,6 +76,14 @@ __device__ __forceinline__ void store_parts(bf16 *parts, int K, int b, int k, fl
 // early, and pdl_wait blocks until the previous kernel has finished and its
 // writes are visible. Before pdl_wait a kernel may only read what no kernel
 // in flight writes (weights). Launched the ordinary way, both return at once.
+//
+// Read what the previous kernel writes through plain pointers, never
+// const __restrict__ ones: through those the compiler may use the
+// non-coherent path (LDG.CONSTANT), which assumes the bytes never change
+// while the kernel runs, and ptxas then hoists such loads above
+// griddepcontrol.wait. The decode step's scan read x_proj's output that
+// way; a change elsewhere in the kernel moved seven of its loads above the
+// wait, and the step read stale rows (bench/NOTES.md, 2026-12-03 18:14).
 __device__ __forceinline__ void pdl_release() {
 #if __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");

@@ -502,7 +502,7 @@ __device__ void gemv(const float *x, int ldx, const float *__restrict__ normw, f
 
 // step_in: the block's first stages, from the residual stream h to xz.
 template <int ROWS, int MAXB, int UNROLL, int TILE, class T>
-__device__ void step_in(const float *__restrict__ h, const float *__restrict__ normw, float eps,
+__device__ void step_in(const float *h, const float *__restrict__ normw, float eps,
                         const T *__restrict__ W, const float *__restrict__ in_bias, const float *__restrict__ conv_w,
                         const float *__restrict__ conv_b, float *__restrict__ win, float *__restrict__ xz, int B,
                         int d, int E, int K, int split, TileParts tp = {}) {
@@ -580,7 +580,7 @@ __device__ void step_in(const float *__restrict__ h, const float *__restrict__ n
         const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows, int split
 #define GEMV_ARGS x, ldx, normw, eps, W, bias, out, ldo, accumulate, B, K, rows, split
 #define STEP_IN_PARAMS(T)                                                                                      \
-    const float *__restrict__ h, const float *__restrict__ normw, float eps, const T *__restrict__ W,          \
+    const float *h, const float *__restrict__ normw, float eps, const T *__restrict__ W,          \
         const float *__restrict__ in_bias, const float *__restrict__ conv_w, const float *__restrict__ conv_b, \
         float *__restrict__ win, float *__restrict__ xz, int B, int d, int E, int K, int split
 #define STEP_IN_ARGS h, normw, eps, W, in_bias, conv_w, conv_b, win, xz, B, d, E, K, split
@@ -662,9 +662,9 @@ extern "C" __global__ void __launch_bounds__(STEP_TILE_THREADS, STEP_TILE_MINB)
 // At most 40 registers, six blocks an SM: at 48 (five) the 1.4b B=8 step's
 // kernel took 9% longer.
 extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS, 6)
-    step_scan_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W_dt,
+    step_scan_f32(const float *dbl, int ldd, int R, const float *__restrict__ W_dt,
                   const float *__restrict__ dt_bias, const float *__restrict__ A2, const float *__restrict__ Dskip,
-                  const float *__restrict__ xz, float *__restrict__ state, float *__restrict__ y, int E, int N,
+                  const float *xz, float *__restrict__ state, float *__restrict__ y, int E, int N,
                   bf16 *__restrict__ parts) {
     pdl_release();
     int lane = threadIdx.x & 31, c = blockIdx.x * STEP_WARPS + (threadIdx.x >> 5), b = blockIdx.y;
@@ -734,9 +734,9 @@ extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS, 6)
 // h takes sequences b = 2p + h, lane n = lane % 16 its states n and
 // n + 16. The sums are step_scan_f32's, in its order.
 extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS)
-    step_scan_batch_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W_dt,
+    step_scan_batch_f32(const float *dbl, int ldd, int R, const float *__restrict__ W_dt,
                         const float *__restrict__ dt_bias, const float *__restrict__ A2,
-                        const float *__restrict__ Dskip, const float *__restrict__ xz, float *__restrict__ state,
+                        const float *__restrict__ Dskip, const float *xz, float *__restrict__ state,
                         float *__restrict__ y, int E, int N, int B, bf16 *__restrict__ parts) {
     constexpr int PAIRS = STEP_MAXB / 2;
     if (B > STEP_MAXB || N > 32) __trap();  // gpu's decode takes step_scan_f32 then
