@@ -63,7 +63,7 @@ __host__ __device__ constexpr int conv_xproj_shared(int NT, int E) {
 #if __CUDA_ARCH__ >= 800
 
 template <class T, int NT>
-__device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx, float *__restrict__ win,
+__device__ __forceinline__ void conv_xproj(const float *xz, int ldx, float *__restrict__ win,
                                            const float *__restrict__ cw, const float *__restrict__ cbias,
                                            const T *__restrict__ W, T *__restrict__ u, float *__restrict__ dbl,
                                            float *part, unsigned *count, int T_, int E, int K, int J) {
@@ -255,7 +255,7 @@ __device__ __forceinline__ void conv_xproj(const float *__restrict__ xz, int ldx
 // NT = 12 J <= 96 (370m's). Before sm_80 they trap; the engine launches them
 // only on sm_80 and newer.
 #define CX_PARAMS(T)                                                                                            \
-    const float *__restrict__ xz, int ldx, float *__restrict__ win, const float *__restrict__ cw,               \
+    const float *xz, int ldx, float *__restrict__ win, const float *__restrict__ cw,               \
         const float *__restrict__ cbias, const T *__restrict__ W, T *__restrict__ u, float *__restrict__ dbl,    \
         float *part, unsigned *count, int T_, int E, int K, int J
 #if __CUDA_ARCH__ >= 800

@@ -521,9 +521,9 @@ __device__ __forceinline__ void op_wait_idle(unsigned bar, unsigned parity) {
 // warps became the walk's bottleneck: prefills 0.85x of the plain entry's.)
 template <int SPT, int TL, int BUF, int BCW, class Tv, bool SEG, bool WS, bool DTF, bool TMA>
 __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, const float *__restrict__ A2,
-                                             const float *__restrict__ dbl, int ldd, int R,
+                                             const float *dbl, int ldd, int R,
                                              const Tv *__restrict__ u, const float *__restrict__ Dskip,
-                                             const float *__restrict__ z, int ldz, float *__restrict__ state,
+                                             const float *z, int ldz, float *__restrict__ state,
                                              Tv *__restrict__ y, int T, int E, int N, const void *pf,
                                              long long pf_bytes, int pf_lead, int Ts, float *__restrict__ vpart,
                                              int ldv, float *__restrict__ ends, float *cum, const onepass_dtargs dta,
@@ -899,8 +899,8 @@ struct onepass_config {
 // walk reads dt only through cp.async (asm with a memory clobber), never
 // as a C++ load that a store through cum could be reordered with.
 #define SCAN_ONEPASS_PARAMS(T)                                                                                 \
-    const float *__restrict__ dt, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,     \
-        const T *__restrict__ u, const float *__restrict__ Dskip, const float *__restrict__ z, int ldz,            \
+    const float *dt, const float *__restrict__ A2, const float *dbl, int ldd, int R,     \
+        const T *u, const float *__restrict__ Dskip, const float *z, int ldz,            \
         float *__restrict__ state, T *__restrict__ y, int T_, int E, int N, const void *pf, long long pf_bytes,   \
         int pf_lead, int Ts, float *__restrict__ vpart, int ldv, float *__restrict__ ends, float *cum
 #define SCAN_ONEPASS_ARGS \
@@ -970,7 +970,7 @@ EACH_DTYPE(SCAN_ONEPASS)
 __host__ __device__ constexpr int fixup_shared(int S) { return 4 * (FX_WARPS * FX_DEPTH * FX_SLOT + (S - 1) * OP_NS * 32); }
 template <class Tv>
 __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const float *__restrict__ A2,
-                                           const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ z,
+                                           const float *dbl, int ldd, int R, const float *z,
                                            int ldz, const float *__restrict__ vpart, int ldv,
                                            const float *__restrict__ ends, float *__restrict__ state,
                                            Tv *__restrict__ y, int T, int E, int N, int Ts) {
@@ -1096,8 +1096,8 @@ __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const 
 }
 #define SCAN_FIXUP(sfx, T)                                                                                     \
     extern "C" __global__ void __launch_bounds__(FX_WARPS * 32, FX_BLOCKS)                                     \
-        scan_fixup_##sfx(const float *__restrict__ cum, const float *__restrict__ A2, const float *__restrict__ dbl, \
-                         int ldd, int R, const float *__restrict__ z, int ldz, const float *__restrict__ vpart,      \
+        scan_fixup_##sfx(const float *__restrict__ cum, const float *__restrict__ A2, const float *dbl, \
+                         int ldd, int R, const float *z, int ldz, const float *__restrict__ vpart,      \
                          int ldv, const float *__restrict__ ends, float *__restrict__ state, T *__restrict__ y,      \
                          int T_, int E, int N, int Ts) {                                                             \
         scan_fixup<T>(cum, A2, dbl, ldd, R, z, ldz, vpart, ldv, ends, state, y, T_, E, N, Ts);                       \

@@ -137,7 +137,7 @@ __device__ __forceinline__ void xproj_reduce(const float *part, float *__restric
 }
 
 template <class T, int NT>
-__device__ __forceinline__ void xproj(const T *__restrict__ u, const T *__restrict__ W, float *__restrict__ dbl, int M,
+__device__ __forceinline__ void xproj(const T *u, const T *__restrict__ W, float *__restrict__ dbl, int M,
                                       int E, int J) {
     static_assert(NT % 2 == 0, "two warps split a row's tiles of columns");
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -393,7 +393,7 @@ __device__ __forceinline__ void xproj_tma(const tensor_map *umap, const tensor_m
 
 // xproj<NT>_*: NT = 10 serves J <= 80 (the 130m shape's 48 + 2 x 16), NT = 12
 // J <= 96 (370m's). Grid (XP_KS ceil(M / XP_TM)), block XP_THREADS.
-#define XP_PARAMS(T) const T *__restrict__ u, const T *__restrict__ W, float *__restrict__ dbl, int M, int E, int J
+#define XP_PARAMS(T) const T *u, const T *__restrict__ W, float *__restrict__ dbl, int M, int E, int J
 extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj10_bf16(XP_PARAMS(bf16)) { XP_BODY(10, bf16) }
 extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj10_f16(XP_PARAMS(f16)) { XP_BODY(10, f16) }
 extern "C" __global__ void XP_CLUSTER_DIMS __launch_bounds__(XP_THREADS) xproj12_bf16(XP_PARAMS(bf16)) { XP_BODY(12, bf16) }
