@@ -200,7 +200,7 @@ __device__ __forceinline__ bool gemv_wg(const tensor_map *wmap, const tensor_map
 // sequence t % 8 at flat index t, t + 128, ...: one round trip, not one a
 // tile) and add them in a fixed order, the same bits in every block. After
 // the wait for the previous kernel.
-__device__ __forceinline__ void wg_norm_scale(const float *__restrict__ ss, int tiles, int K, float eps,
+__device__ __forceinline__ void wg_norm_scale(const float *ss, int tiles, int K, float eps,
                                               float (&scale)[2]) {
     if (!ss) {
         scale[0] = scale[1] = 1.f;
@@ -258,7 +258,7 @@ __device__ __forceinline__ void wg_store_ss(float (&q)[2], float *__restrict__ s
 extern "C" __global__ void __launch_bounds__(GW_THREADS)
     gemv_wg_bf16(const __grid_constant__ tensor_map wmap, const __grid_constant__ tensor_map xmap,
                  const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows,
-                 float *scratch, unsigned *count, const float *__restrict__ ss, int ss_tiles, float eps,
+                 float *scratch, unsigned *count, const float *ss, int ss_tiles, float eps,
                  const float *__restrict__ next_normw, bf16 *__restrict__ next_parts, float *__restrict__ next_ss) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     // The bias and next norm weight of the thread's two rows, out at its
@@ -311,7 +311,7 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS)
     step_in_wg_bf16(const __grid_constant__ tensor_map wmap, const __grid_constant__ tensor_map xmap,
                     const float *__restrict__ in_bias, const float *__restrict__ conv_w,
                     const float *__restrict__ conv_b, float *__restrict__ win, float *__restrict__ xz, int B, int d,
-                    int E, int taps, const float *__restrict__ ss, int ss_tiles, float eps) {
+                    int E, int taps, const float *ss, int ss_tiles, float eps) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     if (taps > GW_TAPS) __trap();
     // The thread's two rows' biases and taps, then its four results' windows.
