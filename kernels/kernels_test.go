@@ -102,3 +102,43 @@ func TestNoRegisterSpills(t *testing.T) {
 		}
 	}
 }
+
+// TestPDLInputsArePlainPointers guards the rule beside pdl_wait in
+// math.cuh: a kernel reads what the kernel before it writes through plain
+// pointers. Through a const __restrict__ one the compiler may read with
+// non-coherent loads and ptxas may hoist them above griddepcontrol.wait,
+// which under programmatic dependent launch reads rows the kernel before is
+// still writing. The names below are the activations the engine's kernels
+// pass one another; each exception says why its loads cannot race.
+func TestPDLInputsArePlainPointers(t *testing.T) {
+	activation := regexp.MustCompile(`const\s+\w+\s*\*\s*__restrict__\s+(dbl|xz|h|x|u|z|dt|ss|y|parts)\b`)
+	exceptions := map[string]string{
+		// in_proj, a cuBLAS GEMM, comes before the conv, and cuBLAS's
+		// kernels never let the next one start early.
+		"conv.cu xz": "after cuBLAS",
+		// dt_proj_f32 and its narrow entry read x_proj's rows after the wait
+		// in the SASS of 2026-12-03 (no non-coherent load before it); they
+		// are off the default path (the scan computes dt itself), and
+		// plain pointers there change their SASS, not yet timed.
+		"dtproj.cu dbl": "checked in SASS",
+	}
+	for _, name := range kernels.Names() {
+		src, err := kernels.Source(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Only the file itself (the prelude's helpers have no such
+		// parameters), and only where its kernels wait under PDL.
+		if i := strings.LastIndex(src, "#line 1 \""+name+"\""); i >= 0 {
+			src = src[i:]
+		}
+		if !strings.Contains(src, "pdl_wait") {
+			continue
+		}
+		for _, m := range activation.FindAllStringSubmatch(src, -1) {
+			if _, ok := exceptions[name+" "+m[1]]; !ok {
+				t.Errorf("%s: %q: read what the kernel before writes through a plain pointer (see pdl_wait in math.cuh)", name, m[0])
+			}
+		}
+	}
+}

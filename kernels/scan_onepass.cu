@@ -522,7 +522,7 @@ __device__ __forceinline__ void op_wait_idle(unsigned bar, unsigned parity) {
 template <int SPT, int TL, int BUF, int BCW, class Tv, bool SEG, bool WS, bool DTF, bool TMA>
 __device__ __forceinline__ void scan_onepass(const float *__restrict__ dtv, const float *__restrict__ A2,
                                              const float *dbl, int ldd, int R,
-                                             const Tv *__restrict__ u, const float *__restrict__ Dskip,
+                                             const Tv *u, const float *__restrict__ Dskip,
                                              const float *z, int ldz, float *__restrict__ state,
                                              Tv *__restrict__ y, int T, int E, int N, const void *pf,
                                              long long pf_bytes, int pf_lead, int Ts, float *__restrict__ vpart,

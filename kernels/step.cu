@@ -94,7 +94,7 @@ __device__ __forceinline__ float pick(const float (&acc)[MAXB], int i) {
 // flight before the FMAs (those of UNROLL slices at a time). Lanes hold
 // partial sums.
 template <int ROWS, int MAXB, int UNROLL, class T>
-__device__ __forceinline__ void rows_dot(const T *__restrict__ W, int n0, int rows, int K, const float *__restrict__ x,
+__device__ __forceinline__ void rows_dot(const T *__restrict__ W, int n0, int rows, int K, const float *x,
                                          int ldx, const float *__restrict__ normw, int B, int slice, int split,
                                          float (&dot)[ROWS][MAXB], float (&ss)[MAXB]) {
     constexpr int V = 16 / sizeof(T);
@@ -172,7 +172,7 @@ __device__ __forceinline__ void rows_dot(const T *__restrict__ W, int n0, int ro
 // same trip count in every warp, for the barrier that joins a group's
 // partial sums.
 template <int ROWS, int MAXB, int UNROLL, class T, class Load, class Body>
-__device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const float *__restrict__ x, int ldx,
+__device__ __forceinline__ void group_rows(const T *__restrict__ W, int K, const float *x, int ldx,
                                            const float *__restrict__ normw, float eps, int B, int rows, int split,
                                            Load load, Body body) {
     __shared__ float part[STEP_WARPS][ROWS][MAXB], sqpart[STEP_WARPS][MAXB];
@@ -333,7 +333,7 @@ __device__ __forceinline__ bool tile_parts_last(const TileParts &tp, int tile, i
 // finish sums the parts in tp and runs the body (tile_parts_last); without
 // it gridDim.y must be 1, and tp is unused.
 template <bool SPLIT, class T, class Load, class Body>
-__device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const float *__restrict__ x, int ldx,
+__device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const float *x, int ldx,
                                            const float *__restrict__ normw, float eps, int B, int rows, int split,
                                            const TileParts &tp, Load load, Body body) {
     static_assert(sizeof(T) == 2, "the tensor-core GEMV takes 16-bit weights");
@@ -430,7 +430,7 @@ __device__ __forceinline__ void group_tile(const T *__restrict__ W, int K, const
 // 16, the tile's, split the block's warps, and tp the scratch of its parts
 // along k).
 template <int ROWS, int MAXB, int UNROLL, int TILE, class T, class Load, class Body>
-__device__ __forceinline__ void group(const T *__restrict__ W, int K, const float *__restrict__ x, int ldx,
+__device__ __forceinline__ void group(const T *__restrict__ W, int K, const float *x, int ldx,
                                       const float *__restrict__ normw, float eps, int B, int rows, int split,
                                       const TileParts &tp, Load load, Body body) {
     if constexpr (TILE) {
