@@ -669,8 +669,10 @@ if [[ $mode == wgkernels ]]; then
   echo "== ncu: each kernel of bf16 step graphs ($DECODE_SHAPES, B=$DECODE_BATCHES), a setting at a time"
   for setting in ${WG_SETTINGS:-off +out/4+fold}; do
     log="wgkernels_$(tr -c 'a-z0-9\n' _ <<< "$setting")"
-    DECODE_SETTINGS=$setting timeout 250 ncu --clock-control none -k 'regex:step_|gemv|x_parts' \
-      --launch-count "${DECODE_NCU_COUNT:-600}" --print-summary per-kernel \
+    # SpeedOfLight alone (duration, memory throughput): the full set's ten
+    # passes a kernel ran past the timeout at 2.8b (04b2576).
+    DECODE_SETTINGS=$setting timeout 250 ncu --clock-control none -k 'regex:step_|gemv|x_parts' --section SpeedOfLight \
+      --launch-count "${DECODE_NCU_COUNT:-300}" --print-summary per-kernel \
       .carry/gpu.test -test.run '^$' -test.bench 'DecodeWarpgroup$' -test.benchtime 1x > "$OUT/$log.log" 2>&1
     echo "-- $setting: ncu exit $?"
     grep -E "^  [a-z_0-9]+|gpu__time_duration|Duration" "$OUT/$log.log" | head -24
