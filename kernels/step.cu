@@ -580,7 +580,7 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
         const float *__restrict__ bias, float *out, int ldo, int accumulate, int B, int K, int rows, int split
 #define GEMV_ARGS x, ldx, normw, eps, W, bias, out, ldo, accumulate, B, K, rows, split
 #define STEP_IN_PARAMS(T)                                                                                      \
-    const float *h, const float *__restrict__ normw, float eps, const T *__restrict__ W,          \
+    const float *h, const float *__restrict__ normw, float eps, const T *__restrict__ W,                       \
         const float *__restrict__ in_bias, const float *__restrict__ conv_w, const float *__restrict__ conv_b, \
         float *__restrict__ win, float *__restrict__ xz, int B, int d, int E, int K, int split
 #define STEP_IN_ARGS h, normw, eps, W, in_bias, conv_w, conv_b, win, xz, B, d, E, K, split
