@@ -630,6 +630,17 @@ if [[ $mode == twopasses ]]; then
 fi
 # build_bin BUILD names a build's engine test binary (base: .carry/base's).
 build_bin() { [[ $1 == base ]] && echo .carry/base/gpu.test || echo .carry/gpu.test; }
+# step_kernels LOG COUNT BINARY BENCH [NCU OPTIONS...]: ncu's time for each
+# of the first COUNT kernels (the options pick them) of benchmark BENCH of a
+# test binary, summed up per kernel, into $OUT/LOG.log, and the summary.
+step_kernels() {
+  local log=$1 count=$2 bin=$3 bench=$4
+  shift 4
+  timeout 250 ncu --clock-control none --launch-count "$count" --print-summary per-kernel "$@" \
+    "$bin" -test.run '^$' -test.bench "$bench" -test.benchtime 1x > "$OUT/$log.log" 2>&1
+  echo "-- $log: ncu exit $?"
+  grep -E "^  [a-z_0-9]+ |gpu__time_duration|Duration" "$OUT/$log.log" | head -24
+}
 # alternate LOG BENCH: benchmark BENCH of .carry/base/gpu.test and of
 # .carry/gpu.test, taking turns, $AB_ROUNDS (3) runs of each, into
 # $OUT/LOG_base_<round>.log and $OUT/LOG_new_<round>.log.
@@ -668,14 +679,10 @@ if [[ $mode == wgkernels ]]; then
   export DECODE_SHAPES=${DECODE_SHAPES:-2.8b} DECODE_BATCHES=${DECODE_BATCHES:-1}
   echo "== ncu: each kernel of bf16 step graphs ($DECODE_SHAPES, B=$DECODE_BATCHES), a setting at a time"
   for setting in ${WG_SETTINGS:-off +out/4+fold}; do
-    log="wgkernels_$(tr -c 'a-z0-9\n' _ <<< "$setting")"
     # SpeedOfLight alone (duration, memory throughput): the full set's ten
     # passes a kernel ran past the timeout at 2.8b (04b2576).
-    DECODE_SETTINGS=$setting timeout 250 ncu --clock-control none -k 'regex:step_|gemv|x_parts' --section SpeedOfLight \
-      --launch-count "${DECODE_NCU_COUNT:-300}" --print-summary per-kernel \
-      .carry/gpu.test -test.run '^$' -test.bench 'DecodeWarpgroup$' -test.benchtime 1x > "$OUT/$log.log" 2>&1
-    echo "-- $setting: ncu exit $?"
-    grep -E "^  [a-z_0-9]+|gpu__time_duration|Duration" "$OUT/$log.log" | head -24
+    DECODE_SETTINGS=$setting step_kernels "wgkernels_$(tr -c 'a-z0-9\n' _ <<< "$setting")" "${DECODE_NCU_COUNT:-300}" \
+      .carry/gpu.test 'DecodeWarpgroup$' -k 'regex:step_|gemv|x_parts' --section SpeedOfLight
   done
   exit $status
 fi
@@ -687,10 +694,8 @@ fi
 if [[ $mode == decodekernels ]]; then
   echo "== ncu: each decode kernel of one bf16 step graph, ${DECODE_PROFILE:=1.4b/B8}, builds: ${DECODE_BUILDS:=base new}"
   for build in $DECODE_BUILDS; do
-    timeout 250 ncu --clock-control none -k 'regex:step_in|gemv|step_scan' --launch-count "${DECODE_NCU_COUNT:-400}" --print-summary per-kernel \
-      "$(build_bin $build)" -test.run '^$' -test.bench "DecodeSteps/${DECODE_PROFILE}\$" -test.benchtime 1x > "$OUT/decodekernels_$build.log" 2>&1
-    echo "-- $build: ncu exit $?"
-    grep -E "^  [a-z_0-9]+ |gpu__time_duration|Duration" "$OUT/decodekernels_$build.log" | head -16
+    step_kernels "decodekernels_$build" "${DECODE_NCU_COUNT:-400}" "$(build_bin $build)" "DecodeSteps/${DECODE_PROFILE}\$" \
+      -k 'regex:step_in|gemv|step_scan'
   done
   exit $status
 fi
