@@ -39,10 +39,10 @@ type wgMaps struct {
 
 // warpgroupApplies reports whether a decode step of B sequences runs
 // in_proj and the LM head (and, with GEMVWarpgroupOut or
-// GEMVWarpgroupFold, out_proj) on the warpgroup GEMVs: GEMVWarpgroup set, bf16 weights on an sm_90 device (the
-// kernels need sm_90a), 2 <= B <= 8 (or B = 1 with
-// GEMVWarpgroupOneSequence), the widths a multiple of 8 (16-byte rows for
-// the tensor maps) and a conv of at most wgTaps taps.
+// GEMVWarpgroupFold, out_proj) on the warpgroup GEMVs: GEMVWarpgroup set,
+// bf16 weights on an sm_90 device (the kernels need sm_90a), 2 <= B <= 8
+// (or B = 1 with GEMVWarpgroupOneSequence), the widths a multiple of 8
+// (16-byte rows for the tensor maps) and a conv of at most wgTaps taps.
 func (e *Engine) warpgroupApplies(B int) bool {
 	c, least := e.cfg, 2
 	if e.GEMVWarpgroupOneSequence {
