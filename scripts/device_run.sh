@@ -96,6 +96,10 @@
 #             sequences off and on (BenchmarkDecodeWarpgroup; DECODE_SHAPES,
 #             DECODE_BATCHES);
 #   wgbench:  wgdecode's steps alone (BenchmarkDecodeWarpgroup), no tests;
+#   outparts: out_proj's tiles on the warpgroup GEMV split along k over
+#             each count of blocks in $DECODE_PARTS, on the fold (at B=1
+#             too), against New's settings: TestDecodeWarpgroupMatches, then
+#             BenchmarkDecodeOutParts (DECODE_SHAPES, DECODE_BATCHES);
 #   wgkernels: ncu's time for each kernel of bf16 decode step graphs,
 #             one BenchmarkDecodeWarpgroup setting at a time ($WG_SETTINGS,
 #             default "off +out/4+fold"; $DECODE_SHAPES, default 2.8b;
@@ -857,6 +861,12 @@ fi
 if [[ $mode == wgbench ]]; then
   echo "== decode steps with the warpgroup GEMVs off and on (BenchmarkDecodeWarpgroup; \${DECODE_SHAPES:-all}, batches \${DECODE_BATCHES:-8,4,1})"
   bench_log decode_wg 300 .carry/gpu.test DecodeWarpgroup "warpgroup:"
+  exit $status
+fi
+if [[ $mode == outparts ]]; then
+  echo "== out_proj split along k over 1-12 blocks on the fold: TestDecodeWarpgroupMatches, then BenchmarkDecodeOutParts (\${DECODE_SHAPES:-all}, batches \${DECODE_BATCHES:-8,1}, parts \${DECODE_PARTS:-1,2,3,4,6,8,12})"
+  run_tests decode_wg_test 300 .carry/gpu.test -test.v -test.run 'TestDecodeWarpgroupMatches'
+  bench_log decode_out_parts 400 .carry/gpu.test DecodeOutParts "out parts:"
   exit $status
 fi
 if [[ $mode == wggemv ]]; then

@@ -139,6 +139,61 @@ func BenchmarkDecodeWarpgroup(b *testing.B) {
 	})
 }
 
+// BenchmarkDecodeOutParts times bf16 decode step graphs as New sets the
+// engine up ("default"), then on the warpgroup GEMVs with the norm folded
+// (at B=1 too) and out_proj's tiles split along k over each count of
+// blocks in DECODE_PARTS (default 1,2,3,4,6,8,12; a count the SMs or K
+// cap at one already timed is skipped), taking turns over three rounds in
+// one process. DECODE_SHAPES and DECODE_BATCHES (default 8,1) pick the
+// shapes and batches. Each logs its medians and their ratios to the
+// default.
+func BenchmarkDecodeOutParts(b *testing.B) {
+	list := os.Getenv("DECODE_PARTS")
+	if list == "" {
+		list = "1,2,3,4,6,8,12"
+	}
+	var most []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			b.Fatalf("DECODE_PARTS: %q is not a count of blocks", f)
+		}
+		most = append(most, n)
+	}
+	forDecodeShapes(b, func(b *testing.B, shape string, e *gpu.Engine) {
+		wg, fold, one, defParts := e.GEMVWarpgroup, e.GEMVWarpgroupFold, e.GEMVWarpgroupOneSequence, e.GEMVWarpgroupParts
+		set := func(parts int) { // 0: New's settings
+			e.GEMVWarpgroup, e.GEMVWarpgroupFold, e.GEMVWarpgroupOneSequence, e.GEMVWarpgroupParts = wg, fold, one, defParts
+			if parts > 0 {
+				e.GEMVWarpgroup, e.GEMVWarpgroupFold, e.GEMVWarpgroupOneSequence, e.GEMVWarpgroupParts = true, true, true, parts
+			}
+		}
+		names, parts := []string{"default"}, []int{0}
+		for _, p := range most {
+			set(p)
+			if got := e.WGOutParts(); !slices.Contains(parts, got) {
+				names, parts = append(names, fmt.Sprintf("fold/%d", got)), append(parts, got)
+			}
+		}
+		for _, B := range decodeBatches(b, "8,1") {
+			times := make([][]float64, len(parts))
+			for range 3 {
+				for i, p := range parts {
+					set(p)
+					times[i] = append(times[i], 1e3*decodeStepMs(b, e, B))
+				}
+			}
+			line, base := fmt.Sprintf("%s B=%d out parts:", shape, B), gputest.Median(times[0])
+			for i, name := range names {
+				m := gputest.Median(times[i])
+				line += fmt.Sprintf("  %s %.1f us/step (%.3fx) %.1f", name, m, base/m, times[i])
+			}
+			b.Log(line)
+		}
+		set(0)
+	})
+}
+
 // decodeBatches returns the batches in DECODE_BATCHES (a comma-separated
 // list), or in def where it is unset.
 func decodeBatches(b *testing.B, def string) []int {

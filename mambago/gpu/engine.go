@@ -300,7 +300,7 @@ type Engine struct {
 	// matters only with GEMVWarpgroupFold off: the fold puts out_proj there
 	// at every width. Set it before capturing a step graph.
 	GEMVWarpgroupOut bool
-	// GEMVWarpgroupParts is the most blocks (a power of two) out_proj's
+	// GEMVWarpgroupParts is the most blocks out_proj's
 	// tiles on the warpgroup GEMV split k over (wgOutParts), the last of a
 	// tile's blocks summing the parts in order (the same bits whichever is
 	// last); 0 or 1 splits none. New sets 4: on the H200

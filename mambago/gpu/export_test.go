@@ -21,3 +21,8 @@ func (e *Engine) Placement() string {
 	}
 	return strings.Join(parts, ", ")
 }
+
+// WGOutParts is how many blocks out_proj's tiles split k over on the
+// warpgroup GEMV under e's settings (wgOutParts), for benchmarks that time
+// each split once.
+func (e *Engine) WGOutParts() int { return e.wgOutParts() }

@@ -266,7 +266,7 @@ func TestDecodeTensorCoresMatch(t *testing.T) {
 // TestDecodeWarpgroupMatches checks the warpgroup GEMVs of a bf16 batch
 // (Engine.GEMVWarpgroup: in_proj and the LM head; with GEMVWarpgroupOut
 // out_proj too, its x's parts from the scan step, whole or split along k
-// over up to 8 blocks; with GEMVWarpgroupFold the norm folded across
+// over up to 8 blocks, 3 and 6 among them (uneven steps a part); with GEMVWarpgroupFold the norm folded across
 // out_proj and the next in_proj or the LM head) against the engine's
 // other GEMVs: x goes through wgmma as three bf16 parts, summed in another
 // order, so logits and states agree to f32 rounding. d = 64 (in_proj one
@@ -281,7 +281,7 @@ func TestDecodeWarpgroupMatches(t *testing.T) {
 		fold  bool
 		one   bool // B=1 too (GEMVWarpgroupOneSequence)
 	}{{false, 1, false, false}, {true, 1, false, false}, {true, 8, false, false}, {false, 1, true, false},
-		{false, 8, true, false}, {false, 8, true, true}} {
+		{false, 8, true, false}, {false, 8, true, true}, {false, 3, true, false}, {false, 6, true, true}} {
 		Bs := []int{2, 5, 8}
 		if wg.one {
 			Bs = []int{1, 3}

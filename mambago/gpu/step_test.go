@@ -157,8 +157,9 @@ func TestWGOutParts(t *testing.T) {
 	}{
 		{2048, 4096, 8, 8, "1.4b: 32 tiles, 256 blocks"},
 		{2048, 4096, 4, 4, "1.4b at most 4"},
-		{2560, 5120, 8, 4, "2.8b: 40 tiles, 8 parts would be 320 blocks"},
-		{768, 1536, 16, 8, "130m: 24 steps of k, 16 parts would leave fewer than 2 each"},
+		{2560, 5120, 8, 6, "2.8b: 40 tiles, 7 parts would be 280 blocks"},
+		{2560, 5120, 3, 3, "2.8b at most 3"},
+		{768, 1536, 16, 12, "130m: 24 steps of k, 13 parts would leave fewer than 2 each"},
 		{2048, 4096, 0, 1, "unset"},
 	} {
 		e := &Engine{cfg: checkpoint.Config{Hidden: c.d, Inner: c.E}, dev: &cuda.Device{SMs: 132}, GEMVWarpgroupParts: c.most}

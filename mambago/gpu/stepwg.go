@@ -110,19 +110,15 @@ func (e *Engine) launchWG(kernel string, rows, parts int, args ...any) error {
 }
 
 // wgOutParts is how many blocks out_proj's tiles (d rows, rows of E) split
-// k over on the warpgroup GEMV: the most, a power of two up to
-// GEMVWarpgroupParts, that keeps the blocks within two an SM and each part
-// two steps of k or more.
+// k over on the warpgroup GEMV: the most up to GEMVWarpgroupParts that
+// keeps the blocks within two an SM and each part two steps of k or more.
 func (e *Engine) wgOutParts() int {
 	c, sms := e.cfg, 0
 	if e.dev != nil {
 		sms = e.dev.SMs
 	}
-	tiles, steps, parts := wgTiles(c.Hidden), (c.Inner+wgBK-1)/wgBK, 1
-	for 2*parts <= e.GEMVWarpgroupParts && tiles*2*parts <= 2*sms && 2*(2*parts) <= steps {
-		parts *= 2
-	}
-	return parts
+	tiles, steps := wgTiles(c.Hidden), (c.Inner+wgBK-1)/wgBK
+	return max(1, min(e.GEMVWarpgroupParts, 2*sms/tiles, steps/2))
 }
 
 // wgOutPays reports whether out_proj pays on the warpgroup GEMV at hidden
