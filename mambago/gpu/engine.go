@@ -303,11 +303,11 @@ type Engine struct {
 	// GEMVWarpgroupParts is the most blocks out_proj's
 	// tiles on the warpgroup GEMV split k over (wgOutParts), the last of a
 	// tile's blocks summing the parts in order (the same bits whichever is
-	// last); 0 or 1 splits none. New sets 4: on the H200
-	// (BenchmarkDecodeWarpgroup, bf16 steps of 8 sequences, 2026-12-03)
-	// 1.4b's 32 tiles took 2172.5 µs a step whole, 1891.9 in 4 parts and
-	// 1935.2 in 8; 2.8b's 40 split 4 ways under either. Set it before
-	// capturing a step graph.
+	// last); 0 or 1 splits none. New sets wgPartsMost's count: 6 at
+	// 1.4b's width, 4 elsewhere (on the H200, BenchmarkDecodeOutParts,
+	// 2026-12-03; whole, 1.4b's 32 tiles took 2172.5 µs a step of 8
+	// sequences against 1891.9 in 4 parts). Set it before capturing a step
+	// graph.
 	GEMVWarpgroupParts int
 	// GEMVWarpgroupFold folds the RMSNorm across launches where
 	// GEMVWarpgroup applies: out_proj (then on the warpgroup GEMV at every
@@ -342,7 +342,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	sm90 := dev.Major == 9 && dev.Minor == 0 // the warpgroup GEMVs' kernels are compiled for sm_90a
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
 		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8, GEMVTileWarps: 16, GEMVTileParts: defaultTileParts(w.Config.Inner), DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), GEMVWarpgroup: sm90, GEMVWarpgroupOut: sm90 && wgOutPays(w.Config.Hidden), GEMVWarpgroupParts: 4, GEMVWarpgroupFold: sm90, GEMVWarpgroupOneSequence: sm90 && wgOneSequencePays(w.Config.Hidden), MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
+		GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8, GEMVTileWarps: 16, GEMVTileParts: defaultTileParts(w.Config.Inner), DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), GEMVWarpgroup: sm90, GEMVWarpgroupOut: sm90 && wgOutPays(w.Config.Hidden), GEMVWarpgroupParts: wgPartsMost(w.Config.Hidden), GEMVWarpgroupFold: sm90, GEMVWarpgroupOneSequence: sm90 && wgOneSequencePays(w.Config.Hidden), MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
 		AutoXProj: true, InPlaceReplays: true}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4

@@ -121,6 +121,23 @@ func (e *Engine) wgOutParts() int {
 	return max(1, min(e.GEMVWarpgroupParts, 2*sms/tiles, steps/2))
 }
 
+// wgPartsMost is the GEMVWarpgroupParts New sets at hidden width d: 6 at
+// 2048 (1.4b), 4 elsewhere. Measured on the H200 (BenchmarkDecodeOutParts,
+// bf16 steps on the fold, 2026-12-03, two processes), µs a step in 4 parts
+// against the best other count: 1.4b B=1 1252.0 and 1204.8 in 6 (1257.5
+// and 1207.1 again; 8 parts 1344.6), B=8 1682.5 and 1630.0 in 6 (1636.4 in
+// 5, 1637.7 in 6 in the second); 130m, 370m and 2.8b were fastest in 4
+// (2.8b B=8 2894.7 against 2869.7 in 3 once, then 4 again against 5 and
+// 6), and 130m in 12 parts 0.92x at B=1. The counts between are not
+// monotone (1.4b B=1: 3 parts 0.925x, 8 parts 0.931x), so each width is
+// its own measurement.
+func wgPartsMost(d int) int {
+	if d == 2048 {
+		return 6
+	}
+	return 4
+}
+
 // wgOutPays reports whether out_proj pays on the warpgroup GEMV at hidden
 // width d: from 2048 up. Its d / 64 tiles are few at 130m and 370m.
 // Measured on the H200 (BenchmarkDecodeWarpgroup, bf16 steps of 8
