@@ -96,6 +96,8 @@
 #             sequences off and on (BenchmarkDecodeWarpgroup; DECODE_SHAPES,
 #             DECODE_BATCHES);
 #   wgbench:  wgdecode's steps alone (BenchmarkDecodeWarpgroup), no tests;
+#   decodememcheck: memcheck over the engine's decode tests alone
+#             (decodecheck's engine half, without racecheck);
 #   outparts: out_proj's tiles on the warpgroup GEMV split along k over
 #             each count of blocks in $DECODE_PARTS, on the fold (at B=1
 #             too), against New's settings: TestDecodeWarpgroupMatches, then
@@ -867,6 +869,11 @@ if [[ $mode == outparts ]]; then
   echo "== out_proj split along k over 1-12 blocks on the fold: TestDecodeWarpgroupMatches, then BenchmarkDecodeOutParts (\${DECODE_SHAPES:-all}, batches \${DECODE_BATCHES:-8,1}, parts \${DECODE_PARTS:-1,2,3,4,6,8,12})"
   run_tests decode_wg_test 300 .carry/gpu.test -test.v -test.run 'TestDecodeWarpgroupMatches'
   bench_log decode_out_parts 400 .carry/gpu.test DecodeOutParts "out parts:"
+  exit $status
+fi
+if [[ $mode == decodememcheck ]]; then
+  echo "== memcheck over the engine's decode tests at New's settings and every warpgroup split (TestDecodeMatchesPrefill, TestDecodeWarpgroupMatches)"
+  memcheck memcheck_decode ${MEMCHECK_SECONDS:-300} .carry/gpu.test 'TestDecodeMatchesPrefill|TestDecodeWarpgroupMatches'
   exit $status
 fi
 if [[ $mode == wggemv ]]; then
