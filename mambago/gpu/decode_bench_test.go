@@ -148,18 +148,7 @@ func BenchmarkDecodeWarpgroup(b *testing.B) {
 // shapes and batches. Each logs its medians and their ratios to the
 // default.
 func BenchmarkDecodeOutParts(b *testing.B) {
-	list := os.Getenv("DECODE_PARTS")
-	if list == "" {
-		list = "1,2,3,4,6,8,12"
-	}
-	var most []int
-	for _, f := range strings.Split(list, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || n < 1 {
-			b.Fatalf("DECODE_PARTS: %q is not a count of blocks", f)
-		}
-		most = append(most, n)
-	}
+	most := envCounts(b, "DECODE_PARTS", "1,2,3,4,6,8,12", "a count of blocks")
 	forDecodeShapes(b, func(b *testing.B, shape string, e *gpu.Engine) {
 		wg, fold, one, defParts := e.GEMVWarpgroup, e.GEMVWarpgroupFold, e.GEMVWarpgroupOneSequence, e.GEMVWarpgroupParts
 		set := func(parts int) { // 0: New's settings
@@ -197,7 +186,14 @@ func BenchmarkDecodeOutParts(b *testing.B) {
 // decodeBatches returns the batches in DECODE_BATCHES (a comma-separated
 // list), or in def where it is unset.
 func decodeBatches(b *testing.B, def string) []int {
-	list := os.Getenv("DECODE_BATCHES")
+	return envCounts(b, "DECODE_BATCHES", def, "a batch")
+}
+
+// envCounts returns the positive counts listed, comma-separated, in the
+// environment variable name, or in def where it is unset; what names one
+// in the failure for a count that is not one.
+func envCounts(b *testing.B, name, def, what string) []int {
+	list := os.Getenv(name)
 	if list == "" {
 		list = def
 	}
@@ -205,7 +201,7 @@ func decodeBatches(b *testing.B, def string) []int {
 	for _, f := range strings.Split(list, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || n < 1 {
-			b.Fatalf("DECODE_BATCHES: %q is not a batch", f)
+			b.Fatalf("%s: %q is not %s", name, f, what)
 		}
 		out = append(out, n)
 	}
