@@ -340,10 +340,21 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 		return nil, err
 	}
 	sm90 := dev.Major == 9 && dev.Minor == 0 // the warpgroup GEMVs' kernels are compiled for sm_90a
-	e = &Engine{cfg: w.Config, dt: dt, dev: dev, ChunkRows: 16384, DecodePDL: dev.Major >= 9, PrefillPDL: dev.Major >= 9,
-		ScanStaged: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, GEMVRows: 4,
-		GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8, GEMVTileWarps: 16, GEMVTileParts: defaultTileParts(w.Config.Inner), DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), GEMVWarpgroup: sm90, GEMVWarpgroupOut: sm90 && wgOutPays(w.Config.Hidden), GEMVWarpgroupParts: wgPartsMost(w.Config.Hidden), GEMVWarpgroupFold: sm90, GEMVWarpgroupOneSequence: sm90 && wgOneSequencePays(w.Config.Hidden), MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, ScanSegments: -1, ScanHelpers: true, ScanDTProj: true, EmbedNorm: true,
-		AutoXProj: true, InPlaceReplays: true}
+	e = &Engine{cfg: w.Config, dt: dt, dev: dev,
+		// prefill
+		ChunkRows: 16384, PrefillPDL: dev.Major >= 9, ScanStaged: true, ScanSegments: -1, ScanHelpers: true,
+		ScanDTProj: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16,
+		MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, EmbedNorm: true, AutoXProj: true,
+		InPlaceReplays: true,
+		// decode
+		DecodePDL: dev.Major >= 9, GEMVRows: 4, GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8,
+		GEMVTileWarps: 16, GEMVTileParts: defaultTileParts(w.Config.Inner),
+		DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs),
+		// decode on sm_90's warpgroup GEMVs
+		GEMVWarpgroup: sm90, GEMVWarpgroupOut: sm90 && wgOutPays(w.Config.Hidden),
+		GEMVWarpgroupParts: wgPartsMost(w.Config.Hidden), GEMVWarpgroupFold: sm90,
+		GEMVWarpgroupOneSequence: sm90 && wgOneSequencePays(w.Config.Hidden),
+	}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4
 	}
