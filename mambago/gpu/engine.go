@@ -300,14 +300,13 @@ type Engine struct {
 	// matters only with GEMVWarpgroupFold off: the fold puts out_proj there
 	// at every width. Set it before capturing a step graph.
 	GEMVWarpgroupOut bool
-	// GEMVWarpgroupParts is the most blocks out_proj's
-	// tiles on the warpgroup GEMV split k over (wgOutParts), the last of a
-	// tile's blocks summing the parts in order (the same bits whichever is
-	// last); 0 or 1 splits none. New sets wgPartsMost's count: 6 at
-	// 1.4b's width, 4 elsewhere (on the H200, BenchmarkDecodeOutParts,
-	// 2026-12-03; whole, 1.4b's 32 tiles took 2172.5 µs a step of 8
-	// sequences against 1891.9 in 4 parts). Set it before capturing a step
-	// graph.
+	// GEMVWarpgroupParts is the most blocks out_proj's tiles on the
+	// warpgroup GEMV split k over (wgOutParts), the last of a tile's blocks
+	// summing the parts in order (the same bits whichever is last); 0 or 1
+	// splits none. New sets wgPartsMost's count: 6 at 1.4b's width, 4
+	// elsewhere (on the H200, BenchmarkDecodeOutParts, 2026-12-03; whole,
+	// 1.4b's 32 tiles took 2172.5 µs a step of 8 sequences against 1891.9
+	// in 4 parts). Set it before capturing a step graph.
 	GEMVWarpgroupParts int
 	// GEMVWarpgroupFold folds the RMSNorm across launches where
 	// GEMVWarpgroup applies: out_proj (then on the warpgroup GEMV at every
