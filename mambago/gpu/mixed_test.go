@@ -267,14 +267,14 @@ func TestDecodeTensorCoresMatch(t *testing.T) {
 // (Engine.GEMVWarpgroup: in_proj and the LM head; with GEMVWarpgroupOut
 // out_proj too, its x's parts from the scan step, whole or split along k
 // over up to 8 blocks, 3 and 6 among them (uneven steps a part); with
-// GEMVWarpgroupFold the norm folded across out_proj and the next in_proj
-// or the LM head) against the engine's
-// other GEMVs: x goes through wgmma as three bf16 parts, summed in another
-// order, so logits and states agree to f32 rounding. d = 64 (in_proj one
-// block of channels and one of z), 136 (K not a multiple of 64: the tensor
-// maps' zeros past it; E = 272 straddles a block) and 512; B = 2, 5 and 8,
-// and B = 1 and 3 with the fold at B=1 too (GEMVWarpgroupOneSequence).
-// They run on sm_90 only; elsewhere both engines take the same path.
+// GEMVWarpgroupFold the norm folded across out_proj and the next in_proj or
+// the LM head) against the engine's other GEMVs: x goes through wgmma as
+// three bf16 parts, summed in another order, so logits and states agree to
+// f32 rounding. d = 64 (in_proj one block of channels and one of z), 136 (K
+// not a multiple of 64: the tensor maps' zeros past it; E = 272 straddles a
+// block) and 512; B = 2, 5 and 8, and B = 1 and 3 with the fold at B=1 too
+// (GEMVWarpgroupOneSequence). They run on sm_90 only; elsewhere both engines
+// take the same path.
 func TestDecodeWarpgroupMatches(t *testing.T) {
 	for _, wg := range []struct {
 		out   bool
