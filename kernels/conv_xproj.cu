@@ -255,8 +255,8 @@ __device__ __forceinline__ void conv_xproj(const float *xz, int ldx, float *__re
 // NT = 12 J <= 96 (370m's). Before sm_80 they trap; the engine launches them
 // only on sm_80 and newer.
 #define CX_PARAMS(T)                                                                                            \
-    const float *xz, int ldx, float *__restrict__ win, const float *__restrict__ cw,               \
-        const float *__restrict__ cbias, const T *__restrict__ W, T *__restrict__ u, float *__restrict__ dbl,    \
+    const float *xz, int ldx, float *__restrict__ win, const float *__restrict__ cw,                            \
+        const float *__restrict__ cbias, const T *__restrict__ W, T *__restrict__ u, float *__restrict__ dbl,   \
         float *part, unsigned *count, int T_, int E, int K, int J
 #if __CUDA_ARCH__ >= 800
 #define CX_BODY(NT, T) conv_xproj<T, NT>(xz, ldx, win, cw, cbias, W, u, dbl, part, count, T_, E, K, J);

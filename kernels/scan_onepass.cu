@@ -899,9 +899,9 @@ struct onepass_config {
 // walk reads dt only through cp.async (asm with a memory clobber), never
 // as a C++ load that a store through cum could be reordered with.
 #define SCAN_ONEPASS_PARAMS(T)                                                                                 \
-    const float *dt, const float *__restrict__ A2, const float *dbl, int ldd, int R,     \
-        const T *u, const float *__restrict__ Dskip, const float *z, int ldz,            \
-        float *__restrict__ state, T *__restrict__ y, int T_, int E, int N, const void *pf, long long pf_bytes,   \
+    const float *dt, const float *__restrict__ A2, const float *dbl, int ldd, int R,                           \
+        const T *u, const float *__restrict__ Dskip, const float *z, int ldz,                                  \
+        float *__restrict__ state, T *__restrict__ y, int T_, int E, int N, const void *pf, long long pf_bytes, \
         int pf_lead, int Ts, float *__restrict__ vpart, int ldv, float *__restrict__ ends, float *cum
 #define SCAN_ONEPASS_ARGS \
     dt, A2, dbl, ldd, R, u, Dskip, z, ldz, state, y, T_, E, N, pf, pf_bytes, pf_lead, Ts, vpart, ldv, ends, cum
@@ -1096,10 +1096,10 @@ __device__ __forceinline__ void scan_fixup(const float *__restrict__ cum, const 
 }
 #define SCAN_FIXUP(sfx, T)                                                                                     \
     extern "C" __global__ void __launch_bounds__(FX_WARPS * 32, FX_BLOCKS)                                     \
-        scan_fixup_##sfx(const float *__restrict__ cum, const float *__restrict__ A2, const float *dbl, \
-                         int ldd, int R, const float *z, int ldz, const float *__restrict__ vpart,      \
-                         int ldv, const float *__restrict__ ends, float *__restrict__ state, T *__restrict__ y,      \
-                         int T_, int E, int N, int Ts) {                                                             \
-        scan_fixup<T>(cum, A2, dbl, ldd, R, z, ldz, vpart, ldv, ends, state, y, T_, E, N, Ts);                       \
+        scan_fixup_##sfx(const float *__restrict__ cum, const float *__restrict__ A2, const float *dbl,        \
+                         int ldd, int R, const float *z, int ldz, const float *__restrict__ vpart,             \
+                         int ldv, const float *__restrict__ ends, float *__restrict__ state, T *__restrict__ y, \
+                         int T_, int E, int N, int Ts) {                                                       \
+        scan_fixup<T>(cum, A2, dbl, ldd, R, z, ldz, vpart, ldv, ends, state, y, T_, E, N, Ts);                 \
     }
 EACH_DTYPE(SCAN_FIXUP)

@@ -70,20 +70,15 @@ func BenchmarkDecodeBatchSettings(b *testing.B) {
 		tileWarps, tileParts int
 	}{{"neither", false, false, 16, 1}, {"tensor cores", true, false, 16, 1}, {"tensor cores, split 4", true, false, 16, 4},
 		{"both", true, true, 16, 1}, {"both, split 4", true, true, 16, 4}, {"both, split 8", true, true, 16, 8}}
+	names := make([]string, len(settings))
+	for i, st := range settings {
+		names[i] = st.name
+	}
 	forDecodeShapes(b, func(b *testing.B, shape string, e *gpu.Engine) {
-		times := make([][]float64, len(settings))
-		for range 3 {
-			for i, st := range settings {
-				e.GEMVTensorCores, e.DecodeScanBatch, e.GEMVTileWarps, e.GEMVTileParts = st.tensorCores, st.scan, st.tileWarps, st.tileParts
-				times[i] = append(times[i], 1e3*decodeStepMs(b, e, 8))
-			}
-		}
-		line, base := fmt.Sprintf("%s B=8:", shape), gputest.Median(times[0])
-		for i, st := range settings {
-			m := gputest.Median(times[i])
-			line += fmt.Sprintf("  %s %.1f us/step (%.3fx) %.1f", st.name, m, base/m, times[i])
-		}
-		b.Log(line)
+		b.Logf("%s B=8:%s", shape, stepsInTurn(b, e, 8, names, func(i int) {
+			st := settings[i]
+			e.GEMVTensorCores, e.DecodeScanBatch, e.GEMVTileWarps, e.GEMVTileParts = st.tensorCores, st.scan, st.tileWarps, st.tileParts
+		}))
 	})
 }
 
@@ -119,22 +114,17 @@ func BenchmarkDecodeWarpgroup(b *testing.B) {
 			settings = append(settings, all[i])
 		}
 	}
+	names := make([]string, len(settings))
+	for i, st := range settings {
+		names[i] = st.name
+	}
 	forDecodeShapes(b, func(b *testing.B, shape string, e *gpu.Engine) {
 		for _, B := range decodeBatches(b, "8,4,1") {
-			times := make([][]float64, len(settings))
-			for range 3 {
-				for i, st := range settings {
-					e.GEMVWarpgroup, e.GEMVWarpgroupOut, e.GEMVWarpgroupParts = st.in, st.out, st.outPartsMost
-					e.GEMVWarpgroupFold, e.GEMVWarpgroupOneSequence = st.fold, st.in
-					times[i] = append(times[i], 1e3*decodeStepMs(b, e, B))
-				}
-			}
-			line, base := fmt.Sprintf("%s B=%d warpgroup:", shape, B), gputest.Median(times[0])
-			for i, st := range settings {
-				m := gputest.Median(times[i])
-				line += fmt.Sprintf("  %s %.1f us/step (%.3fx) %.1f", st.name, m, base/m, times[i])
-			}
-			b.Log(line)
+			b.Logf("%s B=%d warpgroup:%s", shape, B, stepsInTurn(b, e, B, names, func(i int) {
+				st := settings[i]
+				e.GEMVWarpgroup, e.GEMVWarpgroupOut, e.GEMVWarpgroupParts = st.in, st.out, st.outPartsMost
+				e.GEMVWarpgroupFold, e.GEMVWarpgroupOneSequence = st.fold, st.in
+			}))
 		}
 	})
 }
@@ -165,22 +155,30 @@ func BenchmarkDecodeOutParts(b *testing.B) {
 			}
 		}
 		for _, B := range decodeBatches(b, "8,1") {
-			times := make([][]float64, len(parts))
-			for range 3 {
-				for i, p := range parts {
-					set(p)
-					times[i] = append(times[i], 1e3*decodeStepMs(b, e, B))
-				}
-			}
-			line, base := fmt.Sprintf("%s B=%d out parts:", shape, B), gputest.Median(times[0])
-			for i, name := range names {
-				m := gputest.Median(times[i])
-				line += fmt.Sprintf("  %s %.1f us/step (%.3fx) %.1f", name, m, base/m, times[i])
-			}
-			b.Log(line)
+			b.Logf("%s B=%d out parts:%s", shape, B, stepsInTurn(b, e, B, names, func(i int) { set(parts[i]) }))
 		}
 		set(0)
 	})
+}
+
+// stepsInTurn times decode step graphs of B sequences on e under each of
+// the settings named in names, apply(i) setting the i-th, taking turns
+// over three rounds, and returns for each its median in µs, its ratio to
+// the first's and its three times, for a benchmark's log line.
+func stepsInTurn(b *testing.B, e *gpu.Engine, B int, names []string, apply func(i int)) string {
+	times := make([][]float64, len(names))
+	for range 3 {
+		for i := range names {
+			apply(i)
+			times[i] = append(times[i], 1e3*decodeStepMs(b, e, B))
+		}
+	}
+	line, base := "", gputest.Median(times[0])
+	for i, name := range names {
+		m := gputest.Median(times[i])
+		line += fmt.Sprintf("  %s %.1f us/step (%.3fx) %.1f", name, m, base/m, times[i])
+	}
+	return line
 }
 
 // decodeBatches returns the batches in DECODE_BATCHES (a comma-separated
