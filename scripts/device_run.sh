@@ -47,7 +47,8 @@
 #   graphtrace: each kernel of a bf16 130m prefill graph in place: its
 #             duration, its gap after the previous kernel and its share of
 #             the layer (bench/graph_trace.py; T=512, 2048, 8192 or
-#             $TRACE_LENGTHS; other shapes at T=2048 with $TRACE_SHAPES;
+#             $TRACE_LENGTHS; other shapes with $TRACE_SHAPES, at T=2048 or
+#             $TRACE_SHAPE_LENGTHS;
 #             130m T=2048 with other GEMM algorithms with $TRACE_GEMMS);
 #   nvjetsass: ncu's SASS of the GEMM kernels cuBLAS runs in a bf16 130m
 #             prefill: does each execute griddepcontrol.wait (ACQBULK), which
@@ -502,7 +503,8 @@ if [[ $mode == graphtrace ]]; then
   timeout 240 python3 bench/graph_trace.py --shape 130m --lengths ${TRACE_LENGTHS:-512,2048,8192} \
     --out "$OUT/graph_trace_130m.json" || status=1
   for shape in ${TRACE_SHAPES:-}; do
-    timeout 200 python3 bench/graph_trace.py --shape $shape --lengths 2048 --out "$OUT/graph_trace_$shape.json" || status=1
+    timeout 200 python3 bench/graph_trace.py --shape $shape --lengths ${TRACE_SHAPE_LENGTHS:-2048} \
+      --out "$OUT/graph_trace_$shape.json" || status=1
   done
   for gemm in ${TRACE_GEMMS:-}; do
     timeout 200 python3 bench/graph_trace.py --shape 130m --lengths 2048 --gemm $gemm \
