@@ -54,6 +54,9 @@
 #             prefill: does each execute griddepcontrol.wait (ACQBULK), which
 #             would make programmatic edges into GEMM nodes safe? (RMSNorm,
 #             which does, is the control)
+#   candidates: bf16 prefills with each layer GEMM pinned to each of
+#             cuBLASLt's candidates in turn, against the tuning's pick
+#             (BenchmarkGemmCandidates; $CAND_SHAPES, $GEMM_CANDIDATES);
 #   fused:    the conv and x_proj in one kernel (Engine.FusedConvXProj): its
 #             kernel test with racecheck and memcheck, the engine's prefill
 #             tests, memcheck over the engine's fused-against-unfused test;
@@ -338,6 +341,13 @@ bench_log() {
   timeout "$secs" "$bin" -test.v -test.run '^$' -test.bench "$bench" -test.benchtime 1x 2>&1 | tee "$OUT/$log.log" \
     | grep -E "$pattern|FAIL|panic" | sed 's/^ *[a-z_]*\.go:[0-9]*: //'
 }
+if [[ $mode == candidates ]]; then
+  echo "== bf16 prefills with each GEMM pinned to each cuBLASLt candidate, against the tuned pick (BenchmarkGemmCandidates;"
+  echo "   \$CAND_SHAPES as size:T[:B], \$GEMM_CANDIDATES; above 1: the candidate is faster)"
+  timeout ${CAND_SECONDS:-500} .carry/gpu.test -test.v -test.run '^$' -test.bench GemmCandidates -test.benchtime 1x 2>&1 \
+    | tee "$OUT/candidates.log" | grep -E "candidates |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //' || status=1
+  exit $status
+fi
 if [[ $mode == fused ]]; then
   echo "== the conv and x_proj fused (kernels/conv_xproj.cu): against conv_silu and float64; racecheck and memcheck"
   run_tests fused_kernels 200 .carry/kernels.test -test.v -test.run 'ConvXProj|ConvAndScan|Spill'

@@ -888,11 +888,14 @@ func tunedPicks(c checkpoint.Config, rows int) string {
 // layer's other kernels. A line per shape and GEMM gives the tuned choice's
 // place and each candidate's speed against it (above 1: faster).
 // GEMM_CANDIDATES sets how many of cuBLASLt's candidates the tuning times
-// and the pins reach (cuda.SetGemmCandidates; 8 by default).
+// and the pins reach (cuda.SetGemmCandidates; 8 by default), and
+// CAND_SHAPES the shapes (envShapes; 130m T=2048 and 8192, 370m T=2048 by
+// default).
 func BenchmarkGemmCandidates(b *testing.B) {
 	gputest.Need(b)
 	defer gemmCandidatesFromEnv()()
-	for _, sh := range []benchShape{shape("130m", 1, 2048), shape("130m", 1, 8192), shape("370m", 1, 2048)} {
+	shapes := envShapes(b, "CAND_SHAPES", []benchShape{shape("130m", 1, 2048), shape("130m", 1, 8192), shape("370m", 1, 2048)})
+	for _, sh := range shapes {
 		b.Run(fmt.Sprintf("%s/B%d_T%d", sh.name, sh.B, sh.T), func(b *testing.B) {
 			e, replays := prefillReplaysErr(b, sh)
 			if _, err := replays(); err != nil { // the tuning, once
@@ -934,6 +937,33 @@ func BenchmarkGemmCandidates(b *testing.B) {
 			}
 		})
 	}
+}
+
+// envShapes reads a list of bench shapes from the environment variable
+// name, as "1.4b:128,2.8b:512:8" (size:T, or size:T:B; B is 1 where left
+// out), or returns def where it is unset.
+func envShapes(b *testing.B, name string, def []benchShape) []benchShape {
+	list := os.Getenv(name)
+	if list == "" {
+		return def
+	}
+	var shapes []benchShape
+	for _, item := range strings.Split(list, ",") {
+		f := strings.Split(item, ":")
+		B, T, err := 1, 0, error(nil)
+		if len(f) >= 2 {
+			T, err = strconv.Atoi(f[1])
+		}
+		if len(f) == 3 && err == nil {
+			B, err = strconv.Atoi(f[2])
+		}
+		sh := shape(f[0], B, T)
+		if len(f) < 2 || len(f) > 3 || err != nil || sh.d == 0 || B <= 0 || T <= 0 {
+			b.Fatalf("%s: %q is not size:T or size:T:B (size 130m, 370m, 1.4b or 2.8b)", name, item)
+		}
+		shapes = append(shapes, sh)
+	}
+	return shapes
 }
 
 // gemmCandidatesFromEnv sets the tuning's cuBLASLt candidates to
