@@ -381,3 +381,139 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
                          const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
     dt_proj_tc<1, 4>(dbl, ldd, R, W, bias, dt, rows, E);
 }
+
+// dt_proj_wg_f32: dt_proj_tc1_f32's product (one TF32 product of the
+// operands rounded to nearest) on Hopper's warpgroup products (wgmma
+// m64n128k8 .tf32, sm_90a), for the bf16 engine's tall shapes, where
+// dt_proj_tc1's fragment loads, conversions and softplus keep its issue
+// slots busy (1.4b T=2048: 36 us a layer, for 2 GFLOP and 34 MB of stores).
+// Here the tensor cores read both operands from shared memory, so a
+// thread's work is the rounding of its share of the tiles and the
+// epilogue.
+//
+// A block holds DW_BN channels' weights [DW_BN][R] in shared memory for
+// its whole life, and its DW_WGS warpgroups each walk their own tiles of
+// 64 rows: row tile t = DW_WGS blockIdx.y + w, then every DW_WGS
+// gridDim.y-th. A tile's dt_low rows are loaded into registers (16-byte
+// pieces) while the tile before's products and epilogue run, then rounded
+// to TF32 and stored into the warpgroup's buffer; both tiles are K-major
+// with 128-byte rows (32 floats of k) swizzled as TMA's 128-byte mode lays
+// them (wg_desc), in slabs of 32 columns, zeros past R, rows and E. Each
+// thread then runs bias and softplus on its 64 sums and stores them as
+// 8-byte pairs. Grid (ceil(E / DW_BN), up to ceil(rows / 64 / DW_WGS)),
+// block 128 DW_WGS threads, dynamic shared memory dt_proj_wg_shared(R).
+// R at most 32 DW_SLABS, a multiple of 4, ldd too, dbl and W 16-byte
+// aligned (gpu.DTProj picks it only then). Compiled for anything but
+// sm_90a it traps.
+#define DW_BN 128
+#define DW_WGS 2
+#define DW_SLABS 5  // R up to 160 (2.8b)
+
+__host__ __device__ constexpr int dt_proj_wg_shared(int R) {
+    return ((R + 31) / 32) * 128 * (DW_BN + 64 * DW_WGS) + 1024;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void wg_mma_tf32(float (&d)[64], unsigned long long da, unsigned long long db, int scale) { asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n" " wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) : "l"(da), "l"(db), "r"(scale)); }
+
+// dw_store rounds v to TF32 and stores it as piece c (4 floats of k,
+// c < 8 slabs) of row r of a tile of n rows at tile (generic address).
+__device__ __forceinline__ void dw_store(unsigned char *tile, int n, int r, int c, float4 v) {
+    unsigned char *p = tile + (c / 8) * n * 128 + r * 128 + ((c % 8) ^ (r % 8)) * 16;
+    *reinterpret_cast<uint4 *>(p) = make_uint4(round_tf32(v.x), round_tf32(v.y), round_tf32(v.z), round_tf32(v.w));
+}
+#endif
+
+extern "C" __global__ void __launch_bounds__(128 * DW_WGS, 1)
+    dt_proj_wg_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
+                   const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(1024) unsigned char dw_smem[];
+    const int slabs = (R + 31) / 32, pieces = 8 * slabs;  // 16-byte pieces a row
+    if (slabs > DW_SLABS || R % 4 != 0 || blockDim.x != 128 * DW_WGS) __trap();
+    const unsigned base = (shared_addr(dw_smem) + 1023) & ~1023u;
+    unsigned char *gbase = dw_smem + (base - shared_addr(dw_smem));
+    const int t = threadIdx.x % 128, w = threadIdx.x / 128, c0 = blockIdx.x * DW_BN;
+    unsigned char *sW = gbase, *sA = gbase + slabs * DW_BN * 128 + w * slabs * 64 * 128;
+    const unsigned aW = base, aA = base + slabs * DW_BN * 128 + w * slabs * 64 * 128;
+
+    // The weights first: no kernel in flight writes them.
+    for (int i = threadIdx.x; i < DW_BN * pieces; i += blockDim.x) {
+        const int n = i / pieces, c = i % pieces, k = 4 * c;
+        const bool ok = c0 + n < E && k < R;
+        dw_store(sW, DW_BN, n, c, ok ? *reinterpret_cast<const float4 *>(W + (size_t)(c0 + n) * R + k)
+                                     : make_float4(0.f, 0.f, 0.f, 0.f));
+    }
+    // A thread's sums: d[4 j + h] is row 16 (t / 32) + t % 32 / 4 + 8 (h / 2)
+    // of the tile, channel 8 j + 2 (t % 4) + h % 2 (wgmma's D fragment).
+    const int lr = 16 * (t / 32) + t % 32 / 4, lc = 2 * (t % 4);
+    float2 b[DW_BN / 8];
+#pragma unroll
+    for (int j = 0; j < DW_BN / 8; j++) {
+        const int c = c0 + 8 * j + lc;
+        b[j] = make_float2(c < E ? bias[c] : 0.f, c + 1 < E ? bias[c + 1] : 0.f);
+    }
+    pdl_wait();  // dt_low comes from x_proj
+
+    // The tile's dt_low pieces in registers: piece i = t + 128 p is
+    // row i / pieces, piece i % pieces.
+    constexpr int HELD = 64 * 8 * DW_SLABS / 128;
+    float4 a[HELD];
+    const int tiles = (rows + 63) / 64, step = DW_WGS * gridDim.y;
+    auto load = [&](int tile) {
+#pragma unroll
+        for (int p = 0; p < HELD; p++) {
+            const int i = t + 128 * p, r = tile * 64 + i / pieces, k = 4 * (i % pieces);
+            a[p] = i < 64 * pieces && r < rows && k < R ? *reinterpret_cast<const float4 *>(dbl + (size_t)r * ldd + k)
+                                                        : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    };
+    int tile = DW_WGS * blockIdx.y + w;
+    if (tile < tiles) load(tile);
+    fence_proxy_async();  // the weights' stores, for the products
+    __syncthreads();
+    for (; tile < tiles; tile += step) {
+#pragma unroll
+        for (int p = 0; p < HELD; p++) {
+            const int i = t + 128 * p;
+            if (i < 64 * pieces) dw_store(sA, 64, i / pieces, i % pieces, a[p]);
+        }
+        fence_proxy_async();
+        bar_sync_named(1 + w, 128);
+        float d[64];
+        wg_fence();
+        for (int k = 0; k < 4 * slabs; k++) {  // 8 of k (32 bytes) a product, inside the slab's swizzled rows
+            const unsigned off = (k / 4) * 128, in = (k % 4) * 32;  // the slab (a row of it), then k in the row
+            wg_mma_tf32(d, wg_desc(aA + off * 64 + in), wg_desc(aW + off * DW_BN + in), k > 0);
+        }
+        wg_commit();
+        if (tile + step < tiles) load(tile + step);  // under the products
+        wg_wait0();
+        bar_sync_named(1 + w, 128);  // every warp's products done: the buffer is free
+#pragma unroll
+        for (int j = 0; j < DW_BN / 8; j++) {
+#pragma unroll
+            for (int h = 0; h < 4; h++) d[4 * j + h] = softplus_f(d[4 * j + h] + (h % 2 ? b[j].y : b[j].x));
+        }
+#pragma unroll
+        for (int j = 0; j < DW_BN / 8; j++) {
+            const int c = c0 + 8 * j + lc;
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const int r = tile * 64 + lr + 8 * h;
+                if (r >= rows) continue;
+                float *o = dt + (size_t)r * E + c;
+                if (E % 2 == 0 && c + 1 < E) {
+                    *reinterpret_cast<float2 *>(o) = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+                } else {
+                    if (c < E) o[0] = d[4 * j + 2 * h];
+                    if (c + 1 < E) o[1] = d[4 * j + 2 * h + 1];
+                }
+            }
+        }
+    }
+    pdl_release();
+#else
+    __trap();
+#endif
+}

@@ -14,8 +14,8 @@ import (
 // and 2.8b at B=8), and at a ragged one (no dimension a multiple of its
 // tile), for the checks: dt_proj_f32 on CUDA cores, then dt_proj_tc_f32
 // compiled with each setting of its tile constants (kernels/dtproj.cu),
-// dt_proj_tc1_f32 (one TF32 product) and the tall entries (128 rows a
-// block), each checked against dt_proj_f32's output first. Then, to size
+// dt_proj_tc1_f32 (one TF32 product), the tall entries (128 rows a
+// block) and, on sm_90, dt_proj_wg_f32 (the warpgroup products), each checked against dt_proj_f32's output first. Then, to size
 // the parts of dt_proj_tc_f32, copies of it with a part cut out of the
 // source (sizingCuts; their outputs are wrong, and not checked): without
 // the softplus, and with no products at all. It reports the median launch
@@ -29,12 +29,24 @@ func BenchmarkDTProj(b *testing.B) {
 		sizing bool
 		bound  float64 // of the error against dt_proj_f32
 		tall   bool    // a tall entry: DTProj launches it in blocks of 128 rows
+		wg     bool    // the warpgroup entry (sm_90a)
 	}
 	var variants []variant
 	for _, opts := range []string{"cuda_cores", "", "tc1", "-DTC_STAGES=2", "-DTC_MINB=2", "-DTC_STAGES=2 -DTC_MINB=2",
-		"tall", "tc1 tall", "sizing:no_softplus", "sizing:no_products"} {
+		"tall", "tc1 tall", "wg", "sizing:no_softplus", "sizing:no_products"} {
 		if opts == "cuda_cores" {
 			variants = append(variants, variant{name: opts, bound: 1e-5})
+			continue
+		}
+		if opts == "wg" {
+			if d.Major != 9 || d.Minor != 0 {
+				continue
+			}
+			f, err := loadSource(b, d, src, "dtproj.cu").Function("dt_proj_wg_f32")
+			if err != nil {
+				b.Fatal(err)
+			}
+			variants = append(variants, variant{name: "dt_proj_wg_f32", f: f, bound: 2e-3, wg: true})
 			continue
 		}
 		entry, bound := "dt_proj_tc_f32", 1e-5
@@ -66,12 +78,12 @@ func BenchmarkDTProj(b *testing.B) {
 		if entry != "dt_proj_tc_f32" {
 			name = entry
 		}
-		variants = append(variants, variant{name, f, sizing, bound, tall})
+		variants = append(variants, variant{name, f, sizing, bound, tall, false})
 	}
 	for _, sh := range []struct {
 		name       string
 		rows, E, R int
-	}{{"130m", 2048, 1536, 48}, {"1.4b", 2048, 4096, 128}, {"2.8b", 2048, 5120, 160}, {"2.8b_B8", 8 * 2048, 5120, 160},
+	}{{"130m", 2048, 1536, 48}, {"1.4b_T128", 128, 4096, 128}, {"1.4b_T512", 512, 4096, 128}, {"1.4b", 2048, 4096, 128}, {"2.8b", 2048, 5120, 160}, {"2.8b_B8", 8 * 2048, 5120, 160},
 		{"ragged", 1000, 4100, 136}} {
 		ldd := sh.R + 32
 		bdbl, bW, bb := upload(b, s, randn(sh.rows*ldd, 1)), upload(b, s, randn(sh.E*sh.R, 0.3)), upload(b, s, randn(sh.E, 1))
@@ -92,6 +104,9 @@ func BenchmarkDTProj(b *testing.B) {
 				lookup, p.TensorCores = func(string) *cuda.Function { return v.f }, true
 				if v.tall { // one SM: DTProj takes the tall blocks' grid wherever there are three of them
 					p.SMs = 1
+				}
+				if v.wg {
+					p.OneTF32Product, p.Warpgroup, p.SMs = true, true, d.SMs
 				}
 			}
 			if v.tall != strings.Contains(p.Kernel(), "_tall_") {

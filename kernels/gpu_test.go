@@ -573,11 +573,16 @@ func TestDTProjKernel(t *testing.T) {
 	type variant struct {
 		tensorCores, oneProduct bool
 		sms                     int
+		warpgroup               bool
 	}
 	variants := []variant{{}}
-	if gputest.Device(t).Major >= 8 {
-		variants = append(variants, variant{true, false, 0}, variant{true, true, 0}, variant{true, false, 1},
-			variant{true, true, 1})
+	dev := gputest.Device(t)
+	if dev.Major >= 8 {
+		variants = append(variants, variant{true, false, 0, false}, variant{true, true, 0, false},
+			variant{true, false, 1, false}, variant{true, true, 1, false})
+	}
+	if dev.Major == 9 && dev.Minor == 0 { // dt_proj_wg_f32, on a grid of one wave and of one block a channel tile
+		variants = append(variants, variant{true, true, dev.SMs, true}, variant{true, true, 1, true})
 	}
 	for _, tc := range []struct{ rows, E, R, N int }{{37, 100, 5, 16}, {37, 101, 5, 16}, {37, 101, 8, 16}, {2048, 1536, 48, 16},
 		{300, 5120, 160, 16}, {64, 256, 16, 64}, {100, 200, 20, 16}, {130, 4096, 128, 16}} {
@@ -588,19 +593,34 @@ func TestDTProjKernel(t *testing.T) {
 		for _, v := range variants {
 			bd := poisoned(t, s, tc.rows*tc.E)
 			p := gpuengine.DTProj{DBL: bdbl.Ptr, LDD: ldd, R: tc.R, W: bW.Ptr, Bias: bb.Ptr, DT: bd.Ptr, Rows: tc.rows,
-				E: tc.E, TensorCores: v.tensorCores, OneTF32Product: v.oneProduct, SMs: v.sms}
+				E: tc.E, TensorCores: v.tensorCores, OneTF32Product: v.oneProduct, SMs: v.sms, Warpgroup: v.warpgroup}
 			if err := p.Launch(fn, s); err != nil {
 				t.Fatal(err)
 			}
 			got := download(t, s, bd, tc.rows*tc.E)
 			bound := 1e-5
-			if strings.HasPrefix(p.Kernel(), "dt_proj_tc1_") { // operands rounded to TF32, 2^-11 each
+			if p.OneTF32Product { // operands rounded to TF32, 2^-11 each
 				bound = 2e-3
 			}
+			name := fmt.Sprintf("%+v %s (SMs %d)", tc, p.Kernel(), v.sms)
 			if e := relErr(got, want); e > bound {
-				t.Errorf("%+v %s: rel err %.3g", tc, p.Kernel(), e)
+				t.Errorf("%s: rel err %.3g", name, e)
 			} else {
-				t.Logf("%+v %s: rel err %.3g", tc, p.Kernel(), e)
+				t.Logf("%s: rel err %.3g", name, e)
+			}
+			if p.Kernel() == "dt_proj_wg_f32" { // the same rounded operands as dt_proj_tc1_f32: its bits?
+				q, bq := p, poisoned(t, s, tc.rows*tc.E)
+				q.Warpgroup, q.DT = false, bq.Ptr
+				if err := q.Launch(fn, s); err != nil {
+					t.Fatal(err)
+				}
+				same, ref := 0, download(t, s, bq, tc.rows*tc.E)
+				for i := range got {
+					if math.Float32bits(got[i]) == math.Float32bits(ref[i]) {
+						same++
+					}
+				}
+				t.Logf("%s: %d of %d values with %s's bits", name, same, len(got), q.Kernel())
 			}
 		}
 	}

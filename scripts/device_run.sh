@@ -54,6 +54,10 @@
 #             prefill: does each execute griddepcontrol.wait (ACQBULK), which
 #             would make programmatic edges into GEMM nodes safe? (RMSNorm,
 #             which does, is the control)
+#   dtprojwg: dt_proj on the warpgroup products (dt_proj_wg_f32): the
+#             kernel test, memcheck, the engine's test, BenchmarkDTProj's
+#             one-product entries, and prefills off and on
+#             (BenchmarkDTProjWarpgroup; $DTWG_SHAPES);
 #   candidates: bf16 prefills with each layer GEMM pinned to each of
 #             cuBLASLt's candidates in turn, against the tuning's pick
 #             (BenchmarkGemmCandidates; $CAND_SHAPES, $GEMM_CANDIDATES);
@@ -341,6 +345,19 @@ bench_log() {
   timeout "$secs" "$bin" -test.v -test.run '^$' -test.bench "$bench" -test.benchtime 1x 2>&1 | tee "$OUT/$log.log" \
     | grep -E "$pattern|FAIL|panic" | sed 's/^ *[a-z_]*\.go:[0-9]*: //'
 }
+if [[ $mode == dtprojwg ]]; then
+  echo "== dt_proj_wg_f32 (kernels/dtproj.cu): against float64 and dt_proj_tc1_f32's bits, memcheck, the engine on and off"
+  SHOW="rel err" run_tests dtprojwg_kernels 200 .carry/kernels.test -test.v -test.run 'DTProjKernel'
+  grep -E "dt_proj_wg|bits" "$OUT/dtprojwg_kernels.log" | sed 's/^ *gpu_test.go:[0-9]*: //' | head -40
+  memcheck memcheck_dtprojwg 200 .carry/kernels.test 'DTProjKernel'
+  SHOW="rel err" run_tests dtprojwg_engine 300 .carry/gpu.test -test.v -test.run 'DTProjWarpgroupMatches'
+  echo "== BenchmarkDTProj: the one-product entries, µs a launch"
+  timeout 200 .carry/kernels.test -test.run '^$' -test.bench 'DTProj/.*/(dt_proj_tc1|dt_proj_wg)' -test.benchtime 20x 2>&1 \
+    | tee "$OUT/dtprojwg_bench.log" | grep -E " us|FAIL|rel err"
+  echo "== bf16 prefills, DTProjWarpgroup off and on (BenchmarkDTProjWarpgroup; \$DTWG_SHAPES)"
+  bench_log dtprojwg_prefills 400 .carry/gpu.test DTProjWarpgroup "dtprojwg "
+  exit $status
+fi
 if [[ $mode == candidates ]]; then
   echo "== bf16 prefills with each GEMM pinned to each cuBLASLt candidate, against the tuned pick (BenchmarkGemmCandidates;"
   echo "   \$CAND_SHAPES as size:T[:B], \$GEMM_CANDIDATES; above 1: the candidate is faster)"

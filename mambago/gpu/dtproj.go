@@ -23,6 +23,11 @@ type DTProj struct {
 	// dtProjTallRows rows still make three blocks an SM, the tall entries
 	// run (dt_proj_tc_tall_f32, dt_proj_tc1_tall_f32). 0 never picks them.
 	SMs int
+	// Warpgroup, with TensorCores and OneTF32Product, runs that product on
+	// Hopper's warpgroup products (dt_proj_wg_f32) where R is at most
+	// dtProjWGMaxR and the 16-byte reads allow it: the bf16 engine on
+	// sm_90 devices (the kernel needs sm_90a).
+	Warpgroup bool
 	// PDL launches with programmatic dependent launch (Engine.PrefillPDL).
 	PDL bool
 }
@@ -36,6 +41,20 @@ const (
 	dtProjThreads  = 256
 	dtProjTallRows = 128 // rows per block of the tall entries
 )
+
+// The warpgroup entry's tiles (DW_BN, DW_WGS and DW_SLABS in
+// kernels/dtproj.cu): channels a block, warpgroups a block (each its own
+// tiles of 64 rows), and the largest R.
+const (
+	dtProjWGChannels = 128
+	dtProjWGGroups   = 2
+	dtProjWGMaxR     = 160
+)
+
+// dtProjWGShared is dt_proj_wg_shared(R) in kernels/dtproj.cu: the block's
+// weights and each warpgroup's tile of dt_low, in slabs of 32 columns, and
+// 1024 bytes to align them.
+func dtProjWGShared(R int) int { return (R+31)/32*128*(dtProjWGChannels+64*dtProjWGGroups) + 1024 }
 
 // tall reports whether p runs a tall tensor-core entry: enough blocks of
 // dtProjTallRows rows to give every SM three.
@@ -61,6 +80,8 @@ func (p DTProj) entry() (kernel string, rows int) {
 		return "dt_proj_narrow_f32", dtProjRows
 	case !p.TensorCores:
 		return "dt_proj_f32", dtProjRows
+	case p.Warpgroup && p.OneTF32Product && p.R <= dtProjWGMaxR:
+		return "dt_proj_wg_f32", 64
 	}
 	kernel, rows = "dt_proj_tc", dtProjRows
 	if p.OneTF32Product {
@@ -75,6 +96,20 @@ func (p DTProj) entry() (kernel string, rows int) {
 // Launch queues p on stream; fn looks kernels up by name.
 func (p DTProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) error {
 	k, rows := p.entry()
+	f, shared, threads := fn(k), 0, dtProjThreads
 	grid := cuda.Dim3{X: (p.E + dtProjChannels - 1) / dtProjChannels, Y: (p.Rows + rows - 1) / rows, Z: 1}
-	return fn(k).LaunchMaybePDL(p.PDL, grid, cuda.D1(dtProjThreads), 0, stream, p.DBL, p.LDD, p.R, p.W, p.Bias, p.DT, p.Rows, p.E)
+	if k == "dt_proj_wg_f32" {
+		// A block a channel tile and group of row tiles, one wave: each
+		// block's weights stay in its shared memory over its row tiles.
+		groups := (grid.Y + dtProjWGGroups - 1) / dtProjWGGroups
+		grid.X = (p.E + dtProjWGChannels - 1) / dtProjWGChannels
+		if grid.Y = groups; p.SMs > 0 {
+			grid.Y = max(1, min(groups, p.SMs/grid.X))
+		}
+		shared, threads = dtProjWGShared(p.R), 128*dtProjWGGroups
+		if err := f.SetMaxDynamicShared(shared); err != nil {
+			return err
+		}
+	}
+	return f.LaunchMaybePDL(p.PDL, grid, cuda.D1(threads), shared, stream, p.DBL, p.LDD, p.R, p.W, p.Bias, p.DT, p.Rows, p.E)
 }

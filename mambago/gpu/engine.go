@@ -111,6 +111,9 @@ type Engine struct {
 	// (DTProj.OneTF32Product). New turns it on for bf16 engines, whose
 	// error is their bf16 weights' (kernels/dtproj.cu).
 	DTProjOneTF32Product bool
+	// DTProjWarpgroup runs that one product on Hopper's warpgroup products
+	// (DTProj.Warpgroup: dt_proj_wg_f32), for sm_90 devices.
+	DTProjWarpgroup bool
 	// PrefillPDL launches the prefill's own kernels of each layer (RMSNorm,
 	// conv, dt_proj and the one-pass scan) with programmatic dependent
 	// launch: each may be launched, and run what reads only weights and the

@@ -1,0 +1,102 @@
+package gpu_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/mambago/mambago/internal/gputest"
+	"github.com/mambago/mambago/mambago/cuda"
+	"github.com/mambago/mambago/mambago/engine"
+	"github.com/mambago/mambago/mambago/gpu"
+	"github.com/mambago/mambago/mambago/internal/fixture"
+)
+
+// TestDTProjWarpgroupMatches runs bf16 prefills with dt_proj on the
+// warpgroup products (Engine.DTProjWarpgroup) against the same engine with
+// dt_proj_tc1's products, eagerly (twice, the second continuing the
+// first's state) and as graph replays: every position's hidden state and
+// every layer's state within 1e-5 of the norm (the operands are the same
+// rounded TF32 values; only the tensor cores' order of sums may differ).
+// It logs how many values keep their bits. The one-pass scans with 4
+// states a thread and the chunked scan run dt_proj as its own kernel (2
+// states a thread computes it in its tiles where it can); d = 1024 gives
+// R = 64, two slabs of the kernel's shared tiles.
+func TestDTProjWarpgroupMatches(t *testing.T) {
+	gputest.Need(t)
+	if d := gputest.Device(t); d.Major != 9 || d.Minor != 0 {
+		t.Skipf("dt_proj_wg_f32 needs an sm_90 device (this one is sm_%d%d)", d.Major, d.Minor)
+	}
+	for _, tc := range []struct {
+		d, layers int
+	}{{128, 2}, {1024, 1}} {
+		w := fixture.RandomWeights(fixture.Shape(tc.d, tc.layers, 100), rand.Uint64())
+		for _, onePass := range []int{4, -1} {
+			for _, sz := range []struct{ B, T int }{{1, 300}, {3, 77}} {
+				t.Run(fmt.Sprintf("d%d onepass%d B%d_T%d", tc.d, onePass, sz.B, sz.T), func(t *testing.T) {
+					on, off := newEngine(t, w, cuda.BF16), newEngine(t, w, cuda.BF16)
+					on.DTProjWarpgroup, off.DTProjWarpgroup = true, false
+					on.ScanOnePass, off.ScanOnePass = onePass, onePass
+					dtProjNear(t, on, off, sz.B, sz.T)
+				})
+			}
+		}
+	}
+}
+
+// dtProjNear runs prefills of random ids on on and off, eagerly and as
+// replays of on's graph, and holds every output and state to 1e-5 of the
+// norm of off's.
+func dtProjNear(t *testing.T, on, off *gpu.Engine, B, T int) {
+	t.Helper()
+	c := on.Config()
+	in := engine.Input{B: B, T: T, IDs: randomIDs(B*T, c.Vocab)}
+	sOn, _ := on.NewState(B)
+	sOff, _ := off.NewState(B)
+	near := func(what string, got, want []float32) {
+		t.Helper()
+		var diff, norm float64
+		same := 0
+		for i := range got {
+			d := float64(got[i]) - float64(want[i])
+			diff, norm = diff+d*d, norm+float64(want[i])*float64(want[i])
+			if math.Float32bits(got[i]) == math.Float32bits(want[i]) {
+				same++
+			}
+		}
+		e := math.Sqrt(diff / norm)
+		if !(e <= 1e-5) {
+			t.Errorf("%s: rel err %.3g (bar 1e-5)", what, e)
+		}
+		t.Logf("%s: rel err %.3g, %d of %d values with the same bits", what, e, same, len(got))
+	}
+	for call := 0; call < 2; call++ {
+		got, want := fixture.NaNs(B*T*c.Hidden), fixture.NaNs(B*T*c.Hidden)
+		check(t, on.Prefill(sOn, in, engine.All, got))
+		check(t, off.Prefill(sOff, in, engine.All, want))
+		near(fmt.Sprintf("eager call %d", call), got, want)
+		near(fmt.Sprintf("eager call %d, state", call), flatState(t, on, sOn), flatState(t, off, sOff))
+	}
+	g, err := on.CapturePrefill(sOn, "ids", T, engine.All)
+	check(t, err)
+	defer g.Destroy()
+	sOn.Reset()
+	sOff.Reset()
+	got, want := fixture.NaNs(B*T*c.Hidden), fixture.NaNs(B*T*c.Hidden)
+	check(t, g.Prefill(in, got))
+	check(t, off.Prefill(sOff, in, engine.All, want))
+	near("graph replay", got, want)
+	near("graph replay, state", flatState(t, on, sOn), flatState(t, off, sOff))
+}
+
+// BenchmarkDTProjWarpgroup times bf16 prefills with dt_proj on the
+// warpgroup products (Engine.DTProjWarpgroup) off and on
+// (compareSettings), where dt_proj runs as its own kernel: 1.4b and 2.8b
+// at B=1 (T = 128, 512 and 2048), and at B=8 the 130m and 2.8b shapes.
+// $DTWG_SHAPES replaces the list (envShapes).
+func BenchmarkDTProjWarpgroup(b *testing.B) {
+	shapes := envShapes(b, "DTWG_SHAPES", []benchShape{shape("1.4b", 1, 2048), shape("1.4b", 1, 512), shape("1.4b", 1, 128),
+		shape("2.8b", 1, 2048), shape("2.8b", 1, 128), shape("130m", 8, 2048), shape("2.8b", 8, 2048)})
+	compareSettings(b, "dtprojwg", shapes, func(e *gpu.Engine, on bool) { e.DTProjWarpgroup = on })
+}
