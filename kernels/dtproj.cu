@@ -416,11 +416,19 @@ __host__ __device__ constexpr int dt_proj_wg_shared(int R) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ __forceinline__ void wg_mma_tf32(float (&d)[64], unsigned long long da, unsigned long long db, int scale) { asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n" " wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1;\n}" : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) : "l"(da), "l"(db), "r"(scale)); }
 
-// dw_store rounds v to TF32 and stores it as piece c (4 floats of k,
-// c < 8 slabs) of row r of a tile of n rows at tile (generic address).
-__device__ __forceinline__ void dw_store(unsigned char *tile, int n, int r, int c, float4 v) {
-    unsigned char *p = tile + (c / 8) * n * 128 + r * 128 + ((c % 8) ^ (r % 8)) * 16;
+// dw_store rounds v to TF32 and stores it as piece c (4 floats of k) of
+// slab s of row r of a tile of N rows at tile (generic address).
+template <int N>
+__device__ __forceinline__ void dw_store(unsigned char *tile, int s, int r, int c, float4 v) {
+    unsigned char *p = tile + (s * N + r) * 128 + (c ^ (r % 8)) * 16;
     *reinterpret_cast<uint4 *>(p) = make_uint4(round_tf32(v.x), round_tf32(v.y), round_tf32(v.z), round_tf32(v.w));
+}
+
+// dw_piece is where piece i of a tile of N rows lies: piece c < 8 of slab
+// s of row r (8 consecutive threads read a row's 128 bytes of a slab).
+template <int N>
+__device__ __forceinline__ void dw_piece(int i, int &s, int &r, int &c) {
+    c = i % 8, r = i / 8 % N, s = i / (8 * N);
 }
 #endif
 
@@ -429,7 +437,7 @@ extern "C" __global__ void __launch_bounds__(128 * DW_WGS, 1)
                    const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(1024) unsigned char dw_smem[];
-    const int slabs = (R + 31) / 32, pieces = 8 * slabs;  // 16-byte pieces a row
+    const int slabs = (R + 31) / 32;  // of 32 columns: 8 pieces of 16 bytes a row
     if (slabs > DW_SLABS || R % 4 != 0 || blockDim.x != 128 * DW_WGS) __trap();
     const unsigned base = (shared_addr(dw_smem) + 1023) & ~1023u;
     unsigned char *gbase = dw_smem + (base - shared_addr(dw_smem));
@@ -437,12 +445,28 @@ extern "C" __global__ void __launch_bounds__(128 * DW_WGS, 1)
     unsigned char *sW = gbase, *sA = gbase + slabs * DW_BN * 128 + w * slabs * 64 * 128;
     const unsigned aW = base, aA = base + slabs * DW_BN * 128 + w * slabs * 64 * 128;
 
-    // The weights first: no kernel in flight writes them.
-    for (int i = threadIdx.x; i < DW_BN * pieces; i += blockDim.x) {
-        const int n = i / pieces, c = i % pieces, k = 4 * c;
-        const bool ok = c0 + n < E && k < R;
-        dw_store(sW, DW_BN, n, c, ok ? *reinterpret_cast<const float4 *>(W + (size_t)(c0 + n) * R + k)
-                                     : make_float4(0.f, 0.f, 0.f, 0.f));
+    // The weights first (no kernel in flight writes them), every piece's
+    // load in flight before the first store: piece threadIdx.x + blockDim.x
+    // p (dw_piece). (A loop of a load and a store a piece waited for each
+    // load in turn: 16 round trips at R = 128, which made the kernel slower
+    // than dt_proj_tc1's.)
+    {
+        constexpr int HELD = DW_BN * 8 * DW_SLABS / (128 * DW_WGS);
+        float4 v[HELD];
+#pragma unroll
+        for (int p = 0; p < HELD; p++) {
+            int s, n, c;
+            dw_piece<DW_BN>(threadIdx.x + 128 * DW_WGS * p, s, n, c);
+            const int k = 32 * s + 4 * c;
+            v[p] = s < slabs && c0 + n < E && k < R ? *reinterpret_cast<const float4 *>(W + (size_t)(c0 + n) * R + k)
+                                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int p = 0; p < HELD; p++) {
+            int s, n, c;
+            dw_piece<DW_BN>(threadIdx.x + 128 * DW_WGS * p, s, n, c);
+            if (s < slabs) dw_store<DW_BN>(sW, s, n, c, v[p]);
+        }
     }
     // A thread's sums: d[4 j + h] is row 16 (t / 32) + t % 32 / 4 + 8 (h / 2)
     // of the tile, channel 8 j + 2 (t % 4) + h % 2 (wgmma's D fragment).
@@ -455,17 +479,19 @@ extern "C" __global__ void __launch_bounds__(128 * DW_WGS, 1)
     }
     pdl_wait();  // dt_low comes from x_proj
 
-    // The tile's dt_low pieces in registers: piece i = t + 128 p is
-    // row i / pieces, piece i % pieces.
+    // The tile's dt_low pieces in registers: piece t + 128 p (dw_piece).
     constexpr int HELD = 64 * 8 * DW_SLABS / 128;
     float4 a[HELD];
     const int tiles = (rows + 63) / 64, step = DW_WGS * gridDim.y;
     auto load = [&](int tile) {
 #pragma unroll
         for (int p = 0; p < HELD; p++) {
-            const int i = t + 128 * p, r = tile * 64 + i / pieces, k = 4 * (i % pieces);
-            a[p] = i < 64 * pieces && r < rows && k < R ? *reinterpret_cast<const float4 *>(dbl + (size_t)r * ldd + k)
-                                                        : make_float4(0.f, 0.f, 0.f, 0.f);
+            int s, r, c;
+            dw_piece<64>(t + 128 * p, s, r, c);
+            const int k = 32 * s + 4 * c;
+            r += tile * 64;
+            a[p] = s < slabs && r < rows && k < R ? *reinterpret_cast<const float4 *>(dbl + (size_t)r * ldd + k)
+                                                  : make_float4(0.f, 0.f, 0.f, 0.f);
         }
     };
     int tile = DW_WGS * blockIdx.y + w;
@@ -475,8 +501,9 @@ extern "C" __global__ void __launch_bounds__(128 * DW_WGS, 1)
     for (; tile < tiles; tile += step) {
 #pragma unroll
         for (int p = 0; p < HELD; p++) {
-            const int i = t + 128 * p;
-            if (i < 64 * pieces) dw_store(sA, 64, i / pieces, i % pieces, a[p]);
+            int s, r, c;
+            dw_piece<64>(t + 128 * p, s, r, c);
+            if (s < slabs) dw_store<64>(sA, s, r, c, a[p]);
         }
         fence_proxy_async();
         bar_sync_named(1 + w, 128);
