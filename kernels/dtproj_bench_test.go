@@ -33,9 +33,28 @@ func BenchmarkDTProj(b *testing.B) {
 	}
 	var variants []variant
 	for _, opts := range []string{"cuda_cores", "", "tc1", "-DTC_STAGES=2", "-DTC_MINB=2", "-DTC_STAGES=2 -DTC_MINB=2",
-		"tall", "tc1 tall", "wg", "sizing:no_softplus", "sizing:no_products"} {
+		"tall", "tc1 tall", "wg", "sizing:no_softplus", "sizing:no_products", "wg sizing:no_softplus",
+		"wg sizing:no_products"} {
 		if opts == "cuda_cores" {
 			variants = append(variants, variant{name: opts, bound: 1e-5})
+			continue
+		}
+		if cut, ok := strings.CutPrefix(opts, "wg sizing:"); ok { // dt_proj_wg_f32 with a part cut out, for sm_90a
+			if d.Major != 9 || d.Minor != 0 {
+				continue
+			}
+			vsrc := src
+			for _, c := range wgSizingCuts[cut] {
+				if !strings.Contains(vsrc, c[0]) {
+					b.Fatalf("sizing %s: dtproj.cu has no %q any more", opts, c[0])
+				}
+				vsrc = strings.ReplaceAll(vsrc, c[0], c[1])
+			}
+			f, err := loadSourceFor(b, "sm_90a", vsrc, "dtproj.cu").Function("dt_proj_wg_f32")
+			if err != nil {
+				b.Fatal(err)
+			}
+			variants = append(variants, variant{name: "dt_proj_wg_f32 " + cut, f: f, sizing: true, wg: true})
 			continue
 		}
 		if opts == "wg" {
@@ -134,4 +153,12 @@ var sizingCuts = map[string][][2]string{
 		{"acc[m][n][2 * h + 1] = softplus_f(acc[m][n][2 * h + 1] + b1);", "acc[m][n][2 * h + 1] += b1;"}},
 	"no_products": {{"mma_tf32(acc[m][n], al[m], bh[n]);", ";"}, {"mma_tf32(acc[m][n], ah[m], bl[n]);", ";"},
 		{"mma_tf32(acc[m][n], ah[m], bh[n]);", "acc[m][n][0] += __uint_as_float(ah[m][0] ^ bh[n][0] ^ al[m][0] ^ bl[n][0]);"}},
+}
+
+// wgSizingCuts are the same for dt_proj_wg_f32.
+var wgSizingCuts = map[string][][2]string{
+	"no_softplus": {{"d[4 * j + h] = softplus_f(d[4 * j + h] + (h % 2 ? b[j].y : b[j].x));",
+		"d[4 * j + h] += h % 2 ? b[j].y : b[j].x;"}},
+	"no_products": {{"float d[64];", "float d[64] = {};"},
+		{"wg_mma_tf32(d, wg_desc(aA + off * 64 + in), wg_desc(aW + off * DW_BN + in), k > 0);", "d[k % 64] += off + in;"}},
 }

@@ -56,7 +56,8 @@
 #             which does, is the control)
 #   dtprojwg: dt_proj on the warpgroup products (dt_proj_wg_f32): the
 #             kernel test, memcheck, the engine's test, BenchmarkDTProj's
-#             one-product entries, and prefills off and on
+#             one-product entries (and the warpgroup entry's sizing cuts),
+#             ncu's stall samples of it, and prefills off and on
 #             (BenchmarkDTProjWarpgroup; $DTWG_SHAPES);
 #   candidates: bf16 prefills with each layer GEMM pinned to each of
 #             cuBLASLt's candidates in turn, against the tuning's pick
@@ -354,6 +355,8 @@ if [[ $mode == dtprojwg ]]; then
   echo "== BenchmarkDTProj: the one-product entries, µs a launch"
   timeout 200 .carry/kernels.test -test.run '^$' -test.bench 'DTProj/.*/(dt_proj_tc1|dt_proj_wg)' -test.benchtime 20x 2>&1 \
     | tee "$OUT/dtprojwg_bench.log" | grep -E " us|FAIL|rel err"
+  echo "== ncu's stall samples of dt_proj_wg_f32 at the 1.4b shape, T=2048 (top 6 instructions a reason)"
+  source_stalls dtprojwg dt_proj_wg 1 .carry/kernels.test 'DTProj/1.4b/dt_proj_wg_f32$'
   echo "== bf16 prefills, DTProjWarpgroup off and on (BenchmarkDTProjWarpgroup; \$DTWG_SHAPES)"
   bench_log dtprojwg_prefills 400 .carry/gpu.test DTProjWarpgroup "dtprojwg "
   exit $status

@@ -51,6 +51,15 @@ const (
 	dtProjWGMaxR     = 160
 )
 
+// dtProjWGPays reports whether dt_proj over rows positions of rank R is
+// faster on the warpgroup entry than on dt_proj_tc1's: from R = 128 (1.4b)
+// and 2048 rows. On the H200 (BenchmarkDTProj, 2026-12-03, µs a launch,
+// dt_proj_tc1's faster entry against dt_proj_wg_f32's): 1.4b T=2048 36.61
+// and 32.42, 2.8b 48.96 and 47.65, 2.8b B=8 298.0 and 258.1; but 1.4b
+// T=512 16.58 and 16.80, T=128 12.90 and 14.05, 130m (R = 48) 15.65 and
+// 19.90.
+func dtProjWGPays(R, rows int) bool { return R >= 128 && rows >= 2048 }
+
 // dtProjWGShared is dt_proj_wg_shared(R) in kernels/dtproj.cu: the block's
 // weights and each warpgroup's tile of dt_low, in slabs of 32 columns, and
 // 1024 bytes to align them.

@@ -112,7 +112,9 @@ type Engine struct {
 	// error is their bf16 weights' (kernels/dtproj.cu).
 	DTProjOneTF32Product bool
 	// DTProjWarpgroup runs that one product on Hopper's warpgroup products
-	// (DTProj.Warpgroup: dt_proj_wg_f32), for sm_90 devices.
+	// (DTProj.Warpgroup: dt_proj_wg_f32) on sm_90 devices, where it pays
+	// (dtProjWGPays: 1.4b and 2.8b at 2048 rows or more). The same bits as
+	// dt_proj_tc1_f32's. New turns it on for sm_90.
 	DTProjWarpgroup bool
 	// PrefillPDL launches the prefill's own kernels of each layer (RMSNorm,
 	// conv, dt_proj and the one-pass scan) with programmatic dependent
@@ -345,7 +347,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev,
 		// prefill
 		ChunkRows: 16384, PrefillPDL: dev.Major >= 9, ScanStaged: true, ScanSegments: -1, ScanHelpers: true,
-		ScanDTProj: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16,
+		ScanDTProj: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, DTProjWarpgroup: sm90,
 		MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, EmbedNorm: true, AutoXProj: true,
 		InPlaceReplays: true,
 		// decode

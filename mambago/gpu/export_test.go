@@ -26,3 +26,7 @@ func (e *Engine) Placement() string {
 // warpgroup GEMV under e's settings (wgOutParts), for benchmarks that time
 // each split once.
 func (e *Engine) WGOutParts() int { return e.wgOutParts() }
+
+// DTProjWGPays is dtProjWGPays, for the tests that need the warpgroup
+// dt_proj to run.
+var DTProjWGPays = dtProjWGPays
