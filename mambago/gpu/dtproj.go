@@ -75,8 +75,9 @@ func (p DTProj) tall() bool {
 // Kernel names the entry that runs p. Where R and LDD are multiples of 4 and
 // DBL and W are 16-byte aligned, its reads are 16-byte pieces of rows:
 // dt_proj_tc_f32 with TensorCores (dt_proj_tc1_f32 with OneTF32Product
-// too, and _tall_ in the name where tall blocks apply), else dt_proj_f32.
-// Otherwise dt_proj_narrow_f32.
+// too, and _tall_ in the name where tall blocks apply; dt_proj_wg_f32 in
+// their place with Warpgroup as well, up to R = dtProjWGMaxR), else
+// dt_proj_f32. Otherwise dt_proj_narrow_f32.
 func (p DTProj) Kernel() string {
 	k, _ := p.entry()
 	return k
@@ -110,10 +111,10 @@ func (p DTProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) erro
 	if k == "dt_proj_wg_f32" {
 		// A block a channel tile and group of row tiles, one wave: each
 		// block's weights stay in its shared memory over its row tiles.
-		groups := (grid.Y + dtProjWGGroups - 1) / dtProjWGGroups
 		grid.X = (p.E + dtProjWGChannels - 1) / dtProjWGChannels
-		if grid.Y = groups; p.SMs > 0 {
-			grid.Y = max(1, min(groups, p.SMs/grid.X))
+		grid.Y = (grid.Y + dtProjWGGroups - 1) / dtProjWGGroups // every warpgroup one tile
+		if p.SMs > 0 {
+			grid.Y = max(1, min(grid.Y, p.SMs/grid.X))
 		}
 		shared, threads = dtProjWGShared(p.R), 128*dtProjWGGroups
 		if err := f.SetMaxDynamicShared(shared); err != nil {

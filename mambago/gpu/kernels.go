@@ -187,15 +187,14 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 				return nil, mods, err
 			}
 		}
-		// dt_proj on the warpgroup products (DTProj.Warpgroup), at its
-		// largest R.
-		if err := allow("dt_proj_wg_f32", dtProjWGShared(dtProjWGMaxR), hopper); err != nil {
-			return nil, mods, err
-		}
 		// out_proj with the next layer's RMSNorm (OutNorm).
 		if err := allow(outNormKernel(dt), outNormShared(OutNormBuild{}), hopper); err != nil {
 			return nil, mods, err
 		}
+	}
+	// dt_proj on the warpgroup products (DTProj.Warpgroup), at its largest R.
+	if err := allow("dt_proj_wg_f32", dtProjWGShared(dtProjWGMaxR), hopper); err != nil {
+		return nil, mods, err
 	}
 	return fns, mods, nil
 }
