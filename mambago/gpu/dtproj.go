@@ -121,5 +121,6 @@ func (p DTProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) erro
 			return err
 		}
 	}
-	return f.LaunchMaybePDL(p.PDL, grid, cuda.D1(threads), shared, stream, p.DBL, p.LDD, p.R, p.W, p.Bias, p.DT, p.Rows, p.E)
+	return f.LaunchMaybePDL(p.PDL, grid, cuda.D1(threads), shared, stream,
+		p.DBL, p.LDD, p.R, p.W, p.Bias, p.DT, p.Rows, p.E)
 }

@@ -95,7 +95,8 @@ func dtProjNear(t *testing.T, on, off *gpu.Engine, B, T int) {
 // 2.8b at B=1 (T = 128, 512 and 2048), and at B=8 the 130m and 2.8b shapes.
 // $DTWG_SHAPES replaces the list (envShapes).
 func BenchmarkDTProjWarpgroup(b *testing.B) {
-	shapes := envShapes(b, "DTWG_SHAPES", []benchShape{shape("1.4b", 1, 2048), shape("1.4b", 1, 512), shape("1.4b", 1, 128),
-		shape("2.8b", 1, 2048), shape("2.8b", 1, 128), shape("130m", 8, 2048), shape("2.8b", 8, 2048)})
+	shapes := envShapes(b, "DTWG_SHAPES", []benchShape{shape("1.4b", 1, 2048), shape("1.4b", 1, 512),
+		shape("1.4b", 1, 128), shape("2.8b", 1, 2048), shape("2.8b", 1, 128), shape("130m", 8, 2048),
+		shape("2.8b", 8, 2048)})
 	compareSettings(b, "dtprojwg", shapes, func(e *gpu.Engine, on bool) { e.DTProjWarpgroup = on })
 }
