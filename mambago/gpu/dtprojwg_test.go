@@ -91,8 +91,9 @@ func dtProjNear(t *testing.T, on, off *gpu.Engine, B, T int) {
 
 // BenchmarkDTProjWarpgroup times bf16 prefills with dt_proj on the
 // warpgroup products (Engine.DTProjWarpgroup, where dtProjWGPays) off and
-// on (compareSettings), where dt_proj runs as its own kernel: 1.4b and
-// 2.8b at B=1 (T = 128, 512 and 2048), and at B=8 the 130m and 2.8b shapes.
+// on (compareSettings), where dt_proj runs as its own kernel: at B=1 1.4b
+// (T = 128, 512 and 2048) and 2.8b (T = 128 and 2048), and at B=8 the 130m
+// and 2.8b shapes.
 // $DTWG_SHAPES replaces the list (envShapes).
 func BenchmarkDTProjWarpgroup(b *testing.B) {
 	shapes := envShapes(b, "DTWG_SHAPES", []benchShape{shape("1.4b", 1, 2048), shape("1.4b", 1, 512),
