@@ -364,8 +364,7 @@ fi
 if [[ $mode == candidates ]]; then
   echo "== bf16 prefills with each GEMM pinned to each cuBLASLt candidate, against the tuned pick (BenchmarkGemmCandidates;"
   echo "   \$CAND_SHAPES as size:T[:B], \$GEMM_CANDIDATES; above 1: the candidate is faster)"
-  timeout ${CAND_SECONDS:-500} .carry/gpu.test -test.v -test.run '^$' -test.bench GemmCandidates -test.benchtime 1x 2>&1 \
-    | tee "$OUT/candidates.log" | grep -E "candidates |FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //' || status=1
+  bench_log candidates ${CAND_SECONDS:-500} .carry/gpu.test GemmCandidates "candidates "
   exit $status
 fi
 if [[ $mode == fused ]]; then

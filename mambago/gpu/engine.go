@@ -343,7 +343,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	if err != nil {
 		return nil, err
 	}
-	sm90 := dev.Major == 9 && dev.Minor == 0 // the warpgroup GEMVs' kernels are compiled for sm_90a
+	sm90 := sm90a(dev) // the warpgroup kernels need sm_90a
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev,
 		// prefill
 		ChunkRows: 16384, PrefillPDL: dev.Major >= 9, ScanStaged: true, ScanSegments: -1, ScanHelpers: true,

@@ -151,7 +151,7 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 		}
 		return fns[name].SetMaxDynamicShared(shared)
 	}
-	hopper := dev.Major == 9 && dev.Minor == 0 // the kernels compiled for sm_90a
+	hopper := sm90a(dev)
 	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16, cuda.F16} {
 		for _, spt := range []int{2, 4} {
 			if err := allow(onePassKernel(spt, dt), onePassShared(spt, dt.Size()), true); err != nil {
@@ -198,3 +198,9 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 	}
 	return fns, mods, nil
 }
+
+// sm90a reports whether dev's kernels are compiled for sm_90a (compute
+// capability 9.0: the H100 and H200), the only target where the kernels on
+// wgmma, the copy engine's tensor maps and clusters run; elsewhere they
+// compile to a trap.
+func sm90a(dev *cuda.Device) bool { return dev != nil && dev.Major == 9 && dev.Minor == 0 }

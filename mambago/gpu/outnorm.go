@@ -109,7 +109,7 @@ func outNormKernel(dt cuda.DType) string { return "out_norm_" + dt.Suffix() }
 // and H200), D must be 8 · 96 (the 130m shape's 768), and K's rows must be
 // 16-byte aligned for the tensor map.
 func OutNormApplies(dev *cuda.Device, dt cuda.DType, D, K int) bool {
-	return dev.Major == 9 && dev.Minor == 0 && (dt == cuda.BF16 || dt == cuda.F16) &&
+	return sm90a(dev) && (dt == cuda.BF16 || dt == cuda.F16) &&
 		D == outNormCluster*outNormBN && K >= 1 && K%8 == 0 && outNormShared(OutNormBuild{}) <= dev.MaxSharedOptIn
 }
 

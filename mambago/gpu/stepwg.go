@@ -48,7 +48,7 @@ func (e *Engine) warpgroupApplies(B int) bool {
 	if e.GEMVWarpgroupOneSequence {
 		least = 1
 	}
-	return e.GEMVWarpgroup && e.dt == cuda.BF16 && e.dev != nil && e.dev.Major == 9 && e.dev.Minor == 0 &&
+	return e.GEMVWarpgroup && e.dt == cuda.BF16 && sm90a(e.dev) &&
 		B >= least && B <= decodeMaxB && c.Hidden%8 == 0 && c.Inner%8 == 0 && c.ConvKernel <= wgTaps
 }
 

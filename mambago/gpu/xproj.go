@@ -88,7 +88,7 @@ func (x XProj) ks() int { return cmp.Or(x.Slices, xprojSlices) }
 // most 96: the 130m and 370m shapes.
 func XProjApplies(dev *cuda.Device, dt cuda.DType, E, J int) bool {
 	nt := dblTiles(J)
-	return dev.Major == 9 && dev.Minor == 0 && dt != cuda.F32 && E%(xprojSlices*xprojChunks*16) == 0 && E >= 512 &&
+	return sm90a(dev) && dt != cuda.F32 && E%(xprojSlices*xprojChunks*16) == 0 && E >= 512 &&
 		nt > 0 && xprojShared(nt, E) <= dev.MaxSharedOptIn
 }
 
