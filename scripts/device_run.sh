@@ -6,6 +6,8 @@
 #   gpu:      the CUDA binding, kernel and engine tests, the Python tests,
 #             compute-sanitizer memcheck over the kernel and engine fixture
 #             tests, and racecheck over the scan kernel's test;
+#   tests:    gpu's tests alone (CUDA binding, kernels, engine, pytest),
+#             without the sanitizers;
 #   sanitize: gpu's compute-sanitizer part alone (memcheck over the kernel
 #             and engine tests, racecheck over the scan kernel's test);
 #   gpubench: the GPU stage times, then the GPU prefill benchmark against HF
@@ -976,7 +978,7 @@ if [[ $mode == onepass ]]; then
     "$OUT/onepass_stalls.log" | awk '$NF + 0 >= 0.05' | sort -k3 -g -r | head -12
   exit $status
 fi
-if [[ $mode == gpu || $mode == all ]]; then
+if [[ $mode == gpu || $mode == all || $mode == tests ]]; then
   echo "== GPU: CUDA binding, kernels and engine against references"
   for t in cuda kernels gpu; do
     .carry/$t.test -test.v 2>&1 > "$OUT/${t}_test.log"; rc=$?
