@@ -206,12 +206,116 @@ static_assert(TC_BN == 4 * 8 * TC_NT, "8 warps: 2 along rows, 4 along channels")
 // tc_swizzle is where column k of row r of a stage is stored in the row.
 __device__ __forceinline__ int tc_swizzle(int r, int k) { return (k ^ (r << 1 & 12)); }
 
+// tc_step runs a thread's products over one stage x (the block's dt_low
+// rows from 0, its channels' weight rows from wc - its warp's columns): for
+// each 8 columns, its fragments of MT m16 tiles at rows wr and TC_NT n8
+// tiles, split (PRODUCTS 3) or rounded (1) to TF32, then the products, each
+// over all tiles in turn: an accumulator's next product is then 8 mma later.
+template <int PRODUCTS, int MT>
+__device__ __forceinline__ void tc_step(float (&acc)[MT][TC_NT][4], const float (*x)[TC_BK], int wr, int wc, int g,
+                                        int q) {
+    static_assert(PRODUCTS == 3 || PRODUCTS == 1, "3xTF32 or 1xTF32");
+#pragma unroll
+    for (int kk = 0; kk < TC_BK; kk += 8) {
+        // Every fragment row is a multiple of 8 plus g, so its swizzle is
+        // g's: (g / 2 % 4) * 4.
+        unsigned ah[MT][4], al[MT][4], bh[TC_NT][2], bl[TC_NT][2];
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                float v = x[wr + m * 16 + g + (j & 1) * 8][tc_swizzle(g, kk + q + (j >> 1) * 4)];
+                if (PRODUCTS == 3)
+                    split_tf32(v, ah[m][j], al[m][j]);
+                else
+                    ah[m][j] = round_tf32(v);
+            }
+#pragma unroll
+        for (int n = 0; n < TC_NT; n++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                float v = x[wc + n * 8 + g][tc_swizzle(g, kk + q + j * 4)];
+                if (PRODUCTS == 3)
+                    split_tf32(v, bh[n][j], bl[n][j]);
+                else
+                    bh[n][j] = round_tf32(v);
+            }
+        if (PRODUCTS == 3) {
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int n = 0; n < TC_NT; n++) mma_tf32(acc[m][n], al[m], bh[n]);
+#pragma unroll
+            for (int m = 0; m < MT; m++)
+#pragma unroll
+                for (int n = 0; n < TC_NT; n++) mma_tf32(acc[m][n], ah[m], bl[n]);
+        }
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int n = 0; n < TC_NT; n++) mma_tf32(acc[m][n], ah[m], bh[n]);
+    }
+}
+
+// tc_store adds the bias to a thread's sums, runs the softplus and stores
+// them: channels c, c + 1 of rows g and g + 8 of each tile, from row r0 +
+// wr and channel c0 + wc. The bias and softplus go on every value first,
+// rows past the end included (their sums are zeros), so that the 4 MT TC_NT
+// softplus overlap; only the stores depend on the row. (With each row's
+// softplus under its row's condition, every pair paid its latency alone.)
+template <int MT>
+__device__ __forceinline__ void tc_store(float (&acc)[MT][TC_NT][4], const float *__restrict__ bias,
+                                         float *__restrict__ dt, int rows, int E, int r0, int c0, int g, int q) {
+#pragma unroll
+    for (int n = 0; n < TC_NT; n++) {
+        int c = c0 + n * 8 + 2 * q;
+        float b0 = c < E ? bias[c] : 0.f, b1 = c + 1 < E ? bias[c + 1] : 0.f;
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                acc[m][n][2 * h] = softplus_f(acc[m][n][2 * h] + b0);
+                acc[m][n][2 * h + 1] = softplus_f(acc[m][n][2 * h + 1] + b1);
+            }
+    }
+    // One 8-byte store a row and tile where E allows (a warp's store then
+    // fills eight 32-byte sectors), else one float at a time.
+#pragma unroll
+    for (int n = 0; n < TC_NT; n++) {
+        int c = c0 + n * 8 + 2 * q;
+#pragma unroll
+        for (int m = 0; m < MT; m++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int r = r0 + m * 16 + g + h * 8;
+                float v0 = acc[m][n][2 * h], v1 = acc[m][n][2 * h + 1], *o = dt + (size_t)r * E + c;
+                if (r >= rows) continue;
+                if (E % 2 == 0 && c + 1 < E) {
+                    *reinterpret_cast<float2 *>(o) = make_float2(v0, v1);
+                } else {
+                    if (c < E) o[0] = v0;
+                    if (c + 1 < E) o[1] = v1;
+                }
+            }
+    }
+}
+
+// tc_zero clears a thread's sums.
+template <int MT>
+__device__ __forceinline__ void tc_zero(float (&acc)[MT][TC_NT][4]) {
+#pragma unroll
+    for (int m = 0; m < MT; m++)
+#pragma unroll
+        for (int n = 0; n < TC_NT; n++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[m][n][j] = 0.f;
+}
+
 // dt_proj_tc sums PRODUCTS (3 or 1) TF32 products, as above, in blocks of
 // BM = 32 MT rows (MT m16 tiles a warp).
 template <int PRODUCTS, int MT>
 __device__ __forceinline__ void dt_proj_tc(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
                                            const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
-    static_assert(PRODUCTS == 3 || PRODUCTS == 1, "3xTF32 or 1xTF32");
     constexpr int BM = 32 * MT;                                       // rows per block
     constexpr int COPIES = (BM + TC_BN) * TC_BK / 4 / TC_THREADS;  // 16-byte copies a thread a stage
     static_assert(COPIES * TC_THREADS * 4 == (BM + TC_BN) * TC_BK && BM % (TC_THREADS / 4) == 0,
@@ -251,13 +355,7 @@ __device__ __forceinline__ void dt_proj_tc(const float *__restrict__ dbl, int ld
     };
 
     float acc[MT][TC_NT][4];
-#pragma unroll
-    for (int m = 0; m < MT; m++)
-#pragma unroll
-        for (int n = 0; n < TC_NT; n++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) acc[m][n][j] = 0.f;
-
+    tc_zero(acc);
     int stages = (R + TC_BK - 1) / TC_BK;
 #pragma unroll
     for (int s = 0; s < TC_STAGES - 1; s++) {
@@ -270,89 +368,58 @@ __device__ __forceinline__ void dt_proj_tc(const float *__restrict__ dbl, int ld
         cp_async_commit();
         cp_async_wait<TC_STAGES - 1>();  // stage s has landed
         __syncthreads();
-        const float(*x)[TC_BK] = st[s % TC_STAGES];
-#pragma unroll
-        for (int kk = 0; kk < TC_BK; kk += 8) {
-            // Every fragment row is a multiple of 8 plus g, so its swizzle
-            // is g's: (g / 2 % 4) * 4.
-            unsigned ah[MT][4], al[MT][4], bh[TC_NT][2], bl[TC_NT][2];
-#pragma unroll
-            for (int m = 0; m < MT; m++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    float v = x[wr + m * 16 + g + (j & 1) * 8][tc_swizzle(g, kk + q + (j >> 1) * 4)];
-                    if (PRODUCTS == 3)
-                        split_tf32(v, ah[m][j], al[m][j]);
-                    else
-                        ah[m][j] = round_tf32(v);
-                }
-#pragma unroll
-            for (int n = 0; n < TC_NT; n++)
-#pragma unroll
-                for (int j = 0; j < 2; j++) {
-                    float v = x[wc + n * 8 + g][tc_swizzle(g, kk + q + j * 4)];
-                    if (PRODUCTS == 3)
-                        split_tf32(v, bh[n][j], bl[n][j]);
-                    else
-                        bh[n][j] = round_tf32(v);
-                }
-            // The three products, each over all tiles in turn: an
-            // accumulator's next product is then 8 mma later.
-            if (PRODUCTS == 3) {
-#pragma unroll
-                for (int m = 0; m < MT; m++)
-#pragma unroll
-                    for (int n = 0; n < TC_NT; n++) mma_tf32(acc[m][n], al[m], bh[n]);
-#pragma unroll
-                for (int m = 0; m < MT; m++)
-#pragma unroll
-                    for (int n = 0; n < TC_NT; n++) mma_tf32(acc[m][n], ah[m], bl[n]);
-            }
-#pragma unroll
-            for (int m = 0; m < MT; m++)
-#pragma unroll
-                for (int n = 0; n < TC_NT; n++) mma_tf32(acc[m][n], ah[m], bh[n]);
-        }
+        tc_step<PRODUCTS>(acc, st[s % TC_STAGES], wr, wc, g, q);
         __syncthreads();  // stage s is consumed before stage s + TC_STAGES overwrites it
     }
+    tc_store(acc, bias, dt, rows, E, r0 + wr, c0 + wc - BM, g, q);
+    pdl_release();
+}
 
-    // A thread holds channels c, c + 1 of rows g and g + 8 of each tile.
-    // The bias and softplus go on every value first, rows past the end
-    // included (their sums are zeros), so that the 4 MT TC_NT softplus
-    // overlap; only the stores depend on the row. (With each row's softplus
-    // under its row's condition, every pair paid its latency alone.)
-#pragma unroll
-    for (int n = 0; n < TC_NT; n++) {
-        int c = c0 + wc - BM + n * 8 + 2 * q;
-        float b0 = c < E ? bias[c] : 0.f, b1 = c + 1 < E ? bias[c + 1] : 0.f;
-#pragma unroll
-        for (int m = 0; m < MT; m++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                acc[m][n][2 * h] = softplus_f(acc[m][n][2 * h] + b0);
-                acc[m][n][2 * h + 1] = softplus_f(acc[m][n][2 * h + 1] + b1);
+// dt_proj_tc_short is dt_proj_tc for short prompts (1.4b and 2.8b at T =
+// 128 and 512), where dt_proj_tc's blocks are few and each waits on its
+// stages one after another (8 at R = 128, two in flight): 7.6 us a 1.4b
+// layer at T = 128 (bench/results/2026-12-03-shortprompts.md), for 2 MB
+// of weights. Here a block of BM = 32 MT rows stages all of R at once, in
+// dynamic shared memory (dt_proj_short_shared(R, MT): R / TC_BK stages, as
+// dt_proj_tc lays them out), so the whole tile waits one round trip. The
+// weights are copied before pdl_wait (no kernel writes them), dt_low after
+// it. The same products in the same order as dt_proj_tc's, so the same
+// bits.
+__host__ __device__ constexpr int dt_proj_short_shared(int R, int MT) {
+    return (R + TC_BK - 1) / TC_BK * (32 * MT + TC_BN) * TC_BK * 4;
+}
+template <int PRODUCTS, int MT>
+__device__ __forceinline__ void dt_proj_tc_short(const float *__restrict__ dbl, int ldd, int R,
+                                                 const float *__restrict__ W, const float *__restrict__ bias,
+                                                 float *__restrict__ dt, int rows, int E) {
+    constexpr int BM = 32 * MT, ROWS = BM + TC_BN;  // a stage's rows: dt_low's, then the weights'
+    extern __shared__ __align__(16) float ts_smem[];
+    auto st = reinterpret_cast<float(*)[ROWS][TC_BK]>(ts_smem);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    int wr = warp / 4 * (16 * MT), wc = BM + warp % 4 * (8 * TC_NT);
+    int r0 = blockIdx.y * BM, c0 = blockIdx.x * TC_BN, stages = (R + TC_BK - 1) / TC_BK;
+    // Piece i of a stage is row i / 4's 16-byte piece i % 4; zeros past
+    // rows, E and R.
+    auto copy = [&](int first, int last, const float *base, int ld, int n0, int n) {
+        for (int s = 0; s < stages; s++)
+            for (int i = first * 4 + threadIdx.x; i < last * 4; i += TC_THREADS) {
+                int row = i / 4, k = i % 4 * 4, src = n0 + row - first;
+                bool full = src < n && s * TC_BK + k < R;
+                cp_async<16>(&st[s][row][tc_swizzle(row, k)], base + (full ? (size_t)src * ld + s * TC_BK + k : 0),
+                             full);
             }
-    }
-    // One 8-byte store a row and tile where E allows (a warp's store then
-    // fills eight 32-byte sectors), else one float at a time.
-#pragma unroll
-    for (int n = 0; n < TC_NT; n++) {
-        int c = c0 + wc - BM + n * 8 + 2 * q;
-#pragma unroll
-        for (int m = 0; m < MT; m++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                int r = r0 + wr + m * 16 + g + h * 8;
-                float v0 = acc[m][n][2 * h], v1 = acc[m][n][2 * h + 1], *o = dt + (size_t)r * E + c;
-                if (r >= rows) continue;
-                if (E % 2 == 0 && c + 1 < E) {
-                    *reinterpret_cast<float2 *>(o) = make_float2(v0, v1);
-                } else {
-                    if (c < E) o[0] = v0;
-                    if (c + 1 < E) o[1] = v1;
-                }
-            }
-    }
+    };
+    copy(BM, ROWS, W, R, c0, E);
+    pdl_wait();  // launched with PDL: dt_low comes from x_proj
+    copy(0, BM, dbl, ldd, r0, rows);
+    cp_async_commit();
+
+    float acc[MT][TC_NT][4];
+    tc_zero(acc);
+    cp_async_wait<0>();
+    __syncthreads();
+    for (int s = 0; s < stages; s++) tc_step<PRODUCTS>(acc, st[s], wr, wc, g, q);
+    tc_store(acc, bias, dt, rows, E, r0 + wr, c0 + wc - BM, g, q);
     pdl_release();
 }
 
@@ -382,6 +449,18 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
     dt_proj_tc<1, 4>(dbl, ldd, R, W, bias, dt, rows, E);
 }
 
+// The short entries: blocks of 32 rows (MT = 1: gpu's dtProjShortRows), all
+// of R staged at once. gpu.DTProj picks them for few rows (dtProjShortPays).
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
+    dt_proj_tc_short_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
+                         const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
+    dt_proj_tc_short<3, 1>(dbl, ldd, R, W, bias, dt, rows, E);
+}
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 2)
+    dt_proj_tc1_short_f32(const float *__restrict__ dbl, int ldd, int R, const float *__restrict__ W,
+                          const float *__restrict__ bias, float *__restrict__ dt, int rows, int E) {
+    dt_proj_tc_short<1, 1>(dbl, ldd, R, W, bias, dt, rows, E);
+}
 // dt_proj_wg_f32: dt_proj_tc1_f32's product (one TF32 product of the
 // operands rounded to nearest) on Hopper's warpgroup products (wgmma
 // m64n128k8 .tf32, sm_90a), for the bf16 engine's tall shapes, where

@@ -11,11 +11,12 @@ import (
 )
 
 // BenchmarkDTProj times dt_proj at the 130m, 1.4b and 2.8b shapes (T=2048,
-// 1.4b also at T=128 and 512, and 2.8b at B=8), and at a ragged one (no
+// 1.4b also at T=128, 256, 512 and 1024, 2.8b at T=128 and 512 and at B=8), and at a ragged one (no
 // dimension a multiple of its tile), for the checks: dt_proj_f32 on CUDA
 // cores, then dt_proj_tc_f32 compiled with each setting of its tile
 // constants (kernels/dtproj.cu), dt_proj_tc1_f32 (one TF32 product), the
-// tall entries (128 rows a block) and, on sm_90, dt_proj_wg_f32 (the
+// tall entries (128 rows a block), the short ones (32 rows a block, all
+// of R staged at once) and, on sm_90, dt_proj_wg_f32 (the
 // warpgroup products), each checked against dt_proj_f32's output first.
 // Then, to size the parts of dt_proj_tc_f32 and dt_proj_wg_f32, copies of
 // them with a part cut out of the source (sizingCuts, wgSizingCuts; their
@@ -32,10 +33,11 @@ func BenchmarkDTProj(b *testing.B) {
 		bound  float64 // of the error against dt_proj_f32
 		tall   bool    // a tall entry: DTProj launches it in blocks of 128 rows
 		wg     bool    // the warpgroup entry (sm_90a)
+		short  bool    // a short entry: blocks of 32 rows, all of R staged at once
 	}
 	var variants []variant
 	for _, opts := range []string{"cuda_cores", "", "tc1", "-DTC_STAGES=2", "-DTC_MINB=2", "-DTC_STAGES=2 -DTC_MINB=2",
-		"tall", "tc1 tall", "wg", "sizing:no_softplus", "sizing:no_products", "wg sizing:no_softplus",
+		"tall", "tc1 tall", "short", "tc1 short", "wg", "sizing:no_softplus", "sizing:no_products", "wg sizing:no_softplus",
 		"wg sizing:no_products"} {
 		if opts == "cuda_cores" {
 			variants = append(variants, variant{name: opts, bound: 1e-5})
@@ -68,7 +70,7 @@ func BenchmarkDTProj(b *testing.B) {
 			continue
 		}
 		entry, bound := "dt_proj_tc_f32", 1e-5
-		tall := false
+		tall, short := false, false
 		switch opts {
 		case "tc1": // operands rounded to TF32: 2^-11 each
 			entry, bound, opts = "dt_proj_tc1_f32", 2e-3, ""
@@ -76,6 +78,10 @@ func BenchmarkDTProj(b *testing.B) {
 			entry, opts, tall = "dt_proj_tc_tall_f32", "", true
 		case "tc1 tall":
 			entry, bound, opts, tall = "dt_proj_tc1_tall_f32", 2e-3, "", true
+		case "short":
+			entry, opts, short = "dt_proj_tc_short_f32", "", true
+		case "tc1 short":
+			entry, bound, opts, short = "dt_proj_tc1_short_f32", 2e-3, "", true
 		}
 		vsrc, copts := src, strings.Fields(opts)
 		cut, sizing := strings.CutPrefix(opts, "sizing:")
@@ -96,13 +102,15 @@ func BenchmarkDTProj(b *testing.B) {
 		if entry != "dt_proj_tc_f32" {
 			name = entry
 		}
-		variants = append(variants, variant{name, f, sizing, bound, tall, false})
+		variants = append(variants, variant{name, f, sizing, bound, tall, false, short})
 	}
 	for _, sh := range []struct {
 		name       string
 		rows, E, R int
-	}{{"130m", 2048, 1536, 48}, {"1.4b_T128", 128, 4096, 128}, {"1.4b_T512", 512, 4096, 128}, {"1.4b", 2048, 4096, 128}, {"2.8b", 2048, 5120, 160}, {"2.8b_B8", 8 * 2048, 5120, 160},
-		{"ragged", 1000, 4100, 136}} {
+	}{{"130m", 2048, 1536, 48}, {"1.4b_T128", 128, 4096, 128}, {"1.4b_T256", 256, 4096, 128},
+		{"1.4b_T512", 512, 4096, 128}, {"1.4b_T1024", 1024, 4096, 128}, {"1.4b", 2048, 4096, 128},
+		{"2.8b_T128", 128, 5120, 160}, {"2.8b_T512", 512, 5120, 160}, {"2.8b", 2048, 5120, 160},
+		{"2.8b_B8", 8 * 2048, 5120, 160}, {"ragged", 1000, 4100, 136}} {
 		ldd := sh.R + 32
 		bdbl, bW, bb := upload(b, s, randn(sh.rows*ldd, 1)), upload(b, s, randn(sh.E*sh.R, 0.3)), upload(b, s, randn(sh.E, 1))
 		ref, out := poisoned(b, s, sh.rows*sh.E), poisoned(b, s, sh.rows*sh.E)
@@ -126,8 +134,9 @@ func BenchmarkDTProj(b *testing.B) {
 				if v.wg {
 					p.OneTF32Product, p.Warpgroup, p.SMs = true, true, d.SMs
 				}
+				p.Short = v.short
 			}
-			if v.tall != strings.Contains(p.Kernel(), "_tall_") {
+			if v.tall != strings.Contains(p.Kernel(), "_tall_") || v.short != strings.Contains(p.Kernel(), "_short_") {
 				b.Fatalf("%s: DTProj would launch it as %s", v.name, p.Kernel())
 			}
 			launch := func() error { return p.Launch(lookup, s) }

@@ -565,7 +565,8 @@ func softplus(x float64) float64 {
 // TestDTProjKernel checks dt_proj (and the softplus after it) against float64, for tile-sized and ragged
 // shapes (odd channel counts, rows past the last full tile) and dt ranks below, at and above one stage
 // of columns, on CUDA cores and, where the device has them, on the tensor cores: 3xTF32, held to the
-// same bound as f32, and one TF32 product, held to TF32's rounding.
+// same bound as f32, and one TF32 product, held to TF32's rounding. The short entries
+// (DTProj.Short) and the warpgroup entry must also give the bits of the entry they stand in for.
 func TestDTProjKernel(t *testing.T) {
 	fn, s := gpu(t)
 	// sms = 1 picks the tall tensor-core entries wherever they make three
@@ -573,16 +574,17 @@ func TestDTProjKernel(t *testing.T) {
 	type variant struct {
 		tensorCores, oneProduct bool
 		sms                     int
-		warpgroup               bool
+		warpgroup, short        bool
 	}
 	variants := []variant{{}}
 	dev := gputest.Device(t)
 	if dev.Major >= 8 {
-		variants = append(variants, variant{true, false, 0, false}, variant{true, true, 0, false},
-			variant{true, false, 1, false}, variant{true, true, 1, false})
+		variants = append(variants, variant{true, false, 0, false, false}, variant{true, true, 0, false, false},
+			variant{true, false, 1, false, false}, variant{true, true, 1, false, false},
+			variant{true, false, 0, false, true}, variant{true, true, 0, false, true})
 	}
 	if dev.Major == 9 && dev.Minor == 0 { // dt_proj_wg_f32, on a grid of one wave and of one block a channel tile
-		variants = append(variants, variant{true, true, dev.SMs, true}, variant{true, true, 1, true})
+		variants = append(variants, variant{true, true, dev.SMs, true, false}, variant{true, true, 1, true, false})
 	}
 	for _, tc := range []struct{ rows, E, R, N int }{{37, 100, 5, 16}, {37, 101, 5, 16}, {37, 101, 8, 16}, {2048, 1536, 48, 16},
 		{300, 5120, 160, 16}, {64, 256, 16, 64}, {100, 200, 20, 16}, {130, 4096, 128, 16}} {
@@ -593,7 +595,8 @@ func TestDTProjKernel(t *testing.T) {
 		for _, v := range variants {
 			bd := poisoned(t, s, tc.rows*tc.E)
 			p := gpuengine.DTProj{DBL: bdbl.Ptr, LDD: ldd, R: tc.R, W: bW.Ptr, Bias: bb.Ptr, DT: bd.Ptr, Rows: tc.rows,
-				E: tc.E, TensorCores: v.tensorCores, OneTF32Product: v.oneProduct, SMs: v.sms, Warpgroup: v.warpgroup}
+				E: tc.E, TensorCores: v.tensorCores, OneTF32Product: v.oneProduct, SMs: v.sms, Warpgroup: v.warpgroup,
+				Short: v.short}
 			if err := p.Launch(fn, s); err != nil {
 				t.Fatal(err)
 			}
@@ -608,9 +611,12 @@ func TestDTProjKernel(t *testing.T) {
 			} else {
 				t.Logf("%s: rel err %.3g", name, e)
 			}
-			if p.Kernel() == "dt_proj_wg_f32" { // the same rounded operands as dt_proj_tc1_f32: its bits?
+			if k := p.Kernel(); k == "dt_proj_wg_f32" || strings.Contains(k, "_short_") {
+				// The same rounded operands as dt_proj_tc1_f32 (dt_proj_tc_f32 for
+				// the short entry of three products): its bits? The short entries
+				// run the same products in the same order, so they must.
 				q, bq := p, poisoned(t, s, tc.rows*tc.E)
-				q.Warpgroup, q.DT = false, bq.Ptr
+				q.Warpgroup, q.Short, q.SMs, q.DT = false, false, 0, bq.Ptr
 				if err := q.Launch(fn, s); err != nil {
 					t.Fatal(err)
 				}
@@ -621,6 +627,9 @@ func TestDTProjKernel(t *testing.T) {
 					}
 				}
 				t.Logf("%s: %d of %d values with %s's bits", name, same, len(got), q.Kernel())
+				if v.short && same != len(got) {
+					t.Errorf("%s: %d of %d values differ from %s's", name, len(got)-same, len(got), q.Kernel())
+				}
 			}
 		}
 	}

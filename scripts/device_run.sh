@@ -61,6 +61,12 @@
 #             one-product entries (and the warpgroup entry's sizing cuts),
 #             ncu's stall samples of it, and prefills off and on
 #             (BenchmarkDTProjWarpgroup; $DTWG_SHAPES);
+#   dtshort:  dt_proj's short entries (DTProj.Short: all of R staged at
+#             once, blocks of 32 rows): the kernel test (float64, and the
+#             bits of the entry they stand in for) with memcheck, the
+#             engine's TestDTProjShortMatches with memcheck, BenchmarkDTProj's
+#             one-product entries, then bf16 prefills off and on
+#             (BenchmarkDTProjShort; $DTSHORT_SHAPES);
 #   candidates: bf16 prefills with each layer GEMM pinned to each of
 #             cuBLASLt's candidates in turn, against the tuning's pick
 #             (BenchmarkGemmCandidates; $CAND_SHAPES, $GEMM_CANDIDATES);
@@ -361,6 +367,20 @@ if [[ $mode == dtprojwg ]]; then
   source_stalls dtprojwg dt_proj_wg 1 .carry/kernels.test 'DTProj/1.4b/dt_proj_wg_f32$'
   echo "== bf16 prefills, DTProjWarpgroup off and on (BenchmarkDTProjWarpgroup; \$DTWG_SHAPES)"
   bench_log dtprojwg_prefills 400 .carry/gpu.test DTProjWarpgroup "dtprojwg "
+  exit $status
+fi
+if [[ $mode == dtshort ]]; then
+  echo "== dt_proj's short entries (kernels/dtproj.cu): against float64 and the bits they stand in for, memcheck, the engine on and off"
+  SHOW="rel err" run_tests dtshort_kernels 200 .carry/kernels.test -test.v -test.run 'DTProjKernel'
+  grep -E "_short_|differ" "$OUT/dtshort_kernels.log" | sed 's/^ *gpu_test.go:[0-9]*: //' | head -40
+  memcheck memcheck_dtshort 200 .carry/kernels.test 'DTProjKernel'
+  SHOW="rel err" run_tests dtshort_engine 300 .carry/gpu.test -test.v -test.run 'DTProjShortMatches'
+  memcheck memcheck_dtshort_engine 200 .carry/gpu.test 'DTProjShortMatches/onepass4_B3_T100'
+  echo "== BenchmarkDTProj: the one-product entries, µs a launch"
+  timeout 200 .carry/kernels.test -test.run '^$' -test.bench 'DTProj/.*/(dt_proj_tc1|dt_proj_wg_f32$)' -test.benchtime 20x 2>&1 \
+    | tee "$OUT/dtshort_bench.log" | grep -E " us|FAIL|rel err"
+  echo "== bf16 prefills, DTProjShort off and on (BenchmarkDTProjShort; \$DTSHORT_SHAPES)"
+  bench_log dtshort_prefills 300 .carry/gpu.test 'DTProjShort$' "dtprojshort "
   exit $status
 fi
 if [[ $mode == candidates ]]; then

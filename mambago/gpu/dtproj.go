@@ -28,6 +28,13 @@ type DTProj struct {
 	// dtProjWGMaxR and the 16-byte reads allow it: the bf16 engine on
 	// sm_90 devices (the kernel needs sm_90a).
 	Warpgroup bool
+	// Short, with TensorCores, runs the short entries where R is at most
+	// dtProjShortMaxR and the 16-byte reads allow it
+	// (dt_proj_tc_short_f32, dt_proj_tc1_short_f32): blocks of
+	// dtProjShortRows rows that stage all of R at once, for prompts too
+	// short to give every SM blocks of the other entries. The same bits.
+	// It takes precedence over Warpgroup and the tall entries.
+	Short bool
 	// PDL launches with programmatic dependent launch (Engine.PrefillPDL).
 	PDL bool
 }
@@ -50,6 +57,24 @@ const (
 	dtProjWGGroups   = 2
 	dtProjWGMaxR     = 160
 )
+
+// The short entries' tiles (TC_SHORT_MT in kernels/dtproj.cu): rows a
+// block, and the largest R, whose stages (R/16 of 10 KB) leave room for two
+// blocks an SM.
+const (
+	dtProjShortRows = 32
+	dtProjShortMaxR = 160
+)
+
+// dtProjShortShared is dt_proj_short_shared(R, 1) in kernels/dtproj.cu:
+// every stage of R, each the block's dt_low rows and its channels' weight
+// rows by 16 columns of f32.
+func dtProjShortShared(R int) int { return (R + 15) / 16 * (dtProjShortRows + dtProjChannels) * 16 * 4 }
+
+// dtProjShortPays reports whether dt_proj over rows positions of rank R is
+// faster on the short entries than on the others: up to 512 rows, from R =
+// 128 (the shapes whose dt_proj is its own kernel at B=1).
+func dtProjShortPays(R, rows int) bool { return R >= 128 && rows <= 512 }
 
 // dtProjWGPays reports whether dt_proj over rows positions of rank R is
 // faster on the warpgroup entry than on dt_proj_tc1's: from R = 128 (1.4b)
@@ -77,7 +102,8 @@ func (p DTProj) tall() bool {
 // dt_proj_tc_f32 with TensorCores (dt_proj_tc1_f32 with OneTF32Product
 // too, and _tall_ in the name where tall blocks apply; dt_proj_wg_f32 in
 // their place with Warpgroup as well, up to R = dtProjWGMaxR), else
-// dt_proj_f32. Otherwise dt_proj_narrow_f32.
+// dt_proj_f32. With Short, the short entries take the place of the tensor
+// cores' others up to R = dtProjShortMaxR. Otherwise dt_proj_narrow_f32.
 func (p DTProj) Kernel() string {
 	k, _ := p.entry()
 	return k
@@ -90,6 +116,11 @@ func (p DTProj) entry() (kernel string, rows int) {
 		return "dt_proj_narrow_f32", dtProjRows
 	case !p.TensorCores:
 		return "dt_proj_f32", dtProjRows
+	case p.Short && p.R <= dtProjShortMaxR:
+		if p.OneTF32Product {
+			return "dt_proj_tc1_short_f32", dtProjShortRows
+		}
+		return "dt_proj_tc_short_f32", dtProjShortRows
 	case p.Warpgroup && p.OneTF32Product && p.R <= dtProjWGMaxR:
 		return "dt_proj_wg_f32", 64
 	}
@@ -117,6 +148,11 @@ func (p DTProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) erro
 			grid.Y = max(1, min(grid.Y, p.SMs/grid.X))
 		}
 		shared, threads = dtProjWGShared(p.R), 128*dtProjWGGroups
+	}
+	if rows == dtProjShortRows {
+		shared = dtProjShortShared(p.R)
+	}
+	if shared > 0 {
 		if err := f.SetMaxDynamicShared(shared); err != nil {
 			return err
 		}

@@ -38,7 +38,33 @@ func TestDTProjWarpgroupMatches(t *testing.T) {
 				on, off := newEngine(t, w, cuda.BF16), newEngine(t, w, cuda.BF16)
 				on.DTProjWarpgroup, off.DTProjWarpgroup = true, false
 				on.ScanOnePass, off.ScanOnePass = onePass, onePass
-				dtProjNear(t, on, off, sz.B, sz.T)
+				dtProjNear(t, on, off, sz.B, sz.T, false)
+			})
+		}
+	}
+}
+
+// TestDTProjShortMatches runs bf16 prefills with dt_proj on the short
+// entries (Engine.DTProjShort) against the same engine without them, as
+// TestDTProjWarpgroupMatches does, but bit for bit: the short entries run
+// the same products in the same order. The model is 1.4b-wide (R = 128),
+// one layer, at the short prompts where the engine takes them.
+func TestDTProjShortMatches(t *testing.T) {
+	gputest.Need(t)
+	if d := gputest.Device(t); d.Major < 8 {
+		t.Skipf("dt_proj's tensor-core entries need sm_80 or newer (this device is sm_%d%d)", d.Major, d.Minor)
+	}
+	w := fixture.RandomWeights(fixture.Shape(2048, 1, 100), rand.Uint64())
+	for _, onePass := range []int{4, -1} {
+		for _, sz := range []struct{ B, T int }{{1, 128}, {1, 512}, {3, 100}} {
+			if !gpu.DTProjShortPays(w.Config.DTRank, sz.B*sz.T) {
+				t.Fatalf("B=%d T=%d, R=%d: the engine would not take the short entry", sz.B, sz.T, w.Config.DTRank)
+			}
+			t.Run(fmt.Sprintf("onepass%d B%d_T%d", onePass, sz.B, sz.T), func(t *testing.T) {
+				on, off := newEngine(t, w, cuda.BF16), newEngine(t, w, cuda.BF16)
+				on.DTProjShort, off.DTProjShort = true, false
+				on.ScanOnePass, off.ScanOnePass = onePass, onePass
+				dtProjNear(t, on, off, sz.B, sz.T, true)
 			})
 		}
 	}
@@ -46,8 +72,8 @@ func TestDTProjWarpgroupMatches(t *testing.T) {
 
 // dtProjNear runs prefills of random ids on on and off, eagerly and as
 // replays of on's graph, and holds every output and state to 1e-5 of the
-// norm of off's.
-func dtProjNear(t *testing.T, on, off *gpu.Engine, B, T int) {
+// norm of off's; with exact, to off's bits.
+func dtProjNear(t *testing.T, on, off *gpu.Engine, B, T int, exact bool) {
 	t.Helper()
 	c := on.Config()
 	in := engine.Input{B: B, T: T, IDs: randomIDs(B*T, c.Vocab)}
@@ -67,6 +93,9 @@ func dtProjNear(t *testing.T, on, off *gpu.Engine, B, T int) {
 		e := math.Sqrt(diff / norm)
 		if !(e <= 1e-5) {
 			t.Errorf("%s: rel err %.3g (bar 1e-5)", what, e)
+		}
+		if exact && same != len(got) {
+			t.Errorf("%s: %d of %d values differ in their bits", what, len(got)-same, len(got))
 		}
 		t.Logf("%s: rel err %.3g, %d of %d values with the same bits", what, e, same, len(got))
 	}
@@ -100,4 +129,15 @@ func BenchmarkDTProjWarpgroup(b *testing.B) {
 		shape("1.4b", 1, 128), shape("2.8b", 1, 2048), shape("2.8b", 1, 128), shape("130m", 8, 2048),
 		shape("2.8b", 8, 2048)})
 	compareSettings(b, "dtprojwg", shapes, func(e *gpu.Engine, on bool) { e.DTProjWarpgroup = on })
+}
+
+// BenchmarkDTProjShort times bf16 prefills with dt_proj on the short
+// entries (Engine.DTProjShort, where dtProjShortPays) off and on
+// (compareSettings): 1.4b and 2.8b at B=1, T = 128, 256 and 512, and 1.4b
+// at B=2 T=128. $DTSHORT_SHAPES replaces the list (envShapes).
+func BenchmarkDTProjShort(b *testing.B) {
+	shapes := envShapes(b, "DTSHORT_SHAPES", []benchShape{shape("1.4b", 1, 128), shape("1.4b", 1, 256),
+		shape("1.4b", 1, 512), shape("1.4b", 2, 128), shape("2.8b", 1, 128), shape("2.8b", 1, 256),
+		shape("2.8b", 1, 512)})
+	compareSettings(b, "dtprojshort", shapes, func(e *gpu.Engine, on bool) { e.DTProjShort = on })
 }

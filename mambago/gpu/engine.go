@@ -116,6 +116,12 @@ type Engine struct {
 	// (dtProjWGPays: 1.4b and 2.8b at 2048 rows or more). The same bits as
 	// dt_proj_tc1_f32's. New turns it on for sm_90.
 	DTProjWarpgroup bool
+	// DTProjShort runs dt_proj's tensor-core product on the short entries
+	// (DTProj.Short: all of R staged at once, blocks of 32 rows) where
+	// dtProjShortPays: prompts too short to give every SM blocks of the
+	// other entries. The same bits as dt_proj_tc1_f32's (dt_proj_tc_f32's
+	// with three products).
+	DTProjShort bool
 	// PrefillPDL launches the prefill's own kernels of each layer (RMSNorm,
 	// conv, dt_proj and the one-pass scan) with programmatic dependent
 	// launch: each may be launched, and run what reads only weights and the

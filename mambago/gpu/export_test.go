@@ -30,3 +30,7 @@ func (e *Engine) WGOutParts() int { return e.wgOutParts() }
 // DTProjWGPays is dtProjWGPays, for the tests that need the warpgroup
 // dt_proj to run.
 var DTProjWGPays = dtProjWGPays
+
+// DTProjShortPays is dtProjShortPays, for the tests that need the short
+// dt_proj entries to run.
+var DTProjShortPays = dtProjShortPays
