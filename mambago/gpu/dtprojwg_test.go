@@ -28,20 +28,8 @@ func TestDTProjWarpgroupMatches(t *testing.T) {
 	if d := gputest.Device(t); d.Major != 9 || d.Minor != 0 {
 		t.Skipf("dt_proj_wg_f32 needs an sm_90 device (this one is sm_%d%d)", d.Major, d.Minor)
 	}
-	w := fixture.RandomWeights(fixture.Shape(2048, 1, 100), rand.Uint64())
-	for _, onePass := range []int{4, -1} {
-		for _, sz := range []struct{ B, T int }{{1, 2048}, {3, 700}} {
-			if !gpu.DTProjWGPays(w.Config.DTRank, sz.B*sz.T) {
-				t.Fatalf("B=%d T=%d, R=%d: the engine would not take the warpgroup entry", sz.B, sz.T, w.Config.DTRank)
-			}
-			t.Run(fmt.Sprintf("onepass%d B%d_T%d", onePass, sz.B, sz.T), func(t *testing.T) {
-				on, off := newEngine(t, w, cuda.BF16), newEngine(t, w, cuda.BF16)
-				on.DTProjWarpgroup, off.DTProjWarpgroup = true, false
-				on.ScanOnePass, off.ScanOnePass = onePass, onePass
-				dtProjNear(t, on, off, sz.B, sz.T, false)
-			})
-		}
-	}
+	dtProjSettingMatches(t, []int{1, 2048, 3, 700}, gpu.DTProjWGPays, func(e *gpu.Engine, on bool) { e.DTProjWarpgroup = on },
+		false)
 }
 
 // TestDTProjShortMatches runs bf16 prefills with dt_proj on the short
@@ -54,17 +42,30 @@ func TestDTProjShortMatches(t *testing.T) {
 	if d := gputest.Device(t); d.Major < 8 {
 		t.Skipf("dt_proj's tensor-core entries need sm_80 or newer (this device is sm_%d%d)", d.Major, d.Minor)
 	}
+	dtProjSettingMatches(t, []int{1, 128, 1, 512, 3, 100}, gpu.DTProjShortPays,
+		func(e *gpu.Engine, on bool) { e.DTProjShort = on }, true)
+}
+
+// dtProjSettingMatches runs dtProjNear with a dt_proj setting on against
+// off, on a one-layer 1.4b-wide model (R = 128), at each (B, T) of sizes
+// (pairs; pays must hold for each, or the setting would not run), with
+// the one-pass scan at 4 states a thread and with the chunked scan.
+func dtProjSettingMatches(t *testing.T, sizes []int, pays func(R, rows int) bool, set func(e *gpu.Engine, on bool),
+	exact bool) {
+	t.Helper()
 	w := fixture.RandomWeights(fixture.Shape(2048, 1, 100), rand.Uint64())
 	for _, onePass := range []int{4, -1} {
-		for _, sz := range []struct{ B, T int }{{1, 128}, {1, 512}, {3, 100}} {
-			if !gpu.DTProjShortPays(w.Config.DTRank, sz.B*sz.T) {
-				t.Fatalf("B=%d T=%d, R=%d: the engine would not take the short entry", sz.B, sz.T, w.Config.DTRank)
+		for i := 0; i+1 < len(sizes); i += 2 {
+			B, T := sizes[i], sizes[i+1]
+			if !pays(w.Config.DTRank, B*T) {
+				t.Fatalf("B=%d T=%d, R=%d: the engine would not take the setting's entry", B, T, w.Config.DTRank)
 			}
-			t.Run(fmt.Sprintf("onepass%d B%d_T%d", onePass, sz.B, sz.T), func(t *testing.T) {
+			t.Run(fmt.Sprintf("onepass%d B%d_T%d", onePass, B, T), func(t *testing.T) {
 				on, off := newEngine(t, w, cuda.BF16), newEngine(t, w, cuda.BF16)
-				on.DTProjShort, off.DTProjShort = true, false
+				set(on, true)
+				set(off, false)
 				on.ScanOnePass, off.ScanOnePass = onePass, onePass
-				dtProjNear(t, on, off, sz.B, sz.T, true)
+				dtProjNear(t, on, off, B, T, exact)
 			})
 		}
 	}
