@@ -65,7 +65,7 @@
 #             once, blocks of 32 rows): the kernel test (float64, and the
 #             bits of the entry they stand in for) with memcheck, the
 #             engine's TestDTProjShortMatches with memcheck, BenchmarkDTProj's
-#             one-product entries, then bf16 prefills off and on
+#             tensor-core entries, then bf16 prefills off and on
 #             (BenchmarkDTProjShort; $DTSHORT_SHAPES);
 #   candidates: bf16 prefills with each layer GEMM pinned to each of
 #             cuBLASLt's candidates in turn, against the tuning's pick
@@ -376,8 +376,8 @@ if [[ $mode == dtshort ]]; then
   memcheck memcheck_dtshort 200 .carry/kernels.test 'DTProjKernel'
   SHOW="rel err" run_tests dtshort_engine 300 .carry/gpu.test -test.v -test.run 'DTProjShortMatches'
   memcheck memcheck_dtshort_engine 200 .carry/gpu.test 'DTProjShortMatches/onepass4_B3_T100'
-  echo "== BenchmarkDTProj: the one-product entries, µs a launch"
-  timeout 200 .carry/kernels.test -test.run '^$' -test.bench 'DTProj/.*/(dt_proj_tc1|dt_proj_wg_f32$)' -test.benchtime 20x 2>&1 \
+  echo "== BenchmarkDTProj: the tensor-core entries (#00 is dt_proj_tc_f32), µs a launch"
+  timeout 240 .carry/kernels.test -test.run '^$' -test.bench 'DTProj/.*/(dt_proj_tc|dt_proj_wg_f32$|#)' -test.benchtime 20x 2>&1 \
     | tee "$OUT/dtshort_bench.log" | grep -E " us|FAIL|rel err"
   echo "== bf16 prefills, DTProjShort off and on (BenchmarkDTProjShort; \$DTSHORT_SHAPES)"
   bench_log dtshort_prefills 300 .carry/gpu.test 'DTProjShort$' "dtprojshort "
