@@ -375,7 +375,7 @@ if [[ $mode == dtshort ]]; then
   grep -E "_short_|differ" "$OUT/dtshort_kernels.log" | sed 's/^ *gpu_test.go:[0-9]*: //' | head -40
   memcheck memcheck_dtshort 200 .carry/kernels.test 'DTProjKernel'
   SHOW="rel err" run_tests dtshort_engine 300 .carry/gpu.test -test.v -test.run 'DTProjShortMatches'
-  memcheck memcheck_dtshort_engine 200 .carry/gpu.test 'DTProjShortMatches/onepass4_B3_T100'
+  memcheck memcheck_dtshort_engine 200 .carry/gpu.test 'DTProjShortMatches/onepass4_B3_T70'
   echo "== BenchmarkDTProj: the tensor-core entries (#00 is dt_proj_tc_f32), µs a launch"
   timeout 240 .carry/kernels.test -test.run '^$' -test.bench 'DTProj/.*/(dt_proj_tc|dt_proj_wg_f32$|#)' -test.benchtime 20x 2>&1 \
     | tee "$OUT/dtshort_bench.log" | grep -E " us|FAIL|rel err"

@@ -71,10 +71,19 @@ const (
 // rows by 16 columns of f32.
 func dtProjShortShared(R int) int { return (R + 15) / 16 * (dtProjShortRows + dtProjChannels) * 16 * 4 }
 
-// dtProjShortPays reports whether dt_proj over rows positions of rank R is
-// faster on the short entries than on the others: up to 512 rows, from R =
-// 128 (the shapes whose dt_proj is its own kernel at B=1).
-func dtProjShortPays(R, rows int) bool { return R >= 128 && rows <= 512 }
+// dtProjShortPays reports whether dt_proj over rows positions of rank R
+// and E channels is faster on the short entries than on the others, on a
+// device of sms SMs: from R = 128 (where dt_proj is its own kernel at B=1),
+// above 128 rows, and where the short blocks (two an SM) run in one wave.
+// On the H200 (bf16 prefills, BenchmarkDTProjShort,
+// bench/results/2026-12-03-dtshort.md): 1.4b at 192 rows 1.031x, 256 rows
+// 1.068-1.083x (B=1 T=256 and B=2 T=128); outside the rule 1.4b T=128
+// 0.985-0.992x, T=384 1.007x, T=512 0.981x, and 2.8b T=128 0.985x, T=256
+// 1.004-1.006x (two waves), T=512 0.946x.
+func dtProjShortPays(R, rows, E, sms int) bool {
+	blocks := (E + dtProjChannels - 1) / dtProjChannels * ((rows + dtProjShortRows - 1) / dtProjShortRows)
+	return R >= 128 && rows > 128 && blocks <= 2*sms
+}
 
 // dtProjWGPays reports whether dt_proj over rows positions of rank R is
 // faster on the warpgroup entry than on dt_proj_tc1's: from R = 128 (1.4b)

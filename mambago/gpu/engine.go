@@ -119,8 +119,9 @@ type Engine struct {
 	// DTProjShort runs dt_proj's tensor-core product on the short entries
 	// (DTProj.Short: all of R staged at once, blocks of 32 rows) where
 	// dtProjShortPays: prompts too short to give every SM blocks of the
-	// other entries. The same bits as dt_proj_tc1_f32's (dt_proj_tc_f32's
-	// with three products).
+	// other entries (1.4b at 192-256 rows). The same bits as
+	// dt_proj_tc1_f32's (dt_proj_tc_f32's with three products). New turns
+	// it on for bf16, where it was measured: 1.4b B=1 T=256 1.07-1.08x.
 	DTProjShort bool
 	// PrefillPDL launches the prefill's own kernels of each layer (RMSNorm,
 	// conv, dt_proj and the one-pass scan) with programmatic dependent
@@ -354,6 +355,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 		// prefill
 		ChunkRows: 16384, PrefillPDL: dev.Major >= 9, ScanStaged: true, ScanSegments: -1, ScanHelpers: true,
 		ScanDTProj: true, DTProjTensorCores: dev.Major >= 8, DTProjOneTF32Product: dt == cuda.BF16, DTProjWarpgroup: sm90,
+		DTProjShort:   dt == cuda.BF16,
 		MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, EmbedNorm: true, AutoXProj: true,
 		InPlaceReplays: true,
 		// decode

@@ -463,7 +463,7 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr, pad p
 			wg := e.DTProjWarpgroup && sm90a(e.dev) && dtProjWGPays(R, rows)
 			err := DTProj{DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R, W: g.dtProj, Bias: g.dtBias, DT: ws.delta.Ptr,
 				Rows: rows, E: E, TensorCores: e.DTProjTensorCores, OneTF32Product: e.DTProjOneTF32Product,
-				Warpgroup: wg, Short: e.DTProjShort && dtProjShortPays(R, rows), SMs: e.dev.SMs,
+				Warpgroup: wg, Short: e.DTProjShort && dtProjShortPays(R, rows, E, e.dev.SMs), SMs: e.dev.SMs,
 				PDL: e.PrefillPDL}.Launch(e.function, e.stream)
 			if err != nil {
 				return err
