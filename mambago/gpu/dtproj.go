@@ -1,6 +1,10 @@
 package gpu
 
-import "github.com/mambago/mambago/mambago/cuda"
+import (
+	"strings"
+
+	"github.com/mambago/mambago/mambago/cuda"
+)
 
 // DTProj is one layer's time step over rows positions: dt_proj on dt_low,
 // the first R columns of x_proj's output, then the bias and softplus
@@ -58,9 +62,9 @@ const (
 	dtProjWGMaxR     = 160
 )
 
-// The short entries' tiles (TC_SHORT_MT in kernels/dtproj.cu): rows a
-// block, and the largest R, whose stages (R/16 of 10 KB) leave room for two
-// blocks an SM.
+// The short entries' tiles (MT = 1 in kernels/dtproj.cu's short entries):
+// rows a block, and the largest R, whose stages (R/16 of 10 KB) leave room
+// for two blocks on an H200's SM.
 const (
 	dtProjShortRows = 32
 	dtProjShortMaxR = 160
@@ -73,16 +77,17 @@ func dtProjShortShared(R int) int { return (R + 15) / 16 * (dtProjShortRows + dt
 
 // dtProjShortPays reports whether dt_proj over rows positions of rank R
 // and E channels is faster on the short entries than on the others, on a
-// device of sms SMs: from R = 128 (where dt_proj is its own kernel at B=1),
-// above 128 rows, and where the short blocks (two an SM) run in one wave.
-// On the H200 (bf16 prefills, BenchmarkDTProjShort,
+// device of sms SMs whose blocks may opt in to sharedOptIn bytes of shared
+// memory: from R = 128 (where dt_proj is its own kernel at B=1), above 128
+// rows, and where two short blocks fit an SM and the grid runs in one wave
+// of them. On the H200 (bf16 prefills, BenchmarkDTProjShort,
 // bench/results/2026-12-03-dtshort.md): 1.4b at 192 rows 1.031x, 256 rows
 // 1.068-1.083x (B=1 T=256 and B=2 T=128); outside the rule 1.4b T=128
 // 0.985-0.992x, T=384 1.007x, T=512 0.981x, and 2.8b T=128 0.985x, T=256
 // 1.004-1.006x (two waves), T=512 0.946x.
-func dtProjShortPays(R, rows, E, sms int) bool {
+func dtProjShortPays(R, rows, E, sms, sharedOptIn int) bool {
 	blocks := (E + dtProjChannels - 1) / dtProjChannels * ((rows + dtProjShortRows - 1) / dtProjShortRows)
-	return R >= 128 && rows > 128 && blocks <= 2*sms
+	return R >= 128 && R <= dtProjShortMaxR && rows > 128 && 2*dtProjShortShared(R) <= sharedOptIn && blocks <= 2*sms
 }
 
 // dtProjWGPays reports whether dt_proj over rows positions of rank R is
@@ -158,7 +163,7 @@ func (p DTProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) erro
 		}
 		shared, threads = dtProjWGShared(p.R), 128*dtProjWGGroups
 	}
-	if rows == dtProjShortRows {
+	if strings.Contains(k, "_short_") {
 		shared = dtProjShortShared(p.R)
 	}
 	if shared > 0 {

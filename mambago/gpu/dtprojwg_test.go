@@ -42,8 +42,8 @@ func TestDTProjShortMatches(t *testing.T) {
 	if d := gputest.Device(t); d.Major < 8 {
 		t.Skipf("dt_proj's tensor-core entries need sm_80 or newer (this device is sm_%d%d)", d.Major, d.Minor)
 	}
-	sms := gputest.Device(t).SMs
-	pays := func(R, rows int) bool { return gpu.DTProjShortPays(R, rows, 4096, sms) }
+	d := gputest.Device(t)
+	pays := func(R, rows int) bool { return gpu.DTProjShortPays(R, rows, 4096, d.SMs, d.MaxSharedOptIn) }
 	dtProjSettingMatches(t, []int{1, 256, 2, 128, 3, 70}, pays, func(e *gpu.Engine, on bool) { e.DTProjShort = on },
 		true)
 }
@@ -136,12 +136,13 @@ func BenchmarkDTProjWarpgroup(b *testing.B) {
 
 // BenchmarkDTProjShort times bf16 prefills with dt_proj on the short
 // entries (Engine.DTProjShort, where dtProjShortPays) off and on
-// (compareSettings): 1.4b and 2.8b at B=1, T = 128, 256 and 512, and 1.4b
-// at B=2 T=128 (only where dtProjShortPays do the two differ). $DTSHORT_SHAPES
+// (compareSettings): 1.4b and 2.8b at B=1, T = 128, 256 and 512, 2.8b at
+// T=192, and 1.4b at B=2 T=128 (only where dtProjShortPays do the two
+// differ). $DTSHORT_SHAPES
 // replaces the list (envShapes).
 func BenchmarkDTProjShort(b *testing.B) {
 	shapes := envShapes(b, "DTSHORT_SHAPES", []benchShape{shape("1.4b", 1, 128), shape("1.4b", 1, 256),
-		shape("1.4b", 1, 512), shape("1.4b", 2, 128), shape("2.8b", 1, 128), shape("2.8b", 1, 256),
-		shape("2.8b", 1, 512)})
+		shape("1.4b", 1, 512), shape("1.4b", 2, 128), shape("2.8b", 1, 128), shape("2.8b", 1, 192),
+		shape("2.8b", 1, 256), shape("2.8b", 1, 512)})
 	compareSettings(b, "dtprojshort", shapes, func(e *gpu.Engine, on bool) { e.DTProjShort = on })
 }

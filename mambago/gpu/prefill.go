@@ -461,10 +461,10 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr, pad p
 				return nil // the scan computes it
 			}
 			wg := e.DTProjWarpgroup && sm90a(e.dev) && dtProjWGPays(R, rows)
+			short := e.DTProjShort && dtProjShortPays(R, rows, E, e.dev.SMs, e.dev.MaxSharedOptIn)
 			err := DTProj{DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R, W: g.dtProj, Bias: g.dtBias, DT: ws.delta.Ptr,
 				Rows: rows, E: E, TensorCores: e.DTProjTensorCores, OneTF32Product: e.DTProjOneTF32Product,
-				Warpgroup: wg, Short: e.DTProjShort && dtProjShortPays(R, rows, E, e.dev.SMs), SMs: e.dev.SMs,
-				PDL: e.PrefillPDL}.Launch(e.function, e.stream)
+				Warpgroup: wg, Short: short, SMs: e.dev.SMs, PDL: e.PrefillPDL}.Launch(e.function, e.stream)
 			if err != nil {
 				return err
 			}
