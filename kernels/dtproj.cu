@@ -206,6 +206,18 @@ static_assert(TC_BN == 4 * 8 * TC_NT, "8 warps: 2 along rows, 4 along channels")
 // tc_swizzle is where column k of row r of a stage is stored in the row.
 __device__ __forceinline__ int tc_swizzle(int r, int k) { return (k ^ (r << 1 & 12)); }
 
+// dt_store_pair stores v0 and v1 at o, channels c and c + 1 of a row of dt
+// (E channels): one 8-byte store where E allows (a warp's store then fills
+// eight 32-byte sectors), else one float at a time, inside E.
+__device__ __forceinline__ void dt_store_pair(float *o, int c, int E, float v0, float v1) {
+    if (E % 2 == 0 && c + 1 < E) {
+        *reinterpret_cast<float2 *>(o) = make_float2(v0, v1);
+    } else {
+        if (c < E) o[0] = v0;
+        if (c + 1 < E) o[1] = v1;
+    }
+}
+
 // tc_step runs a thread's products over one stage x (the block's dt_low
 // rows from 0, its channels' weight rows from wc - its warp's columns): for
 // each 8 columns, its fragments of MT m16 tiles at rows wr and TC_NT n8
@@ -278,8 +290,6 @@ __device__ __forceinline__ void tc_store(float (&acc)[MT][TC_NT][4], const float
                 acc[m][n][2 * h + 1] = softplus_f(acc[m][n][2 * h + 1] + b1);
             }
     }
-    // One 8-byte store a row and tile where E allows (a warp's store then
-    // fills eight 32-byte sectors), else one float at a time.
 #pragma unroll
     for (int n = 0; n < TC_NT; n++) {
         int c = c0 + n * 8 + 2 * q;
@@ -290,12 +300,7 @@ __device__ __forceinline__ void tc_store(float (&acc)[MT][TC_NT][4], const float
                 int r = r0 + m * 16 + g + h * 8;
                 float v0 = acc[m][n][2 * h], v1 = acc[m][n][2 * h + 1], *o = dt + (size_t)r * E + c;
                 if (r >= rows) continue;
-                if (E % 2 == 0 && c + 1 < E) {
-                    *reinterpret_cast<float2 *>(o) = make_float2(v0, v1);
-                } else {
-                    if (c < E) o[0] = v0;
-                    if (c + 1 < E) o[1] = v1;
-                }
+                dt_store_pair(o, c, E, v0, v1);
             }
     }
 }
@@ -375,11 +380,11 @@ __device__ __forceinline__ void dt_proj_tc(const float *__restrict__ dbl, int ld
     pdl_release();
 }
 
-// dt_proj_tc_short is dt_proj_tc for short prompts (1.4b and 2.8b at T =
-// 128 and 512), where dt_proj_tc's blocks are few and each waits on its
-// stages one after another (8 at R = 128, two in flight): 7.6 us a 1.4b
-// layer at T = 128 (bench/results/2026-12-03-shortprompts.md), for 2 MB
-// of weights. Here a block of BM = 32 MT rows stages all of R at once, in
+// dt_proj_tc_short is dt_proj_tc for short prompts (gpu's dtProjShortPays:
+// 1.4b at 129-256 rows), where dt_proj_tc's blocks are few and each waits
+// on its stages one after another (8 at R = 128, two in flight): 7.6 us a
+// 1.4b layer at T = 128 (bench/results/2026-12-03-shortprompts.md), for 2
+// MB of weights. Here a block of BM = 32 MT rows stages all of R at once, in
 // dynamic shared memory (dt_proj_short_shared(R, MT): R / TC_BK stages, as
 // dt_proj_tc lays them out), so the whole tile waits one round trip. The
 // weights are copied before pdl_wait (no kernel writes them), dt_low after
@@ -607,14 +612,7 @@ extern "C" __global__ void __launch_bounds__(128 * DW_WGS, 1)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 const int r = tile * 64 + lr + 8 * h;
-                if (r >= rows) continue;
-                float *o = dt + (size_t)r * E + c;
-                if (E % 2 == 0 && c + 1 < E) {
-                    *reinterpret_cast<float2 *>(o) = make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
-                } else {
-                    if (c < E) o[0] = d[4 * j + 2 * h];
-                    if (c + 1 < E) o[1] = d[4 * j + 2 * h + 1];
-                }
+                if (r < rows) dt_store_pair(dt + (size_t)r * E + c, c, E, d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
             }
         }
     }

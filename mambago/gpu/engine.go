@@ -119,7 +119,7 @@ type Engine struct {
 	// DTProjShort runs dt_proj's tensor-core product on the short entries
 	// (DTProj.Short: all of R staged at once, blocks of 32 rows) where
 	// dtProjShortPays: prompts too short to give every SM blocks of the
-	// other entries (1.4b at 192-256 rows). The same bits as
+	// other entries (1.4b at 129-256 rows). The same bits as
 	// dt_proj_tc1_f32's (dt_proj_tc_f32's with three products). New turns
 	// it on for bf16, where it was measured: 1.4b B=1 T=256 1.07-1.08x.
 	DTProjShort bool
