@@ -10,13 +10,13 @@ import (
 	gpuengine "github.com/mambago/mambago/mambago/gpu"
 )
 
-// BenchmarkDTProj times dt_proj at the 130m, 1.4b and 2.8b shapes (T=2048,
-// 1.4b also at T=128, 256, 512 and 1024, 2.8b at T=128 and 512 and at B=8), and at a ragged one (no
-// dimension a multiple of its tile), for the checks: dt_proj_f32 on CUDA
-// cores, then dt_proj_tc_f32 compiled with each setting of its tile
-// constants (kernels/dtproj.cu), dt_proj_tc1_f32 (one TF32 product), the
-// tall entries (128 rows a block), the short ones (32 rows a block, all
-// of R staged at once) and, on sm_90, dt_proj_wg_f32 (the
+// BenchmarkDTProj times dt_proj at the 130m, 1.4b and 2.8b shapes (T=2048;
+// 1.4b also at T=128, 256, 512 and 1024, 2.8b at T=128 and 512 and at B=8),
+// and at a ragged one (no dimension a multiple of its tile), for the
+// checks: dt_proj_f32 on CUDA cores, then dt_proj_tc_f32 compiled with each
+// setting of its tile constants (kernels/dtproj.cu), dt_proj_tc1_f32 (one
+// TF32 product), the tall entries (128 rows a block), the short ones (32
+// rows a block, all of R staged at once) and, on sm_90, dt_proj_wg_f32 (the
 // warpgroup products), each checked against dt_proj_f32's output first.
 // Then, to size the parts of dt_proj_tc_f32 and dt_proj_wg_f32, copies of
 // them with a part cut out of the source (sizingCuts, wgSizingCuts; their
