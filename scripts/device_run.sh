@@ -69,6 +69,10 @@
 #             engine's TestDTProjShortMatches with memcheck, BenchmarkDTProj's
 #             tensor-core entries, then bf16 prefills off and on
 #             (BenchmarkDTProjShort; $DTSHORT_SHAPES);
+#   dtrules:  bf16 prefills off and on where dt_proj's rules were not timed:
+#             the short entries at $DTSHORT_SHAPES (BenchmarkDTProjShort),
+#             the warpgroup entry from $DTWG_MIN_ROWS rows at $DTWG_SHAPES
+#             (BenchmarkDTProjWarpgroup);
 #   candidates: bf16 prefills with each layer GEMM pinned to each of
 #             cuBLASLt's candidates in turn, against the tuning's pick
 #             (BenchmarkGemmCandidates; $CAND_SHAPES, $GEMM_CANDIDATES);
@@ -343,7 +347,7 @@ run_tests() {
 # memcheck LOG SECONDS BINARY TESTS is its memcheck.
 sanitizer() {
   local tool=$1 log=$2 secs=$3 bin=$4 tests=$5 rc=0
-  timeout "$secs" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" -test.run "$tests" > "$OUT/$log.log" 2>&1 \
+  timeout "$secs" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" -test.v -test.run "$tests" > "$OUT/$log.log" 2>&1 \
     || rc=$?
   [[ $rc == 0 ]] || status=1
   # exit 124: past its time limit, with no summary
@@ -386,6 +390,13 @@ if [[ $mode == dtshort ]]; then
   echo "== bf16 prefills, DTProjShort off and on (BenchmarkDTProjShort; \$DTSHORT_SHAPES)"
   bench_log dtshort_prefills 300 .carry/gpu.test 'DTProjShort$' "dtprojshort "
   exit $status
+fi
+if [[ $mode == dtrules ]]; then
+  echo "== dt_proj's rules where they were not timed: the short entries at \$DTSHORT_SHAPES (default 2.8b T=160 and 192)"
+  DTSHORT_SHAPES=${DTSHORT_SHAPES:-2.8b:160,2.8b:192,1.4b:160} bench_log dtrules_short 240 .carry/gpu.test 'DTProjShort$' "dtprojshort "
+  echo "== the warpgroup dt_proj from \$DTWG_MIN_ROWS rows (default 512) at \$DTWG_SHAPES"
+  DTWG_MIN_ROWS=${DTWG_MIN_ROWS:-512} DTWG_SHAPES=${DTWG_SHAPES:-1.4b:512,1.4b:1024,1.4b:1536,1.4b:512:2,2.8b:512,2.8b:1024} \
+    bench_log dtrules_wg 300 .carry/gpu.test 'DTProjWarpgroup$' "dtprojwg "
 fi
 if [[ $mode == candidates ]]; then
   echo "== bf16 prefills with each GEMM pinned to each cuBLASLt candidate, against the tuned pick (BenchmarkGemmCandidates;"
@@ -1013,15 +1024,24 @@ if [[ $mode == gpu || $mode == all || $mode == tests ]]; then
   python3 -m pytest -q tests 2>&1 | tee "$OUT/pytest.log" | tail -3
 fi
 if [[ $mode == gpu || $mode == all || $mode == sanitize ]]; then
-  echo "== compute-sanitizer memcheck"
+  echo "== compute-sanitizer memcheck (parts: ${SANITIZE_PARTS:=kernels prefill decode race})"
   # The engine's prefill and decode tests in separate calls of the
   # sanitizer, each within its limit (one call over both ran past 300 s on
-  # 2026-12-04).
-  memcheck memcheck_kernels 400 .carry/kernels.test 'RMS|Embed|ConvAndScan|DTProj|GEMV'
-  memcheck memcheck_gpu_prefill 400 .carry/gpu.test \
-    'TestConformance/fixtures|MixedPrecisionFixtures|PrefillGraphCache|GraphReplaysAcrossBuffers|InPlace|DeviceEntry|ScanVariants|ScanChunk|DTProj'
-  memcheck memcheck_gpu_decode 400 .carry/gpu.test 'Decode'
-  sanitizer racecheck racecheck_kernels 300 .carry/kernels.test ConvAndScan
+  # 2026-12-04); $SANITIZE_PARTS picks some, for a device call each. The
+  # logs name each test as it runs (-test.v), so a run past its limit says
+  # where it was.
+  for part in $SANITIZE_PARTS; do
+    case $part in
+      kernels) memcheck memcheck_kernels 400 .carry/kernels.test 'RMS|Embed|ConvAndScan|DTProj|GEMV' ;;
+      prefill) memcheck memcheck_gpu_prefill 400 .carry/gpu.test \
+        'TestConformance/fixtures|MixedPrecisionFixtures|PrefillGraphCache|GraphReplaysAcrossBuffers|InPlace|DeviceEntry|ScanVariants|ScanChunk|DTProj' ;;
+      decode) memcheck memcheck_gpu_decode 550 .carry/gpu.test 'Decode' ;;
+      decode_a) memcheck memcheck_gpu_decode_a 400 .carry/gpu.test 'DecodeMatchesPrefill|DecodePDL|DecodeOneSequence|DecodeScanBatch' ;;
+      decode_b) memcheck memcheck_gpu_decode_b 550 .carry/gpu.test 'DecodeTensorCores|DecodeWarpgroup' ;;
+      race) sanitizer racecheck racecheck_kernels 300 .carry/kernels.test ConvAndScan ;;
+      *) echo "SANITIZE_PARTS: no part $part (kernels, prefill, decode, decode_a, decode_b, race)"; status=1 ;;
+    esac
+  done
 fi
 if [[ $mode == gpubench || $mode == all ]]; then
   echo "== GPU stage times (130m shape, B=1, T=2048; Go benchmark; GPU_STAGES=0 skips)"

@@ -97,7 +97,12 @@ func dtProjShortPays(R, rows, E, sms, sharedOptIn int) bool {
 // and 32.42, 2.8b 48.96 and 47.65, 2.8b B=8 298.0 and 258.1; but 1.4b
 // T=512 16.58 and 16.80, T=128 12.90 and 14.05, 130m (R = 48) 15.65 and
 // 19.90.
-func dtProjWGPays(R, rows int) bool { return R >= 128 && rows >= 2048 }
+func dtProjWGPays(R, rows int) bool { return R >= 128 && rows >= dtProjWGMinRows }
+
+// dtProjWGMinRows is dtProjWGPays's least row count: a variable so that
+// BenchmarkDTProjWarpgroup can time the entry below it
+// (SetDTProjWGMinRows in export_test.go).
+var dtProjWGMinRows = 2048
 
 // dtProjWGShared is dt_proj_wg_shared(R) in kernels/dtproj.cu: the block's
 // weights and each warpgroup's tile of dt_low, in slabs of 32 columns, and

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"strconv"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -126,8 +128,16 @@ func dtProjNear(t *testing.T, on, off *gpu.Engine, B, T int, exact bool) {
 // on (compareSettings), where dt_proj runs as its own kernel: at B=1 1.4b
 // (T = 128, 512 and 2048) and 2.8b (T = 128 and 2048), and at B=8 the 130m
 // and 2.8b shapes.
-// $DTWG_SHAPES replaces the list (envShapes).
+// $DTWG_SHAPES replaces the list (envShapes); $DTWG_MIN_ROWS moves the
+// rule's least row count, so that shorter prompts take the entry too.
 func BenchmarkDTProjWarpgroup(b *testing.B) {
+	if s := os.Getenv("DTWG_MIN_ROWS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			b.Fatalf("DTWG_MIN_ROWS: %q is not a positive row count", s)
+		}
+		defer gpu.SetDTProjWGMinRows(n)()
+	}
 	shapes := envShapes(b, "DTWG_SHAPES", []benchShape{shape("1.4b", 1, 2048), shape("1.4b", 1, 512),
 		shape("1.4b", 1, 128), shape("2.8b", 1, 2048), shape("2.8b", 1, 128), shape("130m", 8, 2048),
 		shape("2.8b", 8, 2048)})

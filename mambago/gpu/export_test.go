@@ -34,3 +34,12 @@ var DTProjWGPays = dtProjWGPays
 // DTProjShortPays is dtProjShortPays, for the tests that need the short
 // dt_proj entries to run.
 var DTProjShortPays = dtProjShortPays
+
+// SetDTProjWGMinRows moves dtProjWGPays's least row count to n and returns
+// a function that puts it back, for benchmarks that time the warpgroup
+// dt_proj below the rule.
+func SetDTProjWGMinRows(n int) (restore func()) {
+	old := dtProjWGMinRows
+	dtProjWGMinRows = n
+	return func() { dtProjWGMinRows = old }
+}
