@@ -90,19 +90,46 @@ func dtProjShortPays(R, rows, E, sms, sharedOptIn int) bool {
 	return R >= 128 && R <= dtProjShortMaxR && rows > 128 && 2*dtProjShortShared(R) <= sharedOptIn && blocks <= 2*sms
 }
 
-// dtProjWGPays reports whether dt_proj over rows positions of rank R is
-// faster on the warpgroup entry than on dt_proj_tc1's: from R = 128 (1.4b)
-// and 2048 rows. On the H200 (BenchmarkDTProj, 2026-12-03, µs a launch,
-// dt_proj_tc1's faster entry against dt_proj_wg_f32's): 1.4b T=2048 36.61
-// and 32.42, 2.8b 48.96 and 47.65, 2.8b B=8 298.0 and 258.1; but 1.4b
-// T=512 16.58 and 16.80, T=128 12.90 and 14.05, 130m (R = 48) 15.65 and
-// 19.90.
-func dtProjWGPays(R, rows int) bool { return R >= 128 && rows >= dtProjWGMinRows }
+// dtProjWGPays reports whether dt_proj over rows positions of rank R and
+// E channels is faster on the warpgroup entry than on dt_proj_tc1's, on a
+// device of sms SMs: from R = 128 and 512 rows, where the entry's one wave
+// of blocks walks its row groups in rounds at least 85% full
+// (dtProjWGGrid). On the H200 (bf16 prefills, BenchmarkDTProjWarpgroup,
+// bench/results/2026-12-04-dtrules.md): 1.4b T=512 1.035x, T=1024 1.013x,
+// T=1536 1.022x, B=2 T=512 1.012x, 2.8b T=1024 1.012x, T=2048 and up
+// 1.012-1.015x; but 2.8b T=512 0.994x, where 4 row groups fall to 3 blocks
+// a channel tile (two rounds, 67% full). Below 512 rows the short entries
+// or tc1 take it (BenchmarkDTProj alone: 1.4b T=128 12.90 µs on tc1
+// against 14.05 here).
+func dtProjWGPays(R, rows, E, sms int) bool {
+	if R < 128 || rows < 512 {
+		return false
+	}
+	_, perTile, groups := dtProjWGGrid(rows, E, sms)
+	rounds := (groups + perTile - 1) / perTile
+	return 20*groups >= 17*rounds*perTile
+}
 
-// dtProjWGMinRows is dtProjWGPays's least row count: a variable so that
-// BenchmarkDTProjWarpgroup can time the entry below it
-// (SetDTProjWGMinRows in export_test.go).
-var dtProjWGMinRows = 2048
+// dtProjWGGrid is the warpgroup entry's grid over rows positions and E
+// channels on sms SMs (none: no cap): a block a channel tile (x of them) and
+// group of row tiles, perTile blocks a channel tile in one wave, each
+// walking every perTile-th of the groups (a tile a warpgroup), so that its
+// weights stay in shared memory over them.
+func dtProjWGGrid(rows, E, sms int) (x, perTile, groups int) {
+	x = (E + dtProjWGChannels - 1) / dtProjWGChannels
+	groups = (rows + 64*dtProjWGGroups - 1) / (64 * dtProjWGGroups)
+	perTile = groups
+	if sms > 0 {
+		perTile = max(1, min(groups, sms/x))
+	}
+	return x, perTile, groups
+}
+
+// dtProjWGTakes is the rule the engine asks before it runs the warpgroup
+// entry (dtProjWGPays): a variable so that BenchmarkDTProjWarpgroup can time
+// the entry where the rule leaves it out (SetDTProjWGFrom in
+// export_test.go).
+var dtProjWGTakes = dtProjWGPays
 
 // dtProjWGShared is dt_proj_wg_shared(R) in kernels/dtproj.cu: the block's
 // weights and each warpgroup's tile of dt_low, in slabs of 32 columns, and
@@ -159,13 +186,8 @@ func (p DTProj) Launch(fn func(string) *cuda.Function, stream *cuda.Stream) erro
 	f, shared, threads := fn(k), 0, dtProjThreads
 	grid := cuda.Dim3{X: (p.E + dtProjChannels - 1) / dtProjChannels, Y: (p.Rows + rows - 1) / rows, Z: 1}
 	if k == "dt_proj_wg_f32" {
-		// A block a channel tile and group of row tiles, one wave: each
-		// block's weights stay in its shared memory over its row tiles.
-		grid.X = (p.E + dtProjWGChannels - 1) / dtProjWGChannels
-		grid.Y = (grid.Y + dtProjWGGroups - 1) / dtProjWGGroups // every warpgroup one tile
-		if p.SMs > 0 {
-			grid.Y = max(1, min(grid.Y, p.SMs/grid.X))
-		}
+		x, perTile, _ := dtProjWGGrid(p.Rows, p.E, p.SMs)
+		grid.X, grid.Y = x, perTile
 		shared, threads = dtProjWGShared(p.R), 128*dtProjWGGroups
 	}
 	if strings.Contains(k, "_short_") {

@@ -63,3 +63,27 @@ func TestDTProjShortPays(t *testing.T) {
 		}
 	}
 }
+
+// TestDTProjWGPays pins where the engine takes the warpgroup dt_proj on the
+// H200's 132 SMs: from R = 128 and 512 rows where the rounds of row groups
+// are at least 85% full. 1.4b's 32 channel tiles take 4 blocks each, 2.8b's
+// 40 take 3: 768 rows (6 groups) fill 75% at 1.4b and all of 2.8b's, 512
+// rows (4 groups) all of 1.4b's and 67% of 2.8b's. With no SM count the
+// grid is not capped, so every round is full.
+func TestDTProjWGPays(t *testing.T) {
+	const sms = 132
+	for _, c := range []struct {
+		R, rows, E, sms int
+		want            bool
+	}{
+		{48, 4096, 1536, sms, false}, {128, 511, 4096, sms, false}, {128, 512, 4096, sms, true},
+		{128, 640, 4096, sms, false}, {128, 768, 4096, sms, false}, {128, 1024, 4096, sms, true},
+		{128, 1536, 4096, sms, true}, {128, 2048, 4096, sms, true}, {128, 2100, 4096, sms, true},
+		{160, 512, 5120, sms, false}, {160, 768, 5120, sms, true}, {160, 1024, 5120, sms, true},
+		{160, 16384, 5120, sms, true}, {128, 640, 4096, 0, true},
+	} {
+		if got := dtProjWGPays(c.R, c.rows, c.E, c.sms); got != c.want {
+			t.Errorf("dtProjWGPays(R %d, rows %d, E %d, SMs %d) = %v, want %v", c.R, c.rows, c.E, c.sms, got, c.want)
+		}
+	}
+}

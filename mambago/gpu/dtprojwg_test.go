@@ -22,15 +22,19 @@ import (
 // every layer's state within 1e-5 of the norm (the operands are the same
 // rounded TF32 values; only the tensor cores' order of sums may differ).
 // It logs how many values keep their bits. The model is 1.4b-wide (R =
-// 128, where the engine takes the warpgroup entry from 2048 rows), one
-// layer; the one-pass scan with 4 states a thread and the chunked scan
-// (dt_proj its own kernel in both).
+// 128), one layer; the one-pass scan with 4 states a thread and the chunked
+// scan (dt_proj its own kernel in both). The engine takes the entry at every
+// size here, whatever dtProjWGPays says of this device (SetDTProjWGFrom):
+// 512 rows (one round of row groups), 2048 and 2100 (rounds, the last one
+// part full).
 func TestDTProjWarpgroupMatches(t *testing.T) {
 	gputest.Need(t)
 	if d := gputest.Device(t); d.Major != 9 || d.Minor != 0 {
 		t.Skipf("dt_proj_wg_f32 needs an sm_90 device (this one is sm_%d%d)", d.Major, d.Minor)
 	}
-	dtProjSettingMatches(t, []int{1, 2048, 3, 700}, gpu.DTProjWGPays, func(e *gpu.Engine, on bool) { e.DTProjWarpgroup = on },
+	defer gpu.SetDTProjWGFrom(512)()
+	takes := func(R, rows int) bool { return R >= 128 && rows >= 512 }
+	dtProjSettingMatches(t, []int{1, 512, 1, 2048, 3, 700}, takes, func(e *gpu.Engine, on bool) { e.DTProjWarpgroup = on },
 		false)
 }
 
@@ -128,15 +132,16 @@ func dtProjNear(t *testing.T, on, off *gpu.Engine, B, T int, exact bool) {
 // on (compareSettings), where dt_proj runs as its own kernel: at B=1 1.4b
 // (T = 128, 512 and 2048) and 2.8b (T = 128 and 2048), and at B=8 the 130m
 // and 2.8b shapes.
-// $DTWG_SHAPES replaces the list (envShapes); $DTWG_MIN_ROWS moves the
-// rule's least row count, so that shorter prompts take the entry too.
+// $DTWG_SHAPES replaces the list (envShapes); with $DTWG_MIN_ROWS the
+// engine takes the entry from that many rows, wherever dtProjWGPays would
+// leave it out (SetDTProjWGFrom).
 func BenchmarkDTProjWarpgroup(b *testing.B) {
 	if s := os.Getenv("DTWG_MIN_ROWS"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n <= 0 {
 			b.Fatalf("DTWG_MIN_ROWS: %q is not a positive row count", s)
 		}
-		defer gpu.SetDTProjWGMinRows(n)()
+		defer gpu.SetDTProjWGFrom(n)()
 	}
 	shapes := envShapes(b, "DTWG_SHAPES", []benchShape{shape("1.4b", 1, 2048), shape("1.4b", 1, 512),
 		shape("1.4b", 1, 128), shape("2.8b", 1, 2048), shape("2.8b", 1, 128), shape("130m", 8, 2048),

@@ -35,11 +35,12 @@ var DTProjWGPays = dtProjWGPays
 // dt_proj entries to run.
 var DTProjShortPays = dtProjShortPays
 
-// SetDTProjWGMinRows moves dtProjWGPays's least row count to n and returns
-// a function that puts it back, for benchmarks that time the warpgroup
-// dt_proj below the rule.
-func SetDTProjWGMinRows(n int) (restore func()) {
-	old := dtProjWGMinRows
-	dtProjWGMinRows = n
-	return func() { dtProjWGMinRows = old }
+// SetDTProjWGFrom makes the engine take the warpgroup dt_proj wherever
+// R >= 128 and there are minRows rows or more, whatever dtProjWGPays says,
+// and returns a function that puts the rule back: for benchmarks that time
+// the entry where the rule leaves it out.
+func SetDTProjWGFrom(minRows int) (restore func()) {
+	old := dtProjWGTakes
+	dtProjWGTakes = func(R, rows, _, _ int) bool { return R >= 128 && rows >= minRows }
+	return func() { dtProjWGTakes = old }
 }

@@ -460,7 +460,7 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr, pad p
 			if fusedDT {
 				return nil // the scan computes it
 			}
-			wg := e.DTProjWarpgroup && sm90a(e.dev) && dtProjWGPays(R, rows)
+			wg := e.DTProjWarpgroup && sm90a(e.dev) && dtProjWGTakes(R, rows, E, e.dev.SMs)
 			short := e.DTProjShort && dtProjShortPays(R, rows, E, e.dev.SMs, e.dev.MaxSharedOptIn)
 			err := DTProj{DBL: ws.dbl.Ptr, LDD: R + 2*N, R: R, W: g.dtProj, Bias: g.dtBias, DT: ws.delta.Ptr,
 				Rows: rows, E: E, TensorCores: e.DTProjTensorCores, OneTF32Product: e.DTProjOneTF32Product,
