@@ -114,8 +114,8 @@ type Engine struct {
 	// DTProjWarpgroup runs that one product on Hopper's warpgroup products
 	// (DTProj.Warpgroup: dt_proj_wg_f32) on sm_90 devices, where it pays
 	// (dtProjWGPays: 1.4b and 2.8b from 512 rows, where its rounds of row
-	// groups are nearly full). Within f32 rounding of dt_proj_tc1_f32's
-	// outputs. New turns it on for sm_90.
+	// groups are nearly full). The same bits as dt_proj_tc1_f32's at every
+	// size TestDTProjWarpgroupMatches runs. New turns it on for sm_90.
 	DTProjWarpgroup bool
 	// DTProjShort runs dt_proj's tensor-core product on the short entries
 	// (DTProj.Short: all of R staged at once, blocks of 32 rows) where
