@@ -81,8 +81,9 @@ func dtProjShortShared(R int) int { return (R + 15) / 16 * (dtProjShortRows + dt
 // memory: from R = 128 (where dt_proj is its own kernel at B=1), above 128
 // rows, and where two short blocks fit an SM and the grid runs in one wave
 // of them. On the H200 (bf16 prefills, BenchmarkDTProjShort,
-// bench/results/2026-12-03-dtshort.md): 1.4b at 192 rows 1.031x, 256 rows
-// 1.068-1.083x (B=1 T=256 and B=2 T=128); outside the rule 1.4b T=128
+// bench/results/2026-12-03-dtshort.md, 2026-12-04-dtrules.md): 1.4b at
+// 160 rows 1.027x, 192 rows 1.031x, 256 rows 1.068-1.083x (B=1 T=256 and
+// B=2 T=128), 2.8b at 160 and 192 rows 1.028x; outside the rule 1.4b T=128
 // 0.985-0.992x, T=384 1.007x, T=512 0.981x, and 2.8b T=128 0.985x, T=256
 // 1.004-1.006x (two waves), T=512 0.946x.
 func dtProjShortPays(R, rows, E, sms, sharedOptIn int) bool {
