@@ -29,6 +29,12 @@
 // step_in_wg_bf16 runs step.cu's step_in epilogue (the conv step).
 // gpu.Engine.GEMVWarpgroup picks them.
 //
+// The ring itself (wg_ring) takes any width of x that one wgmma does: it
+// also runs gemm_skinny, a prefill GEMM of a prompt of up to 128 rows as
+// the products' columns, for in_proj and out_proj of short prompts on the
+// large shapes, where the weights set the time (not yet on the engine's
+// path; BenchmarkGemmSkinny times it against cuBLASLt).
+//
 // wgmma and the tensor maps need sm_90a: on any other target the GEMV
 // compiles to a trap, so that every source builds for every architecture.
 
@@ -39,13 +45,21 @@
 #endif
 #define GW_THREADS 160
 #define GW_W_BYTES (GW_ROWS * GW_BK * 2)
-#define GW_X_BYTES (24 * GW_BK * 2)
-#define GW_STAGE_BYTES (GW_W_BYTES + 4096)  // the parts' 3 KB padded, so that every stage starts 1024-aligned
 
-// gemv_wg_shared is gemv_wg_bf16's dynamic shared memory: the ring, 1024
-// bytes to align it (the 128-byte swizzle repeats every 1024), and the
-// barriers.
-__host__ __device__ constexpr int gemv_wg_shared() { return GW_STAGES * GW_STAGE_BYTES + 1024 + 2 * GW_STAGES * 8; }
+// gw_x_bytes is a stage's box of the x operand, cols rows by 64 of K in
+// bf16; gw_stage_bytes a stage, W's box and room for x's of at least 4 KB
+// (the parts' 3 KB padded), so that every stage starts 1024-aligned.
+__host__ __device__ constexpr int gw_x_bytes(int cols) { return cols * GW_BK * 2; }
+__host__ __device__ constexpr int gw_stage_bytes(int cols) {
+    return GW_W_BYTES + (gw_x_bytes(cols) > 4096 ? gw_x_bytes(cols) : 4096);
+}
+
+// gemv_wg_shared is the dynamic shared memory of a ring whose x boxes have
+// cols rows (24: gemv_wg_bf16's parts): the ring, 1024 bytes to align it
+// (the 128-byte swizzle repeats every 1024), and the barriers.
+__host__ __device__ constexpr int gemv_wg_shared(int cols = 24) {
+    return GW_STAGES * gw_stage_bytes(cols) + 1024 + 2 * GW_STAGES * 8;
+}
 
 // x_parts_bf16 writes parts [24][K] bf16 (store_parts: row 8 p + b is part p
 // of sequence b) from x [B, K] f32 (row stride ldx), zeros for B <= b < 8;
@@ -89,37 +103,49 @@ __device__ __forceinline__ void wg_mma24(float (&d)[12], unsigned long long da, 
 __device__ __forceinline__ int gw_row(int h) { return 16 * (threadIdx.x / 32) + threadIdx.x % 32 / 4 + (h >= 2 ? 8 : 0); }
 __device__ __forceinline__ int gw_seq(int h) { return 2 * (threadIdx.x % 4) + h % 2; }
 
-// gemv_wg runs the ring for the block's 64 rows n0 = 64 blockIdx.x: the
-// producer thread copies the first GW_STAGES stages' weights before it
-// waits for the previous kernel (pdl_wait; weights are read-only), then
-// their parts, then the rest. The consumers call pre() (which loads what
-// the body reads: the weights' part before its pdl_wait, the activations'
-// after), run the products, and end with body(h, n, b, v) for each of
-// their four results h of row n < rows and sequence b < B: v = sum_k W[n,
-// k] x[b, k], as (hi + mid) + lo.
+// wg_mma_cols runs D (+)= A · Bᵀ for a 64 x COLS x 16 step of a warpgroup
+// (wg_mma24 for the decode GEMV's parts, hopper.cuh's wg_mma for the rest).
+template <int COLS>
+__device__ __forceinline__ void wg_mma_cols(float (&d)[COLS / 2], unsigned long long da, unsigned long long db,
+                                            int scale) {
+    if constexpr (COLS == 24)
+        wg_mma24(d, da, db, scale);
+    else
+        wg_mma(bf16{}, d, da, db, scale);
+}
+
+// wg_ring runs the ring for the block's 64 rows n0 = 64 blockIdx.x of W
+// against COLS rows of x (both K-major bf16, 64 x 64 and COLS x 64 boxes
+// through wmap and xmap): the producer thread copies the first GW_STAGES
+// stages' weights before it waits for the previous kernel (pdl_wait;
+// weights are read-only), then their x boxes, then the rest. The
+// consumers call pre() (which loads what the body reads: the weights'
+// part before its pdl_wait, the activations' after) and leave d with
+// sum_k W[n, k] x[c, k] over the block's steps of K, in wgmma's D
+// fragment: d[4 i + h] at row gw_row(h) and column 8 i + 2 (lane % 4) +
+// h % 2.
 //
 // Split along k (gridDim.y = parts > 1), block (x, p) takes only steps
-// [S p / parts, S (p + 1) / parts) of the S = ceil(K / 64); each stores
-// its sums in scratch [gridDim.x][parts][4][128] f32 and counts in at
-// count[blockIdx.x] (zero between launches), and the last of a tile's
-// blocks to count in sums the parts in order 0 .. parts - 1 (the same bits
-// whichever is last), resets the counter and runs the body alone.
+// [S p / parts, S (p + 1) / parts) of the S = ceil(K / 64) (wg_split adds
+// the parts).
 //
-// It returns whether this thread ran the body: false in the producer's
-// warp and in the blocks of a split tile other than the last.
-template <class Pre, class Body>
-__device__ __forceinline__ bool gemv_wg(const tensor_map *wmap, const tensor_map *xmap, int B, int K, int rows,
-                                        float *scratch, unsigned *count, Pre pre, Body body) {
+// It traps where the block is not GW_THREADS or where the caller says its
+// arguments cannot run (bad), and returns false in the producer's warp,
+// whose d is not set.
+template <int COLS, class Pre>
+__device__ __forceinline__ bool wg_ring(const tensor_map *wmap, const tensor_map *xmap, int K, float (&d)[COLS / 2],
+                                        bool bad, Pre pre) {
+    constexpr int stage_bytes = gw_stage_bytes(COLS);
     extern __shared__ __align__(1024) unsigned char gw_smem[];
     const unsigned base = (shared_addr(gw_smem) + 1023) & ~1023u;
-    const unsigned bars = base + GW_STAGES * GW_STAGE_BYTES;  // full[s] at bars + 8 s, empty[s] after them
+    const unsigned bars = base + GW_STAGES * stage_bytes;  // full[s] at bars + 8 s, empty[s] after them
     auto full = [&](int s) { return bars + 8 * s; };
     auto empty = [&](int s) { return bars + 8 * (GW_STAGES + s); };
-    auto sW = [&](int s) { return base + s * GW_STAGE_BYTES; };
-    auto sX = [&](int s) { return base + s * GW_STAGE_BYTES + GW_W_BYTES; };
+    auto sW = [&](int s) { return base + s * stage_bytes; };
+    auto sX = [&](int s) { return base + s * stage_bytes + GW_W_BYTES; };
     const int all = (K + GW_BK - 1) / GW_BK, parts = gridDim.y, p = blockIdx.y, n0 = blockIdx.x * GW_ROWS;
     const int kbeg = all * p / parts, steps = all * (p + 1) / parts - kbeg;  // in steps of GW_BK
-    if (B > 8 || blockDim.x != GW_THREADS) __trap();
+    if (bad || blockDim.x != GW_THREADS) __trap();
     pdl_release();
     if (threadIdx.x == 0) {
         for (int s = 0; s < GW_STAGES; s++) mbar_init(full(s), 1), mbar_init(empty(s), 1);
@@ -130,7 +156,7 @@ __device__ __forceinline__ bool gemv_wg(const tensor_map *wmap, const tensor_map
         if (threadIdx.x == 128) {
             const int first = min(steps, GW_STAGES);
             for (int k = 0; k < first; k++) {
-                mbar_expect_tx(full(k), GW_W_BYTES + GW_X_BYTES);
+                mbar_expect_tx(full(k), GW_W_BYTES + gw_x_bytes(COLS));
                 tma_load(sW(k), wmap, full(k), (kbeg + k) * GW_BK, n0);
             }
             pdl_wait();
@@ -138,7 +164,7 @@ __device__ __forceinline__ bool gemv_wg(const tensor_map *wmap, const tensor_map
             for (int k = first; k < steps; k++) {
                 const int s = k % GW_STAGES;
                 mbar_wait(empty(s), (k / GW_STAGES - 1) & 1);
-                mbar_expect_tx(full(s), GW_W_BYTES + GW_X_BYTES);
+                mbar_expect_tx(full(s), GW_W_BYTES + gw_x_bytes(COLS));
                 tma_load(sW(s), wmap, full(s), (kbeg + k) * GW_BK, n0);
                 tma_load(sX(s), xmap, full(s), (kbeg + k) * GW_BK, 0);
             }
@@ -146,9 +172,8 @@ __device__ __forceinline__ bool gemv_wg(const tensor_map *wmap, const tensor_map
         return false;
     }
     pre();
-    float d[12];
 #pragma unroll
-    for (int i = 0; i < 12; i++) d[i] = 0.f;
+    for (int i = 0; i < COLS / 2; i++) d[i] = 0.f;
     const bool lead = threadIdx.x == 0;
     for (int k = 0; k < steps; k++) {
         const int s = k % GW_STAGES;
@@ -156,35 +181,65 @@ __device__ __forceinline__ bool gemv_wg(const tensor_map *wmap, const tensor_map
         wg_fence();
 #pragma unroll
         for (int j = 0; j < GW_BK / 16; j++)  // 16 elements of K (32 bytes) a product, inside the swizzled row
-            wg_mma24(d, wg_desc(sW(s) + 32 * j), wg_desc(sX(s) + 32 * j), k > 0 || j > 0);
+            wg_mma_cols<COLS>(d, wg_desc(sW(s) + 32 * j), wg_desc(sX(s) + 32 * j), k > 0 || j > 0);
         wg_commit();
         wg_wait1();  // the step before's products are done: its stage goes back
         if (k > 0 && lead) mbar_arrive(empty((k - 1) % GW_STAGES));
     }
     wg_wait0();
+    return true;
+}
+
+// wg_split adds a tile's parts split along k (gridDim.y = parts > 1): each
+// block stores its consumer thread's V sums v in scratch [gridDim.x][parts]
+// [V][128] f32 and counts in at count[blockIdx.x] (zero between launches),
+// and the last of a tile's blocks to count in sums the parts in order 0 ..
+// parts - 1 into v (the same bits whichever is last) and resets the
+// counter. It returns whether this block is that last one (true where
+// parts is 1). The 128 consumer threads only.
+template <int V>
+__device__ __forceinline__ bool wg_split(float (&v)[V], float *scratch, unsigned *count) {
+    const int parts = gridDim.y, p = blockIdx.y;
+    if (parts < 2) return true;
+    __shared__ unsigned last;
+    const int t = threadIdx.x;
+    float *mine = scratch + ((size_t)blockIdx.x * parts + p) * (128 * V);
+#pragma unroll
+    for (int h = 0; h < V; h++) mine[128 * h + t] = v[h];
+    __threadfence();  // the part before the count
+    bar_sync_named(1, 128);
+    if (t == 0) last = atomicAdd(count + blockIdx.x, 1u) == (unsigned)parts - 1;
+    bar_sync_named(1, 128);
+    if (!last) return false;
+    __threadfence();  // every part counted in before this is seen
+    const float *part = scratch + (size_t)blockIdx.x * parts * (128 * V);
+#pragma unroll
+    for (int h = 0; h < V; h++) v[h] = 0.f;
+    for (int j = 0; j < parts; j++, part += 128 * V)
+#pragma unroll
+        for (int h = 0; h < V; h++) v[h] += __ldcg(part + 128 * h + t);
+    if (t == 0) count[blockIdx.x] = 0;  // for the next launch
+    return true;
+}
+
+// gemv_wg runs wg_ring for the decode GEMV: x as 24 rows of parts (part p
+// of sequence b at row 8 p + b), each sequence's three parts' sums added
+// as (hi + mid) + lo, the parts along k added by wg_split, and body(h, n,
+// b, v) for each of a consumer thread's four results h of row n < rows
+// and sequence b < B: v = sum_k W[n, k] x[b, k].
+//
+// It returns whether this thread ran the body: false in the producer's
+// warp and in the blocks of a split tile other than the last.
+template <class Pre, class Body>
+__device__ __forceinline__ bool gemv_wg(const tensor_map *wmap, const tensor_map *xmap, int B, int K, int rows,
+                                        float *scratch, unsigned *count, Pre pre, Body body) {
+    float d[12];
+    if (!wg_ring<24>(wmap, xmap, K, d, B > 8, pre)) return false;
     float v[4];
 #pragma unroll
     for (int h = 0; h < 4; h++) v[h] = (d[h] + d[4 + h]) + d[8 + h];
-    if (parts > 1) {
-        __shared__ unsigned last;
-        const int t = threadIdx.x;
-        float *mine = scratch + ((size_t)blockIdx.x * parts + p) * 512;
-#pragma unroll
-        for (int h = 0; h < 4; h++) mine[128 * h + t] = v[h];
-        __threadfence();  // the part before the count
-        bar_sync_named(1, 128);
-        if (t == 0) last = atomicAdd(count + blockIdx.x, 1u) == (unsigned)parts - 1;
-        bar_sync_named(1, 128);
-        if (!last) return false;
-        __threadfence();  // every part counted in before this is seen
-        const float *part = scratch + (size_t)blockIdx.x * parts * 512;
-#pragma unroll
-        for (int h = 0; h < 4; h++) v[h] = 0.f;
-        for (int j = 0; j < parts; j++, part += 512)
-#pragma unroll
-            for (int h = 0; h < 4; h++) v[h] += __ldcg(part + 128 * h + t);
-        if (t == 0) count[blockIdx.x] = 0;  // for the next launch
-    }
+    if (!wg_split(v, scratch, count)) return false;
+    const int n0 = blockIdx.x * GW_ROWS;
 #pragma unroll
     for (int h = 0; h < 4; h++) {
         const int n = n0 + gw_row(h), b = gw_seq(h);
@@ -358,3 +413,69 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS)
     __trap();
 #endif
 }
+
+// GS_COLS is the most rows of a prompt gemm_skinny takes: the columns of
+// one wgmma m64n128k16.
+#define GS_COLS 128
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// gemm_skinny runs a prefill GEMM of a prompt short enough that its
+// weights, each read once, set its time (in_proj and out_proj at T = 128,
+// where cuBLAS reads them at 1.6-2.8 TB/s: bench/results/
+// 2026-12-03-shortprompts.md): out[t, n] (+)= sum_k W[n, k] x[t, k] +
+// bias[n] for n < rows and t < T <= GS_COLS, on wg_ring with the weights
+// as the products' rows and the prompt's rows as their columns. W (rows x
+// K bf16) comes through wmap in 64 x 64 boxes, x (T x K bf16) through xmap
+// in GS_COLS x 64 boxes, whose rows past T read as zeros. bias may be
+// nullptr; accumulate adds out's values (row stride ldo). Split along k
+// (gridDim.y = parts > 1) through scratch [gridDim.x][parts][GS_COLS /
+// 2][128] f32 and count (wg_split), which may be nullptr otherwise.
+template <class O>
+__device__ __forceinline__ void gemm_skinny(const tensor_map *wmap, const tensor_map *xmap,
+                                            const float *__restrict__ bias, O *out, int ldo, int accumulate, int T,
+                                            int K, int rows, float *scratch, unsigned *count) {
+    const int n0 = blockIdx.x * GW_ROWS;
+    float pb[2];  // the bias of the thread's two rows
+    auto pre = [&]() {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int n = n0 + gw_row(2 * r);
+            pb[r] = bias && n < rows ? bias[n] : 0.f;
+        }
+        pdl_wait();
+    };
+    float d[GS_COLS / 2];
+    if (!wg_ring<GS_COLS>(wmap, xmap, K, d, T > GS_COLS, pre)) return;
+    if (!wg_split(d, scratch, count)) return;
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int i = 0; i < GS_COLS / 8; i++)
+#pragma unroll
+        for (int h = 0; h < 4; h++) {
+            const int n = n0 + gw_row(h), t = 8 * i + 2 * (lane % 4) + h % 2;
+            if (n < rows && t < T) {
+                O *o = out + (size_t)t * ldo + n;
+                const float v = d[4 * i + h] + pb[h / 2];
+                *o = from_f32<O>(accumulate ? to_f32(*o) + v : v);
+            }
+        }
+}
+#endif
+
+// gemm_skinny_bf16_<sfx>: gemm_skinny with out in f32 (out_proj into the
+// residual stream) or bf16 (in_proj's xz). Grid (ceil(rows / 64), parts),
+// block GW_THREADS, dynamic shared memory gemv_wg_shared(GS_COLS).
+#define GEMM_SKINNY(sfx, O)                                                                                         \
+    extern "C" __global__ void __launch_bounds__(GW_THREADS)                                                        \
+        gemm_skinny_bf16_##sfx(const __grid_constant__ tensor_map wmap, const __grid_constant__ tensor_map xmap,   \
+                               const float *__restrict__ bias, O *out, int ldo, int accumulate, int T, int K,      \
+                               int rows, float *scratch, unsigned *count) {                                        \
+        GEMM_SKINNY_BODY                                                                                            \
+    }
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GEMM_SKINNY_BODY gemm_skinny(&wmap, &xmap, bias, out, ldo, accumulate, T, K, rows, scratch, count);
+#else
+#define GEMM_SKINNY_BODY __trap();
+#endif
+GEMM_SKINNY(f32, float)
+GEMM_SKINNY(bf16, bf16)

@@ -73,6 +73,10 @@
 #             the short entries at $DTSHORT_SHAPES (BenchmarkDTProjShort),
 #             the warpgroup entry from $DTWG_MIN_ROWS rows at $DTWG_SHAPES
 #             (BenchmarkDTProjWarpgroup);
+#   skinny:   the skinny GEMM for short prompts (gemm_skinny_bf16_*): its
+#             kernel test against float64 with memcheck, the decode GEMVs'
+#             tests on the ring it shares (kernels and engine), then
+#             BenchmarkGemmSkinny against cuBLASLt at 1.4b and 2.8b T=128;
 #   candidates: bf16 prefills with each layer GEMM pinned to each of
 #             cuBLASLt's candidates in turn, against the tuning's pick
 #             (BenchmarkGemmCandidates; $CAND_SHAPES, $GEMM_CANDIDATES);
@@ -397,6 +401,14 @@ if [[ $mode == dtrules ]]; then
   echo "== the warpgroup dt_proj from \$DTWG_MIN_ROWS rows (default 512) at \$DTWG_SHAPES"
   DTWG_MIN_ROWS=${DTWG_MIN_ROWS:-512} DTWG_SHAPES=${DTWG_SHAPES:-1.4b:512,1.4b:1024,1.4b:1536,1.4b:512:2,2.8b:512,2.8b:1024} \
     bench_log dtrules_wg 300 .carry/gpu.test 'DTProjWarpgroup$' "dtprojwg "
+fi
+if [[ $mode == skinny ]]; then
+  echo "== the skinny GEMM (gemm_skinny_bf16_*, kernels/gemv_wg.cu) against float64, and the decode GEMVs on the ring it shares"
+  SHOW="rel err" run_tests skinny_kernels 300 .carry/kernels.test -test.v -test.run 'GemmSkinny|GEMVWG|StepInWG'
+  memcheck memcheck_skinny 300 .carry/kernels.test 'GemmSkinny|GEMVWG|StepInWG'
+  run_tests skinny_decode 200 .carry/gpu.test -test.v -test.run 'DecodeWarpgroup|DecodeMatchesPrefill'
+  echo "== BenchmarkGemmSkinny: µs a launch, weights from HBM, against cuBLASLt's tuned pick"
+  bench_log skinny_bench 240 .carry/kernels.test 'GemmSkinny$' "gemm_skinny "
 fi
 if [[ $mode == candidates ]]; then
   echo "== bf16 prefills with each GEMM pinned to each cuBLASLt candidate, against the tuned pick (BenchmarkGemmCandidates;"
