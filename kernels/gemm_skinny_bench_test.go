@@ -13,31 +13,28 @@ import (
 // prefill does (4 copies of 1.4b's in_proj are 134 MB against 50 MB of L2).
 const skinnyCopies = 4
 
-// BenchmarkGemmSkinny times gemm_skinny_bf16_<out> (kernels/gemv_wg.cu)
+// BenchmarkGemmSkinny times gemm_skinny_bf16_f32 (kernels/gemv_wg.cu)
 // against cuBLASLt's tuned pick at the GEMMs of a short prompt on the large
-// shapes: in_proj (bf16 out) and out_proj (f32 out, accumulated) of 1.4b
-// and 2.8b at T = 128 and 64, with k split over 1, 2 and 4 blocks. Graphs
+// shapes, as the engine runs them (f32 out): in_proj and out_proj
+// (accumulated) of 1.4b and 2.8b at T = 128 and 64, with k split over 1, 2 and 4 blocks. Graphs
 // of 20 launches, each on the next of skinnyCopies copies of the weights
 // (L2 cold for them), the runs taking turns (graphTurns); µs a launch and
 // the rate at which the weights stream (their bytes over the time).
 func BenchmarkGemmSkinny(b *testing.B) {
 	fn, s := gpu(b)
 	needSM90(b)
-	for _, sfx := range []string{"f32", "bf16"} {
-		if err := fn("gemm_skinny_bf16_" + sfx).SetMaxDynamicShared(gemmSkinnyShared); err != nil {
-			b.Fatal(err)
-		}
+	if err := fn("gemm_skinny_bf16_f32").SetMaxDynamicShared(gemmSkinnyShared); err != nil {
+		b.Fatal(err)
 	}
 	blas := tunedBLAS(b, s)
 	for _, tc := range []struct {
 		name    string
 		T, N, K int
-		out     cuda.DType
 		accu    bool
 	}{
-		{"1.4b_in_proj", 128, 8192, 2048, cuda.BF16, false}, {"1.4b_out_proj", 128, 2048, 4096, cuda.F32, true},
-		{"2.8b_in_proj", 128, 10240, 2560, cuda.BF16, false}, {"2.8b_out_proj", 128, 2560, 5120, cuda.F32, true},
-		{"1.4b_in_proj", 64, 8192, 2048, cuda.BF16, false}, {"1.4b_out_proj", 64, 2048, 4096, cuda.F32, true},
+		{"1.4b_in_proj", 128, 8192, 2048, false}, {"1.4b_out_proj", 128, 2048, 4096, true},
+		{"2.8b_in_proj", 128, 10240, 2560, false}, {"2.8b_out_proj", 128, 2560, 5120, true},
+		{"1.4b_in_proj", 64, 8192, 2048, false}, {"1.4b_out_proj", 64, 2048, 4096, true},
 	} {
 		b.Run(fmt.Sprintf("%s_T%d", tc.name, tc.T), func(b *testing.B) {
 			gputest.Device(b) // a sub-benchmark runs on its own goroutine: the context made current on its thread
@@ -59,23 +56,20 @@ func BenchmarkGemmSkinny(b *testing.B) {
 				}
 				ws, wmaps = append(ws, bw.Ptr), append(wmaps, wmap)
 			}
-			beta, accu, sfx := float32(0), 0, "bf16"
+			beta, accu := float32(0), 0
 			if tc.accu {
 				beta, accu = 1, 1
-			}
-			if tc.out == cuda.F32 {
-				sfx = "f32"
 			}
 			next := 0 // the copy of the weights the next launch reads
 			turn := func() int { next = (next + 1) % skinnyCopies; return next }
 			runs := []func() error{func() error {
-				return blas.Gemm(T, N, K, bx.Ptr, K, ws[turn()], bo.Ptr, N, beta, cuda.BF16, tc.out)
+				return blas.Gemm(T, N, K, bx.Ptr, K, ws[turn()], bo.Ptr, N, beta, cuda.BF16, cuda.F32)
 			}}
 			tiles, splits := (N+63)/64, []int{1, 2, 4}
 			for _, parts := range splits {
 				scratch, count := poisoned(b, s, tiles*parts*64*128), upload(b, s, make([]float32, tiles))
 				runs = append(runs, func() error {
-					return fn("gemm_skinny_bf16_"+sfx).Launch(cuda.Dim3{X: tiles, Y: parts, Z: 1}, cuda.D1(160),
+					return fn("gemm_skinny_bf16_f32").Launch(cuda.Dim3{X: tiles, Y: parts, Z: 1}, cuda.D1(160),
 						gemmSkinnyShared, s, wmaps[turn()], xmap, cuda.Ptr(0), bo.Ptr, N, accu, T, K, N, scratch.Ptr,
 						count.Ptr)
 				})

@@ -30,7 +30,7 @@
 // gpu.Engine.GEMVWarpgroup picks them.
 //
 // The ring itself (wg_ring) takes any width of x that one wgmma does: it
-// also runs gemm_skinny, a prefill GEMM of a prompt of up to 128 rows as
+// also runs gemm_skinny_bf16_f32, a prefill GEMM of up to 128 rows as
 // the products' columns, for in_proj and out_proj of short prompts on the
 // large shapes, where the weights set the time (not yet on the engine's
 // path; BenchmarkGemmSkinny times it against cuBLASLt).
@@ -418,22 +418,24 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS)
 // one wgmma m64n128k16.
 #define GS_COLS 128
 
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// gemm_skinny runs a prefill GEMM of a prompt short enough that its
-// weights, each read once, set its time (in_proj and out_proj at T = 128,
-// where cuBLAS reads them at 1.6-2.8 TB/s: bench/results/
+// gemm_skinny_bf16_f32 runs a prefill GEMM of a prompt short enough that
+// its weights, each read once, set its time (in_proj and out_proj at T =
+// 128, where cuBLAS reads them at 1.6-2.8 TB/s: bench/results/
 // 2026-12-03-shortprompts.md): out[t, n] (+)= sum_k W[n, k] x[t, k] +
-// bias[n] for n < rows and t < T <= GS_COLS, on wg_ring with the weights
-// as the products' rows and the prompt's rows as their columns. W (rows x
-// K bf16) comes through wmap in 64 x 64 boxes, x (T x K bf16) through xmap
-// in GS_COLS x 64 boxes, whose rows past T read as zeros. bias may be
-// nullptr; accumulate adds out's values (row stride ldo). Split along k
-// (gridDim.y = parts > 1) through scratch [gridDim.x][parts][GS_COLS /
-// 2][128] f32 and count (wg_split), which may be nullptr otherwise.
-template <class O>
-__device__ __forceinline__ void gemm_skinny(const tensor_map *wmap, const tensor_map *xmap,
-                                            const float *__restrict__ bias, O *out, int ldo, int accumulate, int T,
-                                            int K, int rows, float *scratch, unsigned *count) {
+// bias[n] for n < rows and t < T <= GS_COLS, in f32, on wg_ring with the
+// weights as the products' rows and the prompt's rows as their columns. W
+// (rows x K bf16) comes through wmap in 64 x 64 boxes, x (T x K bf16)
+// through xmap in GS_COLS x 64 boxes, whose rows past T read as zeros.
+// bias may be nullptr; accumulate adds out's values (row stride ldo).
+// Grid (ceil(rows / 64), parts): with parts > 1 split along k through
+// scratch [gridDim.x][parts][GS_COLS / 2][128] f32 and count (wg_split),
+// which may be nullptr otherwise. Block GW_THREADS, dynamic shared memory
+// gemv_wg_shared(GS_COLS).
+extern "C" __global__ void __launch_bounds__(GW_THREADS)
+    gemm_skinny_bf16_f32(const __grid_constant__ tensor_map wmap, const __grid_constant__ tensor_map xmap,
+                         const float *__restrict__ bias, float *out, int ldo, int accumulate, int T, int K, int rows,
+                         float *scratch, unsigned *count) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     const int n0 = blockIdx.x * GW_ROWS;
     float pb[2];  // the bias of the thread's two rows
     auto pre = [&]() {
@@ -445,7 +447,7 @@ __device__ __forceinline__ void gemm_skinny(const tensor_map *wmap, const tensor
         pdl_wait();
     };
     float d[GS_COLS / 2];
-    if (!wg_ring<GS_COLS>(wmap, xmap, K, d, T > GS_COLS, pre)) return;
+    if (!wg_ring<GS_COLS>(&wmap, &xmap, K, d, T > GS_COLS, pre)) return;
     if (!wg_split(d, scratch, count)) return;
     const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -454,28 +456,12 @@ __device__ __forceinline__ void gemm_skinny(const tensor_map *wmap, const tensor
         for (int h = 0; h < 4; h++) {
             const int n = n0 + gw_row(h), t = 8 * i + 2 * (lane % 4) + h % 2;
             if (n < rows && t < T) {
-                O *o = out + (size_t)t * ldo + n;
+                float *o = out + (size_t)t * ldo + n;
                 const float v = d[4 * i + h] + pb[h / 2];
-                *o = from_f32<O>(accumulate ? to_f32(*o) + v : v);
+                *o = accumulate ? *o + v : v;
             }
         }
-}
-#endif
-
-// gemm_skinny_bf16_<sfx>: gemm_skinny with out in f32 (out_proj into the
-// residual stream) or bf16 (in_proj's xz). Grid (ceil(rows / 64), parts),
-// block GW_THREADS, dynamic shared memory gemv_wg_shared(GS_COLS).
-#define GEMM_SKINNY(sfx, O)                                                                                         \
-    extern "C" __global__ void __launch_bounds__(GW_THREADS)                                                        \
-        gemm_skinny_bf16_##sfx(const __grid_constant__ tensor_map wmap, const __grid_constant__ tensor_map xmap,   \
-                               const float *__restrict__ bias, O *out, int ldo, int accumulate, int T, int K,      \
-                               int rows, float *scratch, unsigned *count) {                                        \
-        GEMM_SKINNY_BODY                                                                                            \
-    }
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define GEMM_SKINNY_BODY gemm_skinny(&wmap, &xmap, bias, out, ldo, accumulate, T, K, rows, scratch, count);
 #else
-#define GEMM_SKINNY_BODY __trap();
+    __trap();
 #endif
-GEMM_SKINNY(f32, float)
-GEMM_SKINNY(bf16, bf16)
+}

@@ -73,10 +73,12 @@
 #             the short entries at $DTSHORT_SHAPES (BenchmarkDTProjShort),
 #             the warpgroup entry from $DTWG_MIN_ROWS rows at $DTWG_SHAPES
 #             (BenchmarkDTProjWarpgroup);
-#   skinny:   the skinny GEMM for short prompts (gemm_skinny_bf16_*): its
-#             kernel test against float64 with memcheck, the decode GEMVs'
-#             tests on the ring it shares (kernels and engine), then
-#             BenchmarkGemmSkinny against cuBLASLt at 1.4b and 2.8b T=128;
+#   skinny:   the skinny GEMM for short prompts (gemm_skinny_bf16_f32,
+#             Engine.SkinnyGEMM): its kernel test against float64 and the
+#             engine's against cuBLAS, with memcheck; the decode GEMVs'
+#             tests on the ring it shares (kernels and engine); then
+#             BenchmarkGemmSkinny against cuBLASLt at 1.4b and 2.8b T=128,
+#             and bf16 prefills off and on (BenchmarkSkinnyGEMM);
 #   candidates: bf16 prefills with each layer GEMM pinned to each of
 #             cuBLASLt's candidates in turn, against the tuning's pick
 #             (BenchmarkGemmCandidates; $CAND_SHAPES, $GEMM_CANDIDATES);
@@ -406,9 +408,12 @@ if [[ $mode == skinny ]]; then
   echo "== the skinny GEMM (gemm_skinny_bf16_*, kernels/gemv_wg.cu) against float64, and the decode GEMVs on the ring it shares"
   SHOW="rel err" run_tests skinny_kernels 300 .carry/kernels.test -test.v -test.run 'GemmSkinny|GEMVWG|StepInWG'
   memcheck memcheck_skinny 300 .carry/kernels.test 'GemmSkinny|GEMVWG|StepInWG'
-  run_tests skinny_decode 200 .carry/gpu.test -test.v -test.run 'DecodeWarpgroup|DecodeMatchesPrefill'
+  SHOW="rel err" run_tests skinny_engine 300 .carry/gpu.test -test.v -test.run 'SkinnyGEMMMatches|DecodeWarpgroup|DecodeMatchesPrefill'
+  memcheck memcheck_skinny_engine 200 .carry/gpu.test 'SkinnyGEMMMatches/d768_B3_T40'
   echo "== BenchmarkGemmSkinny: µs a launch, weights from HBM, against cuBLASLt's tuned pick"
   bench_log skinny_bench 240 .carry/kernels.test 'GemmSkinny$' "gemm_skinny "
+  echo "== bf16 prefills, SkinnyGEMM off and on (BenchmarkSkinnyGEMM; \$SKINNY_SHAPES)"
+  bench_log skinny_prefills 300 .carry/gpu.test 'SkinnyGEMM$' "skinny "
 fi
 if [[ $mode == candidates ]]; then
   echo "== bf16 prefills with each GEMM pinned to each cuBLASLt candidate, against the tuned pick (BenchmarkGemmCandidates;"

@@ -87,3 +87,19 @@ func TestDTProjWGPays(t *testing.T) {
 		}
 	}
 }
+
+// TestSkinnyParts pins how many blocks the skinny GEMM splits k over on
+// the H200's 132 SMs: none at 1.4b's and 2.8b's in_proj (128 and 160
+// tiles), 4 at 1.4b's out_proj (32 tiles), 3 at 2.8b's (40), 2 at 130m's
+// in_proj (48 tiles), 4 at its out_proj (12 tiles, capped), and never
+// fewer than two steps of k a part (K = 192: 3 steps, one part).
+func TestSkinnyParts(t *testing.T) {
+	for _, c := range []struct{ N, K, want int }{
+		{8192, 2048, 1}, {10240, 2560, 1}, {2048, 4096, 4}, {2560, 5120, 3}, {3072, 768, 2}, {768, 1536, 4},
+		{64, 192, 1},
+	} {
+		if got := skinnyParts(c.N, c.K, 132); got != c.want {
+			t.Errorf("skinnyParts(N %d, K %d, 132 SMs) = %d, want %d", c.N, c.K, got, c.want)
+		}
+	}
+}

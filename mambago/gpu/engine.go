@@ -124,6 +124,14 @@ type Engine struct {
 	// dt_proj_tc1_f32's (dt_proj_tc_f32's with three products). New turns
 	// it on for bf16, where it was measured: 1.4b B=1 T=256 1.07-1.08x.
 	DTProjShort bool
+	// SkinnyGEMM runs in_proj and out_proj of a bf16 prefill chunk of at
+	// most 128 rows on the skinny GEMM (kernels/gemv_wg.cu's
+	// gemm_skinny_bf16_f32, skinnyApplies) instead of cuBLAS: short prompts
+	// on the large shapes, where the weights set the GEMMs' time and
+	// cuBLAS reads them at 1.6-2.8 TB/s. Sums in another order than
+	// cuBLAS's, so not the same bits. Off by default: not yet measured on
+	// a GPU. Set it before capturing graphs.
+	SkinnyGEMM bool
 	// PrefillPDL launches the prefill's own kernels of each layer (RMSNorm,
 	// conv, dt_proj and the one-pass scan) with programmatic dependent
 	// launch: each may be launched, and run what reads only weights and the

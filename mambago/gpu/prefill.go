@@ -399,6 +399,7 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr, pad p
 		}
 	}
 	fusedDT := scan.FusedDTApplies()
+	skinny := e.skinnyApplies(rows)
 	stages := []struct {
 		name string
 		run  func() error
@@ -415,6 +416,13 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr, pad p
 			return e.rmsnorm(e.typed("rmsnorm"), e.PrefillPDL, ws.h.Ptr, g.norm, ws.x.Ptr, rows, d, c.Eps)
 		}},
 		{"in_proj", func() error {
+			if skinny {
+				maps, err := e.warpgroupMaps()
+				if err != nil {
+					return err
+				}
+				return e.launchSkinny(maps.in[l], ws.x.Ptr, d, g.inBias, ws.xz.Ptr, 2*E, false, rows, 2*E, d)
+			}
 			if err := e.blas.Gemm(rows, 2*E, d, ws.x.Ptr, d, g.inProj, ws.xz.Ptr, 2*E, 0, dt, cuda.F32); err != nil {
 				return err
 			}
@@ -481,6 +489,13 @@ func (e *Engine) block(l, B, n int, s *State, lastOnly bool, ids cuda.Ptr, pad p
 				y, ldy = lastRows(y, n, E, dt.Size())
 				h, ldh = lastRows(h, n, d, 4)
 				m = B
+			}
+			if skinny {
+				maps, err := e.warpgroupMaps()
+				if err != nil {
+					return err
+				}
+				return e.launchSkinny(maps.out[l], y, ldy, g.outBias, h, ldh, true, m, d, E)
 			}
 			if err := e.blas.Gemm(m, d, E, y, ldy, g.outProj, h, ldh, 1, dt, cuda.F32); err != nil {
 				return err

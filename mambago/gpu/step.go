@@ -197,8 +197,9 @@ type gemvLaunch struct {
 
 // tileScratch is what the decode step's GEMVs split along k need under the
 // engine's settings (the same at every batch they run), the tensor-core
-// entries' and the warpgroup out_proj's (wgScratch): scratch floats and
-// counters, zeros where none splits.
+// entries' and the warpgroup out_proj's (wgScratch), and the prefill's
+// skinny GEMM's (skinnyScratch): scratch floats and counters, zeros where
+// none splits.
 func (e *Engine) tileScratch() (floats, counters int) {
 	c := e.cfg
 	dbl := c.DTRank + 2*c.State
@@ -209,7 +210,8 @@ func (e *Engine) tileScratch() (floats, counters int) {
 		}
 	}
 	wf, wc := e.wgScratch()
-	return max(floats, wf), max(counters, wc)
+	sf, sc := e.skinnyScratch()
+	return max(floats, wf, sf), max(counters, wc, sc)
 }
 
 // scratch is the f32 scratch of p's parts along k, in floats (0 unsplit).
