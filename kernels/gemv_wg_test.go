@@ -63,25 +63,8 @@ func TestGEMVWGKernel(t *testing.T) {
 		bx, bW, bb, bn := upload(t, s, x), upload(t, s, packed), upload(t, s, bias), upload(t, s, normw)
 		xs := normed(x, normw, ldx, tc.B, tc.K, eps, tc.norm)
 		parts := poisoned(t, s, 24*tc.K/2) // 24 rows of K bf16
-		bo := poisoned(t, s, tc.B*tc.rows)
-		if tc.accu {
-			bo = upload(t, s, out0)
-		}
-		wmap, err := cuda.NewTensorMap2D(cuda.BF16, bW.Ptr, tc.rows, tc.K, tc.K, 64, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		xmap, err := cuda.NewTensorMap2D(cuda.BF16, parts.Ptr, 24, tc.K, tc.K, 24, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bptr, accu := cuda.Ptr(0), 0
-		if tc.bias {
-			bptr = bb.Ptr
-		}
-		if tc.accu {
-			accu = 1
-		}
+		bo, bptr, accu := linearArgs(t, s, out0, tc.accu, bb, tc.bias)
+		wmap, xmap := ringMaps(t, bW.Ptr, tc.rows, tc.K, parts.Ptr, 24, 24)
 		nptr := cuda.Ptr(0)
 		if tc.norm {
 			nptr = bn.Ptr
@@ -102,28 +85,80 @@ func TestGEMVWGKernel(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		want := make([]float64, tc.B*tc.rows)
-		for b := range tc.B {
-			for n := range tc.rows {
-				var sum float64
-				for k := range tc.K {
-					sum += float64(W[n*tc.K+k]) * xs[b*tc.K+k]
-				}
-				if tc.bias {
-					sum += float64(bias[n])
-				}
-				if tc.accu {
-					sum += float64(out0[b*tc.rows+n])
-				}
-				want[b*tc.rows+n] = sum
+		want := linearWant(W, xs, tc.B, tc.rows, tc.K, pick(tc.bias, bias), pick(tc.accu, out0))
+		nearRel(t, name, download(t, s, bo, tc.B*tc.rows), want, 1e-5)
+	}
+}
+
+// linearWant is out[r, n] = sum_k W[n, k] x[r, k] + bias[n] + out0[r, n]
+// in float64 for r < R and n < rows (W [rows, K], x [R, K]); a nil bias or
+// out0 adds nothing.
+func linearWant(W []float32, x []float64, R, rows, K int, bias, out0 []float32) []float64 {
+	want := make([]float64, R*rows)
+	for r := range R {
+		for n := range rows {
+			var sum float64
+			for k := range K {
+				sum += float64(W[n*K+k]) * x[r*K+k]
 			}
+			if bias != nil {
+				sum += float64(bias[n])
+			}
+			if out0 != nil {
+				sum += float64(out0[r*rows+n])
+			}
+			want[r*rows+n] = sum
 		}
-		got := download(t, s, bo, tc.B*tc.rows)
-		if e := relErr(got, want); e > 1e-5 || math.IsNaN(e) {
-			t.Errorf("%s: rel err %.3g", name, e)
-		} else {
-			t.Logf("%s: rel err %.3g", name, e)
-		}
+	}
+	return want
+}
+
+// ringMaps encodes the tensor maps of a test of gemv_wg.cu's ring: W
+// [rows, K] bf16 at w in 64 x 64 boxes, and xRows rows of K bf16 at x in
+// boxRows x 64 boxes.
+func ringMaps(t *testing.T, w cuda.Ptr, rows, K int, x cuda.Ptr, xRows, boxRows int) (wmap, xmap cuda.TensorMap) {
+	t.Helper()
+	wmap, err := cuda.NewTensorMap2D(cuda.BF16, w, rows, K, K, 64, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if xmap, err = cuda.NewTensorMap2D(cuda.BF16, x, xRows, K, K, boxRows, 64); err != nil {
+		t.Fatal(err)
+	}
+	return wmap, xmap
+}
+
+// linearArgs returns a linear kernel's output buffer (out0 where it
+// accumulates, else NaNs of out0's length), its bias pointer (bias's, or 0
+// without one) and its accumulate flag.
+func linearArgs(t *testing.T, s *cuda.Stream, out0 []float32, accumulate bool, bias *cuda.Buffer,
+	useBias bool) (out *cuda.Buffer, biasPtr cuda.Ptr, accu int) {
+	out = poisoned(t, s, len(out0))
+	if accumulate {
+		out, accu = upload(t, s, out0), 1
+	}
+	if useBias {
+		biasPtr = bias.Ptr
+	}
+	return out, biasPtr, accu
+}
+
+// pick is v where on holds, else nil.
+func pick(on bool, v []float32) []float32 {
+	if on {
+		return v
+	}
+	return nil
+}
+
+// nearRel fails t where got is further than tol from want in relErr (or
+// holds a NaN), and logs the error either way.
+func nearRel(t *testing.T, name string, got []float32, want []float64, tol float64) {
+	t.Helper()
+	if e := relErr(got, want); e > tol || math.IsNaN(e) {
+		t.Errorf("%s: rel err %.3g", name, e)
+	} else {
+		t.Logf("%s: rel err %.3g", name, e)
 	}
 }
 
@@ -373,25 +408,8 @@ func TestGemmSkinnyKernel(t *testing.T) {
 		W, wPacked := bf16Bits(randn(tc.rows*tc.K, 0.1))
 		bias, out0 := randn(tc.rows, 1), randn(tc.T*tc.rows, 1)
 		bx, bW, bb := upload(t, s, xPacked), upload(t, s, wPacked), upload(t, s, bias)
-		bo := poisoned(t, s, tc.T*tc.rows)
-		if tc.accu {
-			bo = upload(t, s, out0)
-		}
-		wmap, err := cuda.NewTensorMap2D(cuda.BF16, bW.Ptr, tc.rows, tc.K, tc.K, 64, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		xmap, err := cuda.NewTensorMap2D(cuda.BF16, bx.Ptr, tc.T, tc.K, tc.K, 128, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		bptr, accu := cuda.Ptr(0), 0
-		if tc.bias {
-			bptr = bb.Ptr
-		}
-		if tc.accu {
-			accu = 1
-		}
+		bo, bptr, accu := linearArgs(t, s, out0, tc.accu, bb, tc.bias)
+		wmap, xmap := ringMaps(t, bW.Ptr, tc.rows, tc.K, bx.Ptr, tc.T, 128)
 		tiles := (tc.rows + 63) / 64
 		scratch, count := poisoned(t, s, tiles*tc.parts*64*128), upload(t, s, make([]float32, tiles))
 		for run := range 2 {
@@ -404,27 +422,11 @@ func TestGemmSkinnyKernel(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		want := make([]float64, tc.T*tc.rows)
-		for r := range tc.T {
-			for n := range tc.rows {
-				var sum float64
-				for k := range tc.K {
-					sum += float64(W[n*tc.K+k]) * float64(x[r*tc.K+k])
-				}
-				if tc.bias {
-					sum += float64(bias[n])
-				}
-				if tc.accu {
-					sum += float64(out0[r*tc.rows+n])
-				}
-				want[r*tc.rows+n] = sum
-			}
+		x64 := make([]float64, len(x))
+		for i, v := range x {
+			x64[i] = float64(v)
 		}
-		got := download(t, s, bo, tc.T*tc.rows)
-		if e := relErr(got, want); e > 1e-5 || math.IsNaN(e) {
-			t.Errorf("%s: rel err %.3g", name, e)
-		} else {
-			t.Logf("%s: rel err %.3g", name, e)
-		}
+		want := linearWant(W, x64, tc.T, tc.rows, tc.K, pick(tc.bias, bias), pick(tc.accu, out0))
+		nearRel(t, name, download(t, s, bo, tc.T*tc.rows), want, 1e-5)
 	}
 }
