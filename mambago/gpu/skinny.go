@@ -17,9 +17,9 @@ const (
 	skinnyMaxParts = 4   // the most blocks a tile splits k over
 )
 
-// skinnyShared is gemv_wg_shared(GS_COLS): the ring, 1024 bytes to align
-// it, and two barriers a stage.
-func skinnyShared() int { return wgStages*(wgRows*wgBK*2+skinnyMaxRows*wgBK*2) + 1024 + 2*wgStages*8 }
+// skinnyShared is the skinny GEMM's shared memory: the ring with x's
+// boxes of skinnyMaxRows rows.
+func skinnyShared() int { return wgRingShared(skinnyMaxRows) }
 
 // skinnyParts is how many blocks each tile of 64 of N output rows splits K
 // over on sms SMs: enough for a block an SM, at most skinnyMaxParts, and

@@ -14,9 +14,17 @@ const (
 	wgTaps                            = 4 // GW_TAPS: the longest conv step_in_wg_bf16 takes
 )
 
-// wgShared is gemv_wg_shared(): the ring, 1024 bytes to align it, and two
-// barriers a stage.
-func wgShared() int { return wgStages*(wgRows*wgBK*2+4096) + 1024 + 2*wgStages*8 }
+// wgRingShared is gemv_wg_shared(cols) in kernels/gemv_wg.cu: the ring of
+// wgStages stages, each a 64 x 64 box of weights and x's box of cols rows
+// (room for at least 4 KB), 1024 bytes to align it, and two barriers a
+// stage.
+func wgRingShared(cols int) int {
+	return wgStages*(wgRows*wgBK*2+max(cols*wgBK*2, 4096)) + 1024 + 2*wgStages*8
+}
+
+// wgShared is the warpgroup GEMVs' shared memory: their x is 24 rows of
+// parts.
+func wgShared() int { return wgRingShared(24) }
 
 // wgTiles is the blocks of 64 rows a warpgroup GEMV of rows rows takes.
 func wgTiles(rows int) int { return (rows + wgRows - 1) / wgRows }
