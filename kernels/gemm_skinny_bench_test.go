@@ -2,6 +2,9 @@ package kernels_test
 
 import (
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -20,6 +23,8 @@ const skinnyCopies = 4
 // of 20 launches, each on the next of skinnyCopies copies of the weights
 // (L2 cold for them), the runs taking turns (graphTurns); µs a launch and
 // the rate at which the weights stream (their bytes over the time).
+// $SKINNY_SPLITS (e.g. "4") replaces the splits (for ncu, which then sees
+// one configuration's launches).
 func BenchmarkGemmSkinny(b *testing.B) {
 	fn, s := gpu(b)
 	needSM90(b)
@@ -65,7 +70,7 @@ func BenchmarkGemmSkinny(b *testing.B) {
 			runs := []func() error{func() error {
 				return blas.Gemm(T, N, K, bx.Ptr, K, ws[turn()], bo.Ptr, N, beta, cuda.BF16, cuda.F32)
 			}}
-			tiles, splits := (N+63)/64, []int{1, 2, 4}
+			tiles, splits := (N+63)/64, skinnySplits(b)
 			for _, parts := range splits {
 				scratch, count := poisoned(b, s, tiles*parts*64*128), upload(b, s, make([]float32, tiles))
 				runs = append(runs, func() error {
@@ -90,4 +95,22 @@ func BenchmarkGemmSkinny(b *testing.B) {
 			b.Log(line)
 		})
 	}
+}
+
+// skinnySplits is how many blocks BenchmarkGemmSkinny splits k over in
+// turn: 1, 2 and 4, or the comma-separated list $SKINNY_SPLITS.
+func skinnySplits(b *testing.B) []int {
+	env := os.Getenv("SKINNY_SPLITS")
+	if env == "" {
+		return []int{1, 2, 4}
+	}
+	var splits []int
+	for _, f := range strings.Split(env, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			b.Fatalf("SKINNY_SPLITS=%q: %q is not a count of blocks", env, f)
+		}
+		splits = append(splits, n)
+	}
+	return splits
 }

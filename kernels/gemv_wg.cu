@@ -191,33 +191,45 @@ __device__ __forceinline__ bool wg_ring(const tensor_map *wmap, const tensor_map
 }
 
 // wg_split adds a tile's parts split along k (gridDim.y = parts > 1): each
-// block stores its consumer thread's V sums v in scratch [gridDim.x][parts]
-// [V][128] f32 and counts in at count[blockIdx.x] (zero between launches),
-// and the last of a tile's blocks to count in sums the parts in order 0 ..
-// parts - 1 into v (the same bits whichever is last) and resets the
-// counter. It returns whether this block is that last one (true where
-// parts is 1). The 128 consumer threads only.
+// block stores its consumer thread's V sums v (V a multiple of 4) in
+// scratch [gridDim.x][parts][V / 4][128] float4 (16-byte aligned) and
+// counts in at count[blockIdx.x] (zero between launches), and the last of
+// a tile's blocks to count in sums the parts in order 0 .. parts - 1 into
+// v (the same bits whichever is last) and resets the counter. It returns
+// whether this block is that last one (true where parts is 1). The 128
+// consumer threads only.
+//
+// A part's loads go out together, as float4 (the fences order them after
+// the other blocks' stores: plain loads, which ptxas issues at once where
+// __ldcg's went four at a time).
 template <int V>
 __device__ __forceinline__ bool wg_split(float (&v)[V], float *scratch, unsigned *count) {
+    static_assert(V % 4 == 0, "wg_split moves float4s");
     const int parts = gridDim.y, p = blockIdx.y;
     if (parts < 2) return true;
     __shared__ unsigned last;
     const int t = threadIdx.x;
-    float *mine = scratch + ((size_t)blockIdx.x * parts + p) * (128 * V);
+    float4 *tile = reinterpret_cast<float4 *>(scratch) + (size_t)blockIdx.x * parts * (32 * V);
+    float4 *mine = tile + (size_t)p * (32 * V);
 #pragma unroll
-    for (int h = 0; h < V; h++) mine[128 * h + t] = v[h];
+    for (int q = 0; q < V / 4; q++) mine[128 * q + t] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
     __threadfence();  // the part before the count
     bar_sync_named(1, 128);
     if (t == 0) last = atomicAdd(count + blockIdx.x, 1u) == (unsigned)parts - 1;
     bar_sync_named(1, 128);
     if (!last) return false;
     __threadfence();  // every part counted in before this is seen
-    const float *part = scratch + (size_t)blockIdx.x * parts * (128 * V);
 #pragma unroll
     for (int h = 0; h < V; h++) v[h] = 0.f;
-    for (int j = 0; j < parts; j++, part += 128 * V)
+    for (int j = 0; j < parts; j++) {
+        const float4 *part = tile + (size_t)j * (32 * V);
+        float4 got[V / 4];
 #pragma unroll
-        for (int h = 0; h < V; h++) v[h] += __ldcg(part + 128 * h + t);
+        for (int q = 0; q < V / 4; q++) got[q] = part[128 * q + t];
+#pragma unroll
+        for (int q = 0; q < V / 4; q++)
+            v[4 * q] += got[q].x, v[4 * q + 1] += got[q].y, v[4 * q + 2] += got[q].z, v[4 * q + 3] += got[q].w;
+    }
     if (t == 0) count[blockIdx.x] = 0;  // for the next launch
     return true;
 }
@@ -417,6 +429,10 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS)
 // GS_COLS is the most rows of a prompt gemm_skinny takes: the columns of
 // one wgmma m64n128k16.
 #define GS_COLS 128
+// GS_LD is the row stride, in floats, of the epilogue's tile in shared
+// memory: 64 rows of the weights and 4 more, so that the fragment's
+// stores fall on 32 banks and a row's float4s stay 16-byte aligned.
+#define GS_LD (GW_ROWS + 4)
 
 // gemm_skinny_bf16_f32 runs a prefill GEMM of a prompt short enough that
 // its weights, each read once, set its time (in_proj and out_proj at T =
@@ -449,18 +465,61 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS)
     float d[GS_COLS / 2];
     if (!wg_ring<GS_COLS>(&wmap, &xmap, K, d, T > GS_COLS, pre)) return;
     if (!wg_split(d, scratch, count)) return;
+    // The tile goes out through shared memory (the ring's, every stage
+    // consumed), turned from wgmma's fragment to rows of the prompt: each
+    // thread then moves 16 float4 of out, a warp 256 contiguous bytes of
+    // each of two rows a move. Where it accumulates, all 16 loads go out before
+    // the first add (from out itself where the float4 lies outside: a load
+    // whose address depends on no branch).
+    bar_sync_named(1, 128);  // every warp's products are out of the ring
+    extern __shared__ __align__(1024) unsigned char gw_smem[];
+    float *tile = reinterpret_cast<float *>(gw_smem);  // [GS_COLS][GS_LD]
     const int lane = threadIdx.x % 32;
 #pragma unroll
     for (int i = 0; i < GS_COLS / 8; i++)
 #pragma unroll
-        for (int h = 0; h < 4; h++) {
-            const int n = n0 + gw_row(h), t = 8 * i + 2 * (lane % 4) + h % 2;
-            if (n < rows && t < T) {
-                float *o = out + (size_t)t * ldo + n;
-                const float v = d[4 * i + h] + pb[h / 2];
-                *o = accumulate ? *o + v : v;
-            }
+        for (int h = 0; h < 4; h++)
+            tile[(8 * i + 2 * (lane % 4) + h % 2) * GS_LD + gw_row(h)] = d[4 * i + h] + pb[h / 2];
+    bar_sync_named(1, 128);
+    constexpr int moves = GS_COLS * GW_ROWS / 4 / 128;
+    const bool vec = rows % 4 == 0 && ldo % 4 == 0 && (reinterpret_cast<size_t>(out) & 15) == 0;
+    auto place = [&](int q, int &t, int &c) {  // move q: prompt row t, columns 4 c .. 4 c + 3 of the tile
+        const int e = 128 * q + threadIdx.x;
+        t = e / (GW_ROWS / 4), c = e % (GW_ROWS / 4);
+    };
+    float4 prev[moves];
+#pragma unroll
+    for (int q = 0; q < moves; q++) {
+        int t, c;
+        place(q, t, c);
+        const int n = n0 + 4 * c;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (accumulate && vec) {
+            const float *src = t < T && n < rows ? out + (size_t)t * ldo + n : out;
+            v = *reinterpret_cast<const float4 *>(src);
+        } else if (accumulate && t < T) {  // widths that are not a multiple of 4 (tests)
+            const float *src = out + (size_t)t * ldo + n;
+            v = make_float4(n < rows ? src[0] : 0.f, n + 1 < rows ? src[1] : 0.f, n + 2 < rows ? src[2] : 0.f,
+                            n + 3 < rows ? src[3] : 0.f);
         }
+        prev[q] = v;
+    }
+#pragma unroll
+    for (int q = 0; q < moves; q++) {
+        int t, c;
+        place(q, t, c);
+        const int n = n0 + 4 * c;
+        if (t >= T || n >= rows) continue;
+        const float4 r = *reinterpret_cast<const float4 *>(tile + t * GS_LD + 4 * c);
+        const float4 v = make_float4(r.x + prev[q].x, r.y + prev[q].y, r.z + prev[q].z, r.w + prev[q].w);
+        float *dst = out + (size_t)t * ldo + n;
+        if (vec) {
+            *reinterpret_cast<float4 *>(dst) = v;
+        } else {
+            const float vs[4] = {v.x, v.y, v.z, v.w};
+            for (int e = 0; e < 4 && n + e < rows; e++) dst[e] = vs[e];
+        }
+    }
 #else
     __trap();
 #endif
