@@ -420,26 +420,28 @@ if [[ $mode == skinny ]]; then
   bench_log skinny_prefills 300 .carry/gpu.test 'SkinnyGEMM$' "skinny "
 fi
 if [[ $mode == skinnyprof ]]; then
-  echo "== the skinny GEMM and the decode GEMVs (the split along k they share) against float64, then the engine's"
-  SHOW="gemm_skinny.*rel err" run_tests skinnyprof_kernels 200 .carry/kernels.test -test.v -test.run 'GemmSkinny|GEMVWG|StepInWG'
-  run_tests skinnyprof_engine 200 .carry/gpu.test -test.v -test.run 'SkinnyGEMMMatches|DecodeWarpgroup|DecodeMatchesPrefill'
-  echo "== BenchmarkGemmSkinny: µs a launch, weights from HBM, against cuBLASLt's tuned pick"
-  bench_log skinnyprof_bench 240 .carry/kernels.test 'GemmSkinny$' "gemm_skinny "
-  # ncu on one configuration at a time ($SKINNY_SPLITS), weights cold as
-  # the benchmark leaves them: the kernel's throughputs, then its stalls.
-  for cfg in 1.4b_in_proj_T128:1 1.4b_out_proj_T128:1 1.4b_out_proj_T128:4; do
+  # ncu on one configuration at a time ($SKINNY_SPLITS): the kernel's
+  # throughputs, then its stalls (the replays find the weights in L2).
+  for cfg in ${SKINNY_PROFILE:-1.4b_in_proj_T128:1 1.4b_out_proj_T128:4}; do
     sub=${cfg%%:*} parts=${cfg##*:} tag=skinny_${cfg/:/_p}
     echo "== ncu: gemm_skinny $sub, $parts parts"
     SKINNY_SPLITS=$parts timeout 100 ncu --clock-control none --cache-control none -k 'regex:gemm_skinny' \
       --launch-skip 5 --launch-count 1 --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
       --section LaunchStats .carry/kernels.test -test.run '^$' -test.bench "GemmSkinny\$/$sub" -test.benchtime 1x \
       > "$OUT/${tag}_ncu.txt" 2>&1
-    grep -E "Duration|DRAM Throughput|L2 Cache Throughput|Memory Throughput|Compute \(SM\)|Stall|Warp Cycles Per Issued" \
-      "$OUT/${tag}_ncu.txt" | head -14
-    SKINNY_SPLITS=$parts source_stalls "$tag" gemm_skinny 5 .carry/kernels.test "GemmSkinny\$/$sub" --cache-control none
+    grep -E "Duration|DRAM Throughput|L2 Cache Throughput|Compute \(SM\)" "$OUT/${tag}_ncu.txt" | head -6
+    SKINNY_SPLITS=$parts source_stalls "$tag" gemm_skinny 5 .carry/kernels.test "GemmSkinny\$/$sub" --cache-control none \
+      > /dev/null
+    head -12 "$OUT/${tag}_stalls.txt"
+    rm -f "$OUT/${tag}_source.csv"
   done
+  echo "== BenchmarkGemmSkinny: µs a launch, weights from HBM, against cuBLASLt's tuned pick"
+  bench_log skinnyprof_bench 240 .carry/kernels.test 'GemmSkinny$' "gemm_skinny "
   echo "== bf16 prefills, SkinnyGEMM off and on"
   SKINNY_SHAPES=${SKINNY_SHAPES:-130m:128,1.4b:128} bench_log skinnyprof_prefills 200 .carry/gpu.test 'SkinnyGEMM$' "skinny "
+  echo "== the skinny GEMM and the decode GEMVs (the split along k they share) against float64, then the engine's"
+  SHOW="gemm_skinny.*rel err" run_tests skinnyprof_kernels 200 .carry/kernels.test -test.v -test.run 'GemmSkinny|GEMVWG|StepInWG'
+  run_tests skinnyprof_engine 200 .carry/gpu.test -test.v -test.run 'SkinnyGEMMMatches|DecodeWarpgroup|DecodeMatchesPrefill'
   exit $status
 fi
 if [[ $mode == candidates ]]; then
