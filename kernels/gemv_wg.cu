@@ -127,17 +127,14 @@ __device__ __forceinline__ void wg_mma_cols(float (&d)[COLS / 2], unsigned long 
 //
 // Split along k (gridDim.y = parts > 1), block (x, p) takes only steps
 // [S p / parts, S (p + 1) / parts) of the S = ceil(K / 64) (wg_split adds
-// the parts). With stagger, block x takes its steps from step x mod steps
-// on, wrapping around, so that the blocks of a wave ask for different boxes
-// of x at a time rather than all for the same one (the skinny GEMM, whose
-// x boxes are twice its weights').
+// the parts).
 //
 // It traps where the block is not GW_THREADS or where the caller says its
 // arguments cannot run (bad), and returns false in the producer's warp,
 // whose d is not set.
 template <int COLS, class Pre>
 __device__ __forceinline__ bool wg_ring(const tensor_map *wmap, const tensor_map *xmap, int K, float (&d)[COLS / 2],
-                                        bool bad, bool stagger, Pre pre) {
+                                        bool bad, Pre pre) {
     constexpr int stage_bytes = gw_stage_bytes(COLS);
     extern __shared__ __align__(1024) unsigned char gw_smem[];
     const unsigned base = (shared_addr(gw_smem) + 1023) & ~1023u;
@@ -157,20 +154,19 @@ __device__ __forceinline__ bool wg_ring(const tensor_map *wmap, const tensor_map
     __syncthreads();
     if (threadIdx.x >= 128) {  // the producer's warp; one thread copies
         if (threadIdx.x == 128) {
-            const int first = min(steps, GW_STAGES), rot = stagger && steps > 0 ? blockIdx.x % steps : 0;
-            auto at = [&](int k) { return (kbeg + (k + rot) % steps) * GW_BK; };  // the k of the block's step k
+            const int first = min(steps, GW_STAGES);
             for (int k = 0; k < first; k++) {
                 mbar_expect_tx(full(k), GW_W_BYTES + gw_x_bytes(COLS));
-                tma_load(sW(k), wmap, full(k), at(k), n0);
+                tma_load(sW(k), wmap, full(k), (kbeg + k) * GW_BK, n0);
             }
             pdl_wait();
-            for (int k = 0; k < first; k++) tma_load(sX(k), xmap, full(k), at(k), 0);
+            for (int k = 0; k < first; k++) tma_load(sX(k), xmap, full(k), (kbeg + k) * GW_BK, 0);
             for (int k = first; k < steps; k++) {
                 const int s = k % GW_STAGES;
                 mbar_wait(empty(s), (k / GW_STAGES - 1) & 1);
                 mbar_expect_tx(full(s), GW_W_BYTES + gw_x_bytes(COLS));
-                tma_load(sW(s), wmap, full(s), at(k), n0);
-                tma_load(sX(s), xmap, full(s), at(k), 0);
+                tma_load(sW(s), wmap, full(s), (kbeg + k) * GW_BK, n0);
+                tma_load(sX(s), xmap, full(s), (kbeg + k) * GW_BK, 0);
             }
         }
         return false;
@@ -250,7 +246,7 @@ template <class Pre, class Body>
 __device__ __forceinline__ bool gemv_wg(const tensor_map *wmap, const tensor_map *xmap, int B, int K, int rows,
                                         float *scratch, unsigned *count, Pre pre, Body body) {
     float d[12];
-    if (!wg_ring<24>(wmap, xmap, K, d, B > 8, false, pre)) return false;
+    if (!wg_ring<24>(wmap, xmap, K, d, B > 8, pre)) return false;
     float v[4];
 #pragma unroll
     for (int h = 0; h < 4; h++) v[h] = (d[h] + d[4 + h]) + d[8 + h];
@@ -467,7 +463,7 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS)
         pdl_wait();
     };
     float d[GS_COLS / 2];
-    if (!wg_ring<GS_COLS>(&wmap, &xmap, K, d, T > GS_COLS, true, pre)) return;
+    if (!wg_ring<GS_COLS>(&wmap, &xmap, K, d, T > GS_COLS, pre)) return;
     if (!wg_split(d, scratch, count)) return;
     // The tile goes out through shared memory (the ring's, every stage
     // consumed), turned from wgmma's fragment to rows of the prompt: each

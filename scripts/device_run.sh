@@ -83,6 +83,8 @@
 #             engine), the skinny GEMM's times against cuBLASLt,
 #             then ncu (throughputs and stall samples) at 1.4b in_proj and
 #             out_proj T=128, k split and not, then bf16 prefills off and on;
+#   skinnycheck: memcheck over the ring's kernel tests and the engine's
+#             skinny and warpgroup-decode tests;
 #   candidates: bf16 prefills with each layer GEMM pinned to each of
 #             cuBLASLt's candidates in turn, against the tuning's pick
 #             (BenchmarkGemmCandidates; $CAND_SHAPES, $GEMM_CANDIDATES);
@@ -442,6 +444,12 @@ if [[ $mode == skinnyprof ]]; then
   echo "== the skinny GEMM and the decode GEMVs (the split along k they share) against float64, then the engine's"
   SHOW="gemm_skinny.*rel err" run_tests skinnyprof_kernels 200 .carry/kernels.test -test.v -test.run 'GemmSkinny|GEMVWG|StepInWG'
   run_tests skinnyprof_engine 200 .carry/gpu.test -test.v -test.run 'SkinnyGEMMMatches|DecodeWarpgroup|DecodeMatchesPrefill'
+  exit $status
+fi
+if [[ $mode == skinnycheck ]]; then
+  echo "== memcheck over the ring's kernels (skinny GEMM and decode GEMVs) and the engine's tests of them"
+  memcheck memcheck_ring_kernels 200 .carry/kernels.test 'GemmSkinny|GEMVWG|StepInWG'
+  memcheck memcheck_ring_engine 200 .carry/gpu.test 'SkinnyGEMMMatches|DecodeWarpgroupMatches'
   exit $status
 fi
 if [[ $mode == candidates ]]; then
