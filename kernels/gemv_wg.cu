@@ -32,8 +32,9 @@
 // The ring itself (wg_ring) takes any width of x that one wgmma does: it
 // also runs gemm_skinny_bf16_f32, a prefill GEMM of up to 128 rows as
 // the products' columns, for in_proj and out_proj of short prompts on the
-// large shapes, where the weights set the time (not yet on the engine's
-// path; BenchmarkGemmSkinny times it against cuBLASLt).
+// large shapes, where the weights set the time (behind Engine.SkinnyGEMM,
+// off: it still loses to cuBLASLt, bench/results/2026-12-04-skinny.md;
+// BenchmarkGemmSkinny times them).
 //
 // wgmma and the tensor maps need sm_90a: on any other target the GEMV
 // compiles to a trap, so that every source builds for every architecture.

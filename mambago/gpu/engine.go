@@ -129,8 +129,9 @@ type Engine struct {
 	// gemm_skinny_bf16_f32, skinnyApplies) instead of cuBLAS: short prompts
 	// on the large shapes, where the weights set the GEMMs' time and
 	// cuBLAS reads them at 1.6-2.8 TB/s. Sums in another order than
-	// cuBLAS's, so not the same bits. Off by default: not yet measured on
-	// a GPU. Set it before capturing graphs.
+	// cuBLAS's, so not the same bits. Off by default: slower than cuBLAS
+	// at every shape measured (1.4b T=128 prefills 0.83-0.86x; bench/
+	// results/2026-12-04-skinny.md). Set it before capturing graphs.
 	SkinnyGEMM bool
 	// PrefillPDL launches the prefill's own kernels of each layer (RMSNorm,
 	// conv, dt_proj and the one-pass scan) with programmatic dependent
