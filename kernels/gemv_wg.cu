@@ -469,9 +469,9 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS)
     // The tile goes out through shared memory (the ring's, every stage
     // consumed), turned from wgmma's fragment to rows of the prompt: each
     // thread then moves 16 float4 of out, a warp 256 contiguous bytes of
-    // each of two rows a move. Where it accumulates, all 16 loads go out before
-    // the first add (from out itself where the float4 lies outside: a load
-    // whose address depends on no branch).
+    // each of two rows a move. Where it accumulates, all 16 loads go out
+    // before the first add (from out itself where the float4 lies outside:
+    // a load whose address depends on no branch).
     bar_sync_named(1, 128);  // every warp's products are out of the ring
     extern __shared__ __align__(1024) unsigned char gw_smem[];
     float *tile = reinterpret_cast<float *>(gw_smem);  // [GS_COLS][GS_LD]
