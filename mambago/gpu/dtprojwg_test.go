@@ -96,23 +96,7 @@ func settingNear(t *testing.T, on, off *gpu.Engine, B, T int, tol float64) {
 	sOff, _ := off.NewState(B)
 	near := func(what string, got, want []float32) {
 		t.Helper()
-		var diff, norm float64
-		same := 0
-		for i := range got {
-			d := float64(got[i]) - float64(want[i])
-			diff, norm = diff+d*d, norm+float64(want[i])*float64(want[i])
-			if math.Float32bits(got[i]) == math.Float32bits(want[i]) {
-				same++
-			}
-		}
-		e := math.Sqrt(diff / norm)
-		if !(e <= tol) {
-			t.Errorf("%s: rel err %.3g (bar %g)", what, e, tol)
-		}
-		if tol == 0 && same != len(got) {
-			t.Errorf("%s: %d of %d values differ in their bits", what, len(got)-same, len(got))
-		}
-		t.Logf("%s: rel err %.3g, %d of %d values with the same bits", what, e, same, len(got))
+		normNear(t, what, got, want, tol)
 	}
 	for call := 0; call < 2; call++ {
 		got, want := fixture.NaNs(B*T*c.Hidden), fixture.NaNs(B*T*c.Hidden)
@@ -131,6 +115,30 @@ func settingNear(t *testing.T, on, off *gpu.Engine, B, T int, tol float64) {
 	check(t, off.Prefill(sOff, in, engine.All, want))
 	near("graph replay", got, want)
 	near("graph replay, state", flatState(t, on, sOn), flatState(t, off, sOff))
+}
+
+// normNear holds got to tol of want in relative norm (the norm of the
+// difference over want's), and with tol 0 to want's bits, and logs how
+// far it is and how many values keep their bits.
+func normNear(t *testing.T, what string, got, want []float32, tol float64) {
+	t.Helper()
+	var diff, norm float64
+	same := 0
+	for i := range got {
+		d := float64(got[i]) - float64(want[i])
+		diff, norm = diff+d*d, norm+float64(want[i])*float64(want[i])
+		if math.Float32bits(got[i]) == math.Float32bits(want[i]) {
+			same++
+		}
+	}
+	e := math.Sqrt(diff / norm)
+	if !(e <= tol) {
+		t.Errorf("%s: rel err %.3g (bar %g)", what, e, tol)
+	}
+	if tol == 0 && same != len(got) {
+		t.Errorf("%s: %d of %d values differ in their bits", what, len(got)-same, len(got))
+	}
+	t.Logf("%s: rel err %.3g, %d of %d values with the same bits", what, e, same, len(got))
 }
 
 // BenchmarkDTProjWarpgroup times bf16 prefills with dt_proj on the

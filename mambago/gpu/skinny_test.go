@@ -2,7 +2,6 @@ package gpu_test
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -48,16 +47,7 @@ func TestSkinnyGEMMMatches(t *testing.T) {
 				got, want := fixture.NaNs(sz.B*c.Hidden), fixture.NaNs(sz.B*c.Hidden)
 				check(t, on.Prefill(sOn, in, engine.Last, got))
 				check(t, off.Prefill(sOff, in, engine.Last, want))
-				var diff, norm float64
-				for i := range got {
-					e := float64(got[i]) - float64(want[i])
-					diff, norm = diff+e*e, norm+float64(want[i])*float64(want[i])
-				}
-				if e := math.Sqrt(diff / norm); !(e <= skinnyTol) {
-					t.Errorf("last position: rel err %.3g (bar %g)", e, skinnyTol)
-				} else {
-					t.Logf("last position: rel err %.3g", e)
-				}
+				normNear(t, "last position", got, want, skinnyTol)
 			})
 		}
 	}
