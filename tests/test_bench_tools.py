@@ -196,3 +196,28 @@ def test_graph_trace_leaves_memsets_beside_a_kernel_off_the_chain():
     assert [a[0] for a in graph_trace.chain(acts)] == layer + layer
     rows = graph_trace.with_gaps(graph_trace.chain(acts))
     assert rows[3][0] == "scan_onepass" and rows[3][4] == 60.5  # the next start: out_proj's
+
+
+def test_mamba_ssm_table_rows_name_their_batch(tmp_path):
+    """bench/mamba_ssm/table.py: each decode row gives its B (B=1 where an older result has none), each
+    prefill row its own call's GEMM rate where it was merged from another call."""
+    import json
+    row = {"shape": "130m", "d": 768, "layers": 24, "B": 8, "T": 2048, "mambago_ms": 12.0,
+           "mambago_tok_s": 1365333.0, "roofline_fraction": 0.31, "mamba_ssm_ms": 30.0, "speedup": 2.5,
+           "max_rel_err_vs_mamba_ssm": 7e-3}
+    result = {"commit": "abc1234", "gpu": "H200", "torch": "2.11", "date": "2026-12-04", "timing": "events",
+              "bf16_gemm_flops": 770e12, "prefill": [row, dict(row, bf16_gemm_flops=1e12)],
+              "decode": [{"shape": "130m", "B": 8, "mambago_step_ms": 0.463, "mamba_ssm_step_ms": 0.634,
+                          "speedup": 1.37},
+                         {"shape": "370m", "mambago_step_ms": 0.713, "mamba_ssm_step_ms": 1.508, "speedup": 2.11}]}
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(result))
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "mamba_ssm" / "table.py"), str(path)],
+                       capture_output=True, text=True, check=True)
+    lines = r.stdout.splitlines()
+    assert "| 130m | 8 | 463 | 634 | 1.37× |" in lines
+    assert "| 370m | 1 | 713 | 1508 | 2.11× |" in lines
+    prefill = [line for line in lines if line.startswith("| 130m | 8 | 2048 |")]
+    # The same tokens/s against a ceiling of 770 TFLOP/s and of 1 TFLOP/s: the second row's fraction is far higher.
+    fractions = [int(line.split("|")[7].strip().rstrip("%")) for line in prefill]
+    assert len(fractions) == 2 and fractions[1] > 10 * fractions[0], prefill
