@@ -1,6 +1,7 @@
 """bench/stalls.py on a small ncu source CSV of known counts."""
 
 import csv
+import json
 import pathlib
 import subprocess
 import sys
@@ -201,7 +202,6 @@ def test_graph_trace_leaves_memsets_beside_a_kernel_off_the_chain():
 def test_mamba_ssm_table_rows_name_their_batch(tmp_path):
     """bench/mamba_ssm/table.py: each decode row gives its B (B=1 where an older result has none), each
     prefill row its own call's GEMM rate where it was merged from another call."""
-    import json
     row = {"shape": "130m", "d": 768, "layers": 24, "B": 8, "T": 2048, "mambago_ms": 12.0,
            "mambago_tok_s": 1365333.0, "roofline_fraction": 0.31, "mamba_ssm_ms": 30.0, "speedup": 2.5,
            "max_rel_err_vs_mamba_ssm": 7e-3}

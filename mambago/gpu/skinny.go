@@ -6,7 +6,7 @@ import (
 	"github.com/mambago/mambago/mambago/cuda"
 )
 
-// The skinny GEMM of kernels/gemv_wg.cu (gemm_skinny_bf16_f32 and _bf16,
+// The skinny GEMM of kernels/gemv_wg.cu (gemm_skinny_bf16_f32,
 // Engine.SkinnyGEMM): in_proj and out_proj of a prefill chunk of at most
 // skinnyMaxRows rows, on the warpgroup GEMVs' ring with the chunk's rows
 // as the products' columns: 64 weight rows a block of wgThreads threads, in
