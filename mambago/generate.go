@@ -2,14 +2,17 @@ package mambago
 
 import (
 	"errors"
+	"fmt"
 	"math"
-	"math/rand/v2"
-	"sort"
 
 	"github.com/mambago/mambago/mambago/engine"
 )
 
-// Sampling chooses the next token from logits.
+// Sampling chooses the next token from logits. Tokens rank by logit, the
+// lower id first among equals. Greedy takes the best; otherwise a token is
+// drawn with probability ∝ exp(logit / Temperature) from the TopK best, cut
+// to the shortest best-first run of them whose probability reaches TopP.
+// Logits that hold NaN make the generation fail rather than draw a token.
 type Sampling struct {
 	Temperature float64 // 0 picks the most likely token (greedy)
 	TopK        int     // keep the k most likely tokens; 0 keeps all
@@ -68,7 +71,7 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 	if err := m.Logits(hidden, B, logits); err != nil {
 		return nil, 0, err
 	}
-	rng := rand.New(rand.NewPCG(s.Seed, 0x6d616d6261676f))
+	sp := newSampler(s)
 	done := make([]bool, B)
 	next := make([]int64, B)
 	out := make([][]int64, B)
@@ -79,7 +82,9 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 			if done[b] {
 				next[b] = s.EOS
 			} else {
-				next[b] = sample(logits[b*cfg.Vocab:(b+1)*cfg.Vocab], s, rng)
+				if next[b], err = sp.next(logits[b*cfg.Vocab : (b+1)*cfg.Vocab]); err != nil {
+					return nil, 0, fmt.Errorf("generate: sequence %d, new token %d: %w", b, n, err)
+				}
 				done[b] = s.EOS >= 0 && next[b] == s.EOS
 				alive = alive || !done[b]
 			}
@@ -103,50 +108,4 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 		flat = append(flat, row...)
 	}
 	return flat, n, nil
-}
-
-// sample draws a token id from one row of logits.
-func sample(logits []float32, s Sampling, rng *rand.Rand) int64 {
-	if s.Temperature == 0 {
-		best := 0
-		for i, v := range logits {
-			if v > logits[best] {
-				best = i
-			}
-		}
-		return int64(best)
-	}
-	idx := make([]int, len(logits))
-	for i := range idx {
-		idx[i] = i
-	}
-	sort.SliceStable(idx, func(a, b int) bool { return logits[idx[a]] > logits[idx[b]] })
-	if s.TopK > 0 && s.TopK < len(idx) {
-		idx = idx[:s.TopK]
-	}
-	p := make([]float64, len(idx))
-	top := float64(logits[idx[0]])
-	var total float64
-	for i, id := range idx {
-		p[i] = math.Exp((float64(logits[id]) - top) / s.Temperature)
-		total += p[i]
-	}
-	keep, mass := len(idx), 1.0 // nucleus: the smallest prefix whose mass reaches top_p
-	cum := 0.0
-	for i := range p {
-		p[i] /= total
-		cum += p[i]
-		if cum >= s.TopP {
-			keep, mass = i+1, cum
-			break
-		}
-	}
-	r := rng.Float64() * mass
-	for i := 0; i < keep; i++ {
-		r -= p[i]
-		if r < 0 {
-			return int64(idx[i])
-		}
-	}
-	return int64(idx[keep-1])
 }

@@ -1,0 +1,115 @@
+"""What a token of generation costs a caller on the GPU: the decode step
+eager (`model.step`), as a replayed step graph (`graph.step`), and inside
+`model.generate`, on random models in bf16 (and f32 where asked).
+
+    python3 bench/generate_speed.py --shapes 130m,1.4b --batches 1,8 --out gen.json
+
+Every figure is host wall time around calls that return their results to the
+host (logits or tokens), which is what a caller waits for; the medians of
+--repeats runs:
+- step_eager_us, step_graph_us: one call, over --steps calls a run;
+- capture_ms: `model.capture_step(state)` once (a new state each run);
+- generate_us_per_token: (generate(n) - generate(1)) / (n - 1), greedy,
+  no EOS, n = --new-tokens, so the prefill and the first token cancel.
+The JSON goes to --out and a markdown table to stdout.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import random_checkpoint  # noqa: E402
+
+
+def wall(fn, repeats, calls=1):
+    """Median wall seconds of one call of fn over repeats runs of calls calls."""
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - t0) / calls)
+    return statistics.median(times)
+
+
+def measure(mambago, shape, dtype, B, a):
+    """One row: the step eager and as a graph, the capture, and generate's per-token cost."""
+    model = mambago.Model.from_pretrained(random_checkpoint.cached(shape), device="cuda", dtype=dtype)
+    try:
+        rng = np.random.default_rng()
+        V = model.config.vocab_size
+        prompt = rng.integers(0, V, size=(B, a.prompt))
+        model.reserve(B, a.prompt)
+        state = model.new_state(B)
+        model.prefill(prompt, state=state)
+        ids = rng.integers(0, V, size=B)
+        eager = wall(lambda: model.step(ids, state), a.repeats, a.steps)
+
+        def capture():
+            s = model.new_state(B)
+            t0 = time.perf_counter()
+            g = model.capture_step(s)
+            took = time.perf_counter() - t0
+            g.close()
+            s.close()
+            return took
+
+        capture()  # the first capture in a process also loads what graphs need
+        cap = statistics.median(capture() for _ in range(a.repeats))
+        graph = model.capture_step(state)
+        replay = wall(lambda: graph.step(ids), a.repeats, a.steps)
+        graph.close()
+        state.close()
+
+        def gen(n):
+            return lambda: model.generate(prompt, max_new_tokens=n, eos_token_id=None)
+
+        gen(a.new_tokens)()  # warm-up: workspace and GEMM plans at this batch
+        one = wall(gen(1), a.repeats)
+        many = wall(gen(a.new_tokens), a.repeats)
+        per_token = (many - one) / (a.new_tokens - 1)
+        return {"shape": shape, "dtype": dtype, "B": B, "prompt": a.prompt,
+                "step_eager_us": eager * 1e6, "step_graph_us": replay * 1e6, "capture_ms": cap * 1e3,
+                "generate_us_per_token": per_token * 1e6, "generate_new_tokens": a.new_tokens,
+                "generate_1_ms": one * 1e3, "generate_n_ms": many * 1e3}
+    finally:
+        model.close()
+
+
+def main():
+    """Parse the arguments, measure every row, write the JSON and print the table."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", default="130m,1.4b", type=lambda v: v.split(","))
+    p.add_argument("--dtypes", default="bfloat16", type=lambda v: v.split(","))
+    p.add_argument("--batches", default="1,8", type=lambda v: [int(x) for x in v.split(",")])
+    p.add_argument("--prompt", type=int, default=16)
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--new-tokens", type=int, default=129)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--out", required=True)
+    a = p.parse_args()
+    import mambago
+
+    rows = []
+    print("| shape | dtype | B | step eager µs | step graph µs | eager/graph | capture ms | generate µs/token |")
+    print("|---|---|---|---|---|---|---|---|")
+    for shape in a.shapes:
+        for dtype in a.dtypes:
+            for B in a.batches:
+                r = measure(mambago, shape, dtype, B, a)
+                rows.append(r)
+                print(f"| {shape} | {dtype} | {B} | {r['step_eager_us']:.0f} | {r['step_graph_us']:.0f} | "
+                      f"{r['step_eager_us'] / r['step_graph_us']:.2f} | {r['capture_ms']:.2f} | "
+                      f"{r['generate_us_per_token']:.0f} |", flush=True)
+    with open(a.out, "w") as f:
+        json.dump({"rows": rows, "args": vars(a)}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

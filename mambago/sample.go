@@ -1,0 +1,230 @@
+package mambago
+
+import (
+	"cmp"
+	"container/heap"
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// errNaN reports logits that hold NaN, from which no token can be drawn.
+var errNaN = errors.New("the logits hold NaN")
+
+// sampler draws tokens from rows of logits under one Sampling. It keeps its
+// scratch between draws, since a generation asks it for B tokens a step
+// from rows of a whole vocabulary.
+//
+// Tokens are ranked by logit, the lower id first among equal logits. A
+// draw takes the TopK best (all when TopK is 0), then the shortest run of
+// those, best first, whose probability reaches TopP of theirs, and draws
+// from that run with probability ∝ exp(logit / Temperature). Only the
+// draw's candidates are ever sorted, so a draw over 50k tokens costs a few
+// passes over the row rather than a sort of it.
+type sampler struct {
+	s    Sampling
+	rng  *rand.Rand
+	inv  float64   // 1 / Temperature
+	w    []float64 // exp((logit - max) / Temperature): of the TopK best, or of every token
+	cand []float64 // w of the nucleus search's candidates, best first
+	top  ranked    // candidates, best first
+}
+
+// newSampler returns a sampler for s, seeded from s.Seed.
+func newSampler(s Sampling) *sampler {
+	return &sampler{s: s, rng: rand.New(rand.NewPCG(s.Seed, 0x6d616d6261676f)), inv: 1 / s.Temperature}
+}
+
+// next draws a token from one row of logits: the best-ranked one when
+// Temperature is 0.
+func (sp *sampler) next(logits []float32) (int64, error) {
+	best, err := argmax(logits)
+	if err != nil || sp.s.Temperature == 0 {
+		return int64(best), err
+	}
+	top := float64(logits[best])
+	if math.IsInf(top, 0) { // an infinite best logit takes all the mass (or none has any)
+		return int64(best), nil
+	}
+	if k := sp.s.TopK; k > 0 && k < len(logits) {
+		return int64(sp.fromBest(logits, top, k)), nil
+	}
+	return int64(sp.fromAll(logits, top)), nil
+}
+
+// fromBest draws from the k best-ranked tokens of logits, whose largest is top.
+func (sp *sampler) fromBest(logits []float32, top float64, k int) int {
+	sp.top.best(logits, k)
+	sp.w = sp.w[:0]
+	var total float64
+	for _, i := range sp.top.ids {
+		sp.w = append(sp.w, expNeg((top-float64(logits[i]))*sp.inv))
+		total += sp.w[len(sp.w)-1]
+	}
+	keep, mass := nucleus(sp.w, sp.s.TopP*total)
+	return sp.top.ids[pick(sp.rng.Float64()*mass, sp.w[:keep])]
+}
+
+// fromAll draws from every token of logits, whose largest is top. It
+// weighs them all and, for a nucleus, sums their weight in bins of the
+// logit's distance from top in units of temperature: the nucleus lies in
+// the bins up to the one where their sum reaches TopP, and only their
+// tokens are ranked.
+func (sp *sampler) fromAll(logits []float32, top float64) int {
+	sp.w = slices.Grow(sp.w[:0], len(logits))[:len(logits)]
+	var total float64
+	var bins [nbins]float64
+	search := sp.s.TopP < 1
+	for i, v := range logits {
+		sp.w[i] = expNeg((top - float64(v)) * sp.inv)
+		total += sp.w[i]
+		if search {
+			bins[sp.bin(v, top)] += sp.w[i]
+		}
+	}
+	if !search { // draw in id order
+		return pick(sp.rng.Float64()*total, sp.w)
+	}
+	last, cum := nbins-1, 0.0
+	for b, m := range bins {
+		if cum += m; cum >= sp.s.TopP*total {
+			last = b
+			break
+		}
+	}
+	sp.top.ids = sp.top.ids[:0]
+	for i, v := range logits {
+		if sp.bin(v, top) <= last {
+			sp.top.ids = append(sp.top.ids, i)
+		}
+	}
+	sp.top.sort(logits)
+	sp.cand = sp.cand[:0]
+	for _, i := range sp.top.ids {
+		sp.cand = append(sp.cand, sp.w[i])
+	}
+	keep, mass := nucleus(sp.cand, sp.s.TopP*total)
+	return sp.top.ids[pick(sp.rng.Float64()*mass, sp.cand[:keep])]
+}
+
+// bin returns the nucleus search's bin of a logit: its distance from top
+// in whole units of temperature, the last bin taking all beyond.
+func (sp *sampler) bin(logit float32, top float64) int {
+	if z := (top - float64(logit)) * sp.inv; z < nbins-1 {
+		return int(z)
+	}
+	return nbins - 1
+}
+
+// nbins is how many bins the nucleus search sums weight in.
+const nbins = 64
+
+// expNeg returns e^-z for z ≥ 0 within 1e-8 relative, about three times as
+// fast as math.Exp: e^-z = 2^k e^r with k the integer nearest -z·log2(e)
+// and |r| ≤ ln(2)/2, where seven terms of e^r's series leave 7e-9. Weights
+// under e^-708 flush to 0.
+func expNeg(z float64) float64 {
+	if !(z <= 708) { // NaN cannot reach here: the sampler has refused it
+		return 0
+	}
+	k := math.Floor(0.5 - z*math.Log2E)
+	r := (-z - k*ln2Hi) - k*ln2Lo
+	p := 1 + r*(1+r*(1./2+r*(1./6+r*(1./24+r*(1./120+r*(1./720+r*(1./5040)))))))
+	return p * math.Float64frombits(uint64(int64(k)+1023)<<52)
+}
+
+// ln2Hi + ln2Lo is ln 2, split so that k·ln2Hi is exact for |k| < 2^11.
+const (
+	ln2Hi = 6.93147180369123816490e-01
+	ln2Lo = 1.90821492927058770002e-10
+)
+
+// nucleus returns the length of the shortest prefix of the weights w
+// (best first) whose sum reaches target, and that sum; all of w when
+// rounding leaves it short.
+func nucleus(w []float64, target float64) (keep int, mass float64) {
+	for n, x := range w {
+		if mass += x; mass >= target {
+			return n + 1, mass
+		}
+	}
+	return len(w), mass
+}
+
+// pick returns the first n where the running sum of w[:n+1] passes r, or
+// the last when rounding leaves r past it.
+func pick(r float64, w []float64) int {
+	for n, x := range w {
+		if r -= x; r < 0 {
+			return n
+		}
+	}
+	return len(w) - 1
+}
+
+// argmax returns the index of the largest logit, the lowest among equals,
+// or errNaN.
+func argmax(logits []float32) (int, error) {
+	best := 0
+	for i, v := range logits {
+		if v > logits[best] {
+			best = i
+		} else if v != v {
+			return 0, errNaN
+		}
+	}
+	if v := logits[best]; v != v {
+		return 0, errNaN
+	}
+	return best, nil
+}
+
+// ranked holds the ids of a row's k best-ranked tokens. While it collects
+// them it is a heap whose root is the worst one kept.
+type ranked struct {
+	ids    []int
+	logits []float32
+}
+
+// best sets r.ids to the k best-ranked tokens of logits, best first.
+func (r *ranked) best(logits []float32, k int) {
+	r.ids = r.ids[:0]
+	for i := range k {
+		r.ids = append(r.ids, i)
+	}
+	r.logits = logits
+	heap.Init(r)
+	worst := logits[r.ids[0]]
+	for i := k; i < len(logits); i++ {
+		if logits[i] > worst { // an equal logit ranks below: its id is higher
+			r.ids[0] = i
+			heap.Fix(r, 0)
+			worst = logits[r.ids[0]]
+		}
+	}
+	r.sort(logits)
+}
+
+// sort puts r.ids in rank order by logits.
+func (r *ranked) sort(logits []float32) {
+	r.logits = logits
+	slices.SortFunc(r.ids, r.compare)
+}
+
+// compare ranks token i before token j when its logit is larger, or equal
+// with a lower id.
+func (r *ranked) compare(i, j int) int {
+	if c := cmp.Compare(r.logits[j], r.logits[i]); c != 0 {
+		return c
+	}
+	return cmp.Compare(i, j)
+}
+
+// The heap's methods (container/heap): the root is the worst-ranked id.
+
+func (r *ranked) Len() int           { return len(r.ids) }
+func (r *ranked) Less(a, b int) bool { return r.compare(r.ids[a], r.ids[b]) > 0 }
+func (r *ranked) Swap(a, b int)      { r.ids[a], r.ids[b] = r.ids[b], r.ids[a] }
+func (r *ranked) Push(any)           { panic("ranked holds k ids") }
+func (r *ranked) Pop() any           { panic("ranked holds k ids") }

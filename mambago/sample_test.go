@@ -1,0 +1,239 @@
+package mambago
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"testing"
+)
+
+// reference is the sampling rule written plainly: every token ranked by a
+// stable sort, softmax at the temperature over the TopK best, then the
+// shortest best-first run reaching TopP. It returns each token's exact
+// probability of being drawn.
+func reference(logits []float32, s Sampling) []float64 {
+	ids := make([]int, len(logits))
+	for i := range ids {
+		ids[i] = i
+	}
+	sort.SliceStable(ids, func(a, b int) bool { return logits[ids[a]] > logits[ids[b]] })
+	if s.TopK > 0 && s.TopK < len(ids) {
+		ids = ids[:s.TopK]
+	}
+	top := float64(logits[ids[0]])
+	w := make([]float64, len(ids))
+	var total float64
+	for n, i := range ids {
+		w[n] = math.Exp((float64(logits[i]) - top) / s.Temperature)
+		total += w[n]
+	}
+	keep, cum := len(ids), 0.0
+	for n := range w {
+		cum += w[n]
+		if cum >= s.TopP*total {
+			keep = n + 1
+			break
+		}
+	}
+	p := make([]float64, len(logits))
+	for n := range keep {
+		p[ids[n]] = w[n] / cum
+	}
+	return p
+}
+
+// row returns V logits drawn from N(0, scale²), with some values repeated
+// so that ties are ranked too.
+func row(rng *rand.Rand, V int, scale float64) []float32 {
+	v := make([]float32, V)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64() * scale)
+	}
+	for range V / 8 {
+		v[rng.IntN(V)] = v[rng.IntN(V)]
+	}
+	return v
+}
+
+// TestSamplerMatchesTheRule draws many tokens from small rows under each
+// kind of setting and compares each token's frequency with its exact
+// probability under the reference rule, within 5 standard deviations; a
+// token outside the candidates must never be drawn.
+func TestSamplerMatchesTheRule(t *testing.T) {
+	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())) // fresh rows every run
+	settings := []Sampling{
+		{Temperature: 0.7, TopP: 1},
+		{Temperature: 1.3, TopK: 4, TopP: 1},
+		{Temperature: 0.9, TopP: 0.8},
+		{Temperature: 1, TopK: 6, TopP: 0.7},
+		{Temperature: 2, TopK: 3, TopP: 0.5},
+		{Temperature: 0.5, TopK: 12, TopP: 0.95}, // TopK past V: every token
+	}
+	const draws = 200_000
+	for _, s := range settings {
+		t.Run(fmt.Sprintf("T=%v,k=%d,p=%v", s.Temperature, s.TopK, s.TopP), func(t *testing.T) {
+			logits := row(rng, 10, 1.5)
+			want := reference(logits, s)
+			s.Seed = rng.Uint64()
+			sp := newSampler(s)
+			count := make([]int, len(logits))
+			for range draws {
+				id, err := sp.next(logits)
+				if err != nil {
+					t.Fatal(err)
+				}
+				count[id]++
+			}
+			for i, p := range want {
+				got := float64(count[i]) / draws
+				if sd := math.Sqrt(p * (1 - p) / draws); math.Abs(got-p) > 5*sd+1e-12 {
+					t.Errorf("token %d (logit %v): drawn %.5f of the time, want %.5f (logits %v)", i, logits[i], got, p, logits)
+				}
+			}
+		})
+	}
+}
+
+// TestSamplerLargeNucleus covers a nucleus past the first ranking's 64
+// tokens, on rows the size of a real vocabulary: every draw must fall inside
+// the reference's nucleus, and the reference's ten most likely tokens must
+// be drawn as often as their probability says.
+func TestSamplerLargeNucleus(t *testing.T) {
+	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	for _, c := range []struct {
+		V     int
+		scale float64
+		s     Sampling
+	}{
+		{50280, 3, Sampling{Temperature: 0.8, TopP: 0.9}},
+		{50280, 3, Sampling{Temperature: 1.5, TopP: 0.6}}, // thousands of tokens in the nucleus
+		{5000, 0.3, Sampling{Temperature: 1, TopP: 0.95}}, // most of the row: the full sort
+		{50280, 3, Sampling{Temperature: 1, TopK: 50, TopP: 0.95}},
+	} {
+		logits := row(rng, c.V, c.scale)
+		want := reference(logits, c.s)
+		inside := 0
+		var head float64 // the ten most likely tokens' probability
+		order := make([]int, c.V)
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(want[b], want[a]) })
+		for _, i := range order[:10] {
+			head += want[i]
+		}
+		for _, p := range want {
+			if p > 0 {
+				inside++
+			}
+		}
+		s := c.s
+		s.Seed = rng.Uint64()
+		sp := newSampler(s)
+		const draws = 5_000
+		hits := 0
+		for range draws {
+			id, err := sp.next(logits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want[id] == 0 {
+				t.Fatalf("V=%d %+v: drew token %d, outside the nucleus of %d", c.V, s, id, inside)
+			}
+			if slices.Contains(order[:10], int(id)) {
+				hits++
+			}
+		}
+		got := float64(hits) / draws
+		if sd := math.Sqrt(head * (1 - head) / draws); math.Abs(got-head) > 5*sd {
+			t.Errorf("V=%d %+v: the ten most likely drawn %.4f of the time, want %.4f", c.V, s, got, head)
+		}
+		t.Logf("V=%d %+v: nucleus of %d tokens, top ten %.4f drawn %.4f", c.V, s, inside, head, got)
+	}
+}
+
+// TestSamplerEdges: ties rank by id, TopK 1 and temperature 0 are greedy, an
+// infinite logit takes all the mass, and NaN is an error, not a token.
+func TestSamplerEdges(t *testing.T) {
+	draw := func(logits []float32, s Sampling, n int) map[int64]int {
+		sp := newSampler(s)
+		seen := map[int64]int{}
+		for range n {
+			id, err := sp.next(logits)
+			if err != nil {
+				t.Fatalf("%v %+v: %v", logits, s, err)
+			}
+			seen[id]++
+		}
+		return seen
+	}
+	tied := []float32{2, 2, 2, 1}
+	if got := draw(tied, Sampling{Temperature: 1, TopK: 2, TopP: 1}, 2000); len(got) != 2 || got[0] == 0 || got[1] == 0 {
+		t.Errorf("top 2 of %v: drew %v, want tokens 0 and 1", tied, got)
+	}
+	if got := draw(tied, Sampling{TopP: 1}, 1); got[0] != 1 {
+		t.Errorf("greedy over %v: drew %v, want token 0", tied, got)
+	}
+	logits := row(rand.New(rand.NewPCG(1, 2)), 1000, 2)
+	best, _ := argmax(logits)
+	if got := draw(logits, Sampling{Temperature: 3, TopK: 1, TopP: 1}, 50); got[int64(best)] != 50 {
+		t.Errorf("TopK 1: drew %v, want token %d every time", got, best)
+	}
+	inf := []float32{0, float32(math.Inf(1)), 3, float32(math.Inf(1))}
+	if got := draw(inf, Sampling{Temperature: 1, TopP: 0.9}, 20); got[1] != 20 {
+		t.Errorf("%v: drew %v, want token 1", inf, got)
+	}
+	for _, s := range []Sampling{{TopP: 1}, {Temperature: 1, TopP: 1}, {Temperature: 1, TopK: 2, TopP: 0.5}} {
+		for _, nan := range [][]float32{{float32(math.NaN()), 1, 2}, {1, 2, float32(math.NaN())}} {
+			if _, err := newSampler(s).next(nan); !errors.Is(err, errNaN) {
+				t.Errorf("%v %+v: err = %v, want errNaN", nan, s, err)
+			}
+		}
+	}
+}
+
+// BenchmarkSampler draws from a row of a real vocabulary's size.
+func BenchmarkSampler(b *testing.B) {
+	logits := row(rand.New(rand.NewPCG(1, 2)), 50280, 3)
+	for _, s := range []Sampling{
+		{TopP: 1},
+		{Temperature: 0.8, TopP: 1},
+		{Temperature: 0.8, TopK: 50, TopP: 0.95},
+		{Temperature: 0.8, TopP: 0.95},
+	} {
+		b.Run(fmt.Sprintf("T=%v,k=%d,p=%v", s.Temperature, s.TopK, s.TopP), func(b *testing.B) {
+			sp := newSampler(s)
+			for b.Loop() {
+				if _, err := sp.next(logits); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestExpNeg compares expNeg with math.Exp over the range weights take.
+func TestExpNeg(t *testing.T) {
+	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	worst := 0.0
+	for n := range 1_000_000 {
+		z := rng.Float64() * 700
+		if n%2 == 0 {
+			z = rng.Float64() * 2 // the weights near the best, where the mass is
+		}
+		want := math.Exp(-z)
+		worst = max(worst, math.Abs(expNeg(z)-want)/want)
+	}
+	if worst > 1e-8 {
+		t.Errorf("expNeg: worst relative error %.3g, want ≤ 1e-8", worst)
+	}
+	for _, c := range []struct{ z, want float64 }{{0, 1}, {708.5, 0}, {math.Inf(1), 0}} {
+		if got := expNeg(c.z); got != c.want {
+			t.Errorf("expNeg(%v) = %v, want %v", c.z, got, c.want)
+		}
+	}
+}
