@@ -10,7 +10,9 @@ host (logits or tokens), which is what a caller waits for; the medians of
 - step_eager_us, step_graph_us: one call, over --steps calls a run;
 - capture_ms: `model.capture_step(state)` once (a new state each run);
 - generate_us_per_token: (generate(n) - generate(1)) / (n - 1), greedy,
-  no EOS, n = --new-tokens, so the prefill and the first token cancel.
+  no EOS, n = --new-tokens, so the prefill and the first token cancel;
+  sampled_k50_us_per_token and sampled_p95_us_per_token likewise, sampling
+  at temperature 0.8 from the 50 best tokens, or from the nucleus of 0.95.
 The JSON goes to --out and a markdown table to stdout.
 """
 
@@ -67,17 +69,18 @@ def measure(mambago, shape, dtype, B, a):
         graph.close()
         state.close()
 
-        def gen(n):
-            return lambda: model.generate(prompt, max_new_tokens=n, eos_token_id=None)
+        def per_token(**sampling):
+            def gen(n):
+                return lambda: model.generate(prompt, max_new_tokens=n, eos_token_id=None, seed=0, **sampling)
 
-        gen(a.new_tokens)()  # warm-up: workspace and GEMM plans at this batch
-        one = wall(gen(1), a.repeats)
-        many = wall(gen(a.new_tokens), a.repeats)
-        per_token = (many - one) / (a.new_tokens - 1)
-        return {"shape": shape, "dtype": dtype, "B": B, "prompt": a.prompt,
+            gen(a.new_tokens)()  # warm-up: workspace and GEMM plans at this batch
+            return (wall(gen(a.new_tokens), a.repeats) - wall(gen(1), a.repeats)) / (a.new_tokens - 1) * 1e6
+
+        return {"shape": shape, "dtype": dtype, "B": B, "prompt": a.prompt, "generate_new_tokens": a.new_tokens,
                 "step_eager_us": eager * 1e6, "step_graph_us": replay * 1e6, "capture_ms": cap * 1e3,
-                "generate_us_per_token": per_token * 1e6, "generate_new_tokens": a.new_tokens,
-                "generate_1_ms": one * 1e3, "generate_n_ms": many * 1e3}
+                "generate_us_per_token": per_token(),
+                "sampled_k50_us_per_token": per_token(temperature=0.8, top_k=50),
+                "sampled_p95_us_per_token": per_token(temperature=0.8, top_p=0.95)}
     finally:
         model.close()
 
@@ -97,8 +100,8 @@ def main():
     import mambago
 
     rows = []
-    print("| shape | dtype | B | step eager µs | step graph µs | eager/graph | capture ms | generate µs/token |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| shape | dtype | B | step eager µs | step graph µs | eager/graph | capture ms | generate µs/token: greedy | top-k 50 | top-p 0.95 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for shape in a.shapes:
         for dtype in a.dtypes:
             for B in a.batches:
@@ -106,7 +109,8 @@ def main():
                 rows.append(r)
                 print(f"| {shape} | {dtype} | {B} | {r['step_eager_us']:.0f} | {r['step_graph_us']:.0f} | "
                       f"{r['step_eager_us'] / r['step_graph_us']:.2f} | {r['capture_ms']:.2f} | "
-                      f"{r['generate_us_per_token']:.0f} |", flush=True)
+                      f"{r['generate_us_per_token']:.0f} | {r['sampled_k50_us_per_token']:.0f} | "
+                      f"{r['sampled_p95_us_per_token']:.0f} |", flush=True)
     with open(a.out, "w") as f:
         json.dump({"rows": rows, "args": vars(a)}, f, indent=1)
 

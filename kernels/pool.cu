@@ -1,5 +1,5 @@
-// Pooling over the positions of a chunk of the normed hidden states, and the
-// masks of a padded batch (below pool_f32).
+// Pooling over the positions of a chunk of the normed hidden states, the
+// masks of a padded batch (below pool_f32), and greedy decoding's pick (last).
 //
 //   mode 1 (sum):   out[b, i] (+)= sum_t h[b, t, i]      ('+=' when accumulate, for later chunks)
 //   mode 2 (all):   out[b, t0 + t, i] = h[b, t, i]        (out holds [B, T, d], the chunk starts at t0)
@@ -48,4 +48,51 @@ extern "C" __global__ void zero_padding(unsigned short *p, long long ld, int wid
 extern "C" __global__ void mean_rows_f32(float *out, int d, const int *__restrict__ pad, int T) {
     int i = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
     if (i < d) out[(long long)b * d + i] *= (float)(1.0 / (double)(T - pad[b]));
+}
+
+// Greedy decoding's pick, where the logits are:
+//
+//   argmax_rows_f32: ids[b] = the index of the largest of logits[b, 0 .. V),
+//                    the lowest among equal values (as the host's argmax
+//                    does), or -1 when the row holds NaN.
+//
+// Grid (B), one block a row, ARGMAX_THREADS threads striding over it; each
+// keeps its best (value, index), then the warps and the block reduce them.
+
+#define ARGMAX_THREADS 1024
+
+// argmax_better: whether (v, i) ranks before (best, at).
+__device__ __forceinline__ bool argmax_better(float v, int i, float best, int at) {
+    return v > best || (v == best && i < at);
+}
+
+extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
+    argmax_rows_f32(const float *__restrict__ logits, long long *__restrict__ ids, int V) {
+    const float *row = logits + (long long)blockIdx.x * V;
+    float best = __int_as_float(0xff800000);  // -inf
+    int at = 0x7fffffff;  // beaten by any index: a row of -inf picks index 0
+    bool nan = false;
+    for (int i = threadIdx.x; i < V; i += ARGMAX_THREADS) {
+        float v = row[i];
+        nan |= v != v;
+        if (argmax_better(v, i, best, at)) best = v, at = i;
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        float v = __shfl_down_sync(0xffffffffu, best, off);
+        int i = __shfl_down_sync(0xffffffffu, at, off);
+        if (argmax_better(v, i, best, at)) best = v, at = i;
+    }
+    __shared__ float bests[ARGMAX_THREADS / 32];
+    __shared__ int ats[ARGMAX_THREADS / 32];
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) bests[warp] = best, ats[warp] = at;
+    nan = __syncthreads_or(nan);
+    if (warp != 0) return;
+    best = bests[lane], at = ats[lane];  // ARGMAX_THREADS / 32 = 32 warps: one a lane
+    for (int off = 16; off > 0; off >>= 1) {
+        float v = __shfl_down_sync(0xffffffffu, best, off);
+        int i = __shfl_down_sync(0xffffffffu, at, off);
+        if (argmax_better(v, i, best, at)) best = v, at = i;
+    }
+    if (lane == 0) ids[blockIdx.x] = nan ? -1 : at;
 }

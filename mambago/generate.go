@@ -41,6 +41,13 @@ func (m *Model) Generate(ids []int64, B, T, maxNew int, s Sampling) ([]int64, in
 	return m.GenerateSpans(ids, B, T, nil, maxNew, s)
 }
 
+// greedyEngine is an engine that decodes greedily where its logits are
+// (the CUDA engine): NewGreedy returns a decoder for st for about steps
+// steps.
+type greedyEngine interface {
+	NewGreedy(st engine.State, steps int) (engine.Greedy, error)
+}
+
 // GenerateSpans is Generate for a padded batch: row b of ids holds its
 // prompt at spans[b] (PrefillSpans), and each row continues from its last
 // token. nil spans take every row whole.
@@ -71,20 +78,34 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 	if err := m.Logits(hidden, B, logits); err != nil {
 		return nil, 0, err
 	}
+	// Greedy steps on an engine that picks tokens where the logits are
+	// return the picks (in picked) and leave the logits there.
+	var greedy engine.Greedy
+	if g, ok := m.Engine.(greedyEngine); ok && s.Temperature == 0 && maxNew > 1 {
+		if greedy, err = g.NewGreedy(st, maxNew-1); err != nil {
+			return nil, 0, err
+		}
+		defer func() { err = errors.Join(err, greedy.Close()) }()
+	}
 	sp := newSampler(s)
 	done := make([]bool, B)
-	next := make([]int64, B)
+	next, picked := make([]int64, B), make([]int64, B)
 	out := make([][]int64, B)
 	n := 0
 	for n < maxNew {
 		alive := false
 		for b := 0; b < B; b++ {
-			if done[b] {
+			switch {
+			case done[b]:
 				next[b] = s.EOS
-			} else {
+			case greedy != nil && n > 0:
+				next[b] = picked[b]
+			default:
 				if next[b], err = sp.next(logits[b*cfg.Vocab : (b+1)*cfg.Vocab]); err != nil {
 					return nil, 0, fmt.Errorf("generate: sequence %d, new token %d: %w", b, n, err)
 				}
+			}
+			if !done[b] {
 				done[b] = s.EOS >= 0 && next[b] == s.EOS
 				alive = alive || !done[b]
 			}
@@ -99,8 +120,13 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 				next[b] = 0
 			}
 		}
-		if err := m.Step(st, next, logits); err != nil {
-			return nil, 0, err
+		if greedy != nil {
+			err = greedy.Next(next, picked)
+		} else {
+			err = m.Step(st, next, logits)
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("generate: new token %d: %w", n, err)
 		}
 	}
 	flat := make([]int64, 0, B*n)

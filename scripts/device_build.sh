@@ -13,14 +13,16 @@ GOAMD64=v3 go test -c -o .carry/cuda.test ./mambago/cuda
 GOAMD64=v3 go test -c -o .carry/kernels.test ./kernels
 GOAMD64=v3 go test -c -o .carry/gpu.test ./mambago/gpu
 GOAMD64=v3 go test -c -o .carry/mambago.test ./mambago
-# With BASE=<commit>, that commit's engine benchmarks too, into .carry/base,
-# for device_run.sh's ab mode.
+# With BASE=<commit>, that commit's engine benchmarks and wheel too, into
+# .carry/base, for device_run.sh's ab and generate modes.
 rm -rf .carry/base
 if [[ -n ${BASE:-} ]]; then
   tree=$(mktemp -d)
   git worktree add -q --detach "$tree" "$BASE"
   trap 'git worktree remove --force "$tree"' EXIT  # also when the build fails
   (cd "$tree" && GOAMD64=v3 go test -c -o "$OLDPWD/.carry/base/gpu.test" ./mambago/gpu)
+  # and its wheel, for device_run.sh's generate mode
+  (cd "$tree" && "$py" -m pip wheel -q --no-deps -w "$OLDPWD/.carry/base" .)
   # and its step.cu as NVRTC compiles it, for BenchmarkGEMVBatch's "base"
   # (device_run.sh gemvtc).
   mkdir -p "$tree/cmd/stepsource"

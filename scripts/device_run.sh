@@ -43,6 +43,10 @@
 #   fixup:    scan_fixup's float64 tests and sanitizers, the scan alone walked
 #             once against in segments, then bf16 prefills likewise (the
 #             kernels' and the engine's BenchmarkScanSegments; about 2 minutes);
+#   generate: greedy generation with the device's pick: the argmax kernel's
+#             and the engine's tests with memcheck, then a token's time
+#             (BenchmarkGenerate, and bench/generate_speed.py with $GEN_ARGS,
+#             also with .carry/base's wheel where device_build.sh had a BASE);
 #   pytest:   the Python tests alone ($PYTEST_ARGS, default "-q tests"; the
 #             last $PYTEST_TAIL lines shown);
 #   bind:     replays in place (cuda.Graph.Bind; the device entries' graphs
@@ -374,6 +378,24 @@ bench_log() {
   timeout "$secs" "$bin" -test.v -test.run '^$' -test.bench "$bench" -test.benchtime 1x 2>&1 | tee "$OUT/$log.log" \
     | grep -E "$pattern|FAIL|panic" | sed 's/^ *[a-z_]*\.go:[0-9]*: //'
 }
+if [[ $mode == generate ]]; then
+  echo "== greedy generation picked on the device (argmax_rows_f32, gpu.Greedy): the kernel and the engine against the host's argmax, memcheck"
+  run_tests generate_kernels 200 .carry/kernels.test -test.v -test.run 'ArgmaxRows'
+  memcheck memcheck_argmax 200 .carry/kernels.test 'ArgmaxRows'
+  run_tests generate_tests 300 .carry/mambago.test -test.v -test.run 'Greedy|Sampl|Generate|Example'
+  memcheck memcheck_greedy 300 .carry/mambago.test 'GreedyOnDevice'
+  echo "== a token of greedy generation: the host's loop against the device pick, eager and graphed (BenchmarkGenerate)"
+  bench_log generate_bench 300 .carry/mambago.test Generate "a token"
+  echo "== a token of generation from Python, greedy and sampled (bench/generate_speed.py; \$GEN_ARGS)"
+  python3 bench/generate_speed.py ${GEN_ARGS:-} --out "$OUT/generate.json" 2>&1 | tee "$OUT/generate.log" | grep -v "^mambago:"
+  if ls .carry/base/mambago-*.whl > /dev/null 2>&1; then
+    echo "== the same with .carry/base's wheel"
+    python3 -m pip install -q --no-deps --no-index --target /tmp/site_base .carry/base/mambago-*.whl || status=1
+    PYTHONPATH=/tmp/site_base python3 bench/generate_speed.py ${GEN_ARGS:-} --out "$OUT/generate_base.json" 2>&1 \
+      | tee "$OUT/generate_base.log" | grep -v "^mambago:"
+  fi
+  exit $status
+fi
 if [[ $mode == dtprojwg ]]; then
   echo "== dt_proj_wg_f32 (kernels/dtproj.cu): against float64 and dt_proj_tc1_f32's bits, memcheck, the engine on and off"
   SHOW="rel err" run_tests dtprojwg_kernels 200 .carry/kernels.test -test.v -test.run 'DTProjKernel'

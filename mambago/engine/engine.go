@@ -110,6 +110,17 @@ type Engine interface {
 	Close() error
 }
 
+// Greedy is greedy decoding for one state, on an engine that picks each
+// sequence's most likely next token where its logits are (the CUDA engine),
+// so that a token costs the host B ids rather than B×V logits.
+type Greedy interface {
+	// Next feeds one token a sequence (ids [B]) and writes each sequence's
+	// most likely next token, the lowest id among equal logits, to next [B].
+	Next(ids, next []int64) error
+	// Close releases what the decoder holds (not its state).
+	Close() error
+}
+
 // InputError reports bad input from the caller: the Python package raises it
 // as ValueError.
 type InputError struct{ Msg string }

@@ -1,0 +1,231 @@
+package mambago_test
+
+import (
+	"errors"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/mambago/mambago/internal/gputest"
+	"github.com/mambago/mambago/mambago"
+	"github.com/mambago/mambago/mambago/engine"
+	"github.com/mambago/mambago/mambago/gpu"
+	"github.com/mambago/mambago/mambago/internal/fixture"
+)
+
+// hostGreedy is greedy generation rebuilt from eager steps, with the
+// argmax of their logits taken on the host: [B][n] tokens.
+func hostGreedy(t *testing.T, m *mambago.Model, ids []int64, B, T, n int) [][]int64 {
+	t.Helper()
+	V := m.Config().Vocab
+	st, err := m.NewState(B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.(interface{ Free() error }).Free()
+	hidden := make([]float32, B*m.Config().Hidden)
+	if err := m.Prefill(st, engine.Input{B: B, T: T, IDs: ids}, engine.Last, hidden); err != nil {
+		t.Fatal(err)
+	}
+	logits := make([]float32, B*V)
+	if err := m.Logits(hidden, B, logits); err != nil {
+		t.Fatal(err)
+	}
+	out := make([][]int64, B)
+	next := make([]int64, B)
+	for range n {
+		for b := range B {
+			next[b] = argmax(logits[b*V : (b+1)*V])
+			out[b] = append(out[b], next[b])
+		}
+		if err := m.Step(st, next, logits); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// TestGreedyOnDevice checks greedy generation on the CUDA engine, whose
+// tokens are picked on the device (gpu.Greedy), eagerly and through a step
+// graph, against the host's argmax of eager steps' logits, in f32 and bf16,
+// with fresh prompts; then with an EOS that stops one row early, the rows
+// after it padded with EOS.
+func TestGreedyOnDevice(t *testing.T) {
+	gputest.Need(t)
+	const B, T, n = 3, 5, 12
+	for _, dtype := range []string{"float32", "bfloat16"} {
+		m, err := mambago.Open(filepath.Join(fixture.Root(), "base"), mambago.Options{Device: "cuda", DType: dtype})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		g := m.Engine.(*gpu.Engine)
+		ids := make([]int64, B*T)
+		for i := range ids {
+			ids[i] = rand.Int64N(int64(m.Config().Vocab))
+		}
+		want := hostGreedy(t, m, ids, B, T, n)
+		for _, graphSteps := range []int{0, 1} {
+			g.GreedyGraphSteps = graphSteps
+			st, err := m.NewState(B)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, err := g.NewGreedy(st, n-1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if graphed := d.(*gpu.Greedy).Graphed(); graphed != (graphSteps == 1) {
+				t.Errorf("%s: GreedyGraphSteps %d: graphed %v", dtype, graphSteps, graphed)
+			}
+			if err := errors.Join(d.Close(), st.(interface{ Free() error }).Free()); err != nil {
+				t.Fatal(err)
+			}
+			got, gotN, err := m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1})
+			if err != nil || gotN != n {
+				t.Fatalf("%s, graph steps %d: n=%d err=%v", dtype, graphSteps, gotN, err)
+			}
+			for b := range B {
+				if row := got[b*n : (b+1)*n]; !slices.Equal(row, want[b]) {
+					t.Errorf("%s, graph steps %d, row %d: %v, want %v", dtype, graphSteps, b, row, want[b])
+				}
+			}
+			// Row 1's fifth token as EOS: each row stops at its first EOS.
+			eos := want[1][4]
+			got, gotN, err = m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: eos})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantN, rows := 0, make([][]int64, B)
+			for b := range B {
+				k := slices.Index(want[b], eos)
+				if k < 0 {
+					k, wantN = n-1, n
+				}
+				wantN = max(wantN, k+1)
+				rows[b] = want[b][:k+1]
+			}
+			if gotN != wantN {
+				t.Fatalf("%s, graph steps %d, EOS %d: n=%d, want %d", dtype, graphSteps, eos, gotN, wantN)
+			}
+			for b := range B {
+				row := append(slices.Clone(rows[b]), slices.Repeat([]int64{eos}, wantN-len(rows[b]))...)
+				if g := got[b*wantN : (b+1)*wantN]; !slices.Equal(g, row) {
+					t.Errorf("%s, graph steps %d, EOS %d, row %d: %v, want %v", dtype, graphSteps, eos, b, g, row)
+				}
+			}
+		}
+	}
+}
+
+// BenchmarkGenerate times a token of greedy generation on the CUDA engine
+// (bf16, random weights, prompts of 16 tokens) three ways in turn, in one
+// process: "host", the loop Generate ran before the device pick (eager
+// steps, every row's logits copied to the host and its argmax taken there),
+// and Generate with the device pick, stepping eagerly ("device") or through
+// a step graph ("device+graph"). A token's time is (t(129) - t(1)) / 128 of
+// wall time, so the prefill and the first token cancel; the medians of 7
+// rounds.
+func BenchmarkGenerate(b *testing.B) {
+	gputest.Need(b)
+	const prompt, n, rounds = 16, 129, 7
+	for _, sh := range []struct {
+		name      string
+		d, layers int
+	}{{"130m", 768, 24}, {"1.4b", 2048, 48}} {
+		m, err := mambago.OpenWeights(fixture.RandomWeights(fixture.Shape(sh.d, sh.layers, 50280), 1),
+			mambago.Options{Device: "cuda", DType: "bfloat16"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		g := m.Engine.(*gpu.Engine)
+		for _, B := range []int{1, 8} {
+			ids := make([]int64, B*prompt)
+			for i := range ids {
+				ids[i] = rand.Int64N(50280)
+			}
+			greedy := mambago.Sampling{TopP: 1, EOS: -1}
+			variants := []struct {
+				name string
+				run  func(n int) []int64
+			}{
+				{"host", func(n int) []int64 { return hostLoop(b, m, ids, B, prompt, n) }},
+				{"device", func(n int) []int64 { g.GreedyGraphSteps = 0; return generate(b, m, ids, B, prompt, n, greedy) }},
+				{"device+graph", func(n int) []int64 { g.GreedyGraphSteps = 32; return generate(b, m, ids, B, prompt, n, greedy) }},
+			}
+			times := make([][]float64, len(variants))
+			var first []int64
+			for r := range rounds + 1 { // round 0 warms up
+				for v, x := range variants {
+					t0 := time.Now()
+					x.run(1)
+					t1 := time.Now()
+					toks := x.run(n)
+					t2 := time.Now()
+					if first == nil {
+						first = toks
+					} else if !slices.Equal(toks, first) {
+						b.Fatalf("%s B=%d: %s gave other tokens", sh.name, B, x.name)
+					}
+					if r > 0 {
+						times[v] = append(times[v], (t2.Sub(t1)-t1.Sub(t0)).Seconds()/(n-1)*1e6)
+					}
+				}
+			}
+			base := median(times[0])
+			for v, x := range variants {
+				us := median(times[v])
+				b.Logf("%s B=%d %-12s %7.1f µs a token (%.2fx of host)", sh.name, B, x.name, us, base/us)
+				b.ReportMetric(us, sh.name+"/B"+strconv.Itoa(B)+"/"+x.name+"-µs/token")
+			}
+		}
+		m.Close()
+	}
+}
+
+// hostLoop is greedy generation as Generate ran it before the device pick:
+// eager steps, the logits copied to the host, the argmax taken there.
+func hostLoop(b *testing.B, m *mambago.Model, ids []int64, B, T, n int) []int64 {
+	V := m.Config().Vocab
+	st, err := m.NewState(B)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer st.(interface{ Free() error }).Free()
+	hidden, logits := make([]float32, B*m.Config().Hidden), make([]float32, B*V)
+	if err := m.Prefill(st, engine.Input{B: B, T: T, IDs: ids}, engine.Last, hidden); err != nil {
+		b.Fatal(err)
+	}
+	if err := m.Logits(hidden, B, logits); err != nil {
+		b.Fatal(err)
+	}
+	out, next := make([]int64, B*n), make([]int64, B)
+	for k := range n {
+		for r := range B {
+			next[r] = argmax(logits[r*V : (r+1)*V])
+			out[r*n+k] = next[r]
+		}
+		if k < n-1 {
+			if err := m.Step(st, next, logits); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	return out
+}
+
+func generate(b *testing.B, m *mambago.Model, ids []int64, B, T, n int, s mambago.Sampling) []int64 {
+	out, got, err := m.Generate(ids, B, T, n, s)
+	if err != nil || got != n {
+		b.Fatalf("generate: n=%d err=%v", got, err)
+	}
+	return out
+}
+
+func median(v []float64) float64 {
+	s := slices.Sorted(slices.Values(v))
+	return s[len(s)/2]
+}
