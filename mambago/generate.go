@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
 
 	"github.com/mambago/mambago/mambago/engine"
 )
@@ -41,11 +42,10 @@ func (m *Model) Generate(ids []int64, B, T, maxNew int, s Sampling) ([]int64, in
 	return m.GenerateSpans(ids, B, T, nil, maxNew, s)
 }
 
-// greedyEngine is an engine that decodes greedily where its logits are
-// (the CUDA engine): NewGreedy returns a decoder for st for about steps
-// steps.
-type greedyEngine interface {
-	NewGreedy(st engine.State, steps int) (engine.Greedy, error)
+// decoderEngine is an engine with an engine.Decoder (the CUDA engine):
+// NewDecoder returns one for st for about steps steps.
+type decoderEngine interface {
+	NewDecoder(st engine.State, steps int) (engine.Decoder, error)
 }
 
 // GenerateSpans is Generate for a padded batch: row b of ids holds its
@@ -78,34 +78,35 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 	if err := m.Logits(hidden, B, logits); err != nil {
 		return nil, 0, err
 	}
-	// Greedy steps on an engine that picks tokens where the logits are
-	// return the picks (in picked) and leave the logits there.
-	var greedy engine.Greedy
-	if g, ok := m.Engine.(greedyEngine); ok && s.Temperature == 0 && maxNew > 1 {
-		if greedy, err = g.NewGreedy(st, maxNew-1); err != nil {
+	var dec engine.Decoder
+	if de, ok := m.Engine.(decoderEngine); ok && maxNew > 1 {
+		if dec, err = de.NewDecoder(st, maxNew-1); err != nil {
 			return nil, 0, err
 		}
-		defer func() { err = errors.Join(err, greedy.Close()) }()
+		defer func() { err = errors.Join(err, dec.Close()) }()
 	}
-	sp := newSampler(s)
+	// A greedy step on the decoder leaves the logits where they are and
+	// returns its picks.
+	greedyOnDevice := dec != nil && s.Temperature == 0
+	samplers := make([]*sampler, B)
+	for b := range samplers {
+		samplers[b] = newSampler(s, b)
+	}
 	done := make([]bool, B)
 	next, picked := make([]int64, B), make([]int64, B)
 	out := make([][]int64, B)
 	n := 0
 	for n < maxNew {
+		if greedyOnDevice && n > 0 {
+			copy(next, picked)
+		} else if err := drawRows(samplers, logits, done, next); err != nil {
+			return nil, 0, fmt.Errorf("generate: new token %d: %w", n, err)
+		}
 		alive := false
-		for b := 0; b < B; b++ {
-			switch {
-			case done[b]:
+		for b := range B {
+			if done[b] {
 				next[b] = s.EOS
-			case greedy != nil && n > 0:
-				next[b] = picked[b]
-			default:
-				if next[b], err = sp.next(logits[b*cfg.Vocab : (b+1)*cfg.Vocab]); err != nil {
-					return nil, 0, fmt.Errorf("generate: sequence %d, new token %d: %w", b, n, err)
-				}
-			}
-			if !done[b] {
+			} else {
 				done[b] = s.EOS >= 0 && next[b] == s.EOS
 				alive = alive || !done[b]
 			}
@@ -120,9 +121,12 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 				next[b] = 0
 			}
 		}
-		if greedy != nil {
-			err = greedy.Next(next, picked)
-		} else {
+		switch {
+		case greedyOnDevice:
+			err = dec.Greedy(next, picked)
+		case dec != nil:
+			err = dec.Step(next, logits)
+		default:
 			err = m.Step(st, next, logits)
 		}
 		if err != nil {
@@ -134,4 +138,30 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 		flat = append(flat, row...)
 	}
 	return flat, n, nil
+}
+
+// drawRows draws next[b] from row b of logits [B, V] with samplers[b], for
+// every row not done; several rows draw at once, each on its own sampler.
+func drawRows(samplers []*sampler, logits []float32, done []bool, next []int64) error {
+	V := len(logits) / len(samplers)
+	errs := make([]error, len(samplers))
+	draw := func(b int) {
+		id, err := samplers[b].next(logits[b*V : (b+1)*V])
+		next[b] = id
+		if err != nil {
+			errs[b] = fmt.Errorf("sequence %d: %w", b, err)
+		}
+	}
+	if len(samplers) == 1 {
+		draw(0)
+		return errs[0]
+	}
+	var wg sync.WaitGroup
+	for b := range samplers {
+		if !done[b] {
+			wg.Go(func() { draw(b) })
+		}
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

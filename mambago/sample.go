@@ -19,21 +19,22 @@ var errNaN = errors.New("the logits hold NaN")
 // Tokens are ranked by logit, the lower id first among equal logits. A
 // draw takes the TopK best (all when TopK is 0), then the shortest run of
 // those, best first, whose probability reaches TopP of theirs, and draws
-// from that run with probability ∝ exp(logit / Temperature). Only the
-// draw's candidates are ever sorted, so a draw over 50k tokens costs a few
-// passes over the row rather than a sort of it.
+// from that run with probability ∝ exp(logit / Temperature). A draw over
+// 50k tokens costs a few passes over the row and a sort of at most the
+// TopK best or one bin of a nucleus (fromAll), not a sort of the row.
 type sampler struct {
 	s    Sampling
 	rng  *rand.Rand
 	inv  float64   // 1 / Temperature
 	w    []float64 // exp((logit - max) / Temperature): of the TopK best, or of every token
-	cand []float64 // w of the nucleus search's candidates, best first
+	sure []int     // the nucleus's tokens before its last bin (fromAll)
 	top  ranked    // candidates, best first
 }
 
-// newSampler returns a sampler for s, seeded from s.Seed.
-func newSampler(s Sampling) *sampler {
-	return &sampler{s: s, rng: rand.New(rand.NewPCG(s.Seed, 0x6d616d6261676f)), inv: 1 / s.Temperature}
+// newSampler returns a sampler for s and sequence row of a batch, seeded
+// from s.Seed on a random stream of the row's own.
+func newSampler(s Sampling, row int) *sampler {
+	return &sampler{s: s, rng: rand.New(rand.NewPCG(s.Seed, 0x6d616d6261676f+uint64(row))), inv: 1 / s.Temperature}
 }
 
 // next draws a token from one row of logits: the best-ranked one when
@@ -66,59 +67,79 @@ func (sp *sampler) fromBest(logits []float32, top float64, k int) int {
 	return sp.top.ids[pick(sp.rng.Float64()*mass, sp.w[:keep])]
 }
 
-// fromAll draws from every token of logits, whose largest is top. It
-// weighs them all and, for a nucleus, sums their weight in bins of the
-// logit's distance from top in units of temperature: the nucleus lies in
-// the bins up to the one where their sum reaches TopP, and only their
-// tokens are ranked.
+// fromAll draws from every token of logits, whose largest is top. It weighs
+// them all; for a nucleus it then sums their weight in nbins bins of equal
+// width over the range of the logits that carry weight. The nucleus holds
+// every token of the bins before the one where that sum reaches TopP, and
+// the best-ranked tokens of that bin up to it: only that bin is sorted, and
+// the draw walks the others in id order, which gives each the same odds.
 func (sp *sampler) fromAll(logits []float32, top float64) int {
 	sp.w = slices.Grow(sp.w[:0], len(logits))[:len(logits)]
 	var total float64
-	var bins [nbins]float64
-	search := sp.s.TopP < 1
+	low := top
 	for i, v := range logits {
 		sp.w[i] = expNeg((top - float64(v)) * sp.inv)
 		total += sp.w[i]
-		if search {
-			bins[sp.bin(v, top)] += sp.w[i]
+		if sp.w[i] > 0 {
+			low = min(low, float64(v))
 		}
 	}
-	if !search { // draw in id order
+	if sp.s.TopP == 1 {
 		return pick(sp.rng.Float64()*total, sp.w)
 	}
-	last, cum := nbins-1, 0.0
+	scale := 0.0 // bins a unit of logit
+	if top > low {
+		scale = (nbins - 1) / (top - low)
+	}
+	var bins [nbins]float64
+	for i, v := range logits {
+		if sp.w[i] > 0 {
+			bins[int((top-float64(v))*scale)] += sp.w[i]
+		}
+	}
+	target := sp.s.TopP * total
+	last, mass := nbins-1, 0.0 // the bin that reaches target; the weight before it
 	for b, m := range bins {
-		if cum += m; cum >= sp.s.TopP*total {
+		if mass+m >= target {
 			last = b
 			break
 		}
+		mass += m
 	}
-	sp.top.ids = sp.top.ids[:0]
+	sure, edge := sp.sure[:0], sp.top.ids[:0]
 	for i, v := range logits {
-		if sp.bin(v, top) <= last {
-			sp.top.ids = append(sp.top.ids, i)
+		if sp.w[i] == 0 {
+			continue
+		}
+		if b := int((top - float64(v)) * scale); b < last {
+			sure = append(sure, i)
+		} else if b == last {
+			edge = append(edge, i)
 		}
 	}
+	sp.sure, sp.top.ids = sure, edge
 	sp.top.sort(logits)
-	sp.cand = sp.cand[:0]
-	for _, i := range sp.top.ids {
-		sp.cand = append(sp.cand, sp.w[i])
+	keep := len(edge)
+	for n, i := range edge {
+		if mass += sp.w[i]; mass >= target {
+			keep = n + 1
+			break
+		}
 	}
-	keep, mass := nucleus(sp.cand, sp.s.TopP*total)
-	return sp.top.ids[pick(sp.rng.Float64()*mass, sp.cand[:keep])]
+	r, drawn := sp.rng.Float64()*mass, -1
+	for _, run := range [][]int{sure, edge[:keep]} {
+		for _, i := range run {
+			if drawn = i; r < sp.w[i] {
+				return i
+			}
+			r -= sp.w[i]
+		}
+	}
+	return drawn // rounding left r past the last
 }
 
-// bin returns the nucleus search's bin of a logit: its distance from top
-// in whole units of temperature, the last bin taking all beyond.
-func (sp *sampler) bin(logit float32, top float64) int {
-	if z := (top - float64(logit)) * sp.inv; z < nbins-1 {
-		return int(z)
-	}
-	return nbins - 1
-}
-
-// nbins is how many bins the nucleus search sums weight in.
-const nbins = 64
+// nbins is how many bins fromAll sums a nucleus's weight in.
+const nbins = 1024
 
 // expNeg returns e^-z for z ≥ 0 within 1e-8 relative, about three times as
 // fast as math.Exp: e^-z = 2^k e^r with k the integer nearest -z·log2(e)

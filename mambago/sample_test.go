@@ -74,12 +74,18 @@ func TestSamplerMatchesTheRule(t *testing.T) {
 		{Temperature: 0.5, TopK: 12, TopP: 0.95}, // TopK past V: every token
 	}
 	const draws = 200_000
-	for _, s := range settings {
-		t.Run(fmt.Sprintf("T=%v,k=%d,p=%v", s.Temperature, s.TopK, s.TopP), func(t *testing.T) {
-			logits := row(rng, 10, 1.5)
+	for n, s := range settings {
+		logits := row(rng, 10, 1.5)
+		if n%2 == 0 { // 40 tokens on 6 values: many share the nucleus's last bin, ranked by id
+			logits = make([]float32, 40)
+			for i := range logits {
+				logits[i] = 0.3 * float32(rng.IntN(6))
+			}
+		}
+		t.Run(fmt.Sprintf("V=%d,T=%v,k=%d,p=%v", len(logits), s.Temperature, s.TopK, s.TopP), func(t *testing.T) {
 			want := reference(logits, s)
 			s.Seed = rng.Uint64()
-			sp := newSampler(s)
+			sp := newSampler(s, 0)
 			count := make([]int, len(logits))
 			for range draws {
 				id, err := sp.next(logits)
@@ -110,8 +116,9 @@ func TestSamplerLargeNucleus(t *testing.T) {
 		s     Sampling
 	}{
 		{50280, 3, Sampling{Temperature: 0.8, TopP: 0.9}},
-		{50280, 3, Sampling{Temperature: 1.5, TopP: 0.6}}, // thousands of tokens in the nucleus
-		{5000, 0.3, Sampling{Temperature: 1, TopP: 0.95}}, // most of the row: the full sort
+		{50280, 3, Sampling{Temperature: 1.5, TopP: 0.6}},  // thousands of tokens in the nucleus
+		{5000, 0.3, Sampling{Temperature: 1, TopP: 0.95}},  // most of the row
+		{50280, 0.1, Sampling{Temperature: 1, TopP: 0.95}}, // flat, as an untrained model's
 		{50280, 3, Sampling{Temperature: 1, TopK: 50, TopP: 0.95}},
 	} {
 		logits := row(rng, c.V, c.scale)
@@ -133,7 +140,7 @@ func TestSamplerLargeNucleus(t *testing.T) {
 		}
 		s := c.s
 		s.Seed = rng.Uint64()
-		sp := newSampler(s)
+		sp := newSampler(s, 0)
 		const draws = 5_000
 		hits := 0
 		for range draws {
@@ -157,10 +164,11 @@ func TestSamplerLargeNucleus(t *testing.T) {
 }
 
 // TestSamplerEdges: ties rank by id, TopK 1 and temperature 0 are greedy, an
-// infinite logit takes all the mass, and NaN is an error, not a token.
+// infinite logit takes all the mass, a -inf one none, and NaN is an error,
+// not a token.
 func TestSamplerEdges(t *testing.T) {
 	draw := func(logits []float32, s Sampling, n int) map[int64]int {
-		sp := newSampler(s)
+		sp := newSampler(s, 0)
 		seen := map[int64]int{}
 		for range n {
 			id, err := sp.next(logits)
@@ -187,9 +195,22 @@ func TestSamplerEdges(t *testing.T) {
 	if got := draw(inf, Sampling{Temperature: 1, TopP: 0.9}, 20); got[1] != 20 {
 		t.Errorf("%v: drew %v, want token 1", inf, got)
 	}
+	masked := row(rand.New(rand.NewPCG(3, 4)), 1000, 1)
+	for i := range masked {
+		if i%3 != 0 {
+			masked[i] = float32(math.Inf(-1))
+		}
+	}
+	for _, s := range []Sampling{{Temperature: 1, TopP: 1}, {Temperature: 2, TopP: 0.99}, {Temperature: 1, TopK: 400, TopP: 1}} {
+		for id := range draw(masked, s, 3000) {
+			if id%3 != 0 {
+				t.Fatalf("%+v: drew token %d, whose logit is -inf", s, id)
+			}
+		}
+	}
 	for _, s := range []Sampling{{TopP: 1}, {Temperature: 1, TopP: 1}, {Temperature: 1, TopK: 2, TopP: 0.5}} {
 		for _, nan := range [][]float32{{float32(math.NaN()), 1, 2}, {1, 2, float32(math.NaN())}} {
-			if _, err := newSampler(s).next(nan); !errors.Is(err, errNaN) {
+			if _, err := newSampler(s, 0).next(nan); !errors.Is(err, errNaN) {
 				t.Errorf("%v %+v: err = %v, want errNaN", nan, s, err)
 			}
 		}
@@ -197,8 +218,18 @@ func TestSamplerEdges(t *testing.T) {
 }
 
 // BenchmarkSampler draws from a row of a real vocabulary's size.
+// "flat" is an untrained model's row, whose nucleus is most of it.
 func BenchmarkSampler(b *testing.B) {
 	logits := row(rand.New(rand.NewPCG(1, 2)), 50280, 3)
+	flat := row(rand.New(rand.NewPCG(1, 2)), 50280, 0.1)
+	b.Run("flat,T=1,p=0.95", func(b *testing.B) {
+		sp := newSampler(Sampling{Temperature: 1, TopP: 0.95}, 0)
+		for b.Loop() {
+			if _, err := sp.next(flat); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	for _, s := range []Sampling{
 		{TopP: 1},
 		{Temperature: 0.8, TopP: 1},
@@ -206,7 +237,7 @@ func BenchmarkSampler(b *testing.B) {
 		{Temperature: 0.8, TopP: 0.95},
 	} {
 		b.Run(fmt.Sprintf("T=%v,k=%d,p=%v", s.Temperature, s.TopK, s.TopP), func(b *testing.B) {
-			sp := newSampler(s)
+			sp := newSampler(s, 0)
 			for b.Loop() {
 				if _, err := sp.next(logits); err != nil {
 					b.Fatal(err)

@@ -110,13 +110,17 @@ type Engine interface {
 	Close() error
 }
 
-// Greedy is greedy decoding for one state, on an engine that picks each
-// sequence's most likely next token where its logits are (the CUDA engine),
-// so that a token costs the host B ids rather than B×V logits.
-type Greedy interface {
-	// Next feeds one token a sequence (ids [B]) and writes each sequence's
+// Decoder steps one state on an engine that can do better than a Step a
+// call: the CUDA engine replays a captured step graph, and picks greedy
+// tokens where the logits are, so that a token costs the host B ids
+// rather than B×V logits.
+type Decoder interface {
+	// Step feeds one token a sequence (ids [B]) and writes the next-token
+	// logits [B, V], as Engine.Step does.
+	Step(ids []int64, logits []float32) error
+	// Greedy feeds one token a sequence (ids [B]) and writes each sequence's
 	// most likely next token, the lowest id among equal logits, to next [B].
-	Next(ids, next []int64) error
+	Greedy(ids, next []int64) error
 	// Close releases what the decoder holds (not its state).
 	Close() error
 }

@@ -179,11 +179,11 @@ type Engine struct {
 	// µs, and a 130m prefill graph's first kernel starts about 1.7 µs after
 	// it; bench/graph_trace.py). Set it before capturing graphs.
 	PoisonOutputs bool
-	// GreedyGraphSteps is the fewest steps a greedy decoder (NewGreedy) is
-	// made for that it captures a step graph for, so that each step is one
-	// graph launch; 0 never captures. A capture costs about as much as a
-	// dozen eager steps save at B = 1 (bench/results/2026-12-04-generate.md).
-	GreedyGraphSteps int
+	// DecoderGraphSteps is the fewest steps a decoder (NewDecoder) is made
+	// for that it captures a step graph for, so that each step is one graph
+	// launch; 0 never captures. A capture costs about as much as a dozen
+	// eager steps save at B = 1 (bench/results/2026-12-04-generate.md).
+	DecoderGraphSteps int
 	// MemsetKernels and HoistMemsets edit cuBLASLt's memsets of its
 	// workspace in captured graphs (cuda.MemsetEdit), where the kernel
 	// before them is one of the engine's own, which never touch the
@@ -376,7 +376,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 		// decode
 		DecodePDL: dev.Major >= 9, GEMVRows: 4, GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8,
 		GEMVTileWarps: 16, GEMVTileParts: defaultTileParts(w.Config.Inner),
-		DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), GreedyGraphSteps: 32,
+		DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), DecoderGraphSteps: 32,
 		// decode on sm_90's warpgroup GEMVs
 		GEMVWarpgroup: sm90, GEMVWarpgroupOut: sm90 && wgOutPays(w.Config.Hidden),
 		GEMVWarpgroupParts: wgPartsMost(w.Config.Hidden), GEMVWarpgroupFold: sm90,

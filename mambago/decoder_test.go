@@ -48,12 +48,13 @@ func hostGreedy(t *testing.T, m *mambago.Model, ids []int64, B, T, n int) [][]in
 	return out
 }
 
-// TestGreedyOnDevice checks greedy generation on the CUDA engine, whose
-// tokens are picked on the device (gpu.Greedy), eagerly and through a step
-// graph, against the host's argmax of eager steps' logits, in f32 and bf16,
-// with fresh prompts; then with an EOS that stops one row early, the rows
-// after it padded with EOS.
-func TestGreedyOnDevice(t *testing.T) {
+// TestGenerateOnDevice checks generation on the CUDA engine's decoder
+// (gpu.Decoder), eager and through a step graph, in f32 and bf16, with fresh
+// prompts: greedy tokens, picked on the device, against the host's argmax of
+// eager steps' logits, then with an EOS that stops one row early, the rows
+// after it padded with EOS; and sampled tokens, the same with a graph as
+// without (its logits are the same bits).
+func TestGenerateOnDevice(t *testing.T) {
 	gputest.Need(t)
 	const B, T, n = 3, 5, 12
 	for _, dtype := range []string{"float32", "bfloat16"} {
@@ -68,18 +69,19 @@ func TestGreedyOnDevice(t *testing.T) {
 			ids[i] = rand.Int64N(int64(m.Config().Vocab))
 		}
 		want := hostGreedy(t, m, ids, B, T, n)
+		var sampled []int64
 		for _, graphSteps := range []int{0, 1} {
-			g.GreedyGraphSteps = graphSteps
+			g.DecoderGraphSteps = graphSteps
 			st, err := m.NewState(B)
 			if err != nil {
 				t.Fatal(err)
 			}
-			d, err := g.NewGreedy(st, n-1)
+			d, err := g.NewDecoder(st, n-1)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if graphed := d.(*gpu.Greedy).Graphed(); graphed != (graphSteps == 1) {
-				t.Errorf("%s: GreedyGraphSteps %d: graphed %v", dtype, graphSteps, graphed)
+			if graphed := d.(*gpu.Decoder).Graphed(); graphed != (graphSteps == 1) {
+				t.Errorf("%s: DecoderGraphSteps %d: graphed %v", dtype, graphSteps, graphed)
 			}
 			if err := errors.Join(d.Close(), st.(interface{ Free() error }).Free()); err != nil {
 				t.Fatal(err)
@@ -117,18 +119,29 @@ func TestGreedyOnDevice(t *testing.T) {
 					t.Errorf("%s, graph steps %d, EOS %d, row %d: %v, want %v", dtype, graphSteps, eos, b, g, row)
 				}
 			}
+			s := mambago.Sampling{Temperature: 1.5, TopK: 20, TopP: 0.9, Seed: 11, EOS: -1}
+			toks, _, err := m.Generate(ids, B, T, n, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sampled == nil {
+				sampled = toks
+			} else if !slices.Equal(toks, sampled) {
+				t.Errorf("%s: sampled tokens with a step graph %v, without %v", dtype, toks, sampled)
+			}
 		}
 	}
 }
 
-// BenchmarkGenerate times a token of greedy generation on the CUDA engine
-// (bf16, random weights, prompts of 16 tokens) three ways in turn, in one
-// process: "host", the loop Generate ran before the device pick (eager
-// steps, every row's logits copied to the host and its argmax taken there),
-// and Generate with the device pick, stepping eagerly ("device") or through
-// a step graph ("device+graph"). A token's time is (t(129) - t(1)) / 128 of
-// wall time, so the prefill and the first token cancel; the medians of 7
-// rounds.
+// BenchmarkGenerate times a token of generation on the CUDA engine (bf16,
+// random weights, prompts of 16 tokens) several ways in turn, in one
+// process. Greedy: "host", the loop Generate ran before the device pick
+// (eager steps, every row's logits copied to the host and its argmax taken
+// there), and Generate with the device pick, stepping eagerly ("device") or
+// through a step graph ("device+graph"). Sampled (temperature 0.8, top-k
+// 50): Generate stepping eagerly ("sampled") or through a step graph
+// ("sampled+graph"). A token's time is (t(129) - t(1)) / 128 of wall time,
+// so the prefill and the first token cancel; the medians of 7 rounds.
 func BenchmarkGenerate(b *testing.B) {
 	gputest.Need(b)
 	const prompt, n, rounds = 16, 129, 7
@@ -148,16 +161,22 @@ func BenchmarkGenerate(b *testing.B) {
 				ids[i] = rand.Int64N(50280)
 			}
 			greedy := mambago.Sampling{TopP: 1, EOS: -1}
+			sampled := mambago.Sampling{Temperature: 0.8, TopK: 50, TopP: 1, Seed: 5, EOS: -1}
+			run := func(graphSteps int, s mambago.Sampling) func(int) []int64 {
+				return func(n int) []int64 { g.DecoderGraphSteps = graphSteps; return generate(b, m, ids, B, prompt, n, s) }
+			}
 			variants := []struct {
-				name string
-				run  func(n int) []int64
+				name, group string // a group's variants give the same tokens
+				run         func(n int) []int64
 			}{
-				{"host", func(n int) []int64 { return hostLoop(b, m, ids, B, prompt, n) }},
-				{"device", func(n int) []int64 { g.GreedyGraphSteps = 0; return generate(b, m, ids, B, prompt, n, greedy) }},
-				{"device+graph", func(n int) []int64 { g.GreedyGraphSteps = 32; return generate(b, m, ids, B, prompt, n, greedy) }},
+				{"host", "greedy", func(n int) []int64 { return hostLoop(b, m, ids, B, prompt, n) }},
+				{"device", "greedy", run(0, greedy)},
+				{"device+graph", "greedy", run(32, greedy)},
+				{"sampled", "sampled", run(0, sampled)},
+				{"sampled+graph", "sampled", run(32, sampled)},
 			}
 			times := make([][]float64, len(variants))
-			var first []int64
+			first := map[string][]int64{}
 			for r := range rounds + 1 { // round 0 warms up
 				for v, x := range variants {
 					t0 := time.Now()
@@ -165,10 +184,10 @@ func BenchmarkGenerate(b *testing.B) {
 					t1 := time.Now()
 					toks := x.run(n)
 					t2 := time.Now()
-					if first == nil {
-						first = toks
-					} else if !slices.Equal(toks, first) {
-						b.Fatalf("%s B=%d: %s gave other tokens", sh.name, B, x.name)
+					if first[x.group] == nil {
+						first[x.group] = toks
+					} else if !slices.Equal(toks, first[x.group]) {
+						b.Fatalf("%s B=%d: %s gave other tokens than the rest of its group", sh.name, B, x.name)
 					}
 					if r > 0 {
 						times[v] = append(times[v], (t2.Sub(t1)-t1.Sub(t0)).Seconds()/(n-1)*1e6)
@@ -178,7 +197,7 @@ func BenchmarkGenerate(b *testing.B) {
 			base := median(times[0])
 			for v, x := range variants {
 				us := median(times[v])
-				b.Logf("%s B=%d %-12s %7.1f µs a token (%.2fx of host)", sh.name, B, x.name, us, base/us)
+				b.Logf("%s B=%d %-13s %7.1f µs a token (%.2fx of host)", sh.name, B, x.name, us, base/us)
 				b.ReportMetric(us, sh.name+"/B"+strconv.Itoa(B)+"/"+x.name+"-µs/token")
 			}
 		}
