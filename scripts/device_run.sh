@@ -273,7 +273,7 @@ if [[ $mode == *,* ]]; then  # one mode after the other; fails if any fails
   exit $status
 fi
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-deps --no-index --target /tmp/site .carry/mambago-*.whl || exit 1
+python3 -m pip install -q --upgrade --no-deps --no-index --target /tmp/site .carry/mambago-*.whl || exit 1
 export PYTHONPATH=/tmp/site
 nproc; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 status=0
@@ -390,7 +390,7 @@ if [[ $mode == generate ]]; then
   python3 bench/generate_speed.py ${GEN_ARGS:-} --out "$OUT/generate.json" 2>&1 | tee "$OUT/generate.log" | grep -v "^mambago:"
   if ls .carry/base/mambago-*.whl > /dev/null 2>&1; then
     echo "== the same with .carry/base's wheel"
-    python3 -m pip install -q --no-deps --no-index --target /tmp/site_base .carry/base/mambago-*.whl || status=1
+    python3 -m pip install -q --upgrade --no-deps --no-index --target /tmp/site_base .carry/base/mambago-*.whl || status=1
     PYTHONPATH=/tmp/site_base python3 bench/generate_speed.py ${GEN_ARGS:-} --out "$OUT/generate_base.json" 2>&1 \
       | tee "$OUT/generate_base.log" | grep -v "^mambago:"
   fi

@@ -817,8 +817,11 @@ class Model:
                  attention_mask=None) -> np.ndarray:
         """Continue prompts input_ids [B, T] by up to max_new_tokens tokens; returns int64 [B, n].
 
-        temperature 0 is greedy; otherwise tokens are sampled after top_k and
-        top_p filtering, reproducibly for a given seed. A row that emits
+        temperature 0 is greedy (the lowest id among equal logits); otherwise
+        tokens are sampled after top_k and top_p filtering, reproducibly for
+        a given seed. The loop runs in the engine: on the CUDA engine greedy
+        tokens are picked on the GPU, and from 32 tokens each step replays a
+        CUDA graph. A row that emits
         eos_token_id stops and is padded with it; generation ends when every
         row has stopped, so n may be below max_new_tokens. attention_mask
         marks padding as prefill's does: each row continues from its own last
