@@ -66,6 +66,15 @@ __device__ __forceinline__ bool argmax_better(float v, int i, float best, int at
     return v > best || (v == best && i < at);
 }
 
+// argmax_warp: lane 0's (best, at) becomes the best of the warp's.
+__device__ __forceinline__ void argmax_warp(float &best, int &at) {
+    for (int off = 16; off > 0; off >>= 1) {
+        float v = __shfl_down_sync(0xffffffffu, best, off);
+        int i = __shfl_down_sync(0xffffffffu, at, off);
+        if (argmax_better(v, i, best, at)) best = v, at = i;
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
     argmax_rows_f32(const float *__restrict__ logits, long long *__restrict__ ids, int V) {
     const float *row = logits + (long long)blockIdx.x * V;
@@ -77,11 +86,7 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
         nan |= v != v;
         if (argmax_better(v, i, best, at)) best = v, at = i;
     }
-    for (int off = 16; off > 0; off >>= 1) {
-        float v = __shfl_down_sync(0xffffffffu, best, off);
-        int i = __shfl_down_sync(0xffffffffu, at, off);
-        if (argmax_better(v, i, best, at)) best = v, at = i;
-    }
+    argmax_warp(best, at);
     __shared__ float bests[ARGMAX_THREADS / 32];
     __shared__ int ats[ARGMAX_THREADS / 32];
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -89,10 +94,6 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
     nan = __syncthreads_or(nan);
     if (warp != 0) return;
     best = bests[lane], at = ats[lane];  // ARGMAX_THREADS / 32 = 32 warps: one a lane
-    for (int off = 16; off > 0; off >>= 1) {
-        float v = __shfl_down_sync(0xffffffffu, best, off);
-        int i = __shfl_down_sync(0xffffffffu, at, off);
-        if (argmax_better(v, i, best, at)) best = v, at = i;
-    }
+    argmax_warp(best, at);
     if (lane == 0) ids[blockIdx.x] = nan ? -1 : at;
 }
