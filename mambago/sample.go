@@ -40,6 +40,13 @@ func newSampler(s Sampling, row int) *sampler {
 // next draws a token from one row of logits: the best-ranked one when
 // Temperature is 0.
 func (sp *sampler) next(logits []float32) (int64, error) {
+	if k := sp.s.TopK; sp.s.Temperature > 0 && k > 0 && k < len(logits) {
+		// The ranking finds the best too: one pass over the row.
+		if err := sp.top.best(logits, k); err != nil {
+			return 0, err
+		}
+		return int64(sp.fromBest(logits)), nil
+	}
 	best, err := argmax(logits)
 	if err != nil || sp.s.Temperature == 0 {
 		return int64(best), err
@@ -48,23 +55,24 @@ func (sp *sampler) next(logits []float32) (int64, error) {
 	if math.IsInf(top, 0) { // an infinite best logit takes all the mass (or none has any)
 		return int64(best), nil
 	}
-	if k := sp.s.TopK; k > 0 && k < len(logits) {
-		return int64(sp.fromBest(logits, top, k)), nil
-	}
 	return int64(sp.fromAll(logits, top)), nil
 }
 
-// fromBest draws from the k best-ranked tokens of logits, whose largest is top.
-func (sp *sampler) fromBest(logits []float32, top float64, k int) int {
-	sp.top.best(logits, k)
+// fromBest draws from the tokens sp.top ranks, the best of logits.
+func (sp *sampler) fromBest(logits []float32) int {
+	ids := sp.top.ids
+	top := float64(logits[ids[0]])
+	if math.IsInf(top, 0) { // an infinite best logit takes all the mass (or none has any)
+		return ids[0]
+	}
 	sp.w = sp.w[:0]
 	var total float64
-	for _, i := range sp.top.ids {
+	for _, i := range ids {
 		sp.w = append(sp.w, expNeg((top-float64(logits[i]))*sp.inv))
 		total += sp.w[len(sp.w)-1]
 	}
 	keep, mass := nucleus(sp.w, sp.s.TopP*total)
-	return sp.top.ids[pick(sp.rng.Float64()*mass, sp.w[:keep])]
+	return ids[pick(sp.rng.Float64()*mass, sp.w[:keep])]
 }
 
 // fromAll draws from every token of logits, whose largest is top. It weighs
@@ -208,23 +216,30 @@ type ranked struct {
 	logits []float32
 }
 
-// best sets r.ids to the k best-ranked tokens of logits, best first.
-func (r *ranked) best(logits []float32, k int) {
+// best sets r.ids to the k best-ranked tokens of logits, best first, or
+// returns errNaN.
+func (r *ranked) best(logits []float32, k int) error {
 	r.ids = r.ids[:0]
 	for i := range k {
+		if logits[i] != logits[i] {
+			return errNaN
+		}
 		r.ids = append(r.ids, i)
 	}
 	r.logits = logits
 	heap.Init(r)
 	worst := logits[r.ids[0]]
 	for i := k; i < len(logits); i++ {
-		if logits[i] > worst { // an equal logit ranks below: its id is higher
+		if v := logits[i]; v > worst { // an equal logit ranks below: its id is higher
 			r.ids[0] = i
 			heap.Fix(r, 0)
 			worst = logits[r.ids[0]]
+		} else if v != v {
+			return errNaN
 		}
 	}
 	r.sort(logits)
+	return nil
 }
 
 // sort puts r.ids in rank order by logits.
