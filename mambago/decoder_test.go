@@ -16,38 +16,6 @@ import (
 	"github.com/mambago/mambago/mambago/internal/fixture"
 )
 
-// hostGreedy is greedy generation rebuilt from eager steps, with the
-// argmax of their logits taken on the host: [B][n] tokens.
-func hostGreedy(t *testing.T, m *mambago.Model, ids []int64, B, T, n int) [][]int64 {
-	t.Helper()
-	V := m.Config().Vocab
-	st, err := m.NewState(B)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.(interface{ Free() error }).Free()
-	hidden := make([]float32, B*m.Config().Hidden)
-	if err := m.Prefill(st, engine.Input{B: B, T: T, IDs: ids}, engine.Last, hidden); err != nil {
-		t.Fatal(err)
-	}
-	logits := make([]float32, B*V)
-	if err := m.Logits(hidden, B, logits); err != nil {
-		t.Fatal(err)
-	}
-	out := make([][]int64, B)
-	next := make([]int64, B)
-	for range n {
-		for b := range B {
-			next[b] = argmax(logits[b*V : (b+1)*V])
-			out[b] = append(out[b], next[b])
-		}
-		if err := m.Step(st, next, logits); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return out
-}
-
 // TestGenerateOnDevice checks generation on the CUDA engine's decoder
 // (gpu.Decoder), eager and through a step graph, in f32 and bf16, with fresh
 // prompts: greedy tokens, picked on the device, against the host's argmax of
@@ -68,7 +36,10 @@ func TestGenerateOnDevice(t *testing.T) {
 		for i := range ids {
 			ids[i] = rand.Int64N(int64(m.Config().Vocab))
 		}
-		want := hostGreedy(t, m, ids, B, T, n)
+		flat, want := hostLoop(t, m, ids, B, T, n), make([][]int64, B) // want[b]: row b's tokens
+		for b := range want {
+			want[b] = flat[b*n : (b+1)*n]
+		}
 		var sampled []int64
 		for _, graphSteps := range []int{0, 1} {
 			g.DecoderGraphSteps = graphSteps
@@ -205,21 +176,22 @@ func BenchmarkGenerate(b *testing.B) {
 	}
 }
 
-// hostLoop is greedy generation as Generate ran it before the device pick:
-// eager steps, the logits copied to the host, the argmax taken there.
-func hostLoop(b *testing.B, m *mambago.Model, ids []int64, B, T, n int) []int64 {
+// hostLoop is greedy generation as Generate ran it before the device pick,
+// [B, n] tokens: eager steps, the logits copied to the host, the argmax
+// taken there.
+func hostLoop(tb testing.TB, m *mambago.Model, ids []int64, B, T, n int) []int64 {
 	V := m.Config().Vocab
 	st, err := m.NewState(B)
 	if err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	defer st.(interface{ Free() error }).Free()
 	hidden, logits := make([]float32, B*m.Config().Hidden), make([]float32, B*V)
 	if err := m.Prefill(st, engine.Input{B: B, T: T, IDs: ids}, engine.Last, hidden); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	if err := m.Logits(hidden, B, logits); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 	out, next := make([]int64, B*n), make([]int64, B)
 	for k := range n {
@@ -229,7 +201,7 @@ func hostLoop(b *testing.B, m *mambago.Model, ids []int64, B, T, n int) []int64 
 		}
 		if k < n-1 {
 			if err := m.Step(st, next, logits); err != nil {
-				b.Fatal(err)
+				tb.Fatal(err)
 			}
 		}
 	}

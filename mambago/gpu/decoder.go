@@ -35,9 +35,9 @@ func (e *Engine) NewDecoder(st engine.State, steps int) (engine.Decoder, error) 
 	if err != nil {
 		return nil, errors.Join(err, d.Close())
 	}
-	defer done()
-	if d.pick, err = cuda.Alloc(8 * s.batch); err != nil {
-		done()
+	d.pick, err = cuda.Alloc(8 * s.batch)
+	done() // before Close, which binds again
+	if err != nil {
 		return nil, errors.Join(err, d.Close())
 	}
 	return d, nil
@@ -46,28 +46,43 @@ func (e *Engine) NewDecoder(st engine.State, steps int) (engine.Decoder, error) 
 // Graphed says whether d steps by a captured graph.
 func (d *Decoder) Graphed() bool { return d.g != nil }
 
-// Step feeds ids [B] and writes the next-token logits [B, V], as the
-// engine's Step does, bit for bit.
+// Step feeds ids [B] and writes the next-token logits [B, V]: Graph.Step
+// or Engine.Step, bit for bit the same.
 func (d *Decoder) Step(ids []int64, logits []float32) error {
-	if err := d.check(ids, len(logits), d.e.cfg.Vocab); err != nil {
-		return err
+	switch {
+	case d.pick == nil:
+		return engine.Invalid("decoder is closed")
+	case d.g != nil:
+		return d.g.Step(ids, logits)
 	}
-	return d.step(ids, func(dev cuda.Ptr) error { return cuda.CopyOut(logits, dev, d.e.stream) })
+	return d.e.Step(d.s, ids, logits)
 }
 
 // Greedy feeds ids [B] and writes each sequence's most likely next token to
 // next [B]. Logits that hold NaN are an error.
 func (d *Decoder) Greedy(ids, next []int64) error {
-	e := d.e
-	if err := d.check(ids, len(next), 1); err != nil {
+	e, B := d.e, d.s.batch
+	if d.pick == nil {
+		return engine.Invalid("decoder is closed")
+	}
+	if len(ids) != B || len(next) != B {
+		return engine.Invalid("decoder for B=%d: got %d ids and room for %d tokens", B, len(ids), len(next))
+	}
+	if err := engine.CheckIDs("token_ids", ids, e.cfg.Vocab); err != nil {
 		return err
 	}
-	err := d.step(ids, func(logits cuda.Ptr) error {
-		if err := e.launch("argmax_rows_f32", cuda.D1(d.s.batch), cuda.D1(1024), 0, logits, d.pick.Ptr, e.cfg.Vocab); err != nil {
+	pick := func(logits cuda.Ptr) error {
+		if err := e.launch("argmax_rows_f32", cuda.D1(B), cuda.D1(1024), 0, logits, d.pick.Ptr, e.cfg.Vocab); err != nil {
 			return err
 		}
 		return cuda.CopyOut(next, d.pick.Ptr, e.stream)
-	})
+	}
+	var err error
+	if d.g != nil {
+		err = d.g.stepThen(ids, pick)
+	} else {
+		err = e.stepThen(d.s, ids, pick)
+	}
 	if err != nil {
 		return err
 	}
@@ -77,54 +92,6 @@ func (d *Decoder) Greedy(ids, next []int64) error {
 		}
 	}
 	return nil
-}
-
-// check validates a step's ids and the length of its output, per sequence.
-func (d *Decoder) check(ids []int64, outLen, perSeq int) error {
-	B := d.s.batch
-	if d.pick == nil {
-		return engine.Invalid("decoder is closed")
-	}
-	if len(ids) != B || outLen != B*perSeq {
-		return engine.Invalid("decoder for B=%d: got %d ids and an output of %d (want %d)", B, len(ids), outLen, B*perSeq)
-	}
-	return engine.CheckIDs("token_ids", ids, d.e.cfg.Vocab)
-}
-
-// step runs one step on ids and then out on the device logits it left,
-// and waits for both.
-func (d *Decoder) step(ids []int64, out func(logits cuda.Ptr) error) error {
-	e, B := d.e, d.s.batch
-	if d.g != nil {
-		upload := func() error {
-			if err := d.g.ownBuffers(); err != nil {
-				return err
-			}
-			return cuda.CopyIn(d.g.in.Ptr, ids, e.stream)
-		}
-		return d.g.replay(nil, upload, func() error { return out(d.g.logit.Ptr) }, true)
-	}
-	done, err := e.bind()
-	if err != nil {
-		return err
-	}
-	defer done()
-	if err := e.ensureOut(B * e.cfg.Hidden); err != nil {
-		return err
-	}
-	if err := e.ensureLogits(B * e.cfg.Vocab); err != nil {
-		return err
-	}
-	return e.onStream(nil, func() error {
-		in := engine.Input{B: B, T: 1, IDs: ids}
-		if err := e.stepDevice(d.s, source{in: in}, e.ws.out.Ptr, e.ws.logits.Ptr); err != nil {
-			return err
-		}
-		if err := out(e.ws.logits.Ptr); err != nil {
-			return err
-		}
-		return e.stream.Synchronize()
-	})
 }
 
 // Close releases the decoder's graph and buffer (not its state).

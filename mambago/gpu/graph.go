@@ -286,13 +286,19 @@ func (g *Graph) Step(ids []int64, logits []float32) error {
 	if err := engine.CheckIDs("token_ids", ids, c.Vocab); err != nil {
 		return err
 	}
+	return g.stepThen(ids, func(dev cuda.Ptr) error { return cuda.CopyOut(logits, dev, e.stream) })
+}
+
+// stepThen replays a captured step on ids (checked), then runs out on the
+// logits [B, V] it left on the device, and waits for both.
+func (g *Graph) stepThen(ids []int64, out func(logits cuda.Ptr) error) error {
 	upload := func() error {
 		if err := g.ownBuffers(); err != nil {
 			return err
 		}
-		return cuda.CopyIn(g.in.Ptr, ids, e.stream)
+		return cuda.CopyIn(g.in.Ptr, ids, g.e.stream)
 	}
-	return g.replay(nil, upload, func() error { return cuda.CopyOut(logits, g.logit.Ptr, e.stream) }, true)
+	return g.replay(nil, upload, func() error { return out(g.logit.Ptr) }, true)
 }
 
 // StepDevice replays a captured step on caller-owned device memory: B int64

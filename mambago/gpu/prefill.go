@@ -47,26 +47,33 @@ func (e *Engine) Step(st engine.State, ids []int64, logits []float32) error {
 	if err := engine.CheckInput(e.cfg, in, s.batch); err != nil {
 		return err
 	}
-	B, d, V := s.batch, e.cfg.Hidden, e.cfg.Vocab
-	if len(logits) != B*V {
+	if B, V := s.batch, e.cfg.Vocab; len(logits) != B*V {
 		return engine.Invalid("logits buffer has %d values, want B*V = %d", len(logits), B*V)
 	}
+	return e.stepThen(s, ids, func(dev cuda.Ptr) error { return cuda.CopyOut(logits, dev, e.stream) })
+}
+
+// stepThen runs one eager decode step of s on ids (checked), then out on
+// the logits [B, V] it left on the device, and waits for both.
+func (e *Engine) stepThen(s *State, ids []int64, out func(logits cuda.Ptr) error) error {
+	B := s.batch
 	done, err := e.bind()
 	if err != nil {
 		return err
 	}
 	defer done()
-	if err := e.ensureOut(B * d); err != nil {
+	if err := e.ensureOut(B * e.cfg.Hidden); err != nil {
 		return err
 	}
-	if err := e.ensureLogits(B * V); err != nil {
+	if err := e.ensureLogits(B * e.cfg.Vocab); err != nil {
 		return err
 	}
 	return e.onStream(nil, func() error {
+		in := engine.Input{B: B, T: 1, IDs: ids}
 		if err := e.stepDevice(s, source{in: in}, e.ws.out.Ptr, e.ws.logits.Ptr); err != nil {
 			return err
 		}
-		if err := cuda.CopyOut(logits, e.ws.logits.Ptr, e.stream); err != nil {
+		if err := out(e.ws.logits.Ptr); err != nil {
 			return err
 		}
 		return e.stream.Synchronize()
