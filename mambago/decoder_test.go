@@ -2,6 +2,7 @@ package mambago_test
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -104,6 +105,81 @@ func TestGenerateOnDevice(t *testing.T) {
 	}
 }
 
+// TestDecoderLogits checks the decoder's Logits, eager and through a step
+// graph, in f32 and bf16: the same bits as Engine.Step on a twin state, step
+// after step, with the previous step's slice poisoned with NaN before each
+// call; bad ids and a closed decoder are input errors.
+func TestDecoderLogits(t *testing.T) {
+	gputest.Need(t)
+	const B, T, steps = 3, 6, 4
+	for _, dtype := range []string{"float32", "bfloat16"} {
+		m, err := mambago.Open(filepath.Join(fixture.Root(), "base"), mambago.Options{Device: "cuda", DType: dtype})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		g, V := m.Engine.(*gpu.Engine), m.Config().Vocab
+		ids := make([]int64, B*T)
+		for i := range ids {
+			ids[i] = rand.Int64N(int64(V))
+		}
+		for _, graphSteps := range []int{0, 1} {
+			g.DecoderGraphSteps = graphSteps
+			states := make([]engine.State, 2)
+			for i := range states {
+				if states[i], err = m.NewState(B); err != nil {
+					t.Fatal(err)
+				}
+				defer states[i].(interface{ Free() error }).Free()
+				if err := m.Prefill(states[i], engine.Input{B: B, T: T, IDs: ids}, engine.Last, make([]float32, B*m.Config().Hidden)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d, err := g.NewDecoder(states[0], steps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := make([]float32, B*V)
+			var got []float32
+			for k := range steps {
+				next := make([]int64, B)
+				for b := range next {
+					next[b] = rand.Int64N(int64(V))
+				}
+				for i := range got {
+					got[i] = float32(math.NaN())
+				}
+				if got, err = d.Logits(next); err != nil {
+					t.Fatal(err)
+				}
+				if err := m.Step(states[1], next, want); err != nil {
+					t.Fatal(err)
+				}
+				if len(got) != B*V {
+					t.Fatalf("%s, graph steps %d, step %d: %d logits, want %d", dtype, graphSteps, k, len(got), B*V)
+				}
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s, graph steps %d, step %d: logit %d = %v, Step's %v", dtype, graphSteps, k, i, got[i], want[i])
+					}
+				}
+			}
+			if _, err := d.Logits(make([]int64, B+1)); !engine.IsInvalid(err) {
+				t.Errorf("%d ids for B=%d: err = %v, want an input error", B+1, B, err)
+			}
+			if _, err := d.Logits([]int64{0, int64(V), 0}); !engine.IsInvalid(err) {
+				t.Errorf("an id past the vocabulary: err = %v, want an input error", err)
+			}
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := d.Logits(make([]int64, B)); !engine.IsInvalid(err) {
+				t.Errorf("a closed decoder: err = %v, want an input error", err)
+			}
+		}
+	}
+}
+
 // BenchmarkGenerate times a token of generation on the CUDA engine (bf16,
 // random weights, prompts of 16 tokens) several ways in turn, in one
 // process. Greedy: "host", the loop Generate ran before the device pick
@@ -111,8 +187,11 @@ func TestGenerateOnDevice(t *testing.T) {
 // there), and Generate with the device pick, stepping eagerly ("device") or
 // through a step graph ("device+graph"). Sampled (temperature 0.8, top-k
 // 50): Generate stepping eagerly ("sampled") or through a step graph
-// ("sampled+graph"). A token's time is (t(129) - t(1)) / 128 of wall time,
-// so the prefill and the first token cancel; the medians of 7 rounds.
+// ("sampled+graph"), and the latter with its logits copied into pageable
+// memory, as before the decoder's page-locked buffer
+// ("sampled+graph+pageable"). A token's time is (t(129) - t(1)) / 128 of
+// wall time, so the prefill and the first token cancel; the medians of 7
+// rounds.
 func BenchmarkGenerate(b *testing.B) {
 	gputest.Need(b)
 	const prompt, n, rounds = 16, 129, 7
@@ -145,6 +224,10 @@ func BenchmarkGenerate(b *testing.B) {
 				{"device+graph", "greedy", run(32, greedy)},
 				{"sampled", "sampled", run(0, sampled)},
 				{"sampled+graph", "sampled", run(32, sampled)},
+				{"sampled+graph+pageable", "sampled", func(n int) []int64 {
+					g.DecoderGraphSteps = 32
+					return generate(b, &mambago.Model{Engine: pageableEngine{g}}, ids, B, prompt, n, sampled)
+				}},
 			}
 			times := make([][]float64, len(variants))
 			first := map[string][]int64{}
@@ -168,12 +251,40 @@ func BenchmarkGenerate(b *testing.B) {
 			base := median(times[0])
 			for v, x := range variants {
 				us := median(times[v])
-				b.Logf("%s B=%d %-13s %7.1f µs a token (%.2fx of host)", sh.name, B, x.name, us, base/us)
+				b.Logf("%s B=%d %-22s %7.1f µs a token (%.2fx of host)", sh.name, B, x.name, us, base/us)
 				b.ReportMetric(us, sh.name+"/B"+strconv.Itoa(B)+"/"+x.name+"-µs/token")
 			}
 		}
 		m.Close()
 	}
+}
+
+// pageableEngine is the CUDA engine whose decoders copy the logits of a
+// sampled step into pageable memory (Decoder.Step into a Go slice), as
+// Generate did before Decoder.Logits.
+type pageableEngine struct{ *gpu.Engine }
+
+// NewDecoder wraps the engine's decoder.
+func (e pageableEngine) NewDecoder(st engine.State, steps int) (engine.Decoder, error) {
+	d, err := e.Engine.NewDecoder(st, steps)
+	if err != nil {
+		return nil, err
+	}
+	return &pageableDecoder{Decoder: d.(*gpu.Decoder), vocab: e.Config().Vocab}, nil
+}
+
+// pageableDecoder's Logits step into a Go slice.
+type pageableDecoder struct {
+	*gpu.Decoder
+	vocab  int
+	logits []float32
+}
+
+func (d *pageableDecoder) Logits(ids []int64) ([]float32, error) {
+	if d.logits == nil {
+		d.logits = make([]float32, len(ids)*d.vocab)
+	}
+	return d.logits, d.Decoder.Step(ids, d.logits)
 }
 
 // hostLoop is greedy generation as Generate ran it before the device pick,

@@ -86,7 +86,8 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 		defer func() { err = errors.Join(err, dec.Close()) }()
 	}
 	// A greedy step on the decoder leaves the logits where they are and
-	// returns its picks.
+	// returns its picks; a sampled one returns logits in the decoder's own
+	// (page-locked) memory.
 	greedyOnDevice := dec != nil && s.Temperature == 0
 	samplers := make([]*sampler, B)
 	for b := range samplers {
@@ -125,7 +126,7 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 		case greedyOnDevice:
 			err = dec.Greedy(next, picked)
 		case dec != nil:
-			err = dec.Step(next, logits)
+			logits, err = dec.Logits(next)
 		default:
 			err = m.Step(st, next, logits)
 		}

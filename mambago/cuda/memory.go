@@ -73,3 +73,47 @@ func Copy(dst, src Ptr, bytes int, s *Stream) error {
 func Fill32(dst Ptr, v uint32, n int, s *Stream) error {
 	return check("cuMemsetD32Async", C.mg_cuMemsetD32Async(C.mg_devptr(dst), C.uint(v), C.size_t(n), s.handle()))
 }
+
+// HostBuffer is page-locked host memory of Bytes bytes. The GPU copies into
+// and out of it directly, at the bus's speed, where a copy to pageable
+// memory is staged through a driver buffer; it is also a valid destination
+// while a copy is in a graph or still queued.
+type HostBuffer struct {
+	p     unsafe.Pointer
+	Bytes int
+}
+
+// AllocHost allocates bytes of page-locked host memory. It needs the
+// context current (as Alloc does).
+func AllocHost(bytes int) (*HostBuffer, error) {
+	if bytes <= 0 {
+		return nil, fmt.Errorf("cuda: AllocHost(%d): size must be positive", bytes)
+	}
+	var p unsafe.Pointer
+	if err := check("cuMemAllocHost", C.mg_cuMemAllocHost(&p, C.size_t(bytes))); err != nil {
+		return nil, fmt.Errorf("%w (asked for %d bytes of page-locked memory)", err, bytes)
+	}
+	return &HostBuffer{p: p, Bytes: bytes}, nil
+}
+
+// Free releases the buffer; freeing twice is a no-op. Slices of it
+// (HostSlice) must not be used after.
+func (h *HostBuffer) Free() error {
+	if h == nil || h.p == nil {
+		return nil
+	}
+	p := h.p
+	h.p = nil
+	return check("cuMemFreeHost", C.mg_cuMemFreeHost(p))
+}
+
+// HostSlice returns the first n elements of h as a Go slice over its memory,
+// valid until h.Free. It panics if they do not fit or h is freed.
+func HostSlice[T float32 | int64 | int32 | uint16 | uint8](h *HostBuffer, n int) []T {
+	var zero T
+	if h.p == nil || n < 0 || n*int(unsafe.Sizeof(zero)) > h.Bytes {
+		panic(fmt.Sprintf("cuda: HostSlice of %d elements of %d bytes in a host buffer of %d bytes (freed: %v)",
+			n, unsafe.Sizeof(zero), h.Bytes, h.p == nil))
+	}
+	return unsafe.Slice((*T)(h.p), n)
+}

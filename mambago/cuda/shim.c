@@ -33,6 +33,8 @@ FN(int, cuCtxSetCurrent, (void *));
 FN(int, cuCtxSynchronize, (void));
 FN(int, cuMemAlloc, (mg_devptr *, size_t));
 FN(int, cuMemFree, (mg_devptr));
+FN(int, cuMemAllocHost, (void **, size_t));
+FN(int, cuMemFreeHost, (void *));
 FN(int, cuMemcpyHtoDAsync, (mg_devptr, const void *, size_t, void *));
 FN(int, cuMemcpyDtoHAsync, (void *, mg_devptr, size_t, void *));
 FN(int, cuMemcpyDtoDAsync, (mg_devptr, mg_devptr, size_t, void *));
@@ -187,6 +189,8 @@ const char *mg_load_driver(const char *path) {
 	LOAD(h, cuCtxSynchronize, "cuCtxSynchronize");
 	LOAD(h, cuMemAlloc, "cuMemAlloc_v2");
 	LOAD(h, cuMemFree, "cuMemFree_v2");
+	LOAD(h, cuMemAllocHost, "cuMemAllocHost_v2");
+	LOAD(h, cuMemFreeHost, "cuMemFreeHost");
 	LOAD(h, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
 	LOAD(h, cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
 	LOAD(h, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
@@ -302,6 +306,8 @@ mg_result mg_cuCtxSetCurrent(void *c) { CALL(cuCtxSetCurrent, c); }
 mg_result mg_cuCtxSynchronize(void) { return p_cuCtxSynchronize ? p_cuCtxSynchronize() : 500; }
 mg_result mg_cuMemAlloc(mg_devptr *p, size_t b) { CALL(cuMemAlloc, p, b); }
 mg_result mg_cuMemFree(mg_devptr p) { CALL(cuMemFree, p); }
+mg_result mg_cuMemAllocHost(void **p, size_t b) { CALL(cuMemAllocHost, p, b); }
+mg_result mg_cuMemFreeHost(void *p) { CALL(cuMemFreeHost, p); }
 mg_result mg_cuMemcpyHtoDAsync(mg_devptr d, const void *s, size_t b, void *st) { CALL(cuMemcpyHtoDAsync, d, s, b, st); }
 mg_result mg_cuMemcpyDtoHAsync(void *d, mg_devptr s, size_t b, void *st) { CALL(cuMemcpyDtoHAsync, d, s, b, st); }
 mg_result mg_cuMemcpyDtoDAsync(mg_devptr d, mg_devptr s, size_t b, void *st) { CALL(cuMemcpyDtoDAsync, d, s, b, st); }

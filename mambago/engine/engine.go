@@ -115,9 +115,10 @@ type Engine interface {
 // tokens where the logits are, so that a token costs the host B ids
 // rather than B×V logits.
 type Decoder interface {
-	// Step feeds one token a sequence (ids [B]) and writes the next-token
-	// logits [B, V], as Engine.Step does.
-	Step(ids []int64, logits []float32) error
+	// Logits feeds one token a sequence (ids [B]) and returns the next-token
+	// logits [B, V], as Engine.Step computes them, in host memory the
+	// decoder owns: valid until its next call or Close.
+	Logits(ids []int64) ([]float32, error)
 	// Greedy feeds one token a sequence (ids [B]) and writes each sequence's
 	// most likely next token, the lowest id among equal logits, to next [B].
 	Greedy(ids, next []int64) error

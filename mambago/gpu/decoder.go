@@ -10,12 +10,14 @@ import (
 
 // Decoder steps one state on the GPU (engine.Decoder), eagerly or through a
 // captured step graph. Its greedy steps pick each row's most likely token
-// on the device (argmax_rows_f32 in kernels/pool.cu) and copy back B ids.
+// on the device (argmax_rows_f32 in kernels/pool.cu) and copy back B ids;
+// its Logits copy the logits into page-locked memory it owns.
 type Decoder struct {
 	e    *Engine
 	s    *State
-	g    *Graph       // the captured step, or nil: eager steps
-	pick *cuda.Buffer // int64 [B]: each row's pick
+	g    *Graph           // the captured step, or nil: eager steps
+	pick *cuda.Buffer     // int64 [B]: each row's pick
+	host *cuda.HostBuffer // f32 [B, V], page-locked: Logits' result; made by the first call
 }
 
 // NewDecoder returns a decoder for st that will run about steps steps: with
@@ -58,6 +60,46 @@ func (d *Decoder) Step(ids []int64, logits []float32) error {
 	return d.e.Step(d.s, ids, logits)
 }
 
+// Logits feeds ids [B] and returns the next-token logits [B, V] (the same
+// bits as Step) in the decoder's page-locked host memory, valid until its
+// next call or Close. The copy runs at the bus's speed: 1.6 MB (130m, B=8)
+// takes tens of µs where a copy into pageable memory is staged.
+func (d *Decoder) Logits(ids []int64) ([]float32, error) {
+	e, B, V := d.e, d.s.batch, d.e.cfg.Vocab
+	if d.pick == nil {
+		return nil, engine.Invalid("decoder is closed")
+	}
+	if len(ids) != B {
+		return nil, engine.Invalid("decoder for B=%d: got %d ids", B, len(ids))
+	}
+	if err := engine.CheckIDs("token_ids", ids, V); err != nil {
+		return nil, err
+	}
+	if d.host == nil {
+		done, err := e.bind()
+		if err != nil {
+			return nil, err
+		}
+		d.host, err = cuda.AllocHost(4 * B * V)
+		done()
+		if err != nil {
+			return nil, fmt.Errorf("gpu: decoder's logits: %w", err)
+		}
+	}
+	logits := cuda.HostSlice[float32](d.host, B*V)
+	out := func(dev cuda.Ptr) error { return cuda.CopyOut(logits, dev, e.stream) }
+	var err error
+	if d.g != nil {
+		err = d.g.stepThen(ids, out)
+	} else {
+		err = e.stepThen(d.s, ids, out)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return logits, nil
+}
+
 // Greedy feeds ids [B] and writes each sequence's most likely next token to
 // next [B]. Logits that hold NaN are an error.
 func (d *Decoder) Greedy(ids, next []int64) error {
@@ -94,7 +136,8 @@ func (d *Decoder) Greedy(ids, next []int64) error {
 	return nil
 }
 
-// Close releases the decoder's graph and buffer (not its state).
+// Close releases the decoder's graph and buffers (not its state). Slices
+// that Logits returned must not be used after.
 func (d *Decoder) Close() error {
 	var err error
 	if d.g != nil {
@@ -107,8 +150,8 @@ func (d *Decoder) Close() error {
 			return errors.Join(err, berr)
 		}
 		defer done()
-		d.pick.Free()
-		d.pick = nil
+		err = errors.Join(err, d.pick.Free(), d.host.Free())
+		d.pick, d.host = nil, nil
 	}
 	return err
 }
