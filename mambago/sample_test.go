@@ -268,3 +268,39 @@ func TestExpNeg(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDrawRows times drawRows, as a sampled step of Generate runs it:
+// B rows of 50280 logits (temperature 0.8, top-k 50), each row on its own
+// sampler, after the rows were rewritten (as a step's copy rewrites them;
+// "cold") or not ("warm").
+func BenchmarkDrawRows(b *testing.B) {
+	const V = 50280
+	s := Sampling{Temperature: 0.8, TopK: 50, TopP: 1}
+	for _, B := range []int{1, 8} {
+		rng := rand.New(rand.NewPCG(1, uint64(B)))
+		logits, fresh := make([]float32, 0, B*V), make([]float32, 0, B*V)
+		for range B {
+			logits = append(logits, row(rng, V, 3)...)
+		}
+		fresh = append(fresh, logits...)
+		samplers := make([]*sampler, B)
+		for r := range samplers {
+			samplers[r] = newSampler(s, r)
+		}
+		done, next := make([]bool, B), make([]int64, B)
+		for _, cold := range []bool{false, true} {
+			b.Run(fmt.Sprintf("B=%d,cold=%v", B, cold), func(b *testing.B) {
+				for b.Loop() {
+					if cold {
+						b.StopTimer()
+						copy(logits, fresh)
+						b.StartTimer()
+					}
+					if err := drawRows(samplers, logits, done, next); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
