@@ -1,7 +1,9 @@
 package mambago_test
 
 import (
+	"cmp"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"path/filepath"
@@ -21,8 +23,9 @@ import (
 // (gpu.Decoder), eager and through a step graph, in f32 and bf16, with fresh
 // prompts: greedy tokens, picked on the device, against the host's argmax of
 // eager steps' logits, then with an EOS that stops one row early, the rows
-// after it padded with EOS; and sampled tokens, the same with a graph as
-// without (its logits are the same bits).
+// after it padded with EOS; and sampled tokens (from the top 20, ranked on
+// the device), the same with a graph as without (its logits are the same
+// bits) and as the host's draws from whole rows.
 func TestGenerateOnDevice(t *testing.T) {
 	gputest.Need(t)
 	const B, T, n = 3, 5, 12
@@ -101,17 +104,27 @@ func TestGenerateOnDevice(t *testing.T) {
 			} else if !slices.Equal(toks, sampled) {
 				t.Errorf("%s: sampled tokens with a step graph %v, without %v", dtype, toks, sampled)
 			}
+			// The same draws from whole rows of logits on the host.
+			host, _, err := (&mambago.Model{Engine: hostSampled{Engine: g}}).Generate(ids, B, T, n, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(toks, host) {
+				t.Errorf("%s, graph steps %d: sampled tokens from the device's top-k %v, from whole rows %v", dtype, graphSteps, toks, host)
+			}
 		}
 	}
 }
 
-// TestDecoderLogits checks the decoder's Logits, eager and through a step
-// graph, in f32 and bf16: the same bits as Engine.Step on a twin state, step
-// after step, with the previous step's slice poisoned with NaN before each
-// call; bad ids and a closed decoder are input errors.
+// TestDecoderLogits checks the decoder's Logits and TopK, eager and through
+// a step graph, in f32 and bf16, in turns, against Engine.Step on a twin
+// state: Logits the same bits, with the previous step's slice poisoned with
+// NaN before each call; TopK (k = 1, 50, V) each row's k best-ranked ids
+// (the lower id first among equal logits), with those ids' logits. Bad ids,
+// a k out of range and a closed decoder are input errors.
 func TestDecoderLogits(t *testing.T) {
 	gputest.Need(t)
-	const B, T, steps = 3, 6, 4
+	const B, T, steps = 3, 6, 8
 	for _, dtype := range []string{"float32", "bfloat16"} {
 		m, err := mambago.Open(filepath.Join(fixture.Root(), "base"), mambago.Options{Device: "cuda", DType: dtype})
 		if err != nil {
@@ -139,30 +152,67 @@ func TestDecoderLogits(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			td, ok := d.(engine.TopKDecoder)
+			if !ok {
+				t.Fatalf("%T is not an engine.TopKDecoder", d)
+			}
 			want := make([]float32, B*V)
 			var got []float32
-			for k := range steps {
+			var gotIDs []int32
+			for step := range steps {
 				next := make([]int64, B)
 				for b := range next {
 					next[b] = rand.Int64N(int64(V))
 				}
-				for i := range got {
-					got[i] = float32(math.NaN())
-				}
-				if got, err = d.Logits(next); err != nil {
-					t.Fatal(err)
-				}
 				if err := m.Step(states[1], next, want); err != nil {
 					t.Fatal(err)
 				}
-				if len(got) != B*V {
-					t.Fatalf("%s, graph steps %d, step %d: %d logits, want %d", dtype, graphSteps, k, len(got), B*V)
+				where := fmt.Sprintf("%s, graph steps %d, step %d", dtype, graphSteps, step)
+				if step%2 == 0 {
+					for i := range got {
+						got[i] = float32(math.NaN())
+					}
+					if got, err = d.Logits(next); err != nil {
+						t.Fatal(err)
+					}
+					if len(got) != B*V {
+						t.Fatalf("%s: %d logits, want %d", where, len(got), B*V)
+					}
+					for i := range want {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%s: logit %d = %v, Step's %v", where, i, got[i], want[i])
+						}
+					}
+					continue
 				}
-				for i := range want {
-					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-						t.Fatalf("%s, graph steps %d, step %d: logit %d = %v, Step's %v", dtype, graphSteps, k, i, got[i], want[i])
+				k := []int{1, 50, V}[step/2%3]
+				for i := range gotIDs {
+					gotIDs[i] = -7
+				}
+				var vals []float32
+				if gotIDs, vals, err = td.TopK(next, k); err != nil {
+					t.Fatal(err)
+				}
+				if len(gotIDs) != B*k || len(vals) != B*k {
+					t.Fatalf("%s: top-%d gave %d ids and %d logits, want %d", where, k, len(gotIDs), len(vals), B*k)
+				}
+				for b := range B {
+					row, ids := want[b*V:(b+1)*V], gotIDs[b*k:(b+1)*k]
+					for n, id := range ids {
+						if id < 0 || int(id) >= V || math.Float32bits(vals[b*k+n]) != math.Float32bits(row[id]) {
+							t.Fatalf("%s: row %d's top-%d candidate %d: id %d, logit %v", where, b, k, n, id, vals[b*k+n])
+						}
+					}
+					if got, want := slices.Sorted(slices.Values(ids)), rankedIDs(row, k); !slices.Equal(got, want) {
+						t.Fatalf("%s: row %d's top-%d %v, want %v", where, b, k, got[:min(k, 10)], want[:min(k, 10)])
 					}
 				}
+			}
+			if _, _, err := td.TopK(make([]int64, B), 0); !engine.IsInvalid(err) {
+				t.Errorf("top-0: err = %v, want an input error", err)
+			}
+			if _, _, err := td.TopK(make([]int64, B), V+1); !engine.IsInvalid(err) {
+				t.Errorf("top-%d of %d: err = %v, want an input error", V+1, V, err)
 			}
 			if _, err := d.Logits(make([]int64, B+1)); !engine.IsInvalid(err) {
 				t.Errorf("%d ids for B=%d: err = %v, want an input error", B+1, B, err)
@@ -176,6 +226,9 @@ func TestDecoderLogits(t *testing.T) {
 			if _, err := d.Logits(make([]int64, B)); !engine.IsInvalid(err) {
 				t.Errorf("a closed decoder: err = %v, want an input error", err)
 			}
+			if _, _, err := td.TopK(make([]int64, B), 1); !engine.IsInvalid(err) {
+				t.Errorf("a closed decoder's TopK: err = %v, want an input error", err)
+			}
 		}
 	}
 }
@@ -187,11 +240,14 @@ func TestDecoderLogits(t *testing.T) {
 // there), and Generate with the device pick, stepping eagerly ("device") or
 // through a step graph ("device+graph"). Sampled (temperature 0.8, top-k
 // 50): Generate stepping eagerly ("sampled") or through a step graph
-// ("sampled+graph"), and the latter with its logits copied into pageable
-// memory, as before the decoder's page-locked buffer
-// ("sampled+graph+pageable"). A token's time is (t(129) - t(1)) / 128 of
-// wall time, so the prefill and the first token cancel; the medians of 7
-// rounds.
+// ("sampled+graph"), the candidates ranked on the device (TopK); then
+// through the graph but drawn on the host from whole rows of logits, copied
+// into the decoder's page-locked buffer ("+host") or into pageable memory
+// as before it ("+pageable"). Top-p (temperature 0.8, the nucleus of 0.95 of
+// all tokens) through the graph, its logits page-locked ("top-p+graph") or
+// pageable ("top-p+graph+pageable"). A token's time is (t(129) - t(1)) /
+// 128 of wall time, so the prefill and the first token cancel; the medians
+// of 7 rounds.
 func BenchmarkGenerate(b *testing.B) {
 	gputest.Need(b)
 	const prompt, n, rounds = 16, 129, 7
@@ -212,8 +268,13 @@ func BenchmarkGenerate(b *testing.B) {
 			}
 			greedy := mambago.Sampling{TopP: 1, EOS: -1}
 			sampled := mambago.Sampling{Temperature: 0.8, TopK: 50, TopP: 1, Seed: 5, EOS: -1}
+			topP := mambago.Sampling{Temperature: 0.8, TopP: 0.95, Seed: 6, EOS: -1}
 			run := func(graphSteps int, s mambago.Sampling) func(int) []int64 {
 				return func(n int) []int64 { g.DecoderGraphSteps = graphSteps; return generate(b, m, ids, B, prompt, n, s) }
+			}
+			onHost := func(pageable bool, s mambago.Sampling) func(int) []int64 {
+				wrapped := &mambago.Model{Engine: hostSampled{Engine: g, pageable: pageable}}
+				return func(n int) []int64 { g.DecoderGraphSteps = 32; return generate(b, wrapped, ids, B, prompt, n, s) }
 			}
 			variants := []struct {
 				name, group string // a group's variants give the same tokens
@@ -224,10 +285,10 @@ func BenchmarkGenerate(b *testing.B) {
 				{"device+graph", "greedy", run(32, greedy)},
 				{"sampled", "sampled", run(0, sampled)},
 				{"sampled+graph", "sampled", run(32, sampled)},
-				{"sampled+graph+pageable", "sampled", func(n int) []int64 {
-					g.DecoderGraphSteps = 32
-					return generate(b, &mambago.Model{Engine: pageableEngine{g}}, ids, B, prompt, n, sampled)
-				}},
+				{"sampled+graph+host", "sampled", onHost(false, sampled)},
+				{"sampled+graph+pageable", "sampled", onHost(true, sampled)},
+				{"top-p+graph", "top-p", run(32, topP)},
+				{"top-p+graph+pageable", "top-p", onHost(true, topP)},
 			}
 			times := make([][]float64, len(variants))
 			first := map[string][]int64{}
@@ -259,32 +320,55 @@ func BenchmarkGenerate(b *testing.B) {
 	}
 }
 
-// pageableEngine is the CUDA engine whose decoders copy the logits of a
-// sampled step into pageable memory (Decoder.Step into a Go slice), as
-// Generate did before Decoder.Logits.
-type pageableEngine struct{ *gpu.Engine }
+// hostSampled is the CUDA engine whose decoders leave sampling to the host:
+// they hide their TopK, so that Generate draws from whole rows of logits,
+// and with pageable set they copy those into pageable memory (Decoder.Step
+// into a Go slice), as Generate ran before the page-locked buffer.
+type hostSampled struct {
+	*gpu.Engine
+	pageable bool
+}
 
 // NewDecoder wraps the engine's decoder.
-func (e pageableEngine) NewDecoder(st engine.State, steps int) (engine.Decoder, error) {
+func (e hostSampled) NewDecoder(st engine.State, steps int) (engine.Decoder, error) {
 	d, err := e.Engine.NewDecoder(st, steps)
 	if err != nil {
 		return nil, err
 	}
-	return &pageableDecoder{Decoder: d.(*gpu.Decoder), vocab: e.Config().Vocab}, nil
+	h := &hostDecoder{Decoder: d}
+	if e.pageable {
+		h.step, h.vocab = d.(*gpu.Decoder).Step, e.Config().Vocab
+	}
+	return h, nil
 }
 
-// pageableDecoder's Logits step into a Go slice.
-type pageableDecoder struct {
-	*gpu.Decoder
+// hostDecoder embeds the interface, not *gpu.Decoder: no TopK.
+type hostDecoder struct {
+	engine.Decoder
+	step   func(ids []int64, logits []float32) error // nil: the decoder's own Logits
 	vocab  int
 	logits []float32
 }
 
-func (d *pageableDecoder) Logits(ids []int64) ([]float32, error) {
+func (d *hostDecoder) Logits(ids []int64) ([]float32, error) {
+	if d.step == nil {
+		return d.Decoder.Logits(ids)
+	}
 	if d.logits == nil {
 		d.logits = make([]float32, len(ids)*d.vocab)
 	}
-	return d.logits, d.Decoder.Step(ids, d.logits)
+	return d.logits, d.step(ids, d.logits)
+}
+
+// rankedIDs returns the k best-ranked ids of row (by logit, the lower id
+// first among equals), sorted by id.
+func rankedIDs(row []float32, k int) []int32 {
+	ids := make([]int32, len(row))
+	for i := range ids {
+		ids[i] = int32(i)
+	}
+	slices.SortStableFunc(ids, func(a, b int32) int { return cmp.Compare(row[b], row[a]) })
+	return slices.Sorted(slices.Values(ids[:k]))
 }
 
 // hostLoop is greedy generation as Generate ran it before the device pick,

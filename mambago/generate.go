@@ -86,9 +86,16 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 		defer func() { err = errors.Join(err, dec.Close()) }()
 	}
 	// A greedy step on the decoder leaves the logits where they are and
-	// returns its picks; a sampled one returns logits in the decoder's own
-	// (page-locked) memory.
+	// returns its picks; a step that samples from the TopK best returns
+	// those, ranked on the device, when the decoder can (TopKDecoder); any
+	// other returns the logits in the decoder's own (page-locked) memory.
 	greedyOnDevice := dec != nil && s.Temperature == 0
+	topK, _ := dec.(engine.TopKDecoder)
+	if s.Temperature == 0 || s.TopK <= 0 || s.TopK >= cfg.Vocab {
+		topK = nil
+	}
+	var candIDs []int32
+	var candLogits []float32
 	samplers := make([]*sampler, B)
 	for b := range samplers {
 		samplers[b] = newSampler(s, b)
@@ -98,9 +105,15 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 	out := make([][]int64, B)
 	n := 0
 	for n < maxNew {
-		if greedyOnDevice && n > 0 {
+		switch {
+		case greedyOnDevice && n > 0:
 			copy(next, picked)
-		} else if err := drawRows(samplers, logits, done, next); err != nil {
+		case topK != nil && n > 0:
+			err = drawCandidates(samplers, candIDs, candLogits, done, next)
+		default:
+			err = drawRows(samplers, logits, done, next)
+		}
+		if err != nil {
 			return nil, 0, fmt.Errorf("generate: new token %d: %w", n, err)
 		}
 		alive := false
@@ -125,6 +138,8 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 		switch {
 		case greedyOnDevice:
 			err = dec.Greedy(next, picked)
+		case topK != nil:
+			candIDs, candLogits, err = topK.TopK(next, s.TopK)
 		case dec != nil:
 			logits, err = dec.Logits(next)
 		default:
@@ -139,6 +154,24 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 		flat = append(flat, row...)
 	}
 	return flat, n, nil
+}
+
+// drawCandidates draws next[b] from row b of the candidates a TopKDecoder
+// ranked, ids and logits [B, k], with samplers[b], for every row not done.
+func drawCandidates(samplers []*sampler, ids []int32, logits []float32, done []bool, next []int64) error {
+	k := len(ids) / len(samplers)
+	var errs []error
+	for b, sp := range samplers {
+		if done[b] {
+			continue
+		}
+		id, err := sp.fromCandidates(ids[b*k:(b+1)*k], logits[b*k:(b+1)*k])
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sequence %d: %w", b, err))
+		}
+		next[b] = id
+	}
+	return errors.Join(errs...)
 }
 
 // drawRows draws next[b] from row b of logits [B, V] with samplers[b], for

@@ -29,6 +29,14 @@ type sampler struct {
 	w    []float64 // exp((logit - max) / Temperature): of the TopK best, or of every token
 	sure []int     // the nucleus's tokens before its last bin (fromAll)
 	top  ranked    // candidates, best first
+	vals []float32 // the logits of top.ids (fromBest)
+	cand []candidate
+}
+
+// candidate is a token ranked on the device (TopKDecoder) and its logit.
+type candidate struct {
+	id    int
+	logit float32
 }
 
 // newSampler returns a sampler for s and sequence row of a batch, seeded
@@ -45,7 +53,11 @@ func (sp *sampler) next(logits []float32) (int64, error) {
 		if err := sp.top.best(logits, k); err != nil {
 			return 0, err
 		}
-		return int64(sp.fromBest(logits)), nil
+		sp.vals = sp.vals[:0]
+		for _, i := range sp.top.ids {
+			sp.vals = append(sp.vals, logits[i])
+		}
+		return int64(sp.fromBest(sp.top.ids, sp.vals)), nil
 	}
 	best, err := argmax(logits)
 	if err != nil || sp.s.Temperature == 0 {
@@ -58,17 +70,41 @@ func (sp *sampler) next(logits []float32) (int64, error) {
 	return int64(sp.fromAll(logits, top)), nil
 }
 
-// fromBest draws from the tokens sp.top ranks, the best of logits.
-func (sp *sampler) fromBest(logits []float32) int {
-	ids := sp.top.ids
-	top := float64(logits[ids[0]])
+// fromCandidates draws from a row's TopK best tokens ranked on the device:
+// ids and their logits in no particular order, or every id -1 for a row
+// that holds NaN. It ranks them, then draws as next does from the same
+// row, token for token.
+func (sp *sampler) fromCandidates(ids []int32, logits []float32) (int64, error) {
+	if len(ids) == 0 || ids[0] < 0 {
+		return 0, errNaN
+	}
+	sp.cand = sp.cand[:0]
+	for n, id := range ids {
+		sp.cand = append(sp.cand, candidate{int(id), logits[n]})
+	}
+	slices.SortFunc(sp.cand, func(a, b candidate) int {
+		if c := cmp.Compare(b.logit, a.logit); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.id, b.id)
+	})
+	sp.top.ids, sp.vals = sp.top.ids[:0], sp.vals[:0]
+	for _, c := range sp.cand {
+		sp.top.ids, sp.vals = append(sp.top.ids, c.id), append(sp.vals, c.logit)
+	}
+	return int64(sp.fromBest(sp.top.ids, sp.vals)), nil
+}
+
+// fromBest draws from tokens ids, best first, whose logits are vals.
+func (sp *sampler) fromBest(ids []int, vals []float32) int {
+	top := float64(vals[0])
 	if math.IsInf(top, 0) { // an infinite best logit takes all the mass (or none has any)
 		return ids[0]
 	}
 	sp.w = sp.w[:0]
 	var total float64
-	for _, i := range ids {
-		sp.w = append(sp.w, expNeg((top-float64(logits[i]))*sp.inv))
+	for _, v := range vals {
+		sp.w = append(sp.w, expNeg((top-float64(v))*sp.inv))
 		total += sp.w[len(sp.w)-1]
 	}
 	keep, mass := nucleus(sp.w, sp.s.TopP*total)

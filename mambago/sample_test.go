@@ -304,3 +304,69 @@ func BenchmarkDrawRows(b *testing.B) {
 		}
 	}
 }
+
+// TestFromCandidatesMatchesNext checks that drawing from a row's TopK best,
+// handed over in any order as a TopKDecoder gives them, draws the same
+// tokens as drawing from the whole row, draw for draw on one seed: on rows
+// with ties at the k-th logit, signed zeros, -inf and +inf. A row marked as
+// holding NaN (ids of -1) is errNaN.
+func TestFromCandidatesMatchesNext(t *testing.T) {
+	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	const V = 3000
+	few := make([]float32, V) // a few values, many times each
+	for i := range few {
+		few[i] = float32(rng.IntN(4))
+	}
+	zeros := make([]float32, V)
+	for i := range zeros {
+		if rng.IntN(2) == 0 {
+			zeros[i] = float32(math.Copysign(0, -1))
+		}
+	}
+	inf := row(rng, V, 2)
+	inf[rng.IntN(V)] = float32(math.Inf(1))
+	neg := row(rng, V, 2)
+	for i := range neg {
+		if rng.IntN(2) == 0 {
+			neg[i] = float32(math.Inf(-1))
+		}
+	}
+	for _, logits := range [][]float32{row(rng, V, 3), few, zeros, inf, neg} {
+		for _, s := range []Sampling{
+			{Temperature: 0.8, TopK: 1, TopP: 1},
+			{Temperature: 1.3, TopK: 5, TopP: 1, Seed: 3},
+			{Temperature: 0.8, TopK: 50, TopP: 0.9, Seed: 4},
+			{Temperature: 2, TopK: 2999, TopP: 0.5, Seed: 5},
+		} {
+			ids := make([]int, V)
+			for i := range ids {
+				ids[i] = i
+			}
+			sort.SliceStable(ids, func(a, b int) bool { return logits[ids[a]] > logits[ids[b]] })
+			cand := ids[:s.TopK]
+			whole, ranked := newSampler(s, 2), newSampler(s, 2)
+			for range 300 {
+				rng.Shuffle(len(cand), func(a, b int) { cand[a], cand[b] = cand[b], cand[a] })
+				cids, cvals := make([]int32, len(cand)), make([]float32, len(cand))
+				for n, id := range cand {
+					cids[n], cvals[n] = int32(id), logits[id]
+				}
+				want, err := whole.next(logits)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := ranked.fromCandidates(cids, cvals)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got != want {
+					t.Fatalf("%+v: from the candidates %d, from the row %d", s, got, want)
+				}
+			}
+		}
+	}
+	nan := []int32{-1, -1, -1}
+	if _, err := newSampler(Sampling{Temperature: 1, TopK: 3, TopP: 1}, 0).fromCandidates(nan, make([]float32, 3)); !errors.Is(err, errNaN) {
+		t.Errorf("candidates of a row with NaN: err = %v, want errNaN", err)
+	}
+}

@@ -43,9 +43,10 @@
 #   fixup:    scan_fixup's float64 tests and sanitizers, the scan alone walked
 #             once against in segments, then bf16 prefills likewise (the
 #             kernels' and the engine's BenchmarkScanSegments; about 2 minutes);
-#   generate: generation on the decoder (gpu.Decoder): the argmax kernel's,
-#             the page-locked buffer's and the engine's tests with memcheck,
-#             then a token's time
+#   generate: generation on the decoder (gpu.Decoder): the argmax and top-k
+#             kernels' (racecheck too), the page-locked buffer's and the
+#             engine's tests with memcheck, the top-k kernel's time, then a
+#             token's time
 #             (BenchmarkGenerate, and bench/generate_speed.py with $GEN_ARGS,
 #             also with .carry/base's wheel where device_build.sh had a BASE);
 #   pytest:   the Python tests alone ($PYTEST_ARGS, default "-q tests"; the
@@ -380,14 +381,16 @@ bench_log() {
     | grep -E "$pattern|FAIL|panic" | sed 's/^ *[a-z_]*\.go:[0-9]*: //'
 }
 if [[ $mode == generate ]]; then
-  echo "== generation on the decoder (gpu.Decoder; greedy picks by argmax_rows_f32): the kernel and the engine against the host, memcheck"
-  run_tests generate_kernels 200 .carry/kernels.test -test.v -test.run 'ArgmaxRows'
-  memcheck memcheck_argmax 200 .carry/kernels.test 'ArgmaxRows'
+  echo "== generation on the decoder (gpu.Decoder; greedy picks by argmax_rows_f32, top-k candidates by topk_rows_f32): the kernels and the engine against the host, sanitizers"
+  run_tests generate_kernels 200 .carry/kernels.test -test.v -test.run 'ArgmaxRows|TopKRows'
+  memcheck memcheck_argmax 200 .carry/kernels.test 'ArgmaxRows|TopKRows'
+  sanitizer racecheck racecheck_topk 200 .carry/kernels.test 'TopKRows'
+  bench_log topk_bench 100 .carry/kernels.test TopKRows "µs"
   SHOW='a copy out' run_tests generate_host 100 .carry/cuda.test -test.v -test.run 'HostBuffer'
   memcheck memcheck_host 100 .carry/cuda.test 'HostBuffer'
-  run_tests generate_tests 300 .carry/mambago.test -test.v -test.run 'Greedy|Sampl|Generate|DecoderLogits|Example'
+  run_tests generate_tests 300 .carry/mambago.test -test.v -test.run 'Greedy|Sampl|Generate|DecoderLogits|FromCandidates|Example'
   memcheck memcheck_generate 300 .carry/mambago.test 'GenerateOnDevice|DecoderLogits'
-  echo "== a token of generation: greedy on the host's loop, the device pick eager and graphed; sampled eager, graphed, graphed into pageable memory (BenchmarkGenerate)"
+  echo "== a token of generation: greedy on the host's loop, the device pick eager and graphed; sampled from the device's top-k eager and graphed, from whole rows page-locked and pageable; top-p (BenchmarkGenerate)"
   bench_log generate_bench 300 .carry/mambago.test Generate "a token"
   echo "== a token of generation from Python, greedy and sampled (bench/generate_speed.py; \$GEN_ARGS)"
   python3 bench/generate_speed.py ${GEN_ARGS:-} --out "$OUT/generate.json" 2>&1 | tee "$OUT/generate.log" | grep -v "^mambago:"

@@ -113,7 +113,7 @@ func TestHostBuffer(t *testing.T) {
 	dev, err := cuda.Alloc(4 * n)
 	must(t, err)
 	defer dev.Free()
-	pinned := cuda.HostSlice[float32](h, n)
+	pinned := cuda.HostSlice[float32](h, 0, n)
 	for i := range pinned {
 		pinned[i] = float32(i%1009) - 500
 	}
@@ -152,7 +152,7 @@ func TestHostBuffer(t *testing.T) {
 				t.Error("HostSlice past the buffer's end did not panic")
 			}
 		}()
-		cuda.HostSlice[float32](h, n+1)
+		cuda.HostSlice[float32](h, 4, n)
 	}()
 	must(t, h.Free())
 	must(t, h.Free())

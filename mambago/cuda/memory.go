@@ -107,13 +107,15 @@ func (h *HostBuffer) Free() error {
 	return check("cuMemFreeHost", C.mg_cuMemFreeHost(p))
 }
 
-// HostSlice returns the first n elements of h as a Go slice over its memory,
-// valid until h.Free. It panics if they do not fit or h is freed.
-func HostSlice[T float32 | int64 | int32 | uint16 | uint8](h *HostBuffer, n int) []T {
+// HostSlice returns n elements of h from byte offset off as a Go slice over
+// its memory, valid until h.Free. It panics if they do not fit, off is not
+// aligned to the element's size, or h is freed.
+func HostSlice[T float32 | int64 | int32 | uint16 | uint8](h *HostBuffer, off, n int) []T {
 	var zero T
-	if h.p == nil || n < 0 || n*int(unsafe.Sizeof(zero)) > h.Bytes {
-		panic(fmt.Sprintf("cuda: HostSlice of %d elements of %d bytes in a host buffer of %d bytes (freed: %v)",
-			n, unsafe.Sizeof(zero), h.Bytes, h.p == nil))
+	size := int(unsafe.Sizeof(zero))
+	if h.p == nil || off < 0 || off%size != 0 || n < 0 || off+n*size > h.Bytes {
+		panic(fmt.Sprintf("cuda: HostSlice of %d elements of %d bytes from byte %d of a host buffer of %d bytes (freed: %v)",
+			n, size, off, h.Bytes, h.p == nil))
 	}
-	return unsafe.Slice((*T)(h.p), n)
+	return unsafe.Slice((*T)(unsafe.Add(h.p, off)), n)
 }

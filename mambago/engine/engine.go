@@ -126,6 +126,19 @@ type Decoder interface {
 	Close() error
 }
 
+// TopKDecoder is a Decoder that also ranks each sequence's best tokens
+// where the logits are (the CUDA engine, topk_rows_f32), so that a sampled
+// token from the k best costs the host 2·B·k numbers rather than B×V.
+type TopKDecoder interface {
+	Decoder
+	// TopK feeds one token a sequence (ids [B]) and returns each sequence's
+	// k best-ranked next tokens (by logit, the lower id first among equal
+	// logits; 1 ≤ k ≤ V): tokens [B, k] and their logits [B, k], each row
+	// in no particular order, in host memory the decoder owns, valid until
+	// its next call or Close. A row whose logits hold NaN has every token -1.
+	TopK(ids []int64, k int) (tokens []int32, logits []float32, err error)
+}
+
 // InputError reports bad input from the caller: the Python package raises it
 // as ValueError.
 type InputError struct{ Msg string }

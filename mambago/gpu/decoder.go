@@ -11,13 +11,21 @@ import (
 // Decoder steps one state on the GPU (engine.Decoder), eagerly or through a
 // captured step graph. Its greedy steps pick each row's most likely token
 // on the device (argmax_rows_f32 in kernels/pool.cu) and copy back B ids;
-// its Logits copy the logits into page-locked memory it owns.
+// its Logits copy the logits into page-locked memory it owns, and its TopK
+// copy back only each row's k best (topk_rows_f32 in kernels/topk.cu).
 type Decoder struct {
 	e    *Engine
 	s    *State
 	g    *Graph           // the captured step, or nil: eager steps
 	pick *cuda.Buffer     // int64 [B]: each row's pick
 	host *cuda.HostBuffer // f32 [B, V], page-locked: Logits' result; made by the first call
+
+	// TopK's candidates for k = candK: int32 ids [B, k], then f32 logits
+	// [B, k], on the device and page-locked on the host; made by the first
+	// call for a k.
+	cand     *cuda.Buffer
+	candHost *cuda.HostBuffer
+	candK    int
 }
 
 // NewDecoder returns a decoder for st that will run about steps steps: with
@@ -86,7 +94,7 @@ func (d *Decoder) Logits(ids []int64) ([]float32, error) {
 			return nil, fmt.Errorf("gpu: decoder's logits: %w", err)
 		}
 	}
-	logits := cuda.HostSlice[float32](d.host, B*V)
+	logits := cuda.HostSlice[float32](d.host, 0, B*V)
 	out := func(dev cuda.Ptr) error { return cuda.CopyOut(logits, dev, e.stream) }
 	var err error
 	if d.g != nil {
@@ -98,6 +106,72 @@ func (d *Decoder) Logits(ids []int64) ([]float32, error) {
 		return nil, err
 	}
 	return logits, nil
+}
+
+// TopK feeds ids [B] and returns each sequence's k best-ranked next tokens
+// and their logits, [B, k] each, every row in no particular order (a row
+// with NaN: every token -1), in the decoder's page-locked host memory,
+// valid until its next call or Close. topk_rows_f32 ranks them on the
+// device, after the step, and 8·B·k bytes come back.
+func (d *Decoder) TopK(ids []int64, k int) ([]int32, []float32, error) {
+	e, B, V := d.e, d.s.batch, d.e.cfg.Vocab
+	if d.pick == nil {
+		return nil, nil, engine.Invalid("decoder is closed")
+	}
+	if len(ids) != B {
+		return nil, nil, engine.Invalid("decoder for B=%d: got %d ids", B, len(ids))
+	}
+	if k < 1 || k > V {
+		return nil, nil, engine.Invalid("top_k = %d, want 1 ≤ k ≤ vocabulary (%d)", k, V)
+	}
+	if err := engine.CheckIDs("token_ids", ids, V); err != nil {
+		return nil, nil, err
+	}
+	if k != d.candK {
+		if err := d.allocCandidates(k); err != nil {
+			return nil, nil, err
+		}
+	}
+	bytes := 8 * B * k
+	out := func(logits cuda.Ptr) error {
+		if err := e.launch("topk_rows_f32", cuda.D1(B), cuda.D1(1024), 0, logits, V, k, d.cand.Ptr, d.cand.Offset(4*B*k)); err != nil {
+			return err
+		}
+		return cuda.CopyOut(cuda.HostSlice[uint8](d.candHost, 0, bytes), d.cand.Ptr, e.stream)
+	}
+	var err error
+	if d.g != nil {
+		err = d.g.stepThen(ids, out)
+	} else {
+		err = e.stepThen(d.s, ids, out)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return cuda.HostSlice[int32](d.candHost, 0, B*k), cuda.HostSlice[float32](d.candHost, 4*B*k, B*k), nil
+}
+
+// allocCandidates replaces TopK's buffers with ones for k.
+func (d *Decoder) allocCandidates(k int) error {
+	done, err := d.e.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	err = errors.Join(d.cand.Free(), d.candHost.Free())
+	d.cand, d.candHost, d.candK = nil, nil, 0
+	if err != nil {
+		return err
+	}
+	bytes := 8 * d.s.batch * k
+	if d.cand, err = cuda.Alloc(bytes); err != nil {
+		return fmt.Errorf("gpu: decoder's top-%d candidates: %w", k, err)
+	}
+	if d.candHost, err = cuda.AllocHost(bytes); err != nil {
+		return errors.Join(fmt.Errorf("gpu: decoder's top-%d candidates: %w", k, err), d.cand.Free())
+	}
+	d.candK = k
+	return nil
 }
 
 // Greedy feeds ids [B] and writes each sequence's most likely next token to
@@ -150,8 +224,8 @@ func (d *Decoder) Close() error {
 			return errors.Join(err, berr)
 		}
 		defer done()
-		err = errors.Join(err, d.pick.Free(), d.host.Free())
-		d.pick, d.host = nil, nil
+		err = errors.Join(err, d.pick.Free(), d.host.Free(), d.cand.Free(), d.candHost.Free())
+		d.pick, d.host, d.cand, d.candHost, d.candK = nil, nil, nil, nil, 0
 	}
 	return err
 }
