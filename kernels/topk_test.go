@@ -21,28 +21,13 @@ import (
 func TestTopKRowsKernel(t *testing.T) {
 	fn, s := gpu(t)
 	for _, V := range []int{1, 7, 1000, 1025, 50280, 50281} {
-		rows := [][]float32{randn(V, 3), randn(V, 0.01), randn(V, 0)} // the last all zeros
-		few := make([]float32, V)                                     // five values, each many times: ties wherever k falls
+		rows := [][]float32{randn(V, 3), randn(V, 0.01), randn(V, 0)} // randn(V, 0): all zeros
+		// Five values, each many times: ties wherever k falls.
+		few := make([]float32, V)
 		for i := range few {
 			few[i] = float32(rand.IntN(5)) - 2
 		}
-		zeros := make([]float32, V)
-		for i := range zeros {
-			if rand.IntN(2) == 0 {
-				zeros[i] = float32(math.Copysign(0, -1))
-			}
-		}
-		neg := randn(V, 3)
-		for i := range neg {
-			if rand.IntN(3) > 0 {
-				neg[i] = float32(math.Inf(-1))
-			}
-		}
-		inf := randn(V, 3)
-		inf[rand.IntN(V)] = float32(math.Inf(1))
-		nanRow := randn(V, 3)
-		nanRow[rand.IntN(V)] = float32(math.NaN())
-		rows = append(rows, few, zeros, neg, inf, nanRow)
+		rows = append(append(rows, few), specialRows(V)...) // the last with NaN
 		B := len(rows)
 		flat := make([]float32, 0, B*V)
 		for _, r := range rows {
