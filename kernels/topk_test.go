@@ -16,8 +16,10 @@ import (
 // logits, -0 equal to +0): on fresh rows of several widths and k from 1 to V,
 // the candidates must be that rule's first k ids, each once, with their own
 // logits. The rows hold ties at and across the k-th logit (a few values
-// repeated over the whole row), signed zeros, -inf, +inf, and NaN (every id
-// -1). Outputs are poisoned first.
+// repeated over the whole row), values packed into one narrow range, signed
+// zeros, -inf, +inf, and NaN (every id -1), so that both of the kernel's
+// ways (the k-th logit's bin gathered in shared memory, or not) meet ties
+// and none. Outputs are poisoned first.
 func TestTopKRowsKernel(t *testing.T) {
 	fn, s := gpu(t)
 	for _, V := range []int{1, 7, 1000, 1025, 50280, 50281} {
@@ -27,7 +29,13 @@ func TestTopKRowsKernel(t *testing.T) {
 		for i := range few {
 			few[i] = float32(rand.IntN(5)) - 2
 		}
-		rows = append(append(rows, few), specialRows(V)...) // the last with NaN
+		// Every value in one bin of the kernel's first round ([1, 1.125)), more
+		// than it gathers in shared memory once V > 3072: each round reads the row.
+		narrow := make([]float32, V)
+		for i := range narrow {
+			narrow[i] = 1 + 0.12*rand.Float32()
+		}
+		rows = append(append(rows, few, narrow), specialRows(V)...) // the last with NaN
 		B := len(rows)
 		flat := make([]float32, 0, B*V)
 		for _, r := range rows {
