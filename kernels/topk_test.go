@@ -3,6 +3,7 @@ package kernels_test
 import (
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sort"
 	"testing"
@@ -96,23 +97,47 @@ func head(v []int32) []int32 { return v[:min(len(v), 12)] }
 // BenchmarkTopKRows times topk_rows_f32 (CUDA events, the median of 50
 // launches) on rows of 50280 logits of a random model's spread, at B = 1
 // and 8 and k = 50 and 1000, beside argmax_rows_f32 on the same rows: what
-// ranking the candidates adds to a sampled step over a greedy one.
+// ranking the candidates adds to a sampled step over a greedy one. Also on
+// rows packed into one narrow range ("narrow": each round reads the row),
+// and, where $MAMBAGO_TOPK_BASE names another build's topk.cu, that
+// build's kernel on the same rows ("base").
 func BenchmarkTopKRows(b *testing.B) {
-	_, fn, s, _, timer := kernelBench(b, "topk.cu")
+	d, fn, s, _, timer := kernelBench(b, "topk.cu")
+	builds := map[string]*cuda.Function{"": fn("topk_rows_f32")}
+	if path := os.Getenv("MAMBAGO_TOPK_BASE"); path != "" {
+		src, err := os.ReadFile(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		builds["base "] = functions(b, loadSource(b, d, string(src), "topk_base.cu"))("topk_rows_f32")
+	}
 	const V = 50280
 	for _, B := range []int{1, 8} {
-		in := upload(b, s, randn(B*V, 3))
+		narrow := make([]float32, B*V)
+		for i := range narrow {
+			narrow[i] = 1 + 0.12*rand.Float32()
+		}
+		rows := map[string]*cuda.Buffer{"": upload(b, s, randn(B*V, 3)), "narrow ": upload(b, s, narrow)}
 		ids, vals := poisoned(b, s, B*1000), poisoned(b, s, B*1000)
 		picks := poisoned(b, s, 2*B)
 		argmax := func() error {
-			return fn("argmax_rows_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, in.Ptr, picks.Ptr, int32(V))
+			return fn("argmax_rows_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, rows[""].Ptr, picks.Ptr, int32(V))
 		}
 		b.Logf("B=%d argmax_rows_f32: %.1f µs", B, 1e3*gputest.Median(timer.turns(b, []func() error{argmax}, 1, 50)[0]))
-		for _, k := range []int{50, 1000} {
-			topk := func() error {
-				return fn("topk_rows_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, in.Ptr, int32(V), int32(k), ids.Ptr, vals.Ptr)
+		for _, rowsName := range []string{"", "narrow "} {
+			for _, k := range []int{50, 1000} {
+				for _, build := range []string{"", "base "} {
+					f := builds[build]
+					if f == nil {
+						continue
+					}
+					topk := func() error {
+						return f.Launch(cuda.D1(B), cuda.D1(1024), 0, s, rows[rowsName].Ptr, int32(V), int32(k), ids.Ptr, vals.Ptr)
+					}
+					b.Logf("B=%d %s%stopk_rows_f32 k=%d: %.1f µs", B, build, rowsName, k,
+						1e3*gputest.Median(timer.turns(b, []func() error{topk}, 1, 50)[0]))
+				}
 			}
-			b.Logf("B=%d topk_rows_f32 k=%d: %.1f µs", B, k, 1e3*gputest.Median(timer.turns(b, []func() error{topk}, 1, 50)[0]))
 		}
 	}
 }
