@@ -24,6 +24,21 @@ __device__ float block_sum(float v) {
     return total;
 }
 
+// argmax_better: whether (v, i) ranks before (best, at): a larger value, or
+// an equal one at a lower index (the host's argmax rule).
+__device__ __forceinline__ bool argmax_better(float v, int i, float best, int at) {
+    return v > best || (v == best && i < at);
+}
+
+// argmax_warp: lane 0's (best, at) becomes the best of the warp's.
+__device__ __forceinline__ void argmax_warp(float &best, int &at) {
+    for (int off = 16; off > 0; off >>= 1) {
+        float v = __shfl_down_sync(0xffffffffu, best, off);
+        int i = __shfl_down_sync(0xffffffffu, at, off);
+        if (argmax_better(v, i, best, at)) best = v, at = i;
+    }
+}
+
 // exp2 on the special function unit, results below 2^-126 flushed to zero (a
 // decay that small is zero to the state); relative error 2^-22.
 __device__ __forceinline__ float ex2(float x) {

@@ -57,23 +57,10 @@ extern "C" __global__ void mean_rows_f32(float *out, int d, const int *__restric
 //                    does), or -1 when the row holds NaN.
 //
 // Grid (B), one block a row, ARGMAX_THREADS threads striding over it; each
-// keeps its best (value, index), then the warps and the block reduce them.
+// keeps its best (value, index), then the warps and the block reduce them
+// (argmax_better and argmax_warp, math.cuh).
 
 #define ARGMAX_THREADS 1024
-
-// argmax_better: whether (v, i) ranks before (best, at).
-__device__ __forceinline__ bool argmax_better(float v, int i, float best, int at) {
-    return v > best || (v == best && i < at);
-}
-
-// argmax_warp: lane 0's (best, at) becomes the best of the warp's.
-__device__ __forceinline__ void argmax_warp(float &best, int &at) {
-    for (int off = 16; off > 0; off >>= 1) {
-        float v = __shfl_down_sync(0xffffffffu, best, off);
-        int i = __shfl_down_sync(0xffffffffu, at, off);
-        if (argmax_better(v, i, best, at)) best = v, at = i;
-    }
-}
 
 extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
     argmax_rows_f32(const float *__restrict__ logits, long long *__restrict__ ids, int V) {

@@ -38,42 +38,44 @@ __device__ __forceinline__ unsigned topk_key(float v) {
 }
 
 // topk_scan_down: the exclusive prefix sum of mine over the block's threads
-// in thread order. Every thread must call it.
-__device__ __forceinline__ unsigned topk_scan_down(unsigned mine, unsigned *warp_sums) {
+// in thread order (counts, or fixed-point masses: integers, so every order
+// of the sums gives the same bits). Every thread must call it.
+template <typename T>
+__device__ __forceinline__ T topk_scan_down(T mine, T *warp_sums) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    unsigned incl = mine;
+    T incl = mine;
     for (int off = 1; off < 32; off <<= 1) {
-        unsigned up = __shfl_up_sync(0xffffffffu, incl, off);
+        T up = __shfl_up_sync(0xffffffffu, incl, off);
         if (lane >= off) incl += up;
     }
     if (lane == 31) warp_sums[warp] = incl;
     __syncthreads();
     if (warp == 0) {
-        unsigned w = warp_sums[lane], wincl = w;  // TOPK_WARPS = 32: one a lane
+        T w = warp_sums[lane], wincl = w;  // TOPK_WARPS = 32: one a lane
         for (int off = 1; off < 32; off <<= 1) {
-            unsigned up = __shfl_up_sync(0xffffffffu, wincl, off);
+            T up = __shfl_up_sync(0xffffffffu, wincl, off);
             if (lane >= off) wincl += up;
         }
         warp_sums[lane] = wincl - w;
     }
     __syncthreads();
-    unsigned before = warp_sums[warp] + incl - mine;
+    T before = warp_sums[warp] + incl - mine;
     __syncthreads();  // warp_sums is reused
     return before;
 }
 
 // topk_digit: over a round's histogram hist[0 .. bins), the bin where the
-// count from the top reaches want (*digit) and the keys in the bins above it
+// sum from the top reaches want (*digit) and the sum of the bins above it
 // (*above). Thread t sums bins [bins - (t+1) per, bins - t per), the top
 // ones first. Every thread must call it; the results are in shared memory
 // after it returns.
-__device__ __forceinline__ void topk_digit(const unsigned *hist, int bins, unsigned want, unsigned *warp_sums,
-                                           unsigned *digit, unsigned *above) {
+template <typename T>
+__device__ __forceinline__ void topk_digit(const T *hist, int bins, T want, T *warp_sums, unsigned *digit, T *above) {
     const int per = bins / TOPK_THREADS, hi = bins - threadIdx.x * per;
-    unsigned mine = 0;
+    T mine = 0;
     for (int d = hi - 1; d >= hi - per; d--) mine += hist[d];
-    unsigned before = topk_scan_down(mine, warp_sums);
-    if (before < want && before + mine >= want) {  // one thread: the bin where the count reaches want
+    T before = topk_scan_down(mine, warp_sums);
+    if (before < want && before + mine >= want) {  // one thread: the bin where the sum reaches want
         for (int d = hi - 1; d >= hi - per; d--) {
             if (before + hist[d] >= want) {
                 *digit = d, *above = before;
@@ -120,7 +122,7 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
         for (int i = threadIdx.x; i < k; i += TOPK_THREADS) out_ids[i] = -1;
         return;
     }
-    topk_digit(hist, TOPK_BINS, k, warp_sums, &found_digit, &found_above);
+    topk_digit<unsigned>(hist, TOPK_BINS, k, warp_sums, &found_digit, &found_above);
     const unsigned bin = found_digit, in_bin = hist[bin];
     // Invariant of the rounds: the keys that match prefix on mask number
     // at least want, and the want largest of them are candidates still to
@@ -152,7 +154,7 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
             if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 1023], 1u);
         }
         __syncthreads();
-        topk_digit(hist, 1024, want, warp_sums, &found_digit, &found_above);
+        topk_digit<unsigned>(hist, 1024, want, warp_sums, &found_digit, &found_above);
         prefix |= found_digit << shift;
         mask |= 1023u << shift;
         want -= found_above;
@@ -185,7 +187,7 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
         int i = base + lane;
         count += __popc(__ballot_sync(0xffffffffu, i < end && topk_key(row[i]) == T));
     }
-    unsigned rank = topk_scan_down(lane == 0 ? count : 0, warp_sums);  // ties in the runs before this warp's
+    unsigned rank = topk_scan_down<unsigned>(lane == 0 ? count : 0, warp_sums);  // ties in the runs before this warp's
     rank = __shfl_sync(0xffffffffu, rank, 0);
     for (int base = lo; base < end; base += 32) {
         int i = base + lane;
