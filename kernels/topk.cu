@@ -204,3 +204,189 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
         rank += __popc(ties);
     }
 }
+
+// Sampled decoding's draw from a nucleus, where the logits are:
+//
+//   topp_draw_f32: next[b] = a token of row b drawn with probability
+//                  proportional to w_i = exp((logit_i - max) * inv_temp)
+//                  among the nucleus: the shortest best-first run of
+//                  tokens (ranked as above) whose weight reaches p of the
+//                  row's; u[b] in [0, 1) is the draw. A row whose best
+//                  logit is infinite gives that token (the lowest id), and
+//                  a row with NaN gives -1. 0 < p <= 1.
+//
+// The weights are fixed point, q_i = w_i 2^TOPP_BITS truncated to an
+// integer (a token more than 27.7 / inv_temp below the best weighs 0), so
+// that every sum, in any order, is exact: the nucleus and the draw are the
+// rule's over the q_i. Grid (B), one block a row, TOPK_THREADS threads:
+//   1. the best logit, and NaN;
+//   2. each token's q into the histogram of its key's top 12 bits, and the
+//      row's total Q; the nucleus must reach ceil(p Q);
+//   3. as topk_rows_f32's rounds, over the row, with q for counts: the key T
+//      of the nucleus's last token, the weight above it, and how many of the
+//      tokens at T it takes (the lowest ids; all of them when none are left);
+//   4. each warp sums the nucleus's q over its own run of ids; the warp
+//      whose share holds r = floor(u M) (M: the nucleus's weight) walks its
+//      run in order, 32 tokens at a time, to the token where r falls.
+
+#define TOPP_BITS 40
+
+typedef unsigned long long u64;
+
+// topp_weight: q of logit v, the row's best logit top.
+__device__ __forceinline__ u64 topp_weight(float top, float v, double inv_temp) {
+    double z = ((double)top - (double)v) * inv_temp;
+    if (!(z <= 27.8)) return 0;  // below 2^-40 (and -inf)
+    return (u64)(exp(-z) * 0x1p40);
+}
+
+// topk_value: the logit whose key is key (-0 comes back as +0).
+__device__ __forceinline__ float topk_value(unsigned key) {
+    return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
+// topp_warp_scan: the inclusive prefix sum of v over the warp.
+__device__ __forceinline__ u64 topp_warp_scan(u64 v) {
+    int lane = threadIdx.x % 32;
+    for (int off = 1; off < 32; off <<= 1) {
+        u64 up = __shfl_up_sync(0xffffffffu, v, off);
+        if (lane >= off) v += up;
+    }
+    return v;
+}
+
+extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
+    topp_draw_f32(const float *__restrict__ logits, int V, double inv_temp, double p, const double *__restrict__ u,
+                  long long *__restrict__ next) {
+    __shared__ u64 mass[TOPK_BINS];
+    __shared__ u64 warp_sums[TOPK_WARPS];
+    __shared__ unsigned tie_sums[TOPK_WARPS];
+    __shared__ float best_vals[TOPK_WARPS];
+    __shared__ int best_ats[TOPK_WARPS];
+    __shared__ unsigned found_digit;
+    __shared__ u64 found_above;
+    const float *row = logits + (long long)blockIdx.x * V;
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+
+    // 1. The best logit (the lowest id among equals), and NaN.
+    float best = __int_as_float(0xff800000);  // -inf
+    int at = 0x7fffffff;
+    bool nan = false;
+    for (int i = threadIdx.x; i < V; i += TOPK_THREADS) {
+        float v = row[i];
+        nan |= v != v;
+        if (argmax_better(v, i, best, at)) best = v, at = i;
+    }
+    argmax_warp(best, at);
+    if (lane == 0) best_vals[warp] = best, best_ats[warp] = at;
+    if (__syncthreads_or(nan)) {
+        if (threadIdx.x == 0) next[blockIdx.x] = -1;
+        return;
+    }
+    best = best_vals[lane], at = best_ats[lane];  // TOPK_WARPS = 32: one a lane
+    argmax_warp(best, at);
+    const float top = __shfl_sync(0xffffffffu, best, 0);
+    if (isinf(top)) {  // an infinite best takes all the weight (or none has any)
+        if (threadIdx.x == 0) next[blockIdx.x] = __shfl_sync(0xffffffffu, at, 0);
+        return;
+    }
+
+    // 2. The weights' histogram over the keys' top 12 bits, and the total.
+    for (int i = threadIdx.x; i < TOPK_BINS; i += TOPK_THREADS) mass[i] = 0;
+    __syncthreads();
+    u64 mine = 0;
+    for (int i = threadIdx.x; i < V; i += TOPK_THREADS) {
+        float v = row[i];
+        u64 q = topp_weight(top, v, inv_temp);
+        if (q) atomicAdd(&mass[topk_key(v) >> 20], q), mine += q;
+    }
+    __syncthreads();
+    const u64 below = topk_scan_down<u64>(mine, warp_sums);
+    __shared__ u64 s_total;
+    if (threadIdx.x == TOPK_THREADS - 1) s_total = below + mine;
+    __syncthreads();
+    const u64 Q = s_total;
+    u64 want = p >= 1 ? Q : (u64)ceil(p * (double)Q);
+    want = want < 1 ? 1 : (want > Q ? Q : want);
+
+    // 3. The nucleus's last key T: three rounds, as topk_rows_f32's.
+    topk_digit<u64>(mass, TOPK_BINS, want, warp_sums, &found_digit, &found_above);
+    unsigned prefix = found_digit << 20, mask = 0xfff00000u;
+    want -= found_above;
+    u64 at_t = mass[found_digit];
+    __syncthreads();  // mass is rewritten below
+    for (int shift = 10; shift >= 0; shift -= 10) {
+        for (int i = threadIdx.x; i < 1024; i += TOPK_THREADS) mass[i] = 0;
+        __syncthreads();
+        for (int i = threadIdx.x; i < V; i += TOPK_THREADS) {
+            float v = row[i];
+            unsigned key = topk_key(v);
+            if ((key & mask) == prefix) {
+                u64 q = topp_weight(top, v, inv_temp);
+                if (q) atomicAdd(&mass[(key >> shift) & 1023], q);
+            }
+        }
+        __syncthreads();
+        topk_digit<u64>(mass, 1024, want, warp_sums, &found_digit, &found_above);
+        prefix |= found_digit << shift;
+        mask |= 1023u << shift;
+        want -= found_above;
+        at_t = mass[found_digit];
+        __syncthreads();  // mass and found_* are rewritten by the next round
+    }
+    const unsigned T = prefix;
+    const u64 q_t = topp_weight(top, topk_value(T), inv_temp);  // every token at T weighs the same
+    const u64 count_t = at_t / q_t, take_t = (want + q_t - 1) / q_t;  // want > 0, so q_t > 0
+    const bool all_t = take_t == count_t;
+
+    // 4. The draw. Warp w walks ids [w run, (w + 1) run), 32 at a time; a
+    // token at T is in the nucleus when its rank among them by id is below
+    // take_t: the ties in the runs before the warp's, then its own.
+    const int run = (V + TOPK_WARPS - 1) / TOPK_WARPS, lo = warp * run, end = min(V, lo + run);
+    unsigned tie_base = 0;
+    if (!all_t) {
+        unsigned count = 0;
+        for (int base = lo; base < end; base += 32) {
+            int i = base + lane;
+            count += __popc(__ballot_sync(0xffffffffu, i < end && topk_key(row[i]) == T));
+        }
+        tie_base = __shfl_sync(0xffffffffu, topk_scan_down<unsigned>(lane == 0 ? count : 0, tie_sums), 0);
+    }
+    // chunk: each lane's token i's q if it is in the nucleus, else 0 (and
+    // for i >= end); ties counts the tokens at T of the warp's run before
+    // this chunk, and then those of this chunk too.
+    auto chunk = [&](int i, unsigned &ties) -> u64 {
+        float v = i < end ? row[i] : __int_as_float(0xff800000);
+        unsigned key = topk_key(v);
+        bool tie = i < end && key == T;
+        unsigned tied = __ballot_sync(0xffffffffu, tie);
+        bool in = i < end && (key > T || (tie && (all_t || tie_base + ties + __popc(tied & ((1u << lane) - 1)) < take_t)));
+        ties += __popc(tied);
+        return in ? topp_weight(top, v, inv_temp) : 0;
+    };
+    u64 share = 0;
+    unsigned ties = 0;
+    for (int base = lo; base < end; base += 32) share += chunk(base + lane, ties);
+    for (int off = 16; off > 0; off >>= 1) share += __shfl_xor_sync(0xffffffffu, share, off);
+    // The shares in warp order: lane 0 holds its warp's.
+    const u64 warp_before = __shfl_sync(0xffffffffu, topk_scan_down<u64>(lane == 0 ? share : 0, warp_sums), 0);
+    __shared__ u64 s_mass;
+    if (threadIdx.x == TOPK_THREADS - 32) s_mass = warp_before + share;  // the last warp's: the nucleus's weight
+    __syncthreads();
+    const u64 M = s_mass;
+    double drawn = u[blockIdx.x] * (double)M;
+    u64 r = drawn < (double)M ? (u64)drawn : M - 1;
+    if (r < warp_before || r >= warp_before + share) return;  // not this warp's share
+    u64 walked = warp_before;
+    ties = 0;
+    for (int base = lo; base < end; base += 32) {
+        int i = base + lane;
+        u64 incl = topp_warp_scan(chunk(i, ties));
+        unsigned hit = __ballot_sync(0xffffffffu, walked + incl > r);
+        if (hit) {
+            if (lane == __ffs(hit) - 1) next[blockIdx.x] = i;
+            return;
+        }
+        walked += __shfl_sync(0xffffffffu, incl, 31);
+    }
+}

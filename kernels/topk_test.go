@@ -94,8 +94,8 @@ func hostTopK(v []float32, k int) []int32 {
 
 func head(v []int32) []int32 { return v[:min(len(v), 12)] }
 
-// BenchmarkTopKRows times topk_rows_f32 (CUDA events, the median of 50
-// launches) on rows of 50280 logits of a random model's spread, at B = 1
+// BenchmarkTopKRows times topk_rows_f32 and topp_draw_f32 (CUDA events,
+// the median of 50 launches) on rows of 50280 logits of a random model's spread, at B = 1
 // and 8 and k = 50 and 1000, beside argmax_rows_f32 on the same rows: what
 // ranking the candidates adds to a sampled step over a greedy one. Also on
 // rows packed into one narrow range ("narrow": each round reads the row),
@@ -124,6 +124,20 @@ func BenchmarkTopKRows(b *testing.B) {
 			return fn("argmax_rows_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, rows[""].Ptr, picks.Ptr, int32(V))
 		}
 		b.Logf("B=%d argmax_rows_f32: %.1f µs", B, 1e3*gputest.Median(timer.turns(b, []func() error{argmax}, 1, 50)[0]))
+		u, err := cuda.Alloc(8 * B)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer u.Free()
+		if err := cuda.CopyIn(u.Ptr, slices.Repeat([]float64{0.5}, B), s); err != nil {
+			b.Fatal(err)
+		}
+		for _, rowsName := range []string{"", "narrow "} {
+			topp := func() error {
+				return fn("topp_draw_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, rows[rowsName].Ptr, int32(V), 1/0.8, 0.95, u.Ptr, picks.Ptr)
+			}
+			b.Logf("B=%d %stopp_draw_f32 T=0.8 p=0.95: %.1f µs", B, rowsName, 1e3*gputest.Median(timer.turns(b, []func() error{topp}, 1, 50)[0]))
+		}
 		for _, rowsName := range []string{"", "narrow "} {
 			for _, k := range []int{50, 1000} {
 				for _, build := range []string{"", "base "} {
@@ -140,4 +154,162 @@ func BenchmarkTopKRows(b *testing.B) {
 			}
 		}
 	}
+}
+
+// TestTopPDrawKernel checks topp_draw_f32's odds against the nucleus rule
+// written plainly (a stable sort by logit, weights exp((logit - max) /
+// temperature), the shortest best-first run reaching p of the weight):
+// 4096 copies of a row drawn 50 times each with fresh uniforms, every
+// token's count within 5σ of its exact probability and none outside the
+// nucleus; on rows with ties where the nucleus ends, a flat wide row (a
+// nucleus of most of 50280 tokens: the ten best's share and the nucleus's
+// edge), and rows of +inf, -inf and NaN. The output is poisoned first.
+// With -test.short (as the sanitizers run it) each row is drawn in 2
+// launches, not 50 (or 40).
+func TestTopPDrawKernel(t *testing.T) {
+	fn, s := gpu(t)
+	few := make([]float32, 40) // ties: the nucleus ends inside a run of equal logits
+	for i := range few {
+		few[i] = float32(rand.IntN(4))
+	}
+	for _, tc := range []struct {
+		row        []float32
+		temp, topP float64
+	}{
+		{randn(60, 2), 0.8, 0.9},
+		{randn(60, 2), 1.5, 1},
+		{randn(60, 1), 1, 0.3},
+		{few, 1, 0.5},
+		{few, 0.7, 0.95},
+		{randn(50280, 1), 1, 0.95},
+	} {
+		V, B, launches := len(tc.row), 4096, 50
+		if V > 1000 {
+			B, launches = 64, 40
+		}
+		if testing.Short() { // under the sanitizers: the same checks on fewer draws
+			launches = 2
+		}
+		probs := nucleusOdds(tc.row, tc.temp, tc.topP)
+		counts := make([]int, V)
+		in := upload(t, s, slices.Repeat(tc.row, B))
+		for range launches {
+			u := make([]float64, B)
+			for i := range u {
+				u[i] = rand.Float64()
+			}
+			next := drawTopP(t, fn, s, in, B, V, tc.temp, tc.topP, u)
+			for b, id := range next {
+				if id < 0 || int(id) >= V {
+					t.Fatalf("V=%d T=%v p=%v: draw %d gave token %d", V, tc.temp, tc.topP, b, id)
+				}
+				counts[id]++
+			}
+		}
+		n := float64(B * launches)
+		var topTen, topTenP float64
+		order := rankOrder(tc.row)
+		for r, id := range order {
+			c, p := float64(counts[id]), probs[id]
+			if p == 0 && c > 0 {
+				t.Fatalf("V=%d T=%v p=%v: token %d (rank %d) is outside the nucleus, drawn %v times", V, tc.temp, tc.topP, id, r, c)
+			}
+			if r < 10 {
+				topTen, topTenP = topTen+c, topTenP+p
+			}
+			if V <= 1000 && math.Abs(c-n*p) > 5*math.Sqrt(n*p*(1-p))+1 {
+				t.Errorf("V=%d T=%v p=%v: token %d drawn %v times, expected %.1f", V, tc.temp, tc.topP, id, c, n*p)
+			}
+		}
+		if math.Abs(topTen-n*topTenP) > 5*math.Sqrt(n*topTenP*(1-topTenP))+1 {
+			t.Errorf("V=%d T=%v p=%v: the ten best drawn %v times, expected %.1f", V, tc.temp, tc.topP, topTen, n*topTenP)
+		}
+	}
+	// Rows an infinite or NaN logit decides: +inf (twice: the lower id), all
+	// -inf (token 0), NaN (-1).
+	const V = 300
+	inf := randn(V, 1)
+	inf[200], inf[77] = float32(math.Inf(1)), float32(math.Inf(1))
+	neg := make([]float32, V)
+	for i := range neg {
+		neg[i] = float32(math.Inf(-1))
+	}
+	nanRow := randn(V, 1)
+	nanRow[123] = float32(math.NaN())
+	in := upload(t, s, slices.Concat(inf, neg, nanRow))
+	if got := drawTopP(t, fn, s, in, 3, V, 1, 0.9, []float64{0.5, 0.5, 0.5}); !slices.Equal(got, []int64{77, 0, -1}) {
+		t.Errorf("rows of +inf, -inf and NaN gave %v, want [77 0 -1]", got)
+	}
+}
+
+// drawTopP runs topp_draw_f32 over B rows of V at in with uniforms u,
+// the output poisoned first.
+func drawTopP(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, in *cuda.Buffer, B, V int,
+	temp, topP float64, u []float64) []int64 {
+	t.Helper()
+	next, err := cuda.Alloc(8 * B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Free()
+	un, err := cuda.Alloc(8 * B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer un.Free()
+	got := slices.Repeat([]int64{-7}, B) // not an answer
+	if err := cuda.CopyIn(next.Ptr, got, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := cuda.CopyIn(un.Ptr, u, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := fn("topp_draw_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, in.Ptr, int32(V), 1/temp, topP, un.Ptr, next.Ptr); err != nil {
+		t.Fatal(err)
+	}
+	if err := cuda.CopyOut(got, next.Ptr, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// rankOrder returns the ids of row best first (the lower id first among
+// equal logits).
+func rankOrder(row []float32) []int {
+	ids := make([]int, len(row))
+	for i := range ids {
+		ids[i] = i
+	}
+	sort.SliceStable(ids, func(a, b int) bool { return row[ids[a]] > row[ids[b]] })
+	return ids
+}
+
+// nucleusOdds returns each token's probability of being drawn under the
+// nucleus rule: weights exp((logit - max) / temp), the shortest best-first
+// run whose weight reaches topP of the row's, drawn in proportion.
+func nucleusOdds(row []float32, temp, topP float64) []float64 {
+	order := rankOrder(row)
+	top := float64(row[order[0]])
+	w := make([]float64, len(row))
+	var total float64
+	for i, v := range row {
+		w[i] = math.Exp((float64(v) - top) / temp)
+		total += w[i]
+	}
+	probs := make([]float64, len(row))
+	var mass float64
+	keep := len(order)
+	for n, id := range order {
+		if mass += w[id]; mass >= topP*total {
+			keep = n + 1
+			break
+		}
+	}
+	for _, id := range order[:keep] {
+		probs[id] = w[id] / mass
+	}
+	return probs
 }

@@ -23,9 +23,10 @@ import (
 // (gpu.Decoder), eager and through a step graph, in f32 and bf16, with fresh
 // prompts: greedy tokens, picked on the device, against the host's argmax of
 // eager steps' logits, then with an EOS that stops one row early, the rows
-// after it padded with EOS; and sampled tokens (from the top 20, ranked on
-// the device), the same with a graph as without (its logits are the same
-// bits) and as the host's draws from whole rows.
+// after it padded with EOS; sampled tokens (from the top 20, ranked on the
+// device), the same with a graph as without (its logits are the same bits)
+// and as the host's draws from whole rows; and tokens drawn from a nucleus
+// on the device, the same with a graph as without.
 func TestGenerateOnDevice(t *testing.T) {
 	gputest.Need(t)
 	const B, T, n = 3, 5, 12
@@ -44,7 +45,7 @@ func TestGenerateOnDevice(t *testing.T) {
 		for b := range want {
 			want[b] = flat[b*n : (b+1)*n]
 		}
-		var sampled []int64
+		var sampled, topPTokens []int64
 		for _, graphSteps := range []int{0, 1} {
 			g.DecoderGraphSteps = graphSteps
 			st, err := m.NewState(B)
@@ -104,6 +105,17 @@ func TestGenerateOnDevice(t *testing.T) {
 			} else if !slices.Equal(toks, sampled) {
 				t.Errorf("%s: sampled tokens with a step graph %v, without %v", dtype, toks, sampled)
 			}
+			// Top-p alone draws on the device: the same tokens with a graph as without.
+			nucleusOnly := mambago.Sampling{Temperature: 0.9, TopP: 0.8, Seed: 12, EOS: -1}
+			toksP, _, err := m.Generate(ids, B, T, n, nucleusOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if topPTokens == nil {
+				topPTokens = toksP
+			} else if !slices.Equal(toksP, topPTokens) {
+				t.Errorf("%s: top-p tokens with a step graph %v, without %v", dtype, toksP, topPTokens)
+			}
 			// The same draws from whole rows of logits on the host.
 			host, _, err := (&mambago.Model{Engine: hostSampled{Engine: g}}).Generate(ids, B, T, n, s)
 			if err != nil {
@@ -116,15 +128,17 @@ func TestGenerateOnDevice(t *testing.T) {
 	}
 }
 
-// TestDecoderLogits checks the decoder's Logits and TopK, eager and through
-// a step graph, in f32 and bf16, in turns, against Engine.Step on a twin
-// state: Logits the same bits, with the previous step's slice poisoned with
-// NaN before each call; TopK (k = 1, 50, V) each row's k best-ranked ids
-// (the lower id first among equal logits), with those ids' logits. Bad ids,
-// a k out of range and a closed decoder are input errors.
+// TestDecoderLogits checks the decoder's Logits, TopK and TopP, eager and
+// through a step graph, in f32 and bf16, in turns, against Engine.Step on a
+// twin state: Logits the same bits, with the previous step's slice poisoned
+// with NaN before each call; TopK (k = 1, 50, V) each row's k best-ranked
+// ids (the lower id first among equal logits), with those ids' logits; TopP
+// a token of each row's nucleus, for a draw of 0 its first by id. Bad ids,
+// a k, temperature, p or draw out of range and a closed decoder are input
+// errors.
 func TestDecoderLogits(t *testing.T) {
 	gputest.Need(t)
-	const B, T, steps = 3, 6, 8
+	const B, T, steps = 3, 6, 12
 	for _, dtype := range []string{"float32", "bfloat16"} {
 		m, err := mambago.Open(filepath.Join(fixture.Root(), "base"), mambago.Options{Device: "cuda", DType: dtype})
 		if err != nil {
@@ -156,6 +170,10 @@ func TestDecoderLogits(t *testing.T) {
 			if !ok {
 				t.Fatalf("%T is not an engine.TopKDecoder", d)
 			}
+			pd, ok := d.(engine.TopPDecoder)
+			if !ok {
+				t.Fatalf("%T is not an engine.TopPDecoder", d)
+			}
 			want := make([]float32, B*V)
 			var got []float32
 			var gotIDs []int32
@@ -168,7 +186,23 @@ func TestDecoderLogits(t *testing.T) {
 					t.Fatal(err)
 				}
 				where := fmt.Sprintf("%s, graph steps %d, step %d", dtype, graphSteps, step)
-				if step%2 == 0 {
+				if step%3 == 2 {
+					// Row 0 draws u = 0: the nucleus's first token by id.
+					temp, topP := []float64{1, 0.7}[step/3%2], []float64{0.9, 0.5}[step/3%2]
+					u := []float64{0, rand.Float64(), rand.Float64()}
+					drawn := slices.Repeat([]int64{-7}, B)
+					if err := pd.TopP(next, temp, topP, u, drawn); err != nil {
+						t.Fatal(err)
+					}
+					for b := range B {
+						nucleus := nucleusIDs(want[b*V:(b+1)*V], temp, topP)
+						if !slices.Contains(nucleus, drawn[b]) || (b == 0 && drawn[b] != slices.Min(nucleus)) {
+							t.Fatalf("%s: row %d (u %.3f) drew %d; the nucleus of T=%v p=%v: %v", where, b, u[b], drawn[b], temp, topP, nucleus[:min(len(nucleus), 10)])
+						}
+					}
+					continue
+				}
+				if step%3 == 0 {
 					for i := range got {
 						got[i] = float32(math.NaN())
 					}
@@ -185,7 +219,7 @@ func TestDecoderLogits(t *testing.T) {
 					}
 					continue
 				}
-				k := []int{1, 50, V}[step/2%3]
+				k := []int{1, 50, V}[step/3%3]
 				for i := range gotIDs {
 					gotIDs[i] = -7
 				}
@@ -214,6 +248,14 @@ func TestDecoderLogits(t *testing.T) {
 			if _, _, err := td.TopK(make([]int64, B), V+1); !engine.IsInvalid(err) {
 				t.Errorf("top-%d of %d: err = %v, want an input error", V+1, V, err)
 			}
+			for _, bad := range []struct {
+				temp, p float64
+				u       []float64
+			}{{0, 0.9, []float64{0, 0, 0}}, {1, 0, []float64{0, 0, 0}}, {1, 1.5, []float64{0, 0, 0}}, {1, 0.9, []float64{0, 1, 0}}, {1, 0.9, []float64{0, 0}}} {
+				if err := pd.TopP(make([]int64, B), bad.temp, bad.p, bad.u, make([]int64, B)); !engine.IsInvalid(err) {
+					t.Errorf("TopP(T=%v, p=%v, u=%v): err = %v, want an input error", bad.temp, bad.p, bad.u, err)
+				}
+			}
 			if _, err := d.Logits(make([]int64, B+1)); !engine.IsInvalid(err) {
 				t.Errorf("%d ids for B=%d: err = %v, want an input error", B+1, B, err)
 			}
@@ -228,6 +270,9 @@ func TestDecoderLogits(t *testing.T) {
 			}
 			if _, _, err := td.TopK(make([]int64, B), 1); !engine.IsInvalid(err) {
 				t.Errorf("a closed decoder's TopK: err = %v, want an input error", err)
+			}
+			if err := pd.TopP(make([]int64, B), 1, 0.9, make([]float64, B), make([]int64, B)); !engine.IsInvalid(err) {
+				t.Errorf("a closed decoder's TopP: err = %v, want an input error", err)
 			}
 		}
 	}
@@ -244,8 +289,9 @@ func TestDecoderLogits(t *testing.T) {
 // through the graph but drawn on the host from whole rows of logits, copied
 // into the decoder's page-locked buffer ("+host") or into pageable memory
 // as before it ("+pageable"). Top-p (temperature 0.8, the nucleus of 0.95 of
-// all tokens) through the graph, its logits page-locked ("top-p+graph") or
-// pageable ("top-p+graph+pageable"). A token's time is (t(129) - t(1)) /
+// all tokens) through the graph, drawn on the device ("top-p+graph"), or on
+// the host from logits page-locked ("+host") or pageable ("+pageable"):
+// other tokens than the device's, at the same odds. A token's time is (t(129) - t(1)) /
 // 128 of wall time, so the prefill and the first token cancel; the medians
 // of 7 rounds.
 func BenchmarkGenerate(b *testing.B) {
@@ -288,7 +334,8 @@ func BenchmarkGenerate(b *testing.B) {
 				{"sampled+graph+host", "sampled", onHost(false, sampled)},
 				{"sampled+graph+pageable", "sampled", onHost(true, sampled)},
 				{"top-p+graph", "top-p", run(32, topP)},
-				{"top-p+graph+pageable", "top-p", onHost(true, topP)},
+				{"top-p+graph+host", "top-p-host", onHost(false, topP)},
+				{"top-p+graph+pageable", "top-p-host", onHost(true, topP)},
 			}
 			times := make([][]float64, len(variants))
 			first := map[string][]int64{}
@@ -321,9 +368,10 @@ func BenchmarkGenerate(b *testing.B) {
 }
 
 // hostSampled is the CUDA engine whose decoders leave sampling to the host:
-// they hide their TopK, so that Generate draws from whole rows of logits,
-// and with pageable set they copy those into pageable memory (Decoder.Step
-// into a Go slice), as Generate ran before the page-locked buffer.
+// they hide their TopK and TopP, so that Generate draws from whole rows of
+// logits, and with pageable set they copy those into pageable memory
+// (Decoder.Step into a Go slice), as Generate ran before the page-locked
+// buffer.
 type hostSampled struct {
 	*gpu.Engine
 	pageable bool
@@ -342,7 +390,7 @@ func (e hostSampled) NewDecoder(st engine.State, steps int) (engine.Decoder, err
 	return h, nil
 }
 
-// hostDecoder embeds the interface, not *gpu.Decoder: no TopK.
+// hostDecoder embeds the interface, not *gpu.Decoder: no TopK or TopP.
 type hostDecoder struct {
 	engine.Decoder
 	step   func(ids []int64, logits []float32) error // nil: the decoder's own Logits
@@ -358,6 +406,29 @@ func (d *hostDecoder) Logits(ids []int64) ([]float32, error) {
 		d.logits = make([]float32, len(ids)*d.vocab)
 	}
 	return d.logits, d.step(ids, d.logits)
+}
+
+// nucleusIDs returns the ids of row's nucleus (the shortest best-first run
+// whose weight, exp((logit - max) / temp), reaches topP of the row's).
+func nucleusIDs(row []float32, temp, topP float64) []int64 {
+	ids := make([]int32, len(row))
+	for i := range ids {
+		ids[i] = int32(i)
+	}
+	slices.SortStableFunc(ids, func(a, b int32) int { return cmp.Compare(row[b], row[a]) })
+	top := float64(row[ids[0]])
+	var total, mass float64
+	for _, v := range row {
+		total += math.Exp((float64(v) - top) / temp)
+	}
+	var out []int64
+	for _, id := range ids {
+		out = append(out, int64(id))
+		if mass += math.Exp((float64(row[id]) - top) / temp); mass >= topP*total {
+			break
+		}
+	}
+	return out
 }
 
 // rankedIDs returns the k best-ranked ids of row (by logit, the lower id

@@ -86,16 +86,24 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 		defer func() { err = errors.Join(err, dec.Close()) }()
 	}
 	// A greedy step on the decoder leaves the logits where they are and
-	// returns its picks; a step that samples from the TopK best returns
-	// those, ranked on the device, when the decoder can (TopKDecoder); any
-	// other returns the logits in the decoder's own (page-locked) memory.
+	// returns its picks. A sampled step, where the decoder can, returns the
+	// TopK best ranked on the device (TopKDecoder), or without a top-k the
+	// tokens drawn from the nucleus there with each row's next uniform
+	// (TopPDecoder). Any other returns the logits in the decoder's own
+	// (page-locked) memory.
 	greedyOnDevice := dec != nil && s.Temperature == 0
+	withTopK := s.Temperature > 0 && s.TopK > 0 && s.TopK < cfg.Vocab
 	topK, _ := dec.(engine.TopKDecoder)
-	if s.Temperature == 0 || s.TopK <= 0 || s.TopK >= cfg.Vocab {
+	topP, _ := dec.(engine.TopPDecoder)
+	if !withTopK {
 		topK = nil
+	}
+	if s.Temperature == 0 || withTopK {
+		topP = nil
 	}
 	var candIDs []int32
 	var candLogits []float32
+	uniforms := make([]float64, B)
 	samplers := make([]*sampler, B)
 	for b := range samplers {
 		samplers[b] = newSampler(s, b)
@@ -108,6 +116,8 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 		switch {
 		case greedyOnDevice && n > 0:
 			copy(next, picked)
+		case topP != nil && n > 0:
+			err = takeDrawn(picked, done, next)
 		case topK != nil && n > 0:
 			err = drawCandidates(samplers, candIDs, candLogits, done, next)
 		default:
@@ -140,6 +150,13 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 			err = dec.Greedy(next, picked)
 		case topK != nil:
 			candIDs, candLogits, err = topK.TopK(next, s.TopK)
+		case topP != nil:
+			for b, sp := range samplers {
+				if !done[b] {
+					uniforms[b] = sp.rng.Float64()
+				}
+			}
+			err = topP.TopP(next, s.Temperature, s.TopP, uniforms, picked)
 		case dec != nil:
 			logits, err = dec.Logits(next)
 		default:
@@ -154,6 +171,22 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 		flat = append(flat, row...)
 	}
 	return flat, n, nil
+}
+
+// takeDrawn copies the tokens a TopPDecoder drew into next, for every row
+// not done; -1 marks a row whose logits held NaN.
+func takeDrawn(drawn []int64, done []bool, next []int64) error {
+	var errs []error
+	for b, id := range drawn {
+		if done[b] {
+			continue
+		}
+		if id < 0 {
+			errs = append(errs, fmt.Errorf("sequence %d: %w", b, errNaN))
+		}
+		next[b] = id
+	}
+	return errors.Join(errs...)
 }
 
 // drawCandidates draws next[b] from row b of the candidates a TopKDecoder

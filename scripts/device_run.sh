@@ -43,8 +43,8 @@
 #   fixup:    scan_fixup's float64 tests and sanitizers, the scan alone walked
 #             once against in segments, then bf16 prefills likewise (the
 #             kernels' and the engine's BenchmarkScanSegments; about 2 minutes);
-#   generate: generation on the decoder (gpu.Decoder): the argmax and top-k
-#             kernels' (racecheck too), the page-locked buffer's and the
+#   generate: generation on the decoder (gpu.Decoder): the argmax, top-k and
+#             top-p kernels' (racecheck too), the page-locked buffer's and the
 #             engine's tests with memcheck, the top-k kernel's time, then a
 #             token's time
 #             (BenchmarkGenerate, and bench/generate_speed.py with $GEN_ARGS,
@@ -361,11 +361,11 @@ run_tests() {
   fi
 }
 # sanitizer TOOL LOG SECONDS BINARY TESTS: compute-sanitizer's TOOL over the
-# tests the regexp TESTS names, into $OUT/LOG.log, and its summary;
+# tests the regexp TESTS names (with $SANITIZE_ARGS after), into $OUT/LOG.log, and its summary;
 # memcheck LOG SECONDS BINARY TESTS is its memcheck.
 sanitizer() {
   local tool=$1 log=$2 secs=$3 bin=$4 tests=$5 rc=0
-  timeout "$secs" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" -test.v -test.run "$tests" > "$OUT/$log.log" 2>&1 \
+  timeout "$secs" compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" -test.v -test.run "$tests" ${SANITIZE_ARGS:-} > "$OUT/$log.log" 2>&1 \
     || rc=$?
   [[ $rc == 0 ]] || status=1
   # exit 124: past its time limit, with no summary
@@ -382,9 +382,9 @@ bench_log() {
 }
 if [[ $mode == generate ]]; then
   echo "== generation on the decoder (gpu.Decoder; greedy picks by argmax_rows_f32, top-k candidates by topk_rows_f32): the kernels and the engine against the host, sanitizers"
-  run_tests generate_kernels 200 .carry/kernels.test -test.v -test.run 'ArgmaxRows|TopKRows'
-  memcheck memcheck_argmax 200 .carry/kernels.test 'ArgmaxRows|TopKRows'
-  sanitizer racecheck racecheck_topk 200 .carry/kernels.test 'TopKRows'
+  run_tests generate_kernels 200 .carry/kernels.test -test.v -test.run 'ArgmaxRows|TopKRows|TopPDraw'
+  SANITIZE_ARGS=-test.short memcheck memcheck_argmax 200 .carry/kernels.test 'ArgmaxRows|TopKRows|TopPDraw'
+  SANITIZE_ARGS=-test.short sanitizer racecheck racecheck_topk 200 .carry/kernels.test 'TopKRows|TopPDraw'
   # .carry/topk_base.cu, where there is one: another build's kernel, timed beside this one's
   MAMBAGO_TOPK_BASE=$([[ -f .carry/topk_base.cu ]] && echo .carry/topk_base.cu) \
     bench_log topk_bench 100 .carry/kernels.test TopKRows "µs"

@@ -44,8 +44,8 @@ func (b *Buffer) Free() error {
 // Offset returns the address bytes into the buffer.
 func (b *Buffer) Offset(bytes int) Ptr { return b.Ptr + Ptr(bytes) }
 
-// CopyIn copies host float32s to the buffer's start, ordered on s.
-func CopyIn[T float32 | int64 | int32 | uint16 | uint8](dst Ptr, src []T, s *Stream) error {
+// CopyIn copies host values to device memory at dst, ordered on s.
+func CopyIn[T float64 | float32 | int64 | int32 | uint16 | uint8](dst Ptr, src []T, s *Stream) error {
 	if len(src) == 0 {
 		return nil
 	}
@@ -55,7 +55,7 @@ func CopyIn[T float32 | int64 | int32 | uint16 | uint8](dst Ptr, src []T, s *Str
 
 // CopyOut copies from device memory into host dst, ordered on s. The host
 // memory must stay valid until s has reached the copy (Synchronize).
-func CopyOut[T float32 | int64 | int32 | uint16 | uint8](dst []T, src Ptr, s *Stream) error {
+func CopyOut[T float64 | float32 | int64 | int32 | uint16 | uint8](dst []T, src Ptr, s *Stream) error {
 	if len(dst) == 0 {
 		return nil
 	}
@@ -110,7 +110,7 @@ func (h *HostBuffer) Free() error {
 // HostSlice returns n elements of h from byte offset off as a Go slice over
 // its memory, valid until h.Free. It panics if they do not fit, off is not
 // aligned to the element's size, or h is freed.
-func HostSlice[T float32 | int64 | int32 | uint16 | uint8](h *HostBuffer, off, n int) []T {
+func HostSlice[T float64 | float32 | int64 | int32 | uint16 | uint8](h *HostBuffer, off, n int) []T {
 	var zero T
 	size := int(unsafe.Sizeof(zero))
 	if h.p == nil || off < 0 || off%size != 0 || n < 0 || off+n*size > h.Bytes {

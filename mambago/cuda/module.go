@@ -229,6 +229,8 @@ func packArgs(args []any) ([]byte, []int32, error) {
 			put(4, func(b []byte) { binary.LittleEndian.PutUint32(b, v) })
 		case float32:
 			put(4, func(b []byte) { binary.LittleEndian.PutUint32(b, math.Float32bits(v)) })
+		case float64:
+			put(8, func(b []byte) { binary.LittleEndian.PutUint64(b, math.Float64bits(v)) })
 		case TensorMap:
 			put(len(v), func(b []byte) { copy(b, v[:]) })
 		case int:

@@ -139,6 +139,20 @@ type TopKDecoder interface {
 	TopK(ids []int64, k int) (tokens []int32, logits []float32, err error)
 }
 
+// TopPDecoder is a Decoder that also draws from a nucleus where the logits
+// are (the CUDA engine, topp_draw_f32), so that a sampled token without a
+// top-k costs the host B ids rather than B×V logits.
+type TopPDecoder interface {
+	Decoder
+	// TopP feeds one token a sequence (ids [B]) and draws each sequence's
+	// next token into next [B]: with probability ∝ exp((logit − max) /
+	// temperature) among the nucleus, the shortest best-first run of tokens
+	// (the lower id first among equal logits) whose probability reaches p,
+	// with uniforms[b] ∈ [0, 1) as sequence b's draw. Weights below 2^-40 of
+	// the best count as 0. A row whose logits hold NaN gets -1.
+	TopP(ids []int64, temperature, p float64, uniforms []float64, next []int64) error
+}
+
 // InputError reports bad input from the caller: the Python package raises it
 // as ValueError.
 type InputError struct{ Msg string }

@@ -3,6 +3,7 @@ package gpu
 import (
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
@@ -11,14 +12,16 @@ import (
 // Decoder steps one state on the GPU (engine.Decoder), eagerly or through a
 // captured step graph. Its greedy steps pick each row's most likely token
 // on the device (argmax_rows_f32 in kernels/pool.cu) and copy back B ids;
-// its Logits copy the logits into page-locked memory it owns, and its TopK
-// copy back only each row's k best (topk_rows_f32 in kernels/topk.cu).
+// its Logits copy the logits into page-locked memory it owns; its TopK
+// copy back only each row's k best (topk_rows_f32 in kernels/topk.cu), and
+// its TopP draw from each row's nucleus there (topp_draw_f32).
 type Decoder struct {
-	e    *Engine
-	s    *State
-	g    *Graph           // the captured step, or nil: eager steps
-	pick *cuda.Buffer     // int64 [B]: each row's pick
-	host *cuda.HostBuffer // f32 [B, V], page-locked: Logits' result; made by the first call
+	e     *Engine
+	s     *State
+	g     *Graph           // the captured step, or nil: eager steps
+	pick  *cuda.Buffer     // int64 [B]: each row's pick
+	draws *cuda.Buffer     // f64 [B]: TopP's uniforms; made by the first call
+	host  *cuda.HostBuffer // f32 [B, V], page-locked: Logits' result; made by the first call
 
 	// TopK's candidates for k = candK: int32 ids [B, k], then f32 logits
 	// [B, k], on the device and page-locked on the host; made by the first
@@ -169,6 +172,51 @@ func (d *Decoder) allocCandidates(k int) error {
 	return nil
 }
 
+// TopP feeds ids [B] and draws each sequence's next token into next [B]
+// from its nucleus on the device (engine.TopPDecoder; topp_draw_f32), with
+// uniforms [B] as the draws; B ids come back, -1 for a row with NaN.
+func (d *Decoder) TopP(ids []int64, temperature, p float64, uniforms []float64, next []int64) error {
+	e, B := d.e, d.s.batch
+	if err := d.check(ids); err != nil {
+		return err
+	}
+	switch {
+	case len(uniforms) != B || len(next) != B:
+		return engine.Invalid("decoder for B=%d: got %d uniforms and room for %d tokens", B, len(uniforms), len(next))
+	case !(temperature > 0) || math.IsInf(temperature, 0):
+		return engine.Invalid("temperature = %v, want > 0", temperature)
+	case !(p > 0 && p <= 1):
+		return engine.Invalid("top_p = %v, want in (0, 1]", p)
+	}
+	for b, u := range uniforms {
+		if !(u >= 0 && u < 1) {
+			return engine.Invalid("uniform %d = %v, want in [0, 1)", b, u)
+		}
+	}
+	if d.draws == nil {
+		done, err := e.bind()
+		if err != nil {
+			return err
+		}
+		d.draws, err = cuda.Alloc(8 * B)
+		done()
+		if err != nil {
+			return fmt.Errorf("gpu: decoder's draws: %w", err)
+		}
+	}
+	draw := func(logits cuda.Ptr) error {
+		if err := cuda.CopyIn(d.draws.Ptr, uniforms, e.stream); err != nil {
+			return err
+		}
+		if err := e.launch("topp_draw_f32", cuda.D1(B), cuda.D1(1024), 0, logits, e.cfg.Vocab, 1/temperature, p,
+			d.draws.Ptr, d.pick.Ptr); err != nil {
+			return err
+		}
+		return cuda.CopyOut(next, d.pick.Ptr, e.stream)
+	}
+	return d.stepThen(ids, draw)
+}
+
 // Greedy feeds ids [B] and writes each sequence's most likely next token to
 // next [B]. Logits that hold NaN are an error.
 func (d *Decoder) Greedy(ids, next []int64) error {
@@ -210,8 +258,8 @@ func (d *Decoder) Close() error {
 			return errors.Join(err, berr)
 		}
 		defer done()
-		err = errors.Join(err, d.pick.Free(), d.host.Free(), d.cand.Free(), d.candHost.Free())
-		d.pick, d.host, d.cand, d.candHost, d.candK = nil, nil, nil, nil, 0
+		err = errors.Join(err, d.pick.Free(), d.draws.Free(), d.host.Free(), d.cand.Free(), d.candHost.Free())
+		d.pick, d.draws, d.host, d.cand, d.candHost, d.candK = nil, nil, nil, nil, nil, 0
 	}
 	return err
 }
