@@ -216,9 +216,10 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
 //                  a row with NaN gives -1. 0 < p <= 1.
 //
 // The weights are fixed point, q_i = w_i 2^TOPP_BITS truncated to an
-// integer (a token more than 27.7 / inv_temp below the best weighs 0), so
-// that every sum, in any order, is exact: the nucleus and the draw are the
-// rule's over the q_i. Grid (B), one block a row, TOPK_THREADS threads:
+// integer (w_i by expf; a token more than 27.7 / inv_temp below the best
+// weighs 0), so that every sum, in any order, is exact: the nucleus and the
+// draw are the rule's over the q_i. Each warp adds its lanes' weights of
+// one bin together (topp_add) before the histogram's atomics. Grid (B), one block a row, TOPK_THREADS threads:
 //   1. the best logit, and NaN;
 //   2. each token's q into the histogram of its key's top 12 bits, and the
 //      row's total Q; the nucleus must reach ceil(p Q);
@@ -229,15 +230,35 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
 //      whose share holds r = floor(u M) (M: the nucleus's weight) walks its
 //      run in order, 32 tokens at a time, to the token where r falls.
 
-#define TOPP_BITS 40
-
 typedef unsigned long long u64;
 
-// topp_weight: q of logit v, the row's best logit top.
-__device__ __forceinline__ u64 topp_weight(float top, float v, double inv_temp) {
-    double z = ((double)top - (double)v) * inv_temp;
-    if (!(z <= 27.8)) return 0;  // below 2^-40 (and -inf)
-    return (u64)(exp(-z) * 0x1p40);
+#define TOPP_BITS 40
+
+// topp_weight: q of logit v, the row's best logit top (expf: 2 ulp, and
+// the same bits every time, which is what the sums need).
+__device__ __forceinline__ u64 topp_weight(float top, float v, float inv_temp) {
+    float z = (top - v) * inv_temp;
+    if (!(z <= 27.8f)) return 0;  // below 2^-40 (and -inf)
+    return (u64)(expf(-z) * (float)(1ull << TOPP_BITS));
+}
+
+// topp_add: hist[bin] += q for each lane of the warp (every lane calls it;
+// q = 0 adds nothing). Lanes with the same bin add their sum once, through
+// the warp's slots in shared memory: 64-bit atomics on one address queue
+// one behind another, and a bin can hold most of a row.
+__device__ __forceinline__ void topp_add(u64 *hist, unsigned bin, u64 q, u64 *slots) {
+    int lane = threadIdx.x % 32;
+    unsigned want = __ballot_sync(0xffffffffu, q != 0);
+    if (!want) return;
+    unsigned same = __match_any_sync(0xffffffffu, q ? bin : 0xffffffffu) & want;
+    slots[lane] = q;
+    __syncwarp();
+    if (q && lane == __ffs(same) - 1) {
+        u64 sum = 0;
+        for (unsigned m = same; m; m &= m - 1) sum += slots[__ffs(m) - 1];
+        atomicAdd(&hist[bin], sum);
+    }
+    __syncwarp();  // slots are rewritten by the next call
 }
 
 // topk_value: the logit whose key is key (-0 comes back as +0).
@@ -256,10 +277,11 @@ __device__ __forceinline__ u64 topp_warp_scan(u64 v) {
 }
 
 extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
-    topp_draw_f32(const float *__restrict__ logits, int V, double inv_temp, double p, const double *__restrict__ u,
+    topp_draw_f32(const float *__restrict__ logits, int V, float inv_temp, double p, const double *__restrict__ u,
                   long long *__restrict__ next) {
     __shared__ u64 mass[TOPK_BINS];
     __shared__ u64 warp_sums[TOPK_WARPS];
+    __shared__ u64 slots[TOPK_WARPS][32];  // topp_add's
     __shared__ unsigned tie_sums[TOPK_WARPS];
     __shared__ float best_vals[TOPK_WARPS];
     __shared__ int best_ats[TOPK_WARPS];
@@ -295,10 +317,12 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
     for (int i = threadIdx.x; i < TOPK_BINS; i += TOPK_THREADS) mass[i] = 0;
     __syncthreads();
     u64 mine = 0;
-    for (int i = threadIdx.x; i < V; i += TOPK_THREADS) {
-        float v = row[i];
+    for (int base = 0; base < V; base += TOPK_THREADS) {  // whole warps: topp_add is warp-wide
+        int i = base + threadIdx.x;
+        float v = i < V ? row[i] : __int_as_float(0xff800000);
         u64 q = topp_weight(top, v, inv_temp);
-        if (q) atomicAdd(&mass[topk_key(v) >> 20], q), mine += q;
+        topp_add(mass, topk_key(v) >> 20, q, slots[warp]);
+        mine += q;
     }
     __syncthreads();
     const u64 below = topk_scan_down<u64>(mine, warp_sums);
@@ -318,13 +342,12 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
     for (int shift = 10; shift >= 0; shift -= 10) {
         for (int i = threadIdx.x; i < 1024; i += TOPK_THREADS) mass[i] = 0;
         __syncthreads();
-        for (int i = threadIdx.x; i < V; i += TOPK_THREADS) {
-            float v = row[i];
+        for (int base = 0; base < V; base += TOPK_THREADS) {
+            int i = base + threadIdx.x;
+            float v = i < V ? row[i] : __int_as_float(0xff800000);
             unsigned key = topk_key(v);
-            if ((key & mask) == prefix) {
-                u64 q = topp_weight(top, v, inv_temp);
-                if (q) atomicAdd(&mass[(key >> shift) & 1023], q);
-            }
+            u64 q = (key & mask) == prefix ? topp_weight(top, v, inv_temp) : 0;
+            topp_add(mass, (key >> shift) & 1023, q, slots[warp]);
         }
         __syncthreads();
         topk_digit<u64>(mass, 1024, want, warp_sums, &found_digit, &found_above);

@@ -134,7 +134,7 @@ func BenchmarkTopKRows(b *testing.B) {
 		}
 		for _, rowsName := range []string{"", "narrow "} {
 			topp := func() error {
-				return fn("topp_draw_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, rows[rowsName].Ptr, int32(V), 1/0.8, 0.95, u.Ptr, picks.Ptr)
+				return fn("topp_draw_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, rows[rowsName].Ptr, int32(V), float32(1/0.8), 0.95, u.Ptr, picks.Ptr)
 			}
 			b.Logf("B=%d %stopp_draw_f32 T=0.8 p=0.95: %.1f µs", B, rowsName, 1e3*gputest.Median(timer.turns(b, []func() error{topp}, 1, 50)[0]))
 		}
@@ -264,7 +264,7 @@ func drawTopP(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, in *
 	if err := cuda.CopyIn(un.Ptr, u, s); err != nil {
 		t.Fatal(err)
 	}
-	if err := fn("topp_draw_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, in.Ptr, int32(V), 1/temp, topP, un.Ptr, next.Ptr); err != nil {
+	if err := fn("topp_draw_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, in.Ptr, int32(V), float32(1/temp), topP, un.Ptr, next.Ptr); err != nil {
 		t.Fatal(err)
 	}
 	if err := cuda.CopyOut(got, next.Ptr, s); err != nil {

@@ -47,7 +47,7 @@
 #             top-p kernels' (racecheck too), the page-locked buffer's and the
 #             engine's tests with memcheck, the top-k kernel's time, then a
 #             token's time
-#             (BenchmarkGenerate, and bench/generate_speed.py with $GEN_ARGS,
+#             (BenchmarkGenerate, and, unless GEN_PYTHON=0, bench/generate_speed.py with $GEN_ARGS,
 #             also with .carry/base's wheel where device_build.sh had a BASE);
 #   pytest:   the Python tests alone ($PYTEST_ARGS, default "-q tests"; the
 #             last $PYTEST_TAIL lines shown);
@@ -394,6 +394,7 @@ if [[ $mode == generate ]]; then
   memcheck memcheck_generate 300 .carry/mambago.test 'GenerateOnDevice|DecoderLogits'
   echo "== a token of generation: greedy on the host's loop, the device pick eager and graphed; sampled from the device's top-k eager and graphed, from whole rows page-locked and pageable; top-p (BenchmarkGenerate)"
   bench_log generate_bench 300 .carry/mambago.test Generate "a token"
+  [[ ${GEN_PYTHON:-1} == 0 ]] && exit $status  # GEN_PYTHON=0: without the Python timings
   echo "== a token of generation from Python, greedy and sampled (bench/generate_speed.py; \$GEN_ARGS)"
   python3 bench/generate_speed.py ${GEN_ARGS:-} --out "$OUT/generate.json" 2>&1 | tee "$OUT/generate.log" | grep -v "^mambago:"
   if ls .carry/base/mambago-*.whl > /dev/null 2>&1; then

@@ -208,7 +208,7 @@ func (d *Decoder) TopP(ids []int64, temperature, p float64, uniforms []float64, 
 		if err := cuda.CopyIn(d.draws.Ptr, uniforms, e.stream); err != nil {
 			return err
 		}
-		if err := e.launch("topp_draw_f32", cuda.D1(B), cuda.D1(1024), 0, logits, e.cfg.Vocab, 1/temperature, p,
+		if err := e.launch("topp_draw_f32", cuda.D1(B), cuda.D1(1024), 0, logits, e.cfg.Vocab, float32(1/temperature), p,
 			d.draws.Ptr, d.pick.Ptr); err != nil {
 			return err
 		}
