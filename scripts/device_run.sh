@@ -49,6 +49,9 @@
 #             token's time
 #             (BenchmarkGenerate, and, unless GEN_PYTHON=0, bench/generate_speed.py with $GEN_ARGS,
 #             also with .carry/base's wheel where device_build.sh had a BASE);
+#   sampling: generate's sampling kernels alone (top-k, top-p): their tests
+#             and the decoder's, memcheck, racecheck, the kernels' times (about
+#             2 minutes);
 #   pytest:   the Python tests alone ($PYTEST_ARGS, default "-q tests"; the
 #             last $PYTEST_TAIL lines shown);
 #   bind:     replays in place (cuda.Graph.Bind; the device entries' graphs
@@ -380,6 +383,16 @@ bench_log() {
   timeout "$secs" "$bin" -test.v -test.run '^$' -test.bench "$bench" -test.benchtime 1x 2>&1 | tee "$OUT/$log.log" \
     | grep -E "$pattern|FAIL|panic" | sed 's/^ *[a-z_]*\.go:[0-9]*: //'
 }
+if [[ $mode == sampling ]]; then
+  echo "== the sampling kernels (topk_rows_f32, topp_draw_f32) and the decoder's entries on them, sanitizers, the kernels' times"
+  run_tests sampling_kernels 100 .carry/kernels.test -test.v -test.run 'TopKRows|TopPDraw'
+  SANITIZE_ARGS=-test.short memcheck memcheck_sampling 100 .carry/kernels.test 'TopKRows|TopPDraw'
+  SANITIZE_ARGS=-test.short sanitizer racecheck racecheck_sampling 120 .carry/kernels.test 'TopKRows|TopPDraw'
+  bench_log sampling_bench 60 .carry/kernels.test TopKRows "µs"
+  run_tests sampling_engine 100 .carry/mambago.test -test.v -test.run 'GenerateOnDevice|DecoderLogits'
+  memcheck memcheck_sampling_engine 100 .carry/mambago.test 'GenerateOnDevice|DecoderLogits'
+  exit $status
+fi
 if [[ $mode == generate ]]; then
   echo "== generation on the decoder (gpu.Decoder; greedy picks by argmax_rows_f32, top-k candidates by topk_rows_f32): the kernels and the engine against the host, sanitizers"
   run_tests generate_kernels 200 .carry/kernels.test -test.v -test.run 'ArgmaxRows|TopKRows|TopPDraw'
