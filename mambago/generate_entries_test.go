@@ -1,0 +1,211 @@
+package mambago_test
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/mambago/mambago/mambago"
+	"github.com/mambago/mambago/mambago/engine"
+)
+
+// hostDecoders is the CPU engine with decoders that keep the CUDA decoder's
+// contract (engine.TopKDecoder, engine.TopPDecoder) on the host, from
+// Engine.Step's logits: TopK returns each row's k best in a shuffled order,
+// TopP draws from the nucleus with the uniform it is given. Generate's use
+// of those entries runs here without a GPU. With nanRow ≥ 0 that row's
+// logits hold NaN at every step.
+type hostDecoders struct {
+	engine.Engine
+	nanRow int
+}
+
+// NewDecoder returns a decoder for st.
+func (e hostDecoders) NewDecoder(st engine.State, steps int) (engine.Decoder, error) {
+	return &hostEntries{e: e, st: st}, nil
+}
+
+type hostEntries struct {
+	e      hostDecoders
+	st     engine.State
+	logits []float32
+	ids    []int32
+	vals   []float32
+}
+
+func (d *hostEntries) Logits(ids []int64) ([]float32, error) {
+	V := d.e.Config().Vocab
+	if d.logits == nil {
+		d.logits = make([]float32, len(ids)*V)
+	}
+	if err := d.e.Step(d.st, ids, d.logits); err != nil {
+		return nil, err
+	}
+	if d.e.nanRow >= 0 {
+		d.logits[d.e.nanRow*V+V/2] = float32(math.NaN())
+	}
+	return d.logits, nil
+}
+
+// rows runs a step and calls f with each row's logits, or nil for a row
+// that holds NaN.
+func (d *hostEntries) rows(ids []int64, f func(b int, row []float32)) error {
+	logits, err := d.Logits(ids)
+	if err != nil {
+		return err
+	}
+	V := d.e.Config().Vocab
+	for b := range ids {
+		row := logits[b*V : (b+1)*V]
+		if slices.ContainsFunc(row, func(v float32) bool { return v != v }) {
+			row = nil
+		}
+		f(b, row)
+	}
+	return nil
+}
+
+func (d *hostEntries) Greedy(ids, next []int64) error {
+	var nan error
+	err := d.rows(ids, func(b int, row []float32) {
+		if row == nil {
+			nan = errors.New("NaN")
+			return
+		}
+		next[b] = argmax(row)
+	})
+	return errors.Join(err, nan)
+}
+
+func (d *hostEntries) TopK(ids []int64, k int) ([]int32, []float32, error) {
+	d.ids, d.vals = d.ids[:0], d.vals[:0]
+	err := d.rows(ids, func(b int, row []float32) {
+		if row == nil {
+			for range k {
+				d.ids, d.vals = append(d.ids, -1), append(d.vals, 0)
+			}
+			return
+		}
+		best := rankIDs(row)[:k]
+		rand.Shuffle(k, func(i, j int) { best[i], best[j] = best[j], best[i] })
+		for _, id := range best {
+			d.ids, d.vals = append(d.ids, int32(id)), append(d.vals, row[id])
+		}
+	})
+	return d.ids, d.vals, err
+}
+
+// TopP draws from the nucleus walked best first (the CUDA kernel walks it
+// by id: the same odds).
+func (d *hostEntries) TopP(ids []int64, temperature, p float64, uniforms []float64, next []int64) error {
+	return d.rows(ids, func(b int, row []float32) {
+		if row == nil {
+			next[b] = -1
+			return
+		}
+		order := rankIDs(row)
+		top := float64(row[order[0]])
+		var total, mass float64
+		for _, v := range row {
+			total += math.Exp((float64(v) - top) / temperature)
+		}
+		keep := len(order)
+		for n, id := range order {
+			if mass += math.Exp((float64(row[id]) - top) / temperature); mass >= p*total {
+				keep = n + 1
+				break
+			}
+		}
+		r := uniforms[b] * mass
+		next[b] = int64(order[keep-1])
+		for _, id := range order[:keep] {
+			if r -= math.Exp((float64(row[id]) - top) / temperature); r < 0 {
+				next[b] = int64(id)
+				break
+			}
+		}
+	})
+}
+
+func (d *hostEntries) Close() error { return nil }
+
+// rankIDs returns row's ids best first (the lower id first among equals).
+func rankIDs(row []float32) []int {
+	ids := make([]int, len(row))
+	for i := range ids {
+		ids[i] = i
+	}
+	slices.SortStableFunc(ids, func(a, b int) int {
+		switch {
+		case row[a] > row[b]:
+			return -1
+		case row[a] < row[b]:
+			return 1
+		}
+		return 0
+	})
+	return ids
+}
+
+// TestGenerateThroughDecoderEntries runs Generate on decoders that offer
+// TopK and TopP (hostDecoders, on the CPU engine) against Generate on the
+// engine alone: greedy and top-k tokens must be the same, EOS and stopped
+// rows included; top-p tokens must repeat for a seed and change with it;
+// logits with NaN in a running row fail naming that row.
+func TestGenerateThroughDecoderEntries(t *testing.T) {
+	plain := openBase(t)
+	wrapped := &mambago.Model{Engine: hostDecoders{Engine: plain.Engine, nanRow: -1}}
+	const B, T, n = 3, 4, 12
+	V := plain.Config().Vocab
+	ids := make([]int64, B*T)
+	for i := range ids {
+		ids[i] = rand.Int64N(int64(V))
+	}
+	first, _, err := plain.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eos := first[n+3] // row 1 stops at its fourth token
+	for _, s := range []mambago.Sampling{
+		{TopP: 1, EOS: -1},
+		{TopP: 1, EOS: eos},
+		{Temperature: 0.8, TopK: 1, TopP: 1, Seed: 1, EOS: -1},
+		{Temperature: 1.2, TopK: 5, TopP: 1, Seed: 2, EOS: -1},
+		{Temperature: 1.5, TopK: 20, TopP: 0.9, Seed: 3, EOS: eos},
+	} {
+		want, wantN, err := plain.Generate(ids, B, T, n, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, gotN, err := wrapped.Generate(ids, B, T, n, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gotN != wantN || !slices.Equal(got, want) {
+			t.Errorf("%+v: through the decoder's entries %v (n=%d), on the engine %v (n=%d)", s, got, gotN, want, wantN)
+		}
+	}
+	nucleus := func(seed uint64) []int64 {
+		got, _, err := wrapped.Generate(ids, B, T, n, mambago.Sampling{Temperature: 1.5, TopP: 0.9, Seed: seed, EOS: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	if a, b, c := nucleus(7), nucleus(7), nucleus(8); !slices.Equal(a, b) || slices.Equal(a, c) {
+		t.Errorf("top-p: seed 7 gave %v then %v; seed 8 %v", a, b, c)
+	}
+	withNaN := &mambago.Model{Engine: hostDecoders{Engine: plain.Engine, nanRow: 1}}
+	for _, s := range []mambago.Sampling{
+		{Temperature: 1, TopK: 5, TopP: 1, EOS: -1},
+		{Temperature: 1, TopP: 0.9, EOS: -1},
+	} {
+		if _, _, err := withNaN.Generate(ids, B, T, n, s); err == nil || !strings.Contains(err.Error(), "sequence 1") ||
+			!strings.Contains(err.Error(), "NaN") {
+			t.Errorf("%+v with NaN in row 1's logits: err = %v", s, err)
+		}
+	}
+}
