@@ -1,7 +1,6 @@
 package mambago_test
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -408,38 +407,23 @@ func (d *hostDecoder) Logits(ids []int64) ([]float32, error) {
 	return d.logits, d.step(ids, d.logits)
 }
 
-// nucleusIDs returns the ids of row's nucleus (the shortest best-first run
-// whose weight, exp((logit - max) / temp), reaches topP of the row's).
+// nucleusIDs returns the ids of row's nucleus (nucleusOf), best first.
 func nucleusIDs(row []float32, temp, topP float64) []int64 {
-	ids := make([]int32, len(row))
-	for i := range ids {
-		ids[i] = int32(i)
-	}
-	slices.SortStableFunc(ids, func(a, b int32) int { return cmp.Compare(row[b], row[a]) })
-	top := float64(row[ids[0]])
-	var total, mass float64
-	for _, v := range row {
-		total += math.Exp((float64(v) - top) / temp)
-	}
-	var out []int64
-	for _, id := range ids {
-		out = append(out, int64(id))
-		if mass += math.Exp((float64(row[id]) - top) / temp); mass >= topP*total {
-			break
-		}
+	ids, _ := nucleusOf(row, temp, topP)
+	out := make([]int64, len(ids))
+	for n, id := range ids {
+		out[n] = int64(id)
 	}
 	return out
 }
 
-// rankedIDs returns the k best-ranked ids of row (by logit, the lower id
-// first among equals), sorted by id.
+// rankedIDs returns the k best-ranked ids of row (rankIDs), sorted by id.
 func rankedIDs(row []float32, k int) []int32 {
-	ids := make([]int32, len(row))
-	for i := range ids {
-		ids[i] = int32(i)
+	out := make([]int32, k)
+	for n, id := range rankIDs(row)[:k] {
+		out[n] = int32(id)
 	}
-	slices.SortStableFunc(ids, func(a, b int32) int { return cmp.Compare(row[b], row[a]) })
-	return slices.Sorted(slices.Values(ids[:k]))
+	return slices.Sorted(slices.Values(out))
 }
 
 // hostLoop is greedy generation as Generate ran it before the device pick,

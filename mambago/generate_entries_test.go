@@ -1,6 +1,7 @@
 package mambago_test
 
 import (
+	"cmp"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -106,23 +107,15 @@ func (d *hostEntries) TopP(ids []int64, temperature, p float64, uniforms []float
 			next[b] = -1
 			return
 		}
-		order := rankIDs(row)
-		top := float64(row[order[0]])
-		var total, mass float64
-		for _, v := range row {
-			total += math.Exp((float64(v) - top) / temperature)
-		}
-		keep := len(order)
-		for n, id := range order {
-			if mass += math.Exp((float64(row[id]) - top) / temperature); mass >= p*total {
-				keep = n + 1
-				break
-			}
+		nucleus, w := nucleusOf(row, temperature, p)
+		var mass float64
+		for _, x := range w {
+			mass += x
 		}
 		r := uniforms[b] * mass
-		next[b] = int64(order[keep-1])
-		for _, id := range order[:keep] {
-			if r -= math.Exp((float64(row[id]) - top) / temperature); r < 0 {
+		next[b] = int64(nucleus[len(nucleus)-1])
+		for n, id := range nucleus {
+			if r -= w[n]; r < 0 {
 				next[b] = int64(id)
 				break
 			}
@@ -138,16 +131,28 @@ func rankIDs(row []float32) []int {
 	for i := range ids {
 		ids[i] = i
 	}
-	slices.SortStableFunc(ids, func(a, b int) int {
-		switch {
-		case row[a] > row[b]:
-			return -1
-		case row[a] < row[b]:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(ids, func(a, b int) int { return cmp.Compare(row[b], row[a]) })
 	return ids
+}
+
+// nucleusOf returns row's nucleus at temp and topP, the shortest best-first
+// run of ids whose weight, exp((logit - max) / temp), reaches topP of the
+// row's, and each one's weight.
+func nucleusOf(row []float32, temp, topP float64) (ids []int, w []float64) {
+	order := rankIDs(row)
+	top := float64(row[order[0]])
+	weight := func(v float32) float64 { return math.Exp((float64(v) - top) / temp) }
+	var total, mass float64
+	for _, v := range row {
+		total += weight(v)
+	}
+	for _, id := range order {
+		ids, w = append(ids, id), append(w, weight(row[id]))
+		if mass += w[len(w)-1]; mass >= topP*total {
+			break
+		}
+	}
+	return ids, w
 }
 
 // TestGenerateThroughDecoderEntries runs Generate on decoders that offer
