@@ -92,14 +92,14 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 	// (TopPDecoder). Any other returns the logits in the decoder's own
 	// (page-locked) memory.
 	greedyOnDevice := dec != nil && s.Temperature == 0
-	withTopK := s.Temperature > 0 && s.TopK > 0 && s.TopK < cfg.Vocab
-	topK, _ := dec.(engine.TopKDecoder)
-	topP, _ := dec.(engine.TopPDecoder)
-	if !withTopK {
-		topK = nil
-	}
-	if s.Temperature == 0 || withTopK {
-		topP = nil
+	var topK engine.TopKDecoder
+	var topP engine.TopPDecoder
+	switch {
+	case s.Temperature == 0:
+	case s.TopK > 0 && s.TopK < cfg.Vocab:
+		topK, _ = dec.(engine.TopKDecoder)
+	default:
+		topP, _ = dec.(engine.TopPDecoder)
 	}
 	var candIDs []int32
 	var candLogits []float32
