@@ -160,6 +160,18 @@ __device__ __forceinline__ float cluster_ld(unsigned addr) {
     asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
     return v;
 }
+// cluster_ld_u32 and cluster_ld_u64 read the 32- or 64-bit integer at a
+// shared::cluster address.
+__device__ __forceinline__ unsigned cluster_ld_u32(unsigned addr) {
+    unsigned v;
+    asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(addr) : "memory");
+    return v;
+}
+__device__ __forceinline__ unsigned long long cluster_ld_u64(unsigned addr) {
+    unsigned long long v;
+    asm volatile("ld.shared::cluster.u64 %0, [%1];" : "=l"(v) : "r"(addr) : "memory");
+    return v;
+}
 // cluster_ld4 reads the four f32 at a 16-byte aligned shared::cluster
 // address.
 __device__ __forceinline__ float4 cluster_ld4(unsigned addr) {

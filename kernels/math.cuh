@@ -39,6 +39,21 @@ __device__ __forceinline__ void argmax_warp(float &best, int &at) {
     }
 }
 
+// argmax_block: every thread's (best, at) becomes the best of the block's
+// (blockDim.x a multiple of 32, at most 1024), through warp_vals and
+// warp_ats in shared memory, one a warp. Every thread must call it.
+__device__ __forceinline__ void argmax_block(float &best, int &at, float *warp_vals, int *warp_ats) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    argmax_warp(best, at);
+    if (lane == 0) warp_vals[warp] = best, warp_ats[warp] = at;
+    __syncthreads();
+    const bool held = lane < blockDim.x / 32;
+    best = held ? warp_vals[lane] : __int_as_float(0xff800000), at = held ? warp_ats[lane] : 0x7fffffff;
+    argmax_warp(best, at);
+    best = __shfl_sync(0xffffffffu, best, 0), at = __shfl_sync(0xffffffffu, at, 0);
+    __syncthreads();  // warp_vals and warp_ats are free again
+}
+
 // exp2 on the special function unit, results below 2^-126 flushed to zero (a
 // decay that small is zero to the state); relative error 2^-22.
 __device__ __forceinline__ float ex2(float x) {

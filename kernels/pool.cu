@@ -57,8 +57,8 @@ extern "C" __global__ void mean_rows_f32(float *out, int d, const int *__restric
 //                    does), or -1 when the row holds NaN.
 //
 // Grid (B), one block a row, ARGMAX_THREADS threads striding over it; each
-// keeps its best (value, index), then the warps and the block reduce them
-// (argmax_better and argmax_warp, math.cuh).
+// keeps its best (value, index), then the block reduces them (argmax_better
+// and argmax_block, math.cuh).
 
 #define ARGMAX_THREADS 1024
 
@@ -73,14 +73,9 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
         nan |= v != v;
         if (argmax_better(v, i, best, at)) best = v, at = i;
     }
-    argmax_warp(best, at);
     __shared__ float bests[ARGMAX_THREADS / 32];
     __shared__ int ats[ARGMAX_THREADS / 32];
-    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    if (lane == 0) bests[warp] = best, ats[warp] = at;
     nan = __syncthreads_or(nan);
-    if (warp != 0) return;
-    best = bests[lane], at = ats[lane];  // ARGMAX_THREADS / 32 = 32 warps: one a lane
-    argmax_warp(best, at);
-    if (lane == 0) ids[blockIdx.x] = nan ? -1 : at;
+    argmax_block(best, at, bests, ats);
+    if (threadIdx.x == 0) ids[blockIdx.x] = nan ? -1 : at;
 }

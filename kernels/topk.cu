@@ -39,9 +39,10 @@ __device__ __forceinline__ unsigned topk_key(float v) {
 
 // topk_scan_down: the exclusive prefix sum of mine over the block's threads
 // in thread order (counts, or fixed-point masses: integers, so every order
-// of the sums gives the same bits). Every thread must call it.
+// of the sums gives the same bits), and, where total is not null, the sum
+// of all into *total (shared memory). Every thread must call it.
 template <typename T>
-__device__ __forceinline__ T topk_scan_down(T mine, T *warp_sums) {
+__device__ __forceinline__ T topk_scan_down(T mine, T *warp_sums, T *total = nullptr) {
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     T incl = mine;
     for (int off = 1; off < 32; off <<= 1) {
@@ -57,6 +58,7 @@ __device__ __forceinline__ T topk_scan_down(T mine, T *warp_sums) {
             if (lane >= off) wincl += up;
         }
         warp_sums[lane] = wincl - w;
+        if (total && lane == 31) *total = wincl;
     }
     __syncthreads();
     T before = warp_sums[warp] + incl - mine;
@@ -214,25 +216,37 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
 //                  row's; u[b] in [0, 1) is the draw. A row whose best
 //                  logit is infinite gives that token (the lowest id), and
 //                  a row with NaN gives -1. 0 < p <= 1.
+//   topp_draw_x8_f32: the same, each row split over a cluster of
+//                  TOPP_CLUSTER blocks (sm_90a; elsewhere it traps).
 //
 // The weights are fixed point, q_i = w_i 2^TOPP_BITS truncated to an
 // integer (w_i by expf; a token more than 27.7 / inv_temp below the best
 // weighs 0), so that every sum, in any order, is exact: the nucleus and the
-// draw are the rule's over the q_i. Each warp adds its lanes' weights of
-// one bin together (topp_add) before the histogram's atomics. Grid (B), one block a row, TOPK_THREADS threads:
+// draw are the rule's over the q_i, and the same for any split of the row.
+// Each warp adds its lanes' weights of one bin together (topp_add) before
+// the histogram's atomics.
+//
+// Grid (S B), block TOPK_THREADS: S blocks a row (a row group: S = 1, or a
+// cluster of TOPP_CLUSTER), block s of the group the row's ids [s n, (s +
+// 1) n), n = ceil(V / S). Each block works on its ids, and the group's
+// blocks add up what they find through each other's shared memory
+// (group_reduce, group_prefix):
 //   1. the best logit, and NaN;
-//   2. each token's q into the histogram of its key's top 12 bits, and the
+//   2. each token's q into the histogram of its key's top 12 bits, the
 //      row's total Q; the nucleus must reach ceil(p Q);
-//   3. as topk_rows_f32's rounds, over the row, with q for counts: the key T
-//      of the nucleus's last token, the weight above it, and how many of the
+//   3. as topk_rows_f32's rounds, with q for counts: the key T of the
+//      nucleus's last token, the weight above it, and how many of the
 //      tokens at T it takes (the lowest ids; all of them when none are left);
-//   4. each warp sums the nucleus's q over its own run of ids; the warp
-//      whose share holds r = floor(u M) (M: the nucleus's weight) walks its
-//      run in order, 32 tokens at a time, to the token where r falls.
+//   4. warp w of block s sums the nucleus's q over its own run of the
+//      block's ids; the warp whose share holds r = floor(u M) (M: the
+//      nucleus's weight; the shares in id order) walks its run in order, 32
+//      tokens at a time, to the token where r falls. The token is the first
+//      in id order where the nucleus's weight up to it passes r, whatever S.
 
 typedef unsigned long long u64;
 
 #define TOPP_BITS 40
+#define TOPP_CLUSTER 8
 
 // topp_weight: q of logit v, the row's best logit top (expf: 2 ulp, and
 // the same bits every time, which is what the sums need).
@@ -276,60 +290,138 @@ __device__ __forceinline__ u64 topp_warp_scan(u64 v) {
     return v;
 }
 
-extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
-    topp_draw_f32(const float *__restrict__ logits, int V, float inv_temp, double p, const double *__restrict__ u,
-                  long long *__restrict__ next) {
+// The row group of S blocks: group_rank is the block's rank in it;
+// group_sync a barrier of all its threads that orders their shared-memory
+// accesses, each block's against the others' (__syncthreads when S = 1);
+// group_load_u32 and group_load_u64 read a value in block r's shared memory,
+// at the address that p has in this block's. S > 1 needs clusters
+// (sm_90a).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define GROUP_CLUSTERS 1
+#else
+#define GROUP_CLUSTERS 0
+#endif
+template <int S>
+__device__ __forceinline__ unsigned group_rank() {
+#if GROUP_CLUSTERS
+    if (S > 1) return cluster_rank();
+#endif
+    return 0;
+}
+template <int S>
+__device__ __forceinline__ void group_sync() {
+#if GROUP_CLUSTERS
+    if (S > 1) return cluster_sync();
+#endif
+    __syncthreads();
+}
+template <int S>
+__device__ __forceinline__ unsigned group_load_u32(const unsigned *p, unsigned r) {
+#if GROUP_CLUSTERS
+    if (S > 1) return cluster_ld_u32(cluster_map(shared_addr(p), r));
+#endif
+    return *p;
+}
+template <int S>
+__device__ __forceinline__ u64 group_load_u64(const u64 *p, unsigned r) {
+#if GROUP_CLUSTERS
+    if (S > 1) return cluster_ld_u64(cluster_map(shared_addr(p), r));
+#endif
+    return *p;
+}
+
+// group_reduce: every block's hist[0 .. bins) becomes the sum of the
+// group's blocks' (block s adds up bins [s bins / S, (s + 1) bins / S) into
+// part, then every block copies the parts). Every thread of the group must
+// call it, after its block's last write to hist; hist is whole in every
+// block after it returns.
+template <int S>
+__device__ __forceinline__ void group_reduce(u64 *hist, int bins, u64 *part) {
+    if (S > 1) {
+        const int per = bins / S;
+        const unsigned rank = group_rank<S>();
+        group_sync<S>();  // every block's histogram is whole
+        for (int i = threadIdx.x; i < per; i += TOPK_THREADS) {
+            u64 sum = 0;
+            for (unsigned r = 0; r < S; r++) sum += group_load_u64<S>(hist + rank * per + i, r);
+            part[i] = sum;
+        }
+        group_sync<S>();  // every block's part is whole, and hist is no longer read
+        for (int i = threadIdx.x; i < bins; i += TOPK_THREADS) hist[i] = group_load_u64<S>(part + i % per, i / per);
+    }
+    __syncthreads();
+}
+
+// group_prefix: from *mine, each block's value (in shared memory, written
+// before the call), the sum of the blocks' before this one in the group
+// (*before) and of all (*total), in every thread. Every thread of the group
+// must call it; *mine is read by the other blocks until the group's next
+// group_sync.
+template <int S>
+__device__ __forceinline__ void group_prefix(const u64 *mine, u64 *before, u64 *total) {
+    group_sync<S>();
+    const int lane = threadIdx.x % 32;
+    u64 v = lane < S ? group_load_u64<S>(mine, lane) : 0;
+    u64 incl = topp_warp_scan(v);
+    *before = __shfl_sync(0xffffffffu, incl - v, group_rank<S>());
+    *total = __shfl_sync(0xffffffffu, incl, S - 1);
+}
+
+template <int S>
+__device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int V, float inv_temp, double p,
+                                          const double *__restrict__ u, long long *__restrict__ next) {
     __shared__ u64 mass[TOPK_BINS];
+    __shared__ u64 part[S > 1 ? TOPK_BINS / S : 1];  // group_reduce's
     __shared__ u64 warp_sums[TOPK_WARPS];
     __shared__ u64 slots[TOPK_WARPS][32];  // topp_add's
-    __shared__ unsigned tie_sums[TOPK_WARPS];
     __shared__ float best_vals[TOPK_WARPS];
     __shared__ int best_ats[TOPK_WARPS];
+    __shared__ unsigned block_best, block_at, block_nan;  // this block's, for the group: the best logit's bits, its id, NaN
     __shared__ unsigned found_digit;
-    __shared__ u64 found_above;
-    const float *row = logits + (long long)blockIdx.x * V;
-    int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    __shared__ u64 found_above, block_total, block_ties, block_share;
+    const int b = blockIdx.x / S, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    const unsigned rank = group_rank<S>();
+    const float *row = logits + (long long)b * V;
+    const int n = (V + S - 1) / S, lo = min(V, (int)rank * n), hi = min(V, lo + n);  // this block's ids
 
     // 1. The best logit (the lowest id among equals), and NaN.
     float best = __int_as_float(0xff800000);  // -inf
     int at = 0x7fffffff;
     bool nan = false;
-    for (int i = threadIdx.x; i < V; i += TOPK_THREADS) {
+    for (int i = lo + threadIdx.x; i < hi; i += TOPK_THREADS) {
         float v = row[i];
         nan |= v != v;
         if (argmax_better(v, i, best, at)) best = v, at = i;
     }
-    argmax_warp(best, at);
-    if (lane == 0) best_vals[warp] = best, best_ats[warp] = at;
-    if (__syncthreads_or(nan)) {
-        if (threadIdx.x == 0) next[blockIdx.x] = -1;
-        return;
-    }
-    best = best_vals[lane], at = best_ats[lane];  // TOPK_WARPS = 32: one a lane
+    nan = __syncthreads_or(nan);
+    argmax_block(best, at, best_vals, best_ats);
+    if (threadIdx.x == 0) block_best = __float_as_uint(best), block_at = at, block_nan = nan;
+    group_sync<S>();
+    best = lane < S ? __uint_as_float(group_load_u32<S>(&block_best, lane)) : __int_as_float(0xff800000);
+    at = lane < S ? (int)group_load_u32<S>(&block_at, lane) : 0x7fffffff;
+    nan = __any_sync(0xffffffffu, lane < S && group_load_u32<S>(&block_nan, lane));
     argmax_warp(best, at);
     const float top = __shfl_sync(0xffffffffu, best, 0);
-    if (isinf(top)) {  // an infinite best takes all the weight (or none has any)
-        if (threadIdx.x == 0) next[blockIdx.x] = __shfl_sync(0xffffffffu, at, 0);
+    const int top_at = __shfl_sync(0xffffffffu, at, 0);
+    if (nan || isinf(top)) {  // an infinite best takes all the weight (or none has any)
+        if (threadIdx.x == 0 && rank == 0) next[b] = nan ? -1 : top_at;
+        if (S > 1) group_sync<S>();  // no block leaves while another reads its best
         return;
     }
 
     // 2. The weights' histogram over the keys' top 12 bits, and the total.
     for (int i = threadIdx.x; i < TOPK_BINS; i += TOPK_THREADS) mass[i] = 0;
     __syncthreads();
-    u64 mine = 0;
-    for (int base = 0; base < V; base += TOPK_THREADS) {  // whole warps: topp_add is warp-wide
+    for (int base = lo; base < hi; base += TOPK_THREADS) {  // whole warps: topp_add is warp-wide
         int i = base + threadIdx.x;
-        float v = i < V ? row[i] : __int_as_float(0xff800000);
-        u64 q = topp_weight(top, v, inv_temp);
-        topp_add(mass, topk_key(v) >> 20, q, slots[warp]);
-        mine += q;
+        float v = i < hi ? row[i] : __int_as_float(0xff800000);
+        topp_add(mass, topk_key(v) >> 20, topp_weight(top, v, inv_temp), slots[warp]);
     }
-    __syncthreads();
-    const u64 below = topk_scan_down<u64>(mine, warp_sums);
-    __shared__ u64 s_total;
-    if (threadIdx.x == TOPK_THREADS - 1) s_total = below + mine;
-    __syncthreads();
-    const u64 Q = s_total;
+    group_reduce<S>(mass, TOPK_BINS, part);
+    u64 mine = 0;
+    for (int i = threadIdx.x; i < TOPK_BINS; i += TOPK_THREADS) mine += mass[i];
+    topk_scan_down<u64>(mine, warp_sums, &block_total);
+    const u64 Q = block_total;
     u64 want = p >= 1 ? Q : (u64)ceil(p * (double)Q);
     want = want < 1 ? 1 : (want > Q ? Q : want);
 
@@ -342,14 +434,14 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
     for (int shift = 10; shift >= 0; shift -= 10) {
         for (int i = threadIdx.x; i < 1024; i += TOPK_THREADS) mass[i] = 0;
         __syncthreads();
-        for (int base = 0; base < V; base += TOPK_THREADS) {
+        for (int base = lo; base < hi; base += TOPK_THREADS) {
             int i = base + threadIdx.x;
-            float v = i < V ? row[i] : __int_as_float(0xff800000);
+            float v = i < hi ? row[i] : __int_as_float(0xff800000);
             unsigned key = topk_key(v);
             u64 q = (key & mask) == prefix ? topp_weight(top, v, inv_temp) : 0;
             topp_add(mass, (key >> shift) & 1023, q, slots[warp]);
         }
-        __syncthreads();
+        group_reduce<S>(mass, 1024, part);
         topk_digit<u64>(mass, 1024, want, warp_sums, &found_digit, &found_above);
         prefix |= found_digit << shift;
         mask |= 1023u << shift;
@@ -360,25 +452,30 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
     const unsigned T = prefix;
     const u64 q_t = topp_weight(top, topk_value(T), inv_temp);  // every token at T weighs the same
     const u64 count_t = at_t / q_t, take_t = (want + q_t - 1) / q_t;  // want > 0, so q_t > 0
-    const bool all_t = take_t == count_t;
+    const bool all_t = take_t == count_t;  // the same in every block of the group
 
-    // 4. The draw. Warp w walks ids [w run, (w + 1) run), 32 at a time; a
-    // token at T is in the nucleus when its rank among them by id is below
-    // take_t: the ties in the runs before the warp's, then its own.
-    const int run = (V + TOPK_WARPS - 1) / TOPK_WARPS, lo = warp * run, end = min(V, lo + run);
-    unsigned tie_base = 0;
+    // 4. The draw. Warp w walks the block's ids [lo + w run, lo + (w + 1)
+    // run), 32 at a time; a token at T is in the nucleus when its rank
+    // among them by id is below take_t: the ties in the blocks and the
+    // runs before the warp's, then its own.
+    const int run = (hi - lo + TOPK_WARPS - 1) / TOPK_WARPS, first = min(hi, lo + warp * run),
+              end = min(hi, first + run);
+    u64 tie_base = 0;
     if (!all_t) {
         unsigned count = 0;
-        for (int base = lo; base < end; base += 32) {
+        for (int base = first; base < end; base += 32) {
             int i = base + lane;
             count += __popc(__ballot_sync(0xffffffffu, i < end && topk_key(row[i]) == T));
         }
-        tie_base = __shfl_sync(0xffffffffu, topk_scan_down<unsigned>(lane == 0 ? count : 0, tie_sums), 0);
+        u64 in_block = __shfl_sync(0xffffffffu, topk_scan_down<u64>(lane == 0 ? count : 0, warp_sums, &block_ties), 0);
+        u64 before_block, all_ties;
+        group_prefix<S>(&block_ties, &before_block, &all_ties);
+        tie_base = before_block + in_block;
     }
     // chunk: each lane's token i's q if it is in the nucleus, else 0 (and
     // for i >= end); ties counts the tokens at T of the warp's run before
     // this chunk, and then those of this chunk too.
-    auto chunk = [&](int i, unsigned &ties) -> u64 {
+    auto chunk = [&](int i, u64 &ties) -> u64 {
         float v = i < end ? row[i] : __int_as_float(0xff800000);
         unsigned key = topk_key(v);
         bool tie = i < end && key == T;
@@ -387,29 +484,47 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
         ties += __popc(tied);
         return in ? topp_weight(top, v, inv_temp) : 0;
     };
-    u64 share = 0;
-    unsigned ties = 0;
-    for (int base = lo; base < end; base += 32) share += chunk(base + lane, ties);
+    u64 share = 0, ties = 0;
+    for (int base = first; base < end; base += 32) share += chunk(base + lane, ties);
     for (int off = 16; off > 0; off >>= 1) share += __shfl_xor_sync(0xffffffffu, share, off);
-    // The shares in warp order: lane 0 holds its warp's.
-    const u64 warp_before = __shfl_sync(0xffffffffu, topk_scan_down<u64>(lane == 0 ? share : 0, warp_sums), 0);
-    __shared__ u64 s_mass;
-    if (threadIdx.x == TOPK_THREADS - 32) s_mass = warp_before + share;  // the last warp's: the nucleus's weight
-    __syncthreads();
-    const u64 M = s_mass;
-    double drawn = u[blockIdx.x] * (double)M;
+    // The shares in id order: the blocks' before this one, then the warps'.
+    u64 warp_before = __shfl_sync(0xffffffffu, topk_scan_down<u64>(lane == 0 ? share : 0, warp_sums, &block_share), 0);
+    u64 block_before, M;
+    group_prefix<S>(&block_share, &block_before, &M);
+    if (S > 1) group_sync<S>();  // the group's shared memory is read for the last time above
+    warp_before += block_before;
+    double drawn = u[b] * (double)M;
     u64 r = drawn < (double)M ? (u64)drawn : M - 1;
     if (r < warp_before || r >= warp_before + share) return;  // not this warp's share
     u64 walked = warp_before;
     ties = 0;
-    for (int base = lo; base < end; base += 32) {
+    for (int base = first; base < end; base += 32) {
         int i = base + lane;
         u64 incl = topp_warp_scan(chunk(i, ties));
         unsigned hit = __ballot_sync(0xffffffffu, walked + incl > r);
         if (hit) {
-            if (lane == __ffs(hit) - 1) next[blockIdx.x] = i;
+            if (lane == __ffs(hit) - 1) next[b] = i;
             return;
         }
         walked += __shfl_sync(0xffffffffu, incl, 31);
     }
+}
+
+#define TOPP_PARAMS                                                                                       \
+    const float *__restrict__ logits, int V, float inv_temp, double p, const double *__restrict__ u, \
+        long long *__restrict__ next
+extern "C" __global__ void __launch_bounds__(TOPK_THREADS) topp_draw_f32(TOPP_PARAMS) {
+    topp_draw<1>(logits, V, inv_temp, p, u, next);
+}
+// topp_draw_x8_f32: a cluster a row on sm_90a (gpu.Decoder launches it only
+// there); a trap elsewhere.
+#if GROUP_CLUSTERS
+#define TOPP_CLUSTER_DIMS __cluster_dims__(TOPP_CLUSTER, 1, 1)
+#define TOPP_CLUSTER_BODY topp_draw<TOPP_CLUSTER>(logits, V, inv_temp, p, u, next);
+#else
+#define TOPP_CLUSTER_DIMS
+#define TOPP_CLUSTER_BODY __trap();
+#endif
+extern "C" __global__ void TOPP_CLUSTER_DIMS __launch_bounds__(TOPK_THREADS) topp_draw_x8_f32(TOPP_PARAMS) {
+    TOPP_CLUSTER_BODY
 }

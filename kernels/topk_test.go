@@ -94,7 +94,8 @@ func hostTopK(v []float32, k int) []int32 {
 
 func head(v []int32) []int32 { return v[:min(len(v), 12)] }
 
-// BenchmarkTopKRows times topk_rows_f32 and topp_draw_f32 (CUDA events,
+// BenchmarkTopKRows times topk_rows_f32 and topp_draw_f32 (and
+// topp_draw_x8_f32 on sm_90a) (CUDA events,
 // the median of 50 launches) on rows of 50280 logits of a random model's spread, at B = 1
 // and 8 and k = 50 and 1000, beside argmax_rows_f32 on the same rows: what
 // ranking the candidates adds to a sampled step over a greedy one. Also on
@@ -103,6 +104,7 @@ func head(v []int32) []int32 { return v[:min(len(v), 12)] }
 // build's kernel on the same rows ("base").
 func BenchmarkTopKRows(b *testing.B) {
 	d, fn, s, _, timer := kernelBench(b, "topk.cu")
+	clusters := toppClusters(b)
 	builds := map[string]*cuda.Function{"": fn("topk_rows_f32")}
 	if path := os.Getenv("MAMBAGO_TOPK_BASE"); path != "" {
 		src, err := os.ReadFile(path)
@@ -133,10 +135,18 @@ func BenchmarkTopKRows(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, rowsName := range []string{"", "narrow "} {
-			topp := func() error {
-				return fn("topp_draw_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, rows[rowsName].Ptr, int32(V), float32(1/0.8), 0.95, u.Ptr, picks.Ptr)
+			for _, k := range []struct {
+				name  string
+				group int
+			}{{"topp_draw_f32", 1}, {"topp_draw_x8_f32", 8}} {
+				if k.group > 1 && !clusters {
+					continue
+				}
+				topp := func() error {
+					return fn(k.name).Launch(cuda.D1(k.group*B), cuda.D1(1024), 0, s, rows[rowsName].Ptr, int32(V), float32(1/0.8), 0.95, u.Ptr, picks.Ptr)
+				}
+				b.Logf("B=%d %s%s T=0.8 p=0.95: %.1f µs", B, rowsName, k.name, 1e3*gputest.Median(timer.turns(b, []func() error{topp}, 1, 50)[0]))
 			}
-			b.Logf("B=%d %stopp_draw_f32 T=0.8 p=0.95: %.1f µs", B, rowsName, 1e3*gputest.Median(timer.turns(b, []func() error{topp}, 1, 50)[0]))
 		}
 		for _, rowsName := range []string{"", "narrow "} {
 			for _, k := range []int{50, 1000} {
@@ -163,11 +173,16 @@ func BenchmarkTopKRows(b *testing.B) {
 // token's count within 5σ of its exact probability and none outside the
 // nucleus; on rows with ties where the nucleus ends, a flat wide row (a
 // nucleus of most of 50280 tokens: the ten best's share and the nucleus's
-// edge), and rows of +inf, -inf and NaN. The output is poisoned first.
+// edge), rows shorter than a cluster, and rows of +inf, -inf and NaN.
+// On sm_90a, topp_draw_x8_f32 (a row split over a cluster of 8 blocks)
+// must draw the very tokens topp_draw_f32 draws for the same uniforms. The
+// output is poisoned first.
 // With -test.short (as the sanitizers run it) each row is drawn in 2
-// launches, not 50 (or 40).
+// launches of at most 16 copies (the wide row in one launch of 2), not 50
+// (or 40) of 4096 (or 64).
 func TestTopPDrawKernel(t *testing.T) {
 	fn, s := gpu(t)
+	clusters := toppClusters(t)
 	few := make([]float32, 40) // ties: the nucleus ends inside a run of equal logits
 	for i := range few {
 		few[i] = float32(rand.IntN(4))
@@ -182,13 +197,18 @@ func TestTopPDrawKernel(t *testing.T) {
 		{few, 1, 0.5},
 		{few, 0.7, 0.95},
 		{randn(50280, 1), 1, 0.95},
+		{randn(5, 1), 1, 0.9}, // fewer tokens than a cluster's blocks
+		{randn(1, 1), 1, 0.5},
 	} {
 		V, B, launches := len(tc.row), 4096, 50
 		if V > 1000 {
 			B, launches = 64, 40
 		}
 		if testing.Short() { // under the sanitizers: the same checks on fewer draws
-			launches = 2
+			B, launches = min(B, 16), 2
+			if V > 1000 { // the row of 50280 is slow under racecheck
+				B, launches = 2, 1
+			}
 		}
 		probs := nucleusOdds(tc.row, tc.temp, tc.topP)
 		counts := make([]int, V)
@@ -198,7 +218,16 @@ func TestTopPDrawKernel(t *testing.T) {
 			for i := range u {
 				u[i] = rand.Float64()
 			}
-			next := drawTopP(t, fn, s, in, B, V, tc.temp, tc.topP, u)
+			next := drawTopP(t, fn("topp_draw_f32"), 1, s, in, B, V, tc.temp, tc.topP, u)
+			if clusters { // the same token for the same draw, whatever the split of the row
+				if got := drawTopP(t, fn("topp_draw_x8_f32"), 8, s, in, B, V, tc.temp, tc.topP, u); !slices.Equal(got, next) {
+					b := 0
+					for got[b] == next[b] {
+						b++
+					}
+					t.Fatalf("V=%d T=%v p=%v, u=%v: topp_draw_x8_f32 drew %d, topp_draw_f32 %d", V, tc.temp, tc.topP, u[b], got[b], next[b])
+				}
+			}
 			for b, id := range next {
 				if id < 0 || int(id) >= V {
 					t.Fatalf("V=%d T=%v p=%v: draw %d gave token %d", V, tc.temp, tc.topP, b, id)
@@ -206,6 +235,7 @@ func TestTopPDrawKernel(t *testing.T) {
 				counts[id]++
 			}
 		}
+		t.Logf("V=%d T=%v p=%v: %d draws", V, tc.temp, tc.topP, B*launches)
 		n := float64(B * launches)
 		var topTen, topTenP float64
 		order := rankOrder(tc.row)
@@ -237,14 +267,33 @@ func TestTopPDrawKernel(t *testing.T) {
 	nanRow := randn(V, 1)
 	nanRow[123] = float32(math.NaN())
 	in := upload(t, s, slices.Concat(inf, neg, nanRow))
-	if got := drawTopP(t, fn, s, in, 3, V, 1, 0.9, []float64{0.5, 0.5, 0.5}); !slices.Equal(got, []int64{77, 0, -1}) {
-		t.Errorf("rows of +inf, -inf and NaN gave %v, want [77 0 -1]", got)
+	for _, k := range []struct {
+		name  string
+		group int
+	}{{"topp_draw_f32", 1}, {"topp_draw_x8_f32", 8}} {
+		if k.group > 1 && !clusters {
+			continue
+		}
+		if got := drawTopP(t, fn(k.name), k.group, s, in, 3, V, 1, 0.9, []float64{0.5, 0.5, 0.5}); !slices.Equal(got, []int64{77, 0, -1}) {
+			t.Errorf("%s: rows of +inf, -inf and NaN gave %v, want [77 0 -1]", k.name, got)
+		}
 	}
 }
 
-// drawTopP runs topp_draw_f32 over B rows of V at in with uniforms u,
-// the output poisoned first.
-func drawTopP(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, in *cuda.Buffer, B, V int,
+// toppClusters reports whether this GPU runs topp_draw_x8_f32 (a cluster
+// of 8 blocks a row: sm_90a), and logs it when it does not.
+func toppClusters(t testing.TB) bool {
+	if d := gputest.Device(t); d.Major != 9 || d.Minor != 0 {
+		t.Logf("topp_draw_x8_f32 not run: it needs sm_90a's clusters; this GPU is sm_%d%d", d.Major, d.Minor)
+		return false
+	}
+	return true
+}
+
+// drawTopP runs the top-p kernel f (group blocks a row: 1 for
+// topp_draw_f32, 8 for topp_draw_x8_f32) over B rows of V at in with
+// uniforms u, the output poisoned first.
+func drawTopP(t *testing.T, f *cuda.Function, group int, s *cuda.Stream, in *cuda.Buffer, B, V int,
 	temp, topP float64, u []float64) []int64 {
 	t.Helper()
 	next, err := cuda.Alloc(8 * B)
@@ -264,7 +313,7 @@ func drawTopP(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, in *
 	if err := cuda.CopyIn(un.Ptr, u, s); err != nil {
 		t.Fatal(err)
 	}
-	if err := fn("topp_draw_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, in.Ptr, int32(V), float32(1/temp), topP, un.Ptr, next.Ptr); err != nil {
+	if err := f.Launch(cuda.D1(group*B), cuda.D1(1024), 0, s, in.Ptr, int32(V), float32(1/temp), topP, un.Ptr, next.Ptr); err != nil {
 		t.Fatal(err)
 	}
 	if err := cuda.CopyOut(got, next.Ptr, s); err != nil {

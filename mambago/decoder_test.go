@@ -132,7 +132,9 @@ func TestGenerateOnDevice(t *testing.T) {
 // twin state: Logits the same bits, with the previous step's slice poisoned
 // with NaN before each call; TopK (k = 1, 50, V) each row's k best-ranked
 // ids (the lower id first among equal logits), with those ids' logits; TopP
-// a token of each row's nucleus, for a draw of 0 its first by id. Bad ids,
+// a token of each row's nucleus, for a draw of 0 its first by id (eager on
+// one block a row, graphed on a cluster where Engine.TopPClusters is on by
+// default). Bad ids,
 // a k, temperature, p or draw out of range and a closed decoder are input
 // errors.
 func TestDecoderLogits(t *testing.T) {
@@ -145,12 +147,14 @@ func TestDecoderLogits(t *testing.T) {
 		}
 		defer m.Close()
 		g, V := m.Engine.(*gpu.Engine), m.Config().Vocab
+		clusters := g.TopPClusters // the default: on sm_90a
 		ids := make([]int64, B*T)
 		for i := range ids {
 			ids[i] = rand.Int64N(int64(V))
 		}
 		for _, graphSteps := range []int{0, 1} {
 			g.DecoderGraphSteps = graphSteps
+			g.TopPClusters = clusters && graphSteps == 1 // TopP's kernel of one block a row eager, of a cluster graphed
 			states := make([]engine.State, 2)
 			for i := range states {
 				if states[i], err = m.NewState(B); err != nil {
@@ -288,8 +292,9 @@ func TestDecoderLogits(t *testing.T) {
 // through the graph but drawn on the host from whole rows of logits, copied
 // into the decoder's page-locked buffer ("+host") or into pageable memory
 // as before it ("+pageable"). Top-p (temperature 0.8, the nucleus of 0.95 of
-// all tokens) through the graph, drawn on the device ("top-p+graph"), or on
-// the host from logits page-locked ("+host") or pageable ("+pageable"):
+// all tokens) through the graph, drawn on the device ("top-p+graph"; on
+// sm_90a a cluster of blocks a row, Engine.TopPClusters; "+block": one
+// block a row, the same tokens), or on the host from logits page-locked ("+host") or pageable ("+pageable"):
 // other tokens than the device's, at the same odds. A token's time is (t(129) - t(1)) /
 // 128 of wall time, so the prefill and the first token cancel; the medians
 // of 7 rounds.
@@ -306,6 +311,7 @@ func BenchmarkGenerate(b *testing.B) {
 			b.Fatal(err)
 		}
 		g := m.Engine.(*gpu.Engine)
+		clusters := g.TopPClusters
 		for _, B := range []int{1, 8} {
 			ids := make([]int64, B*prompt)
 			for i := range ids {
@@ -315,7 +321,10 @@ func BenchmarkGenerate(b *testing.B) {
 			sampled := mambago.Sampling{Temperature: 0.8, TopK: 50, TopP: 1, Seed: 5, EOS: -1}
 			topP := mambago.Sampling{Temperature: 0.8, TopP: 0.95, Seed: 6, EOS: -1}
 			run := func(graphSteps int, s mambago.Sampling) func(int) []int64 {
-				return func(n int) []int64 { g.DecoderGraphSteps = graphSteps; return generate(b, m, ids, B, prompt, n, s) }
+				return func(n int) []int64 {
+					g.DecoderGraphSteps, g.TopPClusters = graphSteps, clusters
+					return generate(b, m, ids, B, prompt, n, s)
+				}
 			}
 			onHost := func(pageable bool, s mambago.Sampling) func(int) []int64 {
 				wrapped := &mambago.Model{Engine: hostSampled{Engine: g, pageable: pageable}}
@@ -333,6 +342,10 @@ func BenchmarkGenerate(b *testing.B) {
 				{"sampled+graph+host", "sampled", onHost(false, sampled)},
 				{"sampled+graph+pageable", "sampled", onHost(true, sampled)},
 				{"top-p+graph", "top-p", run(32, topP)},
+				{"top-p+graph+block", "top-p", func(n int) []int64 {
+					g.DecoderGraphSteps, g.TopPClusters = 32, false
+					return generate(b, m, ids, B, prompt, n, topP)
+				}},
 				{"top-p+graph+host", "top-p-host", onHost(false, topP)},
 				{"top-p+graph+pageable", "top-p-host", onHost(true, topP)},
 			}

@@ -52,6 +52,9 @@
 #   sampling: generate's sampling kernels alone (top-k, top-p): their tests
 #             and the decoder's, memcheck, racecheck, the kernels' times (about
 #             2 minutes);
+#   samplingncu: ncu's full set on one topp_draw_f32 and one topk_rows_f32
+#             launch (B=1, a random model's row): the details page and the
+#             source page per SASS line (stall samples), for placing their time;
 #   pytest:   the Python tests alone ($PYTEST_ARGS, default "-q tests"; the
 #             last $PYTEST_TAIL lines shown);
 #   bind:     replays in place (cuda.Graph.Bind; the device entries' graphs
@@ -387,17 +390,30 @@ if [[ $mode == sampling ]]; then
   echo "== the sampling kernels (topk_rows_f32, topp_draw_f32) and the decoder's entries on them, sanitizers, the kernels' times"
   run_tests sampling_kernels 100 .carry/kernels.test -test.v -test.run 'TopKRows|TopPDraw'
   SANITIZE_ARGS=-test.short memcheck memcheck_sampling 100 .carry/kernels.test 'TopKRows|TopPDraw'
-  SANITIZE_ARGS=-test.short sanitizer racecheck racecheck_sampling 120 .carry/kernels.test 'TopKRows|TopPDraw'
+  SANITIZE_ARGS=-test.short sanitizer racecheck racecheck_sampling 300 .carry/kernels.test 'TopKRows|TopPDraw'
   bench_log sampling_bench 60 .carry/kernels.test TopKRows "µs"
   run_tests sampling_engine 100 .carry/mambago.test -test.v -test.run 'GenerateOnDevice|DecoderLogits'
   memcheck memcheck_sampling_engine 100 .carry/mambago.test 'GenerateOnDevice|DecoderLogits'
+  exit $status
+fi
+if [[ $mode == samplingncu ]]; then
+  echo "== ncu, full set, on one topp_draw_f32 and one topk_rows_f32 launch (BenchmarkTopKRows, B=1, random row)"
+  for k in topp_draw_f32 topk_rows_f32; do
+    timeout 200 ncu --set full --import-source no --kernel-name $k --launch-skip 3 --launch-count 1 -f -o "$OUT/$k" \
+      .carry/kernels.test -test.run '^$' -test.bench TopKRows -test.benchtime 1x > "$OUT/${k}_ncu.log" 2>&1
+    echo "$k: ncu exit $?"
+    ncu -i "$OUT/$k.ncu-rep" --page details > "$OUT/${k}_details.txt" 2>&1
+    ncu -i "$OUT/$k.ncu-rep" --page source --csv --print-source sass > "$OUT/${k}_source.csv" 2>&1
+    grep -E "Duration|Executed Ipc A|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|L2 Hit|Registers Per" "$OUT/${k}_details.txt" | head -12
+    wc -l "$OUT/${k}_source.csv"
+  done
   exit $status
 fi
 if [[ $mode == generate ]]; then
   echo "== generation on the decoder (gpu.Decoder; greedy picks by argmax_rows_f32, top-k candidates by topk_rows_f32): the kernels and the engine against the host, sanitizers"
   run_tests generate_kernels 200 .carry/kernels.test -test.v -test.run 'ArgmaxRows|TopKRows|TopPDraw'
   SANITIZE_ARGS=-test.short memcheck memcheck_argmax 200 .carry/kernels.test 'ArgmaxRows|TopKRows|TopPDraw'
-  SANITIZE_ARGS=-test.short sanitizer racecheck racecheck_topk 200 .carry/kernels.test 'TopKRows|TopPDraw'
+  SANITIZE_ARGS=-test.short sanitizer racecheck racecheck_topk 300 .carry/kernels.test 'TopKRows|TopPDraw'
   # .carry/topk_base.cu, where there is one: another build's kernel, timed beside this one's
   MAMBAGO_TOPK_BASE=$([[ -f .carry/topk_base.cu ]] && echo .carry/topk_base.cu) \
     bench_log topk_bench 100 .carry/kernels.test TopKRows "µs"

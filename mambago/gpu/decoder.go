@@ -173,7 +173,8 @@ func (d *Decoder) allocCandidates(k int) error {
 }
 
 // TopP feeds ids [B] and draws each sequence's next token into next [B]
-// from its nucleus on the device (engine.TopPDecoder; topp_draw_f32), with
+// from its nucleus on the device (engine.TopPDecoder; topp_draw_f32, or
+// topp_draw_x8_f32 with Engine.TopPClusters), with
 // uniforms [B] as the draws; B ids come back, -1 for a row with NaN.
 func (d *Decoder) TopP(ids []int64, temperature, p float64, uniforms []float64, next []int64) error {
 	e, B := d.e, d.s.batch
@@ -208,7 +209,11 @@ func (d *Decoder) TopP(ids []int64, temperature, p float64, uniforms []float64, 
 		if err := cuda.CopyIn(d.draws.Ptr, uniforms, e.stream); err != nil {
 			return err
 		}
-		if err := e.launch("topp_draw_f32", cuda.D1(B), cuda.D1(1024), 0, logits, e.cfg.Vocab, float32(1/temperature), p,
+		kernel, group := "topp_draw_f32", 1
+		if e.TopPClusters {
+			kernel, group = "topp_draw_x8_f32", 8
+		}
+		if err := e.launch(kernel, cuda.D1(group*B), cuda.D1(1024), 0, logits, e.cfg.Vocab, float32(1/temperature), p,
 			d.draws.Ptr, d.pick.Ptr); err != nil {
 			return err
 		}

@@ -184,6 +184,10 @@ type Engine struct {
 	// launch; 0 never captures. A capture costs about as much as a dozen
 	// eager steps save at B = 1 (bench/results/2026-12-04-generate.md).
 	DecoderGraphSteps int
+	// TopPClusters has a decoder's TopP draw each row on a cluster of 8
+	// blocks (topp_draw_x8_f32; sm_90a), not on one: the same tokens
+	// sooner (bench/results/2026-12-04-sampled.md).
+	TopPClusters bool
 	// MemsetKernels and HoistMemsets edit cuBLASLt's memsets of its
 	// workspace in captured graphs (cuda.MemsetEdit), where the kernel
 	// before them is one of the engine's own, which never touch the
@@ -376,7 +380,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 		// decode
 		DecodePDL: dev.Major >= 9, GEMVRows: 4, GEMVOneSequence: true, GEMVTensorCores: dev.Major >= 8,
 		GEMVTileWarps: 16, GEMVTileParts: defaultTileParts(w.Config.Inner),
-		DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), DecoderGraphSteps: 32,
+		DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), DecoderGraphSteps: 32, TopPClusters: sm90,
 		// decode on sm_90's warpgroup GEMVs
 		GEMVWarpgroup: sm90, GEMVWarpgroupOut: sm90 && wgOutPays(w.Config.Hidden),
 		GEMVWarpgroupParts: wgPartsMost(w.Config.Hidden), GEMVWarpgroupFold: sm90,
