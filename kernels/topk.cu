@@ -293,9 +293,8 @@ __device__ __forceinline__ u64 topp_warp_scan(u64 v) {
 // The row group of S blocks: group_rank is the block's rank in it;
 // group_sync a barrier of all its threads that orders their shared-memory
 // accesses, each block's against the others' (__syncthreads when S = 1);
-// group_load_u32 and group_load_u64 read a value in block r's shared memory,
-// at the address that p has in this block's. S > 1 needs clusters
-// (sm_90a).
+// group_load reads the 32- or 64-bit integer in block r's shared memory at
+// the address that p has in this block's. S > 1 needs clusters (sm_90a).
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define GROUP_CLUSTERS 1
 #else
@@ -315,17 +314,14 @@ __device__ __forceinline__ void group_sync() {
 #endif
     __syncthreads();
 }
-template <int S>
-__device__ __forceinline__ unsigned group_load_u32(const unsigned *p, unsigned r) {
+template <int S, typename T>
+__device__ __forceinline__ T group_load(const T *p, unsigned r) {
+    static_assert(sizeof(T) == 4 || sizeof(T) == 8, "group_load reads 32 or 64 bits");
 #if GROUP_CLUSTERS
-    if (S > 1) return cluster_ld_u32(cluster_map(shared_addr(p), r));
-#endif
-    return *p;
-}
-template <int S>
-__device__ __forceinline__ u64 group_load_u64(const u64 *p, unsigned r) {
-#if GROUP_CLUSTERS
-    if (S > 1) return cluster_ld_u64(cluster_map(shared_addr(p), r));
+    if (S > 1) {
+        const unsigned at = cluster_map(shared_addr(p), r);
+        return sizeof(T) == 8 ? (T)cluster_ld_u64(at) : (T)cluster_ld_u32(at);
+    }
 #endif
     return *p;
 }
@@ -343,11 +339,11 @@ __device__ __forceinline__ void group_reduce(u64 *hist, int bins, u64 *part) {
         group_sync<S>();  // every block's histogram is whole
         for (int i = threadIdx.x; i < per; i += TOPK_THREADS) {
             u64 sum = 0;
-            for (unsigned r = 0; r < S; r++) sum += group_load_u64<S>(hist + rank * per + i, r);
+            for (unsigned r = 0; r < S; r++) sum += group_load<S>(hist + rank * per + i, r);
             part[i] = sum;
         }
         group_sync<S>();  // every block's part is whole, and hist is no longer read
-        for (int i = threadIdx.x; i < bins; i += TOPK_THREADS) hist[i] = group_load_u64<S>(part + i % per, i / per);
+        for (int i = threadIdx.x; i < bins; i += TOPK_THREADS) hist[i] = group_load<S>(part + i % per, i / per);
     }
     __syncthreads();
 }
@@ -361,7 +357,7 @@ template <int S>
 __device__ __forceinline__ void group_prefix(const u64 *mine, u64 *before, u64 *total) {
     group_sync<S>();
     const int lane = threadIdx.x % 32;
-    u64 v = lane < S ? group_load_u64<S>(mine, lane) : 0;
+    u64 v = lane < S ? group_load<S>(mine, lane) : 0;
     u64 incl = topp_warp_scan(v);
     *before = __shfl_sync(0xffffffffu, incl - v, group_rank<S>());
     *total = __shfl_sync(0xffffffffu, incl, S - 1);
@@ -397,9 +393,9 @@ __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int 
     argmax_block(best, at, best_vals, best_ats);
     if (threadIdx.x == 0) block_best = __float_as_uint(best), block_at = at, block_nan = nan;
     group_sync<S>();
-    best = lane < S ? __uint_as_float(group_load_u32<S>(&block_best, lane)) : __int_as_float(0xff800000);
-    at = lane < S ? (int)group_load_u32<S>(&block_at, lane) : 0x7fffffff;
-    nan = __any_sync(0xffffffffu, lane < S && group_load_u32<S>(&block_nan, lane));
+    best = lane < S ? __uint_as_float(group_load<S>(&block_best, lane)) : __int_as_float(0xff800000);
+    at = lane < S ? (int)group_load<S>(&block_at, lane) : 0x7fffffff;
+    nan = __any_sync(0xffffffffu, lane < S && group_load<S>(&block_nan, lane));
     argmax_warp(best, at);
     const float top = __shfl_sync(0xffffffffu, best, 0);
     const int top_at = __shfl_sync(0xffffffffu, at, 0);

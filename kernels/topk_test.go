@@ -104,7 +104,7 @@ func head(v []int32) []int32 { return v[:min(len(v), 12)] }
 // build's kernel on the same rows ("base").
 func BenchmarkTopKRows(b *testing.B) {
 	d, fn, s, _, timer := kernelBench(b, "topk.cu")
-	clusters := toppClusters(b)
+	toppBuilds := toppKernels(b)
 	builds := map[string]*cuda.Function{"": fn("topk_rows_f32")}
 	if path := os.Getenv("MAMBAGO_TOPK_BASE"); path != "" {
 		src, err := os.ReadFile(path)
@@ -135,13 +135,7 @@ func BenchmarkTopKRows(b *testing.B) {
 			b.Fatal(err)
 		}
 		for _, rowsName := range []string{"", "narrow "} {
-			for _, k := range []struct {
-				name  string
-				group int
-			}{{"topp_draw_f32", 1}, {"topp_draw_x8_f32", 8}} {
-				if k.group > 1 && !clusters {
-					continue
-				}
+			for _, k := range toppBuilds {
 				topp := func() error {
 					return fn(k.name).Launch(cuda.D1(k.group*B), cuda.D1(1024), 0, s, rows[rowsName].Ptr, int32(V), float32(1/0.8), 0.95, u.Ptr, picks.Ptr)
 				}
@@ -182,7 +176,7 @@ func BenchmarkTopKRows(b *testing.B) {
 // (or 40) of 4096 (or 64).
 func TestTopPDrawKernel(t *testing.T) {
 	fn, s := gpu(t)
-	clusters := toppClusters(t)
+	builds := toppKernels(t)
 	few := make([]float32, 40) // ties: the nucleus ends inside a run of equal logits
 	for i := range few {
 		few[i] = float32(rand.IntN(4))
@@ -218,14 +212,14 @@ func TestTopPDrawKernel(t *testing.T) {
 			for i := range u {
 				u[i] = rand.Float64()
 			}
-			next := drawTopP(t, fn("topp_draw_f32"), 1, s, in, B, V, tc.temp, tc.topP, u)
-			if clusters { // the same token for the same draw, whatever the split of the row
-				if got := drawTopP(t, fn("topp_draw_x8_f32"), 8, s, in, B, V, tc.temp, tc.topP, u); !slices.Equal(got, next) {
+			next := drawTopP(t, fn, builds[0], s, in, B, V, tc.temp, tc.topP, u)
+			for _, k := range builds[1:] { // the same token for the same draw, whatever the split of the row
+				if got := drawTopP(t, fn, k, s, in, B, V, tc.temp, tc.topP, u); !slices.Equal(got, next) {
 					b := 0
 					for got[b] == next[b] {
 						b++
 					}
-					t.Fatalf("V=%d T=%v p=%v, u=%v: topp_draw_x8_f32 drew %d, topp_draw_f32 %d", V, tc.temp, tc.topP, u[b], got[b], next[b])
+					t.Fatalf("V=%d T=%v p=%v, u=%v: %s drew %d, %s %d", V, tc.temp, tc.topP, u[b], k.name, got[b], builds[0].name, next[b])
 				}
 			}
 			for b, id := range next {
@@ -267,33 +261,35 @@ func TestTopPDrawKernel(t *testing.T) {
 	nanRow := randn(V, 1)
 	nanRow[123] = float32(math.NaN())
 	in := upload(t, s, slices.Concat(inf, neg, nanRow))
-	for _, k := range []struct {
-		name  string
-		group int
-	}{{"topp_draw_f32", 1}, {"topp_draw_x8_f32", 8}} {
-		if k.group > 1 && !clusters {
-			continue
-		}
-		if got := drawTopP(t, fn(k.name), k.group, s, in, 3, V, 1, 0.9, []float64{0.5, 0.5, 0.5}); !slices.Equal(got, []int64{77, 0, -1}) {
+	for _, k := range builds {
+		if got := drawTopP(t, fn, k, s, in, 3, V, 1, 0.9, []float64{0.5, 0.5, 0.5}); !slices.Equal(got, []int64{77, 0, -1}) {
 			t.Errorf("%s: rows of +inf, -inf and NaN gave %v, want [77 0 -1]", k.name, got)
 		}
 	}
 }
 
-// toppClusters reports whether this GPU runs topp_draw_x8_f32 (a cluster
-// of 8 blocks a row: sm_90a), and logs it when it does not.
-func toppClusters(t testing.TB) bool {
-	if d := gputest.Device(t); d.Major != 9 || d.Minor != 0 {
-		t.Logf("topp_draw_x8_f32 not run: it needs sm_90a's clusters; this GPU is sm_%d%d", d.Major, d.Minor)
-		return false
-	}
-	return true
+// toppKernel is a build of the top-p draw: its entry, and how many blocks
+// a row it launches.
+type toppKernel struct {
+	name  string
+	group int
 }
 
-// drawTopP runs the top-p kernel f (group blocks a row: 1 for
-// topp_draw_f32, 8 for topp_draw_x8_f32) over B rows of V at in with
+// toppKernels returns the builds of the top-p draw this GPU runs:
+// topp_draw_f32 (one block a row), then, on sm_90a, topp_draw_x8_f32 (a
+// cluster of 8), whose absence elsewhere it logs.
+func toppKernels(t testing.TB) []toppKernel {
+	builds := []toppKernel{{"topp_draw_f32", 1}}
+	if d := gputest.Device(t); d.Major != 9 || d.Minor != 0 {
+		t.Logf("topp_draw_x8_f32 not run: it needs sm_90a's clusters; this GPU is sm_%d%d", d.Major, d.Minor)
+		return builds
+	}
+	return append(builds, toppKernel{"topp_draw_x8_f32", 8})
+}
+
+// drawTopP runs build k of the top-p draw over B rows of V at in with
 // uniforms u, the output poisoned first.
-func drawTopP(t *testing.T, f *cuda.Function, group int, s *cuda.Stream, in *cuda.Buffer, B, V int,
+func drawTopP(t *testing.T, fn func(string) *cuda.Function, k toppKernel, s *cuda.Stream, in *cuda.Buffer, B, V int,
 	temp, topP float64, u []float64) []int64 {
 	t.Helper()
 	next, err := cuda.Alloc(8 * B)
@@ -313,7 +309,7 @@ func drawTopP(t *testing.T, f *cuda.Function, group int, s *cuda.Stream, in *cud
 	if err := cuda.CopyIn(un.Ptr, u, s); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Launch(cuda.D1(group*B), cuda.D1(1024), 0, s, in.Ptr, int32(V), float32(1/temp), topP, un.Ptr, next.Ptr); err != nil {
+	if err := fn(k.name).Launch(cuda.D1(k.group*B), cuda.D1(1024), 0, s, in.Ptr, int32(V), float32(1/temp), topP, un.Ptr, next.Ptr); err != nil {
 		t.Fatal(err)
 	}
 	if err := cuda.CopyOut(got, next.Ptr, s); err != nil {
