@@ -52,8 +52,9 @@
 #   sampling: generate's sampling kernels alone (top-k, top-p): their tests
 #             and the decoder's, memcheck, racecheck, the kernels' times (about
 #             2 minutes);
-#   samplingncu: ncu's full set on one topp_draw_f32 and one topk_rows_f32
-#             launch (B=1, a random model's row): the details page and the
+#   samplingncu: ncu's full set on one launch each of topp_draw_f32,
+#             topp_draw_x8_f32 (all 8 blocks of the cluster) and topk_rows_f32
+#             (B=1, a random model's row): the details page and the
 #             source page per SASS line (stall samples), for placing their time;
 #   pytest:   the Python tests alone ($PYTEST_ARGS, default "-q tests"; the
 #             last $PYTEST_TAIL lines shown);
@@ -397,8 +398,8 @@ if [[ $mode == sampling ]]; then
   exit $status
 fi
 if [[ $mode == samplingncu ]]; then
-  echo "== ncu, full set, on one topp_draw_f32 and one topk_rows_f32 launch (BenchmarkTopKRows, B=1, random row)"
-  for k in topp_draw_f32 topk_rows_f32; do
+  echo "== ncu, full set, on one launch each of the sampling kernels (BenchmarkTopKRows, B=1, random row)"
+  for k in topp_draw_f32 topp_draw_x8_f32 topk_rows_f32; do
     timeout 200 ncu --set full --import-source no --kernel-name $k --launch-skip 3 --launch-count 1 -f -o "$OUT/$k" \
       .carry/kernels.test -test.run '^$' -test.bench TopKRows -test.benchtime 1x > "$OUT/${k}_ncu.log" 2>&1
     echo "$k: ncu exit $?"
