@@ -305,6 +305,61 @@ func BenchmarkDrawRows(b *testing.B) {
 	}
 }
 
+// BenchmarkDrawCandidates times drawCandidates, as a sampled step of
+// Generate runs it on a TopKDecoder's candidates: B = 8 rows of k = 50
+// (temperature 0.8), in no particular order.
+func BenchmarkDrawCandidates(b *testing.B) {
+	const B, k = 8, 50
+	rng := rand.New(rand.NewPCG(1, 2))
+	ids, logits := make([]int32, B*k), make([]float32, B*k)
+	for i := range ids {
+		ids[i], logits[i] = int32(rng.IntN(50280)), float32(rng.NormFloat64()*3)
+	}
+	samplers := make([]*sampler, B)
+	for r := range samplers {
+		samplers[r] = newSampler(Sampling{Temperature: 0.8, TopK: k, TopP: 1}, r)
+	}
+	done, next := make([]bool, B), make([]int64, B)
+	for b.Loop() {
+		if err := drawCandidates(samplers, ids, logits, done, next); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestRankKey checks that rankKey's order is the sampler's ranking (the
+// larger logit first, then the lower id; -0 equal to +0) and that
+// unpackRankKey gives back the id and logit (-0 as +0), on logits with
+// ties, signed zeros, subnormals and infinities.
+func TestRankKey(t *testing.T) {
+	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	special := []float32{0, float32(math.Copysign(0, -1)), 1e-45, -1e-45, float32(math.Inf(1)), float32(math.Inf(-1)),
+		math.MaxFloat32, -math.MaxFloat32, 1, -1}
+	type token struct {
+		id    int32
+		logit float32
+	}
+	tokens := make([]token, 2000)
+	for i := range tokens {
+		v := float32(rng.NormFloat64() * 4)
+		if rng.IntN(3) == 0 {
+			v = special[rng.IntN(len(special))]
+		}
+		tokens[i] = token{int32(rng.IntN(1 << 31)), v}
+	}
+	for i, a := range tokens {
+		id, logit := unpackRankKey(rankKey(a.id, a.logit))
+		if want := a.logit + 0; id != int(a.id) || math.Float32bits(logit) != math.Float32bits(want) {
+			t.Fatalf("token %d (%v): unpacked %d (%v)", a.id, a.logit, id, logit)
+		}
+		b := tokens[(i+1)%len(tokens)]
+		before := a.logit > b.logit || (a.logit == b.logit && a.id < b.id)
+		if got := rankKey(a.id, a.logit) < rankKey(b.id, b.logit); got != before {
+			t.Fatalf("(%d, %v) before (%d, %v): keys say %v, the ranking %v", a.id, a.logit, b.id, b.logit, got, before)
+		}
+	}
+}
+
 // TestFromCandidatesMatchesNext checks that drawing from a row's TopK best,
 // handed over in any order as a TopKDecoder gives them, draws the same
 // tokens as drawing from the whole row, draw for draw on one seed: on rows
