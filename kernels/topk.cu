@@ -89,6 +89,22 @@ __device__ __forceinline__ void topk_digit(const T *hist, int bins, T want, T *w
     __syncthreads();
 }
 
+// topk_narrow: a radix round's bookkeeping once its histogram hist[0 ..
+// bins) of the keys that match prefix on mask is whole: the digit at shift
+// where the sum from the top reaches want narrows prefix and mask, want
+// loses the sum above it, and at_t becomes the digit's count. Every thread
+// must call it; hist and the found digit may be rewritten after it returns.
+template <typename T>
+__device__ __forceinline__ void topk_narrow(const T *hist, int bins, int shift, T *warp_sums, unsigned *digit, T *above,
+                                            unsigned &prefix, unsigned &mask, T &want, T &at_t) {
+    topk_digit<T>(hist, bins, want, warp_sums, digit, above);
+    prefix |= *digit << shift;
+    mask |= (bins - 1u) << shift;
+    want -= *above;
+    at_t = hist[*digit];
+    __syncthreads();
+}
+
 // topk_emit: candidate value v (token i) into the next free slot.
 __device__ __forceinline__ void topk_emit(unsigned *taken, int *out_ids, float *out_vals, int i, float v) {
     unsigned slot = atomicAdd(taken, 1u);
@@ -156,12 +172,7 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
             if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 1023], 1u);
         }
         __syncthreads();
-        topk_digit<unsigned>(hist, 1024, want, warp_sums, &found_digit, &found_above);
-        prefix |= found_digit << shift;
-        mask |= 1023u << shift;
-        want -= found_above;
-        at_t = hist[found_digit];
-        __syncthreads();  // hist and found_* are rewritten by the next round
+        topk_narrow<unsigned>(hist, 1024, shift, warp_sums, &found_digit, &found_above, prefix, mask, want, at_t);
     }
     // prefix is T; at_t keys equal it, of which the want lowest ids are taken.
     const unsigned T = prefix, tied = want;
@@ -422,11 +433,9 @@ __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int 
     want = want < 1 ? 1 : (want > Q ? Q : want);
 
     // 3. The nucleus's last key T: three rounds, as topk_rows_f32's.
-    topk_digit<u64>(mass, TOPK_BINS, want, warp_sums, &found_digit, &found_above);
-    unsigned prefix = found_digit << 20, mask = 0xfff00000u;
-    want -= found_above;
-    u64 at_t = mass[found_digit];
-    __syncthreads();  // mass is rewritten below
+    unsigned prefix = 0, mask = 0;
+    u64 at_t;
+    topk_narrow<u64>(mass, TOPK_BINS, 20, warp_sums, &found_digit, &found_above, prefix, mask, want, at_t);
     for (int shift = 10; shift >= 0; shift -= 10) {
         for (int i = threadIdx.x; i < 1024; i += TOPK_THREADS) mass[i] = 0;
         __syncthreads();
@@ -438,12 +447,7 @@ __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int 
             topp_add(mass, (key >> shift) & 1023, q, slots[warp]);
         }
         group_reduce<S>(mass, 1024, part);
-        topk_digit<u64>(mass, 1024, want, warp_sums, &found_digit, &found_above);
-        prefix |= found_digit << shift;
-        mask |= 1023u << shift;
-        want -= found_above;
-        at_t = mass[found_digit];
-        __syncthreads();  // mass and found_* are rewritten by the next round
+        topk_narrow<u64>(mass, 1024, shift, warp_sums, &found_digit, &found_above, prefix, mask, want, at_t);
     }
     const unsigned T = prefix;
     const u64 q_t = topp_weight(top, topk_value(T), inv_temp);  // every token at T weighs the same
