@@ -31,6 +31,10 @@ def ids(m, B=2, T=5):
 
 
 def test_from_pretrained(tmp_path):
+    with pytest.raises(TypeError, match="from_pretrained"):
+        mambago.Model(case_dir("base"))  # a path where a handle goes
+    with pytest.raises(TypeError, match="from_pretrained"):
+        mambago.Model(tmp_path)
     with pytest.raises(TypeError, match="path"):
         mambago.Model.from_pretrained(123)
     with pytest.raises(ValueError, match="path"):

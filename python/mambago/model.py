@@ -480,6 +480,12 @@ class Model:
     """A Mamba-1 model loaded from a PyTorch-trained checkpoint."""
 
     def __init__(self, handle: int):
+        """Wrap an engine handle, as the loaders (from_pretrained,
+        from_state_dict) do. A path or any other non-integer is a
+        TypeError that says to call from_pretrained."""
+        if isinstance(handle, bool) or not isinstance(handle, int):
+            raise TypeError(f"mambago.Model({handle!r}): Model takes an engine handle; to load a checkpoint, "
+                            f"call mambago.Model.from_pretrained(path)")
         self._h = handle
         info = json.loads(_call(_b.ModelInfo, handle))
         self.config = Config._from_go(info["config"])
