@@ -35,6 +35,8 @@ def test_from_pretrained(tmp_path):
         mambago.Model(case_dir("base"))  # a path where a handle goes
     with pytest.raises(TypeError, match="from_pretrained"):
         mambago.Model(tmp_path)
+    with pytest.raises(ValueError, match="handle"):
+        mambago.Model(987654321)  # no such model
     with pytest.raises(TypeError, match="path"):
         mambago.Model.from_pretrained(123)
     with pytest.raises(ValueError, match="path"):

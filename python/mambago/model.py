@@ -483,6 +483,7 @@ class Model:
         """Wrap an engine handle, as the loaders (from_pretrained,
         from_state_dict) do. A path or any other non-integer is a
         TypeError that says to call from_pretrained."""
+        self._h = None  # what close (and __del__) see if this raises
         if isinstance(handle, bool) or not isinstance(handle, int):
             raise TypeError(f"mambago.Model({handle!r}): Model takes an engine handle; to load a checkpoint, "
                             f"call mambago.Model.from_pretrained(path)")
