@@ -108,6 +108,8 @@ def test_refuses_what_it_cannot_do():
         m.generate(ids, attention_mask=np.array([[1, 0, 1]]))
     with pytest.raises(TypeError, match="logits only"):
         m(ids, labels=ids)
+    with pytest.raises(TypeError, match="from_pretrained"):
+        MambaForCausalLM(case_dir("base"))  # a path where a loaded model goes
     with pytest.raises(TypeError, match="unsupported argument 'trust_remote_code'"):
         MambaForCausalLM.from_pretrained(case_dir("base"), trust_remote_code=True)
     with pytest.raises(ValueError, match="device='cuda'"):

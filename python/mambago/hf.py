@@ -49,6 +49,11 @@ class MambaForCausalLM:
     its config is .config."""
 
     def __init__(self, model: Model):
+        """Wrap a loaded mambago Model; anything else (a path) is a
+        TypeError that says to call from_pretrained."""
+        if not isinstance(model, Model):
+            raise TypeError(f"MambaForCausalLM({model!r}): it wraps a mambago.Model; to load a checkpoint, "
+                            f"call mambago.hf.MambaForCausalLM.from_pretrained(path)")
         self.model = model
         self.config = model.config
 
