@@ -210,7 +210,7 @@ func (d *Decoder) TopP(ids []int64, temperature, p float64, uniforms []float64, 
 			return err
 		}
 		kernel, group := "topp_draw_f32", 1
-		if e.TopPClusters {
+		if e.TopPClusters && sm90a(e.dev) { // elsewhere the cluster entry traps
 			kernel, group = "topp_draw_x8_f32", 8
 		}
 		if err := e.launch(kernel, cuda.D1(group*B), cuda.D1(1024), 0, logits, e.cfg.Vocab, float32(1/temperature), p,
