@@ -361,9 +361,9 @@ __device__ __forceinline__ void group_reduce(u64 *hist, int bins, u64 *part) {
 
 // group_prefix: from *mine, each block's value (in shared memory, written
 // before the call), the sum of the blocks' before this one in the group
-// (*before) and of all (*total), in every thread. Every thread of the group
-// must call it; *mine is read by the other blocks until the group's next
-// group_sync.
+// (*before) and, where total is not null, of all (*total), in every
+// thread. Every thread of the group must call it; *mine is read by the other
+// blocks until the group's next group_sync.
 template <int S>
 __device__ __forceinline__ void group_prefix(const u64 *mine, u64 *before, u64 *total) {
     group_sync<S>();
@@ -371,7 +371,8 @@ __device__ __forceinline__ void group_prefix(const u64 *mine, u64 *before, u64 *
     u64 v = lane < S ? group_load<S>(mine, lane) : 0;
     u64 incl = topp_warp_scan(v);
     *before = __shfl_sync(0xffffffffu, incl - v, group_rank<S>());
-    *total = __shfl_sync(0xffffffffu, incl, S - 1);
+    const u64 all = __shfl_sync(0xffffffffu, incl, S - 1);
+    if (total) *total = all;
 }
 
 template <int S>
@@ -468,8 +469,8 @@ __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int 
             count += __popc(__ballot_sync(0xffffffffu, i < end && topk_key(row[i]) == T));
         }
         u64 in_block = __shfl_sync(0xffffffffu, topk_scan_down<u64>(lane == 0 ? count : 0, warp_sums, &block_ties), 0);
-        u64 before_block, all_ties;
-        group_prefix<S>(&block_ties, &before_block, &all_ties);
+        u64 before_block;
+        group_prefix<S>(&block_ties, &before_block, nullptr);
         tie_base = before_block + in_block;
     }
     // chunk: each lane's token i's q if it is in the nucleus, else 0 (and
