@@ -39,16 +39,26 @@ func Names() []string {
 // Source returns the text NVRTC compiles for one source file: the prelude,
 // then the file (a #line directive keeps its line numbers in messages).
 func Source(name string) (string, error) {
-	var text strings.Builder
-	for _, f := range append(prelude, name) {
+	b, err := sources.ReadFile(name)
+	if err != nil {
+		return "", err
+	}
+	return SourceOf(name, string(b))
+}
+
+// SourceOf is Source for another version of file name, text: another
+// build's kernels, compiled with this build's prelude.
+func SourceOf(name, text string) (string, error) {
+	var out strings.Builder
+	for _, f := range prelude {
 		b, err := sources.ReadFile(f)
 		if err != nil {
 			return "", err
 		}
-		// A #line directive keeps each file's own line numbers in messages.
-		fmt.Fprintf(&text, "#line 1 %q\n%s\n", f, b)
+		fmt.Fprintf(&out, "#line 1 %q\n%s\n", f, b)
 	}
-	return text.String(), nil
+	fmt.Fprintf(&out, "#line 1 %q\n%s\n", name, text)
+	return out.String(), nil
 }
 
 // Target is the architecture to compile the source file name for on a

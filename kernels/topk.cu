@@ -242,14 +242,18 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
 // 1) n), n = ceil(V / S). Each block works on its ids, and the group's
 // blocks add up what they find through each other's shared memory
 // (group_reduce, group_prefix):
+// Warp w of a block takes the run [lo + w run, lo + (w + 1) run) of its
+// ids, 32 at a time; each lane keeps its first C of them in registers from
+// the first pass on (C = 0: every pass reads the row; past C chunks the
+// later passes read it again):
 //   1. the best logit, and NaN;
 //   2. each token's q into the histogram of its key's top 12 bits, the
 //      row's total Q; the nucleus must reach ceil(p Q);
 //   3. as topk_rows_f32's rounds, with q for counts: the key T of the
 //      nucleus's last token, the weight above it, and how many of the
 //      tokens at T it takes (the lowest ids; all of them when none are left);
-//   4. warp w of block s sums the nucleus's q over its own run of the
-//      block's ids; the warp whose share holds r = floor(u M) (M: the
+//   4. each warp sums the nucleus's q over its run; the warp whose share
+//      holds r = floor(u M) (M: the
 //      nucleus's weight; the shares in id order) walks its run in order, 32
 //      tokens at a time, to the token where r falls. The token is the first
 //      in id order where the nucleus's weight up to it passes r, whatever S.
@@ -258,6 +262,9 @@ typedef unsigned long long u64;
 
 #define TOPP_BITS 40
 #define TOPP_CLUSTER 8
+#ifndef TOPP_KEPT
+#define TOPP_KEPT 7  // topp_draw_x8_f32's chunks of 32 ids a lane keeps: all of a row of 57344 (50280 in the models here)
+#endif
 
 // topp_weight: q of logit v, the row's best logit top (expf: 2 ulp, and
 // the same bits every time, which is what the sums need).
@@ -267,10 +274,23 @@ __device__ __forceinline__ u64 topp_weight(float top, float v, float inv_temp) {
     return (u64)(expf(-z) * (float)(1ull << TOPP_BITS));
 }
 
+// topp_atomic_add: *at += v, atomically, in shared memory. A 64-bit
+// shared atomic add is a compare-and-swap loop on sm_80 and sm_90
+// (ATOMS.CAST.SPIN.64; ncu counted 5-6 tries a call in the weights'
+// histogram), so this adds the low words with one native 32-bit atomic and
+// then the high words with the low word's carry: the sum is exact, in any
+// order.
+__device__ __forceinline__ void topp_atomic_add(u64 *at, u64 v) {
+    unsigned *word = reinterpret_cast<unsigned *>(at);  // little-endian: the low word first
+    const unsigned lo = (unsigned)v, was = atomicAdd(word, lo);
+    const unsigned hi = (unsigned)(v >> 32) + (was + lo < was);  // + 1 when the low word wrapped
+    if (hi) atomicAdd(word + 1, hi);
+}
+
 // topp_add: hist[bin] += q for each lane of the warp (every lane calls it;
 // q = 0 adds nothing). Lanes with the same bin add their sum once, through
-// the warp's slots in shared memory: 64-bit atomics on one address queue
-// one behind another, and a bin can hold most of a row.
+// the warp's slots in shared memory: atomics on one address queue one
+// behind another, and a bin can hold most of a row.
 __device__ __forceinline__ void topp_add(u64 *hist, unsigned bin, u64 q, u64 *slots) {
     int lane = threadIdx.x % 32;
     unsigned want = __ballot_sync(0xffffffffu, q != 0);
@@ -281,7 +301,7 @@ __device__ __forceinline__ void topp_add(u64 *hist, unsigned bin, u64 q, u64 *sl
     if (q && lane == __ffs(same) - 1) {
         u64 sum = 0;
         for (unsigned m = same; m; m &= m - 1) sum += slots[__ffs(m) - 1];
-        atomicAdd(&hist[bin], sum);
+        topp_atomic_add(&hist[bin], sum);
     }
     __syncwarp();  // slots are rewritten by the next call
 }
@@ -375,7 +395,23 @@ __device__ __forceinline__ void group_prefix(const u64 *mine, u64 *before, u64 *
     if (total) *total = all;
 }
 
-template <int S>
+// topp_each: f(i, v) for each of a warp's ids i = first + 32 c + lane in
+// turn, until found (whole warps: v is -inf for i >= end), v from kept for
+// c < C, else from the row.
+template <int C, typename F>
+__device__ __forceinline__ void topp_each(const float *__restrict__ row, const float (&kept)[C > 0 ? C : 1], int first,
+                                          int end, const bool &found, F &&f) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int c = 0; c < C; c++)
+        if (!found && first + 32 * c < end) f(first + 32 * c + lane, kept[c]);
+    for (int base = first + 32 * C; !found && base < end; base += 32) {
+        int i = base + lane;
+        f(i, i < end ? row[i] : __int_as_float(0xff800000));
+    }
+}
+
+template <int S, int C>
 __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int V, float inv_temp, double p,
                                           const double *__restrict__ u, long long *__restrict__ next) {
     __shared__ u64 mass[TOPK_BINS];
@@ -391,16 +427,25 @@ __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int 
     const unsigned rank = group_rank<S>();
     const float *row = logits + (long long)b * V;
     const int n = (V + S - 1) / S, lo = min(V, (int)rank * n), hi = min(V, lo + n);  // this block's ids
+    const int run = (hi - lo + TOPK_WARPS - 1) / TOPK_WARPS, first = min(hi, lo + warp * run),
+              end = min(hi, first + run);  // this warp's
+    float kept[C > 0 ? C : 1];
+    bool found = false;  // the draw's walk has found its token
 
     // 1. The best logit (the lowest id among equals), and NaN.
+#pragma unroll
+    for (int c = 0; c < C; c++) {
+        int i = first + 32 * c + lane;
+        kept[c] = i < end ? row[i] : __int_as_float(0xff800000);
+    }
     float best = __int_as_float(0xff800000);  // -inf
     int at = 0x7fffffff;
     bool nan = false;
-    for (int i = lo + threadIdx.x; i < hi; i += TOPK_THREADS) {
-        float v = row[i];
+    topp_each<C>(row, kept, first, end, found, [&](int i, float v) {
+        if (i >= end) return;
         nan |= v != v;
         if (argmax_better(v, i, best, at)) best = v, at = i;
-    }
+    });
     nan = __syncthreads_or(nan);
     argmax_block(best, at, best_vals, best_ats);
     if (threadIdx.x == 0) block_best = __float_as_uint(best), block_at = at, block_nan = nan;
@@ -420,11 +465,7 @@ __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int 
     // 2. The weights' histogram over the keys' top 12 bits, and the total.
     for (int i = threadIdx.x; i < TOPK_BINS; i += TOPK_THREADS) mass[i] = 0;
     __syncthreads();
-    for (int base = lo; base < hi; base += TOPK_THREADS) {  // whole warps: topp_add is warp-wide
-        int i = base + threadIdx.x;
-        float v = i < hi ? row[i] : __int_as_float(0xff800000);
-        topp_add(mass, topk_key(v) >> 20, topp_weight(top, v, inv_temp), slots[warp]);
-    }
+    topp_each<C>(row, kept, first, end, found, [&](int, float v) { topp_add(mass, topk_key(v) >> 20, topp_weight(top, v, inv_temp), slots[warp]); });
     group_reduce<S>(mass, TOPK_BINS, part);
     u64 mine = 0;
     for (int i = threadIdx.x; i < TOPK_BINS; i += TOPK_THREADS) mine += mass[i];
@@ -440,13 +481,11 @@ __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int 
     for (int shift = 10; shift >= 0; shift -= 10) {
         for (int i = threadIdx.x; i < 1024; i += TOPK_THREADS) mass[i] = 0;
         __syncthreads();
-        for (int base = lo; base < hi; base += TOPK_THREADS) {
-            int i = base + threadIdx.x;
-            float v = i < hi ? row[i] : __int_as_float(0xff800000);
+        topp_each<C>(row, kept, first, end, found, [&](int, float v) {
             unsigned key = topk_key(v);
             u64 q = (key & mask) == prefix ? topp_weight(top, v, inv_temp) : 0;
             topp_add(mass, (key >> shift) & 1023, q, slots[warp]);
-        }
+        });
         group_reduce<S>(mass, 1024, part);
         topk_narrow<u64>(mass, 1024, shift, warp_sums, &found_digit, &found_above, prefix, mask, want, at_t);
     }
@@ -455,29 +494,22 @@ __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int 
     const u64 count_t = at_t / q_t, take_t = (want + q_t - 1) / q_t;  // want > 0, so q_t > 0
     const bool all_t = take_t == count_t;  // the same in every block of the group
 
-    // 4. The draw. Warp w walks the block's ids [lo + w run, lo + (w + 1)
-    // run), 32 at a time; a token at T is in the nucleus when its rank
-    // among them by id is below take_t: the ties in the blocks and the
-    // runs before the warp's, then its own.
-    const int run = (hi - lo + TOPK_WARPS - 1) / TOPK_WARPS, first = min(hi, lo + warp * run),
-              end = min(hi, first + run);
+    // 4. The draw, each warp over its run in id order. A token at T is in
+    // the nucleus when its rank among them by id is below take_t: the ties
+    // in the blocks and the runs before the warp's, then its own.
     u64 tie_base = 0;
     if (!all_t) {
         unsigned count = 0;
-        for (int base = first; base < end; base += 32) {
-            int i = base + lane;
-            count += __popc(__ballot_sync(0xffffffffu, i < end && topk_key(row[i]) == T));
-        }
+        topp_each<C>(row, kept, first, end, found, [&](int i, float v) { count += __popc(__ballot_sync(0xffffffffu, i < end && topk_key(v) == T)); });
         u64 in_block = __shfl_sync(0xffffffffu, topk_scan_down<u64>(lane == 0 ? count : 0, warp_sums, &block_ties), 0);
         u64 before_block;
         group_prefix<S>(&block_ties, &before_block, nullptr);
         tie_base = before_block + in_block;
     }
-    // chunk: each lane's token i's q if it is in the nucleus, else 0 (and
-    // for i >= end); ties counts the tokens at T of the warp's run before
-    // this chunk, and then those of this chunk too.
-    auto chunk = [&](int i, u64 &ties) -> u64 {
-        float v = i < end ? row[i] : __int_as_float(0xff800000);
+    // chunk: each lane's token i (logit v)'s q if it is in the nucleus, else
+    // 0 (and for i >= end); ties counts the tokens at T of the warp's run
+    // before this chunk, and then those of this chunk too.
+    auto chunk = [&](int i, float v, u64 &ties) -> u64 {
         unsigned key = topk_key(v);
         bool tie = i < end && key == T;
         unsigned tied = __ballot_sync(0xffffffffu, tie);
@@ -486,7 +518,7 @@ __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int 
         return in ? topp_weight(top, v, inv_temp) : 0;
     };
     u64 share = 0, ties = 0;
-    for (int base = first; base < end; base += 32) share += chunk(base + lane, ties);
+    topp_each<C>(row, kept, first, end, found, [&](int i, float v) { share += chunk(i, v, ties); });
     for (int off = 16; off > 0; off >>= 1) share += __shfl_xor_sync(0xffffffffu, share, off);
     // The shares in id order: the blocks' before this one, then the warps'.
     u64 warp_before = __shfl_sync(0xffffffffu, topk_scan_down<u64>(lane == 0 ? share : 0, warp_sums, &block_share), 0);
@@ -499,29 +531,26 @@ __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int 
     if (r < warp_before || r >= warp_before + share) return;  // not this warp's share
     u64 walked = warp_before;
     ties = 0;
-    for (int base = first; base < end; base += 32) {
-        int i = base + lane;
-        u64 incl = topp_warp_scan(chunk(i, ties));
+    topp_each<C>(row, kept, first, end, found, [&](int i, float v) {
+        u64 incl = topp_warp_scan(chunk(i, v, ties));
         unsigned hit = __ballot_sync(0xffffffffu, walked + incl > r);
-        if (hit) {
-            if (lane == __ffs(hit) - 1) next[b] = i;
-            return;
-        }
+        if (hit && lane == __ffs(hit) - 1) next[b] = i;
+        found = hit != 0;
         walked += __shfl_sync(0xffffffffu, incl, 31);
-    }
+    });
 }
 
 #define TOPP_PARAMS                                                                                       \
     const float *__restrict__ logits, int V, float inv_temp, double p, const double *__restrict__ u, \
         long long *__restrict__ next
 extern "C" __global__ void __launch_bounds__(TOPK_THREADS) topp_draw_f32(TOPP_PARAMS) {
-    topp_draw<1>(logits, V, inv_temp, p, u, next);
+    topp_draw<1, 0>(logits, V, inv_temp, p, u, next);
 }
 // topp_draw_x8_f32: a cluster a row on sm_90a (gpu.Decoder launches it only
 // there); a trap elsewhere.
 #if GROUP_CLUSTERS
 #define TOPP_CLUSTER_DIMS __cluster_dims__(TOPP_CLUSTER, 1, 1)
-#define TOPP_CLUSTER_BODY topp_draw<TOPP_CLUSTER>(logits, V, inv_temp, p, u, next);
+#define TOPP_CLUSTER_BODY topp_draw<TOPP_CLUSTER, TOPP_KEPT>(logits, V, inv_temp, p, u, next);
 #else
 #define TOPP_CLUSTER_DIMS
 #define TOPP_CLUSTER_BODY __trap();

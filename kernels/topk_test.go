@@ -4,11 +4,14 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
+	"github.com/mambago/mambago/kernels"
 	"github.com/mambago/mambago/mambago/cuda"
 )
 
@@ -94,24 +97,38 @@ func hostTopK(v []float32, k int) []int32 {
 
 func head(v []int32) []int32 { return v[:min(len(v), 12)] }
 
+// topkBuild is one build of topk.cu: its name in BenchmarkTopKRows' lines
+// ("" for this tree's) and its kernels by name.
+type topkBuild struct {
+	name string
+	fn   func(string) *cuda.Function
+}
+
 // BenchmarkTopKRows times topk_rows_f32 and topp_draw_f32 (and
 // topp_draw_x8_f32 on sm_90a) (CUDA events,
 // the median of 50 launches) on rows of 50280 logits of a random model's spread, at B = 1
 // and 8 and k = 50 and 1000, beside argmax_rows_f32 on the same rows: what
 // ranking the candidates adds to a sampled step over a greedy one. Also on
 // rows packed into one narrow range ("narrow": each round reads the row),
-// and, where $MAMBAGO_TOPK_BASE names another build's topk.cu, that
-// build's kernel on the same rows ("base").
+// and, where $MAMBAGO_TOPK_BASE names other builds' topk.cu (a list split
+// by ':'), those builds' kernels on the same rows (named by their files).
 func BenchmarkTopKRows(b *testing.B) {
 	d, fn, s, _, timer := kernelBench(b, "topk.cu")
 	toppBuilds := toppKernels(b)
-	builds := map[string]*cuda.Function{"": fn("topk_rows_f32")}
-	if path := os.Getenv("MAMBAGO_TOPK_BASE"); path != "" {
-		src, err := os.ReadFile(path)
-		if err != nil {
-			b.Fatal(err)
+	builds := []topkBuild{{"", fn}}
+	if paths := os.Getenv("MAMBAGO_TOPK_BASE"); paths != "" {
+		for _, path := range strings.Split(paths, ":") {
+			text, err := os.ReadFile(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			src, err := kernels.SourceOf("topk.cu", string(text))
+			if err != nil {
+				b.Fatal(err)
+			}
+			m := loadSourceFor(b, kernels.Target("topk.cu", d.Arch()), src, filepath.Base(path))
+			builds = append(builds, topkBuild{filepath.Base(path) + " ", functions(b, m)})
 		}
-		builds["base "] = functions(b, loadSource(b, d, string(src), "topk_base.cu"))("topk_rows_f32")
 	}
 	const V = 50280
 	for _, B := range []int{1, 8} {
@@ -136,23 +153,22 @@ func BenchmarkTopKRows(b *testing.B) {
 		}
 		for _, rowsName := range []string{"", "narrow "} {
 			for _, k := range toppBuilds {
-				topp := func() error {
-					return fn(k.name).Launch(cuda.D1(k.group*B), cuda.D1(1024), 0, s, rows[rowsName].Ptr, int32(V), float32(1/0.8), 0.95, u.Ptr, picks.Ptr)
+				for _, build := range builds {
+					topp := func() error {
+						return build.fn(k.name).Launch(cuda.D1(k.group*B), cuda.D1(1024), 0, s, rows[rowsName].Ptr, int32(V), float32(1/0.8), 0.95, u.Ptr, picks.Ptr)
+					}
+					b.Logf("B=%d %s%s%s T=0.8 p=0.95: %.1f µs", B, build.name, rowsName, k.name,
+						1e3*gputest.Median(timer.turns(b, []func() error{topp}, 1, 50)[0]))
 				}
-				b.Logf("B=%d %s%s T=0.8 p=0.95: %.1f µs", B, rowsName, k.name, 1e3*gputest.Median(timer.turns(b, []func() error{topp}, 1, 50)[0]))
 			}
 		}
 		for _, rowsName := range []string{"", "narrow "} {
 			for _, k := range []int{50, 1000} {
-				for _, build := range []string{"", "base "} {
-					f := builds[build]
-					if f == nil {
-						continue
-					}
+				for _, build := range builds {
 					topk := func() error {
-						return f.Launch(cuda.D1(B), cuda.D1(1024), 0, s, rows[rowsName].Ptr, int32(V), int32(k), ids.Ptr, vals.Ptr)
+						return build.fn("topk_rows_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, rows[rowsName].Ptr, int32(V), int32(k), ids.Ptr, vals.Ptr)
 					}
-					b.Logf("B=%d %s%stopk_rows_f32 k=%d: %.1f µs", B, build, rowsName, k,
+					b.Logf("B=%d %s%stopk_rows_f32 k=%d: %.1f µs", B, build.name, rowsName, k,
 						1e3*gputest.Median(timer.turns(b, []func() error{topk}, 1, 50)[0]))
 				}
 			}
@@ -166,8 +182,10 @@ func BenchmarkTopKRows(b *testing.B) {
 // 4096 copies of a row drawn 50 times each with fresh uniforms, every
 // token's count within 5σ of its exact probability and none outside the
 // nucleus; on rows with ties where the nucleus ends, a flat wide row (a
-// nucleus of most of 50280 tokens: the ten best's share and the nucleus's
-// edge), rows shorter than a cluster, and rows of +inf, -inf and NaN.
+// nucleus of most of 60000 tokens: the ten best's share and the nucleus's
+// edge; longer than topp_draw_x8_f32 keeps in registers, so it reads its
+// last chunks from the row), rows shorter than a cluster, and rows of +inf,
+// -inf and NaN.
 // On sm_90a, topp_draw_x8_f32 (a row split over a cluster of 8 blocks)
 // must draw the very tokens topp_draw_f32 draws for the same uniforms. The
 // output is poisoned first.
@@ -190,7 +208,7 @@ func TestTopPDrawKernel(t *testing.T) {
 		{randn(60, 1), 1, 0.3},
 		{few, 1, 0.5},
 		{few, 0.7, 0.95},
-		{randn(50280, 1), 1, 0.95},
+		{randn(60000, 1), 1, 0.95},
 		{randn(5, 1), 1, 0.9}, // fewer tokens than a cluster's blocks
 		{randn(1, 1), 1, 0.5},
 	} {
@@ -200,7 +218,7 @@ func TestTopPDrawKernel(t *testing.T) {
 		}
 		if testing.Short() { // under the sanitizers: the same checks on fewer draws
 			B, launches = min(B, 16), 2
-			if V > 1000 { // the row of 50280 is slow under racecheck
+			if V > 1000 { // the wide row is slow under racecheck
 				B, launches = 2, 1
 			}
 		}

@@ -49,13 +49,17 @@
 #             token's time
 #             (BenchmarkGenerate, and, unless GEN_PYTHON=0, bench/generate_speed.py with $GEN_ARGS,
 #             also with .carry/base's wheel where device_build.sh had a BASE);
+#   generatebench: generate's engine tests and its timings alone (no kernel
+#             tests, no sanitizers);
 #   sampling: generate's sampling kernels alone (top-k, top-p): their tests
-#             and the decoder's, memcheck, racecheck, the kernels' times (about
-#             2 minutes);
+#             and the decoder's, memcheck, racecheck (not with
+#             SAMPLING_SANITIZE=0), the kernels' times, .carry/topk_base*.cu's
+#             beside them (about 4 minutes);
 #   samplingncu: ncu's full set on one launch each of topp_draw_f32,
 #             topp_draw_x8_f32 (all 8 blocks of the cluster) and topk_rows_f32
 #             (B=1, a random model's row): the details page and the
-#             source page per SASS line (stall samples), for placing their time;
+#             source page per SASS line (stall samples), for placing their time
+#             ($NCU_KERNELS names fewer; what comes back is limited in count);
 #   pytest:   the Python tests alone ($PYTEST_ARGS, default "-q tests"; the
 #             last $PYTEST_TAIL lines shown);
 #   bind:     replays in place (cuda.Graph.Bind; the device entries' graphs
@@ -387,19 +391,28 @@ bench_log() {
   timeout "$secs" "$bin" -test.v -test.run '^$' -test.bench "$bench" -test.benchtime 1x 2>&1 | tee "$OUT/$log.log" \
     | grep -E "$pattern|FAIL|panic" | sed 's/^ *[a-z_]*\.go:[0-9]*: //'
 }
+# topk_bases: .carry/topk_base*.cu, other builds' topk.cu timed beside this
+# one's by BenchmarkTopKRows, joined by ':'.
+topk_bases() {
+  local IFS=:
+  local files=(.carry/topk_base*.cu)
+  [[ -e ${files[0]} ]] && echo "${files[*]}"
+}
 if [[ $mode == sampling ]]; then
   echo "== the sampling kernels (topk_rows_f32, topp_draw_f32) and the decoder's entries on them, sanitizers, the kernels' times"
   run_tests sampling_kernels 100 .carry/kernels.test -test.v -test.run 'TopKRows|TopPDraw'
-  SANITIZE_ARGS=-test.short memcheck memcheck_sampling 100 .carry/kernels.test 'TopKRows|TopPDraw'
-  SANITIZE_ARGS=-test.short sanitizer racecheck racecheck_sampling 300 .carry/kernels.test 'TopKRows|TopPDraw'
-  bench_log sampling_bench 60 .carry/kernels.test TopKRows "µs"
+  if [[ ${SAMPLING_SANITIZE:-1} == 1 ]]; then  # SAMPLING_SANITIZE=0: without memcheck and racecheck
+    SANITIZE_ARGS=-test.short memcheck memcheck_sampling 100 .carry/kernels.test 'TopKRows|TopPDraw'
+    SANITIZE_ARGS=-test.short sanitizer racecheck racecheck_sampling 300 .carry/kernels.test 'TopKRows|TopPDraw'
+  fi
+  MAMBAGO_TOPK_BASE=$(topk_bases) bench_log sampling_bench 100 .carry/kernels.test TopKRows "µs"
   run_tests sampling_engine 100 .carry/mambago.test -test.v -test.run 'GenerateOnDevice|DecoderLogits'
   memcheck memcheck_sampling_engine 100 .carry/mambago.test 'GenerateOnDevice|DecoderLogits'
   exit $status
 fi
 if [[ $mode == samplingncu ]]; then
   echo "== ncu, full set, on one launch each of the sampling kernels (BenchmarkTopKRows, B=1, random row)"
-  for k in topp_draw_f32 topp_draw_x8_f32 topk_rows_f32; do
+  for k in ${NCU_KERNELS:-topp_draw_f32 topp_draw_x8_f32 topk_rows_f32}; do
     timeout 200 ncu --set full --import-source no --kernel-name $k --launch-skip 3 --launch-count 1 -f -o "$OUT/$k" \
       .carry/kernels.test -test.run '^$' -test.bench TopKRows -test.benchtime 1x > "$OUT/${k}_ncu.log" 2>&1
     echo "$k: ncu exit $?"
@@ -415,13 +428,13 @@ if [[ $mode == generate ]]; then
   run_tests generate_kernels 200 .carry/kernels.test -test.v -test.run 'ArgmaxRows|TopKRows|TopPDraw'
   SANITIZE_ARGS=-test.short memcheck memcheck_argmax 200 .carry/kernels.test 'ArgmaxRows|TopKRows|TopPDraw'
   SANITIZE_ARGS=-test.short sanitizer racecheck racecheck_topk 300 .carry/kernels.test 'TopKRows|TopPDraw'
-  # .carry/topk_base.cu, where there is one: another build's kernel, timed beside this one's
-  MAMBAGO_TOPK_BASE=$([[ -f .carry/topk_base.cu ]] && echo .carry/topk_base.cu) \
-    bench_log topk_bench 100 .carry/kernels.test TopKRows "µs"
+  MAMBAGO_TOPK_BASE=$(topk_bases) bench_log topk_bench 100 .carry/kernels.test TopKRows "µs"
   SHOW='a copy out' run_tests generate_host 100 .carry/cuda.test -test.v -test.run 'HostBuffer'
   memcheck memcheck_host 100 .carry/cuda.test 'HostBuffer'
+fi
+if [[ $mode == generate || $mode == generatebench ]]; then
   run_tests generate_tests 300 .carry/mambago.test -test.v -test.run 'Greedy|Sampl|Generate|DecoderLogits|FromCandidates|Example'
-  memcheck memcheck_generate 300 .carry/mambago.test 'GenerateOnDevice|DecoderLogits'
+  [[ $mode == generate ]] && memcheck memcheck_generate 300 .carry/mambago.test 'GenerateOnDevice|DecoderLogits'
   echo "== a token of generation: greedy on the host's loop, the device pick eager and graphed; sampled from the device's top-k eager and graphed, from whole rows page-locked and pageable; top-p (BenchmarkGenerate)"
   bench_log generate_bench 300 .carry/mambago.test Generate "a token"
   [[ ${GEN_PYTHON:-1} == 0 ]] && exit $status  # GEN_PYTHON=0: without the Python timings
