@@ -56,9 +56,9 @@ extern "C" __global__ void mean_rows_f32(float *out, int d, const int *__restric
 //                    the lowest among equal values (as the host's argmax
 //                    does), or -1 when the row holds NaN.
 //
-// Grid (B), one block a row, ARGMAX_THREADS threads striding over it; each
-// keeps its best (value, index), then the block reduces them (argmax_better
-// and argmax_block, math.cuh).
+// Grid (B), one block a row, ARGMAX_THREADS threads reading it (row_quads);
+// each keeps its best (value, index), then the block reduces them
+// (argmax_better and argmax_block, math.cuh).
 
 #define ARGMAX_THREADS 1024
 
@@ -68,11 +68,20 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
     float best = __int_as_float(0xff800000);  // -inf
     int at = 0x7fffffff;  // beaten by any index: a row of -inf picks index 0
     bool nan = false;
-    for (int i = threadIdx.x; i < V; i += ARGMAX_THREADS) {
-        float v = row[i];
+    // A thread meets its ids in increasing order, so a strictly larger value
+    // is the only one that beats its best (or any value, before its first).
+    auto one = [&](int i, float v) {
         nan |= v != v;
-        if (argmax_better(v, i, best, at)) best = v, at = i;
-    }
+        if (v > best || at == 0x7fffffff) best = v, at = i;
+    };
+    row_quads(
+        row, V,
+        [&](int i, float4 v) {  // the quad's largest first: a third of the instructions a value
+            nan |= v.x != v.x || v.y != v.y || v.z != v.z || v.w != v.w;
+            const float m = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
+            if (m > best || at == 0x7fffffff) best = m, at = i + (v.x == m ? 0 : v.y == m ? 1 : v.z == m ? 2 : 3);
+        },
+        one);
     __shared__ float bests[ARGMAX_THREADS / 32];
     __shared__ int ats[ARGMAX_THREADS / 32];
     nan = __syncthreads_or(nan);

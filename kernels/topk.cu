@@ -128,14 +128,13 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
     if (threadIdx.x == 0) taken = 0, gathered = 0;
     __syncthreads();
     bool nan = false;
-    for (int i = threadIdx.x; i < V; i += TOPK_THREADS) {
-        float v = row[i];
+    row_each(row, V, [&](int, float v) {
         if (v != v) {
             nan = true;
-            continue;
+            return;
         }
         atomicAdd(&hist[topk_key(v) >> 20], 1u);
-    }
+    });
     if (__syncthreads_or(nan)) {
         for (int i = threadIdx.x; i < k; i += TOPK_THREADS) out_ids[i] = -1;
         return;
@@ -148,8 +147,7 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
     unsigned prefix = bin << 20, mask = 0xfff00000u, want = k - found_above;
     const bool local = in_bin <= TOPK_CAP;  // the bin's keys gathered in shared memory
     if (local) {
-        for (int i = threadIdx.x; i < V; i += TOPK_THREADS) {
-            float v = row[i];
+        row_each(row, V, [&](int i, float v) {
             unsigned key = topk_key(v);
             if ((key >> 20) > bin) {
                 topk_emit(&taken, out_ids, out_vals, i, v);
@@ -157,7 +155,7 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
                 unsigned at = atomicAdd(&gathered, 1u);
                 bin_keys[at] = key, bin_ids[at] = i;
             }
-        }
+        });
     }
     __syncthreads();  // hist is read above (in_bin) and rewritten below
 
@@ -166,10 +164,13 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
     for (int shift = 10; shift >= 0; shift -= 10) {
         for (int i = threadIdx.x; i < 1024; i += TOPK_THREADS) hist[i] = 0;
         __syncthreads();
-        const int n = local ? in_bin : V;
-        for (int i = threadIdx.x; i < n; i += TOPK_THREADS) {
-            unsigned key = local ? bin_keys[i] : topk_key(row[i]);
+        auto count = [&](unsigned key) {
             if ((key & mask) == prefix) atomicAdd(&hist[(key >> shift) & 1023], 1u);
+        };
+        if (local) {
+            for (int i = threadIdx.x; i < in_bin; i += TOPK_THREADS) count(bin_keys[i]);
+        } else {
+            row_each(row, V, [&](int, float v) { count(topk_key(v)); });
         }
         __syncthreads();
         topk_narrow<unsigned>(hist, 1024, shift, warp_sums, &found_digit, &found_above, prefix, mask, want, at_t);
@@ -182,10 +183,9 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
                 if (bin_keys[i] >= T) topk_emit(&taken, out_ids, out_vals, bin_ids[i], row[bin_ids[i]]);
             }
         } else {
-            for (int i = threadIdx.x; i < V; i += TOPK_THREADS) {
-                float v = row[i];
+            row_each(row, V, [&](int i, float v) {
                 if (topk_key(v) >= T) topk_emit(&taken, out_ids, out_vals, i, v);
-            }
+            });
         }
         return;
     }

@@ -98,7 +98,7 @@ func hostTopK(v []float32, k int) []int32 {
 func head(v []int32) []int32 { return v[:min(len(v), 12)] }
 
 // topkBuild is one build of topk.cu: its name in BenchmarkTopKRows' lines
-// ("" for this tree's) and its kernels by name.
+// ("" for this tree's) and its kernels by name (nil for one it lacks).
 type topkBuild struct {
 	name string
 	fn   func(string) *cuda.Function
@@ -111,7 +111,8 @@ type topkBuild struct {
 // ranking the candidates adds to a sampled step over a greedy one. Also on
 // rows packed into one narrow range ("narrow": each round reads the row),
 // and, where $MAMBAGO_TOPK_BASE names other builds' topk.cu (a list split
-// by ':'), those builds' kernels on the same rows (named by their files).
+// by ':'), those builds' kernels on the same rows (named by their files;
+// argmax_rows_f32 too where the file has pool.cu's appended).
 func BenchmarkTopKRows(b *testing.B) {
 	d, fn, s, _, timer := kernelBench(b, "topk.cu")
 	toppBuilds := toppKernels(b)
@@ -127,7 +128,13 @@ func BenchmarkTopKRows(b *testing.B) {
 				b.Fatal(err)
 			}
 			m := loadSourceFor(b, kernels.Target("topk.cu", d.Arch()), src, filepath.Base(path))
-			builds = append(builds, topkBuild{filepath.Base(path) + " ", functions(b, m)})
+			builds = append(builds, topkBuild{filepath.Base(path) + " ", func(name string) *cuda.Function {
+				f, err := m.Function(name)
+				if err != nil {
+					return nil
+				}
+				return f
+			}})
 		}
 	}
 	const V = 50280
@@ -139,10 +146,16 @@ func BenchmarkTopKRows(b *testing.B) {
 		rows := map[string]*cuda.Buffer{"": upload(b, s, randn(B*V, 3)), "narrow ": upload(b, s, narrow)}
 		ids, vals := poisoned(b, s, B*1000), poisoned(b, s, B*1000)
 		picks := poisoned(b, s, 2*B)
-		argmax := func() error {
-			return fn("argmax_rows_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, rows[""].Ptr, picks.Ptr, int32(V))
+		for _, build := range builds {
+			f := build.fn("argmax_rows_f32")
+			if f == nil {
+				continue
+			}
+			argmax := func() error {
+				return f.Launch(cuda.D1(B), cuda.D1(1024), 0, s, rows[""].Ptr, picks.Ptr, int32(V))
+			}
+			b.Logf("B=%d %sargmax_rows_f32: %.1f µs", B, build.name, 1e3*gputest.Median(timer.turns(b, []func() error{argmax}, 1, 50)[0]))
 		}
-		b.Logf("B=%d argmax_rows_f32: %.1f µs", B, 1e3*gputest.Median(timer.turns(b, []func() error{argmax}, 1, 50)[0]))
 		u, err := cuda.Alloc(8 * B)
 		if err != nil {
 			b.Fatal(err)

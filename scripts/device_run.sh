@@ -54,7 +54,8 @@
 #   sampling: generate's sampling kernels alone (top-k, top-p): their tests
 #             and the decoder's, memcheck, racecheck (not with
 #             SAMPLING_SANITIZE=0), the kernels' times, .carry/topk_base*.cu's
-#             beside them (about 4 minutes);
+#             beside them (about 4 minutes; $SAMPLING_TESTS picks other kernel
+#             tests, e.g. 'ArgmaxRows|TopKRows');
 #   samplingncu: ncu's full set on one launch each of topp_draw_f32,
 #             topp_draw_x8_f32 (all 8 blocks of the cluster) and topk_rows_f32
 #             (B=1, a random model's row): the details page and the
@@ -399,11 +400,12 @@ topk_bases() {
   [[ -e ${files[0]} ]] && echo "${files[*]}"
 }
 if [[ $mode == sampling ]]; then
+  tests=${SAMPLING_TESTS:-TopKRows|TopPDraw}
   echo "== the sampling kernels (topk_rows_f32, topp_draw_f32) and the decoder's entries on them, sanitizers, the kernels' times"
-  run_tests sampling_kernels 100 .carry/kernels.test -test.v -test.run 'TopKRows|TopPDraw'
+  run_tests sampling_kernels 100 .carry/kernels.test -test.v -test.run "$tests"
   if [[ ${SAMPLING_SANITIZE:-1} == 1 ]]; then  # SAMPLING_SANITIZE=0: without memcheck and racecheck
-    SANITIZE_ARGS=-test.short memcheck memcheck_sampling 100 .carry/kernels.test 'TopKRows|TopPDraw'
-    SANITIZE_ARGS=-test.short sanitizer racecheck racecheck_sampling 300 .carry/kernels.test 'TopKRows|TopPDraw'
+    SANITIZE_ARGS=-test.short memcheck memcheck_sampling 100 .carry/kernels.test "$tests"
+    SANITIZE_ARGS=-test.short sanitizer racecheck racecheck_sampling 300 .carry/kernels.test "$tests"
   fi
   MAMBAGO_TOPK_BASE=$(topk_bases) bench_log sampling_bench 100 .carry/kernels.test TopKRows "µs"
   run_tests sampling_engine 100 .carry/mambago.test -test.v -test.run 'GenerateOnDevice|DecoderLogits'
