@@ -239,13 +239,12 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
 //
 // Grid (S B), block TOPK_THREADS: S blocks a row (a row group: S = 1, or a
 // cluster of TOPP_CLUSTER), block s of the group the row's ids [s n, (s +
-// 1) n), n = ceil(V / S). Each block works on its ids, and the group's
-// blocks add up what they find through each other's shared memory
-// (group_reduce, group_prefix):
-// Warp w of a block takes the run [lo + w run, lo + (w + 1) run) of its
-// ids, 32 at a time; each lane keeps its first C of them in registers from
-// the first pass on (C = 0: every pass reads the row; past C chunks the
-// later passes read it again):
+// 1) n), n = ceil(V / S). Warp w of a block takes the run [lo + w run, lo
+// + (w + 1) run) of the block's ids [lo, hi), 32 at a time (topp_each), and
+// each lane keeps its first C chunks in registers from the first pass on
+// (C = 0: every pass reads the row; past C chunks each pass reads it
+// again). The group's blocks add up what they find through each other's
+// shared memory (group_reduce, group_prefix). The passes:
 //   1. the best logit, and NaN;
 //   2. each token's q into the histogram of its key's top 12 bits, the
 //      row's total Q; the nucleus must reach ceil(p Q);
@@ -253,17 +252,19 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
 //      nucleus's last token, the weight above it, and how many of the
 //      tokens at T it takes (the lowest ids; all of them when none are left);
 //   4. each warp sums the nucleus's q over its run; the warp whose share
-//      holds r = floor(u M) (M: the
-//      nucleus's weight; the shares in id order) walks its run in order, 32
-//      tokens at a time, to the token where r falls. The token is the first
-//      in id order where the nucleus's weight up to it passes r, whatever S.
+//      holds r = floor(u M) (M: the nucleus's weight; the shares in id
+//      order) walks its run in order, 32 tokens at a time, to the token
+//      where r falls. The token is the first in id order where the
+//      nucleus's weight up to it passes r, whatever S.
 
 typedef unsigned long long u64;
 
 #define TOPP_BITS 40
 #define TOPP_CLUSTER 8
 #ifndef TOPP_KEPT
-#define TOPP_KEPT 7  // topp_draw_x8_f32's chunks of 32 ids a lane keeps: all of a row of 57344 (50280 in the models here)
+// topp_draw_x8_f32's chunks of 32 ids a lane keeps in registers: all of a
+// row of up to 57344 tokens (50280 in the models here).
+#define TOPP_KEPT 7
 #endif
 
 // topp_weight: q of logit v, the row's best logit top (expf: 2 ulp, and
@@ -465,7 +466,9 @@ __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int 
     // 2. The weights' histogram over the keys' top 12 bits, and the total.
     for (int i = threadIdx.x; i < TOPK_BINS; i += TOPK_THREADS) mass[i] = 0;
     __syncthreads();
-    topp_each<C>(row, kept, first, end, found, [&](int, float v) { topp_add(mass, topk_key(v) >> 20, topp_weight(top, v, inv_temp), slots[warp]); });
+    topp_each<C>(row, kept, first, end, found, [&](int, float v) {
+        topp_add(mass, topk_key(v) >> 20, topp_weight(top, v, inv_temp), slots[warp]);
+    });
     group_reduce<S>(mass, TOPK_BINS, part);
     u64 mine = 0;
     for (int i = threadIdx.x; i < TOPK_BINS; i += TOPK_THREADS) mine += mass[i];
@@ -500,7 +503,9 @@ __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int 
     u64 tie_base = 0;
     if (!all_t) {
         unsigned count = 0;
-        topp_each<C>(row, kept, first, end, found, [&](int i, float v) { count += __popc(__ballot_sync(0xffffffffu, i < end && topk_key(v) == T)); });
+        topp_each<C>(row, kept, first, end, found, [&](int i, float v) {
+            count += __popc(__ballot_sync(0xffffffffu, i < end && topk_key(v) == T));
+        });
         u64 in_block = __shfl_sync(0xffffffffu, topk_scan_down<u64>(lane == 0 ? count : 0, warp_sums, &block_ties), 0);
         u64 before_block;
         group_prefix<S>(&block_ties, &before_block, nullptr);
