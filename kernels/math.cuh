@@ -130,10 +130,10 @@ __device__ __forceinline__ unsigned lo32(const void *p) { return (unsigned)(size
 // row_quads: quad(i, row[i .. i + 4)) for each aligned 16 bytes of row[0
 // .. n) and one(i, row[i]) for each id before and after them, split over the
 // block's threads. Each thread meets its ids in increasing order. It has
-// ROW_EACH_DEPTH float4 loads in flight before it uses any: one block
-// reading a row is bound by the latency of its loads, so it pays to have
-// many bytes in flight (topk_rows_f32's first pass with a 4-byte load a
-// thread at a time: 25.5 µs a row of 50280, 19.5 with this).
+// ROW_EACH_DEPTH float4 loads in flight before it uses any: a block that
+// waits on one 4-byte load a thread at a time is bound by their latency
+// (topk_rows_f32, whose passes put shared atomics between its loads: 25.5
+// µs a row of 50280 that way, 19.2 with this).
 #define ROW_EACH_DEPTH 4
 template <typename Q, typename F>
 __device__ __forceinline__ void row_quads(const float *__restrict__ row, int n, Q &&quad, F &&one) {
@@ -163,7 +163,6 @@ __device__ __forceinline__ void row_each(const float *__restrict__ row, int n, F
     row_quads(
         row, n, [&](int i, float4 v) { f(i, v.x), f(i + 1, v.y), f(i + 2, v.z), f(i + 3, v.w); }, f);
 }
-
 
 // AFTER_DEP(d) opens an inline-PTX block that sets the predicate p to
 // d != ~d, which always holds: an instruction under @p then comes after

@@ -76,7 +76,7 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
     };
     row_quads(
         row, V,
-        [&](int i, float4 v) {  // the quad's largest first: a third of the instructions a value
+        [&](int i, float4 v) {  // the quad's largest first, then its lowest id that holds it
             nan |= v.x != v.x || v.y != v.y || v.z != v.z || v.w != v.w;
             const float m = fmaxf(fmaxf(v.x, v.y), fmaxf(v.z, v.w));
             if (m > best || at == 0x7fffffff) best = m, at = i + (v.x == m ? 0 : v.y == m ? 1 : v.z == m ? 2 : 3);
