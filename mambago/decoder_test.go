@@ -320,9 +320,9 @@ func BenchmarkGenerate(b *testing.B) {
 			greedy := mambago.Sampling{TopP: 1, EOS: -1}
 			sampled := mambago.Sampling{Temperature: 0.8, TopK: 50, TopP: 1, Seed: 5, EOS: -1}
 			topP := mambago.Sampling{Temperature: 0.8, TopP: 0.95, Seed: 6, EOS: -1}
-			run := func(graphSteps int, s mambago.Sampling) func(int) []int64 {
+			run := func(graphSteps int, topPClusters bool, s mambago.Sampling) func(int) []int64 {
 				return func(n int) []int64 {
-					g.DecoderGraphSteps, g.TopPClusters = graphSteps, clusters
+					g.DecoderGraphSteps, g.TopPClusters = graphSteps, topPClusters
 					return generate(b, m, ids, B, prompt, n, s)
 				}
 			}
@@ -335,17 +335,14 @@ func BenchmarkGenerate(b *testing.B) {
 				run         func(n int) []int64
 			}{
 				{"host", "greedy", func(n int) []int64 { return hostLoop(b, m, ids, B, prompt, n) }},
-				{"device", "greedy", run(0, greedy)},
-				{"device+graph", "greedy", run(32, greedy)},
-				{"sampled", "sampled", run(0, sampled)},
-				{"sampled+graph", "sampled", run(32, sampled)},
+				{"device", "greedy", run(0, clusters, greedy)},
+				{"device+graph", "greedy", run(32, clusters, greedy)},
+				{"sampled", "sampled", run(0, clusters, sampled)},
+				{"sampled+graph", "sampled", run(32, clusters, sampled)},
 				{"sampled+graph+host", "sampled", onHost(false, sampled)},
 				{"sampled+graph+pageable", "sampled", onHost(true, sampled)},
-				{"top-p+graph", "top-p", run(32, topP)},
-				{"top-p+graph+block", "top-p", func(n int) []int64 {
-					g.DecoderGraphSteps, g.TopPClusters = 32, false
-					return generate(b, m, ids, B, prompt, n, topP)
-				}},
+				{"top-p+graph", "top-p", run(32, clusters, topP)},
+				{"top-p+graph+block", "top-p", run(32, false, topP)},
 				{"top-p+graph+host", "top-p-host", onHost(false, topP)},
 				{"top-p+graph+pageable", "top-p-host", onHost(true, topP)},
 			}

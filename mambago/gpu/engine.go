@@ -186,9 +186,9 @@ type Engine struct {
 	DecoderGraphSteps int
 	// TopPClusters has a decoder's TopP draw each row on a cluster of 8
 	// blocks (topp_draw_x8_f32; sm_90a), not on one: the same tokens, the
-	// kernel 3.2x sooner on the H200 (136.8 -> 42.4 µs a row of 50280;
-	// bench/results/2026-12-04-sampled.md). It is ignored on a device
-	// without sm_90a.
+	// kernel 3.6x sooner on the H200 (127.8 -> 35.3 µs a row of 50280 at
+	// 038b838; bench/results/2026-12-04-topp-kept.md). It is ignored on a
+	// device without sm_90a.
 	TopPClusters bool
 	// MemsetKernels and HoistMemsets edit cuBLASLt's memsets of its
 	// workspace in captured graphs (cuda.MemsetEdit), where the kernel
