@@ -25,7 +25,9 @@ import (
 // after it padded with EOS; sampled tokens (from the top 20, ranked on the
 // device), the same with a graph as without (its logits are the same bits)
 // and as the host's draws from whole rows; and tokens drawn from a nucleus
-// on the device, the same with a graph as without.
+// on the device, the same with a graph as without. Generate queues its
+// greedy and nucleus steps (gpu.Decoder's queue); taken one at a time
+// (unqueued) they give the same tokens.
 func TestGenerateOnDevice(t *testing.T) {
 	gputest.Need(t)
 	const B, T, n = 3, 5, 12
@@ -115,6 +117,20 @@ func TestGenerateOnDevice(t *testing.T) {
 			} else if !slices.Equal(toksP, topPTokens) {
 				t.Errorf("%s: top-p tokens with a step graph %v, without %v", dtype, toksP, topPTokens)
 			}
+			// Greedy and top-p steps one at a time: the tokens of the queue.
+			oneByOne := &mambago.Model{Engine: unqueued{Engine: g}}
+			for _, c := range []struct {
+				s    mambago.Sampling
+				want []int64
+			}{{mambago.Sampling{TopP: 1, EOS: -1}, flat}, {nucleusOnly, toksP}} {
+				got, _, err := oneByOne.Generate(ids, B, T, n, c.s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(got, c.want) {
+					t.Errorf("%s, graph steps %d, %+v: one step at a time %v, queued %v", dtype, graphSteps, c.s, got, c.want)
+				}
+			}
 			// The same draws from whole rows of logits on the host.
 			host, _, err := (&mambago.Model{Engine: hostSampled{Engine: g}}).Generate(ids, B, T, n, s)
 			if err != nil {
@@ -122,6 +138,141 @@ func TestGenerateOnDevice(t *testing.T) {
 			}
 			if !slices.Equal(toks, host) {
 				t.Errorf("%s, graph steps %d: sampled tokens from the device's top-k %v, from whole rows %v", dtype, graphSteps, toks, host)
+			}
+		}
+	}
+}
+
+// TestDecoderQueue checks the decoder's queue, eager and through a step
+// graph, in f32 and bf16, against a twin state stepped by Engine.Step on
+// the same ids: two steps queued at a time, the first fed the host's ids
+// and the second the first's picks on the device, greedy steps picking the
+// host's argmax of the twin's logits, nucleus steps a token of each row's
+// nucleus (row 0 draws 0: its first by id). Logits between them feeds the
+// host's ids, so the next step needs ids again. Misuse is an input error:
+// a step fed no ids with no picks to feed it, a third step queued, Picks
+// with none queued, Greedy with steps queued, a closed decoder. Close with
+// steps queued waits for them.
+func TestDecoderQueue(t *testing.T) {
+	gputest.Need(t)
+	const B, T, rounds = 3, 6, 8
+	for _, dtype := range []string{"float32", "bfloat16"} {
+		m, err := mambago.Open(filepath.Join(fixture.Root(), "base"), mambago.Options{Device: "cuda", DType: dtype})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		g, V := m.Engine.(*gpu.Engine), m.Config().Vocab
+		random := func() []int64 {
+			ids := make([]int64, B)
+			for b := range ids {
+				ids[b] = rand.Int64N(int64(V))
+			}
+			return ids
+		}
+		prompt := make([]int64, B*T)
+		for i := range prompt {
+			prompt[i] = rand.Int64N(int64(V))
+		}
+		for _, graphSteps := range []int{0, 1} {
+			g.DecoderGraphSteps = graphSteps
+			states := make([]engine.State, 2)
+			for i := range states {
+				if states[i], err = m.NewState(B); err != nil {
+					t.Fatal(err)
+				}
+				defer states[i].(interface{ Free() error }).Free()
+				if err := m.Prefill(states[i], engine.Input{B: B, T: T, IDs: prompt}, engine.Last, make([]float32, B*m.Config().Hidden)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			d, err := g.NewDecoder(states[0], 32)
+			if err != nil {
+				t.Fatal(err)
+			}
+			q, ok := d.(engine.QueueDecoder)
+			if !ok {
+				t.Fatalf("%T is not an engine.QueueDecoder", d)
+			}
+			if err := q.QueueGreedy(nil); !engine.IsInvalid(err) {
+				t.Errorf("a step fed no ids first: err = %v, want an input error", err)
+			}
+			if err := q.Picks(make([]int64, B)); !engine.IsInvalid(err) {
+				t.Errorf("Picks with no step queued: err = %v, want an input error", err)
+			}
+			want := make([]float32, B*V)
+			fed := random()
+			for round := range rounds {
+				where := fmt.Sprintf("%s, graph steps %d, round %d", dtype, graphSteps, round)
+				nucleus := round%2 == 1
+				temp, p, u := 0.9, 0.8, []float64{0, rand.Float64(), rand.Float64()}
+				queue := func(ids []int64) error {
+					if nucleus {
+						return q.QueueTopP(ids, temp, p, u)
+					}
+					return q.QueueGreedy(ids)
+				}
+				if err := queue(fed); err != nil {
+					t.Fatal(err)
+				}
+				if err := queue(nil); err != nil {
+					t.Fatal(err)
+				}
+				if round == 0 {
+					if err := queue(nil); !engine.IsInvalid(err) {
+						t.Errorf("a third step queued: err = %v, want an input error", err)
+					}
+					if err := d.Greedy(fed, make([]int64, B)); !engine.IsInvalid(err) {
+						t.Errorf("Greedy with steps queued: err = %v, want an input error", err)
+					}
+				}
+				for k := range 2 {
+					picks := slices.Repeat([]int64{-7}, B)
+					if err := q.Picks(picks); err != nil {
+						t.Fatal(err)
+					}
+					if err := m.Step(states[1], fed, want); err != nil {
+						t.Fatal(err)
+					}
+					for b, id := range picks {
+						row := want[b*V : (b+1)*V]
+						if !nucleus && id != argmax(row) {
+							t.Fatalf("%s, step %d: row %d picked %d, the twin's argmax %d", where, k, b, id, argmax(row))
+						}
+						if ids := nucleusIDs(row, temp, p); nucleus && (!slices.Contains(ids, id) || b == 0 && id != slices.Min(ids)) {
+							t.Fatalf("%s, step %d: row %d (u %.3f) drew %d; the nucleus: %v", where, k, b, u[b], id, ids[:min(len(ids), 10)])
+						}
+					}
+					fed = picks
+				}
+				if round%2 == 0 {
+					continue
+				}
+				got, err := d.Logits(fed)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := m.Step(states[1], fed, want); err != nil {
+					t.Fatal(err)
+				}
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%s: Logits after the queue: logit %d = %v, Step's %v", where, i, got[i], want[i])
+					}
+				}
+				if err := q.QueueGreedy(nil); !engine.IsInvalid(err) {
+					t.Errorf("%s: a step fed no ids after Logits: err = %v, want an input error", where, err)
+				}
+				fed = random()
+			}
+			if err := errors.Join(q.QueueGreedy(fed), q.QueueGreedy(nil), d.Close()); err != nil {
+				t.Fatalf("Close with two steps queued: %v", err)
+			}
+			if err := q.QueueGreedy(fed); !engine.IsInvalid(err) {
+				t.Errorf("a closed decoder's QueueGreedy: err = %v, want an input error", err)
+			}
+			if err := q.Picks(make([]int64, B)); !engine.IsInvalid(err) {
+				t.Errorf("a closed decoder's Picks: err = %v, want an input error", err)
 			}
 		}
 	}
@@ -286,7 +437,8 @@ func TestDecoderLogits(t *testing.T) {
 // process. Greedy: "host", the loop Generate ran before the device pick
 // (eager steps, every row's logits copied to the host and its argmax taken
 // there), and Generate with the device pick, stepping eagerly ("device") or
-// through a step graph ("device+graph"). Sampled (temperature 0.8, top-k
+// through a step graph ("device+graph"), one step queued ahead of the host,
+// or one step at a time ("+unqueued"). Sampled (temperature 0.8, top-k
 // 50): Generate stepping eagerly ("sampled") or through a step graph
 // ("sampled+graph"), the candidates ranked on the device (TopK); then
 // through the graph but drawn on the host from whole rows of logits, copied
@@ -294,7 +446,8 @@ func TestDecoderLogits(t *testing.T) {
 // as before it ("+pageable"). Top-p (temperature 0.8, the nucleus of 0.95 of
 // all tokens) through the graph, drawn on the device ("top-p+graph"; on
 // sm_90a a cluster of blocks a row, Engine.TopPClusters; "+block": one
-// block a row, the same tokens), or on the host from logits page-locked ("+host") or pageable ("+pageable"):
+// block a row, the same tokens; "+unqueued": one step at a time), or on
+// the host from logits page-locked ("+host") or pageable ("+pageable"):
 // other tokens than the device's, at the same odds. A token's time is (t(129) - t(1)) /
 // 128 of wall time, so the prefill and the first token cancel; the medians
 // of 7 rounds.
@@ -326,6 +479,13 @@ func BenchmarkGenerate(b *testing.B) {
 					return generate(b, m, ids, B, prompt, n, s)
 				}
 			}
+			oneByOne := func(s mambago.Sampling) func(int) []int64 {
+				wrapped := &mambago.Model{Engine: unqueued{Engine: g}}
+				return func(n int) []int64 {
+					g.DecoderGraphSteps, g.TopPClusters = 32, clusters
+					return generate(b, wrapped, ids, B, prompt, n, s)
+				}
+			}
 			onHost := func(pageable bool, s mambago.Sampling) func(int) []int64 {
 				wrapped := &mambago.Model{Engine: hostSampled{Engine: g, pageable: pageable}}
 				return func(n int) []int64 { g.DecoderGraphSteps = 32; return generate(b, wrapped, ids, B, prompt, n, s) }
@@ -337,12 +497,14 @@ func BenchmarkGenerate(b *testing.B) {
 				{"host", "greedy", func(n int) []int64 { return hostLoop(b, m, ids, B, prompt, n) }},
 				{"device", "greedy", run(0, clusters, greedy)},
 				{"device+graph", "greedy", run(32, clusters, greedy)},
+				{"device+graph+unqueued", "greedy", oneByOne(greedy)},
 				{"sampled", "sampled", run(0, clusters, sampled)},
 				{"sampled+graph", "sampled", run(32, clusters, sampled)},
 				{"sampled+graph+host", "sampled", onHost(false, sampled)},
 				{"sampled+graph+pageable", "sampled", onHost(true, sampled)},
 				{"top-p+graph", "top-p", run(32, clusters, topP)},
 				{"top-p+graph+block", "top-p", run(32, false, topP)},
+				{"top-p+graph+unqueued", "top-p", oneByOne(topP)},
 				{"top-p+graph+host", "top-p-host", onHost(false, topP)},
 				{"top-p+graph+pageable", "top-p-host", onHost(true, topP)},
 			}
@@ -375,6 +537,23 @@ func BenchmarkGenerate(b *testing.B) {
 		m.Close()
 	}
 }
+
+// unqueued is the CUDA engine whose decoders hide their queue (and TopK):
+// Generate takes its greedy and nucleus steps one at a time, waiting for
+// each step's picks before it feeds the next, as before the queue.
+type unqueued struct{ *gpu.Engine }
+
+// NewDecoder wraps the engine's decoder.
+func (e unqueued) NewDecoder(st engine.State, steps int) (engine.Decoder, error) {
+	d, err := e.Engine.NewDecoder(st, steps)
+	if err != nil {
+		return nil, err
+	}
+	return oneAtATime{d.(engine.TopPDecoder)}, nil
+}
+
+// oneAtATime embeds the interface, not *gpu.Decoder: no queue.
+type oneAtATime struct{ engine.TopPDecoder }
 
 // hostSampled is the CUDA engine whose decoders leave sampling to the host:
 // they hide their TopK and TopP, so that Generate draws from whole rows of

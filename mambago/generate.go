@@ -101,6 +101,16 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 	default:
 		topP, _ = dec.(engine.TopPDecoder)
 	}
+	// Where the decoder queues its greedy and nucleus steps (QueueDecoder),
+	// steps wait queued ahead of the host: each is fed the picks of the one
+	// before on the device and runs while the host reads them. A row that
+	// has stopped is then fed its own picks, not EOS; its tokens are EOS all
+	// the same, and the state is dropped with the steps still queued once
+	// every row has stopped.
+	queue, _ := dec.(engine.QueueDecoder)
+	if !greedyOnDevice && topP == nil {
+		queue = nil
+	}
 	var candIDs []int32
 	var candLogits []float32
 	uniforms := make([]float64, B)
@@ -109,11 +119,24 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 		samplers[b] = newSampler(s, b)
 	}
 	done := make([]bool, B)
+	// drawUniforms sets each running row's next draw for a nucleus step.
+	drawUniforms := func() {
+		for b, sp := range samplers {
+			if !done[b] {
+				uniforms[b] = sp.rng.Float64()
+			}
+		}
+	}
 	next, picked := make([]int64, B), make([]int64, B)
 	out := make([][]int64, B)
-	n := 0
+	n, ahead := 0, 0 // tokens taken, and steps queued ahead of them
 	for n < maxNew {
 		switch {
+		case queue != nil && n > 0:
+			if err = queue.Picks(picked); err == nil {
+				ahead--
+				err = takeDrawn(picked, done, next)
+			}
 		case greedyOnDevice && n > 0:
 			copy(next, picked)
 		case topP != nil && n > 0:
@@ -146,16 +169,27 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 			}
 		}
 		switch {
+		case queue != nil:
+			// Token n comes from the first step queued, the tokens after it
+			// from the steps queued ahead, fed on the device.
+			for ; err == nil && ahead < queue.QueueDepth() && n+ahead < maxNew; ahead++ {
+				fed := next
+				if ahead > 0 {
+					fed = nil
+				}
+				if greedyOnDevice {
+					err = queue.QueueGreedy(fed)
+				} else {
+					drawUniforms()
+					err = queue.QueueTopP(fed, s.Temperature, s.TopP, uniforms)
+				}
+			}
 		case greedyOnDevice:
 			err = dec.Greedy(next, picked)
 		case topK != nil:
 			candIDs, candLogits, err = topK.TopK(next, s.TopK)
 		case topP != nil:
-			for b, sp := range samplers {
-				if !done[b] {
-					uniforms[b] = sp.rng.Float64()
-				}
-			}
+			drawUniforms()
 			err = topP.TopP(next, s.Temperature, s.TopP, uniforms, picked)
 		case dec != nil:
 			logits, err = dec.Logits(next)
@@ -173,8 +207,8 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 	return flat, n, nil
 }
 
-// takeDrawn copies the tokens a TopPDecoder drew into next, for every row
-// not done; -1 marks a row whose logits held NaN.
+// takeDrawn copies the tokens a decoder picked or drew on the device into
+// next, for every row not done; -1 marks a row whose logits held NaN.
 func takeDrawn(drawn []int64, done []bool, next []int64) error {
 	var errs []error
 	for b, id := range drawn {

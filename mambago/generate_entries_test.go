@@ -14,14 +14,16 @@ import (
 )
 
 // hostDecoders is the CPU engine with decoders that keep the CUDA decoder's
-// contract (engine.TopKDecoder, engine.TopPDecoder) on the host, from
+// contract (engine.TopKDecoder, engine.QueueDecoder) on the host, from
 // Engine.Step's logits: TopK returns each row's k best in a shuffled order,
-// TopP draws from the nucleus with the uniform it is given. Generate's use
-// of those entries runs here without a GPU. With nanRow ≥ 0 that row's
-// logits hold NaN at every step.
+// TopP draws from the nucleus with the uniform it is given, and a queued
+// step runs at once, its picks waiting in a queue. Generate's use of those
+// entries runs here without a GPU. With nanRow ≥ 0 that row's logits hold
+// NaN at every step. steps, where set, counts the steps its decoders ran.
 type hostDecoders struct {
 	engine.Engine
 	nanRow int
+	steps  *int
 }
 
 // NewDecoder returns a decoder for st.
@@ -35,12 +37,17 @@ type hostEntries struct {
 	logits []float32
 	ids    []int32
 	vals   []float32
+	queued [][]int64 // the queued steps' picks, oldest first
+	last   []int64   // the last queued step's picks
 }
 
 func (d *hostEntries) Logits(ids []int64) ([]float32, error) {
 	V := d.e.Config().Vocab
 	if d.logits == nil {
 		d.logits = make([]float32, len(ids)*V)
+	}
+	if d.e.steps != nil {
+		*d.e.steps++
 	}
 	if err := d.e.Step(d.st, ids, d.logits); err != nil {
 		return nil, err
@@ -102,25 +109,75 @@ func (d *hostEntries) TopK(ids []int64, k int) ([]int32, []float32, error) {
 // TopP draws from the nucleus walked best first (the CUDA kernel walks it
 // by id: the same odds).
 func (d *hostEntries) TopP(ids []int64, temperature, p float64, uniforms []float64, next []int64) error {
-	return d.rows(ids, func(b int, row []float32) {
+	return d.rows(ids, func(b int, row []float32) { next[b] = drawNucleus(row, temperature, p, uniforms[b]) })
+}
+
+// drawNucleus draws from row's nucleus at temperature and p with the
+// uniform u, walked best first; -1 for a nil row (NaN).
+func drawNucleus(row []float32, temperature, p, u float64) int64 {
+	if row == nil {
+		return -1
+	}
+	nucleus, w := nucleusOf(row, temperature, p)
+	var mass float64
+	for _, x := range w {
+		mass += x
+	}
+	r := u * mass
+	for n, id := range nucleus {
+		if r -= w[n]; r < 0 {
+			return int64(id)
+		}
+	}
+	return int64(nucleus[len(nucleus)-1])
+}
+
+func (d *hostEntries) QueueDepth() int { return 2 }
+
+func (d *hostEntries) QueueGreedy(ids []int64) error {
+	return d.queue(ids, func(b int, row []float32) int64 {
 		if row == nil {
-			next[b] = -1
-			return
+			return -1
 		}
-		nucleus, w := nucleusOf(row, temperature, p)
-		var mass float64
-		for _, x := range w {
-			mass += x
-		}
-		r := uniforms[b] * mass
-		next[b] = int64(nucleus[len(nucleus)-1])
-		for n, id := range nucleus {
-			if r -= w[n]; r < 0 {
-				next[b] = int64(id)
-				break
-			}
-		}
+		return argmax(row)
 	})
+}
+
+func (d *hostEntries) QueueTopP(ids []int64, temperature, p float64, uniforms []float64) error {
+	u := slices.Clone(uniforms) // the CUDA decoder copies them before it returns
+	return d.queue(ids, func(b int, row []float32) int64 { return drawNucleus(row, temperature, p, u[b]) })
+}
+
+// queue runs a step at once on ids, or on nil the last step's picks (-1,
+// NaN's pick, clamped to 0 as the device clamps ids), and queues its picks.
+func (d *hostEntries) queue(ids []int64, pick func(b int, row []float32) int64) error {
+	if len(d.queued) == d.QueueDepth() {
+		return errors.New("queue full")
+	}
+	if ids == nil {
+		if d.last == nil {
+			return errors.New("no picks to feed")
+		}
+		ids = slices.Clone(d.last)
+		for b := range ids {
+			ids[b] = max(ids[b], 0)
+		}
+	}
+	picks := make([]int64, len(ids))
+	if err := d.rows(ids, func(b int, row []float32) { picks[b] = pick(b, row) }); err != nil {
+		return err
+	}
+	d.queued, d.last = append(d.queued, picks), picks
+	return nil
+}
+
+func (d *hostEntries) Picks(next []int64) error {
+	if len(d.queued) == 0 {
+		return errors.New("no step queued")
+	}
+	copy(next, d.queued[0])
+	d.queued = d.queued[1:]
+	return nil
 }
 
 func (d *hostEntries) Close() error { return nil }
@@ -159,7 +216,8 @@ func nucleusOf(row []float32, temp, topP float64) (ids []int, w []float64) {
 // TopK and TopP (hostDecoders, on the CPU engine) against Generate on the
 // engine alone: greedy and top-k tokens must be the same, EOS and stopped
 // rows included; top-p tokens must repeat for a seed and change with it;
-// logits with NaN in a running row fail naming that row.
+// a row that stops early must take at most one queued step past its last
+// token; logits with NaN in a running row fail naming that row.
 func TestGenerateThroughDecoderEntries(t *testing.T) {
 	plain := openBase(t)
 	wrapped := &mambago.Model{Engine: hostDecoders{Engine: plain.Engine, nanRow: -1}}
@@ -203,8 +261,36 @@ func TestGenerateThroughDecoderEntries(t *testing.T) {
 	if a, b, c := nucleus(7), nucleus(7), nucleus(8); !slices.Equal(a, b) || slices.Equal(a, c) {
 		t.Errorf("top-p: seed 7 gave %v then %v; seed 8 %v", a, b, c)
 	}
+	// One row that stops at its fourth token or later: the same tokens,
+	// and the queue runs at most one step past the last.
+	steps := 0
+	counted := &mambago.Model{Engine: hostDecoders{Engine: plain.Engine, nanRow: -1, steps: &steps}}
+	for _, s := range []mambago.Sampling{{TopP: 1, EOS: -1}, {Temperature: 1.5, TopP: 0.9, Seed: 4, EOS: -1}} {
+		whole, _, err := counted.Generate(ids[:T], 1, T, n, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := 3 // the first token from the fourth on that is new
+		for k < n && slices.Index(whole, whole[k]) < k {
+			k++
+		}
+		if k == n {
+			t.Fatalf("%+v: %v repeats its first three tokens", s, whole)
+		}
+		s.EOS = whole[k]
+		want := whole[:k+1]
+		steps = 0
+		got, gotN, err := counted.Generate(ids[:T], 1, T, n, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) || gotN != len(want) || steps > gotN {
+			t.Errorf("%+v: %v (n=%d) in %d steps, want %v in at most %d", s, got, gotN, steps, want, len(want))
+		}
+	}
 	withNaN := &mambago.Model{Engine: hostDecoders{Engine: plain.Engine, nanRow: 1}}
 	for _, s := range []mambago.Sampling{
+		{TopP: 1, EOS: -1},
 		{Temperature: 1, TopK: 5, TopP: 1, EOS: -1},
 		{Temperature: 1, TopP: 0.9, EOS: -1},
 	} {

@@ -44,7 +44,7 @@
 #             once against in segments, then bf16 prefills likewise (the
 #             kernels' and the engine's BenchmarkScanSegments; about 2 minutes);
 #   generate: generation on the decoder (gpu.Decoder): the argmax, top-k and
-#             top-p kernels' (racecheck too), the page-locked buffer's and the
+#             top-p kernels' (racecheck too; not with GEN_KERNELS=0), the page-locked buffer's and the
 #             engine's tests with memcheck, the top-k kernel's time, then a
 #             token's time
 #             (BenchmarkGenerate, and, unless GEN_PYTHON=0, bench/generate_speed.py with $GEN_ARGS,
@@ -425,7 +425,7 @@ if [[ $mode == samplingncu ]]; then
   done
   exit $status
 fi
-if [[ $mode == generate ]]; then
+if [[ $mode == generate && ${GEN_KERNELS:-1} == 1 ]]; then  # GEN_KERNELS=0: without the kernels' tests
   echo "== generation on the decoder (gpu.Decoder; greedy picks by argmax_rows_f32, top-k candidates by topk_rows_f32): the kernels and the engine against the host, sanitizers"
   run_tests generate_kernels 200 .carry/kernels.test -test.v -test.run 'ArgmaxRows|TopKRows|TopPDraw'
   SANITIZE_ARGS=-test.short memcheck memcheck_argmax 200 .carry/kernels.test 'ArgmaxRows|TopKRows|TopPDraw'
@@ -435,8 +435,8 @@ if [[ $mode == generate ]]; then
   memcheck memcheck_host 100 .carry/cuda.test 'HostBuffer'
 fi
 if [[ $mode == generate || $mode == generatebench ]]; then
-  run_tests generate_tests 300 .carry/mambago.test -test.v -test.run 'Greedy|Sampl|Generate|DecoderLogits|FromCandidates|Example'
-  [[ $mode == generate ]] && memcheck memcheck_generate 300 .carry/mambago.test 'GenerateOnDevice|DecoderLogits'
+  run_tests generate_tests 300 .carry/mambago.test -test.v -test.run 'Greedy|Sampl|Generate|DecoderLogits|DecoderQueue|FromCandidates|Example'
+  [[ $mode == generate ]] && memcheck memcheck_generate 300 .carry/mambago.test 'GenerateOnDevice|DecoderLogits|DecoderQueue'
   echo "== a token of generation: greedy on the host's loop, the device pick eager and graphed; sampled from the device's top-k eager and graphed, from whole rows page-locked and pageable; top-p (BenchmarkGenerate)"
   bench_log generate_bench 300 .carry/mambago.test Generate "a token"
   [[ ${GEN_PYTHON:-1} == 0 ]] && exit $status  # GEN_PYTHON=0: without the Python timings

@@ -153,6 +153,27 @@ type TopPDecoder interface {
 	TopP(ids []int64, temperature, p float64, uniforms []float64, next []int64) error
 }
 
+// QueueDecoder is a TopPDecoder that also queues steps ahead of the host:
+// a queued step picks each sequence's next token where the logits are, and
+// the step queued after it is fed those picks there, so that the device
+// runs the next step while the host reads the last one's picks. Every
+// queued step's picks come back through Picks, in order; a step queued
+// with ids nil needs a step queued before it.
+type QueueDecoder interface {
+	TopPDecoder
+	// QueueDepth is the most steps that may wait for their Picks.
+	QueueDepth() int
+	// QueueGreedy queues a step fed ids [B] (nil: the previous queued step's
+	// picks) that picks as Greedy does, and returns without waiting.
+	QueueGreedy(ids []int64) error
+	// QueueTopP queues a step fed ids [B] (nil: the previous queued step's
+	// picks) that draws as TopP does, and returns without waiting.
+	QueueTopP(ids []int64, temperature, p float64, uniforms []float64) error
+	// Picks waits for the oldest queued step and writes its picks to next
+	// [B]: -1 for a sequence whose logits held NaN.
+	Picks(next []int64) error
+}
+
 // InputError reports bad input from the caller: the Python package raises it
 // as ValueError.
 type InputError struct{ Msg string }

@@ -9,19 +9,34 @@ import (
 	"github.com/mambago/mambago/mambago/engine"
 )
 
-// Decoder steps one state on the GPU (engine.Decoder), eagerly or through a
-// captured step graph. Its greedy steps pick each row's most likely token
-// on the device (argmax_rows_f32 in kernels/pool.cu) and copy back B ids;
-// its Logits copy the logits into page-locked memory it owns; its TopK
-// copy back only each row's k best (topk_rows_f32 in kernels/topk.cu), and
-// its TopP draw from each row's nucleus there (topp_draw_f32).
+// Decoder steps one state on the GPU (engine.QueueDecoder), eagerly or
+// through a captured step graph. Its greedy steps pick each row's most
+// likely token on the device (argmax_rows_f32 in kernels/pool.cu) and copy
+// back B ids; its Logits copy the logits into page-locked memory it owns;
+// its TopK copy back only each row's k best (topk_rows_f32 in
+// kernels/topk.cu), and its TopP draw from each row's nucleus there
+// (topp_draw_f32).
+//
+// Greedy and TopP steps can also be queued ahead (QueueGreedy, QueueTopP,
+// then Picks): a step's picks go where the next step reads its ids (the
+// graph's input buffer, or pick), so a queued step is fed on the device,
+// and the stream runs it while the host reads the picks of the one before.
 type Decoder struct {
 	e     *Engine
 	s     *State
 	g     *Graph           // the captured step, or nil: eager steps
-	pick  *cuda.Buffer     // int64 [B]: each row's pick
+	pick  *cuda.Buffer     // int64 [B]: each row's pick, and an eager step's fed ids
 	draws *cuda.Buffer     // f64 [B]: TopP's uniforms; made by the first call
 	host  *cuda.HostBuffer // f32 [B, V], page-locked: Logits' result; made by the first call
+
+	// The queue: ring holds queueDepth slots of B picks (int64,
+	// page-locked), each filled by a copy that events[slot] follows; head is
+	// the oldest waiting step's slot and queued how many wait. fed says the
+	// feed holds the picks of the last step. Made by the first queued step.
+	ring         *cuda.HostBuffer
+	events       []*cuda.Event
+	head, queued int
+	fed          bool
 
 	// TopK's candidates for k = candK: int32 ids [B, k], then f32 logits
 	// [B, k], on the device and page-locked on the host; made by the first
@@ -62,10 +77,11 @@ func (d *Decoder) Graphed() bool { return d.g != nil }
 // Step feeds ids [B] and writes the next-token logits [B, V]: Graph.Step
 // or Engine.Step, bit for bit the same.
 func (d *Decoder) Step(ids []int64, logits []float32) error {
-	switch {
-	case d.pick == nil:
+	if d.pick == nil {
 		return engine.Invalid("decoder is closed")
-	case d.g != nil:
+	}
+	d.fed = false // the graph's input buffer takes ids
+	if d.g != nil {
 		return d.g.Step(ids, logits)
 	}
 	return d.e.Step(d.s, ids, logits)
@@ -82,13 +98,28 @@ func (d *Decoder) check(ids []int64) error {
 	return engine.CheckIDs("token_ids", ids, d.e.cfg.Vocab)
 }
 
-// stepThen steps on ids, through the graph or eagerly, then runs out on the
-// logits [B, V] the step left on the device, and waits for both.
-func (d *Decoder) stepThen(ids []int64, out func(logits cuda.Ptr) error) error {
+// stepThen steps on ids (nil: the ids in the feed), through the graph or
+// eagerly, then runs out on the logits [B, V] the step left on the device,
+// and waits for both when wait is set.
+func (d *Decoder) stepThen(ids []int64, out func(logits cuda.Ptr) error, wait bool) error {
+	d.fed = false
 	if d.g != nil {
-		return d.g.stepThen(ids, out)
+		return d.g.stepThen(ids, out, wait)
 	}
-	return d.e.stepThen(d.s, ids, out)
+	src := source{in: engine.Input{B: d.s.batch, T: 1, IDs: ids}}
+	if ids == nil {
+		src.dev, src.kind = d.pick.Ptr, "ids"
+	}
+	return d.e.stepThen(d.s, src, out, wait)
+}
+
+// feed is where a step fed on the device reads its ids, and so where
+// queued steps leave their picks: the graph's input buffer, or pick.
+func (d *Decoder) feed() cuda.Ptr {
+	if d.g != nil {
+		return d.g.in.Ptr
+	}
+	return d.pick.Ptr
 }
 
 // Logits feeds ids [B] and returns the next-token logits [B, V] (the same
@@ -112,7 +143,7 @@ func (d *Decoder) Logits(ids []int64) ([]float32, error) {
 		}
 	}
 	logits := cuda.HostSlice[float32](d.host, 0, B*V)
-	if err := d.stepThen(ids, func(dev cuda.Ptr) error { return cuda.CopyOut(logits, dev, e.stream) }); err != nil {
+	if err := d.stepThen(ids, func(dev cuda.Ptr) error { return cuda.CopyOut(logits, dev, e.stream) }, true); err != nil {
 		return nil, err
 	}
 	return logits, nil
@@ -143,7 +174,7 @@ func (d *Decoder) TopK(ids []int64, k int) ([]int32, []float32, error) {
 		}
 		return cuda.CopyOut(cuda.HostSlice[uint8](d.candHost, 0, bytes), d.cand.Ptr, e.stream)
 	}
-	if err := d.stepThen(ids, out); err != nil {
+	if err := d.stepThen(ids, out, true); err != nil {
 		return nil, nil, err
 	}
 	return cuda.HostSlice[int32](d.candHost, 0, B*k), cuda.HostSlice[float32](d.candHost, 4*B*k, B*k), nil
@@ -177,13 +208,75 @@ func (d *Decoder) allocCandidates(k int) error {
 // topp_draw_x8_f32 with Engine.TopPClusters), with
 // uniforms [B] as the draws; B ids come back, -1 for a row with NaN.
 func (d *Decoder) TopP(ids []int64, temperature, p float64, uniforms []float64, next []int64) error {
-	e, B := d.e, d.s.batch
-	if err := d.check(ids); err != nil {
+	if err := d.unqueued(ids, next); err != nil {
 		return err
 	}
+	if err := d.QueueTopP(ids, temperature, p, uniforms); err != nil {
+		return err
+	}
+	return d.Picks(next)
+}
+
+// Greedy feeds ids [B] and writes each sequence's most likely next token to
+// next [B]. Logits that hold NaN are an error.
+func (d *Decoder) Greedy(ids, next []int64) error {
+	if err := d.unqueued(ids, next); err != nil {
+		return err
+	}
+	if err := d.QueueGreedy(ids); err != nil {
+		return err
+	}
+	if err := d.Picks(next); err != nil {
+		return err
+	}
+	for b, id := range next {
+		if id < 0 {
+			return fmt.Errorf("gpu: greedy step: the logits of sequence %d hold NaN", b)
+		}
+	}
+	return nil
+}
+
+// unqueued refuses a step that waits for its own picks (Greedy, TopP) on a
+// decoder with steps queued, whose picks would come back first, and ids
+// or room for next that are not B long.
+func (d *Decoder) unqueued(ids, next []int64) error {
+	switch B := d.s.batch; {
+	case d.queued > 0:
+		return engine.Invalid("decoder has %d steps queued: take their picks first", d.queued)
+	case ids == nil:
+		return engine.Invalid("decoder for B=%d: got no ids", B)
+	case len(next) != B:
+		return engine.Invalid("decoder for B=%d: room for %d tokens", B, len(next))
+	}
+	return nil
+}
+
+// QueueDepth is the most steps that may wait for their Picks: two, so that
+// the device runs a step while the host reads the picks of the one before.
+func (d *Decoder) QueueDepth() int { return queueDepth }
+
+const queueDepth = 2
+
+// QueueGreedy queues a step fed ids [B] (nil: the picks of the step queued
+// before) that picks each sequence's most likely next token, the lowest id
+// among equal logits (argmax_rows_f32), and returns without waiting.
+func (d *Decoder) QueueGreedy(ids []int64) error {
+	e := d.e
+	return d.queue(ids, func(logits, to cuda.Ptr) error {
+		return e.launch("argmax_rows_f32", cuda.D1(d.s.batch), cuda.D1(1024), 0, logits, to, e.cfg.Vocab)
+	})
+}
+
+// QueueTopP queues a step fed ids [B] (nil: the picks of the step queued
+// before) that draws each sequence's next token from its nucleus as TopP
+// does, with uniforms [B] as the draws (copied before it returns), and
+// returns without waiting.
+func (d *Decoder) QueueTopP(ids []int64, temperature, p float64, uniforms []float64) error {
+	e, B := d.e, d.s.batch
 	switch {
-	case len(uniforms) != B || len(next) != B:
-		return engine.Invalid("decoder for B=%d: got %d uniforms and room for %d tokens", B, len(uniforms), len(next))
+	case len(uniforms) != B:
+		return engine.Invalid("decoder for B=%d: got %d uniforms", B, len(uniforms))
 	case !(temperature > 0) || math.IsInf(temperature, 0):
 		return engine.Invalid("temperature = %v, want > 0", temperature)
 	case !(p > 0 && p <= 1):
@@ -194,7 +287,7 @@ func (d *Decoder) TopP(ids []int64, temperature, p float64, uniforms []float64, 
 			return engine.Invalid("uniform %d = %v, want in [0, 1)", b, u)
 		}
 	}
-	if d.draws == nil {
+	if d.draws == nil && d.pick != nil {
 		done, err := e.bind()
 		if err != nil {
 			return err
@@ -205,7 +298,9 @@ func (d *Decoder) TopP(ids []int64, temperature, p float64, uniforms []float64, 
 			return fmt.Errorf("gpu: decoder's draws: %w", err)
 		}
 	}
-	draw := func(logits cuda.Ptr) error {
+	return d.queue(ids, func(logits, to cuda.Ptr) error {
+		// From pageable memory the copy is staged before CopyIn returns;
+		// it lands after the draw of the step queued before.
 		if err := cuda.CopyIn(d.draws.Ptr, uniforms, e.stream); err != nil {
 			return err
 		}
@@ -213,39 +308,99 @@ func (d *Decoder) TopP(ids []int64, temperature, p float64, uniforms []float64, 
 		if e.TopPClusters && sm90a(e.dev) { // elsewhere the cluster entry traps
 			kernel, group = "topp_draw_x8_f32", 8
 		}
-		if err := e.launch(kernel, cuda.D1(group*B), cuda.D1(1024), 0, logits, e.cfg.Vocab, float32(1/temperature), p,
-			d.draws.Ptr, d.pick.Ptr); err != nil {
-			return err
-		}
-		return cuda.CopyOut(next, d.pick.Ptr, e.stream)
-	}
-	return d.stepThen(ids, draw)
+		return e.launch(kernel, cuda.D1(group*B), cuda.D1(1024), 0, logits, e.cfg.Vocab, float32(1/temperature), p,
+			d.draws.Ptr, to)
+	})
 }
 
-// Greedy feeds ids [B] and writes each sequence's most likely next token to
-// next [B]. Logits that hold NaN are an error.
-func (d *Decoder) Greedy(ids, next []int64) error {
+// queue queues a step fed ids (checked; nil: the picks in the feed) whose
+// pick writes B ids from its logits to the feed, then their copy into the
+// ring's next slot and that slot's event.
+func (d *Decoder) queue(ids []int64, pick func(logits, to cuda.Ptr) error) error {
 	e, B := d.e, d.s.batch
-	if err := d.check(ids); err != nil {
-		return err
-	}
-	if len(next) != B {
-		return engine.Invalid("decoder for B=%d: room for %d tokens", B, len(next))
-	}
-	pick := func(logits cuda.Ptr) error {
-		if err := e.launch("argmax_rows_f32", cuda.D1(B), cuda.D1(1024), 0, logits, d.pick.Ptr, e.cfg.Vocab); err != nil {
+	if ids != nil {
+		if err := d.check(ids); err != nil {
 			return err
 		}
-		return cuda.CopyOut(next, d.pick.Ptr, e.stream)
 	}
-	if err := d.stepThen(ids, pick); err != nil {
-		return err
+	switch {
+	case d.pick == nil:
+		return engine.Invalid("decoder is closed")
+	case d.queued == queueDepth:
+		return engine.Invalid("decoder has %d steps queued: take their picks first", d.queued)
+	case ids == nil && !d.fed:
+		return engine.Invalid("decoder has no picks to feed a step: queue one with ids first")
 	}
-	for b, id := range next {
-		if id < 0 {
-			return fmt.Errorf("gpu: greedy step: the logits of sequence %d hold NaN", b)
+	if d.ring == nil {
+		if err := d.allocRing(); err != nil {
+			return err
 		}
 	}
+	slot := (d.head + d.queued) % queueDepth
+	out := func(logits cuda.Ptr) error {
+		if err := pick(logits, d.feed()); err != nil {
+			return err
+		}
+		if err := cuda.CopyOut(cuda.HostSlice[int64](d.ring, 8*B*slot, B), d.feed(), e.stream); err != nil {
+			return err
+		}
+		return d.events[slot].Record(e.stream)
+	}
+	if err := d.stepThen(ids, out, false); err != nil {
+		return err
+	}
+	d.queued++
+	d.fed = true
+	return nil
+}
+
+// allocRing makes the queue's page-locked slots and their events.
+func (d *Decoder) allocRing() error {
+	done, err := d.e.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	ring, err := cuda.AllocHost(8 * queueDepth * d.s.batch)
+	if err != nil {
+		return fmt.Errorf("gpu: decoder's queue: %w", err)
+	}
+	events := make([]*cuda.Event, queueDepth)
+	for i := range events {
+		if events[i], err = cuda.NewEvent(); err != nil {
+			for _, ev := range events[:i] {
+				err = errors.Join(err, ev.Destroy())
+			}
+			return errors.Join(fmt.Errorf("gpu: decoder's queue: %w", err), ring.Free())
+		}
+	}
+	d.ring, d.events = ring, events
+	return nil
+}
+
+// Picks waits for the oldest queued step and writes its picks to next [B]:
+// -1 for a sequence whose logits held NaN.
+func (d *Decoder) Picks(next []int64) error {
+	B := d.s.batch
+	switch {
+	case d.pick == nil:
+		return engine.Invalid("decoder is closed")
+	case d.queued == 0:
+		return engine.Invalid("decoder has no step queued")
+	case len(next) != B:
+		return engine.Invalid("decoder for B=%d: room for %d tokens", B, len(next))
+	}
+	done, err := d.e.bind()
+	if err != nil {
+		return err
+	}
+	err = d.events[d.head].Synchronize()
+	done()
+	if err != nil {
+		return err
+	}
+	copy(next, cuda.HostSlice[int64](d.ring, 8*B*d.head, B))
+	d.head, d.queued = (d.head+1)%queueDepth, d.queued-1
 	return nil
 }
 
@@ -263,8 +418,15 @@ func (d *Decoder) Close() error {
 			return errors.Join(err, berr)
 		}
 		defer done()
-		err = errors.Join(err, d.pick.Free(), d.draws.Free(), d.host.Free(), d.cand.Free(), d.candHost.Free())
+		if d.queued > 0 { // their copies still write the ring
+			err = errors.Join(err, d.e.stream.Synchronize())
+		}
+		for _, ev := range d.events {
+			err = errors.Join(err, ev.Destroy())
+		}
+		err = errors.Join(err, d.pick.Free(), d.draws.Free(), d.host.Free(), d.cand.Free(), d.candHost.Free(), d.ring.Free())
 		d.pick, d.draws, d.host, d.cand, d.candHost, d.candK = nil, nil, nil, nil, nil, 0
+		d.ring, d.events, d.head, d.queued, d.fed = nil, nil, 0, 0, false
 	}
 	return err
 }

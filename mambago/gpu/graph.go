@@ -286,19 +286,20 @@ func (g *Graph) Step(ids []int64, logits []float32) error {
 	if err := engine.CheckIDs("token_ids", ids, c.Vocab); err != nil {
 		return err
 	}
-	return g.stepThen(ids, func(dev cuda.Ptr) error { return cuda.CopyOut(logits, dev, e.stream) })
+	return g.stepThen(ids, func(dev cuda.Ptr) error { return cuda.CopyOut(logits, dev, e.stream) }, true)
 }
 
-// stepThen replays a captured step on ids (checked), then runs out on the
-// logits [B, V] it left on the device, and waits for both.
-func (g *Graph) stepThen(ids []int64, out func(logits cuda.Ptr) error) error {
+// stepThen replays a captured step on ids (checked; nil: the ids already in
+// its input buffer, where a Decoder's picks go), then runs out on the
+// logits [B, V] it left on the device, and waits for both when wait is set.
+func (g *Graph) stepThen(ids []int64, out func(logits cuda.Ptr) error, wait bool) error {
 	upload := func() error {
 		if err := g.ownBuffers(); err != nil {
 			return err
 		}
-		return cuda.CopyIn(g.in.Ptr, ids, g.e.stream)
+		return cuda.CopyIn(g.in.Ptr, ids, g.e.stream) // nothing for nil ids
 	}
-	return g.replay(nil, upload, func() error { return out(g.logit.Ptr) }, true)
+	return g.replay(nil, upload, func() error { return out(g.logit.Ptr) }, wait)
 }
 
 // StepDevice replays a captured step on caller-owned device memory: B int64

@@ -50,12 +50,13 @@ func (e *Engine) Step(st engine.State, ids []int64, logits []float32) error {
 	if B, V := s.batch, e.cfg.Vocab; len(logits) != B*V {
 		return engine.Invalid("logits buffer has %d values, want B*V = %d", len(logits), B*V)
 	}
-	return e.stepThen(s, ids, func(dev cuda.Ptr) error { return cuda.CopyOut(logits, dev, e.stream) })
+	return e.stepThen(s, source{in: in}, func(dev cuda.Ptr) error { return cuda.CopyOut(logits, dev, e.stream) }, true)
 }
 
-// stepThen runs one eager decode step of s on ids (checked), then out on
-// the logits [B, V] it left on the device, and waits for both.
-func (e *Engine) stepThen(s *State, ids []int64, out func(logits cuda.Ptr) error) error {
+// stepThen runs one eager decode step of s on src's B ids (host ids
+// checked, or on the device), then out on the logits [B, V] it left on the
+// device, and waits for both when wait is set.
+func (e *Engine) stepThen(s *State, src source, out func(logits cuda.Ptr) error, wait bool) error {
 	B := s.batch
 	done, err := e.bind()
 	if err != nil {
@@ -69,11 +70,10 @@ func (e *Engine) stepThen(s *State, ids []int64, out func(logits cuda.Ptr) error
 		return err
 	}
 	return e.onStream(nil, func() error {
-		in := engine.Input{B: B, T: 1, IDs: ids}
-		if err := e.stepDevice(s, source{in: in}, e.ws.out.Ptr, e.ws.logits.Ptr); err != nil {
+		if err := e.stepDevice(s, src, e.ws.out.Ptr, e.ws.logits.Ptr); err != nil {
 			return err
 		}
-		if err := out(e.ws.logits.Ptr); err != nil {
+		if err := out(e.ws.logits.Ptr); err != nil || !wait {
 			return err
 		}
 		return e.stream.Synchronize()
