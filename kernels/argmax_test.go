@@ -12,7 +12,8 @@ import (
 // TestArgmaxRowsKernel checks argmax_rows_f32 against the host's rule (the
 // lowest index of the largest value; -1 for a row with NaN) on fresh rows of
 // several widths, with the largest value repeated across threads and warps,
-// rows of -inf, +inf, signed zeros and NaN.
+// rows of -inf, +inf, signed zeros and NaN; its mirror in page-locked
+// memory must hold the same ids.
 func TestArgmaxRowsKernel(t *testing.T) {
 	fn, s := gpu(t)
 	for _, V := range []int{1, 7, 1000, 1025, 50280, 50281} {
@@ -41,7 +42,8 @@ func TestArgmaxRowsKernel(t *testing.T) {
 		if err := cuda.CopyIn(ids.Ptr, slices.Repeat([]int64{-7}, B), s); err != nil { // not an answer
 			t.Fatal(err)
 		}
-		if err := fn("argmax_rows_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, in.Ptr, ids.Ptr, int32(V)); err != nil {
+		mirror, at := mirrored(t, B)
+		if err := fn("argmax_rows_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, in.Ptr, ids.Ptr, int32(V), at); err != nil {
 			t.Fatal(err)
 		}
 		got := make([]int64, B)
@@ -56,7 +58,31 @@ func TestArgmaxRowsKernel(t *testing.T) {
 				t.Errorf("V=%d row %d: argmax %d, want %d", V, b, got[b], want)
 			}
 		}
+		if !slices.Equal(mirror, got) {
+			t.Errorf("V=%d: mirrored %v, want %v", V, mirror, got)
+		}
 	}
+}
+
+// mirrored returns B int64 of page-locked memory (freed by the test's
+// cleanup), each -7 (not an answer), and their device address: a pick
+// kernel's mirror.
+func mirrored(t *testing.T, B int) ([]int64, cuda.Ptr) {
+	t.Helper()
+	h, err := cuda.AllocHost(8 * B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Free() })
+	at, err := h.Device()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirror := cuda.HostSlice[int64](h, 0, B)
+	for i := range mirror {
+		mirror[i] = -7
+	}
+	return mirror, at
 }
 
 // specialRows returns rows of V values that rank oddly, for the kernels that

@@ -54,6 +54,14 @@ __device__ __forceinline__ void argmax_block(float &best, int &at, float *warp_v
     __syncthreads();  // warp_vals and warp_ats are free again
 }
 
+// put_pick: row b's picked token id to ids[b] and, where mirror is not
+// null, to mirror[b] too: page-locked host memory (gpu.Decoder's queue),
+// which the host reads once the kernel is done, without a copy.
+__device__ __forceinline__ void put_pick(long long *ids, long long *mirror, int b, long long id) {
+    ids[b] = id;
+    if (mirror) mirror[b] = id;
+}
+
 // exp2 on the special function unit, results below 2^-126 flushed to zero (a
 // decay that small is zero to the state); relative error 2^-22.
 __device__ __forceinline__ float ex2(float x) {

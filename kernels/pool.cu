@@ -54,7 +54,8 @@ extern "C" __global__ void mean_rows_f32(float *out, int d, const int *__restric
 //
 //   argmax_rows_f32: ids[b] = the index of the largest of logits[b, 0 .. V),
 //                    the lowest among equal values (as the host's argmax
-//                    does), or -1 when the row holds NaN.
+//                    does), or -1 when the row holds NaN; mirror[b] too
+//                    where mirror is not null (put_pick).
 //
 // Grid (B), one block a row, ARGMAX_THREADS threads reading it (row_quads);
 // each keeps its best (value, index), then the block reduces them
@@ -63,7 +64,7 @@ extern "C" __global__ void mean_rows_f32(float *out, int d, const int *__restric
 #define ARGMAX_THREADS 1024
 
 extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
-    argmax_rows_f32(const float *__restrict__ logits, long long *__restrict__ ids, int V) {
+    argmax_rows_f32(const float *__restrict__ logits, long long *__restrict__ ids, int V, long long *__restrict__ mirror) {
     const float *row = logits + (long long)blockIdx.x * V;
     float best = __int_as_float(0xff800000);  // -inf
     int at = 0x7fffffff;  // beaten by any index: a row of -inf picks index 0
@@ -86,5 +87,5 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
     __shared__ int ats[ARGMAX_THREADS / 32];
     nan = __syncthreads_or(nan);
     argmax_block(best, at, bests, ats);
-    if (threadIdx.x == 0) ids[blockIdx.x] = nan ? -1 : at;
+    if (threadIdx.x == 0) put_pick(ids, mirror, blockIdx.x, nan ? -1 : at);
 }

@@ -226,7 +226,8 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
 //                  tokens (ranked as above) whose weight reaches p of the
 //                  row's; u[b] in [0, 1) is the draw. A row whose best
 //                  logit is infinite gives that token (the lowest id), and
-//                  a row with NaN gives -1. 0 < p <= 1.
+//                  a row with NaN gives -1. 0 < p <= 1. mirror[b] too where
+//                  mirror is not null (put_pick).
 //   topp_draw_x8_f32: the same, each row split over a cluster of
 //                  TOPP_CLUSTER blocks (sm_90a; elsewhere it traps).
 //
@@ -414,7 +415,8 @@ __device__ __forceinline__ void topp_each(const float *__restrict__ row, const f
 
 template <int S, int C>
 __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int V, float inv_temp, double p,
-                                          const double *__restrict__ u, long long *__restrict__ next) {
+                                          const double *__restrict__ u, long long *__restrict__ next,
+                                          long long *__restrict__ mirror) {
     __shared__ u64 mass[TOPK_BINS];
     __shared__ u64 part[S > 1 ? TOPK_BINS / S : 1];  // group_reduce's
     __shared__ u64 warp_sums[TOPK_WARPS];
@@ -458,7 +460,7 @@ __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int 
     const float top = __shfl_sync(0xffffffffu, best, 0);
     const int top_at = __shfl_sync(0xffffffffu, at, 0);
     if (nan || isinf(top)) {  // an infinite best takes all the weight (or none has any)
-        if (threadIdx.x == 0 && rank == 0) next[b] = nan ? -1 : top_at;
+        if (threadIdx.x == 0 && rank == 0) put_pick(next, mirror, b, nan ? -1 : top_at);
         if (S > 1) group_sync<S>();  // no block leaves while another reads its best
         return;
     }
@@ -539,7 +541,7 @@ __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int 
     topp_each<C>(row, kept, first, end, found, [&](int i, float v) {
         u64 incl = topp_warp_scan(chunk(i, v, ties));
         unsigned hit = __ballot_sync(0xffffffffu, walked + incl > r);
-        if (hit && lane == __ffs(hit) - 1) next[b] = i;
+        if (hit && lane == __ffs(hit) - 1) put_pick(next, mirror, b, i);
         found = hit != 0;
         walked += __shfl_sync(0xffffffffu, incl, 31);
     });
@@ -547,15 +549,15 @@ __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int 
 
 #define TOPP_PARAMS                                                                                       \
     const float *__restrict__ logits, int V, float inv_temp, double p, const double *__restrict__ u, \
-        long long *__restrict__ next
+        long long *__restrict__ next, long long *__restrict__ mirror
 extern "C" __global__ void __launch_bounds__(TOPK_THREADS) topp_draw_f32(TOPP_PARAMS) {
-    topp_draw<1, 0>(logits, V, inv_temp, p, u, next);
+    topp_draw<1, 0>(logits, V, inv_temp, p, u, next, mirror);
 }
 // topp_draw_x8_f32: a cluster a row on sm_90a (gpu.Decoder launches it only
 // there); a trap elsewhere.
 #if GROUP_CLUSTERS
 #define TOPP_CLUSTER_DIMS __cluster_dims__(TOPP_CLUSTER, 1, 1)
-#define TOPP_CLUSTER_BODY topp_draw<TOPP_CLUSTER, TOPP_KEPT>(logits, V, inv_temp, p, u, next);
+#define TOPP_CLUSTER_BODY topp_draw<TOPP_CLUSTER, TOPP_KEPT>(logits, V, inv_temp, p, u, next, mirror);
 #else
 #define TOPP_CLUSTER_DIMS
 #define TOPP_CLUSTER_BODY __trap();

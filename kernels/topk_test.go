@@ -152,7 +152,7 @@ func BenchmarkTopKRows(b *testing.B) {
 				continue
 			}
 			argmax := func() error {
-				return f.Launch(cuda.D1(B), cuda.D1(1024), 0, s, rows[""].Ptr, picks.Ptr, int32(V))
+				return f.Launch(cuda.D1(B), cuda.D1(1024), 0, s, rows[""].Ptr, picks.Ptr, int32(V), cuda.Ptr(0))
 			}
 			b.Logf("B=%d %sargmax_rows_f32: %.1f µs", B, build.name, 1e3*gputest.Median(timer.turns(b, []func() error{argmax}, 1, 50)[0]))
 		}
@@ -168,7 +168,7 @@ func BenchmarkTopKRows(b *testing.B) {
 			for _, k := range toppBuilds {
 				for _, build := range builds {
 					topp := func() error {
-						return build.fn(k.name).Launch(cuda.D1(k.group*B), cuda.D1(1024), 0, s, rows[rowsName].Ptr, int32(V), float32(1/0.8), 0.95, u.Ptr, picks.Ptr)
+						return build.fn(k.name).Launch(cuda.D1(k.group*B), cuda.D1(1024), 0, s, rows[rowsName].Ptr, int32(V), float32(1/0.8), 0.95, u.Ptr, picks.Ptr, cuda.Ptr(0))
 					}
 					b.Logf("B=%d %s%s%s T=0.8 p=0.95: %.1f µs", B, build.name, rowsName, k.name,
 						1e3*gputest.Median(timer.turns(b, []func() error{topp}, 1, 50)[0]))
@@ -319,7 +319,8 @@ func toppKernels(t testing.TB) []toppKernel {
 }
 
 // drawTopP runs build k of the top-p draw over B rows of V at in with
-// uniforms u, the output poisoned first.
+// uniforms u, the output poisoned first; its mirror in page-locked memory
+// must hold the same draws.
 func drawTopP(t *testing.T, fn func(string) *cuda.Function, k toppKernel, s *cuda.Stream, in *cuda.Buffer, B, V int,
 	temp, topP float64, u []float64) []int64 {
 	t.Helper()
@@ -340,7 +341,8 @@ func drawTopP(t *testing.T, fn func(string) *cuda.Function, k toppKernel, s *cud
 	if err := cuda.CopyIn(un.Ptr, u, s); err != nil {
 		t.Fatal(err)
 	}
-	if err := fn(k.name).Launch(cuda.D1(k.group*B), cuda.D1(1024), 0, s, in.Ptr, int32(V), float32(1/temp), topP, un.Ptr, next.Ptr); err != nil {
+	mirror, at := mirrored(t, B)
+	if err := fn(k.name).Launch(cuda.D1(k.group*B), cuda.D1(1024), 0, s, in.Ptr, int32(V), float32(1/temp), topP, un.Ptr, next.Ptr, at); err != nil {
 		t.Fatal(err)
 	}
 	if err := cuda.CopyOut(got, next.Ptr, s); err != nil {
@@ -348,6 +350,9 @@ func drawTopP(t *testing.T, fn func(string) *cuda.Function, k toppKernel, s *cud
 	}
 	if err := s.Synchronize(); err != nil {
 		t.Fatal(err)
+	}
+	if !slices.Equal(mirror, got) {
+		t.Fatalf("%s: mirrored %v, drew %v", k.name, mirror, got)
 	}
 	return got
 }

@@ -154,8 +154,27 @@ func TestHostBuffer(t *testing.T) {
 		}()
 		cuda.HostSlice[float32](h, 4, n)
 	}()
+	// The device's address of the buffer takes a device-side copy (as a
+	// kernel's stores) that the host then reads.
+	at, err := h.Device()
+	must(t, err)
+	clear(pinned)
+	must(t, cuda.Copy(at+4*3, dev.Ptr+4*3, 4*5, s))
+	must(t, s.Synchronize())
+	for i, v := range pinned[:10] {
+		want := float32(0)
+		if i >= 3 && i < 7 {
+			want = float32(i) - 500
+		}
+		if i == 7 && !math.IsNaN(float64(v)) || i != 7 && v != want {
+			t.Fatalf("after a copy of values 3 to 7 to the device's address: pinned[%d] = %v", i, v)
+		}
+	}
 	must(t, h.Free())
 	must(t, h.Free())
+	if _, err := h.Device(); err == nil {
+		t.Error("Device of a freed buffer succeeded")
+	}
 	if _, err := cuda.AllocHost(0); err == nil {
 		t.Error("AllocHost(0) succeeded")
 	}

@@ -6,6 +6,7 @@ package cuda
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 )
@@ -105,6 +106,21 @@ func (h *HostBuffer) Free() error {
 	p := h.p
 	h.p = nil
 	return check("cuMemFreeHost", C.mg_cuMemFreeHost(p))
+}
+
+// Device returns the device's address of h, at which kernels read and
+// write it over the bus (under unified addressing, its host address): a
+// kernel can leave a few values there for the host to read once the work
+// has finished, without a copy.
+func (h *HostBuffer) Device() (Ptr, error) {
+	if h == nil || h.p == nil {
+		return 0, errors.New("cuda: the device address of a freed host buffer")
+	}
+	var d C.mg_devptr
+	if err := check("cuMemHostGetDevicePointer", C.mg_cuMemHostGetDevicePointer(&d, h.p)); err != nil {
+		return 0, err
+	}
+	return Ptr(d), nil
 }
 
 // HostSlice returns n elements of h from byte offset off as a Go slice over

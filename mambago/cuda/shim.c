@@ -35,6 +35,7 @@ FN(int, cuMemAlloc, (mg_devptr *, size_t));
 FN(int, cuMemFree, (mg_devptr));
 FN(int, cuMemAllocHost, (void **, size_t));
 FN(int, cuMemFreeHost, (void *));
+FN(int, cuMemHostGetDevicePointer, (mg_devptr *, void *, unsigned));
 FN(int, cuMemcpyHtoDAsync, (mg_devptr, const void *, size_t, void *));
 FN(int, cuMemcpyDtoHAsync, (void *, mg_devptr, size_t, void *));
 FN(int, cuMemcpyDtoDAsync, (mg_devptr, mg_devptr, size_t, void *));
@@ -191,6 +192,7 @@ const char *mg_load_driver(const char *path) {
 	LOAD(h, cuMemFree, "cuMemFree_v2");
 	LOAD(h, cuMemAllocHost, "cuMemAllocHost_v2");
 	LOAD(h, cuMemFreeHost, "cuMemFreeHost");
+	LOAD(h, cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
 	LOAD(h, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
 	LOAD(h, cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
 	LOAD(h, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
@@ -308,6 +310,7 @@ mg_result mg_cuMemAlloc(mg_devptr *p, size_t b) { CALL(cuMemAlloc, p, b); }
 mg_result mg_cuMemFree(mg_devptr p) { CALL(cuMemFree, p); }
 mg_result mg_cuMemAllocHost(void **p, size_t b) { CALL(cuMemAllocHost, p, b); }
 mg_result mg_cuMemFreeHost(void *p) { CALL(cuMemFreeHost, p); }
+mg_result mg_cuMemHostGetDevicePointer(mg_devptr *d, void *p) { CALL(cuMemHostGetDevicePointer, d, p, 0); }
 mg_result mg_cuMemcpyHtoDAsync(mg_devptr d, const void *s, size_t b, void *st) { CALL(cuMemcpyHtoDAsync, d, s, b, st); }
 mg_result mg_cuMemcpyDtoHAsync(void *d, mg_devptr s, size_t b, void *st) { CALL(cuMemcpyDtoHAsync, d, s, b, st); }
 mg_result mg_cuMemcpyDtoDAsync(mg_devptr d, mg_devptr s, size_t b, void *st) { CALL(cuMemcpyDtoDAsync, d, s, b, st); }

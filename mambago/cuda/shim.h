@@ -35,6 +35,7 @@ mg_result mg_cuMemAlloc(mg_devptr *p, size_t bytes);
 mg_result mg_cuMemFree(mg_devptr p);
 mg_result mg_cuMemAllocHost(void **p, size_t bytes);
 mg_result mg_cuMemFreeHost(void *p);
+mg_result mg_cuMemHostGetDevicePointer(mg_devptr *d, void *p);
 mg_result mg_cuMemcpyHtoDAsync(mg_devptr dst, const void *src, size_t bytes, void *stream);
 mg_result mg_cuMemcpyDtoHAsync(void *dst, mg_devptr src, size_t bytes, void *stream);
 mg_result mg_cuMemcpyDtoDAsync(mg_devptr dst, mg_devptr src, size_t bytes, void *stream);

@@ -21,6 +21,9 @@ import (
 // then Picks): a step's picks go where the next step reads its ids (the
 // graph's input buffer, or pick), so a queued step is fed on the device,
 // and the stream runs it while the host reads the picks of the one before.
+// The pick kernels also write them to page-locked memory (their mirror),
+// where the host reads them without a copy. Every step waits for its picks
+// this way; Greedy and TopP are a queued step and its Picks.
 type Decoder struct {
 	e     *Engine
 	s     *State
@@ -30,10 +33,12 @@ type Decoder struct {
 	host  *cuda.HostBuffer // f32 [B, V], page-locked: Logits' result; made by the first call
 
 	// The queue: ring holds queueDepth slots of B picks (int64,
-	// page-locked), each filled by a copy that events[slot] follows; head is
-	// the oldest waiting step's slot and queued how many wait. fed says the
-	// feed holds the picks of the last step. Made by the first queued step.
+	// page-locked, at ringDev on the device), each written by a pick kernel
+	// that events[slot] follows; head is the oldest waiting step's slot and
+	// queued how many wait. fed says the feed holds the picks of the last
+	// step. Made by the first queued step.
 	ring         *cuda.HostBuffer
+	ringDev      cuda.Ptr
 	events       []*cuda.Event
 	head, queued int
 	fed          bool
@@ -263,8 +268,8 @@ const queueDepth = 2
 // among equal logits (argmax_rows_f32), and returns without waiting.
 func (d *Decoder) QueueGreedy(ids []int64) error {
 	e := d.e
-	return d.queue(ids, func(logits, to cuda.Ptr) error {
-		return e.launch("argmax_rows_f32", cuda.D1(d.s.batch), cuda.D1(1024), 0, logits, to, e.cfg.Vocab)
+	return d.queue(ids, func(logits, to, mirror cuda.Ptr) error {
+		return e.launch("argmax_rows_f32", cuda.D1(d.s.batch), cuda.D1(1024), 0, logits, to, e.cfg.Vocab, mirror)
 	})
 }
 
@@ -298,7 +303,7 @@ func (d *Decoder) QueueTopP(ids []int64, temperature, p float64, uniforms []floa
 			return fmt.Errorf("gpu: decoder's draws: %w", err)
 		}
 	}
-	return d.queue(ids, func(logits, to cuda.Ptr) error {
+	return d.queue(ids, func(logits, to, mirror cuda.Ptr) error {
 		// From pageable memory the copy is staged before CopyIn returns;
 		// it lands after the draw of the step queued before.
 		if err := cuda.CopyIn(d.draws.Ptr, uniforms, e.stream); err != nil {
@@ -309,14 +314,14 @@ func (d *Decoder) QueueTopP(ids []int64, temperature, p float64, uniforms []floa
 			kernel, group = "topp_draw_x8_f32", 8
 		}
 		return e.launch(kernel, cuda.D1(group*B), cuda.D1(1024), 0, logits, e.cfg.Vocab, float32(1/temperature), p,
-			d.draws.Ptr, to)
+			d.draws.Ptr, to, mirror)
 	})
 }
 
 // queue queues a step fed ids (checked; nil: the picks in the feed) whose
-// pick writes B ids from its logits to the feed, then their copy into the
-// ring's next slot and that slot's event.
-func (d *Decoder) queue(ids []int64, pick func(logits, to cuda.Ptr) error) error {
+// pick writes B ids from its logits to the feed and to mirror, the ring's
+// next slot, then that slot's event.
+func (d *Decoder) queue(ids []int64, pick func(logits, to, mirror cuda.Ptr) error) error {
 	e, B := d.e, d.s.batch
 	if ids != nil {
 		if err := d.check(ids); err != nil {
@@ -338,10 +343,8 @@ func (d *Decoder) queue(ids []int64, pick func(logits, to cuda.Ptr) error) error
 	}
 	slot := (d.head + d.queued) % queueDepth
 	out := func(logits cuda.Ptr) error {
-		if err := pick(logits, d.feed()); err != nil {
-			return err
-		}
-		if err := cuda.CopyOut(cuda.HostSlice[int64](d.ring, 8*B*slot, B), d.feed(), e.stream); err != nil {
+		// A copy out instead of the mirror cost 8 µs more a token (BenchmarkQueueParts).
+		if err := pick(logits, d.feed(), d.ringDev+cuda.Ptr(8*B*slot)); err != nil {
 			return err
 		}
 		return d.events[slot].Record(e.stream)
@@ -365,6 +368,10 @@ func (d *Decoder) allocRing() error {
 	if err != nil {
 		return fmt.Errorf("gpu: decoder's queue: %w", err)
 	}
+	ringDev, err := ring.Device()
+	if err != nil {
+		return errors.Join(fmt.Errorf("gpu: decoder's queue: %w", err), ring.Free())
+	}
 	events := make([]*cuda.Event, queueDepth)
 	for i := range events {
 		if events[i], err = cuda.NewEvent(); err != nil {
@@ -374,7 +381,7 @@ func (d *Decoder) allocRing() error {
 			return errors.Join(fmt.Errorf("gpu: decoder's queue: %w", err), ring.Free())
 		}
 	}
-	d.ring, d.events = ring, events
+	d.ring, d.ringDev, d.events = ring, ringDev, events
 	return nil
 }
 
@@ -426,7 +433,7 @@ func (d *Decoder) Close() error {
 		}
 		err = errors.Join(err, d.pick.Free(), d.draws.Free(), d.host.Free(), d.cand.Free(), d.candHost.Free(), d.ring.Free())
 		d.pick, d.draws, d.host, d.cand, d.candHost, d.candK = nil, nil, nil, nil, nil, 0
-		d.ring, d.events, d.head, d.queued, d.fed = nil, nil, 0, 0, false
+		d.ring, d.ringDev, d.events, d.head, d.queued, d.fed = nil, 0, nil, 0, 0, false
 	}
 	return err
 }
