@@ -22,18 +22,17 @@ import (
 // graph's input buffer, or pick), so a queued step is fed on the device,
 // and the stream runs it while the host reads the picks of the one before.
 // The pick kernels also write them to page-locked memory (their mirror),
-// where the host reads them without a copy. Every step waits for its picks
-// this way; Greedy and TopP are a queued step and its Picks.
+// where the host reads them without a copy, and the nucleus draw reads its
+// uniforms from there. Greedy and TopP are a queued step and its Picks.
 type Decoder struct {
-	e     *Engine
-	s     *State
-	g     *Graph           // the captured step, or nil: eager steps
-	pick  *cuda.Buffer     // int64 [B]: each row's pick, and an eager step's fed ids
-	draws *cuda.Buffer     // f64 [B]: TopP's uniforms; made by the first call
-	host  *cuda.HostBuffer // f32 [B, V], page-locked: Logits' result; made by the first call
+	e    *Engine
+	s    *State
+	g    *Graph           // the captured step, or nil: eager steps
+	pick *cuda.Buffer     // int64 [B]: each row's pick, and an eager step's fed ids
+	host *cuda.HostBuffer // f32 [B, V], page-locked: Logits' result; made by the first call
 
-	// The queue: ring holds queueDepth slots of B picks (int64,
-	// page-locked, at ringDev on the device), each written by a pick kernel
+	// The queue: ring holds queueDepth slots (ringSlot), page-locked, at
+	// ringDev on the device; each slot's picks are written by a pick kernel
 	// that events[slot] follows; head is the oldest waiting step's slot and
 	// queued how many wait. fed says the feed holds the picks of the last
 	// step. Made by the first queued step.
@@ -268,15 +267,16 @@ const queueDepth = 2
 // among equal logits (argmax_rows_f32), and returns without waiting.
 func (d *Decoder) QueueGreedy(ids []int64) error {
 	e := d.e
-	return d.queue(ids, func(logits, to, mirror cuda.Ptr) error {
-		return e.launch("argmax_rows_f32", cuda.D1(d.s.batch), cuda.D1(1024), 0, logits, to, e.cfg.Vocab, mirror)
+	return d.queue(ids, nil, func(logits, to cuda.Ptr, s ringSlot) error {
+		return e.launch("argmax_rows_f32", cuda.D1(d.s.batch), cuda.D1(1024), 0, logits, to, e.cfg.Vocab, s.picksAt)
 	})
 }
 
 // QueueTopP queues a step fed ids [B] (nil: the picks of the step queued
 // before) that draws each sequence's next token from its nucleus as TopP
 // does, with uniforms [B] as the draws (copied before it returns), and
-// returns without waiting.
+// returns without waiting. The kernel reads them from the ring's
+// page-locked memory: no copy in on the stream.
 func (d *Decoder) QueueTopP(ids []int64, temperature, p float64, uniforms []float64) error {
 	e, B := d.e, d.s.batch
 	switch {
@@ -292,37 +292,22 @@ func (d *Decoder) QueueTopP(ids []int64, temperature, p float64, uniforms []floa
 			return engine.Invalid("uniform %d = %v, want in [0, 1)", b, u)
 		}
 	}
-	if d.draws == nil && d.pick != nil {
-		done, err := e.bind()
-		if err != nil {
-			return err
-		}
-		d.draws, err = cuda.Alloc(8 * B)
-		done()
-		if err != nil {
-			return fmt.Errorf("gpu: decoder's draws: %w", err)
-		}
-	}
-	return d.queue(ids, func(logits, to, mirror cuda.Ptr) error {
-		// From pageable memory the copy is staged before CopyIn returns;
-		// it lands after the draw of the step queued before.
-		if err := cuda.CopyIn(d.draws.Ptr, uniforms, e.stream); err != nil {
-			return err
-		}
+	return d.queue(ids, uniforms, func(logits, to cuda.Ptr, s ringSlot) error {
 		kernel, group := "topp_draw_f32", 1
 		if e.TopPClusters && sm90a(e.dev) { // elsewhere the cluster entry traps
 			kernel, group = "topp_draw_x8_f32", 8
 		}
 		return e.launch(kernel, cuda.D1(group*B), cuda.D1(1024), 0, logits, e.cfg.Vocab, float32(1/temperature), p,
-			d.draws.Ptr, to, mirror)
+			s.drawsAt, to, s.picksAt)
 	})
 }
 
 // queue queues a step fed ids (checked; nil: the picks in the feed) whose
-// pick writes B ids from its logits to the feed and to mirror, the ring's
-// next slot, then that slot's event.
-func (d *Decoder) queue(ids []int64, pick func(logits, to, mirror cuda.Ptr) error) error {
-	e, B := d.e, d.s.batch
+// pick writes B ids from its logits to the feed and to the picks of s, the
+// ring's next slot, then that slot's event. uniforms, where not nil, go to
+// the slot's draws first.
+func (d *Decoder) queue(ids []int64, uniforms []float64, pick func(logits, to cuda.Ptr, s ringSlot) error) error {
+	e := d.e
 	if ids != nil {
 		if err := d.check(ids); err != nil {
 			return err
@@ -341,13 +326,15 @@ func (d *Decoder) queue(ids []int64, pick func(logits, to, mirror cuda.Ptr) erro
 			return err
 		}
 	}
-	slot := (d.head + d.queued) % queueDepth
+	i := (d.head + d.queued) % queueDepth
+	s := d.slot(i)
+	copy(s.draws, uniforms) // the step that used the slot before is done: its Picks came back
 	out := func(logits cuda.Ptr) error {
 		// A copy out instead of the mirror cost 8 µs more a token (BenchmarkQueueParts).
-		if err := pick(logits, d.feed(), d.ringDev+cuda.Ptr(8*B*slot)); err != nil {
+		if err := pick(logits, d.feed(), s); err != nil {
 			return err
 		}
-		return d.events[slot].Record(e.stream)
+		return d.events[i].Record(e.stream)
 	}
 	if err := d.stepThen(ids, out, false); err != nil {
 		return err
@@ -357,6 +344,25 @@ func (d *Decoder) queue(ids []int64, pick func(logits, to, mirror cuda.Ptr) erro
 	return nil
 }
 
+// ringSlot is a queued step's share of the ring: B picks (int64) and B
+// draws (float64) in page-locked memory, each at the device's address of
+// the same memory too.
+type ringSlot struct {
+	picks            []int64
+	draws            []float64
+	picksAt, drawsAt cuda.Ptr
+}
+
+// slot returns the ring's slot i: the picks of every slot, then the draws.
+func (d *Decoder) slot(i int) ringSlot {
+	B := d.s.batch
+	picks, draws := 8*B*i, 8*B*(queueDepth+i)
+	return ringSlot{
+		picks: cuda.HostSlice[int64](d.ring, picks, B), draws: cuda.HostSlice[float64](d.ring, draws, B),
+		picksAt: d.ringDev + cuda.Ptr(picks), drawsAt: d.ringDev + cuda.Ptr(draws),
+	}
+}
+
 // allocRing makes the queue's page-locked slots and their events.
 func (d *Decoder) allocRing() error {
 	done, err := d.e.bind()
@@ -364,7 +370,7 @@ func (d *Decoder) allocRing() error {
 		return err
 	}
 	defer done()
-	ring, err := cuda.AllocHost(8 * queueDepth * d.s.batch)
+	ring, err := cuda.AllocHost(16 * queueDepth * d.s.batch)
 	if err != nil {
 		return fmt.Errorf("gpu: decoder's queue: %w", err)
 	}
@@ -388,8 +394,7 @@ func (d *Decoder) allocRing() error {
 // Picks waits for the oldest queued step and writes its picks to next [B]:
 // -1 for a sequence whose logits held NaN.
 func (d *Decoder) Picks(next []int64) error {
-	B := d.s.batch
-	switch {
+	switch B := d.s.batch; {
 	case d.pick == nil:
 		return engine.Invalid("decoder is closed")
 	case d.queued == 0:
@@ -406,7 +411,7 @@ func (d *Decoder) Picks(next []int64) error {
 	if err != nil {
 		return err
 	}
-	copy(next, cuda.HostSlice[int64](d.ring, 8*B*d.head, B))
+	copy(next, d.slot(d.head).picks)
 	d.head, d.queued = (d.head+1)%queueDepth, d.queued-1
 	return nil
 }
@@ -431,8 +436,8 @@ func (d *Decoder) Close() error {
 		for _, ev := range d.events {
 			err = errors.Join(err, ev.Destroy())
 		}
-		err = errors.Join(err, d.pick.Free(), d.draws.Free(), d.host.Free(), d.cand.Free(), d.candHost.Free(), d.ring.Free())
-		d.pick, d.draws, d.host, d.cand, d.candHost, d.candK = nil, nil, nil, nil, nil, 0
+		err = errors.Join(err, d.pick.Free(), d.host.Free(), d.cand.Free(), d.candHost.Free(), d.ring.Free())
+		d.pick, d.host, d.cand, d.candHost, d.candK = nil, nil, nil, nil, 0
 		d.ring, d.ringDev, d.events, d.head, d.queued, d.fed = nil, 0, nil, 0, 0, false
 	}
 	return err
