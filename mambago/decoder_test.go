@@ -157,11 +157,7 @@ func TestDecoderQueue(t *testing.T) {
 	gputest.Need(t)
 	const B, T, rounds = 3, 6, 8
 	for _, dtype := range []string{"float32", "bfloat16"} {
-		m, err := mambago.Open(filepath.Join(fixture.Root(), "base"), mambago.Options{Device: "cuda", DType: dtype})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
+		m := openCUDA(t, dtype)
 		g, V := m.Engine.(*gpu.Engine), m.Config().Vocab
 		random := func() []int64 {
 			ids := make([]int64, B)
@@ -176,16 +172,7 @@ func TestDecoderQueue(t *testing.T) {
 		}
 		for _, graphSteps := range []int{0, 1} {
 			g.DecoderGraphSteps = graphSteps
-			states := make([]engine.State, 2)
-			for i := range states {
-				if states[i], err = m.NewState(B); err != nil {
-					t.Fatal(err)
-				}
-				defer states[i].(interface{ Free() error }).Free()
-				if err := m.Prefill(states[i], engine.Input{B: B, T: T, IDs: prompt}, engine.Last, make([]float32, B*m.Config().Hidden)); err != nil {
-					t.Fatal(err)
-				}
-			}
+			states := twins(t, m, prompt, B, T)
 			d, err := g.NewDecoder(states[0], 32)
 			if err != nil {
 				t.Fatal(err)
@@ -292,11 +279,7 @@ func TestDecoderLogits(t *testing.T) {
 	gputest.Need(t)
 	const B, T, steps = 3, 6, 12
 	for _, dtype := range []string{"float32", "bfloat16"} {
-		m, err := mambago.Open(filepath.Join(fixture.Root(), "base"), mambago.Options{Device: "cuda", DType: dtype})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer m.Close()
+		m := openCUDA(t, dtype)
 		g, V := m.Engine.(*gpu.Engine), m.Config().Vocab
 		clusters := g.TopPClusters // the default: on sm_90a
 		ids := make([]int64, B*T)
@@ -306,16 +289,7 @@ func TestDecoderLogits(t *testing.T) {
 		for _, graphSteps := range []int{0, 1} {
 			g.DecoderGraphSteps = graphSteps
 			g.TopPClusters = clusters && graphSteps == 1 // TopP's kernel of one block a row eager, of a cluster graphed
-			states := make([]engine.State, 2)
-			for i := range states {
-				if states[i], err = m.NewState(B); err != nil {
-					t.Fatal(err)
-				}
-				defer states[i].(interface{ Free() error }).Free()
-				if err := m.Prefill(states[i], engine.Input{B: B, T: T, IDs: ids}, engine.Last, make([]float32, B*m.Config().Hidden)); err != nil {
-					t.Fatal(err)
-				}
-			}
+			states := twins(t, m, ids, B, T)
 			d, err := g.NewDecoder(states[0], steps)
 			if err != nil {
 				t.Fatal(err)
@@ -536,6 +510,37 @@ func BenchmarkGenerate(b *testing.B) {
 		}
 		m.Close()
 	}
+}
+
+// openCUDA opens the base fixture on the CUDA engine in dtype, closed by
+// the test's cleanup.
+func openCUDA(t *testing.T, dtype string) *mambago.Model {
+	t.Helper()
+	m, err := mambago.Open(filepath.Join(fixture.Root(), "base"), mambago.Options{Device: "cuda", DType: dtype})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+// twins returns two states of m, each prefilled with prompt [B, T] and
+// freed by the test's cleanup: one for a decoder, one for Engine.Step.
+func twins(t *testing.T, m *mambago.Model, prompt []int64, B, T int) []engine.State {
+	t.Helper()
+	states := make([]engine.State, 2)
+	for i := range states {
+		st, err := m.NewState(B)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.(interface{ Free() error }).Free() })
+		if err := m.Prefill(st, engine.Input{B: B, T: T, IDs: prompt}, engine.Last, make([]float32, B*m.Config().Hidden)); err != nil {
+			t.Fatal(err)
+		}
+		states[i] = st
+	}
+	return states
 }
 
 // unqueued is the CUDA engine whose decoders hide their queue (and TopK):
