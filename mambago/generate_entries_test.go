@@ -19,16 +19,23 @@ import (
 // TopP draws from the nucleus with the uniform it is given, and a queued
 // step runs at once, its picks waiting in a queue. Generate's use of those
 // entries runs here without a GPU. With nanRow ≥ 0 that row's logits hold
-// NaN at every step. steps, where set, counts the steps its decoders ran.
+// NaN at every step. steps, where set, counts the steps its decoders ran;
+// with unqueued its decoders hide the queue, so that Generate takes its
+// greedy and top-p steps one at a time.
 type hostDecoders struct {
 	engine.Engine
-	nanRow int
-	steps  *int
+	nanRow   int
+	steps    *int
+	unqueued bool
 }
 
 // NewDecoder returns a decoder for st.
 func (e hostDecoders) NewDecoder(st engine.State, steps int) (engine.Decoder, error) {
-	return &hostEntries{e: e, st: st}, nil
+	d := &hostEntries{e: e, st: st}
+	if e.unqueued {
+		return struct{ engine.TopPDecoder }{d}, nil
+	}
+	return d, nil
 }
 
 type hostEntries struct {
@@ -217,7 +224,8 @@ func nucleusOf(row []float32, temp, topP float64) (ids []int, w []float64) {
 // engine alone: greedy and top-k tokens must be the same, EOS and stopped
 // rows included; top-p tokens must repeat for a seed and change with it;
 // a row that stops early must take at most one queued step past its last
-// token; logits with NaN in a running row fail naming that row.
+// token; queued steps give the tokens of steps taken one at a time; logits
+// with NaN in a running row fail naming that row.
 func TestGenerateThroughDecoderEntries(t *testing.T) {
 	plain := openBase(t)
 	wrapped := &mambago.Model{Engine: hostDecoders{Engine: plain.Engine, nanRow: -1}}
@@ -260,6 +268,29 @@ func TestGenerateThroughDecoderEntries(t *testing.T) {
 	}
 	if a, b, c := nucleus(7), nucleus(7), nucleus(8); !slices.Equal(a, b) || slices.Equal(a, c) {
 		t.Errorf("top-p: seed 7 gave %v then %v; seed 8 %v", a, b, c)
+	}
+	// Queued and one step at a time, with rows that stop early: the same
+	// tokens (each row's draws in the same order, however far ahead).
+	oneByOne := &mambago.Model{Engine: hostDecoders{Engine: plain.Engine, nanRow: -1, unqueued: true}}
+	for _, s := range []mambago.Sampling{{TopP: 1, EOS: eos}, {Temperature: 1.5, TopP: 0.9, Seed: 5, EOS: -1}} {
+		if s.EOS < 0 { // the second token of row 1's draws
+			toks, _, err := wrapped.Generate(ids, B, T, n, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.EOS = toks[n+1]
+		}
+		queued, qn, err := wrapped.Generate(ids, B, T, n, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		single, sn, err := oneByOne.Generate(ids, B, T, n, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if qn != sn || !slices.Equal(queued, single) {
+			t.Errorf("%+v: queued %v (n=%d), one step at a time %v (n=%d)", s, queued, qn, single, sn)
+		}
 	}
 	// One row that stops at its fourth token or later: the same tokens,
 	// and the queue runs at most one step past the last.
