@@ -144,7 +144,8 @@ func TestGenerateOnDevice(t *testing.T) {
 }
 
 // TestDecoderQueue checks the decoder's queue, eager and through a step
-// graph, in f32 and bf16, against a twin state stepped by Engine.Step on
+// graph, on the decode kernels and on the prefill path at T = 1, in f32
+// and bf16, against a twin state stepped by Engine.Step on
 // the same ids: two steps queued at a time, the first fed the host's ids
 // and the second the first's picks on the device, greedy steps picking the
 // host's argmax of the twin's logits, nucleus steps a token of each row's
@@ -170,8 +171,11 @@ func TestDecoderQueue(t *testing.T) {
 		for i := range prompt {
 			prompt[i] = rand.Int64N(int64(V))
 		}
-		for _, graphSteps := range []int{0, 1} {
-			g.DecoderGraphSteps = graphSteps
+		// The decode kernels, then the prefill path at T = 1 (a batch over
+		// their limit takes it), each eager and graphed.
+		for _, c := range []struct{ graphSteps, kernelMaxB int }{{0, 0}, {1, 0}, {0, -1}, {1, -1}} {
+			graphSteps := c.graphSteps
+			g.DecoderGraphSteps, g.DecodeKernelMaxB = graphSteps, c.kernelMaxB
 			states := twins(t, m, prompt, B, T)
 			d, err := g.NewDecoder(states[0], 32)
 			if err != nil {
@@ -190,7 +194,7 @@ func TestDecoderQueue(t *testing.T) {
 			want := make([]float32, B*V)
 			fed := random()
 			for round := range rounds {
-				where := fmt.Sprintf("%s, graph steps %d, round %d", dtype, graphSteps, round)
+				where := fmt.Sprintf("%s, graph steps %d, decode kernels' B limit %d, round %d", dtype, graphSteps, c.kernelMaxB, round)
 				nucleus := round%2 == 1
 				temp, p, u := 0.9, 0.8, []float64{0, rand.Float64(), rand.Float64()}
 				queue := func(ids []int64) error {
