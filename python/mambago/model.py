@@ -830,7 +830,9 @@ class Model:
         tokens are picked on the GPU, a top_k draw's candidates are ranked
         there (only they come back), a draw without top_k is made there (at
         the same odds, but other tokens for a seed than the CPU engine's),
-        and from 32 tokens each step replays a CUDA graph. A row that emits
+        from 32 tokens each step replays a CUDA graph, and greedy and
+        top_p-only steps run one step ahead of the host, fed the tokens of
+        the step before on the GPU. A row that emits
         eos_token_id stops and is padded with it; generation ends when every
         row has stopped, so n may be below max_new_tokens. attention_mask
         marks padding as prefill's does: each row continues from its own last
