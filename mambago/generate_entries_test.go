@@ -3,6 +3,7 @@ package mambago_test
 import (
 	"cmp"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -328,6 +329,64 @@ func TestGenerateThroughDecoderEntries(t *testing.T) {
 		if _, _, err := withNaN.Generate(ids, B, T, n, s); err == nil || !strings.Contains(err.Error(), "sequence 1") ||
 			!strings.Contains(err.Error(), "NaN") {
 			t.Errorf("%+v with NaN in row 1's logits: err = %v", s, err)
+		}
+	}
+}
+
+// TestGenerateQueueRandomRuns runs Generate on random batches, prompt and
+// output lengths, EOS tokens and samplings through the host decoders with
+// their queue and without: the same tokens and lengths (greedy: also the
+// engine's own loop's), and the queue runs at most one step more than the
+// tokens it returns need (n − 1), and none more where no row stopped early;
+// one step at a time exactly that many.
+func TestGenerateQueueRandomRuns(t *testing.T) {
+	plain := openBase(t)
+	V := plain.Config().Vocab
+	for run := range 24 {
+		B, T, n := 1+rand.IntN(4), 1+rand.IntN(6), 1+rand.IntN(14)
+		ids := make([]int64, B*T)
+		for i := range ids {
+			ids[i] = rand.Int64N(int64(V))
+		}
+		s := mambago.Sampling{TopP: 1, EOS: -1}
+		if run%2 == 1 {
+			s = mambago.Sampling{Temperature: 0.5 + rand.Float64(), TopP: 0.5 + rand.Float64()/2, Seed: rand.Uint64(), EOS: -1}
+		}
+		var queuedSteps, singleSteps int
+		queued := &mambago.Model{Engine: hostDecoders{Engine: plain.Engine, nanRow: -1, steps: &queuedSteps}}
+		single := &mambago.Model{Engine: hostDecoders{Engine: plain.Engine, nanRow: -1, steps: &singleSteps, unqueued: true}}
+		whole, _, err := queued.Generate(ids, B, T, n, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rand.IntN(3) > 0 { // most runs stop rows early: one of the tokens drawn as EOS
+			s.EOS = whole[rand.IntN(len(whole))]
+		}
+		queuedSteps = 0
+		got, gotN, err := queued.Generate(ids, B, T, n, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, wantN, err := single.Generate(ids, B, T, n, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		where := fmt.Sprintf("run %d (B=%d T=%d n=%d %+v)", run, B, T, n, s)
+		if gotN != wantN || !slices.Equal(got, want) {
+			t.Fatalf("%s: queued %v (n=%d), one step at a time %v (n=%d)", where, got, gotN, want, wantN)
+		}
+		need := max(gotN-1, 0) // steps the tokens need; the queue may run one more only where rows stopped early
+		if queuedSteps < need || queuedSteps > need+1 || gotN == n && queuedSteps != need || singleSteps != need {
+			t.Errorf("%s: %d tokens in %d steps queued, %d one at a time", where, gotN, queuedSteps, singleSteps)
+		}
+		if s.Temperature == 0 {
+			engine, engineN, err := plain.Generate(ids, B, T, n, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if engineN != gotN || !slices.Equal(engine, got) {
+				t.Errorf("%s: queued %v, the engine's loop %v", where, got, engine)
+			}
 		}
 	}
 }
