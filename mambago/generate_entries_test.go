@@ -248,14 +248,8 @@ func TestGenerateThroughDecoderEntries(t *testing.T) {
 		{Temperature: 1.2, TopK: 5, TopP: 1, Seed: 2, EOS: -1},
 		{Temperature: 1.5, TopK: 20, TopP: 0.9, Seed: 3, EOS: eos},
 	} {
-		want, wantN, err := plain.Generate(ids, B, T, n, s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, gotN, err := wrapped.Generate(ids, B, T, n, s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		want, wantN := mustGenerate(t, plain, ids, B, T, n, s)
+		got, gotN := mustGenerate(t, wrapped, ids, B, T, n, s)
 		if gotN != wantN || !slices.Equal(got, want) {
 			t.Errorf("%+v: through the decoder's entries %v (n=%d), on the engine %v (n=%d)", s, got, gotN, want, wantN)
 		}
@@ -275,20 +269,11 @@ func TestGenerateThroughDecoderEntries(t *testing.T) {
 	oneByOne := &mambago.Model{Engine: hostDecoders{Engine: plain.Engine, nanRow: -1, unqueued: true}}
 	for _, s := range []mambago.Sampling{{TopP: 1, EOS: eos}, {Temperature: 1.5, TopP: 0.9, Seed: 5, EOS: -1}} {
 		if s.EOS < 0 { // the second token of row 1's draws
-			toks, _, err := wrapped.Generate(ids, B, T, n, s)
-			if err != nil {
-				t.Fatal(err)
-			}
+			toks, _ := mustGenerate(t, wrapped, ids, B, T, n, s)
 			s.EOS = toks[n+1]
 		}
-		queued, qn, err := wrapped.Generate(ids, B, T, n, s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		single, sn, err := oneByOne.Generate(ids, B, T, n, s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		queued, qn := mustGenerate(t, wrapped, ids, B, T, n, s)
+		single, sn := mustGenerate(t, oneByOne, ids, B, T, n, s)
 		if qn != sn || !slices.Equal(queued, single) {
 			t.Errorf("%+v: queued %v (n=%d), one step at a time %v (n=%d)", s, queued, qn, single, sn)
 		}
@@ -298,10 +283,7 @@ func TestGenerateThroughDecoderEntries(t *testing.T) {
 	steps := 0
 	counted := &mambago.Model{Engine: hostDecoders{Engine: plain.Engine, nanRow: -1, steps: &steps}}
 	for _, s := range []mambago.Sampling{{TopP: 1, EOS: -1}, {Temperature: 1.5, TopP: 0.9, Seed: 4, EOS: -1}} {
-		whole, _, err := counted.Generate(ids[:T], 1, T, n, s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		whole, _ := mustGenerate(t, counted, ids[:T], 1, T, n, s)
 		k := 3 // the first token from the fourth on that is new
 		for k < n && slices.Index(whole, whole[k]) < k {
 			k++
@@ -312,10 +294,7 @@ func TestGenerateThroughDecoderEntries(t *testing.T) {
 		s.EOS = whole[k]
 		want := whole[:k+1]
 		steps = 0
-		got, gotN, err := counted.Generate(ids[:T], 1, T, n, s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, gotN := mustGenerate(t, counted, ids[:T], 1, T, n, s)
 		if !slices.Equal(got, want) || gotN != len(want) || steps > gotN {
 			t.Errorf("%+v: %v (n=%d) in %d steps, want %v in at most %d", s, got, gotN, steps, want, len(want))
 		}
@@ -331,6 +310,16 @@ func TestGenerateThroughDecoderEntries(t *testing.T) {
 			t.Errorf("%+v with NaN in row 1's logits: err = %v", s, err)
 		}
 	}
+}
+
+// mustGenerate is m.Generate(ids, B, T, n, s), failing the test on an error.
+func mustGenerate(t *testing.T, m *mambago.Model, ids []int64, B, T, n int, s mambago.Sampling) ([]int64, int) {
+	t.Helper()
+	toks, got, err := m.Generate(ids, B, T, n, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return toks, got
 }
 
 // TestGenerateQueueRandomRuns runs Generate on random batches, prompt and
@@ -355,22 +344,13 @@ func TestGenerateQueueRandomRuns(t *testing.T) {
 		var queuedSteps, singleSteps int
 		queued := &mambago.Model{Engine: hostDecoders{Engine: plain.Engine, nanRow: -1, steps: &queuedSteps}}
 		single := &mambago.Model{Engine: hostDecoders{Engine: plain.Engine, nanRow: -1, steps: &singleSteps, unqueued: true}}
-		whole, _, err := queued.Generate(ids, B, T, n, s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		whole, _ := mustGenerate(t, queued, ids, B, T, n, s)
 		if rand.IntN(3) > 0 { // most runs stop rows early: one of the tokens drawn as EOS
 			s.EOS = whole[rand.IntN(len(whole))]
 		}
 		queuedSteps = 0
-		got, gotN, err := queued.Generate(ids, B, T, n, s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, wantN, err := single.Generate(ids, B, T, n, s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		got, gotN := mustGenerate(t, queued, ids, B, T, n, s)
+		want, wantN := mustGenerate(t, single, ids, B, T, n, s)
 		where := fmt.Sprintf("run %d (B=%d T=%d n=%d %+v)", run, B, T, n, s)
 		if gotN != wantN || !slices.Equal(got, want) {
 			t.Fatalf("%s: queued %v (n=%d), one step at a time %v (n=%d)", where, got, gotN, want, wantN)
@@ -380,10 +360,7 @@ func TestGenerateQueueRandomRuns(t *testing.T) {
 			t.Errorf("%s: %d tokens in %d steps queued, %d one at a time", where, gotN, queuedSteps, singleSteps)
 		}
 		if s.Temperature == 0 {
-			engine, engineN, err := plain.Generate(ids, B, T, n, s)
-			if err != nil {
-				t.Fatal(err)
-			}
+			engine, engineN := mustGenerate(t, plain, ids, B, T, n, s)
 			if engineN != gotN || !slices.Equal(engine, got) {
 				t.Errorf("%s: queued %v, the engine's loop %v", where, got, engine)
 			}

@@ -11,7 +11,7 @@ import (
 
 // Decoder steps one state on the GPU (engine.QueueDecoder), eagerly or
 // through a captured step graph. Its greedy steps pick each row's most
-// likely token on the device (argmax_rows_f32 in kernels/pool.cu) and copy
+// likely token on the device (argmax_rows_f32 in kernels/pool.cu) and hand
 // back B ids; its Logits copy the logits into page-locked memory it owns;
 // its TopK copy back only each row's k best (topk_rows_f32 in
 // kernels/topk.cu), and its TopP draw from each row's nucleus there
@@ -28,7 +28,7 @@ type Decoder struct {
 	e    *Engine
 	s    *State
 	g    *Graph           // the captured step, or nil: eager steps
-	pick *cuda.Buffer     // int64 [B]: each row's pick, and an eager step's fed ids
+	pick *cuda.Buffer     // int64 [B]: the eager steps' feed (feed); nil once closed
 	host *cuda.HostBuffer // f32 [B, V], page-locked: Logits' result; made by the first call
 
 	// The queue: ring holds queueDepth slots (ringSlot), page-locked, at

@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -99,7 +98,7 @@ func BenchmarkQueueParts(b *testing.B) {
 			}
 			line := fmt.Sprintf("%s B=%d, µs a token:", sh.name, B)
 			for v, name := range []string{"graph", "+argmax", "+copy", "+mirror", "queue (host)", "one at a time (host)"} {
-				line += fmt.Sprintf(" %s %.1f", name, median(times[v]))
+				line += fmt.Sprintf(" %s %.1f", name, gputest.Median(times[v]))
 			}
 			b.Log(line)
 			if err := d.Close(); err != nil {
@@ -151,9 +150,4 @@ func (e *Engine) gpuPerToken(tokens int, parts []func() error) (float64, error) 
 	}
 	ms, err := cuda.Elapsed(start, end)
 	return float64(ms) * 1e3 / float64(tokens), err
-}
-
-func median(v []float64) float64 {
-	s := slices.Sorted(slices.Values(v))
-	return s[len(s)/2]
 }
