@@ -8,3 +8,13 @@ func SetOnePrefillPads(one bool) (restore func()) {
 	onePrefillPads = func(*Model) bool { return one }
 	return func() { onePrefillPads = saved }
 }
+
+// IdleState returns the state Generate keeps for its next call, or nil.
+func IdleState(m *Model) any {
+	m.gen.mu.Lock()
+	defer m.gen.mu.Unlock()
+	if m.gen.st == nil {
+		return nil
+	}
+	return m.gen.st
+}

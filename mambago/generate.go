@@ -51,6 +51,10 @@ type decoderEngine interface {
 // GenerateSpans is Generate for a padded batch: row b of ids holds its
 // prompt at spans[b] (PrefillSpans), and each row continues from its last
 // token. nil spans take every row whole.
+//
+// Generate keeps the state of its last call (and, on the CUDA engine, the
+// step graph captured for it) for its next call of the same batch size,
+// which zeroes and reuses it rather than capturing again; Close frees it.
 func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s Sampling) (_ []int64, _ int, err error) {
 	if err := s.Check(); err != nil {
 		return nil, 0, err
@@ -59,11 +63,11 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 		return nil, 0, engine.Invalid("max_new_tokens = %d, want ≥ 0", maxNew)
 	}
 	cfg := m.Config()
-	st, err := m.NewState(B)
+	st, err := m.gen.take(m, B)
 	if err != nil {
 		return nil, 0, err
 	}
-	defer func() { err = errors.Join(err, freeState(st)) }()
+	defer func() { err = errors.Join(err, m.gen.put(st)) }()
 	hidden := make([]float32, B*cfg.Hidden)
 	in := engine.Input{B: B, T: T, IDs: ids}
 	if spans == nil {

@@ -2,6 +2,7 @@ package mambago_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -111,4 +112,58 @@ func Example() {
 	// Output:
 	// 64 <nil>
 	// 4 4 <nil>
+}
+
+// countedStates is an engine that counts the states it makes.
+type countedStates struct {
+	engine.Engine
+	made *int
+}
+
+func (e countedStates) NewState(batch int) (engine.State, error) {
+	*e.made++
+	return e.Engine.NewState(batch)
+}
+
+// TestGenerateKeepsItsState checks that Generate keeps its last state for a
+// next call of the same batch size, zeroed before it is used again (the
+// same tokens as a model that never ran), replaces it for another size,
+// and that Close lets it go.
+func TestGenerateKeepsItsState(t *testing.T) {
+	plain := openBase(t)
+	made := 0
+	m := &mambago.Model{Engine: countedStates{Engine: plain.Engine, made: &made}}
+	V := plain.Config().Vocab
+	s := mambago.Sampling{TopP: 1, EOS: -1}
+	var kept []any // the idle state after each call
+	for call, c := range []struct{ B, made int }{{2, 1}, {2, 1}, {2, 1}, {3, 2}, {2, 3}} {
+		ids := make([]int64, c.B*5)
+		for i := range ids {
+			ids[i] = rand.Int64N(int64(V))
+		}
+		got, _, err := m.Generate(ids, c.B, 5, 6, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _, err := (&mambago.Model{Engine: plain.Engine}).Generate(ids, c.B, 5, 6, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("call %d (B=%d): %v, a fresh model's %v", call, c.B, got, want)
+		}
+		if made != c.made {
+			t.Errorf("call %d (B=%d): %d states made, want %d", call, c.B, made, c.made)
+		}
+		kept = append(kept, mambago.IdleState(m))
+	}
+	if kept[0] == nil || kept[1] != kept[0] || kept[2] != kept[0] || kept[3] == kept[0] || kept[4] == kept[3] {
+		t.Errorf("the idle state after each call: %p", kept)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st := mambago.IdleState(m); st != nil {
+		t.Errorf("after Close the model keeps %p", st)
+	}
 }

@@ -15,11 +15,13 @@
 package mambago
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/mambago/mambago/mambago/blas"
@@ -135,6 +137,46 @@ func gpuUsable() error {
 // Model is a loaded model on one engine.
 type Model struct {
 	engine.Engine
+	gen idleState // the state Generate's last call left, for its next
+}
+
+// idleState keeps the state of Generate's last call for a next call of the
+// same batch size. The CUDA engine's decoder leaves its step graph with
+// the state (gpu.Engine.NewDecoder), so that call captures none: one state
+// and one graph at most, freed by Close.
+type idleState struct {
+	mu sync.Mutex
+	st engine.State
+}
+
+// take returns the idle state, zeroed, where it holds B sequences, or a new
+// state.
+func (p *idleState) take(m *Model, B int) (engine.State, error) {
+	p.mu.Lock()
+	st := p.st
+	if st != nil && st.Batch() == B {
+		p.st = nil
+	}
+	p.mu.Unlock()
+	if st == nil || st.Batch() != B {
+		return m.NewState(B)
+	}
+	st.Reset()
+	return st, nil
+}
+
+// put keeps st as the idle state, freeing the one it replaces.
+func (p *idleState) put(st engine.State) error {
+	p.mu.Lock()
+	old := p.st
+	p.st = st
+	p.mu.Unlock()
+	return freeState(old)
+}
+
+// Close frees the state Generate keeps, then the engine.
+func (m *Model) Close() error {
+	return errors.Join(m.gen.put(nil), m.Engine.Close())
 }
 
 // freeState releases a state that holds memory outside Go's heap (the CUDA

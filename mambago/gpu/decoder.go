@@ -51,7 +51,10 @@ type Decoder struct {
 }
 
 // NewDecoder returns a decoder for st that will run about steps steps: with
-// a step graph when steps reaches DecoderGraphSteps (> 0).
+// a step graph when steps reaches DecoderGraphSteps (> 0). The graph stays
+// with st for its next decoder, until st is freed: a decoder captures one
+// only where st has none that can still replay (the workspace has not
+// grown, nor the GEMM mode changed, since its capture).
 func (e *Engine) NewDecoder(st engine.State, steps int) (engine.Decoder, error) {
 	s, err := e.own(st)
 	if err != nil {
@@ -59,9 +62,18 @@ func (e *Engine) NewDecoder(st engine.State, steps int) (engine.Decoder, error) 
 	}
 	d := &Decoder{e: e, s: s}
 	if n := e.DecoderGraphSteps; n > 0 && steps >= n {
-		if d.g, err = e.CaptureStep(st); err != nil {
-			return nil, err
+		if s.step != nil && s.step.check() != nil {
+			if err := s.step.Destroy(); err != nil {
+				return nil, err
+			}
+			s.step = nil
 		}
+		if s.step == nil {
+			if s.step, err = e.CaptureStep(st); err != nil {
+				return nil, err
+			}
+		}
+		d.g = s.step
 	}
 	done, err := e.bind()
 	if err != nil {
@@ -416,18 +428,15 @@ func (d *Decoder) Picks(next []int64) error {
 	return nil
 }
 
-// Close releases the decoder's graph and buffers (not its state). Slices
-// that Logits returned must not be used after.
+// Close releases the decoder's buffers (not its state, nor the step graph
+// the state keeps). Slices that Logits returned must not be used after.
 func (d *Decoder) Close() error {
+	d.g = nil // the state's, which keeps it for its next decoder
 	var err error
-	if d.g != nil {
-		err = d.g.Destroy()
-		d.g = nil
-	}
 	if d.pick != nil {
 		done, berr := d.e.bind()
 		if berr != nil {
-			return errors.Join(err, berr)
+			return berr
 		}
 		defer done()
 		if d.queued > 0 { // their copies still write the ring

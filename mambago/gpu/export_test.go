@@ -44,3 +44,6 @@ func SetDTProjWGFrom(minRows int) (restore func()) {
 	dtProjWGTakes = func(R, rows, _, _ int) bool { return R >= 128 && rows >= minRows }
 	return func() { dtProjWGTakes = old }
 }
+
+// StepGraphOf is the step graph a decoder left with st (nil: none).
+func StepGraphOf(st *State) *Graph { return st.step }

@@ -12,7 +12,8 @@ type State struct {
 	owner           *Engine
 	batch           int
 	buf             *cuda.Buffer
-	convLen, ssmLen int // floats per layer
+	convLen, ssmLen int    // floats per layer
+	step            *Graph // the step graph a decoder captured for it, kept for the next (NewDecoder)
 }
 
 // NewState returns a zeroed state for batch sequences.
@@ -57,6 +58,10 @@ func (s *State) Free() error {
 	}
 	defer done()
 	s.owner.evictGraphs(func(k graphKey) bool { return k.s == s })
+	if s.step != nil {
+		s.step.free()
+		s.step = nil
+	}
 	err = s.buf.Free()
 	s.buf = nil
 	return err

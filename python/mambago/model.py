@@ -834,7 +834,9 @@ class Model:
         top_p-only steps run one step ahead of the host, fed the tokens of
         the step before on the GPU. A row that emits
         eos_token_id stops and is padded with it; generation ends when every
-        row has stopped, so n may be below max_new_tokens. attention_mask
+        row has stopped, so n may be below max_new_tokens. The engine keeps
+        the last call's state (and CUDA step graph) for the next call of the
+        same batch size, until close(). attention_mask
         marks padding as prefill's does: each row continues from its own last
         token.
         """

@@ -1,0 +1,103 @@
+package gpu_test
+
+import (
+	"math"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+
+	"github.com/mambago/mambago/internal/gputest"
+	"github.com/mambago/mambago/mambago/checkpoint"
+	"github.com/mambago/mambago/mambago/cuda"
+	"github.com/mambago/mambago/mambago/engine"
+	"github.com/mambago/mambago/mambago/gpu"
+	"github.com/mambago/mambago/mambago/internal/fixture"
+)
+
+// TestDecoderKeepsStepGraph checks that a decoder leaves its step graph with
+// its state and the state's next decoder replays it (the same graph, the
+// logits of a twin state's eager steps bit for bit), that a decoder
+// captures again once the workspace has grown (a larger prefill ran), and
+// that freeing the state lets the graph go; in f32 and bf16.
+func TestDecoderKeepsStepGraph(t *testing.T) {
+	gputest.Need(t)
+	w, err := checkpoint.Load(filepath.Join(fixture.Root(), "base"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const B = 2
+	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16} {
+		e := newEngine(t, w, dt)
+		V := w.Config.Vocab
+		states := make([]*gpu.State, 2) // the decoders', and the twin stepped eagerly
+		for i := range states {
+			st, err := e.NewState(B)
+			if err != nil {
+				t.Fatal(err)
+			}
+			states[i] = st.(*gpu.State)
+		}
+		defer states[1].Free()
+		steps := func(n int) {
+			t.Helper()
+			d, err := e.NewDecoder(states[0], e.DecoderGraphSteps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := make([]float32, B*V)
+			for range n {
+				ids := []int64{rand.Int64N(int64(V)), rand.Int64N(int64(V))}
+				got, err := d.Logits(ids)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := e.Step(states[1], ids, want); err != nil {
+					t.Fatal(err)
+				}
+				for i := range want {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%v: logit %d = %v, the twin's %v", dt, i, got[i], want[i])
+					}
+				}
+			}
+			if err := d.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		steps(3)
+		first := gpu.StepGraphOf(states[0])
+		if first == nil {
+			t.Fatalf("%v: the decoder left no step graph with its state", dt)
+		}
+		steps(3)
+		if g := gpu.StepGraphOf(states[0]); g != first {
+			t.Errorf("%v: the second decoder captured again (%p, first %p)", dt, g, first)
+		}
+		// A prefill longer than any before grows the workspace: the kept
+		// graph can no longer replay, and the next decoder captures anew.
+		long := make([]int64, B*600)
+		for i := range long {
+			long[i] = rand.Int64N(int64(V))
+		}
+		scratch, err := e.NewState(B)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Prefill(scratch, engine.Input{B: B, T: 600, IDs: long}, engine.Last, make([]float32, B*w.Config.Hidden)); err != nil {
+			t.Fatal(err)
+		}
+		if err := scratch.(*gpu.State).Free(); err != nil {
+			t.Fatal(err)
+		}
+		steps(3)
+		if g := gpu.StepGraphOf(states[0]); g == nil || g == first {
+			t.Errorf("%v: after the workspace grew the state holds %p (first %p)", dt, g, first)
+		}
+		if err := states[0].Free(); err != nil {
+			t.Fatal(err)
+		}
+		if g := gpu.StepGraphOf(states[0]); g != nil {
+			t.Errorf("%v: a freed state still holds its step graph", dt)
+		}
+	}
+}
