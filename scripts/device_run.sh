@@ -56,6 +56,9 @@
 #             SAMPLING_SANITIZE=0), the kernels' times, .carry/topk_base*.cu's
 #             beside them (about 4 minutes; $SAMPLING_TESTS picks other kernel
 #             tests, e.g. 'ArgmaxRows|TopKRows');
+#   genreuse: the decoder's kept step graph (tests, memcheck), generate
+#             without the kernels' part (Python with .carry/base's wheel
+#             where built with BASE), then pytest (about 8 minutes);
 #   samplingncu: ncu's full set on one launch each of topp_draw_f32,
 #             topp_draw_x8_f32 (all 8 blocks of the cluster) and topk_rows_f32
 #             (B=1, a random model's row): the details page and the
@@ -410,6 +413,14 @@ if [[ $mode == sampling ]]; then
   MAMBAGO_TOPK_BASE=$(topk_bases) bench_log sampling_bench 100 .carry/kernels.test TopKRows "µs"
   run_tests sampling_engine 100 .carry/mambago.test -test.v -test.run 'GenerateOnDevice|DecoderLogits'
   memcheck memcheck_sampling_engine 100 .carry/mambago.test 'GenerateOnDevice|DecoderLogits'
+  exit $status
+fi
+if [[ $mode == genreuse ]]; then  # Generate's kept state and step graph (branch issue4-genreuse)
+  echo "== the decoder's step graph kept with its state (TestDecoderKeepsStepGraph), the decode tests, memcheck"
+  run_tests kept_graph 200 .carry/gpu.test -test.v -test.run 'KeepsStepGraph|Decode'
+  memcheck memcheck_kept 200 .carry/gpu.test 'KeepsStepGraph'
+  GEN_KERNELS=0 GEN_ARGS="${GEN_ARGS:---shapes 130m,1.4b --batches 1,8 --repeats 5}" bash "$0" "$commit" generate || status=1
+  bash "$0" "$commit" pytest || status=1
   exit $status
 fi
 if [[ $mode == samplingncu ]]; then
