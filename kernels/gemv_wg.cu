@@ -26,7 +26,8 @@
 // step's products in flight while the next stage is waited for), as
 // gemm_tma.cu's consumers do. The entries differ in what the epilogue
 // does with a sum: gemv_wg_bf16 adds a bias and maybe the output's value,
-// step_in_wg_bf16 runs step.cu's step_in epilogue (the conv step).
+// lm_head_wg_bf16 also picks each sequence's greedy token, step_in_wg_bf16
+// runs step.cu's step_in epilogue (the conv step).
 // gpu.Engine.GEMVWarpgroup picks them.
 //
 // The ring itself (wg_ring) takes any width of x that one wgmma does: it
@@ -357,6 +358,81 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS)
         }
     });
     if (ran && next_parts) wg_store_ss(q, next_ss);
+#else
+    __trap();
+#endif
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// head_key packs logit v of id n into a key whose unsigned order is
+// argmax_rows_f32's choice: a larger value beats a smaller one, among equal
+// values the lower id wins (the id's complement in the low half; -0 counts
+// as +0), and NaN (all ones) beats every number. A row's largest key is
+// its pick, or says it holds NaN. Every key is above 0, the keys' rest.
+__device__ __forceinline__ unsigned long long head_key(float v, int n) {
+    if (v != v) return ~0ull;
+    unsigned u = __float_as_uint(v == 0.f ? 0.f : v);
+    u = u & 0x80000000u ? ~u : u | 0x80000000u;  // the floats' order as unsigned
+    return (unsigned long long)u << 32 | (0xffffffffu - (unsigned)n);
+}
+
+// head_max is the larger of two keys.
+__device__ __forceinline__ unsigned long long head_max(unsigned long long a, unsigned long long b) {
+    return a > b ? a : b;
+}
+#endif
+
+// lm_head_wg_bf16 is gemv_wg_bf16 for the LM head (no bias, no
+// accumulating, no next parts, never split along k: grid ceil(rows / 64),
+// block GW_THREADS, dynamic shared memory gemv_wg_shared()) that also picks
+// each sequence's greedy token: picks[b] = the id of the largest of
+// out[b, 0 .. rows), the lowest among equal values, or -1 where the row
+// holds NaN (argmax_rows_f32's pick of the same logits). Each block takes
+// its best key (head_key) of each sequence to keys[b] by atomicMax; the
+// last block to count in turns the keys into picks and puts keys [8] and
+// count back to 0, as they must be before the first launch.
+extern "C" __global__ void __launch_bounds__(GW_THREADS)
+    lm_head_wg_bf16(const __grid_constant__ tensor_map wmap, const __grid_constant__ tensor_map xmap, float *out,
+                    int ldo, int B, int K, int rows, const float *ss, int ss_tiles, float eps,
+                    unsigned long long *keys, unsigned *count, long long *picks) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    float scale[2];
+    unsigned long long best[2] = {0ull, 0ull};  // of the thread's two sequences, gw_seq(0) and gw_seq(1)
+    auto pre = [&]() {
+        pdl_wait();
+        wg_norm_scale(ss, ss_tiles, K, eps, scale);
+    };
+    const bool ran = gemv_wg(&wmap, &xmap, B, K, rows, nullptr, nullptr, pre, [&](int h, int n, int b, float v) {
+        v = scale[h % 2] * v;
+        out[(size_t)b * ldo + n] = v;
+        best[h % 2] = head_max(best[h % 2], head_key(v, n));
+    });
+    if (!ran) return;
+    // The block's best of each sequence: over the lanes that share it (as
+    // wg_store_ss adds), then over the four warps; to keys[b] for b < B.
+    __shared__ unsigned long long red[4][8];
+    __shared__ bool last;
+    const int t = threadIdx.x, w = t / 32, lane = t % 32;
+#pragma unroll
+    for (int j = 0; j < 2; j++)
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) best[j] = head_max(best[j], __shfl_xor_sync(0xffffffffu, best[j], o));
+    if (lane < 4) red[w][2 * lane] = best[0], red[w][2 * lane + 1] = best[1];
+    bar_sync_named(1, 128);
+    if (t < B) {
+        atomicMax(keys + t, head_max(head_max(red[0][t], red[1][t]), head_max(red[2][t], red[3][t])));
+        __threadfence();  // the key before the count
+    }
+    bar_sync_named(1, 128);
+    if (t == 0) last = atomicAdd(count, 1u) == gridDim.x - 1;
+    bar_sync_named(1, 128);
+    if (!last) return;
+    __threadfence();  // every block's key counted in before this reads them
+    if (t < B) {
+        const unsigned long long k = atomicExch(keys + t, 0ull);
+        picks[t] = k == ~0ull ? -1 : (long long)(0xffffffffu - (unsigned)k);
+    }
+    if (t == 0) *count = 0;
 #else
     __trap();
 #endif

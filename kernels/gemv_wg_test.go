@@ -3,6 +3,8 @@ package kernels_test
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -428,5 +430,154 @@ func TestGemmSkinnyKernel(t *testing.T) {
 		}
 		want := linearWant(W, x64, tc.T, tc.rows, tc.K, pick(tc.bias, bias), pick(tc.accu, out0))
 		nearRel(t, name, download(t, s, bo, tc.T*tc.rows), want, 1e-5)
+	}
+}
+
+// lmHeadPick is lm_head_wg_bf16's pick state: keys [8] uint64 and the count
+// (zero, as the kernel needs them before its first launch), and picks [8]
+// int64, each -7 (not an answer).
+type lmHeadPick struct {
+	keys, count, picks *cuda.Buffer
+}
+
+// newLMHeadPick allocates an lmHeadPick, freed by the test's cleanup.
+func newLMHeadPick(t *testing.T, s *cuda.Stream) lmHeadPick {
+	t.Helper()
+	p := lmHeadPick{keys: upload(t, s, make([]float32, 16)), count: upload(t, s, make([]float32, 1))}
+	var err error
+	if p.picks, err = cuda.Alloc(64); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.picks.Free() })
+	return p
+}
+
+// launch runs lm_head_wg_bf16 over rows rows of K (maps as ringMaps
+// encodes them) for B sequences into out [B, rows], no norm scale, and
+// returns its picks.
+func (p lmHeadPick) launch(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, wmap, xmap cuda.TensorMap,
+	out cuda.Ptr, B, K, rows int) []int64 {
+	t.Helper()
+	if err := cuda.CopyIn(p.picks.Ptr, slices.Repeat([]int64{-7}, 8), s); err != nil {
+		t.Fatal(err)
+	}
+	if err := fn("lm_head_wg_bf16").Launch(cuda.D1((rows+63)/64), cuda.D1(160), gemvWGShared, s, wmap, xmap, out, rows,
+		B, K, rows, cuda.Ptr(0), 0, float32(0), p.keys.Ptr, p.count.Ptr, p.picks.Ptr); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]int64, 8)
+	if err := cuda.CopyOut(got, p.picks.Ptr, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	return got[:B]
+}
+
+// TestLMHeadWGKernel checks lm_head_wg_bf16: its logits against float64 as
+// TestGEMVWGKernel checks gemv_wg_bf16's (over NaNs, normed or not, B = 1
+// to 8, the 130m and 1.4b LM heads' sizes and partial blocks), and its
+// picks against the host's rule (hostArgmax: the lowest index of the
+// largest value, -1 for a row with NaN) over the logits it wrote. Each
+// shape runs twice on fresh x, so the keys and the count must be back at
+// zero after a launch. Then planted rows: with x[b] = 2 e_b, row b of the
+// logits is twice column b of W exactly, so the rows argmax_rows_f32's test
+// ranks (the largest in up to 5 places, signed zeros, and, one sequence a
+// launch, -inf in two places of three, one +inf and one NaN, as ±bf16's
+// largest times 2 and a NaN weight) come out as logits, one launch after
+// another on the same keys.
+func TestLMHeadWGKernel(t *testing.T) {
+	const eps = 1e-5
+	fn, s := gpu(t)
+	needSM90(t)
+	if err := fn("lm_head_wg_bf16").SetMaxDynamicShared(gemvWGShared); err != nil {
+		t.Fatal(err)
+	}
+	p := newLMHeadPick(t, s)
+	for _, tc := range []struct {
+		rows, K, B int
+		norm       bool
+	}{{50280, 768, 1, true}, {50280, 768, 8, true}, {50280, 2048, 3, false}, {130, 136, 5, false}, {37, 64, 8, true}} {
+		name := fmt.Sprintf("lm_head_wg_bf16 %+v", tc)
+		W, packed := bf16Bits(randn(tc.rows*tc.K, 0.1))
+		bW, normw := upload(t, s, packed), randn(tc.K, 1)
+		bn := upload(t, s, normw)
+		parts := poisoned(t, s, 24*tc.K/2)
+		wmap, xmap := ringMaps(t, bW.Ptr, tc.rows, tc.K, parts.Ptr, 24, 24)
+		nptr := cuda.Ptr(0)
+		if tc.norm {
+			nptr = bn.Ptr
+		}
+		for run := range 2 {
+			x := randn(tc.B*tc.K, 1)
+			if err := launchParts(fn, s, upload(t, s, x).Ptr, nptr, eps, tc.K, tc.B, tc.K, parts.Ptr); err != nil {
+				t.Fatal(err)
+			}
+			out := poisoned(t, s, tc.B*tc.rows)
+			got := p.launch(t, fn, s, wmap, xmap, out.Ptr, tc.B, tc.K, tc.rows)
+			logits := download(t, s, out, tc.B*tc.rows)
+			nearRel(t, fmt.Sprintf("%s run %d", name, run), logits,
+				linearWant(W, normed(x, normw, tc.K, tc.B, tc.K, eps, tc.norm), tc.B, tc.rows, tc.K, nil, nil), 1e-5)
+			for b := range tc.B {
+				if want := hostArgmax(logits[b*tc.rows : (b+1)*tc.rows]); got[b] != want {
+					t.Errorf("%s run %d: sequence %d picked %d, want %d", name, run, b, got[b], want)
+				}
+			}
+		}
+	}
+	const K = 64
+	for _, V := range []int{7, 1000, 50280} {
+		rows := [][]float32{randn(V, 3), randn(V, 0)} // the largest repeated, then zeros of both signs
+		for range 5 {
+			rows[0][rand.IntN(V)] = 20
+		}
+		special := specialRows(V)
+		rows = append(rows, special[0])
+		lone := special[1:] // infinities and NaN would make NaN of the other sequences' sums (inf·0)
+		// planted runs the rows as B sequences, row b through column b of W.
+		planted := func(rows [][]float32) {
+			B := len(rows)
+			W := randn(V*K, 1)
+			for b, r := range rows {
+				for n, v := range r {
+					switch {
+					case math.IsInf(float64(v), 0):
+						v = float32(math.Copysign(float64(math.Float32frombits(0x7f7f0000)), float64(v))) // bf16's largest
+					case v == v:
+						v /= 2
+					}
+					W[n*K+b] = v
+				}
+			}
+			W, packed := bf16Bits(W)
+			x := make([]float32, B*K)
+			for b := range B {
+				x[b*K+b] = 2
+			}
+			bW, parts := upload(t, s, packed), poisoned(t, s, 24*K/2)
+			wmap, xmap := ringMaps(t, bW.Ptr, V, K, parts.Ptr, 24, 24)
+			if err := launchParts(fn, s, upload(t, s, x).Ptr, cuda.Ptr(0), eps, K, B, K, parts.Ptr); err != nil {
+				t.Fatal(err)
+			}
+			out := poisoned(t, s, B*V)
+			got := p.launch(t, fn, s, wmap, xmap, out.Ptr, B, K, V)
+			logits := download(t, s, out, B*V)
+			for b := range B {
+				row := logits[b*V : (b+1)*V]
+				for n, v := range row {
+					if want := 2 * float64(W[n*K+b]); float64(v) != want && !(v != v && want != want) {
+						t.Fatalf("V=%d planted row %d: logit %d = %v, want %v", V, b, n, v, want)
+					}
+				}
+				if want := hostArgmax(row); got[b] != want {
+					t.Errorf("V=%d planted row %d of %d: picked %d, want %d", V, b, B, got[b], want)
+				}
+			}
+		}
+		planted(rows)
+		for _, r := range lone {
+			planted([][]float32{r})
+		}
 	}
 }

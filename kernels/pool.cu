@@ -89,3 +89,12 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
     argmax_block(best, at, bests, ats);
     if (threadIdx.x == 0) put_pick(ids, mirror, blockIdx.x, nan ? -1 : at);
 }
+
+// put_picks_i64: ids[b] = picks[b] for b < B, and mirror[b] too where
+// mirror is not null (put_pick): the greedy picks lm_head_wg_bf16 left (in
+// the decode step's workspace), handed on as argmax_rows_f32 hands its
+// own. Grid 1, block of B threads or more.
+extern "C" __global__ void put_picks_i64(const long long *__restrict__ picks, long long *__restrict__ ids, int B,
+                                         long long *__restrict__ mirror) {
+    if ((int)threadIdx.x < B) put_pick(ids, mirror, threadIdx.x, picks[threadIdx.x]);
+}

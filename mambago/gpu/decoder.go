@@ -11,8 +11,8 @@ import (
 
 // Decoder steps one state on the GPU (engine.QueueDecoder), eagerly or
 // through a captured step graph. Its greedy steps pick each row's most
-// likely token on the device (argmax_rows_f32 in kernels/pool.cu) and hand
-// back B ids; its Logits copy the logits into page-locked memory it owns;
+// likely token on the device (in the LM head where Engine.HeadPicks
+// applies, else argmax_rows_f32 in kernels/pool.cu) and hand back B ids; its Logits copy the logits into page-locked memory it owns;
 // its TopK copy back only each row's k best (topk_rows_f32 in
 // kernels/topk.cu), and its TopP draw from each row's nucleus there
 // (topp_draw_f32).
@@ -276,12 +276,29 @@ const queueDepth = 2
 
 // QueueGreedy queues a step fed ids [B] (nil: the picks of the step queued
 // before) that picks each sequence's most likely next token, the lowest id
-// among equal logits (argmax_rows_f32), and returns without waiting.
+// among equal logits, and returns without waiting. Where the step's LM head
+// picked them (headPicked), only its B ids are put in place
+// (put_picks_i64); else argmax_rows_f32 reads the logits.
 func (d *Decoder) QueueGreedy(ids []int64) error {
-	e := d.e
+	e, B := d.e, d.s.batch
+	if d.headPicked() {
+		return d.queue(ids, nil, func(_, to cuda.Ptr, s ringSlot) error {
+			return e.launch("put_picks_i64", cuda.D1(1), cuda.D1(32), 0, e.ws.headPick.Offset(headPicksAt), to, B, s.picksAt)
+		})
+	}
 	return d.queue(ids, nil, func(logits, to cuda.Ptr, s ringSlot) error {
-		return e.launch("argmax_rows_f32", cuda.D1(d.s.batch), cuda.D1(1024), 0, logits, to, e.cfg.Vocab, s.picksAt)
+		return e.launch("argmax_rows_f32", cuda.D1(B), cuda.D1(1024), 0, logits, to, e.cfg.Vocab, s.picksAt)
 	})
+}
+
+// headPicked reports whether d's steps leave their greedy picks in the
+// workspace (Engine.headPicks): as its graph was captured, or as an eager
+// step would run now.
+func (d *Decoder) headPicked() bool {
+	if d.g != nil {
+		return d.g.headPicks
+	}
+	return d.e.headPicks(d.s.batch)
 }
 
 // QueueTopP queues a step fed ids [B] (nil: the picks of the step queued

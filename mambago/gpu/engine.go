@@ -358,6 +358,12 @@ type Engine struct {
 	// the same. With GEMVWarpgroupFold, New turns it on where it pays
 	// (wgOneSequencePays). Set it before capturing a step graph.
 	GEMVWarpgroupOneSequence bool
+	// HeadPicks picks each sequence's greedy token in the LM head's
+	// epilogue where the warpgroup GEMVs apply (lm_head_wg_bf16 in
+	// kernels/gemv_wg.cu; headPicks), so that a Decoder's greedy step
+	// launches no argmax over the logits, only a copy of B ids (the same
+	// ids). New turns it on. Set it before capturing a step graph.
+	HeadPicks bool
 }
 
 var _ engine.Engine = (*Engine)(nil)
@@ -386,7 +392,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 		// decode on sm_90's warpgroup GEMVs
 		GEMVWarpgroup: sm90, GEMVWarpgroupOut: sm90 && wgOutPays(w.Config.Hidden),
 		GEMVWarpgroupParts: wgPartsMost(w.Config.Hidden), GEMVWarpgroupFold: sm90,
-		GEMVWarpgroupOneSequence: sm90 && wgOneSequencePays(w.Config.Hidden),
+		GEMVWarpgroupOneSequence: sm90 && wgOneSequencePays(w.Config.Hidden), HeadPicks: true,
 	}
 	if dev.Major >= 9 {
 		e.ResidualPrefetch = dev.L2Bytes / 4
@@ -581,6 +587,7 @@ type workspace struct {
 	tiles, tileCounts                   *cuda.Buffer // the decode step's tensor-core GEMVs' parts along k, and their counters (zero between launches)
 	parts                               *cuda.Buffer // the warpgroup GEMVs' x as bf16 parts (wgPartsBytes)
 	normSS                              *cuda.Buffer // out_proj's blocks' sums of squares for the next norm (GEMVWarpgroupFold), [d/64][8] f32
+	headPick                            *cuda.Buffer // lm_head_wg_bf16's keys, picks and count (headPickBytes; keys and count zero between launches)
 	scanChunk                           int          // the Engine.ScanChunk that scan is sized for
 	scanSegments                        bool         // whether scan is sized for walks in segments (Engine.segmentsOn)
 	logits                              *cuda.Buffer
@@ -599,7 +606,7 @@ func words(b *cuda.Buffer) int {
 
 func (w *workspace) free() {
 	for _, b := range []*cuda.Buffer{w.h, w.x, w.xz, w.u, w.dbl, w.delta, w.y, w.in, w.out, w.ids, w.pad, w.logits, w.scan, w.counts,
-		w.tiles, w.tileCounts, w.parts, w.normSS} {
+		w.tiles, w.tileCounts, w.parts, w.normSS, w.headPick} {
 		b.Free()
 	}
 	*w = workspace{}
@@ -617,7 +624,7 @@ func (e *Engine) ensure(rows int) error {
 	}
 	rows, tileFloats, tileCounts = max(rows, ws.rows), max(1, tileFloats, words(ws.tiles)), max(1, tileCounts, words(ws.tileCounts))
 	for _, b := range []*cuda.Buffer{ws.h, ws.x, ws.xz, ws.u, ws.dbl, ws.delta, ws.y, ws.in, ws.ids, ws.pad, ws.scan, ws.counts,
-		ws.tiles, ws.tileCounts, ws.parts, ws.normSS} {
+		ws.tiles, ws.tileCounts, ws.parts, ws.normSS, ws.headPick} {
 		b.Free()
 	}
 	ws.rows = 0
@@ -636,6 +643,7 @@ func (e *Engine) ensure(rows int) error {
 		{&ws.counts, 4 * counters},
 		{&ws.tiles, 4 * tileFloats}, {&ws.tileCounts, 4 * tileCounts},
 		{&ws.parts, wgPartsBytes(c.Hidden, c.Inner)}, {&ws.normSS, 4 * 8 * wgTiles(c.Hidden)},
+		{&ws.headPick, headPickBytes},
 	}
 	for _, s := range sizes {
 		b, err := cuda.Alloc(s.bytes)
@@ -644,13 +652,13 @@ func (e *Engine) ensure(rows int) error {
 		}
 		*s.dst = b
 	}
-	// Counters start at zero; so do the parts, whose rows past a batch's
-	// sequences only the copies of x_parts_bf16 write (the scan step's
-	// leave them as they are).
+	// Counters start at zero, and so do the LM head's keys; so do the parts,
+	// whose rows past a batch's sequences only the copies of x_parts_bf16
+	// write (the scan step's leave them as they are).
 	for _, c := range []struct {
 		buf *cuda.Buffer
 		n   int
-	}{{ws.counts, counters}, {ws.tileCounts, tileCounts}, {ws.parts, words(ws.parts)}} {
+	}{{ws.counts, counters}, {ws.tileCounts, tileCounts}, {ws.parts, words(ws.parts)}, {ws.headPick, words(ws.headPick)}} {
 		if err := cuda.Fill32(c.buf.Ptr, 0, c.n, e.stream); err != nil {
 			return err
 		}

@@ -47,3 +47,7 @@ func SetDTProjWGFrom(minRows int) (restore func()) {
 
 // StepGraphOf is the step graph a decoder left with st (nil: none).
 func StepGraphOf(st *State) *Graph { return st.step }
+
+// HeadPicked reports whether d's greedy steps take their picks from the LM
+// head (Decoder.headPicked), for the tests that need that path to run.
+func HeadPicked(d *Decoder) bool { return d.headPicked() }

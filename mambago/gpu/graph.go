@@ -26,6 +26,7 @@ type Graph struct {
 	generation      int   // the workspace it points into
 	tf32            bool  // the GEMM mode it was captured with
 	step            bool
+	headPicks       bool // a step whose LM head picks the greedy tokens (Engine.headPicks at the capture)
 	kind            string
 	B, T            int
 	pool            engine.Pool
@@ -37,7 +38,8 @@ func (e *Engine) CaptureStep(st engine.State) (*Graph, error) {
 	if err != nil {
 		return nil, err
 	}
-	return e.capture(&Graph{s: s, step: true, kind: "ids", B: s.batch, T: 1, pool: engine.Last})
+	return e.capture(&Graph{s: s, step: true, headPicks: e.headPicks(s.batch), kind: "ids", B: s.batch, T: 1,
+		pool: engine.Last})
 }
 
 // CapturePrefill captures a prefill of B = st.Batch() sequences of T

@@ -11,12 +11,14 @@ import (
 )
 
 // BenchmarkQueueParts places a greedy token's time on a graphed decoder
-// (bf16, random weights; 130m at B=1 and 8, 1.4b at B=1): the GPU's time
-// a token, from CUDA events around 50 tokens queued back to back, for the
-// step graph alone, then with the argmax into the feed, then with the
-// picks' copy into page-locked memory and an event, or with the argmax
-// writing them there itself (its mirror) and an event, as a queued step
-// does; and the host's wall time a token for the decoder's queue two
+// (bf16, random weights; 130m at B=1 and 8, 1.4b at B=1), with the picks
+// taken by argmax_rows_f32 over the logits and, beside it on a state of
+// its own, taken in the LM head (Engine.HeadPicks, a graph captured with
+// it): the GPU's time a token, from CUDA events around 50 tokens queued
+// back to back, for each step graph alone, then with the argmax into the
+// feed, or with the argmax writing the picks to page-locked memory too
+// (its mirror) and an event, or for the head's graph with put_picks_i64
+// doing that; and the host's wall time a token for the decoders' queue two
 // deep (QueueGreedy, Picks) and for Greedy one step at a time. Medians of
 // 5 rounds, in µs.
 func BenchmarkQueueParts(b *testing.B) {
@@ -31,36 +33,52 @@ func BenchmarkQueueParts(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		var free []func() error // the decoders, then their states, before the engine closes
 		for _, B := range sh.batches {
-			st, err := e.NewState(B)
-			if err != nil {
-				b.Fatal(err)
-			}
-			dec, err := e.NewDecoder(st, 32)
-			if err != nil {
-				b.Fatal(err)
-			}
-			d := dec.(*Decoder)
 			ids, next := make([]int64, B), make([]int64, B)
-			if err := d.Greedy(ids, next); err != nil { // the ring, and a first replay
-				b.Fatal(err)
+			decoders := make([]*Decoder, 2) // argmax_rows_f32's, the head's
+			for i := range decoders {
+				st, err := e.NewState(B)
+				if err != nil {
+					b.Fatal(err)
+				}
+				e.HeadPicks = i == 1
+				dec, err := e.NewDecoder(st, 32)
+				if err != nil {
+					b.Fatal(err)
+				}
+				d := dec.(*Decoder)
+				free = append(free, d.Close, st.(*State).Free)
+				if d.headPicked() != (i == 1) {
+					b.Fatalf("%s B=%d: decoder %d's head picks: %v", sh.name, B, i, d.headPicked())
+				}
+				if err := d.Greedy(ids, next); err != nil { // the ring, and a first replay
+					b.Fatal(err)
+				}
+				decoders[i] = d
 			}
-			graph := func() error { return d.g.g.Launch(e.stream) }
+			d, h := decoders[0], decoders[1]
+			graph := func(d *Decoder) func() error { return func() error { return d.g.g.Launch(e.stream) } }
 			argmax := func(mirror cuda.Ptr) func() error {
 				return func() error {
 					return e.launch("argmax_rows_f32", cuda.D1(B), cuda.D1(1024), 0, d.g.logit.Ptr, d.feed(), e.cfg.Vocab, mirror)
 				}
 			}
-			copyOut := func() error {
-				return cuda.CopyOut(cuda.HostSlice[int64](d.ring, 0, B), d.feed(), e.stream)
+			put := func() error {
+				return e.launch("put_picks_i64", cuda.D1(1), cuda.D1(32), 0, e.ws.headPick.Offset(headPicksAt), h.feed(), B, h.ringDev)
 			}
-			event := func() error { return d.events[0].Record(e.stream) }
+			event := func(d *Decoder) func() error { return func() error { return d.events[0].Record(e.stream) } }
 			gpuParts := []struct {
 				name  string
 				parts []func() error
-			}{{"graph", []func() error{graph}}, {"+argmax", []func() error{graph, argmax(0)}},
-				{"+copy", []func() error{graph, argmax(0), copyOut, event}}, {"+mirror", []func() error{graph, argmax(d.ringDev), event}}}
-			times := make([][]float64, len(gpuParts)+2)
+			}{{"graph", []func() error{graph(d)}}, {"+argmax", []func() error{graph(d), argmax(0)}},
+				{"+mirror", []func() error{graph(d), argmax(d.ringDev), event(d)}},
+				{"head graph", []func() error{graph(h)}}, {"+put", []func() error{graph(h), put, event(h)}}}
+			names := []string{}
+			for _, p := range gpuParts {
+				names = append(names, p.name)
+			}
+			times := make([][]float64, len(gpuParts)+4)
 			for range rounds {
 				for v, p := range gpuParts {
 					us, err := e.gpuPerToken(tokens, p.parts)
@@ -69,42 +87,28 @@ func BenchmarkQueueParts(b *testing.B) {
 					}
 					times[v] = append(times[v], us)
 				}
-				t0 := time.Now()
-				for k := range tokens {
-					fed := ids
-					if k > 0 {
-						fed = nil
-					}
-					if err := d.QueueGreedy(fed); err != nil {
-						b.Fatal(err)
-					}
-					if k > 0 {
-						if err := d.Picks(next); err != nil {
+				for i, d := range decoders {
+					e.HeadPicks = i == 1 // as the graph was captured
+					v := len(gpuParts) + 2*i
+					times[v] = append(times[v], queued(b, d, tokens, ids, next))
+					t0 := time.Now()
+					for range tokens {
+						if err := d.Greedy(ids, next); err != nil {
 							b.Fatal(err)
 						}
 					}
+					times[v+1] = append(times[v+1], time.Since(t0).Seconds()/tokens*1e6)
 				}
-				if err := d.Picks(next); err != nil {
-					b.Fatal(err)
-				}
-				times[len(gpuParts)] = append(times[len(gpuParts)], time.Since(t0).Seconds()/tokens*1e6)
-				t0 = time.Now()
-				for range tokens {
-					if err := d.Greedy(ids, next); err != nil {
-						b.Fatal(err)
-					}
-				}
-				times[len(gpuParts)+1] = append(times[len(gpuParts)+1], time.Since(t0).Seconds()/tokens*1e6)
 			}
+			names = append(names, "queue (host)", "one at a time (host)", "head queue (host)", "head one at a time (host)")
 			line := fmt.Sprintf("%s B=%d, µs a token:", sh.name, B)
-			for v, name := range []string{"graph", "+argmax", "+copy", "+mirror", "queue (host)", "one at a time (host)"} {
+			for v, name := range names {
 				line += fmt.Sprintf(" %s %.1f", name, gputest.Median(times[v]))
 			}
 			b.Log(line)
-			if err := d.Close(); err != nil {
-				b.Fatal(err)
-			}
-			if err := st.(*State).Free(); err != nil {
+		}
+		for _, f := range free {
+			if err := f(); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -112,6 +116,30 @@ func BenchmarkQueueParts(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// queued runs tokens greedy steps on d, queued two deep (QueueGreedy, then
+// Picks), from ids, and returns the host's wall time a token in µs.
+func queued(b *testing.B, d *Decoder, tokens int, ids, next []int64) float64 {
+	t0 := time.Now()
+	for k := range tokens {
+		fed := ids
+		if k > 0 {
+			fed = nil
+		}
+		if err := d.QueueGreedy(fed); err != nil {
+			b.Fatal(err)
+		}
+		if k > 0 {
+			if err := d.Picks(next); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if err := d.Picks(next); err != nil {
+		b.Fatal(err)
+	}
+	return time.Since(t0).Seconds() / float64(tokens) * 1e6
 }
 
 // gpuPerToken queues parts tokens times on e's stream, back to back, and

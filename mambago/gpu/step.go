@@ -54,7 +54,8 @@ func (e *Engine) decodeKernelMaxB() int {
 // out_proj, its x's parts written by the scan step. With GEMVWarpgroupFold
 // (New's default there) out_proj runs there at every width and writes the
 // next layer's parts and norm sums itself, and only layer 0 runs
-// x_parts_bf16: four launches a layer again.
+// x_parts_bf16: four launches a layer again. With HeadPicks there, the LM
+// head also picks each sequence's greedy token (headPicks).
 func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	c, ws := e.cfg, &e.ws
 	B, d, E, R, N, K, V := src.in.B, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel, c.Vocab
@@ -143,11 +144,32 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 			}
 			head = norm{}
 		}
+		if e.HeadPicks {
+			p := ws.headPick
+			return e.launchWG("lm_head_wg_bf16", V, 1, wg.head, wg.dParts, logits, V, B, d, V, head.ss, head.tiles, eps,
+				p.Ptr, p.Offset(headCountAt), p.Offset(headPicksAt))
+		}
 		return e.launchWG("gemv_wg_bf16", V, 1, wg.head, wg.dParts, cuda.Ptr(0), logits, V, 0, B, d, V, cuda.Ptr(0),
 			cuda.Ptr(0), head.ss, head.tiles, eps, cuda.Ptr(0), cuda.Ptr(0), cuda.Ptr(0))
 	}
 	head := e.gemvPlan("gemv", V, d, B)
 	return e.launchGEMV(head, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits, V, 0, B, d, V, head.split)
+}
+
+// The workspace's headPick: lm_head_wg_bf16's keys (uint64 [decodeMaxB]),
+// its picks (int64 [decodeMaxB]) at headPicksAt, and its count (uint32) at
+// headCountAt.
+const (
+	headPicksAt   = 8 * decodeMaxB
+	headCountAt   = 16 * decodeMaxB
+	headPickBytes = headCountAt + 8
+)
+
+// headPicks reports whether a decode step of B sequences picks their greedy
+// tokens in the LM head (HeadPicks where the warpgroup GEMVs apply), into
+// the workspace's headPick at headPicksAt.
+func (e *Engine) headPicks(B int) bool {
+	return e.HeadPicks && B <= e.decodeKernelMaxB() && e.warpgroupApplies(B)
 }
 
 // scanStep launches layer l's scan step for the B sequences of s: a warp a
