@@ -181,7 +181,7 @@ func BenchmarkGEMVBatch(b *testing.B) {
 			var xmap cuda.TensorMap
 			var wmaps []cuda.TensorMap
 			makeParts := func() error {
-				return partsFn.Launch(cuda.D1(8), cuda.D1(256), 0, s, x.Ptr, sh.K, cuda.Ptr(0), float32(0), B, sh.K, parts.Ptr)
+				return partsFn.Launch(cuda.D1(8), cuda.D1(256), 0, s, x.Ptr, sh.K, cuda.Ptr(0), float32(0), B, sh.K, parts.Ptr, cuda.Ptr(0))
 			}
 			if partsFn != nil {
 				parts = poisoned(b, s, 24*sh.K/2)

@@ -26,7 +26,7 @@
 // step's products in flight while the next stage is waited for), as
 // gemm_tma.cu's consumers do. The entries differ in what the epilogue
 // does with a sum: gemv_wg_bf16 adds a bias and maybe the output's value,
-// lm_head_wg_bf16 also picks each sequence's greedy token, step_in_wg_bf16
+// lm_head_wg_bf16 also ranks each sequence's greedy pick, step_in_wg_bf16
 // runs step.cu's step_in epilogue (the conv step).
 // gpu.Engine.GEMVWarpgroup picks them.
 //
@@ -68,11 +68,15 @@ __host__ __device__ constexpr int gemv_wg_shared(int cols = 24) {
 // with a norm weight, of rmsnorm(x[b]) * normw instead (eps inside the
 // square root, as rmsnorm.cu). Grid (8), block a multiple of 32; under PDL
 // it lets the next kernel start at once.
+// Where head_keys is set (the step's first x_parts_bf16), it also zeroes
+// lm_head_wg_bf16's keys [8] for the step's LM head.
 extern "C" __global__ void x_parts_bf16(const float *x, int ldx, const float *__restrict__ normw,
-                                        float eps, int B, int K, bf16 *__restrict__ parts) {
+                                        float eps, int B, int K, bf16 *__restrict__ parts,
+                                        unsigned long long *__restrict__ head_keys) {
     pdl_release();
     pdl_wait();
     const int b = blockIdx.x;
+    if (head_keys && b == 0 && threadIdx.x < 8) head_keys[threadIdx.x] = 0;
     const float *row = x + (size_t)b * ldx;
     float scale = 1.f;
     if (normw && b < B) {
@@ -384,17 +388,18 @@ __device__ __forceinline__ unsigned long long head_max(unsigned long long a, uns
 
 // lm_head_wg_bf16 is gemv_wg_bf16 for the LM head (no bias, no
 // accumulating, no next parts, never split along k: grid ceil(rows / 64),
-// block GW_THREADS, dynamic shared memory gemv_wg_shared()) that also picks
-// each sequence's greedy token: picks[b] = the id of the largest of
-// out[b, 0 .. rows), the lowest among equal values, or -1 where the row
-// holds NaN (argmax_rows_f32's pick of the same logits). Each block takes
-// its best key (head_key) of each sequence to keys[b] by atomicMax; the
-// last block to count in turns the keys into picks and puts keys [8] and
-// count back to 0, as they must be before the first launch.
+// block GW_THREADS, dynamic shared memory gemv_wg_shared()) that also ranks
+// each sequence's logits for its greedy pick: keys[b] ends as the largest
+// head_key of out[b, 0 .. rows), which head_picks_i64 (pool.cu) turns into
+// the id argmax_rows_f32 would pick (the lowest among equal values, -1 for
+// a row with NaN). keys [8] must be 0 before the launch (x_parts_bf16's
+// head_keys). Each block takes its best key of each sequence there by
+// atomicMax, where it beats the key already there: no block waits on
+// another, and most of them find theirs beaten.
 extern "C" __global__ void __launch_bounds__(GW_THREADS)
     lm_head_wg_bf16(const __grid_constant__ tensor_map wmap, const __grid_constant__ tensor_map xmap, float *out,
                     int ldo, int B, int K, int rows, const float *ss, int ss_tiles, float eps,
-                    unsigned long long *keys, unsigned *count, long long *picks) {
+                    unsigned long long *keys) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     float scale[2];
     unsigned long long best[2] = {0ull, 0ull};  // of the thread's two sequences, gw_seq(0) and gw_seq(1)
@@ -409,9 +414,8 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS)
     });
     if (!ran) return;
     // The block's best of each sequence: over the lanes that share it (as
-    // wg_store_ss adds), then over the four warps; to keys[b] for b < B.
+    // wg_store_ss adds), then over the four warps.
     __shared__ unsigned long long red[4][8];
-    __shared__ bool last;
     const int t = threadIdx.x, w = t / 32, lane = t % 32;
 #pragma unroll
     for (int j = 0; j < 2; j++)
@@ -420,19 +424,11 @@ extern "C" __global__ void __launch_bounds__(GW_THREADS)
     if (lane < 4) red[w][2 * lane] = best[0], red[w][2 * lane + 1] = best[1];
     bar_sync_named(1, 128);
     if (t < B) {
-        atomicMax(keys + t, head_max(head_max(red[0][t], red[1][t]), head_max(red[2][t], red[3][t])));
-        __threadfence();  // the key before the count
+        const unsigned long long k = head_max(head_max(red[0][t], red[1][t]), head_max(red[2][t], red[3][t]));
+        // Keys only grow during the launch, so one at or above k now beats
+        // k at the end too (a load through L2: L1 may hold an older one).
+        if (k > __ldcg(keys + t)) atomicMax(keys + t, k);
     }
-    bar_sync_named(1, 128);
-    if (t == 0) last = atomicAdd(count, 1u) == gridDim.x - 1;
-    bar_sync_named(1, 128);
-    if (!last) return;
-    __threadfence();  // every block's key counted in before this reads them
-    if (t < B) {
-        const unsigned long long k = atomicExch(keys + t, 0ull);
-        picks[t] = k == ~0ull ? -1 : (long long)(0xffffffffu - (unsigned)k);
-    }
-    if (t == 0) *count = 0;
 #else
     __trap();
 #endif

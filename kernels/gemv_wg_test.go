@@ -15,7 +15,7 @@ import (
 // normw where it is set, as three bf16 parts into parts [24][K].
 func launchParts(fn func(string) *cuda.Function, s *cuda.Stream, x, normw cuda.Ptr, eps float32, ldx, B, K int,
 	parts cuda.Ptr) error {
-	return fn("x_parts_bf16").Launch(cuda.D1(8), cuda.D1(256), 0, s, x, ldx, normw, eps, B, K, parts)
+	return fn("x_parts_bf16").Launch(cuda.D1(8), cuda.D1(256), 0, s, x, ldx, normw, eps, B, K, parts, cuda.Ptr(0))
 }
 
 // gemvWGShared is gemv_wg_shared() at the source's GW_STAGES (8).
@@ -433,17 +433,17 @@ func TestGemmSkinnyKernel(t *testing.T) {
 	}
 }
 
-// lmHeadPick is lm_head_wg_bf16's pick state: keys [8] uint64 and the count
-// (zero, as the kernel needs them before its first launch), and picks [8]
-// int64, each -7 (not an answer).
+// lmHeadPick is lm_head_wg_bf16's keys [8] (uint64) and the picks [8]
+// (int64) head_picks_i64 reads from them.
 type lmHeadPick struct {
-	keys, count, picks *cuda.Buffer
+	keys, picks *cuda.Buffer
 }
 
-// newLMHeadPick allocates an lmHeadPick, freed by the test's cleanup.
+// newLMHeadPick allocates an lmHeadPick, its keys poisoned (x_parts_bf16
+// must zero them), freed by the test's cleanup.
 func newLMHeadPick(t *testing.T, s *cuda.Stream) lmHeadPick {
 	t.Helper()
-	p := lmHeadPick{keys: upload(t, s, make([]float32, 16)), count: upload(t, s, make([]float32, 1))}
+	p := lmHeadPick{keys: poisoned(t, s, 16)}
 	var err error
 	if p.picks, err = cuda.Alloc(64); err != nil {
 		t.Fatal(err)
@@ -452,17 +452,25 @@ func newLMHeadPick(t *testing.T, s *cuda.Stream) lmHeadPick {
 	return p
 }
 
-// launch runs lm_head_wg_bf16 over rows rows of K (maps as ringMaps
-// encodes them) for B sequences into out [B, rows], no norm scale, and
-// returns its picks.
+// launch runs x_parts_bf16 on x [B, K] (normed with normw where it is set),
+// zeroing the keys, then lm_head_wg_bf16 over rows rows of K (maps as
+// ringMaps encodes them, x's through parts) for B sequences into out [B,
+// rows], then head_picks_i64, and returns the picks.
 func (p lmHeadPick) launch(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, wmap, xmap cuda.TensorMap,
-	out cuda.Ptr, B, K, rows int) []int64 {
+	x []float32, normw, parts, out cuda.Ptr, B, K, rows int) []int64 {
 	t.Helper()
 	if err := cuda.CopyIn(p.picks.Ptr, slices.Repeat([]int64{-7}, 8), s); err != nil {
 		t.Fatal(err)
 	}
+	if err := fn("x_parts_bf16").Launch(cuda.D1(8), cuda.D1(256), 0, s, upload(t, s, x).Ptr, K, normw, float32(1e-5), B,
+		K, parts, p.keys.Ptr); err != nil {
+		t.Fatal(err)
+	}
 	if err := fn("lm_head_wg_bf16").Launch(cuda.D1((rows+63)/64), cuda.D1(160), gemvWGShared, s, wmap, xmap, out, rows,
-		B, K, rows, cuda.Ptr(0), 0, float32(0), p.keys.Ptr, p.count.Ptr, p.picks.Ptr); err != nil {
+		B, K, rows, cuda.Ptr(0), 0, float32(0), p.keys.Ptr); err != nil {
+		t.Fatal(err)
+	}
+	if err := fn("head_picks_i64").Launch(cuda.D1(1), cuda.D1(32), 0, s, p.keys.Ptr, p.picks.Ptr, B, cuda.Ptr(0)); err != nil {
 		t.Fatal(err)
 	}
 	got := make([]int64, 8)
@@ -479,10 +487,12 @@ func (p lmHeadPick) launch(t *testing.T, fn func(string) *cuda.Function, s *cuda
 // TestGEMVWGKernel checks gemv_wg_bf16's (over NaNs, normed or not, B = 1
 // to 8, the 130m and 1.4b LM heads' sizes and partial blocks), and its
 // picks against the host's rule (hostArgmax: the lowest index of the
-// largest value, -1 for a row with NaN) over the logits it wrote. Each
-// shape runs twice on fresh x, so the keys and the count must be back at
-// zero after a launch. Then planted rows: with x[b] = 2 e_b, row b of the
-// logits is twice column b of W exactly, so the rows argmax_rows_f32's test
+// largest value, -1 for a row with NaN) over the logits it wrote, read
+// from its keys by head_picks_i64. The keys start as NaN's bits and every
+// launch follows x_parts_bf16, which must zero them; each shape runs twice
+// on fresh x, on the keys the first run left. Then planted rows: with
+// x[b] = 2 e_b, row b of the logits is twice column b of W exactly, so the
+// rows argmax_rows_f32's test
 // ranks (the largest in up to 5 places, signed zeros, and, one sequence a
 // launch, -inf in two places of three, one +inf and one NaN, as ±bf16's
 // largest times 2 and a NaN weight) come out as logits, one launch after
@@ -511,11 +521,8 @@ func TestLMHeadWGKernel(t *testing.T) {
 		}
 		for run := range 2 {
 			x := randn(tc.B*tc.K, 1)
-			if err := launchParts(fn, s, upload(t, s, x).Ptr, nptr, eps, tc.K, tc.B, tc.K, parts.Ptr); err != nil {
-				t.Fatal(err)
-			}
 			out := poisoned(t, s, tc.B*tc.rows)
-			got := p.launch(t, fn, s, wmap, xmap, out.Ptr, tc.B, tc.K, tc.rows)
+			got := p.launch(t, fn, s, wmap, xmap, x, nptr, parts.Ptr, out.Ptr, tc.B, tc.K, tc.rows)
 			logits := download(t, s, out, tc.B*tc.rows)
 			nearRel(t, fmt.Sprintf("%s run %d", name, run), logits,
 				linearWant(W, normed(x, normw, tc.K, tc.B, tc.K, eps, tc.norm), tc.B, tc.rows, tc.K, nil, nil), 1e-5)
@@ -557,16 +564,13 @@ func TestLMHeadWGKernel(t *testing.T) {
 			}
 			bW, parts := upload(t, s, packed), poisoned(t, s, 24*K/2)
 			wmap, xmap := ringMaps(t, bW.Ptr, V, K, parts.Ptr, 24, 24)
-			if err := launchParts(fn, s, upload(t, s, x).Ptr, cuda.Ptr(0), eps, K, B, K, parts.Ptr); err != nil {
-				t.Fatal(err)
-			}
 			out := poisoned(t, s, B*V)
-			got := p.launch(t, fn, s, wmap, xmap, out.Ptr, B, K, V)
+			got := p.launch(t, fn, s, wmap, xmap, x, cuda.Ptr(0), parts.Ptr, out.Ptr, B, K, V)
 			logits := download(t, s, out, B*V)
 			for b := range B {
 				row := logits[b*V : (b+1)*V]
 				for n, v := range row {
-					if want := 2 * float64(W[n*K+b]); float64(v) != want && !(v != v && want != want) {
+					if want := float64(2 * W[n*K+b]); float64(v) != want && !(v != v && want != want) { // ±Inf past f32's range
 						t.Fatalf("V=%d planted row %d: logit %d = %v, want %v", V, b, n, v, want)
 					}
 				}

@@ -90,11 +90,14 @@ extern "C" __global__ void __launch_bounds__(ARGMAX_THREADS)
     if (threadIdx.x == 0) put_pick(ids, mirror, blockIdx.x, nan ? -1 : at);
 }
 
-// put_picks_i64: ids[b] = picks[b] for b < B, and mirror[b] too where
-// mirror is not null (put_pick): the greedy picks lm_head_wg_bf16 left (in
-// the decode step's workspace), handed on as argmax_rows_f32 hands its
-// own. Grid 1, block of B threads or more.
-extern "C" __global__ void put_picks_i64(const long long *__restrict__ picks, long long *__restrict__ ids, int B,
-                                         long long *__restrict__ mirror) {
-    if ((int)threadIdx.x < B) put_pick(ids, mirror, threadIdx.x, picks[threadIdx.x]);
+// head_picks_i64: ids[b] = the greedy pick lm_head_wg_bf16's keys[b] says
+// for b < B (the key's id, -1 for NaN), and mirror[b] too where mirror is
+// not null (put_pick): the LM head's picks, handed on as argmax_rows_f32
+// hands its own. Grid 1, block of B threads or more.
+extern "C" __global__ void head_picks_i64(const unsigned long long *__restrict__ keys, long long *__restrict__ ids,
+                                          int B, long long *__restrict__ mirror) {
+    const int b = threadIdx.x;
+    if (b >= B) return;
+    const unsigned long long k = keys[b];
+    put_pick(ids, mirror, b, k == ~0ull ? -1 : (long long)(0xffffffffu - (unsigned)k));
 }

@@ -277,13 +277,13 @@ const queueDepth = 2
 // QueueGreedy queues a step fed ids [B] (nil: the picks of the step queued
 // before) that picks each sequence's most likely next token, the lowest id
 // among equal logits, and returns without waiting. Where the step's LM head
-// picked them (headPicked), only its B ids are put in place
-// (put_picks_i64); else argmax_rows_f32 reads the logits.
+// ranked them (headPicked), head_picks_i64 reads its B keys; else
+// argmax_rows_f32 reads the logits.
 func (d *Decoder) QueueGreedy(ids []int64) error {
 	e, B := d.e, d.s.batch
 	if d.headPicked() {
 		return d.queue(ids, nil, func(_, to cuda.Ptr, s ringSlot) error {
-			return e.launch("put_picks_i64", cuda.D1(1), cuda.D1(32), 0, e.ws.headPick.Offset(headPicksAt), to, B, s.picksAt)
+			return e.launch("head_picks_i64", cuda.D1(1), cuda.D1(32), 0, e.ws.headPick.Ptr, to, B, s.picksAt)
 		})
 	}
 	return d.queue(ids, nil, func(logits, to cuda.Ptr, s ringSlot) error {
@@ -291,8 +291,8 @@ func (d *Decoder) QueueGreedy(ids []int64) error {
 	})
 }
 
-// headPicked reports whether d's steps leave their greedy picks in the
-// workspace (Engine.headPicks): as its graph was captured, or as an eager
+// headPicked reports whether d's steps leave their greedy picks ranked in
+// the workspace (Engine.headPicks): as its graph was captured, or as an eager
 // step would run now.
 func (d *Decoder) headPicked() bool {
 	if d.g != nil {

@@ -358,11 +358,12 @@ type Engine struct {
 	// the same. With GEMVWarpgroupFold, New turns it on where it pays
 	// (wgOneSequencePays). Set it before capturing a step graph.
 	GEMVWarpgroupOneSequence bool
-	// HeadPicks picks each sequence's greedy token in the LM head's
+	// HeadPicks ranks each sequence's greedy pick in the LM head's
 	// epilogue where the warpgroup GEMVs apply (lm_head_wg_bf16 in
 	// kernels/gemv_wg.cu; headPicks), so that a Decoder's greedy step
-	// launches no argmax over the logits, only a copy of B ids (the same
-	// ids). New turns it on. Set it before capturing a step graph.
+	// reads B keys (head_picks_i64) instead of the logits
+	// (argmax_rows_f32): the same ids. New turns it on. Set it before
+	// capturing a step graph.
 	HeadPicks bool
 }
 
@@ -587,7 +588,7 @@ type workspace struct {
 	tiles, tileCounts                   *cuda.Buffer // the decode step's tensor-core GEMVs' parts along k, and their counters (zero between launches)
 	parts                               *cuda.Buffer // the warpgroup GEMVs' x as bf16 parts (wgPartsBytes)
 	normSS                              *cuda.Buffer // out_proj's blocks' sums of squares for the next norm (GEMVWarpgroupFold), [d/64][8] f32
-	headPick                            *cuda.Buffer // lm_head_wg_bf16's keys, picks and count (headPickBytes; keys and count zero between launches)
+	headPick                            *cuda.Buffer // lm_head_wg_bf16's keys (headPickBytes)
 	scanChunk                           int          // the Engine.ScanChunk that scan is sized for
 	scanSegments                        bool         // whether scan is sized for walks in segments (Engine.segmentsOn)
 	logits                              *cuda.Buffer

@@ -17,7 +17,7 @@ import (
 // it): the GPU's time a token, from CUDA events around 50 tokens queued
 // back to back, for each step graph alone, then with the argmax into the
 // feed, or with the argmax writing the picks to page-locked memory too
-// (its mirror) and an event, or for the head's graph with put_picks_i64
+// (its mirror) and an event, or for the head's graph with head_picks_i64
 // doing that; and the host's wall time a token for the decoders' queue two
 // deep (QueueGreedy, Picks) and for Greedy one step at a time. Medians of
 // 5 rounds, in µs.
@@ -65,7 +65,7 @@ func BenchmarkQueueParts(b *testing.B) {
 				}
 			}
 			put := func() error {
-				return e.launch("put_picks_i64", cuda.D1(1), cuda.D1(32), 0, e.ws.headPick.Offset(headPicksAt), h.feed(), B, h.ringDev)
+				return e.launch("head_picks_i64", cuda.D1(1), cuda.D1(32), 0, e.ws.headPick.Ptr, h.feed(), B, h.ringDev)
 			}
 			event := func(d *Decoder) func() error { return func() error { return d.events[0].Record(e.stream) } }
 			gpuParts := []struct {

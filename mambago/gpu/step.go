@@ -55,7 +55,8 @@ func (e *Engine) decodeKernelMaxB() int {
 // (New's default there) out_proj runs there at every width and writes the
 // next layer's parts and norm sums itself, and only layer 0 runs
 // x_parts_bf16: four launches a layer again. With HeadPicks there, the LM
-// head also picks each sequence's greedy token (headPicks).
+// head also ranks each sequence's greedy pick (headPicks), in keys that
+// layer 0's x_parts_bf16 zeroes.
 func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	c, ws := e.cfg, &e.ws
 	B, d, E, R, N, K, V := src.in.B, c.Hidden, c.Inner, c.DTRank, c.State, c.ConvKernel, c.Vocab
@@ -86,11 +87,19 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 		tiles int
 	}
 	folded := norm{ws.normSS.Ptr, wgTiles(d)}
+	headKeys := cuda.Ptr(0) // zeroed by the step's first x_parts_bf16 for the LM head's picks
+	if wg != nil && e.HeadPicks {
+		headKeys = ws.headPick.Ptr
+	}
 	for l, g := range e.layers {
 		if wg != nil {
 			inNorm := folded
 			if !fold || l == 0 {
-				if err := e.launchParts(ws.h.Ptr, d, g.norm, eps, B, d, ws.parts.Ptr); err != nil {
+				keys := cuda.Ptr(0)
+				if l == 0 {
+					keys = headKeys
+				}
+				if err := e.launchParts(ws.h.Ptr, d, g.norm, eps, B, d, ws.parts.Ptr, keys); err != nil {
 					return err
 				}
 				inNorm = norm{}
@@ -139,15 +148,14 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	if wg != nil {
 		head := folded
 		if !fold {
-			if err := e.launchParts(ws.h.Ptr, d, e.normF, eps, B, d, ws.parts.Ptr); err != nil {
+			if err := e.launchParts(ws.h.Ptr, d, e.normF, eps, B, d, ws.parts.Ptr, cuda.Ptr(0)); err != nil {
 				return err
 			}
 			head = norm{}
 		}
-		if e.HeadPicks {
-			p := ws.headPick
+		if headKeys != 0 {
 			return e.launchWG("lm_head_wg_bf16", V, 1, wg.head, wg.dParts, logits, V, B, d, V, head.ss, head.tiles, eps,
-				p.Ptr, p.Offset(headCountAt), p.Offset(headPicksAt))
+				headKeys)
 		}
 		return e.launchWG("gemv_wg_bf16", V, 1, wg.head, wg.dParts, cuda.Ptr(0), logits, V, 0, B, d, V, cuda.Ptr(0),
 			cuda.Ptr(0), head.ss, head.tiles, eps, cuda.Ptr(0), cuda.Ptr(0), cuda.Ptr(0))
@@ -156,18 +164,13 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	return e.launchGEMV(head, ws.h.Ptr, d, e.normF, eps, e.lmHead, cuda.Ptr(0), logits, V, 0, B, d, V, head.split)
 }
 
-// The workspace's headPick: lm_head_wg_bf16's keys (uint64 [decodeMaxB]),
-// its picks (int64 [decodeMaxB]) at headPicksAt, and its count (uint32) at
-// headCountAt.
-const (
-	headPicksAt   = 8 * decodeMaxB
-	headCountAt   = 16 * decodeMaxB
-	headPickBytes = headCountAt + 8
-)
+// headPickBytes is the workspace's headPick: lm_head_wg_bf16's keys, uint64
+// [decodeMaxB].
+const headPickBytes = 8 * decodeMaxB
 
-// headPicks reports whether a decode step of B sequences picks their greedy
-// tokens in the LM head (HeadPicks where the warpgroup GEMVs apply), into
-// the workspace's headPick at headPicksAt.
+// headPicks reports whether a decode step of B sequences ranks their greedy
+// picks in the LM head (HeadPicks where the warpgroup GEMVs apply), into
+// the workspace's headPick keys for head_picks_i64.
 func (e *Engine) headPicks(B int) bool {
 	return e.HeadPicks && B <= e.decodeKernelMaxB() && e.warpgroupApplies(B)
 }

@@ -105,9 +105,10 @@ func (e *Engine) warpgroupMaps() (*wgMaps, error) {
 func (w *workspace) eParts(d int) cuda.Ptr { return w.parts.Ptr + cuda.Ptr(2*24*d) }
 
 // launchParts queues x_parts_bf16: x [B, K] (row stride ldx), with the norm
-// weight normw (or none), as parts into dst.
-func (e *Engine) launchParts(x cuda.Ptr, ldx int, normw cuda.Ptr, eps float32, B, K int, dst cuda.Ptr) error {
-	return e.launchStep("x_parts_bf16", cuda.D1(decodeMaxB), cuda.D1(256), 0, x, ldx, normw, eps, B, K, dst)
+// weight normw (or none), as parts into dst; where headKeys is set, it
+// also zeroes the LM head's keys there (lm_head_wg_bf16).
+func (e *Engine) launchParts(x cuda.Ptr, ldx int, normw cuda.Ptr, eps float32, B, K int, dst, headKeys cuda.Ptr) error {
+	return e.launchStep("x_parts_bf16", cuda.D1(decodeMaxB), cuda.D1(256), 0, x, ldx, normw, eps, B, K, dst, headKeys)
 }
 
 // launchWG queues one of the warpgroup GEMVs over rows rows, each tile's k
