@@ -11,9 +11,10 @@ import (
 
 // Decoder steps one state on the GPU (engine.QueueDecoder), eagerly or
 // through a captured step graph. Its greedy steps pick each row's most
-// likely token on the device (in the LM head where Engine.HeadPicks
-// applies, else argmax_rows_f32 in kernels/pool.cu) and hand back B ids; its Logits copy the logits into page-locked memory it owns;
-// its TopK copy back only each row's k best (topk_rows_f32 in
+// likely token on the device (ranked in the LM head where Engine.HeadPicks
+// applies, else by argmax_rows_f32 in kernels/pool.cu) and hand back B
+// ids; its Logits copy the logits into page-locked memory it owns; its
+// TopK copy back only each row's k best (topk_rows_f32 in
 // kernels/topk.cu), and its TopP draw from each row's nucleus there
 // (topp_draw_f32).
 //
