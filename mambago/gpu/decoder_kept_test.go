@@ -3,15 +3,12 @@ package gpu_test
 import (
 	"math"
 	"math/rand/v2"
-	"path/filepath"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
-	"github.com/mambago/mambago/mambago/checkpoint"
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/gpu"
-	"github.com/mambago/mambago/mambago/internal/fixture"
 )
 
 // TestDecoderKeepsStepGraph checks that a decoder leaves its step graph with
@@ -21,10 +18,7 @@ import (
 // that freeing the state lets the graph go; in f32 and bf16.
 func TestDecoderKeepsStepGraph(t *testing.T) {
 	gputest.Need(t)
-	w, err := checkpoint.Load(filepath.Join(fixture.Root(), "base"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := fixtureWeights(t, "base")
 	const B = 2
 	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16} {
 		e := newEngine(t, w, dt)

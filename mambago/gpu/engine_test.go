@@ -28,6 +28,16 @@ func newEngine(t *testing.T, w *checkpoint.Weights, dt cuda.DType) *gpu.Engine {
 	return e
 }
 
+// fixtureWeights loads the fixture checkpoint name (tests/fixtures/<name>).
+func fixtureWeights(t *testing.T, name string) *checkpoint.Weights {
+	t.Helper()
+	w, err := checkpoint.Load(filepath.Join(fixture.Root(), name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 func open(t *testing.T, dir string) engine.Engine {
 	t.Helper()
 	w, err := checkpoint.Load(dir)

@@ -3,16 +3,13 @@ package gpu_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
-	"github.com/mambago/mambago/mambago/checkpoint"
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/gpu"
-	"github.com/mambago/mambago/mambago/internal/fixture"
 )
 
 // TestHeadPicksMatch checks Engine.HeadPicks: a decoder's greedy steps with
@@ -24,10 +21,7 @@ import (
 // path under test runs); in f32 it never does.
 func TestHeadPicksMatch(t *testing.T) {
 	gputest.Need(t)
-	w, err := checkpoint.Load(filepath.Join(fixture.Root(), "base"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := fixtureWeights(t, "base")
 	V, T, steps := w.Config.Vocab, 5, 24
 	sm90 := gputest.Device(t).Major == 9
 	for _, dt := range []cuda.DType{cuda.BF16, cuda.F32} {
