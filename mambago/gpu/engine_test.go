@@ -118,10 +118,7 @@ func TestMatchesCPU(t *testing.T) {
 func TestDeviceEntryMatchesHostEntry(t *testing.T) {
 	gputest.Need(t)
 	gputest.Device(t)
-	w, err := checkpoint.Load(filepath.Join(fixture.Root(), "features"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := fixtureWeights(t, "features")
 	e := newEngine(t, w, cuda.F32)
 	c := e.Config()
 	B, T := 3, 41
@@ -195,10 +192,7 @@ func TestDeviceEntryMatchesHostEntry(t *testing.T) {
 func TestDevicePaddedMatchesHostPadded(t *testing.T) {
 	gputest.Need(t)
 	gputest.Device(t)
-	w, err := checkpoint.Load(filepath.Join(fixture.Root(), "base"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := fixtureWeights(t, "base")
 	e := newEngine(t, w, cuda.F32)
 	c := e.Config()
 	B, T := 3, 29
@@ -281,10 +275,7 @@ func TestGraphsReplayBitIdentical(t *testing.T) {
 		dt   cuda.DType
 	}{{"base", cuda.F32}, {"features", cuda.F32}, {"base", cuda.BF16}, {"features", cuda.F16}} {
 		name := tc.name
-		w, err := checkpoint.Load(filepath.Join(fixture.Root(), name))
-		if err != nil {
-			t.Fatal(err)
-		}
+		w := fixtureWeights(t, name)
 		e := newEngine(t, w, tc.dt)
 		c := e.Config()
 		B, T := 2, 33

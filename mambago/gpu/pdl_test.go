@@ -3,7 +3,6 @@ package gpu_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"path/filepath"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -30,10 +29,7 @@ import (
 // outputs start as NaN.
 func TestPrefillSettingsMatch(t *testing.T) {
 	gputest.Need(t)
-	features, err := checkpoint.Load(filepath.Join(fixture.Root(), "features"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	features := fixtureWeights(t, "features")
 	settings := []struct {
 		name string
 		set  func(e *gpu.Engine, on bool)
