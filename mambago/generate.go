@@ -15,7 +15,7 @@ import (
 // to the shortest best-first run of them whose probability reaches TopP.
 // Logits that hold NaN make the generation fail rather than draw a token.
 type Sampling struct {
-	Temperature float64 // 0 picks the most likely token (greedy)
+	Temperature float64 // 0 picks the most likely token (greedy); finite
 	TopK        int     // keep the k most likely tokens; 0 keeps all
 	TopP        float64 // keep the smallest set whose probability reaches p; 1 keeps all
 	Seed        uint64  // seeds the sampler; the same seed gives the same tokens
@@ -25,8 +25,8 @@ type Sampling struct {
 // Check reports an out-of-range sampling parameter.
 func (s Sampling) Check() error {
 	switch {
-	case math.IsNaN(s.Temperature) || s.Temperature < 0:
-		return engine.Invalid("temperature = %v, want ≥ 0", s.Temperature)
+	case math.IsNaN(s.Temperature) || s.Temperature < 0 || math.IsInf(s.Temperature, 1):
+		return engine.Invalid("temperature = %v, want finite and ≥ 0", s.Temperature)
 	case s.TopK < 0:
 		return engine.Invalid("top_k = %d, want ≥ 0", s.TopK)
 	case math.IsNaN(s.TopP) || s.TopP <= 0 || s.TopP > 1:

@@ -2,6 +2,7 @@ package mambago_test
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -75,7 +76,8 @@ func TestSamplingIsSeededAndStops(t *testing.T) {
 	if err != nil || n != 1 || out[0] != g[0] {
 		t.Errorf("EOS %d: got %v (n=%d, err=%v)", g[0], out, n, err)
 	}
-	for _, bad := range []mambago.Sampling{{Temperature: -1, TopP: 1}, {TopP: 0}, {TopP: 1.5}, {TopK: -2, TopP: 1}} {
+	for _, bad := range []mambago.Sampling{{Temperature: -1, TopP: 1}, {Temperature: math.Inf(1), TopP: 1},
+		{Temperature: math.NaN(), TopP: 1}, {TopP: 0}, {TopP: 1.5}, {TopK: -2, TopP: 1}} {
 		if _, _, err := m.Generate(ids, 3, 2, 4, bad); !engine.IsInvalid(err) {
 			t.Errorf("sampling %+v: err = %v, want an input error", bad, err)
 		}

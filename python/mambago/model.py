@@ -824,9 +824,9 @@ class Model:
                  attention_mask=None) -> np.ndarray:
         """Continue prompts input_ids [B, T] by up to max_new_tokens tokens; returns int64 [B, n].
 
-        temperature 0 is greedy (the lowest id among equal logits); otherwise
-        tokens are sampled after top_k and top_p filtering, reproducibly for
-        a given seed. The loop runs in the engine: on the CUDA engine greedy
+        temperature must be finite and ≥ 0: 0 is greedy (the lowest id among
+        equal logits); otherwise tokens are sampled after top_k and top_p
+        filtering, reproducibly for a given seed. The loop runs in the engine: on the CUDA engine greedy
         tokens are picked on the GPU, a top_k draw's candidates are ranked
         there (only they come back), a draw without top_k is made there (at
         the same odds, but other tokens for a seed than the CPU engine's),
