@@ -496,7 +496,8 @@ func (p lmHeadPick) launch(t *testing.T, fn func(string) *cuda.Function, s *cuda
 // ranks (the largest in up to 5 places, signed zeros, and, one sequence a
 // launch, -inf in two places of three, one +inf and one NaN, as ±bf16's
 // largest times 2 and a NaN weight) come out as logits, one launch after
-// another on the same keys.
+// another on the same keys. With -test.short (under the sanitizers) the
+// same checks run at small sizes.
 func TestLMHeadWGKernel(t *testing.T) {
 	const eps = 1e-5
 	fn, s := gpu(t)
@@ -505,10 +506,16 @@ func TestLMHeadWGKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := newLMHeadPick(t, s)
-	for _, tc := range []struct {
+	type shape struct {
 		rows, K, B int
 		norm       bool
-	}{{50280, 768, 1, true}, {50280, 768, 8, true}, {50280, 2048, 3, false}, {130, 136, 5, false}, {37, 64, 8, true}} {
+	}
+	shapes, widths := []shape{{50280, 768, 1, true}, {50280, 768, 8, true}, {50280, 2048, 3, false}, {130, 136, 5, false},
+		{37, 64, 8, true}}, []int{7, 1000, 50280}
+	if testing.Short() { // under the sanitizers: the same checks at small sizes
+		shapes, widths = []shape{{1000, 136, 8, true}, {130, 136, 5, false}, {37, 64, 3, true}}, []int{7, 1000}
+	}
+	for _, tc := range shapes {
 		name := fmt.Sprintf("lm_head_wg_bf16 %+v", tc)
 		W, packed := bf16Bits(randn(tc.rows*tc.K, 0.1))
 		bW, normw := upload(t, s, packed), randn(tc.K, 1)
@@ -534,7 +541,7 @@ func TestLMHeadWGKernel(t *testing.T) {
 		}
 	}
 	const K = 64
-	for _, V := range []int{7, 1000, 50280} {
+	for _, V := range widths {
 		rows := [][]float32{randn(V, 3), randn(V, 0)} // the largest repeated, then zeros of both signs
 		for range 5 {
 			rows[0][rand.IntN(V)] = 20

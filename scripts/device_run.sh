@@ -59,6 +59,11 @@
 #   genreuse: the decoder's kept step graph (tests, memcheck), generate
 #             without the kernels' part (Python with .carry/base's wheel
 #             where built with BASE), then pytest (about 8 minutes);
+#   headpick: the greedy pick ranked in the LM head (Engine.HeadPicks):
+#             the kernel's and the engine's tests, memcheck and racecheck
+#             over the kernel's (-test.short), BenchmarkQueueParts, then
+#             pytest and generate's Python timings (with .carry/base's
+#             wheel where device_build.sh had a BASE; about 8 minutes);
 #   samplingncu: ncu's full set on one launch each of topp_draw_f32,
 #             topp_draw_x8_f32 (all 8 blocks of the cluster) and topk_rows_f32
 #             (B=1, a random model's row): the details page and the
@@ -413,6 +418,20 @@ if [[ $mode == sampling ]]; then
   MAMBAGO_TOPK_BASE=$(topk_bases) bench_log sampling_bench 100 .carry/kernels.test TopKRows "µs"
   run_tests sampling_engine 100 .carry/mambago.test -test.v -test.run 'GenerateOnDevice|DecoderLogits'
   memcheck memcheck_sampling_engine 100 .carry/mambago.test 'GenerateOnDevice|DecoderLogits'
+  exit $status
+fi
+if [[ $mode == headpick ]]; then  # lm_head_wg_bf16's pick (Engine.HeadPicks)
+  echo "== the greedy pick ranked in the LM head (lm_head_wg_bf16, head_picks_i64): tests, sanitizers, a token's parts"
+  SHOW='lm_head_wg_bf16' run_tests headpick_kernels 100 .carry/kernels.test -test.v -test.run 'LMHeadWG|GEMVWGKernel'
+  run_tests headpick_engine 100 .carry/gpu.test -test.v -test.run 'HeadPicksMatch|DecodeWarpgroup|KeepsStepGraph'
+  SANITIZE_ARGS=-test.short memcheck memcheck_headpick 100 .carry/kernels.test 'LMHeadWG'
+  SANITIZE_ARGS=-test.short sanitizer racecheck racecheck_headpick 200 .carry/kernels.test 'LMHeadWG'
+  memcheck memcheck_headpick_engine 100 .carry/gpu.test 'HeadPicksMatch'
+  echo "== a greedy token's parts on the GPU, the argmax's and the head's (BenchmarkQueueParts)"
+  bench_log queue_parts 100 .carry/gpu.test QueueParts "µs"
+  bash "$0" "$commit" pytest || status=1
+  GEN_KERNELS=0 GEN_ARGS="${GEN_ARGS:---shapes 130m,1.4b --batches 1,8 --repeats 5}" bash "$0" "$commit" generatebench \
+    || status=1
   exit $status
 fi
 if [[ $mode == genreuse ]]; then  # Generate's kept state and step graph (branch issue4-genreuse)
