@@ -26,7 +26,7 @@ type Graph struct {
 	generation      int   // the workspace it points into
 	tf32            bool  // the GEMM mode it was captured with
 	step            bool
-	headPicks       bool // a step whose LM head picks the greedy tokens (Engine.headPicks at the capture)
+	headPicks       bool // a step whose LM head ranks the greedy picks (Engine.headPicks at the capture)
 	kind            string
 	B, T            int
 	pool            engine.Pool

@@ -88,7 +88,7 @@ func (e *Engine) decode(s *State, src source, logits cuda.Ptr) error {
 	}
 	folded := norm{ws.normSS.Ptr, wgTiles(d)}
 	headKeys := cuda.Ptr(0) // zeroed by the step's first x_parts_bf16 for the LM head's picks
-	if wg != nil && e.HeadPicks {
+	if e.headPicks(B) {     // (where the warpgroup GEMVs apply: wg is set)
 		headKeys = ws.headPick.Ptr
 	}
 	for l, g := range e.layers {
