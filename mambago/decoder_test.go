@@ -227,8 +227,8 @@ func TestDecoderQueue(t *testing.T) {
 					}
 					for b, id := range picks {
 						row := want[b*V : (b+1)*V]
-						if !nucleus && id != argmax(row) {
-							t.Fatalf("%s, step %d: row %d picked %d, the twin's argmax %d", where, k, b, id, argmax(row))
+						if !nucleus && id != fixture.Argmax(row) {
+							t.Fatalf("%s, step %d: row %d picked %d, the twin's argmax %d", where, k, b, id, fixture.Argmax(row))
 						}
 						if ids := nucleusIDs(row, temp, p); nucleus && (!slices.Contains(ids, id) || b == 0 && id != slices.Min(ids)) {
 							t.Fatalf("%s, step %d: row %d (u %.3f) drew %d; the nucleus: %v", where, k, b, u[b], id, ids[:min(len(ids), 10)])
@@ -644,7 +644,7 @@ func hostLoop(tb testing.TB, m *mambago.Model, ids []int64, B, T, n int) []int64
 	out, next := make([]int64, B*n), make([]int64, B)
 	for k := range n {
 		for r := range B {
-			next[r] = argmax(logits[r*V : (r+1)*V])
+			next[r] = fixture.Argmax(logits[r*V : (r+1)*V])
 			out[r*n+k] = next[r]
 		}
 		if k < n-1 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/mambago/mambago/mambago"
 	"github.com/mambago/mambago/mambago/engine"
+	"github.com/mambago/mambago/mambago/internal/fixture"
 )
 
 // hostDecoders is the CPU engine with decoders that keep the CUDA decoder's
@@ -91,7 +92,7 @@ func (d *hostEntries) Greedy(ids, next []int64) error {
 			nan = errors.New("NaN")
 			return
 		}
-		next[b] = argmax(row)
+		next[b] = fixture.Argmax(row)
 	})
 	return errors.Join(err, nan)
 }
@@ -147,7 +148,7 @@ func (d *hostEntries) QueueGreedy(ids []int64) error {
 		if row == nil {
 			return -1
 		}
-		return argmax(row)
+		return fixture.Argmax(row)
 	})
 }
 

@@ -38,22 +38,12 @@ func TestGreedyMatchesArgmaxOfSteps(t *testing.T) {
 	logits := make([]float32, 2*V)
 	m.Logits(h, 2, logits)
 	for i := 0; i < 6; i++ {
-		next := []int64{argmax(logits[:V]), argmax(logits[V:])}
+		next := []int64{fixture.Argmax(logits[:V]), fixture.Argmax(logits[V:])}
 		if got[i] != next[0] || got[6+i] != next[1] {
 			t.Fatalf("token %d: generate gave %d,%d; argmax gives %v", i, got[i], got[6+i], next)
 		}
 		m.Step(st, next, logits)
 	}
-}
-
-func argmax(v []float32) int64 {
-	best := 0
-	for i := range v {
-		if v[i] > v[best] {
-			best = i
-		}
-	}
-	return int64(best)
 }
 
 func TestSamplingIsSeededAndStops(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/gpu"
+	"github.com/mambago/mambago/mambago/internal/fixture"
 )
 
 // TestHeadPicksMatch checks Engine.HeadPicks: a decoder's greedy steps with
@@ -86,7 +87,7 @@ func TestHeadPicksMatch(t *testing.T) {
 					}
 					want := make([]int64, B)
 					for b := range B {
-						want[b] = argmax(logits[b*V : (b+1)*V])
+						want[b] = fixture.Argmax(logits[b*V : (b+1)*V])
 					}
 					if !slices.Equal(picks[0], want) || !slices.Equal(picks[1], want) {
 						t.Fatalf("%s step %d: head picks %v, argmax_rows_f32 %v, the host's argmax %v", name, step, picks[0], picks[1], want)
@@ -96,15 +97,4 @@ func TestHeadPicksMatch(t *testing.T) {
 			}
 		}
 	}
-}
-
-// argmax is the lowest index of the largest of v (no NaN).
-func argmax(v []float32) int64 {
-	best := 0
-	for i, x := range v {
-		if x > v[best] {
-			best = i
-		}
-	}
-	return int64(best)
 }
