@@ -653,13 +653,14 @@ func (e *Engine) ensure(rows int) error {
 		}
 		*s.dst = b
 	}
-	// Counters start at zero, and so do the LM head's keys; so do the parts,
-	// whose rows past a batch's sequences only the copies of x_parts_bf16
-	// write (the scan step's leave them as they are).
+	// Counters start at zero; so do the parts, whose rows past a batch's
+	// sequences only the copies of x_parts_bf16 write (the scan step's
+	// leave them as they are). The LM head's keys need no start: each step
+	// zeroes them before its head (x_parts_bf16's head_keys).
 	for _, c := range []struct {
 		buf *cuda.Buffer
 		n   int
-	}{{ws.counts, counters}, {ws.tileCounts, tileCounts}, {ws.parts, words(ws.parts)}, {ws.headPick, words(ws.headPick)}} {
+	}{{ws.counts, counters}, {ws.tileCounts, tileCounts}, {ws.parts, words(ws.parts)}} {
 		if err := cuda.Fill32(c.buf.Ptr, 0, c.n, e.stream); err != nil {
 			return err
 		}
