@@ -37,6 +37,11 @@ __device__ __forceinline__ unsigned topk_key(float v) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+// topk_value: the logit whose key is key (-0 comes back as +0).
+__device__ __forceinline__ float topk_value(unsigned key) {
+    return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
+}
+
 // topk_scan_down: the exclusive prefix sum of mine over the block's threads
 // in thread order (counts, or fixed-point masses: integers, so every order
 // of the sums gives the same bits), and, where total is not null, the sum
@@ -111,16 +116,23 @@ __device__ __forceinline__ void topk_emit(unsigned *taken, int *out_ids, float *
     out_ids[slot] = i, out_vals[slot] = v;
 }
 
-extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
-    topk_rows_f32(const float *__restrict__ logits, int V, int k, int *__restrict__ ids, float *__restrict__ vals) {
-    __shared__ unsigned hist[TOPK_BINS];
-    __shared__ unsigned bin_keys[TOPK_CAP];
-    __shared__ int bin_ids[TOPK_CAP];
-    __shared__ unsigned warp_sums[TOPK_WARPS];
-    __shared__ unsigned found_digit, found_above, taken, gathered;
-    const float *row = logits + (long long)blockIdx.x * V;
-    int *out_ids = ids + (long long)blockIdx.x * k;
-    float *out_vals = vals + (long long)blockIdx.x * k;
+// TopkShared is topk_rows's shared memory.
+struct TopkShared {
+    unsigned hist[TOPK_BINS];
+    unsigned bin_keys[TOPK_CAP];
+    int bin_ids[TOPK_CAP];
+    unsigned warp_sums[TOPK_WARPS];
+    unsigned found_digit, found_above, taken, gathered;
+};
+
+// topk_rows: topk_rows_f32's work for one row (the block's), into out_ids
+// and out_vals [k]. Every thread of the block returns from it at the same
+// point.
+__device__ __forceinline__ void topk_rows(TopkShared &sm, const float *__restrict__ row, int V, int k, int *out_ids,
+                                          float *out_vals) {
+    unsigned *hist = sm.hist, *bin_keys = sm.bin_keys, *warp_sums = sm.warp_sums;
+    int *bin_ids = sm.bin_ids;
+    unsigned &found_digit = sm.found_digit, &found_above = sm.found_above, &taken = sm.taken, &gathered = sm.gathered;
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
 
     // Round 1, over the row: the top 12 bits.
@@ -218,6 +230,135 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
     }
 }
 
+extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
+    topk_rows_f32(const float *__restrict__ logits, int V, int k, int *__restrict__ ids, float *__restrict__ vals) {
+    __shared__ TopkShared sm;
+    const long long b = blockIdx.x;
+    topk_rows(sm, logits + b * V, V, k, ids + b * k, vals + b * k);
+}
+
+// Sampled decoding's draw from the k best, where the logits are:
+//
+//   topk_draw_f32: next[b] (and mirror[b] where mirror is not null) = the
+//                  token of row b that mambago's host sampler draws from
+//                  the row's k best with u[b] as its uniform, token for
+//                  token (mambago/sample.go, sampler.fromBest): the k best
+//                  as topk_rows_f32 finds them (into ids and vals [B, k],
+//                  scratch), ranked best first; their weights w_i =
+//                  exp_neg((best - logit_i) * inv_temp); the nucleus, the
+//                  shortest best-first run whose running sum reaches p of
+//                  the sum of all k; r = u[b] * its sum, and the first
+//                  token where r minus the running sum goes below 0 (the
+//                  last of the nucleus where rounding leaves none). A row
+//                  whose best logit is infinite gives its best token; a row
+//                  with NaN gives -1. 1 <= k <= TOPK_DRAW_MAX.
+//
+// Every float64 operation of that rule is rounded on its own
+// (__dmul_rn and friends, which the compiler never fuses), as the host
+// rounds them, so both get the same bits, and the sums run in the host's
+// order, on one thread. The ranking sorts the candidates' 64-bit keys (the
+// logit's order bits inverted above the id, the host's rankKey) in shared
+// memory (a bitonic sort of k rounded up to a power of two).
+#define TOPK_DRAW_MAX 1024
+
+typedef unsigned long long u64;
+
+// TopkDrawShared is topk_draw_f32's shared memory after topk_rows is done
+// with its own.
+struct TopkDrawShared {
+    u64 keys[TOPK_DRAW_MAX];    // the candidates' rank keys, then sorted
+    double w[TOPK_DRAW_MAX];    // their weights, best first
+    double sums[TOPK_DRAW_MAX]; // the weights' running sums
+};
+
+// exp_neg: e^-z for z >= 0, mambago's expNeg (sample.go) operation for
+// operation: e^-z = 2^k e^r, k the integer nearest -z log2(e), r by seven
+// terms of the series; 0 past z = 708.
+__device__ __forceinline__ double exp_neg(double z) {
+    if (!(z <= 708.0)) return 0.0;
+    const double log2e = __longlong_as_double(0x3FF71547652B82FEll);  // math.Log2E
+    const double ln2_hi = __longlong_as_double(0x3FE62E42FEE00000ll);  // ln2Hi
+    const double ln2_lo = __longlong_as_double(0x3DEA39EF35793C76ll);  // ln2Lo
+    const double k = floor(__dsub_rn(0.5, __dmul_rn(z, log2e)));
+    const double r = __dsub_rn(__dsub_rn(-z, __dmul_rn(k, ln2_hi)), __dmul_rn(k, ln2_lo));
+    double t = __dmul_rn(r, 1.0 / 5040);
+    t = __dmul_rn(r, __dadd_rn(1.0 / 720, t));
+    t = __dmul_rn(r, __dadd_rn(1.0 / 120, t));
+    t = __dmul_rn(r, __dadd_rn(1.0 / 24, t));
+    t = __dmul_rn(r, __dadd_rn(1.0 / 6, t));
+    t = __dmul_rn(r, __dadd_rn(1.0 / 2, t));
+    t = __dmul_rn(r, __dadd_rn(1.0, t));
+    const double p = __dadd_rn(1.0, t);
+    return __dmul_rn(p, __longlong_as_double((long long)((long long)k + 1023) << 52));
+}
+
+extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
+    topk_draw_f32(const float *__restrict__ logits, int V, int k, int *ids, float *vals, double inv_temp, double p,
+                  const double *__restrict__ u, long long *__restrict__ next, long long *__restrict__ mirror) {
+    __shared__ union {
+        TopkShared rows;
+        TopkDrawShared draw;
+    } sm;
+    const int b = blockIdx.x;
+    int *row_ids = ids + (long long)b * k;  // plain pointers: read back below, after other threads wrote them
+    float *row_vals = vals + (long long)b * k;
+    topk_rows(sm.rows, logits + (long long)b * V, V, k, row_ids, row_vals);
+    __syncthreads();  // the candidates are written; sm.rows is no longer read
+    if (row_ids[0] < 0) {  // NaN (uniform: every thread reads the same id)
+        if (threadIdx.x == 0) put_pick(next, mirror, b, -1);
+        return;
+    }
+    u64 *keys = sm.draw.keys;
+    int n = 1;
+    while (n < k) n <<= 1;
+    for (int i = threadIdx.x; i < n; i += TOPK_THREADS)
+        keys[i] = i < k ? (u64)(~topk_key(row_vals[i])) << 32 | (unsigned)row_ids[i] : ~0ull;
+    for (int size = 2; size <= n; size <<= 1) {  // ascending: the best first
+        for (int stride = size / 2; stride > 0; stride /= 2) {
+            __syncthreads();
+            for (int i = threadIdx.x; i < n; i += TOPK_THREADS) {
+                const int j = i ^ stride;
+                if (j > i) {
+                    const u64 a = keys[i], c = keys[j];
+                    if ((a > c) == ((i & size) == 0)) keys[i] = c, keys[j] = a;
+                }
+            }
+        }
+    }
+    __syncthreads();
+    const double top = (double)topk_value(~(unsigned)(keys[0] >> 32));
+    if (isinf(top)) {  // an infinite best takes all the weight (or none has any)
+        if (threadIdx.x == 0) put_pick(next, mirror, b, (int)(unsigned)keys[0]);
+        return;
+    }
+    for (int i = threadIdx.x; i < k; i += TOPK_THREADS)
+        sm.draw.w[i] = exp_neg(__dmul_rn(__dsub_rn(top, (double)topk_value(~(unsigned)(keys[i] >> 32))), inv_temp));
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const double *w = sm.draw.w;
+        double *sums = sm.draw.sums, sum = 0;
+        for (int i = 0; i < k; i++) sums[i] = sum = __dadd_rn(sum, w[i]);
+        const double target = __dmul_rn(p, sum);
+        int keep = k;
+        for (int i = 0; i < k; i++) {
+            if (sums[i] >= target) {
+                keep = i + 1;
+                break;
+            }
+        }
+        double r = __dmul_rn(u[b], sums[keep - 1]);
+        int at = keep - 1;
+        for (int i = 0; i < keep; i++) {
+            r = __dsub_rn(r, w[i]);
+            if (r < 0) {
+                at = i;
+                break;
+            }
+        }
+        put_pick(next, mirror, b, (int)(unsigned)keys[at]);
+    }
+}
+
 // Sampled decoding's draw from a nucleus, where the logits are:
 //
 //   topp_draw_f32: next[b] = a token of row b drawn with probability
@@ -257,8 +398,6 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
 //      order) walks its run in order, 32 tokens at a time, to the token
 //      where r falls. The token is the first in id order where the
 //      nucleus's weight up to it passes r, whatever S.
-
-typedef unsigned long long u64;
 
 #define TOPP_BITS 40
 #define TOPP_CLUSTER 8
@@ -306,11 +445,6 @@ __device__ __forceinline__ void topp_add(u64 *hist, unsigned bin, u64 q, u64 *sl
         topp_atomic_add(&hist[bin], sum);
     }
     __syncwarp();  // slots are rewritten by the next call
-}
-
-// topk_value: the logit whose key is key (-0 comes back as +0).
-__device__ __forceinline__ float topk_value(unsigned key) {
-    return __uint_as_float((key & 0x80000000u) ? (key & 0x7fffffffu) : ~key);
 }
 
 // topp_warp_scan: the inclusive prefix sum of v over the warp.

@@ -394,3 +394,86 @@ func nucleusOdds(row []float32, temp, topP float64) []float64 {
 	}
 	return probs
 }
+
+// TestTopKDrawKernelEdges checks topk_draw_f32 where no weight decides the
+// token: a row with NaN gives -1; rows whose best logit is +inf (twice:
+// the lower id), or all -inf, give their best-ranked token; k = 1 gives
+// the row's best for any uniform; and a nucleus of p → 0 keeps only the
+// best. Each for k up to TOPK_DRAW_MAX, its pick mirrored into page-locked
+// memory. (That its draws are the host sampler's, token for token, is
+// mambago's TestQueueTopKMatchesHost.)
+func TestTopKDrawKernelEdges(t *testing.T) {
+	fn, s := gpu(t)
+	const V = 2000
+	inf := randn(V, 1)
+	inf[1500], inf[77] = float32(math.Inf(1)), float32(math.Inf(1))
+	neg := slices.Repeat([]float32{float32(math.Inf(-1))}, V)
+	nanRow := randn(V, 1)
+	nanRow[123] = float32(math.NaN())
+	plain := randn(V, 2)
+	best := int64(rankOrder(plain)[0])
+	in := upload(t, s, slices.Concat(inf, neg, nanRow, plain))
+	for _, k := range []int{1, 2, 50, 1000, 1024} {
+		ids, vals := poisoned(t, s, 4*k), poisoned(t, s, 4*k)
+		for _, c := range []struct {
+			temp, p float64
+			u       float64
+		}{{1, 1, 0.999}, {0.5, 1e-9, 0.7}, {2, 0.9, 0}} {
+			want := []int64{77, 0, -1, -2} // -2: the plain row, whose draw only k = 1 or p → 0 decides
+			if k == 1 || c.p < 1e-6 {
+				want[3] = best
+			}
+			got := drawTopK(t, fn, s, in, 4, V, k, ids, vals, c.temp, c.p, slices.Repeat([]float64{c.u}, 4))
+			for b := range want {
+				if want[b] != -2 && got[b] != want[b] {
+					t.Errorf("k=%d T=%v p=%v u=%v, row %d: drew %d, want %d", k, c.temp, c.p, c.u, b, got[b], want[b])
+				}
+			}
+			if k > 1 && c.p == 1 && !slices.Contains(rankOrder(plain)[:k], int(got[3])) {
+				t.Errorf("k=%d: drew %d, not among the row's %d best", k, got[3], k)
+			}
+		}
+		ids.Free()
+		vals.Free()
+	}
+}
+
+// drawTopK runs topk_draw_f32 over B rows of V at in with uniforms u and
+// candidate scratch ids and vals [B, k], the output poisoned first; its
+// mirror in page-locked memory must hold the same draws.
+func drawTopK(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, in *cuda.Buffer, B, V, k int,
+	ids, vals *cuda.Buffer, temp, topP float64, u []float64) []int64 {
+	t.Helper()
+	next, err := cuda.Alloc(8 * B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Free()
+	un, err := cuda.Alloc(8 * B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer un.Free()
+	got := slices.Repeat([]int64{-7}, B) // not an answer
+	if err := cuda.CopyIn(next.Ptr, got, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := cuda.CopyIn(un.Ptr, u, s); err != nil {
+		t.Fatal(err)
+	}
+	mirror, at := mirrored(t, B)
+	if err := fn("topk_draw_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, in.Ptr, int32(V), int32(k), ids.Ptr, vals.Ptr,
+		1/temp, topP, un.Ptr, next.Ptr, at); err != nil {
+		t.Fatal(err)
+	}
+	if err := cuda.CopyOut(got, next.Ptr, s); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(mirror, got) {
+		t.Fatalf("topk_draw_f32: mirrored %v, drew %v", mirror, got)
+	}
+	return got
+}

@@ -418,7 +418,9 @@ func TestDecoderLogits(t *testing.T) {
 // through a step graph ("device+graph"), one step queued ahead of the host,
 // or one step at a time ("+unqueued"). Sampled (temperature 0.8, top-k
 // 50): Generate stepping eagerly ("sampled") or through a step graph
-// ("sampled+graph"), the candidates ranked on the device (TopK); then
+// ("sampled+graph"), drawn from the k best on the device (QueueTopK),
+// or the candidates ranked on the device and drawn on the host one step at
+// a time ("+candidates": TopK, the path before QueueTopK); then
 // through the graph but drawn on the host from whole rows of logits, copied
 // into the decoder's page-locked buffer ("+host") or into pageable memory
 // as before it ("+pageable"). Top-p (temperature 0.8, the nucleus of 0.95 of
@@ -478,6 +480,10 @@ func BenchmarkGenerate(b *testing.B) {
 				{"device+graph+unqueued", "greedy", oneByOne(greedy)},
 				{"sampled", "sampled", run(0, clusters, sampled)},
 				{"sampled+graph", "sampled", run(32, clusters, sampled)},
+				{"sampled+graph+candidates", "sampled", func(n int) []int64 {
+					g.DecoderGraphSteps = 32
+					return generate(b, &mambago.Model{Engine: candidatesOnHost{Engine: g}}, ids, B, prompt, n, sampled)
+				}},
 				{"sampled+graph+host", "sampled", onHost(false, sampled)},
 				{"sampled+graph+pageable", "sampled", onHost(true, sampled)},
 				{"top-p+graph", "top-p", run(32, clusters, topP)},
@@ -563,6 +569,24 @@ func (e unqueued) NewDecoder(st engine.State, steps int) (engine.Decoder, error)
 
 // oneAtATime embeds the interface, not *gpu.Decoder: no queue.
 type oneAtATime struct{ engine.TopPDecoder }
+
+// candidatesOnHost is the CUDA engine whose decoders rank the top-k
+// candidates on the device but leave the draw from them to the host, one
+// step at a time (TopK, not QueueTopK), as Generate ran before the queued
+// draw from the k best.
+type candidatesOnHost struct{ *gpu.Engine }
+
+// NewDecoder wraps the engine's decoder.
+func (e candidatesOnHost) NewDecoder(st engine.State, steps int) (engine.Decoder, error) {
+	d, err := e.Engine.NewDecoder(st, steps)
+	if err != nil {
+		return nil, err
+	}
+	return topKOnly{d.(engine.TopKDecoder)}, nil
+}
+
+// topKOnly embeds the interface, not *gpu.Decoder: TopK, no queue.
+type topKOnly struct{ engine.TopKDecoder }
 
 // hostSampled is the CUDA engine whose decoders leave sampling to the host:
 // they hide their TopK and TopP, so that Generate draws from whole rows of

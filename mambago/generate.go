@@ -91,28 +91,34 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 	}
 	// A greedy step on the decoder leaves the logits where they are and
 	// returns its picks. A sampled step, where the decoder can, returns the
-	// TopK best ranked on the device (TopKDecoder), or without a top-k the
-	// tokens drawn from the nucleus there with each row's next uniform
-	// (TopPDecoder). Any other returns the logits in the decoder's own
-	// (page-locked) memory.
+	// tokens drawn from the k best there with each row's next uniform, the
+	// host's rule token for token (TopKQueueDecoder, for k up to its
+	// TopKQueueMax), or the TopK best ranked there for the host to draw
+	// from (TopKDecoder), or without a top-k the tokens drawn from the
+	// nucleus there (TopPDecoder). Any other returns the logits in the
+	// decoder's own (page-locked) memory.
 	greedyOnDevice := dec != nil && s.Temperature == 0
 	var topK engine.TopKDecoder
+	var topKQueue engine.TopKQueueDecoder // draws from the k best on the device, as the host would
 	var topP engine.TopPDecoder
 	switch {
 	case s.Temperature == 0:
 	case s.TopK > 0 && s.TopK < cfg.Vocab:
 		topK, _ = dec.(engine.TopKDecoder)
+		if q, ok := dec.(engine.TopKQueueDecoder); ok && s.TopK <= q.TopKQueueMax() {
+			topKQueue = q
+		}
 	default:
 		topP, _ = dec.(engine.TopPDecoder)
 	}
-	// Where the decoder queues its greedy and nucleus steps (QueueDecoder),
+	// Where the decoder queues its greedy, top-k and nucleus steps (QueueDecoder),
 	// steps wait queued ahead of the host: each is fed the picks of the one
 	// before on the device and runs while the host reads them. A row that
 	// has stopped is then fed its own picks, not EOS; its tokens are EOS all
 	// the same, and the state is dropped with the steps still queued once
 	// every row has stopped.
 	queue, _ := dec.(engine.QueueDecoder)
-	if !greedyOnDevice && topP == nil {
+	if !greedyOnDevice && topP == nil && topKQueue == nil {
 		queue = nil
 	}
 	var candIDs []int32
@@ -181,9 +187,13 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 				if ahead > 0 {
 					fed = nil
 				}
-				if greedyOnDevice {
+				switch {
+				case greedyOnDevice:
 					err = queue.QueueGreedy(fed)
-				} else {
+				case topKQueue != nil:
+					drawUniforms()
+					err = topKQueue.QueueTopK(fed, s.TopK, s.Temperature, s.TopP, uniforms)
+				default:
 					drawUniforms()
 					err = queue.QueueTopP(fed, s.Temperature, s.TopP, uniforms)
 				}

@@ -115,8 +115,10 @@ func unpackRankKey(key uint64) (id int, logit float32) {
 	return int(uint32(key)), math.Float32frombits(u)
 }
 
-// fromBest draws from tokens ids, best first, whose logits are vals.
+// fromBest draws from tokens ids, best first, whose logits are vals. It
+// takes one uniform whatever the row, as a queued draw on the device does.
 func (sp *sampler) fromBest(ids []int, vals []float32) int {
+	u := sp.rng.Float64()
 	top := float64(vals[0])
 	if math.IsInf(top, 0) { // an infinite best logit takes all the mass (or none has any)
 		return ids[0]
@@ -124,11 +126,13 @@ func (sp *sampler) fromBest(ids []int, vals []float32) int {
 	sp.w = sp.w[:0]
 	var total float64
 	for _, v := range vals {
-		sp.w = append(sp.w, expNeg((top-float64(v))*sp.inv))
+		sp.w = append(sp.w, expNeg(float64((top-float64(v))*sp.inv)))
 		total += sp.w[len(sp.w)-1]
 	}
-	keep, mass := nucleus(sp.w, sp.s.TopP*total)
-	return ids[pick(sp.rng.Float64()*mass, sp.w[:keep])]
+	// Products rounded on their own, as in expNeg: kernels/topk.cu's
+	// topk_draw_f32 draws the same token from the same uniform.
+	keep, mass := nucleus(sp.w, float64(sp.s.TopP*total))
+	return ids[pick(float64(u*mass), sp.w[:keep])]
 }
 
 // fromAll draws from every token of logits, whose largest is top. It weighs
@@ -208,15 +212,21 @@ const nbins = 1024
 // expNeg returns e^-z for z ≥ 0 within 1e-8 relative, about three times as
 // fast as math.Exp: e^-z = 2^k e^r with k the integer nearest -z·log2(e)
 // and |r| ≤ ln(2)/2, where seven terms of e^r's series leave 7e-9. Weights
-// under e^-708 flush to 0.
+// under e^-708 flush to 0. Each product is rounded on its own (an explicit
+// float64 conversion keeps the compiler from fusing it into an FMA), so the
+// bits are the same on every machine and build, and kernels/topk.cu's
+// exp_neg, operation for operation the same, gives them too.
 func expNeg(z float64) float64 {
 	if !(z <= 708) { // NaN cannot reach here: the sampler has refused it
 		return 0
 	}
-	k := math.Floor(0.5 - z*math.Log2E)
-	r := (-z - k*ln2Hi) - k*ln2Lo
-	p := 1 + r*(1+r*(1./2+r*(1./6+r*(1./24+r*(1./120+r*(1./720+r*(1./5040)))))))
-	return p * math.Float64frombits(uint64(int64(k)+1023)<<52)
+	k := math.Floor(0.5 - float64(z*math.Log2E))
+	r := (-z - float64(k*ln2Hi)) - float64(k*ln2Lo)
+	t := float64(r * (1. / 5040))
+	for _, c := range [...]float64{1. / 720, 1. / 120, 1. / 24, 1. / 6, 1. / 2, 1} {
+		t = float64(r * (c + t))
+	}
+	return float64((1 + t) * math.Float64frombits(uint64(int64(k)+1023)<<52))
 }
 
 // ln2Hi + ln2Lo is ln 2, split so that k·ln2Hi is exact for |k| < 2^11.

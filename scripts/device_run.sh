@@ -64,6 +64,13 @@
 #             over the kernel's (-test.short), BenchmarkQueueParts, then
 #             pytest and generate's Python timings (with .carry/base's
 #             wheel where device_build.sh had a BASE; about 8 minutes);
+#   topkdraw: the queued draw from the k best (topk_draw_f32,
+#             Decoder.QueueTopK): the kernels' tests (topk_rows_f32 and the
+#             draw's edges), memcheck and racecheck over them (-test.short),
+#             the kernels' times, the engine's tests (the host's tokens for
+#             the same uniforms, generation) with memcheck, then
+#             BenchmarkGenerate ("sampled" queued on the device against
+#             "+candidates", the host's draw; about 6 minutes);
 #   samplingncu: ncu's full set on one launch each of topp_draw_f32,
 #             topp_draw_x8_f32 (all 8 blocks of the cluster) and topk_rows_f32
 #             (B=1, a random model's row): the details page and the
@@ -418,6 +425,18 @@ if [[ $mode == sampling ]]; then
   MAMBAGO_TOPK_BASE=$(topk_bases) bench_log sampling_bench 100 .carry/kernels.test TopKRows "µs"
   run_tests sampling_engine 100 .carry/mambago.test -test.v -test.run 'GenerateOnDevice|DecoderLogits'
   memcheck memcheck_sampling_engine 100 .carry/mambago.test 'GenerateOnDevice|DecoderLogits'
+  exit $status
+fi
+if [[ $mode == topkdraw ]]; then  # topk_draw_f32 (Decoder.QueueTopK)
+  echo "== the draw from the k best on the device (topk_draw_f32): kernel tests, sanitizers, the kernels' times"
+  run_tests topkdraw_kernels 200 .carry/kernels.test -test.v -test.run 'TopKRows|TopKDraw'
+  SANITIZE_ARGS=-test.short memcheck memcheck_topkdraw 150 .carry/kernels.test 'TopKRows|TopKDraw'
+  SANITIZE_ARGS=-test.short sanitizer racecheck racecheck_topkdraw 200 .carry/kernels.test 'TopKDraw'
+  bench_log topkdraw_bench 100 .carry/kernels.test TopKRows "topk|argmax"
+  SHOW='draws' run_tests topkdraw_engine 200 .carry/mambago.test -test.v -test.run 'QueueTopK|GenerateOnDevice|DecoderLogits|DecoderQueue|Sampl'
+  memcheck memcheck_topkdraw_engine 150 .carry/mambago.test 'QueueTopK|GenerateOnDevice'
+  echo "== a token of generation (BenchmarkGenerate): sampled (top-k 50) queued on the device against the host's draw"
+  bench_log generate_bench 300 .carry/mambago.test Generate "a token"
   exit $status
 fi
 if [[ $mode == headpick ]]; then  # lm_head_wg_bf16's pick (Engine.HeadPicks)

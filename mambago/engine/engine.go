@@ -174,6 +174,25 @@ type QueueDecoder interface {
 	Picks(next []int64) error
 }
 
+// TopKQueueDecoder is a QueueDecoder that also queues steps that draw from
+// each sequence's k best where the logits are (the CUDA engine,
+// topk_draw_f32), so that a sampled token from the k best costs the host
+// B ids and waits for no host draw. The draw is mambago's host rule
+// (mambago.Sampling), computed in the same float64 operations: the same
+// uniform gives the same token as the host's draw from the same logits.
+type TopKQueueDecoder interface {
+	QueueDecoder
+	// TopKQueueMax is the largest k that QueueTopK takes.
+	TopKQueueMax() int
+	// QueueTopK queues a step fed ids [B] (nil: the previous queued step's
+	// picks) that draws each sequence's next token from its k best (1 ≤ k
+	// ≤ TopKQueueMax) with probability ∝ exp((logit − best) / temperature)
+	// among the shortest best-first run of them whose probability reaches
+	// p, uniforms[b] ∈ [0, 1) as sequence b's draw, and returns without
+	// waiting. A row whose logits hold NaN gets -1.
+	QueueTopK(ids []int64, k int, temperature, p float64, uniforms []float64) error
+}
+
 // InputError reports bad input from the caller: the Python package raises it
 // as ValueError.
 type InputError struct{ Msg string }

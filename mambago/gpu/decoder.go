@@ -145,7 +145,7 @@ func (d *Decoder) feed() cuda.Ptr {
 // takes tens of µs where a copy into pageable memory is staged.
 func (d *Decoder) Logits(ids []int64) ([]float32, error) {
 	e, B, V := d.e, d.s.batch, d.e.cfg.Vocab
-	if err := d.check(ids); err != nil {
+	if err := errors.Join(d.check(ids), d.idle()); err != nil {
 		return nil, err
 	}
 	if d.host == nil {
@@ -173,7 +173,7 @@ func (d *Decoder) Logits(ids []int64) ([]float32, error) {
 // device, after the step, and 8·B·k bytes come back.
 func (d *Decoder) TopK(ids []int64, k int) ([]int32, []float32, error) {
 	e, B, V := d.e, d.s.batch, d.e.cfg.Vocab
-	if err := d.check(ids); err != nil {
+	if err := errors.Join(d.check(ids), d.idle()); err != nil {
 		return nil, nil, err
 	}
 	if k < 1 || k > V {
@@ -254,13 +254,22 @@ func (d *Decoder) Greedy(ids, next []int64) error {
 	return nil
 }
 
-// unqueued refuses a step that waits for its own picks (Greedy, TopP) on a
-// decoder with steps queued, whose picks would come back first, and ids
-// or room for next that are not B long.
-func (d *Decoder) unqueued(ids, next []int64) error {
-	switch B := d.s.batch; {
-	case d.queued > 0:
+// idle refuses a step that waits for its own output (Logits, TopK, Greedy,
+// TopP) on a decoder with steps queued, whose picks would come back first.
+func (d *Decoder) idle() error {
+	if d.queued > 0 {
 		return engine.Invalid("decoder has %d steps queued: take their picks first", d.queued)
+	}
+	return nil
+}
+
+// unqueued refuses what idle refuses, and ids or room for next that are
+// not B long.
+func (d *Decoder) unqueued(ids, next []int64) error {
+	if err := d.idle(); err != nil {
+		return err
+	}
+	switch B := d.s.batch; {
 	case ids == nil:
 		return engine.Invalid("decoder for B=%d: got no ids", B)
 	case len(next) != B:
@@ -317,10 +326,8 @@ func (d *Decoder) QueueTopP(ids []int64, temperature, p float64, uniforms []floa
 	case !(p > 0 && p <= 1):
 		return engine.Invalid("top_p = %v, want in (0, 1]", p)
 	}
-	for b, u := range uniforms {
-		if !(u >= 0 && u < 1) {
-			return engine.Invalid("uniform %d = %v, want in [0, 1)", b, u)
-		}
+	if err := checkUniforms(uniforms); err != nil {
+		return err
 	}
 	return d.queue(ids, uniforms, func(logits, to cuda.Ptr, s ringSlot) error {
 		kernel, group := "topp_draw_f32", 1
@@ -330,6 +337,60 @@ func (d *Decoder) QueueTopP(ids []int64, temperature, p float64, uniforms []floa
 		return e.launch(kernel, cuda.D1(group*B), cuda.D1(1024), 0, logits, e.cfg.Vocab, float32(1/temperature), p,
 			s.drawsAt, to, s.picksAt)
 	})
+}
+
+// TopKQueueMax is the largest k QueueTopK takes (kernels/topk.cu's
+// TOPK_DRAW_MAX).
+func (d *Decoder) TopKQueueMax() int { return topKDrawMax }
+
+// topKDrawMax is kernels/topk.cu's TOPK_DRAW_MAX: topk_draw_f32 ranks up to
+// that many candidates in shared memory.
+const topKDrawMax = 1024
+
+// QueueTopK queues a step fed ids [B] (nil: the picks of the step queued
+// before) that draws each sequence's next token from its k best
+// (engine.TopKQueueDecoder: mambago's host rule, token for token) with
+// uniforms [B] as the draws (copied before it returns), and returns
+// without waiting. topk_draw_f32 ranks the k best and draws there, after
+// the step.
+func (d *Decoder) QueueTopK(ids []int64, k int, temperature, p float64, uniforms []float64) error {
+	e, B, V := d.e, d.s.batch, d.e.cfg.Vocab
+	switch {
+	case len(uniforms) != B:
+		return engine.Invalid("decoder for B=%d: got %d uniforms", B, len(uniforms))
+	case k < 1 || k > min(V, topKDrawMax):
+		return engine.Invalid("top_k = %d, want 1 ≤ k ≤ %d", k, min(V, topKDrawMax))
+	case !(temperature > 0) || math.IsInf(temperature, 0):
+		return engine.Invalid("temperature = %v, want > 0", temperature)
+	case !(p > 0 && p <= 1):
+		return engine.Invalid("top_p = %v, want in (0, 1]", p)
+	}
+	if err := checkUniforms(uniforms); err != nil {
+		return err
+	}
+	if k != d.candK {
+		if d.queued > 0 { // the steps queued read the candidates' buffers
+			return engine.Invalid("decoder has %d steps queued with top_k = %d: take their picks before top_k = %d",
+				d.queued, d.candK, k)
+		}
+		if err := d.allocCandidates(k); err != nil {
+			return err
+		}
+	}
+	return d.queue(ids, uniforms, func(logits, to cuda.Ptr, s ringSlot) error {
+		return e.launch("topk_draw_f32", cuda.D1(B), cuda.D1(1024), 0, logits, V, k, d.cand.Ptr, d.cand.Offset(4*B*k),
+			1/temperature, p, s.drawsAt, to, s.picksAt)
+	})
+}
+
+// checkUniforms refuses a draw outside [0, 1).
+func checkUniforms(uniforms []float64) error {
+	for b, u := range uniforms {
+		if !(u >= 0 && u < 1) {
+			return engine.Invalid("uniform %d = %v, want in [0, 1)", b, u)
+		}
+	}
+	return nil
 }
 
 // queue queues a step fed ids (checked; nil: the picks in the feed) whose
