@@ -319,11 +319,22 @@ func toppKernels(t testing.TB) []toppKernel {
 }
 
 // drawTopP runs build k of the top-p draw over B rows of V at in with
-// uniforms u, the output poisoned first; its mirror in page-locked memory
-// must hold the same draws.
+// uniforms u (drawn).
 func drawTopP(t *testing.T, fn func(string) *cuda.Function, k toppKernel, s *cuda.Stream, in *cuda.Buffer, B, V int,
 	temp, topP float64, u []float64) []int64 {
 	t.Helper()
+	return drawn(t, k.name, s, u, func(next, un, mirror cuda.Ptr) error {
+		return fn(k.name).Launch(cuda.D1(k.group*B), cuda.D1(1024), 0, s, in.Ptr, int32(V), float32(1/temp), topP, un, next,
+			mirror)
+	})
+}
+
+// drawn runs a draw kernel's launch for len(u) rows with uniforms u (on
+// the device at un) into next, poisoned first, and its mirror in
+// page-locked memory, which must hold the same draws; it returns them.
+func drawn(t *testing.T, name string, s *cuda.Stream, u []float64, launch func(next, un, mirror cuda.Ptr) error) []int64 {
+	t.Helper()
+	B := len(u)
 	next, err := cuda.Alloc(8 * B)
 	if err != nil {
 		t.Fatal(err)
@@ -342,7 +353,7 @@ func drawTopP(t *testing.T, fn func(string) *cuda.Function, k toppKernel, s *cud
 		t.Fatal(err)
 	}
 	mirror, at := mirrored(t, B)
-	if err := fn(k.name).Launch(cuda.D1(k.group*B), cuda.D1(1024), 0, s, in.Ptr, int32(V), float32(1/temp), topP, un.Ptr, next.Ptr, at); err != nil {
+	if err := launch(next.Ptr, un.Ptr, at); err != nil {
 		t.Fatal(err)
 	}
 	if err := cuda.CopyOut(got, next.Ptr, s); err != nil {
@@ -352,7 +363,7 @@ func drawTopP(t *testing.T, fn func(string) *cuda.Function, k toppKernel, s *cud
 		t.Fatal(err)
 	}
 	if !slices.Equal(mirror, got) {
-		t.Fatalf("%s: mirrored %v, drew %v", k.name, mirror, got)
+		t.Fatalf("%s: mirrored %v, drew %v", name, mirror, got)
 	}
 	return got
 }
@@ -438,42 +449,13 @@ func TestTopKDrawKernelEdges(t *testing.T) {
 	}
 }
 
-// drawTopK runs topk_draw_f32 over B rows of V at in with uniforms u and
-// candidate scratch ids and vals [B, k], the output poisoned first; its
-// mirror in page-locked memory must hold the same draws.
+// drawTopK runs topk_draw_f32 over B rows of V at in with uniforms u (B of
+// them) and candidate scratch ids and vals [B, k].
 func drawTopK(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, in *cuda.Buffer, B, V, k int,
 	ids, vals *cuda.Buffer, temp, topP float64, u []float64) []int64 {
 	t.Helper()
-	next, err := cuda.Alloc(8 * B)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer next.Free()
-	un, err := cuda.Alloc(8 * B)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer un.Free()
-	got := slices.Repeat([]int64{-7}, B) // not an answer
-	if err := cuda.CopyIn(next.Ptr, got, s); err != nil {
-		t.Fatal(err)
-	}
-	if err := cuda.CopyIn(un.Ptr, u, s); err != nil {
-		t.Fatal(err)
-	}
-	mirror, at := mirrored(t, B)
-	if err := fn("topk_draw_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, in.Ptr, int32(V), int32(k), ids.Ptr, vals.Ptr,
-		1/temp, topP, un.Ptr, next.Ptr, at); err != nil {
-		t.Fatal(err)
-	}
-	if err := cuda.CopyOut(got, next.Ptr, s); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Synchronize(); err != nil {
-		t.Fatal(err)
-	}
-	if !slices.Equal(mirror, got) {
-		t.Fatalf("topk_draw_f32: mirrored %v, drew %v", mirror, got)
-	}
-	return got
+	return drawn(t, "topk_draw_f32", s, u[:B], func(next, un, mirror cuda.Ptr) error {
+		return fn("topk_draw_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, in.Ptr, int32(V), int32(k), ids.Ptr, vals.Ptr,
+			1/temp, topP, un, next, mirror)
+	})
 }

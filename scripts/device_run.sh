@@ -415,7 +415,7 @@ topk_bases() {
   [[ -e ${files[0]} ]] && echo "${files[*]}"
 }
 if [[ $mode == sampling ]]; then
-  tests=${SAMPLING_TESTS:-TopKRows|TopPDraw}
+  tests=${SAMPLING_TESTS:-TopKRows|TopKDraw|TopPDraw}
   echo "== the sampling kernels (topk_rows_f32, topp_draw_f32) and the decoder's entries on them, sanitizers, the kernels' times"
   run_tests sampling_kernels 100 .carry/kernels.test -test.v -test.run "$tests"
   if [[ ${SAMPLING_SANITIZE:-1} == 1 ]]; then  # SAMPLING_SANITIZE=0: without memcheck and racecheck
@@ -423,8 +423,8 @@ if [[ $mode == sampling ]]; then
     SANITIZE_ARGS=-test.short sanitizer racecheck racecheck_sampling 300 .carry/kernels.test "$tests"
   fi
   MAMBAGO_TOPK_BASE=$(topk_bases) bench_log sampling_bench 100 .carry/kernels.test TopKRows "µs"
-  run_tests sampling_engine 100 .carry/mambago.test -test.v -test.run 'GenerateOnDevice|DecoderLogits'
-  memcheck memcheck_sampling_engine 100 .carry/mambago.test 'GenerateOnDevice|DecoderLogits'
+  run_tests sampling_engine 100 .carry/mambago.test -test.v -test.run 'GenerateOnDevice|DecoderLogits|DecoderQueue|QueueTopK'
+  memcheck memcheck_sampling_engine 100 .carry/mambago.test 'GenerateOnDevice|DecoderLogits|QueueTopK'
   exit $status
 fi
 if [[ $mode == topkdraw ]]; then  # topk_draw_f32 (Decoder.QueueTopK)

@@ -318,15 +318,7 @@ func (d *Decoder) headPicked() bool {
 // page-locked memory: no copy in on the stream.
 func (d *Decoder) QueueTopP(ids []int64, temperature, p float64, uniforms []float64) error {
 	e, B := d.e, d.s.batch
-	switch {
-	case len(uniforms) != B:
-		return engine.Invalid("decoder for B=%d: got %d uniforms", B, len(uniforms))
-	case !(temperature > 0) || math.IsInf(temperature, 0):
-		return engine.Invalid("temperature = %v, want > 0", temperature)
-	case !(p > 0 && p <= 1):
-		return engine.Invalid("top_p = %v, want in (0, 1]", p)
-	}
-	if err := checkUniforms(uniforms); err != nil {
+	if err := d.checkDraw(temperature, p, uniforms); err != nil {
 		return err
 	}
 	return d.queue(ids, uniforms, func(logits, to cuda.Ptr, s ringSlot) error {
@@ -355,17 +347,10 @@ const topKDrawMax = 1024
 // the step.
 func (d *Decoder) QueueTopK(ids []int64, k int, temperature, p float64, uniforms []float64) error {
 	e, B, V := d.e, d.s.batch, d.e.cfg.Vocab
-	switch {
-	case len(uniforms) != B:
-		return engine.Invalid("decoder for B=%d: got %d uniforms", B, len(uniforms))
-	case k < 1 || k > min(V, topKDrawMax):
+	if k < 1 || k > min(V, topKDrawMax) {
 		return engine.Invalid("top_k = %d, want 1 ≤ k ≤ %d", k, min(V, topKDrawMax))
-	case !(temperature > 0) || math.IsInf(temperature, 0):
-		return engine.Invalid("temperature = %v, want > 0", temperature)
-	case !(p > 0 && p <= 1):
-		return engine.Invalid("top_p = %v, want in (0, 1]", p)
 	}
-	if err := checkUniforms(uniforms); err != nil {
+	if err := d.checkDraw(temperature, p, uniforms); err != nil {
 		return err
 	}
 	if k != d.candK {
@@ -383,8 +368,17 @@ func (d *Decoder) QueueTopK(ids []int64, k int, temperature, p float64, uniforms
 	})
 }
 
-// checkUniforms refuses a draw outside [0, 1).
-func checkUniforms(uniforms []float64) error {
+// checkDraw refuses a sampled step's temperature (finite, > 0), top p (in
+// (0, 1]) or uniforms (B of them, each in [0, 1)) out of range.
+func (d *Decoder) checkDraw(temperature, p float64, uniforms []float64) error {
+	switch B := d.s.batch; {
+	case len(uniforms) != B:
+		return engine.Invalid("decoder for B=%d: got %d uniforms", B, len(uniforms))
+	case !(temperature > 0) || math.IsInf(temperature, 0):
+		return engine.Invalid("temperature = %v, want > 0", temperature)
+	case !(p > 0 && p <= 1):
+		return engine.Invalid("top_p = %v, want in (0, 1]", p)
+	}
 	for b, u := range uniforms {
 		if !(u >= 0 && u < 1) {
 			return engine.Invalid("uniform %d = %v, want in [0, 1)", b, u)
