@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -518,6 +519,63 @@ func BenchmarkGenerate(b *testing.B) {
 				b.ReportMetric(us, sh.name+"/B"+strconv.Itoa(B)+"/"+x.name+"-µs/token")
 			}
 		}
+		m.Close()
+	}
+}
+
+// BenchmarkGenerateShort times repeated Generate calls of 20 new tokens
+// (transformers' default) on a 16-token prompt, bf16, greedy and top-k 50:
+// each call's steps eager (DecoderGraphSteps 0: how such calls ran while a
+// decoder captured only for 32 steps of its own), or replaying the step
+// graph the state keeps (DecoderGraphSteps 32, summed over the calls: the
+// second call captures). Wall time a call, prefill included; medians of 9
+// rounds, the two settings in turns, the same tokens.
+func BenchmarkGenerateShort(b *testing.B) {
+	gputest.Need(b)
+	const prompt, n, rounds = 16, 20, 9
+	for _, sh := range []struct {
+		name      string
+		d, layers int
+	}{{"130m", 768, 24}, {"1.4b", 2048, 48}} {
+		m, err := mambago.OpenWeights(fixture.RandomWeights(fixture.Shape(sh.d, sh.layers, 50280), 1),
+			mambago.Options{Device: "cuda", DType: "bfloat16"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		g := m.Engine.(*gpu.Engine)
+		for _, B := range []int{1, 8} {
+			ids := make([]int64, B*prompt)
+			for i := range ids {
+				ids[i] = rand.Int64N(50280)
+			}
+			for _, s := range []struct {
+				name string
+				s    mambago.Sampling
+			}{{"greedy", mambago.Sampling{TopP: 1, EOS: -1}}, {"top-k 50", mambago.Sampling{Temperature: 0.8, TopK: 50, TopP: 1, Seed: 3, EOS: -1}}} {
+				times := [2][]float64{}
+				var first []int64
+				for r := range rounds + 1 { // round 0 warms up (and captures)
+					for v, graphSteps := range []int{0, 32} {
+						g.DecoderGraphSteps = graphSteps
+						t0 := time.Now()
+						toks := generate(b, m, ids, B, prompt, n, s.s)
+						if r > 0 {
+							times[v] = append(times[v], time.Since(t0).Seconds()*1e6)
+						}
+						if first == nil {
+							first = toks
+						} else if !slices.Equal(toks, first) {
+							b.Fatalf("%s B=%d %s: DecoderGraphSteps %d gave other tokens", sh.name, B, s.name, graphSteps)
+						}
+					}
+				}
+				eager, graphed := median(times[0]), median(times[1])
+				b.Logf("%s B=%d %-8s a call of %d tokens: eager %7.1f µs, kept graph %7.1f µs (%.3fx)", sh.name, B, s.name, n,
+					eager, graphed, eager/graphed)
+				b.ReportMetric(graphed, sh.name+"/B"+strconv.Itoa(B)+"/"+strings.ReplaceAll(s.name, " ", "")+"-µs/call")
+			}
+		}
+		g.DecoderGraphSteps = 32
 		m.Close()
 	}
 }

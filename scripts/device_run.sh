@@ -71,6 +71,10 @@
 #             the same uniforms, generation) with memcheck, then
 #             BenchmarkGenerate ("sampled" queued on the device against
 #             "+candidates", the host's draw; about 6 minutes);
+#   shortgraph: step graphs for short generations (DecoderGraphSteps summed
+#             over a state's decoders): the decoders' tests with memcheck,
+#             generation's, then BenchmarkGenerateShort (repeated 20-token
+#             calls, eager against the kept graph; about 3 minutes);
 #   samplingncu: ncu's full set on one launch each of topp_draw_f32,
 #             topp_draw_x8_f32 (all 8 blocks of the cluster) and topk_rows_f32
 #             (B=1, a random model's row): the details page and the
@@ -437,6 +441,14 @@ if [[ $mode == topkdraw ]]; then  # topk_draw_f32 (Decoder.QueueTopK)
   memcheck memcheck_topkdraw_engine 150 .carry/mambago.test 'QueueTopK|GenerateOnDevice'
   echo "== a token of generation (BenchmarkGenerate): sampled (top-k 50) queued on the device against the host's draw"
   bench_log generate_bench 300 .carry/mambago.test Generate "a token"
+  exit $status
+fi
+if [[ $mode == shortgraph ]]; then  # the step graph for short runs (NewDecoder's summed steps)
+  echo "== step graphs for short runs: the decoders' tests, memcheck, generation's tests, repeated 20-token calls"
+  run_tests shortgraph_decoders 150 .carry/gpu.test -test.v -test.run 'DecoderGraphsShortRuns|KeepsStepGraph|DecodeWarpgroup'
+  memcheck memcheck_shortgraph 150 .carry/gpu.test 'DecoderGraphsShortRuns'
+  run_tests shortgraph_generate 200 .carry/mambago.test -test.v -test.run 'Generate|DecoderQueue|DecoderLogits|QueueTopK|Greedy|Sampl'
+  bench_log generate_short 300 .carry/mambago.test GenerateShort "a call"
   exit $status
 fi
 if [[ $mode == headpick ]]; then  # lm_head_wg_bf16's pick (Engine.HeadPicks)

@@ -62,13 +62,17 @@ func (e *Engine) NewDecoder(st engine.State, steps int) (engine.Decoder, error) 
 		return nil, err
 	}
 	d := &Decoder{e: e, s: s}
-	if n := e.DecoderGraphSteps; n > 0 && steps >= n {
-		if s.step != nil && s.step.check() != nil {
-			if err := s.step.Destroy(); err != nil {
-				return nil, err
-			}
-			s.step = nil
+	s.decoded = min(s.decoded, math.MaxInt-steps) + steps
+	if s.step != nil && s.step.check() != nil { // the workspace grew, or the GEMM mode changed
+		if err := s.step.Destroy(); err != nil {
+			return nil, err
 		}
+		s.step = nil
+	}
+	// A kept graph costs nothing more to replay, whatever the steps; a new
+	// one pays once the state's decoders have asked for enough steps, so
+	// that repeated short runs (Generate's 20 tokens) capture too.
+	if n := e.DecoderGraphSteps; n > 0 && (s.step != nil || s.decoded >= n) {
 		if s.step == nil {
 			if s.step, err = e.CaptureStep(st); err != nil {
 				return nil, err

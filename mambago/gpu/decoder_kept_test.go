@@ -95,3 +95,77 @@ func TestDecoderKeepsStepGraph(t *testing.T) {
 		}
 	}
 }
+
+// TestDecoderGraphsShortRuns checks that decoders made for few steps
+// capture a step graph once the steps asked for on their state add up to
+// DecoderGraphSteps, that later decoders replay the state's graph however
+// few their steps (its logits a twin's eager steps' bits), and that
+// DecoderGraphSteps 0 never replays one, in bf16.
+func TestDecoderGraphsShortRuns(t *testing.T) {
+	gputest.Need(t)
+	w := fixtureWeights(t, "base")
+	e := newEngine(t, w, cuda.BF16)
+	const B, n = 2, 32
+	V := w.Config.Vocab
+	e.DecoderGraphSteps = n
+	st, err := e.NewState(B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.(*gpu.State).Free()
+	twin, err := e.NewState(B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer twin.(*gpu.State).Free()
+	want := make([]float32, B*V)
+	var graph *gpu.Graph
+	for i, c := range []struct {
+		steps, graphSteps int
+		graphed           bool
+	}{
+		{19, n, false}, // 19 asked for: eager
+		{12, n, false}, // 31
+		{1, n, true},   // 32: captures
+		{3, n, true},   // the kept graph
+		{0, n, true},
+		{40, 0, false}, // never
+		{2, n, true},   // the kept graph again
+	} {
+		e.DecoderGraphSteps = c.graphSteps
+		d, err := e.NewDecoder(st, c.steps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := d.(*gpu.Decoder)
+		if dec.Graphed() != c.graphed {
+			t.Errorf("decoder %d (%d steps, DecoderGraphSteps %d): graphed %v, want %v", i, c.steps, c.graphSteps,
+				dec.Graphed(), c.graphed)
+		}
+		if c.graphed {
+			if graph == nil {
+				graph = gpu.StepGraphOf(st.(*gpu.State))
+			} else if g := gpu.StepGraphOf(st.(*gpu.State)); g != graph {
+				t.Errorf("decoder %d captured again (%p, first %p)", i, g, graph)
+			}
+		}
+		for range 2 {
+			ids := []int64{rand.Int64N(int64(V)), rand.Int64N(int64(V))}
+			got, err := d.Logits(ids)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := e.Step(twin, ids, want); err != nil {
+				t.Fatal(err)
+			}
+			for j := range want {
+				if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
+					t.Fatalf("decoder %d: logit %d = %v, the twin's %v", i, j, got[j], want[j])
+				}
+			}
+		}
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -179,10 +179,12 @@ type Engine struct {
 	// µs, and a 130m prefill graph's first kernel starts about 1.7 µs after
 	// it; bench/graph_trace.py). Set it before capturing graphs.
 	PoisonOutputs bool
-	// DecoderGraphSteps is the fewest steps a decoder (NewDecoder) is made
-	// for that it captures a step graph for, so that each step is one graph
-	// launch; 0 never captures. A capture costs about as much as a dozen
-	// eager steps save at B = 1 (bench/results/2026-12-04-generate.md).
+	// DecoderGraphSteps is the fewest steps, summed over the decoders
+	// (NewDecoder) made for one state, from which a decoder captures a step
+	// graph, so that each step is one graph launch; the state keeps it, and
+	// its later decoders replay it whatever their steps. 0 never captures.
+	// A capture costs about as much as a dozen eager steps save at B = 1
+	// (bench/results/2026-12-04-generate.md).
 	DecoderGraphSteps int
 	// TopPClusters has a decoder's TopP draw each row on a cluster of 8
 	// blocks (topp_draw_x8_f32; sm_90a), not on one: the same tokens, the

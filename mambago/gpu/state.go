@@ -14,6 +14,7 @@ type State struct {
 	buf             *cuda.Buffer
 	convLen, ssmLen int    // floats per layer
 	step            *Graph // the step graph a decoder captured for it, kept for the next (NewDecoder)
+	decoded         int    // the steps its decoders were made for, summed (NewDecoder)
 }
 
 // NewState returns a zeroed state for batch sequences.

@@ -827,12 +827,14 @@ class Model:
         temperature must be finite and ≥ 0: 0 is greedy (the lowest id among
         equal logits); otherwise tokens are sampled after top_k and top_p
         filtering, reproducibly for a given seed. The loop runs in the engine: on the CUDA engine greedy
-        tokens are picked on the GPU, a top_k draw's candidates are ranked
-        there (only they come back), a draw without top_k is made there (at
-        the same odds, but other tokens for a seed than the CPU engine's),
-        from 32 tokens each step replays a CUDA graph, and greedy and
-        top_p-only steps run one step ahead of the host, fed the tokens of
-        the step before on the GPU. A row that emits
+        tokens are picked on the GPU, a top_k draw (top_k up to 1024) is
+        made there in the host sampler's own operations (the same logits and
+        seed give the same tokens; a larger top_k ranks its candidates
+        there, and only they come back), a draw without top_k is made there
+        (at the same odds, but other tokens for a seed than the host's),
+        once the calls on one state have asked for 32 tokens in all each
+        step replays a CUDA graph, and greedy, top_k and top_p steps run one
+        step ahead of the host, fed the tokens of the step before on the GPU. A row that emits
         eos_token_id stops and is padded with it; generation ends when every
         row has stopped, so n may be below max_new_tokens. The engine keeps
         the last call's state (and CUDA step graph) for the next call of the
