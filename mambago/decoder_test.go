@@ -435,16 +435,7 @@ func TestDecoderLogits(t *testing.T) {
 func BenchmarkGenerate(b *testing.B) {
 	gputest.Need(b)
 	const prompt, n, rounds = 16, 129, 7
-	for _, sh := range []struct {
-		name      string
-		d, layers int
-	}{{"130m", 768, 24}, {"1.4b", 2048, 48}} {
-		m, err := mambago.OpenWeights(fixture.RandomWeights(fixture.Shape(sh.d, sh.layers, 50280), 1),
-			mambago.Options{Device: "cuda", DType: "bfloat16"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		g := m.Engine.(*gpu.Engine)
+	eachBenchShape(b, func(shape string, m *mambago.Model, g *gpu.Engine) {
 		clusters := g.TopPClusters
 		for _, B := range []int{1, 8} {
 			ids := make([]int64, B*prompt)
@@ -505,7 +496,7 @@ func BenchmarkGenerate(b *testing.B) {
 					if first[x.group] == nil {
 						first[x.group] = toks
 					} else if !slices.Equal(toks, first[x.group]) {
-						b.Fatalf("%s B=%d: %s gave other tokens than the rest of its group", sh.name, B, x.name)
+						b.Fatalf("%s B=%d: %s gave other tokens than the rest of its group", shape, B, x.name)
 					}
 					if r > 0 {
 						times[v] = append(times[v], (t2.Sub(t1)-t1.Sub(t0)).Seconds()/(n-1)*1e6)
@@ -515,12 +506,11 @@ func BenchmarkGenerate(b *testing.B) {
 			base := median(times[0])
 			for v, x := range variants {
 				us := median(times[v])
-				b.Logf("%s B=%d %-22s %7.1f µs a token (%.2fx of host)", sh.name, B, x.name, us, base/us)
-				b.ReportMetric(us, sh.name+"/B"+strconv.Itoa(B)+"/"+x.name+"-µs/token")
+				b.Logf("%s B=%d %-22s %7.1f µs a token (%.2fx of host)", shape, B, x.name, us, base/us)
+				b.ReportMetric(us, shape+"/B"+strconv.Itoa(B)+"/"+x.name+"-µs/token")
 			}
 		}
-		m.Close()
-	}
+	})
 }
 
 // BenchmarkGenerateShort times repeated Generate calls of 20 new tokens
@@ -533,16 +523,7 @@ func BenchmarkGenerate(b *testing.B) {
 func BenchmarkGenerateShort(b *testing.B) {
 	gputest.Need(b)
 	const prompt, n, rounds = 16, 20, 9
-	for _, sh := range []struct {
-		name      string
-		d, layers int
-	}{{"130m", 768, 24}, {"1.4b", 2048, 48}} {
-		m, err := mambago.OpenWeights(fixture.RandomWeights(fixture.Shape(sh.d, sh.layers, 50280), 1),
-			mambago.Options{Device: "cuda", DType: "bfloat16"})
-		if err != nil {
-			b.Fatal(err)
-		}
-		g := m.Engine.(*gpu.Engine)
+	eachBenchShape(b, func(shape string, m *mambago.Model, g *gpu.Engine) {
 		for _, B := range []int{1, 8} {
 			ids := make([]int64, B*prompt)
 			for i := range ids {
@@ -565,17 +546,33 @@ func BenchmarkGenerateShort(b *testing.B) {
 						if first == nil {
 							first = toks
 						} else if !slices.Equal(toks, first) {
-							b.Fatalf("%s B=%d %s: DecoderGraphSteps %d gave other tokens", sh.name, B, s.name, graphSteps)
+							b.Fatalf("%s B=%d %s: DecoderGraphSteps %d gave other tokens", shape, B, s.name, graphSteps)
 						}
 					}
 				}
 				eager, graphed := median(times[0]), median(times[1])
-				b.Logf("%s B=%d %-8s a call of %d tokens: eager %7.1f µs, kept graph %7.1f µs (%.3fx)", sh.name, B, s.name, n,
+				b.Logf("%s B=%d %-8s a call of %d tokens: eager %7.1f µs, kept graph %7.1f µs (%.3fx)", shape, B, s.name, n,
 					eager, graphed, eager/graphed)
-				b.ReportMetric(graphed, sh.name+"/B"+strconv.Itoa(B)+"/"+strings.ReplaceAll(s.name, " ", "")+"-µs/call")
+				b.ReportMetric(graphed, shape+"/B"+strconv.Itoa(B)+"/"+strings.ReplaceAll(s.name, " ", "")+"-µs/call")
 			}
 		}
-		g.DecoderGraphSteps = 32
+	})
+}
+
+// eachBenchShape runs f on a model of random weights of the 130m and the
+// 1.4b shape in turn (vocabulary 50280), bf16 on the CUDA engine, closed
+// after.
+func eachBenchShape(b *testing.B, f func(shape string, m *mambago.Model, g *gpu.Engine)) {
+	for _, sh := range []struct {
+		name      string
+		d, layers int
+	}{{"130m", 768, 24}, {"1.4b", 2048, 48}} {
+		m, err := mambago.OpenWeights(fixture.RandomWeights(fixture.Shape(sh.d, sh.layers, 50280), 1),
+			mambago.Options{Device: "cuda", DType: "bfloat16"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		f(sh.name, m, m.Engine.(*gpu.Engine))
 		m.Close()
 	}
 }
