@@ -8,7 +8,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
+
+	"github.com/mambago/mambago/kernels"
 )
 
 // reference is the sampling rule written plainly: every token ranked by a
@@ -423,5 +426,21 @@ func TestFromCandidatesMatchesNext(t *testing.T) {
 	nan := []int32{-1, -1, -1}
 	if _, err := newSampler(Sampling{Temperature: 1, TopK: 3, TopP: 1}, 0).fromCandidates(nan, make([]float32, 3)); !errors.Is(err, errNaN) {
 		t.Errorf("candidates of a row with NaN: err = %v, want errNaN", err)
+	}
+}
+
+// TestExpNegConstantsAreTheKernels checks that kernels/topk.cu's exp_neg,
+// which must give expNeg's bits for the device's top-k draw to give the
+// host's tokens, spells expNeg's constants by their bits.
+func TestExpNegConstantsAreTheKernels(t *testing.T) {
+	src, err := kernels.Source("topk.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range map[string]float64{"math.Log2E": math.Log2E, "ln2Hi": ln2Hi, "ln2Lo": ln2Lo} {
+		want := fmt.Sprintf("__longlong_as_double(0x%016Xll);  // %s", math.Float64bits(v), name)
+		if !strings.Contains(src, want) {
+			t.Errorf("kernels/topk.cu's exp_neg does not hold %q", want)
+		}
 	}
 }

@@ -2,7 +2,9 @@ package gpu
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -60,5 +62,18 @@ func TestCompileKernels(t *testing.T) {
 	}
 	if h1, m1 := cuda.CacheStats(); h1-h0 != int64(len(names)) || m1 != m0 {
 		t.Fatalf("second call: %d cache hits, %d compiles; want %d and 0", h1-h0, m1-m0, len(names))
+	}
+}
+
+// TestTopKDrawMaxIsTheKernels checks that topKDrawMax, the largest k
+// Decoder.QueueTopK takes, is kernels/topk.cu's TOPK_DRAW_MAX, whose
+// shared memory topk_draw_f32 ranks the candidates in.
+func TestTopKDrawMaxIsTheKernels(t *testing.T) {
+	src, err := kernels.Source("topk.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("#define TOPK_DRAW_MAX %d\n", topKDrawMax); !strings.Contains(src, want) {
+		t.Errorf("kernels/topk.cu does not hold %q", want)
 	}
 }
