@@ -16,14 +16,15 @@ import (
 )
 
 // hostDecoders is the CPU engine with decoders that keep the CUDA decoder's
-// contract (engine.TopKDecoder, engine.QueueDecoder) on the host, from
+// contract (engine.TopKDecoder, engine.TopKQueueDecoder) on the host, from
 // Engine.Step's logits: TopK returns each row's k best in a shuffled order,
-// TopP draws from the nucleus with the uniform it is given, and a queued
-// step runs at once, its picks waiting in a queue. Generate's use of those
+// TopP draws from the nucleus with the uniform it is given, QueueTopK from
+// the k best as the host's sampler does, and a queued step runs at once,
+// its picks waiting in a queue. Generate's use of those
 // entries runs here without a GPU. With nanRow ≥ 0 that row's logits hold
 // NaN at every step. steps, where set, counts the steps its decoders ran;
-// with unqueued its decoders hide the queue, so that Generate takes its
-// greedy and top-p steps one at a time.
+// with unqueued its decoders hide the queue (and TopK), so that Generate
+// takes its greedy, top-k and top-p steps one at a time.
 type hostDecoders struct {
 	engine.Engine
 	nanRow   int
@@ -155,6 +156,21 @@ func (d *hostEntries) QueueGreedy(ids []int64) error {
 func (d *hostEntries) QueueTopP(ids []int64, temperature, p float64, uniforms []float64) error {
 	u := slices.Clone(uniforms) // the CUDA decoder copies them before it returns
 	return d.queue(ids, func(b int, row []float32) int64 { return drawNucleus(row, temperature, p, u[b]) })
+}
+
+func (d *hostEntries) TopKQueueMax() int { return 1024 }
+
+// QueueTopK draws as the host's sampler does from each row's k best with
+// the uniform it is given, as the CUDA decoder's topk_draw_f32 does.
+func (d *hostEntries) QueueTopK(ids []int64, k int, temperature, p float64, uniforms []float64) error {
+	u := slices.Clone(uniforms)
+	s := mambago.Sampling{Temperature: temperature, TopK: k, TopP: p}
+	return d.queue(ids, func(b int, row []float32) int64 {
+		if row == nil {
+			return -1
+		}
+		return mambago.DrawTopK(row, s, u[b])
+	})
 }
 
 // queue runs a step at once on ids, or on nil the last step's picks (-1,

@@ -10,12 +10,6 @@ import (
 	"github.com/mambago/mambago/mambago/internal/fixture"
 )
 
-// fixedSource is a rand.Source whose every Uint64 is m: a rand.Rand over it
-// draws Float64() = m / 2^53 for m < 2^53.
-type fixedSource uint64
-
-func (f fixedSource) Uint64() uint64 { return uint64(f) }
-
 // TestQueueTopKMatchesHost checks the CUDA decoder's queued draw from the k
 // best (QueueTopK, topk_draw_f32) against the host's sampler on the same
 // logits and the same uniform: the same token, row by row, for k from 1 to
@@ -90,7 +84,7 @@ func TestQueueTopKMatchesHost(t *testing.T) {
 				}
 				for b := range B {
 					s := Sampling{Temperature: c.temp, TopK: c.k, TopP: c.p, EOS: -1}
-					sp := &sampler{s: s, rng: rand.New(fixedSource(ms[step][b])), inv: 1 / c.temp}
+					sp := &sampler{s: s, rng: rand.New(uniformSource(ms[step][b])), inv: 1 / c.temp}
 					want, err := sp.next(logits[b*V : (b+1)*V])
 					if err != nil {
 						t.Fatal(err)
