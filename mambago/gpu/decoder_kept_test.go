@@ -1,6 +1,7 @@
 package gpu_test
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -38,21 +39,8 @@ func TestDecoderKeepsStepGraph(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := make([]float32, B*V)
 			for range n {
-				ids := []int64{rand.Int64N(int64(V)), rand.Int64N(int64(V))}
-				got, err := d.Logits(ids)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := e.Step(states[1], ids, want); err != nil {
-					t.Fatal(err)
-				}
-				for i := range want {
-					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
-						t.Fatalf("%v: logit %d = %v, the twin's %v", dt, i, got[i], want[i])
-					}
-				}
+				stepMatchesTwin(t, e, d, states[1], B, V, dt.String())
 			}
 			if err := d.Close(); err != nil {
 				t.Fatal(err)
@@ -118,7 +106,6 @@ func TestDecoderGraphsShortRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer twin.(*gpu.State).Free()
-	want := make([]float32, B*V)
 	var graph *gpu.Graph
 	for i, c := range []struct {
 		steps, graphSteps int
@@ -150,22 +137,33 @@ func TestDecoderGraphsShortRuns(t *testing.T) {
 			}
 		}
 		for range 2 {
-			ids := []int64{rand.Int64N(int64(V)), rand.Int64N(int64(V))}
-			got, err := d.Logits(ids)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := e.Step(twin, ids, want); err != nil {
-				t.Fatal(err)
-			}
-			for j := range want {
-				if math.Float32bits(got[j]) != math.Float32bits(want[j]) {
-					t.Fatalf("decoder %d: logit %d = %v, the twin's %v", i, j, got[j], want[j])
-				}
-			}
+			stepMatchesTwin(t, e, d, twin, B, V, fmt.Sprintf("decoder %d", i))
 		}
 		if err := d.Close(); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// stepMatchesTwin feeds d and, by Engine.Step, twin the same B random ids
+// (of V) and requires d's logits to be the twin's bit for bit.
+func stepMatchesTwin(t *testing.T, e *gpu.Engine, d engine.Decoder, twin engine.State, B, V int, where string) {
+	t.Helper()
+	ids := make([]int64, B)
+	for b := range ids {
+		ids[b] = rand.Int64N(int64(V))
+	}
+	got, err := d.Logits(ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]float32, B*V)
+	if err := e.Step(twin, ids, want); err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s: logit %d = %v, the twin's %v", where, i, got[i], want[i])
 		}
 	}
 }
