@@ -75,6 +75,9 @@
 #             over a state's decoders): the decoders' tests with memcheck,
 #             generation's, then BenchmarkGenerateShort (repeated 20-token
 #             calls, eager against the kept graph; about 3 minutes);
+#   readfloor: the one-sequence decode GEMVs (1.4b, 2.8b) against kernels
+#             that only read the same bytes, at several grids, depths and
+#             cache hints (BenchmarkReadFloor; about 2 minutes);
 #   samplingncu: ncu's full set on one launch each of topp_draw_f32,
 #             topp_draw_x8_f32 (all 8 blocks of the cluster) and topk_rows_f32
 #             (B=1, a random model's row): the details page and the
@@ -449,6 +452,11 @@ if [[ $mode == shortgraph ]]; then  # the step graph for short runs (NewDecoder'
   memcheck memcheck_shortgraph 150 .carry/gpu.test 'DecoderGraphsShortRuns'
   run_tests shortgraph_generate 200 .carry/mambago.test -test.v -test.run 'Generate|DecoderQueue|DecoderLogits|QueueTopK|Greedy|Sampl'
   bench_log generate_short 300 .carry/mambago.test GenerateShort "a call"
+  exit $status
+fi
+if [[ $mode == readfloor ]]; then  # how near the decode GEMVs read at HBM's rate
+  echo "== the one-sequence decode GEMVs against kernels that only read the same bytes (BenchmarkReadFloor)"
+  bench_log readfloor 300 .carry/kernels.test ReadFloor "read floor"
   exit $status
 fi
 if [[ $mode == headpick ]]; then  # lm_head_wg_bf16's pick (Engine.HeadPicks)

@@ -1,0 +1,151 @@
+package kernels_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/mambago/mambago/internal/gputest"
+	"github.com/mambago/mambago/mambago/cuda"
+)
+
+// readFloorSource holds BenchmarkReadFloor's kernels: each reads n16
+// 16-byte words once and keeps nothing but a word that is never written
+// (the loads cannot be dropped). Block b reads the b-th of gridDim.x equal
+// contiguous spans, its threads U words at a time, all U loads in flight
+// together. The load's cache hint is the entry's: plain (ld.global), cs
+// (evict first), or nc256 (the non-coherent path, no L1 allocation, L2
+// fetching 256 bytes at a miss).
+const readFloorSource = `
+template <int HINT>
+__device__ __forceinline__ uint4 load16(const uint4 *p) {
+    uint4 v;
+    if constexpr (HINT == 0) {
+        v = *p;
+    } else if constexpr (HINT == 1) {
+        v = __ldcs(p);
+    } else {
+        asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+                     : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    }
+    return v;
+}
+
+template <int U, int HINT>
+__device__ void read_span(const uint4 *src, long long n16, unsigned *sink) {
+    long long per = (n16 + gridDim.x - 1) / gridDim.x;
+    long long beg = (long long)blockIdx.x * per, end = min(n16, beg + per);
+    unsigned acc = 0;
+    for (long long i = beg + threadIdx.x; i < end; i += (long long)blockDim.x * U) {
+        uint4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            long long j = i + (long long)u * blockDim.x;
+            v[u] = j < end ? load16<HINT>(src + j) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int u = 0; u < U; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    if (acc == 0x9e3779b9u) sink[blockIdx.x] = acc;
+}
+
+#define READ_ENTRY(U, HINT, name) \
+    extern "C" __global__ void read_##name(const uint4 *src, long long n16, unsigned *sink) { read_span<U, HINT>(src, n16, sink); }
+READ_ENTRY(4, 0, u4)
+READ_ENTRY(8, 0, u8)
+READ_ENTRY(8, 1, u8_cs)
+READ_ENTRY(4, 2, u4_nc256)
+READ_ENTRY(8, 2, u8_nc256)
+`
+
+// BenchmarkReadFloor asks how far the one-sequence decode GEMVs are from
+// the rate at which the H200 can read their weights at all. For each GEMV
+// of the 1.4b and 2.8b step (in_proj, out_proj, the LM head; bf16) it
+// times the engine's entry (gemv_r4_b1_bf16 at gpu.gemvSplit's split, and
+// 4 for out_proj's long rows, as gpu.Engine.gemvPlan takes them) against
+// kernels that only read the same bytes (readFloorSource), at several
+// grids, block sizes, depths and cache hints. Each timed run is 8
+// launches back to back, as in a step graph, with the weights rotating
+// over copies that exceed L2; the variants take turns (9 rounds of 20
+// runs, CUDA events). It logs each one's median time a launch, its rate
+// and its share of 4.8 TB/s.
+func BenchmarkReadFloor(b *testing.B) {
+	const rounds, runs, train = 9, 20, 8
+	d, _, s, src, timer := kernelBench(b, "step.cu")
+	step := functions(b, loadSource(b, d, src, "step.cu"))("gemv_r4_b1_bf16")
+	read := functions(b, loadSource(b, d, readFloorSource, "read_floor.cu"))
+	sms := d.SMs
+	type reader struct {
+		entry           string
+		blocksAnSM, thr int
+	}
+	readers := []reader{
+		{"u4", 4, 256}, {"u8", 4, 256}, {"u8", 8, 256}, {"u8", 2, 512},
+		{"u8_cs", 4, 256}, {"u4_nc256", 4, 256}, {"u8_nc256", 4, 256}, {"u8_nc256", 8, 256},
+	}
+	sink := poisoned(b, s, 8*sms)
+	for range b.N {
+		for _, sh := range []struct {
+			name           string
+			rows, K, split int
+		}{{"1.4b in_proj", 8192, 2048, 2}, {"1.4b out_proj", 2048, 4096, 4}, {"2.8b in_proj", 10240, 2560, 2},
+			{"2.8b out_proj", 2560, 5120, 4}, {"2.8b lm_head", 50280, 2560, 2}} {
+			bytes := 2 * sh.rows * sh.K
+			ws := rotatingWeights(b, s, sh.rows, sh.K)
+			x, bias := upload(b, s, randn(sh.K, 1)), upload(b, s, randn(sh.rows, 1))
+			out := poisoned(b, s, sh.rows)
+			names := []string{fmt.Sprintf("gemv split%d", sh.split)}
+			next := 0
+			launches := []func() error{func() error {
+				w := ws[next%len(ws)]
+				next++
+				grid := cuda.D1((sh.rows + 8/sh.split*4 - 1) / (8 / sh.split * 4))
+				return step.Launch(grid, cuda.D1(256), 0, s, x.Ptr, sh.K, cuda.Ptr(0), float32(0), w.Ptr, bias.Ptr,
+					out.Ptr, sh.rows, 0, 1, sh.K, sh.rows, sh.split)
+			}}
+			for _, r := range readers {
+				f := read(r.entry)
+				names = append(names, fmt.Sprintf("%s %dx%d", r.entry, r.blocksAnSM, r.thr))
+				nr := 0
+				launches = append(launches, func() error {
+					w := ws[nr%len(ws)]
+					nr++
+					return f.Launch(cuda.D1(r.blocksAnSM*sms), cuda.D1(r.thr), 0, s, w.Ptr, int64(bytes/16), sink.Ptr)
+				})
+			}
+			trains := make([]func() error, len(launches))
+			for i, launch := range launches {
+				trains[i] = func() error {
+					for range train {
+						if err := launch(); err != nil {
+							return err
+						}
+					}
+					return nil
+				}
+			}
+			times := timer.turns(b, trains, rounds, runs)
+			line := fmt.Sprintf("read floor %-13s %5d x %4d (%5.1f MB):", sh.name, sh.rows, sh.K, float64(bytes)/1e6)
+			for i, name := range names {
+				m := gputest.Median(times[i]) / train
+				rate := float64(bytes) / (m * 1e-3) / 1e12
+				line += fmt.Sprintf("  %s %.2f us (%.2f TB/s, %.0f%%)", name, 1e3*m, rate, 100*rate/4.8)
+			}
+			b.Log(line)
+			for _, buf := range append(ws, x, bias, out) {
+				buf.Free()
+			}
+		}
+	}
+}
+
+// TestReadFloorSourceCompiles compiles BenchmarkReadFloor's kernels through
+// NVRTC for sm_90 (no GPU needed), so CI catches a benchmark that would not
+// build.
+func TestReadFloorSourceCompiles(t *testing.T) {
+	if err := cuda.LoadNVRTC(); err != nil {
+		t.Skipf("no NVRTC library (set MAMBAGO_NVRTC, or install nvidia-cuda-nvrtc): %v", err)
+	}
+	if _, err := cuda.Compile(readFloorSource, "read_floor.cu", "sm_90", "--std=c++17"); err != nil {
+		t.Fatal(err)
+	}
+}
