@@ -103,7 +103,7 @@ func BenchmarkReadFloor(b *testing.B) {
 					out.Ptr, sh.rows, 0, 1, sh.K, sh.rows, sh.split)
 			}}
 			for _, r := range readers {
-				f := read(r.entry)
+				f := read("read_" + r.entry)
 				names = append(names, fmt.Sprintf("%s %dx%d", r.entry, r.blocksAnSM, r.thr))
 				nr := 0
 				launches = append(launches, func() error {
