@@ -2,6 +2,7 @@ package kernels_test
 
 import (
 	"fmt"
+	"math"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -62,8 +63,11 @@ READ_ENTRY(8, 2, u8_nc256)
 // of the 1.4b and 2.8b step (in_proj, out_proj, the LM head; bf16) it
 // times the engine's entry (gemv_r4_b1_bf16 at gpu.gemvSplit's split, and
 // 4 for out_proj's long rows, as gpu.Engine.gemvPlan takes them) against
-// kernels that only read the same bytes (readFloorSource), at several
-// grids, block sizes, depths and cache hints. Each timed run is 8
+// the streaming entry (gemv_sb1_bf16) at several depths and blocks an SM,
+// whose outputs must have the gemv entry's bits, and against kernels that
+// only read the same bytes (readFloorSource), at several grids, block
+// sizes, depths and cache hints. in_proj and the LM head run with a norm
+// weight, as in a step. Each timed run is 8
 // launches back to back, as in a step graph, with the weights rotating
 // over copies that exceed L2; the variants take turns (9 rounds of 20
 // runs, CUDA events). It logs each one's median time a launch, its rate
@@ -72,6 +76,18 @@ func BenchmarkReadFloor(b *testing.B) {
 	const rounds, runs, train = 9, 20, 8
 	d, _, s, src, timer := kernelBench(b, "step.cu")
 	step := functions(b, loadSource(b, d, src, "step.cu"))("gemv_r4_b1_bf16")
+	// The streaming entry (gemv_sb1_) as built, and at other depths and
+	// blocks an SM.
+	type streamer struct {
+		name       string
+		f          *cuda.Function
+		blocksAnSM int
+	}
+	var streams []streamer
+	for _, v := range []struct{ blocks, depth int }{{3, 8}, {4, 6}, {2, 16}, {2, 12}} {
+		m := loadSource(b, d, src, "step.cu", fmt.Sprintf("-DSTREAM_BLOCKS=%d", v.blocks), fmt.Sprintf("-DSTREAM_DEPTH=%d", v.depth))
+		streams = append(streams, streamer{fmt.Sprintf("stream %dx%d", v.blocks, v.depth), functions(b, m)("gemv_sb1_bf16"), v.blocks})
+	}
 	read := functions(b, loadSource(b, d, readFloorSource, "read_floor.cu"))
 	sms := d.SMs
 	type reader struct {
@@ -87,21 +103,60 @@ func BenchmarkReadFloor(b *testing.B) {
 		for _, sh := range []struct {
 			name           string
 			rows, K, split int
-		}{{"1.4b in_proj", 8192, 2048, 2}, {"1.4b out_proj", 2048, 4096, 4}, {"2.8b in_proj", 10240, 2560, 2},
-			{"2.8b out_proj", 2560, 5120, 4}, {"2.8b lm_head", 50280, 2560, 2}} {
+			norm           bool // with a norm weight, as in_proj and the LM head run
+		}{{"1.4b in_proj", 8192, 2048, 2, true}, {"1.4b out_proj", 2048, 4096, 4, false},
+			{"2.8b in_proj", 10240, 2560, 2, true}, {"2.8b out_proj", 2560, 5120, 4, false},
+			{"2.8b lm_head", 50280, 2560, 2, true}} {
 			bytes := 2 * sh.rows * sh.K
 			ws := rotatingWeights(b, s, sh.rows, sh.K)
 			x, bias := upload(b, s, randn(sh.K, 1)), upload(b, s, randn(sh.rows, 1))
+			normw, eps := cuda.Ptr(0), float32(0)
+			if sh.norm {
+				normw, eps = upload(b, s, randn(sh.K, 1)).Ptr, 1e-5
+			}
 			out := poisoned(b, s, sh.rows)
 			names := []string{fmt.Sprintf("gemv split%d", sh.split)}
 			next := 0
+			gemv := func(w *cuda.Buffer) error {
+				grid := cuda.D1((sh.rows + 8/sh.split*4 - 1) / (8 / sh.split * 4))
+				return step.Launch(grid, cuda.D1(256), 0, s, x.Ptr, sh.K, normw, eps, w.Ptr, bias.Ptr,
+					out.Ptr, sh.rows, 0, 1, sh.K, sh.rows, sh.split)
+			}
 			launches := []func() error{func() error {
 				w := ws[next%len(ws)]
 				next++
-				grid := cuda.D1((sh.rows + 8/sh.split*4 - 1) / (8 / sh.split * 4))
-				return step.Launch(grid, cuda.D1(256), 0, s, x.Ptr, sh.K, cuda.Ptr(0), float32(0), w.Ptr, bias.Ptr,
-					out.Ptr, sh.rows, 0, 1, sh.K, sh.rows, sh.split)
+				return gemv(w)
 			}}
+			// Each streaming build's output has the gemv entry's bits.
+			if err := gemv(ws[0]); err != nil {
+				b.Fatal(err)
+			}
+			want := download(b, s, out, sh.rows)
+			for _, st := range streams {
+				stream := func(w *cuda.Buffer) error {
+					return st.f.Launch(cuda.D1(st.blocksAnSM*sms), cuda.D1(256), 4*sh.K, s, x.Ptr, sh.K, normw, eps, w.Ptr,
+						bias.Ptr, out.Ptr, sh.rows, 0, 1, sh.K, sh.rows, sh.split)
+				}
+				if err := cuda.Fill32(out.Ptr, 0x7fc00000, sh.rows, s); err != nil {
+					b.Fatal(err)
+				}
+				if err := stream(ws[0]); err != nil {
+					b.Fatal(err)
+				}
+				got := download(b, s, out, sh.rows)
+				for i := range got {
+					if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+						b.Fatalf("%s %s: row %d is %v, the gemv entry's %v", sh.name, st.name, i, got[i], want[i])
+					}
+				}
+				names = append(names, st.name)
+				ns := 0
+				launches = append(launches, func() error {
+					w := ws[ns%len(ws)]
+					ns++
+					return stream(w)
+				})
+			}
 			for _, r := range readers {
 				f := read("read_" + r.entry)
 				names = append(names, fmt.Sprintf("%s %dx%d", r.entry, r.blocksAnSM, r.thr))

@@ -500,6 +500,49 @@ __device__ void gemv(const float *x, int ldx, const float *__restrict__ normw, f
     });
 }
 
+// ConvPre holds what step_in's body reads besides v for row n of sequence b:
+// in_bias[n], and for a channel (n < E) conv_b[n] and, when the conv has up
+// to STEP_PREK taps, its weights and the sequence's window (zeros where
+// absent); a longer conv reads those in the body.
+struct alignas(16) ConvPre {
+    float cw[STEP_PREK], wd[STEP_PREK], bias, cb;
+};
+
+// conv_body finishes row n of sequence b of step_in from its sum v: z for
+// n >= E, else the conv step of channel n, whose window takes v as its
+// newest input, and u = silu of it.
+__device__ __forceinline__ void conv_body(const ConvPre &p, int n, int b, float v, const float *__restrict__ conv_w,
+                                          float *__restrict__ win, float *__restrict__ xz, int E, int K) {
+    v += p.bias;
+    float *row = xz + (size_t)b * 2 * E;
+    if (n >= E) {
+        row[n] = v;  // z
+        return;
+    }
+    float *wnd = win + ((size_t)b * E + n) * K;
+    float sum = p.cb;
+    if (K <= STEP_PREK) {
+#pragma unroll
+        for (int k = 0; k < STEP_PREK; k++) {
+            if (k < K) {
+                float in = k + 1 < K ? p.wd[k + 1 < STEP_PREK ? k + 1 : 0] : v;
+                sum += p.cw[k] * in;
+                wnd[k] = in;
+            }
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < STEP_MAXK; k++) {
+            if (k < K) {
+                float in = k + 1 < K ? wnd[k + 1] : v;
+                sum += conv_w[(size_t)n * K + k] * in;
+                wnd[k] = in;
+            }
+        }
+    }
+    row[n] = sum / (1.f + __expf(-sum));  // silu, as conv.cu computes it
+}
+
 // step_in: the block's first stages, from the residual stream h to xz.
 template <int ROWS, int MAXB, int UNROLL, int TILE, class T>
 __device__ void step_in(const float *h, const float *__restrict__ normw, float eps,
@@ -508,15 +551,10 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
                         int d, int E, int K, int split, TileParts tp = {}) {
     if (B > MAXB) __trap();  // as in gemv
     pdl_start<ROWS, TILE>(W, d, 2 * E, split);
-    // The group's copies for sequence b and row n = n0 + r: in_bias[n], and
-    // for a channel (n < E) conv_b[n] and, when the conv has up to STEP_PREK
-    // taps, its weights and the sequence's window (zeros where absent; each
-    // row of taps one 16-byte copy where it can be); a longer conv reads
-    // those in the body. Four copies (kinds) a row and sequence.
-    struct alignas(16) Pre {
-        float cw[STEP_PREK], wd[STEP_PREK], bias, cb;
-    };
-    __shared__ Pre pre[TILE ? 1 : STEP_WARPS][MAXB][ROWS];
+    // The group's copies of each row's ConvPre, four copies (kinds) a row
+    // and sequence: the bias, the conv's bias, its taps, the window (each
+    // row of taps one 16-byte copy where it can be).
+    __shared__ ConvPre pre[TILE ? 1 : STEP_WARPS][MAXB][ROWS];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     auto &mine = pre[TILE ? 0 : warp];
     bool taps = K <= STEP_PREK;
@@ -525,7 +563,7 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
         for (int i = lane; i < MAXB * ROWS * 4; i += 32) {
             int b = i / (ROWS * 4), r = i / 4 % ROWS, kind = i % 4, n = n0 + r;
             bool conv = b < B && n < E;
-            Pre &p = mine[b][r];
+            ConvPre &p = mine[b][r];
             if (kind == 0) cp_async<4>(&p.bias, in_bias ? in_bias + n : win, b < B && n < 2 * E && in_bias);
             else if (kind == 1) cp_async<4>(&p.cb, conv_b ? conv_b + n : win, conv && conv_b);
             else {
@@ -538,38 +576,183 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
         }
     };
     group<ROWS, MAXB, UNROLL, TILE>(W, d, h, d, normw, eps, B, 2 * E, split, tp, load, [&](int n, int b, int r, float v) {
-        const Pre &p = mine[b][r];
-        v += p.bias;
-        float *row = xz + (size_t)b * 2 * E;
-        if (n >= E) {
-            row[n] = v;  // z
-            return;
-        }
-        // The conv step of channel n: the window takes v as its newest input.
-        float *wnd = win + ((size_t)b * E + n) * K;
-        float sum = p.cb;
-        if (taps) {
-#pragma unroll
-            for (int k = 0; k < STEP_PREK; k++) {
-                if (k < K) {
-                    float in = k + 1 < K ? p.wd[k + 1 < STEP_PREK ? k + 1 : 0] : v;
-                    sum += p.cw[k] * in;
-                    wnd[k] = in;
-                }
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < STEP_MAXK; k++) {
-                if (k < K) {
-                    float in = k + 1 < K ? wnd[k + 1] : v;
-                    sum += conv_w[(size_t)n * K + k] * in;
-                    wnd[k] = in;
-                }
-            }
-        }
-        row[n] = sum / (1.f + __expf(-sum));  // silu, as conv.cu computes it
+        conv_body(mine[b][r], n, b, v, conv_w, win, xz, E, K);
     });
 }
+
+// The streaming one-sequence entries (gemv_sb1_, step_in_sb1_). The
+// entries above give a block of 8 warps 16 rows (4 a warp at split 2), so a
+// block's loads come in two or three rounds, its warps meet at a barrier to
+// add their parts, and the grid runs in waves: at 2.8b's in_proj (640
+// blocks, 3 an SM at once) the last wave leaves most SMs idle, and the GEMV
+// reads its weights at 2.6 TB/s where a kernel that only reads them reaches
+// 3.4 (BenchmarkReadFloor). Here the grid is STREAM_BLOCKS blocks an SM,
+// every warp takes an equal run of whole rows, and each lane keeps
+// STREAM_DEPTH 16-byte weight loads in flight from the first, issued before
+// the PDL wait, to its last row: a lane's k slices of one row, then the
+// next's. A warp holds a row's SPLIT slice sums apart, as the split warps of
+// group_rows do, and adds them in the same order, so each row's sum has the
+// same bits as the other entries' (one sequence, B = 1, and the vector path:
+// K a multiple of 16 bytes of T; gpu.Engine falls back to them elsewhere).
+// x' (x * normw, each product rounded as group_rows rounds it) is staged in
+// shared memory (dynamic, K floats), and the norm's scale computed once a
+// warp. Grid (SMs * STREAM_BLOCKS), block STREAM_THREADS, K * 4 bytes of
+// shared memory; split 1, 2 or 4.
+#ifndef STREAM_DEPTH
+#define STREAM_DEPTH 8
+#endif
+#define STREAM_THREADS 256
+#ifndef STREAM_BLOCKS
+#define STREAM_BLOCKS 3
+#endif
+
+// stream_rows runs body(n, v, pre(n)) in lane 0 for every row n < rows of
+// the warp's run, with v = sum_k W[n, k] * x'[k]. pre(n), called in lane 0
+// as the row's first slice is added, loads what the body reads besides v.
+template <int SPLIT, class T, class Pre, class Body>
+__device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, const float *x,
+                                            const float *__restrict__ normw, float eps, int rows, Pre pre,
+                                            Body body) {
+    constexpr int V = 16 / sizeof(T), D = STREAM_DEPTH;
+    static_assert(D % SPLIT == 0, "a ring slot's slice is its index's");
+    extern __shared__ __align__(16) float xs[];  // x', K floats
+    int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    long long wi = (long long)blockIdx.x * warps + (threadIdx.x >> 5), nw = (long long)gridDim.x * warps;
+    int r0 = (int)(wi * rows / nw), r1 = (int)((wi + 1) * rows / nw);
+    int cpr = ((K / V + 31) / 32 + SPLIT - 1) / SPLIT * SPLIT;  // a lane's slices a row, whole splits
+    int items = (r1 - r0) * cpr;
+    // The weights' ring: slot u holds item t + u of the lane's sequence
+    // (row r0 + item / cpr, slice item % cpr).
+    uint4 ring[D];
+    int in = r0, ic = 0;  // the next item to load
+    auto issue = [&](uint4 &slot) {
+        int k = (ic * 32 + lane) * V;
+        slot = in < r1 && k < K ? *reinterpret_cast<const uint4 *>(W + (size_t)in * K + k) : make_uint4(0, 0, 0, 0);
+        if (++ic == cpr) ic = 0, in++;
+    };
+    pdl_release();
+#pragma unroll
+    for (int u = 0; u < D; u++) issue(ring[u]);  // read-only weights: safe before the wait
+    pdl_wait();
+    for (int k = threadIdx.x * 4; k < K; k += blockDim.x * 4) {
+        float4 v = *reinterpret_cast<const float4 *>(x + k);
+        if (normw) {
+            float4 w = *reinterpret_cast<const float4 *>(normw + k);
+            v.x *= w.x, v.y *= w.y, v.z *= w.z, v.w *= w.w;
+        }
+        *reinterpret_cast<float4 *>(xs + k) = v;
+    }
+    // The norm's sum of squares, by slice in each lane as group_rows sums it.
+    float scale = 1.f;
+    if (normw) {
+        float ss[SPLIT] = {};
+        for (int c0 = 0; c0 < cpr; c0 += SPLIT) {
+#pragma unroll
+            for (int sl = 0; sl < SPLIT; sl++) {
+                int k = ((c0 + sl) * 32 + lane) * V;
+                if (k < K) {
+                    float xv[V], sq = 0.f;
+#pragma unroll
+                    for (int i = 0; i < V; i += 4) unpack(x + k + i, xv + i);
+#pragma unroll
+                    for (int i = 0; i < V; i++) sq += xv[i] * xv[i];
+                    ss[sl] += sq;
+                }
+            }
+        }
+        float q = SPLIT > 1 ? 0.f : warp_sum(ss[0]);
+        if (SPLIT > 1)
+#pragma unroll
+            for (int sl = 0; sl < SPLIT; sl++) q += warp_sum(ss[sl]);
+        scale = rsqrtf(q / K + eps);
+    }
+    __syncthreads();  // xs
+    float acc[SPLIT] = {};
+    decltype(pre(0)) p{};
+    int cn = r0, cc = 0;  // the next item to add
+    for (int t = 0; t < items; t += D) {
+#pragma unroll
+        for (int u = 0; u < D; u++) {
+            if (t + u < items) {
+                if (cc == 0 && lane == 0) p = pre(cn);
+                int k = (cc * 32 + lane) * V;
+                if (k < K) {
+                    float xv[V], wv[V], sum = 0.f;
+#pragma unroll
+                    for (int i = 0; i < V; i += 4) {
+                        float4 q = *reinterpret_cast<const float4 *>(xs + k + i);
+                        xv[i] = q.x, xv[i + 1] = q.y, xv[i + 2] = q.z, xv[i + 3] = q.w;
+                    }
+                    widen(ring[u], W, wv);
+#pragma unroll
+                    for (int i = 0; i < V; i++) sum += wv[i] * xv[i];
+                    acc[u % SPLIT] += sum;  // cc % SPLIT: rows start at multiples of cpr, t at D's
+                }
+                issue(ring[u]);
+                if (++cc == cpr) {
+                    float v = SPLIT > 1 ? 0.f : warp_sum(acc[0]);
+                    if (SPLIT > 1)
+#pragma unroll
+                        for (int sl = 0; sl < SPLIT; sl++) v += warp_sum(acc[sl]);
+                    if (lane == 0) body(cn, normw ? __fmul_rn(v, scale) : v, p);
+#pragma unroll
+                    for (int sl = 0; sl < SPLIT; sl++) acc[sl] = 0.f;
+                    cc = 0, cn++;
+                }
+            }
+        }
+    }
+}
+
+// GemvPre: the bias and the output's old value of a gemv row (0 where absent).
+struct GemvPre {
+    float bias, old;
+};
+
+template <int SPLIT, class T>
+__device__ void gemv_stream(const float *x, const float *__restrict__ normw, float eps, const T *__restrict__ W,
+                            const float *__restrict__ bias, float *out, int accumulate, int K, int rows) {
+    stream_rows<SPLIT>(
+        W, K, x, normw, eps, rows,
+        [&](int n) { return GemvPre{bias ? bias[n] : 0.f, accumulate ? out[n] : 0.f}; },
+        [&](int n, float v, const GemvPre &p) {
+            v += p.bias;
+            out[n] = accumulate ? p.old + v : v;
+        });
+}
+
+template <int SPLIT, class T>
+__device__ void step_in_stream(const float *h, const float *__restrict__ normw, float eps, const T *__restrict__ W,
+                               const float *__restrict__ in_bias, const float *__restrict__ conv_w,
+                               const float *__restrict__ conv_b, float *__restrict__ win, float *__restrict__ xz,
+                               int d, int E, int K) {
+    stream_rows<SPLIT>(
+        W, d, h, normw, eps, 2 * E,
+        [&](int n) {
+            ConvPre p{};
+            bool conv = n < E;
+            p.bias = in_bias ? in_bias[n] : 0.f;
+            p.cb = conv && conv_b ? conv_b[n] : 0.f;
+#pragma unroll
+            for (int k = 0; k < STEP_PREK; k++) {
+                bool tap = conv && K <= STEP_PREK && k < K;
+                p.cw[k] = tap ? conv_w[(size_t)n * K + k] : 0.f;
+                p.wd[k] = tap ? win[(size_t)n * K + k] : 0.f;
+            }
+            return p;
+        },
+        [&](int n, float v, const ConvPre &p) { conv_body(p, n, 0, v, conv_w, win, xz, E, K); });
+}
+
+// STREAM_SPLIT(f, T, args) calls f<S, T> args for the run-time split S of
+// 1, 2 or 4 (gpu.Engine launches the streaming entries at no other).
+#define STREAM_SPLIT(f, T, args)      \
+    switch (split) {                  \
+    case 1: f<1, T> args; break;      \
+    case 2: f<2, T> args; break;      \
+    case 4: f<4, T> args; break;      \
+    default: __trap();                \
+    }
 
 // Each GEMV has four entries: one row per warp group (gemv_, step_in_) and
 // four (gemv_r4_, step_in_r4_), each for up to STEP_MAXB sequences and, with
@@ -606,6 +789,20 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
         step_in<4, 1, STEP_UNROLL_B1, TILE_NONE, T>(STEP_IN_ARGS);                                               \
     }
 EACH_DTYPE(STEP_GEMV)
+
+// The streaming entries: gemv_sb1_ and step_in_sb1_ take gemv_'s and
+// step_in_'s parameters (B must be 1; ldx unused).
+#define STREAM_GEMV(sfx, T)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(STREAM_THREADS, STREAM_BLOCKS) gemv_sb1_##sfx(GEMV_PARAMS(T)) { \
+        if (B != 1) __trap();                                                                                   \
+        STREAM_SPLIT(gemv_stream, T, (x, normw, eps, W, bias, out, accumulate, K, rows))                        \
+    }                                                                                                           \
+    extern "C" __global__ void __launch_bounds__(STREAM_THREADS, STREAM_BLOCKS)                                 \
+        step_in_sb1_##sfx(STEP_IN_PARAMS(T)) {                                                                  \
+        if (B != 1) __trap();                                                                                   \
+        STREAM_SPLIT(step_in_stream, T, (h, normw, eps, W, in_bias, conv_w, conv_b, win, xz, d, E, K))         \
+    }
+EACH_DTYPE(STREAM_GEMV)
 
 // The tensor-core entries, bf16 only: split3's parts of x in f16 would
 // overflow past 65504, and x here is the residual stream before its norm.
