@@ -84,7 +84,7 @@ func BenchmarkReadFloor(b *testing.B) {
 		blocksAnSM int
 	}
 	var streams []streamer
-	for _, v := range []struct{ blocks, depth int }{{3, 8}, {4, 6}, {2, 16}, {2, 12}} {
+	for _, v := range []struct{ blocks, depth int }{{3, 8}, {4, 4}, {2, 16}, {2, 12}} {
 		m := loadSource(b, d, src, "step.cu", fmt.Sprintf("-DSTREAM_BLOCKS=%d", v.blocks), fmt.Sprintf("-DSTREAM_DEPTH=%d", v.depth))
 		streams = append(streams, streamer{fmt.Sprintf("stream %dx%d", v.blocks, v.depth), functions(b, m)("gemv_sb1_bf16"), v.blocks})
 	}
