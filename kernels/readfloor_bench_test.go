@@ -84,7 +84,7 @@ func BenchmarkReadFloor(b *testing.B) {
 		blocksAnSM int
 	}
 	var streams []streamer
-	for _, v := range []struct{ blocks, depth int }{{3, 8}, {4, 4}, {2, 16}, {2, 12}} {
+	for _, v := range []struct{ blocks, depth int }{{3, 8}, {4, 8}, {4, 4}, {2, 16}} {
 		m := loadSource(b, d, src, "step.cu", fmt.Sprintf("-DSTREAM_BLOCKS=%d", v.blocks), fmt.Sprintf("-DSTREAM_DEPTH=%d", v.depth))
 		streams = append(streams, streamer{fmt.Sprintf("stream %dx%d", v.blocks, v.depth), functions(b, m)("gemv_sb1_bf16"), v.blocks})
 	}
@@ -132,9 +132,13 @@ func BenchmarkReadFloor(b *testing.B) {
 				b.Fatal(err)
 			}
 			want := download(b, s, out, sh.rows)
+			shared := 4 * sh.K // x', and normw beside it
+			if sh.norm {
+				shared *= 2
+			}
 			for _, st := range streams {
 				stream := func(w *cuda.Buffer) error {
-					return st.f.Launch(cuda.D1(st.blocksAnSM*sms), cuda.D1(256), 4*sh.K, s, x.Ptr, sh.K, normw, eps, w.Ptr,
+					return st.f.Launch(cuda.D1(st.blocksAnSM*sms), cuda.D1(256), shared, s, x.Ptr, sh.K, normw, eps, w.Ptr,
 						bias.Ptr, out.Ptr, sh.rows, 0, 1, sh.K, sh.rows, sh.split)
 				}
 				if err := cuda.Fill32(out.Ptr, 0x7fc00000, sh.rows, s); err != nil {

@@ -595,9 +595,10 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
 // same bits as the other entries' (one sequence, B = 1, and the vector path:
 // K a multiple of 16 bytes of T; gpu.Engine falls back to them elsewhere).
 // x' (x * normw, each product rounded as group_rows rounds it) is staged in
-// shared memory (dynamic, K floats), and the norm's scale computed once a
-// warp. Grid (SMs * STREAM_BLOCKS), block STREAM_THREADS, K * 4 bytes of
-// shared memory; split 1, 2 or 4.
+// shared memory, and the norm's scale computed once a warp. Grid (SMs *
+// STREAM_BLOCKS), block STREAM_THREADS, K * 4 bytes of dynamic shared
+// memory (twice that with a norm weight); x and normw 16-byte aligned;
+// split 1, 2 or 4.
 #ifndef STREAM_DEPTH
 #define STREAM_DEPTH 8
 #endif
@@ -615,34 +616,39 @@ __device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, cons
                                             Body body) {
     constexpr int V = 16 / sizeof(T), D = STREAM_DEPTH;
     static_assert(D % SPLIT == 0, "a ring slot's slice is its index's");
-    extern __shared__ __align__(16) float xs[];  // x', K floats
+    // x' in K floats (x, then x * normw), and normw in K more with a norm.
+    extern __shared__ __align__(16) float xs[];
     int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
     long long wi = (long long)blockIdx.x * warps + (threadIdx.x >> 5), nw = (long long)gridDim.x * warps;
     int r0 = (int)(wi * rows / nw), r1 = (int)((wi + 1) * rows / nw);
     int cpr = ((K / V + 31) / 32 + SPLIT - 1) / SPLIT * SPLIT;  // a lane's slices a row, whole splits
     int items = (r1 - r0) * cpr;
-    // The weights' ring: slot u holds item t + u of the lane's sequence
-    // (row r0 + item / cpr, slice item % cpr).
+    // The lane's items in order: item i is slice i % cpr of row r0 + i /
+    // cpr. They are loaded D at a time into ring, and all D added before
+    // the next D are asked for: loads refilled one at a time share the
+    // warp's few scoreboards, so a wait for the oldest waits for the newest.
     uint4 ring[D];
     int in = r0, ic = 0;  // the next item to load
-    auto issue = [&](uint4 &slot) {
-        int k = (ic * 32 + lane) * V;
-        slot = in < r1 && k < K ? *reinterpret_cast<const uint4 *>(W + (size_t)in * K + k) : make_uint4(0, 0, 0, 0);
-        if (++ic == cpr) ic = 0, in++;
+    auto issue = [&] {
+#pragma unroll
+        for (int u = 0; u < D; u++) {
+            int k = (ic * 32 + lane) * V;
+            ring[u] = in < r1 && k < K ? *reinterpret_cast<const uint4 *>(W + (size_t)in * K + k) : make_uint4(0, 0, 0, 0);
+            if (++ic == cpr) ic = 0, in++;
+        }
     };
     pdl_release();
-#pragma unroll
-    for (int u = 0; u < D; u++) issue(ring[u]);  // read-only weights: safe before the wait
+    issue();  // read-only weights: safe before the wait
     pdl_wait();
-    for (int k = threadIdx.x * 4; k < K; k += blockDim.x * 4) {
-        float4 v = *reinterpret_cast<const float4 *>(x + k);
-        if (normw) {
-            float4 w = *reinterpret_cast<const float4 *>(normw + k);
-            v.x *= w.x, v.y *= w.y, v.z *= w.z, v.w *= w.w;
-        }
-        *reinterpret_cast<float4 *>(xs + k) = v;
+    for (int i = threadIdx.x; i < K / 4; i += blockDim.x) {
+        cp_async<16>(xs + 4 * i, x + 4 * i, true);
+        if (normw) cp_async<16>(xs + K + 4 * i, normw + 4 * i, true);
     }
-    // The norm's sum of squares, by slice in each lane as group_rows sums it.
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    // The norm's sum of squares, by slice in each lane as group_rows sums
+    // it, then x' = x * normw in place.
     float scale = 1.f;
     if (normw) {
         float ss[SPLIT] = {};
@@ -653,7 +659,7 @@ __device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, cons
                 if (k < K) {
                     float xv[V], sq = 0.f;
 #pragma unroll
-                    for (int i = 0; i < V; i += 4) unpack(x + k + i, xv + i);
+                    for (int i = 0; i < V; i += 4) unpack(xs + k + i, xv + i);
 #pragma unroll
                     for (int i = 0; i < V; i++) sq += xv[i] * xv[i];
                     ss[sl] += sq;
@@ -665,8 +671,10 @@ __device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, cons
 #pragma unroll
             for (int sl = 0; sl < SPLIT; sl++) q += warp_sum(ss[sl]);
         scale = rsqrtf(q / K + eps);
+        __syncthreads();  // every warp's sums read x
+        for (int k = threadIdx.x; k < K; k += blockDim.x) xs[k] *= xs[K + k];
+        __syncthreads();
     }
-    __syncthreads();  // xs
     float acc[SPLIT] = {};
     decltype(pre(0)) p{};
     int cn = r0, cc = 0;  // the next item to add
@@ -688,7 +696,6 @@ __device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, cons
                     for (int i = 0; i < V; i++) sum += wv[i] * xv[i];
                     acc[u % SPLIT] += sum;  // cc % SPLIT: rows start at multiples of cpr, t at D's
                 }
-                issue(ring[u]);
                 if (++cc == cpr) {
                     float v = SPLIT > 1 ? 0.f : warp_sum(acc[0]);
                     if (SPLIT > 1)
@@ -701,6 +708,7 @@ __device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, cons
                 }
             }
         }
+        if (t + D < items) issue();
     }
 }
 
