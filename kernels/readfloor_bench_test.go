@@ -84,9 +84,17 @@ func BenchmarkReadFloor(b *testing.B) {
 		blocksAnSM int
 	}
 	var streams []streamer
-	for _, v := range []struct{ blocks, depth int }{{3, 8}, {4, 8}, {4, 4}, {2, 16}} {
-		m := loadSource(b, d, src, "step.cu", fmt.Sprintf("-DSTREAM_BLOCKS=%d", v.blocks), fmt.Sprintf("-DSTREAM_DEPTH=%d", v.depth))
-		streams = append(streams, streamer{fmt.Sprintf("stream %dx%d", v.blocks, v.depth), functions(b, m)("gemv_sb1_bf16"), v.blocks})
+	for _, v := range []struct {
+		blocks, depth int
+		double        bool
+	}{{3, 8, false}, {4, 4, false}, {2, 8, true}, {3, 4, true}} {
+		m := loadSource(b, d, src, "step.cu", fmt.Sprintf("-DSTREAM_BLOCKS=%d", v.blocks),
+			fmt.Sprintf("-DSTREAM_DEPTH=%d", v.depth), fmt.Sprintf("-DSTREAM_DOUBLE=%d", b2i(v.double)))
+		name := fmt.Sprintf("stream %dx%d", v.blocks, v.depth)
+		if v.double {
+			name += " double"
+		}
+		streams = append(streams, streamer{name, functions(b, m)("gemv_sb1_bf16"), v.blocks})
 	}
 	read := functions(b, loadSource(b, d, readFloorSource, "read_floor.cu"))
 	sms := d.SMs
@@ -94,10 +102,7 @@ func BenchmarkReadFloor(b *testing.B) {
 		entry           string
 		blocksAnSM, thr int
 	}
-	readers := []reader{
-		{"u4", 4, 256}, {"u8", 4, 256}, {"u8", 8, 256}, {"u8", 2, 512},
-		{"u8_cs", 4, 256}, {"u4_nc256", 4, 256}, {"u8_nc256", 4, 256}, {"u8_nc256", 8, 256},
-	}
+	readers := []reader{{"u8", 4, 256}, {"u8_cs", 4, 256}, {"u8_nc256", 8, 256}}
 	sink := poisoned(b, s, 8*sms)
 	for range b.N {
 		for _, sh := range []struct {

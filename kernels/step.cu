@@ -606,6 +606,11 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
 #ifndef STREAM_BLOCKS
 #define STREAM_BLOCKS 3
 #endif
+// With STREAM_DOUBLE, a batch's loads are issued before the one before it
+// is added (two rings).
+#ifndef STREAM_DOUBLE
+#define STREAM_DOUBLE 0
+#endif
 
 // stream_rows runs body(n, v, pre(n)) in lane 0 for every row n < rows of
 // the warp's run, with v = sum_k W[n, k] * x'[k]. pre(n), called in lane 0
@@ -629,16 +634,16 @@ __device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, cons
     // warp's few scoreboards, so a wait for the oldest waits for the newest.
     uint4 ring[D];
     int in = r0, ic = 0;  // the next item to load
-    auto issue = [&] {
+    auto issue = [&](uint4(&to)[D]) {
 #pragma unroll
         for (int u = 0; u < D; u++) {
             int k = (ic * 32 + lane) * V;
-            ring[u] = in < r1 && k < K ? *reinterpret_cast<const uint4 *>(W + (size_t)in * K + k) : make_uint4(0, 0, 0, 0);
+            to[u] = in < r1 && k < K ? *reinterpret_cast<const uint4 *>(W + (size_t)in * K + k) : make_uint4(0, 0, 0, 0);
             if (++ic == cpr) ic = 0, in++;
         }
     };
     pdl_release();
-    issue();  // read-only weights: safe before the wait
+    issue(ring);  // read-only weights: safe before the wait
     pdl_wait();
     for (int i = threadIdx.x; i < K / 4; i += blockDim.x) {
         cp_async<16>(xs + 4 * i, x + 4 * i, true);
@@ -675,27 +680,38 @@ __device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, cons
         for (int k = threadIdx.x; k < K; k += blockDim.x) xs[k] *= xs[K + k];
         __syncthreads();
     }
+    // Each batch: the D items' sums, independent chains with no branch
+    // between them (an item past K or past the run adds +0, which changes
+    // no sum: none is -0), then added in order, a row finished where its
+    // last slice lands.
     float acc[SPLIT] = {};
     decltype(pre(0)) p{};
+    if (lane == 0 && r0 < r1) p = pre(r0);
     int cn = r0, cc = 0;  // the next item to add
     for (int t = 0; t < items; t += D) {
+#if STREAM_DOUBLE
+        uint4 next[D];
+        if (t + D < items) issue(next);
+#endif
+        float part[D];
+#pragma unroll
+        for (int u = 0, c = cc; u < D; u++, c = c + 1 == cpr ? 0 : c + 1) {
+            int k = (c * 32 + lane) * V;
+            float xv[V], wv[V], sum = 0.f;
+#pragma unroll
+            for (int i = 0; i < V; i += 4) {
+                float4 q = k < K ? *reinterpret_cast<const float4 *>(xs + k + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+                xv[i] = q.x, xv[i + 1] = q.y, xv[i + 2] = q.z, xv[i + 3] = q.w;
+            }
+            widen(ring[u], W, wv);
+#pragma unroll
+            for (int i = 0; i < V; i++) sum += wv[i] * xv[i];
+            part[u] = sum;
+        }
 #pragma unroll
         for (int u = 0; u < D; u++) {
             if (t + u < items) {
-                if (cc == 0 && lane == 0) p = pre(cn);
-                int k = (cc * 32 + lane) * V;
-                if (k < K) {
-                    float xv[V], wv[V], sum = 0.f;
-#pragma unroll
-                    for (int i = 0; i < V; i += 4) {
-                        float4 q = *reinterpret_cast<const float4 *>(xs + k + i);
-                        xv[i] = q.x, xv[i + 1] = q.y, xv[i + 2] = q.z, xv[i + 3] = q.w;
-                    }
-                    widen(ring[u], W, wv);
-#pragma unroll
-                    for (int i = 0; i < V; i++) sum += wv[i] * xv[i];
-                    acc[u % SPLIT] += sum;  // cc % SPLIT: rows start at multiples of cpr, t at D's
-                }
+                acc[u % SPLIT] += part[u];  // cc % SPLIT: rows start at multiples of cpr, t at D's
                 if (++cc == cpr) {
                     float v = SPLIT > 1 ? 0.f : warp_sum(acc[0]);
                     if (SPLIT > 1)
@@ -705,10 +721,16 @@ __device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, cons
 #pragma unroll
                     for (int sl = 0; sl < SPLIT; sl++) acc[sl] = 0.f;
                     cc = 0, cn++;
+                    if (lane == 0 && cn < r1) p = pre(cn);
                 }
             }
         }
-        if (t + D < items) issue();
+#if STREAM_DOUBLE
+#pragma unroll
+        for (int u = 0; u < D; u++) ring[u] = next[u];
+#else
+        if (t + D < items) issue(ring);
+#endif
     }
 }
 
