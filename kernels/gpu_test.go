@@ -635,6 +635,39 @@ func TestDTProjKernel(t *testing.T) {
 	}
 }
 
+// testStreamBits checks that the streaming entry (gemv_sb1_) gives want's
+// bits, the other entries' at B = 1, where it applies (the vector path,
+// splits 1, 2 and 4): on a grid of 3 blocks an SM, where most warps have
+// no row or one, and on one block, whose warps walk several rows each, so
+// that their loads cross rows. xwb holds x, W and the bias on the device.
+func testStreamBits(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, name, sfx string, K, split, rows int,
+	accu bool, out0 []float32, xwb []*cuda.Buffer, normw cuda.Ptr, want []float32) {
+	t.Helper()
+	size := map[string]int{"f32": 4, "bf16": 2}[sfx]
+	if K%(16/size) != 0 || split > 4 {
+		return
+	}
+	accumulate := 0
+	if accu {
+		accumulate = 1
+	}
+	for _, blocks := range []int{3 * gputest.Device(t).SMs, 1} {
+		bo := poisoned(t, s, rows)
+		if accu {
+			bo = upload(t, s, out0[:rows])
+		}
+		if err := fn("gemv_sb1_"+sfx).Launch(cuda.D1(blocks), cuda.D1(256), 8*K, s, xwb[0].Ptr, K+4, normw, float32(1e-5),
+			xwb[1].Ptr, xwb[2].Ptr, bo.Ptr, rows, accumulate, 1, K, rows, split); err != nil {
+			t.Fatal(err)
+		}
+		for i, v := range download(t, s, bo, rows) {
+			if math.Float32bits(v) != math.Float32bits(want[i]) {
+				t.Fatalf("%s: gemv_sb1_%s on %d blocks gives %v at %d, the other entries %v", name, sfx, blocks, v, i, want[i])
+			}
+		}
+	}
+}
+
 // bf16Bits rounds v to bfloat16 (to nearest, ties to even), returning the
 // rounded values and their bits packed two to a float32 slot, ready to
 // upload as a bf16 array.
@@ -656,7 +689,8 @@ func bf16Bits(v []float32) (rounded []float32, packed []float32) {
 // TestGEMVKernel checks the decode GEMV (kernels/step.cu) against float64
 // for every split, with one and four rows to a warp group (gemv_, gemv_r4_;
 // the rows counts leave partial groups; at B=1 the one-sequence entries
-// too, which must give the same bits), with and without the RMSNorm folded in, writing and
+// too, and the streaming ones where they apply, which must give the same
+// bits), with and without the RMSNorm folded in, writing and
 // accumulating, on the vector path (K a multiple of 16 bytes' worth of
 // weights) and the scalar one, in f32 and bf16 weights; and the tensor-core
 // entry (gemv_tc_bf16) where K is a multiple of 8 (136 is not one of 32,
@@ -683,7 +717,7 @@ func testGEMVKernel(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream
 		for _, tc := range []struct {
 			B, rows    int
 			norm, accu bool
-		}{{1, 37, true, false}, {3, 5, false, true}, {8, 130, true, true}, {8, 9, false, false}} {
+		}{{1, 37, true, false}, {1, 300, false, true}, {3, 5, false, true}, {8, 130, true, true}, {8, 9, false, false}} {
 			name := fmt.Sprintf("%s%s K=%d split=%d %+v", kernel, sfx, K, split, tc)
 			ldx := K + 4
 			x, W, bias, normw := randn(tc.B*ldx, 1), randn(tc.rows*K, 0.1), randn(tc.rows, 1), randn(K, 1)
@@ -725,6 +759,7 @@ func testGEMVKernel(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream
 						t.Fatalf("%s: %sb1_%s gives %v at %d, %s%s %v", name, kernel, sfx, v, i, kernel, sfx, got[i])
 					}
 				}
+				testStreamBits(t, fn, s, name, sfx, K, split, tc.rows, tc.accu, out0, []*cuda.Buffer{bx, bW, bb}, nptr, got)
 			}
 			want := make([]float64, tc.B*tc.rows)
 			for b := 0; b < tc.B; b++ {

@@ -600,7 +600,7 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
 // memory (twice that with a norm weight); x and normw 16-byte aligned;
 // split 1, 2 or 4.
 #ifndef STREAM_DEPTH
-#define STREAM_DEPTH 8
+#define STREAM_DEPTH 4
 #endif
 #define STREAM_THREADS 256
 #ifndef STREAM_BLOCKS
@@ -609,7 +609,7 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
 // With STREAM_DOUBLE, a batch's loads are issued before the one before it
 // is added (two rings).
 #ifndef STREAM_DOUBLE
-#define STREAM_DOUBLE 0
+#define STREAM_DOUBLE 1
 #endif
 
 // stream_rows runs body(n, v, pre(n)) in lane 0 for every row n < rows of

@@ -75,6 +75,10 @@
 #             over a state's decoders): the decoders' tests with memcheck,
 #             generation's, then BenchmarkGenerateShort (repeated 20-token
 #             calls, eager against the kept graph; about 3 minutes);
+#   stream:   the streaming one-sequence GEMVs (Engine.GEMVStream): the
+#             kernel's and the engine's bit-for-bit tests, memcheck,
+#             BenchmarkDecodeStream (B=1 step graphs, off and on), then
+#             readfloor (about 5 minutes);
 #   readfloor: the one-sequence decode GEMVs (1.4b, 2.8b) against kernels
 #             that only read the same bytes, at several grids, depths and
 #             cache hints (BenchmarkReadFloor; about 2 minutes);
@@ -452,6 +456,15 @@ if [[ $mode == shortgraph ]]; then  # the step graph for short runs (NewDecoder'
   memcheck memcheck_shortgraph 150 .carry/gpu.test 'DecoderGraphsShortRuns'
   run_tests shortgraph_generate 200 .carry/mambago.test -test.v -test.run 'Generate|DecoderQueue|DecoderLogits|QueueTopK|Greedy|Sampl'
   bench_log generate_short 300 .carry/mambago.test GenerateShort "a call"
+  exit $status
+fi
+if [[ $mode == stream ]]; then  # the streaming one-sequence GEMVs (Engine.GEMVStream)
+  echo "== the streaming one-sequence GEMVs: the kernel's bits, the engine's, memcheck, decode steps, the GEMVs alone"
+  SHOW='sb1' run_tests stream_kernels 200 .carry/kernels.test -test.v -test.run 'GEMVKernel'
+  run_tests stream_engine 200 .carry/gpu.test -test.v -test.run 'DecodeStreamMatches|GEMVPlan|StreamLaunch|DecodeOneSequenceMatches'
+  memcheck memcheck_stream 200 .carry/gpu.test 'DecodeStreamMatches'
+  bench_log decode_stream 300 .carry/gpu.test DecodeStream "stream:|bits:"
+  bench_log readfloor 200 .carry/kernels.test ReadFloor "read floor"
   exit $status
 fi
 if [[ $mode == readfloor ]]; then  # how near the decode GEMVs read at HBM's rate

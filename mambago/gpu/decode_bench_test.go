@@ -129,6 +129,39 @@ func BenchmarkDecodeWarpgroup(b *testing.B) {
 	})
 }
 
+// BenchmarkDecodeStream times bf16 decode step graphs of one sequence as
+// New sets the engine up ("default"), with the streaming one-sequence
+// entries (Engine.GEMVStream, "stream"), and, where New takes the
+// warpgroup GEMVs at B=1 (up to 1.4b on sm_90), with those off on the
+// one-sequence entries ("b1") and then streaming ("b1 stream"), taking
+// turns over three rounds in one process. DECODE_SHAPES picks the shapes.
+// Each logs its medians and their ratios to the default, and whether the
+// logits of three eager steps have the default's bits.
+func BenchmarkDecodeStream(b *testing.B) {
+	forDecodeShapes(b, func(b *testing.B, shape string, e *gpu.Engine) {
+		wgOne := e.GEMVWarpgroupOneSequence
+		type setting struct {
+			name       string
+			stream, wg bool
+		}
+		settings := []setting{{"default", false, wgOne}, {"stream", true, wgOne}}
+		if wgOne {
+			settings = append(settings, setting{"b1", false, false}, setting{"b1 stream", true, false})
+		}
+		names := make([]string, len(settings))
+		bits := ""
+		for i, st := range settings {
+			names[i] = st.name
+			e.GEMVStream, e.GEMVWarpgroupOneSequence = st.stream, st.wg
+			bits += fmt.Sprintf(" %s %016x", st.name, decodeBits(b, e, 1))
+		}
+		b.Logf("%s B=1 logits bits:%s", shape, bits)
+		b.Logf("%s B=1 stream:%s", shape, stepsInTurn(b, e, 1, names, func(i int) {
+			e.GEMVStream, e.GEMVWarpgroupOneSequence = settings[i].stream, settings[i].wg
+		}))
+	})
+}
+
 // BenchmarkDecodeOutParts times bf16 decode step graphs as New sets the
 // engine up ("default"), then on the warpgroup GEMVs with the norm folded
 // (at B=1 too) and out_proj's tiles split along k over each count of

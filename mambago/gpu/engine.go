@@ -289,6 +289,12 @@ type Engine struct {
 	// SM, the same bits). New turns it on. Set it before capturing a step
 	// graph.
 	GEMVOneSequence bool
+	// GEMVStream runs those one-sequence GEMVs of 1024 rows or more on the
+	// streaming entries (kernels/step.cu's _sb1 kernels) where they apply
+	// (streamApplies): a grid of streamBlocks blocks an SM, each warp an
+	// equal run of whole rows, weight loads in flight across rows; the
+	// same bits. Set it before capturing a step graph.
+	GEMVStream bool
 	// GEMVTensorCores runs a bf16 decode step's GEMVs for two or more
 	// sequences on the tensor cores (kernels/step.cu's _tc entries): 16
 	// rows by up to 8 sequences to a block, x kept to f32 precision as

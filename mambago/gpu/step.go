@@ -1,6 +1,8 @@
 package gpu
 
 import (
+	"strings"
+
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
 )
@@ -218,6 +220,24 @@ type gemvLaunch struct {
 	grid, block cuda.Dim3
 	split       int
 	splitK      bool // a _tc_split entry: it takes the scratch of its parts
+	shared      int  // dynamic shared memory (the streaming entries')
+}
+
+// The streaming one-sequence entries' launch (kernels/step.cu's
+// STREAM_BLOCKS and STREAM_THREADS): blocks an SM and threads a block.
+const streamBlocks, streamThreads = 3, 256
+
+// streamShared is a streaming entry's dynamic shared memory for rows of K:
+// x' and the norm weight, K floats each.
+func streamShared(K int) int { return 8 * K }
+
+// streamApplies reports whether the streaming entries take a GEMV of rows
+// of K weights of size bytes at split: their vector path only (K a
+// multiple of 16 bytes of weights), splits of 1, 2 or 4, and x' and the
+// norm weight within a block's default 48 KB of shared memory (K up to
+// 6144).
+func streamApplies(K, size, split int) bool {
+	return K%(16/size) == 0 && (split == 1 || split == 2 || split == 4) && streamShared(K) <= 48<<10
 }
 
 // tileScratch is what the decode step's GEMVs split along k need under the
@@ -253,7 +273,7 @@ func (e *Engine) launchGEMV(p gemvLaunch, args ...any) error {
 	if p.splitK {
 		args = append(args, e.ws.tiles.Ptr, e.ws.tileCounts.Ptr)
 	}
-	return e.launchStep(p.kernel, p.grid, p.block, 0, args...)
+	return e.launchStep(p.kernel, p.grid, p.block, p.shared, args...)
 }
 
 // tileParts picks the blocks a tensor-core GEMV's tiles split k over: none
@@ -319,7 +339,6 @@ func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 		group, kernel = 4, kernel+"_r4"
 	}
 	if B == 1 && e.GEMVOneSequence {
-		kernel += "_b1"
 		// With one sequence's sums a warp has registers to spare, and rows
 		// of 4096 weights or more (out_proj's E-long rows from the 1.4b
 		// shape up; in_proj's and the LM head's rows are d long) go faster
@@ -329,6 +348,15 @@ func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 		if e.GEMVSplit == 0 && rows >= 1024 && K >= 4096 {
 			split = 4
 		}
+		if e.GEMVStream && rows >= 1024 && streamApplies(K, e.dt.Size(), split) {
+			sms := 1
+			if e.dev != nil {
+				sms = e.dev.SMs
+			}
+			return gemvLaunch{kernel: e.typed(strings.TrimSuffix(kernel, "_r4") + "_sb1"), grid: cuda.D1(streamBlocks * sms),
+				block: cuda.D1(streamThreads), split: split, shared: streamShared(K)}
+		}
+		kernel += "_b1"
 	}
 	per := stepWarps / split * group // rows per block
 	return gemvLaunch{kernel: e.typed(kernel), grid: cuda.D1(min((rows+per-1)/per, 65535)), block: cuda.D1(32 * stepWarps),

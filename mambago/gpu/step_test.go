@@ -1,8 +1,11 @@
 package gpu
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
+	"github.com/mambago/mambago/kernels"
 	"github.com/mambago/mambago/mambago/checkpoint"
 	"github.com/mambago/mambago/mambago/cuda"
 )
@@ -66,6 +69,57 @@ func TestGEMVPlanTensorCores(t *testing.T) {
 		if p.kernel != c.kernel || int(p.grid.X) != c.gridX || int(p.block.X) != c.block || p.split != c.split {
 			t.Errorf("%s: plan %s grid %d block %d split %d, want %s grid %d block %d split %d", c.comment, p.kernel,
 				p.grid.X, p.block.X, p.split, c.kernel, c.gridX, c.block, c.split)
+		}
+	}
+}
+
+// TestGEMVPlanStream checks, without a GPU, where a one-sequence GEMV
+// takes the streaming entries under GEMVStream: 1024 rows or more, K a
+// multiple of 16 bytes of weights and at most 6144, at the split the
+// one-sequence entries would take (4 from K = 4096); a grid of
+// streamBlocks blocks an SM; elsewhere the one-sequence entries.
+func TestGEMVPlanStream(t *testing.T) {
+	for _, c := range []struct {
+		dt                  cuda.DType
+		on                  bool
+		kernel              string
+		rows, K, B          int
+		gridX, split, bytes int
+		comment             string
+	}{
+		{cuda.BF16, true, "step_in_sb1_bf16", 10240, 2560, 1, 3 * 132, 2, 8 * 2560, "2.8b in_proj"},
+		{cuda.BF16, true, "gemv_sb1_bf16", 2560, 5120, 1, 3 * 132, 4, 8 * 5120, "2.8b out_proj"},
+		{cuda.F32, true, "gemv_sb1_f32", 50280, 2564, 1, 3 * 132, 2, 8 * 2564, "f32, K a multiple of 4"},
+		{cuda.BF16, true, "gemv_r4_b1_bf16", 50280, 2564, 1, (50280 + 15) / 16, 2, 0, "bf16, K not a multiple of 8"},
+		{cuda.BF16, true, "gemv_r4_b1_bf16", 4096, 8192, 1, 4096 / 8, 4, 0, "K past 6144"},
+		{cuda.BF16, true, "gemv_b1_bf16", 192, 5120, 1, 192, 8, 0, "x_proj's few rows"},
+		{cuda.BF16, true, "gemv_r4_bf16", 2560, 5120, 2, 2560 / 16, 2, 0, "two sequences"},
+		{cuda.BF16, false, "gemv_r4_b1_bf16", 2560, 5120, 1, 2560 / 8, 4, 0, "setting off"},
+	} {
+		e := &Engine{dt: c.dt, dev: &cuda.Device{SMs: 132}, GEMVRows: 4, GEMVOneSequence: true, GEMVStream: c.on}
+		kernel := "gemv"
+		if strings.HasPrefix(c.kernel, "step_in") {
+			kernel = "step_in"
+		}
+		p := e.gemvPlan(kernel, c.rows, c.K, c.B)
+		if p.kernel != c.kernel || int(p.grid.X) != c.gridX || p.split != c.split || p.shared != c.bytes {
+			t.Errorf("%s: plan %s grid %d split %d shared %d, want %s grid %d split %d shared %d", c.comment, p.kernel,
+				p.grid.X, p.split, p.shared, c.kernel, c.gridX, c.split, c.bytes)
+		}
+	}
+}
+
+// TestStreamLaunchIsTheKernels checks that streamBlocks and streamThreads
+// are what kernels/step.cu's streaming entries are built for.
+func TestStreamLaunchIsTheKernels(t *testing.T) {
+	src, err := kernels.Source("step.cu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{fmt.Sprintf("#define STREAM_BLOCKS %d\n", streamBlocks),
+		fmt.Sprintf("#define STREAM_THREADS %d\n", streamThreads)} {
+		if !strings.Contains(src, want) {
+			t.Errorf("kernels/step.cu does not hold %q", want)
 		}
 	}
 }
