@@ -131,7 +131,8 @@ func BenchmarkDecodeWarpgroup(b *testing.B) {
 
 // BenchmarkDecodeStream times bf16 decode step graphs of one sequence as
 // New sets the engine up ("default"), with the streaming one-sequence
-// entries (Engine.GEMVStream, "stream"), and, where New takes the
+// entries (Engine.GEMVStream, "stream"; "4096+" and "16384+" only GEMVs
+// of that many rows, Engine.GEMVStreamRows), and, where New takes the
 // warpgroup GEMVs at B=1 (up to 1.4b on sm_90), with those off on the
 // one-sequence entries ("b1") and then streaming ("b1 stream"), taking
 // turns over three rounds in one process. DECODE_SHAPES picks the shapes.
@@ -143,22 +144,26 @@ func BenchmarkDecodeStream(b *testing.B) {
 		type setting struct {
 			name       string
 			stream, wg bool
+			rows       int // GEMVStreamRows
 		}
-		settings := []setting{{"default", false, wgOne}, {"stream", true, wgOne}}
+		settings := []setting{{"default", false, wgOne, 0}, {"stream", true, wgOne, 0},
+			{"stream 4096+", true, wgOne, 4096}, {"stream 16384+", true, wgOne, 16384}}
 		if wgOne {
-			settings = append(settings, setting{"b1", false, false}, setting{"b1 stream", true, false})
+			settings = append(settings, setting{"b1", false, false, 0}, setting{"b1 stream", true, false, 0},
+				setting{"b1 stream 4096+", true, false, 4096}, setting{"b1 stream 16384+", true, false, 16384})
+		}
+		apply := func(st setting) {
+			e.GEMVStream, e.GEMVWarpgroupOneSequence, e.GEMVStreamRows = st.stream, st.wg, st.rows
 		}
 		names := make([]string, len(settings))
 		bits := ""
 		for i, st := range settings {
 			names[i] = st.name
-			e.GEMVStream, e.GEMVWarpgroupOneSequence = st.stream, st.wg
+			apply(st)
 			bits += fmt.Sprintf(" %s %016x", st.name, decodeBits(b, e, 1))
 		}
 		b.Logf("%s B=1 logits bits:%s", shape, bits)
-		b.Logf("%s B=1 stream:%s", shape, stepsInTurn(b, e, 1, names, func(i int) {
-			e.GEMVStream, e.GEMVWarpgroupOneSequence = settings[i].stream, settings[i].wg
-		}))
+		b.Logf("%s B=1 stream:%s", shape, stepsInTurn(b, e, 1, names, func(i int) { apply(settings[i]) }))
 	})
 }
 

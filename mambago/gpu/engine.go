@@ -295,6 +295,9 @@ type Engine struct {
 	// equal run of whole rows, weight loads in flight across rows; the
 	// same bits. Set it before capturing a step graph.
 	GEMVStream bool
+	// GEMVStreamRows is the fewest rows a GEMV needs to stream under
+	// GEMVStream (below 1024 counts as 1024).
+	GEMVStreamRows int
 	// GEMVTensorCores runs a bf16 decode step's GEMVs for two or more
 	// sequences on the tensor cores (kernels/step.cu's _tc entries): 16
 	// rows by up to 8 sequences to a block, x kept to f32 precision as

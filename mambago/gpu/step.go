@@ -348,7 +348,7 @@ func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 		if e.GEMVSplit == 0 && rows >= 1024 && K >= 4096 {
 			split = 4
 		}
-		if e.GEMVStream && rows >= 1024 && streamApplies(K, e.dt.Size(), split) {
+		if e.GEMVStream && rows >= max(1024, e.GEMVStreamRows) && streamApplies(K, e.dt.Size(), split) {
 			sms := 1
 			if e.dev != nil {
 				sms = e.dev.SMs
