@@ -500,49 +500,6 @@ __device__ void gemv(const float *x, int ldx, const float *__restrict__ normw, f
     });
 }
 
-// ConvPre holds what step_in's body reads besides v for row n of sequence b:
-// in_bias[n], and for a channel (n < E) conv_b[n] and, when the conv has up
-// to STEP_PREK taps, its weights and the sequence's window (zeros where
-// absent); a longer conv reads those in the body.
-struct alignas(16) ConvPre {
-    float cw[STEP_PREK], wd[STEP_PREK], bias, cb;
-};
-
-// conv_body finishes row n of sequence b of step_in from its sum v: z for
-// n >= E, else the conv step of channel n, whose window takes v as its
-// newest input, and u = silu of it.
-__device__ __forceinline__ void conv_body(const ConvPre &p, int n, int b, float v, const float *__restrict__ conv_w,
-                                          float *__restrict__ win, float *__restrict__ xz, int E, int K) {
-    v += p.bias;
-    float *row = xz + (size_t)b * 2 * E;
-    if (n >= E) {
-        row[n] = v;  // z
-        return;
-    }
-    float *wnd = win + ((size_t)b * E + n) * K;
-    float sum = p.cb;
-    if (K <= STEP_PREK) {
-#pragma unroll
-        for (int k = 0; k < STEP_PREK; k++) {
-            if (k < K) {
-                float in = k + 1 < K ? p.wd[k + 1 < STEP_PREK ? k + 1 : 0] : v;
-                sum += p.cw[k] * in;
-                wnd[k] = in;
-            }
-        }
-    } else {
-#pragma unroll
-        for (int k = 0; k < STEP_MAXK; k++) {
-            if (k < K) {
-                float in = k + 1 < K ? wnd[k + 1] : v;
-                sum += conv_w[(size_t)n * K + k] * in;
-                wnd[k] = in;
-            }
-        }
-    }
-    row[n] = sum / (1.f + __expf(-sum));  // silu, as conv.cu computes it
-}
-
 // step_in: the block's first stages, from the residual stream h to xz.
 template <int ROWS, int MAXB, int UNROLL, int TILE, class T>
 __device__ void step_in(const float *h, const float *__restrict__ normw, float eps,
@@ -551,10 +508,15 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
                         int d, int E, int K, int split, TileParts tp = {}) {
     if (B > MAXB) __trap();  // as in gemv
     pdl_start<ROWS, TILE>(W, d, 2 * E, split);
-    // The group's copies of each row's ConvPre, four copies (kinds) a row
-    // and sequence: the bias, the conv's bias, its taps, the window (each
-    // row of taps one 16-byte copy where it can be).
-    __shared__ ConvPre pre[TILE ? 1 : STEP_WARPS][MAXB][ROWS];
+    // The group's copies for sequence b and row n = n0 + r: in_bias[n], and
+    // for a channel (n < E) conv_b[n] and, when the conv has up to STEP_PREK
+    // taps, its weights and the sequence's window (zeros where absent; each
+    // row of taps one 16-byte copy where it can be); a longer conv reads
+    // those in the body. Four copies (kinds) a row and sequence.
+    struct alignas(16) Pre {
+        float cw[STEP_PREK], wd[STEP_PREK], bias, cb;
+    };
+    __shared__ Pre pre[TILE ? 1 : STEP_WARPS][MAXB][ROWS];
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     auto &mine = pre[TILE ? 0 : warp];
     bool taps = K <= STEP_PREK;
@@ -563,7 +525,7 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
         for (int i = lane; i < MAXB * ROWS * 4; i += 32) {
             int b = i / (ROWS * 4), r = i / 4 % ROWS, kind = i % 4, n = n0 + r;
             bool conv = b < B && n < E;
-            ConvPre &p = mine[b][r];
+            Pre &p = mine[b][r];
             if (kind == 0) cp_async<4>(&p.bias, in_bias ? in_bias + n : win, b < B && n < 2 * E && in_bias);
             else if (kind == 1) cp_async<4>(&p.cb, conv_b ? conv_b + n : win, conv && conv_b);
             else {
@@ -576,29 +538,60 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
         }
     };
     group<ROWS, MAXB, UNROLL, TILE>(W, d, h, d, normw, eps, B, 2 * E, split, tp, load, [&](int n, int b, int r, float v) {
-        conv_body(mine[b][r], n, b, v, conv_w, win, xz, E, K);
+        const Pre &p = mine[b][r];
+        v += p.bias;
+        float *row = xz + (size_t)b * 2 * E;
+        if (n >= E) {
+            row[n] = v;  // z
+            return;
+        }
+        // The conv step of channel n: the window takes v as its newest input.
+        float *wnd = win + ((size_t)b * E + n) * K;
+        float sum = p.cb;
+        if (taps) {
+#pragma unroll
+            for (int k = 0; k < STEP_PREK; k++) {
+                if (k < K) {
+                    float in = k + 1 < K ? p.wd[k + 1 < STEP_PREK ? k + 1 : 0] : v;
+                    sum += p.cw[k] * in;
+                    wnd[k] = in;
+                }
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < STEP_MAXK; k++) {
+                if (k < K) {
+                    float in = k + 1 < K ? wnd[k + 1] : v;
+                    sum += conv_w[(size_t)n * K + k] * in;
+                    wnd[k] = in;
+                }
+            }
+        }
+        row[n] = sum / (1.f + __expf(-sum));  // silu, as conv.cu computes it
     });
 }
 
-// The streaming one-sequence entries (gemv_sb1_, step_in_sb1_). The
-// entries above give a block of 8 warps 16 rows (4 a warp at split 2), so a
-// block's loads come in two or three rounds, its warps meet at a barrier to
-// add their parts, and the grid runs in waves: at 2.8b's in_proj (640
-// blocks, 3 an SM at once) the last wave leaves most SMs idle, and the GEMV
-// reads its weights at 2.6 TB/s where a kernel that only reads them reaches
-// 3.4 (BenchmarkReadFloor). Here the grid is STREAM_BLOCKS blocks an SM,
-// every warp takes an equal run of whole rows, and each lane keeps
-// STREAM_DEPTH 16-byte weight loads in flight from the first, issued before
-// the PDL wait, to its last row: a lane's k slices of one row, then the
-// next's. A warp holds a row's SPLIT slice sums apart, as the split warps of
-// group_rows do, and adds them in the same order, so each row's sum has the
-// same bits as the other entries' (one sequence, B = 1, and the vector path:
-// K a multiple of 16 bytes of T; gpu.Engine falls back to them elsewhere).
-// x' (x * normw, each product rounded as group_rows rounds it) is staged in
-// shared memory, and the norm's scale computed once a warp. Grid (SMs *
+// The streaming one-sequence GEMV (gemv_sb1_). gemv_ gives a block of 8
+// warps 16 rows (4 a warp at split 2): a block's loads come in two or
+// three rounds, its warps meet at a barrier to add their parts, and the
+// grid runs in waves. Here the grid is STREAM_BLOCKS blocks an SM, every
+// warp takes an equal run of whole rows, and each lane walks its k slices
+// of one row, then the next's, STREAM_DEPTH 16-byte weight loads at a
+// time, with the next batch in flight while one is added (STREAM_DOUBLE);
+// the first batch is issued before the PDL wait. A warp holds a row's
+// SPLIT slice sums apart, as the split warps of group_rows do, and adds
+// them in the same order, so each row's sum has the same bits as the other
+// entries' (one sequence, B = 1, and the vector path: K a multiple of 16
+// bytes of T; gpu.Engine falls back to them elsewhere). x' (x * normw,
+// each product rounded as group_rows rounds it) is staged in shared
+// memory, and the norm's scale computed once a warp. Grid (SMs *
 // STREAM_BLOCKS), block STREAM_THREADS, K * 4 bytes of dynamic shared
 // memory (twice that with a norm weight); x and normw 16-byte aligned;
-// split 1, 2 or 4.
+// split 1, 2 or 4. Measured on the H200 (BenchmarkDecodeStream, bf16 B=1
+// step graphs, 2026-12-04): out_proj 0.9 µs a 2.8b layer faster and 2 µs
+// a 370m layer, the LM head 6-9 µs; in_proj as a streaming step_in was
+// 0.4-2.8 µs a layer slower (its norm's prologue before the first sums),
+// so step_in keeps group_rows.
 #ifndef STREAM_DEPTH
 #define STREAM_DEPTH 4
 #endif
@@ -751,31 +744,8 @@ __device__ void gemv_stream(const float *x, const float *__restrict__ normw, flo
         });
 }
 
-template <int SPLIT, class T>
-__device__ void step_in_stream(const float *h, const float *__restrict__ normw, float eps, const T *__restrict__ W,
-                               const float *__restrict__ in_bias, const float *__restrict__ conv_w,
-                               const float *__restrict__ conv_b, float *__restrict__ win, float *__restrict__ xz,
-                               int d, int E, int K) {
-    stream_rows<SPLIT>(
-        W, d, h, normw, eps, 2 * E,
-        [&](int n) {
-            ConvPre p{};
-            bool conv = n < E;
-            p.bias = in_bias ? in_bias[n] : 0.f;
-            p.cb = conv && conv_b ? conv_b[n] : 0.f;
-#pragma unroll
-            for (int k = 0; k < STEP_PREK; k++) {
-                bool tap = conv && K <= STEP_PREK && k < K;
-                p.cw[k] = tap ? conv_w[(size_t)n * K + k] : 0.f;
-                p.wd[k] = tap ? win[(size_t)n * K + k] : 0.f;
-            }
-            return p;
-        },
-        [&](int n, float v, const ConvPre &p) { conv_body(p, n, 0, v, conv_w, win, xz, E, K); });
-}
-
 // STREAM_SPLIT(f, T, args) calls f<S, T> args for the run-time split S of
-// 1, 2 or 4 (gpu.Engine launches the streaming entries at no other).
+// 1, 2 or 4 (gpu.Engine launches the streaming entry at no other).
 #define STREAM_SPLIT(f, T, args)      \
     switch (split) {                  \
     case 1: f<1, T> args; break;      \
@@ -820,17 +790,12 @@ __device__ void step_in_stream(const float *h, const float *__restrict__ normw, 
     }
 EACH_DTYPE(STEP_GEMV)
 
-// The streaming entries: gemv_sb1_ and step_in_sb1_ take gemv_'s and
-// step_in_'s parameters (B must be 1; ldx unused).
+// The streaming entry: gemv_sb1_ takes gemv_'s parameters (B must be 1;
+// ldx unused).
 #define STREAM_GEMV(sfx, T)                                                                                     \
     extern "C" __global__ void __launch_bounds__(STREAM_THREADS, STREAM_BLOCKS) gemv_sb1_##sfx(GEMV_PARAMS(T)) { \
         if (B != 1) __trap();                                                                                   \
         STREAM_SPLIT(gemv_stream, T, (x, normw, eps, W, bias, out, accumulate, K, rows))                        \
-    }                                                                                                           \
-    extern "C" __global__ void __launch_bounds__(STREAM_THREADS, STREAM_BLOCKS)                                 \
-        step_in_sb1_##sfx(STEP_IN_PARAMS(T)) {                                                                  \
-        if (B != 1) __trap();                                                                                   \
-        STREAM_SPLIT(step_in_stream, T, (h, normw, eps, W, in_bias, conv_w, conv_b, win, xz, d, E, K))         \
     }
 EACH_DTYPE(STREAM_GEMV)
 

@@ -77,8 +77,8 @@
 #             calls, eager against the kept graph; about 3 minutes);
 #   stream:   the streaming one-sequence GEMVs (Engine.GEMVStream): the
 #             kernel's and the engine's bit-for-bit tests, memcheck,
-#             BenchmarkDecodeStream (B=1 step graphs, off and on), then
-#             readfloor (about 5 minutes);
+#             BenchmarkDecodeStream (B=1 step graphs, off and on; about
+#             4 minutes);
 #   readfloor: the one-sequence decode GEMVs (1.4b, 2.8b) against kernels
 #             that only read the same bytes, at several grids, depths and
 #             cache hints (BenchmarkReadFloor; about 2 minutes);
@@ -464,7 +464,6 @@ if [[ $mode == stream ]]; then  # the streaming one-sequence GEMVs (Engine.GEMVS
   run_tests stream_engine 200 .carry/gpu.test -test.v -test.run 'DecodeStreamMatches|GEMVPlan|StreamLaunch|DecodeOneSequenceMatches'
   memcheck memcheck_stream 200 .carry/gpu.test 'DecodeStreamMatches'
   bench_log decode_stream 300 .carry/gpu.test DecodeStream "stream:|bits:"
-  bench_log readfloor 200 .carry/kernels.test ReadFloor "read floor"
   exit $status
 fi
 if [[ $mode == readfloor ]]; then  # how near the decode GEMVs read at HBM's rate

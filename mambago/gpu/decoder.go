@@ -63,7 +63,7 @@ func (e *Engine) NewDecoder(st engine.State, steps int) (engine.Decoder, error) 
 	}
 	d := &Decoder{e: e, s: s}
 	s.decoded += min(max(steps, 0), math.MaxInt-s.decoded) // saturates
-	if s.step != nil && s.step.check() != nil { // the workspace grew, or the GEMM mode changed
+	if s.step != nil && s.step.check() != nil {            // the workspace grew, or the GEMM mode changed
 		if err := s.step.Destroy(); err != nil {
 			return nil, err
 		}

@@ -289,15 +289,13 @@ type Engine struct {
 	// SM, the same bits). New turns it on. Set it before capturing a step
 	// graph.
 	GEMVOneSequence bool
-	// GEMVStream runs those one-sequence GEMVs of 1024 rows or more on the
-	// streaming entries (kernels/step.cu's _sb1 kernels) where they apply
-	// (streamApplies): a grid of streamBlocks blocks an SM, each warp an
-	// equal run of whole rows, weight loads in flight across rows; the
-	// same bits. Set it before capturing a step graph.
+	// GEMVStream runs those one-sequence GEMVs of 1024 rows or more but
+	// in_proj (out_proj and the LM head) on the streaming entry
+	// (kernels/step.cu's gemv_sb1_) where it applies (streamApplies): a
+	// grid of streamBlocks blocks an SM, each warp an equal run of whole
+	// rows, weight loads in flight across rows; the same bits. New turns it
+	// on. Set it before capturing a step graph.
 	GEMVStream bool
-	// GEMVStreamRows is the fewest rows a GEMV needs to stream under
-	// GEMVStream (below 1024 counts as 1024).
-	GEMVStreamRows int
 	// GEMVTensorCores runs a bf16 decode step's GEMVs for two or more
 	// sequences on the tensor cores (kernels/step.cu's _tc entries): 16
 	// rows by up to 8 sequences to a block, x kept to f32 precision as

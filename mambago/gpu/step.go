@@ -1,8 +1,6 @@
 package gpu
 
 import (
-	"strings"
-
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
 )
@@ -348,12 +346,12 @@ func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 		if e.GEMVSplit == 0 && rows >= 1024 && K >= 4096 {
 			split = 4
 		}
-		if e.GEMVStream && rows >= max(1024, e.GEMVStreamRows) && streamApplies(K, e.dt.Size(), split) {
+		if e.GEMVStream && kernel == "gemv_r4" && streamApplies(K, e.dt.Size(), split) {
 			sms := 1
 			if e.dev != nil {
 				sms = e.dev.SMs
 			}
-			return gemvLaunch{kernel: e.typed(strings.TrimSuffix(kernel, "_r4") + "_sb1"), grid: cuda.D1(streamBlocks * sms),
+			return gemvLaunch{kernel: e.typed("gemv_sb1"), grid: cuda.D1(streamBlocks * sms),
 				block: cuda.D1(streamThreads), split: split, shared: streamShared(K)}
 		}
 		kernel += "_b1"

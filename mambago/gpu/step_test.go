@@ -74,10 +74,11 @@ func TestGEMVPlanTensorCores(t *testing.T) {
 }
 
 // TestGEMVPlanStream checks, without a GPU, where a one-sequence GEMV
-// takes the streaming entries under GEMVStream: 1024 rows or more, K a
-// multiple of 16 bytes of weights and at most 6144, at the split the
-// one-sequence entries would take (4 from K = 4096); a grid of
-// streamBlocks blocks an SM; elsewhere the one-sequence entries.
+// takes the streaming entry under GEMVStream: gemv (not step_in, in_proj)
+// of 1024 rows or more, K a multiple of 16 bytes of weights and at most
+// 6144, at the split the one-sequence entries would take (4 from K =
+// 4096); a grid of streamBlocks blocks an SM; elsewhere the one-sequence
+// entries.
 func TestGEMVPlanStream(t *testing.T) {
 	for _, c := range []struct {
 		dt                  cuda.DType
@@ -87,8 +88,9 @@ func TestGEMVPlanStream(t *testing.T) {
 		gridX, split, bytes int
 		comment             string
 	}{
-		{cuda.BF16, true, "step_in_sb1_bf16", 10240, 2560, 1, 3 * 132, 2, 8 * 2560, "2.8b in_proj"},
 		{cuda.BF16, true, "gemv_sb1_bf16", 2560, 5120, 1, 3 * 132, 4, 8 * 5120, "2.8b out_proj"},
+		{cuda.BF16, true, "gemv_sb1_bf16", 50280, 2560, 1, 3 * 132, 2, 8 * 2560, "2.8b LM head"},
+		{cuda.BF16, true, "step_in_r4_b1_bf16", 10240, 2560, 1, 10240 / 16, 2, 0, "2.8b in_proj"},
 		{cuda.F32, true, "gemv_sb1_f32", 50280, 2564, 1, 3 * 132, 2, 8 * 2564, "f32, K a multiple of 4"},
 		{cuda.BF16, true, "gemv_r4_b1_bf16", 50280, 2564, 1, (50280 + 15) / 16, 2, 0, "bf16, K not a multiple of 8"},
 		{cuda.BF16, true, "gemv_r4_b1_bf16", 4096, 8192, 1, 4096 / 8, 4, 0, "K past 6144"},
