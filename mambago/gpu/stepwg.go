@@ -157,11 +157,17 @@ func wgOutPays(d int) bool { return d >= 2048 }
 
 // wgOneSequencePays reports whether a step of one sequence is faster on
 // the warpgroup GEMVs with the norm folded (GEMVWarpgroupOneSequence and
-// GEMVWarpgroupFold) than on the one-sequence entries, at width d. On the
-// H200 (BenchmarkDecodeWarpgroup at B=1, bf16, 2026-12-03, b00ebf7), µs a
-// step, one-sequence entries against the fold: 130m 353.1 and 312.9,
-// 370m 783.2 and 713.0, 1.4b 1322.2 and 1252.0, 2.8b 2175.8 and 2220.9.
-func wgOneSequencePays(d int) bool { return d <= 2048 }
+// GEMVWarpgroupFold) than on the one-sequence entries, at width d: up to
+// 2048, but not at 1024. On the H200 (BenchmarkDecodeWarpgroup at B=1,
+// bf16, 2026-12-03, b00ebf7), µs a step, one-sequence entries against the
+// fold: 130m 353.1 and 312.9, 370m 783.2 and 713.0, 1.4b 1322.2 and
+// 1252.0, 2.8b 2175.8 and 2220.9. With out_proj and the LM head on the
+// streaming entry (GEMVStream; BenchmarkDecodeStream, 2026-12-04, 14cb1a4),
+// one-sequence entries against the fold: 130m 344.3 and 318.7, 370m 669.6
+// and 714.4, 1.4b 1280.3 and 1213.0. The exception at 1024 is that
+// measurement, not a model: 370m's 48 layers gain 2.5 µs each from the
+// streaming out_proj, which the fold's out_proj (16 tiles) does not take.
+func wgOneSequencePays(d int) bool { return d <= 2048 && d != 1024 }
 
 // wgOutOn reports whether out_proj takes the warpgroup GEMV where the
 // warpgroup GEMVs apply: with GEMVWarpgroupOut, or with GEMVWarpgroupFold,
