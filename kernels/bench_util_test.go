@@ -99,6 +99,24 @@ func newLaunchTimer(tb testing.TB, s *cuda.Stream) *launchTimer {
 	return t
 }
 
+// inTrains returns each of launches as a train of n launches back to back,
+// so that the host's launch latency falls outside all but the first, as in
+// a step graph.
+func inTrains(launches []func() error, n int) []func() error {
+	trains := make([]func() error, len(launches))
+	for i, launch := range launches {
+		trains[i] = func() error {
+			for range n {
+				if err := launch(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	return trains
+}
+
 // turns times each of launches runs times in a row, the launches taking
 // turns over rounds rounds, and returns each one's times in milliseconds.
 func (t *launchTimer) turns(tb testing.TB, launches []func() error, rounds, runs int) [][]float64 {

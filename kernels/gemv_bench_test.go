@@ -261,18 +261,7 @@ func BenchmarkGEMVBatch(b *testing.B) {
 					b.Fatalf("%s %s: rel err %.3g against the FMA entry", sh.name, bd.name, e)
 				}
 			}
-			trains := make([]func() error, len(launches))
-			for i, launch := range launches {
-				trains[i] = func() error {
-					for range train {
-						if err := launch(); err != nil {
-							return err
-						}
-					}
-					return nil
-				}
-			}
-			times := timer.turns(b, trains, rounds, runs)
+			times := timer.turns(b, inTrains(launches, train), rounds, runs)
 			line := fmt.Sprintf("gemv B=%d %-8s %5d x %4d (%5.1f MB)", B, sh.name, sh.rows, sh.K, bytes/1e6)
 			base := gputest.Median(times[0]) / train
 			for i, bd := range builds {

@@ -176,18 +176,7 @@ func BenchmarkReadFloor(b *testing.B) {
 					return f.Launch(cuda.D1(r.blocksAnSM*sms), cuda.D1(r.thr), 0, s, w.Ptr, int64(bytes/16), sink.Ptr)
 				})
 			}
-			trains := make([]func() error, len(launches))
-			for i, launch := range launches {
-				trains[i] = func() error {
-					for range train {
-						if err := launch(); err != nil {
-							return err
-						}
-					}
-					return nil
-				}
-			}
-			times := timer.turns(b, trains, rounds, runs)
+			times := timer.turns(b, inTrains(launches, train), rounds, runs)
 			line := fmt.Sprintf("read floor %-13s %5d x %4d (%5.1f MB):", sh.name, sh.rows, sh.K, float64(bytes)/1e6)
 			for i, name := range names {
 				m := gputest.Median(times[i]) / train
