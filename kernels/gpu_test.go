@@ -643,7 +643,7 @@ func TestDTProjKernel(t *testing.T) {
 func testStreamBits(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, name, sfx string, K, split, rows int,
 	accu bool, out0 []float32, xwb []*cuda.Buffer, normw cuda.Ptr, want []float32) {
 	t.Helper()
-	size := map[string]int{"f32": 4, "bf16": 2}[sfx]
+	size := map[string]int{"f32": 4, "bf16": 2, "f16": 2}[sfx]
 	if K%(16/size) != 0 || split > 4 {
 		return
 	}
@@ -692,14 +692,14 @@ func bf16Bits(v []float32) (rounded []float32, packed []float32) {
 // too, and the streaming ones where they apply, which must give the same
 // bits), with and without the RMSNorm folded in, writing and
 // accumulating, on the vector path (K a multiple of 16 bytes' worth of
-// weights) and the scalar one, in f32 and bf16 weights; and the tensor-core
+// weights) and the scalar one, in f32, bf16 and f16 weights; and the tensor-core
 // entry (gemv_tc_bf16) where K is a multiple of 8 (136 is not one of 32,
 // so some of a warp's lanes load past K while the warp's products run on),
 // at 8 and 16 warps, whole (gemv_tc_bf16) and with each tile's k split
 // over 1, 2 and 4 blocks (gemv_tc_split_bf16).
 func TestGEMVKernel(t *testing.T) {
 	fn, s := gpu(t)
-	for _, sfx := range []string{"f32", "bf16"} {
+	for _, sfx := range []string{"f32", "bf16", "f16"} {
 		for _, K := range []int{64, 136, 770, 2048} {
 			testGEMVKernel(t, fn, s, sfx, K) // not a subtest: the context is this goroutine's thread's
 		}
@@ -722,8 +722,11 @@ func testGEMVKernel(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream
 			ldx := K + 4
 			x, W, bias, normw := randn(tc.B*ldx, 1), randn(tc.rows*K, 0.1), randn(tc.rows, 1), randn(K, 1)
 			wdev := W
-			if sfx == "bf16" {
-				W, wdev = bf16Bits(W)
+			switch sfx {
+			case "bf16":
+				W, wdev = pack16(cuda.BF16, W)
+			case "f16":
+				W, wdev = pack16(cuda.F16, W)
 			}
 			out0 := randn(tc.B*tc.rows, 1)
 			bx, bW, bb, bn := upload(t, s, x), upload(t, s, wdev), upload(t, s, bias), upload(t, s, normw)
