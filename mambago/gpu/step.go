@@ -1,6 +1,8 @@
 package gpu
 
 import (
+	"strings"
+
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
 )
@@ -221,6 +223,15 @@ type gemvLaunch struct {
 	shared      int  // dynamic shared memory (the streaming entries')
 }
 
+// smCount is the device's multiprocessors, or 0 for an engine without one
+// (the plans' CPU tests).
+func (e *Engine) smCount() int {
+	if e.dev == nil {
+		return 0
+	}
+	return e.dev.SMs
+}
+
 // The streaming one-sequence entries' launch (kernels/step.cu's
 // STREAM_BLOCKS and STREAM_THREADS): blocks an SM and threads a block.
 const streamBlocks, streamThreads = 3, 256
@@ -317,10 +328,7 @@ func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 	if B > 1 && e.GEMVTensorCores && e.dt == cuda.BF16 && K%tileKAlign == 0 && rows >= e.GEMVTensorCoreRows {
 		tiles := (rows + tileRows - 1) / tileRows
 		warps := min(max(e.GEMVTileWarps, 1), tileMaxWarps)
-		sms := 0
-		if e.dev != nil {
-			sms = e.dev.SMs
-		}
+		sms := e.smCount()
 		p := gemvLaunch{kernel: e.typed(kernel + "_tc"), grid: cuda.D1(min(tiles, 65535)), block: cuda.D1(32 * warps),
 			split: warps}
 		if parts := tileParts(tiles, K, warps, sms, min(max(e.GEMVTileParts, 1), tileMaxParts)); parts > 1 {
@@ -346,12 +354,8 @@ func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 		if e.GEMVSplit == 0 && rows >= 1024 && K >= 4096 {
 			split = 4
 		}
-		if e.GEMVStream && kernel == "gemv_r4" && streamApplies(K, e.dt.Size(), split) {
-			sms := 1
-			if e.dev != nil {
-				sms = e.dev.SMs
-			}
-			return gemvLaunch{kernel: e.typed("gemv_sb1"), grid: cuda.D1(streamBlocks * sms),
+		if e.GEMVStream && rows >= 1024 && strings.HasPrefix(kernel, "gemv") && streamApplies(K, e.dt.Size(), split) {
+			return gemvLaunch{kernel: e.typed("gemv_sb1"), grid: cuda.D1(streamBlocks * max(1, e.smCount())),
 				block: cuda.D1(streamThreads), split: split, shared: streamShared(K)}
 		}
 		kernel += "_b1"

@@ -122,10 +122,7 @@ func (e *Engine) launchWG(kernel string, rows, parts int, args ...any) error {
 // k over on the warpgroup GEMV: the most up to GEMVWarpgroupParts that
 // keeps the blocks within two an SM and each part two steps of k or more.
 func (e *Engine) wgOutParts() int {
-	c, sms := e.cfg, 0
-	if e.dev != nil {
-		sms = e.dev.SMs
-	}
+	c, sms := e.cfg, e.smCount()
 	tiles, steps := wgTiles(c.Hidden), (c.Inner+wgBK-1)/wgBK
 	return max(1, min(e.GEMVWarpgroupParts, 2*sms/tiles, steps/2))
 }
