@@ -607,6 +607,21 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
 #define STREAM_DOUBLE 1
 #endif
 
+// load_pinned loads 16 read-only bytes where the code asks for them. A
+// plain load of a const __restrict__ pointer is free to move, and the
+// compiler sank the next batch's loads below the sums of the batch before
+// (to where that batch's registers free up), leaving a warp one batch in
+// flight, not two; a volatile load with a memory clobber stays ahead of
+// the sums' shared-memory reads.
+__device__ __forceinline__ uint4 load_pinned(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+}
+
 // stream_rows runs body(n, v, pre(n)) in lane 0 for every row n < rows of
 // the warp's run, with v = sum_k W[n, k] * x'[k]. pre(n), called in lane 0
 // as the row's first slice is added, loads what the body reads besides v.
@@ -633,7 +648,7 @@ __device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, cons
 #pragma unroll
         for (int u = 0; u < D; u++) {
             int k = (ic * 32 + lane) * V;
-            to[u] = in < r1 && k < K ? *reinterpret_cast<const uint4 *>(W + (size_t)in * K + k) : make_uint4(0, 0, 0, 0);
+            to[u] = in < r1 && k < K ? load_pinned(W + (size_t)in * K + k) : make_uint4(0, 0, 0, 0);
             if (++ic == cpr) ic = 0, in++;
         }
     };
