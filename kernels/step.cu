@@ -577,9 +577,8 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
 // grid runs in waves. Here the grid is STREAM_BLOCKS blocks an SM, every
 // warp takes an equal run of whole rows, and each lane walks its k slices
 // of one row, then the next's, STREAM_DEPTH 16-byte weight loads at a
-// time (STREAM_DOUBLE asks for the next batch before one is added, but the
-// SASS shows the compiler sinking those loads below the sums: one batch is
-// in flight a warp; branch issue4-stream-pinned pins them, not yet timed);
+// time, with the next batch in flight while one is added (STREAM_DOUBLE;
+// the loads pinned where written by load_pinned);
 // the first batch is issued before the PDL wait. A warp holds a row's
 // SPLIT slice sums apart, as the split warps of group_rows do, and adds
 // them in the same order, so each row's sum has the same bits as the other
@@ -601,8 +600,8 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
 #ifndef STREAM_BLOCKS
 #define STREAM_BLOCKS 3
 #endif
-// With STREAM_DOUBLE, a batch's loads are written before the one before it
-// is added (two rings); the compiler moves them after it (see above).
+// With STREAM_DOUBLE, a batch's loads are issued before the one before it
+// is added (two rings).
 #ifndef STREAM_DOUBLE
 #define STREAM_DOUBLE 1
 #endif
