@@ -612,13 +612,21 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
 // (to where that batch's registers free up), leaving a warp one batch in
 // flight, not two; a volatile load with a memory clobber stays ahead of
 // the sums' shared-memory reads.
+// STREAM_PINNED=0 gives the plain load back (BenchmarkReadFloor times both).
+#ifndef STREAM_PINNED
+#define STREAM_PINNED 1
+#endif
 __device__ __forceinline__ uint4 load_pinned(const void *p) {
+#if !STREAM_PINNED
+    return *reinterpret_cast<const uint4 *>(p);
+#else
     uint4 v;
     asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p)
                  : "memory");
     return v;
+#endif
 }
 
 // stream_rows runs body(n, v, pre(n)) in lane 0 for every row n < rows of
