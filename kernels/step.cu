@@ -577,9 +577,8 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
 // grid runs in waves. Here the grid is STREAM_BLOCKS blocks an SM, every
 // warp takes an equal run of whole rows, and each lane walks its k slices
 // of one row, then the next's, STREAM_DEPTH 16-byte weight loads at a
-// time (STREAM_DOUBLE asks for the next batch before one is added, but the
-// SASS shows the compiler sinking those loads below the sums: one batch is
-// in flight a warp; branch issue4-stream-pinned pins them, not yet timed);
+// time, with the next batch in flight while one is added (STREAM_DOUBLE;
+// the loads pinned where written by load_pinned);
 // the first batch is issued before the PDL wait. A warp holds a row's
 // SPLIT slice sums apart, as the split warps of group_rows do, and adds
 // them in the same order, so each row's sum has the same bits as the other
@@ -601,11 +600,34 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
 #ifndef STREAM_BLOCKS
 #define STREAM_BLOCKS 3
 #endif
-// With STREAM_DOUBLE, a batch's loads are written before the one before it
-// is added (two rings); the compiler moves them after it (see above).
+// With STREAM_DOUBLE, a batch's loads are issued before the one before it
+// is added (two rings).
 #ifndef STREAM_DOUBLE
 #define STREAM_DOUBLE 1
 #endif
+
+// load_pinned loads 16 read-only bytes where the code asks for them. A
+// plain load of a const __restrict__ pointer is free to move, and the
+// compiler sank the next batch's loads below the sums of the batch before
+// (to where that batch's registers free up), leaving a warp one batch in
+// flight, not two; a volatile load with a memory clobber stays ahead of
+// the sums' shared-memory reads.
+// STREAM_PINNED=0 gives the plain load back (BenchmarkReadFloor times both).
+#ifndef STREAM_PINNED
+#define STREAM_PINNED 1
+#endif
+__device__ __forceinline__ uint4 load_pinned(const void *p) {
+#if !STREAM_PINNED
+    return *reinterpret_cast<const uint4 *>(p);
+#else
+    uint4 v;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p)
+                 : "memory");
+    return v;
+#endif
+}
 
 // stream_rows runs body(n, v, pre(n)) in lane 0 for every row n < rows of
 // the warp's run, with v = sum_k W[n, k] * x'[k]. pre(n), called in lane 0
@@ -633,7 +655,7 @@ __device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, cons
 #pragma unroll
         for (int u = 0; u < D; u++) {
             int k = (ic * 32 + lane) * V;
-            to[u] = in < r1 && k < K ? *reinterpret_cast<const uint4 *>(W + (size_t)in * K + k) : make_uint4(0, 0, 0, 0);
+            to[u] = in < r1 && k < K ? load_pinned(W + (size_t)in * K + k) : make_uint4(0, 0, 0, 0);
             if (++ic == cpr) ic = 0, in++;
         }
     };
