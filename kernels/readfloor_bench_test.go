@@ -3,6 +3,8 @@ package kernels_test
 import (
 	"fmt"
 	"math"
+	"os"
+	"regexp"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -72,7 +74,7 @@ READ_ENTRY(8, 2, u8_nc256)
 // launches back to back, as in a step graph, with the weights rotating
 // over copies that exceed L2; the variants take turns (9 rounds of 20
 // runs, CUDA events). It logs each one's median time a launch, its rate
-// and its share of 4.8 TB/s.
+// and its share of 4.8 TB/s. $READFLOOR_SHAPES (a regexp) picks shapes.
 func BenchmarkReadFloor(b *testing.B) {
 	const rounds, runs, train = 9, 20, 8
 	d, _, s, src, timer := kernelBench(b, "step.cu")
@@ -109,6 +111,11 @@ func BenchmarkReadFloor(b *testing.B) {
 	}
 	readers := []reader{{"u8", 4, 256}, {"u8_cs", 4, 256}, {"u8_nc256", 8, 256}}
 	sink := poisoned(b, s, 8*sms)
+	// READFLOOR_SHAPES, a regexp, picks shapes by name (for ncu).
+	only, err := regexp.Compile(os.Getenv("READFLOOR_SHAPES"))
+	if err != nil {
+		b.Fatalf("READFLOOR_SHAPES: %v", err)
+	}
 	for range b.N {
 		for _, sh := range []struct {
 			name           string
@@ -117,6 +124,9 @@ func BenchmarkReadFloor(b *testing.B) {
 		}{{"1.4b in_proj", 8192, 2048, 2, true}, {"1.4b out_proj", 2048, 4096, 4, false},
 			{"2.8b in_proj", 10240, 2560, 2, true}, {"2.8b out_proj", 2560, 5120, 4, false},
 			{"2.8b lm_head", 50280, 2560, 2, true}} {
+			if !only.MatchString(sh.name) {
+				continue
+			}
 			bytes := 2 * sh.rows * sh.K
 			ws := rotatingWeights(b, s, sh.rows, sh.K)
 			x, bias := upload(b, s, randn(sh.K, 1)), upload(b, s, randn(sh.rows, 1))
