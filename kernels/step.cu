@@ -843,7 +843,7 @@ __device__ __forceinline__ void stream_whole(const T *__restrict__ W, int K, con
 // the warp's run, with v = sum_k W[n, k] * x'[k]. pre(n), called in lane 0
 // as the row's first slice is added, loads what the body reads besides v.
 // It walks whole slices (stream_whole) where K allows, any K otherwise.
-template <int SPLIT, class T, class Pre, class Body>
+template <int SPLIT, bool PREFETCH, class T, class Pre, class Body>
 __device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, const float *x,
                                             const float *__restrict__ normw, float eps, int rows, Pre pre,
                                             Body body) {
@@ -851,6 +851,15 @@ __device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, cons
     int warps = blockDim.x >> 5;
     long long wi = (long long)blockIdx.x * warps + (threadIdx.x >> 5), nw = (long long)gridDim.x * warps;
     int r0 = (int)(wi * rows / nw), r1 = (int)((wi + 1) * rows / nw);
+#if __CUDA_ARCH__ >= 900
+    // With PREFETCH, the warp asks L2 for its whole run (one bulk prefetch)
+    // before the PDL wait: where the step launches this kernel early, its
+    // weights stream in while the kernels before it finish.
+    if (PREFETCH && (threadIdx.x & 31) == 0 && r1 > r0)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(W + (size_t)r0 * K),
+                     "r"((unsigned)((size_t)(r1 - r0) * K * sizeof(T)))
+                     : "memory");
+#endif
     int cpr = ((K / V + 31) / 32 + SPLIT - 1) / SPLIT * SPLIT;  // a lane's slices a row, whole splits
 #if STREAM_WHOLE
     if (cpr * 32 * V == K && cpr % 4 == 0)
@@ -866,10 +875,10 @@ struct GemvPre {
     float bias, old;
 };
 
-template <int SPLIT, class T>
+template <int SPLIT, bool PREFETCH, class T>
 __device__ void gemv_stream(const float *x, const float *__restrict__ normw, float eps, const T *__restrict__ W,
                             const float *__restrict__ bias, float *out, int accumulate, int K, int rows) {
-    stream_rows<SPLIT>(
+    stream_rows<SPLIT, PREFETCH>(
         W, K, x, normw, eps, rows,
         [&](int n) { return GemvPre{bias ? bias[n] : 0.f, accumulate ? out[n] : 0.f}; },
         [&](int n, float v, const GemvPre &p) {
@@ -878,14 +887,14 @@ __device__ void gemv_stream(const float *x, const float *__restrict__ normw, flo
         });
 }
 
-// STREAM_SPLIT(f, T, args) calls f<S, T> args for the run-time split S of
-// 1, 2 or 4 (gpu.Engine launches the streaming entry at no other).
-#define STREAM_SPLIT(f, T, args)      \
-    switch (split) {                  \
-    case 1: f<1, T> args; break;      \
-    case 2: f<2, T> args; break;      \
-    case 4: f<4, T> args; break;      \
-    default: __trap();                \
+// STREAM_SPLIT(f, P, T, args) calls f<S, P, T> args for the run-time split
+// S of 1, 2 or 4 (gpu.Engine launches the streaming entry at no other).
+#define STREAM_SPLIT(f, P, T, args)      \
+    switch (split) {                     \
+    case 1: f<1, P, T> args; break;      \
+    case 2: f<2, P, T> args; break;      \
+    case 4: f<4, P, T> args; break;      \
+    default: __trap();                   \
     }
 
 // Each GEMV has four entries: one row per warp group (gemv_, step_in_) and
@@ -924,12 +933,17 @@ __device__ void gemv_stream(const float *x, const float *__restrict__ normw, flo
     }
 EACH_DTYPE(STEP_GEMV)
 
-// The streaming entry: gemv_sb1_ takes gemv_'s parameters (B must be 1;
-// ldx unused).
-#define STREAM_GEMV(sfx, T)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(STREAM_THREADS, STREAM_BLOCKS) gemv_sb1_##sfx(GEMV_PARAMS(T)) { \
-        if (B != 1) __trap();                                                                                   \
-        STREAM_SPLIT(gemv_stream, T, (x, normw, eps, W, bias, out, accumulate, K, rows))                        \
+// The streaming entries: gemv_sb1_ takes gemv_'s parameters (B must be 1;
+// ldx unused); gemv_sb1p_ also asks L2 for each warp's rows before its
+// PDL wait (Engine.GEMVStreamPrefetch).
+#define STREAM_GEMV(sfx, T)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(STREAM_THREADS, STREAM_BLOCKS) gemv_sb1_##sfx(GEMV_PARAMS(T)) {  \
+        if (B != 1) __trap();                                                                                    \
+        STREAM_SPLIT(gemv_stream, false, T, (x, normw, eps, W, bias, out, accumulate, K, rows))                  \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(STREAM_THREADS, STREAM_BLOCKS) gemv_sb1p_##sfx(GEMV_PARAMS(T)) { \
+        if (B != 1) __trap();                                                                                    \
+        STREAM_SPLIT(gemv_stream, true, T, (x, normw, eps, W, bias, out, accumulate, K, rows))                   \
     }
 EACH_DTYPE(STREAM_GEMV)
 

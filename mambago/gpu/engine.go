@@ -296,6 +296,12 @@ type Engine struct {
 	// rows, weight loads in flight across rows; the same bits. New turns it
 	// on. Set it before capturing a step graph.
 	GEMVStream bool
+	// GEMVStreamPrefetch has the streaming entry ask L2 for each warp's
+	// rows before it waits for the kernel before it (gemv_sb1p_), so that
+	// where the step's PDL launches it early its weights arrive while the
+	// kernels before it run. Off by default. Set it before capturing a step
+	// graph.
+	GEMVStreamPrefetch bool
 	// GEMVTensorCores runs a bf16 decode step's GEMVs for two or more
 	// sequences on the tensor cores (kernels/step.cu's _tc entries): 16
 	// rows by up to 8 sequences to a block, x kept to f32 precision as

@@ -355,7 +355,11 @@ func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 			split = 4
 		}
 		if e.GEMVStream && rows >= 1024 && strings.HasPrefix(kernel, "gemv") && streamApplies(K, e.dt.Size(), split) {
-			return gemvLaunch{kernel: e.typed("gemv_sb1"), grid: cuda.D1(streamBlocks * max(1, e.smCount())),
+			name := "gemv_sb1"
+			if e.GEMVStreamPrefetch {
+				name = "gemv_sb1p"
+			}
+			return gemvLaunch{kernel: e.typed(name), grid: cuda.D1(streamBlocks * max(1, e.smCount())),
 				block: cuda.D1(streamThreads), split: split, shared: streamShared(K)}
 		}
 		kernel += "_b1"
