@@ -299,7 +299,8 @@ type Engine struct {
 	// GEMVStreamPrefetch has the streaming entry ask L2 for each warp's
 	// rows before it waits for the kernel before it (gemv_sb1p_), so that
 	// where the step's PDL launches it early its weights arrive while the
-	// kernels before it run. Off by default. Set it before capturing a step
+	// kernels before it run; only for GEMVs of up to streamPrefetchMost
+	// bytes of weights (out_proj, not the LM head). Off by default. Set it before capturing a step
 	// graph.
 	GEMVStreamPrefetch bool
 	// GEMVTensorCores runs a bf16 decode step's GEMVs for two or more

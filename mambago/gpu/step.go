@@ -236,6 +236,11 @@ func (e *Engine) smCount() int {
 // STREAM_BLOCKS and STREAM_THREADS): blocks an SM and threads a block.
 const streamBlocks, streamThreads = 3, 256
 
+// streamPrefetchMost is the most bytes of weights GEMVStreamPrefetch asks
+// L2 for: a GEMV of more (an LM head of 77-257 MB) would evict its own
+// rows, and made steps slower (BenchmarkDecodeStream, 2026-12-04).
+const streamPrefetchMost = 32 << 20
+
 // streamShared is a streaming entry's dynamic shared memory for rows of K:
 // x' and the norm weight, K floats each.
 func streamShared(K int) int { return 8 * K }
@@ -356,7 +361,7 @@ func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 		}
 		if e.GEMVStream && rows >= 1024 && strings.HasPrefix(kernel, "gemv") && streamApplies(K, e.dt.Size(), split) {
 			name := "gemv_sb1"
-			if e.GEMVStreamPrefetch {
+			if e.GEMVStreamPrefetch && rows*K*e.dt.Size() <= streamPrefetchMost {
 				name = "gemv_sb1p"
 			}
 			return gemvLaunch{kernel: e.typed(name), grid: cuda.D1(streamBlocks * max(1, e.smCount())),
