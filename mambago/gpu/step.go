@@ -237,9 +237,12 @@ func (e *Engine) smCount() int {
 const streamBlocks, streamThreads = 3, 256
 
 // streamPrefetchMost is the most bytes of weights GEMVStreamPrefetch asks
-// L2 for: a GEMV of more (an LM head of 77-257 MB) would evict its own
-// rows, and made steps slower (BenchmarkDecodeStream, 2026-12-04).
-const streamPrefetchMost = 32 << 20
+// L2 for. Measured on the H200 (BenchmarkDecodeStream, bf16 B=1 step
+// graphs, 2026-12-04): 370m's out_proj (4 MB) gained, 370m 662.8 -> 644.3
+// µs a step; 1.4b's (16.8 MB) lost 0.5% and 2.8b's (26 MB) 3.8%, and with
+// the LM heads (77-257 MB) too 2.8b lost 5%: a prefetch that the reads of
+// the same step (in_proj's 34-52 MB) evict before use is read twice.
+const streamPrefetchMost = 8 << 20
 
 // streamShared is a streaming entry's dynamic shared memory for rows of K:
 // x' and the norm weight, K floats each.
