@@ -576,10 +576,11 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
 // three rounds, its warps meet at a barrier to add their parts, and the
 // grid runs in waves. Here the grid is STREAM_BLOCKS blocks an SM, every
 // warp takes an equal run of whole rows, and each lane walks its k slices
-// of one row, then the next's, STREAM_DEPTH 16-byte weight loads at a
-// time, with the next batch in flight while one is added (STREAM_DOUBLE;
-// the loads pinned where written by load_pinned);
-// the first batch is issued before the PDL wait. A warp holds a row's
+// of one row, then the next's, a batch of 16-byte weight loads at a time,
+// with the next batch in flight while one is added (stream_whole where K
+// is whole slices, stream_any elsewhere; the loads pinned where written
+// by load_pinned); the first batch is issued before the PDL wait, and
+// gemv_sb1p_ also asks L2 for the warp's rows there. A warp holds a row's
 // SPLIT slice sums apart, as the split warps of group_rows do, and adds
 // them in the same order, so each row's sum has the same bits as the other
 // entries' (one sequence, B = 1, and the vector path: K a multiple of 16
@@ -590,9 +591,12 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
 // memory (twice that with a norm weight); x and normw 16-byte aligned;
 // split 1, 2 or 4. Measured on the H200 (BenchmarkDecodeStream, bf16 B=1
 // step graphs, 2026-12-04): out_proj 0.9 µs a 2.8b layer faster and 2 µs
-// a 370m layer, the LM head 6-9 µs; in_proj as a streaming step_in was
-// 0.4-2.8 µs a layer slower (its norm's prologue before the first sums),
-// so step_in keeps group_rows.
+// a 370m layer (0.4 more with gemv_sb1p_), the LM head 6-9 µs; in_proj
+// as a streaming step_in was 0.4-2.8 µs a layer slower (its norm's
+// prologue before the first sums, on the any-K walk), so step_in keeps
+// group_rows.
+// stream_any's loads a batch (stream_whole takes 4 or 5, whichever
+// divides a row's slices).
 #ifndef STREAM_DEPTH
 #define STREAM_DEPTH 4
 #endif
