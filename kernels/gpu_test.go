@@ -700,7 +700,7 @@ func bf16Bits(v []float32) (rounded []float32, packed []float32) {
 func TestGEMVKernel(t *testing.T) {
 	fn, s := gpu(t)
 	for _, sfx := range []string{"f32", "bf16", "f16"} {
-		for _, K := range []int{64, 136, 770, 2048} {
+		for _, K := range []int{64, 136, 770, 1280, 2048, 2560} {
 			testGEMVKernel(t, fn, s, sfx, K) // not a subtest: the context is this goroutine's thread's
 		}
 	}

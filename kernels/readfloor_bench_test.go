@@ -65,8 +65,9 @@ READ_ENTRY(8, 2, u8_nc256)
 // of the 1.4b and 2.8b step (in_proj, out_proj, the LM head; bf16) it
 // times the engine's entry (gemv_r4_b1_bf16 at gpu.gemvSplit's split, and
 // 4 for out_proj's long rows, as gpu.Engine.gemvPlan takes them) against
-// the streaming entry (gemv_sb1_bf16) at several depths and blocks an SM,
-// its loads pinned (STREAM_PINNED) and not,
+// the streaming entry (gemv_sb1_bf16) at several blocks an SM, walking
+// whole slices (STREAM_WHOLE) or any K, its loads pinned (STREAM_PINNED)
+// or not,
 // whose outputs must have the gemv entry's bits, and against kernels that
 // only read the same bytes (readFloorSource), at several grids, block
 // sizes, depths and cache hints. in_proj and the LM head run with a norm
@@ -88,15 +89,14 @@ func BenchmarkReadFloor(b *testing.B) {
 	}
 	var streams []streamer
 	for _, v := range []struct {
-		blocks, depth  int
-		double, pinned bool
-	}{{3, 4, true, true}, {3, 4, true, false}, {2, 8, true, true}, {3, 8, false, true}, {4, 4, false, true}} {
+		blocks        int
+		whole, pinned bool
+	}{{3, true, true}, {3, false, true}, {3, false, false}, {2, true, true}} {
 		m := loadSource(b, d, src, "step.cu", fmt.Sprintf("-DSTREAM_BLOCKS=%d", v.blocks),
-			fmt.Sprintf("-DSTREAM_DEPTH=%d", v.depth), fmt.Sprintf("-DSTREAM_DOUBLE=%d", b2i(v.double)),
-			fmt.Sprintf("-DSTREAM_PINNED=%d", b2i(v.pinned)))
-		name := fmt.Sprintf("stream %dx%d", v.blocks, v.depth)
-		if v.double {
-			name += " double"
+			fmt.Sprintf("-DSTREAM_WHOLE=%d", b2i(v.whole)), fmt.Sprintf("-DSTREAM_PINNED=%d", b2i(v.pinned)))
+		name := fmt.Sprintf("stream %d", v.blocks)
+		if !v.whole {
+			name += " any"
 		}
 		if !v.pinned {
 			name += " plain"

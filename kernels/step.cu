@@ -576,10 +576,11 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
 // three rounds, its warps meet at a barrier to add their parts, and the
 // grid runs in waves. Here the grid is STREAM_BLOCKS blocks an SM, every
 // warp takes an equal run of whole rows, and each lane walks its k slices
-// of one row, then the next's, STREAM_DEPTH 16-byte weight loads at a
-// time, with the next batch in flight while one is added (STREAM_DOUBLE;
-// the loads pinned where written by load_pinned);
-// the first batch is issued before the PDL wait. A warp holds a row's
+// of one row, then the next's, a batch of 16-byte weight loads at a time,
+// with the next batch in flight while one is added (stream_whole where K
+// is whole slices, stream_any elsewhere; the loads pinned where written
+// by load_pinned); the first batch is issued before the PDL wait, and
+// gemv_sb1p_ also asks L2 for the warp's rows there. A warp holds a row's
 // SPLIT slice sums apart, as the split warps of group_rows do, and adds
 // them in the same order, so each row's sum has the same bits as the other
 // entries' (one sequence, B = 1, and the vector path: K a multiple of 16
@@ -590,9 +591,12 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
 // memory (twice that with a norm weight); x and normw 16-byte aligned;
 // split 1, 2 or 4. Measured on the H200 (BenchmarkDecodeStream, bf16 B=1
 // step graphs, 2026-12-04): out_proj 0.9 µs a 2.8b layer faster and 2 µs
-// a 370m layer, the LM head 6-9 µs; in_proj as a streaming step_in was
-// 0.4-2.8 µs a layer slower (its norm's prologue before the first sums),
-// so step_in keeps group_rows.
+// a 370m layer (0.4 more with gemv_sb1p_), the LM head 6-9 µs; in_proj
+// as a streaming step_in was 0.4-2.8 µs a layer slower (its norm's
+// prologue before the first sums, on the any-K walk), so step_in keeps
+// group_rows.
+// stream_any's loads a batch (stream_whole takes 4 or 5, whichever
+// divides a row's slices).
 #ifndef STREAM_DEPTH
 #define STREAM_DEPTH 4
 #endif
@@ -601,9 +605,14 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
 #define STREAM_BLOCKS 3
 #endif
 // With STREAM_DOUBLE, a batch's loads are issued before the one before it
-// is added (two rings).
+// is added (two rings; stream_any).
 #ifndef STREAM_DOUBLE
 #define STREAM_DOUBLE 1
+#endif
+// STREAM_WHOLE=0 walks every K as any K (stream_any; BenchmarkReadFloor
+// times both).
+#ifndef STREAM_WHOLE
+#define STREAM_WHOLE 1
 #endif
 
 // load_pinned loads 16 read-only bytes where the code asks for them. A
@@ -629,26 +638,93 @@ __device__ __forceinline__ uint4 load_pinned(const void *p) {
 #endif
 }
 
-// stream_rows runs body(n, v, pre(n)) in lane 0 for every row n < rows of
-// the warp's run, with v = sum_k W[n, k] * x'[k]. pre(n), called in lane 0
-// as the row's first slice is added, loads what the body reads besides v.
+// stream_stage stages x (and normw) in shared memory as xs, after the PDL
+// wait, and returns the norm's scale (1 without normw), leaving x' = x *
+// normw in xs: the sum of squares by slice in each lane, as group_rows sums
+// it, then each product rounded as group_rows rounds it. cpr is a lane's
+// slices a row.
+template <int SPLIT, class T>
+__device__ __forceinline__ float stream_stage(float *xs, const float *x, const float *__restrict__ normw, float eps,
+                                              int K, int cpr, int lane) {
+    constexpr int V = 16 / sizeof(T);
+    for (int i = threadIdx.x; i < K / 4; i += blockDim.x) {
+        cp_async<16>(xs + 4 * i, x + 4 * i, true);
+        if (normw) cp_async<16>(xs + K + 4 * i, normw + 4 * i, true);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+    if (!normw) return 1.f;
+    float ss[SPLIT] = {};
+    for (int c0 = 0; c0 < cpr; c0 += SPLIT) {
+#pragma unroll
+        for (int sl = 0; sl < SPLIT; sl++) {
+            int k = ((c0 + sl) * 32 + lane) * V;
+            if (k < K) {
+                float xv[V], sq = 0.f;
+#pragma unroll
+                for (int i = 0; i < V; i += 4) unpack(xs + k + i, xv + i);
+#pragma unroll
+                for (int i = 0; i < V; i++) sq += xv[i] * xv[i];
+                ss[sl] += sq;
+            }
+        }
+    }
+    float q = SPLIT > 1 ? 0.f : warp_sum(ss[0]);
+    if (SPLIT > 1)
+#pragma unroll
+        for (int sl = 0; sl < SPLIT; sl++) q += warp_sum(ss[sl]);
+    __syncthreads();  // every warp's sums read x
+    for (int k = threadIdx.x; k < K; k += blockDim.x) xs[k] *= xs[K + k];
+    __syncthreads();
+    return rsqrtf(q / K + eps);
+}
+
+// row_total returns a row's sum from its lanes' SPLIT slice sums, added as
+// group_rows adds its split warps' parts, and zeroes them for the next row.
+template <int SPLIT>
+__device__ __forceinline__ float row_total(float (&acc)[SPLIT]) {
+    float v = SPLIT > 1 ? 0.f : warp_sum(acc[0]);
+    if (SPLIT > 1)
+#pragma unroll
+        for (int sl = 0; sl < SPLIT; sl++) v += warp_sum(acc[sl]);
+#pragma unroll
+    for (int sl = 0; sl < SPLIT; sl++) acc[sl] = 0.f;
+    return v;
+}
+
+// slice_dot is one 16-byte slice's sum, w's V weights times x' at xp, in
+// the other entries' order.
+template <class T>
+__device__ __forceinline__ float slice_dot(uint4 w, const float *xp) {
+    constexpr int V = 16 / sizeof(T);
+    float xv[V], wv[V], sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < V; i += 4) {
+        float4 q = *reinterpret_cast<const float4 *>(xp + i);
+        xv[i] = q.x, xv[i + 1] = q.y, xv[i + 2] = q.z, xv[i + 3] = q.w;
+    }
+    widen(w, static_cast<const T *>(nullptr), wv);
+#pragma unroll
+    for (int i = 0; i < V; i++) sum += wv[i] * xv[i];
+    return sum;
+}
+
+// stream_any is stream_rows for any K (a multiple of V): the lane's items
+// in order, item i being slice i % cpr of row r0 + i / cpr, loaded D at a
+// time into ring, and all D added before the next D are asked for (loads
+// refilled one at a time share the warp's few scoreboards, so a wait for
+// the oldest waits for the newest). Slices past K load and add +0, which
+// changes no sum (none is -0).
 template <int SPLIT, class T, class Pre, class Body>
-__device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, const float *x,
-                                            const float *__restrict__ normw, float eps, int rows, Pre pre,
-                                            Body body) {
+__device__ __forceinline__ void stream_any(const T *__restrict__ W, int K, const float *x,
+                                           const float *__restrict__ normw, float eps, int r0, int r1, int cpr,
+                                           Pre pre, Body body) {
     constexpr int V = 16 / sizeof(T), D = STREAM_DEPTH;
     static_assert(D % SPLIT == 0, "a ring slot's slice is its index's");
-    // x' in K floats (x, then x * normw), and normw in K more with a norm.
     extern __shared__ __align__(16) float xs[];
-    int lane = threadIdx.x & 31, warps = blockDim.x >> 5;
-    long long wi = (long long)blockIdx.x * warps + (threadIdx.x >> 5), nw = (long long)gridDim.x * warps;
-    int r0 = (int)(wi * rows / nw), r1 = (int)((wi + 1) * rows / nw);
-    int cpr = ((K / V + 31) / 32 + SPLIT - 1) / SPLIT * SPLIT;  // a lane's slices a row, whole splits
+    int lane = threadIdx.x & 31;
     int items = (r1 - r0) * cpr;
-    // The lane's items in order: item i is slice i % cpr of row r0 + i /
-    // cpr. They are loaded D at a time into ring, and all D added before
-    // the next D are asked for: loads refilled one at a time share the
-    // warp's few scoreboards, so a wait for the oldest waits for the newest.
     uint4 ring[D];
     int in = r0, ic = 0;  // the next item to load
     auto issue = [&](uint4(&to)[D]) {
@@ -662,45 +738,10 @@ __device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, cons
     pdl_release();
     issue(ring);  // read-only weights: safe before the wait
     pdl_wait();
-    for (int i = threadIdx.x; i < K / 4; i += blockDim.x) {
-        cp_async<16>(xs + 4 * i, x + 4 * i, true);
-        if (normw) cp_async<16>(xs + K + 4 * i, normw + 4 * i, true);
-    }
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-    // The norm's sum of squares, by slice in each lane as group_rows sums
-    // it, then x' = x * normw in place.
-    float scale = 1.f;
-    if (normw) {
-        float ss[SPLIT] = {};
-        for (int c0 = 0; c0 < cpr; c0 += SPLIT) {
-#pragma unroll
-            for (int sl = 0; sl < SPLIT; sl++) {
-                int k = ((c0 + sl) * 32 + lane) * V;
-                if (k < K) {
-                    float xv[V], sq = 0.f;
-#pragma unroll
-                    for (int i = 0; i < V; i += 4) unpack(xs + k + i, xv + i);
-#pragma unroll
-                    for (int i = 0; i < V; i++) sq += xv[i] * xv[i];
-                    ss[sl] += sq;
-                }
-            }
-        }
-        float q = SPLIT > 1 ? 0.f : warp_sum(ss[0]);
-        if (SPLIT > 1)
-#pragma unroll
-            for (int sl = 0; sl < SPLIT; sl++) q += warp_sum(ss[sl]);
-        scale = rsqrtf(q / K + eps);
-        __syncthreads();  // every warp's sums read x
-        for (int k = threadIdx.x; k < K; k += blockDim.x) xs[k] *= xs[K + k];
-        __syncthreads();
-    }
+    float scale = stream_stage<SPLIT, T>(xs, x, normw, eps, K, cpr, lane);
     // Each batch: the D items' sums, independent chains with no branch
-    // between them (an item past K or past the run adds +0, which changes
-    // no sum: none is -0), then added in order, a row finished where its
-    // last slice lands.
+    // between them, then added in order, a row finished where its last
+    // slice lands.
     float acc[SPLIT] = {};
     decltype(pre(0)) p{};
     if (lane == 0 && r0 < r1) p = pre(r0);
@@ -714,29 +755,15 @@ __device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, cons
 #pragma unroll
         for (int u = 0, c = cc; u < D; u++, c = c + 1 == cpr ? 0 : c + 1) {
             int k = (c * 32 + lane) * V;
-            float xv[V], wv[V], sum = 0.f;
-#pragma unroll
-            for (int i = 0; i < V; i += 4) {
-                float4 q = k < K ? *reinterpret_cast<const float4 *>(xs + k + i) : make_float4(0.f, 0.f, 0.f, 0.f);
-                xv[i] = q.x, xv[i + 1] = q.y, xv[i + 2] = q.z, xv[i + 3] = q.w;
-            }
-            widen(ring[u], W, wv);
-#pragma unroll
-            for (int i = 0; i < V; i++) sum += wv[i] * xv[i];
-            part[u] = sum;
+            part[u] = k < K ? slice_dot<T>(ring[u], xs + k) : 0.f;
         }
 #pragma unroll
         for (int u = 0; u < D; u++) {
             if (t + u < items) {
                 acc[u % SPLIT] += part[u];  // cc % SPLIT: rows start at multiples of cpr, t at D's
                 if (++cc == cpr) {
-                    float v = SPLIT > 1 ? 0.f : warp_sum(acc[0]);
-                    if (SPLIT > 1)
-#pragma unroll
-                        for (int sl = 0; sl < SPLIT; sl++) v += warp_sum(acc[sl]);
+                    float v = row_total(acc);
                     if (lane == 0) body(cn, normw ? __fmul_rn(v, scale) : v, p);
-#pragma unroll
-                    for (int sl = 0; sl < SPLIT; sl++) acc[sl] = 0.f;
                     cc = 0, cn++;
                     if (lane == 0 && cn < r1) p = pre(cn);
                 }
@@ -751,15 +778,111 @@ __device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, cons
     }
 }
 
+// stream_whole is stream_rows where a row is cpr whole slices a lane (K =
+// cpr * 32 * V) and D divides cpr: a warp's run of rows is then one span of
+// (r1 - r0) * cpr 512-byte slices, each lane's at a fixed stride, every
+// batch of D falls in one row, and the walk needs no bounds but the run's
+// end: its loads take immediate offsets from one pointer, its x' reads
+// from one per batch, and a row ends only at a batch's end (about a third
+// of stream_any's instructions a slice, which issued for most of its time:
+// ncu at 2026-12-04). Two rings take turns, the next batch in flight while
+// one is added. Where D is not a multiple of SPLIT, a batch's slot u holds
+// split (c0 + u) % SPLIT: acc is kept rotated so that acc[u % SPLIT] is
+// that split's, and is back in order at each row's end (cpr is a multiple
+// of SPLIT).
+template <int SPLIT, int D, class T, class Pre, class Body>
+__device__ __forceinline__ void stream_whole(const T *__restrict__ W, int K, const float *x,
+                                             const float *__restrict__ normw, float eps, int r0, int r1, int cpr,
+                                             Pre pre, Body body) {
+    constexpr int V = 16 / sizeof(T), STEP = 32 * V;  // a slice's elements across the warp
+    extern __shared__ __align__(16) float xs[];
+    int lane = threadIdx.x & 31;
+    int batches = (r1 - r0) * (cpr / D);
+    const T *w = W + (size_t)r0 * K + lane * V;
+    auto issue = [&](uint4(&to)[D]) {
+#pragma unroll
+        for (int u = 0; u < D; u++) to[u] = load_pinned(w + u * STEP);
+        w += D * STEP;
+    };
+    uint4 ring0[D], ring1[D];
+    pdl_release();
+    if (batches > 0) issue(ring0);  // read-only weights: safe before the wait
+    pdl_wait();
+    float scale = stream_stage<SPLIT, T>(xs, x, normw, eps, K, cpr, lane);
+    float acc[SPLIT] = {};
+    decltype(pre(0)) p{};
+    if (lane == 0 && r0 < r1) p = pre(r0);
+    int n = r0, c0 = 0;  // the row and slice the next batch starts at
+    auto add = [&](const uint4(&ring)[D]) {
+        const float *xp = xs + c0 * STEP + lane * V;
+        float part[D];
+#pragma unroll
+        for (int u = 0; u < D; u++) part[u] = slice_dot<T>(ring[u], xp + u * STEP);
+#pragma unroll
+        for (int u = 0; u < D; u++) acc[u % SPLIT] += part[u];
+        if constexpr (D % SPLIT != 0) {
+            float was[SPLIT];
+#pragma unroll
+            for (int sl = 0; sl < SPLIT; sl++) was[sl] = acc[sl];
+#pragma unroll
+            for (int sl = 0; sl < SPLIT; sl++) acc[sl] = was[(sl + D) % SPLIT];
+        }
+        if ((c0 += D) == cpr) {
+            float v = row_total(acc);
+            if (lane == 0) body(n, normw ? __fmul_rn(v, scale) : v, p);
+            c0 = 0, n++;
+            if (lane == 0 && n < r1) p = pre(n);
+        }
+    };
+    for (int b = 0; b < batches; b += 2) {
+        if (b + 1 < batches) issue(ring1);
+        add(ring0);
+        if (b + 1 == batches) break;
+        if (b + 2 < batches) issue(ring0);
+        add(ring1);
+    }
+}
+
+// stream_rows runs body(n, v, pre(n)) in lane 0 for every row n < rows of
+// the warp's run, with v = sum_k W[n, k] * x'[k]. pre(n), called in lane 0
+// as the row's first slice is added, loads what the body reads besides v.
+// It walks whole slices (stream_whole) where K allows, any K otherwise.
+template <int SPLIT, bool PREFETCH, class T, class Pre, class Body>
+__device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, const float *x,
+                                            const float *__restrict__ normw, float eps, int rows, Pre pre,
+                                            Body body) {
+    constexpr int V = 16 / sizeof(T);
+    int warps = blockDim.x >> 5;
+    long long wi = (long long)blockIdx.x * warps + (threadIdx.x >> 5), nw = (long long)gridDim.x * warps;
+    int r0 = (int)(wi * rows / nw), r1 = (int)((wi + 1) * rows / nw);
+#if __CUDA_ARCH__ >= 900
+    // With PREFETCH, the warp asks L2 for its whole run (one bulk prefetch)
+    // before the PDL wait: where the step launches this kernel early, its
+    // weights stream in while the kernels before it finish.
+    if (PREFETCH && (threadIdx.x & 31) == 0 && r1 > r0)
+        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(W + (size_t)r0 * K),
+                     "r"((unsigned)((size_t)(r1 - r0) * K * sizeof(T)))
+                     : "memory");
+#endif
+    int cpr = ((K / V + 31) / 32 + SPLIT - 1) / SPLIT * SPLIT;  // a lane's slices a row, whole splits
+#if STREAM_WHOLE
+    if (cpr * 32 * V == K && cpr % 4 == 0)
+        return stream_whole<SPLIT, 4>(W, K, x, normw, eps, r0, r1, cpr, pre, body);
+    if (cpr * 32 * V == K && cpr % 5 == 0)
+        return stream_whole<SPLIT, 5>(W, K, x, normw, eps, r0, r1, cpr, pre, body);
+#endif
+    stream_any<SPLIT>(W, K, x, normw, eps, r0, r1, cpr, pre, body);
+}
+
 // GemvPre: the bias and the output's old value of a gemv row (0 where absent).
 struct GemvPre {
     float bias, old;
 };
 
-template <int SPLIT, class T>
+template <int SPLIT, bool PREFETCH, class T>
 __device__ void gemv_stream(const float *x, const float *__restrict__ normw, float eps, const T *__restrict__ W,
                             const float *__restrict__ bias, float *out, int accumulate, int K, int rows) {
-    stream_rows<SPLIT>(
+    stream_rows<SPLIT, PREFETCH>(
         W, K, x, normw, eps, rows,
         [&](int n) { return GemvPre{bias ? bias[n] : 0.f, accumulate ? out[n] : 0.f}; },
         [&](int n, float v, const GemvPre &p) {
@@ -768,14 +891,14 @@ __device__ void gemv_stream(const float *x, const float *__restrict__ normw, flo
         });
 }
 
-// STREAM_SPLIT(f, T, args) calls f<S, T> args for the run-time split S of
-// 1, 2 or 4 (gpu.Engine launches the streaming entry at no other).
-#define STREAM_SPLIT(f, T, args)      \
-    switch (split) {                  \
-    case 1: f<1, T> args; break;      \
-    case 2: f<2, T> args; break;      \
-    case 4: f<4, T> args; break;      \
-    default: __trap();                \
+// STREAM_SPLIT(f, P, T, args) calls f<S, P, T> args for the run-time split
+// S of 1, 2 or 4 (gpu.Engine launches the streaming entry at no other).
+#define STREAM_SPLIT(f, P, T, args)      \
+    switch (split) {                     \
+    case 1: f<1, P, T> args; break;      \
+    case 2: f<2, P, T> args; break;      \
+    case 4: f<4, P, T> args; break;      \
+    default: __trap();                   \
     }
 
 // Each GEMV has four entries: one row per warp group (gemv_, step_in_) and
@@ -814,12 +937,17 @@ __device__ void gemv_stream(const float *x, const float *__restrict__ normw, flo
     }
 EACH_DTYPE(STEP_GEMV)
 
-// The streaming entry: gemv_sb1_ takes gemv_'s parameters (B must be 1;
-// ldx unused).
-#define STREAM_GEMV(sfx, T)                                                                                     \
-    extern "C" __global__ void __launch_bounds__(STREAM_THREADS, STREAM_BLOCKS) gemv_sb1_##sfx(GEMV_PARAMS(T)) { \
-        if (B != 1) __trap();                                                                                   \
-        STREAM_SPLIT(gemv_stream, T, (x, normw, eps, W, bias, out, accumulate, K, rows))                        \
+// The streaming entries: gemv_sb1_ takes gemv_'s parameters (B must be 1;
+// ldx unused); gemv_sb1p_ also asks L2 for each warp's rows before its
+// PDL wait (Engine.GEMVStreamPrefetch).
+#define STREAM_GEMV(sfx, T)                                                                                      \
+    extern "C" __global__ void __launch_bounds__(STREAM_THREADS, STREAM_BLOCKS) gemv_sb1_##sfx(GEMV_PARAMS(T)) {  \
+        if (B != 1) __trap();                                                                                    \
+        STREAM_SPLIT(gemv_stream, false, T, (x, normw, eps, W, bias, out, accumulate, K, rows))                  \
+    }                                                                                                            \
+    extern "C" __global__ void __launch_bounds__(STREAM_THREADS, STREAM_BLOCKS) gemv_sb1p_##sfx(GEMV_PARAMS(T)) { \
+        if (B != 1) __trap();                                                                                    \
+        STREAM_SPLIT(gemv_stream, true, T, (x, normw, eps, W, bias, out, accumulate, K, rows))                   \
     }
 EACH_DTYPE(STREAM_GEMV)
 

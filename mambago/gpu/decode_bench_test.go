@@ -131,9 +131,10 @@ func BenchmarkDecodeWarpgroup(b *testing.B) {
 
 // BenchmarkDecodeStream times bf16 decode step graphs of one sequence
 // without and with the streaming one-sequence entry (Engine.GEMVStream:
-// out_proj and the LM head), and, where New takes the warpgroup GEMVs at
+// out_proj and the LM head), also asking L2 for the weights before the PDL
+// wait (GEMVStreamPrefetch), and, where New takes the warpgroup GEMVs at
 // B=1 (GEMVWarpgroupOneSequence), with those off on the one-sequence
-// entries ("b1") and then streaming ("b1 stream"), taking turns over three
+// entries ("b1") and then streaming ("b1 stream", "b1 stream prefetch"), taking turns over three
 // rounds in one process. DECODE_SHAPES picks the shapes. Each logs its
 // medians and their ratios to the first, and the FNV hash of three eager
 // steps' logits under each setting.
@@ -141,14 +142,18 @@ func BenchmarkDecodeStream(b *testing.B) {
 	forDecodeShapes(b, func(b *testing.B, shape string, e *gpu.Engine) {
 		wgOne := e.GEMVWarpgroupOneSequence
 		type setting struct {
-			name       string
-			stream, wg bool
+			name                 string
+			stream, prefetch, wg bool
 		}
-		settings := []setting{{"no stream", false, wgOne}, {"stream", true, wgOne}}
+		settings := []setting{{"no stream", false, false, wgOne}, {"stream", true, false, wgOne},
+			{"stream prefetch", true, true, wgOne}}
 		if wgOne {
-			settings = append(settings, setting{"b1", false, false}, setting{"b1 stream", true, false})
+			settings = append(settings, setting{"b1", false, false, false}, setting{"b1 stream", true, false, false},
+				setting{"b1 stream prefetch", true, true, false})
 		}
-		apply := func(st setting) { e.GEMVStream, e.GEMVWarpgroupOneSequence = st.stream, st.wg }
+		apply := func(st setting) {
+			e.GEMVStream, e.GEMVStreamPrefetch, e.GEMVWarpgroupOneSequence = st.stream, st.prefetch, st.wg
+		}
 		names := make([]string, len(settings))
 		bits := ""
 		for i, st := range settings {

@@ -296,6 +296,13 @@ type Engine struct {
 	// rows, weight loads in flight across rows; the same bits. New turns it
 	// on. Set it before capturing a step graph.
 	GEMVStream bool
+	// GEMVStreamPrefetch has the streaming entry ask L2 for each warp's
+	// rows before it waits for the kernel before it (gemv_sb1p_), so that
+	// where the step's PDL launches it early its weights arrive while the
+	// kernels before it run; only for GEMVs of up to streamPrefetchMost
+	// bytes of weights (out_proj of the smaller models). New turns it on.
+	// Set it before capturing a step graph.
+	GEMVStreamPrefetch bool
 	// GEMVTensorCores runs a bf16 decode step's GEMVs for two or more
 	// sequences on the tensor cores (kernels/step.cu's _tc entries): 16
 	// rows by up to 8 sequences to a block, x kept to f32 precision as
@@ -396,7 +403,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 		MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, EmbedNorm: true, AutoXProj: true,
 		InPlaceReplays: true,
 		// decode
-		DecodePDL: dev.Major >= 9, GEMVRows: 4, GEMVOneSequence: true, GEMVStream: true, GEMVTensorCores: dev.Major >= 8,
+		DecodePDL: dev.Major >= 9, GEMVRows: 4, GEMVOneSequence: true, GEMVStream: true, GEMVStreamPrefetch: true, GEMVTensorCores: dev.Major >= 8,
 		GEMVTileWarps: 16, GEMVTileParts: defaultTileParts(w.Config.Inner),
 		DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), DecoderGraphSteps: 32, TopPClusters: sm90,
 		// decode on sm_90's warpgroup GEMVs

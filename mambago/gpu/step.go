@@ -236,6 +236,14 @@ func (e *Engine) smCount() int {
 // STREAM_BLOCKS and STREAM_THREADS): blocks an SM and threads a block.
 const streamBlocks, streamThreads = 3, 256
 
+// streamPrefetchMost is the most bytes of weights GEMVStreamPrefetch asks
+// L2 for. Measured on the H200 (BenchmarkDecodeStream, bf16 B=1 step
+// graphs, 2026-12-04): 370m's out_proj (4 MB) gained, 370m 662.8 -> 644.3
+// µs a step; 1.4b's (16.8 MB) lost 0.5% and 2.8b's (26 MB) 3.8%, and with
+// the LM heads (77-257 MB) too 2.8b lost 5%: a prefetch that the reads of
+// the same step (in_proj's 34-52 MB) evict before use is read twice.
+const streamPrefetchMost = 8 << 20
+
 // streamShared is a streaming entry's dynamic shared memory for rows of K:
 // x' and the norm weight, K floats each.
 func streamShared(K int) int { return 8 * K }
@@ -355,7 +363,11 @@ func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 			split = 4
 		}
 		if e.GEMVStream && rows >= 1024 && strings.HasPrefix(kernel, "gemv") && streamApplies(K, e.dt.Size(), split) {
-			return gemvLaunch{kernel: e.typed("gemv_sb1"), grid: cuda.D1(streamBlocks * max(1, e.smCount())),
+			name := "gemv_sb1"
+			if e.GEMVStreamPrefetch && rows*K*e.dt.Size() <= streamPrefetchMost {
+				name = "gemv_sb1p"
+			}
+			return gemvLaunch{kernel: e.typed(name), grid: cuda.D1(streamBlocks * max(1, e.smCount())),
 				block: cuda.D1(streamThreads), split: split, shared: streamShared(K)}
 		}
 		kernel += "_b1"
