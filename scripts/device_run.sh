@@ -96,6 +96,10 @@
 #   bind:     replays in place (cuda.Graph.Bind; the device entries' graphs
 #             reading ids and writing outputs in the caller's buffers): the
 #             tests, and memcheck over them;
+#   steptrace: each kernel of a bf16 decode step graph in place (B=1 or
+#             $STEP_TRACE_B; 370m and 2.8b or $STEP_TRACE_SHAPES): its
+#             duration, its gap after the previous kernel and its share of
+#             the layer (bench/step_trace.py; about a minute a shape);
 #   graphtrace: each kernel of a bf16 130m prefill graph in place: its
 #             duration, its gap after the previous kernel and its share of
 #             the layer (bench/graph_trace.py; T=512, 2048, 8192 or
@@ -796,6 +800,14 @@ if [[ $mode == memsets ]]; then
   echo "== bf16 prefills with the memsets as captured and edited (BenchmarkMemsetEdits: graph replays, CUDA events, medians)"
   timeout 400 .carry/gpu.test -test.v -test.run '^$' -test.bench "${MEMSET_BENCH:-MemsetEdits/(130m|370m)/B1}" -test.benchtime 1x 2>&1 \
     | tee "$OUT/memsets_bench.log" | grep -E "memset|FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  exit $status
+fi
+if [[ $mode == steptrace ]]; then
+  echo "== a bf16 decode step graph's kernels in place (bench/step_trace.py: CUPTI records through torch.profiler)"
+  for shape in ${STEP_TRACE_SHAPES:-370m 2.8b}; do
+    timeout 200 python3 bench/step_trace.py --shape $shape --B ${STEP_TRACE_B:-1} \
+      --out "$OUT/step_trace_$shape.json" || status=1
+  done
   exit $status
 fi
 if [[ $mode == graphtrace ]]; then

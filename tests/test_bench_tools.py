@@ -221,3 +221,37 @@ def test_mamba_ssm_table_rows_name_their_batch(tmp_path):
     # The same tokens/s against a ceiling of 770 TFLOP/s and of 1 TFLOP/s: the second row's fraction is far higher.
     fractions = [int(line.split("|")[7].strip().rstrip("%")) for line in prefill]
     assert len(fractions) == 2 and fractions[1] > 10 * fractions[0], prefill
+
+
+def test_step_trace_places_a_decode_layers_kernels(capsys):
+    sys.path.insert(0, str(ROOT / "bench"))
+    import step_trace
+    from graph_trace import layers, summarize, with_gaps
+
+    # Two replays of a three-layer step on the one-sequence entries: the
+    # embedding, then in_proj, x_proj, the scan step and out_proj a layer,
+    # then the LM head; each kernel 2 us long, starting 1 us before the
+    # previous one ends (PDL), except the scan, which starts 0.5 us after.
+    names = []
+    for _ in range(2):
+        names.append("embed_bf16")
+        for _ in range(3):
+            names += ["step_in_r4_b1_bf16", "gemv_b1_bf16", "step_scan_f32", "gemv_sb1_bf16"]
+        names.append("gemv_sb1_bf16")
+    acts, t = [], 0.0
+    for n in names:
+        t += 1.5 if n == "step_scan_f32" else 1.0
+        acts.append((n, t, t + 2.0))
+    s = summarize(layers(with_gaps(acts), step_trace.LAYER_START))
+    # Layers end at the next in_proj: the first replay's last layer runs
+    # into the head and the next embedding (6 kernels, left out), and the
+    # second replay's has no next in_proj; 4 layers of 4 are left.
+    assert s["kernels_a_layer"] == 4 and s["layers"] == 4
+    assert [step_trace.step_role(r["names"][0]) for r in s["rows"]] == ["in_proj", "gemv_b1_bf16", "scan",
+                                                                        "gemv_sb1_bf16"]
+    assert [r["gap_us"] for r in s["rows"]] == [-1.0, -1.0, -0.5, -1.0]
+    assert [r["to_next_start_us"] for r in s["rows"]] == [1.0, 1.5, 1.0, 1.0]
+    assert s["period_us"] == 4.5
+    step_trace.table(s, "2.8b B=1")
+    out = capsys.readouterr().out
+    assert "period 4.50 us a layer" in out and " scan " in out
