@@ -638,6 +638,19 @@ __device__ __forceinline__ uint4 load_pinned(const void *p) {
 #endif
 }
 
+// row_total returns a row's sum from its lanes' SPLIT slice sums, added as
+// group_rows adds its split warps' parts, and zeroes them for the next row.
+template <int SPLIT>
+__device__ __forceinline__ float row_total(float (&acc)[SPLIT]) {
+    float v = SPLIT > 1 ? 0.f : warp_sum(acc[0]);
+    if (SPLIT > 1)
+#pragma unroll
+        for (int sl = 0; sl < SPLIT; sl++) v += warp_sum(acc[sl]);
+#pragma unroll
+    for (int sl = 0; sl < SPLIT; sl++) acc[sl] = 0.f;
+    return v;
+}
+
 // stream_stage stages x (and normw) in shared memory as xs, after the PDL
 // wait, and returns the norm's scale (1 without normw), leaving x' = x *
 // normw in xs: the sum of squares by slice in each lane, as group_rows sums
@@ -670,27 +683,11 @@ __device__ __forceinline__ float stream_stage(float *xs, const float *x, const f
             }
         }
     }
-    float q = SPLIT > 1 ? 0.f : warp_sum(ss[0]);
-    if (SPLIT > 1)
-#pragma unroll
-        for (int sl = 0; sl < SPLIT; sl++) q += warp_sum(ss[sl]);
-    __syncthreads();  // every warp's sums read x
+    float q = row_total(ss);  // the lanes' split sums, added as a row's are
+    __syncthreads();          // every warp's sums read x
     for (int k = threadIdx.x; k < K; k += blockDim.x) xs[k] *= xs[K + k];
     __syncthreads();
     return rsqrtf(q / K + eps);
-}
-
-// row_total returns a row's sum from its lanes' SPLIT slice sums, added as
-// group_rows adds its split warps' parts, and zeroes them for the next row.
-template <int SPLIT>
-__device__ __forceinline__ float row_total(float (&acc)[SPLIT]) {
-    float v = SPLIT > 1 ? 0.f : warp_sum(acc[0]);
-    if (SPLIT > 1)
-#pragma unroll
-        for (int sl = 0; sl < SPLIT; sl++) v += warp_sum(acc[sl]);
-#pragma unroll
-    for (int sl = 0; sl < SPLIT; sl++) acc[sl] = 0.f;
-    return v;
 }
 
 // slice_dot is one 16-byte slice's sum, w's V weights times x' at xp, in
