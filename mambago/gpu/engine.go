@@ -403,7 +403,8 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 		MemsetKernels: true, HoistMemsets: true, FoldMemsets: true, EmbedNorm: true, AutoXProj: true,
 		InPlaceReplays: true,
 		// decode
-		DecodePDL: dev.Major >= 9, GEMVRows: 4, GEMVOneSequence: true, GEMVStream: true, GEMVStreamPrefetch: true, GEMVTensorCores: dev.Major >= 8,
+		DecodePDL: dev.Major >= 9, GEMVRows: 4, GEMVOneSequence: true, GEMVStream: true, GEMVStreamPrefetch: true,
+		GEMVTensorCores: dev.Major >= 8,
 		GEMVTileWarps: 16, GEMVTileParts: defaultTileParts(w.Config.Inner),
 		DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), DecoderGraphSteps: 32, TopPClusters: sm90,
 		// decode on sm_90's warpgroup GEMVs
