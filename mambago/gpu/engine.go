@@ -404,8 +404,7 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 		InPlaceReplays: true,
 		// decode
 		DecodePDL: dev.Major >= 9, GEMVRows: 4, GEMVOneSequence: true, GEMVStream: true, GEMVStreamPrefetch: true,
-		GEMVTensorCores: dev.Major >= 8,
-		GEMVTileWarps: 16, GEMVTileParts: defaultTileParts(w.Config.Inner),
+		GEMVTensorCores: dev.Major >= 8, GEMVTileWarps: 16, GEMVTileParts: defaultTileParts(w.Config.Inner),
 		DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), DecoderGraphSteps: 32, TopPClusters: sm90,
 		// decode on sm_90's warpgroup GEMVs
 		GEMVWarpgroup: sm90, GEMVWarpgroupOut: sm90 && wgOutPays(w.Config.Hidden),
