@@ -75,9 +75,17 @@ READ_ENTRY(8, 2, u8_nc256)
 // launches back to back, as in a step graph, with the weights rotating
 // over copies that exceed L2; the variants take turns (9 rounds of 20
 // runs, CUDA events). It logs each one's median time a launch, its rate
-// and its share of 4.8 TB/s. $READFLOOR_SHAPES (a regexp) picks shapes.
+// and its share of 4.8 TB/s. $READFLOOR_SHAPES (a regexp) picks shapes,
+// and $READFLOOR_TURNS ("rounds,runs") other turns.
 func BenchmarkReadFloor(b *testing.B) {
-	const rounds, runs, train = 9, 20, 8
+	const train = 8
+	rounds, runs := 9, 20
+	// READFLOOR_TURNS, "rounds,runs", shortens the timing (for ncu).
+	if v := os.Getenv("READFLOOR_TURNS"); v != "" {
+		if _, err := fmt.Sscanf(v, "%d,%d", &rounds, &runs); err != nil || rounds < 1 || runs < 1 {
+			b.Fatalf("READFLOOR_TURNS %q: want rounds,runs (both 1 or more)", v)
+		}
+	}
 	d, _, s, src, timer := kernelBench(b, "step.cu")
 	step := functions(b, loadSource(b, d, src, "step.cu"))("gemv_r4_b1_bf16")
 	// The streaming entry (gemv_sb1_) as built, and at other depths and

@@ -85,7 +85,7 @@
 #   readfloorncu: ncu's full set (details, and stall samples by SASS line) on one
 #             launch each of gemv_r4_b1_bf16, gemv_sb1_bf16 and read_u8_cs at
 #             $READFLOOR_NCU_SHAPES (2.8b_in_proj 2.8b_lm_head), ncu flushing
-#             the caches before each (about 2 minutes);
+#             the caches before each; one text file a kernel (about a minute);
 #   samplingncu: ncu's full set on one launch each of topp_draw_f32,
 #             topp_draw_x8_f32 (all 8 blocks of the cluster) and topk_rows_f32
 #             (B=1, a random model's row): the details page and the
@@ -484,13 +484,18 @@ if [[ $mode == readfloorncu ]]; then  # ncu on the GEMVs and a reader of the sam
   for shape in ${READFLOOR_NCU_SHAPES:-2.8b_in_proj 2.8b_lm_head}; do
     for k in gemv_r4_b1_bf16 gemv_sb1_bf16 read_u8_cs; do
       tag=${shape}_$k
-      READFLOOR_SHAPES="^${shape/_/ }\$" timeout 200 ncu --set full --import-source no --kernel-name $k --launch-count 1 \
-        -f -o "$OUT/$tag" .carry/kernels.test -test.run '^$' -test.bench ReadFloor -test.benchtime 1x > "$OUT/${tag}_ncu.log" 2>&1
+      rep=$(mktemp -d)/$tag
+      READFLOOR_SHAPES="^${shape/_/ }\$" READFLOOR_TURNS=1,1 timeout 200 ncu --set full --import-source no \
+        --kernel-name $k --launch-count 1 -f -o "$rep" .carry/kernels.test -test.run '^$' -test.bench ReadFloor \
+        -test.benchtime 1x > "$rep.log" 2>&1
       echo "$tag: ncu exit $?"
-      ncu -i "$OUT/$tag.ncu-rep" --page details > "$OUT/${tag}_details.txt" 2>&1
-      ncu -i "$OUT/$tag.ncu-rep" --page source --csv --print-source sass > "$OUT/${tag}_source.csv" 2>&1
-      grep -E "^    (Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Issue Slots Busy|L2 Hit Rate) " "$OUT/${tag}_details.txt" | head -10
-      python3 bench/stalls.py "$OUT/${tag}_source.csv" --top 4 > "$OUT/${tag}_stalls.txt" 2>&1 && head -30 "$OUT/${tag}_stalls.txt"
+      # One file a kernel comes back (the run returns few): the details
+      # page, then the stall samples' summary by SASS line.
+      ncu -i "$rep.ncu-rep" --page details > "$OUT/$tag.txt" 2>&1 || tail -5 "$rep.log" >> "$OUT/$tag.txt"
+      ncu -i "$rep.ncu-rep" --page source --csv --print-source sass > "$rep.csv" 2>&1
+      grep -E "^    (Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Issue Slots Busy|L2 Hit Rate) " "$OUT/$tag.txt" | head -10
+      python3 bench/stalls.py "$rep.csv" --top 4 > "$rep.stalls" 2>&1 && head -30 "$rep.stalls"
+      { echo; echo "== stall samples by SASS line (bench/stalls.py)"; cat "$rep.stalls"; } >> "$OUT/$tag.txt"
     done
   done
   exit $status
