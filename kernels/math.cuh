@@ -216,6 +216,14 @@ __device__ __forceinline__ void timeline_mark_after(unsigned long long *tl, int 
 // prefetch_l2 asks for the 128-byte line holding p in L2, without waiting.
 __device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
+// prefetch_bulk_l2 asks L2 for the n bytes at p (both multiples of 16)
+// as one bulk prefetch, without waiting (sm_90 and newer; a no-op before).
+__device__ __forceinline__ void prefetch_bulk_l2(const void *p, unsigned n) {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory");
+#endif
+}
+
 // prefetch_share asks L2 for the calling block's share of the n bytes at p,
 // without waiting: the grid's blocks split the span into slices of whole
 // 16-byte pieces, and each block's first thread queues its slice as one
@@ -227,10 +235,7 @@ __device__ __forceinline__ void prefetch_share(const void *p, long long n) {
     long long blocks = (long long)gridDim.x * gridDim.y * gridDim.z;
     long long b = blockIdx.x + gridDim.x * (blockIdx.y + (long long)gridDim.y * blockIdx.z);
     long long pieces = n >> 4, per = (pieces + blocks - 1) / blocks, lo = b * per, hi = min(pieces, lo + per);
-    if (lo < hi)
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"((const char *)p + 16 * lo),
-                     "r"((unsigned)(16 * (hi - lo)))
-                     : "memory");
+    if (lo < hi) prefetch_bulk_l2((const char *)p + 16 * lo, (unsigned)(16 * (hi - lo)));
 #endif
 }
 

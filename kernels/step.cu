@@ -852,15 +852,11 @@ __device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, cons
     int warps = blockDim.x >> 5;
     long long wi = (long long)blockIdx.x * warps + (threadIdx.x >> 5), nw = (long long)gridDim.x * warps;
     int r0 = (int)(wi * rows / nw), r1 = (int)((wi + 1) * rows / nw);
-#if __CUDA_ARCH__ >= 900
     // With PREFETCH, the warp asks L2 for its whole run (one bulk prefetch)
     // before the PDL wait: where the step launches this kernel early, its
     // weights stream in while the kernels before it finish.
     if (PREFETCH && (threadIdx.x & 31) == 0 && r1 > r0)
-        asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(W + (size_t)r0 * K),
-                     "r"((unsigned)((size_t)(r1 - r0) * K * sizeof(T)))
-                     : "memory");
-#endif
+        prefetch_bulk_l2(W + (size_t)r0 * K, (unsigned)((size_t)(r1 - r0) * K * sizeof(T)));
     int cpr = ((K / V + 31) / 32 + SPLIT - 1) / SPLIT * SPLIT;  // a lane's slices a row, whole splits
 #if STREAM_WHOLE
     if (cpr * 32 * V == K && cpr % 4 == 0)
