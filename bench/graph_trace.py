@@ -146,12 +146,33 @@ def summarize(groups):
             "rows": rows}
 
 
+def traced(run, stream, warmup, replays, check=None):
+    """Runs run warmup times on stream (then check(), if given), times it
+    back to back, profiles replays runs of it, and times it again; returns
+    (ms a call before, the profiler, ms a call after)."""
+    import torch
+    from cuda_timing import back_to_back
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            run()
+        stream.synchronize()
+        if check:
+            check()
+        plain = back_to_back(run, stream, repeats=9)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(replays):
+                run()
+            stream.synchronize()
+        after = back_to_back(run, stream, repeats=9)
+    return plain, prof, after
+
+
 def trace(a, mg, L, d):
     """Traces mg's replays at each of a.lengths and prints each length's
     table; returns {str(T): summary}."""
     import torch
-    from cuda_timing import back_to_back
-    from torch.profiler import ProfilerActivity, profile
 
     stream = torch.cuda.Stream()
     out_lengths = {}
@@ -165,16 +186,8 @@ def trace(a, mg, L, d):
             mg.prefill_ptr(ids.data_ptr(), (a.B, T), out_ptr=out.data_ptr(), state=state,
                            stream=stream.cuda_stream)
 
-        with torch.cuda.stream(stream):
-            for _ in range(30):  # the graph is captured on the first call; then the clocks ramp up
-                run()
-            stream.synchronize()
-            plain = back_to_back(run, stream, repeats=9)
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(a.replays):
-                    run()
-                stream.synchronize()
-            after = back_to_back(run, stream, repeats=9)
+        # 30 warm-up calls: the graph is captured on the first; then the clocks ramp up.
+        plain, prof, after = traced(run, stream, 30, a.replays)
         ks = kernels(prof)
         s = summarize(layers(ks, "rmsnorm_bf16"))
         s["outside"] = edges(ks, "rmsnorm_bf16", L)

@@ -24,7 +24,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from graph_trace import kernels, layers, summarize  # noqa: E402
+from graph_trace import kernels, layers, summarize, traced  # noqa: E402
 
 LAYER_START = "step_in"  # in_proj, the first kernel of a decode layer on every path
 
@@ -52,8 +52,6 @@ def trace(a, mg):
     """Traces a.replays replays of mg's step graph for a.B sequences and
     returns the summary, with the replay's untraced time."""
     import torch
-    from cuda_timing import back_to_back
-    from torch.profiler import ProfilerActivity, profile
 
     V = mg.config.vocab_size
     stream = torch.cuda.Stream()
@@ -66,18 +64,12 @@ def trace(a, mg):
     def run():
         graph.step_ptr(ids.data_ptr(), logits_ptr=logits.data_ptr(), stream=stream.cuda_stream)
 
-    with torch.cuda.stream(stream):
-        for _ in range(50):  # the clocks ramp up over the first replays
-            run()
-        stream.synchronize()
+    def check():
         if not torch.isfinite(logits).all():
             raise RuntimeError("the step graph's logits hold NaN or inf")
-        plain = back_to_back(run, stream, repeats=9)
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(a.replays):
-                run()
-            stream.synchronize()
-        after = back_to_back(run, stream, repeats=9)
+
+    # 50 warm-up replays: the clocks ramp up over the first ones.
+    plain, prof, after = traced(run, stream, 50, a.replays, check)
     graph.close()
     ks = kernels(prof)
     s = summarize(layers(ks, LAYER_START))
