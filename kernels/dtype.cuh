@@ -64,5 +64,15 @@ __device__ __forceinline__ float4 load4(const T *p) {
 // EACH_DTYPE(X) expands X(sfx, T) for every storage type. A kernel file
 // defines its typed entries through it, one extern "C" kernel per type named
 // <kernel>_##sfx: rmsnorm_f32, rmsnorm_bf16, rmsnorm_f16. kernels.DTypes
-// lists the same suffixes.
+// lists the same suffixes. The engine compiles a file with typed entries
+// once per type, as parts that NVRTC compiles at once (kernels.Unit):
+// DTYPE_ONLY_<sfx> makes EACH_DTYPE expand that type alone.
+#if defined(DTYPE_ONLY_f32)
+#define EACH_DTYPE(X) X(f32, float)
+#elif defined(DTYPE_ONLY_bf16)
+#define EACH_DTYPE(X) X(bf16, bf16)
+#elif defined(DTYPE_ONLY_f16)
+#define EACH_DTYPE(X) X(f16, f16)
+#else
 #define EACH_DTYPE(X) X(f32, float) X(bf16, bf16) X(f16, f16)
+#endif

@@ -2,6 +2,7 @@ package kernels_test
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -69,6 +70,44 @@ func TestEntries(t *testing.T) {
 				t.Errorf("%s: entry %q is not a kernel name", name, k)
 			}
 		}
+	}
+}
+
+// TestUnits checks, without NVRTC, that the units look up every entry of
+// every source exactly once (a plain entry in the first type's part only),
+// that a source with typed entries is split into one part per type and any
+// other source kept whole, and that a part's options select its type.
+func TestUnits(t *testing.T) {
+	var whole, split []string
+	for _, name := range kernels.Names() {
+		whole = append(whole, kernels.Entries(name)...)
+	}
+	parts := map[string][]string{}
+	for _, u := range kernels.Units() {
+		split = append(split, u.Entries()...)
+		parts[u.Name] = append(parts[u.Name], u.DType)
+		want := []string{"-DDTYPE_ONLY_" + u.DType}
+		if u.DType == "" {
+			want = nil
+		}
+		if got := u.Options(); !slices.Equal(got, want) {
+			t.Errorf("%s: options %q, want %q", u, got, want)
+		}
+	}
+	slices.Sort(whole)
+	slices.Sort(split)
+	if !slices.Equal(whole, split) {
+		t.Errorf("the units' entries differ from the sources':\n%v\n%v", split, whole)
+	}
+	for name, dts := range parts {
+		src, _ := kernels.Source(name)
+		typed := strings.Contains(src, "_##sfx(") // an entry that EACH_DTYPE names per type
+		if want := []string{""}; typed && !slices.Equal(dts, kernels.DTypes) || !typed && !slices.Equal(dts, want) {
+			t.Errorf("%s: parts %q (typed entries: %v)", name, dts, typed)
+		}
+	}
+	if got := (kernels.Unit{Name: "step.cu", DType: "bf16"}).String(); got != "step.cu (bf16)" {
+		t.Errorf("String() = %q", got)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 
 	"github.com/mambago/mambago/kernels"
@@ -54,40 +55,66 @@ var kernelOptions = []string{"--std=c++17"}
 // compile holds a few hundred MB of host memory while it runs.
 const maxCompiles = 8
 
-// compileKernels returns a CUBIN for each of kernels.Names() in order,
+// compileKernels returns a CUBIN for each of kernels.Units() in order,
 // compiled for arch (each source's kernels.Target) or read from the disk
-// cache (cuda.CompileCached). The sources compile several at once: for
-// sm_90 on a 2-core machine, 14.8 s against 26 s one after another (the
-// longest, scan_onepass.cu, 10 s alone); under 3 s on the H200's 16-core
-// host.
-func compileKernels(arch string) ([][]byte, error) {
-	names := kernels.Names()
-	cubins := make([][]byte, len(names))
-	errs := make([]error, len(names))
-	slots := make(chan struct{}, max(1, min(maxCompiles, runtime.GOMAXPROCS(0))))
+// cache (cuda.CompileCached). Up to maxCompiles units compile at once, the
+// larger source files first, so the longest (step.cu's and scan_onepass.cu's
+// parts) do not start last. A source's typed entries compile as one part a
+// storage type (kernels.Unit): for sm_90 on a 2-core machine step.cu took
+// 26.8 s whole and 8.6-9.3 s a part, so with enough cores the first load
+// waits for about a third of its longest source.
+func compileKernels(arch string) ([][]byte, error) { return compileUnits(arch, kernels.Units()) }
+
+// compileUnits returns a CUBIN for each of units in order, as
+// compileKernels does.
+func compileUnits(arch string, units []kernels.Unit) ([][]byte, error) {
+	srcs := make([]string, len(units))
+	for i, u := range units {
+		src, err := kernels.Source(u.Name)
+		if err != nil {
+			return nil, err
+		}
+		srcs[i] = src
+	}
+	order := make([]int, len(units))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return len(srcs[b]) - len(srcs[a]) })
+	queue := make(chan int, len(order))
+	for _, i := range order {
+		queue <- i
+	}
+	close(queue)
+	cubins := make([][]byte, len(units))
+	errs := make([]error, len(units))
 	var wg sync.WaitGroup
-	for i, name := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			slots <- struct{}{}
-			defer func() { <-slots }()
-			src, err := kernels.Source(name)
-			if err == nil {
-				cubins[i], err = cuda.CompileCached(src, name, kernels.Target(name, arch), kernelOptions...)
+	for range max(1, min(maxCompiles, runtime.GOMAXPROCS(0))) {
+		wg.Go(func() {
+			for i := range queue {
+				u := units[i]
+				cubins[i], errs[i] = cuda.CompileCached(srcs[i], u.Name, kernels.Target(u.Name, arch), unitOptions(u)...)
+				if errs[i] != nil {
+					errs[i] = fmt.Errorf("%s: %w", u, errs[i])
+				}
 			}
-			errs[i] = err
-		}()
+		})
 	}
 	wg.Wait()
 	return cubins, errors.Join(errs...)
 }
 
+// unitOptions are NVRTC's options for unit u: kernelOptions and those that
+// select u's part of its file.
+func unitOptions(u kernels.Unit) []string {
+	return append(slices.Clip(kernelOptions), u.Options()...)
+}
+
 // PendingKernels returns device ordinal's architecture and the kernel
-// sources that loading an engine there would compile, those with no CUBIN
-// for it in the disk cache yet (cuda.CacheDir). Loading compiles them once
-// (up to half a minute), then reads them from the cache; callers report
-// that wait to their users.
+// sources that loading an engine there would compile, those with some unit
+// (kernels.Unit) that has no CUBIN for it in the disk cache yet
+// (cuda.CacheDir). Loading compiles them once (up to half a minute), then
+// reads them from the cache; callers report that wait to their users.
 func PendingKernels(ordinal int) (arch string, pending []string, err error) {
 	if arch, err = cuda.DeviceArch(ordinal); err != nil {
 		return "", nil, err
@@ -96,24 +123,24 @@ func PendingKernels(ordinal int) (arch string, pending []string, err error) {
 	return arch, pending, err
 }
 
-// pendingKernels lists the kernel sources with no CUBIN for arch in the
-// disk cache.
+// pendingKernels lists the kernel sources with a unit that has no CUBIN
+// for arch in the disk cache, each once.
 func pendingKernels(arch string) ([]string, error) {
 	var pending []string
-	for _, name := range kernels.Names() {
-		src, err := kernels.Source(name)
+	for _, u := range kernels.Units() {
+		src, err := kernels.Source(u.Name)
 		if err != nil {
 			return nil, err
 		}
-		if !cuda.IsCached(src, name, kernels.Target(name, arch), kernelOptions...) {
-			pending = append(pending, name)
+		if !cuda.IsCached(src, u.Name, kernels.Target(u.Name, arch), unitOptions(u)...) && !slices.Contains(pending, u.Name) {
+			pending = append(pending, u.Name)
 		}
 	}
 	return pending, nil
 }
 
-// loadKernels compiles every kernel source for the device and looks up the
-// entry points.
+// loadKernels compiles every kernel unit for the device and looks up each
+// entry point in its unit's module.
 func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, error) {
 	fns := map[string]*cuda.Function{}
 	var mods []*cuda.Module
@@ -121,13 +148,13 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 	if err != nil {
 		return nil, mods, err
 	}
-	for i, name := range kernels.Names() {
+	for i, u := range kernels.Units() {
 		m, err := cuda.LoadModule(cubins[i])
 		if err != nil {
-			return nil, mods, fmt.Errorf("%s: %w", name, err)
+			return nil, mods, fmt.Errorf("%s: %w", u, err)
 		}
 		mods = append(mods, m)
-		for _, k := range kernels.Entries(name) {
+		for _, k := range u.Entries() {
 			f, err := m.Function(k)
 			if err != nil {
 				return nil, mods, err

@@ -2,10 +2,12 @@ package gpu
 
 import (
 	"bytes"
+	"debug/elf"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/kernels"
@@ -13,10 +15,11 @@ import (
 )
 
 // TestCompileKernels needs NVRTC but no GPU. In an empty cache every source
-// is pending for sm_90; compileKernels compiles them all at once into it, a
-// CUBIN each in kernels.Names' order (ELF, and for one source the bits
-// cuda.Compile gives alone); then none is pending, and a second call reads
-// every one from the cache.
+// is pending for sm_90; compileKernels compiles every unit at once into it,
+// a CUBIN each in kernels.Units' order: ELF, defining every entry that
+// loadKernels looks up in it (so the lookups cannot fail on a GPU), and for
+// a whole source and a typed part the bits cuda.Compile gives alone. Then
+// none is pending, and a second call reads every one from the cache.
 func TestCompileKernels(t *testing.T) {
 	gputest.NeedNVRTC(t)
 	if testing.Short() {
@@ -24,7 +27,7 @@ func TestCompileKernels(t *testing.T) {
 	}
 	t.Setenv("MAMBAGO_KERNEL_CACHE", t.TempDir())
 	const arch = "sm_90"
-	names := kernels.Names()
+	names, units := kernels.Names(), kernels.Units()
 	pending, err := pendingKernels(arch)
 	if err != nil {
 		t.Fatal(err)
@@ -32,26 +35,40 @@ func TestCompileKernels(t *testing.T) {
 	if !slices.Equal(pending, names) {
 		t.Fatalf("pending in an empty cache: %v, want every source %v", pending, names)
 	}
+	start := time.Now()
 	cubins, err := compileKernels(arch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cubins) != len(names) {
-		t.Fatalf("%d CUBINs for %d sources", len(cubins), len(names))
+	t.Logf("%d units of %d sources compiled in %.1f s", len(units), len(names), time.Since(start).Seconds())
+	if len(cubins) != len(units) {
+		t.Fatalf("%d CUBINs for %d units", len(cubins), len(units))
 	}
-	for i, c := range cubins {
-		if !bytes.HasPrefix(c, []byte("\x7fELF")) {
-			t.Errorf("%s: not an ELF CUBIN (%d bytes)", names[i], len(c))
+	for i, u := range units {
+		defined, err := cubinFunctions(cubins[i])
+		if err != nil {
+			t.Errorf("%s: %v", u, err)
+			continue
+		}
+		for _, k := range u.Entries() {
+			if !defined[k] {
+				t.Errorf("%s: its CUBIN does not define %s", u, k)
+			}
 		}
 	}
-	i := slices.Index(names, "pool.cu") // a quick one to compile again alone
-	src, err := kernels.Source(names[i])
-	if err != nil {
-		t.Fatal(err)
-	}
-	alone, err := cuda.Compile(src, names[i], kernels.Target(names[i], arch), kernelOptions...)
-	if err != nil || !bytes.Equal(alone, cubins[i]) {
-		t.Fatalf("%s compiled alone: err %v, the same bits %v", names[i], err, bytes.Equal(alone, cubins[i]))
+	for _, u := range []kernels.Unit{{Name: "pool.cu"}, {Name: "embed.cu", DType: "bf16"}} { // quick ones to compile again alone
+		i := slices.Index(units, u)
+		if i < 0 {
+			t.Fatalf("%s is not a unit: %v", u, units)
+		}
+		src, err := kernels.Source(u.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		alone, err := cuda.Compile(src, u.Name, kernels.Target(u.Name, arch), unitOptions(u)...)
+		if err != nil || !bytes.Equal(alone, cubins[i]) {
+			t.Fatalf("%s compiled alone: err %v, the same bits %v", u, err, bytes.Equal(alone, cubins[i]))
+		}
 	}
 	if pending, err = pendingKernels(arch); err != nil || len(pending) != 0 {
 		t.Fatalf("pending after compiling: %v (err %v)", pending, err)
@@ -60,9 +77,29 @@ func TestCompileKernels(t *testing.T) {
 	if _, err := compileKernels(arch); err != nil {
 		t.Fatal(err)
 	}
-	if h1, m1 := cuda.CacheStats(); h1-h0 != int64(len(names)) || m1 != m0 {
-		t.Fatalf("second call: %d cache hits, %d compiles; want %d and 0", h1-h0, m1-m0, len(names))
+	if h1, m1 := cuda.CacheStats(); h1-h0 != int64(len(units)) || m1 != m0 {
+		t.Fatalf("second call: %d cache hits, %d compiles; want %d and 0", h1-h0, m1-m0, len(units))
 	}
+}
+
+// cubinFunctions returns the names of the functions a CUBIN's symbol table
+// defines: its kernels, among others.
+func cubinFunctions(cubin []byte) (map[string]bool, error) {
+	f, err := elf.NewFile(bytes.NewReader(cubin))
+	if err != nil {
+		return nil, err
+	}
+	syms, err := f.Symbols()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF {
+			out[s.Name] = true
+		}
+	}
+	return out, nil
 }
 
 // TestTopKDrawMaxIsTheKernels checks that topKDrawMax, the largest k

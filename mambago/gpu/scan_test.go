@@ -69,12 +69,12 @@ func TestScanTMAApplies(t *testing.T) {
 }
 
 // TestWantedKernelsAreEntries checks, without a GPU, that every kernel the
-// engine looks up is an entry of some source in kernels/ (loadKernels
-// fails otherwise).
+// engine looks up is an entry of some unit in kernels/ (loadKernels fails
+// otherwise).
 func TestWantedKernelsAreEntries(t *testing.T) {
 	entries := map[string]bool{}
-	for _, name := range kernels.Names() {
-		for _, k := range kernels.Entries(name) {
+	for _, u := range kernels.Units() {
+		for _, k := range u.Entries() {
 			entries[k] = true
 		}
 	}
