@@ -101,6 +101,7 @@ EACH_DTYPE(CONV)
 // leaves it in place when the whole chunk is padding. The padding's other
 // inputs reach only the padding's own outputs. Grid (ceil(E / blockDim.x),
 // B); xz, ldx, win, E and K as conv_silu's.
+#if PLAIN_ENTRIES
 extern "C" __global__ void pad_window_f32(float *__restrict__ xz, int ldx, float *__restrict__ win, int n, int E,
                                           int K, const int *__restrict__ pad, int t0) {
     int c = blockIdx.x * blockDim.x + threadIdx.x, b = blockIdx.y;
@@ -120,3 +121,4 @@ extern "C" __global__ void pad_window_f32(float *__restrict__ xz, int ldx, float
             xz[((size_t)b * n + i) * ldx + c] = old[k];
     }
 }
+#endif

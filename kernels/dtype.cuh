@@ -76,3 +76,12 @@ __device__ __forceinline__ float4 load4(const T *p) {
 #else
 #define EACH_DTYPE(X) X(f32, float) X(bf16, bf16) X(f16, f16)
 #endif
+// PLAIN_ENTRIES is 1 where a program holds its file's plain entries (those
+// not made per type): the whole file, and its first type's part, where the
+// engine looks them up. A file with typed entries puts its plain ones under
+// #if PLAIN_ENTRIES, so the other parts do not compile them again.
+#if defined(DTYPE_ONLY_bf16) || defined(DTYPE_ONLY_f16)
+#define PLAIN_ENTRIES 0
+#else
+#define PLAIN_ENTRIES 1
+#endif

@@ -14,6 +14,7 @@
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < (total); \
          i += (long long)gridDim.x * blockDim.x)
 
+#if PLAIN_ENTRIES
 extern "C" __global__ void add_bias_f32(float *x, int ld, const float *__restrict__ bias, long long rows, int n) {
     GRID_STRIDE(i, rows * n) {
         long long r = i / n;
@@ -21,6 +22,7 @@ extern "C" __global__ void add_bias_f32(float *x, int ld, const float *__restric
         x[r * ld + c] += bias[c];
     }
 }
+#endif
 
 #define TO(sfx, T)                                                                                  \
     extern "C" __global__ void to_##sfx(const float *__restrict__ x, T *__restrict__ y, long long n) { \
@@ -34,6 +36,7 @@ EACH_DTYPE(TO)
     }
 EACH_DTYPE(FROM)
 
+#if PLAIN_ENTRIES
 extern "C" __global__ void scale_f32(float *x, long long n, float s) {
     GRID_STRIDE(i, n) x[i] *= s;
 }
@@ -51,3 +54,4 @@ extern "C" __global__ void memset_rows(unsigned char *dst, unsigned long long pi
             *p = (unsigned char)value;
     }
 }
+#endif

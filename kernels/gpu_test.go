@@ -25,7 +25,8 @@ func gpu(t testing.TB) (func(string) *cuda.Function, *cuda.Stream) {
 	opts := strings.Fields(os.Getenv("KERNELS_OPTS"))
 	for _, name := range kernels.Names() {
 		src, _ := kernels.Source(name)
-		m := loadSourceFor(t, kernels.Target(name, d.Arch()), src, name, opts...) // as gpu.loadKernels compiles it
+		// Whole files: the engine compiles typed entries in parts (kernels.Unit), to the same SASS (scripts/sass_parts.sh).
+		m := loadSourceFor(t, kernels.Target(name, d.Arch()), src, name, opts...)
 		for _, k := range kernels.Entries(name) {
 			f, err := m.Function(k)
 			if err != nil {

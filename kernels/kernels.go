@@ -86,8 +86,8 @@ func Entries(name string) []string { return entries(name, "") }
 
 // entries returns the kernels of source file name that a caller looks up in
 // the module compiled for dtype: with dtype "", every entry; with a DTypes
-// suffix, the typed entries of that type, and the plain ones only in the
-// first type's part (each part holds them; one lookup is enough).
+// suffix, the typed entries of that type, and the plain ones in the first
+// type's part, the only part that compiles them.
 func entries(name, dtype string) []string {
 	src, err := Source(name)
 	if err != nil {
@@ -114,8 +114,8 @@ func entries(name, dtype string) []string {
 // whole, or one storage type's part of a file with them (EACH_DTYPE
 // expanding that type alone, under DTYPE_ONLY_<sfx>). The parts compile at
 // once on as many cores: step.cu's three took 8.6-9.3 s each for sm_90 on a
-// 2-core machine, against 26.8 s for the whole file. Each part also holds
-// the file's plain entries, which compile in well under a second.
+// 2-core machine, against 26.8 s for the whole file. The file's plain
+// entries compile in its first type's part only (PLAIN_ENTRIES, dtype.cuh).
 type Unit struct {
 	Name  string // the source file, such as "step.cu"
 	DType string // the part's DTypes suffix, or "" for a whole file

@@ -131,6 +131,7 @@ EACH_DTYPE(RMSNORM)
 // FalconMamba's weightless RMSNorm on the dt, B and C parts of each row of
 // x_proj's output dbl [rows, R + 2N] f32: each part is scaled by
 // rsqrt(mean(part^2) + eps) on its own. Grid (rows), block a multiple of 32.
+#if PLAIN_ENTRIES
 extern "C" __global__ void rmsnorm_dbc_f32(float *dbl, int R, int N, float eps) {
     float *row = dbl + (size_t)blockIdx.x * (R + 2 * N);
     int start[3] = {0, R, R + N}, len[3] = {R, N, N};
@@ -142,3 +143,4 @@ extern "C" __global__ void rmsnorm_dbc_f32(float *dbl, int R, int N, float eps) 
         for (int i = threadIdx.x; i < len[p]; i += blockDim.x) v[i] *= scale;
     }
 }
+#endif

@@ -264,6 +264,7 @@ __device__ __forceinline__ void scan_chunk_staged(const float *__restrict__ dtv,
     }
 EACH_DTYPE(SCAN_SUM)
 
+#if PLAIN_ENTRIES
 extern "C" __global__ void scan_carry_f32(const float *__restrict__ A2, const float *__restrict__ sumdt,
                                           float *__restrict__ chunk_state, const float *__restrict__ state, int B,
                                           int E, int N, int nch) {
@@ -289,6 +290,7 @@ extern "C" __global__ void scan_carry_f32(const float *__restrict__ A2, const fl
         }
     }
 }
+#endif
 
 #define SCAN_OUT_PARAMS(T)                                                                                   \
     const float *__restrict__ dt, const float *__restrict__ A2, const float *__restrict__ dbl, int ldd, int R,   \

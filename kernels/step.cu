@@ -958,6 +958,7 @@ EACH_DTYPE(STREAM_GEMV)
 #ifndef STEP_TILE_MINB
 #define STEP_TILE_MINB 2
 #endif
+#if PLAIN_ENTRIES  // the plain entries, to the end of the file: the tensor-core GEMVs, the scan steps
 extern "C" __global__ void __launch_bounds__(STEP_TILE_THREADS, STEP_TILE_MINB) gemv_tc_bf16(GEMV_PARAMS(bf16)) {
     gemv<16, STEP_MAXB, 1, TILE_WHOLE, bf16>(GEMV_ARGS);
 }
@@ -1162,3 +1163,4 @@ extern "C" __global__ void __launch_bounds__(32 * STEP_WARPS)
         }
     }
 }
+#endif  // PLAIN_ENTRIES

@@ -296,7 +296,8 @@
 #   mamba_ssm: builds mamba_ssm and causal-conv1d for sm_90 (once per machine),
 #             then the bf16 prefill and decode comparison (bench/mamba_ssm/compare.py);
 #   compile:  the first load's notice (Go and Python) with the kernels compiled
-#             in parallel, then a few engine tests;
+#             in parallel, then a few engine tests, then the compile into an
+#             empty cache timed whole against in units (BenchmarkCompileKernels);
 #   twopasses: the slow second pass, reproduced and traced stage by stage
 #             (BenchmarkTwoPasses; scripts/twopass_probe.sh has its probes);
 #   instancetrace: bf16 models built, traced kernel by kernel and closed one
@@ -852,6 +853,10 @@ if [[ $mode == compile ]]; then
     > "$OUT/compile_pytest.log" 2>&1 || status=1
   tail -3 "$OUT/compile_pytest.log"
   run_tests compile_gpu 300 .carry/gpu.test -test.v -test.run 'TestGraphInPlace|TestPrefillGraphCache'
+  echo "== every kernel compiled for sm_90 into an empty cache, whole sources against units, taking turns (3 rounds)"
+  timeout 300 .carry/gpu.test -test.v -test.run '^$' -test.bench BenchmarkCompileKernels -test.benchtime 3x \
+    > "$OUT/compile_bench.log" 2>&1 || status=1
+  grep -E 'round|whole/units|FAIL|panic' "$OUT/compile_bench.log" | sed 's/^ *[a-z_]*\.go:[0-9]*: //'
   exit $status
 fi
 if [[ $mode == entry ]]; then

@@ -17,7 +17,8 @@ import (
 // TestCompileKernels needs NVRTC but no GPU. In an empty cache every source
 // is pending for sm_90; compileKernels compiles every unit at once into it,
 // a CUBIN each in kernels.Units' order: ELF, defining every entry that
-// loadKernels looks up in it (so the lookups cannot fail on a GPU), and for
+// loadKernels looks up in it (so the lookups cannot fail on a GPU) and no
+// entry that it looks up in another part (nothing compiled twice), and for
 // a whole source and a typed part the bits cuda.Compile gives alone. Then
 // none is pending, and a second call reads every one from the cache.
 func TestCompileKernels(t *testing.T) {
@@ -53,6 +54,11 @@ func TestCompileKernels(t *testing.T) {
 		for _, k := range u.Entries() {
 			if !defined[k] {
 				t.Errorf("%s: its CUBIN does not define %s", u, k)
+			}
+		}
+		for _, k := range kernels.Entries(u.Name) { // the file's other entries: other parts' own
+			if defined[k] && !slices.Contains(u.Entries(), k) {
+				t.Errorf("%s compiles %s, another part's entry (a plain one belongs under #if PLAIN_ENTRIES)", u, k)
 			}
 		}
 	}
