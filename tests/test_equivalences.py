@@ -127,6 +127,11 @@ def test_generate_sampling(base_model, rng):
     b = m.generate(ids, 10, temperature=0.8, top_k=30, top_p=0.9, seed=123)
     c = m.generate(ids, 10, temperature=0.8, top_k=30, top_p=0.9, seed=124)
     assert np.array_equal(a, b) and not np.array_equal(a, c)
+    # Any int seeds: its low 63 bits are used.
+    big = m.generate(ids, 10, temperature=0.8, top_k=30, top_p=0.9, seed=123 + 2**63)
+    neg = m.generate(ids, 10, temperature=0.8, top_k=30, top_p=0.9, seed=-1)
+    top = m.generate(ids, 10, temperature=0.8, top_k=30, top_p=0.9, seed=2**63 - 1)
+    assert np.array_equal(big, a) and np.array_equal(neg, top)
     assert a.dtype == np.int64 and a.shape == (3, 10)
     assert ((0 <= a) & (a < m.config.vocab_size)).all()
     # top_k=1 is greedy whatever the temperature.

@@ -826,7 +826,9 @@ class Model:
 
         temperature must be finite and ≥ 0: 0 is greedy (the lowest id among
         equal logits); otherwise tokens are sampled after top_k and top_p
-        filtering, reproducibly for a given seed. The loop runs in the engine: on the CUDA engine greedy
+        filtering, reproducibly for a given seed (any int: its low 63 bits are
+        used, so seeds 2**63 apart draw the same tokens; None draws a random
+        one). The loop runs in the engine: on the CUDA engine greedy
         tokens are picked on the GPU, a top_k draw (top_k up to 1024) is
         made there in the host sampler's own operations (the same logits and
         seed give the same tokens; a larger top_k ranks its candidates
