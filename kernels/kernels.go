@@ -113,8 +113,8 @@ func entries(name, dtype string) []string {
 // A Unit is one program for NVRTC: a source file without typed entries
 // whole, or one storage type's part of a file with them (EACH_DTYPE
 // expanding that type alone, under DTYPE_ONLY_<sfx>). The parts compile at
-// once on as many cores: step.cu's three took 8.6-9.3 s each for sm_90 on a
-// 2-core machine, against 26.8 s for the whole file. The file's plain
+// once on as many cores: step.cu's three took 6.1-8.2 s each for sm_90 on a
+// 2-core machine, against 24-28 s for the whole file. The file's plain
 // entries compile in its first type's part only (PLAIN_ENTRIES, dtype.cuh).
 type Unit struct {
 	Name  string // the source file, such as "step.cu"

@@ -61,8 +61,9 @@ const maxCompiles = 8
 // larger source files first, so the longest (step.cu's and scan_onepass.cu's
 // parts) do not start last. A source's typed entries compile as one part a
 // storage type (kernels.Unit): for sm_90 on a 2-core machine step.cu took
-// 26.8 s whole and 8.6-9.3 s a part, so with enough cores the first load
-// waits for about a third of its longest source.
+// 24-28 s whole and 6.1-8.2 s a part, so with enough cores the first load
+// waits for about a third of its longest source (2 cores: 28.9 s against
+// 30.3 with whole files, bench/results/2026-12-04-compile-units.md).
 func compileKernels(arch string) ([][]byte, error) { return compileUnits(arch, kernels.Units()) }
 
 // compileUnits returns a CUBIN for each of units in order, as
