@@ -41,3 +41,6 @@ type uniformSource uint64
 
 // Uint64 returns m.
 func (m uniformSource) Uint64() uint64 { return uint64(m) }
+
+// FallbackNote is fallbackNote, for the external tests.
+var FallbackNote = fallbackNote

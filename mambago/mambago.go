@@ -36,7 +36,9 @@ import (
 type Options struct {
 	// Device is "auto" (or empty), "cpu" or "cuda". "auto" picks the CUDA
 	// engine when a GPU is usable and the CPU engine otherwise; "cuda" without
-	// a GPU is an error that says why.
+	// a GPU is an error that says why. A GPU older than compute capability
+	// gpu.MinMajor.0 is not usable: "auto" then runs on the CPU engine, and
+	// LoadNotice says so.
 	Device string
 	// DType is "" or "float32", or on the CUDA engine "bfloat16" or
 	// "float16": mixed precision, where the big GEMMs take weights and inputs
@@ -61,16 +63,31 @@ const bigCheckpoint = 1 << 30
 // checkpoint folder path ("" for weights already in memory) on device (as
 // Options.Device) when that takes a while: reading a checkpoint of a GB or
 // more, or compiling the CUDA kernels because the disk cache
-// (cuda.CacheDir) holds none yet for this GPU's architecture. Otherwise it
-// returns "". Open writes it to Options.Progress itself, and "mambago:
-// loaded in <seconds> s" after.
+// (cuda.CacheDir) holds none yet for this GPU's architecture. It also says
+// when "auto" runs on the CPU engine because the GPU is too old for the
+// CUDA engine (gpu.MinMajor). Otherwise it returns "". Open writes it to
+// Options.Progress itself, and "mambago: loaded in <seconds> s" after.
 func LoadNotice(path, device string) string {
 	var work []string
+	gpuAsked := false
+	switch strings.ToLower(device) {
+	case "", "auto", "cuda", "gpu":
+		gpuAsked = true
+	}
+	var usable error
+	if gpuAsked {
+		usable = gpuUsable()
+	}
+	if c := fallbackNote(device, usable); c != "" {
+		work = append(work, c)
+	}
 	if n := checkpointBytes(path); n >= bigCheckpoint {
 		work = append(work, fmt.Sprintf("reading %.1f GB of weights from %s", float64(n)/1e9, path))
 	}
-	if c := compileWork(device); c != "" {
-		work = append(work, c)
+	if gpuAsked && usable == nil {
+		if c := compileWork(); c != "" {
+			work = append(work, c)
+		}
 	}
 	if len(work) == 0 {
 		return ""
@@ -96,18 +113,26 @@ func checkpointBytes(path string) int64 {
 	return n
 }
 
-// compileWork says what loading on device will compile ("compiling 13
-// CUDA kernel sources for sm_90 ..."), or "" where nothing: the CPU
-// engine, no usable GPU, or every kernel already in the disk cache.
-func compileWork(device string) string {
+// fallbackNote says, for device "auto", that the model runs on the CPU
+// engine because GPU 0 is too old for the CUDA engine (usable, what
+// gpuUsable returned, wraps gpu.ErrOldGPU); else "". Device "cuda" fails in
+// Open with the same reason instead.
+func fallbackNote(device string, usable error) string {
 	switch strings.ToLower(device) {
-	case "", "auto", "cuda", "gpu":
+	case "", "auto":
 	default:
 		return ""
 	}
-	if gpuUsable() != nil {
-		return "" // the CPU engine compiles nothing; "cuda" fails in Open with the reason
+	if !errors.Is(usable, gpu.ErrOldGPU) {
+		return ""
 	}
+	return "running on the CPU engine: " + usable.Error()
+}
+
+// compileWork says what loading on GPU 0, which the CUDA engine can use,
+// will compile ("compiling 15 CUDA kernel sources for sm_90 ..."), or ""
+// where every kernel is already in the disk cache.
+func compileWork() string {
 	arch, pending, err := gpu.PendingKernels(0)
 	if err != nil || len(pending) == 0 {
 		return ""
@@ -131,7 +156,10 @@ func gpuUsable() error {
 	if err == nil && n == 0 {
 		err = fmt.Errorf("the driver sees no CUDA device")
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return gpu.DeviceSupported(0)
 }
 
 // Model is a loaded model on one engine.

@@ -1,12 +1,14 @@
 package mambago_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/mambago/mambago/mambago"
+	"github.com/mambago/mambago/mambago/gpu"
 	"github.com/mambago/mambago/mambago/internal/fixture"
 )
 
@@ -40,6 +42,30 @@ func TestLoadNotice(t *testing.T) {
 	want := "mambago: reading 1.6 GB of weights from " + big
 	if n := mambago.LoadNotice(big, "cpu"); !strings.HasPrefix(n, want) {
 		t.Fatalf("LoadNotice(1.6 GB, cpu) = %q, want it to start %q", n, want)
+	}
+}
+
+// TestFallbackNote checks, without a GPU, what "auto" says when GPU 0 is too
+// old for the CUDA engine (it runs on the CPU engine), and that nothing is
+// said for another device, a usable GPU or another reason.
+func TestFallbackNote(t *testing.T) {
+	old := gpu.Supported("GPU 0 (Tesla T4)", 7, 5)
+	if !errors.Is(old, gpu.ErrOldGPU) {
+		t.Fatalf("Supported(7.5) = %v, want an error wrapping ErrOldGPU", old)
+	}
+	want := "running on the CPU engine: GPU 0 (Tesla T4) has compute capability 7.5, older than the CUDA engine needs: 8.0 or newer"
+	for _, device := range []string{"", "auto", "AUTO"} {
+		if got := mambago.FallbackNote(device, old); !strings.HasPrefix(got, want) {
+			t.Errorf("FallbackNote(%q, old GPU) = %q, want it to start %q", device, got, want)
+		}
+	}
+	for _, c := range []struct {
+		device string
+		usable error
+	}{{"cuda", old}, {"cpu", old}, {"auto", nil}, {"auto", errors.New("the driver sees no CUDA device")}} {
+		if got := mambago.FallbackNote(c.device, c.usable); got != "" {
+			t.Errorf("FallbackNote(%q, %v) = %q, want \"\"", c.device, c.usable, got)
+		}
 	}
 }
 

@@ -46,17 +46,31 @@ func archName(major, minor int) string { return fmt.Sprintf("sm_%d%d", major, mi
 // without retaining its context, for callers that only need to know what
 // the kernels compile for.
 func DeviceArch(ordinal int) (string, error) {
-	dev, err := deviceHandle(ordinal)
+	_, major, minor, err := DeviceCapability(ordinal)
 	if err != nil {
 		return "", err
+	}
+	return archName(major, minor), nil
+}
+
+// DeviceCapability returns device ordinal's name and compute capability
+// without retaining its context.
+func DeviceCapability(ordinal int) (name string, major, minor int, err error) {
+	dev, err := deviceHandle(ordinal)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	var cname [256]C.char
+	if err := check("cuDeviceGetName", C.mg_cuDeviceGetName(&cname[0], 256, dev)); err != nil {
+		return "", 0, 0, err
 	}
 	var cc [2]C.int
 	for i, attr := range []int{attrComputeCapabilityMajor, attrComputeCapabilityMinor} {
 		if err := check("cuDeviceGetAttribute", C.mg_cuDeviceGetAttribute(&cc[i], C.int(attr), dev)); err != nil {
-			return "", err
+			return "", 0, 0, err
 		}
 	}
-	return archName(int(cc[0]), int(cc[1])), nil
+	return C.GoString(&cname[0]), int(cc[0]), int(cc[1]), nil
 }
 
 // deviceHandle returns the driver's handle of device ordinal, or an error

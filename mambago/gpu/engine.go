@@ -386,10 +386,14 @@ type Engine struct {
 var _ engine.Engine = (*Engine)(nil)
 
 // New uploads w to GPU ordinal, with the big GEMMs' weights and inputs in dt
-// (see Engine), and compiles the kernels for it.
+// (see Engine), and compiles the kernels for it. A GPU older than MinMajor
+// is an error wrapping ErrOldGPU.
 func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
+	if err := DeviceSupported(ordinal); err != nil {
+		return nil, err
+	}
 	dev, err := cuda.Open(ordinal)
 	if err != nil {
 		return nil, err

@@ -232,6 +232,36 @@ func loadKernels(dev *cuda.Device) (map[string]*cuda.Function, []*cuda.Module, e
 	return fns, mods, nil
 }
 
+// MinMajor is the oldest compute capability (major version) the CUDA
+// engine runs on: its kernels round to bf16 with PTX that needs sm_80, so
+// NVRTC refuses them for sm_75 (the T4) and older.
+const MinMajor = 8
+
+// ErrOldGPU is what Supported returns, wrapped, for a GPU older than
+// MinMajor.
+var ErrOldGPU = errors.New("older than the CUDA engine needs")
+
+// Supported returns nil where the CUDA engine runs on a GPU named name of
+// compute capability major.minor, else an error wrapping ErrOldGPU that
+// names the GPU and what the engine needs.
+func Supported(name string, major, minor int) error {
+	if major >= MinMajor {
+		return nil
+	}
+	return fmt.Errorf("%s has compute capability %d.%d, %w: %d.0 or newer (A100, A10, L4, RTX 30 and 40 series, H100, H200)",
+		name, major, minor, ErrOldGPU, MinMajor)
+}
+
+// DeviceSupported is Supported for GPU ordinal, read without retaining its
+// context.
+func DeviceSupported(ordinal int) error {
+	name, major, minor, err := cuda.DeviceCapability(ordinal)
+	if err != nil {
+		return err
+	}
+	return Supported(fmt.Sprintf("GPU %d (%s)", ordinal, name), major, minor)
+}
+
 // sm90a reports whether dev's kernels are compiled for sm_90a (compute
 // capability 9.0: the H100 and H200), the only target where the kernels on
 // wgmma, the copy engine's tensor maps and clusters run; elsewhere they

@@ -3,6 +3,7 @@ package gpu
 import (
 	"bytes"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -119,4 +120,42 @@ func TestTopKDrawMaxIsTheKernels(t *testing.T) {
 	if want := fmt.Sprintf("#define TOPK_DRAW_MAX %d\n", topKDrawMax); !strings.Contains(src, want) {
 		t.Errorf("kernels/topk.cu does not hold %q", want)
 	}
+}
+
+// TestSupported checks the CUDA engine's oldest GPU, without one: compute
+// capability 8.0 and newer run, older ones are an error wrapping ErrOldGPU
+// that names the GPU and what the engine needs.
+func TestSupported(t *testing.T) {
+	for _, c := range []struct{ major, minor int }{{8, 0}, {8, 6}, {8, 9}, {9, 0}, {10, 0}, {12, 0}} {
+		if err := Supported("GPU 0 (x)", c.major, c.minor); err != nil {
+			t.Errorf("Supported(%d.%d) = %v", c.major, c.minor, err)
+		}
+	}
+	for _, c := range []struct{ major, minor int }{{7, 5}, {7, 0}, {6, 1}} {
+		err := Supported("GPU 1 (Tesla V100)", c.major, c.minor)
+		want := fmt.Sprintf("GPU 1 (Tesla V100) has compute capability %d.%d, older than the CUDA engine needs: 8.0 or newer", c.major, c.minor)
+		if !errors.Is(err, ErrOldGPU) || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("Supported(%d.%d) = %v, want %q... wrapping ErrOldGPU", c.major, c.minor, err, want)
+		}
+	}
+}
+
+// TestMinMajorIsTheKernels checks, through NVRTC (no GPU needed), why
+// MinMajor is 8: some kernel source does not compile for sm_75, the newest
+// architecture below it, while TestCompileAll (kernels/) compiles every one
+// for sm_80. A build whose kernels all compile for sm_75 fails here, so
+// that MinMajor is lowered only with the kernels (and a GPU run there).
+func TestMinMajorIsTheKernels(t *testing.T) {
+	gputest.NeedNVRTC(t)
+	for _, name := range kernels.Names() {
+		src, err := kernels.Source(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cuda.Compile(src, name, "sm_75", kernelOptions...); err != nil {
+			t.Logf("%s does not compile for sm_75", name)
+			return
+		}
+	}
+	t.Fatalf("every kernel source compiles for sm_75, yet MinMajor = %d", MinMajor)
 }

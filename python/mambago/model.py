@@ -506,7 +506,9 @@ class Model:
         config and weights only, into its cache).
 
         device is "auto" (the GPU when one is usable, else the CPU), "cpu" or
-        "cuda". dtype is None or "float32" (the default), or, on the CUDA
+        "cuda". The CUDA engine needs compute capability 8.0 or newer (A100,
+        A10, L4, RTX 30 and 40 series, H100): on an older GPU, such as a T4,
+        "auto" runs on the CPU and says so on stderr, and "cuda" raises. dtype is None or "float32" (the default), or, on the CUDA
         engine, "bfloat16" or "float16" (torch dtypes work too): mixed
         precision, where the big GEMMs take weights and inputs in that type
         and accumulate in float32, and the residual stream, the scan and the
