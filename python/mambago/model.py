@@ -198,7 +198,7 @@ def _addr(a: np.ndarray) -> int:
 
 
 def cuda_is_available() -> bool:
-    """Whether the CUDA engine can run here (a driver and a GPU are present)."""
+    """Whether the CUDA engine can run here: a driver and a GPU of compute capability 8.0 or newer."""
     return _call(_b.GPUStatus) == ""
 
 
