@@ -44,3 +44,7 @@ func (m uniformSource) Uint64() uint64 { return uint64(m) }
 
 // FallbackNote is fallbackNote, for the external tests.
 var FallbackNote = fallbackNote
+
+// Unusable marks err as why a GPU the driver sees cannot run the CUDA
+// engine, as gpuUsable does.
+func Unusable(err error) error { return unusableGPU{err} }

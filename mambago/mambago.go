@@ -37,8 +37,8 @@ type Options struct {
 	// Device is "auto" (or empty), "cpu" or "cuda". "auto" picks the CUDA
 	// engine when a GPU is usable and the CPU engine otherwise; "cuda" without
 	// a GPU is an error that says why. A GPU older than compute capability
-	// gpu.MinMajor.0 is not usable: "auto" then runs on the CPU engine, and
-	// LoadNotice says so.
+	// gpu.MinMajor.0, or one without cuBLAS and NVRTC to load, is not usable:
+	// "auto" then runs on the CPU engine, and LoadNotice says so.
 	Device string
 	// DType is "" or "float32", or on the CUDA engine "bfloat16" or
 	// "float16": mixed precision, where the big GEMMs take weights and inputs
@@ -64,8 +64,8 @@ const bigCheckpoint = 1 << 30
 // Options.Device) when that takes a while: reading a checkpoint of a GB or
 // more, or compiling the CUDA kernels because the disk cache
 // (cuda.CacheDir) holds none yet for this GPU's architecture. It also says
-// when "auto" runs on the CPU engine because the GPU is too old for the
-// CUDA engine (gpu.MinMajor). Otherwise it returns "". Open writes it to
+// when "auto" runs on the CPU engine although the driver sees a GPU (too old
+// a GPU, or cuBLAS or NVRTC missing). Otherwise it returns "". Open writes it to
 // Options.Progress itself, and "mambago: loaded in <seconds> s" after.
 func LoadNotice(path, device string) string {
 	var work []string
@@ -114,16 +114,17 @@ func checkpointBytes(path string) int64 {
 }
 
 // fallbackNote says, for device "auto", that the model runs on the CPU
-// engine because GPU 0 is too old for the CUDA engine (usable, what
-// gpuUsable returned, wraps gpu.ErrOldGPU); else "". Device "cuda" fails in
-// Open with the same reason instead.
+// engine although the driver sees a GPU, and why (usable, what gpuUsable
+// returned, is an unusableGPU: too old a GPU, or a CUDA library missing);
+// else "". Device "cuda" fails in Open with the same reason instead.
 func fallbackNote(device string, usable error) string {
 	switch strings.ToLower(device) {
 	case "", "auto":
 	default:
 		return ""
 	}
-	if !errors.Is(usable, gpu.ErrOldGPU) {
+	var u unusableGPU
+	if !errors.As(usable, &u) {
 		return ""
 	}
 	return "running on the CPU engine: " + usable.Error()
@@ -159,7 +160,29 @@ func gpuUsable() error {
 	if err != nil {
 		return err
 	}
-	return gpu.DeviceSupported(0)
+	if err := gpu.DeviceSupported(0); err != nil {
+		return unusableGPU{err}
+	}
+	if err := cuda.LoadLibraries(); err != nil {
+		return unusableGPU{fmt.Errorf("%w\n%s", err, libraryHint())}
+	}
+	return nil
+}
+
+// unusableGPU is why a GPU that the driver sees cannot run the CUDA engine:
+// too old a GPU (gpu.ErrOldGPU), or cuBLAS or NVRTC missing. Device "auto"
+// then runs on the CPU engine, and LoadNotice says why.
+type unusableGPU struct{ error }
+
+func (u unusableGPU) Unwrap() error { return u.error }
+
+// libraryHint says where to get the CUDA libraries for this driver.
+func libraryHint() string {
+	wheels := "nvidia-cublas nvidia-cuda-nvrtc" // CUDA 13's wheels
+	if v, err := cuda.DriverVersion(); err == nil && v < 13000 {
+		wheels = "nvidia-cublas-cu12 nvidia-cuda-nvrtc-cu12"
+	}
+	return "NVIDIA's pip wheels provide them (pip install " + wheels + "; PyTorch's CUDA builds bring them), as does a CUDA toolkit"
 }
 
 // Model is a loaded model on one engine.

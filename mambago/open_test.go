@@ -45,24 +45,34 @@ func TestLoadNotice(t *testing.T) {
 	}
 }
 
-// TestFallbackNote checks, without a GPU, what "auto" says when GPU 0 is too
-// old for the CUDA engine (it runs on the CPU engine), and that nothing is
-// said for another device, a usable GPU or another reason.
+// TestFallbackNote checks, without a GPU, what "auto" says when the driver
+// sees a GPU that cannot run the CUDA engine (too old, or a library
+// missing): it runs on the CPU engine, and says why. Nothing is said for
+// another device, a usable GPU, or no GPU at all.
 func TestFallbackNote(t *testing.T) {
-	old := gpu.Supported("GPU 0 (Tesla T4)", 7, 5)
-	if !errors.Is(old, gpu.ErrOldGPU) {
-		t.Fatalf("Supported(7.5) = %v, want an error wrapping ErrOldGPU", old)
+	supported := gpu.Supported("GPU 0 (Tesla T4)", 7, 5)
+	if !errors.Is(supported, gpu.ErrOldGPU) {
+		t.Fatalf("Supported(7.5) = %v, want an error wrapping ErrOldGPU", supported)
 	}
-	want := "running on the CPU engine: GPU 0 (Tesla T4) has compute capability 7.5, older than the CUDA engine needs: 8.0 or newer"
-	for _, device := range []string{"", "auto", "AUTO"} {
-		if got := mambago.FallbackNote(device, old); !strings.HasPrefix(got, want) {
-			t.Errorf("FallbackNote(%q, old GPU) = %q, want it to start %q", device, got, want)
+	old := mambago.Unusable(supported)
+	noLib := mambago.Unusable(errors.New("cuda: cannot load cuBLAS: [libcublas.so.13: cannot open shared object file]"))
+	for _, c := range []struct {
+		usable error
+		want   string
+	}{
+		{old, "running on the CPU engine: GPU 0 (Tesla T4) has compute capability 7.5, older than the CUDA engine needs: 8.0 or newer"},
+		{noLib, "running on the CPU engine: cuda: cannot load cuBLAS"},
+	} {
+		for _, device := range []string{"", "auto", "AUTO"} {
+			if got := mambago.FallbackNote(device, c.usable); !strings.HasPrefix(got, c.want) {
+				t.Errorf("FallbackNote(%q, %v) = %q, want it to start %q", device, c.usable, got, c.want)
+			}
 		}
 	}
 	for _, c := range []struct {
 		device string
 		usable error
-	}{{"cuda", old}, {"cpu", old}, {"auto", nil}, {"auto", errors.New("the driver sees no CUDA device")}} {
+	}{{"cuda", old}, {"cpu", old}, {"cuda", noLib}, {"auto", nil}, {"auto", errors.New("the driver sees no CUDA device")}} {
 		if got := mambago.FallbackNote(c.device, c.usable); got != "" {
 			t.Errorf("FallbackNote(%q, %v) = %q, want \"\"", c.device, c.usable, got)
 		}

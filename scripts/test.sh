@@ -35,13 +35,16 @@ for py in "${pythons[@]}"; do
   "$venv/bin/python" -m pip install -q --upgrade pip
   "$venv/bin/python" -m pip install -q numpy pytest nbclient nbformat ipykernel  # the last three: tests/test_notebook.py
   "$venv/bin/python" -m pip install -q .
+  if [[ -z "$nvrtc" ]]; then
+    # NVRTC from PyPI (the GPU machine's 13.0), so every CUDA kernel is compiled here without a GPU;
+    # installed before pytest, whose tests/test_cudalibs.py loads it from the wheel as the package does.
+    "$venv/bin/python" -m pip install -q "nvidia-cuda-nvrtc==13.0.88"
+    nvrtc=$("$venv/bin/python" -c 'import glob, os, nvidia; print(glob.glob(os.path.join(nvidia.__path__[0], "cu13", "lib", "libnvrtc.so.13"))[0])')
+  fi
   step "Python $ver: pytest"
   "$venv/bin/python" -m pytest -q tests
   if [[ -z "$blas" ]]; then
     blas=$("$venv/bin/python" -c 'import mambago.model as m; print(m.numpy_blas())')
-    # NVRTC from PyPI (the GPU machine's 13.0), so every CUDA kernel is compiled here without a GPU.
-    "$venv/bin/python" -m pip install -q "nvidia-cuda-nvrtc==13.0.88"
-    nvrtc=$("$venv/bin/python" -c 'import glob, os, nvidia; print(glob.glob(os.path.join(nvidia.__path__[0], "cu13", "lib", "libnvrtc.so.13"))[0])')
   fi
 done
 

@@ -22,6 +22,7 @@ package cuda
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -112,6 +113,10 @@ func LoadNVRTC() error {
 	})
 	return nvrtcErr
 }
+
+// LoadLibraries loads what the CUDA engine needs besides the driver: NVRTC,
+// cuBLASLt and cuBLAS. The error names each library that does not load.
+func LoadLibraries() error { return errors.Join(LoadNVRTC(), loadCuBLASLt(), loadCuBLAS()) }
 
 // DriverVersion returns the driver's CUDA version, e.g. 13000 for 13.0.
 func DriverVersion() (int, error) {

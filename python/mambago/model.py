@@ -28,6 +28,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from . import _cudalibs
 from ._native import bindings as _b
 from ._native import call as _call
 
@@ -198,12 +199,15 @@ def _addr(a: np.ndarray) -> int:
 
 
 def cuda_is_available() -> bool:
-    """Whether the CUDA engine can run here: a driver and a GPU of compute capability 8.0 or newer."""
-    return _call(_b.GPUStatus) == ""
+    """Whether the CUDA engine can run here: a driver, a GPU of compute
+    capability 8.0 or newer, and cuBLAS, cuBLASLt and NVRTC (from a CUDA
+    toolkit or NVIDIA's pip wheels, such as PyTorch's)."""
+    return cuda_unavailable_reason() == ""
 
 
 def cuda_unavailable_reason() -> str:
     """Why the CUDA engine cannot run here, or "" when it can."""
+    _cudalibs.preload()
     return _call(_b.GPUStatus)
 
 
@@ -219,6 +223,8 @@ def _engine_args(device, dtype, blas):
     blas_path = {"auto": None, "go": ""}.get(blas, blas)
     if blas_path is None:
         blas_path = numpy_blas()
+    if device.lower() != "cpu":
+        _cudalibs.preload()  # the CUDA libraries of NVIDIA's pip wheels, where the loader does not find them
     return device, dtype or "", blas_path
 
 
