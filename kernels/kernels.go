@@ -96,9 +96,10 @@ func entries(name, dtype string) []string {
 	var out []string
 	for _, m := range entryRE.FindAllStringSubmatch(src, -1) {
 		switch {
-		case m[2] == "" && (dtype == "" || dtype == DTypes[0]):
-			out = append(out, m[1])
-		case m[2] == "":
+		case m[2] == "": // a plain entry
+			if dtype == "" || dtype == DTypes[0] {
+				out = append(out, m[1])
+			}
 		case dtype != "":
 			out = append(out, m[1]+dtype)
 		default:

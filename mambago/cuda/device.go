@@ -60,6 +60,11 @@ func DeviceCapability(ordinal int) (name string, major, minor int, err error) {
 	if err != nil {
 		return "", 0, 0, err
 	}
+	return capability(dev)
+}
+
+// capability reads the driver's device dev's name and compute capability.
+func capability(dev C.int) (name string, major, minor int, err error) {
 	var cname [256]C.char
 	if err := check("cuDeviceGetName", C.mg_cuDeviceGetName(&cname[0], 256, dev)); err != nil {
 		return "", 0, 0, err
@@ -94,16 +99,13 @@ func Open(ordinal int) (*Device, error) {
 		return nil, err
 	}
 	d := &Device{Ordinal: ordinal, dev: dev}
-	var name [256]C.char
-	if err := check("cuDeviceGetName", C.mg_cuDeviceGetName(&name[0], 256, d.dev)); err != nil {
+	if d.Name, d.Major, d.Minor, err = capability(dev); err != nil {
 		return nil, err
 	}
-	d.Name = C.GoString(&name[0])
 	for _, a := range []struct {
 		attr int
 		dst  *int
 	}{
-		{attrComputeCapabilityMajor, &d.Major}, {attrComputeCapabilityMinor, &d.Minor},
 		{attrMultiprocessorCount, &d.SMs}, {attrMaxSharedPerBlockOptin, &d.MaxSharedOptIn},
 		{attrL2CacheSize, &d.L2Bytes},
 	} {
