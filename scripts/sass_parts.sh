@@ -5,7 +5,7 @@
 # entries (or each one named) is compiled whole and in its three parts, for
 # sm_80, sm_90 and sm_90a through NVRTC, and each function's SASS (cuobjdump)
 # in a part is compared with the same function's in the whole file; every
-# function of the whole must be in some part. Uses scripts/sass.sh's tools.
+# function of the whole must be in some part. Uses scripts/sass.sh's tools (through scripts/sass_dump.sh).
 #   bash scripts/sass_parts.sh [kernel.cu ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,9 +13,9 @@ files=("$@")
 if [[ ${#files[@]} == 0 ]]; then
   mapfile -t files < <(cd kernels && grep -l '_##sfx(' *.cu)
 fi
-bash scripts/sass.sh "${files[0]}" > /dev/null  # builds the tools once
+source scripts/sass_dump.sh
+sass_tools "${files[0]}"
 tools=build/sass-tools
-cu13=$("$tools/bin/python" -c 'import os, nvidia; print(os.path.join(nvidia.__path__[0], "cu13"))')
 out=$PWD/build/sass/parts
 status=0
 for f in "${files[@]}"; do
@@ -23,12 +23,9 @@ for f in "${files[@]}"; do
     sides=()
     for part in whole f32 bf16 f16; do
       dir=$out/$arch-$part
-      mkdir -p "$dir"
       opts=$([[ $part == whole ]] || echo "-DDTYPE_ONLY_$part")
-      MAMBAGO_NVRTC="$cu13/lib/libnvrtc.so.13" MAMBAGO_DUMP="$f" MAMBAGO_DUMP_ARCH="$arch" MAMBAGO_DUMP_OPTS="$opts" \
-        MAMBAGO_DUMP_DIR="$dir" go test -count=1 -run '^TestDumpCubin$' ./kernels > "$dir/$f.log" 2>&1 \
+      dump_sass . "$f" "$arch" "$dir" "$opts" \
         || { echo "$f $arch ($part): did not compile, see $dir/$f.log"; status=1; continue 2; }
-      PATH="$cu13/bin:$PATH" cuobjdump -sass "$dir/$f.cubin" > "$dir/$f.sass"
       sides+=("$dir/$f.sass")
     done
     "$tools/bin/python" - "$f $arch" "${sides[@]}" <<'PY' || status=1

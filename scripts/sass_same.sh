@@ -4,7 +4,7 @@
 # REV and as it is in the working tree, for sm_80, sm_90 and sm_90a through
 # NVRTC, and the two SASS listings (cuobjdump) are compared byte for byte. A
 # refactor whose SASS is the same on every target needs no GPU run to be
-# trusted; one that differs does. Uses scripts/sass.sh's tools.
+# trusted; one that differs does. Uses scripts/sass.sh's tools (through scripts/sass_dump.sh).
 #   bash scripts/sass_same.sh REV [kernel.cu ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,9 +20,8 @@ fi
 if printf '%s\n' "${files[@]}" | grep -q '\.cuh$'; then
   mapfile -t files < <(cd kernels && ls *.cu)
 fi
-bash scripts/sass.sh "${files[0]}" > /dev/null  # builds the tools once
-tools=build/sass-tools
-cu13=$("$tools/bin/python" -c 'import os, nvidia; print(os.path.join(nvidia.__path__[0], "cu13"))')
+source scripts/sass_dump.sh
+sass_tools "${files[0]}"
 base=$(mktemp -d)
 git worktree add -q --detach "$base" "$rev"
 trap 'git worktree remove --force "$base"' EXIT
@@ -39,10 +38,8 @@ for f in "${files[@]}"; do
         : > "$dir/$f.sass"
         continue
       fi
-      (cd "$src" && MAMBAGO_NVRTC="$cu13/lib/libnvrtc.so.13" MAMBAGO_DUMP="$f" MAMBAGO_DUMP_ARCH="$arch" \
-        MAMBAGO_DUMP_DIR="$dir" go test -count=1 -run '^TestDumpCubin$' ./kernels > "$dir/$f.log" 2>&1) \
+      dump_sass "$src" "$f" "$arch" "$dir" "" \
         || { echo "$f $arch ($side): did not compile, see $dir/$f.log"; status=1; continue 2; }
-      PATH="$cu13/bin:$PATH" cuobjdump -sass "$dir/$f.cubin" > "$dir/$f.sass"
     done
     if cmp -s "$out/base-$arch/$f.sass" "$out/tree-$arch/$f.sass"; then
       echo "$f $arch: the same SASS"
