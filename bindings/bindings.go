@@ -245,6 +245,25 @@ func NewState(model int64, batch int) (h int64, err error) {
 	return states.add(stateOf{model, st}), nil
 }
 
+// CloneState returns a handle to a new state of state's model holding the
+// same values.
+func CloneState(state int64) (h int64, err error) {
+	defer guard(&err)
+	s, err := states.get(state, "state")
+	if err != nil {
+		return 0, err
+	}
+	m, err := models.get(s.model, "model")
+	if err != nil {
+		return 0, err
+	}
+	st, err := m.CloneState(s.st)
+	if err != nil {
+		return 0, err
+	}
+	return states.add(stateOf{s.model, st}), nil
+}
+
 // FreeState releases a state handle and the state's device memory, if any.
 func FreeState(state int64) (ok bool, err error) {
 	defer guard(&err)

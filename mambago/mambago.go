@@ -351,6 +351,39 @@ func start(w *checkpoint.Weights, useGPU bool, dt cuda.DType, opts Options, what
 	return &Model{Engine: e}, nil
 }
 
+// CloneState returns a new state of m's engine holding st's values, its
+// conv windows and SSM states layer by layer: the same sequences, to be
+// continued two ways or come back to. st must be a state of m's shape.
+func (m *Model) CloneState(st engine.State) (engine.State, error) {
+	out, err := m.NewState(st.Batch())
+	if err != nil {
+		return nil, err
+	}
+	for layer := range m.Config().Layers {
+		err = copyLayer(out, st, layer)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("clone state: layer %d: %w", layer, err), freeState(out))
+		}
+	}
+	return out, nil
+}
+
+// copyLayer copies layer's conv window and SSM state from src to dst.
+func copyLayer(dst, src engine.State, layer int) error {
+	conv, err := src.ConvState(layer)
+	if err == nil {
+		err = dst.SetConvState(layer, conv)
+	}
+	if err != nil {
+		return err
+	}
+	ssm, err := src.SSMState(layer)
+	if err == nil {
+		err = dst.SetSSMState(layer, ssm)
+	}
+	return err
+}
+
 // Reserve sizes the engine's workspace up front for prefills of up to batch
 // sequences of T positions and decode steps of up to batch sequences, so
 // those calls allocate no device memory (CUDA engine). The CPU engine has no

@@ -278,6 +278,27 @@ def test_closed_model():
         mm.step([1], st)
 
 
+def test_no_copies_or_pickles_of_engine_objects(m):
+    """A model or graph owns engine memory: a copy sharing its handle would
+    free it with the copy, and a pickled handle means nothing elsewhere. Each
+    refuses, saying what to do; a state pickles neither, but copies."""
+    import copy
+    import pickle
+
+    st = m.new_state(1)
+    for obj, instead in ((m, "from_pretrained"), (st, r"state\.copy\(\)")):
+        with pytest.raises(TypeError, match=f"cannot be copied or pickled.*{instead}"):
+            pickle.dumps(obj)
+    for copier in (copy.copy, copy.deepcopy):
+        with pytest.raises(TypeError, match="mambago.Model .*cannot be copied"):
+            copier(m)
+    assert m.prefill([[1, 2]]).shape == (1, m.config.hidden_size)  # still open
+    closed = m.new_state(1)
+    closed.close()
+    with pytest.raises(ValueError, match="state is closed"):
+        copy.copy(closed)
+
+
 def test_interpreter_survives_everything():
     """Run every kind of bad call in a fresh interpreter; it must exit normally."""
     script = textwrap.dedent(f"""

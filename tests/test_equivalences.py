@@ -159,3 +159,33 @@ def test_go_and_openblas_backends_agree(rng):
     assert "openblas" in blas_model.backend.lower(), blas_model.backend
     ids = rng.integers(0, go_model.config.vocab_size, size=(2, 40))
     assert rel_err(blas_model.prefill(ids, output="all"), go_model.prefill(ids, output="all")) <= TOL
+
+
+def test_state_copy_continues_like_the_original(base_model, rng):
+    """A copied state is the original's sequences: both continue alike, and
+    each is its own memory (stepping or closing one leaves the other)."""
+    import copy
+
+    m = base_model
+    B = 2
+    ids = rng.integers(0, m.config.vocab_size, size=(B, 17))
+    st = m.new_state(B)
+    m.prefill(ids, state=st)
+    twins = [st.copy(), copy.copy(st), copy.deepcopy(st)]
+    for t in twins:
+        assert t is not st and t.batch_size == B and t._model is m
+        for layer in range(m.config.num_hidden_layers):
+            assert np.array_equal(t.conv_state(layer), st.conv_state(layer))
+            assert np.array_equal(t.ssm_state(layer), st.ssm_state(layer))
+    nxt = rng.integers(0, m.config.vocab_size, size=B)
+    want = m.step(nxt, st)  # moves st on; the copies stay where they were
+    for t in twins:
+        assert np.array_equal(m.step(nxt, t), want)
+    other = rng.integers(0, m.config.vocab_size, size=(B, 5))
+    fork = st.copy()
+    m.prefill(other, state=fork)  # one branch goes elsewhere
+    assert not np.array_equal(fork.ssm_state(0), st.ssm_state(0))
+    st.close()
+    assert np.isfinite(m.step(nxt, fork)).all()  # the copy outlives the original
+    with pytest.raises(ValueError, match="state is closed"):
+        st.copy()

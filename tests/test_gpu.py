@@ -405,3 +405,31 @@ def test_generate_frees_its_states():
         gpu.generate(ids, 2, attention_mask=mask)
     lost = before - torch.cuda.mem_get_info()[0]
     assert lost < 8 << 20, f"{lost / 2**20:.1f} MiB of device memory gone after 60 calls"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_state_copy_on_the_gpu(dtype):
+    """A state copied on the CUDA engine continues exactly as the original,
+    and its graphs refuse copies and pickles."""
+    import copy
+    import pickle
+
+    m = mambago.Model.from_pretrained(case_dir("base"), device="cuda", dtype=dtype)
+    rng = np.random.default_rng()
+    ids = rng.integers(0, m.config.vocab_size, size=(3, 40))
+    st = m.new_state(3)
+    m.prefill(ids, state=st)
+    twin = copy.deepcopy(st)
+    nxt = rng.integers(0, m.config.vocab_size, size=3)
+    want = m.step(nxt, st)
+    assert np.isfinite(want).all()
+    assert np.array_equal(m.step(nxt, twin), want)
+    for layer in range(m.config.num_hidden_layers):
+        assert np.array_equal(twin.ssm_state(layer), st.ssm_state(layer))
+    g = m.capture_step(twin)
+    with pytest.raises(TypeError, match="mambago.Graph .*capture another"):
+        pickle.dumps(g)
+    with pytest.raises(TypeError, match="cannot be copied"):
+        copy.copy(g)
+    st.close()
+    assert np.isfinite(g.step(nxt)).all()

@@ -408,6 +408,20 @@ def numpy_blas() -> str:
     return found[0] if found else ""
 
 
+def _not_copyable(what: str, instead: str):
+    """__reduce_ex__ for a class whose objects own engine memory in this
+    process: copying or pickling one raises TypeError saying what to do
+    instead. A copy holding the same handle would free the original's
+    memory when either is closed, and a pickled handle names nothing (or
+    another object) in another process."""
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError(f"a mambago.{what} owns engine memory in this process and cannot be copied or pickled; "
+                        f"{instead}")
+
+    return __reduce_ex__
+
+
 class State:
     """The carried state of B sequences: per layer, a conv window [B, E, K]
     and an SSM state [B, E, N] (float32). Prefill and step update it in place.
@@ -474,6 +488,21 @@ class State:
                 _b.FreeState(h)
             except Exception:
                 pass
+
+    def copy(self) -> "State":
+        """A new state of the same model holding this one's values: the same
+        sequences, to continue two ways or to come back to. copy.copy and
+        copy.deepcopy give the same."""
+        return State(self._model, _call(_b.CloneState, self._handle()), self.batch_size)
+
+    def __copy__(self):
+        return self.copy()
+
+    def __deepcopy__(self, memo):
+        return self.copy()
+
+    __reduce_ex__ = _not_copyable("State", "copy it with state.copy(), or send its arrays "
+                                  "(conv_state, ssm_state) to the process that needs them")
 
     def __del__(self):
         self.close()
@@ -571,6 +600,9 @@ class Model:
                 _b.FreeModel(h)
             except Exception:
                 pass
+
+    __reduce_ex__ = _not_copyable("Model", "load the model again where it is needed (Model.from_pretrained "
+                                  "or Model.from_state_dict), in each process that needs it")
 
     def __del__(self):
         self.close()
@@ -953,6 +985,8 @@ class Graph:
                 _b.FreeGraph(h)
             except Exception:
                 pass
+
+    __reduce_ex__ = _not_copyable("Graph", "capture another with Model.capture_step or Model.capture_prefill")
 
     def __del__(self):
         self.close()
