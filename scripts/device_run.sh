@@ -3,10 +3,10 @@
 # scripts/device_build.sh. Logs and JSON go to $OUT (or ./out).
 # Usage: bash scripts/device_run.sh [commit] [ab|gpu|gpubench|verify|profile|dtproj|sourceprof|kerneltimes|decodeprof|mamba_ssm|cpu|all]
 # (several modes: separate them with commas, e.g. mamba_ssm,kerneltimes)
-#   gpu:      the CUDA binding, kernel and engine tests, the Python tests,
+#   gpu:      the CUDA binding, kernel, engine and mambago package tests, the Python tests,
 #             compute-sanitizer memcheck over the kernel and engine fixture
 #             tests, and racecheck over the scan kernel's test;
-#   tests:    gpu's tests alone (CUDA binding, kernels, engine, pytest),
+#   tests:    gpu's tests alone (CUDA binding, kernels, engine, mambago, pytest),
 #             without the sanitizers;
 #   sanitize: gpu's compute-sanitizer part alone (memcheck over the kernel
 #             tests, the engine's prefill tests and its decode tests, and
@@ -1270,8 +1270,8 @@ if [[ $mode == onepass ]]; then
   exit $status
 fi
 if [[ $mode == gpu || $mode == all || $mode == tests ]]; then
-  echo "== GPU: CUDA binding, kernels and engine against references"
-  for t in cuda kernels gpu; do
+  echo "== GPU: CUDA binding, kernels, engine and the mambago package (generate, states) against references"
+  for t in cuda kernels gpu mambago; do
     .carry/$t.test -test.v 2>&1 > "$OUT/${t}_test.log"; rc=$?
     grep -E "^(--- FAIL|ok|FAIL|PASS)|rel err|Error" "$OUT/${t}_test.log" | head -30
     echo "$t.test exit $rc"; [[ $rc == 0 ]] || status=1
