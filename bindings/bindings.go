@@ -14,7 +14,9 @@
 package bindings
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync"
@@ -530,14 +532,72 @@ func Logits(model int64, hidden uintptr, B, hiddenLen int, out uintptr, outLen i
 	return outLen, m.Logits(floats(hidden, hiddenLen), B, floats(out, outLen))
 }
 
+// stopSignal ends an interruptible call early: Python raises it on Ctrl-C.
+type stopSignal struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+var stops handles[stopSignal]
+
+// errInterrupted is the cause that a call ended by Stop wraps.
+var errInterrupted = errors.New("interrupted (KeyboardInterrupt)")
+
+// NewStop returns a handle to a new stop signal for one interruptible call
+// (Generate's stop); FreeStop releases it.
+func NewStop() (h int64, err error) {
+	defer guard(&err)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return stops.add(stopSignal{ctx, cancel}), nil
+}
+
+// Stop raises stop signal h: the call holding it ends at its next check,
+// with an error.
+func Stop(h int64) (ok bool, err error) {
+	defer guard(&err)
+	s, err := stops.get(h, "stop")
+	if err != nil {
+		return false, err
+	}
+	s.cancel(errInterrupted)
+	return true, nil
+}
+
+// FreeStop releases stop signal h once its call has returned.
+func FreeStop(h int64) (ok bool, err error) {
+	defer guard(&err)
+	s, err := stops.get(h, "stop")
+	if err != nil {
+		return false, err
+	}
+	stops.drop(h)
+	s.cancel(nil)
+	return true, nil
+}
+
+// stopContext is the context of stop signal h, or, for 0, one never done.
+func stopContext(h int64) (context.Context, error) {
+	if h == 0 {
+		return context.Background(), nil
+	}
+	s, err := stops.get(h, "stop")
+	return s.ctx, err
+}
+
 // Generate continues the prompts ids (int64 [B, T]) by up to maxNew tokens
 // and writes them, int64 [B, maxNew], to out. It returns how many columns
 // were generated; rows that emitted eos (≥ 0) are padded with it. spans, when
 // nSpans > 0, places each row's prompt in a padded batch, as for Prefill.
+// stop, when not 0, is a signal (NewStop) that ends the call before its
+// next token, with an error.
 func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, topK int, topP float64, seed, eos int64, out uintptr, outLen int,
-	spans uintptr, nSpans int) (n int, err error) {
+	spans uintptr, nSpans int, stop int64) (n int, err error) {
 	defer guard(&err)
 	m, err := models.get(model, "model")
+	if err != nil {
+		return 0, err
+	}
+	ctx, err := stopContext(stop)
 	if err != nil {
 		return 0, err
 	}
@@ -557,7 +617,7 @@ func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, t
 	if err != nil {
 		return 0, err
 	}
-	toks, n, err := m.GenerateSpans(int64s(ids, B*T), B, T, rows, maxNew, mambago.Sampling{
+	toks, n, err := m.GenerateSpans(ctx, int64s(ids, B*T), B, T, rows, maxNew, mambago.Sampling{
 		Temperature: temperature, TopK: topK, TopP: topP, Seed: uint64(seed), EOS: eos,
 	})
 	if err != nil {

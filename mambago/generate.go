@@ -1,6 +1,7 @@
 package mambago
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -39,7 +40,7 @@ func (s Sampling) Check() error {
 // and returns them as [B, n] (row-major) with n ≤ maxNew: generation ends
 // early once every row has emitted EOS.
 func (m *Model) Generate(ids []int64, B, T, maxNew int, s Sampling) ([]int64, int, error) {
-	return m.GenerateSpans(ids, B, T, nil, maxNew, s)
+	return m.GenerateSpans(context.Background(), ids, B, T, nil, maxNew, s)
 }
 
 // decoderEngine is an engine with an engine.Decoder (the CUDA engine):
@@ -50,12 +51,14 @@ type decoderEngine interface {
 
 // GenerateSpans is Generate for a padded batch: row b of ids holds its
 // prompt at spans[b] (PrefillSpans), and each row continues from its last
-// token. nil spans take every row whole.
+// token. nil spans take every row whole. Once ctx is done it stops before
+// its next token and returns an error that wraps ctx's cause (the
+// prompt's prefill runs to its end first).
 //
 // Generate keeps the state of its last call (and, on the CUDA engine, the
 // step graph captured for it) for its next call of the same batch size,
 // which zeroes and reuses it rather than capturing again; Close frees it.
-func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s Sampling) (_ []int64, _ int, err error) {
+func (m *Model) GenerateSpans(ctx context.Context, ids []int64, B, T int, spans []Span, maxNew int, s Sampling) (_ []int64, _ int, err error) {
 	if err := s.Check(); err != nil {
 		return nil, 0, err
 	}
@@ -141,6 +144,9 @@ func (m *Model) GenerateSpans(ids []int64, B, T int, spans []Span, maxNew int, s
 	out := make([][]int64, B)
 	n, ahead := 0, 0 // tokens taken, and steps queued ahead of them
 	for n < maxNew {
+		if ctx.Err() != nil {
+			return nil, 0, fmt.Errorf("generate: stopped before new token %d: %w", n, context.Cause(ctx))
+		}
 		switch {
 		case queue != nil && n > 0:
 			if err = queue.Picks(picked); err == nil {

@@ -1,6 +1,8 @@
 package mambago_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -70,6 +72,51 @@ func TestSamplingIsSeededAndStops(t *testing.T) {
 		{Temperature: math.NaN(), TopP: 1}, {TopP: 0}, {TopP: 1.5}, {TopK: -2, TopP: 1}} {
 		if _, _, err := m.Generate(ids, 3, 2, 4, bad); !engine.IsInvalid(err) {
 			t.Errorf("sampling %+v: err = %v, want an input error", bad, err)
+		}
+	}
+}
+
+// stopAfter is a context that is done from its Err's (n+1)th call on:
+// a stop that comes while a generation runs, between two of its tokens.
+type stopAfter struct {
+	context.Context
+	n int
+}
+
+var errStopped = errors.New("stopped by the test")
+
+func (c *stopAfter) Err() error {
+	if c.n--; c.n < 0 {
+		return errStopped
+	}
+	return nil
+}
+
+// TestGenerateStops checks that a generation whose context is done ends
+// before its next token with an error wrapping the context's cause, at its
+// first token or partway, and that the model's next generation, on the
+// state the stopped one left idle, gives what an untouched model gives.
+func TestGenerateStops(t *testing.T) {
+	m := openBase(t)
+	defer m.Close()
+	ids := []int64{5, 17, 33, 2, 9, 41}
+	s := mambago.Sampling{Temperature: 0.8, TopK: 30, TopP: 0.95, Seed: 3, EOS: -1}
+	ref := openBase(t)
+	defer ref.Close()
+	want, _, err := ref.Generate(ids, 2, 3, 40, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, cancel := context.WithCancelCause(context.Background())
+	cancel(errStopped)
+	for _, ctx := range []context.Context{done, &stopAfter{context.Background(), 0}, &stopAfter{context.Background(), 17}} {
+		toks, n, err := m.GenerateSpans(ctx, ids, 2, 3, nil, 40, s)
+		if !errors.Is(err, errStopped) || toks != nil || n != 0 {
+			t.Fatalf("a stopped generation returned %d tokens, err = %v; want none and an error wrapping the cause", n, err)
+		}
+		got, _, err := m.Generate(ids, 2, 3, 40, s)
+		if err != nil || !slices.Equal(got, want) {
+			t.Fatalf("after a stopped generation: %v (err %v), want %v", got, err, want)
 		}
 	}
 }

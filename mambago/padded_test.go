@@ -1,6 +1,7 @@
 package mambago_test
 
 import (
+	"context"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -169,7 +170,7 @@ func TestCallsFreeTheirStates(t *testing.T) {
 		t.Fatal(err)
 	}
 	spans := []mambago.Span{{1, 3}, {0, 2}}
-	if _, _, err := m.GenerateSpans(ids, 2, 4, spans, 3, mambago.Sampling{TopP: 1, EOS: -1}); err != nil {
+	if _, _, err := m.GenerateSpans(context.Background(), ids, 2, 4, spans, 3, mambago.Sampling{TopP: 1, EOS: -1}); err != nil {
 		t.Fatal(err)
 	}
 	st, _ := m.NewState(2)

@@ -10,6 +10,7 @@ rather than entering Go, whose runtime did not survive the fork.
 import functools
 import gc
 import os
+import threading
 
 try:
     from ._gopy import bindings as _b
@@ -74,3 +75,42 @@ class _Bindings:
 
 
 bindings = _Bindings(_b)
+
+
+def interruptible(fn, *args, keep=()):
+    """call(fn, *args, stop) where Ctrl-C can end it: fn's last argument is a
+    stop signal (bindings.NewStop) that it checks as it goes. Python raises
+    KeyboardInterrupt only between bytecodes, never inside a Go call, so on
+    the main thread the call runs on a worker thread while the main thread
+    waits; a KeyboardInterrupt there raises the signal, waits for the call to
+    end, and goes on up. keep holds the arrays whose addresses are in args:
+    the worker keeps them alive until Go has returned, even where a second
+    Ctrl-C leaves the call to end alone. Off the main thread, which gets no
+    KeyboardInterrupt, the call is made in place, with no signal."""
+    if threading.current_thread() is not threading.main_thread():
+        return call(fn, *args, 0)
+    stop = call(bindings.NewStop)
+    box = {}
+
+    def work():
+        try:
+            box["value"] = call(fn, *args, stop)
+        except BaseException as exc:  # handed to the waiting thread
+            box["error"] = exc
+        del box["keep"]
+
+    box["keep"] = keep  # released by the worker, once Go has returned
+    worker = threading.Thread(target=work, name="mambago-call", daemon=True)
+    try:
+        worker.start()
+        worker.join()
+    except KeyboardInterrupt:
+        call(bindings.Stop, stop)  # the call ends before its next step
+        if worker.is_alive():
+            worker.join()
+        raise
+    finally:
+        call(bindings.FreeStop, stop)  # also stops a call still running
+    if "error" in box:
+        raise box.pop("error")
+    return box["value"]

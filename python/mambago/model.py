@@ -31,6 +31,7 @@ import numpy as np
 from . import _cudalibs
 from ._native import bindings as _b
 from ._native import call as _call
+from ._native import interruptible as _interruptible
 
 _OUTPUTS = ("last", "all", "sum", "mean")
 
@@ -882,7 +883,8 @@ class Model:
         the last call's state (and CUDA step graph) for the next call of the
         same batch size, until close(). attention_mask
         marks padding as prefill's does: each row continues from its own last
-        token.
+        token. Ctrl-C (KeyboardInterrupt) stops a call on the main thread
+        before its next token, once the prompt's prefill is done.
         """
         ids = _batched("input_ids", _as_array("input_ids", input_ids, "int"), 2)
         _check_ids("input_ids", ids, self.config.vocab_size)
@@ -911,8 +913,9 @@ class Model:
         out = np.full((B, max_new_tokens), -1, dtype=np.int64)
         if max_new_tokens == 0:
             return out
-        n = _call(_b.Generate, self._handle(), _addr(ids), B, T, int(max_new_tokens), float(temperature),
-                  int(top_k), float(top_p), int(seed) & (2**63 - 1), eos, _addr(out), out.size, *_span_args(spans))
+        n = _interruptible(_b.Generate, self._handle(), _addr(ids), B, T, int(max_new_tokens), float(temperature),
+                           int(top_k), float(top_p), int(seed) & (2**63 - 1), eos, _addr(out), out.size,
+                           *_span_args(spans), keep=(ids, out, spans))
         return out[:, :n].copy()
 
 

@@ -1,0 +1,69 @@
+"""Ctrl-C during generate: a KeyboardInterrupt on the main thread stops the
+engine before its next token, rather than once the whole generation is
+done, and the model goes on working. Each case runs in a fresh interpreter
+that sends itself SIGINT, under a timeout, so a regression fails the test
+rather than interrupting pytest."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import mambago
+from conftest import case_dir
+
+TIMEOUT_S = 120
+
+
+def run(tmp_path, body, **names):
+    script = tmp_path / "script.py"
+    names = {"case": case_dir("base"), **names}
+    script.write_text("".join(f"{k} = {v!r}\n" for k, v in names.items()) + textwrap.dedent(body))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT_S,
+                          cwd=tmp_path)
+    assert proc.returncode == 0, f"script failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("device,dtype", [
+    ("cpu", None),
+    pytest.param("cuda", "bfloat16", marks=pytest.mark.skipif(
+        not mambago.cuda_is_available(), reason=f"no GPU: {mambago.cuda_unavailable_reason()}")),
+])
+def test_ctrl_c_stops_generate(tmp_path, device, dtype):
+    out = run(tmp_path, """
+        import json, os, signal, threading, time
+        import numpy as np, mambago
+
+        m = mambago.Model.from_pretrained(case, device=device, dtype=dtype)
+        rng = np.random.default_rng()
+        ids = rng.integers(0, m.config.vocab_size, size=(2, 9))
+        t0 = time.perf_counter()
+        m.generate(ids, 300)
+        per_token = (time.perf_counter() - t0) / 300
+        n = int(min(2 * 10**7, max(10**6, 200 / per_token)))  # minutes of tokens
+        want = m.generate(ids, 50, temperature=0.9, top_k=20, seed=5)
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        t0 = time.perf_counter()
+        try:
+            m.generate(ids[:1], n, temperature=0.9, seed=1)
+            raised = False
+        except KeyboardInterrupt:
+            raised = True
+        took = time.perf_counter() - t0
+        after = m.generate(ids, 50, temperature=0.9, top_k=20, seed=5)
+        # Off the main thread the call runs in place and is not stopped.
+        box = {}
+        t = threading.Thread(target=lambda: box.update(v=m.generate(ids, 50, temperature=0.9, top_k=20, seed=5)))
+        t.start(); t.join()
+        print(json.dumps({"raised": raised, "took": took, "whole": per_token * n,
+                          "same_after": bool(np.array_equal(after, want)),
+                          "same_in_thread": bool(np.array_equal(box["v"], want))}))
+    """, device=device, dtype=dtype)
+    assert out["raised"], "no KeyboardInterrupt reached the caller"
+    assert out["whole"] > 60, f"the generation would take only {out['whole']:.0f} s: the case tests nothing"
+    assert out["took"] < 10, f"KeyboardInterrupt came {out['took']:.1f} s after the call began (signal at 0.5 s)"
+    assert out["same_after"], "the model's next generation differs from before the interrupt"
+    assert out["same_in_thread"], "a generation off the main thread differs"
