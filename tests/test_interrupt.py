@@ -54,12 +54,29 @@ def test_ctrl_c_stops_generate(tmp_path, device, dtype):
             raised = True
         took = time.perf_counter() - t0
         after = m.generate(ids, 50, temperature=0.9, top_k=20, seed=5)
+        # Ctrl-C pressed thrice: the later ones land while the first waits
+        # for the call to stop, or after it is raised (taken here).
+        for delay in (0.3, 0.3001, 0.3003):
+            threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
+        try:
+            m.generate(ids[:1], n, temperature=0.9, seed=2)
+            raised_twice = False
+        except KeyboardInterrupt:
+            raised_twice = True
+        end = time.perf_counter() + 0.5
+        while time.perf_counter() < end:
+            try:
+                time.sleep(0.01)
+            except KeyboardInterrupt:
+                pass
+        after_twice = m.generate(ids, 50, temperature=0.9, top_k=20, seed=5)
         # Off the main thread the call runs in place and is not stopped.
         box = {}
         t = threading.Thread(target=lambda: box.update(v=m.generate(ids, 50, temperature=0.9, top_k=20, seed=5)))
         t.start(); t.join()
         print(json.dumps({"raised": raised, "took": took, "whole": per_token * n,
-                          "same_after": bool(np.array_equal(after, want)),
+                          "same_after": bool(np.array_equal(after, want)), "raised_twice": raised_twice,
+                          "same_after_twice": bool(np.array_equal(after_twice, want)),
                           "same_in_thread": bool(np.array_equal(box["v"], want))}))
     """, device=device, dtype=dtype)
     assert out["raised"], "no KeyboardInterrupt reached the caller"
@@ -67,3 +84,4 @@ def test_ctrl_c_stops_generate(tmp_path, device, dtype):
     assert out["took"] < 10, f"KeyboardInterrupt came {out['took']:.1f} s after the call began (signal at 0.5 s)"
     assert out["same_after"], "the model's next generation differs from before the interrupt"
     assert out["same_in_thread"], "a generation off the main thread differs"
+    assert out["raised_twice"] and out["same_after_twice"], "after Ctrl-C twice: " + json.dumps(out)

@@ -10,6 +10,7 @@ rather than entering Go, whose runtime did not survive the fork.
 import functools
 import gc
 import os
+import queue
 import threading
 
 try:
@@ -81,36 +82,63 @@ def interruptible(fn, *args, keep=()):
     """call(fn, *args, stop) where Ctrl-C can end it: fn's last argument is a
     stop signal (bindings.NewStop) that it checks as it goes. Python raises
     KeyboardInterrupt only between bytecodes, never inside a Go call, so on
-    the main thread the call runs on a worker thread while the main thread
-    waits; a KeyboardInterrupt there raises the signal, waits for the call to
-    end, and goes on up. keep holds the arrays whose addresses are in args:
-    the worker keeps them alive until Go has returned, even where a second
-    Ctrl-C leaves the call to end alone. Off the main thread, which gets no
-    KeyboardInterrupt, the call is made in place, with no signal."""
+    the main thread the call runs on a worker thread (one for the process;
+    the hop costs 40-80 µs a call on a 2-core machine) while the main thread waits; a KeyboardInterrupt
+    there raises the signal, waits for the call to end, and goes on up. keep
+    holds the arrays whose addresses are in args: the worker keeps them
+    alive until Go has returned, even where a second Ctrl-C leaves the call
+    to end alone. Off the main thread, which gets no KeyboardInterrupt, the
+    call is made in place, with no signal."""
     if threading.current_thread() is not threading.main_thread():
         return call(fn, *args, 0)
-    stop = call(bindings.NewStop)
-    box = {}
+    stop = call(bindings.NewStop)  # raises in a forked child, whose worker is gone
+    box = {"keep": keep}  # released by the worker, once Go has returned
+    done = threading.Event()
 
     def work():
         try:
             box["value"] = call(fn, *args, stop)
         except BaseException as exc:  # handed to the waiting thread
             box["error"] = exc
-        del box["keep"]
+        finally:
+            del box["keep"]
+            done.set()
 
-    box["keep"] = keep  # released by the worker, once Go has returned
-    worker = threading.Thread(target=work, name="mambago-call", daemon=True)
+    queued = False
     try:
-        worker.start()
-        worker.join()
+        _calls().put(work)
+        queued = True
+        done.wait()
     except KeyboardInterrupt:
         call(bindings.Stop, stop)  # the call ends before its next step
-        if worker.is_alive():
-            worker.join()
+        if queued:
+            done.wait()
         raise
     finally:
         call(bindings.FreeStop, stop)  # also stops a call still running
     if "error" in box:
         raise box.pop("error")
     return box["value"]
+
+
+_CALLS = None
+_CALLS_LOCK = threading.Lock()
+
+
+def _calls():
+    """The queue of the worker thread that makes the main thread's
+    interruptible calls, started on first use: one thread for the process,
+    since Go takes a while to adopt each new thread that calls in."""
+    global _CALLS
+    with _CALLS_LOCK:
+        if _CALLS is None:
+            jobs = queue.SimpleQueue()
+            threading.Thread(target=_serve, args=(jobs,), name="mambago-calls", daemon=True).start()
+            _CALLS = jobs
+    return _CALLS
+
+
+def _serve(jobs):
+    """Run the jobs put on jobs, one at a time, for the life of the process."""
+    while True:
+        jobs.get()()
