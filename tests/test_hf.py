@@ -106,8 +106,8 @@ def test_refuses_what_it_cannot_do():
         m(ids, attention_mask=np.array([[1, 0, 1]]))
     with pytest.raises(ValueError, match="padding between its tokens"):
         m.generate(ids, attention_mask=np.array([[1, 0, 1]]))
-    with pytest.raises(TypeError, match="logits only"):
-        m(ids, labels=ids)
+    with pytest.raises(TypeError, match="logits and loss only"):
+        m(ids, output_hidden_states=True)
     with pytest.raises(TypeError, match="from_pretrained"):
         MambaForCausalLM(case_dir("base"))  # a path where a loaded model goes
     with pytest.raises(TypeError, match="unsupported argument 'trust_remote_code'"):
@@ -117,6 +117,51 @@ def test_refuses_what_it_cannot_do():
     with pytest.raises(ValueError, match="dtype='bfloat16'"):
         m.to("bfloat16")
     assert MambaForCausalLM.from_pretrained(case_dir("base"), device_map="cpu").model.device == "cpu"
+
+
+def test_loss_is_the_next_tokens_cross_entropy():
+    """labels give transformers' causal-LM loss: each position's logits
+    against the next label, -100 left out, the mean over the rest."""
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    rng = np.random.default_rng()
+    V = m.config.vocab_size
+    ids = rng.integers(0, V, size=(3, 11))
+    labels = ids.copy()
+    labels[0, :4] = -100  # a prompt left out
+    labels[2, 7] = -100
+    out = m(ids, labels=labels)
+    z = out.logits.astype(np.float64)[:, :-1]
+    logp = z - z.max(-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
+    nxt = labels[:, 1:]
+    b, t = np.nonzero(nxt != -100)
+    want = -logp[b, t, nxt[b, t]].mean()
+    assert out.loss.dtype == np.float32 and out.loss.shape == ()
+    assert abs(float(out.loss) - want) <= 1e-6 * want
+    assert out[0] is out.loss and out[1] is out.logits and out["loss"] is out.loss
+    assert out.to_tuple() == (out.loss, out.logits)
+    assert np.array_equal(m(ids, labels=labels, attention_mask=np.ones_like(ids)).loss, out.loss)
+    plain = m(ids)
+    assert plain.loss is None and plain[0] is plain.logits and plain.to_tuple() == (plain.logits,)
+    with pytest.raises(KeyError):
+        plain["loss"]
+    assert np.isnan(m(ids, labels=np.full_like(ids, -100)).loss)
+    for bad, exc, match in ((labels[:, :5], ValueError, "shape"), (labels.astype(np.float32), TypeError, "integers"),
+                            (np.full_like(ids, V), ValueError, f"{V}"), (np.full_like(ids, -1), ValueError, "-1")):
+        with pytest.raises(exc, match=match):
+            m(ids, labels=bad)
+
+
+def test_device_and_dtype_shorthands():
+    """.cuda(), .cpu(), .float(), .half() and .bfloat16(), as scripts call
+    them: the model itself where it already is so, else a ValueError that
+    says how to load it."""
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    assert m.cpu() is m and m.float() is m
+    for call, match in ((m.cuda, "device='cuda'"), (lambda: m.cuda(0), "device='cuda'"),
+                        (m.half, "dtype='float16'"), (m.bfloat16, "dtype='bfloat16'")):
+        with pytest.raises(ValueError, match=match):
+            call()
 
 
 def test_matches_transformers():
@@ -131,6 +176,13 @@ def test_matches_transformers():
     got = ours(ids).logits
     assert isinstance(got, torch.Tensor) and got.shape == want_logits.shape
     assert rel_err(got.numpy(), want_logits.numpy()) <= 1e-4
+    labels = ids.clone()
+    labels[:, :3] = -100
+    with torch.no_grad():
+        want_loss = hf(ids, labels=labels).loss
+    got_loss = ours(ids, labels=labels).loss
+    assert isinstance(got_loss, torch.Tensor) and got_loss.shape == want_loss.shape == ()
+    assert abs(got_loss.item() - want_loss.item()) <= 1e-4 * want_loss.item(), (got_loss, want_loss)
     tokens = ours.generate(ids, max_new_tokens=6)
     assert isinstance(tokens, torch.Tensor) and torch.equal(tokens, want_tokens), (tokens, want_tokens)
     with torch.no_grad():

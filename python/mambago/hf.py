@@ -29,17 +29,30 @@ from .model import Model, _is_torch_tensor
 _LOAD_ALIASES = {"torch_dtype": "dtype", "device_map": "device"}
 
 
-class CausalLMOutput:
-    """What a forward call returns: logits [B, T, V] (float32), read as
-    out.logits or out["logits"]."""
+# transformers' label for a position left out of the loss.
+IGNORE_INDEX = -100
 
-    def __init__(self, logits):
+
+class CausalLMOutput:
+    """What a forward call returns, as transformers' output reads: logits
+    [B, T, V] (float32) and, given labels, loss (a float32 scalar), read as
+    out.logits, out["logits"], or by place, loss first where there is one
+    (out[0])."""
+
+    def __init__(self, logits, loss=None):
         self.logits = logits
+        self.loss = loss
+
+    def to_tuple(self) -> tuple:
+        """The outputs that are set, in transformers' order: (loss, logits) or (logits,)."""
+        return tuple(v for v in (self.loss, self.logits) if v is not None)
 
     def __getitem__(self, key):
-        if key != "logits":
-            raise KeyError(key)
-        return self.logits
+        if isinstance(key, (int, slice)):
+            return self.to_tuple()[key]
+        if key == "logits" or (key == "loss" and self.loss is not None):
+            return getattr(self, key)
+        raise KeyError(key)
 
 
 class MambaForCausalLM:
@@ -93,24 +106,32 @@ class MambaForCausalLM:
         return cls(Model.from_state_dict(hf_model.state_dict(), hf_model.config, device=device, dtype=dtype,
                                          blas=blas))
 
-    def __call__(self, input_ids=None, *, inputs_embeds=None, attention_mask=None, use_cache=None,
+    def __call__(self, input_ids=None, *, inputs_embeds=None, attention_mask=None, labels=None, use_cache=None,
                  **kwargs) -> CausalLMOutput:
         """Logits [B, T, V] at every position of a prompt from a zero state.
         An attention_mask with zeros marks padding before or after each row's
         tokens (Model.prefill): the tokens' logits are what the row alone
         gives, as transformers gives them for left padding, and the padding's
         logits are zero. use_cache changes nothing (no cache is returned).
-        Arguments that ask for more than logits (labels, caches, hidden
-        states) are a TypeError."""
+
+        labels [B, T] (token ids, or -100 for a position to leave out) add
+        the loss transformers computes, for perplexity: the mean cross
+        entropy of each position's logits against the next position's label,
+        over the labels not left out (NaN where all are). Give the padding's
+        labels -100, as transformers' data collators do: its logits are zero
+        here. Arguments that ask for more (caches, hidden states) are a
+        TypeError."""
         if kwargs:
-            raise TypeError(f"unsupported arguments {sorted(kwargs)}: this model returns logits only")
+            raise TypeError(f"unsupported arguments {sorted(kwargs)}: this model returns logits and loss only")
         like = input_ids if input_ids is not None else inputs_embeds
         mask = None if attention_mask is None else _numpy(attention_mask)
         if inputs_embeds is not None:
             hidden = self.model.prefill(inputs_embeds=_numpy(inputs_embeds), output="all", attention_mask=mask)
         else:
             hidden = self.model.prefill(_numpy(input_ids), output="all", attention_mask=mask)
-        return CausalLMOutput(_like(self.model.logits(hidden), like))
+        logits = self.model.logits(hidden)
+        loss = None if labels is None else _like(causal_lm_loss(logits, _numpy(labels)), like)
+        return CausalLMOutput(_like(logits, like), loss)
 
     def generate(self, input_ids, max_new_tokens: int | None = None, *, max_length: int | None = None,
                  do_sample: bool = False, temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0,
@@ -168,8 +189,55 @@ class MambaForCausalLM:
                                  f"from_pretrained(..., dtype={want!r}) instead of casting it")
         return self
 
+    def cuda(self, device=None):
+        """Return self on the CUDA engine; elsewhere a ValueError, as .to("cuda")."""
+        return self.to("cuda" if device is None else f"cuda:{device}" if isinstance(device, int) else device)
+
+    def cpu(self):
+        """Return self on the CPU engine; elsewhere a ValueError, as .to("cpu")."""
+        return self.to("cpu")
+
+    def float(self):
+        """Return self where it computes in float32; else a ValueError, as .to("float32")."""
+        return self.to("float32")
+
+    def half(self):
+        """Return self where it computes in float16; else a ValueError, as .to("float16")."""
+        return self.to("float16")
+
+    def bfloat16(self):
+        """Return self where it computes in bfloat16; else a ValueError, as .to("bfloat16")."""
+        return self.to("bfloat16")
+
     def __repr__(self):
         return f"mambago.hf.MambaForCausalLM({self.model!r})"
+
+
+def causal_lm_loss(logits: np.ndarray, labels: np.ndarray, chunk: int = 1024) -> np.ndarray:
+    """transformers' causal-LM loss of logits [B, T, V] against labels
+    [B, T]: position t's logits predict label t+1; labels of -100
+    (IGNORE_INDEX) are left out; the mean over the rest, as a float32
+    scalar (NaN where none is left). Rows of logits are taken chunk at a
+    time, so the log-softmax needs no second copy of them all."""
+    if labels.dtype.kind not in "iu":
+        raise TypeError(f"labels must hold integers, got dtype {labels.dtype}")
+    B, T, V = logits.shape
+    if labels.shape != (B, T):
+        raise ValueError(f"labels must have the input's shape ({B}, {T}), got {labels.shape}")
+    bad = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= V))
+    if bad.any():
+        raise ValueError(f"labels holds {labels[bad].flat[0]}: want a token id in [0, {V}) or {IGNORE_INDEX}")
+    target = labels[:, 1:].reshape(-1).astype(np.int64)  # the next position's label
+    rows = logits[:, :-1, :].reshape(-1, V)
+    keep = np.flatnonzero(target != IGNORE_INDEX)
+    total = 0.0
+    for i in range(0, keep.size, chunk):
+        at = keep[i:i + chunk]
+        x = rows[at]
+        top = x.max(axis=1, keepdims=True)
+        lse = np.log(np.exp(x - top).sum(axis=1, dtype=np.float64)) + top[:, 0]
+        total += float((lse - x[np.arange(at.size), target[at]]).sum())
+    return np.array(total / keep.size if keep.size else np.nan, dtype=np.float32)
 
 
 def _numpy(x) -> np.ndarray:
