@@ -363,11 +363,17 @@ func CopyState(state int64, which string, layer int, buf uintptr, n int, toGo bo
 // float32 [B, d] or [B, T, d]. spans, when nSpans > 0, holds int64 [B, 2]:
 // each row's first token and token count in a padded batch
 // (mambago.Model.PrefillSpans; with fresh, the state is new: StartSpans).
-// It returns the number of values written.
+// stop, when not 0, is a signal (NewStop) that stops the prefill where the
+// engine can (mambago.Model.PrefillContext), with an error. It returns the
+// number of values written.
 func Prefill(model, state int64, kind string, in uintptr, inLen, B, T int, output string, out uintptr, outLen int,
-	spans uintptr, nSpans int, fresh bool) (written int, err error) {
+	spans uintptr, nSpans int, fresh bool, stop int64) (written int, err error) {
 	defer guard(&err)
 	m, st, err := modelState(model, state)
+	if err != nil {
+		return 0, err
+	}
+	ctx, err := stopContext(stop)
 	if err != nil {
 		return 0, err
 	}
@@ -383,10 +389,12 @@ func Prefill(model, state int64, kind string, in uintptr, inLen, B, T int, outpu
 	if err != nil {
 		return 0, err
 	}
-	if rows == nil {
+	switch {
+	case stop != 0:
+		return outLen, m.PrefillContext(ctx, st, input, rows, fresh, pool, dst)
+	case rows == nil:
 		return outLen, m.Prefill(st, input, pool, dst)
-	}
-	if fresh {
+	case fresh:
 		return outLen, m.StartSpans(st, input, rows, pool, dst)
 	}
 	return outLen, m.PrefillSpans(st, input, rows, pool, dst)

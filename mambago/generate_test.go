@@ -85,6 +85,9 @@ type stopAfter struct {
 
 var errStopped = errors.New("stopped by the test")
 
+// Done is a channel never closed but not nil: a context that can be done.
+func (c *stopAfter) Done() <-chan struct{} { return make(chan struct{}) }
+
 func (c *stopAfter) Err() error {
 	if c.n--; c.n < 0 {
 		return errStopped
@@ -204,5 +207,56 @@ func TestGenerateKeepsItsState(t *testing.T) {
 	}
 	if st := mambago.IdleState(m); st != nil {
 		t.Errorf("after Close the model keeps %p", st)
+	}
+}
+
+// TestPrefillContextStops checks that a CPU prefill whose context is done
+// stops with an error wrapping the cause, before its first layer or
+// partway (in its second chunk of rows, or in a padded batch's second
+// length), and leaves the state as it was, or zero where it was to start
+// fresh; and that the state then continues as an untouched copy does.
+func TestPrefillContextStops(t *testing.T) {
+	m := openBase(t)
+	defer m.Close()
+	cfg := m.Config()
+	const B, T = 3, 3000 // 9000 rows: chunks of 1365 positions, 2 layers each
+	ids := make([]int64, B*T)
+	for i := range ids {
+		ids[i] = rand.Int64N(int64(cfg.Vocab))
+	}
+	in := engine.Input{B: B, T: T, IDs: ids}
+	padded := []mambago.Span{{Start: 0, Len: T}, {Start: 500, Len: T - 500}, {Start: 0, Len: 40}}
+	for _, c := range []struct {
+		name  string
+		spans []mambago.Span
+		fresh bool
+		after int // checks of the context that pass before it is done
+	}{
+		{"at once", nil, false, 0}, {"second chunk", nil, false, 3}, {"fresh", nil, true, 3},
+		{"padded, second length", padded, false, 3}, {"padded, fresh", padded, true, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := newState(t, m, B)
+			if err := m.Prefill(st, engine.Input{B: B, T: 7, IDs: ids[:B*7]}, engine.Last, make([]float32, B*cfg.Hidden)); err != nil {
+				t.Fatal(err)
+			}
+			saved, err := m.CloneState(st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := make([]float32, B*cfg.Hidden)
+			err = m.PrefillContext(&stopAfter{context.Background(), c.after}, st, in, c.spans, c.fresh, engine.Last, out)
+			if !errors.Is(err, errStopped) {
+				t.Fatalf("err = %v, want one wrapping the context's cause", err)
+			}
+			want := saved
+			if c.fresh {
+				want = newState(t, m, B)
+			}
+			next := ids[:B]
+			if got, w := step(t, m, st, next), step(t, m, want, next); !slices.Equal(got, w) {
+				t.Fatal("after the stopped prefill the state steps otherwise than it did before it")
+			}
+		})
 	}
 }

@@ -1,6 +1,7 @@
 package mambago
 
 import (
+	"context"
 	"errors"
 	"maps"
 	"slices"
@@ -32,13 +33,13 @@ type Span struct{ Start, Len int }
 // state is copied through the host between st and each length's own, and
 // st is written only once every prefill has run.
 func (m *Model) PrefillSpans(st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32) error {
-	return m.prefillSpans(st, in, spans, pool, out, false)
+	return m.prefillSpans(context.Background(), st, in, spans, pool, out, false)
 }
 
 // StartSpans is PrefillSpans for new sequences: every row starts from a
 // zero state, whatever st held (on the CPU engine, with no copies of it).
 func (m *Model) StartSpans(st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32) error {
-	return m.prefillSpans(st, in, spans, pool, out, true)
+	return m.prefillSpans(context.Background(), st, in, spans, pool, out, true)
 }
 
 // onePrefillPads says whether a padded batch runs as one prefill, padding
@@ -51,8 +52,9 @@ func (m *Model) StartSpans(st engine.State, in engine.Input, spans []Span, pool 
 // (A variable, so that the tests run either way on either engine.)
 var onePrefillPads = func(m *Model) bool { return m.Device() != "cpu" }
 
-// prefillSpans is PrefillSpans, or with fresh StartSpans.
-func (m *Model) prefillSpans(st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32, fresh bool) (err error) {
+// prefillSpans is PrefillSpans, or with fresh StartSpans, each prefill
+// stopping once ctx is done where the engine can (Model.prefill).
+func (m *Model) prefillSpans(ctx context.Context, st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32, fresh bool) (err error) {
 	cfg := m.Config()
 	if err := engine.CheckPrefill(cfg, in, st.Batch(), pool, out); err != nil {
 		return err
@@ -75,10 +77,10 @@ func (m *Model) prefillSpans(st engine.State, in engine.Input, spans []Span, poo
 		st.Reset() // every row starts from zero, whatever st held
 	}
 	if whole {
-		return m.Prefill(st, in, pool, out)
+		return m.prefill(ctx, st, in, pool, out)
 	}
 	if onePrefillPads(m) {
-		return m.prefillRight(st, in, spans, pool, out)
+		return m.prefillRight(ctx, st, in, spans, pool, out)
 	}
 
 	groups := map[int][]int{} // rows by their number of tokens
@@ -91,7 +93,7 @@ func (m *Model) prefillSpans(st engine.State, in engine.Input, spans []Span, poo
 	// run prefills rows g, n tokens each, on sub and scatters their outputs.
 	run := func(sub engine.State, n int, g []int) error {
 		subOut := make([]float32, pool.OutLen(len(g), n, d))
-		if err := m.Prefill(sub, gather(in, spans, g, n, d, cfg.InputDim), pool, subOut); err != nil {
+		if err := m.prefill(ctx, sub, gather(in, spans, g, n, d, cfg.InputDim), pool, subOut); err != nil {
 			return err
 		}
 		for j, b := range g {
@@ -138,7 +140,7 @@ func (m *Model) prefillSpans(st engine.State, in engine.Input, spans []Span, poo
 // prefillRight runs checked spans as one prefill: each row's tokens at the
 // end of a row of the longest row's length, after padding the engine keeps
 // out of every state and output (engine.Input.Pad).
-func (m *Model) prefillRight(st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32) error {
+func (m *Model) prefillRight(ctx context.Context, st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32) error {
 	T := slices.MaxFunc(spans, func(a, b Span) int { return a.Len - b.Len }).Len
 	d, F := m.Config().Hidden, m.Config().InputDim
 	right := engine.Input{B: in.B, T: T, Pad: make([]int, in.B)}
@@ -154,10 +156,10 @@ func (m *Model) prefillRight(st engine.State, in engine.Input, spans []Span, poo
 		right.Features = alignRight(in.Features, in.T, spans, T, F)
 	}
 	if pool != engine.All {
-		return m.Prefill(st, right, pool, out)
+		return m.prefill(ctx, st, right, pool, out)
 	}
 	all := make([]float32, pool.OutLen(in.B, T, d))
-	if err := m.Prefill(st, right, pool, all); err != nil {
+	if err := m.prefill(ctx, st, right, pool, all); err != nil {
 		return err
 	}
 	clear(out)

@@ -341,23 +341,31 @@ def test_raw_bindings_survive_bad_handles_and_pointers():
     m = call(b.LoadModel, case_dir("base"), "cpu", "", "")
     st = call(b.NewState, m, 1)
     with pytest.raises(ValueError, match="buffer"):
-        call(b.Prefill, m, st, "ids", 0, 4, 1, 4, "last", 0, 64, 0, 0, False)
+        call(b.Prefill, m, st, "ids", 0, 4, 1, 4, "last", 0, 64, 0, 0, False, 0)
     with pytest.raises(ValueError, match="input kind"):
         buf = np.zeros(4, np.int64)
         out = np.zeros(64, np.float32)
-        call(b.Prefill, m, st, "tokens", buf.ctypes.data, 4, 1, 4, "last", out.ctypes.data, 64, 0, 0, False)
+        call(b.Prefill, m, st, "tokens", buf.ctypes.data, 4, 1, 4, "last", out.ctypes.data, 64, 0, 0, False, 0)
     with pytest.raises(ValueError, match="output buffer"):
-        call(b.Prefill, m, st, "ids", buf.ctypes.data, 4, 1, 4, "last", out.ctypes.data, 63, 0, 0, False)
+        call(b.Prefill, m, st, "ids", buf.ctypes.data, 4, 1, 4, "last", out.ctypes.data, 63, 0, 0, False, 0)
     with pytest.raises(ValueError, match="spans"):
-        call(b.Prefill, m, st, "ids", buf.ctypes.data, 4, 1, 4, "last", out.ctypes.data, 64, 0, 1, False)
+        call(b.Prefill, m, st, "ids", buf.ctypes.data, 4, 1, 4, "last", out.ctypes.data, 64, 0, 1, False, 0)
     with pytest.raises(ValueError, match="2 spans for a batch of 1"):
-        call(b.Prefill, m, st, "ids", buf.ctypes.data, 4, 1, 4, "last", out.ctypes.data, 64, buf.ctypes.data, 2, False)
+        call(b.Prefill, m, st, "ids", buf.ctypes.data, 4, 1, 4, "last", out.ctypes.data, 64, buf.ctypes.data, 2, False, 0)
     for first, count in ((0, 0), (-1, 2), (3, 2), (2, 3)):
         spans = np.array([first, count], np.int64)
         for fresh in (False, True):
             with pytest.raises(ValueError, match="row 0: tokens at"):
                 call(b.Prefill, m, st, "ids", buf.ctypes.data, 4, 1, 4, "last", out.ctypes.data, 64, spans.ctypes.data, 1,
-                     fresh)
+                     fresh, 0)
+    for fn in (b.Stop, b.FreeStop):
+        with pytest.raises(ValueError, match="stop handle"):
+            call(fn, 987654)
+    with pytest.raises(ValueError, match="stop handle"):  # a signal that was never made
+        call(b.Prefill, m, st, "ids", buf.ctypes.data, 4, 1, 4, "last", out.ctypes.data, 64, 0, 0, False, 987654)
+    gen = np.zeros(2, np.int64)
+    with pytest.raises(ValueError, match="stop handle"):
+        call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0, -1, gen.ctypes.data, 2, 0, 0, 987654)
     assert call(b.FreeModel, m) is True
 
 

@@ -85,3 +85,42 @@ def test_ctrl_c_stops_generate(tmp_path, device, dtype):
     assert out["same_after"], "the model's next generation differs from before the interrupt"
     assert out["same_in_thread"], "a generation off the main thread differs"
     assert out["raised_twice"] and out["same_after_twice"], "after Ctrl-C twice: " + json.dumps(out)
+
+
+def test_ctrl_c_stops_a_long_cpu_prefill(tmp_path):
+    out = run(tmp_path, """
+        import json, os, signal, threading, time
+        import numpy as np, mambago
+
+        m = mambago.Model.from_pretrained(case, device="cpu")
+        rng = np.random.default_rng()
+        V, L = m.config.vocab_size, m.config.num_hidden_layers
+        probe = rng.integers(0, V, size=(1, 100_000))
+        t0 = time.perf_counter()
+        m.prefill(probe)
+        per_position = (time.perf_counter() - t0) / probe.size
+        T = int(min(2 * 10**7, max(10**6, 30 / per_position)))  # half a minute of positions or more
+        ids = rng.integers(0, V, size=(1, T), dtype=np.int32)
+        st = m.new_state(1)
+        m.prefill(rng.integers(0, V, size=(1, 9)), state=st)
+        before = st.copy()
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()
+        t0 = time.perf_counter()
+        try:
+            m.prefill(ids, state=st)
+            raised = False
+        except KeyboardInterrupt:
+            raised = True
+        took = time.perf_counter() - t0
+        kept = all(np.array_equal(st.ssm_state(l), before.ssm_state(l)) and
+                   np.array_equal(st.conv_state(l), before.conv_state(l)) for l in range(L))
+        nxt = rng.integers(0, V, size=(1, 5))
+        same_after = np.array_equal(m.prefill(nxt, state=st), m.prefill(nxt, state=before))
+        print(json.dumps({"raised": raised, "took": took, "whole": per_position * T, "kept": kept,
+                          "same_after": bool(same_after)}))
+    """)
+    assert out["raised"], "no KeyboardInterrupt reached the caller"
+    assert out["whole"] > 20, f"the prefill would take only {out['whole']:.0f} s: the case tests nothing"
+    assert out["took"] < 10, f"KeyboardInterrupt came {out['took']:.1f} s after the call began (signal at 0.5 s)"
+    assert out["kept"], "the interrupted prefill changed the state"
+    assert out["same_after"], "the state does not continue as its copy from before the prefill"

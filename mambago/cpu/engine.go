@@ -1,6 +1,8 @@
 package cpu
 
 import (
+	"context"
+	"fmt"
 	"math"
 
 	"github.com/mambago/mambago/mambago/blas"
@@ -65,6 +67,13 @@ func (e *Engine) Close() error { return nil }
 // Prefill runs in through the model, continuing from st and leaving the final
 // state in it, and writes pool's output (after norm_f) to out.
 func (e *Engine) Prefill(st engine.State, in engine.Input, pool engine.Pool, out []float32) error {
+	return e.PrefillContext(context.Background(), st, in, pool, out)
+}
+
+// PrefillContext is Prefill that stops before its next layer once ctx is
+// done (engine.Stopper), returning an error that wraps ctx's cause and
+// leaving st partly advanced.
+func (e *Engine) PrefillContext(ctx context.Context, st engine.State, in engine.Input, pool engine.Pool, out []float32) error {
 	s, err := e.own(st)
 	if err != nil {
 		return err
@@ -89,6 +98,9 @@ func (e *Engine) Prefill(st engine.State, in engine.Input, pool engine.Pool, out
 		w.setPad(in, t0)
 		e.embed(w, in, t0)
 		for l := range e.w.Layers {
+			if ctx.Err() != nil {
+				return fmt.Errorf("prefill: stopped at position %d, layer %d: %w", t0, l, context.Cause(ctx))
+			}
 			e.block(l, w, s.conv[l], s.ssm[l])
 		}
 		rmsnorm(w.x, w.h, e.w.NormF, d, e.cfg.Eps) // norm_f of every row of the chunk
@@ -173,3 +185,5 @@ func (e *Engine) Logits(hidden []float32, batch int, logits []float32) error {
 	e.gemm(logits, V, hidden, d, e.w.LMHead, batch, V, d, 0)
 	return nil
 }
+
+var _ engine.Stopper = (*Engine)(nil)

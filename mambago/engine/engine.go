@@ -4,6 +4,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -108,6 +109,15 @@ type Engine interface {
 	Logits(hidden []float32, batch int, logits []float32) error
 	// Close releases the engine's resources.
 	Close() error
+}
+
+// Stopper is an engine whose prefill can stop partway (the CPU engine,
+// whose long prompts take seconds; a CUDA prefill runs to its end).
+type Stopper interface {
+	// PrefillContext is Prefill that checks ctx as it goes: once ctx is
+	// done it returns an error wrapping ctx's cause and leaves st partly
+	// advanced, for the caller to restore or reset.
+	PrefillContext(ctx context.Context, st State, in Input, pool Pool, out []float32) error
 }
 
 // Decoder steps one state on an engine that can do better than a Step a
