@@ -268,6 +268,18 @@ def test_state_methods(m):
     assert not st.ssm_state(0).any()  # nothing written by the failed calls
 
 
+def test_with_blocks_close():
+    """Model, State and Graph are context managers that close at the block's end."""
+    with mambago.Model.from_pretrained(case_dir("base"), device="cpu") as mm:
+        with mm.new_state(1) as st:
+            mm.prefill([[1, 2]], state=st)
+        with pytest.raises(ValueError, match="state is closed"):
+            st.ssm_state(0)
+        assert mm.prefill([[1, 2]]).shape == (1, mm.config.hidden_size)
+    with pytest.raises(ValueError, match="model is closed"):
+        mm.prefill([[1, 2]])
+
+
 def test_closed_model():
     mm = mambago.Model.from_pretrained(case_dir("base"), device="cpu")
     st = mm.new_state(1)

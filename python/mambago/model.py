@@ -481,6 +481,12 @@ class State:
         """Zero the state, as for fresh sequences."""
         _call(_b.ResetState, self._handle())
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
     def close(self) -> None:
         """Release the state now rather than at garbage collection."""
         if self._h is not None:
@@ -592,6 +598,12 @@ class Model:
         if self._h is None:
             raise ValueError("model is closed")
         return self._h
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     def close(self) -> None:
         """Release the model's memory now rather than at garbage collection."""
@@ -994,6 +1006,12 @@ class Graph:
         out = _nan((B, T, d) if self.output == "all" else (B, d))
         _call(_b.GraphPrefill, self._handle(), kind, _addr(x), x.size, B, T, _addr(out), out.size)
         return out
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     def close(self) -> None:
         """Release the graph now rather than at garbage collection."""
