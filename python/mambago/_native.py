@@ -83,8 +83,9 @@ def interruptible(fn, *args, keep=()):
     stop signal (bindings.NewStop) that it checks as it goes. Python raises
     KeyboardInterrupt only between bytecodes, never inside a Go call, so on
     the main thread the call runs on a worker thread (one for the process;
-    the hop costs 40-80 µs a call on a 2-core machine) while the main thread waits; a KeyboardInterrupt
-    there raises the signal, waits for the call to end, and goes on up. keep
+    the hop measured 75-80 µs a call on 2 cores) while the main thread
+    waits; a KeyboardInterrupt there raises the signal, waits for the call
+    to end, and goes on up. keep
     holds the arrays whose addresses are in args: the worker keeps them
     alive until Go has returned, even where a second Ctrl-C leaves the call
     to end alone. Off the main thread, which gets no KeyboardInterrupt, the
