@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/mambago/mambago/mambago"
@@ -373,7 +374,7 @@ func Prefill(model, state int64, kind string, in uintptr, inLen, B, T int, outpu
 	if err != nil {
 		return 0, err
 	}
-	ctx, err := stopContext(stop)
+	sig, err := stopFor(stop)
 	if err != nil {
 		return 0, err
 	}
@@ -391,7 +392,7 @@ func Prefill(model, state int64, kind string, in uintptr, inLen, B, T int, outpu
 	}
 	switch {
 	case stop != 0:
-		return outLen, m.PrefillContext(ctx, st, input, rows, fresh, pool, dst)
+		return outLen, m.PrefillContext(sig.ctx, st, input, rows, fresh, pool, dst)
 	case rows == nil:
 		return outLen, m.Prefill(st, input, pool, dst)
 	case fresh:
@@ -541,9 +542,12 @@ func Logits(model int64, hidden uintptr, B, hiddenLen int, out uintptr, outLen i
 }
 
 // stopSignal ends an interruptible call early: Python raises it on Ctrl-C.
+// It also counts what the call has done so far (Generate: the columns of
+// tokens written), for Python to read while the call runs.
 type stopSignal struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	done   *atomic.Int64
 }
 
 var stops handles[stopSignal]
@@ -556,7 +560,19 @@ var errInterrupted = errors.New("interrupted (KeyboardInterrupt)")
 func NewStop() (h int64, err error) {
 	defer guard(&err)
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return stops.add(stopSignal{ctx, cancel}), nil
+	return stops.add(stopSignal{ctx, cancel, new(atomic.Int64)}), nil
+}
+
+// StopProgress returns how much the call holding stop signal h has done:
+// for Generate, the columns of tokens already in its output, which Python
+// may read while it runs.
+func StopProgress(h int64) (n int, err error) {
+	defer guard(&err)
+	s, err := stops.get(h, "stop")
+	if err != nil {
+		return 0, err
+	}
+	return int(s.done.Load()), nil
 }
 
 // Stop raises stop signal h: the call holding it ends at its next check,
@@ -583,13 +599,12 @@ func FreeStop(h int64) (ok bool, err error) {
 	return true, nil
 }
 
-// stopContext is the context of stop signal h, or, for 0, one never done.
-func stopContext(h int64) (context.Context, error) {
+// stopFor returns stop signal h, or, for 0, one never raised.
+func stopFor(h int64) (stopSignal, error) {
 	if h == 0 {
-		return context.Background(), nil
+		return stopSignal{ctx: context.Background(), done: new(atomic.Int64)}, nil
 	}
-	s, err := stops.get(h, "stop")
-	return s.ctx, err
+	return stops.get(h, "stop")
 }
 
 // Generate continues the prompts ids (int64 [B, T]) by up to maxNew tokens
@@ -597,7 +612,8 @@ func stopContext(h int64) (context.Context, error) {
 // were generated; rows that emitted eos (≥ 0) are padded with it. spans, when
 // nSpans > 0, places each row's prompt in a padded batch, as for Prefill.
 // stop, when not 0, is a signal (NewStop) that ends the call before its
-// next token, with an error.
+// next token, with an error; the call then writes each column of tokens to
+// out as it is taken, and counts them in the signal (StopProgress).
 func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, topK int, topP float64, seed, eos int64, out uintptr, outLen int,
 	spans uintptr, nSpans int, stop int64) (n int, err error) {
 	defer guard(&err)
@@ -605,7 +621,7 @@ func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, t
 	if err != nil {
 		return 0, err
 	}
-	ctx, err := stopContext(stop)
+	sig, err := stopFor(stop)
 	if err != nil {
 		return 0, err
 	}
@@ -625,17 +641,18 @@ func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, t
 	if err != nil {
 		return 0, err
 	}
-	toks, n, err := m.GenerateSpans(ctx, int64s(ids, B*T), B, T, rows, maxNew, mambago.Sampling{
-		Temperature: temperature, TopK: topK, TopP: topP, Seed: uint64(seed), EOS: eos,
-	})
-	if err != nil {
-		return 0, err
-	}
 	dst := int64s(out, outLen)
-	for b := 0; b < B; b++ {
-		copy(dst[b*maxNew:b*maxNew+n], toks[b*n:(b+1)*n])
+	emit := func(n int, col []int64) {
+		for b, id := range col {
+			dst[b*maxNew+n] = id
+		}
+		sig.done.Store(int64(n + 1)) // after the column: a reader that sees n+1 finds it written
 	}
-	return n, nil
+	// emit has written every column taken to out.
+	_, n, err = m.GenerateEach(sig.ctx, int64s(ids, B*T), B, T, rows, maxNew, mambago.Sampling{
+		Temperature: temperature, TopK: topK, TopP: topP, Seed: uint64(seed), EOS: eos,
+	}, emit)
+	return n, err
 }
 
 // gpuEngine returns the model's CUDA engine, or a ValueError naming what needs it.

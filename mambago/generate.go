@@ -52,13 +52,23 @@ type decoderEngine interface {
 // GenerateSpans is Generate for a padded batch: row b of ids holds its
 // prompt at spans[b] (PrefillSpans), and each row continues from its last
 // token. nil spans take every row whole. Once ctx is done it stops before
-// its next token and returns an error that wraps ctx's cause (the
-// prompt's prefill runs to its end first).
+// its next token, or within the prompt's prefill where the engine can
+// (engine.Stopper), and returns an error that wraps ctx's cause.
 //
 // Generate keeps the state of its last call (and, on the CUDA engine, the
 // step graph captured for it) for its next call of the same batch size,
 // which zeroes and reuses it rather than capturing again; Close frees it.
-func (m *Model) GenerateSpans(ctx context.Context, ids []int64, B, T int, spans []Span, maxNew int, s Sampling) (_ []int64, _ int, err error) {
+func (m *Model) GenerateSpans(ctx context.Context, ids []int64, B, T int, spans []Span, maxNew int, s Sampling) ([]int64, int, error) {
+	return m.GenerateEach(ctx, ids, B, T, spans, maxNew, s, nil)
+}
+
+// GenerateEach is GenerateSpans that hands each new column of tokens to
+// emit as it is taken: emit(n, tokens) gets token n of every row, [B]
+// (EOS for a row that has stopped), to read before it returns, on the
+// generating goroutine, before the next token is taken. It streams the
+// tokens to a reader; nil emit is GenerateSpans.
+func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans []Span, maxNew int, s Sampling,
+	emit func(n int, tokens []int64)) (_ []int64, _ int, err error) {
 	if err := s.Check(); err != nil {
 		return nil, 0, err
 	}
@@ -74,9 +84,9 @@ func (m *Model) GenerateSpans(ctx context.Context, ids []int64, B, T int, spans 
 	hidden := make([]float32, B*cfg.Hidden)
 	in := engine.Input{B: B, T: T, IDs: ids}
 	if spans == nil {
-		err = m.Prefill(st, in, engine.Last, hidden)
+		err = m.prefill(ctx, st, in, engine.Last, hidden) // st is zero (take)
 	} else {
-		err = m.StartSpans(st, in, spans, engine.Last, hidden)
+		err = m.prefillSpans(ctx, st, in, spans, engine.Last, hidden, true)
 	}
 	if err != nil {
 		return nil, 0, err
@@ -174,6 +184,9 @@ func (m *Model) GenerateSpans(ctx context.Context, ids []int64, B, T int, spans 
 				alive = alive || !done[b]
 			}
 			out[b] = append(out[b], next[b])
+		}
+		if emit != nil {
+			emit(n, next)
 		}
 		n++
 		if !alive || n == maxNew {

@@ -78,19 +78,25 @@ class _Bindings:
 bindings = _Bindings(_b)
 
 
-def interruptible(fn, *args, keep=()):
+def interruptible(fn, *args, keep=(), poll=None):
     """call(fn, *args, stop) where Ctrl-C can end it: fn's last argument is a
     stop signal (bindings.NewStop) that it checks as it goes. Python raises
     KeyboardInterrupt only between bytecodes, never inside a Go call, so on
     the main thread the call runs on a worker thread (one for the process;
     the hop measured 75-80 µs a call on 2 cores) while the main thread
     waits; a KeyboardInterrupt there raises the signal, waits for the call
-    to end, and goes on up. keep
-    holds the arrays whose addresses are in args: the worker keeps them
-    alive until Go has returned, even where a second Ctrl-C leaves the call
-    to end alone. Off the main thread, which gets no KeyboardInterrupt, the
-    call is made in place, with no signal."""
-    if threading.current_thread() is not threading.main_thread():
+    to end, and goes on up. keep holds the arrays whose addresses are in
+    args: the worker keeps them alive until Go has returned, even where a
+    second Ctrl-C leaves the call to end alone.
+
+    poll, if given, is called with the signal every POLL_S while the call
+    runs and once after it returns, on the calling thread (to stream what
+    the call has done so far: bindings.StopProgress); an exception from it
+    stops the call as Ctrl-C does. Off the main thread, which gets no
+    KeyboardInterrupt, a call without poll is made in place, with no
+    signal, and one with poll runs on a thread of its own."""
+    main = threading.current_thread() is threading.main_thread()
+    if not main and poll is None:
         return call(fn, *args, 0)
     stop = call(bindings.NewStop)  # raises in a forked child, whose worker is gone
     box = {"keep": keep}  # released by the worker, once Go has returned
@@ -107,10 +113,16 @@ def interruptible(fn, *args, keep=()):
 
     queued = False
     try:
-        _calls().put(work)
+        if main:
+            _calls().put(work)
+        else:
+            threading.Thread(target=work, name="mambago-call", daemon=True).start()
         queued = True
-        done.wait()
-    except KeyboardInterrupt:
+        while not done.wait(POLL_S if poll else None):
+            poll(stop)
+        if poll and "error" not in box:
+            poll(stop)
+    except BaseException:  # Ctrl-C, or poll's own error
         call(bindings.Stop, stop)  # the call ends before its next step
         if queued:
             done.wait()
@@ -120,6 +132,10 @@ def interruptible(fn, *args, keep=()):
     if "error" in box:
         raise box.pop("error")
     return box["value"]
+
+
+# How often interruptible calls poll while a call runs, in seconds.
+POLL_S = 0.01
 
 
 _CALLS = None

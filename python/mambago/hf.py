@@ -136,7 +136,7 @@ class MambaForCausalLM:
     def generate(self, input_ids, max_new_tokens: int | None = None, *, max_length: int | None = None,
                  do_sample: bool = False, temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0,
                  eos_token_id: int | None = None, pad_token_id: int | None = None, attention_mask=None,
-                 use_cache: bool = True, seed: int | None = None):
+                 use_cache: bool = True, seed: int | None = None, streamer=None):
         """Continue prompts [B, T] by up to max_new_tokens tokens and return
         prompt and new tokens [B, T + n], as transformers does: greedy unless
         do_sample (then temperature, top_k and top_p apply; seed makes it
@@ -147,7 +147,9 @@ class MambaForCausalLM:
         with zeros marks padding before or after each row's prompt, and each
         row continues from its own last token (for left padding, as
         transformers does). use_cache changes nothing (the state is always
-        carried)."""
+        carried). streamer (TextStreamer, TextIteratorStreamer) receives the
+        prompt, then each new token as it comes, then end(), as from
+        transformers: CPU torch tensors where the input is a torch tensor."""
         mask = None if attention_mask is None else _numpy(attention_mask)
         ids = _numpy(input_ids).astype(np.int64, copy=False)
         if max_new_tokens is None:
@@ -158,12 +160,16 @@ class MambaForCausalLM:
             max_new_tokens = 20 if max_length is None else max_length - T
         if eos_token_id is None:
             eos_token_id = self.config.eos_token_id
+        pads = eos_token_id is not None and pad_token_id is not None and pad_token_id != eos_token_id
+        if streamer is not None:
+            streamer = _Streamed(streamer, _is_torch_tensor(input_ids), eos_token_id if pads else None, pad_token_id)
         if do_sample:
             new = self.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                                      seed=seed, eos_token_id=eos_token_id, attention_mask=mask)
+                                      seed=seed, eos_token_id=eos_token_id, attention_mask=mask, streamer=streamer)
         else:
-            new = self.model.generate(ids, max_new_tokens, eos_token_id=eos_token_id, attention_mask=mask)
-        if eos_token_id is not None and pad_token_id is not None and pad_token_id != eos_token_id:
+            new = self.model.generate(ids, max_new_tokens, eos_token_id=eos_token_id, attention_mask=mask,
+                                      streamer=streamer)
+        if pads:
             # The engine pads a stopped row with eos: everything after its first eos.
             seen = np.cumsum(new == eos_token_id, axis=1)
             first = (new == eos_token_id) & (seen == 1)
@@ -238,6 +244,31 @@ def causal_lm_loss(logits: np.ndarray, labels: np.ndarray, chunk: int = 1024) ->
         lse = np.log(np.exp(x - top).sum(axis=1, dtype=np.float64)) + top[:, 0]
         total += float((lse - x[np.arange(at.size), target[at]]).sum())
     return np.array(total / keep.size if keep.size else np.nan, dtype=np.float32)
+
+
+class _Streamed:
+    """A transformers streamer fed what transformers' generate gives it:
+    CPU torch tensors where the input was a torch tensor, and, with eos set,
+    pad for a row's tokens after its eos (the engine repeats eos)."""
+
+    def __init__(self, streamer, as_torch: bool, eos: int | None, pad: int | None):
+        self.streamer, self.as_torch, self.eos, self.pad = streamer, as_torch, eos, pad
+        self.stopped = None  # rows past their eos
+
+    def put(self, value: np.ndarray):
+        if value.ndim == 1 and self.eos is not None:  # a new token of each row
+            if self.stopped is None:
+                self.stopped = np.zeros(value.shape, bool)
+            value = np.where(self.stopped, self.pad, value)
+            self.stopped |= value == self.eos
+        if self.as_torch:
+            import torch
+
+            value = torch.from_numpy(value)
+        self.streamer.put(value)
+
+    def end(self):
+        self.streamer.end()
 
 
 def _numpy(x) -> np.ndarray:

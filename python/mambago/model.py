@@ -882,7 +882,7 @@ class Model:
 
     def generate(self, input_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, eos_token_id: int | None = None, *,
-                 attention_mask=None) -> np.ndarray:
+                 attention_mask=None, streamer=None) -> np.ndarray:
         """Continue prompts input_ids [B, T] by up to max_new_tokens tokens; returns int64 [B, n].
 
         temperature must be finite and ≥ 0: 0 is greedy (the lowest id among
@@ -904,7 +904,15 @@ class Model:
         same batch size, until close(). attention_mask
         marks padding as prefill's does: each row continues from its own last
         token. Ctrl-C (KeyboardInterrupt) stops a call on the main thread
-        before its next token, once the prompt's prefill is done.
+        before its next token (on the CPU engine, within the prompt's
+        prefill too).
+
+        streamer, as transformers' generate takes it (TextStreamer,
+        TextIteratorStreamer, or any object with put and end), receives the
+        tokens as they come: put(input_ids [B, T]) first, then put(tokens
+        [B]) for each new token (eos for a row that has stopped), within
+        about 10 ms of its step, then end(). An exception from it stops the
+        generation and is raised.
         """
         ids = _batched("input_ids", _as_array("input_ids", input_ids, "int"), 2)
         _check_ids("input_ids", ids, self.config.vocab_size)
@@ -931,11 +939,26 @@ class Model:
             eos = int(eos_token_id)
         B, T = ids.shape
         out = np.full((B, max_new_tokens), -1, dtype=np.int64)
-        if max_new_tokens == 0:
-            return out
-        n = _interruptible(_b.Generate, self._handle(), _addr(ids), B, T, int(max_new_tokens), float(temperature),
-                           int(top_k), float(top_p), int(seed) & (2**63 - 1), eos, _addr(out), out.size,
-                           *_span_args(spans), keep=(ids, out, spans))
+        poll = None
+        if streamer is not None:
+            streamer.put(ids.copy())
+            sent = 0
+
+            def poll(stop):
+                nonlocal sent
+                n = _call(_b.StopProgress, stop)
+                for i in range(sent, n):
+                    streamer.put(out[:, i].copy())
+                sent = n
+
+        if max_new_tokens > 0:
+            n = _interruptible(_b.Generate, self._handle(), _addr(ids), B, T, int(max_new_tokens),
+                               float(temperature), int(top_k), float(top_p), int(seed) & (2**63 - 1), eos, _addr(out),
+                               out.size, *_span_args(spans), keep=(ids, out, spans), poll=poll)
+        else:
+            n = 0
+        if streamer is not None:
+            streamer.end()
         return out[:, :n].copy()
 
 
