@@ -60,3 +60,17 @@ def features_model():
     import mambago
 
     return mambago.Model.from_pretrained(case_dir("features"), device="cpu")
+
+
+def early_stop_pair(model, rng):
+    """Two prompts [2, 3] for model (a mambago.Model) whose greedy runs give
+    row 0 a token to stop at, at its second new token, that row 1 never
+    emits in 6: (ids, eos, the 6 free-running new tokens [2, 6]). Skips the
+    test where 100 draws find none."""
+    for _ in range(100):
+        ids = rng.integers(0, model.config.vocab_size, size=(2, 3))
+        free = model.generate(ids, 6)  # new tokens, no stop
+        eos = int(free[0, 1])
+        if eos not in free[1] and eos != free[0, 0]:
+            return ids, eos, free
+    pytest.skip("no prompt pair found")

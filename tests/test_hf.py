@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import mambago
-from conftest import case_dir, rel_err
+from conftest import case_dir, early_stop_pair, rel_err
 from mambago.hf import MambaForCausalLM
 
 
@@ -36,15 +36,7 @@ def test_pad_token_follows_the_first_eos():
     """A row that stops at eos is padded with pad_token_id while another row
     goes on (the engine pads with eos itself)."""
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
-    rng = np.random.default_rng()
-    for _ in range(100):  # two prompts whose greedy runs give a token for row 0 to stop at
-        ids = rng.integers(0, m.config.vocab_size, size=(2, 3))
-        free = m.model.generate(ids, 6)  # new tokens, no stop
-        eos = int(free[0, 1])
-        if eos not in free[1] and eos != free[0, 0]:
-            break
-    else:
-        pytest.skip("no prompt pair found")
+    ids, eos, free = early_stop_pair(m.model, np.random.default_rng())
     pad = (eos + 1) % m.config.vocab_size
     got = m.generate(ids, max_new_tokens=6, eos_token_id=eos, pad_token_id=pad)
     assert np.array_equal(got[:, :3], ids)

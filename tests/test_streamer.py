@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import mambago
-from conftest import case_dir
+from conftest import case_dir, early_stop_pair
 from mambago.hf import MambaForCausalLM
 
 DEVICES = [
@@ -109,15 +109,7 @@ def test_hf_streamer_gets_transformers_values():
     """Through mambago.hf: the same tokens as generate returns, a row's
     tokens after its eos given as pad_token_id, as transformers streams."""
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
-    rng = np.random.default_rng()
-    for _ in range(100):  # two prompts where row 0 stops early and row 1 goes on
-        ids = rng.integers(0, m.config.vocab_size, size=(2, 3))
-        free = m.model.generate(ids, 6)
-        eos = int(free[0, 1])
-        if eos not in free[1] and eos != free[0, 0]:
-            break
-    else:
-        pytest.skip("no prompt pair found")
+    ids, eos, _ = early_stop_pair(m.model, np.random.default_rng())
     pad = (eos + 1) % m.config.vocab_size
     rec = Recorder()
     full = m.generate(ids, max_new_tokens=6, eos_token_id=eos, pad_token_id=pad, streamer=rec)
