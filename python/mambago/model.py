@@ -964,7 +964,7 @@ class Model:
 
 # The prompt size (B·T positions) from which a CPU prefill can be stopped
 # by Ctrl-C. A 130m model takes about 0.4 s for it on 16 cores, to which
-# the hop to the worker thread (_native.interruptible, 40-80 µs) adds
+# the hop to the worker thread (_native.interruptible, 75-80 µs) adds
 # nothing that shows.
 _STOPPABLE_ROWS = 1024
 
