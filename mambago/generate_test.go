@@ -126,9 +126,9 @@ func TestGenerateStops(t *testing.T) {
 
 func TestOpenRejectsDevicesAndDTypes(t *testing.T) {
 	dir := filepath.Join(fixture.Root(), "base")
-	bad := []mambago.Options{{Device: "tpu"}, {DType: "bfloat16"}, {DType: "int8"}}
-	if mambago.GPUUsable() != nil {
-		bad = append(bad, mambago.Options{Device: "cuda"})
+	bad := []mambago.Options{{Device: "tpu"}, {Device: "cpu", DType: "bfloat16"}, {DType: "int8"}}
+	if mambago.GPUUsable() != nil { // "auto" is the CPU here, where bf16 is refused too
+		bad = append(bad, mambago.Options{Device: "cuda"}, mambago.Options{DType: "bfloat16"})
 	}
 	for _, o := range bad {
 		if _, err := mambago.Open(dir, o); !engine.IsInvalid(err) {
