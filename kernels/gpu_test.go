@@ -640,7 +640,8 @@ func TestDTProjKernel(t *testing.T) {
 // bits, the other entries' at B = 1, where it applies (the vector path,
 // splits 1, 2 and 4): on a grid of 3 blocks an SM, where most warps have
 // no row or one, and on one block, whose warps walk several rows each, so
-// that their loads cross rows. xwb holds x, W and the bias on the device.
+// that their loads cross rows (asking L2 for the rows first on the grid,
+// not on the one block). xwb holds x, W and the bias on the device.
 func testStreamBits(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, name, sfx string, K, split, rows int,
 	accu bool, out0 []float32, xwb []*cuda.Buffer, normw cuda.Ptr, want []float32) {
 	t.Helper()
@@ -652,13 +653,14 @@ func testStreamBits(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream
 	if accu {
 		accumulate = 1
 	}
-	for _, blocks := range []int{3 * gputest.Device(t).SMs, 1} {
+	for i, blocks := range []int{3 * gputest.Device(t).SMs, 1} {
+		prefetch := 1 - i // asking L2 first on the grid, not on the one block
 		bo := poisoned(t, s, rows)
 		if accu {
 			bo = upload(t, s, out0[:rows])
 		}
 		if err := fn("gemv_sb1_"+sfx).Launch(cuda.D1(blocks), cuda.D1(256), 8*K, s, xwb[0].Ptr, K+4, normw, float32(1e-5),
-			xwb[1].Ptr, xwb[2].Ptr, bo.Ptr, rows, accumulate, 1, K, rows, split); err != nil {
+			xwb[1].Ptr, xwb[2].Ptr, bo.Ptr, rows, accumulate, 1, K, rows, split, prefetch); err != nil {
 			t.Fatal(err)
 		}
 		for i, v := range download(t, s, bo, rows) {

@@ -167,7 +167,7 @@ func BenchmarkReadFloor(b *testing.B) {
 			for _, st := range streams {
 				stream := func(w *cuda.Buffer) error {
 					return st.f.Launch(cuda.D1(st.blocksAnSM*sms), cuda.D1(256), shared, s, x.Ptr, sh.K, normw, eps, w.Ptr,
-						bias.Ptr, out.Ptr, sh.rows, 0, 1, sh.K, sh.rows, sh.split)
+						bias.Ptr, out.Ptr, sh.rows, 0, 1, sh.K, sh.rows, sh.split, 0)
 				}
 				if err := cuda.Fill32(out.Ptr, 0x7fc00000, sh.rows, s); err != nil {
 					b.Fatal(err)

@@ -579,8 +579,8 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
 // of one row, then the next's, a batch of 16-byte weight loads at a time,
 // with the next batch in flight while one is added (stream_whole where K
 // is whole slices, stream_any elsewhere; the loads pinned where written
-// by load_pinned); the first batch is issued before the PDL wait, and
-// gemv_sb1p_ also asks L2 for the warp's rows there. A warp holds a row's
+// by load_pinned); the first batch is issued before the PDL wait, where
+// the warp may also ask L2 for its rows (prefetch). A warp holds a row's
 // SPLIT slice sums apart, as the split warps of group_rows do, and adds
 // them in the same order, so each row's sum has the same bits as the other
 // entries' (one sequence, B = 1, and the vector path: K a multiple of 16
@@ -591,10 +591,9 @@ __device__ void step_in(const float *h, const float *__restrict__ normw, float e
 // memory (twice that with a norm weight); x and normw 16-byte aligned;
 // split 1, 2 or 4. Measured on the H200 (BenchmarkDecodeStream, bf16 B=1
 // step graphs, 2026-12-04): out_proj 0.9 µs a 2.8b layer faster and 2 µs
-// a 370m layer (0.4 more with gemv_sb1p_), the LM head 6-9 µs; in_proj
-// as a streaming step_in was 0.4-2.8 µs a layer slower (its norm's
-// prologue before the first sums, on the any-K walk), so step_in keeps
-// group_rows.
+// a 370m layer (0.4 more with prefetch), the LM head 6-9 µs; in_proj as
+// a streaming step_in was 0.4-2.8 µs a layer slower (its norm's prologue
+// before the first sums, on the any-K walk), so step_in keeps group_rows.
 // stream_any's loads a batch (stream_whole takes 4 or 5, whichever
 // divides a row's slices).
 #ifndef STREAM_DEPTH
@@ -843,19 +842,20 @@ __device__ __forceinline__ void stream_whole(const T *__restrict__ W, int K, con
 // stream_rows runs body(n, v, pre(n)) in lane 0 for every row n < rows of
 // the warp's run, with v = sum_k W[n, k] * x'[k]. pre(n), called in lane 0
 // as the row's first slice is added, loads what the body reads besides v.
+// A nonzero prefetch asks L2 for the run's weights first (below).
 // It walks whole slices (stream_whole) where K allows, any K otherwise.
-template <int SPLIT, bool PREFETCH, class T, class Pre, class Body>
+template <int SPLIT, class T, class Pre, class Body>
 __device__ __forceinline__ void stream_rows(const T *__restrict__ W, int K, const float *x,
-                                            const float *__restrict__ normw, float eps, int rows, Pre pre,
-                                            Body body) {
+                                            const float *__restrict__ normw, float eps, int rows, int prefetch,
+                                            Pre pre, Body body) {
     constexpr int V = 16 / sizeof(T);
     int warps = blockDim.x >> 5;
     long long wi = (long long)blockIdx.x * warps + (threadIdx.x >> 5), nw = (long long)gridDim.x * warps;
     int r0 = (int)(wi * rows / nw), r1 = (int)((wi + 1) * rows / nw);
-    // With PREFETCH, the warp asks L2 for its whole run (one bulk prefetch)
-    // before the PDL wait: where the step launches this kernel early, its
-    // weights stream in while the kernels before it finish.
-    if (PREFETCH && (threadIdx.x & 31) == 0 && r1 > r0)
+    // With prefetch set, the warp asks L2 for its whole run (one bulk
+    // prefetch) before the PDL wait: where the step launches this kernel
+    // early, its weights stream in while the kernels before it finish.
+    if (prefetch && (threadIdx.x & 31) == 0 && r1 > r0)
         prefetch_bulk_l2(W + (size_t)r0 * K, (unsigned)((size_t)(r1 - r0) * K * sizeof(T)));
     int cpr = ((K / V + 31) / 32 + SPLIT - 1) / SPLIT * SPLIT;  // a lane's slices a row, whole splits
 #if STREAM_WHOLE
@@ -872,11 +872,12 @@ struct GemvPre {
     float bias, old;
 };
 
-template <int SPLIT, bool PREFETCH, class T>
+template <int SPLIT, class T>
 __device__ void gemv_stream(const float *x, const float *__restrict__ normw, float eps, const T *__restrict__ W,
-                            const float *__restrict__ bias, float *out, int accumulate, int K, int rows) {
-    stream_rows<SPLIT, PREFETCH>(
-        W, K, x, normw, eps, rows,
+                            const float *__restrict__ bias, float *out, int accumulate, int K, int rows,
+                            int prefetch) {
+    stream_rows<SPLIT>(
+        W, K, x, normw, eps, rows, prefetch,
         [&](int n) { return GemvPre{bias ? bias[n] : 0.f, accumulate ? out[n] : 0.f}; },
         [&](int n, float v, const GemvPre &p) {
             v += p.bias;
@@ -884,14 +885,14 @@ __device__ void gemv_stream(const float *x, const float *__restrict__ normw, flo
         });
 }
 
-// STREAM_SPLIT(f, P, T, args) calls f<S, P, T> args for the run-time split
-// S of 1, 2 or 4 (gpu.Engine launches the streaming entry at no other).
-#define STREAM_SPLIT(f, P, T, args)      \
-    switch (split) {                     \
-    case 1: f<1, P, T> args; break;      \
-    case 2: f<2, P, T> args; break;      \
-    case 4: f<4, P, T> args; break;      \
-    default: __trap();                   \
+// STREAM_SPLIT(f, T, args) calls f<S, T> args for the run-time split S of
+// 1, 2 or 4 (gpu.Engine launches the streaming entry at no other).
+#define STREAM_SPLIT(f, T, args)      \
+    switch (split) {                  \
+    case 1: f<1, T> args; break;      \
+    case 2: f<2, T> args; break;      \
+    case 4: f<4, T> args; break;      \
+    default: __trap();                \
     }
 
 // Each GEMV has four entries: one row per warp group (gemv_, step_in_) and
@@ -930,17 +931,14 @@ __device__ void gemv_stream(const float *x, const float *__restrict__ normw, flo
     }
 EACH_DTYPE(STEP_GEMV)
 
-// The streaming entries: gemv_sb1_ takes gemv_'s parameters (B must be 1;
-// ldx unused); gemv_sb1p_ also asks L2 for each warp's rows before its
-// PDL wait (Engine.GEMVStreamPrefetch).
-#define STREAM_GEMV(sfx, T)                                                                                      \
-    extern "C" __global__ void __launch_bounds__(STREAM_THREADS, STREAM_BLOCKS) gemv_sb1_##sfx(GEMV_PARAMS(T)) {  \
-        if (B != 1) __trap();                                                                                    \
-        STREAM_SPLIT(gemv_stream, false, T, (x, normw, eps, W, bias, out, accumulate, K, rows))                  \
-    }                                                                                                            \
-    extern "C" __global__ void __launch_bounds__(STREAM_THREADS, STREAM_BLOCKS) gemv_sb1p_##sfx(GEMV_PARAMS(T)) { \
-        if (B != 1) __trap();                                                                                    \
-        STREAM_SPLIT(gemv_stream, true, T, (x, normw, eps, W, bias, out, accumulate, K, rows))                   \
+// The streaming entry: gemv_sb1_ takes gemv_'s parameters (B must be 1;
+// ldx unused) and prefetch: nonzero, each warp asks L2 for its rows before
+// its PDL wait (Engine.GEMVStreamPrefetch).
+#define STREAM_GEMV(sfx, T)                                                                                     \
+    extern "C" __global__ void __launch_bounds__(STREAM_THREADS, STREAM_BLOCKS)                                 \
+        gemv_sb1_##sfx(GEMV_PARAMS(T), int prefetch) {                                                          \
+        if (B != 1) __trap();                                                                                   \
+        STREAM_SPLIT(gemv_stream, T, (x, normw, eps, W, bias, out, accumulate, K, rows, prefetch))              \
     }
 EACH_DTYPE(STREAM_GEMV)
 

@@ -297,7 +297,7 @@ type Engine struct {
 	// on. Set it before capturing a step graph.
 	GEMVStream bool
 	// GEMVStreamPrefetch has the streaming entry ask L2 for each warp's
-	// rows before it waits for the kernel before it (gemv_sb1p_), so that
+	// rows before it waits for the kernel before it, so that
 	// where the step's PDL launches it early its weights arrive while the
 	// kernels before it run; only for GEMVs of up to streamPrefetchMost
 	// bytes of weights (out_proj of the smaller models). New turns it on.

@@ -16,7 +16,7 @@ import (
 var (
 	typedKernels = []string{"embed", "rmsnorm", "rmsnorm_embed", "to", "conv_silu", "scan_chunk_sum", "scan_chunk_out",
 		"scan_chunk_sum_st", "scan_chunk_out_st", "scan_onepass2", "scan_onepass4", "scan_onepass2s", "scan_onepass2w", "scan_onepass2wd", "scan_onepass2wdt", "scan_fixup", "step_in", "gemv",
-		"step_in_r4", "gemv_r4", "step_in_b1", "gemv_b1", "step_in_r4_b1", "gemv_r4_b1", "gemv_sb1", "gemv_sb1p", "from"}
+		"step_in_r4", "gemv_r4", "step_in_b1", "gemv_b1", "step_in_r4_b1", "gemv_r4_b1", "gemv_sb1", "from"}
 	plainKernels = []string{"scale_f32", "add_bias_f32", "memset_rows", "rmsnorm_dbc_f32", "scan_carry_f32",
 		"pool_f32", "argmax_rows_f32", "head_picks_i64", "zero_padding", "mean_rows_f32", "pad_window_f32", "step_scan_f32", "dt_proj_f32", "dt_proj_narrow_f32", "dt_proj_tc_f32", "dt_proj_tc1_f32",
 		"dt_proj_tc_tall_f32", "dt_proj_tc1_tall_f32", "dt_proj_tc_short_f32", "dt_proj_tc1_short_f32", "dt_proj_wg_f32", "gemv_tc_bf16", "step_in_tc_bf16", "gemv_tc_split_bf16", "step_in_tc_split_bf16",

@@ -221,6 +221,9 @@ type gemvLaunch struct {
 	split       int
 	splitK      bool // a _tc_split entry: it takes the scratch of its parts
 	shared      int  // dynamic shared memory (the streaming entries')
+	// stream marks the streaming entry, which takes prefetch last: whether
+	// it asks L2 for its rows before its PDL wait.
+	stream, prefetch bool
 }
 
 // smCount is the device's multiprocessors, or 0 for an engine without one
@@ -285,10 +288,14 @@ func (p gemvLaunch) scratch() int {
 }
 
 // launchGEMV launches p's entry with args, and, for a _tc_split entry,
-// the workspace's scratch and counters for its parts along k.
+// the workspace's scratch and counters for its parts along k, or, for the
+// streaming entry, whether it prefetches.
 func (e *Engine) launchGEMV(p gemvLaunch, args ...any) error {
 	if p.splitK {
 		args = append(args, e.ws.tiles.Ptr, e.ws.tileCounts.Ptr)
+	}
+	if p.stream {
+		args = append(args, b2i(p.prefetch))
 	}
 	return e.launchStep(p.kernel, p.grid, p.block, p.shared, args...)
 }
@@ -363,12 +370,9 @@ func (e *Engine) gemvPlan(kernel string, rows, K, B int) gemvLaunch {
 			split = 4
 		}
 		if e.GEMVStream && rows >= 1024 && strings.HasPrefix(kernel, "gemv") && streamApplies(K, e.dt.Size(), split) {
-			name := "gemv_sb1"
-			if e.GEMVStreamPrefetch && rows*K*e.dt.Size() <= streamPrefetchMost {
-				name = "gemv_sb1p"
-			}
-			return gemvLaunch{kernel: e.typed(name), grid: cuda.D1(streamBlocks * max(1, e.smCount())),
-				block: cuda.D1(streamThreads), split: split, shared: streamShared(K)}
+			return gemvLaunch{kernel: e.typed("gemv_sb1"), grid: cuda.D1(streamBlocks * max(1, e.smCount())),
+				block: cuda.D1(streamThreads), split: split, shared: streamShared(K), stream: true,
+				prefetch: e.GEMVStreamPrefetch && rows*K*e.dt.Size() <= streamPrefetchMost}
 		}
 		kernel += "_b1"
 	}

@@ -112,24 +112,27 @@ func TestGEMVPlanStream(t *testing.T) {
 }
 
 // TestGEMVPlanStreamPrefetch checks, without a GPU, that GEMVStreamPrefetch
-// takes the prefetching streaming entry for GEMVs of up to
-// streamPrefetchMost bytes of weights only.
+// has the streaming entry prefetch for GEMVs of up to streamPrefetchMost
+// bytes of weights only.
 func TestGEMVPlanStreamPrefetch(t *testing.T) {
 	for _, c := range []struct {
-		rows, K  int
-		prefetch bool
-		kernel   string
+		rows, K          int
+		setting          bool
+		kernel           string
+		stream, prefetch bool
 	}{
-		{1024, 2048, true, "gemv_sb1p_bf16"},  // 370m out_proj, 4 MB
-		{2560, 5120, true, "gemv_sb1_bf16"},   // 2.8b out_proj, 26 MB
-		{50280, 1024, true, "gemv_sb1_bf16"},  // 370m LM head, 103 MB
-		{1024, 2048, false, "gemv_sb1_bf16"},  // setting off
-		{1024, 2052, true, "gemv_r4_b1_bf16"}, // K not a multiple of 8: no stream
+		{1024, 2048, true, "gemv_sb1_bf16", true, true},     // 370m out_proj, 4 MB
+		{2560, 5120, true, "gemv_sb1_bf16", true, false},    // 2.8b out_proj, 26 MB
+		{50280, 1024, true, "gemv_sb1_bf16", true, false},   // 370m LM head, 103 MB
+		{1024, 2048, false, "gemv_sb1_bf16", true, false},   // setting off
+		{1024, 2052, true, "gemv_r4_b1_bf16", false, false}, // K not a multiple of 8: no stream
 	} {
 		e := &Engine{dt: cuda.BF16, dev: &cuda.Device{SMs: 132}, GEMVRows: 4, GEMVOneSequence: true, GEMVStream: true,
-			GEMVStreamPrefetch: c.prefetch}
-		if p := e.gemvPlan("gemv", c.rows, c.K, 1); p.kernel != c.kernel {
-			t.Errorf("%d x %d, prefetch %v: plan %s, want %s", c.rows, c.K, c.prefetch, p.kernel, c.kernel)
+			GEMVStreamPrefetch: c.setting}
+		p := e.gemvPlan("gemv", c.rows, c.K, 1)
+		if p.kernel != c.kernel || p.stream != c.stream || p.prefetch != c.prefetch {
+			t.Errorf("%d x %d, setting %v: plan %s stream %v prefetch %v, want %s %v %v", c.rows, c.K, c.setting,
+				p.kernel, p.stream, p.prefetch, c.kernel, c.stream, c.prefetch)
 		}
 	}
 }
