@@ -556,7 +556,7 @@ var stops handles[stopSignal]
 var errInterrupted = errors.New("interrupted (KeyboardInterrupt)")
 
 // NewStop returns a handle to a new stop signal for one interruptible call
-// (Generate's stop); FreeStop releases it.
+// (the stop argument of Generate and Prefill); FreeStop releases it.
 func NewStop() (h int64, err error) {
 	defer guard(&err)
 	ctx, cancel := context.WithCancelCause(context.Background())
