@@ -359,29 +359,32 @@ func (m *Model) CloneState(st engine.State) (engine.State, error) {
 	if err != nil {
 		return nil, err
 	}
-	for layer := range m.Config().Layers {
-		err = copyLayer(out, st, layer)
-		if err != nil {
-			return nil, errors.Join(fmt.Errorf("clone state: layer %d: %w", layer, err), freeState(out))
-		}
+	if err := copyLayers(out, st, m.Config().Layers); err != nil {
+		return nil, errors.Join(fmt.Errorf("clone state: %w", err), freeState(out))
 	}
 	return out, nil
 }
 
-// copyLayer copies layer's conv window and SSM state from src to dst.
-func copyLayer(dst, src engine.State, layer int) error {
-	conv, err := src.ConvState(layer)
-	if err == nil {
-		err = dst.SetConvState(layer, conv)
+// copyLayers copies the conv windows and SSM states of layers layers from
+// src to dst, states of the same shape.
+func copyLayers(dst, src engine.State, layers int) error {
+	for layer := range layers {
+		conv, err := src.ConvState(layer)
+		if err == nil {
+			err = dst.SetConvState(layer, conv)
+		}
+		if err != nil {
+			return fmt.Errorf("layer %d: %w", layer, err)
+		}
+		ssm, err := src.SSMState(layer)
+		if err == nil {
+			err = dst.SetSSMState(layer, ssm)
+		}
+		if err != nil {
+			return fmt.Errorf("layer %d: %w", layer, err)
+		}
 	}
-	if err != nil {
-		return err
-	}
-	ssm, err := src.SSMState(layer)
-	if err == nil {
-		err = dst.SetSSMState(layer, ssm)
-	}
-	return err
+	return nil
 }
 
 // Reserve sizes the engine's workspace up front for prefills of up to batch

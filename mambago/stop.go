@@ -43,10 +43,8 @@ func (m *Model) PrefillContext(ctx context.Context, st engine.State, in engine.I
 		st.Reset()
 		return err
 	}
-	for layer := range m.Config().Layers {
-		if rerr := copyLayer(st, saved, layer); rerr != nil {
-			return errors.Join(err, fmt.Errorf("restoring the state of layer %d: %w", layer, rerr))
-		}
+	if rerr := copyLayers(st, saved, m.Config().Layers); rerr != nil {
+		return errors.Join(err, fmt.Errorf("restoring the state: %w", rerr))
 	}
 	return err
 }
