@@ -409,24 +409,54 @@ def numpy_blas() -> str:
     return found[0] if found else ""
 
 
-def _not_copyable(what: str, instead: str):
-    """__reduce_ex__ for a class whose objects own engine memory in this
-    process: copying or pickling one raises TypeError saying what to do
-    instead. A copy holding the same handle would free the original's
+class _Owner:
+    """An object that owns an engine handle (a Model, State or Graph): it
+    frees it on close(), at the end of a with block, or at garbage
+    collection, and refuses copies and pickles, saying what to do instead
+    (_instead): a copy holding the same handle would free the original's
     memory when either is closed, and a pickled handle names nothing (or
     another object) in another process."""
 
+    _h = None  # the handle; None once closed
+    _kind = ""  # what a closed one's errors name: "model", "state", "graph"
+    _free = ""  # the bindings function that frees the handle
+    _instead = ""
+
+    def _handle(self):
+        if self._h is None:
+            raise ValueError(f"{self._kind} is closed")
+        return self._h
+
+    def close(self) -> None:
+        """Release its memory (device memory included) now rather than at garbage collection."""
+        if self._h is not None:
+            h, self._h = self._h, None
+            try:
+                getattr(_b, self._free)(h)
+            except Exception:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
     def __reduce_ex__(self, protocol):
-        raise TypeError(f"a mambago.{what} owns engine memory in this process and cannot be copied or pickled; "
-                        f"{instead}")
-
-    return __reduce_ex__
+        raise TypeError(f"a mambago.{type(self).__name__} owns engine memory in this process and cannot be copied or "
+                        f"pickled; {self._instead}")
 
 
-class State:
+class State(_Owner):
     """The carried state of B sequences: per layer, a conv window [B, E, K]
     and an SSM state [B, E, N] (float32). Prefill and step update it in place.
     Make one with Model.new_state."""
+
+    _kind, _free = "state", "FreeState"
+    _instead = "copy it with state.copy(), or send its arrays (conv_state, ssm_state) to the process that needs them"
 
     def __init__(self, model: "Model", handle: int, batch_size: int):
         self._model = model
@@ -456,11 +486,6 @@ class State:
             raise TypeError(f"layer must be an int, got {type(layer).__name__}")
         return int(layer)
 
-    def _handle(self):
-        if self._h is None:
-            raise ValueError("state is closed")
-        return self._h
-
     def conv_state(self, layer: int) -> np.ndarray:
         """A copy of layer's conv window, float32 [B, E, K] (the last K conv inputs, newest last)."""
         return self._get("conv", layer)
@@ -481,21 +506,6 @@ class State:
         """Zero the state, as for fresh sequences."""
         _call(_b.ResetState, self._handle())
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def close(self) -> None:
-        """Release the state now rather than at garbage collection."""
-        if self._h is not None:
-            h, self._h = self._h, None
-            try:
-                _b.FreeState(h)
-            except Exception:
-                pass
-
     def copy(self) -> "State":
         """A new state of the same model holding this one's values: the same
         sequences, to continue two ways or to come back to. copy.copy and
@@ -508,18 +518,16 @@ class State:
     def __deepcopy__(self, memo):
         return self.copy()
 
-    __reduce_ex__ = _not_copyable("State", "copy it with state.copy(), or send its arrays "
-                                  "(conv_state, ssm_state) to the process that needs them")
-
-    def __del__(self):
-        self.close()
-
     def __repr__(self):
         return f"mambago.State(batch_size={self.batch_size}, layers={self._model.config.num_hidden_layers})"
 
 
-class Model:
+class Model(_Owner):
     """A Mamba-1 model loaded from a PyTorch-trained checkpoint."""
+
+    _kind, _free = "model", "FreeModel"
+    _instead = ("load the model again where it is needed (Model.from_pretrained or Model.from_state_dict), "
+                "in each process that needs it")
 
     def __init__(self, handle: int):
         """Wrap an engine handle, as the loaders (from_pretrained,
@@ -593,32 +601,6 @@ class Model:
         device, dtype, blas_path = _engine_args(device, dtype, blas)
         with _announce("", device):
             return cls(_load_state_dict(state_dict, config, device, dtype, blas_path))
-
-    def _handle(self):
-        if self._h is None:
-            raise ValueError("model is closed")
-        return self._h
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def close(self) -> None:
-        """Release the model's memory now rather than at garbage collection."""
-        if self._h is not None:
-            h, self._h = self._h, None
-            try:
-                _b.FreeModel(h)
-            except Exception:
-                pass
-
-    __reduce_ex__ = _not_copyable("Model", "load the model again where it is needed (Model.from_pretrained "
-                                  "or Model.from_state_dict), in each process that needs it")
-
-    def __del__(self):
-        self.close()
 
     def __repr__(self):
         c = self.config
@@ -969,20 +951,18 @@ class Model:
 _STOPPABLE_ROWS = 1024
 
 
-class Graph:
+class Graph(_Owner):
     """A captured CUDA graph of a decode step or of a prefill, bound to one
     state and one shape. Make one with Model.capture_step or
     Model.capture_prefill; replay it with step or prefill."""
+
+    _kind, _free = "graph", "FreeGraph"
+    _instead = "capture another with Model.capture_step or Model.capture_prefill"
 
     def __init__(self, model: Model, state: State, handle: int, what: str, kind: str, seq_len: int, output: str):
         self._model, self._state, self._h = model, state, handle
         self._what, self.kind, self.seq_len, self.output = what, kind, seq_len, output
         self.batch_size = state.batch_size
-
-    def _handle(self):
-        if self._h is None:
-            raise ValueError("graph is closed")
-        return self._h
 
     def step(self, token_ids) -> np.ndarray:
         """Replay the captured step: token_ids [B] in, logits [B, V] out."""
@@ -1029,26 +1009,6 @@ class Graph:
         out = _nan((B, T, d) if self.output == "all" else (B, d))
         _call(_b.GraphPrefill, self._handle(), kind, _addr(x), x.size, B, T, _addr(out), out.size)
         return out
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def close(self) -> None:
-        """Release the graph now rather than at garbage collection."""
-        if self._h is not None:
-            h, self._h = self._h, None
-            try:
-                _b.FreeGraph(h)
-            except Exception:
-                pass
-
-    __reduce_ex__ = _not_copyable("Graph", "capture another with Model.capture_step or Model.capture_prefill")
-
-    def __del__(self):
-        self.close()
 
     def __repr__(self):
         if self._what == "step":
