@@ -170,10 +170,7 @@ class MambaForCausalLM:
             new = self.model.generate(ids, max_new_tokens, eos_token_id=eos_token_id, attention_mask=mask,
                                       streamer=streamer)
         if pads:
-            # The engine pads a stopped row with eos: everything after its first eos.
-            seen = np.cumsum(new == eos_token_id, axis=1)
-            first = (new == eos_token_id) & (seen == 1)
-            new = np.where((seen > 0) & ~first, pad_token_id, new)
+            new, _ = _pad_after_eos(new, eos_token_id, pad_token_id, np.zeros(new.shape[0], bool))
         return _like(np.concatenate([ids.reshape(new.shape[0], -1), new], axis=1), input_ids)
 
     def eval(self):
@@ -259,8 +256,8 @@ class _Streamed:
         if value.ndim == 1 and self.eos is not None:  # a new token of each row
             if self.stopped is None:
                 self.stopped = np.zeros(value.shape, bool)
-            value = np.where(self.stopped, self.pad, value)
-            self.stopped |= value == self.eos
+            column, self.stopped = _pad_after_eos(value[:, None], self.eos, self.pad, self.stopped)
+            value = column[:, 0]
         if self.as_torch:
             import torch
 
@@ -269,6 +266,16 @@ class _Streamed:
 
     def end(self):
         self.streamer.end()
+
+
+def _pad_after_eos(tokens: np.ndarray, eos: int, pad: int, stopped: np.ndarray):
+    """New tokens [B, k] as transformers gives them, pad in each row after
+    its first eos (the engine repeats eos there), where stopped [B] marks
+    the rows whose eos came in earlier columns; returns them and the rows
+    stopped after them."""
+    is_eos = tokens == eos
+    past = stopped[:, None] | (np.cumsum(is_eos, axis=1) - is_eos > 0)
+    return np.where(past, pad, tokens), stopped | is_eos.any(axis=1)
 
 
 def _numpy(x) -> np.ndarray:
