@@ -230,7 +230,8 @@ func ModelInfo(model int64) (js string, err error) {
 	if err != nil {
 		return "", err
 	}
-	b, err := json.Marshal(map[string]any{"config": m.Config(), "device": m.Device(), "dtype": m.DType(), "backend": m.Backend()})
+	b, err := json.Marshal(map[string]any{"config": m.Config(), "device": m.Device(), "device_index": m.DeviceIndex(),
+		"dtype": m.DType(), "backend": m.Backend()})
 	return string(b), err
 }
 

@@ -126,7 +126,8 @@ func TestGenerateStops(t *testing.T) {
 
 func TestOpenRejectsDevicesAndDTypes(t *testing.T) {
 	dir := filepath.Join(fixture.Root(), "base")
-	bad := []mambago.Options{{Device: "tpu"}, {Device: "cpu", DType: "bfloat16"}, {DType: "int8"}}
+	bad := []mambago.Options{{Device: "tpu"}, {Device: "cpu", DType: "bfloat16"}, {DType: "int8"},
+		{Device: "cuda:x"}, {Device: "cuda:-1"}, {Device: "gpu:"}, {Device: "cuda:99"}}
 	if mambago.GPUUsable() != nil { // "auto" is the CPU here, where bf16 is refused too
 		bad = append(bad, mambago.Options{Device: "cuda"}, mambago.Options{DType: "bfloat16"})
 	}

@@ -20,6 +20,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -34,9 +35,10 @@ import (
 
 // Options selects the engine a model runs on.
 type Options struct {
-	// Device is "auto" (or empty), "cpu" or "cuda". "auto" picks the CUDA
-	// engine when a GPU is usable and the CPU engine otherwise; "cuda" without
-	// a GPU is an error that says why. A GPU older than compute capability
+	// Device is "auto" (or empty), "cpu", "cuda" (GPU 0) or "cuda:N" (GPU N,
+	// as the driver numbers them; CUDA_VISIBLE_DEVICES applies). "auto"
+	// picks the CUDA engine on GPU 0 when it is usable and the CPU engine
+	// otherwise; "cuda" without a usable GPU is an error that says why. A GPU older than compute capability
 	// gpu.MinMajor.0, or one without cuBLAS and NVRTC to load, is not usable:
 	// "auto" then runs on the CPU engine, and LoadNotice says so.
 	Device string
@@ -69,14 +71,11 @@ const bigCheckpoint = 1 << 30
 // Options.Progress itself, and "mambago: loaded in <seconds> s" after.
 func LoadNotice(path, device string) string {
 	var work []string
-	gpuAsked := false
-	switch strings.ToLower(device) {
-	case "", "auto", "cuda", "gpu":
-		gpuAsked = true
-	}
+	kind, ordinal, err := parseDevice(device)
+	gpuAsked := err == nil && kind != "cpu"
 	var usable error
 	if gpuAsked {
-		usable = gpuUsable()
+		usable = gpuUsable(ordinal)
 	}
 	if c := fallbackNote(device, usable); c != "" {
 		work = append(work, c)
@@ -85,7 +84,7 @@ func LoadNotice(path, device string) string {
 		work = append(work, fmt.Sprintf("reading %.1f GB of weights from %s", float64(n)/1e9, path))
 	}
 	if gpuAsked && usable == nil {
-		if c := compileWork(); c != "" {
+		if c := compileWork(ordinal); c != "" {
 			work = append(work, c)
 		}
 	}
@@ -130,11 +129,11 @@ func fallbackNote(device string, usable error) string {
 	return "running on the CPU engine: " + usable.Error()
 }
 
-// compileWork says what loading on GPU 0, which the CUDA engine can use,
-// will compile ("compiling 15 CUDA kernel sources for sm_90 ..."), or ""
-// where every kernel is already in the disk cache.
-func compileWork() string {
-	arch, pending, err := gpu.PendingKernels(0)
+// compileWork says what loading on GPU ordinal, which the CUDA engine can
+// use, will compile ("compiling 15 CUDA kernel sources for sm_90 ..."), or
+// "" where every kernel is already in the disk cache.
+func compileWork(ordinal int) string {
+	arch, pending, err := gpu.PendingKernels(ordinal)
 	if err != nil || len(pending) == 0 {
 		return ""
 	}
@@ -145,22 +144,25 @@ func compileWork() string {
 	return fmt.Sprintf("compiling %d CUDA kernel sources for %s (up to half a minute%s)", len(pending), arch, cache)
 }
 
-// GPUUsable reports why the CUDA engine cannot run here, or nil when it can.
-func GPUUsable() error { return gpuUsable() }
+// GPUUsable reports why the CUDA engine cannot run on GPU 0, or nil when
+// it can.
+func GPUUsable() error { return gpuUsable(0) }
 
-// gpuUsable reports why the CUDA engine cannot run here, or nil.
-func gpuUsable() error {
+// gpuUsable reports why the CUDA engine cannot run on GPU ordinal, or nil.
+func gpuUsable(ordinal int) error {
 	if err := cuda.Init(); err != nil {
 		return err
 	}
 	n, err := cuda.DeviceCount()
-	if err == nil && n == 0 {
-		err = fmt.Errorf("the driver sees no CUDA device")
-	}
-	if err != nil {
+	switch {
+	case err != nil:
 		return err
+	case n == 0:
+		return fmt.Errorf("the driver sees no CUDA device")
+	case ordinal >= n:
+		return fmt.Errorf("the driver sees %d CUDA device(s), numbered from 0, so there is no GPU %d", n, ordinal)
 	}
-	if err := gpu.DeviceSupported(0); err != nil {
+	if err := gpu.DeviceSupported(ordinal); err != nil {
 		return unusableGPU{err}
 	}
 	if err := cuda.LoadLibraries(); err != nil {
@@ -243,7 +245,7 @@ func freeState(st engine.State) error {
 // Open loads the checkpoint folder path (config.json plus safetensors files)
 // onto the engine opts selects.
 func Open(path string, opts Options) (*Model, error) {
-	useGPU, dt, err := opts.engine()
+	t, err := opts.engine()
 	if err != nil {
 		return nil, err
 	}
@@ -253,7 +255,7 @@ func Open(path string, opts Options) (*Model, error) {
 		// A checkpoint that cannot be read is the caller's input: Python raises ValueError.
 		return nil, engine.Invalid("open %s: %v", path, err)
 	}
-	m, err := start(w, useGPU, dt, opts, path)
+	m, err := start(w, t, opts, path)
 	if err == nil {
 		done()
 	}
@@ -277,15 +279,15 @@ func OpenBorrowed(w *checkpoint.Weights, opts Options) (*Model, error) {
 // openWeights is OpenWeights, copying w first for the CPU engine where
 // borrowed.
 func openWeights(w *checkpoint.Weights, opts Options, borrowed bool) (*Model, error) {
-	useGPU, dt, err := opts.engine()
+	t, err := opts.engine()
 	if err != nil {
 		return nil, err
 	}
-	if borrowed && !useGPU {
+	if borrowed && !t.gpu {
 		w = w.Clone()
 	}
 	done := opts.announce("")
-	m, err := start(w, useGPU, dt, opts, "the weights")
+	m, err := start(w, t, opts, "the weights")
 	if err == nil {
 		done()
 	}
@@ -307,35 +309,65 @@ func (opts Options) announce(path string) (done func()) {
 	return func() { fmt.Fprintf(opts.Progress, "mambago: loaded in %.1f s\n", time.Since(begin).Seconds()) }
 }
 
-// engine says whether opts pick the CUDA engine, and its dtype.
-func (opts Options) engine() (useGPU bool, dt cuda.DType, err error) {
-	switch strings.ToLower(opts.Device) {
+// target is the engine Options pick: the CUDA engine on GPU ordinal in dt,
+// or the CPU engine (gpu false).
+type target struct {
+	gpu     bool
+	ordinal int
+	dt      cuda.DType
+}
+
+// parseDevice reads Options.Device: the engine it asks for ("auto", "cpu"
+// or "cuda") and the GPU's ordinal (N for "cuda:N", else 0).
+func parseDevice(device string) (kind string, ordinal int, err error) {
+	d := strings.ToLower(strings.TrimSpace(device))
+	switch d {
 	case "", "auto":
-		useGPU = gpuUsable() == nil
+		return "auto", 0, nil
 	case "cpu":
+		return "cpu", 0, nil
 	case "cuda", "gpu":
-		if err := gpuUsable(); err != nil {
-			return false, 0, engine.Invalid("device %q: no usable GPU: %v", opts.Device, err)
+		return "cuda", 0, nil
+	}
+	if head, num, ok := strings.Cut(d, ":"); ok && (head == "cuda" || head == "gpu") {
+		if n, err := strconv.Atoi(num); err == nil && n >= 0 {
+			return "cuda", n, nil
 		}
-		useGPU = true
-	default:
-		return false, 0, engine.Invalid("device %q: want \"auto\", \"cpu\" or \"cuda\"", opts.Device)
+	}
+	return "", 0, engine.Invalid("device %q: want \"auto\", \"cpu\", \"cuda\" or \"cuda:N\"", device)
+}
+
+// engine says which engine opts pick.
+func (opts Options) engine() (target, error) {
+	kind, ordinal, err := parseDevice(opts.Device)
+	if err != nil {
+		return target{}, err
+	}
+	var t target
+	switch kind {
+	case "auto":
+		t.gpu = gpuUsable(0) == nil
+	case "cuda":
+		if err := gpuUsable(ordinal); err != nil {
+			return target{}, engine.Invalid("device %q: no usable GPU: %v", opts.Device, err)
+		}
+		t.gpu, t.ordinal = true, ordinal
 	}
 	dt, ok := cuda.ParseDType(opts.DType)
 	if !ok && opts.DType != "" {
-		return false, 0, engine.Invalid("dtype %q: want None, \"float32\", \"bfloat16\" or \"float16\"", opts.DType)
+		return target{}, engine.Invalid("dtype %q: want None, \"float32\", \"bfloat16\" or \"float16\"", opts.DType)
 	}
-	if dt != cuda.F32 && !useGPU {
-		return false, 0, engine.Invalid("dtype %q needs the CUDA engine (the CPU engine computes in float32), and this model runs on the CPU (device %q)", opts.DType, opts.Device)
+	if dt != cuda.F32 && !t.gpu {
+		return target{}, engine.Invalid("dtype %q needs the CUDA engine (the CPU engine computes in float32), and this model runs on the CPU (device %q)", opts.DType, opts.Device)
 	}
-	return useGPU, dt, nil
+	t.dt = dt
+	return t, nil
 }
 
-// start puts w on the CUDA engine in dt, or on the CPU engine; what names
-// the weights in errors.
-func start(w *checkpoint.Weights, useGPU bool, dt cuda.DType, opts Options, what string) (*Model, error) {
-	if useGPU {
-		g, err := gpu.New(w, 0, dt)
+// start puts w on the engine t names; what names the weights in errors.
+func start(w *checkpoint.Weights, t target, opts Options, what string) (*Model, error) {
+	if t.gpu {
+		g, err := gpu.New(w, t.ordinal, t.dt)
 		if err != nil {
 			return nil, fmt.Errorf("open %s on the GPU: %w", what, err)
 		}
@@ -349,6 +381,15 @@ func start(w *checkpoint.Weights, useGPU bool, dt cuda.DType, opts Options, what
 		}
 	}
 	return &Model{Engine: e}, nil
+}
+
+// DeviceIndex returns the GPU m runs on, as the driver numbers them, or -1
+// on the CPU engine.
+func (m *Model) DeviceIndex() int {
+	if g, ok := m.Engine.(*gpu.Engine); ok {
+		return g.Ordinal()
+	}
+	return -1
 }
 
 // CloneState returns a new state of m's engine holding st's values, its

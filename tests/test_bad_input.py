@@ -48,8 +48,13 @@ def test_from_pretrained(tmp_path):
     if not mambago.cuda_is_available():
         with pytest.raises(ValueError, match="no usable GPU"):
             mambago.Model.from_pretrained(case_dir("base"), device="cuda")
+    for device in ("cuda:x", "cuda:-1", "cuda:", "cpu:0"):
+        with pytest.raises(ValueError, match="cuda:N"):
+            mambago.Model.from_pretrained(case_dir("base"), device=device)
+    with pytest.raises(ValueError, match="cuda:99"):  # a GPU index reads as "cuda:N", as torch reads it
+        mambago.Model.from_pretrained(case_dir("base"), device=99)
     with pytest.raises(TypeError, match="device"):
-        mambago.Model.from_pretrained(case_dir("base"), device=0)
+        mambago.Model.from_pretrained(case_dir("base"), device=1.5)
     with pytest.raises(ValueError, match="dtype"):
         mambago.Model.from_pretrained(case_dir("base"), device="cpu", dtype="int8")
     with pytest.raises(ValueError, match="dtype"):

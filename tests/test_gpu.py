@@ -433,3 +433,127 @@ def test_state_copy_on_the_gpu(dtype):
         copy.copy(g)
     st.close()
     assert np.isfinite(g.step(nxt)).all()
+
+
+def _torch_cuda():
+    """torch, or a skip where it is missing or sees no GPU."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    return torch
+
+
+def test_device_entries_refuse_host_memory():
+    """A CPU tensor's address handed to a device entry is a ValueError that
+    names it, raised before any kernel runs: the CUDA context, which torch
+    shares, stays healthy, and the next good call gives the numpy entry's
+    result."""
+    torch = _torch_cuda()
+    m = mambago.Model.from_pretrained(case_dir("base"), device="cuda", dtype="bfloat16")
+    B, T, d, V = 2, 11, m.config.hidden_size, m.config.vocab_size
+    ids = torch.randint(0, V, (B, T), device="cuda")
+    out = torch.full((B, d), float("nan"), device="cuda")
+    host_ids, host_out = ids.cpu(), out.cpu()
+    for graphs in (0, 2):
+        m.set_prefill_graphs(graphs)
+        with pytest.raises(ValueError, match="input at 0x[0-9a-f]+ is memory CUDA does not know"):
+            m.prefill_ptr(host_ids.data_ptr(), (B, T), out_ptr=out.data_ptr())
+        with pytest.raises(ValueError, match="output at 0x[0-9a-f]+ is memory CUDA does not know"):
+            m.prefill_ptr(ids.data_ptr(), (B, T), out_ptr=host_out.data_ptr())
+    pinned = host_out.pin_memory()
+    with pytest.raises(ValueError, match="page-locked host memory"):
+        m.prefill_ptr(ids.data_ptr(), (B, T), out_ptr=pinned.data_ptr())
+    st = m.new_state(B)
+    g = m.capture_step(st)
+    logits = torch.empty((B, V), device="cuda")
+    with pytest.raises(ValueError, match="logits at 0x[0-9a-f]+ is memory CUDA does not know"):
+        g.step_ptr(ids[:, 0].contiguous().data_ptr(), logits_ptr=logits.cpu().data_ptr())
+    assert torch.ones(5, device="cuda").sum().item() == 5  # torch's context is fine
+    m.prefill_ptr(ids.data_ptr(), (B, T), out_ptr=out.data_ptr())
+    torch.cuda.synchronize()
+    assert np.array_equal(out.cpu().numpy(), m.prefill(ids.cpu().numpy()))
+
+
+_ALLOCATOR_CHILD = r"""
+import sys, numpy as np, torch, mambago
+m = mambago.Model.from_pretrained(sys.argv[1], device="cuda")
+B, T, d = 2, 300, m.config.hidden_size
+ids = torch.randint(0, m.config.vocab_size, (B, T), device="cuda")
+want = m.prefill(ids.cpu().numpy(), output="all")
+# an output that begins 256 bytes before the 20 MB mark of a 64 MB block:
+# under expandable segments it spans two of the segment's mapped pages
+block = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+at = (20 << 20) - 256
+out = block[at:at + 4 * B * T * d].view(torch.float32).fill_(float("nan"))
+m.prefill_ptr(ids.data_ptr(), (B, T), out_ptr=out.data_ptr(), output="all")
+torch.cuda.synchronize()
+assert np.array_equal(out.cpu().numpy().reshape(B, T, d), want), "differs"
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("conf", ["", "expandable_segments:True", "backend:cudaMallocAsync"])
+def test_device_entries_take_every_torch_allocator(conf, tmp_path):
+    """torch's allocators (the caching one, expandable segments, CUDA's
+    pools) each give memory the entries' buffer check accepts, including an
+    output that spans two mapped pages of an expandable segment."""
+    import os
+    import subprocess
+    import sys
+
+    _torch_cuda()
+    env = dict(os.environ, PYTORCH_CUDA_ALLOC_CONF=conf)
+    p = subprocess.run([sys.executable, "-c", _ALLOCATOR_CHILD, case_dir("base")], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stderr[-3000:]
+
+
+def test_device_index():
+    m = mambago.Model.from_pretrained(case_dir("base"), device="cuda:0")
+    assert m.device == "cuda" and m.device_index == 0 and "cuda:0" in repr(m)
+    assert mambago.Model.from_pretrained(case_dir("base"), device="cpu").device_index is None
+
+
+_SECOND_GPU_CHILD = r"""
+import sys, numpy as np, mambago
+m = mambago.Model.from_pretrained(sys.argv[1], device="cuda:1", dtype="bfloat16")  # before torch's first CUDA call
+import torch
+assert torch.zeros(1, device="cuda").device.index == 0, "loading on GPU 1 moved torch's default device"
+assert m.device_index == 1 and torch.cuda.current_device() == 0
+cpu = mambago.Model.from_pretrained(sys.argv[1], device="cpu")
+B, T, d = 2, 33, m.config.hidden_size
+ids = np.random.default_rng().integers(0, m.config.vocab_size, size=(B, T))
+got, ref = m.prefill(ids), cpu.prefill(ids)
+assert np.linalg.norm(got - ref) <= 0.05 * np.linalg.norm(ref), "GPU 1 differs from the CPU"
+with torch.cuda.device(1):
+    t_ids = torch.from_numpy(ids).cuda()
+    out = torch.full((B, d), float("nan"), device="cuda")
+    m.prefill_ptr(t_ids.data_ptr(), (B, T), out_ptr=out.data_ptr(), stream=torch.cuda.current_stream().cuda_stream)
+    torch.cuda.synchronize()
+assert out.device.index == 1 and np.array_equal(out.cpu().numpy(), got)
+wrong = torch.empty((B, d), device="cuda:0")
+try:
+    m.prefill_ptr(t_ids.data_ptr(), (B, T), out_ptr=wrong.data_ptr())
+    raise SystemExit("a GPU 0 buffer was taken by a model on GPU 1")
+except ValueError as e:
+    assert "is on GPU 0; this model runs on GPU 1" in str(e), e
+x = torch.ones(3, device="cuda")  # torch's current device, and the context it expects, are untouched
+assert x.device.index == 0 and x.sum().item() == 3 and torch.cuda.current_device() == 0
+print("ok")
+"""
+
+
+def test_second_gpu():
+    """A model on GPU 1 ("cuda:1"): it matches the CPU engine, takes torch
+    tensors on GPU 1 and refuses GPU 0's, and leaves torch's default device
+    and current context as they were, even when loaded before torch's first
+    CUDA call. Needs two GPUs."""
+    import subprocess
+    import sys
+
+    torch = _torch_cuda()
+    if torch.cuda.device_count() < 2:
+        pytest.skip(f"needs two GPUs; torch sees {torch.cuda.device_count()}")
+    p = subprocess.run([sys.executable, "-c", _SECOND_GPU_CHILD, case_dir("base")], capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0 and p.stdout.strip().endswith("ok"), p.stderr[-3000:]

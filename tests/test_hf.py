@@ -104,7 +104,7 @@ def test_refuses_what_it_cannot_do():
         MambaForCausalLM(case_dir("base"))  # a path where a loaded model goes
     with pytest.raises(TypeError, match="unsupported argument 'trust_remote_code'"):
         MambaForCausalLM.from_pretrained(case_dir("base"), trust_remote_code=True)
-    with pytest.raises(ValueError, match="device='cuda'"):
+    with pytest.raises(ValueError, match="runs on cpu.*device='cuda:0'"):
         m.to("cuda:0")
     with pytest.raises(ValueError, match="dtype='bfloat16'"):
         m.to("bfloat16")
@@ -150,7 +150,7 @@ def test_device_and_dtype_shorthands():
     says how to load it."""
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
     assert m.cpu() is m and m.float() is m
-    for call, match in ((m.cuda, "device='cuda'"), (lambda: m.cuda(0), "device='cuda'"),
+    for call, match in ((m.cuda, "device='cuda'"), (lambda: m.cuda(0), "device='cuda:0'"),
                         (m.half, "dtype='float16'"), (m.bfloat16, "dtype='bfloat16'")):
         with pytest.raises(ValueError, match=match):
             call()
@@ -210,3 +210,7 @@ def test_cuda_tensors_in_and_out():
     assert rel_err(got.cpu().numpy(), cpu(ids.cpu()).logits.numpy()) <= 1e-4
     tokens = gpu.generate(ids, max_new_tokens=4)
     assert tokens.device.type == "cuda" and tokens.shape[0] == 2 and 10 <= tokens.shape[1] <= 13  # eos may stop both
+    assert gpu.device == torch.device("cuda:0") and gpu.to("cuda:0") is gpu and gpu.to(torch.device("cuda")) is gpu
+    with pytest.raises(ValueError, match="runs on cuda:0.*device='cuda:1'"):
+        gpu.to("cuda:1")
+    assert MambaForCausalLM.from_pretrained(case_dir("base"), device_map={"": 0}).device == torch.device("cuda:0")

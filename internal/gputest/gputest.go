@@ -30,6 +30,9 @@ func Device(t testing.TB) *cuda.Device {
 	Need(t)
 	runtime.LockOSThread()
 	d, err := cuda.Open(0)
+	if err == nil {
+		err = d.Bind()
+	}
 	if err != nil {
 		runtime.UnlockOSThread()
 		t.Fatal(err)

@@ -92,7 +92,8 @@ func deviceHandle(ordinal int) (C.int, error) {
 	return dev, check("cuDeviceGet", C.mg_cuDeviceGet(&dev, C.int(ordinal)))
 }
 
-// Open retains the primary context of device ordinal and reads its properties.
+// Open retains the primary context of device ordinal and reads its
+// properties. Bind or Enter make the context current.
 func Open(ordinal int) (*Device, error) {
 	dev, err := deviceHandle(ordinal)
 	if err != nil {
@@ -123,13 +124,36 @@ func Open(ordinal int) (*Device, error) {
 	if err := check("cuDevicePrimaryCtxRetain", C.mg_cuDevicePrimaryCtxRetain(&d.ctx, d.dev)); err != nil {
 		return nil, err
 	}
-	return d, d.Bind()
+	return d, nil
 }
 
 // Bind makes the device's context current on the calling OS thread. Call it
 // (with the goroutine locked to its thread) before driver calls on a thread
 // that has not bound it yet.
 func (d *Device) Bind() error { return check("cuCtxSetCurrent", C.mg_cuCtxSetCurrent(d.ctx)) }
+
+// Enter makes the device's context current on the calling OS thread, as
+// Bind does, and returns leave, which makes current again the context that
+// was before: a thread that calls in from Python (PyTorch's, on another
+// GPU) keeps the one its own CUDA code expects. Where none was, GPU 0's
+// primary context stays current, as the CUDA runtime would leave it. Call
+// both with the goroutine locked to its thread.
+func (d *Device) Enter() (leave func(), err error) {
+	var prev unsafe.Pointer
+	if err := check("cuCtxGetCurrent", C.mg_cuCtxGetCurrent(&prev)); err != nil {
+		return nil, err
+	}
+	if prev == d.ctx {
+		return func() {}, nil
+	}
+	if err := d.Bind(); err != nil {
+		return nil, err
+	}
+	if prev == nil && d.Ordinal == 0 {
+		return func() {}, nil
+	}
+	return func() { C.mg_cuCtxSetCurrent(prev) }, nil
+}
 
 // Close releases the primary context.
 func (d *Device) Close() error {

@@ -30,12 +30,14 @@ FN(int, cuDeviceTotalMem, (size_t *, int));
 FN(int, cuDevicePrimaryCtxRetain, (void **, int));
 FN(int, cuDevicePrimaryCtxRelease, (int));
 FN(int, cuCtxSetCurrent, (void *));
+FN(int, cuCtxGetCurrent, (void **));
 FN(int, cuCtxSynchronize, (void));
 FN(int, cuMemAlloc, (mg_devptr *, size_t));
 FN(int, cuMemFree, (mg_devptr));
 FN(int, cuMemAllocHost, (void **, size_t));
 FN(int, cuMemFreeHost, (void *));
 FN(int, cuMemHostGetDevicePointer, (mg_devptr *, void *, unsigned));
+FN(int, cuPointerGetAttributes, (unsigned, int *, void **, mg_devptr));
 FN(int, cuMemcpyHtoDAsync, (mg_devptr, const void *, size_t, void *));
 FN(int, cuMemcpyDtoHAsync, (void *, mg_devptr, size_t, void *));
 FN(int, cuMemcpyDtoDAsync, (mg_devptr, mg_devptr, size_t, void *));
@@ -187,12 +189,14 @@ const char *mg_load_driver(const char *path) {
 	LOAD(h, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
 	LOAD(h, cuDevicePrimaryCtxRelease, "cuDevicePrimaryCtxRelease_v2");
 	LOAD(h, cuCtxSetCurrent, "cuCtxSetCurrent");
+	LOAD(h, cuCtxGetCurrent, "cuCtxGetCurrent");
 	LOAD(h, cuCtxSynchronize, "cuCtxSynchronize");
 	LOAD(h, cuMemAlloc, "cuMemAlloc_v2");
 	LOAD(h, cuMemFree, "cuMemFree_v2");
 	LOAD(h, cuMemAllocHost, "cuMemAllocHost_v2");
 	LOAD(h, cuMemFreeHost, "cuMemFreeHost");
 	LOAD(h, cuMemHostGetDevicePointer, "cuMemHostGetDevicePointer_v2");
+	LOAD(h, cuPointerGetAttributes, "cuPointerGetAttributes");
 	LOAD(h, cuMemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2");
 	LOAD(h, cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2");
 	LOAD(h, cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
@@ -305,12 +309,22 @@ mg_result mg_cuDeviceTotalMem(size_t *b, int d) { CALL(cuDeviceTotalMem, b, d); 
 mg_result mg_cuDevicePrimaryCtxRetain(void **c, int d) { CALL(cuDevicePrimaryCtxRetain, c, d); }
 mg_result mg_cuDevicePrimaryCtxRelease(int d) { CALL(cuDevicePrimaryCtxRelease, d); }
 mg_result mg_cuCtxSetCurrent(void *c) { CALL(cuCtxSetCurrent, c); }
+mg_result mg_cuCtxGetCurrent(void **c) { CALL(cuCtxGetCurrent, c); }
 mg_result mg_cuCtxSynchronize(void) { return p_cuCtxSynchronize ? p_cuCtxSynchronize() : 500; }
 mg_result mg_cuMemAlloc(mg_devptr *p, size_t b) { CALL(cuMemAlloc, p, b); }
 mg_result mg_cuMemFree(mg_devptr p) { CALL(cuMemFree, p); }
 mg_result mg_cuMemAllocHost(void **p, size_t b) { CALL(cuMemAllocHost, p, b); }
 mg_result mg_cuMemFreeHost(void *p) { CALL(cuMemFreeHost, p); }
 mg_result mg_cuMemHostGetDevicePointer(mg_devptr *d, void *p) { CALL(cuMemHostGetDevicePointer, d, p, 0); }
+mg_result mg_pointer_info_of(mg_devptr p, mg_pointer_info *out) {
+	// CUpointer_attribute: MEMORY_TYPE 2, IS_MANAGED 8, DEVICE_ORDINAL 9,
+	// RANGE_START_ADDR 11, RANGE_SIZE 12. The managed flag is a bool the
+	// driver writes into the low byte of a zeroed 8-byte slot.
+	int attrs[5] = {2, 8, 9, 11, 12};
+	void *data[5] = {&out->type, &out->managed, &out->ordinal, &out->start, &out->size};
+	memset(out, 0, sizeof *out);
+	CALL(cuPointerGetAttributes, 5, attrs, data, p);
+}
 mg_result mg_cuMemcpyHtoDAsync(mg_devptr d, const void *s, size_t b, void *st) { CALL(cuMemcpyHtoDAsync, d, s, b, st); }
 mg_result mg_cuMemcpyDtoHAsync(void *d, mg_devptr s, size_t b, void *st) { CALL(cuMemcpyDtoHAsync, d, s, b, st); }
 mg_result mg_cuMemcpyDtoDAsync(mg_devptr d, mg_devptr s, size_t b, void *st) { CALL(cuMemcpyDtoDAsync, d, s, b, st); }

@@ -30,12 +30,23 @@ mg_result mg_cuDeviceTotalMem(size_t *bytes, int dev);
 mg_result mg_cuDevicePrimaryCtxRetain(void **ctx, int dev);
 mg_result mg_cuDevicePrimaryCtxRelease(int dev);
 mg_result mg_cuCtxSetCurrent(void *ctx);
+mg_result mg_cuCtxGetCurrent(void **ctx);
 mg_result mg_cuCtxSynchronize(void);
 mg_result mg_cuMemAlloc(mg_devptr *p, size_t bytes);
 mg_result mg_cuMemFree(mg_devptr p);
 mg_result mg_cuMemAllocHost(void **p, size_t bytes);
 mg_result mg_cuMemFreeHost(void *p);
 mg_result mg_cuMemHostGetDevicePointer(mg_devptr *d, void *p);
+// What the driver knows of an address (cuPointerGetAttributes): its memory
+// type (0: none CUDA knows; 1 host, 2 device, 4 unified), the ordinal of
+// the GPU it was allocated on, whether it is managed, and the allocation
+// holding it. Every field is zero where the driver does not say.
+typedef struct {
+	unsigned type;
+	int ordinal;
+	unsigned long long managed, start, size;
+} mg_pointer_info;
+mg_result mg_pointer_info_of(mg_devptr p, mg_pointer_info *out);
 mg_result mg_cuMemcpyHtoDAsync(mg_devptr dst, const void *src, size_t bytes, void *stream);
 mg_result mg_cuMemcpyDtoHAsync(void *dst, mg_devptr src, size_t bytes, void *stream);
 mg_result mg_cuMemcpyDtoDAsync(mg_devptr dst, mg_devptr src, size_t bytes, void *stream);

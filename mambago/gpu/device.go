@@ -71,6 +71,17 @@ func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType 
 		return err
 	}
 	defer done()
+	width, inSize := 1, 8 // int64 ids
+	switch kind {
+	case "embeds":
+		width, inSize = e.cfg.Hidden, inType.Size()
+	case "features":
+		width, inSize = e.cfg.InputDim, inType.Size()
+	}
+	if err := e.checkBuffers(callerBuffer{"input", in, B * T * width * inSize},
+		callerBuffer{"output", out, pool.OutLen(B, T, e.cfg.Hidden) * outType.Size()}); err != nil {
+		return err
+	}
 	io := deviceIO{in: cuda.Ptr(in), inType: inType, out: cuda.Ptr(out), outType: outType}
 	if e.graphCap > 0 && B*T <= e.ChunkRows && shape.Pad == nil {
 		g, err := e.cachedPrefill(graphKey{s: s, kind: kind, B: B, T: T, pool: pool})
@@ -116,6 +127,27 @@ func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType 
 		}
 		return nil
 	})
+}
+
+// callerBuffer is a device entry's caller-owned buffer: what the errors
+// call it, its address, and the bytes the entry reads or writes there.
+type callerBuffer struct {
+	what  string
+	p     uintptr
+	bytes int
+}
+
+// checkBuffers returns an input error unless each buffer is memory e's
+// kernels may use (cuda.Device.CheckBuffer): a host address or another
+// GPU's would fault the kernel reading it, and with it the CUDA context
+// that PyTorch shares. It needs e's context current.
+func (e *Engine) checkBuffers(bufs ...callerBuffer) error {
+	for _, b := range bufs {
+		if err := e.dev.CheckBuffer(b.what, cuda.Ptr(b.p), b.bytes); err != nil {
+			return engine.Invalid("%v", err)
+		}
+	}
+	return nil
 }
 
 // deviceIO is a device entry's caller-owned input and output, with their

@@ -398,6 +398,12 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 	if err != nil {
 		return nil, err
 	}
+	leave, err := dev.Enter()
+	if err != nil {
+		dev.Close()
+		return nil, err
+	}
+	defer leave()
 	sm90 := sm90a(dev) // the warpgroup kernels need sm_90a
 	e = &Engine{cfg: w.Config, dt: dt, dev: dev,
 		// prefill
@@ -536,6 +542,9 @@ func (e *Engine) Config() checkpoint.Config { return e.cfg }
 // Device returns "cuda".
 func (e *Engine) Device() string { return "cuda" }
 
+// Ordinal returns the GPU the engine runs on, as the driver numbers them.
+func (e *Engine) Ordinal() int { return e.dev.Ordinal }
+
 // Backend names the GPU and the GEMM mode.
 func (e *Engine) Backend() string {
 	mode := "cuBLAS FP32"
@@ -553,7 +562,8 @@ func (e *Engine) Backend() string {
 }
 
 // bind locks the calling goroutine to its thread and makes the context
-// current there; the returned func undoes the lock and releases e.mu.
+// current there (cuda.Device.Enter); the returned func puts back the
+// thread's context, undoes the lock and releases e.mu.
 func (e *Engine) bind() (func(), error) {
 	e.mu.Lock()
 	if e.closed {
@@ -561,15 +571,17 @@ func (e *Engine) bind() (func(), error) {
 		return nil, engine.Invalid("the model is closed")
 	}
 	runtime.LockOSThread()
-	done := func() {
+	leave, err := e.dev.Enter()
+	if err != nil {
 		runtime.UnlockOSThread()
 		e.mu.Unlock()
-	}
-	if err := e.dev.Bind(); err != nil {
-		done()
 		return nil, err
 	}
-	return done, nil
+	return func() {
+		leave()
+		runtime.UnlockOSThread()
+		e.mu.Unlock()
+	}, nil
 }
 
 // Close frees the device memory and the context.

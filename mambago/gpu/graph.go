@@ -318,6 +318,9 @@ func (g *Graph) StepDevice(ids, logits, stream uintptr) error {
 		return engine.Invalid("null device pointer (ids %#x, logits %#x)", ids, logits)
 	}
 	upload := func() error {
+		if err := e.checkBuffers(callerBuffer{"ids", ids, 8 * g.B}, callerBuffer{"logits", logits, 4 * g.B * e.cfg.Vocab}); err != nil {
+			return err
+		}
 		inPlace, err := bindTo(g.inBind, cuda.Ptr(ids), g.in.Ptr, e.InPlaceReplays, 8)
 		if err != nil || inPlace {
 			return err

@@ -72,9 +72,9 @@ class MambaForCausalLM:
 
     @property
     def device(self):
-        """Where the model runs: torch.device("cuda:0") or ("cpu") where
+        """Where the model runs: torch.device("cuda:N") or ("cpu") where
         torch is installed, else the string."""
-        name = "cuda:0" if self.model.device == "cuda" else "cpu"
+        name = self.model._where()
         torch = _torch()
         return torch.device(name) if torch else name
 
@@ -88,15 +88,18 @@ class MambaForCausalLM:
     @classmethod
     def from_pretrained(cls, path, *, device: str = "auto", dtype=None, blas: str = "auto", **kwargs):
         """Load as Model.from_pretrained does (a folder or a Hub id).
-        transformers' torch_dtype= and device_map= ("auto", "cpu", "cuda")
-        are read as dtype= and device=; any other argument is a TypeError."""
+        transformers' torch_dtype= and device_map= ("auto", "cpu", "cuda",
+        "cuda:1", a GPU index, or {"": one of those}) are read as dtype= and
+        device=; any other argument is a TypeError."""
         for name, value in kwargs.items():
             if name not in _LOAD_ALIASES:
                 raise TypeError(f"from_pretrained: unsupported argument {name!r}")
             if _LOAD_ALIASES[name] == "dtype":
                 dtype = value
+            elif isinstance(value, dict) and set(value) == {""}:  # the whole model on one device
+                device = value[""]
             else:
-                device = str(value).split(":")[0]
+                device = value
         return cls(Model.from_pretrained(path, device=device, dtype=dtype, blas=blas))
 
     @classmethod
@@ -183,9 +186,11 @@ class MambaForCausalLM:
         is a ValueError that says how to load it instead."""
         for a in list(args) + list(kwargs.values()):
             want = str(a).replace("torch.", "")
-            if want.split(":")[0] in ("cpu", "cuda") and want.split(":")[0] != self.model.device:
-                raise ValueError(f"this model runs on {self.model.device}: load it with "
-                                 f"from_pretrained(..., device={want.split(':')[0]!r}) instead of moving it")
+            kind, _, index = want.partition(":")
+            if kind in ("cpu", "cuda") and (kind != self.model.device or
+                                            index and index != str(self.model.device_index)):
+                raise ValueError(f"this model runs on {self.model._where()}: load it with "
+                                 f"from_pretrained(..., device={want!r}) instead of moving it")
             if want in ("float32", "float", "bfloat16", "float16", "half") and \
                     {"float": "float32", "half": "float16"}.get(want, want) != self.model.dtype:
                 raise ValueError(f"this model computes in {self.model.dtype}: load it with "

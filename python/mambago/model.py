@@ -212,11 +212,24 @@ def cuda_unavailable_reason() -> str:
     return _call(_b.GPUStatus)
 
 
+def _device_name(device) -> str:
+    """device as the Go loaders read it: a str as given ("auto", "cpu",
+    "cuda", "cuda:1"), a torch.device as its str, an int N as "cuda:N" (as
+    torch reads one)."""
+    if isinstance(device, str):
+        return device
+    if isinstance(device, int) and not isinstance(device, bool):
+        return f"cuda:{device}"
+    if type(device).__name__ == "device" and hasattr(device, "type"):  # torch.device
+        return str(device)
+    raise TypeError(f"device must be a str (\"auto\", \"cpu\", \"cuda\", \"cuda:1\"), a torch.device or a GPU "
+                    f"index, got {type(device).__name__}")
+
+
 def _engine_args(device, dtype, blas):
     """Checks from_pretrained's and from_state_dict's engine arguments and
     returns (device, dtype, blas_path) as the Go loaders take them."""
-    if not isinstance(device, str):
-        raise TypeError(f"device must be a str, got {type(device).__name__}")
+    device = _device_name(device)
     if dtype is not None and not isinstance(dtype, str):
         dtype = str(dtype).replace("torch.", "")
     if not isinstance(blas, str):
@@ -541,6 +554,7 @@ class Model(_Owner):
         info = json.loads(_call(_b.ModelInfo, handle))
         self.config = Config._from_go(info["config"])
         self.device = info["device"]
+        self.device_index = info["device_index"] if info["device_index"] >= 0 else None
         self.dtype = info["dtype"]
         self.backend = info["backend"]
 
@@ -555,8 +569,11 @@ class Model(_Owner):
         downloaded through huggingface_hub, where that is installed (its
         config and weights only, into its cache).
 
-        device is "auto" (the GPU when one is usable, else the CPU), "cpu" or
-        "cuda". The CUDA engine needs compute capability 8.0 or newer (A100,
+        device is "auto" (GPU 0 when it is usable, else the CPU), "cpu",
+        "cuda" (GPU 0) or "cuda:N" (GPU N; a torch.device or an int N work
+        too). .device is then "cpu" or "cuda", and .device_index the GPU's
+        number (None on the CPU). The device-pointer entries take memory on
+        that GPU only. The CUDA engine needs compute capability 8.0 or newer (A100,
         A10, L4, RTX 30 and 40 series, H100): on an older GPU, such as a T4,
         "auto" runs on the CPU and says so on stderr, and "cuda" raises. dtype is None or "float32" (the default), or, on the CUDA
         engine, "bfloat16" or "float16" (torch dtypes work too): mixed
@@ -605,7 +622,11 @@ class Model(_Owner):
     def __repr__(self):
         c = self.config
         return (f"mambago.Model({c.model_type}, d={c.hidden_size}, layers={c.num_hidden_layers}, "
-                f"d_state={c.state_size}, vocab={c.vocab_size}, device={self.device!r}, backend={self.backend!r})")
+                f"d_state={c.state_size}, vocab={c.vocab_size}, device={self._where()!r}, backend={self.backend!r})")
+
+    def _where(self) -> str:
+        """The device as torch names it: "cpu" or "cuda:N"."""
+        return "cpu" if self.device_index is None else f"cuda:{self.device_index}"
 
     def new_state(self, batch_size: int) -> State:
         """A zeroed carried state for batch_size sequences."""
