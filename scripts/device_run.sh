@@ -96,6 +96,9 @@
 #   bind:     replays in place (cuda.Graph.Bind; the device entries' graphs
 #             reading ids and writing outputs in the caller's buffers): the
 #             tests, and memcheck over them;
+#   buffers:  the device entries' checks of caller buffers (bench/pointer_probe.py: what
+#             the driver says of torch's allocations under each allocator; the Go tests;
+#             tests/test_gpu.py, test_hf.py and test_bad_input.py), and on two GPUs cuda:1;
 #   steptrace: each kernel of a bf16 decode step graph in place (B=1 or
 #             $STEP_TRACE_B; 370m and 2.8b or $STEP_TRACE_SHAPES): its
 #             duration, its gap after the previous kernel and its share of
@@ -806,6 +809,17 @@ if [[ $mode == memsets ]]; then
   echo "== bf16 prefills with the memsets as captured and edited (BenchmarkMemsetEdits: graph replays, CUDA events, medians)"
   timeout 400 .carry/gpu.test -test.v -test.run '^$' -test.bench "${MEMSET_BENCH:-MemsetEdits/(130m|370m)/B1}" -test.benchtime 1x 2>&1 \
     | tee "$OUT/memsets_bench.log" | grep -E "memset|FAIL|panic" | sed 's/^ *bench_test.go:[0-9]*: //'
+  exit $status
+fi
+if [[ $mode == buffers ]]; then
+  echo "== the device entries' buffer checks and the GPU's choice (cuda:N): what the driver says of torch's memory, then the tests"
+  timeout 120 python3 bench/pointer_probe.py || status=1
+  timeout 120 .carry/cuda.test -test.v -test.run 'CheckBuffer|LaunchCopyGraph' -test.bench CheckBuffer -test.benchtime 20000x 2>&1 \
+    | tee "$OUT/buffers_cuda.log" | grep -E "^(---|ok|FAIL|Benchmark)|pointer_test|panic" || status=1
+  timeout 300 .carry/gpu.test -test.v -test.run 'RefuseBad|DeviceEntryMatches|DevicePadded|GraphInPlace|GraphsReplay' 2>&1 \
+    | tee "$OUT/buffers_gpu.log" | grep -E "^(---|ok|FAIL)|buffers_test|panic" || status=1
+  timeout 400 python3 -m pytest -q tests/test_gpu.py tests/test_hf.py tests/test_bad_input.py 2>&1 | tee "$OUT/buffers_pytest.log" | tail -15
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
   exit $status
 fi
 if [[ $mode == steptrace ]]; then
