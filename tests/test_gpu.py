@@ -488,6 +488,16 @@ out = block[at:at + 4 * B * T * d].view(torch.float32).fill_(float("nan"))
 m.prefill_ptr(ids.data_ptr(), (B, T), out_ptr=out.data_ptr(), output="all")
 torch.cuda.synchronize()
 assert np.array_equal(out.cpu().numpy().reshape(B, T, d), want), "differs"
+# an output of 2.15 MB handed a 4 KB tensor of the small pool, whose
+# segments (or mapped pages) are 2 MB: refused under every allocator
+small = torch.empty(1000, device="cuda")
+long_ids = torch.randint(0, m.config.vocab_size, (2, 4200), device="cuda")
+try:
+    m.prefill_ptr(long_ids.data_ptr(), (2, 4200), out_ptr=small.data_ptr(), output="all")
+    raise SystemExit("an output too small for the call was taken")
+except ValueError as e:
+    assert "too small" in str(e), e
+torch.cuda.synchronize()
 print("ok")
 """
 
@@ -496,7 +506,8 @@ print("ok")
 def test_device_entries_take_every_torch_allocator(conf, tmp_path):
     """torch's allocators (the caching one, expandable segments, CUDA's
     pools) each give memory the entries' buffer check accepts, including an
-    output that spans two mapped pages of an expandable segment."""
+    output that spans two mapped pages of an expandable segment; and under
+    each, a tensor far too small for the output is refused."""
     import os
     import subprocess
     import sys

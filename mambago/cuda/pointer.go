@@ -68,7 +68,7 @@ var ErrBadBuffer = errors.New("not a buffer this GPU can use")
 // CheckBuffer returns an error wrapping ErrBadBuffer, naming what, unless
 // the bytes bytes at p are memory d's kernels may read and write: device
 // memory of d's GPU or managed memory, within one allocation where the
-// driver gives the allocation's extent. A kernel given any other address
+// driver gives the allocation's extent, and mapped up to its last byte. A kernel given any other address
 // would fault, and a fault ends the CUDA context for everyone in the
 // process (PyTorch too), so the device entries check before they launch.
 func (d *Device) CheckBuffer(what string, p Ptr, bytes int) error {
@@ -86,6 +86,16 @@ func (d *Device) CheckBuffer(what string, p Ptr, bytes int) error {
 	case r.Bytes > 0 && uint64(p)+uint64(bytes) > uint64(r.Start)+uint64(r.Bytes):
 		return fmt.Errorf("%w: %s at %#x needs %d bytes, but its allocation ends %d bytes after it (a buffer too small?)",
 			ErrBadBuffer, what, uint64(p), bytes, uint64(r.Start)+uint64(r.Bytes)-uint64(p))
+	}
+	// Where the allocation is a reservation mapped in pieces (PyTorch's
+	// expandable segments: its extent is the whole reservation), the last
+	// byte must be mapped too.
+	if bytes > 1 {
+		end := p + Ptr(bytes-1)
+		if last, err := Locate(end); err != nil || last.Kind != r.Kind || last.Ordinal != r.Ordinal {
+			return fmt.Errorf("%w: %s at %#x needs %d bytes, but the memory at its last byte (%#x) is not the same "+
+				"mapped memory (a buffer too small?)", ErrBadBuffer, what, uint64(p), bytes, uint64(end))
+		}
 	}
 	return nil
 }
