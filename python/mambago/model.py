@@ -729,9 +729,14 @@ class Model(_Owner):
         legacy default stream, where PyTorch works unless told otherwise),
         after what that stream already holds, and the call returns at once,
         like any CUDA launch: synchronize the stream before reading out on the
-        host. Both buffers must stay alive until the work is done. Token ids
-        are not range-checked here (that would need a copy): the kernel clamps
-        them into the vocabulary. Without state the prompts start fresh.
+        host. Both buffers must stay alive until the work is done. Before
+        anything is queued, each buffer is asked of the driver: host memory
+        (a CPU tensor's or numpy's address, pinned or not), another GPU's
+        memory, and a buffer that runs past its allocation are a ValueError
+        (a kernel would fault, and with it the CUDA context torch shares).
+        Token ids are not range-checked here (that would need a copy): the
+        kernel clamps them into the vocabulary. Without state the prompts
+        start fresh.
 
         attention_mask [B, T] (1 at tokens, 0 at padding) runs a left-padded
         batch (each row's tokens end at the last position, as
@@ -1002,8 +1007,9 @@ class Graph(_Owner):
         through the host: int64 token ids [B] at ids_ptr in, float32 logits
         [B, V] to logits_ptr (e.g. tensor.data_ptr()), queued on stream
         (torch.cuda.current_stream().cuda_stream; 0 is the legacy default
-        stream) without waiting, like Model.prefill_ptr. Ids are clamped into
-        the vocabulary on the device, not checked."""
+        stream) without waiting, like Model.prefill_ptr, whose checks of the
+        buffers apply. Ids are clamped into the vocabulary on the device, not
+        checked."""
         if self._what != "step":
             raise ValueError("this graph captured a prefill; step_ptr replays steps")
         for name, v in (("ids_ptr", ids_ptr), ("logits_ptr", logits_ptr), ("stream", stream)):
