@@ -99,6 +99,8 @@
 #   buffers:  the device entries' checks of caller buffers (bench/pointer_probe.py: what
 #             the driver says of torch's allocations under each allocator; the Go tests;
 #             tests/test_gpu.py, test_hf.py and test_bad_input.py), and on two GPUs cuda:1;
+#   entryab:  BenchmarkEntryHost (a device-entry prefill's host time, call by call) of
+#             .carry/base and of this build, taking turns (build with BASE=<commit>);
 #   steptrace: each kernel of a bf16 decode step graph in place (B=1 or
 #             $STEP_TRACE_B; 370m and 2.8b or $STEP_TRACE_SHAPES): its
 #             duration, its gap after the previous kernel and its share of
@@ -881,6 +883,17 @@ if [[ $mode == entry ]]; then
   echo "== the Go side of a device-entry prefill on the host, call by call (BenchmarkEntryHost)"
   timeout 200 .carry/gpu.test -test.v -test.run '^$' -test.bench EntryHost -test.benchtime 1x 2>&1 \
     | tee "$OUT/entry_host.log" | grep -E "entry host|FAIL|panic" | sed 's/^ *entry_bench_test.go:[0-9]*: //'
+  exit $status
+fi
+if [[ $mode == entryab ]]; then
+  echo "== BenchmarkEntryHost of .carry/base (BASE=<commit> device_build.sh) and of this build, taking turns, three rounds"
+  for round in 1 2 3; do
+    for bin in .carry/base/gpu.test .carry/gpu.test; do
+      echo "-- round $round: $bin"
+      timeout 100 $bin -test.v -test.run '^$' -test.bench EntryHost -test.benchtime 1x 2>&1 | tee -a "$OUT/entryab.log" \
+        | grep -E "entry host|FAIL|panic" | sed 's/^ *entry_bench_test.go:[0-9]*: //' || status=1
+    done
+  done
   exit $status
 fi
 if [[ $mode == padcheck ]]; then

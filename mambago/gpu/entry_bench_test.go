@@ -15,8 +15,9 @@ import (
 // before and around its graph: the whole call, and each driver call it
 // makes alone (the graph's launch, the 16 KB input copy, the wait on the
 // engine's last event, cuBLAS's stream switched and back, the event
-// record). Each is the median over 15 repeats of 10 calls (the stream
-// drained between repeats, not timed), in µs a call. The GPU cannot start
+// record, the checks of the caller's two buffers). Each is the median
+// over 15 repeats of 10 calls (the stream drained between repeats, not
+// timed), in µs a call. The GPU cannot start
 // a call's graph before the calls ahead of the launch are made, so their
 // sum is time a caller who times each prefill alone (bench/mamba_ssm/
 // compare.py) sees added to the GPU's.
@@ -93,6 +94,9 @@ func BenchmarkEntryHost(b *testing.B) {
 		return e.blas.SetStream(e.stream)
 	})
 	hostUS("event record", true, func() error { return e.last.Record(stream) })
+	hostUS("buffer checks (input, output)", true, func() error {
+		return e.checkBuffers(callerBuffer{"input", uintptr(in.Ptr), 8 * B * T}, callerBuffer{"output", uintptr(out.Ptr), 4 * d})
+	})
 	hostUS("bind and release", false, func() error {
 		done, err := e.bind()
 		if err == nil {
