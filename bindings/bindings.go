@@ -58,6 +58,12 @@ func (h *handles[T]) get(id int64, what string) (T, error) {
 	return v, nil
 }
 
+func (h *handles[T]) len() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.m)
+}
+
 func (h *handles[T]) drop(id int64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -153,8 +159,18 @@ func LoadNotice(path, device string) (notice string, err error) {
 	return mambago.LoadNotice(path, device), nil
 }
 
+// OpenHandles returns how many models, states, graphs and stop signals are
+// open, as JSON ({"models": 1, ...}): what a test of Python's releases
+// counts.
+func OpenHandles() (js string, err error) {
+	defer guard(&err)
+	b, err := json.Marshal(map[string]int{"models": models.len(), "states": states.len(), "graphs": graphs.len(),
+		"stops": stops.len()})
+	return string(b), err
+}
+
 // LoadModel opens the checkpoint folder path on device ("auto", "cpu",
-// "cuda") with compute dtype ("" for the engine's default) and returns a
+// "cuda", "cuda:N") with compute dtype ("" for the engine's default) and returns a
 // model handle. blasPath names a CBLAS library for the CPU engine's GEMMs
 // ("" for gonum's pure-Go BLAS).
 func LoadModel(path, device, dtype, blasPath string) (h int64, err error) {

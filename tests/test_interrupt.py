@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,7 @@ import mambago
 from conftest import case_dir
 
 TIMEOUT_S = 120
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def run(tmp_path, body, **names):
@@ -124,3 +126,44 @@ def test_ctrl_c_stops_a_long_cpu_prefill(tmp_path):
     assert out["took"] < 10, f"KeyboardInterrupt came {out['took']:.1f} s after the call began (signal at 0.5 s)"
     assert out["kept"], "the interrupted prefill changed the state"
     assert out["same_after"], "the state does not continue as its copy from before the prefill"
+
+
+def test_ctrl_c_leaves_a_load(tmp_path):
+    """Ctrl-C during from_pretrained raises at once, though a load cannot
+    stop part way (reading the checkpoint, or on the GPU compiling the
+    kernels): the load finishes alone and its model is freed, and the next
+    load works."""
+    out = run(tmp_path, """
+        import json, os, signal, sys, threading, time
+        sys.path.insert(0, bench)
+        import mambago, random_checkpoint
+        from mambago import _native
+
+        random_checkpoint.write("ckpt", 768, 24)  # 130m-shaped: 640 MB of float32
+        open_models = lambda: json.loads(_native.call(_native.bindings.OpenHandles))["models"]
+        t0 = time.perf_counter()
+        mambago.Model.from_pretrained("ckpt", device="cpu").close()
+        whole = time.perf_counter() - t0
+        base = open_models()
+        delay = whole / 4
+        threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT)).start()
+        t0 = time.perf_counter()
+        try:
+            mambago.Model.from_pretrained("ckpt", device="cpu")
+            raised = False
+        except KeyboardInterrupt:
+            raised = True
+        took = time.perf_counter() - t0
+        during = open_models()
+        deadline = time.perf_counter() + 60
+        while open_models() > base and time.perf_counter() < deadline:
+            time.sleep(0.05)
+        m = mambago.Model.from_pretrained("ckpt", device="cpu")
+        print(json.dumps({"raised": raised, "took": took, "delay": delay, "whole": whole, "during": during,
+                          "base": base, "after": open_models() - 1, "works": m.prefill([[1, 2, 3]]).shape[-1]}))
+    """, bench=str(ROOT / "bench"))
+    assert out["raised"], "no KeyboardInterrupt reached the caller"
+    assert out["took"] < out["delay"] + 0.5 * (out["whole"] - out["delay"]), \
+        f"KeyboardInterrupt came {out['took']:.2f} s into a load of {out['whole']:.2f} s (signal at {out['delay']:.2f} s)"
+    assert out["after"] == out["base"], "the abandoned load's model was not freed"
+    assert out["works"] == 768

@@ -134,6 +134,51 @@ def interruptible(fn, *args, keep=(), poll=None):
     return box["value"]
 
 
+def abandonable(fn, *args, keep=(), discard=None):
+    """call(fn, *args) for a call that cannot stop part way (a load: reading
+    a checkpoint, compiling the CUDA kernels), where Ctrl-C still returns at
+    once. On the main thread the call runs on a thread of its own, and a
+    KeyboardInterrupt goes up as soon as it comes; the call then runs to its
+    end alone, keep's arrays (whose addresses are in args) alive until it
+    returns, and discard, if given, receives what it returns (the handle of
+    a model nobody holds). Off the main thread the call is made in place."""
+    if threading.current_thread() is not threading.main_thread():
+        return call(fn, *args)
+    box = {"keep": keep}
+    lock = threading.Lock()  # orders the result's arrival against the caller's leaving
+    done = threading.Event()
+
+    def work():
+        try:
+            value = call(fn, *args)
+        except BaseException as exc:  # handed to the waiting thread
+            box["error"] = exc
+        else:
+            with lock:
+                left = box.get("left", False)
+                if not left:
+                    box["value"] = value
+            if left and discard:
+                discard(value)
+        finally:
+            del box["keep"]
+            done.set()
+
+    threading.Thread(target=work, name="mambago-load", daemon=True).start()
+    try:
+        done.wait()
+    except BaseException:  # Ctrl-C: leave the call to finish alone
+        with lock:
+            box["left"] = True
+            arrived = box.pop("value", None)  # handles start at 1
+        if arrived is not None and discard:
+            discard(arrived)
+        raise
+    if "error" in box:
+        raise box.pop("error")
+    return box["value"]
+
+
 # How often interruptible calls poll while a call runs, in seconds.
 POLL_S = 0.01
 

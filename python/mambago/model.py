@@ -29,6 +29,7 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from . import _cudalibs
+from ._native import abandonable as _abandonable
 from ._native import bindings as _b
 from ._native import call as _call
 from ._native import interruptible as _interruptible
@@ -321,7 +322,13 @@ def _load_state_dict(state_dict, config, device, dtype, blas_path) -> int:
         a = _float32_tensor(name, value)
         arrays.append(a)  # alive until Go has copied it
         listing.append({"name": name, "shape": list(a.shape), "addr": _addr(a) if a.size else 0})
-    return _call(_b.LoadStateDict, json.dumps(config, default=_json_value), json.dumps(listing), device, dtype, blas_path)
+    return _abandonable(_b.LoadStateDict, json.dumps(config, default=_json_value), json.dumps(listing), device, dtype,
+                        blas_path, keep=arrays, discard=_free_model)
+
+
+def _free_model(handle: int) -> None:
+    """Free the model handle of a load that Ctrl-C left to finish alone."""
+    _call(_b.FreeModel, handle)
 
 
 def _tied_head(state_dict) -> bool:
@@ -585,6 +592,11 @@ class Model(_Owner):
         blas chooses the CPU engine's GEMM library: "auto" (numpy's OpenBLAS
         when numpy has one, else Go), "go" (gonum, pure Go) or the path of a
         CBLAS shared library.
+
+        A load of a GB or more, or a first load on a GPU (which compiles the
+        kernels), says so on stderr. Ctrl-C during a load raises
+        KeyboardInterrupt at once; the load, which cannot stop part way,
+        finishes on its own thread and its model is freed.
         """
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
@@ -594,7 +606,7 @@ class Model(_Owner):
             bins = _pickled_checkpoint(path)
             if bins:
                 return cls(_load_state_dict(_torch_load(bins), _config_dict(path), device, dtype, blas_path))
-            return cls(_call(_b.LoadModel, path, device, dtype, blas_path))
+            return cls(_abandonable(_b.LoadModel, path, device, dtype, blas_path, discard=_free_model))
 
     @classmethod
     def from_state_dict(cls, state_dict, config, device: str = "auto", dtype: str | None = None,
@@ -609,8 +621,8 @@ class Model(_Owner):
         array. config is the model's configuration: a transformers config
         (anything with to_dict()), a dict as config.json holds it, or the path
         of a config.json or of the folder holding it. device, dtype and blas
-        are as for from_pretrained. The weights are copied: later changes to
-        the tensors do not reach the model.
+        are as for from_pretrained, and so is Ctrl-C. The weights are
+        copied: later changes to the tensors do not reach the model.
         """
         if not isinstance(state_dict, Mapping):
             raise TypeError(f"state_dict must be a mapping of names to tensors, got {type(state_dict).__name__}")
