@@ -15,7 +15,7 @@ def test_info():
     r = cli("info", case_dir("base"), "--device", "cpu")
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
-    assert info["device"] == "cpu" and info["config"]["hidden_size"] == 64
+    assert info["device"] == "cpu" and info["device_index"] is None and info["config"]["hidden_size"] == 64
 
 
 def test_run_prints_tokens_and_timing():

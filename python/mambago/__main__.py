@@ -54,8 +54,8 @@ def _load(args) -> Model:
 def cmd_info(args) -> int:
     """Print the model's configuration, device and backend as JSON."""
     m = _load(args)
-    info = {"mambago": __version__, "device": m.device, "dtype": m.dtype, "backend": m.backend,
-            "config": m.config.__dict__}
+    info = {"mambago": __version__, "device": m.device, "device_index": m.device_index, "dtype": m.dtype,
+            "backend": m.backend, "config": m.config.__dict__}
     print(json.dumps(info, indent=2))
     return 0
 
@@ -121,7 +121,7 @@ def main(argv=None) -> int:
     def common(sp):
         """Add the arguments every subcommand takes."""
         sp.add_argument("model", help="checkpoint folder (config.json + safetensors, or pytorch_model.bin with torch installed)")
-        sp.add_argument("--device", default="auto", help="auto, cpu or cuda (default auto)")
+        sp.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
         sp.add_argument("--dtype", default=None, help="float32 (default), bfloat16 or float16")
         sp.add_argument("--blas", default="auto", help="CPU GEMMs: auto (numpy's OpenBLAS), go, or a library path")
 
