@@ -550,6 +550,22 @@ except ValueError as e:
     assert "is on GPU 0; this model runs on GPU 1" in str(e), e
 x = torch.ones(3, device="cuda")  # torch's current device, and the context it expects, are untouched
 assert x.device.index == 0 and x.sum().item() == 3 and torch.cuda.current_device() == 0
+try:
+    import transformers
+except ImportError:
+    transformers = None
+if transformers is not None:  # a transformers model on GPU 1 is taken over there
+    from mambago.hf import MambaForCausalLM
+    cfg = transformers.MambaConfig(vocab_size=100, hidden_size=64, num_hidden_layers=2, state_size=16)
+    hf = transformers.MambaForCausalLM(cfg).to("cuda:1").eval()
+    ours = MambaForCausalLM.from_model(hf)
+    assert ours.device == torch.device("cuda:1"), ours.device
+    ids = torch.randint(0, 100, (2, 7), device="cuda:1")
+    got = ours(ids).logits
+    assert got.device == torch.device("cuda:1")
+    with torch.no_grad():
+        ref = hf(ids).logits
+    assert torch.linalg.norm(got - ref) <= 1e-4 * torch.linalg.norm(ref), "differs from transformers on GPU 1"
 print("ok")
 """
 
@@ -558,7 +574,8 @@ def test_second_gpu():
     """A model on GPU 1 ("cuda:1"): it matches the CPU engine, takes torch
     tensors on GPU 1 and refuses GPU 0's, and leaves torch's default device
     and current context as they were, even when loaded before torch's first
-    CUDA call. Needs two GPUs."""
+    CUDA call; a transformers model on GPU 1 is taken over there
+    (from_model's "auto"), matching it. Needs two GPUs."""
     import subprocess
     import sys
 

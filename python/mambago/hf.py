@@ -105,7 +105,13 @@ class MambaForCausalLM:
     @classmethod
     def from_model(cls, hf_model, *, device: str = "auto", dtype=None, blas: str = "auto"):
         """Take over a transformers model already in memory (its
-        state_dict() and config; Model.from_state_dict)."""
+        state_dict() and config; Model.from_state_dict). device="auto"
+        follows the model's own GPU where it is on one ("cuda:1"), and is
+        Model.from_pretrained's "auto" otherwise."""
+        if device == "auto":
+            first = next(iter(hf_model.parameters()), None) if hasattr(hf_model, "parameters") else None
+            if first is not None and getattr(first, "is_cuda", False):
+                device = str(first.device)
         return cls(Model.from_state_dict(hf_model.state_dict(), hf_model.config, device=device, dtype=dtype,
                                          blas=blas))
 
