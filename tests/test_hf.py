@@ -214,3 +214,21 @@ def test_cuda_tensors_in_and_out():
     with pytest.raises(ValueError, match="runs on cuda:0.*device='cuda:1'"):
         gpu.to("cuda:1")
     assert MambaForCausalLM.from_pretrained(case_dir("base"), device_map={"": 0}).device == torch.device("cuda:0")
+
+
+def test_from_model_follows_the_models_gpu():
+    """A transformers model on the GPU, taken over with device="auto",
+    runs on that GPU, with transformers' logits (f32 engines, 1e-4)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    if not (mambago.cuda_is_available() and torch.cuda.is_available()):
+        pytest.skip(f"no GPU: {mambago.cuda_unavailable_reason() or 'torch sees none'}")
+    hf = transformers.MambaForCausalLM.from_pretrained(case_dir("base")).to("cuda:0").eval()
+    ours = MambaForCausalLM.from_model(hf)
+    assert ours.device == torch.device("cuda:0") and ours.model.device_index == 0
+    ids = torch.randint(0, hf.config.vocab_size, (2, 9), device="cuda:0")
+    with torch.no_grad():
+        want = hf(ids).logits
+    got = ours(ids).logits
+    assert got.device == want.device
+    assert rel_err(got.cpu().numpy(), want.cpu().numpy()) <= 1e-4
