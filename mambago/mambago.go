@@ -117,9 +117,7 @@ func checkpointBytes(path string) int64 {
 // returned, is an unusableGPU: too old a GPU, or a CUDA library missing);
 // else "". Device "cuda" fails in Open with the same reason instead.
 func fallbackNote(device string, usable error) string {
-	switch strings.ToLower(device) {
-	case "", "auto":
-	default:
+	if kind, _, err := parseDevice(device); err != nil || kind != "auto" {
 		return ""
 	}
 	var u unusableGPU

@@ -71,7 +71,7 @@ func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType 
 		return err
 	}
 	defer done()
-	width, inSize := 1, 8 // int64 ids
+	width, inSize := 1, 8 // int64 ids; a row's values and their size in the caller's input
 	switch kind {
 	case "embeds":
 		width, inSize = e.cfg.Hidden, inType.Size()
@@ -106,9 +106,9 @@ func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType 
 	return e.onStream(cuda.WrapStream(stream), func() error {
 		src := source{in: shape, dev: io.in, kind: kind}
 		if kind != "ids" && (inType != cuda.F32 || io.in%16 != 0) { // widen into the buffer the f32 input would be read from
-			staging, width := e.ws.h.Ptr, e.cfg.Hidden
+			staging := e.ws.h.Ptr
 			if kind == "features" {
-				staging, width = e.ws.in.Ptr, e.cfg.InputDim
+				staging = e.ws.in.Ptr
 			}
 			if err := e.convert("from_"+inType.Suffix(), io.in, staging, B*T*width); err != nil {
 				return err
