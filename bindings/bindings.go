@@ -476,10 +476,10 @@ func stepIO(ids uintptr, B int, out uintptr, outLen int) ([]int64, []float32, er
 
 // devicePrefiller is an engine that takes device pointers (the CUDA engine).
 type devicePrefiller interface {
-	PrefillDevice(st engine.State, kind string, in uintptr, inType cuda.DType, B, T int, pool engine.Pool, out uintptr,
-		outType cuda.DType, stream uintptr) error
+	PrefillDevice(st engine.State, kind string, in uintptr, inType cuda.DType, B, T int, pool engine.Pool,
+		out gpu.Output, stream uintptr) error
 	PrefillDevicePadded(st engine.State, kind string, in uintptr, inType cuda.DType, T int, pad []int, pool engine.Pool,
-		out uintptr, outType cuda.DType, stream uintptr) error
+		out gpu.Output, stream uintptr) error
 }
 
 var _ devicePrefiller = (*gpu.Engine)(nil)
@@ -487,12 +487,13 @@ var _ devicePrefiller = (*gpu.Engine)(nil)
 // PrefillDevice is Prefill on caller-owned device memory: in holds the input
 // (int64 [B, T] for "ids"; [B, T, d] for "embeds" and [B, T, F] for
 // "features", of inType: "float32", "bfloat16" or "float16"), out receives
-// [B, d] or [B, T, d] of outType, and the work is queued on stream (0: the
+// [B, d] or [B, T, d] of outType (with logits set, the logits of those
+// states, [B, V] or [B, T, V]), and the work is queued on stream (0: the
 // legacy default stream) without waiting. CUDA engine only. pad, when
 // nPad > 0, holds int64 [B]: the positions of padding that open each row of
 // a left-padded batch (gpu.Engine.PrefillDevicePadded).
 func PrefillDevice(model, state int64, kind string, in uintptr, inType string, B, T int, output string, out uintptr,
-	outType string, stream uintptr, pad uintptr, nPad int) (ok bool, err error) {
+	outType string, logits bool, stream uintptr, pad uintptr, nPad int) (ok bool, err error) {
 	defer guard(&err)
 	m, st, err := modelState(model, state)
 	if err != nil {
@@ -511,8 +512,9 @@ func PrefillDevice(model, state int64, kind string, in uintptr, inType string, B
 	if !isGPU {
 		return false, fmt.Errorf("ValueError: prefill_ptr needs the CUDA engine; this model runs on %s", m.Device())
 	}
+	dst := gpu.Output{Ptr: out, Type: ot, Logits: logits}
 	if nPad == 0 {
-		return true, dp.PrefillDevice(st, kind, in, it, B, T, pool, out, ot, stream)
+		return true, dp.PrefillDevice(st, kind, in, it, B, T, pool, dst, stream)
 	}
 	if nPad != B {
 		return false, fmt.Errorf("ValueError: padding given for %d rows, want B = %d", nPad, B)
@@ -524,7 +526,7 @@ func PrefillDevice(model, state int64, kind string, in uintptr, inType string, B
 	for b, n := range int64s(pad, nPad) {
 		counts[b] = int(n)
 	}
-	return true, dp.PrefillDevicePadded(st, kind, in, it, T, counts, pool, out, ot, stream)
+	return true, dp.PrefillDevicePadded(st, kind, in, it, T, counts, pool, dst, stream)
 }
 
 // Step feeds one token per sequence (int64 [B] at ids) and writes the logits,

@@ -400,6 +400,16 @@ def test_prefill_ptr_buffer_dtypes_checked(m):
         m.prefill_ptr(16, (1, 2), out_ptr=16, input_dtype="float32")
 
 
+def test_prefill_ptr_logits_of_states_only(m):
+    """logits=True is for the last or every position's state: a pooled sum
+    or mean has none, and logits must be a bool."""
+    for output in ("sum", "mean"):
+        with pytest.raises(ValueError, match="logits=True takes output"):
+            m.prefill_ptr(16, (1, 2), out_ptr=16, output=output, logits=True)
+    with pytest.raises(TypeError, match="logits must be a bool"):
+        m.prefill_ptr(16, (1, 2), out_ptr=16, logits="yes")
+
+
 def test_graphs_need_the_cuda_engine(base_model):
     st = base_model.new_state(1)
     with pytest.raises(ValueError, match="CUDA engine"):

@@ -106,6 +106,38 @@ def test_prefill_ptr_buffer_dtypes(model_dtype):
                 assert torch.equal(out.cpu(), want), (name, in_t, out_t, graphs)
 
 
+@pytest.mark.parametrize("model_dtype", ["float32", "bfloat16"])
+def test_prefill_ptr_logits(model_dtype):
+    """logits=True: the LM head's logits of the last or every position's
+    state, made on the device, are the numpy entries' (prefill, then
+    logits) to the bit in float32 and rounded to bf16 where asked; eager
+    and from the graph cache, a left-padded batch's padding zero."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    rng = np.random.default_rng()
+    m = mambago.Model.from_pretrained(case_dir("base"), device="cuda", dtype=model_dtype)
+    B, T, V = 3, 21, m.config.vocab_size
+    ids = rng.integers(0, V, size=(B, T))
+    dev = torch.from_numpy(ids).cuda()
+    mask = np.ones((B, T), np.int64)
+    mask[1, :4] = mask[2, :T - 1] = 0
+    stream = torch.cuda.current_stream().cuda_stream
+    for attention_mask in (None, mask):
+        for output in ("last", "all"):
+            want = torch.from_numpy(m.logits(m.prefill(ids, output=output, attention_mask=attention_mask)))
+            for graphs in (0, 2):
+                m.set_prefill_graphs(graphs)
+                for out_t in (torch.float32, torch.bfloat16):
+                    out = torch.full(tuple(want.shape), float("nan"), device="cuda", dtype=out_t)
+                    m.prefill_ptr(dev.data_ptr(), (B, T), out_ptr=out.data_ptr(), output=output, logits=True,
+                                  out_dtype=out_t, attention_mask=attention_mask, stream=stream)
+                    torch.cuda.current_stream().synchronize()
+                    where = (attention_mask is not None, output, graphs, out_t)
+                    assert torch.equal(out.cpu(), want.to(out_t)), where
+    assert not torch.any(want[1, :4]) and not torch.any(want[2, :T - 1])
+
+
 def test_prefill_ptr_bad_input():
     m = mambago.Model.from_pretrained(case_dir("base"), device="cuda")
     with pytest.raises(TypeError, match="input_ptr"):

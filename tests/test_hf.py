@@ -232,3 +232,47 @@ def test_from_model_follows_the_models_gpu():
     got = ours(ids).logits
     assert got.device == want.device
     assert rel_err(got.cpu().numpy(), want.cpu().numpy()) <= 1e-4
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_forward_on_the_gpu_stays_there(dtype):
+    """A prompt on the model's GPU is run there end to end (logits made by
+    the engine on the device, the loss taken by torch there): the same
+    logits as the prompt given on the host (the same engine, copied through
+    the host), to within the rounding of one GEMM's order, for ids and bf16
+    embeddings, padding left, right and both (zero there), and the loss of
+    the same labels. A label out of range is a ValueError, not a fault."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    if not (mambago.cuda_is_available() and torch.cuda.is_available()):
+        pytest.skip(f"no GPU: {mambago.cuda_unavailable_reason() or 'torch sees none'}")
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cuda", dtype=dtype)
+    B, T, V, d = 4, 19, m.config.vocab_size, m.config.hidden_size
+    tol = 1e-6 if dtype == "float32" else 1e-2
+    ids = torch.randint(0, V, (B, T))
+    mask = torch.ones(B, T, dtype=torch.int64)
+    mask[1, :5] = 0  # left
+    mask[2, 13:] = 0  # right
+    mask[3, :2] = mask[3, 16:] = 0  # both
+    labels = ids.clone()
+    labels[0, :3] = -100
+    embeds = torch.randn(B, T, d).to(torch.bfloat16)
+    cases = ((dict(input_ids=ids.cuda(), labels=labels.cuda()), dict(input_ids=ids, labels=labels)),
+             (dict(input_ids=ids.cuda(), attention_mask=mask.cuda(), labels=labels),
+              dict(input_ids=ids, attention_mask=mask, labels=labels)),
+             (dict(input_ids=ids[0].cuda()), dict(input_ids=ids[:1])),
+             (dict(inputs_embeds=embeds.cuda(), attention_mask=mask), dict(inputs_embeds=embeds, attention_mask=mask)))
+    for kw, host_kw in cases:
+        got, want = m(**kw), m(**host_kw)
+        assert got.logits.device == torch.device("cuda:0") and got.logits.dtype == torch.float32
+        assert got.logits.shape == want.logits.shape
+        assert rel_err(got.logits.cpu().numpy(), want.logits.numpy()) <= tol, (sorted(kw), dtype)
+        if "attention_mask" in kw:
+            assert not torch.any(got.logits[mask == 0])
+        if want.loss is not None:
+            assert got.loss.device == torch.device("cuda:0") and got.loss.shape == ()
+            assert abs(got.loss.item() - want.loss.item()) <= tol * want.loss.item()
+    for bad in (torch.full((B, T), V), torch.full((B, T), -2)):
+        with pytest.raises(ValueError, match="labels holds"):
+            m(ids.cuda(), labels=bad.cuda())
+    assert torch.isnan(m(ids.cuda(), labels=torch.full((B, T), -100)).loss)
+    assert rel_err(m(ids.cuda()).logits.cpu().numpy(), m(ids).logits.numpy()) <= tol  # the context lives on

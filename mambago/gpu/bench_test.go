@@ -845,8 +845,7 @@ func prefillReplaysErr(b *testing.B, sh benchShape) (*gpu.Engine, func() ([]floa
 			}
 		}
 		return eventTimes(stream, 15, func() error {
-			return e.PrefillDevice(st, "ids", uintptr(in.Ptr), cuda.F32, sh.B, sh.T, engine.Last, uintptr(out.Ptr),
-				cuda.F32, stream.Handle())
+			return e.PrefillDevice(st, "ids", uintptr(in.Ptr), cuda.F32, sh.B, sh.T, engine.Last, gpu.Output{Ptr: uintptr(out.Ptr), Type: cuda.F32}, stream.Handle())
 		})
 	}
 }

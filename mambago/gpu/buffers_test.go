@@ -9,6 +9,7 @@ import (
 	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
+	"github.com/mambago/mambago/mambago/gpu"
 )
 
 // TestDeviceEntriesRefuseBadBuffers hands the device entries (a prefill,
@@ -42,7 +43,7 @@ func TestDeviceEntriesRefuseBadBuffers(t *testing.T) {
 		if err := cuda.Fill32(dout.Ptr, math.Float32bits(float32(math.NaN())), B*c.Hidden, nil); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.PrefillDevice(st, "ids", uintptr(din.Ptr), cuda.F32, B, T, engine.Last, uintptr(dout.Ptr), cuda.F32, 0); err != nil {
+		if err := e.PrefillDevice(st, "ids", uintptr(din.Ptr), cuda.F32, B, T, engine.Last, gpu.Output{Ptr: uintptr(dout.Ptr), Type: cuda.F32}, 0); err != nil {
 			t.Fatal(err)
 		}
 		got := make([]float32, B*c.Hidden)
@@ -60,7 +61,7 @@ func TestDeviceEntriesRefuseBadBuffers(t *testing.T) {
 			"output too small": {uintptr(din.Ptr), uintptr(small)},
 		} {
 			st, _ := e.NewState(B)
-			err := e.PrefillDevice(st, "ids", bad[0], cuda.F32, B, T, engine.Last, bad[1], cuda.F32, 0)
+			err := e.PrefillDevice(st, "ids", bad[0], cuda.F32, B, T, engine.Last, gpu.Output{Ptr: bad[1], Type: cuda.F32}, 0)
 			if !engine.IsInvalid(err) {
 				t.Fatalf("graphs %d, %s: PrefillDevice = %v, want an input error", graphs, name, err)
 			}

@@ -5,6 +5,16 @@ import (
 	"github.com/mambago/mambago/mambago/engine"
 )
 
+// Output is a device entry's caller-owned output buffer: Ptr, a device
+// address, receives elements of Type (F32, BF16 or F16). With Logits set it
+// receives the LM head's logits of the pooled hidden states (f32, rounded to
+// Type) instead of the states: [B, V] for Last, [B, T, V] for All.
+type Output struct {
+	Ptr    uintptr
+	Type   cuda.DType
+	Logits bool
+}
+
 // PrefillDevice is Prefill on caller-owned device memory, with no copy
 // through the host:
 //
@@ -12,20 +22,22 @@ import (
 //     ("embeds") or [B, T, F] features ("features"), C-contiguous; inType is
 //     the float type of embeddings and features (f32, bf16 or f16), whatever
 //     the engine's own;
-//   - out receives [B, d] (last, sum, mean) or [B, T, d] (all), of outType;
+//   - out receives [B, d] (last, sum, mean) or [B, T, d] (all) of out.Type,
+//     or with out.Logits the logits of those states, [B, V] or [B, T, V]
+//     (last or all only);
 //   - the work is queued on stream (e.g. torch.cuda.current_stream().cuda_stream;
 //     0 is the legacy default stream, where PyTorch works unless told
 //     otherwise), after what the caller queued there before, and the call
 //     returns without waiting for it, like any CUDA launch.
 //
 // bf16/f16 inputs widen to f32 exactly; outputs are computed in f32 and
-// rounded to outType at the end. The buffers must stay allocated until the
+// rounded to out.Type at the end. The buffers must stay allocated until the
 // work is done. Ids are not range checked on the host (that would need a
 // copy); the kernel clamps them into the vocabulary. The whole prompt runs
 // as one chunk.
 func (e *Engine) PrefillDevice(st engine.State, kind string, in uintptr, inType cuda.DType, B, T int, pool engine.Pool,
-	out uintptr, outType cuda.DType, stream uintptr) error {
-	return e.prefillDevice(st, kind, in, inType, engine.Input{B: B, T: T}, pool, out, outType, stream)
+	out Output, stream uintptr) error {
+	return e.prefillDevice(st, kind, in, inType, engine.Input{B: B, T: T}, pool, out, stream)
 }
 
 // PrefillDevicePadded is PrefillDevice for a left-padded batch
@@ -33,20 +45,20 @@ func (e *Engine) PrefillDevice(st engine.State, kind string, in uintptr, inType 
 // padding, B = len(pad), and each row continues from its row of st as its
 // tokens alone would (Reset st first for new sequences). The padding
 // reaches neither a state nor an output: Last is position T-1, Sum and
-// Mean run over each row's tokens, and All is zero at the padding. It runs
-// eagerly, never as a cached graph.
+// Mean run over each row's tokens, and All (its logits too) is zero at the
+// padding. It runs eagerly, never as a cached graph.
 func (e *Engine) PrefillDevicePadded(st engine.State, kind string, in uintptr, inType cuda.DType, T int, pad []int,
-	pool engine.Pool, out uintptr, outType cuda.DType, stream uintptr) error {
+	pool engine.Pool, out Output, stream uintptr) error {
 	shape := engine.Input{B: len(pad), T: T, Pad: pad}
 	if err := engine.CheckPad(shape); err != nil {
 		return err
 	}
-	return e.prefillDevice(st, kind, in, inType, shape, pool, out, outType, stream)
+	return e.prefillDevice(st, kind, in, inType, shape, pool, out, stream)
 }
 
 // prefillDevice is PrefillDevice of a prompt of shape's B, T and Pad.
 func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType cuda.DType, shape engine.Input,
-	pool engine.Pool, out uintptr, outType cuda.DType, stream uintptr) error {
+	pool engine.Pool, out Output, stream uintptr) error {
 	B, T := shape.B, shape.T
 	s, err := e.own(st)
 	if err != nil {
@@ -57,14 +69,16 @@ func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType 
 		return engine.Invalid("state holds %d sequences, input has batch size %d", s.batch, B)
 	case T < 1:
 		return engine.Invalid("input length T = %d, want at least 1", T)
-	case in == 0 || out == 0:
-		return engine.Invalid("null device pointer (input %#x, output %#x)", in, out)
+	case in == 0 || out.Ptr == 0:
+		return engine.Invalid("null device pointer (input %#x, output %#x)", in, out.Ptr)
 	case kind == "features" && e.cfg.InputDim == 0:
 		return engine.Invalid("features given, but the checkpoint has no input_proj.weight")
 	case kind != "ids" && kind != "embeds" && kind != "features":
 		return engine.Invalid("input kind %q, want 'ids', 'embeds' or 'features'", kind)
 	case kind == "ids" && inType != cuda.F32:
 		return engine.Invalid("token ids are int64; an input type (%s) applies to embeds and features only", inType)
+	case out.Logits && pool != engine.Last && pool != engine.All:
+		return engine.Invalid("logits are of each position's or the last position's state, not of a pooled sum or mean")
 	}
 	done, err := e.bind()
 	if err != nil {
@@ -78,28 +92,40 @@ func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType 
 	case "features":
 		width, inSize = e.cfg.InputDim, inType.Size()
 	}
+	hiddenLen := pool.OutLen(B, T, e.cfg.Hidden) // the pooled states' floats
+	rows, outLen := hiddenLen/e.cfg.Hidden, hiddenLen
+	if out.Logits {
+		outLen = rows * e.cfg.Vocab
+	}
 	if err := e.checkBuffers(callerBuffer{"input", in, B * T * width * inSize},
-		callerBuffer{"output", out, pool.OutLen(B, T, e.cfg.Hidden) * outType.Size()}); err != nil {
+		callerBuffer{"output", out.Ptr, outLen * out.Type.Size()}); err != nil {
 		return err
 	}
-	io := deviceIO{in: cuda.Ptr(in), inType: inType, out: cuda.Ptr(out), outType: outType}
+	io := deviceIO{in: cuda.Ptr(in), inType: inType, out: cuda.Ptr(out.Ptr), outType: out.Type}
 	if e.graphCap > 0 && B*T <= e.ChunkRows && shape.Pad == nil {
 		g, err := e.cachedPrefill(graphKey{s: s, kind: kind, B: B, T: T, pool: pool})
 		if err != nil {
 			return err
 		}
-		return e.onStream(cuda.WrapStream(stream), func() error { return g.replayDevice(io) })
+		if !out.Logits {
+			return e.onStream(cuda.WrapStream(stream), func() error { return g.replayDevice(io) })
+		}
+		return e.onStream(cuda.WrapStream(stream), func() error {
+			if err := g.replayDevice(deviceIO{in: io.in, inType: inType}); err != nil { // the states stay in g.out
+				return err
+			}
+			return e.head(g.out.Ptr, rows, out)
+		})
 	}
 	if err := e.ensure(B * T); err != nil {
 		return err
 	}
-	outLen := pool.OutLen(B, T, e.cfg.Hidden)
 	// The kernels write the output in 16-byte pieces and the GEMMs' plans
 	// assume aligned operands: other types, and buffers aligned less, go
-	// through the engine's own.
-	stageOut := outType != cuda.F32 || io.out%16 != 0
+	// through the engine's own, as do the states that logits are made of.
+	stageOut := out.Logits || out.Type != cuda.F32 || io.out%16 != 0
 	if stageOut {
-		if err := e.ensureOut(outLen); err != nil {
+		if err := e.ensureOut(hiddenLen); err != nil {
 			return err
 		}
 	}
@@ -122,11 +148,32 @@ func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType 
 		if err := e.run(s, src, pool, dst); err != nil {
 			return err
 		}
-		if stageOut {
-			return e.convert("to_"+outType.Suffix(), dst, io.out, outLen)
+		switch {
+		case out.Logits:
+			return e.head(dst, rows, out)
+		case stageOut:
+			return e.convert("to_"+out.Type.Suffix(), dst, io.out, outLen)
 		}
 		return nil
 	})
+}
+
+// head queues the logits of rows f32 hidden states on the device into out:
+// the LM head's GEMM writes an aligned f32 output in place, and anything
+// else through the engine's logits buffer, rounded to out.Type. The
+// caller holds the bound thread and runs it inside onStream.
+func (e *Engine) head(hidden cuda.Ptr, rows int, out Output) error {
+	n := rows * e.cfg.Vocab
+	if out.Type == cuda.F32 && out.Ptr%16 == 0 {
+		return e.logitsDevice(hidden, rows, cuda.Ptr(out.Ptr))
+	}
+	if err := e.ensureLogits(n); err != nil {
+		return err
+	}
+	if err := e.logitsDevice(hidden, rows, e.ws.logits.Ptr); err != nil {
+		return err
+	}
+	return e.convert("to_"+out.Type.Suffix(), e.ws.logits.Ptr, cuda.Ptr(out.Ptr), n)
 }
 
 // callerBuffer is a device entry's caller-owned buffer: what the errors

@@ -160,7 +160,7 @@ func TestDeviceEntryMatchesHostEntry(t *testing.T) {
 				if stream != nil {
 					handle = stream.Handle()
 				}
-				if err := e.PrefillDevice(st2, tc.kind, uintptr(din.Ptr), cuda.F32, B, T, pool, uintptr(dout.Ptr), cuda.F32, handle); err != nil {
+				if err := e.PrefillDevice(st2, tc.kind, uintptr(din.Ptr), cuda.F32, B, T, pool, gpu.Output{Ptr: uintptr(dout.Ptr), Type: cuda.F32}, handle); err != nil {
 					t.Fatal(err)
 				}
 				if stream != nil {
@@ -218,7 +218,7 @@ func TestDevicePaddedMatchesHostPadded(t *testing.T) {
 		if err := cuda.Fill32(dout.Ptr, math.Float32bits(float32(math.NaN())), len(host), nil); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.PrefillDevicePadded(st2, "ids", uintptr(din.Ptr), cuda.F32, T, in.Pad, pool, uintptr(dout.Ptr), cuda.F32, 0); err != nil {
+		if err := e.PrefillDevicePadded(st2, "ids", uintptr(din.Ptr), cuda.F32, T, in.Pad, pool, gpu.Output{Ptr: uintptr(dout.Ptr), Type: cuda.F32}, 0); err != nil {
 			t.Fatal(err)
 		}
 		got := make([]float32, len(host))
@@ -239,7 +239,7 @@ func TestDevicePaddedMatchesHostPadded(t *testing.T) {
 	}
 	st, _ := e.NewState(B)
 	for _, bad := range [][]int{{0, 0}, {0, T, 0}, {-1, 0, 0}} {
-		err := e.PrefillDevicePadded(st, "ids", uintptr(din.Ptr), cuda.F32, T, bad, engine.Last, uintptr(din.Ptr), cuda.F32, 0)
+		err := e.PrefillDevicePadded(st, "ids", uintptr(din.Ptr), cuda.F32, T, bad, engine.Last, gpu.Output{Ptr: uintptr(din.Ptr), Type: cuda.F32}, 0)
 		if !engine.IsInvalid(err) {
 			t.Errorf("pad %v: got %v, want an input error", bad, err)
 		}

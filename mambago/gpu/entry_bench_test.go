@@ -38,8 +38,7 @@ func BenchmarkEntryHost(b *testing.B) {
 	}
 	stream, in, out := gputest.EntryBuffers(b, B, T, d, 50280)
 	prefill := func() error {
-		return e.PrefillDevice(st, "ids", uintptr(in.Ptr), cuda.F32, B, T, engine.Last, uintptr(out.Ptr), cuda.F32,
-			stream.Handle())
+		return e.PrefillDevice(st, "ids", uintptr(in.Ptr), cuda.F32, B, T, engine.Last, Output{Ptr: uintptr(out.Ptr), Type: cuda.F32}, stream.Handle())
 	}
 	for range 3 {
 		if err := prefill(); err != nil {

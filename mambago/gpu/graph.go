@@ -489,17 +489,17 @@ func (e *Engine) touchGraph(k graphKey) {
 // io.out in place, where the capture found those buffers' uses and the
 // caller's are aligned (Graph.InPlace); otherwise the input is copied, or
 // widened from io.inType, into g's input buffer, and the output copied, or
-// rounded to io.outType, from g's. The caller holds the bound thread and
-// runs it inside onStream.
+// rounded to io.outType, from g's. With io.out 0 the output stays in g.out.
+// The caller holds the bound thread and runs it inside onStream.
 func (g *Graph) replayDevice(io deviceIO) error {
 	e := g.e
 	// Buffers that overlap are copied: the output's NaN poison, if on, comes first.
-	apart := e.InPlaceReplays && (io.in+cuda.Ptr(g.in.Bytes) <= io.out || io.out+cuda.Ptr(g.out.Bytes) <= io.in)
+	apart := e.InPlaceReplays && (io.out == 0 || io.in+cuda.Ptr(g.in.Bytes) <= io.out || io.out+cuda.Ptr(g.out.Bytes) <= io.in)
 	inPlace, err := bindTo(g.inBind, io.in, g.in.Ptr, apart, 8) // ids (the graph's kind), whose type is always int64
 	if err != nil {
 		return err
 	}
-	outPlace, err := bindTo(g.outBind, io.out, g.out.Ptr, apart && io.outType == cuda.F32, 16)
+	outPlace, err := bindTo(g.outBind, io.out, g.out.Ptr, apart && io.out != 0 && io.outType == cuda.F32, 16)
 	if err != nil {
 		return err
 	}
@@ -517,7 +517,7 @@ func (g *Graph) replayDevice(io deviceIO) error {
 		return err
 	}
 	switch {
-	case outPlace:
+	case outPlace || io.out == 0:
 		return nil
 	case io.outType == cuda.F32:
 		return cuda.Copy(io.out, g.out.Ptr, g.out.Bytes, e.stream)

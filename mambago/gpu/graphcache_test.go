@@ -48,7 +48,7 @@ func TestPrefillGraphCache(t *testing.T) {
 		if err := cuda.Fill32(out.Ptr, math.Float32bits(float32(math.NaN())), B*dm, nil); err != nil {
 			t.Fatal(err)
 		}
-		if err := e.PrefillDevice(st, "ids", uintptr(in.Ptr), cuda.F32, B, T, engine.Mean, uintptr(out.Ptr), cuda.F32, 0); err != nil {
+		if err := e.PrefillDevice(st, "ids", uintptr(in.Ptr), cuda.F32, B, T, engine.Mean, Output{Ptr: uintptr(out.Ptr), Type: cuda.F32}, 0); err != nil {
 			t.Fatal(err)
 		}
 		if err := cuda.Synchronize(); err != nil {
@@ -130,7 +130,7 @@ func TestGraphReplaysAcrossBuffers(t *testing.T) {
 					}
 				}
 				st.Reset()
-				if err := e.PrefillDevice(st, "ids", uintptr(inputs[k].Ptr), cuda.F32, B, T, pool, uintptr(out.Ptr), ot, 0); err != nil {
+				if err := e.PrefillDevice(st, "ids", uintptr(inputs[k].Ptr), cuda.F32, B, T, pool, Output{Ptr: uintptr(out.Ptr), Type: ot}, 0); err != nil {
 					t.Fatal(err)
 				}
 				if err := cuda.Synchronize(); err != nil {

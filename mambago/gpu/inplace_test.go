@@ -73,8 +73,7 @@ func TestGraphInPlace(t *testing.T) {
 				t.Helper()
 				fill(out, 0, n+1, float32(math.NaN()))
 				st.Reset()
-				if err := e.PrefillDevice(st, "ids", uintptr(in.Ptr), cuda.F32, B, T, pool, uintptr(out.Ptr)+uintptr(at),
-					cuda.F32, 0); err != nil {
+				if err := e.PrefillDevice(st, "ids", uintptr(in.Ptr), cuda.F32, B, T, pool, Output{Ptr: uintptr(out.Ptr) + uintptr(at), Type: cuda.F32}, 0); err != nil {
 					t.Fatal(err)
 				}
 				return bits(out.Ptr+cuda.Ptr(at), n)
@@ -128,7 +127,7 @@ func TestGraphInPlace(t *testing.T) {
 			}
 			st.Reset()
 			for _, o := range outs {
-				if err := e.PrefillDevice(st, "ids", uintptr(in.Ptr), cuda.F32, B, T, pool, uintptr(o.Ptr), cuda.F32, 0); err != nil {
+				if err := e.PrefillDevice(st, "ids", uintptr(in.Ptr), cuda.F32, B, T, pool, Output{Ptr: uintptr(o.Ptr), Type: cuda.F32}, 0); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import Model, _is_torch_tensor
+from .model import Model, _is_torch_tensor, _spans
 
 # transformers' from_pretrained arguments that choose nothing here, or that
 # name what device= and dtype= choose.
@@ -133,6 +133,8 @@ class MambaForCausalLM:
         if kwargs:
             raise TypeError(f"unsupported arguments {sorted(kwargs)}: this model returns logits and loss only")
         like = input_ids if input_ids is not None else inputs_embeds
+        if self._on_model_gpu(like):
+            return self._forward_on_gpu(input_ids, inputs_embeds, attention_mask, labels)
         mask = None if attention_mask is None else _numpy(attention_mask)
         if inputs_embeds is not None:
             hidden = self.model.prefill(inputs_embeds=_numpy(inputs_embeds), output="all", attention_mask=mask)
@@ -141,6 +143,55 @@ class MambaForCausalLM:
         logits = self.model.logits(hidden)
         loss = None if labels is None else _like(causal_lm_loss(logits, _numpy(labels)), like)
         return CausalLMOutput(_like(logits, like), loss)
+
+    def _on_model_gpu(self, x) -> bool:
+        """Whether x is a CUDA tensor on the GPU this model runs on."""
+        return (_is_torch_tensor(x) and x.is_cuda and self.model.device == "cuda"
+                and x.device.index == self.model.device_index)
+
+    def _forward_on_gpu(self, input_ids, inputs_embeds, attention_mask, labels) -> CausalLMOutput:
+        """__call__ for a prompt already on the model's GPU: the logits are
+        made there (Model.prefill_ptr with logits=True, on torch's current
+        stream) and the loss is taken there, so nothing of size B·T·V
+        crosses to the host and back."""
+        import torch
+
+        if inputs_embeds is not None:
+            kind, x = "embeds", inputs_embeds.detach()
+            if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+                x = x.float()
+            rank = 3
+        else:
+            kind, x, rank = "ids", input_ids.detach().to(torch.int64), 2
+        if x.dim() == rank - 1:
+            x = x.unsqueeze(0)
+        if x.dim() != rank or 0 in x.shape:
+            raise ValueError(f"{'inputs_embeds' if kind == 'embeds' else 'input_ids'} must have {rank} dimensions "
+                             f"(or {rank - 1} without the batch) and none empty, got shape {tuple(x.shape)}")
+        x = x.contiguous()
+        B, T = x.shape[:2]
+        V = self.config.vocab_size
+        lead, ends = None, None
+        if attention_mask is not None:
+            spans = _spans(_numpy(attention_mask), B, T)
+            if spans is not None:
+                first, count = spans[:, 0], spans[:, 1]
+                # The engine takes padding before the tokens; positions after
+                # a row's tokens cannot change its tokens' logits (the model
+                # is causal), so they run as tokens and are zeroed after.
+                if np.any(first > 0):
+                    lead = (np.arange(T) >= first[:, None]).astype(np.int64)
+                if np.any(first + count < T):
+                    ends = torch.from_numpy(first + count).to(x.device)
+        logits = torch.empty((B, T, V), dtype=torch.float32, device=x.device)
+        self.model.prefill_ptr(x.data_ptr(), tuple(x.shape), out_ptr=logits.data_ptr(), kind=kind, output="all",
+                               logits=True, input_dtype=str(x.dtype) if kind == "embeds" else None,
+                               attention_mask=lead, stream=torch.cuda.current_stream(x.device).cuda_stream)
+        if ends is not None:
+            after = torch.arange(T, device=x.device)[None, :] >= ends[:, None]
+            logits.masked_fill_(after[..., None], 0.0)
+        loss = None if labels is None else _gpu_causal_lm_loss(logits, labels)
+        return CausalLMOutput(logits, loss)
 
     def generate(self, input_ids, max_new_tokens: int | None = None, *, max_length: int | None = None,
                  do_sample: bool = False, temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0,
@@ -252,6 +303,30 @@ def causal_lm_loss(logits: np.ndarray, labels: np.ndarray, chunk: int = 1024) ->
         lse = np.log(np.exp(x - top).sum(axis=1, dtype=np.float64)) + top[:, 0]
         total += float((lse - x[np.arange(at.size), target[at]]).sum())
     return np.array(total / keep.size if keep.size else np.nan, dtype=np.float32)
+
+
+def _gpu_causal_lm_loss(logits, labels):
+    """causal_lm_loss of CUDA logits [B, T, V] (torch, float32) where they
+    are, a row at a time: labels (torch or numpy) are checked before any
+    reaches a CUDA kernel, which would fault on one out of range."""
+    import torch
+    import torch.nn.functional as F
+
+    B, T, V = logits.shape
+    lab = labels if _is_torch_tensor(labels) else torch.from_numpy(np.asarray(labels))
+    if lab.is_floating_point() or lab.is_complex() or lab.dtype == torch.bool:
+        raise TypeError(f"labels must hold integers, got dtype {lab.dtype}")
+    if tuple(lab.shape) != (B, T):
+        raise ValueError(f"labels must have the input's shape ({B}, {T}), got {tuple(lab.shape)}")
+    lab = lab.to(device=logits.device, dtype=torch.int64)
+    bad = (lab != IGNORE_INDEX) & ((lab < 0) | (lab >= V))
+    if bool(bad.any()):
+        raise ValueError(f"labels holds {int(lab[bad][0])}: want a token id in [0, {V}) or {IGNORE_INDEX}")
+    target = lab[:, 1:]
+    total = sum(F.cross_entropy(logits[b, :-1], target[b], ignore_index=IGNORE_INDEX, reduction="sum",
+                                ).double() for b in range(B))
+    kept = (target != IGNORE_INDEX).sum()
+    return (total / kept).float()  # NaN where every label is left out, as causal_lm_loss
 
 
 class _Streamed:

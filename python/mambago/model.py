@@ -725,7 +725,7 @@ class Model(_Owner):
 
     def prefill_ptr(self, input_ptr: int, shape, *, out_ptr: int, kind: str = "ids", state: State | None = None,
                     output: str = "last", stream: int = 0, input_dtype=None, out_dtype="float32",
-                    attention_mask=None) -> None:
+                    attention_mask=None, logits: bool = False) -> None:
         """Prefill from and into caller-owned GPU memory, with no copy through the host (CUDA engine).
 
         input_ptr is the device address of the input (e.g. tensor.data_ptr()):
@@ -736,7 +736,10 @@ class Model(_Owner):
         ("last", "sum", "mean") or [B, T, d] ("all") of out_dtype (the same
         three). The buffer types are independent of the model's dtype:
         bf16/f16 inputs widen to f32 exactly, and the output is computed in
-        f32 and rounded to out_dtype. The work is queued on stream, a CUDA stream handle
+        f32 and rounded to out_dtype. With logits=True, out_ptr receives the
+        LM head's logits of those states instead (computed on the device, in
+        f32, rounded to out_dtype): [B, V] for "last", [B, T, V] for "all";
+        "sum" and "mean" are a ValueError. The work is queued on stream, a CUDA stream handle
         (torch.cuda.current_stream().cuda_stream; 0, the default, is the
         legacy default stream, where PyTorch works unless told otherwise),
         after what that stream already holds, and the call returns at once,
@@ -771,6 +774,10 @@ class Model(_Owner):
             raise ValueError(f"kind must be 'ids', 'embeds' or 'features', got {kind!r}")
         if not isinstance(output, str) or output not in _OUTPUTS:
             raise ValueError(f"output must be one of {_OUTPUTS}, got {output!r}")
+        if not isinstance(logits, (bool, np.bool_)):
+            raise TypeError(f"logits must be a bool, got {type(logits).__name__}")
+        if logits and output not in ("last", "all"):
+            raise ValueError(f"logits=True takes output 'last' or 'all': the logits of a pooled {output!r} mean nothing")
         shape = tuple(int(x) for x in shape)
         want_rank = 2 if kind == "ids" else 3
         if len(shape) != want_rank or min(shape) < 1:
@@ -792,7 +799,7 @@ class Model(_Owner):
             state = self.new_state(B)
         self._check_state(state, B)
         _call(_b.PrefillDevice, self._handle(), state._handle(), kind, int(input_ptr), in_type, B, T, output,
-              int(out_ptr), out_type, int(stream), *((0, 0) if pad is None else (_addr(pad), B)))
+              int(out_ptr), out_type, bool(logits), int(stream), *((0, 0) if pad is None else (_addr(pad), B)))
 
     def step(self, token_ids, state: State) -> np.ndarray:
         """Feed one token per sequence (token_ids [B]) after a prefill; returns logits [B, V]."""
