@@ -101,6 +101,9 @@
 #             tests/test_gpu.py, test_hf.py and test_bad_input.py), and on two GPUs cuda:1;
 #   entryab:  BenchmarkEntryHost (a device-entry prefill's host time, call by call) of
 #             .carry/base and of this build, taking turns (build with BASE=<commit>);
+#   hfforward: mambago.hf's forward with the prompt on the GPU, the logits made
+#             there against through the host (bench/hf_forward.py; 130m and 1.4b
+#             or $HF_FORWARD_SHAPES, cases $HF_FORWARD_CASES);
 #   steptrace: each kernel of a bf16 decode step graph in place (B=1 or
 #             $STEP_TRACE_B; 370m and 2.8b or $STEP_TRACE_SHAPES): its
 #             duration, its gap after the previous kernel and its share of
@@ -818,10 +821,19 @@ if [[ $mode == buffers ]]; then
   timeout 120 python3 bench/pointer_probe.py || status=1
   timeout 120 .carry/cuda.test -test.v -test.run 'CheckBuffer|LaunchCopyGraph' -test.bench CheckBuffer -test.benchtime 20000x 2>&1 \
     | tee "$OUT/buffers_cuda.log" | grep -E "^(---|ok|FAIL|Benchmark)|pointer_test|panic" || status=1
-  timeout 300 .carry/gpu.test -test.v -test.run 'RefuseBad|DeviceEntryMatches|DevicePadded|GraphInPlace|GraphsReplay' 2>&1 \
+  timeout 300 .carry/gpu.test -test.v -test.run 'RefuseBad|DeviceEntryMatches|DeviceEntryLogits|DevicePadded|GraphInPlace|GraphsReplay' 2>&1 \
     | tee "$OUT/buffers_gpu.log" | grep -E "^(---|ok|FAIL)|buffers_test|panic" || status=1
+  memcheck memcheck_logits 300 .carry/gpu.test 'TestDeviceEntryLogits'
   timeout 400 python3 -m pytest -q tests/test_gpu.py tests/test_hf.py tests/test_bad_input.py 2>&1 | tee "$OUT/buffers_pytest.log" | tail -15
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+  exit $status
+fi
+if [[ $mode == hfforward ]]; then
+  echo "== mambago.hf's forward, model(ids).logits, with ids on the GPU: logits made there against through the host (bench/hf_forward.py)"
+  for shape in ${HF_FORWARD_SHAPES:-130m 1.4b}; do
+    timeout 300 python3 bench/hf_forward.py --shape $shape --cases ${HF_FORWARD_CASES:-1x512,1x2048,8x512} \
+      --out "$OUT/hf_forward_$shape.json" || status=1
+  done
   exit $status
 fi
 if [[ $mode == steptrace ]]; then
