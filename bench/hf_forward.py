@@ -6,9 +6,8 @@ logits through numpy, the logits back to the GPU), on a bf16 random model.
 
     python3 bench/hf_forward.py --shape 130m --cases 1x512,1x2048,8x512 --out hf_forward.json
 
-Each way is timed with CUDA events around the call and a synchronize of
-the stream after it (the call's result is ready to use), the median of
---repeats after warm-up calls. Beside it: the prefill alone into a device
+Each way is timed with CUDA events around the call (the work it queued
+included), the median of --repeats after warm-up calls. Beside it: the prefill alone into a device
 buffer of every position's states (Model.prefill_ptr, output "all"), and
 the floors of the LM head's GEMM (its FLOPs at the run's bf16 GEMM rate)
 and of writing the logits (at 4.8 TB/s). The two ways' logits are checked
@@ -18,7 +17,6 @@ to agree (the same engine: max relative difference).
 import argparse
 import json
 import os
-import statistics
 import sys
 
 import numpy as np
@@ -26,25 +24,15 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import random_checkpoint  # noqa: E402
-from cuda_timing import gemm_rate  # noqa: E402
+from cuda_timing import cuda_time, gemm_rate  # noqa: E402
 
 HBM = 4.8e12  # the H200's HBM3e bytes/s
 
 
-def timed(fn, repeats, warmup=2):
-    """Median ms of fn() followed by a synchronize, CUDA events around both."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+def timed(fn, repeats):
+    """Median ms of fn (CUDA events around the call, the work it queued
+    included), after two warm-up calls."""
+    return cuda_time(fn, repeats, warmup=2)[0]
 
 
 def main():
