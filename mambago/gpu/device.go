@@ -107,10 +107,10 @@ func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType 
 		if err != nil {
 			return err
 		}
-		if !out.Logits {
-			return e.onStream(cuda.WrapStream(stream), func() error { return g.replayDevice(io) })
-		}
 		return e.onStream(cuda.WrapStream(stream), func() error {
+			if !out.Logits {
+				return g.replayDevice(io)
+			}
 			if err := g.replayDevice(deviceIO{in: io.in, inType: inType}); err != nil { // the states stay in g.out
 				return err
 			}
