@@ -159,12 +159,14 @@ func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType 
 }
 
 // head queues the logits of rows f32 hidden states on the device into out:
-// the LM head's GEMM writes an aligned f32 output in place, and anything
-// else through the engine's logits buffer, rounded to out.Type. The
-// caller holds the bound thread and runs it inside onStream.
+// the LM head's GEMM writes an f32 output in place where it is aligned as
+// the engine's own buffers are (cuBLASLt's plans are made, at its default
+// preference, for 256-byte aligned operands; torch's allocations are), and
+// anything else through the engine's logits buffer, rounded to out.Type.
+// The caller holds the bound thread and runs it inside onStream.
 func (e *Engine) head(hidden cuda.Ptr, rows int, out Output) error {
 	n := rows * e.cfg.Vocab
-	if out.Type == cuda.F32 && out.Ptr%16 == 0 {
+	if out.Type == cuda.F32 && out.Ptr%256 == 0 {
 		return e.logitsDevice(hidden, rows, cuda.Ptr(out.Ptr))
 	}
 	if err := e.ensureLogits(n); err != nil {

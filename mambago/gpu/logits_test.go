@@ -12,8 +12,9 @@ import (
 )
 
 // TestDeviceEntryLogits asks the device entry for logits (Output.Logits):
-// eagerly and from the graph cache, new and left-padded, into an aligned f32
-// buffer, one 4 bytes off, and a bf16 one, each poisoned first. Every call
+// eagerly and from the graph cache, new and left-padded, into an f32 buffer
+// as the engine's own are aligned (written in place), 4 and 16 bytes off
+// (through the engine's), and a bf16 one, each poisoned first. Every call
 // gives the host entries' logits (Prefill, then Logits) to the bit, rounded
 // to bf16 where asked, with the padding's rows zero; a pooled sum or mean
 // is an input error.
@@ -54,7 +55,7 @@ func TestDeviceEntryLogits(t *testing.T) {
 						t.Fatal(err)
 					}
 					for _, out := range []Output{{Ptr: uintptr(buf.Ptr), Type: cuda.F32}, {Ptr: uintptr(buf.Ptr) + 4, Type: cuda.F32},
-						{Ptr: uintptr(buf.Ptr), Type: cuda.BF16}} {
+						{Ptr: uintptr(buf.Ptr) + 16, Type: cuda.F32}, {Ptr: uintptr(buf.Ptr), Type: cuda.BF16}} {
 						where := func() string {
 							return dt.String() + " " + out.Type.String() + map[bool]string{true: " padded", false: ""}[padded] +
 								map[engine.Pool]string{engine.Last: " last", engine.All: " all"}[pool] +
