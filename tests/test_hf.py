@@ -8,7 +8,7 @@ import pytest
 
 import mambago
 from conftest import case_dir, early_stop_pair, rel_err
-from mambago.hf import MambaForCausalLM
+from mambago.hf import MambaForCausalLM, MambaModel
 
 
 def test_forward_and_generate_follow_transformers_conventions():
@@ -72,6 +72,41 @@ def test_transformers_script_conveniences():
         t = torch.from_numpy(emb.astype(np.float32)).to(torch.bfloat16)
         got = m(inputs_embeds=t).logits
         assert isinstance(got, torch.Tensor) and torch.equal(got, m(inputs_embeds=t.float()).logits)
+
+
+def test_backbone_returns_every_positions_state():
+    """MambaModel (and AutoModel), transformers' backbone: a forward call's
+    last_hidden_state is Model.prefill's every position's state, padding
+    zero, read as transformers reads it; a backbone checkpoint loads;
+    arguments that ask for more are a TypeError."""
+    from mambago.hf import AutoModel, BaseModelOutput, FalconMambaModel
+
+    assert AutoModel is MambaModel and FalconMambaModel is MambaModel
+    m = AutoModel.from_pretrained(case_dir("base"), device="cpu")
+    ref = mambago.Model.from_pretrained(case_dir("base"), device="cpu")
+    rng = np.random.default_rng()
+    ids = rng.integers(0, m.config.vocab_size, size=(3, 11))
+    mask = np.ones_like(ids)
+    mask[1, :4] = mask[2, 8:] = 0
+    out = m(ids, attention_mask=mask)
+    assert isinstance(out, BaseModelOutput) and out.last_hidden_state.shape == (3, 11, m.config.hidden_size)
+    assert np.array_equal(out.last_hidden_state, ref.prefill(ids, output="all", attention_mask=mask))
+    assert not out.last_hidden_state[mask == 0].any()
+    assert out[0] is out.last_hidden_state and out["last_hidden_state"] is out.last_hidden_state
+    assert out.to_tuple() == (out.last_hidden_state,)
+    with pytest.raises(KeyError):
+        out["logits"]
+    emb = rng.standard_normal((1, 5, m.config.hidden_size)).astype(np.float32)
+    assert np.array_equal(m(inputs_embeds=emb, use_cache=False).last_hidden_state,
+                          ref.prefill(inputs_embeds=emb, output="all"))
+    with pytest.raises(TypeError, match="output_hidden_states"):
+        m(ids, output_hidden_states=True)
+    with pytest.raises(TypeError, match="MambaModel.from_pretrained"):
+        MambaModel(case_dir("base"))
+    assert repr(m).startswith("mambago.hf.MambaModel(") and m.eval() is m and m.to("cpu") is m
+    backbone = AutoModel.from_pretrained(case_dir("mambamodel"), device="cpu")  # saved from a MambaModel
+    ids = rng.integers(0, backbone.config.vocab_size, size=(2, 6))
+    assert np.array_equal(backbone(ids).last_hidden_state, backbone.model.prefill(ids, output="all"))
 
 
 def test_refuses_other_architectures(tmp_path):
@@ -183,6 +218,23 @@ def test_matches_transformers():
     assert ours.device == hf.device and ours.dtype == hf.dtype
 
 
+def test_backbone_matches_transformers():
+    """MambaModel's last_hidden_state against transformers' MambaModel
+    (its final norm included), from a backbone checkpoint, padding left."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    from mambago.hf import MambaModel
+
+    hf = transformers.MambaModel.from_pretrained(case_dir("mambamodel")).eval()
+    ours = MambaModel.from_model(hf, device="cpu")
+    ids = torch.randint(0, hf.config.vocab_size, (2, 9))
+    with torch.no_grad():
+        want = hf(ids).last_hidden_state
+    got = ours(ids).last_hidden_state
+    assert isinstance(got, torch.Tensor) and got.shape == want.shape
+    assert rel_err(got.numpy(), want.numpy()) <= 1e-4
+
+
 def test_falcon_matches_transformers():
     torch = pytest.importorskip("torch", reason="torch is not installed")
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
@@ -239,9 +291,11 @@ def test_forward_on_the_gpu_stays_there(dtype):
     """A prompt on the model's GPU is run there end to end (logits made by
     the engine on the device, the loss taken by torch there): the same
     logits as the prompt given on the host (the same engine, copied through
-    the host), to within the rounding of one GEMM's order, for ids and bf16
-    embeddings, padding left, right and both (zero there), and the loss of
-    the same labels. A label out of range is a ValueError, not a fault."""
+    the host), to within the scan's rounding where a right-padded row's
+    chunks split elsewhere, for ids and bf16 embeddings, padding left,
+    right and both (zero there), and the loss of the same labels; the
+    backbone's (MambaModel's) states likewise. A label out of range is a
+    ValueError, not a fault."""
     torch = pytest.importorskip("torch", reason="torch is not installed")
     if not (mambago.cuda_is_available() and torch.cuda.is_available()):
         pytest.skip(f"no GPU: {mambago.cuda_unavailable_reason() or 'torch sees none'}")
@@ -271,6 +325,12 @@ def test_forward_on_the_gpu_stays_there(dtype):
         if want.loss is not None:
             assert got.loss.device == torch.device("cuda:0") and got.loss.shape == ()
             assert abs(got.loss.item() - want.loss.item()) <= tol * want.loss.item()
+    backbone = MambaModel(m.model)
+    for kw, host_kw in cases[1:]:
+        kw.pop("labels", None), host_kw.pop("labels", None)
+        got, want = backbone(**kw).last_hidden_state, backbone(**host_kw).last_hidden_state
+        assert got.device == torch.device("cuda:0") and got.dtype == torch.float32 and got.shape == want.shape
+        assert rel_err(got.cpu().numpy(), want.numpy()) <= tol, (sorted(kw), dtype)
     for bad in (torch.full((B, T), V), torch.full((B, T), -2)):
         with pytest.raises(ValueError, match="labels holds"):
             m(ids.cuda(), labels=bad.cuda())
@@ -280,20 +340,23 @@ def test_forward_on_the_gpu_stays_there(dtype):
 
 def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
     """The Python half of a forward call with the prompt on the model's GPU
-    (MambaForCausalLM._forward_on_gpu), where no GPU is: CPU tensors stand
-    for CUDA ones and the host engine for the device entry, under the
-    device entry's rules (left padding only, its logits written to the
-    output's address). The masks each row gets, the zeroed trailing
-    padding, the loss and the refused labels are then the host path's.
+    (_StandIn._run_on_gpu, for MambaForCausalLM and MambaModel), where no
+    GPU is: CPU tensors stand for CUDA ones and the host engine for the
+    device entry, under the device entry's rules (left padding only, its
+    output written to the output's address). The masks each row gets, the
+    zeroed trailing padding, the loss and the refused labels are then the
+    host path's.
     test_forward_on_the_gpu_stays_there runs the real thing on a GPU."""
     import ctypes
+
+    import mambago.hf as hf
 
     torch = pytest.importorskip("torch", reason="torch is not installed")
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
     sent = []
 
     def prefill_ptr(input_ptr, shape, *, out_ptr, kind, output, logits, input_dtype, attention_mask, stream):
-        assert logits and output == "all" and stream == 0
+        assert output == "all" and stream == 0
         n = int(np.prod(shape))
         if kind == "ids":
             kw = {"input_ids": np.ctypeslib.as_array((ctypes.c_int64 * n).from_address(input_ptr)).reshape(shape)}
@@ -303,8 +366,10 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
             kw = {"inputs_embeds": torch.from_numpy(raw.copy()).view(torch.bfloat16).float().numpy()}
         if attention_mask is not None:  # left padding only: each row's tokens run to its end
             assert np.all(np.diff(attention_mask, axis=1) >= 0)
-        sent.append(None if attention_mask is None else attention_mask.copy())
-        out = m.model.logits(m.model.prefill(**kw, output="all", attention_mask=attention_mask))
+        sent.append((None if attention_mask is None else attention_mask.copy(), logits))
+        out = m.model.prefill(**kw, output="all", attention_mask=attention_mask)
+        if logits:
+            out = m.model.logits(out)
         ctypes.memmove(out_ptr, out.ctypes.data, out.nbytes)
 
     class Stream:
@@ -327,9 +392,9 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
              dict(input_ids=ids, attention_mask=right.bool(), labels=labels), dict(input_ids=ids[0].to(torch.int32)),
              dict(inputs_embeds=embeds, attention_mask=mask), dict(input_ids=ids, labels=torch.full((B, T), -100)))
     for kw in cases:
-        monkeypatch.setattr(MambaForCausalLM, "_on_model_gpu", lambda self, x: True)
+        monkeypatch.setattr(hf._StandIn, "_on_model_gpu", lambda self, x: True)
         got = m(**kw)
-        monkeypatch.setattr(MambaForCausalLM, "_on_model_gpu", lambda self, x: False)
+        monkeypatch.setattr(hf._StandIn, "_on_model_gpu", lambda self, x: False)
         want = m(**kw)
         assert isinstance(got.logits, torch.Tensor) and got.logits.dtype == torch.float32
         assert got.logits.shape == want.logits.shape
@@ -341,10 +406,18 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
         if want.loss is not None:
             assert got.loss.shape == () and got.loss.dtype == torch.float32
             assert np.allclose(got.loss.item(), want.loss.item(), rtol=1e-6, equal_nan=True), (got.loss, want.loss)
+        if "labels" not in kw:  # the backbone's states, the same way
+            monkeypatch.setattr(hf._StandIn, "_on_model_gpu", lambda self, x: True)
+            got = MambaModel(m.model)(**kw).last_hidden_state
+            monkeypatch.setattr(hf._StandIn, "_on_model_gpu", lambda self, x: False)
+            assert rel_err(got.numpy(), MambaModel(m.model)(**kw).last_hidden_state.numpy()) <= 1e-5, sorted(kw)
+            if "attention_mask" in kw:
+                assert not torch.any(got[kw["attention_mask"] == 0])
+    sent = [s for s, logits in sent if logits]
     lead = (np.arange(T) >= np.array([0, 5, 0, 2])[:, None]).astype(np.int64)
     assert [s is None for s in sent] == [True, False, True, True, False, True]
     assert np.array_equal(sent[1], lead) and np.array_equal(sent[4], lead)
-    monkeypatch.setattr(MambaForCausalLM, "_on_model_gpu", lambda self, x: True)
+    monkeypatch.setattr(hf._StandIn, "_on_model_gpu", lambda self, x: True)
     for bad, exc, match in ((torch.full((B, T), V), ValueError, f"{V}"), (torch.full((B, T), -2), ValueError, "-2"),
                             (labels[:, :3], ValueError, "shape"), (labels.float(), TypeError, "integers")):
         with pytest.raises(exc, match=match):

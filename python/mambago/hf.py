@@ -16,6 +16,12 @@ refuse the rest with a ValueError that says how to load it instead;
 installed (so `inputs.to(model.device)` works). A model already in PyTorch
 hands over with from_model. AutoModelForCausalLM is the same class: it
 loads Mamba and Falcon-Mamba checkpoints and refuses any other model type.
+
+MambaModel (also AutoModel) is the backbone, for embeddings and classifier
+heads: its forward call returns .last_hidden_state [B, T, d].
+
+    from mambago.hf import AutoModel          # was: from transformers import AutoModel
+    states = AutoModel.from_pretrained(path, device="cuda")(input_ids).last_hidden_state
 """
 
 from __future__ import annotations
@@ -55,18 +61,18 @@ class CausalLMOutput:
         raise KeyError(key)
 
 
-class MambaForCausalLM:
-    """A Mamba (or Falcon-Mamba) causal LM with transformers' inference
-    calls: from_pretrained, a forward call returning .logits, generate
-    returning prompt and new tokens. The mambago Model behind it is .model;
-    its config is .config."""
+class _StandIn:
+    """What the stand-ins share: the mambago Model behind them (.model,
+    its config .config), transformers' load calls, and its device and dtype
+    conveniences."""
 
     def __init__(self, model: Model):
         """Wrap a loaded mambago Model; anything else (a path) is a
         TypeError that says to call from_pretrained."""
         if not isinstance(model, Model):
-            raise TypeError(f"MambaForCausalLM({model!r}): it wraps a mambago.Model; to load a checkpoint, "
-                            f"call mambago.hf.MambaForCausalLM.from_pretrained(path)")
+            name = type(self).__name__
+            raise TypeError(f"{name}({model!r}): it wraps a mambago.Model; to load a checkpoint, "
+                            f"call mambago.hf.{name}.from_pretrained(path)")
         self.model = model
         self.config = model.config
 
@@ -115,124 +121,6 @@ class MambaForCausalLM:
         return cls(Model.from_state_dict(hf_model.state_dict(), hf_model.config, device=device, dtype=dtype,
                                          blas=blas))
 
-    def __call__(self, input_ids=None, *, inputs_embeds=None, attention_mask=None, labels=None, use_cache=None,
-                 **kwargs) -> CausalLMOutput:
-        """Logits [B, T, V] at every position of a prompt from a zero state.
-        An attention_mask with zeros marks padding before or after each row's
-        tokens (Model.prefill): the tokens' logits are what the row alone
-        gives, as transformers gives them for left padding, and the padding's
-        logits are zero. use_cache changes nothing (no cache is returned).
-
-        labels [B, T] (token ids, or -100 for a position to leave out) add
-        the loss transformers computes, for perplexity: the mean cross
-        entropy of each position's logits against the next position's label,
-        over the labels not left out (NaN where all are). Give the padding's
-        labels -100, as transformers' data collators do: its logits are zero
-        here. Arguments that ask for more (caches, hidden states) are a
-        TypeError."""
-        if kwargs:
-            raise TypeError(f"unsupported arguments {sorted(kwargs)}: this model returns logits and loss only")
-        like = input_ids if input_ids is not None else inputs_embeds
-        if self._on_model_gpu(like):
-            return self._forward_on_gpu(input_ids, inputs_embeds, attention_mask, labels)
-        mask = None if attention_mask is None else _numpy(attention_mask)
-        if inputs_embeds is not None:
-            hidden = self.model.prefill(inputs_embeds=_numpy(inputs_embeds), output="all", attention_mask=mask)
-        else:
-            hidden = self.model.prefill(_numpy(input_ids), output="all", attention_mask=mask)
-        logits = self.model.logits(hidden)
-        loss = None if labels is None else _like(causal_lm_loss(logits, _numpy(labels)), like)
-        return CausalLMOutput(_like(logits, like), loss)
-
-    def _on_model_gpu(self, x) -> bool:
-        """Whether x is a CUDA tensor on the GPU this model runs on."""
-        return (_is_torch_tensor(x) and x.is_cuda and self.model.device == "cuda"
-                and x.device.index == self.model.device_index)
-
-    def _forward_on_gpu(self, input_ids, inputs_embeds, attention_mask, labels) -> CausalLMOutput:
-        """__call__ for a prompt already on the model's GPU: the logits are
-        made there (Model.prefill_ptr with logits=True, on torch's current
-        stream) and the loss is taken there, so nothing of size B·T·V
-        crosses to the host and back."""
-        import torch
-
-        if inputs_embeds is not None:
-            kind, x = "embeds", inputs_embeds.detach()
-            if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-                x = x.float()
-            rank = 3
-        else:
-            kind, x, rank = "ids", input_ids.detach().to(torch.int64), 2
-        if x.dim() == rank - 1:
-            x = x.unsqueeze(0)
-        if x.dim() != rank or 0 in x.shape:
-            raise ValueError(f"{'inputs_embeds' if kind == 'embeds' else 'input_ids'} must have {rank} dimensions "
-                             f"(or {rank - 1} without the batch) and none empty, got shape {tuple(x.shape)}")
-        x = x.contiguous()
-        B, T = x.shape[:2]
-        V = self.config.vocab_size
-        lead, ends = None, None
-        if attention_mask is not None:
-            spans = _spans(_numpy(attention_mask), B, T)
-            if spans is not None:
-                first, count = spans[:, 0], spans[:, 1]
-                # The engine takes padding before the tokens; positions after
-                # a row's tokens cannot change its tokens' logits (the model
-                # is causal), so they run as tokens and are zeroed after.
-                if np.any(first > 0):
-                    lead = (np.arange(T) >= first[:, None]).astype(np.int64)
-                if np.any(first + count < T):
-                    ends = torch.from_numpy(first + count).to(x.device)
-        logits = torch.empty((B, T, V), dtype=torch.float32, device=x.device)
-        self.model.prefill_ptr(x.data_ptr(), tuple(x.shape), out_ptr=logits.data_ptr(), kind=kind, output="all",
-                               logits=True, input_dtype=str(x.dtype) if kind == "embeds" else None,
-                               attention_mask=lead, stream=torch.cuda.current_stream(x.device).cuda_stream)
-        if ends is not None:
-            after = torch.arange(T, device=x.device)[None, :] >= ends[:, None]
-            logits.masked_fill_(after[..., None], 0.0)
-        loss = None if labels is None else _gpu_causal_lm_loss(logits, labels)
-        return CausalLMOutput(logits, loss)
-
-    def generate(self, input_ids, max_new_tokens: int | None = None, *, max_length: int | None = None,
-                 do_sample: bool = False, temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0,
-                 eos_token_id: int | None = None, pad_token_id: int | None = None, attention_mask=None,
-                 use_cache: bool = True, seed: int | None = None, streamer=None):
-        """Continue prompts [B, T] by up to max_new_tokens tokens and return
-        prompt and new tokens [B, T + n], as transformers does: greedy unless
-        do_sample (then temperature, top_k and top_p apply; seed makes it
-        reproducible). Without max_new_tokens, max_length counts the prompt
-        too (T + n <= max_length); with neither, 20 new tokens. A row stops
-        at eos_token_id (the config's by default) and is padded with
-        pad_token_id (eos by default) while others go on. An attention_mask
-        with zeros marks padding before or after each row's prompt, and each
-        row continues from its own last token (for left padding, as
-        transformers does). use_cache changes nothing (the state is always
-        carried). streamer (TextStreamer, TextIteratorStreamer) receives the
-        prompt, then each new token as it comes, then end(), as from
-        transformers: CPU torch tensors where the input is a torch tensor."""
-        mask = None if attention_mask is None else _numpy(attention_mask)
-        ids = _numpy(input_ids).astype(np.int64, copy=False)
-        if max_new_tokens is None:
-            T = ids.shape[-1] if ids.ndim else 0
-            if max_length is not None and max_length <= T:
-                raise ValueError(f"max_length={max_length} leaves no room after a prompt of {T} tokens: "
-                                 f"raise it, or pass max_new_tokens")
-            max_new_tokens = 20 if max_length is None else max_length - T
-        if eos_token_id is None:
-            eos_token_id = self.config.eos_token_id
-        pads = eos_token_id is not None and pad_token_id is not None and pad_token_id != eos_token_id
-        if streamer is not None:
-            streamer = _Streamed(streamer, _is_torch_tensor(input_ids), eos_token_id if pads else None, pad_token_id)
-        if do_sample:
-            new = self.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                                      seed=seed, eos_token_id=eos_token_id, attention_mask=mask, streamer=streamer)
-        else:
-            new = self.model.generate(ids, max_new_tokens, eos_token_id=eos_token_id, attention_mask=mask,
-                                      streamer=streamer)
-        if pads:
-            new, _ = _pad_after_eos(new, eos_token_id, pad_token_id, np.zeros(new.shape[0], bool))
-        return _like(np.concatenate([ids.reshape(new.shape[0], -1), new], axis=1), input_ids)
-
     def eval(self):
         """Return self: the model only ever runs inference."""
         return self
@@ -275,7 +163,182 @@ class MambaForCausalLM:
         return self.to("bfloat16")
 
     def __repr__(self):
-        return f"mambago.hf.MambaForCausalLM({self.model!r})"
+        return f"mambago.hf.{type(self).__name__}({self.model!r})"
+
+    def _on_model_gpu(self, x) -> bool:
+        """Whether x is a CUDA tensor on the GPU this model runs on."""
+        return (_is_torch_tensor(x) and x.is_cuda and self.model.device == "cuda"
+                and x.device.index == self.model.device_index)
+
+    def _run_on_gpu(self, input_ids, inputs_embeds, attention_mask, logits: bool):
+        """Every position's states ([B, T, d]) or, with logits, their logits
+        ([B, T, V]), float32, for a prompt already on the model's GPU, made
+        there by Model.prefill_ptr on torch's current stream: nothing of the
+        output's size crosses to the host."""
+        import torch
+
+        if inputs_embeds is not None:
+            kind, x = "embeds", inputs_embeds.detach()
+            if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
+                x = x.float()
+            rank = 3
+        else:
+            kind, x, rank = "ids", input_ids.detach().to(torch.int64), 2
+        if x.dim() == rank - 1:
+            x = x.unsqueeze(0)
+        if x.dim() != rank or 0 in x.shape:
+            raise ValueError(f"{'inputs_embeds' if kind == 'embeds' else 'input_ids'} must have {rank} dimensions "
+                             f"(or {rank - 1} without the batch) and none empty, got shape {tuple(x.shape)}")
+        x = x.contiguous()
+        B, T = x.shape[:2]
+        lead, ends = None, None
+        if attention_mask is not None:
+            spans = _spans(_numpy(attention_mask), B, T)
+            if spans is not None:
+                first, count = spans[:, 0], spans[:, 1]
+                # The engine takes padding before the tokens; positions after
+                # a row's tokens cannot change its tokens' outputs (the model
+                # is causal), so they run as tokens and are zeroed after.
+                if np.any(first > 0):
+                    lead = (np.arange(T) >= first[:, None]).astype(np.int64)
+                if np.any(first + count < T):
+                    ends = torch.from_numpy(first + count).to(x.device)
+        width = self.config.vocab_size if logits else self.config.hidden_size
+        out = torch.empty((B, T, width), dtype=torch.float32, device=x.device)
+        self.model.prefill_ptr(x.data_ptr(), tuple(x.shape), out_ptr=out.data_ptr(), kind=kind, output="all",
+                               logits=logits, input_dtype=str(x.dtype) if kind == "embeds" else None,
+                               attention_mask=lead, stream=torch.cuda.current_stream(x.device).cuda_stream)
+        if ends is not None:
+            after = torch.arange(T, device=x.device)[None, :] >= ends[:, None]
+            out.masked_fill_(after[..., None], 0.0)
+        return out
+
+
+class MambaForCausalLM(_StandIn):
+    """A Mamba (or Falcon-Mamba) causal LM with transformers' inference
+    calls: from_pretrained, a forward call returning .logits, generate
+    returning prompt and new tokens. The mambago Model behind it is .model;
+    its config is .config."""
+
+    def __call__(self, input_ids=None, *, inputs_embeds=None, attention_mask=None, labels=None, use_cache=None,
+                 **kwargs) -> CausalLMOutput:
+        """Logits [B, T, V] at every position of a prompt from a zero state.
+        An attention_mask with zeros marks padding before or after each row's
+        tokens (Model.prefill): the tokens' logits are what the row alone
+        gives, as transformers gives them for left padding, and the padding's
+        logits are zero. use_cache changes nothing (no cache is returned).
+
+        labels [B, T] (token ids, or -100 for a position to leave out) add
+        the loss transformers computes, for perplexity: the mean cross
+        entropy of each position's logits against the next position's label,
+        over the labels not left out (NaN where all are). Give the padding's
+        labels -100, as transformers' data collators do: its logits are zero
+        here. Arguments that ask for more (caches, hidden states) are a
+        TypeError."""
+        if kwargs:
+            raise TypeError(f"unsupported arguments {sorted(kwargs)}: this model returns logits and loss only")
+        like = input_ids if input_ids is not None else inputs_embeds
+        if self._on_model_gpu(like):
+            logits = self._run_on_gpu(input_ids, inputs_embeds, attention_mask, logits=True)
+            return CausalLMOutput(logits, None if labels is None else _gpu_causal_lm_loss(logits, labels))
+        mask = None if attention_mask is None else _numpy(attention_mask)
+        if inputs_embeds is not None:
+            hidden = self.model.prefill(inputs_embeds=_numpy(inputs_embeds), output="all", attention_mask=mask)
+        else:
+            hidden = self.model.prefill(_numpy(input_ids), output="all", attention_mask=mask)
+        logits = self.model.logits(hidden)
+        loss = None if labels is None else _like(causal_lm_loss(logits, _numpy(labels)), like)
+        return CausalLMOutput(_like(logits, like), loss)
+
+    def generate(self, input_ids, max_new_tokens: int | None = None, *, max_length: int | None = None,
+                 do_sample: bool = False, temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0,
+                 eos_token_id: int | None = None, pad_token_id: int | None = None, attention_mask=None,
+                 use_cache: bool = True, seed: int | None = None, streamer=None):
+        """Continue prompts [B, T] by up to max_new_tokens tokens and return
+        prompt and new tokens [B, T + n], as transformers does: greedy unless
+        do_sample (then temperature, top_k and top_p apply; seed makes it
+        reproducible). Without max_new_tokens, max_length counts the prompt
+        too (T + n <= max_length); with neither, 20 new tokens. A row stops
+        at eos_token_id (the config's by default) and is padded with
+        pad_token_id (eos by default) while others go on. An attention_mask
+        with zeros marks padding before or after each row's prompt, and each
+        row continues from its own last token (for left padding, as
+        transformers does). use_cache changes nothing (the state is always
+        carried). streamer (TextStreamer, TextIteratorStreamer) receives the
+        prompt, then each new token as it comes, then end(), as from
+        transformers: CPU torch tensors where the input is a torch tensor."""
+        mask = None if attention_mask is None else _numpy(attention_mask)
+        ids = _numpy(input_ids).astype(np.int64, copy=False)
+        if max_new_tokens is None:
+            T = ids.shape[-1] if ids.ndim else 0
+            if max_length is not None and max_length <= T:
+                raise ValueError(f"max_length={max_length} leaves no room after a prompt of {T} tokens: "
+                                 f"raise it, or pass max_new_tokens")
+            max_new_tokens = 20 if max_length is None else max_length - T
+        if eos_token_id is None:
+            eos_token_id = self.config.eos_token_id
+        pads = eos_token_id is not None and pad_token_id is not None and pad_token_id != eos_token_id
+        if streamer is not None:
+            streamer = _Streamed(streamer, _is_torch_tensor(input_ids), eos_token_id if pads else None, pad_token_id)
+        if do_sample:
+            new = self.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                                      seed=seed, eos_token_id=eos_token_id, attention_mask=mask, streamer=streamer)
+        else:
+            new = self.model.generate(ids, max_new_tokens, eos_token_id=eos_token_id, attention_mask=mask,
+                                      streamer=streamer)
+        if pads:
+            new, _ = _pad_after_eos(new, eos_token_id, pad_token_id, np.zeros(new.shape[0], bool))
+        return _like(np.concatenate([ids.reshape(new.shape[0], -1), new], axis=1), input_ids)
+
+
+class BaseModelOutput:
+    """What MambaModel's forward call returns, as transformers' output
+    reads: last_hidden_state [B, T, d] (float32, after the final norm), as
+    out.last_hidden_state, out["last_hidden_state"] or out[0]."""
+
+    def __init__(self, last_hidden_state):
+        self.last_hidden_state = last_hidden_state
+
+    def to_tuple(self) -> tuple:
+        """(last_hidden_state,), as transformers' to_tuple gives it."""
+        return (self.last_hidden_state,)
+
+    def __getitem__(self, key):
+        if isinstance(key, (int, slice)):
+            return self.to_tuple()[key]
+        if key == "last_hidden_state":
+            return self.last_hidden_state
+        raise KeyError(key)
+
+
+class MambaModel(_StandIn):
+    """A Mamba (or Falcon-Mamba) backbone with transformers' inference
+    calls, for embeddings and classifier heads: from_pretrained (a
+    MambaModel checkpoint, or a causal LM's, whose LM head goes unused), and
+    a forward call returning .last_hidden_state, every position's state
+    after the final norm. The mambago Model behind it is .model; its
+    config is .config."""
+
+    def __call__(self, input_ids=None, *, inputs_embeds=None, attention_mask=None, use_cache=None,
+                 **kwargs) -> BaseModelOutput:
+        """last_hidden_state [B, T, d] (float32) at every position of a
+        prompt from a zero state. An attention_mask with zeros marks
+        padding before or after each row's tokens (Model.prefill): each
+        token's state is what the row alone gives, and the padding's is
+        zero. A prompt on the model's GPU stays there (Model.prefill_ptr).
+        use_cache changes nothing; arguments that ask for more (caches,
+        each layer's hidden states) are a TypeError."""
+        if kwargs:
+            raise TypeError(f"unsupported arguments {sorted(kwargs)}: this model returns last_hidden_state only")
+        like = input_ids if input_ids is not None else inputs_embeds
+        if self._on_model_gpu(like):
+            return BaseModelOutput(self._run_on_gpu(input_ids, inputs_embeds, attention_mask, logits=False))
+        mask = None if attention_mask is None else _numpy(attention_mask)
+        if inputs_embeds is not None:
+            hidden = self.model.prefill(inputs_embeds=_numpy(inputs_embeds), output="all", attention_mask=mask)
+        else:
+            hidden = self.model.prefill(_numpy(input_ids), output="all", attention_mask=mask)
+        return BaseModelOutput(_like(hidden, like))
 
 
 def causal_lm_loss(logits: np.ndarray, labels: np.ndarray, chunk: int = 1024) -> np.ndarray:
@@ -402,3 +465,6 @@ def _like(a: np.ndarray, like):
 # the config and refuses any that is not Mamba-1.
 FalconMambaForCausalLM = MambaForCausalLM
 AutoModelForCausalLM = MambaForCausalLM
+# Likewise the backbone, for scripts that load through AutoModel.
+FalconMambaModel = MambaModel
+AutoModel = MambaModel
