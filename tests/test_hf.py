@@ -301,7 +301,7 @@ def test_forward_on_the_gpu_stays_there(dtype):
         pytest.skip(f"no GPU: {mambago.cuda_unavailable_reason() or 'torch sees none'}")
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cuda", dtype=dtype)
     B, T, V, d = 4, 19, m.config.vocab_size, m.config.hidden_size
-    tol = 1e-5 if dtype == "float32" else 1e-2
+    tol = 1e-4 if dtype == "float32" else 1e-2  # the f32 engines' bound; bf16 rounds the GEMM inputs
     ids = torch.randint(0, V, (B, T))
     mask = torch.ones(B, T, dtype=torch.int64)
     mask[1, :5] = 0  # left
@@ -398,9 +398,9 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
         want = m(**kw)
         assert isinstance(got.logits, torch.Tensor) and got.logits.dtype == torch.float32
         assert got.logits.shape == want.logits.shape
-        # The host path runs a right-padded row's tokens where the device
-        # entry does not, so the scan's chunks split them elsewhere.
-        assert rel_err(got.logits.numpy(), want.logits.numpy()) <= 1e-5, sorted(kw)
+        # The two ways group the rows into other GEMMs (and the scan's
+        # chunks split a right-padded row elsewhere): the f32 engines' bound.
+        assert rel_err(got.logits.numpy(), want.logits.numpy()) <= 1e-4, sorted(kw)
         if "attention_mask" in kw:
             assert not torch.any(got.logits[kw["attention_mask"] == 0])
         if want.loss is not None:
@@ -410,7 +410,7 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
             monkeypatch.setattr(hf._StandIn, "_on_model_gpu", lambda self, x: True)
             got = MambaModel(m.model)(**kw).last_hidden_state
             monkeypatch.setattr(hf._StandIn, "_on_model_gpu", lambda self, x: False)
-            assert rel_err(got.numpy(), MambaModel(m.model)(**kw).last_hidden_state.numpy()) <= 1e-5, sorted(kw)
+            assert rel_err(got.numpy(), MambaModel(m.model)(**kw).last_hidden_state.numpy()) <= 1e-4, sorted(kw)
             if "attention_mask" in kw:
                 assert not torch.any(got[kw["attention_mask"] == 0])
     sent = [s for s, logits in sent if logits]
