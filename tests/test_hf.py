@@ -405,7 +405,7 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
             assert not torch.any(got.logits[kw["attention_mask"] == 0])
         if want.loss is not None:
             assert got.loss.shape == () and got.loss.dtype == torch.float32
-            assert np.allclose(got.loss.item(), want.loss.item(), rtol=1e-6, equal_nan=True), (got.loss, want.loss)
+            assert np.allclose(got.loss.item(), want.loss.item(), rtol=1e-5, equal_nan=True), (got.loss, want.loss)
         if "labels" not in kw:  # the backbone's states, the same way
             monkeypatch.setattr(hf._StandIn, "_on_model_gpu", lambda self, x: True)
             got = MambaModel(m.model)(**kw).last_hidden_state
