@@ -4,7 +4,10 @@
 # `pip install .`, and pytest; then go test, with numpy's OpenBLAS as well. Needs Go >= 1.26 and a C
 # compiler; everything else (gopy, goimports, pybindgen, numpy, pytest, and
 # nbclient, nbformat and ipykernel for the notebook test) it
-# installs itself, and nvidia-cuda-nvrtc to compile the CUDA kernels.
+# installs itself, and nvidia-cuda-nvrtc to compile the CUDA kernels. On
+# Python 3.12 (the GPU machine's) it also installs torch and transformers, the
+# reference the tests compare against, so that their comparisons run here too
+# (MAMBAGO_TEST_REFERENCE=0 leaves them out; elsewhere those tests skip).
 # MAMBAGO_PYTHONS="python3.12 ..." picks the interpreters.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +38,10 @@ for py in "${pythons[@]}"; do
   "$venv/bin/python" -m pip install -q --upgrade pip
   "$venv/bin/python" -m pip install -q numpy pytest nbclient nbformat ipykernel  # the last three: tests/test_notebook.py
   "$venv/bin/python" -m pip install -q .
+  if [[ $ver == 3.12 && ${MAMBAGO_TEST_REFERENCE:-1} != 0 ]]; then
+    # The versions these tests last passed with on this machine's CPU (the GPU machine has torch 2.11, transformers 5.17).
+    "$venv/bin/python" -m pip install -q "torch==2.15.0" "transformers==5.25.0"
+  fi
   if [[ -z "$nvrtc" ]]; then
     # NVRTC from PyPI (the GPU machine's 13.0), so every CUDA kernel is compiled here without a GPU;
     # installed before pytest, whose tests/test_cudalibs.py loads it from the wheel as the package does.
