@@ -223,16 +223,19 @@ def test_backbone_matches_transformers():
     (its final norm included), from a backbone checkpoint, padding left."""
     torch = pytest.importorskip("torch", reason="torch is not installed")
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
-    from mambago.hf import MambaModel
-
     hf = transformers.MambaModel.from_pretrained(case_dir("mambamodel")).eval()
     ours = MambaModel.from_model(hf, device="cpu")
     ids = torch.randint(0, hf.config.vocab_size, (2, 9))
+    mask = torch.ones_like(ids)
+    mask[1, :3] = 0
     with torch.no_grad():
         want = hf(ids).last_hidden_state
+        want_padded = hf(ids, attention_mask=mask).last_hidden_state
     got = ours(ids).last_hidden_state
     assert isinstance(got, torch.Tensor) and got.shape == want.shape
     assert rel_err(got.numpy(), want.numpy()) <= 1e-4
+    got = ours(ids, attention_mask=mask).last_hidden_state  # the tokens' states; the padding's are zero here
+    assert rel_err(got[mask == 1].numpy(), want_padded[mask == 1].numpy()) <= 1e-4
 
 
 def test_falcon_matches_transformers():
