@@ -233,7 +233,9 @@ class MambaForCausalLM(_StandIn):
         entropy of each position's logits against the next position's label,
         over the labels not left out (NaN where all are). Give the padding's
         labels -100, as transformers' data collators do: its logits are zero
-        here. Arguments that ask for more (caches, hidden states) are a
+        here. A prompt on the model's GPU stays there: the logits are made
+        on the device (Model.prefill_ptr) and the loss taken there by
+        torch. Arguments that ask for more (caches, hidden states) are a
         TypeError."""
         if kwargs:
             raise TypeError(f"unsupported arguments {sorted(kwargs)}: this model returns logits and loss only")
