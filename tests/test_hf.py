@@ -61,6 +61,10 @@ def test_transformers_script_conveniences():
     with pytest.raises(ValueError, match="max_length=5 leaves no room"):
         m.generate(ids, max_length=5)
     assert np.array_equal(m(ids, use_cache=True).logits, m(ids).logits)
+    plain = m(ids, output_hidden_states=False, cache_params=None, return_dict=True).logits
+    assert np.array_equal(plain, m(ids).logits)
+    as_tuple = m(ids, labels=ids, return_dict=False)
+    assert isinstance(as_tuple, tuple) and len(as_tuple) == 2 and np.array_equal(as_tuple[1], plain)
     emb = rng.standard_normal((1, 3, m.config.hidden_size)).astype(np.float16)
     assert np.array_equal(m(inputs_embeds=emb).logits, m(inputs_embeds=emb.astype(np.float32)).logits)
     try:
@@ -94,6 +98,8 @@ def test_backbone_returns_every_positions_state():
     assert not out.last_hidden_state[mask == 0].any()
     assert out[0] is out.last_hidden_state and out["last_hidden_state"] is out.last_hidden_state
     assert out.to_tuple() == (out.last_hidden_state,)
+    (states,) = m(ids, attention_mask=mask, return_dict=False, output_hidden_states=None)
+    assert np.array_equal(states, out.last_hidden_state)
     with pytest.raises(KeyError):
         out["logits"]
     emb = rng.standard_normal((1, 5, m.config.hidden_size)).astype(np.float32)
@@ -135,6 +141,8 @@ def test_refuses_what_it_cannot_do():
         m.generate(ids, attention_mask=np.array([[1, 0, 1]]))
     with pytest.raises(TypeError, match="logits and loss only"):
         m(ids, output_hidden_states=True)
+    with pytest.raises(TypeError, match="logits and loss only"):
+        m(ids, cache_params=object())
     with pytest.raises(TypeError, match="from_pretrained"):
         MambaForCausalLM(case_dir("base"))  # a path where a loaded model goes
     with pytest.raises(TypeError, match="unsupported argument 'trust_remote_code'"):

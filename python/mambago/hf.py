@@ -165,6 +165,23 @@ class _StandIn:
     def __repr__(self):
         return f"mambago.hf.{type(self).__name__}({self.model!r})"
 
+    @staticmethod
+    def _return_dict(kwargs, only: str) -> bool:
+        """What a forward call's other transformers arguments ask, as
+        kwargs holds them: return_dict (False: the output's tuple), and
+        output_hidden_states or cache_params asking for nothing (False,
+        None). Anything else is a TypeError, as is asking for more than
+        only, what the call returns."""
+        kwargs = dict(kwargs)
+        return_dict = kwargs.pop("return_dict", None)
+        if kwargs.get("output_hidden_states") in (False, None):
+            kwargs.pop("output_hidden_states", None)
+        if kwargs.get("cache_params", 0) is None:
+            kwargs.pop("cache_params")
+        if kwargs:
+            raise TypeError(f"unsupported arguments {sorted(kwargs)}: this model returns {only} only")
+        return return_dict is None or bool(return_dict)
+
     def _on_model_gpu(self, x) -> bool:
         """Whether x is a CUDA tensor on the GPU this model runs on."""
         return (_is_torch_tensor(x) and x.is_cuda and self.model.device == "cuda"
@@ -235,10 +252,16 @@ class MambaForCausalLM(_StandIn):
         labels -100, as transformers' data collators do: its logits are zero
         here. A prompt on the model's GPU stays there: the logits are made
         on the device (Model.prefill_ptr) and the loss taken there by
-        torch. Arguments that ask for more (caches, hidden states) are a
+        torch. return_dict=False gives the output's tuple, as transformers
+        does; output_hidden_states=False and cache_params=None change
+        nothing. Arguments that ask for more (caches, hidden states) are a
         TypeError."""
-        if kwargs:
-            raise TypeError(f"unsupported arguments {sorted(kwargs)}: this model returns logits and loss only")
+        as_dict = self._return_dict(kwargs, "logits and loss")
+        out = self._forward(input_ids, inputs_embeds, attention_mask, labels)
+        return out if as_dict else out.to_tuple()
+
+    def _forward(self, input_ids, inputs_embeds, attention_mask, labels) -> CausalLMOutput:
+        """__call__'s output."""
         like = input_ids if input_ids is not None else inputs_embeds
         if self._on_model_gpu(like):
             logits = self._run_on_gpu(input_ids, inputs_embeds, attention_mask, logits=True)
@@ -328,10 +351,16 @@ class MambaModel(_StandIn):
         padding before or after each row's tokens (Model.prefill): each
         token's state is what the row alone gives, and the padding's is
         zero. A prompt on the model's GPU stays there (Model.prefill_ptr).
-        use_cache changes nothing; arguments that ask for more (caches,
-        each layer's hidden states) are a TypeError."""
-        if kwargs:
-            raise TypeError(f"unsupported arguments {sorted(kwargs)}: this model returns last_hidden_state only")
+        use_cache, output_hidden_states=False and cache_params=None change
+        nothing, and return_dict=False gives the output's tuple; arguments
+        that ask for more (caches, each layer's hidden states) are a
+        TypeError."""
+        as_dict = self._return_dict(kwargs, "last_hidden_state")
+        out = self._forward(input_ids, inputs_embeds, attention_mask)
+        return out if as_dict else out.to_tuple()
+
+    def _forward(self, input_ids, inputs_embeds, attention_mask) -> BaseModelOutput:
+        """__call__'s output."""
         like = input_ids if input_ids is not None else inputs_embeds
         if self._on_model_gpu(like):
             return BaseModelOutput(self._run_on_gpu(input_ids, inputs_embeds, attention_mask, logits=False))
