@@ -278,7 +278,7 @@ class MambaForCausalLM(_StandIn):
     def generate(self, input_ids, max_new_tokens: int | None = None, *, max_length: int | None = None,
                  do_sample: bool = False, temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0,
                  eos_token_id: int | None = None, pad_token_id: int | None = None, attention_mask=None,
-                 use_cache: bool = True, seed: int | None = None, streamer=None):
+                 use_cache: bool = True, seed: int | None = None, streamer=None, num_return_sequences: int = 1):
         """Continue prompts [B, T] by up to max_new_tokens tokens and return
         prompt and new tokens [B, T + n], as transformers does: greedy unless
         do_sample (then temperature, top_k and top_p apply; seed makes it
@@ -291,9 +291,24 @@ class MambaForCausalLM(_StandIn):
         transformers does). use_cache changes nothing (the state is always
         carried). streamer (TextStreamer, TextIteratorStreamer) receives the
         prompt, then each new token as it comes, then end(), as from
-        transformers: CPU torch tensors where the input is a torch tensor."""
+        transformers: CPU torch tensors where the input is a torch tensor.
+        num_return_sequences n > 1 (with do_sample) samples n continuations
+        of each prompt, as transformers does: rows [B * n, T + n_new], a
+        prompt's n rows together, each drawn on a random stream of its own."""
         mask = None if attention_mask is None else _numpy(attention_mask)
         ids = _numpy(input_ids).astype(np.int64, copy=False)
+        if isinstance(num_return_sequences, bool) or not isinstance(num_return_sequences, (int, np.integer)):
+            raise TypeError(f"num_return_sequences must be an int, got {type(num_return_sequences).__name__}")
+        if num_return_sequences < 1:
+            raise ValueError(f"num_return_sequences must be at least 1, got {num_return_sequences}")
+        if num_return_sequences > 1:
+            if not do_sample:
+                raise ValueError("num_return_sequences > 1 needs do_sample=True: greedy decoding gives one "
+                                 "continuation a prompt (beam search is not supported)")
+            if ids.ndim in (1, 2):  # other ranks: the engine's error
+                ids = np.repeat(ids.reshape(-1, ids.shape[-1]), num_return_sequences, axis=0)
+            if mask is not None and mask.ndim in (1, 2):
+                mask = np.repeat(mask.reshape(-1, mask.shape[-1]), num_return_sequences, axis=0)
         if max_new_tokens is None:
             T = ids.shape[-1] if ids.ndim else 0
             if max_length is not None and max_length <= T:
