@@ -34,9 +34,10 @@ def test_forward_and_generate_follow_transformers_conventions():
 
 def test_num_return_sequences_samples_each_prompt_n_times():
     """num_return_sequences=n with do_sample: n rows a prompt, together,
-    each the prompt and a continuation drawn on a stream of its own (so
-    the copies differ), reproducible for a seed, padding repeated with its
-    row; greedy with n > 1 is a ValueError, as in transformers."""
+    each the prompt and a continuation drawn on a stream of its own (the
+    repeated batch's rows, which differ), reproducible for a seed, padding
+    repeated with its row; greedy with n > 1 is a ValueError, as in
+    transformers."""
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
     rng = np.random.default_rng()
     V = m.config.vocab_size
@@ -45,15 +46,17 @@ def test_num_return_sequences_samples_each_prompt_n_times():
     mask[1, :2] = 0
     kw = dict(max_new_tokens=12, do_sample=True, temperature=1.5, top_k=0, seed=11)
     out = m.generate(ids, attention_mask=mask, num_return_sequences=3, **kw)
-    # Shorter only if all six rows drew eos early: about 2e-6 at these odds.
-    assert out.shape[0] == 6 and out.shape[1] == 5 + 12
+    assert out.shape[0] == 6 and 5 < out.shape[1] <= 5 + 12  # shorter where every row drew eos
     assert np.array_equal(out[:3, :5], np.repeat(ids[:1], 3, axis=0)) and np.array_equal(out[3:, :5],
                                                                                           np.repeat(ids[1:], 3, axis=0))
-    assert len({tuple(r) for r in out[:3, 5:]}) == 3 and len({tuple(r) for r in out[3:, 5:]}) == 3
     assert np.array_equal(out, m.generate(ids, attention_mask=mask, num_return_sequences=3, **kw))
-    # The same as asking for the repeated batch directly.
+    # The same as asking for the repeated batch directly, whose rows draw on
+    # streams of their own: without eos (which this random model often
+    # draws first, ending a row), a prompt's copies differ.
     assert np.array_equal(out, m.generate(np.repeat(ids, 3, axis=0), attention_mask=np.repeat(mask, 3, axis=0), **kw))
-    assert m.generate(ids[0], num_return_sequences=2, **kw).shape == (2, 17)
+    free = m.model.generate(np.repeat(ids, 3, axis=0), 12, temperature=1.5, seed=11, attention_mask=np.repeat(mask, 3, 0))
+    assert len({tuple(r) for r in free[:3]}) == 3 and len({tuple(r) for r in free[3:]}) == 3
+    assert m.generate(ids[0], num_return_sequences=2, **kw).shape[0] == 2
     with pytest.raises(ValueError, match="needs do_sample=True"):
         m.generate(ids, max_new_tokens=3, num_return_sequences=2)
     with pytest.raises(ValueError, match="at least 1"):
