@@ -92,8 +92,8 @@ func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType 
 	case "features":
 		width, inSize = e.cfg.InputDim, inType.Size()
 	}
-	hiddenLen := pool.OutLen(B, T, e.cfg.Hidden) // the pooled states' floats
-	rows, outLen := hiddenLen/e.cfg.Hidden, hiddenLen
+	rows := pool.OutLen(B, T, 1) // the pooled states
+	hiddenLen, outLen := rows*e.cfg.Hidden, rows*e.cfg.Hidden
 	if out.Logits {
 		outLen = rows * e.cfg.Vocab
 	}

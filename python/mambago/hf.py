@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import Model, _is_torch_tensor, _spans
+from .model import Model, _batched, _is_torch_tensor, _spans
 
 # transformers' from_pretrained arguments that choose nothing here, or that
 # name what device= and dtype= choose.
@@ -201,12 +201,7 @@ class _StandIn:
             rank = 3
         else:
             kind, x, rank = "ids", input_ids.detach().to(torch.int64), 2
-        if x.dim() == rank - 1:
-            x = x.unsqueeze(0)
-        if x.dim() != rank or 0 in x.shape:
-            raise ValueError(f"{'inputs_embeds' if kind == 'embeds' else 'input_ids'} must have {rank} dimensions "
-                             f"(or {rank - 1} without the batch) and none empty, got shape {tuple(x.shape)}")
-        x = x.contiguous()
+        x = _batched("inputs_embeds" if kind == "embeds" else "input_ids", x, rank).contiguous()
         B, T = x.shape[:2]
         lead, ends = None, None
         if attention_mask is not None:
@@ -387,20 +382,26 @@ class MambaModel(_StandIn):
         return BaseModelOutput(_like(hidden, like))
 
 
+def _check_labels(labels: np.ndarray, B: int, T: int, V: int) -> None:
+    """Raise unless labels is integer [B, T] of token ids in [0, V) or
+    IGNORE_INDEX."""
+    if labels.dtype.kind not in "iu":
+        raise TypeError(f"labels must hold integers, got dtype {labels.dtype}")
+    if labels.shape != (B, T):
+        raise ValueError(f"labels must have the input's shape ({B}, {T}), got {labels.shape}")
+    bad = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= V))
+    if bad.any():
+        raise ValueError(f"labels holds {labels[bad].flat[0]}: want a token id in [0, {V}) or {IGNORE_INDEX}")
+
+
 def causal_lm_loss(logits: np.ndarray, labels: np.ndarray, chunk: int = 1024) -> np.ndarray:
     """transformers' causal-LM loss of logits [B, T, V] against labels
     [B, T]: position t's logits predict label t+1; labels of -100
     (IGNORE_INDEX) are left out; the mean over the rest, as a float32
     scalar (NaN where none is left). Rows of logits are taken chunk at a
     time, so the log-softmax needs no second copy of them all."""
-    if labels.dtype.kind not in "iu":
-        raise TypeError(f"labels must hold integers, got dtype {labels.dtype}")
     B, T, V = logits.shape
-    if labels.shape != (B, T):
-        raise ValueError(f"labels must have the input's shape ({B}, {T}), got {labels.shape}")
-    bad = (labels != IGNORE_INDEX) & ((labels < 0) | (labels >= V))
-    if bad.any():
-        raise ValueError(f"labels holds {labels[bad].flat[0]}: want a token id in [0, {V}) or {IGNORE_INDEX}")
+    _check_labels(labels, B, T, V)
     target = labels[:, 1:].reshape(-1).astype(np.int64)  # the next position's label
     rows = logits[:, :-1, :].reshape(-1, V)
     keep = np.flatnonzero(target != IGNORE_INDEX)
@@ -422,16 +423,9 @@ def _gpu_causal_lm_loss(logits, labels):
     import torch.nn.functional as F
 
     B, T, V = logits.shape
-    lab = labels if _is_torch_tensor(labels) else torch.from_numpy(np.asarray(labels))
-    if lab.is_floating_point() or lab.is_complex() or lab.dtype == torch.bool:
-        raise TypeError(f"labels must hold integers, got dtype {lab.dtype}")
-    if tuple(lab.shape) != (B, T):
-        raise ValueError(f"labels must have the input's shape ({B}, {T}), got {tuple(lab.shape)}")
-    lab = lab.to(device=logits.device, dtype=torch.int64)
-    bad = (lab != IGNORE_INDEX) & ((lab < 0) | (lab >= V))
-    if bool(bad.any()):
-        raise ValueError(f"labels holds {int(lab[bad][0])}: want a token id in [0, {V}) or {IGNORE_INDEX}")
-    target = lab[:, 1:]
+    host = _numpy(labels)  # B·T ids, checked on the host as causal_lm_loss checks them
+    _check_labels(host, B, T, V)
+    target = torch.from_numpy(host.astype(np.int64, copy=False)).to(logits.device)[:, 1:]
     total = sum(F.cross_entropy(logits[b, :-1], target[b], ignore_index=IGNORE_INDEX, reduction="sum",
                                 ).double() for b in range(B))
     kept = (target != IGNORE_INDEX).sum()
