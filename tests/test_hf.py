@@ -8,7 +8,7 @@ import pytest
 
 import mambago
 from conftest import case_dir, early_stop_pair, rel_err
-from mambago.hf import MambaForCausalLM, MambaModel
+from mambago.hf import MambaCache, MambaForCausalLM, MambaModel
 
 
 def test_forward_and_generate_follow_transformers_conventions():
@@ -94,8 +94,10 @@ def test_transformers_script_conveniences():
     assert np.array_equal(m(ids, use_cache=True).logits, m(ids).logits)
     plain = m(ids, output_hidden_states=False, cache_params=None, return_dict=True).logits
     assert np.array_equal(plain, m(ids).logits)
-    as_tuple = m(ids, labels=ids, return_dict=False)
-    assert isinstance(as_tuple, tuple) and len(as_tuple) == 2 and np.array_equal(as_tuple[1], plain)
+    as_tuple = m(ids, labels=ids, return_dict=False)  # (loss, logits, cache), as transformers gives it
+    assert isinstance(as_tuple, tuple) and len(as_tuple) == 3 and np.array_equal(as_tuple[1], plain)
+    assert isinstance(as_tuple[2], MambaCache)
+    assert len(m(ids, labels=ids, return_dict=False, use_cache=False)) == 2
     emb = rng.standard_normal((1, 3, m.config.hidden_size)).astype(np.float16)
     assert np.array_equal(m(inputs_embeds=emb).logits, m(inputs_embeds=emb.astype(np.float32)).logits)
     try:
@@ -128,8 +130,11 @@ def test_backbone_returns_every_positions_state():
     assert np.array_equal(out.last_hidden_state, ref.prefill(ids, output="all", attention_mask=mask))
     assert not out.last_hidden_state[mask == 0].any()
     assert out[0] is out.last_hidden_state and out["last_hidden_state"] is out.last_hidden_state
-    assert out.to_tuple() == (out.last_hidden_state,)
-    (states,) = m(ids, attention_mask=mask, return_dict=False, output_hidden_states=None)
+    assert out.to_tuple() == (out.last_hidden_state, out.cache) and isinstance(out.cache, MambaCache)
+    assert out["cache"] is out.cache_params is out.cache
+    states, _ = m(ids, attention_mask=mask, return_dict=False, output_hidden_states=None)
+    bare = m(ids, use_cache=False)
+    assert bare.cache is None and bare.to_tuple() == (bare.last_hidden_state,)
     assert np.array_equal(states, out.last_hidden_state)
     with pytest.raises(KeyError):
         out["logits"]
@@ -144,6 +149,113 @@ def test_backbone_returns_every_positions_state():
     backbone = AutoModel.from_pretrained(case_dir("mambamodel"), device="cpu")  # saved from a MambaModel
     ids = rng.integers(0, backbone.config.vocab_size, size=(2, 6))
     assert np.array_equal(backbone(ids).last_hidden_state, backbone.model.prefill(ids, output="all"))
+
+
+def test_cache_continues_the_sequences():
+    """A forward call's cache (use_cache, transformers' default) continues
+    its sequences: a prompt fed in chunks, then decode steps of one token a
+    row, gives the whole sequence's logits, padded rows included (each
+    row's state is its tokens' alone); cache_position restarts it at 0 and
+    must agree elsewhere; logits_to_keep keeps the last positions; a copy
+    continues apart; the backbone's cache likewise. Misuse is an error that
+    says what to pass."""
+    import copy
+
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    rng = np.random.default_rng()
+    B, T, V = 3, 13, m.config.vocab_size
+    ids = rng.integers(0, V, size=(B, T))
+    mask = np.ones_like(ids)
+    mask[1, :4] = 0  # left padding in the first chunk
+    whole = m(ids, attention_mask=mask, use_cache=False)
+    assert whole.cache is None and whole.cache_params is None
+    out = m(ids[:, :6], attention_mask=mask[:, :6])
+    cache = out.cache
+    assert isinstance(cache, MambaCache) and cache is out.cache_params and cache.get_seq_length() == 6
+    parts = [out.logits, m(ids[:, 6:10], cache=cache).logits]
+    before_steps = cache.copy()
+    for t in range(10, T):  # decode steps (Model.step), a mask of the whole sequence so far given
+        step = m(ids[:, t:t + 1], cache_params=cache, attention_mask=mask[:, :t + 1], cache_position=np.array([t]))
+        assert step.cache is cache and step.logits.shape == (B, 1, V)
+        parts.append(step.logits)
+    assert cache.seen == T
+    assert rel_err(np.concatenate(parts, axis=1), whole.logits) <= 1e-4
+    again = copy.deepcopy(before_steps)
+    tail = m(ids[:, 10:], cache=again, logits_to_keep=2).logits  # the steps' tokens as one chunk
+    assert tail.shape == (B, 2, V) and rel_err(tail, whole.logits[:, -2:]) <= 1e-4
+    assert before_steps.seen == 10 and again.seen == T
+    # Padding in a chunk, right then left: a row's state is its tokens',
+    # so the next chunk continues from them, not from the padding.
+    right = np.ones((B, 6), np.int64)
+    right[0, 3:] = 0
+    padded = m(ids[:, :6], attention_mask=right)
+    alone = m(ids[:1, :3])
+    then = m(ids[:, 6:9], cache=padded.cache, attention_mask=np.array([[0, 1, 1]] + [[1, 1, 1]] * (B - 1)))
+    assert rel_err(then.logits[:1, 1:], m(ids[:1, 7:9], cache=alone.cache).logits) <= 1e-4
+    assert rel_err(m(ids, logits_to_keep=1).logits, m(ids).logits[:, -1:]) <= 1e-6  # the "last" output
+    assert rel_err(m(ids, logits_to_keep=np.array([0, -1])).logits, m(ids).logits[:, [0, T - 1]]) <= 1e-6
+    # cache_position 0 starts the cache over (transformers 4's new prompt).
+    restart = m(ids[:, :5], cache=cache, cache_position=np.arange(5))
+    assert restart.cache is cache and cache.seen == 5
+    assert np.array_equal(restart.logits, m(ids[:, :5]).logits)
+    backbone = MambaModel(m.model)
+    first = backbone(ids[:, :8], attention_mask=mask[:, :8])
+    rest = backbone(ids[:, 8:], cache=first.cache).last_hidden_state
+    full = backbone(ids, attention_mask=mask).last_hidden_state
+    assert rel_err(rest, full[:, 8:]) <= 1e-4 and first.cache.seen == T
+    for kw, exc, match in ((dict(cache=object()), TypeError, "MambaCache a forward call"),
+                           (dict(cache=cache, cache_params=cache), TypeError, "not both"),
+                           (dict(cache=m(ids[:2]).cache), ValueError, "holds 2 sequences"),
+                           (dict(cache=MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")(ids).cache),
+                            ValueError, "another model"),
+                           (dict(cache=cache, cache_position=[9]), ValueError, "starts at 9, but the cache holds 5"),
+                           (dict(cache_position=[9]), ValueError, "no cache was given"),
+                           (dict(logits_to_keep=-1), ValueError, "0 .all positions. or more"),
+                           (dict(logits_to_keep=True), TypeError, "logits_to_keep"),
+                           (dict(logits_to_keep=np.array([T])), ValueError, "outside the 13 positions"),
+                           (dict(labels=ids, logits_to_keep=1), ValueError, "every position's logits")):
+        with pytest.raises(exc, match=match):
+            m(ids, **kw)
+    assert cache.seen == 5  # the refused calls left it alone
+    with pytest.raises(TypeError, match="wraps a mambago.State"):
+        MambaCache(object())
+    assert repr(MambaCache(m.model.new_state(2), seen=4)) == "mambago.hf.MambaCache(batch_size=2, seen=4)"
+
+
+def test_cache_matches_transformers():
+    """A hand-written greedy decoding loop, as scripts write it for
+    transformers (use_cache=True, then cache= each step), gives
+    transformers' logits at every step (f32, 1e-4) and its tokens, for a
+    batch as it is and left-padded. A prompt continued in chunks gives
+    transformers' logits of the whole prompt. (transformers 5.25's own
+    chunked continuation does not: its positions after the first chunk
+    came out 14.6 off in logits whose largest is 15.4, where one token at a
+    time agrees with its whole prompt to 3e-5.)"""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    hf = transformers.MambaForCausalLM.from_pretrained(case_dir("base")).eval()
+    ours = MambaForCausalLM.from_model(hf, device="cpu")
+    ids = torch.randint(0, hf.config.vocab_size, (2, 9))
+    left = torch.ones_like(ids)
+    left[0, :3] = 0
+    for mask in (None, left):
+        with torch.no_grad():
+            want = hf(ids, attention_mask=mask, use_cache=True)
+        got = ours(ids, attention_mask=mask, use_cache=True)
+        at = slice(None) if mask is None else mask == 1  # the tokens' (the padding's are zero here)
+        assert rel_err(got.logits[at].numpy(), want.logits[at].numpy()) <= 1e-4
+        for _ in range(6):
+            nxt = want.logits[:, -1:].argmax(-1)
+            assert torch.equal(got.logits[:, -1:].argmax(-1), nxt)
+            with torch.no_grad():
+                want = hf(nxt, cache=want.cache, use_cache=True)
+            got = ours(nxt, cache=got.cache, use_cache=True)
+            assert got.logits.shape == want.logits.shape == (2, 1, hf.config.vocab_size)
+            assert rel_err(got.logits.numpy(), want.logits.numpy()) <= 1e-4
+    with torch.no_grad():
+        want = hf(ids).logits
+    got = ours(ids[:, 4:], cache=ours(ids[:, :4]).cache).logits
+    assert rel_err(got.numpy(), want[:, 4:].numpy()) <= 1e-4
 
 
 def test_refuses_other_architectures(tmp_path):
@@ -170,9 +282,9 @@ def test_refuses_what_it_cannot_do():
         m(ids, attention_mask=np.array([[1, 0, 1]]))
     with pytest.raises(ValueError, match="padding between its tokens"):
         m.generate(ids, attention_mask=np.array([[1, 0, 1]]))
-    with pytest.raises(TypeError, match="logits and loss only"):
+    with pytest.raises(TypeError, match="logits, loss and cache only"):
         m(ids, output_hidden_states=True)
-    with pytest.raises(TypeError, match="logits and loss only"):
+    with pytest.raises(TypeError, match="cache must be the mambago.hf.MambaCache"):
         m(ids, cache_params=object())
     with pytest.raises(TypeError, match="from_pretrained"):
         MambaForCausalLM(case_dir("base"))  # a path where a loaded model goes
@@ -205,10 +317,10 @@ def test_loss_is_the_next_tokens_cross_entropy():
     assert out.loss.dtype == np.float32 and out.loss.shape == ()
     assert abs(float(out.loss) - want) <= 1e-6 * want
     assert out[0] is out.loss and out[1] is out.logits and out["loss"] is out.loss
-    assert out.to_tuple() == (out.loss, out.logits)
+    assert out.to_tuple() == (out.loss, out.logits, out.cache)
     assert np.array_equal(m(ids, labels=labels, attention_mask=np.ones_like(ids)).loss, out.loss)
     plain = m(ids)
-    assert plain.loss is None and plain[0] is plain.logits and plain.to_tuple() == (plain.logits,)
+    assert plain.loss is None and plain[0] is plain.logits and plain.to_tuple() == (plain.logits, plain.cache)
     with pytest.raises(KeyError):
         plain["loss"]
     assert np.isnan(m(ids, labels=np.full_like(ids, -100)).loss)
@@ -384,10 +496,12 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
     """The Python half of a forward call with the prompt on the model's GPU
     (_StandIn._run_on_gpu, for MambaForCausalLM and MambaModel), where no
     GPU is: CPU tensors stand for CUDA ones and the host engine for the
-    device entry, under the device entry's rules (left padding only, its
-    output written to the output's address). The masks each row gets, the
-    zeroed trailing padding, the loss and the refused labels are then the
-    host path's.
+    device entry, under the device entry's rules (left padding only, each
+    row continuing from its row of the state given, its output written to
+    the output's address). The masks each row gets, the zeroed trailing
+    padding (no cache kept), the rows moved to their end and back (a cache
+    kept: its state is the row's tokens' alone), the loss and the refused
+    labels are then the host path's.
     test_forward_on_the_gpu_stays_there runs the real thing on a GPU."""
     import ctypes
 
@@ -397,8 +511,8 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
     sent = []
 
-    def prefill_ptr(input_ptr, shape, *, out_ptr, kind, output, logits, input_dtype, attention_mask, stream):
-        assert output == "all" and stream == 0
+    def prefill_ptr(input_ptr, shape, *, out_ptr, kind, output, logits, input_dtype, attention_mask, state, stream):
+        assert output in ("all", "last") and stream == 0
         n = int(np.prod(shape))
         if kind == "ids":
             kw = {"input_ids": np.ctypeslib.as_array((ctypes.c_int64 * n).from_address(input_ptr)).reshape(shape)}
@@ -409,13 +523,30 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
         if attention_mask is not None:  # left padding only: each row's tokens run to its end
             assert np.all(np.diff(attention_mask, axis=1) >= 0)
         sent.append((None if attention_mask is None else attention_mask.copy(), logits))
-        out = m.model.prefill(**kw, output="all", attention_mask=attention_mask)
+        out = m.model.prefill(**kw, output=output, attention_mask=attention_mask, state=state)
         if logits:
             out = m.model.logits(out)
         ctypes.memmove(out_ptr, out.ctypes.data, out.nbytes)
 
     class Stream:
         cuda_stream = 0
+
+    def gpu(on):
+        """Take CPU tensors for the model's GPU's (on) or for the host's."""
+        monkeypatch.setattr(hf._StandIn, "_on_model_gpu", lambda self, x: on)
+
+    def both(call, **kw):
+        """call(**kw) the way a prompt on the GPU goes, then the host's way."""
+        gpu(True)
+        got = call(**kw)
+        gpu(False)
+        return got, call(**kw)
+
+    def same_cache(got, want):
+        assert (got is None) == (want is None) and (got is None or got.seen == want.seen)
+        for layer in range(m.config.num_hidden_layers if got is not None else 0):
+            assert rel_err(got.state.ssm_state(layer), want.state.ssm_state(layer)) <= 1e-4
+            assert rel_err(got.state.conv_state(layer), want.state.conv_state(layer)) <= 1e-4
 
     monkeypatch.setattr(m.model, "prefill_ptr", prefill_ptr)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
@@ -433,33 +564,59 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
     cases = (dict(input_ids=ids, labels=labels), dict(input_ids=ids, attention_mask=mask, labels=labels),
              dict(input_ids=ids, attention_mask=right.bool(), labels=labels), dict(input_ids=ids[0].to(torch.int32)),
              dict(inputs_embeds=embeds, attention_mask=mask), dict(input_ids=ids, labels=torch.full((B, T), -100)))
-    for kw in cases:
-        monkeypatch.setattr(hf._StandIn, "_on_model_gpu", lambda self, x: True)
-        got = m(**kw)
-        monkeypatch.setattr(hf._StandIn, "_on_model_gpu", lambda self, x: False)
-        want = m(**kw)
-        assert isinstance(got.logits, torch.Tensor) and got.logits.dtype == torch.float32
-        assert got.logits.shape == want.logits.shape
-        # The two ways group the rows into other GEMMs (and the scan's
-        # chunks split a right-padded row elsewhere): the f32 engines' bound.
-        assert rel_err(got.logits.numpy(), want.logits.numpy()) <= 1e-4, sorted(kw)
-        if "attention_mask" in kw:
-            assert not torch.any(got.logits[kw["attention_mask"] == 0])
-        if want.loss is not None:
-            assert got.loss.shape == () and got.loss.dtype == torch.float32
-            assert np.allclose(got.loss.item(), want.loss.item(), rtol=1e-5, equal_nan=True), (got.loss, want.loss)
-        if "labels" not in kw:  # the backbone's states, the same way
-            monkeypatch.setattr(hf._StandIn, "_on_model_gpu", lambda self, x: True)
-            got = MambaModel(m.model)(**kw).last_hidden_state
-            monkeypatch.setattr(hf._StandIn, "_on_model_gpu", lambda self, x: False)
-            assert rel_err(got.numpy(), MambaModel(m.model)(**kw).last_hidden_state.numpy()) <= 1e-4, sorted(kw)
+    for use_cache in (None, False):
+        for kw in cases:
+            got, want = both(m, **kw, use_cache=use_cache)
+            assert isinstance(got.logits, torch.Tensor) and got.logits.dtype == torch.float32
+            assert got.logits.shape == want.logits.shape
+            # The two ways group the rows into other GEMMs (and the scan's
+            # chunks split a right-padded row elsewhere): the f32 engines' bound.
+            assert rel_err(got.logits.numpy(), want.logits.numpy()) <= 1e-4, sorted(kw)
             if "attention_mask" in kw:
-                assert not torch.any(got[kw["attention_mask"] == 0])
-    sent = [s for s, logits in sent if logits]
+                assert not torch.any(got.logits[kw["attention_mask"] == 0])
+            same_cache(got.cache, want.cache)
+            if want.loss is not None:
+                assert got.loss.shape == () and got.loss.dtype == torch.float32
+                assert np.allclose(got.loss.item(), want.loss.item(), rtol=1e-5, equal_nan=True), (got.loss, want.loss)
+            if "labels" not in kw:  # the backbone's states, the same way
+                got, want = both(MambaModel(m.model), **kw, use_cache=use_cache)
+                assert rel_err(got.last_hidden_state.numpy(), want.last_hidden_state.numpy()) <= 1e-4, sorted(kw)
+                same_cache(got.cache, want.cache)
+                if "attention_mask" in kw:
+                    assert not torch.any(got.last_hidden_state[kw["attention_mask"] == 0])
+    masks = [s for s, logits in sent if logits]
+    # With a cache kept each row's tokens move to its end; without, trailing padding runs as tokens.
+    moved = (np.arange(T) >= np.array([0, 5, 6, 5])[:, None]).astype(np.int64)
+    moved_right = (np.arange(T) >= np.array([9, 0, 0, 0])[:, None]).astype(np.int64)
     lead = (np.arange(T) >= np.array([0, 5, 0, 2])[:, None]).astype(np.int64)
-    assert [s is None for s in sent] == [True, False, True, True, False, True]
-    assert np.array_equal(sent[1], lead) and np.array_equal(sent[4], lead)
-    monkeypatch.setattr(hf._StandIn, "_on_model_gpu", lambda self, x: True)
+    want_masks = [None, moved, moved_right, None, moved, None, None, lead, None, None, lead, None]
+    assert len(masks) == len(want_masks)
+    for got, want in zip(masks, want_masks):
+        assert (got is None and want is None) or np.array_equal(got, want)
+
+    # A cache continued: the next chunk (given the mask of the whole
+    # sequence so far), then a decode step's token a row.
+    got, want = both(m, input_ids=ids[:, :7], attention_mask=mask[:, :7])
+    same_cache(got.cache, want.cache)
+    gpu_cache, host_cache = got.cache, want.cache
+    for kw, host_kw in ((dict(input_ids=ids[:, 7:], attention_mask=mask), dict(input_ids=ids[:, 7:], attention_mask=mask[:, 7:])),
+                        (dict(input_ids=ids[:, :1], logits_to_keep=1), dict(input_ids=ids[:, :1]))):
+        gpu(True)
+        got = m(**kw, cache=gpu_cache)
+        gpu(False)
+        want = m(**host_kw, cache=host_cache)
+        assert got.cache is gpu_cache and want.cache is host_cache
+        assert got.logits.shape == want.logits.shape
+        assert rel_err(got.logits.numpy(), want.logits.numpy()) <= 1e-4, sorted(kw)
+        same_cache(got.cache, want.cache)
+    assert gpu_cache.seen == T + 1
+    gpu(True)
+    last = m(ids, use_cache=False, logits_to_keep=1).logits  # the engine's last position alone
+    assert sent[-1] == (None, True) and last.shape == (B, 1, V)
+    gpu(False)
+    assert rel_err(last.numpy(), m(ids).logits[:, -1:].numpy()) <= 1e-4
+
+    gpu(True)
     for bad, exc, match in ((torch.full((B, T), V), ValueError, f"{V}"), (torch.full((B, T), -2), ValueError, "-2"),
                             (labels[:, :3], ValueError, "shape"), (labels.float(), TypeError, "integers")):
         with pytest.raises(exc, match=match):

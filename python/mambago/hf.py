@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import Model, _batched, _is_torch_tensor, _spans
+from .model import Model, State, _batched, _is_torch_tensor, _spans
 
 # transformers' from_pretrained arguments that choose nothing here, or that
 # name what device= and dtype= choose.
@@ -41,24 +41,86 @@ IGNORE_INDEX = -100
 
 class CausalLMOutput:
     """What a forward call returns, as transformers' output reads: logits
-    [B, T, V] (float32) and, given labels, loss (a float32 scalar), read as
-    out.logits, out["logits"], or by place, loss first where there is one
-    (out[0])."""
+    [B, T, V] (float32), given labels loss (a float32 scalar), and with
+    use_cache the MambaCache to continue from (cache, also read as
+    cache_params, transformers 4's name). Read as out.logits,
+    out["logits"], or by place in transformers' order (loss, logits,
+    cache), leaving out what is not set."""
 
-    def __init__(self, logits, loss=None):
+    def __init__(self, logits, loss=None, cache=None):
         self.logits = logits
         self.loss = loss
+        self.cache = cache
+
+    @property
+    def cache_params(self):
+        """The cache, under transformers 4's name."""
+        return self.cache
 
     def to_tuple(self) -> tuple:
-        """The outputs that are set, in transformers' order: (loss, logits) or (logits,)."""
-        return tuple(v for v in (self.loss, self.logits) if v is not None)
+        """The outputs that are set, in transformers' order: loss, logits, cache."""
+        return tuple(v for v in (self.loss, self.logits, self.cache) if v is not None)
 
     def __getitem__(self, key):
         if isinstance(key, (int, slice)):
             return self.to_tuple()[key]
-        if key == "logits" or (key == "loss" and self.loss is not None):
+        key = "cache" if key == "cache_params" else key
+        if key in ("logits", "loss", "cache") and getattr(self, key) is not None:
             return getattr(self, key)
         raise KeyError(key)
+
+
+class MambaCache:
+    """The carried state of a batch of sequences (every layer's conv window
+    and SSM state), as a forward call with use_cache returns it: transformers'
+    cache, for Mamba. Passed back as cache= (or cache_params=) with the next
+    tokens, it continues those sequences: the call updates it in place and
+    returns it again, as transformers' hand-written decoding loops expect.
+
+        out = model(input_ids, use_cache=True)
+        for _ in range(20):
+            next_ids = out.logits[:, -1:].argmax(-1)
+            out = model(next_ids, cache=out.cache)
+
+    .state is the mambago.State behind it (conv_state(layer), ssm_state(layer));
+    MambaCache(state, seen) wraps one, seen being the positions it holds."""
+
+    def __init__(self, state: State, seen: int = 0):
+        if not isinstance(state, State):
+            raise TypeError(f"MambaCache wraps a mambago.State, got {type(state).__name__}")
+        if isinstance(seen, bool) or not isinstance(seen, (int, np.integer)) or seen < 0:
+            raise ValueError(f"seen must be a count of positions (an int, 0 or more), got {seen!r}")
+        self.state = state
+        self.seen = int(seen)
+
+    @property
+    def batch_size(self) -> int:
+        """The number of sequences it holds."""
+        return self.state.batch_size
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """The positions fed through it so far, padding included (every layer
+        has seen the same)."""
+        return self.seen
+
+    def reset(self) -> None:
+        """Zero it, for new sequences."""
+        self.state.reset()
+        self.seen = 0
+
+    def copy(self) -> "MambaCache":
+        """A cache holding this one's values, to continue two ways or to come
+        back to (copy.copy and copy.deepcopy give the same)."""
+        return MambaCache(self.state.copy(), self.seen)
+
+    def __copy__(self):
+        return self.copy()
+
+    def __deepcopy__(self, memo):
+        return self.copy()
+
+    def __repr__(self):
+        return f"mambago.hf.MambaCache(batch_size={self.batch_size}, seen={self.seen})"
 
 
 class _StandIn:
@@ -169,15 +231,13 @@ class _StandIn:
     def _return_dict(kwargs, only: str) -> bool:
         """What a forward call's other transformers arguments ask, as
         kwargs holds them: return_dict (False: the output's tuple), and
-        output_hidden_states or cache_params asking for nothing (False,
-        None). Anything else is a TypeError, as is asking for more than
-        only, what the call returns."""
+        output_hidden_states asking for nothing (False, None). Anything
+        else is a TypeError, as is asking for more than only, what the call
+        returns."""
         kwargs = dict(kwargs)
         return_dict = kwargs.pop("return_dict", None)
         if kwargs.get("output_hidden_states") in (False, None):
             kwargs.pop("output_hidden_states", None)
-        if kwargs.get("cache_params", 0) is None:
-            kwargs.pop("cache_params")
         if kwargs:
             raise TypeError(f"unsupported arguments {sorted(kwargs)}: this model returns {only} only")
         return return_dict is None or bool(return_dict)
@@ -187,42 +247,136 @@ class _StandIn:
         return (_is_torch_tensor(x) and x.is_cuda and self.model.device == "cuda"
                 and x.device.index == self.model.device_index)
 
-    def _run_on_gpu(self, input_ids, inputs_embeds, attention_mask, logits: bool):
-        """Every position's states ([B, T, d]) or, with logits, their logits
-        ([B, T, V]), float32, for a prompt already on the model's GPU, made
-        there by Model.prefill_ptr on torch's current stream: nothing of the
-        output's size crosses to the host."""
+    def _run(self, input_ids, inputs_embeds, attention_mask, *, logits: bool, keep=0, cache=None,
+             cache_params=None, cache_position=None, use_cache=None):
+        """A forward call's work: logits [B, T', V] or (logits=False) the
+        states [B, T', d] of the positions keep picks (transformers'
+        logits_to_keep: 0 all, an int k the last k, a 1-D array those
+        positions), as the input's kind of array, and the cache to return
+        (None for use_cache=False). A cache given is continued and updated;
+        without one the prompt starts fresh, into a new cache unless
+        use_cache is False."""
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("give exactly one of input_ids or inputs_embeds")
+        if cache is not None and cache_params is not None:
+            raise TypeError("give cache or cache_params (transformers 4's name for it), not both")
+        cache = cache if cache is not None else cache_params
+        name, rank = ("input_ids", 2) if inputs_embeds is None else ("inputs_embeds", 3)
+        like = input_ids if inputs_embeds is None else inputs_embeds
+        on_gpu = self._on_model_gpu(like)
+        x = _batched(name, like if on_gpu else _numpy(like), rank)
+        B, T = x.shape[0], x.shape[1]
+        cache, fresh = self._cache_for(cache, cache_position, use_cache, B)
+        mask = None if attention_mask is None else _numpy(attention_mask)
+        if mask is not None and not fresh and mask.shape[-1] > T:
+            mask = mask[..., -T:]  # a mask of the whole sequence so far: the new positions' part
+        at = _kept(keep, T)
+        state = None if cache is None else cache.state
+        if on_gpu:
+            out = self._run_on_gpu(x, name, mask, logits, state, at)
+        else:
+            out = _like(self._run_on_host(x, name, mask, logits, state, fresh, at), like)
+        if cache is not None:
+            cache.seen += T
+        return out, (None if use_cache is False else cache)
+
+    def _cache_for(self, cache, cache_position, use_cache, B):
+        """The MambaCache a forward call of B rows runs on, and whether it
+        holds new sequences (zero): the cache given, reset where
+        cache_position starts at 0 (transformers 4's sign of a new prompt);
+        else a new one, or none for use_cache=False."""
+        start = None
+        if cache_position is not None:
+            flat = np.asarray(_numpy(cache_position)).reshape(-1)
+            if flat.size == 0 or flat.dtype.kind not in "iu":
+                raise ValueError(f"cache_position must hold the positions' indices (integers), got {flat!r}")
+            start = int(flat[0])
+        if cache is None:
+            if start not in (None, 0):
+                raise ValueError(f"cache_position starts at {start}, but no cache was given: pass the cache "
+                                 f"the last call returned (cache=out.cache)")
+            return (None, True) if use_cache is False else (MambaCache(self.model.new_state(B)), True)
+        if not isinstance(cache, MambaCache):
+            raise TypeError(f"cache must be the mambago.hf.MambaCache a forward call with use_cache=True returned, "
+                            f"got {type(cache).__name__}")
+        if cache.state._model is not self.model:
+            raise ValueError("cache was made by another model")
+        if cache.batch_size != B:
+            raise ValueError(f"cache holds {cache.batch_size} sequences, but the input has batch size {B}")
+        if start == 0:
+            cache.reset()
+            return cache, True
+        if start is not None and start != cache.seen:
+            raise ValueError(f"cache_position starts at {start}, but the cache holds {cache.seen} positions")
+        return cache, False
+
+    def _run_on_host(self, x, name, mask, logits, state, fresh, at):
+        """_run for a prompt x (numpy, batched) given on the host. One new
+        token a row after a prefill is a decode step (Model.step) where it
+        gives logits."""
+        B, T = x.shape[0], x.shape[1]
+        if (logits and not fresh and name == "input_ids" and T == 1 and
+                (mask is None or _spans(mask, B, T) is None)):
+            out = self.model.step(x[:, 0], state)[:, None]
+            return out if at is None else out[:, at]
+        last = at is not None and at.tolist() == [T - 1] and (mask is None or _spans(mask, B, T) is None)
+        ids, embeds = (x, None) if name == "input_ids" else (None, x)
+        hidden = self.model._prefill(ids, embeds, None, state, fresh, "last" if last else "all", mask)
+        if last:
+            hidden = hidden[:, None]
+        elif at is not None:
+            hidden = np.ascontiguousarray(hidden[:, at])
+        return self.model.logits(hidden) if logits else hidden
+
+    def _run_on_gpu(self, x, name, mask, logits: bool, state, at):
+        """_run for a prompt x (a torch tensor, batched) already on the
+        model's GPU, made there by Model.prefill_ptr on torch's current
+        stream: nothing of the output's size crosses to the host."""
         import torch
 
-        if inputs_embeds is not None:
-            kind, x = "embeds", inputs_embeds.detach()
+        if name == "inputs_embeds":
+            kind, x = "embeds", x.detach()
             if x.dtype not in (torch.float32, torch.bfloat16, torch.float16):
                 x = x.float()
-            rank = 3
         else:
-            kind, x, rank = "ids", input_ids.detach().to(torch.int64), 2
-        x = _batched("inputs_embeds" if kind == "embeds" else "input_ids", x, rank).contiguous()
-        B, T = x.shape[:2]
-        lead, ends = None, None
-        if attention_mask is not None:
-            spans = _spans(_numpy(attention_mask), B, T)
-            if spans is not None:
-                first, count = spans[:, 0], spans[:, 1]
-                # The engine takes padding before the tokens; positions after
-                # a row's tokens cannot change its tokens' outputs (the model
-                # is causal), so they run as tokens and are zeroed after.
-                if np.any(first > 0):
-                    lead = (np.arange(T) >= first[:, None]).astype(np.int64)
-                if np.any(first + count < T):
-                    ends = torch.from_numpy(first + count).to(x.device)
+            kind, x = "ids", x.detach().to(torch.int64)
+        x = x.contiguous()
+        B, T = x.shape[0], x.shape[1]
+        rows = torch.arange(B, device=x.device)[:, None]
+        lead, ends, back = None, None, None
+        spans = None if mask is None else _spans(mask, B, T)
+        if spans is not None:
+            first, end = spans[:, 0], spans[:, 0] + spans[:, 1]
+            if np.any(end < T) and state is not None:
+                # The state must be what each row's tokens alone give, and the
+                # engine takes padding before them only: each row's tokens
+                # move to its end, and its outputs back after.
+                shift = T - end
+                pos = np.arange(T)[None, :]
+                x = x[rows, torch.from_numpy((pos - shift[:, None]) % T).to(x.device)].contiguous()
+                back = torch.from_numpy((pos + shift[:, None]) % T).to(x.device)
+                first, end = first + shift, np.full(B, T)
+            # Padding after a row's tokens cannot change its tokens' outputs
+            # (the model is causal): where no state is kept it runs as tokens,
+            # its outputs zeroed after.
+            if np.any(first > 0):
+                lead = (np.arange(T) >= first[:, None]).astype(np.int64)
+            if np.any(end < T):
+                ends = torch.from_numpy(end).to(x.device)
+        last = at is not None and at.tolist() == [T - 1] and spans is None
         width = self.config.vocab_size if logits else self.config.hidden_size
-        out = torch.empty((B, T, width), dtype=torch.float32, device=x.device)
-        self.model.prefill_ptr(x.data_ptr(), tuple(x.shape), out_ptr=out.data_ptr(), kind=kind, output="all",
-                               logits=logits, input_dtype=str(x.dtype) if kind == "embeds" else None,
-                               attention_mask=lead, stream=torch.cuda.current_stream(x.device).cuda_stream)
+        out = torch.empty((B, 1 if last else T, width), dtype=torch.float32, device=x.device)
+        self.model.prefill_ptr(x.data_ptr(), tuple(x.shape), out_ptr=out.data_ptr(), kind=kind,
+                               output="last" if last else "all", logits=logits,
+                               input_dtype=str(x.dtype) if kind == "embeds" else None, attention_mask=lead,
+                               state=state, stream=torch.cuda.current_stream(x.device).cuda_stream)
         if ends is not None:
             after = torch.arange(T, device=x.device)[None, :] >= ends[:, None]
             out.masked_fill_(after[..., None], 0.0)
+        if back is not None:
+            out = out[rows, back]
+        if at is not None and not last:
+            out = out[:, torch.from_numpy(at).to(x.device)]
         return out
 
 
@@ -233,42 +387,50 @@ class MambaForCausalLM(_StandIn):
     its config is .config."""
 
     def __call__(self, input_ids=None, *, inputs_embeds=None, attention_mask=None, labels=None, use_cache=None,
+                 cache=None, cache_params=None, cache_position=None, logits_to_keep=0,
                  **kwargs) -> CausalLMOutput:
-        """Logits [B, T, V] at every position of a prompt from a zero state.
-        An attention_mask with zeros marks padding before or after each row's
-        tokens (Model.prefill): the tokens' logits are what the row alone
-        gives, as transformers gives them for left padding, and the padding's
-        logits are zero. use_cache changes nothing (no cache is returned).
+        """Logits [B, T, V] at every position of a prompt. An attention_mask
+        with zeros marks padding before or after each row's tokens
+        (Model.prefill): the tokens' logits are what the row alone gives, as
+        transformers gives them for left padding, and the padding's logits
+        are zero. A prompt on the model's GPU stays there: the logits are
+        made on the device (Model.prefill_ptr) and the loss taken there by
+        torch.
+
+        Caches, as transformers has them: unless use_cache=False the output
+        carries a MambaCache (out.cache, or out.cache_params) holding each
+        sequence's state after the prompt (after its tokens, where padded).
+        Given back as cache= (or cache_params=), the call continues those
+        sequences with the new positions, updating the cache in place; a
+        decode step's one new token a row runs as one (Model.step) where the
+        input is on the host. A mask as wide as the whole sequence so far is
+        read at the new positions. cache_position, where given, must start
+        at the positions the cache holds, or at 0 to start it over.
+        logits_to_keep (an int k: the last k positions; a 1-D array: those
+        positions; 0: all) returns only those positions' logits.
 
         labels [B, T] (token ids, or -100 for a position to leave out) add
         the loss transformers computes, for perplexity: the mean cross
         entropy of each position's logits against the next position's label,
         over the labels not left out (NaN where all are). Give the padding's
         labels -100, as transformers' data collators do: its logits are zero
-        here. A prompt on the model's GPU stays there: the logits are made
-        on the device (Model.prefill_ptr) and the loss taken there by
-        torch. return_dict=False gives the output's tuple, as transformers
-        does; output_hidden_states=False and cache_params=None change
-        nothing. Arguments that ask for more (caches, hidden states) are a
-        TypeError."""
-        as_dict = self._return_dict(kwargs, "logits and loss")
-        out = self._forward(input_ids, inputs_embeds, attention_mask, labels)
+        here. return_dict=False gives the output's tuple, as transformers
+        does; output_hidden_states=False changes nothing. Arguments that ask
+        for more (each layer's hidden states) are a TypeError."""
+        as_dict = self._return_dict(kwargs, "logits, loss and cache")
+        if labels is not None and not (isinstance(logits_to_keep, (int, np.integer)) and logits_to_keep == 0):
+            raise ValueError("labels need every position's logits: leave logits_to_keep at 0")
+        logits, cache = self._run(input_ids, inputs_embeds, attention_mask, logits=True, keep=logits_to_keep,
+                                  cache=cache, cache_params=cache_params, cache_position=cache_position,
+                                  use_cache=use_cache)
+        loss = None
+        if labels is not None:
+            if _is_torch_tensor(logits) and logits.is_cuda:
+                loss = _gpu_causal_lm_loss(logits, labels)
+            else:
+                loss = _like(causal_lm_loss(_numpy(logits), _numpy(labels)), logits)
+        out = CausalLMOutput(logits, loss, cache)
         return out if as_dict else out.to_tuple()
-
-    def _forward(self, input_ids, inputs_embeds, attention_mask, labels) -> CausalLMOutput:
-        """__call__'s output."""
-        like = input_ids if input_ids is not None else inputs_embeds
-        if self._on_model_gpu(like):
-            logits = self._run_on_gpu(input_ids, inputs_embeds, attention_mask, logits=True)
-            return CausalLMOutput(logits, None if labels is None else _gpu_causal_lm_loss(logits, labels))
-        mask = None if attention_mask is None else _numpy(attention_mask)
-        if inputs_embeds is not None:
-            hidden = self.model.prefill(inputs_embeds=_numpy(inputs_embeds), output="all", attention_mask=mask)
-        else:
-            hidden = self.model.prefill(_numpy(input_ids), output="all", attention_mask=mask)
-        logits = self.model.logits(hidden)
-        loss = None if labels is None else _like(causal_lm_loss(logits, _numpy(labels)), like)
-        return CausalLMOutput(_like(logits, like), loss)
 
     def generate(self, input_ids, max_new_tokens: int | None = None, *, max_length: int | None = None,
                  do_sample: bool = False, temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0,
@@ -328,21 +490,31 @@ class MambaForCausalLM(_StandIn):
 
 class BaseModelOutput:
     """What MambaModel's forward call returns, as transformers' output
-    reads: last_hidden_state [B, T, d] (float32, after the final norm), as
-    out.last_hidden_state, out["last_hidden_state"] or out[0]."""
+    reads: last_hidden_state [B, T, d] (float32, after the final norm) and,
+    with use_cache, the MambaCache to continue from (cache, or
+    cache_params); as out.last_hidden_state, out["last_hidden_state"] or
+    by place (out[0])."""
 
-    def __init__(self, last_hidden_state):
+    def __init__(self, last_hidden_state, cache=None):
         self.last_hidden_state = last_hidden_state
+        self.cache = cache
+
+    @property
+    def cache_params(self):
+        """The cache, under transformers 4's name."""
+        return self.cache
 
     def to_tuple(self) -> tuple:
-        """(last_hidden_state,), as transformers' to_tuple gives it."""
-        return (self.last_hidden_state,)
+        """(last_hidden_state, cache), leaving out the cache where there is
+        none, as transformers' to_tuple gives it."""
+        return tuple(v for v in (self.last_hidden_state, self.cache) if v is not None)
 
     def __getitem__(self, key):
         if isinstance(key, (int, slice)):
             return self.to_tuple()[key]
-        if key == "last_hidden_state":
-            return self.last_hidden_state
+        key = "cache" if key == "cache_params" else key
+        if key in ("last_hidden_state", "cache") and getattr(self, key) is not None:
+            return getattr(self, key)
         raise KeyError(key)
 
 
@@ -354,32 +526,23 @@ class MambaModel(_StandIn):
     after the final norm. The mambago Model behind it is .model; its
     config is .config."""
 
-    def __call__(self, input_ids=None, *, inputs_embeds=None, attention_mask=None, use_cache=None,
-                 **kwargs) -> BaseModelOutput:
+    def __call__(self, input_ids=None, *, inputs_embeds=None, attention_mask=None, use_cache=None, cache=None,
+                 cache_params=None, cache_position=None, **kwargs) -> BaseModelOutput:
         """last_hidden_state [B, T, d] (float32) at every position of a
-        prompt from a zero state. An attention_mask with zeros marks
-        padding before or after each row's tokens (Model.prefill): each
-        token's state is what the row alone gives, and the padding's is
-        zero. A prompt on the model's GPU stays there (Model.prefill_ptr).
-        use_cache, output_hidden_states=False and cache_params=None change
-        nothing, and return_dict=False gives the output's tuple; arguments
-        that ask for more (caches, each layer's hidden states) are a
+        prompt. An attention_mask with zeros marks padding before or after
+        each row's tokens (Model.prefill): each token's state is what the
+        row alone gives, and the padding's is zero. A prompt on the model's
+        GPU stays there (Model.prefill_ptr). use_cache, cache (or
+        cache_params) and cache_position work as MambaForCausalLM's: the
+        output's cache continues the sequences. return_dict=False gives the
+        output's tuple; output_hidden_states=False changes nothing, and
+        arguments that ask for more (each layer's hidden states) are a
         TypeError."""
-        as_dict = self._return_dict(kwargs, "last_hidden_state")
-        out = self._forward(input_ids, inputs_embeds, attention_mask)
+        as_dict = self._return_dict(kwargs, "last_hidden_state and cache")
+        hidden, cache = self._run(input_ids, inputs_embeds, attention_mask, logits=False, cache=cache,
+                                  cache_params=cache_params, cache_position=cache_position, use_cache=use_cache)
+        out = BaseModelOutput(hidden, cache)
         return out if as_dict else out.to_tuple()
-
-    def _forward(self, input_ids, inputs_embeds, attention_mask) -> BaseModelOutput:
-        """__call__'s output."""
-        like = input_ids if input_ids is not None else inputs_embeds
-        if self._on_model_gpu(like):
-            return BaseModelOutput(self._run_on_gpu(input_ids, inputs_embeds, attention_mask, logits=False))
-        mask = None if attention_mask is None else _numpy(attention_mask)
-        if inputs_embeds is not None:
-            hidden = self.model.prefill(inputs_embeds=_numpy(inputs_embeds), output="all", attention_mask=mask)
-        else:
-            hidden = self.model.prefill(_numpy(input_ids), output="all", attention_mask=mask)
-        return BaseModelOutput(_like(hidden, like))
 
 
 def _check_labels(labels: np.ndarray, B: int, T: int, V: int) -> None:
@@ -478,6 +641,24 @@ def _numpy(x) -> np.ndarray:
         return x.cpu().numpy()
     a = np.asarray(x)
     return a.astype(np.float32) if a.dtype == np.float16 else a
+
+
+def _kept(keep, T: int):
+    """transformers' logits_to_keep for T positions as the positions it
+    keeps (int64 [k], in order), or None for all of them: an int k keeps
+    the last k (0: all), a 1-D array of indices those positions."""
+    if isinstance(keep, bool):
+        raise TypeError("logits_to_keep must be an int or a 1-D array of positions, got a bool")
+    if isinstance(keep, (int, np.integer)):
+        if keep < 0:
+            raise ValueError(f"logits_to_keep must be 0 (all positions) or more, got {keep}")
+        return None if keep == 0 or keep >= T else np.arange(T - keep, T)
+    at = _numpy(keep)
+    if at.ndim != 1 or at.dtype.kind not in "iu":
+        raise TypeError(f"logits_to_keep must be an int or a 1-D array of positions, got {at.dtype} of shape {at.shape}")
+    if at.size and (at.min() < -T or at.max() >= T):
+        raise ValueError(f"logits_to_keep holds {at[(at < -T) | (at >= T)][0]}, outside the {T} positions")
+    return np.where(at < 0, at + T, at).astype(np.int64)
 
 
 def _torch():

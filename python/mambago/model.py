@@ -704,13 +704,19 @@ class Model(_Owner):
         (B·T) or more, called from the main thread, before its next layer,
         and leaves state as it was.
         """
+        return self._prefill(input_ids, inputs_embeds, features, state, state is None, output, attention_mask)
+
+    def _prefill(self, input_ids, inputs_embeds, features, state, fresh, output, attention_mask):
+        """prefill into state (made here where None), where fresh says the
+        prompts are new sequences: state is zero, so the engine need not
+        keep a copy of it for Ctrl-C, or copy it between a padded batch's
+        row lengths."""
         x, kind = self._prompt(input_ids, inputs_embeds, features)
         if not isinstance(output, str) or output not in _OUTPUTS:
             raise ValueError(f"output must be one of {_OUTPUTS}, got {output!r}")
         cfg = self.config
         B, T = x.shape[0], x.shape[1]
-        fresh = state is None
-        if fresh:
+        if state is None:
             state = self.new_state(B)
         self._check_state(state, B)
         spans = _spans(attention_mask, B, T)
