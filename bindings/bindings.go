@@ -529,6 +529,30 @@ func PrefillDevice(model, state int64, kind string, in uintptr, inType string, B
 	return true, dp.PrefillDevicePadded(st, kind, in, it, T, counts, pool, dst, stream)
 }
 
+// deviceStepper is the CUDA engine's decode step on caller-owned device
+// memory (gpu.Engine.StepDevice).
+type deviceStepper interface {
+	StepDevice(st engine.State, ids, logits, stream uintptr) error
+}
+
+var _ deviceStepper = (*gpu.Engine)(nil)
+
+// StepDevice feeds one token per sequence of state (int64 [B] at the device
+// address ids) and writes the logits, float32 [B, V], to the device address
+// logits, queued on stream without waiting (gpu.Engine.StepDevice).
+func StepDevice(model, state int64, ids, logits, stream uintptr) (ok bool, err error) {
+	defer guard(&err)
+	m, st, err := modelState(model, state)
+	if err != nil {
+		return false, err
+	}
+	ds, isGPU := m.Engine.(deviceStepper)
+	if !isGPU {
+		return false, fmt.Errorf("ValueError: step_ptr needs the CUDA engine; this model runs on %s", m.Device())
+	}
+	return true, ds.StepDevice(st, ids, logits, stream)
+}
+
 // Step feeds one token per sequence (int64 [B] at ids) and writes the logits,
 // float32 [B, V], to out.
 func Step(model, state int64, ids uintptr, B int, out uintptr, outLen int) (written int, err error) {

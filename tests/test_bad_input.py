@@ -471,3 +471,19 @@ def test_load_notice(tmp_path, capsys):
         mambago.Model.from_pretrained(str(tmp_path), device="cpu")
     err = capsys.readouterr().err
     assert f"mambago: reading 1.6 GB of weights from {tmp_path}" in err and "loaded in" not in err, err
+
+
+def test_step_ptr_needs_the_cuda_engine_and_its_arguments(m):
+    """step_ptr: ints for the addresses and the stream, non-null, a State
+    of this model; on the CPU engine a ValueError that names the engine."""
+    st = m.new_state(1)
+    with pytest.raises(ValueError, match="CUDA engine"):
+        m.step_ptr(16, st, logits_ptr=16)
+    with pytest.raises(TypeError, match="ids_ptr"):
+        m.step_ptr("0x10", st, logits_ptr=16)
+    with pytest.raises(ValueError, match="non-null"):
+        m.step_ptr(16, st, logits_ptr=0)
+    with pytest.raises(ValueError, match="stream must be non-negative"):
+        m.step_ptr(16, st, logits_ptr=16, stream=-1)
+    with pytest.raises(TypeError, match="state must be a mambago.State"):
+        m.step_ptr(16, None, logits_ptr=16)

@@ -138,6 +138,35 @@ def test_prefill_ptr_logits(model_dtype):
     assert not torch.any(want[1, :4]) and not torch.any(want[2, :T - 1])
 
 
+@pytest.mark.parametrize("model_dtype", ["float32", "bfloat16"])
+def test_step_ptr(model_dtype):
+    """step_ptr after a prompt, from torch's ids into a NaN-filled torch
+    tensor on torch's stream: Model.step's logits of a twin state to the
+    bit at every step, eager ones and, past the engine's 32, a kept
+    graph's; the two states end the same."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("torch has no CUDA")
+    rng = np.random.default_rng()
+    m = mambago.Model.from_pretrained(case_dir("base"), device="cuda", dtype=model_dtype)
+    B, V = 3, m.config.vocab_size
+    prompt = rng.integers(0, V, size=(B, 9))
+    st, twin = m.new_state(B), m.new_state(B)
+    m.prefill(prompt, state=st)
+    m.prefill(prompt, state=twin)
+    stream = torch.cuda.current_stream().cuda_stream
+    for i in range(40):
+        ids = rng.integers(0, V, size=B)
+        dev = torch.from_numpy(ids).cuda()
+        out = torch.full((B, V), float("nan"), device="cuda")
+        m.step_ptr(dev.data_ptr(), st, logits_ptr=out.data_ptr(), stream=stream)
+        want = m.step(ids, twin)
+        assert torch.equal(out.cpu(), torch.from_numpy(want)), i
+    for layer in range(m.config.num_hidden_layers):
+        assert np.array_equal(st.ssm_state(layer), twin.ssm_state(layer))
+        assert np.array_equal(st.conv_state(layer), twin.conv_state(layer))
+
+
 def test_prefill_ptr_bad_input():
     m = mambago.Model.from_pretrained(case_dir("base"), device="cuda")
     with pytest.raises(TypeError, match="input_ptr"):

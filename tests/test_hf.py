@@ -489,6 +489,14 @@ def test_forward_on_the_gpu_stays_there(dtype):
         with pytest.raises(ValueError, match="labels holds"):
             m(ids.cuda(), labels=bad.cuda())
     assert torch.isnan(m(ids.cuda(), labels=torch.full((B, T), -100)).loss)
+    # A hand-written decoding loop on the GPU (prompt, then 40 steps: eager,
+    # then the step graph kept with the cache) against the same on the host.
+    got, want = m(ids.cuda(), attention_mask=mask.cuda()), m(ids, attention_mask=mask)
+    for i in range(40):
+        nxt = want.logits[:, -1:].argmax(-1)
+        got, want = m(nxt.cuda(), cache=got.cache), m(nxt, cache=want.cache)
+        assert got.logits.device == torch.device("cuda:0") and got.logits.shape == (B, 1, V)
+        assert rel_err(got.logits.cpu().numpy(), want.logits.numpy()) <= tol, (i, dtype)
     assert rel_err(m(ids.cuda()).logits.cpu().numpy(), m(ids).logits.numpy()) <= tol  # the context lives on
 
 
@@ -528,6 +536,15 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
             out = m.model.logits(out)
         ctypes.memmove(out_ptr, out.ctypes.data, out.nbytes)
 
+    stepped = []
+
+    def step_ptr(ids_ptr, state, *, logits_ptr, stream):
+        assert stream == 0
+        ids = np.ctypeslib.as_array((ctypes.c_int64 * state.batch_size).from_address(ids_ptr)).copy()
+        stepped.append(ids)
+        out = m.model.step(ids, state)
+        ctypes.memmove(logits_ptr, out.ctypes.data, out.nbytes)
+
     class Stream:
         cuda_stream = 0
 
@@ -549,6 +566,7 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
             assert rel_err(got.state.conv_state(layer), want.state.conv_state(layer)) <= 1e-4
 
     monkeypatch.setattr(m.model, "prefill_ptr", prefill_ptr)
+    monkeypatch.setattr(m.model, "step_ptr", step_ptr)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
     B, T, V = 4, 19, m.config.vocab_size
     ids = torch.randint(0, V, (B, T))
@@ -610,6 +628,7 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
         assert rel_err(got.logits.numpy(), want.logits.numpy()) <= 1e-4, sorted(kw)
         same_cache(got.cache, want.cache)
     assert gpu_cache.seen == T + 1
+    assert len(stepped) == 1 and np.array_equal(stepped[0], ids[:, 0].numpy())  # the step went to step_ptr
     gpu(True)
     last = m(ids, use_cache=False, logits_to_keep=1).logits  # the engine's last position alone
     assert sent[-1] == (None, True) and last.shape == (B, 1, V)

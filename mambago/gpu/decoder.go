@@ -51,6 +51,34 @@ type Decoder struct {
 	candK    int
 }
 
+// keptStep returns the step graph kept with s, capturing one once the
+// steps asked of s (its decoders', StepDevice's) reach DecoderGraphSteps
+// (> 0), or nil where s's steps run eagerly. A kept graph costs nothing
+// more to replay, whatever the steps; a new one pays once enough steps
+// were asked, so that repeated short runs (Generate's 20 tokens) capture
+// too. A kept graph that can no longer replay (the workspace grew, or the
+// GEMM mode changed) is destroyed first.
+func (e *Engine) keptStep(s *State) (*Graph, error) {
+	if s.step != nil && s.step.check() != nil {
+		if err := s.step.Destroy(); err != nil {
+			return nil, err
+		}
+		s.step = nil
+	}
+	n := e.DecoderGraphSteps
+	if n <= 0 || s.step == nil && s.decoded < n {
+		return nil, nil
+	}
+	if s.step == nil {
+		g, err := e.CaptureStep(s)
+		if err != nil {
+			return nil, err
+		}
+		s.step = g
+	}
+	return s.step, nil
+}
+
 // NewDecoder returns a decoder for st that will run about steps steps: with
 // a step graph when steps reaches DecoderGraphSteps (> 0). The graph stays
 // with st for its next decoder, until st is freed: a decoder captures one
@@ -63,22 +91,8 @@ func (e *Engine) NewDecoder(st engine.State, steps int) (engine.Decoder, error) 
 	}
 	d := &Decoder{e: e, s: s}
 	s.decoded += min(max(steps, 0), math.MaxInt-s.decoded) // saturates
-	if s.step != nil && s.step.check() != nil {            // the workspace grew, or the GEMM mode changed
-		if err := s.step.Destroy(); err != nil {
-			return nil, err
-		}
-		s.step = nil
-	}
-	// A kept graph costs nothing more to replay, whatever the steps; a new
-	// one pays once the state's decoders have asked for enough steps, so
-	// that repeated short runs (Generate's 20 tokens) capture too.
-	if n := e.DecoderGraphSteps; n > 0 && (s.step != nil || s.decoded >= n) {
-		if s.step == nil {
-			if s.step, err = e.CaptureStep(st); err != nil {
-				return nil, err
-			}
-		}
-		d.g = s.step
+	if d.g, err = e.keptStep(s); err != nil {
+		return nil, err
 	}
 	done, err := e.bind()
 	if err != nil {

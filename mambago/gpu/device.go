@@ -1,6 +1,8 @@
 package gpu
 
 import (
+	"math"
+
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
 )
@@ -54,6 +56,54 @@ func (e *Engine) PrefillDevicePadded(st engine.State, kind string, in uintptr, i
 		return err
 	}
 	return e.prefillDevice(st, kind, in, inType, shape, pool, out, stream)
+}
+
+// StepDevice is Step on caller-owned device memory, with no copy through
+// the host: int64 token ids [B] at ids in (B = st's batch; clamped into the
+// vocabulary on the device, not checked), float32 logits [B, V] to logits,
+// queued on stream after what it holds, without waiting, like
+// PrefillDevice. It replays the step graph kept with st (keptStep: once
+// the steps asked of st reach DecoderGraphSteps), and runs the step's
+// kernels eagerly before that; either way the logits are the same bits as
+// Step's.
+func (e *Engine) StepDevice(st engine.State, ids, logits, stream uintptr) error {
+	s, err := e.own(st)
+	if err != nil {
+		return err
+	}
+	if ids == 0 || logits == 0 {
+		return engine.Invalid("null device pointer (ids %#x, logits %#x)", ids, logits)
+	}
+	s.decoded += min(1, math.MaxInt-s.decoded) // saturates
+	g, err := e.keptStep(s)
+	if err != nil {
+		return err
+	}
+	if g != nil {
+		return g.StepDevice(ids, logits, stream)
+	}
+	B, V := s.batch, e.cfg.Vocab
+	done, err := e.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := e.checkBuffers(callerBuffer{"ids", ids, 8 * B}, callerBuffer{"logits", logits, 4 * B * V}); err != nil {
+		return err
+	}
+	if err := e.ensureOut(B * e.cfg.Hidden); err != nil {
+		return err
+	}
+	if err := e.ensureLogits(B * V); err != nil {
+		return err
+	}
+	return e.onStream(cuda.WrapStream(stream), func() error {
+		src := source{in: engine.Input{B: B, T: 1}, kind: "ids", dev: cuda.Ptr(ids)}
+		if err := e.stepDevice(s, src, e.ws.out.Ptr, e.ws.logits.Ptr); err != nil {
+			return err
+		}
+		return cuda.Copy(cuda.Ptr(logits), e.ws.logits.Ptr, 4*B*V, e.stream)
+	})
 }
 
 // prefillDevice is PrefillDevice of a prompt of shape's B, T and Pad.

@@ -17,6 +17,14 @@ installed (so `inputs.to(model.device)` works). A model already in PyTorch
 hands over with from_model. AutoModelForCausalLM is the same class: it
 loads Mamba and Falcon-Mamba checkpoints and refuses any other model type.
 
+Hand-written decoding loops keep a cache, as with transformers: a forward
+call's out.cache (a MambaCache, the engine's carried state) passed back as
+cache= continues the sequences, one token a row as a decode step.
+
+    out = model(input_ids, use_cache=True)
+    for _ in range(20):
+        out = model(out.logits[:, -1:].argmax(-1), cache=out.cache)
+
 MambaModel (also AutoModel) is the backbone, for embeddings and classifier
 heads: its forward call returns .last_hidden_state [B, T, d].
 
@@ -273,7 +281,7 @@ class _StandIn:
         at = _kept(keep, T)
         state = None if cache is None else cache.state
         if on_gpu:
-            out = self._run_on_gpu(x, name, mask, logits, state, at)
+            out = self._run_on_gpu(x, name, mask, logits, state, fresh, at)
         else:
             out = _like(self._run_on_host(x, name, mask, logits, state, fresh, at), like)
         if cache is not None:
@@ -310,16 +318,21 @@ class _StandIn:
             raise ValueError(f"cache_position starts at {start}, but the cache holds {cache.seen} positions")
         return cache, False
 
+    @staticmethod
+    def _is_step(x, name, spans, logits, fresh) -> bool:
+        """Whether a forward call is a decode step: one token a row, unpadded,
+        continuing a cache, for its logits."""
+        return logits and not fresh and name == "input_ids" and x.shape[1] == 1 and spans is None
+
     def _run_on_host(self, x, name, mask, logits, state, fresh, at):
-        """_run for a prompt x (numpy, batched) given on the host. One new
-        token a row after a prefill is a decode step (Model.step) where it
-        gives logits."""
+        """_run for a prompt x (numpy, batched) given on the host; a decode
+        step through Model.step."""
         B, T = x.shape[0], x.shape[1]
-        if (logits and not fresh and name == "input_ids" and T == 1 and
-                (mask is None or _spans(mask, B, T) is None)):
+        spans = None if mask is None else _spans(mask, B, T)
+        if self._is_step(x, name, spans, logits, fresh):
             out = self.model.step(x[:, 0], state)[:, None]
             return out if at is None else out[:, at]
-        last = at is not None and at.tolist() == [T - 1] and (mask is None or _spans(mask, B, T) is None)
+        last = at is not None and at.tolist() == [T - 1] and spans is None
         ids, embeds = (x, None) if name == "input_ids" else (None, x)
         hidden = self.model._prefill(ids, embeds, None, state, fresh, "last" if last else "all", mask)
         if last:
@@ -328,10 +341,11 @@ class _StandIn:
             hidden = np.ascontiguousarray(hidden[:, at])
         return self.model.logits(hidden) if logits else hidden
 
-    def _run_on_gpu(self, x, name, mask, logits: bool, state, at):
+    def _run_on_gpu(self, x, name, mask, logits: bool, state, fresh, at):
         """_run for a prompt x (a torch tensor, batched) already on the
-        model's GPU, made there by Model.prefill_ptr on torch's current
-        stream: nothing of the output's size crosses to the host."""
+        model's GPU, made there by Model.prefill_ptr (a decode step:
+        Model.step_ptr) on torch's current stream: nothing of the output's
+        size crosses to the host."""
         import torch
 
         if name == "inputs_embeds":
@@ -342,9 +356,14 @@ class _StandIn:
             kind, x = "ids", x.detach().to(torch.int64)
         x = x.contiguous()
         B, T = x.shape[0], x.shape[1]
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        spans = None if mask is None else _spans(mask, B, T)
+        if self._is_step(x, name, spans, logits, fresh):
+            out = torch.empty((B, 1, self.config.vocab_size), dtype=torch.float32, device=x.device)
+            self.model.step_ptr(x.data_ptr(), state, logits_ptr=out.data_ptr(), stream=stream)  # [B, 1]: B ids
+            return out if at is None else out[:, torch.from_numpy(at).to(x.device)]
         rows = torch.arange(B, device=x.device)[:, None]
         lead, ends, back = None, None, None
-        spans = None if mask is None else _spans(mask, B, T)
         if spans is not None:
             first, end = spans[:, 0], spans[:, 0] + spans[:, 1]
             if np.any(end < T) and state is not None:
@@ -369,7 +388,7 @@ class _StandIn:
         self.model.prefill_ptr(x.data_ptr(), tuple(x.shape), out_ptr=out.data_ptr(), kind=kind,
                                output="last" if last else "all", logits=logits,
                                input_dtype=str(x.dtype) if kind == "embeds" else None, attention_mask=lead,
-                               state=state, stream=torch.cuda.current_stream(x.device).cuda_stream)
+                               state=state, stream=stream)
         if ends is not None:
             after = torch.arange(T, device=x.device)[None, :] >= ends[:, None]
             out.masked_fill_(after[..., None], 0.0)

@@ -818,6 +818,26 @@ class Model(_Owner):
         _call(_b.Step, self._handle(), state._handle(), _addr(ids), ids.shape[0], _addr(out), out.size)
         return out
 
+    def step_ptr(self, ids_ptr: int, state: State, *, logits_ptr: int, stream: int = 0) -> None:
+        """step on caller-owned GPU memory, with no copy through the host
+        (CUDA engine): int64 token ids [B] at ids_ptr in (B = state's batch
+        size; e.g. tensor.data_ptr()), float32 logits [B, V] to logits_ptr,
+        queued on stream (torch.cuda.current_stream().cuda_stream; 0 is the
+        legacy default stream) without waiting, like prefill_ptr, whose checks
+        of the buffers apply. Ids are clamped into the vocabulary on the
+        device, not checked. Once state has taken enough steps (the engine's
+        DecoderGraphSteps, 32) they replay a step graph kept with it, as
+        generate's do; the logits are step's either way."""
+        for name, v in (("ids_ptr", ids_ptr), ("logits_ptr", logits_ptr), ("stream", stream)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{name} must be an int (a device address or handle), got {type(v).__name__}")
+            if v < 0:
+                raise ValueError(f"{name} must be non-negative, got {v}")
+        if ids_ptr == 0 or logits_ptr == 0:
+            raise ValueError("ids_ptr and logits_ptr must be non-null device addresses")
+        self._check_state(state, getattr(state, "batch_size", None))
+        _call(_b.StepDevice, self._handle(), state._handle(), int(ids_ptr), int(logits_ptr), int(stream))
+
     def reserve(self, batch_size: int, seq_len: int) -> None:
         """Size the CUDA engine's device workspace up front for prefills of up to
         batch_size sequences of seq_len positions and steps of up to batch_size
