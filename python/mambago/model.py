@@ -190,6 +190,19 @@ def _buffer_dtype(name, dtype):
     return s
 
 
+def _check_device_args(stream, **pointers):
+    """Raise unless stream (a CUDA stream handle) and each of pointers
+    (device addresses, by name) is a non-negative int and no pointer is
+    null."""
+    for name, v in (*pointers.items(), ("stream", stream)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+            raise TypeError(f"{name} must be an int (a device address or handle), got {type(v).__name__}")
+        if v < 0:
+            raise ValueError(f"{name} must be non-negative, got {v}")
+    if any(v == 0 for v in pointers.values()):
+        raise ValueError(f"{' and '.join(pointers)} must be non-null device addresses")
+
+
 def _nan(shape, dtype=np.float32):
     out = np.empty(shape, dtype=dtype)
     out.fill(np.nan)
@@ -769,13 +782,7 @@ class Model(_Owner):
         tensor is copied there, which waits for its stream), and the batch
         runs as one eager prefill, never a cached graph.
         """
-        for name, v in (("input_ptr", input_ptr), ("out_ptr", out_ptr), ("stream", stream)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"{name} must be an int (a device address or handle), got {type(v).__name__}")
-            if v < 0:
-                raise ValueError(f"{name} must be non-negative, got {v}")
-        if input_ptr == 0 or out_ptr == 0:
-            raise ValueError("input_ptr and out_ptr must be non-null device addresses")
+        _check_device_args(stream, input_ptr=input_ptr, out_ptr=out_ptr)
         if kind not in ("ids", "embeds", "features"):
             raise ValueError(f"kind must be 'ids', 'embeds' or 'features', got {kind!r}")
         if not isinstance(output, str) or output not in _OUTPUTS:
@@ -828,13 +835,7 @@ class Model(_Owner):
         device, not checked. Once state has taken enough steps (the engine's
         DecoderGraphSteps, 32) they replay a step graph kept with it, as
         generate's do; the logits are step's either way."""
-        for name, v in (("ids_ptr", ids_ptr), ("logits_ptr", logits_ptr), ("stream", stream)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"{name} must be an int (a device address or handle), got {type(v).__name__}")
-            if v < 0:
-                raise ValueError(f"{name} must be non-negative, got {v}")
-        if ids_ptr == 0 or logits_ptr == 0:
-            raise ValueError("ids_ptr and logits_ptr must be non-null device addresses")
+        _check_device_args(stream, ids_ptr=ids_ptr, logits_ptr=logits_ptr)
         self._check_state(state, getattr(state, "batch_size", None))
         _call(_b.StepDevice, self._handle(), state._handle(), int(ids_ptr), int(logits_ptr), int(stream))
 
@@ -1057,13 +1058,7 @@ class Graph(_Owner):
         checked."""
         if self._what != "step":
             raise ValueError("this graph captured a prefill; step_ptr replays steps")
-        for name, v in (("ids_ptr", ids_ptr), ("logits_ptr", logits_ptr), ("stream", stream)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"{name} must be an int (a device address or handle), got {type(v).__name__}")
-            if v < 0:
-                raise ValueError(f"{name} must be non-negative, got {v}")
-        if ids_ptr == 0 or logits_ptr == 0:
-            raise ValueError("ids_ptr and logits_ptr must be non-null device addresses")
+        _check_device_args(stream, ids_ptr=ids_ptr, logits_ptr=logits_ptr)
         _call(_b.GraphStepDevice, self._handle(), int(ids_ptr), int(logits_ptr), int(stream))
 
     def prefill(self, input_ids=None, *, inputs_embeds=None, features=None) -> np.ndarray:
