@@ -104,6 +104,11 @@
 #   hfforward: mambago.hf's forward with the prompt on the GPU, the logits made
 #             there against through the host (bench/hf_forward.py; 130m and 1.4b
 #             or $HF_FORWARD_SHAPES, cases $HF_FORWARD_CASES);
+#   hfcache:  a hand-written greedy decoding loop through mambago.hf with CUDA
+#             tensors (cache= each token: step_ptr, eager then a kept graph),
+#             against the whole sequence again, transformers' loop and
+#             Model.generate (bench/hf_cache.py; bf16, 130m and 1.4b or
+#             $HF_CACHE_SHAPES, T=512, 64 new tokens);
 #   steptrace: each kernel of a bf16 decode step graph in place (B=1 or
 #             $STEP_TRACE_B; 370m and 2.8b or $STEP_TRACE_SHAPES): its
 #             duration, its gap after the previous kernel and its share of
@@ -821,9 +826,9 @@ if [[ $mode == buffers ]]; then
   timeout 120 python3 bench/pointer_probe.py || status=1
   timeout 120 .carry/cuda.test -test.v -test.run 'CheckBuffer|LaunchCopyGraph' -test.bench CheckBuffer -test.benchtime 20000x 2>&1 \
     | tee "$OUT/buffers_cuda.log" | grep -E "^(---|ok|FAIL|Benchmark)|pointer_test|panic" || status=1
-  timeout 300 .carry/gpu.test -test.v -test.run 'RefuseBad|DeviceEntryMatches|DeviceEntryLogits|DevicePadded|GraphInPlace|GraphsReplay' 2>&1 \
-    | tee "$OUT/buffers_gpu.log" | grep -E "^(---|ok|FAIL)|buffers_test|panic" || status=1
-  memcheck memcheck_logits 300 .carry/gpu.test 'TestDeviceEntryLogits'
+  timeout 300 .carry/gpu.test -test.v -test.run 'RefuseBad|DeviceEntryMatches|DeviceEntryLogits|DevicePadded|GraphInPlace|GraphsReplay|EngineStepDevice|Decoder' 2>&1 \
+    | tee "$OUT/buffers_gpu.log" | grep -E "^(---|ok|FAIL)|buffers_test|stepdevice_test|panic" || status=1
+  memcheck memcheck_logits 300 .carry/gpu.test 'TestDeviceEntryLogits|TestEngineStepDevice'
   timeout 400 python3 -m pytest -q tests/test_gpu.py tests/test_hf.py tests/test_bad_input.py 2>&1 | tee "$OUT/buffers_pytest.log" | tail -15
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
   exit $status
@@ -833,6 +838,16 @@ if [[ $mode == hfforward ]]; then
   for shape in ${HF_FORWARD_SHAPES:-130m 1.4b}; do
     timeout 300 python3 bench/hf_forward.py --shape $shape --cases ${HF_FORWARD_CASES:-1x512,1x2048,8x512} \
       --out "$OUT/hf_forward_$shape.json" || status=1
+  done
+  exit $status
+fi
+if [[ $mode == hfcache ]]; then
+  echo "== a hand-written decoding loop through mambago.hf with CUDA tensors (bench/hf_cache.py)"
+  for shape in ${HF_CACHE_SHAPES:-130m 1.4b}; do
+    path=$(python3 -c "import sys; sys.path.insert(0, 'bench'); import random_checkpoint; print(random_checkpoint.cached('$shape'))")
+    timeout 400 python3 bench/hf_cache.py "$path" --device cuda --dtype bfloat16 --T 512 --new 64 --hf \
+      2>&1 | grep -v "falling back" | tee "$OUT/hf_cache_$shape.jsonl"
+    [[ ${PIPESTATUS[0]} == 0 ]] || status=1
   done
   exit $status
 fi
