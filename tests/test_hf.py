@@ -216,7 +216,13 @@ def test_cache_continues_the_sequences():
                            (dict(labels=ids, logits_to_keep=1), ValueError, "every position's logits")):
         with pytest.raises(exc, match=match):
             m(ids, **kw)
-    assert cache.seen == 5  # the refused calls left it alone
+    before = cache.state.ssm_state(0)
+    with pytest.raises(ValueError, match="padding between its tokens"):  # refused after the restart was asked
+        m(ids, cache=cache, cache_position=np.arange(T), attention_mask=np.array([[1, 0, 1] + [1] * (T - 3)] * B))
+    with pytest.raises(ValueError, match="0 .all positions. or more"):
+        m(ids, cache=cache, cache_position=np.arange(T), logits_to_keep=-2)
+    assert cache.seen == 5 and np.array_equal(cache.state.ssm_state(0), before)  # the refused calls left it alone
+    assert m(ids[:, :1], cache=cache, use_cache=0).cache is None and cache.seen == 6  # used, not returned
     with pytest.raises(TypeError, match="wraps a mambago.State"):
         MambaCache(object())
     assert repr(MambaCache(m.model.new_state(2), seen=4)) == "mambago.hf.MambaCache(batch_size=2, seen=4)"

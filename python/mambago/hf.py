@@ -274,11 +274,16 @@ class _StandIn:
         on_gpu = self._on_model_gpu(like)
         x = _batched(name, like if on_gpu else _numpy(like), rank)
         B, T = x.shape[0], x.shape[1]
-        cache, fresh = self._cache_for(cache, cache_position, use_cache, B)
+        keep_cache = use_cache is None or bool(use_cache)
+        cache, fresh, restart = self._cache_for(cache, cache_position, keep_cache, B)
         mask = None if attention_mask is None else _numpy(attention_mask)
-        if mask is not None and not fresh and mask.shape[-1] > T:
+        if mask is not None and cache is not None and not restart and mask.shape[-1] > T:
             mask = mask[..., -T:]  # a mask of the whole sequence so far: the new positions' part
+        if mask is not None:
+            _spans(mask, B, T)  # its errors before the cache changes
         at = _kept(keep, T)
+        if restart:
+            cache.reset()
         state = None if cache is None else cache.state
         if on_gpu:
             out = self._run_on_gpu(x, name, mask, logits, state, fresh, at)
@@ -286,13 +291,15 @@ class _StandIn:
             out = _like(self._run_on_host(x, name, mask, logits, state, fresh, at), like)
         if cache is not None:
             cache.seen += T
-        return out, (None if use_cache is False else cache)
+        return out, (cache if keep_cache else None)
 
-    def _cache_for(self, cache, cache_position, use_cache, B):
-        """The MambaCache a forward call of B rows runs on, and whether it
-        holds new sequences (zero): the cache given, reset where
-        cache_position starts at 0 (transformers 4's sign of a new prompt);
-        else a new one, or none for use_cache=False."""
+    def _cache_for(self, cache, cache_position, keep_cache, B):
+        """The MambaCache a forward call of B rows runs on, whether it holds
+        new sequences (zero), and whether it must be reset first to hold
+        them: the cache given, to restart where cache_position starts at 0
+        (transformers 4's sign of a new prompt); else a new one, or none
+        where none is kept. Nothing changes here, so that a call refused
+        later leaves the cache as it was."""
         start = None
         if cache_position is not None:
             flat = np.asarray(_numpy(cache_position)).reshape(-1)
@@ -303,7 +310,7 @@ class _StandIn:
             if start not in (None, 0):
                 raise ValueError(f"cache_position starts at {start}, but no cache was given: pass the cache "
                                  f"the last call returned (cache=out.cache)")
-            return (None, True) if use_cache is False else (MambaCache(self.model.new_state(B)), True)
+            return (MambaCache(self.model.new_state(B)) if keep_cache else None), True, False
         if not isinstance(cache, MambaCache):
             raise TypeError(f"cache must be the mambago.hf.MambaCache a forward call with use_cache=True returned, "
                             f"got {type(cache).__name__}")
@@ -311,12 +318,9 @@ class _StandIn:
             raise ValueError("cache was made by another model")
         if cache.batch_size != B:
             raise ValueError(f"cache holds {cache.batch_size} sequences, but the input has batch size {B}")
-        if start == 0:
-            cache.reset()
-            return cache, True
-        if start is not None and start != cache.seen:
+        if start is not None and start not in (0, cache.seen):
             raise ValueError(f"cache_position starts at {start}, but the cache holds {cache.seen} positions")
-        return cache, False
+        return cache, start == 0, start == 0
 
     @staticmethod
     def _is_step(x, name, spans, logits, fresh) -> bool:
