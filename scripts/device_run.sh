@@ -826,7 +826,7 @@ if [[ $mode == buffers ]]; then
   timeout 120 python3 bench/pointer_probe.py || status=1
   timeout 120 .carry/cuda.test -test.v -test.run 'CheckBuffer|LaunchCopyGraph' -test.bench CheckBuffer -test.benchtime 20000x 2>&1 \
     | tee "$OUT/buffers_cuda.log" | grep -E "^(---|ok|FAIL|Benchmark)|pointer_test|panic" || status=1
-  timeout 300 .carry/gpu.test -test.v -test.run 'RefuseBad|DeviceEntryMatches|DeviceEntryLogits|DevicePadded|GraphInPlace|GraphsReplay|EngineStepDevice|Decoder' 2>&1 \
+  timeout 300 .carry/gpu.test -test.v -test.run 'RefuseBad|DeviceEntryMatches|DeviceEntryLogits|DevicePadded|GraphInPlace|GraphsReplay|EngineStepDevice|Decoder|StateWaits' 2>&1 \
     | tee "$OUT/buffers_gpu.log" | grep -E "^(---|ok|FAIL)|buffers_test|stepdevice_test|panic" || status=1
   memcheck memcheck_logits 300 .carry/gpu.test 'TestDeviceEntryLogits|TestEngineStepDevice'
   timeout 400 python3 -m pytest -q tests/test_gpu.py tests/test_hf.py tests/test_bad_input.py 2>&1 | tee "$OUT/buffers_pytest.log" | tail -15

@@ -82,9 +82,12 @@ func (s *State) Reset() {
 		return
 	}
 	defer done()
-	if cuda.Fill32(s.buf.Ptr, 0, s.buf.Bytes/4, e.stream) == nil {
-		e.stream.Synchronize()
-	}
+	e.onStream(nil, func() error { // after the work queued on callers' streams
+		if err := cuda.Fill32(s.buf.Ptr, 0, s.buf.Bytes/4, e.stream); err != nil {
+			return err
+		}
+		return e.stream.Synchronize()
+	})
 }
 
 // ConvState returns a copy of layer's conv window, [B, E, K].
@@ -117,10 +120,16 @@ func (s *State) get(layer int, at func(int) cuda.Ptr, n int) ([]float32, error) 
 	}
 	defer done()
 	out := make([]float32, n)
-	if err := cuda.CopyOut(out, at(layer), e.stream); err != nil {
+	err = e.onStream(nil, func() error { // after the work queued on callers' streams
+		if err := cuda.CopyOut(out, at(layer), e.stream); err != nil {
+			return err
+		}
+		return e.stream.Synchronize()
+	})
+	if err != nil {
 		return nil, err
 	}
-	return out, e.stream.Synchronize()
+	return out, nil
 }
 
 func (s *State) set(layer int, at func(int) cuda.Ptr, n int, v []float32, what string) error {
@@ -142,10 +151,12 @@ func (s *State) set(layer int, at func(int) cuda.Ptr, n int, v []float32, what s
 		return err
 	}
 	defer done()
-	if err := cuda.CopyIn(at(layer), v, e.stream); err != nil {
-		return err
-	}
-	return e.stream.Synchronize()
+	return e.onStream(nil, func() error { // after the work queued on callers' streams
+		if err := cuda.CopyIn(at(layer), v, e.stream); err != nil {
+			return err
+		}
+		return e.stream.Synchronize()
+	})
 }
 
 // own returns st as a live *State of e.
