@@ -75,6 +75,37 @@ def test_pad_token_follows_the_first_eos():
     assert np.array_equal(got[1, 3:], free[1])
 
 
+def _with_config(tmp_path, case, **changes):
+    """A copy of fixture case in tmp_path with changes made to its config."""
+    import json
+    import shutil
+
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(f"{case_dir(case)}/{name}", tmp_path / name)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config.update(changes)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return tmp_path
+
+
+def test_pad_token_defaults_to_the_configs(tmp_path):
+    """Without pad_token_id, a row stopped at eos is padded with the
+    config's pad_token_id, as transformers' generation config takes it;
+    with none in the config, with eos (the engine's repeat)."""
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    ids, eos, free = early_stop_pair(m.model, np.random.default_rng())
+    pad = (eos + 3) % m.config.vocab_size
+    padded = MambaForCausalLM.from_pretrained(_with_config(tmp_path, "base", pad_token_id=pad), device="cpu")
+    assert padded.config.pad_token_id == pad and m.config.pad_token_id == 0
+    got = padded.generate(ids, max_new_tokens=6, eos_token_id=eos)
+    assert np.array_equal(got[0, 3:], [free[0, 0], eos] + [pad] * 4), (got, free)
+    assert np.array_equal(got[1, 3:], free[1])
+    (tmp_path / "none").mkdir()
+    bare = MambaForCausalLM.from_pretrained(_with_config(tmp_path / "none", "base", pad_token_id=None), device="cpu")
+    assert bare.config.pad_token_id is None
+    assert np.array_equal(bare.generate(ids, max_new_tokens=6, eos_token_id=eos)[0, 3:], [free[0, 0]] + [eos] * 5)
+
+
 def test_transformers_script_conveniences():
     """What scripts written for transformers also call: AutoModelForCausalLM,
     generate's max_length (prompt included) and use_cache, .device and
@@ -373,6 +404,25 @@ def test_matches_transformers():
         want = hf.generate(ids.to(hf.device), max_length=13, do_sample=False)
     assert torch.equal(ours.generate(ids.to(ours.device), max_length=13), want)
     assert ours.device == hf.device and ours.dtype == hf.dtype
+
+
+def test_padding_after_eos_matches_transformers(tmp_path):
+    """A batch where one row reaches eos first, from a checkpoint whose
+    pad_token_id is not its eos: transformers' greedy tokens, the stopped
+    row padded with the config's pad_token_id."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    base = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    ids, eos, _ = early_stop_pair(base.model, np.random.default_rng())
+    path = _with_config(tmp_path, "base", pad_token_id=(eos + 3) % base.config.vocab_size, eos_token_id=eos)
+    hf = transformers.MambaForCausalLM.from_pretrained(path).eval()
+    ours = MambaForCausalLM.from_pretrained(path, device="cpu")
+    t = torch.from_numpy(ids)
+    with torch.no_grad():
+        want = hf.generate(t, max_new_tokens=6, do_sample=False)
+    got = ours.generate(t, max_new_tokens=6)
+    assert torch.equal(got, want), (got, want)
+    assert (want[0, 5:] == (eos + 3) % base.config.vocab_size).all()  # padded: the case this checks
 
 
 def test_backbone_matches_transformers():

@@ -35,6 +35,7 @@ type Config struct {
 	ResidualInFP32 bool    `json:"residual_in_fp32"`
 	InputDim       int     `json:"input_dim"`    // F of input_proj, 0 when the model has none
 	EOSTokenID     int     `json:"eos_token_id"` // -1 when the config names none
+	PadTokenID     int     `json:"pad_token_id"` // -1 when the config names none
 }
 
 // ParseConfig decodes a config.json in Hugging Face or state-spaces form. It
@@ -146,6 +147,7 @@ func ParseConfig(data []byte) (Config, error) {
 		}
 	}
 	c.EOSTokenID = integer(-1, "eos_token_id")
+	c.PadTokenID = integer(-1, "pad_token_id")
 	if pad := integer(1, "pad_vocab_size_multiple"); pad > 1 && c.Vocab%pad != 0 {
 		// state-spaces pads the embedding table to a multiple.
 		c.Vocab += pad - c.Vocab%pad

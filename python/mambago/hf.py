@@ -465,7 +465,8 @@ class MambaForCausalLM(_StandIn):
         reproducible). Without max_new_tokens, max_length counts the prompt
         too (T + n <= max_length); with neither, 20 new tokens. A row stops
         at eos_token_id (the config's by default) and is padded with
-        pad_token_id (eos by default) while others go on. An attention_mask
+        pad_token_id (the config's by default, as transformers' generation
+        config takes it; else eos) while others go on. An attention_mask
         with zeros marks padding before or after each row's prompt, and each
         row continues from its own last token (for left padding, as
         transformers does). use_cache changes nothing (the state is always
@@ -497,6 +498,8 @@ class MambaForCausalLM(_StandIn):
             max_new_tokens = 20 if max_length is None else max_length - T
         if eos_token_id is None:
             eos_token_id = self.config.eos_token_id
+        if pad_token_id is None:
+            pad_token_id = self.config.pad_token_id
         pads = eos_token_id is not None and pad_token_id is not None and pad_token_id != eos_token_id
         if streamer is not None:
             streamer = _Streamed(streamer, _is_torch_tensor(input_ids), eos_token_id if pads else None, pad_token_id)

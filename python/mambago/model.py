@@ -55,11 +55,13 @@ class Config:
     tie_word_embeddings: bool
     input_dim: int
     eos_token_id: int | None
+    pad_token_id: int | None
 
     @classmethod
     def _from_go(cls, raw: dict) -> "Config":
         c = dict(raw)
-        c["eos_token_id"] = None if c.get("eos_token_id", -1) < 0 else c["eos_token_id"]
+        for name in ("eos_token_id", "pad_token_id"):  # -1: the config names none
+            c[name] = None if c.get(name, -1) < 0 else c[name]
         return cls(**{f.name: c[f.name] for f in fields(cls)})
 
 
