@@ -244,7 +244,10 @@ def test_cache_continues_the_sequences():
                            (dict(logits_to_keep=-1), ValueError, "0 .all positions. or more"),
                            (dict(logits_to_keep=True), TypeError, "logits_to_keep"),
                            (dict(logits_to_keep=np.array([T])), ValueError, "outside the 13 positions"),
-                           (dict(labels=ids, logits_to_keep=1), ValueError, "every position's logits")):
+                           (dict(labels=ids, logits_to_keep=1), ValueError, "every position's logits"),
+                           (dict(attention_mask=np.ones((B, T + 2))), ValueError, "attention_mask has shape"),
+                           (dict(cache=cache, cache_position=[0], attention_mask=np.ones((B, T + 2))), ValueError,
+                            "attention_mask has shape")):
         with pytest.raises(exc, match=match):
             m(ids, **kw)
     before = cache.state.ssm_state(0)

@@ -277,7 +277,7 @@ class _StandIn:
         keep_cache = use_cache is None or bool(use_cache)
         cache, fresh, restart = self._cache_for(cache, cache_position, keep_cache, B)
         mask = None if attention_mask is None else _numpy(attention_mask)
-        if mask is not None and cache is not None and not restart and mask.shape[-1] > T:
+        if mask is not None and not fresh and mask.shape[-1] > T:
             mask = mask[..., -T:]  # a mask of the whole sequence so far: the new positions' part
         if mask is not None:
             _spans(mask, B, T)  # its errors before the cache changes
