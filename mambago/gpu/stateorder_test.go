@@ -31,15 +31,7 @@ func TestStateWaitsForCallerStreams(t *testing.T) {
 	}
 	din := deviceInput(t, in)
 	dout := gputest.Alloc(t, 4*B*c.Hidden)
-	newState := func() *gpu.State {
-		st, err := e.NewState(B)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { st.(*gpu.State).Free() })
-		return st.(*gpu.State)
-	}
-	twin := newState()
+	twin := newState(t, e, B)
 	if err := e.Prefill(twin, in, engine.Last, make([]float32, B*c.Hidden)); err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +41,7 @@ func TestStateWaitsForCallerStreams(t *testing.T) {
 	}
 	defer stream.Destroy()
 	ballast := gputest.Alloc(t, 1<<30)
-	st := newState()
+	st := newState(t, e, B)
 	prefillBehind := func() { // about 4 ms of memsets on the caller's stream, then the prefill
 		t.Helper()
 		for range 16 {

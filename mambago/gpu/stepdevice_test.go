@@ -33,15 +33,7 @@ func TestEngineStepDevice(t *testing.T) {
 		e.DecoderGraphSteps = n
 		c := e.Config()
 		V := c.Vocab
-		newState := func() *gpu.State {
-			st, err := e.NewState(B)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.(*gpu.State).Free() })
-			return st.(*gpu.State)
-		}
-		st, twin := newState(), newState()
+		st, twin := newState(t, e, B), newState(t, e, B)
 		prompt := engine.Input{B: B, T: T, IDs: make([]int64, B*T)}
 		for i := range prompt.IDs {
 			prompt.IDs[i] = rand.Int64N(int64(V))
@@ -102,7 +94,7 @@ func TestEngineStepDevice(t *testing.T) {
 		// A prefill longer than any before grows the workspace: the kept
 		// graph can no longer replay, and the next step captures anew.
 		long := engine.Input{B: B, T: 600, IDs: make([]int64, B*600)}
-		scratch := newState()
+		scratch := newState(t, e, B)
 		if err := e.Prefill(scratch, long, engine.Last, make([]float32, B*c.Hidden)); err != nil {
 			t.Fatal(err)
 		}
@@ -148,4 +140,15 @@ func TestEngineStepDevice(t *testing.T) {
 			}
 		}
 	}
+}
+
+// newState returns a new state of e for B sequences, freed when t ends.
+func newState(t *testing.T, e *gpu.Engine, B int) *gpu.State {
+	t.Helper()
+	st, err := e.NewState(B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.(*gpu.State).Free() })
+	return st.(*gpu.State)
 }
