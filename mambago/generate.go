@@ -84,9 +84,9 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 	hidden := make([]float32, B*cfg.Hidden)
 	in := engine.Input{B: B, T: T, IDs: ids}
 	if spans == nil {
-		err = m.prefill(ctx, st, in, engine.Last, hidden) // st is zero (take)
+		err = m.prefill(ctx, st, in, outputs{pool: engine.Last, out: hidden}) // st is zero (take)
 	} else {
-		err = m.prefillSpans(ctx, st, in, spans, engine.Last, hidden, true)
+		err = m.prefillSpans(ctx, st, in, spans, outputs{pool: engine.Last, out: hidden}, true)
 	}
 	if err != nil {
 		return nil, 0, err

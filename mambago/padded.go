@@ -33,13 +33,13 @@ type Span struct{ Start, Len int }
 // state is copied through the host between st and each length's own, and
 // st is written only once every prefill has run.
 func (m *Model) PrefillSpans(st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32) error {
-	return m.prefillSpans(context.Background(), st, in, spans, pool, out, false)
+	return m.prefillSpans(context.Background(), st, in, spans, outputs{pool: pool, out: out}, false)
 }
 
 // StartSpans is PrefillSpans for new sequences: every row starts from a
 // zero state, whatever st held (on the CPU engine, with no copies of it).
 func (m *Model) StartSpans(st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32) error {
-	return m.prefillSpans(context.Background(), st, in, spans, pool, out, true)
+	return m.prefillSpans(context.Background(), st, in, spans, outputs{pool: pool, out: out}, true)
 }
 
 // onePrefillPads says whether a padded batch runs as one prefill, padding
@@ -52,10 +52,11 @@ func (m *Model) StartSpans(st engine.State, in engine.Input, spans []Span, pool 
 // (A variable, so that the tests run either way on either engine.)
 var onePrefillPads = func(m *Model) bool { return m.Device() != "cpu" }
 
-// prefillSpans is PrefillSpans, or with fresh StartSpans, each prefill
-// stopping once ctx is done where the engine can (Model.prefill).
-func (m *Model) prefillSpans(ctx context.Context, st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32, fresh bool) (err error) {
+// prefillSpans is PrefillSpans, or with fresh StartSpans, writing o, each
+// prefill stopping once ctx is done where the engine can (Model.prefill).
+func (m *Model) prefillSpans(ctx context.Context, st engine.State, in engine.Input, spans []Span, o outputs, fresh bool) (err error) {
 	cfg := m.Config()
+	pool, out := o.pool, o.out
 	if err := engine.CheckPrefill(cfg, in, st.Batch(), pool, out); err != nil {
 		return err
 	}
@@ -77,10 +78,10 @@ func (m *Model) prefillSpans(ctx context.Context, st engine.State, in engine.Inp
 		st.Reset() // every row starts from zero, whatever st held
 	}
 	if whole {
-		return m.prefill(ctx, st, in, pool, out)
+		return m.prefill(ctx, st, in, o)
 	}
 	if onePrefillPads(m) {
-		return m.prefillRight(ctx, st, in, spans, pool, out)
+		return m.prefillRight(ctx, st, in, spans, o)
 	}
 
 	groups := map[int][]int{} // rows by their number of tokens
@@ -88,20 +89,28 @@ func (m *Model) prefillSpans(ctx context.Context, st engine.State, in engine.Inp
 		groups[s.Len] = append(groups[s.Len], b)
 	}
 	lengths := slices.Sorted(maps.Keys(groups))
-	d := cfg.Hidden
+	d, L := cfg.Hidden, cfg.Layers
 	clear(out)
-	// run prefills rows g, n tokens each, on sub and scatters their outputs.
+	clear(o.layers)
+	// run prefills rows g, n tokens each, on sub and scatters their outputs
+	// (and each layer's).
 	run := func(sub engine.State, n int, g []int) error {
-		subOut := make([]float32, pool.OutLen(len(g), n, d))
-		if err := m.prefill(ctx, sub, gather(in, spans, g, n, d, cfg.InputDim), pool, subOut); err != nil {
+		subO := outputs{pool: pool, out: make([]float32, pool.OutLen(len(g), n, d))}
+		if o.layers != nil {
+			subO.layers = make([]float32, L*len(g)*n*d)
+		}
+		if err := m.prefill(ctx, sub, gather(in, spans, g, n, d, cfg.InputDim), subO); err != nil {
 			return err
 		}
 		for j, b := range g {
-			if pool == engine.All {
-				at := (b*in.T + spans[b].Start) * d
-				copy(out[at:at+n*d], subOut[j*n*d:(j+1)*n*d])
-			} else {
-				copy(out[b*d:(b+1)*d], subOut[j*d:(j+1)*d])
+			if pool != engine.All {
+				copy(out[b*d:(b+1)*d], subO.out[j*d:(j+1)*d])
+				continue
+			}
+			at := (b*in.T + spans[b].Start) * d
+			copy(out[at:at+n*d], subO.out[j*n*d:(j+1)*n*d])
+			for l := 0; o.layers != nil && l < L; l++ {
+				copy(o.layers[l*in.B*in.T*d+at:][:n*d], subO.layers[(l*len(g)+j)*n*d:][:n*d])
 			}
 		}
 		return nil
@@ -140,7 +149,7 @@ func (m *Model) prefillSpans(ctx context.Context, st engine.State, in engine.Inp
 // prefillRight runs checked spans as one prefill: each row's tokens at the
 // end of a row of the longest row's length, after padding the engine keeps
 // out of every state and output (engine.Input.Pad).
-func (m *Model) prefillRight(ctx context.Context, st engine.State, in engine.Input, spans []Span, pool engine.Pool, out []float32) error {
+func (m *Model) prefillRight(ctx context.Context, st engine.State, in engine.Input, spans []Span, o outputs) error {
 	T := slices.MaxFunc(spans, func(a, b Span) int { return a.Len - b.Len }).Len
 	d, F := m.Config().Hidden, m.Config().InputDim
 	right := engine.Input{B: in.B, T: T, Pad: make([]int, in.B)}
@@ -155,17 +164,27 @@ func (m *Model) prefillRight(ctx context.Context, st engine.State, in engine.Inp
 	default:
 		right.Features = alignRight(in.Features, in.T, spans, T, F)
 	}
-	if pool != engine.All {
-		return m.prefill(ctx, st, right, pool, out)
+	if o.pool != engine.All {
+		return m.prefill(ctx, st, right, o)
 	}
-	all := make([]float32, pool.OutLen(in.B, T, d))
-	if err := m.prefill(ctx, st, right, pool, all); err != nil {
+	// Every position's outputs (and each layer's) go back to the rows and
+	// positions they were taken from.
+	L := m.Config().Layers
+	all := outputs{pool: engine.All, out: make([]float32, in.B*T*d)}
+	if o.layers != nil {
+		all.layers = make([]float32, L*in.B*T*d)
+	}
+	if err := m.prefill(ctx, st, right, all); err != nil {
 		return err
 	}
-	clear(out)
+	clear(o.out)
+	clear(o.layers)
 	for b, s := range spans {
-		at := (b*in.T + s.Start) * d
-		copy(out[at:at+s.Len*d], all[(b*T+right.Pad[b])*d:(b+1)*T*d])
+		at, from := (b*in.T+s.Start)*d, (b*T+right.Pad[b])*d
+		copy(o.out[at:at+s.Len*d], all.out[from:from+s.Len*d])
+		for l := 0; o.layers != nil && l < L; l++ {
+			copy(o.layers[l*in.B*in.T*d+at:][:s.Len*d], all.layers[l*in.B*T*d+from:][:s.Len*d])
+		}
 	}
 	return nil
 }

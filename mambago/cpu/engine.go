@@ -81,6 +81,26 @@ func (e *Engine) PrefillContext(ctx context.Context, st engine.State, in engine.
 	if err := engine.CheckPrefill(e.cfg, in, s.batch, pool, out); err != nil {
 		return err
 	}
+	return e.prefill(ctx, s, in, pool, out, nil)
+}
+
+// PrefillLayers is PrefillContext with every position's output that also
+// writes each layer's residual stream to layers (engine.LayerPrefiller).
+func (e *Engine) PrefillLayers(ctx context.Context, st engine.State, in engine.Input, out, layers []float32) error {
+	s, err := e.own(st)
+	if err != nil {
+		return err
+	}
+	if err := engine.CheckPrefillLayers(e.cfg, in, s.batch, out, layers); err != nil {
+		return err
+	}
+	return e.prefill(ctx, s, in, engine.All, out, layers)
+}
+
+// prefill is PrefillContext of checked arguments, also writing each layer's
+// residual stream to layers [L, B, T, d] (zero at the padding) where it is
+// not nil.
+func (e *Engine) prefill(ctx context.Context, s *State, in engine.Input, pool engine.Pool, out, layers []float32) error {
 	d := e.cfg.Hidden
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -102,6 +122,9 @@ func (e *Engine) PrefillContext(ctx context.Context, st engine.State, in engine.
 				return fmt.Errorf("prefill: stopped at position %d, layer %d: %w", t0, l, context.Cause(ctx))
 			}
 			e.block(l, w, s.conv[l], s.ssm[l])
+			if layers != nil {
+				w.tap(layers[l*B*T*d:(l+1)*B*T*d], d, T, t0)
+			}
 		}
 		rmsnorm(w.x, w.h, e.w.NormF, d, e.cfg.Eps) // norm_f of every row of the chunk
 		w.zeroPadding(w.x, d, d)                   // All writes zeros there, and Sum adds none

@@ -94,6 +94,18 @@ func (w *work) zeroPadding(m []float32, ld, width int) {
 	}
 }
 
+// tap copies the chunk's residual stream (rows of d) into dst, [B, T, d] for rows of T
+// positions of which the chunk holds t0.., zero at the padding.
+func (w *work) tap(dst []float32, d, T, t0 int) {
+	for b := range w.B {
+		at := (b*T + t0) * d
+		copy(dst[at:at+w.T*d], w.h[b*w.T*d:(b+1)*w.T*d])
+		if len(w.pad) > 0 {
+			clear(dst[at : at+w.pad[b]*d])
+		}
+	}
+}
+
 // block runs layer l of the model over the chunk in w, continuing from and
 // updating the carried conv window and SSM state of that layer.
 func (e *Engine) block(l int, w *work, conv, ssm []float32) {

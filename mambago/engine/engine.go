@@ -120,6 +120,17 @@ type Stopper interface {
 	PrefillContext(ctx context.Context, st State, in Input, pool Pool, out []float32) error
 }
 
+// LayerPrefiller is an engine whose prefill can also hand out the residual
+// stream after each layer, as transformers' hidden_states gives them
+// before the final norm.
+type LayerPrefiller interface {
+	// PrefillLayers is Prefill with every position's output (All) that
+	// also writes, to layers, the residual stream after each of the model's
+	// L layers: [L, B, T, d], layer after layer, zero at the padding (Pad).
+	// Where the engine is a Stopper it stops as PrefillContext does.
+	PrefillLayers(ctx context.Context, st State, in Input, out, layers []float32) error
+}
+
 // Decoder steps one state on an engine that can do better than a Step a
 // call: the CUDA engine replays a captured step graph, and picks greedy
 // tokens where the logits are, so that a token costs the host B ids
@@ -288,6 +299,18 @@ func CheckPrefill(cfg checkpoint.Config, in Input, batch int, pool Pool, out []f
 	}
 	if want := pool.OutLen(in.B, in.T, cfg.Hidden); len(out) != want {
 		return Invalid("output buffer has %d values, want %d", len(out), want)
+	}
+	return nil
+}
+
+// CheckPrefillLayers validates a PrefillLayers call: CheckPrefill with
+// every position's output, and layers [L, B, T, d].
+func CheckPrefillLayers(cfg checkpoint.Config, in Input, batch int, out, layers []float32) error {
+	if err := CheckPrefill(cfg, in, batch, All, out); err != nil {
+		return err
+	}
+	if want := cfg.Layers * in.B * in.T * cfg.Hidden; len(layers) != want {
+		return Invalid("layers buffer has %d values, want L*B*T*d = %d", len(layers), want)
 	}
 	return nil
 }

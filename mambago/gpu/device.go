@@ -195,7 +195,7 @@ func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType 
 		if stageOut {
 			dst = e.ws.out.Ptr
 		}
-		if err := e.run(s, src, pool, dst); err != nil {
+		if err := e.run(s, src, pool, dst, 0); err != nil {
 			return err
 		}
 		switch {

@@ -65,7 +65,7 @@ func (g *Graph) body() error {
 	if g.step {
 		return e.stepDevice(g.s, src, g.out.Ptr, g.logit.Ptr)
 	}
-	return e.run(g.s, src, g.pool, g.out.Ptr)
+	return e.run(g.s, src, g.pool, g.out.Ptr, 0)
 }
 
 // alloc gives g its input, output and logits buffers.

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"context"
 	"math"
 	"slices"
 
@@ -27,7 +28,7 @@ func (e *Engine) Prefill(st engine.State, in engine.Input, pool engine.Pool, out
 		return err
 	}
 	return e.onStream(nil, func() error {
-		if err := e.run(s, source{in: in}, pool, e.ws.out.Ptr); err != nil {
+		if err := e.run(s, source{in: in}, pool, e.ws.out.Ptr, 0); err != nil {
 			return err
 		}
 		if err := cuda.CopyOut(out, e.ws.out.Ptr, e.stream); err != nil {
@@ -35,6 +36,57 @@ func (e *Engine) Prefill(st engine.State, in engine.Input, pool engine.Pool, out
 		}
 		return e.stream.Synchronize()
 	})
+}
+
+// PrefillLayers is Prefill with every position's output that also writes
+// each layer's residual stream, f32 as the engine keeps it, to layers [L,
+// B, T, d], zero at the padding (engine.LayerPrefiller). The layers pass
+// through a device buffer of their size, allocated for the call. A CUDA
+// prefill runs to its end: ctx is not read.
+func (e *Engine) PrefillLayers(_ context.Context, st engine.State, in engine.Input, out, layers []float32) error {
+	s, err := e.own(st)
+	if err != nil {
+		return err
+	}
+	if err := engine.CheckPrefillLayers(e.cfg, in, s.batch, out, layers); err != nil {
+		return err
+	}
+	done, err := e.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := e.ensureOut(len(out)); err != nil {
+		return err
+	}
+	taps, err := cuda.Alloc(4 * len(layers))
+	if err != nil {
+		return err
+	}
+	defer taps.Free()
+	err = e.onStream(nil, func() error {
+		if err := e.run(s, source{in: in}, engine.All, e.ws.out.Ptr, taps.Ptr); err != nil {
+			return err
+		}
+		if err := cuda.CopyOut(out, e.ws.out.Ptr, e.stream); err != nil {
+			return err
+		}
+		if err := cuda.CopyOut(layers, taps.Ptr, e.stream); err != nil {
+			return err
+		}
+		return e.stream.Synchronize()
+	})
+	if err != nil {
+		return err
+	}
+	d, rows := e.cfg.Hidden, in.B*in.T
+	for l := range e.cfg.Layers { // the padding's rows hold what the engine left there
+		for b := range in.B {
+			at := (l*rows + b*in.T) * d
+			clear(layers[at : at+in.Padding(b)*d])
+		}
+	}
+	return nil
 }
 
 // Step feeds one token per sequence and writes the next-token logits [B, V].
@@ -145,8 +197,10 @@ type source struct {
 }
 
 // run writes pool's output for src to the device buffer out, chunk by chunk
-// along T (a device source runs as one chunk).
-func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error {
+// along T (a device source runs as one chunk). Where layers is not 0 (and
+// pool is All), it also copies the residual stream after each layer there:
+// f32 [L, B, T, d].
+func (e *Engine) run(s *State, src source, pool engine.Pool, out, layers cuda.Ptr) error {
 	c := e.cfg
 	B, T, d := src.in.B, src.in.T, c.Hidden
 	tc := e.chunkLen(B, T)
@@ -184,6 +238,14 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out cuda.Ptr) error
 			}
 			if err := e.block(l, B, n, s, lastOnly && l == len(e.layers)-1, ids, pad); err != nil {
 				return err
+			}
+			if layers != 0 { // the residual stream, ws.h's B·n rows, into layer l's [B, T, d] at t0
+				at := layers + cuda.Ptr(4*l*B*T*d)
+				err := e.launch("pool_f32", cuda.Dim3{X: (d + 255) / 256, Y: B, Z: 1}, cuda.D1(256), 0, ws.h.Ptr, at,
+					n, d, 2, 0, T, t0)
+				if err != nil {
+					return err
+				}
 			}
 		}
 		if pool == engine.Last && !lastOnly {

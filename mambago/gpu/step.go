@@ -29,7 +29,7 @@ const (
 // in hidden [B, d].
 func (e *Engine) stepDevice(s *State, src source, hidden, logits cuda.Ptr) error {
 	if src.in.B > e.decodeKernelMaxB() {
-		if err := e.run(s, src, engine.Last, hidden); err != nil {
+		if err := e.run(s, src, engine.Last, hidden, 0); err != nil {
 			return err
 		}
 		return e.logitsDevice(hidden, src.in.B, logits)

@@ -5,11 +5,14 @@
 package enginetest
 
 import (
+	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
 
+	"github.com/mambago/mambago/mambago/checkpoint"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/internal/fixture"
 )
@@ -46,6 +49,7 @@ func Run(t *testing.T, open Open) {
 	t.Run("batch-rows-independent", func(t *testing.T) { BatchRowsIndependent(t, open) })
 	t.Run("pooling", func(t *testing.T) { Pooling(t, open) })
 	t.Run("padded-rows", func(t *testing.T) { PaddedRows(t, open) })
+	t.Run("prefill-layers", func(t *testing.T) { PrefillLayers(t, open) })
 }
 
 // Fixtures compares every output with the HF reference of every case.
@@ -370,4 +374,83 @@ func PaddedRows(t *testing.T, open Open) {
 			}
 		}
 	}
+}
+
+// PrefillLayers checks each layer's residual stream (engine.LayerPrefiller)
+// on a left-padded batch, chunked and not: the output is Prefill's, the
+// last layer's residual through norm_f (float64 here) is the output, every
+// layer is zero at the padding, and each row's layers are what the row
+// alone gives. A layers buffer of the wrong size is an input error.
+func PrefillLayers(t *testing.T, open Open) {
+	for _, name := range []string{"base", "falcon"} {
+		e := open(t, caseDir(name))
+		lp, ok := e.(engine.LayerPrefiller)
+		if !ok {
+			t.Fatalf("%T does not hand out each layer's states", e)
+		}
+		w, err := checkpoint.Load(caseDir(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := e.Config()
+		B, T, d, L := 3, 29, cfg.Hidden, cfg.Layers
+		pad := []int{0, 4, 11}
+		in := engine.Input{B: B, T: T, IDs: randomIDs(B*T, cfg.Vocab), Pad: pad}
+		out, layers := fixture.NaNs(B*T*d), fixture.NaNs(L*B*T*d)
+		if err := lp.PrefillLayers(context.Background(), mustState(t, e, B), in, out, layers); err != nil {
+			t.Fatal(err)
+		}
+		want := fixture.NaNs(B * T * d)
+		if err := e.Prefill(mustState(t, e, B), in, engine.All, want); err != nil {
+			t.Fatal(err)
+		}
+		check(t, name+" output", out, want, EquivTol)
+		normed := make([]float32, B*T*d)
+		for r, h := range chunks(layers[(L-1)*B*T*d:], d) {
+			var ss float64
+			for _, v := range h {
+				ss += float64(v) * float64(v)
+			}
+			scale := 1 / math.Sqrt(ss/float64(d)+cfg.Eps)
+			for i, v := range h {
+				normed[r*d+i] = float32(float64(v) * scale * float64(w.NormF[i]))
+			}
+		}
+		check(t, name+" norm_f of the last layer's residual", normed, out, EquivTol)
+		for l := range L {
+			for b, p := range pad {
+				at := (l*B*T + b*T) * d
+				for i, v := range layers[at : at+p*d] {
+					if v != 0 {
+						t.Fatalf("%s layer %d row %d: padding value %d = %v, want 0", name, l, b, i, v)
+					}
+				}
+			}
+		}
+		for b, p := range pad {
+			n := T - p
+			alone := fixture.NaNs(L * n * d)
+			one := engine.Input{B: 1, T: n, IDs: in.IDs[b*T+p : (b+1)*T]}
+			if err := lp.PrefillLayers(context.Background(), mustState(t, e, 1), one, fixture.NaNs(n*d), alone); err != nil {
+				t.Fatal(err)
+			}
+			for l := range L {
+				at := (l*B*T + b*T + p) * d
+				check(t, fmt.Sprintf("%s row %d alone, layer %d", name, b, l), layers[at:at+n*d], alone[l*n*d:(l+1)*n*d], EquivTol)
+			}
+		}
+		err = lp.PrefillLayers(context.Background(), mustState(t, e, B), in, out, layers[:len(layers)-1])
+		if !engine.IsInvalid(err) {
+			t.Errorf("%s: a layers buffer one value short: %v, want an input error", name, err)
+		}
+	}
+}
+
+// chunks splits v into rows of n values.
+func chunks(v []float32, n int) [][]float32 {
+	rows := make([][]float32, 0, len(v)/n)
+	for i := 0; i+n <= len(v); i += n {
+		rows = append(rows, v[i:i+n])
+	}
+	return rows
 }
