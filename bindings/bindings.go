@@ -418,6 +418,35 @@ func Prefill(model, state int64, kind string, in uintptr, inLen, B, T int, outpu
 	return outLen, m.PrefillSpans(st, input, rows, pool, dst)
 }
 
+// PrefillLayers is Prefill with every position's output ("all") that also
+// writes, to layers (layersLen float32 values: [L, B, T, d]), the residual
+// stream after each layer (mambago.Model.PrefillLayers); spans, fresh and
+// stop as Prefill's. It returns the number of values written to out.
+func PrefillLayers(model, state int64, kind string, in uintptr, inLen, B, T int, out uintptr, outLen int,
+	layers uintptr, layersLen int, spans uintptr, nSpans int, fresh bool, stop int64) (written int, err error) {
+	defer guard(&err)
+	m, st, err := modelState(model, state)
+	if err != nil {
+		return 0, err
+	}
+	sig, err := stopFor(stop)
+	if err != nil {
+		return 0, err
+	}
+	input, dst, err := hostIO(kind, in, inLen, B, T, out, outLen)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkBuf("layers", layers, layersLen); err != nil {
+		return 0, err
+	}
+	rows, err := spanList(spans, nSpans, B)
+	if err != nil {
+		return 0, err
+	}
+	return outLen, m.PrefillLayers(sig.ctx, st, input, rows, fresh, dst, floats(layers, layersLen))
+}
+
 // spanList reads nSpans int64 pairs (first token, token count) at addr,
 // one a row of B; nil where nSpans is 0 (no padding).
 func spanList(addr uintptr, nSpans, B int) ([]mambago.Span, error) {

@@ -172,8 +172,8 @@ def test_backbone_returns_every_positions_state():
     emb = rng.standard_normal((1, 5, m.config.hidden_size)).astype(np.float32)
     assert np.array_equal(m(inputs_embeds=emb, use_cache=False).last_hidden_state,
                           ref.prefill(inputs_embeds=emb, output="all"))
-    with pytest.raises(TypeError, match="output_hidden_states"):
-        m(ids, output_hidden_states=True)
+    with pytest.raises(TypeError, match="output_attentions"):  # Mamba has none
+        m(ids, output_attentions=True)
     with pytest.raises(TypeError, match="MambaModel.from_pretrained"):
         MambaModel(case_dir("base"))
     assert repr(m).startswith("mambago.hf.MambaModel(") and m.eval() is m and m.to("cpu") is m
@@ -298,6 +298,63 @@ def test_cache_matches_transformers():
     assert rel_err(got.numpy(), want[:, 4:].numpy()) <= 1e-4
 
 
+def test_hidden_states_are_each_layers_residual():
+    """output_hidden_states=True: transformers' hidden_states, each layer's
+    residual stream [B, T, d] and then the final norm's output (the
+    backbone's last_hidden_state, whose logits are the LM's), zero at the
+    padding, in the tuple after the cache; Model.prefill_layers' arrays; a
+    cache continued gives the whole sequence's layers at the new positions."""
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    backbone = MambaModel(m.model)
+    rng = np.random.default_rng()
+    B, T, L, d = 3, 11, m.config.num_hidden_layers, m.config.hidden_size
+    ids = rng.integers(0, m.config.vocab_size, size=(B, T))
+    mask = np.ones_like(ids)
+    mask[1, :4] = mask[2, 8:] = 0
+    out = backbone(ids, attention_mask=mask, output_hidden_states=True)
+    hs = out.hidden_states
+    assert isinstance(hs, tuple) and len(hs) == L + 1 and all(h.shape == (B, T, d) for h in hs)
+    assert np.array_equal(hs[-1], out.last_hidden_state)
+    assert np.array_equal(out.last_hidden_state, backbone(ids, attention_mask=mask).last_hidden_state)
+    assert all(not h[mask == 0].any() for h in hs)
+    final, layers = m.model.prefill_layers(ids, attention_mask=mask)
+    assert np.array_equal(final, hs[-1]) and layers.shape == (L, B, T, d)
+    assert all(np.array_equal(layers[i], hs[i]) for i in range(L))
+    assert out.to_tuple() == (out.last_hidden_state, out.cache, hs) and out["hidden_states"] is hs
+    lm = m(ids, attention_mask=mask, output_hidden_states=True)
+    assert rel_err(lm.logits, m.model.logits(hs[-1])) <= 1e-6 and len(lm.hidden_states) == L + 1
+    assert lm.to_tuple() == (lm.logits, lm.cache, lm.hidden_states)
+    assert m(ids, output_hidden_states=False).hidden_states is None
+    first = backbone(ids[:, :6], output_hidden_states=True)
+    rest = backbone(ids[:, 6:], cache=first.cache, output_hidden_states=True).hidden_states
+    whole = backbone(ids, output_hidden_states=True).hidden_states
+    for i in range(L + 1):
+        assert rel_err(rest[i], whole[i][:, 6:]) <= 1e-4, i
+    tail = m(ids[:, 6:], cache=m(ids[:, :6]).cache, output_hidden_states=True, logits_to_keep=1)
+    assert tail.logits.shape == (B, 1, m.config.vocab_size) and tail.hidden_states[0].shape == (B, T - 6, d)
+
+
+def test_hidden_states_match_transformers():
+    """hidden_states against transformers' own (f32, 1e-4), every layer's,
+    as is and at the tokens of a left-padded batch."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    hf = transformers.MambaForCausalLM.from_pretrained(case_dir("base")).eval()
+    ours = MambaForCausalLM.from_model(hf, device="cpu")
+    ids = torch.randint(0, hf.config.vocab_size, (2, 9))
+    left = torch.ones_like(ids)
+    left[0, :3] = 0
+    for mask in (None, left):
+        with torch.no_grad():
+            want = hf(ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        got = ours(ids, attention_mask=mask, output_hidden_states=True).hidden_states
+        assert len(got) == len(want) == hf.config.num_hidden_layers + 1
+        at = slice(None) if mask is None else mask == 1
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert isinstance(g, torch.Tensor) and g.shape == w.shape
+            assert rel_err(g[at].numpy(), w[at].numpy()) <= 1e-4, (i, mask is None)
+
+
 def test_refuses_other_architectures(tmp_path):
     """A config of another model type fails at load, naming it, even where
     its dimensions would pass."""
@@ -322,8 +379,8 @@ def test_refuses_what_it_cannot_do():
         m(ids, attention_mask=np.array([[1, 0, 1]]))
     with pytest.raises(ValueError, match="padding between its tokens"):
         m.generate(ids, attention_mask=np.array([[1, 0, 1]]))
-    with pytest.raises(TypeError, match="logits, loss and cache only"):
-        m(ids, output_hidden_states=True)
+    with pytest.raises(TypeError, match="logits, loss, cache and hidden states only"):
+        m(ids, output_attentions=True)
     with pytest.raises(TypeError, match="cache must be the mambago.hf.MambaCache"):
         m(ids, cache_params=object())
     with pytest.raises(TypeError, match="from_pretrained"):
@@ -688,6 +745,11 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
         same_cache(got.cache, want.cache)
     assert gpu_cache.seen == T + 1
     assert len(stepped) == 1 and np.array_equal(stepped[0], ids[:, 0].numpy())  # the step went to step_ptr
+    got, want = both(m, input_ids=ids, attention_mask=mask, output_hidden_states=True)  # through the host
+    assert len(got.hidden_states) == len(want.hidden_states) == m.config.num_hidden_layers + 1
+    for g, w in zip(got.hidden_states, want.hidden_states):
+        assert isinstance(g, torch.Tensor) and torch.equal(g, w)
+    assert torch.equal(got.logits, want.logits)
     gpu(True)
     last = m(ids, use_cache=False, logits_to_keep=1).logits  # the engine's last position alone
     assert sent[-1] == (None, True) and last.shape == (B, 1, V)

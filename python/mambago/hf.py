@@ -47,18 +47,12 @@ _LOAD_ALIASES = {"torch_dtype": "dtype", "device_map": "device"}
 IGNORE_INDEX = -100
 
 
-class CausalLMOutput:
-    """What a forward call returns, as transformers' output reads: logits
-    [B, T, V] (float32), given labels loss (a float32 scalar), and with
-    use_cache the MambaCache to continue from (cache, also read as
-    cache_params, transformers 4's name). Read as out.logits,
-    out["logits"], or by place in transformers' order (loss, logits,
-    cache), leaving out what is not set."""
+class _ModelOutput:
+    """What the outputs share: read by name (out.logits, out["logits"];
+    cache also as cache_params, transformers 4's name) or by place in
+    transformers' order (_fields), leaving out what is not set."""
 
-    def __init__(self, logits, loss=None, cache=None):
-        self.logits = logits
-        self.loss = loss
-        self.cache = cache
+    _fields: tuple = ()
 
     @property
     def cache_params(self):
@@ -66,16 +60,33 @@ class CausalLMOutput:
         return self.cache
 
     def to_tuple(self) -> tuple:
-        """The outputs that are set, in transformers' order: loss, logits, cache."""
-        return tuple(v for v in (self.loss, self.logits, self.cache) if v is not None)
+        """The outputs that are set, in transformers' order."""
+        return tuple(getattr(self, f) for f in self._fields if getattr(self, f) is not None)
 
     def __getitem__(self, key):
         if isinstance(key, (int, slice)):
             return self.to_tuple()[key]
         key = "cache" if key == "cache_params" else key
-        if key in ("logits", "loss", "cache") and getattr(self, key) is not None:
+        if key in self._fields and getattr(self, key) is not None:
             return getattr(self, key)
         raise KeyError(key)
+
+
+class CausalLMOutput(_ModelOutput):
+    """What a forward call returns, as transformers' output reads: logits
+    [B, T, V] (float32), given labels loss (a float32 scalar), with
+    use_cache the MambaCache to continue from (cache), and with
+    output_hidden_states hidden_states (each layer's residual stream
+    [B, T, d], then the final norm's output); by place loss, logits, cache,
+    hidden_states."""
+
+    _fields = ("loss", "logits", "cache", "hidden_states")
+
+    def __init__(self, logits, loss=None, cache=None, hidden_states=None):
+        self.logits = logits
+        self.loss = loss
+        self.cache = cache
+        self.hidden_states = hidden_states
 
 
 class MambaCache:
@@ -237,15 +248,12 @@ class _StandIn:
 
     @staticmethod
     def _return_dict(kwargs, only: str) -> bool:
-        """What a forward call's other transformers arguments ask, as
-        kwargs holds them: return_dict (False: the output's tuple), and
-        output_hidden_states asking for nothing (False, None). Anything
-        else is a TypeError, as is asking for more than only, what the call
+        """What a forward call's other transformers argument asks, as kwargs
+        holds it: return_dict (False: the output's tuple). Anything else is
+        a TypeError, as is asking for more than only, what the call
         returns."""
         kwargs = dict(kwargs)
         return_dict = kwargs.pop("return_dict", None)
-        if kwargs.get("output_hidden_states") in (False, None):
-            kwargs.pop("output_hidden_states", None)
         if kwargs:
             raise TypeError(f"unsupported arguments {sorted(kwargs)}: this model returns {only} only")
         return return_dict is None or bool(return_dict)
@@ -256,14 +264,16 @@ class _StandIn:
                 and x.device.index == self.model.device_index)
 
     def _run(self, input_ids, inputs_embeds, attention_mask, *, logits: bool, keep=0, cache=None,
-             cache_params=None, cache_position=None, use_cache=None):
+             cache_params=None, cache_position=None, use_cache=None, hidden_states=None):
         """A forward call's work: logits [B, T', V] or (logits=False) the
         states [B, T', d] of the positions keep picks (transformers'
         logits_to_keep: 0 all, an int k the last k, a 1-D array those
-        positions), as the input's kind of array, and the cache to return
-        (None for use_cache=False). A cache given is continued and updated;
-        without one the prompt starts fresh, into a new cache unless
-        use_cache is False."""
+        positions), as the input's kind of array; the cache to return
+        (None for use_cache=False); and with hidden_states, transformers'
+        hidden_states: each layer's residual stream [B, T, d], then the
+        final norm's output (None without). A cache given is continued and
+        updated; without one the prompt starts fresh, into a new cache
+        unless use_cache is False."""
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("give exactly one of input_ids or inputs_embeds")
         if cache is not None and cache_params is not None:
@@ -285,13 +295,21 @@ class _StandIn:
         if restart:
             cache.reset()
         state = None if cache is None else cache.state
-        if on_gpu:
+        layers = None
+        if hidden_states:  # through the host: the engines hand the layers out there
+            host = x if not on_gpu else _numpy(x)
+            ids, embeds = (host, None) if name == "input_ids" else (None, host)
+            final, taps = self.model._prefill(ids, embeds, None, state, fresh, "all", mask, layers=True)
+            kept = final if at is None else np.ascontiguousarray(final[:, at])
+            out = _like(self.model.logits(kept) if logits else kept, like)
+            layers = tuple(_like(h, like) for h in (*taps, final))
+        elif on_gpu:
             out = self._run_on_gpu(x, name, mask, logits, state, fresh, at)
         else:
             out = _like(self._run_on_host(x, name, mask, logits, state, fresh, at), like)
         if cache is not None:
             cache.seen += T
-        return out, (cache if keep_cache else None)
+        return out, (cache if keep_cache else None), layers
 
     def _cache_for(self, cache, cache_position, keep_cache, B):
         """The MambaCache a forward call of B rows runs on, whether it holds
@@ -410,7 +428,7 @@ class MambaForCausalLM(_StandIn):
     its config is .config."""
 
     def __call__(self, input_ids=None, *, inputs_embeds=None, attention_mask=None, labels=None, use_cache=None,
-                 cache=None, cache_params=None, cache_position=None, logits_to_keep=0,
+                 cache=None, cache_params=None, cache_position=None, logits_to_keep=0, output_hidden_states=None,
                  **kwargs) -> CausalLMOutput:
         """Logits [B, T, V] at every position of a prompt. An attention_mask
         with zeros marks padding before or after each row's tokens
@@ -438,21 +456,24 @@ class MambaForCausalLM(_StandIn):
         over the labels not left out (NaN where all are). Give the padding's
         labels -100, as transformers' data collators do: its logits are zero
         here. return_dict=False gives the output's tuple, as transformers
-        does; output_hidden_states=False changes nothing. Arguments that ask
-        for more (each layer's hidden states) are a TypeError."""
-        as_dict = self._return_dict(kwargs, "logits, loss and cache")
+        does. output_hidden_states=True adds transformers' hidden_states:
+        each layer's residual stream [B, T, d] (zero at the padding), then
+        the final norm's output, computed through the host (a prompt on the
+        GPU included: Model.prefill_layers). Other arguments are a
+        TypeError."""
+        as_dict = self._return_dict(kwargs, "logits, loss, cache and hidden states")
         if labels is not None and not (isinstance(logits_to_keep, (int, np.integer)) and logits_to_keep == 0):
             raise ValueError("labels need every position's logits: leave logits_to_keep at 0")
-        logits, cache = self._run(input_ids, inputs_embeds, attention_mask, logits=True, keep=logits_to_keep,
-                                  cache=cache, cache_params=cache_params, cache_position=cache_position,
-                                  use_cache=use_cache)
+        logits, cache, hidden = self._run(input_ids, inputs_embeds, attention_mask, logits=True, keep=logits_to_keep,
+                                          cache=cache, cache_params=cache_params, cache_position=cache_position,
+                                          use_cache=use_cache, hidden_states=output_hidden_states)
         loss = None
         if labels is not None:
             if _is_torch_tensor(logits) and logits.is_cuda:
                 loss = _gpu_causal_lm_loss(logits, labels)
             else:
                 loss = _like(causal_lm_loss(_numpy(logits), _numpy(labels)), logits)
-        out = CausalLMOutput(logits, loss, cache)
+        out = CausalLMOutput(logits, loss, cache, hidden)
         return out if as_dict else out.to_tuple()
 
     def generate(self, input_ids, max_new_tokens: int | None = None, *, max_length: int | None = None,
@@ -514,34 +535,19 @@ class MambaForCausalLM(_StandIn):
         return _like(np.concatenate([ids.reshape(new.shape[0], -1), new], axis=1), input_ids)
 
 
-class BaseModelOutput:
+class BaseModelOutput(_ModelOutput):
     """What MambaModel's forward call returns, as transformers' output
-    reads: last_hidden_state [B, T, d] (float32, after the final norm) and,
-    with use_cache, the MambaCache to continue from (cache, or
-    cache_params); as out.last_hidden_state, out["last_hidden_state"] or
-    by place (out[0])."""
+    reads: last_hidden_state [B, T, d] (float32, after the final norm),
+    with use_cache the MambaCache to continue from (cache), and with
+    output_hidden_states hidden_states (each layer's residual stream, then
+    last_hidden_state); by place last_hidden_state, cache, hidden_states."""
 
-    def __init__(self, last_hidden_state, cache=None):
+    _fields = ("last_hidden_state", "cache", "hidden_states")
+
+    def __init__(self, last_hidden_state, cache=None, hidden_states=None):
         self.last_hidden_state = last_hidden_state
         self.cache = cache
-
-    @property
-    def cache_params(self):
-        """The cache, under transformers 4's name."""
-        return self.cache
-
-    def to_tuple(self) -> tuple:
-        """(last_hidden_state, cache), leaving out the cache where there is
-        none, as transformers' to_tuple gives it."""
-        return tuple(v for v in (self.last_hidden_state, self.cache) if v is not None)
-
-    def __getitem__(self, key):
-        if isinstance(key, (int, slice)):
-            return self.to_tuple()[key]
-        key = "cache" if key == "cache_params" else key
-        if key in ("last_hidden_state", "cache") and getattr(self, key) is not None:
-            return getattr(self, key)
-        raise KeyError(key)
+        self.hidden_states = hidden_states
 
 
 class MambaModel(_StandIn):
@@ -553,21 +559,21 @@ class MambaModel(_StandIn):
     config is .config."""
 
     def __call__(self, input_ids=None, *, inputs_embeds=None, attention_mask=None, use_cache=None, cache=None,
-                 cache_params=None, cache_position=None, **kwargs) -> BaseModelOutput:
+                 cache_params=None, cache_position=None, output_hidden_states=None, **kwargs) -> BaseModelOutput:
         """last_hidden_state [B, T, d] (float32) at every position of a
         prompt. An attention_mask with zeros marks padding before or after
         each row's tokens (Model.prefill): each token's state is what the
         row alone gives, and the padding's is zero. A prompt on the model's
         GPU stays there (Model.prefill_ptr). use_cache, cache (or
-        cache_params) and cache_position work as MambaForCausalLM's: the
-        output's cache continues the sequences. return_dict=False gives the
-        output's tuple; output_hidden_states=False changes nothing, and
-        arguments that ask for more (each layer's hidden states) are a
-        TypeError."""
-        as_dict = self._return_dict(kwargs, "last_hidden_state and cache")
-        hidden, cache = self._run(input_ids, inputs_embeds, attention_mask, logits=False, cache=cache,
-                                  cache_params=cache_params, cache_position=cache_position, use_cache=use_cache)
-        out = BaseModelOutput(hidden, cache)
+        cache_params), cache_position and output_hidden_states work as
+        MambaForCausalLM's: the output's cache continues the sequences, and
+        hidden_states ends with last_hidden_state. return_dict=False gives
+        the output's tuple; other arguments are a TypeError."""
+        as_dict = self._return_dict(kwargs, "last_hidden_state, cache and hidden states")
+        states, cache, hidden = self._run(input_ids, inputs_embeds, attention_mask, logits=False, cache=cache,
+                                          cache_params=cache_params, cache_position=cache_position,
+                                          use_cache=use_cache, hidden_states=output_hidden_states)
+        out = BaseModelOutput(states, cache, hidden)
         return out if as_dict else out.to_tuple()
 
 

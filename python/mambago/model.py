@@ -721,11 +721,24 @@ class Model(_Owner):
         """
         return self._prefill(input_ids, inputs_embeds, features, state, state is None, output, attention_mask)
 
-    def _prefill(self, input_ids, inputs_embeds, features, state, fresh, output, attention_mask):
+    def prefill_layers(self, input_ids=None, *, inputs_embeds=None, features=None, state: State | None = None,
+                       attention_mask=None) -> tuple[np.ndarray, np.ndarray]:
+        """prefill with every position's output that also returns the
+        residual stream after each layer, as transformers' hidden_states
+        gives them before the final norm: (states [B, T, d] after the final
+        norm, layers [L, B, T, d]), float32. Inputs, state and
+        attention_mask as prefill's; every layer is zero at the padding.
+        The CUDA engine copies the layers through a device buffer of their
+        size (L·B·T·d floats) and the host."""
+        return self._prefill(input_ids, inputs_embeds, features, state, state is None, "all", attention_mask,
+                             layers=True)
+
+    def _prefill(self, input_ids, inputs_embeds, features, state, fresh, output, attention_mask, layers=False):
         """prefill into state (made here where None), where fresh says the
         prompts are new sequences: state is zero, so the engine need not
         keep a copy of it for Ctrl-C, or copy it between a padded batch's
-        row lengths."""
+        row lengths. With layers (and output "all"), prefill_layers: (out,
+        each layer's residual stream)."""
         x, kind = self._prompt(input_ids, inputs_embeds, features)
         if not isinstance(output, str) or output not in _OUTPUTS:
             raise ValueError(f"output must be one of {_OUTPUTS}, got {output!r}")
@@ -736,13 +749,19 @@ class Model(_Owner):
         self._check_state(state, B)
         spans = _spans(attention_mask, B, T)
         out = _nan((B, T, cfg.hidden_size) if output == "all" else (B, cfg.hidden_size))
-        args = (_b.Prefill, self._handle(), state._handle(), kind, _addr(x), x.size, B, T, output, _addr(out),
-                out.size, *_span_args(spans), fresh)
+        if layers:
+            taps = _nan((cfg.num_hidden_layers, B, T, cfg.hidden_size))
+            args = (_b.PrefillLayers, self._handle(), state._handle(), kind, _addr(x), x.size, B, T, _addr(out),
+                    out.size, _addr(taps), taps.size, *_span_args(spans), fresh)
+        else:
+            taps = None
+            args = (_b.Prefill, self._handle(), state._handle(), kind, _addr(x), x.size, B, T, output, _addr(out),
+                    out.size, *_span_args(spans), fresh)
         if self.device == "cpu" and B * T >= _STOPPABLE_ROWS:
-            _interruptible(*args, keep=(x, out, spans, state))
+            _interruptible(*args, keep=(x, out, taps, spans, state))
         else:
             _call(*args, 0)
-        return out
+        return out if taps is None else (out, taps)
 
     def prefill_ptr(self, input_ptr: int, shape, *, out_ptr: int, kind: str = "ids", state: State | None = None,
                     output: str = "last", stream: int = 0, input_dtype=None, out_dtype="float32",
