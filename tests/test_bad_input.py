@@ -375,6 +375,12 @@ def test_raw_bindings_survive_bad_handles_and_pointers():
             with pytest.raises(ValueError, match="row 0: tokens at"):
                 call(b.Prefill, m, st, "ids", buf.ctypes.data, 4, 1, 4, "last", out.ctypes.data, 64, spans.ctypes.data, 1,
                      fresh, 0)
+    every, layers = np.zeros(256, np.float32), np.zeros(512, np.float32)  # [1, 4, 64] and [2, 1, 4, 64]
+    for args, match in (((every.ctypes.data, 256, 0, 512), "buffer"),
+                        ((every.ctypes.data, 256, layers.ctypes.data, 511), "layers buffer has 511 values"),
+                        ((every.ctypes.data, 255, layers.ctypes.data, 512), "output buffer")):
+        with pytest.raises(ValueError, match=match):
+            call(b.PrefillLayers, m, st, "ids", buf.ctypes.data, 4, 1, 4, *args, 0, 0, False, 0)
     for fn in (b.Stop, b.FreeStop):
         with pytest.raises(ValueError, match="stop handle"):
             call(fn, 987654)
