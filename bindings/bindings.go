@@ -387,11 +387,7 @@ func CopyState(state int64, which string, layer int, buf uintptr, n int, toGo bo
 func Prefill(model, state int64, kind string, in uintptr, inLen, B, T int, output string, out uintptr, outLen int,
 	spans uintptr, nSpans int, fresh bool, stop int64) (written int, err error) {
 	defer guard(&err)
-	m, st, err := modelState(model, state)
-	if err != nil {
-		return 0, err
-	}
-	sig, err := stopFor(stop)
+	m, st, sig, err := modelStateStop(model, state, stop)
 	if err != nil {
 		return 0, err
 	}
@@ -425,11 +421,7 @@ func Prefill(model, state int64, kind string, in uintptr, inLen, B, T int, outpu
 func PrefillLayers(model, state int64, kind string, in uintptr, inLen, B, T int, out uintptr, outLen int,
 	layers uintptr, layersLen int, spans uintptr, nSpans int, fresh bool, stop int64) (written int, err error) {
 	defer guard(&err)
-	m, st, err := modelState(model, state)
-	if err != nil {
-		return 0, err
-	}
-	sig, err := stopFor(stop)
+	m, st, sig, err := modelStateStop(model, state, stop)
 	if err != nil {
 		return 0, err
 	}
@@ -445,6 +437,16 @@ func PrefillLayers(model, state int64, kind string, in uintptr, inLen, B, T int,
 		return 0, err
 	}
 	return outLen, m.PrefillLayers(sig.ctx, st, input, rows, fresh, dst, floats(layers, layersLen))
+}
+
+// modelStateStop is modelState and the stop signal of a handle (stopFor).
+func modelStateStop(model, state, stop int64) (*mambago.Model, engine.State, stopSignal, error) {
+	m, st, err := modelState(model, state)
+	if err != nil {
+		return nil, nil, stopSignal{}, err
+	}
+	sig, err := stopFor(stop)
+	return m, st, sig, err
 }
 
 // spanList reads nSpans int64 pairs (first token, token count) at addr,

@@ -262,6 +262,20 @@ def test_cache_continues_the_sequences():
     assert repr(MambaCache(m.model.new_state(2), seen=4)) == "mambago.hf.MambaCache(batch_size=2, seen=4)"
 
 
+def _against_transformers():
+    """torch, transformers' MambaForCausalLM of the base fixture, ours from
+    it, fresh ids [2, 9] and a mask padding row 0's first 3 on the left;
+    skips where torch or transformers is not installed."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    hf = transformers.MambaForCausalLM.from_pretrained(case_dir("base")).eval()
+    ours = MambaForCausalLM.from_model(hf, device="cpu")
+    ids = torch.randint(0, hf.config.vocab_size, (2, 9))
+    left = torch.ones_like(ids)
+    left[0, :3] = 0
+    return torch, hf, ours, ids, left
+
+
 def test_cache_matches_transformers():
     """A hand-written greedy decoding loop, as scripts write it for
     transformers (use_cache=True, then cache= each step), gives
@@ -271,13 +285,7 @@ def test_cache_matches_transformers():
     chunked continuation does not: its positions after the first chunk
     came out 14.6 off in logits whose largest is 15.4, where one token at a
     time agrees with its whole prompt to 3e-5.)"""
-    torch = pytest.importorskip("torch", reason="torch is not installed")
-    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
-    hf = transformers.MambaForCausalLM.from_pretrained(case_dir("base")).eval()
-    ours = MambaForCausalLM.from_model(hf, device="cpu")
-    ids = torch.randint(0, hf.config.vocab_size, (2, 9))
-    left = torch.ones_like(ids)
-    left[0, :3] = 0
+    torch, hf, ours, ids, left = _against_transformers()
     for mask in (None, left):
         with torch.no_grad():
             want = hf(ids, attention_mask=mask, use_cache=True)
@@ -337,13 +345,7 @@ def test_hidden_states_are_each_layers_residual():
 def test_hidden_states_match_transformers():
     """hidden_states against transformers' own (f32, 1e-4), every layer's,
     as is and at the tokens of a left-padded batch."""
-    torch = pytest.importorskip("torch", reason="torch is not installed")
-    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
-    hf = transformers.MambaForCausalLM.from_pretrained(case_dir("base")).eval()
-    ours = MambaForCausalLM.from_model(hf, device="cpu")
-    ids = torch.randint(0, hf.config.vocab_size, (2, 9))
-    left = torch.ones_like(ids)
-    left[0, :3] = 0
+    torch, hf, ours, ids, left = _against_transformers()
     for mask in (None, left):
         with torch.no_grad():
             want = hf(ids, attention_mask=mask, output_hidden_states=True).hidden_states
