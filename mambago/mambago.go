@@ -45,7 +45,9 @@ type Options struct {
 	// DType is "" or "float32", or on the CUDA engine "bfloat16" or
 	// "float16": mixed precision, where the big GEMMs take weights and inputs
 	// in that type and accumulate in f32, and the residual stream, the scan
-	// and the carried state stay f32 (gpu.Engine).
+	// and the carried state stay f32 (gpu.Engine). "auto" takes the type the
+	// checkpoint's config names (checkpoint.Config.DType) on the CUDA
+	// engine, and float32 on the CPU engine or where the config names none.
 	DType string
 	// BLAS is the path of a CBLAS shared library (e.g. numpy's OpenBLAS) for
 	// the CPU engine's GEMMs; empty uses gonum's pure-Go BLAS.
@@ -313,6 +315,7 @@ type target struct {
 	gpu     bool
 	ordinal int
 	dt      cuda.DType
+	autoDT  bool // dt is the checkpoint's own (Options.DType "auto"), read once it is loaded
 }
 
 // parseDevice reads Options.Device: the engine it asks for ("auto", "cpu"
@@ -351,9 +354,13 @@ func (opts Options) engine() (target, error) {
 		}
 		t.gpu, t.ordinal = true, ordinal
 	}
+	if strings.EqualFold(opts.DType, "auto") {
+		t.autoDT = t.gpu
+		return t, nil
+	}
 	dt, ok := cuda.ParseDType(opts.DType)
 	if !ok && opts.DType != "" {
-		return target{}, engine.Invalid("dtype %q: want None, \"float32\", \"bfloat16\" or \"float16\"", opts.DType)
+		return target{}, engine.Invalid("dtype %q: want None, \"auto\", \"float32\", \"bfloat16\" or \"float16\"", opts.DType)
 	}
 	if dt != cuda.F32 && !t.gpu {
 		return target{}, engine.Invalid("dtype %q needs the CUDA engine (the CPU engine computes in float32), and this model runs on the CPU (device %q)", opts.DType, opts.Device)
@@ -364,6 +371,11 @@ func (opts Options) engine() (target, error) {
 
 // start puts w on the engine t names; what names the weights in errors.
 func start(w *checkpoint.Weights, t target, opts Options, what string) (*Model, error) {
+	if t.autoDT {
+		if dt, ok := cuda.ParseDType(w.Config.DType); ok {
+			t.dt = dt
+		}
+	}
 	if t.gpu {
 		g, err := gpu.New(w, t.ordinal, t.dt)
 		if err != nil {

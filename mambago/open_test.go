@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/mambago"
 	"github.com/mambago/mambago/mambago/gpu"
 	"github.com/mambago/mambago/mambago/internal/fixture"
@@ -105,5 +106,40 @@ func TestOpenReportsCompile(t *testing.T) {
 			!strings.Contains(got, "\nmambago: loaded in ")) {
 			t.Fatalf("load %d wrote %q; want %q", i+1, got, want)
 		}
+	}
+}
+
+// TestOpenDTypeAuto opens the bf16 and the f32 fixture with DType "auto"
+// on the CPU engine: float32 whatever the checkpoint's type. A dtype it
+// does not know is an input error.
+func TestOpenDTypeAuto(t *testing.T) {
+	for _, name := range []string{"bf16", "base"} {
+		m, err := mambago.Open(filepath.Join(fixture.Root(), name), mambago.Options{Device: "cpu", DType: "auto"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.DType(); got != "float32" {
+			t.Errorf("%s on the CPU with dtype auto: %s, want float32", name, got)
+		}
+		m.Close()
+	}
+	if _, err := mambago.Open(filepath.Join(fixture.Root(), "base"), mambago.Options{Device: "cpu", DType: "automatic"}); err == nil {
+		t.Error(`dtype "automatic" opened, want an input error`)
+	}
+}
+
+// TestOpenDTypeAutoGPU opens the bf16 and the f32 fixture with DType
+// "auto" on the GPU: the type each config names.
+func TestOpenDTypeAutoGPU(t *testing.T) {
+	gputest.Need(t)
+	for name, want := range map[string]string{"bf16": "bfloat16", "base": "float32"} {
+		m, err := mambago.Open(filepath.Join(fixture.Root(), name), mambago.Options{Device: "cuda", DType: "auto"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := m.DType(); got != want {
+			t.Errorf("%s on the GPU with dtype auto: %s, want %s", name, got, want)
+		}
+		m.Close()
 	}
 }

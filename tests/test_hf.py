@@ -429,6 +429,21 @@ def test_loss_is_the_next_tokens_cross_entropy():
             m(ids, labels=bad)
 
 
+def test_dtype_auto():
+    """torch_dtype="auto" (or dtype=), as scripts load models: float32 on
+    the CPU engine whatever the checkpoint holds; on a GPU, the type the
+    checkpoint's config names (below, where one is usable)."""
+    for name in ("bf16", "base"):
+        for kw in ({"torch_dtype": "auto"}, {"dtype": "auto", "device_map": "cpu"}):
+            m = MambaForCausalLM.from_pretrained(case_dir(name), device="cpu", **kw)
+            assert m.model.dtype == "float32", (name, kw)
+    if mambago.cuda_is_available():
+        for name, want in (("bf16", "bfloat16"), ("base", "float32")):
+            assert MambaForCausalLM.from_pretrained(case_dir(name), device="cuda", torch_dtype="auto").model.dtype == want
+    with pytest.raises(ValueError, match="automatic"):
+        MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu", torch_dtype="automatic")
+
+
 def test_device_and_dtype_shorthands():
     """.cuda(), .cpu(), .float(), .half() and .bfloat16(), as scripts call
     them: the model itself where it already is so, else a ValueError that

@@ -93,6 +93,21 @@ func TestConfigRejects(t *testing.T) {
 	if c.DTRank != 4 || c.EOSTokenID != 7 || c.Inner != 128 {
 		t.Errorf("rank %d, eos %d, inner %d; want 4, 7, 128", c.DTRank, c.EOSTokenID, c.Inner)
 	}
+	// The saved type: transformers' "dtype", or earlier "torch_dtype"
+	// (torch's name taken too); a config without one names none.
+	for js, want := range map[string]string{
+		`{"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "dtype": "bfloat16"}`:            "bfloat16",
+		`{"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "torch_dtype": "torch.float16"}`: "float16",
+		`{"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "torch_dtype": null}`:            "",
+		`{"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10}`:                                 "",
+	} {
+		if c, err := checkpoint.ParseConfig([]byte(js)); err != nil || c.DType != want {
+			t.Errorf("ParseConfig(%s): dtype %q, %v; want %q", js, c.DType, err, want)
+		}
+	}
+	if _, err := checkpoint.ParseConfig([]byte(`{"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10, "dtype": 16}`)); err == nil {
+		t.Error(`ParseConfig with "dtype": 16 succeeded, want an error`)
+	}
 	c, err = checkpoint.ParseConfig([]byte(`{"d_model": 80, "n_layer": 3, "vocab_size": 50277, "pad_vocab_size_multiple": 8, "ssm_cfg": {"d_state": 8}}`))
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // MaxStateSize is the largest d_state the engines accept.
@@ -36,6 +37,10 @@ type Config struct {
 	InputDim       int     `json:"input_dim"`    // F of input_proj, 0 when the model has none
 	EOSTokenID     int     `json:"eos_token_id"` // -1 when the config names none
 	PadTokenID     int     `json:"pad_token_id"` // -1 when the config names none
+	// DType is the float type the checkpoint was saved in, as its config
+	// names it (transformers' "dtype", earlier "torch_dtype"): "float32",
+	// "bfloat16", "float16", or "" where it names none.
+	DType string `json:"dtype"`
 }
 
 // ParseConfig decodes a config.json in Hugging Face or state-spaces form. It
@@ -148,6 +153,13 @@ func ParseConfig(data []byte) (Config, error) {
 	}
 	c.EOSTokenID = integer(-1, "eos_token_id")
 	c.PadTokenID = integer(-1, "pad_token_id")
+	if n, v := lookup("dtype", "torch_dtype"); v != nil {
+		name, ok := v.(string)
+		if !ok && bad == nil {
+			bad = fmt.Errorf("%s = %s, want a type's name", n, jsonText(v))
+		}
+		c.DType = strings.TrimPrefix(name, "torch.")
+	}
 	if pad := integer(1, "pad_vocab_size_multiple"); pad > 1 && c.Vocab%pad != 0 {
 		// state-spaces pads the embedding table to a multiple.
 		c.Vocab += pad - c.Vocab%pad

@@ -602,7 +602,10 @@ class Model(_Owner):
         precision, where the big GEMMs take weights and inputs in that type
         and accumulate in float32, and the residual stream, the scan and the
         carried state stay float32. Weights load from f32, bf16 or f16 checkpoints into the
-        dtype asked for. Inputs and outputs stay float32 in every dtype.
+        dtype asked for. dtype "auto" (transformers' torch_dtype="auto") is
+        the type the checkpoint's config names on the CUDA engine, and
+        float32 on the CPU engine or where the config names none. Inputs and
+        outputs stay float32 in every dtype.
 
         blas chooses the CPU engine's GEMM library: "auto" (numpy's OpenBLAS
         when numpy has one, else Go), "go" (gonum, pure Go) or the path of a
