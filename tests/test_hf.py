@@ -306,6 +306,84 @@ def test_cache_matches_transformers():
     assert rel_err(got.numpy(), want[:, 4:].numpy()) <= 1e-4
 
 
+def test_generate_returns_scores():
+    """return_dict_in_generate: .sequences are generate's tokens; logits are
+    each step's (Model.step's, within 1e-5); scores are them greedy, and
+    sampled: divided by temperature, -inf outside the top k, the token
+    drawn always among the kept; compute_transition_scores reads the taken
+    tokens' scores, as log probabilities with normalize_logits."""
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    rng = np.random.default_rng()
+    V = m.config.vocab_size
+    ids = rng.integers(0, V, size=(2, 5))
+    plain = m.generate(ids, max_new_tokens=6)
+    out = m.generate(ids, max_new_tokens=6, return_dict_in_generate=True, output_scores=True, output_logits=True)
+    n = plain.shape[1] - 5
+    assert np.array_equal(out.sequences, plain) and out[0] is out.sequences and out["scores"] is out.scores
+    assert len(out.scores) == len(out.logits) == n and all(z.shape == (2, V) for z in out.scores)
+    state = m.model.new_state(2)
+    steps = [m.model.logits(m.model.prefill(ids, state=state))]  # the steps' own logits
+    steps += [m.model.step(plain[:, 5 + i], state) for i in range(n - 1)]
+    for i, want in enumerate(steps):
+        assert rel_err(out.logits[i], want) <= 1e-5, i
+        assert np.array_equal(out.scores[i], out.logits[i])  # greedy: no warping
+        assert np.array_equal(np.argmax(out.scores[i], axis=-1), plain[:, 5 + i])
+    bare = m.generate(ids, max_new_tokens=6, return_dict_in_generate=True)
+    assert np.array_equal(bare.sequences, plain) and bare.scores is None and bare.logits is None
+    k, temp = 5, 0.7
+    sampled = m.generate(ids, max_new_tokens=6, do_sample=True, top_k=k, temperature=temp, seed=11,
+                         return_dict_in_generate=True, output_scores=True, output_logits=True)
+    assert np.array_equal(sampled.sequences, m.generate(ids, max_new_tokens=6, do_sample=True, top_k=k,
+                                                        temperature=temp, seed=11))
+    for i, (z, raw) in enumerate(zip(sampled.scores, sampled.logits)):
+        kept = np.isfinite(z)
+        assert np.all(kept.sum(axis=1) >= k) and np.all(kept.sum(axis=1) <= k + 1)  # a tie at the k-th may stay
+        assert np.allclose(z[kept], raw[kept] / np.float32(temp), rtol=1e-6)
+        assert np.all(kept[np.arange(2), sampled.sequences[:, 5 + i]])
+    got = m.compute_transition_scores(sampled.sequences, sampled.scores, normalize_logits=True)
+    assert got.shape == (2, len(sampled.scores)) and np.all(got <= 0)
+    z = sampled.scores[0].astype(np.float64)
+    logp = z - z.max(axis=-1, keepdims=True)
+    logp -= np.log(np.exp(logp).sum(axis=-1, keepdims=True))
+    assert np.allclose(got[:, 0], logp[np.arange(2), sampled.sequences[:, 5]], atol=1e-5)
+    with pytest.raises(ValueError, match="beam"):
+        m.compute_transition_scores(out.sequences, out.scores, beam_indices=np.zeros((2, n), np.int64))
+
+
+def test_generate_scores_match_transformers():
+    """return_dict_in_generate with output_scores and output_logits,
+    greedy: transformers' sequences, its scores and logits at every step
+    (1e-4), and its compute_transition_scores; top-p warping of logits as
+    transformers' sampling warps them (its processors, applied here)."""
+    torch, hf, ours, ids, left = _against_transformers()
+    kw = dict(max_new_tokens=6, return_dict_in_generate=True, output_scores=True, output_logits=True)
+    for mask in (None, left):
+        with torch.no_grad():
+            want = hf.generate(ids, attention_mask=mask, do_sample=False, **kw)
+        got = ours.generate(ids, attention_mask=mask, **kw)
+        assert torch.equal(got.sequences, want.sequences)
+        assert len(got.scores) == len(want.scores) and len(got.logits) == len(want.logits)
+        for g, w in zip(got.scores + got.logits, want.scores + want.logits):
+            assert isinstance(g, torch.Tensor) and rel_err(g.numpy(), w.numpy()) <= 1e-4
+        for norm in (False, True):
+            assert rel_err(ours.compute_transition_scores(got.sequences, got.scores, normalize_logits=norm).numpy(),
+                           hf.compute_transition_scores(want.sequences, want.scores, normalize_logits=norm).numpy()
+                           ) <= 1e-4
+    from transformers.generation.logits_process import (TemperatureLogitsWarper, TopKLogitsWarper,
+                                                        TopPLogitsWarper)
+    from mambago.hf import _warped
+
+    logits = torch.randn(3, 200) * 4
+    for temp, k, p in ((0.7, 0, 0.9), (1.0, 20, 1.0), (1.3, 50, 0.5), (1.0, 0, 0.99)):
+        want = logits.clone()
+        for make, on in ((lambda: TemperatureLogitsWarper(temp), temp != 1.0), (lambda: TopKLogitsWarper(k), k > 0),
+                         (lambda: TopPLogitsWarper(p), p < 1.0)):
+            want = make()(None, want) if on else want
+        got = _warped(logits.numpy(), temp, k, p)
+        assert np.array_equal(np.isfinite(got), torch.isfinite(want).numpy()), (temp, k, p)
+        assert np.allclose(got[np.isfinite(got)], want[torch.isfinite(want)].numpy(), rtol=1e-6)
+
+
 def test_hidden_states_are_each_layers_residual():
     """output_hidden_states=True: transformers' hidden_states, each layer's
     residual stream [B, T, d] and then the final norm's output (the

@@ -479,7 +479,8 @@ class MambaForCausalLM(_StandIn):
     def generate(self, input_ids, max_new_tokens: int | None = None, *, max_length: int | None = None,
                  do_sample: bool = False, temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0,
                  eos_token_id: int | None = None, pad_token_id: int | None = None, attention_mask=None,
-                 use_cache: bool = True, seed: int | None = None, streamer=None, num_return_sequences: int = 1):
+                 use_cache: bool = True, seed: int | None = None, streamer=None, num_return_sequences: int = 1,
+                 return_dict_in_generate: bool = False, output_scores: bool = False, output_logits: bool = False):
         """Continue prompts [B, T] by up to max_new_tokens tokens and return
         prompt and new tokens [B, T + n], as transformers does: greedy unless
         do_sample (then temperature, top_k and top_p apply; seed makes it
@@ -496,7 +497,18 @@ class MambaForCausalLM(_StandIn):
         transformers: CPU torch tensors where the input is a torch tensor.
         num_return_sequences n > 1 (with do_sample) samples n continuations
         of each prompt, as transformers does: rows [B * n, T + n_new], a
-        prompt's n rows together, each drawn on a random stream of its own."""
+        prompt's n rows together, each drawn on a random stream of its own.
+
+        return_dict_in_generate returns a GenerateOutput (.sequences, the
+        tokens above) that with output_logits also holds each step's logits
+        and with output_scores its scores, transformers' processed logits
+        (with do_sample: divided by temperature, then -inf outside top_k
+        and outside top_p's nucleus; greedy: the logits), a tuple of n
+        float32 [B, V] arrays. They come from one more pass over the
+        tokens generated (the prompt's last position, then the new tokens
+        from the cache), not from the steps that drew them: the same tokens
+        and seed, logits within the engine's rounding of the steps'.
+        compute_transition_scores reads them as transformers' does."""
         mask = None if attention_mask is None else _numpy(attention_mask)
         ids = _numpy(input_ids).astype(np.int64, copy=False)
         if isinstance(num_return_sequences, bool) or not isinstance(num_return_sequences, (int, np.integer)):
@@ -532,7 +544,65 @@ class MambaForCausalLM(_StandIn):
                                       streamer=streamer)
         if pads:
             new, _ = _pad_after_eos(new, eos_token_id, pad_token_id, np.zeros(new.shape[0], bool))
-        return _like(np.concatenate([ids.reshape(new.shape[0], -1), new], axis=1), input_ids)
+        sequences = _like(np.concatenate([ids.reshape(new.shape[0], -1), new], axis=1), input_ids)
+        if not return_dict_in_generate:
+            return sequences
+        logits = self._step_logits(ids, mask, new) if output_scores or output_logits else None
+        scores = None
+        if output_scores:
+            scores = [_warped(z, temperature, top_k, top_p) for z in logits] if do_sample else logits
+            scores = tuple(_like(z, input_ids) for z in scores)
+        if output_logits:
+            logits = tuple(_like(z, input_ids) for z in logits)
+        return GenerateOutput(sequences, scores, logits if output_logits else None)
+
+    def _step_logits(self, ids, mask, new):
+        """The logits each generation step of new [B, n] drew from, after
+        prompts ids [B, T] (mask: their padding): the prompt's last token's,
+        then each new token's but the last, continuing the prompt's state;
+        n float32 arrays [B, V]."""
+        n = new.shape[1]
+        if n == 0:
+            return []
+        state = self.model.new_state(new.shape[0])
+        last = self.model._prefill(ids.reshape(new.shape[0], -1), None, None, state, True, "last", mask)
+        steps = [self.model.logits(last)]
+        if n > 1:
+            after = self.model.logits(self.model._prefill(new[:, :-1], None, None, state, False, "all", None))
+            steps += [np.ascontiguousarray(after[:, i]) for i in range(n - 1)]
+        return steps
+
+    def compute_transition_scores(self, sequences, scores, beam_indices=None, normalize_logits: bool = False):
+        """Each generated token's score [B, n] out of a GenerateOutput's
+        sequences [B, T + n] and scores (n arrays [B, V]), as transformers'
+        compute_transition_scores gives them for greedy and sampled
+        generation: the score of the token each step took, as a log
+        probability over the vocabulary with normalize_logits. Beam search's
+        beam_indices are a ValueError (there is no beam search here)."""
+        if beam_indices is not None:
+            raise ValueError("beam_indices: there is no beam search here; generate's scores are one row a sequence")
+        like = scores[0] if len(scores) else sequences
+        z = np.stack([_numpy(x) for x in scores], axis=1).astype(np.float32)  # [B, n, V]
+        if normalize_logits:
+            top = z.max(axis=-1, keepdims=True)
+            top = np.where(np.isfinite(top), top, 0)
+            z = z - top - np.log(np.exp(z - top).sum(axis=-1, keepdims=True))
+        tokens = _numpy(sequences)[:, sequences.shape[-1] - z.shape[1]:]
+        return _like(np.take_along_axis(z, tokens[..., None].astype(np.int64), axis=-1)[..., 0], like)
+
+
+class GenerateOutput(_ModelOutput):
+    """What generate returns with return_dict_in_generate, as transformers'
+    GenerateDecoderOnlyOutput reads: sequences (prompt and new tokens), and
+    where asked scores and logits (a tuple of a [B, V] array a step)."""
+
+    _fields = ("sequences", "scores", "logits")
+    cache = None  # transformers' past_key_values: not kept
+
+    def __init__(self, sequences, scores=None, logits=None):
+        self.sequences = sequences
+        self.scores = scores
+        self.logits = logits
 
 
 class BaseModelOutput(_ModelOutput):
@@ -691,6 +761,30 @@ def _kept(keep, T: int):
     if at.size and (at.min() < -T or at.max() >= T):
         raise ValueError(f"logits_to_keep holds {at[(at < -T) | (at >= T)][0]}, outside the {T} positions")
     return np.where(at < 0, at + T, at).astype(np.int64)
+
+
+def _warped(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
+    """transformers' sampling scores of logits [B, V]: divided by
+    temperature (unless 1), then -inf below the top_k-th largest (ties
+    kept; unless 0 or V and more), then -inf outside the nucleus: the
+    tokens whose probability, added from the least likely up, stays at or
+    under 1 - top_p, the most likely always kept (unless top_p is 1)."""
+    z = logits.astype(np.float32, copy=True)
+    if temperature != 1.0:
+        z /= np.float32(temperature)
+    V = z.shape[-1]
+    if 0 < top_k < V:
+        kth = np.partition(z, V - top_k, axis=-1)[:, V - top_k][:, None]
+        z[z < kth] = -np.inf
+    if top_p < 1.0:
+        order = np.argsort(z, axis=-1, kind="stable")  # ascending
+        ranked = np.take_along_axis(z, order, axis=-1).astype(np.float64)
+        p = np.exp(ranked - ranked[:, -1:])
+        cum = np.cumsum(p / p.sum(axis=-1, keepdims=True), axis=-1)
+        drop = cum <= 1 - top_p
+        drop[:, -1] = False
+        np.put_along_axis(z, order, np.where(drop, -np.inf, ranked).astype(np.float32), axis=-1)
+    return z
 
 
 def _torch():
