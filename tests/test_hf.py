@@ -88,6 +88,18 @@ def _with_config(tmp_path, case, **changes):
     return tmp_path
 
 
+def test_eos_token_id_as_a_list():
+    """eos_token_id as transformers also takes it, a list: one id is that
+    id; several are a ValueError that says so."""
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    ids, eos, free = early_stop_pair(m.model, np.random.default_rng())
+    want = m.generate(ids, max_new_tokens=6, eos_token_id=eos)
+    assert np.array_equal(m.generate(ids, max_new_tokens=6, eos_token_id=[eos]), want)
+    assert np.array_equal(m.generate(ids, max_new_tokens=6, eos_token_id=(eos,)), want)
+    with pytest.raises(ValueError, match="one end-of-sequence id"):
+        m.generate(ids, max_new_tokens=6, eos_token_id=[eos, eos + 1])
+
+
 def test_pad_token_defaults_to_the_configs(tmp_path):
     """Without pad_token_id, a row stopped at eos is padded with the
     config's pad_token_id, as transformers' generation config takes it;

@@ -486,7 +486,8 @@ class MambaForCausalLM(_StandIn):
         do_sample (then temperature, top_k and top_p apply; seed makes it
         reproducible). Without max_new_tokens, max_length counts the prompt
         too (T + n <= max_length); with neither, 20 new tokens. A row stops
-        at eos_token_id (the config's by default) and is padded with
+        at eos_token_id (the config's by default; a list of one id is that
+        id) and is padded with
         pad_token_id (the config's by default, as transformers' generation
         config takes it; else eos) while others go on. An attention_mask
         with zeros marks padding before or after each row's prompt, and each
@@ -529,6 +530,11 @@ class MambaForCausalLM(_StandIn):
                 raise ValueError(f"max_length={max_length} leaves no room after a prompt of {T} tokens: "
                                  f"raise it, or pass max_new_tokens")
             max_new_tokens = 20 if max_length is None else max_length - T
+        if isinstance(eos_token_id, (list, tuple)):  # transformers takes a list of them
+            if len(eos_token_id) != 1:
+                raise ValueError(f"eos_token_id {list(eos_token_id)}: one end-of-sequence id is supported, "
+                                 f"not several")
+            eos_token_id = eos_token_id[0]
         if eos_token_id is None:
             eos_token_id = self.config.eos_token_id
         if pad_token_id is None:
