@@ -30,9 +30,8 @@ func (m *Model) PrefillLayers(ctx context.Context, st engine.State, in engine.In
 	if _, ok := m.Engine.(engine.LayerPrefiller); !ok {
 		return engine.Invalid("the %s engine does not hand out each layer's states", m.Device())
 	}
-	cfg := m.Config()
-	if want := cfg.Layers * in.B * in.T * cfg.Hidden; len(layers) != want {
-		return engine.Invalid("layers buffer has %d values, want L*B*T*d = %d", len(layers), want)
+	if err := engine.CheckPrefillLayers(m.Config(), in, st.Batch(), out, layers); err != nil {
+		return err
 	}
 	return m.prefillStoppable(ctx, st, in, spans, fresh, outputs{pool: engine.All, out: out, layers: layers})
 }

@@ -289,8 +289,7 @@ class _StandIn:
         mask = None if attention_mask is None else _numpy(attention_mask)
         if mask is not None and not fresh and mask.shape[-1] > T:
             mask = mask[..., -T:]  # a mask of the whole sequence so far: the new positions' part
-        if mask is not None:
-            _spans(mask, B, T)  # its errors before the cache changes
+        spans = None if mask is None else _spans(mask, B, T)  # its errors before the cache changes
         at = _kept(keep, T)
         if restart:
             cache.reset()
@@ -304,9 +303,9 @@ class _StandIn:
             out = _like(self.model.logits(kept) if logits else kept, like)
             layers = tuple(_like(h, like) for h in (*taps, final))
         elif on_gpu:
-            out = self._run_on_gpu(x, name, mask, logits, state, fresh, at)
+            out = self._run_on_gpu(x, name, spans, logits, state, fresh, at)
         else:
-            out = _like(self._run_on_host(x, name, mask, logits, state, fresh, at), like)
+            out = _like(self._run_on_host(x, name, mask, spans, logits, state, fresh, at), like)
         if cache is not None:
             cache.seen += T
         return out, (cache if keep_cache else None), layers
@@ -346,11 +345,10 @@ class _StandIn:
         continuing a cache, for its logits."""
         return logits and not fresh and name == "input_ids" and x.shape[1] == 1 and spans is None
 
-    def _run_on_host(self, x, name, mask, logits, state, fresh, at):
-        """_run for a prompt x (numpy, batched) given on the host; a decode
-        step through Model.step."""
-        B, T = x.shape[0], x.shape[1]
-        spans = None if mask is None else _spans(mask, B, T)
+    def _run_on_host(self, x, name, mask, spans, logits, state, fresh, at):
+        """_run for a prompt x (numpy, batched) given on the host, mask's
+        spans (_spans) already read; a decode step through Model.step."""
+        T = x.shape[1]
         if self._is_step(x, name, spans, logits, fresh):
             out = self.model.step(x[:, 0], state)[:, None]
             return out if at is None else out[:, at]
@@ -363,11 +361,11 @@ class _StandIn:
             hidden = np.ascontiguousarray(hidden[:, at])
         return self.model.logits(hidden) if logits else hidden
 
-    def _run_on_gpu(self, x, name, mask, logits: bool, state, fresh, at):
+    def _run_on_gpu(self, x, name, spans, logits: bool, state, fresh, at):
         """_run for a prompt x (a torch tensor, batched) already on the
-        model's GPU, made there by Model.prefill_ptr (a decode step:
-        Model.step_ptr) on torch's current stream: nothing of the output's
-        size crosses to the host."""
+        model's GPU, its mask's spans (_spans) already read, made there by
+        Model.prefill_ptr (a decode step: Model.step_ptr) on torch's current
+        stream: nothing of the output's size crosses to the host."""
         import torch
 
         if name == "inputs_embeds":
@@ -379,7 +377,6 @@ class _StandIn:
         x = x.contiguous()
         B, T = x.shape[0], x.shape[1]
         stream = torch.cuda.current_stream(x.device).cuda_stream
-        spans = None if mask is None else _spans(mask, B, T)
         if self._is_step(x, name, spans, logits, fresh):
             out = torch.empty((B, 1, self.config.vocab_size), dtype=torch.float32, device=x.device)
             self.model.step_ptr(x.data_ptr(), state, logits_ptr=out.data_ptr(), stream=stream)  # [B, 1]: B ids
