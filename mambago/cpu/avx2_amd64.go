@@ -2,10 +2,14 @@ package cpu
 
 import "golang.org/x/sys/cpu"
 
-// hasAVX2 reports that this CPU (and its OS) runs AVX2 and FMA, which the
+// hasAVX2 reports that this CPU (and its OS) runs AVX2, FMA and F16C, which the
 // assembly kernels below (scanrow_amd64.s, lanes_amd64.s) need; without it
 // the engine runs its Go loops.
-var hasAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+var hasAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA && hasF16C()
+
+// hasF16C reads CPUID's F16C bit (leaf 1, ECX bit 29: VCVTPH2PS), which
+// golang.org/x/sys/cpu does not report. Every CPU with AVX2 has it so far.
+func hasF16C() bool
 
 // scanRowAVX2 is scanRow's loop over n = 0..count-1 (count a multiple of 8)
 // in AVX2/FMA; k points at scanConsts. It returns Σ s[n]·c[n].
@@ -27,3 +31,15 @@ func convLanesAVX2(a *laneConv)
 //
 //go:noescape
 func gemmRowsAVX2(a *rowsGemm)
+
+// dotRowsAVX2 runs gemmRows' dot products for one row of A against a
+// 16-bit W (lanes.go) in AVX2/FMA/F16C.
+//
+//go:noescape
+func dotRowsAVX2(a *rowsGemm)
+
+// widenAVX2 widens n (a positive multiple of 8) bfloat16 or (f16) float16
+// values at src to float32 at dst (storage.go), in AVX2/F16C.
+//
+//go:noescape
+func widenAVX2(dst *float32, src *uint16, n int, f16 bool)

@@ -15,3 +15,7 @@ func scanLanesAVX2(a *laneScan) { panic("unreachable") }
 func convLanesAVX2(a *laneConv) { panic("unreachable") }
 
 func gemmRowsAVX2(a *rowsGemm) { panic("unreachable") }
+
+func dotRowsAVX2(a *rowsGemm) { panic("unreachable") }
+
+func widenAVX2(dst *float32, src *uint16, n int, f16 bool) { panic("unreachable") }

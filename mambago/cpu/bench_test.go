@@ -34,3 +34,43 @@ func BenchmarkPrefill130m(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkStorage130m times a 130m-shaped model (random weights) with its
+// matrices kept in each Storage, taking turns in one process: a prefill of
+// B=1, T=512, and a decode step (with its logits) of 1 and of 8 sequences.
+// The GEMMs run in the library MAMBAGO_TEST_BLAS names (numpy's OpenBLAS),
+// or in gonum without one.
+func BenchmarkStorage130m(b *testing.B) {
+	w := fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1)
+	lib := blastest.Maybe(b)
+	for _, st := range []cpu.Storage{cpu.Float32, cpu.BFloat16, cpu.Float16} {
+		e := cpu.NewStored(w, st)
+		e.BLAS = lib
+		b.Run(fmt.Sprintf("%v/prefill_T512", st), func(b *testing.B) {
+			ids := make([]int64, 512)
+			for i := range ids {
+				ids[i] = int64(i * 7 % 50280)
+			}
+			out := make([]float32, 768)
+			for b.Loop() {
+				st, _ := e.NewState(1)
+				if err := e.Prefill(st, engine.Input{B: 1, T: 512, IDs: ids}, engine.Last, out); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(512*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+		})
+		for _, B := range []int{1, 8} {
+			b.Run(fmt.Sprintf("%v/step_B%d", st, B), func(b *testing.B) {
+				s, _ := e.NewState(B)
+				ids, logits := make([]int64, B), make([]float32, B*50280)
+				for b.Loop() {
+					if err := e.Step(s, ids, logits); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/step")
+			})
+		}
+	}
+}

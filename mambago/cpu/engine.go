@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/mambago/mambago/mambago/blas"
 	"github.com/mambago/mambago/mambago/checkpoint"
@@ -13,8 +14,17 @@ import (
 // Engine is the pure-Go engine. It holds the weights read-only, so its
 // methods are safe for concurrent use; each State is locked by the call using it.
 type Engine struct {
-	w   *checkpoint.Weights
-	cfg checkpoint.Config
+	// w holds the weights the engine reads as float32: all of them for
+	// Float32 storage; otherwise all but the matrices, which are in mats,
+	// emb, head and inputProj alone.
+	w       *checkpoint.Weights
+	cfg     checkpoint.Config
+	storage Storage
+	mats    []layerMats
+	// emb, head and inputProj are the embeddings [V, d], the LM head [V,
+	// d] (the same matrix where the checkpoint ties them) and input_proj
+	// [d, F] (the zero matrix without one).
+	emb, head, inputProj matrix
 	a2  [][]float32 // per layer, A·log2(e) [E, N]: the scan's exp as exp2
 	a2t [][]float32 // per layer, a2 in groups of eight channels [E/8][N][8] (scanLanes)
 	// convT is each layer's conv weights in groups of eight channels
@@ -32,9 +42,46 @@ type Engine struct {
 
 var _ engine.Engine = (*Engine)(nil)
 
-// New returns an engine over w.
-func New(w *checkpoint.Weights) *Engine {
-	e := &Engine{w: w, cfg: w.Config, ChunkRows: 4096}
+// layerMats are a layer's weight matrices as the engine keeps them.
+type layerMats struct {
+	inProj, xProj, dtProj, outProj matrix
+}
+
+// New returns an engine over w, keeping its weights as they are (float32).
+func New(w *checkpoint.Weights) *Engine { return NewStored(w, Float32) }
+
+// NewStored returns an engine over w that keeps the weight matrices in st
+// (Storage): for BFloat16 and Float16 rounded copies, after which the
+// engine holds no reference to w's matrices, so their float32 memory is
+// freed once the caller drops w.
+func NewStored(w *checkpoint.Weights, st Storage) *Engine {
+	c := w.Config
+	E, R, N := c.Inner, c.DTRank, c.State
+	e := &Engine{cfg: c, storage: st, ChunkRows: 4096}
+	e.emb = newMatrix(w.Embeddings, c.Vocab, c.Hidden, st)
+	e.head = e.emb
+	if !w.Tied() {
+		e.head = newMatrix(w.LMHead, c.Vocab, c.Hidden, st)
+	}
+	e.inputProj = newMatrix(w.InputProj, c.Hidden, c.InputDim, st)
+	kept := *w // what the engine reads as float32
+	kept.Layers = slices.Clone(w.Layers)
+	for i := range kept.Layers {
+		l := &kept.Layers[i]
+		e.mats = append(e.mats, layerMats{
+			inProj:  newMatrix(l.InProj, 2*E, c.Hidden, st),
+			xProj:   newMatrix(l.XProj, R+2*N, E, st),
+			dtProj:  newMatrix(l.DTProj, E, R, st),
+			outProj: newMatrix(l.OutProj, c.Hidden, E, st),
+		})
+		if st != Float32 {
+			l.InProj, l.XProj, l.DTProj, l.OutProj = nil, nil, nil, nil
+		}
+	}
+	if st != Float32 {
+		kept.Embeddings, kept.LMHead, kept.InputProj = nil, nil, nil
+	}
+	e.w = &kept
 	for _, l := range w.Layers {
 		a2 := make([]float32, len(l.A))
 		for i, a := range l.A {
@@ -49,6 +96,9 @@ func New(w *checkpoint.Weights) *Engine {
 
 // Config returns the model's configuration.
 func (e *Engine) Config() checkpoint.Config { return e.cfg }
+
+// Storage returns the type the engine keeps its weight matrices in.
+func (e *Engine) Storage() Storage { return e.storage }
 
 // Device returns "cpu".
 func (e *Engine) Device() string { return "cpu" }
@@ -169,14 +219,13 @@ func (e *Engine) embed(w *work, in engine.Input, t0 int) {
 		switch {
 		case in.IDs != nil:
 			for t := 0; t < n; t++ {
-				id := int(in.IDs[src+t])
-				copy(dst[t*d:(t+1)*d], e.w.Embeddings[id*d:(id+1)*d])
+				e.emb.row(dst[t*d:(t+1)*d], int(in.IDs[src+t]))
 			}
 		case in.Embeds != nil:
 			copy(dst, in.Embeds[src*d:(src+n)*d])
 		default:
 			F := e.cfg.InputDim
-			e.gemm(dst, d, in.Features[src*F:(src+n)*F], F, e.w.InputProj, n, d, F, 0)
+			e.gemm(dst, d, in.Features[src*F:(src+n)*F], F, e.inputProj, n, d, F, 0)
 			addBias(dst, e.w.InputBias)
 		}
 	}
@@ -205,7 +254,7 @@ func (e *Engine) Logits(hidden []float32, batch int, logits []float32) error {
 	if err := engine.CheckLogits(e.cfg, hidden, batch, logits); err != nil {
 		return err
 	}
-	e.gemm(logits, V, hidden, d, e.w.LMHead, batch, V, d, 0)
+	e.gemm(logits, V, hidden, d, e.head, batch, V, d, 0)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"unsafe"
 )
 
 // The conv and the scan with eight channels in the eight lanes of an AVX2
@@ -165,41 +166,68 @@ func (e *Engine) convLanes(w *work, l int, b, ch int, state, win []float32) {
 // rowsMax is the most rows gemmRows takes: one AVX2 register of sums each.
 const rowsMax = 8
 
-// rowsGemm holds one gemmRowsAVX2 call's operands; lanes_amd64.s reads its
-// fields at the offsets TestLaneScanLayout pins.
+// rowsGemm holds one gemmRowsAVX2 (or dotRowsAVX2) call's operands;
+// lanes_amd64.s reads its fields at the offsets TestLaneScanLayout pins.
 type rowsGemm struct {
-	a      *float32 // A's first K8 columns, interleaved [K8/8][8][8], rows past M zero
-	w      *float32 // the first of W's rows to multiply
-	out    *float32 // their dot products with A's eight rows, [N][8]
-	N      int      // rows of W
-	kBytes int      // 4·K8, K8 a positive multiple of 8
-	ldw    int      // bytes from one row of W to the next
+	a      *float32       // A's first K8 columns, interleaved [K8/8][8][8], rows past M zero (dotRowsAVX2: A's one row)
+	w      unsafe.Pointer // the first of W's rows to multiply
+	out    *float32       // their dot products with A's eight rows, [N][8] (dotRowsAVX2: [N])
+	N      int            // rows of W
+	kBytes int            // 4·K8, K8 a positive multiple of 8
+	ldw    int            // bytes from one row of W to the next
+	wkind  int            // W's type: its Storage (Float32, BFloat16, Float16)
 }
 
 // gemmRows computes C = A·Wᵀ + beta·C for A [M, K] (row stride lda), M ≤
 // rowsMax, W [N, K] and C [M, N] (row stride ldc), with the rows of W split
-// across goroutines.
-func gemmRows(c []float32, ldc int, a []float32, lda int, w []float32, M, N, K int, beta float32) {
+// across goroutines. One row against a 16-bit W runs on dotRowsAVX2, which
+// keeps one sum a row of W where gemmRowsAVX2 keeps eight.
+func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int, beta float32) {
 	K8 := K &^ 7
-	ai := make([]float32, K8*rowsMax)
-	for m := range M {
-		for k := range K8 {
-			ai[k/8*64+m*8+k%8] = a[m*lda+k]
+	dot := M == 1 && w.h != nil
+	ai := a
+	if !dot {
+		ai = make([]float32, K8*rowsMax)
+		for m := range M {
+			for k := range K8 {
+				ai[k/8*64+m*8+k%8] = a[m*lda+k]
+			}
 		}
+	}
+	size := 4
+	if w.h != nil {
+		size = 2
+		_ = w.h[N*K-1]
+	} else {
+		_ = w.f32[N*K-1]
+	}
+	base := unsafe.Pointer(unsafe.SliceData(w.f32))
+	if w.h != nil {
+		base = unsafe.Pointer(unsafe.SliceData(w.h))
 	}
 	parallelSplit(N, 64, func(lo, hi int) {
 		var out [rowsStep * rowsMax]float32 // the sums of rowsStep rows of W at a time, in L1
 		for n0 := lo; n0 < hi; n0 += rowsStep {
 			n1 := min(hi, n0+rowsStep)
 			if K8 > 0 {
-				_ = w[(n1-1)*K+K8-1]
-				gemmRowsAVX2(&rowsGemm{a: &ai[0], w: &w[n0*K], out: &out[0], N: n1 - n0, kBytes: 4 * K8, ldw: 4 * K})
+				g := rowsGemm{a: &ai[0], w: unsafe.Add(base, n0*K*size), out: &out[0], N: n1 - n0, kBytes: 4 * K8,
+					ldw: size * K, wkind: int(w.st)}
+				if dot {
+					dotRowsAVX2(&g)
+				} else {
+					gemmRowsAVX2(&g)
+				}
 			}
 			for n := n0; n < n1; n++ {
 				for m := range M {
-					s := out[(n-n0)*rowsMax+m]
+					var s float32
+					if dot {
+						s = out[n-n0]
+					} else {
+						s = out[(n-n0)*rowsMax+m]
+					}
 					for k := K8; k < K; k++ { // the columns past the last multiple of 8
-						s += a[m*lda+k] * w[n*K+k]
+						s += a[m*lda+k] * w.at(n, k)
 					}
 					if beta != 0 {
 						s += beta * c[m*ldc+n]

@@ -230,12 +230,31 @@ convdone:
 #define RG_N 24
 #define RG_KBYTES 32
 #define RG_LDW 40
+#define RG_WKIND 48
+
+// Weight kinds (rowsGemm.wkind).
+#define WK_F32 0
+#define WK_BF16 1
+
+// ROWS_FMA adds Y8 (eight columns of one row of W) times the eight
+// interleaved rows of A at those columns (8·DX bytes into A) to Y0-Y7.
+#define ROWS_FMA \
+	VFMADD231PS 0(SI)(DX*8), Y8, Y0; \
+	VFMADD231PS 32(SI)(DX*8), Y8, Y1; \
+	VFMADD231PS 64(SI)(DX*8), Y8, Y2; \
+	VFMADD231PS 96(SI)(DX*8), Y8, Y3; \
+	VFMADD231PS 128(SI)(DX*8), Y8, Y4; \
+	VFMADD231PS 160(SI)(DX*8), Y8, Y5; \
+	VFMADD231PS 192(SI)(DX*8), Y8, Y6; \
+	VFMADD231PS 224(SI)(DX*8), Y8, Y7
 
 // func gemmRowsAVX2(a *rowsGemm)
 //
 // For each of a.N rows of W: eight sums, one a row of the interleaved A,
 // over the first K8 columns (Y0-Y7, eight lanes each), added up across their
-// lanes and stored side by side as out's row [8].
+// lanes and stored side by side as out's row [8]. W's rows hold float32
+// values, or 16-bit ones (bfloat16 or float16, as a.wkind says) that each
+// load widens exactly; one loop a kind, picked once a row.
 TEXT ·gemmRowsAVX2(SB), NOSPLIT, $0-8
 	MOVQ a+0(FP), AX
 	MOVQ RG_A(AX), SI
@@ -244,6 +263,7 @@ TEXT ·gemmRowsAVX2(SB), NOSPLIT, $0-8
 	MOVQ RG_N(AX), CX
 	MOVQ RG_KBYTES(AX), R9
 	MOVQ RG_LDW(AX), R10
+	MOVQ RG_WKIND(AX), R11
 	TESTQ CX, CX
 	JLE rowsdone
 
@@ -257,22 +277,41 @@ rowsrow:
 	VXORPS Y6, Y6, Y6
 	VXORPS Y7, Y7, Y7
 	XORQ DX, DX // 4·k; A's block of these eight columns is at 8·DX
+	XORQ BX, BX // 2·k: the columns' offset in a 16-bit row of W
+	CMPQ R11, $WK_BF16
+	JEQ rowsbf16
+	JGT rowsf16
 
 rowscol:
 	PREFETCHT0 1024(DI)(DX*1) // a kilobyte ahead in W: about 8% faster
 	VMOVUPS (DI)(DX*1), Y8
-	VFMADD231PS 0(SI)(DX*8), Y8, Y0
-	VFMADD231PS 32(SI)(DX*8), Y8, Y1
-	VFMADD231PS 64(SI)(DX*8), Y8, Y2
-	VFMADD231PS 96(SI)(DX*8), Y8, Y3
-	VFMADD231PS 128(SI)(DX*8), Y8, Y4
-	VFMADD231PS 160(SI)(DX*8), Y8, Y5
-	VFMADD231PS 192(SI)(DX*8), Y8, Y6
-	VFMADD231PS 224(SI)(DX*8), Y8, Y7
+	ROWS_FMA
 	ADDQ $32, DX
 	CMPQ DX, R9
 	JLT rowscol
+	JMP rowssum
 
+rowsbf16:
+	PREFETCHT0 512(DI)(BX*1)
+	VPMOVZXWD (DI)(BX*1), Y8 // bfloat16 is float32's upper half
+	VPSLLD $16, Y8, Y8
+	ROWS_FMA
+	ADDQ $16, BX
+	ADDQ $32, DX
+	CMPQ DX, R9
+	JLT rowsbf16
+	JMP rowssum
+
+rowsf16:
+	PREFETCHT0 512(DI)(BX*1)
+	VCVTPH2PS (DI)(BX*1), Y8
+	ROWS_FMA
+	ADDQ $16, BX
+	ADDQ $32, DX
+	CMPQ DX, R9
+	JLT rowsf16
+
+rowssum:
 	// The eight sums across lanes, into one register: pairwise adds give
 	// each sum's lower and upper halves, which the two permutes line up.
 	VHADDPS Y1, Y0, Y0
@@ -292,4 +331,133 @@ rowscol:
 
 rowsdone:
 	VZEROUPPER
+	RET
+
+// func dotRowsAVX2(a *rowsGemm)
+//
+// gemmRowsAVX2 for one row of A (a decode step of one sequence), given
+// plain (a.a is the row's first K8 columns) and against a 16-bit W
+// (a.wkind bfloat16 or float16): for each of a.N rows of W one sum over
+// the first K8 columns, stored as out's next float32. Two sums a row take
+// turns on sixteen columns so that each FMA waits on the one before last.
+TEXT ·dotRowsAVX2(SB), NOSPLIT, $0-8
+	MOVQ a+0(FP), AX
+	MOVQ RG_A(AX), SI
+	MOVQ RG_W(AX), DI
+	MOVQ RG_OUT(AX), R8
+	MOVQ RG_N(AX), CX
+	MOVQ RG_KBYTES(AX), R9
+	MOVQ RG_LDW(AX), R10
+	MOVQ RG_WKIND(AX), R11
+	MOVQ R9, R12
+	ANDQ $-64, R12 // 4·k of the last whole pair of eight columns
+	TESTQ CX, CX
+	JLE dotdone
+
+dotrow:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	XORQ DX, DX // 4·k into A's row
+	XORQ BX, BX // 2·k into W's
+	CMPQ R11, $WK_BF16
+	JNE dotf16pairs
+
+dotbf16pairs:
+	CMPQ DX, R12
+	JGE dotbf16tail
+	PREFETCHT0 512(DI)(BX*1)
+	VPMOVZXWD (DI)(BX*1), Y8
+	VPMOVZXWD 16(DI)(BX*1), Y9
+	VPSLLD $16, Y8, Y8
+	VPSLLD $16, Y9, Y9
+	VFMADD231PS (SI)(DX*1), Y8, Y0
+	VFMADD231PS 32(SI)(DX*1), Y9, Y1
+	ADDQ $32, BX
+	ADDQ $64, DX
+	JMP dotbf16pairs
+
+dotbf16tail:
+	CMPQ DX, R9
+	JGE dotsum
+	VPMOVZXWD (DI)(BX*1), Y8
+	VPSLLD $16, Y8, Y8
+	VFMADD231PS (SI)(DX*1), Y8, Y0
+	JMP dotsum
+
+dotf16pairs:
+	CMPQ DX, R12
+	JGE dotf16tail
+	PREFETCHT0 512(DI)(BX*1)
+	VCVTPH2PS (DI)(BX*1), Y8
+	VCVTPH2PS 16(DI)(BX*1), Y9
+	VFMADD231PS (SI)(DX*1), Y8, Y0
+	VFMADD231PS 32(SI)(DX*1), Y9, Y1
+	ADDQ $32, BX
+	ADDQ $64, DX
+	JMP dotf16pairs
+
+dotf16tail:
+	CMPQ DX, R9
+	JGE dotsum
+	VCVTPH2PS (DI)(BX*1), Y8
+	VFMADD231PS (SI)(DX*1), Y8, Y0
+
+dotsum:
+	VADDPS Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, (R8)
+	ADDQ $4, R8
+	ADDQ R10, DI
+	DECQ CX
+	JNZ dotrow
+
+dotdone:
+	VZEROUPPER
+	RET
+
+// func widenAVX2(dst *float32, src *uint16, n int, f16 bool)
+//
+// Widens n (a positive multiple of 8) 16-bit values, bfloat16 or (f16)
+// float16, to float32, exactly.
+TEXT ·widenAVX2(SB), NOSPLIT, $0-25
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+	MOVBLZX f16+24(FP), AX
+	XORQ DX, DX // 2·i
+	SHLQ $1, CX
+	TESTQ AX, AX
+	JNE widenf16
+
+widenbf16:
+	VPMOVZXWD (SI)(DX*1), Y0
+	VPSLLD $16, Y0, Y0
+	VMOVUPS Y0, (DI)(DX*2)
+	ADDQ $16, DX
+	CMPQ DX, CX
+	JLT widenbf16
+	JMP widendone
+
+widenf16:
+	VCVTPH2PS (SI)(DX*1), Y0
+	VMOVUPS Y0, (DI)(DX*2)
+	ADDQ $16, DX
+	CMPQ DX, CX
+	JLT widenf16
+
+widendone:
+	VZEROUPPER
+	RET
+
+// func hasF16C() bool
+TEXT ·hasF16C(SB), NOSPLIT, $0-1
+	MOVL $1, AX
+	XORL CX, CX
+	CPUID
+	SHRL $29, CX
+	ANDL $1, CX
+	MOVB CX, ret+0(FP)
 	RET

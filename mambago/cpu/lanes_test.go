@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/mambago/mambago/internal/blastest"
+	"github.com/mambago/mambago/mambago/checkpoint"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/internal/fixture"
 )
@@ -22,7 +23,7 @@ func TestLaneScanLayout(t *testing.T) {
 	}{
 		{laneScan{}, []uintptr{0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 136}},
 		{laneConv{}, []uintptr{0, 8, 16, 24, 32, 40, 48, 56, 64, 72}},
-		{rowsGemm{}, []uintptr{0, 8, 16, 24, 32, 40}},
+		{rowsGemm{}, []uintptr{0, 8, 16, 24, 32, 40, 48}},
 	} {
 		typ := reflect.TypeOf(c.v)
 		got := make([]uintptr, typ.NumField())
@@ -35,37 +36,42 @@ func TestLaneScanLayout(t *testing.T) {
 	}
 }
 
-// TestGemmRows checks gemmRows against float64 on fresh random operands:
-// 1 to 8 rows, K with and without columns past a multiple of 8 (and under
-// 8), padded row strides, beta 0 and 1.
+// TestGemmRows checks gemmRows against float64 on fresh random operands,
+// for W in each Storage (float64 of the values W holds, widened): 1 to 8
+// rows (one row of a 16-bit W runs on dotRowsAVX2), K with and without
+// columns past a multiple of 8 and of 16 (and under 8), padded row
+// strides, beta 0 and 1.
 func TestGemmRows(t *testing.T) {
 	if !hasAVX2 {
-		t.Skip("this CPU has no AVX2/FMA")
+		t.Skip("this CPU has no AVX2/FMA/F16C")
 	}
 	rng := rand.New(rand.NewPCG(rand.Uint64(), 11))
-	for _, K := range []int{3, 8, 29, 768} {
-		for M := 1; M <= rowsMax; M++ {
-			for _, beta := range []float32{0, 1} {
-				N, lda, ldc := 37+rng.IntN(300), K+rng.IntN(3), 0
-				ldc = N + rng.IntN(3)
-				a, w, c := randVec(M*lda), randVec(N*K), randVec(M*ldc)
-				want := make([]float64, len(c))
-				for i := range c {
-					want[i] = float64(c[i])
-				}
-				for m := range M {
-					for n := range N {
-						var s float64
-						for k := range K {
-							s += float64(a[m*lda+k]) * float64(w[n*K+k])
-						}
-						want[m*ldc+n] = s + float64(beta)*float64(c[m*ldc+n])
+	for _, st := range []Storage{Float32, BFloat16, Float16} {
+		for _, K := range []int{3, 8, 24, 29, 768} {
+			for M := 1; M <= rowsMax; M++ {
+				for _, beta := range []float32{0, 1} {
+					N, lda, ldc := 37+rng.IntN(300), K+rng.IntN(3), 0
+					ldc = N + rng.IntN(3)
+					a, c := randVec(M*lda), randVec(M*ldc)
+					w := newMatrix(randVec(N*K), N, K, st)
+					want := make([]float64, len(c))
+					for i := range c {
+						want[i] = float64(c[i])
 					}
-				}
-				gemmRows(c, ldc, a, lda, w, M, N, K, beta)
-				for i := range c {
-					if math.Abs(float64(c[i])-want[i]) > 1e-5*(math.Sqrt(float64(K))+math.Abs(want[i])) {
-						t.Fatalf("K=%d M=%d beta=%v: c[%d] = %v, want %v", K, M, beta, i, c[i], want[i])
+					for m := range M {
+						for n := range N {
+							var s float64
+							for k := range K {
+								s += float64(a[m*lda+k]) * float64(w.at(n, k))
+							}
+							want[m*ldc+n] = s + float64(beta)*float64(c[m*ldc+n])
+						}
+					}
+					gemmRows(c, ldc, a, lda, w, M, N, K, beta)
+					for i := range c {
+						if math.Abs(float64(c[i])-want[i]) > 1e-5*(math.Sqrt(float64(K))+math.Abs(want[i])) {
+							t.Fatalf("%v K=%d M=%d beta=%v: c[%d] = %v, want %v", st, K, M, beta, i, c[i], want[i])
+						}
 					}
 				}
 			}
@@ -211,30 +217,99 @@ func BenchmarkLanes(b *testing.B) {
 }
 
 // BenchmarkGemmRows times gemmRows on 1, 2 and 8 rows against forty weight
-// matrices of the 130m in_proj's shape [3072, 768] (W streams from memory,
-// as in a decode step); GB/s counts W's bytes (BenchmarkSgemmRows in
-// mambago/blas times OpenBLAS on the same).
+// matrices of the 130m in_proj's shape [3072, 768] in each Storage (W
+// streams from memory, as in a decode step); GB/s counts W's bytes
+// (BenchmarkSgemmRows in mambago/blas times OpenBLAS on the same).
 func BenchmarkGemmRows(b *testing.B) {
 	if !hasAVX2 {
-		b.Skip("this CPU has no AVX2/FMA")
+		b.Skip("this CPU has no AVX2/FMA/F16C")
 	}
 	const n, k, count = 3072, 768, 40
-	ws := make([][]float32, count)
-	for i := range ws {
-		ws[i] = make([]float32, n*k)
-		for j := range ws[i] {
-			ws[i][j] = rand.Float32()
+	for _, st := range []Storage{Float32, BFloat16, Float16} {
+		ws := make([]matrix, count)
+		for i := range ws {
+			ws[i] = newMatrix(randVec(n*k), n, k, st)
+		}
+		bytes := 4
+		if st != Float32 {
+			bytes = 2
+		}
+		for _, m := range []int{1, 2, 8} {
+			b.Run(fmt.Sprintf("%v/m=%d", st, m), func(b *testing.B) {
+				a, c := make([]float32, m*k), make([]float32, m*n)
+				for b.Loop() {
+					for _, w := range ws {
+						gemmRows(c, n, a, k, w, m, n, k, 0)
+					}
+				}
+				b.ReportMetric(float64(count*n*k*bytes)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+			})
 		}
 	}
-	for _, m := range []int{1, 2, 8} {
-		b.Run(fmt.Sprintf("m=%d", m), func(b *testing.B) {
-			a, c := make([]float32, m*k), make([]float32, m*n)
-			for b.Loop() {
-				for _, w := range ws {
-					gemmRows(c, n, a, k, w, m, n, k, 0)
+}
+
+// TestWidenAllValues widens every 16-bit pattern of bfloat16 and float16
+// with widenAVX2 (through widenInto, lengths past a multiple of 8 included)
+// and checks each against the scalar widen, NaNs as NaNs.
+func TestWidenAllValues(t *testing.T) {
+	for _, st := range []Storage{BFloat16, Float16} {
+		for _, lanes := range []bool{true, false} {
+			func() {
+				defer SetLanes(lanes)()
+				src := make([]uint16, 1<<16+5)
+				for i := range src {
+					src[i] = uint16(i)
 				}
-			}
-			b.ReportMetric(float64(count*n*k*4)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
-		})
+				dst := make([]float32, len(src))
+				widenInto(dst, src, st)
+				for i, b := range src {
+					want := widen(b, st)
+					if got := dst[i]; math.Float32bits(got) != math.Float32bits(want) && !(got != got && want != want) {
+						t.Fatalf("%v lanes=%v: %#04x widened to %v (%#08x), want %v (%#08x)", st, lanes, b, got,
+							math.Float32bits(got), want, math.Float32bits(want))
+					}
+				}
+			}()
+		}
+	}
+	if got := widen(0x3f80, BFloat16); got != 1 {
+		t.Fatalf("bfloat16 0x3f80 is %v, want 1", got)
+	}
+	if got := widen(0x3c00, Float16); got != 1 {
+		t.Fatalf("float16 0x3c00 is %v, want 1", got)
+	}
+}
+
+// TestStoredEngineDropsFloat32 checks that an engine keeping 16-bit
+// matrices holds no reference to the float32 ones it was given, so their
+// memory goes once the caller drops them, and that float32 storage keeps
+// them without a copy.
+func TestStoredEngineDropsFloat32(t *testing.T) {
+	cfg := checkpoint.Config{ModelType: "mamba", Hidden: 16, Layers: 2, Inner: 32, State: 4, ConvKernel: 4,
+		DTRank: 2, Vocab: 11, Eps: 1e-5, TieEmbeddings: true, EOSTokenID: -1, PadTokenID: -1}
+	w := &checkpoint.Weights{Config: cfg, Embeddings: randVec(11 * 16), NormF: randVec(16)}
+	w.LMHead = w.Embeddings
+	for range cfg.Layers {
+		w.Layers = append(w.Layers, checkpoint.Layer{Norm: randVec(16), InProj: randVec(64 * 16), Conv: randVec(32 * 4),
+			XProj: randVec(10 * 32), DTProj: randVec(32 * 2), DTBias: randVec(32), A: randVec(32 * 4), D: randVec(32),
+			OutProj: randVec(16 * 32)})
+	}
+	e := NewStored(w, BFloat16)
+	if e.w.Embeddings != nil || e.w.LMHead != nil || e.emb.f32 != nil || e.head.f32 != nil {
+		t.Fatal("a bf16 engine keeps the float32 embeddings")
+	}
+	for l, lw := range e.w.Layers {
+		m := e.mats[l]
+		if lw.InProj != nil || lw.XProj != nil || lw.DTProj != nil || lw.OutProj != nil ||
+			m.inProj.f32 != nil || m.xProj.f32 != nil || m.dtProj.f32 != nil || m.outProj.f32 != nil {
+			t.Fatalf("a bf16 engine keeps layer %d's float32 matrices", l)
+		}
+	}
+	if w.Layers[0].InProj == nil || w.Embeddings == nil {
+		t.Fatal("NewStored changed the caller's weights")
+	}
+	f := New(w)
+	if &f.mats[1].outProj.f32[0] != &w.Layers[1].OutProj[0] || &f.head.f32[0] != &w.Embeddings[0] {
+		t.Fatal("a float32 engine copied its matrices")
 	}
 }

@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"runtime"
 
@@ -109,14 +110,14 @@ func (w *work) tap(dst []float32, d, T, t0 int) {
 // block runs layer l of the model over the chunk in w, continuing from and
 // updating the carried conv window and SSM state of that layer.
 func (e *Engine) block(l int, w *work, conv, ssm []float32) {
-	c, lw := &e.cfg, &e.w.Layers[l]
+	c, lw, lm := &e.cfg, &e.w.Layers[l], &e.mats[l]
 	rows, d, E := w.B*w.T, c.Hidden, c.Inner
 	R, N := c.DTRank, c.State
 
 	t := e.Timer.start()
 	rmsnorm(w.x, w.h, lw.Norm, d, c.Eps)
 	t = e.Timer.lap(t, "rmsnorm")
-	e.gemm(w.xz, 2*E, w.x, d, lw.InProj, rows, 2*E, d, 0)
+	e.gemm(w.xz, 2*E, w.x, d, lm.inProj, rows, 2*E, d, 0)
 	addBias(w.xz, lw.InBias)
 	t = e.Timer.lap(t, "in_proj")
 	// The conv and the scan run over each sequence's tokens (w.tokens), so
@@ -125,17 +126,17 @@ func (e *Engine) block(l int, w *work, conv, ssm []float32) {
 	e.conv(w, l, conv)
 	w.zeroPadding(w.u, E, E)
 	t = e.Timer.lap(t, "conv")
-	e.gemm(w.dbl, R+2*N, w.u, E, lw.XProj, rows, R+2*N, E, 0)
+	e.gemm(w.dbl, R+2*N, w.u, E, lm.xProj, rows, R+2*N, E, 0)
 	if c.Falcon {
 		normDBC(w.dbl, rows, R, N, c.MixerEps)
 	}
 	t = e.Timer.lap(t, "x_proj")
-	e.gemm(w.delta, E, w.dbl, R+2*N, lw.DTProj, rows, E, R, 0) // its bias goes into the scan
+	e.gemm(w.delta, E, w.dbl, R+2*N, lm.dtProj, rows, E, R, 0) // its bias goes into the scan
 	t = e.Timer.lap(t, "dt_proj")
 	e.scan(w, l, ssm)
 	w.zeroPadding(w.y, E, E)
 	t = e.Timer.lap(t, "scan")
-	e.gemm(w.h, d, w.y, E, lw.OutProj, rows, d, E, 1) // onto the residual stream
+	e.gemm(w.h, d, w.y, E, lm.outProj, rows, d, E, 1) // onto the residual stream
 	addBias(w.h, lw.OutBias)
 	e.Timer.lap(t, "out_proj+residual")
 }
@@ -176,20 +177,24 @@ func normDBC(dbl []float32, rows, R, N int, eps float64) {
 // gemm computes C = A @ W^T + beta·C, with A [M, K] (row stride lda), W [N, K]
 // and C [M, N] (row stride ldc): through the CBLAS library in e.BLAS when one
 // is loaded (its SGEMV for one row), else gonum's parallel SGEMM; up to
-// rowsMax rows, with AVX2, run in gemmRows.
-func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w []float32, M, N, K int, beta float32) {
-	a, w, c = a[:(M-1)*lda+K], w[:N*K], c[:(M-1)*ldc+N]
+// rowsMax rows, with AVX2, run in gemmRows, and so does one row against a
+// 16-bit W. Otherwise a 16-bit W is widened to float32 for the SGEMM.
+func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int, beta float32) {
+	if w.rows != N || w.cols != K {
+		panic(fmt.Sprintf("cpu: gemm of a [%d, %d] matrix as [%d, %d]", w.rows, w.cols, N, K))
+	}
+	a, c = a[:(M-1)*lda+K], c[:(M-1)*ldc+N]
 	switch {
-	case M == 1 && e.BLAS != nil && e.BLAS.HasSgemv():
+	case M == 1 && w.f32 != nil && e.BLAS != nil && e.BLAS.HasSgemv():
 		// One row (a decode step of one sequence): SGEMV streams W once,
 		// where SGEMM packs it first, at about a third of the speed.
 		if !e.BLAS.SingleThreaded {
-			e.BLAS.Sgemv(N, K, 1, w, K, a, beta, c)
+			e.BLAS.Sgemv(N, K, 1, w.f32, K, a, beta, c)
 			return
 		}
 		const minBlock = 256
 		parallelSplit(N, minBlock, func(lo, hi int) {
-			e.BLAS.Sgemv(hi-lo, K, 1, w[lo*K:], K, a, beta, c[lo:hi])
+			e.BLAS.Sgemv(hi-lo, K, 1, w.f32[lo*K:], K, a, beta, c[lo:hi])
 		})
 		return
 	case M <= rowsMax && useLanes:
@@ -198,18 +203,20 @@ func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w []float32, M
 		gemmRows(c, ldc, a, lda, w, M, N, K, beta)
 		return
 	}
+	wf, release := w.widened()
+	defer release()
 	if e.BLAS != nil && !e.BLAS.SingleThreaded {
-		e.BLAS.Sgemm(true, M, N, K, 1, a, lda, w, K, beta, c, ldc)
+		e.BLAS.Sgemm(true, M, N, K, 1, a, lda, wf, K, beta, c, ldc)
 		return
 	}
 	if e.BLAS != nil {
 		// Single-threaded SGEMMs on tiles of C, one goroutine each at a
 		// time: no library thread pool spins against the engine's goroutines.
-		e.gemmTiled(c, ldc, a, lda, w, M, N, K, beta, runtime.GOMAXPROCS(0))
+		e.gemmTiled(c, ldc, a, lda, wf, M, N, K, beta, runtime.GOMAXPROCS(0))
 		return
 	}
 	A := blas32.General{Rows: M, Cols: K, Stride: lda, Data: a}
-	W := blas32.General{Rows: N, Cols: K, Stride: K, Data: w}
+	W := blas32.General{Rows: N, Cols: K, Stride: K, Data: wf}
 	C := blas32.General{Rows: M, Cols: N, Stride: ldc, Data: c}
 	blas32.Gemm(gblas.NoTrans, gblas.Trans, 1, A, W, beta, C)
 }

@@ -1,0 +1,216 @@
+package cpu_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/x448/float16"
+
+	"github.com/mambago/mambago/internal/blastest"
+	"github.com/mambago/mambago/mambago/checkpoint"
+	"github.com/mambago/mambago/mambago/cpu"
+	"github.com/mambago/mambago/mambago/engine"
+	"github.com/mambago/mambago/mambago/internal/fixture"
+	"github.com/mambago/mambago/mambago/safetensors"
+)
+
+// rounded returns w with every weight matrix the engine stores in st
+// rounded to st and widened back: the float32 weights whose 16-bit
+// storage is exact.
+func rounded(w *checkpoint.Weights, st cpu.Storage) *checkpoint.Weights {
+	r := w.Clone()
+	round := func(v []float32) {
+		for i, x := range v {
+			if st == cpu.BFloat16 {
+				v[i] = math.Float32frombits(uint32(safetensors.BF16Bits(x)) << 16)
+			} else {
+				v[i] = float16.Fromfloat32(x).Float32()
+			}
+		}
+	}
+	round(r.Embeddings)
+	if !r.Tied() {
+		round(r.LMHead)
+	}
+	round(r.InputProj)
+	for _, l := range r.Layers {
+		round(l.InProj)
+		round(l.XProj)
+		round(l.DTProj)
+		round(l.OutProj)
+	}
+	return r
+}
+
+// TestStorageMatchesFloat32 checks the contract of 16-bit storage: an
+// engine keeping its matrices in bf16 or f16 computes what the float32
+// engine computes on those matrices' values. Every prefill (ids, embeds
+// and features; each pooling; rows past the few-row GEMM and under it) and
+// the steps of two sequences give the same bits, and so do the carried
+// states; a step of one sequence, whose products a 16-bit W sums in
+// another order, agrees within 1e-5 of the logits' scale. Random weights
+// (an untied head, input_proj, biases) and random inputs, drawn fresh;
+// the lanes on and off, gonum's GEMMs and (where scripts/test.sh names it)
+// OpenBLAS's.
+func TestStorageMatchesFloat32(t *testing.T) {
+	cfg := fixture.Shape(64, 3, 97)
+	cfg.Inner, cfg.DTRank, cfg.InputDim, cfg.UseBias, cfg.TieEmbeddings = 136, 5, 12, true, false
+	seed := rand.Uint64()
+	lib := blastest.Maybe(t)
+	for _, st := range []cpu.Storage{cpu.BFloat16, cpu.Float16} {
+		w := fixture.RandomWeights(cfg, seed)
+		w.LMHead = slices.Clone(w.Embeddings)
+		for i := range w.LMHead {
+			w.LMHead[i] *= -1.5
+		}
+		w32 := rounded(w, st)
+		for _, lanes := range []bool{true, false} {
+			for _, useBLAS := range []bool{false, true} {
+				if useBLAS && lib == nil {
+					continue
+				}
+				name := fmt.Sprintf("%v/lanes=%v/blas=%v", st, lanes, useBLAS)
+				t.Run(name, func(t *testing.T) {
+					defer cpu.SetLanes(lanes)()
+					ref, half := cpu.New(w32), cpu.NewStored(w32.Clone(), st)
+					if half.Storage() != st || ref.Storage() != cpu.Float32 {
+						t.Fatalf("storage %v and %v, want %v and float32", half.Storage(), ref.Storage(), st)
+					}
+					if useBLAS {
+						ref.BLAS, half.BLAS = lib, lib
+					}
+					compareEngines(t, ref, half, cfg, seed)
+				})
+			}
+		}
+	}
+}
+
+// compareEngines runs the same prefills and steps on ref and got from the
+// same random states and compares them as TestStorageMatchesFloat32 says.
+func compareEngines(t *testing.T, ref, got *cpu.Engine, cfg checkpoint.Config, seed uint64) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	d, V := cfg.Hidden, cfg.Vocab
+	for _, shape := range []struct{ B, T int }{{2, 3}, {3, 17}, {1, 40}} {
+		B, T := shape.B, shape.T
+		ids := make([]int64, B*T)
+		for i := range ids {
+			ids[i] = rng.Int64N(int64(V))
+		}
+		embeds, features := randomVec(rng, B*T*d), randomVec(rng, B*T*cfg.InputDim)
+		inputs := map[string]engine.Input{
+			"ids":      {B: B, T: T, IDs: ids},
+			"embeds":   {B: B, T: T, Embeds: embeds},
+			"features": {B: B, T: T, Features: features},
+		}
+		for kind, in := range inputs {
+			for _, pool := range []engine.Pool{engine.Last, engine.All, engine.Mean} {
+				what := fmt.Sprintf("B=%d T=%d %s %v", B, T, kind, pool)
+				states := [2]engine.State{}
+				outs := [2][]float32{}
+				start := randomState(t, ref, B, rng)
+				for i, e := range []*cpu.Engine{ref, got} {
+					states[i] = cloneInto(t, e, start)
+					outs[i] = fixture.NaNs(pool.OutLen(B, T, d))
+					if err := e.Prefill(states[i], in, pool, outs[i]); err != nil {
+						t.Fatalf("%s: %v", what, err)
+					}
+				}
+				sameBits(t, what+": output", outs[1], outs[0])
+				sameStates(t, what, states[1], states[0], cfg.Layers)
+				// Steps from the prefilled states: two sequences give the
+				// same bits, one sequence agrees closely.
+				step := make([]int64, B)
+				for b := range step {
+					step[b] = rng.Int64N(int64(V))
+				}
+				logits := [2][]float32{fixture.NaNs(B * V), fixture.NaNs(B * V)}
+				for i, e := range []*cpu.Engine{ref, got} {
+					if err := e.Step(states[i], step, logits[i]); err != nil {
+						t.Fatalf("%s: step: %v", what, err)
+					}
+				}
+				if B == 1 {
+					if err := fixture.RelErr(logits[1], logits[0]); err > 1e-5 || math.IsNaN(err) {
+						t.Fatalf("%s: step's logits differ by %.3g of their scale (want 1e-5)", what, err)
+					}
+				} else {
+					sameBits(t, what+": step's logits", logits[1], logits[0])
+					sameStates(t, what+" then a step", states[1], states[0], cfg.Layers)
+				}
+			}
+		}
+	}
+}
+
+func randomVec(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64())
+	}
+	return v
+}
+
+// randomState returns a state of e's model for B sequences holding random values.
+func randomState(t *testing.T, e *cpu.Engine, B int, rng *rand.Rand) engine.State {
+	t.Helper()
+	st, err := e.NewState(B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := e.Config()
+	for l := range c.Layers {
+		if err := st.SetConvState(l, randomVec(rng, B*c.Inner*c.ConvKernel)); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetSSMState(l, randomVec(rng, B*c.Inner*c.State)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st
+}
+
+// cloneInto returns a new state of e holding src's values.
+func cloneInto(t *testing.T, e *cpu.Engine, src engine.State) engine.State {
+	t.Helper()
+	st, err := e.NewState(src.Batch())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l := range e.Config().Layers {
+		conv, _ := src.ConvState(l)
+		ssm, _ := src.SSMState(l)
+		if err := st.SetConvState(l, conv); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetSSMState(l, ssm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st
+}
+
+func sameBits(t *testing.T, what string, got, want []float32) {
+	t.Helper()
+	for i := range want {
+		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("%s: element %d is %v, float32 storage gives %v", what, i, got[i], want[i])
+		}
+	}
+}
+
+func sameStates(t *testing.T, what string, got, want engine.State, layers int) {
+	t.Helper()
+	for l := range layers {
+		gc, _ := got.ConvState(l)
+		wc, _ := want.ConvState(l)
+		gs, _ := got.SSMState(l)
+		ws, _ := want.SSMState(l)
+		sameBits(t, fmt.Sprintf("%s: layer %d's conv state", what, l), gc, wc)
+		sameBits(t, fmt.Sprintf("%s: layer %d's SSM state", what, l), gs, ws)
+	}
+}
