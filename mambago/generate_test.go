@@ -126,10 +126,10 @@ func TestGenerateStops(t *testing.T) {
 
 func TestOpenRejectsDevicesAndDTypes(t *testing.T) {
 	dir := filepath.Join(fixture.Root(), "base")
-	bad := []mambago.Options{{Device: "tpu"}, {Device: "cpu", DType: "bfloat16"}, {DType: "int8"},
+	bad := []mambago.Options{{Device: "tpu"}, {Device: "cpu", DType: "int8"}, {DType: "int8"},
 		{Device: "cuda:x"}, {Device: "cuda:-1"}, {Device: "gpu:"}, {Device: "cuda:99"}}
-	if mambago.GPUUsable() != nil { // "auto" is the CPU here, where bf16 is refused too
-		bad = append(bad, mambago.Options{Device: "cuda"}, mambago.Options{DType: "bfloat16"})
+	if mambago.GPUUsable() != nil {
+		bad = append(bad, mambago.Options{Device: "cuda"}, mambago.Options{Device: "cuda", DType: "bfloat16"})
 	}
 	for _, o := range bad {
 		if _, err := mambago.Open(dir, o); !engine.IsInvalid(err) {

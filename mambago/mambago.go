@@ -42,12 +42,15 @@ type Options struct {
 	// gpu.MinMajor.0, or one without cuBLAS and NVRTC to load, is not usable:
 	// "auto" then runs on the CPU engine, and LoadNotice says so.
 	Device string
-	// DType is "" or "float32", or on the CUDA engine "bfloat16" or
-	// "float16": mixed precision, where the big GEMMs take weights and inputs
-	// in that type and accumulate in f32, and the residual stream, the scan
-	// and the carried state stay f32 (gpu.Engine). "auto" takes the type the
-	// checkpoint's config names (checkpoint.Config.DType) on the CUDA
-	// engine, and float32 on the CPU engine or where the config names none.
+	// DType is "" or "float32", "bfloat16" or "float16". On the CUDA
+	// engine the 16-bit types are mixed precision, where the big GEMMs take
+	// weights and inputs in that type and accumulate in f32, and the
+	// residual stream, the scan and the carried state stay f32
+	// (gpu.Engine). On the CPU engine they are the weight matrices'
+	// storage (cpu.Storage), widened exactly as they are read: it computes
+	// in float32 on those values, so a 16-bit checkpoint gives what float32
+	// gives, in half the memory. "auto" takes the type the checkpoint's
+	// config names (checkpoint.Config.DType), and float32 where it names none.
 	DType string
 	// BLAS is the path of a CBLAS shared library (e.g. numpy's OpenBLAS) for
 	// the CPU engine's GEMMs; empty uses gonum's pure-Go BLAS.
@@ -355,15 +358,12 @@ func (opts Options) engine() (target, error) {
 		t.gpu, t.ordinal = true, ordinal
 	}
 	if strings.EqualFold(opts.DType, "auto") {
-		t.autoDT = t.gpu
+		t.autoDT = true
 		return t, nil
 	}
 	dt, ok := cuda.ParseDType(opts.DType)
 	if !ok && opts.DType != "" {
 		return target{}, engine.Invalid("dtype %q: want None, \"auto\", \"float32\", \"bfloat16\" or \"float16\"", opts.DType)
-	}
-	if dt != cuda.F32 && !t.gpu {
-		return target{}, engine.Invalid("dtype %q needs the CUDA engine (the CPU engine computes in float32), and this model runs on the CPU (device %q)", opts.DType, opts.Device)
 	}
 	t.dt = dt
 	return t, nil
@@ -383,7 +383,7 @@ func start(w *checkpoint.Weights, t target, opts Options, what string) (*Model, 
 		}
 		return &Model{Engine: g}, nil
 	}
-	e := cpu.New(w)
+	e := cpu.NewStored(w, storage(t.dt))
 	if opts.BLAS != "" {
 		var err error
 		if e.BLAS, err = blas.Open(opts.BLAS); err != nil {
@@ -452,11 +452,26 @@ func (m *Model) Reserve(batch, T int) error {
 	return nil
 }
 
-// DType names the type of the model's GEMM weights and inputs: "float32", or
-// "bfloat16"/"float16" on the CUDA engine.
+// DType names the type of the model's GEMM weights: "float32", "bfloat16"
+// or "float16" (Options.DType). On the CUDA engine the GEMMs' inputs take
+// it too; the CPU engine computes in float32.
 func (m *Model) DType() string {
-	if g, ok := m.Engine.(*gpu.Engine); ok {
-		return g.DType().String()
+	switch e := m.Engine.(type) {
+	case *gpu.Engine:
+		return e.DType().String()
+	case *cpu.Engine:
+		return e.Storage().String()
 	}
 	return "float32"
+}
+
+// storage is the CPU engine's weight storage for the type dt.
+func storage(dt cuda.DType) cpu.Storage {
+	switch dt {
+	case cuda.BF16:
+		return cpu.BFloat16
+	case cuda.F16:
+		return cpu.Float16
+	}
+	return cpu.Float32
 }

@@ -2,6 +2,7 @@ package mambago_test
 
 import (
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/mambago"
+	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/gpu"
 	"github.com/mambago/mambago/mambago/internal/fixture"
 )
@@ -110,18 +112,42 @@ func TestOpenReportsCompile(t *testing.T) {
 }
 
 // TestOpenDTypeAuto opens the bf16 and the f32 fixture with DType "auto"
-// on the CPU engine: float32 whatever the checkpoint's type. A dtype it
-// does not know is an input error.
+// on the CPU engine: its weights stay in the type the config names, and
+// the bf16 checkpoint's every output is the bits its float32 load gives.
+// A dtype it does not know is an input error.
 func TestOpenDTypeAuto(t *testing.T) {
-	for _, name := range []string{"bf16", "base"} {
-		m, err := mambago.Open(filepath.Join(fixture.Root(), name), mambago.Options{Device: "cpu", DType: "auto"})
+	for name, want := range map[string]string{"bf16": "bfloat16", "base": "float32"} {
+		dir := filepath.Join(fixture.Root(), name)
+		m, err := mambago.Open(dir, mambago.Options{Device: "cpu", DType: "auto"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := m.DType(); got != "float32" {
-			t.Errorf("%s on the CPU with dtype auto: %s, want float32", name, got)
+		defer m.Close()
+		if got := m.DType(); got != want {
+			t.Errorf("%s on the CPU with dtype auto: %s, want %s", name, got, want)
 		}
-		m.Close()
+		f32, err := mambago.Open(dir, mambago.Options{Device: "cpu", DType: "float32"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f32.Close()
+		c, err := fixture.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var outs [2][]float32
+		for i, m := range []*mambago.Model{m, f32} {
+			st, _ := m.NewState(c.B)
+			outs[i] = fixture.NaNs(c.B * c.T * m.Config().Hidden)
+			if err := m.Prefill(st, c.Input, engine.All, outs[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range outs[0] {
+			if math.Float32bits(outs[0][i]) != math.Float32bits(outs[1][i]) {
+				t.Fatalf("%s as %s: output %d is %v, its float32 load gives %v", name, want, i, outs[0][i], outs[1][i])
+			}
+		}
 	}
 	if _, err := mambago.Open(filepath.Join(fixture.Root(), "base"), mambago.Options{Device: "cpu", DType: "automatic"}); err == nil {
 		t.Error(`dtype "automatic" opened, want an input error`)

@@ -57,8 +57,6 @@ def test_from_pretrained(tmp_path):
         mambago.Model.from_pretrained(case_dir("base"), device=1.5)
     with pytest.raises(ValueError, match="dtype"):
         mambago.Model.from_pretrained(case_dir("base"), device="cpu", dtype="int8")
-    with pytest.raises(ValueError, match="dtype"):
-        mambago.Model.from_pretrained(case_dir("base"), device="cpu", dtype="bfloat16")
     with pytest.raises(ValueError, match="dlopen"):
         mambago.Model.from_pretrained(case_dir("base"), device="cpu", blas="/nonexistent/libblas.so")
     with pytest.raises(TypeError, match="blas"):

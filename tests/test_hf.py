@@ -484,7 +484,7 @@ def test_refuses_what_it_cannot_do():
         MambaForCausalLM.from_pretrained(case_dir("base"), trust_remote_code=True)
     with pytest.raises(ValueError, match="runs on cpu.*device='cuda:0'"):
         m.to("cuda:0")
-    with pytest.raises(ValueError, match="dtype='bfloat16'"):
+    with pytest.raises(ValueError, match="is float32.*dtype='bfloat16'"):
         m.to("bfloat16")
     assert MambaForCausalLM.from_pretrained(case_dir("base"), device_map="cpu").model.device == "cpu"
 
@@ -523,13 +523,17 @@ def test_loss_is_the_next_tokens_cross_entropy():
 
 
 def test_dtype_auto():
-    """torch_dtype="auto" (or dtype=), as scripts load models: float32 on
-    the CPU engine whatever the checkpoint holds; on a GPU, the type the
-    checkpoint's config names (below, where one is usable)."""
-    for name in ("bf16", "base"):
+    """torch_dtype="auto" (or dtype=), as scripts load models: the type the
+    checkpoint's config names, on the CPU engine (where a bf16 checkpoint's
+    logits are its float32 load's bits) and on a GPU (below, where one is
+    usable)."""
+    ids = np.random.default_rng().integers(0, 64, size=(2, 9))
+    for name, want in (("bf16", "bfloat16"), ("base", "float32")):
+        f32 = MambaForCausalLM.from_pretrained(case_dir(name), device="cpu")
         for kw in ({"torch_dtype": "auto"}, {"dtype": "auto", "device_map": "cpu"}):
             m = MambaForCausalLM.from_pretrained(case_dir(name), device="cpu", **kw)
-            assert m.model.dtype == "float32", (name, kw)
+            assert m.model.dtype == want, (name, kw)
+            assert np.array_equal(m(ids).logits, f32(ids).logits), (name, kw)
     if mambago.cuda_is_available():
         for name, want in (("bf16", "bfloat16"), ("base", "float32")):
             assert MambaForCausalLM.from_pretrained(case_dir(name), device="cuda", torch_dtype="auto").model.dtype == want
@@ -574,6 +578,43 @@ def test_matches_transformers():
         want = hf.generate(ids.to(hf.device), max_length=13, do_sample=False)
     assert torch.equal(ours.generate(ids.to(ours.device), max_length=13), want)
     assert ours.device == hf.device and ours.dtype == hf.dtype
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_cpu_16bit_weights_match_transformers(dtype):
+    """dtype bfloat16/float16 on the CPU engine keeps the weight matrices in
+    that type and computes in float32: transformers' float32 model with
+    those matrices (in_proj, x_proj, dt_proj, out_proj, the embeddings)
+    rounded to the type gives the same logits (within 1e-4), step by step
+    through a cache as well, and the same greedy tokens. The model is
+    loaded from transformers' own, unrounded."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    hf = transformers.MambaForCausalLM.from_pretrained(case_dir("base")).eval()
+    ours = MambaForCausalLM.from_model(hf, device="cpu", dtype=dtype)
+    assert ours.model.dtype == dtype and ours.dtype == getattr(torch, dtype)
+    rounded = transformers.MambaForCausalLM.from_pretrained(case_dir("base")).eval()
+    with torch.no_grad():
+        for name, p in rounded.named_parameters():
+            if name.endswith(("proj.weight", "embeddings.weight")):
+                p.copy_(p.to(getattr(torch, dtype)).float())
+        changed = (rounded.backbone.layers[0].mixer.in_proj.weight != hf.backbone.layers[0].mixer.in_proj.weight)
+        assert changed.any()  # the rounding is not a no-op on these weights
+    ids = torch.randint(0, hf.config.vocab_size, (2, 11))
+    with torch.no_grad():
+        want = rounded(ids, use_cache=True)
+        far = hf(ids).logits
+    got = ours(ids)
+    assert rel_err(got.logits.numpy(), want.logits.numpy()) <= 1e-4
+    assert rel_err(far.numpy(), want.logits.numpy()) > 1e-4  # unrounded weights would fail the check above
+    nxt = torch.randint(0, hf.config.vocab_size, (2, 1))
+    with torch.no_grad():
+        want_step = rounded(nxt, cache=want.cache, use_cache=True).logits
+    got_step = ours(nxt, cache=got.cache).logits
+    assert rel_err(got_step.numpy(), want_step.numpy()) <= 1e-4
+    with torch.no_grad():
+        want_tokens = rounded.generate(ids, max_new_tokens=6, do_sample=False)
+    assert torch.equal(ours.generate(ids, max_new_tokens=6), want_tokens)
 
 
 def test_padding_after_eos_matches_transformers(tmp_path):

@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"math"
-	"strings"
 	"sync"
 
 	"github.com/x448/float16"
@@ -39,21 +38,6 @@ func (s Storage) String() string {
 		return "float16"
 	}
 	return "float32"
-}
-
-// ParseStorage reads a storage type's name: "float32" (or ""), "bfloat16"
-// or "float16", in any case, also as torch's "torch.bfloat16" or the
-// short "bf16", "f16", "fp16", "f32", "fp32". ok is false for anything else.
-func ParseStorage(name string) (s Storage, ok bool) {
-	switch strings.TrimPrefix(strings.ToLower(strings.TrimSpace(name)), "torch.") {
-	case "", "float32", "float", "f32", "fp32":
-		return Float32, true
-	case "bfloat16", "bf16":
-		return BFloat16, true
-	case "float16", "half", "f16", "fp16":
-		return Float16, true
-	}
-	return Float32, false
 }
 
 // matrix is a row-major weight matrix [rows, cols] as the engine keeps it:

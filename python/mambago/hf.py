@@ -167,8 +167,10 @@ class _StandIn:
 
     @property
     def dtype(self):
-        """The dtype the engine computes in: torch.float32, torch.bfloat16
-        or torch.float16 where torch is installed, else its name."""
+        """The model's dtype (Model.dtype: on the CUDA engine the type its
+        GEMMs compute in, on the CPU engine the type its weights are kept
+        in): torch.float32, torch.bfloat16 or torch.float16 where torch is
+        installed, else its name."""
         torch = _torch()
         return getattr(torch, self.model.dtype) if torch else self.model.dtype
 
@@ -219,7 +221,7 @@ class _StandIn:
                                  f"from_pretrained(..., device={want!r}) instead of moving it")
             if want in ("float32", "float", "bfloat16", "float16", "half") and \
                     {"float": "float32", "half": "float16"}.get(want, want) != self.model.dtype:
-                raise ValueError(f"this model computes in {self.model.dtype}: load it with "
+                raise ValueError(f"this model is {self.model.dtype}: load it with "
                                  f"from_pretrained(..., dtype={want!r}) instead of casting it")
         return self
 

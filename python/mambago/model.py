@@ -597,15 +597,19 @@ class Model(_Owner):
         number (None on the CPU). The device-pointer entries take memory on
         that GPU only. The CUDA engine needs compute capability 8.0 or newer (A100,
         A10, L4, RTX 30 and 40 series, H100): on an older GPU, such as a T4,
-        "auto" runs on the CPU and says so on stderr, and "cuda" raises. dtype is None or "float32" (the default), or, on the CUDA
-        engine, "bfloat16" or "float16" (torch dtypes work too): mixed
-        precision, where the big GEMMs take weights and inputs in that type
-        and accumulate in float32, and the residual stream, the scan and the
-        carried state stay float32. Weights load from f32, bf16 or f16 checkpoints into the
-        dtype asked for. dtype "auto" (transformers' torch_dtype="auto") is
-        the type the checkpoint's config names on the CUDA engine, and
-        float32 on the CPU engine or where the config names none. Inputs and
-        outputs stay float32 in every dtype.
+        "auto" runs on the CPU and says so on stderr, and "cuda" raises. dtype is None or "float32" (the default), "bfloat16" or
+        "float16" (torch dtypes work too). On the CUDA engine the 16-bit
+        types are mixed precision: the big GEMMs take weights and inputs in
+        that type and accumulate in float32, and the residual stream, the
+        scan and the carried state stay float32. On the CPU engine they are
+        how the weight matrices are kept: rounded to that type and widened
+        exactly as they are read, the engine computing in float32, so a
+        bf16 checkpoint gives the bits its float32 load gives in half the
+        memory, and a decode step of one sequence takes about half the time.
+        Weights load from f32, bf16 or f16 checkpoints into the dtype asked
+        for. dtype "auto" (transformers' torch_dtype="auto") is the type the
+        checkpoint's config names, and float32 where it names none. Inputs
+        and outputs stay float32 in every dtype.
 
         blas chooses the CPU engine's GEMM library: "auto" (numpy's OpenBLAS
         when numpy has one, else Go), "go" (gonum, pure Go) or the path of a
