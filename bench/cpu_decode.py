@@ -1,7 +1,9 @@
 """CPU decode of a 130m-shaped random model: generate's time for 33 tokens
-after a 16-token prompt, and one step's, at B=1 and B=8 (medians).
+after a 16-token prompt, one step's, and a T=512 prefill's, at B=1 and B=8
+(medians), for each weight dtype asked for (float32, and the 16-bit storage
+of dtype="bfloat16"/"float16"), the models taking turns in one process.
 
-    python3 bench/cpu_decode.py out.json
+    python3 bench/cpu_decode.py out.json [float32,bfloat16,float16]
 """
 
 import json
@@ -27,23 +29,33 @@ def median_seconds(fn, repeats):
 
 
 def main():
-    """Time generate and step at B=1 and B=8 and write the JSON to argv[1]."""
+    """Time generate, step and prefill per dtype and write the JSON to argv[1]."""
     import mambago
 
-    m = mambago.Model.from_pretrained(random_checkpoint.cached("130m"), device="cpu")
+    dtypes = (sys.argv[2] if len(sys.argv) > 2 else "float32").split(",")
+    path = random_checkpoint.cached("130m")
+    models = {dt: mambago.Model.from_pretrained(path, device="cpu", dtype=dt) for dt in dtypes}
     rng = np.random.default_rng(0)
-    result = {"mambago_backend": m.backend}
+    result = {"mambago_backend": models[dtypes[0]].backend, "cpus": os.cpu_count()}
+    prompt = rng.integers(0, 50280, size=(1, 512))
     for B in (1, 8):
-        ids = rng.integers(0, m.config.vocab_size, size=(B, 16))
-        m.generate(ids, 4)  # warm-up
-        gen = median_seconds(lambda: m.generate(ids, 33), 3)
-        state = m.new_state(B)
-        m.prefill(ids, state=state)
-        last = np.ascontiguousarray(ids[:, -1])
-        step = median_seconds(lambda: m.step(last, state), 20)
-        result[f"B{B}"] = {"generate_33_s": gen, "step_ms": step * 1e3}
-        print(f"B={B}: generate 33 tokens {gen * 1e3:.0f} ms; step {step * 1e3:.1f} ms ({B / step:.1f} tok/s)",
-              flush=True)
+        ids = rng.integers(0, 50280, size=(B, 16))
+        for rnd in range(2):  # two rounds, the dtypes taking turns; the second is kept
+            for dt, m in models.items():
+                m.generate(ids, 4)  # warm-up
+                gen = median_seconds(lambda: m.generate(ids, 33), 3)
+                state = m.new_state(B)
+                m.prefill(ids, state=state)
+                last = np.ascontiguousarray(ids[:, -1])
+                step = median_seconds(lambda: m.step(last, state), 20)
+                row = {"generate_33_s": gen, "step_ms": step * 1e3}
+                if B == 1:
+                    row["prefill_T512_s"] = median_seconds(lambda: m.prefill(prompt), 3)
+                if rnd == 1:
+                    result.setdefault(dt, {})[f"B{B}"] = row
+                    extra = f"; prefill T=512 {row['prefill_T512_s'] * 1e3:.0f} ms" if B == 1 else ""
+                    print(f"{dt} B={B}: generate 33 tokens {gen * 1e3:.0f} ms; step {step * 1e3:.1f} ms "
+                          f"({B / step:.1f} tok/s){extra}", flush=True)
     with open(sys.argv[1], "w") as f:
         json.dump(result, f, indent=1)
 

@@ -25,8 +25,8 @@ type Engine struct {
 	// d] (the same matrix where the checkpoint ties them) and input_proj
 	// [d, F] (the zero matrix without one).
 	emb, head, inputProj matrix
-	a2  [][]float32 // per layer, A·log2(e) [E, N]: the scan's exp as exp2
-	a2t [][]float32 // per layer, a2 in groups of eight channels [E/8][N][8] (scanLanes)
+	a2                   [][]float32 // per layer, A·log2(e) [E, N]: the scan's exp as exp2
+	a2t                  [][]float32 // per layer, a2 in groups of eight channels [E/8][N][8] (scanLanes)
 	// convT is each layer's conv weights in groups of eight channels
 	// [E/8][K][8] (convLanes).
 	convT [][]float32
