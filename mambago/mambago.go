@@ -31,6 +31,7 @@ import (
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/gpu"
+	"github.com/mambago/mambago/mambago/safetensors"
 )
 
 // Options selects the engine a model runs on.
@@ -253,7 +254,7 @@ func Open(path string, opts Options) (*Model, error) {
 		return nil, err
 	}
 	done := opts.announce(path)
-	w, err := checkpoint.Load(path)
+	w, err := checkpoint.LoadNarrowed(path, t.narrowing(path))
 	if err != nil {
 		// A checkpoint that cannot be read is the caller's input: Python raises ValueError.
 		return nil, engine.Invalid("open %s: %v", path, err)
@@ -367,6 +368,31 @@ func (opts Options) engine() (target, error) {
 	}
 	t.dt = dt
 	return t, nil
+}
+
+// narrowing is the 16-bit type that the CPU engine keeps the weight
+// matrices of the checkpoint in path in (for "auto", the one its config
+// names), so that they load straight into it (checkpoint.LoadNarrowed);
+// "" for float32, and for the CUDA engine, which uploads from float32.
+func (t target) narrowing(path string) safetensors.DType {
+	if t.gpu {
+		return ""
+	}
+	dt := t.dt
+	if t.autoDT {
+		cfg, err := checkpoint.ReadConfig(path)
+		if err != nil {
+			return "" // Load reports it
+		}
+		dt, _ = cuda.ParseDType(cfg.DType)
+	}
+	switch dt {
+	case cuda.BF16:
+		return safetensors.BF16
+	case cuda.F16:
+		return safetensors.F16
+	}
+	return ""
 }
 
 // start puts w on the engine t names; what names the weights in errors.

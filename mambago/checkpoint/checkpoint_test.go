@@ -1,12 +1,15 @@
 package checkpoint_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/x448/float16"
 
 	"github.com/mambago/mambago/mambago/checkpoint"
 	"github.com/mambago/mambago/mambago/internal/fixture"
@@ -309,5 +312,74 @@ func TestCloneIsDeep(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestLoadNarrowed loads fixtures of every kind (f32 and bf16 files; a tied
+// and an untied head; input_proj) narrowed to bfloat16 and to float16: each
+// weight matrix is Load's float32 rounded to that type, its float32 field
+// is nil, every other tensor is Load's, the head is tied where Load's is,
+// and a clone is deep. A type that is not 16-bit is an error.
+func TestLoadNarrowed(t *testing.T) {
+	narrow := map[safetensors.DType]func(float32) uint16{
+		safetensors.BF16: safetensors.BF16Bits,
+		safetensors.F16:  func(v float32) uint16 { return float16.Fromfloat32(v).Bits() },
+	}
+	for _, name := range []string{"base", "bf16", "untied", "features"} {
+		dir := filepath.Join(fixture.Root(), name)
+		want, err := checkpoint.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for dt, round := range narrow {
+			got, err := checkpoint.LoadNarrowed(dir, dt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := got.Narrowed
+			if n == nil || n.DType != dt || n.Tied() != want.Tied() {
+				t.Fatalf("%s as %s: Narrowed %+v, tied %v", name, dt, n, want.Tied())
+			}
+			pairs := map[string][2]any{
+				"embeddings": {n.Embeddings, want.Embeddings}, "lm_head": {n.LMHead, want.LMHead},
+				"input_proj": {n.InputProj, want.InputProj},
+			}
+			for i, l := range n.Layers {
+				wl := want.Layers[i]
+				pairs[fmt.Sprintf("layer %d in_proj", i)] = [2]any{l.InProj, wl.InProj}
+				pairs[fmt.Sprintf("layer %d x_proj", i)] = [2]any{l.XProj, wl.XProj}
+				pairs[fmt.Sprintf("layer %d dt_proj", i)] = [2]any{l.DTProj, wl.DTProj}
+				pairs[fmt.Sprintf("layer %d out_proj", i)] = [2]any{l.OutProj, wl.OutProj}
+			}
+			for what, p := range pairs {
+				bits, wide := p[0].([]uint16), p[1].([]float32)
+				if len(bits) != len(wide) {
+					t.Fatalf("%s as %s: %s has %d values, want %d", name, dt, what, len(bits), len(wide))
+				}
+				for i, v := range wide {
+					if bits[i] != round(v) {
+						t.Fatalf("%s as %s: %s[%d] = %#04x, want %#04x", name, dt, what, i, bits[i], round(v))
+					}
+				}
+			}
+			rest := want.Clone()
+			rest.Embeddings, rest.LMHead, rest.InputProj = nil, nil, nil
+			for i := range rest.Layers {
+				l := &rest.Layers[i]
+				l.InProj, l.XProj, l.DTProj, l.OutProj = nil, nil, nil, nil
+			}
+			rest.Narrowed = n
+			if !reflect.DeepEqual(got, rest) {
+				t.Errorf("%s as %s: the float32 tensors differ from Load's", name, dt)
+			}
+			c := got.Clone()
+			if !reflect.DeepEqual(c, got) || c.Narrowed.Tied() != n.Tied() ||
+				&c.Narrowed.Embeddings[0] == &n.Embeddings[0] || &c.Narrowed.Layers[1].OutProj[0] == &n.Layers[1].OutProj[0] {
+				t.Errorf("%s as %s: the clone of narrowed weights is not a deep copy", name, dt)
+			}
+		}
+	}
+	if _, err := checkpoint.LoadNarrowed(filepath.Join(fixture.Root(), "base"), safetensors.F32); err == nil {
+		t.Error("narrowing to F32 loaded")
 	}
 }

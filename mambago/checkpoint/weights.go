@@ -40,6 +40,32 @@ type Weights struct {
 	LMHead     []float32 // [V, d]; the same slice as Embeddings when tied
 	InputProj  []float32 // [d, F], nil when the checkpoint has none
 	InputBias  []float32 // [d], nil when absent
+	// Narrowed, where LoadNarrowed filled it, holds the weight matrices
+	// (Embeddings, LMHead, InputProj and each layer's InProj, XProj, DTProj
+	// and OutProj) as 16-bit values, and those float32 fields are nil.
+	Narrowed *Narrowed
+}
+
+// Narrowed is a model's weight matrices as 16-bit values (bfloat16 or IEEE
+// half), in the shapes of their Weights fields, for an engine that keeps
+// them so (cpu.NewStored): LoadNarrowed never holds more than one of them
+// as float32.
+type Narrowed struct {
+	DType      safetensors.DType // BF16 or F16
+	Embeddings []uint16
+	LMHead     []uint16 // the same slice as Embeddings when tied
+	InputProj  []uint16 // nil when the checkpoint has none
+	Layers     []NarrowedLayer
+}
+
+// NarrowedLayer is one layer's weight matrices as 16-bit values.
+type NarrowedLayer struct {
+	InProj, XProj, DTProj, OutProj []uint16
+}
+
+// Tied reports whether the LM head is the embedding table itself.
+func (n *Narrowed) Tied() bool {
+	return len(n.LMHead) > 0 && len(n.Embeddings) > 0 && &n.LMHead[0] == &n.Embeddings[0]
 }
 
 // Clone returns a deep copy of w, tied as w is (LMHead the same slice as
@@ -56,6 +82,21 @@ func (w *Weights) Clone() *Weights {
 	}
 	if tied {
 		c.LMHead = c.Embeddings
+	}
+	if n := w.Narrowed; n != nil {
+		nc := *n
+		nc.Layers = slices.Clone(n.Layers)
+		nc.Embeddings, nc.InputProj = slices.Clone(n.Embeddings), slices.Clone(n.InputProj)
+		nc.LMHead = nc.Embeddings
+		if !n.Tied() {
+			nc.LMHead = slices.Clone(n.LMHead)
+		}
+		for i := range nc.Layers {
+			l := &nc.Layers[i]
+			l.InProj, l.XProj, l.DTProj, l.OutProj = slices.Clone(l.InProj), slices.Clone(l.XProj),
+				slices.Clone(l.DTProj), slices.Clone(l.OutProj)
+		}
+		c.Narrowed = &nc
 	}
 	return &c
 }
@@ -76,28 +117,41 @@ func (w *Weights) Tied() bool {
 	return len(w.LMHead) > 0 && len(w.Embeddings) > 0 && &w.LMHead[0] == &w.Embeddings[0]
 }
 
-// spec is one tensor the loader expects: its name, shape, where it goes, and
-// whether its absence is an error.
+// spec is one tensor the loader expects: its name, shape, where it goes
+// (dst16 too for a weight matrix, where it goes narrowed), and whether its
+// absence is an error.
 type spec struct {
 	name     string
 	shape    []int
 	dst      *[]float32
+	dst16    *[]uint16
 	optional bool
 }
 
 // tensor is one named tensor of a checkpoint: its shape, where it is (for
-// errors), and a read that gives it as float32.
+// errors), and reads that give it as float32 and as 16-bit values of a
+// type (BF16 or F16).
 type tensor struct {
-	shape []int
-	in    string
-	read  func() ([]float32, error)
+	shape  []int
+	in     string
+	read   func() ([]float32, error)
+	read16 func(dt safetensors.DType) ([]uint16, error)
 }
 
 // Load reads the model in dir: config.json plus model.safetensors, or the
 // shards listed in model.safetensors.index.json. Every tensor is converted to
 // float32 straight from the memory-mapped files. A bad checkpoint gives one
 // error that names the files and every missing, extra or mis-shaped tensor.
-func Load(dir string) (*Weights, error) {
+func Load(dir string) (*Weights, error) { return LoadNarrowed(dir, "") }
+
+// LoadNarrowed is Load that, for dt BF16 or F16, converts the weight
+// matrices straight from the files to 16-bit values of dt (w.Narrowed;
+// exact where the file holds dt) and the rest to float32, so that no more
+// than one tensor is ever held as float32. dt "" is Load.
+func LoadNarrowed(dir string, dt safetensors.DType) (*Weights, error) {
+	if dt != "" && dt != safetensors.BF16 && dt != safetensors.F16 {
+		return nil, fmt.Errorf("checkpoint: narrowing to %s, want BF16 or F16", dt)
+	}
 	cfg, err := ReadConfig(dir)
 	if err != nil {
 		return nil, err
@@ -120,10 +174,12 @@ func Load(dir string) (*Weights, error) {
 				problems = append(problems, fmt.Sprintf("%s is in both %s and %s", n, t.in, filepath.Base(f.Path)))
 			}
 			info, _ := f.Info(n)
-			tensors[n] = tensor{shape: info.Shape, in: filepath.Base(f.Path), read: func() ([]float32, error) { return f.Float32(n) }}
+			tensors[n] = tensor{shape: info.Shape, in: filepath.Base(f.Path),
+				read:   func() ([]float32, error) { return f.Float32(n) },
+				read16: func(dt safetensors.DType) ([]uint16, error) { return f.Bits16(n, dt) }}
 		}
 	}
-	return build(cfg, tensors, problems, "checkpoint "+strings.Join(paths, ", "))
+	return build(cfg, tensors, problems, "checkpoint "+strings.Join(paths, ", "), dt)
 }
 
 // Tensor is one float32 tensor in memory: its row-major shape and values.
@@ -154,14 +210,16 @@ func FromTensors(cfg Config, tensors map[string]Tensor) (*Weights, error) {
 		}
 		refs[n] = tensor{shape: t.Shape, in: "the state dict", read: func() ([]float32, error) { return t.Data, nil }}
 	}
-	return build(cfg, refs, problems, "state dict")
+	return build(cfg, refs, problems, "state dict", "")
 }
 
 // build gathers the Weights cfg describes from tensors, adding every
 // missing, extra or mis-shaped one to problems; with any problem it fails,
-// naming what (the files, or the state dict).
-func build(cfg Config, tensors map[string]tensor, problems []string, what string) (*Weights, error) {
+// naming what (the files, or the state dict). With narrow (BF16 or F16) the
+// weight matrices go to w.Narrowed as that type (tensor.read16).
+func build(cfg Config, tensors map[string]tensor, problems []string, what string, narrow safetensors.DType) (*Weights, error) {
 	w := &Weights{Config: cfg}
+	n16 := &Narrowed{DType: narrow, Layers: make([]NarrowedLayer, cfg.Layers)}
 	// MambaForCausalLM and state-spaces checkpoints prefix the body with
 	// "backbone."; a MambaModel saved on its own does not.
 	prefix := ""
@@ -179,32 +237,32 @@ func build(cfg Config, tensors map[string]tensor, problems []string, what string
 	}
 	d, E, N, R, K, V := cfg.Hidden, cfg.Inner, cfg.State, cfg.DTRank, cfg.ConvKernel, cfg.Vocab
 	specs := []spec{
-		{name: embName, shape: []int{V, d}, dst: &w.Embeddings},
+		{name: embName, shape: []int{V, d}, dst: &w.Embeddings, dst16: &n16.Embeddings},
 		{name: prefix + "norm_f.weight", shape: []int{d}, dst: &w.NormF},
-		{name: "lm_head.weight", shape: []int{V, d}, dst: &w.LMHead, optional: true},
+		{name: "lm_head.weight", shape: []int{V, d}, dst: &w.LMHead, dst16: &n16.LMHead, optional: true},
 	}
 	if t, ok := tensors["input_proj.weight"]; ok {
 		if len(t.shape) == 2 {
 			w.Config.InputDim = t.shape[1]
 		}
 		specs = append(specs,
-			spec{name: "input_proj.weight", shape: []int{d, w.Config.InputDim}, dst: &w.InputProj},
+			spec{name: "input_proj.weight", shape: []int{d, w.Config.InputDim}, dst: &w.InputProj, dst16: &n16.InputProj},
 			spec{name: "input_proj.bias", shape: []int{d}, dst: &w.InputBias, optional: true})
 	}
 	w.Layers = make([]Layer, cfg.Layers)
 	aLog := make([][]float32, cfg.Layers)
 	for i := range w.Layers {
-		l, p := &w.Layers[i], fmt.Sprintf("%slayers.%d.", prefix, i)
+		l, l16, p := &w.Layers[i], &n16.Layers[i], fmt.Sprintf("%slayers.%d.", prefix, i)
 		specs = append(specs,
 			spec{name: p + "norm.weight", shape: []int{d}, dst: &l.Norm},
-			spec{name: p + "mixer.in_proj.weight", shape: []int{2 * E, d}, dst: &l.InProj},
+			spec{name: p + "mixer.in_proj.weight", shape: []int{2 * E, d}, dst: &l.InProj, dst16: &l16.InProj},
 			spec{name: p + "mixer.conv1d.weight", shape: []int{E, 1, K}, dst: &l.Conv},
-			spec{name: p + "mixer.x_proj.weight", shape: []int{R + 2*N, E}, dst: &l.XProj},
-			spec{name: p + "mixer.dt_proj.weight", shape: []int{E, R}, dst: &l.DTProj},
+			spec{name: p + "mixer.x_proj.weight", shape: []int{R + 2*N, E}, dst: &l.XProj, dst16: &l16.XProj},
+			spec{name: p + "mixer.dt_proj.weight", shape: []int{E, R}, dst: &l.DTProj, dst16: &l16.DTProj},
 			spec{name: p + "mixer.dt_proj.bias", shape: []int{E}, dst: &l.DTBias},
 			spec{name: p + "mixer.A_log", shape: []int{E, N}, dst: &aLog[i]},
 			spec{name: p + "mixer.D", shape: []int{E}, dst: &l.D},
-			spec{name: p + "mixer.out_proj.weight", shape: []int{d, E}, dst: &l.OutProj},
+			spec{name: p + "mixer.out_proj.weight", shape: []int{d, E}, dst: &l.OutProj, dst16: &l16.OutProj},
 		)
 		if cfg.UseBias {
 			specs = append(specs,
@@ -228,6 +286,14 @@ func build(cfg Config, tensors map[string]tensor, problems []string, what string
 		}
 		if !slices.Equal(t.shape, s.shape) {
 			problems = append(problems, fmt.Sprintf("%s has shape %v, want %v (in %s)", s.name, t.shape, s.shape, t.in))
+			continue
+		}
+		if narrow != "" && s.dst16 != nil {
+			v, err := t.read16(narrow)
+			if err != nil {
+				problems = append(problems, err.Error())
+			}
+			*s.dst16 = v
 			continue
 		}
 		v, err := t.read()
@@ -257,6 +323,13 @@ func build(cfg Config, tensors map[string]tensor, problems []string, what string
 			a[j] = -float32(math.Exp(float64(v)))
 		}
 		w.Layers[i].A = a
+	}
+	if narrow != "" {
+		if n16.LMHead == nil {
+			n16.LMHead = n16.Embeddings
+		}
+		w.Narrowed = n16
+		return w, nil
 	}
 	if w.LMHead == nil {
 		w.LMHead = w.Embeddings

@@ -9,6 +9,7 @@ import (
 	"github.com/mambago/mambago/mambago/blas"
 	"github.com/mambago/mambago/mambago/checkpoint"
 	"github.com/mambago/mambago/mambago/engine"
+	"github.com/mambago/mambago/mambago/safetensors"
 )
 
 // Engine is the pure-Go engine. It holds the weights read-only, so its
@@ -52,27 +53,48 @@ func New(w *checkpoint.Weights) *Engine { return NewStored(w, Float32) }
 
 // NewStored returns an engine over w that keeps the weight matrices in st
 // (Storage): for BFloat16 and Float16 rounded copies, after which the
-// engine holds no reference to w's matrices, so their float32 memory is
-// freed once the caller drops w.
+// engine holds no reference to w's float32 matrices, so their memory is
+// freed once the caller drops w. Matrices that w holds narrowed
+// (checkpoint.LoadNarrowed) are kept as they are where st is their type,
+// and converted otherwise.
 func NewStored(w *checkpoint.Weights, st Storage) *Engine {
 	c := w.Config
 	E, R, N := c.Inner, c.DTRank, c.State
 	e := &Engine{cfg: c, storage: st, ChunkRows: 4096}
-	e.emb = newMatrix(w.Embeddings, c.Vocab, c.Hidden, st)
-	e.head = e.emb
-	if !w.Tied() {
-		e.head = newMatrix(w.LMHead, c.Vocab, c.Hidden, st)
+	n := w.Narrowed
+	if n == nil {
+		n = &checkpoint.Narrowed{Layers: make([]checkpoint.NarrowedLayer, len(w.Layers))}
 	}
-	e.inputProj = newMatrix(w.InputProj, c.Hidden, c.InputDim, st)
+	from := Float16
+	if n.DType == safetensors.BF16 {
+		from = BFloat16
+	}
+	keep := func(v []float32, bits []uint16, rows, cols int) matrix {
+		if v == nil && bits != nil {
+			if from == st {
+				return matrix{h: bits, st: st, rows: rows, cols: cols}
+			}
+			v = make([]float32, len(bits))
+			widenInto(v, bits, from)
+		}
+		return newMatrix(v, rows, cols, st)
+	}
+	e.emb = keep(w.Embeddings, n.Embeddings, c.Vocab, c.Hidden)
+	e.head = e.emb
+	if !w.Tied() && (w.Narrowed == nil || !n.Tied()) {
+		e.head = keep(w.LMHead, n.LMHead, c.Vocab, c.Hidden)
+	}
+	e.inputProj = keep(w.InputProj, n.InputProj, c.Hidden, c.InputDim)
 	kept := *w // what the engine reads as float32
+	kept.Narrowed = nil
 	kept.Layers = slices.Clone(w.Layers)
 	for i := range kept.Layers {
-		l := &kept.Layers[i]
+		l, l16 := &kept.Layers[i], n.Layers[i]
 		e.mats = append(e.mats, layerMats{
-			inProj:  newMatrix(l.InProj, 2*E, c.Hidden, st),
-			xProj:   newMatrix(l.XProj, R+2*N, E, st),
-			dtProj:  newMatrix(l.DTProj, E, R, st),
-			outProj: newMatrix(l.OutProj, c.Hidden, E, st),
+			inProj:  keep(l.InProj, l16.InProj, 2*E, c.Hidden),
+			xProj:   keep(l.XProj, l16.XProj, R+2*N, E),
+			dtProj:  keep(l.DTProj, l16.DTProj, E, R),
+			outProj: keep(l.OutProj, l16.OutProj, c.Hidden, E),
 		})
 		if st != Float32 {
 			l.InProj, l.XProj, l.DTProj, l.OutProj = nil, nil, nil, nil

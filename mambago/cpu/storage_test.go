@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -213,4 +214,79 @@ func sameStates(t *testing.T, what string, got, want engine.State, layers int) {
 		sameBits(t, fmt.Sprintf("%s: layer %d's conv state", what, l), gc, wc)
 		sameBits(t, fmt.Sprintf("%s: layer %d's SSM state", what, l), gs, ws)
 	}
+}
+
+// TestNarrowedLoadMatchesStored checks that an engine over weights loaded
+// narrowed (checkpoint.LoadNarrowed) computes what NewStored computes over
+// the same checkpoint loaded as float32, to the bit, in every storage: the
+// narrowed type kept as it is, and converted to the others. Fixtures with a
+// tied and an untied head and with input_proj, from fresh random states.
+func TestNarrowedLoadMatchesStored(t *testing.T) {
+	seed := rand.Uint64()
+	for _, name := range []string{"base", "untied", "features", "bf16"} {
+		dir := filepath.Join(fixture.Root(), name)
+		w, err := checkpoint.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, dt := range []safetensors.DType{safetensors.BF16, safetensors.F16} {
+			n, err := checkpoint.LoadNarrowed(dir, dt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			from := cpu.BFloat16
+			if dt == safetensors.F16 {
+				from = cpu.Float16
+			}
+			for _, st := range []cpu.Storage{cpu.Float32, cpu.BFloat16, cpu.Float16} {
+				t.Run(fmt.Sprintf("%s/%s/%v", name, dt, st), func(t *testing.T) {
+					// The reference: float32 weights rounded as the load
+					// rounds them, then stored in st.
+					ref := cpu.NewStored(rounded(w, from), st)
+					got := cpu.NewStored(n, st)
+					if got.Storage() != st {
+						t.Fatalf("storage %v, want %v", got.Storage(), st)
+					}
+					compareFixture(t, ref, got, seed)
+				})
+			}
+		}
+	}
+}
+
+// compareFixture runs a prefill of every position and a step of two
+// sequences on ref and got from the same random state and checks their
+// outputs, logits and states for the same bits.
+func compareFixture(t *testing.T, ref, got *cpu.Engine, seed uint64) {
+	t.Helper()
+	c := ref.Config()
+	rng := rand.New(rand.NewPCG(seed, 3))
+	const B, T = 2, 13
+	in := engine.Input{B: B, T: T}
+	if c.InputDim > 0 {
+		in.Features = randomVec(rng, B*T*c.InputDim)
+	} else {
+		in.IDs = make([]int64, B*T)
+		for i := range in.IDs {
+			in.IDs[i] = rng.Int64N(int64(c.Vocab))
+		}
+	}
+	start := randomState(t, ref, B, rng)
+	var states [2]engine.State
+	var outs, logits [2][]float32
+	step := []int64{rng.Int64N(int64(c.Vocab)), rng.Int64N(int64(c.Vocab))}
+	for i, e := range []*cpu.Engine{ref, got} {
+		states[i] = cloneInto(t, e, start)
+		outs[i] = fixture.NaNs(B * T * c.Hidden)
+		if err := e.Prefill(states[i], in, engine.All, outs[i]); err != nil {
+			t.Fatal(err)
+		}
+		logits[i] = fixture.NaNs(B * c.Vocab)
+		if err := e.Step(states[i], step, logits[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sameBits(t, "prefill", outs[1], outs[0])
+	sameBits(t, "step's logits", logits[1], logits[0])
+	sameStates(t, "after the step", states[1], states[0], c.Layers)
 }

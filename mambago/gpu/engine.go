@@ -389,6 +389,10 @@ var _ engine.Engine = (*Engine)(nil)
 // (see Engine), and compiles the kernels for it. A GPU older than MinMajor
 // is an error wrapping ErrOldGPU.
 func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err error) {
+	if w.Narrowed != nil {
+		return nil, engine.Invalid("gpu: the weights were loaded narrowed for the CPU engine (checkpoint.LoadNarrowed); " +
+			"the CUDA engine uploads from float32 (checkpoint.Load)")
+	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if err := DeviceSupported(ordinal); err != nil {

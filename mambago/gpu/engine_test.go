@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/mambago/mambago/internal/gputest"
@@ -416,5 +417,24 @@ func restore(t *testing.T, st engine.State, saved [][]float32) {
 		if err := st.SetSSMState(l, saved[2*l+1]); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestNewRefusesNarrowedWeights: weights loaded narrowed for the CPU engine
+// (checkpoint.LoadNarrowed, their float32 matrices nil) are an input error
+// that says how to load them, before any GPU is touched, so this runs
+// without one too.
+func TestNewRefusesNarrowedWeights(t *testing.T) {
+	w, err := checkpoint.LoadNarrowed(filepath.Join(fixture.Root(), "base"), "BF16")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := gpu.New(w, 0, cuda.BF16)
+	if err == nil {
+		e.Close()
+		t.Fatal("the CUDA engine took narrowed weights")
+	}
+	if !engine.IsInvalid(err) || !strings.Contains(err.Error(), "checkpoint.Load") {
+		t.Fatalf("err = %v, want an input error that names checkpoint.Load", err)
 	}
 }

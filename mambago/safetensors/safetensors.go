@@ -220,6 +220,50 @@ func (f *File) Float32(name string) ([]float32, error) {
 	return out, nil
 }
 
+// Bits16 converts a floating-point tensor (F32, BF16 or F16) to a new slice
+// of the bits of dt (BF16 or F16), rounding to nearest even where the file
+// holds another type and copying where it holds dt. It never holds the
+// tensor as float32.
+func (f *File) Bits16(name string, dt DType) ([]uint16, error) {
+	t, ok := f.tensors[name]
+	if !ok {
+		return nil, fmt.Errorf("%s: no tensor %q", f.Path, name)
+	}
+	switch {
+	case dt != BF16 && dt != F16:
+		return nil, fmt.Errorf("%s: tensor %q asked for as %s, want BF16 or F16", f.Path, name, dt)
+	case t.DType != F32 && t.DType != BF16 && t.DType != F16:
+		return nil, fmt.Errorf("%s: tensor %q has dtype %s, want F32, BF16 or F16", f.Path, name, t.DType)
+	}
+	out := make([]uint16, t.Len())
+	b := t.data
+	if t.DType == dt {
+		for i := range out {
+			out[i] = binary.LittleEndian.Uint16(b[2*i:])
+		}
+		return out, nil
+	}
+	narrow := BF16Bits
+	if dt == F16 {
+		narrow = func(v float32) uint16 { return float16.Fromfloat32(v).Bits() }
+	}
+	switch t.DType {
+	case F32:
+		for i := range out {
+			out[i] = narrow(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
+		}
+	case BF16:
+		for i := range out {
+			out[i] = narrow(math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16))
+		}
+	default:
+		for i := range out {
+			out[i] = narrow(float16.Frombits(binary.LittleEndian.Uint16(b[2*i:])).Float32())
+		}
+	}
+	return out, nil
+}
+
 // Int64 converts an integer tensor (I64 or I32) to a new int64 slice.
 func (f *File) Int64(name string) ([]int64, error) {
 	t, ok := f.tensors[name]

@@ -213,3 +213,49 @@ func FuzzOpen(f *testing.F) {
 		}
 	})
 }
+
+// TestBits16 reads every float tensor type as bfloat16 and float16 bits:
+// the bits of its float32 value rounded to that type (a copy where the file
+// holds the type), and an error for a type asked for that is not 16-bit.
+func TestBits16(t *testing.T) {
+	values := []float32{0, -0.5, 1, 3.14159265, -65504, 1e-8, 70000, float32(math.Inf(-1)), 1.00390625, -2.5e-5}
+	path := filepath.Join(t.TempDir(), "t.safetensors")
+	err := Write(path, map[string]Tensor{
+		"w.f32": {F32, []int{2, 5}, values}, "w.bf16": {BF16, []int{10}, values}, "w.f16": {F16, []int{5, 2}, values},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	narrow := map[DType]func(float32) uint16{
+		BF16: BF16Bits,
+		F16:  func(v float32) uint16 { return float16.Fromfloat32(v).Bits() },
+	}
+	for _, name := range []string{"w.f32", "w.bf16", "w.f16"} {
+		wide, err := f.Float32(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for dt, round := range narrow {
+			got, err := f.Bits16(name, dt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, v := range wide {
+				if want := round(v); got[i] != want {
+					t.Errorf("%s as %s: [%d] = %#04x, want %#04x (of %v)", name, dt, i, got[i], want, v)
+				}
+			}
+		}
+	}
+	if _, err := f.Bits16("w.f32", F32); err == nil || !strings.Contains(err.Error(), "want BF16 or F16") {
+		t.Errorf("Bits16 as F32: err = %v", err)
+	}
+	if _, err := f.Bits16("nope", BF16); err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Errorf("Bits16 of a missing tensor: err = %v", err)
+	}
+}
