@@ -287,7 +287,10 @@ func openWeights(w *checkpoint.Weights, opts Options, borrowed bool) (*Model, er
 	if err != nil {
 		return nil, err
 	}
-	if borrowed && !t.gpu {
+	switch {
+	case borrowed && !t.gpu && t.resolved(w.Config).dt != cuda.F32:
+		w = w.CloneSmall() // the engine keeps 16-bit copies of the matrices
+	case borrowed && !t.gpu:
 		w = w.Clone()
 	}
 	done := opts.announce("")
@@ -378,15 +381,14 @@ func (t target) narrowing(path string) safetensors.DType {
 	if t.gpu {
 		return ""
 	}
-	dt := t.dt
 	if t.autoDT {
 		cfg, err := checkpoint.ReadConfig(path)
 		if err != nil {
 			return "" // Load reports it
 		}
-		dt, _ = cuda.ParseDType(cfg.DType)
+		t = t.resolved(cfg)
 	}
-	switch dt {
+	switch t.dt {
 	case cuda.BF16:
 		return safetensors.BF16
 	case cuda.F16:
@@ -395,13 +397,18 @@ func (t target) narrowing(path string) safetensors.DType {
 	return ""
 }
 
+// resolved is t with dtype "auto" read from cfg: the type it names, else
+// float32.
+func (t target) resolved(cfg checkpoint.Config) target {
+	if t.autoDT {
+		t.dt, _ = cuda.ParseDType(cfg.DType)
+	}
+	return t
+}
+
 // start puts w on the engine t names; what names the weights in errors.
 func start(w *checkpoint.Weights, t target, opts Options, what string) (*Model, error) {
-	if t.autoDT {
-		if dt, ok := cuda.ParseDType(w.Config.DType); ok {
-			t.dt = dt
-		}
-	}
+	t = t.resolved(w.Config)
 	if t.gpu {
 		g, err := gpu.New(w, t.ordinal, t.dt)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/mambago"
+	"github.com/mambago/mambago/mambago/checkpoint"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/gpu"
 	"github.com/mambago/mambago/mambago/internal/fixture"
@@ -168,4 +169,55 @@ func TestOpenDTypeAutoGPU(t *testing.T) {
 		}
 		m.Close()
 	}
+}
+
+// TestOpenBorrowedOwnsItsWeights opens weights it borrows for the call
+// (OpenBorrowed, as the Python bindings pass a state dict's arrays) on the
+// CPU engine in float32 and in the 16-bit storages, then overwrites every
+// borrowed array, as the caller may once the call returns: the model's
+// outputs stay those of a model over its own copy.
+func TestOpenBorrowedOwnsItsWeights(t *testing.T) {
+	ids := []int64{3, 9, 27, 81 % 97, 5}
+	for _, dtype := range []string{"float32", "bfloat16", "float16", "auto"} {
+		w := fixture.RandomWeights(fixture.Shape(64, 2, 97), 5)
+		w.Config.DType = "float16"
+		want, err := mambago.OpenWeights(w.Clone(), mambago.Options{Device: "cpu", DType: dtype})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := mambago.OpenBorrowed(w, mambago.Options{Device: "cpu", DType: dtype})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range borrowedTensors(w) {
+			for i := range *p {
+				(*p)[i] = float32(math.NaN())
+			}
+		}
+		var outs [2][]float32
+		for i, m := range []*mambago.Model{want, got} {
+			st, _ := m.NewState(1)
+			outs[i] = fixture.NaNs(len(ids) * 64)
+			if err := m.Prefill(st, engine.Input{B: 1, T: len(ids), IDs: ids}, engine.All, outs[i]); err != nil {
+				t.Fatal(err)
+			}
+			m.Close()
+		}
+		for i := range outs[0] {
+			if math.Float32bits(outs[0][i]) != math.Float32bits(outs[1][i]) {
+				t.Fatalf("dtype %s: output %d is %v after the borrowed weights changed, want %v", dtype, i, outs[1][i], outs[0][i])
+			}
+		}
+	}
+}
+
+// borrowedTensors points at every tensor slice of w.
+func borrowedTensors(w *checkpoint.Weights) []*[]float32 {
+	ts := []*[]float32{&w.Embeddings, &w.NormF, &w.LMHead, &w.InputProj, &w.InputBias}
+	for i := range w.Layers {
+		l := &w.Layers[i]
+		ts = append(ts, &l.Norm, &l.InProj, &l.InBias, &l.Conv, &l.ConvBias, &l.XProj, &l.DTProj, &l.DTBias,
+			&l.A, &l.D, &l.OutProj, &l.OutBias)
+	}
+	return ts
 }

@@ -383,3 +383,35 @@ func TestLoadNarrowed(t *testing.T) {
 		t.Error("narrowing to F32 loaded")
 	}
 }
+
+// TestCloneSmall: the copy equals its source, shares exactly the weight
+// matrices with it (the embeddings, the LM head, input_proj, and each
+// layer's in_proj, x_proj, dt_proj and out_proj), and copies every other
+// tensor.
+func TestCloneSmall(t *testing.T) {
+	matrices := map[string]bool{"Embeddings": true, "LMHead": true, "InputProj": true,
+		"InProj": true, "XProj": true, "DTProj": true, "OutProj": true}
+	for _, name := range []string{"base", "untied", "features"} {
+		w, err := checkpoint.Load(filepath.Join(fixture.Root(), name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := w.CloneSmall()
+		if !reflect.DeepEqual(c, w) {
+			t.Fatalf("%s: the copy differs", name)
+		}
+		for _, pair := range [][2]any{{w, c}, {&w.Layers[0], &c.Layers[0]}, {&w.Layers[1], &c.Layers[1]}} {
+			a, b := reflect.ValueOf(pair[0]).Elem(), reflect.ValueOf(pair[1]).Elem()
+			for i := range a.NumField() {
+				f := a.Field(i)
+				if f.Type() != reflect.TypeOf([]float32(nil)) || f.Len() == 0 {
+					continue
+				}
+				field := a.Type().Field(i).Name
+				if shared := f.Pointer() == b.Field(i).Pointer(); shared != matrices[field] {
+					t.Errorf("%s: %s shared %v, want %v", name, field, shared, matrices[field])
+				}
+			}
+		}
+	}
+}

@@ -101,6 +101,26 @@ func (w *Weights) Clone() *Weights {
 	return &c
 }
 
+// CloneSmall is Clone but for the weight matrices (those Narrowed holds:
+// the embeddings, the LM head, input_proj and each layer's in_proj, x_proj,
+// dt_proj and out_proj), which the copy shares with w: for an engine that
+// copies the matrices itself, from weights it borrows for the call.
+func (w *Weights) CloneSmall() *Weights {
+	c := *w
+	c.Layers = slices.Clone(w.Layers)
+	shared := map[*[]float32]bool{&c.Embeddings: true, &c.LMHead: true, &c.InputProj: true}
+	for i := range c.Layers {
+		l := &c.Layers[i]
+		shared[&l.InProj], shared[&l.XProj], shared[&l.DTProj], shared[&l.OutProj] = true, true, true, true
+	}
+	for _, p := range c.tensors() {
+		if !shared[p] {
+			*p = slices.Clone(*p)
+		}
+	}
+	return &c
+}
+
 // tensors points at every tensor of w: the model's, then each layer's.
 func (w *Weights) tensors() []*[]float32 {
 	ts := []*[]float32{&w.Embeddings, &w.NormF, &w.LMHead, &w.InputProj, &w.InputBias}
