@@ -236,6 +236,11 @@ convdone:
 #define WK_F32 0
 #define WK_BF16 1
 
+// WIDEN_BF16 loads eight bfloat16 values at mem into reg as float32
+// (bfloat16 is float32's upper half); WIDEN_F16 loads eight float16 ones.
+#define WIDEN_BF16(mem, reg) VPMOVZXWD mem, reg; VPSLLD $16, reg, reg
+#define WIDEN_F16(mem, reg) VCVTPH2PS mem, reg
+
 // ROWS_FMA adds Y8 (eight columns of one row of W) times the eight
 // interleaved rows of A at those columns (8·DX bytes into A) to Y0-Y7.
 #define ROWS_FMA \
@@ -293,8 +298,7 @@ rowscol:
 
 rowsbf16:
 	PREFETCHT0 512(DI)(BX*1)
-	VPMOVZXWD (DI)(BX*1), Y8 // bfloat16 is float32's upper half
-	VPSLLD $16, Y8, Y8
+	WIDEN_BF16((DI)(BX*1), Y8)
 	ROWS_FMA
 	ADDQ $16, BX
 	ADDQ $32, DX
@@ -304,7 +308,7 @@ rowsbf16:
 
 rowsf16:
 	PREFETCHT0 512(DI)(BX*1)
-	VCVTPH2PS (DI)(BX*1), Y8
+	WIDEN_F16((DI)(BX*1), Y8)
 	ROWS_FMA
 	ADDQ $16, BX
 	ADDQ $32, DX
@@ -366,10 +370,8 @@ dotbf16pairs:
 	CMPQ DX, R12
 	JGE dotbf16tail
 	PREFETCHT0 512(DI)(BX*1)
-	VPMOVZXWD (DI)(BX*1), Y8
-	VPMOVZXWD 16(DI)(BX*1), Y9
-	VPSLLD $16, Y8, Y8
-	VPSLLD $16, Y9, Y9
+	WIDEN_BF16((DI)(BX*1), Y8)
+	WIDEN_BF16(16(DI)(BX*1), Y9)
 	VFMADD231PS (SI)(DX*1), Y8, Y0
 	VFMADD231PS 32(SI)(DX*1), Y9, Y1
 	ADDQ $32, BX
@@ -379,8 +381,7 @@ dotbf16pairs:
 dotbf16tail:
 	CMPQ DX, R9
 	JGE dotsum
-	VPMOVZXWD (DI)(BX*1), Y8
-	VPSLLD $16, Y8, Y8
+	WIDEN_BF16((DI)(BX*1), Y8)
 	VFMADD231PS (SI)(DX*1), Y8, Y0
 	JMP dotsum
 
@@ -388,8 +389,8 @@ dotf16pairs:
 	CMPQ DX, R12
 	JGE dotf16tail
 	PREFETCHT0 512(DI)(BX*1)
-	VCVTPH2PS (DI)(BX*1), Y8
-	VCVTPH2PS 16(DI)(BX*1), Y9
+	WIDEN_F16((DI)(BX*1), Y8)
+	WIDEN_F16(16(DI)(BX*1), Y9)
 	VFMADD231PS (SI)(DX*1), Y8, Y0
 	VFMADD231PS 32(SI)(DX*1), Y9, Y1
 	ADDQ $32, BX
@@ -399,7 +400,7 @@ dotf16pairs:
 dotf16tail:
 	CMPQ DX, R9
 	JGE dotsum
-	VCVTPH2PS (DI)(BX*1), Y8
+	WIDEN_F16((DI)(BX*1), Y8)
 	VFMADD231PS (SI)(DX*1), Y8, Y0
 
 dotsum:
@@ -433,8 +434,7 @@ TEXT ·widenAVX2(SB), NOSPLIT, $0-25
 	JNE widenf16
 
 widenbf16:
-	VPMOVZXWD (SI)(DX*1), Y0
-	VPSLLD $16, Y0, Y0
+	WIDEN_BF16((SI)(DX*1), Y0)
 	VMOVUPS Y0, (DI)(DX*2)
 	ADDQ $16, DX
 	CMPQ DX, CX
@@ -442,7 +442,7 @@ widenbf16:
 	JMP widendone
 
 widenf16:
-	VCVTPH2PS (SI)(DX*1), Y0
+	WIDEN_F16((SI)(DX*1), Y0)
 	VMOVUPS Y0, (DI)(DX*2)
 	ADDQ $16, DX
 	CMPQ DX, CX
