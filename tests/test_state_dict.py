@@ -56,6 +56,25 @@ def test_from_state_dict_matches_from_pretrained(name):
         assert_same_model(got, want)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("name", ["base", "untied", "features", "bf16"])
+def test_16bit_cpu_loads_agree(name, dtype):
+    """The CPU engine's 16-bit storage, reached three ways: a checkpoint
+    folder (read straight into 16 bits), a state dict (its arrays rounded
+    by the engine, then overwritten by the caller) and, for the bf16
+    checkpoint, dtype "auto": the same bits everywhere."""
+    want = mambago.Model.from_pretrained(case_dir(name), device="cpu", dtype=dtype)
+    assert want.dtype == dtype
+    sd = read_safetensors(os.path.join(case_dir(name), "model.safetensors"))
+    got = mambago.Model.from_state_dict(sd, case_dir(name), device="cpu", dtype=dtype)
+    for v in sd.values():
+        v[...] = np.nan
+    assert got.dtype == dtype
+    assert_same_model(got, want)
+    if name == "bf16" and dtype == "bfloat16":
+        assert_same_model(mambago.Model.from_pretrained(case_dir(name), device="cpu", dtype="auto"), want)
+
+
 def test_from_state_dict_copies_and_widens():
     """float16 and float64 arrays load as their float32 values; changing the
     arrays after the load does not reach the model."""
