@@ -10,7 +10,6 @@ import (
 
 	"github.com/mambago/mambago/internal/gputest"
 	"github.com/mambago/mambago/mambago"
-	"github.com/mambago/mambago/mambago/checkpoint"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/gpu"
 	"github.com/mambago/mambago/mambago/internal/fixture"
@@ -189,7 +188,7 @@ func TestOpenBorrowedOwnsItsWeights(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range borrowedTensors(w) {
+		for _, p := range w.Tensors() {
 			for i := range *p {
 				(*p)[i] = float32(math.NaN())
 			}
@@ -209,15 +208,4 @@ func TestOpenBorrowedOwnsItsWeights(t *testing.T) {
 			}
 		}
 	}
-}
-
-// borrowedTensors points at every tensor slice of w.
-func borrowedTensors(w *checkpoint.Weights) []*[]float32 {
-	ts := []*[]float32{&w.Embeddings, &w.NormF, &w.LMHead, &w.InputProj, &w.InputBias}
-	for i := range w.Layers {
-		l := &w.Layers[i]
-		ts = append(ts, &l.Norm, &l.InProj, &l.InBias, &l.Conv, &l.ConvBias, &l.XProj, &l.DTProj, &l.DTBias,
-			&l.A, &l.D, &l.OutProj, &l.OutBias)
-	}
-	return ts
 }

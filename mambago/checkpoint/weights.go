@@ -77,7 +77,7 @@ func (w *Weights) Clone() *Weights {
 	if tied {
 		c.LMHead = nil // one copy of the table, below
 	}
-	for _, p := range c.tensors() {
+	for _, p := range c.Tensors() {
 		*p = slices.Clone(*p)
 	}
 	if tied {
@@ -113,7 +113,7 @@ func (w *Weights) CloneSmall() *Weights {
 		l := &c.Layers[i]
 		shared[&l.InProj], shared[&l.XProj], shared[&l.DTProj], shared[&l.OutProj] = true, true, true, true
 	}
-	for _, p := range c.tensors() {
+	for _, p := range c.Tensors() {
 		if !shared[p] {
 			*p = slices.Clone(*p)
 		}
@@ -121,8 +121,9 @@ func (w *Weights) CloneSmall() *Weights {
 	return &c
 }
 
-// tensors points at every tensor of w: the model's, then each layer's.
-func (w *Weights) tensors() []*[]float32 {
+// Tensors points at every float32 tensor field of w: the model's, then
+// each layer's (nil ones included).
+func (w *Weights) Tensors() []*[]float32 {
 	ts := []*[]float32{&w.Embeddings, &w.NormF, &w.LMHead, &w.InputProj, &w.InputBias}
 	for i := range w.Layers {
 		l := &w.Layers[i]
