@@ -74,3 +74,18 @@ def early_stop_pair(model, rng):
         if eos not in free[1] and eos != free[0, 0]:
             return ids, eos, free
     pytest.skip("no prompt pair found")
+
+
+def hf_continue(hf, ids, out, seen):
+    """transformers' forward call on ids (a torch tensor) continuing from the
+    cache that its earlier call returned in out, seen positions in, under the
+    name this transformers gives it: cache= where forward takes it (5.25), else
+    cache_params= with cache_position=, which the older calls require."""
+    import inspect
+
+    import torch
+
+    if "cache" in inspect.signature(hf.forward).parameters:
+        return hf(ids, cache=out.cache, use_cache=True)
+    return hf(ids, cache_params=out.cache_params, use_cache=True,
+              cache_position=torch.arange(seen, seen + ids.shape[1]))

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import mambago
-from conftest import case_dir, early_stop_pair, rel_err
+from conftest import case_dir, early_stop_pair, hf_continue, rel_err
 from mambago.hf import MambaCache, MambaForCausalLM, MambaModel
 
 
@@ -304,11 +304,11 @@ def test_cache_matches_transformers():
         got = ours(ids, attention_mask=mask, use_cache=True)
         at = slice(None) if mask is None else mask == 1  # the tokens' (the padding's are zero here)
         assert rel_err(got.logits[at].numpy(), want.logits[at].numpy()) <= 1e-4
-        for _ in range(6):
+        for step in range(6):
             nxt = want.logits[:, -1:].argmax(-1)
             assert torch.equal(got.logits[:, -1:].argmax(-1), nxt)
             with torch.no_grad():
-                want = hf(nxt, cache=want.cache, use_cache=True)
+                want = hf_continue(hf, nxt, want, ids.shape[1] + step)
             got = ours(nxt, cache=got.cache, use_cache=True)
             assert got.logits.shape == want.logits.shape == (2, 1, hf.config.vocab_size)
             assert rel_err(got.logits.numpy(), want.logits.numpy()) <= 1e-4
@@ -609,7 +609,7 @@ def test_cpu_16bit_weights_match_transformers(dtype):
     assert rel_err(far.numpy(), want.logits.numpy()) > 1e-4  # unrounded weights would fail the check above
     nxt = torch.randint(0, hf.config.vocab_size, (2, 1))
     with torch.no_grad():
-        want_step = rounded(nxt, cache=want.cache, use_cache=True).logits
+        want_step = hf_continue(rounded, nxt, want, ids.shape[1]).logits
     got_step = ours(nxt, cache=got.cache).logits
     assert rel_err(got_step.numpy(), want_step.numpy()) <= 1e-4
     with torch.no_grad():
