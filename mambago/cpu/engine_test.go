@@ -1,6 +1,7 @@
 package cpu_test
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -78,6 +79,31 @@ func TestHalfPrecisionWeights(t *testing.T) {
 			if outs[0][i] != outs[1][i] {
 				t.Fatalf("%s: output %d is %v, its f32 upcast gives %v", dt, i, outs[0][i], outs[1][i])
 			}
+		}
+	}
+}
+
+// TestConformance16 runs the suite's checks of the engine against itself
+// (all but the HF references, which rounding the float32 fixtures' weights
+// moves away from) on engines that keep their weights in 16 bits, loaded
+// straight into them (checkpoint.LoadNarrowed), with the lanes on and off.
+func TestConformance16(t *testing.T) {
+	for _, st := range []struct {
+		storage cpu.Storage
+		dtype   safetensors.DType
+	}{{cpu.BFloat16, safetensors.BF16}, {cpu.Float16, safetensors.F16}} {
+		open := func(t *testing.T, dir string) engine.Engine {
+			w, err := checkpoint.LoadNarrowed(dir, st.dtype)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return cpu.NewStored(w, st.storage)
+		}
+		for _, lanes := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%v/lanes=%v", st.storage, lanes), func(t *testing.T) {
+				defer cpu.SetLanes(lanes)()
+				enginetest.RunSelf(t, open)
+			})
 		}
 	}
 }
