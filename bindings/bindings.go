@@ -18,6 +18,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -148,6 +149,18 @@ func GPUStatus() (reason string, err error) {
 		return e.Error(), nil
 	}
 	return "", nil
+}
+
+// NumThreads sets how many threads run the CPU engine's work at once (Go's
+// GOMAXPROCS, which its goroutines and its calls of a single-threaded
+// OpenBLAS share) to n where n >= 1, and returns the count before; n = 0
+// only reads it.
+func NumThreads(n int) (prev int, err error) {
+	defer guard(&err)
+	if n < 0 {
+		return 0, fmt.Errorf("ValueError: the thread count must be at least 1, got %d", n)
+	}
+	return runtime.GOMAXPROCS(n), nil
 }
 
 // LoadNotice returns the line to show before loading the checkpoint folder

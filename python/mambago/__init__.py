@@ -15,9 +15,11 @@ The engine is Go (github.com/mambago/mambago), called through a gopy
 extension; Python never runs in the hot loop.
 """
 
-from .model import Config, Graph, Model, State, cuda_is_available, cuda_unavailable_reason
+from .model import (Config, Graph, Model, State, cuda_is_available, cuda_unavailable_reason, get_num_threads,
+                    set_num_threads)
 
-__all__ = ["Config", "Graph", "Model", "State", "cuda_is_available", "cuda_unavailable_reason", "__version__"]
+__all__ = ["Config", "Graph", "Model", "State", "cuda_is_available", "cuda_unavailable_reason", "get_num_threads",
+           "set_num_threads", "__version__"]
 
 
 def _version():

@@ -222,6 +222,26 @@ def cuda_is_available() -> bool:
     return cuda_unavailable_reason() == ""
 
 
+def set_num_threads(n: int) -> None:
+    """Run the CPU engine's work on n threads at once, as torch.set_num_threads
+    does for torch: its goroutines, and the OpenBLAS calls they make one
+    thread each. It applies to the whole process, from the next call on. The
+    default is the CPUs the process may use; the GOMAXPROCS environment
+    variable, set before mambago is imported, sets it too. An OpenBLAS
+    without per-call thread control (openblas_set_num_threads_local) runs
+    on threads of its own, which OPENBLAS_NUM_THREADS sets."""
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"set_num_threads takes an int, got {type(n).__name__}")
+    if n < 1:
+        raise ValueError(f"the thread count must be at least 1, got {n}")
+    _call(_b.NumThreads, int(n))
+
+
+def get_num_threads() -> int:
+    """How many threads the CPU engine's work runs on at once (set_num_threads)."""
+    return _call(_b.NumThreads, 0)
+
+
 def cuda_unavailable_reason() -> str:
     """Why the CUDA engine cannot run here, or "" when it can."""
     _cudalibs.preload()
