@@ -150,13 +150,15 @@ type spec struct {
 }
 
 // tensor is one named tensor of a checkpoint: its shape, where it is (for
-// errors), and reads that give it as float32 and as 16-bit values of a
-// type (BF16 or F16).
+// errors), reads that give it as float32 and as 16-bit values of a type
+// (BF16 or F16), and, for a mapped file's, what releases its pages once
+// read (safetensors.File.Release).
 type tensor struct {
-	shape  []int
-	in     string
-	read   func() ([]float32, error)
-	read16 func(dt safetensors.DType) ([]uint16, error)
+	shape   []int
+	in      string
+	read    func() ([]float32, error)
+	read16  func(dt safetensors.DType) ([]uint16, error)
+	release func()
 }
 
 // Load reads the model in dir: config.json plus model.safetensors, or the
@@ -196,8 +198,9 @@ func LoadNarrowed(dir string, dt safetensors.DType) (*Weights, error) {
 			}
 			info, _ := f.Info(n)
 			tensors[n] = tensor{shape: info.Shape, in: filepath.Base(f.Path),
-				read:   func() ([]float32, error) { return f.Float32(n) },
-				read16: func(dt safetensors.DType) ([]uint16, error) { return f.Bits16(n, dt) }}
+				read:    func() ([]float32, error) { return f.Float32(n) },
+				read16:  func(dt safetensors.DType) ([]uint16, error) { return f.Bits16(n, dt) },
+				release: func() { f.Release(n) }}
 		}
 	}
 	return build(cfg, tensors, problems, "checkpoint "+strings.Join(paths, ", "), dt)
@@ -309,20 +312,18 @@ func build(cfg Config, tensors map[string]tensor, problems []string, what string
 			problems = append(problems, fmt.Sprintf("%s has shape %v, want %v (in %s)", s.name, t.shape, s.shape, t.in))
 			continue
 		}
+		var err error
 		if narrow != "" && s.dst16 != nil {
-			v, err := t.read16(narrow)
-			if err != nil {
-				problems = append(problems, err.Error())
-			}
-			*s.dst16 = v
-			continue
+			*s.dst16, err = t.read16(narrow)
+		} else {
+			*s.dst, err = t.read()
 		}
-		v, err := t.read()
+		if t.release != nil {
+			t.release() // read: the copy is the load's only memory of it now
+		}
 		if err != nil {
 			problems = append(problems, err.Error())
-			continue
 		}
-		*s.dst = v
 	}
 	var extra []string
 	for n := range tensors {

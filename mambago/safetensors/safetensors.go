@@ -174,6 +174,24 @@ func (f *File) Close() error {
 	return err
 }
 
+// Release tells the kernel that a tensor's bytes have been read: its whole
+// pages leave the process's resident memory (MADV_DONTNEED). They stay in
+// the page cache, and a later read maps them in again, so nothing read
+// before or after changes; a load that copies each tensor then holds one
+// copy of the checkpoint, not the copy and the mapped file.
+func (f *File) Release(name string) {
+	t, ok := f.tensors[name]
+	if !ok || len(t.data) == 0 || f.mapped == nil {
+		return
+	}
+	page := os.Getpagesize()
+	start := cap(f.mapped) - cap(t.data) // t.data is f.mapped[start:...]
+	lo, hi := (start+page-1)/page*page, (start+len(t.data))/page*page
+	if hi > lo {
+		_ = syscall.Madvise(f.mapped[lo:hi], syscall.MADV_DONTNEED) // advice: nothing to do if it fails
+	}
+}
+
 // Names returns the tensor names in sorted order.
 func (f *File) Names() []string {
 	names := make([]string, 0, len(f.tensors))
