@@ -25,14 +25,21 @@ def quick_start():
 def test_quick_start_runs():
     code = quick_start()
     F = mambago.Model.from_pretrained(case_dir("features"), device="cpu").config.input_dim
-    edits = [("path/to/checkpoint", case_dir("base")), ("path/to/classifier", case_dir("features"))]
+    edits = [("path/to/checkpoint", case_dir("base")), ("path/to/classifier", case_dir("features")),
+             ("path/to/bf16-checkpoint", case_dir("bf16"))]
     for old, new in edits:
         assert old in code, f"the quick start no longer loads {old!r}: update this test"
         code = code.replace(old, new)
     code, n = re.subn(r"np\.random\.rand\((\d+), (\d+), \d+\)", rf"np.random.rand(\1, \2, {F})", code)
     assert n == 1, "the quick start's features no longer match this test's edit"
     ns = {}
-    exec(compile(code, "README.md quick start", "exec"), ns)
+    threads = mambago.get_num_threads()
+    try:
+        exec(compile(code, "README.md quick start", "exec"), ns)
+        assert mambago.get_num_threads() == 4
+    finally:
+        mambago.set_num_threads(threads)
+    assert ns["big"].dtype == "bfloat16" and ns["big"].device == "cpu"
     model, clf = ns["model"], ns["clf"]
     d, V = model.config.hidden_size, model.config.vocab_size
     B, T = ns["ids"].shape
