@@ -29,6 +29,7 @@ import (
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/gpu"
+	"github.com/mambago/mambago/mambago/safetensors"
 )
 
 // handles maps the integers Python holds to Go objects.
@@ -124,6 +125,14 @@ func floats(addr uintptr, n int) []float32 {
 	return unsafe.Slice(*(**float32)(unsafe.Pointer(&addr)), n)
 }
 
+// halves views n 16-bit values (bfloat16 or float16 bits) at addr.
+func halves(addr uintptr, n int) []uint16 {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice(*(**uint16)(unsafe.Pointer(&addr)), n)
+}
+
 // int64s views n int64 values at addr.
 func int64s(addr uintptr, n int) []int64 {
 	if n == 0 {
@@ -197,10 +206,11 @@ func LoadModel(path, device, dtype, blasPath string) (h int64, err error) {
 
 // LoadStateDict opens a model from tensors in memory, as a PyTorch
 // state_dict holds them: configJSON is the model's config (config.json's
-// contents), and tensorsJSON lists [{"name", "shape", "addr"}], each addr
-// the start of that tensor's float32 values, C-contiguous, owned by the
-// caller for the call (the GPU engine uploads them, the CPU engine copies
-// them: mambago.OpenBorrowed). device, dtype and blasPath are as for
+// contents), and tensorsJSON lists [{"name", "shape", "addr", "dtype"}],
+// each addr the start of that tensor's values, C-contiguous, owned by the
+// caller for the call: float32, or with dtype "bfloat16" or "float16"
+// their 16-bit bits (the GPU engine uploads them, the CPU engine copies
+// them: mambago.OpenStateDict). device, dtype and blasPath are as for
 // LoadModel.
 func LoadStateDict(configJSON, tensorsJSON, device, dtype, blasPath string) (h int64, err error) {
 	defer guard(&err)
@@ -212,6 +222,7 @@ func LoadStateDict(configJSON, tensorsJSON, device, dtype, blasPath string) (h i
 		Name  string  `json:"name"`
 		Shape []int   `json:"shape"`
 		Addr  uintptr `json:"addr"`
+		DType string  `json:"dtype"` // "float32" (or ""), "bfloat16" or "float16": the bits at Addr
 	}
 	if err := json.Unmarshal([]byte(tensorsJSON), &list); err != nil {
 		return 0, fmt.Errorf("ValueError: state dict: %w", err)
@@ -228,13 +239,18 @@ func LoadStateDict(configJSON, tensorsJSON, device, dtype, blasPath string) (h i
 		if err := checkBuf("state dict: "+t.Name, t.Addr, n); err != nil {
 			return 0, err
 		}
-		tensors[t.Name] = checkpoint.Tensor{Shape: t.Shape, Data: floats(t.Addr, n)}
+		switch t.DType {
+		case "", "float32":
+			tensors[t.Name] = checkpoint.Tensor{Shape: t.Shape, Data: floats(t.Addr, n)}
+		case "bfloat16":
+			tensors[t.Name] = checkpoint.Tensor{Shape: t.Shape, Bits: halves(t.Addr, n), DType: safetensors.BF16}
+		case "float16":
+			tensors[t.Name] = checkpoint.Tensor{Shape: t.Shape, Bits: halves(t.Addr, n), DType: safetensors.F16}
+		default:
+			return 0, fmt.Errorf("ValueError: state dict: %s: dtype %q", t.Name, t.DType)
+		}
 	}
-	w, err := checkpoint.FromTensors(cfg, tensors)
-	if err != nil {
-		return 0, fmt.Errorf("ValueError: %w", err)
-	}
-	m, err := mambago.OpenBorrowed(w, mambago.Options{Device: device, DType: dtype, BLAS: blasPath})
+	m, err := mambago.OpenStateDict(cfg, tensors, mambago.Options{Device: device, DType: dtype, BLAS: blasPath})
 	if err != nil {
 		return 0, err
 	}

@@ -254,7 +254,11 @@ func Open(path string, opts Options) (*Model, error) {
 		return nil, err
 	}
 	done := opts.announce(path)
-	w, err := checkpoint.LoadNarrowed(path, t.narrowing(path))
+	var narrow safetensors.DType
+	if cfg, err := checkpoint.ReadConfig(path); err == nil { // else Load reports it
+		narrow = t.narrowing(cfg)
+	}
+	w, err := checkpoint.LoadNarrowed(path, narrow)
 	if err != nil {
 		// A checkpoint that cannot be read is the caller's input: Python raises ValueError.
 		return nil, engine.Invalid("open %s: %v", path, err)
@@ -277,6 +281,24 @@ func OpenWeights(w *checkpoint.Weights, opts Options) (*Model, error) {
 // they are, and the CPU engine keeps a copy (checkpoint.Weights.Clone), so
 // only that engine pays for one.
 func OpenBorrowed(w *checkpoint.Weights, opts Options) (*Model, error) {
+	return openWeights(w, opts, true)
+}
+
+// OpenStateDict is OpenBorrowed of the weights that tensors and cfg make
+// (checkpoint.FromTensors): a PyTorch state_dict's tensors, in memory the
+// caller owns for the call only, as float32 or 16-bit values. Where the CPU
+// engine keeps its matrices in 16 bits they go straight into them
+// (checkpoint.FromTensorsNarrowed), never widened to float32. A state dict
+// that does not match cfg is an input error.
+func OpenStateDict(cfg checkpoint.Config, tensors map[string]checkpoint.Tensor, opts Options) (*Model, error) {
+	t, err := opts.engine()
+	if err != nil {
+		return nil, err
+	}
+	w, err := checkpoint.FromTensorsNarrowed(cfg, tensors, t.narrowing(cfg))
+	if err != nil {
+		return nil, engine.Invalid("%v", err)
+	}
 	return openWeights(w, opts, true)
 }
 
@@ -374,21 +396,15 @@ func (opts Options) engine() (target, error) {
 }
 
 // narrowing is the 16-bit type that the CPU engine keeps the weight
-// matrices of the checkpoint in path in (for "auto", the one its config
-// names), so that they load straight into it (checkpoint.LoadNarrowed);
-// "" for float32, and for the CUDA engine, which uploads from float32.
-func (t target) narrowing(path string) safetensors.DType {
+// matrices of a model of config cfg in (for "auto", the one cfg names), so
+// that they load straight into it (checkpoint.LoadNarrowed,
+// FromTensorsNarrowed); "" for float32, and for the CUDA engine, which
+// uploads from float32.
+func (t target) narrowing(cfg checkpoint.Config) safetensors.DType {
 	if t.gpu {
 		return ""
 	}
-	if t.autoDT {
-		cfg, err := checkpoint.ReadConfig(path)
-		if err != nil {
-			return "" // Load reports it
-		}
-		t = t.resolved(cfg)
-	}
-	switch t.dt {
+	switch t.resolved(cfg).dt {
 	case cuda.BF16:
 		return safetensors.BF16
 	case cuda.F16:

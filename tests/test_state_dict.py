@@ -208,6 +208,36 @@ def test_torch_tensors_of_every_float_dtype():
         mambago.Model.from_state_dict(dict(sd, **{"backbone.norm_f.weight": torch.arange(64)}), case_dir("base"))
 
 
+def test_16bit_torch_state_dict_on_the_cpu():
+    """bf16 and f16 torch tensors (and numpy float16 arrays) go to Go as
+    their bits: with the model's dtype the CPU engine keeps them as given,
+    the same bits as the checkpoint folder loaded in that dtype; with
+    another dtype they are converted, as from the folder; changing the
+    tensors after the call does not reach the model."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    sd = read_safetensors(os.path.join(case_dir("bf16"), "model.safetensors"))
+    for dt, name in ((torch.bfloat16, "bfloat16"), (torch.float16, "float16")):
+        tensors = {k: torch.from_numpy(v).to(dt) for k, v in sd.items()}
+        up = {k: t.float().numpy() for k, t in tensors.items()}
+        for want_dtype in ("float32", "bfloat16", "float16"):
+            got = mambago.Model.from_state_dict(tensors, case_dir("bf16"), device="cpu", dtype=want_dtype)
+            want = mambago.Model.from_state_dict(up, case_dir("bf16"), device="cpu", dtype=want_dtype)
+            assert got.dtype == want_dtype
+            assert_same_model(got, want)
+        kept = mambago.Model.from_state_dict(tensors, case_dir("bf16"), device="cpu", dtype=name)
+        ref = mambago.Model.from_state_dict(up, case_dir("bf16"), device="cpu", dtype=name)
+        for t in tensors.values():
+            t.fill_(float("nan"))
+        assert_same_model(kept, ref)
+    want = mambago.Model.from_pretrained(case_dir("bf16"), device="cpu", dtype="bfloat16")
+    bf16 = {k: torch.from_numpy(v).to(torch.bfloat16) for k, v in sd.items()}
+    assert_same_model(mambago.Model.from_state_dict(bf16, case_dir("bf16"), device="cpu", dtype="auto"), want)
+    half = {k: v.astype(np.float16) for k, v in sd.items()}
+    assert_same_model(mambago.Model.from_state_dict(half, case_dir("bf16"), device="cpu", dtype="float16"),
+                      mambago.Model.from_state_dict({k: v.astype(np.float32) for k, v in half.items()},
+                                                    case_dir("bf16"), device="cpu", dtype="float16"))
+
+
 def test_transformers_model_hands_over():
     """A transformers model's own state_dict() and config, as a PyTorch
     script holds them."""

@@ -419,3 +419,57 @@ func sharedFields(a, b *checkpoint.Weights) map[string][]bool {
 	}
 	return out
 }
+
+// TestFromTensors16 gives the bf16 fixture's tensors to FromTensors as
+// their 16-bit bits, as the Python bindings pass a bf16 state dict: the
+// Weights equal Load's (widened exactly), and narrowed they equal
+// LoadNarrowed's to either type, holding copies of the given bits. A
+// tensor of another dtype is a problem the error names.
+func TestFromTensors16(t *testing.T) {
+	dir := filepath.Join(fixture.Root(), "bf16")
+	f, err := safetensors.Open(filepath.Join(dir, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	tensors := map[string]checkpoint.Tensor{}
+	for _, n := range f.Names() {
+		info, _ := f.Info(n)
+		bits, err := f.Bits16(n, safetensors.BF16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tensors[n] = checkpoint.Tensor{Shape: info.Shape, Bits: bits, DType: safetensors.BF16}
+	}
+	cfg, err := checkpoint.ReadConfig(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := checkpoint.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := checkpoint.FromTensors(cfg, tensors)
+	if err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("FromTensors of bf16 bits differs from Load (err %v)", err)
+	}
+	for _, dt := range []safetensors.DType{safetensors.BF16, safetensors.F16} {
+		want, err := checkpoint.LoadNarrowed(dir, dt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := checkpoint.FromTensorsNarrowed(cfg, tensors, dt)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("FromTensorsNarrowed(%s) of bf16 bits differs from LoadNarrowed (err %v)", dt, err)
+		}
+		if dt == safetensors.BF16 && &got.Narrowed.Layers[0].InProj[0] == &tensors["backbone.layers.0.mixer.in_proj.weight"].Bits[0] {
+			t.Fatal("FromTensorsNarrowed kept the caller's bits instead of a copy")
+		}
+	}
+	bad := tensors["backbone.norm_f.weight"]
+	bad.DType = "I32"
+	tensors["backbone.norm_f.weight"] = bad
+	if _, err := checkpoint.FromTensors(cfg, tensors); err == nil || !strings.Contains(err.Error(), "norm_f.weight has dtype I32") {
+		t.Fatalf("a tensor of dtype I32: err = %v", err)
+	}
+}

@@ -206,20 +206,33 @@ func LoadNarrowed(dir string, dt safetensors.DType) (*Weights, error) {
 	return build(cfg, tensors, problems, "checkpoint "+strings.Join(paths, ", "), dt)
 }
 
-// Tensor is one float32 tensor in memory: its row-major shape and values.
+// Tensor is one tensor in memory: its row-major shape and its values,
+// float32 in Data, or (DType BF16 or F16) 16-bit values in Bits.
 type Tensor struct {
 	Shape []int
 	Data  []float32
+	Bits  []uint16
+	DType safetensors.DType // "" or F32 for Data; BF16 or F16 for Bits
 }
 
-// FromTensors builds a model's Weights from float32 tensors in memory,
-// named as a PyTorch state_dict of MambaForCausalLM, MambaModel or the
-// state-spaces models names them, with the same checks as Load. The
-// Weights keep the given slices (A is computed into its own), so the
-// caller must not change them afterwards.
+// FromTensors builds a model's Weights from tensors in memory, named as a
+// PyTorch state_dict of MambaForCausalLM, MambaModel or the state-spaces
+// models names them, with the same checks as Load. The Weights keep the
+// given float32 slices (A is computed into its own), so the caller must
+// not change them afterwards; 16-bit tensors are widened into new ones.
 func FromTensors(cfg Config, tensors map[string]Tensor) (*Weights, error) {
+	return FromTensorsNarrowed(cfg, tensors, "")
+}
+
+// FromTensorsNarrowed is FromTensors that, for dt BF16 or F16, puts the
+// weight matrices in w.Narrowed as dt, as LoadNarrowed does: copies of
+// those given in dt, the others rounded, never widened to float32 first.
+func FromTensorsNarrowed(cfg Config, tensors map[string]Tensor, dt safetensors.DType) (*Weights, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if dt != "" && dt != safetensors.BF16 && dt != safetensors.F16 {
+		return nil, fmt.Errorf("checkpoint: narrowing to %s, want BF16 or F16", dt)
 	}
 	refs := make(map[string]tensor, len(tensors))
 	var problems []string
@@ -228,13 +241,33 @@ func FromTensors(cfg Config, tensors map[string]Tensor) (*Weights, error) {
 		for _, d := range t.Shape {
 			want *= d
 		}
-		if want != len(t.Data) || slices.ContainsFunc(t.Shape, func(d int) bool { return d < 0 }) {
-			problems = append(problems, fmt.Sprintf("%s has %d values for shape %v", n, len(t.Data), t.Shape))
+		half := t.DType == safetensors.BF16 || t.DType == safetensors.F16
+		have := len(t.Data)
+		if half {
+			have = len(t.Bits)
+		}
+		switch {
+		case !half && t.DType != "" && t.DType != safetensors.F32:
+			problems = append(problems, fmt.Sprintf("%s has dtype %s, want F32, BF16 or F16", n, t.DType))
+			continue
+		case want != have || slices.ContainsFunc(t.Shape, func(d int) bool { return d < 0 }):
+			problems = append(problems, fmt.Sprintf("%s has %d values for shape %v", n, have, t.Shape))
 			continue
 		}
-		refs[n] = tensor{shape: t.Shape, in: "the state dict", read: func() ([]float32, error) { return t.Data, nil }}
+		read := func() ([]float32, error) { return t.Data, nil }
+		if half {
+			read = func() ([]float32, error) { return safetensors.Widen(t.Bits, t.DType), nil }
+		}
+		refs[n] = tensor{shape: t.Shape, in: "the state dict", read: read,
+			read16: func(to safetensors.DType) ([]uint16, error) {
+				if half && t.DType == to {
+					return slices.Clone(t.Bits), nil
+				}
+				v, _ := read()
+				return safetensors.Narrow(v, to), nil
+			}}
 	}
-	return build(cfg, refs, problems, "state dict", "")
+	return build(cfg, refs, problems, "state dict", dt)
 }
 
 // build gathers the Weights cfg describes from tensors, adding every

@@ -356,6 +356,34 @@ func Write(path string, tensors map[string]Tensor) error {
 	return os.WriteFile(path, out, 0o644)
 }
 
+// Widen returns the float32 values of 16-bit values of dt (BF16 or F16),
+// exactly.
+func Widen(bits []uint16, dt DType) []float32 {
+	out := make([]float32, len(bits))
+	for i, b := range bits {
+		if dt == BF16 {
+			out[i] = math.Float32frombits(uint32(b) << 16)
+		} else {
+			out[i] = float16.Frombits(b).Float32()
+		}
+	}
+	return out
+}
+
+// Narrow returns v rounded to dt (BF16 or F16; nearest, ties to even) as
+// its bits.
+func Narrow(v []float32, dt DType) []uint16 {
+	out := make([]uint16, len(v))
+	for i, x := range v {
+		if dt == BF16 {
+			out[i] = BF16Bits(x)
+		} else {
+			out[i] = float16.Fromfloat32(x).Bits()
+		}
+	}
+	return out
+}
+
 // BF16Bits rounds v to bfloat16 (nearest, ties to even) and returns its bits.
 func BF16Bits(v float32) uint16 {
 	b := math.Float32bits(v)

@@ -313,20 +313,27 @@ def _is_torch_tensor(x) -> bool:
     return type(x).__module__.startswith("torch") and hasattr(x, "detach")
 
 
-def _float32_tensor(name, value) -> np.ndarray:
-    """A state_dict entry as a C-contiguous float32 numpy array: torch
-    tensors of any float dtype and device are copied to the CPU as float32
-    (numpy has no bfloat16), numpy float arrays converted."""
+def _state_dict_array(name, value) -> tuple[np.ndarray, str]:
+    """A state_dict entry as a C-contiguous numpy array and the type of its
+    values: bfloat16 and float16 tensors (torch's, numpy's float16 and
+    ml_dtypes' bfloat16) as their 16-bit bits, which Go widens or keeps as
+    the engine needs; any other float tensor as float32. Torch tensors on a
+    GPU are copied to the CPU."""
     if _is_torch_tensor(value):
         import torch
 
         if not value.is_floating_point():
             raise TypeError(f"state_dict[{name!r}]: want a float tensor, got {value.dtype}")
-        value = value.detach().to(device="cpu", dtype=torch.float32).contiguous().numpy()
+        t = value.detach().to(device="cpu")
+        if t.dtype in (torch.bfloat16, torch.float16):
+            return t.contiguous().view(torch.int16).numpy(), str(t.dtype).replace("torch.", "")
+        value = t.to(dtype=torch.float32).contiguous().numpy()
     a = np.asarray(value)
     if a.dtype.kind != "f" and "float" not in a.dtype.name:  # ml_dtypes' bfloat16 is kind "V"
         raise TypeError(f"state_dict[{name!r}]: want a float tensor, got dtype {a.dtype}")
-    return np.ascontiguousarray(a, dtype=np.float32)
+    if a.dtype.name in ("bfloat16", "float16") and a.dtype.itemsize == 2:
+        return np.ascontiguousarray(a).view(np.uint16), a.dtype.name
+    return np.ascontiguousarray(a, dtype=np.float32), "float32"
 
 
 @contextlib.contextmanager
@@ -345,8 +352,9 @@ def _announce(path, device):
 
 
 def _load_state_dict(state_dict, config, device, dtype, blas_path) -> int:
-    """Hands state_dict's tensors (as float32 numpy arrays, kept alive for
-    the call) and config to Go; returns the model handle."""
+    """Hands state_dict's tensors (as float32 numpy arrays, or 16-bit ones
+    as their bits, kept alive for the call) and config to Go; returns the
+    model handle."""
     arrays, listing = [], []
     tied = _tied_head(state_dict)
     for name, value in state_dict.items():
@@ -354,9 +362,9 @@ def _load_state_dict(state_dict, config, device, dtype, blas_path) -> int:
             raise TypeError(f"state_dict keys must be str, got {type(name).__name__}")
         if name == "lm_head.weight" and tied:
             continue  # the embeddings' own storage: the model ties them instead of holding a copy
-        a = _float32_tensor(name, value)
+        a, values = _state_dict_array(name, value)
         arrays.append(a)  # alive until Go has copied it
-        listing.append({"name": name, "shape": list(a.shape), "addr": _addr(a) if a.size else 0})
+        listing.append({"name": name, "shape": list(a.shape), "addr": _addr(a) if a.size else 0, "dtype": values})
     return _abandonable(_b.LoadStateDict, json.dumps(config, default=_json_value), json.dumps(listing), device, dtype,
                         blas_path, keep=arrays, discard=_free_model)
 
