@@ -667,8 +667,8 @@ class Model(_Owner):
         it over without saving it first.
 
         state_dict maps each tensor's name to a torch tensor (any float
-        dtype, on any device; copied to float32 on the CPU) or a numpy float
-        array. config is the model's configuration: a transformers config
+        dtype, on any device; bf16 and f16 ones pass as their bits, others
+        as float32, through the CPU) or a numpy float array. config is the model's configuration: a transformers config
         (anything with to_dict()), a dict as config.json holds it, or the path
         of a config.json or of the folder holding it. device, dtype and blas
         are as for from_pretrained, and so is Ctrl-C. The weights are
