@@ -617,6 +617,27 @@ def test_cpu_16bit_weights_match_transformers(dtype):
     assert torch.equal(ours.generate(ids, max_new_tokens=6), want_tokens)
 
 
+def test_from_model_follows_the_models_dtype():
+    """from_model without dtype= takes the transformers model's own: a
+    bf16 model loads with bf16 weights on the CPU (its float32 forward on
+    those weights gives the logits, within 1e-4, and the greedy tokens),
+    .dtype says so as transformers' does, and dtype= still overrides."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    hf = transformers.MambaForCausalLM.from_pretrained(case_dir("base")).eval().to(torch.bfloat16)
+    ours = MambaForCausalLM.from_model(hf, device="cpu")
+    assert ours.dtype == hf.dtype == torch.bfloat16 and ours.model.dtype == "bfloat16"
+    ref = transformers.MambaForCausalLM.from_pretrained(case_dir("base")).eval().to(torch.bfloat16).float()
+    ids = torch.randint(0, hf.config.vocab_size, (2, 10))
+    with torch.no_grad():
+        want = ref(ids).logits
+        want_tokens = ref.generate(ids, max_new_tokens=5, do_sample=False)
+    assert rel_err(ours(ids).logits.numpy(), want.numpy()) <= 1e-4
+    assert torch.equal(ours.generate(ids, max_new_tokens=5), want_tokens)
+    assert MambaForCausalLM.from_model(hf, device="cpu", dtype="float32").model.dtype == "float32"
+    assert MambaForCausalLM.from_model(ref, device="cpu").model.dtype == "float32"
+
+
 def test_padding_after_eos_matches_transformers(tmp_path):
     """A batch where one row reaches eos first, from a checkpoint whose
     pad_token_id is not its eos: transformers' greedy tokens, the stopped

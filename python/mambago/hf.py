@@ -196,11 +196,16 @@ class _StandIn:
         """Take over a transformers model already in memory (its
         state_dict() and config; Model.from_state_dict). device="auto"
         follows the model's own GPU where it is on one ("cuda:1"), and is
-        Model.from_pretrained's "auto" otherwise."""
-        if device == "auto":
-            first = next(iter(hf_model.parameters()), None) if hasattr(hf_model, "parameters") else None
-            if first is not None and getattr(first, "is_cuda", False):
-                device = str(first.device)
+        Model.from_pretrained's "auto" otherwise. dtype=None follows the
+        model's own parameters: bfloat16 and float16 models load in that
+        dtype (mixed precision on a GPU, 16-bit weights on the CPU), any
+        other in float32."""
+        first = next(iter(hf_model.parameters()), None) if hasattr(hf_model, "parameters") else None
+        if device == "auto" and first is not None and getattr(first, "is_cuda", False):
+            device = str(first.device)
+        if dtype is None and first is not None:
+            kind = str(getattr(first, "dtype", "")).replace("torch.", "")
+            dtype = kind if kind in ("bfloat16", "float16") else None
         return cls(Model.from_state_dict(hf_model.state_dict(), hf_model.config, device=device, dtype=dtype,
                                          blas=blas))
 
