@@ -103,8 +103,9 @@ func (w *Weights) Clone() *Weights {
 
 // CloneSmall is Clone but for the weight matrices (those Narrowed holds:
 // the embeddings, the LM head, input_proj and each layer's in_proj, x_proj,
-// dt_proj and out_proj), which the copy shares with w: for an engine that
-// copies the matrices itself, from weights it borrows for the call.
+// dt_proj and out_proj), which the copy shares with w, float32 fields and
+// Narrowed alike: for an engine that copies the float32 matrices itself,
+// from weights it borrows for the call (Narrowed's are the loader's own).
 func (w *Weights) CloneSmall() *Weights {
 	c := *w
 	c.Layers = slices.Clone(w.Layers)

@@ -1,10 +1,7 @@
 package cpu
 
 import (
-	"math"
 	"sync"
-
-	"github.com/x448/float16"
 
 	"github.com/mambago/mambago/mambago/safetensors"
 )
@@ -62,28 +59,22 @@ func newMatrix(v []float32, rows, cols int, st Storage) matrix {
 		return m
 	}
 	m.h = make([]uint16, len(v))
-	parallelRows(len(v), 1<<16, func(lo, hi int) {
-		for i, x := range v[lo:hi] {
-			m.h[lo+i] = narrow(x, st)
-		}
-	})
+	parallelRows(len(v), 1<<16, func(lo, hi int) { safetensors.NarrowInto(m.h[lo:hi], v[lo:hi], st.dtype()) })
 	return m
 }
 
-// narrow rounds x to st's 16 bits (nearest, ties to even).
-func narrow(x float32, st Storage) uint16 {
-	if st == BFloat16 {
-		return safetensors.BF16Bits(x)
-	}
-	return float16.Fromfloat32(x).Bits()
-}
-
 // widen is the float32 of 16-bit value bits in st, exactly.
-func widen(bits uint16, st Storage) float32 {
-	if st == BFloat16 {
-		return math.Float32frombits(uint32(bits) << 16)
+func widen(bits uint16, st Storage) float32 { return safetensors.From16(bits, st.dtype()) }
+
+// dtype is st's safetensors type: BF16 or F16 (F32 for Float32).
+func (s Storage) dtype() safetensors.DType {
+	switch s {
+	case BFloat16:
+		return safetensors.BF16
+	case Float16:
+		return safetensors.F16
 	}
-	return float16.Frombits(bits).Float32()
+	return safetensors.F32
 }
 
 // at is m's value at row r, column k.

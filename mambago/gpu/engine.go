@@ -10,7 +10,6 @@ import (
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
 	"github.com/mambago/mambago/mambago/safetensors"
-	"github.com/x448/float16"
 )
 
 // layer holds one block's weights in device memory; a zero Ptr is an absent bias.
@@ -523,15 +522,10 @@ type typed struct{ p *cuda.Ptr }
 
 // narrow rounds v to dt (bf16 or f16; nearest, ties to even) and returns the bits.
 func narrow(v []float32, dt cuda.DType) []uint16 {
-	out := make([]uint16, len(v))
-	for i, x := range v {
-		if dt == cuda.BF16 {
-			out[i] = safetensors.BF16Bits(x)
-		} else {
-			out[i] = float16.Fromfloat32(x).Bits()
-		}
+	if dt == cuda.BF16 {
+		return safetensors.Narrow(v, safetensors.BF16)
 	}
-	return out
+	return safetensors.Narrow(v, safetensors.F16)
 }
 
 // DType returns the storage type of activations and GEMM weights.

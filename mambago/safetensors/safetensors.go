@@ -261,22 +261,18 @@ func (f *File) Bits16(name string, dt DType) ([]uint16, error) {
 		}
 		return out, nil
 	}
-	narrow := BF16Bits
-	if dt == F16 {
-		narrow = func(v float32) uint16 { return float16.Fromfloat32(v).Bits() }
-	}
-	switch t.DType {
-	case F32:
+	switch {
+	case t.DType == F32 && dt == BF16: // the common case, its conversion inlined
 		for i := range out {
-			out[i] = narrow(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
+			out[i] = BF16Bits(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
 		}
-	case BF16:
+	case t.DType == F32:
 		for i := range out {
-			out[i] = narrow(math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16))
+			out[i] = To16(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])), dt)
 		}
-	default:
+	default: // the other 16-bit type
 		for i := range out {
-			out[i] = narrow(float16.Frombits(binary.LittleEndian.Uint16(b[2*i:])).Float32())
+			out[i] = To16(From16(binary.LittleEndian.Uint16(b[2*i:]), t.DType), dt)
 		}
 	}
 	return out, nil
@@ -361,11 +357,7 @@ func Write(path string, tensors map[string]Tensor) error {
 func Widen(bits []uint16, dt DType) []float32 {
 	out := make([]float32, len(bits))
 	for i, b := range bits {
-		if dt == BF16 {
-			out[i] = math.Float32frombits(uint32(b) << 16)
-		} else {
-			out[i] = float16.Frombits(b).Float32()
-		}
+		out[i] = From16(b, dt)
 	}
 	return out
 }
@@ -374,14 +366,40 @@ func Widen(bits []uint16, dt DType) []float32 {
 // its bits.
 func Narrow(v []float32, dt DType) []uint16 {
 	out := make([]uint16, len(v))
-	for i, x := range v {
-		if dt == BF16 {
-			out[i] = BF16Bits(x)
-		} else {
-			out[i] = float16.Fromfloat32(x).Bits()
-		}
-	}
+	NarrowInto(out, v, dt)
 	return out
+}
+
+// NarrowInto is Narrow into dst (of v's length). The type is picked once,
+// outside the loop: per value, the choice doubled the time of a bf16 load.
+func NarrowInto(dst []uint16, v []float32, dt DType) {
+	dst = dst[:len(v)]
+	if dt == BF16 {
+		for i, x := range v {
+			dst[i] = BF16Bits(x)
+		}
+		return
+	}
+	for i, x := range v {
+		dst[i] = float16.Fromfloat32(x).Bits()
+	}
+}
+
+// From16 is the float32 of the 16-bit value b of dt (BF16 or F16), exactly.
+func From16(b uint16, dt DType) float32 {
+	if dt == BF16 {
+		return math.Float32frombits(uint32(b) << 16)
+	}
+	return float16.Frombits(b).Float32()
+}
+
+// To16 rounds v to dt (BF16 or F16; nearest, ties to even) and returns its
+// bits.
+func To16(v float32, dt DType) uint16 {
+	if dt == BF16 {
+		return BF16Bits(v)
+	}
+	return float16.Fromfloat32(v).Bits()
 }
 
 // BF16Bits rounds v to bfloat16 (nearest, ties to even) and returns its bits.
