@@ -37,7 +37,7 @@ func BenchmarkPrefill130m(b *testing.B) {
 
 // BenchmarkStorage130m times a 130m-shaped model (random weights) with its
 // matrices kept in each Storage, taking turns in one process: a prefill of
-// B=1, T=512, and a decode step (with its logits) of 1 and of 8 sequences.
+// B=1, T=512, and a decode step (with its logits) of 1, 2, 4 and 8 sequences.
 // The GEMMs run in the library MAMBAGO_TEST_BLAS names (numpy's OpenBLAS),
 // or in gonum without one.
 func BenchmarkStorage130m(b *testing.B) {
@@ -60,7 +60,7 @@ func BenchmarkStorage130m(b *testing.B) {
 			}
 			b.ReportMetric(512*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
 		})
-		for _, B := range []int{1, 8} {
+		for _, B := range []int{1, 2, 4, 8} {
 			b.Run(fmt.Sprintf("%v/step_B%d", st, B), func(b *testing.B) {
 				s, _ := e.NewState(B)
 				ids, logits := make([]int64, B), make([]float32, B*50280)

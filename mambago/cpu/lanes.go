@@ -161,7 +161,8 @@ func (e *Engine) convLanes(w *work, l int, b, ch int, state, win []float32) {
 // eight rows leaves it reading W at about a third of the memory's rate
 // (results/2026-12-02-cpu-sgemv.md); gemmRowsAVX2 streams each row of W
 // once and multiplies it by all the rows of A, whose K8 columns sit in L1,
-// interleaved [K8/8][8 rows][8].
+// interleaved [K8/8][rows][8]: two, four or eight rows, the fewest that
+// hold M, so that two rows take a quarter of eight rows' FMAs.
 
 // rowsMax is the most rows gemmRows takes: one AVX2 register of sums each.
 const rowsMax = 8
@@ -169,28 +170,43 @@ const rowsMax = 8
 // rowsGemm holds one gemmRowsAVX2 (or dotRowsAVX2) call's operands;
 // lanes_amd64.s reads its fields at the offsets TestLaneScanLayout pins.
 type rowsGemm struct {
-	a      *float32       // A's first K8 columns, interleaved [K8/8][8][8], rows past M zero (dotRowsAVX2: A's one row)
+	a      *float32       // A's first K8 columns, interleaved [K8/8][rows][8], rows past M zero (dotRowsAVX2: A's one row)
 	w      unsafe.Pointer // the first of W's rows to multiply
-	out    *float32       // their dot products with A's eight rows, [N][8] (dotRowsAVX2: [N])
-	N      int            // rows of W
+	out    *float32       // the dot products, eight a group (dotRowsAVX2: one a row of W)
+	N      int            // groups of 8/rows rows of W (dotRowsAVX2: rows of W)
 	kBytes int            // 4·K8, K8 a positive multiple of 8
 	ldw    int            // bytes from one row of W to the next
 	wkind  int            // W's type: its Storage (Float32, BFloat16, Float16)
+	rows   int            // rows of A: 2, 4 or 8 (gemmRowsAVX2 only)
 }
 
 // gemmRows computes C = A·Wᵀ + beta·C for A [M, K] (row stride lda), M ≤
 // rowsMax, W [N, K] and C [M, N] (row stride ldc), with the rows of W split
 // across goroutines. One row against a 16-bit W runs on dotRowsAVX2, which
-// keeps one sum a row of W where gemmRowsAVX2 keeps eight.
+// keeps one sum a row of W; up to two rows take four rows of W at a time on
+// gemmRowsAVX2, up to four two, and more one. Each sum adds its lanes in
+// the same order whatever the grouping, so the results do not depend on it.
 func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int, beta float32) {
 	K8 := K &^ 7
-	dot := M == 1 && w.h != nil
+	rows := rowsMax
+	switch {
+	case M == 1 && w.h != nil:
+		rows = 1 // dotRowsAVX2
+	case M <= 2:
+		rows = 2
+	case M <= 4:
+		rows = 4
+	}
+	per := rowsMax / rows // rows of W a group
+	if rows == 1 {
+		per = 1
+	}
 	ai := a
-	if !dot {
-		ai = make([]float32, K8*rowsMax)
+	if rows > 1 {
+		ai = make([]float32, K8*rows)
 		for m := range M {
 			for k := range K8 {
-				ai[k/8*64+m*8+k%8] = a[m*lda+k]
+				ai[k/8*8*rows+m*8+k%8] = a[m*lda+k]
 			}
 		}
 	}
@@ -209,10 +225,14 @@ func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int,
 		var out [rowsStep * rowsMax]float32 // the sums of rowsStep rows of W at a time, in L1
 		for n0 := lo; n0 < hi; n0 += rowsStep {
 			n1 := min(hi, n0+rowsStep)
-			if K8 > 0 {
-				g := rowsGemm{a: &ai[0], w: unsafe.Add(base, n0*K*size), out: &out[0], N: n1 - n0, kBytes: 4 * K8,
-					ldw: size * K, wkind: int(w.st)}
-				if dot {
+			kernel := n0 + (n1-n0)/per*per // rows n0..kernel go to the kernel, the rest below
+			if K8 == 0 {
+				kernel = n0
+			}
+			if kernel > n0 {
+				g := rowsGemm{a: &ai[0], w: unsafe.Add(base, n0*K*size), out: &out[0], N: (kernel - n0) / per,
+					kBytes: 4 * K8, ldw: size * K, wkind: int(w.st), rows: rows}
+				if rows == 1 {
 					dotRowsAVX2(&g)
 				} else {
 					gemmRowsAVX2(&g)
@@ -221,12 +241,11 @@ func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int,
 			for n := n0; n < n1; n++ {
 				for m := range M {
 					var s float32
-					if dot {
-						s = out[n-n0]
-					} else {
-						s = out[(n-n0)*rowsMax+m]
+					k0 := 0
+					if n < kernel {
+						s, k0 = out[(n-n0)*rows+m], K8
 					}
-					for k := K8; k < K; k++ { // the columns past the last multiple of 8
+					for k := k0; k < K; k++ { // the columns past the kernel's, or a row it left
 						s += a[m*lda+k] * w.at(n, k)
 					}
 					if beta != 0 {

@@ -231,6 +231,12 @@ convdone:
 #define RG_KBYTES 32
 #define RG_LDW 40
 #define RG_WKIND 48
+#define RG_ROWS 56
+
+// W16_AHEAD is how far ahead in a 16-bit W the one-row loops prefetch: 2 KB
+// rather than 512 bytes took a bfloat16 decode GEMV from 7.3 to 6.4 ms and
+// the eight-row loop from 18 to 13-14 ms (BenchmarkGemmRows, 2 cores).
+#define W16_AHEAD 2048
 
 // Weight kinds (rowsGemm.wkind).
 #define WK_F32 0
@@ -240,6 +246,33 @@ convdone:
 // (bfloat16 is float32's upper half); WIDEN_F16 loads eight float16 ones.
 #define WIDEN_BF16(mem, reg) VPMOVZXWD mem, reg; VPSLLD $16, reg, reg
 #define WIDEN_F16(mem, reg) VCVTPH2PS mem, reg
+
+// ROWS_ZERO clears the eight sums.
+#define ROWS_ZERO \
+	VXORPS Y0, Y0, Y0; \
+	VXORPS Y1, Y1, Y1; \
+	VXORPS Y2, Y2, Y2; \
+	VXORPS Y3, Y3, Y3; \
+	VXORPS Y4, Y4, Y4; \
+	VXORPS Y5, Y5, Y5; \
+	VXORPS Y6, Y6, Y6; \
+	VXORPS Y7, Y7, Y7
+
+// ROWS_SUM adds each of Y0-Y7 across its lanes and stores the eight sums
+// side by side at R8, then moves R8 past them: pairwise adds give each
+// sum's lower and upper halves, which the two permutes line up.
+#define ROWS_SUM \
+	VHADDPS Y1, Y0, Y0; \
+	VHADDPS Y3, Y2, Y2; \
+	VHADDPS Y5, Y4, Y4; \
+	VHADDPS Y7, Y6, Y6; \
+	VHADDPS Y2, Y0, Y0; \
+	VHADDPS Y6, Y4, Y4; \
+	VPERM2F128 $0x20, Y4, Y0, Y1; \
+	VPERM2F128 $0x31, Y4, Y0, Y2; \
+	VADDPS Y2, Y1, Y1; \
+	VMOVUPS Y1, (R8); \
+	ADDQ $32, R8
 
 // ROWS_FMA adds Y8 (eight columns of one row of W) times the eight
 // interleaved rows of A at those columns (8·DX bytes into A) to Y0-Y7.
@@ -253,13 +286,53 @@ convdone:
 	VFMADD231PS 192(SI)(DX*8), Y8, Y6; \
 	VFMADD231PS 224(SI)(DX*8), Y8, Y7
 
+// ROWS4_FMA adds Y8 and Y9 (eight columns of two rows of W) times the four
+// interleaved rows of A at those columns (4·DX bytes into A): the first
+// row's sums to Y0-Y3, the second's to Y4-Y7, each load of A serving both.
+#define ROWS4_FMA \
+	VMOVUPS 0(SI)(DX*4), Y10; \
+	VMOVUPS 32(SI)(DX*4), Y11; \
+	VMOVUPS 64(SI)(DX*4), Y12; \
+	VMOVUPS 96(SI)(DX*4), Y13; \
+	VFMADD231PS Y10, Y8, Y0; \
+	VFMADD231PS Y11, Y8, Y1; \
+	VFMADD231PS Y12, Y8, Y2; \
+	VFMADD231PS Y13, Y8, Y3; \
+	VFMADD231PS Y10, Y9, Y4; \
+	VFMADD231PS Y11, Y9, Y5; \
+	VFMADD231PS Y12, Y9, Y6; \
+	VFMADD231PS Y13, Y9, Y7
+
+// ROWS2_FMA adds Y8-Y11 (eight columns of four rows of W) times the two
+// interleaved rows of A at those columns (2·DX bytes into A): row p's sums
+// to Y(2p) and Y(2p+1).
+#define ROWS2_FMA \
+	VMOVUPS 0(SI)(DX*2), Y12; \
+	VMOVUPS 32(SI)(DX*2), Y13; \
+	VFMADD231PS Y12, Y8, Y0; \
+	VFMADD231PS Y13, Y8, Y1; \
+	VFMADD231PS Y12, Y9, Y2; \
+	VFMADD231PS Y13, Y9, Y3; \
+	VFMADD231PS Y12, Y10, Y4; \
+	VFMADD231PS Y13, Y10, Y5; \
+	VFMADD231PS Y12, Y11, Y6; \
+	VFMADD231PS Y13, Y11, Y7
+
 // func gemmRowsAVX2(a *rowsGemm)
 //
-// For each of a.N rows of W: eight sums, one a row of the interleaved A,
-// over the first K8 columns (Y0-Y7, eight lanes each), added up across their
-// lanes and stored side by side as out's row [8]. W's rows hold float32
+// Eight sums at a time over the first K8 columns (Y0-Y7, eight lanes each),
+// added up across their lanes and stored side by side in out: with a.rows
+// 8, one row of W against the eight interleaved rows of A; with 4, two rows
+// of W against four rows of A; with 2, four rows of W against two. a.N
+// counts those groups of rows of W. Fewer rows of A take fewer FMAs per
+// byte of W, which bounds the eight-row loop (in L2 it runs about as fast
+// as two four-row passes). A group's rows are separate streams, which the
+// hardware prefetcher leaves short of the memory's rate: each step of a
+// group prefetches as many bytes of the next group as it reads of its own,
+// so that the next group is on its way whole; that alone took the bfloat16
+// loop at two rows from 8 to 19 GB/s on one core. W's rows hold float32
 // values, or 16-bit ones (bfloat16 or float16, as a.wkind says) that each
-// load widens exactly; one loop a kind, picked once a row.
+// load widens exactly; one loop a kind, picked once a group.
 TEXT ·gemmRowsAVX2(SB), NOSPLIT, $0-8
 	MOVQ a+0(FP), AX
 	MOVQ RG_A(AX), SI
@@ -269,18 +342,15 @@ TEXT ·gemmRowsAVX2(SB), NOSPLIT, $0-8
 	MOVQ RG_KBYTES(AX), R9
 	MOVQ RG_LDW(AX), R10
 	MOVQ RG_WKIND(AX), R11
+	MOVQ RG_ROWS(AX), AX
 	TESTQ CX, CX
 	JLE rowsdone
+	CMPQ AX, $4
+	JEQ rows4group
+	JLT rows2group
 
 rowsrow:
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
+	ROWS_ZERO
 	XORQ DX, DX // 4·k; A's block of these eight columns is at 8·DX
 	XORQ BX, BX // 2·k: the columns' offset in a 16-bit row of W
 	CMPQ R11, $WK_BF16
@@ -297,7 +367,7 @@ rowscol:
 	JMP rowssum
 
 rowsbf16:
-	PREFETCHT0 512(DI)(BX*1)
+	PREFETCHT0 W16_AHEAD(DI)(BX*1)
 	WIDEN_BF16((DI)(BX*1), Y8)
 	ROWS_FMA
 	ADDQ $16, BX
@@ -307,7 +377,7 @@ rowsbf16:
 	JMP rowssum
 
 rowsf16:
-	PREFETCHT0 512(DI)(BX*1)
+	PREFETCHT0 W16_AHEAD(DI)(BX*1)
 	WIDEN_F16((DI)(BX*1), Y8)
 	ROWS_FMA
 	ADDQ $16, BX
@@ -316,22 +386,115 @@ rowsf16:
 	JLT rowsf16
 
 rowssum:
-	// The eight sums across lanes, into one register: pairwise adds give
-	// each sum's lower and upper halves, which the two permutes line up.
-	VHADDPS Y1, Y0, Y0
-	VHADDPS Y3, Y2, Y2
-	VHADDPS Y5, Y4, Y4
-	VHADDPS Y7, Y6, Y6
-	VHADDPS Y2, Y0, Y0
-	VHADDPS Y6, Y4, Y4
-	VPERM2F128 $0x20, Y4, Y0, Y1
-	VPERM2F128 $0x31, Y4, Y0, Y2
-	VADDPS Y2, Y1, Y1
-	VMOVUPS Y1, (R8)
-	ADDQ $32, R8
+	ROWS_SUM
 	ADDQ R10, DI
 	DECQ CX
 	JNZ rowsrow
+	JMP rowsdone
+
+rows4group: // two rows of W, at DI and R12
+	ROWS_ZERO
+	XORQ DX, DX
+	XORQ BX, BX
+	LEAQ (DI)(R10*1), R12
+	LEAQ (R12)(R10*1), R14 // the next group's rows
+	CMPQ R11, $WK_BF16
+	JEQ rows4bf16
+	JGT rows4f16
+
+rows4f32:
+	PREFETCHT0 (R14)(DX*2)
+	VMOVUPS (DI)(DX*1), Y8
+	VMOVUPS (R12)(DX*1), Y9
+	ROWS4_FMA
+	ADDQ $32, DX
+	CMPQ DX, R9
+	JLT rows4f32
+	JMP rows4sum
+
+rows4bf16:
+	PREFETCHT0 (R14)(BX*2)
+	WIDEN_BF16((DI)(BX*1), Y8)
+	WIDEN_BF16((R12)(BX*1), Y9)
+	ROWS4_FMA
+	ADDQ $16, BX
+	ADDQ $32, DX
+	CMPQ DX, R9
+	JLT rows4bf16
+	JMP rows4sum
+
+rows4f16:
+	PREFETCHT0 (R14)(BX*2)
+	WIDEN_F16((DI)(BX*1), Y8)
+	WIDEN_F16((R12)(BX*1), Y9)
+	ROWS4_FMA
+	ADDQ $16, BX
+	ADDQ $32, DX
+	CMPQ DX, R9
+	JLT rows4f16
+
+rows4sum:
+	ROWS_SUM
+	LEAQ (DI)(R10*2), DI
+	DECQ CX
+	JNZ rows4group
+	JMP rowsdone
+
+rows2group: // four rows of W, at DI, R12, R13 and AX
+	ROWS_ZERO
+	XORQ DX, DX
+	XORQ BX, BX
+	LEAQ (DI)(R10*1), R12
+	LEAQ (DI)(R10*2), R13
+	LEAQ (R12)(R10*2), AX
+	LEAQ (AX)(R10*1), R14 // the next group's rows
+	CMPQ R11, $WK_BF16
+	JEQ rows2bf16
+	JGT rows2f16
+
+rows2f32:
+	PREFETCHT0 (R14)(DX*4)
+	PREFETCHT0 64(R14)(DX*4)
+	VMOVUPS (DI)(DX*1), Y8
+	VMOVUPS (R12)(DX*1), Y9
+	VMOVUPS (R13)(DX*1), Y10
+	VMOVUPS (AX)(DX*1), Y11
+	ROWS2_FMA
+	ADDQ $32, DX
+	CMPQ DX, R9
+	JLT rows2f32
+	JMP rows2sum
+
+rows2bf16:
+	PREFETCHT0 (R14)(BX*4)
+	WIDEN_BF16((DI)(BX*1), Y8)
+	WIDEN_BF16((R12)(BX*1), Y9)
+	WIDEN_BF16((R13)(BX*1), Y10)
+	WIDEN_BF16((AX)(BX*1), Y11)
+	ROWS2_FMA
+	ADDQ $16, BX
+	ADDQ $32, DX
+	CMPQ DX, R9
+	JLT rows2bf16
+	JMP rows2sum
+
+rows2f16:
+	PREFETCHT0 (R14)(BX*4)
+	WIDEN_F16((DI)(BX*1), Y8)
+	WIDEN_F16((R12)(BX*1), Y9)
+	WIDEN_F16((R13)(BX*1), Y10)
+	WIDEN_F16((AX)(BX*1), Y11)
+	ROWS2_FMA
+	ADDQ $16, BX
+	ADDQ $32, DX
+	CMPQ DX, R9
+	JLT rows2f16
+
+rows2sum:
+	ROWS_SUM
+	LEAQ (DI)(R10*4), DI
+	DECQ CX
+	JNZ rows2group
 
 rowsdone:
 	VZEROUPPER
@@ -369,7 +532,7 @@ dotrow:
 dotbf16pairs:
 	CMPQ DX, R12
 	JGE dotbf16tail
-	PREFETCHT0 512(DI)(BX*1)
+	PREFETCHT0 W16_AHEAD(DI)(BX*1)
 	WIDEN_BF16((DI)(BX*1), Y8)
 	WIDEN_BF16(16(DI)(BX*1), Y9)
 	VFMADD231PS (SI)(DX*1), Y8, Y0
@@ -388,7 +551,7 @@ dotbf16tail:
 dotf16pairs:
 	CMPQ DX, R12
 	JGE dotf16tail
-	PREFETCHT0 512(DI)(BX*1)
+	PREFETCHT0 W16_AHEAD(DI)(BX*1)
 	WIDEN_F16((DI)(BX*1), Y8)
 	WIDEN_F16(16(DI)(BX*1), Y9)
 	VFMADD231PS (SI)(DX*1), Y8, Y0

@@ -23,7 +23,7 @@ func TestLaneScanLayout(t *testing.T) {
 	}{
 		{laneScan{}, []uintptr{0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 136}},
 		{laneConv{}, []uintptr{0, 8, 16, 24, 32, 40, 48, 56, 64, 72}},
-		{rowsGemm{}, []uintptr{0, 8, 16, 24, 32, 40, 48}},
+		{rowsGemm{}, []uintptr{0, 8, 16, 24, 32, 40, 48, 56}},
 	} {
 		typ := reflect.TypeOf(c.v)
 		got := make([]uintptr, typ.NumField())
@@ -234,7 +234,7 @@ func BenchmarkGemmRows(b *testing.B) {
 		if st != Float32 {
 			bytes = 2
 		}
-		for _, m := range []int{1, 2, 8} {
+		for _, m := range []int{1, 2, 4, 8} {
 			b.Run(fmt.Sprintf("%v/m=%d", st, m), func(b *testing.B) {
 				a, c := make([]float32, m*k), make([]float32, m*n)
 				for b.Loop() {
