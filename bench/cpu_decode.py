@@ -1,9 +1,10 @@
 """CPU decode of a 130m-shaped random model: generate's time for 33 tokens
-after a 16-token prompt, one step's, and a T=512 prefill's, at B=1 and B=8
-(medians), for each weight dtype asked for (float32, and the 16-bit storage
-of dtype="bfloat16"/"float16"), the models taking turns in one process.
+after a 16-token prompt, one step's, and a T=512 prefill's (at B=1), at each
+batch size asked for (B=1 and B=8 unless told; medians), for each weight
+dtype asked for (float32, and the 16-bit storage of dtype="bfloat16"/
+"float16"), the models taking turns in one process.
 
-    python3 bench/cpu_decode.py out.json [float32,bfloat16,float16]
+    python3 bench/cpu_decode.py out.json [float32,bfloat16,float16] [1,2,4,8]
 """
 
 import json
@@ -33,12 +34,13 @@ def main():
     import mambago
 
     dtypes = (sys.argv[2] if len(sys.argv) > 2 else "float32").split(",")
+    batches = [int(b) for b in (sys.argv[3] if len(sys.argv) > 3 else "1,8").split(",")]
     path = random_checkpoint.cached("130m")
     models = {dt: mambago.Model.from_pretrained(path, device="cpu", dtype=dt) for dt in dtypes}
     rng = np.random.default_rng(0)
     result = {"mambago_backend": models[dtypes[0]].backend, "cpus": os.cpu_count()}
     prompt = rng.integers(0, 50280, size=(1, 512))
-    for B in (1, 8):
+    for B in batches:
         ids = rng.integers(0, 50280, size=(B, 16))
         for rnd in range(2):  # two rounds, the dtypes taking turns; the second is kept
             for dt, m in models.items():

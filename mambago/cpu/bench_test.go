@@ -3,6 +3,7 @@ package cpu_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"github.com/mambago/mambago/internal/blastest"
@@ -72,5 +73,29 @@ func BenchmarkStorage130m(b *testing.B) {
 				b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/step")
 			})
 		}
+	}
+}
+
+// BenchmarkLockedCaller times a 130m-shaped bfloat16 decode step of one
+// sequence from an ordinary goroutine and from one locked to its OS thread,
+// as every call from C (Python's) is: the engine's entry points run their
+// work on a goroutine of their own (offCaller), so the two should match.
+func BenchmarkLockedCaller(b *testing.B) {
+	e := cpu.NewStored(fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1), cpu.BFloat16)
+	for _, locked := range []bool{false, true} {
+		b.Run(fmt.Sprintf("locked=%v", locked), func(b *testing.B) {
+			if locked {
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+			}
+			s, _ := e.NewState(1)
+			ids, logits := make([]int64, 1), make([]float32, 50280)
+			for b.Loop() {
+				if err := e.Step(s, ids, logits); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Microseconds())/1e3/float64(b.N), "ms/step")
+		})
 	}
 }

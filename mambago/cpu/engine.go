@@ -153,7 +153,7 @@ func (e *Engine) PrefillContext(ctx context.Context, st engine.State, in engine.
 	if err := engine.CheckPrefill(e.cfg, in, s.batch, pool, out); err != nil {
 		return err
 	}
-	return e.prefill(ctx, s, in, pool, out, nil)
+	return offCaller(func() error { return e.prefill(ctx, s, in, pool, out, nil) })
 }
 
 // PrefillLayers is PrefillContext with every position's output that also
@@ -166,7 +166,7 @@ func (e *Engine) PrefillLayers(ctx context.Context, st engine.State, in engine.I
 	if err := engine.CheckPrefillLayers(e.cfg, in, s.batch, out, layers); err != nil {
 		return err
 	}
-	return e.prefill(ctx, s, in, engine.All, out, layers)
+	return offCaller(func() error { return e.prefill(ctx, s, in, engine.All, out, layers) })
 }
 
 // prefill is PrefillContext of checked arguments, also writing each layer's
@@ -264,20 +264,34 @@ func (e *Engine) Step(st engine.State, ids []int64, logits []float32) error {
 		return engine.Invalid("logits buffer has %d values, want B*V = %d", len(logits), B*e.cfg.Vocab)
 	}
 	hidden := make([]float32, B*e.cfg.Hidden)
-	if err := e.Prefill(st, engine.Input{B: len(ids), T: 1, IDs: ids}, engine.Last, hidden); err != nil {
+	in := engine.Input{B: len(ids), T: 1, IDs: ids}
+	if err := engine.CheckPrefill(e.cfg, in, B, engine.Last, hidden); err != nil {
 		return err
 	}
-	return e.Logits(hidden, B, logits)
+	return offCaller(func() error {
+		if err := e.prefill(context.Background(), s, in, engine.Last, hidden, nil); err != nil {
+			return err
+		}
+		e.logits(hidden, B, logits)
+		return nil
+	})
 }
 
 // Logits computes logits [B, V] = hidden [B, d] @ lm_head^T.
 func (e *Engine) Logits(hidden []float32, batch int, logits []float32) error {
-	d, V := e.cfg.Hidden, e.cfg.Vocab
 	if err := engine.CheckLogits(e.cfg, hidden, batch, logits); err != nil {
 		return err
 	}
+	return offCaller(func() error {
+		e.logits(hidden, batch, logits)
+		return nil
+	})
+}
+
+// logits is Logits of checked arguments.
+func (e *Engine) logits(hidden []float32, batch int, logits []float32) {
+	d, V := e.cfg.Hidden, e.cfg.Vocab
 	e.gemm(logits, V, hidden, d, e.head, batch, V, d, 0)
-	return nil
 }
 
 var _ engine.Stopper = (*Engine)(nil)
