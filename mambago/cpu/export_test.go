@@ -7,3 +7,10 @@ func SetLanes(on bool) (restore func()) {
 	useLanes = on && hasAVX2
 	return func() { useLanes = was }
 }
+
+// HasLanes reports that this CPU runs the AVX2 lanes.
+var HasLanes = hasAVX2
+
+// RowsMax is the most rows gemmRows takes: a decode step of up to RowsMax
+// sequences runs its GEMMs there.
+const RowsMax = rowsMax

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"runtime"
 	"unsafe"
 )
 
@@ -184,8 +185,11 @@ type rowsGemm struct {
 // rowsMax, W [N, K] and C [M, N] (row stride ldc), with the rows of W split
 // across goroutines. One row against a 16-bit W runs on dotRowsAVX2, which
 // keeps one sum a row of W; up to two rows take four rows of W at a time on
-// gemmRowsAVX2, up to four two, and more one. Each sum adds its lanes in
-// the same order whatever the grouping, so the results do not depend on it.
+// gemmRowsAVX2, up to four two, and more one. The rows of W left over from
+// the last group take the one-row-of-W loop, and every goroutine's block
+// holds whole groups. Each sum adds its lanes in the same order in every
+// loop, so a row of C does not depend on M (from 2 rows on): a sequence's
+// decode step gives the same bits in a batch of 2 as of 8.
 func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int, beta float32) {
 	K8 := K &^ 7
 	rows := rowsMax
@@ -197,17 +201,13 @@ func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int,
 	case M <= 4:
 		rows = 4
 	}
-	per := rowsMax / rows // rows of W a group
-	if rows == 1 {
-		per = 1
-	}
-	ai := a
+	per := 1                    // rows of W a group
+	ai, a8 := a, []float32(nil) // A as the kernels read it; a8 interleaved by 8 for the rows left over
 	if rows > 1 {
-		ai = make([]float32, K8*rows)
-		for m := range M {
-			for k := range K8 {
-				ai[k/8*8*rows+m*8+k%8] = a[m*lda+k]
-			}
+		per = rowsMax / rows
+		ai = interleaveRows(a, lda, M, K8, rows)
+		if N%per != 0 {
+			a8 = interleaveRows(a, lda, M, K8, rowsMax)
 		}
 	}
 	size := 4
@@ -221,31 +221,39 @@ func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int,
 	if w.h != nil {
 		base = unsafe.Pointer(unsafe.SliceData(w.h))
 	}
-	parallelSplit(N, 64, func(lo, hi int) {
+	workers := runtime.GOMAXPROCS(0)
+	block := (max(64, (N+workers-1)/workers) + rowsMax - 1) &^ (rowsMax - 1) // whole groups a goroutine
+	parallelRows(N, block, func(lo, hi int) {
 		var out [rowsStep * rowsMax]float32 // the sums of rowsStep rows of W at a time, in L1
 		for n0 := lo; n0 < hi; n0 += rowsStep {
 			n1 := min(hi, n0+rowsStep)
-			kernel := n0 + (n1-n0)/per*per // rows n0..kernel go to the kernel, the rest below
-			if K8 == 0 {
-				kernel = n0
-			}
-			if kernel > n0 {
-				g := rowsGemm{a: &ai[0], w: unsafe.Add(base, n0*K*size), out: &out[0], N: (kernel - n0) / per,
+			grouped := n0 + (n1-n0)/per*per // rows n0..grouped go in groups, the rest one at a time
+			if K8 > 0 {
+				g := rowsGemm{a: &ai[0], w: unsafe.Add(base, n0*K*size), out: &out[0], N: (grouped - n0) / per,
 					kBytes: 4 * K8, ldw: size * K, wkind: int(w.st), rows: rows}
-				if rows == 1 {
+				switch {
+				case rows == 1:
 					dotRowsAVX2(&g)
-				} else {
+				case g.N > 0:
+					gemmRowsAVX2(&g)
+				}
+				if grouped < n1 {
+					g.a, g.w, g.out = &a8[0], unsafe.Add(base, grouped*K*size), &out[(grouped-n0)*rows]
+					g.N, g.rows = n1-grouped, rowsMax
 					gemmRowsAVX2(&g)
 				}
 			}
 			for n := n0; n < n1; n++ {
+				at := (n - n0) * rows // where row n's sums are in out
+				if n >= grouped {
+					at = (grouped-n0)*rows + (n-grouped)*rowsMax
+				}
 				for m := range M {
 					var s float32
-					k0 := 0
-					if n < kernel {
-						s, k0 = out[(n-n0)*rows+m], K8
+					if K8 > 0 {
+						s = out[at+m]
 					}
-					for k := k0; k < K; k++ { // the columns past the kernel's, or a row it left
+					for k := K8; k < K; k++ { // the columns past the last multiple of 8
 						s += a[m*lda+k] * w.at(n, k)
 					}
 					if beta != 0 {
@@ -256,6 +264,18 @@ func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int,
 			}
 		}
 	})
+}
+
+// interleaveRows lays out A's M rows' first K8 columns as gemmRowsAVX2
+// reads them, [K8/8][rows][8], the rows past M zero.
+func interleaveRows(a []float32, lda, M, K8, rows int) []float32 {
+	ai := make([]float32, K8*rows)
+	for m := range M {
+		for k := range K8 {
+			ai[k/8*8*rows+m*8+k%8] = a[m*lda+k]
+		}
+	}
+	return ai
 }
 
 // rowsStep is the count of W's rows a gemmRowsAVX2 call takes.
