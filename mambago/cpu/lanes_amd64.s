@@ -318,6 +318,38 @@ convdone:
 	VFMADD231PS Y12, Y11, Y6; \
 	VFMADD231PS Y13, Y11, Y7
 
+// ROWS_STEP16, ROWS4_STEP16 and ROWS2_STEP16 take the next eight columns of
+// one, two or four 16-bit rows of W, widened by WIDEN (WIDEN_BF16 or
+// WIDEN_F16), into the sums, and compare the columns done with K8: the
+// loops of the three groupings, one for each 16-bit kind.
+#define ROWS_STEP16(WIDEN) \
+	PREFETCHT0 W16_AHEAD(DI)(BX*1); \
+	WIDEN((DI)(BX*1), Y8); \
+	ROWS_FMA; \
+	ADDQ $16, BX; \
+	ADDQ $32, DX; \
+	CMPQ DX, R9
+
+#define ROWS4_STEP16(WIDEN) \
+	PREFETCHT0 (R14)(BX*2); \
+	WIDEN((DI)(BX*1), Y8); \
+	WIDEN((R12)(BX*1), Y9); \
+	ROWS4_FMA; \
+	ADDQ $16, BX; \
+	ADDQ $32, DX; \
+	CMPQ DX, R9
+
+#define ROWS2_STEP16(WIDEN) \
+	PREFETCHT0 (R14)(BX*4); \
+	WIDEN((DI)(BX*1), Y8); \
+	WIDEN((R12)(BX*1), Y9); \
+	WIDEN((R13)(BX*1), Y10); \
+	WIDEN((AX)(BX*1), Y11); \
+	ROWS2_FMA; \
+	ADDQ $16, BX; \
+	ADDQ $32, DX; \
+	CMPQ DX, R9
+
 // func gemmRowsAVX2(a *rowsGemm)
 //
 // Eight sums at a time over the first K8 columns (Y0-Y7, eight lanes each),
@@ -367,22 +399,12 @@ rowscol:
 	JMP rowssum
 
 rowsbf16:
-	PREFETCHT0 W16_AHEAD(DI)(BX*1)
-	WIDEN_BF16((DI)(BX*1), Y8)
-	ROWS_FMA
-	ADDQ $16, BX
-	ADDQ $32, DX
-	CMPQ DX, R9
+	ROWS_STEP16(WIDEN_BF16)
 	JLT rowsbf16
 	JMP rowssum
 
 rowsf16:
-	PREFETCHT0 W16_AHEAD(DI)(BX*1)
-	WIDEN_F16((DI)(BX*1), Y8)
-	ROWS_FMA
-	ADDQ $16, BX
-	ADDQ $32, DX
-	CMPQ DX, R9
+	ROWS_STEP16(WIDEN_F16)
 	JLT rowsf16
 
 rowssum:
@@ -413,24 +435,12 @@ rows4f32:
 	JMP rows4sum
 
 rows4bf16:
-	PREFETCHT0 (R14)(BX*2)
-	WIDEN_BF16((DI)(BX*1), Y8)
-	WIDEN_BF16((R12)(BX*1), Y9)
-	ROWS4_FMA
-	ADDQ $16, BX
-	ADDQ $32, DX
-	CMPQ DX, R9
+	ROWS4_STEP16(WIDEN_BF16)
 	JLT rows4bf16
 	JMP rows4sum
 
 rows4f16:
-	PREFETCHT0 (R14)(BX*2)
-	WIDEN_F16((DI)(BX*1), Y8)
-	WIDEN_F16((R12)(BX*1), Y9)
-	ROWS4_FMA
-	ADDQ $16, BX
-	ADDQ $32, DX
-	CMPQ DX, R9
+	ROWS4_STEP16(WIDEN_F16)
 	JLT rows4f16
 
 rows4sum:
@@ -466,28 +476,12 @@ rows2f32:
 	JMP rows2sum
 
 rows2bf16:
-	PREFETCHT0 (R14)(BX*4)
-	WIDEN_BF16((DI)(BX*1), Y8)
-	WIDEN_BF16((R12)(BX*1), Y9)
-	WIDEN_BF16((R13)(BX*1), Y10)
-	WIDEN_BF16((AX)(BX*1), Y11)
-	ROWS2_FMA
-	ADDQ $16, BX
-	ADDQ $32, DX
-	CMPQ DX, R9
+	ROWS2_STEP16(WIDEN_BF16)
 	JLT rows2bf16
 	JMP rows2sum
 
 rows2f16:
-	PREFETCHT0 (R14)(BX*4)
-	WIDEN_F16((DI)(BX*1), Y8)
-	WIDEN_F16((R12)(BX*1), Y9)
-	WIDEN_F16((R13)(BX*1), Y10)
-	WIDEN_F16((AX)(BX*1), Y11)
-	ROWS2_FMA
-	ADDQ $16, BX
-	ADDQ $32, DX
-	CMPQ DX, R9
+	ROWS2_STEP16(WIDEN_F16)
 	JLT rows2f16
 
 rows2sum:
