@@ -318,26 +318,29 @@ convdone:
 	VFMADD231PS Y12, Y11, Y6; \
 	VFMADD231PS Y13, Y11, Y7
 
+// NEXT_COLS16 moves on eight columns (16 bytes of a 16-bit row, 32 of A's)
+// and compares the columns done with K8.
+#define NEXT_COLS16 \
+	ADDQ $16, BX; \
+	ADDQ $32, DX; \
+	CMPQ DX, R9
+
 // ROWS_STEP16, ROWS4_STEP16 and ROWS2_STEP16 take the next eight columns of
 // one, two or four 16-bit rows of W, widened by WIDEN (WIDEN_BF16 or
-// WIDEN_F16), into the sums, and compare the columns done with K8: the
-// loops of the three groupings, one for each 16-bit kind.
+// WIDEN_F16), into the sums, then NEXT_COLS16: the loops of the three
+// groupings, one for each 16-bit kind.
 #define ROWS_STEP16(WIDEN) \
 	PREFETCHT0 W16_AHEAD(DI)(BX*1); \
 	WIDEN((DI)(BX*1), Y8); \
 	ROWS_FMA; \
-	ADDQ $16, BX; \
-	ADDQ $32, DX; \
-	CMPQ DX, R9
+	NEXT_COLS16
 
 #define ROWS4_STEP16(WIDEN) \
 	PREFETCHT0 (R14)(BX*2); \
 	WIDEN((DI)(BX*1), Y8); \
 	WIDEN((R12)(BX*1), Y9); \
 	ROWS4_FMA; \
-	ADDQ $16, BX; \
-	ADDQ $32, DX; \
-	CMPQ DX, R9
+	NEXT_COLS16
 
 #define ROWS2_STEP16(WIDEN) \
 	PREFETCHT0 (R14)(BX*4); \
@@ -346,9 +349,7 @@ convdone:
 	WIDEN((R13)(BX*1), Y10); \
 	WIDEN((AX)(BX*1), Y11); \
 	ROWS2_FMA; \
-	ADDQ $16, BX; \
-	ADDQ $32, DX; \
-	CMPQ DX, R9
+	NEXT_COLS16
 
 // func gemmRowsAVX2(a *rowsGemm)
 //
