@@ -51,9 +51,12 @@ func BenchmarkConvScanJobs(b *testing.B) {
 	}
 }
 
-// TestConvScanJobsSameBits checks that the conv and scan tasks' width does
-// not change a bit of the output: each channel runs alone whatever the cut.
-// E = 100 leaves four channels past the last group of eight lanes.
+// TestConvScanJobsSameBits checks that the conv and scan tasks' width, and
+// running them and the small GEMMs on the calling goroutine or in
+// parallel (serialChannels, serialGemm), do not change a bit of a prefill's
+// output or of a step's logits and state: each channel and each row of W
+// runs alone whatever the cut. E = 100 leaves four channels past the last
+// group of eight lanes.
 func TestConvScanJobsSameBits(t *testing.T) {
 	e := New(fixture.RandomWeights(fixture.Shape(50, 2, 60), rand.Uint64()))
 	const B, T = 3, 41
@@ -61,10 +64,16 @@ func TestConvScanJobsSameBits(t *testing.T) {
 	for i := range ids {
 		ids[i] = rand.Int64N(60)
 	}
-	defer func(was int) { chanBlock = was }(chanBlock)
+	defer func(ch, sc, sg int) { chanBlock, serialChannels, serialGemm = ch, sc, sg }(chanBlock, serialChannels, serialGemm)
 	var want []float32
-	for _, ch := range []int{32, 16, 8, 24} {
-		chanBlock = ch
+	for _, c := range []struct {
+		ch     int
+		serial bool
+	}{{32, false}, {16, false}, {8, false}, {24, false}, {16, true}, {8, true}} {
+		chanBlock, serialChannels, serialGemm = c.ch, 0, 0
+		if c.serial {
+			serialChannels, serialGemm = 1<<30, 1<<30
+		}
 		st, err := e.NewState(B)
 		if err != nil {
 			t.Fatal(err)
@@ -73,13 +82,24 @@ func TestConvScanJobsSameBits(t *testing.T) {
 		if err := e.Prefill(st, engine.Input{B: B, T: T, IDs: ids}, engine.All, got); err != nil {
 			t.Fatal(err)
 		}
+		logits := fixture.NaNs(B * 60)
+		if err := e.Step(st, ids[:B], logits); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, logits...)
+		for l := range 2 {
+			ssm, _ := st.SSMState(l)
+			conv, _ := st.ConvState(l)
+			got = append(append(got, ssm...), conv...)
+		}
 		if want == nil {
 			want = got
 			continue
 		}
 		for i := range got {
 			if got[i] != want[i] {
-				t.Fatalf("%d-channel tasks: element %d is %v, 32-channel tasks gave %v", ch, i, got[i], want[i])
+				t.Fatalf("%d-channel tasks, serial %v: element %d is %v, 32-channel tasks in parallel gave %v",
+					c.ch, c.serial, i, got[i], want[i])
 			}
 		}
 	}

@@ -223,6 +223,9 @@ func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int,
 	}
 	workers := runtime.GOMAXPROCS(0)
 	block := (max(64, (N+workers-1)/workers) + rowsMax - 1) &^ (rowsMax - 1) // whole groups a goroutine
+	if N*K <= serialGemm {
+		block = N
+	}
 	parallelRows(N, block, func(lo, hi int) {
 		var out [rowsStep * rowsMax]float32 // the sums of rowsStep rows of W at a time, in L1
 		for n0 := lo; n0 < hi; n0 += rowsStep {
@@ -277,6 +280,11 @@ func interleaveRows(a []float32, lda, M, K8, rows int) []float32 {
 	}
 	return ai
 }
+
+// serialGemm is the most N·K that gemmRows runs on the calling goroutine,
+// not in parallel (serialChannels says why): at 130m, x_proj's and
+// dt_proj's [80, 1536] and [1536, 48].
+var serialGemm = 1 << 17
 
 // rowsStep is the count of W's rows a gemmRowsAVX2 call takes.
 const rowsStep = 256

@@ -292,11 +292,26 @@ func addBias(m, bias []float32) {
 // row of u and y, which two workers then share: slower on both machines.
 var chanBlock = 16
 
+// serialChannels is the most B·T·E (sequences, positions, channels) that
+// a conv or scan runs on the calling goroutine, not in parallel: a decode
+// step's, whose work takes about as long as the fork-join would (tens of
+// µs). From 130m (E = 1536) at B ≤ 5 up to a 7B model's E = 8192 at B = 1.
+// With the small GEMMs (serialGemm), that took a 130m bf16 step from 22.6
+// to 18.3 ms on 2 cores (results/2026-12-05-cpu-rows.md).
+var serialChannels = 1 << 13
+
 // channelTasks runs fn on every sequence's channels in tasks of chanBlock,
 // in parallel: fn(b, e0, e1) for channels [e0, e1) of sequence b, one of B,
 // E channels each.
-func channelTasks(B, E int, fn func(b, e0, e1 int)) {
+func channelTasks(B, T, E int, fn func(b, e0, e1 int)) {
 	blocks := (E + chanBlock - 1) / chanBlock
+	if B*T*E <= serialChannels {
+		for job := range B * blocks {
+			b, e0 := job/blocks, (job%blocks)*chanBlock
+			fn(b, e0, min(E, e0+chanBlock))
+		}
+		return
+	}
 	parallelFor(B*blocks, func(job int) {
 		b, e0 := job/blocks, (job%blocks)*chanBlock
 		fn(b, e0, min(E, e0+chanBlock))
@@ -312,7 +327,7 @@ func channelTasks(B, E int, fn func(b, e0, e1 int)) {
 func (e *Engine) conv(w *work, l int, state []float32) {
 	E, K := e.cfg.Inner, e.cfg.ConvKernel
 	lw := &e.w.Layers[l]
-	channelTasks(w.B, E, func(b, e0, e1 int) {
+	channelTasks(w.B, w.T, E, func(b, e0, e1 int) {
 		if useLanes {
 			scratch := make([]float32, K*laneWidth)
 			for ; e0+laneWidth <= e1; e0 += laneWidth {
@@ -354,7 +369,7 @@ func (e *Engine) scan(w *work, l int, state []float32) {
 	E, R, N := e.cfg.Inner, e.cfg.DTRank, e.cfg.State
 	lw, a2 := &e.w.Layers[l], e.a2[l]
 	stride := R + 2*N
-	channelTasks(w.B, E, func(b, e0, e1 int) {
+	channelTasks(w.B, w.T, E, func(b, e0, e1 int) {
 		if useLanes {
 			scratch := make([]float32, N*laneWidth)
 			for ; e0+laneWidth <= e1; e0 += laneWidth {
