@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/x448/float16"
 
@@ -471,5 +472,69 @@ func TestFromTensors16(t *testing.T) {
 	tensors["backbone.norm_f.weight"] = bad
 	if _, err := checkpoint.FromTensors(cfg, tensors); err == nil || !strings.Contains(err.Error(), "norm_f.weight has dtype I32") {
 		t.Fatalf("a tensor of dtype I32: err = %v", err)
+	}
+}
+
+// TestLoadPutsMatricesInOneSlab: a load from files lays the weight
+// matrices side by side in one buffer (hugemem.Bytes), in the loader's
+// order, each on the next 64-byte line, as float32 and narrowed; the
+// values are checked against the state dict's build in
+// TestFromTensorsMatchesLoad and TestLoadNarrowed.
+func TestLoadPutsMatricesInOneSlab(t *testing.T) {
+	for _, name := range []string{"base", "untied", "features"} {
+		dir := filepath.Join(fixture.Root(), name)
+		for _, dt := range []safetensors.DType{"", safetensors.BF16} {
+			w, err := checkpoint.LoadNarrowed(dir, dt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			type span struct{ at, bytes uintptr }
+			var spans []span
+			add32 := func(v []float32) {
+				if len(v) > 0 {
+					spans = append(spans, span{uintptr(unsafe.Pointer(&v[0])), 4 * uintptr(len(v))})
+				}
+			}
+			add16 := func(v []uint16) {
+				if len(v) > 0 {
+					spans = append(spans, span{uintptr(unsafe.Pointer(&v[0])), 2 * uintptr(len(v))})
+				}
+			}
+			if dt == "" {
+				add32(w.Embeddings)
+				if !w.Tied() {
+					add32(w.LMHead)
+				}
+				add32(w.InputProj)
+				for _, l := range w.Layers {
+					add32(l.InProj)
+					add32(l.XProj)
+					add32(l.DTProj)
+					add32(l.OutProj)
+				}
+			} else {
+				n := w.Narrowed
+				add16(n.Embeddings)
+				if !n.Tied() {
+					add16(n.LMHead)
+				}
+				add16(n.InputProj)
+				for _, l := range n.Layers {
+					add16(l.InProj)
+					add16(l.XProj)
+					add16(l.DTProj)
+					add16(l.OutProj)
+				}
+			}
+			if len(spans) < 5 {
+				t.Fatalf("%s %q: %d matrices", name, dt, len(spans))
+			}
+			for i := 1; i < len(spans); i++ {
+				end := spans[i-1].at + spans[i-1].bytes
+				if gap := spans[i].at - end; spans[i].at < end || gap >= 64 || spans[i].at%64 != 0 {
+					t.Fatalf("%s %q: matrix %d at %#x, the one before ends at %#x", name, dt, i, spans[i].at, end)
+				}
+			}
+		}
 	}
 }

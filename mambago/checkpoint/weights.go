@@ -160,6 +160,11 @@ type tensor struct {
 	read    func() ([]float32, error)
 	read16  func(dt safetensors.DType) ([]uint16, error)
 	release func()
+	// readInto and read16Into, where set (a file's tensors), are read and
+	// read16 into a slice the loader gives: the weight matrices' place in
+	// the load's slab (hugemem.Bytes).
+	readInto   func(dst []float32) error
+	read16Into func(dt safetensors.DType, dst []uint16) error
 }
 
 // Load reads the model in dir: config.json plus model.safetensors, or the
@@ -199,9 +204,11 @@ func LoadNarrowed(dir string, dt safetensors.DType) (*Weights, error) {
 			}
 			info, _ := f.Info(n)
 			tensors[n] = tensor{shape: info.Shape, in: filepath.Base(f.Path),
-				read:    func() ([]float32, error) { return f.Float32(n) },
-				read16:  func(dt safetensors.DType) ([]uint16, error) { return f.Bits16(n, dt) },
-				release: func() { f.Release(n) }}
+				read:       func() ([]float32, error) { return f.Float32(n) },
+				read16:     func(dt safetensors.DType) ([]uint16, error) { return f.Bits16(n, dt) },
+				release:    func() { f.Release(n) },
+				readInto:   func(dst []float32) error { return f.Float32Into(n, dst) },
+				read16Into: func(dt safetensors.DType, dst []uint16) error { return f.Bits16Into(n, dt, dst) }}
 		}
 	}
 	return build(cfg, tensors, problems, "checkpoint "+strings.Join(paths, ", "), dt)
@@ -332,6 +339,7 @@ func build(cfg Config, tensors map[string]tensor, problems []string, what string
 		}
 	}
 
+	slab := newSlab(specs, tensors, narrow)
 	known := map[string]bool{}
 	for _, s := range specs {
 		known[s.name] = true
@@ -347,9 +355,16 @@ func build(cfg Config, tensors map[string]tensor, problems []string, what string
 			continue
 		}
 		var err error
-		if narrow != "" && s.dst16 != nil {
+		switch {
+		case slab.has(s.name) && narrow != "":
+			*s.dst16 = slab.bits(s.name)
+			err = t.read16Into(narrow, *s.dst16)
+		case slab.has(s.name):
+			*s.dst = slab.floats(s.name)
+			err = t.readInto(*s.dst)
+		case narrow != "" && s.dst16 != nil:
 			*s.dst16, err = t.read16(narrow)
-		} else {
+		default:
 			*s.dst, err = t.read()
 		}
 		if t.release != nil {

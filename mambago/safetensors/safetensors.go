@@ -214,13 +214,26 @@ func (f *File) Float32(name string) ([]float32, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: no tensor %q", f.Path, name)
 	}
-	switch t.DType {
-	case F32, BF16, F16:
-	default:
-		return nil, fmt.Errorf("%s: tensor %q has dtype %s, want F32, BF16 or F16", f.Path, name, t.DType)
-	}
 	out := make([]float32, t.Len())
-	b := t.data
+	if err := f.Float32Into(name, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Float32Into is Float32 into dst, which must hold the tensor's values.
+func (f *File) Float32Into(name string, dst []float32) error {
+	t, ok := f.tensors[name]
+	if !ok {
+		return fmt.Errorf("%s: no tensor %q", f.Path, name)
+	}
+	switch {
+	case t.DType != F32 && t.DType != BF16 && t.DType != F16:
+		return fmt.Errorf("%s: tensor %q has dtype %s, want F32, BF16 or F16", f.Path, name, t.DType)
+	case len(dst) != t.Len():
+		return fmt.Errorf("%s: tensor %q has %d values, given room for %d", f.Path, name, t.Len(), len(dst))
+	}
+	out, b := dst, t.data
 	switch t.DType {
 	case F32:
 		for i := range out {
@@ -235,7 +248,7 @@ func (f *File) Float32(name string) ([]float32, error) {
 			out[i] = float16.Frombits(binary.LittleEndian.Uint16(b[2*i:])).Float32()
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // Bits16 converts a floating-point tensor (F32, BF16 or F16) to a new slice
@@ -247,19 +260,34 @@ func (f *File) Bits16(name string, dt DType) ([]uint16, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: no tensor %q", f.Path, name)
 	}
+	out := make([]uint16, t.Len())
+	if err := f.Bits16Into(name, dt, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Bits16Into is Bits16 into dst, which must hold the tensor's values.
+func (f *File) Bits16Into(name string, dt DType, dst []uint16) error {
+	t, ok := f.tensors[name]
+	if !ok {
+		return fmt.Errorf("%s: no tensor %q", f.Path, name)
+	}
 	switch {
 	case dt != BF16 && dt != F16:
-		return nil, fmt.Errorf("%s: tensor %q asked for as %s, want BF16 or F16", f.Path, name, dt)
+		return fmt.Errorf("%s: tensor %q asked for as %s, want BF16 or F16", f.Path, name, dt)
 	case t.DType != F32 && t.DType != BF16 && t.DType != F16:
-		return nil, fmt.Errorf("%s: tensor %q has dtype %s, want F32, BF16 or F16", f.Path, name, t.DType)
+		return fmt.Errorf("%s: tensor %q has dtype %s, want F32, BF16 or F16", f.Path, name, t.DType)
 	}
-	out := make([]uint16, t.Len())
-	b := t.data
+	if len(dst) != t.Len() {
+		return fmt.Errorf("%s: tensor %q has %d values, given room for %d", f.Path, name, t.Len(), len(dst))
+	}
+	out, b := dst, t.data
 	if t.DType == dt {
 		for i := range out {
 			out[i] = binary.LittleEndian.Uint16(b[2*i:])
 		}
-		return out, nil
+		return nil
 	}
 	switch {
 	case t.DType == F32 && dt == BF16: // the common case, its conversion inlined
@@ -275,7 +303,7 @@ func (f *File) Bits16(name string, dt DType) ([]uint16, error) {
 			out[i] = To16(From16(binary.LittleEndian.Uint16(b[2*i:]), t.DType), dt)
 		}
 	}
-	return out, nil
+	return nil
 }
 
 // Int64 converts an integer tensor (I64 or I32) to a new int64 slice.
