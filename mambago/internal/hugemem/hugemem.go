@@ -6,7 +6,12 @@
 // with its matrices in 2 MiB pages (bench/NOTES.md, "CPU engine").
 package hugemem
 
-import "unsafe"
+import (
+	"bufio"
+	"strconv"
+	"strings"
+	"unsafe"
+)
 
 // Page is the size of a transparent huge page on x86-64 (and most arm64
 // kernels).
@@ -45,3 +50,24 @@ func need(n int) int {
 
 // addr is b's address.
 func addr(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) }
+
+// countBlocks is freeBlocks of buddyinfo's lines ("Node 0, zone Normal c0
+// c1 ... c10": the free blocks of each order).
+func countBlocks(sc *bufio.Scanner) int {
+	const hugeOrder = 9 // 2^9 pages of 4 KiB
+	total := 0
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 4 || fields[2] != "zone" {
+			continue
+		}
+		for order, c := range fields[4:] {
+			n, err := strconv.Atoi(c)
+			if err != nil || order < hugeOrder {
+				continue
+			}
+			total += n << (order - hugeOrder)
+		}
+	}
+	return total
+}

@@ -3,8 +3,6 @@ package hugemem
 import (
 	"bufio"
 	"os"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -23,25 +21,4 @@ func freeBlocks() int {
 	}
 	defer f.Close()
 	return countBlocks(bufio.NewScanner(f))
-}
-
-// countBlocks is freeBlocks of buddyinfo's lines ("Node 0, zone Normal c0
-// c1 ... c10": the free blocks of each order).
-func countBlocks(sc *bufio.Scanner) int {
-	const hugeOrder = 9 // 2^9 pages of 4 KiB
-	total := 0
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 4 || fields[2] != "zone" {
-			continue
-		}
-		for order, c := range fields[4:] {
-			n, err := strconv.Atoi(c)
-			if err != nil || order < hugeOrder {
-				continue
-			}
-			total += n << (order - hugeOrder)
-		}
-	}
-	return total
 }
