@@ -8,6 +8,7 @@ package hugemem
 
 import (
 	"bufio"
+	"os"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -34,10 +35,23 @@ func Bytes(n int) []byte {
 		off = 0
 	}
 	b := buf[off : off+n : off+n]
-	if whole := n &^ (Page - 1); freeBlocks() >= need(whole) {
+	if whole := n &^ (Page - 1); wanted(whole) {
 		advise(b[:whole])
 	}
 	return b
+}
+
+// Env names the variable that turns the advice off: MAMBAGO_HUGEPAGES=0.
+// On the build machine (a VM), a second model loaded in one process took
+// longer with it (a 370m float32 load after a bf16 one: 3.7 s against
+// 1.3 s): the heap's growth for the new slab makes the runtime release the
+// freed one a 64 KiB piece at a time, splitting its huge pages.
+const Env = "MAMBAGO_HUGEPAGES"
+
+// wanted reports that n bytes of whole pages are to be advised: the
+// advice is not turned off and the machine has the free blocks for them.
+func wanted(n int) bool {
+	return os.Getenv(Env) != "0" && freeBlocks() >= need(n)
 }
 
 // need is how many free 2 MiB blocks a buffer of n bytes asks for before it

@@ -28,6 +28,15 @@ func TestBytes(t *testing.T) {
 	}
 }
 
+// TestEnvTurnsItOff: MAMBAGO_HUGEPAGES=0 leaves every buffer in plain
+// pages, whatever the machine has free.
+func TestEnvTurnsItOff(t *testing.T) {
+	t.Setenv(Env, "0")
+	if wanted(Page) {
+		t.Fatalf("%s=0, and a buffer is still advised", Env)
+	}
+}
+
 // TestCountBlocks reads a buddyinfo: orders 9 and 10 count 1 and 2 blocks
 // each, in every zone; the lower orders none.
 func TestCountBlocks(t *testing.T) {
@@ -56,6 +65,9 @@ func TestAdvisedPagesAreHuge(t *testing.T) {
 	mode, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
 	if err != nil || strings.Contains(string(mode), "[never]") {
 		t.Skipf("transparent huge pages are off here (%q)", strings.TrimSpace(string(mode)))
+	}
+	if os.Getenv(Env) == "0" {
+		t.Skipf("%s=0 turns the advice off", Env)
 	}
 	const n = 64 << 20
 	if freeBlocks() < need(n) {
