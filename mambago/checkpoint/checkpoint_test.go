@@ -488,43 +488,20 @@ func TestLoadPutsMatricesInOneSlab(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			type span struct{ at, bytes uintptr }
 			var spans []span
-			add32 := func(v []float32) {
-				if len(v) > 0 {
-					spans = append(spans, span{uintptr(unsafe.Pointer(&v[0])), 4 * uintptr(len(v))})
-				}
-			}
-			add16 := func(v []uint16) {
-				if len(v) > 0 {
-					spans = append(spans, span{uintptr(unsafe.Pointer(&v[0])), 2 * uintptr(len(v))})
-				}
-			}
 			if dt == "" {
-				add32(w.Embeddings)
-				if !w.Tied() {
-					add32(w.LMHead)
+				layers := make([][4][]float32, len(w.Layers))
+				for i, l := range w.Layers {
+					layers[i] = [4][]float32{l.InProj, l.XProj, l.DTProj, l.OutProj}
 				}
-				add32(w.InputProj)
-				for _, l := range w.Layers {
-					add32(l.InProj)
-					add32(l.XProj)
-					add32(l.DTProj)
-					add32(l.OutProj)
-				}
+				spans = matrixSpans(w.Embeddings, w.LMHead, w.InputProj, w.Tied(), layers)
 			} else {
 				n := w.Narrowed
-				add16(n.Embeddings)
-				if !n.Tied() {
-					add16(n.LMHead)
+				layers := make([][4][]uint16, len(n.Layers))
+				for i, l := range n.Layers {
+					layers[i] = [4][]uint16{l.InProj, l.XProj, l.DTProj, l.OutProj}
 				}
-				add16(n.InputProj)
-				for _, l := range n.Layers {
-					add16(l.InProj)
-					add16(l.XProj)
-					add16(l.DTProj)
-					add16(l.OutProj)
-				}
+				spans = matrixSpans(n.Embeddings, n.LMHead, n.InputProj, n.Tied(), layers)
 			}
 			if len(spans) < 5 {
 				t.Fatalf("%s %q: %d matrices", name, dt, len(spans))
@@ -537,4 +514,28 @@ func TestLoadPutsMatricesInOneSlab(t *testing.T) {
 			}
 		}
 	}
+}
+
+// span is where a matrix's values lie in memory.
+type span struct{ at, bytes uintptr }
+
+// matrixSpans lists the weight matrices' spans in the loader's order: the
+// embeddings, the LM head unless tied, input_proj where there is one, and
+// each layer's four projections.
+func matrixSpans[T float32 | uint16](emb, head, inputProj []T, tied bool, layers [][4][]T) []span {
+	ms := [][]T{emb}
+	if !tied {
+		ms = append(ms, head)
+	}
+	ms = append(ms, inputProj)
+	for _, l := range layers {
+		ms = append(ms, l[:]...)
+	}
+	var spans []span
+	for _, m := range ms {
+		if len(m) > 0 {
+			spans = append(spans, span{uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)) * unsafe.Sizeof(m[0])})
+		}
+	}
+	return spans
 }
