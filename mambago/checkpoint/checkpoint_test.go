@@ -477,43 +477,63 @@ func TestFromTensors16(t *testing.T) {
 
 // TestLoadPutsMatricesInOneSlab: a load from files lays the weight
 // matrices side by side in one buffer (hugemem.Bytes), in the loader's
-// order, each on the next 64-byte line, as float32 and narrowed; the
-// values are checked against the state dict's build in
-// TestFromTensorsMatchesLoad and TestLoadNarrowed.
+// order, each on the next 64-byte line, as float32 and narrowed; so do a
+// clone's float32 matrices and a state dict's narrowed ones (whose float32
+// ones the Weights keep as given). The values are checked against the
+// state dict's build in TestFromTensorsMatchesLoad, TestLoadNarrowed,
+// TestFromTensors16 and TestCloneIsDeep.
 func TestLoadPutsMatricesInOneSlab(t *testing.T) {
 	for _, name := range []string{"base", "untied", "features"} {
 		dir := filepath.Join(fixture.Root(), name)
-		for _, dt := range []safetensors.DType{"", safetensors.BF16} {
-			w, err := checkpoint.LoadNarrowed(dir, dt)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var spans []span
-			if dt == "" {
-				layers := make([][4][]float32, len(w.Layers))
-				for i, l := range w.Layers {
-					layers[i] = [4][]float32{l.InProj, l.XProj, l.DTProj, l.OutProj}
-				}
-				spans = matrixSpans(w.Embeddings, w.LMHead, w.InputProj, w.Tied(), layers)
-			} else {
-				n := w.Narrowed
-				layers := make([][4][]uint16, len(n.Layers))
-				for i, l := range n.Layers {
-					layers[i] = [4][]uint16{l.InProj, l.XProj, l.DTProj, l.OutProj}
-				}
-				spans = matrixSpans(n.Embeddings, n.LMHead, n.InputProj, n.Tied(), layers)
-			}
+		loaded, err := checkpoint.Load(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		narrowed, err := checkpoint.LoadNarrowed(dir, safetensors.BF16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tensors := map[string]checkpoint.Tensor{}
+		for n, v := range readAll(t, filepath.Join(dir, "model.safetensors")) {
+			tensors[n] = checkpoint.Tensor{Shape: v.Shape, Data: v.Data}
+		}
+		fromDict, err := checkpoint.FromTensorsNarrowed(loaded.Config, tensors, safetensors.F16)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for what, spans := range map[string][]span{
+			"Load": floatSpans(loaded), "Load's clone": floatSpans(loaded.Clone()),
+			"LoadNarrowed": bitSpans(narrowed.Narrowed), "a state dict narrowed": bitSpans(fromDict.Narrowed),
+		} {
 			if len(spans) < 5 {
-				t.Fatalf("%s %q: %d matrices", name, dt, len(spans))
+				t.Fatalf("%s, %s: %d matrices", name, what, len(spans))
 			}
 			for i := 1; i < len(spans); i++ {
 				end := spans[i-1].at + spans[i-1].bytes
 				if gap := spans[i].at - end; spans[i].at < end || gap >= 64 || spans[i].at%64 != 0 {
-					t.Fatalf("%s %q: matrix %d at %#x, the one before ends at %#x", name, dt, i, spans[i].at, end)
+					t.Fatalf("%s, %s: matrix %d at %#x, the one before ends at %#x", name, what, i, spans[i].at, end)
 				}
 			}
 		}
 	}
+}
+
+// floatSpans is matrixSpans of w's float32 matrices.
+func floatSpans(w *checkpoint.Weights) []span {
+	layers := make([][4][]float32, len(w.Layers))
+	for i, l := range w.Layers {
+		layers[i] = [4][]float32{l.InProj, l.XProj, l.DTProj, l.OutProj}
+	}
+	return matrixSpans(w.Embeddings, w.LMHead, w.InputProj, w.Tied(), layers)
+}
+
+// bitSpans is matrixSpans of n's 16-bit matrices.
+func bitSpans(n *checkpoint.Narrowed) []span {
+	layers := make([][4][]uint16, len(n.Layers))
+	for i, l := range n.Layers {
+		layers[i] = [4][]uint16{l.InProj, l.XProj, l.DTProj, l.OutProj}
+	}
+	return matrixSpans(n.Embeddings, n.LMHead, n.InputProj, n.Tied(), layers)
 }
 
 // span is where a matrix's values lie in memory.

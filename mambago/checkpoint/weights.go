@@ -77,8 +77,12 @@ func (w *Weights) Clone() *Weights {
 	if tied {
 		c.LMHead = nil // one copy of the table, below
 	}
+	matrices := c.matrices()
+	cloneIntoSlab(matrices)
 	for _, p := range c.Tensors() {
-		*p = slices.Clone(*p)
+		if !slices.Contains(matrices, p) {
+			*p = slices.Clone(*p)
+		}
 	}
 	if tied {
 		c.LMHead = c.Embeddings
@@ -266,13 +270,19 @@ func FromTensorsNarrowed(cfg Config, tensors map[string]Tensor, dt safetensors.D
 		if half {
 			read = func() ([]float32, error) { return safetensors.Widen(t.Bits, t.DType), nil }
 		}
-		refs[n] = tensor{shape: t.Shape, in: "the state dict", read: read,
+		read16Into := func(to safetensors.DType, dst []uint16) error {
+			if half && t.DType == to {
+				copy(dst, t.Bits)
+				return nil
+			}
+			v, _ := read()
+			safetensors.NarrowInto(dst, v, to)
+			return nil
+		}
+		refs[n] = tensor{shape: t.Shape, in: "the state dict", read: read, read16Into: read16Into,
 			read16: func(to safetensors.DType) ([]uint16, error) {
-				if half && t.DType == to {
-					return slices.Clone(t.Bits), nil
-				}
-				v, _ := read()
-				return safetensors.Narrow(v, to), nil
+				dst := make([]uint16, want)
+				return dst, read16Into(to, dst)
 			}}
 	}
 	return build(cfg, refs, problems, "state dict", dt)
@@ -339,7 +349,7 @@ func build(cfg Config, tensors map[string]tensor, problems []string, what string
 		}
 	}
 
-	slab := newSlab(specs, tensors, narrow)
+	slab := newLoadSlab(specs, tensors, narrow)
 	known := map[string]bool{}
 	for _, s := range specs {
 		known[s.name] = true
@@ -355,12 +365,13 @@ func build(cfg Config, tensors map[string]tensor, problems []string, what string
 			continue
 		}
 		var err error
+		i, inSlab := slab.has(s.name)
 		switch {
-		case slab.has(s.name) && narrow != "":
-			*s.dst16 = slab.bits(s.name)
+		case inSlab && narrow != "":
+			*s.dst16 = slab.bits(i)
 			err = t.read16Into(narrow, *s.dst16)
-		case slab.has(s.name):
-			*s.dst = slab.floats(s.name)
+		case inSlab:
+			*s.dst = slab.floats(i)
 			err = t.readInto(*s.dst)
 		case narrow != "" && s.dst16 != nil:
 			*s.dst16, err = t.read16(narrow)
