@@ -115,6 +115,9 @@ func cloneIntoSlab(ms []*[]float32) {
 		counts[i] = len(*p)
 	}
 	s := newSlabOf(counts, 4)
+	if s == nil {
+		return // no values: nothing to copy
+	}
 	for i, p := range ms {
 		dst := s.floats(i)
 		copy(dst, *p)
