@@ -89,6 +89,36 @@ def test_ctrl_c_stops_generate(tmp_path, device, dtype):
     assert out["raised_twice"] and out["same_after_twice"], "after Ctrl-C twice: " + json.dumps(out)
 
 
+def test_ctrl_c_on_another_thread_stops_generate(tmp_path):
+    """A SIGINT that the kernel hands to a thread other than the main one
+    (one of Go's, or the worker's) still stops generate: Python runs its
+    handler only on the main thread, which must wake from its wait to do
+    so. Sent here with pthread_kill to a timer thread, so it always lands
+    off the main thread."""
+    out = run(tmp_path, """
+        import json, signal, threading, time
+        import numpy as np, mambago
+
+        m = mambago.Model.from_pretrained(case, device="cpu")
+        ids = np.random.default_rng().integers(0, m.config.vocab_size, size=(1, 9))
+        t0 = time.perf_counter()
+        m.generate(ids, 300)
+        per_token = (time.perf_counter() - t0) / 300
+        n = int(min(2 * 10**7, max(10**6, 200 / per_token)))  # minutes of tokens
+        threading.Timer(0.5, lambda: signal.pthread_kill(threading.get_ident(), signal.SIGINT)).start()
+        t0 = time.perf_counter()
+        try:
+            m.generate(ids, n, temperature=0.9, seed=1)
+            raised = False
+        except KeyboardInterrupt:
+            raised = True
+        print(json.dumps({"raised": raised, "took": time.perf_counter() - t0, "whole": per_token * n}))
+    """)
+    assert out["raised"], "no KeyboardInterrupt reached the caller"
+    assert out["whole"] > 60, f"the generation would take only {out['whole']:.0f} s: the case tests nothing"
+    assert out["took"] < 10, f"KeyboardInterrupt came {out['took']:.1f} s after the call began (signal at 0.5 s)"
+
+
 def test_ctrl_c_stops_a_long_cpu_prefill(tmp_path):
     out = run(tmp_path, """
         import json, os, signal, threading, time
@@ -128,11 +158,13 @@ def test_ctrl_c_stops_a_long_cpu_prefill(tmp_path):
     assert out["same_after"], "the state does not continue as its copy from before the prefill"
 
 
-def test_ctrl_c_leaves_a_load(tmp_path):
+@pytest.mark.parametrize("to_thread", [False, True], ids=["to_process", "to_another_thread"])
+def test_ctrl_c_leaves_a_load(tmp_path, to_thread):
     """Ctrl-C during from_pretrained raises at once, though a load cannot
     stop part way (reading the checkpoint, or on the GPU compiling the
     kernels): the load finishes alone and its model is freed, and the next
-    load works."""
+    load works. The SIGINT goes to the process, or (pthread_kill) to a
+    thread other than the main one, which the main thread must wake for."""
     out = run(tmp_path, """
         import json, os, signal, sys, threading, time
         sys.path.insert(0, bench)
@@ -153,7 +185,8 @@ def test_ctrl_c_leaves_a_load(tmp_path):
         # The signal must land inside the load: a load that ends before it is
         # tried again with the signal earlier, and no timer outlives its try.
         for delay in (whole / 4, whole / 8, whole / 16):
-            timer = threading.Timer(delay, os.kill, (os.getpid(), signal.SIGINT))
+            timer = threading.Timer(delay, lambda: signal.pthread_kill(threading.get_ident(), signal.SIGINT)
+                                    if to_thread else os.kill(os.getpid(), signal.SIGINT))
             timer.start()
             t0 = time.perf_counter()
             try:
@@ -174,7 +207,7 @@ def test_ctrl_c_leaves_a_load(tmp_path):
         m = mambago.Model.from_pretrained("ckpt", device="cpu")
         print(json.dumps({"raised": raised, "took": took, "delay": delay, "whole": whole, "during": during,
                           "base": base, "after": open_models() - 1, "works": m.prefill([[1, 2, 3]]).shape[-1]}))
-    """, bench=str(ROOT / "bench"))
+    """, bench=str(ROOT / "bench"), to_thread=to_thread)
     assert out["raised"], "no KeyboardInterrupt reached the caller"
     assert out["took"] < out["delay"] + 0.5 * (out["whole"] - out["delay"]), \
         f"KeyboardInterrupt came {out['took']:.2f} s into a load of {out['whole']:.2f} s (signal at {out['delay']:.2f} s)"
