@@ -18,16 +18,13 @@ type slab struct {
 }
 
 // newSlabOf lays out matrices of the given counts of values, elem bytes
-// each; nil where they hold none.
+// each.
 func newSlabOf(counts []int, elem int) *slab {
 	s := &slab{at: make([]int, len(counts)), size: counts}
 	total := 0
 	for i, n := range counts {
 		s.at[i] = total
 		total = (total + n*elem + 63) &^ 63
-	}
-	if total == 0 {
-		return nil
 	}
 	s.buf = hugemem.Bytes(total)
 	return s
@@ -56,9 +53,10 @@ type loadSlab struct {
 }
 
 // newLoadSlab lays out the matrices of specs found in tensors with their
-// expected shape, as float32 or, with narrow, 16-bit values. It holds
-// none where a tensor cannot be read into place (a state dict's float32
-// tensors, which the Weights keep as given).
+// expected shape, as float32 or, with narrow, 16-bit values (every
+// tensor reads into place as 16 bits). It holds none where a tensor cannot
+// be read into place as float32 (a state dict's, which the Weights keep
+// as given).
 func newLoadSlab(specs []spec, tensors map[string]tensor, narrow safetensors.DType) loadSlab {
 	elem := 4
 	if narrow != "" {
@@ -80,9 +78,7 @@ func newLoadSlab(specs []spec, tensors map[string]tensor, narrow safetensors.DTy
 		}
 		ls.slot[sp.name], counts = len(counts), append(counts, n)
 	}
-	if ls.slab = newSlabOf(counts, elem); ls.slab == nil {
-		return loadSlab{}
-	}
+	ls.slab = newSlabOf(counts, elem)
 	return ls
 }
 
@@ -115,9 +111,6 @@ func cloneIntoSlab(ms []*[]float32) {
 		counts[i] = len(*p)
 	}
 	s := newSlabOf(counts, 4)
-	if s == nil {
-		return // no values: nothing to copy
-	}
 	for i, p := range ms {
 		dst := s.floats(i)
 		copy(dst, *p)

@@ -162,11 +162,11 @@ type tensor struct {
 	shape   []int
 	in      string
 	read    func() ([]float32, error)
-	read16  func(dt safetensors.DType) ([]uint16, error)
 	release func()
-	// readInto and read16Into, where set (a file's tensors), are read and
-	// read16 into a slice the loader gives: the weight matrices' place in
-	// the load's slab (hugemem.Bytes).
+	// readInto, where set (a file's tensors), is read into a slice the
+	// loader gives, and read16Into reads the tensor as 16-bit values of a
+	// type (BF16 or F16): the weight matrices' place in the load's slab
+	// (hugemem.Bytes).
 	readInto   func(dst []float32) error
 	read16Into func(dt safetensors.DType, dst []uint16) error
 }
@@ -209,7 +209,6 @@ func LoadNarrowed(dir string, dt safetensors.DType) (*Weights, error) {
 			info, _ := f.Info(n)
 			tensors[n] = tensor{shape: info.Shape, in: filepath.Base(f.Path),
 				read:       func() ([]float32, error) { return f.Float32(n) },
-				read16:     func(dt safetensors.DType) ([]uint16, error) { return f.Bits16(n, dt) },
 				release:    func() { f.Release(n) },
 				readInto:   func(dst []float32) error { return f.Float32Into(n, dst) },
 				read16Into: func(dt safetensors.DType, dst []uint16) error { return f.Bits16Into(n, dt, dst) }}
@@ -279,11 +278,7 @@ func FromTensorsNarrowed(cfg Config, tensors map[string]Tensor, dt safetensors.D
 			safetensors.NarrowInto(dst, v, to)
 			return nil
 		}
-		refs[n] = tensor{shape: t.Shape, in: "the state dict", read: read, read16Into: read16Into,
-			read16: func(to safetensors.DType) ([]uint16, error) {
-				dst := make([]uint16, want)
-				return dst, read16Into(to, dst)
-			}}
+		refs[n] = tensor{shape: t.Shape, in: "the state dict", read: read, read16Into: read16Into}
 	}
 	return build(cfg, refs, problems, "state dict", dt)
 }
@@ -291,7 +286,7 @@ func FromTensorsNarrowed(cfg Config, tensors map[string]Tensor, dt safetensors.D
 // build gathers the Weights cfg describes from tensors, adding every
 // missing, extra or mis-shaped one to problems; with any problem it fails,
 // naming what (the files, or the state dict). With narrow (BF16 or F16) the
-// weight matrices go to w.Narrowed as that type (tensor.read16).
+// weight matrices go to w.Narrowed as that type (tensor.read16Into).
 func build(cfg Config, tensors map[string]tensor, problems []string, what string, narrow safetensors.DType) (*Weights, error) {
 	w := &Weights{Config: cfg}
 	n16 := &Narrowed{DType: narrow, Layers: make([]NarrowedLayer, cfg.Layers)}
@@ -373,8 +368,6 @@ func build(cfg Config, tensors map[string]tensor, problems []string, what string
 		case inSlab:
 			*s.dst = slab.floats(i)
 			err = t.readInto(*s.dst)
-		case narrow != "" && s.dst16 != nil:
-			*s.dst16, err = t.read16(narrow)
 		default:
 			*s.dst, err = t.read()
 		}

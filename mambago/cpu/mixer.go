@@ -305,17 +305,17 @@ var serialChannels = 1 << 13
 // E channels each.
 func channelTasks(B, T, E int, fn func(b, e0, e1 int)) {
 	blocks := (E + chanBlock - 1) / chanBlock
+	task := func(job int) {
+		b, e0 := job/blocks, (job%blocks)*chanBlock
+		fn(b, e0, min(E, e0+chanBlock))
+	}
 	if B*T*E <= serialChannels {
 		for job := range B * blocks {
-			b, e0 := job/blocks, (job%blocks)*chanBlock
-			fn(b, e0, min(E, e0+chanBlock))
+			task(job)
 		}
 		return
 	}
-	parallelFor(B*blocks, func(job int) {
-		b, e0 := job/blocks, (job%blocks)*chanBlock
-		fn(b, e0, min(E, e0+chanBlock))
-	})
+	parallelFor(B*blocks, task)
 }
 
 // conv computes u = silu(causal depthwise conv1d(xs) + bias) over each
