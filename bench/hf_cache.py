@@ -21,6 +21,7 @@ Usage: python bench/hf_cache.py CHECKPOINT [--device cpu|cuda] [--dtype bfloat16
 
 import argparse
 import copy
+import inspect
 import json
 import statistics
 import time
@@ -87,11 +88,20 @@ def main():
         with torch.no_grad():
             hf_prompt = hf(t_ids, use_cache=True)
 
+        # transformers 5.17 names the cache cache_params (and wants each
+        # step's cache_position); later releases name it cache.
+        params = inspect.signature(hf.forward).parameters
+        key = "cache" if "cache" in params else "cache_params"
+        T = t_ids.shape[1]
+
         def hf_cache():
-            state, tokens = copy.deepcopy(hf_prompt.cache), t_ids[:, -1:]
+            state, tokens = copy.deepcopy(getattr(hf_prompt, key)), t_ids[:, -1:]
             with torch.no_grad():
-                for _ in range(a.new):
-                    tokens = hf(tokens, cache=state, use_cache=True).logits[:, -1:].argmax(-1)
+                for i in range(a.new):
+                    step = {key: state, "use_cache": True}
+                    if "cache_position" in params:
+                        step["cache_position"] = torch.tensor([T + i], device=t_ids.device)
+                    tokens = hf(tokens, **step).logits[:, -1:].argmax(-1)
 
         ways["transformers_cache"] = (hf_cache, a.new)
     host_ids = ids if isinstance(ids, np.ndarray) else ids.cpu().numpy()
