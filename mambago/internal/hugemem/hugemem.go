@@ -43,9 +43,11 @@ func Bytes(n int) []byte {
 
 // Env names the variable that turns the advice off: MAMBAGO_HUGEPAGES=0.
 // On the build machine (a VM), a second model loaded in one process took
-// longer with it (a 370m float32 load after a bf16 one: 3.7 s against
-// 1.3 s): the heap's growth for the new slab makes the runtime release the
-// freed one a 64 KiB piece at a time, splitting its huge pages.
+// longer with it (a 370m float32 load after a bf16 one: a median of 2.7 s
+// against 1.3 s). That VM reports its free 2 MiB blocks to its host
+// (virtio-balloon free page reporting), so a huge page faults on the host
+// at its first touch, and the load spends its time zeroing pages
+// (bench/results/2026-12-05-second-load.md).
 const Env = "MAMBAGO_HUGEPAGES"
 
 // wanted reports that n bytes of whole pages are to be advised: the
