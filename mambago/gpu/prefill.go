@@ -150,13 +150,13 @@ func (e *Engine) Logits(hidden []float32, batch int, logits []float32) error {
 		if err := cuda.CopyIn(e.ws.out.Ptr, hidden, e.stream); err != nil {
 			return err
 		}
-		return e.logits(e.ws.out.Ptr, batch, d, V, logits)
+		return e.logits(e.ws.out.Ptr, batch, V, logits)
 	})
 }
 
 // logits multiplies hidden [B, d] on the device by lm_head^T into
 // ws.logits and copies the [B, V] result to the host.
-func (e *Engine) logits(hidden cuda.Ptr, B, d, V int, out []float32) error {
+func (e *Engine) logits(hidden cuda.Ptr, B, V int, out []float32) error {
 	if err := e.ensureLogits(B * V); err != nil {
 		return err
 	}
