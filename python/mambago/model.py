@@ -1049,8 +1049,9 @@ class Model(_Owner):
             eos = int(eos_token_id)
         B, T = ids.shape
         out = np.full((B, max_new_tokens), -1, dtype=np.int64)
-        poll = None
-        if streamer is not None:
+        if streamer is None:
+            poll = None
+        else:
             streamer.put(ids.copy())
             sent = 0
 
