@@ -3,7 +3,7 @@ call, as scripts written for transformers run one:
 
   - cache: the prompt once, then model(next, cache=out.cache) a token
     (Model.step on the host; on the GPU Model.step_ptr, eager for the
-    state's first 32 steps, then a kept step graph);
+    state's first 7 steps, then a kept step graph);
   - no_cache: the whole sequence again each token, with logits_to_keep=1
     (what such a script had to do before mambago.hf kept caches);
   - generate: the engine's own loop (Model.generate), its prompt's prefill

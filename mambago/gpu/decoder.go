@@ -52,20 +52,20 @@ type Decoder struct {
 }
 
 // keptStep returns the step graph kept with s, capturing one once the
-// steps asked of s (its decoders', StepDevice's) reach DecoderGraphSteps
-// (> 0), or nil where s's steps run eagerly. A kept graph costs nothing
+// steps asked of s (its decoders', StepDevice's) reach n (> 0:
+// DecoderGraphSteps or StepDeviceGraphSteps), or nil where s's steps run
+// eagerly. A kept graph costs nothing
 // more to replay, whatever the steps; a new one pays once enough steps
 // were asked, so that repeated short runs (Generate's 20 tokens) capture
 // too. A kept graph that can no longer replay (the workspace grew, or the
 // GEMM mode changed) is destroyed first.
-func (e *Engine) keptStep(s *State) (*Graph, error) {
+func (e *Engine) keptStep(s *State, n int) (*Graph, error) {
 	if s.step != nil && s.step.check() != nil {
 		if err := s.step.Destroy(); err != nil {
 			return nil, err
 		}
 		s.step = nil
 	}
-	n := e.DecoderGraphSteps
 	if n <= 0 || s.step == nil && s.decoded < n {
 		return nil, nil
 	}
@@ -91,7 +91,7 @@ func (e *Engine) NewDecoder(st engine.State, steps int) (engine.Decoder, error) 
 	}
 	d := &Decoder{e: e, s: s}
 	s.decoded += min(max(steps, 0), math.MaxInt-s.decoded) // saturates
-	if d.g, err = e.keptStep(s); err != nil {
+	if d.g, err = e.keptStep(s, e.DecoderGraphSteps); err != nil {
 		return nil, err
 	}
 	done, err := e.bind()

@@ -63,7 +63,7 @@ func (e *Engine) PrefillDevicePadded(st engine.State, kind string, in uintptr, i
 // vocabulary on the device, not checked), float32 logits [B, V] to logits,
 // queued on stream after what it holds, without waiting, like
 // PrefillDevice. It replays the step graph kept with st (keptStep: once
-// the steps asked of st reach DecoderGraphSteps), and runs the step's
+// the steps asked of st reach StepDeviceGraphSteps), and runs the step's
 // kernels eagerly before that; either way the logits are the same bits as
 // Step's.
 func (e *Engine) StepDevice(st engine.State, ids, logits, stream uintptr) error {
@@ -75,7 +75,7 @@ func (e *Engine) StepDevice(st engine.State, ids, logits, stream uintptr) error 
 		return engine.Invalid("null device pointer (ids %#x, logits %#x)", ids, logits)
 	}
 	s.decoded += min(1, math.MaxInt-s.decoded) // saturates
-	g, err := e.keptStep(s)
+	g, err := e.keptStep(s, e.StepDeviceGraphSteps)
 	if err != nil {
 		return err
 	}

@@ -185,6 +185,15 @@ type Engine struct {
 	// A capture costs about as much as a dozen eager steps save at B = 1
 	// (bench/results/2026-12-04-generate.md).
 	DecoderGraphSteps int
+	// StepDeviceGraphSteps is DecoderGraphSteps for StepDevice, which
+	// counts one step a call (a decoder counts all of its steps when it is
+	// made, so a generate call of 32 tokens or more captures at once). Its
+	// eager step costs more, so it captures sooner: at 130m bf16 B=1 on an
+	// H100, a hand-written loop through mambago.hf ran 0.75 ms a token
+	// eager against 0.344 replaying the graph, so the capture (about 1.1
+	// ms) pays for itself within about 3 steps
+	// (bench/results/2026-12-05-gpu-queue.md). 0 never captures.
+	StepDeviceGraphSteps int
 	// TopPClusters has a decoder's TopP draw each row on a cluster of 8
 	// blocks (topp_draw_x8_f32; sm_90a), not on one: the same tokens, the
 	// kernel 3.6x sooner on the H200 (127.8 -> 35.3 µs a row of 50280 at
@@ -418,7 +427,8 @@ func New(w *checkpoint.Weights, ordinal int, dt cuda.DType) (e *Engine, err erro
 		// decode
 		DecodePDL: dev.Major >= 9, GEMVRows: 4, GEMVOneSequence: true, GEMVStream: true, GEMVStreamPrefetch: true,
 		GEMVTensorCores: dev.Major >= 8, GEMVTileWarps: 16, GEMVTileParts: defaultTileParts(w.Config.Inner),
-		DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), DecoderGraphSteps: 32, TopPClusters: sm90,
+		DecodeScanBatch: scanBatchPays(w.Config.Inner, dev.SMs), DecoderGraphSteps: 32, StepDeviceGraphSteps: 8,
+		TopPClusters: sm90,
 		// decode on sm_90's warpgroup GEMVs
 		GEMVWarpgroup: sm90, GEMVWarpgroupOut: sm90 && wgOutPays(w.Config.Hidden),
 		GEMVWarpgroupParts: wgPartsMost(w.Config.Hidden), GEMVWarpgroupFold: sm90,

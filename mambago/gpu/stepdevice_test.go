@@ -19,7 +19,8 @@ import (
 // may be), beside a twin stepped by Engine.Step. Every step gives the
 // twin's logits to the bit and writes nothing around them: eagerly for the
 // first steps, then from the step graph kept with the state once
-// DecoderGraphSteps were asked for, the same graph again, and a new one
+// StepDeviceGraphSteps were asked for (whatever DecoderGraphSteps says),
+// the same graph again, and a new one
 // once the workspace has grown. The two states end the same. Null, host
 // and too small buffers are input errors, and a good step runs after them.
 // In f32 and bf16.
@@ -30,7 +31,7 @@ func TestEngineStepDevice(t *testing.T) {
 	hostAddr := func(p unsafe.Pointer) uintptr { return uintptr(p) }
 	for _, dt := range []cuda.DType{cuda.F32, cuda.BF16} {
 		e := newEngine(t, w, dt)
-		e.DecoderGraphSteps = n
+		e.StepDeviceGraphSteps, e.DecoderGraphSteps = n, 1000
 		c := e.Config()
 		V := c.Vocab
 		st, twin := newState(t, e, B), newState(t, e, B)
@@ -121,7 +122,7 @@ func TestEngineStepDevice(t *testing.T) {
 		const tail = 2 << 20 // one row's room at the end of an allocation of 2 MB: too small for B rows
 		small := gputest.Alloc(t, tail).Offset(tail - 4*V)
 		for _, graphSteps := range []int{n, 0} { // the kept graph's checks, then the eager path's
-			e.DecoderGraphSteps = graphSteps
+			e.StepDeviceGraphSteps = graphSteps
 			for name, bad := range map[string][2]uintptr{
 				"null ids":         {0, out},
 				"host ids":         {hostAddr(unsafe.Pointer(&hostIDs[0])), out},
@@ -129,7 +130,7 @@ func TestEngineStepDevice(t *testing.T) {
 				"logits too small": {uintptr(din.Ptr), uintptr(small)},
 			} {
 				if err := e.StepDevice(st, bad[0], bad[1], 0); !engine.IsInvalid(err) {
-					t.Fatalf("%v %s (DecoderGraphSteps %d): StepDevice = %v, want an input error", dt, name, graphSteps, err)
+					t.Fatalf("%v %s (StepDeviceGraphSteps %d): StepDevice = %v, want an input error", dt, name, graphSteps, err)
 				}
 			}
 			if err := e.StepDevice(st, uintptr(din.Ptr), out, 0); err != nil {

@@ -888,9 +888,10 @@ class Model(_Owner):
         queued on stream (torch.cuda.current_stream().cuda_stream; 0 is the
         legacy default stream) without waiting, like prefill_ptr, whose checks
         of the buffers apply. Ids are clamped into the vocabulary on the
-        device, not checked. Once state has taken enough steps (the engine's
-        DecoderGraphSteps, 32) they replay a step graph kept with it, as
-        generate's do; the logits are step's either way."""
+        device, not checked. Once 8 steps have been asked of state (the
+        engine's StepDeviceGraphSteps; generate's steps count too) they
+        replay a step graph kept with it, as generate's do; the logits are
+        step's either way."""
         _check_device_args(stream, ids_ptr=ids_ptr, logits_ptr=logits_ptr)
         self._check_state(state, getattr(state, "batch_size", None))
         _call(_b.StepDevice, self._handle(), state._handle(), int(ids_ptr), int(logits_ptr), int(stream))
