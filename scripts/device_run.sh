@@ -109,6 +109,11 @@
 #             against the whole sequence again, transformers' loop and
 #             Model.generate (bench/hf_cache.py; bf16, 130m and 1.4b or
 #             $HF_CACHE_SHAPES, T=512, 64 new tokens);
+#   stepgraph: StepDevice's kept step graph (StepDeviceGraphSteps): its engine
+#             tests and memcheck, the step_ptr and hf pytest, then bench/hf_cache.py
+#             (bf16, T=512, $STEPGRAPH_NEW new tokens, default "16 64") with this
+#             build's wheel and with .carry/base's, taking turns (BASE=<commit>
+#             in device_build.sh; $HF_CACHE_SHAPES, default 130m);
 #   steptrace: each kernel of a bf16 decode step graph in place (B=1 or
 #             $STEP_TRACE_B; 370m and 2.8b or $STEP_TRACE_SHAPES): its
 #             duration, its gap after the previous kernel and its share of
@@ -838,6 +843,29 @@ if [[ $mode == hfforward ]]; then
   for shape in ${HF_FORWARD_SHAPES:-130m 1.4b}; do
     timeout 300 python3 bench/hf_forward.py --shape $shape --cases ${HF_FORWARD_CASES:-1x512,1x2048,8x512} \
       --out "$OUT/hf_forward_$shape.json" || status=1
+  done
+  exit $status
+fi
+if [[ $mode == stepgraph ]]; then
+  echo "== StepDevice's kept step graph: the engine's tests, memcheck, pytest"
+  run_tests stepgraph_gpu 200 .carry/gpu.test -test.v -test.run 'EngineStepDevice|DecoderKeepsStepGraph|DecoderGraphsShortRuns|DeviceEntryLogits'
+  memcheck memcheck_stepgraph 200 .carry/gpu.test 'TestEngineStepDevice'
+  timeout 200 python3 -m pytest -q tests/test_gpu.py tests/test_hf.py 2>&1 | tee "$OUT/stepgraph_pytest.log" | tail -2
+  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+  python3 -m pip install -q --upgrade --no-deps --no-index --target /tmp/site_base .carry/base/mambago-*.whl || status=1
+  echo "== bench/hf_cache.py, this build against .carry/base, taking turns"
+  for shape in ${HF_CACHE_SHAPES:-130m}; do
+    path=$(python3 -c "import sys; sys.path.insert(0, 'bench'); import random_checkpoint; print(random_checkpoint.cached('$shape'))")
+    for round in 1 2; do
+      for new in ${STEPGRAPH_NEW:-16 64}; do
+        for build in base this; do
+          site=/tmp/site; [[ $build == base ]] && site=/tmp/site_base
+          PYTHONPATH=$site timeout 200 python3 bench/hf_cache.py "$path" --device cuda --dtype bfloat16 --T 512 --new $new \
+            2>&1 | grep '"way": "cache"' | sed "s/^{/{\"shape\": \"$shape\", \"build\": \"$build\", \"round\": $round, /" \
+            | tee -a "$OUT/stepgraph.jsonl"
+        done
+      done
+    done
   done
   exit $status
 fi
