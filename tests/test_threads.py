@@ -1,11 +1,12 @@
 """mambago.set_num_threads / get_num_threads: the CPU engine's thread count,
-as torch.set_num_threads sets torch's."""
+as torch.set_num_threads sets torch's; and one model used from several
+Python threads at once."""
 
 import numpy as np
 import pytest
 
 import mambago
-from conftest import rel_err
+from conftest import case_dir, rel_err
 
 
 def test_set_num_threads(base_model):
@@ -35,3 +36,53 @@ def test_set_num_threads(base_model):
         with pytest.raises(exc):
             mambago.set_num_threads(bad)
     assert mambago.get_num_threads() == was
+
+
+def _devices():
+    """The engines to run on: the CPU, and the GPU where one is usable."""
+    gpu = pytest.param("cuda", marks=pytest.mark.skipif(
+        not mambago.cuda_is_available(), reason=f"no GPU: {mambago.cuda_unavailable_reason()}"))
+    return ["cpu", gpu]
+
+
+@pytest.mark.parametrize("device", _devices())
+def test_threads_share_a_model(device):
+    """Six Python threads use one model at once, each with its own states:
+    each thread's prefills (every position, then continued from a state),
+    steps and greedy generations give the bits that the same calls give one
+    after another on one thread."""
+    import threading
+
+    m = mambago.Model.from_pretrained(case_dir("base"), device=device)
+    rng = np.random.default_rng()
+    V, threads = m.config.vocab_size, 6
+    prompts = [rng.integers(0, V, size=(2, int(rng.integers(50, 400)))) for _ in range(threads)]
+
+    def work(ids):
+        st = m.new_state(2)
+        out = [m.prefill(ids, output="all", state=st)]
+        for _ in range(3):
+            out.append(m.step(ids[:, -1], st))
+        out.append(m.generate(ids, 12))
+        out.append(m.prefill(ids[:, :4], state=st))
+        return out
+
+    want = [work(ids) for ids in prompts]
+    got, errors = [None] * threads, []
+
+    def run(i):
+        try:
+            for _ in range(4):  # several rounds, so that the calls overlap
+                got[i] = work(prompts[i])
+        except Exception as e:  # reported below, not lost in the thread
+            errors.append(e)
+
+    pool = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert not errors, errors
+    for i in range(threads):
+        for j, (g, w) in enumerate(zip(got[i], want[i])):
+            assert np.array_equal(g, w), (i, j)
