@@ -68,6 +68,21 @@ func transposeLanes(v []float32, E, N int) []float32 {
 	return t
 }
 
+// laneScratch is the floats of a lane call's scratch (its states or
+// windows, [n][8]) that a task keeps on its stack: n up to 64, every
+// d_state and conv width of the checkpoints we know. A step of 8
+// sequences at 130m made about 18,000 tasks, each of which had allocated
+// its scratch on the heap: 11 MB a step.
+const laneScratch = 64 * laneWidth
+
+// laneBuffer returns buf[:n], or a new slice where n is more than buf holds.
+func laneBuffer(buf []float32, n int) []float32 {
+	if n > len(buf) {
+		return make([]float32, n)
+	}
+	return buf[:n]
+}
+
 // toLanes copies eight channels' rows of n values (rows [8][n]) into lanes
 // [n][8], the layout of a lane call's states and windows; fromLanes copies
 // them back.

@@ -329,7 +329,8 @@ func (e *Engine) conv(w *work, l int, state []float32) {
 	lw := &e.w.Layers[l]
 	channelTasks(w.B, w.T, E, func(b, e0, e1 int) {
 		if useLanes {
-			scratch := make([]float32, K*laneWidth)
+			var buf [laneScratch]float32
+			scratch := laneBuffer(buf[:], K*laneWidth)
 			for ; e0+laneWidth <= e1; e0 += laneWidth {
 				e.convLanes(w, l, b, e0, state, scratch)
 			}
@@ -371,7 +372,8 @@ func (e *Engine) scan(w *work, l int, state []float32) {
 	stride := R + 2*N
 	channelTasks(w.B, w.T, E, func(b, e0, e1 int) {
 		if useLanes {
-			scratch := make([]float32, N*laneWidth)
+			var buf [laneScratch]float32
+			scratch := laneBuffer(buf[:], N*laneWidth)
 			for ; e0+laneWidth <= e1; e0 += laneWidth {
 				e.scanLanes(w, l, b, e0, state, scratch)
 			}
