@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/x448/float16"
@@ -356,6 +357,74 @@ func sameBitsAs(t *testing.T, what string, got, want []float32) {
 	for i := range want {
 		if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
 			t.Fatalf("%s: element %d is %v, want %v", what, i, got[i], want[i])
+		}
+	}
+}
+
+// TestStatesStepAtOnce runs one engine from several goroutines at once,
+// each with states of its own (batches of 1, 2, 3, 5 and 8: every gemmRows
+// grouping, and the conv and scan tasks on and off the calling
+// goroutine): each goroutine's prefills and steps give the bits that the
+// same calls give one after another. Run it with -race too: the engine's
+// buffers from rowsPool and the tasks' stack scratch are per call.
+func TestStatesStepAtOnce(t *testing.T) {
+	cfg := fixture.Shape(64, 2, 97)
+	cfg.Inner, cfg.DTRank = 1040, 5 // 130 lane blocks: B·E over serialChannels from B = 8
+	seed := rand.Uint64()
+	for _, st := range []cpu.Storage{cpu.Float32, cpu.BFloat16} {
+		e := cpu.NewStored(fixture.RandomWeights(cfg, seed), st)
+		batches := []int{1, 2, 3, 5, 8}
+		run := func(i int) []float32 {
+			B := batches[i]
+			rng := rand.New(rand.NewPCG(seed, uint64(i)))
+			s, err := e.NewState(B)
+			if err != nil {
+				t.Error(err)
+				return nil
+			}
+			T := 3 + i
+			ids := make([]int64, B*T)
+			for j := range ids {
+				ids[j] = rng.Int64N(int64(cfg.Vocab))
+			}
+			out := fixture.NaNs(B * cfg.Hidden)
+			if err := e.Prefill(s, engine.Input{B: B, T: T, IDs: ids}, engine.Last, out); err != nil {
+				t.Error(err)
+				return nil
+			}
+			for range 4 {
+				logits := fixture.NaNs(B * cfg.Vocab)
+				if err := e.Step(s, ids[:B], logits); err != nil {
+					t.Error(err)
+					return nil
+				}
+				out = append(out, logits...)
+			}
+			return out
+		}
+		want := make([][]float32, len(batches))
+		for i := range batches {
+			want[i] = run(i)
+		}
+		got := make([][]float32, len(batches))
+		var wg sync.WaitGroup
+		for i := range batches {
+			wg.Go(func() {
+				for range 3 { // rounds, so that the calls overlap
+					got[i] = run(i)
+				}
+			})
+		}
+		wg.Wait()
+		for i := range batches {
+			if len(got[i]) != len(want[i]) {
+				t.Fatalf("%v B=%d: %d values, want %d", st, batches[i], len(got[i]), len(want[i]))
+			}
+			for j := range want[i] {
+				if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
+					t.Fatalf("%v B=%d: value %d = %v at once, %v alone", st, batches[i], j, got[i][j], want[i][j])
+				}
+			}
 		}
 	}
 }
