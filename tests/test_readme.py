@@ -40,6 +40,7 @@ def test_quick_start_runs():
     finally:
         mambago.set_num_threads(threads)
     assert ns["big"].dtype == "bfloat16" and ns["big"].device == "cpu"
+    assert "device='cpu', dtype='bfloat16'" in repr(ns["big"])
     model, clf = ns["model"], ns["clf"]
     d, V = model.config.hidden_size, model.config.vocab_size
     B, T = ns["ids"].shape

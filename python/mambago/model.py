@@ -684,7 +684,8 @@ class Model(_Owner):
     def __repr__(self):
         c = self.config
         return (f"mambago.Model({c.model_type}, d={c.hidden_size}, layers={c.num_hidden_layers}, "
-                f"d_state={c.state_size}, vocab={c.vocab_size}, device={self._where()!r}, backend={self.backend!r})")
+                f"d_state={c.state_size}, vocab={c.vocab_size}, device={self._where()!r}, dtype={self.dtype!r}, "
+                f"backend={self.backend!r})")
 
     def _where(self) -> str:
         """The device as torch names it: "cpu" or "cuda:N"."""
