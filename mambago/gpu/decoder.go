@@ -54,10 +54,9 @@ type Decoder struct {
 // keptStep returns the step graph kept with s, capturing one once the
 // steps asked of s (its decoders', StepDevice's) reach n (> 0:
 // DecoderGraphSteps or StepDeviceGraphSteps), or nil where s's steps run
-// eagerly. A kept graph costs nothing
-// more to replay, whatever the steps; a new one pays once enough steps
-// were asked, so that repeated short runs (Generate's 20 tokens) capture
-// too. A kept graph that can no longer replay (the workspace grew, or the
+// eagerly. A kept graph costs nothing more to replay, whatever the steps;
+// a new one pays once enough steps were asked, so that repeated short runs
+// (Generate's 20 tokens) capture too. A kept graph that can no longer replay (the workspace grew, or the
 // GEMM mode changed) is destroyed first.
 func (e *Engine) keptStep(s *State, n int) (*Graph, error) {
 	if s.step != nil && s.step.check() != nil {
