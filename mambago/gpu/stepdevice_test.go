@@ -20,9 +20,9 @@ import (
 // twin's logits to the bit and writes nothing around them: eagerly for the
 // first steps, then from the step graph kept with the state once
 // StepDeviceGraphSteps were asked for (whatever DecoderGraphSteps says),
-// the same graph again, and a new one
-// once the workspace has grown. The two states end the same. Null, host
-// and too small buffers are input errors, and a good step runs after them.
+// the same graph again, and a new one once the workspace has grown. The
+// two states end the same. Null, host and too small buffers are input
+// errors, and a good step runs after them.
 // In f32 and bf16.
 func TestEngineStepDevice(t *testing.T) {
 	gputest.Device(t)
