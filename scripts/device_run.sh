@@ -7,7 +7,10 @@
 #             compute-sanitizer memcheck over the kernel and engine fixture
 #             tests, and racecheck over the scan kernel's test;
 #   tests:    gpu's tests alone (CUDA binding, kernels, engine, mambago, pytest),
-#             without the sanitizers;
+#             without the sanitizers. On a fresh machine the Go binaries
+#             alone took about 530 s on 2026-12-05 (NVRTC compiles every
+#             kernel cold: TestCompileAll 116 s), so the call ran past 600 s
+#             in pytest; give pytest a call of its own there (pytest mode);
 #   sanitize: gpu's compute-sanitizer part alone (memcheck over the kernel
 #             tests, the engine's prefill tests and its decode tests, and
 #             racecheck over the scan kernel's test; up to 9 minutes, so
