@@ -7,6 +7,10 @@ import "golang.org/x/sys/cpu"
 // the engine runs its Go loops.
 var hasAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA && hasF16C()
 
+// hasAVX512 reports that this CPU (and its OS) also runs AVX-512F, which
+// scanLanesAVX512 (lanes512_amd64.s) needs.
+var hasAVX512 = hasAVX2 && cpu.X86.HasAVX512F
+
 // hasF16C reads CPUID's F16C bit (leaf 1, ECX bit 29: VCVTPH2PS), which
 // golang.org/x/sys/cpu does not report. Every CPU with AVX2 has it so far.
 func hasF16C() bool
@@ -43,3 +47,9 @@ func dotRowsAVX2(a *rowsGemm)
 //
 //go:noescape
 func widenAVX2(dst *float32, src *uint16, n int, f16 bool)
+
+// scanLanesAVX512 runs a lane call of the scan on sixteen channels
+// (lanes.go) in AVX-512F.
+//
+//go:noescape
+func scanLanesAVX512(a *laneScan)

@@ -6,11 +6,16 @@ package cpu
 // assembly kernels' stand-ins below are never called.
 const hasAVX2 = false
 
+// hasAVX512 is false off amd64, as hasAVX2.
+const hasAVX512 = false
+
 func scanRowAVX2(s, a2, b, c *float32, count int, dt, dtu float32, k *[11]float32) float32 {
 	panic("unreachable")
 }
 
 func scanLanesAVX2(a *laneScan) { panic("unreachable") }
+
+func scanLanesAVX512(a *laneScan) { panic("unreachable") }
 
 func convLanesAVX2(a *laneConv) { panic("unreachable") }
 

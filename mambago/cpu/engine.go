@@ -27,7 +27,7 @@ type Engine struct {
 	// [d, F] (the zero matrix without one).
 	emb, head, inputProj matrix
 	a2                   [][]float32 // per layer, A·log2(e) [E, N]: the scan's exp as exp2
-	a2t                  [][]float32 // per layer, a2 in groups of eight channels [E/8][N][8] (scanLanes)
+	a2t                  [][]float32 // per layer, a2 in blocks of sixteen channels [E/16][N][16] (scanLanes; transposeLanes)
 	// convT is each layer's conv weights in groups of eight channels
 	// [E/8][K][8] (convLanes).
 	convT [][]float32
@@ -110,8 +110,8 @@ func NewStored(w *checkpoint.Weights, st Storage) *Engine {
 			a2[i] = a * math.Log2E
 		}
 		e.a2 = append(e.a2, a2)
-		e.a2t = append(e.a2t, transposeLanes(a2, w.Config.Inner, w.Config.State))
-		e.convT = append(e.convT, transposeLanes(l.Conv, w.Config.Inner, w.Config.ConvKernel))
+		e.a2t = append(e.a2t, transposeLanes(a2, w.Config.Inner, w.Config.State, wideLanes))
+		e.convT = append(e.convT, transposeLanes(l.Conv, w.Config.Inner, w.Config.ConvKernel, laneWidth))
 	}
 	return e
 }

@@ -53,24 +53,38 @@ func BenchmarkConvScanJobs(b *testing.B) {
 
 // TestConvScanJobsSameBits checks that the conv and scan tasks' width, and
 // running them and the small GEMMs on the calling goroutine or in
-// parallel (serialChannels, serialGemm), do not change a bit of a prefill's
-// output or of a step's logits and state: each channel and each row of W
-// runs alone whatever the cut. E = 100 leaves four channels past the last
-// group of eight lanes.
+// parallel (serialChannels, serialGemm), and the scan's lanes of sixteen
+// channels against those of eight (useWideLanes), do not change a bit of a
+// prefill's output or of a step's logits and state: each channel and each
+// row of W runs alone whatever the cut. E = 100 leaves four channels past
+// the last group of eight lanes (and 4 past the last of sixteen); E = 120
+// leaves a group of eight past the last of sixteen; tasks of 24 or 8
+// channels start off a multiple of 16.
 func TestConvScanJobsSameBits(t *testing.T) {
-	e := New(fixture.RandomWeights(fixture.Shape(50, 2, 60), rand.Uint64()))
+	for _, d := range []int{50, 60} {
+		t.Run(fmt.Sprintf("d=%d", d), func(t *testing.T) { convScanJobsSameBits(t, d) })
+	}
+}
+
+func convScanJobsSameBits(t *testing.T, d int) {
+	e := New(fixture.RandomWeights(fixture.Shape(d, 2, 60), rand.Uint64()))
 	const B, T = 3, 41
 	ids := make([]int64, B*T)
 	for i := range ids {
 		ids[i] = rand.Int64N(60)
 	}
-	defer func(ch, sc, sg int) { chanBlock, serialChannels, serialGemm = ch, sc, sg }(chanBlock, serialChannels, serialGemm)
+	defer func(ch, sc, sg int, wide bool) {
+		chanBlock, serialChannels, serialGemm, useWideLanes = ch, sc, sg, wide
+	}(chanBlock, serialChannels, serialGemm, useWideLanes)
 	var want []float32
 	for _, c := range []struct {
-		ch     int
-		serial bool
-	}{{32, false}, {16, false}, {8, false}, {24, false}, {16, true}, {8, true}} {
-		chanBlock, serialChannels, serialGemm = c.ch, 0, 0
+		ch           int
+		serial, wide bool
+	}{
+		{32, false, hasAVX512}, {16, false, hasAVX512}, {8, false, hasAVX512}, {24, false, hasAVX512},
+		{16, true, hasAVX512}, {8, true, hasAVX512}, {16, false, false}, {24, false, false},
+	} {
+		chanBlock, serialChannels, serialGemm, useWideLanes = c.ch, 0, 0, c.wide
 		if c.serial {
 			serialChannels, serialGemm = 1<<30, 1<<30
 		}
@@ -78,7 +92,7 @@ func TestConvScanJobsSameBits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got := fixture.NaNs(B * T * 50)
+		got := fixture.NaNs(B * T * d)
 		if err := e.Prefill(st, engine.Input{B: B, T: T, IDs: ids}, engine.All, got); err != nil {
 			t.Fatal(err)
 		}
@@ -98,8 +112,8 @@ func TestConvScanJobsSameBits(t *testing.T) {
 		}
 		for i := range got {
 			if got[i] != want[i] {
-				t.Fatalf("%d-channel tasks, serial %v: element %d is %v, 32-channel tasks in parallel gave %v",
-					c.ch, c.serial, i, got[i], want[i])
+				t.Fatalf("%d-channel tasks, serial %v, wide lanes %v: element %d is %v, 32-channel tasks in parallel gave %v",
+					c.ch, c.serial, c.wide, i, got[i], want[i])
 			}
 		}
 	}

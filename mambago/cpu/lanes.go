@@ -17,24 +17,35 @@ import (
 // the N updates of eight states (each state's decay exp2(dt·a2) is its
 // own), the D skip and the silu gate. The lanes keep the windows and states
 // in transposed scratch ([K][8], [N][8]) and walk all T positions in one
-// call.
+// call. Where the CPU has AVX-512F, the scan takes sixteen channels a call
+// (lanes512_amd64.s), a whole cache line of each row. Both kernels ask for
+// the rows a few positions ahead: rows lie a row of the activations apart
+// (6 KB at 130m), past the hardware prefetchers' reach, and without it a
+// sixteen-channel call waited on memory as long as it computed.
 
-// laneWidth is the number of channels a lane call runs.
-const laneWidth = 8
+// laneWidth is the number of channels a lane call runs in AVX2, and
+// wideLanes the number scanLanesAVX512 runs (where the CPU has AVX-512F),
+// the channels of one cache line of delta, u, z and y: 1.7-1.8x the AVX2
+// kernel's rate on the build machine, with the same bits.
+const (
+	laneWidth = 8
+	wideLanes = 16
+)
 
 // laneScan holds one lane call's operands; lanes_amd64.s reads its fields
 // at the offsets TestLaneScanLayout pins.
 type laneScan struct {
 	delta, u, z, y *float32 // position 0 of channel e0: dt_proj's output, the conv's, in_proj's z half, the output
 	bc             *float32 // position 0's B (N values), followed by its C
-	a2t            *float32 // A·log2(e) of the eight channels, [N][8]
-	state          *float32 // their SSM states, [N][8], updated in place
+	a2t            *float32 // A·log2(e) of the channels: row n at a2t + n·a2Row bytes
+	state          *float32 // their SSM states, [N][8] (or [N][16]), updated in place
 	k              *[laneConsts][8]float32
 	T              int
-	nBytes         int // 4·N
-	rowE, rowZ     int // bytes from one position to the next in delta, u and y, and in z
-	rowBC          int // bytes from one position's B to the next one's
-	dtBias, d      [laneWidth]float32
+	nBytes         int                // 4·N
+	rowE, rowZ     int                // bytes from one position to the next in delta, u and y, and in z
+	rowBC          int                // bytes from one position's B to the next one's
+	a2Row          int                // bytes from one row of a2t to the next: 64 in a block of sixteen, 32 in one of eight
+	dtBias, d      [wideLanes]float32 // the first eight, or all sixteen for scanLanesAVX512
 }
 
 // laneConsts is the count of laneK's vectors.
@@ -56,15 +67,20 @@ var laneK = func() (k [laneConsts][8]float32) {
 	return k
 }()
 
-// transposeLanes returns v [E, N] (a2, or the conv weights [E, K]) as
-// [E/8][N][8]: each group of eight channels' values for column n side by
-// side (channels past the last whole group are left out; the scalar loops
-// run them).
-func transposeLanes(v []float32, E, N int) []float32 {
-	groups := E / laneWidth
-	t := make([]float32, groups*N*laneWidth)
-	for g := range groups {
-		toLanes(t[g*N*laneWidth:], v[g*laneWidth*N:], N)
+// transposeLanes returns v [E, N] (a2, or the conv weights [E, K]) in
+// blocks of width channels, [E/width][N][width]: each block's values for
+// column n side by side. Where width is 16, a last block of eight channels
+// follows where E % 16 >= 8, as [N][8]; so channel ch's block starts at
+// ch·N whatever its width. Channels past the last whole block of eight are
+// left out (the scalar loops run them).
+func transposeLanes(v []float32, E, N, width int) []float32 {
+	t := make([]float32, E/laneWidth*laneWidth*N)
+	for ch := 0; ch+laneWidth <= E; ch += width {
+		w := width
+		if ch+w > E {
+			w = laneWidth
+		}
+		toLanes(t[ch*N:], v[ch*N:], N, w)
 	}
 	return t
 }
@@ -74,7 +90,7 @@ func transposeLanes(v []float32, E, N int) []float32 {
 // d_state and conv width of the checkpoints we know. A step of 8
 // sequences at 130m made about 18,000 tasks, each of which had allocated
 // its scratch on the heap: 11 MB a step.
-const laneScratch = 64 * laneWidth
+const laneScratch = 64 * wideLanes
 
 // laneBuffer returns buf[:n], or a new slice where n is more than buf holds.
 func laneBuffer(buf []float32, n int) []float32 {
@@ -84,31 +100,32 @@ func laneBuffer(buf []float32, n int) []float32 {
 	return buf[:n]
 }
 
-// toLanes copies eight channels' rows of n values (rows [8][n]) into lanes
-// [n][8], the layout of a lane call's states and windows; fromLanes copies
-// them back.
-func toLanes(lanes, rows []float32, n int) {
-	for lane := range laneWidth {
+// toLanes copies width channels' rows of n values (rows [width][n]) into
+// lanes [n][width], the layout of a lane call's states and windows;
+// fromLanes copies them back.
+func toLanes(lanes, rows []float32, n, width int) {
+	for lane := range width {
 		for i, v := range rows[lane*n : (lane+1)*n] {
-			lanes[i*laneWidth+lane] = v
+			lanes[i*width+lane] = v
 		}
 	}
 }
 
-// fromLanes is toLanes the other way: lanes [n][8] into rows [8][n].
-func fromLanes(rows, lanes []float32, n int) {
-	for lane := range laneWidth {
+// fromLanes is toLanes the other way: lanes [n][width] into rows [width][n].
+func fromLanes(rows, lanes []float32, n, width int) {
+	for lane := range width {
 		row := rows[lane*n : (lane+1)*n]
 		for i := range row {
-			row[i] = lanes[i*laneWidth+lane]
+			row[i] = lanes[i*width+lane]
 		}
 	}
 }
 
-// scanLanes runs the scan of channels ch..ch+7 of sequence b over its
-// tokens in the chunk (work.tokens), as scan's scalar loop does for each
-// channel, with scratch [N][8] for their states.
-func (e *Engine) scanLanes(w *work, l int, b, ch int, state, scratch []float32) {
+// scanLanes runs the scan of channels ch..ch+width-1 (width 8, or 16 from
+// a multiple of 16 with AVX-512) of sequence b over its tokens in the chunk
+// (work.tokens), as scan's scalar loop does for each channel, with scratch
+// [N][width] for their states.
+func (e *Engine) scanLanes(w *work, l int, b, ch, width int, state, scratch []float32) {
 	E, R, N := e.cfg.Inner, e.cfg.DTRank, e.cfg.State
 	lw := &e.w.Layers[l]
 	stride := R + 2*N
@@ -116,22 +133,33 @@ func (e *Engine) scanLanes(w *work, l int, b, ch int, state, scratch []float32) 
 	if T == 0 {
 		return // all padding
 	}
+	// a2t's block of sixteen channels holds ch's column (or, past the last
+	// such block, its block of eight does).
+	a2, a2Row := ch*N, laneWidth
+	if blk := ch / wideLanes * wideLanes; blk+wideLanes <= E {
+		a2, a2Row = blk*N+ch-blk, wideLanes
+	}
 	last := r0 + T - 1
 	// The kernel reads and writes through raw pointers: make sure every
 	// row it touches is in its slice.
-	_, _, _, _ = w.delta[last*E+ch+7], w.u[last*E+ch+7], w.y[last*E+ch+7], w.xz[last*2*E+E+ch+7]
-	_, _, _ = w.dbl[last*stride+stride-1], e.a2t[l][(ch/laneWidth+1)*N*laneWidth-1], scratch[N*laneWidth-1]
-	states := state[(b*E+ch)*N : (b*E+ch+laneWidth)*N]
-	toLanes(scratch, states, N)
+	top := ch + width - 1
+	_, _, _, _ = w.delta[last*E+top], w.u[last*E+top], w.y[last*E+top], w.xz[last*2*E+E+top]
+	_, _, _ = w.dbl[last*stride+stride-1], e.a2t[l][a2+(N-1)*a2Row+width-1], scratch[N*width-1]
+	states := state[(b*E+ch)*N : (b*E+ch+width)*N]
+	toLanes(scratch, states, N, width)
 	a := laneScan{
 		delta: &w.delta[r0*E+ch], u: &w.u[r0*E+ch], y: &w.y[r0*E+ch], z: &w.xz[r0*2*E+E+ch],
-		bc: &w.dbl[r0*stride+R], a2t: &e.a2t[l][ch/laneWidth*N*laneWidth], state: &scratch[0], k: &laneK,
-		T: T, nBytes: 4 * N, rowE: 4 * E, rowZ: 8 * E, rowBC: 4 * stride,
+		bc: &w.dbl[r0*stride+R], a2t: &e.a2t[l][a2], state: &scratch[0], k: &laneK,
+		T: T, nBytes: 4 * N, rowE: 4 * E, rowZ: 8 * E, rowBC: 4 * stride, a2Row: 4 * a2Row,
 	}
-	copy(a.dtBias[:], lw.DTBias[ch:ch+laneWidth])
-	copy(a.d[:], lw.D[ch:ch+laneWidth])
-	scanLanesAVX2(&a)
-	fromLanes(states, scratch, N)
+	copy(a.dtBias[:], lw.DTBias[ch:ch+width])
+	copy(a.d[:], lw.D[ch:ch+width])
+	if width == wideLanes {
+		scanLanesAVX512(&a)
+	} else {
+		scanLanesAVX2(&a)
+	}
+	fromLanes(states, scratch, N, width)
 }
 
 // laneConv holds one lane call's operands for the conv; lanes_amd64.s reads
@@ -161,7 +189,7 @@ func (e *Engine) convLanes(w *work, l int, b, ch int, state, win []float32) {
 	last := r0 + T - 1
 	_, _, _, _ = w.xz[last*2*E+ch+7], w.u[last*E+ch+7], win[K*laneWidth-1], wt[K*laneWidth-1]
 	windows := state[(b*E+ch)*K : (b*E+ch+laneWidth)*K]
-	toLanes(win, windows, K)
+	toLanes(win, windows, K, laneWidth)
 	a := laneConv{
 		xs: &w.xz[r0*2*E+ch], u: &w.u[r0*E+ch], win: &win[0], w: &wt[0], k: &laneK,
 		T: T, km1Bytes: 4 * laneWidth * (K - 1), rowX: 8 * E, rowU: 4 * E,
@@ -170,7 +198,7 @@ func (e *Engine) convLanes(w *work, l int, b, ch int, state, win []float32) {
 		copy(a.bias[:], lw.ConvBias[ch:ch+laneWidth])
 	}
 	convLanesAVX2(&a)
-	fromLanes(windows, win, K)
+	fromLanes(windows, win, K, laneWidth)
 }
 
 // A GEMM of a few rows against a weight matrix (a decode step of up to

@@ -14,8 +14,12 @@
 #define ROWE 80
 #define ROWZ 88
 #define ROWBC 96
-#define DTBIAS 104
-#define DSKIP 136
+#define A2ROW 104
+#define DTBIAS 112
+#define DSKIP 176
+
+// PREFETCH is log2 of how many positions ahead the scan asks for rows.
+#define PREFETCH 2
 
 // laneK's vectors (lanes.go), as offsets from R13. Y8-Y12 hold the first
 // ones that every exp2 needs: -126, 1/2, ln 2, 1 and 127.
@@ -106,6 +110,19 @@ TEXT ·scanLanesAVX2(SB), NOSPLIT, $0-8
 	LOADK
 
 position:
+	// Ask for the rows PREFETCH positions ahead: rows lie 6 KB or more
+	// apart, past the reach of the hardware's streams within a page.
+	MOVQ ROWE(AX), DX
+	SHLQ $PREFETCH, DX
+	PREFETCHT0 (DI)(DX*1)
+	PREFETCHT0 (SI)(DX*1)
+	PREFETCHT0 (R9)(DX*1)
+	MOVQ ROWZ(AX), DX
+	SHLQ $PREFETCH, DX
+	PREFETCHT0 (R8)(DX*1)
+	MOVQ ROWBC(AX), DX
+	SHLQ $PREFETCH, DX
+	PREFETCHT0 (R10)(DX*1)
 	// dt = softplus(x), x = delta + dt_bias: max(x, 0) + log1p(y) with
 	// y = e^-|x|, log1p(y) = 2·sv·(1 + sv²/3 + ... + sv^10/11), sv = y/(2+y).
 	VMOVUPS (DI), Y3
@@ -133,9 +150,10 @@ position:
 	MOVQ R10, DX
 	ADDQ NBYTES(AX), DX         // this position's C
 	XORQ BX, BX                 // 4·n
+	XORQ R14, R14               // n·a2Row
 
 state:
-	VMULPS (R11)(BX*8), Y0, Y3  // dt·a2_n
+	VMULPS (R11)(R14*1), Y0, Y3 // dt·a2_n
 	EXP2NEG(Y3, Y4, Y7, Y5)
 	VMULPS (R12)(BX*8), Y5, Y6  // 2^(dt·a2_n)·s_n
 	VBROADCASTSS (R10)(BX*1), Y7
@@ -144,6 +162,7 @@ state:
 	VBROADCASTSS (DX)(BX*1), Y7
 	VFMADD231PS Y7, Y6, Y2      // acc += s_n·C_n
 	ADDQ $4, BX
+	ADDQ A2ROW(AX), R14
 	CMPQ BX, NBYTES(AX)
 	JLT state
 
@@ -177,6 +196,9 @@ done:
 #define CONV_ROWU 64
 #define CONV_BIAS 72
 
+// CONV_PREFETCH is log2 of how many positions ahead the conv asks for rows.
+#define CONV_PREFETCH 3
+
 // func convLanesAVX2(a *laneConv)
 //
 // For each of a.T positions, in eight channels (lanes) at once: the window
@@ -196,6 +218,13 @@ TEXT ·convLanesAVX2(SB), NOSPLIT, $0-8
 	LOADK
 
 convposition:
+	// Ask for the rows CONV_PREFETCH positions ahead, as the scan does.
+	MOVQ CONV_ROWX(AX), DX
+	SHLQ $CONV_PREFETCH, DX
+	PREFETCHT0 (DI)(DX*1)
+	MOVQ CONV_ROWU(AX), DX
+	SHLQ $CONV_PREFETCH, DX
+	PREFETCHT0 (SI)(DX*1)
 	VMOVUPS CONV_BIAS(AX), Y2
 	XORQ BX, BX           // 32·k
 

@@ -15,13 +15,13 @@ import (
 )
 
 // TestLaneScanLayout pins the field offsets of laneScan, laneConv and
-// rowsGemm, which lanes_amd64.s uses as numbers.
+// rowsGemm, which lanes_amd64.s and lanes512_amd64.s use as numbers.
 func TestLaneScanLayout(t *testing.T) {
 	for _, c := range []struct {
 		v    any
 		want []uintptr // the offsets lanes_amd64.s #defines, in field order
 	}{
-		{laneScan{}, []uintptr{0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 136}},
+		{laneScan{}, []uintptr{0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 176}},
 		{laneConv{}, []uintptr{0, 8, 16, 24, 32, 40, 48, 56, 64, 72}},
 		{rowsGemm{}, []uintptr{0, 8, 16, 24, 32, 40, 48, 56}},
 	} {
@@ -187,23 +187,27 @@ func TestScanLanesMatchesChannelLoop(t *testing.T) {
 }
 
 // BenchmarkLanes times 130m-shaped prefills (B=1, T=512) and decode steps
-// (B=1 and 8) with the conv and the scan in lanes and one channel at a time,
-// the two taking turns; $MAMBAGO_TEST_BLAS names the CBLAS library for the
-// GEMMs (gonum's otherwise).
+// (B=1 and 8) with the conv and the scan one channel at a time, in lanes
+// of eight, and (with AVX-512) the scan in lanes of sixteen, the three
+// taking turns; $MAMBAGO_TEST_BLAS names the CBLAS library for the GEMMs
+// (gonum's otherwise).
 func BenchmarkLanes(b *testing.B) {
 	if !hasAVX2 {
 		b.Skip("this CPU has no AVX2/FMA")
 	}
-	defer func() { useLanes = hasAVX2 }()
+	defer func() { useLanes, useWideLanes = hasAVX2, hasAVX512 }()
 	e := New(fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1))
 	e.BLAS = blastest.Maybe(b)
 	for _, c := range []struct {
 		name string
 		B, T int // T = 0: one step
 	}{{"prefill_B1_T512", 1, 512}, {"step_B1", 1, 0}, {"step_B8", 8, 0}} {
-		for _, lanes := range []bool{false, true} {
-			b.Run(fmt.Sprintf("%s/lanes=%v", c.name, lanes), func(b *testing.B) {
-				useLanes = lanes
+		for _, width := range []int{1, laneWidth, wideLanes} {
+			if width == wideLanes && !hasAVX512 {
+				continue
+			}
+			b.Run(fmt.Sprintf("%s/lanes=%d", c.name, width), func(b *testing.B) {
+				useLanes, useWideLanes = width > 1, width == wideLanes
 				st, err := e.NewState(c.B)
 				if err != nil {
 					b.Fatal(err)
@@ -213,6 +217,7 @@ func BenchmarkLanes(b *testing.B) {
 					ids[i] = rand.Int64N(50280)
 				}
 				out := make([]float32, c.B*50280)
+				e.Timer = &StageTimer{}
 				for b.Loop() {
 					if c.T == 0 {
 						err = e.Step(st, ids, out)
@@ -222,6 +227,10 @@ func BenchmarkLanes(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
+				}
+				if c.T > 0 {
+					b.ReportMetric(e.Timer.d["scan"].Seconds()*1e3/float64(b.N), "scan_ms/op")
+					b.ReportMetric(float64(c.B*c.T*b.N)/b.Elapsed().Seconds(), "tok/s")
 				}
 			})
 		}

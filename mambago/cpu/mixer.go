@@ -363,9 +363,9 @@ func (e *Engine) conv(w *work, l int, state []float32) {
 // exp2(delta·A·log2 e), with a2 = A·log2 e) with softplus(delta + dt bias),
 // the D skip and the silu(z) gate fused in, from and into the carried SSM
 // state [B, E, N], over each sequence's tokens in the chunk (work.tokens).
-// With AVX2, eight channels at a time run in the lanes of
-// one register (scanLanes); the channels left over, or all of them without
-// AVX2, run one at a time below.
+// With AVX2, eight channels at a time run in the lanes of one register
+// (scanLanes), or sixteen with AVX-512; the channels left over, or all of
+// them without AVX2, run one at a time below.
 func (e *Engine) scan(w *work, l int, state []float32) {
 	E, R, N := e.cfg.Inner, e.cfg.DTRank, e.cfg.State
 	lw, a2 := &e.w.Layers[l], e.a2[l]
@@ -373,9 +373,14 @@ func (e *Engine) scan(w *work, l int, state []float32) {
 	channelTasks(w.B, w.T, E, func(b, e0, e1 int) {
 		if useLanes {
 			var buf [laneScratch]float32
-			scratch := laneBuffer(buf[:], N*laneWidth)
-			for ; e0+laneWidth <= e1; e0 += laneWidth {
-				e.scanLanes(w, l, b, e0, state, scratch)
+			scratch := laneBuffer(buf[:], N*wideLanes)
+			for e0+laneWidth <= e1 {
+				width := laneWidth
+				if useWideLanes && e0%wideLanes == 0 && e0+wideLanes <= e1 {
+					width = wideLanes
+				}
+				e.scanLanes(w, l, b, e0, width, state, scratch)
+				e0 += width
 			}
 		}
 		r0, n := w.tokens(b)

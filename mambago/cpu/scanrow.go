@@ -41,6 +41,11 @@ var useAVX2 = hasAVX2
 // it off to check it against the channel-at-a-time loop.
 var useLanes = hasAVX2
 
+// useWideLanes runs the scan's lanes sixteen channels at a time where the
+// CPU has AVX-512F (scanLanesAVX512, with useLanes); tests turn it off to
+// check it against the eight-channel kernel, bit for bit.
+var useWideLanes = hasAVX512
+
 // scanConsts are exp2neg's constants, as the assembly kernel loads them:
 // the clamp, 1/2, ln 2, the polynomial from x^6 down to x^0, and 127 (as bits).
 var scanConsts = [11]float32{
