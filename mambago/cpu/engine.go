@@ -27,9 +27,9 @@ type Engine struct {
 	// [d, F] (the zero matrix without one).
 	emb, head, inputProj matrix
 	a2                   [][]float32 // per layer, A·log2(e) [E, N]: the scan's exp as exp2
-	a2t                  [][]float32 // per layer, a2 in blocks of sixteen channels [E/16][N][16] (scanLanes; transposeLanes)
-	// convT is each layer's conv weights in groups of eight channels
-	// [E/8][K][8] (convLanes).
+	a2t                  [][]float32 // per layer, a2 [E, N] in lane blocks of sixteen channels (laneBlock), as the states
+	// convT is each layer's conv weights [E, K] in lane blocks of eight
+	// channels (convLanes).
 	convT [][]float32
 	// ChunkRows bounds B·T per pass; longer prompts run in chunks along T.
 	ChunkRows int

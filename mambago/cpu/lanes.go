@@ -15,9 +15,9 @@ import (
 // softplus and silu, which at N = 16 cost more than the 16 updates. Across
 // channels every step is a vector operation: softplus of eight time steps,
 // the N updates of eight states (each state's decay exp2(dt·a2) is its
-// own), the D skip and the silu gate. The lanes keep the windows and states
-// in transposed scratch ([K][8], [N][8]) and walk all T positions in one
-// call. Where the CPU has AVX-512F, the scan takes sixteen channels a call
+// own), the D skip and the silu gate. The conv keeps its windows in
+// transposed scratch ([K][8]), the scan finds its states already in lane
+// blocks (below), and both walk all T positions in one call. Where the CPU has AVX-512F, the scan takes sixteen channels a call
 // (lanes512_amd64.s), a whole cache line of each row. Both kernels ask for
 // the rows a few positions ahead: rows lie a row of the activations apart
 // (6 KB at 130m), past the hardware prefetchers' reach, and without it a
@@ -37,14 +37,14 @@ const (
 type laneScan struct {
 	delta, u, z, y *float32 // position 0 of channel e0: dt_proj's output, the conv's, in_proj's z half, the output
 	bc             *float32 // position 0's B (N values), followed by its C
-	a2t            *float32 // A·log2(e) of the channels: row n at a2t + n·a2Row bytes
-	state          *float32 // their SSM states, [N][8] (or [N][16]), updated in place
+	a2t            *float32 // A·log2(e) of the channels: value n at a2t + n·rowN bytes
+	state          *float32 // their SSM states, laid out as a2t, updated in place
 	k              *[laneConsts][8]float32
 	T              int
 	nBytes         int                // 4·N
 	rowE, rowZ     int                // bytes from one position to the next in delta, u and y, and in z
 	rowBC          int                // bytes from one position's B to the next one's
-	a2Row          int                // bytes from one row of a2t to the next: 64 in a block of sixteen, 32 in one of eight
+	rowN           int                // bytes from one state's values to the next in a2t and state: 64 in a block of sixteen, 32 in one of eight
 	dtBias, d      [wideLanes]float32 // the first eight, or all sixteen for scanLanesAVX512
 }
 
@@ -67,30 +67,65 @@ var laneK = func() (k [laneConsts][8]float32) {
 	return k
 }()
 
-// transposeLanes returns v [E, N] (a2, or the conv weights [E, K]) in
-// blocks of width channels, [E/width][N][width]: each block's values for
-// column n side by side. Where width is 16, a last block of eight channels
-// follows where E % 16 >= 8, as [N][8]; so channel ch's block starts at
-// ch·N whatever its width. Channels past the last whole block of eight are
-// left out (the scalar loops run them).
-func transposeLanes(v []float32, E, N, width int) []float32 {
-	t := make([]float32, E/laneWidth*laneWidth*N)
-	for ch := 0; ch+laneWidth <= E; ch += width {
-		w := width
-		if ch+w > E {
-			w = laneWidth
+// Per-channel tables in lane blocks. The scan's a2 and the SSM states
+// (State.ssm, each sequence's [E, N] alone) are kept in blocks of sixteen
+// channels, [N][16]: value n of the block's channels side by side. Past the
+// last whole block of sixteen comes a block of eight where E % 16 >= 8,
+// [N][8], and past that each channel's row alone. Channel ch's block starts
+// at its first channel's ch·N whatever its width, so the layout is a
+// function of (E, N) alone, not of the CPU. The lane kernels then read and
+// update states in place: a decode step, which walks one position, had
+// spent longer copying eight or sixteen channels' states into lanes and
+// back than scanning them.
+
+// laneBlock returns where channel ch's n values sit in a table of E
+// channels in lane blocks of width (16 or 8) channels: the index of its
+// value 0 and the distance between its values (1 for a row alone).
+func laneBlock(ch, E, n, width int) (at, step int) {
+	for ; width >= laneWidth; width /= 2 {
+		if blk := ch / width * width; blk+width <= E {
+			return blk*n + ch - blk, width
 		}
-		toLanes(t[ch*N:], v[ch*N:], N, w)
 	}
+	return ch * n, 1
+}
+
+// toBlocks copies rows [E, n] into lane blocks of width channels (dst, of
+// E·n values); fromBlocks copies them back.
+func toBlocks(dst, rows []float32, E, n, width int) {
+	for ch := range E {
+		at, step := laneBlock(ch, E, n, width)
+		for i, v := range rows[ch*n : (ch+1)*n] {
+			dst[at+i*step] = v
+		}
+	}
+}
+
+// fromBlocks is toBlocks the other way: lane blocks into rows [E, n].
+func fromBlocks(rows, src []float32, E, n, width int) {
+	for ch := range E {
+		at, step := laneBlock(ch, E, n, width)
+		row := rows[ch*n : (ch+1)*n]
+		for i := range row {
+			row[i] = src[at+i*step]
+		}
+	}
+}
+
+// transposeLanes returns v [E, n] (a2, or the conv weights [E, K]) in lane
+// blocks of width channels.
+func transposeLanes(v []float32, E, n, width int) []float32 {
+	t := make([]float32, E*n)
+	toBlocks(t, v, E, n, width)
 	return t
 }
 
-// laneScratch is the floats of a lane call's scratch (its states or
-// windows, [n][8]) that a task keeps on its stack: n up to 64, every
-// d_state and conv width of the checkpoints we know. A step of 8
-// sequences at 130m made about 18,000 tasks, each of which had allocated
-// its scratch on the heap: 11 MB a step.
-const laneScratch = 64 * wideLanes
+// laneScratch is the floats of a conv lane call's scratch (its windows,
+// [K][8]), or of the scalar scan's states of one channel, that a task
+// keeps on its stack: up to 64, every d_state and conv width of the
+// checkpoints we know. A step of 8 sequences at 130m made about 18,000
+// tasks, each of which had allocated its scratch on the heap: 11 MB a step.
+const laneScratch = 64 * laneWidth
 
 // laneBuffer returns buf[:n], or a new slice where n is more than buf holds.
 func laneBuffer(buf []float32, n int) []float32 {
@@ -100,32 +135,33 @@ func laneBuffer(buf []float32, n int) []float32 {
 	return buf[:n]
 }
 
-// toLanes copies width channels' rows of n values (rows [width][n]) into
-// lanes [n][width], the layout of a lane call's states and windows;
-// fromLanes copies them back.
-func toLanes(lanes, rows []float32, n, width int) {
-	for lane := range width {
+// toLanes copies eight channels' rows of n values (rows [8][n]) into lanes
+// [n][8], the layout of a conv lane call's windows; fromLanes copies them
+// back.
+func toLanes(lanes, rows []float32, n int) {
+	for lane := range laneWidth {
 		for i, v := range rows[lane*n : (lane+1)*n] {
-			lanes[i*width+lane] = v
+			lanes[i*laneWidth+lane] = v
 		}
 	}
 }
 
-// fromLanes is toLanes the other way: lanes [n][width] into rows [width][n].
-func fromLanes(rows, lanes []float32, n, width int) {
-	for lane := range width {
+// fromLanes is toLanes the other way: lanes [n][8] into rows [8][n].
+func fromLanes(rows, lanes []float32, n int) {
+	for lane := range laneWidth {
 		row := rows[lane*n : (lane+1)*n]
 		for i := range row {
-			row[i] = lanes[i*width+lane]
+			row[i] = lanes[i*laneWidth+lane]
 		}
 	}
 }
 
-// scanLanes runs the scan of channels ch..ch+width-1 (width 8, or 16 from
-// a multiple of 16 with AVX-512) of sequence b over its tokens in the chunk
-// (work.tokens), as scan's scalar loop does for each channel, with scratch
-// [N][width] for their states.
-func (e *Engine) scanLanes(w *work, l int, b, ch, width int, state, scratch []float32) {
+// scanLanes runs the scan of channels ch..ch+width-1 (width 8 within a
+// lane block, or 16 for a whole block with AVX-512) of sequence b over its
+// tokens in the chunk (work.tokens), as scan's scalar loop does for each
+// channel, updating their states (state: the layer's, in lane blocks) in
+// place.
+func (e *Engine) scanLanes(w *work, l int, b, ch, width int, state []float32) {
 	E, R, N := e.cfg.Inner, e.cfg.DTRank, e.cfg.State
 	lw := &e.w.Layers[l]
 	stride := R + 2*N
@@ -133,24 +169,20 @@ func (e *Engine) scanLanes(w *work, l int, b, ch, width int, state, scratch []fl
 	if T == 0 {
 		return // all padding
 	}
-	// a2t's block of sixteen channels holds ch's column (or, past the last
-	// such block, its block of eight does).
-	a2, a2Row := ch*N, laneWidth
-	if blk := ch / wideLanes * wideLanes; blk+wideLanes <= E {
-		a2, a2Row = blk*N+ch-blk, wideLanes
-	}
+	// a2t and the states share their layout: ch's column of its block.
+	at, step := laneBlock(ch, E, N, wideLanes)
+	states := state[b*E*N:]
 	last := r0 + T - 1
 	// The kernel reads and writes through raw pointers: make sure every
 	// row it touches is in its slice.
 	top := ch + width - 1
 	_, _, _, _ = w.delta[last*E+top], w.u[last*E+top], w.y[last*E+top], w.xz[last*2*E+E+top]
-	_, _, _ = w.dbl[last*stride+stride-1], e.a2t[l][a2+(N-1)*a2Row+width-1], scratch[N*width-1]
-	states := state[(b*E+ch)*N : (b*E+ch+width)*N]
-	toLanes(scratch, states, N, width)
+	_, _ = e.a2t[l][at+(N-1)*step+width-1], states[at+(N-1)*step+width-1]
+	_ = w.dbl[last*stride+stride-1]
 	a := laneScan{
 		delta: &w.delta[r0*E+ch], u: &w.u[r0*E+ch], y: &w.y[r0*E+ch], z: &w.xz[r0*2*E+E+ch],
-		bc: &w.dbl[r0*stride+R], a2t: &e.a2t[l][a2], state: &scratch[0], k: &laneK,
-		T: T, nBytes: 4 * N, rowE: 4 * E, rowZ: 8 * E, rowBC: 4 * stride, a2Row: 4 * a2Row,
+		bc: &w.dbl[r0*stride+R], a2t: &e.a2t[l][at], state: &states[at], k: &laneK,
+		T: T, nBytes: 4 * N, rowE: 4 * E, rowZ: 8 * E, rowBC: 4 * stride, rowN: 4 * step,
 	}
 	copy(a.dtBias[:], lw.DTBias[ch:ch+width])
 	copy(a.d[:], lw.D[ch:ch+width])
@@ -159,7 +191,6 @@ func (e *Engine) scanLanes(w *work, l int, b, ch, width int, state, scratch []fl
 	} else {
 		scanLanesAVX2(&a)
 	}
-	fromLanes(states, scratch, N, width)
 }
 
 // laneConv holds one lane call's operands for the conv; lanes_amd64.s reads
@@ -189,7 +220,7 @@ func (e *Engine) convLanes(w *work, l int, b, ch int, state, win []float32) {
 	last := r0 + T - 1
 	_, _, _, _ = w.xz[last*2*E+ch+7], w.u[last*E+ch+7], win[K*laneWidth-1], wt[K*laneWidth-1]
 	windows := state[(b*E+ch)*K : (b*E+ch+laneWidth)*K]
-	toLanes(win, windows, K, laneWidth)
+	toLanes(win, windows, K)
 	a := laneConv{
 		xs: &w.xz[r0*2*E+ch], u: &w.u[r0*E+ch], win: &win[0], w: &wt[0], k: &laneK,
 		T: T, km1Bytes: 4 * laneWidth * (K - 1), rowX: 8 * E, rowU: 4 * E,
@@ -198,7 +229,7 @@ func (e *Engine) convLanes(w *work, l int, b, ch int, state, win []float32) {
 		copy(a.bias[:], lw.ConvBias[ch:ch+laneWidth])
 	}
 	convLanesAVX2(&a)
-	fromLanes(windows, win, K, laneWidth)
+	fromLanes(windows, win, K)
 }
 
 // A GEMM of a few rows against a weight matrix (a decode step of up to

@@ -18,7 +18,7 @@
 #define ROWE 80
 #define ROWZ 88
 #define ROWBC 96
-#define A2ROW 104
+#define ROWN 104
 #define DTBIAS 112
 #define DSKIP 176
 
@@ -84,8 +84,8 @@
 
 // func scanLanesAVX512(a *laneScan)
 //
-// scanLanesAVX2 in sixteen channels at once: a.a2t and a.state are
-// [N][16], and a.dtBias and a.d hold sixteen values.
+// scanLanesAVX2 in sixteen channels at once, a whole lane block of a.a2t
+// and a.state ([N][16]); a.dtBias and a.d hold sixteen values.
 TEXT ·scanLanesAVX512(SB), NOSPLIT, $0-8
 	MOVQ a+0(FP), AX
 	MOVQ DELTA(AX), DI
@@ -158,7 +158,7 @@ position:
 	MOVQ R10, DX
 	ADDQ NBYTES(AX), DX         // this position's C
 	XORQ BX, BX                 // 4·n
-	XORQ R14, R14               // 64·n, the rows of a2t and of the states
+	XORQ R14, R14               // n·rowN, in a2t and the states
 
 state:
 	VMULPS (R11)(R14*1), Z0, Z3 // dt·a2_n
@@ -170,7 +170,7 @@ state:
 	VBROADCASTSS (DX)(BX*1), Z7
 	VFMADD231PS Z7, Z6, Z2      // acc += s_n·C_n
 	ADDQ $4, BX
-	ADDQ $64, R14
+	ADDQ ROWN(AX), R14
 	CMPQ BX, NBYTES(AX)
 	JLT state
 

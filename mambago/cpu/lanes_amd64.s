@@ -14,7 +14,7 @@
 #define ROWE 80
 #define ROWZ 88
 #define ROWBC 96
-#define A2ROW 104
+#define ROWN 104
 #define DTBIAS 112
 #define DSKIP 176
 
@@ -150,19 +150,19 @@ position:
 	MOVQ R10, DX
 	ADDQ NBYTES(AX), DX         // this position's C
 	XORQ BX, BX                 // 4·n
-	XORQ R14, R14               // n·a2Row
+	XORQ R14, R14               // n·rowN
 
 state:
 	VMULPS (R11)(R14*1), Y0, Y3 // dt·a2_n
 	EXP2NEG(Y3, Y4, Y7, Y5)
-	VMULPS (R12)(BX*8), Y5, Y6  // 2^(dt·a2_n)·s_n
+	VMULPS (R12)(R14*1), Y5, Y6 // 2^(dt·a2_n)·s_n
 	VBROADCASTSS (R10)(BX*1), Y7
 	VFMADD231PS Y7, Y1, Y6      // + dt·u·B_n
-	VMOVUPS Y6, (R12)(BX*8)
+	VMOVUPS Y6, (R12)(R14*1)
 	VBROADCASTSS (DX)(BX*1), Y7
 	VFMADD231PS Y7, Y6, Y2      // acc += s_n·C_n
 	ADDQ $4, BX
-	ADDQ A2ROW(AX), R14
+	ADDQ ROWN(AX), R14
 	CMPQ BX, NBYTES(AX)
 	JLT state
 

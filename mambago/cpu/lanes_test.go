@@ -334,3 +334,44 @@ func TestStoredEngineDropsFloat32(t *testing.T) {
 		t.Fatal("a float32 engine copied its matrices")
 	}
 }
+
+// TestLaneBlocksArePermutations checks that laneBlock places every value of
+// a table of E channels × n values at its own index, for tables with and
+// without a block of eight and single channels past the blocks of sixteen,
+// and that a State's SSM state reads back as it was set, [B, E, N].
+func TestLaneBlocksArePermutations(t *testing.T) {
+	for _, E := range []int{2, 6, 8, 12, 16, 24, 28, 32, 40, 100, 104, 120, 1536} {
+		for _, n := range []int{1, 3, 16} {
+			seen := make([]bool, E*n)
+			for ch := range E {
+				at, step := laneBlock(ch, E, n, wideLanes)
+				for i := range n {
+					if j := at + i*step; j < 0 || j >= E*n || seen[j] {
+						t.Fatalf("E=%d n=%d: channel %d value %d lands at %d, outside or taken", E, n, ch, i, j)
+					} else {
+						seen[j] = true
+					}
+				}
+			}
+		}
+	}
+	for _, d := range []int{3, 6, 50, 52, 60} { // E = 6, 12, 100, 104, 120
+		cfg := fixture.Shape(d, 2, 50)
+		e := New(fixture.RandomWeights(cfg, rand.Uint64()))
+		st, err := e.NewState(3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := randVec(3 * cfg.Inner * cfg.State)
+		if err := st.SetSSMState(1, v); err != nil {
+			t.Fatal(err)
+		}
+		got, err := st.SSMState(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, v) {
+			t.Fatalf("d=%d: the SSM state read back differs from the one set", d)
+		}
+	}
+}

@@ -362,38 +362,46 @@ func (e *Engine) conv(w *work, l int, state []float32) {
 // scan runs layer l's selective scan (exp(delta·A) computed as
 // exp2(delta·A·log2 e), with a2 = A·log2 e) with softplus(delta + dt bias),
 // the D skip and the silu(z) gate fused in, from and into the carried SSM
-// state [B, E, N], over each sequence's tokens in the chunk (work.tokens).
-// With AVX2, eight channels at a time run in the lanes of one register
-// (scanLanes), or sixteen with AVX-512; the channels left over, or all of
-// them without AVX2, run one at a time below.
+// state (each sequence's [E, N] in lane blocks: laneBlock), over each
+// sequence's tokens in the chunk (work.tokens). With AVX2, eight channels
+// at a time run in the lanes of one register (scanLanes), or sixteen with
+// AVX-512; the channels left over, or all of them without AVX2, run one at
+// a time below, each over all its positions with its states gathered.
 func (e *Engine) scan(w *work, l int, state []float32) {
 	E, R, N := e.cfg.Inner, e.cfg.DTRank, e.cfg.State
 	lw, a2 := &e.w.Layers[l], e.a2[l]
 	stride := R + 2*N
 	channelTasks(w.B, w.T, E, func(b, e0, e1 int) {
 		if useLanes {
-			var buf [laneScratch]float32
-			scratch := laneBuffer(buf[:], N*wideLanes)
-			for e0+laneWidth <= e1 {
+			for e0%laneWidth == 0 && e0+laneWidth <= e1 {
 				width := laneWidth
 				if useWideLanes && e0%wideLanes == 0 && e0+wideLanes <= e1 {
 					width = wideLanes
 				}
-				e.scanLanes(w, l, b, e0, width, state, scratch)
+				e.scanLanes(w, l, b, e0, width, state)
 				e0 += width
 			}
 		}
+		states := state[b*E*N : (b+1)*E*N]
+		var buf [laneScratch]float32
+		s := laneBuffer(buf[:], N)
 		r0, n := w.tokens(b)
-		for r := r0; r < r0+n; r++ {
-			Bt := w.dbl[r*stride+R : r*stride+R+N]
-			Ct := w.dbl[r*stride+R+N : (r+1)*stride]
-			for ch := e0; ch < e1; ch++ {
+		for ch := e0; ch < e1; ch++ {
+			at, step := laneBlock(ch, E, N, wideLanes)
+			for i := range s {
+				s[i] = states[at+i*step]
+			}
+			for r := r0; r < r0+n; r++ {
+				Bt := w.dbl[r*stride+R : r*stride+R+N]
+				Ct := w.dbl[r*stride+R+N : (r+1)*stride]
 				dt := softplus(w.delta[r*E+ch] + lw.DTBias[ch])
 				u := w.u[r*E+ch]
-				s := state[(b*E+ch)*N : (b*E+ch+1)*N]
 				acc := scanRow(s, a2[ch*N:(ch+1)*N], Bt, Ct, dt, dt*u)
 				y := acc + lw.D[ch]*u
 				w.y[r*E+ch] = y * silu(w.xz[r*2*E+E+ch])
+			}
+			for i, v := range s {
+				states[at+i*step] = v
 			}
 		}
 	})

@@ -8,7 +8,9 @@ import (
 )
 
 // State is the CPU engine's carried state: per layer, the conv window
-// [B, E, K] and the SSM state [B, E, N], both float32.
+// [B, E, K] and the SSM state [B, E, N], both float32. The engine keeps
+// each sequence's SSM state [E, N] in lane blocks (laneBlock), which its
+// scan kernels update in place; SSMState and SetSSMState convert.
 type State struct {
 	mu    sync.Mutex // held by every call that reads or writes the state
 	owner *Engine
@@ -32,34 +34,46 @@ func (s *State) Reset() {
 
 // ConvState returns a copy of layer's conv window, [B, E, K].
 func (s *State) ConvState(layer int) ([]float32, error) {
-	return s.get(s.conv, layer)
+	return s.get(s.conv, layer, false)
 }
 
 // SSMState returns a copy of layer's SSM state, [B, E, N].
 func (s *State) SSMState(layer int) ([]float32, error) {
-	return s.get(s.ssm, layer)
+	return s.get(s.ssm, layer, true)
 }
 
 // SetConvState overwrites layer's conv window, [B, E, K].
 func (s *State) SetConvState(layer int, v []float32) error {
-	return s.set(s.conv, layer, v, "conv state")
+	return s.set(s.conv, layer, v, "conv state", false)
 }
 
 // SetSSMState overwrites layer's SSM state, [B, E, N].
 func (s *State) SetSSMState(layer int, v []float32) error {
-	return s.set(s.ssm, layer, v, "ssm state")
+	return s.set(s.ssm, layer, v, "ssm state", true)
 }
 
-func (s *State) get(all [][]float32, layer int) ([]float32, error) {
+// get returns a copy of layer's values in all, from lane blocks (each
+// sequence's [E, N]) where blocks is set.
+func (s *State) get(all [][]float32, layer int, blocks bool) ([]float32, error) {
 	if err := engine.CheckLayer(s.owner.cfg, layer); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]float32(nil), all[layer]...), nil
+	if !blocks {
+		return append([]float32(nil), all[layer]...), nil
+	}
+	E, N := s.owner.cfg.Inner, s.owner.cfg.State
+	out := make([]float32, len(all[layer]))
+	for b := range s.batch {
+		fromBlocks(out[b*E*N:(b+1)*E*N], all[layer][b*E*N:], E, N, wideLanes)
+	}
+	return out, nil
 }
 
-func (s *State) set(all [][]float32, layer int, v []float32, what string) error {
+// set overwrites layer's values in all with v, into lane blocks (each
+// sequence's [E, N]) where blocks is set.
+func (s *State) set(all [][]float32, layer int, v []float32, what string, blocks bool) error {
 	if err := engine.CheckLayer(s.owner.cfg, layer); err != nil {
 		return err
 	}
@@ -71,7 +85,14 @@ func (s *State) set(all [][]float32, layer int, v []float32, what string) error 
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	copy(all[layer], v)
+	if !blocks {
+		copy(all[layer], v)
+		return nil
+	}
+	E, N := s.owner.cfg.Inner, s.owner.cfg.State
+	for b := range s.batch {
+		toBlocks(all[layer][b*E*N:], v[b*E*N:(b+1)*E*N], E, N, wideLanes)
+	}
 	return nil
 }
 
