@@ -90,24 +90,26 @@ func laneBlock(ch, E, n, width int) (at, step int) {
 	return ch * n, 1
 }
 
-// toBlocks copies rows [E, n] into lane blocks of width channels (dst, of
-// E·n values); fromBlocks copies them back.
-func toBlocks(dst, rows []float32, E, n, width int) {
-	for ch := range E {
+// rowsToBlocks copies rows [e1-e0][n], channels e0..e1-1 of a table of E
+// channels, into the table's lane blocks of width channels (blocks, E·n
+// values); blocksToRows copies them back.
+func rowsToBlocks(blocks, rows []float32, e0, e1, E, n, width int) {
+	for ch := e0; ch < e1; ch++ {
 		at, step := laneBlock(ch, E, n, width)
-		for i, v := range rows[ch*n : (ch+1)*n] {
-			dst[at+i*step] = v
+		for i, v := range rows[(ch-e0)*n : (ch-e0+1)*n] {
+			blocks[at+i*step] = v
 		}
 	}
 }
 
-// fromBlocks is toBlocks the other way: lane blocks into rows [E, n].
-func fromBlocks(rows, src []float32, E, n, width int) {
-	for ch := range E {
+// blocksToRows is rowsToBlocks the other way: channels e0..e1-1 of a table
+// in lane blocks into rows [e1-e0][n].
+func blocksToRows(rows, blocks []float32, e0, e1, E, n, width int) {
+	for ch := e0; ch < e1; ch++ {
 		at, step := laneBlock(ch, E, n, width)
-		row := rows[ch*n : (ch+1)*n]
+		row := rows[(ch-e0)*n : (ch-e0+1)*n]
 		for i := range row {
-			row[i] = src[at+i*step]
+			row[i] = blocks[at+i*step]
 		}
 	}
 }
@@ -116,7 +118,7 @@ func fromBlocks(rows, src []float32, E, n, width int) {
 // blocks of width channels.
 func transposeLanes(v []float32, E, n, width int) []float32 {
 	t := make([]float32, E*n)
-	toBlocks(t, v, E, n, width)
+	rowsToBlocks(t, v, 0, E, E, n, width)
 	return t
 }
 

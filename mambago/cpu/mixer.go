@@ -366,7 +366,7 @@ func (e *Engine) conv(w *work, l int, state []float32) {
 // sequence's tokens in the chunk (work.tokens). With AVX2, eight channels
 // at a time run in the lanes of one register (scanLanes), or sixteen with
 // AVX-512; the channels left over, or all of them without AVX2, run one at
-// a time below, each over all its positions with its states gathered.
+// a time below, their states gathered into rows for the call.
 func (e *Engine) scan(w *work, l int, state []float32) {
 	E, R, N := e.cfg.Inner, e.cfg.DTRank, e.cfg.State
 	lw, a2 := &e.w.Layers[l], e.a2[l]
@@ -382,27 +382,26 @@ func (e *Engine) scan(w *work, l int, state []float32) {
 				e0 += width
 			}
 		}
+		if e0 == e1 {
+			return
+		}
+		// The channels left over, with their states gathered into rows.
 		states := state[b*E*N : (b+1)*E*N]
 		var buf [laneScratch]float32
-		s := laneBuffer(buf[:], N)
+		rows := laneBuffer(buf[:], (e1-e0)*N)
+		blocksToRows(rows, states, e0, e1, E, N, wideLanes)
 		r0, n := w.tokens(b)
-		for ch := e0; ch < e1; ch++ {
-			at, step := laneBlock(ch, E, N, wideLanes)
-			for i := range s {
-				s[i] = states[at+i*step]
-			}
-			for r := r0; r < r0+n; r++ {
-				Bt := w.dbl[r*stride+R : r*stride+R+N]
-				Ct := w.dbl[r*stride+R+N : (r+1)*stride]
+		for r := r0; r < r0+n; r++ {
+			Bt := w.dbl[r*stride+R : r*stride+R+N]
+			Ct := w.dbl[r*stride+R+N : (r+1)*stride]
+			for ch := e0; ch < e1; ch++ {
 				dt := softplus(w.delta[r*E+ch] + lw.DTBias[ch])
 				u := w.u[r*E+ch]
-				acc := scanRow(s, a2[ch*N:(ch+1)*N], Bt, Ct, dt, dt*u)
+				acc := scanRow(rows[(ch-e0)*N:(ch-e0+1)*N], a2[ch*N:(ch+1)*N], Bt, Ct, dt, dt*u)
 				y := acc + lw.D[ch]*u
 				w.y[r*E+ch] = y * silu(w.xz[r*2*E+E+ch])
 			}
-			for i, v := range s {
-				states[at+i*step] = v
-			}
 		}
+		rowsToBlocks(states, rows, e0, e1, E, N, wideLanes)
 	})
 }

@@ -66,7 +66,7 @@ func (s *State) get(all [][]float32, layer int, blocks bool) ([]float32, error) 
 	E, N := s.owner.cfg.Inner, s.owner.cfg.State
 	out := make([]float32, len(all[layer]))
 	for b := range s.batch {
-		fromBlocks(out[b*E*N:(b+1)*E*N], all[layer][b*E*N:], E, N, wideLanes)
+		blocksToRows(out[b*E*N:(b+1)*E*N], all[layer][b*E*N:], 0, E, E, N, wideLanes)
 	}
 	return out, nil
 }
@@ -91,7 +91,7 @@ func (s *State) set(all [][]float32, layer int, v []float32, what string, blocks
 	}
 	E, N := s.owner.cfg.Inner, s.owner.cfg.State
 	for b := range s.batch {
-		toBlocks(all[layer][b*E*N:], v[b*E*N:(b+1)*E*N], E, N, wideLanes)
+		rowsToBlocks(all[layer][b*E*N:], v[b*E*N:(b+1)*E*N], 0, E, E, N, wideLanes)
 	}
 	return nil
 }
