@@ -4,45 +4,7 @@
 // It keeps its constants in Z8-Z29; VZEROUPPER clears Z0-Z15's upper
 // halves at its end, and Z16-Z31 have no SSE encodings to slow.
 
-// laneScan's fields (lanes.go; TestLaneScanLayout pins them).
-#define DELTA 0
-#define U 8
-#define Z 16
-#define Y 24
-#define BC 32
-#define A2T 40
-#define STATE 48
-#define KONST 56
-#define POSITIONS 64
-#define NBYTES 72
-#define ROWE 80
-#define ROWZ 88
-#define ROWBC 96
-#define ROWN 104
-#define DTBIAS 112
-#define DSKIP 176
-
-// PREFETCH is log2 of how many positions ahead the kernel asks for rows.
-#define PREFETCH 2
-
-// laneK's rows (lanes.go), as offsets from R13; each holds one constant.
-#define K_CLAMP 0
-#define K_HALF 32
-#define K_LN2 64
-#define K_P6 96
-#define K_P5 128
-#define K_P4 160
-#define K_P3 192
-#define K_ONE 224
-#define K_LOG2E 288
-#define K_ABS 320
-#define K_TWO 352
-#define K_TWENTY 384
-#define K_S11 416
-#define K_S9 448
-#define K_S7 480
-#define K_S5 512
-#define K_S3 544
+#include "lanes_amd64.h"
 
 // EXP2NEG16 sets P to 2^X for X <= 0 in sixteen lanes, with the steps of
 // lanes_amd64.s's EXP2NEG (so the same bits): X clamped to -126,
@@ -87,16 +49,7 @@
 // scanLanesAVX2 in sixteen channels at once, a whole lane block of a.a2t
 // and a.state ([N][16]); a.dtBias and a.d hold sixteen values.
 TEXT ·scanLanesAVX512(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ DELTA(AX), DI
-	MOVQ U(AX), SI
-	MOVQ Z(AX), R8
-	MOVQ Y(AX), R9
-	MOVQ BC(AX), R10
-	MOVQ A2T(AX), R11
-	MOVQ STATE(AX), R12
-	MOVQ KONST(AX), R13
-	MOVQ POSITIONS(AX), CX
+	SCANARGS
 	TESTQ CX, CX
 	JLE done
 	VBROADCASTSS K_CLAMP(R13), Z8
@@ -121,19 +74,7 @@ TEXT ·scanLanesAVX512(SB), NOSPLIT, $0-8
 	VMOVUPS DSKIP(AX), Z29
 
 position:
-	// Ask for the rows PREFETCH positions ahead: rows lie 6 KB or more
-	// apart, past the reach of the hardware's streams within a page.
-	MOVQ ROWE(AX), DX
-	SHLQ $PREFETCH, DX
-	PREFETCHT0 (DI)(DX*1)
-	PREFETCHT0 (SI)(DX*1)
-	PREFETCHT0 (R9)(DX*1)
-	MOVQ ROWZ(AX), DX
-	SHLQ $PREFETCH, DX
-	PREFETCHT0 (R8)(DX*1)
-	MOVQ ROWBC(AX), DX
-	SHLQ $PREFETCH, DX
-	PREFETCHT0 (R10)(DX*1)
+	SCANAHEAD
 	// dt = softplus(delta + dt_bias), as scanLanesAVX2.
 	VADDPS (DI), Z28, Z3
 	NEGEXP16(Z3, Z4, Z6, Z5)    // Z5 = y
@@ -180,11 +121,7 @@ state:
 	SILU16(Z3, Z4, Z6, Z7, Z5)
 	VMULPS Z5, Z2, Z2
 	VMOVUPS Z2, (R9)
-	ADDQ ROWE(AX), DI
-	ADDQ ROWE(AX), SI
-	ADDQ ROWE(AX), R9
-	ADDQ ROWZ(AX), R8
-	ADDQ ROWBC(AX), R10
+	NEXTPOSITION
 	DECQ CX
 	JNZ position
 

@@ -1,50 +1,15 @@
 #include "textflag.h"
 
-// laneScan's fields (lanes.go; TestLaneScanLayout pins them).
-#define DELTA 0
-#define U 8
-#define Z 16
-#define Y 24
-#define BC 32
-#define A2T 40
-#define STATE 48
-#define KONST 56
-#define POSITIONS 64
-#define NBYTES 72
-#define ROWE 80
-#define ROWZ 88
-#define ROWBC 96
-#define ROWN 104
-#define DTBIAS 112
-#define DSKIP 176
-
-// PREFETCH is log2 of how many positions ahead the scan asks for rows.
-#define PREFETCH 2
-
-// laneK's vectors (lanes.go), as offsets from R13. Y8-Y12 hold the first
-// ones that every exp2 needs: -126, 1/2, ln 2, 1 and 127.
-#define K_P6 96
-#define K_P5 128
-#define K_P4 160
-#define K_P3 192
-#define K_LOG2E 288
-#define K_ABS 320
-#define K_TWO 352
-#define K_TWENTY 384
-#define K_S11 416
-#define K_S9 448
-#define K_S7 480
-#define K_S5 512
-#define K_S3 544
+#include "lanes_amd64.h"
 
 // LOADK loads the constants every exp2 needs, from laneK at R13, into
 // Y8-Y12: -126, 1/2, ln 2, 1 and 127 (as int32).
 #define LOADK \
-	VMOVUPS 0(R13), Y8; \
-	VMOVUPS 32(R13), Y9; \
-	VMOVUPS 64(R13), Y10; \
-	VMOVUPS 224(R13), Y11; \
-	VMOVUPS 256(R13), Y12
+	VMOVUPS K_CLAMP(R13), Y8; \
+	VMOVUPS K_HALF(R13), Y9; \
+	VMOVUPS K_LN2(R13), Y10; \
+	VMOVUPS K_ONE(R13), Y11; \
+	VMOVUPS K_127(R13), Y12
 
 // EXP2NEG sets P to 2^X for X <= 0 in eight lanes, as exp2neg (mathx.go)
 // does: X clamped to -126, k = trunc(X - 1/2), a degree-6 polynomial of
@@ -95,34 +60,13 @@
 //   y   = (acc + D·u)·silu(z)
 // as scan's scalar loop computes each channel (mixer.go).
 TEXT ·scanLanesAVX2(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ DELTA(AX), DI
-	MOVQ U(AX), SI
-	MOVQ Z(AX), R8
-	MOVQ Y(AX), R9
-	MOVQ BC(AX), R10
-	MOVQ A2T(AX), R11
-	MOVQ STATE(AX), R12
-	MOVQ KONST(AX), R13
-	MOVQ POSITIONS(AX), CX
+	SCANARGS
 	TESTQ CX, CX
 	JLE done
 	LOADK
 
 position:
-	// Ask for the rows PREFETCH positions ahead: rows lie 6 KB or more
-	// apart, past the reach of the hardware's streams within a page.
-	MOVQ ROWE(AX), DX
-	SHLQ $PREFETCH, DX
-	PREFETCHT0 (DI)(DX*1)
-	PREFETCHT0 (SI)(DX*1)
-	PREFETCHT0 (R9)(DX*1)
-	MOVQ ROWZ(AX), DX
-	SHLQ $PREFETCH, DX
-	PREFETCHT0 (R8)(DX*1)
-	MOVQ ROWBC(AX), DX
-	SHLQ $PREFETCH, DX
-	PREFETCHT0 (R10)(DX*1)
+	SCANAHEAD
 	// dt = softplus(x), x = delta + dt_bias: max(x, 0) + log1p(y) with
 	// y = e^-|x|, log1p(y) = 2·sv·(1 + sv²/3 + ... + sv^10/11), sv = y/(2+y).
 	VMOVUPS (DI), Y3
@@ -172,11 +116,7 @@ state:
 	SILU(Y3, Y4, Y6, Y7, Y5)
 	VMULPS Y5, Y2, Y2
 	VMOVUPS Y2, (R9)
-	ADDQ ROWE(AX), DI
-	ADDQ ROWE(AX), SI
-	ADDQ ROWE(AX), R9
-	ADDQ ROWZ(AX), R8
-	ADDQ ROWBC(AX), R10
+	NEXTPOSITION
 	DECQ CX
 	JNZ position
 
@@ -195,9 +135,6 @@ done:
 #define CONV_ROWX 56
 #define CONV_ROWU 64
 #define CONV_BIAS 72
-
-// CONV_PREFETCH is log2 of how many positions ahead the conv asks for rows.
-#define CONV_PREFETCH 3
 
 // func convLanesAVX2(a *laneConv)
 //
@@ -218,12 +155,9 @@ TEXT ·convLanesAVX2(SB), NOSPLIT, $0-8
 	LOADK
 
 convposition:
-	// Ask for the rows CONV_PREFETCH positions ahead, as the scan does.
-	MOVQ CONV_ROWX(AX), DX
-	SHLQ $CONV_PREFETCH, DX
+	AHEAD(CONV_ROWX, CONV_AHEAD)
 	PREFETCHT0 (DI)(DX*1)
-	MOVQ CONV_ROWU(AX), DX
-	SHLQ $CONV_PREFETCH, DX
+	AHEAD(CONV_ROWU, CONV_AHEAD)
 	PREFETCHT0 (SI)(DX*1)
 	VMOVUPS CONV_BIAS(AX), Y2
 	XORQ BX, BX           // 32·k

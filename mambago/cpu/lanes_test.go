@@ -15,7 +15,7 @@ import (
 )
 
 // TestLaneScanLayout pins the field offsets of laneScan, laneConv and
-// rowsGemm, which lanes_amd64.s and lanes512_amd64.s use as numbers.
+// rowsGemm, which lanes_amd64.h and lanes_amd64.s use as numbers.
 func TestLaneScanLayout(t *testing.T) {
 	for _, c := range []struct {
 		v    any

@@ -1,0 +1,87 @@
+// Definitions shared by lanes_amd64.s and lanes512_amd64.s.
+
+// laneScan's fields (lanes.go; TestLaneScanLayout pins them).
+#define DELTA 0
+#define U 8
+#define Z 16
+#define Y 24
+#define BC 32
+#define A2T 40
+#define STATE 48
+#define KONST 56
+#define POSITIONS 64
+#define NBYTES 72
+#define ROWE 80
+#define ROWZ 88
+#define ROWBC 96
+#define ROWN 104
+#define DTBIAS 112
+#define DSKIP 176
+
+// SCANARGS loads a scan lane call's laneScan (the argument a) into AX, its
+// pointers into DI (delta), SI (u), R8 (z), R9 (y), R10 (B, C), R11 (a2t),
+// R12 (the states) and R13 (laneK), and its positions into CX.
+#define SCANARGS \
+	MOVQ a+0(FP), AX; \
+	MOVQ DELTA(AX), DI; \
+	MOVQ U(AX), SI; \
+	MOVQ Z(AX), R8; \
+	MOVQ Y(AX), R9; \
+	MOVQ BC(AX), R10; \
+	MOVQ A2T(AX), R11; \
+	MOVQ STATE(AX), R12; \
+	MOVQ KONST(AX), R13; \
+	MOVQ POSITIONS(AX), CX
+
+// NEXTPOSITION moves SCANARGS' row pointers on by one position.
+#define NEXTPOSITION \
+	ADDQ ROWE(AX), DI; \
+	ADDQ ROWE(AX), SI; \
+	ADDQ ROWE(AX), R9; \
+	ADDQ ROWZ(AX), R8; \
+	ADDQ ROWBC(AX), R10
+
+// laneK's rows (lanes.go), as offsets from R13; each holds one constant.
+#define K_CLAMP 0
+#define K_HALF 32
+#define K_LN2 64
+#define K_P6 96
+#define K_P5 128
+#define K_P4 160
+#define K_P3 192
+#define K_ONE 224
+#define K_127 256
+#define K_LOG2E 288
+#define K_ABS 320
+#define K_TWO 352
+#define K_TWENTY 384
+#define K_S11 416
+#define K_S9 448
+#define K_S7 480
+#define K_S5 512
+#define K_S3 544
+
+// The lane kernels ask for their rows a few positions ahead: the rows of
+// the activations lie 6 KB or more apart (at 130m), past the hardware
+// streams' page, so that only the L1 stride prefetcher followed them, one
+// row ahead. SCAN_AHEAD and CONV_AHEAD are log2 of how many positions.
+#define SCAN_AHEAD 2
+#define CONV_AHEAD 3
+
+// AHEAD sets DX to the bytes of 2^SHIFT positions of a row stride, the
+// struct field at FIELD(AX).
+#define AHEAD(FIELD, SHIFT) \
+	MOVQ FIELD(AX), DX; \
+	SHLQ $SHIFT, DX
+
+// SCANAHEAD asks for delta, u and y (DI, SI, R9), z (R8) and B/C (R10)
+// SCAN_AHEAD positions ahead; it overwrites DX.
+#define SCANAHEAD \
+	AHEAD(ROWE, SCAN_AHEAD); \
+	PREFETCHT0 (DI)(DX*1); \
+	PREFETCHT0 (SI)(DX*1); \
+	PREFETCHT0 (R9)(DX*1); \
+	AHEAD(ROWZ, SCAN_AHEAD); \
+	PREFETCHT0 (R8)(DX*1); \
+	AHEAD(ROWBC, SCAN_AHEAD); \
+	PREFETCHT0 (R10)(DX*1)
