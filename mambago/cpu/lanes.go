@@ -15,9 +15,8 @@ import (
 // softplus and silu, which at N = 16 cost more than the 16 updates. Across
 // channels every step is a vector operation: softplus of eight time steps,
 // the N updates of eight states (each state's decay exp2(dt·a2) is its
-// own), the D skip and the silu gate. The conv keeps its windows in
-// transposed scratch ([K][8]), the scan finds its states already in lane
-// blocks (below), and both walk all T positions in one call. Where the CPU has AVX-512F, the scan takes sixteen channels a call
+// own), the D skip and the silu gate. Both find their windows and states
+// already in lane blocks (below), and walk all T positions in one call. Where the CPU has AVX-512F, the scan takes sixteen channels a call
 // (lanes512_amd64.s), a whole cache line of each row. Both kernels ask for
 // the rows a few positions ahead: rows lie a row of the activations apart
 // (6 KB at 130m), past the hardware prefetchers' reach, and without it a
@@ -71,7 +70,8 @@ var laneK = func() (k [laneConsts][8]float32) {
 // (State.ssm, each sequence's [E, N] alone) are kept in blocks of sixteen
 // channels, [N][16]: value n of the block's channels side by side. Past the
 // last whole block of sixteen comes a block of eight where E % 16 >= 8,
-// [N][8], and past that each channel's row alone. Channel ch's block starts
+// [N][8], and past that each channel's row alone. The conv's weights and
+// windows (State.conv) are kept so in blocks of eight, [K][8]. Channel ch's block starts
 // at its first channel's ch·N whatever its width, so the layout is a
 // function of (E, N) alone, not of the CPU. The lane kernels then read and
 // update states in place: a decode step, which walks one position, had
@@ -122,9 +122,9 @@ func transposeLanes(v []float32, E, n, width int) []float32 {
 	return t
 }
 
-// laneScratch is the floats of a conv lane call's scratch (its windows,
-// [K][8]), or of the scalar scan's states of one channel, that a task
-// keeps on its stack: up to 64, every d_state and conv width of the
+// laneScratch is the floats of the channel loops' gathered rows (a task's
+// windows or states past its lane calls) that a task keeps on its stack:
+// eight channels of up to 64, every d_state and conv width of the
 // checkpoints we know. A step of 8 sequences at 130m made about 18,000
 // tasks, each of which had allocated its scratch on the heap: 11 MB a step.
 const laneScratch = 64 * laneWidth
@@ -135,27 +135,6 @@ func laneBuffer(buf []float32, n int) []float32 {
 		return make([]float32, n)
 	}
 	return buf[:n]
-}
-
-// toLanes copies eight channels' rows of n values (rows [8][n]) into lanes
-// [n][8], the layout of a conv lane call's windows; fromLanes copies them
-// back.
-func toLanes(lanes, rows []float32, n int) {
-	for lane := range laneWidth {
-		for i, v := range rows[lane*n : (lane+1)*n] {
-			lanes[i*laneWidth+lane] = v
-		}
-	}
-}
-
-// fromLanes is toLanes the other way: lanes [n][8] into rows [8][n].
-func fromLanes(rows, lanes []float32, n int) {
-	for lane := range laneWidth {
-		row := rows[lane*n : (lane+1)*n]
-		for i := range row {
-			row[i] = lanes[i*laneWidth+lane]
-		}
-	}
 }
 
 // scanLanes runs the scan of channels ch..ch+width-1 (width 8 within a
@@ -199,7 +178,7 @@ func (e *Engine) scanLanes(w *work, l int, b, ch, width int, state []float32) {
 // its fields at the offsets TestLaneScanLayout pins.
 type laneConv struct {
 	xs, u    *float32 // position 0 of channel ch: in_proj's x half, the output
-	win      *float32 // the eight channels' windows, [K][8], oldest first, updated in place
+	win      *float32 // the eight channels' windows, a lane block [K][8], oldest first, updated in place
 	w        *float32 // their conv weights, [K][8]
 	k        *[laneConsts][8]float32
 	T        int
@@ -211,27 +190,26 @@ type laneConv struct {
 
 // convLanes runs layer l's conv of channels ch..ch+7 of sequence b over
 // its tokens in the chunk (work.tokens), as conv's scalar loop does for
-// each channel, with scratch [K][8] for their windows.
-func (e *Engine) convLanes(w *work, l int, b, ch int, state, win []float32) {
+// each channel, updating their windows (state: the layer's, in lane blocks
+// of eight) in place.
+func (e *Engine) convLanes(w *work, l int, b, ch int, state []float32) {
 	E, K := e.cfg.Inner, e.cfg.ConvKernel
-	lw, wt := &e.w.Layers[l], e.convT[l][ch/laneWidth*K*laneWidth:]
+	lw, wt := &e.w.Layers[l], e.convT[l][ch*K:]
 	r0, T := w.tokens(b)
 	if T == 0 {
 		return // all padding
 	}
 	last := r0 + T - 1
-	_, _, _, _ = w.xz[last*2*E+ch+7], w.u[last*E+ch+7], win[K*laneWidth-1], wt[K*laneWidth-1]
-	windows := state[(b*E+ch)*K : (b*E+ch+laneWidth)*K]
-	toLanes(win, windows, K)
+	windows := state[(b*E+ch)*K:]
+	_, _, _, _ = w.xz[last*2*E+ch+7], w.u[last*E+ch+7], windows[K*laneWidth-1], wt[K*laneWidth-1]
 	a := laneConv{
-		xs: &w.xz[r0*2*E+ch], u: &w.u[r0*E+ch], win: &win[0], w: &wt[0], k: &laneK,
+		xs: &w.xz[r0*2*E+ch], u: &w.u[r0*E+ch], win: &windows[0], w: &wt[0], k: &laneK,
 		T: T, km1Bytes: 4 * laneWidth * (K - 1), rowX: 8 * E, rowU: 4 * E,
 	}
 	if lw.ConvBias != nil {
 		copy(a.bias[:], lw.ConvBias[ch:ch+laneWidth])
 	}
 	convLanesAVX2(&a)
-	fromLanes(windows, win, K)
 }
 
 // A GEMM of a few rows against a weight matrix (a decode step of up to

@@ -336,20 +336,23 @@ func TestStoredEngineDropsFloat32(t *testing.T) {
 }
 
 // TestLaneBlocksArePermutations checks that laneBlock places every value of
-// a table of E channels × n values at its own index, for tables with and
-// without a block of eight and single channels past the blocks of sixteen,
-// and that a State's SSM state reads back as it was set, [B, E, N].
+// a table of E channels × n values at its own index, in blocks of sixteen
+// (with and without a block of eight and single channels past them) and of
+// eight, and that a State's SSM state and conv windows read back as they
+// were set, [B, E, N] and [B, E, K].
 func TestLaneBlocksArePermutations(t *testing.T) {
 	for _, E := range []int{2, 6, 8, 12, 16, 24, 28, 32, 40, 100, 104, 120, 1536} {
 		for _, n := range []int{1, 3, 16} {
-			seen := make([]bool, E*n)
-			for ch := range E {
-				at, step := laneBlock(ch, E, n, wideLanes)
-				for i := range n {
-					if j := at + i*step; j < 0 || j >= E*n || seen[j] {
-						t.Fatalf("E=%d n=%d: channel %d value %d lands at %d, outside or taken", E, n, ch, i, j)
-					} else {
-						seen[j] = true
+			for _, width := range []int{wideLanes, laneWidth} {
+				seen := make([]bool, E*n)
+				for ch := range E {
+					at, step := laneBlock(ch, E, n, width)
+					for i := range n {
+						if j := at + i*step; j < 0 || j >= E*n || seen[j] {
+							t.Fatalf("E=%d n=%d width %d: channel %d value %d lands at %d, outside or taken", E, n, width, ch, i, j)
+						} else {
+							seen[j] = true
+						}
 					}
 				}
 			}
@@ -372,6 +375,16 @@ func TestLaneBlocksArePermutations(t *testing.T) {
 		}
 		if !slices.Equal(got, v) {
 			t.Fatalf("d=%d: the SSM state read back differs from the one set", d)
+		}
+		v = randVec(3 * cfg.Inner * cfg.ConvKernel)
+		if err := st.SetConvState(0, v); err != nil {
+			t.Fatal(err)
+		}
+		if got, err = st.ConvState(0); err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, v) {
+			t.Fatalf("d=%d: the conv windows read back differ from those set", d)
 		}
 	}
 }

@@ -321,21 +321,27 @@ func channelTasks(B, T, E int, fn func(b, e0, e1 int)) {
 // conv computes u = silu(causal depthwise conv1d(xs) + bias) over each
 // sequence's tokens in the chunk (work.tokens), reading the K-1 inputs
 // before them from the carried window [B, E, K] and leaving the last K
-// inputs in it. With AVX2, eight channels at a time run in the lanes of
-// one register (convLanes); the channels left over, or all of them without
-// AVX2, run one at a time below.
+// inputs in it (each sequence's windows [E, K] in lane blocks of eight).
+// With AVX2, eight channels at a time run in the lanes of one register
+// (convLanes); the channels left over, or all of them without AVX2, run one
+// at a time below, their windows gathered into rows for the call.
 func (e *Engine) conv(w *work, l int, state []float32) {
 	E, K := e.cfg.Inner, e.cfg.ConvKernel
 	lw := &e.w.Layers[l]
 	channelTasks(w.B, w.T, E, func(b, e0, e1 int) {
 		if useLanes {
-			var buf [laneScratch]float32
-			scratch := laneBuffer(buf[:], K*laneWidth)
-			for ; e0+laneWidth <= e1; e0 += laneWidth {
-				e.convLanes(w, l, b, e0, state, scratch)
+			for ; e0%laneWidth == 0 && e0+laneWidth <= e1; e0 += laneWidth {
+				e.convLanes(w, l, b, e0, state)
 			}
 		}
-		win := state[(b*E+e0)*K : (b*E+e1)*K] // window of each channel, oldest first
+		if e0 == e1 {
+			return
+		}
+		// The channels left over, with their windows gathered into rows.
+		windows := state[b*E*K : (b+1)*E*K]
+		var buf [laneScratch]float32
+		win := laneBuffer(buf[:], (e1-e0)*K) // window of each channel, oldest first
+		blocksToRows(win, windows, e0, e1, E, K, laneWidth)
 		r0, n := w.tokens(b)
 		for r := r0; r < r0+n; r++ {
 			xs, u := w.xz[r*2*E:r*2*E+E], w.u[r*E:(r+1)*E]
@@ -356,6 +362,7 @@ func (e *Engine) conv(w *work, l int, state []float32) {
 				u[ch] = silu(acc)
 			}
 		}
+		rowsToBlocks(windows, win, e0, e1, E, K, laneWidth)
 	})
 }
 

@@ -9,8 +9,9 @@ import (
 
 // State is the CPU engine's carried state: per layer, the conv window
 // [B, E, K] and the SSM state [B, E, N], both float32. The engine keeps
-// each sequence's SSM state [E, N] in lane blocks (laneBlock), which its
-// scan kernels update in place; SSMState and SetSSMState convert.
+// each sequence's windows [E, K] and SSM state [E, N] in lane blocks
+// (laneBlock: of eight and sixteen channels), which its conv and scan
+// kernels update in place; the accessors convert.
 type State struct {
 	mu    sync.Mutex // held by every call that reads or writes the state
 	owner *Engine
@@ -34,46 +35,44 @@ func (s *State) Reset() {
 
 // ConvState returns a copy of layer's conv window, [B, E, K].
 func (s *State) ConvState(layer int) ([]float32, error) {
-	return s.get(s.conv, layer, false)
+	return s.get(s.conv, layer, laneWidth)
 }
 
 // SSMState returns a copy of layer's SSM state, [B, E, N].
 func (s *State) SSMState(layer int) ([]float32, error) {
-	return s.get(s.ssm, layer, true)
+	return s.get(s.ssm, layer, wideLanes)
 }
 
 // SetConvState overwrites layer's conv window, [B, E, K].
 func (s *State) SetConvState(layer int, v []float32) error {
-	return s.set(s.conv, layer, v, "conv state", false)
+	return s.set(s.conv, layer, v, "conv state", laneWidth)
 }
 
 // SetSSMState overwrites layer's SSM state, [B, E, N].
 func (s *State) SetSSMState(layer int, v []float32) error {
-	return s.set(s.ssm, layer, v, "ssm state", true)
+	return s.set(s.ssm, layer, v, "ssm state", wideLanes)
 }
 
-// get returns a copy of layer's values in all, from lane blocks (each
-// sequence's [E, N]) where blocks is set.
-func (s *State) get(all [][]float32, layer int, blocks bool) ([]float32, error) {
+// get returns a copy of layer's values in all, each sequence's [E, n]
+// from lane blocks of width channels.
+func (s *State) get(all [][]float32, layer, width int) ([]float32, error) {
 	if err := engine.CheckLayer(s.owner.cfg, layer); err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !blocks {
-		return append([]float32(nil), all[layer]...), nil
-	}
-	E, N := s.owner.cfg.Inner, s.owner.cfg.State
+	E := s.owner.cfg.Inner
+	n := len(all[layer]) / (s.batch * E)
 	out := make([]float32, len(all[layer]))
 	for b := range s.batch {
-		blocksToRows(out[b*E*N:(b+1)*E*N], all[layer][b*E*N:], 0, E, E, N, wideLanes)
+		blocksToRows(out[b*E*n:(b+1)*E*n], all[layer][b*E*n:], 0, E, E, n, width)
 	}
 	return out, nil
 }
 
-// set overwrites layer's values in all with v, into lane blocks (each
-// sequence's [E, N]) where blocks is set.
-func (s *State) set(all [][]float32, layer int, v []float32, what string, blocks bool) error {
+// set overwrites layer's values in all with v, each sequence's [E, n] into
+// lane blocks of width channels.
+func (s *State) set(all [][]float32, layer int, v []float32, what string, width int) error {
 	if err := engine.CheckLayer(s.owner.cfg, layer); err != nil {
 		return err
 	}
@@ -85,13 +84,10 @@ func (s *State) set(all [][]float32, layer int, v []float32, what string, blocks
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !blocks {
-		copy(all[layer], v)
-		return nil
-	}
-	E, N := s.owner.cfg.Inner, s.owner.cfg.State
+	E := s.owner.cfg.Inner
+	n := len(v) / (s.batch * E)
 	for b := range s.batch {
-		rowsToBlocks(all[layer][b*E*N:], v[b*E*N:(b+1)*E*N], 0, E, E, N, wideLanes)
+		rowsToBlocks(all[layer][b*E*n:], v[b*E*n:(b+1)*E*n], 0, E, E, n, width)
 	}
 	return nil
 }
