@@ -44,6 +44,7 @@ type laneScan struct {
 	rowE, rowZ     int                // bytes from one position to the next in delta, u and y, and in z
 	rowBC          int                // bytes from one position's B to the next one's
 	rowN           int                // bytes from one state's values to the next in a2t and state: 64 in a block of sixteen, 32 in one of eight
+	rowState       int                // bytes the states move on a position: 0 along one sequence, E·N·4 across a step's sequences
 	dtBias, d      [wideLanes]float32 // the first eight, or all sixteen for scanLanesAVX512
 }
 
@@ -137,33 +138,50 @@ func laneBuffer(buf []float32, n int) []float32 {
 	return buf[:n]
 }
 
+// seqs says which sequences' tokens a lane call walks: all of sequence b's
+// in the chunk (n = 1), or the one token of each of sequences b..b+n-1 in
+// a step of several (rows b..b+n-1), the kernel moving to each one's
+// windows or states in turn: one call for all of a step's sequences, not a
+// call each, whose set-up cost more than its work.
+type seqs struct{ b, n int }
+
+// rows returns the first row the call walks, its count, and the elements
+// from one position's state (a table of per elements a sequence) to the
+// next one's.
+func (q seqs) rows(w *work, per int) (r0, n, next int) {
+	if q.n == 1 {
+		r0, n = w.tokens(q.b)
+		return r0, n, 0
+	}
+	return q.b, q.n, per
+}
+
 // scanLanes runs the scan of channels ch..ch+width-1 (width 8 within a
-// lane block, or 16 for a whole block with AVX-512) of sequence b over its
-// tokens in the chunk (work.tokens), as scan's scalar loop does for each
-// channel, updating their states (state: the layer's, in lane blocks) in
-// place.
-func (e *Engine) scanLanes(w *work, l int, b, ch, width int, state []float32) {
+// lane block, or 16 for a whole block with AVX-512) over the tokens of q,
+// as scan's scalar loop does for each channel, updating their states
+// (state: the layer's, each sequence's in lane blocks) in place.
+func (e *Engine) scanLanes(w *work, l int, q seqs, ch, width int, state []float32) {
 	E, R, N := e.cfg.Inner, e.cfg.DTRank, e.cfg.State
 	lw := &e.w.Layers[l]
 	stride := R + 2*N
-	r0, T := w.tokens(b)
+	r0, T, next := q.rows(w, E*N)
 	if T == 0 {
 		return // all padding
 	}
 	// a2t and the states share their layout: ch's column of its block.
 	at, step := laneBlock(ch, E, N, wideLanes)
-	states := state[b*E*N:]
+	states := state[q.b*E*N:]
 	last := r0 + T - 1
 	// The kernel reads and writes through raw pointers: make sure every
 	// row it touches is in its slice.
 	top := ch + width - 1
 	_, _, _, _ = w.delta[last*E+top], w.u[last*E+top], w.y[last*E+top], w.xz[last*2*E+E+top]
-	_, _ = e.a2t[l][at+(N-1)*step+width-1], states[at+(N-1)*step+width-1]
+	_, _ = e.a2t[l][at+(N-1)*step+width-1], states[(T-1)*next+at+(N-1)*step+width-1]
 	_ = w.dbl[last*stride+stride-1]
 	a := laneScan{
 		delta: &w.delta[r0*E+ch], u: &w.u[r0*E+ch], y: &w.y[r0*E+ch], z: &w.xz[r0*2*E+E+ch],
 		bc: &w.dbl[r0*stride+R], a2t: &e.a2t[l][at], state: &states[at], k: &laneK,
-		T: T, nBytes: 4 * N, rowE: 4 * E, rowZ: 8 * E, rowBC: 4 * stride, rowN: 4 * step,
+		T: T, nBytes: 4 * N, rowE: 4 * E, rowZ: 8 * E, rowBC: 4 * stride, rowN: 4 * step, rowState: 4 * next,
 	}
 	copy(a.dtBias[:], lw.DTBias[ch:ch+width])
 	copy(a.d[:], lw.D[ch:ch+width])
@@ -185,26 +203,26 @@ type laneConv struct {
 	km1Bytes int // 32·(K-1): the window's bytes before its newest input
 	rowX     int // bytes from one position to the next in xs
 	rowU     int // and in u
+	rowWin   int // bytes the windows move on a position: 0 along one sequence, E·K·4 across a step's sequences
 	bias     [laneWidth]float32
 }
 
-// convLanes runs layer l's conv of channels ch..ch+7 of sequence b over
-// its tokens in the chunk (work.tokens), as conv's scalar loop does for
-// each channel, updating their windows (state: the layer's, in lane blocks
-// of eight) in place.
-func (e *Engine) convLanes(w *work, l int, b, ch int, state []float32) {
+// convLanes runs layer l's conv of channels ch..ch+7 over the tokens of q,
+// as conv's scalar loop does for each channel, updating their windows
+// (state: the layer's, each sequence's in lane blocks of eight) in place.
+func (e *Engine) convLanes(w *work, l int, q seqs, ch int, state []float32) {
 	E, K := e.cfg.Inner, e.cfg.ConvKernel
 	lw, wt := &e.w.Layers[l], e.convT[l][ch*K:]
-	r0, T := w.tokens(b)
+	r0, T, next := q.rows(w, E*K)
 	if T == 0 {
 		return // all padding
 	}
 	last := r0 + T - 1
-	windows := state[(b*E+ch)*K:]
-	_, _, _, _ = w.xz[last*2*E+ch+7], w.u[last*E+ch+7], windows[K*laneWidth-1], wt[K*laneWidth-1]
+	windows := state[(q.b*E+ch)*K:]
+	_, _, _, _ = w.xz[last*2*E+ch+7], w.u[last*E+ch+7], windows[(T-1)*next+K*laneWidth-1], wt[K*laneWidth-1]
 	a := laneConv{
 		xs: &w.xz[r0*2*E+ch], u: &w.u[r0*E+ch], win: &windows[0], w: &wt[0], k: &laneK,
-		T: T, km1Bytes: 4 * laneWidth * (K - 1), rowX: 8 * E, rowU: 4 * E,
+		T: T, km1Bytes: 4 * laneWidth * (K - 1), rowX: 8 * E, rowU: 4 * E, rowWin: 4 * next,
 	}
 	if lw.ConvBias != nil {
 		copy(a.bias[:], lw.ConvBias[ch:ch+laneWidth])

@@ -15,8 +15,9 @@
 #define ROWZ 88
 #define ROWBC 96
 #define ROWN 104
-#define DTBIAS 112
-#define DSKIP 176
+#define ROWSTATE 112
+#define DTBIAS 120
+#define DSKIP 184
 
 // SCANARGS loads a scan lane call's laneScan (the argument a) into AX, its
 // pointers into DI (delta), SI (u), R8 (z), R9 (y), R10 (B, C), R11 (a2t),
@@ -33,8 +34,10 @@
 	MOVQ KONST(AX), R13; \
 	MOVQ POSITIONS(AX), CX
 
-// NEXTPOSITION moves SCANARGS' row pointers on by one position.
+// NEXTPOSITION moves SCANARGS' row pointers on by one position, and the
+// states' by rowState (the next sequence's, in a step of several).
 #define NEXTPOSITION \
+	ADDQ ROWSTATE(AX), R12; \
 	ADDQ ROWE(AX), DI; \
 	ADDQ ROWE(AX), SI; \
 	ADDQ ROWE(AX), R9; \

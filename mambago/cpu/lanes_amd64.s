@@ -134,12 +134,15 @@ done:
 #define CONV_KM1BYTES 48
 #define CONV_ROWX 56
 #define CONV_ROWU 64
-#define CONV_BIAS 72
+#define CONV_ROWWIN 72
+#define CONV_BIAS 80
 
 // func convLanesAVX2(a *laneConv)
 //
 // For each of a.T positions, in eight channels (lanes) at once: the window
-// [K][8] slides by one, taking the position's input as its newest entry;
+// [K][8] slides by one, taking the position's input as its newest entry
+// (then the windows move on by a.rowWin bytes: the next sequence's, in a
+// step of several);
 // u = silu(bias + Σ_k w_k·window_k), summed from the oldest entry, as
 // conv's scalar loop computes each channel (mixer.go).
 TEXT ·convLanesAVX2(SB), NOSPLIT, $0-8
@@ -179,6 +182,7 @@ convnewest:
 	VMOVUPS Y5, (SI)
 	ADDQ CONV_ROWX(AX), DI
 	ADDQ CONV_ROWU(AX), SI
+	ADDQ CONV_ROWWIN(AX), R11
 	DECQ CX
 	JNZ convposition
 

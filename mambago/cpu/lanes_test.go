@@ -21,8 +21,8 @@ func TestLaneScanLayout(t *testing.T) {
 		v    any
 		want []uintptr // the offsets lanes_amd64.s #defines, in field order
 	}{
-		{laneScan{}, []uintptr{0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 176}},
-		{laneConv{}, []uintptr{0, 8, 16, 24, 32, 40, 48, 56, 64, 72}},
+		{laneScan{}, []uintptr{0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120, 184}},
+		{laneConv{}, []uintptr{0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80}},
 		{rowsGemm{}, []uintptr{0, 8, 16, 24, 32, 40, 48, 56}},
 	} {
 		typ := reflect.TypeOf(c.v)

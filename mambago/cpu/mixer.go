@@ -318,6 +318,30 @@ func channelTasks(B, T, E int, fn func(b, e0, e1 int)) {
 	parallelFor(B*blocks, task)
 }
 
+// laneTasks runs a conv or scan stage in tasks over channel blocks
+// (channelTasks): lanes(q, e0, e1) runs lane calls over the tokens of q
+// from channel e0 (none without AVX2) and returns the first channel it
+// left, and channels(b, e0, e1) runs those left of sequence b one at a
+// time. A decode step of several sequences (one token each, no padding)
+// gives each task all of them, so that one lane call walks them all.
+func laneTasks(w *work, E int, lanes func(q seqs, e0, e1 int) int, channels func(b, e0, e1 int)) {
+	run := func(q seqs, e0, e1 int) {
+		if useLanes {
+			e0 = lanes(q, e0, e1)
+		}
+		if e0 < e1 {
+			for b := q.b; b < q.b+q.n; b++ {
+				channels(b, e0, e1)
+			}
+		}
+	}
+	if w.T == 1 && w.pad == nil && w.B > 1 {
+		channelTasks(1, w.B, E, func(_, e0, e1 int) { run(seqs{0, w.B}, e0, e1) })
+		return
+	}
+	channelTasks(w.B, w.T, E, func(b, e0, e1 int) { run(seqs{b, 1}, e0, e1) })
+}
+
 // conv computes u = silu(causal depthwise conv1d(xs) + bias) over each
 // sequence's tokens in the chunk (work.tokens), reading the K-1 inputs
 // before them from the carried window [B, E, K] and leaving the last K
@@ -328,15 +352,12 @@ func channelTasks(B, T, E int, fn func(b, e0, e1 int)) {
 func (e *Engine) conv(w *work, l int, state []float32) {
 	E, K := e.cfg.Inner, e.cfg.ConvKernel
 	lw := &e.w.Layers[l]
-	channelTasks(w.B, w.T, E, func(b, e0, e1 int) {
-		if useLanes {
-			for ; e0%laneWidth == 0 && e0+laneWidth <= e1; e0 += laneWidth {
-				e.convLanes(w, l, b, e0, state)
-			}
+	laneTasks(w, E, func(q seqs, e0, e1 int) int {
+		for ; e0%laneWidth == 0 && e0+laneWidth <= e1; e0 += laneWidth {
+			e.convLanes(w, l, q, e0, state)
 		}
-		if e0 == e1 {
-			return
-		}
+		return e0
+	}, func(b, e0, e1 int) {
 		// The channels left over, with their windows gathered into rows.
 		windows := state[b*E*K : (b+1)*E*K]
 		var buf [laneScratch]float32
@@ -378,20 +399,17 @@ func (e *Engine) scan(w *work, l int, state []float32) {
 	E, R, N := e.cfg.Inner, e.cfg.DTRank, e.cfg.State
 	lw, a2 := &e.w.Layers[l], e.a2[l]
 	stride := R + 2*N
-	channelTasks(w.B, w.T, E, func(b, e0, e1 int) {
-		if useLanes {
-			for e0%laneWidth == 0 && e0+laneWidth <= e1 {
-				width := laneWidth
-				if useWideLanes && e0%wideLanes == 0 && e0+wideLanes <= e1 {
-					width = wideLanes
-				}
-				e.scanLanes(w, l, b, e0, width, state)
-				e0 += width
+	laneTasks(w, E, func(q seqs, e0, e1 int) int {
+		for e0%laneWidth == 0 && e0+laneWidth <= e1 {
+			width := laneWidth
+			if useWideLanes && e0%wideLanes == 0 && e0+wideLanes <= e1 {
+				width = wideLanes
 			}
+			e.scanLanes(w, l, q, e0, width, state)
+			e0 += width
 		}
-		if e0 == e1 {
-			return
-		}
+		return e0
+	}, func(b, e0, e1 int) {
 		// The channels left over, with their states gathered into rows.
 		states := state[b*E*N : (b+1)*E*N]
 		var buf [laneScratch]float32
