@@ -16,7 +16,8 @@ import (
 // channels every step is a vector operation: softplus of eight time steps,
 // the N updates of eight states (each state's decay exp2(dt·a2) is its
 // own), the D skip and the silu gate. Both find their windows and states
-// already in lane blocks (below), and walk all T positions in one call. Where the CPU has AVX-512F, the scan takes sixteen channels a call
+// already in lane blocks (below), and walk all T positions in one call.
+// Where the CPU has AVX-512F, the scan takes sixteen channels a call
 // (lanes512_amd64.s), a whole cache line of each row. Both kernels ask for
 // the rows a few positions ahead: rows lie a row of the activations apart
 // (6 KB at 130m), past the hardware prefetchers' reach, and without it a
@@ -72,10 +73,10 @@ var laneK = func() (k [laneConsts][8]float32) {
 // channels, [N][16]: value n of the block's channels side by side. Past the
 // last whole block of sixteen comes a block of eight where E % 16 >= 8,
 // [N][8], and past that each channel's row alone. The conv's weights and
-// windows (State.conv) are kept so in blocks of eight, [K][8]. Channel ch's block starts
-// at its first channel's ch·N whatever its width, so the layout is a
-// function of (E, N) alone, not of the CPU. The lane kernels then read and
-// update states in place: a decode step, which walks one position, had
+// windows (State.conv) are kept so in blocks of eight, [K][8]. A block
+// starts at its first channel's ch·N whatever its width, so the layout is
+// a function of (E, N) alone, not of the CPU. The lane kernels then read
+// and update states in place: a decode step, which walks one position, had
 // spent longer copying eight or sixteen channels' states into lanes and
 // back than scanning them.
 
@@ -145,9 +146,9 @@ func laneBuffer(buf []float32, n int) []float32 {
 // call each, whose set-up cost more than its work.
 type seqs struct{ b, n int }
 
-// rows returns the first row the call walks, its count, and the elements
-// from one position's state (a table of per elements a sequence) to the
-// next one's.
+// rows returns the first row a call over q walks, how many it walks, and
+// how many elements apart two positions' states (or windows) lie: none
+// along one sequence, per (one sequence's table) across a step's.
 func (q seqs) rows(w *work, per int) (r0, n, next int) {
 	if q.n == 1 {
 		r0, n = w.tokens(q.b)
