@@ -56,8 +56,8 @@ type Decoder struct {
 // DecoderGraphSteps or StepDeviceGraphSteps), or nil where s's steps run
 // eagerly. A kept graph costs nothing more to replay, whatever the steps;
 // a new one pays once enough steps were asked, so that repeated short runs
-// (Generate's 20 tokens) capture too. A kept graph that can no longer replay (the workspace grew, or the
-// GEMM mode changed) is destroyed first.
+// (Generate's 20 tokens) capture too. A kept graph that can no longer
+// replay (the workspace grew, or the GEMM mode changed) is destroyed first.
 func (e *Engine) keptStep(s *State, n int) (*Graph, error) {
 	if s.step != nil && s.step.check() != nil {
 		if err := s.step.Destroy(); err != nil {
