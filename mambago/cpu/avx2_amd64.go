@@ -53,3 +53,10 @@ func widenAVX2(dst *float32, src *uint16, n int, f16 bool)
 //
 //go:noescape
 func scanLanesAVX512(a *laneScan)
+
+// gemmRowsAVX512 runs gemmRows' dot products for eight rows of A, four rows
+// of W a group, in AVX-512F (lanes512_amd64.s): gemmRowsAVX2's sums, bit
+// for bit, at twice the FMAs a cycle.
+//
+//go:noescape
+func gemmRowsAVX512(a *rowsGemm)

@@ -23,4 +23,6 @@ func gemmRowsAVX2(a *rowsGemm) { panic("unreachable") }
 
 func dotRowsAVX2(a *rowsGemm) { panic("unreachable") }
 
+func gemmRowsAVX512(a *rowsGemm) { panic("unreachable") }
+
 func widenAVX2(dst *float32, src *uint16, n int, f16 bool) { panic("unreachable") }

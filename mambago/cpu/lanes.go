@@ -242,6 +242,16 @@ func (e *Engine) convLanes(w *work, l int, q seqs, ch int, state []float32) {
 // rowsMax is the most rows gemmRows takes: one AVX2 register of sums each.
 const rowsMax = 8
 
+// wideRowsW is how many rows of a 16-bit W gemmRowsAVX512 takes a group,
+// against eight rows of A: two in each 512-bit register, sixteen registers
+// of sums.
+const wideRowsW = 4
+
+// useWideRows runs gemmRows' eight-row groups on gemmRowsAVX512 where the
+// CPU has AVX-512F; tests turn it off to check it against gemmRowsAVX2,
+// bit for bit.
+var useWideRows = hasAVX512
+
 // rowsGemm holds one gemmRowsAVX2 (or dotRowsAVX2) call's operands;
 // lanes_amd64.s reads its fields at the offsets TestLaneScanLayout pins.
 type rowsGemm struct {
@@ -275,14 +285,20 @@ func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int,
 	case M <= 4:
 		rows = 4
 	}
-	per := 1                    // rows of W a group
-	ai, a8 := a, []float32(nil) // A as the kernels read it; a8 interleaved by 8 for the rows left over
+	wide := rows == rowsMax && w.h != nil && useWideRows // eight rows on gemmRowsAVX512
+	per := 1                                             // rows of W a group
+	ai, a8 := a, []float32(nil)                          // A as the kernels read it; a8 interleaved by 8 for the rows left over
 	if rows > 1 {
 		per = rowsMax / rows
+		if wide {
+			per = wideRowsW
+		}
 		p := interleaveRows(a, lda, M, K8, rows)
 		defer rowsPool.Put(p)
 		ai = *p
-		if N%per != 0 {
+		if rows == rowsMax {
+			a8 = ai
+		} else if N%per != 0 {
 			p8 := interleaveRows(a, lda, M, K8, rowsMax)
 			defer rowsPool.Put(p8)
 			a8 = *p8
@@ -315,6 +331,8 @@ func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int,
 				switch {
 				case rows == 1:
 					dotRowsAVX2(&g)
+				case g.N > 0 && wide:
+					gemmRowsAVX512(&g)
 				case g.N > 0:
 					gemmRowsAVX2(&g)
 				}

@@ -88,3 +88,33 @@
 	PREFETCHT0 (R8)(DX*1); \
 	AHEAD(ROWBC, SCAN_AHEAD); \
 	PREFETCHT0 (R10)(DX*1)
+
+// rowsGemm's fields (lanes.go; TestLaneScanLayout pins them).
+#define RG_A 0
+#define RG_W 8
+#define RG_OUT 16
+#define RG_N 24
+#define RG_KBYTES 32
+#define RG_LDW 40
+#define RG_WKIND 48
+#define RG_ROWS 56
+
+// Weight kinds (rowsGemm.wkind).
+#define WK_F32 0
+#define WK_BF16 1
+
+// ROWS_SUM adds each of Y0-Y7 across its lanes and stores the eight sums
+// side by side at R8, then moves R8 past them: pairwise adds give each
+// sum's lower and upper halves, which the two permutes line up.
+#define ROWS_SUM \
+	VHADDPS Y1, Y0, Y0; \
+	VHADDPS Y3, Y2, Y2; \
+	VHADDPS Y5, Y4, Y4; \
+	VHADDPS Y7, Y6, Y6; \
+	VHADDPS Y2, Y0, Y0; \
+	VHADDPS Y6, Y4, Y4; \
+	VPERM2F128 $0x20, Y4, Y0, Y1; \
+	VPERM2F128 $0x31, Y4, Y0, Y2; \
+	VADDPS Y2, Y1, Y1; \
+	VMOVUPS Y1, (R8); \
+	ADDQ $32, R8

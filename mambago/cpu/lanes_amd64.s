@@ -190,24 +190,10 @@ convdone:
 	VZEROUPPER
 	RET
 
-// rowsGemm's fields (lanes.go; TestLaneScanLayout pins them).
-#define RG_A 0
-#define RG_W 8
-#define RG_OUT 16
-#define RG_N 24
-#define RG_KBYTES 32
-#define RG_LDW 40
-#define RG_WKIND 48
-#define RG_ROWS 56
-
 // W16_AHEAD is how far ahead in a 16-bit W the one-row loops prefetch: 2 KB
 // rather than 512 bytes took a bfloat16 decode GEMV from 7.3 to 6.4 ms and
 // the eight-row loop from 18 to 13-14 ms (BenchmarkGemmRows, 2 cores).
 #define W16_AHEAD 2048
-
-// Weight kinds (rowsGemm.wkind).
-#define WK_F32 0
-#define WK_BF16 1
 
 // WIDEN_BF16 loads eight bfloat16 values at mem into reg as float32
 // (bfloat16 is float32's upper half); WIDEN_F16 loads eight float16 ones.
@@ -224,22 +210,6 @@ convdone:
 	VXORPS Y5, Y5, Y5; \
 	VXORPS Y6, Y6, Y6; \
 	VXORPS Y7, Y7, Y7
-
-// ROWS_SUM adds each of Y0-Y7 across its lanes and stores the eight sums
-// side by side at R8, then moves R8 past them: pairwise adds give each
-// sum's lower and upper halves, which the two permutes line up.
-#define ROWS_SUM \
-	VHADDPS Y1, Y0, Y0; \
-	VHADDPS Y3, Y2, Y2; \
-	VHADDPS Y5, Y4, Y4; \
-	VHADDPS Y7, Y6, Y6; \
-	VHADDPS Y2, Y0, Y0; \
-	VHADDPS Y6, Y4, Y4; \
-	VPERM2F128 $0x20, Y4, Y0, Y1; \
-	VPERM2F128 $0x31, Y4, Y0, Y2; \
-	VADDPS Y2, Y1, Y1; \
-	VMOVUPS Y1, (R8); \
-	ADDQ $32, R8
 
 // ROWS_FMA adds Y8 (eight columns of one row of W) times the eight
 // interleaved rows of A at those columns (8·DX bytes into A) to Y0-Y7.

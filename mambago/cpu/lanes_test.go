@@ -237,7 +237,8 @@ func BenchmarkLanes(b *testing.B) {
 	}
 }
 
-// BenchmarkGemmRows times gemmRows on 1, 2 and 8 rows against forty weight
+// BenchmarkGemmRows times gemmRows on 1, 2, 4 and 8 rows (8 on each kernel
+// where the CPU has AVX-512F) against forty weight
 // matrices of the 130m in_proj's shape [3072, 768] in each Storage (W
 // streams from memory, as in a decode step); GB/s counts W's bytes
 // (BenchmarkSgemmRows in mambago/blas times OpenBLAS on the same).
@@ -256,15 +257,22 @@ func BenchmarkGemmRows(b *testing.B) {
 			bytes = 2
 		}
 		for _, m := range []int{1, 2, 4, 8} {
-			b.Run(fmt.Sprintf("%v/m=%d", st, m), func(b *testing.B) {
-				a, c := make([]float32, m*k), make([]float32, m*n)
-				for b.Loop() {
-					for _, w := range ws {
-						gemmRows(c, n, a, k, w, m, n, k, 0)
-					}
+			for _, wide := range []bool{false, true} {
+				if wide && (m != rowsMax || !hasAVX512) {
+					continue
 				}
-				b.ReportMetric(float64(count*n*k*bytes)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
-			})
+				b.Run(fmt.Sprintf("%v/m=%d/avx512=%v", st, m, wide), func(b *testing.B) {
+					defer func() { useWideRows = hasAVX512 }()
+					useWideRows = wide
+					a, c := make([]float32, m*k), make([]float32, m*n)
+					for b.Loop() {
+						for _, w := range ws {
+							gemmRows(c, n, a, k, w, m, n, k, 0)
+						}
+					}
+					b.ReportMetric(float64(count*n*k*bytes)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+				})
+			}
 		}
 	}
 }
