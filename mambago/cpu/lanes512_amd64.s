@@ -229,14 +229,7 @@ done:
 // counts the groups, and each stores its rows' eight sums one row after
 // another.
 TEXT ·gemmRowsAVX512(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ RG_A(AX), SI
-	MOVQ RG_W(AX), DI
-	MOVQ RG_OUT(AX), R8
-	MOVQ RG_N(AX), CX
-	MOVQ RG_KBYTES(AX), R9
-	MOVQ RG_LDW(AX), R10
-	MOVQ RG_WKIND(AX), R11
+	ROWSARGS
 	TESTQ CX, CX
 	JLE widedone
 
@@ -244,10 +237,7 @@ widegroup: // rows of W at DI and R12 (Z8), R13 and AX (Z9)
 	WIDE_ZERO
 	XORQ DX, DX // 4·k; A's block of these eight columns is at 8·DX
 	XORQ BX, BX // 2·k: the columns' offset in a 16-bit row of W
-	LEAQ (DI)(R10*1), R12
-	LEAQ (DI)(R10*2), R13
-	LEAQ (R12)(R10*2), AX
-	LEAQ (AX)(R10*1), R14 // the next group's rows
+	FOURROWS
 	CMPQ R11, $WK_BF16
 	JGT widef16
 

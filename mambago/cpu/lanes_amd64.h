@@ -99,6 +99,27 @@
 #define RG_WKIND 48
 #define RG_ROWS 56
 
+// ROWSARGS loads a rowsGemm (the argument a) into AX, and its fields into
+// SI (A), DI (W), R8 (out), CX (the groups), R9 (4·K8), R10 (W's row
+// stride) and R11 (W's kind).
+#define ROWSARGS \
+	MOVQ a+0(FP), AX; \
+	MOVQ RG_A(AX), SI; \
+	MOVQ RG_W(AX), DI; \
+	MOVQ RG_OUT(AX), R8; \
+	MOVQ RG_N(AX), CX; \
+	MOVQ RG_KBYTES(AX), R9; \
+	MOVQ RG_LDW(AX), R10; \
+	MOVQ RG_WKIND(AX), R11
+
+// FOURROWS points R12, R13 and AX at the three rows of W after DI's, and
+// R14 at the next group's first row.
+#define FOURROWS \
+	LEAQ (DI)(R10*1), R12; \
+	LEAQ (DI)(R10*2), R13; \
+	LEAQ (R12)(R10*2), AX; \
+	LEAQ (AX)(R10*1), R14
+
 // Weight kinds (rowsGemm.wkind).
 #define WK_F32 0
 #define WK_BF16 1

@@ -304,14 +304,7 @@ convdone:
 // values, or 16-bit ones (bfloat16 or float16, as a.wkind says) that each
 // load widens exactly; one loop a kind, picked once a group.
 TEXT ·gemmRowsAVX2(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ RG_A(AX), SI
-	MOVQ RG_W(AX), DI
-	MOVQ RG_OUT(AX), R8
-	MOVQ RG_N(AX), CX
-	MOVQ RG_KBYTES(AX), R9
-	MOVQ RG_LDW(AX), R10
-	MOVQ RG_WKIND(AX), R11
+	ROWSARGS
 	MOVQ RG_ROWS(AX), AX
 	TESTQ CX, CX
 	JLE rowsdone
@@ -392,10 +385,7 @@ rows2group: // four rows of W, at DI, R12, R13 and AX
 	ROWS_ZERO
 	XORQ DX, DX
 	XORQ BX, BX
-	LEAQ (DI)(R10*1), R12
-	LEAQ (DI)(R10*2), R13
-	LEAQ (R12)(R10*2), AX
-	LEAQ (AX)(R10*1), R14 // the next group's rows
+	FOURROWS
 	CMPQ R11, $WK_BF16
 	JEQ rows2bf16
 	JGT rows2f16
@@ -440,14 +430,7 @@ rowsdone:
 // the first K8 columns, stored as out's next float32. Two sums a row take
 // turns on sixteen columns so that each FMA waits on the one before last.
 TEXT ·dotRowsAVX2(SB), NOSPLIT, $0-8
-	MOVQ a+0(FP), AX
-	MOVQ RG_A(AX), SI
-	MOVQ RG_W(AX), DI
-	MOVQ RG_OUT(AX), R8
-	MOVQ RG_N(AX), CX
-	MOVQ RG_KBYTES(AX), R9
-	MOVQ RG_LDW(AX), R10
-	MOVQ RG_WKIND(AX), R11
+	ROWSARGS
 	MOVQ R9, R12
 	ANDQ $-64, R12 // 4·k of the last whole pair of eight columns
 	TESTQ CX, CX
