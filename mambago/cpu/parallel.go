@@ -4,16 +4,24 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // parallelFor calls fn(i) for every i in [0, n), spread over GOMAXPROCS
-// goroutines that take indices from a shared counter.
+// goroutines that take indices from a shared counter: the caller's, and
+// the team's workers where the team is free (a fork-join within another,
+// or beside another goroutine's, starts goroutines of its own).
 func parallelFor(n int, fn func(i int)) {
 	workers := min(runtime.GOMAXPROCS(0), n)
 	if workers <= 1 {
 		for i := 0; i < n; i++ {
 			fn(i)
 		}
+		return
+	}
+	if useTeam && crew.acquire(workers) {
+		crew.run(n, workers, fn)
+		crew.busy.Store(false)
 		return
 	}
 	var next atomic.Int64
@@ -32,6 +40,136 @@ func parallelFor(n int, fn func(i int)) {
 		}()
 	}
 	wg.Wait()
+}
+
+// A fork-join that starts its goroutines afresh waits for the runtime to
+// wake a second OS thread, which took about 10 µs on the 2-core build
+// machine: a task of 14 µs a core took 38 µs on two (BenchmarkForkJoin),
+// and a decode step holds about fifty fork-joins of a few hundred µs
+// each. The team's workers stay awake, spinning, for teamSpin after their
+// last task, so that the fork-joins of a step find them running; then
+// they sleep until the next.
+
+// teamSpin is how long a worker spins for its next task before it sleeps.
+const teamSpin = 2 * time.Millisecond
+
+// useTeam runs fork-joins on the team; tests turn it off to compare.
+var useTeam = true
+
+// team is the workers parallelFor shares a fork-join with.
+type team struct {
+	busy    atomic.Bool          // a fork-join holds the team
+	job     atomic.Pointer[task] // the newest fork-join's
+	gen     atomic.Uint64        // counts the fork-joins handed out
+	asleep  atomic.Int32         // workers waiting on wake
+	mu      sync.Mutex
+	wake    *sync.Cond
+	started int // workers running (under busy)
+}
+
+// task is one fork-join: fn over [0, n), by the caller and the workers
+// numbered under workers-1.
+type task struct {
+	n, workers int
+	fn         func(int)
+	next       atomic.Int64 // the next index to take
+	active     atomic.Int32 // workers inside the task
+}
+
+// crew is the process's team.
+var crew = func() *team {
+	t := &team{}
+	t.wake = sync.NewCond(&t.mu)
+	return t
+}()
+
+// acquire takes the team for a fork-join of workers goroutines (the
+// caller's among them), starting workers it lacks; false if another
+// fork-join holds it.
+func (t *team) acquire(workers int) bool {
+	if !t.busy.CompareAndSwap(false, true) {
+		return false
+	}
+	for ; t.started < workers-1; t.started++ {
+		go t.work(t.started, t.gen.Load())
+	}
+	return true
+}
+
+// run hands fn over [0, n) to the team's first workers-1 workers, takes
+// indices beside them, and returns once every index is done.
+func (t *team) run(n, workers int, fn func(int)) {
+	j := &task{n: n, workers: workers, fn: fn}
+	t.job.Store(j)
+	t.gen.Add(1)
+	if t.asleep.Load() > 0 {
+		t.mu.Lock()
+		t.wake.Broadcast()
+		t.mu.Unlock()
+	}
+	j.take()
+	// Every index is taken; the workers that took one have said so in
+	// active before taking it.
+	for spins := 0; j.active.Load() > 0; spins++ {
+		if spins%64 == 63 {
+			runtime.Gosched()
+		}
+	}
+	t.job.Store(nil) // fn's closure may hold a model's weights: let them go
+}
+
+// take runs fn on indices from the shared counter until none are left.
+func (j *task) take() {
+	for {
+		i := int(j.next.Add(1)) - 1
+		if i >= j.n {
+			return
+		}
+		j.fn(i)
+	}
+}
+
+// work is worker id's loop: it joins each new fork-join (past seen) that
+// counts it among its workers, and between them waits in await. A worker
+// past the CPUs' count less one (more threads than CPUs, as
+// set_num_threads allows), or one the last fork-join left out (a smaller
+// GOMAXPROCS), sleeps at once, so that no spinning worker takes a CPU from
+// one with work.
+func (t *team) work(id int, seen uint64) {
+	spins := id < runtime.NumCPU()-1
+	wanted := true
+	for {
+		t.await(seen, spins && wanted)
+		seen = t.gen.Load()
+		j := t.job.Load() // nil where the fork-join has ended
+		wanted = j == nil || id < j.workers-1
+		if j != nil && wanted {
+			j.active.Add(1)
+			j.take()
+			j.active.Add(-1)
+		}
+	}
+}
+
+// await returns once a fork-join past seen is handed out, spinning for up
+// to teamSpin first if spin.
+func (t *team) await(seen uint64, spin bool) {
+	idle := time.Now()
+	for spins := 0; spin && t.gen.Load() == seen; spins++ {
+		if spins%64 == 63 {
+			runtime.Gosched()
+			if time.Since(idle) >= teamSpin {
+				break
+			}
+		}
+	}
+	t.mu.Lock()
+	t.asleep.Add(1)
+	for t.gen.Load() == seen {
+		t.wake.Wait()
+	}
+	t.asleep.Add(-1)
+	t.mu.Unlock()
 }
 
 // parallelRows calls fn(lo, hi) over [0, n) cut into blocks of at most grain.
