@@ -194,7 +194,7 @@ func OpenHandles() (js string, err error) {
 // LoadModel opens the checkpoint folder path on device ("auto", "cpu",
 // "cuda", "cuda:N") with compute dtype ("" for the engine's default) and returns a
 // model handle. blasPath names a CBLAS library for the CPU engine's GEMMs
-// ("" for gonum's pure-Go BLAS).
+// ("" for the CPU engine's own SGEMM).
 func LoadModel(path, device, dtype, blasPath string) (h int64, err error) {
 	defer guard(&err)
 	m, err := mambago.Open(path, mambago.Options{Device: device, DType: dtype, BLAS: blasPath})

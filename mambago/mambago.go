@@ -54,7 +54,8 @@ type Options struct {
 	// config names (checkpoint.Config.DType), and float32 where it names none.
 	DType string
 	// BLAS is the path of a CBLAS shared library (e.g. numpy's OpenBLAS) for
-	// the CPU engine's GEMMs; empty uses gonum's pure-Go BLAS.
+	// the CPU engine's GEMMs; empty uses the engine's own SGEMM (Go and
+	// assembly; gonum's pure-Go BLAS on a CPU without AVX2).
 	BLAS string
 	// Progress, if set, receives a line before and after long work
 	// (LoadNotice): reading a checkpoint of a GB or more, or the first load

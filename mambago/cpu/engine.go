@@ -33,7 +33,8 @@ type Engine struct {
 	convT [][]float32
 	// ChunkRows bounds B·T per pass; longer prompts run in chunks along T.
 	ChunkRows int
-	// BLAS, when set, runs the GEMMs (e.g. numpy's OpenBLAS); nil uses gonum.
+	// BLAS, when set, runs the GEMMs (e.g. numpy's OpenBLAS); nil uses the
+	// engine's own SGEMM (sgemm.go), or gonum's on a CPU without AVX2.
 	// Set it before the first call.
 	BLAS *blas.Lib
 	// Timer, when set, accumulates the wall time of each stage (for
@@ -125,10 +126,15 @@ func (e *Engine) Storage() Storage { return e.storage }
 // Device returns "cpu".
 func (e *Engine) Device() string { return "cpu" }
 
-// Backend names the GEMM library: "gonum" or the CBLAS library's entry point and path.
+// Backend names what runs the prefill's GEMMs: the CBLAS library's entry
+// point and path, the engine's own SGEMM ("go sgemm (avx512)" or "go sgemm
+// (avx2)"), or "gonum" on a CPU without AVX2.
 func (e *Engine) Backend() string {
 	if e.BLAS != nil {
 		return e.BLAS.Symbol + " (" + e.BLAS.Path + ")"
+	}
+	if s, ok := sgemmKernel(); ok && useOwnSgemm {
+		return s.name
 	}
 	return "gonum"
 }

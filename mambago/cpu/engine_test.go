@@ -32,6 +32,16 @@ func TestConformanceNoLanes(t *testing.T) {
 	enginetest.Run(t, open)
 }
 
+// TestConformanceAVX2 reruns the suite on the AVX2 kernels alone (the
+// SGEMM's 6 × 16 micro-kernel among them), as on a CPU without AVX-512F.
+func TestConformanceAVX2(t *testing.T) {
+	if !cpu.HasWideKernels {
+		t.Skip("this CPU has no AVX-512F: TestConformance ran the AVX2 kernels")
+	}
+	defer cpu.SetWideKernels(false)()
+	enginetest.Run(t, open)
+}
+
 // TestConformanceBLAS reruns the suite with the GEMMs in the CBLAS library
 // named by MAMBAGO_TEST_BLAS (scripts/test.sh sets it to numpy's OpenBLAS).
 func TestConformanceBLAS(t *testing.T) {

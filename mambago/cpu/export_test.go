@@ -14,3 +14,16 @@ var HasLanes = hasAVX2
 // RowsMax is the most rows gemmRows takes: a decode step of up to RowsMax
 // sequences runs its GEMMs there.
 const RowsMax = rowsMax
+
+// SetWideKernels turns the AVX-512 kernels (the scan's lanes of sixteen,
+// the eight-row GEMM and the SGEMM's micro-kernel) on or off where the CPU
+// has AVX-512F, for the external tests, and returns the function that
+// restores them.
+func SetWideKernels(on bool) (restore func()) {
+	lanes, rows, sg := useWideLanes, useWideRows, useWideSgemm
+	useWideLanes, useWideRows, useWideSgemm = on && hasAVX512, on && hasAVX512, on && hasAVX512
+	return func() { useWideLanes, useWideRows, useWideSgemm = lanes, rows, sg }
+}
+
+// HasWideKernels reports that this CPU runs the AVX-512 kernels.
+var HasWideKernels = hasAVX512

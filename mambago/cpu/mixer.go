@@ -176,9 +176,10 @@ func normDBC(dbl []float32, rows, R, N int, eps float64) {
 
 // gemm computes C = A @ W^T + beta·C, with A [M, K] (row stride lda), W [N, K]
 // and C [M, N] (row stride ldc): through the CBLAS library in e.BLAS when one
-// is loaded (its SGEMV for one row), else gonum's parallel SGEMM; up to
-// rowsMax rows, with AVX2, run in gemmRows, and so does one row against a
-// 16-bit W. Otherwise a 16-bit W is widened to float32 for the SGEMM.
+// is loaded (its SGEMV for one row), else our own SGEMM (sgemm.go) where the
+// CPU has AVX2, else gonum's; up to rowsMax rows, with AVX2, run in
+// gemmRows, and so does one row against a 16-bit W. Otherwise a 16-bit W is
+// widened to float32 for the library's SGEMM.
 func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int, beta float32) {
 	if w.rows != N || w.cols != K {
 		panic(fmt.Sprintf("cpu: gemm of a [%d, %d] matrix as [%d, %d]", w.rows, w.cols, N, K))
@@ -201,6 +202,11 @@ func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w matrix, M, N
 		// A few rows (a decode step of up to eight sequences): our kernel
 		// streams W once for all of them.
 		gemmRows(c, ldc, a, lda, w, M, N, K, beta)
+		return
+	}
+	if s, ok := sgemmKernel(); ok && e.BLAS == nil && useOwnSgemm {
+		// No CBLAS library: our SGEMM, which widens a 16-bit W as it packs it.
+		sgemm(s, c, ldc, a, lda, w, M, N, K, beta)
 		return
 	}
 	wf, release := w.widened()

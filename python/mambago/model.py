@@ -455,7 +455,8 @@ def numpy_blas() -> str:
     """The path of the OpenBLAS library numpy loaded, or "" if there is none.
 
     mambago's CPU engine runs its GEMMs through it (numpy's wheels bundle an
-    OpenBLAS with kernels for the running CPU); without one it uses gonum.
+    OpenBLAS with kernels for the running CPU); without one it uses its own
+    SGEMM (Go and assembly).
     """
     try:
         with open("/proc/self/maps") as f:
@@ -640,7 +641,8 @@ class Model(_Owner):
         and outputs stay float32 in every dtype.
 
         blas chooses the CPU engine's GEMM library: "auto" (numpy's OpenBLAS
-        when numpy has one, else Go), "go" (gonum, pure Go) or the path of a
+        when numpy has one, else Go), "go" (the engine's own SGEMM, in Go and
+        assembly; gonum's on a CPU without AVX2) or the path of a
         CBLAS shared library.
 
         A load of a GB or more, or a first load on a GPU (which compiles the
