@@ -86,6 +86,8 @@ type sgemmBuffers struct {
 	a, w, edge []float32
 }
 
+// sgemmPool keeps sgemmTile's buffers from one tile to the next: a prefill
+// runs four GEMMs a layer, each in several tiles.
 var sgemmPool sync.Pool
 
 // sgemmTile computes the M × N tile of C at c from A's rows at a and W's
