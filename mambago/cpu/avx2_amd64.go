@@ -62,13 +62,14 @@ func scanLanesAVX512(a *laneScan)
 func gemmRowsAVX512(a *rowsGemm)
 
 // sgemmAVX2 is sgemm's 6 × 16 micro-kernel in AVX2/FMA (sgemm_amd64.s):
-// the sums of k products of the A panel [k][6] and the W panel [k][16],
-// stored into C at c (rows ldc floats apart), or added to it where add.
+// the sums of k products of six rows of A at a (lda floats apart) and the
+// W panel [k][16], stored into C at c (rows ldc floats apart), or added to
+// it where add.
 //
 //go:noescape
-func sgemmAVX2(k int, a, w, c *float32, ldc int, add bool)
+func sgemmAVX2(k int, a *float32, lda int, w, c *float32, ldc int, add bool)
 
 // sgemmAVX512 is sgemm's 12 × 32 micro-kernel in AVX-512F, as sgemmAVX2.
 //
 //go:noescape
-func sgemmAVX512(k int, a, w, c *float32, ldc int, add bool)
+func sgemmAVX512(k int, a *float32, lda int, w, c *float32, ldc int, add bool)

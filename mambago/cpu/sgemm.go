@@ -10,25 +10,28 @@ import (
 // about 140 tok/s on the 2-core build machine, against about 1,300 on
 // numpy's OpenBLAS. This one takes the classic blocked form: C's tiles
 // (gemmTiles) are spread over the goroutines; within a tile, blocks of
-// sgemmKC columns of A and W are packed into micro-panels, W's kept in
-// [kc][nr] order and A's in [kc][mr], and an assembly micro-kernel keeps
-// an mr × nr block of C in registers while it walks k: 6 × 16 with AVX2
-// (12 registers of sums), 12 × 32 with AVX-512F (24).
+// sgemmKC columns of W are packed into micro-panels [kc][nr], and an
+// assembly micro-kernel keeps an mr × nr block of C in registers while it
+// walks k, a row of the W panel against each of mr rows of A read in place
+// and broadcast: 6 × 16 with AVX2 (12 registers of sums), 12 × 32 with
+// AVX-512F (24). Packing A as well, into [kc][mr] panels, had cost 12% of
+// the GEMMs' time in a prefill.
 
 // sgemmKC is the columns of A and W packed at a time: a W micro-panel of
 // sgemmKC × 32 floats (32 KB) stays in L1 across a tile's rows.
 const sgemmKC = 256
 
-// sgemmMC is the most rows of A packed at a time (256 KB at sgemmKC, in L2).
+// sgemmMC is the most rows of A a W panel meets at a time (240 KB of A at
+// sgemmKC, in L2).
 const sgemmMC = 240
 
 // sgemmShape is a micro-kernel's block of C, mr rows by nr columns, and the
-// kernel itself: sums of k products of a [k][mr] A micro-panel and a
-// [k][nr] W micro-panel, stored into (add false) or added to (add true) C
-// at c, ldc floats apart.
+// kernel itself: sums of k products of mr rows of A at a (lda floats apart)
+// and a [k][nr] W micro-panel, stored into (add false) or added to (add
+// true) C at c, ldc floats apart.
 type sgemmShape struct {
 	mr, nr int
-	kernel func(k int, a, w, c *float32, ldc int, add bool)
+	kernel func(k int, a *float32, lda int, w, c *float32, ldc int, add bool)
 	name   string // as Engine.Backend gives it
 }
 
@@ -80,10 +83,11 @@ func sgemm(s sgemmShape, c []float32, ldc int, a []float32, lda int, w matrix, M
 	})
 }
 
-// sgemmBuffers are one tile's packed micro-panels and edge block, kept in
-// sgemmPool between tiles.
+// sgemmBuffers are one tile's packed W micro-panels, its last rows of A
+// padded to a whole block, and its edge block of C, kept in sgemmPool
+// between tiles.
 type sgemmBuffers struct {
-	a, w, edge []float32
+	w, a, edge []float32
 }
 
 // sgemmPool keeps sgemmTile's buffers from one tile to the next: a prefill
@@ -101,7 +105,7 @@ func sgemmTile(s sgemmShape, c []float32, ldc int, a []float32, lda int, w matri
 	}
 	defer sgemmPool.Put(buf)
 	buf.w = grow(buf.w, np*nr*sgemmKC)
-	buf.a = grow(buf.a, (sgemmMC+mr-1)/mr*mr*sgemmKC)
+	buf.a = grow(buf.a, mr*sgemmKC)
 	buf.edge = grow(buf.edge, mr*nr)
 	for k0 := 0; k0 < K; k0 += sgemmKC {
 		kc := min(sgemmKC, K-k0)
@@ -109,20 +113,26 @@ func sgemmTile(s sgemmShape, c []float32, ldc int, a []float32, lda int, w matri
 		addK := add || k0 > 0 // later blocks of k add to the first's sums
 		for m0 := 0; m0 < M; m0 += sgemmMC {
 			mc := min(sgemmMC, M-m0)
-			packA(buf.a, a[m0*lda:], lda, mc, k0, kc, mr)
+			full := mc / mr * mr // rows read in place; the rest padded into buf.a
+			if full < mc {
+				padRows(buf.a, a[(m0+full)*lda+k0:], lda, mc-full, kc, mr)
+			}
 			for p := range np {
 				wp := &buf.w[p*nr*kc]
 				cols := min(nr, N-p*nr)
 				for q := 0; q < mc; q += mr {
 					rows := min(mr, mc-q)
-					ap := &buf.a[q*kc]
+					ap, ldA := &a[(m0+q)*lda+k0], lda
+					if rows < mr {
+						ap, ldA = &buf.a[0], kc
+					}
 					at := (m0+q)*ldc + p*nr
 					if rows == mr && cols == nr {
-						s.kernel(kc, ap, wp, &c[at], ldc, addK)
+						s.kernel(kc, ap, ldA, wp, &c[at], ldc, addK)
 						continue
 					}
 					// An edge block: through a full block of sums.
-					s.kernel(kc, ap, wp, &buf.edge[0], nr, false)
+					s.kernel(kc, ap, ldA, wp, &buf.edge[0], nr, false)
 					for i := range rows {
 						dst, src := c[at+i*ldc:at+i*ldc+cols], buf.edge[i*nr:i*nr+cols]
 						if addK {
@@ -174,22 +184,16 @@ func packW(dst []float32, w matrix, n0, N, k0, kc, nr int) {
 	}
 }
 
-// packA lays out A's rows 0..M, columns k0..k0+kc, as micro-panels of mr
-// rows, each [kc][mr], rows past M zero.
-func packA(dst []float32, a []float32, lda, M, k0, kc, mr int) {
-	for q := 0; q < M; q += mr {
-		panel := dst[q*kc : (q+mr)*kc]
-		for i := range mr {
-			if q+i >= M {
-				for k := range kc {
-					panel[k*mr+i] = 0
-				}
-				continue
-			}
-			src := a[(q+i)*lda+k0 : (q+i)*lda+k0+kc]
-			for k, v := range src {
-				panel[k*mr+i] = v
-			}
+// padRows copies rows (fewer than mr) of A's columns k0..k0+kc, at a (lda
+// floats apart), into dst as mr rows of kc, the rows past them zero: the
+// micro-kernel's last block of a tile's rows.
+func padRows(dst, a []float32, lda, rows, kc, mr int) {
+	for i := range mr {
+		row := dst[i*kc : (i+1)*kc]
+		if i < rows {
+			copy(row, a[i*lda:i*lda+kc])
+		} else {
+			clear(row)
 		}
 	}
 }

@@ -1,28 +1,34 @@
 #include "textflag.h"
 
 // The micro-kernels of the engine's SGEMM (sgemm.go). Each keeps an mr × nr
-// block of C in registers, walks k over an A micro-panel [k][mr] and a W
-// micro-panel [k][nr] (one row of W's panel and a broadcast value of A's
-// a product), then stores the sums into C or adds them to it. The W panel
-// sits in L1 and the A panel streams from L2, a few iterations ahead.
+// block of C in registers and walks k over mr rows of A (lda bytes apart,
+// each read in place, a value at a time, broadcast) and a W micro-panel
+// [k][nr] (a row of it a step, from L1), then stores the sums into C or
+// adds them to it.
 
-// SGEMMARGS loads the arguments: k into CX, the A and W panels into SI and
-// DI, C into R8, its row stride in bytes into R9, and add into R10.
+// SGEMMARGS loads the arguments: k into CX, A's first row into SI and its
+// row stride in bytes into R11, the W panel into DI, C into R8 and its row
+// stride in bytes into R9, and add into R10.
 #define SGEMMARGS \
 	MOVQ k+0(FP), CX; \
 	MOVQ a+8(FP), SI; \
-	MOVQ w+16(FP), DI; \
-	MOVQ c+24(FP), R8; \
-	MOVQ ldc+32(FP), R9; \
+	MOVQ lda+16(FP), R11; \
+	SHLQ $2, R11; \
+	MOVQ w+24(FP), DI; \
+	MOVQ c+32(FP), R8; \
+	MOVQ ldc+40(FP), R9; \
 	SHLQ $2, R9; \
-	MOVBQZX add+40(FP), R10
+	MOVBQZX add+48(FP), R10
 
-// func sgemmAVX2(k int, a, w, c *float32, ldc int, add bool)
+// func sgemmAVX2(k int, a *float32, lda int, w, c *float32, ldc int, add bool)
 //
 // A 6 × 16 block of C: Y0-Y11 hold the sums, two registers a row; Y12 and
-// Y13 a row of the W panel, Y14 and Y15 A's values broadcast.
-TEXT ·sgemmAVX2(SB), NOSPLIT, $0-41
+// Y13 a row of the W panel, Y14 and Y15 A's values broadcast. A's rows 0-2
+// are read from SI, 3-5 from R12, each advancing by a float a step.
+TEXT ·sgemmAVX2(SB), NOSPLIT, $0-49
 	SGEMMARGS
+	LEAQ (SI)(R11*2), R12
+	ADDQ R11, R12
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
 	VXORPS Y2, Y2, Y2
@@ -37,28 +43,28 @@ TEXT ·sgemmAVX2(SB), NOSPLIT, $0-41
 	VXORPS Y11, Y11, Y11
 
 loop6:
-	PREFETCHT0 384(SI)
 	VMOVUPS (DI), Y12
 	VMOVUPS 32(DI), Y13
-	VBROADCASTSS 0(SI), Y14
-	VBROADCASTSS 4(SI), Y15
+	VBROADCASTSS (SI), Y14
+	VBROADCASTSS (SI)(R11*1), Y15
 	VFMADD231PS Y14, Y12, Y0
 	VFMADD231PS Y14, Y13, Y1
 	VFMADD231PS Y15, Y12, Y2
 	VFMADD231PS Y15, Y13, Y3
-	VBROADCASTSS 8(SI), Y14
-	VBROADCASTSS 12(SI), Y15
+	VBROADCASTSS (SI)(R11*2), Y14
+	VBROADCASTSS (R12), Y15
 	VFMADD231PS Y14, Y12, Y4
 	VFMADD231PS Y14, Y13, Y5
 	VFMADD231PS Y15, Y12, Y6
 	VFMADD231PS Y15, Y13, Y7
-	VBROADCASTSS 16(SI), Y14
-	VBROADCASTSS 20(SI), Y15
+	VBROADCASTSS (R12)(R11*1), Y14
+	VBROADCASTSS (R12)(R11*2), Y15
 	VFMADD231PS Y14, Y12, Y8
 	VFMADD231PS Y14, Y13, Y9
 	VFMADD231PS Y15, Y12, Y10
 	VFMADD231PS Y15, Y13, Y11
-	ADDQ $24, SI
+	ADDQ $4, SI
+	ADDQ $4, R12
 	ADDQ $64, DI
 	DECQ CX
 	JNZ loop6
@@ -118,12 +124,19 @@ add6:
 	VZEROUPPER
 	RET
 
-// func sgemmAVX512(k int, a, w, c *float32, ldc int, add bool)
+// func sgemmAVX512(k int, a *float32, lda int, w, c *float32, ldc int, add bool)
 //
 // A 12 × 32 block of C: Z0-Z23 hold the sums, two registers a row; Z24 and
-// Z25 a row of the W panel, Z26-Z31 A's values broadcast, in turn.
-TEXT ·sgemmAVX512(SB), NOSPLIT, $0-41
+// Z25 a row of the W panel, Z26-Z31 A's values broadcast, in turn. A's rows
+// are read three from each of SI, R12, R13 and R14.
+TEXT ·sgemmAVX512(SB), NOSPLIT, $0-49
 	SGEMMARGS
+	LEAQ (SI)(R11*2), R12
+	ADDQ R11, R12
+	LEAQ (R12)(R11*2), R13
+	ADDQ R11, R13
+	LEAQ (R13)(R11*2), R14
+	ADDQ R11, R14
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
 	VPXORD Z2, Z2, Z2
@@ -150,46 +163,48 @@ TEXT ·sgemmAVX512(SB), NOSPLIT, $0-41
 	VPXORD Z23, Z23, Z23
 
 loop12:
-	PREFETCHT0 384(SI)
 	VMOVUPS (DI), Z24
 	VMOVUPS 64(DI), Z25
-	VBROADCASTSS 0(SI), Z26
+	VBROADCASTSS (SI), Z26
 	VFMADD231PS Z26, Z24, Z0
 	VFMADD231PS Z26, Z25, Z1
-	VBROADCASTSS 4(SI), Z27
+	VBROADCASTSS (SI)(R11*1), Z27
 	VFMADD231PS Z27, Z24, Z2
 	VFMADD231PS Z27, Z25, Z3
-	VBROADCASTSS 8(SI), Z28
+	VBROADCASTSS (SI)(R11*2), Z28
 	VFMADD231PS Z28, Z24, Z4
 	VFMADD231PS Z28, Z25, Z5
-	VBROADCASTSS 12(SI), Z29
+	VBROADCASTSS (R12), Z29
 	VFMADD231PS Z29, Z24, Z6
 	VFMADD231PS Z29, Z25, Z7
-	VBROADCASTSS 16(SI), Z30
+	VBROADCASTSS (R12)(R11*1), Z30
 	VFMADD231PS Z30, Z24, Z8
 	VFMADD231PS Z30, Z25, Z9
-	VBROADCASTSS 20(SI), Z31
+	VBROADCASTSS (R12)(R11*2), Z31
 	VFMADD231PS Z31, Z24, Z10
 	VFMADD231PS Z31, Z25, Z11
-	VBROADCASTSS 24(SI), Z26
+	VBROADCASTSS (R13), Z26
 	VFMADD231PS Z26, Z24, Z12
 	VFMADD231PS Z26, Z25, Z13
-	VBROADCASTSS 28(SI), Z27
+	VBROADCASTSS (R13)(R11*1), Z27
 	VFMADD231PS Z27, Z24, Z14
 	VFMADD231PS Z27, Z25, Z15
-	VBROADCASTSS 32(SI), Z28
+	VBROADCASTSS (R13)(R11*2), Z28
 	VFMADD231PS Z28, Z24, Z16
 	VFMADD231PS Z28, Z25, Z17
-	VBROADCASTSS 36(SI), Z29
+	VBROADCASTSS (R14), Z29
 	VFMADD231PS Z29, Z24, Z18
 	VFMADD231PS Z29, Z25, Z19
-	VBROADCASTSS 40(SI), Z30
+	VBROADCASTSS (R14)(R11*1), Z30
 	VFMADD231PS Z30, Z24, Z20
 	VFMADD231PS Z30, Z25, Z21
-	VBROADCASTSS 44(SI), Z31
+	VBROADCASTSS (R14)(R11*2), Z31
 	VFMADD231PS Z31, Z24, Z22
 	VFMADD231PS Z31, Z25, Z23
-	ADDQ $48, SI
+	ADDQ $4, SI
+	ADDQ $4, R12
+	ADDQ $4, R13
+	ADDQ $4, R14
 	ADDQ $128, DI
 	DECQ CX
 	JNZ loop12
