@@ -1,6 +1,10 @@
 package cpu
 
-import "golang.org/x/sys/cpu"
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
 
 // hasAVX2 reports that this CPU (and its OS) runs AVX2, FMA and F16C, which the
 // assembly kernels below (scanrow_amd64.s, lanes_amd64.s) need; without it
@@ -73,3 +77,11 @@ func sgemmAVX2(k int, a *float32, lda int, w, c *float32, ldc int, add bool)
 //
 //go:noescape
 func sgemmAVX512(k int, a *float32, lda int, w, c *float32, ldc int, add bool)
+
+// transpose16 writes the 16 × 16 block at src (rows lds bytes apart, of
+// float32, bfloat16 or float16 values as the Storage kind says) transposed,
+// as float32, to dst (rows ldd bytes apart), in AVX-512F
+// (sgemm_amd64.s): packW's inner step.
+//
+//go:noescape
+func transpose16(src unsafe.Pointer, lds, kind int, dst *float32, ldd int)

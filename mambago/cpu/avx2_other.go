@@ -2,6 +2,8 @@
 
 package cpu
 
+import "unsafe"
+
 // hasAVX2 is false off amd64: the engine runs its Go loops, and the
 // assembly kernels' stand-ins below are never called.
 const hasAVX2 = false
@@ -30,3 +32,5 @@ func widenAVX2(dst *float32, src *uint16, n int, f16 bool) { panic("unreachable"
 func sgemmAVX2(k int, a *float32, lda int, w, c *float32, ldc int, add bool) { panic("unreachable") }
 
 func sgemmAVX512(k int, a *float32, lda int, w, c *float32, ldc int, add bool) { panic("unreachable") }
+
+func transpose16(src unsafe.Pointer, lds, kind int, dst *float32, ldd int) { panic("unreachable") }

@@ -3,6 +3,7 @@ package cpu
 import (
 	"runtime"
 	"sync"
+	"unsafe"
 )
 
 // The engine's own SGEMM, for a prefill without a CBLAS library: gonum's
@@ -158,28 +159,57 @@ func grow(b []float32, n int) []float32 {
 }
 
 // packW lays out W's rows n0..n0+N, columns k0..k0+kc, as micro-panels of
-// nr rows, each [kc][nr], rows past N zero.
+// nr rows, each [kc][nr], rows past N zero. Where the AVX-512 kernel runs,
+// whole blocks of sixteen rows by sixteen columns go through transpose16
+// (a scalar transpose had taken as long as the products at T=128); the
+// rest through packRows.
 func packW(dst []float32, w matrix, n0, N, k0, kc, nr int) {
-	var row [sgemmKC]float32
+	k16 := 0
+	if useWideSgemm {
+		k16 = kc &^ 15
+	}
+	size, base := 4, unsafe.Pointer(unsafe.SliceData(w.f32))
+	if w.h != nil {
+		size, base = 2, unsafe.Pointer(unsafe.SliceData(w.h))
+	}
 	for p := 0; p*nr < N; p++ {
 		panel := dst[p*nr*kc : (p+1)*nr*kc]
-		for j := range nr {
-			n := p*nr + j
-			if n >= N {
-				for k := range kc {
-					panel[k*nr+j] = 0
-				}
+		for h := 0; h < nr; h += 16 {
+			first := p*nr + h // the block's first row, of W's N
+			if k16 == 0 || first+16 > N {
+				packRows(panel, w, n0, N, p*nr, h, min(nr, h+16), k0, 0, kc, nr)
 				continue
 			}
-			r := n0 + n
-			if w.f32 != nil {
-				copy(row[:kc], w.f32[r*w.cols+k0:])
-			} else {
-				widenInto(row[:kc], w.h[r*w.cols+k0:r*w.cols+k0+kc], w.st)
+			for k := 0; k < k16; k += 16 {
+				src := unsafe.Add(base, ((n0+first)*w.cols+k0+k)*size)
+				transpose16(src, w.cols*size, int(w.st), &panel[k*nr+h], nr*4)
 			}
-			for k, v := range row[:kc] {
-				panel[k*nr+j] = v
+			packRows(panel, w, n0, N, p*nr, h, h+16, k0, k16, kc, nr)
+		}
+	}
+}
+
+// packRows fills rows j0..j1 of the panel of W's rows from row0 (of N,
+// from n0), columns k0+from..k0+kc, one value at a time, rows past N zero.
+func packRows(panel []float32, w matrix, n0, N, row0, j0, j1, k0, from, kc, nr int) {
+	var row [sgemmKC]float32
+	for j := j0; j < j1; j++ {
+		n := row0 + j
+		if n >= N {
+			for k := from; k < kc; k++ {
+				panel[k*nr+j] = 0
 			}
+			continue
+		}
+		r := n0 + n
+		src := row[from:kc]
+		if w.f32 != nil {
+			src = w.f32[r*w.cols+k0+from : r*w.cols+k0+kc]
+		} else {
+			widenInto(src, w.h[r*w.cols+k0+from:r*w.cols+k0+kc], w.st)
+		}
+		for k, v := range src {
+			panel[(from+k)*nr+j] = v
 		}
 	}
 }

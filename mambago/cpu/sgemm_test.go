@@ -16,8 +16,8 @@ import (
 // fresh random operands: shapes that leave edge blocks in both directions
 // and one K past sgemmKC (several blocks of k) and past sgemmMC rows, K
 // under a block, padded row strides, W in each Storage (widened as it is
-// packed), beta 0 (C not read: NaN there must not leak), 1 and 0.5, at 1
-// and 3 goroutines.
+// packed, through transpose16 with AVX-512), beta 0 (C not read: NaN
+// there must not leak), 1 and 0.5, at 1 and 3 goroutines.
 func TestSgemm(t *testing.T) {
 	if !hasAVX2 {
 		t.Skip("this CPU has no AVX2/FMA: gemm runs gonum's SGEMM")
@@ -33,7 +33,7 @@ func TestSgemm(t *testing.T) {
 		s, _ := sgemmKernel()
 		for _, sh := range [][3]int{{1, 1, 1}, {7, 33, 5}, {13, 31, 300}, {250, 70, 529}, {64, 96, 256}, {5, 200, 17}} {
 			M, N, K := sh[0], sh[1], sh[2]
-			for _, st := range []Storage{Float32, BFloat16} {
+			for _, st := range []Storage{Float32, BFloat16, Float16} {
 				for _, beta := range []float32{0, 1, 0.5} {
 					procs := 1 + 2*rng.IntN(2)
 					runtime.GOMAXPROCS(procs)
