@@ -328,6 +328,9 @@
 #   hfprecision: the bf16/f16 fixture bars for transformers' own models in
 #             those dtypes, beside mambago's (bench/hf_precision.py);
 #   cpu:      the CPU engine's stage timings and the CPU benchmark against HF;
+#   cpusgemm: the CPU engine's own SGEMM against numpy's OpenBLAS on this
+#             host's cores: BenchmarkSgemm, then prefills taking turns
+#             (bench/cpu_blas.py; about 2 min);
 #   cpujobs:  the CPU conv and scan in tasks of 32, 16 and 8 channels, taking
 #             turns over three rounds (BenchmarkConvScanJobs; about 30 s);
 #   all:      all three (default).
@@ -1523,6 +1526,12 @@ if [[ $mode == cpu || $mode == all ]]; then
   echo "== CPU prefill, mambago vs Hugging Face"
   python3 bench/cpu_vs_hf.py --out "$OUT/cpu_vs_hf.json" --lengths 512,128,2048 --commit "$commit" 2>&1 \
     | grep -v "falling back" | tee "$OUT/cpu_vs_hf.log"
+fi
+if [[ $mode == cpusgemm ]]; then
+  echo "== the own SGEMM's micro-kernels against gonum (GOMAXPROCS $(nproc))"
+  .carry/cpu.test -test.run '^$' -test.bench 'Sgemm$' -test.benchtime 10x 2>&1 | tee "$OUT/cpu_sgemm.log" | grep Bench
+  echo "== CPU prefill, the own SGEMM against numpy's OpenBLAS"
+  python3 bench/cpu_blas.py "$OUT/cpu_blas.json" 128,512,2048 3 2>&1 | tee "$OUT/cpu_blas.log"
 fi
 if [[ $mode == cpujobs ]]; then
   echo "== CPU conv/scan task widths (130m shape, B=1, T=512; GOMAXPROCS $(nproc))"
