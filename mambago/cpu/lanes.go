@@ -304,17 +304,7 @@ func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int,
 			a8 = *p8
 		}
 	}
-	size := 4
-	if w.h != nil {
-		size = 2
-		_ = w.h[N*K-1]
-	} else {
-		_ = w.f32[N*K-1]
-	}
-	base := unsafe.Pointer(unsafe.SliceData(w.f32))
-	if w.h != nil {
-		base = unsafe.Pointer(unsafe.SliceData(w.h))
-	}
+	base, size := w.raw()
 	workers := runtime.GOMAXPROCS(0)
 	block := (max(64, (N+workers-1)/workers) + rowsMax - 1) &^ (rowsMax - 1) // whole groups a goroutine
 	if N*K <= serialGemm {

@@ -168,10 +168,7 @@ func packW(dst []float32, w matrix, n0, N, k0, kc, nr int) {
 	if useWideSgemm {
 		k16 = kc &^ 15
 	}
-	size, base := 4, unsafe.Pointer(unsafe.SliceData(w.f32))
-	if w.h != nil {
-		size, base = 2, unsafe.Pointer(unsafe.SliceData(w.h))
-	}
+	base, size := w.raw()
 	for p := 0; p*nr < N; p++ {
 		panel := dst[p*nr*kc : (p+1)*nr*kc]
 		for h := 0; h < nr; h += 16 {

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"sync"
+	"unsafe"
 
 	"github.com/mambago/mambago/mambago/safetensors"
 )
@@ -83,6 +84,18 @@ func (m matrix) at(r, k int) float32 {
 		return m.f32[r*m.cols+k]
 	}
 	return widen(m.h[r*m.cols+k], m.st)
+}
+
+// raw returns where m's values start and the bytes each takes (4, or 2 in
+// 16 bits), for the assembly kernels that read m in place. It checks that
+// m holds all rows·cols values.
+func (m matrix) raw() (base unsafe.Pointer, size int) {
+	if m.h != nil {
+		_ = m.h[m.rows*m.cols-1]
+		return unsafe.Pointer(unsafe.SliceData(m.h)), 2
+	}
+	_ = m.f32[m.rows*m.cols-1]
+	return unsafe.Pointer(unsafe.SliceData(m.f32)), 4
 }
 
 // row widens row r of m into dst [cols].
