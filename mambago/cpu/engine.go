@@ -133,7 +133,7 @@ func (e *Engine) Backend() string {
 	if e.BLAS != nil {
 		return e.BLAS.Symbol + " (" + e.BLAS.Path + ")"
 	}
-	if s, ok := sgemmKernel(); ok && useOwnSgemm {
+	if s, ok := sgemmKernel(); ok {
 		return s.name
 	}
 	return "gonum"

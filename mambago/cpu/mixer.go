@@ -204,7 +204,7 @@ func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w matrix, M, N
 		gemmRows(c, ldc, a, lda, w, M, N, K, beta)
 		return
 	}
-	if s, ok := sgemmKernel(); ok && e.BLAS == nil && useOwnSgemm {
+	if s, ok := sgemmKernel(); ok && e.BLAS == nil {
 		// No CBLAS library: our SGEMM, which widens a 16-bit W as it packs it.
 		sgemm(s, c, ldc, a, lda, w, M, N, K, beta)
 		return

@@ -52,10 +52,6 @@ func sgemmKernel() (s sgemmShape, ok bool) {
 // AVX-512F; tests turn it off to check the AVX2 one.
 var useWideSgemm = hasAVX512
 
-// useOwnSgemm runs gemm's SGEMMs without a CBLAS library on sgemm, not
-// gonum's; tests and benchmarks turn it off to compare.
-var useOwnSgemm = true
-
 // sgemm computes C = A·Wᵀ + beta·C for A [M, K] (row stride lda), W [N, K]
 // in any Storage (widened as it is packed) and C [M, N] (row stride ldc),
 // on the micro-kernel s, C's tiles spread over GOMAXPROCS goroutines.
