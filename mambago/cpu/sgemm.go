@@ -40,6 +40,7 @@ type sgemmShape struct {
 // AVX2 (gemm then runs gonum's SGEMM).
 func sgemmKernel() (s sgemmShape, ok bool) {
 	switch {
+	case !useLanes: // as on a CPU without AVX2 (tests turn the lanes off)
 	case useWideSgemm:
 		return sgemmShape{12, 32, sgemmAVX512, "go sgemm (avx512)"}, true
 	case useLanes:
