@@ -10,7 +10,8 @@
 #             without the sanitizers. On a fresh machine the Go binaries
 #             alone took about 530 s on 2026-12-05 (NVRTC compiles every
 #             kernel cold: TestCompileAll 116 s), so the call ran past 600 s
-#             in pytest; give pytest a call of its own there (pytest mode);
+#             in pytest; give pytest a call of its own there (TESTS_PYTEST=0,
+#             then pytest mode);
 #   sanitize: gpu's compute-sanitizer part alone (memcheck over the kernel
 #             tests, the engine's prefill tests and its decode tests, and
 #             racecheck over the scan kernel's test; up to 9 minutes, so
@@ -1364,8 +1365,10 @@ if [[ $mode == gpu || $mode == all || $mode == tests ]]; then
     grep -E "^(--- FAIL|ok|FAIL|PASS)|rel err|Error" "$OUT/${t}_test.log" | head -30
     echo "$t.test exit $rc"; [[ $rc == 0 ]] || status=1
   done
-  echo "== pytest"
-  python3 -m pytest -q tests 2>&1 | tee "$OUT/pytest.log" | tail -3
+  if [[ ${TESTS_PYTEST:-1} == 1 ]]; then  # TESTS_PYTEST=0: the Go binaries alone
+    echo "== pytest"
+    python3 -m pytest -q tests 2>&1 | tee "$OUT/pytest.log" | tail -3
+  fi
 fi
 if [[ $mode == gpu || $mode == all || $mode == sanitize ]]; then
   echo "== compute-sanitizer memcheck (parts: ${SANITIZE_PARTS:=kernels prefill decode race})"
