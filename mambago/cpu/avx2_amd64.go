@@ -65,6 +65,12 @@ func scanLanesAVX512(a *laneScan)
 //go:noescape
 func gemmRowsAVX512(a *rowsGemm)
 
+// dotRowsAVX512 runs gemmRows' dot products for one row of A against W of
+// any Storage, four rows of W a group, in AVX-512F (lanes512_amd64.s).
+//
+//go:noescape
+func dotRowsAVX512(a *rowsGemm)
+
 // sgemmAVX2 is sgemm's 6 × 16 micro-kernel in AVX2/FMA (sgemm_amd64.s):
 // the sums of k products of six rows of A at a (lda floats apart) and the
 // W panel [k][16], stored into C at c (rows ldc floats apart), or added to

@@ -27,6 +27,8 @@ func dotRowsAVX2(a *rowsGemm) { panic("unreachable") }
 
 func gemmRowsAVX512(a *rowsGemm) { panic("unreachable") }
 
+func dotRowsAVX512(a *rowsGemm) { panic("unreachable") }
+
 func widenAVX2(dst *float32, src *uint16, n int, f16 bool) { panic("unreachable") }
 
 func sgemmAVX2(k int, a *float32, lda int, w, c *float32, ldc int, add bool) { panic("unreachable") }

@@ -278,8 +278,8 @@ func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int,
 	K8 := K &^ 7
 	rows := rowsMax
 	switch {
-	case M == 1 && w.h != nil:
-		rows = 1 // dotRowsAVX2
+	case M == 1 && (w.h != nil || useWideRows):
+		rows = 1 // dotRowsAVX2 (16-bit W) or dotRowsAVX512 (any)
 	case M <= 2:
 		rows = 2
 	case M <= 4:
@@ -319,6 +319,8 @@ func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int,
 				g := rowsGemm{a: &ai[0], w: unsafe.Add(base, n0*K*size), out: &out[0], N: (grouped - n0) / per,
 					kBytes: 4 * K8, ldw: size * K, wkind: int(w.st), rows: rows}
 				switch {
+				case rows == 1 && useWideRows:
+					dotRowsAVX512(&g)
 				case rows == 1:
 					dotRowsAVX2(&g)
 				case g.N > 0 && wide:

@@ -262,3 +262,86 @@ widesum:
 widedone:
 	VZEROUPPER
 	RET
+
+// DOT_SUM adds Z0's sixteen lanes and stores the sum at (R8).
+#define DOT_SUM \
+	VEXTRACTF64X4 $1, Z0, Y4; \
+	VADDPS Y4, Y0, Y0; \
+	VEXTRACTF128 $1, Y0, X4; \
+	VADDPS X4, X0, X0; \
+	VHADDPS X0, X0, X0; \
+	VHADDPS X0, X0, X0; \
+	VMOVSS X0, (R8)
+
+// DOT_F32(mem, reg) loads a row of W's columns at mem into reg as float32:
+// sixteen into a Z register, or eight into a Y one (EVEX, so the upper
+// lanes are zeroed). DOT_BF16 and DOT_F16 widen 16-bit ones likewise.
+#define DOT_F32(mem, reg) VMOVUPS mem, reg
+#define DOT_BF16(mem, reg) VPMOVZXWD mem, reg; VPSLLD $16, reg, reg
+#define DOT_F16(mem, reg) VCVTPH2PS mem, reg
+
+// DOT_ROWS(LOAD, SCALE, STEP, labels) runs dotRowsAVX512's rows of one
+// kind: for each, Z0 = the FMAs of A's columns and the row's at DI (LOAD
+// reads them), sixteen a step while DX < BX (DX the offset into the row,
+// A's DX·SCALE; STEP the row's bytes of sixteen columns), prefetching
+// W16_AHEAD bytes on, then the last eight if DX < R9; then its sum to out.
+#define DOT_ROWS(LOAD, SCALE, STEP, row, loop, tail, sum) \
+row: \
+	VPXORD Z0, Z0, Z0; \
+	XORQ DX, DX; \
+loop: \
+	CMPQ DX, BX; \
+	JGE tail; \
+	PREFETCHT0 W16_AHEAD(DI)(DX*1); \
+	VMOVUPS (SI)(DX*SCALE), Z16; \
+	LOAD((DI)(DX*1), Z17); \
+	VFMADD231PS Z17, Z16, Z0; \
+	ADDQ $STEP, DX; \
+	JMP loop; \
+tail: \
+	CMPQ DX, R9; \
+	JGE sum; \
+	VMOVUPS (SI)(DX*SCALE), Y16; \
+	LOAD((DI)(DX*1), Y17); \
+	VFMADD231PS Z17, Z16, Z0; \
+sum: \
+	DOT_SUM; \
+	ADDQ $4, R8; \
+	ADDQ R10, DI; \
+	DECQ CX; \
+	JNZ row
+
+// func dotRowsAVX512(a *rowsGemm)
+//
+// gemmRows' dot products for one row of A (a decode step of one sequence)
+// against W of any kind, in AVX-512F: A's row is plain (a.a its first K8
+// columns), and each of a.N rows of W gets one sum over those columns,
+// stored as out's next float32. The rows go one after another, so W
+// streams from memory in order: on the 2-core build machine that read it
+// 1.1-1.3x faster than four rows at a time sharing A's loads.
+TEXT ·dotRowsAVX512(SB), NOSPLIT, $0-8
+	ROWSARGS
+	TESTQ CX, CX
+	JLE dot512done
+	CMPQ R11, $WK_F32
+	JEQ dotf32
+	SHRQ $1, R9 // 2·K8: a 16-bit row's bytes of K8 columns
+	MOVQ R9, BX
+	ANDQ $-32, BX // 2·K16
+	CMPQ R11, $WK_BF16
+	JEQ dotbf16
+	DOT_ROWS(DOT_F16, 2, 32, dotf16, dotf16loop, dotf16tail, dotf16sum)
+	JMP dot512done
+
+dotbf16:
+	DOT_ROWS(DOT_BF16, 2, 32, dotbf16row, dotbf16loop, dotbf16tail, dotbf16sum)
+	JMP dot512done
+
+dotf32:
+	MOVQ R9, BX
+	ANDQ $-64, BX // 4·K16
+	DOT_ROWS(DOT_F32, 1, 64, dotf32row, dotf32loop, dotf32tail, dotf32sum)
+
+dot512done:
+	VZEROUPPER
+	RET

@@ -190,11 +190,6 @@ convdone:
 	VZEROUPPER
 	RET
 
-// W16_AHEAD is how far ahead in a 16-bit W the one-row loops prefetch: 2 KB
-// rather than 512 bytes took a bfloat16 decode GEMV from 7.3 to 6.4 ms and
-// the eight-row loop from 18 to 13-14 ms (BenchmarkGemmRows, 2 cores).
-#define W16_AHEAD 2048
-
 // WIDEN_BF16 loads eight bfloat16 values at mem into reg as float32
 // (bfloat16 is float32's upper half); WIDEN_F16 loads eight float16 ones.
 #define WIDEN_BF16(mem, reg) VPMOVZXWD mem, reg; VPSLLD $16, reg, reg
