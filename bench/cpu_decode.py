@@ -2,9 +2,10 @@
 after a 16-token prompt, one step's, and a T=512 prefill's (at B=1), at each
 batch size asked for (B=1 and B=8 unless told; medians), for each weight
 dtype asked for (float32, and the 16-bit storage of dtype="bfloat16"/
-"float16"), the models taking turns in one process.
+"float16") and each GEMM library asked for (blas="auto" unless told; e.g.
+"auto,go"), the models taking turns in one process.
 
-    python3 bench/cpu_decode.py out.json [float32,bfloat16,float16] [1,2,4,8]
+    python3 bench/cpu_decode.py out.json [float32,bfloat16,float16] [1,2,4,8] [auto,go]
 """
 
 import json
@@ -35,10 +36,13 @@ def main():
 
     dtypes = (sys.argv[2] if len(sys.argv) > 2 else "float32").split(",")
     batches = [int(b) for b in (sys.argv[3] if len(sys.argv) > 3 else "1,8").split(",")]
+    blases = (sys.argv[4] if len(sys.argv) > 4 else "auto").split(",")
     path = random_checkpoint.cached("130m")
-    models = {dt: mambago.Model.from_pretrained(path, device="cpu", dtype=dt) for dt in dtypes}
+    # keyed "float32", or "float32/go" where more than one library is asked for
+    models = {dt + (f"/{b}" if len(blases) > 1 else ""): mambago.Model.from_pretrained(path, device="cpu", dtype=dt, blas=b)
+              for dt in dtypes for b in blases}
     rng = np.random.default_rng(0)
-    result = {"mambago_backend": models[dtypes[0]].backend, "cpus": os.cpu_count()}
+    result = {"mambago_backend": {k: m.backend for k, m in models.items()}, "cpus": os.cpu_count()}
     prompt = rng.integers(0, 50280, size=(1, 512))
     for B in batches:
         ids = rng.integers(0, 50280, size=(B, 16))

@@ -160,6 +160,14 @@ func GPUStatus() (reason string, err error) {
 	return "", nil
 }
 
+// PreferOwnGEMM reports whether the CPU engine's own GEMMs run faster on
+// this CPU than numpy's OpenBLAS (mambago.PreferOwnGEMM): blas="auto" then
+// loads no library.
+func PreferOwnGEMM() (own bool, err error) {
+	defer guard(&err)
+	return mambago.PreferOwnGEMM(), nil
+}
+
 // NumThreads sets how many threads run the CPU engine's work at once (Go's
 // GOMAXPROCS, which its goroutines and its calls of a single-threaded
 // OpenBLAS share) to n where n >= 1, and returns the count before; n = 0

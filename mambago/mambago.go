@@ -153,6 +153,11 @@ func compileWork(ordinal int) string {
 // it can.
 func GPUUsable() error { return gpuUsable(0) }
 
+// PreferOwnGEMM reports whether the CPU engine's own GEMMs (Options.BLAS
+// empty) run faster on this CPU than numpy's OpenBLAS (cpu.PreferOwnGEMM):
+// what Python's blas="auto" asks.
+func PreferOwnGEMM() bool { return cpu.PreferOwnGEMM() }
+
 // gpuUsable reports why the CUDA engine cannot run on GPU ordinal, or nil.
 func gpuUsable(ordinal int) error {
 	if err := cuda.Init(); err != nil {

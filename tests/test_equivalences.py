@@ -153,13 +153,29 @@ def test_go_and_openblas_backends_agree(rng):
     (gonum's on a CPU without AVX2) give the same model."""
     import mambago
     from conftest import case_dir
+    from mambago.model import numpy_blas
 
-    blas_model = mambago.Model.from_pretrained(case_dir("dstate64"), device="cpu")
+    blas_model = mambago.Model.from_pretrained(case_dir("dstate64"), device="cpu", blas=numpy_blas())
     go_model = mambago.Model.from_pretrained(case_dir("dstate64"), device="cpu", blas="go")
     assert go_model.backend in ("go sgemm (avx512)", "go sgemm (avx2)", "gonum"), go_model.backend
     assert "openblas" in blas_model.backend.lower(), blas_model.backend
     ids = rng.integers(0, go_model.config.vocab_size, size=(2, 40))
     assert rel_err(blas_model.prefill(ids, output="all"), go_model.prefill(ids, output="all")) <= TOL
+
+
+def test_auto_blas_picks_own_gemms_with_avx512():
+    """blas="auto" runs the engine's own GEMMs on a CPU with AVX-512F (where
+    they were measured faster than OpenBLAS), else numpy's OpenBLAS."""
+    import mambago
+    from conftest import case_dir
+
+    with open("/proc/cpuinfo") as f:
+        avx512 = any(line.startswith("flags") and " avx512f" in line for line in f)
+    backend = mambago.Model.from_pretrained(case_dir("dstate64"), device="cpu").backend
+    if avx512:
+        assert backend == "go sgemm (avx512)", backend
+    else:
+        assert "openblas" in backend.lower(), backend
 
 
 def test_state_copy_continues_like_the_original(base_model, rng):

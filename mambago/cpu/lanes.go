@@ -247,9 +247,9 @@ const rowsMax = 8
 // of sums.
 const wideRowsW = 4
 
-// useWideRows runs gemmRows' eight-row groups on gemmRowsAVX512 where the
-// CPU has AVX-512F; tests turn it off to check it against gemmRowsAVX2,
-// bit for bit.
+// useWideRows runs gemmRows' eight-row groups on gemmRowsAVX512, and its
+// one-row dot products on dotRowsAVX512, where the CPU has AVX-512F; tests
+// turn it off to check the AVX2 kernels (the eight-row ones bit for bit).
 var useWideRows = hasAVX512
 
 // rowsGemm holds one gemmRowsAVX2 (or dotRowsAVX2) call's operands;
@@ -267,8 +267,9 @@ type rowsGemm struct {
 
 // gemmRows computes C = A·Wᵀ + beta·C for A [M, K] (row stride lda), M ≤
 // rowsMax, W [N, K] and C [M, N] (row stride ldc), with the rows of W split
-// across goroutines. One row against a 16-bit W runs on dotRowsAVX2, which
-// keeps one sum a row of W; up to two rows take four rows of W at a time on
+// across goroutines. One row runs on dotRowsAVX512 with AVX-512F (any W),
+// else against a 16-bit W on dotRowsAVX2: one sum a row of W, the rows
+// read in order; up to two rows take four rows of W at a time on
 // gemmRowsAVX2, up to four two, and more one. The rows of W left over from
 // the last group take the one-row-of-W loop, and every goroutine's block
 // holds whole groups. Each sum adds its lanes in the same order in every

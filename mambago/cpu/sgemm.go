@@ -53,6 +53,15 @@ func sgemmKernel() (s sgemmShape, ok bool) {
 // AVX-512F; tests turn it off to check the AVX2 one.
 var useWideSgemm = hasAVX512
 
+// PreferOwnGEMM reports whether the engine's own GEMMs (Engine.BLAS nil)
+// are the better choice on this CPU than numpy's OpenBLAS: where it has
+// AVX-512F. There a 130m prefill ran 1.04-1.10x faster through them on the
+// 2-core build machine and 1.16-1.34x on 16 cores, and a float32 decode
+// step of one sequence 1.07x faster than on OpenBLAS's SGEMV
+// (bench/results/2026-12-05-cpu-own-gemm-auto.md). With AVX2 alone they
+// have not been measured against it.
+func PreferOwnGEMM() bool { return useLanes && useWideSgemm && useWideRows }
+
 // sgemm computes C = A·Wᵀ + beta·C for A [M, K] (row stride lda), W [N, K]
 // in any Storage (widened as it is packed) and C [M, N] (row stride ldc),
 // on the micro-kernel s, C's tiles spread over GOMAXPROCS goroutines.

@@ -271,8 +271,8 @@ def _engine_args(device, dtype, blas):
     if not isinstance(blas, str):
         raise TypeError(f"blas must be a str, got {type(blas).__name__}")
     blas_path = {"auto": None, "go": ""}.get(blas, blas)
-    if blas_path is None:
-        blas_path = numpy_blas()
+    if blas_path is None:  # "auto": the engine's own GEMMs where they are the faster
+        blas_path = "" if _call(_b.PreferOwnGEMM) else numpy_blas()
     if device.lower() != "cpu":
         _cudalibs.preload()  # the CUDA libraries of NVIDIA's pip wheels, where the loader does not find them
     return device, dtype or "", blas_path
@@ -640,9 +640,10 @@ class Model(_Owner):
         checkpoint's config names, and float32 where it names none. Inputs
         and outputs stay float32 in every dtype.
 
-        blas chooses the CPU engine's GEMM library: "auto" (numpy's OpenBLAS
-        when numpy has one, else Go), "go" (the engine's own SGEMM, in Go and
-        assembly; gonum's on a CPU without AVX2) or the path of a
+        blas chooses the CPU engine's GEMM library: "auto" (the engine's own
+        on a CPU with AVX-512, where they are the faster; else numpy's
+        OpenBLAS when numpy has one, else Go), "go" (the engine's own SGEMM,
+        in Go and assembly; gonum's on a CPU without AVX2) or the path of a
         CBLAS shared library.
 
         A load of a GB or more, or a first load on a GPU (which compiles the
