@@ -3,9 +3,10 @@ after a 16-token prompt, one step's, and a T=512 prefill's (at B=1), at each
 batch size asked for (B=1 and B=8 unless told; medians), for each weight
 dtype asked for (float32, and the 16-bit storage of dtype="bfloat16"/
 "float16") and each GEMM library asked for (blas="auto" unless told; e.g.
-"auto,go"), the models taking turns in one process.
+"go,openblas", where "openblas" is numpy's), the models taking turns in one
+process.
 
-    python3 bench/cpu_decode.py out.json [float32,bfloat16,float16] [1,2,4,8] [auto,go]
+    python3 bench/cpu_decode.py out.json [float32,bfloat16,float16] [1,2,4,8] [go,openblas]
 """
 
 import json
@@ -39,7 +40,10 @@ def main():
     blases = (sys.argv[4] if len(sys.argv) > 4 else "auto").split(",")
     path = random_checkpoint.cached("130m")
     # keyed "float32", or "float32/go" where more than one library is asked for
-    models = {dt + (f"/{b}" if len(blases) > 1 else ""): mambago.Model.from_pretrained(path, device="cpu", dtype=dt, blas=b)
+    from mambago.model import numpy_blas
+
+    models = {dt + (f"/{b}" if len(blases) > 1 else ""):
+              mambago.Model.from_pretrained(path, device="cpu", dtype=dt, blas=numpy_blas() if b == "openblas" else b)
               for dt in dtypes for b in blases}
     rng = np.random.default_rng(0)
     result = {"mambago_backend": {k: m.backend for k, m in models.items()}, "cpus": os.cpu_count()}

@@ -332,6 +332,9 @@
 #   cpusgemm: the CPU engine's own SGEMM against numpy's OpenBLAS on this
 #             host's cores: BenchmarkSgemm, then prefills taking turns
 #             (bench/cpu_blas.py; about 2 min);
+#   cpudecode: CPU decode steps and generation on the engine's own GEMMs
+#             against numpy's OpenBLAS on this host's cores (bench/cpu_decode.py
+#             with $CPU_DECODE_ARGS; about 3 minutes);
 #   cpujobs:  the CPU conv and scan in tasks of 32, 16 and 8 channels, taking
 #             turns over three rounds (BenchmarkConvScanJobs; about 30 s);
 #   all:      all three (default).
@@ -1535,6 +1538,10 @@ if [[ $mode == cpusgemm ]]; then
   .carry/cpu.test -test.run '^$' -test.bench 'Sgemm$' -test.benchtime 10x 2>&1 | tee "$OUT/cpu_sgemm.log" | grep Bench
   echo "== CPU prefill, the own SGEMM against numpy's OpenBLAS"
   python3 bench/cpu_blas.py "$OUT/cpu_blas.json" 128,512,2048 3 2>&1 | tee "$OUT/cpu_blas.log"
+fi
+if [[ $mode == cpudecode ]]; then
+  echo "== CPU decode steps, the engine's own GEMMs against numpy's OpenBLAS (${CPU_DECODE_ARGS:=float32,bfloat16 1,2,8 go,openblas})"
+  python3 bench/cpu_decode.py "$OUT/cpu_decode.json" $CPU_DECODE_ARGS 2>&1 | tee "$OUT/cpu_decode.log"
 fi
 if [[ $mode == cpujobs ]]; then
   echo "== CPU conv/scan task widths (130m shape, B=1, T=512; GOMAXPROCS $(nproc))"
