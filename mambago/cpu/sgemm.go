@@ -57,7 +57,8 @@ var useWideSgemm = hasAVX512
 // are the better choice on this CPU than numpy's OpenBLAS: where it has
 // AVX-512F. There a 130m prefill ran 1.04-1.10x faster through them on the
 // 2-core build machine and 1.16-1.34x on 16 cores, and a float32 decode
-// step of one sequence 1.07x faster than on OpenBLAS's SGEMV
+// step of one sequence (dotRowsAVX512 against OpenBLAS's SGEMV) 1.07x
+// faster on 2 cores and even on 16
 // (bench/results/2026-12-05-cpu-own-gemm-auto.md). With AVX2 alone they
 // have not been measured against it.
 func PreferOwnGEMM() bool { return useLanes && useWideSgemm && useWideRows }
