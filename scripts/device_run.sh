@@ -95,7 +95,7 @@
 #             (B=1, a random model's row): the details page and the
 #             source page per SASS line (stall samples), for placing their time
 #             ($NCU_KERNELS names fewer; what comes back is limited in count);
-#   pytest:   the Python tests alone ($PYTEST_ARGS, default "-q tests"; the
+#   pytest:   the Python tests alone ($PYTEST_ARGS, default "-q -rs tests"; the
 #             last $PYTEST_TAIL lines shown);
 #   bind:     replays in place (cuda.Graph.Bind; the device entries' graphs
 #             reading ids and writing outputs in the caller's buffers): the
@@ -1007,7 +1007,7 @@ PY
 fi
 if [[ $mode == pytest ]]; then
   echo "== pytest \${PYTEST_ARGS:-tests}, the wheel of .carry"
-  python3 -m pytest ${PYTEST_ARGS:--q tests} 2>&1 | tee "$OUT/pytest.log" | grep -vE "^\[transformers\]" | tail -${PYTEST_TAIL:-40}
+  python3 -m pytest ${PYTEST_ARGS:--q -rs tests} 2>&1 | tee "$OUT/pytest.log" | grep -vE "^\[transformers\]" | tail -${PYTEST_TAIL:-40}
   [[ ${PIPESTATUS[0]} == 0 ]] || status=1
   exit $status
 fi
@@ -1370,7 +1370,7 @@ if [[ $mode == gpu || $mode == all || $mode == tests ]]; then
   done
   if [[ ${TESTS_PYTEST:-1} == 1 ]]; then  # TESTS_PYTEST=0: the Go binaries alone
     echo "== pytest"
-    python3 -m pytest -q tests 2>&1 | tee "$OUT/pytest.log" | tail -3
+    python3 -m pytest -q -rs tests 2>&1 | tee "$OUT/pytest.log" | tail -6
   fi
 fi
 if [[ $mode == gpu || $mode == all || $mode == sanitize ]]; then
