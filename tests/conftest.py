@@ -35,6 +35,15 @@ def read_safetensors(path):
     return out
 
 
+def norm_err(got, want):
+    """‖got - want‖ / ‖want‖ (Frobenius); NaN anywhere in got gives inf."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    if not np.all(np.isfinite(got)):
+        return np.inf
+    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+
+
 def rel_err(got, want):
     """max|got - want| / max|want|; NaN anywhere in got gives inf."""
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)

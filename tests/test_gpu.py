@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import mambago
-from conftest import case_dir, rel_err
+from conftest import case_dir, norm_err, rel_err
 
 pytestmark = pytest.mark.skipif(not mambago.cuda_is_available(),
                                 reason=f"no GPU: {mambago.cuda_unavailable_reason()}")
@@ -171,12 +171,14 @@ def test_step_ptr(model_dtype):
 def test_prefill_layers_matches_cpu(model_dtype):
     """prefill_layers on the CUDA engine (a left- and a right-padded row):
     its output is the one prefill gives on the same engine (1e-6), and its
-    layers and output are the CPU engine's, within 1e-4 in f32 and 0.15 in
-    bf16 (a misplaced copy is off by the whole scale, about 1), zero at the
-    padding. On an H100 (2026-12-05) bf16 on this tiny fixture was off
-    by 0.029 in the layers and 0.060 in the output: bf16 rounds this
-    model's GEMM inputs by more than it does a real one's
-    (TestMixedPrecisionFixtures)."""
+    layers and output are the CPU engine's, zero at the padding: in f32
+    within 1e-4 of the largest value (rel_err); in bf16 within 0.1 in norm
+    (the difference's norm over the CPU's). bf16 rounds this tiny model's
+    GEMM inputs by more than it does a real one's (TestMixedPrecisionFixtures),
+    and its worst single value strays far: over 40 fresh draws on an H100
+    (2026-12-05) the output's rel_err reached 0.196 (median 0.061), while the
+    norm ratio stayed within 0.031 (layers) and 0.041 (output). A misplaced
+    copy, positions shifted by one, gives a norm ratio of 1.3-1.5."""
     rng = np.random.default_rng()
     gpu = mambago.Model.from_pretrained(case_dir("base"), device="cuda", dtype=model_dtype)
     cpu = mambago.Model.from_pretrained(case_dir("base"), device="cpu")
@@ -184,13 +186,15 @@ def test_prefill_layers_matches_cpu(model_dtype):
     ids = rng.integers(0, gpu.config.vocab_size, size=(B, T))
     mask = np.ones((B, T), np.int64)
     mask[1, :7] = mask[2, 30:] = 0
-    tol = 1e-4 if model_dtype == "float32" else 0.15
     got_final, got = gpu.prefill_layers(ids, attention_mask=mask)
     plain = gpu.prefill(ids, output="all", attention_mask=mask)
     want_final, want = cpu.prefill_layers(ids, attention_mask=mask)
     assert got.shape == want.shape == (gpu.config.num_hidden_layers, B, T, gpu.config.hidden_size)
     assert rel_err(got_final, plain) <= 1e-6
-    assert rel_err(got, want) <= tol and rel_err(got_final, want_final) <= tol
+    if model_dtype == "float32":
+        assert rel_err(got, want) <= 1e-4 and rel_err(got_final, want_final) <= 1e-4
+    else:
+        assert norm_err(got, want) <= 0.1 and norm_err(got_final, want_final) <= 0.1
     assert not got[:, mask == 0].any()
 
 
