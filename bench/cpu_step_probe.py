@@ -2,9 +2,13 @@
 dtype asked for, loaded one after another in one process: the load's time,
 the median of 40 one-sequence decode steps (ms), and the MiB of the process's
 memory in transparent huge pages, printed as JSON. Run it with two builds
-taking turns to compare them.
+taking turns to compare them (the other build through PYTHONPATH at a
+`pip install --target` of its wheel).
 
-    python3 bench/cpu_step_probe.py [float32,bfloat16] [130m|370m|...]
+    python3 bench/cpu_step_probe.py [float32,bfloat16] [130m|370m|...] [blas]
+
+blas is the GEMM library, as from_pretrained takes it ("auto" unless told;
+"go" the engine's own).
 """
 
 import json
@@ -39,7 +43,8 @@ def main():
     out = {}
     for dt in (sys.argv[1] if len(sys.argv) > 1 else "float32,bfloat16").split(","):
         t0 = time.perf_counter()
-        m = mambago.Model.from_pretrained(path, device="cpu", dtype=dt)
+        m = mambago.Model.from_pretrained(path, device="cpu", dtype=dt,
+                                          blas=sys.argv[3] if len(sys.argv) > 3 else "auto")
         load = time.perf_counter() - t0
         st = m.new_state(1)
         m.prefill(np.array([[1, 2, 3]]), state=st)
