@@ -1526,8 +1526,9 @@ if [[ $mode == mamba_ssm ]]; then
     --commit "$commit" ${BENCH_ARGS:-} 2>&1 | tee "$OUT/bf16_vs_mamba_ssm.log"
 fi
 if [[ $mode == cpu || $mode == all ]]; then
+  # the engine's own GEMMs, as blas="auto" runs them with AVX-512F; CPU_STAGES_BLAS=1: numpy's OpenBLAS
   echo "== Go CPU engine stage timings (130m shape, B=1, T=512)"
-  MAMBAGO_TEST_BLAS=$(python3 -c "import mambago.model as m; print(m.numpy_blas())") \
+  MAMBAGO_TEST_BLAS=$([[ ${CPU_STAGES_BLAS:-0} == 1 ]] && python3 -c "import mambago.model as m; print(m.numpy_blas())") \
     .carry/cpu.test -test.run '^$' -test.bench 'Prefill130m/B1_T512' -test.benchtime 3x 2>&1 | tee "$OUT/cpu_stages.log" | grep -v "^goos\|^goarch\|^pkg\|PASS"
   echo "== CPU prefill, mambago vs Hugging Face"
   python3 bench/cpu_vs_hf.py --out "$OUT/cpu_vs_hf.json" --lengths 512,128,2048 --commit "$commit" 2>&1 \
