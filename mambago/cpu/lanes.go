@@ -307,7 +307,9 @@ func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int,
 	}
 	base, size := w.raw()
 	workers := runtime.GOMAXPROCS(0)
-	block := (max(64, (N+workers-1)/workers) + rowsMax - 1) &^ (rowsMax - 1) // whole groups a goroutine
+	// whole groups a goroutine, of at least 16 rows (x_proj's 80 rows go 40
+	// and 40 on two cores, not 64 and 16)
+	block := (max(16, (N+workers-1)/workers) + rowsMax - 1) &^ (rowsMax - 1)
 	if N*K <= serialGemm {
 		block = N
 	}
@@ -388,9 +390,13 @@ func takeFloats(n int) *[]float32 {
 }
 
 // serialGemm is the most N·K that gemmRows runs on the calling goroutine,
-// not in parallel (serialChannels says why): at 130m, x_proj's and
-// dt_proj's [80, 1536] and [1536, 48].
-var serialGemm = 1 << 17
+// not in parallel: a few µs of work, about what a fork-join costs. It was
+// 1<<17, which kept 130m's x_proj [80, 1536] and dt_proj [1536, 48] serial
+// when a fork-join cost tens of µs; on the team of spinning workers
+// (parallel.go) splitting them ran a one-sequence GEMV of each 1.4-1.6x
+// faster on 2 cores (BenchmarkSmallGemms), while [48, 768] stayed as fast
+// serial.
+var serialGemm = 1 << 16
 
 // rowsStep is the count of W's rows a gemmRowsAVX2 call takes.
 const rowsStep = 256

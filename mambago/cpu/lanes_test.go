@@ -294,6 +294,35 @@ func BenchmarkGemmRows(b *testing.B) {
 	}
 }
 
+// BenchmarkSmallGemms times Engine.gemm on a decode step's small matrices
+// (130m's x_proj [80, 1536] and dt_proj [1536, 48], and smaller ones that
+// stay serial, serialGemm) against one and four rows of A, forty matrices
+// of each in float32 and bfloat16: µs a GEMM.
+func BenchmarkSmallGemms(b *testing.B) {
+	const count = 40
+	for _, st := range []Storage{Float32, BFloat16} {
+		for _, sh := range [][2]int{{80, 1536}, {1536, 48}, {48, 768}, {768, 24}} {
+			n, k := sh[0], sh[1]
+			ws := make([]matrix, count)
+			for i := range ws {
+				ws[i] = newMatrix(randVec(n*k), n, k, st)
+			}
+			for _, m := range []int{1, 4} {
+				b.Run(fmt.Sprintf("%v/%dx%d/m=%d", st, n, k, m), func(b *testing.B) {
+					e := &Engine{}
+					a, c := randVec(m*k), make([]float32, m*n)
+					for b.Loop() {
+						for _, w := range ws {
+							e.gemm(c, n, a, k, w, m, n, k, 0)
+						}
+					}
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*count)/1e3, "µs/gemm")
+				})
+			}
+		}
+	}
+}
+
 // TestWidenAllValues widens every 16-bit pattern of bfloat16 and float16
 // with widenAVX2 (through widenInto, lengths past a multiple of 8 included)
 // and checks each against the scalar widen, NaNs as NaNs.
