@@ -40,8 +40,8 @@ func convLanesAVX2(a *laneConv)
 //go:noescape
 func gemmRowsAVX2(a *rowsGemm)
 
-// dotRowsAVX2 runs gemmRows' dot products for one row of A against a
-// 16-bit W (lanes.go) in AVX2/FMA/F16C.
+// dotRowsAVX2 runs gemmRows' dot products for one row of A against W of
+// any Storage (lanes.go) in AVX2/FMA/F16C.
 //
 //go:noescape
 func dotRowsAVX2(a *rowsGemm)

@@ -267,9 +267,8 @@ type rowsGemm struct {
 
 // gemmRows computes C = A·Wᵀ + beta·C for A [M, K] (row stride lda), M ≤
 // rowsMax, W [N, K] and C [M, N] (row stride ldc), with the rows of W split
-// across goroutines. One row runs on dotRowsAVX512 with AVX-512F (any W),
-// else against a 16-bit W on dotRowsAVX2: one sum a row of W, the rows
-// read in order; up to two rows take four rows of W at a time on
+// across goroutines. One row runs on dotRowsAVX512 with AVX-512F, else on
+// dotRowsAVX2: one sum a row of W, the rows read in order; up to two rows take four rows of W at a time on
 // gemmRowsAVX2, up to four two, and more one. The rows of W left over from
 // the last group take the one-row-of-W loop, and every goroutine's block
 // holds whole groups. Each sum adds its lanes in the same order in every
@@ -279,8 +278,8 @@ func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int,
 	K8 := K &^ 7
 	rows := rowsMax
 	switch {
-	case M == 1 && (w.h != nil || useWideRows):
-		rows = 1 // dotRowsAVX2 (16-bit W) or dotRowsAVX512 (any)
+	case M == 1:
+		rows = 1 // dotRowsAVX512, or dotRowsAVX2 without AVX-512F
 	case M <= 2:
 		rows = 2
 	case M <= 4:

@@ -420,10 +420,10 @@ rowsdone:
 // func dotRowsAVX2(a *rowsGemm)
 //
 // gemmRowsAVX2 for one row of A (a decode step of one sequence), given
-// plain (a.a is the row's first K8 columns) and against a 16-bit W
-// (a.wkind bfloat16 or float16): for each of a.N rows of W one sum over
-// the first K8 columns, stored as out's next float32. Two sums a row take
-// turns on sixteen columns so that each FMA waits on the one before last.
+// plain (a.a is the row's first K8 columns), against W of any kind: for
+// each of a.N rows of W one sum over the first K8 columns, stored as out's
+// next float32. Two sums a row take turns on sixteen columns so that each
+// FMA waits on the one before last.
 TEXT ·dotRowsAVX2(SB), NOSPLIT, $0-8
 	ROWSARGS
 	MOVQ R9, R12
@@ -434,10 +434,29 @@ TEXT ·dotRowsAVX2(SB), NOSPLIT, $0-8
 dotrow:
 	VXORPS Y0, Y0, Y0
 	VXORPS Y1, Y1, Y1
-	XORQ DX, DX // 4·k into A's row
-	XORQ BX, BX // 2·k into W's
+	XORQ DX, DX // 4·k into A's row (and a float32 W's)
+	XORQ BX, BX // 2·k into a 16-bit W's
 	CMPQ R11, $WK_BF16
-	JNE dotf16pairs
+	JEQ dotbf16pairs
+	JGT dotf16pairs
+
+dotf32pairs:
+	CMPQ DX, R12
+	JGE dotf32tail
+	PREFETCHT0 W16_AHEAD(DI)(DX*1)
+	VMOVUPS (DI)(DX*1), Y8
+	VMOVUPS 32(DI)(DX*1), Y9
+	VFMADD231PS (SI)(DX*1), Y8, Y0
+	VFMADD231PS 32(SI)(DX*1), Y9, Y1
+	ADDQ $64, DX
+	JMP dotf32pairs
+
+dotf32tail:
+	CMPQ DX, R9
+	JGE dotsum
+	VMOVUPS (DI)(DX*1), Y8
+	VFMADD231PS (SI)(DX*1), Y8, Y0
+	JMP dotsum
 
 dotbf16pairs:
 	CMPQ DX, R12

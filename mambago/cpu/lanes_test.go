@@ -38,8 +38,7 @@ func TestLaneScanLayout(t *testing.T) {
 
 // TestGemmRows checks gemmRows against float64 on fresh random operands,
 // for W in each Storage (float64 of the values W holds, widened): 1 to 8
-// rows (one row runs on dotRowsAVX512, or on dotRowsAVX2 against a 16-bit
-// W), K with and without columns past a multiple of 8 and of 16 (and under
+// rows (one row runs on dotRowsAVX512, or on dotRowsAVX2), K with and without columns past a multiple of 8 and of 16 (and under
 // 8), padded row strides, beta 0 and 1, with AVX-512F on each kernel set.
 // The first rows of M come out the same bits when gemmRows takes them
 // alone, from two rows on, on a kernel that groups W's rows otherwise: a
