@@ -268,8 +268,9 @@ type rowsGemm struct {
 // gemmRows computes C = A·Wᵀ + beta·C for A [M, K] (row stride lda), M ≤
 // rowsMax, W [N, K] and C [M, N] (row stride ldc), with the rows of W split
 // across goroutines. One row runs on dotRowsAVX512 with AVX-512F, else on
-// dotRowsAVX2: one sum a row of W, the rows read in order; up to two rows take four rows of W at a time on
-// gemmRowsAVX2, up to four two, and more one. The rows of W left over from
+// dotRowsAVX2: one sum a row of W, the rows read in order. Up to two rows
+// take four rows of W at a time on gemmRowsAVX2, up to four two, and more
+// one. The rows of W left over from
 // the last group take the one-row-of-W loop, and every goroutine's block
 // holds whole groups. Each sum adds its lanes in the same order in every
 // loop, so a row of C does not depend on M (from 2 rows on): a sequence's

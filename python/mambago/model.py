@@ -225,7 +225,8 @@ def cuda_is_available() -> bool:
 def set_num_threads(n: int) -> None:
     """Run the CPU engine's work on n threads at once, as torch.set_num_threads
     does for torch: its goroutines, and the OpenBLAS calls they make one
-    thread each where the model's GEMMs run in OpenBLAS. It applies to the whole process, from the next call on. The
+    thread each where the model's GEMMs run in OpenBLAS. It applies to the
+    whole process, from the next call on. The
     default is the CPUs the process may use; the GOMAXPROCS environment
     variable, set before mambago is imported, sets it too. An OpenBLAS
     without per-call thread control (openblas_set_num_threads_local) runs
