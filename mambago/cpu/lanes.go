@@ -270,11 +270,11 @@ type rowsGemm struct {
 // across goroutines. One row runs on dotRowsAVX512 with AVX-512F, else on
 // dotRowsAVX2: one sum a row of W, the rows read in order. Up to two rows
 // take four rows of W at a time on gemmRowsAVX2, up to four two, and more
-// one. The rows of W left over from
-// the last group take the one-row-of-W loop, and every goroutine's block
-// holds whole groups. Each sum adds its lanes in the same order in every
-// loop, so a row of C does not depend on M (from 2 rows on): a sequence's
-// decode step gives the same bits in a batch of 2 as of 8.
+// one. The rows of W left over from the last group take the one-row-of-W
+// loop, and every goroutine's block holds whole groups. Each sum adds its
+// lanes in the same order in every loop, so a row of C does not depend on
+// M (from 2 rows on): a sequence's decode step gives the same bits in a
+// batch of 2 as of 8.
 func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int, beta float32) {
 	K8 := K &^ 7
 	rows := rowsMax

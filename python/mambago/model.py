@@ -226,9 +226,9 @@ def set_num_threads(n: int) -> None:
     """Run the CPU engine's work on n threads at once, as torch.set_num_threads
     does for torch: its goroutines, and the OpenBLAS calls they make one
     thread each where the model's GEMMs run in OpenBLAS. It applies to the
-    whole process, from the next call on. The
-    default is the CPUs the process may use; the GOMAXPROCS environment
-    variable, set before mambago is imported, sets it too. An OpenBLAS
+    whole process, from the next call on. The default is the CPUs the
+    process may use; the GOMAXPROCS environment variable, set before
+    mambago is imported, sets it too. An OpenBLAS
     without per-call thread control (openblas_set_num_threads_local) runs
     on threads of its own, which OPENBLAS_NUM_THREADS sets."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
