@@ -273,13 +273,6 @@ widedone:
 	VHADDPS X0, X0, X0; \
 	VMOVSS X0, (R8)
 
-// DOT_F32(mem, reg) loads a row of W's columns at mem into reg as float32:
-// sixteen into a Z register, or eight into a Y one (EVEX, so the upper
-// lanes are zeroed). DOT_BF16 and DOT_F16 widen 16-bit ones likewise.
-#define DOT_F32(mem, reg) VMOVUPS mem, reg
-#define DOT_BF16(mem, reg) VPMOVZXWD mem, reg; VPSLLD $16, reg, reg
-#define DOT_F16(mem, reg) VCVTPH2PS mem, reg
-
 // DOT_ROWS(LOAD, SCALE, STEP, labels) runs dotRowsAVX512's rows of one
 // kind: for each, Z0 = the FMAs of A's columns and the row's at DI (LOAD
 // reads them), sixteen a step while DX < BX (DX the offset into the row,
@@ -330,17 +323,17 @@ TEXT ·dotRowsAVX512(SB), NOSPLIT, $0-8
 	ANDQ $-32, BX // 2·K16
 	CMPQ R11, $WK_BF16
 	JEQ dotbf16
-	DOT_ROWS(DOT_F16, 2, 32, dotf16, dotf16loop, dotf16tail, dotf16sum)
+	DOT_ROWS(WIDEN_F16, 2, 32, dotf16row, dotf16loop, dotf16tail, dotf16sum)
 	JMP dot512done
 
 dotbf16:
-	DOT_ROWS(DOT_BF16, 2, 32, dotbf16row, dotbf16loop, dotbf16tail, dotbf16sum)
+	DOT_ROWS(WIDEN_BF16, 2, 32, dotbf16row, dotbf16loop, dotbf16tail, dotbf16sum)
 	JMP dot512done
 
 dotf32:
 	MOVQ R9, BX
 	ANDQ $-64, BX // 4·K16
-	DOT_ROWS(DOT_F32, 1, 64, dotf32row, dotf32loop, dotf32tail, dotf32sum)
+	DOT_ROWS(WIDEN_F32, 1, 64, dotf32row, dotf32loop, dotf32tail, dotf32sum)
 
 dot512done:
 	VZEROUPPER

@@ -145,3 +145,11 @@
 // GEMV from 7.3 to 6.4 ms and the eight-row loop from 18 to 13-14 ms
 // (BenchmarkGemmRows, 2 cores).
 #define W16_AHEAD 2048
+
+// WIDEN_BF16(mem, reg) loads bfloat16 values at mem into reg as float32
+// (bfloat16 is float32's upper half), as many as reg holds: eight into a Y
+// register, sixteen into a Z one (an EVEX Y one zeroes Z's upper half).
+// WIDEN_F16 loads float16 ones, and WIDEN_F32 float32 ones as they are.
+#define WIDEN_BF16(mem, reg) VPMOVZXWD mem, reg; VPSLLD $16, reg, reg
+#define WIDEN_F16(mem, reg) VCVTPH2PS mem, reg
+#define WIDEN_F32(mem, reg) VMOVUPS mem, reg

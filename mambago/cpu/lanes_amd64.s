@@ -190,11 +190,6 @@ convdone:
 	VZEROUPPER
 	RET
 
-// WIDEN_BF16 loads eight bfloat16 values at mem into reg as float32
-// (bfloat16 is float32's upper half); WIDEN_F16 loads eight float16 ones.
-#define WIDEN_BF16(mem, reg) VPMOVZXWD mem, reg; VPSLLD $16, reg, reg
-#define WIDEN_F16(mem, reg) VCVTPH2PS mem, reg
-
 // ROWS_ZERO clears the eight sums.
 #define ROWS_ZERO \
 	VXORPS Y0, Y0, Y0; \

@@ -175,11 +175,11 @@ func normDBC(dbl []float32, rows, R, N int, eps float64) {
 }
 
 // gemm computes C = A @ W^T + beta·C, with A [M, K] (row stride lda), W [N, K]
-// and C [M, N] (row stride ldc): through the CBLAS library in e.BLAS when one
-// is loaded (its SGEMV for one row), else our own SGEMM (sgemm.go) where the
-// CPU has AVX2, else gonum's; up to rowsMax rows, with AVX2, run in
-// gemmRows, and so does one row against a 16-bit W. Otherwise a 16-bit W is
-// widened to float32 for the library's SGEMM.
+// and C [M, N] (row stride ldc). With AVX2, up to rowsMax rows run in
+// gemmRows, except one row against a float32 W where a CBLAS library in
+// e.BLAS has an SGEMV. More rows run in that library's SGEMM when one is
+// loaded (a 16-bit W widened to float32 for it), else in our own SGEMM
+// (sgemm.go) where the CPU has AVX2, else in gonum's.
 func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int, beta float32) {
 	if w.rows != N || w.cols != K {
 		panic(fmt.Sprintf("cpu: gemm of a [%d, %d] matrix as [%d, %d]", w.rows, w.cols, N, K))

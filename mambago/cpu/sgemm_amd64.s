@@ -1,4 +1,5 @@
 #include "textflag.h"
+#include "lanes_amd64.h"
 
 // The micro-kernels of the engine's SGEMM (sgemm.go). Each keeps an mr × nr
 // block of C in registers and walks k over mr rows of A (lda bytes apart,
@@ -252,9 +253,9 @@ add12:
 // LOAD_F32, LOAD_BF16 and LOAD_F16 load the row of sixteen values at R10
 // into Z as float32 (the 16-bit ones widened exactly), and move R10 on by
 // R9 bytes; PUTROW stores Z at DI and moves DI on by R11 bytes.
-#define LOAD_F32(Z) VMOVUPS (R10), Z; ADDQ R9, R10
-#define LOAD_BF16(Z) VPMOVZXWD (R10), Z; VPSLLD $16, Z, Z; ADDQ R9, R10
-#define LOAD_F16(Z) VCVTPH2PS (R10), Z; ADDQ R9, R10
+#define LOAD_F32(Z) WIDEN_F32((R10), Z); ADDQ R9, R10
+#define LOAD_BF16(Z) WIDEN_BF16((R10), Z); ADDQ R9, R10
+#define LOAD_F16(Z) WIDEN_F16((R10), Z); ADDQ R9, R10
 #define PUTROW(Z) VMOVUPS Z, (DI); ADDQ R11, DI
 
 // SIXTEEN applies OP to Z0-Z15 in order.
@@ -273,7 +274,7 @@ TEXT ·transpose16(SB), NOSPLIT, $0-40
 	MOVQ kind+16(FP), AX
 	MOVQ dst+24(FP), DI
 	MOVQ ldd+32(FP), R11
-	CMPQ AX, $1
+	CMPQ AX, $WK_BF16
 	JEQ trbf16
 	JGT trf16
 	SIXTEEN(LOAD_F32)
