@@ -41,12 +41,12 @@ type sgemmShape struct {
 func sgemmKernel() (s sgemmShape, ok bool) {
 	switch {
 	case !useLanes: // as on a CPU without AVX2 (tests turn the lanes off)
+		return sgemmShape{}, false
 	case useWideSgemm:
 		return sgemmShape{12, 32, sgemmAVX512, "go sgemm (avx512)"}, true
-	case useLanes:
+	default:
 		return sgemmShape{6, 16, sgemmAVX2, "go sgemm (avx2)"}, true
 	}
-	return sgemmShape{}, false
 }
 
 // useWideSgemm runs sgemm on the AVX-512 micro-kernel where the CPU has
