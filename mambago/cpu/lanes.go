@@ -337,27 +337,54 @@ func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int,
 					gemmRowsAVX2(&g)
 				}
 			}
-			for n := n0; n < n1; n++ {
-				at := (n - n0) * rows // where row n's sums are in out
-				if n >= grouped {
-					at = (grouped-n0)*rows + (n-grouped)*rowsMax
+			// C's rows one after another: row m's sums from the groups lie
+			// every rows floats in out, from the rows left over every
+			// rowsMax. Each element adds its sum, then its columns past K8,
+			// then beta·C, in that order.
+			g := grouped - n0
+			for m := range M {
+				row := c[m*ldc+n0 : m*ldc+n1]
+				if K8 == K {
+					addSums(row[:g], out[m:], rows, beta)
+					if g < len(row) {
+						addSums(row[g:], out[g*rows+m:], rowsMax, beta)
+					}
+					continue
 				}
-				for m := range M {
+				for i := range row {
 					var s float32
 					if K8 > 0 {
-						s = out[at+m]
+						at := i*rows + m
+						if i >= g {
+							at = g*rows + (i-g)*rowsMax + m
+						}
+						s = out[at]
 					}
 					for k := K8; k < K; k++ { // the columns past the last multiple of 8
-						s += a[m*lda+k] * w.at(n, k)
+						s += a[m*lda+k] * w.at(n0+i, k)
 					}
 					if beta != 0 {
-						s += beta * c[m*ldc+n]
+						s += beta * row[i]
 					}
-					c[m*ldc+n] = s
+					row[i] = s
 				}
 			}
 		}
 	})
+}
+
+// addSums sets row[i] = sums[i·stride] + beta·row[i], or the sum alone
+// where beta is 0 (whatever row held, NaN included).
+func addSums(row, sums []float32, stride int, beta float32) {
+	if beta == 0 {
+		for i := range row {
+			row[i] = sums[i*stride]
+		}
+		return
+	}
+	for i := range row {
+		row[i] = sums[i*stride] + beta*row[i]
+	}
 }
 
 // interleaveRows lays out A's M rows' first K8 columns as gemmRowsAVX2
