@@ -236,8 +236,8 @@ func (e *Engine) convLanes(w *work, l int, q seqs, ch int, state []float32) {
 // eight rows leaves it reading W at about a third of the memory's rate
 // (results/2026-12-02-cpu-sgemv.md); gemmRowsAVX2 streams each row of W
 // once and multiplies it by all the rows of A, whose K8 columns sit in L1,
-// interleaved [K8/8][rows][8]: two, four or eight rows, the fewest that
-// hold M, so that two rows take a quarter of eight rows' FMAs.
+// interleaved [K8/8][rows][8]: four or eight rows, the fewest that hold M,
+// so that up to four rows take half of eight rows' FMAs.
 
 // rowsMax is the most rows gemmRows takes: one AVX2 register of sums each.
 const rowsMax = 8
@@ -262,27 +262,25 @@ type rowsGemm struct {
 	kBytes int            // 4·K8, K8 a positive multiple of 8
 	ldw    int            // bytes from one row of W to the next
 	wkind  int            // W's type: its Storage (Float32, BFloat16, Float16)
-	rows   int            // rows of A: 2, 4 or 8 (gemmRowsAVX2 only)
+	rows   int            // rows of A: 4 or 8 (gemmRowsAVX2 only)
 }
 
 // gemmRows computes C = A·Wᵀ + beta·C for A [M, K] (row stride lda), M ≤
 // rowsMax, W [N, K] and C [M, N] (row stride ldc), with the rows of W split
 // across goroutines. One row runs on dotRowsAVX512 with AVX-512F, else on
-// dotRowsAVX2: one sum a row of W, the rows read in order. Up to two rows
-// take four rows of W at a time on gemmRowsAVX2, up to four two, and more
-// one. The rows of W left over from the last group take the one-row-of-W
-// loop, and every goroutine's block holds whole groups. Each sum adds its
-// lanes in the same order in every loop, so a row of C does not depend on
-// M (from 2 rows on): a sequence's decode step gives the same bits in a
-// batch of 2 as of 8.
+// dotRowsAVX2: one sum a row of W, the rows read in order. Two to four
+// rows take two rows of W at a time on gemmRowsAVX2, and more one. The rows
+// of W left over from the last group take the one-row-of-W loop, and every
+// goroutine's block holds whole groups. Each sum adds its lanes in the same
+// order in every loop, so a row of C does not depend on M (from 2 rows
+// on): a sequence's decode step gives the same bits in a batch of 2 as of
+// 8.
 func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int, beta float32) {
 	K8 := K &^ 7
 	rows := rowsMax
 	switch {
 	case M == 1:
 		rows = 1 // dotRowsAVX512, or dotRowsAVX2 without AVX-512F
-	case M <= 2:
-		rows = 2
 	case M <= 4:
 		rows = 4
 	}

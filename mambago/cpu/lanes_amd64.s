@@ -230,21 +230,6 @@ convdone:
 	VFMADD231PS Y12, Y9, Y6; \
 	VFMADD231PS Y13, Y9, Y7
 
-// ROWS2_FMA adds Y8-Y11 (eight columns of four rows of W) times the two
-// interleaved rows of A at those columns (2·DX bytes into A): row p's sums
-// to Y(2p) and Y(2p+1).
-#define ROWS2_FMA \
-	VMOVUPS 0(SI)(DX*2), Y12; \
-	VMOVUPS 32(SI)(DX*2), Y13; \
-	VFMADD231PS Y12, Y8, Y0; \
-	VFMADD231PS Y13, Y8, Y1; \
-	VFMADD231PS Y12, Y9, Y2; \
-	VFMADD231PS Y13, Y9, Y3; \
-	VFMADD231PS Y12, Y10, Y4; \
-	VFMADD231PS Y13, Y10, Y5; \
-	VFMADD231PS Y12, Y11, Y6; \
-	VFMADD231PS Y13, Y11, Y7
-
 // NEXT_COLS16 moves on eight columns (16 bytes of a 16-bit row, 32 of A's)
 // and compares the columns done with K8.
 #define NEXT_COLS16 \
@@ -252,10 +237,10 @@ convdone:
 	ADDQ $32, DX; \
 	CMPQ DX, R9
 
-// ROWS_STEP16, ROWS4_STEP16 and ROWS2_STEP16 take the next eight columns of
-// one, two or four 16-bit rows of W, widened by WIDEN (WIDEN_BF16 or
-// WIDEN_F16), into the sums, then NEXT_COLS16: the loops of the three
-// groupings, one for each 16-bit kind.
+// ROWS_STEP16 and ROWS4_STEP16 take the next eight columns of one or two
+// 16-bit rows of W, widened by WIDEN (WIDEN_BF16 or WIDEN_F16), into the
+// sums, then NEXT_COLS16: the loops of the two groupings, one for each
+// 16-bit kind.
 #define ROWS_STEP16(WIDEN) \
 	PREFETCHT0 W16_AHEAD(DI)(BX*1); \
 	WIDEN((DI)(BX*1), Y8); \
@@ -269,28 +254,23 @@ convdone:
 	ROWS4_FMA; \
 	NEXT_COLS16
 
-#define ROWS2_STEP16(WIDEN) \
-	PREFETCHT0 (R14)(BX*4); \
-	WIDEN((DI)(BX*1), Y8); \
-	WIDEN((R12)(BX*1), Y9); \
-	WIDEN((R13)(BX*1), Y10); \
-	WIDEN((AX)(BX*1), Y11); \
-	ROWS2_FMA; \
-	NEXT_COLS16
-
 // func gemmRowsAVX2(a *rowsGemm)
 //
 // Eight sums at a time over the first K8 columns (Y0-Y7, eight lanes each),
 // added up across their lanes and stored side by side in out: with a.rows
 // 8, one row of W against the eight interleaved rows of A; with 4, two rows
-// of W against four rows of A; with 2, four rows of W against two. a.N
-// counts those groups of rows of W. Fewer rows of A take fewer FMAs per
-// byte of W, which bounds the eight-row loop (in L2 it runs about as fast
-// as two four-row passes). A group's rows are separate streams, which the
-// hardware prefetcher leaves short of the memory's rate: each step of a
+// of W against four rows of A (two or three rows of A, zero-padded, too).
+// a.N counts those groups of rows of W. Fewer rows of A take fewer FMAs
+// per byte of W, which bounds the eight-row loop (in L2 it runs about as
+// fast as two four-row passes). A group's rows are separate streams, which
+// the hardware prefetcher leaves short of the memory's rate: each step of a
 // group prefetches as many bytes of the next group as it reads of its own,
-// so that the next group is on its way whole; that alone took the bfloat16
-// loop at two rows from 8 to 19 GB/s on one core. W's rows hold float32
+// so that the next group is on its way whole; that alone took a bfloat16
+// loop of four rows of W from 8 to 19 GB/s on one core. Four streams a
+// group are still too many: a loop of four rows of W against two of A ran
+// a 130m step of two sequences 1.08-1.12x slower than this one's two
+// (out_proj's rows, 3 KB each, 2.9-3.3 against 2.2 ms), so it went.
+// W's rows hold float32
 // values, or 16-bit ones (bfloat16 or float16, as a.wkind says) that each
 // load widens exactly; one loop a kind, picked once a group.
 TEXT ·gemmRowsAVX2(SB), NOSPLIT, $0-8
@@ -300,7 +280,6 @@ TEXT ·gemmRowsAVX2(SB), NOSPLIT, $0-8
 	JLE rowsdone
 	CMPQ AX, $4
 	JEQ rows4group
-	JLT rows2group
 
 rowsrow:
 	ROWS_ZERO
@@ -369,44 +348,6 @@ rows4sum:
 	LEAQ (DI)(R10*2), DI
 	DECQ CX
 	JNZ rows4group
-	JMP rowsdone
-
-rows2group: // four rows of W, at DI, R12, R13 and AX
-	ROWS_ZERO
-	XORQ DX, DX
-	XORQ BX, BX
-	FOURROWS
-	CMPQ R11, $WK_BF16
-	JEQ rows2bf16
-	JGT rows2f16
-
-rows2f32:
-	PREFETCHT0 (R14)(DX*4)
-	PREFETCHT0 64(R14)(DX*4)
-	VMOVUPS (DI)(DX*1), Y8
-	VMOVUPS (R12)(DX*1), Y9
-	VMOVUPS (R13)(DX*1), Y10
-	VMOVUPS (AX)(DX*1), Y11
-	ROWS2_FMA
-	ADDQ $32, DX
-	CMPQ DX, R9
-	JLT rows2f32
-	JMP rows2sum
-
-rows2bf16:
-	ROWS2_STEP16(WIDEN_BF16)
-	JLT rows2bf16
-	JMP rows2sum
-
-rows2f16:
-	ROWS2_STEP16(WIDEN_F16)
-	JLT rows2f16
-
-rows2sum:
-	ROWS_SUM
-	LEAQ (DI)(R10*4), DI
-	DECQ CX
-	JNZ rows2group
 
 rowsdone:
 	VZEROUPPER

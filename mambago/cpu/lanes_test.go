@@ -100,7 +100,7 @@ func TestGemmRows(t *testing.T) {
 							t.Fatalf("%v K=%d M=%d beta=%v: the AVX-512 kernels' sums differ from AVX2's", st, K, M, beta)
 						}
 					}
-					for _, sub := range []int{2, 4} { // the 2- and 4-row kernels, where M took a wider one
+					for _, sub := range []int{2, 4} { // the first 2 and 4 rows alone, where M took a wider kernel
 						if sub < M {
 							part := slices.Clone(c0[:sub*ldc])
 							gemmRows(part, ldc, a, lda, w, sub, N, K, beta)
