@@ -339,13 +339,13 @@ func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int,
 			// every rows floats in out, from the rows left over every
 			// rowsMax. Each element adds its sum, then its columns past K8,
 			// then beta·C, in that order.
-			g := grouped - n0
+			ng := grouped - n0 // rows of this step's W in groups
 			for m := range M {
 				row := c[m*ldc+n0 : m*ldc+n1]
 				if K8 == K {
-					addSums(row[:g], out[m:], rows, beta)
-					if g < len(row) {
-						addSums(row[g:], out[g*rows+m:], rowsMax, beta)
+					addSums(row[:ng], out[m:], rows, beta)
+					if ng < len(row) {
+						addSums(row[ng:], out[ng*rows+m:], rowsMax, beta)
 					}
 					continue
 				}
@@ -353,8 +353,8 @@ func gemmRows(c []float32, ldc int, a []float32, lda int, w matrix, M, N, K int,
 					var s float32
 					if K8 > 0 {
 						at := i*rows + m
-						if i >= g {
-							at = g*rows + (i-g)*rowsMax + m
+						if i >= ng {
+							at = ng*rows + (i-ng)*rowsMax + m
 						}
 						s = out[at]
 					}
