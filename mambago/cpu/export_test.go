@@ -15,6 +15,10 @@ var HasLanes = hasAVX2
 // sequences runs its GEMMs there.
 const RowsMax = rowsMax
 
+// ChunkedRowsMax is the most rows gemm runs as chunks of gemmRows: a
+// decode step of up to ChunkedRowsMax sequences.
+func ChunkedRowsMax() int { return chunkedRowsMax }
+
 // SetWideKernels turns the AVX-512 kernels (the scan's lanes of sixteen,
 // the eight-row GEMM and the SGEMM's micro-kernel) on or off where the CPU
 // has AVX-512F, for the external tests, and returns the function that

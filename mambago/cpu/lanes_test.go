@@ -335,6 +335,43 @@ func BenchmarkSmallGemms(b *testing.B) {
 	}
 }
 
+// BenchmarkChunkedRows times Engine.gemm on 9 to 48 rows (a decode step of
+// that many sequences, or a prompt that short) against forty weight
+// matrices of the 130m in_proj's shape [3072, 768], as chunks of gemmRows
+// and in the SGEMM (the engine's own, or MAMBAGO_TEST_BLAS's library's)
+// taking turns: ms for the forty, where chunkedRowsMax says which is faster.
+func BenchmarkChunkedRows(b *testing.B) {
+	if !hasAVX2 {
+		b.Skip("this CPU has no AVX2/FMA/F16C")
+	}
+	defer func(v int) { chunkedRowsMax = v }(chunkedRowsMax)
+	const n, k, count = 3072, 768, 40
+	for _, st := range []Storage{Float32, BFloat16} {
+		ws := make([]matrix, count)
+		for i := range ws {
+			ws[i] = newMatrix(randVec(n*k), n, k, st)
+		}
+		e := &Engine{BLAS: blastest.Maybe(b)}
+		for _, m := range []int{9, 16, 24, 32, 48} {
+			for _, chunked := range []bool{true, false} {
+				b.Run(fmt.Sprintf("%v/m=%d/chunked=%v", st, m, chunked), func(b *testing.B) {
+					chunkedRowsMax = 0
+					if chunked {
+						chunkedRowsMax = m
+					}
+					a, c := randVec(m*k), make([]float32, m*n)
+					for b.Loop() {
+						for _, w := range ws {
+							e.gemm(c, n, a, k, w, m, n, k, 0)
+						}
+					}
+					b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/40")
+				})
+			}
+		}
+	}
+}
+
 // TestWidenAllValues widens every 16-bit pattern of bfloat16 and float16
 // with widenAVX2 (through widenInto, lengths past a multiple of 8 included)
 // and checks each against the scalar widen, NaNs as NaNs.

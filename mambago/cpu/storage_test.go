@@ -293,10 +293,11 @@ func compareFixture(t *testing.T, ref, got *cpu.Engine, seed uint64) {
 }
 
 // TestStepSameInEveryBatch checks that a decode step gives a sequence the
-// same bits, logits and carried state, in a batch of 2 to 8 sequences, in
-// each storage: gemmRows groups W's rows by the batch's size, and every
-// grouping, the rows left over from it included, adds the same products in
-// the same order. The shape leaves rows over from each grouping (x_proj 37,
+// same bits, logits and carried state, in a batch of 2 to ChunkedRowsMax
+// sequences, in each storage: gemmRows groups W's rows by the batch's size,
+// and every grouping, the rows left over from it included, adds the same
+// products in the same order; past RowsMax sequences gemm runs gemmRows on
+// chunks of them. The shape leaves rows over from each grouping (x_proj 37,
 // dt_proj 134 and the head 97 rows). Random weights, states and ids, drawn
 // fresh.
 func TestStepSameInEveryBatch(t *testing.T) {
@@ -305,20 +306,20 @@ func TestStepSameInEveryBatch(t *testing.T) {
 	}
 	cfg := fixture.Shape(64, 2, 97)
 	cfg.Inner, cfg.DTRank = 134, 5
-	seed := rand.Uint64()
+	seed, most := rand.Uint64(), cpu.ChunkedRowsMax()
 	for _, st := range []cpu.Storage{cpu.Float32, cpu.BFloat16, cpu.Float16} {
 		e := cpu.NewStored(fixture.RandomWeights(cfg, seed), st)
 		rng := rand.New(rand.NewPCG(seed, 3))
-		start := randomState(t, e, cpu.RowsMax, rng)
-		ids := make([]int64, cpu.RowsMax)
+		start := randomState(t, e, most, rng)
+		ids := make([]int64, most)
 		for i := range ids {
 			ids[i] = rng.Int64N(int64(cfg.Vocab))
 		}
-		whole, wantLogits := cloneInto(t, e, start), fixture.NaNs(cpu.RowsMax*cfg.Vocab)
+		whole, wantLogits := cloneInto(t, e, start), fixture.NaNs(most*cfg.Vocab)
 		if err := e.Step(whole, ids, wantLogits); err != nil {
 			t.Fatal(err)
 		}
-		for B := 2; B < cpu.RowsMax; B++ {
+		for B := 2; B < most; B++ {
 			part, err := e.NewState(B)
 			if err != nil {
 				t.Fatal(err)
@@ -326,10 +327,10 @@ func TestStepSameInEveryBatch(t *testing.T) {
 			for l := range cfg.Layers {
 				conv, _ := start.ConvState(l)
 				ssm, _ := start.SSMState(l)
-				if err := part.SetConvState(l, conv[:len(conv)/cpu.RowsMax*B]); err != nil {
+				if err := part.SetConvState(l, conv[:len(conv)/most*B]); err != nil {
 					t.Fatal(err)
 				}
-				if err := part.SetSSMState(l, ssm[:len(ssm)/cpu.RowsMax*B]); err != nil {
+				if err := part.SetSSMState(l, ssm[:len(ssm)/most*B]); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -337,7 +338,7 @@ func TestStepSameInEveryBatch(t *testing.T) {
 			if err := e.Step(part, ids[:B], logits); err != nil {
 				t.Fatal(err)
 			}
-			what := fmt.Sprintf("%v: the first %d of %d sequences", st, B, cpu.RowsMax)
+			what := fmt.Sprintf("%v: the first %d of %d sequences", st, B, most)
 			sameBitsAs(t, what+", logits", logits, wantLogits[:len(logits)])
 			for l := range cfg.Layers {
 				got, _ := part.SSMState(l)
