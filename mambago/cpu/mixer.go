@@ -246,9 +246,11 @@ func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w matrix, M, N
 // bf16 W 1.2-3.5x faster than the own SGEMM or OpenBLAS's up to 48 rows; a
 // float32 W from 1.2x slower (the own SGEMM at 24 and 32 rows) to 1.3x
 // faster (OpenBLAS at 16), and 1.2-1.5x slower at 48. Over a whole 130m
-// step, with its small GEMMs and LM head, 9 / 16 / 24 / 32 sequences went
-// 2.3 / 2.15 / 1.57 / 1.43x faster in bf16 and 1.4 / 1.38 / 1.18 / 1.07x in
-// float32.
+// step through Python, with its small GEMMs and LM head, 9 / 16 / 32
+// sequences went 2.3 / 2.15 / 1.43x faster in bf16 and 1.4 / 1.44 / 0.97x
+// in float32 (results/2026-12-06-cpu-chunked-rows.md). One limit serves
+// every Storage, so that a 16-bit W gives the bits of its float32 widening
+// at every M (TestStorageMatchesFloat32).
 var chunkedRowsMax = 32
 
 // gemmTiled runs gemm's C = A @ W^T + beta·C as single-threaded SGEMMs of
