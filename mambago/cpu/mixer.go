@@ -244,14 +244,14 @@ func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w matrix, M, N
 // which packs W (and widens a 16-bit one) first. On the 2-core build
 // machine (BenchmarkChunkedRows, in_proj's shape alone) the chunks ran a
 // bf16 W 1.2-3.5x faster than the own SGEMM or OpenBLAS's up to 48 rows; a
-// float32 W from 1.2x slower (the own SGEMM at 24 and 32 rows) to 1.3x
-// faster (OpenBLAS at 16), and 1.2-1.5x slower at 48. Over a whole 130m
-// step through Python, with its small GEMMs and LM head, 9 / 16 / 32
+// float32 W from 1.3x faster (OpenBLAS at 16 rows) to 1.2x slower (the own
+// SGEMM at 24 and 32). Through Python, a 130m step of 9 / 16 / 32
 // sequences went 2.3 / 2.15 / 1.43x faster in bf16 and 1.4 / 1.44 / 0.97x
-// in float32 (results/2026-12-06-cpu-chunked-rows.md). One limit serves
-// every Storage, so that a 16-bit W gives the bits of its float32 widening
-// at every M (TestStorageMatchesFloat32).
-var chunkedRowsMax = 32
+// in float32, and a float32 prefill of 32 tokens 1.2x slower. One limit
+// serves every Storage, so that a 16-bit W gives the bits of its float32
+// widening at every M (TestStorageMatchesFloat32): 16, where float32 still
+// gains (results/2026-12-06-cpu-chunked-rows.md).
+var chunkedRowsMax = 16
 
 // gemmTiled runs gemm's C = A @ W^T + beta·C as single-threaded SGEMMs of
 // e.BLAS on the tiles gemmTiles cuts for workers, spread over the
