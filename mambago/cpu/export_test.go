@@ -15,9 +15,9 @@ var HasLanes = hasAVX2
 // sequences runs its GEMMs there.
 const RowsMax = rowsMax
 
-// ChunkedRowsMax is the most rows gemm runs as chunks of gemmRows: a
-// decode step of up to ChunkedRowsMax sequences.
-func ChunkedRowsMax() int { return chunkedRowsMax }
+// ChunkedRows is the most rows gemm runs in gemmRows, whole or in chunks,
+// with this process's workers: a decode step of up to that many sequences.
+func ChunkedRows() int { return chunkedRows() }
 
 // SetWideKernels turns the AVX-512 kernels (the scan's lanes of sixteen,
 // the eight-row GEMM and the SGEMM's micro-kernel) on or off where the CPU

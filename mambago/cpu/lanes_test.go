@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"reflect"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -339,12 +340,13 @@ func BenchmarkSmallGemms(b *testing.B) {
 // that many sequences, or a prompt that short) against forty weight
 // matrices of the 130m in_proj's shape [3072, 768], as chunks of gemmRows
 // and in the SGEMM (the engine's own, or MAMBAGO_TEST_BLAS's library's)
-// taking turns: ms for the forty, where chunkedRowsMax says which is faster.
+// taking turns, whatever the workers: ms for the forty, where
+// chunkedRowsMax and chunkedWorkersMax say which is faster.
 func BenchmarkChunkedRows(b *testing.B) {
 	if !hasAVX2 {
 		b.Skip("this CPU has no AVX2/FMA/F16C")
 	}
-	defer func(v int) { chunkedRowsMax = v }(chunkedRowsMax)
+	defer func(rows, workers int) { chunkedRowsMax, chunkedWorkersMax = rows, workers }(chunkedRowsMax, chunkedWorkersMax)
 	const n, k, count = 3072, 768, 40
 	for _, st := range []Storage{Float32, BFloat16} {
 		ws := make([]matrix, count)
@@ -355,9 +357,9 @@ func BenchmarkChunkedRows(b *testing.B) {
 		for _, m := range []int{9, 16, 24, 32, 48} {
 			for _, chunked := range []bool{true, false} {
 				b.Run(fmt.Sprintf("%v/m=%d/chunked=%v", st, m, chunked), func(b *testing.B) {
-					chunkedRowsMax = 0
+					chunkedRowsMax, chunkedWorkersMax = 0, 0
 					if chunked {
-						chunkedRowsMax = m
+						chunkedRowsMax, chunkedWorkersMax = m, runtime.GOMAXPROCS(0)
 					}
 					a, c := randVec(m*k), make([]float32, m*n)
 					for b.Loop() {

@@ -177,7 +177,7 @@ func normDBC(dbl []float32, rows, R, N int, eps float64) {
 // gemm computes C = A @ W^T + beta·C, with A [M, K] (row stride lda), W [N, K]
 // and C [M, N] (row stride ldc). With AVX2, up to rowsMax rows run in
 // gemmRows, except one row against a float32 W where a CBLAS library in
-// e.BLAS has an SGEMV, and up to chunkedRowsMax in chunks of gemmRows.
+// e.BLAS has an SGEMV, and up to chunkedRows() in chunks of gemmRows.
 // More rows run in that library's SGEMM when one is loaded (a 16-bit W
 // widened to float32 for it), else in our own SGEMM (sgemm.go) where the
 // CPU has AVX2, else in gonum's.
@@ -204,8 +204,8 @@ func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w matrix, M, N
 		// streams W once for all of them.
 		gemmRows(c, ldc, a, lda, w, M, N, K, beta)
 		return
-	case M <= chunkedRowsMax && useLanes:
-		// Up to chunkedRowsMax rows: gemmRows on chunks of at most rowsMax,
+	case M <= chunkedRows() && useLanes:
+		// Up to chunkedRows() rows: gemmRows on chunks of at most rowsMax,
 		// as even as they come (each of two rows or more, so a row's bits
 		// are those of any batch of 2 to 8), W streamed once a chunk.
 		chunks := (M + rowsMax - 1) / rowsMax
@@ -239,19 +239,35 @@ func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w matrix, M, N
 	blas32.Gemm(gblas.NoTrans, gblas.Trans, 1, A, W, beta, C)
 }
 
-// chunkedRowsMax is the most rows that gemm runs as chunks of gemmRows,
-// which stream W once a chunk of up to rowsMax, rather than in an SGEMM,
-// which packs W (and widens a 16-bit one) first. On the 2-core build
-// machine (BenchmarkChunkedRows, in_proj's shape alone) the chunks ran a
-// bf16 W 1.2-3.5x faster than the own SGEMM or OpenBLAS's up to 48 rows; a
-// float32 W from 1.3x faster (OpenBLAS at 16 rows) to 1.2x slower (the own
-// SGEMM at 24 and 32). Through Python, a 130m step of 9 / 16 / 32
-// sequences went 2.3 / 2.15 / 1.43x faster in bf16 and 1.4 / 1.44 / 0.97x
-// in float32, and a float32 prefill of 32 tokens 1.2x slower. One limit
-// serves every Storage, so that a 16-bit W gives the bits of its float32
-// widening at every M (TestStorageMatchesFloat32): 16, where float32 still
-// gains (results/2026-12-06-cpu-chunked-rows.md).
+// chunkedRowsMax is the most rows that gemm runs as chunks of gemmRows on
+// up to chunkedWorkersMax workers: the chunks stream W once each (up to
+// rowsMax rows), where an SGEMM packs W (and widens a 16-bit one) first.
+// On the 2-core build machine (BenchmarkChunkedRows, in_proj's shape
+// alone) the chunks ran a bf16 W 1.2-3.5x faster than the own SGEMM or
+// OpenBLAS's up to 48 rows; a float32 W from 1.3x faster (OpenBLAS at 16
+// rows) to 1.2x slower (the own SGEMM at 24 and 32). Through Python, a
+// 130m step of 9 / 16 / 32 sequences went 2.3 / 2.15 / 1.43x faster in
+// bf16 and 1.4 / 1.44 / 0.97x in float32, and a float32 prefill of 32
+// tokens 1.2x slower. One limit serves every Storage, so that a 16-bit W
+// gives the bits of its float32 widening at every M
+// (TestStorageMatchesFloat32): 16, where float32 still gains. On the GPU
+// host's 16 cores the own SGEMM packs and multiplies fast enough that the
+// chunks ran 1.2-1.6x slower at 9 and 16 rows, so there the SGEMM stays
+// (results/2026-12-06-cpu-chunked-rows.md).
 var chunkedRowsMax = 16
+
+// chunkedWorkersMax is the most workers (GOMAXPROCS) for which gemm runs
+// chunks of gemmRows: below gemmTileWorkers, as for the SGEMM's strips.
+var chunkedWorkersMax = gemmTileWorkers - 1
+
+// chunkedRows returns the most rows gemm runs in gemmRows, whole or in
+// chunks, with this process's workers.
+func chunkedRows() int {
+	if runtime.GOMAXPROCS(0) > chunkedWorkersMax {
+		return rowsMax
+	}
+	return chunkedRowsMax
+}
 
 // gemmTiled runs gemm's C = A @ W^T + beta·C as single-threaded SGEMMs of
 // e.BLAS on the tiles gemmTiles cuts for workers, spread over the

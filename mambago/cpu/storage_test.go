@@ -306,7 +306,7 @@ func TestStepSameInEveryBatch(t *testing.T) {
 	}
 	cfg := fixture.Shape(64, 2, 97)
 	cfg.Inner, cfg.DTRank = 134, 5
-	seed, most := rand.Uint64(), cpu.ChunkedRowsMax()
+	seed, most := rand.Uint64(), cpu.ChunkedRows()
 	for _, st := range []cpu.Storage{cpu.Float32, cpu.BFloat16, cpu.Float16} {
 		e := cpu.NewStored(fixture.RandomWeights(cfg, seed), st)
 		rng := rand.New(rand.NewPCG(seed, 3))
