@@ -14,13 +14,15 @@ GOAMD64=v3 go test -c -o .carry/kernels.test ./kernels
 GOAMD64=v3 go test -c -o .carry/gpu.test ./mambago/gpu
 GOAMD64=v3 go test -c -o .carry/mambago.test ./mambago
 # With BASE=<commit>, that commit's engine benchmarks and wheel too, into
-# .carry/base, for device_run.sh's ab and generate modes.
+# .carry/base, for device_run.sh's ab, generate and cpuab modes.
 rm -rf .carry/base
 if [[ -n ${BASE:-} ]]; then
   tree=$(mktemp -d)
   git worktree add -q --detach "$tree" "$BASE"
   trap 'git worktree remove --force "$tree"' EXIT  # also when the build fails
   (cd "$tree" && GOAMD64=v3 go test -c -o "$OLDPWD/.carry/base/gpu.test" ./mambago/gpu)
+  # and its CPU engine's, for device_run.sh's cpuab mode
+  (cd "$tree" && GOAMD64=v3 go test -c -o "$OLDPWD/.carry/base/cpu.test" ./mambago/cpu)
   # and its wheel, for device_run.sh's generate mode
   (cd "$tree" && "$py" -m pip wheel -q --no-deps -w "$OLDPWD/.carry/base" .)
   # and its step.cu as NVRTC compiles it, for BenchmarkGEMVBatch's "base"

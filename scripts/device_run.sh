@@ -335,6 +335,11 @@
 #   cpudecode: CPU decode steps and generation on the engine's own GEMMs
 #             against numpy's OpenBLAS on this host's cores (bench/cpu_decode.py
 #             with $CPU_DECODE_ARGS; about 3 minutes);
+#   cpuab:    the CPU engine of .carry/base (device_build.sh with BASE=<commit>)
+#             against this build's, taking turns: 130m prefills at T=128 and
+#             512 with their conv and scan stages, then decode steps of 1 and
+#             8 sequences in float32 and bf16 ($CPUAB_ROUNDS rounds, 3 unless
+#             told; about 2 minutes);
 #   cpujobs:  the CPU conv and scan in tasks of 32, 16 and 8 channels, taking
 #             turns over three rounds (BenchmarkConvScanJobs; about 30 s);
 #   all:      all three (default).
@@ -1543,6 +1548,22 @@ fi
 if [[ $mode == cpudecode ]]; then
   echo "== CPU decode steps, the engine's own GEMMs against numpy's OpenBLAS (${CPU_DECODE_ARGS:=float32,bfloat16 1,2,8 go,openblas})"
   python3 bench/cpu_decode.py "$OUT/cpu_decode.json" $CPU_DECODE_ARGS 2>&1 | tee "$OUT/cpu_decode.log"
+fi
+if [[ $mode == cpuab ]]; then
+  # .carry/base/cpu.test (device_build.sh with BASE=<commit>) and this build's, taking turns
+  # ($CPUAB_ROUNDS rounds, 3 unless told), the engine's own GEMMs as blas="auto" runs them.
+  echo "== CPU engine, base against this build: 130m prefills (T=128, 512) with stage times, then decode steps (GOMAXPROCS $(nproc))"
+  for round in $(seq "${CPUAB_ROUNDS:-3}"); do
+    for build in base new; do
+      bin=.carry/cpu.test
+      [[ $build == base ]] && bin=.carry/base/cpu.test
+      timeout 120 $bin -test.run '^$' -test.bench 'Prefill130m' -test.benchtime 5x > "$OUT/cpuab_prefill_${build}_$round.log" 2>&1 || status=1
+      timeout 120 $bin -test.run '^$' -test.bench 'Storage130m/(float32|bfloat16)/step_B(1|8)$' -test.benchtime 40x \
+        > "$OUT/cpuab_steps_${build}_$round.log" 2>&1 || status=1
+      echo "round $round $build: $(grep -hE 'tok/s|ms/step| scan | conv ' "$OUT/cpuab_prefill_${build}_$round.log" "$OUT/cpuab_steps_${build}_$round.log" \
+        | awk '$1 ~ /^Benchmark/ {sub(/^Benchmark[A-Za-z0-9]*\//, "", $1); printf "%s %s  ", $1, $(NF-1); next} {printf "%s %s  ", $1, $2}')"
+    done
+  done
 fi
 if [[ $mode == cpujobs ]]; then
   echo "== CPU conv/scan task widths (130m shape, B=1, T=512; GOMAXPROCS $(nproc))"

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -71,6 +72,43 @@ func TestParallelForEveryIndexOnce(t *testing.T) {
 				}()
 			}
 			wg.Wait()
+		}
+	}
+}
+
+// TestTaskRuns checks newTask's runs and take's order: the runs cut [0, n)
+// into consecutive pieces whose lengths differ by at most one; a taker walks
+// its own run first, in order, and a taker alone takes every index once,
+// the others' runs from their fronts.
+func TestTaskRuns(t *testing.T) {
+	for _, c := range []struct{ n, workers int }{{1, 1}, {5, 2}, {96, 2}, {96, 16}, {61, 5}, {7, 7}} {
+		j := newTask(c.n, c.workers, nil)
+		at := int64(0)
+		for k := range j.runs {
+			r := &j.runs[k]
+			if r.next.Load() != at || r.end-at < int64(c.n/c.workers) || r.end-at > int64(c.n/c.workers+1) {
+				t.Fatalf("n=%d workers=%d: run %d is [%d, %d), want it from %d and %d or %d long",
+					c.n, c.workers, k, r.next.Load(), r.end, at, c.n/c.workers, c.n/c.workers+1)
+			}
+			at = r.end
+		}
+		if at != int64(c.n) {
+			t.Fatalf("n=%d workers=%d: the runs end at %d", c.n, c.workers, at)
+		}
+		for k := range c.workers {
+			var order []int
+			j := newTask(c.n, c.workers, func(i int) { order = append(order, i) })
+			j.take(k)
+			want := make([]int, 0, c.n)
+			for r := range c.workers {
+				run := (k + r) % c.workers
+				for i := run * c.n / c.workers; i < (run+1)*c.n/c.workers; i++ {
+					want = append(want, i)
+				}
+			}
+			if !slices.Equal(order, want) {
+				t.Fatalf("n=%d workers=%d: taker %d alone took %v, want %v", c.n, c.workers, k, order, want)
+			}
 		}
 	}
 }
