@@ -143,11 +143,13 @@ func (t *team) run(n, workers int, fn func(int)) {
 }
 
 // take runs fn on the indices of taker k's run, then on those left in the
-// runs after it, each from its front, until none are left.
+// runs after it, each from its front, until none are left. It reads a
+// run's next before it adds to it: a run is its owner's line, and an add
+// from another core on each finished run took the line from it each time.
 func (j *task) take(k int) {
 	for r := range j.runs {
 		run := &j.runs[(k+r)%len(j.runs)]
-		for {
+		for run.next.Load() < run.end {
 			i := run.next.Add(1) - 1
 			if i >= run.end {
 				break
