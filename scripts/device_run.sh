@@ -1557,10 +1557,11 @@ if [[ $mode == cpuab ]]; then
     for build in base new; do
       bin=.carry/cpu.test
       [[ $build == base ]] && bin=.carry/base/cpu.test
-      timeout 120 $bin -test.run '^$' -test.bench 'Prefill130m' -test.benchtime 5x > "$OUT/cpuab_prefill_${build}_$round.log" 2>&1 || status=1
+      log=$OUT/cpuab_${build}_$round.log  # few files: what comes back is limited in count
+      timeout 120 $bin -test.run '^$' -test.bench 'Prefill130m' -test.benchtime 5x > "$log" 2>&1 || status=1
       timeout 120 $bin -test.run '^$' -test.bench 'Storage130m/(float32|bfloat16)/step_B(1|8)$' -test.benchtime 40x \
-        > "$OUT/cpuab_steps_${build}_$round.log" 2>&1 || status=1
-      echo "round $round $build: $(grep -hE 'tok/s|ms/step| scan | conv ' "$OUT/cpuab_prefill_${build}_$round.log" "$OUT/cpuab_steps_${build}_$round.log" \
+        >> "$log" 2>&1 || status=1
+      echo "round $round $build: $(grep -hE 'tok/s|ms/step| scan | conv ' "$log" \
         | awk '$1 ~ /^Benchmark/ {sub(/^Benchmark[A-Za-z0-9]*\//, "", $1); printf "%s %s  ", $1, $(NF-1); next} {printf "%s %s  ", $1, $2}')"
     done
   done
