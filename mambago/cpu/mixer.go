@@ -257,8 +257,14 @@ func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w matrix, M, N
 var chunkedRowsMax = 16
 
 // chunkedWorkersMax is the most workers (GOMAXPROCS) for which gemm runs
-// chunks of gemmRows: below gemmTileWorkers, as for the SGEMM's strips.
-var chunkedWorkersMax = gemmTileWorkers - 1
+// chunks of gemmRows. On the GPU host's cores limited to 2 and 3 workers,
+// the chunks ran a bf16 W 1.3-1.8x faster than the own SGEMM at 9 and 16
+// rows and a float32 one 1.1-1.3x slower; at 4 and 8 workers bf16 was
+// about even and float32 1.2-1.9x slower (BenchmarkChunkedRows,
+// results/2026-12-06-cpu-runs.md). The path cannot depend on the storage
+// (chunkedRowsMax), so chunks run up to 3 workers, where the 16-bit W gains
+// most.
+var chunkedWorkersMax = 3
 
 // chunkedRows returns the most rows gemm runs in gemmRows, whole or in
 // chunks, with this process's workers.

@@ -77,18 +77,26 @@ func TestParallelForEveryIndexOnce(t *testing.T) {
 }
 
 // TestTaskRuns checks newTask's runs and take's order: the runs cut [0, n)
-// into consecutive pieces whose lengths differ by at most one; a taker walks
+// into consecutive pieces whose lengths differ by at most one, a piece a
+// taker, or one shared run where n is no more than the takers; a taker walks
 // its own run first, in order, and a taker alone takes every index once,
 // the others' runs from their fronts.
 func TestTaskRuns(t *testing.T) {
-	for _, c := range []struct{ n, workers int }{{1, 1}, {5, 2}, {96, 2}, {96, 16}, {61, 5}, {7, 7}} {
+	for _, c := range []struct{ n, workers int }{{1, 1}, {5, 2}, {96, 2}, {96, 16}, {61, 5}, {7, 7}, {2, 2}, {16, 16}, {17, 16}} {
+		parts := c.workers
+		if c.n <= c.workers {
+			parts = 1 // one shared run
+		}
 		j := newTask(c.n, c.workers, nil)
+		if len(j.runs) != parts {
+			t.Fatalf("n=%d workers=%d: %d runs, want %d", c.n, c.workers, len(j.runs), parts)
+		}
 		at := int64(0)
 		for k := range j.runs {
 			r := &j.runs[k]
-			if r.next.Load() != at || r.end-at < int64(c.n/c.workers) || r.end-at > int64(c.n/c.workers+1) {
+			if r.next.Load() != at || r.end-at < int64(c.n/parts) || r.end-at > int64(c.n/parts+1) {
 				t.Fatalf("n=%d workers=%d: run %d is [%d, %d), want it from %d and %d or %d long",
-					c.n, c.workers, k, r.next.Load(), r.end, at, c.n/c.workers, c.n/c.workers+1)
+					c.n, c.workers, k, r.next.Load(), r.end, at, c.n/parts, c.n/parts+1)
 			}
 			at = r.end
 		}
@@ -100,9 +108,9 @@ func TestTaskRuns(t *testing.T) {
 			j := newTask(c.n, c.workers, func(i int) { order = append(order, i) })
 			j.take(k)
 			want := make([]int, 0, c.n)
-			for r := range c.workers {
-				run := (k + r) % c.workers
-				for i := run * c.n / c.workers; i < (run+1)*c.n/c.workers; i++ {
+			for r := range parts {
+				run := (k + r) % parts
+				for i := run * c.n / parts; i < (run+1)*c.n/parts; i++ {
 					want = append(want, i)
 				}
 			}
