@@ -262,8 +262,8 @@ var chunkedRowsMax = 16
 // rows and a float32 one 1.1-1.3x slower; at 4 and 8 workers bf16 was
 // about even and float32 1.2-1.9x slower (BenchmarkChunkedRows,
 // results/2026-12-06-cpu-runs.md). The path cannot depend on the storage
-// (chunkedRowsMax), so chunks run up to 3 workers, where the 16-bit W gains
-// most.
+// (see chunkedRowsMax), so chunks run up to 3 workers, where the 16-bit W
+// gains most.
 var chunkedWorkersMax = 3
 
 // chunkedRows returns the most rows gemm runs in gemmRows, whole or in

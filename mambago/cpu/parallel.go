@@ -71,7 +71,7 @@ type team struct {
 // core from the one beside it. A taker done with its own run takes from
 // the front of the others', so a late core holds up a fork-join no more
 // than with one counter. On the 2-core build machine the scan stage of a
-// 130m prefill went 1.15x faster and the conv's 1.1x; with each run's
+// 130m prefill went 1.15x faster and the conv's 1.07x; with each run's
 // owner swapped every other fork-join, so that a stage's blocks sat on the
 // other core from the stage before's, the scan kept most of that
 // (results/2026-12-06-cpu-runs.md).
@@ -152,8 +152,9 @@ func (t *team) run(n, workers int, fn func(int)) {
 
 // take runs fn on the indices of taker k's run, then on those left in the
 // runs after it, each from its front, until none are left. It reads a
-// run's next before it adds to it: a run is its owner's line, and an add
-// from another core on each finished run took the line from it each time.
+// run's next before it adds to it, so that a finished run costs the other
+// takers a shared read of its line, not an add that takes the line from
+// its owner.
 func (j *task) take(k int) {
 	for r := range j.runs {
 		run := &j.runs[(k+r)%len(j.runs)]
