@@ -276,8 +276,8 @@ func chunkedRows() int {
 }
 
 // gemmTiled runs gemm's C = A @ W^T + beta·C as single-threaded SGEMMs of
-// e.BLAS on the tiles gemmTiles cuts for workers, spread over the
-// goroutines as they come.
+// e.BLAS on the tiles gemmTiles cuts for workers, a run of neighbouring
+// tiles a goroutine (parallelFor).
 func (e *Engine) gemmTiled(c []float32, ldc int, a []float32, lda int, w []float32, M, N, K int, beta float32, workers int) {
 	tm, tn := gemmTiles(M, N, workers)
 	nb := (N + tn - 1) / tn
