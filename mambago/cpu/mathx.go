@@ -68,11 +68,23 @@ func silu(x float32) float32 {
 	return x * e / (1 + e)
 }
 
-// rmsScale returns 1/sqrt(mean(v²) + eps), accumulated in float64.
+// rmsScale returns 1/sqrt(mean(v²) + eps), accumulated in float64 as four
+// sums of every fourth square, added up at the end: four chains of adds in
+// flight, where one chain of 768 waited on each add's latency (about 1 µs a
+// 130m row).
 func rmsScale(v []float32, eps float64) float32 {
-	var ss float64
-	for _, x := range v {
-		ss += float64(x) * float64(x)
+	var s0, s1, s2, s3 float64
+	n := len(v) &^ 3
+	for i := 0; i < n; i += 4 {
+		x := v[i : i+4 : i+4]
+		s0 += float64(x[0]) * float64(x[0])
+		s1 += float64(x[1]) * float64(x[1])
+		s2 += float64(x[2]) * float64(x[2])
+		s3 += float64(x[3]) * float64(x[3])
 	}
+	for _, x := range v[n:] {
+		s0 += float64(x) * float64(x)
+	}
+	ss := (s0 + s1) + (s2 + s3)
 	return float32(1 / math.Sqrt(ss/float64(len(v))+eps))
 }

@@ -98,3 +98,44 @@ func TestScanRowKernels(t *testing.T) {
 		}
 	}
 }
+
+// TestRMSNorm checks rmsnorm (rmsScale's four sums) against float64 for
+// rows of every length from 1 to 9 (the sums' tail) and 768, with and
+// without a weight, over more rows than workers, each output first NaN.
+func TestRMSNorm(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, d := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9, 768} {
+		for _, weighted := range []bool{true, false} {
+			const rows, eps = 37, 1e-5
+			h, x := make([]float32, rows*d), make([]float32, rows*d)
+			for i := range h {
+				h[i] = float32(rng.NormFloat64() * 3)
+				x[i] = float32(math.NaN())
+			}
+			var w []float32
+			if weighted {
+				w = make([]float32, d)
+				for i := range w {
+					w[i] = float32(rng.NormFloat64())
+				}
+			}
+			rmsnorm(x, h, w, d, eps)
+			for r := range rows {
+				var ss float64
+				for _, v := range h[r*d : (r+1)*d] {
+					ss += float64(v) * float64(v)
+				}
+				s := 1 / math.Sqrt(ss/float64(d)+eps)
+				for i := range d {
+					want := float64(h[r*d+i]) * s
+					if weighted {
+						want *= float64(w[i])
+					}
+					if got := float64(x[r*d+i]); !(math.Abs(got-want) <= 1e-6*math.Abs(want)+1e-30) {
+						t.Fatalf("d=%d weighted=%v: row %d value %d is %g, want %g", d, weighted, r, i, got, want)
+					}
+				}
+			}
+		}
+	}
+}

@@ -141,18 +141,24 @@ func (e *Engine) block(l int, w *work, conv, ssm []float32) {
 	e.Timer.lap(t, "out_proj+residual")
 }
 
-// rmsnorm writes x = v / rms(v) · weight for every row v of h; weight may be nil.
+// rmsnorm writes x = v / rms(v) · weight for every row v of h; weight may be
+// nil. The rows go a block a worker, of at least 8: blocks of 64 had left
+// 14 of 16 workers idle at T=128, where the stage took 4% of a prefill.
 func rmsnorm(x, h, weight []float32, d int, eps float64) {
-	parallelRows(len(h)/d, 64, func(lo, hi int) {
+	parallelSplit(len(h)/d, 8, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			src, dst := h[r*d:(r+1)*d], x[r*d:(r+1)*d]
+			dst = dst[:len(src)]
 			s := rmsScale(src, eps)
-			for i, v := range src {
-				if weight != nil {
-					dst[i] = weight[i] * (v * s)
-				} else {
+			if weight == nil {
+				for i, v := range src {
 					dst[i] = v * s
 				}
+				continue
+			}
+			weight := weight[:len(src)]
+			for i, v := range src {
+				dst[i] = weight[i] * (v * s)
 			}
 		}
 	})
