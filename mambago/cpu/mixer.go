@@ -256,10 +256,9 @@ func (e *Engine) gemm(c []float32, ldc int, a []float32, lda int, w matrix, M, N
 // bf16 and 1.4 / 1.44 / 0.97x in float32, and a float32 prefill of 32
 // tokens 1.2x slower. One limit serves every Storage, so that a 16-bit W
 // gives the bits of its float32 widening at every M
-// (TestStorageMatchesFloat32): 16, where float32 still gains. On the GPU
-// host's 16 cores the own SGEMM packs and multiplies fast enough that the
-// chunks ran 1.2-1.6x slower at 9 and 16 rows, so there the SGEMM stays
-// (results/2026-12-06-cpu-chunked-rows.md).
+// (TestStorageMatchesFloat32): 16, where float32 still gains
+// (results/2026-12-06-cpu-chunked-rows.md). With more workers the SGEMM
+// wins (chunkedWorkersMax).
 var chunkedRowsMax = 16
 
 // chunkedWorkersMax is the most workers (GOMAXPROCS) for which gemm runs

@@ -293,7 +293,7 @@ func compareFixture(t *testing.T, ref, got *cpu.Engine, seed uint64) {
 }
 
 // TestStepSameInEveryBatch checks that a decode step gives a sequence the
-// same bits, logits and carried state, in a batch of 2 to ChunkedRowsMax
+// same bits, logits and carried state, in a batch of 2 to ChunkedRows()
 // sequences, in each storage: gemmRows groups W's rows by the batch's size,
 // and every grouping, the rows left over from it included, adds the same
 // products in the same order; past RowsMax sequences gemm runs gemmRows on
