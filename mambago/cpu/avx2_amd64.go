@@ -87,7 +87,21 @@ func sgemmAVX512(k int, a *float32, lda int, w, c *float32, ldc int, add bool)
 // transpose16 writes the 16 × 16 block at src (rows lds bytes apart, of
 // float32, bfloat16 or float16 values as the Storage kind says) transposed,
 // as float32, to dst (rows ldd bytes apart), in AVX-512F
-// (sgemm_amd64.s): packW's inner step.
+// (sgemm_amd64.s): packPanel's inner step.
 //
 //go:noescape
 func transpose16(src unsafe.Pointer, lds, kind int, dst *float32, ldd int)
+
+// transpose8 is transpose16 for an 8 × 8 block, in AVX2/F16C: packPanel's
+// inner step where the AVX2 micro-kernel runs (sgemm_amd64.s).
+//
+//go:noescape
+func transpose8(src unsafe.Pointer, lds, kind int, dst *float32, ldd int)
+
+// prefetchRows asks L2 for lines 64-byte cache lines of each of rows rows,
+// the first at p and each stride bytes after the one before (rows and
+// lines at least 1): sgemmTile's request for the next micro-panel's rows of
+// W while it multiplies this one (sgemm_amd64.s).
+//
+//go:noescape
+func prefetchRows(p unsafe.Pointer, stride, rows, lines int)

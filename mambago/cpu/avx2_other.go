@@ -36,3 +36,7 @@ func sgemmAVX2(k int, a *float32, lda int, w, c *float32, ldc int, add bool) { p
 func sgemmAVX512(k int, a *float32, lda int, w, c *float32, ldc int, add bool) { panic("unreachable") }
 
 func transpose16(src unsafe.Pointer, lds, kind int, dst *float32, ldd int) { panic("unreachable") }
+
+func transpose8(src unsafe.Pointer, lds, kind int, dst *float32, ldd int) { panic("unreachable") }
+
+func prefetchRows(p unsafe.Pointer, stride, rows, lines int) { panic("unreachable") }

@@ -117,7 +117,6 @@ func sgemmTile(s sgemmShape, c []float32, ldc int, a []float32, lda int, w matri
 	buf.edge = grow(buf.edge, mr*nr)
 	for k0 := 0; k0 < K; k0 += sgemmKC {
 		kc := min(sgemmKC, K-k0)
-		packW(buf.w, w, n0, N, k0, kc, nr)
 		addK := add || k0 > 0 // later blocks of k add to the first's sums
 		for m0 := 0; m0 < M; m0 += sgemmMC {
 			mc := min(sgemmMC, M-m0)
@@ -125,10 +124,17 @@ func sgemmTile(s sgemmShape, c []float32, ldc int, a []float32, lda int, w matri
 			if full < mc {
 				padRows(buf.a, a[(m0+full)*lda+k0:], lda, mc-full, kc, mr)
 			}
+			calls := (mc + mr - 1) / mr
 			for p := range np {
 				wp := &buf.w[p*nr*kc]
+				var ahead panelAhead
+				if m0 == 0 { // the first rows pack each panel; later rows reuse it
+					packPanel(buf.w[p*nr*kc:(p+1)*nr*kc], w, n0, N, p, k0, kc, nr)
+					ahead = nextPanel(w, n0, N, p, k0, K, nr, calls)
+				}
 				cols := min(nr, N-p*nr)
 				for q := 0; q < mc; q += mr {
+					ahead.step()
 					rows := min(mr, mc-q)
 					ap, ldA := &a[(m0+q)*lda+k0], lda
 					if rows < mr {
@@ -157,6 +163,55 @@ func sgemmTile(s sgemmShape, c []float32, ldc int, a []float32, lda int, w matri
 	}
 }
 
+// panelAhead asks L2 for the rows of W that the next micro-panel packs,
+// a few rows before each micro-kernel call on this one. Packed straight
+// from memory, W had taken about a quarter of in_proj's time in a T=128
+// prefill (its 9.4 MB a layer at about 3 GB/s a core, each transpose16
+// waiting on sixteen rows' misses); the micro-kernel's products leave the
+// memory idle long enough to fetch them.
+type panelAhead struct {
+	base                unsafe.Pointer // W's first value
+	off                 int            // the next row's first byte, from base
+	stride, lines, left int            // bytes between rows, lines a row, rows left
+	each                int            // rows a step
+}
+
+// nextPanel returns the panelAhead for the micro-panel after panel p of
+// the k block at k0 (the next block's first panel after the last one),
+// spread over calls steps; none past W's last.
+func nextPanel(w matrix, n0, N, p, k0, K, nr, calls int) panelAhead {
+	first := (p + 1) * nr
+	if first >= N {
+		first, k0 = 0, k0+sgemmKC
+	}
+	if k0 >= K || !useLanes {
+		return panelAhead{}
+	}
+	rows := min(nr, N-first)
+	base, size := w.raw()
+	off := ((n0+first)*w.cols + k0) * size
+	skew := int((uintptr(base) + uintptr(off)) & 63) // the row's bytes in its first line before it
+	return panelAhead{
+		base:   base,
+		off:    off,
+		stride: w.cols * size,
+		lines:  (skew + min(sgemmKC, K-k0)*size + 63) / 64,
+		left:   rows,
+		each:   (rows + calls - 1) / calls,
+	}
+}
+
+// step asks for the next few rows.
+func (h *panelAhead) step() {
+	if h.left <= 0 {
+		return
+	}
+	n := min(h.each, h.left)
+	prefetchRows(unsafe.Add(h.base, h.off), h.stride, n, h.lines)
+	h.off += n * h.stride
+	h.left -= n
+}
+
 // grow returns b with length n, reallocated where its capacity is short.
 func grow(b []float32, n int) []float32 {
 	if cap(b) < n {
@@ -165,31 +220,30 @@ func grow(b []float32, n int) []float32 {
 	return b[:n]
 }
 
-// packW lays out W's rows n0..n0+N, columns k0..k0+kc, as micro-panels of
-// nr rows, each [kc][nr], rows past N zero. Where the AVX-512 kernel runs,
-// whole blocks of sixteen rows by sixteen columns go through transpose16
-// (a scalar transpose had taken as long as the products at T=128); the
-// rest through packRows.
-func packW(dst []float32, w matrix, n0, N, k0, kc, nr int) {
-	k16 := 0
+// packPanel lays out micro-panel p of W's rows n0..n0+N, columns
+// k0..k0+kc: its nr rows from n0+p·nr as [kc][nr], rows past N zero. Whole
+// square blocks go through transpose16 (AVX-512 kernel) or transpose8
+// (AVX2): a scalar transpose had taken as long as the products at T=128 on
+// AVX-512, and on the AVX2 build machine packed 1.2 G values a second, a
+// quarter of a T=128 in_proj's time. The rest goes through packRows.
+func packPanel(panel []float32, w matrix, n0, N, p, k0, kc, nr int) {
+	side, transpose := 8, transpose8
 	if useWideSgemm {
-		k16 = kc &^ 15
+		side, transpose = 16, transpose16
 	}
+	kb := kc / side * side
 	base, size := w.raw()
-	for p := 0; p*nr < N; p++ {
-		panel := dst[p*nr*kc : (p+1)*nr*kc]
-		for h := 0; h < nr; h += 16 {
-			first := p*nr + h // the block's first row, of W's N
-			if k16 == 0 || first+16 > N {
-				packRows(panel, w, n0, N, p*nr, h, min(nr, h+16), k0, 0, kc, nr)
-				continue
-			}
-			for k := 0; k < k16; k += 16 {
-				src := unsafe.Add(base, ((n0+first)*w.cols+k0+k)*size)
-				transpose16(src, w.cols*size, int(w.st), &panel[k*nr+h], nr*4)
-			}
-			packRows(panel, w, n0, N, p*nr, h, h+16, k0, k16, kc, nr)
+	for h := 0; h < nr; h += side {
+		first := p*nr + h // the block's first row, of W's N
+		if first+side > N {
+			packRows(panel, w, n0, N, p*nr, h, min(nr, h+side), k0, 0, kc, nr)
+			continue
 		}
+		for k := 0; k < kb; k += side {
+			src := unsafe.Add(base, ((n0+first)*w.cols+k0+k)*size)
+			transpose(src, w.cols*size, int(w.st), &panel[k*nr+h], nr*4)
+		}
+		packRows(panel, w, n0, N, p*nr, h, h+side, k0, kb, kc, nr)
 	}
 }
 

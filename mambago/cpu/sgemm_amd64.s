@@ -258,6 +258,10 @@ add12:
 #define LOAD_F16(Z) WIDEN_F16((R10), Z); ADDQ R9, R10
 #define PUTROW(Z) VMOVUPS Z, (DI); ADDQ R11, DI
 
+// EIGHT applies OP to Y0-Y7 in order.
+#define EIGHT(OP) \
+	OP(Y0); OP(Y1); OP(Y2); OP(Y3); OP(Y4); OP(Y5); OP(Y6); OP(Y7)
+
 // SIXTEEN applies OP to Z0-Z15 in order.
 #define SIXTEEN(OP) \
 	OP(Z0); OP(Z1); OP(Z2); OP(Z3); OP(Z4); OP(Z5); OP(Z6); OP(Z7); \
@@ -294,4 +298,87 @@ trloaded:
 	TR_STAGE4
 	SIXTEEN(PUTROW)
 	VZEROUPPER
+	RET
+
+// func transpose8(src unsafe.Pointer, lds, kind int, dst *float32, ldd int)
+//
+// Writes the 8 × 8 block at src (rows lds bytes apart, of float32,
+// bfloat16 or float16 values as kind says: a Storage) transposed, as
+// float32, to dst (rows ldd bytes apart), in AVX2/F16C: rows r0-r7 in Y0-Y7;
+// VUNPCKLPS/VUNPCKHPS interleave row pairs (Y8-Y15), VSHUFPS gathers four
+// rows of one column in each 128-bit lane (Y0-Y7: columns c and c+4 of rows
+// 0-3, then of rows 4-7), and VPERM2F128 joins the two halves of each
+// column (Y8-Y15: columns 0-7).
+TEXT ·transpose8(SB), NOSPLIT, $0-40
+	MOVQ src+0(FP), R10
+	MOVQ lds+8(FP), R9
+	MOVQ kind+16(FP), AX
+	MOVQ dst+24(FP), DI
+	MOVQ ldd+32(FP), R11
+	CMPQ AX, $WK_BF16
+	JEQ t8bf16
+	JGT t8f16
+	EIGHT(LOAD_F32)
+	JMP t8loaded
+
+t8bf16:
+	EIGHT(LOAD_BF16)
+	JMP t8loaded
+
+t8f16:
+	EIGHT(LOAD_F16)
+
+t8loaded:
+	VUNPCKLPS Y1, Y0, Y8
+	VUNPCKHPS Y1, Y0, Y9
+	VUNPCKLPS Y3, Y2, Y10
+	VUNPCKHPS Y3, Y2, Y11
+	VUNPCKLPS Y5, Y4, Y12
+	VUNPCKHPS Y5, Y4, Y13
+	VUNPCKLPS Y7, Y6, Y14
+	VUNPCKHPS Y7, Y6, Y15
+	VSHUFPS $0x44, Y10, Y8, Y0
+	VSHUFPS $0xEE, Y10, Y8, Y1
+	VSHUFPS $0x44, Y11, Y9, Y2
+	VSHUFPS $0xEE, Y11, Y9, Y3
+	VSHUFPS $0x44, Y14, Y12, Y4
+	VSHUFPS $0xEE, Y14, Y12, Y5
+	VSHUFPS $0x44, Y15, Y13, Y6
+	VSHUFPS $0xEE, Y15, Y13, Y7
+	VPERM2F128 $0x20, Y4, Y0, Y8
+	VPERM2F128 $0x20, Y5, Y1, Y9
+	VPERM2F128 $0x20, Y6, Y2, Y10
+	VPERM2F128 $0x20, Y7, Y3, Y11
+	VPERM2F128 $0x31, Y4, Y0, Y12
+	VPERM2F128 $0x31, Y5, Y1, Y13
+	VPERM2F128 $0x31, Y6, Y2, Y14
+	VPERM2F128 $0x31, Y7, Y3, Y15
+	PUTROW(Y8); PUTROW(Y9); PUTROW(Y10); PUTROW(Y11)
+	PUTROW(Y12); PUTROW(Y13); PUTROW(Y14); PUTROW(Y15)
+	VZEROUPPER
+	RET
+
+// func prefetchRows(p unsafe.Pointer, stride, rows, lines int)
+//
+// Asks L2 (PREFETCHT1) for lines 64-byte lines from each of rows rows, the
+// first at p and each stride bytes after the one before. rows and lines
+// are at least 1.
+TEXT ·prefetchRows(SB), NOSPLIT, $0-32
+	MOVQ p+0(FP), SI
+	MOVQ stride+8(FP), BX
+	MOVQ rows+16(FP), CX
+	MOVQ lines+24(FP), DX
+
+pfrow:
+	MOVQ SI, DI
+	MOVQ DX, AX
+
+pfline:
+	PREFETCHT1 (DI)
+	ADDQ $64, DI
+	DECQ AX
+	JNZ pfline
+	ADDQ BX, SI
+	DECQ CX
+	JNZ pfrow
 	RET
