@@ -3,8 +3,11 @@ package cpu_test
 import (
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"runtime"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/mambago/mambago/internal/blastest"
 	"github.com/mambago/mambago/mambago/cpu"
@@ -97,5 +100,76 @@ func BenchmarkLockedCaller(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Microseconds())/1e3/float64(b.N), "ms/step")
 		})
+	}
+}
+
+// BenchmarkOwnAgainstBLAS times the engine's own GEMMs (Engine.BLAS nil)
+// against the CBLAS library $MAMBAGO_TEST_BLAS names, on a 130m-shaped
+// model (random weights) in float32 and bfloat16, the two taking turns call
+// by call in one process, so that a machine's drift reaches both alike:
+// prefills of T=128 and 512 at B=1, and decode steps of one sequence (the
+// library's SGEMV against the own GEMV). It reports each side's median
+// and own/blas, the ratio of the medians (below 1: the own GEMMs faster).
+// It is blas="auto"'s evidence (cpu.PreferOwnGEMM). MAMBAGO_BENCH_AVX2=1
+// turns the AVX-512 kernels off, and OPENBLAS_CORETYPE=Haswell does as much
+// for OpenBLAS: an AVX2 CPU of the host's core count.
+func BenchmarkOwnAgainstBLAS(b *testing.B) {
+	lib := blastest.Need(b)
+	if os.Getenv("MAMBAGO_BENCH_AVX2") != "" {
+		defer cpu.SetWideKernels(false)()
+	}
+	w := fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1)
+	for _, st := range []cpu.Storage{cpu.Float32, cpu.BFloat16} {
+		own, lib16 := cpu.NewStored(w, st), cpu.NewStored(w, st)
+		lib16.BLAS = lib
+		for _, T := range []int{128, 512, 1} {
+			name := fmt.Sprintf("%v/prefill_T%d", st, T)
+			ids := make([]int64, T)
+			for i := range ids {
+				ids[i] = rand.Int64N(50280)
+			}
+			out, logits := make([]float32, 768), make([]float32, 50280)
+			run := func(e *cpu.Engine) {
+				s, _ := e.NewState(1)
+				var err error
+				if T == 1 {
+					err = e.Step(s, ids, logits)
+				} else {
+					err = e.Prefill(s, engine.Input{B: 1, T: T, IDs: ids}, engine.Last, out)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			if T == 1 {
+				name = fmt.Sprintf("%v/step_B1", st)
+			}
+			b.Run(name, func(b *testing.B) {
+				run(own) // each side warm
+				run(lib16)
+				var times [2][]float64
+				for b.Loop() {
+					for i, e := range []*cpu.Engine{own, lib16} {
+						t0 := time.Now()
+						run(e)
+						times[i] = append(times[i], time.Since(t0).Seconds()*1e3)
+					}
+				}
+				m0, m1 := median(times[0]), median(times[1])
+				b.ReportMetric(m0, "own-ms")
+				b.ReportMetric(m1, "blas-ms")
+				b.ReportMetric(m0/m1, "own/blas")
+			})
+		}
+	}
+}
+
+// median returns the median of v (which it sorts).
+func median(v []float64) float64 {
+	slices.Sort(v)
+	if n := len(v); n%2 == 1 {
+		return v[n/2]
+	} else {
+		return (v[n/2-1] + v[n/2]) / 2
 	}
 }

@@ -54,14 +54,19 @@ func sgemmKernel() (s sgemmShape, ok bool) {
 var useWideSgemm = hasAVX512
 
 // PreferOwnGEMM reports whether the engine's own GEMMs (Engine.BLAS nil)
-// are the better choice on this CPU than numpy's OpenBLAS: where it has
-// AVX-512F. There a 130m prefill ran 1.04-1.10x faster through them on the
-// 2-core build machine and 1.16-1.34x on 16 cores, and a float32 decode
-// step of one sequence (dotRowsAVX512 against OpenBLAS's SGEMV) 1.07x
-// faster on 2 cores and even on 16
-// (bench/results/2026-12-05-cpu-own-gemm-auto.md). With AVX2 alone they
-// have not been measured against it.
-func PreferOwnGEMM() bool { return useLanes && useWideSgemm && useWideRows }
+// are the better choice on this CPU than numpy's OpenBLAS: wherever they
+// run in assembly (AVX2, FMA and F16C, or AVX-512F). With AVX-512F a 130m
+// prefill ran 1.04-1.10x faster through them on a 2-core build machine and
+// 1.16-1.34x on 16 cores, and a float32 decode step of one sequence
+// (dotRowsAVX512 against OpenBLAS's SGEMV) 1.07x faster on 2 cores and
+// even on 16 (bench/results/2026-12-05-cpu-own-gemm-auto.md). With AVX2
+// alone, once the micro-panels were packed through transpose8 beside the
+// products (BenchmarkOwnAgainstBLAS, the two taking turns call by call):
+// on a 2-core AVX2 build machine prefills at 0.80-1.02x OpenBLAS's time
+// and float32 steps of one sequence at 0.99-1.07x; on 16 cores with both
+// held to AVX2, prefills at 0.72-0.96x and steps at 0.97-0.99x
+// (bench/results/2026-12-06-cpu-own-gemm-avx2.md).
+func PreferOwnGEMM() bool { return useLanes }
 
 // sgemm computes C = A·Wᵀ + beta·C for A [M, K] (row stride lda), W [N, K]
 // in any Storage (widened as it is packed) and C [M, N] (row stride ldc),

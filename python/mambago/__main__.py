@@ -123,7 +123,7 @@ def main(argv=None) -> int:
         sp.add_argument("model", help="checkpoint folder (config.json + safetensors, or pytorch_model.bin with torch installed)")
         sp.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
         sp.add_argument("--dtype", default=None, help="float32 (default), bfloat16 or float16")
-        sp.add_argument("--blas", default="auto", help="CPU GEMMs: auto (the engine's own with AVX-512, else numpy's OpenBLAS), go, or a library path")
+        sp.add_argument("--blas", default="auto", help="CPU GEMMs: auto (the engine's own with AVX2, else numpy's OpenBLAS), go, or a library path")
 
     sp = sub.add_parser("info", help="print the model's configuration")
     common(sp)

@@ -642,7 +642,7 @@ class Model(_Owner):
         and outputs stay float32 in every dtype.
 
         blas chooses the CPU engine's GEMM library: "auto" (the engine's own
-        on a CPU with AVX-512, where they are the faster; else numpy's
+        on a CPU with AVX2, where they are the faster; else numpy's
         OpenBLAS when numpy has one, else Go), "go" (the engine's own SGEMM,
         in Go and assembly; gonum's on a CPU without AVX2) or the path of a
         CBLAS shared library.
