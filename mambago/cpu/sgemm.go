@@ -169,11 +169,10 @@ func sgemmTile(s sgemmShape, c []float32, ldc int, a []float32, lda int, w matri
 }
 
 // panelAhead asks L2 for the rows of W that the next micro-panel packs,
-// a few rows before each micro-kernel call on this one. Packed straight
-// from memory, W had taken about a quarter of in_proj's time in a T=128
-// prefill (its 9.4 MB a layer at about 3 GB/s a core, each transpose16
-// waiting on sixteen rows' misses); the micro-kernel's products leave the
-// memory idle long enough to fetch them.
+// a few rows before each micro-kernel call on this one, so that the pack
+// reads L2: the products leave the memory idle long enough to fetch them.
+// Packed straight from memory, all of a k block before its products, W's
+// values came in at about 3 GB/s a core on the AVX2 build machine.
 type panelAhead struct {
 	base                unsafe.Pointer // W's first value
 	off                 int            // the next row's first byte, from base
@@ -189,7 +188,7 @@ func nextPanel(w matrix, n0, N, p, k0, K, nr, calls int) panelAhead {
 	if first >= N {
 		first, k0 = 0, k0+sgemmKC
 	}
-	if k0 >= K || !useLanes {
+	if k0 >= K {
 		return panelAhead{}
 	}
 	rows := min(nr, N-first)
