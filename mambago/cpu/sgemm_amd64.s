@@ -60,6 +60,17 @@
 	OP(64, Z12, Z13); OP(64, Z14, Z15); OP(64, Z16, Z17); \
 	OP(64, Z18, Z19); OP(64, Z20, Z21); OP(64, Z22, Z23)
 
+// TRANSPOSE_ARGS loads transpose16's and transpose8's arguments: src into
+// R10, lds into R9, kind into AX (compared with WK_BF16 for the jumps that
+// follow), dst into DI and ldd into R11.
+#define TRANSPOSE_ARGS \
+	MOVQ src+0(FP), R10; \
+	MOVQ lds+8(FP), R9; \
+	MOVQ kind+16(FP), AX; \
+	MOVQ dst+24(FP), DI; \
+	MOVQ ldd+32(FP), R11; \
+	CMPQ AX, $WK_BF16
+
 // func sgemmAVX2(k int, a *float32, lda int, w, c *float32, ldc int, add bool)
 //
 // A 6 × 16 block of C: Y0-Y11 hold the sums, two registers a row; Y12 and
@@ -273,12 +284,7 @@ add12:
 // bfloat16 or float16 values as kind says: a Storage) transposed, as
 // float32, to dst (rows ldd bytes apart): dst's row j is src's column j.
 TEXT ·transpose16(SB), NOSPLIT, $0-40
-	MOVQ src+0(FP), R10
-	MOVQ lds+8(FP), R9
-	MOVQ kind+16(FP), AX
-	MOVQ dst+24(FP), DI
-	MOVQ ldd+32(FP), R11
-	CMPQ AX, $WK_BF16
+	TRANSPOSE_ARGS
 	JEQ trbf16
 	JGT trf16
 	SIXTEEN(LOAD_F32)
@@ -310,12 +316,7 @@ trloaded:
 // 0-3, then of rows 4-7), and VPERM2F128 joins the two halves of each
 // column (Y8-Y15: columns 0-7).
 TEXT ·transpose8(SB), NOSPLIT, $0-40
-	MOVQ src+0(FP), R10
-	MOVQ lds+8(FP), R9
-	MOVQ kind+16(FP), AX
-	MOVQ dst+24(FP), DI
-	MOVQ ldd+32(FP), R11
-	CMPQ AX, $WK_BF16
+	TRANSPOSE_ARGS
 	JEQ t8bf16
 	JGT t8f16
 	EIGHT(LOAD_F32)
