@@ -340,6 +340,11 @@
 #             512 with their conv and scan stages, then decode steps of 1 and
 #             8 sequences in float32 and bf16 ($CPUAB_ROUNDS rounds, 3 unless
 #             told; about 2 minutes);
+#   ownblas:  the CPU engine's own GEMMs against numpy's OpenBLAS, taking
+#             turns call by call (BenchmarkOwnAgainstBLAS: 130m prefills at
+#             T=128 and 512, float32 and bf16 steps of one sequence), as the
+#             host is and then with both held to AVX2 (MAMBAGO_BENCH_AVX2=1,
+#             OPENBLAS_CORETYPE=Haswell): blas="auto"'s evidence (about a minute);
 #   cpujobs:  the CPU conv and scan in tasks of 32, 16 and 8 channels, taking
 #             turns over three rounds (BenchmarkConvScanJobs; about 30 s);
 #   all:      all three (default).
@@ -1564,6 +1569,22 @@ if [[ $mode == cpuab ]]; then
       echo "round $round $build: $(grep -hE 'tok/s|ms/step| scan | conv ' "$log" \
         | awk '$1 ~ /^Benchmark/ {sub(/^Benchmark[A-Za-z0-9]*\//, "", $1); printf "%s %s  ", $1, $(NF-1); next} {printf "%s %s  ", $1, $2}')"
     done
+  done
+fi
+if [[ $mode == ownblas ]]; then
+  echo "== the own GEMMs against numpy's OpenBLAS, own/blas time (BenchmarkOwnAgainstBLAS; GOMAXPROCS ${GOMAXPROCS:-$(nproc)})"
+  lib=$(python3 -c "import mambago.model as m; print(m.numpy_blas())")
+  for held in no yes; do
+    log=$OUT/own_blas_avx2held_$held.log
+    if [[ $held == yes ]]; then
+      MAMBAGO_BENCH_AVX2=1 OPENBLAS_CORETYPE=Haswell MAMBAGO_TEST_BLAS=$lib timeout 250 .carry/cpu.test -test.run '^$' \
+        -test.bench OwnAgainstBLAS -test.benchtime 15x > "$log" 2>&1 || status=1
+    else
+      MAMBAGO_TEST_BLAS=$lib timeout 250 .carry/cpu.test -test.run '^$' -test.bench OwnAgainstBLAS -test.benchtime 15x \
+        > "$log" 2>&1 || status=1
+    fi
+    echo "held to AVX2: $held"
+    grep Bench "$log" | awk '{print "  " $1, "blas", $5, "own", $7, "own/blas", $9}'
   done
 fi
 if [[ $mode == cpujobs ]]; then
