@@ -63,9 +63,9 @@ var useWideSgemm = hasAVX512
 // alone, once the micro-panels were packed through transpose8 beside the
 // products (BenchmarkOwnAgainstBLAS, the two taking turns call by call):
 // on a 2-core AVX2 build machine prefills at 0.80-1.02x OpenBLAS's time
-// and float32 steps of one sequence at 0.99-1.07x; on 16 cores with both
-// held to AVX2, prefills at 0.72-0.96x and steps at 0.97-0.99x
-// (bench/results/2026-12-06-cpu-own-gemm-avx2.md).
+// and float32 steps of one sequence at 0.99-1.07x; on two 16-core hosts
+// with both held to AVX2, prefills at 0.72-0.96x and float32 steps at
+// 0.83-0.97x (bench/results/2026-12-06-cpu-own-gemm-avx2.md).
 func PreferOwnGEMM() bool { return useLanes }
 
 // sgemm computes C = A·Wᵀ + beta·C for A [M, K] (row stride lda), W [N, K]
