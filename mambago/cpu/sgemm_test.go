@@ -85,8 +85,9 @@ func TestSgemm(t *testing.T) {
 // the 130m prefill's in_proj and out_proj at T=128 and T=512 ([T, 768] by
 // [3072, 768]ᵀ and [T, 1536] by [768, 1536]ᵀ), in GFLOP/s, with W in
 // float32 and (on our kernels) bfloat16. Each call takes the next of eight
-// copies of W, so that W comes from memory, as in a prefill, where a
-// layer's weights are far from the cache.
+// copies of W (19 to 75 MB in all), so that W comes from past the caches,
+// or for bf16 out_proj's 19 MB from L3 at most, as in a prefill, where a
+// layer's weights were last read a whole model before.
 func BenchmarkSgemm(b *testing.B) {
 	if !hasAVX2 {
 		b.Skip("this CPU has no AVX2/FMA")
