@@ -1576,13 +1576,10 @@ if [[ $mode == ownblas ]]; then
   lib=$(python3 -c "import mambago.model as m; print(m.numpy_blas())")
   for held in no yes; do
     log=$OUT/own_blas_avx2held_$held.log
-    if [[ $held == yes ]]; then
-      MAMBAGO_BENCH_AVX2=1 OPENBLAS_CORETYPE=Haswell MAMBAGO_TEST_BLAS=$lib timeout 250 .carry/cpu.test -test.run '^$' \
-        -test.bench OwnAgainstBLAS -test.benchtime 15x > "$log" 2>&1 || status=1
-    else
-      MAMBAGO_TEST_BLAS=$lib timeout 250 .carry/cpu.test -test.run '^$' -test.bench OwnAgainstBLAS -test.benchtime 15x \
-        > "$log" 2>&1 || status=1
-    fi
+    hold=()
+    [[ $held == yes ]] && hold=(MAMBAGO_BENCH_AVX2=1 OPENBLAS_CORETYPE=Haswell)
+    env "${hold[@]}" MAMBAGO_TEST_BLAS="$lib" timeout 250 .carry/cpu.test -test.run '^$' -test.bench OwnAgainstBLAS \
+      -test.benchtime 15x > "$log" 2>&1 || status=1
     echo "held to AVX2: $held"
     grep Bench "$log" | awk '{print "  " $1, "blas", $5, "own", $7, "own/blas", $9}'
   done

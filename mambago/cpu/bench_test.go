@@ -120,18 +120,23 @@ func BenchmarkOwnAgainstBLAS(b *testing.B) {
 	}
 	w := fixture.RandomWeights(fixture.Shape(768, 24, 50280), 1)
 	for _, st := range []cpu.Storage{cpu.Float32, cpu.BFloat16} {
-		own, lib16 := cpu.NewStored(w, st), cpu.NewStored(w, st)
-		lib16.BLAS = lib
+		own, viaBLAS := cpu.NewStored(w, st), cpu.NewStored(w, st)
+		viaBLAS.BLAS = lib
 		for _, T := range []int{128, 512, 1} {
 			name := fmt.Sprintf("%v/prefill_T%d", st, T)
+			if T == 1 {
+				name = fmt.Sprintf("%v/step_B1", st)
+			}
 			ids := make([]int64, T)
 			for i := range ids {
 				ids[i] = rand.Int64N(50280)
 			}
 			out, logits := make([]float32, 768), make([]float32, 50280)
 			run := func(e *cpu.Engine) {
-				s, _ := e.NewState(1)
-				var err error
+				s, err := e.NewState(1)
+				if err != nil {
+					b.Fatal(err)
+				}
 				if T == 1 {
 					err = e.Step(s, ids, logits)
 				} else {
@@ -141,15 +146,12 @@ func BenchmarkOwnAgainstBLAS(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
-			if T == 1 {
-				name = fmt.Sprintf("%v/step_B1", st)
-			}
 			b.Run(name, func(b *testing.B) {
 				run(own) // each side warm
-				run(lib16)
+				run(viaBLAS)
 				var times [2][]float64
 				for b.Loop() {
-					for i, e := range []*cpu.Engine{own, lib16} {
+					for i, e := range []*cpu.Engine{own, viaBLAS} {
 						t0 := time.Now()
 						run(e)
 						times[i] = append(times[i], time.Since(t0).Seconds()*1e3)
