@@ -40,6 +40,9 @@ def build_extension(dest):
     """Generate and compile the gopy extension, then copy its Python files and .so into dest."""
     if shutil.which("go") is None:
         sys.exit("mambago build: Go >= 1.26 is needed on PATH (https://go.dev/dl)")
+    if not os.path.exists(os.path.join(ROOT, "go.mod")):
+        sys.exit(f"mambago build: {ROOT} has no go.mod, so not the Go sources the extension is built from; "
+                 "build from the repository or from a complete sdist (MANIFEST.in lists what one carries)")
     tools = os.path.join(ROOT, "build", "gotools")
     os.makedirs(tools, exist_ok=True)
     run(["go", "build", "-o", tools + os.sep, "github.com/go-python/gopy", "golang.org/x/tools/cmd/goimports"])

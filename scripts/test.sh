@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Runs every test on a fresh machine: go vet; for each Python (3.10 to 3.13
 # where pyenv has them, else python3) a fresh venv, the extension built by
-# `pip install .`, and pytest; then go test, with numpy's OpenBLAS as well. Needs Go >= 1.26 and a C
-# compiler; everything else (gopy, goimports, pybindgen, numpy, pytest, and
-# nbclient, nbformat and ipykernel for the notebook test) it
-# installs itself, and nvidia-cuda-nvrtc to compile the CUDA kernels. On
-# Python 3.12 (the GPU machine's) it also installs torch and transformers, the
-# reference the tests compare against, so that their comparisons run here too
+# `pip install .` (the first Python's from an sdist instead), and pytest; then
+# go test, with numpy's OpenBLAS as well. Needs Go >= 1.26 and a C compiler;
+# everything else (gopy, goimports, pybindgen, numpy, pytest, build, and
+# nbclient, nbformat and ipykernel for the notebook test) it installs itself,
+# and nvidia-cuda-nvrtc to compile the CUDA kernels. On Python 3.12 (the GPU
+# machine's) it also installs torch and transformers, the reference the tests
+# compare against, so that their comparisons run here too
 # (MAMBAGO_TEST_REFERENCE=0 leaves them out; elsewhere those tests skip).
 # MAMBAGO_PYTHONS="python3.12 ..." picks the interpreters.
 set -euo pipefail
@@ -28,7 +29,7 @@ fi
 step "go vet ./..."
 go vet ./...
 
-blas="" nvrtc=""
+blas="" nvrtc="" sdist=""
 for py in "${pythons[@]}"; do
   ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
   venv="build/venv-$ver"
@@ -37,7 +38,18 @@ for py in "${pythons[@]}"; do
   "$py" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --upgrade pip
   "$venv/bin/python" -m pip install -q numpy pytest nbclient nbformat ipykernel  # the last three: tests/test_notebook.py
-  "$venv/bin/python" -m pip install -q .
+  if [[ -z "$sdist" ]]; then
+    # The first Python installs from an sdist, as `pip install mambago-*.tar.gz` and `python -m build` do:
+    # it must carry every source the extension's build needs (MANIFEST.in).
+    step "Python $ver: build an sdist, then pip install it into the venv"
+    "$venv/bin/python" -m pip install -q build
+    rm -rf build/sdist
+    "$venv/bin/python" -m build -q --sdist -o build/sdist .
+    sdist=$(ls build/sdist/mambago-*.tar.gz)
+    "$venv/bin/python" -m pip install -q "$sdist"
+  else
+    "$venv/bin/python" -m pip install -q .
+  fi
   if [[ $ver == 3.12 && ${MAMBAGO_TEST_REFERENCE:-1} != 0 ]]; then
     # The versions these tests last passed with on this machine's CPU (the GPU machine has torch 2.11, transformers 5.17).
     "$venv/bin/python" -m pip install -q "torch==2.15.0" "transformers==5.25.0"
