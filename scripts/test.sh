@@ -33,7 +33,7 @@ blas="" nvrtc="" sdist=""
 for py in "${pythons[@]}"; do
   ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
   venv="build/venv-$ver"
-  step "Python $ver: pip install . into a fresh venv ($venv)"
+  step "Python $ver: a fresh venv ($venv), numpy and the test tools"
   rm -rf "$venv"
   "$py" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --upgrade pip
@@ -44,10 +44,11 @@ for py in "${pythons[@]}"; do
     step "Python $ver: build an sdist, then pip install it into the venv"
     "$venv/bin/python" -m pip install -q build
     rm -rf build/sdist
-    "$venv/bin/python" -m build -q --sdist -o build/sdist .
+    "$venv/bin/python" -m build -q --sdist -o build/sdist . >/dev/null
     sdist=$(ls build/sdist/mambago-*.tar.gz)
     "$venv/bin/python" -m pip install -q "$sdist"
   else
+    step "Python $ver: pip install ."
     "$venv/bin/python" -m pip install -q .
   fi
   if [[ $ver == 3.12 && ${MAMBAGO_TEST_REFERENCE:-1} != 0 ]]; then
