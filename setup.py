@@ -68,11 +68,20 @@ def build_extension(dest):
 
 
 class BuildPy(build_py):
-    """build_py that also builds the Go extension into the package."""
+    """build_py that also builds the Go extension into the package.
+
+    An editable install (`pip install -e .`) imports the package from
+    python/mambago, so the extension goes there (git ignores it); run the
+    install again after changing Go code.
+    """
 
     def run(self):
         super().run()
-        build_extension(os.path.join(self.build_lib, "mambago", "_gopy"))
+        if getattr(self, "editable_mode", False):
+            dest = os.path.join(ROOT, "python", "mambago", "_gopy")
+        else:
+            dest = os.path.join(self.build_lib, "mambago", "_gopy")
+        build_extension(dest)
 
 
 class BinaryDistribution(Distribution):

@@ -68,6 +68,26 @@ for py in "${pythons[@]}"; do
   fi
 done
 
+# An editable install (`pip install -e .`) imports the package from python/mambago, with the extension built there.
+step "pip install -e . into a fresh venv: the package imports from the tree and runs a prefill"
+venv="build/venv-editable"
+rm -rf "$venv" python/mambago/_gopy
+"${pythons[0]}" -m venv "$venv"
+"$venv/bin/python" -m pip install -q --upgrade pip
+"$venv/bin/python" -m pip install -q numpy
+"$venv/bin/python" -m pip install -q -e .
+(cd build && "../$venv/bin/python" - <<'PY')
+import os
+import numpy as np
+import mambago
+here = os.path.realpath(os.path.join("..", "python", "mambago"))
+assert os.path.dirname(os.path.realpath(mambago.__file__)) == here, mambago.__file__
+with mambago.Model.from_pretrained(os.path.join("..", "tests", "fixtures", "base"), device="cpu") as m:
+    h = m.prefill(np.array([[1, 2, 3]]))
+assert h.shape == (1, m.config.hidden_size) and np.isfinite(h).all(), h
+print("editable install:", mambago.__file__, m.backend)
+PY
+
 # The Go tests run the conformance suite with gonum and, through
 # MAMBAGO_TEST_BLAS, with the OpenBLAS numpy ships; they compile every kernel
 # with the NVRTC wheel. GPU tests skip, saying so, when there is no GPU.

@@ -17,8 +17,9 @@ try:
     from ._gopy import bindings as _b
 except ImportError as exc:  # pragma: no cover - only when the build is missing
     raise ImportError(
-        "mambago's Go extension is not built: install the package with `pip install .` "
-        f"(needs Go ≥ 1.26 on PATH) rather than importing it from the source tree ({exc})"
+        "mambago's Go extension is not built: install the package with `pip install .`, or "
+        "`pip install -e .` in a development tree (either needs Go ≥ 1.26 on PATH), rather than "
+        f"importing python/mambago as it is ({exc})"
     ) from exc
 
 # gopy registers a callback that runs a full Go GC after every Python GC pass;
