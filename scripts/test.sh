@@ -44,7 +44,7 @@ for py in "${pythons[@]}"; do
     step "Python $ver: build an sdist, then pip install it into the venv"
     "$venv/bin/python" -m pip install -q build
     rm -rf build/sdist
-    "$venv/bin/python" -m build -q --sdist -o build/sdist . >/dev/null
+    out=$("$venv/bin/python" -m build -q --sdist -o build/sdist . 2>&1) || { echo "$out"; exit 1; }
     sdist=$(ls build/sdist/mambago-*.tar.gz)
     "$venv/bin/python" -m pip install -q "$sdist"
   else
