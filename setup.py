@@ -40,6 +40,10 @@ def build_extension(dest):
     """Generate and compile the gopy extension, then copy its Python files and .so into dest."""
     if shutil.which("go") is None:
         sys.exit("mambago build: Go >= 1.26 is needed on PATH (https://go.dev/dl)")
+    cc = os.environ.get("CC", "gcc").split()[0]
+    if shutil.which(cc) is None:
+        sys.exit(f"mambago build: a C compiler is needed for cgo, and {cc!r} is not on PATH "
+                 "(install gcc, or name another compiler in CC)")
     if not os.path.exists(os.path.join(ROOT, "go.mod")):
         sys.exit(f"mambago build: {ROOT} has no go.mod, so not the Go sources the extension is built from; "
                  "build from the repository or from a complete sdist (MANIFEST.in lists what one carries)")
