@@ -8,6 +8,7 @@ minor version gets its own wheel.
 
 import glob
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -25,15 +26,30 @@ def run(cmd, env=None):
     subprocess.run(cmd, cwd=ROOT, env=env, check=True)
 
 
-def _cpu_has_v3():
-    """Whether this x86-64 CPU has the x86-64-v3 features (AVX2, FMA, BMI1/2, ...)."""
+# The /proc/cpuinfo flags each GOAMD64 level's code needs (Go's runtime stops
+# the process at load on a CPU without them, so the package checks at import).
+_LEVEL_FLAGS = {"v1": set()}
+_LEVEL_FLAGS["v2"] = _LEVEL_FLAGS["v1"] | {"cx16", "lahf_lm", "popcnt", "pni", "sse4_1", "sse4_2", "ssse3"}
+_LEVEL_FLAGS["v3"] = _LEVEL_FLAGS["v2"] | {"abm", "avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe", "xsave"}
+_LEVEL_FLAGS["v4"] = _LEVEL_FLAGS["v3"] | {"avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"}
+
+
+def _cpu_flags():
+    """This CPU's flags as /proc/cpuinfo lists them (empty where there is none)."""
     try:
         with open("/proc/cpuinfo") as f:
-            flags = next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), [])
+            return set(next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), []))
     except OSError:
-        return False
-    need = {"avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe", "xsave", "abm"}
-    return need.issubset(flags)
+        return set()
+
+
+def _write_build_info(dest, goamd64):
+    """Record the GOAMD64 level the extension was built for, and the CPU flags it needs."""
+    flags = sorted(_LEVEL_FLAGS.get(goamd64, set())) if platform.machine() in ("x86_64", "AMD64") else []
+    with open(os.path.join(dest, "build_info.py"), "w") as f:
+        f.write('"""How this extension was built; written by setup.py, read by mambago._native."""\n\n')
+        f.write(f"GOAMD64 = {goamd64!r}\n")
+        f.write(f"CPU_FLAGS = {tuple(flags)!r}  # /proc/cpuinfo flags the build's code needs\n")
 
 
 def build_extension(dest):
@@ -55,7 +71,7 @@ def build_extension(dest):
     # gopy compiles with -ffast-math; the flags in CGO_CFLAGS come after its own and turn it off.
     env["CGO_CFLAGS"] = "-O2 -fno-fast-math"
     # The wheel is built where it runs: use FMA/AVX2 (x86-64-v3) when this CPU has them.
-    if "GOAMD64" not in env and _cpu_has_v3():
+    if "GOAMD64" not in env and _LEVEL_FLAGS["v3"] <= _cpu_flags():
         env["GOAMD64"] = "v3"
     print(f"mambago build: GOAMD64={env.get('GOAMD64', 'v1 (default)')}", flush=True)
     shutil.rmtree(GEN, ignore_errors=True)
@@ -68,6 +84,7 @@ def build_extension(dest):
             sys.exit(f"mambago build: gopy produced no {pattern} in {GEN}")
         for f in matches:
             shutil.copy2(f, dest)
+    _write_build_info(dest, env.get("GOAMD64", "v1"))
     print(f"mambago build: extension in {dest}", flush=True)
 
 

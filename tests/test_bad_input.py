@@ -491,3 +491,26 @@ def test_step_ptr_needs_the_cuda_engine_and_its_arguments(m):
         m.step_ptr(16, st, logits_ptr=16, stream=-1)
     with pytest.raises(TypeError, match="state must be a mambago.State"):
         m.step_ptr(16, None, logits_ptr=16)
+
+
+def test_import_refuses_a_cpu_without_the_builds_instructions(tmp_path):
+    """A wheel built for x86-64-v3 (AVX2) on a CPU without it: ImportError,
+    not Go's runtime ending the process as the extension loads."""
+    from mambago._gopy import build_info
+    from mambago._native import _check_cpu
+
+    with open("/proc/cpuinfo") as f:
+        here = set(next(l.split(":", 1)[1].split() for l in f if l.startswith("flags")))
+    v3 = {"abm", "avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "movbe", "xsave"}
+    if "GOAMD64" not in os.environ:  # setup.py's own pick: v3 where this CPU has it
+        assert build_info.GOAMD64 == ("v3" if v3 <= here else "v1")
+    assert set(build_info.CPU_FLAGS) <= here
+    _check_cpu()  # the CPU that built it passes
+    if not build_info.CPU_FLAGS:
+        pytest.skip(f"built for x86-64-{build_info.GOAMD64}, which needs no flags to check")
+    old = tmp_path / "cpuinfo"
+    old.write_text("processor\t: 0\nflags\t\t: fpu sse sse2 ssse3 sse4_1 sse4_2 popcnt\n")
+    with pytest.raises(ImportError, match=r"built for x86-64-v\d CPUs, and this one lacks .*avx2"):
+        _check_cpu(str(old))
+    none = tmp_path / "missing"
+    _check_cpu(str(none))  # no cpuinfo to read: nothing to refuse on

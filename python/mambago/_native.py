@@ -13,6 +13,36 @@ import os
 import queue
 import threading
 
+
+def _check_cpu(cpuinfo="/proc/cpuinfo"):
+    """Raise ImportError when this CPU lacks what the extension was built for.
+
+    A wheel built with GOAMD64=v3 (setup.py's pick on a CPU with AVX2) holds
+    instructions an older CPU lacks, and Go's runtime stops the whole process
+    when it loads there; this says why as an ImportError instead.
+    """
+    try:
+        from ._gopy import build_info
+    except ImportError:
+        return  # not built yet (the import below says so), or built by hand
+    if not build_info.CPU_FLAGS:
+        return
+    try:
+        with open(cpuinfo) as f:
+            flags = set(next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), []))
+    except OSError:
+        return  # no /proc here: nothing to check against
+    missing = sorted(set(build_info.CPU_FLAGS) - flags)
+    if missing:
+        raise ImportError(
+            f"mambago was built for x86-64-{build_info.GOAMD64} CPUs, and this one lacks {', '.join(missing)}: "
+            "install it from its source on this machine (`pip install .` in the source tree, or its sdist), "
+            "or build the wheel with GOAMD64=v1 set"
+        )
+
+
+_check_cpu()
+
 try:
     from ._gopy import bindings as _b
 except ImportError as exc:  # pragma: no cover - only when the build is missing
