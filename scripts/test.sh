@@ -3,8 +3,8 @@
 # where pyenv has them, else python3) a fresh venv, the extension built by
 # `pip install .` (the first Python's from an sdist instead), and pytest; then
 # go test, with numpy's OpenBLAS as well. Needs Go >= 1.26 and a C compiler;
-# everything else (gopy, goimports, pybindgen, numpy, pytest, build, and
-# nbclient, nbformat and ipykernel for the notebook test) it installs itself,
+# everything else (gopy, goimports, pybindgen, numpy, pytest, build, tokenizers,
+# and nbclient, nbformat and ipykernel for the notebook test) it installs itself,
 # and nvidia-cuda-nvrtc to compile the CUDA kernels. On Python 3.12 (the GPU
 # machine's) it also installs torch and transformers, the reference the tests
 # compare against, so that their comparisons run here too
@@ -37,7 +37,8 @@ for py in "${pythons[@]}"; do
   rm -rf "$venv"
   "$py" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --upgrade pip
-  "$venv/bin/python" -m pip install -q numpy pytest nbclient nbformat ipykernel  # the last three: tests/test_notebook.py
+  # nbclient, nbformat and ipykernel: tests/test_notebook.py; tokenizers: the CLI's text prompts (tests/test_cli.py)
+  "$venv/bin/python" -m pip install -q numpy pytest nbclient nbformat ipykernel tokenizers
   if [[ -z "$sdist" ]]; then
     # The first Python installs from an sdist, as `pip install mambago-*.tar.gz` and `python -m build` do:
     # it must carry every source the extension's build needs (MANIFEST.in).

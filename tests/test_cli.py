@@ -1,8 +1,11 @@
 """python -m mambago: info, run and bench on a fixture model."""
 
 import json
+import shutil
 import subprocess
 import sys
+
+import pytest
 
 from conftest import case_dir
 
@@ -60,3 +63,55 @@ def test_bad_arguments_exit_cleanly():
     assert r.returncode == 2 and "vocabulary" in r.stderr
     r = cli("info", "/nonexistent/model")
     assert r.returncode == 2 and "error" in r.stderr
+
+
+def with_tokenizer(tmp_path):
+    """The base fixture beside a word-level tokenizer.json: "t5" is token 5."""
+    tokenizers = pytest.importorskip("tokenizers", reason="tokenizers is not installed")
+    folder = tmp_path / "base"
+    shutil.copytree(case_dir("base"), folder)
+    vocab_size = json.loads((folder / "config.json").read_text())["vocab_size"]
+    tk = tokenizers.Tokenizer(tokenizers.models.WordLevel({f"t{i}": i for i in range(vocab_size)}, unk_token="t0"))
+    tk.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    tk.save(str(folder / "tokenizer.json"))
+    return str(folder)
+
+
+def test_run_takes_text_through_the_tokenizer(tmp_path):
+    """--prompt text is the token ids its tokenizer gives: the same tokens
+    as --prompt-ids, and the whole text printed back decoded."""
+    folder = with_tokenizer(tmp_path)
+    text = cli("run", folder, "--prompt", "t5 t17 t33 t2", "--prompt", "t1 t2", "--max-new-tokens", "5", "--device", "cpu")
+    assert text.returncode == 0, text.stderr
+    ids = cli("run", folder, "--prompt-ids", "5,17,33,2;1,2", "--max-new-tokens", "5", "--device", "cpu")
+    assert ids.returncode == 0, ids.stderr
+
+    def lines(r, what):
+        return [l.split(":", 1)[1].split() for l in r.stdout.splitlines() if l.startswith(what)]
+
+    assert lines(text, "prompt[") == [["5", "17", "33", "2"], ["1", "2"]]
+    assert lines(text, "generated[") == lines(ids, "generated[")
+    for b, row in enumerate(lines(text, "text[")):
+        assert row == [f"t{t}" for t in lines(text, "prompt[")[b] + lines(text, "generated[")[b]]
+
+
+def test_run_text_needs_a_tokenizer():
+    """Without tokenizer.json, or without the tokenizers package, --prompt is
+    refused with a message saying which, before the model loads."""
+    try:
+        import tokenizers  # noqa: F401
+        want = "has none"
+    except ImportError:
+        want = "pip install tokenizers"
+    r = cli("run", case_dir("base"), "--prompt", "t5")
+    assert r.returncode == 2 and want in r.stderr and "loading" not in r.stderr, r.stderr
+
+
+def test_run_text_errors(tmp_path):
+    folder = with_tokenizer(tmp_path)
+    r = cli("run", folder, "--prompt", "")
+    assert r.returncode == 2 and "no tokens" in r.stderr
+    r = cli("run", folder, "--prompt", "t1", "--prompt-ids", "1")
+    assert r.returncode == 2 and "not allowed with" in r.stderr
+    r = cli("run", folder)
+    assert r.returncode == 2 and "one of the arguments --prompt-ids --prompt is required" in r.stderr

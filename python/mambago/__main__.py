@@ -2,6 +2,7 @@
 
   info MODEL                         the model's configuration and engine
   run MODEL --prompt-ids 1,2,3       prefill the prompt, generate, print tokens and timing
+  run MODEL --prompt "Mamba is"      the same from text, through the checkpoint's tokenizer.json
   bench MODEL                        prefill tokens/s over prompt lengths
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -16,24 +18,46 @@ import time
 import numpy as np
 
 from . import __version__
-from .model import Model
+from .model import Model, _hub_snapshot
 
 
-def _ids(text: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """Prompts "1,2,3;4,5" as int64 ids [B, T], left-padded with 0 where rows
-    differ in length, and their attention mask (None when none is padded)."""
+def _ids(text: str) -> list[list[int]]:
+    """Prompts "1,2,3;4,5" as rows of token ids."""
     try:
         rows = [[int(t) for t in row.replace(" ", "").split(",") if t] for row in text.split(";")]
     except ValueError:
         raise argparse.ArgumentTypeError(f"--prompt-ids wants comma-separated integers (rows split by ';'), got {text!r}") from None
     if not rows or any(not r for r in rows):
         raise argparse.ArgumentTypeError("--prompt-ids rows must be non-empty")
+    return rows
+
+
+def _batch(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray | None]:
+    """Rows of token ids as int64 ids [B, T], left-padded with 0 where rows
+    differ in length, and their attention mask (None when none is padded)."""
     T = max(len(r) for r in rows)
     ids = np.zeros((len(rows), T), dtype=np.int64)
     mask = np.zeros((len(rows), T), dtype=np.int64)
     for b, r in enumerate(rows):
         ids[b, T - len(r):], mask[b, T - len(r):] = r, 1
     return ids, (None if mask.all() else mask)
+
+
+def _tokenizer(model: str):
+    """The tokenizer of the checkpoint model names: its tokenizer.json (in
+    the folder, or fetched from the Hugging Face Hub as the weights are),
+    read by the tokenizers package."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        raise ValueError("--prompt needs the tokenizers package to read the checkpoint's tokenizer.json "
+                         "(pip install tokenizers); --prompt-ids takes token ids without it") from None
+    folder = model if os.path.isdir(model) else _hub_snapshot(model, ["tokenizer.json"])
+    path = os.path.join(folder, "tokenizer.json")
+    if not os.path.exists(path):
+        raise ValueError(f"--prompt needs the checkpoint's tokenizer.json, and {model} has none; "
+                         "--prompt-ids takes token ids instead")
+    return Tokenizer.from_file(path)
 
 
 def _ints(text: str) -> list[int]:
@@ -62,8 +86,16 @@ def cmd_info(args) -> int:
 
 def cmd_run(args) -> int:
     """Prefill the prompt, generate, and print the tokens and timings."""
+    tok = None
+    if args.prompt is not None:  # before the load, which may take a while
+        tok = _tokenizer(args.model)
+        rows = [tok.encode(text).ids for text in args.prompt]
+        if any(not r for r in rows):
+            raise ValueError("--prompt encodes to no tokens: give it some text")
+    else:
+        rows = args.prompt_ids
     m = _load(args)
-    ids, mask = args.prompt_ids
+    ids, mask = _batch(rows)
     B, T = ids.shape
     tokens = B * T if mask is None else int(mask.sum())
     t0 = time.perf_counter()
@@ -78,6 +110,8 @@ def cmd_run(args) -> int:
         prompt = ids[b] if mask is None else ids[b, mask[b] == 1]
         print(f"prompt[{b}]:    {' '.join(map(str, prompt))}")
         print(f"generated[{b}]: {' '.join(map(str, out[b]))}")
+        if tok is not None:
+            print(f"text[{b}]:      {tok.decode([int(t) for t in (*prompt, *out[b])], skip_special_tokens=True)}")
     n = out.shape[1]
     shape = f"B={B} T={T}" if mask is None else f"B={B} T={T} ({tokens} tokens, rows left-padded)"
     print(f"prefill: {shape} in {t_prefill * 1e3:.2f} ms ({tokens / t_prefill:,.0f} tok/s); "
@@ -131,7 +165,11 @@ def main(argv=None) -> int:
 
     sp = sub.add_parser("run", help="prefill a prompt and generate")
     common(sp)
-    sp.add_argument("--prompt-ids", type=_ids, required=True, help="token ids, e.g. 1,2,3 (rows split by ';'; rows may differ in length)")
+    prompt = sp.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("--prompt-ids", type=_ids, help="token ids, e.g. 1,2,3 (rows split by ';'; rows may differ in length)")
+    prompt.add_argument("--prompt", action="append", metavar="TEXT",
+                        help="a text prompt, through the checkpoint's tokenizer.json (needs the tokenizers package); "
+                             "repeat it for more rows, which may differ in length")
     sp.add_argument("--max-new-tokens", type=int, default=16)
     sp.add_argument("--temperature", type=float, default=0.0)
     sp.add_argument("--top-k", type=int, default=0)

@@ -405,6 +405,17 @@ def _checkpoint_folder(path) -> str:
     cache, and that folder returned."""
     if os.path.isdir(path):
         return path
+    for patterns in _HUB_FILES:
+        folder = _hub_snapshot(path, patterns)
+        if any(f.endswith((".safetensors", ".bin")) for f in os.listdir(folder)):
+            return folder
+    raise ValueError(f"{path!r} on the Hugging Face Hub has no safetensors or pytorch_model.bin weights")
+
+
+def _hub_snapshot(path, patterns) -> str:
+    """The folder of huggingface_hub's cached snapshot of the Hub id path,
+    holding the files that match patterns; ValueError where path is no Hub
+    id, huggingface_hub is not installed, or the download fails."""
     if os.path.exists(path) or not _HUB_ID.match(path):
         raise ValueError(f"path {path!r} is not a checkpoint folder")
     try:
@@ -413,14 +424,10 @@ def _checkpoint_folder(path) -> str:
         raise ValueError(f"path {path!r} is not a checkpoint folder here; to download it from the Hugging Face Hub, "
                          "install huggingface_hub") from None
     try:
-        for patterns in _HUB_FILES:
-            folder = huggingface_hub.snapshot_download(path, allow_patterns=patterns)
-            if any(f.endswith((".safetensors", ".bin")) for f in os.listdir(folder)):
-                return folder
+        return huggingface_hub.snapshot_download(path, allow_patterns=patterns)
     except Exception as e:  # the Hub's errors: network, unknown repo, gated model
         raise ValueError(f"path {path!r} is not a checkpoint folder here, and downloading it from the Hugging Face "
                          f"Hub failed: {e}") from None
-    raise ValueError(f"{path!r} on the Hugging Face Hub has no safetensors or pytorch_model.bin weights")
 
 
 def _pickled_checkpoint(path) -> list:
