@@ -115,3 +115,24 @@ def test_run_text_errors(tmp_path):
     assert r.returncode == 2 and "not allowed with" in r.stderr
     r = cli("run", folder)
     assert r.returncode == 2 and "one of the arguments --prompt-ids --prompt is required" in r.stderr
+
+
+def test_run_text_fetches_a_hub_ids_tokenizer(monkeypatch, tmp_path):
+    """For a Hub id the tokenizer.json comes through huggingface_hub, as the
+    weights do (a stand-in module here: no network)."""
+    import types
+
+    from mambago.__main__ import _tokenizer
+
+    folder = with_tokenizer(tmp_path)
+    calls = []
+
+    def snapshot_download(repo_id, allow_patterns):
+        calls.append((repo_id, allow_patterns))
+        return folder
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(snapshot_download=snapshot_download))
+    assert _tokenizer("org/mamba-tiny").encode("t5 t17").ids == [5, 17]
+    assert calls == [("org/mamba-tiny", ["tokenizer.json"])]
+    with pytest.raises(ValueError, match="is not a checkpoint folder$"):
+        _tokenizer(str(tmp_path / "no" / "such" / "folder"))
