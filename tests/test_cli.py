@@ -136,3 +136,18 @@ def test_run_text_fetches_a_hub_ids_tokenizer(monkeypatch, tmp_path):
     assert calls == [("org/mamba-tiny", ["tokenizer.json"])]
     with pytest.raises(ValueError, match="is not a checkpoint folder$"):
         _tokenizer(str(tmp_path / "no" / "such" / "folder"))
+
+
+def test_run_streams_one_texts_tokens(tmp_path):
+    """One text prompt is printed as it is generated (generate's streamer):
+    the line it ends with is the whole text, as a batch prints it at the end."""
+    folder = with_tokenizer(tmp_path)
+    one = cli("run", folder, "--prompt", "t5 t17 t33 t2", "--max-new-tokens", "7", "--device", "cpu")
+    assert one.returncode == 0, one.stderr
+    two = cli("run", folder, "--prompt", "t5 t17 t33 t2", "--prompt", "t5 t17 t33 t2", "--max-new-tokens", "7",
+              "--device", "cpu")
+    assert two.returncode == 0, two.stderr
+    text = [l for l in one.stdout.splitlines() if l.startswith("text[0]:")]
+    assert text == [l for l in two.stdout.splitlines() if l.startswith("text[0]:")]
+    assert len(text[0].split()) == 1 + 4 + 7
+    assert one.stdout.index("text[0]:") < one.stdout.index("prompt[0]:")  # printed during generate

@@ -75,6 +75,30 @@ def _load(args) -> Model:
     return m
 
 
+class _TextStream:
+    """A generate streamer that prints one sequence's text as it comes: the
+    prompt, then each token's text once it decodes to whole characters."""
+
+    def __init__(self, tok, label: str):
+        self.tok, self.label, self.ids, self.shown = tok, label, [], ""
+
+    def put(self, value) -> None:
+        """Take the prompt [1, T], then each new token [1]; print the new text."""
+        self.ids.extend(int(t) for t in np.asarray(value).reshape(-1))
+        text = self.tok.decode(self.ids, skip_special_tokens=True)
+        if not self.shown:
+            print(self.label, end="")
+        if text.endswith("\ufffd"):  # a character's bytes split over tokens: wait for the rest
+            return
+        print(text[len(self.shown):], end="", flush=True)
+        self.shown = text
+
+    def end(self) -> None:
+        """End the line, with whatever text is left."""
+        text = self.tok.decode(self.ids, skip_special_tokens=True)
+        print(text[len(self.shown):], flush=True)
+
+
 def cmd_info(args) -> int:
     """Print the model's configuration, device and backend as JSON."""
     m = _load(args)
@@ -103,14 +127,16 @@ def cmd_run(args) -> int:
     t_prefill = time.perf_counter() - t0
     t0 = time.perf_counter()
     eos = args.eos_token_id if args.eos_token_id is not None else None
+    # One text prompt prints as it is generated; several print at the end.
+    stream = _TextStream(tok, "text[0]:      ") if tok is not None and B == 1 else None
     out = m.generate(ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                     top_p=args.top_p, seed=args.seed, eos_token_id=eos, attention_mask=mask)
+                     top_p=args.top_p, seed=args.seed, eos_token_id=eos, attention_mask=mask, streamer=stream)
     t_gen = time.perf_counter() - t0
     for b in range(B):
         prompt = ids[b] if mask is None else ids[b, mask[b] == 1]
         print(f"prompt[{b}]:    {' '.join(map(str, prompt))}")
         print(f"generated[{b}]: {' '.join(map(str, out[b]))}")
-        if tok is not None:
+        if tok is not None and stream is None:
             print(f"text[{b}]:      {tok.decode([int(t) for t in (*prompt, *out[b])], skip_special_tokens=True)}")
     n = out.shape[1]
     shape = f"B={B} T={T}" if mask is None else f"B={B} T={T} ({tokens} tokens, rows left-padded)"
