@@ -503,9 +503,9 @@ func BenchmarkGenerate(b *testing.B) {
 					}
 				}
 			}
-			base := median(times[0])
+			base := fixture.Median(times[0])
 			for v, x := range variants {
-				us := median(times[v])
+				us := fixture.Median(times[v])
 				b.Logf("%s B=%d %-22s %7.1f µs a token (%.2fx of host)", shape, B, x.name, us, base/us)
 				b.ReportMetric(us, shape+"/B"+strconv.Itoa(B)+"/"+x.name+"-µs/token")
 			}
@@ -550,7 +550,7 @@ func BenchmarkGenerateShort(b *testing.B) {
 						}
 					}
 				}
-				eager, graphed := median(times[0]), median(times[1])
+				eager, graphed := fixture.Median(times[0]), fixture.Median(times[1])
 				b.Logf("%s B=%d %-8s a call of %d tokens: eager %7.1f µs, kept graph %7.1f µs (%.3fx)", shape, B, s.name, n,
 					eager, graphed, eager/graphed)
 				b.ReportMetric(graphed, shape+"/B"+strconv.Itoa(B)+"/"+strings.ReplaceAll(s.name, " ", "")+"-µs/call")
@@ -741,9 +741,4 @@ func generate(b *testing.B, m *mambago.Model, ids []int64, B, T, n int, s mambag
 		b.Fatalf("generate: n=%d err=%v", got, err)
 	}
 	return out
-}
-
-func median(v []float64) float64 {
-	s := slices.Sorted(slices.Values(v))
-	return s[len(s)/2]
 }

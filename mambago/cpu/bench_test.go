@@ -5,7 +5,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
-	"slices"
 	"testing"
 	"time"
 
@@ -157,21 +156,11 @@ func BenchmarkOwnAgainstBLAS(b *testing.B) {
 						times[i] = append(times[i], time.Since(t0).Seconds()*1e3)
 					}
 				}
-				m0, m1 := median(times[0]), median(times[1])
+				m0, m1 := fixture.Median(times[0]), fixture.Median(times[1])
 				b.ReportMetric(m0, "own-ms")
 				b.ReportMetric(m1, "blas-ms")
 				b.ReportMetric(m0/m1, "own/blas")
 			})
 		}
-	}
-}
-
-// median returns the median of v (which it sorts).
-func median(v []float64) float64 {
-	slices.Sort(v)
-	if n := len(v); n%2 == 1 {
-		return v[n/2]
-	} else {
-		return (v[n/2-1] + v[n/2]) / 2
 	}
 }
