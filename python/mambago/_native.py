@@ -14,6 +14,15 @@ import queue
 import threading
 
 
+def cpu_flags(cpuinfo="/proc/cpuinfo"):
+    """This CPU's flags as the cpuinfo file lists them, or None where there is none to read."""
+    try:
+        with open(cpuinfo) as f:
+            return set(next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), []))
+    except OSError:
+        return None
+
+
 def _check_cpu(cpuinfo="/proc/cpuinfo"):
     """Raise ImportError when this CPU lacks what the extension was built for.
 
@@ -25,13 +34,9 @@ def _check_cpu(cpuinfo="/proc/cpuinfo"):
         from ._gopy import build_info
     except ImportError:
         return  # not built yet (the import below says so), or built by hand
-    if not build_info.CPU_FLAGS:
-        return
-    try:
-        with open(cpuinfo) as f:
-            flags = set(next((l.split(":", 1)[1].split() for l in f if l.startswith("flags")), []))
-    except OSError:
-        return  # no /proc here: nothing to check against
+    flags = cpu_flags(cpuinfo)
+    if not build_info.CPU_FLAGS or flags is None:
+        return  # nothing needed, or no /proc here to check against
     missing = sorted(set(build_info.CPU_FLAGS) - flags)
     if missing:
         raise ImportError(
