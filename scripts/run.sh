@@ -3,7 +3,8 @@
 # install .`, then load the tiny model shipped in tests/fixtures/base, prefill
 # a prompt, generate, and time prefill over prompt lengths. It runs on the GPU
 # when one is usable and on the CPU otherwise (device "auto").
-# Needs Go >= 1.26, a C compiler and Python >= 3.10 (PYTHON=... to choose).
+# Needs Python >= 3.10 (PYTHON=... to choose); the build takes Go and a C compiler
+# from the machine, or from PyPI where it has none (gobuild.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}

