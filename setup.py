@@ -14,6 +14,7 @@ import platform
 import shutil
 import subprocess
 import sys
+import sysconfig
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
@@ -74,6 +75,11 @@ def build_extension(dest):
                  + (f"CC={named!r} does not run" if named else "none of gcc, cc or clang is on PATH")
                  + " (install gcc, name another compiler in CC, or `pip install ziglang`, "
                  "which pip does itself when it builds in isolation, the default)")
+    include = sysconfig.get_paths()["include"]
+    if not os.path.exists(os.path.join(include, "Python.h")):
+        sys.exit(f"mambago build: Python's C headers are missing (no Python.h in {include}), and the extension "
+                 f"compiles against them: install them (Debian/Ubuntu: python{sys.version_info[0]}."
+                 f"{sys.version_info[1]}-dev; Fedora/RHEL: python{sys.version_info[0]}-devel)")
     if not os.path.exists(os.path.join(ROOT, "go.mod")):
         sys.exit(f"mambago build: {ROOT} has no go.mod, so not the Go sources the extension is built from; "
                  "build from the repository or from a complete sdist (MANIFEST.in lists what one carries)")
