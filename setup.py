@@ -49,20 +49,15 @@ def _cpu_flags():
         return set()
 
 
-# Go's names for the machines platform.machine() names.
-_GOARCH = {"x86_64": "amd64", "AMD64": "amd64", "aarch64": "arm64", "arm64": "arm64"}
-
-
-def _target_goarch():
-    """The architecture the extension is built for: $GOARCH (a cross build), else this machine's."""
-    return os.environ.get("GOARCH") or _GOARCH.get(platform.machine(), platform.machine())
+# This machine's architecture as Go names it.
+_HOST_GOARCH = {"x86_64": "amd64", "AMD64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
 
 
 def _write_build_info(dest, goarch, goamd64, picked):
     """Record the architecture and GOAMD64 level the extension was built for,
     whether the build picked the level (rather than the environment naming
     it), and the CPU flags it needs."""
-    flags = sorted(_LEVEL_FLAGS.get(goamd64, set())) if goarch == "amd64" else []
+    flags = sorted(_LEVEL_FLAGS.get(goamd64, ()))  # none where goamd64 is None (another architecture)
     with open(os.path.join(dest, "build_info.py"), "w") as f:
         f.write('"""How this extension was built; written by setup.py, read by mambago._native."""\n\n')
         f.write(f"GOARCH = {goarch!r}\n")
@@ -106,11 +101,11 @@ def build_extension(dest):
     run([go, "build", "-o", tools + os.sep, "github.com/go-python/gopy", "golang.org/x/tools/cmd/goimports"], env=host)
     # gopy compiles with -ffast-math; the flags in CGO_CFLAGS come after its own and turn it off.
     env["CGO_CFLAGS"] = "-O2 -fno-fast-math"
+    goarch = env.get("GOARCH") or _HOST_GOARCH  # $GOARCH: a cross build
+    cross = goarch != _HOST_GOARCH
     # The wheel is built where it runs: use FMA/AVX2 (x86-64-v3) when this CPU has them.
-    goarch = _target_goarch()
-    cross = goarch != _GOARCH.get(platform.machine(), platform.machine())
     picked = "GOAMD64" not in env and goarch == "amd64" and not cross
-    if picked and not cross and _LEVEL_FLAGS["v3"] <= _cpu_flags():
+    if picked and _LEVEL_FLAGS["v3"] <= _cpu_flags():
         env["GOAMD64"] = "v3"
     goamd64 = env.get("GOAMD64", "v1") if goarch == "amd64" else None
     print(f"mambago build: GOARCH={goarch}" + (" (a cross build)" if cross else "")

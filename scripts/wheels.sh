@@ -16,8 +16,8 @@ cd "$(dirname "$0")/.."
 dist=$(realpath -m "${1:-dist}")
 arch=${WHEEL_ARCH:-x86_64}
 case $arch in
-  x86_64) goarch=amd64 ;;
-  aarch64) goarch=arm64 ;;
+  x86_64) goarch=amd64 level=v1 ;;
+  aarch64) goarch=arm64 level="" ;;
   *) echo "WHEEL_ARCH must be x86_64 or aarch64, not $arch"; exit 2 ;;
 esac
 source scripts/pythons.sh
@@ -40,11 +40,7 @@ rm -rf "$raw" && mkdir -p "$raw" "$dist"
 for py in "${pythons[@]}"; do
   ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
   printf '\n== Python %s: a wheel for %s and glibc 2.17\n' "$ver" "$arch"
-  if [[ $arch == x86_64 ]]; then
-    CC="$cc" GOARCH=$goarch GOAMD64=v1 "$py" -m pip wheel -q --no-deps -w "$raw" .
-  else
-    CC="$cc" GOARCH=$goarch CGO_ENABLED=1 "$py" -m pip wheel -q --no-deps -w "$raw" .
-  fi
+  env CC="$cc" GOARCH=$goarch ${level:+GOAMD64=$level} "$py" -m pip wheel -q --no-deps -w "$raw" .
   whl=$(ls "$raw"/mambago-*-cp"${ver/./}"-*linux_*.whl)
   if [[ $whl != *"linux_$arch.whl" ]]; then  # a cross build: pip named it for this machine
     "$tools/bin/wheel" tags --remove --platform-tag "linux_$arch" "$whl" > /dev/null
