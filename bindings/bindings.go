@@ -170,15 +170,26 @@ func PreferOwnGEMM() (own bool, err error) {
 
 // NumThreads sets how many threads run the CPU engine's work at once (Go's
 // GOMAXPROCS, which its goroutines and its calls of a single-threaded
-// OpenBLAS share) to n where n >= 1, and returns the count before; n = 0
-// only reads it.
+// OpenBLAS share) to n where 1 <= n <= maxThreads(), and returns the count
+// before; n = 0 only reads it.
 func NumThreads(n int) (prev int, err error) {
 	defer guard(&err)
 	if n < 0 {
 		return 0, fmt.Errorf("ValueError: the thread count must be at least 1, got %d", n)
 	}
+	if most := maxThreads(); n > most {
+		return 0, fmt.Errorf("ValueError: the thread count must be at most %d (this machine has %d CPUs), got %d",
+			most, runtime.NumCPU(), n)
+	}
 	return runtime.GOMAXPROCS(n), nil
 }
+
+// maxThreads is the most threads NumThreads accepts: 1024, or the
+// machine's CPUs where it has more. Go's runtime gives each of GOMAXPROCS
+// an OS thread and its own caches, and ends the process (it cannot be
+// caught) past 10,000 threads: set_num_threads(10**9) took the Python
+// process with it.
+func maxThreads() int { return max(1024, runtime.NumCPU()) }
 
 // LoadNotice returns the line to show before loading the checkpoint folder
 // path ("" for a state dict) on device when that takes a while (a big

@@ -228,13 +228,16 @@ def set_num_threads(n: int) -> None:
     thread each where the model's GEMMs run in OpenBLAS. It applies to the
     whole process, from the next call on. The default is the CPUs the
     process may use; the GOMAXPROCS environment variable, set before
-    mambago is imported, sets it too. An OpenBLAS
+    mambago is imported, sets it too. n may be at most 1024, or the
+    machine's CPU count where that is larger (ValueError past it). An OpenBLAS
     without per-call thread control (openblas_set_num_threads_local) runs
     on threads of its own, which OPENBLAS_NUM_THREADS sets."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
         raise TypeError(f"set_num_threads takes an int, got {type(n).__name__}")
     if n < 1:
         raise ValueError(f"the thread count must be at least 1, got {n}")
+    if n >= 2**63:  # past what the binding's int carries; Go names the bound for the rest
+        raise ValueError(f"the thread count must be at most 1024 or the machine's CPU count, got {n}")
     _call(_b.NumThreads, int(n))
 
 
