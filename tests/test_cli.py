@@ -63,6 +63,9 @@ def test_bad_arguments_exit_cleanly():
     assert r.returncode == 2 and "vocabulary" in r.stderr
     r = cli("info", "/nonexistent/model")
     assert r.returncode == 2 and "error" in r.stderr
+    for flag, value in (("--lengths", "8,0"), ("--batch", "0"), ("--lengths", ",")):
+        r = cli("bench", case_dir("base"), flag, value)
+        assert r.returncode == 2 and "at least 1" in r.stderr and "median" not in r.stdout, (flag, value, r)
 
 
 def with_tokenizer(tmp_path):

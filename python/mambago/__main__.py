@@ -61,10 +61,14 @@ def _tokenizer(model: str):
 
 
 def _ints(text: str) -> list[int]:
+    """A comma-separated list of positive integers (bench's --lengths and --batch)."""
     try:
-        return [int(t) for t in text.split(",") if t]
+        ints = [int(t) for t in text.split(",") if t]
     except ValueError:
         raise argparse.ArgumentTypeError(f"want comma-separated integers, got {text!r}") from None
+    if not ints or min(ints) < 1:
+        raise argparse.ArgumentTypeError(f"want comma-separated integers of at least 1, got {text!r}")
+    return ints
 
 
 def _load(args) -> Model:
