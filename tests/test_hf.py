@@ -121,7 +121,7 @@ def test_pad_token_defaults_to_the_configs(tmp_path):
 def test_transformers_script_conveniences():
     """What scripts written for transformers also call: AutoModelForCausalLM,
     generate's max_length (prompt included) and use_cache, .device and
-    .dtype, float16 embeddings."""
+    .dtype, float16 and float64 embeddings."""
     from mambago.hf import AutoModelForCausalLM
 
     m = AutoModelForCausalLM.from_pretrained(case_dir("base"), device="cpu")
@@ -143,6 +143,10 @@ def test_transformers_script_conveniences():
     assert len(m(ids, labels=ids, return_dict=False, use_cache=False)) == 2
     emb = rng.standard_normal((1, 3, m.config.hidden_size)).astype(np.float16)
     assert np.array_equal(m(inputs_embeds=emb).logits, m(inputs_embeds=emb.astype(np.float32)).logits)
+    wide = rng.standard_normal((1, 3, m.config.hidden_size))  # float64, as the GPU path takes it
+    assert np.array_equal(m(inputs_embeds=wide).logits, m(inputs_embeds=wide.astype(np.float32)).logits)
+    with pytest.raises(TypeError, match="float32"):
+        m(inputs_embeds=wide.astype(np.int32))
     try:
         import torch
     except ImportError:
@@ -152,6 +156,8 @@ def test_transformers_script_conveniences():
         t = torch.from_numpy(emb.astype(np.float32)).to(torch.bfloat16)
         got = m(inputs_embeds=t).logits
         assert isinstance(got, torch.Tensor) and torch.equal(got, m(inputs_embeds=t.float()).logits)
+        t64 = torch.from_numpy(wide)
+        assert torch.equal(m(inputs_embeds=t64).logits, m(inputs_embeds=t64.float()).logits)
 
 
 def test_backbone_returns_every_positions_state():

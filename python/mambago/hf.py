@@ -289,7 +289,7 @@ class _StandIn:
         name, rank = ("input_ids", 2) if inputs_embeds is None else ("inputs_embeds", 3)
         like = input_ids if inputs_embeds is None else inputs_embeds
         on_gpu = self._on_model_gpu(like)
-        x = _batched(name, like if on_gpu else _numpy(like), rank)
+        x = _batched(name, like if on_gpu else _embeds_f32(_numpy(like), name), rank)
         B, T = x.shape[0], x.shape[1]
         keep_cache = use_cache is None or bool(use_cache)
         cache, fresh, restart = self._cache_for(cache, cache_position, keep_cache, B)
@@ -753,6 +753,15 @@ def _numpy(x) -> np.ndarray:
         return x.cpu().numpy()
     a = np.asarray(x)
     return a.astype(np.float32) if a.dtype == np.float16 else a
+
+
+def _embeds_f32(x: np.ndarray, name: str) -> np.ndarray:
+    """Host inputs_embeds of any float type as float32, as the GPU path takes
+    a float64 tensor (the engines compute in float32 or narrower anyway);
+    anything else passes to the entry's own checks unchanged."""
+    if name == "inputs_embeds" and x.dtype.kind == "f" and x.dtype != np.float32:
+        return x.astype(np.float32)
+    return x
 
 
 def _kept(keep, T: int):
