@@ -3,6 +3,8 @@ inference scripts: the same numbers as mambago.Model's calls, transformers'
 shapes and conventions, and, where torch and transformers are installed,
 transformers' own logits and greedy tokens."""
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -61,6 +63,27 @@ def test_num_return_sequences_samples_each_prompt_n_times():
         m.generate(ids, max_new_tokens=3, num_return_sequences=2)
     with pytest.raises(ValueError, match="at least 1"):
         m.generate(ids, max_new_tokens=3, num_return_sequences=0)
+
+
+def test_sampling_edges_follow_transformers():
+    """With do_sample, temperature 0 is a ValueError (transformers refuses
+    it too), and top_p=0 keeps only the most likely token, as transformers'
+    top_p keeps at least one: greedy's tokens, its scores -inf but there.
+    Where transformers is installed, its own generate gives those tokens."""
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    ids = np.random.default_rng().integers(1, m.config.vocab_size, size=(2, 6))
+    with pytest.raises(ValueError, match="strictly positive"):
+        m.generate(ids, max_new_tokens=3, do_sample=True, temperature=0.0)
+    greedy = m.generate(ids, max_new_tokens=8)
+    out = m.generate(ids, max_new_tokens=8, do_sample=True, top_p=0.0, temperature=0.7, seed=3,
+                     return_dict_in_generate=True, output_scores=True)
+    assert np.array_equal(out.sequences, greedy)
+    assert all((np.isfinite(z).sum(axis=-1) == 1).all() for z in out.scores)
+    if importlib.util.find_spec("torch") and importlib.util.find_spec("transformers"):
+        torch, hf, ours, t_ids, _ = _against_transformers()
+        want = hf.generate(t_ids, max_new_tokens=8, do_sample=True, top_p=0.0, pad_token_id=hf.config.pad_token_id)
+        got = ours.generate(t_ids, max_new_tokens=8, do_sample=True, top_p=0.0)
+        assert torch.equal(got, want)
 
 
 def test_pad_token_follows_the_first_eos():

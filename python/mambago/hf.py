@@ -546,7 +546,15 @@ class MambaForCausalLM(_StandIn):
         pads = eos_token_id is not None and pad_token_id is not None and pad_token_id != eos_token_id
         if streamer is not None:
             streamer = _Streamed(streamer, _is_torch_tensor(input_ids), eos_token_id if pads else None, pad_token_id)
-        if do_sample:
+        if do_sample and not temperature > 0:  # transformers' refusal, in its words: 0 is not greedy here
+            raise ValueError(f"`temperature` (={temperature}) has to be a strictly positive float when sampling; "
+                             f"for greedy decoding, set do_sample=False")
+        if do_sample and top_p == 0:
+            # transformers keeps at least the most likely token, so top_p=0 samples only it: greedy's
+            # tokens (the engine's top_p wants (0, 1]); the scores below are still top_p=0's
+            new = self.model.generate(ids, max_new_tokens, eos_token_id=eos_token_id, attention_mask=mask,
+                                      streamer=streamer)
+        elif do_sample:
             new = self.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                                       seed=seed, eos_token_id=eos_token_id, attention_mask=mask, streamer=streamer)
         else:
