@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 
 	"github.com/mambago/mambago/mambago/engine"
@@ -21,6 +22,15 @@ type Sampling struct {
 	TopP        float64 // keep the smallest set whose probability reaches p; 1 keeps all
 	Seed        uint64  // seeds the sampler; the same seed gives the same tokens
 	EOS         int64   // a row stops after emitting EOS and is padded with it; -1 for none
+	// MoreEOS are further ids that end a row as EOS does (transformers'
+	// list of end-of-sequence ids past its first); the row is padded with
+	// EOS all the same, so they need EOS ≥ 0.
+	MoreEOS []int64
+}
+
+// ends reports whether a row that emits id stops there.
+func (s Sampling) ends(id int64) bool {
+	return s.EOS >= 0 && (id == s.EOS || slices.Contains(s.MoreEOS, id))
 }
 
 // Check reports an out-of-range sampling parameter.
@@ -32,6 +42,13 @@ func (s Sampling) Check() error {
 		return engine.Invalid("top_k = %d, want ≥ 0", s.TopK)
 	case math.IsNaN(s.TopP) || s.TopP <= 0 || s.TopP > 1:
 		return engine.Invalid("top_p = %v, want in (0, 1]", s.TopP)
+	case len(s.MoreEOS) > 0 && s.EOS < 0:
+		return engine.Invalid("further eos ids %v without a first one (EOS = %d)", s.MoreEOS, s.EOS)
+	}
+	for _, id := range s.MoreEOS {
+		if id < 0 {
+			return engine.Invalid("eos id %d, want ≥ 0", id)
+		}
 	}
 	return nil
 }
@@ -180,7 +197,7 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 			if done[b] {
 				next[b] = s.EOS
 			} else {
-				done[b] = s.EOS >= 0 && next[b] == s.EOS
+				done[b] = s.ends(next[b])
 				alive = alive || !done[b]
 			}
 			out[b] = append(out[b], next[b])

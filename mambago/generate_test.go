@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/mambago/mambago/mambago"
 	"github.com/mambago/mambago/mambago/engine"
@@ -68,8 +69,52 @@ func TestSamplingIsSeededAndStops(t *testing.T) {
 	if err != nil || n != 1 || out[0] != g[0] {
 		t.Errorf("EOS %d: got %v (n=%d, err=%v)", g[0], out, n, err)
 	}
+	// A further eos id stops a row as EOS does, and the row is padded with
+	// EOS: prompts whose rows 0 and 1 start differently, and row 2 with
+	// neither, take row 0's first token as EOS and row 1's as a further id.
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	found := false
+	for try := 0; try < 50 && !found; try++ {
+		prompts := make([]int64, 3*3)
+		for i := range prompts {
+			prompts[i] = rng.Int64N(int64(m.Config().Vocab))
+		}
+		free, _, _ := m.Generate(prompts, 3, 3, 4, mambago.Sampling{TopP: 1, EOS: -1})
+		eos, more := free[0], free[4]
+		if eos == more || free[8] == eos || free[8] == more {
+			continue
+		}
+		found = true
+		out, n, err := m.Generate(prompts, 3, 3, 4, mambago.Sampling{TopP: 1, EOS: eos, MoreEOS: []int64{more}})
+		if err != nil || n < 2 {
+			t.Fatalf("eos %d, more %d: n=%d err=%v (row 2, %v, goes on)", eos, more, n, err, free[8:])
+		}
+		for b, first := range []int64{eos, more} {
+			if want := append([]int64{first}, slices.Repeat([]int64{eos}, n-1)...); !slices.Equal(out[b*n:b*n+n], want) {
+				t.Errorf("row %d: %v, want %v (eos %d, more %d)", b, out[b*n:b*n+n], want, eos, more)
+			}
+		}
+		want := slices.Clone(free[8 : 8+n]) // row 2's free run, up to its own eos or further id
+		for i := 1; i < n; i++ {
+			if want[i-1] == eos || want[i-1] == more || want[i-1] == -1 {
+				want[i] = -1
+			}
+		}
+		for i := range want {
+			if want[i] == -1 {
+				want[i] = eos
+			}
+		}
+		if !slices.Equal(out[2*n:3*n], want) {
+			t.Errorf("row 2: %v, want %v (its free run %v; eos %d, more %d)", out[2*n:3*n], want, free[8:12], eos, more)
+		}
+	}
+	if !found {
+		t.Fatal("no prompts in 50 tries whose rows start as the check needs")
+	}
 	for _, bad := range []mambago.Sampling{{Temperature: -1, TopP: 1}, {Temperature: math.Inf(1), TopP: 1},
-		{Temperature: math.NaN(), TopP: 1}, {TopP: 0}, {TopP: 1.5}, {TopK: -2, TopP: 1}} {
+		{Temperature: math.NaN(), TopP: 1}, {TopP: 0}, {TopP: 1.5}, {TopK: -2, TopP: 1},
+		{TopP: 1, EOS: -1, MoreEOS: []int64{3}}, {TopP: 1, EOS: 2, MoreEOS: []int64{-3}}} {
 		if _, _, err := m.Generate(ids, 3, 2, 4, bad); !engine.IsInvalid(err) {
 			t.Errorf("sampling %+v: err = %v, want an input error", bad, err)
 		}

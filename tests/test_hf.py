@@ -111,16 +111,39 @@ def _with_config(tmp_path, case, **changes):
     return tmp_path
 
 
-def test_eos_token_id_as_a_list():
+def test_eos_token_id_as_a_list(tmp_path):
     """eos_token_id as transformers also takes it, a list: one id is that
-    id; several are a ValueError that says so."""
+    id; with several, each stops its row, which is padded (the config's
+    pad_token_id) after it. A config.json's list is the default, and
+    transformers' own generate gives the same tokens where installed."""
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
-    ids, eos, free = early_stop_pair(m.model, np.random.default_rng())
+    rng = np.random.default_rng()
+    ids, eos, free = early_stop_pair(m.model, rng)
     want = m.generate(ids, max_new_tokens=6, eos_token_id=eos)
     assert np.array_equal(m.generate(ids, max_new_tokens=6, eos_token_id=[eos]), want)
     assert np.array_equal(m.generate(ids, max_new_tokens=6, eos_token_id=(eos,)), want)
-    with pytest.raises(ValueError, match="one end-of-sequence id"):
-        m.generate(ids, max_new_tokens=6, eos_token_id=[eos, eos + 1])
+    # Row 0 stops at its second new token (eos), row 1 at its third (other).
+    other = int(free[1, 2])
+    if other in (eos, free[0, 0], free[0, 1]) or other in free[1, :2]:
+        pytest.skip(f"row 1's third token {other} does not fit the check (free run {free.tolist()})")
+    pad = m.config.pad_token_id
+    T = ids.shape[1]
+    got = m.generate(ids, max_new_tokens=6, eos_token_id=[eos, other])
+    assert got.shape == (2, T + 3)
+    assert got[0, T:].tolist() == [free[0, 0], eos, pad] and got[1, T:].tolist() == free[1, :3].tolist()
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        m.generate(ids, max_new_tokens=6, eos_token_id=[eos, m.config.vocab_size])
+    with pytest.raises(TypeError, match="list of ints"):
+        m.generate(ids, max_new_tokens=6, eos_token_id=[eos, "x"])
+    listed = MambaForCausalLM.from_pretrained(_with_config(tmp_path, "base", eos_token_id=[eos, other]), device="cpu")
+    assert listed.config.eos_token_id == eos and listed.config.more_eos_token_ids == (other,)
+    assert np.array_equal(listed.generate(ids, max_new_tokens=6), got)
+    raw = listed.model.generate(ids, 6, eos_token_id=[eos, other])  # the engine's call: padded with the first id
+    assert raw.tolist() == [[free[0, 0], eos, eos], free[1, :3].tolist()]
+    if importlib.util.find_spec("torch") and importlib.util.find_spec("transformers"):
+        torch, hf, _, _, _ = _against_transformers()
+        theirs = hf.generate(torch.from_numpy(ids), max_new_tokens=6, eos_token_id=[eos, other], pad_token_id=pad)
+        assert theirs.tolist() == got.tolist()
 
 
 def test_pad_token_defaults_to_the_configs(tmp_path):

@@ -87,15 +87,20 @@ func TestConfigRejects(t *testing.T) {
 			t.Errorf("ParseConfig(%s): %v", js, err)
 		}
 	}
-	// HF's "auto" rank, a list of end-of-sequence ids (the first is used) and
-	// a null field (absent) are all accepted.
+	// HF's "auto" rank, a list of end-of-sequence ids (the first, then the
+	// rest) and a null field (absent) are all accepted.
 	c, err := checkpoint.ParseConfig([]byte(`{"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10,
-		"time_step_rank": "auto", "eos_token_id": [7, 9], "intermediate_size": null}`))
+		"time_step_rank": "auto", "eos_token_id": [7, 9, 3], "intermediate_size": null}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DTRank != 4 || c.EOSTokenID != 7 || c.Inner != 128 {
-		t.Errorf("rank %d, eos %d, inner %d; want 4, 7, 128", c.DTRank, c.EOSTokenID, c.Inner)
+	if c.DTRank != 4 || c.EOSTokenID != 7 || !slices.Equal(c.MoreEOSTokenIDs, []int{9, 3}) || c.Inner != 128 {
+		t.Errorf("rank %d, eos %d and %v, inner %d; want 4, 7 and [9 3], 128", c.DTRank, c.EOSTokenID,
+			c.MoreEOSTokenIDs, c.Inner)
+	}
+	if _, err := checkpoint.ParseConfig([]byte(`{"hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 10,
+		"eos_token_id": [7, "x"]}`)); err == nil {
+		t.Error(`eos_token_id [7, "x"]: no error`)
 	}
 	// The saved type: transformers' "dtype", or earlier "torch_dtype"
 	// (torch's name taken too); a config without one names none.

@@ -36,7 +36,10 @@ type Config struct {
 	ResidualInFP32 bool    `json:"residual_in_fp32"`
 	InputDim       int     `json:"input_dim"`    // F of input_proj, 0 when the model has none
 	EOSTokenID     int     `json:"eos_token_id"` // -1 when the config names none
-	PadTokenID     int     `json:"pad_token_id"` // -1 when the config names none
+	// MoreEOSTokenIDs are the end-of-sequence ids a config's list names
+	// past its first (EOSTokenID): transformers' generation stops at each.
+	MoreEOSTokenIDs []int `json:"more_eos_token_ids"`
+	PadTokenID      int   `json:"pad_token_id"` // -1 when the config names none
 	// DType is the float type the checkpoint was saved in, as its config
 	// names it (transformers' "dtype", earlier "torch_dtype"): "float32",
 	// "bfloat16", "float16", or "" where it names none.
@@ -145,8 +148,15 @@ func ParseConfig(data []byte) (Config, error) {
 	}
 	c.TieEmbeddings = boolean(true, "tie_word_embeddings", "tie_embeddings")
 	c.ResidualInFP32 = boolean(true, "residual_in_fp32")
-	if ids, ok := raw["eos_token_id"].([]any); ok { // several end-of-sequence ids: the first stops generation
+	c.MoreEOSTokenIDs = []int{}
+	if ids, ok := raw["eos_token_id"].([]any); ok { // several end-of-sequence ids: each stops generation
 		raw["eos_token_id"] = nil
+		for i, id := range ids {
+			raw["eos_token_id"] = id
+			if id := integer(-1, "eos_token_id"); i > 0 && id >= 0 {
+				c.MoreEOSTokenIDs = append(c.MoreEOSTokenIDs, id)
+			}
+		}
 		if len(ids) > 0 {
 			raw["eos_token_id"] = ids[0]
 		}

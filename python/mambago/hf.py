@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .model import Model, State, _batched, _is_torch_tensor, _spans
+from .model import Model, State, _batched, _eos_ids, _is_torch_tensor, _spans
 
 # transformers' from_pretrained arguments that choose nothing here, or that
 # name what device= and dtype= choose.
@@ -482,7 +482,7 @@ class MambaForCausalLM(_StandIn):
 
     def generate(self, input_ids, max_new_tokens: int | None = None, *, max_length: int | None = None,
                  do_sample: bool = False, temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0,
-                 eos_token_id: int | None = None, pad_token_id: int | None = None, attention_mask=None,
+                 eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None, attention_mask=None,
                  use_cache: bool = True, seed: int | None = None, streamer=None, num_return_sequences: int = 1,
                  return_dict_in_generate: bool = False, output_scores: bool = False, output_logits: bool = False):
         """Continue prompts [B, T] by up to max_new_tokens tokens and return
@@ -490,10 +490,10 @@ class MambaForCausalLM(_StandIn):
         do_sample (then temperature, top_k and top_p apply; seed makes it
         reproducible). Without max_new_tokens, max_length counts the prompt
         too (T + n <= max_length); with neither, 20 new tokens. A row stops
-        at eos_token_id (the config's by default; a list of one id is that
-        id) and is padded with
-        pad_token_id (the config's by default, as transformers' generation
-        config takes it; else eos) while others go on. An attention_mask
+        at eos_token_id (an id or a list of them, each of which stops it;
+        the config's by default) and is padded with pad_token_id (the
+        config's by default, as transformers' generation config takes it;
+        else the first eos id) while others go on. An attention_mask
         with zeros marks padding before or after each row's prompt, and each
         row continues from its own last token (for left padding, as
         transformers does). use_cache changes nothing (the state is always
@@ -534,18 +534,18 @@ class MambaForCausalLM(_StandIn):
                 raise ValueError(f"max_length={max_length} leaves no room after a prompt of {T} tokens: "
                                  f"raise it, or pass max_new_tokens")
             max_new_tokens = 20 if max_length is None else max_length - T
-        if isinstance(eos_token_id, (list, tuple)):  # transformers takes a list of them
-            if len(eos_token_id) != 1:
-                raise ValueError(f"eos_token_id {list(eos_token_id)}: one end-of-sequence id is supported, "
-                                 f"not several")
-            eos_token_id = eos_token_id[0]
         if eos_token_id is None:
-            eos_token_id = self.config.eos_token_id
+            eos_token_id = ([] if self.config.eos_token_id is None else
+                            [self.config.eos_token_id, *self.config.more_eos_token_ids])
+        elif _is_torch_tensor(eos_token_id):
+            eos_token_id = _numpy(eos_token_id)
+        eos_ids = _eos_ids(eos_token_id, self.config.vocab_size)  # a list, as transformers takes
+        eos_token_id = eos_ids or None  # the engine stops a row at each and pads it with the first
         if pad_token_id is None:
             pad_token_id = self.config.pad_token_id
-        pads = eos_token_id is not None and pad_token_id is not None and pad_token_id != eos_token_id
+        pads = eos_ids and pad_token_id is not None and pad_token_id != eos_ids[0]
         if streamer is not None:
-            streamer = _Streamed(streamer, _is_torch_tensor(input_ids), eos_token_id if pads else None, pad_token_id)
+            streamer = _Streamed(streamer, _is_torch_tensor(input_ids), eos_ids if pads else None, pad_token_id)
         if do_sample and not temperature > 0:  # transformers' refusal, in its words: 0 is not greedy here
             raise ValueError(f"`temperature` (={temperature}) has to be a strictly positive float when sampling; "
                              f"for greedy decoding, set do_sample=False")
@@ -561,7 +561,7 @@ class MambaForCausalLM(_StandIn):
             new = self.model.generate(ids, max_new_tokens, eos_token_id=eos_token_id, attention_mask=mask,
                                       streamer=streamer)
         if pads:
-            new, _ = _pad_after_eos(new, eos_token_id, pad_token_id, np.zeros(new.shape[0], bool))
+            new, _ = _pad_after_eos(new, eos_ids, pad_token_id, np.zeros(new.shape[0], bool))
         sequences = _like(np.concatenate([ids.reshape(new.shape[0], -1), new], axis=1), input_ids)
         if not return_dict_in_generate:
             return sequences
@@ -720,7 +720,7 @@ class _Streamed:
     CPU torch tensors where the input was a torch tensor, and, with eos set,
     pad for a row's tokens after its eos (the engine repeats eos)."""
 
-    def __init__(self, streamer, as_torch: bool, eos: int | None, pad: int | None):
+    def __init__(self, streamer, as_torch: bool, eos: list[int] | None, pad: int | None):
         self.streamer, self.as_torch, self.eos, self.pad = streamer, as_torch, eos, pad
         self.stopped = None  # rows past their eos
 
@@ -740,12 +740,12 @@ class _Streamed:
         self.streamer.end()
 
 
-def _pad_after_eos(tokens: np.ndarray, eos: int, pad: int, stopped: np.ndarray):
+def _pad_after_eos(tokens: np.ndarray, eos: list[int], pad: int, stopped: np.ndarray):
     """New tokens [B, k] as transformers gives them, pad in each row after
-    its first eos (the engine repeats eos there), where stopped [B] marks
-    the rows whose eos came in earlier columns; returns them and the rows
-    stopped after them."""
-    is_eos = tokens == eos
+    its first id of eos (the engine repeats eos[0] there), where stopped
+    [B] marks the rows whose eos came in earlier columns; returns them and
+    the rows stopped after them."""
+    is_eos = np.isin(tokens, eos)
     past = stopped[:, None] | (np.cumsum(is_eos, axis=1) - is_eos > 0)
     return np.where(past, pad, tokens), stopped | is_eos.any(axis=1)
 

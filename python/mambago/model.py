@@ -56,12 +56,14 @@ class Config:
     input_dim: int
     eos_token_id: int | None
     pad_token_id: int | None
+    more_eos_token_ids: tuple[int, ...] = ()  # a list of eos ids in config.json: those past the first
 
     @classmethod
     def _from_go(cls, raw: dict) -> "Config":
         c = dict(raw)
         for name in ("eos_token_id", "pad_token_id"):  # -1: the config names none
             c[name] = None if c.get(name, -1) < 0 else c[name]
+        c["more_eos_token_ids"] = tuple(c.get("more_eos_token_ids") or ())
         return cls(**{f.name: c[f.name] for f in fields(cls)})
 
 
@@ -1007,7 +1009,7 @@ class Model(_Owner):
         return out
 
     def generate(self, input_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int = 0,
-                 top_p: float = 1.0, seed: int | None = None, eos_token_id: int | None = None, *,
+                 top_p: float = 1.0, seed: int | None = None, eos_token_id: int | list[int] | None = None, *,
                  attention_mask=None, streamer=None) -> np.ndarray:
         """Continue prompts input_ids [B, T] by up to max_new_tokens tokens; returns int64 [B, n].
 
@@ -1025,7 +1027,9 @@ class Model(_Owner):
         step replays a CUDA graph, and greedy, top_k and top_p steps run one
         step ahead of the host, fed the tokens of the step before on the GPU. A row that emits
         eos_token_id stops and is padded with it; generation ends when every
-        row has stopped, so n may be below max_new_tokens. The engine keeps
+        row has stopped, so n may be below max_new_tokens. eos_token_id may
+        also be a list of ids, as transformers takes it: each stops a row,
+        which is then padded with the first. The engine keeps
         the last call's state (and CUDA step graph) for the next call of the
         same batch size, until close(). attention_mask
         marks padding as prefill's does: each row continues from its own last
@@ -1055,14 +1059,9 @@ class Model(_Owner):
             seed = int.from_bytes(os.urandom(8), "little") >> 1
         elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
             raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
-        if eos_token_id is None:
-            eos = -1
-        elif isinstance(eos_token_id, bool) or not isinstance(eos_token_id, (int, np.integer)):
-            raise TypeError(f"eos_token_id must be an int or None, got {type(eos_token_id).__name__}")
-        elif not 0 <= eos_token_id < self.config.vocab_size:
-            raise ValueError(f"eos_token_id {eos_token_id} is outside the vocabulary [0, {self.config.vocab_size})")
-        else:
-            eos = int(eos_token_id)
+        eos_ids = _eos_ids(eos_token_id, self.config.vocab_size)
+        eos = eos_ids[0] if eos_ids else -1
+        more = np.array(eos_ids[1:], dtype=np.int64)
         B, T = ids.shape
         out = np.full((B, max_new_tokens), -1, dtype=np.int64)
         if streamer is None:
@@ -1080,13 +1079,31 @@ class Model(_Owner):
 
         if max_new_tokens > 0:
             n = _interruptible(_b.Generate, self._handle(), _addr(ids), B, T, int(max_new_tokens),
-                               float(temperature), int(top_k), float(top_p), int(seed) & (2**63 - 1), eos, _addr(out),
-                               out.size, *_span_args(spans), keep=(ids, out, spans), poll=poll)
+                               float(temperature), int(top_k), float(top_p), int(seed) & (2**63 - 1), eos,
+                               _addr(more), more.size, _addr(out), out.size, *_span_args(spans),
+                               keep=(ids, out, spans, more), poll=poll)
         else:
             n = 0
         if streamer is not None:
             streamer.end()
         return out[:, :n].copy()
+
+
+def _eos_ids(eos_token_id, vocab_size: int) -> list[int]:
+    """generate's eos_token_id (None, an id, or a list or array of them) as
+    a list of ids, each checked against the vocabulary."""
+    if eos_token_id is None:
+        return []
+    if isinstance(eos_token_id, (list, tuple, np.ndarray)):
+        ids = list(np.asarray(eos_token_id).reshape(-1)) if isinstance(eos_token_id, np.ndarray) else list(eos_token_id)
+    else:
+        ids = [eos_token_id]
+    for id in ids:
+        if isinstance(id, bool) or not isinstance(id, (int, np.integer)):
+            raise TypeError(f"eos_token_id must be an int, a list of ints or None, got {eos_token_id!r}")
+        if not 0 <= id < vocab_size:
+            raise ValueError(f"eos_token_id {id} is outside the vocabulary [0, {vocab_size})")
+    return [int(id) for id in ids]
 
 
 # The prompt size (B·T positions) from which a CPU prefill can be stopped
