@@ -22,8 +22,8 @@ import (
 // TestGenerateOnDevice checks generation on the CUDA engine's decoder
 // (gpu.Decoder), eager and through a step graph, in f32 and bf16, with fresh
 // prompts: greedy tokens, picked on the device, against the host's argmax of
-// eager steps' logits, then with an EOS that stops one row early, the rows
-// after it padded with EOS; sampled tokens (from the top 20, ranked on the
+// eager steps' logits, then with an EOS and a further eos id that stop
+// rows early, the rows after them padded with EOS; sampled tokens (from the top 20, ranked on the
 // device), the same with a graph as without (its logits are the same bits)
 // and as the host's draws from whole rows; and tokens drawn from a nucleus
 // on the device, the same with a graph as without. Generate queues its
@@ -73,15 +73,16 @@ func TestGenerateOnDevice(t *testing.T) {
 					t.Errorf("%s, graph steps %d, row %d: %v, want %v", dtype, graphSteps, b, row, want[b])
 				}
 			}
-			// Row 1's fifth token as EOS: each row stops at its first EOS.
-			eos := want[1][4]
-			got, gotN, err = m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: eos})
+			// Row 1's fifth token as EOS and row 2's seventh as a further
+			// id: each row stops at its first of them, padded with EOS.
+			eos, more := want[1][4], want[2][6]
+			got, gotN, err = m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: eos, MoreEOS: []int64{more}})
 			if err != nil {
 				t.Fatal(err)
 			}
 			wantN, rows := 0, make([][]int64, B)
 			for b := range B {
-				k := slices.Index(want[b], eos)
+				k := slices.IndexFunc(want[b], func(id int64) bool { return id == eos || id == more })
 				if k < 0 {
 					k, wantN = n-1, n
 				}
@@ -89,12 +90,12 @@ func TestGenerateOnDevice(t *testing.T) {
 				rows[b] = want[b][:k+1]
 			}
 			if gotN != wantN {
-				t.Fatalf("%s, graph steps %d, EOS %d: n=%d, want %d", dtype, graphSteps, eos, gotN, wantN)
+				t.Fatalf("%s, graph steps %d, EOS %d and %d: n=%d, want %d", dtype, graphSteps, eos, more, gotN, wantN)
 			}
 			for b := range B {
 				row := append(slices.Clone(rows[b]), slices.Repeat([]int64{eos}, wantN-len(rows[b]))...)
 				if g := got[b*wantN : (b+1)*wantN]; !slices.Equal(g, row) {
-					t.Errorf("%s, graph steps %d, EOS %d, row %d: %v, want %v", dtype, graphSteps, eos, b, g, row)
+					t.Errorf("%s, graph steps %d, EOS %d and %d, row %d: %v, want %v", dtype, graphSteps, eos, more, b, g, row)
 				}
 			}
 			s := mambago.Sampling{Temperature: 1.5, TopK: 20, TopP: 0.9, Seed: 11, EOS: -1}

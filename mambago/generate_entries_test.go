@@ -264,6 +264,7 @@ func TestGenerateThroughDecoderEntries(t *testing.T) {
 		{Temperature: 0.8, TopK: 1, TopP: 1, Seed: 1, EOS: -1},
 		{Temperature: 1.2, TopK: 5, TopP: 1, Seed: 2, EOS: -1},
 		{Temperature: 1.5, TopK: 20, TopP: 0.9, Seed: 3, EOS: eos},
+		{TopP: 1, EOS: eos, MoreEOS: []int64{first[2*n+5]}}, // row 2 stops by its sixth token too
 	} {
 		want, wantN := mustGenerate(t, plain, ids, B, T, n, s)
 		got, gotN := mustGenerate(t, wrapped, ids, B, T, n, s)
@@ -284,7 +285,8 @@ func TestGenerateThroughDecoderEntries(t *testing.T) {
 	// Queued and one step at a time, with rows that stop early: the same
 	// tokens (each row's draws in the same order, however far ahead).
 	oneByOne := &mambago.Model{Engine: hostDecoders{Engine: plain.Engine, nanRow: -1, unqueued: true}}
-	for _, s := range []mambago.Sampling{{TopP: 1, EOS: eos}, {Temperature: 1.5, TopP: 0.9, Seed: 5, EOS: -1}} {
+	for _, s := range []mambago.Sampling{{TopP: 1, EOS: eos}, {TopP: 1, EOS: eos, MoreEOS: []int64{first[2*n+5]}},
+		{Temperature: 1.5, TopP: 0.9, Seed: 5, EOS: -1}} {
 		if s.EOS < 0 { // the second token of row 1's draws
 			toks, _ := mustGenerate(t, wrapped, ids, B, T, n, s)
 			s.EOS = toks[n+1]
