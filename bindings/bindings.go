@@ -20,7 +20,6 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -770,7 +769,7 @@ func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, t
 		if err := checkBuf("eos ids", moreEOS, nMoreEOS); err != nil {
 			return 0, err
 		}
-		more = slices.Clone(int64s(moreEOS, nMoreEOS))
+		more = int64s(moreEOS, nMoreEOS)
 	}
 	dst := int64s(out, outLen)
 	emit := func(n int, col []int64) {

@@ -148,15 +148,14 @@ func ParseConfig(data []byte) (Config, error) {
 	}
 	c.TieEmbeddings = boolean(true, "tie_word_embeddings", "tie_embeddings")
 	c.ResidualInFP32 = boolean(true, "residual_in_fp32")
-	c.MoreEOSTokenIDs = []int{}
 	if ids, ok := raw["eos_token_id"].([]any); ok { // several end-of-sequence ids: each stops generation
-		raw["eos_token_id"] = nil
-		for i, id := range ids {
+		for _, id := range ids[min(1, len(ids)):] { // each read as the field itself, for its error
 			raw["eos_token_id"] = id
-			if id := integer(-1, "eos_token_id"); i > 0 && id >= 0 {
+			if id := integer(-1, "eos_token_id"); id >= 0 {
 				c.MoreEOSTokenIDs = append(c.MoreEOSTokenIDs, id)
 			}
 		}
+		raw["eos_token_id"] = nil
 		if len(ids) > 0 {
 			raw["eos_token_id"] = ids[0]
 		}

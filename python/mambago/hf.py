@@ -539,8 +539,7 @@ class MambaForCausalLM(_StandIn):
                             [self.config.eos_token_id, *self.config.more_eos_token_ids])
         elif _is_torch_tensor(eos_token_id):
             eos_token_id = _numpy(eos_token_id)
-        eos_ids = _eos_ids(eos_token_id, self.config.vocab_size)  # a list, as transformers takes
-        eos_token_id = eos_ids or None  # the engine stops a row at each and pads it with the first
+        eos_ids = _eos_ids(eos_token_id, self.config.vocab_size)  # the engine stops a row at each, pads with the first
         if pad_token_id is None:
             pad_token_id = self.config.pad_token_id
         pads = eos_ids and pad_token_id is not None and pad_token_id != eos_ids[0]
@@ -549,16 +548,13 @@ class MambaForCausalLM(_StandIn):
         if do_sample and not temperature > 0:  # transformers' refusal, in its words: 0 is not greedy here
             raise ValueError(f"`temperature` (={temperature}) has to be a strictly positive float when sampling; "
                              f"for greedy decoding, set do_sample=False")
-        if do_sample and top_p == 0:
-            # transformers keeps at least the most likely token, so top_p=0 samples only it: greedy's
-            # tokens (the engine's top_p wants (0, 1]); the scores below are still top_p=0's
-            new = self.model.generate(ids, max_new_tokens, eos_token_id=eos_token_id, attention_mask=mask,
-                                      streamer=streamer)
-        elif do_sample:
+        if do_sample and top_p != 0:
             new = self.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                                      seed=seed, eos_token_id=eos_token_id, attention_mask=mask, streamer=streamer)
+                                      seed=seed, eos_token_id=eos_ids, attention_mask=mask, streamer=streamer)
         else:
-            new = self.model.generate(ids, max_new_tokens, eos_token_id=eos_token_id, attention_mask=mask,
+            # greedy; also sampling with top_p=0, which keeps only the most likely token (transformers keeps
+            # at least one; the engine's top_p wants (0, 1]); the scores below are still top_p=0's
+            new = self.model.generate(ids, max_new_tokens, eos_token_id=eos_ids, attention_mask=mask,
                                       streamer=streamer)
         if pads:
             new, _ = _pad_after_eos(new, eos_ids, pad_token_id, np.zeros(new.shape[0], bool))

@@ -1094,8 +1094,10 @@ def _eos_ids(eos_token_id, vocab_size: int) -> list[int]:
     a list of ids, each checked against the vocabulary."""
     if eos_token_id is None:
         return []
-    if isinstance(eos_token_id, (list, tuple, np.ndarray)):
-        ids = list(np.asarray(eos_token_id).reshape(-1)) if isinstance(eos_token_id, np.ndarray) else list(eos_token_id)
+    if isinstance(eos_token_id, np.ndarray):
+        ids = list(eos_token_id.reshape(-1))
+    elif isinstance(eos_token_id, (list, tuple)):
+        ids = list(eos_token_id)
     else:
         ids = [eos_token_id]
     for id in ids:
