@@ -43,7 +43,7 @@ func TestGenerateOnDevice(t *testing.T) {
 		for i := range ids {
 			ids[i] = rand.Int64N(int64(m.Config().Vocab))
 		}
-		flat, want := hostLoop(t, m, ids, B, T, n), make([][]int64, B) // want[b]: row b's tokens
+		flat, want := hostLoop(t, m, ids, B, T, n, 1), make([][]int64, B) // want[b]: row b's tokens
 		for b := range want {
 			want[b] = flat[b*n : (b+1)*n]
 		}
@@ -132,6 +132,13 @@ func TestGenerateOnDevice(t *testing.T) {
 				if !slices.Equal(got, c.want) {
 					t.Errorf("%s, graph steps %d, %+v: one step at a time %v, queued %v", dtype, graphSteps, c.s, got, c.want)
 				}
+			}
+			// Under a repetition penalty each step's logits come back, and
+			// the host's greedy pick follows hostLoop's.
+			if got, _, err := m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1, RepetitionPenalty: 1.4}); err != nil {
+				t.Fatal(err)
+			} else if want := hostLoop(t, m, ids, B, T, n, 1.4); !slices.Equal(got, want) {
+				t.Errorf("%s, graph steps %d, repetition penalty: %v, want %v", dtype, graphSteps, got, want)
 			}
 			// The same draws from whole rows of logits on the host.
 			host, _, err := (&mambago.Model{Engine: hostSampled{Engine: g}}).Generate(ids, B, T, n, s)
@@ -467,7 +474,7 @@ func BenchmarkGenerate(b *testing.B) {
 				name, group string // a group's variants give the same tokens
 				run         func(n int) []int64
 			}{
-				{"host", "greedy", func(n int) []int64 { return hostLoop(b, m, ids, B, prompt, n) }},
+				{"host", "greedy", func(n int) []int64 { return hostLoop(b, m, ids, B, prompt, n, 1) }},
 				{"device", "greedy", run(0, clusters, greedy)},
 				{"device+graph", "greedy", run(32, clusters, greedy)},
 				{"device+graph+unqueued", "greedy", oneByOne(greedy)},
@@ -706,14 +713,18 @@ func rankedIDs(row []float32, k int) []int32 {
 
 // hostLoop is greedy generation as Generate ran it before the device pick,
 // [B, n] tokens: eager steps, the logits copied to the host, the argmax
-// taken there.
-func hostLoop(tb testing.TB, m *mambago.Model, ids []int64, B, T, n int) []int64 {
+// taken there, after the logits of each row's tokens so far (its prompt's
+// and those generated) are scaled by penalty as transformers' repetition
+// penalty scales them.
+func hostLoop(tb testing.TB, m *mambago.Model, ids []int64, B, T, n int, penalty float32) []int64 {
 	V := m.Config().Vocab
 	st, err := m.NewState(B)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer st.(interface{ Free() error }).Free()
+	if f, ok := st.(interface{ Free() error }); ok { // a CUDA state's memory
+		defer f.Free()
+	}
 	hidden, logits := make([]float32, B*m.Config().Hidden), make([]float32, B*V)
 	if err := m.Prefill(st, engine.Input{B: B, T: T, IDs: ids}, engine.Last, hidden); err != nil {
 		tb.Fatal(err)
@@ -721,10 +732,26 @@ func hostLoop(tb testing.TB, m *mambago.Model, ids []int64, B, T, n int) []int64
 	if err := m.Logits(hidden, B, logits); err != nil {
 		tb.Fatal(err)
 	}
+	seen := make([]map[int64]bool, B) // each row's tokens so far, for the penalty
+	for r := range seen {
+		seen[r] = map[int64]bool{}
+		for _, id := range ids[r*T : (r+1)*T] {
+			seen[r][id] = true
+		}
+	}
 	out, next := make([]int64, B*n), make([]int64, B)
 	for k := range n {
 		for r := range B {
-			next[r] = fixture.Argmax(logits[r*V : (r+1)*V])
+			row := logits[r*V : (r+1)*V]
+			for id := range seen[r] {
+				if row[id] < 0 { // transformers' repetition penalty; 1 leaves the row as it is
+					row[id] *= penalty
+				} else {
+					row[id] /= penalty
+				}
+			}
+			next[r] = fixture.Argmax(row)
+			seen[r][next[r]] = true
 			out[r*n+k] = next[r]
 		}
 		if k < n-1 {

@@ -26,6 +26,15 @@ type Sampling struct {
 	// list of end-of-sequence ids past its first); the row is padded with
 	// EOS all the same, so they need EOS ≥ 0.
 	MoreEOS []int64
+	// RepetitionPenalty, as transformers' repetition_penalty, scales the
+	// logit of each token already in the row before the draw: a positive
+	// logit is divided by it, a negative one multiplied, so values above 1
+	// make a token less likely to come again. A row's tokens are its
+	// prompt's (its span's, without the padding, as transformers 5 leaves
+	// out left padding) and those it has generated. 0 and 1 leave the logits as
+	// they are; otherwise it must be finite and > 0, and on the CUDA engine
+	// each step's logits then come back for the draw on the host.
+	RepetitionPenalty float64
 }
 
 // ends reports whether a row that emits id stops there.
@@ -42,6 +51,8 @@ func (s Sampling) Check() error {
 		return engine.Invalid("top_k = %d, want ≥ 0", s.TopK)
 	case math.IsNaN(s.TopP) || s.TopP <= 0 || s.TopP > 1:
 		return engine.Invalid("top_p = %v, want in (0, 1]", s.TopP)
+	case math.IsNaN(s.RepetitionPenalty) || s.RepetitionPenalty < 0 || math.IsInf(s.RepetitionPenalty, 1):
+		return engine.Invalid("repetition_penalty = %v, want finite and > 0 (0 or 1 for none)", s.RepetitionPenalty)
 	case len(s.MoreEOS) > 0 && s.EOS < 0:
 		return engine.Invalid("further eos ids %v without a first one (EOS = %d)", s.MoreEOS, s.EOS)
 	}
@@ -127,12 +138,15 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 	// from (TopKDecoder), or without a top-k the tokens drawn from the
 	// nucleus there (TopPDecoder). Any other returns the logits in the
 	// decoder's own (page-locked) memory.
-	greedyOnDevice := dec != nil && s.Temperature == 0
+	// The repetition penalty changes the logits before the draw, so with it
+	// every step returns its logits and the host draws.
+	pen := newPenalty(s.RepetitionPenalty, ids, B, T, spans, cfg.Vocab)
+	greedyOnDevice := dec != nil && s.Temperature == 0 && pen == nil
 	var topK engine.TopKDecoder
 	var topKQueue engine.TopKQueueDecoder // draws from the k best on the device, as the host would
 	var topP engine.TopPDecoder
 	switch {
-	case s.Temperature == 0:
+	case s.Temperature == 0 || pen != nil:
 	case s.TopK > 0 && s.TopK < cfg.Vocab:
 		topK, _ = dec.(engine.TopKDecoder)
 		if q, ok := dec.(engine.TopKQueueDecoder); ok && s.TopK <= q.TopKQueueMax() {
@@ -187,6 +201,7 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 		case topK != nil && n > 0:
 			err = drawCandidates(samplers, candIDs, candLogits, done, next)
 		default:
+			pen.apply(logits, done)
 			err = drawRows(samplers, logits, done, next)
 		}
 		if err != nil {
@@ -199,6 +214,7 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 			} else {
 				done[b] = s.ends(next[b])
 				alive = alive || !done[b]
+				pen.add(b, next[b])
 			}
 			out[b] = append(out[b], next[b])
 		}
@@ -315,4 +331,64 @@ func drawRows(samplers []*sampler, logits []float32, done []bool, next []int64) 
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// penalty applies Sampling.RepetitionPenalty: it keeps the distinct ids of
+// each row, and scales their logits before each draw.
+type penalty struct {
+	by   float32
+	V    int
+	seen []bool    // [B, V]: whether row b holds id v
+	ids  [][]int32 // each row's distinct ids, in the order first seen
+}
+
+// newPenalty returns the penalty by over the prompts in ids [B, T] (row b's
+// at spans[b]; nil spans take every row whole) and a vocabulary of V, or
+// nil where by is 0 or 1 and leaves the logits as they are.
+func newPenalty(by float64, ids []int64, B, T int, spans []Span, V int) *penalty {
+	if by == 0 || by == 1 {
+		return nil
+	}
+	pn := &penalty{by: float32(by), V: V, seen: make([]bool, B*V), ids: make([][]int32, B)}
+	for b := range B {
+		row := ids[b*T : (b+1)*T]
+		if spans != nil {
+			row = row[spans[b].Start : spans[b].Start+spans[b].Len]
+		}
+		for _, id := range row {
+			pn.add(b, id)
+		}
+	}
+	return pn
+}
+
+// add counts id (checked, in [0, V)) in row b.
+func (pn *penalty) add(b int, id int64) {
+	if pn == nil || id < 0 || pn.seen[b*pn.V+int(id)] { // < 0: a pick from NaN logits, which fails the call
+		return
+	}
+	pn.seen[b*pn.V+int(id)] = true
+	pn.ids[b] = append(pn.ids[b], int32(id))
+}
+
+// apply scales, in logits [B, V], the logit of each id in each row not
+// done, in float32 as transformers does: divided by the penalty where it
+// is ≥ 0, multiplied where it is below.
+func (pn *penalty) apply(logits []float32, done []bool) {
+	if pn == nil {
+		return
+	}
+	for b, ids := range pn.ids {
+		if done[b] {
+			continue
+		}
+		row := logits[b*pn.V : (b+1)*pn.V]
+		for _, id := range ids {
+			if row[id] < 0 {
+				row[id] *= pn.by
+			} else {
+				row[id] /= pn.by
+			}
+		}
+	}
 }

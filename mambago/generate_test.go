@@ -49,6 +49,50 @@ func TestGreedyMatchesArgmaxOfSteps(t *testing.T) {
 	}
 }
 
+// TestRepetitionPenaltyMatchesHostLoop checks greedy generation under a
+// repetition penalty above and below 1 against hostLoop's own: each row's
+// prompt and tokens so far have their logits scaled before the argmax.
+// A sampled generation under the penalty is seeded as any other.
+func TestRepetitionPenaltyMatchesHostLoop(t *testing.T) {
+	m := openBase(t)
+	const B, T, n = 3, 5, 12
+	ids := make([]int64, B*T)
+	for i := range ids {
+		ids[i] = rand.Int64N(int64(m.Config().Vocab))
+	}
+	for _, by := range []float64{1.3, 0.6} {
+		got, gotN, err := m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1, RepetitionPenalty: by})
+		if err != nil || gotN != n {
+			t.Fatalf("penalty %v: n=%d err=%v", by, gotN, err)
+		}
+		if want := hostLoop(t, m, ids, B, T, n, float32(by)); !slices.Equal(got, want) {
+			t.Errorf("penalty %v: %v, want %v", by, got, want)
+		}
+		// Row 0 alone, then left-padded with its own first token: the
+		// padding is not the row's, so the tokens are the same.
+		pen := mambago.Sampling{TopP: 1, EOS: -1, RepetitionPenalty: by}
+		alone, _, err := m.Generate(ids[:T], 1, T, n, pen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		padded := append([]int64{alone[0], alone[0]}, ids[:T]...)
+		padded = append(padded, ids[T:T+T+2]...)
+		got, _, err = m.GenerateSpans(context.Background(), padded, 2, T+2, []mambago.Span{{Start: 2, Len: T}, {Len: T + 2}}, n, pen)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got[:n], alone) {
+			t.Errorf("penalty %v: left-padded %v, alone %v", by, got[:n], alone)
+		}
+		s := mambago.Sampling{Temperature: 0.8, TopK: 30, TopP: 0.95, Seed: 5, EOS: -1, RepetitionPenalty: by}
+		a, _, errA := m.Generate(ids, B, T, n, s)
+		b, _, errB := m.Generate(ids, B, T, n, s)
+		if err := errors.Join(errA, errB); err != nil || !slices.Equal(a, b) {
+			t.Errorf("penalty %v, sampled twice with one seed: %v and %v (err %v)", by, a, b, err)
+		}
+	}
+}
+
 func TestSamplingIsSeededAndStops(t *testing.T) {
 	m := openBase(t)
 	ids := []int64{1, 2, 3, 4, 5, 6}
@@ -114,7 +158,9 @@ func TestSamplingIsSeededAndStops(t *testing.T) {
 	}
 	for _, bad := range []mambago.Sampling{{Temperature: -1, TopP: 1}, {Temperature: math.Inf(1), TopP: 1},
 		{Temperature: math.NaN(), TopP: 1}, {TopP: 0}, {TopP: 1.5}, {TopK: -2, TopP: 1},
-		{TopP: 1, EOS: -1, MoreEOS: []int64{3}}, {TopP: 1, EOS: 2, MoreEOS: []int64{-3}}} {
+		{TopP: 1, EOS: -1, MoreEOS: []int64{3}}, {TopP: 1, EOS: 2, MoreEOS: []int64{-3}},
+		{TopP: 1, RepetitionPenalty: -1.2}, {TopP: 1, RepetitionPenalty: math.NaN()},
+		{TopP: 1, RepetitionPenalty: math.Inf(1)}} {
 		if _, _, err := m.Generate(ids, 3, 2, 4, bad); !engine.IsInvalid(err) {
 			t.Errorf("sampling %+v: err = %v, want an input error", bad, err)
 		}

@@ -5,6 +5,7 @@ import shutil
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import case_dir
@@ -52,6 +53,22 @@ def test_bench_table_and_json(tmp_path):
     rows = json.loads(out.read_text())["rows"]
     assert [(x["B"], x["T"]) for x in rows] == [(1, 8), (1, 32), (2, 8), (2, 32)]
     assert all(x["tok_s"] > 0 for x in rows)
+
+
+def test_run_takes_a_repetition_penalty():
+    """--repetition-penalty gives Model.generate's tokens under that penalty;
+    one of 0 is refused with the library's reason."""
+    import mambago
+
+    r = cli("run", case_dir("base"), "--prompt-ids", "5,17,33,2", "--max-new-tokens", "8", "--device", "cpu",
+            "--repetition-penalty", "1.8")
+    assert r.returncode == 0, r.stderr
+    got = [l.split(":")[1].split() for l in r.stdout.splitlines() if l.startswith("generated[0]")]
+    m = mambago.Model.from_pretrained(case_dir("base"), device="cpu")
+    want = m.generate(np.array([[5, 17, 33, 2]]), 8, repetition_penalty=1.8)
+    assert got == [[str(t) for t in want[0]]], (got, want)
+    r = cli("run", case_dir("base"), "--prompt-ids", "5,17", "--device", "cpu", "--repetition-penalty", "0")
+    assert r.returncode != 0 and "repetition_penalty" in r.stderr
 
 
 def test_bad_arguments_exit_cleanly():

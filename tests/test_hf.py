@@ -86,6 +86,46 @@ def test_sampling_edges_follow_transformers():
         assert torch.equal(got, want)
 
 
+def test_repetition_penalty_follows_transformers():
+    """repetition_penalty scales the logits of each row's tokens so far
+    before the draw: greedy tokens follow the penalized scores (which
+    output_scores returns), a penalty of 1 changes nothing, and one that is
+    not finite and > 0 is refused. Where transformers is installed, its own
+    generate gives the same tokens and scores (1e-4), also for a
+    left-padded batch, whose padding it leaves out."""
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    ids = np.random.default_rng().integers(0, m.config.vocab_size, size=(2, 6))
+    assert np.array_equal(m.generate(ids, max_new_tokens=8, repetition_penalty=1.0), m.generate(ids, max_new_tokens=8))
+    for by in (1.5, 0.7):
+        out = m.generate(ids, max_new_tokens=8, repetition_penalty=by, eos_token_id=[],
+                         return_dict_in_generate=True, output_scores=True, output_logits=True)
+        for i, (z, raw) in enumerate(zip(out.scores, out.logits)):
+            assert np.array_equal(np.argmax(z, axis=-1), out.sequences[:, 6 + i])
+            seen = out.sequences[:, :6 + i]
+            for b in range(2):
+                held = np.isin(np.arange(m.config.vocab_size), seen[b])
+                assert np.array_equal(z[b, ~held], raw[b, ~held])
+                r = raw[b, held]
+                assert np.array_equal(z[b, held], np.where(r < 0, r * np.float32(by), r / np.float32(by)))
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="repetition_penalty"):
+            m.generate(ids, max_new_tokens=3, repetition_penalty=bad)
+    with pytest.raises(TypeError, match="repetition_penalty"):
+        m.model.generate(ids, 3, repetition_penalty="1.2")
+    if importlib.util.find_spec("torch") and importlib.util.find_spec("transformers"):
+        torch, hf, ours, t_ids, left = _against_transformers()
+        kw = dict(max_new_tokens=8, return_dict_in_generate=True, output_scores=True)
+        for mask in (None, left):
+            for by in (1.5, 0.7):
+                with torch.no_grad():
+                    want = hf.generate(t_ids, attention_mask=mask, do_sample=False, repetition_penalty=by,
+                                       pad_token_id=hf.config.pad_token_id, **kw)
+                got = ours.generate(t_ids, attention_mask=mask, repetition_penalty=by, **kw)
+                assert torch.equal(got.sequences, want.sequences), (by, mask)
+                for g, w in zip(got.scores, want.scores):
+                    assert rel_err(g.numpy(), w.numpy()) <= 1e-4
+
+
 def test_pad_token_follows_the_first_eos():
     """A row that stops at eos is padded with pad_token_id while another row
     goes on (the engine pads with eos itself)."""

@@ -484,7 +484,8 @@ class MambaForCausalLM(_StandIn):
                  do_sample: bool = False, temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0,
                  eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None, attention_mask=None,
                  use_cache: bool = True, seed: int | None = None, streamer=None, num_return_sequences: int = 1,
-                 return_dict_in_generate: bool = False, output_scores: bool = False, output_logits: bool = False):
+                 return_dict_in_generate: bool = False, output_scores: bool = False, output_logits: bool = False,
+                 repetition_penalty: float = 1.0):
         """Continue prompts [B, T] by up to max_new_tokens tokens and return
         prompt and new tokens [B, T + n], as transformers does: greedy unless
         do_sample (then temperature, top_k and top_p apply; seed makes it
@@ -503,6 +504,9 @@ class MambaForCausalLM(_StandIn):
         num_return_sequences n > 1 (with do_sample) samples n continuations
         of each prompt, as transformers does: rows [B * n, T + n_new], a
         prompt's n rows together, each drawn on a random stream of its own.
+        repetition_penalty, as transformers applies it, scales the logits of
+        the tokens already in each row (its prompt's, without the padding,
+        and the new tokens) before the draw, greedy or sampled.
 
         return_dict_in_generate returns a GenerateOutput (.sequences, the
         tokens above) that with output_logits also holds each step's logits
@@ -550,12 +554,13 @@ class MambaForCausalLM(_StandIn):
                              f"for greedy decoding, set do_sample=False")
         if do_sample and top_p != 0:
             new = self.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                                      seed=seed, eos_token_id=eos_ids, attention_mask=mask, streamer=streamer)
+                                      seed=seed, eos_token_id=eos_ids, attention_mask=mask, streamer=streamer,
+                                      repetition_penalty=repetition_penalty)
         else:
             # greedy; also sampling with top_p=0, which keeps only the most likely token (transformers keeps
             # at least one; the engine's top_p wants (0, 1]); the scores below are still top_p=0's
             new = self.model.generate(ids, max_new_tokens, eos_token_id=eos_ids, attention_mask=mask,
-                                      streamer=streamer)
+                                      streamer=streamer, repetition_penalty=repetition_penalty)
         if pads:
             new, _ = _pad_after_eos(new, eos_ids, pad_token_id, np.zeros(new.shape[0], bool))
         sequences = _like(np.concatenate([ids.reshape(new.shape[0], -1), new], axis=1), input_ids)
@@ -564,7 +569,12 @@ class MambaForCausalLM(_StandIn):
         logits = self._step_logits(ids, mask, new) if output_scores or output_logits else None
         scores = None
         if output_scores:
-            scores = [_warped(z, temperature, top_k, top_p) for z in logits] if do_sample else logits
+            prompts = ids.reshape(new.shape[0], -1)
+            if mask is not None:
+                prompts = [row[keep == 1] for row, keep in zip(prompts, mask.reshape(prompts.shape))]
+            scores = [_penalized(z, [np.concatenate([p, row[:i]]) for p, row in zip(prompts, new)], repetition_penalty)
+                      for i, z in enumerate(logits)]
+            scores = [_warped(z, temperature, top_k, top_p) for z in scores] if do_sample else scores
             scores = tuple(_like(z, input_ids) for z in scores)
         if output_logits:
             logits = tuple(_like(z, input_ids) for z in logits)
@@ -784,6 +794,21 @@ def _kept(keep, T: int):
     if at.size and (at.min() < -T or at.max() >= T):
         raise ValueError(f"logits_to_keep holds {at[(at < -T) | (at >= T)][0]}, outside the {T} positions")
     return np.where(at < 0, at + T, at).astype(np.int64)
+
+
+def _penalized(logits: np.ndarray, seen, penalty: float) -> np.ndarray:
+    """transformers' repetition penalty on logits [B, V]: in each row b, the
+    logit of every id in seen[b] (an array of ids) divided by penalty where
+    it is ≥ 0 and multiplied by it where it is below (float32, as
+    transformers computes it); logits as they are where penalty is 1."""
+    if penalty == 1.0:
+        return logits
+    z = logits.astype(np.float32, copy=True)
+    p = np.float32(penalty)
+    for row, ids in zip(z, seen):
+        ids = np.unique(ids)
+        row[ids] = np.where(row[ids] < 0, row[ids] * p, row[ids] / p)
+    return z
 
 
 def _warped(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import sys
@@ -1010,7 +1011,7 @@ class Model(_Owner):
 
     def generate(self, input_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, eos_token_id: int | list[int] | None = None, *,
-                 attention_mask=None, streamer=None) -> np.ndarray:
+                 attention_mask=None, streamer=None, repetition_penalty: float = 1.0) -> np.ndarray:
         """Continue prompts input_ids [B, T] by up to max_new_tokens tokens; returns int64 [B, n].
 
         temperature must be finite and ≥ 0: 0 is greedy (the lowest id among
@@ -1029,7 +1030,13 @@ class Model(_Owner):
         eos_token_id stops and is padded with it; generation ends when every
         row has stopped, so n may be below max_new_tokens. eos_token_id may
         also be a list of ids, as transformers takes it: each stops a row,
-        which is then padded with the first. The engine keeps
+        which is then padded with the first. repetition_penalty (finite,
+        > 0) is transformers' own: before each draw, the logit of every
+        token already in the row (its prompt's, without the padding, as
+        transformers 5 counts them, and the tokens generated) is divided by
+        it where ≥ 0 and multiplied by it where < 0, so above 1 repeats are
+        less likely; with it, on the CUDA engine, each step's logits come to
+        the host and the draw is made there. The engine keeps
         the last call's state (and CUDA step graph) for the next call of the
         same batch size, until close(). attention_mask
         marks padding as prefill's does: each row continues from its own last
@@ -1052,9 +1059,11 @@ class Model(_Owner):
                 raise TypeError(f"{name} must be an int, got {type(v).__name__}")
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be ≥ 0, got {max_new_tokens}")
-        for name, v in (("temperature", temperature), ("top_p", top_p)):
+        for name, v in (("temperature", temperature), ("top_p", top_p), ("repetition_penalty", repetition_penalty)):
             if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
                 raise TypeError(f"{name} must be a number, got {type(v).__name__}")
+        if not 0 < repetition_penalty < math.inf:
+            raise ValueError(f"repetition_penalty must be finite and > 0 (1 for none), got {repetition_penalty}")
         if seed is None:
             seed = int.from_bytes(os.urandom(8), "little") >> 1
         elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
@@ -1079,7 +1088,8 @@ class Model(_Owner):
 
         if max_new_tokens > 0:
             n = _interruptible(_b.Generate, self._handle(), _addr(ids), B, T, int(max_new_tokens),
-                               float(temperature), int(top_k), float(top_p), int(seed) & (2**63 - 1), eos,
+                               float(temperature), int(top_k), float(top_p), float(repetition_penalty),
+                               int(seed) & (2**63 - 1), eos,
                                _addr(more), more.size, _addr(out), out.size, *_span_args(spans),
                                keep=(ids, out, spans, more), poll=poll)
         else:
