@@ -55,6 +55,23 @@ def test_bench_table_and_json(tmp_path):
     assert all(x["tok_s"] > 0 for x in rows)
 
 
+def test_run_stops_at_the_configs_eos():
+    """run stops a row at the config's eos by default, as transformers'
+    generate does, padding it with eos; --eos-token-id -1 runs on."""
+    def generated(*flags):
+        r = cli("run", case_dir("base"), "--prompt-ids", "5,17,33,2,9,41,7,8;1,2,3,4,5,6,7,8", "--max-new-tokens",
+                "16", "--device", "cpu", *flags)
+        assert r.returncode == 0, r.stderr
+        return [[int(t) for t in l.split(":")[1].split()] for l in r.stdout.splitlines() if l.startswith("generated[")]
+
+    eos = json.loads(open(f"{case_dir('base')}/config.json").read())["eos_token_id"]
+    free, stopped = generated("--eos-token-id", "-1"), generated()
+    assert len(free) == 2 and all(len(row) == 16 for row in free)
+    for got, row in zip(stopped, free):
+        k = row.index(eos) + 1 if eos in row else len(row)
+        assert got[:k] == row[:k] and set(got[k:]) <= {eos}, (got, row)
+
+
 def test_run_takes_a_repetition_penalty():
     """--repetition-penalty gives Model.generate's tokens under that penalty;
     one of 0 is refused with the library's reason."""

@@ -130,7 +130,10 @@ def cmd_run(args) -> int:
     hidden = m.prefill(ids, output="last", attention_mask=mask)
     t_prefill = time.perf_counter() - t0
     t0 = time.perf_counter()
-    eos = args.eos_token_id if args.eos_token_id is not None else None
+    if args.eos_token_id is None:  # the config's, as transformers' generate stops by default
+        eos = [] if m.config.eos_token_id is None else [m.config.eos_token_id, *m.config.more_eos_token_ids]
+    else:
+        eos = [] if args.eos_token_id < 0 else args.eos_token_id
     # One text prompt prints as it is generated; several print at the end.
     stream = _TextStream(tok, "text[0]:      ") if tok is not None and B == 1 else None
     out = m.generate(ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
@@ -208,7 +211,8 @@ def main(argv=None) -> int:
     sp.add_argument("--seed", type=int, default=None)
     sp.add_argument("--repetition-penalty", type=float, default=1.0,
                     help="transformers' repetition_penalty: above 1, tokens already in the row are less likely (default 1, none)")
-    sp.add_argument("--eos-token-id", type=int, default=None)
+    sp.add_argument("--eos-token-id", type=int, default=None,
+                    help="a row stops after this token (default: the config's eos ids; -1: none)")
     sp.set_defaults(fn=cmd_run)
 
     sp = sub.add_parser("bench", help="prefill tokens/s over prompt lengths")
