@@ -4,6 +4,7 @@ shapes and conventions, and, where torch and transformers are installed,
 transformers' own logits and greedy tokens."""
 
 import importlib.util
+import json
 
 import numpy as np
 import pytest
@@ -124,6 +125,63 @@ def test_repetition_penalty_follows_transformers():
                 assert torch.equal(got.sequences, want.sequences), (by, mask)
                 for g, w in zip(got.scores, want.scores):
                     assert rel_err(g.numpy(), w.numpy()) <= 1e-4
+
+
+def test_generation_config_sets_generates_defaults(tmp_path):
+    """generate's settings come, as in transformers, from the call, then a
+    generation_config given to it, then model.generation_config: the
+    checkpoint's generation_config.json where it has one, else the config's
+    eos and pad ids. Settings for decoding generate does not do pass where
+    they are off and are refused, by name, where they are on."""
+    from mambago.hf import GenerationConfig
+
+    rng = np.random.default_rng()
+    plain = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    assert plain.generation_config.eos_token_id == plain.config.eos_token_id
+    assert plain.generation_config.pad_token_id == plain.config.pad_token_id
+    assert plain.generation_config.num_beams is None
+    ids = rng.integers(1, plain.config.vocab_size, size=(2, 5))
+    sampled = dict(do_sample=True, temperature=0.7, top_k=5, max_new_tokens=4, repetition_penalty=1.2,
+                   eos_token_id=[])
+    want = plain.generate(ids, seed=9, **sampled)
+    folder = _with_config(tmp_path, "base")
+    (folder / "generation_config.json").write_text(json.dumps({**sampled, "transformers_version": "5.0"}))
+    m = MambaForCausalLM.from_pretrained(folder, device="cpu")
+    assert m.generation_config.temperature == 0.7 and m.generation_config.pad_token_id is None
+    assert np.array_equal(m.generate(ids, seed=9), want)
+    assert np.array_equal(m.generate(ids, do_sample=False), plain.generate(ids, max_new_tokens=4,
+                                                                           repetition_penalty=1.2, eos_token_id=[]))
+    for given in (GenerationConfig(do_sample=False, max_new_tokens=3), {"do_sample": False, "max_new_tokens": 3}):
+        got = m.generate(ids, generation_config=given)  # the rest from m.generation_config
+        assert np.array_equal(got, plain.generate(ids, max_new_tokens=3, repetition_penalty=1.2, eos_token_id=[]))
+        assert m.generate(ids, generation_config=given, max_new_tokens=2).shape == (2, 7)  # the call first
+    m.generation_config.top_k = 1  # sampling from the best alone: greedy's tokens
+    assert np.array_equal(m.generate(ids, seed=3), m.generate(ids, do_sample=False))
+    assert np.array_equal(m.generate(ids, num_beams=1, no_repeat_ngram_size=0), m.generate(ids))
+    with pytest.raises(ValueError, match=r"num_beams=4.*num_beams=1"):
+        m.generate(ids, num_beams=4)
+    m.generation_config.no_repeat_ngram_size = 3
+    with pytest.raises(ValueError, match="no_repeat_ngram_size=3"):
+        m.generate(ids)
+    with pytest.raises(TypeError, match="unsupported argument 'foo'"):
+        m.generate(ids, foo=1)
+    with pytest.raises(TypeError, match="generation_config must be"):
+        plain.generate(ids, generation_config=3)
+    (folder / "generation_config.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not a generation config"):
+        MambaForCausalLM.from_pretrained(folder, device="cpu")
+    if importlib.util.find_spec("torch") and importlib.util.find_spec("transformers"):
+        import transformers
+
+        torch, hf, _, t_ids, _ = _against_transformers()
+        hf.generation_config.repetition_penalty = 1.3
+        hf.generation_config.max_new_tokens = 6
+        ours = MambaForCausalLM.from_model(hf, device="cpu")  # takes hf's generation config over
+        with torch.no_grad():
+            assert torch.equal(ours.generate(t_ids), hf.generate(t_ids))
+            given = transformers.GenerationConfig(max_new_tokens=5, repetition_penalty=0.8, do_sample=False)
+            assert torch.equal(ours.generate(t_ids, generation_config=given),
+                               hf.generate(t_ids, generation_config=given))
 
 
 def test_pad_token_follows_the_first_eos():

@@ -34,6 +34,8 @@ heads: its forward call returns .last_hidden_state [B, T, d].
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from .model import Model, State, _batched, _eos_ids, _is_torch_tensor, _spans
@@ -156,6 +158,7 @@ class _StandIn:
                             f"call mambago.hf.{name}.from_pretrained(path)")
         self.model = model
         self.config = model.config
+        self._init_generation_config()
 
     @property
     def device(self):
@@ -191,6 +194,11 @@ class _StandIn:
                 device = value
         return cls(Model.from_pretrained(path, device=device, dtype=dtype, blas=blas))
 
+    def _init_generation_config(self, hf_model=None):
+        """Set what the stand-in keeps beside the model, from hf_model (a
+        transformers model) where given: nothing here; a causal LM's
+        generation_config."""
+
     @classmethod
     def from_model(cls, hf_model, *, device: str = "auto", dtype=None, blas: str = "auto"):
         """Take over a transformers model already in memory (its
@@ -206,8 +214,10 @@ class _StandIn:
         if dtype is None and first is not None:
             kind = str(getattr(first, "dtype", "")).replace("torch.", "")
             dtype = kind if kind in ("bfloat16", "float16") else None
-        return cls(Model.from_state_dict(hf_model.state_dict(), hf_model.config, device=device, dtype=dtype,
-                                         blas=blas))
+        out = cls(Model.from_state_dict(hf_model.state_dict(), hf_model.config, device=device, dtype=dtype,
+                                        blas=blas))
+        out._init_generation_config(hf_model)
+        return out
 
     def eval(self):
         """Return self: the model only ever runs inference."""
@@ -425,11 +435,116 @@ class _StandIn:
         return out
 
 
+# generate's settings in transformers' GenerationConfig names, each with the
+# value it takes where neither the call, nor a generation_config given to
+# it, nor the model's generation_config sets it (transformers' global
+# defaults; max_length None: 20 new tokens).
+_GENERATION_DEFAULTS = {
+    "max_new_tokens": None, "max_length": None, "do_sample": False, "temperature": 1.0, "top_k": 50,
+    "top_p": 1.0, "repetition_penalty": 1.0, "eos_token_id": None, "pad_token_id": None,
+    "num_return_sequences": 1, "return_dict_in_generate": False, "output_scores": False, "output_logits": False,
+}
+
+# transformers' generation settings that change the tokens and that
+# generate does not have, each with the value that leaves it off: set to it
+# they pass (a script may spell out num_beams=1); set otherwise, generate
+# refuses them rather than decode another way than transformers would.
+_GENERATION_OFF = {
+    "num_beams": 1, "num_beam_groups": 1, "penalty_alpha": None, "diversity_penalty": 0.0,
+    "no_repeat_ngram_size": 0, "bad_words_ids": None, "force_words_ids": None, "constraints": None,
+    "min_length": 0, "min_new_tokens": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
+    "min_p": None, "suppress_tokens": None, "begin_suppress_tokens": None, "forced_bos_token_id": None,
+    "forced_eos_token_id": None, "sequence_bias": None, "guidance_scale": None,
+    "exponential_decay_length_penalty": None, "stop_strings": None, "max_time": None, "dola_layers": None,
+    "low_memory": None, "watermarking_config": None, "assistant_model": None, "prompt_lookup_num_tokens": None,
+}
+
+
+class GenerationConfig:
+    """generate's defaults for one model, as transformers'
+    model.generation_config holds them: an attribute a setting
+    (do_sample, temperature, top_k, top_p, repetition_penalty,
+    max_new_tokens, max_length, eos_token_id, pad_token_id, ...), None
+    where unset. from_pretrained reads the checkpoint's
+    generation_config.json where it has one, and otherwise takes the eos
+    and pad ids of its config, as transformers does; from_model takes the
+    transformers model's own. Setting an attribute changes the default of
+    every later generate call; a call's own arguments, then a
+    generation_config given to it, come first."""
+
+    def __init__(self, **settings):
+        """A config holding settings (transformers' names)."""
+        self.__dict__.update(settings)
+
+    def __getattr__(self, name):
+        """None for a setting not set, as transformers' GenerationConfig has."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return None
+
+    def to_dict(self) -> dict:
+        """The settings that are set, by name."""
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    def __repr__(self) -> str:
+        return f"GenerationConfig({', '.join(f'{k}={v!r}' for k, v in sorted(self.to_dict().items()))})"
+
+    @classmethod
+    def _from_file(cls, path: str) -> "GenerationConfig":
+        """The settings of a generation_config.json; ValueError naming it
+        where it holds no JSON object."""
+        import json
+
+        try:
+            with open(path) as f:
+                settings = json.load(f)
+        except (OSError, ValueError) as e:
+            raise ValueError(f"{path}: not a generation config: {e}") from None
+        if not isinstance(settings, dict):
+            raise ValueError(f"{path}: not a generation config: a JSON {type(settings).__name__}, want an object")
+        return cls(**{k: v for k, v in settings.items() if not k.startswith("_")})
+
+    @classmethod
+    def _from_config(cls, config) -> "GenerationConfig":
+        """The settings a config without generation_config.json gives:
+        its eos ids (a list where it names several) and pad id."""
+        eos = config.eos_token_id
+        if eos is not None and config.more_eos_token_ids:
+            eos = [eos, *config.more_eos_token_ids]
+        return cls(eos_token_id=eos, pad_token_id=config.pad_token_id)
+
+
+def _settings_of(config) -> dict:
+    """A generation_config given to generate as a dict of its settings:
+    ours or transformers' (to_dict), or a dict; None gives none."""
+    if config is None:
+        return {}
+    if isinstance(config, dict):
+        return config
+    if hasattr(config, "to_dict"):
+        return config.to_dict()
+    raise TypeError(f"generation_config must be a GenerationConfig (this module's or transformers') or a dict, "
+                    f"got {type(config).__name__}")
+
+
 class MambaForCausalLM(_StandIn):
     """A Mamba (or Falcon-Mamba) causal LM with transformers' inference
     calls: from_pretrained, a forward call returning .logits, generate
     returning prompt and new tokens. The mambago Model behind it is .model;
     its config is .config."""
+
+    def _init_generation_config(self, hf_model=None):
+        """Set .generation_config: hf_model's own (a transformers model),
+        else the checkpoint folder's generation_config.json, else the
+        config's eos and pad ids."""
+        own = getattr(hf_model, "generation_config", None)
+        path = self.model._folder and os.path.join(self.model._folder, "generation_config.json")
+        if own is not None:
+            self.generation_config = GenerationConfig(**_settings_of(own))
+        elif path and os.path.exists(path):
+            self.generation_config = GenerationConfig._from_file(path)
+        else:
+            self.generation_config = GenerationConfig._from_config(self.config)
 
     def __call__(self, input_ids=None, *, inputs_embeds=None, attention_mask=None, labels=None, use_cache=None,
                  cache=None, cache_params=None, cache_position=None, logits_to_keep=0, output_hidden_states=None,
@@ -481,20 +596,22 @@ class MambaForCausalLM(_StandIn):
         return out if as_dict else out.to_tuple()
 
     def generate(self, input_ids, max_new_tokens: int | None = None, *, max_length: int | None = None,
-                 do_sample: bool = False, temperature: float = 1.0, top_k: int = 50, top_p: float = 1.0,
-                 eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None, attention_mask=None,
-                 use_cache: bool = True, seed: int | None = None, streamer=None, num_return_sequences: int = 1,
-                 return_dict_in_generate: bool = False, output_scores: bool = False, output_logits: bool = False,
-                 repetition_penalty: float = 1.0):
+                 do_sample: bool | None = None, temperature: float | None = None, top_k: int | None = None,
+                 top_p: float | None = None, eos_token_id: int | list[int] | None = None,
+                 pad_token_id: int | None = None, attention_mask=None, use_cache: bool = True,
+                 seed: int | None = None, streamer=None, num_return_sequences: int | None = None,
+                 return_dict_in_generate: bool | None = None, output_scores: bool | None = None,
+                 output_logits: bool | None = None, repetition_penalty: float | None = None,
+                 generation_config=None, **kwargs):
         """Continue prompts [B, T] by up to max_new_tokens tokens and return
         prompt and new tokens [B, T + n], as transformers does: greedy unless
         do_sample (then temperature, top_k and top_p apply; seed makes it
         reproducible). Without max_new_tokens, max_length counts the prompt
         too (T + n <= max_length); with neither, 20 new tokens. A row stops
         at eos_token_id (an id or a list of them, each of which stops it;
-        the config's by default) and is padded with pad_token_id (the
-        config's by default, as transformers' generation config takes it;
-        else the first eos id) while others go on. An attention_mask
+        by default the generation config's, which without a
+        generation_config.json are the config's) and is padded with
+        pad_token_id (likewise; else the first eos id) while others go on. An attention_mask
         with zeros marks padding before or after each row's prompt, and each
         row continues from its own last token (for left padding, as
         transformers does). use_cache changes nothing (the state is always
@@ -517,7 +634,40 @@ class MambaForCausalLM(_StandIn):
         tokens generated (the prompt's last position, then the new tokens
         from the cache), not from the steps that drew them: the same tokens
         and seed, logits within the engine's rounding of the steps'.
-        compute_transition_scores reads them as transformers' does."""
+        compute_transition_scores reads them as transformers' does.
+
+        Each setting left None is taken, as transformers takes it, from
+        generation_config where given (a GenerationConfig, this module's or
+        transformers', or a dict), else from the model's
+        .generation_config (the checkpoint's generation_config.json), else
+        transformers' default (greedy; temperature 1, top_k 50, top_p 1).
+        transformers' settings for what this generate does not do (beam
+        search, n-gram bans, minimum lengths, ...) pass where they are off
+        (num_beams=1) and are a ValueError naming them otherwise; other
+        arguments are a TypeError."""
+        given = {"max_new_tokens": max_new_tokens, "max_length": max_length, "do_sample": do_sample,
+                 "temperature": temperature, "top_k": top_k, "top_p": top_p, "eos_token_id": eos_token_id,
+                 "pad_token_id": pad_token_id, "num_return_sequences": num_return_sequences,
+                 "return_dict_in_generate": return_dict_in_generate, "output_scores": output_scores,
+                 "output_logits": output_logits, "repetition_penalty": repetition_penalty}
+        for name in kwargs:
+            if name not in _GENERATION_OFF:
+                raise TypeError(f"generate: unsupported argument {name!r}")
+        layers = (given | kwargs, _settings_of(generation_config), self.generation_config.to_dict())
+
+        def setting(name, default=None):
+            return next((layer[name] for layer in layers if layer.get(name) is not None), default)
+
+        on = {name: setting(name) for name, off in _GENERATION_OFF.items() if setting(name, off) != off}
+        if on:
+            raise ValueError(f"generate: {', '.join(f'{k}={v!r}' for k, v in on.items())}: mambago generates "
+                             f"greedily or by sampling (temperature, top_k, top_p, repetition_penalty) only; "
+                             f"set {'each' if len(on) > 1 else 'it'} to its default "
+                             f"({', '.join(f'{k}={_GENERATION_OFF[k]!r}' for k in on)}), in the call or in "
+                             f"model.generation_config")
+        (max_new_tokens, max_length, do_sample, temperature, top_k, top_p, eos_token_id, pad_token_id,
+         num_return_sequences, return_dict_in_generate, output_scores, output_logits, repetition_penalty) = (
+            setting(name, _GENERATION_DEFAULTS[name]) for name in given)
         mask = None if attention_mask is None else _numpy(attention_mask)
         ids = _numpy(input_ids).astype(np.int64, copy=False)
         if isinstance(num_return_sequences, bool) or not isinstance(num_return_sequences, (int, np.integer)):
@@ -538,14 +688,9 @@ class MambaForCausalLM(_StandIn):
                 raise ValueError(f"max_length={max_length} leaves no room after a prompt of {T} tokens: "
                                  f"raise it, or pass max_new_tokens")
             max_new_tokens = 20 if max_length is None else max_length - T
-        if eos_token_id is None:
-            eos_token_id = ([] if self.config.eos_token_id is None else
-                            [self.config.eos_token_id, *self.config.more_eos_token_ids])
-        elif _is_torch_tensor(eos_token_id):
+        if _is_torch_tensor(eos_token_id):
             eos_token_id = _numpy(eos_token_id)
         eos_ids = _eos_ids(eos_token_id, self.config.vocab_size)  # the engine stops a row at each, pads with the first
-        if pad_token_id is None:
-            pad_token_id = self.config.pad_token_id
         pads = eos_ids and pad_token_id is not None and pad_token_id != eos_ids[0]
         if streamer is not None:
             streamer = _Streamed(streamer, _is_torch_tensor(input_ids), eos_ids if pads else None, pad_token_id)

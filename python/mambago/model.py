@@ -401,8 +401,8 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 # What a Hub download fetches: the config and the safetensors weights, or
 # failing those the pickled ones.
-_HUB_FILES = (["config.json", "*.safetensors", "model.safetensors.index.json"],
-              ["config.json", "pytorch_model*.bin", "pytorch_model.bin.index.json"])
+_HUB_FILES = (["config.json", "generation_config.json", "*.safetensors", "model.safetensors.index.json"],
+              ["config.json", "generation_config.json", "pytorch_model*.bin", "pytorch_model.bin.index.json"])
 
 
 def _checkpoint_folder(path) -> str:
@@ -612,6 +612,7 @@ class Model(_Owner):
         from_state_dict) do. A path or any other non-integer is a
         TypeError that says to call from_pretrained."""
         self._h = None  # what close (and __del__) see if this raises
+        self._folder = None  # the checkpoint folder it was loaded from, if any
         if isinstance(handle, bool) or not isinstance(handle, int):
             raise TypeError(f"mambago.Model({handle!r}): Model takes an engine handle; to load a checkpoint, "
                             f"call mambago.Model.from_pretrained(path)")
@@ -672,8 +673,11 @@ class Model(_Owner):
         with _announce(path, device):
             bins = _pickled_checkpoint(path)
             if bins:
-                return cls(_load_state_dict(_torch_load(bins), _config_dict(path), device, dtype, blas_path))
-            return cls(_abandonable(_b.LoadModel, path, device, dtype, blas_path, discard=_free_model))
+                m = cls(_load_state_dict(_torch_load(bins), _config_dict(path), device, dtype, blas_path))
+            else:
+                m = cls(_abandonable(_b.LoadModel, path, device, dtype, blas_path, discard=_free_model))
+        m._folder = path  # for what else the checkpoint holds (mambago.hf: generation_config.json)
+        return m
 
     @classmethod
     def from_state_dict(cls, state_dict, config, device: str = "auto", dtype: str | None = None,
