@@ -140,6 +140,13 @@ func TestGenerateOnDevice(t *testing.T) {
 			} else if want := hostLoop(t, m, ids, B, T, n, 1.4); !slices.Equal(got, want) {
 				t.Errorf("%s, graph steps %d, repetition penalty: %v, want %v", dtype, graphSteps, got, want)
 			}
+			// With MinNew, row 0's first greedy token as EOS is kept from
+			// its first three tokens.
+			if got, gotN, err := m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: want[0][0], MinNew: 3}); err != nil {
+				t.Fatal(err)
+			} else if slices.Contains(got[:3], want[0][0]) || gotN < 4 {
+				t.Errorf("%s, graph steps %d, MinNew 3: row 0 %v (n=%d) ends at EOS %d early", dtype, graphSteps, got[:gotN], gotN, want[0][0])
+			}
 			// The same draws from whole rows of logits on the host.
 			host, _, err := (&mambago.Model{Engine: hostSampled{Engine: g}}).Generate(ids, B, T, n, s)
 			if err != nil {

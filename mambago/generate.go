@@ -35,6 +35,11 @@ type Sampling struct {
 	// they are; otherwise it must be finite and > 0, and on the CUDA engine
 	// each step's logits then come back for the draw on the host.
 	RepetitionPenalty float64
+	// MinNew, as transformers' min_new_tokens, keeps a row from ending
+	// before its MinNew-th new token: until then the logits of EOS and
+	// MoreEOS are -Inf. On the CUDA engine each step's logits then come
+	// back for the draw on the host.
+	MinNew int
 }
 
 // ends reports whether a row that emits id stops there.
@@ -53,6 +58,8 @@ func (s Sampling) Check() error {
 		return engine.Invalid("top_p = %v, want in (0, 1]", s.TopP)
 	case math.IsNaN(s.RepetitionPenalty) || s.RepetitionPenalty < 0 || math.IsInf(s.RepetitionPenalty, 1):
 		return engine.Invalid("repetition_penalty = %v, want finite and > 0 (0 or 1 for none)", s.RepetitionPenalty)
+	case s.MinNew < 0:
+		return engine.Invalid("min_new_tokens = %d, want ≥ 0", s.MinNew)
 	case len(s.MoreEOS) > 0 && s.EOS < 0:
 		return engine.Invalid("further eos ids %v without a first one (EOS = %d)", s.MoreEOS, s.EOS)
 	}
@@ -104,6 +111,11 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 		return nil, 0, engine.Invalid("max_new_tokens = %d, want ≥ 0", maxNew)
 	}
 	cfg := m.Config()
+	for _, id := range append([]int64{s.EOS}, s.MoreEOS...) {
+		if id >= int64(cfg.Vocab) {
+			return nil, 0, engine.Invalid("eos id %d is outside the vocabulary [0, %d)", id, cfg.Vocab)
+		}
+	}
 	st, err := m.gen.take(m, B)
 	if err != nil {
 		return nil, 0, err
@@ -138,15 +150,17 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 	// from (TopKDecoder), or without a top-k the tokens drawn from the
 	// nucleus there (TopPDecoder). Any other returns the logits in the
 	// decoder's own (page-locked) memory.
-	// The repetition penalty changes the logits before the draw, so with it
-	// every step returns its logits and the host draws.
+	// The repetition penalty and a minimum length change the logits before
+	// the draw, so with either every step returns its logits and the host
+	// draws.
 	pen := newPenalty(s.RepetitionPenalty, ids, B, T, spans, cfg.Vocab)
-	greedyOnDevice := dec != nil && s.Temperature == 0 && pen == nil
+	onHost := pen != nil || (s.MinNew > 0 && s.EOS >= 0)
+	greedyOnDevice := dec != nil && s.Temperature == 0 && !onHost
 	var topK engine.TopKDecoder
 	var topKQueue engine.TopKQueueDecoder // draws from the k best on the device, as the host would
 	var topP engine.TopPDecoder
 	switch {
-	case s.Temperature == 0 || pen != nil:
+	case s.Temperature == 0 || onHost:
 	case s.TopK > 0 && s.TopK < cfg.Vocab:
 		topK, _ = dec.(engine.TopKDecoder)
 		if q, ok := dec.(engine.TopKQueueDecoder); ok && s.TopK <= q.TopKQueueMax() {
@@ -202,6 +216,9 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 			err = drawCandidates(samplers, candIDs, candLogits, done, next)
 		default:
 			pen.apply(logits, done)
+			if n < s.MinNew {
+				s.banEOS(logits, cfg.Vocab)
+			}
 			err = drawRows(samplers, logits, done, next)
 		}
 		if err != nil {
@@ -331,6 +348,19 @@ func drawRows(samplers []*sampler, logits []float32, done []bool, next []int64) 
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// banEOS sets the logits of the ids that end a row to -Inf in every row
+// of logits [B, V] (MinNew).
+func (s Sampling) banEOS(logits []float32, V int) {
+	if s.EOS < 0 {
+		return
+	}
+	for row := range len(logits) / V {
+		for _, id := range append([]int64{s.EOS}, s.MoreEOS...) {
+			logits[row*V+int(id)] = float32(math.Inf(-1))
+		}
+	}
 }
 
 // penalty applies Sampling.RepetitionPenalty: it keeps the distinct ids of

@@ -93,6 +93,56 @@ func TestRepetitionPenaltyMatchesHostLoop(t *testing.T) {
 	}
 }
 
+// TestMinNewTokens checks that MinNew keeps rows from ending early: with
+// EOS set to row 0's first greedy token, a MinNew of 3 makes that row take
+// its second-best token first (EOS is -Inf for the first three tokens),
+// and no row emits EOS before its fourth token.
+func TestMinNewTokens(t *testing.T) {
+	m := openBase(t)
+	const B, T, n = 2, 4, 8
+	V := m.Config().Vocab
+	ids := make([]int64, B*T)
+	for i := range ids {
+		ids[i] = rand.Int64N(int64(V))
+	}
+	free, _, err := m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, _ := m.NewState(B)
+	h, logits := make([]float32, B*m.Config().Hidden), make([]float32, B*V)
+	if err := m.Prefill(st, engine.Input{B: B, T: T, IDs: ids}, engine.Last, h); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Logits(h, B, logits); err != nil {
+		t.Fatal(err)
+	}
+	eos := free[0]
+	logits[eos] = float32(math.Inf(-1))
+	second := fixture.Argmax(logits[:V])
+	got, gotN, err := m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: eos, MinNew: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[0] != second {
+		t.Errorf("row 0's first token %d, want %d, the best after EOS %d", got[0], second, eos)
+	}
+	for b := range B {
+		if row := got[b*gotN : b*gotN+min(3, gotN)]; slices.Contains(row, eos) {
+			t.Errorf("row %d: EOS %d among its first three tokens %v", b, eos, row)
+		}
+	}
+	if stopped, _, _ := m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: eos}); stopped[0] != eos {
+		t.Errorf("without MinNew row 0 starts %d, want EOS %d", stopped[0], eos)
+	}
+	for _, bad := range []mambago.Sampling{{TopP: 1, EOS: -1, MinNew: -1}, {TopP: 1, EOS: int64(V)},
+		{TopP: 1, EOS: 1, MoreEOS: []int64{int64(V) + 3}}} {
+		if _, _, err := m.Generate(ids, B, T, n, bad); !engine.IsInvalid(err) {
+			t.Errorf("%+v: err = %v, want an input error", bad, err)
+		}
+	}
+}
+
 func TestSamplingIsSeededAndStops(t *testing.T) {
 	m := openBase(t)
 	ids := []int64{1, 2, 3, 4, 5, 6}

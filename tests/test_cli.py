@@ -70,6 +70,8 @@ def test_run_stops_at_the_configs_eos():
     for got, row in zip(stopped, free):
         k = row.index(eos) + 1 if eos in row else len(row)
         assert got[:k] == row[:k] and set(got[k:]) <= {eos}, (got, row)
+    late = generated("--min-new-tokens", "14")  # eos kept out of each row's first 14
+    assert all(eos not in row[:14] for row in late), late
 
 
 def test_run_takes_a_repetition_penalty():

@@ -127,6 +127,41 @@ def test_repetition_penalty_follows_transformers():
                     assert rel_err(g.numpy(), w.numpy()) <= 1e-4
 
 
+def test_min_new_tokens_follows_transformers():
+    """min_new_tokens keeps rows from ending before that many new tokens
+    (eos -inf in the scores until then), and min_length likewise counting
+    the prompt; with eos set to a row's first greedy token, that row runs
+    on. Where transformers is installed, its generate gives the same tokens
+    and scores."""
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    ids = np.random.default_rng().integers(0, m.config.vocab_size, size=(2, 6))
+    eos = int(m.generate(ids, max_new_tokens=1, eos_token_id=[])[0, -1])
+    assert m.generate(ids, max_new_tokens=6, eos_token_id=eos)[0, 6] == eos
+    for kw in (dict(min_new_tokens=3), dict(min_length=9)):
+        out = m.generate(ids, max_new_tokens=6, eos_token_id=eos, return_dict_in_generate=True, output_scores=True,
+                         output_logits=True, **kw)
+        assert not np.any(out.sequences[:, 6:9] == eos) and out.sequences.shape[1] >= 10, out.sequences
+        assert all(np.all(z[:, eos] == -np.inf) for z in out.scores[:3]), kw
+        assert np.all(np.isfinite(out.scores[3][:, eos])) and np.all(np.isfinite(out.logits[0][:, eos]))
+    with pytest.raises(ValueError, match="min_new_tokens must be ≥ 0"):
+        m.generate(ids, min_new_tokens=-1)
+    if importlib.util.find_spec("torch") and importlib.util.find_spec("transformers"):
+        torch, hf, ours, t_ids, left = _against_transformers()
+        with torch.no_grad():
+            eos = int(hf.generate(t_ids, max_new_tokens=1, eos_token_id=None, pad_token_id=0)[1, -1])
+        for mask in (None, left):
+            for kw in (dict(min_new_tokens=4), dict(min_length=12)):
+                args = dict(attention_mask=mask, max_new_tokens=7, eos_token_id=eos, pad_token_id=eos,
+                            return_dict_in_generate=True, output_scores=True, **kw)
+                with torch.no_grad():
+                    want = hf.generate(t_ids, do_sample=False, **args)
+                got = ours.generate(t_ids, **args)
+                assert torch.equal(got.sequences, want.sequences), (kw, got.sequences, want.sequences)
+                for g, w in zip(got.scores, want.scores):
+                    assert torch.equal(torch.isinf(g), torch.isinf(w))
+                    assert rel_err(torch.nan_to_num(g).numpy(), torch.nan_to_num(w).numpy()) <= 1e-4
+
+
 def test_generation_config_sets_generates_defaults(tmp_path):
     """generate's settings come, as in transformers, from the call, then a
     generation_config given to it, then model.generation_config: the

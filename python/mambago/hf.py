@@ -441,7 +441,8 @@ class _StandIn:
 # defaults; max_length None: 20 new tokens).
 _GENERATION_DEFAULTS = {
     "max_new_tokens": None, "max_length": None, "do_sample": False, "temperature": 1.0, "top_k": 50,
-    "top_p": 1.0, "repetition_penalty": 1.0, "eos_token_id": None, "pad_token_id": None,
+    "top_p": 1.0, "repetition_penalty": 1.0, "min_new_tokens": None, "min_length": 0, "eos_token_id": None,
+    "pad_token_id": None,
     "num_return_sequences": 1, "return_dict_in_generate": False, "output_scores": False, "output_logits": False,
 }
 
@@ -452,7 +453,7 @@ _GENERATION_DEFAULTS = {
 _GENERATION_OFF = {
     "num_beams": 1, "num_beam_groups": 1, "penalty_alpha": None, "diversity_penalty": 0.0,
     "no_repeat_ngram_size": 0, "bad_words_ids": None, "force_words_ids": None, "constraints": None,
-    "min_length": 0, "min_new_tokens": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
+    "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
     "min_p": None, "suppress_tokens": None, "begin_suppress_tokens": None, "forced_bos_token_id": None,
     "forced_eos_token_id": None, "sequence_bias": None, "guidance_scale": None,
     "exponential_decay_length_penalty": None, "stop_strings": None, "max_time": None, "dola_layers": None,
@@ -602,6 +603,7 @@ class MambaForCausalLM(_StandIn):
                  seed: int | None = None, streamer=None, num_return_sequences: int | None = None,
                  return_dict_in_generate: bool | None = None, output_scores: bool | None = None,
                  output_logits: bool | None = None, repetition_penalty: float | None = None,
+                 min_new_tokens: int | None = None, min_length: int | None = None,
                  generation_config=None, **kwargs):
         """Continue prompts [B, T] by up to max_new_tokens tokens and return
         prompt and new tokens [B, T + n], as transformers does: greedy unless
@@ -624,6 +626,9 @@ class MambaForCausalLM(_StandIn):
         repetition_penalty, as transformers applies it, scales the logits of
         the tokens already in each row (its prompt's, without the padding,
         and the new tokens) before the draw, greedy or sampled.
+        min_new_tokens keeps each row from ending before that many new
+        tokens, as transformers does (the eos ids' logits -inf until then);
+        without it, min_length does, counting the prompt.
 
         return_dict_in_generate returns a GenerateOutput (.sequences, the
         tokens above) that with output_logits also holds each step's logits
@@ -649,7 +654,8 @@ class MambaForCausalLM(_StandIn):
                  "temperature": temperature, "top_k": top_k, "top_p": top_p, "eos_token_id": eos_token_id,
                  "pad_token_id": pad_token_id, "num_return_sequences": num_return_sequences,
                  "return_dict_in_generate": return_dict_in_generate, "output_scores": output_scores,
-                 "output_logits": output_logits, "repetition_penalty": repetition_penalty}
+                 "output_logits": output_logits, "repetition_penalty": repetition_penalty,
+                 "min_new_tokens": min_new_tokens, "min_length": min_length}
         for name in kwargs:
             if name not in _GENERATION_OFF:
                 raise TypeError(f"generate: unsupported argument {name!r}")
@@ -661,12 +667,14 @@ class MambaForCausalLM(_StandIn):
         on = {name: setting(name) for name, off in _GENERATION_OFF.items() if setting(name, off) != off}
         if on:
             raise ValueError(f"generate: {', '.join(f'{k}={v!r}' for k, v in on.items())}: mambago generates "
-                             f"greedily or by sampling (temperature, top_k, top_p, repetition_penalty) only; "
+                             f"greedily or by sampling (temperature, top_k, top_p, repetition_penalty, "
+                             f"min_new_tokens) only; "
                              f"set {'each' if len(on) > 1 else 'it'} to its default "
                              f"({', '.join(f'{k}={_GENERATION_OFF[k]!r}' for k in on)}), in the call or in "
                              f"model.generation_config")
         (max_new_tokens, max_length, do_sample, temperature, top_k, top_p, eos_token_id, pad_token_id,
-         num_return_sequences, return_dict_in_generate, output_scores, output_logits, repetition_penalty) = (
+         num_return_sequences, return_dict_in_generate, output_scores, output_logits, repetition_penalty,
+         min_new_tokens, min_length) = (
             setting(name, _GENERATION_DEFAULTS[name]) for name in given)
         mask = None if attention_mask is None else _numpy(attention_mask)
         ids = _numpy(input_ids).astype(np.int64, copy=False)
@@ -688,6 +696,11 @@ class MambaForCausalLM(_StandIn):
                 raise ValueError(f"max_length={max_length} leaves no room after a prompt of {T} tokens: "
                                  f"raise it, or pass max_new_tokens")
             max_new_tokens = 20 if max_length is None else max_length - T
+        min_new = min_new_tokens
+        if min_new is None:  # min_length counts the prompt, as transformers' does
+            if isinstance(min_length, bool) or not isinstance(min_length, (int, np.integer)):
+                raise TypeError(f"min_length must be an int, got {type(min_length).__name__}")
+            min_new = max(0, min_length - (ids.shape[-1] if ids.ndim else 0))
         if _is_torch_tensor(eos_token_id):
             eos_token_id = _numpy(eos_token_id)
         eos_ids = _eos_ids(eos_token_id, self.config.vocab_size)  # the engine stops a row at each, pads with the first
@@ -700,12 +713,13 @@ class MambaForCausalLM(_StandIn):
         if do_sample and top_p != 0:
             new = self.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                                       seed=seed, eos_token_id=eos_ids, attention_mask=mask, streamer=streamer,
-                                      repetition_penalty=repetition_penalty)
+                                      repetition_penalty=repetition_penalty, min_new_tokens=min_new)
         else:
             # greedy; also sampling with top_p=0, which keeps only the most likely token (transformers keeps
             # at least one; the engine's top_p wants (0, 1]); the scores below are still top_p=0's
             new = self.model.generate(ids, max_new_tokens, eos_token_id=eos_ids, attention_mask=mask,
-                                      streamer=streamer, repetition_penalty=repetition_penalty)
+                                      streamer=streamer, repetition_penalty=repetition_penalty,
+                                      min_new_tokens=min_new)
         if pads:
             new, _ = _pad_after_eos(new, eos_ids, pad_token_id, np.zeros(new.shape[0], bool))
         sequences = _like(np.concatenate([ids.reshape(new.shape[0], -1), new], axis=1), input_ids)
@@ -719,6 +733,9 @@ class MambaForCausalLM(_StandIn):
                 prompts = [row[keep == 1] for row, keep in zip(prompts, mask.reshape(prompts.shape))]
             scores = [_penalized(z, [np.concatenate([p, row[:i]]) for p, row in zip(prompts, new)], repetition_penalty)
                       for i, z in enumerate(logits)]
+            for i in range(min(min_new, len(scores))):  # before min_new_tokens, transformers' -inf at eos
+                scores[i] = scores[i].copy()
+                scores[i][:, eos_ids] = -np.inf
             scores = [_warped(z, temperature, top_k, top_p) for z in scores] if do_sample else scores
             scores = tuple(_like(z, input_ids) for z in scores)
         if output_logits:
