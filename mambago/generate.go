@@ -42,6 +42,14 @@ type Sampling struct {
 	MinNew int
 }
 
+// endIDs returns the ids that end a row: EOS and MoreEOS, or none.
+func (s Sampling) endIDs() []int64 {
+	if s.EOS < 0 {
+		return nil
+	}
+	return append([]int64{s.EOS}, s.MoreEOS...)
+}
+
 // ends reports whether a row that emits id stops there.
 func (s Sampling) ends(id int64) bool {
 	return s.EOS >= 0 && (id == s.EOS || slices.Contains(s.MoreEOS, id))
@@ -111,7 +119,7 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 		return nil, 0, engine.Invalid("max_new_tokens = %d, want ≥ 0", maxNew)
 	}
 	cfg := m.Config()
-	for _, id := range append([]int64{s.EOS}, s.MoreEOS...) {
+	for _, id := range s.endIDs() {
 		if id >= int64(cfg.Vocab) {
 			return nil, 0, engine.Invalid("eos id %d is outside the vocabulary [0, %d)", id, cfg.Vocab)
 		}
@@ -353,11 +361,9 @@ func drawRows(samplers []*sampler, logits []float32, done []bool, next []int64) 
 // banEOS sets the logits of the ids that end a row to -Inf in every row
 // of logits [B, V] (MinNew).
 func (s Sampling) banEOS(logits []float32, V int) {
-	if s.EOS < 0 {
-		return
-	}
+	ids := s.endIDs()
 	for row := range len(logits) / V {
-		for _, id := range append([]int64{s.EOS}, s.MoreEOS...) {
+		for _, id := range ids {
 			logits[row*V+int(id)] = float32(math.Inf(-1))
 		}
 	}
