@@ -30,7 +30,7 @@ type Sampling struct {
 	// logit of each token already in the row before the draw: a positive
 	// logit is divided by it, a negative one multiplied, so values above 1
 	// make a token less likely to come again. A row's tokens are its
-	// prompt's (its span's, without the padding, as transformers 5 leaves
+	// prompt's (its span's, without the padding, as transformers 5.25 leaves
 	// out left padding) and those it has generated. 0 and 1 leave the logits as
 	// they are; otherwise it must be finite and > 0, and on the CUDA engine
 	// each step's logits then come back for the draw on the host.

@@ -623,9 +623,9 @@ class MambaForCausalLM(_StandIn):
         num_return_sequences n > 1 (with do_sample) samples n continuations
         of each prompt, as transformers does: rows [B * n, T + n_new], a
         prompt's n rows together, each drawn on a random stream of its own.
-        repetition_penalty, as transformers applies it, scales the logits of
-        the tokens already in each row (its prompt's, without the padding,
-        and the new tokens) before the draw, greedy or sampled.
+        repetition_penalty, as transformers 5.25 applies it, scales the
+        logits of the tokens already in each row (its prompt's, without the
+        padding, and the new tokens) before the draw, greedy or sampled.
         min_new_tokens keeps each row from ending before that many new
         tokens, as transformers does (the eos ids' logits -inf until then);
         without it, min_length does, counting the prompt.

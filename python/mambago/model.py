@@ -1038,7 +1038,7 @@ class Model(_Owner):
         which is then padded with the first. repetition_penalty (finite,
         > 0) is transformers' own: before each draw, the logit of every
         token already in the row (its prompt's, without the padding, as
-        transformers 5 counts them, and the tokens generated) is divided by
+        transformers 5.25 counts them, and the tokens generated) is divided by
         it where ≥ 0 and multiplied by it where < 0, so above 1 repeats are
         less likely. min_new_tokens (≥ 0), as transformers', keeps a row
         from ending before that many new tokens: until then the eos ids'
