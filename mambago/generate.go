@@ -14,7 +14,8 @@ import (
 // Sampling chooses the next token from logits. Tokens rank by logit, the
 // lower id first among equals. Greedy takes the best; otherwise a token is
 // drawn with probability ∝ exp(logit / Temperature) from the TopK best, cut
-// to the shortest best-first run of them whose probability reaches TopP.
+// to the shortest best-first run of them whose probability reaches TopP,
+// then to those of the run at least MinP times as likely as the best.
 // Logits that hold NaN make the generation fail rather than draw a token.
 type Sampling struct {
 	Temperature float64 // 0 picks the most likely token (greedy); finite
@@ -35,6 +36,11 @@ type Sampling struct {
 	// they are; otherwise it must be finite and > 0, and on the CUDA engine
 	// each step's logits then come back for the draw on the host.
 	RepetitionPenalty float64
+	// MinP, as transformers' min_p, keeps, of the tokens TopK and TopP
+	// leave, those at least MinP times as likely as the best, when
+	// sampling; 0 keeps them all. In [0, 1]; on the CUDA engine a draw
+	// under it is made on the host.
+	MinP float64
 	// MinNew, as transformers' min_new_tokens, keeps a row from ending
 	// before its MinNew-th new token: until then the logits of EOS and
 	// MoreEOS are -Inf. On the CUDA engine each step's logits then come
@@ -66,6 +72,8 @@ func (s Sampling) Check() error {
 		return engine.Invalid("top_p = %v, want in (0, 1]", s.TopP)
 	case math.IsNaN(s.RepetitionPenalty) || s.RepetitionPenalty < 0 || math.IsInf(s.RepetitionPenalty, 1):
 		return engine.Invalid("repetition_penalty = %v, want finite and > 0 (0 or 1 for none)", s.RepetitionPenalty)
+	case !(s.MinP >= 0 && s.MinP <= 1):
+		return engine.Invalid("min_p = %v, want in [0, 1]", s.MinP)
 	case s.MinNew < 0:
 		return engine.Invalid("min_new_tokens = %d, want ≥ 0", s.MinNew)
 	case len(s.MoreEOS) > 0 && s.EOS < 0:
@@ -159,10 +167,10 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 	// nucleus there (TopPDecoder). Any other returns the logits in the
 	// decoder's own (page-locked) memory.
 	// The repetition penalty and a minimum length change the logits before
-	// the draw, so with either every step returns its logits and the host
-	// draws.
+	// the draw, and the device's draws have no min_p, so with any of them
+	// every step returns its logits and the host draws.
 	pen := newPenalty(s.RepetitionPenalty, ids, B, T, spans, cfg.Vocab)
-	onHost := pen != nil || (s.MinNew > 0 && s.EOS >= 0)
+	onHost := pen != nil || (s.MinNew > 0 && s.EOS >= 0) || (s.MinP > 0 && s.Temperature > 0)
 	greedyOnDevice := dec != nil && s.Temperature == 0 && !onHost
 	var topK engine.TopKDecoder
 	var topKQueue engine.TopKQueueDecoder // draws from the k best on the device, as the host would

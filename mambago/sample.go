@@ -18,7 +18,8 @@ var errNaN = errors.New("the logits hold NaN")
 //
 // Tokens are ranked by logit, the lower id first among equal logits. A
 // draw takes the TopK best (all when TopK is 0), then the shortest run of
-// those, best first, whose probability reaches TopP of theirs, and draws
+// those, best first, whose probability reaches TopP of theirs, then of
+// those the ones at least MinP times as likely as the best, and draws
 // from that run with probability ∝ exp(logit / Temperature). A draw over
 // 50k tokens costs a few passes over the row and a sort of at most the
 // TopK best or one bin of a nucleus (fromAll), not a sort of the row.
@@ -132,6 +133,15 @@ func (sp *sampler) fromBest(ids []int, vals []float32) int {
 	// Products rounded on their own, as in expNeg: kernels/topk.cu's
 	// topk_draw_f32 draws the same token from the same uniform.
 	keep, mass := nucleus(sp.w, float64(sp.s.TopP*total))
+	if m := sp.s.MinP; m > 0 { // w is best first, and w[0] is 1
+		for keep > 1 && sp.w[keep-1] < m {
+			keep--
+		}
+		mass = 0
+		for _, x := range sp.w[:keep] {
+			mass += x
+		}
+	}
 	return ids[pick(float64(u*mass), sp.w[:keep])]
 }
 
@@ -153,6 +163,15 @@ func (sp *sampler) fromAll(logits []float32, top float64) int {
 		}
 	}
 	if sp.s.TopP == 1 {
+		if m := sp.s.MinP; m > 0 { // the best's weight is 1
+			total = 0
+			for i, x := range sp.w {
+				if x < m {
+					sp.w[i] = 0
+				}
+				total += sp.w[i]
+			}
+		}
 		return pick(sp.rng.Float64()*total, sp.w)
 	}
 	scale := 0.0 // bins a unit of logit
@@ -194,8 +213,18 @@ func (sp *sampler) fromAll(logits []float32, top float64) int {
 			break
 		}
 	}
+	edge = edge[:keep]
+	if m := sp.s.MinP; m > 0 { // after the nucleus, those of at least m times the best's weight (1)
+		sure, edge = atLeast(sure, sp.w, m), atLeast(edge, sp.w, m)
+		mass = 0
+		for _, run := range [][]int{sure, edge} {
+			for _, i := range run {
+				mass += sp.w[i]
+			}
+		}
+	}
 	r, drawn := sp.rng.Float64()*mass, -1
-	for _, run := range [][]int{sure, edge[:keep]} {
+	for _, run := range [][]int{sure, edge} {
 		for _, i := range run {
 			if drawn = i; r < sp.w[i] {
 				return i
@@ -204,6 +233,11 @@ func (sp *sampler) fromAll(logits []float32, top float64) int {
 		}
 	}
 	return drawn // rounding left r past the last
+}
+
+// atLeast keeps, in place, the ids whose weight w[id] is at least m.
+func atLeast(ids []int, w []float64, m float64) []int {
+	return slices.DeleteFunc(ids, func(i int) bool { return w[i] < m })
 }
 
 // nbins is how many bins fromAll sums a nucleus's weight in.

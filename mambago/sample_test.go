@@ -16,7 +16,8 @@ import (
 
 // reference is the sampling rule written plainly: every token ranked by a
 // stable sort, softmax at the temperature over the TopK best, then the
-// shortest best-first run reaching TopP. It returns each token's exact
+// shortest best-first run reaching TopP, then of those the ones at least
+// MinP times as likely as the best. It returns each token's exact
 // probability of being drawn.
 func reference(logits []float32, s Sampling) []float64 {
 	ids := make([]int, len(logits))
@@ -41,6 +42,10 @@ func reference(logits []float32, s Sampling) []float64 {
 			keep = n + 1
 			break
 		}
+	}
+	for keep > 1 && w[keep-1] < s.MinP*w[0] {
+		cum -= w[keep-1]
+		keep--
 	}
 	p := make([]float64, len(logits))
 	for n := range keep {
@@ -75,6 +80,10 @@ func TestSamplerMatchesTheRule(t *testing.T) {
 		{Temperature: 1, TopK: 6, TopP: 0.7},
 		{Temperature: 2, TopK: 3, TopP: 0.5},
 		{Temperature: 0.5, TopK: 12, TopP: 0.95}, // TopK past V: every token
+		{Temperature: 0.8, TopP: 1, MinP: 0.2},
+		{Temperature: 1.2, TopK: 7, TopP: 1, MinP: 0.3},
+		{Temperature: 1, TopP: 0.95, MinP: 0.5},
+		{Temperature: 1.5, TopK: 8, TopP: 0.8, MinP: 0.1},
 	}
 	const draws = 200_000
 	for n, s := range settings {
@@ -85,7 +94,7 @@ func TestSamplerMatchesTheRule(t *testing.T) {
 				logits[i] = 0.3 * float32(rng.IntN(6))
 			}
 		}
-		t.Run(fmt.Sprintf("V=%d,T=%v,k=%d,p=%v", len(logits), s.Temperature, s.TopK, s.TopP), func(t *testing.T) {
+		t.Run(fmt.Sprintf("V=%d,T=%v,k=%d,p=%v,minp=%v", len(logits), s.Temperature, s.TopK, s.TopP, s.MinP), func(t *testing.T) {
 			want := reference(logits, s)
 			s.Seed = rng.Uint64()
 			sp := newSampler(s, 0)

@@ -133,6 +133,25 @@ def test_repetition_penalty_follows_transformers():
                     assert rel_err(g.numpy(), w.numpy()) <= 1e-4
 
 
+def test_min_p_keeps_the_likely_tokens():
+    """min_p, when sampling, draws only tokens at least min_p times as
+    likely as the best among those top_k and top_p leave: every token drawn
+    has a finite score, and the scores keep exactly those. Greedy decoding
+    ignores it, as transformers does; one outside [0, 1] is refused."""
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    ids = np.random.default_rng().integers(0, m.config.vocab_size, size=(4, 5))
+    for kw in (dict(min_p=0.3), dict(min_p=0.1, top_k=0, top_p=0.9), dict(min_p=0.5, top_k=20)):
+        out = m.generate(ids, max_new_tokens=12, do_sample=True, temperature=1.5, seed=4, eos_token_id=[],
+                         return_dict_in_generate=True, output_scores=True, output_logits=True, **kw)
+        for i, (z, raw) in enumerate(zip(out.scores, out.logits)):
+            assert np.all(np.isfinite(z[np.arange(4), out.sequences[:, 5 + i]])), (kw, i)
+            p = np.exp((raw - raw.max(axis=-1, keepdims=True)).astype(np.float64) / 1.5)
+            assert not np.any(np.isfinite(z) & (p < kw["min_p"])), kw
+    assert np.array_equal(m.generate(ids, max_new_tokens=6, min_p=0.9), m.generate(ids, max_new_tokens=6))
+    with pytest.raises(ValueError, match="min_p must be in"):
+        m.generate(ids, max_new_tokens=3, do_sample=True, min_p=1.5)
+
+
 def test_min_new_tokens_follows_transformers():
     """min_new_tokens keeps rows from ending before that many new tokens
     (eos -inf in the scores until then), and min_length likewise counting
@@ -575,18 +594,19 @@ def test_generate_scores_match_transformers():
             assert rel_err(ours.compute_transition_scores(got.sequences, got.scores, normalize_logits=norm).numpy(),
                            hf.compute_transition_scores(want.sequences, want.scores, normalize_logits=norm).numpy()
                            ) <= 1e-4
-    from transformers.generation.logits_process import (TemperatureLogitsWarper, TopKLogitsWarper,
-                                                        TopPLogitsWarper)
+    from transformers.generation.logits_process import (MinPLogitsWarper, TemperatureLogitsWarper,
+                                                        TopKLogitsWarper, TopPLogitsWarper)
     from mambago.hf import _warped
 
     logits = torch.randn(3, 200) * 4
-    for temp, k, p in ((0.7, 0, 0.9), (1.0, 20, 1.0), (1.3, 50, 0.5), (1.0, 0, 0.99)):
+    for temp, k, p, mp in ((0.7, 0, 0.9, 0.0), (1.0, 20, 1.0, 0.0), (1.3, 50, 0.5, 0.0), (1.0, 0, 0.99, 0.0),
+                           (0.8, 0, 1.0, 0.1), (1.2, 30, 0.9, 0.05), (1.0, 0, 0.95, 0.3)):
         want = logits.clone()
         for make, on in ((lambda: TemperatureLogitsWarper(temp), temp != 1.0), (lambda: TopKLogitsWarper(k), k > 0),
-                         (lambda: TopPLogitsWarper(p), p < 1.0)):
+                         (lambda: TopPLogitsWarper(p), p < 1.0), (lambda: MinPLogitsWarper(mp), mp > 0)):
             want = make()(None, want) if on else want
-        got = _warped(logits.numpy(), temp, k, p)
-        assert np.array_equal(np.isfinite(got), torch.isfinite(want).numpy()), (temp, k, p)
+        got = _warped(logits.numpy(), temp, k, p, mp)
+        assert np.array_equal(np.isfinite(got), torch.isfinite(want).numpy()), (temp, k, p, mp)
         assert np.allclose(got[np.isfinite(got)], want[torch.isfinite(want)].numpy(), rtol=1e-6)
 
 

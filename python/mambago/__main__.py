@@ -137,7 +137,7 @@ def cmd_run(args) -> int:
     # One text prompt prints as it is generated; several print at the end.
     stream = _TextStream(tok, "text[0]:      ") if tok is not None and B == 1 else None
     out = m.generate(ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                     top_p=args.top_p, seed=args.seed, eos_token_id=eos, attention_mask=mask, streamer=stream,
+                     top_p=args.top_p, min_p=args.min_p, seed=args.seed, eos_token_id=eos, attention_mask=mask, streamer=stream,
                      repetition_penalty=args.repetition_penalty, min_new_tokens=args.min_new_tokens)
     t_gen = time.perf_counter() - t0
     for b in range(B):
@@ -208,6 +208,8 @@ def main(argv=None) -> int:
     sp.add_argument("--temperature", type=float, default=0.0)
     sp.add_argument("--top-k", type=int, default=0)
     sp.add_argument("--top-p", type=float, default=1.0)
+    sp.add_argument("--min-p", type=float, default=0.0,
+                    help="when sampling, keep tokens at least this many times as likely as the best (default 0)")
     sp.add_argument("--seed", type=int, default=None)
     sp.add_argument("--min-new-tokens", type=int, default=0,
                     help="no row stops at eos before this many new tokens (default 0)")

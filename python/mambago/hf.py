@@ -441,8 +441,8 @@ class _StandIn:
 # defaults; max_length None: 20 new tokens).
 _GENERATION_DEFAULTS = {
     "max_new_tokens": None, "max_length": None, "do_sample": False, "temperature": 1.0, "top_k": 50,
-    "top_p": 1.0, "repetition_penalty": 1.0, "min_new_tokens": None, "min_length": 0, "eos_token_id": None,
-    "pad_token_id": None,
+    "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0, "min_new_tokens": None, "min_length": 0,
+    "eos_token_id": None, "pad_token_id": None,
     "num_return_sequences": 1, "return_dict_in_generate": False, "output_scores": False, "output_logits": False,
 }
 
@@ -454,7 +454,7 @@ _GENERATION_OFF = {
     "num_beams": 1, "num_beam_groups": 1, "penalty_alpha": None, "diversity_penalty": 0.0,
     "no_repeat_ngram_size": 0, "bad_words_ids": None, "force_words_ids": None, "constraints": None,
     "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
-    "min_p": None, "suppress_tokens": None, "begin_suppress_tokens": None, "forced_bos_token_id": None,
+    "top_h": None, "suppress_tokens": None, "begin_suppress_tokens": None, "forced_bos_token_id": None,
     "forced_eos_token_id": None, "sequence_bias": None, "guidance_scale": None,
     "exponential_decay_length_penalty": None, "stop_strings": None, "max_time": None, "dola_layers": None,
     "low_memory": None, "watermarking_config": None, "assistant_model": None, "prompt_lookup_num_tokens": None,
@@ -603,7 +603,7 @@ class MambaForCausalLM(_StandIn):
                  seed: int | None = None, streamer=None, num_return_sequences: int | None = None,
                  return_dict_in_generate: bool | None = None, output_scores: bool | None = None,
                  output_logits: bool | None = None, repetition_penalty: float | None = None,
-                 min_new_tokens: int | None = None, min_length: int | None = None,
+                 min_new_tokens: int | None = None, min_length: int | None = None, min_p: float | None = None,
                  generation_config=None, **kwargs):
         """Continue prompts [B, T] by up to max_new_tokens tokens and return
         prompt and new tokens [B, T + n], as transformers does: greedy unless
@@ -626,6 +626,8 @@ class MambaForCausalLM(_StandIn):
         repetition_penalty, as transformers 5.25 applies it, scales the
         logits of the tokens already in each row (its prompt's, without the
         padding, and the new tokens) before the draw, greedy or sampled.
+        min_p, when sampling, keeps of the tokens top_k and top_p leave
+        those at least min_p times as likely as the best.
         min_new_tokens keeps each row from ending before that many new
         tokens, as transformers does (the eos ids' logits -inf until then);
         without it, min_length does, counting the prompt.
@@ -655,7 +657,7 @@ class MambaForCausalLM(_StandIn):
                  "pad_token_id": pad_token_id, "num_return_sequences": num_return_sequences,
                  "return_dict_in_generate": return_dict_in_generate, "output_scores": output_scores,
                  "output_logits": output_logits, "repetition_penalty": repetition_penalty,
-                 "min_new_tokens": min_new_tokens, "min_length": min_length}
+                 "min_new_tokens": min_new_tokens, "min_length": min_length, "min_p": min_p}
         for name in kwargs:
             if name not in _GENERATION_OFF:
                 raise TypeError(f"generate: unsupported argument {name!r}")
@@ -667,14 +669,14 @@ class MambaForCausalLM(_StandIn):
         on = {name: setting(name) for name, off in _GENERATION_OFF.items() if setting(name, off) != off}
         if on:
             raise ValueError(f"generate: {', '.join(f'{k}={v!r}' for k, v in on.items())}: mambago generates "
-                             f"greedily or by sampling (temperature, top_k, top_p, repetition_penalty, "
+                             f"greedily or by sampling (temperature, top_k, top_p, min_p, repetition_penalty, "
                              f"min_new_tokens) only; "
                              f"set {'each' if len(on) > 1 else 'it'} to its default "
                              f"({', '.join(f'{k}={_GENERATION_OFF[k]!r}' for k in on)}), in the call or in "
                              f"model.generation_config")
         (max_new_tokens, max_length, do_sample, temperature, top_k, top_p, eos_token_id, pad_token_id,
          num_return_sequences, return_dict_in_generate, output_scores, output_logits, repetition_penalty,
-         min_new_tokens, min_length) = (
+         min_new_tokens, min_length, min_p) = (
             setting(name, _GENERATION_DEFAULTS[name]) for name in given)
         mask = None if attention_mask is None else _numpy(attention_mask)
         ids = _numpy(input_ids).astype(np.int64, copy=False)
@@ -713,7 +715,7 @@ class MambaForCausalLM(_StandIn):
         if do_sample and top_p != 0:
             new = self.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                                       seed=seed, eos_token_id=eos_ids, attention_mask=mask, streamer=streamer,
-                                      repetition_penalty=repetition_penalty, min_new_tokens=min_new)
+                                      repetition_penalty=repetition_penalty, min_new_tokens=min_new, min_p=min_p)
         else:
             # greedy; also sampling with top_p=0, which keeps only the most likely token (transformers keeps
             # at least one; the engine's top_p wants (0, 1]); the scores below are still top_p=0's
@@ -736,7 +738,7 @@ class MambaForCausalLM(_StandIn):
             for i in range(min(min_new, len(scores))):  # before min_new_tokens, transformers' -inf at eos
                 scores[i] = scores[i].copy()
                 scores[i][:, eos_ids] = -np.inf
-            scores = [_warped(z, temperature, top_k, top_p) for z in scores] if do_sample else scores
+            scores = [_warped(z, temperature, top_k, top_p, min_p) for z in scores] if do_sample else scores
             scores = tuple(_like(z, input_ids) for z in scores)
         if output_logits:
             logits = tuple(_like(z, input_ids) for z in logits)
@@ -973,12 +975,14 @@ def _penalized(logits: np.ndarray, seen, penalty: float) -> np.ndarray:
     return z
 
 
-def _warped(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
+def _warped(logits: np.ndarray, temperature: float, top_k: int, top_p: float, min_p: float = 0.0) -> np.ndarray:
     """transformers' sampling scores of logits [B, V]: divided by
     temperature (unless 1), then -inf below the top_k-th largest (ties
     kept; unless 0 or V and more), then -inf outside the nucleus: the
     tokens whose probability, added from the least likely up, stays at or
-    under 1 - top_p, the most likely always kept (unless top_p is 1)."""
+    under 1 - top_p, the most likely always kept (unless top_p is 1), then
+    -inf where the probability is under min_p times the best's (unless
+    min_p is 0)."""
     z = logits.astype(np.float32, copy=True)
     if temperature != 1.0:
         z /= np.float32(temperature)
@@ -994,6 +998,9 @@ def _warped(logits: np.ndarray, temperature: float, top_k: int, top_p: float) ->
         drop = cum <= 1 - top_p
         drop[:, -1] = False
         np.put_along_axis(z, order, np.where(drop, -np.inf, ranked).astype(np.float32), axis=-1)
+    if min_p > 0:
+        p = np.exp(z.astype(np.float64) - z.max(axis=-1, keepdims=True))  # the best's is 1
+        z[p < min_p] = -np.inf
     return z
 
 

@@ -1016,7 +1016,7 @@ class Model(_Owner):
     def generate(self, input_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, eos_token_id: int | list[int] | None = None, *,
                  attention_mask=None, streamer=None, repetition_penalty: float = 1.0,
-                 min_new_tokens: int = 0) -> np.ndarray:
+                 min_new_tokens: int = 0, min_p: float = 0.0) -> np.ndarray:
         """Continue prompts input_ids [B, T] by up to max_new_tokens tokens; returns int64 [B, n].
 
         temperature must be finite and ≥ 0: 0 is greedy (the lowest id among
@@ -1040,9 +1040,11 @@ class Model(_Owner):
         token already in the row (its prompt's, without the padding, as
         transformers 5.25 counts them, and the tokens generated) is divided by
         it where ≥ 0 and multiplied by it where < 0, so above 1 repeats are
-        less likely. min_new_tokens (≥ 0), as transformers', keeps a row
+        less likely. min_p (in [0, 1]), as transformers', keeps of the
+        tokens top_k and top_p leave those at least min_p times as likely as
+        the best, when sampling. min_new_tokens (≥ 0), as transformers', keeps a row
         from ending before that many new tokens: until then the eos ids'
-        logits are -inf. With either, on the CUDA engine, each step's logits
+        logits are -inf. With any of these three, on the CUDA engine, each step's logits
         come to the host and the draw is made there. The engine keeps
         the last call's state (and CUDA step graph) for the next call of the
         same batch size, until close(). attention_mask
@@ -1067,11 +1069,14 @@ class Model(_Owner):
         for name, v in (("max_new_tokens", max_new_tokens), ("min_new_tokens", min_new_tokens)):
             if v < 0:
                 raise ValueError(f"{name} must be ≥ 0, got {v}")
-        for name, v in (("temperature", temperature), ("top_p", top_p), ("repetition_penalty", repetition_penalty)):
+        for name, v in (("temperature", temperature), ("top_p", top_p), ("repetition_penalty", repetition_penalty),
+                        ("min_p", min_p)):
             if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
                 raise TypeError(f"{name} must be a number, got {type(v).__name__}")
         if not 0 < repetition_penalty < math.inf:
             raise ValueError(f"repetition_penalty must be finite and > 0 (1 for none), got {repetition_penalty}")
+        if not 0 <= min_p <= 1:
+            raise ValueError(f"min_p must be in [0, 1] (0 for none), got {min_p}")
         if seed is None:
             seed = int.from_bytes(os.urandom(8), "little") >> 1
         elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
@@ -1096,7 +1101,7 @@ class Model(_Owner):
 
         if max_new_tokens > 0:
             n = _interruptible(_b.Generate, self._handle(), _addr(ids), B, T, int(max_new_tokens),
-                               float(temperature), int(top_k), float(top_p), float(repetition_penalty),
+                               float(temperature), int(top_k), float(top_p), float(min_p), float(repetition_penalty),
                                int(min_new_tokens), int(seed) & (2**63 - 1), eos,
                                _addr(more), more.size, _addr(out), out.size, *_span_args(spans),
                                keep=(ids, out, spans, more), poll=poll)
