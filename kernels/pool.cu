@@ -1,5 +1,6 @@
 // Pooling over the positions of a chunk of the normed hidden states, the
-// masks of a padded batch (below pool_f32), and greedy decoding's pick (last).
+// masks of a padded batch (below pool_f32), greedy decoding's pick, and a
+// queued generation step's logits processors (last).
 //
 //   mode 1 (sum):   out[b, i] (+)= sum_t h[b, t, i]      ('+=' when accumulate, for later chunks)
 //   mode 2 (all):   out[b, t0 + t, i] = h[b, t, i]        (out holds [B, T, d], the chunk starts at t0)
@@ -100,4 +101,39 @@ extern "C" __global__ void head_picks_i64(const unsigned long long *__restrict__
     if (b >= B) return;
     const unsigned long long k = keys[b];
     put_pick(ids, mirror, b, k == ~0ull ? -1 : (long long)(0xffffffffu - (unsigned)k));
+}
+
+// A queued generation step's logits processors, before its pick or draw
+// (engine.ProcessingDecoder; mambago.Sampling's RepetitionPenalty and
+// MinNew, as the host's penalty and banEOS apply them):
+//
+//   process_rows_f32: in row b of logits [B, V], where penalty != 1, first
+//                     seen[b, fed[b]] = 1 (the token the step was fed, the
+//                     row's latest), then each logit whose seen[b, v] is set
+//                     divided by penalty where >= 0 and multiplied by it
+//                     where below, each rounded once as the host's float32
+//                     operations are; then the logits of ban[0 .. nban) set
+//                     to -inf.
+//
+// Grid (B), one block a row; its threads stride over the row.
+
+extern "C" __global__ void process_rows_f32(float *__restrict__ logits, int V, unsigned char *__restrict__ seen,
+                                            const long long *__restrict__ fed, float penalty,
+                                            const long long *__restrict__ ban, int nban) {
+    float *row = logits + (long long)blockIdx.x * V;
+    if (penalty != 1.f) {
+        unsigned char *mine = seen + (long long)blockIdx.x * V;
+        if (threadIdx.x == 0) {
+            const long long id = fed[blockIdx.x];
+            if (id >= 0 && id < V) mine[id] = 1;
+        }
+        __syncthreads();
+        for (int i = threadIdx.x; i < V; i += blockDim.x)
+            if (mine[i]) {
+                const float v = row[i];
+                row[i] = v < 0.f ? __fmul_rn(v, penalty) : __fdiv_rn(v, penalty);
+            }
+        __syncthreads();  // a banned id's penalty is written before its -inf
+    }
+    for (int i = threadIdx.x; i < nban; i += blockDim.x) row[ban[i]] = __int_as_float(0xff800000);
 }

@@ -133,8 +133,8 @@ func TestGenerateOnDevice(t *testing.T) {
 					t.Errorf("%s, graph steps %d, %+v: one step at a time %v, queued %v", dtype, graphSteps, c.s, got, c.want)
 				}
 			}
-			// Under a repetition penalty each step's logits come back, and
-			// the host's greedy pick follows hostLoop's.
+			// Under a repetition penalty the queued greedy steps process
+			// their logits on the device, and pick hostLoop's tokens.
 			if got, _, err := m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1, RepetitionPenalty: 1.4}); err != nil {
 				t.Fatal(err)
 			} else if want := hostLoop(t, m, ids, B, T, n, 1.4); !slices.Equal(got, want) {
@@ -154,6 +154,23 @@ func TestGenerateOnDevice(t *testing.T) {
 			}
 			if !slices.Equal(toks, host) {
 				t.Errorf("%s, graph steps %d: sampled tokens from the device's top-k %v, from whole rows %v", dtype, graphSteps, toks, host)
+			}
+			// Under a repetition penalty and a minimum length the queued
+			// top-k draws process their logits on the device
+			// (process_rows_f32): the host's draws from logits it
+			// processed itself, token for token.
+			sp := s
+			sp.RepetitionPenalty, sp.MinNew, sp.EOS = 1.3, 4, want[1][2]
+			devP, _, err := m.Generate(ids, B, T, n, sp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hostP, _, err := (&mambago.Model{Engine: hostSampled{Engine: g}}).Generate(ids, B, T, n, sp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(devP, hostP) {
+				t.Errorf("%s, graph steps %d, penalty and MinNew: sampled on the device %v, on the host %v", dtype, graphSteps, devP, hostP)
 			}
 		}
 	}

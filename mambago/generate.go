@@ -167,10 +167,24 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 	// nucleus there (TopPDecoder). Any other returns the logits in the
 	// decoder's own (page-locked) memory.
 	// The repetition penalty and a minimum length change the logits before
-	// the draw, and the device's draws have no min_p, so with any of them
-	// every step returns its logits and the host draws.
+	// the draw: on the host for the first token, and for the rest on the
+	// device where the decoder processes its queued steps' logits and
+	// queues the draw asked for (ProcessingDecoder); else every step
+	// returns its logits and the host draws. So it does under min_p, which
+	// the device's draws do not have.
 	pen := newPenalty(s.RepetitionPenalty, ids, B, T, spans, cfg.Vocab)
-	onHost := pen != nil || (s.MinNew > 0 && s.EOS >= 0) || (s.MinP > 0 && s.Temperature > 0)
+	banning := s.MinNew > 0 && s.EOS >= 0
+	proc, _ := dec.(engine.ProcessingDecoder)
+	if proc != nil && s.TopK > 0 && s.TopK < cfg.Vocab && s.TopK > proc.TopKQueueMax() && s.Temperature > 0 {
+		proc = nil // its top-k candidates come back unprocessed (TopKDecoder)
+	}
+	onDevice := (pen != nil || banning) && proc != nil && maxNew > 1
+	if onDevice {
+		if err := proc.Process(pen.factor(), pen.rows(B), s.endIDs(), max(s.MinNew-1, 0)); err != nil {
+			return nil, 0, err
+		}
+	}
+	onHost := (pen != nil || banning) && !onDevice || (s.MinP > 0 && s.Temperature > 0)
 	greedyOnDevice := dec != nil && s.Temperature == 0 && !onHost
 	var topK engine.TopKDecoder
 	var topKQueue engine.TopKQueueDecoder // draws from the k best on the device, as the host would
@@ -404,6 +418,22 @@ func newPenalty(by float64, ids []int64, B, T int, spans []Span, V int) *penalty
 		}
 	}
 	return pn
+}
+
+// factor is the penalty's factor: 1 for nil, which has none.
+func (pn *penalty) factor() float32 {
+	if pn == nil {
+		return 1
+	}
+	return pn.by
+}
+
+// rows returns each of B rows' distinct ids so far (none for nil).
+func (pn *penalty) rows(B int) [][]int32 {
+	if pn == nil {
+		return make([][]int32, B)
+	}
+	return pn.ids
 }
 
 // add counts id (checked, in [0, V)) in row b.

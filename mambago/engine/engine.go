@@ -214,6 +214,22 @@ type TopKQueueDecoder interface {
 	QueueTopK(ids []int64, k int, temperature, p float64, uniforms []float64) error
 }
 
+// ProcessingDecoder is a TopKQueueDecoder that also changes the logits of
+// its queued steps where they are, before their pick or draw, as
+// mambago.Sampling's repetition penalty and minimum length change them on
+// the host: so that a generation under them keeps its steps queued.
+type ProcessingDecoder interface {
+	TopKQueueDecoder
+	// Process makes each step queued after it, before its pick, first add
+	// the ids it is fed to its rows' tokens, then scale the logit of each
+	// token its row holds (seen[b] and those added) by penalty, divided
+	// where ≥ 0 and multiplied where below, in float32 (1: none), then set
+	// the logits of ban to -Inf where it is one of the next banSteps steps
+	// queued. seen [B] are the ids (in [0, V)) each row holds before the
+	// first such step.
+	Process(penalty float32, seen [][]int32, ban []int64, banSteps int) error
+}
+
 // InputError reports bad input from the caller: the Python package raises it
 // as ValueError.
 type InputError struct{ Msg string }

@@ -49,6 +49,107 @@ type Decoder struct {
 	cand     *cuda.Buffer
 	candHost *cuda.HostBuffer
 	candK    int
+
+	proc *processing // the queued steps' logits processors (Process), or nil
+}
+
+// processing is what process_rows_f32 reads for a decoder's queued steps
+// (Process): each row's tokens, the penalty on their logits, and the ids
+// whose logits are -Inf in the next banSteps steps queued.
+type processing struct {
+	seen     *cuda.Buffer // uint8 [B, V]: 1 where row b holds id v
+	ban      *cuda.Buffer // int64 [nBan], or nil
+	nBan     int
+	by       float32
+	banSteps int
+}
+
+// Process makes each step queued after it process its logits before its
+// pick or draw (engine.ProcessingDecoder): process_rows_f32 adds the ids
+// the step is fed to its rows' tokens, scales the logits of every token a
+// row holds by penalty (1: none), and sets the logits of ban to -Inf in the
+// next banSteps steps queued. seen [B] holds each row's ids (in [0, V))
+// before them.
+func (d *Decoder) Process(penalty float32, seen [][]int32, ban []int64, banSteps int) error {
+	e, B, V := d.e, d.s.batch, d.e.cfg.Vocab
+	switch {
+	case d.pick == nil:
+		return engine.Invalid("decoder is closed")
+	case len(seen) != B:
+		return engine.Invalid("decoder for B=%d: got %d rows of tokens", B, len(seen))
+	case !(penalty > 0) || math.IsInf(float64(penalty), 1):
+		return engine.Invalid("repetition penalty %v, want finite and > 0", penalty)
+	case banSteps < 0:
+		return engine.Invalid("banned for %d steps, want ≥ 0", banSteps)
+	}
+	mask := make([]uint8, B*V)
+	for b, row := range seen {
+		for _, id := range row {
+			if id < 0 || int(id) >= V {
+				return engine.Invalid("row %d holds token %d, outside the vocabulary [0, %d)", b, id, V)
+			}
+			mask[b*V+int(id)] = 1
+		}
+	}
+	if err := engine.CheckIDs("banned ids", ban, V); err != nil {
+		return err
+	}
+	done, err := e.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	if d.queued > 0 { // their kernels read the buffers replaced here
+		if err := e.stream.Synchronize(); err != nil {
+			return err
+		}
+	}
+	if err := d.proc.free(); err != nil {
+		return err
+	}
+	d.proc = nil
+	p := &processing{nBan: len(ban), by: penalty, banSteps: banSteps}
+	if p.seen, err = cuda.Alloc(B * V); err == nil && len(ban) > 0 {
+		p.ban, err = cuda.Alloc(8 * len(ban))
+	}
+	if err == nil {
+		err = cuda.CopyIn(p.seen.Ptr, mask, e.stream)
+	}
+	if err == nil && p.ban != nil {
+		err = cuda.CopyIn(p.ban.Ptr, ban, e.stream)
+	}
+	if err != nil {
+		return errors.Join(fmt.Errorf("gpu: decoder's logits processing: %w", err), p.free())
+	}
+	d.proc = p
+	return nil
+}
+
+// free releases p's buffers; nil p has none.
+func (p *processing) free() error {
+	if p == nil {
+		return nil
+	}
+	return errors.Join(p.seen.Free(), p.ban.Free())
+}
+
+// process launches process_rows_f32 on a queued step's logits, fed at the
+// feed, where Process asked for it.
+func (d *Decoder) process(logits cuda.Ptr) error {
+	p := d.proc
+	if p == nil {
+		return nil
+	}
+	nBan, banAt := 0, cuda.Ptr(0)
+	if p.banSteps > 0 {
+		nBan, banAt = p.nBan, p.ban.Ptr
+		p.banSteps--
+	}
+	if p.by == 1 && nBan == 0 {
+		return nil
+	}
+	return d.e.launch("process_rows_f32", cuda.D1(d.s.batch), cuda.D1(1024), 0, logits, d.e.cfg.Vocab, p.seen.Ptr,
+		d.feed(), p.by, banAt, nBan)
 }
 
 // keptStep returns the step graph kept with s, capturing one once the
@@ -308,7 +409,7 @@ const queueDepth = 2
 // argmax_rows_f32 reads the logits.
 func (d *Decoder) QueueGreedy(ids []int64) error {
 	e, B := d.e, d.s.batch
-	if d.headPicked() {
+	if d.headPicked() && d.proc == nil { // the picks of processed logits are argmax_rows_f32's
 		return d.queue(ids, nil, func(_, to cuda.Ptr, s ringSlot) error {
 			return e.launch("head_picks_i64", cuda.D1(1), cuda.D1(32), 0, e.ws.headPick.Ptr, to, B, s.picksAt)
 		})
@@ -428,10 +529,27 @@ func (d *Decoder) queue(ids []int64, uniforms []float64, pick func(logits, to cu
 			return err
 		}
 	}
+	if ids != nil && d.proc != nil && d.g == nil {
+		// process_rows_f32 reads the ids a step is fed at the feed: an
+		// eager step reads them from there too.
+		done, err := e.bind()
+		if err != nil {
+			return err
+		}
+		err = cuda.CopyIn(d.pick.Ptr, ids, e.stream)
+		done()
+		if err != nil {
+			return err
+		}
+		ids = nil
+	}
 	i := (d.head + d.queued) % queueDepth
 	s := d.slot(i)
 	copy(s.draws, uniforms) // the step that used the slot before is done: its Picks came back
 	out := func(logits cuda.Ptr) error {
+		if err := d.process(logits); err != nil {
+			return err
+		}
 		// A copy out instead of the mirror cost 8 µs more a token (BenchmarkQueueParts).
 		if err := pick(logits, d.feed(), s); err != nil {
 			return err
@@ -535,8 +653,8 @@ func (d *Decoder) Close() error {
 		for _, ev := range d.events {
 			err = errors.Join(err, ev.Destroy())
 		}
-		err = errors.Join(err, d.pick.Free(), d.host.Free(), d.cand.Free(), d.candHost.Free(), d.ring.Free())
-		d.pick, d.host, d.cand, d.candHost, d.candK = nil, nil, nil, nil, 0
+		err = errors.Join(err, d.pick.Free(), d.host.Free(), d.cand.Free(), d.candHost.Free(), d.ring.Free(), d.proc.free())
+		d.pick, d.host, d.cand, d.candHost, d.candK, d.proc = nil, nil, nil, nil, 0, nil
 		d.ring, d.ringDev, d.events, d.head, d.queued, d.fed = nil, 0, nil, 0, 0, false
 	}
 	return err
