@@ -33,8 +33,10 @@ type Sampling struct {
 	// make a token less likely to come again. A row's tokens are its
 	// prompt's (its span's, without the padding, as transformers 5.25 leaves
 	// out left padding) and those it has generated. 0 and 1 leave the logits as
-	// they are; otherwise it must be finite and > 0, and on the CUDA engine
-	// each step's logits then come back for the draw on the host.
+	// they are; otherwise it must be finite and > 0. On the CUDA engine the
+	// decoder's queued steps apply it where the logits are
+	// (engine.ProcessingDecoder), unless the draw is made on the host
+	// (MinP, or a TopK past the device's top-k draw).
 	RepetitionPenalty float64
 	// MinP, as transformers' min_p, keeps, of the tokens TopK and TopP
 	// leave, those at least MinP times as likely as the best, when
@@ -43,8 +45,7 @@ type Sampling struct {
 	MinP float64
 	// MinNew, as transformers' min_new_tokens, keeps a row from ending
 	// before its MinNew-th new token: until then the logits of EOS and
-	// MoreEOS are -Inf. On the CUDA engine each step's logits then come
-	// back for the draw on the host.
+	// MoreEOS are -Inf; on the CUDA engine, as RepetitionPenalty is.
 	MinNew int
 }
 

@@ -1044,8 +1044,10 @@ class Model(_Owner):
         tokens top_k and top_p leave those at least min_p times as likely as
         the best, when sampling. min_new_tokens (≥ 0), as transformers', keeps a row
         from ending before that many new tokens: until then the eos ids'
-        logits are -inf. With any of these three, on the CUDA engine, each step's logits
-        come to the host and the draw is made there. The engine keeps
+        logits are -inf. On the CUDA engine the penalty and min_new_tokens
+        run on the device before each queued step's pick (with min_p, or a
+        top_k above 1024, each step's logits come to the host and the draw
+        is made there instead). The engine keeps
         the last call's state (and CUDA step graph) for the next call of the
         same batch size, until close(). attention_mask
         marks padding as prefill's does: each row continues from its own last
