@@ -13,8 +13,9 @@ host (logits or tokens), which is what a caller waits for; the medians of
   no EOS, n = --new-tokens, so the prefill and the first token cancel;
   sampled_k50_us_per_token and sampled_p95_us_per_token likewise, sampling
   at temperature 0.8 from the 50 best tokens, or from the nucleus of 0.95;
-  penalty_us_per_token likewise, greedy under repetition_penalty=1.2 (each
-  step's logits come to the host, where the draw is made).
+  penalty_us_per_token likewise, greedy under repetition_penalty=1.2 (on
+  the device before each queued step's pick, from 86c1eea; before it, each
+  step's logits came to the host, where the draw was made).
 The JSON goes to --out and a markdown table to stdout.
 """
 
