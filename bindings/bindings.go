@@ -734,13 +734,13 @@ func stopFor(h int64) (stopSignal, error) {
 // were generated; rows that emitted eos (≥ 0), or one of the nMoreEOS
 // further ids at moreEOS (int64), are padded with eos. repetitionPenalty
 // is Sampling.RepetitionPenalty (1 for none), minP Sampling.MinP, minNew
-// Sampling.MinNew. spans, when
+// Sampling.MinNew, noRepeat Sampling.NoRepeatNGram. spans, when
 // nSpans > 0, places each row's prompt in a padded batch, as for Prefill.
 // stop, when not 0, is a signal (NewStop) that ends the call before its
 // next token, with an error; the call then writes each column of tokens to
 // out as it is taken, and counts them in the signal (StopProgress).
 func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, topK int, topP, minP, repetitionPenalty float64,
-	minNew int, seed, eos int64,
+	minNew, noRepeat int, seed, eos int64,
 	moreEOS uintptr, nMoreEOS int, out uintptr, outLen int, spans uintptr, nSpans int, stop int64) (n int, err error) {
 	defer guard(&err)
 	m, err := models.get(model, "model")
@@ -784,7 +784,7 @@ func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, t
 	// emit has written every column taken to out.
 	_, n, err = m.GenerateEach(sig.ctx, int64s(ids, B*T), B, T, rows, maxNew, mambago.Sampling{
 		Temperature: temperature, TopK: topK, TopP: topP, Seed: uint64(seed), EOS: eos, MoreEOS: more,
-		MinP: minP, RepetitionPenalty: repetitionPenalty, MinNew: minNew,
+		MinP: minP, RepetitionPenalty: repetitionPenalty, MinNew: minNew, NoRepeatNGram: noRepeat,
 	}, emit)
 	return n, err
 }

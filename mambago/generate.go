@@ -43,6 +43,12 @@ type Sampling struct {
 	// sampling; 0 keeps them all. In [0, 1]; on the CUDA engine a draw
 	// under it is made on the host.
 	MinP float64
+	// NoRepeatNGram, as transformers' no_repeat_ngram_size, keeps a row
+	// from repeating any n-gram of its tokens (its prompt's span and those
+	// generated) of this size: the logits of the tokens that would close
+	// one are -Inf. 0 for none; on the CUDA engine each step's logits then
+	// come back for the draw on the host.
+	NoRepeatNGram int
 	// MinNew, as transformers' min_new_tokens, keeps a row from ending
 	// before its MinNew-th new token: until then the logits of EOS and
 	// MoreEOS are -Inf; on the CUDA engine, as RepetitionPenalty is.
@@ -75,6 +81,8 @@ func (s Sampling) Check() error {
 		return engine.Invalid("repetition_penalty = %v, want finite and > 0 (0 or 1 for none)", s.RepetitionPenalty)
 	case !(s.MinP >= 0 && s.MinP <= 1):
 		return engine.Invalid("min_p = %v, want in [0, 1]", s.MinP)
+	case s.NoRepeatNGram < 0:
+		return engine.Invalid("no_repeat_ngram_size = %d, want ≥ 0", s.NoRepeatNGram)
 	case s.MinNew < 0:
 		return engine.Invalid("min_new_tokens = %d, want ≥ 0", s.MinNew)
 	case len(s.MoreEOS) > 0 && s.EOS < 0:
@@ -179,13 +187,14 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 	if proc != nil && s.TopK > 0 && s.TopK < cfg.Vocab && s.TopK > proc.TopKQueueMax() && s.Temperature > 0 {
 		proc = nil // its top-k candidates come back unprocessed (TopKDecoder)
 	}
-	onDevice := (pen != nil || banning) && proc != nil && maxNew > 1
+	onDevice := (pen != nil || banning) && proc != nil && maxNew > 1 && s.NoRepeatNGram == 0
 	if onDevice {
 		if err := proc.Process(pen.factor(), pen.rows(B), s.endIDs(), max(s.MinNew-1, 0)); err != nil {
 			return nil, 0, err
 		}
 	}
-	onHost := (pen != nil || banning) && !onDevice || (s.MinP > 0 && s.Temperature > 0)
+	grams := newNGrams(s.NoRepeatNGram, ids, B, T, spans)
+	onHost := (pen != nil || banning) && !onDevice || (s.MinP > 0 && s.Temperature > 0) || grams != nil
 	greedyOnDevice := dec != nil && s.Temperature == 0 && !onHost
 	var topK engine.TopKDecoder
 	var topKQueue engine.TopKQueueDecoder // draws from the k best on the device, as the host would
@@ -247,6 +256,7 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 			err = drawCandidates(samplers, candIDs, candLogits, done, next)
 		default:
 			pen.apply(logits, done)
+			grams.ban(logits, done)
 			if n < s.MinNew {
 				s.banEOS(logits, cfg.Vocab)
 			}
@@ -263,6 +273,7 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 				done[b] = s.ends(next[b])
 				alive = alive || !done[b]
 				pen.add(b, next[b])
+				grams.add(b, next[b])
 			}
 			out[b] = append(out[b], next[b])
 		}
@@ -464,6 +475,66 @@ func (pn *penalty) apply(logits []float32, done []bool) {
 			} else {
 				row[id] /= pn.by
 			}
+		}
+	}
+}
+
+// nGrams applies Sampling.NoRepeatNGram: each row's tokens, and for each
+// run of n-1 of them the tokens that have followed it.
+type nGrams struct {
+	n      int
+	tokens [][]int64
+	next   []map[string][]int64 // row b: the key of n-1 tokens → the tokens after them
+}
+
+// newNGrams returns the n-gram ban over the prompts in ids [B, T] (row b's
+// at spans[b]; nil spans take every row whole), or nil for n = 0.
+func newNGrams(n int, ids []int64, B, T int, spans []Span) *nGrams {
+	if n == 0 {
+		return nil
+	}
+	g := &nGrams{n: n, tokens: make([][]int64, B), next: make([]map[string][]int64, B)}
+	for b := range B {
+		g.next[b] = map[string][]int64{}
+		row := ids[b*T : (b+1)*T]
+		if spans != nil {
+			row = row[spans[b].Start : spans[b].Start+spans[b].Len]
+		}
+		for _, id := range row {
+			g.add(b, id)
+		}
+	}
+	return g
+}
+
+// key names a run of tokens.
+func key(run []int64) string { return fmt.Sprint(run) }
+
+// add appends id to row b, and the n-gram it closes.
+func (g *nGrams) add(b int, id int64) {
+	if g == nil {
+		return
+	}
+	g.tokens[b] = append(g.tokens[b], id)
+	if t := g.tokens[b]; len(t) >= g.n {
+		k := key(t[len(t)-g.n : len(t)-1])
+		g.next[b][k] = append(g.next[b][k], id)
+	}
+}
+
+// ban sets, in logits [B, V], the logit of each token that would close an
+// n-gram its row already holds to -Inf, in every row not done.
+func (g *nGrams) ban(logits []float32, done []bool) {
+	if g == nil {
+		return
+	}
+	V := len(logits) / len(g.tokens)
+	for b, t := range g.tokens {
+		if done[b] || len(t) < g.n-1 {
+			continue
+		}
+		for _, id := range g.next[b][key(t[len(t)-g.n+1:])] {
+			logits[b*V+int(id)] = float32(math.Inf(-1))
 		}
 	}
 }

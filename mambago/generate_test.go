@@ -143,6 +143,62 @@ func TestMinNewTokens(t *testing.T) {
 	}
 }
 
+// TestNoRepeatNGram checks that no n-gram a row closes with a new token
+// has appeared in the row before (its prompt, left padding left out, and
+// its tokens so far), greedy and sampled, for n = 1 (no token twice), 2
+// and 3, and that the ban changes greedy's tokens where they repeat.
+func TestNoRepeatNGram(t *testing.T) {
+	m := openBase(t)
+	const B, T, n = 2, 6, 24
+	ids := make([]int64, B*T)
+	for i := range ids {
+		ids[i] = rand.Int64N(int64(m.Config().Vocab))
+	}
+	spans := []mambago.Span{{Start: 2, Len: T - 2}, {Len: T}} // row 0's first two are padding
+	free, _, err := m.GenerateSpans(context.Background(), ids, B, T, spans, n, mambago.Sampling{TopP: 1, EOS: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []int{1, 2, 3} {
+		for _, s := range []mambago.Sampling{{TopP: 1, EOS: -1}, {Temperature: 1.2, TopK: 40, TopP: 0.95, Seed: 3, EOS: -1}} {
+			s.NoRepeatNGram = size
+			got, _, err := m.GenerateSpans(context.Background(), ids, B, T, spans, n, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for b := range B {
+				row := append(slices.Clone(ids[b*T+spans[b].Start:b*T+spans[b].Start+spans[b].Len]), got[b*n:(b+1)*n]...)
+				seen := map[string]bool{}
+				for end := size; end <= len(row); end++ {
+					gram := fmt.Sprint(row[end-size : end])
+					if seen[gram] && end > spans[b].Len {
+						t.Errorf("n=%d, %+v, row %d: token %d closes %s again: %v", size, s, b, end-1-spans[b].Len, gram, row)
+					}
+					seen[gram] = true
+				}
+			}
+			if s.Temperature == 0 && size == 1 && slices.Equal(got, free) && hasRepeat(free, n) {
+				t.Errorf("n=1: greedy's tokens %v unchanged, though they repeat", free)
+			}
+		}
+	}
+	if _, _, err := m.Generate(ids, B, T, 4, mambago.Sampling{TopP: 1, EOS: -1, NoRepeatNGram: -1}); !engine.IsInvalid(err) {
+		t.Errorf("NoRepeatNGram -1: err = %v, want an input error", err)
+	}
+}
+
+// hasRepeat reports whether a row of tokens [B, n] holds a token twice.
+func hasRepeat(tokens []int64, n int) bool {
+	for r := 0; r < len(tokens); r += n {
+		row := slices.Clone(tokens[r : r+n])
+		slices.Sort(row)
+		if len(slices.Compact(row)) < n {
+			return true
+		}
+	}
+	return false
+}
+
 func TestSamplingIsSeededAndStops(t *testing.T) {
 	m := openBase(t)
 	ids := []int64{1, 2, 3, 4, 5, 6}

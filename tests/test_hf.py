@@ -187,6 +187,40 @@ def test_min_new_tokens_follows_transformers():
                     assert rel_err(torch.nan_to_num(g).numpy(), torch.nan_to_num(w).numpy()) <= 1e-4
 
 
+def test_no_repeat_ngram_size_follows_transformers():
+    """no_repeat_ngram_size n: no row closes an n-gram its tokens already
+    hold, and the scores are -inf where a token would; greedy and sampled.
+    Where transformers is installed, its generate gives the same tokens and
+    scores for unpadded prompts (it counts left padding's ids as the row's,
+    and mambago leaves them out)."""
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    ids = np.random.default_rng().integers(0, m.config.vocab_size, size=(2, 6))
+    for n in (1, 2, 3):
+        for kw in (dict(), dict(do_sample=True, temperature=1.3, seed=2)):
+            out = m.generate(ids, max_new_tokens=20, no_repeat_ngram_size=n, eos_token_id=[],
+                             return_dict_in_generate=True, output_scores=True, **kw)
+            for row in out.sequences:
+                grams = [tuple(row[i:i + n]) for i in range(len(row) - n + 1)]
+                new = grams[6 - n + 1:] if n <= 6 else grams
+                assert all(g not in grams[:6 - n + 1 + k] for k, g in enumerate(new)), (n, kw, row)
+            for i, z in enumerate(out.scores):
+                assert np.all(np.isfinite(z[np.arange(2), out.sequences[:, 6 + i]]))
+    with pytest.raises(ValueError, match="no_repeat_ngram_size must be ≥ 0"):
+        m.generate(ids, no_repeat_ngram_size=-1)
+    if importlib.util.find_spec("torch") and importlib.util.find_spec("transformers"):
+        torch, hf, ours, t_ids, _ = _against_transformers()
+        for n in (1, 2, 3):
+            kw = dict(max_new_tokens=12, no_repeat_ngram_size=n, return_dict_in_generate=True, output_scores=True,
+                      pad_token_id=hf.config.pad_token_id)
+            with torch.no_grad():
+                want = hf.generate(t_ids, do_sample=False, **kw)
+            got = ours.generate(t_ids, **kw)
+            assert torch.equal(got.sequences, want.sequences), n
+            for g, w in zip(got.scores, want.scores):
+                assert torch.equal(torch.isinf(g), torch.isinf(w))
+                assert rel_err(torch.nan_to_num(g).numpy(), torch.nan_to_num(w).numpy()) <= 1e-4
+
+
 def test_generation_config_sets_generates_defaults(tmp_path):
     """generate's settings come, as in transformers, from the call, then a
     generation_config given to it, then model.generation_config: the
@@ -217,11 +251,11 @@ def test_generation_config_sets_generates_defaults(tmp_path):
         assert m.generate(ids, generation_config=given, max_new_tokens=2).shape == (2, 7)  # the call first
     m.generation_config.top_k = 1  # sampling from the best alone: greedy's tokens
     assert np.array_equal(m.generate(ids, seed=3), m.generate(ids, do_sample=False))
-    assert np.array_equal(m.generate(ids, num_beams=1, no_repeat_ngram_size=0), m.generate(ids))
+    assert np.array_equal(m.generate(ids, num_beams=1, typical_p=1.0), m.generate(ids))
     with pytest.raises(ValueError, match=r"num_beams=4.*num_beams=1"):
         m.generate(ids, num_beams=4)
-    m.generation_config.no_repeat_ngram_size = 3
-    with pytest.raises(ValueError, match="no_repeat_ngram_size=3"):
+    m.generation_config.typical_p = 0.5
+    with pytest.raises(ValueError, match="typical_p=0.5"):
         m.generate(ids)
     with pytest.raises(TypeError, match="unsupported argument 'foo'"):
         m.generate(ids, foo=1)

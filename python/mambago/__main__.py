@@ -138,7 +138,8 @@ def cmd_run(args) -> int:
     stream = _TextStream(tok, "text[0]:      ") if tok is not None and B == 1 else None
     out = m.generate(ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
                      top_p=args.top_p, min_p=args.min_p, seed=args.seed, eos_token_id=eos, attention_mask=mask, streamer=stream,
-                     repetition_penalty=args.repetition_penalty, min_new_tokens=args.min_new_tokens)
+                     repetition_penalty=args.repetition_penalty, min_new_tokens=args.min_new_tokens,
+                     no_repeat_ngram_size=args.no_repeat_ngram_size)
     t_gen = time.perf_counter() - t0
     for b in range(B):
         prompt = ids[b] if mask is None else ids[b, mask[b] == 1]
@@ -213,6 +214,8 @@ def main(argv=None) -> int:
     sp.add_argument("--seed", type=int, default=None)
     sp.add_argument("--min-new-tokens", type=int, default=0,
                     help="no row stops at eos before this many new tokens (default 0)")
+    sp.add_argument("--no-repeat-ngram-size", type=int, default=0,
+                    help="no row repeats an n-gram of its tokens of this size (default 0, none)")
     sp.add_argument("--repetition-penalty", type=float, default=1.0,
                     help="transformers' repetition_penalty: above 1, tokens already in the row are less likely (default 1, none)")
     sp.add_argument("--eos-token-id", type=int, default=None,

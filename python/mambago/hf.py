@@ -442,6 +442,7 @@ class _StandIn:
 _GENERATION_DEFAULTS = {
     "max_new_tokens": None, "max_length": None, "do_sample": False, "temperature": 1.0, "top_k": 50,
     "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0, "min_new_tokens": None, "min_length": 0,
+    "no_repeat_ngram_size": 0,
     "eos_token_id": None, "pad_token_id": None,
     "num_return_sequences": 1, "return_dict_in_generate": False, "output_scores": False, "output_logits": False,
 }
@@ -452,7 +453,7 @@ _GENERATION_DEFAULTS = {
 # refuses them rather than decode another way than transformers would.
 _GENERATION_OFF = {
     "num_beams": 1, "num_beam_groups": 1, "penalty_alpha": None, "diversity_penalty": 0.0,
-    "no_repeat_ngram_size": 0, "bad_words_ids": None, "force_words_ids": None, "constraints": None,
+    "bad_words_ids": None, "force_words_ids": None, "constraints": None,
     "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
     "top_h": None, "suppress_tokens": None, "begin_suppress_tokens": None, "forced_bos_token_id": None,
     "forced_eos_token_id": None, "sequence_bias": None, "guidance_scale": None,
@@ -604,6 +605,7 @@ class MambaForCausalLM(_StandIn):
                  return_dict_in_generate: bool | None = None, output_scores: bool | None = None,
                  output_logits: bool | None = None, repetition_penalty: float | None = None,
                  min_new_tokens: int | None = None, min_length: int | None = None, min_p: float | None = None,
+                 no_repeat_ngram_size: int | None = None,
                  generation_config=None, **kwargs):
         """Continue prompts [B, T] by up to max_new_tokens tokens and return
         prompt and new tokens [B, T + n], as transformers does: greedy unless
@@ -628,6 +630,9 @@ class MambaForCausalLM(_StandIn):
         padding, and the new tokens) before the draw, greedy or sampled.
         min_p, when sampling, keeps of the tokens top_k and top_p leave
         those at least min_p times as likely as the best.
+        no_repeat_ngram_size n keeps each row from repeating an n-gram of
+        its tokens, as transformers does, but without the left padding's
+        ids, which transformers 5.25 counts as the row's.
         min_new_tokens keeps each row from ending before that many new
         tokens, as transformers does (the eos ids' logits -inf until then);
         without it, min_length does, counting the prompt.
@@ -657,7 +662,8 @@ class MambaForCausalLM(_StandIn):
                  "pad_token_id": pad_token_id, "num_return_sequences": num_return_sequences,
                  "return_dict_in_generate": return_dict_in_generate, "output_scores": output_scores,
                  "output_logits": output_logits, "repetition_penalty": repetition_penalty,
-                 "min_new_tokens": min_new_tokens, "min_length": min_length, "min_p": min_p}
+                 "min_new_tokens": min_new_tokens, "min_length": min_length, "min_p": min_p,
+                 "no_repeat_ngram_size": no_repeat_ngram_size}
         for name in kwargs:
             if name not in _GENERATION_OFF:
                 raise TypeError(f"generate: unsupported argument {name!r}")
@@ -670,13 +676,13 @@ class MambaForCausalLM(_StandIn):
         if on:
             raise ValueError(f"generate: {', '.join(f'{k}={v!r}' for k, v in on.items())}: mambago generates "
                              f"greedily or by sampling (temperature, top_k, top_p, min_p, repetition_penalty, "
-                             f"min_new_tokens) only; "
+                             f"min_new_tokens, no_repeat_ngram_size) only; "
                              f"set {'each' if len(on) > 1 else 'it'} to its default "
                              f"({', '.join(f'{k}={_GENERATION_OFF[k]!r}' for k in on)}), in the call or in "
                              f"model.generation_config")
         (max_new_tokens, max_length, do_sample, temperature, top_k, top_p, eos_token_id, pad_token_id,
          num_return_sequences, return_dict_in_generate, output_scores, output_logits, repetition_penalty,
-         min_new_tokens, min_length, min_p) = (
+         min_new_tokens, min_length, min_p, no_repeat_ngram_size) = (
             setting(name, _GENERATION_DEFAULTS[name]) for name in given)
         mask = None if attention_mask is None else _numpy(attention_mask)
         ids = _numpy(input_ids).astype(np.int64, copy=False)
@@ -715,13 +721,14 @@ class MambaForCausalLM(_StandIn):
         if do_sample and top_p != 0:
             new = self.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                                       seed=seed, eos_token_id=eos_ids, attention_mask=mask, streamer=streamer,
-                                      repetition_penalty=repetition_penalty, min_new_tokens=min_new, min_p=min_p)
+                                      repetition_penalty=repetition_penalty, min_new_tokens=min_new, min_p=min_p,
+                                      no_repeat_ngram_size=no_repeat_ngram_size)
         else:
             # greedy; also sampling with top_p=0, which keeps only the most likely token (transformers keeps
             # at least one; the engine's top_p wants (0, 1]); the scores below are still top_p=0's
             new = self.model.generate(ids, max_new_tokens, eos_token_id=eos_ids, attention_mask=mask,
                                       streamer=streamer, repetition_penalty=repetition_penalty,
-                                      min_new_tokens=min_new)
+                                      min_new_tokens=min_new, no_repeat_ngram_size=no_repeat_ngram_size)
         if pads:
             new, _ = _pad_after_eos(new, eos_ids, pad_token_id, np.zeros(new.shape[0], bool))
         sequences = _like(np.concatenate([ids.reshape(new.shape[0], -1), new], axis=1), input_ids)
@@ -735,6 +742,9 @@ class MambaForCausalLM(_StandIn):
                 prompts = [row[keep == 1] for row, keep in zip(prompts, mask.reshape(prompts.shape))]
             scores = [_penalized(z, [np.concatenate([p, row[:i]]) for p, row in zip(prompts, new)], repetition_penalty)
                       for i, z in enumerate(logits)]
+            if no_repeat_ngram_size:
+                scores = [_ngrams_banned(z, [np.concatenate([p, row[:i]]) for p, row in zip(prompts, new)],
+                                         no_repeat_ngram_size) for i, z in enumerate(scores)]
             for i in range(min(min_new, len(scores))):  # before min_new_tokens, transformers' -inf at eos
                 scores[i] = scores[i].copy()
                 scores[i][:, eos_ids] = -np.inf
@@ -972,6 +982,22 @@ def _penalized(logits: np.ndarray, seen, penalty: float) -> np.ndarray:
     for row, ids in zip(z, seen):
         ids = np.unique(ids)
         row[ids] = np.where(row[ids] < 0, row[ids] * p, row[ids] / p)
+    return z
+
+
+def _ngrams_banned(logits: np.ndarray, rows, n: int) -> np.ndarray:
+    """transformers' no_repeat_ngram_size on logits [B, V]: in each row b,
+    -inf at every token that would close an n-gram rows[b] (its tokens so
+    far) already holds."""
+    z = logits.astype(np.float32, copy=True)
+    for b, row in enumerate(rows):
+        row = [int(t) for t in row]
+        if len(row) < n - 1:
+            continue
+        last = tuple(row[len(row) - n + 1:])
+        for end in range(n, len(row) + 1):
+            if tuple(row[end - n:end - 1]) == last:
+                z[b, row[end - 1]] = -np.inf
     return z
 
 

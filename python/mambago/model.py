@@ -1016,7 +1016,7 @@ class Model(_Owner):
     def generate(self, input_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, eos_token_id: int | list[int] | None = None, *,
                  attention_mask=None, streamer=None, repetition_penalty: float = 1.0,
-                 min_new_tokens: int = 0, min_p: float = 0.0) -> np.ndarray:
+                 min_new_tokens: int = 0, min_p: float = 0.0, no_repeat_ngram_size: int = 0) -> np.ndarray:
         """Continue prompts input_ids [B, T] by up to max_new_tokens tokens; returns int64 [B, n].
 
         temperature must be finite and ≥ 0: 0 is greedy (the lowest id among
@@ -1044,10 +1044,12 @@ class Model(_Owner):
         tokens top_k and top_p leave those at least min_p times as likely as
         the best, when sampling. min_new_tokens (≥ 0), as transformers', keeps a row
         from ending before that many new tokens: until then the eos ids'
-        logits are -inf. On the CUDA engine the penalty and min_new_tokens
-        run on the device before each queued step's pick (with min_p, or a
-        top_k above 1024, each step's logits come to the host and the draw
-        is made there instead). The engine keeps
+        logits are -inf. no_repeat_ngram_size n (≥ 0), as transformers',
+        keeps a row from repeating any n-gram of its tokens (prompt, without
+        the padding, and new tokens). On the CUDA engine the penalty and min_new_tokens
+        run on the device before each queued step's pick (with min_p,
+        no_repeat_ngram_size, or a top_k above 1024, each step's logits come
+        to the host and the draw is made there instead). The engine keeps
         the last call's state (and CUDA step graph) for the next call of the
         same batch size, until close(). attention_mask
         marks padding as prefill's does: each row continues from its own last
@@ -1065,10 +1067,12 @@ class Model(_Owner):
         ids = _batched("input_ids", _as_array("input_ids", input_ids, "int"), 2)
         _check_ids("input_ids", ids, self.config.vocab_size)
         spans = _spans(attention_mask, *ids.shape)
-        for name, v in (("max_new_tokens", max_new_tokens), ("top_k", top_k), ("min_new_tokens", min_new_tokens)):
+        for name, v in (("max_new_tokens", max_new_tokens), ("top_k", top_k), ("min_new_tokens", min_new_tokens),
+                        ("no_repeat_ngram_size", no_repeat_ngram_size)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-        for name, v in (("max_new_tokens", max_new_tokens), ("min_new_tokens", min_new_tokens)):
+        for name, v in (("max_new_tokens", max_new_tokens), ("min_new_tokens", min_new_tokens),
+                        ("no_repeat_ngram_size", no_repeat_ngram_size)):
             if v < 0:
                 raise ValueError(f"{name} must be ≥ 0, got {v}")
         for name, v in (("temperature", temperature), ("top_p", top_p), ("repetition_penalty", repetition_penalty),
@@ -1104,7 +1108,7 @@ class Model(_Owner):
         if max_new_tokens > 0:
             n = _interruptible(_b.Generate, self._handle(), _addr(ids), B, T, int(max_new_tokens),
                                float(temperature), int(top_k), float(top_p), float(min_p), float(repetition_penalty),
-                               int(min_new_tokens), int(seed) & (2**63 - 1), eos,
+                               int(min_new_tokens), int(no_repeat_ngram_size), int(seed) & (2**63 - 1), eos,
                                _addr(more), more.size, _addr(out), out.size, *_span_args(spans),
                                keep=(ids, out, spans, more), poll=poll)
         else:
