@@ -147,6 +147,18 @@ func TestGenerateOnDevice(t *testing.T) {
 			} else if slices.Contains(got[:3], want[0][0]) || gotN < 4 {
 				t.Errorf("%s, graph steps %d, MinNew 3: row 0 %v (n=%d) ends at EOS %d early", dtype, graphSteps, got[:gotN], gotN, want[0][0])
 			}
+			// Under NoRepeatNGram 1 the host draws, and no row takes a token
+			// it holds.
+			if got, gotN, err := m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1, NoRepeatNGram: 1}); err != nil {
+				t.Fatal(err)
+			} else {
+				for b := range B {
+					row := append(slices.Clone(ids[b*T:(b+1)*T]), got[b*gotN:(b+1)*gotN]...)
+					if u := slices.Compact(slices.Sorted(slices.Values(row))); len(u) < len(slices.Compact(slices.Sorted(slices.Values(ids[b*T:(b+1)*T]))))+gotN {
+						t.Errorf("%s, graph steps %d, NoRepeatNGram 1: row %d repeats a token: %v", dtype, graphSteps, b, row)
+					}
+				}
+			}
 			// The same draws from whole rows of logits on the host.
 			host, _, err := (&mambago.Model{Engine: hostSampled{Engine: g}}).Generate(ids, B, T, n, s)
 			if err != nil {
