@@ -179,22 +179,23 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 	// the draw: on the host for the first token, and for the rest on the
 	// device where the decoder processes its queued steps' logits and
 	// queues the draw asked for (ProcessingDecoder); else every step
-	// returns its logits and the host draws. So it does under min_p, which
-	// the device's draws do not have.
+	// returns its logits and the host draws. So it does under min_p and
+	// no_repeat_ngram_size, which the device's draws do not have.
 	pen := newPenalty(s.RepetitionPenalty, ids, B, T, spans, cfg.Vocab)
 	banning := s.MinNew > 0 && s.EOS >= 0
+	grams := newNGrams(s.NoRepeatNGram, ids, B, T, spans)
+	hostDraws := (s.MinP > 0 && s.Temperature > 0) || grams != nil // what the device's draws do not have
 	proc, _ := dec.(engine.ProcessingDecoder)
 	if proc != nil && s.TopK > 0 && s.TopK < cfg.Vocab && s.TopK > proc.TopKQueueMax() && s.Temperature > 0 {
 		proc = nil // its top-k candidates come back unprocessed (TopKDecoder)
 	}
-	onDevice := (pen != nil || banning) && proc != nil && maxNew > 1 && s.NoRepeatNGram == 0
+	onDevice := (pen != nil || banning) && proc != nil && maxNew > 1 && !hostDraws
 	if onDevice {
 		if err := proc.Process(pen.factor(), pen.rows(B), s.endIDs(), max(s.MinNew-1, 0)); err != nil {
 			return nil, 0, err
 		}
 	}
-	grams := newNGrams(s.NoRepeatNGram, ids, B, T, spans)
-	onHost := (pen != nil || banning) && !onDevice || (s.MinP > 0 && s.Temperature > 0) || grams != nil
+	onHost := hostDraws || (pen != nil || banning) && !onDevice
 	greedyOnDevice := dec != nil && s.Temperature == 0 && !onHost
 	var topK engine.TopKDecoder
 	var topKQueue engine.TopKQueueDecoder // draws from the k best on the device, as the host would
