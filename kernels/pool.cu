@@ -105,7 +105,7 @@ extern "C" __global__ void head_picks_i64(const unsigned long long *__restrict__
 
 // A queued generation step's logits processors, before its pick or draw
 // (engine.ProcessingDecoder; mambago.Sampling's RepetitionPenalty and
-// MinNew, as the host's penalty and banEOS apply them):
+// MinNew, as the host's penalty and banIDs apply them):
 //
 //   process_rows_f32: in row b of logits [B, V], where penalty != 1, first
 //                     seen[b, fed[b]] = 1 (the token the step was fed, the

@@ -136,7 +136,8 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 		return nil, 0, engine.Invalid("max_new_tokens = %d, want ≥ 0", maxNew)
 	}
 	cfg := m.Config()
-	for _, id := range s.endIDs() {
+	ends := s.endIDs()
+	for _, id := range ends {
 		if id >= int64(cfg.Vocab) {
 			return nil, 0, engine.Invalid("eos id %d is outside the vocabulary [0, %d)", id, cfg.Vocab)
 		}
@@ -191,7 +192,7 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 	}
 	onDevice := (pen != nil || banning) && proc != nil && maxNew > 1 && !hostDraws
 	if onDevice {
-		if err := proc.Process(pen.factor(), pen.rows(B), s.endIDs(), max(s.MinNew-1, 0)); err != nil {
+		if err := proc.Process(pen.factor(), pen.rows(B), ends, max(s.MinNew-1, 0)); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -259,7 +260,7 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 			pen.apply(logits, done)
 			grams.ban(logits, done)
 			if n < s.MinNew {
-				s.banEOS(logits, cfg.Vocab)
+				banIDs(logits, cfg.Vocab, ends)
 			}
 			err = drawRows(samplers, logits, done, next)
 		}
@@ -393,10 +394,9 @@ func drawRows(samplers []*sampler, logits []float32, done []bool, next []int64) 
 	return errors.Join(errs...)
 }
 
-// banEOS sets the logits of the ids that end a row to -Inf in every row
-// of logits [B, V] (MinNew).
-func (s Sampling) banEOS(logits []float32, V int) {
-	ids := s.endIDs()
+// banIDs sets the logits of ids to -Inf in every row of logits [B, V]
+// (MinNew's ban on the ids that end a row).
+func banIDs(logits []float32, V int, ids []int64) {
 	for row := range len(logits) / V {
 		for _, id := range ids {
 			logits[row*V+int(id)] = float32(math.Inf(-1))
@@ -422,15 +422,21 @@ func newPenalty(by float64, ids []int64, B, T int, spans []Span, V int) *penalty
 	}
 	pn := &penalty{by: float32(by), V: V, seen: make([]bool, B*V), ids: make([][]int32, B)}
 	for b := range B {
-		row := ids[b*T : (b+1)*T]
-		if spans != nil {
-			row = row[spans[b].Start : spans[b].Start+spans[b].Len]
-		}
-		for _, id := range row {
+		for _, id := range prompt(ids, T, spans, b) {
 			pn.add(b, id)
 		}
 	}
 	return pn
+}
+
+// prompt returns row b's tokens of ids [B, T]: those at spans[b], or the
+// whole row where spans is nil.
+func prompt(ids []int64, T int, spans []Span, b int) []int64 {
+	row := ids[b*T : (b+1)*T]
+	if spans != nil {
+		row = row[spans[b].Start : spans[b].Start+spans[b].Len]
+	}
+	return row
 }
 
 // factor is the penalty's factor: 1 for nil, which has none.
@@ -497,11 +503,7 @@ func newNGrams(n int, ids []int64, B, T int, spans []Span) *nGrams {
 	g := &nGrams{n: n, tokens: make([][]int64, B), next: make([]map[string][]int64, B)}
 	for b := range B {
 		g.next[b] = map[string][]int64{}
-		row := ids[b*T : (b+1)*T]
-		if spans != nil {
-			row = row[spans[b].Start : spans[b].Start+spans[b].Len]
-		}
-		for _, id := range row {
+		for _, id := range prompt(ids, T, spans, b) {
 			g.add(b, id)
 		}
 	}

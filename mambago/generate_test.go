@@ -56,10 +56,7 @@ func TestGreedyMatchesArgmaxOfSteps(t *testing.T) {
 func TestRepetitionPenaltyMatchesHostLoop(t *testing.T) {
 	m := openBase(t)
 	const B, T, n = 3, 5, 12
-	ids := make([]int64, B*T)
-	for i := range ids {
-		ids[i] = rand.Int64N(int64(m.Config().Vocab))
-	}
+	ids := randomIDs(m, B*T)
 	for _, by := range []float64{1.3, 0.6} {
 		got, gotN, err := m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1, RepetitionPenalty: by})
 		if err != nil || gotN != n {
@@ -101,10 +98,7 @@ func TestMinNewTokens(t *testing.T) {
 	m := openBase(t)
 	const B, T, n = 2, 4, 8
 	V := m.Config().Vocab
-	ids := make([]int64, B*T)
-	for i := range ids {
-		ids[i] = rand.Int64N(int64(V))
-	}
+	ids := randomIDs(m, B*T)
 	free, _, err := m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -150,10 +144,7 @@ func TestMinNewTokens(t *testing.T) {
 func TestNoRepeatNGram(t *testing.T) {
 	m := openBase(t)
 	const B, T, n = 2, 6, 24
-	ids := make([]int64, B*T)
-	for i := range ids {
-		ids[i] = rand.Int64N(int64(m.Config().Vocab))
-	}
+	ids := randomIDs(m, B*T)
 	spans := []mambago.Span{{Start: 2, Len: T - 2}, {Len: T}} // row 0's first two are padding
 	free, _, err := m.GenerateSpans(context.Background(), ids, B, T, spans, n, mambago.Sampling{TopP: 1, EOS: -1})
 	if err != nil {
@@ -185,6 +176,15 @@ func TestNoRepeatNGram(t *testing.T) {
 	if _, _, err := m.Generate(ids, B, T, 4, mambago.Sampling{TopP: 1, EOS: -1, NoRepeatNGram: -1}); !engine.IsInvalid(err) {
 		t.Errorf("NoRepeatNGram -1: err = %v, want an input error", err)
 	}
+}
+
+// randomIDs returns n token ids of m's vocabulary, drawn afresh.
+func randomIDs(m *mambago.Model, n int) []int64 {
+	ids := make([]int64, n)
+	for i := range ids {
+		ids[i] = rand.Int64N(int64(m.Config().Vocab))
+	}
+	return ids
 }
 
 // hasRepeat reports whether a row of tokens [B, n] holds a token twice.

@@ -740,16 +740,17 @@ class MambaForCausalLM(_StandIn):
             prompts = ids.reshape(new.shape[0], -1)
             if mask is not None:
                 prompts = [row[keep == 1] for row, keep in zip(prompts, mask.reshape(prompts.shape))]
-            scores = [_penalized(z, [np.concatenate([p, row[:i]]) for p, row in zip(prompts, new)], repetition_penalty)
-                      for i, z in enumerate(logits)]
-            if no_repeat_ngram_size:
-                scores = [_ngrams_banned(z, [np.concatenate([p, row[:i]]) for p, row in zip(prompts, new)],
-                                         no_repeat_ngram_size) for i, z in enumerate(scores)]
-            for i in range(min(min_new, len(scores))):  # before min_new_tokens, transformers' -inf at eos
-                scores[i] = scores[i].copy()
-                scores[i][:, eos_ids] = -np.inf
-            scores = [_warped(z, temperature, top_k, top_p, min_p) for z in scores] if do_sample else scores
-            scores = tuple(_like(z, input_ids) for z in scores)
+            scores = []
+            for i, z in enumerate(logits):  # transformers' processors, then its warpers when sampling
+                seen = [np.concatenate([p, row[:i]]) for p, row in zip(prompts, new)]  # each row's tokens so far
+                z = _penalized(z, seen, repetition_penalty)
+                if no_repeat_ngram_size:
+                    z = _ngrams_banned(z, seen, no_repeat_ngram_size)
+                if i < min_new:  # before min_new_tokens, -inf at eos
+                    z = z.copy()
+                    z[:, eos_ids] = -np.inf
+                scores.append(_like(_warped(z, temperature, top_k, top_p, min_p) if do_sample else z, input_ids))
+            scores = tuple(scores)
         if output_logits:
             logits = tuple(_like(z, input_ids) for z in logits)
         return GenerateOutput(sequences, scores, logits if output_logits else None)
