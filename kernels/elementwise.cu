@@ -4,6 +4,9 @@
 //   scale_f32:     x[i] *= s                 x [n] f32
 //   to_<T>:        y[i] = x[i]               x [n] f32, y [n] of storage type T (rounded to nearest)
 //   from_<T>:      y[i] = x[i]               x [n] of storage type T, y [n] f32 (exact)
+//   copy_rows_f32: row (s, i) of dst = row (s, rows[i]) of src, rows of n floats, for each of the
+//                  grid's z segments (a state's layers): dst holds B rows a segment, src srcB
+//                  (beam search's reordered states). Grid (any, B, segments).
 //   memset_rows:   what a graph's memset node writes, as a kernel (cuda.MemsetEdit): height rows
 //                  of width elements of size bytes (1, 2 or 4), pitch bytes apart, each value's
 //                  low size bytes
@@ -39,6 +42,15 @@ EACH_DTYPE(FROM)
 #if PLAIN_ENTRIES
 extern "C" __global__ void scale_f32(float *x, long long n, float s) {
     GRID_STRIDE(i, n) x[i] *= s;
+}
+
+extern "C" __global__ void copy_rows_f32(float *__restrict__ dst, const float *__restrict__ src,
+                                          const int *__restrict__ rows, long long n, int B, int srcB) {
+    int i = blockIdx.y, seg = blockIdx.z;
+    const float *from = src + ((long long)seg * srcB + rows[i]) * n;
+    float *to = dst + ((long long)seg * B + i) * n;
+    for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < n; j += (long long)gridDim.x * blockDim.x)
+        to[j] = from[j];
 }
 
 extern "C" __global__ void memset_rows(unsigned char *dst, unsigned long long pitch, unsigned value, int size,

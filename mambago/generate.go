@@ -464,6 +464,19 @@ func (pn *penalty) add(b int, id int64) {
 	pn.ids[b] = append(pn.ids[b], int32(id))
 }
 
+// reorder makes row i hold what row rows[i] held (beam search's beams).
+func (pn *penalty) reorder(rows []int) {
+	if pn == nil {
+		return
+	}
+	seen, ids := make([]bool, len(pn.seen)), make([][]int32, len(rows))
+	for i, r := range rows {
+		copy(seen[i*pn.V:(i+1)*pn.V], pn.seen[r*pn.V:])
+		ids[i] = slices.Clone(pn.ids[r])
+	}
+	pn.seen, pn.ids = seen, ids
+}
+
 // apply scales, in logits [B, V], the logit of each id in each row not
 // done, in float32 as transformers does: divided by the penalty where it
 // is ≥ 0, multiplied where it is below.
@@ -523,6 +536,22 @@ func (g *nGrams) add(b int, id int64) {
 		k := key(t[len(t)-g.n : len(t)-1])
 		g.next[b][k] = append(g.next[b][k], id)
 	}
+}
+
+// reorder makes row i hold what row rows[i] held (beam search's beams).
+func (g *nGrams) reorder(rows []int) {
+	if g == nil {
+		return
+	}
+	tokens, next := make([][]int64, len(rows)), make([]map[string][]int64, len(rows))
+	for i, r := range rows {
+		tokens[i] = slices.Clone(g.tokens[r])
+		next[i] = make(map[string][]int64, len(g.next[r]))
+		for k, v := range g.next[r] {
+			next[i][k] = slices.Clone(v)
+		}
+	}
+	g.tokens, g.next = tokens, next
 }
 
 // ban sets, in logits [B, V], the logit of each token that would close an

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/mambago/mambago/mambago/engine"
@@ -51,6 +52,41 @@ func (s *State) SetConvState(layer int, v []float32) error {
 // SetSSMState overwrites layer's SSM state, [B, E, N].
 func (s *State) SetSSMState(layer int, v []float32) error {
 	return s.set(s.ssm, layer, v, "ssm state", wideLanes)
+}
+
+// CopyRows makes sequence i of s, in every layer, a copy of src's sequence
+// rows[i]; src may be s.
+func (s *State) CopyRows(src engine.State, rows []int) error {
+	from, err := s.owner.own(src)
+	if err != nil {
+		return err
+	}
+	if err := engine.CheckRows(rows, s.batch, from.batch); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if from != s {
+		from.mu.Lock()
+		defer from.mu.Unlock()
+	}
+	for l := range s.conv {
+		copyRows(s.conv[l], from.conv[l], rows, from == s)
+		copyRows(s.ssm[l], from.ssm[l], rows, from == s)
+	}
+	return nil
+}
+
+// copyRows sets row i of dst to row rows[i] of src, rows of
+// len(dst)/len(rows) values; src is read through a copy where it is dst.
+func copyRows(dst, src []float32, rows []int, same bool) {
+	if same {
+		src = slices.Clone(src)
+	}
+	n := len(dst) / len(rows)
+	for i, r := range rows {
+		copy(dst[i*n:(i+1)*n], src[r*n:(r+1)*n])
+	}
 }
 
 // get returns a copy of layer's values in all, each sequence's [E, n]

@@ -87,6 +87,26 @@ type State interface {
 	SetConvState(layer int, v []float32) error
 	// SetSSMState overwrites layer's SSM state with v, [B, E, N].
 	SetSSMState(layer int, v []float32) error
+	// CopyRows makes sequence i of this state, in every layer, a copy of
+	// sequence rows[i] of src (len(rows) = Batch(); each in [0,
+	// src.Batch())), as beam search reorders its beams. src is a state of
+	// the same engine and may be this one: every row is read as it was
+	// before the call.
+	CopyRows(src State, rows []int) error
+}
+
+// CheckRows reports rows that CopyRows cannot take into a state of batch
+// sequences from one of srcBatch.
+func CheckRows(rows []int, batch, srcBatch int) error {
+	if len(rows) != batch {
+		return Invalid("copy rows: %d rows for a state of %d sequences", len(rows), batch)
+	}
+	for i, r := range rows {
+		if r < 0 || r >= srcBatch {
+			return Invalid("copy rows: row %d takes sequence %d of a state of %d", i, r, srcBatch)
+		}
+	}
+	return nil
 }
 
 // Engine runs a model. Its methods are safe for concurrent use, as long as

@@ -1,6 +1,8 @@
 package gpu
 
 import (
+	"errors"
+
 	"github.com/mambago/mambago/mambago/cuda"
 	"github.com/mambago/mambago/mambago/engine"
 )
@@ -15,6 +17,9 @@ type State struct {
 	convLen, ssmLen int    // floats per layer
 	step            *Graph // the step graph a decoder captured for it, kept for the next (NewDecoder)
 	decoded         int    // the steps its decoders were made for, summed (NewDecoder)
+	// CopyRows' buffers, made at its first call: a copy of buf to read
+	// from where the source is the state itself, and the rows as int32.
+	scratch, rows *cuda.Buffer
 }
 
 // NewState returns a zeroed state for batch sequences.
@@ -63,8 +68,8 @@ func (s *State) Free() error {
 		s.step.free()
 		s.step = nil
 	}
-	err = s.buf.Free()
-	s.buf = nil
+	err = errors.Join(s.buf.Free(), s.scratch.Free(), s.rows.Free())
+	s.buf, s.scratch, s.rows = nil, nil, nil
 	return err
 }
 
@@ -85,6 +90,69 @@ func (s *State) Reset() {
 	e.onStream(nil, func() error { // after the work queued on callers' streams
 		if err := cuda.Fill32(s.buf.Ptr, 0, s.buf.Bytes/4, e.stream); err != nil {
 			return err
+		}
+		return e.stream.Synchronize()
+	})
+}
+
+// CopyRows makes sequence i of s, in every layer, a copy of src's
+// sequence rows[i] (copy_rows_f32, kernels/elementwise.cu); src may be s,
+// which is then read through a copy of itself.
+func (s *State) CopyRows(src engine.State, rows []int) error {
+	e := s.owner
+	from, err := e.own(src)
+	if err != nil {
+		return err
+	}
+	if s.buf == nil {
+		return engine.Invalid("state is freed")
+	}
+	if err := engine.CheckRows(rows, s.batch, from.batch); err != nil {
+		return err
+	}
+	done, err := e.bind()
+	if err != nil {
+		return err
+	}
+	defer done()
+	if s.rows == nil {
+		if s.rows, err = cuda.Alloc(4 * s.batch); err != nil {
+			return err
+		}
+	}
+	if from == s && s.scratch == nil {
+		if s.scratch, err = cuda.Alloc(s.buf.Bytes); err != nil {
+			return err
+		}
+	}
+	idx := make([]int32, len(rows))
+	for i, r := range rows {
+		idx[i] = int32(r)
+	}
+	return e.onStream(nil, func() error { // after the work queued on callers' streams
+		read := from.buf.Ptr
+		if from == s {
+			if err := cuda.Copy(s.scratch.Ptr, s.buf.Ptr, s.buf.Bytes, e.stream); err != nil {
+				return err
+			}
+			read = s.scratch.Ptr
+		}
+		if err := cuda.CopyIn(s.rows.Ptr, idx, e.stream); err != nil {
+			return err
+		}
+		c := e.cfg
+		for _, part := range []struct {
+			dst, src cuda.Ptr
+			n        int // floats a row
+		}{
+			{s.conv(0), read, c.Inner * c.ConvKernel},
+			{s.ssm(0), read + cuda.Ptr(4*c.Layers*from.convLen), c.Inner * c.State},
+		} {
+			grid := cuda.Dim3{X: min((part.n+255)/256, 64), Y: s.batch, Z: c.Layers}
+			if err := e.launch("copy_rows_f32", grid, cuda.D1(256), 0, part.dst, part.src, s.rows.Ptr,
+				int64(part.n), s.batch, from.batch); err != nil {
+				return err
+			}
 		}
 		return e.stream.Synchronize()
 	})

@@ -1,0 +1,398 @@
+package mambago
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/mambago/mambago/mambago/engine"
+)
+
+// EarlyStopping says when beam search ends, as transformers' early_stopping.
+type EarlyStopping int
+
+const (
+	// StopHeuristic (transformers' False) ends a prompt's search once its
+	// best running beam, scored at the current length, cannot beat the
+	// worst of its Width finished ones.
+	StopHeuristic EarlyStopping = iota
+	// StopWhenFull (True) ends it once Width beams have finished.
+	StopWhenFull
+	// StopNever ("never") is StopHeuristic with the running beam scored at
+	// the longest length it could reach where LengthPenalty > 0.
+	StopNever
+)
+
+// Beams configures BeamSearch: beam search as transformers' generate runs it
+// with num_beams > 1 and do_sample=False.
+type Beams struct {
+	Width  int // num_beams: the beams kept a prompt, ≥ 1
+	Return int // num_return_sequences: the best finished beams returned a prompt, 1..Width
+	// LengthPenalty: a finished beam scores its tokens' summed log
+	// probability over (new tokens)^LengthPenalty.
+	LengthPenalty float64
+	EarlyStopping EarlyStopping
+	// EOS ends a beam (-1: none), as do MoreEOS; Fill fills a returned row
+	// past its end.
+	EOS     int64
+	MoreEOS []int64
+	Fill    int64
+	// RepetitionPenalty, MinNew and NoRepeatNGram process each beam's log
+	// probabilities before the search, as Sampling's do its logits.
+	RepetitionPenalty float64
+	MinNew            int
+	NoRepeatNGram     int
+	// Scores keeps each step's processed log probabilities, and Logits its
+	// logits ([B·Width, V] each), for BeamOutput.
+	Scores, Logits bool
+}
+
+// BeamOutput is what BeamSearch returns, as transformers'
+// GenerateBeamDecoderOnlyOutput holds it, for B prompts and R = Return.
+type BeamOutput struct {
+	N       int       // the longest returned row's new tokens
+	Tokens  []int64   // [B·R, N]: each prompt's R best finished beams, best first, Fill past each end
+	Scores  []float32 // [B·R]: their scores (sequences_scores)
+	Indices []int32   // [B·R, N]: the beam (b·Width + j) each token came from, -1 past each end
+	Steps   int       // the search's steps (at least N)
+	// StepScores and StepLogits are, where asked, each step's processed log
+	// probabilities and logits, [B·Width, V].
+	StepScores, StepLogits [][]float32
+}
+
+// Check reports an out-of-range setting.
+func (bm Beams) Check() error {
+	s := Sampling{TopP: 1, EOS: bm.EOS, MoreEOS: bm.MoreEOS, RepetitionPenalty: bm.RepetitionPenalty,
+		MinNew: bm.MinNew, NoRepeatNGram: bm.NoRepeatNGram}
+	switch {
+	case bm.Width < 1:
+		return engine.Invalid("num_beams = %d, want ≥ 1", bm.Width)
+	case bm.Return < 1 || bm.Return > bm.Width:
+		return engine.Invalid("num_return_sequences = %d, want 1..num_beams (%d)", bm.Return, bm.Width)
+	case math.IsNaN(bm.LengthPenalty) || math.IsInf(bm.LengthPenalty, 0):
+		return engine.Invalid("length_penalty = %v, want finite", bm.LengthPenalty)
+	case bm.EarlyStopping < StopHeuristic || bm.EarlyStopping > StopNever:
+		return engine.Invalid("early_stopping = %d, want StopHeuristic, StopWhenFull or StopNever", bm.EarlyStopping)
+	}
+	return s.Check()
+}
+
+// beamRow is one beam: its new tokens, the beam each came from, its score.
+type beamRow struct {
+	tokens []int64
+	from   []int32
+	score  float32
+	done   bool // a finished beam's slot holds one (is_sent_finished)
+}
+
+// extend returns r with one more token, from beam parent.
+func (r beamRow) extend(token int64, parent int32, score float32) beamRow {
+	return beamRow{tokens: append(slices.Clip(r.tokens), token), from: append(slices.Clip(r.from), parent), score: score}
+}
+
+// no is transformers' stand-in score for a beam that may not be taken.
+const no = float32(-1e9)
+
+// BeamSearch continues each of the B prompts ids [B, T] (row b's at
+// spans[b]; nil spans take every row whole) by beam search of up to maxNew
+// tokens, as transformers' generate does with num_beams = bm.Width and
+// do_sample=False: every step scores each beam's continuations by their
+// summed log probabilities, keeps the Width best that have not ended, and
+// ranks those that end (at an eos id or at maxNew tokens) by their
+// length-penalized score. The model runs B·Width sequences a step, their
+// states reordered as the beams are (engine.State.CopyRows). Once ctx is
+// done it stops before its next step.
+func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []Span, maxNew int, bm Beams) (
+	_ *BeamOutput, err error) {
+	if err := bm.Check(); err != nil {
+		return nil, err
+	}
+	if maxNew < 0 {
+		return nil, engine.Invalid("max_new_tokens = %d, want ≥ 0", maxNew)
+	}
+	cfg := m.Config()
+	V, K := cfg.Vocab, bm.Width
+	s := Sampling{EOS: bm.EOS, MoreEOS: bm.MoreEOS}
+	ends := s.endIDs()
+	for _, id := range ends {
+		if id >= int64(V) {
+			return nil, engine.Invalid("eos id %d is outside the vocabulary [0, %d)", id, V)
+		}
+	}
+	keep := max(2, 1+len(ends)) * K // candidates a prompt and step (beams_to_keep)
+	if keep > K*V {
+		return nil, engine.Invalid("num_beams = %d needs a vocabulary of at least %d tokens, the model has %d",
+			K, keep/K, V)
+	}
+	out := &BeamOutput{}
+	if maxNew == 0 {
+		out.Tokens, out.Indices, out.Scores = []int64{}, []int32{}, make([]float32, B*bm.Return)
+		return out, nil
+	}
+
+	// The prompts' prefill, then its state copied to each prompt's K beams.
+	prompts, err := m.NewState(B)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, freeState(prompts)) }()
+	hidden := make([]float32, B*cfg.Hidden)
+	in := engine.Input{B: B, T: T, IDs: ids}
+	if spans == nil {
+		err = m.prefill(ctx, prompts, in, outputs{pool: engine.Last, out: hidden})
+	} else {
+		err = m.prefillSpans(ctx, prompts, in, spans, outputs{pool: engine.Last, out: hidden}, true)
+	}
+	if err != nil {
+		return nil, err
+	}
+	first := make([]float32, B*V)
+	if err := m.Logits(hidden, B, first); err != nil {
+		return nil, err
+	}
+	st, err := m.gen.take(m, B*K)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, m.gen.put(st)) }()
+	rows := make([]int, B*K)
+	for i := range rows {
+		rows[i] = i / K
+	}
+	if err := st.CopyRows(prompts, rows); err != nil {
+		return nil, err
+	}
+	logits := make([]float32, B*K*V)
+	for i := range B * K {
+		copy(logits[i*V:(i+1)*V], first[(i/K)*V:])
+	}
+	var dec engine.Decoder
+	if de, ok := m.Engine.(decoderEngine); ok && maxNew > 1 {
+		if dec, err = de.NewDecoder(st, maxNew-1); err != nil {
+			return nil, err
+		}
+		defer func() { err = errors.Join(err, dec.Close()) }()
+	}
+
+	// Each beam's tokens for the logits processors: its prompt's, then its own.
+	beamIDs := make([]int64, B*K*T)
+	var beamSpans []Span
+	for i := range B * K {
+		copy(beamIDs[i*T:(i+1)*T], ids[(i/K)*T:])
+		if spans != nil {
+			beamSpans = append(beamSpans, spans[i/K])
+		}
+	}
+	pen := newPenalty(bm.RepetitionPenalty, beamIDs, B*K, T, beamSpans, V)
+	grams := newNGrams(bm.NoRepeatNGram, beamIDs, B*K, T, beamSpans)
+
+	running := make([]beamRow, B*K)  // each prompt's K running beams, best first
+	finished := make([]beamRow, B*K) // and its K best finished ones (or stand-ins), best first
+	for i := range running {
+		if i%K > 0 {
+			running[i].score = no // only beam 0's continuations count at first: the beams are alike
+		}
+		finished[i].score = no
+	}
+	improvable := make([]bool, B) // is_early_stop_heuristic_unsatisfied
+	for b := range improvable {
+		improvable[b] = true
+	}
+	cand := make([]beamRow, keep)
+	hits := make([]bool, keep)
+	allHit := false
+	next := make([]int64, B*K)
+	none := make([]bool, B*K)
+	for step := 0; ; step++ {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("beam search: stopped before step %d: %w", step, context.Cause(ctx))
+		}
+		if step > 0 {
+			if dec != nil {
+				logits, err = dec.Logits(next)
+			} else {
+				err = m.Step(st, next, logits)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("beam search: step %d: %w", step, err)
+			}
+		}
+		if bm.Logits {
+			out.StepLogits = append(out.StepLogits, slices.Clone(logits))
+		}
+		logp := make([]float32, B*K*V)
+		for i := range B * K {
+			if err := logSoftmax(logp[i*V:(i+1)*V], logits[i*V:(i+1)*V]); err != nil {
+				return nil, fmt.Errorf("beam search: step %d, beam %d: %w", step, i, err)
+			}
+		}
+		pen.apply(logp, none)
+		grams.ban(logp, none)
+		if step < bm.MinNew {
+			banIDs(logp, V, ends)
+		}
+		if bm.Scores {
+			out.StepScores = append(out.StepScores, logp)
+		}
+		newLen := float32(math.Pow(float64(step+1), bm.LengthPenalty))
+		parents := make([]int, B*K)
+		allHit = true
+		for b := range B {
+			// The keep best continuations of the prompt's K beams.
+			best, err := bestOf(logp[b*K*V:(b+1)*K*V], running[b*K:(b+1)*K], keep, V)
+			if err != nil {
+				return nil, fmt.Errorf("beam search: step %d, prompt %d: %w", step, b, err)
+			}
+			for c, at := range best {
+				j, tok := at/V, int64(at%V)
+				cand[c] = running[b*K+j].extend(tok, int32(b*K+j), running[b*K+j].score+logp[(b*K+j)*V+int(tok)])
+				hits[c] = step+1 == maxNew || s.ends(tok)
+				allHit = allHit && hits[c]
+			}
+			// The K best that go on: a continuation that ends scores no.
+			order := ranks(keep, func(c int) float32 { return cand[c].score + cond(hits[c], no) })
+			for j, c := range order[:K] {
+				r := cand[c]
+				r.score += cond(hits[c], no)
+				running[b*K+j] = r
+				parents[b*K+j] = int(r.from[len(r.from)-1])
+			}
+			// The K best finished: the ones before, and the continuations
+			// among the K best that end here, length-penalized.
+			full := true
+			for _, f := range finished[b*K : (b+1)*K] {
+				full = full && f.done
+			}
+			merged := slices.Clone(finished[b*K : (b+1)*K])
+			for c := range keep {
+				r := cand[c]
+				r.score /= newLen
+				r.score += cond(full && bm.EarlyStopping == StopWhenFull, no)
+				r.score += cond(!improvable[b], no)
+				r.done = hits[c] && c < K
+				r.score += cond(!r.done, no)
+				merged = append(merged, r)
+			}
+			order = ranks(len(merged), func(i int) float32 { return merged[i].score })
+			for j, i := range order[:K] {
+				finished[b*K+j] = merged[i]
+			}
+		}
+		if err := st.CopyRows(st, parents); err != nil {
+			return nil, fmt.Errorf("beam search: step %d: %w", step, err)
+		}
+		pen.reorder(parents)
+		grams.reorder(parents)
+		for i, r := range running {
+			next[i] = r.tokens[len(r.tokens)-1]
+			pen.add(i, next[i])
+			grams.add(i, next[i])
+		}
+		// Whether any prompt's search goes on (transformers'
+		// _check_early_stop_heuristic and _beam_search_has_unfinished_sequences).
+		length := float64(step + 1)
+		if bm.EarlyStopping == StopNever && bm.LengthPenalty > 0 {
+			length = float64(maxNew)
+		}
+		bestScale := float32(math.Pow(length, bm.LengthPenalty))
+		anyImprovable, allFull := false, true
+		for b := range B {
+			fin := finished[b*K : (b+1)*K]
+			worst := slices.MinFunc(fin, func(x, y beamRow) int { return cmp.Compare(x.score, y.score) }).score
+			bestRunning := running[b*K].score / bestScale
+			beats := false
+			for _, f := range fin {
+				beats = beats || bestRunning > cond(f.done, worst)+cond(!f.done, no)
+				allFull = allFull && f.done
+			}
+			improvable[b] = improvable[b] && beats
+			anyImprovable = anyImprovable || improvable[b]
+		}
+		out.Steps = step + 1
+		if !anyImprovable || (allFull && bm.EarlyStopping == StopWhenFull) || allHit {
+			break
+		}
+	}
+
+	R := bm.Return
+	for b := range B {
+		for _, f := range finished[b*K : b*K+R] {
+			out.N = max(out.N, len(f.tokens))
+		}
+	}
+	out.Tokens, out.Indices, out.Scores = make([]int64, B*R*out.N), make([]int32, B*R*out.N), make([]float32, B*R)
+	for b := range B {
+		for j, f := range finished[b*K : b*K+R] {
+			i := b*R + j
+			out.Scores[i] = f.score
+			for t := range out.N {
+				out.Tokens[i*out.N+t], out.Indices[i*out.N+t] = bm.Fill, -1
+				if t < len(f.tokens) {
+					out.Tokens[i*out.N+t], out.Indices[i*out.N+t] = f.tokens[t], f.from[t]
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// cond is v where ok holds, else 0: transformers' mask × value.
+func cond(ok bool, v float32) float32 {
+	if ok {
+		return v
+	}
+	return 0
+}
+
+// logSoftmax writes logits' log probabilities to dst, in float32 as torch
+// does (the sum of exponentials in float64). A row holding NaN is an error.
+func logSoftmax(dst, logits []float32) error {
+	top := float32(math.Inf(-1))
+	for _, z := range logits {
+		if z != z {
+			return errors.New("logits hold NaN")
+		}
+		top = max(top, z)
+	}
+	if math.IsInf(float64(top), -1) {
+		return errors.New("every logit is -Inf")
+	}
+	var sum float64
+	for _, z := range logits {
+		sum += math.Exp(float64(z - top))
+	}
+	lse := float32(math.Log(sum))
+	for i, z := range logits {
+		dst[i] = z - top - lse
+	}
+	return nil
+}
+
+// bestOf returns, best first, the flat indices j·V + v of the keep best of
+// the K beams' continuations: beam j's score plus logp [K, V] at v, in
+// float32. Equal scores rank the lower index first.
+func bestOf(logp []float32, beams []beamRow, keep, V int) ([]int, error) {
+	scores := make([]float32, len(logp))
+	for j, beam := range beams {
+		for v := range V {
+			scores[j*V+v] = beam.score + logp[j*V+v]
+		}
+	}
+	r := &ranked{ids: make([]int, 0, keep)}
+	err := r.best(scores, keep)
+	return r.ids, err
+}
+
+// ranks returns 0..n-1 ordered by score, best first, the lower index first
+// among equals.
+func ranks(n int, score func(int) float32) []int {
+	order := make([]int, n)
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(score(b), score(a)) })
+	return order
+}

@@ -1,0 +1,258 @@
+package mambago_test
+
+import (
+	"context"
+	"math"
+	"slices"
+	"testing"
+
+	"github.com/mambago/mambago/internal/gputest"
+	"github.com/mambago/mambago/mambago"
+	"github.com/mambago/mambago/mambago/engine"
+)
+
+// onEachEngine runs test on the base fixture on the CPU engine, then on the
+// CUDA engine in f32 and bf16 (skipped, saying why, without a GPU).
+func onEachEngine(t *testing.T, test func(t *testing.T, m *mambago.Model)) {
+	t.Run("cpu", func(t *testing.T) {
+		m := openBase(t)
+		t.Cleanup(func() { m.Close() })
+		test(t, m)
+	})
+	for _, dtype := range []string{"float32", "bfloat16"} {
+		t.Run("cuda-"+dtype, func(t *testing.T) {
+			gputest.Need(t)
+			test(t, openCUDA(t, dtype))
+		})
+	}
+}
+
+// TestCopyRows prefills three sequences, copies them into a state of four
+// in a shuffled order with repeats, then reorders that state in place: each
+// row's conv window and SSM state are its source row's, in every layer.
+func TestCopyRows(t *testing.T) {
+	onEachEngine(t, func(t *testing.T, m *mambago.Model) {
+		{
+			c := m.Config()
+			src := newFreedState(t, m, 3)
+			if err := m.Prefill(src, engine.Input{B: 3, T: 6, IDs: randomIDs(m, 18)}, engine.Last,
+				make([]float32, 3*c.Hidden)); err != nil {
+				t.Fatal(err)
+			}
+			dst := newFreedState(t, m, 4)
+			check := func(st engine.State, want func(layer int, ssm bool) []float32) {
+				t.Helper()
+				for l := range c.Layers {
+					conv, err1 := st.ConvState(l)
+					ssm, err2 := st.SSMState(l)
+					if err1 != nil || err2 != nil {
+						t.Fatal(err1, err2)
+					}
+					if !slices.Equal(conv, want(l, false)) || !slices.Equal(ssm, want(l, true)) {
+						t.Fatalf("layer %d: rows differ from their sources", l)
+					}
+				}
+			}
+			// rowsOf gathers rows of st's layer l values.
+			rowsOf := func(st engine.State, rows []int) func(int, bool) []float32 {
+				return func(l int, ssm bool) []float32 {
+					v, _ := st.ConvState(l)
+					if ssm {
+						v, _ = st.SSMState(l)
+					}
+					n := len(v) / st.Batch()
+					var out []float32
+					for _, r := range rows {
+						out = append(out, v[r*n:(r+1)*n]...)
+					}
+					return out
+				}
+			}
+			rows := []int{2, 0, 2, 1}
+			if err := dst.CopyRows(src, rows); err != nil {
+				t.Fatal(err)
+			}
+			check(dst, rowsOf(src, rows))
+			before := map[bool][][]float32{}
+			for l := range c.Layers {
+				conv, _ := dst.ConvState(l)
+				ssm, _ := dst.SSMState(l)
+				before[false], before[true] = append(before[false], conv), append(before[true], ssm)
+			}
+			again := []int{3, 3, 0, 1}
+			if err := dst.CopyRows(dst, again); err != nil {
+				t.Fatal(err)
+			}
+			check(dst, func(l int, ssm bool) []float32 {
+				v := before[ssm][l]
+				n := len(v) / 4
+				var out []float32
+				for _, r := range again {
+					out = append(out, v[r*n:(r+1)*n]...)
+				}
+				return out
+			})
+			for _, bad := range [][]int{{0, 1, 2}, {0, 1, 2, 3}, {0, -1, 0, 0}} {
+				if err := dst.CopyRows(src, bad); !engine.IsInvalid(err) {
+					t.Errorf("rows %v: err %v, want an input error", bad, err)
+				}
+			}
+		}
+	})
+}
+
+// newFreedState returns a state of m for B sequences, freed by the test's
+// cleanup.
+func newFreedState(t *testing.T, m *mambago.Model, B int) engine.State {
+	t.Helper()
+	st, err := m.NewState(B)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if f, ok := st.(interface{ Free() error }); ok {
+			f.Free()
+		}
+	})
+	return st
+}
+
+// TestBeamWidthOneIsGreedy: one beam without an end token takes the most
+// likely token each step, as greedy generation does, and scores the sum of
+// their log probabilities over the length.
+func TestBeamWidthOneIsGreedy(t *testing.T) {
+	onEachEngine(t, func(t *testing.T, m *mambago.Model) {
+		{
+			const B, T, n = 2, 5, 9
+			ids := randomIDs(m, B*T)
+			greedy, _, err := m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := m.BeamSearch(context.Background(), ids, B, T, nil, n,
+				mambago.Beams{Width: 1, Return: 1, LengthPenalty: 1, EOS: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.N != n || !slices.Equal(out.Tokens, greedy) {
+				t.Fatalf("one beam: %v (N %d), greedy %v", out.Tokens, out.N, greedy)
+			}
+			checkBeamScores(t, m, ids, B, T, out, 1, 1, 1, 1)
+		}
+	})
+}
+
+// TestBeamSearchScores runs four beams with an end token that the search
+// meets early and checks each returned beam against a fresh pass over its
+// prompt and tokens: its score is the sum of its tokens' log probabilities
+// over its length to the length penalty. A state reordered wrongly would
+// score the beams' tokens from another beam's state. Each prompt's beams
+// are distinct and best first, and their rows are filled past their ends.
+func TestBeamSearchScores(t *testing.T) {
+	onEachEngine(t, func(t *testing.T, m *mambago.Model) {
+		{
+			const B, T, n, K, R = 2, 5, 8, 4, 3
+			ids := randomIDs(m, B*T)
+			greedy, _, err := m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, lp := range []float64{1, 0.5, -0.7} {
+				bm := mambago.Beams{Width: K, Return: R, LengthPenalty: lp, EOS: greedy[2], Fill: -5,
+					RepetitionPenalty: 1.1}
+				out, err := m.BeamSearch(context.Background(), ids, B, T, nil, n, bm)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkBeamScores(t, m, ids, B, T, out, K, R, lp, 1.1)
+				ended := 0
+				for i := range B * R {
+					row := out.Tokens[i*out.N : (i+1)*out.N]
+					if e := slices.Index(row, greedy[2]); e >= 0 {
+						ended++
+						for j, tok := range row[e+1:] {
+							if tok != -5 || out.Indices[i*out.N+e+1+j] != -1 {
+								t.Errorf("lp %v, row %d: past its end %v, indices %v", lp, i, row, out.Indices[i*out.N:(i+1)*out.N])
+								break
+							}
+						}
+					}
+				}
+				if ended == 0 {
+					t.Logf("lp %v: no returned beam ended at %d", lp, greedy[2])
+				}
+			}
+		}
+	})
+}
+
+// checkBeamScores recomputes each returned beam's score by stepping a fresh
+// state through its tokens, as the penalty by (1: none) processes them, and
+// checks the search's order and beam indices.
+func checkBeamScores(t *testing.T, m *mambago.Model, ids []int64, B, T int, out *mambago.BeamOutput, K, R int, lp, by float64) {
+	t.Helper()
+	c := m.Config()
+	V := c.Vocab
+	for i := range B * R {
+		b := i / R
+		row := out.Tokens[i*out.N : (i+1)*out.N]
+		length := slices.IndexFunc(out.Indices[i*out.N:(i+1)*out.N], func(x int32) bool { return x < 0 })
+		if length < 0 {
+			length = out.N
+		}
+		st := newFreedState(t, m, 1)
+		h := make([]float32, c.Hidden)
+		if err := m.Prefill(st, engine.Input{B: 1, T: T, IDs: ids[b*T : (b+1)*T]}, engine.Last, h); err != nil {
+			t.Fatal(err)
+		}
+		logits := make([]float32, V)
+		if err := m.Logits(h, 1, logits); err != nil {
+			t.Fatal(err)
+		}
+		seen := slices.Clone(ids[b*T : (b+1)*T])
+		var sum float64
+		for k, tok := range row[:length] {
+			if from := int(out.Indices[i*out.N+k]); from < b*K || from >= (b+1)*K {
+				t.Errorf("beam %d's token %d came from beam %d, not one of prompt %d's", i, k, from, b)
+			}
+			z := slices.Clone(logits)
+			top := slices.Max(z)
+			var e float64
+			for _, v := range z {
+				e += math.Exp(float64(v - top))
+			}
+			lpv := make([]float64, V)
+			for v := range V {
+				lpv[v] = float64(z[v]-top) - math.Log(e)
+			}
+			if by != 1 {
+				for _, s := range slices.Compact(slices.Sorted(slices.Values(seen))) {
+					if lpv[s] < 0 {
+						lpv[s] *= by
+					} else {
+						lpv[s] /= by
+					}
+				}
+			}
+			sum += lpv[tok]
+			seen = append(seen, tok)
+			if k+1 < length {
+				if err := m.Step(st, []int64{tok}, logits); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		want := sum / math.Pow(float64(length), lp)
+		if got := float64(out.Scores[i]); math.Abs(got-want) > 1e-4*max(1, math.Abs(want)) {
+			t.Errorf("beam %d (prompt %d, %d tokens %v): score %v, a fresh pass gives %v", i, b, length, row[:length], got, want)
+		}
+		if i%R > 0 && out.Scores[i] > out.Scores[i-1] {
+			t.Errorf("beam %d scores %v, above the beam before it (%v)", i, out.Scores[i], out.Scores[i-1])
+		}
+		for k := i - i%R; k < i; k++ {
+			if slices.Equal(out.Tokens[k*out.N:(k+1)*out.N], row) {
+				t.Errorf("beams %d and %d are the same: %v", k, i, row)
+			}
+		}
+	}
+}
