@@ -141,6 +141,14 @@ func int64s(addr uintptr, n int) []int64 {
 	return unsafe.Slice(*(**int64)(unsafe.Pointer(&addr)), n)
 }
 
+// int32s views n int32 values at addr.
+func int32s(addr uintptr, n int) []int32 {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice(*(**int32)(unsafe.Pointer(&addr)), n)
+}
+
 func checkBuf(name string, addr uintptr, n int) error {
 	if n < 0 || (addr == 0 && n > 0) {
 		return fmt.Errorf("ValueError: %s: bad buffer (address %#x, %d values)", name, addr, n)
@@ -787,6 +795,95 @@ func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, t
 		MinP: minP, RepetitionPenalty: repetitionPenalty, MinNew: minNew, NoRepeatNGram: noRepeat,
 	}, emit)
 	return n, err
+}
+
+// BeamSearch continues the prompts ids (int64 [B, T]) by beam search of up
+// to maxNew tokens (mambago.Model.BeamSearch): beams a prompt, the best ret
+// returned, lengthPenalty, early (0 transformers' False, 1 True, 2
+// "never"), eos (-1: none) and the nMoreEOS further ids at moreEOS, fill
+// past a row's end, and the processors as Generate's. It writes each
+// prompt's ret best beams' tokens (int64 [B·ret, maxNew], columns past the
+// longest returned row left as they were), their beam indices (int32, the
+// same shape) and scores (float32 [B·ret]), and where stepScores or
+// stepLogits is not 0, each step's processed log probabilities or logits
+// (float32 [maxNew, B·beams, V], steps past the search's last left as they
+// were); counts (int64 [2]) gets the returned columns and the steps. spans
+// and stop are as Generate's.
+func BeamSearch(model int64, ids uintptr, B, T, maxNew, beams, ret int, lengthPenalty float64, early int,
+	eos int64, moreEOS uintptr, nMoreEOS int, fill int64, repetitionPenalty float64, minNew, noRepeat int,
+	spans uintptr, nSpans int, tokens, indices, scores, stepScores, stepLogits, counts uintptr, stop int64) (err error) {
+	defer guard(&err)
+	m, err := models.get(model, "model")
+	if err != nil {
+		return err
+	}
+	sig, err := stopFor(stop)
+	if err != nil {
+		return err
+	}
+	if B < 1 || T < 1 {
+		return fmt.Errorf("ValueError: input_ids shape (%d, %d): both must be at least 1", B, T)
+	}
+	bm := mambago.Beams{Width: beams, Return: ret, LengthPenalty: lengthPenalty, EarlyStopping: mambago.EarlyStopping(early),
+		EOS: eos, Fill: fill, RepetitionPenalty: repetitionPenalty, MinNew: minNew, NoRepeatNGram: noRepeat,
+		Scores: stepScores != 0, Logits: stepLogits != 0}
+	if err := bm.Check(); err != nil {
+		return err
+	}
+	if maxNew < 0 {
+		return fmt.Errorf("ValueError: max_new_tokens = %d, want ≥ 0", maxNew)
+	}
+	R, V := ret, m.Config().Vocab
+	for _, buf := range []struct {
+		name string
+		at   uintptr
+		n    int
+	}{{"input_ids", ids, B * T}, {"tokens", tokens, B * R * maxNew}, {"beam indices", indices, B * R * maxNew},
+		{"scores", scores, B * R}, {"counts", counts, 2}} {
+		if err := checkBuf(buf.name, buf.at, buf.n); err != nil {
+			return err
+		}
+	}
+	for _, buf := range []struct {
+		name string
+		at   uintptr
+	}{{"step scores", stepScores}, {"step logits", stepLogits}} {
+		if buf.at != 0 {
+			if err := checkBuf(buf.name, buf.at, maxNew*B*beams*V); err != nil {
+				return err
+			}
+		}
+	}
+	rows, err := spanList(spans, nSpans, B)
+	if err != nil {
+		return err
+	}
+	if nMoreEOS > 0 {
+		if err := checkBuf("eos ids", moreEOS, nMoreEOS); err != nil {
+			return err
+		}
+		bm.MoreEOS = int64s(moreEOS, nMoreEOS)
+	}
+	out, err := m.BeamSearch(sig.ctx, int64s(ids, B*T), B, T, rows, maxNew, bm)
+	if err != nil {
+		return err
+	}
+	dstTokens, dstIndices := int64s(tokens, B*R*maxNew), int32s(indices, B*R*maxNew)
+	for i := range B * R {
+		copy(dstTokens[i*maxNew:], out.Tokens[i*out.N:(i+1)*out.N])
+		copy(dstIndices[i*maxNew:], out.Indices[i*out.N:(i+1)*out.N])
+	}
+	copy(floats(scores, B*R), out.Scores)
+	for at, steps := range map[uintptr][][]float32{stepScores: out.StepScores, stepLogits: out.StepLogits} {
+		if at != 0 {
+			dst := floats(at, maxNew*B*beams*V)
+			for s, v := range steps {
+				copy(dst[s*B*beams*V:], v)
+			}
+		}
+	}
+	copy(int64s(counts, 2), []int64{int64(out.N), int64(out.Steps)})
+	return nil
 }
 
 // gpuEngine returns the model's CUDA engine, or a ValueError naming what needs it.

@@ -15,10 +15,10 @@ The engine is Go (github.com/mambago/mambago), called through a gopy
 extension; Python never runs in the hot loop.
 """
 
-from .model import (Config, Graph, Model, State, cuda_is_available, cuda_unavailable_reason, get_num_threads,
+from .model import (BeamSearchOutput, Config, Graph, Model, State, cuda_is_available, cuda_unavailable_reason, get_num_threads,
                     set_num_threads)
 
-__all__ = ["Config", "Graph", "Model", "State", "cuda_is_available", "cuda_unavailable_reason", "get_num_threads",
+__all__ = ["BeamSearchOutput", "Config", "Graph", "Model", "State", "cuda_is_available", "cuda_unavailable_reason", "get_num_threads",
            "set_num_threads", "__version__"]
 
 

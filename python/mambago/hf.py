@@ -442,7 +442,7 @@ class _StandIn:
 _GENERATION_DEFAULTS = {
     "max_new_tokens": None, "max_length": None, "do_sample": False, "temperature": 1.0, "top_k": 50,
     "top_p": 1.0, "min_p": 0.0, "repetition_penalty": 1.0, "min_new_tokens": None, "min_length": 0,
-    "no_repeat_ngram_size": 0,
+    "no_repeat_ngram_size": 0, "num_beams": 1, "length_penalty": 1.0, "early_stopping": False,
     "eos_token_id": None, "pad_token_id": None,
     "num_return_sequences": 1, "return_dict_in_generate": False, "output_scores": False, "output_logits": False,
 }
@@ -452,7 +452,7 @@ _GENERATION_DEFAULTS = {
 # they pass (a script may spell out num_beams=1); set otherwise, generate
 # refuses them rather than decode another way than transformers would.
 _GENERATION_OFF = {
-    "num_beams": 1, "num_beam_groups": 1, "penalty_alpha": None, "diversity_penalty": 0.0,
+    "num_beam_groups": 1, "penalty_alpha": None, "diversity_penalty": 0.0,
     "bad_words_ids": None, "force_words_ids": None, "constraints": None,
     "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
     "top_h": None, "suppress_tokens": None, "begin_suppress_tokens": None, "forced_bos_token_id": None,
@@ -605,7 +605,8 @@ class MambaForCausalLM(_StandIn):
                  return_dict_in_generate: bool | None = None, output_scores: bool | None = None,
                  output_logits: bool | None = None, repetition_penalty: float | None = None,
                  min_new_tokens: int | None = None, min_length: int | None = None, min_p: float | None = None,
-                 no_repeat_ngram_size: int | None = None,
+                 no_repeat_ngram_size: int | None = None, num_beams: int | None = None,
+                 length_penalty: float | None = None, early_stopping: bool | str | None = None,
                  generation_config=None, **kwargs):
         """Continue prompts [B, T] by up to max_new_tokens tokens and return
         prompt and new tokens [B, T + n], as transformers does: greedy unless
@@ -663,7 +664,8 @@ class MambaForCausalLM(_StandIn):
                  "return_dict_in_generate": return_dict_in_generate, "output_scores": output_scores,
                  "output_logits": output_logits, "repetition_penalty": repetition_penalty,
                  "min_new_tokens": min_new_tokens, "min_length": min_length, "min_p": min_p,
-                 "no_repeat_ngram_size": no_repeat_ngram_size}
+                 "no_repeat_ngram_size": no_repeat_ngram_size, "num_beams": num_beams,
+                 "length_penalty": length_penalty, "early_stopping": early_stopping}
         for name in kwargs:
             if name not in _GENERATION_OFF:
                 raise TypeError(f"generate: unsupported argument {name!r}")
@@ -675,14 +677,15 @@ class MambaForCausalLM(_StandIn):
         on = {name: setting(name) for name, off in _GENERATION_OFF.items() if setting(name, off) != off}
         if on:
             raise ValueError(f"generate: {', '.join(f'{k}={v!r}' for k, v in on.items())}: mambago generates "
-                             f"greedily or by sampling (temperature, top_k, top_p, min_p, repetition_penalty, "
-                             f"min_new_tokens, no_repeat_ngram_size) only; "
+                             f"greedily, by sampling (temperature, top_k, top_p, min_p) or by beam search "
+                             f"(num_beams, length_penalty, early_stopping), with repetition_penalty, "
+                             f"min_new_tokens and no_repeat_ngram_size only; "
                              f"set {'each' if len(on) > 1 else 'it'} to its default "
                              f"({', '.join(f'{k}={_GENERATION_OFF[k]!r}' for k in on)}), in the call or in "
                              f"model.generation_config")
         (max_new_tokens, max_length, do_sample, temperature, top_k, top_p, eos_token_id, pad_token_id,
          num_return_sequences, return_dict_in_generate, output_scores, output_logits, repetition_penalty,
-         min_new_tokens, min_length, min_p, no_repeat_ngram_size) = (
+         min_new_tokens, min_length, min_p, no_repeat_ngram_size, num_beams, length_penalty, early_stopping) = (
             setting(name, _GENERATION_DEFAULTS[name]) for name in given)
         mask = None if attention_mask is None else _numpy(attention_mask)
         ids = _numpy(input_ids).astype(np.int64, copy=False)
@@ -690,7 +693,18 @@ class MambaForCausalLM(_StandIn):
             raise TypeError(f"num_return_sequences must be an int, got {type(num_return_sequences).__name__}")
         if num_return_sequences < 1:
             raise ValueError(f"num_return_sequences must be at least 1, got {num_return_sequences}")
-        if num_return_sequences > 1:
+        if isinstance(num_beams, bool) or not isinstance(num_beams, (int, np.integer)) or num_beams < 1:
+            raise ValueError(f"num_beams must be an int ≥ 1, got {num_beams!r}")
+        beams = num_beams > 1
+        if beams and do_sample:
+            raise ValueError("generate: beam sampling (num_beams > 1 with do_sample=True) is not supported: "
+                             "mambago's beam search is transformers' with do_sample=False")
+        if beams and streamer is not None:  # transformers' refusal too
+            raise ValueError("`streamer` cannot be used with beam search: set num_beams to 1")
+        if beams and num_return_sequences > num_beams:
+            raise ValueError(f"num_return_sequences ({num_return_sequences}) has to be smaller or equal to "
+                             f"num_beams ({num_beams})")
+        if num_return_sequences > 1 and not beams:
             if not do_sample:
                 raise ValueError("num_return_sequences > 1 needs do_sample=True: greedy decoding gives one "
                                  "continuation a prompt (beam search is not supported)")
@@ -718,6 +732,11 @@ class MambaForCausalLM(_StandIn):
         if do_sample and not temperature > 0:  # transformers' refusal, in its words: 0 is not greedy here
             raise ValueError(f"`temperature` (={temperature}) has to be a strictly positive float when sampling; "
                              f"for greedy decoding, set do_sample=False")
+        if beams:
+            return self._beam_search(input_ids, ids, mask, max_new_tokens, num_beams, num_return_sequences,
+                                     length_penalty, early_stopping, eos_ids, pad_token_id, repetition_penalty,
+                                     min_new, no_repeat_ngram_size, return_dict_in_generate and output_scores,
+                                     return_dict_in_generate and output_logits, return_dict_in_generate)
         if do_sample and top_p != 0:
             new = self.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                                       seed=seed, eos_token_id=eos_ids, attention_mask=mask, streamer=streamer,
@@ -755,6 +774,33 @@ class MambaForCausalLM(_StandIn):
             logits = tuple(_like(z, input_ids) for z in logits)
         return GenerateOutput(sequences, scores, logits if output_logits else None)
 
+    def _beam_search(self, input_ids, ids, mask, max_new_tokens, num_beams, num_return_sequences, length_penalty,
+                     early_stopping, eos_ids, pad_token_id, repetition_penalty, min_new, no_repeat_ngram_size,
+                     output_scores, output_logits, as_output):
+        """generate's beam search (Model.beam_search): prompts ids [B, T]
+        (input_ids as given, for the output's kind), each prompt's
+        num_return_sequences best beams as transformers returns them."""
+        # transformers fills a finished row with (pad_token_id or eos_token_id[0]) if there are eos ids, else -1:
+        # a pad id of 0 gives the first eos id
+        fill = (pad_token_id or eos_ids[0]) if eos_ids else -1
+        out = self.model.beam_search(ids, max_new_tokens, num_beams, num_return_sequences=num_return_sequences,
+                                     length_penalty=length_penalty, early_stopping=early_stopping,
+                                     eos_token_id=eos_ids, pad_token_id=int(fill), attention_mask=mask,
+                                     repetition_penalty=repetition_penalty, min_new_tokens=min_new,
+                                     no_repeat_ngram_size=no_repeat_ngram_size, output_scores=output_scores,
+                                     output_logits=output_logits)
+        prompts = np.repeat(ids.reshape(-1, ids.shape[-1]), num_return_sequences, axis=0)
+        sequences = _like(np.concatenate([prompts, out.tokens], axis=1), input_ids)
+        if not as_output:
+            return sequences
+
+        def steps(arrays):
+            return None if arrays is None else tuple(_like(np.ascontiguousarray(a), input_ids) for a in arrays)
+
+        return GenerateBeamOutput(sequences, _like(out.scores, input_ids) if output_scores else None,
+                                  steps(out.step_scores), steps(out.step_logits),
+                                  _like(out.beam_indices.astype(np.int64), input_ids))
+
     def _step_logits(self, ids, mask, new):
         """The logits each generation step of new [B, n] drew from, after
         prompts ids [B, T] (mask: their padding): the prompt's last token's,
@@ -772,22 +818,51 @@ class MambaForCausalLM(_StandIn):
         return steps
 
     def compute_transition_scores(self, sequences, scores, beam_indices=None, normalize_logits: bool = False):
-        """Each generated token's score [B, n] out of a GenerateOutput's
-        sequences [B, T + n] and scores (n arrays [B, V]), as transformers'
-        compute_transition_scores gives them for greedy and sampled
-        generation: the score of the token each step took, as a log
-        probability over the vocabulary with normalize_logits. Beam search's
-        beam_indices are a ValueError (there is no beam search here)."""
-        if beam_indices is not None:
-            raise ValueError("beam_indices: there is no beam search here; generate's scores are one row a sequence")
+        """Each generated token's score [rows, n] out of a GenerateOutput's
+        sequences [rows, T + n] and scores (a [B, V] array a step), as
+        transformers' compute_transition_scores gives them: the score of the
+        token each step took, as a log probability over the vocabulary with
+        normalize_logits. For beam search, give its beam_indices: each
+        token's score is then read from the beam it came from, and is 0 past
+        a row's end, so that a row's scores summed over its length to the
+        length penalty give its sequences_scores."""
         like = scores[0] if len(scores) else sequences
-        z = np.stack([_numpy(x) for x in scores], axis=1).astype(np.float32)  # [B, n, V]
+        z = np.stack([_numpy(x) for x in scores], axis=1).astype(np.float32)  # [beams, steps, V]
         if normalize_logits:
             top = z.max(axis=-1, keepdims=True)
             top = np.where(np.isfinite(top), top, 0)
             z = z - top - np.log(np.exp(z - top).sum(axis=-1, keepdims=True))
-        tokens = _numpy(sequences)[:, sequences.shape[-1] - z.shape[1]:]
-        return _like(np.take_along_axis(z, tokens[..., None].astype(np.int64), axis=-1)[..., 0], like)
+        seqs = _numpy(sequences)
+        if beam_indices is None:
+            tokens = seqs[:, seqs.shape[-1] - z.shape[1]:]
+            return _like(np.take_along_axis(z, tokens[..., None].astype(np.int64), axis=-1)[..., 0], like)
+        beams = _numpy(beam_indices).astype(np.int64)
+        ended = beams < 0
+        n = int((~ended).sum(axis=-1).max()) if beams.size else 0
+        beams, ended = beams[:, :n].copy(), ended[:, :n]
+        beams[ended] = 0
+        tokens = seqs[:, seqs.shape[-1] - n:].astype(np.int64)
+        got = z[beams, np.arange(n)[None, :], tokens]
+        got[ended] = 0
+        return _like(got.astype(np.float32), like)
+
+
+class GenerateBeamOutput(_ModelOutput):
+    """What generate's beam search returns with return_dict_in_generate, as
+    transformers' GenerateBeamDecoderOnlyOutput reads: sequences (prompt and
+    new tokens, each prompt's num_return_sequences best beams together,
+    best first), with output_scores sequences_scores (each beam's
+    length-penalized score) and scores (each step's processed log
+    probabilities, [B·num_beams, V]), with output_logits logits, and
+    beam_indices [rows, n] (the beam each token came from, -1 past the
+    end)."""
+
+    _fields = ("sequences", "sequences_scores", "scores", "logits", "beam_indices")
+    cache = None  # transformers' past_key_values: not kept
+
+    def __init__(self, sequences, sequences_scores=None, scores=None, logits=None, beam_indices=None):
+        self.sequences, self.sequences_scores, self.scores = sequences, sequences_scores, scores
+        self.logits, self.beam_indices = logits, beam_indices
 
 
 class GenerateOutput(_ModelOutput):

@@ -1118,6 +1118,88 @@ class Model(_Owner):
         return out[:, :n].copy()
 
 
+    def beam_search(self, input_ids, max_new_tokens: int, num_beams: int, *, num_return_sequences: int = 1,
+                    length_penalty: float = 1.0, early_stopping: bool | str = False,
+                    eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
+                    attention_mask=None, repetition_penalty: float = 1.0, min_new_tokens: int = 0,
+                    no_repeat_ngram_size: int = 0, output_scores: bool = False,
+                    output_logits: bool = False) -> "BeamSearchOutput":
+        """Continue prompts input_ids [B, T] by beam search of up to
+        max_new_tokens tokens, as transformers' generate does with num_beams
+        and do_sample=False, and return the num_return_sequences best
+        finished beams of each prompt, best first (a BeamSearchOutput).
+
+        Each step scores every beam's continuations by their summed log
+        probabilities (after repetition_penalty, min_new_tokens and
+        no_repeat_ngram_size, as generate applies them), keeps the
+        num_beams best that have not ended, and ranks those that end at an
+        eos_token_id (an id or a list of them) or at max_new_tokens by that
+        sum over their length to the power length_penalty. early_stopping
+        is transformers': False stops a prompt's search once no running beam
+        can beat its worst finished one at the current length, True once
+        num_beams beams have finished, "never" as False but scoring a running
+        beam at the longest length when length_penalty > 0. A row past its
+        end holds pad_token_id (by default the first eos id, else -1), and
+        its beam_indices -1. The model runs B·num_beams sequences a step; the
+        states are reordered as the beams are, on the device for the CUDA
+        engine. Ctrl-C stops a call on the main thread before its next step.
+        """
+        ids = _batched("input_ids", _as_array("input_ids", input_ids, "int"), 2)
+        _check_ids("input_ids", ids, self.config.vocab_size)
+        spans = _spans(attention_mask, *ids.shape)
+        for name, v in (("max_new_tokens", max_new_tokens), ("num_beams", num_beams),
+                        ("num_return_sequences", num_return_sequences), ("min_new_tokens", min_new_tokens),
+                        ("no_repeat_ngram_size", no_repeat_ngram_size)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+        for name, v in (("length_penalty", length_penalty), ("repetition_penalty", repetition_penalty)):
+            if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
+                raise TypeError(f"{name} must be a number, got {type(v).__name__}")
+        if early_stopping not in (False, True, "never"):
+            raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
+        if not 1 <= num_return_sequences <= num_beams:
+            raise ValueError(f"num_return_sequences ({num_return_sequences}) must be in [1, num_beams = {num_beams}]")
+        eos_ids = _eos_ids(eos_token_id, self.config.vocab_size)
+        more = np.array(eos_ids[1:], dtype=np.int64)
+        fill = pad_token_id if pad_token_id is not None else (eos_ids[0] if eos_ids else -1)
+        if isinstance(fill, bool) or not isinstance(fill, (int, np.integer)):
+            raise TypeError(f"pad_token_id must be an int or None, got {type(pad_token_id).__name__}")
+        B, T = ids.shape
+        R, V, n = int(num_return_sequences), self.config.vocab_size, int(max_new_tokens)
+        tokens = np.full((B * R, n), fill, dtype=np.int64)
+        indices = np.full((B * R, n), -1, dtype=np.int32)
+        scores = np.zeros(B * R, dtype=np.float32)
+        counts = np.zeros(2, dtype=np.int64)
+        steps = [np.zeros((n, B * int(num_beams), V), np.float32) if want else None
+                 for want in (output_scores, output_logits)]
+        _interruptible(_b.BeamSearch, self._handle(), _addr(ids), B, T, n, int(num_beams), R, float(length_penalty),
+                       {False: 0, True: 1, "never": 2}[early_stopping], eos_ids[0] if eos_ids else -1, _addr(more),
+                       more.size, int(fill), float(repetition_penalty), int(min_new_tokens),
+                       int(no_repeat_ngram_size), *_span_args(spans), _addr(tokens), _addr(indices), _addr(scores),
+                       *(0 if a is None else _addr(a) for a in steps), _addr(counts),
+                       keep=(ids, spans, more, tokens, indices, scores, counts, *steps))
+        width, taken = int(counts[0]), int(counts[1])
+        return BeamSearchOutput(tokens[:, :width].copy(), scores, indices[:, :width].copy(),
+                                *(None if a is None else tuple(a[:taken]) for a in steps))
+
+
+@dataclass
+class BeamSearchOutput:
+    """What Model.beam_search returns, for B prompts of num_return_sequences
+    R beams each, best first: tokens int64 [B·R, n] (the new tokens, pad
+    past each row's end), scores float32 [B·R] (each beam's summed log
+    probability over its length to the length penalty), beam_indices int32
+    [B·R, n] (the beam, b·num_beams + j, each token came from; -1 past the
+    end), and where asked each step's processed log probabilities (scores
+    of steps) and logits, float32 [B·num_beams, V] a step."""
+
+    tokens: np.ndarray
+    scores: np.ndarray
+    beam_indices: np.ndarray
+    step_scores: tuple | None = None
+    step_logits: tuple | None = None
+
+
 def _eos_ids(eos_token_id, vocab_size: int) -> list[int]:
     """generate's eos_token_id (None, an id, or a list or array of them) as
     a list of ids, each checked against the vocabulary."""
