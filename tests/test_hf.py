@@ -152,6 +152,90 @@ def test_min_p_keeps_the_likely_tokens():
         m.generate(ids, max_new_tokens=3, do_sample=True, min_p=1.5)
 
 
+def test_beam_search_scores_and_refusals():
+    """num_beams > 1 is beam search: each prompt's num_return_sequences
+    best beams, best first, each beam's sequences_scores the sum of its
+    transition scores (read through beam_indices) over its length to the
+    length penalty, and the rows past an end filled with the pad id.
+    Beam sampling, a streamer, and more returned sequences than beams are
+    refused, as transformers refuses the last two."""
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    rng = np.random.default_rng()
+    ids = rng.integers(1, m.config.vocab_size, size=(2, 7))
+    eos = int(m.generate(ids[:1], max_new_tokens=2)[0, -1])  # a token the search meets
+    for lp in (1.0, 0.0, 1.7):
+        out = m.generate(ids, max_new_tokens=6, num_beams=4, num_return_sequences=3, length_penalty=lp,
+                         eos_token_id=eos, pad_token_id=5, return_dict_in_generate=True, output_scores=True)
+        assert out.sequences.shape[0] == 6 and out.beam_indices.shape == (6, out.sequences.shape[1] - 7)
+        assert len(out.scores) >= out.beam_indices.shape[1] and out.scores[0].shape == (8, m.config.vocab_size)
+        assert np.array_equal(out.sequences[:, :7], np.repeat(ids, 3, axis=0))
+        steps = m.compute_transition_scores(out.sequences, out.scores, out.beam_indices)
+        length = (out.beam_indices >= 0).sum(axis=1)
+        assert np.allclose(steps.sum(axis=1) / length.astype(np.float64) ** lp, out.sequences_scores, rtol=1e-5)
+        for r in range(6):
+            new = out.sequences[r, 7:]
+            if length[r] < new.size:  # ended at eos, then filled
+                assert new[length[r] - 1] == eos and (new[length[r]:] == 5).all()
+                assert (out.beam_indices[r, length[r]:] == -1).all()
+            assert set(out.beam_indices[r, :length[r]]) <= set(range(4 * (r // 3), 4 * (r // 3) + 4))
+        for b in range(2):
+            assert (np.diff(out.sequences_scores[3 * b:3 * b + 3]) <= 0).all()
+    one = m.generate(ids, max_new_tokens=5, num_beams=1, eos_token_id=[])
+    assert np.array_equal(one, m.generate(ids, max_new_tokens=5, eos_token_id=[]))
+    with pytest.raises(ValueError, match="beam sampling"):
+        m.generate(ids, max_new_tokens=3, num_beams=2, do_sample=True)
+    with pytest.raises(ValueError, match="streamer"):
+        m.generate(ids, max_new_tokens=3, num_beams=2, streamer=object())
+    with pytest.raises(ValueError, match="num_return_sequences"):
+        m.generate(ids, max_new_tokens=3, num_beams=2, num_return_sequences=3)
+    with pytest.raises(ValueError, match="early_stopping"):
+        m.model.beam_search(ids, 3, 2, early_stopping="sometimes")
+
+
+def test_beam_search_follows_transformers():
+    """transformers' own beam search (do_sample=False) gives the same
+    sequences, beam indices, sequences_scores and step scores (1e-4), and
+    its compute_transition_scores the same transition scores, over fresh
+    random prompts and settings: beams, returned sequences, length
+    penalties, the three early_stopping modes, an eos the search meets,
+    repetition_penalty, no_repeat_ngram_size, min_new_tokens, and a
+    left-padded batch."""
+    torch, hf, ours, _, _ = _against_transformers()
+    V = hf.config.vocab_size
+    rng = np.random.default_rng()
+    for trial in range(16):
+        B, K = int(rng.integers(1, 4)), int(rng.integers(2, 6))
+        ids = torch.from_numpy(rng.integers(1, V, size=(B, int(rng.integers(4, 9)))))
+        mask = torch.ones_like(ids)  # given: else transformers takes pad ids in the prompt for padding
+        if trial % 4 == 3 and B > 1:
+            mask[0, :2] = 0
+            ids[0, :2] = hf.config.pad_token_id
+        kw = dict(max_new_tokens=int(rng.integers(3, 10)), num_beams=K, num_return_sequences=int(rng.integers(1, K + 1)),
+                  length_penalty=float(rng.choice([1.0, 0.0, 2.0, -0.5])), early_stopping=[False, True, "never"][trial % 3],
+                  eos_token_id=int(rng.integers(1, V)), pad_token_id=hf.config.pad_token_id, do_sample=False,
+                  return_dict_in_generate=True, output_scores=True)
+        if trial % 5 == 4:
+            kw["repetition_penalty"] = 1.3
+        if trial % 7 == 3:
+            kw["no_repeat_ngram_size"] = 2
+        if trial % 6 == 5:
+            kw["min_new_tokens"] = 2
+        with torch.no_grad():
+            want = hf.generate(ids, attention_mask=mask, **kw)
+            want_steps = hf.compute_transition_scores(want.sequences, want.scores, want.beam_indices)
+        got = ours.generate(ids, attention_mask=mask, **kw)
+        assert torch.equal(got.sequences, want.sequences), (trial, kw)
+        assert torch.equal(got.beam_indices, want.beam_indices.to(got.beam_indices.dtype)), (trial, kw)
+        assert np.allclose(got.sequences_scores.numpy(), want.sequences_scores.numpy(), rtol=1e-4, atol=1e-6)
+        assert len(got.scores) == len(want.scores)
+        for g, w in zip(got.scores, want.scores):
+            finite = torch.isfinite(w)
+            assert torch.equal(torch.isfinite(g), finite)
+            assert rel_err(g[finite].numpy(), w[finite].numpy()) <= 1e-4
+        got_steps = ours.compute_transition_scores(got.sequences, got.scores, got.beam_indices)
+        assert np.allclose(got_steps.numpy(), want_steps.numpy(), rtol=1e-4, atol=1e-5)
+
+
 def test_min_new_tokens_follows_transformers():
     """min_new_tokens keeps rows from ending before that many new tokens
     (eos -inf in the scores until then), and min_length likewise counting
