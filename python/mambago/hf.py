@@ -654,10 +654,17 @@ class MambaForCausalLM(_StandIn):
         transformers', or a dict), else from the model's
         .generation_config (the checkpoint's generation_config.json), else
         transformers' default (greedy; temperature 1, top_k 50, top_p 1).
-        transformers' settings for what this generate does not do (beam
-        search, n-gram bans, minimum lengths, ...) pass where they are off
-        (num_beams=1) and are a ValueError naming them otherwise; other
-        arguments are a TypeError."""
+        num_beams K > 1 (do_sample False) runs transformers' beam search
+        (Model.beam_search): length_penalty, early_stopping (False, True or
+        "never") and num_return_sequences (up to K) as there; with
+        return_dict_in_generate a GenerateBeamOutput (sequences_scores,
+        scores, logits, beam_indices as transformers gives them). Beam
+        sampling and a streamer with beams are a ValueError.
+
+        transformers' settings for what this generate does not do (group
+        beam search, bad_words_ids, typical_p, ...) pass where they are off
+        (num_beam_groups=1) and are a ValueError naming them otherwise;
+        other arguments are a TypeError."""
         given = {"max_new_tokens": max_new_tokens, "max_length": max_length, "do_sample": do_sample,
                  "temperature": temperature, "top_k": top_k, "top_p": top_p, "eos_token_id": eos_token_id,
                  "pad_token_id": pad_token_id, "num_return_sequences": num_return_sequences,
