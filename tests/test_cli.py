@@ -90,6 +90,24 @@ def test_run_takes_a_repetition_penalty():
     assert r.returncode != 0 and "repetition_penalty" in r.stderr
 
 
+def test_run_takes_beams():
+    """--num-beams runs beam search and prints each row's best beam, as
+    Model.beam_search gives it (the config's eos ending beams); sampling
+    with beams is refused."""
+    import mambago
+
+    r = cli("run", case_dir("base"), "--prompt-ids", "5,17,33,2;9,8", "--max-new-tokens", "7", "--device", "cpu",
+            "--num-beams", "3", "--length-penalty", "0.5")
+    assert r.returncode == 0, r.stderr
+    got = [l.split(":")[1].split() for l in r.stdout.splitlines() if l.startswith("generated[")]
+    m = mambago.Model.from_pretrained(case_dir("base"), device="cpu")
+    want = m.beam_search(np.array([[5, 17, 33, 2], [0, 0, 9, 8]]), 7, 3, length_penalty=0.5,
+                         eos_token_id=m.config.eos_token_id, attention_mask=np.array([[1, 1, 1, 1], [0, 0, 1, 1]]))
+    assert got == [[str(t) for t in row] for row in want.tokens], (got, want)
+    r = cli("run", case_dir("base"), "--prompt-ids", "5,17", "--device", "cpu", "--num-beams", "2", "--temperature", "0.7")
+    assert r.returncode != 0 and "beam search" in r.stderr
+
+
 def test_bad_arguments_exit_cleanly():
     r = cli("run", case_dir("base"), "--prompt-ids", "1,2,x")
     assert r.returncode == 2 and "prompt-ids" in r.stderr

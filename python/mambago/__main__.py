@@ -134,12 +134,20 @@ def cmd_run(args) -> int:
         eos = [] if m.config.eos_token_id is None else [m.config.eos_token_id, *m.config.more_eos_token_ids]
     else:
         eos = [] if args.eos_token_id < 0 else args.eos_token_id
-    # One text prompt prints as it is generated; several print at the end.
-    stream = _TextStream(tok, "text[0]:      ") if tok is not None and B == 1 else None
-    out = m.generate(ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-                     top_p=args.top_p, min_p=args.min_p, seed=args.seed, eos_token_id=eos, attention_mask=mask, streamer=stream,
-                     repetition_penalty=args.repetition_penalty, min_new_tokens=args.min_new_tokens,
-                     no_repeat_ngram_size=args.no_repeat_ngram_size)
+    processors = dict(repetition_penalty=args.repetition_penalty, min_new_tokens=args.min_new_tokens,
+                      no_repeat_ngram_size=args.no_repeat_ngram_size)
+    stream = None
+    if args.num_beams > 1:  # each row's best beam
+        if args.temperature != 0:
+            raise ValueError("--num-beams above 1 is beam search, which does not sample: leave --temperature at 0")
+        out = m.beam_search(ids, args.max_new_tokens, args.num_beams, length_penalty=args.length_penalty,
+                            eos_token_id=eos, attention_mask=mask, **processors).tokens
+    else:
+        # One text prompt prints as it is generated; several print at the end.
+        stream = _TextStream(tok, "text[0]:      ") if tok is not None and B == 1 else None
+        out = m.generate(ids, args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+                         top_p=args.top_p, min_p=args.min_p, seed=args.seed, eos_token_id=eos, attention_mask=mask,
+                         streamer=stream, **processors)
     t_gen = time.perf_counter() - t0
     for b in range(B):
         prompt = ids[b] if mask is None else ids[b, mask[b] == 1]
@@ -218,6 +226,11 @@ def main(argv=None) -> int:
                     help="no row repeats an n-gram of its tokens of this size (default 0, none)")
     sp.add_argument("--repetition-penalty", type=float, default=1.0,
                     help="transformers' repetition_penalty: above 1, tokens already in the row are less likely (default 1, none)")
+    sp.add_argument("--num-beams", type=int, default=1,
+                    help="above 1, beam search with this many beams (transformers'), printing each row's best beam "
+                         "(default 1: greedy, or sampling with --temperature)")
+    sp.add_argument("--length-penalty", type=float, default=1.0,
+                    help="beam search: a finished beam scores its log probability over its length to this power (default 1)")
     sp.add_argument("--eos-token-id", type=int, default=None,
                     help="a row stops after this token (default: the config's eos ids; -1: none)")
     sp.set_defaults(fn=cmd_run)
