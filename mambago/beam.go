@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
+	"sync"
 
 	"github.com/mambago/mambago/mambago/engine"
 )
@@ -224,10 +226,8 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 			out.StepLogits = append(out.StepLogits, slices.Clone(logits))
 		}
 		logp := make([]float32, B*K*V)
-		for i := range B * K {
-			if err := logSoftmax(logp[i*V:(i+1)*V], logits[i*V:(i+1)*V]); err != nil {
-				return nil, fmt.Errorf("beam search: step %d, beam %d: %w", step, i, err)
-			}
+		if err := logSoftmaxRows(logp, logits, V); err != nil {
+			return nil, fmt.Errorf("beam search: step %d: %w", step, err)
 		}
 		pen.apply(logp, none)
 		grams.ban(logp, none)
@@ -347,8 +347,29 @@ func cond(ok bool, v float32) float32 {
 	return 0
 }
 
+// logSoftmaxRows is logSoftmax over each row of V of logits, the rows
+// split among up to GOMAXPROCS goroutines.
+func logSoftmaxRows(dst, logits []float32, V int) error {
+	rows := len(logits) / V
+	parts := min(rows, runtime.GOMAXPROCS(0))
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	for p := range parts {
+		wg.Go(func() {
+			for i := p * rows / parts; i < (p+1)*rows/parts && errs[p] == nil; i++ {
+				if err := logSoftmax(dst[i*V:(i+1)*V], logits[i*V:(i+1)*V]); err != nil {
+					errs[p] = fmt.Errorf("row %d: %w", i, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
 // logSoftmax writes logits' log probabilities to dst, in float32 as torch
-// does (the sum of exponentials in float64). A row holding NaN is an error.
+// does (the sum of exponentials in float64, each within 1e-8: expNeg). A
+// row holding NaN is an error.
 func logSoftmax(dst, logits []float32) error {
 	top := float32(math.Inf(-1))
 	for _, z := range logits {
@@ -362,7 +383,7 @@ func logSoftmax(dst, logits []float32) error {
 	}
 	var sum float64
 	for _, z := range logits {
-		sum += math.Exp(float64(z - top))
+		sum += expNeg(float64(top - z))
 	}
 	lse := float32(math.Log(sum))
 	for i, z := range logits {
