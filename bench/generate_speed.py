@@ -15,7 +15,11 @@ host (logits or tokens), which is what a caller waits for; the medians of
   at temperature 0.8 from the 50 best tokens, or from the nucleus of 0.95;
   penalty_us_per_token likewise, greedy under repetition_penalty=1.2 (on
   the device before each queued step's pick, from 86c1eea; before it, each
-  step's logits came to the host, where the draw was made).
+  step's logits came to the host, where the draw was made);
+- beam_us_per_step: beam search with --beams beams (model.beam_search, no
+  EOS, so every call runs its n steps) likewise: a step of B·beams
+  sequences, their logits on the host for the search, the states reordered
+  on the device.
 The JSON goes to --out and a markdown table to stdout.
 """
 
@@ -79,12 +83,18 @@ def measure(mambago, shape, dtype, B, a):
             gen(a.new_tokens)()  # warm-up: workspace and GEMM plans at this batch
             return (wall(gen(a.new_tokens), a.repeats) - wall(gen(1), a.repeats)) / (a.new_tokens - 1) * 1e6
 
+        def beam_step(n):
+            return lambda: model.beam_search(prompt, n, a.beams)
+
+        beam_step(a.new_tokens)()
+        beam = (wall(beam_step(a.new_tokens), a.repeats) - wall(beam_step(1), a.repeats)) / (a.new_tokens - 1) * 1e6
         return {"shape": shape, "dtype": dtype, "B": B, "prompt": a.prompt, "generate_new_tokens": a.new_tokens,
                 "step_eager_us": eager * 1e6, "step_graph_us": replay * 1e6, "capture_ms": cap * 1e3,
                 "generate_us_per_token": per_token(),
                 "sampled_k50_us_per_token": per_token(temperature=0.8, top_k=50),
                 "sampled_p95_us_per_token": per_token(temperature=0.8, top_p=0.95),
-                "penalty_us_per_token": per_token(repetition_penalty=1.2)}
+                "penalty_us_per_token": per_token(repetition_penalty=1.2), "beams": a.beams,
+                "beam_us_per_step": beam}
     finally:
         model.close()
 
@@ -99,13 +109,14 @@ def main():
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--new-tokens", type=int, default=129)
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--beams", type=int, default=4, help="beam search's beams (beam_us_per_step)")
     p.add_argument("--out", required=True)
     a = p.parse_args()
     import mambago
 
     rows = []
-    print("| shape | dtype | B | step eager µs | step graph µs | eager/graph | capture ms | generate µs/token: greedy | top-k 50 | top-p 0.95 | greedy, penalty 1.2 |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| shape | dtype | B | step eager µs | step graph µs | eager/graph | capture ms | generate µs/token: greedy | top-k 50 | top-p 0.95 | greedy, penalty 1.2 | beam search µs/step ({a.beams} beams) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for shape in a.shapes:
         for dtype in a.dtypes:
             for B in a.batches:
@@ -114,7 +125,8 @@ def main():
                 print(f"| {shape} | {dtype} | {B} | {r['step_eager_us']:.0f} | {r['step_graph_us']:.0f} | "
                       f"{r['step_eager_us'] / r['step_graph_us']:.2f} | {r['capture_ms']:.2f} | "
                       f"{r['generate_us_per_token']:.0f} | {r['sampled_k50_us_per_token']:.0f} | "
-                      f"{r['sampled_p95_us_per_token']:.0f} | {r['penalty_us_per_token']:.0f} |", flush=True)
+                      f"{r['sampled_p95_us_per_token']:.0f} | {r['penalty_us_per_token']:.0f} | {r['beam_us_per_step']:.0f} |",
+                      flush=True)
     with open(a.out, "w") as f:
         json.dump({"rows": rows, "args": vars(a)}, f, indent=1)
 
