@@ -237,6 +237,47 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
     topk_rows(sm, logits + b * V, V, k, ids + b * k, vals + b * k);
 }
 
+// Beam search's log-softmax normalizers, beside topk_rows_f32's candidates:
+//
+//   row_norms_f32: norms[b, 0] = the largest of logits[b, 0 .. V), m, and
+//                  norms[b, 1] = log of the sum over v of exp(logits[b, v] - m),
+//                  the differences in float32 and their exps summed in double,
+//                  so that a token's log probability is logit - m - norms[b, 1]
+//                  in float32, as the host's log_softmax gives it
+//                  (mambago/beam.go). Both NaN where the row holds NaN.
+//
+// Grid (B), one block a row, TOPK_THREADS threads.
+
+extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
+    row_norms_f32(const float *__restrict__ logits, int V, float *__restrict__ norms) {
+    __shared__ float warp_max[TOPK_WARPS];
+    __shared__ double warp_sum[TOPK_WARPS];
+    const float *row = logits + (long long)blockIdx.x * V;
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    float m = __int_as_float(0xff800000);  // -inf
+    bool nan = false;
+    row_each(row, V, [&](int, float v) {
+        nan |= v != v;
+        m = fmaxf(m, v);
+    });
+    for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if (lane == 0) warp_max[warp] = m;
+    nan = __syncthreads_or(nan);
+    for (int w = 0; w < TOPK_WARPS; w++) m = fmaxf(m, warp_max[w]);
+    double sum = 0;
+    row_each(row, V, [&](int, float v) { sum += exp(-(double)(m - v)); });
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) warp_sum[warp] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0;
+        for (int w = 0; w < TOPK_WARPS; w++) total += warp_sum[w];
+        const float bad = __int_as_float(0x7fc00000);
+        norms[2 * blockIdx.x] = nan ? bad : m;
+        norms[2 * blockIdx.x + 1] = nan ? bad : (float)log(total);
+    }
+}
+
 // Sampled decoding's draw from the k best, where the logits are:
 //
 //   topk_draw_f32: next[b] (and mirror[b] where mirror is not null) = the

@@ -179,6 +179,14 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 		defer func() { err = errors.Join(err, dec.Close()) }()
 	}
 
+	// The decoder ranks each row's candidates where nothing needs the whole
+	// rows: no processor, and no step scores or logits kept.
+	beams, _ := dec.(engine.BeamDecoder)
+	if bm.RepetitionPenalty != 0 && bm.RepetitionPenalty != 1 || bm.NoRepeatNGram > 0 || bm.MinNew > 0 ||
+		bm.Scores || bm.Logits || keep > V {
+		beams = nil
+	}
+
 	// Each beam's tokens for the logits processors: its prompt's, then its own.
 	beamIDs := make([]int64, B*K*T)
 	var beamSpans []Span
@@ -212,43 +220,51 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("beam search: stopped before step %d: %w", step, context.Cause(ctx))
 		}
-		if step > 0 {
-			if dec != nil {
-				logits, err = dec.Logits(next)
-			} else {
-				err = m.Step(st, next, logits)
-			}
-			if err != nil {
-				return nil, fmt.Errorf("beam search: step %d: %w", step, err)
-			}
+		// Each step's candidates: every beam's whole row of log
+		// probabilities, on the host; or, where the decoder ranks each
+		// row's keep best and hands back its normalizers
+		// (engine.BeamDecoder) and nothing needs the whole row, those.
+		var cands candidates
+		switch {
+		case step > 0 && beams != nil:
+			cands.tokens, cands.logits, cands.norms, err = beams.TopKNorms(next, keep)
+		case step > 0 && dec != nil:
+			logits, err = dec.Logits(next)
+		case step > 0:
+			err = m.Step(st, next, logits)
 		}
-		if bm.Logits {
-			out.StepLogits = append(out.StepLogits, slices.Clone(logits))
-		}
-		logp := make([]float32, B*K*V)
-		if err := logSoftmaxRows(logp, logits, V); err != nil {
+		if err != nil {
 			return nil, fmt.Errorf("beam search: step %d: %w", step, err)
 		}
-		pen.apply(logp, none)
-		grams.ban(logp, none)
-		if step < bm.MinNew {
-			banIDs(logp, V, ends)
-		}
-		if bm.Scores {
-			out.StepScores = append(out.StepScores, logp)
+		if cands.tokens == nil {
+			if bm.Logits {
+				out.StepLogits = append(out.StepLogits, slices.Clone(logits))
+			}
+			cands.logp = make([]float32, B*K*V)
+			if err := logSoftmaxRows(cands.logp, logits, V); err != nil {
+				return nil, fmt.Errorf("beam search: step %d: %w", step, err)
+			}
+			pen.apply(cands.logp, none)
+			grams.ban(cands.logp, none)
+			if step < bm.MinNew {
+				banIDs(cands.logp, V, ends)
+			}
+			if bm.Scores {
+				out.StepScores = append(out.StepScores, cands.logp)
+			}
 		}
 		newLen := float32(math.Pow(float64(step+1), bm.LengthPenalty))
 		parents := make([]int, B*K)
 		allHit = true
 		for b := range B {
 			// The keep best continuations of the prompt's K beams.
-			best, err := bestOf(logp[b*K*V:(b+1)*K*V], running[b*K:(b+1)*K], keep, V)
+			best, err := cands.best(b, running[b*K:(b+1)*K], keep, V)
 			if err != nil {
 				return nil, fmt.Errorf("beam search: step %d, prompt %d: %w", step, b, err)
 			}
 			for c, at := range best {
-				j, tok := at/V, int64(at%V)
-				cand[c] = running[b*K+j].extend(tok, int32(b*K+j), running[b*K+j].score+logp[(b*K+j)*V+int(tok)])
+				j, tok := at.at/V, int64(at.at%V)
+				cand[c] = running[b*K+j].extend(tok, int32(b*K+j), at.score)
 				hits[c] = step+1 == maxNew || s.ends(tok)
 				allHit = allHit && hits[c]
 			}
@@ -392,19 +408,75 @@ func logSoftmax(dst, logits []float32) error {
 	return nil
 }
 
-// bestOf returns, best first, the flat indices j·V + v of the keep best of
-// the K beams' continuations: beam j's score plus logp [K, V] at v, in
-// float32. Equal scores rank the lower index first.
-func bestOf(logp []float32, beams []beamRow, keep, V int) ([]int, error) {
-	scores := make([]float32, len(logp))
-	for j, beam := range beams {
-		for v := range V {
-			scores[j*V+v] = beam.score + logp[j*V+v]
+// candidates are a step's continuations of B·K beams: the whole rows of
+// log probabilities logp [B·K, V], or each row's keep best tokens and
+// logits [B·K, keep] and its normalizers norms [B·K, 2]
+// (engine.BeamDecoder.TopKNorms).
+type candidates struct {
+	logp          []float32
+	tokens        []int32
+	logits, norms []float32
+}
+
+// scored is a continuation: j·V + v for token v after beam j, and its score.
+type scored struct {
+	at    int
+	score float32
+}
+
+// best returns, best first, prompt b's keep best continuations of its
+// beams: beam j's score plus the log probability of token v, in float32.
+// Equal scores rank the lower j·V + v first.
+func (c *candidates) best(b int, beams []beamRow, keep, V int) ([]scored, error) {
+	K := len(beams)
+	var all []scored
+	if c.tokens == nil {
+		all = make([]scored, 0, K*V)
+		for j, beam := range beams {
+			for v, lp := range c.logp[(b*K+j)*V : (b*K+j+1)*V] {
+				all = append(all, scored{j*V + v, beam.score + lp})
+			}
+		}
+	} else {
+		all = make([]scored, 0, K*keep)
+		for j, beam := range beams {
+			row := b*K + j
+			top, lse := c.norms[2*row], c.norms[2*row+1]
+			if top != top || math.IsInf(float64(top), -1) {
+				return nil, fmt.Errorf("beam %d: logits hold NaN or are all -Inf", row)
+			}
+			for i := row * keep; i < (row+1)*keep; i++ {
+				all = append(all, scored{j*V + int(c.tokens[i]), beam.score + (c.logits[i] - top - lse)})
+			}
 		}
 	}
+	for _, x := range all {
+		if x.score != x.score {
+			return nil, errNaN
+		}
+	}
+	if c.tokens != nil { // a few: sort them
+		slices.SortFunc(all, func(x, y scored) int {
+			if c := cmp.Compare(y.score, x.score); c != 0 {
+				return c
+			}
+			return cmp.Compare(x.at, y.at)
+		})
+		return all[:keep], nil
+	}
+	scores := make([]float32, len(all))
+	for i, x := range all {
+		scores[i] = x.score
+	}
 	r := &ranked{ids: make([]int, 0, keep)}
-	err := r.best(scores, keep)
-	return r.ids, err
+	if err := r.best(scores, keep); err != nil {
+		return nil, err
+	}
+	out := make([]scored, keep) // ranked breaks ties by place in all: j·V + v
+	for i, at := range r.ids {
+		out[i] = all[at]
+	}
+	return out, nil
 }
 
 // ranks returns 0..n-1 ordered by score, best first, the lower index first

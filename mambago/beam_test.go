@@ -1,8 +1,11 @@
 package mambago_test
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -165,6 +168,29 @@ func TestBeamSearchScores(t *testing.T) {
 					t.Fatal(err)
 				}
 				checkBeamScores(t, m, ids, B, T, out, K, R, lp, 1.1)
+				// Without the penalty, on the CUDA engine each step's
+				// candidates are ranked on the device (engine.BeamDecoder),
+				// unless the step scores are kept: both give these beams.
+				bm.RepetitionPenalty = 0
+				ranked, err := m.BeamSearch(context.Background(), ids, B, T, nil, n, bm)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checkBeamScores(t, m, ids, B, T, ranked, K, R, lp, 1)
+				bm.Scores = true
+				whole, err := m.BeamSearch(context.Background(), ids, B, T, nil, n, bm)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(ranked.Tokens, whole.Tokens) || !slices.Equal(ranked.Indices, whole.Indices) ||
+					len(whole.StepScores) != whole.Steps {
+					t.Errorf("lp %v: candidates ranked %v, from whole rows %v", lp, ranked.Tokens, whole.Tokens)
+				}
+				for i := range ranked.Scores {
+					if d := math.Abs(float64(ranked.Scores[i] - whole.Scores[i])); d > 1e-5*math.Abs(float64(whole.Scores[i])) {
+						t.Errorf("lp %v, beam %d: score %v ranked, %v from whole rows", lp, i, ranked.Scores[i], whole.Scores[i])
+					}
+				}
 				ended := 0
 				for i := range B * R {
 					row := out.Tokens[i*out.N : (i+1)*out.N]
@@ -252,6 +278,93 @@ func checkBeamScores(t *testing.T, m *mambago.Model, ids []int64, B, T int, out 
 		for k := i - i%R; k < i; k++ {
 			if slices.Equal(out.Tokens[k*out.N:(k+1)*out.N], row) {
 				t.Errorf("beams %d and %d are the same: %v", k, i, row)
+			}
+		}
+	}
+}
+
+// hostBeams is the CPU engine with a decoder that ranks each row's
+// candidates as engine.BeamDecoder does, on the host, handing them back in
+// a shuffled order (TopK's rows are in no particular order).
+type hostBeams struct{ engine.Engine }
+
+// NewDecoder returns the host's BeamDecoder for st.
+func (e hostBeams) NewDecoder(st engine.State, _ int) (engine.Decoder, error) {
+	return &hostBeamDecoder{e: e.Engine, st: st}, nil
+}
+
+type hostBeamDecoder struct {
+	e  engine.Engine
+	st engine.State
+}
+
+func (d *hostBeamDecoder) Logits(ids []int64) ([]float32, error) {
+	logits := make([]float32, len(ids)*d.e.Config().Vocab)
+	return logits, d.e.Step(d.st, ids, logits)
+}
+
+func (d *hostBeamDecoder) Greedy(ids, next []int64) error { return errors.New("not used") }
+func (d *hostBeamDecoder) Close() error                   { return nil }
+
+func (d *hostBeamDecoder) TopK(ids []int64, k int) ([]int32, []float32, error) {
+	tokens, logits, _, err := d.TopKNorms(ids, k)
+	return tokens, logits, err
+}
+
+func (d *hostBeamDecoder) TopKNorms(ids []int64, k int) (tokens []int32, logits, norms []float32, err error) {
+	V := d.e.Config().Vocab
+	all, err := d.Logits(ids)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for b := range ids {
+		row := all[b*V : (b+1)*V]
+		order := make([]int32, V)
+		for v := range order {
+			order[v] = int32(v)
+		}
+		slices.SortStableFunc(order, func(x, y int32) int { return cmp.Compare(row[y], row[x]) })
+		best := order[:k]
+		rand.Shuffle(k, func(i, j int) { best[i], best[j] = best[j], best[i] })
+		top := slices.Max(row)
+		var sum float64
+		for _, z := range row {
+			sum += math.Exp(-float64(top - z))
+		}
+		for _, v := range best {
+			tokens, logits = append(tokens, v), append(logits, row[v])
+		}
+		norms = append(norms, top, float32(math.Log(sum)))
+	}
+	return tokens, logits, norms, nil
+}
+
+// TestBeamCandidatesRanked checks the search from each row's best
+// candidates and its normalizers (engine.BeamDecoder, here on the host)
+// against the search over whole rows of log probabilities: the same beams,
+// indices and scores.
+func TestBeamCandidatesRanked(t *testing.T) {
+	plain := openBase(t)
+	defer plain.Close()
+	ranked := &mambago.Model{Engine: hostBeams{plain.Engine}}
+	defer ranked.Close()
+	const B, T, n = 3, 6, 9
+	for trial := range 6 {
+		ids := randomIDs(plain, B*T)
+		bm := mambago.Beams{Width: 2 + trial%3, LengthPenalty: []float64{1, 0, 2}[trial%3],
+			EarlyStopping: mambago.EarlyStopping(trial % 3), EOS: ids[trial]}
+		bm.Return = bm.Width
+		want, err1 := plain.BeamSearch(context.Background(), ids, B, T, nil, n, bm)
+		got, err2 := ranked.BeamSearch(context.Background(), ids, B, T, nil, n, bm)
+		if err := errors.Join(err1, err2); err != nil {
+			t.Fatal(err)
+		}
+		if got.N != want.N || !slices.Equal(got.Tokens, want.Tokens) || !slices.Equal(got.Indices, want.Indices) {
+			t.Fatalf("trial %d: ranked candidates %v %v, whole rows %v %v", trial, got.Tokens, got.Indices, want.Tokens, want.Indices)
+		}
+		for i := range got.Scores {
+			if d := math.Abs(float64(got.Scores[i] - want.Scores[i])); d > 1e-5*math.Abs(float64(want.Scores[i])) {
+				t.Errorf("trial %d, beam %d: %v ranked, %v from whole rows", trial, i, got.Scores[i], want.Scores[i])
 			}
 		}
 	}

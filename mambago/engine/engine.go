@@ -180,6 +180,20 @@ type TopKDecoder interface {
 	TopK(ids []int64, k int) (tokens []int32, logits []float32, err error)
 }
 
+// BeamDecoder is a TopKDecoder that also hands back each row's log-softmax
+// normalizers with its k best (the CUDA engine, row_norms_f32), so that a
+// step of beam search costs the host 2·B·k numbers and 2·B more rather
+// than B×V logits.
+type BeamDecoder interface {
+	TopKDecoder
+	// TopKNorms is TopK that also returns norms [B, 2]: each row's largest
+	// logit m and the log of its sum of exp(logit − m) (summed in
+	// float64), so that a token's log probability is logit − m − norms[b,
+	// 1] in float32; NaN for a row whose logits hold NaN. In the decoder's
+	// memory, as TopK's.
+	TopKNorms(ids []int64, k int) (tokens []int32, logits, norms []float32, err error)
+}
+
 // TopPDecoder is a Decoder that also draws from a nucleus where the logits
 // are (the CUDA engine, topp_draw_f32), so that a sampled token without a
 // top-k costs the host B ids rather than B×V logits.

@@ -290,29 +290,56 @@ func (d *Decoder) Logits(ids []int64) ([]float32, error) {
 // valid until its next call or Close. topk_rows_f32 ranks them on the
 // device, after the step, and 8·B·k bytes come back.
 func (d *Decoder) TopK(ids []int64, k int) ([]int32, []float32, error) {
+	tokens, logits, _, err := d.topK(ids, k, false)
+	return tokens, logits, err
+}
+
+// TopKNorms is TopK that also returns each row's log-softmax normalizers
+// (engine.BeamDecoder; row_norms_f32): norms [B, 2], each row's largest
+// logit and the log of its sum of exp(logit − largest).
+func (d *Decoder) TopKNorms(ids []int64, k int) (tokens []int32, logits, norms []float32, err error) {
+	return d.topK(ids, k, true)
+}
+
+// topK steps on ids and ranks each row's k best (topk_rows_f32), with its
+// normalizers where norms is set (row_norms_f32), in the decoder's
+// page-locked memory.
+func (d *Decoder) topK(ids []int64, k int, norms bool) ([]int32, []float32, []float32, error) {
 	e, B, V := d.e, d.s.batch, d.e.cfg.Vocab
 	if err := errors.Join(d.check(ids), d.idle()); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if k < 1 || k > V {
-		return nil, nil, engine.Invalid("top_k = %d, want 1 ≤ k ≤ vocabulary (%d)", k, V)
+		return nil, nil, nil, engine.Invalid("top_k = %d, want 1 ≤ k ≤ vocabulary (%d)", k, V)
 	}
 	if k != d.candK {
 		if err := d.allocCandidates(k); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	bytes := 8 * B * k
+	if norms {
+		bytes += 8 * B
+	}
 	out := func(logits cuda.Ptr) error {
 		if err := e.launch("topk_rows_f32", cuda.D1(B), cuda.D1(1024), 0, logits, V, k, d.cand.Ptr, d.cand.Offset(4*B*k)); err != nil {
 			return err
 		}
+		if norms {
+			if err := e.launch("row_norms_f32", cuda.D1(B), cuda.D1(1024), 0, logits, V, d.cand.Offset(8*B*k)); err != nil {
+				return err
+			}
+		}
 		return cuda.CopyOut(cuda.HostSlice[uint8](d.candHost, 0, bytes), d.cand.Ptr, e.stream)
 	}
 	if err := d.stepThen(ids, out, true); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return cuda.HostSlice[int32](d.candHost, 0, B*k), cuda.HostSlice[float32](d.candHost, 4*B*k, B*k), nil
+	var got []float32
+	if norms {
+		got = cuda.HostSlice[float32](d.candHost, 8*B*k, 2*B)
+	}
+	return cuda.HostSlice[int32](d.candHost, 0, B*k), cuda.HostSlice[float32](d.candHost, 4*B*k, B*k), got, nil
 }
 
 // allocCandidates replaces TopK's buffers with ones for k.
@@ -327,7 +354,7 @@ func (d *Decoder) allocCandidates(k int) error {
 	if err != nil {
 		return err
 	}
-	bytes := 8 * d.s.batch * k
+	bytes := 8*d.s.batch*k + 8*d.s.batch // the candidates, then TopKNorms' norms
 	if d.cand, err = cuda.Alloc(bytes); err != nil {
 		return fmt.Errorf("gpu: decoder's top-%d candidates: %w", k, err)
 	}
