@@ -297,8 +297,10 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 				finished[b*K+j] = merged[i]
 			}
 		}
-		if err := st.CopyRows(st, parents); err != nil {
-			return nil, fmt.Errorf("beam search: step %d: %w", step, err)
+		if !isIdentity(parents) {
+			if err := st.CopyRows(st, parents); err != nil {
+				return nil, fmt.Errorf("beam search: step %d: %w", step, err)
+			}
 		}
 		pen.reorder(parents)
 		grams.reorder(parents)
@@ -353,6 +355,16 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 		}
 	}
 	return out, nil
+}
+
+// isIdentity reports whether rows[i] = i for every i: the beams stay put.
+func isIdentity(rows []int) bool {
+	for i, r := range rows {
+		if r != i {
+			return false
+		}
+	}
+	return true
 }
 
 // cond is v where ok holds, else 0: transformers' mask × value.
