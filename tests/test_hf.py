@@ -336,8 +336,13 @@ def test_generation_config_sets_generates_defaults(tmp_path):
     m.generation_config.top_k = 1  # sampling from the best alone: greedy's tokens
     assert np.array_equal(m.generate(ids, seed=3), m.generate(ids, do_sample=False))
     assert np.array_equal(m.generate(ids, num_beams=1, typical_p=1.0), m.generate(ids))
-    with pytest.raises(ValueError, match=r"num_beams=4.*num_beams=1"):
-        m.generate(ids, num_beams=4)
+    with pytest.raises(ValueError, match=r"num_beam_groups=2.*num_beam_groups=1"):
+        m.generate(ids, num_beams=4, num_beam_groups=2)
+    m.generation_config.num_beams = 3  # beam search by default, as the call's num_beams=3 gives it
+    assert np.array_equal(m.generate(ids, do_sample=False),
+                          m.generate(ids, do_sample=False, num_beams=3, generation_config={"num_beams": 1}))
+    assert m.generate(ids, do_sample=False, return_dict_in_generate=True).beam_indices.shape[0] == 2
+    m.generation_config.num_beams = None
     m.generation_config.typical_p = 0.5
     with pytest.raises(ValueError, match="typical_p=0.5"):
         m.generate(ids)
@@ -689,8 +694,9 @@ def test_generate_returns_scores():
     logp = z - z.max(axis=-1, keepdims=True)
     logp -= np.log(np.exp(logp).sum(axis=-1, keepdims=True))
     assert np.allclose(got[:, 0], logp[np.arange(2), sampled.sequences[:, 5]], atol=1e-5)
-    with pytest.raises(ValueError, match="beam"):
-        m.compute_transition_scores(out.sequences, out.scores, beam_indices=np.zeros((2, n), np.int64))
+    rows = np.repeat(np.arange(2)[:, None], len(sampled.scores), axis=1)  # each row its own beam: the same scores
+    assert np.array_equal(m.compute_transition_scores(sampled.sequences, sampled.scores, beam_indices=rows),
+                          m.compute_transition_scores(sampled.sequences, sampled.scores))
 
 
 def test_generate_scores_match_transformers():
