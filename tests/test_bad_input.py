@@ -526,3 +526,22 @@ def test_import_refuses_a_cpu_without_the_builds_instructions(tmp_path):
         _check_cpu(str(old))
     none = tmp_path / "missing"
     _check_cpu(str(none))  # no cpuinfo to read: nothing to refuse on
+
+
+def test_beam_search_refuses_bad_settings(base_model):
+    """Model.beam_search's bad settings are a ValueError or TypeError naming
+    them, before any work."""
+    ids = np.array([[1, 2, 3]])
+    for kw, exc, match in ((dict(num_beams=0), ValueError, "num_beams"),
+                           (dict(max_new_tokens=-1), ValueError, "max_new_tokens"),
+                           (dict(num_return_sequences=3), ValueError, "num_return_sequences"),
+                           (dict(length_penalty=float("nan")), ValueError, "length_penalty"),
+                           (dict(early_stopping="no"), ValueError, "early_stopping"),
+                           (dict(pad_token_id="x"), TypeError, "pad_token_id"),
+                           (dict(eos_token_id=10**6), ValueError, "vocabulary"),
+                           (dict(repetition_penalty=0.0), ValueError, "repetition_penalty"),
+                           (dict(attention_mask=np.ones((1, 2))), ValueError, "attention_mask"),
+                           (dict(num_beams=2.0), TypeError, "num_beams")):
+        args = {"max_new_tokens": 4, "num_beams": 2, **kw}
+        with pytest.raises(exc, match=match):
+            base_model.beam_search(ids, **args)

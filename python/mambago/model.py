@@ -1155,6 +1155,14 @@ class Model(_Owner):
         for name, v in (("length_penalty", length_penalty), ("repetition_penalty", repetition_penalty)):
             if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
                 raise TypeError(f"{name} must be a number, got {type(v).__name__}")
+        for name, v in (("max_new_tokens", max_new_tokens), ("min_new_tokens", min_new_tokens),
+                        ("no_repeat_ngram_size", no_repeat_ngram_size)):
+            if v < 0:
+                raise ValueError(f"{name} must be ≥ 0, got {v}")
+        if num_beams < 1:
+            raise ValueError(f"num_beams must be ≥ 1, got {num_beams}")
+        if not 0 < repetition_penalty < math.inf:
+            raise ValueError(f"repetition_penalty must be finite and > 0 (1 for none), got {repetition_penalty}")
         if early_stopping not in (False, True, "never"):
             raise ValueError(f"early_stopping must be True, False or 'never', got {early_stopping!r}")
         if not 1 <= num_return_sequences <= num_beams:
