@@ -246,12 +246,16 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
 //                  in float32, as the host's log_softmax gives it
 //                  (mambago/beam.go). Both NaN where the row holds NaN.
 //
-// Grid (B), one block a row, TOPK_THREADS threads.
+// Grid (B), one block a row, NORMS_THREADS threads (at 1024 the double
+// exps spill).
 
-extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
+#define NORMS_THREADS 256
+#define NORMS_WARPS (NORMS_THREADS / 32)
+
+extern "C" __global__ void __launch_bounds__(NORMS_THREADS)
     row_norms_f32(const float *__restrict__ logits, int V, float *__restrict__ norms) {
-    __shared__ float warp_max[TOPK_WARPS];
-    __shared__ double warp_sum[TOPK_WARPS];
+    __shared__ float warp_max[NORMS_WARPS];
+    __shared__ double warp_sum[NORMS_WARPS];
     const float *row = logits + (long long)blockIdx.x * V;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     float m = __int_as_float(0xff800000);  // -inf
@@ -263,7 +267,7 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
     for (int o = 16; o > 0; o /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
     if (lane == 0) warp_max[warp] = m;
     nan = __syncthreads_or(nan);
-    for (int w = 0; w < TOPK_WARPS; w++) m = fmaxf(m, warp_max[w]);
+    for (int w = 0; w < NORMS_WARPS; w++) m = fmaxf(m, warp_max[w]);
     double sum = 0;
     row_each(row, V, [&](int, float v) { sum += exp(-(double)(m - v)); });
     for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
@@ -271,7 +275,7 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
     __syncthreads();
     if (threadIdx.x == 0) {
         double total = 0;
-        for (int w = 0; w < TOPK_WARPS; w++) total += warp_sum[w];
+        for (int w = 0; w < NORMS_WARPS; w++) total += warp_sum[w];
         const float bad = __int_as_float(0x7fc00000);
         norms[2 * blockIdx.x] = nan ? bad : m;
         norms[2 * blockIdx.x + 1] = nan ? bad : (float)log(total);

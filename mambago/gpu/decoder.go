@@ -326,7 +326,7 @@ func (d *Decoder) topK(ids []int64, k int, norms bool) ([]int32, []float32, []fl
 			return err
 		}
 		if norms {
-			if err := e.launch("row_norms_f32", cuda.D1(B), cuda.D1(1024), 0, logits, V, d.cand.Offset(8*B*k)); err != nil {
+			if err := e.launch("row_norms_f32", cuda.D1(B), cuda.D1(256), 0, logits, V, d.cand.Offset(8*B*k)); err != nil {
 				return err
 			}
 		}
