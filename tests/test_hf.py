@@ -236,6 +236,42 @@ def test_beam_search_follows_transformers():
         assert np.allclose(got_steps.numpy(), want_steps.numpy(), rtol=1e-4, atol=1e-5)
 
 
+def test_generate_takes_pad_ids_for_padding():
+    """Without an attention_mask, generate takes the pad ids that open or
+    close a row for padding, as transformers' generate does where the pad
+    id is not an eos id: the tokens of the mask they make. A pad id among a
+    row's tokens stays a token, with a warning (transformers would skip it).
+    Where transformers is installed, its generate gives the same tokens for
+    left-padded rows."""
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    rng = np.random.default_rng()
+    V, pad = m.config.vocab_size, 7
+    ids = rng.integers(8, V, size=(3, 6))
+    ids[0, :2] = pad
+    ids[2, :1] = pad
+    for kw in (dict(eos_token_id=[]), dict(eos_token_id=int(rng.integers(8, V)), num_beams=3)):
+        want = m.generate(ids, max_new_tokens=5, pad_token_id=pad, attention_mask=(ids != pad).astype(np.int64), **kw)
+        assert np.array_equal(m.generate(ids, max_new_tokens=5, pad_token_id=pad, **kw), want)
+    same = m.generate(ids, max_new_tokens=5, pad_token_id=pad, eos_token_id=pad)  # pad is an eos id: no padding
+    assert np.array_equal(same, m.generate(ids, max_new_tokens=5, pad_token_id=pad, eos_token_id=pad,
+                                           attention_mask=np.ones_like(ids)))
+    inside = ids.copy()
+    inside[1, 3] = pad
+    with pytest.warns(UserWarning, match="among a row's tokens"):
+        got = m.generate(inside, max_new_tokens=4, pad_token_id=pad, eos_token_id=[])
+    assert np.array_equal(got, m.generate(inside, max_new_tokens=4, pad_token_id=pad, eos_token_id=[],
+                                          attention_mask=np.ones_like(inside)))
+    if importlib.util.find_spec("torch") and importlib.util.find_spec("transformers"):
+        torch, hf, ours, _, _ = _against_transformers()
+        t_ids = torch.from_numpy(ids)
+        for kw in (dict(eos_token_id=None), dict(eos_token_id=int(rng.integers(8, V)), num_beams=3)):
+            with torch.no_grad():
+                want = hf.generate(t_ids, max_new_tokens=5, pad_token_id=pad, do_sample=False, **kw)
+            got = ours.generate(t_ids, max_new_tokens=5, pad_token_id=pad,
+                                **{**kw, "eos_token_id": kw["eos_token_id"] if kw["eos_token_id"] is not None else []})
+            assert torch.equal(got, want), kw
+
+
 def test_min_new_tokens_follows_transformers():
     """min_new_tokens keeps rows from ending before that many new tokens
     (eos -inf in the scores until then), and min_length likewise counting

@@ -733,6 +733,8 @@ class MambaForCausalLM(_StandIn):
         if _is_torch_tensor(eos_token_id):
             eos_token_id = _numpy(eos_token_id)
         eos_ids = _eos_ids(eos_token_id, self.config.vocab_size)  # the engine stops a row at each, pads with the first
+        if mask is None and pad_token_id is not None and pad_token_id not in eos_ids:
+            mask = _mask_from_padding(ids, pad_token_id)  # transformers' generate reads pad ids as padding
         pads = eos_ids and pad_token_id is not None and pad_token_id != eos_ids[0]
         if streamer is not None:
             streamer = _Streamed(streamer, _is_torch_tensor(input_ids), eos_ids if pads else None, pad_token_id)
@@ -1011,6 +1013,29 @@ def _pad_after_eos(tokens: np.ndarray, eos: list[int], pad: int, stopped: np.nda
     is_eos = np.isin(tokens, eos)
     past = stopped[:, None] | (np.cumsum(is_eos, axis=1) - is_eos > 0)
     return np.where(past, pad, tokens), stopped | is_eos.any(axis=1)
+
+
+def _mask_from_padding(ids: np.ndarray, pad) -> np.ndarray | None:
+    """The attention_mask transformers' generate infers without one, where
+    pad_token_id is not an eos id: 0 at each pad id of input_ids [B, T].
+    None where no row holds the pad id, and where a pad id sits between a
+    row's tokens (also a row of nothing else): that is taken as a token,
+    with a warning, where transformers would skip it as padding."""
+    if ids.ndim != 2 or isinstance(pad, bool) or not isinstance(pad, (int, np.integer)):
+        return None
+    mask = (ids != pad).astype(np.int64)
+    if mask.all():
+        return None
+    try:
+        _spans(mask, *ids.shape)
+    except ValueError:
+        import warnings
+
+        warnings.warn(f"input_ids hold pad_token_id {pad} among a row's tokens; mambago takes them as tokens, "
+                      f"where transformers' generate would take them for padding: pass attention_mask",
+                      stacklevel=3)
+        return None
+    return mask
 
 
 def _numpy(x) -> np.ndarray:
