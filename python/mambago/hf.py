@@ -619,7 +619,9 @@ class MambaForCausalLM(_StandIn):
         pad_token_id (likewise; else the first eos id) while others go on. An attention_mask
         with zeros marks padding before or after each row's prompt, and each
         row continues from its own last token (for left padding, as
-        transformers does). use_cache changes nothing (the state is always
+        transformers does). Without one, the pad ids that open or close a
+        row are its padding, as transformers infers them where the pad id
+        is not an eos id. use_cache changes nothing (the state is always
         carried). streamer (TextStreamer, TextIteratorStreamer) receives the
         prompt, then each new token as it comes, then end(), as from
         transformers: CPU torch tensors where the input is a torch tensor.
