@@ -18,7 +18,7 @@ def test_forward_and_generate_follow_transformers_conventions():
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
     ref = mambago.Model.from_pretrained(case_dir("base"), device="cpu")
     rng = np.random.default_rng()
-    ids = rng.integers(0, m.config.vocab_size, size=(2, 7))
+    ids = rng.integers(1, m.config.vocab_size, size=(2, 7))
     out = m(ids, attention_mask=np.ones_like(ids))
     assert np.array_equal(out.logits, ref.logits(ref.prefill(ids, output="all")))
     assert out["logits"] is out.logits and out.logits.shape == (2, 7, m.config.vocab_size)
@@ -96,7 +96,7 @@ def test_repetition_penalty_follows_transformers():
     left-padded batch where it leaves the padding out (transformers 5.25
     does; 5.17 counted the padding's ids too)."""
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
-    ids = np.random.default_rng().integers(0, m.config.vocab_size, size=(2, 6))
+    ids = np.random.default_rng().integers(1, m.config.vocab_size, size=(2, 6))
     assert np.array_equal(m.generate(ids, max_new_tokens=8, repetition_penalty=1.0), m.generate(ids, max_new_tokens=8))
     for by in (1.5, 0.7):
         out = m.generate(ids, max_new_tokens=8, repetition_penalty=by, eos_token_id=[],
@@ -139,7 +139,7 @@ def test_min_p_keeps_the_likely_tokens():
     has a finite score, and the scores keep exactly those. Greedy decoding
     ignores it, as transformers does; one outside [0, 1] is refused."""
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
-    ids = np.random.default_rng().integers(0, m.config.vocab_size, size=(4, 5))
+    ids = np.random.default_rng().integers(1, m.config.vocab_size, size=(4, 5))
     for kw in (dict(min_p=0.3), dict(min_p=0.1, top_k=0, top_p=0.9), dict(min_p=0.5, top_k=20)):
         out = m.generate(ids, max_new_tokens=12, do_sample=True, temperature=1.5, seed=4, eos_token_id=[],
                          return_dict_in_generate=True, output_scores=True, output_logits=True, **kw)
@@ -279,7 +279,7 @@ def test_min_new_tokens_follows_transformers():
     on. Where transformers is installed, its generate gives the same tokens
     and scores."""
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
-    ids = np.random.default_rng().integers(0, m.config.vocab_size, size=(2, 6))
+    ids = np.random.default_rng().integers(1, m.config.vocab_size, size=(2, 6))
     eos = int(m.generate(ids, max_new_tokens=1, eos_token_id=[])[0, -1])
     assert m.generate(ids, max_new_tokens=6, eos_token_id=eos)[0, 6] == eos
     for kw in (dict(min_new_tokens=3), dict(min_length=9)):
@@ -314,7 +314,7 @@ def test_no_repeat_ngram_size_follows_transformers():
     scores for unpadded prompts (it counts left padding's ids as the row's,
     and mambago leaves them out)."""
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
-    ids = np.random.default_rng().integers(0, m.config.vocab_size, size=(2, 6))
+    ids = np.random.default_rng().integers(1, m.config.vocab_size, size=(2, 6))
     for n in (1, 2, 3):
         for kw in (dict(), dict(do_sample=True, temperature=1.3, seed=2)):
             out = m.generate(ids, max_new_tokens=20, no_repeat_ngram_size=n, eos_token_id=[],
@@ -469,7 +469,7 @@ def test_pad_token_defaults_to_the_configs(tmp_path):
     with none in the config, with eos (the engine's repeat)."""
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
     ids, eos, free = early_stop_pair(m.model, np.random.default_rng())
-    pad = (eos + 3) % m.config.vocab_size
+    pad = next(p for p in range(1, m.config.vocab_size) if p != eos and p not in ids)  # not read as padding
     padded = MambaForCausalLM.from_pretrained(_with_config(tmp_path, "base", pad_token_id=pad), device="cpu")
     assert padded.config.pad_token_id == pad and m.config.pad_token_id == 0
     got = padded.generate(ids, max_new_tokens=6, eos_token_id=eos)
@@ -489,7 +489,7 @@ def test_transformers_script_conveniences():
 
     m = AutoModelForCausalLM.from_pretrained(case_dir("base"), device="cpu")
     rng = np.random.default_rng()
-    ids = rng.integers(0, m.config.vocab_size, size=(2, 5))
+    ids = rng.integers(1, m.config.vocab_size, size=(2, 5))
     free = m.generate(ids, max_new_tokens=4)
     assert free.shape[0] == 2 and 6 <= free.shape[1] <= 9  # fewer where both rows stop at eos
     assert np.array_equal(m.generate(ids, max_length=9), free)
@@ -534,7 +534,7 @@ def test_backbone_returns_every_positions_state():
     m = AutoModel.from_pretrained(case_dir("base"), device="cpu")
     ref = mambago.Model.from_pretrained(case_dir("base"), device="cpu")
     rng = np.random.default_rng()
-    ids = rng.integers(0, m.config.vocab_size, size=(3, 11))
+    ids = rng.integers(1, m.config.vocab_size, size=(3, 11))
     mask = np.ones_like(ids)
     mask[1, :4] = mask[2, 8:] = 0
     out = m(ids, attention_mask=mask)
@@ -559,7 +559,7 @@ def test_backbone_returns_every_positions_state():
         MambaModel(case_dir("base"))
     assert repr(m).startswith("mambago.hf.MambaModel(") and m.eval() is m and m.to("cpu") is m
     backbone = AutoModel.from_pretrained(case_dir("mambamodel"), device="cpu")  # saved from a MambaModel
-    ids = rng.integers(0, backbone.config.vocab_size, size=(2, 6))
+    ids = rng.integers(1, backbone.config.vocab_size, size=(2, 6))
     assert np.array_equal(backbone(ids).last_hidden_state, backbone.model.prefill(ids, output="all"))
 
 
@@ -576,7 +576,7 @@ def test_cache_continues_the_sequences():
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
     rng = np.random.default_rng()
     B, T, V = 3, 13, m.config.vocab_size
-    ids = rng.integers(0, V, size=(B, T))
+    ids = rng.integers(1, V, size=(B, T))
     mask = np.ones_like(ids)
     mask[1, :4] = 0  # left padding in the first chunk
     whole = m(ids, attention_mask=mask, use_cache=False)
@@ -651,7 +651,7 @@ def _against_transformers():
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
     hf = transformers.MambaForCausalLM.from_pretrained(case_dir("base")).eval()
     ours = MambaForCausalLM.from_model(hf, device="cpu")
-    ids = torch.randint(0, hf.config.vocab_size, (2, 9))
+    ids = torch.randint(1, hf.config.vocab_size, (2, 9))
     left = torch.ones_like(ids)
     left[0, :3] = 0
     return torch, hf, ours, ids, left
@@ -696,7 +696,7 @@ def test_generate_returns_scores():
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
     rng = np.random.default_rng()
     V = m.config.vocab_size
-    ids = rng.integers(0, V, size=(2, 5))
+    ids = rng.integers(1, V, size=(2, 5))
     plain = m.generate(ids, max_new_tokens=6)
     out = m.generate(ids, max_new_tokens=6, return_dict_in_generate=True, output_scores=True, output_logits=True)
     n = plain.shape[1] - 5
@@ -780,7 +780,7 @@ def test_hidden_states_are_each_layers_residual():
     backbone = MambaModel(m.model)
     rng = np.random.default_rng()
     B, T, L, d = 3, 11, m.config.num_hidden_layers, m.config.hidden_size
-    ids = rng.integers(0, m.config.vocab_size, size=(B, T))
+    ids = rng.integers(1, m.config.vocab_size, size=(B, T))
     mask = np.ones_like(ids)
     mask[1, :4] = mask[2, 8:] = 0
     out = backbone(ids, attention_mask=mask, output_hidden_states=True)
@@ -866,7 +866,7 @@ def test_loss_is_the_next_tokens_cross_entropy():
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
     rng = np.random.default_rng()
     V = m.config.vocab_size
-    ids = rng.integers(0, V, size=(3, 11))
+    ids = rng.integers(1, V, size=(3, 11))
     labels = ids.copy()
     labels[0, :4] = -100  # a prompt left out
     labels[2, 7] = -100
@@ -898,7 +898,7 @@ def test_dtype_auto():
     checkpoint's config names, on the CPU engine (where a bf16 checkpoint's
     logits are its float32 load's bits) and on a GPU (below, where one is
     usable)."""
-    ids = np.random.default_rng().integers(0, 64, size=(2, 9))
+    ids = np.random.default_rng().integers(1, 64, size=(2, 9))
     for name, want in (("bf16", "bfloat16"), ("base", "float32")):
         f32 = MambaForCausalLM.from_pretrained(case_dir(name), device="cpu")
         for kw in ({"torch_dtype": "auto"}, {"dtype": "auto", "device_map": "cpu"}):
@@ -929,7 +929,7 @@ def test_matches_transformers():
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
     hf = transformers.MambaForCausalLM.from_pretrained(case_dir("base")).eval()
     ours = MambaForCausalLM.from_model(hf, device="cpu")
-    ids = torch.randint(0, hf.config.vocab_size, (2, 9))
+    ids = torch.randint(1, hf.config.vocab_size, (2, 9))
     with torch.no_grad():
         want_logits = hf(ids).logits
         want_tokens = hf.generate(ids, max_new_tokens=6, do_sample=False)
@@ -971,14 +971,14 @@ def test_cpu_16bit_weights_match_transformers(dtype):
                 p.copy_(p.to(getattr(torch, dtype)).float())
         changed = (rounded.backbone.layers[0].mixer.in_proj.weight != hf.backbone.layers[0].mixer.in_proj.weight)
         assert changed.any()  # the rounding is not a no-op on these weights
-    ids = torch.randint(0, hf.config.vocab_size, (2, 11))
+    ids = torch.randint(1, hf.config.vocab_size, (2, 11))
     with torch.no_grad():
         want = rounded(ids, use_cache=True)
         far = hf(ids).logits
     got = ours(ids)
     assert rel_err(got.logits.numpy(), want.logits.numpy()) <= 1e-4
     assert rel_err(far.numpy(), want.logits.numpy()) > 1e-4  # unrounded weights would fail the check above
-    nxt = torch.randint(0, hf.config.vocab_size, (2, 1))
+    nxt = torch.randint(1, hf.config.vocab_size, (2, 1))
     with torch.no_grad():
         want_step = hf_continue(rounded, nxt, want, ids.shape[1]).logits
     got_step = ours(nxt, cache=got.cache).logits
@@ -999,7 +999,7 @@ def test_from_model_follows_the_models_dtype():
     ours = MambaForCausalLM.from_model(hf, device="cpu")
     assert ours.dtype == hf.dtype == torch.bfloat16 and ours.model.dtype == "bfloat16"
     ref = transformers.MambaForCausalLM.from_pretrained(case_dir("base")).eval().to(torch.bfloat16).float()
-    ids = torch.randint(0, hf.config.vocab_size, (2, 10))
+    ids = torch.randint(1, hf.config.vocab_size, (2, 10))
     with torch.no_grad():
         want = ref(ids).logits
         want_tokens = ref.generate(ids, max_new_tokens=5, do_sample=False)
@@ -1036,7 +1036,7 @@ def test_backbone_matches_transformers():
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
     hf = transformers.MambaModel.from_pretrained(case_dir("mambamodel")).eval()
     ours = MambaModel.from_model(hf, device="cpu")
-    ids = torch.randint(0, hf.config.vocab_size, (2, 9))
+    ids = torch.randint(1, hf.config.vocab_size, (2, 9))
     mask = torch.ones_like(ids)
     mask[1, :3] = 0
     with torch.no_grad():
@@ -1056,7 +1056,7 @@ def test_falcon_matches_transformers():
 
     hf = transformers.FalconMambaForCausalLM.from_pretrained(case_dir("falcon")).eval()
     ours = FalconMambaForCausalLM.from_pretrained(case_dir("falcon"), device="cpu")
-    ids = torch.randint(0, hf.config.vocab_size, (1, 12))
+    ids = torch.randint(1, hf.config.vocab_size, (1, 12))
     with torch.no_grad():
         assert rel_err(ours(ids).logits.numpy(), hf(ids).logits.numpy()) <= 1e-4
         assert torch.equal(ours.generate(ids, max_new_tokens=5), hf.generate(ids, max_new_tokens=5, do_sample=False))
@@ -1070,7 +1070,7 @@ def test_cuda_tensors_in_and_out():
         pytest.skip(f"no GPU: {mambago.cuda_unavailable_reason() or 'torch sees none'}")
     gpu = MambaForCausalLM.from_pretrained(case_dir("base"), device_map="cuda")
     cpu = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
-    ids = torch.randint(0, gpu.config.vocab_size, (2, 9), device="cuda")
+    ids = torch.randint(1, gpu.config.vocab_size, (2, 9), device="cuda")
     got = gpu(ids).logits
     assert got.device.type == "cuda" and gpu.model.device == "cuda"
     assert rel_err(got.cpu().numpy(), cpu(ids.cpu()).logits.numpy()) <= 1e-4
@@ -1092,7 +1092,7 @@ def test_from_model_follows_the_models_gpu():
     hf = transformers.MambaForCausalLM.from_pretrained(case_dir("base")).to("cuda:0").eval()
     ours = MambaForCausalLM.from_model(hf)
     assert ours.device == torch.device("cuda:0") and ours.model.device_index == 0
-    ids = torch.randint(0, hf.config.vocab_size, (2, 9), device="cuda:0")
+    ids = torch.randint(1, hf.config.vocab_size, (2, 9), device="cuda:0")
     with torch.no_grad():
         want = hf(ids).logits
     got = ours(ids).logits
@@ -1116,7 +1116,7 @@ def test_forward_on_the_gpu_stays_there(dtype):
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cuda", dtype=dtype)
     B, T, V, d = 4, 19, m.config.vocab_size, m.config.hidden_size
     tol = 1e-4 if dtype == "float32" else 1e-2  # the f32 engines' bound; bf16 rounds the GEMM inputs
-    ids = torch.randint(0, V, (B, T))
+    ids = torch.randint(1, V, (B, T))
     mask = torch.ones(B, T, dtype=torch.int64)
     mask[1, :5] = 0  # left
     mask[2, 13:] = 0  # right
@@ -1229,7 +1229,7 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
     monkeypatch.setattr(m.model, "step_ptr", step_ptr)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
     B, T, V = 4, 19, m.config.vocab_size
-    ids = torch.randint(0, V, (B, T))
+    ids = torch.randint(1, V, (B, T))
     mask = torch.ones(B, T, dtype=torch.int64)
     mask[1, :5] = 0  # left
     mask[2, 13:] = 0  # right

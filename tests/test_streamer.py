@@ -49,7 +49,7 @@ def long_enough(m, ids):
 def test_streamer_gets_each_token_as_it_comes(device, dtype):
     m = mambago.Model.from_pretrained(case_dir("base"), device=device, dtype=dtype)
     rng = np.random.default_rng()
-    ids = rng.integers(0, m.config.vocab_size, size=(2, 6))
+    ids = rng.integers(1, m.config.vocab_size, size=(2, 6))
     n = long_enough(m, ids)
     rec = Recorder()
     t0 = time.perf_counter()
@@ -130,7 +130,7 @@ def test_hf_streamer_gets_cpu_tensors_for_tensors():
         def end(self):
             values.append(None)
 
-    ids = torch.randint(0, m.config.vocab_size, (1, 5))
+    ids = torch.randint(1, m.config.vocab_size, (1, 5))
     out = m.generate(ids, max_new_tokens=4, streamer=Kept())
     assert values[-1] is None and all(isinstance(v, torch.Tensor) and v.device.type == "cpu" for v in values[:-1])
     assert torch.equal(values[0], ids) and torch.equal(torch.stack(values[1:-1], dim=1), out[:, 5:])
