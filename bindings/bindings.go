@@ -874,10 +874,13 @@ func BeamSearch(model int64, ids uintptr, B, T, maxNew, beams, ret int, lengthPe
 		copy(dstIndices[i*maxNew:], out.Indices[i*out.N:(i+1)*out.N])
 	}
 	copy(floats(scores, B*R), out.Scores)
-	for at, steps := range map[uintptr][][]float32{stepScores: out.StepScores, stepLogits: out.StepLogits} {
-		if at != 0 {
-			dst := floats(at, maxNew*B*beams*V)
-			for s, v := range steps {
+	for _, kept := range []struct {
+		at    uintptr
+		steps [][]float32
+	}{{stepScores, out.StepScores}, {stepLogits, out.StepLogits}} {
+		if kept.at != 0 {
+			dst := floats(kept.at, maxNew*B*beams*V)
+			for s, v := range kept.steps {
 				copy(dst[s*B*beams*V:], v)
 			}
 		}

@@ -216,6 +216,7 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 	allHit := false
 	next := make([]int64, B*K)
 	none := make([]bool, B*K)
+	var logp []float32 // the whole rows' log probabilities, a step at a time
 	for step := 0; ; step++ {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("beam search: stopped before step %d: %w", step, context.Cause(ctx))
@@ -240,7 +241,10 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 			if bm.Logits {
 				out.StepLogits = append(out.StepLogits, slices.Clone(logits))
 			}
-			cands.logp = make([]float32, B*K*V)
+			if bm.Scores || logp == nil { // a kept step's scores are its own
+				logp = make([]float32, B*K*V)
+			}
+			cands.logp = logp
 			if err := logSoftmaxRows(cands.logp, logits, V); err != nil {
 				return nil, fmt.Errorf("beam search: step %d: %w", step, err)
 			}
@@ -402,7 +406,7 @@ func logSoftmax(dst, logits []float32) error {
 	top := float32(math.Inf(-1))
 	for _, z := range logits {
 		if z != z {
-			return errors.New("logits hold NaN")
+			return errNaN
 		}
 		top = max(top, z)
 	}
@@ -441,54 +445,45 @@ type scored struct {
 // Equal scores rank the lower j·V + v first.
 func (c *candidates) best(b int, beams []beamRow, keep, V int) ([]scored, error) {
 	K := len(beams)
-	var all []scored
 	if c.tokens == nil {
-		all = make([]scored, 0, K*V)
+		scores := make([]float32, K*V) // at j·V + v, the place ranked breaks ties by
 		for j, beam := range beams {
 			for v, lp := range c.logp[(b*K+j)*V : (b*K+j+1)*V] {
-				all = append(all, scored{j*V + v, beam.score + lp})
+				scores[j*V+v] = beam.score + lp
 			}
 		}
-	} else {
-		all = make([]scored, 0, K*keep)
-		for j, beam := range beams {
-			row := b*K + j
-			top, lse := c.norms[2*row], c.norms[2*row+1]
-			if top != top || math.IsInf(float64(top), -1) {
-				return nil, fmt.Errorf("beam %d: logits hold NaN or are all -Inf", row)
+		r := &ranked{ids: make([]int, 0, keep)}
+		if err := r.best(scores, keep); err != nil {
+			return nil, err
+		}
+		out := make([]scored, keep)
+		for i, at := range r.ids {
+			out[i] = scored{at, scores[at]}
+		}
+		return out, nil
+	}
+	all := make([]scored, 0, K*keep) // a few: sorted
+	for j, beam := range beams {
+		row := b*K + j
+		top, lse := c.norms[2*row], c.norms[2*row+1]
+		if top != top || math.IsInf(float64(top), -1) {
+			return nil, fmt.Errorf("beam %d: logits hold NaN or are all -Inf", row)
+		}
+		for i := row * keep; i < (row+1)*keep; i++ {
+			x := scored{j*V + int(c.tokens[i]), beam.score + (c.logits[i] - top - lse)}
+			if x.score != x.score {
+				return nil, errNaN
 			}
-			for i := row * keep; i < (row+1)*keep; i++ {
-				all = append(all, scored{j*V + int(c.tokens[i]), beam.score + (c.logits[i] - top - lse)})
-			}
+			all = append(all, x)
 		}
 	}
-	for _, x := range all {
-		if x.score != x.score {
-			return nil, errNaN
+	slices.SortFunc(all, func(x, y scored) int {
+		if c := cmp.Compare(y.score, x.score); c != 0 {
+			return c
 		}
-	}
-	if c.tokens != nil { // a few: sort them
-		slices.SortFunc(all, func(x, y scored) int {
-			if c := cmp.Compare(y.score, x.score); c != 0 {
-				return c
-			}
-			return cmp.Compare(x.at, y.at)
-		})
-		return all[:keep], nil
-	}
-	scores := make([]float32, len(all))
-	for i, x := range all {
-		scores[i] = x.score
-	}
-	r := &ranked{ids: make([]int, 0, keep)}
-	if err := r.best(scores, keep); err != nil {
-		return nil, err
-	}
-	out := make([]scored, keep) // ranked breaks ties by place in all: j·V + v
-	for i, at := range r.ids {
-		out[i] = all[at]
-	}
-	return out, nil
+		return cmp.Compare(x.at, y.at)
+	})
+	return all[:keep], nil
 }
 
 // ranks returns 0..n-1 ordered by score, best first, the lower index first
