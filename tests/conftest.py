@@ -87,6 +87,13 @@ def early_stop_pair(model, rng):
     pytest.skip("no prompt pair found")
 
 
+def unused_id(ids, vocab, *also):
+    """The lowest id in [1, vocab) that is neither in ids nor among also:
+    a pad id that generate (as transformers') will not take for padding
+    in the prompts ids."""
+    return next(p for p in range(1, vocab) if p not in also and p not in np.asarray(ids))
+
+
 def hf_continue(hf, ids, out, seen):
     """transformers' forward call on ids (a torch tensor) continuing from the
     cache that its earlier call returned in out, seen positions in, under the

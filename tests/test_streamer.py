@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import mambago
-from conftest import case_dir, early_stop_pair
+from conftest import case_dir, early_stop_pair, unused_id
 from mambago.hf import MambaForCausalLM
 
 DEVICES = [
@@ -110,7 +110,7 @@ def test_hf_streamer_gets_transformers_values():
     tokens after its eos given as pad_token_id, as transformers streams."""
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
     ids, eos, _ = early_stop_pair(m.model, np.random.default_rng())
-    pad = (eos + 1) % m.config.vocab_size
+    pad = unused_id(ids, m.config.vocab_size, eos)  # not read as padding
     rec = Recorder()
     full = m.generate(ids, max_new_tokens=6, eos_token_id=eos, pad_token_id=pad, streamer=rec)
     assert np.array_equal(rec.puts[0], ids) and rec.ended == 1
