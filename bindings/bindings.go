@@ -20,8 +20,10 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/mambago/mambago/mambago"
@@ -744,13 +746,20 @@ func stopFor(h int64) (stopSignal, error) {
 // is Sampling.RepetitionPenalty (1 for none), minP Sampling.MinP, minNew
 // Sampling.MinNew, noRepeat Sampling.NoRepeatNGram. spans, when
 // nSpans > 0, places each row's prompt in a padded batch, as for Prefill.
+// processors, where not empty, is a JSON object of the further logits
+// processors and max_time (processorSettings).
 // stop, when not 0, is a signal (NewStop) that ends the call before its
 // next token, with an error; the call then writes each column of tokens to
 // out as it is taken, and counts them in the signal (StopProgress).
 func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, topK int, topP, minP, repetitionPenalty float64,
 	minNew, noRepeat int, seed, eos int64,
-	moreEOS uintptr, nMoreEOS int, out uintptr, outLen int, spans uintptr, nSpans int, stop int64) (n int, err error) {
+	moreEOS uintptr, nMoreEOS int, out uintptr, outLen int, spans uintptr, nSpans int, processors string,
+	stop int64) (n int, err error) {
 	defer guard(&err)
+	procs, err := parseProcessors(processors)
+	if err != nil {
+		return 0, err
+	}
 	m, err := models.get(model, "model")
 	if err != nil {
 		return 0, err
@@ -793,6 +802,7 @@ func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, t
 	_, n, err = m.GenerateEach(sig.ctx, int64s(ids, B*T), B, T, rows, maxNew, mambago.Sampling{
 		Temperature: temperature, TopK: topK, TopP: topP, Seed: uint64(seed), EOS: eos, MoreEOS: more,
 		MinP: minP, RepetitionPenalty: repetitionPenalty, MinNew: minNew, NoRepeatNGram: noRepeat,
+		Processors: procs,
 	}, emit)
 	return n, err
 }
@@ -807,12 +817,17 @@ func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, t
 // same shape) and scores (float32 [B·ret]), and where stepScores or
 // stepLogits is not 0, each step's processed log probabilities or logits
 // (float32 [maxNew, B·beams, V], steps past the search's last left as they
-// were); counts (int64 [2]) gets the returned columns and the steps. spans
-// and stop are as Generate's.
+// were); counts (int64 [2]) gets the returned columns and the steps. spans,
+// processors and stop are as Generate's.
 func BeamSearch(model int64, ids uintptr, B, T, maxNew, beams, ret int, lengthPenalty float64, early int,
 	eos int64, moreEOS uintptr, nMoreEOS int, fill int64, repetitionPenalty float64, minNew, noRepeat int,
-	spans uintptr, nSpans int, tokens, indices, scores, stepScores, stepLogits, counts uintptr, stop int64) (err error) {
+	spans uintptr, nSpans int, tokens, indices, scores, stepScores, stepLogits, counts uintptr, processors string,
+	stop int64) (err error) {
 	defer guard(&err)
+	procs, err := parseProcessors(processors)
+	if err != nil {
+		return err
+	}
 	m, err := models.get(model, "model")
 	if err != nil {
 		return err
@@ -826,7 +841,7 @@ func BeamSearch(model int64, ids uintptr, B, T, maxNew, beams, ret int, lengthPe
 	}
 	bm := mambago.Beams{Width: beams, Return: ret, LengthPenalty: lengthPenalty, EarlyStopping: mambago.EarlyStopping(early),
 		EOS: eos, Fill: fill, RepetitionPenalty: repetitionPenalty, MinNew: minNew, NoRepeatNGram: noRepeat,
-		Scores: stepScores != 0, Logits: stepLogits != 0}
+		Processors: procs, Scores: stepScores != 0, Logits: stepLogits != 0}
 	if err := bm.Check(); err != nil {
 		return err
 	}
@@ -887,6 +902,48 @@ func BeamSearch(model int64, ids uintptr, B, T, maxNew, beams, ret int, lengthPe
 	}
 	copy(int64s(counts, 2), []int64{int64(out.N), int64(out.Steps)})
 	return nil
+}
+
+// processorSettings is the JSON form of mambago.Processors that Generate
+// and BeamSearch take, in transformers' names: sequence_bias as a list of
+// {"tokens", "bias"}, max_time in seconds from the call's start.
+type processorSettings struct {
+	SequenceBias []struct {
+		Tokens []int64 `json:"tokens"`
+		Bias   float64 `json:"bias"`
+	} `json:"sequence_bias"`
+	BadWords      [][]int64 `json:"bad_words_ids"`
+	Suppress      []int64   `json:"suppress_tokens"`
+	BeginSuppress []int64   `json:"begin_suppress_tokens"`
+	ForcedEOS     []int64   `json:"forced_eos_token_id"`
+	MaxTime       *float64  `json:"max_time"`
+}
+
+// parseProcessors reads processorSettings from js ("" for none), its
+// deadline counted from now.
+func parseProcessors(js string) (mambago.Processors, error) {
+	start := time.Now()
+	var p mambago.Processors
+	if js == "" {
+		return p, nil
+	}
+	var set processorSettings
+	dec := json.NewDecoder(strings.NewReader(js))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&set); err != nil {
+		return p, fmt.Errorf("ValueError: logits processors %s: %w", js, err)
+	}
+	for _, b := range set.SequenceBias {
+		p.Biases = append(p.Biases, mambago.SequenceBias{Tokens: b.Tokens, Bias: float32(b.Bias)})
+	}
+	p.Banned, p.Suppress, p.BeginSuppress, p.ForcedEOS = set.BadWords, set.Suppress, set.BeginSuppress, set.ForcedEOS
+	if t := set.MaxTime; t != nil {
+		if !(*t >= 0 && *t < 1e9) {
+			return p, fmt.Errorf("ValueError: max_time = %v s, want ≥ 0 and finite", *t)
+		}
+		p.Deadline = start.Add(time.Duration(*t * float64(time.Second)))
+	}
+	return p, nil
 }
 
 // gpuEngine returns the model's CUDA engine, or a ValueError naming what needs it.

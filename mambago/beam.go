@@ -47,6 +47,10 @@ type Beams struct {
 	RepetitionPenalty float64
 	MinNew            int
 	NoRepeatNGram     int
+	// Processors process the log probabilities after them, as Sampling's
+	// do its logits. Where the Deadline passes, every beam ends at the
+	// step under way, as at maxNew.
+	Processors
 	// Scores keeps each step's processed log probabilities, and Logits its
 	// logits ([B·Width, V] each), for BeamOutput.
 	Scores, Logits bool
@@ -67,8 +71,6 @@ type BeamOutput struct {
 
 // Check reports an out-of-range setting.
 func (bm Beams) Check() error {
-	s := Sampling{TopP: 1, EOS: bm.EOS, MoreEOS: bm.MoreEOS, RepetitionPenalty: bm.RepetitionPenalty,
-		MinNew: bm.MinNew, NoRepeatNGram: bm.NoRepeatNGram}
 	switch {
 	case bm.Width < 1:
 		return engine.Invalid("num_beams = %d, want ≥ 1", bm.Width)
@@ -79,7 +81,13 @@ func (bm Beams) Check() error {
 	case bm.EarlyStopping < StopHeuristic || bm.EarlyStopping > StopNever:
 		return engine.Invalid("early_stopping = %d, want StopHeuristic, StopWhenFull or StopNever", bm.EarlyStopping)
 	}
-	return s.Check()
+	return bm.sampling().Check()
+}
+
+// sampling returns the Sampling whose processors bm's are, greedy.
+func (bm Beams) sampling() Sampling {
+	return Sampling{TopP: 1, EOS: bm.EOS, MoreEOS: bm.MoreEOS, RepetitionPenalty: bm.RepetitionPenalty,
+		MinNew: bm.MinNew, NoRepeatNGram: bm.NoRepeatNGram, Processors: bm.Processors}
 }
 
 // beamRow is one beam: its new tokens, the beam each came from, its score.
@@ -117,12 +125,15 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 	}
 	cfg := m.Config()
 	V, K := cfg.Vocab, bm.Width
-	s := Sampling{EOS: bm.EOS, MoreEOS: bm.MoreEOS}
+	s := bm.sampling()
 	ends := s.endIDs()
 	for _, id := range ends {
 		if id >= int64(V) {
 			return nil, engine.Invalid("eos id %d is outside the vocabulary [0, %d)", id, V)
 		}
+	}
+	if err := s.checkFor(V, maxNew); err != nil {
+		return nil, err
 	}
 	keep := max(2, 1+len(ends)) * K // candidates a prompt and step (beams_to_keep)
 	if keep > K*V {
@@ -183,7 +194,7 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 	// rows: no processor, and no step scores or logits kept.
 	beams, _ := dec.(engine.BeamDecoder)
 	if bm.RepetitionPenalty != 0 && bm.RepetitionPenalty != 1 || bm.NoRepeatNGram > 0 || bm.MinNew > 0 ||
-		bm.Scores || bm.Logits || keep > V {
+		bm.processes() || bm.Scores || bm.Logits || keep > V {
 		beams = nil
 	}
 
@@ -196,8 +207,7 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 			beamSpans = append(beamSpans, spans[i/K])
 		}
 	}
-	pen := newPenalty(bm.RepetitionPenalty, beamIDs, B*K, T, beamSpans, V)
-	grams := newNGrams(bm.NoRepeatNGram, beamIDs, B*K, T, beamSpans)
+	procs := newProcessing(s, beamIDs, B*K, T, beamSpans, V, maxNew)
 
 	running := make([]beamRow, B*K)  // each prompt's K running beams, best first
 	finished := make([]beamRow, B*K) // and its K best finished ones (or stand-ins), best first
@@ -248,16 +258,13 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 			if err := logSoftmaxRows(cands.logp, logits, V); err != nil {
 				return nil, fmt.Errorf("beam search: step %d: %w", step, err)
 			}
-			pen.apply(cands.logp, none)
-			grams.ban(cands.logp, none)
-			if step < bm.MinNew {
-				banIDs(cands.logp, V, ends)
-			}
+			procs.apply(cands.logp, V, none, step)
 			if bm.Scores {
 				out.StepScores = append(out.StepScores, cands.logp)
 			}
 		}
 		newLen := float32(math.Pow(float64(step+1), bm.LengthPenalty))
+		last := step+1 == maxNew || bm.late() // every candidate ends here
 		parents := make([]int, B*K)
 		allHit = true
 		for b := range B {
@@ -269,7 +276,7 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 			for c, at := range best {
 				j, tok := at.at/V, int64(at.at%V)
 				cand[c] = running[b*K+j].extend(tok, int32(b*K+j), at.score)
-				hits[c] = step+1 == maxNew || s.ends(tok)
+				hits[c] = last || s.ends(tok)
 				allHit = allHit && hits[c]
 			}
 			// The K best that go on: a continuation that ends scores no.
@@ -306,12 +313,10 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 				return nil, fmt.Errorf("beam search: step %d: %w", step, err)
 			}
 		}
-		pen.reorder(parents)
-		grams.reorder(parents)
+		procs.reorder(parents)
 		for i, r := range running {
 			next[i] = r.tokens[len(r.tokens)-1]
-			pen.add(i, next[i])
-			grams.add(i, next[i])
+			procs.add(i, next[i])
 		}
 		// Whether any prompt's search goes on (transformers'
 		// _check_early_stop_heuristic and _beam_search_has_unfinished_sequences).

@@ -53,6 +53,9 @@ type Sampling struct {
 	// before its MinNew-th new token: until then the logits of EOS and
 	// MoreEOS are -Inf; on the CUDA engine, as RepetitionPenalty is.
 	MinNew int
+	// Processors are the further logits processors (sequence biases,
+	// banned sequences, suppressed and forced ids) and the deadline.
+	Processors
 }
 
 // endIDs returns the ids that end a row: EOS and MoreEOS, or none.
@@ -93,7 +96,7 @@ func (s Sampling) Check() error {
 			return engine.Invalid("eos id %d, want ≥ 0", id)
 		}
 	}
-	return nil
+	return s.Processors.check()
 }
 
 // Generate continues each of the B prompts ids [B, T] by up to maxNew tokens
@@ -142,6 +145,9 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 			return nil, 0, engine.Invalid("eos id %d is outside the vocabulary [0, %d)", id, cfg.Vocab)
 		}
 	}
+	if err := s.checkFor(cfg.Vocab, maxNew); err != nil {
+		return nil, 0, err
+	}
 	st, err := m.gen.take(m, B)
 	if err != nil {
 		return nil, 0, err
@@ -182,10 +188,11 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 	// queues the draw asked for (ProcessingDecoder); else every step
 	// returns its logits and the host draws. So it does under min_p and
 	// no_repeat_ngram_size, which the device's draws do not have.
-	pen := newPenalty(s.RepetitionPenalty, ids, B, T, spans, cfg.Vocab)
+	procs := newProcessing(s, ids, B, T, spans, cfg.Vocab, maxNew)
+	pen := procs.pen
 	banning := s.MinNew > 0 && s.EOS >= 0
-	grams := newNGrams(s.NoRepeatNGram, ids, B, T, spans)
-	hostDraws := (s.MinP > 0 && s.Temperature > 0) || grams != nil // what the device's draws do not have
+	// what the device's draws do not have
+	hostDraws := (s.MinP > 0 && s.Temperature > 0) || procs.grams != nil || s.processes()
 	proc, _ := dec.(engine.ProcessingDecoder)
 	if proc != nil && s.TopK > 0 && s.TopK < cfg.Vocab && s.TopK > proc.TopKQueueMax() && s.Temperature > 0 {
 		proc = nil // its top-k candidates come back unprocessed (TopKDecoder)
@@ -257,11 +264,7 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 		case topK != nil && n > 0:
 			err = drawCandidates(samplers, candIDs, candLogits, done, next)
 		default:
-			pen.apply(logits, done)
-			grams.ban(logits, done)
-			if n < s.MinNew {
-				banIDs(logits, cfg.Vocab, ends)
-			}
+			procs.apply(logits, cfg.Vocab, done, n)
 			err = drawRows(samplers, logits, done, next)
 		}
 		if err != nil {
@@ -274,8 +277,7 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 			} else {
 				done[b] = s.ends(next[b])
 				alive = alive || !done[b]
-				pen.add(b, next[b])
-				grams.add(b, next[b])
+				procs.add(b, next[b])
 			}
 			out[b] = append(out[b], next[b])
 		}
@@ -283,7 +285,7 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 			emit(n, next)
 		}
 		n++
-		if !alive || n == maxNew {
+		if !alive || n == maxNew || s.late() {
 			break
 		}
 		for b := range next { // a padded row still steps; feed it a valid id

@@ -386,20 +386,26 @@ def test_raw_bindings_survive_bad_handles_and_pointers():
         call(b.Prefill, m, st, "ids", buf.ctypes.data, 4, 1, 4, "last", out.ctypes.data, 64, 0, 0, False, 987654)
     gen = np.zeros(2, np.int64)
     with pytest.raises(ValueError, match="stop handle"):
-        call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0.0, 1.0, 0, 0, 0, -1, 0, 0, gen.ctypes.data, 2, 0, 0, 987654)
+        call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0.0, 1.0, 0, 0, 0, -1, 0, 0, gen.ctypes.data, 2, 0, 0, "", 987654)
     with pytest.raises(ValueError, match="eos ids: bad buffer"):
-        call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0.0, 1.0, 0, 0, 0, 3, 0, 2, gen.ctypes.data, 2, 0, 0, 0)
+        call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0.0, 1.0, 0, 0, 0, 3, 0, 2, gen.ctypes.data, 2, 0, 0, "", 0)
     more = np.array([-4], np.int64)
     with pytest.raises(ValueError, match="eos id -4"):
-        call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0.0, 1.0, 0, 0, 0, 3, more.ctypes.data, 1, gen.ctypes.data, 2, 0, 0, 0)
+        call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0.0, 1.0, 0, 0, 0, 3, more.ctypes.data, 1, gen.ctypes.data, 2, 0, 0, "", 0)
     with pytest.raises(ValueError, match="min_new_tokens = -1"):
-        call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0.0, 1.0, -1, 0, 0, -1, 0, 0, gen.ctypes.data, 2, 0, 0, 0)
+        call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0.0, 1.0, -1, 0, 0, -1, 0, 0, gen.ctypes.data, 2, 0, 0, "", 0)
     with pytest.raises(ValueError, match="min_p = 1.5"):
-        call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 1.5, 1.0, 0, 0, 0, -1, 0, 0, gen.ctypes.data, 2, 0, 0, 0)
+        call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 1.5, 1.0, 0, 0, 0, -1, 0, 0, gen.ctypes.data, 2, 0, 0, "", 0)
     with pytest.raises(ValueError, match="no_repeat_ngram_size = -3"):
-        call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0.0, 1.0, 0, -3, 0, -1, 0, 0, gen.ctypes.data, 2, 0, 0, 0)
+        call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0.0, 1.0, 0, -3, 0, -1, 0, 0, gen.ctypes.data, 2, 0, 0, "", 0)
     with pytest.raises(ValueError, match="repetition_penalty = -2"):
-        call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0.0, -2.0, 0, 0, 0, -1, 0, 0, gen.ctypes.data, 2, 0, 0, 0)
+        call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0.0, -2.0, 0, 0, 0, -1, 0, 0, gen.ctypes.data, 2, 0, 0, "", 0)
+    for procs, match in (("{not json", "logits processors"), ('{"typical_p": 0.5}', "unknown field"),
+                         ('{"max_time": -1}', "max_time = -1"), ('{"bad_words_ids": [[-2]]}', "id -2"),
+                         ('{"sequence_bias": [{"tokens": [1], "bias": 1e39}]}', "want finite")):
+        with pytest.raises(ValueError, match=match):
+            call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0.0, 1.0, 0, 0, 0, -1, 0, 0, gen.ctypes.data, 2,
+                 0, 0, procs, 0)
     assert call(b.FreeModel, m) is True
 
 

@@ -240,6 +240,102 @@ def test_beam_search_follows_transformers():
             assert float((g - w).abs().max()) <= 1e-4 * scale, (trial, kw, g, w)
 
 
+def test_logits_processors_follow_transformers():
+    """sequence_bias, bad_words_ids, suppress_tokens, begin_suppress_tokens,
+    forced_eos_token_id and max_time, alone and together, with
+    repetition_penalty and min_new_tokens beside them: transformers' own
+    generate gives the same sequences (and beam indices) and scores (1e-4),
+    greedy and by beam search, over fresh random prompts and settings
+    drawn from the tokens the free run generates, so that they fire; a
+    left-padded batch among them."""
+    torch, hf, ours, _, _ = _against_transformers()
+    V = hf.config.vocab_size
+    rng = np.random.default_rng()
+    for trial in range(12):
+        B, T = int(rng.integers(1, 4)), int(rng.integers(5, 9))
+        ids = torch.from_numpy(rng.integers(1, V, size=(B, T)))
+        mask = torch.ones_like(ids)
+        if trial % 4 == 1 and B > 1:
+            mask[0, :2] = 0
+            ids[0, :2] = hf.config.pad_token_id
+        base = dict(max_new_tokens=int(rng.integers(4, 10)), pad_token_id=hf.config.pad_token_id,
+                    eos_token_id=int(rng.integers(1, V)), do_sample=False)
+        with torch.no_grad():
+            free = hf.generate(ids, attention_mask=mask, **base)[:, T:].numpy()
+        tok = lambda: int(rng.choice(free.reshape(-1)))  # noqa: E731  a token the free run generates
+        pair = [int(t) for t in free[0, :2]]
+        kw = dict(base, return_dict_in_generate=True, output_scores=True)
+        kinds = [k for k in range(6) if rng.random() < 0.5] or [trial % 6]
+        if 0 in kinds or trial % 3 == 2:  # with the repetition penalty below, a bias on a prompt's token
+            kw["sequence_bias"] = {(tok(),): float(rng.normal() * 3), tuple(pair): float(rng.normal() * 3),
+                                   (int(ids[-1, -1]), tok()): 2.5, (int(ids[0, -1]),): 1.5}
+        if 1 in kinds:
+            kw["bad_words_ids"] = [[tok()], pair, [int(rng.integers(1, V)), tok(), tok()]]
+        if 2 in kinds:
+            kw["suppress_tokens"] = [tok(), tok()]
+        if 3 in kinds:
+            kw["begin_suppress_tokens"] = [int(t) for t in free[:, 0]]
+        if 4 in kinds:  # two forced ids tie (log probability 0): torch.topk ranks ties in no set order
+            kw["forced_eos_token_id"] = [tok(), tok()] if trial % 2 == 0 else tok()
+        if 5 in kinds:
+            kw["max_time"] = 0.0  # one token, then the time is up
+        if trial % 3 == 2:
+            kw["repetition_penalty"] = 1.4
+        if trial % 5 == 4:
+            kw["min_new_tokens"] = 2
+        if trial % 2:
+            kw.update(num_beams=int(rng.integers(2, 5)))
+        try:
+            with torch.no_grad():
+                want = hf.generate(ids, attention_mask=mask, **kw)
+        except ValueError as refusal:  # every forced id suppressed: both refuse it
+            assert "suppress_tokens" in str(refusal), refusal
+            with pytest.raises(ValueError, match="every forced eos id"):
+                ours.generate(ids, attention_mask=mask, **kw)
+            continue
+        got = ours.generate(ids, attention_mask=mask, **kw)
+        assert torch.equal(got.sequences, want.sequences), (trial, kw, got.sequences, want.sequences)
+        if "num_beams" in kw:
+            assert torch.equal(got.beam_indices, want.beam_indices.to(got.beam_indices.dtype)), (trial, kw)
+        assert len(got.scores) == len(want.scores), (trial, kw)
+        for g, w in zip(got.scores, want.scores):
+            finite = torch.isfinite(w)
+            assert torch.equal(torch.isfinite(g), finite), (trial, kw)
+            assert rel_err(g[finite].numpy(), w[finite].numpy()) <= 1e-4, (trial, kw)
+
+
+def test_logits_processors_refuse_bad_settings():
+    """Each malformed processor setting is a ValueError or a TypeError that
+    names it, from generate and beam_search alike; ids outside the
+    vocabulary are refused by mambago.Model and, as transformers ignores
+    them, left out of the hf generate's suppress lists."""
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    V = m.config.vocab_size
+    ids = np.random.default_rng().integers(1, V, size=(2, 5))
+    for kw, error, match in ((dict(bad_words_ids=[[]]), ValueError, "at least one id"),
+                             (dict(bad_words_ids=[3]), ValueError, "list of lists"),
+                             (dict(bad_words_ids=[[V]]), ValueError, "outside the vocabulary"),
+                             (dict(sequence_bias={(1,): float("nan")}), ValueError, "want finite or -inf"),
+                             (dict(sequence_bias={(1,): "big"}), TypeError, "must be a number"),
+                             (dict(sequence_bias={(): 1.0}), ValueError, "at least one id"),
+                             (dict(forced_eos_token_id=-1), ValueError, "outside the vocabulary"),
+                             (dict(suppress_tokens=[1.5]), TypeError, "list of ints"),
+                             (dict(max_time=-1.0), ValueError, "max_time"),
+                             (dict(forced_eos_token_id=4, suppress_tokens=[4, 5]), ValueError, "every forced eos id")):
+        for call in (lambda: m.model.generate(ids, 3, **kw), lambda: m.model.beam_search(ids, 3, 2, **kw),
+                     lambda: m.generate(ids, max_new_tokens=3, **kw)):
+            with pytest.raises(error, match=match):
+                call()
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        m.model.generate(ids, 3, suppress_tokens=[V])
+    want = m.generate(ids, max_new_tokens=4, suppress_tokens=[3])
+    assert np.array_equal(m.generate(ids, max_new_tokens=4, suppress_tokens=[3, V, V + 9]), want)
+    # a bias of -inf bans its sequence, as a bad word does
+    first = int(m.generate(ids, max_new_tokens=1)[0, -1])
+    assert np.array_equal(m.generate(ids, max_new_tokens=4, sequence_bias={(first,): -float("inf")}),
+                          m.generate(ids, max_new_tokens=4, bad_words_ids=[[first]]))
+
+
 def test_generate_takes_pad_ids_for_padding():
     """Without an attention_mask, generate takes the pad ids that open or
     close a row for padding, as transformers' generate does where the pad

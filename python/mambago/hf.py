@@ -34,6 +34,7 @@ heads: its forward call returns .last_hidden_state [B, T, d].
 
 from __future__ import annotations
 
+import math
 import os
 
 import numpy as np
@@ -445,6 +446,8 @@ _GENERATION_DEFAULTS = {
     "no_repeat_ngram_size": 0, "num_beams": 1, "length_penalty": 1.0, "early_stopping": False,
     "eos_token_id": None, "pad_token_id": None,
     "num_return_sequences": 1, "return_dict_in_generate": False, "output_scores": False, "output_logits": False,
+    "sequence_bias": None, "bad_words_ids": None, "suppress_tokens": None, "begin_suppress_tokens": None,
+    "forced_eos_token_id": None, "max_time": None,
 }
 
 # transformers' generation settings that change the tokens and that
@@ -453,11 +456,10 @@ _GENERATION_DEFAULTS = {
 # refuses them rather than decode another way than transformers would.
 _GENERATION_OFF = {
     "num_beam_groups": 1, "penalty_alpha": None, "diversity_penalty": 0.0,
-    "bad_words_ids": None, "force_words_ids": None, "constraints": None,
+    "force_words_ids": None, "constraints": None,
     "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
-    "top_h": None, "suppress_tokens": None, "begin_suppress_tokens": None, "forced_bos_token_id": None,
-    "forced_eos_token_id": None, "sequence_bias": None, "guidance_scale": None,
-    "exponential_decay_length_penalty": None, "stop_strings": None, "max_time": None, "dola_layers": None,
+    "top_h": None, "forced_bos_token_id": None, "guidance_scale": None,
+    "exponential_decay_length_penalty": None, "stop_strings": None, "dola_layers": None,
     "low_memory": None, "watermarking_config": None, "assistant_model": None, "prompt_lookup_num_tokens": None,
 }
 
@@ -607,7 +609,8 @@ class MambaForCausalLM(_StandIn):
                  min_new_tokens: int | None = None, min_length: int | None = None, min_p: float | None = None,
                  no_repeat_ngram_size: int | None = None, num_beams: int | None = None,
                  length_penalty: float | None = None, early_stopping: bool | str | None = None,
-                 generation_config=None, **kwargs):
+                 sequence_bias=None, bad_words_ids=None, suppress_tokens=None, begin_suppress_tokens=None,
+                 forced_eos_token_id=None, max_time: float | None = None, generation_config=None, **kwargs):
         """Continue prompts [B, T] by up to max_new_tokens tokens and return
         prompt and new tokens [B, T + n], as transformers does: greedy unless
         do_sample (then temperature, top_k and top_p apply; seed makes it
@@ -639,6 +642,11 @@ class MambaForCausalLM(_StandIn):
         min_new_tokens keeps each row from ending before that many new
         tokens, as transformers does (the eos ids' logits -inf until then);
         without it, min_length does, counting the prompt.
+        sequence_bias, bad_words_ids (those that are a lone eos id left
+        out, as transformers leaves them), suppress_tokens,
+        begin_suppress_tokens (ids outside the vocabulary ignored, as
+        there), forced_eos_token_id and max_time are transformers' own,
+        applied in its order (Model.generate).
 
         return_dict_in_generate returns a GenerateOutput (.sequences, the
         tokens above) that with output_logits also holds each step's logits
@@ -674,7 +682,10 @@ class MambaForCausalLM(_StandIn):
                  "output_logits": output_logits, "repetition_penalty": repetition_penalty,
                  "min_new_tokens": min_new_tokens, "min_length": min_length, "min_p": min_p,
                  "no_repeat_ngram_size": no_repeat_ngram_size, "num_beams": num_beams,
-                 "length_penalty": length_penalty, "early_stopping": early_stopping}
+                 "length_penalty": length_penalty, "early_stopping": early_stopping, "sequence_bias": sequence_bias,
+                 "bad_words_ids": bad_words_ids, "suppress_tokens": suppress_tokens,
+                 "begin_suppress_tokens": begin_suppress_tokens, "forced_eos_token_id": forced_eos_token_id,
+                 "max_time": max_time}
         for name in kwargs:
             if name not in _GENERATION_OFF:
                 raise TypeError(f"generate: unsupported argument {name!r}")
@@ -688,13 +699,15 @@ class MambaForCausalLM(_StandIn):
             raise ValueError(f"generate: {', '.join(f'{k}={v!r}' for k, v in on.items())}: mambago generates "
                              f"greedily, by sampling (temperature, top_k, top_p, min_p) or by beam search "
                              f"(num_beams, length_penalty, early_stopping), with repetition_penalty, "
-                             f"min_new_tokens and no_repeat_ngram_size only; "
+                             f"min_new_tokens, no_repeat_ngram_size, sequence_bias, bad_words_ids, "
+                             f"suppress_tokens, begin_suppress_tokens, forced_eos_token_id and max_time only; "
                              f"set {'each' if len(on) > 1 else 'it'} to its default "
                              f"({', '.join(f'{k}={_GENERATION_OFF[k]!r}' for k in on)}), in the call or in "
                              f"model.generation_config")
         (max_new_tokens, max_length, do_sample, temperature, top_k, top_p, eos_token_id, pad_token_id,
          num_return_sequences, return_dict_in_generate, output_scores, output_logits, repetition_penalty,
-         min_new_tokens, min_length, min_p, no_repeat_ngram_size, num_beams, length_penalty, early_stopping) = (
+         min_new_tokens, min_length, min_p, no_repeat_ngram_size, num_beams, length_penalty, early_stopping,
+         sequence_bias, bad_words_ids, suppress_tokens, begin_suppress_tokens, forced_eos_token_id, max_time) = (
             setting(name, _GENERATION_DEFAULTS[name]) for name in given)
         mask = None if attention_mask is None else _numpy(attention_mask)
         ids = _numpy(input_ids).astype(np.int64, copy=False)
@@ -735,6 +748,17 @@ class MambaForCausalLM(_StandIn):
         if _is_torch_tensor(eos_token_id):
             eos_token_id = _numpy(eos_token_id)
         eos_ids = _eos_ids(eos_token_id, self.config.vocab_size)  # the engine stops a row at each, pads with the first
+        V = self.config.vocab_size
+        if bad_words_ids is not None and isinstance(bad_words_ids, (list, tuple)):
+            # transformers leaves out a bad word that is a lone eos id (and with it every processor, were
+            # none left)
+            bad_words_ids = [w for w in bad_words_ids
+                             if not (isinstance(w, (list, tuple)) and len(w) == 1 and w[0] in eos_ids)] or None
+        suppress_tokens, begin_suppress_tokens = (_within_vocab(t, V) for t in (suppress_tokens, begin_suppress_tokens))
+        if _is_torch_tensor(forced_eos_token_id):
+            forced_eos_token_id = _numpy(forced_eos_token_id)
+        processors = dict(sequence_bias=sequence_bias, bad_words_ids=bad_words_ids, suppress_tokens=suppress_tokens,
+                          begin_suppress_tokens=begin_suppress_tokens, forced_eos_token_id=forced_eos_token_id)
         if mask is None and pad_token_id is not None and pad_token_id not in eos_ids:
             mask = _mask_from_padding(ids, pad_token_id)  # transformers' generate reads pad ids as padding
         pads = eos_ids and pad_token_id is not None and pad_token_id != eos_ids[0]
@@ -747,18 +771,20 @@ class MambaForCausalLM(_StandIn):
             return self._beam_search(input_ids, ids, mask, max_new_tokens, num_beams, num_return_sequences,
                                      length_penalty, early_stopping, eos_ids, pad_token_id, repetition_penalty,
                                      min_new, no_repeat_ngram_size, return_dict_in_generate and output_scores,
-                                     return_dict_in_generate and output_logits, return_dict_in_generate)
+                                     return_dict_in_generate and output_logits, return_dict_in_generate,
+                                     processors, max_time)
         if do_sample and top_p != 0:
             new = self.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                                       seed=seed, eos_token_id=eos_ids, attention_mask=mask, streamer=streamer,
                                       repetition_penalty=repetition_penalty, min_new_tokens=min_new, min_p=min_p,
-                                      no_repeat_ngram_size=no_repeat_ngram_size)
+                                      no_repeat_ngram_size=no_repeat_ngram_size, max_time=max_time, **processors)
         else:
             # greedy; also sampling with top_p=0, which keeps only the most likely token (transformers keeps
             # at least one; the engine's top_p wants (0, 1]); the scores below are still top_p=0's
             new = self.model.generate(ids, max_new_tokens, eos_token_id=eos_ids, attention_mask=mask,
                                       streamer=streamer, repetition_penalty=repetition_penalty,
-                                      min_new_tokens=min_new, no_repeat_ngram_size=no_repeat_ngram_size)
+                                      min_new_tokens=min_new, no_repeat_ngram_size=no_repeat_ngram_size,
+                                      max_time=max_time, **processors)
         if pads:
             new, _ = _pad_after_eos(new, eos_ids, pad_token_id, np.zeros(new.shape[0], bool))
         sequences = _like(np.concatenate([ids.reshape(new.shape[0], -1), new], axis=1), input_ids)
@@ -771,14 +797,25 @@ class MambaForCausalLM(_StandIn):
             if mask is not None:
                 prompts = [row[keep == 1] for row, keep in zip(prompts, mask.reshape(prompts.shape))]
             scores = []
-            for i, z in enumerate(logits):  # transformers' processors, then its warpers when sampling
+            biases, banned = _sequence_biases(processors["sequence_bias"], processors["bad_words_ids"])
+            for i, z in enumerate(logits):  # transformers' processors in its order, then its warpers when sampling
                 seen = [np.concatenate([p, row[:i]]) for p, row in zip(prompts, new)]  # each row's tokens so far
+                z = _biased(z, seen, biases)
                 z = _penalized(z, seen, repetition_penalty)
                 if no_repeat_ngram_size:
                     z = _ngrams_banned(z, seen, no_repeat_ngram_size)
+                z = _biased(z, seen, banned)
+                z = z.copy()
                 if i < min_new:  # before min_new_tokens, -inf at eos
-                    z = z.copy()
                     z[:, eos_ids] = -np.inf
+                if processors["forced_eos_token_id"] is not None and i == max_new_tokens - 1:
+                    forced = np.asarray(processors["forced_eos_token_id"]).reshape(-1)
+                    z[:] = -np.inf
+                    z[:, forced] = 0
+                for suppressed, at in ((processors["suppress_tokens"], True), (processors["begin_suppress_tokens"],
+                                                                                i == 0)):
+                    if suppressed and at:
+                        z[:, suppressed] = -np.inf
                 scores.append(_like(_warped(z, temperature, top_k, top_p, min_p) if do_sample else z, input_ids))
             scores = tuple(scores)
         if output_logits:
@@ -787,7 +824,7 @@ class MambaForCausalLM(_StandIn):
 
     def _beam_search(self, input_ids, ids, mask, max_new_tokens, num_beams, num_return_sequences, length_penalty,
                      early_stopping, eos_ids, pad_token_id, repetition_penalty, min_new, no_repeat_ngram_size,
-                     output_scores, output_logits, as_output):
+                     output_scores, output_logits, as_output, processors, max_time):
         """generate's beam search (Model.beam_search): prompts ids [B, T]
         (input_ids as given, for the output's kind), each prompt's
         num_return_sequences best beams as transformers returns them."""
@@ -799,7 +836,7 @@ class MambaForCausalLM(_StandIn):
                                      eos_token_id=eos_ids, pad_token_id=int(fill), attention_mask=mask,
                                      repetition_penalty=repetition_penalty, min_new_tokens=min_new,
                                      no_repeat_ngram_size=no_repeat_ngram_size, output_scores=output_scores,
-                                     output_logits=output_logits)
+                                     output_logits=output_logits, max_time=max_time, **processors)
         prompts = np.repeat(ids.reshape(-1, ids.shape[-1]), num_return_sequences, axis=0)
         sequences = _like(np.concatenate([prompts, out.tokens], axis=1), input_ids)
         if not as_output:
@@ -1092,6 +1129,48 @@ def _penalized(logits: np.ndarray, seen, penalty: float) -> np.ndarray:
     for row, ids in zip(z, seen):
         ids = np.unique(ids)
         row[ids] = np.where(row[ids] < 0, row[ids] * p, row[ids] / p)
+    return z
+
+
+def _within_vocab(ids, V: int):
+    """ids (None, or an iterable of ids: a list, an array, a tensor) less
+    those outside [0, V), which transformers' suppressing processors ignore;
+    what is not an id stays, for Model.generate's TypeError."""
+    if ids is None:
+        return None
+    if _is_torch_tensor(ids) or isinstance(ids, np.ndarray):
+        ids = _numpy(ids).reshape(-1).tolist()
+    return [i for i in ids if not isinstance(i, (int, np.integer)) or isinstance(i, bool) or 0 <= i < V]
+
+
+def _sequence_biases(sequence_bias, bad_words_ids):
+    """generate's sequence biases and bad words as two lists of (tokens,
+    bias): the finite biases, then the banned sequences (-inf; a bias of
+    -inf included), for _biased."""
+    pairs = [] if sequence_bias is None else (
+        sequence_bias.items() if isinstance(sequence_bias, dict) else [(seq, bias) for seq, bias in sequence_bias])
+    biases = {tuple(int(t) for t in seq): float(bias) for seq, bias in pairs}
+    banned = [(seq, -math.inf) for seq, bias in biases.items() if bias == -math.inf]
+    banned += [(tuple(int(t) for t in seq), -math.inf) for seq in bad_words_ids or ()]
+    return [(seq, bias) for seq, bias in biases.items() if bias != -math.inf], banned
+
+
+def _biased(logits: np.ndarray, rows, biases) -> np.ndarray:
+    """transformers' sequence bias on logits [B, V]: in each row b, each
+    bias of biases ((tokens, bias) pairs) whose tokens but the last end
+    rows[b] (its tokens so far) added to the last's logit, a token's
+    biases summed first (float32)."""
+    if not biases:
+        return logits
+    z = logits.astype(np.float32, copy=True)
+    for b, row in enumerate(rows):
+        row = [int(t) for t in row]
+        add = np.zeros(z.shape[-1], np.float32)
+        for seq, bias in biases:
+            n = len(seq) - 1
+            if n == 0 or (len(row) >= n and tuple(row[len(row) - n:]) == seq[:-1]):
+                add[seq[-1]] += np.float32(bias)
+        z[b] += add
     return z
 
 

@@ -1016,7 +1016,9 @@ class Model(_Owner):
     def generate(self, input_ids, max_new_tokens: int, temperature: float = 0.0, top_k: int = 0,
                  top_p: float = 1.0, seed: int | None = None, eos_token_id: int | list[int] | None = None, *,
                  attention_mask=None, streamer=None, repetition_penalty: float = 1.0,
-                 min_new_tokens: int = 0, min_p: float = 0.0, no_repeat_ngram_size: int = 0) -> np.ndarray:
+                 min_new_tokens: int = 0, min_p: float = 0.0, no_repeat_ngram_size: int = 0,
+                 sequence_bias=None, bad_words_ids=None, suppress_tokens=None, begin_suppress_tokens=None,
+                 forced_eos_token_id=None, max_time: float | None = None) -> np.ndarray:
         """Continue prompts input_ids [B, T] by up to max_new_tokens tokens; returns int64 [B, n].
 
         temperature must be finite and ≥ 0: 0 is greedy (the lowest id among
@@ -1046,7 +1048,25 @@ class Model(_Owner):
         from ending before that many new tokens: until then the eos ids'
         logits are -inf. no_repeat_ngram_size n (≥ 0), as transformers',
         keeps a row from repeating any n-gram of its tokens (prompt, without
-        the padding, and new tokens). On the CUDA engine the penalty and min_new_tokens
+        the padding, and new tokens).
+
+        The further processors are transformers', applied in its order
+        (sequence_bias, repetition_penalty, no_repeat_ngram_size,
+        bad_words_ids, min_new_tokens, forced_eos_token_id,
+        suppress_tokens, begin_suppress_tokens). sequence_bias maps token
+        sequences to a bias added to the logit of a sequence's last token
+        wherever the row's tokens end with the rest ({(id, ...): bias} or
+        [[[id, ...], bias], ...]; a bias of -inf bans the sequence).
+        bad_words_ids lists sequences a row may never complete.
+        suppress_tokens are never drawn, begin_suppress_tokens not as the
+        first new token. forced_eos_token_id (an id or a list) makes the
+        max_new_tokens-th token one of them. max_time (seconds) ends the
+        call once a token is taken after that long, returning the tokens so
+        far. Every id must be in the vocabulary. With any of these
+        processors, each step's logits come to the host on the CUDA
+        engine.
+
+        On the CUDA engine the penalty and min_new_tokens
         run on the device before each queued step's pick (with min_p,
         no_repeat_ngram_size, or a top_k above 1024, each step's logits come
         to the host and the draw is made there instead). The engine keeps
@@ -1090,6 +1110,8 @@ class Model(_Owner):
         eos_ids = _eos_ids(eos_token_id, self.config.vocab_size)
         eos = eos_ids[0] if eos_ids else -1
         more = np.array(eos_ids[1:], dtype=np.int64)
+        procs = _processors(self.config.vocab_size, sequence_bias, bad_words_ids, suppress_tokens,
+                            begin_suppress_tokens, forced_eos_token_id, max_time)
         B, T = ids.shape
         out = np.full((B, max_new_tokens), -1, dtype=np.int64)
         if streamer is None:
@@ -1109,7 +1131,7 @@ class Model(_Owner):
             n = _interruptible(_b.Generate, self._handle(), _addr(ids), B, T, int(max_new_tokens),
                                float(temperature), int(top_k), float(top_p), float(min_p), float(repetition_penalty),
                                int(min_new_tokens), int(no_repeat_ngram_size), int(seed) & (2**63 - 1), eos,
-                               _addr(more), more.size, _addr(out), out.size, *_span_args(spans),
+                               _addr(more), more.size, _addr(out), out.size, *_span_args(spans), procs,
                                keep=(ids, out, spans, more), poll=poll)
         else:
             n = 0
@@ -1123,15 +1145,19 @@ class Model(_Owner):
                     eos_token_id: int | list[int] | None = None, pad_token_id: int | None = None,
                     attention_mask=None, repetition_penalty: float = 1.0, min_new_tokens: int = 0,
                     no_repeat_ngram_size: int = 0, output_scores: bool = False,
-                    output_logits: bool = False) -> "BeamSearchOutput":
+                    output_logits: bool = False, sequence_bias=None, bad_words_ids=None, suppress_tokens=None,
+                    begin_suppress_tokens=None, forced_eos_token_id=None,
+                    max_time: float | None = None) -> "BeamSearchOutput":
         """Continue prompts input_ids [B, T] by beam search of up to
         max_new_tokens tokens, as transformers' generate does with num_beams
         and do_sample=False, and return the num_return_sequences best
         finished beams of each prompt, best first (a BeamSearchOutput).
 
         Each step scores every beam's continuations by their summed log
-        probabilities (after repetition_penalty, min_new_tokens and
-        no_repeat_ngram_size, as generate applies them), keeps the
+        probabilities (after the logits processors, as generate applies
+        them: repetition_penalty, min_new_tokens, no_repeat_ngram_size,
+        sequence_bias, bad_words_ids, suppress_tokens,
+        begin_suppress_tokens, forced_eos_token_id), keeps the
         num_beams best that have not ended, and ranks those that end at an
         eos_token_id (an id or a list of them) or at max_new_tokens by that
         sum over their length to the power length_penalty. early_stopping
@@ -1142,7 +1168,9 @@ class Model(_Owner):
         end holds pad_token_id (by default the first eos id, else -1), and
         its beam_indices -1. The model runs B·num_beams sequences a step; the
         states are reordered as the beams are, on the device for the CUDA
-        engine. Ctrl-C stops a call on the main thread before its next step.
+        engine. Past max_time seconds every beam ends at the step under way,
+        as at max_new_tokens. Ctrl-C stops a call on the main thread before
+        its next step.
         """
         ids = _batched("input_ids", _as_array("input_ids", input_ids, "int"), 2)
         _check_ids("input_ids", ids, self.config.vocab_size)
@@ -1169,6 +1197,8 @@ class Model(_Owner):
             raise ValueError(f"num_return_sequences ({num_return_sequences}) must be in [1, num_beams = {num_beams}]")
         eos_ids = _eos_ids(eos_token_id, self.config.vocab_size)
         more = np.array(eos_ids[1:], dtype=np.int64)
+        procs = _processors(self.config.vocab_size, sequence_bias, bad_words_ids, suppress_tokens,
+                            begin_suppress_tokens, forced_eos_token_id, max_time)
         fill = pad_token_id if pad_token_id is not None else (eos_ids[0] if eos_ids else -1)
         if isinstance(fill, bool) or not isinstance(fill, (int, np.integer)):
             raise TypeError(f"pad_token_id must be an int or None, got {type(pad_token_id).__name__}")
@@ -1184,7 +1214,7 @@ class Model(_Owner):
                        {False: 0, True: 1, "never": 2}[early_stopping], eos_ids[0] if eos_ids else -1, _addr(more),
                        more.size, int(fill), float(repetition_penalty), int(min_new_tokens),
                        int(no_repeat_ngram_size), *_span_args(spans), _addr(tokens), _addr(indices), _addr(scores),
-                       *(0 if a is None else _addr(a) for a in steps), _addr(counts),
+                       *(0 if a is None else _addr(a) for a in steps), _addr(counts), procs,
                        keep=(ids, spans, more, tokens, indices, scores, counts, *steps))
         width, taken = int(counts[0]), int(counts[1])
         return BeamSearchOutput(tokens[:, :width].copy(), scores, indices[:, :width].copy(),
@@ -1211,20 +1241,78 @@ class BeamSearchOutput:
 def _eos_ids(eos_token_id, vocab_size: int) -> list[int]:
     """generate's eos_token_id (None, an id, or a list or array of them) as
     a list of ids, each checked against the vocabulary."""
-    if eos_token_id is None:
-        return []
-    if isinstance(eos_token_id, np.ndarray):
-        ids = list(eos_token_id.reshape(-1))
-    elif isinstance(eos_token_id, (list, tuple)):
-        ids = list(eos_token_id)
-    else:
-        ids = [eos_token_id]
+    return [] if eos_token_id is None else _token_list("eos_token_id", eos_token_id, vocab_size)
+
+
+def _token_list(name: str, ids, vocab_size: int) -> list[int]:
+    """ids (an id or an iterable of them) as a list of ints, each checked
+    against the vocabulary."""
+    if isinstance(ids, np.ndarray):
+        ids = ids.reshape(-1).tolist()
+    elif isinstance(ids, (int, np.integer)) and not isinstance(ids, bool):
+        ids = [ids]
+    try:
+        ids = list(ids)
+    except TypeError:
+        raise TypeError(f"{name} must be an int or a list of ints, got {type(ids).__name__}") from None
     for id in ids:
         if isinstance(id, bool) or not isinstance(id, (int, np.integer)):
-            raise TypeError(f"eos_token_id must be an int, a list of ints or None, got {eos_token_id!r}")
+            raise TypeError(f"{name} must be an int or a list of ints, got {id!r}")
         if not 0 <= id < vocab_size:
-            raise ValueError(f"eos_token_id {id} is outside the vocabulary [0, {vocab_size})")
+            raise ValueError(f"{name}: id {id} is outside the vocabulary [0, {vocab_size})")
     return [int(id) for id in ids]
+
+
+def _processors(vocab_size: int, sequence_bias, bad_words_ids, suppress_tokens, begin_suppress_tokens,
+                forced_eos_token_id, max_time) -> str:
+    """generate's and beam_search's further logits processors, checked, as
+    the JSON the engine reads ("" for none). A sequence bias of -inf bans
+    its sequence, as a bad word."""
+    settings = {}
+    biases = {}
+    if sequence_bias is not None:
+        pairs = sequence_bias.items() if isinstance(sequence_bias, Mapping) else sequence_bias
+        try:
+            pairs = [(seq, bias) for seq, bias in pairs]
+        except (TypeError, ValueError):
+            raise TypeError("sequence_bias must map token sequences to biases: {(id, ...): bias} or "
+                            "[[[id, ...], bias], ...]") from None
+        for seq, bias in pairs:  # a later entry for the same sequence replaces an earlier one, as in a dict
+            seq = tuple(_token_list("sequence_bias", seq, vocab_size))
+            if not seq:
+                raise ValueError("sequence_bias: each sequence must hold at least one id")
+            if isinstance(bias, bool) or not isinstance(bias, (int, float, np.integer, np.floating)):
+                raise TypeError(f"sequence_bias: the bias of {list(seq)} must be a number, got {bias!r}")
+            if math.isnan(bias) or bias == math.inf:
+                raise ValueError(f"sequence_bias: the bias of {list(seq)} is {bias}, want finite or -inf")
+            biases[seq] = float(bias)
+    banned = [list(seq) for seq, bias in biases.items() if bias == -math.inf]
+    if biases:
+        settings["sequence_bias"] = [{"tokens": list(seq), "bias": bias}
+                                     for seq, bias in biases.items() if bias != -math.inf]
+    if bad_words_ids is not None:
+        if not isinstance(bad_words_ids, (list, tuple)) or not bad_words_ids:
+            raise ValueError(f"bad_words_ids has to be a non-empty list of lists of ids, but is {bad_words_ids!r}")
+        for seq in bad_words_ids:
+            if isinstance(seq, (int, np.integer, str, bytes)):
+                raise ValueError(f"bad_words_ids has to be a list of lists of ids, but is {bad_words_ids!r}")
+            seq = _token_list("bad_words_ids", seq, vocab_size)
+            if not seq:
+                raise ValueError("bad_words_ids: each sequence must hold at least one id")
+            banned.append(seq)
+    if banned:
+        settings["bad_words_ids"] = banned
+    for name, ids in (("suppress_tokens", suppress_tokens), ("begin_suppress_tokens", begin_suppress_tokens),
+                      ("forced_eos_token_id", forced_eos_token_id)):
+        if ids is not None:
+            settings[name] = _token_list(name, ids, vocab_size)
+    if max_time is not None:
+        if isinstance(max_time, bool) or not isinstance(max_time, (int, float, np.integer, np.floating)):
+            raise TypeError(f"max_time must be a number of seconds, got {type(max_time).__name__}")
+        if not 0 <= max_time < 1e9:
+            raise ValueError(f"max_time must be finite and ≥ 0 seconds, got {max_time}")
+        settings["max_time"] = float(max_time)
+    return json.dumps(settings) if settings else ""
 
 
 # The prompt size (B·T positions) from which a CPU prefill can be stopped

@@ -1,0 +1,297 @@
+package mambago
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/mambago/mambago/mambago/engine"
+)
+
+// SequenceBias is one of transformers' sequence_bias entries: Bias is added
+// to the logit of the last of Tokens wherever a row's tokens end with the
+// others (always, for one token).
+type SequenceBias struct {
+	Tokens []int64
+	Bias   float32 // finite
+}
+
+// Processors are transformers' logits processors past the repetition
+// penalty, the n-gram ban and the minimum length, for Sampling and Beams.
+// The zero value has none. A row's tokens, for Biases and Banned, are its
+// prompt's (its span's, as for the repetition penalty) and its new ones.
+// Where any is set, the CUDA engine's steps bring their logits to the host.
+type Processors struct {
+	// Biases are transformers' sequence_bias: each entry whose sequence
+	// the next token would complete adds its bias to that token's logit
+	// (entries ending in the same token add up).
+	Biases []SequenceBias
+	// Banned are transformers' bad_words_ids: sequences a row may not
+	// complete. The next token's logit is -Inf wherever it would.
+	Banned [][]int64
+	// Suppress ids have logits of -Inf at every step (suppress_tokens),
+	// BeginSuppress ids at the first new token (begin_suppress_tokens).
+	Suppress, BeginSuppress []int64
+	// ForcedEOS, as transformers' forced_eos_token_id: at the last new
+	// token a call may take (its maxNew-th), every logit is -Inf but
+	// these ids', which are 0.
+	ForcedEOS []int64
+	// Deadline, where not zero, ends the generation once a token is taken
+	// after it (transformers' max_time, from the call's start): the tokens
+	// so far are returned, without an error. At least one is taken.
+	Deadline time.Time
+}
+
+// processes reports whether p changes any logits.
+func (p Processors) processes() bool {
+	return len(p.Biases)+len(p.Banned)+len(p.Suppress)+len(p.BeginSuppress)+len(p.ForcedEOS) > 0
+}
+
+// late reports whether the deadline, if any, has passed.
+func (p Processors) late() bool {
+	return !p.Deadline.IsZero() && time.Now().After(p.Deadline)
+}
+
+// check reports an empty sequence, a negative id or a bias that is not
+// finite.
+func (p Processors) check() error {
+	for _, b := range p.Biases {
+		if math.IsNaN(float64(b.Bias)) || math.IsInf(float64(b.Bias), 0) {
+			return engine.Invalid("sequence bias %v for %v, want finite (ban a sequence with bad words)", b.Bias, b.Tokens)
+		}
+	}
+	for _, seq := range p.sequences() {
+		if len(seq.ids) == 0 {
+			return engine.Invalid("%s: an empty sequence", seq.what)
+		}
+		for _, id := range seq.ids {
+			if id < 0 {
+				return engine.Invalid("%s %v: id %d, want ≥ 0", seq.what, seq.ids, id)
+			}
+		}
+	}
+	return nil
+}
+
+// checkFor reports an id outside a vocabulary of V, and forced eos ids that
+// are all suppressed at the last of maxNew new tokens, which would leave
+// no token to take there (transformers refuses them too).
+func (p Processors) checkFor(V, maxNew int) error {
+	for _, seq := range p.sequences() {
+		for _, id := range seq.ids {
+			if id >= int64(V) {
+				return engine.Invalid("%s %v: id %d is outside the vocabulary [0, %d)", seq.what, seq.ids, id, V)
+			}
+		}
+	}
+	suppressed := slices.Clone(p.Suppress)
+	if maxNew == 1 {
+		suppressed = append(suppressed, p.BeginSuppress...)
+	}
+	if len(p.ForcedEOS) > 0 && !slices.ContainsFunc(p.ForcedEOS, func(id int64) bool { return !slices.Contains(suppressed, id) }) {
+		return engine.Invalid("every forced eos id %v is suppressed at the last new token, which leaves none to take",
+			p.ForcedEOS)
+	}
+	return nil
+}
+
+// named is a sequence of ids and the setting it comes from.
+type named struct {
+	what string
+	ids  []int64
+}
+
+// sequences returns every id sequence p holds, named for errors.
+func (p Processors) sequences() []named {
+	var all []named
+	for _, b := range p.Biases {
+		all = append(all, named{"sequence bias", b.Tokens})
+	}
+	for _, ids := range p.Banned {
+		all = append(all, named{"bad words", ids})
+	}
+	for _, set := range []named{{"suppress_tokens", p.Suppress}, {"begin_suppress_tokens", p.BeginSuppress},
+		{"forced eos ids", p.ForcedEOS}} {
+		for _, id := range set.ids {
+			all = append(all, named{set.what, []int64{id}})
+		}
+	}
+	return all
+}
+
+// processing is a generation's logits processors over its rows' tokens,
+// applied in transformers' order: the sequence biases, the repetition
+// penalty, the n-gram ban, the banned sequences, the minimum length, the
+// forced eos, the suppressed ids.
+type processing struct {
+	pen    *penalty
+	grams  *nGrams
+	biases *sequenceBias // Biases, then Banned as biases of -Inf
+	banned *sequenceBias
+	p      Processors
+	ends   []int64 // the ids MinNew bans
+	minNew int
+	last   int // the step ForcedEOS applies at
+}
+
+// newProcessing returns the processors of s over the prompts in ids [B, T]
+// (row b's at spans[b]; nil spans take every row whole) for up to maxNew
+// new tokens of a vocabulary of V.
+func newProcessing(s Sampling, ids []int64, B, T int, spans []Span, V, maxNew int) *processing {
+	pr := &processing{
+		pen:    newPenalty(s.RepetitionPenalty, ids, B, T, spans, V),
+		grams:  newNGrams(s.NoRepeatNGram, ids, B, T, spans),
+		biases: newSequenceBias(s.Biases, ids, B, T, spans),
+		p:      s.Processors,
+		minNew: s.MinNew,
+		last:   maxNew - 1,
+	}
+	if s.MinNew > 0 {
+		pr.ends = s.endIDs()
+	}
+	if len(s.Banned) > 0 {
+		ban := make([]SequenceBias, len(s.Banned))
+		for i, seq := range s.Banned {
+			ban[i] = SequenceBias{Tokens: seq, Bias: float32(math.Inf(-1))}
+		}
+		pr.banned = newSequenceBias(ban, ids, B, T, spans)
+	}
+	return pr
+}
+
+// apply processes the logits [B, V] of new token step, in every row not
+// done.
+func (pr *processing) apply(logits []float32, V int, done []bool, step int) {
+	pr.biases.apply(logits, V, done)
+	pr.pen.apply(logits, done)
+	pr.grams.ban(logits, done)
+	pr.banned.apply(logits, V, done)
+	if step < pr.minNew {
+		banIDs(logits, V, pr.ends)
+	}
+	if step == pr.last && len(pr.p.ForcedEOS) > 0 {
+		for b := range len(logits) / V {
+			if !done[b] {
+				row := logits[b*V : (b+1)*V]
+				for v := range row {
+					row[v] = float32(math.Inf(-1))
+				}
+				for _, id := range pr.p.ForcedEOS {
+					row[id] = 0
+				}
+			}
+		}
+	}
+	banIDs(logits, V, pr.p.Suppress)
+	if step == 0 {
+		banIDs(logits, V, pr.p.BeginSuppress)
+	}
+}
+
+// add appends id to row b.
+func (pr *processing) add(b int, id int64) {
+	pr.pen.add(b, id)
+	pr.grams.add(b, id)
+	pr.biases.add(b, id)
+	pr.banned.add(b, id)
+}
+
+// reorder makes row i hold what row rows[i] held (beam search's beams).
+func (pr *processing) reorder(rows []int) {
+	pr.pen.reorder(rows)
+	pr.grams.reorder(rows)
+	pr.biases.reorder(rows)
+	pr.banned.reorder(rows)
+}
+
+// sequenceBias applies sequence biases: the one-token ones to every row,
+// the longer ones where a row's last tokens match all but their last.
+type sequenceBias struct {
+	single []SequenceBias
+	multi  []SequenceBias
+	keep   int       // the longest prefix: the tokens kept a row
+	tail   [][]int64 // each row's last keep tokens (fewer at first)
+}
+
+// newSequenceBias returns the biases over the prompts in ids [B, T] (row
+// b's at spans[b]), or nil for none.
+func newSequenceBias(biases []SequenceBias, ids []int64, B, T int, spans []Span) *sequenceBias {
+	if len(biases) == 0 {
+		return nil
+	}
+	sb := &sequenceBias{tail: make([][]int64, B)}
+	for _, b := range biases {
+		if len(b.Tokens) == 1 {
+			sb.single = append(sb.single, b)
+		} else {
+			sb.multi = append(sb.multi, b)
+			sb.keep = max(sb.keep, len(b.Tokens)-1)
+		}
+	}
+	for b := range B {
+		row := prompt(ids, T, spans, b)
+		sb.tail[b] = slices.Clone(row[max(0, len(row)-sb.keep):])
+	}
+	return sb
+}
+
+// add appends id to row b.
+func (sb *sequenceBias) add(b int, id int64) {
+	if sb == nil || sb.keep == 0 {
+		return
+	}
+	t := append(sb.tail[b], id)
+	if len(t) > sb.keep {
+		t = append(t[:0], t[len(t)-sb.keep:]...)
+	}
+	sb.tail[b] = t
+}
+
+// reorder makes row i hold what row rows[i] held.
+func (sb *sequenceBias) reorder(rows []int) {
+	if sb == nil {
+		return
+	}
+	tail := make([][]int64, len(rows))
+	for i, r := range rows {
+		tail[i] = slices.Clone(sb.tail[r])
+	}
+	sb.tail = tail
+}
+
+// apply adds, in logits [B, V], each bias whose sequence the next token
+// would complete, in every row not done. As transformers does, a token's
+// biases are summed (in float32, the one-token one first) before they are
+// added to its logit.
+func (sb *sequenceBias) apply(logits []float32, V int, done []bool) {
+	if sb == nil {
+		return
+	}
+	sum := map[int64]float32{}
+	var order []int64
+	addTo := func(id int64, bias float32) {
+		if _, ok := sum[id]; !ok {
+			order = append(order, id)
+		}
+		sum[id] += bias
+	}
+	for b, t := range sb.tail {
+		if done[b] {
+			continue
+		}
+		clear(sum)
+		order = order[:0]
+		for _, s := range sb.single {
+			addTo(s.Tokens[0], s.Bias)
+		}
+		for _, s := range sb.multi {
+			n := len(s.Tokens) - 1
+			if len(t) >= n && slices.Equal(t[len(t)-n:], s.Tokens[:n]) {
+				addTo(s.Tokens[n], s.Bias)
+			}
+		}
+		for _, id := range order {
+			logits[b*V+int(id)] += sum[id]
+		}
+	}
+}
