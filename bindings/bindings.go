@@ -747,7 +747,7 @@ func stopFor(h int64) (stopSignal, error) {
 // Sampling.MinNew, noRepeat Sampling.NoRepeatNGram. spans, when
 // nSpans > 0, places each row's prompt in a padded batch, as for Prefill.
 // processors, where not empty, is a JSON object of the further logits
-// processors and max_time (processorSettings).
+// processors, sampling warpers and max_time (processorSettings).
 // stop, when not 0, is a signal (NewStop) that ends the call before its
 // next token, with an error; the call then writes each column of tokens to
 // out as it is taken, and counts them in the signal (StopProgress).
@@ -756,7 +756,7 @@ func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, t
 	moreEOS uintptr, nMoreEOS int, out uintptr, outLen int, spans uintptr, nSpans int, processors string,
 	stop int64) (n int, err error) {
 	defer guard(&err)
-	procs, err := parseProcessors(processors)
+	procs, warpers, err := parseProcessors(processors)
 	if err != nil {
 		return 0, err
 	}
@@ -802,7 +802,7 @@ func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, t
 	_, n, err = m.GenerateEach(sig.ctx, int64s(ids, B*T), B, T, rows, maxNew, mambago.Sampling{
 		Temperature: temperature, TopK: topK, TopP: topP, Seed: uint64(seed), EOS: eos, MoreEOS: more,
 		MinP: minP, RepetitionPenalty: repetitionPenalty, MinNew: minNew, NoRepeatNGram: noRepeat,
-		Processors: procs,
+		Processors: procs, Warpers: warpers,
 	}, emit)
 	return n, err
 }
@@ -824,9 +824,12 @@ func BeamSearch(model int64, ids uintptr, B, T, maxNew, beams, ret int, lengthPe
 	spans uintptr, nSpans int, tokens, indices, scores, stepScores, stepLogits, counts uintptr, processors string,
 	stop int64) (err error) {
 	defer guard(&err)
-	procs, err := parseProcessors(processors)
+	procs, warpers, err := parseProcessors(processors)
 	if err != nil {
 		return err
+	}
+	if warpers != (mambago.Warpers{}) {
+		return fmt.Errorf("ValueError: beam search takes no sampling warpers (typical_p, epsilon_cutoff, eta_cutoff)")
 	}
 	m, err := models.get(model, "model")
 	if err != nil {
@@ -904,9 +907,10 @@ func BeamSearch(model int64, ids uintptr, B, T, maxNew, beams, ret int, lengthPe
 	return nil
 }
 
-// processorSettings is the JSON form of mambago.Processors that Generate
-// and BeamSearch take, in transformers' names: sequence_bias as a list of
-// {"tokens", "bias"}, max_time in seconds from the call's start.
+// processorSettings is the JSON form of mambago.Processors and
+// mambago.Warpers that Generate and BeamSearch take, in transformers'
+// names: sequence_bias as a list of {"tokens", "bias"}, max_time in
+// seconds from the call's start.
 type processorSettings struct {
 	SequenceBias []struct {
 		Tokens []int64 `json:"tokens"`
@@ -917,33 +921,36 @@ type processorSettings struct {
 	BeginSuppress []int64   `json:"begin_suppress_tokens"`
 	ForcedEOS     []int64   `json:"forced_eos_token_id"`
 	MaxTime       *float64  `json:"max_time"`
+	TypicalP      float64   `json:"typical_p"`
+	EpsilonCutoff float64   `json:"epsilon_cutoff"`
+	EtaCutoff     float64   `json:"eta_cutoff"`
 }
 
 // parseProcessors reads processorSettings from js ("" for none), its
 // deadline counted from now.
-func parseProcessors(js string) (mambago.Processors, error) {
+func parseProcessors(js string) (p mambago.Processors, w mambago.Warpers, err error) {
 	start := time.Now()
-	var p mambago.Processors
 	if js == "" {
-		return p, nil
+		return p, w, nil
 	}
 	var set processorSettings
 	dec := json.NewDecoder(strings.NewReader(js))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&set); err != nil {
-		return p, fmt.Errorf("ValueError: logits processors %s: %w", js, err)
+		return p, w, fmt.Errorf("ValueError: logits processors %s: %w", js, err)
 	}
+	w = mambago.Warpers{TypicalP: set.TypicalP, EpsilonCutoff: set.EpsilonCutoff, EtaCutoff: set.EtaCutoff}
 	for _, b := range set.SequenceBias {
 		p.Biases = append(p.Biases, mambago.SequenceBias{Tokens: b.Tokens, Bias: float32(b.Bias)})
 	}
 	p.Banned, p.Suppress, p.BeginSuppress, p.ForcedEOS = set.BadWords, set.Suppress, set.BeginSuppress, set.ForcedEOS
 	if t := set.MaxTime; t != nil {
 		if !(*t >= 0 && *t < 1e9) {
-			return p, fmt.Errorf("ValueError: max_time = %v s, want ≥ 0 and finite", *t)
+			return p, w, fmt.Errorf("ValueError: max_time = %v s, want ≥ 0 and finite", *t)
 		}
 		p.Deadline = start.Add(time.Duration(*t * float64(time.Second)))
 	}
-	return p, nil
+	return p, w, nil
 }
 
 // gpuEngine returns the model's CUDA engine, or a ValueError naming what needs it.

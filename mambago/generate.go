@@ -53,6 +53,9 @@ type Sampling struct {
 	// before its MinNew-th new token: until then the logits of EOS and
 	// MoreEOS are -Inf; on the CUDA engine, as RepetitionPenalty is.
 	MinNew int
+	// Warpers are the further sampling warpers (typical_p,
+	// epsilon_cutoff, eta_cutoff); a draw under any is made on the host.
+	Warpers
 	// Processors are the further logits processors (sequence biases,
 	// banned sequences, suppressed and forced ids) and the deadline.
 	Processors
@@ -95,6 +98,9 @@ func (s Sampling) Check() error {
 		if id < 0 {
 			return engine.Invalid("eos id %d, want ≥ 0", id)
 		}
+	}
+	if err := s.Warpers.check(); err != nil {
+		return err
 	}
 	return s.Processors.check()
 }
@@ -192,7 +198,7 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 	pen := procs.pen
 	banning := s.MinNew > 0 && s.EOS >= 0
 	// what the device's draws do not have
-	hostDraws := (s.MinP > 0 && s.Temperature > 0) || procs.grams != nil || s.processes()
+	hostDraws := (s.MinP > 0 || s.Warpers.on()) && s.Temperature > 0 || procs.grams != nil || s.processes()
 	proc, _ := dec.(engine.ProcessingDecoder)
 	if proc != nil && s.TopK > 0 && s.TopK < cfg.Vocab && s.TopK > proc.TopKQueueMax() && s.Temperature > 0 {
 		proc = nil // its top-k candidates come back unprocessed (TopKDecoder)

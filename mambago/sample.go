@@ -32,17 +32,26 @@ type sampler struct {
 	top  ranked    // candidates, best first
 	vals []float32 // the logits of top.ids (fromBest)
 	keys []uint64  // candidates ranked on the device, as rankKey packs them (fromCandidates)
+	warp *warper   // where s has Warpers: every warper in transformers' order (fromWarped)
+	z    []float32 // the row that warp cuts
 }
 
 // newSampler returns a sampler for s and sequence row of a batch, seeded
 // from s.Seed on a random stream of the row's own.
 func newSampler(s Sampling, row int) *sampler {
-	return &sampler{s: s, rng: rand.New(rand.NewPCG(s.Seed, 0x6d616d6261676f+uint64(row))), inv: 1 / s.Temperature}
+	sp := &sampler{s: s, rng: rand.New(rand.NewPCG(s.Seed, 0x6d616d6261676f+uint64(row))), inv: 1 / s.Temperature}
+	if s.Warpers.on() {
+		sp.warp = newWarper(s, 1)
+	}
+	return sp
 }
 
 // next draws a token from one row of logits: the best-ranked one when
 // Temperature is 0.
 func (sp *sampler) next(logits []float32) (int64, error) {
+	if sp.warp != nil && sp.s.Temperature > 0 {
+		return sp.fromWarped(logits)
+	}
 	if k := sp.s.TopK; sp.s.Temperature > 0 && k > 0 && k < len(logits) {
 		// The ranking finds the best too: one pass over the row.
 		if err := sp.top.best(logits, k); err != nil {
@@ -63,6 +72,28 @@ func (sp *sampler) next(logits []float32) (int64, error) {
 		return int64(best), nil
 	}
 	return int64(sp.fromAll(logits, top)), nil
+}
+
+// fromWarped draws from one row of logits cut by every warper (warp), with
+// probability ∝ exp of the cut logits.
+func (sp *sampler) fromWarped(logits []float32) (int64, error) {
+	if _, err := argmax(logits); err != nil {
+		return 0, err
+	}
+	sp.z = append(sp.z[:0], logits...)
+	sp.warp.warp(sp.z)
+	best, _ := argmax(sp.z)
+	top := float64(sp.z[best])
+	if math.IsInf(top, 0) { // an infinite best logit takes all the mass (or none has any)
+		return int64(best), nil
+	}
+	sp.w = slices.Grow(sp.w[:0], len(sp.z))[:len(sp.z)]
+	total := 0.0
+	for i, v := range sp.z {
+		sp.w[i] = math.Exp(float64(v) - top)
+		total += sp.w[i]
+	}
+	return int64(pick(sp.rng.Float64()*total, sp.w)), nil
 }
 
 // fromCandidates draws from a row's TopK best tokens ranked on the device:

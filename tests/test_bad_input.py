@@ -400,12 +400,16 @@ def test_raw_bindings_survive_bad_handles_and_pointers():
         call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0.0, 1.0, 0, -3, 0, -1, 0, 0, gen.ctypes.data, 2, 0, 0, "", 0)
     with pytest.raises(ValueError, match="repetition_penalty = -2"):
         call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0.0, -2.0, 0, 0, 0, -1, 0, 0, gen.ctypes.data, 2, 0, 0, "", 0)
-    for procs, match in (("{not json", "logits processors"), ('{"typical_p": 0.5}', "unknown field"),
+    for procs, match in (("{not json", "logits processors"), ('{"top_h": 0.5}', "unknown field"),
                          ('{"max_time": -1}', "max_time = -1"), ('{"bad_words_ids": [[-2]]}', "id -2"),
                          ('{"sequence_bias": [{"tokens": [1], "bias": 1e39}]}', "want finite")):
         with pytest.raises(ValueError, match=match):
             call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0.0, 1.0, 0, 0, 0, -1, 0, 0, gen.ctypes.data, 2,
                  0, 0, procs, 0)
+    tokens, idx, scores, counts = np.zeros(2, np.int64), np.zeros(2, np.int32), np.zeros(1, np.float32), np.zeros(2, np.int64)
+    with pytest.raises(ValueError, match="beam search takes no sampling warpers"):
+        call(b.BeamSearch, m, buf.ctypes.data, 1, 4, 2, 2, 1, 1.0, 0, -1, 0, 0, -1, 1.0, 0, 0, 0, 0, tokens.ctypes.data,
+             idx.ctypes.data, scores.ctypes.data, 0, 0, counts.ctypes.data, '{"typical_p": 0.5}', 0)
     assert call(b.FreeModel, m) is True
 
 

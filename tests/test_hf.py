@@ -304,6 +304,50 @@ def test_logits_processors_follow_transformers():
             assert rel_err(g[finite].numpy(), w[finite].numpy()) <= 1e-4, (trial, kw)
 
 
+def test_warpers_draw_from_what_transformers_keeps():
+    """Sampling under typical_p, epsilon_cutoff and eta_cutoff (with
+    temperature, top_k and top_p beside them) draws only tokens that
+    transformers' warpers keep (_warped, checked against them above), at
+    their odds: 20000 rows of one prompt, one draw each on a stream of
+    its own, within 0.05 in total variation of the warped softmax (about
+    0.02 is expected of 50 tokens)."""
+    m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
+    from mambago.hf import _warped
+
+    rng = np.random.default_rng()
+    prompts = rng.integers(1, m.config.vocab_size, size=(20, 6))
+    every = m.model.logits(m.model.prefill(prompts)).astype(np.float64)
+    p = np.exp(every - every.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    flat = int(np.argmax(-(p * np.log(p)).sum(axis=-1)))  # the prompt of the flattest next token: more to cut
+    prompt, logits = prompts[flat:flat + 1], every[flat:flat + 1].astype(np.float32)
+    for temp, k, p, typ, eps, eta in ((1.5, 0, 1.0, 0.6, 0.0, 0.0), (2.0, 0, 1.0, 1.0, 0.004, 0.0),
+                                      (2.0, 0, 1.0, 1.0, 0.0, 0.01), (1.8, 40, 0.95, 0.8, 0.002, 0.003)):
+        z = _warped(logits, temp, k, p, 0.0, typ, eps, eta)[0].astype(np.float64)
+        want = np.exp(z - z.max())
+        want /= want.sum()
+        N = 20000
+        got = m.model.generate(np.repeat(prompt, N, axis=0), 1, temperature=temp, top_k=k, top_p=p, typical_p=typ,
+                               epsilon_cutoff=eps, eta_cutoff=eta, seed=int(rng.integers(2**31)))[:, 0]
+        assert np.all(np.isfinite(z[got])), (temp, k, p, typ, eps, eta, sorted(set(got[~np.isfinite(z[got])])))
+        freq = np.bincount(got, minlength=z.size) / N
+        assert 0.5 * np.abs(freq - want).sum() < 0.05, (temp, k, p, typ, eps, eta)
+        assert 1 < np.isfinite(z).sum() < z.size  # the warpers cut some tokens and leave others
+    # through generate: each token drawn has a finite score (the warped logits); settings that transformers
+    # leaves off (typical_p at 1 or more, cutoffs outside (0, 1)) are off here too
+    out = m.generate(np.repeat(prompt, 3, axis=0), do_sample=True, temperature=1.5, typical_p=0.7, eta_cutoff=0.01,
+                     max_new_tokens=6, eos_token_id=[], return_dict_in_generate=True, output_scores=True)
+    for i, z in enumerate(out.scores):
+        assert np.all(np.isfinite(z[np.arange(3), out.sequences[:, 6 + i]])) and not np.all(np.isfinite(z))
+    plain = m.generate(prompt, do_sample=True, seed=4, max_new_tokens=5)
+    assert np.array_equal(m.generate(prompt, do_sample=True, seed=4, max_new_tokens=5, typical_p=1.5,
+                                     epsilon_cutoff=2.0, eta_cutoff=0.0), plain)
+    for kw, match in ((dict(typical_p=0.0), "typical_p must be in"), (dict(epsilon_cutoff=1.0), "epsilon_cutoff"),
+                      (dict(eta_cutoff=-0.1), "eta_cutoff")):
+        with pytest.raises(ValueError, match=match):
+            m.model.generate(prompt, 2, temperature=1.0, **kw)
+
+
 def test_logits_processors_refuse_bad_settings():
     """Each malformed processor setting is a ValueError or a TypeError that
     names it, from generate and beam_search alike; ids outside the
@@ -479,8 +523,8 @@ def test_generation_config_sets_generates_defaults(tmp_path):
                           m.generate(ids, do_sample=False, num_beams=3, generation_config={"num_beams": 1}))
     assert m.generate(ids, do_sample=False, return_dict_in_generate=True).beam_indices.shape[0] == 2
     m.generation_config.num_beams = None
-    m.generation_config.typical_p = 0.5
-    with pytest.raises(ValueError, match="typical_p=0.5"):
+    m.generation_config.top_h = 0.5
+    with pytest.raises(ValueError, match="top_h=0.5"):
         m.generate(ids)
     with pytest.raises(TypeError, match="unsupported argument 'foo'"):
         m.generate(ids, foo=1)
@@ -854,19 +898,30 @@ def test_generate_scores_match_transformers():
             assert rel_err(ours.compute_transition_scores(got.sequences, got.scores, normalize_logits=norm).numpy(),
                            hf.compute_transition_scores(want.sequences, want.scores, normalize_logits=norm).numpy()
                            ) <= 1e-4
-    from transformers.generation.logits_process import (MinPLogitsWarper, TemperatureLogitsWarper,
-                                                        TopKLogitsWarper, TopPLogitsWarper)
+    from transformers.generation.logits_process import (EpsilonLogitsWarper, EtaLogitsWarper, MinPLogitsWarper,
+                                                        TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper,
+                                                        TypicalLogitsWarper)
     from mambago.hf import _warped
 
-    logits = torch.randn(3, 200) * 4
-    for temp, k, p, mp in ((0.7, 0, 0.9, 0.0), (1.0, 20, 1.0, 0.0), (1.3, 50, 0.5, 0.0), (1.0, 0, 0.99, 0.0),
-                           (0.8, 0, 1.0, 0.1), (1.2, 30, 0.9, 0.05), (1.0, 0, 0.95, 0.3)):
+    rng = np.random.default_rng()
+    for temp, k, p, mp, typ, eps, eta in (
+            (0.7, 0, 0.9, 0.0, 1.0, 0.0, 0.0), (1.0, 20, 1.0, 0.0, 1.0, 0.0, 0.0), (1.3, 50, 0.5, 0.0, 1.0, 0.0, 0.0),
+            (1.0, 0, 0.99, 0.0, 1.0, 0.0, 0.0), (0.8, 0, 1.0, 0.1, 1.0, 0.0, 0.0), (1.2, 30, 0.9, 0.05, 1.0, 0.0, 0.0),
+            (1.0, 0, 0.95, 0.3, 1.0, 0.0, 0.0), (1.0, 0, 1.0, 0.0, 0.9, 0.0, 0.0), (0.7, 40, 1.0, 0.0, 0.5, 0.0, 0.0),
+            (1.0, 0, 1.0, 0.0, 1.0, 3e-3, 0.0), (1.4, 0, 0.9, 0.0, 1.0, 0.02, 0.0), (1.0, 0, 1.0, 0.0, 1.0, 0.0, 2e-3),
+            (0.9, 60, 1.0, 0.0, 1.0, 0.0, 0.05), (1.1, 0, 0.97, 0.02, 0.8, 1e-3, 4e-3),
+            *((float(rng.uniform(0.5, 1.5)), int(rng.choice([0, 30, 100])), float(rng.choice([1.0, 0.9])), 0.0,
+               float(rng.choice([1.0, rng.uniform(0.2, 0.99)])), float(rng.choice([0.0, rng.uniform(1e-4, 0.02)])),
+               float(rng.choice([0.0, rng.uniform(1e-4, 0.02)]))) for _ in range(12))):
+        logits = torch.from_numpy(rng.normal(size=(3, 200)).astype(np.float32)) * float(rng.uniform(1, 5))
         want = logits.clone()
         for make, on in ((lambda: TemperatureLogitsWarper(temp), temp != 1.0), (lambda: TopKLogitsWarper(k), k > 0),
-                         (lambda: TopPLogitsWarper(p), p < 1.0), (lambda: MinPLogitsWarper(mp), mp > 0)):
+                         (lambda: TopPLogitsWarper(p), p < 1.0), (lambda: MinPLogitsWarper(mp), mp > 0),
+                         (lambda: TypicalLogitsWarper(typ), typ < 1.0), (lambda: EpsilonLogitsWarper(eps), eps > 0),
+                         (lambda: EtaLogitsWarper(eta), eta > 0)):
             want = make()(None, want) if on else want
-        got = _warped(logits.numpy(), temp, k, p, mp)
-        assert np.array_equal(np.isfinite(got), torch.isfinite(want).numpy()), (temp, k, p, mp)
+        got = _warped(logits.numpy(), temp, k, p, mp, typ, eps, eta)
+        assert np.array_equal(np.isfinite(got), torch.isfinite(want).numpy()), (temp, k, p, mp, typ, eps, eta)
         assert np.allclose(got[np.isfinite(got)], want[torch.isfinite(want)].numpy(), rtol=1e-6)
 
 

@@ -447,7 +447,7 @@ _GENERATION_DEFAULTS = {
     "eos_token_id": None, "pad_token_id": None,
     "num_return_sequences": 1, "return_dict_in_generate": False, "output_scores": False, "output_logits": False,
     "sequence_bias": None, "bad_words_ids": None, "suppress_tokens": None, "begin_suppress_tokens": None,
-    "forced_eos_token_id": None, "max_time": None,
+    "forced_eos_token_id": None, "max_time": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
 }
 
 # transformers' generation settings that change the tokens and that
@@ -456,9 +456,7 @@ _GENERATION_DEFAULTS = {
 # refuses them rather than decode another way than transformers would.
 _GENERATION_OFF = {
     "num_beam_groups": 1, "penalty_alpha": None, "diversity_penalty": 0.0,
-    "force_words_ids": None, "constraints": None,
-    "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
-    "top_h": None, "forced_bos_token_id": None, "guidance_scale": None,
+    "force_words_ids": None, "constraints": None, "top_h": None, "forced_bos_token_id": None, "guidance_scale": None,
     "exponential_decay_length_penalty": None, "stop_strings": None, "dola_layers": None,
     "low_memory": None, "watermarking_config": None, "assistant_model": None, "prompt_lookup_num_tokens": None,
 }
@@ -610,7 +608,9 @@ class MambaForCausalLM(_StandIn):
                  no_repeat_ngram_size: int | None = None, num_beams: int | None = None,
                  length_penalty: float | None = None, early_stopping: bool | str | None = None,
                  sequence_bias=None, bad_words_ids=None, suppress_tokens=None, begin_suppress_tokens=None,
-                 forced_eos_token_id=None, max_time: float | None = None, generation_config=None, **kwargs):
+                 forced_eos_token_id=None, max_time: float | None = None, typical_p: float | None = None,
+                 epsilon_cutoff: float | None = None, eta_cutoff: float | None = None, generation_config=None,
+                 **kwargs):
         """Continue prompts [B, T] by up to max_new_tokens tokens and return
         prompt and new tokens [B, T + n], as transformers does: greedy unless
         do_sample (then temperature, top_k and top_p apply; seed makes it
@@ -685,7 +685,8 @@ class MambaForCausalLM(_StandIn):
                  "length_penalty": length_penalty, "early_stopping": early_stopping, "sequence_bias": sequence_bias,
                  "bad_words_ids": bad_words_ids, "suppress_tokens": suppress_tokens,
                  "begin_suppress_tokens": begin_suppress_tokens, "forced_eos_token_id": forced_eos_token_id,
-                 "max_time": max_time}
+                 "max_time": max_time, "typical_p": typical_p, "epsilon_cutoff": epsilon_cutoff,
+                 "eta_cutoff": eta_cutoff}
         for name in kwargs:
             if name not in _GENERATION_OFF:
                 raise TypeError(f"generate: unsupported argument {name!r}")
@@ -700,14 +701,16 @@ class MambaForCausalLM(_StandIn):
                              f"greedily, by sampling (temperature, top_k, top_p, min_p) or by beam search "
                              f"(num_beams, length_penalty, early_stopping), with repetition_penalty, "
                              f"min_new_tokens, no_repeat_ngram_size, sequence_bias, bad_words_ids, "
-                             f"suppress_tokens, begin_suppress_tokens, forced_eos_token_id and max_time only; "
+                             f"suppress_tokens, begin_suppress_tokens, forced_eos_token_id, max_time, "
+                             f"typical_p, epsilon_cutoff and eta_cutoff only; "
                              f"set {'each' if len(on) > 1 else 'it'} to its default "
                              f"({', '.join(f'{k}={_GENERATION_OFF[k]!r}' for k in on)}), in the call or in "
                              f"model.generation_config")
         (max_new_tokens, max_length, do_sample, temperature, top_k, top_p, eos_token_id, pad_token_id,
          num_return_sequences, return_dict_in_generate, output_scores, output_logits, repetition_penalty,
          min_new_tokens, min_length, min_p, no_repeat_ngram_size, num_beams, length_penalty, early_stopping,
-         sequence_bias, bad_words_ids, suppress_tokens, begin_suppress_tokens, forced_eos_token_id, max_time) = (
+         sequence_bias, bad_words_ids, suppress_tokens, begin_suppress_tokens, forced_eos_token_id, max_time,
+         typical_p, epsilon_cutoff, eta_cutoff) = (
             setting(name, _GENERATION_DEFAULTS[name]) for name in given)
         mask = None if attention_mask is None else _numpy(attention_mask)
         ids = _numpy(input_ids).astype(np.int64, copy=False)
@@ -773,11 +776,16 @@ class MambaForCausalLM(_StandIn):
                                      min_new, no_repeat_ngram_size, return_dict_in_generate and output_scores,
                                      return_dict_in_generate and output_logits, return_dict_in_generate,
                                      processors, max_time)
+        # transformers' warpers past min_p: typical_p below 1 (the warper refuses 0 and less), the cutoffs in (0, 1)
+        warpers = dict(typical_p=typical_p if typical_p < 1 else 1.0,
+                       epsilon_cutoff=epsilon_cutoff if 0 < epsilon_cutoff < 1 else 0.0,
+                       eta_cutoff=eta_cutoff if 0 < eta_cutoff < 1 else 0.0)
         if do_sample and top_p != 0:
             new = self.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                                       seed=seed, eos_token_id=eos_ids, attention_mask=mask, streamer=streamer,
                                       repetition_penalty=repetition_penalty, min_new_tokens=min_new, min_p=min_p,
-                                      no_repeat_ngram_size=no_repeat_ngram_size, max_time=max_time, **processors)
+                                      no_repeat_ngram_size=no_repeat_ngram_size, max_time=max_time, **processors,
+                                      **warpers)
         else:
             # greedy; also sampling with top_p=0, which keeps only the most likely token (transformers keeps
             # at least one; the engine's top_p wants (0, 1]); the scores below are still top_p=0's
@@ -816,7 +824,8 @@ class MambaForCausalLM(_StandIn):
                                                                                 i == 0)):
                     if suppressed and at:
                         z[:, suppressed] = -np.inf
-                scores.append(_like(_warped(z, temperature, top_k, top_p, min_p) if do_sample else z, input_ids))
+                scores.append(_like(_warped(z, temperature, top_k, top_p, min_p, **warpers) if do_sample else z,
+                                    input_ids))
             scores = tuple(scores)
         if output_logits:
             logits = tuple(_like(z, input_ids) for z in logits)
@@ -1190,14 +1199,19 @@ def _ngrams_banned(logits: np.ndarray, rows, n: int) -> np.ndarray:
     return z
 
 
-def _warped(logits: np.ndarray, temperature: float, top_k: int, top_p: float, min_p: float = 0.0) -> np.ndarray:
+def _warped(logits: np.ndarray, temperature: float, top_k: int, top_p: float, min_p: float = 0.0,
+            typical_p: float = 1.0, epsilon_cutoff: float = 0.0, eta_cutoff: float = 0.0) -> np.ndarray:
     """transformers' sampling scores of logits [B, V]: divided by
     temperature (unless 1), then -inf below the top_k-th largest (ties
     kept; unless 0 or V and more), then -inf outside the nucleus: the
     tokens whose probability, added from the least likely up, stays at or
     under 1 - top_p, the most likely always kept (unless top_p is 1), then
     -inf where the probability is under min_p times the best's (unless
-    min_p is 0)."""
+    min_p is 0), then outside typical_p's set (the tokens whose surprise
+    is nearest the entropy, up to the one whose probability, added in
+    that order, reaches typical_p; unless 1), then where the probability
+    is under epsilon_cutoff, then under min(eta, sqrt(eta) e^-entropy)
+    for eta_cutoff (unless 0; the best always kept)."""
     z = logits.astype(np.float32, copy=True)
     if temperature != 1.0:
         z /= np.float32(temperature)
@@ -1216,6 +1230,30 @@ def _warped(logits: np.ndarray, temperature: float, top_k: int, top_p: float, mi
     if min_p > 0:
         p = np.exp(z.astype(np.float64) - z.max(axis=-1, keepdims=True))  # the best's is 1
         z[p < min_p] = -np.inf
+
+    def softmax():
+        logp = z.astype(np.float64) - z.max(axis=-1, keepdims=True)
+        logp -= np.log(np.exp(logp).sum(axis=-1, keepdims=True))
+        return np.exp(logp), logp
+
+    def entropy(p, logp):
+        return -(p * np.where(p > 0, logp, 0.0)).sum(axis=-1, keepdims=True)
+
+    if typical_p < 1:
+        p, logp = softmax()
+        key = np.abs(-logp - entropy(p, logp))
+        order = np.argsort(key, axis=-1, kind="stable")
+        cum = np.cumsum(np.take_along_axis(p, order, axis=-1), axis=-1)
+        last = np.minimum((cum < typical_p).sum(axis=-1, keepdims=True), V - 1)
+        cut = np.take_along_axis(np.take_along_axis(key, order, axis=-1), last, axis=-1)
+        drop = np.take_along_axis(key, order, axis=-1) > cut
+        drop[:, 0] = False
+        np.put_along_axis(z, order, np.where(drop, -np.inf, np.take_along_axis(z, order, axis=-1)), axis=-1)
+    for cutoff, eta in ((epsilon_cutoff, False), (eta_cutoff, True)):
+        if cutoff > 0:
+            p, logp = softmax()
+            floor = np.minimum(cutoff, np.sqrt(cutoff) * np.exp(-entropy(p, logp))) if eta else cutoff
+            z[(p < floor) & (z < z.max(axis=-1, keepdims=True))] = -np.inf
     return z
 
 

@@ -1018,7 +1018,8 @@ class Model(_Owner):
                  attention_mask=None, streamer=None, repetition_penalty: float = 1.0,
                  min_new_tokens: int = 0, min_p: float = 0.0, no_repeat_ngram_size: int = 0,
                  sequence_bias=None, bad_words_ids=None, suppress_tokens=None, begin_suppress_tokens=None,
-                 forced_eos_token_id=None, max_time: float | None = None) -> np.ndarray:
+                 forced_eos_token_id=None, max_time: float | None = None, typical_p: float = 1.0,
+                 epsilon_cutoff: float = 0.0, eta_cutoff: float = 0.0) -> np.ndarray:
         """Continue prompts input_ids [B, T] by up to max_new_tokens tokens; returns int64 [B, n].
 
         temperature must be finite and ≥ 0: 0 is greedy (the lowest id among
@@ -1066,6 +1067,12 @@ class Model(_Owner):
         processors, each step's logits come to the host on the CUDA
         engine.
 
+        When sampling, typical_p (in (0, 1); 1 for none), epsilon_cutoff
+        and eta_cutoff (in (0, 1); 0 for none) are transformers' warpers:
+        with any of them a token is drawn on the host, from the logits that
+        every warper (temperature, top_k, top_p, min_p, then these) has cut
+        in transformers' order.
+
         On the CUDA engine the penalty and min_new_tokens
         run on the device before each queued step's pick (with min_p,
         no_repeat_ngram_size, or a top_k above 1024, each step's logits come
@@ -1111,7 +1118,8 @@ class Model(_Owner):
         eos = eos_ids[0] if eos_ids else -1
         more = np.array(eos_ids[1:], dtype=np.int64)
         procs = _processors(self.config.vocab_size, sequence_bias, bad_words_ids, suppress_tokens,
-                            begin_suppress_tokens, forced_eos_token_id, max_time)
+                            begin_suppress_tokens, forced_eos_token_id, max_time, typical_p, epsilon_cutoff,
+                            eta_cutoff)
         B, T = ids.shape
         out = np.full((B, max_new_tokens), -1, dtype=np.int64)
         if streamer is None:
@@ -1264,11 +1272,19 @@ def _token_list(name: str, ids, vocab_size: int) -> list[int]:
 
 
 def _processors(vocab_size: int, sequence_bias, bad_words_ids, suppress_tokens, begin_suppress_tokens,
-                forced_eos_token_id, max_time) -> str:
-    """generate's and beam_search's further logits processors, checked, as
-    the JSON the engine reads ("" for none). A sequence bias of -inf bans
-    its sequence, as a bad word."""
+                forced_eos_token_id, max_time, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0) -> str:
+    """generate's and beam_search's further logits processors and sampling
+    warpers, checked, as the JSON the engine reads ("" for none). A
+    sequence bias of -inf bans its sequence, as a bad word."""
     settings = {}
+    for name, v, off in (("typical_p", typical_p, 1.0), ("epsilon_cutoff", epsilon_cutoff, 0.0),
+                         ("eta_cutoff", eta_cutoff, 0.0)):
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{name} must be a number, got {type(v).__name__}")
+        if v != off:
+            if not 0 < v < 1:
+                raise ValueError(f"{name} must be in (0, 1) ({off:g} for none), got {v}")
+            settings[name] = float(v)
     biases = {}
     if sequence_bias is not None:
         pairs = sequence_bias.items() if isinstance(sequence_bias, Mapping) else sequence_bias
