@@ -756,9 +756,12 @@ func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, t
 	moreEOS uintptr, nMoreEOS int, out uintptr, outLen int, spans uintptr, nSpans int, processors string,
 	stop int64) (n int, err error) {
 	defer guard(&err)
-	procs, warpers, err := parseProcessors(processors)
+	set, err := parseProcessors(processors)
 	if err != nil {
 		return 0, err
+	}
+	if set.beam != nil {
+		return 0, fmt.Errorf("ValueError: beam_sampling is for BeamSearch")
 	}
 	m, err := models.get(model, "model")
 	if err != nil {
@@ -802,7 +805,7 @@ func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, t
 	_, n, err = m.GenerateEach(sig.ctx, int64s(ids, B*T), B, T, rows, maxNew, mambago.Sampling{
 		Temperature: temperature, TopK: topK, TopP: topP, Seed: uint64(seed), EOS: eos, MoreEOS: more,
 		MinP: minP, RepetitionPenalty: repetitionPenalty, MinNew: minNew, NoRepeatNGram: noRepeat,
-		Processors: procs, Warpers: warpers,
+		Processors: set.procs, Warpers: set.warpers,
 	}, emit)
 	return n, err
 }
@@ -824,12 +827,17 @@ func BeamSearch(model int64, ids uintptr, B, T, maxNew, beams, ret int, lengthPe
 	spans uintptr, nSpans int, tokens, indices, scores, stepScores, stepLogits, counts uintptr, processors string,
 	stop int64) (err error) {
 	defer guard(&err)
-	procs, warpers, err := parseProcessors(processors)
+	set, err := parseProcessors(processors)
 	if err != nil {
 		return err
 	}
-	if warpers != (mambago.Warpers{}) {
-		return fmt.Errorf("ValueError: beam search takes no sampling warpers (typical_p, epsilon_cutoff, eta_cutoff)")
+	var sample mambago.BeamSampling
+	if set.beam != nil {
+		sample = *set.beam
+		sample.Warpers = set.warpers
+	} else if set.warpers != (mambago.Warpers{}) {
+		return fmt.Errorf("ValueError: beam search takes the sampling warpers (typical_p, epsilon_cutoff, " +
+			"eta_cutoff) only when it samples (beam_sampling)")
 	}
 	m, err := models.get(model, "model")
 	if err != nil {
@@ -844,7 +852,7 @@ func BeamSearch(model int64, ids uintptr, B, T, maxNew, beams, ret int, lengthPe
 	}
 	bm := mambago.Beams{Width: beams, Return: ret, LengthPenalty: lengthPenalty, EarlyStopping: mambago.EarlyStopping(early),
 		EOS: eos, Fill: fill, RepetitionPenalty: repetitionPenalty, MinNew: minNew, NoRepeatNGram: noRepeat,
-		Processors: procs, Scores: stepScores != 0, Logits: stepLogits != 0}
+		Processors: set.procs, Sample: sample, Scores: stepScores != 0, Logits: stepLogits != 0}
 	if err := bm.Check(); err != nil {
 		return err
 	}
@@ -907,10 +915,11 @@ func BeamSearch(model int64, ids uintptr, B, T, maxNew, beams, ret int, lengthPe
 	return nil
 }
 
-// processorSettings is the JSON form of mambago.Processors and
-// mambago.Warpers that Generate and BeamSearch take, in transformers'
-// names: sequence_bias as a list of {"tokens", "bias"}, max_time in
-// seconds from the call's start.
+// processorSettings is the JSON form of mambago.Processors,
+// mambago.Warpers and (BeamSearch's alone) mambago.BeamSampling that
+// Generate and BeamSearch take, in transformers' names: sequence_bias as a
+// list of {"tokens", "bias"}, max_time in seconds from the call's start,
+// beam_sampling as {"temperature", "top_k", "top_p", "min_p", "seed"}.
 type processorSettings struct {
 	SequenceBias []struct {
 		Tokens []int64 `json:"tokens"`
@@ -924,33 +933,56 @@ type processorSettings struct {
 	TypicalP      float64   `json:"typical_p"`
 	EpsilonCutoff float64   `json:"epsilon_cutoff"`
 	EtaCutoff     float64   `json:"eta_cutoff"`
+	BeamSampling  *struct {
+		Temperature float64 `json:"temperature"`
+		TopK        int     `json:"top_k"`
+		TopP        float64 `json:"top_p"`
+		MinP        float64 `json:"min_p"`
+		Seed        uint64  `json:"seed"`
+	} `json:"beam_sampling"`
+}
+
+// settings are what processorSettings give Generate and BeamSearch.
+type settings struct {
+	procs   mambago.Processors
+	warpers mambago.Warpers
+	beam    *mambago.BeamSampling // BeamSearch's alone
 }
 
 // parseProcessors reads processorSettings from js ("" for none), its
 // deadline counted from now.
-func parseProcessors(js string) (p mambago.Processors, w mambago.Warpers, err error) {
+func parseProcessors(js string) (settings, error) {
 	start := time.Now()
+	var out settings
 	if js == "" {
-		return p, w, nil
+		return out, nil
 	}
 	var set processorSettings
 	dec := json.NewDecoder(strings.NewReader(js))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&set); err != nil {
-		return p, w, fmt.Errorf("ValueError: logits processors %s: %w", js, err)
+		return out, fmt.Errorf("ValueError: logits processors %s: %w", js, err)
 	}
-	w = mambago.Warpers{TypicalP: set.TypicalP, EpsilonCutoff: set.EpsilonCutoff, EtaCutoff: set.EtaCutoff}
+	out.warpers = mambago.Warpers{TypicalP: set.TypicalP, EpsilonCutoff: set.EpsilonCutoff, EtaCutoff: set.EtaCutoff}
+	p := &out.procs
 	for _, b := range set.SequenceBias {
 		p.Biases = append(p.Biases, mambago.SequenceBias{Tokens: b.Tokens, Bias: float32(b.Bias)})
 	}
 	p.Banned, p.Suppress, p.BeginSuppress, p.ForcedEOS = set.BadWords, set.Suppress, set.BeginSuppress, set.ForcedEOS
 	if t := set.MaxTime; t != nil {
 		if !(*t >= 0 && *t < 1e9) {
-			return p, w, fmt.Errorf("ValueError: max_time = %v s, want ≥ 0 and finite", *t)
+			return out, fmt.Errorf("ValueError: max_time = %v s, want ≥ 0 and finite", *t)
 		}
 		p.Deadline = start.Add(time.Duration(*t * float64(time.Second)))
 	}
-	return p, w, nil
+	if b := set.BeamSampling; b != nil {
+		if !(b.Temperature > 0) {
+			return out, fmt.Errorf("ValueError: beam sampling: temperature = %v, want > 0", b.Temperature)
+		}
+		out.beam = &mambago.BeamSampling{Temperature: b.Temperature, TopK: b.TopK, TopP: b.TopP, MinP: b.MinP,
+			Seed: b.Seed}
+	}
+	return out, nil
 }
 
 // gpuEngine returns the model's CUDA engine, or a ValueError naming what needs it.

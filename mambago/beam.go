@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"slices"
 	"sync"
@@ -51,9 +52,37 @@ type Beams struct {
 	// do its logits. Where the Deadline passes, every beam ends at the
 	// step under way, as at maxNew.
 	Processors
+	// Sample, where its Temperature is above 0, draws each step's
+	// candidates rather than ranking them: transformers' beam sampling.
+	Sample BeamSampling
 	// Scores keeps each step's processed log probabilities, and Logits its
 	// logits ([B·Width, V] each), for BeamOutput.
 	Scores, Logits bool
+}
+
+// BeamSampling is beam search with do_sample=True, as transformers runs
+// it: each beam's processed log probabilities are cut by the warpers
+// (Temperature, TopK, TopP, MinP, Warpers, as Sampling's, each keeping at
+// least max(2, 1 + the eos ids) tokens), and each prompt's candidates are
+// drawn without replacement from all its beams' continuations with
+// probability ∝ exp(summed score), then ranked by that score. Seed seeds
+// the draws, on a stream of each prompt's own.
+type BeamSampling struct {
+	Temperature float64 // > 0 samples; 0 ranks the candidates (plain beam search)
+	TopK        int
+	TopP        float64 // 1 (or 0) keeps all
+	MinP        float64
+	Warpers
+	Seed uint64
+}
+
+// warping returns the Sampling whose warpers bs's are.
+func (bs BeamSampling) warping() Sampling {
+	topP := bs.TopP
+	if topP == 0 {
+		topP = 1
+	}
+	return Sampling{Temperature: bs.Temperature, TopK: bs.TopK, TopP: topP, MinP: bs.MinP, Warpers: bs.Warpers}
 }
 
 // BeamOutput is what BeamSearch returns, as transformers'
@@ -80,6 +109,9 @@ func (bm Beams) Check() error {
 		return engine.Invalid("length_penalty = %v, want finite", bm.LengthPenalty)
 	case bm.EarlyStopping < StopHeuristic || bm.EarlyStopping > StopNever:
 		return engine.Invalid("early_stopping = %d, want StopHeuristic, StopWhenFull or StopNever", bm.EarlyStopping)
+	}
+	if err := bm.Sample.warping().Check(); err != nil {
+		return fmt.Errorf("beam sampling: %w", err)
 	}
 	return bm.sampling().Check()
 }
@@ -194,7 +226,7 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 	// rows: no processor, and no step scores or logits kept.
 	beams, _ := dec.(engine.BeamDecoder)
 	if bm.RepetitionPenalty != 0 && bm.RepetitionPenalty != 1 || bm.NoRepeatNGram > 0 || bm.MinNew > 0 ||
-		bm.processes() || bm.Scores || bm.Logits || keep > V {
+		bm.processes() || bm.Sample.Temperature > 0 || bm.Scores || bm.Logits || keep > V {
 		beams = nil
 	}
 
@@ -208,6 +240,14 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 		}
 	}
 	procs := newProcessing(s, beamIDs, B*K, T, beamSpans, V, maxNew)
+	var warp *warper
+	rngs := make([]*rand.Rand, B) // each prompt's draws
+	if bm.Sample.Temperature > 0 {
+		warp = newWarper(bm.Sample.warping(), keep/K)
+		for b := range rngs {
+			rngs[b] = rand.New(rand.NewPCG(bm.Sample.Seed, 0x6265616d73+uint64(b)))
+		}
+	}
 
 	running := make([]beamRow, B*K)  // each prompt's K running beams, best first
 	finished := make([]beamRow, B*K) // and its K best finished ones (or stand-ins), best first
@@ -259,6 +299,11 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 				return nil, fmt.Errorf("beam search: step %d: %w", step, err)
 			}
 			procs.apply(cands.logp, V, none, step)
+			if warp != nil {
+				for i := range B * K {
+					warp.warp(cands.logp[i*V : (i+1)*V])
+				}
+			}
 			if bm.Scores {
 				out.StepScores = append(out.StepScores, cands.logp)
 			}
@@ -269,7 +314,12 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 		allHit = true
 		for b := range B {
 			// The keep best continuations of the prompt's K beams.
-			best, err := cands.best(b, running[b*K:(b+1)*K], keep, V)
+			var best []scored
+			if warp != nil {
+				best, err = cands.drawn(b, running[b*K:(b+1)*K], keep, V, rngs[b])
+			} else {
+				best, err = cands.best(b, running[b*K:(b+1)*K], keep, V)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("beam search: step %d, prompt %d: %w", step, b, err)
 			}
@@ -489,6 +539,60 @@ func (c *candidates) best(b int, beams []beamRow, keep, V int) ([]scored, error)
 		return cmp.Compare(x.at, y.at)
 	})
 	return all[:keep], nil
+}
+
+// drawn returns prompt b's keep continuations of its beams (scored as
+// best scores them) drawn without replacement with probability ∝
+// exp(score) from the whole rows of log probabilities, best first: beam
+// sampling's candidates. Where fewer than keep can be drawn (the warpers
+// left too few tokens), the best of the others fill the rest, as torch's
+// multinomial fills them with ones of probability 0.
+func (c *candidates) drawn(b int, beams []beamRow, keep, V int, rng *rand.Rand) ([]scored, error) {
+	K := len(beams)
+	scores := make([]float32, K*V)
+	top := math.Inf(-1)
+	for j, beam := range beams {
+		for v, lp := range c.logp[(b*K+j)*V : (b*K+j+1)*V] {
+			scores[j*V+v] = beam.score + lp
+			top = max(top, float64(scores[j*V+v]))
+		}
+	}
+	if math.IsInf(top, -1) {
+		return nil, errors.New("every continuation scores -Inf")
+	}
+	w := make([]float64, K*V)
+	total, n := 0.0, 0
+	for i, x := range scores {
+		if w[i] = math.Exp(float64(x) - top); w[i] > 0 {
+			n++
+		}
+		total += w[i]
+	}
+	out := make([]scored, 0, keep)
+	taken := make([]bool, K*V)
+	for range min(n, keep) {
+		i := pick(max(0, rng.Float64()*total), w) // total, after the draws taken from it, can round below 0
+		for w[i] == 0 { // rounding ran pick past the last weight: the last that is left
+			i--
+		}
+		out = append(out, scored{i, scores[i]})
+		total -= w[i]
+		w[i], taken[i] = 0, true
+	}
+	if len(out) < keep {
+		var rest []int
+		for i := range w {
+			if !taken[i] {
+				rest = append(rest, i)
+			}
+		}
+		slices.SortStableFunc(rest, func(x, y int) int { return cmp.Compare(scores[y], scores[x]) })
+		for _, i := range rest[:keep-len(out)] {
+			out = append(out, scored{i, scores[i]})
+		}
+	}
+	slices.SortStableFunc(out, func(x, y scored) int { return cmp.Compare(y.score, x.score) })
+	return out, nil
 }
 
 // ranks returns 0..n-1 ordered by score, best first, the lower index first

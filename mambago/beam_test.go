@@ -369,3 +369,46 @@ func TestBeamCandidatesRanked(t *testing.T) {
 		}
 	}
 }
+
+// TestBeamSampling: beam sampling at temperature 1 without cuts scores its
+// beams by their plain log probabilities, so each returned beam's score is
+// checked against a fresh pass over its tokens (a state reordered wrongly
+// fails it); the same seed draws the same beams, and the draws differ from
+// plain beam search's ranking for some seed.
+func TestBeamSampling(t *testing.T) {
+	onEachEngine(t, func(t *testing.T, m *mambago.Model) {
+		const B, T, n, K, R = 2, 5, 8, 4, 3
+		ids := randomIDs(m, B*T)
+		bm := mambago.Beams{Width: K, Return: R, LengthPenalty: 1, EOS: -1, Fill: -1}
+		plain, err := m.BeamSearch(context.Background(), ids, B, T, nil, n, bm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		differs := false
+		for seed := range uint64(4) {
+			bm.Sample = mambago.BeamSampling{Temperature: 1, TopP: 1, Seed: seed}
+			out, err := m.BeamSearch(context.Background(), ids, B, T, nil, n, bm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkBeamScores(t, m, ids, B, T, out, K, R, 1, 1)
+			again, err := m.BeamSearch(context.Background(), ids, B, T, nil, n, bm)
+			if err != nil || !slices.Equal(out.Tokens, again.Tokens) {
+				t.Errorf("seed %d: %v, then %v (err %v)", seed, out.Tokens, again.Tokens, err)
+			}
+			differs = differs || !slices.Equal(out.Tokens, plain.Tokens)
+		}
+		if !differs {
+			t.Errorf("four seeds drew plain beam search's beams %v", plain.Tokens)
+		}
+		// A cut that leaves fewer tokens than a step needs fills the rest, as torch does: no error.
+		bm.Sample = mambago.BeamSampling{Temperature: 0.5, TopK: 1, TopP: 1, Seed: 1}
+		if _, err := m.BeamSearch(context.Background(), ids, B, T, nil, n, bm); err != nil {
+			t.Errorf("top_k 1: %v", err)
+		}
+		bm.Sample.Temperature = -1
+		if _, err := m.BeamSearch(context.Background(), ids, B, T, nil, n, bm); !engine.IsInvalid(err) {
+			t.Errorf("temperature -1: err = %v, want an input error", err)
+		}
+	})
+}

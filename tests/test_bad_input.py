@@ -407,7 +407,7 @@ def test_raw_bindings_survive_bad_handles_and_pointers():
             call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0.0, 1.0, 0, 0, 0, -1, 0, 0, gen.ctypes.data, 2,
                  0, 0, procs, 0)
     tokens, idx, scores, counts = np.zeros(2, np.int64), np.zeros(2, np.int32), np.zeros(1, np.float32), np.zeros(2, np.int64)
-    with pytest.raises(ValueError, match="beam search takes no sampling warpers"):
+    with pytest.raises(ValueError, match="only when it samples"):
         call(b.BeamSearch, m, buf.ctypes.data, 1, 4, 2, 2, 1, 1.0, 0, -1, 0, 0, -1, 1.0, 0, 0, 0, 0, tokens.ctypes.data,
              idx.ctypes.data, scores.ctypes.data, 0, 0, counts.ctypes.data, '{"typical_p": 0.5}', 0)
     assert call(b.FreeModel, m) is True

@@ -92,8 +92,9 @@ def test_run_takes_a_repetition_penalty():
 
 def test_run_takes_beams():
     """--num-beams runs beam search and prints each row's best beam, as
-    Model.beam_search gives it (the config's eos ending beams); sampling
-    with beams is refused."""
+    Model.beam_search gives it (the config's eos ending beams); with
+    --temperature, beam sampling, as Model.beam_search draws it for the
+    seed."""
     import mambago
 
     r = cli("run", case_dir("base"), "--prompt-ids", "5,17,33,2;9,8", "--max-new-tokens", "7", "--device", "cpu",
@@ -104,8 +105,13 @@ def test_run_takes_beams():
     want = m.beam_search(np.array([[5, 17, 33, 2], [0, 0, 9, 8]]), 7, 3, length_penalty=0.5,
                          eos_token_id=m.config.eos_token_id, attention_mask=np.array([[1, 1, 1, 1], [0, 0, 1, 1]]))
     assert got == [[str(t) for t in row] for row in want.tokens], (got, want)
-    r = cli("run", case_dir("base"), "--prompt-ids", "5,17", "--device", "cpu", "--num-beams", "2", "--temperature", "0.7")
-    assert r.returncode != 0 and "beam search" in r.stderr
+    r = cli("run", case_dir("base"), "--prompt-ids", "5,17", "--device", "cpu", "--num-beams", "2", "--temperature", "0.7",
+            "--top-k", "30", "--seed", "4", "--max-new-tokens", "6")
+    assert r.returncode == 0, r.stderr
+    got = [l.split(":")[1].split() for l in r.stdout.splitlines() if l.startswith("generated[")]
+    want = m.beam_search(np.array([[5, 17]]), 6, 2, do_sample=True, temperature=0.7, top_k=30, seed=4,
+                         eos_token_id=m.config.eos_token_id)
+    assert got == [[str(t) for t in row] for row in want.tokens], (got, want)
 
 
 def test_bad_arguments_exit_cleanly():

@@ -156,17 +156,21 @@ def test_beam_search_scores_and_refusals():
     """num_beams > 1 is beam search: each prompt's num_return_sequences
     best beams, best first, each beam's sequences_scores the sum of its
     transition scores (read through beam_indices) over its length to the
-    length penalty, and the rows past an end filled with the pad id.
-    Beam sampling, a streamer, and more returned sequences than beams are
-    refused, as transformers refuses the last two."""
+    length penalty, and the rows past an end filled with the pad id; so
+    too with beam sampling (do_sample), whose transition scores are the
+    warped log probabilities, and which a seed makes reproducible. A
+    streamer, and more returned sequences than beams are refused, as
+    transformers refuses them."""
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
     rng = np.random.default_rng()
     ids = rng.integers(1, m.config.vocab_size, size=(2, 7))
     eos = int(m.generate(ids[:1], max_new_tokens=2)[0, -1])  # a token the search meets
     pad = unused_id(ids, m.config.vocab_size, eos)
-    for lp in (1.0, 0.0, 1.7):
+    for lp, sample in ((1.0, {}), (0.0, {}), (1.7, {}), (1.0, dict(do_sample=True, temperature=1.3, seed=5)),
+                       (0.5, dict(do_sample=True, top_k=10, temperature=0.8, eta_cutoff=1e-4, seed=6))):
         out = m.generate(ids, max_new_tokens=6, num_beams=4, num_return_sequences=3, length_penalty=lp,
-                         eos_token_id=eos, pad_token_id=pad, return_dict_in_generate=True, output_scores=True)
+                         eos_token_id=eos, pad_token_id=pad, return_dict_in_generate=True, output_scores=True,
+                         **sample)
         assert out.sequences.shape[0] == 6 and out.beam_indices.shape == (6, out.sequences.shape[1] - 7)
         assert len(out.scores) >= out.beam_indices.shape[1] and out.scores[0].shape == (8, m.config.vocab_size)
         assert np.array_equal(out.sequences[:, :7], np.repeat(ids, 3, axis=0))
@@ -183,8 +187,9 @@ def test_beam_search_scores_and_refusals():
             assert (np.diff(out.sequences_scores[3 * b:3 * b + 3]) <= 0).all()
     one = m.generate(ids, max_new_tokens=5, num_beams=1, eos_token_id=[])
     assert np.array_equal(one, m.generate(ids, max_new_tokens=5, eos_token_id=[]))
-    with pytest.raises(ValueError, match="beam sampling"):
-        m.generate(ids, max_new_tokens=3, num_beams=2, do_sample=True)
+    drawn = [m.generate(ids, max_new_tokens=8, num_beams=3, do_sample=True, temperature=1.5, top_k=0, seed=s,
+                        eos_token_id=[]) for s in (1, 1, 2, 3)]
+    assert np.array_equal(drawn[0], drawn[1]) and not all(np.array_equal(drawn[0], d) for d in drawn[2:])
     with pytest.raises(ValueError, match="streamer"):
         m.generate(ids, max_new_tokens=3, num_beams=2, streamer=object())
     with pytest.raises(ValueError, match="num_return_sequences"):
@@ -378,6 +383,37 @@ def test_logits_processors_refuse_bad_settings():
     first = int(m.generate(ids, max_new_tokens=1)[0, -1])
     assert np.array_equal(m.generate(ids, max_new_tokens=4, sequence_bias={(first,): -float("inf")}),
                           m.generate(ids, max_new_tokens=4, bad_words_ids=[[first]]))
+
+
+def test_beam_sampling_follows_transformers():
+    """Beam sampling (num_beams with do_sample) draws as transformers'
+    does: 2000 rows of one prompt (the flattest of 20 fresh ones) each
+    searched by both, under temperature with top_k, and with top_p and
+    typical_p; each new token of the best beam is distributed alike
+    (total variation under 0.1; about 0.03 is expected of 2000 draws),
+    and so are the sequences_scores (means within 5 standard errors,
+    which catches a warper applied otherwise)."""
+    torch, hf, ours, _, _ = _against_transformers()
+    V = hf.config.vocab_size
+    rng = np.random.default_rng()
+    prompts = rng.integers(1, V, size=(20, 6))
+    every = ours.model.logits(ours.model.prefill(prompts)).astype(np.float64)
+    p = np.exp(every - every.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    prompt = torch.from_numpy(prompts[int(np.argmax(-(p * np.log(p)).sum(axis=-1)))][None])
+    N = 2000
+    for kw in (dict(temperature=1.3, top_k=20), dict(temperature=0.8, top_k=0, top_p=0.95, typical_p=0.97)):
+        kw = dict(kw, do_sample=True, num_beams=3, max_new_tokens=3, eos_token_id=[], pad_token_id=V - 1,
+                  return_dict_in_generate=True, output_scores=True)
+        with torch.no_grad():
+            want = hf.generate(prompt.repeat(N, 1), **kw)
+        got = ours.generate(prompt.repeat(N, 1), **kw)
+        for col in range(6, 9):
+            f_want, f_got = (np.bincount(out.sequences[:, col].numpy(), minlength=V) / N for out in (want, got))
+            assert 0.5 * np.abs(f_want - f_got).sum() < 0.1, (kw, col)
+        s_want, s_got = want.sequences_scores.numpy(), got.sequences_scores.numpy()
+        se = np.sqrt((s_want.var() + s_got.var()) / N)
+        assert abs(s_want.mean() - s_got.mean()) < 5 * se + 1e-6, (kw, s_want.mean(), s_got.mean(), se)
 
 
 def test_generate_takes_pad_ids_for_padding():

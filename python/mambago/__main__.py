@@ -137,11 +137,12 @@ def cmd_run(args) -> int:
     processors = dict(repetition_penalty=args.repetition_penalty, min_new_tokens=args.min_new_tokens,
                       no_repeat_ngram_size=args.no_repeat_ngram_size)
     stream = None
-    if args.num_beams > 1:  # each row's best beam
-        if args.temperature != 0:
-            raise ValueError("--num-beams above 1 is beam search, which does not sample: leave --temperature at 0")
+    if args.num_beams > 1:  # each row's best beam; with --temperature, beam sampling
+        sample = {} if args.temperature == 0 else dict(
+            do_sample=True, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, min_p=args.min_p,
+            seed=args.seed)
         out = m.beam_search(ids, args.max_new_tokens, args.num_beams, length_penalty=args.length_penalty,
-                            eos_token_id=eos, attention_mask=mask, **processors).tokens
+                            eos_token_id=eos, attention_mask=mask, **processors, **sample).tokens
     else:
         # One text prompt prints as it is generated; several print at the end.
         stream = _TextStream(tok, "text[0]:      ") if tok is not None and B == 1 else None
@@ -227,8 +228,8 @@ def main(argv=None) -> int:
     sp.add_argument("--repetition-penalty", type=float, default=1.0,
                     help="transformers' repetition_penalty: above 1, tokens already in the row are less likely (default 1, none)")
     sp.add_argument("--num-beams", type=int, default=1,
-                    help="above 1, beam search with this many beams (transformers'), printing each row's best beam "
-                         "(default 1: greedy, or sampling with --temperature)")
+                    help="above 1, beam search with this many beams (transformers'), printing each row's best beam, "
+                         "or beam sampling with --temperature (default 1: greedy, or sampling with --temperature)")
     sp.add_argument("--length-penalty", type=float, default=1.0,
                     help="beam search: a finished beam scores its log probability over its length to this power (default 1)")
     sp.add_argument("--eos-token-id", type=int, default=None,

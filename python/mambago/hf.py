@@ -668,8 +668,10 @@ class MambaForCausalLM(_StandIn):
         (Model.beam_search): length_penalty, early_stopping (False, True or
         "never") and num_return_sequences (up to K) as there; with
         return_dict_in_generate a GenerateBeamOutput (sequences_scores,
-        scores, logits, beam_indices as transformers gives them). Beam
-        sampling and a streamer with beams are a ValueError.
+        scores, logits, beam_indices as transformers gives them). With
+        do_sample it is transformers' beam sampling (the warpers cut each
+        beam's log probabilities, and the candidates are drawn). A streamer
+        with beams is a ValueError, as in transformers.
 
         transformers' settings for what this generate does not do (group
         beam search, bad_words_ids, typical_p, ...) pass where they are off
@@ -721,9 +723,6 @@ class MambaForCausalLM(_StandIn):
         if isinstance(num_beams, bool) or not isinstance(num_beams, (int, np.integer)) or num_beams < 1:
             raise ValueError(f"num_beams must be an int ≥ 1, got {num_beams!r}")
         beams = num_beams > 1
-        if beams and do_sample:
-            raise ValueError("generate: beam sampling (num_beams > 1 with do_sample=True) is not supported: "
-                             "mambago's beam search is transformers' with do_sample=False")
         if beams and streamer is not None:  # transformers' refusal too
             raise ValueError("`streamer` cannot be used with beam search: set num_beams to 1")
         if beams and num_return_sequences > num_beams:
@@ -770,16 +769,19 @@ class MambaForCausalLM(_StandIn):
         if do_sample and not temperature > 0:  # transformers' refusal, in its words: 0 is not greedy here
             raise ValueError(f"`temperature` (={temperature}) has to be a strictly positive float when sampling; "
                              f"for greedy decoding, set do_sample=False")
+        # transformers' warpers past min_p: typical_p below 1 (the warper refuses 0 and less), the cutoffs in (0, 1)
+        warpers = dict(typical_p=typical_p if typical_p < 1 else 1.0,
+                       epsilon_cutoff=epsilon_cutoff if 0 < epsilon_cutoff < 1 else 0.0,
+                       eta_cutoff=eta_cutoff if 0 < eta_cutoff < 1 else 0.0)
         if beams:
+            if do_sample:  # beam sampling: top_p=0 keeps the fewest tokens the search allows, as transformers'
+                processors = dict(processors, do_sample=True, temperature=temperature, top_k=top_k,
+                                  top_p=top_p if top_p > 0 else 1e-300, min_p=min_p, seed=seed, **warpers)
             return self._beam_search(input_ids, ids, mask, max_new_tokens, num_beams, num_return_sequences,
                                      length_penalty, early_stopping, eos_ids, pad_token_id, repetition_penalty,
                                      min_new, no_repeat_ngram_size, return_dict_in_generate and output_scores,
                                      return_dict_in_generate and output_logits, return_dict_in_generate,
                                      processors, max_time)
-        # transformers' warpers past min_p: typical_p below 1 (the warper refuses 0 and less), the cutoffs in (0, 1)
-        warpers = dict(typical_p=typical_p if typical_p < 1 else 1.0,
-                       epsilon_cutoff=epsilon_cutoff if 0 < epsilon_cutoff < 1 else 0.0,
-                       eta_cutoff=eta_cutoff if 0 < eta_cutoff < 1 else 0.0)
         if do_sample and top_p != 0:
             new = self.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                                       seed=seed, eos_token_id=eos_ids, attention_mask=mask, streamer=streamer,

@@ -1154,8 +1154,10 @@ class Model(_Owner):
                     attention_mask=None, repetition_penalty: float = 1.0, min_new_tokens: int = 0,
                     no_repeat_ngram_size: int = 0, output_scores: bool = False,
                     output_logits: bool = False, sequence_bias=None, bad_words_ids=None, suppress_tokens=None,
-                    begin_suppress_tokens=None, forced_eos_token_id=None,
-                    max_time: float | None = None) -> "BeamSearchOutput":
+                    begin_suppress_tokens=None, forced_eos_token_id=None, max_time: float | None = None,
+                    do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+                    min_p: float = 0.0, typical_p: float = 1.0, epsilon_cutoff: float = 0.0,
+                    eta_cutoff: float = 0.0, seed: int | None = None) -> "BeamSearchOutput":
         """Continue prompts input_ids [B, T] by beam search of up to
         max_new_tokens tokens, as transformers' generate does with num_beams
         and do_sample=False, and return the num_return_sequences best
@@ -1179,6 +1181,15 @@ class Model(_Owner):
         engine. Past max_time seconds every beam ends at the step under way,
         as at max_new_tokens. Ctrl-C stops a call on the main thread before
         its next step.
+
+        do_sample=True is transformers' beam sampling: each beam's
+        processed log probabilities are cut by the warpers (temperature,
+        top_k, top_p, min_p, typical_p, epsilon_cutoff, eta_cutoff, as
+        generate's, each keeping at least max(2, 1 + the eos ids) tokens),
+        and each step draws its candidates without replacement from all of
+        a prompt's continuations, with probability ∝ exp(summed score),
+        reproducibly for a seed (None: a random one). It runs on the host
+        side of the CUDA engine's steps: each step's logits come back.
         """
         ids = _batched("input_ids", _as_array("input_ids", input_ids, "int"), 2)
         _check_ids("input_ids", ids, self.config.vocab_size)
@@ -1205,8 +1216,26 @@ class Model(_Owner):
             raise ValueError(f"num_return_sequences ({num_return_sequences}) must be in [1, num_beams = {num_beams}]")
         eos_ids = _eos_ids(eos_token_id, self.config.vocab_size)
         more = np.array(eos_ids[1:], dtype=np.int64)
+        sample = None
+        if do_sample:
+            for name, v in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)):
+                if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
+                    raise TypeError(f"{name} must be a number, got {type(v).__name__}")
+            if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)):
+                raise TypeError(f"top_k must be an int, got {type(top_k).__name__}")
+            if not 0 < temperature < math.inf:
+                raise ValueError(f"temperature must be finite and > 0 when sampling, got {temperature}")
+            if seed is None:
+                seed = int.from_bytes(os.urandom(8), "little") >> 1
+            elif isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+                raise TypeError(f"seed must be an int or None, got {type(seed).__name__}")
+            sample = {"temperature": float(temperature), "top_k": int(top_k), "top_p": float(top_p),
+                      "min_p": float(min_p), "seed": int(seed) & (2**63 - 1)}
+        elif (typical_p, epsilon_cutoff, eta_cutoff) != (1.0, 0.0, 0.0):
+            raise ValueError("typical_p, epsilon_cutoff and eta_cutoff need do_sample=True")
         procs = _processors(self.config.vocab_size, sequence_bias, bad_words_ids, suppress_tokens,
-                            begin_suppress_tokens, forced_eos_token_id, max_time)
+                            begin_suppress_tokens, forced_eos_token_id, max_time, typical_p, epsilon_cutoff,
+                            eta_cutoff, sample)
         fill = pad_token_id if pad_token_id is not None else (eos_ids[0] if eos_ids else -1)
         if isinstance(fill, bool) or not isinstance(fill, (int, np.integer)):
             raise TypeError(f"pad_token_id must be an int or None, got {type(pad_token_id).__name__}")
@@ -1272,11 +1301,13 @@ def _token_list(name: str, ids, vocab_size: int) -> list[int]:
 
 
 def _processors(vocab_size: int, sequence_bias, bad_words_ids, suppress_tokens, begin_suppress_tokens,
-                forced_eos_token_id, max_time, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0) -> str:
+                forced_eos_token_id, max_time, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0,
+                beam_sampling: dict | None = None) -> str:
     """generate's and beam_search's further logits processors and sampling
-    warpers, checked, as the JSON the engine reads ("" for none). A
-    sequence bias of -inf bans its sequence, as a bad word."""
-    settings = {}
+    warpers (and beam_search's sampling settings), checked, as the JSON the
+    engine reads ("" for none). A sequence bias of -inf bans its sequence,
+    as a bad word."""
+    settings = {} if beam_sampling is None else {"beam_sampling": beam_sampling}
     for name, v, off in (("typical_p", typical_p, 1.0), ("epsilon_cutoff", epsilon_cutoff, 0.0),
                          ("eta_cutoff", eta_cutoff, 0.0)):
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
