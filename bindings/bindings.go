@@ -919,7 +919,8 @@ func BeamSearch(model int64, ids uintptr, B, T, maxNew, beams, ret int, lengthPe
 // mambago.Warpers and (BeamSearch's alone) mambago.BeamSampling that
 // Generate and BeamSearch take, in transformers' names: sequence_bias as a
 // list of {"tokens", "bias"}, max_time in seconds from the call's start,
-// beam_sampling as {"temperature", "top_k", "top_p", "min_p", "seed"}.
+// exponential_decay_length_penalty as {"start", "factor"}, beam_sampling
+// as {"temperature", "top_k", "top_p", "min_p", "seed"}.
 type processorSettings struct {
 	SequenceBias []struct {
 		Tokens []int64 `json:"tokens"`
@@ -928,11 +929,16 @@ type processorSettings struct {
 	BadWords      [][]int64 `json:"bad_words_ids"`
 	Suppress      []int64   `json:"suppress_tokens"`
 	BeginSuppress []int64   `json:"begin_suppress_tokens"`
+	ForcedBOS     []int64   `json:"forced_bos_token_id"`
 	ForcedEOS     []int64   `json:"forced_eos_token_id"`
-	MaxTime       *float64  `json:"max_time"`
-	TypicalP      float64   `json:"typical_p"`
-	EpsilonCutoff float64   `json:"epsilon_cutoff"`
-	EtaCutoff     float64   `json:"eta_cutoff"`
+	Decay         *struct {
+		Start  int     `json:"start"`
+		Factor float64 `json:"factor"`
+	} `json:"exponential_decay_length_penalty"`
+	MaxTime       *float64 `json:"max_time"`
+	TypicalP      float64  `json:"typical_p"`
+	EpsilonCutoff float64  `json:"epsilon_cutoff"`
+	EtaCutoff     float64  `json:"eta_cutoff"`
 	BeamSampling  *struct {
 		Temperature float64 `json:"temperature"`
 		TopK        int     `json:"top_k"`
@@ -968,7 +974,11 @@ func parseProcessors(js string) (settings, error) {
 	for _, b := range set.SequenceBias {
 		p.Biases = append(p.Biases, mambago.SequenceBias{Tokens: b.Tokens, Bias: float32(b.Bias)})
 	}
-	p.Banned, p.Suppress, p.BeginSuppress, p.ForcedEOS = set.BadWords, set.Suppress, set.BeginSuppress, set.ForcedEOS
+	p.Banned, p.Suppress, p.BeginSuppress = set.BadWords, set.Suppress, set.BeginSuppress
+	p.ForcedBOS, p.ForcedEOS = set.ForcedBOS, set.ForcedEOS
+	if d := set.Decay; d != nil {
+		p.Decay = mambago.LengthDecay{Start: d.Start, Factor: d.Factor}
+	}
 	if t := set.MaxTime; t != nil {
 		if !(*t >= 0 && *t < 1e9) {
 			return out, fmt.Errorf("ValueError: max_time = %v s, want ≥ 0 and finite", *t)

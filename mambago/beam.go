@@ -571,8 +571,10 @@ func (c *candidates) drawn(b int, beams []beamRow, keep, V int, rng *rand.Rand) 
 	out := make([]scored, 0, keep)
 	taken := make([]bool, K*V)
 	for range min(n, keep) {
-		i := pick(max(0, rng.Float64()*total), w) // total, after the draws taken from it, can round below 0
-		for w[i] == 0 { // rounding ran pick past the last weight: the last that is left
+		// total, after the draws taken from it, can round below 0; and
+		// rounding can run pick past the last weight: then the last left.
+		i := pick(max(0, rng.Float64()*total), w)
+		for w[i] == 0 {
 			i--
 		}
 		out = append(out, scored{i, scores[i]})

@@ -32,19 +32,35 @@ type Processors struct {
 	// Suppress ids have logits of -Inf at every step (suppress_tokens),
 	// BeginSuppress ids at the first new token (begin_suppress_tokens).
 	Suppress, BeginSuppress []int64
+	// ForcedBOS, as transformers' forced_bos_token_id, does the same at
+	// the first new token of a one-token prompt (T = 1); the
+	// begin-suppressed ids then wait for the second.
+	ForcedBOS []int64
 	// ForcedEOS, as transformers' forced_eos_token_id: at the last new
 	// token a call may take (its maxNew-th), every logit is -Inf but
 	// these ids', which are 0.
 	ForcedEOS []int64
+	// Decay, as transformers' exponential_decay_length_penalty, raises
+	// the eos ids' logits once Decay.Start tokens are new.
+	Decay LengthDecay
 	// Deadline, where not zero, ends the generation once a token is taken
 	// after it (transformers' max_time, from the call's start): the tokens
 	// so far are returned, without an error. At least one is taken.
 	Deadline time.Time
 }
 
+// LengthDecay is transformers' exponential_decay_length_penalty: at new
+// token n past Start, each eos id's finite logit s becomes
+// s + |s|·(Factor^(n-Start) - 1). The zero value (Factor 0) has none.
+type LengthDecay struct {
+	Start  int
+	Factor float64 // > 0; 0 for none
+}
+
 // processes reports whether p changes any logits.
 func (p Processors) processes() bool {
-	return len(p.Biases)+len(p.Banned)+len(p.Suppress)+len(p.BeginSuppress)+len(p.ForcedEOS) > 0
+	return len(p.Biases)+len(p.Banned)+len(p.Suppress)+len(p.BeginSuppress)+len(p.ForcedBOS)+len(p.ForcedEOS) > 0 ||
+		p.Decay.Factor != 0
 }
 
 // late reports whether the deadline, if any, has passed.
@@ -55,6 +71,10 @@ func (p Processors) late() bool {
 // check reports an empty sequence, a negative id or a bias that is not
 // finite.
 func (p Processors) check() error {
+	if d := p.Decay; d.Factor != 0 && !(d.Factor > 0 && d.Factor < math.Inf(1) && d.Start >= 0) {
+		return engine.Invalid("exponential decay length penalty (%d, %v): want a start ≥ 0 and a finite factor > 0",
+			d.Start, d.Factor)
+	}
 	for _, b := range p.Biases {
 		if math.IsNaN(float64(b.Bias)) || math.IsInf(float64(b.Bias), 0) {
 			return engine.Invalid("sequence bias %v for %v, want finite (ban a sequence with bad words)", b.Bias, b.Tokens)
@@ -84,13 +104,21 @@ func (p Processors) checkFor(V, maxNew int) error {
 			}
 		}
 	}
-	suppressed := slices.Clone(p.Suppress)
+	// At the last new token the suppressed ids are -Inf, and the
+	// begin-suppressed ones where it is the first; a forced bos comes
+	// before the begin-suppressed ids.
+	atLast := slices.Clone(p.Suppress)
 	if maxNew == 1 {
-		suppressed = append(suppressed, p.BeginSuppress...)
+		atLast = append(atLast, p.BeginSuppress...)
 	}
-	if len(p.ForcedEOS) > 0 && !slices.ContainsFunc(p.ForcedEOS, func(id int64) bool { return !slices.Contains(suppressed, id) }) {
-		return engine.Invalid("every forced eos id %v is suppressed at the last new token, which leaves none to take",
-			p.ForcedEOS)
+	for _, forced := range []struct {
+		what            string
+		ids, suppressed []int64
+	}{{"bos", p.ForcedBOS, p.Suppress}, {"eos", p.ForcedEOS, atLast}} {
+		if len(forced.ids) > 0 && !slices.ContainsFunc(forced.ids, func(id int64) bool { return !slices.Contains(forced.suppressed, id) }) {
+			return engine.Invalid("every forced %s id %v is suppressed where it is forced, which leaves no token to take",
+				forced.what, forced.ids)
+		}
 	}
 	return nil
 }
@@ -111,7 +139,7 @@ func (p Processors) sequences() []named {
 		all = append(all, named{"bad words", ids})
 	}
 	for _, set := range []named{{"suppress_tokens", p.Suppress}, {"begin_suppress_tokens", p.BeginSuppress},
-		{"forced eos ids", p.ForcedEOS}} {
+		{"forced bos ids", p.ForcedBOS}, {"forced eos ids", p.ForcedEOS}} {
 		for _, id := range set.ids {
 			all = append(all, named{set.what, []int64{id}})
 		}
@@ -122,16 +150,18 @@ func (p Processors) sequences() []named {
 // processing is a generation's logits processors over its rows' tokens,
 // applied in transformers' order: the sequence biases, the repetition
 // penalty, the n-gram ban, the banned sequences, the minimum length, the
-// forced eos, the suppressed ids.
+// forced bos and eos, the length decay, the suppressed ids.
 type processing struct {
 	pen    *penalty
 	grams  *nGrams
 	biases *sequenceBias // Biases, then Banned as biases of -Inf
 	banned *sequenceBias
 	p      Processors
-	ends   []int64 // the ids MinNew bans
+	eos    []int64 // the ids that end a row
 	minNew int
-	last   int // the step ForcedEOS applies at
+	first  bool // ForcedBOS applies at step 0: the prompt is one token
+	begin  int  // the step BeginSuppress applies at: 1 after a forced bos, else 0
+	last   int  // the step ForcedEOS applies at
 }
 
 // newProcessing returns the processors of s over the prompts in ids [B, T]
@@ -143,11 +173,13 @@ func newProcessing(s Sampling, ids []int64, B, T int, spans []Span, V, maxNew in
 		grams:  newNGrams(s.NoRepeatNGram, ids, B, T, spans),
 		biases: newSequenceBias(s.Biases, ids, B, T, spans),
 		p:      s.Processors,
+		eos:    s.endIDs(),
 		minNew: s.MinNew,
+		first:  T == 1,
 		last:   maxNew - 1,
 	}
-	if s.MinNew > 0 {
-		pr.ends = s.endIDs()
+	if pr.first && len(s.ForcedBOS) > 0 {
+		pr.begin = 1
 	}
 	if len(s.Banned) > 0 {
 		ban := make([]SequenceBias, len(s.Banned))
@@ -167,24 +199,46 @@ func (pr *processing) apply(logits []float32, V int, done []bool, step int) {
 	pr.grams.ban(logits, done)
 	pr.banned.apply(logits, V, done)
 	if step < pr.minNew {
-		banIDs(logits, V, pr.ends)
+		banIDs(logits, V, pr.eos)
 	}
-	if step == pr.last && len(pr.p.ForcedEOS) > 0 {
+	if step == 0 && pr.first {
+		force(logits, V, done, pr.p.ForcedBOS)
+	}
+	if step == pr.last {
+		force(logits, V, done, pr.p.ForcedEOS)
+	}
+	if d := pr.p.Decay; d.Factor != 0 && step > d.Start {
+		by := float32(math.Pow(d.Factor, float64(step-d.Start)) - 1)
 		for b := range len(logits) / V {
-			if !done[b] {
-				row := logits[b*V : (b+1)*V]
-				for v := range row {
-					row[v] = float32(math.Inf(-1))
-				}
-				for _, id := range pr.p.ForcedEOS {
-					row[id] = 0
+			for _, id := range pr.eos {
+				if s := logits[b*V+int(id)]; !done[b] && !math.IsInf(float64(s), 0) {
+					logits[b*V+int(id)] = s + float32(math.Abs(float64(s)))*by
 				}
 			}
 		}
 	}
 	banIDs(logits, V, pr.p.Suppress)
-	if step == 0 {
+	if step == pr.begin {
 		banIDs(logits, V, pr.p.BeginSuppress)
+	}
+}
+
+// force sets, in each row of logits [B, V] not done, every logit to -Inf
+// but those of ids, which are 0 (none for no ids).
+func force(logits []float32, V int, done []bool, ids []int64) {
+	if len(ids) == 0 {
+		return
+	}
+	for b := range len(logits) / V {
+		if !done[b] {
+			row := logits[b*V : (b+1)*V]
+			for v := range row {
+				row[v] = float32(math.Inf(-1))
+			}
+			for _, id := range ids {
+				row[id] = 0
+			}
+		}
 	}
 }
 

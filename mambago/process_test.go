@@ -91,6 +91,24 @@ func TestProcessorsShapeTheTokens(t *testing.T) {
 			if _, k = generate(mambago.Processors{Deadline: time.Now()}); k != 1 {
 				t.Errorf("%s: %d tokens past the deadline, want 1", name, k)
 			}
+			// A forced bos opens a one-token prompt's continuation, not a longer one's.
+			one := []int64{ids[0], ids[T]}
+			s.Processors = mambago.Processors{ForcedBOS: []int64{21}}
+			if got, _, err := m.Generate(one, 2, 1, 3, s); err != nil || got[0] != 21 || got[3] != 21 {
+				t.Errorf("%s: one-token prompts continue %v (err %v), want 21 first", name, got, err)
+			}
+			if got, _ = generate(mambago.Processors{ForcedBOS: []int64{21}}); name == "greedy" && !slices.Equal(got, free) {
+				t.Errorf("greedy: a forced bos changed five-token prompts' tokens: %v, free %v", got, free)
+			}
+			// A steep length decay makes the eos id come right after its start.
+			s.EOS, s.Processors = free[5], mambago.Processors{Decay: mambago.LengthDecay{Start: 2, Factor: 1e6}}
+			got, k = generate(s.Processors)
+			for b := range B {
+				if e := slices.Index(got[b*k:(b+1)*k], s.EOS); e < 0 || e > 3 {
+					t.Errorf("%s, row %d: eos %d at %d under the decay, want by token 3: %v", name, b, s.EOS, e, got[b*k:(b+1)*k])
+				}
+			}
+			s.EOS = -1
 		}
 
 		bm := mambago.Beams{Width: 3, Return: 2, LengthPenalty: 1, EOS: -1, Fill: -1}

@@ -246,7 +246,8 @@ def test_beam_search_follows_transformers():
 
 def test_logits_processors_follow_transformers():
     """sequence_bias, bad_words_ids, suppress_tokens, begin_suppress_tokens,
-    forced_eos_token_id and max_time, alone and together, with
+    forced_eos_token_id, forced_bos_token_id (after one-token prompts),
+    exponential_decay_length_penalty and max_time, alone and together, with
     repetition_penalty and min_new_tokens beside them: transformers' own
     generate gives the same sequences (and beam indices) and scores (1e-4),
     greedy and by beam search, over fresh random prompts and settings
@@ -260,10 +261,11 @@ def test_logits_processors_follow_transformers():
     V = hf.config.vocab_size
     rng = np.random.default_rng()
     for trial in range(12):
-        B, T = int(rng.integers(1, 4)), int(rng.integers(5, 9))
+        kinds = [k for k in range(8) if rng.random() < 0.4] or [trial % 8]
+        B, T = int(rng.integers(1, 4)), 1 if 6 in kinds else int(rng.integers(5, 9))
         ids = torch.from_numpy(rng.integers(1, V, size=(B, T)))
         mask = torch.ones_like(ids)
-        if trial % 4 == 1 and B > 1:
+        if trial % 4 == 1 and B > 1 and T > 2:
             mask[0, :2] = 0
             ids[0, :2] = hf.config.pad_token_id
         base = dict(max_new_tokens=int(rng.integers(4, 10)), pad_token_id=hf.config.pad_token_id,
@@ -273,7 +275,6 @@ def test_logits_processors_follow_transformers():
         tok = lambda: int(rng.choice(free.reshape(-1)))  # noqa: E731  a token the free run generates
         pair = [int(t) for t in free[0, :2]]
         kw = dict(base, return_dict_in_generate=True, output_scores=True)
-        kinds = [k for k in range(6) if rng.random() < 0.5] or [trial % 6]
         if 0 in kinds or trial % 3 == 2:  # with the repetition penalty below, a bias on a prompt's token
             kw["sequence_bias"] = {(tok(),): float(rng.normal() * 3), tuple(pair): float(rng.normal() * 3),
                                    (int(ids[-1, -1]), tok()): 2.5, (int(ids[0, -1]),): 1.5}
@@ -287,6 +288,10 @@ def test_logits_processors_follow_transformers():
             kw["forced_eos_token_id"] = [tok(), tok()] if trial % 2 == 0 else tok()
         if 5 in kinds:
             kw["max_time"] = 0.0  # one token, then the time is up
+        if 6 in kinds:
+            kw["forced_bos_token_id"] = tok()
+        if 7 in kinds:
+            kw["exponential_decay_length_penalty"] = (int(rng.integers(0, 3)), float(rng.uniform(1.05, 2.5)))
         if trial % 3 == 2 and (leaves_out_padding or not (mask == 0).any()):
             kw["repetition_penalty"] = 1.4
         if trial % 5 == 4:
@@ -298,7 +303,7 @@ def test_logits_processors_follow_transformers():
                 want = hf.generate(ids, attention_mask=mask, **kw)
         except ValueError as refusal:  # every forced id suppressed: both refuse it
             assert "suppress_tokens" in str(refusal), refusal
-            with pytest.raises(ValueError, match="every forced eos id"):
+            with pytest.raises(ValueError, match="every forced [be]os id"):
                 ours.generate(ids, attention_mask=mask, **kw)
             continue
         got = ours.generate(ids, attention_mask=mask, **kw)
@@ -373,6 +378,10 @@ def test_logits_processors_refuse_bad_settings():
                              (dict(forced_eos_token_id=-1), ValueError, "outside the vocabulary"),
                              (dict(suppress_tokens=[1.5]), TypeError, "list of ints"),
                              (dict(max_time=-1.0), ValueError, "max_time"),
+                             (dict(exponential_decay_length_penalty=(-1, 1.5)), ValueError, "start_index"),
+                             (dict(exponential_decay_length_penalty=(2, 0.0)), ValueError, "decay_factor"),
+                             (dict(exponential_decay_length_penalty=2), TypeError, "start_index, decay_factor"),
+                             (dict(forced_bos_token_id=V), ValueError, "outside the vocabulary"),
                              (dict(forced_eos_token_id=4, suppress_tokens=[4, 5]), ValueError, "every forced eos id")):
         for call in (lambda: m.model.generate(ids, 3, **kw), lambda: m.model.beam_search(ids, 3, 2, **kw),
                      lambda: m.generate(ids, max_new_tokens=3, **kw)):

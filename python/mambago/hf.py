@@ -448,6 +448,10 @@ _GENERATION_DEFAULTS = {
     "num_return_sequences": 1, "return_dict_in_generate": False, "output_scores": False, "output_logits": False,
     "sequence_bias": None, "bad_words_ids": None, "suppress_tokens": None, "begin_suppress_tokens": None,
     "forced_eos_token_id": None, "max_time": None, "typical_p": 1.0, "epsilon_cutoff": 0.0, "eta_cutoff": 0.0,
+    "forced_bos_token_id": None, "exponential_decay_length_penalty": None,
+    # speed settings that leave the tokens as they are: beam search a beam at a time, and prompt-lookup
+    # decoding (transformers' greedy tokens are the same with it); mambago takes them and decodes as it does
+    "low_memory": None, "prompt_lookup_num_tokens": None,
 }
 
 # transformers' generation settings that change the tokens and that
@@ -456,9 +460,8 @@ _GENERATION_DEFAULTS = {
 # refuses them rather than decode another way than transformers would.
 _GENERATION_OFF = {
     "num_beam_groups": 1, "penalty_alpha": None, "diversity_penalty": 0.0,
-    "force_words_ids": None, "constraints": None, "top_h": None, "forced_bos_token_id": None, "guidance_scale": None,
-    "exponential_decay_length_penalty": None, "stop_strings": None, "dola_layers": None,
-    "low_memory": None, "watermarking_config": None, "assistant_model": None, "prompt_lookup_num_tokens": None,
+    "force_words_ids": None, "constraints": None, "top_h": None, "guidance_scale": None,
+    "stop_strings": None, "dola_layers": None, "watermarking_config": None, "assistant_model": None,
 }
 
 
@@ -609,8 +612,9 @@ class MambaForCausalLM(_StandIn):
                  length_penalty: float | None = None, early_stopping: bool | str | None = None,
                  sequence_bias=None, bad_words_ids=None, suppress_tokens=None, begin_suppress_tokens=None,
                  forced_eos_token_id=None, max_time: float | None = None, typical_p: float | None = None,
-                 epsilon_cutoff: float | None = None, eta_cutoff: float | None = None, generation_config=None,
-                 **kwargs):
+                 epsilon_cutoff: float | None = None, eta_cutoff: float | None = None, forced_bos_token_id=None,
+                 exponential_decay_length_penalty=None, low_memory: bool | None = None,
+                 prompt_lookup_num_tokens: int | None = None, generation_config=None, **kwargs):
         """Continue prompts [B, T] by up to max_new_tokens tokens and return
         prompt and new tokens [B, T + n], as transformers does: greedy unless
         do_sample (then temperature, top_k and top_p apply; seed makes it
@@ -688,7 +692,9 @@ class MambaForCausalLM(_StandIn):
                  "bad_words_ids": bad_words_ids, "suppress_tokens": suppress_tokens,
                  "begin_suppress_tokens": begin_suppress_tokens, "forced_eos_token_id": forced_eos_token_id,
                  "max_time": max_time, "typical_p": typical_p, "epsilon_cutoff": epsilon_cutoff,
-                 "eta_cutoff": eta_cutoff}
+                 "eta_cutoff": eta_cutoff, "forced_bos_token_id": forced_bos_token_id,
+                 "exponential_decay_length_penalty": exponential_decay_length_penalty, "low_memory": low_memory,
+                 "prompt_lookup_num_tokens": prompt_lookup_num_tokens}
         for name in kwargs:
             if name not in _GENERATION_OFF:
                 raise TypeError(f"generate: unsupported argument {name!r}")
@@ -703,8 +709,9 @@ class MambaForCausalLM(_StandIn):
                              f"greedily, by sampling (temperature, top_k, top_p, min_p) or by beam search "
                              f"(num_beams, length_penalty, early_stopping), with repetition_penalty, "
                              f"min_new_tokens, no_repeat_ngram_size, sequence_bias, bad_words_ids, "
-                             f"suppress_tokens, begin_suppress_tokens, forced_eos_token_id, max_time, "
-                             f"typical_p, epsilon_cutoff and eta_cutoff only; "
+                             f"suppress_tokens, begin_suppress_tokens, forced_bos_token_id, "
+                             f"forced_eos_token_id, exponential_decay_length_penalty, max_time, typical_p, "
+                             f"epsilon_cutoff and eta_cutoff only; "
                              f"set {'each' if len(on) > 1 else 'it'} to its default "
                              f"({', '.join(f'{k}={_GENERATION_OFF[k]!r}' for k in on)}), in the call or in "
                              f"model.generation_config")
@@ -712,7 +719,7 @@ class MambaForCausalLM(_StandIn):
          num_return_sequences, return_dict_in_generate, output_scores, output_logits, repetition_penalty,
          min_new_tokens, min_length, min_p, no_repeat_ngram_size, num_beams, length_penalty, early_stopping,
          sequence_bias, bad_words_ids, suppress_tokens, begin_suppress_tokens, forced_eos_token_id, max_time,
-         typical_p, epsilon_cutoff, eta_cutoff) = (
+         typical_p, epsilon_cutoff, eta_cutoff, forced_bos_token_id, exponential_decay_length_penalty, _, _) = (
             setting(name, _GENERATION_DEFAULTS[name]) for name in given)
         mask = None if attention_mask is None else _numpy(attention_mask)
         ids = _numpy(input_ids).astype(np.int64, copy=False)
@@ -757,10 +764,12 @@ class MambaForCausalLM(_StandIn):
             bad_words_ids = [w for w in bad_words_ids
                              if not (isinstance(w, (list, tuple)) and len(w) == 1 and w[0] in eos_ids)] or None
         suppress_tokens, begin_suppress_tokens = (_within_vocab(t, V) for t in (suppress_tokens, begin_suppress_tokens))
-        if _is_torch_tensor(forced_eos_token_id):
-            forced_eos_token_id = _numpy(forced_eos_token_id)
+        forced_bos_token_id, forced_eos_token_id = (_numpy(f) if _is_torch_tensor(f) else f
+                                                    for f in (forced_bos_token_id, forced_eos_token_id))
         processors = dict(sequence_bias=sequence_bias, bad_words_ids=bad_words_ids, suppress_tokens=suppress_tokens,
-                          begin_suppress_tokens=begin_suppress_tokens, forced_eos_token_id=forced_eos_token_id)
+                          begin_suppress_tokens=begin_suppress_tokens, forced_bos_token_id=forced_bos_token_id,
+                          forced_eos_token_id=forced_eos_token_id,
+                          exponential_decay_length_penalty=exponential_decay_length_penalty)
         if mask is None and pad_token_id is not None and pad_token_id not in eos_ids:
             mask = _mask_from_padding(ids, pad_token_id)  # transformers' generate reads pad ids as padding
         pads = eos_ids and pad_token_id is not None and pad_token_id != eos_ids[0]
@@ -808,6 +817,7 @@ class MambaForCausalLM(_StandIn):
                 prompts = [row[keep == 1] for row, keep in zip(prompts, mask.reshape(prompts.shape))]
             scores = []
             biases, banned = _sequence_biases(processors["sequence_bias"], processors["bad_words_ids"])
+            prompts_T = ids.shape[-1]
             for i, z in enumerate(logits):  # transformers' processors in its order, then its warpers when sampling
                 seen = [np.concatenate([p, row[:i]]) for p, row in zip(prompts, new)]  # each row's tokens so far
                 z = _biased(z, seen, biases)
@@ -818,12 +828,19 @@ class MambaForCausalLM(_StandIn):
                 z = z.copy()
                 if i < min_new:  # before min_new_tokens, -inf at eos
                     z[:, eos_ids] = -np.inf
-                if processors["forced_eos_token_id"] is not None and i == max_new_tokens - 1:
-                    forced = np.asarray(processors["forced_eos_token_id"]).reshape(-1)
-                    z[:] = -np.inf
-                    z[:, forced] = 0
+                bos = processors["forced_bos_token_id"] is not None and prompts_T == 1
+                for forced, at in ((processors["forced_bos_token_id"], bos and i == 0),
+                                   (processors["forced_eos_token_id"], i == max_new_tokens - 1)):
+                    if forced is not None and at:
+                        z[:] = -np.inf
+                        z[:, np.asarray(forced).reshape(-1)] = 0
+                decay = processors["exponential_decay_length_penalty"]
+                if decay is not None and eos_ids and i > decay[0]:
+                    e = z[:, eos_ids]
+                    finite = np.where(np.isfinite(e), e, 0)
+                    z[:, eos_ids] = e + np.abs(finite) * np.float32(decay[1] ** (i - decay[0]) - 1)
                 for suppressed, at in ((processors["suppress_tokens"], True), (processors["begin_suppress_tokens"],
-                                                                                i == 0)):
+                                                                                i == (1 if bos else 0))):
                     if suppressed and at:
                         z[:, suppressed] = -np.inf
                 scores.append(_like(_warped(z, temperature, top_k, top_p, min_p, **warpers) if do_sample else z,

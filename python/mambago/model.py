@@ -1019,7 +1019,8 @@ class Model(_Owner):
                  min_new_tokens: int = 0, min_p: float = 0.0, no_repeat_ngram_size: int = 0,
                  sequence_bias=None, bad_words_ids=None, suppress_tokens=None, begin_suppress_tokens=None,
                  forced_eos_token_id=None, max_time: float | None = None, typical_p: float = 1.0,
-                 epsilon_cutoff: float = 0.0, eta_cutoff: float = 0.0) -> np.ndarray:
+                 epsilon_cutoff: float = 0.0, eta_cutoff: float = 0.0, forced_bos_token_id=None,
+                 exponential_decay_length_penalty=None) -> np.ndarray:
         """Continue prompts input_ids [B, T] by up to max_new_tokens tokens; returns int64 [B, n].
 
         temperature must be finite and ≥ 0: 0 is greedy (the lowest id among
@@ -1061,7 +1062,11 @@ class Model(_Owner):
         bad_words_ids lists sequences a row may never complete.
         suppress_tokens are never drawn, begin_suppress_tokens not as the
         first new token. forced_eos_token_id (an id or a list) makes the
-        max_new_tokens-th token one of them. max_time (seconds) ends the
+        max_new_tokens-th token one of them, and forced_bos_token_id the
+        first after a one-token prompt. exponential_decay_length_penalty
+        (start_index, decay_factor) raises the eos ids' logits s by
+        |s|·(decay_factor^k - 1) at the k-th new token past start_index.
+        max_time (seconds) ends the
         call once a token is taken after that long, returning the tokens so
         far. Every id must be in the vocabulary. With any of these
         processors, each step's logits come to the host on the CUDA
@@ -1119,7 +1124,7 @@ class Model(_Owner):
         more = np.array(eos_ids[1:], dtype=np.int64)
         procs = _processors(self.config.vocab_size, sequence_bias, bad_words_ids, suppress_tokens,
                             begin_suppress_tokens, forced_eos_token_id, max_time, typical_p, epsilon_cutoff,
-                            eta_cutoff)
+                            eta_cutoff, None, forced_bos_token_id, exponential_decay_length_penalty)
         B, T = ids.shape
         out = np.full((B, max_new_tokens), -1, dtype=np.int64)
         if streamer is None:
@@ -1157,7 +1162,8 @@ class Model(_Owner):
                     begin_suppress_tokens=None, forced_eos_token_id=None, max_time: float | None = None,
                     do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                     min_p: float = 0.0, typical_p: float = 1.0, epsilon_cutoff: float = 0.0,
-                    eta_cutoff: float = 0.0, seed: int | None = None) -> "BeamSearchOutput":
+                    eta_cutoff: float = 0.0, seed: int | None = None, forced_bos_token_id=None,
+                    exponential_decay_length_penalty=None) -> "BeamSearchOutput":
         """Continue prompts input_ids [B, T] by beam search of up to
         max_new_tokens tokens, as transformers' generate does with num_beams
         and do_sample=False, and return the num_return_sequences best
@@ -1167,7 +1173,8 @@ class Model(_Owner):
         probabilities (after the logits processors, as generate applies
         them: repetition_penalty, min_new_tokens, no_repeat_ngram_size,
         sequence_bias, bad_words_ids, suppress_tokens,
-        begin_suppress_tokens, forced_eos_token_id), keeps the
+        begin_suppress_tokens, forced_bos_token_id, forced_eos_token_id,
+        exponential_decay_length_penalty), keeps the
         num_beams best that have not ended, and ranks those that end at an
         eos_token_id (an id or a list of them) or at max_new_tokens by that
         sum over their length to the power length_penalty. early_stopping
@@ -1235,7 +1242,7 @@ class Model(_Owner):
             raise ValueError("typical_p, epsilon_cutoff and eta_cutoff need do_sample=True")
         procs = _processors(self.config.vocab_size, sequence_bias, bad_words_ids, suppress_tokens,
                             begin_suppress_tokens, forced_eos_token_id, max_time, typical_p, epsilon_cutoff,
-                            eta_cutoff, sample)
+                            eta_cutoff, sample, forced_bos_token_id, exponential_decay_length_penalty)
         fill = pad_token_id if pad_token_id is not None else (eos_ids[0] if eos_ids else -1)
         if isinstance(fill, bool) or not isinstance(fill, (int, np.integer)):
             raise TypeError(f"pad_token_id must be an int or None, got {type(pad_token_id).__name__}")
@@ -1302,7 +1309,8 @@ def _token_list(name: str, ids, vocab_size: int) -> list[int]:
 
 def _processors(vocab_size: int, sequence_bias, bad_words_ids, suppress_tokens, begin_suppress_tokens,
                 forced_eos_token_id, max_time, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0,
-                beam_sampling: dict | None = None) -> str:
+                beam_sampling: dict | None = None, forced_bos_token_id=None,
+                exponential_decay_length_penalty=None) -> str:
     """generate's and beam_search's further logits processors and sampling
     warpers (and beam_search's sampling settings), checked, as the JSON the
     engine reads ("" for none). A sequence bias of -inf bans its sequence,
@@ -1350,9 +1358,21 @@ def _processors(vocab_size: int, sequence_bias, bad_words_ids, suppress_tokens, 
     if banned:
         settings["bad_words_ids"] = banned
     for name, ids in (("suppress_tokens", suppress_tokens), ("begin_suppress_tokens", begin_suppress_tokens),
-                      ("forced_eos_token_id", forced_eos_token_id)):
+                      ("forced_bos_token_id", forced_bos_token_id), ("forced_eos_token_id", forced_eos_token_id)):
         if ids is not None:
             settings[name] = _token_list(name, ids, vocab_size)
+    if exponential_decay_length_penalty is not None:
+        try:
+            start, factor = exponential_decay_length_penalty
+        except (TypeError, ValueError):
+            raise TypeError("exponential_decay_length_penalty must be (start_index, decay_factor), got "
+                            f"{exponential_decay_length_penalty!r}") from None
+        if isinstance(start, bool) or not isinstance(start, (int, np.integer)) or start < 0:
+            raise ValueError(f"exponential_decay_length_penalty: start_index must be an int ≥ 0, got {start!r}")
+        if isinstance(factor, bool) or not isinstance(factor, (int, float, np.integer, np.floating)) or \
+                not 0 < factor < math.inf:
+            raise ValueError(f"exponential_decay_length_penalty: decay_factor must be finite and > 0, got {factor!r}")
+        settings["exponential_decay_length_penalty"] = {"start": int(start), "factor": float(factor)}
     if max_time is not None:
         if isinstance(max_time, bool) or not isinstance(max_time, (int, float, np.integer, np.floating)):
             raise TypeError(f"max_time must be a number of seconds, got {type(max_time).__name__}")
