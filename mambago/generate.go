@@ -57,7 +57,8 @@ type Sampling struct {
 	// epsilon_cutoff, eta_cutoff); a draw under any is made on the host.
 	Warpers
 	// Processors are the further logits processors (sequence biases,
-	// banned sequences, suppressed and forced ids) and the deadline.
+	// banned sequences, suppressed and forced ids, the length decay) and
+	// the deadline.
 	Processors
 }
 
@@ -192,8 +193,9 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 	// the draw: on the host for the first token, and for the rest on the
 	// device where the decoder processes its queued steps' logits and
 	// queues the draw asked for (ProcessingDecoder); else every step
-	// returns its logits and the host draws. So it does under min_p and
-	// no_repeat_ngram_size, which the device's draws do not have.
+	// returns its logits and the host draws. So it does under min_p, the
+	// further warpers, no_repeat_ngram_size and the further processors,
+	// which the device's draws do not have.
 	procs := newProcessing(s, ids, B, T, spans, cfg.Vocab, maxNew)
 	pen := procs.pen
 	banning := s.MinNew > 0 && s.EOS >= 0
