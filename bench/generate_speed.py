@@ -16,10 +16,15 @@ host (logits or tokens), which is what a caller waits for; the medians of
   penalty_us_per_token likewise, greedy under repetition_penalty=1.2 (on
   the device before each queued step's pick, from 86c1eea; before it, each
   step's logits came to the host, where the draw was made);
+- bad_words_us_per_token likewise, greedy under bad_words_ids (two
+  sequences), and typical_us_per_token sampling at temperature 0.8 under
+  typical_p=0.9: each step's logits come to the host, where the processors
+  and warpers run and the draw is made;
 - beam_us_per_step: beam search with --beams beams (model.beam_search, no
   EOS, so every call runs its n steps) likewise: a step of B·beams
   sequences, their logits on the host for the search, the states reordered
-  on the device.
+  on the device; beam_sampled_us_per_step likewise with do_sample
+  (temperature 0.8, top_k 50: every row's whole logits on the host).
 The JSON goes to --out and a markdown table to stdout.
 """
 
@@ -83,18 +88,22 @@ def measure(mambago, shape, dtype, B, a):
             gen(a.new_tokens)()  # warm-up: workspace and GEMM plans at this batch
             return (wall(gen(a.new_tokens), a.repeats) - wall(gen(1), a.repeats)) / (a.new_tokens - 1) * 1e6
 
-        def beam_step(n):
-            return lambda: model.beam_search(prompt, n, a.beams)
+        def per_beam_step(**sampling):
+            def beam_step(n):
+                return lambda: model.beam_search(prompt, n, a.beams, seed=0, **sampling)
 
-        beam_step(a.new_tokens)()
-        beam = (wall(beam_step(a.new_tokens), a.repeats) - wall(beam_step(1), a.repeats)) / (a.new_tokens - 1) * 1e6
+            beam_step(a.new_tokens)()
+            return (wall(beam_step(a.new_tokens), a.repeats) - wall(beam_step(1), a.repeats)) / (a.new_tokens - 1) * 1e6
         return {"shape": shape, "dtype": dtype, "B": B, "prompt": a.prompt, "generate_new_tokens": a.new_tokens,
                 "step_eager_us": eager * 1e6, "step_graph_us": replay * 1e6, "capture_ms": cap * 1e3,
                 "generate_us_per_token": per_token(),
                 "sampled_k50_us_per_token": per_token(temperature=0.8, top_k=50),
                 "sampled_p95_us_per_token": per_token(temperature=0.8, top_p=0.95),
-                "penalty_us_per_token": per_token(repetition_penalty=1.2), "beams": a.beams,
-                "beam_us_per_step": beam}
+                "penalty_us_per_token": per_token(repetition_penalty=1.2),
+                "bad_words_us_per_token": per_token(bad_words_ids=[[1, 2], [3]]),
+                "typical_us_per_token": per_token(temperature=0.8, typical_p=0.9), "beams": a.beams,
+                "beam_us_per_step": per_beam_step(),
+                "beam_sampled_us_per_step": per_beam_step(do_sample=True, temperature=0.8, top_k=50)}
     finally:
         model.close()
 
@@ -115,8 +124,8 @@ def main():
     import mambago
 
     rows = []
-    print(f"| shape | dtype | B | step eager µs | step graph µs | eager/graph | capture ms | generate µs/token: greedy | top-k 50 | top-p 0.95 | greedy, penalty 1.2 | beam search µs/step ({a.beams} beams) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| shape | dtype | B | step eager µs | step graph µs | eager/graph | capture ms | generate µs/token: greedy | top-k 50 | top-p 0.95 | greedy, penalty 1.2 | greedy, bad words | typical_p 0.9 | beam search µs/step ({a.beams} beams) | beam sampling µs/step |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for shape in a.shapes:
         for dtype in a.dtypes:
             for B in a.batches:
@@ -125,7 +134,9 @@ def main():
                 print(f"| {shape} | {dtype} | {B} | {r['step_eager_us']:.0f} | {r['step_graph_us']:.0f} | "
                       f"{r['step_eager_us'] / r['step_graph_us']:.2f} | {r['capture_ms']:.2f} | "
                       f"{r['generate_us_per_token']:.0f} | {r['sampled_k50_us_per_token']:.0f} | "
-                      f"{r['sampled_p95_us_per_token']:.0f} | {r['penalty_us_per_token']:.0f} | {r['beam_us_per_step']:.0f} |",
+                      f"{r['sampled_p95_us_per_token']:.0f} | {r['penalty_us_per_token']:.0f} | "
+                      f"{r['bad_words_us_per_token']:.0f} | {r['typical_us_per_token']:.0f} | "
+                      f"{r['beam_us_per_step']:.0f} | {r['beam_sampled_us_per_step']:.0f} |",
                       flush=True)
     with open(a.out, "w") as f:
         json.dump({"rows": rows, "args": vars(a)}, f, indent=1)
