@@ -240,7 +240,7 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 		}
 	}
 	procs := newProcessing(s, beamIDs, B*K, T, beamSpans, V, maxNew)
-	var warp *warper
+	var warp *warper              // a pattern: warpRows makes one a goroutine
 	rngs := make([]*rand.Rand, B) // each prompt's draws
 	if bm.Sample.Temperature > 0 {
 		warp = newWarper(bm.Sample.warping(), keep/K)
@@ -300,9 +300,7 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 			}
 			procs.apply(cands.logp, V, none, step)
 			if warp != nil {
-				for i := range B * K {
-					warp.warp(cands.logp[i*V : (i+1)*V])
-				}
+				warpRows(cands.logp, V, warp)
 			}
 			if bm.Scores {
 				out.StepScores = append(out.StepScores, cands.logp)
@@ -434,6 +432,23 @@ func cond(ok bool, v float32) float32 {
 	return 0
 }
 
+// warpRows cuts each row of V of logits as warper like does, the rows
+// split among up to GOMAXPROCS goroutines, each with a warper of its own.
+func warpRows(logits []float32, V int, like *warper) {
+	rows := len(logits) / V
+	parts := min(rows, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for p := range parts {
+		wg.Go(func() {
+			w := newWarper(like.s, like.minKeep)
+			for i := p * rows / parts; i < (p+1)*rows/parts; i++ {
+				w.warp(logits[i*V : (i+1)*V])
+			}
+		})
+	}
+	wg.Wait()
+}
+
 // logSoftmaxRows is logSoftmax over each row of V of logits, the rows
 // split among up to GOMAXPROCS goroutines.
 func logSoftmaxRows(dst, logits []float32, V int) error {
@@ -560,31 +575,37 @@ func (c *candidates) drawn(b int, beams []beamRow, keep, V int, rng *rand.Rand) 
 	if math.IsInf(top, -1) {
 		return nil, errors.New("every continuation scores -Inf")
 	}
-	w := make([]float64, K*V)
-	total, n := 0.0, 0
+	// The continuations that can be drawn (of weight above 0), and their
+	// weights: after a top_k, a few a beam.
+	var can []int
+	var w []float64
+	total := 0.0
 	for i, x := range scores {
-		if w[i] = math.Exp(float64(x) - top); w[i] > 0 {
-			n++
+		if e := expNeg(top - float64(x)); e > 0 {
+			can, w = append(can, i), append(w, e)
+			total += e
 		}
-		total += w[i]
 	}
 	out := make([]scored, 0, keep)
-	taken := make([]bool, K*V)
-	for range min(n, keep) {
+	for range min(len(can), keep) {
 		// total, after the draws taken from it, can round below 0; and
 		// rounding can run pick past the last weight: then the last left.
-		i := pick(max(0, rng.Float64()*total), w)
-		for w[i] == 0 {
-			i--
+		d := pick(max(0, rng.Float64()*total), w)
+		for w[d] == 0 {
+			d--
 		}
-		out = append(out, scored{i, scores[i]})
-		total -= w[i]
-		w[i], taken[i] = 0, true
+		out = append(out, scored{can[d], scores[can[d]]})
+		total -= w[d]
+		w[d] = 0
 	}
 	if len(out) < keep {
+		drawable := make(map[int]bool, len(can))
+		for _, i := range can {
+			drawable[i] = true
+		}
 		var rest []int
-		for i := range w {
-			if !taken[i] {
+		for i := range scores {
+			if !drawable[i] {
 				rest = append(rest, i)
 			}
 		}

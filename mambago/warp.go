@@ -1,7 +1,6 @@
 package mambago
 
 import (
-	"cmp"
 	"math"
 	"slices"
 
@@ -52,9 +51,10 @@ func (w Warpers) check() error {
 type warper struct {
 	s       Sampling
 	minKeep int       // transformers' min_tokens_to_keep
-	order   []int     // token ids, sorted as a warper needs
+	top     ranked    // the best few tokens (top_k, and the minKeep best)
+	keys    []uint64  // sort keys, the id in the low 32 bits
+	order   []int     // the finite tokens, sorted as a warper needs
 	p, logp []float64 // the row's probabilities and log probabilities
-	key     []float64 // typical_p's distance of each token from the entropy
 }
 
 // newWarper returns a warper for s that always keeps at least minKeep
@@ -66,7 +66,8 @@ func newWarper(s Sampling, minKeep int) *warper {
 // warp cuts row z of logits in place: divided by the temperature (unless
 // 1), then every warper of s in transformers' order (top_k, top_p, min_p,
 // typical_p, epsilon_cutoff, eta_cutoff) sets the logits of the tokens it
-// removes to -Inf. z holds no NaN.
+// removes to -Inf. z holds no NaN, and a finite logit. Only top_p and
+// typical_p sort, and only the tokens the warpers before them left.
 func (w *warper) warp(z []float32) {
 	s, V := w.s, len(z)
 	if t := float32(s.Temperature); t != 1 {
@@ -76,8 +77,7 @@ func (w *warper) warp(z []float32) {
 	}
 	inf := float32(math.Inf(-1))
 	if k := max(s.TopK, w.minKeep); s.TopK > 0 && k < V {
-		kth := w.sorted(z, func(a, b int) int { return cmp.Compare(z[b], z[a]) })[k-1]
-		cut := z[kth]
+		cut := w.kth(z, k)
 		for i, v := range z {
 			if v < cut {
 				z[i] = inf
@@ -85,13 +85,13 @@ func (w *warper) warp(z []float32) {
 		}
 	}
 	if s.TopP < 1 {
-		up := w.sorted(z, func(a, b int) int { return cmp.Compare(z[a], z[b]) }) // ascending
+		// Rank order is best first: walked backwards, ascending.
+		down := w.finiteSorted(z, func(i int) uint64 { return rankKey(int32(i), z[i]) })
 		w.softmax(z)
 		cum := 0.0
-		for n, i := range up[:V-min(w.minKeep, V)] {
-			cum += w.p[i]
-			if cum <= 1-s.TopP {
-				z[up[n]] = inf
+		for n := len(down) - 1; n >= min(w.minKeep, len(down)); n-- {
+			if cum += w.p[down[n]]; cum <= 1-s.TopP {
+				z[down[n]] = inf
 			}
 		}
 	}
@@ -101,31 +101,7 @@ func (w *warper) warp(z []float32) {
 		w.removeBelow(z, func(i int) bool { return w.p[i] < s.MinP*best })
 	}
 	if m := s.TypicalP; m != 0 && m != 1 {
-		w.softmax(z)
-		ent := 0.0
-		for i := range z {
-			if w.p[i] > 0 {
-				ent -= w.logp[i] * w.p[i]
-			}
-		}
-		w.key = slices.Grow(w.key[:0], V)[:V]
-		for i := range z {
-			w.key[i] = math.Abs(-w.logp[i] - ent)
-		}
-		order := w.sorted(z, func(a, b int) int { return cmp.Compare(w.key[a], w.key[b]) })
-		cum, last := 0.0, 0
-		for _, i := range order {
-			if cum += w.p[i]; cum < m {
-				last++
-			}
-		}
-		last = min(last, V-1)
-		cut := w.key[order[last]]
-		for n, i := range order {
-			if n >= w.minKeep && w.key[i] > cut {
-				z[i] = inf
-			}
-		}
+		w.typical(z, m)
 	}
 	if e := s.EpsilonCutoff; e > 0 {
 		w.softmax(z)
@@ -133,25 +109,116 @@ func (w *warper) warp(z []float32) {
 	}
 	if e := s.EtaCutoff; e > 0 {
 		w.softmax(z)
-		ent := 0.0
-		for i := range z {
-			if w.p[i] > 0 {
-				ent -= w.logp[i] * w.p[i]
-			}
-		}
-		eta := min(e, math.Sqrt(e)*math.Exp(-ent))
+		eta := min(e, math.Sqrt(e)*math.Exp(-w.entropy()))
 		w.removeBelow(z, func(i int) bool { return w.p[i] < eta })
 	}
 }
 
-// sorted returns the ids of z ordered by compare (stable: the lower id
-// first among equals), in the warper's scratch.
-func (w *warper) sorted(z []float32, compare func(a, b int) int) []int {
-	w.order = slices.Grow(w.order[:0], len(z))[:len(z)]
-	for i := range w.order {
-		w.order[i] = i
+// typical applies typical_p m: the tokens in order of their key, the
+// distance of their surprise from the row's entropy, are kept up to the
+// one whose probability, added in that order, reaches m (the minKeep
+// first kept too). It bins the keys' mass, as sampler.fromAll does a
+// nucleus's, and sorts only the bin the mass reaches m in (where the
+// minKeep first might lie past it, every token).
+func (w *warper) typical(z []float32, m float64) {
+	w.softmax(z)
+	ent := w.entropy()
+	key := func(i int) float64 { return math.Abs(-w.logp[i] - ent) }
+	// A key ≥ 0 rounded to float32 keeps its order in its bits.
+	packed := func(i int) uint64 { return uint64(math.Float32bits(float32(key(i))))<<32 | uint64(i) }
+	lo, hi, finite := math.Inf(1), 0.0, 0
+	for i, v := range z {
+		if !math.IsInf(float64(v), -1) {
+			lo, hi, finite = min(lo, key(i)), max(hi, key(i)), finite+1
+		}
 	}
-	slices.SortStableFunc(w.order, compare)
+	scale := 0.0 // bins a unit of key
+	if hi > lo {
+		scale = (nbins - 1) / (hi - lo)
+	}
+	bin := func(i int) int { return int((key(i) - lo) * scale) }
+	var mass [nbins]float64
+	var count [nbins]int
+	for i, v := range z {
+		if !math.IsInf(float64(v), -1) {
+			mass[bin(i)] += w.p[i]
+			count[bin(i)]++
+		}
+	}
+	// The bin where the mass in key order reaches m, the mass and tokens
+	// before it.
+	last, cum, before := nbins-1, 0.0, 0
+	for b := range nbins {
+		if cum+mass[b] >= m {
+			last = b
+			break
+		}
+		cum, before = cum+mass[b], before+count[b]
+	}
+	var cut float64
+	if before+count[last] <= w.minKeep || cum+mass[last] < m {
+		// Few tokens before the cut, or rounding left the mass short of m:
+		// every token in key order.
+		order := w.finiteSorted(z, packed)
+		cum, at := 0.0, 0
+		for _, i := range order {
+			if cum += w.p[i]; cum < m {
+				at++
+			}
+		}
+		if at >= len(order) { // the cut is at a removed token's key, +Inf: none goes
+			return
+		}
+		cut = key(order[at])
+		for n, i := range order {
+			if n >= w.minKeep && key(i) > cut {
+				z[i] = float32(math.Inf(-1))
+			}
+		}
+		return
+	}
+	w.keys = w.keys[:0] // the bin's tokens, in key order
+	for i, v := range z {
+		if !math.IsInf(float64(v), -1) && bin(i) == last {
+			w.keys = append(w.keys, packed(i))
+		}
+	}
+	slices.Sort(w.keys)
+	cut = key(int(uint32(w.keys[len(w.keys)-1])))
+	for _, k := range w.keys {
+		i := int(uint32(k))
+		if cum += w.p[i]; cum >= m {
+			cut = key(i)
+			break
+		}
+	}
+	for i, v := range z {
+		if !math.IsInf(float64(v), -1) && key(i) > cut {
+			z[i] = float32(math.Inf(-1))
+		}
+	}
+}
+
+// kth returns the k-th largest logit of z.
+func (w *warper) kth(z []float32, k int) float32 {
+	_ = w.top.best(z, k) // no NaN here
+	return z[w.top.ids[k-1]]
+}
+
+// finiteSorted returns the ids of z's finite logits ordered by their keys
+// (each holding its id in its low 32 bits), in the warper's scratch.
+func (w *warper) finiteSorted(z []float32, key func(i int) uint64) []int {
+	w.keys = w.keys[:0]
+	for i, v := range z {
+		if !math.IsInf(float64(v), -1) {
+			w.keys = append(w.keys, key(i))
+		}
+	}
+	slices.Sort(w.keys)
+	w.order = w.order[:0]
+	for _, k := range w.keys {
+		w.order = append(w.order, int(uint32(k)))
+	}
 	return w.order
 }
 
@@ -162,7 +229,7 @@ func (w *warper) softmax(z []float32) {
 	top := float64(slices.Max(z))
 	total := 0.0
 	for i, v := range z {
-		w.p[i] = math.Exp(float64(v) - top)
+		w.p[i] = expNeg(top - float64(v))
 		total += w.p[i]
 	}
 	lt := math.Log(total)
@@ -172,12 +239,22 @@ func (w *warper) softmax(z []float32) {
 	}
 }
 
+// entropy returns the entropy of the warper's p.
+func (w *warper) entropy() float64 {
+	h := 0.0
+	for i, p := range w.p {
+		if p > 0 {
+			h -= w.logp[i] * p
+		}
+	}
+	return h
+}
+
 // removeBelow sets to -Inf the logits of the tokens that drop says go,
 // except the minKeep best (transformers' epsilon and eta cutoffs keep
 // those whose logit reaches the minKeep-th best's).
 func (w *warper) removeBelow(z []float32, drop func(i int) bool) {
-	down := w.sorted(z, func(a, b int) int { return cmp.Compare(z[b], z[a]) })
-	floor := z[down[min(w.minKeep, len(z))-1]]
+	floor := w.kth(z, min(w.minKeep, len(z)))
 	for i, v := range z {
 		if drop(i) && v < floor {
 			z[i] = float32(math.Inf(-1))

@@ -1,0 +1,94 @@
+package mambago
+
+import (
+	"cmp"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// BenchmarkWarp times one row of a 130m model's vocabulary (50,280 logits)
+// cut by each warper setting, as a host draw does before it picks.
+func BenchmarkWarp(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	row := make([]float32, 50280)
+	for i := range row {
+		row[i] = float32(rng.NormFloat64() * 3)
+	}
+	z := make([]float32, len(row))
+	for _, c := range []struct {
+		name string
+		s    Sampling
+	}{
+		{"top_k50", Sampling{Temperature: 0.8, TopK: 50, TopP: 1}},
+		{"top_p0.95", Sampling{Temperature: 0.8, TopP: 0.95}},
+		{"typical0.9", Sampling{Temperature: 0.8, TopP: 1, Warpers: Warpers{TypicalP: 0.9}}},
+		{"top_k50+typical0.9", Sampling{Temperature: 0.8, TopK: 50, TopP: 1, Warpers: Warpers{TypicalP: 0.9}}},
+		{"eta0.001", Sampling{Temperature: 0.8, TopP: 1, Warpers: Warpers{EtaCutoff: 1e-3}}},
+	} {
+		w := newWarper(c.s, 1)
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() {
+				copy(z, row)
+				w.warp(z)
+			}
+		})
+	}
+}
+
+// typicalBySort is typical_p as transformers writes it: every token sorted
+// by its key, kept up to the one whose probability reaches m, the minKeep
+// first kept too.
+func typicalBySort(z []float32, m float64, minKeep int) {
+	w := newWarper(Sampling{}, minKeep)
+	w.softmax(z)
+	ent := w.entropy()
+	key := func(i int) float64 { return math.Abs(-w.logp[i] - ent) }
+	order := make([]int, len(z))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(key(a), key(b)) })
+	cum, last := 0.0, 0
+	for _, i := range order {
+		if cum += w.p[i]; cum < m {
+			last++
+		}
+	}
+	cut := key(order[min(last, len(z)-1)])
+	for n, i := range order {
+		if n >= minKeep && key(i) > cut {
+			z[i] = float32(math.Inf(-1))
+		}
+	}
+}
+
+// TestTypicalBinsMatchFullSort: typical_p through the warper's bins keeps
+// the tokens a sort of the whole row keeps, over fresh random rows, flat
+// and peaked, some already cut, and masses from 0.01 to 0.999.
+func TestTypicalBinsMatchFullSort(t *testing.T) {
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 0))
+	for trial := range 400 {
+		V := []int{7, 96, 5000}[trial%3]
+		scale := []float64{0.3, 2, 8}[trial/3%3]
+		z := make([]float32, V)
+		for i := range z {
+			z[i] = float32(rng.NormFloat64() * scale)
+			if trial%5 == 4 && rng.Float64() < 0.5 && i > 0 {
+				z[i] = float32(math.Inf(-1))
+			}
+		}
+		m := []float64{0.01, 0.3, 0.9, 0.999, rng.Float64()}[trial%5]
+		minKeep := []int{1, 2, 4}[trial%3]
+		got, want := slices.Clone(z), slices.Clone(z)
+		newWarper(Sampling{}, minKeep).typical(got, m)
+		typicalBySort(want, m, minKeep)
+		for i := range got {
+			if math.IsInf(float64(got[i]), -1) != math.IsInf(float64(want[i]), -1) {
+				t.Fatalf("trial %d (V %d, scale %v, m %v, keep %d): token %d kept %v by bins, %v by the sort",
+					trial, V, scale, m, minKeep, i, !math.IsInf(float64(got[i]), -1), !math.IsInf(float64(want[i]), -1))
+			}
+		}
+	}
+}
