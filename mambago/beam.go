@@ -240,10 +240,12 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 		}
 	}
 	procs := newProcessing(s, beamIDs, B*K, T, beamSpans, V, maxNew)
-	var warp *warper              // a pattern: warpRows makes one a goroutine
+	var warpers []*warper         // beam sampling's, one a goroutine of warpRows, kept across steps
 	rngs := make([]*rand.Rand, B) // each prompt's draws
 	if bm.Sample.Temperature > 0 {
-		warp = newWarper(bm.Sample.warping(), keep/K)
+		for range min(B*K, runtime.GOMAXPROCS(0)) {
+			warpers = append(warpers, newWarper(bm.Sample.warping(), keep/K))
+		}
 		for b := range rngs {
 			rngs[b] = rand.New(rand.NewPCG(bm.Sample.Seed, 0x6265616d73+uint64(b)))
 		}
@@ -299,8 +301,8 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 				return nil, fmt.Errorf("beam search: step %d: %w", step, err)
 			}
 			procs.apply(cands.logp, V, none, step)
-			if warp != nil {
-				warpRows(cands.logp, V, warp)
+			if warpers != nil {
+				warpRows(cands.logp, V, warpers)
 			}
 			if bm.Scores {
 				out.StepScores = append(out.StepScores, cands.logp)
@@ -313,7 +315,7 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 		for b := range B {
 			// The keep best continuations of the prompt's K beams.
 			var best []scored
-			if warp != nil {
+			if warpers != nil {
 				best, err = cands.drawn(b, running[b*K:(b+1)*K], keep, V, rngs[b])
 			} else {
 				best, err = cands.best(b, running[b*K:(b+1)*K], keep, V)
@@ -432,17 +434,16 @@ func cond(ok bool, v float32) float32 {
 	return 0
 }
 
-// warpRows cuts each row of V of logits as warper like does, the rows
-// split among up to GOMAXPROCS goroutines, each with a warper of its own.
-func warpRows(logits []float32, V int, like *warper) {
+// warpRows cuts each row of V of logits with its warpers, the rows split
+// among them, a goroutine each.
+func warpRows(logits []float32, V int, warpers []*warper) {
 	rows := len(logits) / V
-	parts := min(rows, runtime.GOMAXPROCS(0))
+	parts := min(rows, len(warpers))
 	var wg sync.WaitGroup
 	for p := range parts {
 		wg.Go(func() {
-			w := newWarper(like.s, like.minKeep)
 			for i := p * rows / parts; i < (p+1)*rows/parts; i++ {
-				w.warp(logits[i*V : (i+1)*V])
+				warpers[p].warp(logits[i*V : (i+1)*V])
 			}
 		})
 	}

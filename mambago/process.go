@@ -150,12 +150,14 @@ func (p Processors) sequences() []named {
 // processing is a generation's logits processors over its rows' tokens,
 // applied in transformers' order: the sequence biases, the repetition
 // penalty, the n-gram ban, the banned sequences, the minimum length, the
-// forced bos and eos, the length decay, the suppressed ids.
+// forced bos and eos, the length decay, the suppressed ids. The banned
+// sequences go with the biases, as biases of -Inf: a -Inf stays one
+// through the penalty, the n-gram ban and the minimum length, so the
+// logits are those of transformers' order.
 type processing struct {
 	pen    *penalty
 	grams  *nGrams
 	biases *sequenceBias // Biases, then Banned as biases of -Inf
-	banned *sequenceBias
 	p      Processors
 	eos    []int64 // the ids that end a row
 	minNew int
@@ -168,10 +170,14 @@ type processing struct {
 // (row b's at spans[b]; nil spans take every row whole) for up to maxNew
 // new tokens of a vocabulary of V.
 func newProcessing(s Sampling, ids []int64, B, T int, spans []Span, V, maxNew int) *processing {
+	biases := slices.Clone(s.Biases)
+	for _, seq := range s.Banned {
+		biases = append(biases, SequenceBias{Tokens: seq, Bias: float32(math.Inf(-1))})
+	}
 	pr := &processing{
 		pen:    newPenalty(s.RepetitionPenalty, ids, B, T, spans, V),
 		grams:  newNGrams(s.NoRepeatNGram, ids, B, T, spans),
-		biases: newSequenceBias(s.Biases, ids, B, T, spans),
+		biases: newSequenceBias(biases, ids, B, T, spans),
 		p:      s.Processors,
 		eos:    s.endIDs(),
 		minNew: s.MinNew,
@@ -180,13 +186,6 @@ func newProcessing(s Sampling, ids []int64, B, T int, spans []Span, V, maxNew in
 	}
 	if pr.first && len(s.ForcedBOS) > 0 {
 		pr.begin = 1
-	}
-	if len(s.Banned) > 0 {
-		ban := make([]SequenceBias, len(s.Banned))
-		for i, seq := range s.Banned {
-			ban[i] = SequenceBias{Tokens: seq, Bias: float32(math.Inf(-1))}
-		}
-		pr.banned = newSequenceBias(ban, ids, B, T, spans)
 	}
 	return pr
 }
@@ -197,7 +196,6 @@ func (pr *processing) apply(logits []float32, V int, done []bool, step int) {
 	pr.biases.apply(logits, V, done)
 	pr.pen.apply(logits, done)
 	pr.grams.ban(logits, done)
-	pr.banned.apply(logits, V, done)
 	if step < pr.minNew {
 		banIDs(logits, V, pr.eos)
 	}
@@ -247,7 +245,6 @@ func (pr *processing) add(b int, id int64) {
 	pr.pen.add(b, id)
 	pr.grams.add(b, id)
 	pr.biases.add(b, id)
-	pr.banned.add(b, id)
 }
 
 // reorder makes row i hold what row rows[i] held (beam search's beams).
@@ -255,7 +252,6 @@ func (pr *processing) reorder(rows []int) {
 	pr.pen.reorder(rows)
 	pr.grams.reorder(rows)
 	pr.biases.reorder(rows)
-	pr.banned.reorder(rows)
 }
 
 // sequenceBias applies sequence biases: the one-token ones to every row,
