@@ -155,10 +155,7 @@ func (w *warper) typical(z []float32, m float64) {
 		}
 		cum, before = cum+mass[b], before+count[b]
 	}
-	var cut float64
-	if before+count[last] <= w.minKeep || cum+mass[last] < m {
-		// Few tokens before the cut, or rounding left the mass short of m:
-		// every token in key order.
+	bySort := func() {
 		order := w.finiteSorted(z, packed)
 		cum, at := 0.0, 0
 		for _, i := range order {
@@ -169,12 +166,17 @@ func (w *warper) typical(z []float32, m float64) {
 		if at >= len(order) { // the cut is at a removed token's key, +Inf: none goes
 			return
 		}
-		cut = key(order[at])
+		cut := key(order[at])
 		for n, i := range order {
 			if n >= w.minKeep && key(i) > cut {
 				z[i] = float32(math.Inf(-1))
 			}
 		}
+	}
+	if before+count[last] <= w.minKeep || cum+mass[last] < m {
+		// Few tokens before the cut, or rounding left the mass short of m:
+		// every token in key order.
+		bySort()
 		return
 	}
 	w.keys = w.keys[:0] // the bin's tokens, in key order
@@ -184,10 +186,14 @@ func (w *warper) typical(z []float32, m float64) {
 		}
 	}
 	slices.Sort(w.keys)
-	cut = key(int(uint32(w.keys[len(w.keys)-1])))
-	for _, k := range w.keys {
+	cut := key(int(uint32(w.keys[len(w.keys)-1])))
+	for n, k := range w.keys {
 		i := int(uint32(k))
 		if cum += w.p[i]; cum >= m {
+			if before+n+1 < w.minKeep { // the cut keeps fewer than minKeep: they are kept in key order
+				bySort()
+				return
+			}
 			cut = key(i)
 			break
 		}
