@@ -92,6 +92,7 @@ var (
 	models handles[*mambago.Model]
 	states handles[stateOf]
 	graphs handles[graphOf]
+	vocabs handles[[][]byte] // tokens' texts, for stop strings (NewVocab)
 )
 
 // guard turns a panic into an error and prefixes err with its Python type.
@@ -141,6 +142,14 @@ func int64s(addr uintptr, n int) []int64 {
 		return nil
 	}
 	return unsafe.Slice(*(**int64)(unsafe.Pointer(&addr)), n)
+}
+
+// bytesAt views n bytes at addr.
+func bytesAt(addr uintptr, n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice(*(**byte)(unsafe.Pointer(&addr)), n)
 }
 
 // int32s views n int32 values at addr.
@@ -210,13 +219,13 @@ func LoadNotice(path, device string) (notice string, err error) {
 	return mambago.LoadNotice(path, device), nil
 }
 
-// OpenHandles returns how many models, states, graphs and stop signals are
-// open, as JSON ({"models": 1, ...}): what a test of Python's releases
+// OpenHandles returns how many models, states, graphs, stop signals and
+// vocabularies are open, as JSON ({"models": 1, ...}): what a test of Python's releases
 // counts.
 func OpenHandles() (js string, err error) {
 	defer guard(&err)
 	b, err := json.Marshal(map[string]int{"models": models.len(), "states": states.len(), "graphs": graphs.len(),
-		"stops": stops.len()})
+		"stops": stops.len(), "vocabs": vocabs.len()})
 	return string(b), err
 }
 
@@ -939,7 +948,12 @@ type processorSettings struct {
 	TypicalP      float64  `json:"typical_p"`
 	EpsilonCutoff float64  `json:"epsilon_cutoff"`
 	EtaCutoff     float64  `json:"eta_cutoff"`
-	BeamSampling  *struct {
+	StopStrings   *struct {
+		Strings [][]byte `json:"strings"` // base64
+		Vocab   int64    `json:"vocab"`   // NewVocab's handle
+		Fill    *int64   `json:"fill"`    // generate's pad id after a stop string
+	} `json:"stop_strings"`
+	BeamSampling *struct {
 		Temperature float64 `json:"temperature"`
 		TopK        int     `json:"top_k"`
 		TopP        float64 `json:"top_p"`
@@ -985,6 +999,16 @@ func parseProcessors(js string) (settings, error) {
 		}
 		p.Deadline = start.Add(time.Duration(*t * float64(time.Second)))
 	}
+	if ss := set.StopStrings; ss != nil {
+		texts, err := vocabs.get(ss.Vocab, "vocabulary")
+		if err != nil {
+			return out, err
+		}
+		p.Stop.Texts, p.Stop.Fill = texts, ss.Fill
+		for _, str := range ss.Strings {
+			p.Stop.Strings = append(p.Stop.Strings, string(str))
+		}
+	}
 	if b := set.BeamSampling; b != nil {
 		if !(b.Temperature > 0) {
 			return out, fmt.Errorf("ValueError: beam sampling: temperature = %v, want > 0", b.Temperature)
@@ -993,6 +1017,43 @@ func parseProcessors(js string) (settings, error) {
 			Seed: b.Seed}
 	}
 	return out, nil
+}
+
+// NewVocab keeps a vocabulary's texts for stop strings and returns its
+// handle: token i's text is the next lengths[i] bytes of data (int64
+// lengths [n]; -1 for a token without text), data holding them one after
+// another. FreeVocab releases it.
+func NewVocab(data uintptr, nData int, lengths uintptr, n int) (h int64, err error) {
+	defer guard(&err)
+	if err := checkBuf("vocabulary texts", data, nData); err != nil {
+		return 0, err
+	}
+	if err := checkBuf("vocabulary lengths", lengths, n); err != nil {
+		return 0, err
+	}
+	kept := append([]byte(nil), bytesAt(data, nData)...) // data is the caller's for the call only
+	texts := make([][]byte, n)
+	at := 0
+	for i, size := range int64s(lengths, n) {
+		if size < 0 {
+			continue
+		}
+		if size > int64(nData-at) {
+			return 0, fmt.Errorf("ValueError: vocabulary: token %d's %d bytes run past the %d bytes of texts", i, size, nData)
+		}
+		texts[i] = kept[at : at+int(size) : at+int(size)]
+		at += int(size)
+	}
+	if at != nData {
+		return 0, fmt.Errorf("ValueError: vocabulary: the lengths sum to %d bytes, the texts hold %d", at, nData)
+	}
+	return vocabs.add(texts), nil
+}
+
+// FreeVocab releases vocabulary h.
+func FreeVocab(h int64) (ok bool, err error) {
+	defer guard(&err)
+	return vocabs.drop(h), nil
 }
 
 // gpuEngine returns the model's CUDA engine, or a ValueError naming what needs it.

@@ -326,7 +326,7 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 			for c, at := range best {
 				j, tok := at.at/V, int64(at.at%V)
 				cand[c] = running[b*K+j].extend(tok, int32(b*K+j), at.score)
-				hits[c] = last || s.ends(tok)
+				hits[c] = last || s.ends(tok) || procs.ends(b*K+j, tok)
 				allHit = allHit && hits[c]
 			}
 			// The K best that go on: a continuation that ends scores no.

@@ -48,3 +48,10 @@ var FallbackNote = fallbackNote
 // Unusable marks err as why a GPU the driver sees cannot run the CUDA
 // engine, as gpuUsable does.
 func Unusable(err error) error { return unusableGPU{err} }
+
+// StopHits reports whether a row of tokens seq (its prompt all but the
+// last) ends with its last token under ss, as Generate tells it.
+func StopHits(ss StopStrings, seq []int64) bool {
+	n := len(seq) - 1
+	return newStopTexts(ss, seq[:n], 1, n, nil).hits(0, seq[n])
+}

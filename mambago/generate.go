@@ -134,7 +134,8 @@ func (m *Model) GenerateSpans(ctx context.Context, ids []int64, B, T int, spans 
 
 // GenerateEach is GenerateSpans that hands each new column of tokens to
 // emit as it is taken: emit(n, tokens) gets token n of every row, [B]
-// (EOS for a row that has stopped), to read before it returns, on the
+// (EOS for a row that has stopped, or StopStrings.Fill after a stop
+// string), to read before it returns, on the
 // generating goroutine, before the next token is taken. It streams the
 // tokens to a reader; nil emit is GenerateSpans.
 func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans []Span, maxNew int, s Sampling,
@@ -244,6 +245,11 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 		samplers[b] = newSampler(s, b)
 	}
 	done := make([]bool, B)
+	ended := make([]bool, B) // done, or past a stop string without EOS
+	fill := make([]int64, B) // what a row holds once done
+	for b := range fill {
+		fill[b] = s.EOS
+	}
 	// drawUniforms sets each running row's next draw for a nucleus step.
 	drawUniforms := func() {
 		for b, sp := range samplers {
@@ -281,10 +287,17 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 		alive := false
 		for b := range B {
 			if done[b] {
-				next[b] = s.EOS
+				next[b] = fill[b]
 			} else {
-				done[b] = s.ends(next[b])
-				alive = alive || !done[b]
+				// A stop string ends a row as EOS does; without EOS the
+				// row goes on (transformers pads only under eos ids).
+				hit := procs.ends(b, next[b])
+				done[b] = s.ends(next[b]) || hit && s.EOS >= 0
+				if hit && !s.ends(next[b]) && s.Stop.Fill != nil {
+					fill[b] = *s.Stop.Fill
+				}
+				ended[b] = ended[b] || done[b] || hit
+				alive = alive || !ended[b]
 				procs.add(b, next[b])
 			}
 			out[b] = append(out[b], next[b])

@@ -47,6 +47,9 @@ type Processors struct {
 	// after it (transformers' max_time, from the call's start): the tokens
 	// so far are returned, without an error. At least one is taken.
 	Deadline time.Time
+	// Stop are transformers' stop_strings: a row ends with the token that
+	// completes one in its text. They change no logits.
+	Stop StopStrings
 }
 
 // LengthDecay is transformers' exponential_decay_length_penalty: at new
@@ -74,6 +77,9 @@ func (p Processors) check() error {
 	if d := p.Decay; d.Factor != 0 && !(d.Factor > 0 && d.Factor < math.Inf(1) && d.Start >= 0) {
 		return engine.Invalid("exponential decay length penalty (%d, %v): want a start ≥ 0 and a finite factor > 0",
 			d.Start, d.Factor)
+	}
+	if err := p.Stop.check(); err != nil {
+		return err
 	}
 	for _, b := range p.Biases {
 		if math.IsNaN(float64(b.Bias)) || math.IsInf(float64(b.Bias), 0) {
@@ -158,6 +164,7 @@ type processing struct {
 	pen    *penalty
 	grams  *nGrams
 	biases *sequenceBias // Biases, then Banned as biases of -Inf
+	stop   *stopTexts    // Stop
 	p      Processors
 	eos    []int64 // the ids that end a row
 	minNew int
@@ -178,6 +185,7 @@ func newProcessing(s Sampling, ids []int64, B, T int, spans []Span, V, maxNew in
 		pen:    newPenalty(s.RepetitionPenalty, ids, B, T, spans, V),
 		grams:  newNGrams(s.NoRepeatNGram, ids, B, T, spans),
 		biases: newSequenceBias(biases, ids, B, T, spans),
+		stop:   newStopTexts(s.Stop, ids, B, T, spans),
 		p:      s.Processors,
 		eos:    s.endIDs(),
 		minNew: s.MinNew,
@@ -245,13 +253,55 @@ func (pr *processing) add(b int, id int64) {
 	pr.pen.add(b, id)
 	pr.grams.add(b, id)
 	pr.biases.add(b, id)
+	pr.stop.add(b, id)
 }
+
+// ends reports whether row b ends on taking id under the stop strings.
+func (pr *processing) ends(b int, id int64) bool { return pr.stop.hits(b, id) }
 
 // reorder makes row i hold what row rows[i] held (beam search's beams).
 func (pr *processing) reorder(rows []int) {
 	pr.pen.reorder(rows)
 	pr.grams.reorder(rows)
 	pr.biases.reorder(rows)
+	pr.stop.reorder(rows)
+}
+
+// tails keeps each row's last keep tokens (fewer at first), for the
+// processors that read only a row's last tokens.
+type tails struct {
+	keep int
+	rows [][]int64
+}
+
+// newTails returns the last keep tokens of each of rows.
+func newTails(keep int, rows [][]int64) tails {
+	t := tails{keep: keep, rows: make([][]int64, len(rows))}
+	for b, row := range rows {
+		t.rows[b] = slices.Clone(row[max(0, len(row)-keep):])
+	}
+	return t
+}
+
+// add appends id to row b.
+func (t *tails) add(b int, id int64) {
+	if t.keep == 0 {
+		return
+	}
+	r := append(t.rows[b], id)
+	if len(r) > t.keep {
+		r = append(r[:0], r[len(r)-t.keep:]...)
+	}
+	t.rows[b] = r
+}
+
+// reorder makes row i hold what row rows[i] held.
+func (t *tails) reorder(rows []int) {
+	kept := make([][]int64, len(rows))
+	for i, r := range rows {
+		kept[i] = slices.Clone(t.rows[r])
+	}
+	t.rows = kept
 }
 
 // sequenceBias applies sequence biases: the one-token ones to every row,
@@ -259,8 +309,7 @@ func (pr *processing) reorder(rows []int) {
 type sequenceBias struct {
 	single []SequenceBias
 	multi  []SequenceBias
-	keep   int       // the longest prefix: the tokens kept a row
-	tail   [][]int64 // each row's last keep tokens (fewer at first)
+	tails  // each row's last tokens: as many as the longest prefix
 }
 
 // newSequenceBias returns the biases over the prompts in ids [B, T] (row
@@ -269,44 +318,36 @@ func newSequenceBias(biases []SequenceBias, ids []int64, B, T int, spans []Span)
 	if len(biases) == 0 {
 		return nil
 	}
-	sb := &sequenceBias{tail: make([][]int64, B)}
+	sb := &sequenceBias{}
+	keep := 0
 	for _, b := range biases {
 		if len(b.Tokens) == 1 {
 			sb.single = append(sb.single, b)
 		} else {
 			sb.multi = append(sb.multi, b)
-			sb.keep = max(sb.keep, len(b.Tokens)-1)
+			keep = max(keep, len(b.Tokens)-1)
 		}
 	}
+	rows := make([][]int64, B)
 	for b := range B {
-		row := prompt(ids, T, spans, b)
-		sb.tail[b] = slices.Clone(row[max(0, len(row)-sb.keep):])
+		rows[b] = prompt(ids, T, spans, b)
 	}
+	sb.tails = newTails(keep, rows)
 	return sb
 }
 
 // add appends id to row b.
 func (sb *sequenceBias) add(b int, id int64) {
-	if sb == nil || sb.keep == 0 {
-		return
+	if sb != nil {
+		sb.tails.add(b, id)
 	}
-	t := append(sb.tail[b], id)
-	if len(t) > sb.keep {
-		t = append(t[:0], t[len(t)-sb.keep:]...)
-	}
-	sb.tail[b] = t
 }
 
 // reorder makes row i hold what row rows[i] held.
 func (sb *sequenceBias) reorder(rows []int) {
-	if sb == nil {
-		return
+	if sb != nil {
+		sb.tails.reorder(rows)
 	}
-	tail := make([][]int64, len(rows))
-	for i, r := range rows {
-		tail[i] = slices.Clone(sb.tail[r])
-	}
-	sb.tail = tail
 }
 
 // apply adds, in logits [B, V], each bias whose sequence the next token
@@ -325,7 +366,7 @@ func (sb *sequenceBias) apply(logits []float32, V int, done []bool) {
 		}
 		sum[id] += bias
 	}
-	for b, t := range sb.tail {
+	for b, t := range sb.rows {
 		if done[b] {
 			continue
 		}

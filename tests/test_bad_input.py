@@ -242,11 +242,54 @@ def test_generate(m):
     ):
         with pytest.raises(exc, match=what):
             m.generate(x, **kw)
+    texts = ["a", "b"] * 50  # a tokenizer stand-in: tokenizers' Tokenizer's methods that read the vocabulary
+    for kw, exc, what in (
+        ({"stop_strings": "ab"}, ValueError, "need the model's tokenizer"),
+        ({"stop_strings": ["ab", ""], "tokenizer": _Letters(texts)}, ValueError, "empty string"),
+        ({"stop_strings": [], "tokenizer": _Letters(texts)}, TypeError, "stop_strings"),
+        ({"stop_strings": b"ab", "tokenizer": _Letters(texts)}, TypeError, "stop_strings"),
+        ({"stop_strings": ["ab", 3], "tokenizer": _Letters(texts)}, TypeError, "stop_strings"),
+        ({"stop_strings": "ab", "tokenizer": object()}, TypeError, "tokenizer"),
+    ):
+        with pytest.raises(exc, match=what):
+            m.generate(x, 3, **kw)
+        with pytest.raises(exc, match=what):
+            m.beam_search(x, 3, 2, **kw)
+    # What the stand-in reads: a row ends at its first even id, whose text is "a" (eos 0 among them), then eos.
+    free = m.generate(x, 6)
+    got = m.generate(x, 6, stop_strings="a", tokenizer=_Letters(texts), eos_token_id=0)
+    for row, want in zip(got, free):
+        end = next((i for i, t in enumerate(want) if t % 2 == 0), len(want) - 1)
+        assert list(row[:end + 1]) == list(want[:end + 1]) and set(row[end + 1:]) <= {0}
     with pytest.raises(TypeError, match="input_ids"):
         m.generate(x.astype(np.float64), 3)
     with pytest.raises(ValueError, match="input_ids.*vocabulary"):
         m.generate(x + m.config.vocab_size, 3)
     assert m.generate(x, 0).shape == (2, 0)
+
+
+class _Letters:
+    """A tokenizer of one letter a token (texts[i] for id i), with the
+    methods of tokenizers' Tokenizer that reading its vocabulary takes."""
+
+    decoder = None
+
+    def __init__(self, texts):
+        self.texts = texts
+
+    def get_vocab(self, with_added_tokens=True):
+        return {f"{t}{i}": i for i, t in enumerate(self.texts)}
+
+    def get_vocab_size(self, with_added_tokens=True):
+        return len(self.texts)
+
+    def encode(self, text, add_special_tokens=False):
+        class Encoding:
+            ids, tokens = [0] * len(text), ["a0"] * len(text)
+        return Encoding()
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "abcdef"[:len(ids) - 1] + self.texts[ids[-1]]
 
 
 def test_state_methods(m):
@@ -406,6 +449,19 @@ def test_raw_bindings_survive_bad_handles_and_pointers():
         with pytest.raises(ValueError, match=match):
             call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0.0, 1.0, 0, 0, 0, -1, 0, 0, gen.ctypes.data, 2,
                  0, 0, procs, 0)
+    data, lengths = np.frombuffer(b"abc", np.uint8), np.array([1, -1, 2], np.int64)
+    vocab = call(b.NewVocab, data.ctypes.data, 3, lengths.ctypes.data, 3)
+    for bad, match in (((data.ctypes.data, 2), "run past"), ((data.ctypes.data, 4), "sum to 3 bytes"),
+                       ((0, 3), "bad buffer")):
+        with pytest.raises(ValueError, match=match):
+            call(b.NewVocab, *bad, lengths.ctypes.data, 3)
+    for procs, match in (('{"stop_strings": {"strings": ["YQ=="], "vocab": 987654}}', "vocabulary handle"),
+                         ('{"stop_strings": {"strings": [""], "vocab": %d}}' % vocab, "an empty string"),
+                         ('{"stop_strings": {"strings": ["YQ=="], "vocab": %d, "fill": -2}}' % vocab, "fill id -2")):
+        with pytest.raises(ValueError, match=match):
+            call(b.Generate, m, buf.ctypes.data, 1, 4, 2, 0.0, 0, 1.0, 0.0, 1.0, 0, 0, 0, -1, 0, 0, gen.ctypes.data, 2,
+                 0, 0, procs, 0)
+    assert call(b.FreeVocab, vocab) is True and call(b.FreeVocab, vocab) is False
     tokens, idx, scores, counts = np.zeros(2, np.int64), np.zeros(2, np.int32), np.zeros(1, np.float32), np.zeros(2, np.int64)
     with pytest.raises(ValueError, match="only when it samples"):
         call(b.BeamSearch, m, buf.ctypes.data, 1, 4, 2, 2, 1, 1.0, 0, -1, 0, 0, -1, 1.0, 0, 0, 0, 0, tokens.ctypes.data,

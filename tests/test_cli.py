@@ -214,3 +214,35 @@ def test_run_streams_one_texts_tokens(tmp_path):
     assert text == [l for l in two.stdout.splitlines() if l.startswith("text[0]:")]
     assert len(text[0].split()) == 1 + 4 + 7
     assert one.stdout.index("text[0]:") < one.stdout.index("prompt[0]:")  # printed during generate
+
+
+def test_run_stops_at_stop_text(tmp_path):
+    """--stop ends a row at the token that completes the text, as
+    Model.generate's stop_strings do with the checkpoint's tokenizer.json (a
+    byte-level BPE trained here); a tokenizer that cannot spell its tokens'
+    texts (the word-level one above) is an error that says so."""
+    tokenizers = pytest.importorskip("tokenizers", reason="tokenizers is not installed")
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    import mambago
+
+    folder = tmp_path / "model"
+    shutil.copytree(case_dir("base"), folder)
+    m = mambago.Model.from_pretrained(str(folder), device="cpu")
+    tk = tokenizers.Tokenizer(models.BPE())
+    tk.pre_tokenizer, tk.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+    tk.train_from_iterator(["the quick brown fox jumps over the lazy dog; abcdef, stop"] * 20,
+                           trainers.BpeTrainer(vocab_size=m.config.vocab_size, special_tokens=["<eos>"]))
+    tk.save(str(folder / "tokenizer.json"))
+    prompt = np.array([[5, 17, 33, 2]])
+    free = m.generate(prompt, 10)
+    stop = tk.decode(free[0, 3:5].tolist(), skip_special_tokens=False)
+    want = m.generate(prompt, 10, eos_token_id=0, stop_strings=stop, tokenizer=tk)
+    assert want.shape[1] <= 5
+    r = cli("run", str(folder), "--prompt-ids", "5,17,33,2", "--max-new-tokens", "10", "--eos-token-id", "0",
+            "--stop", stop, "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    got = [l.split(":")[1].split() for l in r.stdout.splitlines() if l.startswith("generated[0]")]
+    assert got == [[str(t) for t in want[0]]], (stop, got, want)
+    bad = cli("run", with_tokenizer(tmp_path), "--prompt-ids", "5,17", "--stop", "t5", "--device", "cpu")
+    assert bad.returncode != 0 and "decodes no token's text" in bad.stderr, bad.stderr

@@ -317,6 +317,78 @@ def test_logits_processors_follow_transformers():
             assert rel_err(g[finite].numpy(), w[finite].numpy()) <= 1e-4, (trial, kw)
 
 
+def _trained_tokenizers(V: int):
+    """Two transformers tokenizers of at most V tokens, trained here on a
+    few sentences: a byte-level BPE (GPT-NeoX's kind, as Mamba checkpoints
+    have) and a BPE over Metaspace pieces (SentencePiece's kind, whose
+    texts transformers decodes after a prefix)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    text = ["the stop sign stood at the top of a stopped street", "stars start to spot the sea at dusk",
+            "a tapestry of taste: pots, posts and spots", "the quick brown fox jumps over the lazy dog",
+            "abcdef"] * 20  # every letter: transformers decodes each token after "abcdef"
+    made = []
+    for pre, dec in ((pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()),
+                     (pre_tokenizers.Metaspace(), decoders.Metaspace())):
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer, tok.decoder = pre, dec
+        tok.train_from_iterator(text, trainers.BpeTrainer(vocab_size=V, special_tokens=["<pad>"]))
+        made.append(PreTrainedTokenizerFast(tokenizer_object=tok))
+    return made
+
+
+def test_stop_strings_follow_transformers():
+    """stop_strings with a tokenizer (byte-level and Metaspace BPEs trained
+    here), greedy and by beam search: transformers' own generate gives the
+    same sequences (and beam indices), over fresh random prompts, eos ids
+    and stop strings cut at random from the text the free run generates,
+    so that they fire within tokens, across them and past their ends; a
+    left-padded batch among them. Plain Model.generate takes a
+    tokenizers.Tokenizer too."""
+    torch, hf, ours, _, _ = _against_transformers()
+    V = hf.config.vocab_size
+    rng = np.random.default_rng()
+    fired = 0
+    for trial, tokenizer in enumerate(_trained_tokenizers(V) * 6):
+        B, T = int(rng.integers(1, 4)), int(rng.integers(3, 8))
+        ids = torch.from_numpy(rng.integers(1, V, size=(B, T)))
+        mask = torch.ones_like(ids)
+        if trial % 3 == 1 and B > 1:
+            mask[0, :2] = 0
+            ids[0, :2] = hf.config.pad_token_id
+        base = dict(max_new_tokens=int(rng.integers(6, 12)), pad_token_id=hf.config.pad_token_id,
+                    eos_token_id=int(rng.integers(1, V)), do_sample=False)
+        with torch.no_grad():
+            free = hf.generate(ids, attention_mask=mask, **base)[:, T:]
+        text = tokenizer.decode(free[-1, 1:5])
+        a = int(rng.integers(0, max(1, len(text) - 1)))
+        cut = text[a:a + int(rng.integers(1, 6))] or "st"
+        kw = dict(base, stop_strings=[cut, "stop"] if trial % 2 else cut, tokenizer=tokenizer)
+        if trial % 4 >= 2:
+            kw.update(num_beams=int(rng.integers(2, 4)), return_dict_in_generate=True)
+        with torch.no_grad():
+            want = hf.generate(ids, attention_mask=mask, **kw)
+        got = ours.generate(ids, attention_mask=mask, **kw)
+        if "num_beams" in kw:
+            assert torch.equal(got.beam_indices, want.beam_indices.to(got.beam_indices.dtype)), (trial, kw)
+            got, want = got.sequences, want.sequences
+        assert torch.equal(got, want), (trial, kw, got, want, free)
+        fired += want.shape[1] < T + base["max_new_tokens"] or bool((want[:, -1] == hf.config.pad_token_id).any())
+    assert fired >= 3, f"the stop strings ended rows in only {fired} of 12 trials"
+
+    m = ours.model
+    prompt = np.asarray(ids[-1:, :])
+    for tokenizer in _trained_tokenizers(V):
+        raw = tokenizer.backend_tokenizer  # a tokenizers.Tokenizer
+        free = m.generate(prompt, 8)
+        cut = tokenizer.decode(free[0, 2:4].tolist())
+        if cut:
+            by_hf = m.generate(prompt, 8, eos_token_id=V - 1, stop_strings=cut, tokenizer=tokenizer)
+            by_raw = m.generate(prompt, 8, eos_token_id=V - 1, stop_strings=cut, tokenizer=raw)
+            assert np.array_equal(by_hf, by_raw) and by_hf.shape[1] <= 4, (cut, free, by_hf, by_raw)
+
+
 def test_warpers_draw_from_what_transformers_keeps():
     """Sampling under typical_p, epsilon_cutoff and eta_cutoff (with
     temperature, top_k and top_p beside them) draws only tokens that

@@ -136,6 +136,8 @@ def cmd_run(args) -> int:
         eos = [] if args.eos_token_id < 0 else args.eos_token_id
     processors = dict(repetition_penalty=args.repetition_penalty, min_new_tokens=args.min_new_tokens,
                       no_repeat_ngram_size=args.no_repeat_ngram_size)
+    if args.stop:  # read as text through the checkpoint's tokenizer
+        processors.update(stop_strings=args.stop, tokenizer=tok if tok is not None else _tokenizer(args.model))
     stream = None
     if args.num_beams > 1:  # each row's best beam; with --temperature, beam sampling
         sample = {} if args.temperature == 0 else dict(
@@ -234,6 +236,9 @@ def main(argv=None) -> int:
                     help="beam search: a finished beam scores its log probability over its length to this power (default 1)")
     sp.add_argument("--eos-token-id", type=int, default=None,
                     help="a row stops after this token (default: the config's eos ids; -1: none)")
+    sp.add_argument("--stop", action="append", metavar="TEXT",
+                    help="a row stops at the token that completes this text (transformers' stop_strings; "
+                         "repeat for more; needs the checkpoint's tokenizer.json)")
     sp.set_defaults(fn=cmd_run)
 
     sp = sub.add_parser("bench", help="prefill tokens/s over prompt lengths")

@@ -39,7 +39,7 @@ import os
 
 import numpy as np
 
-from .model import Model, State, _batched, _eos_ids, _is_torch_tensor, _spans
+from .model import Model, State, _batched, _eos_ids, _FilledStops, _is_torch_tensor, _spans
 
 # transformers' from_pretrained arguments that choose nothing here, or that
 # name what device= and dtype= choose.
@@ -451,7 +451,7 @@ _GENERATION_DEFAULTS = {
     "forced_bos_token_id": None, "exponential_decay_length_penalty": None,
     # speed settings that leave the tokens as they are: beam search a beam at a time, and prompt-lookup
     # decoding (transformers' greedy tokens are the same with it); mambago takes them and decodes as it does
-    "low_memory": None, "prompt_lookup_num_tokens": None,
+    "low_memory": None, "prompt_lookup_num_tokens": None, "stop_strings": None,
 }
 
 # transformers' generation settings that change the tokens and that
@@ -461,7 +461,7 @@ _GENERATION_DEFAULTS = {
 _GENERATION_OFF = {
     "num_beam_groups": 1, "penalty_alpha": None, "diversity_penalty": 0.0,
     "force_words_ids": None, "constraints": None, "top_h": None, "guidance_scale": None,
-    "stop_strings": None, "dola_layers": None, "watermarking_config": None, "assistant_model": None,
+    "dola_layers": None, "watermarking_config": None, "assistant_model": None,
 }
 
 
@@ -614,7 +614,8 @@ class MambaForCausalLM(_StandIn):
                  forced_eos_token_id=None, max_time: float | None = None, typical_p: float | None = None,
                  epsilon_cutoff: float | None = None, eta_cutoff: float | None = None, forced_bos_token_id=None,
                  exponential_decay_length_penalty=None, low_memory: bool | None = None,
-                 prompt_lookup_num_tokens: int | None = None, generation_config=None, **kwargs):
+                 prompt_lookup_num_tokens: int | None = None, stop_strings=None, tokenizer=None,
+                 generation_config=None, **kwargs):
         """Continue prompts [B, T] by up to max_new_tokens tokens and return
         prompt and new tokens [B, T + n], as transformers does: greedy unless
         do_sample (then temperature, top_k and top_p apply; seed makes it
@@ -677,8 +678,14 @@ class MambaForCausalLM(_StandIn):
         beam's log probabilities, and the candidates are drawn). A streamer
         with beams is a ValueError, as in transformers.
 
+        stop_strings (a str or a list), with the model's tokenizer
+        (tokenizer=, as transformers takes it), end a row with the token
+        that completes one in its text, as transformers' do: the row is
+        padded after it as after an eos id (with no eos id it goes on while
+        other rows have not ended), and a beam is finished there.
+
         transformers' settings for what this generate does not do (group
-        beam search, bad_words_ids, typical_p, ...) pass where they are off
+        beam search, contrastive search, DoLa, ...) pass where they are off
         (num_beam_groups=1) and are a ValueError naming them otherwise;
         other arguments are a TypeError."""
         given = {"max_new_tokens": max_new_tokens, "max_length": max_length, "do_sample": do_sample,
@@ -694,7 +701,7 @@ class MambaForCausalLM(_StandIn):
                  "max_time": max_time, "typical_p": typical_p, "epsilon_cutoff": epsilon_cutoff,
                  "eta_cutoff": eta_cutoff, "forced_bos_token_id": forced_bos_token_id,
                  "exponential_decay_length_penalty": exponential_decay_length_penalty, "low_memory": low_memory,
-                 "prompt_lookup_num_tokens": prompt_lookup_num_tokens}
+                 "prompt_lookup_num_tokens": prompt_lookup_num_tokens, "stop_strings": stop_strings}
         for name in kwargs:
             if name not in _GENERATION_OFF:
                 raise TypeError(f"generate: unsupported argument {name!r}")
@@ -710,7 +717,7 @@ class MambaForCausalLM(_StandIn):
                              f"(num_beams, length_penalty, early_stopping), with repetition_penalty, "
                              f"min_new_tokens, no_repeat_ngram_size, sequence_bias, bad_words_ids, "
                              f"suppress_tokens, begin_suppress_tokens, forced_bos_token_id, "
-                             f"forced_eos_token_id, exponential_decay_length_penalty, max_time, typical_p, "
+                             f"forced_eos_token_id, exponential_decay_length_penalty, max_time, stop_strings, typical_p, "
                              f"epsilon_cutoff and eta_cutoff only; "
                              f"set {'each' if len(on) > 1 else 'it'} to its default "
                              f"({', '.join(f'{k}={_GENERATION_OFF[k]!r}' for k in on)}), in the call or in "
@@ -719,8 +726,8 @@ class MambaForCausalLM(_StandIn):
          num_return_sequences, return_dict_in_generate, output_scores, output_logits, repetition_penalty,
          min_new_tokens, min_length, min_p, no_repeat_ngram_size, num_beams, length_penalty, early_stopping,
          sequence_bias, bad_words_ids, suppress_tokens, begin_suppress_tokens, forced_eos_token_id, max_time,
-         typical_p, epsilon_cutoff, eta_cutoff, forced_bos_token_id, exponential_decay_length_penalty, _, _) = (
-            setting(name, _GENERATION_DEFAULTS[name]) for name in given)
+         typical_p, epsilon_cutoff, eta_cutoff, forced_bos_token_id, exponential_decay_length_penalty, _, _,
+         stop_strings) = (setting(name, _GENERATION_DEFAULTS[name]) for name in given)
         mask = None if attention_mask is None else _numpy(attention_mask)
         ids = _numpy(input_ids).astype(np.int64, copy=False)
         if isinstance(num_return_sequences, bool) or not isinstance(num_return_sequences, (int, np.integer)):
@@ -773,6 +780,10 @@ class MambaForCausalLM(_StandIn):
         if mask is None and pad_token_id is not None and pad_token_id not in eos_ids:
             mask = _mask_from_padding(ids, pad_token_id)  # transformers' generate reads pad ids as padding
         pads = eos_ids and pad_token_id is not None and pad_token_id != eos_ids[0]
+        if stop_strings is not None:  # a row that ends at one is filled with the pad id, as after an eos id
+            stops = _FilledStops([stop_strings] if isinstance(stop_strings, str) else stop_strings)
+            stops.fill = pad_token_id if pads else None
+            processors.update(stop_strings=stops, tokenizer=tokenizer)
         if streamer is not None:
             streamer = _Streamed(streamer, _is_torch_tensor(input_ids), eos_ids if pads else None, pad_token_id)
         if do_sample and not temperature > 0:  # transformers' refusal, in its words: 0 is not greedy here

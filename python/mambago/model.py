@@ -17,6 +17,7 @@ Contract of every entry:
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import math
@@ -1020,7 +1021,7 @@ class Model(_Owner):
                  sequence_bias=None, bad_words_ids=None, suppress_tokens=None, begin_suppress_tokens=None,
                  forced_eos_token_id=None, max_time: float | None = None, typical_p: float = 1.0,
                  epsilon_cutoff: float = 0.0, eta_cutoff: float = 0.0, forced_bos_token_id=None,
-                 exponential_decay_length_penalty=None) -> np.ndarray:
+                 exponential_decay_length_penalty=None, stop_strings=None, tokenizer=None) -> np.ndarray:
         """Continue prompts input_ids [B, T] by up to max_new_tokens tokens; returns int64 [B, n].
 
         temperature must be finite and ≥ 0: 0 is greedy (the lowest id among
@@ -1068,7 +1069,14 @@ class Model(_Owner):
         |s|·(decay_factor^k - 1) at the k-th new token past start_index.
         max_time (seconds) ends the
         call once a token is taken after that long, returning the tokens so
-        far. Every id must be in the vocabulary. With any of these
+        far. stop_strings (a str or a list of them), as transformers' with
+        the model's tokenizer (transformers' or a tokenizers.Tokenizer),
+        end a row with the token that completes one in its text (the
+        tokens' texts one after another, the prompt's included; a string
+        that ends within the last token), as an eos id does: it is padded
+        with the first eos id after it, or, with no eos id, goes on while
+        other rows have not ended. They change no logits. Every id must be
+        in the vocabulary. With any of these
         processors, each step's logits come to the host on the CUDA
         engine.
 
@@ -1122,9 +1130,10 @@ class Model(_Owner):
         eos_ids = _eos_ids(eos_token_id, self.config.vocab_size)
         eos = eos_ids[0] if eos_ids else -1
         more = np.array(eos_ids[1:], dtype=np.int64)
+        stop, vocab = _stop_settings(stop_strings, tokenizer)
         procs = _processors(self.config.vocab_size, sequence_bias, bad_words_ids, suppress_tokens,
                             begin_suppress_tokens, forced_eos_token_id, max_time, typical_p, epsilon_cutoff,
-                            eta_cutoff, None, forced_bos_token_id, exponential_decay_length_penalty)
+                            eta_cutoff, None, forced_bos_token_id, exponential_decay_length_penalty, stop)
         B, T = ids.shape
         out = np.full((B, max_new_tokens), -1, dtype=np.int64)
         if streamer is None:
@@ -1145,7 +1154,7 @@ class Model(_Owner):
                                float(temperature), int(top_k), float(top_p), float(min_p), float(repetition_penalty),
                                int(min_new_tokens), int(no_repeat_ngram_size), int(seed) & (2**63 - 1), eos,
                                _addr(more), more.size, _addr(out), out.size, *_span_args(spans), procs,
-                               keep=(ids, out, spans, more), poll=poll)
+                               keep=(ids, out, spans, more, vocab), poll=poll)
         else:
             n = 0
         if streamer is not None:
@@ -1163,7 +1172,8 @@ class Model(_Owner):
                     do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                     min_p: float = 0.0, typical_p: float = 1.0, epsilon_cutoff: float = 0.0,
                     eta_cutoff: float = 0.0, seed: int | None = None, forced_bos_token_id=None,
-                    exponential_decay_length_penalty=None) -> "BeamSearchOutput":
+                    exponential_decay_length_penalty=None, stop_strings=None,
+                    tokenizer=None) -> "BeamSearchOutput":
         """Continue prompts input_ids [B, T] by beam search of up to
         max_new_tokens tokens, as transformers' generate does with num_beams
         and do_sample=False, and return the num_return_sequences best
@@ -1186,7 +1196,8 @@ class Model(_Owner):
         its beam_indices -1. The model runs B·num_beams sequences a step; the
         states are reordered as the beams are, on the device for the CUDA
         engine. Past max_time seconds every beam ends at the step under way,
-        as at max_new_tokens. Ctrl-C stops a call on the main thread before
+        as at max_new_tokens. stop_strings (with tokenizer) end a beam as
+        an eos id does, as generate's do. Ctrl-C stops a call on the main thread before
         its next step.
 
         do_sample=True is transformers' beam sampling: each beam's
@@ -1240,9 +1251,10 @@ class Model(_Owner):
                       "min_p": float(min_p), "seed": int(seed) & (2**63 - 1)}
         elif (typical_p, epsilon_cutoff, eta_cutoff) != (1.0, 0.0, 0.0):
             raise ValueError("typical_p, epsilon_cutoff and eta_cutoff need do_sample=True")
+        stop, vocab = _stop_settings(stop_strings, tokenizer)
         procs = _processors(self.config.vocab_size, sequence_bias, bad_words_ids, suppress_tokens,
                             begin_suppress_tokens, forced_eos_token_id, max_time, typical_p, epsilon_cutoff,
-                            eta_cutoff, sample, forced_bos_token_id, exponential_decay_length_penalty)
+                            eta_cutoff, sample, forced_bos_token_id, exponential_decay_length_penalty, stop)
         fill = pad_token_id if pad_token_id is not None else (eos_ids[0] if eos_ids else -1)
         if isinstance(fill, bool) or not isinstance(fill, (int, np.integer)):
             raise TypeError(f"pad_token_id must be an int or None, got {type(pad_token_id).__name__}")
@@ -1259,7 +1271,7 @@ class Model(_Owner):
                        more.size, int(fill), float(repetition_penalty), int(min_new_tokens),
                        int(no_repeat_ngram_size), *_span_args(spans), _addr(tokens), _addr(indices), _addr(scores),
                        *(0 if a is None else _addr(a) for a in steps), _addr(counts), procs,
-                       keep=(ids, spans, more, tokens, indices, scores, counts, *steps))
+                       keep=(ids, spans, more, tokens, indices, scores, counts, *steps, vocab))
         width, taken = int(counts[0]), int(counts[1])
         return BeamSearchOutput(tokens[:, :width].copy(), scores, indices[:, :width].copy(),
                                 *(None if a is None else tuple(a[:taken]) for a in steps))
@@ -1310,12 +1322,15 @@ def _token_list(name: str, ids, vocab_size: int) -> list[int]:
 def _processors(vocab_size: int, sequence_bias, bad_words_ids, suppress_tokens, begin_suppress_tokens,
                 forced_eos_token_id, max_time, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0,
                 beam_sampling: dict | None = None, forced_bos_token_id=None,
-                exponential_decay_length_penalty=None) -> str:
+                exponential_decay_length_penalty=None, stop: dict | None = None) -> str:
     """generate's and beam_search's further logits processors and sampling
-    warpers (and beam_search's sampling settings), checked, as the JSON the
-    engine reads ("" for none). A sequence bias of -inf bans its sequence,
-    as a bad word."""
+    warpers (and beam_search's sampling settings, and the stop strings'
+    settings from _stop_settings), checked, as the JSON the engine reads
+    ("" for none). A sequence bias of -inf bans its sequence, as a bad
+    word."""
     settings = {} if beam_sampling is None else {"beam_sampling": beam_sampling}
+    if stop is not None:
+        settings["stop_strings"] = stop
     for name, v, off in (("typical_p", typical_p, 1.0), ("epsilon_cutoff", epsilon_cutoff, 0.0),
                          ("eta_cutoff", eta_cutoff, 0.0)):
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
@@ -1380,6 +1395,68 @@ def _processors(vocab_size: int, sequence_bias, bad_words_ids, suppress_tokens, 
             raise ValueError(f"max_time must be finite and ≥ 0 seconds, got {max_time}")
         settings["max_time"] = float(max_time)
     return json.dumps(settings) if settings else ""
+
+
+class _Vocabulary(_Owner):
+    """A tokenizer's token texts (_vocab.token_texts), kept by the engine
+    for stop strings: made once a tokenizer (_vocabulary)."""
+
+    _kind, _free = "vocabulary", "FreeVocab"
+    _instead = "pass the tokenizer itself"
+
+    def __init__(self, texts: list[bytes | None]):
+        data = np.frombuffer(b"".join(t for t in texts if t is not None), dtype=np.uint8)
+        lengths = np.array([-1 if t is None else len(t) for t in texts], dtype=np.int64)
+        self._h = _call(_b.NewVocab, _addr(data) if data.size else 0, data.size, _addr(lengths), lengths.size)
+
+
+# The last few tokenizers' vocabularies, by the tokenizer's identity and
+# size (a token added changes it), with the tokenizer kept so that its id
+# stays its own; reading a 50k-token vocabulary takes a while.
+_VOCABULARIES: dict[tuple[int, int], tuple[object, _Vocabulary]] = {}
+
+
+def _vocabulary(tokenizer) -> _Vocabulary:
+    """The engine's copy of tokenizer's token texts, made once for the
+    last few tokenizers."""
+    from . import _vocab
+
+    key = (id(tokenizer), _vocab.size(tokenizer))
+    if key not in _VOCABULARIES:
+        if len(_VOCABULARIES) >= 4:
+            _VOCABULARIES.pop(next(iter(_VOCABULARIES)))
+        _VOCABULARIES[key] = (tokenizer, _Vocabulary(_vocab.token_texts(tokenizer)))
+    return _VOCABULARIES[key][1]
+
+
+class _FilledStops(tuple):
+    """Stop strings with the id a generated row holds after one (fill;
+    transformers' pad_token_id), as the hf layer passes them."""
+
+    fill: int | None = None
+
+
+def _stop_settings(stop_strings, tokenizer) -> tuple[dict | None, _Vocabulary | None]:
+    """The stop strings' settings for the engine, checked, and the
+    vocabulary they name (None, None for no stop strings): a str or a list
+    of them, none empty, as UTF-8 in base64, and the handle of tokenizer's
+    texts."""
+    if stop_strings is None:
+        return None, None
+    strings = [stop_strings] if isinstance(stop_strings, str) else stop_strings
+    if not isinstance(strings, (list, tuple)) or not strings or not all(isinstance(x, str) for x in strings):
+        raise TypeError(f"stop_strings must be a str or a non-empty list of str, got {stop_strings!r}")
+    if not all(strings):
+        raise ValueError(f"stop_strings: an empty string would end every row at once: {list(strings)!r}")
+    if tokenizer is None:
+        raise ValueError("stop_strings need the model's tokenizer (tokenizer=...), to read the tokens' texts")
+    vocab = _vocabulary(tokenizer)
+    settings = {"strings": [base64.b64encode(x.encode("utf-8")).decode("ascii") for x in strings],
+                "vocab": vocab._handle()}
+    fill = getattr(stop_strings, "fill", None)
+    if fill is not None:
+        settings["fill"] = int(fill)
+    return settings, vocab
 
 
 # The prompt size (B·T positions) from which a CPU prefill can be stopped
