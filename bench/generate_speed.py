@@ -20,6 +20,10 @@ host (logits or tokens), which is what a caller waits for; the medians of
   sequences), and typical_us_per_token sampling at temperature 0.8 under
   typical_p=0.9: each step's logits come to the host, where the processors
   and warpers run and the draw is made;
+- stop_us_per_token likewise, greedy under a stop string of 12 bytes that
+  never fires, read through a byte-level tokenizer of the model's whole
+  vocabulary (random words; made here, with no download): the match runs
+  in the engine on each step's tokens, and nothing else changes;
 - beam_us_per_step: beam search with --beams beams (model.beam_search, no
   EOS, so every call runs its n steps) likewise: a step of B·beams
   sequences, their logits on the host for the search, the states reordered
@@ -50,6 +54,23 @@ def wall(fn, repeats, calls=1):
             fn()
         times.append((time.perf_counter() - t0) / calls)
     return statistics.median(times)
+
+
+def byte_level_tokenizer(V, seed=0):
+    """A tokenizers.Tokenizer of V tokens with GPT-2's byte-level decoder:
+    the 256 bytes' characters, then random words of 2 to 6 of them (no
+    merges: it reads its texts, which is what stop strings need of it)."""
+    from tokenizers import Tokenizer, decoders, models
+
+    rng = np.random.default_rng(seed)
+    chars = [chr(c) for c in (*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1),
+                              *range(ord("®"), ord("ÿ") + 1), *range(256, 256 + 68))]
+    vocab = {c: i for i, c in enumerate(chars)}
+    while len(vocab) < V:
+        vocab.setdefault("".join(rng.choice(chars[:94], size=int(rng.integers(2, 7)))), len(vocab))
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    tok.decoder = decoders.ByteLevel()
+    return tok
 
 
 def measure(mambago, shape, dtype, B, a):
@@ -101,6 +122,8 @@ def measure(mambago, shape, dtype, B, a):
                 "sampled_p95_us_per_token": per_token(temperature=0.8, top_p=0.95),
                 "penalty_us_per_token": per_token(repetition_penalty=1.2),
                 "bad_words_us_per_token": per_token(bad_words_ids=[[1, 2], [3]]),
+                "stop_us_per_token": per_token(stop_strings=["\x00\x01\x02 never \x03"],
+                                               tokenizer=byte_level_tokenizer(V)),
                 "typical_us_per_token": per_token(temperature=0.8, typical_p=0.9), "beams": a.beams,
                 "beam_us_per_step": per_beam_step(),
                 "beam_sampled_us_per_step": per_beam_step(do_sample=True, temperature=0.8, top_k=50)}
@@ -124,8 +147,8 @@ def main():
     import mambago
 
     rows = []
-    print(f"| shape | dtype | B | step eager µs | step graph µs | eager/graph | capture ms | generate µs/token: greedy | top-k 50 | top-p 0.95 | greedy, penalty 1.2 | greedy, bad words | typical_p 0.9 | beam search µs/step ({a.beams} beams) | beam sampling µs/step |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| shape | dtype | B | step eager µs | step graph µs | eager/graph | capture ms | generate µs/token: greedy | top-k 50 | top-p 0.95 | greedy, penalty 1.2 | greedy, bad words | greedy, stop string | typical_p 0.9 | beam search µs/step ({a.beams} beams) | beam sampling µs/step |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for shape in a.shapes:
         for dtype in a.dtypes:
             for B in a.batches:
@@ -135,7 +158,8 @@ def main():
                       f"{r['step_eager_us'] / r['step_graph_us']:.2f} | {r['capture_ms']:.2f} | "
                       f"{r['generate_us_per_token']:.0f} | {r['sampled_k50_us_per_token']:.0f} | "
                       f"{r['sampled_p95_us_per_token']:.0f} | {r['penalty_us_per_token']:.0f} | "
-                      f"{r['bad_words_us_per_token']:.0f} | {r['typical_us_per_token']:.0f} | "
+                      f"{r['bad_words_us_per_token']:.0f} | {r['stop_us_per_token']:.0f} | "
+                      f"{r['typical_us_per_token']:.0f} | "
                       f"{r['beam_us_per_step']:.0f} | {r['beam_sampled_us_per_step']:.0f} |",
                       flush=True)
     with open(a.out, "w") as f:
