@@ -769,8 +769,9 @@ func Generate(model int64, ids uintptr, B, T, maxNew int, temperature float64, t
 	if err != nil {
 		return 0, err
 	}
-	if set.beam != nil {
-		return 0, fmt.Errorf("ValueError: beam_sampling is for BeamSearch")
+	if set.beam != nil || set.renorm {
+		return 0, fmt.Errorf("ValueError: beam_sampling and renormalize_logits are for BeamSearch (generate's " +
+			"tokens are the same without renormalize_logits)")
 	}
 	m, err := models.get(model, "model")
 	if err != nil {
@@ -861,7 +862,7 @@ func BeamSearch(model int64, ids uintptr, B, T, maxNew, beams, ret int, lengthPe
 	}
 	bm := mambago.Beams{Width: beams, Return: ret, LengthPenalty: lengthPenalty, EarlyStopping: mambago.EarlyStopping(early),
 		EOS: eos, Fill: fill, RepetitionPenalty: repetitionPenalty, MinNew: minNew, NoRepeatNGram: noRepeat,
-		Processors: set.procs, Sample: sample, Scores: stepScores != 0, Logits: stepLogits != 0}
+		Processors: set.procs, Sample: sample, Renormalize: set.renorm, Scores: stepScores != 0, Logits: stepLogits != 0}
 	if err := bm.Check(); err != nil {
 		return err
 	}
@@ -948,6 +949,7 @@ type processorSettings struct {
 	TypicalP      float64  `json:"typical_p"`
 	EpsilonCutoff float64  `json:"epsilon_cutoff"`
 	EtaCutoff     float64  `json:"eta_cutoff"`
+	Renormalize   bool     `json:"renormalize_logits"` // BeamSearch's alone
 	StopStrings   *struct {
 		Strings [][]byte `json:"strings"` // base64
 		Vocab   int64    `json:"vocab"`   // NewVocab's handle
@@ -967,6 +969,7 @@ type settings struct {
 	procs   mambago.Processors
 	warpers mambago.Warpers
 	beam    *mambago.BeamSampling // BeamSearch's alone
+	renorm  bool                  // BeamSearch's alone
 }
 
 // parseProcessors reads processorSettings from js ("" for none), its
@@ -984,6 +987,7 @@ func parseProcessors(js string) (settings, error) {
 		return out, fmt.Errorf("ValueError: logits processors %s: %w", js, err)
 	}
 	out.warpers = mambago.Warpers{TypicalP: set.TypicalP, EpsilonCutoff: set.EpsilonCutoff, EtaCutoff: set.EtaCutoff}
+	out.renorm = set.Renormalize
 	p := &out.procs
 	for _, b := range set.SequenceBias {
 		p.Biases = append(p.Biases, mambago.SequenceBias{Tokens: b.Tokens, Bias: float32(b.Bias)})

@@ -55,6 +55,12 @@ type Beams struct {
 	// Sample, where its Temperature is above 0, draws each step's
 	// candidates rather than ranking them: transformers' beam sampling.
 	Sample BeamSampling
+	// Renormalize log-softmaxes each beam's processed (and, sampling,
+	// warped) log probabilities once more, as transformers'
+	// renormalize_logits does last: a beam's continuations then weigh
+	// what the processors left of it as 1. A beam with none left keeps
+	// its -Inf.
+	Renormalize bool
 	// Scores keeps each step's processed log probabilities, and Logits its
 	// logits ([B·Width, V] each), for BeamOutput.
 	Scores, Logits bool
@@ -304,6 +310,11 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 			if warpers != nil {
 				warpRows(cands.logp, V, warpers)
 			}
+			if bm.Renormalize {
+				if err := renormalizeRows(cands.logp, V); err != nil {
+					return nil, fmt.Errorf("beam search: step %d: %w", step, err)
+				}
+			}
 			if bm.Scores {
 				out.StepScores = append(out.StepScores, cands.logp)
 			}
@@ -468,6 +479,20 @@ func logSoftmaxRows(dst, logits []float32, V int) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// renormalizeRows log-softmaxes each row of logp [rows, V] in place, but
+// rows that are all -Inf.
+func renormalizeRows(logp []float32, V int) error {
+	for i := 0; i < len(logp); i += V {
+		row := logp[i : i+V]
+		if slices.ContainsFunc(row, func(z float32) bool { return !math.IsInf(float64(z), -1) }) {
+			if err := logSoftmax(row, row); err != nil {
+				return fmt.Errorf("row %d: %w", i/V, err)
+			}
+		}
+	}
+	return nil
 }
 
 // logSoftmax writes logits' log probabilities to dst, in float32 as torch

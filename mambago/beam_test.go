@@ -412,3 +412,31 @@ func TestBeamSampling(t *testing.T) {
 		}
 	})
 }
+
+// TestBeamRenormalize: with Renormalize each step's processed log
+// probabilities weigh 1 over what the processors left (logsumexp 0), where
+// without it the suppressed tokens' mass is missing.
+func TestBeamRenormalize(t *testing.T) {
+	m := openBase(t)
+	ids := randomIDs(m, 8)
+	V := m.Config().Vocab
+	for _, renorm := range []bool{false, true} {
+		bm := mambago.Beams{Width: 2, Return: 1, EOS: -1, Fill: -1, Scores: true, Renormalize: renorm}
+		bm.Suppress = []int64{1, 2, 3, 4, 5, 6, 7, 8}
+		out, err := m.BeamSearch(context.Background(), ids, 2, 4, nil, 3, bm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s, step := range out.StepScores {
+			for r := 0; r < len(step); r += V {
+				sum := 0.0
+				for _, z := range step[r : r+V] {
+					sum += math.Exp(float64(z))
+				}
+				if whole := math.Abs(math.Log(sum)) < 1e-5; whole != renorm {
+					t.Errorf("renormalize %v, step %d, row %d: logsumexp %g", renorm, s, r/V, math.Log(sum))
+				}
+			}
+		}
+	}
+}

@@ -248,7 +248,7 @@ def test_logits_processors_follow_transformers():
     """sequence_bias, bad_words_ids, suppress_tokens, begin_suppress_tokens,
     forced_eos_token_id, forced_bos_token_id (after one-token prompts),
     exponential_decay_length_penalty and max_time, alone and together, with
-    repetition_penalty and min_new_tokens beside them: transformers' own
+    repetition_penalty, min_new_tokens and renormalize_logits beside them: transformers' own
     generate gives the same sequences (and beam indices) and scores (1e-4),
     greedy and by beam search, over fresh random prompts and settings
     drawn from the tokens the free run generates, so that they fire; a
@@ -306,6 +306,8 @@ def test_logits_processors_follow_transformers():
             kw["min_new_tokens"] = 2
         if trial % 2:
             kw.update(num_beams=int(rng.integers(2, 5)))
+        if rng.random() < 0.4:
+            kw["renormalize_logits"] = True
         try:
             with torch.no_grad():
                 want = hf.generate(ids, attention_mask=mask, **kw)

@@ -451,7 +451,7 @@ _GENERATION_DEFAULTS = {
     "forced_bos_token_id": None, "exponential_decay_length_penalty": None,
     # speed settings that leave the tokens as they are: beam search a beam at a time, and prompt-lookup
     # decoding (transformers' greedy tokens are the same with it); mambago takes them and decodes as it does
-    "low_memory": None, "prompt_lookup_num_tokens": None, "stop_strings": None,
+    "low_memory": None, "prompt_lookup_num_tokens": None, "stop_strings": None, "renormalize_logits": False,
 }
 
 # transformers' generation settings that change the tokens and that
@@ -615,7 +615,7 @@ class MambaForCausalLM(_StandIn):
                  epsilon_cutoff: float | None = None, eta_cutoff: float | None = None, forced_bos_token_id=None,
                  exponential_decay_length_penalty=None, low_memory: bool | None = None,
                  prompt_lookup_num_tokens: int | None = None, stop_strings=None, tokenizer=None,
-                 generation_config=None, **kwargs):
+                 renormalize_logits: bool | None = None, generation_config=None, **kwargs):
         """Continue prompts [B, T] by up to max_new_tokens tokens and return
         prompt and new tokens [B, T + n], as transformers does: greedy unless
         do_sample (then temperature, top_k and top_p apply; seed makes it
@@ -678,6 +678,11 @@ class MambaForCausalLM(_StandIn):
         beam's log probabilities, and the candidates are drawn). A streamer
         with beams is a ValueError, as in transformers.
 
+        renormalize_logits log-softmaxes the processed (and, sampling,
+        warped) logits last, as transformers' does: the scores returned,
+        and in beam search the beams' scores, are then log probabilities
+        over what the processors left.
+
         stop_strings (a str or a list), with the model's tokenizer
         (tokenizer=, as transformers takes it), end a row with the token
         that completes one in its text, as transformers' do: the row is
@@ -701,7 +706,8 @@ class MambaForCausalLM(_StandIn):
                  "max_time": max_time, "typical_p": typical_p, "epsilon_cutoff": epsilon_cutoff,
                  "eta_cutoff": eta_cutoff, "forced_bos_token_id": forced_bos_token_id,
                  "exponential_decay_length_penalty": exponential_decay_length_penalty, "low_memory": low_memory,
-                 "prompt_lookup_num_tokens": prompt_lookup_num_tokens, "stop_strings": stop_strings}
+                 "prompt_lookup_num_tokens": prompt_lookup_num_tokens, "stop_strings": stop_strings,
+                 "renormalize_logits": renormalize_logits}
         for name in kwargs:
             if name not in _GENERATION_OFF:
                 raise TypeError(f"generate: unsupported argument {name!r}")
@@ -717,7 +723,7 @@ class MambaForCausalLM(_StandIn):
                              f"(num_beams, length_penalty, early_stopping), with repetition_penalty, "
                              f"min_new_tokens, no_repeat_ngram_size, sequence_bias, bad_words_ids, "
                              f"suppress_tokens, begin_suppress_tokens, forced_bos_token_id, "
-                             f"forced_eos_token_id, exponential_decay_length_penalty, max_time, stop_strings, typical_p, "
+                             f"forced_eos_token_id, exponential_decay_length_penalty, max_time, stop_strings, renormalize_logits, typical_p, "
                              f"epsilon_cutoff and eta_cutoff only; "
                              f"set {'each' if len(on) > 1 else 'it'} to its default "
                              f"({', '.join(f'{k}={_GENERATION_OFF[k]!r}' for k in on)}), in the call or in "
@@ -727,7 +733,7 @@ class MambaForCausalLM(_StandIn):
          min_new_tokens, min_length, min_p, no_repeat_ngram_size, num_beams, length_penalty, early_stopping,
          sequence_bias, bad_words_ids, suppress_tokens, begin_suppress_tokens, forced_eos_token_id, max_time,
          typical_p, epsilon_cutoff, eta_cutoff, forced_bos_token_id, exponential_decay_length_penalty, _, _,
-         stop_strings) = (setting(name, _GENERATION_DEFAULTS[name]) for name in given)
+         stop_strings, renormalize_logits) = (setting(name, _GENERATION_DEFAULTS[name]) for name in given)
         mask = None if attention_mask is None else _numpy(attention_mask)
         ids = _numpy(input_ids).astype(np.int64, copy=False)
         if isinstance(num_return_sequences, bool) or not isinstance(num_return_sequences, (int, np.integer)):
@@ -801,7 +807,7 @@ class MambaForCausalLM(_StandIn):
                                      length_penalty, early_stopping, eos_ids, pad_token_id, repetition_penalty,
                                      min_new, no_repeat_ngram_size, return_dict_in_generate and output_scores,
                                      return_dict_in_generate and output_logits, return_dict_in_generate,
-                                     processors, max_time)
+                                     dict(processors, renormalize_logits=renormalize_logits), max_time)
         if do_sample and top_p != 0:
             new = self.model.generate(ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
                                       seed=seed, eos_token_id=eos_ids, attention_mask=mask, streamer=streamer,
@@ -854,8 +860,8 @@ class MambaForCausalLM(_StandIn):
                                                                                 i == (1 if bos else 0))):
                     if suppressed and at:
                         z[:, suppressed] = -np.inf
-                scores.append(_like(_warped(z, temperature, top_k, top_p, min_p, **warpers) if do_sample else z,
-                                    input_ids))
+                z = _warped(z, temperature, top_k, top_p, min_p, **warpers) if do_sample else z
+                scores.append(_like(_log_softmax(z) if renormalize_logits else z, input_ids))
             scores = tuple(scores)
         if output_logits:
             logits = tuple(_like(z, input_ids) for z in logits)
@@ -1081,6 +1087,17 @@ class _Streamed:
 
     def end(self):
         self.streamer.end()
+
+
+def _log_softmax(z: np.ndarray) -> np.ndarray:
+    """Each row of z [B, V] log-softmaxed, as transformers'
+    renormalize_logits does last (float32; a row that is all -inf stays)."""
+    top = z.max(axis=-1, keepdims=True)
+    top = np.where(np.isfinite(top), top, 0)
+    with np.errstate(divide="ignore"):
+        lse = np.log(np.exp((z - top).astype(np.float64)).sum(axis=-1, keepdims=True))
+    out = (z - top - lse).astype(np.float32)
+    return np.where(np.isneginf(z.max(axis=-1, keepdims=True)), z, out)
 
 
 def _pad_after_eos(tokens: np.ndarray, eos: list[int], pad: int, stopped: np.ndarray):

@@ -1172,8 +1172,8 @@ class Model(_Owner):
                     do_sample: bool = False, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
                     min_p: float = 0.0, typical_p: float = 1.0, epsilon_cutoff: float = 0.0,
                     eta_cutoff: float = 0.0, seed: int | None = None, forced_bos_token_id=None,
-                    exponential_decay_length_penalty=None, stop_strings=None,
-                    tokenizer=None) -> "BeamSearchOutput":
+                    exponential_decay_length_penalty=None, stop_strings=None, tokenizer=None,
+                    renormalize_logits: bool = False) -> "BeamSearchOutput":
         """Continue prompts input_ids [B, T] by beam search of up to
         max_new_tokens tokens, as transformers' generate does with num_beams
         and do_sample=False, and return the num_return_sequences best
@@ -1197,7 +1197,9 @@ class Model(_Owner):
         states are reordered as the beams are, on the device for the CUDA
         engine. Past max_time seconds every beam ends at the step under way,
         as at max_new_tokens. stop_strings (with tokenizer) end a beam as
-        an eos id does, as generate's do. Ctrl-C stops a call on the main thread before
+        an eos id does, as generate's do. renormalize_logits, as
+        transformers', log-softmaxes each beam's processed (and warped)
+        log probabilities once more before the search. Ctrl-C stops a call on the main thread before
         its next step.
 
         do_sample=True is transformers' beam sampling: each beam's
@@ -1254,7 +1256,8 @@ class Model(_Owner):
         stop, vocab = _stop_settings(stop_strings, tokenizer)
         procs = _processors(self.config.vocab_size, sequence_bias, bad_words_ids, suppress_tokens,
                             begin_suppress_tokens, forced_eos_token_id, max_time, typical_p, epsilon_cutoff,
-                            eta_cutoff, sample, forced_bos_token_id, exponential_decay_length_penalty, stop)
+                            eta_cutoff, sample, forced_bos_token_id, exponential_decay_length_penalty, stop,
+                            renormalize_logits)
         fill = pad_token_id if pad_token_id is not None else (eos_ids[0] if eos_ids else -1)
         if isinstance(fill, bool) or not isinstance(fill, (int, np.integer)):
             raise TypeError(f"pad_token_id must be an int or None, got {type(pad_token_id).__name__}")
@@ -1322,7 +1325,8 @@ def _token_list(name: str, ids, vocab_size: int) -> list[int]:
 def _processors(vocab_size: int, sequence_bias, bad_words_ids, suppress_tokens, begin_suppress_tokens,
                 forced_eos_token_id, max_time, typical_p=1.0, epsilon_cutoff=0.0, eta_cutoff=0.0,
                 beam_sampling: dict | None = None, forced_bos_token_id=None,
-                exponential_decay_length_penalty=None, stop: dict | None = None) -> str:
+                exponential_decay_length_penalty=None, stop: dict | None = None,
+                renormalize_logits: bool = False) -> str:
     """generate's and beam_search's further logits processors and sampling
     warpers (and beam_search's sampling settings, and the stop strings'
     settings from _stop_settings), checked, as the JSON the engine reads
@@ -1331,6 +1335,10 @@ def _processors(vocab_size: int, sequence_bias, bad_words_ids, suppress_tokens, 
     settings = {} if beam_sampling is None else {"beam_sampling": beam_sampling}
     if stop is not None:
         settings["stop_strings"] = stop
+    if not isinstance(renormalize_logits, (bool, np.bool_)):
+        raise TypeError(f"renormalize_logits must be a bool, got {type(renormalize_logits).__name__}")
+    if renormalize_logits:
+        settings["renormalize_logits"] = True
     for name, v, off in (("typical_p", typical_p, 1.0), ("epsilon_cutoff", epsilon_cutoff, 0.0),
                          ("eta_cutoff", eta_cutoff, 0.0)):
         if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
