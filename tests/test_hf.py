@@ -195,6 +195,13 @@ def test_beam_search_scores_and_refusals():
         m.generate(ids, max_new_tokens=3, num_beams=2, num_return_sequences=3)
     with pytest.raises(ValueError, match="early_stopping"):
         m.model.beam_search(ids, 3, 2, early_stopping="sometimes")
+    for beams in (1, 2):  # stop strings need the tokenizer, and strings
+        with pytest.raises(ValueError, match="tokenizer"):
+            m.generate(ids, max_new_tokens=3, num_beams=beams, stop_strings="ab")
+        with pytest.raises(TypeError, match="stop_strings must be"):
+            m.generate(ids, max_new_tokens=3, num_beams=beams, stop_strings=5, tokenizer=object())
+        with pytest.raises(TypeError, match="renormalize_logits must be a bool"):
+            m.generate(ids, max_new_tokens=3, num_beams=2, renormalize_logits="yes")
 
 
 def test_beam_search_follows_transformers():

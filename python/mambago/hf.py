@@ -786,10 +786,12 @@ class MambaForCausalLM(_StandIn):
         if mask is None and pad_token_id is not None and pad_token_id not in eos_ids:
             mask = _mask_from_padding(ids, pad_token_id)  # transformers' generate reads pad ids as padding
         pads = eos_ids and pad_token_id is not None and pad_token_id != eos_ids[0]
-        if stop_strings is not None:  # a row that ends at one is filled with the pad id, as after an eos id
+        if isinstance(stop_strings, (str, list, tuple)):  # a row that ends at one is filled with the pad id
             stops = _FilledStops([stop_strings] if isinstance(stop_strings, str) else stop_strings)
             stops.fill = pad_token_id if pads else None
             processors.update(stop_strings=stops, tokenizer=tokenizer)
+        elif stop_strings is not None:  # Model.generate's TypeError names it
+            processors.update(stop_strings=stop_strings, tokenizer=tokenizer)
         if streamer is not None:
             streamer = _Streamed(streamer, _is_torch_tensor(input_ids), eos_ids if pads else None, pad_token_id)
         if do_sample and not temperature > 0:  # transformers' refusal, in its words: 0 is not greedy here
