@@ -211,8 +211,10 @@ def test_beam_search_follows_transformers():
     within 1e-4 of the step scores' range, over fresh
     random prompts and settings: beams, returned sequences, length
     penalties, the three early_stopping modes, an eos the search meets,
-    repetition_penalty, no_repeat_ngram_size, min_new_tokens, and a
-    left-padded batch."""
+    repetition_penalty, no_repeat_ngram_size (not in a padded batch, whose
+    pad ids transformers counts in a row's n-grams: a beam that takes the
+    pad id may not take it again there), min_new_tokens, and a left-padded
+    batch."""
     torch, hf, ours, _, _ = _against_transformers()
     V = hf.config.vocab_size
     rng = np.random.default_rng()
@@ -229,7 +231,7 @@ def test_beam_search_follows_transformers():
                   return_dict_in_generate=True, output_scores=True)
         if trial % 5 == 4:
             kw["repetition_penalty"] = 1.3
-        if trial % 7 == 3:
+        if trial % 7 == 3 and not (mask == 0).any():  # transformers counts the left padding's ids in n-grams
             kw["no_repeat_ngram_size"] = 2
         if trial % 6 == 5:
             kw["min_new_tokens"] = 2
