@@ -445,33 +445,17 @@ func cond(ok bool, v float32) float32 {
 	return 0
 }
 
-// warpRows cuts each row of V of logits with its warpers, the rows split
-// among them, a goroutine each.
-func warpRows(logits []float32, V int, warpers []*warper) {
-	rows := len(logits) / V
-	parts := min(rows, len(warpers))
-	var wg sync.WaitGroup
-	for p := range parts {
-		wg.Go(func() {
-			for i := p * rows / parts; i < (p+1)*rows/parts; i++ {
-				warpers[p].warp(logits[i*V : (i+1)*V])
-			}
-		})
-	}
-	wg.Wait()
-}
-
-// logSoftmaxRows is logSoftmax over each row of V of logits, the rows
-// split among up to GOMAXPROCS goroutines.
-func logSoftmaxRows(dst, logits []float32, V int) error {
-	rows := len(logits) / V
-	parts := min(rows, runtime.GOMAXPROCS(0))
+// inParts runs fn(p, i) for each row i of rows, the rows split into parts
+// runs of consecutive rows, a goroutine each; a run stops at its first
+// error, and the errors come back joined, each naming its row.
+func inParts(rows, parts int, fn func(p, i int) error) error {
+	parts = min(rows, parts)
 	errs := make([]error, parts)
 	var wg sync.WaitGroup
 	for p := range parts {
 		wg.Go(func() {
 			for i := p * rows / parts; i < (p+1)*rows/parts && errs[p] == nil; i++ {
-				if err := logSoftmax(dst[i*V:(i+1)*V], logits[i*V:(i+1)*V]); err != nil {
+				if err := fn(p, i); err != nil {
 					errs[p] = fmt.Errorf("row %d: %w", i, err)
 				}
 			}
@@ -481,18 +465,33 @@ func logSoftmaxRows(dst, logits []float32, V int) error {
 	return errors.Join(errs...)
 }
 
+// warpRows cuts each row of V of logits with its warpers, the rows split
+// among them, a goroutine each.
+func warpRows(logits []float32, V int, warpers []*warper) {
+	_ = inParts(len(logits)/V, len(warpers), func(p, i int) error {
+		warpers[p].warp(logits[i*V : (i+1)*V])
+		return nil
+	})
+}
+
+// logSoftmaxRows is logSoftmax over each row of V of logits, the rows
+// split among up to GOMAXPROCS goroutines.
+func logSoftmaxRows(dst, logits []float32, V int) error {
+	return inParts(len(logits)/V, runtime.GOMAXPROCS(0), func(_, i int) error {
+		return logSoftmax(dst[i*V:(i+1)*V], logits[i*V:(i+1)*V])
+	})
+}
+
 // renormalizeRows log-softmaxes each row of logp [rows, V] in place, but
-// rows that are all -Inf.
+// rows that are all -Inf, as logSoftmaxRows splits them.
 func renormalizeRows(logp []float32, V int) error {
-	for i := 0; i < len(logp); i += V {
-		row := logp[i : i+V]
-		if slices.ContainsFunc(row, func(z float32) bool { return !math.IsInf(float64(z), -1) }) {
-			if err := logSoftmax(row, row); err != nil {
-				return fmt.Errorf("row %d: %w", i/V, err)
-			}
+	return inParts(len(logp)/V, runtime.GOMAXPROCS(0), func(_, i int) error {
+		row := logp[i*V : (i+1)*V]
+		if !slices.ContainsFunc(row, func(z float32) bool { return !math.IsInf(float64(z), -1) }) {
+			return nil
 		}
-	}
-	return nil
+		return logSoftmax(row, row)
+	})
 }
 
 // logSoftmax writes logits' log probabilities to dst, in float32 as torch

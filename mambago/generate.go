@@ -291,9 +291,9 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 			} else {
 				// A stop string ends a row as EOS does; without EOS the
 				// row goes on (transformers pads only under eos ids).
-				hit := procs.ends(b, next[b])
-				done[b] = s.ends(next[b]) || hit && s.EOS >= 0
-				if hit && !s.ends(next[b]) && s.Stop.Fill != nil {
+				eos, hit := s.ends(next[b]), procs.ends(b, next[b])
+				done[b] = eos || hit && s.EOS >= 0
+				if done[b] && !eos && s.Stop.Fill != nil {
 					fill[b] = *s.Stop.Fill
 				}
 				ended[b] = ended[b] || done[b] || hit
