@@ -1072,6 +1072,44 @@ def test_generate_scores_match_transformers():
         assert np.allclose(got[np.isfinite(got)], want[torch.isfinite(want)].numpy(), rtol=1e-6)
 
 
+def test_generate_hidden_states_match_transformers():
+    """return_dict_in_generate with output_hidden_states, greedy:
+    transformers' sequences and its hidden_states at every step, each
+    layer's and the final norm's (1e-4), for a batch as it is and
+    left-padded (at its tokens), with an eos id that ends a row early so
+    that the pad id is fed after it. Beam search refuses it."""
+    torch, hf, ours, ids, left = _against_transformers()
+    T, L = ids.shape[1], hf.config.num_hidden_layers
+    for mask in (None, left):
+        with torch.no_grad():
+            free = hf.generate(ids, attention_mask=mask, do_sample=False, max_new_tokens=8, eos_token_id=[],
+                               pad_token_id=0)[:, T:].tolist()
+        # an eos id that row 1 takes within 6 tokens and row 0 never: row 1 is then fed the pad id
+        eos = next(t for t in free[1][:6] if t not in free[0])
+        end = free[1].index(eos)
+        kw = dict(max_new_tokens=8, eos_token_id=eos, pad_token_id=0, return_dict_in_generate=True,
+                  output_hidden_states=True)
+        with torch.no_grad():
+            want = hf.generate(ids, attention_mask=mask, do_sample=False, **kw)
+        got = ours.generate(ids, attention_mask=mask, **kw)
+        assert torch.equal(got.sequences, want.sequences)
+        assert got.sequences.shape[1] == T + 8 and (got.sequences[1, T + end + 1:] == 0).all()
+        assert len(got.hidden_states) == len(want.hidden_states) == 8
+        assert got.to_tuple() == (got.sequences, got.hidden_states) and got["hidden_states"] is got.hidden_states
+        for i, (g_step, w_step) in enumerate(zip(got.hidden_states, want.hidden_states)):
+            assert len(g_step) == len(w_step) == L + 1
+            at = slice(None) if mask is None or i > 0 else mask == 1
+            for j, (g, w) in enumerate(zip(g_step, w_step)):
+                assert isinstance(g, torch.Tensor) and g.dtype == torch.float32 and g.shape == w.shape, (i, j)
+                assert rel_err(g[at].numpy(), w[at].numpy()) <= 1e-4, (i, j, mask is None)
+            if mask is not None and i == 0:
+                assert all(not h[mask == 0].any() for h in g_step)  # zero at the padding
+    assert ours.generate(ids, max_new_tokens=3, return_dict_in_generate=True).hidden_states is None
+    assert ours.generate(ids, max_new_tokens=3, output_hidden_states=True).shape == (2, T + 3)  # a tensor, as there
+    with pytest.raises(ValueError, match="output_hidden_states with beam search"):
+        ours.generate(ids, max_new_tokens=3, num_beams=2, return_dict_in_generate=True, output_hidden_states=True)
+
+
 def test_hidden_states_are_each_layers_residual():
     """output_hidden_states=True: transformers' hidden_states, each layer's
     residual stream [B, T, d] and then the final norm's output (the

@@ -452,6 +452,7 @@ _GENERATION_DEFAULTS = {
     # speed settings that leave the tokens as they are: beam search a beam at a time, and prompt-lookup
     # decoding (transformers' greedy tokens are the same with it); mambago takes them and decodes as it does
     "low_memory": None, "prompt_lookup_num_tokens": None, "stop_strings": None, "renormalize_logits": False,
+    "output_hidden_states": False,
 }
 
 # transformers' generation settings that change the tokens and that
@@ -615,7 +616,8 @@ class MambaForCausalLM(_StandIn):
                  epsilon_cutoff: float | None = None, eta_cutoff: float | None = None, forced_bos_token_id=None,
                  exponential_decay_length_penalty=None, low_memory: bool | None = None,
                  prompt_lookup_num_tokens: int | None = None, stop_strings=None, tokenizer=None,
-                 renormalize_logits: bool | None = None, generation_config=None, **kwargs):
+                 renormalize_logits: bool | None = None, output_hidden_states: bool | None = None,
+                 generation_config=None, **kwargs):
         """Continue prompts [B, T] by up to max_new_tokens tokens and return
         prompt and new tokens [B, T + n], as transformers does: greedy unless
         do_sample (then temperature, top_k and top_p apply; seed makes it
@@ -663,6 +665,13 @@ class MambaForCausalLM(_StandIn):
         from the cache), not from the steps that drew them: the same tokens
         and seed, logits within the engine's rounding of the steps'.
         compute_transition_scores reads them as transformers' does.
+        output_hidden_states adds transformers' hidden_states, from one more
+        pass the same way: a tuple of a step, each a tuple of each layer's
+        residual stream, then the final norm's output (float32, as the
+        forward call's hidden_states): [B, T, d] over the prompt for the
+        first step, zero at its padding; then [B, 1, d] for the token each
+        later step was fed (the pad id in a row that has ended, as
+        transformers feeds it). With beam search it is a ValueError.
 
         Each setting left None is taken, as transformers takes it, from
         generation_config where given (a GenerationConfig, this module's or
@@ -707,7 +716,7 @@ class MambaForCausalLM(_StandIn):
                  "eta_cutoff": eta_cutoff, "forced_bos_token_id": forced_bos_token_id,
                  "exponential_decay_length_penalty": exponential_decay_length_penalty, "low_memory": low_memory,
                  "prompt_lookup_num_tokens": prompt_lookup_num_tokens, "stop_strings": stop_strings,
-                 "renormalize_logits": renormalize_logits}
+                 "renormalize_logits": renormalize_logits, "output_hidden_states": output_hidden_states}
         for name in kwargs:
             if name not in _GENERATION_OFF:
                 raise TypeError(f"generate: unsupported argument {name!r}")
@@ -733,7 +742,8 @@ class MambaForCausalLM(_StandIn):
          min_new_tokens, min_length, min_p, no_repeat_ngram_size, num_beams, length_penalty, early_stopping,
          sequence_bias, bad_words_ids, suppress_tokens, begin_suppress_tokens, forced_eos_token_id, max_time,
          typical_p, epsilon_cutoff, eta_cutoff, forced_bos_token_id, exponential_decay_length_penalty, _, _,
-         stop_strings, renormalize_logits) = (setting(name, _GENERATION_DEFAULTS[name]) for name in given)
+         stop_strings, renormalize_logits, output_hidden_states) = (setting(name, _GENERATION_DEFAULTS[name])
+                                                                    for name in given)
         mask = None if attention_mask is None else _numpy(attention_mask)
         ids = _numpy(input_ids).astype(np.int64, copy=False)
         if isinstance(num_return_sequences, bool) or not isinstance(num_return_sequences, (int, np.integer)):
@@ -743,6 +753,10 @@ class MambaForCausalLM(_StandIn):
         if isinstance(num_beams, bool) or not isinstance(num_beams, (int, np.integer)) or num_beams < 1:
             raise ValueError(f"num_beams must be an int ≥ 1, got {num_beams!r}")
         beams = num_beams > 1
+        if beams and output_hidden_states and return_dict_in_generate:
+            raise ValueError("output_hidden_states with beam search (num_beams > 1) is not supported: mambago "
+                             "keeps no running beam's states; generate without num_beams, or call the model on "
+                             "the returned sequences with output_hidden_states=True")
         if beams and streamer is not None:  # transformers' refusal too
             raise ValueError("`streamer` cannot be used with beam search: set num_beams to 1")
         if beams and num_return_sequences > num_beams:
@@ -867,7 +881,8 @@ class MambaForCausalLM(_StandIn):
             scores = tuple(scores)
         if output_logits:
             logits = tuple(_like(z, input_ids) for z in logits)
-        return GenerateOutput(sequences, scores, logits if output_logits else None)
+        hidden = self._step_hidden_states(ids, mask, new, input_ids) if output_hidden_states else None
+        return GenerateOutput(sequences, scores, logits if output_logits else None, hidden)
 
     def _beam_search(self, input_ids, ids, mask, max_new_tokens, num_beams, num_return_sequences, length_penalty,
                      early_stopping, eos_ids, pad_token_id, repetition_penalty, min_new, no_repeat_ngram_size,
@@ -911,6 +926,23 @@ class MambaForCausalLM(_StandIn):
             after = self.model.logits(self.model._prefill(new[:, :-1], None, None, state, False, "all", None))
             steps += [np.ascontiguousarray(after[:, i]) for i in range(n - 1)]
         return steps
+
+    def _step_hidden_states(self, ids, mask, new, like):
+        """transformers' hidden_states of the generation steps of new [B, n]
+        after prompts ids [B, T] (mask: their padding), as like's kind of
+        array: for the prompt, then for each new token but the last,
+        continuing the prompt's state, each layer's residual stream and the
+        final norm's output."""
+        B, n = new.shape
+        if n == 0:
+            return ()
+        state = self.model.new_state(B)
+        final, taps = self.model._prefill(ids.reshape(B, -1), None, None, state, True, "all", mask, layers=True)
+        steps = [(*taps, final)]
+        if n > 1:
+            final, taps = self.model._prefill(new[:, :-1], None, None, state, False, "all", None, layers=True)
+            steps += [tuple(h[:, i:i + 1] for h in (*taps, final)) for i in range(n - 1)]
+        return tuple(tuple(_like(np.ascontiguousarray(h), like) for h in step) for step in steps)
 
     def compute_transition_scores(self, sequences, scores, beam_indices=None, normalize_logits: bool = False):
         """Each generated token's score [rows, n] out of a GenerateOutput's
@@ -963,15 +995,17 @@ class GenerateBeamOutput(_ModelOutput):
 class GenerateOutput(_ModelOutput):
     """What generate returns with return_dict_in_generate, as transformers'
     GenerateDecoderOnlyOutput reads: sequences (prompt and new tokens), and
-    where asked scores and logits (a tuple of a [B, V] array a step)."""
+    where asked scores and logits (a tuple of a [B, V] array a step) and
+    hidden_states (a tuple a step of each layer's [B, T', d])."""
 
-    _fields = ("sequences", "scores", "logits")
+    _fields = ("sequences", "scores", "logits", "hidden_states")
     cache = None  # transformers' past_key_values: not kept
 
-    def __init__(self, sequences, scores=None, logits=None):
+    def __init__(self, sequences, scores=None, logits=None, hidden_states=None):
         self.sequences = sequences
         self.scores = scores
         self.logits = logits
+        self.hidden_states = hidden_states
 
 
 class BaseModelOutput(_ModelOutput):
