@@ -104,30 +104,66 @@ extern "C" __global__ void head_picks_i64(const unsigned long long *__restrict__
 }
 
 // A queued generation step's logits processors, before its pick or draw
-// (engine.ProcessingDecoder; mambago.Sampling's RepetitionPenalty and
-// MinNew, as the host's penalty and banIDs apply them):
+// (engine.ProcessingDecoder: mambago's processors as the host applies them,
+// in transformers' order, each operation rounded to float32 as there):
 //
-//   process_rows_f32: in row b of logits [B, V], where penalty != 1, first
-//                     seen[b, fed[b]] = 1 (the token the step was fed, the
-//                     row's latest), then each logit whose seen[b, v] is set
-//                     divided by penalty where >= 0 and multiplied by it
-//                     where below, each rounded once as the host's float32
-//                     operations are; then the logits of ban[0 .. nban) set
-//                     to -inf.
+//   process_rows_f32: in row b of logits [B, V], first the id the step was
+//                     fed, fed[b] (the row's latest token), joins the row's
+//                     tokens: seen[b, id] = 1 where penalty != 1, and the
+//                     row's tail of its last W tokens (tails [B, W], oldest
+//                     first, -1 where it has fewer) moves up by one. Then:
+//                     the sequence biases: group g raises the logit of token
+//                     groups[g, 0] by the sum of its entries e in
+//                     [groups[g, 1], + groups[g, 2]) whose prefix
+//                     (prefixes[entries[e, 0] ..], entries[e, 1] ids) ends the
+//                     tail, biases[e] each, summed in order (-inf bans);
+//                     the repetition penalty: each logit whose seen[b, v] is
+//                     set divided by penalty where >= 0, multiplied where
+//                     below; with ban_eos, the eos ids' logits -inf; with
+//                     nforced > 0, every logit -inf but those of forced,
+//                     which are 0; with decay != 0, each finite eos logit s
+//                     becomes s + |s| * decay, id after id; last, the logits
+//                     of suppressed[0 .. nsuppressed) -inf.
 //
-// Grid (B), one block a row; its threads stride over the row.
+// Grid (B), one block a row; its threads stride over the row. A group is a
+// thread's, so a token's biases add up in one order.
 
 extern "C" __global__ void process_rows_f32(float *__restrict__ logits, int V, unsigned char *__restrict__ seen,
                                             const long long *__restrict__ fed, float penalty,
-                                            const long long *__restrict__ ban, int nban) {
+                                            long long *__restrict__ tails, int W, const int *__restrict__ groups,
+                                            int ngroups, const int *__restrict__ entries,
+                                            const float *__restrict__ biases, const long long *__restrict__ prefixes,
+                                            const long long *__restrict__ eos, int neos, int ban_eos, float decay,
+                                            const long long *__restrict__ forced, int nforced,
+                                            const long long *__restrict__ suppressed, int nsuppressed) {
+    const float neg_inf = __int_as_float(0xff800000);
     float *row = logits + (long long)blockIdx.x * V;
-    if (penalty != 1.f) {
-        unsigned char *mine = seen + (long long)blockIdx.x * V;
-        if (threadIdx.x == 0) {
-            const long long id = fed[blockIdx.x];
-            if (id >= 0 && id < V) mine[id] = 1;
+    unsigned char *mine = seen + (long long)blockIdx.x * V;
+    long long *tail = tails + (long long)blockIdx.x * W;
+    if (threadIdx.x == 0) {
+        const long long id = fed[blockIdx.x];
+        if (penalty != 1.f && id >= 0 && id < V) mine[id] = 1;
+        for (int i = 0; i + 1 < W; i++) tail[i] = tail[i + 1];
+        if (W > 0) tail[W - 1] = id;
+    }
+    __syncthreads();
+    for (int g = threadIdx.x; g < ngroups; g += blockDim.x) {
+        const int token = groups[3 * g], first = groups[3 * g + 1], count = groups[3 * g + 2];
+        float sum = 0.f;
+        bool hit = false;
+        for (int e = first; e < first + count; e++) {
+            const int at = entries[2 * e], len = entries[2 * e + 1];
+            bool match = len <= W;
+            for (int i = 0; match && i < len; i++) match = tail[W - len + i] == prefixes[at + i];
+            if (match) {
+                sum = __fadd_rn(sum, biases[e]);
+                hit = true;
+            }
         }
-        __syncthreads();
+        if (hit) row[token] = __fadd_rn(row[token], sum);
+    }
+    __syncthreads();  // a biased logit is written before its penalty
+    if (penalty != 1.f) {
         for (int i = threadIdx.x; i < V; i += blockDim.x)
             if (mine[i]) {
                 const float v = row[i];
@@ -135,5 +171,20 @@ extern "C" __global__ void process_rows_f32(float *__restrict__ logits, int V, u
             }
         __syncthreads();  // a banned id's penalty is written before its -inf
     }
-    for (int i = threadIdx.x; i < nban; i += blockDim.x) row[ban[i]] = __int_as_float(0xff800000);
+    if (ban_eos)
+        for (int i = threadIdx.x; i < neos; i += blockDim.x) row[eos[i]] = neg_inf;
+    if (nforced > 0) {
+        __syncthreads();
+        for (int i = threadIdx.x; i < V; i += blockDim.x) row[i] = neg_inf;
+        __syncthreads();
+        for (int i = threadIdx.x; i < nforced; i += blockDim.x) row[forced[i]] = 0.f;
+    }
+    __syncthreads();
+    if (decay != 0.f && threadIdx.x == 0)
+        for (int i = 0; i < neos; i++) {
+            const float s = row[eos[i]];
+            if (isfinite(s)) row[eos[i]] = __fadd_rn(s, __fmul_rn(fabsf(s), decay));
+        }
+    __syncthreads();
+    for (int i = threadIdx.x; i < nsuppressed; i += blockDim.x) row[suppressed[i]] = neg_inf;
 }

@@ -1,6 +1,7 @@
 package mambago_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -186,6 +187,103 @@ func TestGenerateOnDevice(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestProcessorsOnDeviceMatchHost: under each logits processor alone and
+// all together, with fresh prompts (and left-padded ones, and one-token
+// prompts under a forced bos), the queued steps that process their logits
+// on the device (process_rows_f32, counted through Process) take the
+// host's tokens, the host drawing from whole rows of logits it processed
+// itself: greedy, and sampled from the top 40 (the device's draw is the
+// host's rule token for token), in f32 and bf16, with a step graph and
+// without. The settings: one-token and longer bans (one that greedy
+// decoding completes), biases of one, two and three tokens with two that
+// raise one token (their sum's order), suppressed and begin-suppressed ids,
+// forced eos ids, a length decay, and with them the penalty and a minimum
+// length.
+func TestProcessorsOnDeviceMatchHost(t *testing.T) {
+	gputest.Need(t)
+	const B, T, n = 3, 6, 14
+	for _, dtype := range []string{"float32", "bfloat16"} {
+		m := openCUDA(t, dtype)
+		g := m.Engine.(*gpu.Engine)
+		defer func(steps int) { g.DecoderGraphSteps = steps }(g.DecoderGraphSteps)
+		counted := &countingProcess{Engine: g}
+		onDevice := &mambago.Model{Engine: counted}
+		onHost := &mambago.Model{Engine: hostSampled{Engine: g}}
+		V := int64(m.Config().Vocab)
+		ids := randomIDs(m, B*T)
+		free, _, err := m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cases := processorCases(ids, free, T, n, V)
+		for _, graphSteps := range []int{0, 1} {
+			g.DecoderGraphSteps = graphSteps
+			for name, c := range cases {
+				for _, draw := range []mambago.Sampling{{TopP: 1}, {Temperature: 1.3, TopK: 40, TopP: 0.95, Seed: 7}} {
+					s := c
+					s.Temperature, s.TopK, s.TopP, s.Seed = draw.Temperature, draw.TopK, draw.TopP, draw.Seed
+					what := fmt.Sprintf("%s, graph steps %d, %s, temperature %v", dtype, graphSteps, name, s.Temperature)
+					compare := func(what string, ids []int64, B, T int, spans []mambago.Span, s mambago.Sampling) {
+						t.Helper()
+						before := counted.n
+						got, gotN, errG := onDevice.GenerateSpans(context.Background(), ids, B, T, spans, n, s)
+						want, wantN, errW := onHost.GenerateSpans(context.Background(), ids, B, T, spans, n, s)
+						if err := errors.Join(errG, errW); err != nil {
+							t.Fatalf("%s: %v", what, err)
+						}
+						if counted.n != before+1 {
+							t.Errorf("%s: the device processed %d generations' logits, want 1", what, counted.n-before)
+						}
+						if gotN != wantN || !slices.Equal(got, want) {
+							t.Errorf("%s: on the device %v (n=%d), on the host %v (n=%d)", what, got, gotN, want, wantN)
+						}
+					}
+					compare(what, ids, B, T, nil, s)
+					compare(what+", left-padded", ids, B, T, processorSpans(T), s)
+				}
+			}
+			// A one-token prompt under a forced bos: the begin-suppressed ids
+			// wait for the second token, the device's first step.
+			s := forcedBOS(t, onHost, ids[:B], n)
+			before := counted.n
+			got, _, errG := onDevice.Generate(ids[:B], B, 1, n, s)
+			want, _, errW := onHost.Generate(ids[:B], B, 1, n, s)
+			if err := errors.Join(errG, errW); err != nil || counted.n != before+1 || !slices.Equal(got, want) {
+				t.Errorf("%s, graph steps %d, forced bos: on the device %v, on the host %v (err %v, processed %d)",
+					dtype, graphSteps, got, want, err, counted.n-before)
+			}
+		}
+	}
+}
+
+// countingProcess is the CUDA engine with its decoders' Process calls
+// counted (n).
+type countingProcess struct {
+	*gpu.Engine
+	n int
+}
+
+// NewDecoder wraps the engine's decoder, every method its own but Process.
+func (e *countingProcess) NewDecoder(st engine.State, steps int) (engine.Decoder, error) {
+	d, err := e.Engine.NewDecoder(st, steps)
+	if err != nil {
+		return nil, err
+	}
+	return &countedDecoder{Decoder: d.(*gpu.Decoder), n: &e.n}, nil
+}
+
+// countedDecoder counts its Process calls in *n.
+type countedDecoder struct {
+	*gpu.Decoder
+	n *int
+}
+
+// Process counts the call, then processes.
+func (d *countedDecoder) Process(p engine.Processing) error {
+	*d.n++
+	return d.Decoder.Process(p)
 }
 
 // TestDecoderQueue checks the decoder's queue, eager and through a step

@@ -190,29 +190,28 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 	// from (TopKDecoder), or without a top-k the tokens drawn from the
 	// nucleus there (TopPDecoder). Any other returns the logits in the
 	// decoder's own (page-locked) memory.
-	// The repetition penalty and a minimum length change the logits before
+	// The logits processors (the repetition penalty, a minimum length, the
+	// biases, bans and the rest of Processors) change the logits before
 	// the draw: on the host for the first token, and for the rest on the
 	// device where the decoder processes its queued steps' logits and
 	// queues the draw asked for (ProcessingDecoder); else every step
 	// returns its logits and the host draws. So it does under min_p, the
-	// further warpers, no_repeat_ngram_size and the further processors,
-	// which the device's draws do not have.
+	// further warpers and no_repeat_ngram_size, which the device's draws
+	// do not have.
 	procs := newProcessing(s, ids, B, T, spans, cfg.Vocab, maxNew)
-	pen := procs.pen
-	banning := s.MinNew > 0 && s.EOS >= 0
-	// what the device's draws do not have
-	hostDraws := (s.MinP > 0 || s.Warpers.on()) && s.Temperature > 0 || procs.grams != nil || s.processes()
+	processes := procs.pen != nil || s.MinNew > 0 && s.EOS >= 0 || s.processes()
+	hostDraws := (s.MinP > 0 || s.Warpers.on()) && s.Temperature > 0 || procs.grams != nil
 	proc, _ := dec.(engine.ProcessingDecoder)
 	if proc != nil && s.TopK > 0 && s.TopK < cfg.Vocab && s.TopK > proc.TopKQueueMax() && s.Temperature > 0 {
 		proc = nil // its top-k candidates come back unprocessed (TopKDecoder)
 	}
-	onDevice := (pen != nil || banning) && proc != nil && maxNew > 1 && !hostDraws
+	onDevice := processes && proc != nil && maxNew > 1 && !hostDraws
 	if onDevice {
-		if err := proc.Process(pen.factor(), pen.rows(B), ends, max(s.MinNew-1, 0)); err != nil {
+		if err := proc.Process(procs.onDevice(B)); err != nil {
 			return nil, 0, err
 		}
 	}
-	onHost := hostDraws || (pen != nil || banning) && !onDevice
+	onHost := hostDraws || processes && !onDevice
 	greedyOnDevice := dec != nil && s.Temperature == 0 && !onHost
 	var topK engine.TopKDecoder
 	var topKQueue engine.TopKQueueDecoder // draws from the k best on the device, as the host would

@@ -2,6 +2,7 @@ package mambago_test
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -24,12 +25,15 @@ import (
 // entries runs here without a GPU. With nanRow ≥ 0 that row's logits hold
 // NaN at every step. steps, where set, counts the steps its decoders ran;
 // with unqueued its decoders hide the queue (and TopK), so that Generate
-// takes its greedy, top-k and top-p steps one at a time.
+// takes its greedy, top-k and top-p steps one at a time. Its queued steps
+// process their logits as Process asks (engine.ProcessingDecoder), as
+// process_rows_f32 does.
 type hostDecoders struct {
 	engine.Engine
-	nanRow   int
-	steps    *int
-	unqueued bool
+	nanRow    int
+	steps     *int
+	unqueued  bool
+	processed *int // where set, counts the Process calls
 }
 
 // NewDecoder returns a decoder for st.
@@ -49,6 +53,98 @@ type hostEntries struct {
 	vals   []float32
 	queued [][]int64 // the queued steps' picks, oldest first
 	last   []int64   // the last queued step's picks
+
+	proc  *engine.Processing // Process's, or nil
+	step  int                // the next queued step's number in proc
+	seen  []map[int64]bool   // each row's tokens, for proc.Penalty
+	tails [][]int64          // each row's tokens, for proc.Biases
+}
+
+// Process keeps p for the steps queued after it.
+func (d *hostEntries) Process(p engine.Processing) error {
+	if d.e.processed != nil {
+		*d.e.processed++
+	}
+	d.proc, d.step = &p, 0
+	d.seen, d.tails = make([]map[int64]bool, len(p.Seen)), make([][]int64, len(p.Tails))
+	for b, row := range p.Seen {
+		d.seen[b] = map[int64]bool{}
+		for _, id := range row {
+			d.seen[b][int64(id)] = true
+		}
+	}
+	for b, row := range p.Tails {
+		d.tails[b] = slices.Clone(row)
+	}
+	return nil
+}
+
+// process applies d.proc to a queued step's logits [B, V], fed ids: the
+// contract of engine.Processing, written out once more from its words.
+func (d *hostEntries) process(fed []int64, logits []float32) {
+	p, j, V := d.proc, d.step, d.e.Config().Vocab
+	d.step++
+	inf := float32(math.Inf(-1))
+	for b, id := range fed {
+		row := logits[b*V : (b+1)*V]
+		if p.Penalty != 1 {
+			d.seen[b][id] = true
+		}
+		if len(d.tails) > 0 {
+			d.tails[b] = append(d.tails[b], id)
+		}
+		sums, order := map[int64]float32{}, []int64(nil)
+		for _, single := range []bool{true, false} {
+			for _, bias := range p.Biases {
+				k := len(bias.Tokens) - 1
+				if (k == 0) != single || k > 0 && (len(d.tails[b]) < k || !slices.Equal(d.tails[b][len(d.tails[b])-k:], bias.Tokens[:k])) {
+					continue
+				}
+				if _, ok := sums[bias.Tokens[k]]; !ok {
+					order = append(order, bias.Tokens[k])
+				}
+				sums[bias.Tokens[k]] += bias.Bias
+			}
+		}
+		for _, id := range order {
+			row[id] += sums[id]
+		}
+		for v := range row {
+			if p.Penalty != 1 && d.seen[b][int64(v)] {
+				if row[v] < 0 {
+					row[v] *= p.Penalty
+				} else {
+					row[v] /= p.Penalty
+				}
+			}
+		}
+		for _, id := range p.EOS {
+			if j < p.BanEOS {
+				row[id] = inf
+			}
+		}
+		if j == p.ForcedAt {
+			for v := range row {
+				row[v] = inf
+			}
+			for _, id := range p.Forced {
+				row[id] = 0
+			}
+		}
+		for _, id := range p.EOS {
+			if s := row[id]; j < len(p.Decay) && p.Decay[j] != 0 && !math.IsInf(float64(s), 0) && s == s {
+				row[id] = s + float32(math.Abs(float64(s)))*p.Decay[j]
+			}
+		}
+		for _, id := range p.Suppress {
+			row[id] = inf
+		}
+		for _, id := range p.BeginSuppress {
+			if j == p.BeginAt {
+				row[id] = inf
+			}
+		}
+	}
 }
 
 func (d *hostEntries) Logits(ids []int64) ([]float32, error) {
@@ -71,9 +167,18 @@ func (d *hostEntries) Logits(ids []int64) ([]float32, error) {
 // rows runs a step and calls f with each row's logits, or nil for a row
 // that holds NaN.
 func (d *hostEntries) rows(ids []int64, f func(b int, row []float32)) error {
+	return d.processedRows(ids, false, f)
+}
+
+// processedRows is rows, the logits processed first where process is set
+// and Process asked for it.
+func (d *hostEntries) processedRows(ids []int64, process bool, f func(b int, row []float32)) error {
 	logits, err := d.Logits(ids)
 	if err != nil {
 		return err
+	}
+	if process && d.proc != nil {
+		d.process(ids, logits)
 	}
 	V := d.e.Config().Vocab
 	for b := range ids {
@@ -189,7 +294,7 @@ func (d *hostEntries) queue(ids []int64, pick func(b int, row []float32) int64) 
 		}
 	}
 	picks := make([]int64, len(ids))
-	if err := d.rows(ids, func(b int, row []float32) { picks[b] = pick(b, row) }); err != nil {
+	if err := d.processedRows(ids, true, func(b int, row []float32) { picks[b] = pick(b, row) }); err != nil {
 		return err
 	}
 	d.queued, d.last = append(d.queued, picks), picks
@@ -329,6 +434,99 @@ func TestGenerateThroughDecoderEntries(t *testing.T) {
 			t.Errorf("%+v with NaN in row 1's logits: err = %v", s, err)
 		}
 	}
+}
+
+// processorCases returns settings of every logits processor, alone and all
+// together, for prompts ids [B, T] (B ≥ 3) that greedy decoding continues
+// with free [B, n] (n ≥ 7), in a vocabulary of V: one-token and longer
+// bans (one that greedy decoding completes), biases of one, two and three
+// tokens with three that raise one token (their sum's order), suppressed
+// and begin-suppressed ids, forced eos ids, a length decay, and with them
+// the penalty and a minimum length.
+func processorCases(ids, free []int64, T, n int, V int64) map[string]mambago.Sampling {
+	r := func() int64 { return rand.Int64N(V) }
+	all := mambago.Processors{
+		Banned: [][]int64{{free[0]}, slices.Clone(free[4:6]), {r(), r(), r()}},
+		Biases: []mambago.SequenceBias{{Tokens: []int64{r()}, Bias: 3}, {Tokens: []int64{ids[T-1], 13}, Bias: 1e4},
+			{Tokens: []int64{free[1], free[2], r()}, Bias: -2.5}, {Tokens: []int64{free[2], 13}, Bias: 0.7},
+			{Tokens: []int64{13}, Bias: 0.3}},
+		Suppress:      []int64{free[n+1], r()},
+		BeginSuppress: []int64{free[n], free[2*n]},
+		ForcedEOS:     []int64{7, 11},
+		Decay:         mambago.LengthDecay{Start: 5, Factor: 1.6},
+	}
+	eos := free[2*n+6]
+	return map[string]mambago.Sampling{
+		"banned":     {EOS: -1, Processors: mambago.Processors{Banned: all.Banned}},
+		"biases":     {EOS: -1, Processors: mambago.Processors{Biases: all.Biases}},
+		"suppressed": {EOS: -1, Processors: mambago.Processors{Suppress: all.Suppress, BeginSuppress: all.BeginSuppress}},
+		"forced eos": {EOS: -1, Processors: mambago.Processors{ForcedEOS: all.ForcedEOS}},
+		"decay":      {EOS: eos, Processors: mambago.Processors{Decay: all.Decay}},
+		"min new":    {EOS: free[4], MinNew: 4}, // row 0 may end at its fifth token, not before
+		"all":        {EOS: eos, RepetitionPenalty: 1.3, MinNew: 4, Processors: all},
+	}
+}
+
+// forcedBOS returns a greedy sampling for one-token prompts [B, 1] under a
+// forced bos, generating n tokens on m: the ids each row takes second
+// without it begin-suppressed (they wait for the second token, after the
+// forced one), and the bos then row 0's third token banned.
+func forcedBOS(t *testing.T, m *mambago.Model, prompts []int64, n int) mambago.Sampling {
+	t.Helper()
+	B := len(prompts)
+	s := mambago.Sampling{TopP: 1, EOS: -1, Processors: mambago.Processors{ForcedBOS: []int64{21}}}
+	free, _ := mustGenerate(t, m, prompts, B, 1, n, s)
+	for b := range B {
+		s.BeginSuppress = append(s.BeginSuppress, free[b*n+1])
+	}
+	s.Banned = [][]int64{{21, free[2]}}
+	return s
+}
+
+// processorSpans left-pads rows 0 and 1 of a batch of T ≥ 5 by 2 and 4.
+func processorSpans(T int) []mambago.Span {
+	return []mambago.Span{{Start: 2, Len: T - 2}, {Start: 4, Len: T - 4}, {Len: T}}
+}
+
+// TestProcessorsThroughDecoderEntries runs Generate under each logits
+// processor (processorCases) on decoders that process their queued steps'
+// logits as Process asks (hostDecoders) against Generate on the engine
+// alone, which processes them itself: the same tokens, greedy and sampled
+// from the top 40, for fresh prompts, left-padded ones and one-token
+// prompts under a forced bos, and one Process call each.
+func TestProcessorsThroughDecoderEntries(t *testing.T) {
+	plain := openBase(t)
+	processed := 0
+	wrapped := &mambago.Model{Engine: hostDecoders{Engine: plain.Engine, nanRow: -1, processed: &processed}}
+	const B, T, n = 3, 6, 14
+	V := int64(plain.Config().Vocab)
+	ids := randomIDs(plain, B*T)
+	free, _ := mustGenerate(t, plain, ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1})
+	check := func(what string, ids []int64, B, T int, spans []mambago.Span, s mambago.Sampling) {
+		t.Helper()
+		before := processed
+		got, gotN, errG := wrapped.GenerateSpans(context.Background(), ids, B, T, spans, n, s)
+		want, wantN, errW := plain.GenerateSpans(context.Background(), ids, B, T, spans, n, s)
+		if err := errors.Join(errG, errW); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if processed != before+1 {
+			t.Errorf("%s: %d Process calls, want 1", what, processed-before)
+		}
+		if gotN != wantN || !slices.Equal(got, want) {
+			t.Errorf("%s: through the decoder %v (n=%d), on the engine %v (n=%d)", what, got, gotN, want, wantN)
+		}
+	}
+	for name, c := range processorCases(ids, free, T, n, V) {
+		for _, draw := range []mambago.Sampling{{TopP: 1}, {Temperature: 1.3, TopK: 40, TopP: 0.95, Seed: 7}} {
+			s := c
+			s.Temperature, s.TopK, s.TopP, s.Seed = draw.Temperature, draw.TopK, draw.TopP, draw.Seed
+			what := fmt.Sprintf("%s, temperature %v", name, s.Temperature)
+			check(what, ids, B, T, nil, s)
+			check(what+", left-padded", ids, B, T, processorSpans(T), s)
+		}
+	}
+	check("forced bos", ids[:B], B, 1, nil, forcedBOS(t, plain, ids[:B], n))
 }
 
 // mustGenerate is m.Generate(ids, B, T, n, s), failing the test on an error.

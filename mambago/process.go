@@ -10,11 +10,8 @@ import (
 
 // SequenceBias is one of transformers' sequence_bias entries: Bias is added
 // to the logit of the last of Tokens wherever a row's tokens end with the
-// others (always, for one token).
-type SequenceBias struct {
-	Tokens []int64
-	Bias   float32 // finite
-}
+// others (always, for one token). Bias must be finite here (Banned bans).
+type SequenceBias = engine.SequenceBias
 
 // Processors are transformers' logits processors past the repetition
 // penalty, the n-gram ban and the minimum length, for Sampling and Beams.
@@ -227,6 +224,29 @@ func (pr *processing) apply(logits []float32, V int, done []bool, step int) {
 	if step == pr.begin {
 		banIDs(logits, V, pr.p.BeginSuppress)
 	}
+}
+
+// onDevice returns what pr does to the logits of B rows after the first
+// new token, for a ProcessingDecoder's queued steps: its step j draws new
+// token j + 1 of the rows whose tokens pr holds now.
+func (pr *processing) onDevice(B int) engine.Processing {
+	p := engine.Processing{Penalty: pr.pen.factor(), Seen: pr.pen.rows(B), EOS: pr.eos, BanEOS: max(pr.minNew-1, 0),
+		ForcedAt: -1, Suppress: pr.p.Suppress, BeginSuppress: pr.p.BeginSuppress, BeginAt: pr.begin - 1}
+	if sb := pr.biases; sb != nil {
+		p.Biases, p.Tails = slices.Concat(sb.single, sb.multi), sb.rows
+	}
+	if len(pr.p.ForcedEOS) > 0 {
+		p.Forced, p.ForcedAt = pr.p.ForcedEOS, pr.last-1
+	}
+	if d := pr.p.Decay; d.Factor != 0 {
+		p.Decay = make([]float32, max(pr.last, 0))
+		for j := range p.Decay {
+			if n := j + 1; n > d.Start { // as apply computes it at step n
+				p.Decay[j] = float32(math.Pow(d.Factor, float64(n-d.Start)) - 1)
+			}
+		}
+	}
+	return p
 }
 
 // force sets, in each row of logits [B, V] not done, every logit to -Inf

@@ -249,19 +249,60 @@ type TopKQueueDecoder interface {
 }
 
 // ProcessingDecoder is a TopKQueueDecoder that also changes the logits of
-// its queued steps where they are, before their pick or draw, as
-// mambago.Sampling's repetition penalty and minimum length change them on
-// the host: so that a generation under them keeps its steps queued.
+// its queued steps before their pick or draw, as transformers' logits
+// processors do (Processing).
 type ProcessingDecoder interface {
 	TopKQueueDecoder
-	// Process makes each step queued after it, before its pick, first add
-	// the ids it is fed to its rows' tokens, then scale the logit of each
-	// token its row holds (seen[b] and those added) by penalty, divided
-	// where ≥ 0 and multiplied where below, in float32 (1: none), then set
-	// the logits of ban to -Inf where it is one of the next banSteps steps
-	// queued. seen [B] are the ids (in [0, V)) each row holds before the
-	// first such step.
-	Process(penalty float32, seen [][]int32, ban []int64, banSteps int) error
+	// Process makes each step queued after it process its logits as p
+	// says before its pick or draw, the first such step being p's step 0.
+	Process(p Processing) error
+}
+
+// SequenceBias is one of transformers' sequence_bias entries: Bias is added
+// to the logit of the last of Tokens wherever a row's tokens end with the
+// others (always, for one token).
+type SequenceBias struct {
+	Tokens []int64
+	Bias   float32 // finite; -Inf bans the sequence (bad words)
+}
+
+// Processing is what a ProcessingDecoder's queued steps do to each row's
+// logits, in transformers' order: the sequence biases, the repetition
+// penalty, the eos ban, the forced ids, the length decay, the suppressed
+// ids. A row's tokens are its tokens before step 0 (Seen, Tails) and then
+// the id each step is fed, which joins them before the step's processing.
+// Steps count from 0; every arithmetic step rounds to float32 as the
+// host's does. Ids are in [0, V).
+type Processing struct {
+	// Penalty scales the logit of each token a row holds, divided by it
+	// where ≥ 0 and multiplied where below (1: none). Seen [B] are each
+	// row's ids before step 0 (needed where Penalty is not 1).
+	Penalty float32
+	Seen    [][]int32
+	// Biases add to the logit of the last of their Tokens wherever a
+	// row's tokens end with the others. A token's biases are summed in
+	// float32 before they are added, the one-token ones first, each kind
+	// in its order (transformers' sum). Tails [B] are each row's tokens
+	// before step 0: its last ones, as many as the longest bias less one,
+	// are enough (needed where a bias has more than one token).
+	Biases []SequenceBias
+	Tails  [][]int64
+	// EOS are the ids that end a row: -Inf in steps [0, BanEOS), and
+	// raised by Decay.
+	EOS    []int64
+	BanEOS int
+	// At step ForcedAt (< 0: none) every logit is -Inf but those of
+	// Forced, which are 0.
+	Forced   []int64
+	ForcedAt int
+	// Decay[j], where not 0, makes each finite eos logit s of step j
+	// s + |s|·Decay[j], id after id.
+	Decay []float32
+	// Suppress ids are -Inf at every step, BeginSuppress ids at step
+	// BeginAt (< 0: none).
+	Suppress      []int64
+	BeginSuppress []int64
+	BeginAt       int
 }
 
 // InputError reports bad input from the caller: the Python package raises it
