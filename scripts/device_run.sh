@@ -53,6 +53,8 @@
 #             token's time
 #             (BenchmarkGenerate, and, unless GEN_PYTHON=0, bench/generate_speed.py with $GEN_ARGS,
 #             also with .carry/base's wheel where device_build.sh had a BASE);
+#   (generate, generatebench: GEN_GO=0 leaves out the Go tests and benchmark,
+#   GEN_BENCH=0 the Go benchmark alone)
 #   generatebench: generate's engine tests and its timings alone (no kernel
 #             tests, no sanitizers; GEN_GO=0: the Python timings alone);
 #   sampling: generate's sampling kernels alone (top-k, top-p): their tests
@@ -585,10 +587,12 @@ if [[ $mode == generate && ${GEN_KERNELS:-1} == 1 ]]; then  # GEN_KERNELS=0: wit
 fi
 if [[ $mode == generate || $mode == generatebench ]]; then
   if [[ ${GEN_GO:-1} == 1 ]]; then  # GEN_GO=0: the Python timings alone
-    run_tests generate_tests 300 .carry/mambago.test -test.v -test.run 'Greedy|Sampl|Generate|DecoderLogits|DecoderQueue|FromCandidates|Example'
-    [[ $mode == generate ]] && memcheck memcheck_generate 300 .carry/mambago.test 'GenerateOnDevice|DecoderLogits|DecoderQueue'
-    echo "== a token of generation: greedy on the host's loop, the device pick eager and graphed; sampled from the device's top-k eager and graphed, from whole rows page-locked and pageable; top-p (BenchmarkGenerate)"
-    bench_log generate_bench 300 .carry/mambago.test Generate "a token"
+    run_tests generate_tests 300 .carry/mambago.test -test.v -test.run 'Greedy|Sampl|Generate|DecoderLogits|DecoderQueue|FromCandidates|Example|Processors|RepetitionPenalty|MinNew'
+    [[ $mode == generate ]] && memcheck memcheck_generate 300 .carry/mambago.test 'GenerateOnDevice|DecoderLogits|DecoderQueue|ProcessorsOnDevice'
+    if [[ ${GEN_BENCH:-1} == 1 ]]; then  # GEN_BENCH=0: without BenchmarkGenerate
+      echo "== a token of generation: greedy on the host's loop, the device pick eager and graphed; sampled from the device's top-k eager and graphed, from whole rows page-locked and pageable; top-p (BenchmarkGenerate)"
+      bench_log generate_bench 300 .carry/mambago.test Generate "a token"
+    fi
   fi
   [[ ${GEN_PYTHON:-1} == 0 ]] && exit $status  # GEN_PYTHON=0: without the Python timings
   echo "== a token of generation from Python, greedy and sampled (bench/generate_speed.py; \$GEN_ARGS)"
