@@ -17,7 +17,9 @@ type SequenceBias = engine.SequenceBias
 // penalty, the n-gram ban and the minimum length, for Sampling and Beams.
 // The zero value has none. A row's tokens, for Biases and Banned, are its
 // prompt's (its span's, as for the repetition penalty) and its new ones.
-// Where any is set, the CUDA engine's steps bring their logits to the host.
+// Generate applies them to the first new token on the host and, on the
+// CUDA engine, to the rest on the device (engine.Processing), where the
+// draw is made there too; beam search brings its rows to the host.
 type Processors struct {
 	// Biases are transformers' sequence_bias: each entry whose sequence
 	// the next token would complete adds its bias to that token's logit
