@@ -133,7 +133,7 @@ func (d *hostEntries) process(fed []int64, logits []float32) {
 		}
 		for _, id := range p.EOS {
 			if s := row[id]; j < len(p.Decay) && p.Decay[j] != 0 && !math.IsInf(float64(s), 0) && s == s {
-				row[id] = s + float32(math.Abs(float64(s)))*p.Decay[j]
+				row[id] = s + float32(float32(math.Abs(float64(s)))*p.Decay[j])
 			}
 		}
 		for _, id := range p.Suppress {

@@ -217,7 +217,7 @@ func (pr *processing) apply(logits []float32, V int, done []bool, step int) {
 		for b := range len(logits) / V {
 			for _, id := range pr.eos {
 				if s := logits[b*V+int(id)]; !done[b] && !math.IsInf(float64(s), 0) {
-					logits[b*V+int(id)] = s + float32(math.Abs(float64(s)))*by
+					logits[b*V+int(id)] = s + float32(float32(math.Abs(float64(s)))*by) // rounded, not fused: the kernel's bits
 				}
 			}
 		}
