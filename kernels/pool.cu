@@ -119,7 +119,10 @@ extern "C" __global__ void head_picks_i64(const unsigned long long *__restrict__
 //                     tail, biases[e] each, summed in order (-inf bans);
 //                     the repetition penalty: each logit whose seen[b, v] is
 //                     set divided by penalty where >= 0, multiplied where
-//                     below; with ban_eos, the eos ids' logits -inf; with
+//                     below; with ngram n > 0, the fed id is also appended to
+//                     the row's history (history [B, room], lengths [B]), and
+//                     each token that would close an n-gram the history
+//                     holds is -inf; with ban_eos, the eos ids' logits -inf; with
 //                     nforced > 0, every logit -inf but those of forced,
 //                     which are 0; with decay != 0, each finite eos logit s
 //                     becomes s + |s| * decay, id after id; last, the logits
@@ -133,7 +136,8 @@ extern "C" __global__ void process_rows_f32(float *__restrict__ logits, int V, u
                                             long long *__restrict__ tails, int W, const int *__restrict__ groups,
                                             int ngroups, const int *__restrict__ entries,
                                             const float *__restrict__ biases, const long long *__restrict__ prefixes,
-                                            const long long *__restrict__ eos, int neos, int ban_eos, float decay,
+                                            long long *__restrict__ history, int *__restrict__ lengths, int room,
+                                            int ngram, const long long *__restrict__ eos, int neos, int ban_eos, float decay,
                                             const long long *__restrict__ forced, int nforced,
                                             const long long *__restrict__ suppressed, int nsuppressed) {
     const float neg_inf = __int_as_float(0xff800000);
@@ -145,6 +149,7 @@ extern "C" __global__ void process_rows_f32(float *__restrict__ logits, int V, u
         if (penalty != 1.f && id >= 0 && id < V) mine[id] = 1;
         for (int i = 0; i + 1 < W; i++) tail[i] = tail[i + 1];
         if (W > 0) tail[W - 1] = id;
+        if (ngram > 0) history[(long long)blockIdx.x * room + lengths[blockIdx.x]++] = id;  // the host keeps room
     }
     __syncthreads();
     for (int g = threadIdx.x; g < ngroups; g += blockDim.x) {
@@ -170,6 +175,16 @@ extern "C" __global__ void process_rows_f32(float *__restrict__ logits, int V, u
                 row[i] = v < 0.f ? __fmul_rn(v, penalty) : __fdiv_rn(v, penalty);
             }
         __syncthreads();  // a banned id's penalty is written before its -inf
+    }
+    if (ngram > 0) {
+        const long long *mine_h = history + (long long)blockIdx.x * room;
+        const int len = lengths[blockIdx.x], from = len - ngram + 1;  // the run an n-gram would close
+        for (int i = threadIdx.x; i + ngram <= len; i += blockDim.x) {
+            bool match = true;
+            for (int j = 0; match && j < ngram - 1; j++) match = mine_h[i + j] == mine_h[from + j];
+            if (match) row[mine_h[i + ngram - 1]] = neg_inf;
+        }
+        __syncthreads();
     }
     if (ban_eos)
         for (int i = threadIdx.x; i < neos; i += blockDim.x) row[eos[i]] = neg_inf;

@@ -148,7 +148,7 @@ func TestGenerateOnDevice(t *testing.T) {
 			} else if slices.Contains(got[:3], want[0][0]) || gotN < 4 {
 				t.Errorf("%s, graph steps %d, MinNew 3: row 0 %v (n=%d) ends at EOS %d early", dtype, graphSteps, got[:gotN], gotN, want[0][0])
 			}
-			// Under NoRepeatNGram 1 the host draws, and no row takes a token
+			// Under NoRepeatNGram 1 (processed on the device) no row takes a token
 			// it holds.
 			if got, gotN, err := m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1, NoRepeatNGram: 1}); err != nil {
 				t.Fatal(err)

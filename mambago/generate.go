@@ -190,17 +190,16 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 	// from (TopKDecoder), or without a top-k the tokens drawn from the
 	// nucleus there (TopPDecoder). Any other returns the logits in the
 	// decoder's own (page-locked) memory.
-	// The logits processors (the repetition penalty, a minimum length, the
-	// biases, bans and the rest of Processors) change the logits before
-	// the draw: on the host for the first token, and for the rest on the
-	// device where the decoder processes its queued steps' logits and
-	// queues the draw asked for (ProcessingDecoder); else every step
-	// returns its logits and the host draws. So it does under min_p, the
-	// further warpers and no_repeat_ngram_size, which the device's draws
-	// do not have.
+	// The logits processors (the repetition penalty, the n-gram ban, a
+	// minimum length, the biases, bans and the rest of Processors) change
+	// the logits before the draw: on the host for the first token, and for
+	// the rest on the device where the decoder processes its queued steps'
+	// logits and queues the draw asked for (ProcessingDecoder); else every
+	// step returns its logits and the host draws. So it does under min_p
+	// and the further warpers, which the device's draws do not have.
 	procs := newProcessing(s, ids, B, T, spans, cfg.Vocab, maxNew)
-	processes := procs.pen != nil || s.MinNew > 0 && s.EOS >= 0 || s.processes()
-	hostDraws := (s.MinP > 0 || s.Warpers.on()) && s.Temperature > 0 || procs.grams != nil
+	processes := procs.pen != nil || procs.grams != nil || s.MinNew > 0 && s.EOS >= 0 || s.processes()
+	hostDraws := (s.MinP > 0 || s.Warpers.on()) && s.Temperature > 0
 	proc, _ := dec.(engine.ProcessingDecoder)
 	if proc != nil && s.TopK > 0 && s.TopK < cfg.Vocab && s.TopK > proc.TopKQueueMax() && s.Temperature > 0 {
 		proc = nil // its top-k candidates come back unprocessed (TopKDecoder)

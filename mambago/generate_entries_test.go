@@ -54,10 +54,11 @@ type hostEntries struct {
 	queued [][]int64 // the queued steps' picks, oldest first
 	last   []int64   // the last queued step's picks
 
-	proc  *engine.Processing // Process's, or nil
-	step  int                // the next queued step's number in proc
-	seen  []map[int64]bool   // each row's tokens, for proc.Penalty
-	tails [][]int64          // each row's tokens, for proc.Biases
+	proc    *engine.Processing // Process's, or nil
+	step    int                // the next queued step's number in proc
+	seen    []map[int64]bool   // each row's tokens, for proc.Penalty
+	tails   [][]int64          // each row's tokens, for proc.Biases
+	history [][]int64          // each row's tokens, for proc.NGram
 }
 
 // Process keeps p for the steps queued after it.
@@ -76,6 +77,10 @@ func (d *hostEntries) Process(p engine.Processing) error {
 	for b, row := range p.Tails {
 		d.tails[b] = slices.Clone(row)
 	}
+	d.history = make([][]int64, len(p.History))
+	for b, row := range p.History {
+		d.history[b] = slices.Clone(row)
+	}
 	return nil
 }
 
@@ -92,6 +97,9 @@ func (d *hostEntries) process(fed []int64, logits []float32) {
 		}
 		if len(d.tails) > 0 {
 			d.tails[b] = append(d.tails[b], id)
+		}
+		if p.NGram > 0 {
+			d.history[b] = append(d.history[b], id)
 		}
 		sums, order := map[int64]float32{}, []int64(nil)
 		for _, single := range []bool{true, false} {
@@ -115,6 +123,14 @@ func (d *hostEntries) process(fed []int64, logits []float32) {
 					row[v] *= p.Penalty
 				} else {
 					row[v] /= p.Penalty
+				}
+			}
+		}
+		if k := p.NGram; k > 0 { // each n-gram's last token, after a run of its first n-1
+			h := d.history[b]
+			for i := 0; i+k <= len(h); i++ {
+				if slices.Equal(h[i:i+k-1], h[len(h)-k+1:]) {
+					row[h[i+k-1]] = inf
 				}
 			}
 		}
@@ -441,8 +457,8 @@ func TestGenerateThroughDecoderEntries(t *testing.T) {
 // with free [B, n] (n ≥ 7), in a vocabulary of V: one-token and longer
 // bans (one that greedy decoding completes), biases of one, two and three
 // tokens with three that raise one token (their sum's order), suppressed
-// and begin-suppressed ids, forced eos ids, a length decay, and with them
-// the penalty and a minimum length.
+// and begin-suppressed ids, forced eos ids, a length decay, a minimum
+// length, n-gram bans of 1 to 3, and all of them with the penalty.
 func processorCases(ids, free []int64, T, n int, V int64) map[string]mambago.Sampling {
 	r := func() int64 { return rand.Int64N(V) }
 	all := mambago.Processors{
@@ -463,7 +479,10 @@ func processorCases(ids, free []int64, T, n int, V int64) map[string]mambago.Sam
 		"forced eos": {EOS: -1, Processors: mambago.Processors{ForcedEOS: all.ForcedEOS}},
 		"decay":      {EOS: eos, Processors: mambago.Processors{Decay: all.Decay}},
 		"min new":    {EOS: free[4], MinNew: 4}, // row 0 may end at its fifth token, not before
-		"all":        {EOS: eos, RepetitionPenalty: 1.3, MinNew: 4, Processors: all},
+		"1-grams":    {EOS: -1, NoRepeatNGram: 1},
+		"2-grams":    {EOS: -1, NoRepeatNGram: 2},
+		"3-grams":    {EOS: -1, NoRepeatNGram: 3},
+		"all":        {EOS: eos, RepetitionPenalty: 1.3, MinNew: 4, NoRepeatNGram: 2, Processors: all},
 	}
 }
 

@@ -237,6 +237,9 @@ func (pr *processing) onDevice(B int) engine.Processing {
 	if sb := pr.biases; sb != nil {
 		p.Biases, p.Tails = slices.Concat(sb.single, sb.multi), sb.rows
 	}
+	if g := pr.grams; g != nil {
+		p.NGram, p.History, p.Steps = g.n, g.tokens, max(pr.last, 0)
+	}
 	if len(pr.p.ForcedEOS) > 0 {
 		p.Forced, p.ForcedAt = pr.p.ForcedEOS, pr.last-1
 	}

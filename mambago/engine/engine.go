@@ -268,9 +268,10 @@ type SequenceBias struct {
 
 // Processing is what a ProcessingDecoder's queued steps do to each row's
 // logits, in transformers' order: the sequence biases, the repetition
-// penalty, the eos ban, the forced ids, the length decay, the suppressed
-// ids. A row's tokens are its tokens before step 0 (Seen, Tails) and then
-// the id each step is fed, which joins them before the step's processing.
+// penalty, the n-gram ban, the eos ban, the forced ids, the length decay,
+// the suppressed ids. A row's tokens are its tokens before step 0 (Seen,
+// Tails, History) and then the id each step is fed, which joins them
+// before the step's processing.
 // Steps count from 0; every arithmetic step rounds to float32 as the
 // host's does. Ids are in [0, V).
 type Processing struct {
@@ -287,6 +288,13 @@ type Processing struct {
 	// are enough (needed where a bias has more than one token).
 	Biases []SequenceBias
 	Tails  [][]int64
+	// NGram n > 0 sets -Inf the logit of each token that would close an
+	// n-gram (n tokens in a row) that the row's tokens already hold.
+	// History [B] are each row's tokens before step 0, all of them, and
+	// Steps the most steps that may follow (the room kept for their ids).
+	NGram   int
+	History [][]int64
+	Steps   int
 	// EOS are the ids that end a row: -Inf in steps [0, BanEOS), and
 	// raised by Decay.
 	EOS    []int64

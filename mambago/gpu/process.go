@@ -25,6 +25,8 @@ type processing struct {
 
 	tails, groups, entries, biases, prefixes int // offsets: int64 [B, W], int32 [nGroups, 3], int32 [E, 2], f32 [E], int64
 	eos, forced, suppress                    int // offsets: int64 ids (suppress then begin-suppress)
+	history, lengths                         int // offsets: int64 [B, room], int32 [B]: each row's tokens, for the n-gram ban
+	room                                     int // the history's row capacity
 }
 
 // Process makes each step queued after it process its logits as p says
@@ -95,6 +97,10 @@ func checkProcessing(p engine.Processing, B, V int) error {
 			}
 		}
 	}
+	if p.NGram < 0 || p.NGram > 0 && (len(p.History) != B || p.Steps < 0) {
+		return engine.Invalid("n-gram ban of %d over %d rows of tokens and %d steps: want n ≥ 0, and for n > 0 "+
+			"%d rows and steps ≥ 0", p.NGram, len(p.History), p.Steps, B)
+	}
 	multi := false
 	for _, bias := range p.Biases {
 		if len(bias.Tokens) == 0 || math.IsNaN(float64(bias.Bias)) || math.IsInf(float64(bias.Bias), 1) {
@@ -122,9 +128,11 @@ func checkProcessing(p engine.Processing, B, V int) error {
 }
 
 // layout sets pr's offsets and returns the table's bytes for B rows: the
-// ids, each row's last W tokens (-1 where it has fewer), and the biases
+// ids, each row's last W tokens (-1 where it has fewer), the biases
 // grouped by the token they raise (a thread a group sums them in
-// transformers' order: the one-token biases first, each kind in its order).
+// transformers' order: the one-token biases first, each kind in its order),
+// and for the n-gram ban each row's tokens, with room for Steps more, and
+// their count.
 func (pr *processing) layout(B int) []byte {
 	p := pr.p
 	var buf []byte
@@ -191,6 +199,27 @@ func (pr *processing) layout(B int) []byte {
 		}
 	}
 	pr.prefixes = putIDs(prefixes)
+
+	if p.NGram > 0 {
+		for _, row := range p.History {
+			pr.room = max(pr.room, len(row))
+		}
+		pr.room += p.Steps
+		pr.history = align()
+		for _, row := range p.History {
+			for i := range pr.room {
+				id := int64(-1)
+				if i < len(row) {
+					id = row[i]
+				}
+				buf = binary.LittleEndian.AppendUint64(buf, uint64(id))
+			}
+		}
+		pr.lengths = align()
+		for _, row := range p.History {
+			buf = binary.LittleEndian.AppendUint32(buf, uint32(len(row)))
+		}
+	}
 	pr.groups = align()
 	for _, v := range slices.Concat(groups, entries) {
 		buf = binary.LittleEndian.AppendUint32(buf, uint32(v))
@@ -221,6 +250,9 @@ func (d *Decoder) process(logits cuda.Ptr) error {
 		return nil
 	}
 	p, j := pr.p, pr.step
+	if p.NGram > 0 && j >= p.Steps {
+		return engine.Invalid("step %d of a decoder processing %d: no room left for its ids", j, p.Steps)
+	}
 	pr.step++
 	banEOS, nForced, decay := 0, 0, float32(0)
 	if j < p.BanEOS {
@@ -236,9 +268,10 @@ func (d *Decoder) process(logits cuda.Ptr) error {
 	if j == p.BeginAt {
 		nSuppress += len(p.BeginSuppress)
 	}
-	// The fed ids join the tokens of a row where the penalty or a bias
-	// reads them, so the kernel runs at every step then.
-	if p.Penalty == 1 && pr.W == 0 && pr.nGroups == 0 && banEOS == 0 && nForced == 0 && decay == 0 && nSuppress == 0 {
+	// The fed ids join the tokens of a row where the penalty, a bias or the
+	// n-gram ban reads them, so the kernel runs at every step then.
+	if p.Penalty == 1 && pr.W == 0 && pr.nGroups == 0 && p.NGram == 0 && banEOS == 0 && nForced == 0 && decay == 0 &&
+		nSuppress == 0 {
 		return nil
 	}
 	seen, at := cuda.Ptr(0), pr.table.Offset
@@ -247,5 +280,6 @@ func (d *Decoder) process(logits cuda.Ptr) error {
 	}
 	return d.e.launch("process_rows_f32", cuda.D1(d.s.batch), cuda.D1(1024), 0, logits, d.e.cfg.Vocab, seen, d.feed(),
 		p.Penalty, at(pr.tails), pr.W, at(pr.groups), pr.nGroups, at(pr.entries), at(pr.biases), at(pr.prefixes),
+		at(pr.history), at(pr.lengths), pr.room, p.NGram,
 		at(pr.eos), len(p.EOS), banEOS, decay, at(pr.forced), nForced, at(pr.suppress), nSuppress)
 }
