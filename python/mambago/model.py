@@ -1076,9 +1076,7 @@ class Model(_Owner):
         that ends within the last token), as an eos id does: it is padded
         with the first eos id after it, or, with no eos id, goes on while
         other rows have not ended. They change no logits. Every id must be
-        in the vocabulary. With any of these
-        processors, each step's logits come to the host on the CUDA
-        engine.
+        in the vocabulary.
 
         When sampling, typical_p (in (0, 1); 1 for none), epsilon_cutoff
         and eta_cutoff (in (0, 1); 0 for none) are transformers' warpers:
@@ -1086,10 +1084,13 @@ class Model(_Owner):
         every warper (temperature, top_k, top_p, min_p, then these) has cut
         in transformers' order.
 
-        On the CUDA engine the penalty and min_new_tokens
-        run on the device before each queued step's pick (with min_p,
-        no_repeat_ngram_size, or a top_k above 1024, each step's logits come
-        to the host and the draw is made there instead). The engine keeps
+        On the CUDA engine the processors (the penalty, min_new_tokens,
+        no_repeat_ngram_size, sequence_bias, bad_words_ids, suppress_tokens,
+        begin_suppress_tokens, forced_eos_token_id, the length decay) run on
+        the device before each queued step's pick or draw, the first
+        token's on the host (with min_p, the warpers above, or a top_k
+        above 1024, each step's logits come to the host and the draw is made
+        there instead). The engine keeps
         the last call's state (and CUDA step graph) for the next call of the
         same batch size, until close(). attention_mask
         marks padding as prefill's does: each row continues from its own last
