@@ -292,7 +292,10 @@ extern "C" __global__ void __launch_bounds__(NORMS_THREADS)
 //                  scratch), ranked best first; their weights w_i =
 //                  exp_neg((best - logit_i) * inv_temp); the nucleus, the
 //                  shortest best-first run whose running sum reaches p of
-//                  the sum of all k; r = u[b] * its sum, and the first
+//                  the sum of all k, less its last tokens while their
+//                  weight is below min_p (the best's is 1; 0: none, as
+//                  mambago's min_p, after the nucleus); r = u[b] * its sum,
+//                  and the first
 //                  token where r minus the running sum goes below 0 (the
 //                  last of the nucleus where rounding leaves none). A row
 //                  whose best logit is infinite gives its best token; a row
@@ -339,7 +342,7 @@ __device__ __forceinline__ double exp_neg(double z) {
 
 extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
     topk_draw_f32(const float *__restrict__ logits, int V, int k, int *ids, float *vals, double inv_temp, double p,
-                  const double *__restrict__ u, long long *__restrict__ next, long long *__restrict__ mirror) {
+                  double min_p, const double *__restrict__ u, long long *__restrict__ next, long long *__restrict__ mirror) {
     __shared__ union {
         TopkShared rows;
         TopkDrawShared draw;
@@ -391,6 +394,7 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
                 break;
             }
         }
+        while (keep > 1 && w[keep - 1] < min_p) keep--;  // the sum of the rest is sums[keep - 1], as the host's
         double r = __dmul_rn(u[b], sums[keep - 1]);
         int at = keep - 1;
         for (int i = 0; i < keep; i++) {

@@ -456,6 +456,6 @@ func drawTopK(t *testing.T, fn func(string) *cuda.Function, s *cuda.Stream, in *
 	t.Helper()
 	return drawn(t, "topk_draw_f32", s, u[:B], func(next, un, mirror cuda.Ptr) error {
 		return fn("topk_draw_f32").Launch(cuda.D1(B), cuda.D1(1024), 0, s, in.Ptr, int32(V), int32(k), ids.Ptr, vals.Ptr,
-			1/temp, topP, un, next, mirror)
+			1/temp, topP, 0.0, un, next, mirror)
 	})
 }

@@ -221,10 +221,11 @@ func TestProcessorsOnDeviceMatchHost(t *testing.T) {
 		for _, graphSteps := range []int{0, 1} {
 			g.DecoderGraphSteps = graphSteps
 			for name, c := range cases {
-				for _, draw := range []mambago.Sampling{{TopP: 1}, {Temperature: 1.3, TopK: 40, TopP: 0.95, Seed: 7}} {
+				for _, draw := range []mambago.Sampling{{TopP: 1}, {Temperature: 1.3, TopK: 40, TopP: 0.95, Seed: 7},
+					{Temperature: 1.6, TopK: 60, TopP: 1, MinP: 0.08, Seed: 8}} {
 					s := c
-					s.Temperature, s.TopK, s.TopP, s.Seed = draw.Temperature, draw.TopK, draw.TopP, draw.Seed
-					what := fmt.Sprintf("%s, graph steps %d, %s, temperature %v", dtype, graphSteps, name, s.Temperature)
+					s.Temperature, s.TopK, s.TopP, s.MinP, s.Seed = draw.Temperature, draw.TopK, draw.TopP, draw.MinP, draw.Seed
+					what := fmt.Sprintf("%s, graph steps %d, %s, temperature %v, min_p %v", dtype, graphSteps, name, s.Temperature, s.MinP)
 					compare := func(what string, ids []int64, B, T int, spans []mambago.Span, s mambago.Sampling) {
 						t.Helper()
 						before := counted.n

@@ -195,11 +195,18 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 	// the logits before the draw: on the host for the first token, and for
 	// the rest on the device where the decoder processes its queued steps'
 	// logits and queues the draw asked for (ProcessingDecoder); else every
-	// step returns its logits and the host draws. So it does under min_p
-	// and the further warpers, which the device's draws do not have.
+	// step returns its logits and the host draws. So it does under the
+	// further warpers, and under min_p but where the draw is from the k
+	// best on the device (TopKQueueDecoder), which the device's other
+	// draws do not have.
 	procs := newProcessing(s, ids, B, T, spans, cfg.Vocab, maxNew)
 	processes := procs.pen != nil || procs.grams != nil || s.MinNew > 0 && s.EOS >= 0 || s.processes()
-	hostDraws := (s.MinP > 0 || s.Warpers.on()) && s.Temperature > 0
+	queueK := 0 // the most candidates of a draw from the k best on the device
+	if q, ok := dec.(engine.TopKQueueDecoder); ok {
+		queueK = q.TopKQueueMax()
+	}
+	kBestOnDevice := s.TopK > 0 && s.TopK < cfg.Vocab && s.TopK <= queueK
+	hostDraws := (s.MinP > 0 && !kBestOnDevice || s.Warpers.on()) && s.Temperature > 0
 	proc, _ := dec.(engine.ProcessingDecoder)
 	if proc != nil && s.TopK > 0 && s.TopK < cfg.Vocab && s.TopK > proc.TopKQueueMax() && s.Temperature > 0 {
 		proc = nil // its top-k candidates come back unprocessed (TopKDecoder)
@@ -219,8 +226,8 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 	case s.Temperature == 0 || onHost:
 	case s.TopK > 0 && s.TopK < cfg.Vocab:
 		topK, _ = dec.(engine.TopKDecoder)
-		if q, ok := dec.(engine.TopKQueueDecoder); ok && s.TopK <= q.TopKQueueMax() {
-			topKQueue = q
+		if kBestOnDevice {
+			topKQueue = dec.(engine.TopKQueueDecoder)
 		}
 	default:
 		topP, _ = dec.(engine.TopPDecoder)
@@ -326,7 +333,7 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 					err = queue.QueueGreedy(fed)
 				case topKQueue != nil:
 					drawUniforms()
-					err = topKQueue.QueueTopK(fed, s.TopK, s.Temperature, s.TopP, uniforms)
+					err = topKQueue.QueueTopK(fed, s.TopK, s.Temperature, s.TopP, s.MinP, uniforms)
 				default:
 					drawUniforms()
 					err = queue.QueueTopP(fed, s.Temperature, s.TopP, uniforms)

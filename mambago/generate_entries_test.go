@@ -283,9 +283,9 @@ func (d *hostEntries) TopKQueueMax() int { return 1024 }
 
 // QueueTopK draws as the host's sampler does from each row's k best with
 // the uniform it is given, as the CUDA decoder's topk_draw_f32 does.
-func (d *hostEntries) QueueTopK(ids []int64, k int, temperature, p float64, uniforms []float64) error {
+func (d *hostEntries) QueueTopK(ids []int64, k int, temperature, p, minP float64, uniforms []float64) error {
 	u := slices.Clone(uniforms)
-	s := mambago.Sampling{Temperature: temperature, TopK: k, TopP: p}
+	s := mambago.Sampling{Temperature: temperature, TopK: k, TopP: p, MinP: minP}
 	return d.queue(ids, func(b int, row []float32) int64 {
 		if row == nil {
 			return -1
@@ -386,6 +386,8 @@ func TestGenerateThroughDecoderEntries(t *testing.T) {
 		{Temperature: 1.2, TopK: 5, TopP: 1, Seed: 2, EOS: -1},
 		{Temperature: 1.5, TopK: 20, TopP: 0.9, Seed: 3, EOS: eos},
 		{TopP: 1, EOS: eos, MoreEOS: []int64{first[2*n+5]}}, // row 2 stops by its sixth token too
+		{Temperature: 1.4, TopK: 30, TopP: 0.95, MinP: 0.1, Seed: 6, EOS: eos},
+		{Temperature: 1.4, TopK: 30, TopP: 1, MinP: 1, Seed: 6, EOS: -1}, // only the best: greedy's tokens
 	} {
 		want, wantN := mustGenerate(t, plain, ids, B, T, n, s)
 		got, gotN := mustGenerate(t, wrapped, ids, B, T, n, s)
@@ -537,10 +539,11 @@ func TestProcessorsThroughDecoderEntries(t *testing.T) {
 		}
 	}
 	for name, c := range processorCases(ids, free, T, n, V) {
-		for _, draw := range []mambago.Sampling{{TopP: 1}, {Temperature: 1.3, TopK: 40, TopP: 0.95, Seed: 7}} {
+		for _, draw := range []mambago.Sampling{{TopP: 1}, {Temperature: 1.3, TopK: 40, TopP: 0.95, Seed: 7},
+			{Temperature: 1.6, TopK: 60, TopP: 1, MinP: 0.08, Seed: 8}} {
 			s := c
-			s.Temperature, s.TopK, s.TopP, s.Seed = draw.Temperature, draw.TopK, draw.TopP, draw.Seed
-			what := fmt.Sprintf("%s, temperature %v", name, s.Temperature)
+			s.Temperature, s.TopK, s.TopP, s.MinP, s.Seed = draw.Temperature, draw.TopK, draw.TopP, draw.MinP, draw.Seed
+			what := fmt.Sprintf("%s, temperature %v, min_p %v", name, s.Temperature, s.MinP)
 			check(what, ids, B, T, nil, s)
 			check(what+", left-padded", ids, B, T, processorSpans(T), s)
 		}

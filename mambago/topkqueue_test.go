@@ -1,6 +1,7 @@
 package mambago
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -52,12 +53,13 @@ func TestQueueTopKMatchesHost(t *testing.T) {
 		}
 		draws := 0
 		for _, c := range []struct {
-			k    int
-			temp float64
-			p    float64
+			k       int
+			temp, p float64
+			minP    float64
 		}{
-			{1, 1, 1}, {2, 0.7, 1}, {50, 0.8, 1}, {50, 1.3, 0.9}, {50, 0.05, 0.5}, {37, 4, 0.2},
-			{128, 1, 0.95}, {513, 2, 0.8}, {1000, 1, 1}, {1024, 3, 0.99}, {1024, 0.3, 0.6},
+			{1, 1, 1, 0}, {2, 0.7, 1, 0}, {50, 0.8, 1, 0}, {50, 1.3, 0.9, 0}, {50, 0.05, 0.5, 0}, {37, 4, 0.2, 0},
+			{128, 1, 0.95, 0}, {513, 2, 0.8, 0}, {1000, 1, 1, 0}, {1024, 3, 0.99, 0}, {1024, 0.3, 0.6, 0},
+			{50, 1, 1, 0.05}, {50, 2, 0.9, 0.2}, {300, 1.5, 1, 0.01}, {1024, 4, 0.99, 0.5}, {20, 0.7, 1, 1},
 		} {
 			// Two steps queued: the first fed ids, the second the first's picks.
 			ms := [2][B]uint64{}
@@ -71,7 +73,7 @@ func TestQueueTopKMatchesHost(t *testing.T) {
 				if step == 0 {
 					ids = fed
 				}
-				if err := q.QueueTopK(ids, c.k, c.temp, c.p, uniforms); err != nil {
+				if err := q.QueueTopK(ids, c.k, c.temp, c.p, c.minP, uniforms); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -83,10 +85,10 @@ func TestQueueTopKMatchesHost(t *testing.T) {
 					t.Fatal(err)
 				}
 				for b := range B {
-					s := Sampling{Temperature: c.temp, TopK: c.k, TopP: c.p, EOS: -1}
+					s := Sampling{Temperature: c.temp, TopK: c.k, TopP: c.p, MinP: c.minP, EOS: -1}
 					if want := DrawTopK(logits[b*V:(b+1)*V], s, float64(ms[step][b])/(1<<53)); picks[b] != want {
-						t.Errorf("%s, k=%d T=%v p=%v, step %d, row %d, u=%v: device drew %d, host %d", dtype, c.k, c.temp, c.p,
-							step, b, float64(ms[step][b])/(1<<53), picks[b], want)
+						t.Errorf("%s, k=%d T=%v p=%v min_p=%v, step %d, row %d, u=%v: device drew %d, host %d", dtype, c.k,
+							c.temp, c.p, c.minP, step, b, float64(ms[step][b])/(1<<53), picks[b], want)
 					}
 					draws++
 				}
@@ -97,11 +99,12 @@ func TestQueueTopKMatchesHost(t *testing.T) {
 		// Bad arguments are input errors, and a k past TopKQueueMax is refused.
 		u := make([]float64, B)
 		for _, bad := range []struct {
-			k       int
-			temp, p float64
-			u       []float64
-		}{{0, 1, 1, u}, {1025, 1, 1, u}, {5, 0, 1, u}, {5, 1, 0, u}, {5, 1, 1, u[:2]}, {5, 1, 1, []float64{0, 0, 1, 0}}} {
-			if err := q.QueueTopK(fed, bad.k, bad.temp, bad.p, bad.u); !engine.IsInvalid(err) {
+			k             int
+			temp, p, minP float64
+			u             []float64
+		}{{0, 1, 1, 0, u}, {1025, 1, 1, 0, u}, {5, 0, 1, 0, u}, {5, 1, 0, 0, u}, {5, 1, 1, 0, u[:2]},
+			{5, 1, 1, 0, []float64{0, 0, 1, 0}}, {5, 1, 1, -0.1, u}, {5, 1, 1, 1.5, u}, {5, 1, 1, math.NaN(), u}} {
+			if err := q.QueueTopK(fed, bad.k, bad.temp, bad.p, bad.minP, bad.u); !engine.IsInvalid(err) {
 				t.Errorf("%s: QueueTopK(k=%d, T=%v, p=%v, %d uniforms) = %v, want an input error", dtype, bad.k, bad.temp,
 					bad.p, len(bad.u), err)
 			}

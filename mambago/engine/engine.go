@@ -243,9 +243,10 @@ type TopKQueueDecoder interface {
 	// picks) that draws each sequence's next token from its k best (1 ≤ k
 	// ≤ TopKQueueMax) with probability ∝ exp((logit − best) / temperature)
 	// among the shortest best-first run of them whose probability reaches
-	// p, uniforms[b] ∈ [0, 1) as sequence b's draw, and returns without
-	// waiting. A row whose logits hold NaN gets -1.
-	QueueTopK(ids []int64, k int, temperature, p float64, uniforms []float64) error
+	// p, less those of that run less than minP times as likely as the best
+	// (0: none), uniforms[b] ∈ [0, 1) as sequence b's draw, and returns
+	// without waiting. A row whose logits hold NaN gets -1.
+	QueueTopK(ids []int64, k int, temperature, p, minP float64, uniforms []float64) error
 }
 
 // ProcessingDecoder is a TopKQueueDecoder that also changes the logits of

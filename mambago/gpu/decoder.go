@@ -387,14 +387,17 @@ const topKDrawMax = 1024
 
 // QueueTopK queues a step fed ids [B] (nil: the picks of the step queued
 // before) that draws each sequence's next token from its k best
-// (engine.TopKQueueDecoder: mambago's host rule, token for token) with
-// uniforms [B] as the draws (copied before it returns), and returns
+// (engine.TopKQueueDecoder: mambago's host rule, token for token, min_p
+// included) with uniforms [B] as the draws (copied before it returns), and returns
 // without waiting. topk_draw_f32 ranks the k best and draws there, after
 // the step.
-func (d *Decoder) QueueTopK(ids []int64, k int, temperature, p float64, uniforms []float64) error {
+func (d *Decoder) QueueTopK(ids []int64, k int, temperature, p, minP float64, uniforms []float64) error {
 	e, B, V := d.e, d.s.batch, d.e.cfg.Vocab
 	if k < 1 || k > min(V, topKDrawMax) {
 		return engine.Invalid("top_k = %d, want 1 ≤ k ≤ %d", k, min(V, topKDrawMax))
+	}
+	if !(minP >= 0 && minP <= 1) {
+		return engine.Invalid("min_p = %v, want it in [0, 1]", minP)
 	}
 	if err := d.checkDraw(temperature, p, uniforms); err != nil {
 		return err
@@ -410,7 +413,7 @@ func (d *Decoder) QueueTopK(ids []int64, k int, temperature, p float64, uniforms
 	}
 	return d.queue(ids, uniforms, func(logits, to cuda.Ptr, s ringSlot) error {
 		return e.launch("topk_draw_f32", cuda.D1(B), cuda.D1(1024), 0, logits, V, k, d.cand.Ptr, d.cand.Offset(4*B*k),
-			1/temperature, p, s.drawsAt, to, s.picksAt)
+			1/temperature, p, minP, s.drawsAt, to, s.picksAt)
 	})
 }
 

@@ -1088,9 +1088,10 @@ class Model(_Owner):
         no_repeat_ngram_size, sequence_bias, bad_words_ids, suppress_tokens,
         begin_suppress_tokens, forced_eos_token_id, the length decay) run on
         the device before each queued step's pick or draw, the first
-        token's on the host (with min_p, the warpers above, or a top_k
-        above 1024, each step's logits come to the host and the draw is made
-        there instead). The engine keeps
+        token's on the host, and so does a draw from the top_k (≤ 1024) best,
+        min_p included (with the warpers above, min_p without such a top_k,
+        or a top_k above 1024, each step's logits come to the host and the
+        draw is made there instead). The engine keeps
         the last call's state (and CUDA step graph) for the next call of the
         same batch size, until close(). attention_mask
         marks padding as prefill's does: each row continues from its own last
