@@ -12,9 +12,10 @@ import (
 )
 
 // processing is what process_rows_f32 reads for a decoder's queued steps
-// (Process): p itself, each row's tokens as the penalty reads them (seen)
-// and the last W as the biases read them (in table), and the biases and
-// ids laid out for the kernel (in table, at the offsets named).
+// (Process): p itself, each row's tokens as the penalty reads them (seen),
+// the last W as the biases read them and all of them as the n-gram ban
+// reads them (in table), and the biases and ids laid out for the kernel
+// (in table, at the offsets named).
 type processing struct {
 	p       engine.Processing
 	step    int          // the next step's number in p
