@@ -208,7 +208,7 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 	kBestOnDevice := s.TopK > 0 && s.TopK < cfg.Vocab && s.TopK <= queueK
 	hostDraws := (s.MinP > 0 && !kBestOnDevice || s.Warpers.on()) && s.Temperature > 0
 	proc, _ := dec.(engine.ProcessingDecoder)
-	if proc != nil && s.TopK > 0 && s.TopK < cfg.Vocab && s.TopK > proc.TopKQueueMax() && s.Temperature > 0 {
+	if s.TopK > 0 && s.TopK < cfg.Vocab && !kBestOnDevice && s.Temperature > 0 {
 		proc = nil // its top-k candidates come back unprocessed (TopKDecoder)
 	}
 	onDevice := processes && proc != nil && maxNew > 1 && !hostDraws

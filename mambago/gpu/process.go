@@ -102,6 +102,11 @@ func checkProcessing(p engine.Processing, B, V int) error {
 		return engine.Invalid("n-gram ban of %d over %d rows of tokens and %d steps: want n ≥ 0, and for n > 0 "+
 			"%d rows and steps ≥ 0", p.NGram, len(p.History), p.Steps, B)
 	}
+	for b, row := range p.History { // the kernel bans at these ids: each must be one
+		if err := engine.CheckIDs(fmt.Sprintf("row %d's history", b), row, V); err != nil {
+			return err
+		}
+	}
 	multi := false
 	for _, bias := range p.Biases {
 		if len(bias.Tokens) == 0 || math.IsNaN(float64(bias.Bias)) || math.IsInf(float64(bias.Bias), 1) {
