@@ -33,7 +33,10 @@ host (logits or tokens), which is what a caller waits for; the medians of
   EOS, so every call runs its n steps) likewise: a step of B·beams
   sequences, their logits on the host for the search, the states reordered
   on the device; beam_sampled_us_per_step likewise with do_sample
-  (temperature 0.8, top_k 50: every row's whole logits on the host).
+  (temperature 0.8, top_k 50: every row's whole logits on the host);
+  beam_ngram_us_per_step likewise under no_repeat_ngram_size=3 (each row's
+  log probabilities processed and ranked on the device from its branch
+  `devbeams`; before it, every row's whole logits on the host).
 The JSON goes to --out and a markdown table to stdout.
 """
 
@@ -133,7 +136,8 @@ def measure(mambago, shape, dtype, B, a):
                                                tokenizer=byte_level_tokenizer(V)),
                 "typical_us_per_token": per_token(temperature=0.8, typical_p=0.9), "beams": a.beams,
                 "beam_us_per_step": per_beam_step(),
-                "beam_sampled_us_per_step": per_beam_step(do_sample=True, temperature=0.8, top_k=50)}
+                "beam_sampled_us_per_step": per_beam_step(do_sample=True, temperature=0.8, top_k=50),
+                "beam_ngram_us_per_step": per_beam_step(no_repeat_ngram_size=3)}
     finally:
         model.close()
 
@@ -154,8 +158,8 @@ def main():
     import mambago
 
     rows = []
-    print(f"| shape | dtype | B | step eager µs | step graph µs | eager/graph | capture ms | generate µs/token: greedy | top-k 50 | top-p 0.95 | greedy, penalty 1.2 | greedy, bad words | greedy, 3-grams | top-k 50, min_p 0.05 | greedy, stop string | typical_p 0.9 | beam search µs/step ({a.beams} beams) | beam sampling µs/step |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| shape | dtype | B | step eager µs | step graph µs | eager/graph | capture ms | generate µs/token: greedy | top-k 50 | top-p 0.95 | greedy, penalty 1.2 | greedy, bad words | greedy, 3-grams | top-k 50, min_p 0.05 | greedy, stop string | typical_p 0.9 | beam search µs/step ({a.beams} beams) | beam sampling µs/step | beam search, 3-grams µs/step |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for shape in a.shapes:
         for dtype in a.dtypes:
             for B in a.batches:
@@ -169,7 +173,8 @@ def main():
                       f"{r['minp_us_per_token']:.0f} | "
                       f"{r['stop_us_per_token']:.0f} | "
                       f"{r['typical_us_per_token']:.0f} | "
-                      f"{r['beam_us_per_step']:.0f} | {r['beam_sampled_us_per_step']:.0f} |",
+                      f"{r['beam_us_per_step']:.0f} | {r['beam_sampled_us_per_step']:.0f} | "
+                      f"{r['beam_ngram_us_per_step']:.0f} |",
                       flush=True)
     with open(a.out, "w") as f:
         json.dump({"rows": rows, "args": vars(a)}, f, indent=1)

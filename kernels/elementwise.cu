@@ -7,6 +7,8 @@
 //   copy_rows_f32: row (s, i) of dst = row (s, rows[i]) of src, rows of n floats, for each of the
 //                  grid's z segments (a state's layers): dst holds B rows a segment, src srcB
 //                  (beam search's reordered states). Grid (any, B, segments).
+//   copy_rows_u8:  the same, rows of n bytes (beam search's logits processors, reordered with
+//                  their beams)
 //   memset_rows:   what a graph's memset node writes, as a kernel (cuda.MemsetEdit): height rows
 //                  of width elements of size bytes (1, 2 or 4), pitch bytes apart, each value's
 //                  low size bytes
@@ -44,13 +46,24 @@ extern "C" __global__ void scale_f32(float *x, long long n, float s) {
     GRID_STRIDE(i, n) x[i] *= s;
 }
 
-extern "C" __global__ void copy_rows_f32(float *__restrict__ dst, const float *__restrict__ src,
-                                          const int *__restrict__ rows, long long n, int B, int srcB) {
+template <typename T>
+__device__ void copy_rows(T *__restrict__ dst, const T *__restrict__ src, const int *__restrict__ rows, long long n,
+                          int B, int srcB) {
     int i = blockIdx.y, seg = blockIdx.z;
-    const float *from = src + ((long long)seg * srcB + rows[i]) * n;
-    float *to = dst + ((long long)seg * B + i) * n;
+    const T *from = src + ((long long)seg * srcB + rows[i]) * n;
+    T *to = dst + ((long long)seg * B + i) * n;
     for (long long j = blockIdx.x * (long long)blockDim.x + threadIdx.x; j < n; j += (long long)gridDim.x * blockDim.x)
         to[j] = from[j];
+}
+
+extern "C" __global__ void copy_rows_f32(float *__restrict__ dst, const float *__restrict__ src,
+                                          const int *__restrict__ rows, long long n, int B, int srcB) {
+    copy_rows(dst, src, rows, n, B, srcB);
+}
+
+extern "C" __global__ void copy_rows_u8(unsigned char *__restrict__ dst, const unsigned char *__restrict__ src,
+                                         const int *__restrict__ rows, long long n, int B, int srcB) {
+    copy_rows(dst, src, rows, n, B, srcB);
 }
 
 extern "C" __global__ void memset_rows(unsigned char *dst, unsigned long long pitch, unsigned value, int size,

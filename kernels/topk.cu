@@ -237,14 +237,21 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
     topk_rows(sm, logits + b * V, V, k, ids + b * k, vals + b * k);
 }
 
-// Beam search's log-softmax normalizers, beside topk_rows_f32's candidates:
+// Beam search's log-softmax normalizers, beside topk_rows_f32's candidates,
+// and its log probabilities, where logits processors need them whole:
 //
-//   row_norms_f32: norms[b, 0] = the largest of logits[b, 0 .. V), m, and
-//                  norms[b, 1] = log of the sum over v of exp(logits[b, v] - m),
-//                  the differences in float32 and their exps summed in double,
-//                  so that a token's log probability is logit - m - norms[b, 1]
-//                  in float32, as the host's log_softmax gives it
-//                  (mambago/beam.go). Both NaN where the row holds NaN.
+//   row_norms_f32:        norms[b, 0] = the largest of logits[b, 0 .. V), m, and
+//                         norms[b, 1] = log of the sum over v of exp(logits[b, v] - m),
+//                         the differences in float32 and their exps summed in double,
+//                         so that a token's log probability is logit - m - norms[b, 1]
+//                         in float32, as the host's log_softmax gives it
+//                         (mambago/beam.go). Both NaN where the row holds NaN.
+//   log_softmax_rows_f32: logits[b, v] = logits[b, v] - m - norms[b, 1] in place, in
+//                         float32 in that order, the host's log_softmax bits but for
+//                         the last bit of a sum summed in another order; a row holding
+//                         NaN becomes all NaN, and so does one of -inf alone, unless
+//                         keep_empty is set (renormalizing what the processors left:
+//                         such a row stays as it is).
 //
 // Grid (B), one block a row, NORMS_THREADS threads (at 1024 the double
 // exps spill).
@@ -252,11 +259,12 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
 #define NORMS_THREADS 256
 #define NORMS_WARPS (NORMS_THREADS / 32)
 
-extern "C" __global__ void __launch_bounds__(NORMS_THREADS)
-    row_norms_f32(const float *__restrict__ logits, int V, float *__restrict__ norms) {
+// row_norm leaves row's m and its log-sum in norms[0] and norms[1], NaN
+// both where the row holds NaN, written by thread 0; every thread of the
+// block calls it.
+__device__ void row_norm(const float *__restrict__ row, int V, float *norms) {
     __shared__ float warp_max[NORMS_WARPS];
     __shared__ double warp_sum[NORMS_WARPS];
-    const float *row = logits + (long long)blockIdx.x * V;
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
     float m = __int_as_float(0xff800000);  // -inf
     bool nan = false;
@@ -277,9 +285,25 @@ extern "C" __global__ void __launch_bounds__(NORMS_THREADS)
         double total = 0;
         for (int w = 0; w < NORMS_WARPS; w++) total += warp_sum[w];
         const float bad = __int_as_float(0x7fc00000);
-        norms[2 * blockIdx.x] = nan ? bad : m;
-        norms[2 * blockIdx.x + 1] = nan ? bad : (float)log(total);
+        norms[0] = nan ? bad : m;
+        norms[1] = nan ? bad : (float)log(total);
     }
+}
+
+extern "C" __global__ void __launch_bounds__(NORMS_THREADS)
+    row_norms_f32(const float *__restrict__ logits, int V, float *__restrict__ norms) {
+    row_norm(logits + (long long)blockIdx.x * V, V, norms + 2 * blockIdx.x);
+}
+
+extern "C" __global__ void __launch_bounds__(NORMS_THREADS)
+    log_softmax_rows_f32(float *__restrict__ logits, int V, int keep_empty) {
+    __shared__ float norms[2];
+    float *row = logits + (long long)blockIdx.x * V;
+    row_norm(row, V, norms);
+    __syncthreads();
+    const float m = norms[0], lse = norms[1];
+    if (keep_empty && m == __int_as_float(0xff800000)) return;
+    for (int i = threadIdx.x; i < V; i += NORMS_THREADS) row[i] = __fsub_rn(__fsub_rn(row[i], m), lse);
 }
 
 // Sampled decoding's draw from the k best, where the logits are:

@@ -229,11 +229,19 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 	}
 
 	// The decoder ranks each row's candidates where nothing needs the whole
-	// rows: no processor, and no step scores or logits kept.
+	// rows: no warper, and no step scores or logits kept. Under logits
+	// processors it processes the rows' log probabilities first, where it
+	// can (engine.BeamProcessingDecoder); else the rows come to the host.
 	beams, _ := dec.(engine.BeamDecoder)
+	procBeams, _ := dec.(engine.BeamProcessingDecoder)
+	if bm.Sample.Temperature > 0 || bm.Scores || bm.Logits || keep > V {
+		beams, procBeams = nil, nil
+	}
 	if bm.RepetitionPenalty != 0 && bm.RepetitionPenalty != 1 || bm.NoRepeatNGram > 0 || bm.MinNew > 0 ||
-		bm.processes() || bm.Sample.Temperature > 0 || bm.Scores || bm.Logits || keep > V {
+		bm.processes() {
 		beams = nil
+	} else {
+		procBeams = nil
 	}
 
 	// Each beam's tokens for the logits processors: its prompt's, then its own.
@@ -275,6 +283,7 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 	next := make([]int64, B*K)
 	none := make([]bool, B*K)
 	var logp []float32 // the whole rows' log probabilities, a step at a time
+	var parents []int  // the beam each row continues, from the last step
 	for step := 0; ; step++ {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("beam search: stopped before step %d: %w", step, context.Cause(ctx))
@@ -285,6 +294,8 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 		// (engine.BeamDecoder) and nothing needs the whole row, those.
 		var cands candidates
 		switch {
+		case step > 0 && procBeams != nil:
+			cands.tokens, cands.logits, err = procBeams.TopKLogProbs(next, parents, keep, bm.Renormalize)
 		case step > 0 && beams != nil:
 			cands.tokens, cands.logits, cands.norms, err = beams.TopKNorms(next, keep)
 		case step > 0 && dec != nil:
@@ -321,7 +332,7 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 		}
 		newLen := float32(math.Pow(float64(step+1), bm.LengthPenalty))
 		last := step+1 == maxNew || bm.late() // every candidate ends here
-		parents := make([]int, B*K)
+		parents = make([]int, B*K)
 		allHit = true
 		for b := range B {
 			// The keep best continuations of the prompt's K beams.
@@ -372,6 +383,13 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 		if !isIdentity(parents) {
 			if err := st.CopyRows(st, parents); err != nil {
 				return nil, fmt.Errorf("beam search: step %d: %w", step, err)
+			}
+		}
+		if step == 0 && procBeams != nil {
+			// The device processes the rest, from the rows' tokens before this
+			// step's reorder: each step reorders them, then adds the ids fed.
+			if err := procBeams.Process(procs.handOver(B * K)); err != nil {
+				return nil, err
 			}
 		}
 		procs.reorder(parents)
@@ -522,7 +540,8 @@ func logSoftmax(dst, logits []float32) error {
 // candidates are a step's continuations of B·K beams: the whole rows of
 // log probabilities logp [B·K, V], or each row's keep best tokens and
 // logits [B·K, keep] and its normalizers norms [B·K, 2]
-// (engine.BeamDecoder.TopKNorms).
+// (engine.BeamDecoder.TopKNorms), or without norms their processed log
+// probabilities (engine.BeamProcessingDecoder.TopKLogProbs).
 type candidates struct {
 	logp          []float32
 	tokens        []int32
@@ -560,12 +579,22 @@ func (c *candidates) best(b int, beams []beamRow, keep, V int) ([]scored, error)
 	all := make([]scored, 0, K*keep) // a few: sorted
 	for j, beam := range beams {
 		row := b*K + j
-		top, lse := c.norms[2*row], c.norms[2*row+1]
-		if top != top || math.IsInf(float64(top), -1) {
-			return nil, fmt.Errorf("beam %d: logits hold NaN or are all -Inf", row)
+		var top, lse float32
+		if c.norms != nil {
+			top, lse = c.norms[2*row], c.norms[2*row+1]
+			if top != top || math.IsInf(float64(top), -1) {
+				return nil, fmt.Errorf("beam %d: logits hold NaN or are all -Inf", row)
+			}
 		}
 		for i := row * keep; i < (row+1)*keep; i++ {
-			x := scored{j*V + int(c.tokens[i]), beam.score + (c.logits[i] - top - lse)}
+			if c.tokens[i] < 0 {
+				return nil, fmt.Errorf("beam %d: logits hold NaN or are all -Inf", row)
+			}
+			lp := c.logits[i]
+			if c.norms != nil {
+				lp = c.logits[i] - top - lse
+			}
+			x := scored{j*V + int(c.tokens[i]), beam.score + lp}
 			if x.score != x.score {
 				return nil, errNaN
 			}

@@ -285,17 +285,78 @@ func checkBeamScores(t *testing.T, m *mambago.Model, ids []int64, B, T int, out 
 
 // hostBeams is the CPU engine with a decoder that ranks each row's
 // candidates as engine.BeamDecoder does, on the host, handing them back in
-// a shuffled order (TopK's rows are in no particular order).
-type hostBeams struct{ engine.Engine }
+// a shuffled order (TopK's rows are in no particular order), and processes
+// their log probabilities first as engine.BeamProcessingDecoder does
+// (counting its steps in *processed, where set).
+type hostBeams struct {
+	engine.Engine
+	processed *int
+}
 
-// NewDecoder returns the host's BeamDecoder for st.
+// NewDecoder returns the host's BeamProcessingDecoder for st.
 func (e hostBeams) NewDecoder(st engine.State, _ int) (engine.Decoder, error) {
-	return &hostBeamDecoder{e: e.Engine, st: st}, nil
+	return &hostBeamDecoder{e: e, st: st}, nil
 }
 
 type hostBeamDecoder struct {
-	e  engine.Engine
-	st engine.State
+	e    hostBeams
+	st   engine.State
+	proc *hostEntries // Process's processing, kept as a queued step's is; or nil
+}
+
+// Process keeps p for the steps after it.
+func (d *hostBeamDecoder) Process(p engine.Processing) error {
+	d.proc = &hostEntries{e: hostDecoders{Engine: d.e.Engine}}
+	return d.proc.Process(p)
+}
+
+// TopKLogProbs reorders the processors' rows, then ranks each row's
+// processed log probabilities: engine.BeamProcessingDecoder's contract,
+// written out from its words.
+func (d *hostBeamDecoder) TopKLogProbs(ids []int64, parents []int, k int, renormalize bool) ([]int32, []float32, error) {
+	if d.e.processed != nil {
+		*d.e.processed++
+	}
+	V := d.e.Config().Vocab
+	all, err := d.Logits(ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	logSoftmax := func(row []float32) {
+		m := slices.Max(row)
+		if math.IsInf(float64(m), -1) {
+			return
+		}
+		var sum float64
+		for _, z := range row {
+			sum += math.Exp(float64(z - m))
+		}
+		lse := float32(math.Log(sum))
+		for v, z := range row {
+			row[v] = z - m - lse
+		}
+	}
+	for b := range ids {
+		logSoftmax(all[b*V : (b+1)*V])
+	}
+	if d.proc != nil {
+		d.proc.reorder(parents)
+		d.proc.process(ids, all)
+	}
+	var tokens []int32
+	var logp []float32
+	for b := range ids {
+		row := all[b*V : (b+1)*V]
+		if renormalize {
+			logSoftmax(row)
+		}
+		best := rankIDs(row)[:k]
+		rand.Shuffle(k, func(i, j int) { best[i], best[j] = best[j], best[i] })
+		for _, v := range best {
+			tokens, logp = append(tokens, int32(v)), append(logp, row[v])
+		}
+	}
+	return tokens, logp, nil
 }
 
 func (d *hostBeamDecoder) Logits(ids []int64) ([]float32, error) {
@@ -346,7 +407,7 @@ func (d *hostBeamDecoder) TopKNorms(ids []int64, k int) (tokens []int32, logits,
 func TestBeamCandidatesRanked(t *testing.T) {
 	plain := openBase(t)
 	defer plain.Close()
-	ranked := &mambago.Model{Engine: hostBeams{plain.Engine}}
+	ranked := &mambago.Model{Engine: hostBeams{Engine: plain.Engine}}
 	defer ranked.Close()
 	const B, T, n = 3, 6, 9
 	for trial := range 6 {
@@ -451,4 +512,54 @@ func TestBeamRenormalize(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestBeamProcessorsThroughDecoder runs beam search under each logits
+// processor (processorCases) on a decoder that processes the rows' log
+// probabilities itself (hostBeams, as engine.BeamProcessingDecoder does)
+// against beam search over whole rows on the host: the same beams, indices
+// and scores, with and without renormalizing, for fresh prompts, left-padded
+// ones and one-token prompts under a forced bos, every step after the
+// first through the decoder.
+func TestBeamProcessorsThroughDecoder(t *testing.T) {
+	plain := openBase(t)
+	defer plain.Close()
+	processed := 0
+	ranked := &mambago.Model{Engine: hostBeams{Engine: plain.Engine, processed: &processed}}
+	const B, T, n = 3, 6, 14
+	V := int64(plain.Config().Vocab)
+	ids := randomIDs(plain, B*T)
+	free, _ := mustGenerate(t, plain, ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1})
+	check := func(what string, ids []int64, B, T int, spans []mambago.Span, s mambago.Sampling) {
+		t.Helper()
+		for _, renorm := range []bool{false, true} {
+			bm := mambago.Beams{Width: 3, Return: 2, LengthPenalty: 1, EOS: s.EOS, Fill: -1, Renormalize: renorm,
+				RepetitionPenalty: s.RepetitionPenalty, MinNew: s.MinNew, NoRepeatNGram: s.NoRepeatNGram, Processors: s.Processors}
+			before := processed
+			got, err1 := ranked.BeamSearch(context.Background(), ids, B, T, spans, n, bm)
+			want, err2 := plain.BeamSearch(context.Background(), ids, B, T, spans, n, bm)
+			if err := errors.Join(err1, err2); err != nil {
+				t.Fatalf("%s, renormalize %v: %v", what, renorm, err)
+			}
+			if processed-before != want.Steps-1 {
+				t.Errorf("%s, renormalize %v: %d steps through the decoder, want %d", what, renorm, processed-before, want.Steps-1)
+			}
+			if got.N != want.N || !slices.Equal(got.Tokens, want.Tokens) || !slices.Equal(got.Indices, want.Indices) {
+				t.Errorf("%s, renormalize %v: through the decoder %v %v, whole rows %v %v", what, renorm,
+					got.Tokens, got.Indices, want.Tokens, want.Indices)
+				continue
+			}
+			for i := range got.Scores {
+				if d := math.Abs(float64(got.Scores[i] - want.Scores[i])); d > 1e-5*math.Abs(float64(want.Scores[i])) {
+					t.Errorf("%s, renormalize %v, beam %d: %v through the decoder, %v from whole rows", what, renorm, i,
+						got.Scores[i], want.Scores[i])
+				}
+			}
+		}
+	}
+	for name, c := range processorCases(ids, free, T, n, V) {
+		check(name, ids, B, T, nil, c)
+		check(name+", left-padded", ids, B, T, processorSpans(T), c)
+	}
+	check("forced bos", ids[:B], B, 1, nil, forcedBOS(t, plain, ids[:B], n))
 }

@@ -259,6 +259,68 @@ func TestProcessorsOnDeviceMatchHost(t *testing.T) {
 	}
 }
 
+// TestBeamProcessorsOnDeviceMatchHost: beam search under each logits
+// processor alone and all together (processorCases), its rows' log
+// probabilities processed and ranked on the device
+// (engine.BeamProcessingDecoder, counted through Process), finds the beams
+// that the search over whole rows of logits processed on the host finds:
+// the same tokens and indices, scores within 1e-5, in f32 and bf16, with a
+// step graph and without, renormalized and not, for fresh, left-padded and
+// one-token prompts under a forced bos.
+func TestBeamProcessorsOnDeviceMatchHost(t *testing.T) {
+	gputest.Need(t)
+	const B, T, n = 3, 6, 14
+	for _, dtype := range []string{"float32", "bfloat16"} {
+		m := openCUDA(t, dtype)
+		g := m.Engine.(*gpu.Engine)
+		defer func(steps int) { g.DecoderGraphSteps = steps }(g.DecoderGraphSteps)
+		counted := &countingProcess{Engine: g}
+		onDevice := &mambago.Model{Engine: counted}
+		onHost := &mambago.Model{Engine: hostSampled{Engine: g}}
+		V := int64(m.Config().Vocab)
+		ids := randomIDs(m, B*T)
+		free, _, err := m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, graphSteps := range []int{0, 1} {
+			g.DecoderGraphSteps = graphSteps
+			compare := func(what string, ids []int64, B, T int, spans []mambago.Span, s mambago.Sampling) {
+				t.Helper()
+				for _, renorm := range []bool{false, true} {
+					what := fmt.Sprintf("%s, graph steps %d, %s, renormalize %v", dtype, graphSteps, what, renorm)
+					bm := mambago.Beams{Width: 3, Return: 2, LengthPenalty: 1, EOS: s.EOS, Fill: -1, Renormalize: renorm,
+						RepetitionPenalty: s.RepetitionPenalty, MinNew: s.MinNew, NoRepeatNGram: s.NoRepeatNGram,
+						Processors: s.Processors}
+					before := counted.n
+					got, errG := onDevice.BeamSearch(context.Background(), ids, B, T, spans, n, bm)
+					want, errW := onHost.BeamSearch(context.Background(), ids, B, T, spans, n, bm)
+					if err := errors.Join(errG, errW); err != nil {
+						t.Fatalf("%s: %v", what, err)
+					}
+					if counted.n != before+1 {
+						t.Errorf("%s: the device processed %d searches' log probabilities, want 1", what, counted.n-before)
+					}
+					if got.N != want.N || !slices.Equal(got.Tokens, want.Tokens) || !slices.Equal(got.Indices, want.Indices) {
+						t.Errorf("%s: on the device %v %v, on the host %v %v", what, got.Tokens, got.Indices, want.Tokens, want.Indices)
+						continue
+					}
+					for i := range got.Scores {
+						if d := math.Abs(float64(got.Scores[i] - want.Scores[i])); d > 1e-5*math.Abs(float64(want.Scores[i])) {
+							t.Errorf("%s, beam %d: %v on the device, %v on the host", what, i, got.Scores[i], want.Scores[i])
+						}
+					}
+				}
+			}
+			for name, c := range processorCases(ids, free, T, n, V) {
+				compare(name, ids, B, T, nil, c)
+				compare(name+", left-padded", ids, B, T, processorSpans(T), c)
+			}
+			compare("forced bos", ids[:B], B, 1, nil, forcedBOS(t, onHost, ids[:B], n))
+		}
+	}
+}
+
 // countingProcess is the CUDA engine with its decoders' Process calls
 // counted (n).
 type countingProcess struct {

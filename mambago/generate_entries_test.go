@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -82,6 +83,27 @@ func (d *hostEntries) Process(p engine.Processing) error {
 		d.history[b] = slices.Clone(row)
 	}
 	return nil
+}
+
+// reorder makes row i of the processors' tokens hold what row rows[i] held
+// (nil: none moves).
+func (d *hostEntries) reorder(rows []int) {
+	if rows == nil {
+		return
+	}
+	seen, tails, history := slices.Clone(d.seen), slices.Clone(d.tails), slices.Clone(d.history)
+	for i, r := range rows {
+		if len(seen) > 0 {
+			seen[i] = maps.Clone(d.seen[r])
+		}
+		if len(tails) > 0 {
+			tails[i] = slices.Clone(d.tails[r])
+		}
+		if len(history) > 0 {
+			history[i] = slices.Clone(d.history[r])
+		}
+	}
+	d.seen, d.tails, d.history = seen, tails, history
 }
 
 // process applies d.proc to a queued step's logits [B, V], fed ids: the

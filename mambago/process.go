@@ -254,6 +254,15 @@ func (pr *processing) onDevice(B int) engine.Processing {
 	return p
 }
 
+// handOver returns onDevice(B) for a decoder that keeps the rows' tokens
+// from here on, and drops pr's own copies of them: pr then ends rows
+// (ends) but processes no more logits.
+func (pr *processing) handOver(B int) engine.Processing {
+	p := pr.onDevice(B)
+	pr.pen, pr.grams, pr.biases = nil, nil, nil
+	return p
+}
+
 // force sets, in each row of logits [B, V] not done, every logit to -Inf
 // but those of ids, which are 0 (none for no ids).
 func force(logits []float32, V int, done []bool, ids []int64) {

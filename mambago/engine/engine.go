@@ -194,6 +194,31 @@ type BeamDecoder interface {
 	TopKNorms(ids []int64, k int) (tokens []int32, logits, norms []float32, err error)
 }
 
+// BeamProcessingDecoder is a BeamDecoder that also log-softmaxes and
+// processes each row where the logits are (the CUDA engine,
+// log_softmax_rows_f32 and process_rows_f32), as beam search's logits
+// processors need, so that a step of beam search under them costs the host
+// 2·B·k numbers rather than B×V log probabilities.
+type BeamProcessingDecoder interface {
+	BeamDecoder
+	// Process makes each TopKLogProbs step after it process its rows' log
+	// probabilities as p says (p's steps, the ids fed joining each row's
+	// tokens, as ProcessingDecoder's queued steps do), the first such step
+	// being p's step 0.
+	Process(p Processing) error
+	// TopKLogProbs first makes the processors' row i hold what their row
+	// parents[i] held (beam search's reordered beams; nil: none moves),
+	// then feeds one token a sequence (ids [B]) and returns each
+	// sequence's k best next tokens (1 ≤ k ≤ V) by log probability, each
+	// the token's logit − m − log Σ exp(logit − m) in float32 (as
+	// TopKNorms gives it), processed as Process asked and then, where
+	// renormalize is set, log-softmaxed once more (a row of -Inf alone
+	// kept): tokens [B, k] and logp [B, k], each row in no particular
+	// order, in the decoder's memory, as TopK's. A row whose logits hold
+	// NaN has every token -1.
+	TopKLogProbs(ids []int64, parents []int, k int, renormalize bool) (tokens []int32, logp []float32, err error)
+}
+
 // TopPDecoder is a Decoder that also draws from a nucleus where the logits
 // are (the CUDA engine, topp_draw_f32), so that a sampled token without a
 // top-k costs the host B ids rather than B×V logits.

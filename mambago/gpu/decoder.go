@@ -191,7 +191,7 @@ func (d *Decoder) Logits(ids []int64) ([]float32, error) {
 // valid until its next call or Close. topk_rows_f32 ranks them on the
 // device, after the step, and 8·B·k bytes come back.
 func (d *Decoder) TopK(ids []int64, k int) ([]int32, []float32, error) {
-	tokens, logits, _, err := d.topK(ids, k, false)
+	tokens, logits, _, err := d.topK(ids, k, nil, false)
 	return tokens, logits, err
 }
 
@@ -199,13 +199,60 @@ func (d *Decoder) TopK(ids []int64, k int) ([]int32, []float32, error) {
 // (engine.BeamDecoder; row_norms_f32): norms [B, 2], each row's largest
 // logit and the log of its sum of exp(logit − largest).
 func (d *Decoder) TopKNorms(ids []int64, k int) (tokens []int32, logits, norms []float32, err error) {
-	return d.topK(ids, k, true)
+	return d.topK(ids, k, nil, true)
 }
 
-// topK steps on ids and ranks each row's k best (topk_rows_f32), with its
-// normalizers where norms is set (row_norms_f32), in the decoder's
-// page-locked memory.
-func (d *Decoder) topK(ids []int64, k int, norms bool) ([]int32, []float32, []float32, error) {
+// TopKLogProbs reorders the rows of the processors (Process) as parents
+// says, steps on ids, and returns each row's k best log probabilities,
+// processed (engine.BeamProcessingDecoder): log_softmax_rows_f32 turns the
+// logits into them in place, process_rows_f32 processes them as it does a
+// queued step's logits, log_softmax_rows_f32 renormalizes them where asked,
+// and topk_rows_f32 ranks them. 8·B·k bytes come back.
+func (d *Decoder) TopKLogProbs(ids []int64, parents []int, k int, renormalize bool) ([]int32, []float32, error) {
+	e, B, V := d.e, d.s.batch, d.e.cfg.Vocab
+	if parents != nil && len(parents) != B {
+		return nil, nil, engine.Invalid("decoder for B=%d: got %d parent rows", B, len(parents))
+	}
+	for i, r := range parents {
+		if r < 0 || r >= B {
+			return nil, nil, engine.Invalid("row %d's parent %d is outside [0, %d)", i, r, B)
+		}
+	}
+	logSoftmax := func(logits cuda.Ptr, keepEmpty int) error {
+		return e.launch("log_softmax_rows_f32", cuda.D1(B), cuda.D1(256), 0, logits, V, keepEmpty)
+	}
+	prepare := func(logits cuda.Ptr) error {
+		if d.proc != nil {
+			if err := d.proc.reorder(e, B, parents); err != nil {
+				return err
+			}
+			// process_rows_f32 reads the ids a step is fed at the feed, which
+			// an eager step fed from the host does not write.
+			if d.g == nil {
+				if err := cuda.CopyIn(d.pick.Ptr, ids, e.stream); err != nil {
+					return err
+				}
+			}
+		}
+		if err := logSoftmax(logits, 0); err != nil {
+			return err
+		}
+		if err := d.process(logits); err != nil {
+			return err
+		}
+		if renormalize {
+			return logSoftmax(logits, 1)
+		}
+		return nil
+	}
+	tokens, logp, _, err := d.topK(ids, k, prepare, false)
+	return tokens, logp, err
+}
+
+// topK steps on ids, runs prepare (where not nil) on the logits, and ranks
+// each row's k best (topk_rows_f32), with its normalizers where norms is
+// set (row_norms_f32), in the decoder's page-locked memory.
+func (d *Decoder) topK(ids []int64, k int, prepare func(logits cuda.Ptr) error, norms bool) ([]int32, []float32, []float32, error) {
 	e, B, V := d.e, d.s.batch, d.e.cfg.Vocab
 	if err := errors.Join(d.check(ids), d.idle()); err != nil {
 		return nil, nil, nil, err
@@ -223,6 +270,11 @@ func (d *Decoder) topK(ids []int64, k int, norms bool) ([]int32, []float32, []fl
 		bytes += 8 * B
 	}
 	out := func(logits cuda.Ptr) error {
+		if prepare != nil {
+			if err := prepare(logits); err != nil {
+				return err
+			}
+		}
 		if err := e.launch("topk_rows_f32", cuda.D1(B), cuda.D1(1024), 0, logits, V, k, d.cand.Ptr, d.cand.Offset(4*B*k)); err != nil {
 			return err
 		}

@@ -21,7 +21,7 @@ var (
 		"pool_f32", "argmax_rows_f32", "head_picks_i64", "zero_padding", "mean_rows_f32", "pad_window_f32", "step_scan_f32", "dt_proj_f32", "dt_proj_narrow_f32", "dt_proj_tc_f32", "dt_proj_tc1_f32",
 		"dt_proj_tc_tall_f32", "dt_proj_tc1_tall_f32", "dt_proj_tc_short_f32", "dt_proj_tc1_short_f32", "dt_proj_wg_f32", "gemv_tc_bf16", "step_in_tc_bf16", "gemv_tc_split_bf16", "step_in_tc_split_bf16",
 		"step_scan_batch_f32", "x_parts_bf16", "gemv_wg_bf16", "lm_head_wg_bf16", "step_in_wg_bf16", "gemm_skinny_bf16_f32",
-		"topk_rows_f32", "topk_draw_f32", "topp_draw_f32", "topp_draw_x8_f32", "process_rows_f32", "copy_rows_f32", "row_norms_f32"}
+		"topk_rows_f32", "topk_draw_f32", "topp_draw_f32", "topp_draw_x8_f32", "process_rows_f32", "copy_rows_f32", "copy_rows_u8", "row_norms_f32", "log_softmax_rows_f32"}
 )
 
 // wantedKernels names every entry the engine launches.

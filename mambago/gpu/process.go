@@ -28,6 +28,12 @@ type processing struct {
 	eos, forced, suppress                    int // offsets: int64 ids (suppress then begin-suppress)
 	history, lengths                         int // offsets: int64 [B, room], int32 [B]: each row's tokens, for the n-gram ban
 	room                                     int // the history's row capacity
+
+	// reorder's: the table's bytes, and where it copies seen and table's
+	// rows to (swapped with them after) and the rows it reads; made by its
+	// first call that moves a row.
+	bytes                       []byte
+	spareSeen, spareTable, rows *cuda.Buffer
 }
 
 // Process makes each step queued after it process its logits as p says
@@ -43,6 +49,7 @@ func (d *Decoder) Process(p engine.Processing) error {
 	}
 	pr := &processing{p: p}
 	table := pr.layout(B)
+	pr.bytes = table
 	done, err := e.bind()
 	if err != nil {
 		return err
@@ -243,7 +250,83 @@ func (pr *processing) free() error {
 	if pr == nil {
 		return nil
 	}
-	return errors.Join(pr.seen.Free(), pr.table.Free())
+	return errors.Join(pr.seen.Free(), pr.table.Free(), pr.spareSeen.Free(), pr.spareTable.Free(), pr.rows.Free())
+}
+
+// reorder makes row i of pr's rows of tokens (seen, the tails, the history
+// and its lengths) hold what row rows[i] of B held, on e's stream: each is
+// copied into the spare buffers (copy_rows_u8), which then take the place
+// of seen and the table. Nil rows, or rows that move none, copy nothing.
+// e is bound.
+func (pr *processing) reorder(e *Engine, B int, rows []int) error {
+	if pr == nil || rows == nil || isIdentity(rows) {
+		return nil
+	}
+	type part struct{ at, width int } // a [B, width] byte array at the table's offset at
+	var parts []part
+	if pr.W > 0 {
+		parts = append(parts, part{pr.tails, 8 * pr.W})
+	}
+	if pr.p.NGram > 0 {
+		parts = append(parts, part{pr.history, 8 * pr.room}, part{pr.lengths, 4})
+	}
+	if pr.seen == nil && len(parts) == 0 {
+		return nil
+	}
+	if pr.rows == nil {
+		err := errors.Join(allocIf(&pr.spareSeen, pr.seen != nil, B*e.cfg.Vocab), allocIf(&pr.spareTable, true, len(pr.bytes)),
+			allocIf(&pr.rows, true, 4*B))
+		if err == nil {
+			err = cuda.CopyIn(pr.spareTable.Ptr, pr.bytes, e.stream) // the table's ids and biases, which stay
+		}
+		if err != nil {
+			return fmt.Errorf("gpu: reordering the logits processors' rows: %w", err)
+		}
+	}
+	idx := make([]int32, B)
+	for i, r := range rows {
+		idx[i] = int32(r)
+	}
+	if err := cuda.CopyIn(pr.rows.Ptr, idx, e.stream); err != nil {
+		return err
+	}
+	copyRows := func(dst, src cuda.Ptr, width int) error {
+		grid := cuda.Dim3{X: min((width+255)/256, 64), Y: B, Z: 1}
+		return e.launch("copy_rows_u8", grid, cuda.D1(256), 0, dst, src, pr.rows.Ptr, int64(width), B, B)
+	}
+	if pr.seen != nil {
+		if err := copyRows(pr.spareSeen.Ptr, pr.seen.Ptr, e.cfg.Vocab); err != nil {
+			return err
+		}
+	}
+	for _, pt := range parts {
+		if err := copyRows(pr.spareTable.Offset(pt.at), pr.table.Offset(pt.at), pt.width); err != nil {
+			return err
+		}
+	}
+	pr.seen, pr.spareSeen = pr.spareSeen, pr.seen
+	pr.table, pr.spareTable = pr.spareTable, pr.table
+	return nil
+}
+
+// allocIf sets *b to a new buffer of bytes where ok holds.
+func allocIf(b **cuda.Buffer, ok bool, bytes int) error {
+	if !ok {
+		return nil
+	}
+	var err error
+	*b, err = cuda.Alloc(max(bytes, 8))
+	return err
+}
+
+// isIdentity reports whether rows[i] = i for every i: no row moves.
+func isIdentity(rows []int) bool {
+	for i, r := range rows {
+		if r != i {
+			return false
+		}
+	}
+	return true
 }
 
 // process launches process_rows_f32 on a queued step's logits, fed at the
