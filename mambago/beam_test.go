@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -420,15 +421,30 @@ func TestBeamCandidatesRanked(t *testing.T) {
 		if err := errors.Join(err1, err2); err != nil {
 			t.Fatal(err)
 		}
-		if got.N != want.N || !slices.Equal(got.Tokens, want.Tokens) || !slices.Equal(got.Indices, want.Indices) {
-			t.Fatalf("trial %d: ranked candidates %v %v, whole rows %v %v", trial, got.Tokens, got.Indices, want.Tokens, want.Indices)
-		}
-		for i := range got.Scores {
-			if d := math.Abs(float64(got.Scores[i] - want.Scores[i])); d > 1e-5*math.Abs(float64(want.Scores[i])) {
-				t.Errorf("trial %d, beam %d: %v ranked, %v from whole rows", trial, i, got.Scores[i], want.Scores[i])
-			}
+		sameBeams(t, fmt.Sprintf("trial %d: ranked candidates, then whole rows", trial), got, want)
+	}
+}
+
+// sameBeams checks that got and want hold the same beams and beam
+// indices, and scores within 1e-5 of each other.
+func sameBeams(t *testing.T, what string, got, want *mambago.BeamOutput) {
+	t.Helper()
+	if got.N != want.N || !slices.Equal(got.Tokens, want.Tokens) || !slices.Equal(got.Indices, want.Indices) {
+		t.Errorf("%s: %v %v, and %v %v", what, got.Tokens, got.Indices, want.Tokens, want.Indices)
+		return
+	}
+	for i := range got.Scores {
+		if d := math.Abs(float64(got.Scores[i] - want.Scores[i])); d > 1e-5*math.Abs(float64(want.Scores[i])) {
+			t.Errorf("%s, beam %d: %v, and %v", what, i, got.Scores[i], want.Scores[i])
 		}
 	}
+}
+
+// beamsUnder returns 3 beams, 2 returned, under s's logits processors and
+// eos id.
+func beamsUnder(s mambago.Sampling, renormalize bool) mambago.Beams {
+	return mambago.Beams{Width: 3, Return: 2, LengthPenalty: 1, EOS: s.EOS, Fill: -1, Renormalize: renormalize,
+		RepetitionPenalty: s.RepetitionPenalty, MinNew: s.MinNew, NoRepeatNGram: s.NoRepeatNGram, Processors: s.Processors}
 }
 
 // TestBeamSampling: beam sampling at temperature 1 without cuts scores its
@@ -527,37 +543,26 @@ func TestBeamProcessorsThroughDecoder(t *testing.T) {
 	processed := 0
 	ranked := &mambago.Model{Engine: hostBeams{Engine: plain.Engine, processed: &processed}}
 	const B, T, n = 3, 6, 14
-	V := int64(plain.Config().Vocab)
 	ids := randomIDs(plain, B*T)
-	free, _ := mustGenerate(t, plain, ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1})
 	check := func(what string, ids []int64, B, T int, spans []mambago.Span, s mambago.Sampling) {
 		t.Helper()
 		for _, renorm := range []bool{false, true} {
-			bm := mambago.Beams{Width: 3, Return: 2, LengthPenalty: 1, EOS: s.EOS, Fill: -1, Renormalize: renorm,
-				RepetitionPenalty: s.RepetitionPenalty, MinNew: s.MinNew, NoRepeatNGram: s.NoRepeatNGram, Processors: s.Processors}
+			what := fmt.Sprintf("%s, renormalize %v", what, renorm)
+			bm := beamsUnder(s, renorm)
 			before := processed
 			got, err1 := ranked.BeamSearch(context.Background(), ids, B, T, spans, n, bm)
 			want, err2 := plain.BeamSearch(context.Background(), ids, B, T, spans, n, bm)
 			if err := errors.Join(err1, err2); err != nil {
-				t.Fatalf("%s, renormalize %v: %v", what, renorm, err)
+				t.Fatalf("%s: %v", what, err)
 			}
 			if processed-before != want.Steps-1 {
-				t.Errorf("%s, renormalize %v: %d steps through the decoder, want %d", what, renorm, processed-before, want.Steps-1)
+				t.Errorf("%s: %d steps through the decoder, want %d", what, processed-before, want.Steps-1)
 			}
-			if got.N != want.N || !slices.Equal(got.Tokens, want.Tokens) || !slices.Equal(got.Indices, want.Indices) {
-				t.Errorf("%s, renormalize %v: through the decoder %v %v, whole rows %v %v", what, renorm,
-					got.Tokens, got.Indices, want.Tokens, want.Indices)
-				continue
-			}
-			for i := range got.Scores {
-				if d := math.Abs(float64(got.Scores[i] - want.Scores[i])); d > 1e-5*math.Abs(float64(want.Scores[i])) {
-					t.Errorf("%s, renormalize %v, beam %d: %v through the decoder, %v from whole rows", what, renorm, i,
-						got.Scores[i], want.Scores[i])
-				}
-			}
+			sameBeams(t, what+": through the decoder, then whole rows", got, want)
 		}
 	}
-	for name, c := range processorCases(ids, free, T, n, V) {
+	free, _ := mustGenerate(t, plain, ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1})
+	for name, c := range processorCases(ids, free, T, n, int64(plain.Config().Vocab)) {
 		check(name, ids, B, T, nil, c)
 		check(name+", left-padded", ids, B, T, processorSpans(T), c)
 	}

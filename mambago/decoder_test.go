@@ -205,19 +205,9 @@ func TestProcessorsOnDeviceMatchHost(t *testing.T) {
 	gputest.Need(t)
 	const B, T, n = 3, 6, 14
 	for _, dtype := range []string{"float32", "bfloat16"} {
-		m := openCUDA(t, dtype)
-		g := m.Engine.(*gpu.Engine)
-		defer func(steps int) { g.DecoderGraphSteps = steps }(g.DecoderGraphSteps)
-		counted := &countingProcess{Engine: g}
-		onDevice := &mambago.Model{Engine: counted}
-		onHost := &mambago.Model{Engine: hostSampled{Engine: g}}
-		V := int64(m.Config().Vocab)
-		ids := randomIDs(m, B*T)
-		free, _, err := m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cases := processorCases(ids, free, T, n, V)
+		r := newProcessingRig(t, dtype, B, T, n)
+		g, counted, onDevice, onHost, ids := r.g, r.counted, r.onDevice, r.onHost, r.ids
+		cases := processorCases(ids, r.free, T, n, r.V)
 		for _, graphSteps := range []int{0, 1} {
 			g.DecoderGraphSteps = graphSteps
 			for name, c := range cases {
@@ -271,54 +261,62 @@ func TestBeamProcessorsOnDeviceMatchHost(t *testing.T) {
 	gputest.Need(t)
 	const B, T, n = 3, 6, 14
 	for _, dtype := range []string{"float32", "bfloat16"} {
-		m := openCUDA(t, dtype)
-		g := m.Engine.(*gpu.Engine)
-		defer func(steps int) { g.DecoderGraphSteps = steps }(g.DecoderGraphSteps)
-		counted := &countingProcess{Engine: g}
-		onDevice := &mambago.Model{Engine: counted}
-		onHost := &mambago.Model{Engine: hostSampled{Engine: g}}
-		V := int64(m.Config().Vocab)
-		ids := randomIDs(m, B*T)
-		free, _, err := m.Generate(ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
+		r := newProcessingRig(t, dtype, B, T, n)
 		for _, graphSteps := range []int{0, 1} {
-			g.DecoderGraphSteps = graphSteps
+			r.g.DecoderGraphSteps = graphSteps
 			compare := func(what string, ids []int64, B, T int, spans []mambago.Span, s mambago.Sampling) {
 				t.Helper()
 				for _, renorm := range []bool{false, true} {
 					what := fmt.Sprintf("%s, graph steps %d, %s, renormalize %v", dtype, graphSteps, what, renorm)
-					bm := mambago.Beams{Width: 3, Return: 2, LengthPenalty: 1, EOS: s.EOS, Fill: -1, Renormalize: renorm,
-						RepetitionPenalty: s.RepetitionPenalty, MinNew: s.MinNew, NoRepeatNGram: s.NoRepeatNGram,
-						Processors: s.Processors}
-					before := counted.n
-					got, errG := onDevice.BeamSearch(context.Background(), ids, B, T, spans, n, bm)
-					want, errW := onHost.BeamSearch(context.Background(), ids, B, T, spans, n, bm)
+					bm := beamsUnder(s, renorm)
+					before := r.counted.n
+					got, errG := r.onDevice.BeamSearch(context.Background(), ids, B, T, spans, n, bm)
+					want, errW := r.onHost.BeamSearch(context.Background(), ids, B, T, spans, n, bm)
 					if err := errors.Join(errG, errW); err != nil {
 						t.Fatalf("%s: %v", what, err)
 					}
-					if counted.n != before+1 {
-						t.Errorf("%s: the device processed %d searches' log probabilities, want 1", what, counted.n-before)
+					if r.counted.n != before+1 {
+						t.Errorf("%s: the device processed %d searches' log probabilities, want 1", what, r.counted.n-before)
 					}
-					if got.N != want.N || !slices.Equal(got.Tokens, want.Tokens) || !slices.Equal(got.Indices, want.Indices) {
-						t.Errorf("%s: on the device %v %v, on the host %v %v", what, got.Tokens, got.Indices, want.Tokens, want.Indices)
-						continue
-					}
-					for i := range got.Scores {
-						if d := math.Abs(float64(got.Scores[i] - want.Scores[i])); d > 1e-5*math.Abs(float64(want.Scores[i])) {
-							t.Errorf("%s, beam %d: %v on the device, %v on the host", what, i, got.Scores[i], want.Scores[i])
-						}
-					}
+					sameBeams(t, what+": on the device, then on the host", got, want)
 				}
 			}
-			for name, c := range processorCases(ids, free, T, n, V) {
-				compare(name, ids, B, T, nil, c)
-				compare(name+", left-padded", ids, B, T, processorSpans(T), c)
+			for name, c := range processorCases(r.ids, r.free, T, n, r.V) {
+				compare(name, r.ids, B, T, nil, c)
+				compare(name+", left-padded", r.ids, B, T, processorSpans(T), c)
 			}
-			compare("forced bos", ids[:B], B, 1, nil, forcedBOS(t, onHost, ids[:B], n))
+			compare("forced bos", r.ids[:B], B, 1, nil, forcedBOS(t, r.onHost, r.ids[:B], n))
 		}
 	}
+}
+
+// processingRig is the CUDA engine of one dtype (g; its DecoderGraphSteps
+// restored by the test's cleanup) twice over: with its decoders' Process
+// calls counted (onDevice, through counted), and with every step's logits
+// brought to the host (onHost); and B·T fresh prompt ids of a vocabulary
+// of V, which greedy decoding continues with free [B, n].
+type processingRig struct {
+	g                *gpu.Engine
+	counted          *countingProcess
+	onDevice, onHost *mambago.Model
+	V                int64
+	ids, free        []int64
+}
+
+// newProcessingRig returns the rig of dtype for prompts [B, T] and n new tokens.
+func newProcessingRig(t *testing.T, dtype string, B, T, n int) processingRig {
+	t.Helper()
+	m := openCUDA(t, dtype)
+	g := m.Engine.(*gpu.Engine)
+	steps := g.DecoderGraphSteps
+	t.Cleanup(func() { g.DecoderGraphSteps = steps })
+	r := processingRig{g: g, counted: &countingProcess{Engine: g}, V: int64(m.Config().Vocab), ids: randomIDs(m, B*T)}
+	r.onDevice, r.onHost = &mambago.Model{Engine: r.counted}, &mambago.Model{Engine: hostSampled{Engine: g}}
+	var err error
+	if r.free, _, err = m.Generate(r.ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1}); err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // countingProcess is the CUDA engine with its decoders' Process calls
