@@ -15,8 +15,9 @@ import (
 // applies, else by argmax_rows_f32 in kernels/pool.cu) and hand back B
 // ids; its Logits copy the logits into page-locked memory it owns; its
 // TopK copy back only each row's k best (topk_rows_f32 in
-// kernels/topk.cu), and its TopP draw from each row's nucleus there
-// (topp_draw_f32).
+// kernels/topk.cu), its TopKLogProbs those of each row's log
+// probabilities, processed there (beam search's), and its TopP draw from
+// each row's nucleus there (topp_draw_f32).
 //
 // Greedy and TopP steps can also be queued ahead (QueueGreedy, QueueTopP,
 // then Picks): a step's picks go where the next step reads its ids (the

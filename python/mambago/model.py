@@ -1197,7 +1197,9 @@ class Model(_Owner):
         end holds pad_token_id (by default the first eos id, else -1), and
         its beam_indices -1. The model runs B·num_beams sequences a step; the
         states are reordered as the beams are, on the device for the CUDA
-        engine. Past max_time seconds every beam ends at the step under way,
+        engine, which also processes and ranks each row's log probabilities
+        there, so that only each row's best candidates come back (but with
+        output_scores or output_logits). Past max_time seconds every beam ends at the step under way,
         as at max_new_tokens. stop_strings (with tokenizer) end a beam as
         an eos id does, as generate's do. renormalize_logits, as
         transformers', log-softmaxes each beam's processed (and warped)
