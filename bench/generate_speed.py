@@ -21,7 +21,10 @@ host (logits or tokens), which is what a caller waits for; the medians of
   before it on the host), ngram_us_per_token greedy under
   no_repeat_ngram_size=3 (on the device from its branch `devgrams`),
   minp_us_per_token sampling from the 50 best under min_p=0.05 (drawn on
-  the device from `devgrams` too, on the host before), and
+  the device from `devgrams` too, on the host before),
+  minp_nucleus_us_per_token sampling from the whole row under min_p=0.05
+  (no top_k: drawn from the nucleus on the device from its branch
+  `devminp`, on the host before), and
   typical_us_per_token sampling at temperature 0.8 under typical_p=0.9:
   each step's logits come to the host, where the warpers run and the draw
   is made;
@@ -132,6 +135,7 @@ def measure(mambago, shape, dtype, B, a):
                 "bad_words_us_per_token": per_token(bad_words_ids=[[1, 2], [3]]),
                 "ngram_us_per_token": per_token(no_repeat_ngram_size=3),
                 "minp_us_per_token": per_token(temperature=0.8, top_k=50, min_p=0.05),
+                "minp_nucleus_us_per_token": per_token(temperature=0.8, min_p=0.05),
                 "stop_us_per_token": per_token(stop_strings=["\x00\x01\x02 never \x03"],
                                                tokenizer=byte_level_tokenizer(V)),
                 "typical_us_per_token": per_token(temperature=0.8, typical_p=0.9), "beams": a.beams,
@@ -158,8 +162,8 @@ def main():
     import mambago
 
     rows = []
-    print(f"| shape | dtype | B | step eager µs | step graph µs | eager/graph | capture ms | generate µs/token: greedy | top-k 50 | top-p 0.95 | greedy, penalty 1.2 | greedy, bad words | greedy, 3-grams | top-k 50, min_p 0.05 | greedy, stop string | typical_p 0.9 | beam search µs/step ({a.beams} beams) | beam sampling µs/step | beam search, 3-grams µs/step |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| shape | dtype | B | step eager µs | step graph µs | eager/graph | capture ms | generate µs/token: greedy | top-k 50 | top-p 0.95 | greedy, penalty 1.2 | greedy, bad words | greedy, 3-grams | top-k 50, min_p 0.05 | min_p 0.05 | greedy, stop string | typical_p 0.9 | beam search µs/step ({a.beams} beams) | beam sampling µs/step | beam search, 3-grams µs/step |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for shape in a.shapes:
         for dtype in a.dtypes:
             for B in a.batches:
@@ -170,7 +174,7 @@ def main():
                       f"{r['generate_us_per_token']:.0f} | {r['sampled_k50_us_per_token']:.0f} | "
                       f"{r['sampled_p95_us_per_token']:.0f} | {r['penalty_us_per_token']:.0f} | "
                       f"{r['bad_words_us_per_token']:.0f} | {r['ngram_us_per_token']:.0f} | "
-                      f"{r['minp_us_per_token']:.0f} | "
+                      f"{r['minp_us_per_token']:.0f} | {r['minp_nucleus_us_per_token']:.0f} | "
                       f"{r['stop_us_per_token']:.0f} | "
                       f"{r['typical_us_per_token']:.0f} | "
                       f"{r['beam_us_per_step']:.0f} | {r['beam_sampled_us_per_step']:.0f} | "

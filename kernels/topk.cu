@@ -438,10 +438,12 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
 //                  proportional to w_i = exp((logit_i - max) * inv_temp)
 //                  among the nucleus: the shortest best-first run of
 //                  tokens (ranked as above) whose weight reaches p of the
-//                  row's; u[b] in [0, 1) is the draw. A row whose best
-//                  logit is infinite gives that token (the lowest id), and
-//                  a row with NaN gives -1. 0 < p <= 1. mirror[b] too where
-//                  mirror is not null (put_pick).
+//                  row's, less those whose weight is below min_p (the
+//                  best's is 1; 0 <= min_p <= 1, 0: none, as mambago's
+//                  min_p, after the nucleus); u[b] in [0, 1) is the draw. A
+//                  row whose best logit is infinite gives that token (the
+//                  lowest id), and a row with NaN gives -1. 0 < p <= 1.
+//                  mirror[b] too where mirror is not null (put_pick).
 //   topp_draw_x8_f32: the same, each row split over a cluster of
 //                  TOPP_CLUSTER blocks (sm_90a; elsewhere it traps).
 //
@@ -466,7 +468,8 @@ extern "C" __global__ void __launch_bounds__(TOPK_THREADS)
 //   3. as topk_rows_f32's rounds, with q for counts: the key T of the
 //      nucleus's last token, the weight above it, and how many of the
 //      tokens at T it takes (the lowest ids; all of them when none are left);
-//   4. each warp sums the nucleus's q over its run; the warp whose share
+//   4. each warp sums the nucleus's q over its run, less the q below
+//      min_p 2^TOPP_BITS (ceil); the warp whose share
 //      holds r = floor(u M) (M: the nucleus's weight; the shares in id
 //      order) walks its run in order, 32 tokens at a time, to the token
 //      where r falls. The token is the first in id order where the
@@ -622,8 +625,8 @@ __device__ __forceinline__ void topp_each(const float *__restrict__ row, const f
 
 template <int S, int C>
 __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int V, float inv_temp, double p,
-                                          const double *__restrict__ u, long long *__restrict__ next,
-                                          long long *__restrict__ mirror) {
+                                          double min_p, const double *__restrict__ u,
+                                          long long *__restrict__ next, long long *__restrict__ mirror) {
     __shared__ u64 mass[TOPK_BINS];
     __shared__ u64 part[S > 1 ? TOPK_BINS / S : 1];  // group_reduce's
     __shared__ u64 warp_sums[TOPK_WARPS];
@@ -723,13 +726,15 @@ __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int 
     // chunk: each lane's token i (logit v)'s q if it is in the nucleus, else
     // 0 (and for i >= end); ties counts the tokens at T of the warp's run
     // before this chunk, and then those of this chunk too.
+    const u64 q_min = (u64)ceil(min_p * (double)(1ull << TOPP_BITS));  // at most the best's q: min_p <= 1
     auto chunk = [&](int i, float v, u64 &ties) -> u64 {
         unsigned key = topk_key(v);
         bool tie = i < end && key == T;
         unsigned tied = __ballot_sync(0xffffffffu, tie);
         bool in = i < end && (key > T || (tie && (all_t || tie_base + ties + __popc(tied & ((1u << lane) - 1)) < take_t)));
         ties += __popc(tied);
-        return in ? topp_weight(top, v, inv_temp) : 0;
+        const u64 q = in ? topp_weight(top, v, inv_temp) : 0;
+        return q >= q_min ? q : 0;
     };
     u64 share = 0, ties = 0;
     topp_each<C>(row, kept, first, end, found, [&](int i, float v) { share += chunk(i, v, ties); });
@@ -754,17 +759,17 @@ __device__ __forceinline__ void topp_draw(const float *__restrict__ logits, int 
     });
 }
 
-#define TOPP_PARAMS                                                                                       \
-    const float *__restrict__ logits, int V, float inv_temp, double p, const double *__restrict__ u, \
-        long long *__restrict__ next, long long *__restrict__ mirror
+#define TOPP_PARAMS                                                                                   \
+    const float *__restrict__ logits, int V, float inv_temp, double p, double min_p,                 \
+        const double *__restrict__ u, long long *__restrict__ next, long long *__restrict__ mirror
 extern "C" __global__ void __launch_bounds__(TOPK_THREADS) topp_draw_f32(TOPP_PARAMS) {
-    topp_draw<1, 0>(logits, V, inv_temp, p, u, next, mirror);
+    topp_draw<1, 0>(logits, V, inv_temp, p, min_p, u, next, mirror);
 }
 // topp_draw_x8_f32: a cluster a row on sm_90a (gpu.Decoder launches it only
 // there); a trap elsewhere.
 #if GROUP_CLUSTERS
 #define TOPP_CLUSTER_DIMS __cluster_dims__(TOPP_CLUSTER, 1, 1)
-#define TOPP_CLUSTER_BODY topp_draw<TOPP_CLUSTER, TOPP_KEPT>(logits, V, inv_temp, p, u, next, mirror);
+#define TOPP_CLUSTER_BODY topp_draw<TOPP_CLUSTER, TOPP_KEPT>(logits, V, inv_temp, p, min_p, u, next, mirror);
 #else
 #define TOPP_CLUSTER_DIMS
 #define TOPP_CLUSTER_BODY __trap();

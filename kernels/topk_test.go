@@ -112,7 +112,8 @@ type topkBuild struct {
 // rows packed into one narrow range ("narrow": each round reads the row),
 // and, where $MAMBAGO_TOPK_BASE names other builds' topk.cu (a list split
 // by ':'), those builds' kernels on the same rows (named by their files;
-// argmax_rows_f32 too where the file has pool.cu's appended).
+// argmax_rows_f32 too where the file has pool.cu's appended; their
+// topp_draw_f32 must take min_p, as this one does from 2026-12-07).
 func BenchmarkTopKRows(b *testing.B) {
 	d, fn, s, _, timer := kernelBench(b, "topk.cu")
 	toppBuilds := toppKernels(b)
@@ -168,7 +169,7 @@ func BenchmarkTopKRows(b *testing.B) {
 			for _, k := range toppBuilds {
 				for _, build := range builds {
 					topp := func() error {
-						return build.fn(k.name).Launch(cuda.D1(k.group*B), cuda.D1(1024), 0, s, rows[rowsName].Ptr, int32(V), float32(1/0.8), 0.95, u.Ptr, picks.Ptr, cuda.Ptr(0))
+						return build.fn(k.name).Launch(cuda.D1(k.group*B), cuda.D1(1024), 0, s, rows[rowsName].Ptr, int32(V), float32(1/0.8), 0.95, 0.0, u.Ptr, picks.Ptr, cuda.Ptr(0))
 					}
 					b.Logf("B=%d %s%s%s T=0.8 p=0.95: %.1f µs", B, build.name, rowsName, k.name,
 						1e3*gputest.Median(timer.turns(b, []func() error{topp}, 1, 50)[0]))
@@ -213,17 +214,22 @@ func TestTopPDrawKernel(t *testing.T) {
 		few[i] = float32(rand.IntN(4))
 	}
 	for _, tc := range []struct {
-		row        []float32
-		temp, topP float64
+		row              []float32
+		temp, topP, minP float64
 	}{
-		{randn(60, 2), 0.8, 0.9},
-		{randn(60, 2), 1.5, 1},
-		{randn(60, 1), 1, 0.3},
-		{few, 1, 0.5},
-		{few, 0.7, 0.95},
-		{randn(60000, 1), 1, 0.95},
-		{randn(5, 1), 1, 0.9}, // fewer tokens than a cluster's blocks
-		{randn(1, 1), 1, 0.5},
+		{randn(60, 2), 0.8, 0.9, 0},
+		{randn(60, 2), 1.5, 1, 0},
+		{randn(60, 1), 1, 0.3, 0},
+		{few, 1, 0.5, 0},
+		{few, 0.7, 0.95, 0},
+		{randn(60000, 1), 1, 0.95, 0},
+		{randn(5, 1), 1, 0.9, 0}, // fewer tokens than a cluster's blocks
+		{randn(1, 1), 1, 0.5, 0},
+		{randn(60, 2), 1.5, 1, 0.05},     // min_p cuts the row
+		{randn(60, 2), 1.2, 0.9, 0.2},    // the nucleus, then min_p
+		{few, 1, 0.95, 0.4},              // a cut between runs of equal logits
+		{randn(60000, 1), 1, 0.95, 0.02}, // the wide row
+		{randn(60, 1), 1, 1, 1},          // the best alone
 	} {
 		V, B, launches := len(tc.row), 4096, 50
 		if V > 1000 {
@@ -235,7 +241,7 @@ func TestTopPDrawKernel(t *testing.T) {
 				B, launches = 2, 1
 			}
 		}
-		probs := nucleusOdds(tc.row, tc.temp, tc.topP)
+		probs := nucleusOdds(tc.row, tc.temp, tc.topP, tc.minP)
 		counts := make([]int, V)
 		in := upload(t, s, slices.Repeat(tc.row, B))
 		for range launches {
@@ -243,41 +249,41 @@ func TestTopPDrawKernel(t *testing.T) {
 			for i := range u {
 				u[i] = rand.Float64()
 			}
-			next := drawTopP(t, fn, builds[0], s, in, B, V, tc.temp, tc.topP, u)
+			next := drawTopP(t, fn, builds[0], s, in, B, V, tc.temp, tc.topP, tc.minP, u)
 			for _, k := range builds[1:] { // the same token for the same draw, whatever the split of the row
-				if got := drawTopP(t, fn, k, s, in, B, V, tc.temp, tc.topP, u); !slices.Equal(got, next) {
+				if got := drawTopP(t, fn, k, s, in, B, V, tc.temp, tc.topP, tc.minP, u); !slices.Equal(got, next) {
 					b := 0
 					for got[b] == next[b] {
 						b++
 					}
-					t.Fatalf("V=%d T=%v p=%v, u=%v: %s drew %d, %s %d", V, tc.temp, tc.topP, u[b], k.name, got[b], builds[0].name, next[b])
+					t.Fatalf("V=%d T=%v p=%v min_p=%v, u=%v: %s drew %d, %s %d", V, tc.temp, tc.topP, tc.minP, u[b], k.name, got[b], builds[0].name, next[b])
 				}
 			}
 			for b, id := range next {
 				if id < 0 || int(id) >= V {
-					t.Fatalf("V=%d T=%v p=%v: draw %d gave token %d", V, tc.temp, tc.topP, b, id)
+					t.Fatalf("V=%d T=%v p=%v min_p=%v: draw %d gave token %d", V, tc.temp, tc.topP, tc.minP, b, id)
 				}
 				counts[id]++
 			}
 		}
-		t.Logf("V=%d T=%v p=%v: %d draws", V, tc.temp, tc.topP, B*launches)
+		t.Logf("V=%d T=%v p=%v min_p=%v: %d draws", V, tc.temp, tc.topP, tc.minP, B*launches)
 		n := float64(B * launches)
 		var topTen, topTenP float64
 		order := rankOrder(tc.row)
 		for r, id := range order {
 			c, p := float64(counts[id]), probs[id]
 			if p == 0 && c > 0 {
-				t.Fatalf("V=%d T=%v p=%v: token %d (rank %d) is outside the nucleus, drawn %v times", V, tc.temp, tc.topP, id, r, c)
+				t.Fatalf("V=%d T=%v p=%v min_p=%v: token %d (rank %d) is outside the nucleus, drawn %v times", V, tc.temp, tc.topP, tc.minP, id, r, c)
 			}
 			if r < 10 {
 				topTen, topTenP = topTen+c, topTenP+p
 			}
 			if V <= 1000 && math.Abs(c-n*p) > 5*math.Sqrt(n*p*(1-p))+1 {
-				t.Errorf("V=%d T=%v p=%v: token %d drawn %v times, expected %.1f", V, tc.temp, tc.topP, id, c, n*p)
+				t.Errorf("V=%d T=%v p=%v min_p=%v: token %d drawn %v times, expected %.1f", V, tc.temp, tc.topP, tc.minP, id, c, n*p)
 			}
 		}
 		if math.Abs(topTen-n*topTenP) > 5*math.Sqrt(n*topTenP*(1-topTenP))+1 {
-			t.Errorf("V=%d T=%v p=%v: the ten best drawn %v times, expected %.1f", V, tc.temp, tc.topP, topTen, n*topTenP)
+			t.Errorf("V=%d T=%v p=%v min_p=%v: the ten best drawn %v times, expected %.1f", V, tc.temp, tc.topP, tc.minP, topTen, n*topTenP)
 		}
 	}
 	// Rows an infinite or NaN logit decides: +inf (twice: the lower id), all
@@ -293,7 +299,7 @@ func TestTopPDrawKernel(t *testing.T) {
 	nanRow[123] = float32(math.NaN())
 	in := upload(t, s, slices.Concat(inf, neg, nanRow))
 	for _, k := range builds {
-		if got := drawTopP(t, fn, k, s, in, 3, V, 1, 0.9, []float64{0.5, 0.5, 0.5}); !slices.Equal(got, []int64{77, 0, -1}) {
+		if got := drawTopP(t, fn, k, s, in, 3, V, 1, 0.9, 0.1, []float64{0.5, 0.5, 0.5}); !slices.Equal(got, []int64{77, 0, -1}) {
 			t.Errorf("%s: rows of +inf, -inf and NaN gave %v, want [77 0 -1]", k.name, got)
 		}
 	}
@@ -321,11 +327,11 @@ func toppKernels(t testing.TB) []toppKernel {
 // drawTopP runs build k of the top-p draw over B rows of V at in with
 // uniforms u (drawn).
 func drawTopP(t *testing.T, fn func(string) *cuda.Function, k toppKernel, s *cuda.Stream, in *cuda.Buffer, B, V int,
-	temp, topP float64, u []float64) []int64 {
+	temp, topP, minP float64, u []float64) []int64 {
 	t.Helper()
 	return drawn(t, k.name, s, u, func(next, un, mirror cuda.Ptr) error {
-		return fn(k.name).Launch(cuda.D1(k.group*B), cuda.D1(1024), 0, s, in.Ptr, int32(V), float32(1/temp), topP, un, next,
-			mirror)
+		return fn(k.name).Launch(cuda.D1(k.group*B), cuda.D1(1024), 0, s, in.Ptr, int32(V), float32(1/temp), topP, minP, un,
+			next, mirror)
 	})
 }
 
@@ -381,8 +387,9 @@ func rankOrder(row []float32) []int {
 
 // nucleusOdds returns each token's probability of being drawn under the
 // nucleus rule: weights exp((logit - max) / temp), the shortest best-first
-// run whose weight reaches topP of the row's, drawn in proportion.
-func nucleusOdds(row []float32, temp, topP float64) []float64 {
+// run whose weight reaches topP of the row's, less those of it below minP
+// (the best weighs 1), drawn in proportion.
+func nucleusOdds(row []float32, temp, topP, minP float64) []float64 {
 	order := rankOrder(row)
 	top := float64(row[order[0]])
 	w := make([]float64, len(row))
@@ -399,6 +406,10 @@ func nucleusOdds(row []float32, temp, topP float64) []float64 {
 			keep = n + 1
 			break
 		}
+	}
+	for keep > 1 && w[order[keep-1]] < minP {
+		keep--
+		mass -= w[order[keep]]
 	}
 	for _, id := range order[:keep] {
 		probs[id] = w[id] / mass

@@ -120,6 +120,17 @@ func TestGenerateOnDevice(t *testing.T) {
 			} else if !slices.Equal(toksP, topPTokens) {
 				t.Errorf("%s: top-p tokens with a step graph %v, without %v", dtype, toksP, topPTokens)
 			}
+			// min_p = 1 leaves of a nucleus drawn on the device its best
+			// token alone: greedy's tokens, and hostLoop's under a penalty.
+			for _, penalty := range []float32{1, 1.4} {
+				s := mambago.Sampling{Temperature: 1.3, TopP: 0.9, MinP: 1, Seed: 13, EOS: -1, RepetitionPenalty: float64(penalty)}
+				if got, _, err := m.Generate(ids, B, T, n, s); err != nil {
+					t.Fatal(err)
+				} else if want := hostLoop(t, m, ids, B, T, n, penalty); !slices.Equal(got, want) {
+					t.Errorf("%s, graph steps %d, top-p 0.9 with min_p 1, penalty %v: %v, want greedy's %v", dtype, graphSteps,
+						penalty, got, want)
+				}
+			}
 			// Greedy and top-p steps one at a time: the tokens of the queue.
 			oneByOne := &mambago.Model{Engine: unqueued{Engine: g}}
 			for _, c := range []struct {
@@ -401,9 +412,10 @@ func TestDecoderQueue(t *testing.T) {
 				where := fmt.Sprintf("%s, graph steps %d, decode kernels' B limit %d, round %d", dtype, graphSteps, c.kernelMaxB, round)
 				nucleus := round%2 == 1
 				temp, p, u := 0.9, 0.8, []float64{0, rand.Float64(), rand.Float64()}
+				minP := []float64{0, 0.2}[round/2%2]
 				queue := func(ids []int64) error {
 					if nucleus {
-						return q.QueueTopP(ids, temp, p, u)
+						return q.QueueTopP(ids, temp, p, minP, u)
 					}
 					return q.QueueGreedy(ids)
 				}
@@ -434,8 +446,9 @@ func TestDecoderQueue(t *testing.T) {
 						if !nucleus && id != fixture.Argmax(row) {
 							t.Fatalf("%s, step %d: row %d picked %d, the twin's argmax %d", where, k, b, id, fixture.Argmax(row))
 						}
-						if ids := nucleusIDs(row, temp, p); nucleus && (!slices.Contains(ids, id) || b == 0 && id != slices.Min(ids)) {
-							t.Fatalf("%s, step %d: row %d (u %.3f) drew %d; the nucleus: %v", where, k, b, u[b], id, ids[:min(len(ids), 10)])
+						if ids := nucleusIDs(row, temp, p, minP); nucleus && (!slices.Contains(ids, id) || b == 0 && id != slices.Min(ids)) {
+							t.Fatalf("%s, step %d: row %d (u %.3f) drew %d; the nucleus (min_p %v): %v", where, k, b, u[b], id, minP,
+								ids[:min(len(ids), 10)])
 						}
 					}
 					fed = picks
@@ -525,15 +538,17 @@ func TestDecoderLogits(t *testing.T) {
 				if step%3 == 2 {
 					// Row 0 draws u = 0: the nucleus's first token by id.
 					temp, topP := []float64{1, 0.7}[step/3%2], []float64{0.9, 0.5}[step/3%2]
+					minP := []float64{0, 0, 0.3, 0.05}[step/3%4]
 					u := []float64{0, rand.Float64(), rand.Float64()}
 					drawn := slices.Repeat([]int64{-7}, B)
-					if err := pd.TopP(next, temp, topP, u, drawn); err != nil {
+					if err := pd.TopP(next, temp, topP, minP, u, drawn); err != nil {
 						t.Fatal(err)
 					}
 					for b := range B {
-						nucleus := nucleusIDs(want[b*V:(b+1)*V], temp, topP)
+						nucleus := nucleusIDs(want[b*V:(b+1)*V], temp, topP, minP)
 						if !slices.Contains(nucleus, drawn[b]) || (b == 0 && drawn[b] != slices.Min(nucleus)) {
-							t.Fatalf("%s: row %d (u %.3f) drew %d; the nucleus of T=%v p=%v: %v", where, b, u[b], drawn[b], temp, topP, nucleus[:min(len(nucleus), 10)])
+							t.Fatalf("%s: row %d (u %.3f) drew %d; the nucleus of T=%v p=%v min_p=%v: %v", where, b, u[b], drawn[b],
+								temp, topP, minP, nucleus[:min(len(nucleus), 10)])
 						}
 					}
 					continue
@@ -585,11 +600,13 @@ func TestDecoderLogits(t *testing.T) {
 				t.Errorf("top-%d of %d: err = %v, want an input error", V+1, V, err)
 			}
 			for _, bad := range []struct {
-				temp, p float64
-				u       []float64
-			}{{0, 0.9, []float64{0, 0, 0}}, {1, 0, []float64{0, 0, 0}}, {1, 1.5, []float64{0, 0, 0}}, {1, 0.9, []float64{0, 1, 0}}, {1, 0.9, []float64{0, 0}}} {
-				if err := pd.TopP(make([]int64, B), bad.temp, bad.p, bad.u, make([]int64, B)); !engine.IsInvalid(err) {
-					t.Errorf("TopP(T=%v, p=%v, u=%v): err = %v, want an input error", bad.temp, bad.p, bad.u, err)
+				temp, p, minP float64
+				u             []float64
+			}{{0, 0.9, 0, []float64{0, 0, 0}}, {1, 0, 0, []float64{0, 0, 0}}, {1, 1.5, 0, []float64{0, 0, 0}},
+				{1, 0.9, 0, []float64{0, 1, 0}}, {1, 0.9, 0, []float64{0, 0}}, {1, 0.9, -0.1, []float64{0, 0, 0}},
+				{1, 0.9, 1.5, []float64{0, 0, 0}}, {1, 0.9, math.NaN(), []float64{0, 0, 0}}} {
+				if err := pd.TopP(make([]int64, B), bad.temp, bad.p, bad.minP, bad.u, make([]int64, B)); !engine.IsInvalid(err) {
+					t.Errorf("TopP(T=%v, p=%v, min_p=%v, u=%v): err = %v, want an input error", bad.temp, bad.p, bad.minP, bad.u, err)
 				}
 			}
 			if _, err := d.Logits(make([]int64, B+1)); !engine.IsInvalid(err) {
@@ -607,7 +624,7 @@ func TestDecoderLogits(t *testing.T) {
 			if _, _, err := td.TopK(make([]int64, B), 1); !engine.IsInvalid(err) {
 				t.Errorf("a closed decoder's TopK: err = %v, want an input error", err)
 			}
-			if err := pd.TopP(make([]int64, B), 1, 0.9, make([]float64, B), make([]int64, B)); !engine.IsInvalid(err) {
+			if err := pd.TopP(make([]int64, B), 1, 0.9, 0, make([]float64, B), make([]int64, B)); !engine.IsInvalid(err) {
 				t.Errorf("a closed decoder's TopP: err = %v, want an input error", err)
 			}
 		}
@@ -888,8 +905,8 @@ func (d *hostDecoder) Logits(ids []int64) ([]float32, error) {
 }
 
 // nucleusIDs returns the ids of row's nucleus (nucleusOf), best first.
-func nucleusIDs(row []float32, temp, topP float64) []int64 {
-	ids, _ := nucleusOf(row, temp, topP)
+func nucleusIDs(row []float32, temp, topP, minP float64) []int64 {
+	ids, _ := nucleusOf(row, temp, topP, minP)
 	out := make([]int64, len(ids))
 	for n, id := range ids {
 		out[n] = int64(id)

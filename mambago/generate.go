@@ -36,18 +36,18 @@ type Sampling struct {
 	// they are; otherwise it must be finite and > 0. On the CUDA engine the
 	// decoder's queued steps apply it where the logits are
 	// (engine.ProcessingDecoder), unless the draw is made on the host
-	// (MinP, or a TopK past the device's top-k draw).
+	// (Warpers, or a TopK past the device's top-k draw).
 	RepetitionPenalty float64
 	// MinP, as transformers' min_p, keeps, of the tokens TopK and TopP
 	// leave, those at least MinP times as likely as the best, when
-	// sampling; 0 keeps them all. In [0, 1]; on the CUDA engine a draw
-	// under it is made on the host.
+	// sampling; 0 keeps them all. In [0, 1]; on the CUDA engine it cuts
+	// the draw made on the device, from the k best or from the nucleus.
 	MinP float64
 	// NoRepeatNGram, as transformers' no_repeat_ngram_size, keeps a row
 	// from repeating any n-gram of its tokens (its prompt's span and those
 	// generated) of this size: the logits of the tokens that would close
-	// one are -Inf. 0 for none; on the CUDA engine each step's logits then
-	// come back for the draw on the host.
+	// one are -Inf. 0 for none; on the CUDA engine the decoder's queued
+	// steps apply it where the logits are, as RepetitionPenalty.
 	NoRepeatNGram int
 	// MinNew, as transformers' min_new_tokens, keeps a row from ending
 	// before its MinNew-th new token: until then the logits of EOS and
@@ -196,9 +196,8 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 	// the rest on the device where the decoder processes its queued steps'
 	// logits and queues the draw asked for (ProcessingDecoder); else every
 	// step returns its logits and the host draws. So it does under the
-	// further warpers, and under min_p but where the draw is from the k
-	// best on the device (TopKQueueDecoder), which the device's other
-	// draws do not have.
+	// further warpers (typical, epsilon, eta), which the device's draws do
+	// not have; min_p goes with each draw, the host's and the device's.
 	procs := newProcessing(s, ids, B, T, spans, cfg.Vocab, maxNew)
 	processes := procs.pen != nil || procs.grams != nil || s.MinNew > 0 && s.EOS >= 0 || s.processes()
 	queueK := 0 // the most candidates of a draw from the k best on the device
@@ -206,7 +205,7 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 		queueK = q.TopKQueueMax()
 	}
 	kBestOnDevice := s.TopK > 0 && s.TopK < cfg.Vocab && s.TopK <= queueK
-	hostDraws := (s.MinP > 0 && !kBestOnDevice || s.Warpers.on()) && s.Temperature > 0
+	hostDraws := s.Warpers.on() && s.Temperature > 0
 	proc, _ := dec.(engine.ProcessingDecoder)
 	if s.TopK > 0 && s.TopK < cfg.Vocab && !kBestOnDevice && s.Temperature > 0 {
 		proc = nil // its top-k candidates come back unprocessed (TopKDecoder)
@@ -336,7 +335,7 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 					err = topKQueue.QueueTopK(fed, s.TopK, s.Temperature, s.TopP, s.MinP, uniforms)
 				default:
 					drawUniforms()
-					err = queue.QueueTopP(fed, s.Temperature, s.TopP, uniforms)
+					err = queue.QueueTopP(fed, s.Temperature, s.TopP, s.MinP, uniforms)
 				}
 			}
 		case greedyOnDevice:
@@ -345,7 +344,7 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 			candIDs, candLogits, err = topK.TopK(next, s.TopK)
 		case topP != nil:
 			drawUniforms()
-			err = topP.TopP(next, s.Temperature, s.TopP, uniforms, picked)
+			err = topP.TopP(next, s.Temperature, s.TopP, s.MinP, uniforms, picked)
 		case dec != nil:
 			logits, err = dec.Logits(next)
 		default:

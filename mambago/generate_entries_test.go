@@ -261,17 +261,17 @@ func (d *hostEntries) TopK(ids []int64, k int) ([]int32, []float32, error) {
 
 // TopP draws from the nucleus walked best first (the CUDA kernel walks it
 // by id: the same odds).
-func (d *hostEntries) TopP(ids []int64, temperature, p float64, uniforms []float64, next []int64) error {
-	return d.rows(ids, func(b int, row []float32) { next[b] = drawNucleus(row, temperature, p, uniforms[b]) })
+func (d *hostEntries) TopP(ids []int64, temperature, p, minP float64, uniforms []float64, next []int64) error {
+	return d.rows(ids, func(b int, row []float32) { next[b] = drawNucleus(row, temperature, p, minP, uniforms[b]) })
 }
 
-// drawNucleus draws from row's nucleus at temperature and p with the
+// drawNucleus draws from row's nucleus at temperature, p and minP with the
 // uniform u, walked best first; -1 for a nil row (NaN).
-func drawNucleus(row []float32, temperature, p, u float64) int64 {
+func drawNucleus(row []float32, temperature, p, minP, u float64) int64 {
 	if row == nil {
 		return -1
 	}
-	nucleus, w := nucleusOf(row, temperature, p)
+	nucleus, w := nucleusOf(row, temperature, p, minP)
 	var mass float64
 	for _, x := range w {
 		mass += x
@@ -296,9 +296,9 @@ func (d *hostEntries) QueueGreedy(ids []int64) error {
 	})
 }
 
-func (d *hostEntries) QueueTopP(ids []int64, temperature, p float64, uniforms []float64) error {
+func (d *hostEntries) QueueTopP(ids []int64, temperature, p, minP float64, uniforms []float64) error {
 	u := slices.Clone(uniforms) // the CUDA decoder copies them before it returns
-	return d.queue(ids, func(b int, row []float32) int64 { return drawNucleus(row, temperature, p, u[b]) })
+	return d.queue(ids, func(b int, row []float32) int64 { return drawNucleus(row, temperature, p, minP, u[b]) })
 }
 
 func (d *hostEntries) TopKQueueMax() int { return 1024 }
@@ -363,7 +363,7 @@ func rankIDs(row []float32) []int {
 // nucleusOf returns row's nucleus at temp and topP, the shortest best-first
 // run of ids whose weight, exp((logit - max) / temp), reaches topP of the
 // row's, and each one's weight.
-func nucleusOf(row []float32, temp, topP float64) (ids []int, w []float64) {
+func nucleusOf(row []float32, temp, topP, minP float64) (ids []int, w []float64) {
 	order := rankIDs(row)
 	top := float64(row[order[0]])
 	weight := func(v float32) float64 { return math.Exp((float64(v) - top) / temp) }
@@ -376,6 +376,9 @@ func nucleusOf(row []float32, temp, topP float64) (ids []int, w []float64) {
 		if mass += w[len(w)-1]; mass >= topP*total {
 			break
 		}
+	}
+	for len(w) > 1 && w[len(w)-1] < minP { // the best weighs 1
+		ids, w = ids[:len(ids)-1], w[:len(w)-1]
 	}
 	return ids, w
 }
@@ -409,7 +412,9 @@ func TestGenerateThroughDecoderEntries(t *testing.T) {
 		{Temperature: 1.5, TopK: 20, TopP: 0.9, Seed: 3, EOS: eos},
 		{TopP: 1, EOS: eos, MoreEOS: []int64{first[2*n+5]}}, // row 2 stops by its sixth token too
 		{Temperature: 1.4, TopK: 30, TopP: 0.95, MinP: 0.1, Seed: 6, EOS: eos},
-		{Temperature: 1.4, TopK: 30, TopP: 1, MinP: 1, Seed: 6, EOS: -1}, // only the best: greedy's tokens
+		{Temperature: 1.4, TopK: 30, TopP: 1, MinP: 1, Seed: 6, EOS: -1},                 // only the best: greedy's tokens
+		{Temperature: 1.4, TopP: 0.9, MinP: 1, Seed: 6, EOS: -1},                         // from the nucleus likewise
+		{Temperature: 1.4, TopP: 0.9, MinP: 1, Seed: 6, EOS: -1, RepetitionPenalty: 1.3}, // processed first
 	} {
 		want, wantN := mustGenerate(t, plain, ids, B, T, n, s)
 		got, gotN := mustGenerate(t, wrapped, ids, B, T, n, s)

@@ -228,9 +228,10 @@ type TopPDecoder interface {
 	// next token into next [B]: with probability ∝ exp((logit − max) /
 	// temperature) among the nucleus, the shortest best-first run of tokens
 	// (the lower id first among equal logits) whose probability reaches p,
-	// with uniforms[b] ∈ [0, 1) as sequence b's draw. Weights below 2^-40 of
-	// the best count as 0. A row whose logits hold NaN gets -1.
-	TopP(ids []int64, temperature, p float64, uniforms []float64, next []int64) error
+	// less those of it less than minP times as likely as the best (0:
+	// none), with uniforms[b] ∈ [0, 1) as sequence b's draw. Weights below
+	// 2^-40 of the best count as 0. A row whose logits hold NaN gets -1.
+	TopP(ids []int64, temperature, p, minP float64, uniforms []float64, next []int64) error
 }
 
 // QueueDecoder is a TopPDecoder that also queues steps ahead of the host:
@@ -248,7 +249,7 @@ type QueueDecoder interface {
 	QueueGreedy(ids []int64) error
 	// QueueTopP queues a step fed ids [B] (nil: the previous queued step's
 	// picks) that draws as TopP does, and returns without waiting.
-	QueueTopP(ids []int64, temperature, p float64, uniforms []float64) error
+	QueueTopP(ids []int64, temperature, p, minP float64, uniforms []float64) error
 	// Picks waits for the oldest queued step and writes its picks to next
 	// [B]: -1 for a sequence whose logits held NaN.
 	Picks(next []int64) error

@@ -323,11 +323,11 @@ func (d *Decoder) allocCandidates(k int) error {
 // from its nucleus on the device (engine.TopPDecoder; topp_draw_f32, or
 // topp_draw_x8_f32 with Engine.TopPClusters), with
 // uniforms [B] as the draws; B ids come back, -1 for a row with NaN.
-func (d *Decoder) TopP(ids []int64, temperature, p float64, uniforms []float64, next []int64) error {
+func (d *Decoder) TopP(ids []int64, temperature, p, minP float64, uniforms []float64, next []int64) error {
 	if err := d.unqueued(ids, next); err != nil {
 		return err
 	}
-	if err := d.QueueTopP(ids, temperature, p, uniforms); err != nil {
+	if err := d.QueueTopP(ids, temperature, p, minP, uniforms); err != nil {
 		return err
 	}
 	return d.Picks(next)
@@ -415,9 +415,9 @@ func (d *Decoder) headPicked() bool {
 // does, with uniforms [B] as the draws (copied before it returns), and
 // returns without waiting. The kernel reads them from the ring's
 // page-locked memory: no copy in on the stream.
-func (d *Decoder) QueueTopP(ids []int64, temperature, p float64, uniforms []float64) error {
+func (d *Decoder) QueueTopP(ids []int64, temperature, p, minP float64, uniforms []float64) error {
 	e, B := d.e, d.s.batch
-	if err := d.checkDraw(temperature, p, uniforms); err != nil {
+	if err := d.checkDraw(temperature, p, minP, uniforms); err != nil {
 		return err
 	}
 	return d.queue(ids, uniforms, func(logits, to cuda.Ptr, s ringSlot) error {
@@ -426,7 +426,7 @@ func (d *Decoder) QueueTopP(ids []int64, temperature, p float64, uniforms []floa
 			kernel, group = "topp_draw_x8_f32", 8
 		}
 		return e.launch(kernel, cuda.D1(group*B), cuda.D1(1024), 0, logits, e.cfg.Vocab, float32(1/temperature), p,
-			s.drawsAt, to, s.picksAt)
+			minP, s.drawsAt, to, s.picksAt)
 	})
 }
 
@@ -449,10 +449,7 @@ func (d *Decoder) QueueTopK(ids []int64, k int, temperature, p, minP float64, un
 	if k < 1 || k > min(V, topKDrawMax) {
 		return engine.Invalid("top_k = %d, want 1 ≤ k ≤ %d", k, min(V, topKDrawMax))
 	}
-	if !(minP >= 0 && minP <= 1) {
-		return engine.Invalid("min_p = %v, want it in [0, 1]", minP)
-	}
-	if err := d.checkDraw(temperature, p, uniforms); err != nil {
+	if err := d.checkDraw(temperature, p, minP, uniforms); err != nil {
 		return err
 	}
 	if k != d.candK {
@@ -471,8 +468,9 @@ func (d *Decoder) QueueTopK(ids []int64, k int, temperature, p, minP float64, un
 }
 
 // checkDraw refuses a sampled step's temperature (finite, > 0), top p (in
-// (0, 1]) or uniforms (B of them, each in [0, 1)) out of range.
-func (d *Decoder) checkDraw(temperature, p float64, uniforms []float64) error {
+// (0, 1]), min p (in [0, 1]) or uniforms (B of them, each in [0, 1)) out of
+// range.
+func (d *Decoder) checkDraw(temperature, p, minP float64, uniforms []float64) error {
 	switch B := d.s.batch; {
 	case len(uniforms) != B:
 		return engine.Invalid("decoder for B=%d: got %d uniforms", B, len(uniforms))
@@ -480,6 +478,8 @@ func (d *Decoder) checkDraw(temperature, p float64, uniforms []float64) error {
 		return engine.Invalid("temperature = %v, want > 0", temperature)
 	case !(p > 0 && p <= 1):
 		return engine.Invalid("top_p = %v, want in (0, 1]", p)
+	case !(minP >= 0 && minP <= 1):
+		return engine.Invalid("min_p = %v, want it in [0, 1]", minP)
 	}
 	for b, u := range uniforms {
 		if !(u >= 0 && u < 1) {
