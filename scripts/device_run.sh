@@ -580,7 +580,7 @@ if [[ $mode == generate && ${GEN_KERNELS:-1} == 1 ]]; then  # GEN_KERNELS=0: wit
   echo "== generation on the decoder (gpu.Decoder; greedy picks by argmax_rows_f32, top-k candidates by topk_rows_f32): the kernels and the engine against the host, sanitizers"
   run_tests generate_kernels 200 .carry/kernels.test -test.v -test.run 'ArgmaxRows|TopKRows|TopPDraw'
   SANITIZE_ARGS=-test.short memcheck memcheck_argmax 200 .carry/kernels.test 'ArgmaxRows|TopKRows|TopPDraw'
-  SANITIZE_ARGS=-test.short sanitizer racecheck racecheck_topk 300 .carry/kernels.test 'TopKRows|TopPDraw'
+  SANITIZE_ARGS=-test.short sanitizer racecheck racecheck_topk 420 .carry/kernels.test 'TopKRows|TopPDraw'
   MAMBAGO_TOPK_BASE=$(topk_bases) bench_log topk_bench 100 .carry/kernels.test TopKRows "µs"
   SHOW='a copy out' run_tests generate_host 100 .carry/cuda.test -test.v -test.run 'HostBuffer'
   memcheck memcheck_host 100 .carry/cuda.test 'HostBuffer'
