@@ -283,7 +283,7 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 	next := make([]int64, B*K)
 	none := make([]bool, B*K)
 	var logp []float32 // the whole rows' log probabilities, a step at a time
-	var parents []int  // the beam each row continues, from the last step
+	var moves []int    // the beam each row continues, from the last step; nil where each stays
 	for step := 0; ; step++ {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("beam search: stopped before step %d: %w", step, context.Cause(ctx))
@@ -295,7 +295,7 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 		var cands candidates
 		switch {
 		case step > 0 && procBeams != nil:
-			cands.tokens, cands.logits, err = procBeams.TopKLogProbs(next, parents, keep, bm.Renormalize)
+			cands.tokens, cands.logits, err = procBeams.TopKLogProbs(next, moves, keep, bm.Renormalize)
 		case step > 0 && beams != nil:
 			cands.tokens, cands.logits, cands.norms, err = beams.TopKNorms(next, keep)
 		case step > 0 && dec != nil:
@@ -332,7 +332,7 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 		}
 		newLen := float32(math.Pow(float64(step+1), bm.LengthPenalty))
 		last := step+1 == maxNew || bm.late() // every candidate ends here
-		parents = make([]int, B*K)
+		parents := make([]int, B*K)
 		allHit = true
 		for b := range B {
 			// The keep best continuations of the prompt's K beams.
@@ -380,7 +380,11 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 				finished[b*K+j] = merged[i]
 			}
 		}
-		if !isIdentity(parents) {
+		moves = parents
+		if isIdentity(parents) {
+			moves = nil
+		}
+		if moves != nil {
 			if err := st.CopyRows(st, parents); err != nil {
 				return nil, fmt.Errorf("beam search: step %d: %w", step, err)
 			}

@@ -29,9 +29,9 @@ type processing struct {
 	history, lengths                         int // offsets: int64 [B, room], int32 [B]: each row's tokens, for the n-gram ban
 	room                                     int // the history's row capacity
 
-	// reorder's: the table's bytes, and where it copies seen and table's
-	// rows to (swapped with them after) and the rows it reads; made by its
-	// first call that moves a row.
+	// The table's bytes (layout's), and reorder's: where it copies seen's
+	// and the table's rows to (swapped with them after) and the rows it
+	// reads, made by its first call.
 	bytes                       []byte
 	spareSeen, spareTable, rows *cuda.Buffer
 }
@@ -48,8 +48,7 @@ func (d *Decoder) Process(p engine.Processing) error {
 		return err
 	}
 	pr := &processing{p: p}
-	table := pr.layout(B)
-	pr.bytes = table
+	pr.bytes = pr.layout(B)
 	done, err := e.bind()
 	if err != nil {
 		return err
@@ -76,8 +75,8 @@ func (d *Decoder) Process(p engine.Processing) error {
 		}
 	}
 	if err == nil {
-		if pr.table, err = cuda.Alloc(max(len(table), 8)); err == nil {
-			err = cuda.CopyIn(pr.table.Ptr, table, e.stream)
+		if pr.table, err = cuda.Alloc(max(len(pr.bytes), 8)); err == nil {
+			err = cuda.CopyIn(pr.table.Ptr, pr.bytes, e.stream)
 		}
 	}
 	if err != nil {
@@ -256,10 +255,9 @@ func (pr *processing) free() error {
 // reorder makes row i of pr's rows of tokens (seen, the tails, the history
 // and its lengths) hold what row rows[i] of B held, on e's stream: each is
 // copied into the spare buffers (copy_rows_u8), which then take the place
-// of seen and the table. Nil rows, or rows that move none, copy nothing.
-// e is bound.
+// of seen and the table. Nil rows copy nothing. e is bound.
 func (pr *processing) reorder(e *Engine, B int, rows []int) error {
-	if pr == nil || rows == nil || isIdentity(rows) {
+	if pr == nil || rows == nil {
 		return nil
 	}
 	type part struct{ at, width int } // a [B, width] byte array at the table's offset at
@@ -317,16 +315,6 @@ func allocIf(b **cuda.Buffer, ok bool, bytes int) error {
 	var err error
 	*b, err = cuda.Alloc(max(bytes, 8))
 	return err
-}
-
-// isIdentity reports whether rows[i] = i for every i: no row moves.
-func isIdentity(rows []int) bool {
-	for i, r := range rows {
-		if r != i {
-			return false
-		}
-	}
-	return true
 }
 
 // process launches process_rows_f32 on a queued step's logits, fed at the
