@@ -229,12 +229,19 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 	}
 
 	// The decoder ranks each row's candidates where nothing needs the whole
-	// rows: no warper, and no step scores or logits kept. Under logits
-	// processors it processes the rows' log probabilities first, where it
-	// can (engine.BeamProcessingDecoder); else the rows come to the host.
+	// rows: no step scores or logits kept, and, sampling, a top_k and no
+	// warper past min_p (sampleK: then each row's top_k best are all a draw
+	// can reach). Under logits processors it processes the rows' log
+	// probabilities first, where it can (engine.BeamProcessingDecoder);
+	// else the rows come to the host.
 	beams, _ := dec.(engine.BeamDecoder)
 	procBeams, _ := dec.(engine.BeamProcessingDecoder)
-	if bm.Sample.Temperature > 0 || bm.Scores || bm.Logits || keep > V {
+	ranked, sampleK := keep, 0 // each row's candidates from the decoder; sampling, the top_k ranked
+	if ws := bm.Sample; ws.Temperature > 0 && ws.TopK > 0 && !ws.Warpers.on() {
+		sampleK = min(max(ws.TopK, keep/K), V)
+		ranked = sampleK
+	}
+	if bm.Sample.Temperature > 0 && sampleK == 0 || bm.Scores || bm.Logits || keep > V {
 		beams, procBeams = nil, nil
 	}
 	if bm.RepetitionPenalty != 0 && bm.RepetitionPenalty != 1 || bm.NoRepeatNGram > 0 || bm.MinNew > 0 ||
@@ -295,9 +302,10 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 		var cands candidates
 		switch {
 		case step > 0 && procBeams != nil:
-			cands.tokens, cands.logits, err = procBeams.TopKLogProbs(next, moves, keep, bm.Renormalize)
+			// Sampling renormalizes after the warpers, on the host.
+			cands.tokens, cands.logits, err = procBeams.TopKLogProbs(next, moves, ranked, bm.Renormalize && sampleK == 0)
 		case step > 0 && beams != nil:
-			cands.tokens, cands.logits, cands.norms, err = beams.TopKNorms(next, keep)
+			cands.tokens, cands.logits, cands.norms, err = beams.TopKNorms(next, ranked)
 		case step > 0 && dec != nil:
 			logits, err = dec.Logits(next)
 		case step > 0:
@@ -328,6 +336,10 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 			}
 			if bm.Scores {
 				out.StepScores = append(out.StepScores, cands.logp)
+			}
+		} else if warpers != nil {
+			if err := cands.warp(ranked, warpers[0], bm.Renormalize); err != nil {
+				return nil, fmt.Errorf("beam search: step %d: %w", step, err)
 			}
 		}
 		newLen := float32(math.Pow(float64(step+1), bm.LengthPenalty))
@@ -542,14 +554,79 @@ func logSoftmax(dst, logits []float32) error {
 }
 
 // candidates are a step's continuations of B·K beams: the whole rows of
-// log probabilities logp [B·K, V], or each row's keep best tokens and
-// logits [B·K, keep] and its normalizers norms [B·K, 2]
+// log probabilities logp [B·K, V], or each row's k best tokens and logits
+// [B·K, k] and its normalizers norms [B·K, 2]
 // (engine.BeamDecoder.TopKNorms), or without norms their processed log
-// probabilities (engine.BeamProcessingDecoder.TopKLogProbs).
+// probabilities (engine.BeamProcessingDecoder.TopKLogProbs). Beam
+// sampling's ranked candidates are warped (warp): then warped is k, each
+// row's tokens are in order of id, logits their warped log probabilities,
+// and every other token of the row is -Inf.
 type candidates struct {
 	logp          []float32
 	tokens        []int32
 	logits, norms []float32
+	warped        int
+}
+
+// warp turns ranked candidates, k a row, into beam sampling's rows: each
+// row's tokens in order of id, their log probabilities divided by the
+// temperature and cut as w's warpers cut a whole row (w's top_k being the
+// k ranked: every other token is -Inf), then log-softmaxed again where
+// renormalize is set. Where the rows were ranked by the top_k of their
+// processed log probabilities, as warper.warp's top_k cuts them, these
+// rows draw as the whole rows do (candidates.drawn), in the same
+// arithmetic: each sum over a row runs in order of id, the -Inf adding
+// nothing. (Only a tie at the k-th value differs: warp keeps every token
+// tied with it, the ranking k.)
+func (c *candidates) warp(k int, w *warper, renormalize bool) error {
+	rows := len(c.tokens) / k
+	type entry struct {
+		id int32
+		lp float32
+	}
+	row := make([]entry, k)
+	z := make([]float32, k)
+	for r := range rows {
+		var top, lse float32
+		if c.norms != nil {
+			top, lse = c.norms[2*r], c.norms[2*r+1]
+			if top != top || math.IsInf(float64(top), -1) {
+				return fmt.Errorf("beam %d: logits hold NaN or are all -Inf", r)
+			}
+		}
+		for i := range k {
+			id, lp := c.tokens[r*k+i], c.logits[r*k+i]
+			if id < 0 || lp != lp {
+				return fmt.Errorf("beam %d: logits hold NaN or are all -Inf", r)
+			}
+			if c.norms != nil {
+				lp = lp - top - lse
+			}
+			row[i] = entry{id, lp}
+		}
+		slices.SortFunc(row, func(x, y entry) int { return cmp.Compare(x.id, y.id) })
+		for i, e := range row {
+			c.tokens[r*k+i], z[i] = e.id, e.lp
+		}
+		w.warp(z)
+		if renormalize && slices.ContainsFunc(z, func(x float32) bool { return !math.IsInf(float64(x), -1) }) {
+			if err := logSoftmax(z, z); err != nil {
+				return fmt.Errorf("beam %d: %w", r, err)
+			}
+		}
+		copy(c.logits[r*k:], z)
+	}
+	c.norms, c.warped = nil, k
+	return nil
+}
+
+// sampledRow returns row r of beam sampling's warped rows: its tokens and
+// their log probabilities, or, for whole rows, nil tokens and the row's V.
+func (c *candidates) sampledRow(r, V int) ([]int32, []float32) {
+	if k := c.warped; k > 0 {
+		return c.tokens[r*k : (r+1)*k], c.logits[r*k : (r+1)*k]
+	}
+	return nil, c.logp[r*V : (r+1)*V]
 }
 
 // scored is a continuation: j·V + v for token v after beam j, and its score.
@@ -616,30 +693,39 @@ func (c *candidates) best(b int, beams []beamRow, keep, V int) ([]scored, error)
 
 // drawn returns prompt b's keep continuations of its beams (scored as
 // best scores them) drawn without replacement with probability ∝
-// exp(score) from the whole rows of log probabilities, best first: beam
-// sampling's candidates. Where fewer than keep can be drawn (the warpers
-// left too few tokens), the best of the others fill the rest, as torch's
-// multinomial fills them with ones of probability 0.
+// exp(score) from its beams' rows of log probabilities (whole, or warped:
+// sampledRow), best first: beam sampling's candidates. Where fewer than
+// keep can be drawn (the warpers left too few tokens), the best of the
+// others fill the rest, as torch's multinomial fills them with ones of
+// probability 0: those of finite score by score, then the -Inf ones by
+// place (j·V + v), lowest first.
 func (c *candidates) drawn(b int, beams []beamRow, keep, V int, rng *rand.Rand) ([]scored, error) {
 	K := len(beams)
-	scores := make([]float32, K*V)
+	var fin []scored // the continuations of finite score, in order of place
 	top := math.Inf(-1)
 	for j, beam := range beams {
-		for v, lp := range c.logp[(b*K+j)*V : (b*K+j+1)*V] {
-			scores[j*V+v] = beam.score + lp
-			top = max(top, float64(scores[j*V+v]))
+		ids, lp := c.sampledRow(b*K+j, V)
+		for i, x := range lp {
+			v := i
+			if ids != nil {
+				v = int(ids[i])
+			}
+			if x := beam.score + x; !math.IsInf(float64(x), -1) {
+				fin = append(fin, scored{j*V + v, x})
+				top = max(top, float64(x))
+			}
 		}
 	}
-	if math.IsInf(top, -1) {
+	if len(fin) == 0 {
 		return nil, errors.New("every continuation scores -Inf")
 	}
 	// The continuations that can be drawn (of weight above 0), and their
 	// weights: after a top_k, a few a beam.
-	var can []int
+	var can []int // at fin's
 	var w []float64
 	total := 0.0
-	for i, x := range scores {
-		if e := expNeg(top - float64(x)); e > 0 {
+	for i, x := range fin {
+		if e := expNeg(top - float64(x.score)); e > 0 {
 			can, w = append(can, i), append(w, e)
 			total += e
 		}
@@ -652,24 +738,28 @@ func (c *candidates) drawn(b int, beams []beamRow, keep, V int, rng *rand.Rand) 
 		for w[d] == 0 {
 			d--
 		}
-		out = append(out, scored{can[d], scores[can[d]]})
+		out = append(out, fin[can[d]])
 		total -= w[d]
 		w[d] = 0
 	}
 	if len(out) < keep {
-		drawable := make(map[int]bool, len(can))
-		for _, i := range can {
-			drawable[i] = true
-		}
-		var rest []int
-		for i := range scores {
-			if !drawable[i] {
-				rest = append(rest, i)
+		var rest []scored // of finite score, too far below the best to be drawn
+		for i, x := range fin {
+			if len(can) == 0 || can[0] != i {
+				rest = append(rest, x)
+			} else {
+				can = can[1:]
 			}
 		}
-		slices.SortStableFunc(rest, func(x, y int) int { return cmp.Compare(scores[y], scores[x]) })
-		for _, i := range rest[:keep-len(out)] {
-			out = append(out, scored{i, scores[i]})
+		slices.SortStableFunc(rest, func(x, y scored) int { return cmp.Compare(y.score, x.score) })
+		out = append(out, rest[:min(len(rest), keep-len(out))]...)
+		inf := float32(math.Inf(-1))
+		for at := 0; len(out) < keep; at++ { // then the -Inf, past the finite
+			if len(fin) > 0 && fin[0].at == at {
+				fin = fin[1:]
+				continue
+			}
+			out = append(out, scored{at, inf})
 		}
 	}
 	slices.SortStableFunc(out, func(x, y scored) int { return cmp.Compare(y.score, x.score) })

@@ -288,10 +288,10 @@ func checkBeamScores(t *testing.T, m *mambago.Model, ids []int64, B, T int, out 
 // candidates as engine.BeamDecoder does, on the host, handing them back in
 // a shuffled order (TopK's rows are in no particular order), and processes
 // their log probabilities first as engine.BeamProcessingDecoder does
-// (counting its steps in *processed, where set).
+// (counting its steps in *processed and TopKNorms' in *normed, where set).
 type hostBeams struct {
 	engine.Engine
-	processed *int
+	processed, normed *int // TopKLogProbs' steps, TopKNorms'; where set
 }
 
 // NewDecoder returns the host's BeamProcessingDecoder for st.
@@ -374,6 +374,9 @@ func (d *hostBeamDecoder) TopK(ids []int64, k int) ([]int32, []float32, error) {
 }
 
 func (d *hostBeamDecoder) TopKNorms(ids []int64, k int) (tokens []int32, logits, norms []float32, err error) {
+	if d.e.normed != nil {
+		*d.e.normed++
+	}
 	V := d.e.Config().Vocab
 	all, err := d.Logits(ids)
 	if err != nil {
@@ -567,4 +570,59 @@ func TestBeamProcessorsThroughDecoder(t *testing.T) {
 		check(name+", left-padded", ids, B, T, processorSpans(T), c)
 	}
 	check("forced bos", ids[:B], B, 1, nil, forcedBOS(t, plain, ids[:B], n))
+}
+
+// beamSamplings are beam sampling's settings for the tests of its ranked
+// candidates: top_k with top_p and min_p, and top_k 1 (fewer tokens left
+// than a step draws: each step fills).
+var beamSamplings = []mambago.BeamSampling{
+	{Temperature: 1, TopK: 50, TopP: 1},
+	{Temperature: 0.7, TopK: 12, TopP: 0.8},
+	{Temperature: 1.5, TopK: 30, MinP: 0.1},
+	{Temperature: 2, TopK: 5, TopP: 0.3, MinP: 0.2},
+	{Temperature: 1, TopK: 1},
+}
+
+// TestBeamSamplingThroughDecoder runs beam sampling with a top_k, under
+// each logits processor (processorCases) and none, on a decoder that ranks
+// each row's top_k candidates (hostBeams, as engine.BeamDecoder and
+// engine.BeamProcessingDecoder do) against beam sampling over whole rows
+// on the host, from the same seed: the same beams, indices and scores,
+// renormalized and not, every step after the first through the decoder.
+// The forced eos and top_k 1 cases leave fewer tokens than a step draws,
+// so the fill is checked too.
+func TestBeamSamplingThroughDecoder(t *testing.T) {
+	plain := openBase(t)
+	defer plain.Close()
+	var processed, normed int
+	ranked := &mambago.Model{Engine: hostBeams{Engine: plain.Engine, processed: &processed, normed: &normed}}
+	const B, T, n = 3, 6, 14
+	ids := randomIDs(plain, B*T)
+	free, _ := mustGenerate(t, plain, ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1})
+	cases := processorCases(ids, free, T, n, int64(plain.Config().Vocab))
+	cases["none"] = mambago.Sampling{EOS: free[3]}
+	for name, c := range cases {
+		for i, ws := range beamSamplings {
+			for _, renorm := range []bool{false, true} {
+				what := fmt.Sprintf("%s, %+v, renormalize %v", name, ws, renorm)
+				bm := beamsUnder(c, renorm)
+				bm.Sample = ws
+				bm.Sample.Seed = uint64(7*i) + uint64(len(name))
+				through := &processed
+				if name == "none" {
+					through = &normed
+				}
+				before := *through
+				got, err1 := ranked.BeamSearch(context.Background(), ids, B, T, nil, n, bm)
+				want, err2 := plain.BeamSearch(context.Background(), ids, B, T, nil, n, bm)
+				if err := errors.Join(err1, err2); err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				if *through-before != want.Steps-1 {
+					t.Errorf("%s: %d steps through the decoder, want %d", what, *through-before, want.Steps-1)
+				}
+				sameBeams(t, what+": through the decoder, then whole rows", got, want)
+			}
+		}
+	}
 }

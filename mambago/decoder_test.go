@@ -301,6 +301,50 @@ func TestBeamProcessorsOnDeviceMatchHost(t *testing.T) {
 	}
 }
 
+// TestBeamSamplingOnDeviceMatchHost: beam sampling with a top_k
+// (beamSamplings), under no logits processor, each alone and all together
+// (processorCases), takes each row's top_k candidates ranked on the device
+// (engine.BeamDecoder, or engine.BeamProcessingDecoder after processing
+// them, counted through Process) and draws the beams that the draw over
+// whole rows of logits on the host draws from the same seed: the same
+// tokens and indices, scores within 1e-5, in f32 and bf16, with a step
+// graph and without, renormalized and not.
+func TestBeamSamplingOnDeviceMatchHost(t *testing.T) {
+	gputest.Need(t)
+	const B, T, n = 3, 6, 14
+	for _, dtype := range []string{"float32", "bfloat16"} {
+		r := newProcessingRig(t, dtype, B, T, n)
+		cases := processorCases(r.ids, r.free, T, n, r.V)
+		cases["none"] = mambago.Sampling{EOS: r.free[3]}
+		for _, graphSteps := range []int{0, 1} {
+			r.g.DecoderGraphSteps = graphSteps
+			for name, c := range cases {
+				for i, ws := range beamSamplings {
+					renorm := i%2 == 1
+					what := fmt.Sprintf("%s, graph steps %d, %s, %+v, renormalize %v", dtype, graphSteps, name, ws, renorm)
+					bm := beamsUnder(c, renorm)
+					bm.Sample = ws
+					bm.Sample.Seed = uint64(i + graphSteps)
+					before := r.counted.n
+					got, errG := r.onDevice.BeamSearch(context.Background(), r.ids, B, T, nil, n, bm)
+					want, errW := r.onHost.BeamSearch(context.Background(), r.ids, B, T, nil, n, bm)
+					if err := errors.Join(errG, errW); err != nil {
+						t.Fatalf("%s: %v", what, err)
+					}
+					processes := 1
+					if name == "none" {
+						processes = 0
+					}
+					if r.counted.n != before+processes {
+						t.Errorf("%s: the device processed %d searches' log probabilities, want %d", what, r.counted.n-before, processes)
+					}
+					sameBeams(t, what+": ranked on the device, then whole rows on the host", got, want)
+				}
+			}
+		}
+	}
+}
+
 // processingRig is the CUDA engine of one dtype (g; its DecoderGraphSteps
 // restored by the test's cleanup) twice over: with its decoders' Process
 // calls counted (onDevice, through counted), and with every step's logits

@@ -92,3 +92,35 @@ func TestTypicalBinsMatchFullSort(t *testing.T) {
 		}
 	}
 }
+
+// TestDrawnFills checks beam sampling's draw where the warpers leave fewer
+// continuations than a step takes: the drawable ones come first, then the
+// others of finite score (a beam scored no, too far below to be drawn)
+// by score and place, then the -Inf ones by place; the same from whole
+// rows and from the warped rows of ranked candidates.
+func TestDrawnFills(t *testing.T) {
+	const V = 3
+	inf := float32(math.Inf(-1))
+	beams := []beamRow{{score: 0}, {score: no}}
+	whole := &candidates{logp: []float32{inf, -0.5, -1, -0.1, inf, -2}}
+	warped := &candidates{tokens: []int32{1, 2, 0, 2}, logits: []float32{-0.5, -1, -0.1, -2}, warped: 2}
+	for keep, want := range map[int][]int{
+		2: {1, 2},             // beam 0's two: drawn, best first
+		4: {1, 2, 3, 5},       // then beam 1's, tied at no (-1e9 in float32), by place
+		6: {1, 2, 3, 5, 0, 4}, // then the -Inf, by place
+	} {
+		for name, c := range map[string]*candidates{"whole rows": whole, "warped rows": warped} {
+			got, err := c.drawn(0, beams, keep, V, rand.New(rand.NewPCG(1, uint64(keep))))
+			if err != nil {
+				t.Fatalf("%s, keep %d: %v", name, keep, err)
+			}
+			at := make([]int, len(got))
+			for i, x := range got {
+				at[i] = x.at
+			}
+			if !slices.Equal(at, want) {
+				t.Errorf("%s, keep %d: drew %v, want %v", name, keep, at, want)
+			}
+		}
+	}
+}
