@@ -72,7 +72,9 @@ type Beams struct {
 // least max(2, 1 + the eos ids) tokens), and each prompt's candidates are
 // drawn without replacement from all its beams' continuations with
 // probability ∝ exp(summed score), then ranked by that score. Seed seeds
-// the draws, on a stream of each prompt's own.
+// the draws, on a stream of each prompt's own. The draws run on the host;
+// with a TopK and no Warpers, from each row's TopK best, which a decoder
+// (engine.BeamDecoder) ranks where the logits are.
 type BeamSampling struct {
 	Temperature float64 // > 0 samples; 0 ranks the candidates (plain beam search)
 	TopK        int

@@ -19,8 +19,8 @@ type SequenceBias = engine.SequenceBias
 // prompt's (its span's, as for the repetition penalty) and its new ones.
 // Generate applies them to the first new token on the host and, on the
 // CUDA engine, to the rest on the device (engine.Processing), where the
-// draw is made there too; so does beam search (but beam sampling, which
-// brings its rows to the host).
+// draw is made there too; so does beam search (beam sampling too where
+// only each row's top_k come back: BeamSearch).
 type Processors struct {
 	// Biases are transformers' sequence_bias: each entry whose sequence
 	// the next token would complete adds its bias to that token's logit

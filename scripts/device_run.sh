@@ -480,7 +480,7 @@ if [[ $mode == sampling ]]; then
   run_tests sampling_kernels 100 .carry/kernels.test -test.v -test.run "$tests"
   if [[ ${SAMPLING_SANITIZE:-1} == 1 ]]; then  # SAMPLING_SANITIZE=0: without memcheck and racecheck
     SANITIZE_ARGS=-test.short memcheck memcheck_sampling 100 .carry/kernels.test "$tests"
-    SANITIZE_ARGS=-test.short sanitizer racecheck racecheck_sampling 300 .carry/kernels.test "$tests"
+    SANITIZE_ARGS=-test.short sanitizer racecheck racecheck_sampling 420 .carry/kernels.test "$tests"
   fi
   MAMBAGO_TOPK_BASE=$(topk_bases) bench_log sampling_bench 100 .carry/kernels.test TopKRows "µs"
   run_tests sampling_engine 100 .carry/mambago.test -test.v -test.run 'GenerateOnDevice|DecoderLogits|DecoderQueue|QueueTopK'

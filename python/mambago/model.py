@@ -1212,8 +1212,12 @@ class Model(_Owner):
         generate's, each keeping at least max(2, 1 + the eos ids) tokens),
         and each step draws its candidates without replacement from all of
         a prompt's continuations, with probability ∝ exp(summed score),
-        reproducibly for a seed (None: a random one). It runs on the host
-        side of the CUDA engine's steps: each step's logits come back.
+        reproducibly for a seed (None: a random one). The draw runs on the
+        host. With a top_k and no typical_p, epsilon_cutoff or eta_cutoff
+        (and neither output_scores nor output_logits), the CUDA engine ranks
+        each row's top_k on the device (after the processors) and only those
+        come back, with the same draws as from whole rows; else each step's
+        logits come back.
         """
         ids = _batched("input_ids", _as_array("input_ids", input_ids, "int"), 2)
         _check_ids("input_ids", ids, self.config.vocab_size)
