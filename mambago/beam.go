@@ -230,29 +230,7 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 		defer func() { err = errors.Join(err, dec.Close()) }()
 	}
 
-	// The decoder ranks each row's candidates where nothing needs the whole
-	// rows: no step scores or logits kept, and, sampling, a top_k and no
-	// warper past min_p (sampleK: then each row's top_k best are all a draw
-	// can reach). Under logits processors it processes the rows' log
-	// probabilities first, where it can (engine.BeamProcessingDecoder);
-	// else the rows come to the host.
-	beams, _ := dec.(engine.BeamDecoder)
-	procBeams, _ := dec.(engine.BeamProcessingDecoder)
-	ranked, sampleK := keep, 0 // each row's candidates from the decoder; sampling, the top_k ranked
-	if ws := bm.Sample; ws.Temperature > 0 && ws.TopK > 0 && !ws.Warpers.on() {
-		sampleK = min(max(ws.TopK, keep/K), V)
-		ranked = sampleK
-	}
-	if bm.Sample.Temperature > 0 && sampleK == 0 || bm.Scores || bm.Logits || keep > V {
-		beams, procBeams = nil, nil
-	}
-	if bm.RepetitionPenalty != 0 && bm.RepetitionPenalty != 1 || bm.NoRepeatNGram > 0 || bm.MinNew > 0 ||
-		bm.processes() {
-		beams = nil
-	} else {
-		procBeams = nil
-	}
-
+	steps := newBeamSteps(m, st, dec, bm, keep, V, logits)
 	// Each beam's tokens for the logits processors: its prompt's, then its own.
 	beamIDs := make([]int64, B*K*T)
 	var beamSpans []Span
@@ -262,137 +240,41 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 			beamSpans = append(beamSpans, spans[i/K])
 		}
 	}
-	procs := newProcessing(s, beamIDs, B*K, T, beamSpans, V, maxNew)
-	var warpers []*warper         // beam sampling's, one a goroutine of warpRows, kept across steps
+	steps.procs = newProcessing(s, beamIDs, B*K, T, beamSpans, V, maxNew)
 	rngs := make([]*rand.Rand, B) // each prompt's draws
-	if bm.Sample.Temperature > 0 {
-		for range min(B*K, runtime.GOMAXPROCS(0)) {
-			warpers = append(warpers, newWarper(bm.Sample.warping(), keep/K))
-		}
+	if steps.warpers != nil {
 		for b := range rngs {
 			rngs[b] = rand.New(rand.NewPCG(bm.Sample.Seed, 0x6265616d73+uint64(b)))
 		}
 	}
 
-	running := make([]beamRow, B*K)  // each prompt's K running beams, best first
-	finished := make([]beamRow, B*K) // and its K best finished ones (or stand-ins), best first
-	for i := range running {
-		if i%K > 0 {
-			running[i].score = no // only beam 0's continuations count at first: the beams are alike
-		}
-		finished[i].score = no
-	}
-	improvable := make([]bool, B) // is_early_stop_heuristic_unsatisfied
-	for b := range improvable {
-		improvable[b] = true
-	}
-	cand := make([]beamRow, keep)
-	hits := make([]bool, keep)
-	allHit := false
+	set := newBeamSet(bm, B, keep)
 	next := make([]int64, B*K)
-	none := make([]bool, B*K)
-	var logp []float32 // the whole rows' log probabilities, a step at a time
-	var moves []int    // the beam each row continues, from the last step; nil where each stays
+	var moves []int // the beam each row continues, from the last step; nil where each stays
 	for step := 0; ; step++ {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("beam search: stopped before step %d: %w", step, context.Cause(ctx))
 		}
-		// Each step's candidates: every beam's whole row of log
-		// probabilities, on the host; or, where the decoder ranks each
-		// row's keep best and hands back its normalizers
-		// (engine.BeamDecoder) and nothing needs the whole row, those.
-		var cands candidates
-		switch {
-		case step > 0 && procBeams != nil:
-			// Sampling renormalizes after the warpers, on the host.
-			cands.tokens, cands.logits, err = procBeams.TopKLogProbs(next, moves, ranked, bm.Renormalize && sampleK == 0)
-		case step > 0 && beams != nil:
-			cands.tokens, cands.logits, cands.norms, err = beams.TopKNorms(next, ranked)
-		case step > 0 && dec != nil:
-			logits, err = dec.Logits(next)
-		case step > 0:
-			err = m.Step(st, next, logits)
-		}
+		cands, err := steps.at(step, next, moves, out)
 		if err != nil {
 			return nil, fmt.Errorf("beam search: step %d: %w", step, err)
 		}
-		if cands.tokens == nil {
-			if bm.Logits {
-				out.StepLogits = append(out.StepLogits, slices.Clone(logits))
-			}
-			if bm.Scores || logp == nil { // a kept step's scores are its own
-				logp = make([]float32, B*K*V)
-			}
-			cands.logp = logp
-			if err := logSoftmaxRows(cands.logp, logits, V); err != nil {
-				return nil, fmt.Errorf("beam search: step %d: %w", step, err)
-			}
-			procs.apply(cands.logp, V, none, step)
-			if warpers != nil {
-				warpRows(cands.logp, V, warpers)
-			}
-			if bm.Renormalize {
-				if err := renormalizeRows(cands.logp, V); err != nil {
-					return nil, fmt.Errorf("beam search: step %d: %w", step, err)
-				}
-			}
-			if bm.Scores {
-				out.StepScores = append(out.StepScores, cands.logp)
-			}
-		} else if warpers != nil {
-			if err := cands.warp(ranked, warpers[0], bm.Renormalize); err != nil {
-				return nil, fmt.Errorf("beam search: step %d: %w", step, err)
-			}
-		}
-		newLen := float32(math.Pow(float64(step+1), bm.LengthPenalty))
 		last := step+1 == maxNew || bm.late() // every candidate ends here
+		ended := func(row int, tok int64) bool { return last || s.ends(tok) || steps.procs.ends(row, tok) }
 		parents := make([]int, B*K)
-		allHit = true
+		allHit := true
 		for b := range B {
 			// The keep best continuations of the prompt's K beams.
 			var best []scored
-			if warpers != nil {
-				best, err = cands.drawn(b, running[b*K:(b+1)*K], keep, V, rngs[b])
+			if steps.warpers != nil {
+				best, err = cands.drawn(b, set.running[b*K:(b+1)*K], keep, V, rngs[b])
 			} else {
-				best, err = cands.best(b, running[b*K:(b+1)*K], keep, V)
+				best, err = cands.best(b, set.running[b*K:(b+1)*K], keep, V)
 			}
 			if err != nil {
 				return nil, fmt.Errorf("beam search: step %d, prompt %d: %w", step, b, err)
 			}
-			for c, at := range best {
-				j, tok := at.at/V, int64(at.at%V)
-				cand[c] = running[b*K+j].extend(tok, int32(b*K+j), at.score)
-				hits[c] = last || s.ends(tok) || procs.ends(b*K+j, tok)
-				allHit = allHit && hits[c]
-			}
-			// The K best that go on: a continuation that ends scores no.
-			order := ranks(keep, func(c int) float32 { return cand[c].score + cond(hits[c], no) })
-			for j, c := range order[:K] {
-				r := cand[c]
-				r.score += cond(hits[c], no)
-				running[b*K+j] = r
-				parents[b*K+j] = int(r.from[len(r.from)-1])
-			}
-			// The K best finished: the ones before, and the continuations
-			// among the K best that end here, length-penalized.
-			full := true
-			for _, f := range finished[b*K : (b+1)*K] {
-				full = full && f.done
-			}
-			merged := slices.Clone(finished[b*K : (b+1)*K])
-			for c := range keep {
-				r := cand[c]
-				r.score /= newLen
-				r.score += cond(full && bm.EarlyStopping == StopWhenFull, no)
-				r.score += cond(!improvable[b], no)
-				r.done = hits[c] && c < K
-				r.score += cond(!r.done, no)
-				merged = append(merged, r)
-			}
-			order = ranks(len(merged), func(i int) float32 { return merged[i].score })
-			for j, i := range order[:K] {
-				finished[b*K+j] = merged[i]
-			}
+			allHit = set.advance(b, best, V, step, ended, parents) && allHit
 		}
 		moves = parents
 		if isIdentity(parents) {
@@ -403,64 +285,266 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 				return nil, fmt.Errorf("beam search: step %d: %w", step, err)
 			}
 		}
-		if step == 0 && procBeams != nil {
-			// The device processes the rest, from the rows' tokens before this
-			// step's reorder: each step reorders them, then adds the ids fed.
-			if err := procBeams.Process(procs.handOver(B * K)); err != nil {
-				return nil, err
-			}
+		if err := steps.handOver(step); err != nil {
+			return nil, err
 		}
-		procs.reorder(parents)
-		for i, r := range running {
+		steps.procs.reorder(parents)
+		for i, r := range set.running {
 			next[i] = r.tokens[len(r.tokens)-1]
-			procs.add(i, next[i])
-		}
-		// Whether any prompt's search goes on (transformers'
-		// _check_early_stop_heuristic and _beam_search_has_unfinished_sequences).
-		length := float64(step + 1)
-		if bm.EarlyStopping == StopNever && bm.LengthPenalty > 0 {
-			length = float64(maxNew)
-		}
-		bestScale := float32(math.Pow(length, bm.LengthPenalty))
-		anyImprovable, allFull := false, true
-		for b := range B {
-			fin := finished[b*K : (b+1)*K]
-			worst := slices.MinFunc(fin, func(x, y beamRow) int { return cmp.Compare(x.score, y.score) }).score
-			bestRunning := running[b*K].score / bestScale
-			beats := false
-			for _, f := range fin {
-				beats = beats || bestRunning > cond(f.done, worst)+cond(!f.done, no)
-				allFull = allFull && f.done
-			}
-			improvable[b] = improvable[b] && beats
-			anyImprovable = anyImprovable || improvable[b]
+			steps.procs.add(i, next[i])
 		}
 		out.Steps = step + 1
-		if !anyImprovable || (allFull && bm.EarlyStopping == StopWhenFull) || allHit {
+		if !set.goesOn(step, maxNew) || allHit {
 			break
 		}
 	}
+	set.output(out)
+	return out, nil
+}
 
-	R := bm.Return
+// beamSteps gives each step of a beam search its candidates: each row's
+// best, ranked by the decoder (after it processes the rows where the
+// search has logits processors), or whole rows of log probabilities,
+// processed, warped and renormalized on the host.
+type beamSteps struct {
+	m         *Model
+	st        engine.State
+	dec       engine.Decoder               // or nil: the model's steps
+	beams     engine.BeamDecoder           // or nil: not ranked by the decoder without processors
+	procBeams engine.BeamProcessingDecoder // or nil: not processed and ranked by the decoder
+	bm        Beams
+	V         int
+	ranked    int         // each row's candidates from the decoder
+	sampling  bool        // beam sampling from the ranked rows: warped on the host
+	procs     *processing // the logits processors' host side
+	warpers   []*warper   // beam sampling's, one a goroutine of warpRows, kept across steps
+	logits    []float32   // the whole rows, [B·K, V]: step 0's, then each step's on the host
+	logp      []float32   // their log probabilities, a step at a time
+	none      []bool      // no row is done (processing.apply)
+}
+
+// newBeamSteps returns the steps of a search of bm on st (through dec
+// where not nil) for keep candidates a prompt, from step 0's logits.
+// The decoder ranks each row's candidates where nothing needs the whole
+// rows: no step scores or logits kept, and, sampling, a top_k and no
+// warper past min_p (then each row's top_k best are all a draw can reach).
+// Under logits processors it processes the rows' log probabilities first,
+// where it can (engine.BeamProcessingDecoder); else the rows come to the
+// host.
+func newBeamSteps(m *Model, st engine.State, dec engine.Decoder, bm Beams, keep, V int, logits []float32) *beamSteps {
+	K := bm.Width
+	rows := len(logits) / V
+	s := &beamSteps{m: m, st: st, dec: dec, bm: bm, V: V, ranked: keep, logits: logits, none: make([]bool, rows)}
+	s.beams, _ = dec.(engine.BeamDecoder)
+	s.procBeams, _ = dec.(engine.BeamProcessingDecoder)
+	ws := bm.Sample
+	if ws.Temperature > 0 {
+		for range min(rows, runtime.GOMAXPROCS(0)) {
+			s.warpers = append(s.warpers, newWarper(ws.warping(), keep/K))
+		}
+		if ws.TopK > 0 && !ws.Warpers.on() {
+			s.ranked, s.sampling = min(max(ws.TopK, keep/K), V), true
+		}
+	}
+	if ws.Temperature > 0 && !s.sampling || bm.Scores || bm.Logits || keep > V {
+		s.beams, s.procBeams = nil, nil
+	}
+	if bm.RepetitionPenalty != 0 && bm.RepetitionPenalty != 1 || bm.NoRepeatNGram > 0 || bm.MinNew > 0 ||
+		bm.processes() {
+		s.beams = nil
+	} else {
+		s.procBeams = nil
+	}
+	return s
+}
+
+// at feeds step's ids next (after step 0, whose logits the search began
+// with), the rows reordered by moves, and returns the step's candidates,
+// keeping its logits and scores in out where the search asks.
+func (s *beamSteps) at(step int, next []int64, moves []int, out *BeamOutput) (candidates, error) {
+	var c candidates
+	var err error
+	switch {
+	case step > 0 && s.procBeams != nil:
+		// Sampling renormalizes after the warpers, on the host.
+		c.tokens, c.logits, err = s.procBeams.TopKLogProbs(next, moves, s.ranked, s.bm.Renormalize && !s.sampling)
+	case step > 0 && s.beams != nil:
+		c.tokens, c.logits, c.norms, err = s.beams.TopKNorms(next, s.ranked)
+	case step > 0 && s.dec != nil:
+		s.logits, err = s.dec.Logits(next)
+	case step > 0:
+		err = s.m.Step(s.st, next, s.logits)
+	}
+	if err != nil {
+		return c, err
+	}
+	if c.tokens != nil {
+		if s.sampling {
+			err = c.warp(s.ranked, s.warpers[0], s.bm.Renormalize)
+		}
+		return c, err
+	}
+	if s.bm.Logits {
+		out.StepLogits = append(out.StepLogits, slices.Clone(s.logits))
+	}
+	if s.bm.Scores || s.logp == nil { // a kept step's scores are its own
+		s.logp = make([]float32, len(s.logits))
+	}
+	c.logp = s.logp
+	if err := logSoftmaxRows(c.logp, s.logits, s.V); err != nil {
+		return c, err
+	}
+	s.procs.apply(c.logp, s.V, s.none, step)
+	if s.warpers != nil {
+		warpRows(c.logp, s.V, s.warpers)
+	}
+	if s.bm.Renormalize {
+		if err := renormalizeRows(c.logp, s.V); err != nil {
+			return c, err
+		}
+	}
+	if s.bm.Scores {
+		out.StepScores = append(out.StepScores, c.logp)
+	}
+	return c, nil
+}
+
+// handOver, after step 0, hands the logits processors to the decoder where
+// it processes the rest: from the rows' tokens before the step's reorder,
+// as each step reorders them, then adds the ids fed.
+func (s *beamSteps) handOver(step int) error {
+	if step > 0 || s.procBeams == nil {
+		return nil
+	}
+	return s.procBeams.Process(s.procs.handOver(len(s.none)))
+}
+
+// beamSet is a search's beams: each prompt's K running beams and its K
+// best finished ones (or stand-ins), best first, and whether it can still
+// improve.
+type beamSet struct {
+	bm                Beams
+	K, keep           int
+	running, finished []beamRow
+	improvable        []bool    // is_early_stop_heuristic_unsatisfied
+	cand              []beamRow // a prompt's keep continuations, scratch
+	hits              []bool    // and whether each ends
+}
+
+// newBeamSet returns the beams of B prompts before the first step: only
+// beam 0's continuations count at first (the beams are alike), and none
+// has finished.
+func newBeamSet(bm Beams, B, keep int) *beamSet {
+	K := bm.Width
+	set := &beamSet{bm: bm, K: K, keep: keep, running: make([]beamRow, B*K), finished: make([]beamRow, B*K),
+		improvable: make([]bool, B), cand: make([]beamRow, keep), hits: make([]bool, keep)}
+	for i := range set.running {
+		if i%K > 0 {
+			set.running[i].score = no
+		}
+		set.finished[i].score = no
+	}
+	for b := range set.improvable {
+		set.improvable[b] = true
+	}
+	return set
+}
+
+// advance moves prompt b's beams on by its keep best continuations (at
+// j·V + v, best first) of step, those that ended (ended: the beam's row
+// and the token) ranked among the finished, and sets parents[b·K + j] to
+// the row running beam j continues; it reports whether every continuation
+// ended.
+func (set *beamSet) advance(b int, best []scored, V, step int, ended func(row int, tok int64) bool, parents []int) bool {
+	K, keep, cand, hits := set.K, set.keep, set.cand, set.hits
+	allHit := true
+	for c, at := range best {
+		j, tok := at.at/V, int64(at.at%V)
+		cand[c] = set.running[b*K+j].extend(tok, int32(b*K+j), at.score)
+		hits[c] = ended(b*K+j, tok)
+		allHit = allHit && hits[c]
+	}
+	// The K best that go on: a continuation that ends scores no.
+	order := ranks(keep, func(c int) float32 { return cand[c].score + cond(hits[c], no) })
+	for j, c := range order[:K] {
+		r := cand[c]
+		r.score += cond(hits[c], no)
+		set.running[b*K+j] = r
+		parents[b*K+j] = int(r.from[len(r.from)-1])
+	}
+	// The K best finished: the ones before, and the continuations among the
+	// K best that end here, length-penalized.
+	full := true
+	for _, f := range set.finished[b*K : (b+1)*K] {
+		full = full && f.done
+	}
+	newLen := float32(math.Pow(float64(step+1), set.bm.LengthPenalty))
+	merged := slices.Clone(set.finished[b*K : (b+1)*K])
+	for c := range keep {
+		r := cand[c]
+		r.score /= newLen
+		r.score += cond(full && set.bm.EarlyStopping == StopWhenFull, no)
+		r.score += cond(!set.improvable[b], no)
+		r.done = hits[c] && c < K
+		r.score += cond(!r.done, no)
+		merged = append(merged, r)
+	}
+	order = ranks(len(merged), func(i int) float32 { return merged[i].score })
+	for j, i := range order[:K] {
+		set.finished[b*K+j] = merged[i]
+	}
+	return allHit
+}
+
+// goesOn reports, after step of up to maxNew, whether any prompt's search
+// goes on (transformers' _check_early_stop_heuristic and
+// _beam_search_has_unfinished_sequences), marking those that cannot
+// improve.
+func (set *beamSet) goesOn(step, maxNew int) bool {
+	bm, K := set.bm, set.K
+	length := float64(step + 1)
+	if bm.EarlyStopping == StopNever && bm.LengthPenalty > 0 {
+		length = float64(maxNew)
+	}
+	bestScale := float32(math.Pow(length, bm.LengthPenalty))
+	anyImprovable, allFull := false, true
+	for b := range set.improvable {
+		fin := set.finished[b*K : (b+1)*K]
+		worst := slices.MinFunc(fin, func(x, y beamRow) int { return cmp.Compare(x.score, y.score) }).score
+		bestRunning := set.running[b*K].score / bestScale
+		beats := false
+		for _, f := range fin {
+			beats = beats || bestRunning > cond(f.done, worst)+cond(!f.done, no)
+			allFull = allFull && f.done
+		}
+		set.improvable[b] = set.improvable[b] && beats
+		anyImprovable = anyImprovable || set.improvable[b]
+	}
+	return anyImprovable && !(allFull && bm.EarlyStopping == StopWhenFull)
+}
+
+// output fills out's tokens, beam indices and scores from each prompt's
+// bm.Return best finished beams, bm.Fill past each one's end.
+func (set *beamSet) output(out *BeamOutput) {
+	R, K, B := set.bm.Return, set.K, len(set.improvable)
 	for b := range B {
-		for _, f := range finished[b*K : b*K+R] {
+		for _, f := range set.finished[b*K : b*K+R] {
 			out.N = max(out.N, len(f.tokens))
 		}
 	}
 	out.Tokens, out.Indices, out.Scores = make([]int64, B*R*out.N), make([]int32, B*R*out.N), make([]float32, B*R)
 	for b := range B {
-		for j, f := range finished[b*K : b*K+R] {
+		for j, f := range set.finished[b*K : b*K+R] {
 			i := b*R + j
 			out.Scores[i] = f.score
 			for t := range out.N {
-				out.Tokens[i*out.N+t], out.Indices[i*out.N+t] = bm.Fill, -1
+				out.Tokens[i*out.N+t], out.Indices[i*out.N+t] = set.bm.Fill, -1
 				if t < len(f.tokens) {
 					out.Tokens[i*out.N+t], out.Indices[i*out.N+t] = f.tokens[t], f.from[t]
 				}
 			}
 		}
 	}
-	return out, nil
 }
 
 // isIdentity reports whether rows[i] = i for every i: the beams stay put.
