@@ -588,7 +588,7 @@ fi
 if [[ $mode == generate || $mode == generatebench ]]; then
   if [[ ${GEN_GO:-1} == 1 ]]; then  # GEN_GO=0: the Python timings alone
     run_tests generate_tests 300 .carry/mambago.test -test.v -test.run 'Greedy|Sampl|Generate|DecoderLogits|DecoderQueue|FromCandidates|Example|Processors|RepetitionPenalty|MinNew|Beam|CopyRows'
-    [[ $mode == generate ]] && memcheck memcheck_generate 300 .carry/mambago.test 'GenerateOnDevice|DecoderLogits|DecoderQueue|ProcessorsOnDevice'
+    [[ $mode == generate ]] && memcheck memcheck_generate 300 .carry/mambago.test 'GenerateOnDevice|DecoderLogits|DecoderQueue|ProcessorsOnDevice|BeamSamplingOnDevice'
     if [[ ${GEN_BENCH:-1} == 1 ]]; then  # GEN_BENCH=0: without BenchmarkGenerate
       echo "== a token of generation: greedy on the host's loop, the device pick eager and graphed; sampled from the device's top-k eager and graphed, from whole rows page-locked and pageable; top-p (BenchmarkGenerate)"
       bench_log generate_bench 300 .carry/mambago.test Generate "a token"
