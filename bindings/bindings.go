@@ -586,12 +586,14 @@ var _ devicePrefiller = (*gpu.Engine)(nil)
 // (int64 [B, T] for "ids"; [B, T, d] for "embeds" and [B, T, F] for
 // "features", of inType: "float32", "bfloat16" or "float16"), out receives
 // [B, d] or [B, T, d] of outType (with logits set, the logits of those
-// states, [B, V] or [B, T, V]), and the work is queued on stream (0: the
-// legacy default stream) without waiting. CUDA engine only. pad, when
-// nPad > 0, holds int64 [B]: the positions of padding that open each row of
-// a left-padded batch (gpu.Engine.PrefillDevicePadded).
+// states, [B, V] or [B, T, V]), layers, where not 0, receives
+// transformers' hidden_states (f32 [L+1, B, T, d]: gpu.Output.Layers), and
+// the work is queued on stream (0: the legacy default stream) without
+// waiting. CUDA engine only. pad, when nPad > 0, holds int64 [B]: the
+// positions of padding that open each row of a left-padded batch
+// (gpu.Engine.PrefillDevicePadded).
 func PrefillDevice(model, state int64, kind string, in uintptr, inType string, B, T int, output string, out uintptr,
-	outType string, logits bool, stream uintptr, pad uintptr, nPad int) (ok bool, err error) {
+	outType string, logits bool, layers uintptr, stream uintptr, pad uintptr, nPad int) (ok bool, err error) {
 	defer guard(&err)
 	m, st, err := modelState(model, state)
 	if err != nil {
@@ -610,7 +612,7 @@ func PrefillDevice(model, state int64, kind string, in uintptr, inType string, B
 	if !isGPU {
 		return false, fmt.Errorf("ValueError: prefill_ptr needs the CUDA engine; this model runs on %s", m.Device())
 	}
-	dst := gpu.Output{Ptr: out, Type: ot, Logits: logits}
+	dst := gpu.Output{Ptr: out, Type: ot, Logits: logits, Layers: layers}
 	if nPad == 0 {
 		return true, dp.PrefillDevice(st, kind, in, it, B, T, pool, dst, stream)
 	}

@@ -57,6 +57,10 @@
 #   GEN_BENCH=0 the Go benchmark alone)
 #   generatebench: generate's engine tests and its timings alone (no kernel
 #             tests, no sanitizers; GEN_GO=0: the Python timings alone);
+#   layers:   hidden_states from the device entry (gpu.Output.Layers): the
+#             device entry tests with memcheck over the new one, pytest's hf,
+#             gpu and bad-input tests, then bench/hidden_states.py
+#             ($HIDDEN_ARGS), also with .carry/base's wheel where built;
 #   sampling: generate's sampling kernels alone (top-k, top-p): their tests
 #             and the decoder's, memcheck, racecheck (not with
 #             SAMPLING_SANITIZE=0), the kernels' times, .carry/topk_base*.cu's
@@ -485,6 +489,22 @@ if [[ $mode == sampling ]]; then
   MAMBAGO_TOPK_BASE=$(topk_bases) bench_log sampling_bench 100 .carry/kernels.test TopKRows "µs"
   run_tests sampling_engine 100 .carry/mambago.test -test.v -test.run 'GenerateOnDevice|DecoderLogits|DecoderQueue|QueueTopK'
   memcheck memcheck_sampling_engine 100 .carry/mambago.test 'GenerateOnDevice|DecoderLogits|QueueTopK'
+  exit $status
+fi
+if [[ $mode == layers ]]; then  # hidden_states from the device entry (gpu.Output.Layers)
+  echo "== hidden_states from the device entry (Output.Layers, prefill_ptr's layers_ptr): tests, memcheck, pytest, timings"
+  run_tests layers_tests 200 .carry/gpu.test -test.v -test.run \
+    'DeviceEntryLayers|DeviceEntryMatchesHostEntry|DevicePaddedMatchesHostPadded|DeviceEntriesRefuseBadBuffers|PrefillLayersMatchCPU|DeviceEntryLogits'
+  memcheck memcheck_layers 200 .carry/gpu.test 'DeviceEntryLayers'
+  PYTEST_ARGS="-q -rs tests/test_hf.py tests/test_gpu.py tests/test_bad_input.py" bash "$0" "$commit" pytest || status=1
+  echo "== a forward call's hidden_states on the GPU (bench/hidden_states.py \$HIDDEN_ARGS)"
+  python3 bench/hidden_states.py ${HIDDEN_ARGS:-} --out "$OUT/hidden.json" 2>&1 | grep -v "^mambago:"
+  if ls .carry/base/mambago-*.whl > /dev/null 2>&1; then
+    echo "== the same with .carry/base's wheel"
+    python3 -m pip install -q --upgrade --no-deps --no-index --target /tmp/site_base .carry/base/mambago-*.whl || status=1
+    PYTHONPATH=/tmp/site_base python3 bench/hidden_states.py ${HIDDEN_ARGS:-} --out "$OUT/hidden_base.json" 2>&1 \
+      | grep -v "^mambago:"
+  fi
   exit $status
 fi
 if [[ $mode == topkdraw ]]; then  # topk_draw_f32 (Decoder.QueueTopK)

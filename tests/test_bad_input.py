@@ -493,6 +493,17 @@ def test_prefill_ptr_logits_of_states_only(m):
         m.prefill_ptr(16, (1, 2), out_ptr=16, logits="yes")
 
 
+def test_prefill_ptr_layers_with_every_position_only(m):
+    """layers_ptr is a device address (an int, 0 for none) and comes with
+    output "all" only: the layers' states of every position."""
+    for output in ("last", "sum", "mean"):
+        with pytest.raises(ValueError, match="layers_ptr takes output 'all'"):
+            m.prefill_ptr(16, (1, 2), out_ptr=16, output=output, layers_ptr=16)
+    for bad, exc in (("16", TypeError), (True, TypeError), (1.5, TypeError), (-16, ValueError)):
+        with pytest.raises(exc, match="layers_ptr must be"):
+            m.prefill_ptr(16, (1, 2), out_ptr=16, output="all", layers_ptr=bad)
+
+
 def test_graphs_need_the_cuda_engine(base_model):
     st = base_model.new_state(1)
     with pytest.raises(ValueError, match="CUDA engine"):

@@ -1452,8 +1452,9 @@ def test_forward_on_the_gpu_stays_there(dtype):
     the host), to within the scan's rounding where a right-padded row's
     chunks split elsewhere, for ids and bf16 embeddings, padding left,
     right and both (zero there), and the loss of the same labels; the
-    backbone's (MambaModel's) states likewise. A label out of range is a
-    ValueError, not a fault."""
+    backbone's (MambaModel's) states likewise, and the hidden_states of both
+    (output_hidden_states). A label out of range is a ValueError, not a
+    fault."""
     torch = pytest.importorskip("torch", reason="torch is not installed")
     if not (mambago.cuda_is_available() and torch.cuda.is_available()):
         pytest.skip(f"no GPU: {mambago.cuda_unavailable_reason() or 'torch sees none'}")
@@ -1489,6 +1490,17 @@ def test_forward_on_the_gpu_stays_there(dtype):
         got, want = backbone(**kw).last_hidden_state, backbone(**host_kw).last_hidden_state
         assert got.device == torch.device("cuda:0") and got.dtype == torch.float32 and got.shape == want.shape
         assert rel_err(got.cpu().numpy(), want.numpy()) <= tol, (sorted(kw), dtype)
+    # hidden_states made on the GPU too (Model.prefill_ptr's layers_ptr), cache kept or not.
+    for use_cache in (None, False):
+        for (kw, host_kw), model in zip(cases[1:] * 2, [m] * 3 + [backbone] * 3):
+            got = model(**kw, use_cache=use_cache, output_hidden_states=True)
+            want = model(**host_kw, use_cache=use_cache, output_hidden_states=True)
+            assert len(got.hidden_states) == len(want.hidden_states) == m.config.num_hidden_layers + 1
+            for g, w in zip(got.hidden_states, want.hidden_states):
+                assert g.device == torch.device("cuda:0") and g.dtype == torch.float32 and g.shape == w.shape
+                assert rel_err(g.cpu().numpy(), w.numpy()) <= tol, (sorted(kw), dtype, use_cache)
+                if "attention_mask" in kw:
+                    assert not torch.any(g[kw["attention_mask"].cpu() == 0])
     for bad in (torch.full((B, T), V), torch.full((B, T), -2)):
         with pytest.raises(ValueError, match="labels holds"):
             m(ids.cuda(), labels=bad.cuda())
@@ -1523,8 +1535,9 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
     sent = []
 
-    def prefill_ptr(input_ptr, shape, *, out_ptr, kind, output, logits, input_dtype, attention_mask, state, stream):
-        assert output in ("all", "last") and stream == 0
+    def prefill_ptr(input_ptr, shape, *, out_ptr, kind, output, logits, input_dtype, attention_mask, state, stream,
+                    layers_ptr=0):
+        assert output in ("all", "last") and stream == 0 and (output == "all" or not layers_ptr)
         n = int(np.prod(shape))
         if kind == "ids":
             kw = {"input_ids": np.ctypeslib.as_array((ctypes.c_int64 * n).from_address(input_ptr)).reshape(shape)}
@@ -1535,7 +1548,12 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
         if attention_mask is not None:  # left padding only: each row's tokens run to its end
             assert np.all(np.diff(attention_mask, axis=1) >= 0)
         sent.append((None if attention_mask is None else attention_mask.copy(), logits))
-        out = m.model.prefill(**kw, output=output, attention_mask=attention_mask, state=state)
+        if layers_ptr:  # transformers' hidden_states [L + 1, B, T, d]: the layers', then the final norm's output
+            out, taps = m.model.prefill_layers(**kw, attention_mask=attention_mask, state=state)
+            hs = np.ascontiguousarray(np.concatenate([taps, out[None]]), dtype=np.float32)
+            ctypes.memmove(layers_ptr, hs.ctypes.data, hs.nbytes)
+        else:
+            out = m.model.prefill(**kw, output=output, attention_mask=attention_mask, state=state)
         if logits:
             out = m.model.logits(out)
         ctypes.memmove(out_ptr, out.ctypes.data, out.nbytes)
@@ -1633,11 +1651,23 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
         same_cache(got.cache, want.cache)
     assert gpu_cache.seen == T + 1
     assert len(stepped) == 1 and np.array_equal(stepped[0], ids[:, 0].numpy())  # the step went to step_ptr
-    got, want = both(m, input_ids=ids, attention_mask=mask, output_hidden_states=True)  # through the host
-    assert len(got.hidden_states) == len(want.hidden_states) == m.config.num_hidden_layers + 1
-    for g, w in zip(got.hidden_states, want.hidden_states):
-        assert isinstance(g, torch.Tensor) and torch.equal(g, w)
-    assert torch.equal(got.logits, want.logits)
+    # hidden_states from the same device call (layers_ptr), under each padding, cache kept or not.
+    for use_cache in (None, False):
+        for kw in (dict(input_ids=ids), dict(input_ids=ids, attention_mask=mask), dict(input_ids=ids, attention_mask=right),
+                   dict(inputs_embeds=embeds, attention_mask=mask)):
+            for model in (m, MambaModel(m.model)):
+                before = len(sent)
+                got, want = both(model, **kw, use_cache=use_cache, output_hidden_states=True)
+                assert len(sent) == before + 1, "the GPU's way is one prefill_ptr call"
+                assert len(got.hidden_states) == len(want.hidden_states) == m.config.num_hidden_layers + 1
+                for g, w in zip(got.hidden_states, want.hidden_states):
+                    assert isinstance(g, torch.Tensor) and g.dtype == torch.float32 and g.shape == w.shape == (B, T, m.config.hidden_size)
+                    assert rel_err(g.numpy(), w.numpy()) <= 1e-4, sorted(kw)
+                    if "attention_mask" in kw:
+                        assert not torch.any(g[kw["attention_mask"] == 0])
+                first = got.logits if model is m else got.last_hidden_state
+                assert rel_err(first.numpy(), (want.logits if model is m else want.last_hidden_state).numpy()) <= 1e-4
+                same_cache(got.cache, want.cache)
     gpu(True)
     last = m(ids, use_cache=False, logits_to_keep=1).logits  # the engine's last position alone
     assert sent[-1] == (None, True) and last.shape == (B, 1, V)

@@ -10,11 +10,16 @@ import (
 // Output is a device entry's caller-owned output buffer: Ptr, a device
 // address, receives elements of Type (F32, BF16 or F16). With Logits set it
 // receives the LM head's logits of the pooled hidden states (f32, rounded to
-// Type) instead of the states: [B, V] for Last, [B, T, V] for All.
+// Type) instead of the states: [B, V] for Last, [B, T, V] for All. Layers,
+// where not 0 (All only), is a second device address that receives
+// transformers' hidden_states as f32 [L+1, B, T, d]: the residual stream
+// after each of the L layers, then the final norm's output (the states All
+// gives), each zero at the padding.
 type Output struct {
 	Ptr    uintptr
 	Type   cuda.DType
 	Logits bool
+	Layers uintptr
 }
 
 // PrefillDevice is Prefill on caller-owned device memory, with no copy
@@ -129,6 +134,8 @@ func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType 
 		return engine.Invalid("token ids are int64; an input type (%s) applies to embeds and features only", inType)
 	case out.Logits && pool != engine.Last && pool != engine.All:
 		return engine.Invalid("logits are of each position's or the last position's state, not of a pooled sum or mean")
+	case out.Layers != 0 && pool != engine.All:
+		return engine.Invalid("the layers' hidden states come with every position's output (all), not a pooled or last one")
 	}
 	done, err := e.bind()
 	if err != nil {
@@ -147,12 +154,16 @@ func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType 
 	if out.Logits {
 		outLen = rows * e.cfg.Vocab
 	}
-	if err := e.checkBuffers(callerBuffer{"input", in, B * T * width * inSize},
-		callerBuffer{"output", out.Ptr, outLen * out.Type.Size()}); err != nil {
+	buffers := []callerBuffer{{"input", in, B * T * width * inSize}, {"output", out.Ptr, outLen * out.Type.Size()}}
+	layersLen := (e.cfg.Layers + 1) * B * T * e.cfg.Hidden // f32 [L+1, B, T, d]
+	if out.Layers != 0 {
+		buffers = append(buffers, callerBuffer{"layers", out.Layers, 4 * layersLen})
+	}
+	if err := e.checkBuffers(buffers...); err != nil {
 		return err
 	}
 	io := deviceIO{in: cuda.Ptr(in), inType: inType, out: cuda.Ptr(out.Ptr), outType: out.Type}
-	if e.graphCap > 0 && B*T <= e.ChunkRows && shape.Pad == nil {
+	if e.graphCap > 0 && B*T <= e.ChunkRows && shape.Pad == nil && out.Layers == 0 {
 		g, err := e.cachedPrefill(graphKey{s: s, kind: kind, B: B, T: T, pool: pool})
 		if err != nil {
 			return err
@@ -174,6 +185,10 @@ func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType 
 	// assume aligned operands: other types, and buffers aligned less, go
 	// through the engine's own, as do the states that logits are made of.
 	stageOut := out.Logits || out.Type != cuda.F32 || io.out%16 != 0
+	layers := cuda.Ptr(out.Layers)
+	if layers%4 != 0 {
+		return engine.Invalid("layers buffer %#x is not aligned to its float32s", out.Layers)
+	}
 	if stageOut {
 		if err := e.ensureOut(hiddenLen); err != nil {
 			return err
@@ -195,8 +210,14 @@ func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType 
 		if stageOut {
 			dst = e.ws.out.Ptr
 		}
-		if err := e.run(s, src, pool, dst, 0); err != nil {
+		if err := e.run(s, src, pool, dst, layers); err != nil {
 			return err
+		}
+		if layers != 0 { // the final norm's output after the layers' residual streams
+			final := layers + cuda.Ptr(4*e.cfg.Layers*B*T*e.cfg.Hidden)
+			if err := cuda.Copy(final, dst, 4*hiddenLen, e.stream); err != nil {
+				return err
+			}
 		}
 		switch {
 		case out.Logits:

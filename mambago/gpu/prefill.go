@@ -199,7 +199,8 @@ type source struct {
 // run writes pool's output for src to the device buffer out, chunk by chunk
 // along T (a device source runs as one chunk). Where layers is not 0 (and
 // pool is All), it also copies the residual stream after each layer there:
-// f32 [L, B, T, d].
+// f32 [L, B, T, d], zero at the padding where the prompt runs as one chunk
+// (a chunked prompt's padding rows hold what the engine left there).
 func (e *Engine) run(s *State, src source, pool engine.Pool, out, layers cuda.Ptr) error {
 	c := e.cfg
 	B, T, d := src.in.B, src.in.T, c.Hidden
@@ -245,6 +246,11 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out, layers cuda.Pt
 					n, d, 2, 0, T, t0)
 				if err != nil {
 					return err
+				}
+				if n == T { // one chunk: layer l's rows are the chunk's
+					if err := e.zeroPadding(pad, at, 2*d, 2*d, B, n); err != nil {
+						return err
+					}
 				}
 			}
 		}

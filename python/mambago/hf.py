@@ -313,8 +313,10 @@ class _StandIn:
             cache.reset()
         state = None if cache is None else cache.state
         layers = None
-        if hidden_states:  # through the host: the engines hand the layers out there
-            host = x if not on_gpu else _numpy(x)
+        if hidden_states and on_gpu:
+            out, layers = self._run_on_gpu(x, name, spans, logits, state, fresh, at, hidden_states=True)
+        elif hidden_states:  # the host engine hands the layers out on the host
+            host = x
             ids, embeds = (host, None) if name == "input_ids" else (None, host)
             final, taps = self.model._prefill(ids, embeds, None, state, fresh, "all", mask, layers=True)
             kept = final if at is None else np.ascontiguousarray(final[:, at])
@@ -379,11 +381,14 @@ class _StandIn:
             hidden = np.ascontiguousarray(hidden[:, at])
         return self.model.logits(hidden) if logits else hidden
 
-    def _run_on_gpu(self, x, name, spans, logits: bool, state, fresh, at):
+    def _run_on_gpu(self, x, name, spans, logits: bool, state, fresh, at, hidden_states=False):
         """_run for a prompt x (a torch tensor, batched) already on the
         model's GPU, its mask's spans (_spans) already read, made there by
         Model.prefill_ptr (a decode step: Model.step_ptr) on torch's current
-        stream: nothing of the output's size crosses to the host."""
+        stream: nothing of the output's size crosses to the host. With
+        hidden_states it returns (the output, transformers' hidden_states:
+        each layer's residual stream [B, T, d], then the final norm's
+        output), all from one prefill_ptr (layers_ptr)."""
         import torch
 
         if name == "inputs_embeds":
@@ -395,7 +400,7 @@ class _StandIn:
         x = x.contiguous()
         B, T = x.shape[0], x.shape[1]
         stream = torch.cuda.current_stream(x.device).cuda_stream
-        if self._is_step(x, name, spans, logits, fresh):
+        if not hidden_states and self._is_step(x, name, spans, logits, fresh):
             out = torch.empty((B, 1, self.config.vocab_size), dtype=torch.float32, device=x.device)
             self.model.step_ptr(x.data_ptr(), state, logits_ptr=out.data_ptr(), stream=stream)  # [B, 1]: B ids
             return out if at is None else out[:, torch.from_numpy(at).to(x.device)]
@@ -419,21 +424,31 @@ class _StandIn:
                 lead = (np.arange(T) >= first[:, None]).astype(np.int64)
             if np.any(end < T):
                 ends = torch.from_numpy(end).to(x.device)
-        last = at is not None and at.tolist() == [T - 1] and spans is None
+        last = at is not None and at.tolist() == [T - 1] and spans is None and not hidden_states
         width = self.config.vocab_size if logits else self.config.hidden_size
         out = torch.empty((B, 1 if last else T, width), dtype=torch.float32, device=x.device)
+        taps = None  # hidden_states: [L + 1, B, T, d]
+        if hidden_states:
+            taps = torch.empty((self.config.num_hidden_layers + 1, B, T, self.config.hidden_size),
+                               dtype=torch.float32, device=x.device)
         self.model.prefill_ptr(x.data_ptr(), tuple(x.shape), out_ptr=out.data_ptr(), kind=kind,
                                output="last" if last else "all", logits=logits,
                                input_dtype=str(x.dtype) if kind == "embeds" else None, attention_mask=lead,
-                               state=state, stream=stream)
+                               state=state, stream=stream, layers_ptr=0 if taps is None else taps.data_ptr())
         if ends is not None:
             after = torch.arange(T, device=x.device)[None, :] >= ends[:, None]
             out.masked_fill_(after[..., None], 0.0)
+            if taps is not None:
+                taps.masked_fill_(after[None, ..., None], 0.0)
         if back is not None:
             out = out[rows, back]
+            if taps is not None:
+                taps = taps[:, rows, back]
         if at is not None and not last:
             out = out[:, torch.from_numpy(at).to(x.device)]
-        return out
+        if taps is None:
+            return out
+        return out, tuple(taps.unbind(0))
 
 
 # generate's settings in transformers' GenerationConfig names, each with the
@@ -583,9 +598,10 @@ class MambaForCausalLM(_StandIn):
         here. return_dict=False gives the output's tuple, as transformers
         does. output_hidden_states=True adds transformers' hidden_states:
         each layer's residual stream [B, T, d] (zero at the padding), then
-        the final norm's output, computed through the host (a prompt on the
-        GPU included: Model.prefill_layers). Other arguments are a
-        TypeError."""
+        the final norm's output, float32: for a prompt on the model's GPU
+        made there in the same call (Model.prefill_ptr's layers_ptr), for
+        one on the host through it (Model.prefill_layers). Other arguments
+        are a TypeError."""
         as_dict = self._return_dict(kwargs, "logits, loss, cache and hidden states")
         if labels is not None and not (isinstance(logits_to_keep, (int, np.integer)) and logits_to_keep == 0):
             raise ValueError("labels need every position's logits: leave logits_to_keep at 0")

@@ -823,7 +823,7 @@ class Model(_Owner):
 
     def prefill_ptr(self, input_ptr: int, shape, *, out_ptr: int, kind: str = "ids", state: State | None = None,
                     output: str = "last", stream: int = 0, input_dtype=None, out_dtype="float32",
-                    attention_mask=None, logits: bool = False) -> None:
+                    attention_mask=None, logits: bool = False, layers_ptr: int = 0) -> None:
         """Prefill from and into caller-owned GPU memory, with no copy through the host (CUDA engine).
 
         input_ptr is the device address of the input (e.g. tensor.data_ptr()):
@@ -837,7 +837,11 @@ class Model(_Owner):
         f32 and rounded to out_dtype. With logits=True, out_ptr receives the
         LM head's logits of those states instead (computed on the device, in
         f32, rounded to out_dtype): [B, V] for "last", [B, T, V] for "all";
-        "sum" and "mean" are a ValueError. The work is queued on stream, a CUDA stream handle
+        "sum" and "mean" are a ValueError. layers_ptr, where not 0 (output
+        "all" only), receives transformers' hidden_states as float32
+        [L + 1, B, T, d]: the residual stream after each of the L layers,
+        then the final norm's output (the states "all" gives), each zero at
+        the padding; such a call runs eagerly, never as a cached graph. The work is queued on stream, a CUDA stream handle
         (torch.cuda.current_stream().cuda_stream; 0, the default, is the
         legacy default stream, where PyTorch works unless told otherwise),
         after what that stream already holds, and the call returns at once,
@@ -862,6 +866,12 @@ class Model(_Owner):
         runs as one eager prefill, never a cached graph.
         """
         _check_device_args(stream, input_ptr=input_ptr, out_ptr=out_ptr)
+        if isinstance(layers_ptr, bool) or not isinstance(layers_ptr, (int, np.integer)):
+            raise TypeError(f"layers_ptr must be an int (a device address, 0 for none), got {type(layers_ptr).__name__}")
+        if layers_ptr < 0:
+            raise ValueError(f"layers_ptr must be non-negative, got {layers_ptr}")
+        if layers_ptr and output != "all":
+            raise ValueError(f"layers_ptr takes output 'all': the layers' hidden states of every position, not {output!r}")
         if kind not in ("ids", "embeds", "features"):
             raise ValueError(f"kind must be 'ids', 'embeds' or 'features', got {kind!r}")
         if not isinstance(output, str) or output not in _OUTPUTS:
@@ -891,7 +901,8 @@ class Model(_Owner):
             state = self.new_state(B)
         self._check_state(state, B)
         _call(_b.PrefillDevice, self._handle(), state._handle(), kind, int(input_ptr), in_type, B, T, output,
-              int(out_ptr), out_type, bool(logits), int(stream), *((0, 0) if pad is None else (_addr(pad), B)))
+              int(out_ptr), out_type, bool(logits), int(layers_ptr), int(stream),
+              *((0, 0) if pad is None else (_addr(pad), B)))
 
     def step(self, token_ids, state: State) -> np.ndarray:
         """Feed one token per sequence (token_ids [B]) after a prefill; returns logits [B, V]."""
