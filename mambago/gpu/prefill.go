@@ -241,16 +241,8 @@ func (e *Engine) run(s *State, src source, pool engine.Pool, out, layers cuda.Pt
 				return err
 			}
 			if layers != 0 { // the residual stream, ws.h's B·n rows, into layer l's [B, T, d] at t0
-				at := layers + cuda.Ptr(4*l*B*T*d)
-				err := e.launch("pool_f32", cuda.Dim3{X: (d + 255) / 256, Y: B, Z: 1}, cuda.D1(256), 0, ws.h.Ptr, at,
-					n, d, 2, 0, T, t0)
-				if err != nil {
+				if err := e.tapLayer(layers+cuda.Ptr(4*l*B*T*d), B, T, t0, n, pad); err != nil {
 					return err
-				}
-				if n == T { // one chunk: layer l's rows are the chunk's
-					if err := e.zeroPadding(pad, at, 2*d, 2*d, B, n); err != nil {
-						return err
-					}
 				}
 			}
 		}
@@ -330,6 +322,23 @@ func (e *Engine) startPadded(in engine.Input) (padding, error) {
 		pad[b] = int32(n)
 	}
 	return padding{pad: e.ws.pad.Ptr, most: slices.Max(in.Pad)}, cuda.CopyIn(e.ws.pad.Ptr, pad, e.stream)
+}
+
+// tapLayer copies the residual stream, ws.h's B·n rows of positions
+// t0..t0+n-1, into a layer's f32 [B, T, d] at at. A prompt run as one
+// chunk is the same layout: one copy, at the copy engine's rate, and its
+// padding rows zeroed after; a chunk's rows go by pool_f32 (B·d threads
+// walking the positions).
+func (e *Engine) tapLayer(at cuda.Ptr, B, T, t0, n int, pad padding) error {
+	d := e.cfg.Hidden
+	if n < T {
+		return e.launch("pool_f32", cuda.Dim3{X: (d + 255) / 256, Y: B, Z: 1}, cuda.D1(256), 0, e.ws.h.Ptr, at,
+			n, d, 2, 0, T, t0)
+	}
+	if err := cuda.Copy(at, e.ws.h.Ptr, 4*B*T*d, e.stream); err != nil {
+		return err
+	}
+	return e.zeroPadding(pad, at, 2*d, 2*d, B, n)
 }
 
 // zeroPadding zeroes the first width 2-byte units of each padding row of the
