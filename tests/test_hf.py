@@ -1453,8 +1453,8 @@ def test_forward_on_the_gpu_stays_there(dtype):
     chunks split elsewhere, for ids and bf16 embeddings, padding left,
     right and both (zero there), and the loss of the same labels; the
     backbone's (MambaModel's) states likewise, and the hidden_states of both
-    (output_hidden_states). A label out of range is a ValueError, not a
-    fault."""
+    (output_hidden_states) and of generate. A label out of range is a
+    ValueError, not a fault."""
     torch = pytest.importorskip("torch", reason="torch is not installed")
     if not (mambago.cuda_is_available() and torch.cuda.is_available()):
         pytest.skip(f"no GPU: {mambago.cuda_unavailable_reason() or 'torch sees none'}")
@@ -1501,6 +1501,16 @@ def test_forward_on_the_gpu_stays_there(dtype):
                 assert rel_err(g.cpu().numpy(), w.numpy()) <= tol, (sorted(kw), dtype, use_cache)
                 if "attention_mask" in kw:
                     assert not torch.any(g[kw["attention_mask"].cpu() == 0])
+    # generate's hidden_states too, for a left-padded batch.
+    left = torch.ones(B, T, dtype=torch.int64)
+    left[1, :5] = left[3, :2] = 0
+    kw = dict(max_new_tokens=4, eos_token_id=[], return_dict_in_generate=True, output_hidden_states=True)
+    got, want = m.generate(ids.cuda(), attention_mask=left.cuda(), **kw), m.generate(ids, attention_mask=left, **kw)
+    assert torch.equal(got.sequences.cpu(), want.sequences) and len(got.hidden_states) == len(want.hidden_states) == 4
+    for g_step, w_step in zip(got.hidden_states, want.hidden_states):
+        for g, w in zip(g_step, w_step):
+            assert g.device == torch.device("cuda:0") and g.dtype == torch.float32 and g.shape == w.shape
+            assert rel_err(g.cpu().numpy(), w.numpy()) <= tol, dtype
     for bad in (torch.full((B, T), V), torch.full((B, T), -2)):
         with pytest.raises(ValueError, match="labels holds"):
             m(ids.cuda(), labels=bad.cuda())
@@ -1668,6 +1678,20 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
                 first = got.logits if model is m else got.last_hidden_state
                 assert rel_err(first.numpy(), (want.logits if model is m else want.last_hidden_state).numpy()) <= 1e-4
                 same_cache(got.cache, want.cache)
+    # generate's hidden_states likewise: the prompt's, then each new token's but the last, one call each.
+    left = torch.ones(B, T, dtype=torch.int64)
+    left[1, :5] = left[3, :2] = 0
+    for kw in (dict(), dict(attention_mask=left)):
+        before = len(sent)
+        got, want = both(m.generate, input_ids=ids, max_new_tokens=4, eos_token_id=[], return_dict_in_generate=True,
+                         output_hidden_states=True, **kw)
+        assert len(sent) == before + 2 and torch.equal(got.sequences, want.sequences)
+        assert len(got.hidden_states) == len(want.hidden_states) == 4
+        for g_step, w_step in zip(got.hidden_states, want.hidden_states):
+            assert len(g_step) == len(w_step) == m.config.num_hidden_layers + 1
+            for g, w in zip(g_step, w_step):
+                assert isinstance(g, torch.Tensor) and g.dtype == torch.float32 and g.shape == w.shape
+                assert rel_err(g.numpy(), w.numpy()) <= 1e-4, sorted(kw)
     gpu(True)
     last = m(ids, use_cache=False, logits_to_keep=1).logits  # the engine's last position alone
     assert sent[-1] == (None, True) and last.shape == (B, 1, V)

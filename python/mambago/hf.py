@@ -687,7 +687,8 @@ class MambaForCausalLM(_StandIn):
         forward call's hidden_states): [B, T, d] over the prompt for the
         first step, zero at its padding; then [B, 1, d] for the token each
         later step was fed (the pad id in a row that has ended, as
-        transformers feeds it). With beam search it is a ValueError.
+        transformers feeds it). For a prompt on the model's GPU they are
+        made there (CUDA tensors). With beam search it is a ValueError.
 
         Each setting left None is taken, as transformers takes it, from
         generation_config where given (a GenerationConfig, this module's or
@@ -948,11 +949,23 @@ class MambaForCausalLM(_StandIn):
         after prompts ids [B, T] (mask: their padding), as like's kind of
         array: for the prompt, then for each new token but the last,
         continuing the prompt's state, each layer's residual stream and the
-        final norm's output."""
+        final norm's output. Where like is on the model's GPU they are made
+        there (_run_on_gpu's hidden_states), float32."""
         B, n = new.shape
         if n == 0:
             return ()
         state = self.model.new_state(B)
+        if self._on_model_gpu(like):
+            import torch
+
+            prompts = torch.from_numpy(ids.reshape(B, -1)).to(like.device)
+            spans = None if mask is None else _spans(mask, *prompts.shape)
+            steps = [self._run_on_gpu(prompts, "input_ids", spans, False, state, True, None, hidden_states=True)[1]]
+            if n > 1:
+                rest = torch.from_numpy(new[:, :-1]).to(like.device)
+                _, hs = self._run_on_gpu(rest, "input_ids", None, False, state, False, None, hidden_states=True)
+                steps += [tuple(h[:, i:i + 1].contiguous() for h in hs) for i in range(n - 1)]
+            return tuple(steps)
         final, taps = self.model._prefill(ids.reshape(B, -1), None, None, state, True, "all", mask, layers=True)
         steps = [(*taps, final)]
         if n > 1:
