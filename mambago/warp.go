@@ -53,6 +53,7 @@ type warper struct {
 	minKeep int       // transformers' min_tokens_to_keep
 	top     ranked    // the best few tokens (top_k, and the minKeep best)
 	keys    []uint64  // sort keys, the id in the low 32 bits
+	spare   []uint64  // sortKeys' scratch
 	order   []int     // the finite tokens, sorted as a warper needs
 	p, logp []float64 // the row's probabilities and log probabilities
 }
@@ -185,7 +186,7 @@ func (w *warper) typical(z []float32, m float64) {
 			w.keys = append(w.keys, packed(i))
 		}
 	}
-	slices.Sort(w.keys)
+	w.spare = sortKeys(w.keys, w.spare)
 	cut := key(int(uint32(w.keys[len(w.keys)-1])))
 	for n, k := range w.keys {
 		i := int(uint32(k))
@@ -220,7 +221,7 @@ func (w *warper) finiteSorted(z []float32, key func(i int) uint64) []int {
 			w.keys = append(w.keys, key(i))
 		}
 	}
-	slices.Sort(w.keys)
+	w.spare = sortKeys(w.keys, w.spare)
 	w.order = w.order[:0]
 	for _, k := range w.keys {
 		w.order = append(w.order, int(uint32(k)))

@@ -124,3 +124,50 @@ func TestDrawnFills(t *testing.T) {
 		}
 	}
 }
+
+// TestSortKeys checks sortKeys against slices.Sort: sizes on both sides of
+// radixMin, keys spread over all 64 bits, keys sharing their high bits
+// (rankKey's of logits alike), and many equal keys.
+func TestSortKeys(t *testing.T) {
+	var spare []uint64
+	for _, n := range []int{0, 1, 7, radixMin - 1, radixMin, 5000, 50280} {
+		for name, key := range map[string]func(i int) uint64{
+			"any":    func(int) uint64 { return rand.Uint64() },
+			"ranked": func(i int) uint64 { return rankKey(int32(i), float32(rand.NormFloat64())) },
+			"equal":  func(int) uint64 { return uint64(rand.IntN(3)) << 40 },
+		} {
+			keys := make([]uint64, n)
+			for i := range keys {
+				keys[i] = key(i)
+			}
+			want := slices.Sorted(slices.Values(keys))
+			spare = sortKeys(keys, spare)
+			if !slices.Equal(keys, want) {
+				t.Errorf("%s, %d keys: not sorted as slices.Sort sorts them", name, n)
+			}
+		}
+	}
+}
+
+// BenchmarkSortKeys times a 130m row's rank keys sorted by sortKeys and by
+// slices.Sort.
+func BenchmarkSortKeys(b *testing.B) {
+	keys := make([]uint64, 50280)
+	for i := range keys {
+		keys[i] = rankKey(int32(i), float32(rand.NormFloat64()*3))
+	}
+	work := make([]uint64, len(keys))
+	var spare []uint64
+	b.Run("radix", func(b *testing.B) {
+		for b.Loop() {
+			copy(work, keys)
+			spare = sortKeys(work, spare)
+		}
+	})
+	b.Run("slices.Sort", func(b *testing.B) {
+		for b.Loop() {
+			copy(work, keys)
+			slices.Sort(work)
+		}
+	})
+}
