@@ -230,7 +230,6 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 		defer func() { err = errors.Join(err, dec.Close()) }()
 	}
 
-	steps := newBeamSteps(m, st, dec, bm, keep, V, logits)
 	// Each beam's tokens for the logits processors: its prompt's, then its own.
 	beamIDs := make([]int64, B*K*T)
 	var beamSpans []Span
@@ -240,7 +239,8 @@ func (m *Model) BeamSearch(ctx context.Context, ids []int64, B, T int, spans []S
 			beamSpans = append(beamSpans, spans[i/K])
 		}
 	}
-	steps.procs = newProcessing(s, beamIDs, B*K, T, beamSpans, V, maxNew)
+	procs := newProcessing(s, beamIDs, B*K, T, beamSpans, V, maxNew)
+	steps := newBeamSteps(m, st, dec, bm, procs, keep, V, logits)
 	rngs := make([]*rand.Rand, B) // each prompt's draws
 	if steps.warpers != nil {
 		for b := range rngs {
@@ -324,17 +324,20 @@ type beamSteps struct {
 }
 
 // newBeamSteps returns the steps of a search of bm on st (through dec
-// where not nil) for keep candidates a prompt, from step 0's logits.
+// where not nil; procs the processors' host side) for keep candidates a
+// prompt, from step 0's logits.
 // The decoder ranks each row's candidates where nothing needs the whole
 // rows: no step scores or logits kept, and, sampling, a top_k and no
 // warper past min_p (then each row's top_k best are all a draw can reach).
 // Under logits processors it processes the rows' log probabilities first,
 // where it can (engine.BeamProcessingDecoder); else the rows come to the
 // host.
-func newBeamSteps(m *Model, st engine.State, dec engine.Decoder, bm Beams, keep, V int, logits []float32) *beamSteps {
+func newBeamSteps(m *Model, st engine.State, dec engine.Decoder, bm Beams, procs *processing, keep, V int,
+	logits []float32) *beamSteps {
 	K := bm.Width
 	rows := len(logits) / V
-	s := &beamSteps{m: m, st: st, dec: dec, bm: bm, V: V, ranked: keep, logits: logits, none: make([]bool, rows)}
+	s := &beamSteps{m: m, st: st, dec: dec, bm: bm, V: V, ranked: keep, procs: procs, logits: logits,
+		none: make([]bool, rows)}
 	s.beams, _ = dec.(engine.BeamDecoder)
 	s.procBeams, _ = dec.(engine.BeamProcessingDecoder)
 	ws := bm.Sample
@@ -673,22 +676,14 @@ func (c *candidates) warp(k int, w *warper, renormalize bool) error {
 	row := make([]entry, k)
 	z := make([]float32, k)
 	for r := range rows {
-		var top, lse float32
-		if c.norms != nil {
-			top, lse = c.norms[2*r], c.norms[2*r+1]
-			if top != top || math.IsInf(float64(top), -1) {
-				return fmt.Errorf("beam %d: logits hold NaN or are all -Inf", r)
-			}
+		if err := c.rowLogProbs(r, k, z); err != nil {
+			return err
 		}
-		for i := range k {
-			id, lp := c.tokens[r*k+i], c.logits[r*k+i]
-			if id < 0 || lp != lp {
+		for i, lp := range z {
+			if lp != lp {
 				return fmt.Errorf("beam %d: logits hold NaN or are all -Inf", r)
 			}
-			if c.norms != nil {
-				lp = lp - top - lse
-			}
-			row[i] = entry{id, lp}
+			row[i] = entry{c.tokens[r*k+i], lp}
 		}
 		slices.SortFunc(row, func(x, y entry) int { return cmp.Compare(x.id, y.id) })
 		for i, e := range row {
@@ -703,6 +698,31 @@ func (c *candidates) warp(k int, w *warper, renormalize bool) error {
 		copy(c.logits[r*k:], z)
 	}
 	c.norms, c.warped = nil, k
+	return nil
+}
+
+// rowLogProbs writes ranked row r's k log probabilities to dst: its
+// logits less the row's normalizers where c has them (TopKNorms), else
+// its log probabilities as they came (TopKLogProbs). A row the decoder
+// marked (a token -1: NaN logits) or whose normalizers say all -Inf is an
+// error.
+func (c *candidates) rowLogProbs(r, k int, dst []float32) error {
+	var top, lse float32
+	if c.norms != nil {
+		top, lse = c.norms[2*r], c.norms[2*r+1]
+		if top != top || math.IsInf(float64(top), -1) {
+			return fmt.Errorf("beam %d: logits hold NaN or are all -Inf", r)
+		}
+	}
+	for i := range k {
+		if c.tokens[r*k+i] < 0 {
+			return fmt.Errorf("beam %d: logits hold NaN or are all -Inf", r)
+		}
+		dst[i] = c.logits[r*k+i]
+		if c.norms != nil {
+			dst[i] = c.logits[r*k+i] - top - lse
+		}
+	}
 	return nil
 }
 
@@ -744,24 +764,14 @@ func (c *candidates) best(b int, beams []beamRow, keep, V int) ([]scored, error)
 		return out, nil
 	}
 	all := make([]scored, 0, K*keep) // a few: sorted
+	lp := make([]float32, keep)
 	for j, beam := range beams {
 		row := b*K + j
-		var top, lse float32
-		if c.norms != nil {
-			top, lse = c.norms[2*row], c.norms[2*row+1]
-			if top != top || math.IsInf(float64(top), -1) {
-				return nil, fmt.Errorf("beam %d: logits hold NaN or are all -Inf", row)
-			}
+		if err := c.rowLogProbs(row, keep, lp); err != nil {
+			return nil, err
 		}
-		for i := row * keep; i < (row+1)*keep; i++ {
-			if c.tokens[i] < 0 {
-				return nil, fmt.Errorf("beam %d: logits hold NaN or are all -Inf", row)
-			}
-			lp := c.logits[i]
-			if c.norms != nil {
-				lp = c.logits[i] - top - lse
-			}
-			x := scored{j*V + int(c.tokens[i]), beam.score + lp}
+		for i, tok := range c.tokens[row*keep : (row+1)*keep] {
+			x := scored{j*V + int(tok), beam.score + lp[i]}
 			if x.score != x.score {
 				return nil, errNaN
 			}

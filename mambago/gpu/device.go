@@ -136,6 +136,8 @@ func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType 
 		return engine.Invalid("logits are of each position's or the last position's state, not of a pooled sum or mean")
 	case out.Layers != 0 && pool != engine.All:
 		return engine.Invalid("the layers' hidden states come with every position's output (all), not a pooled or last one")
+	case out.Layers%4 != 0:
+		return engine.Invalid("layers buffer %#x is not aligned to its float32s", out.Layers)
 	}
 	done, err := e.bind()
 	if err != nil {
@@ -155,9 +157,8 @@ func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType 
 		outLen = rows * e.cfg.Vocab
 	}
 	buffers := []callerBuffer{{"input", in, B * T * width * inSize}, {"output", out.Ptr, outLen * out.Type.Size()}}
-	layersLen := (e.cfg.Layers + 1) * B * T * e.cfg.Hidden // f32 [L+1, B, T, d]
-	if out.Layers != 0 {
-		buffers = append(buffers, callerBuffer{"layers", out.Layers, 4 * layersLen})
+	if out.Layers != 0 { // f32 [L+1, B, T, d]
+		buffers = append(buffers, callerBuffer{"layers", out.Layers, 4 * (e.cfg.Layers + 1) * B * T * e.cfg.Hidden})
 	}
 	if err := e.checkBuffers(buffers...); err != nil {
 		return err
@@ -186,9 +187,6 @@ func (e *Engine) prefillDevice(st engine.State, kind string, in uintptr, inType 
 	// through the engine's own, as do the states that logits are made of.
 	stageOut := out.Logits || out.Type != cuda.F32 || io.out%16 != 0
 	layers := cuda.Ptr(out.Layers)
-	if layers%4 != 0 {
-		return engine.Invalid("layers buffer %#x is not aligned to its float32s", out.Layers)
-	}
 	if stageOut {
 		if err := e.ensureOut(hiddenLen); err != nil {
 			return err

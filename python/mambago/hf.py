@@ -316,8 +316,7 @@ class _StandIn:
         if hidden_states and on_gpu:
             out, layers = self._run_on_gpu(x, name, spans, logits, state, fresh, at, hidden_states=True)
         elif hidden_states:  # the host engine hands the layers out on the host
-            host = x
-            ids, embeds = (host, None) if name == "input_ids" else (None, host)
+            ids, embeds = (x, None) if name == "input_ids" else (None, x)
             final, taps = self.model._prefill(ids, embeds, None, state, fresh, "all", mask, layers=True)
             kept = final if at is None else np.ascontiguousarray(final[:, at])
             out = _like(self.model.logits(kept) if logits else kept, like)
