@@ -12,7 +12,9 @@
 # machine's) it also installs torch and transformers, the reference the tests
 # compare against, so that their comparisons run here too
 # (MAMBAGO_TEST_REFERENCE=0 leaves them out; elsewhere those tests skip).
-# MAMBAGO_PYTHONS="python3.12 ..." picks the interpreters.
+# MAMBAGO_PYTHONS="python3.12 ..." picks the interpreters. Each venv but the
+# first is removed after its tests, to keep the disk in use small
+# (MAMBAGO_KEEP_VENVS=1 keeps them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,7 +25,7 @@ source scripts/pythons.sh
 step "go vet ./..."
 go vet ./...
 
-blas="" nvrtc="" sdist="" portable=""
+blas="" nvrtc="" sdist="" portable="" keep=""
 for py in "${pythons[@]}"; do
   ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
   venv="build/venv-$ver"
@@ -56,7 +58,8 @@ for py in "${pythons[@]}"; do
   fi
   if [[ $ver == 3.12 && ${MAMBAGO_TEST_REFERENCE:-1} != 0 ]]; then
     # The versions these tests last passed with on this machine's CPU (the GPU machine has torch 2.11, transformers 5.17).
-    "$venv/bin/python" -m pip install -q "torch==2.15.0" "transformers==5.25.0"
+    # --no-cache-dir: torch and its CUDA wheels are about 4 GB, which pip's cache would hold a second copy of.
+    "$venv/bin/python" -m pip install -q --no-cache-dir "torch==2.15.0" "transformers==5.25.0"
   fi
   if [[ -z "$nvrtc" ]]; then
     # NVRTC from PyPI (the GPU machine's 13.0), so every CUDA kernel is compiled here without a GPU;
@@ -68,7 +71,10 @@ for py in "${pythons[@]}"; do
   "$venv/bin/python" -m pytest -q tests
   if [[ -z "$blas" ]]; then
     blas=$("$venv/bin/python" -c 'import mambago.model as m; print(m.numpy_blas())')
+    keep=$venv  # go test below loads the OpenBLAS and NVRTC of this venv
   fi
+  # One venv at a time beside the first: 3.12's, with torch, is about 6 GB.
+  [[ $venv == "$keep" || ${MAMBAGO_KEEP_VENVS:-0} != 0 ]] || rm -rf "$venv"
 done
 
 # An editable install (`pip install -e .`) imports the package from python/mambago, with the extension built there.
