@@ -27,7 +27,9 @@ host (logits or tokens), which is what a caller waits for; the medians of
   `devminp`, on the host before), and
   typical_us_per_token sampling at temperature 0.8 under typical_p=0.9:
   each step's logits come to the host, where the warpers run and the draw
-  is made;
+  is made; typical_k50_us_per_token the same from the 50 best
+  (transformers' default top_k): from its branch `warpk` the device ranks
+  them and the warpers cut only those on the host;
 - stop_us_per_token likewise, greedy under a stop string of 12 bytes that
   never fires, read through a byte-level tokenizer of the model's whole
   vocabulary (random words; made here, with no download): the match runs
@@ -36,7 +38,10 @@ host (logits or tokens), which is what a caller waits for; the medians of
   EOS, so every call runs its n steps) likewise: a step of B·beams
   sequences, their logits on the host for the search, the states reordered
   on the device; beam_sampled_us_per_step likewise with do_sample
-  (temperature 0.8, top_k 50: every row's whole logits on the host);
+  (temperature 0.8, top_k 50: each row's top_k ranked on the device from
+  e6f98a3, whole rows on the host before it);
+  beam_typical_us_per_step the same under typical_p=0.9 (from `warpk`,
+  the top_k ranked on the device as without it, before it whole rows);
   beam_ngram_us_per_step likewise under no_repeat_ngram_size=3 (each row's
   log probabilities processed and ranked on the device from its branch
   `devbeams`; before it, every row's whole logits on the host).
@@ -138,9 +143,11 @@ def measure(mambago, shape, dtype, B, a):
                 "minp_nucleus_us_per_token": per_token(temperature=0.8, min_p=0.05),
                 "stop_us_per_token": per_token(stop_strings=["\x00\x01\x02 never \x03"],
                                                tokenizer=byte_level_tokenizer(V)),
-                "typical_us_per_token": per_token(temperature=0.8, typical_p=0.9), "beams": a.beams,
+                "typical_us_per_token": per_token(temperature=0.8, typical_p=0.9),
+                "typical_k50_us_per_token": per_token(temperature=0.8, top_k=50, typical_p=0.9), "beams": a.beams,
                 "beam_us_per_step": per_beam_step(),
                 "beam_sampled_us_per_step": per_beam_step(do_sample=True, temperature=0.8, top_k=50),
+                "beam_typical_us_per_step": per_beam_step(do_sample=True, temperature=0.8, top_k=50, typical_p=0.9),
                 "beam_ngram_us_per_step": per_beam_step(no_repeat_ngram_size=3)}
     finally:
         model.close()
@@ -162,8 +169,8 @@ def main():
     import mambago
 
     rows = []
-    print(f"| shape | dtype | B | step eager µs | step graph µs | eager/graph | capture ms | generate µs/token: greedy | top-k 50 | top-p 0.95 | greedy, penalty 1.2 | greedy, bad words | greedy, 3-grams | top-k 50, min_p 0.05 | min_p 0.05 | greedy, stop string | typical_p 0.9 | beam search µs/step ({a.beams} beams) | beam sampling µs/step | beam search, 3-grams µs/step |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"| shape | dtype | B | step eager µs | step graph µs | eager/graph | capture ms | generate µs/token: greedy | top-k 50 | top-p 0.95 | greedy, penalty 1.2 | greedy, bad words | greedy, 3-grams | top-k 50, min_p 0.05 | min_p 0.05 | greedy, stop string | typical_p 0.9 | top-k 50, typical_p 0.9 | beam search µs/step ({a.beams} beams) | beam sampling µs/step | beam sampling, typical_p 0.9 | beam search, 3-grams µs/step |")
+    print("|---" * 22 + "|")
     for shape in a.shapes:
         for dtype in a.dtypes:
             for B in a.batches:
@@ -176,8 +183,9 @@ def main():
                       f"{r['bad_words_us_per_token']:.0f} | {r['ngram_us_per_token']:.0f} | "
                       f"{r['minp_us_per_token']:.0f} | {r['minp_nucleus_us_per_token']:.0f} | "
                       f"{r['stop_us_per_token']:.0f} | "
-                      f"{r['typical_us_per_token']:.0f} | "
+                      f"{r['typical_us_per_token']:.0f} | {r['typical_k50_us_per_token']:.0f} | "
                       f"{r['beam_us_per_step']:.0f} | {r['beam_sampled_us_per_step']:.0f} | "
+                      f"{r['beam_typical_us_per_step']:.0f} | "
                       f"{r['beam_ngram_us_per_step']:.0f} |",
                       flush=True)
     with open(a.out, "w") as f:

@@ -73,7 +73,7 @@ type Beams struct {
 // drawn without replacement from all its beams' continuations with
 // probability ∝ exp(summed score), then ranked by that score. Seed seeds
 // the draws, on a stream of each prompt's own. The draws run on the host;
-// with a TopK and no Warpers, from each row's TopK best, which a decoder
+// with a TopK, from each row's TopK best, which a decoder
 // (engine.BeamDecoder) ranks where the logits are.
 type BeamSampling struct {
 	Temperature float64 // > 0 samples; 0 ranks the candidates (plain beam search)
@@ -345,7 +345,7 @@ func newBeamSteps(m *Model, st engine.State, dec engine.Decoder, bm Beams, procs
 		for range min(rows, runtime.GOMAXPROCS(0)) {
 			s.warpers = append(s.warpers, newWarper(ws.warping(), keep/K))
 		}
-		if ws.TopK > 0 && !ws.Warpers.on() {
+		if ws.TopK > 0 {
 			s.ranked, s.sampling = min(max(ws.TopK, keep/K), V), true
 		}
 	}

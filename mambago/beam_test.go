@@ -573,13 +573,15 @@ func TestBeamProcessorsThroughDecoder(t *testing.T) {
 }
 
 // beamSamplings are beam sampling's settings for the tests of its ranked
-// candidates: top_k with top_p and min_p, and top_k 1 (fewer tokens left
-// than a step draws: each step fills).
+// candidates: top_k with top_p and min_p, with the further warpers, and
+// top_k 1 (fewer tokens left than a step draws: each step fills).
 var beamSamplings = []mambago.BeamSampling{
 	{Temperature: 1, TopK: 50, TopP: 1},
 	{Temperature: 0.7, TopK: 12, TopP: 0.8},
 	{Temperature: 1.5, TopK: 30, MinP: 0.1},
 	{Temperature: 2, TopK: 5, TopP: 0.3, MinP: 0.2},
+	{Temperature: 0.8, TopK: 40, TopP: 1, Warpers: mambago.Warpers{TypicalP: 0.6}},
+	{Temperature: 1.2, TopK: 25, TopP: 0.9, Warpers: mambago.Warpers{EpsilonCutoff: 0.02, EtaCutoff: 0.05}},
 	{Temperature: 1, TopK: 1},
 }
 
@@ -623,6 +625,44 @@ func TestBeamSamplingThroughDecoder(t *testing.T) {
 				}
 				sameBeams(t, what+": through the decoder, then whole rows", got, want)
 			}
+		}
+	}
+}
+
+// TestWarpersFromTopKCandidates runs sampling under the further warpers
+// (typical_p, epsilon_cutoff, eta_cutoff) with a top_k, on a decoder that
+// ranks each row's top_k (hostBeams, as engine.TopKDecoder does), against
+// the draws from whole rows on the host, from the same seed: the same
+// tokens, every step after the first through the decoder's TopK. Under a
+// logits processor the draws are from whole rows (the decoder's
+// candidates come unprocessed): no step goes through TopK.
+func TestWarpersFromTopKCandidates(t *testing.T) {
+	plain := openBase(t)
+	defer plain.Close()
+	var ranked int
+	decoder := &mambago.Model{Engine: hostBeams{Engine: plain.Engine, normed: &ranked}}
+	const B, T, n = 3, 6, 14
+	for i, s := range []mambago.Sampling{
+		{Temperature: 0.8, TopK: 40, TopP: 1, Warpers: mambago.Warpers{TypicalP: 0.6}},
+		{Temperature: 1.2, TopK: 25, TopP: 0.9, Warpers: mambago.Warpers{EpsilonCutoff: 0.02}},
+		{Temperature: 1, TopK: 60, TopP: 1, MinP: 0.05, Warpers: mambago.Warpers{EtaCutoff: 0.05}},
+		{Temperature: 1.5, TopK: 30, TopP: 0.95, Warpers: mambago.Warpers{TypicalP: 0.9, EpsilonCutoff: 1e-3, EtaCutoff: 1e-2}},
+		{Temperature: 1, TopK: 40, TopP: 1, RepetitionPenalty: 1.3, Warpers: mambago.Warpers{TypicalP: 0.6}},
+	} {
+		s.Seed, s.EOS = uint64(i+1), -1
+		ids := randomIDs(plain, B*T)
+		before := ranked
+		got, _ := mustGenerate(t, decoder, ids, B, T, n, s)
+		want, _ := mustGenerate(t, plain, ids, B, T, n, s)
+		if !slices.Equal(got, want) {
+			t.Errorf("%+v: from the top-k candidates %v, from whole rows %v", s, got, want)
+		}
+		steps := n - 1
+		if s.RepetitionPenalty != 0 {
+			steps = 0
+		}
+		if ranked-before != steps {
+			t.Errorf("%+v: %d steps through TopK, want %d", s, ranked-before, steps)
 		}
 	}
 }

@@ -26,7 +26,8 @@ import (
 // eager steps' logits, then with an EOS and a further eos id that stop
 // rows early, the rows after them padded with EOS; sampled tokens (from the top 20, ranked on the
 // device), the same with a graph as without (its logits are the same bits)
-// and as the host's draws from whole rows; and tokens drawn from a nucleus
+// and as the host's draws from whole rows, under the further warpers too;
+// and tokens drawn from a nucleus
 // on the device, the same with a graph as without. Generate queues its
 // greedy and nucleus steps (gpu.Decoder's queue); taken one at a time
 // (unqueued) they give the same tokens.
@@ -178,6 +179,18 @@ func TestGenerateOnDevice(t *testing.T) {
 			}
 			if !slices.Equal(toks, host) {
 				t.Errorf("%s, graph steps %d: sampled tokens from the device's top-k %v, from whole rows %v", dtype, graphSteps, toks, host)
+			}
+			// Under the further warpers the host cuts the top-k ranked on
+			// the device: whole rows' tokens.
+			sw := mambago.Sampling{Temperature: 0.9, TopK: 30, TopP: 1, Seed: 14, EOS: -1,
+				Warpers: mambago.Warpers{TypicalP: 0.7, EpsilonCutoff: 1e-3, EtaCutoff: 1e-2}}
+			devW, _, err1 := m.Generate(ids, B, T, n, sw)
+			hostW, _, err2 := (&mambago.Model{Engine: hostSampled{Engine: g}}).Generate(ids, B, T, n, sw)
+			if err := errors.Join(err1, err2); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(devW, hostW) {
+				t.Errorf("%s, graph steps %d, warpers: from the device's top-k %v, from whole rows %v", dtype, graphSteps, devW, hostW)
 			}
 			// Under a repetition penalty and a minimum length the queued
 			// top-k draws process their logits on the device

@@ -54,7 +54,10 @@ type Sampling struct {
 	// MoreEOS are -Inf; on the CUDA engine, as RepetitionPenalty is.
 	MinNew int
 	// Warpers are the further sampling warpers (typical_p,
-	// epsilon_cutoff, eta_cutoff); a draw under any is made on the host.
+	// epsilon_cutoff, eta_cutoff); a draw under any is made on the host,
+	// on the CUDA engine from the TopK best ranked on the device where a
+	// TopK cuts the row and no logits processor is set, else from whole
+	// rows.
 	Warpers
 	// Processors are the further logits processors (sequence biases,
 	// banned sequences, suppressed and forced ids, the length decay) and
@@ -195,19 +198,24 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 	// the logits before the draw: on the host for the first token, and for
 	// the rest on the device where the decoder processes its queued steps'
 	// logits and queues the draw asked for (ProcessingDecoder); else every
-	// step returns its logits and the host draws. So it does under the
-	// further warpers (typical, epsilon, eta), which the device's draws do
-	// not have; min_p goes with each draw, the host's and the device's.
+	// step returns its logits and the host draws. The further warpers
+	// (typical, epsilon, eta), which the device's draws do not have, cut
+	// the TopK best ranked there (TopKDecoder) on the host, or under the
+	// processors whole rows; min_p goes with each draw, the host's and the
+	// device's.
 	procs := newProcessing(s, ids, B, T, spans, cfg.Vocab, maxNew)
 	processes := procs.pen != nil || procs.grams != nil || s.MinNew > 0 && s.EOS >= 0 || s.processes()
 	queueK := 0 // the most candidates of a draw from the k best on the device
 	if q, ok := dec.(engine.TopKQueueDecoder); ok {
 		queueK = q.TopKQueueMax()
 	}
-	kBestOnDevice := s.TopK > 0 && s.TopK < cfg.Vocab && s.TopK <= queueK
-	hostDraws := s.Warpers.on() && s.Temperature > 0
+	cutsTopK := s.TopK > 0 && s.TopK < cfg.Vocab
+	kBestOnDevice := cutsTopK && s.TopK <= queueK && !s.Warpers.on()
+	// The further warpers draw on the host: from the top-k candidates
+	// (TopKDecoder) where nothing processes the logits, else whole rows.
+	hostDraws := s.Warpers.on() && s.Temperature > 0 && (!cutsTopK || processes)
 	proc, _ := dec.(engine.ProcessingDecoder)
-	if s.TopK > 0 && s.TopK < cfg.Vocab && !kBestOnDevice && s.Temperature > 0 {
+	if cutsTopK && !kBestOnDevice && s.Temperature > 0 {
 		proc = nil // its top-k candidates come back unprocessed (TopKDecoder)
 	}
 	onDevice := processes && proc != nil && maxNew > 1 && !hostDraws
@@ -223,7 +231,7 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 	var topP engine.TopPDecoder
 	switch {
 	case s.Temperature == 0 || onHost:
-	case s.TopK > 0 && s.TopK < cfg.Vocab:
+	case cutsTopK:
 		topK, _ = dec.(engine.TopKDecoder)
 		if kBestOnDevice {
 			topKQueue = dec.(engine.TopKQueueDecoder)

@@ -31,9 +31,9 @@ type sampler struct {
 	sure []int     // the nucleus's tokens before its last bin (fromAll)
 	top  ranked    // candidates, best first
 	vals []float32 // the logits of top.ids (fromBest)
-	keys []uint64  // candidates ranked on the device, as rankKey packs them (fromCandidates)
+	keys []uint64  // candidates ranked on the device, as rankKey packs them, or by id under warp (fromCandidates)
 	warp *warper   // where s has Warpers: every warper in transformers' order (fromWarped)
-	z    []float32 // the row that warp cuts
+	z    []float32 // the row that warp cuts: a whole row, or the candidates in order of id
 }
 
 // newSampler returns a sampler for s and sequence row of a batch, seeded
@@ -81,28 +81,53 @@ func (sp *sampler) fromWarped(logits []float32) (int64, error) {
 		return 0, err
 	}
 	sp.z = append(sp.z[:0], logits...)
+	return int64(sp.drawWarped()), nil
+}
+
+// drawWarped cuts sp.z (no NaN) by every warper and returns the index of
+// a token drawn from it with probability ∝ exp of the cut logits.
+func (sp *sampler) drawWarped() int {
+	// An infinite best logit takes all the mass (or none has any): the
+	// warpers' probabilities would be NaN.
+	if best, _ := argmax(sp.z); math.IsInf(float64(sp.z[best]), 0) {
+		return best
+	}
 	sp.warp.warp(sp.z)
 	best, _ := argmax(sp.z)
 	top := float64(sp.z[best])
-	if math.IsInf(top, 0) { // an infinite best logit takes all the mass (or none has any)
-		return int64(best), nil
-	}
 	sp.w = slices.Grow(sp.w[:0], len(sp.z))[:len(sp.z)]
 	total := 0.0
 	for i, v := range sp.z {
 		sp.w[i] = math.Exp(float64(v) - top)
 		total += sp.w[i]
 	}
-	return int64(pick(sp.rng.Float64()*total, sp.w)), nil
+	return pick(sp.rng.Float64()*total, sp.w)
 }
 
 // fromCandidates draws from a row's TopK best tokens ranked on the device:
 // ids and their logits in no particular order, or every id -1 for a row
 // that holds NaN. It ranks them, then draws as next does from the same
-// row, token for token.
+// row, token for token. Under Warpers it cuts them in order of id, as
+// fromWarped cuts the whole row, where the TopK cut leaves the others at
+// -Inf: every sum over the row runs in order of id, the -Inf adding
+// nothing, so it draws fromWarped's tokens. (Only a tie at the k-th
+// logit differs: warper.warp keeps every token tied with it, the ranking
+// TopK of them.)
 func (sp *sampler) fromCandidates(ids []int32, logits []float32) (int64, error) {
 	if len(ids) == 0 || ids[0] < 0 {
 		return 0, errNaN
+	}
+	if sp.warp != nil && sp.s.Temperature > 0 {
+		sp.keys = sp.keys[:0] // id above its place in the row
+		for n, id := range ids {
+			sp.keys = append(sp.keys, uint64(id)<<32|uint64(n))
+		}
+		slices.Sort(sp.keys)
+		sp.z = sp.z[:0]
+		for _, key := range sp.keys {
+			sp.z = append(sp.z, logits[uint32(key)])
+		}
+		return int64(sp.keys[sp.drawWarped()] >> 32), nil
 	}
 	sp.keys = sp.keys[:0]
 	for n, id := range ids {

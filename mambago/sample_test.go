@@ -405,12 +405,7 @@ func TestFromCandidatesMatchesNext(t *testing.T) {
 			{Temperature: 0.8, TopK: 50, TopP: 0.9, Seed: 4},
 			{Temperature: 2, TopK: 2999, TopP: 0.5, Seed: 5},
 		} {
-			ids := make([]int, V)
-			for i := range ids {
-				ids[i] = i
-			}
-			sort.SliceStable(ids, func(a, b int) bool { return logits[ids[a]] > logits[ids[b]] })
-			cand := ids[:s.TopK]
+			cand := rankIDs(logits)[:s.TopK]
 			whole, ranked := newSampler(s, 2), newSampler(s, 2)
 			for range 300 {
 				rng.Shuffle(len(cand), func(a, b int) { cand[a], cand[b] = cand[b], cand[a] })
@@ -436,6 +431,88 @@ func TestFromCandidatesMatchesNext(t *testing.T) {
 	if _, err := newSampler(Sampling{Temperature: 1, TopK: 3, TopP: 1}, 0).fromCandidates(nan, make([]float32, 3)); !errors.Is(err, errNaN) {
 		t.Errorf("candidates of a row with NaN: err = %v, want errNaN", err)
 	}
+}
+
+// TestFromCandidatesWarped checks that under the further warpers a draw
+// from a row's TopK best, handed over in any order, gives the whole row's
+// draws (fromWarped), draw for draw on one seed, where no logit ties with
+// a finite k-th (warper.warp keeps every token tied with it; the
+// candidates are k). The warpers cut some of each row's TopK best, so the draws rest on
+// them.
+func TestFromCandidatesWarped(t *testing.T) {
+	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	const V = 3000
+	for _, s := range []Sampling{
+		{Temperature: 0.8, TopK: 50, TopP: 1, Warpers: Warpers{TypicalP: 0.5}},
+		{Temperature: 1.3, TopK: 200, TopP: 0.9, Warpers: Warpers{EpsilonCutoff: 2e-3}},
+		{Temperature: 1, TopK: 40, TopP: 1, MinP: 0.02, Warpers: Warpers{EtaCutoff: 0.02}},
+		{Temperature: 0.7, TopK: 2999, TopP: 0.95, Warpers: Warpers{TypicalP: 0.9, EpsilonCutoff: 1e-4, EtaCutoff: 1e-3}},
+		{Temperature: 2, TopK: 7, TopP: 1, Warpers: Warpers{TypicalP: 0.2}},
+	} {
+		for _, shape := range []string{"normal", "+inf", "-inf"} {
+			var logits []float32
+			var ids []int
+			for again := true; again; { // no tie at a finite k-th logit; the warpers cut some of the best
+				logits = row(rng, V, 3)
+				switch shape {
+				case "+inf":
+					logits[rng.IntN(V)] = float32(math.Inf(1))
+				case "-inf":
+					for i := range logits {
+						if rng.IntN(2) == 0 {
+							logits[i] = float32(math.Inf(-1))
+						}
+					}
+				}
+				ids = rankIDs(logits)
+				kth, next := logits[ids[s.TopK-1]], logits[ids[s.TopK]]
+				tie := kth == next || float32(float64(kth)/s.Temperature) == float32(float64(next)/s.Temperature)
+				again = tie && !math.IsInf(float64(kth), -1) || shape != "+inf" && kept(s, logits) >= min(s.TopK, V/2)
+			}
+			what := fmt.Sprintf("%+v, %s row", s, shape)
+			cand := ids[:s.TopK]
+			whole, ranked := newSampler(s, 1), newSampler(s, 1)
+			for range 200 {
+				rng.Shuffle(len(cand), func(a, b int) { cand[a], cand[b] = cand[b], cand[a] })
+				cids, cvals := make([]int32, len(cand)), make([]float32, len(cand))
+				for n, id := range cand {
+					cids[n], cvals[n] = int32(id), logits[id]
+				}
+				want, err1 := whole.next(logits)
+				got, err2 := ranked.fromCandidates(cids, cvals)
+				if err := errors.Join(err1, err2); err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				if got != want {
+					t.Fatalf("%s: from the candidates %d, from the row %d", what, got, want)
+				}
+			}
+		}
+	}
+}
+
+// kept returns how many tokens of logits s's warpers keep.
+func kept(s Sampling, logits []float32) int {
+	z := slices.Clone(logits)
+	newWarper(s, 1).warp(z)
+	n := 0
+	for _, v := range z {
+		if !math.IsInf(float64(v), -1) {
+			n++
+		}
+	}
+	return n
+}
+
+// rankIDs returns the ids of logits best first, the lower id first among
+// equal logits.
+func rankIDs(logits []float32) []int {
+	ids := make([]int, len(logits))
+	for i := range ids {
+		ids[i] = i
+	}
+	sort.SliceStable(ids, func(a, b int) bool { return logits[ids[a]] > logits[ids[b]] })
+	return ids
 }
 
 // TestExpNegConstantsAreTheKernels checks that kernels/topk.cu's exp_neg,

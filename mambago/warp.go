@@ -10,7 +10,8 @@ import (
 // Warpers are transformers' sampling warpers past top_k, top_p and min_p.
 // The zero value has none. Where any is set, a sampled draw is made on the
 // host from a row that every warper of the Sampling (its TopK, TopP and
-// MinP too) has cut in transformers' order and arithmetic (warp).
+// MinP too) has cut in transformers' order and arithmetic (warp): a whole
+// row, or the TopK best a decoder ranked (sampler.fromCandidates).
 type Warpers struct {
 	// TypicalP, as transformers' typical_p, keeps the tokens whose
 	// surprise (-log p) is closest to the row's entropy, up to this much

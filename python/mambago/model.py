@@ -1093,7 +1093,10 @@ class Model(_Owner):
         and eta_cutoff (in (0, 1); 0 for none) are transformers' warpers:
         with any of them a token is drawn on the host, from the logits that
         every warper (temperature, top_k, top_p, min_p, then these) has cut
-        in transformers' order.
+        in transformers' order. With a top_k and none of the processors
+        below, the CUDA engine ranks each row's top_k on the device and
+        only those come back (a row whose top_k-th logit ties with another
+        token's may draw differently: transformers keeps every tied token).
 
         On the CUDA engine the processors (the penalty, min_new_tokens,
         no_repeat_ngram_size, sequence_bias, bad_words_ids, suppress_tokens,
@@ -1224,8 +1227,8 @@ class Model(_Owner):
         and each step draws its candidates without replacement from all of
         a prompt's continuations, with probability ∝ exp(summed score),
         reproducibly for a seed (None: a random one). The draw runs on the
-        host. With a top_k and no typical_p, epsilon_cutoff or eta_cutoff
-        (and neither output_scores nor output_logits), the CUDA engine ranks
+        host. With a top_k (and neither output_scores nor output_logits),
+        the CUDA engine ranks
         each row's top_k on the device (after the processors) and only those
         come back, with the same draws as from whole rows; else each step's
         logits come back.
