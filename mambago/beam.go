@@ -570,7 +570,8 @@ func cond(ok bool, v float32) float32 {
 
 // inParts runs fn(p, i) for each row i of rows, the rows split into parts
 // runs of consecutive rows, a goroutine each; a run stops at its first
-// error, and the errors come back joined, each naming its row.
+// error (a panic in fn is one), and the errors come back joined, each
+// naming its row.
 func inParts(rows, parts int, fn func(p, i int) error) error {
 	parts = min(rows, parts)
 	errs := make([]error, parts)
@@ -578,7 +579,7 @@ func inParts(rows, parts int, fn func(p, i int) error) error {
 	for p := range parts {
 		wg.Go(func() {
 			for i := p * rows / parts; i < (p+1)*rows/parts && errs[p] == nil; i++ {
-				if err := fn(p, i); err != nil {
+				if err := recovered(func() error { return fn(p, i) }); err != nil {
 					errs[p] = fmt.Errorf("row %d: %w", i, err)
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime/debug"
 	"slices"
 	"sync"
 
@@ -409,8 +410,10 @@ func drawRows(samplers []*sampler, logits []float32, done []bool, next []int64) 
 	V := len(logits) / len(samplers)
 	errs := make([]error, len(samplers))
 	draw := func(b int) {
-		id, err := samplers[b].next(logits[b*V : (b+1)*V])
-		next[b] = id
+		err := recovered(func() (err error) {
+			next[b], err = samplers[b].next(logits[b*V : (b+1)*V])
+			return err
+		})
 		if err != nil {
 			errs[b] = fmt.Errorf("sequence %d: %w", b, err)
 		}
@@ -427,6 +430,19 @@ func drawRows(samplers []*sampler, logits []float32, done []bool, next []int64) 
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// recovered returns fn's error, or a panic in it as an error. Work spread
+// over goroutines runs through it: a panic there would end the process
+// (and the Python interpreter that called it), where the bindings turn a
+// panic in the calling goroutine into an exception.
+func recovered(fn func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("mambago internal error: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return fn()
 }
 
 // banIDs sets the logits of ids to -Inf in every row of logits [B, V]

@@ -77,26 +77,22 @@ func (sp *sampler) next(logits []float32) (int64, error) {
 // fromWarped draws from one row of logits cut by every warper (warp), with
 // probability ∝ exp of the cut logits.
 func (sp *sampler) fromWarped(logits []float32) (int64, error) {
-	best, err := argmax(logits)
-	if err != nil {
+	if _, err := argmax(logits); err != nil {
 		return 0, err
 	}
 	sp.z = append(sp.z[:0], logits...)
-	return int64(sp.drawWarped(best)), nil
+	return int64(sp.drawWarped()), nil
 }
 
-// drawWarped cuts sp.z (no NaN), whose best logit is at best, by every
-// warper and returns the index of a token drawn from it with probability
-// ∝ exp of the cut logits.
-func (sp *sampler) drawWarped(best int) int {
-	// An infinite best logit takes all the mass (or none has any): the
-	// warpers' probabilities would be NaN.
-	if math.IsInf(float64(sp.z[best]), 0) {
+// drawWarped cuts sp.z (no NaN) by every warper and returns the index of
+// a token drawn from it with probability ∝ exp of the cut logits.
+func (sp *sampler) drawWarped() int {
+	sp.warp.warp(sp.z)
+	best, _ := argmax(sp.z)
+	top := float64(sp.z[best])
+	if math.IsInf(top, 0) { // an infinite best logit takes all the mass (or none has any)
 		return best
 	}
-	sp.warp.warp(sp.z)
-	best, _ = argmax(sp.z)
-	top := float64(sp.z[best])
 	sp.w = slices.Grow(sp.w[:0], len(sp.z))[:len(sp.z)]
 	total := 0.0
 	for i, v := range sp.z {
@@ -129,8 +125,7 @@ func (sp *sampler) fromCandidates(ids []int32, logits []float32) (int64, error) 
 		for _, key := range sp.keys {
 			sp.z = append(sp.z, logits[uint32(key)])
 		}
-		best, _ := argmax(sp.z)
-		return int64(sp.keys[sp.drawWarped(best)] >> 32), nil
+		return int64(sp.keys[sp.drawWarped()] >> 32), nil
 	}
 	sp.keys = sp.keys[:0]
 	for n, id := range ids {

@@ -176,8 +176,9 @@ func TestSamplerLargeNucleus(t *testing.T) {
 }
 
 // TestSamplerEdges: ties rank by id, TopK 1 and temperature 0 are greedy, an
-// infinite logit takes all the mass, a -inf one none, and NaN is an error,
-// not a token.
+// infinite logit takes all the mass (under the further warpers too, as does
+// a huge one that the temperature takes past float32's range), a -inf one
+// none, and NaN is an error, not a token.
 func TestSamplerEdges(t *testing.T) {
 	draw := func(logits []float32, s Sampling, n int) map[int64]int {
 		sp := newSampler(s, 0)
@@ -217,6 +218,28 @@ func TestSamplerEdges(t *testing.T) {
 		for id := range draw(masked, s, 3000) {
 			if id%3 != 0 {
 				t.Fatalf("%+v: drew token %d, whose logit is -inf", s, id)
+			}
+		}
+	}
+	// Under the further warpers too, whose probabilities an infinite logit
+	// (or a huge one over a small temperature) would make NaN.
+	huge := []float32{0, 3e38, 3, 1e30}
+	none := []float32{float32(math.Inf(-1)), float32(math.Inf(-1))}
+	for _, w := range []Warpers{{TypicalP: 0.5}, {EpsilonCutoff: 0.1}, {EtaCutoff: 0.1}} {
+		for _, k := range []int{0, 3} {
+			s := Sampling{Temperature: 0.5, TopK: k, TopP: 0.9, Warpers: w}
+			for _, c := range []struct {
+				logits []float32
+				want   int64
+			}{{inf, 1}, {huge, 1}, {none, 0}} {
+				if got := draw(c.logits, s, 20); got[c.want] != 20 {
+					t.Errorf("%v %+v: drew %v, want token %d", c.logits, s, got, c.want)
+				}
+			}
+			for id := range draw(masked, s, 500) {
+				if id%3 != 0 {
+					t.Fatalf("%+v: drew token %d, whose logit is -inf", s, id)
+				}
 			}
 		}
 	}

@@ -68,8 +68,8 @@ func newWarper(s Sampling, minKeep int) *warper {
 // warp cuts row z of logits in place: divided by the temperature (unless
 // 1), then every warper of s in transformers' order (top_k, top_p, min_p,
 // typical_p, epsilon_cutoff, eta_cutoff) sets the logits of the tokens it
-// removes to -Inf. z holds no NaN, and a finite logit. Only top_p and
-// typical_p sort, and only the tokens the warpers before them left.
+// removes to -Inf. z holds no NaN. Only top_p and typical_p sort, and
+// only the tokens the warpers before them left.
 func (w *warper) warp(z []float32) {
 	s, V := w.s, len(z)
 	if t := float32(s.Temperature); t != 1 {
@@ -78,6 +78,17 @@ func (w *warper) warp(z []float32) {
 		}
 	}
 	inf := float32(math.Inf(-1))
+	// An infinite best logit (a huge one over a small temperature too)
+	// takes all the mass, or none has any: the warpers' probabilities
+	// would be NaN.
+	if top := slices.Max(z); math.IsInf(float64(top), 0) {
+		for i, v := range z {
+			if v != top {
+				z[i] = inf
+			}
+		}
+		return
+	}
 	if k := max(s.TopK, w.minKeep); s.TopK > 0 && k < V {
 		cut := w.kth(z, k)
 		for i, v := range z {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -170,4 +171,25 @@ func BenchmarkSortKeys(b *testing.B) {
 			slices.Sort(work)
 		}
 	})
+}
+
+// TestPanicInPartsIsAnError checks that a panic in one of inParts'
+// goroutines comes back as an error naming its row, with the others' rows
+// done, rather than ending the process.
+func TestPanicInPartsIsAnError(t *testing.T) {
+	done := make([]bool, 6)
+	err := inParts(len(done), 3, func(_, i int) error {
+		if i == 2 {
+			var m map[int]int
+			m[i] = i // a nil map: a runtime panic
+		}
+		done[i] = true
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "row 2: mambago internal error") {
+		t.Fatalf("err = %v, want row 2's internal error", err)
+	}
+	if want := []bool{true, true, false, false, true, true}; !slices.Equal(done, want) {
+		t.Errorf("rows done %v, want %v (a part stops at its error)", done, want)
+	}
 }
