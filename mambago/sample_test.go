@@ -428,26 +428,7 @@ func TestFromCandidatesMatchesNext(t *testing.T) {
 			{Temperature: 0.8, TopK: 50, TopP: 0.9, Seed: 4},
 			{Temperature: 2, TopK: 2999, TopP: 0.5, Seed: 5},
 		} {
-			cand := rankIDs(logits)[:s.TopK]
-			whole, ranked := newSampler(s, 2), newSampler(s, 2)
-			for range 300 {
-				rng.Shuffle(len(cand), func(a, b int) { cand[a], cand[b] = cand[b], cand[a] })
-				cids, cvals := make([]int32, len(cand)), make([]float32, len(cand))
-				for n, id := range cand {
-					cids[n], cvals[n] = int32(id), logits[id]
-				}
-				want, err := whole.next(logits)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, err := ranked.fromCandidates(cids, cvals)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got != want {
-					t.Fatalf("%+v: from the candidates %d, from the row %d", s, got, want)
-				}
-			}
+			sameDraws(t, fmt.Sprintf("%+v", s), rng, s, logits, rankIDs(logits)[:s.TopK], 300)
 		}
 	}
 	nan := []int32{-1, -1, -1}
@@ -492,24 +473,30 @@ func TestFromCandidatesWarped(t *testing.T) {
 				tie := kth == next || float32(float64(kth)/s.Temperature) == float32(float64(next)/s.Temperature)
 				again = tie && !math.IsInf(float64(kth), -1) || shape != "+inf" && kept(s, logits) >= min(s.TopK, V/2)
 			}
-			what := fmt.Sprintf("%+v, %s row", s, shape)
-			cand := ids[:s.TopK]
-			whole, ranked := newSampler(s, 1), newSampler(s, 1)
-			for range 200 {
-				rng.Shuffle(len(cand), func(a, b int) { cand[a], cand[b] = cand[b], cand[a] })
-				cids, cvals := make([]int32, len(cand)), make([]float32, len(cand))
-				for n, id := range cand {
-					cids[n], cvals[n] = int32(id), logits[id]
-				}
-				want, err1 := whole.next(logits)
-				got, err2 := ranked.fromCandidates(cids, cvals)
-				if err := errors.Join(err1, err2); err != nil {
-					t.Fatalf("%s: %v", what, err)
-				}
-				if got != want {
-					t.Fatalf("%s: from the candidates %d, from the row %d", what, got, want)
-				}
-			}
+			sameDraws(t, fmt.Sprintf("%+v, %s row", s, shape), rng, s, logits, ids[:s.TopK], 200)
+		}
+	}
+}
+
+// sameDraws checks that draws from the candidates cand of logits, handed
+// over in a fresh order each time, give the draws from the whole row, n
+// draws on samplers for s of one seed.
+func sameDraws(t *testing.T, what string, rng *rand.Rand, s Sampling, logits []float32, cand []int, n int) {
+	t.Helper()
+	whole, ranked := newSampler(s, 1), newSampler(s, 1)
+	for range n {
+		rng.Shuffle(len(cand), func(a, b int) { cand[a], cand[b] = cand[b], cand[a] })
+		cids, cvals := make([]int32, len(cand)), make([]float32, len(cand))
+		for i, id := range cand {
+			cids[i], cvals[i] = int32(id), logits[id]
+		}
+		want, err1 := whole.next(logits)
+		got, err2 := ranked.fromCandidates(cids, cvals)
+		if err := errors.Join(err1, err2); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got != want {
+			t.Fatalf("%s: from the candidates %d, from the row %d", what, got, want)
 		}
 	}
 }
