@@ -176,9 +176,9 @@ func TestSamplerLargeNucleus(t *testing.T) {
 }
 
 // TestSamplerEdges: ties rank by id, TopK 1 and temperature 0 are greedy, an
-// infinite logit takes all the mass (under the further warpers too, as does
-// a huge one that the temperature takes past float32's range), a -inf one
-// none, and NaN is an error, not a token.
+// infinite logit takes all the mass (under the further warpers too, as do
+// the best logits where the temperature takes them past float32's range),
+// a -inf one none, and NaN is an error, not a token.
 func TestSamplerEdges(t *testing.T) {
 	draw := func(logits []float32, s Sampling, n int) map[int64]int {
 		sp := newSampler(s, 0)
@@ -225,6 +225,7 @@ func TestSamplerEdges(t *testing.T) {
 	// (or a huge one over a small temperature) would make NaN.
 	huge := []float32{0, 3e38, 3, 1e30}
 	none := []float32{float32(math.Inf(-1)), float32(math.Inf(-1))}
+	cold := []float32{-1, 2, 4, 5, 5, -3} // over a temperature of 1e-38: 4 and 5 are +Inf (greedy's token is 3)
 	for _, w := range []Warpers{{TypicalP: 0.5}, {EpsilonCutoff: 0.1}, {EtaCutoff: 0.1}} {
 		for _, k := range []int{0, 3} {
 			s := Sampling{Temperature: 0.5, TopK: k, TopP: 0.9, Warpers: w}
@@ -235,6 +236,11 @@ func TestSamplerEdges(t *testing.T) {
 				if got := draw(c.logits, s, 20); got[c.want] != 20 {
 					t.Errorf("%v %+v: drew %v, want token %d", c.logits, s, got, c.want)
 				}
+			}
+			cs := s
+			cs.Temperature = 1e-38
+			if got := draw(cold, cs, 20); got[3] != 20 {
+				t.Errorf("%v %+v: drew %v, want token 3", cold, cs, got)
 			}
 			for id := range draw(masked, s, 500) {
 				if id%3 != 0 {

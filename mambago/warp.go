@@ -72,22 +72,26 @@ func newWarper(s Sampling, minKeep int) *warper {
 // only the tokens the warpers before them left.
 func (w *warper) warp(z []float32) {
 	s, V := w.s, len(z)
-	if t := float32(s.Temperature); t != 1 {
-		for i := range z {
-			z[i] /= t
-		}
-	}
 	inf := float32(math.Inf(-1))
-	// An infinite best logit (a huge one over a small temperature too)
-	// takes all the mass, or none has any: the warpers' probabilities
+	// An infinite best logit, or one that the temperature takes past
+	// float32's range, takes all the mass with those equal to it (or none
+	// has any), as in a draw without the warpers: their probabilities
 	// would be NaN.
-	if top := slices.Max(z); math.IsInf(float64(top), 0) {
+	t := float32(s.Temperature)
+	if top := slices.Max(z); math.IsInf(float64(top/t), 0) {
 		for i, v := range z {
-			if v != top {
+			if v == top {
+				z[i] = top / t
+			} else {
 				z[i] = inf
 			}
 		}
 		return
+	}
+	if t != 1 {
+		for i := range z {
+			z[i] /= t
+		}
 	}
 	if k := max(s.TopK, w.minKeep); s.TopK > 0 && k < V {
 		cut := w.kth(z, k)
