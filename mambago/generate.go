@@ -19,7 +19,7 @@ import (
 // then to those of the run at least MinP times as likely as the best.
 // Logits that hold NaN make the generation fail rather than draw a token.
 type Sampling struct {
-	Temperature float64 // 0 picks the most likely token (greedy); finite
+	Temperature float64 // 0 picks the most likely token (greedy); else finite and at least 1/MaxFloat32 (2.9e-39)
 	TopK        int     // keep the k most likely tokens; 0 keeps all
 	TopP        float64 // keep the smallest set whose probability reaches p; 1 keeps all
 	Seed        uint64  // seeds the sampler; the same seed gives the same tokens
@@ -79,11 +79,18 @@ func (s Sampling) ends(id int64) bool {
 	return s.EOS >= 0 && (id == s.EOS || slices.Contains(s.MoreEOS, id))
 }
 
+// minTemperature is the least temperature above 0 whose reciprocal is a
+// float32, as the device's draws take it.
+const minTemperature = 1 / math.MaxFloat32
+
 // Check reports an out-of-range sampling parameter.
 func (s Sampling) Check() error {
 	switch {
 	case math.IsNaN(s.Temperature) || s.Temperature < 0 || math.IsInf(s.Temperature, 1):
 		return engine.Invalid("temperature = %v, want finite and ≥ 0", s.Temperature)
+	case s.Temperature > 0 && s.Temperature < minTemperature:
+		return engine.Invalid("temperature = %v, want 0 (greedy) or at least %.3g: the draws divide by it in float32",
+			s.Temperature, minTemperature)
 	case s.TopK < 0:
 		return engine.Invalid("top_k = %d, want ≥ 0", s.TopK)
 	case math.IsNaN(s.TopP) || s.TopP <= 0 || s.TopP > 1:

@@ -231,6 +231,7 @@ def test_generate(m):
         ({"max_new_tokens": 4, "temperature": -1.0}, ValueError, "temperature"),
         ({"max_new_tokens": 4, "temperature": float("nan")}, ValueError, "temperature"),
         ({"max_new_tokens": 4, "temperature": float("inf")}, ValueError, "temperature"),
+        ({"max_new_tokens": 4, "temperature": 1e-39}, ValueError, "temperature"),
         ({"max_new_tokens": 4, "temperature": "hot"}, TypeError, "temperature"),
         ({"max_new_tokens": 4, "top_p": 0.0}, ValueError, "top_p"),
         ({"max_new_tokens": 4, "top_p": 1.5}, ValueError, "top_p"),

@@ -1036,7 +1036,8 @@ class Model(_Owner):
         """Continue prompts input_ids [B, T] by up to max_new_tokens tokens; returns int64 [B, n].
 
         temperature must be finite and ≥ 0: 0 is greedy (the lowest id among
-        equal logits); otherwise tokens are sampled after top_k and top_p
+        equal logits); otherwise (at least 2.9e-39, whose reciprocal is a
+        float32) tokens are sampled after top_k and top_p
         filtering, reproducibly for a given seed (any int: its low 63 bits are
         used, so seeds 2**63 apart draw the same tokens; None draws a random
         one). The loop runs in the engine: on the CUDA engine greedy
