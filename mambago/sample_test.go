@@ -225,14 +225,15 @@ func TestSamplerEdges(t *testing.T) {
 	// (or a huge one over a small temperature) would make NaN.
 	huge := []float32{0, 3e38, 3, 1e30}
 	none := []float32{float32(math.Inf(-1)), float32(math.Inf(-1))}
-	cold := []float32{-1, 2, 4, 5, 5, -3} // over a temperature of 1e-38: 4 and 5 are +Inf (greedy's token is 3)
+	cold := []float32{-1, 2, 4, 5, 4.5, -3}             // over a temperature of 1e-38: 4, 5 and 4.5 are +Inf (greedy's token is 3)
+	frozen := []float32{float32(math.Inf(-1)), -2.3e38} // over 0.5 both are -Inf (greedy's token is 1)
 	for _, w := range []Warpers{{TypicalP: 0.5}, {EpsilonCutoff: 0.1}, {EtaCutoff: 0.1}} {
 		for _, k := range []int{0, 3} {
 			s := Sampling{Temperature: 0.5, TopK: k, TopP: 0.9, Warpers: w}
 			for _, c := range []struct {
 				logits []float32
 				want   int64
-			}{{inf, 1}, {huge, 1}, {none, 0}} {
+			}{{inf, 1}, {huge, 1}, {none, 0}, {frozen, 1}} {
 				if got := draw(c.logits, s, 20); got[c.want] != 20 {
 					t.Errorf("%v %+v: drew %v, want token %d", c.logits, s, got, c.want)
 				}
@@ -545,4 +546,90 @@ func TestExpNegConstantsAreTheKernels(t *testing.T) {
 			t.Errorf("kernels/topk.cu's exp_neg does not hold %q", want)
 		}
 	}
+}
+
+// FuzzSampler draws from rows of any float32 bits under any sampling of
+// a small table of settings: a row with NaN is errNaN; any other gives a
+// token of the row, one of +Inf where the row has one, never a -Inf one
+// where the row has a finite logit; from the row's TopK best too, handed
+// over as a TopKDecoder gives them; and the warpers never panic, whatever
+// tokens they must keep. `go test` runs the seeds; `go test -fuzz
+// FuzzSampler` searches further.
+func FuzzSampler(f *testing.F) {
+	bits := func(v ...float32) []byte {
+		var out []byte
+		for _, x := range v {
+			u := math.Float32bits(x)
+			out = append(out, byte(u), byte(u>>8), byte(u>>16), byte(u>>24))
+		}
+		return out
+	}
+	inf, nan := float32(math.Inf(1)), float32(math.NaN())
+	f.Add(bits(0, 3e38, 3, 1e30), uint8(1), uint8(0), uint8(0), uint8(0), uint8(1), uint8(0))       // typical over 3e38/0.5
+	f.Add(bits(0, inf, 3, inf), uint8(2), uint8(3), uint8(1), uint8(0), uint8(0), uint8(2))         // +Inf under eta
+	f.Add(bits(-inf, -inf, -inf), uint8(2), uint8(0), uint8(2), uint8(2), uint8(1), uint8(1))       // none has mass
+	f.Add(bits(-1, 2, 4, 5, 5, -3), uint8(6), uint8(2), uint8(0), uint8(0), uint8(1), uint8(0))     // a temperature of 1e-38
+	f.Add(bits(1, nan, 2), uint8(2), uint8(1), uint8(0), uint8(1), uint8(0), uint8(0))              // NaN
+	f.Add(bits(1e-45, -1e-45, 0, -0.0), uint8(3), uint8(2), uint8(3), uint8(1), uint8(2), uint8(3)) // denormals and zeros
+	temps := []float64{0, 0.5, 1, 2, 1e-30, 100, 1e-38, 3e-39}
+	topPs := []float64{1, 0.9, 0.3, 1e-9}
+	minPs := []float64{0, 0.1, 1}
+	cuts := []float64{0, 0.5, 1e-3, 0.999}
+	f.Fuzz(func(t *testing.T, raw []byte, temp, k, p, minP, typical, cut uint8) {
+		V := len(raw) / 4
+		if V == 0 || V > 4096 {
+			return
+		}
+		logits := make([]float32, V)
+		for i := range logits {
+			logits[i] = math.Float32frombits(uint32(raw[4*i]) | uint32(raw[4*i+1])<<8 | uint32(raw[4*i+2])<<16 | uint32(raw[4*i+3])<<24)
+		}
+		s := Sampling{Temperature: temps[int(temp)%len(temps)], TopK: int(k) % (V + 2), TopP: topPs[int(p)%len(topPs)],
+			MinP: minPs[int(minP)%len(minPs)]}
+		switch c := cuts[int(cut)%len(cuts)]; typical % 4 {
+		case 1:
+			s.TypicalP = max(c, 1e-6)
+		case 2:
+			s.EpsilonCutoff = c
+		case 3:
+			s.EtaCutoff = c
+		}
+		if s.Check() != nil {
+			return
+		}
+		hasNaN := slices.ContainsFunc(logits, func(v float32) bool { return v != v })
+		check := func(how string, id int64, err error) {
+			t.Helper()
+			switch {
+			case hasNaN:
+				if !errors.Is(err, errNaN) {
+					t.Fatalf("%s %v %+v: err = %v, want errNaN", how, logits, s, err)
+				}
+			case err != nil:
+				t.Fatalf("%s %v %+v: %v", how, logits, s, err)
+			case id < 0 || id >= int64(V):
+				t.Fatalf("%s %v %+v: token %d of %d", how, logits, s, id, V)
+			case slices.Contains(logits, inf) && logits[id] != inf:
+				t.Fatalf("%s %v %+v: token %d (%v), not a +Inf one", how, logits, s, id, logits[id])
+			case math.IsInf(float64(logits[id]), -1) && slices.ContainsFunc(logits, func(v float32) bool { return !math.IsInf(float64(v), 0) }):
+				t.Fatalf("%s %v %+v: token %d has a -Inf logit", how, logits, s, id)
+			}
+		}
+		id, err := newSampler(s, 0).next(logits)
+		check("the row", id, err)
+		if s.Temperature > 0 && s.TopK > 0 && s.TopK < V && !hasNaN {
+			cand := rankIDs(logits)[:s.TopK]
+			cids, cvals := make([]int32, len(cand)), make([]float32, len(cand))
+			for n, i := range cand {
+				cids[n], cvals[n] = int32(i), logits[i]
+			}
+			id, err := newSampler(s, 0).fromCandidates(cids, cvals)
+			check("its top_k", id, err)
+		}
+		if !hasNaN && s.Temperature > 0 {
+			for minKeep := 1; minKeep <= 3; minKeep++ {
+				newWarper(s, minKeep).warp(slices.Clone(logits))
+			}
+		}
+	})
 }

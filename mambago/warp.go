@@ -65,8 +65,8 @@ func newWarper(s Sampling, minKeep int) *warper {
 	return &warper{s: s, minKeep: minKeep}
 }
 
-// warp cuts row z of logits in place: divided by the temperature (unless
-// 1), then every warper of s in transformers' order (top_k, top_p, min_p,
+// warp cuts row z of logits in place: divided by the temperature (> 0;
+// unless 1), then every warper of s in transformers' order (top_k, top_p, min_p,
 // typical_p, epsilon_cutoff, eta_cutoff) sets the logits of the tokens it
 // removes to -Inf. z holds no NaN. Only top_p and typical_p sort, and
 // only the tokens the warpers before them left.
@@ -76,12 +76,17 @@ func (w *warper) warp(z []float32) {
 	// An infinite best logit, or one that the temperature takes past
 	// float32's range, takes all the mass with those equal to it (or none
 	// has any), as in a draw without the warpers: their probabilities
-	// would be NaN.
+	// would be NaN. A finite one stays finite (0), so that the tokens tied
+	// with it share the mass.
 	t := float32(s.Temperature)
 	if top := slices.Max(z); math.IsInf(float64(top/t), 0) {
+		keep := top
+		if !math.IsInf(float64(top), 0) {
+			keep = 0
+		}
 		for i, v := range z {
 			if v == top {
-				z[i] = top / t
+				z[i] = keep
 			} else {
 				z[i] = inf
 			}
