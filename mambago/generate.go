@@ -193,69 +193,13 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 		}
 		defer func() { err = errors.Join(err, dec.Close()) }()
 	}
-	// A greedy step on the decoder leaves the logits where they are and
-	// returns its picks. A sampled step, where the decoder can, returns the
-	// tokens drawn from the k best there with each row's next uniform, the
-	// host's rule token for token (TopKQueueDecoder, for k up to its
-	// TopKQueueMax), or the TopK best ranked there for the host to draw
-	// from (TopKDecoder), or without a top-k the tokens drawn from the
-	// nucleus there (TopPDecoder). Any other returns the logits in the
-	// decoder's own (page-locked) memory.
-	// The logits processors (the repetition penalty, the n-gram ban, a
-	// minimum length, the biases, bans and the rest of Processors) change
-	// the logits before the draw: on the host for the first token, and for
-	// the rest on the device where the decoder processes its queued steps'
-	// logits and queues the draw asked for (ProcessingDecoder); else every
-	// step returns its logits and the host draws. The further warpers
-	// (typical, epsilon, eta), which the device's draws do not have, cut
-	// the TopK best ranked there (TopKDecoder) on the host, or under the
-	// processors whole rows; min_p goes with each draw, the host's and the
-	// device's.
 	procs := newProcessing(s, ids, B, T, spans, cfg.Vocab, maxNew)
 	processes := procs.pen != nil || procs.grams != nil || s.MinNew > 0 && s.EOS >= 0 || s.processes()
-	queueK := 0 // the most candidates of a draw from the k best on the device
-	if q, ok := dec.(engine.TopKQueueDecoder); ok {
-		queueK = q.TopKQueueMax()
-	}
-	cutsTopK := s.TopK > 0 && s.TopK < cfg.Vocab
-	kBestOnDevice := cutsTopK && s.TopK <= queueK && !s.Warpers.on()
-	// The further warpers draw on the host: from the top-k candidates
-	// (TopKDecoder) where nothing processes the logits, else whole rows.
-	hostDraws := s.Warpers.on() && s.Temperature > 0 && (!cutsTopK || processes)
-	proc, _ := dec.(engine.ProcessingDecoder)
-	if cutsTopK && !kBestOnDevice && s.Temperature > 0 {
-		proc = nil // its top-k candidates come back unprocessed (TopKDecoder)
-	}
-	onDevice := processes && proc != nil && maxNew > 1 && !hostDraws
-	if onDevice {
-		if err := proc.Process(procs.onDevice(B)); err != nil {
+	r := routeFor(dec, s, cfg.Vocab, processes, maxNew)
+	if r.proc != nil {
+		if err := r.proc.Process(procs.onDevice(B)); err != nil {
 			return nil, 0, err
 		}
-	}
-	onHost := hostDraws || processes && !onDevice
-	greedyOnDevice := dec != nil && s.Temperature == 0 && !onHost
-	var topK engine.TopKDecoder
-	var topKQueue engine.TopKQueueDecoder // draws from the k best on the device, as the host would
-	var topP engine.TopPDecoder
-	switch {
-	case s.Temperature == 0 || onHost:
-	case cutsTopK:
-		topK, _ = dec.(engine.TopKDecoder)
-		if kBestOnDevice {
-			topKQueue = dec.(engine.TopKQueueDecoder)
-		}
-	default:
-		topP, _ = dec.(engine.TopPDecoder)
-	}
-	// Where the decoder queues its greedy, top-k and nucleus steps (QueueDecoder),
-	// steps wait queued ahead of the host: each is fed the picks of the one
-	// before on the device and runs while the host reads them. A row that
-	// has stopped is then fed its own picks, not EOS; its tokens are EOS all
-	// the same, and the state is dropped with the steps still queued once
-	// every row has stopped.
-	queue, _ := dec.(engine.QueueDecoder)
-	if !greedyOnDevice && topP == nil && topKQueue == nil {
-		queue = nil
 	}
 	var candIDs []int32
 	var candLogits []float32
@@ -286,16 +230,16 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 			return nil, 0, fmt.Errorf("generate: stopped before new token %d: %w", n, context.Cause(ctx))
 		}
 		switch {
-		case queue != nil && n > 0:
-			if err = queue.Picks(picked); err == nil {
+		case r.queue != nil && n > 0:
+			if err = r.queue.Picks(picked); err == nil {
 				ahead--
 				err = takeDrawn(picked, done, next)
 			}
-		case greedyOnDevice && n > 0:
+		case r.greedy && n > 0:
 			copy(next, picked)
-		case topP != nil && n > 0:
+		case r.topP != nil && n > 0:
 			err = takeDrawn(picked, done, next)
-		case topK != nil && n > 0:
+		case r.topK != nil && n > 0:
 			err = drawCandidates(samplers, candIDs, candLogits, done, next)
 		default:
 			procs.apply(logits, cfg.Vocab, done, n)
@@ -335,32 +279,32 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 			}
 		}
 		switch {
-		case queue != nil:
+		case r.queue != nil:
 			// Token n comes from the first step queued, the tokens after it
 			// from the steps queued ahead, fed on the device.
-			for ; err == nil && ahead < queue.QueueDepth() && n+ahead < maxNew; ahead++ {
+			for ; err == nil && ahead < r.queue.QueueDepth() && n+ahead < maxNew; ahead++ {
 				fed := next
 				if ahead > 0 {
 					fed = nil
 				}
 				switch {
-				case greedyOnDevice:
-					err = queue.QueueGreedy(fed)
-				case topKQueue != nil:
+				case r.greedy:
+					err = r.queue.QueueGreedy(fed)
+				case r.topKQueue != nil:
 					drawUniforms()
-					err = topKQueue.QueueTopK(fed, s.TopK, s.Temperature, s.TopP, s.MinP, uniforms)
+					err = r.topKQueue.QueueTopK(fed, s.TopK, s.Temperature, s.TopP, s.MinP, uniforms)
 				default:
 					drawUniforms()
-					err = queue.QueueTopP(fed, s.Temperature, s.TopP, s.MinP, uniforms)
+					err = r.queue.QueueTopP(fed, s.Temperature, s.TopP, s.MinP, uniforms)
 				}
 			}
-		case greedyOnDevice:
+		case r.greedy:
 			err = dec.Greedy(next, picked)
-		case topK != nil:
-			candIDs, candLogits, err = topK.TopK(next, s.TopK)
-		case topP != nil:
+		case r.topK != nil:
+			candIDs, candLogits, err = r.topK.TopK(next, s.TopK)
+		case r.topP != nil:
 			drawUniforms()
-			err = topP.TopP(next, s.Temperature, s.TopP, s.MinP, uniforms, picked)
+			err = r.topP.TopP(next, s.Temperature, s.TopP, s.MinP, uniforms, picked)
 		case dec != nil:
 			logits, err = dec.Logits(next)
 		default:
@@ -375,6 +319,85 @@ func (m *Model) GenerateEach(ctx context.Context, ids []int64, B, T int, spans [
 		flat = append(flat, row...)
 	}
 	return flat, n, nil
+}
+
+// decodeRoute is how Generate takes the tokens after the first on a
+// decoder: the entries it calls, nil (false) where it does not. Where
+// none draws, each step returns its logits in the decoder's own
+// (page-locked) memory, and the host processes them and draws.
+type decodeRoute struct {
+	greedy    bool                     // picks greedy tokens there (Greedy, or queued)
+	topKQueue engine.TopKQueueDecoder  // queues draws from the k best there, the host's rule token for token
+	topK      engine.TopKDecoder       // ranks the TopK best there for the host's draw
+	topP      engine.TopPDecoder       // draws from the nucleus there
+	queue     engine.QueueDecoder      // queues the greedy, top-k and nucleus steps ahead of the host
+	proc      engine.ProcessingDecoder // processes the logits there (Process); nil: the host does
+}
+
+// routeFor picks dec's entries for s over a vocabulary of V, where
+// processes says a logits processor is set, for maxNew new tokens (nil dec:
+// none).
+//
+// A greedy step on the decoder leaves the logits where they are and
+// returns its picks. A sampled step, where the decoder can, returns the
+// tokens drawn from the k best there with each row's next uniform
+// (TopKQueueDecoder, for k up to its TopKQueueMax), or the TopK best
+// ranked there for the host to draw from (TopKDecoder), or without a
+// top-k the tokens drawn from the nucleus there (TopPDecoder).
+//
+// The logits processors (the repetition penalty, the n-gram ban, a
+// minimum length, the biases, bans and the rest of Processors) change the
+// logits before the draw: on the host for the first token, and for the
+// rest on the device where the decoder processes its queued steps' logits
+// and queues the draw asked for (ProcessingDecoder); else every step
+// returns its logits and the host draws. The further warpers (typical,
+// epsilon, eta), which the device's draws do not have, cut the TopK best
+// ranked there (TopKDecoder) on the host, or under the processors whole
+// rows; min_p goes with each draw, the host's and the device's.
+//
+// Where the decoder queues its greedy, top-k and nucleus steps
+// (QueueDecoder), steps wait queued ahead of the host: each is fed the
+// picks of the one before on the device and runs while the host reads
+// them. A row that has stopped is then fed its own picks, not EOS; its
+// tokens are EOS all the same, and the state is dropped with the steps
+// still queued once every row has stopped.
+func routeFor(dec engine.Decoder, s Sampling, V int, processes bool, maxNew int) decodeRoute {
+	var r decodeRoute
+	if dec == nil {
+		return r
+	}
+	queueK := 0 // the most candidates of a draw from the k best on the device
+	if q, ok := dec.(engine.TopKQueueDecoder); ok {
+		queueK = q.TopKQueueMax()
+	}
+	cutsTopK := s.TopK > 0 && s.TopK < V
+	kBestOnDevice := cutsTopK && s.TopK <= queueK && !s.Warpers.on()
+	// The further warpers draw on the host: from the top-k candidates
+	// (TopKDecoder) where nothing processes the logits, else whole rows.
+	hostDraws := s.Warpers.on() && s.Temperature > 0 && (!cutsTopK || processes)
+	proc, _ := dec.(engine.ProcessingDecoder)
+	if cutsTopK && !kBestOnDevice && s.Temperature > 0 {
+		proc = nil // its top-k candidates come back unprocessed (TopKDecoder)
+	}
+	if processes && proc != nil && maxNew > 1 && !hostDraws {
+		r.proc = proc
+	}
+	onHost := hostDraws || processes && r.proc == nil
+	r.greedy = s.Temperature == 0 && !onHost
+	switch {
+	case s.Temperature == 0 || onHost:
+	case cutsTopK:
+		r.topK, _ = dec.(engine.TopKDecoder)
+		if kBestOnDevice {
+			r.topKQueue = dec.(engine.TopKQueueDecoder)
+		}
+	default:
+		r.topP, _ = dec.(engine.TopPDecoder)
+	}
+	if r.greedy || r.topP != nil || r.topKQueue != nil {
+		r.queue, _ = dec.(engine.QueueDecoder)
+	}
+	return r
 }
 
 // takeDrawn copies the tokens a decoder picked or drew on the device into
