@@ -670,26 +670,16 @@ type candidates struct {
 // tied with it, the ranking k.)
 func (c *candidates) warp(k int, w *warper, renormalize bool) error {
 	rows := len(c.tokens) / k
-	type entry struct {
-		id int32
-		lp float32
-	}
-	row := make([]entry, k)
 	z := make([]float32, k)
+	var keys []uint64
 	for r := range rows {
 		if err := c.rowLogProbs(r, k, z); err != nil {
 			return err
 		}
-		for i, lp := range z {
-			if lp != lp {
-				return fmt.Errorf("beam %d: logits hold NaN or are all -Inf", r)
-			}
-			row[i] = entry{c.tokens[r*k+i], lp}
+		if slices.ContainsFunc(z, func(lp float32) bool { return lp != lp }) {
+			return fmt.Errorf("beam %d: logits hold NaN or are all -Inf", r)
 		}
-		slices.SortFunc(row, func(x, y entry) int { return cmp.Compare(x.id, y.id) })
-		for i, e := range row {
-			c.tokens[r*k+i], z[i] = e.id, e.lp
-		}
+		keys = sortByID(c.tokens[r*k:(r+1)*k], z, keys)
 		w.warp(z)
 		if renormalize && slices.ContainsFunc(z, func(x float32) bool { return !math.IsInf(float64(x), -1) }) {
 			if err := logSoftmax(z, z); err != nil {

@@ -31,7 +31,7 @@ type sampler struct {
 	sure []int     // the nucleus's tokens before its last bin (fromAll)
 	top  ranked    // candidates, best first
 	vals []float32 // the logits of top.ids (fromBest)
-	keys []uint64  // candidates ranked on the device, as rankKey packs them, or by id under warp (fromCandidates)
+	keys []uint64  // candidates ranked on the device, as rankKey packs them, or sortByID's scratch (fromCandidates)
 	warp *warper   // where s has Warpers: every warper in transformers' order (fromWarped)
 	z    []float32 // the row that warp cuts: a whole row, or the candidates in order of id
 }
@@ -105,7 +105,8 @@ func (sp *sampler) drawWarped() int {
 // fromCandidates draws from a row's TopK best tokens ranked on the device:
 // ids and their logits in no particular order, or every id -1 for a row
 // that holds NaN. It ranks them, then draws as next does from the same
-// row, token for token. Under Warpers it cuts them in order of id, as
+// row, token for token. Under Warpers it reorders ids by id, in place,
+// and cuts the candidates in that order, as
 // fromWarped cuts the whole row, where the TopK cut leaves the others at
 // -Inf: every sum over the row runs in order of id, the -Inf adding
 // nothing, so it draws fromWarped's tokens. (Only a tie at the k-th
@@ -116,16 +117,9 @@ func (sp *sampler) fromCandidates(ids []int32, logits []float32) (int64, error) 
 		return 0, errNaN
 	}
 	if sp.warp != nil && sp.s.Temperature > 0 {
-		sp.keys = sp.keys[:0] // id above its place in the row
-		for n, id := range ids {
-			sp.keys = append(sp.keys, uint64(id)<<32|uint64(n))
-		}
-		slices.Sort(sp.keys)
-		sp.z = sp.z[:0]
-		for _, key := range sp.keys {
-			sp.z = append(sp.z, logits[uint32(key)])
-		}
-		return int64(sp.keys[sp.drawWarped()] >> 32), nil
+		sp.z = append(sp.z[:0], logits...)
+		sp.keys = sortByID(ids, sp.z, sp.keys)
+		return int64(ids[sp.drawWarped()]), nil
 	}
 	sp.keys = sp.keys[:0]
 	for n, id := range ids {
@@ -138,6 +132,20 @@ func (sp *sampler) fromCandidates(ids []int32, logits []float32) (int64, error) 
 		sp.top.ids, sp.vals = append(sp.top.ids, id), append(sp.vals, logit)
 	}
 	return int64(sp.fromBest(sp.top.ids, sp.vals)), nil
+}
+
+// sortByID orders candidates ids (distinct, ≥ 0) and their values vals by
+// id, in place, with keys as scratch, which it returns for the next call.
+func sortByID(ids []int32, vals []float32, keys []uint64) []uint64 {
+	keys = keys[:0]
+	for n, id := range ids {
+		keys = append(keys, uint64(id)<<32|uint64(math.Float32bits(vals[n])))
+	}
+	slices.Sort(keys)
+	for n, key := range keys {
+		ids[n], vals[n] = int32(key>>32), math.Float32frombits(uint32(key))
+	}
+	return keys
 }
 
 // rankKey packs token id and its logit (not NaN) into a key whose unsigned
