@@ -30,6 +30,11 @@ host (logits or tokens), which is what a caller waits for; the medians of
   is made; typical_k50_us_per_token the same from the 50 best
   (transformers' default top_k): from its branch `warpk` the device ranks
   them and the warpers cut only those on the host;
+  typical_penalty_us_per_token the same under repetition_penalty=1.2 and
+  k2000_penalty_us_per_token sampling from the 2,000 best under it (past
+  the device's queued draw, 1,024): from branch `warpproc` the device
+  processes the logits before it ranks the k best, before it whole rows
+  came to the host;
 - stop_us_per_token likewise, greedy under a stop string of 12 bytes that
   never fires, read through a byte-level tokenizer of the model's whole
   vocabulary (random words; made here, with no download): the match runs
@@ -144,7 +149,11 @@ def measure(mambago, shape, dtype, B, a):
                 "stop_us_per_token": per_token(stop_strings=["\x00\x01\x02 never \x03"],
                                                tokenizer=byte_level_tokenizer(V)),
                 "typical_us_per_token": per_token(temperature=0.8, typical_p=0.9),
-                "typical_k50_us_per_token": per_token(temperature=0.8, top_k=50, typical_p=0.9), "beams": a.beams,
+                "typical_k50_us_per_token": per_token(temperature=0.8, top_k=50, typical_p=0.9),
+                "typical_penalty_us_per_token": per_token(temperature=0.8, top_k=50, typical_p=0.9,
+                                                          repetition_penalty=1.2),
+                "k2000_penalty_us_per_token": per_token(temperature=0.8, top_k=2000, repetition_penalty=1.2),
+                "beams": a.beams,
                 "beam_us_per_step": per_beam_step(),
                 "beam_sampled_us_per_step": per_beam_step(do_sample=True, temperature=0.8, top_k=50),
                 "beam_typical_us_per_step": per_beam_step(do_sample=True, temperature=0.8, top_k=50, typical_p=0.9),
@@ -169,8 +178,8 @@ def main():
     import mambago
 
     rows = []
-    print(f"| shape | dtype | B | step eager µs | step graph µs | eager/graph | capture ms | generate µs/token: greedy | top-k 50 | top-p 0.95 | greedy, penalty 1.2 | greedy, bad words | greedy, 3-grams | top-k 50, min_p 0.05 | min_p 0.05 | greedy, stop string | typical_p 0.9 | top-k 50, typical_p 0.9 | beam search µs/step ({a.beams} beams) | beam sampling µs/step | beam sampling, typical_p 0.9 | beam search, 3-grams µs/step |")
-    print("|---" * 22 + "|")
+    print(f"| shape | dtype | B | step eager µs | step graph µs | eager/graph | capture ms | generate µs/token: greedy | top-k 50 | top-p 0.95 | greedy, penalty 1.2 | greedy, bad words | greedy, 3-grams | top-k 50, min_p 0.05 | min_p 0.05 | greedy, stop string | typical_p 0.9 | top-k 50, typical_p 0.9 | the same, penalty 1.2 | top-k 2000, penalty 1.2 | beam search µs/step ({a.beams} beams) | beam sampling µs/step | beam sampling, typical_p 0.9 | beam search, 3-grams µs/step |")
+    print("|---" * 24 + "|")
     for shape in a.shapes:
         for dtype in a.dtypes:
             for B in a.batches:
@@ -184,6 +193,7 @@ def main():
                       f"{r['minp_us_per_token']:.0f} | {r['minp_nucleus_us_per_token']:.0f} | "
                       f"{r['stop_us_per_token']:.0f} | "
                       f"{r['typical_us_per_token']:.0f} | {r['typical_k50_us_per_token']:.0f} | "
+                      f"{r['typical_penalty_us_per_token']:.0f} | {r['k2000_penalty_us_per_token']:.0f} | "
                       f"{r['beam_us_per_step']:.0f} | {r['beam_sampled_us_per_step']:.0f} | "
                       f"{r['beam_typical_us_per_step']:.0f} | "
                       f"{r['beam_ngram_us_per_step']:.0f} |",

@@ -219,8 +219,9 @@ func TestGenerateOnDevice(t *testing.T) {
 // on the device (process_rows_f32, counted through Process) take the
 // host's tokens, the host drawing from whole rows of logits it processed
 // itself: greedy, and sampled from the top 40 (the device's draw is the
-// host's rule token for token), in f32 and bf16, with a step graph and
-// without. The settings: one-token and longer bans (one that greedy
+// host's rule token for token), and under typical_p and eta_cutoff from
+// the top 40 the steps rank on the device after processing them (TopK), in
+// f32 and bf16, with a step graph and without. The settings: one-token and longer bans (one that greedy
 // decoding completes), biases of one, two and three tokens with two that
 // raise one token (their sum's order), suppressed and begin-suppressed ids,
 // forced eos ids, a length decay, and with them the penalty and a minimum
@@ -236,10 +237,13 @@ func TestProcessorsOnDeviceMatchHost(t *testing.T) {
 			g.DecoderGraphSteps = graphSteps
 			for name, c := range cases {
 				for _, draw := range []mambago.Sampling{{TopP: 1}, {Temperature: 1.3, TopK: 40, TopP: 0.95, Seed: 7},
-					{Temperature: 1.6, TopK: 60, TopP: 1, MinP: 0.08, Seed: 8}} {
+					{Temperature: 1.6, TopK: 60, TopP: 1, MinP: 0.08, Seed: 8},
+					{Temperature: 1.1, TopK: 40, TopP: 1, Seed: 9, Warpers: mambago.Warpers{TypicalP: 0.6, EtaCutoff: 0.02}}} {
 					s := c
-					s.Temperature, s.TopK, s.TopP, s.MinP, s.Seed = draw.Temperature, draw.TopK, draw.TopP, draw.MinP, draw.Seed
-					what := fmt.Sprintf("%s, graph steps %d, %s, temperature %v, min_p %v", dtype, graphSteps, name, s.Temperature, s.MinP)
+					s.Temperature, s.TopK, s.TopP, s.MinP, s.Seed, s.Warpers = draw.Temperature, draw.TopK, draw.TopP, draw.MinP,
+						draw.Seed, draw.Warpers
+					what := fmt.Sprintf("%s, graph steps %d, %s, temperature %v, min_p %v, %+v", dtype, graphSteps, name, s.Temperature,
+						s.MinP, s.Warpers)
 					compare := func(what string, ids []int64, B, T int, spans []mambago.Span, s mambago.Sampling) {
 						t.Helper()
 						before := counted.n

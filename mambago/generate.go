@@ -35,9 +35,9 @@ type Sampling struct {
 	// prompt's (its span's, without the padding, as transformers 5.25 leaves
 	// out left padding) and those it has generated. 0 and 1 leave the logits as
 	// they are; otherwise it must be finite and > 0. On the CUDA engine the
-	// decoder's queued steps apply it where the logits are
-	// (engine.ProcessingDecoder), unless the draw is made on the host
-	// (Warpers, or a TopK past the device's top-k draw).
+	// decoder's steps apply it where the logits are
+	// (engine.ProcessingDecoder), unless whole rows come to the host (the
+	// Warpers without a TopK).
 	RepetitionPenalty float64
 	// MinP, as transformers' min_p, keeps, of the tokens TopK and TopP
 	// leave, those at least MinP times as likely as the best, when
@@ -56,9 +56,9 @@ type Sampling struct {
 	MinNew int
 	// Warpers are the further sampling warpers (typical_p,
 	// epsilon_cutoff, eta_cutoff); a draw under any is made on the host,
-	// on the CUDA engine from the TopK best ranked on the device where a
-	// TopK cuts the row and no logits processor is set, else from whole
-	// rows.
+	// on the CUDA engine from the TopK best ranked on the device (after
+	// the logits processors there) where a TopK cuts the row, else from
+	// whole rows.
 	Warpers
 	// Processors are the further logits processors (sequence biases,
 	// banned sequences, suppressed and forced ids, the length decay) and
@@ -348,12 +348,13 @@ type decodeRoute struct {
 // The logits processors (the repetition penalty, the n-gram ban, a
 // minimum length, the biases, bans and the rest of Processors) change the
 // logits before the draw: on the host for the first token, and for the
-// rest on the device where the decoder processes its queued steps' logits
-// and queues the draw asked for (ProcessingDecoder); else every step
-// returns its logits and the host draws. The further warpers (typical,
-// epsilon, eta), which the device's draws do not have, cut the TopK best
-// ranked there (TopKDecoder) on the host, or under the processors whole
-// rows; min_p goes with each draw, the host's and the device's.
+// rest on the device where the decoder processes its queued steps' logits,
+// or its TopK steps', before the draw or ranking asked for
+// (ProcessingDecoder); else every step returns its logits and the host
+// draws. The further warpers (typical, epsilon, eta), which the device's
+// draws do not have, cut the TopK best ranked there (TopKDecoder) on the
+// host, or without a TopK whole rows; min_p goes with each draw, the
+// host's and the device's.
 //
 // Where the decoder queues its greedy, top-k and nucleus steps
 // (QueueDecoder), steps wait queued ahead of the host: each is fed the
@@ -373,11 +374,11 @@ func routeFor(dec engine.Decoder, s Sampling, V int, processes bool, maxNew int)
 	cutsTopK := s.TopK > 0 && s.TopK < V
 	kBestOnDevice := cutsTopK && s.TopK <= queueK && !s.Warpers.on()
 	// The further warpers draw on the host: from the top-k candidates
-	// (TopKDecoder) where nothing processes the logits, else whole rows.
-	hostDraws := s.Warpers.on() && s.Temperature > 0 && (!cutsTopK || processes)
+	// (TopKDecoder), else from whole rows.
+	hostDraws := s.Warpers.on() && s.Temperature > 0 && !cutsTopK
 	proc, _ := dec.(engine.ProcessingDecoder)
-	if cutsTopK && !kBestOnDevice && s.Temperature > 0 {
-		proc = nil // its top-k candidates come back unprocessed (TopKDecoder)
+	if _, ranks := dec.(engine.TopKDecoder); cutsTopK && !kBestOnDevice && s.Temperature > 0 && !ranks {
+		proc = nil // its logits come back unprocessed (Decoder.Logits)
 	}
 	if processes && proc != nil && maxNew > 1 && !hostDraws {
 		r.proc = proc

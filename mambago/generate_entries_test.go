@@ -35,6 +35,8 @@ type hostDecoders struct {
 	steps     *int
 	unqueued  bool
 	processed *int // where set, counts the Process calls
+	ranked    *int // where set, counts the TopK calls
+	queueMax  int  // TopKQueueMax; 0 for 1024
 }
 
 // NewDecoder returns a decoder for st.
@@ -242,8 +244,11 @@ func (d *hostEntries) Greedy(ids, next []int64) error {
 }
 
 func (d *hostEntries) TopK(ids []int64, k int) ([]int32, []float32, error) {
+	if d.e.ranked != nil {
+		*d.e.ranked++
+	}
 	d.ids, d.vals = d.ids[:0], d.vals[:0]
-	err := d.rows(ids, func(b int, row []float32) {
+	err := d.processedRows(ids, true, func(b int, row []float32) {
 		if row == nil {
 			for range k {
 				d.ids, d.vals = append(d.ids, -1), append(d.vals, 0)
@@ -301,7 +306,12 @@ func (d *hostEntries) QueueTopP(ids []int64, temperature, p, minP float64, unifo
 	return d.queue(ids, func(b int, row []float32) int64 { return drawNucleus(row, temperature, p, minP, u[b]) })
 }
 
-func (d *hostEntries) TopKQueueMax() int { return 1024 }
+func (d *hostEntries) TopKQueueMax() int {
+	if d.e.queueMax > 0 {
+		return d.e.queueMax
+	}
+	return 1024
+}
 
 // QueueTopK draws as the host's sampler does from each row's k best with
 // the uniform it is given, as the CUDA decoder's topk_draw_f32 does.
@@ -538,21 +548,25 @@ func processorSpans(T int) []mambago.Span {
 
 // TestProcessorsThroughDecoderEntries runs Generate under each logits
 // processor (processorCases) on decoders that process their queued steps'
-// logits as Process asks (hostDecoders) against Generate on the engine
-// alone, which processes them itself: the same tokens, greedy and sampled
-// from the top 40, for fresh prompts, left-padded ones and one-token
-// prompts under a forced bos, and one Process call each.
+// logits, and their TopK steps', as Process asks (hostDecoders) against
+// Generate on the engine alone, which processes them itself: the same
+// tokens, greedy and sampled from the top 40, for fresh prompts,
+// left-padded ones and one-token prompts under a forced bos, and one
+// Process call each. Sampled under typical_p, or from more tokens than the
+// queue's draw takes, every step after the first ranks its processed
+// logits (TopK) for the host's draw.
 func TestProcessorsThroughDecoderEntries(t *testing.T) {
 	plain := openBase(t)
-	processed := 0
-	wrapped := &mambago.Model{Engine: hostDecoders{Engine: plain.Engine, nanRow: -1, processed: &processed}}
+	processed, ranked := 0, 0
+	wrapped := &mambago.Model{Engine: hostDecoders{Engine: plain.Engine, nanRow: -1, processed: &processed, ranked: &ranked,
+		queueMax: 50}}
 	const B, T, n = 3, 6, 14
 	V := int64(plain.Config().Vocab)
 	ids := randomIDs(plain, B*T)
 	free, _ := mustGenerate(t, plain, ids, B, T, n, mambago.Sampling{TopP: 1, EOS: -1})
 	check := func(what string, ids []int64, B, T int, spans []mambago.Span, s mambago.Sampling) {
 		t.Helper()
-		before := processed
+		before, rankedBefore := processed, ranked
 		got, gotN, errG := wrapped.GenerateSpans(context.Background(), ids, B, T, spans, n, s)
 		want, wantN, errW := plain.GenerateSpans(context.Background(), ids, B, T, spans, n, s)
 		if err := errors.Join(errG, errW); err != nil {
@@ -564,13 +578,22 @@ func TestProcessorsThroughDecoderEntries(t *testing.T) {
 		if gotN != wantN || !slices.Equal(got, want) {
 			t.Errorf("%s: through the decoder %v (n=%d), on the engine %v (n=%d)", what, got, gotN, want, wantN)
 		}
+		rankedSteps := 0
+		if s.Warpers != (mambago.Warpers{}) || s.TopK > 50 {
+			rankedSteps = gotN - 1
+		}
+		if ranked-rankedBefore != rankedSteps {
+			t.Errorf("%s: %d TopK steps, want %d", what, ranked-rankedBefore, rankedSteps)
+		}
 	}
 	for name, c := range processorCases(ids, free, T, n, V) {
 		for _, draw := range []mambago.Sampling{{TopP: 1}, {Temperature: 1.3, TopK: 40, TopP: 0.95, Seed: 7},
-			{Temperature: 1.6, TopK: 60, TopP: 1, MinP: 0.08, Seed: 8}} {
+			{Temperature: 1.6, TopK: 60, TopP: 1, MinP: 0.08, Seed: 8},
+			{Temperature: 1.1, TopK: 40, TopP: 1, Seed: 9, Warpers: mambago.Warpers{TypicalP: 0.6, EtaCutoff: 0.02}}} {
 			s := c
-			s.Temperature, s.TopK, s.TopP, s.MinP, s.Seed = draw.Temperature, draw.TopK, draw.TopP, draw.MinP, draw.Seed
-			what := fmt.Sprintf("%s, temperature %v, min_p %v", name, s.Temperature, s.MinP)
+			s.Temperature, s.TopK, s.TopP, s.MinP, s.Seed, s.Warpers = draw.Temperature, draw.TopK, draw.TopP, draw.MinP,
+				draw.Seed, draw.Warpers
+			what := fmt.Sprintf("%s, temperature %v, top_k %d, min_p %v, %+v", name, s.Temperature, s.TopK, s.MinP, s.Warpers)
 			check(what, ids, B, T, nil, s)
 			check(what+", left-padded", ids, B, T, processorSpans(T), s)
 		}

@@ -281,7 +281,9 @@ type TopKQueueDecoder interface {
 type ProcessingDecoder interface {
 	TopKQueueDecoder
 	// Process makes each step queued after it process its logits as p
-	// says before its pick or draw, the first such step being p's step 0.
+	// says before its pick or draw, and so each TopK step after it (where
+	// the decoder is a TopKDecoder) before its ranking, the first such step
+	// being p's step 0.
 	Process(p Processing) error
 }
 

@@ -190,9 +190,10 @@ func (d *Decoder) Logits(ids []int64) ([]float32, error) {
 // and their logits, [B, k] each, every row in no particular order (a row
 // with NaN: every token -1), in the decoder's page-locked host memory,
 // valid until its next call or Close. topk_rows_f32 ranks them on the
-// device, after the step, and 8·B·k bytes come back.
+// device, after the step and after the processors where Process asked
+// (process_rows_f32, as for a queued step), and 8·B·k bytes come back.
 func (d *Decoder) TopK(ids []int64, k int) ([]int32, []float32, error) {
-	tokens, logits, _, err := d.topK(ids, k, nil, false)
+	tokens, logits, _, err := d.topK(ids, k, func(logits cuda.Ptr) error { return d.processFed(ids, logits) }, false)
 	return tokens, logits, err
 }
 
@@ -200,7 +201,22 @@ func (d *Decoder) TopK(ids []int64, k int) ([]int32, []float32, error) {
 // (engine.BeamDecoder; row_norms_f32): norms [B, 2], each row's largest
 // logit and the log of its sum of exp(logit − largest).
 func (d *Decoder) TopKNorms(ids []int64, k int) (tokens []int32, logits, norms []float32, err error) {
-	return d.topK(ids, k, nil, true)
+	return d.topK(ids, k, func(logits cuda.Ptr) error { return d.processFed(ids, logits) }, true)
+}
+
+// processFed processes the logits of a step fed ids as Process asked, if
+// it did. process_rows_f32 reads the fed ids at the feed, which an eager
+// step fed from the host does not write: they are copied there first.
+func (d *Decoder) processFed(ids []int64, logits cuda.Ptr) error {
+	if d.proc == nil {
+		return nil
+	}
+	if d.g == nil {
+		if err := cuda.CopyIn(d.pick.Ptr, ids, d.e.stream); err != nil {
+			return err
+		}
+	}
+	return d.process(logits)
 }
 
 // TopKLogProbs reorders the rows of the processors (Process) as parents
@@ -227,18 +243,11 @@ func (d *Decoder) TopKLogProbs(ids []int64, parents []int, k int, renormalize bo
 			if err := d.proc.reorder(e, B, parents); err != nil {
 				return err
 			}
-			// process_rows_f32 reads the ids a step is fed at the feed, which
-			// an eager step fed from the host does not write.
-			if d.g == nil {
-				if err := cuda.CopyIn(d.pick.Ptr, ids, e.stream); err != nil {
-					return err
-				}
-			}
 		}
 		if err := logSoftmax(logits, 0); err != nil {
 			return err
 		}
-		if err := d.process(logits); err != nil {
+		if err := d.processFed(ids, logits); err != nil {
 			return err
 		}
 		if renormalize {

@@ -1094,9 +1094,9 @@ class Model(_Owner):
         and eta_cutoff (in (0, 1); 0 for none) are transformers' warpers:
         with any of them a token is drawn on the host, from the logits that
         every warper (temperature, top_k, top_p, min_p, then these) has cut
-        in transformers' order. With a top_k and none of the processors
-        below, the CUDA engine ranks each row's top_k on the device and
-        only those come back (a row whose top_k-th logit ties with another
+        in transformers' order. With a top_k the CUDA engine ranks each
+        row's top_k on the device (after the processors below) and only
+        those come back (a row whose top_k-th logit ties with another
         token's may draw differently: transformers keeps every tied token).
 
         On the CUDA engine the processors (the penalty, min_new_tokens,
@@ -1104,9 +1104,10 @@ class Model(_Owner):
         begin_suppress_tokens, forced_eos_token_id, the length decay) run on
         the device before each queued step's pick or draw, the first
         token's on the host, and so does a draw from the top_k (≤ 1024) best,
-        min_p included (with the warpers above, min_p without such a top_k,
-        or a top_k above 1024, each step's logits come to the host and the
-        draw is made there instead). The engine keeps
+        min_p included; with the warpers above, or a top_k above 1024, the
+        device ranks the processed logits' top_k for the host's draw (with
+        the warpers and no top_k, each step's logits come to the host and
+        are processed and drawn from there instead). The engine keeps
         the last call's state (and CUDA step graph) for the next call of the
         same batch size, until close(). attention_mask
         marks padding as prefill's does: each row continues from its own last
