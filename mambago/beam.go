@@ -569,21 +569,26 @@ func cond(ok bool, v float32) float32 {
 }
 
 // inParts runs fn(p, i) for each row i of rows, the rows split into parts
-// runs of consecutive rows, a goroutine each; a run stops at its first
-// error (a panic in fn is one), and the errors come back joined, each
-// naming its row.
-func inParts(rows, parts int, fn func(p, i int) error) error {
-	parts = min(rows, parts)
+// runs of consecutive rows, a goroutine each (a single part runs on the
+// caller's); a run stops at its first error (a panic in fn is one), and
+// the errors come back joined, each naming its row as "<noun> i".
+func inParts(rows, parts int, noun string, fn func(p, i int) error) error {
+	parts = max(1, min(rows, parts))
 	errs := make([]error, parts)
+	run := func(p int) {
+		for i := p * rows / parts; i < (p+1)*rows/parts && errs[p] == nil; i++ {
+			if err := recovered(func() error { return fn(p, i) }); err != nil {
+				errs[p] = fmt.Errorf("%s %d: %w", noun, i, err)
+			}
+		}
+	}
+	if parts == 1 {
+		run(0)
+		return errs[0]
+	}
 	var wg sync.WaitGroup
 	for p := range parts {
-		wg.Go(func() {
-			for i := p * rows / parts; i < (p+1)*rows/parts && errs[p] == nil; i++ {
-				if err := recovered(func() error { return fn(p, i) }); err != nil {
-					errs[p] = fmt.Errorf("row %d: %w", i, err)
-				}
-			}
-		})
+		wg.Go(func() { run(p) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
@@ -592,7 +597,7 @@ func inParts(rows, parts int, fn func(p, i int) error) error {
 // warpRows cuts each row of V of logits with its warpers, the rows split
 // among them, a goroutine each.
 func warpRows(logits []float32, V int, warpers []*warper) {
-	_ = inParts(len(logits)/V, len(warpers), func(p, i int) error {
+	_ = inParts(len(logits)/V, len(warpers), "row", func(p, i int) error {
 		warpers[p].warp(logits[i*V : (i+1)*V])
 		return nil
 	})
@@ -601,7 +606,7 @@ func warpRows(logits []float32, V int, warpers []*warper) {
 // logSoftmaxRows is logSoftmax over each row of V of logits, the rows
 // split among up to GOMAXPROCS goroutines.
 func logSoftmaxRows(dst, logits []float32, V int) error {
-	return inParts(len(logits)/V, runtime.GOMAXPROCS(0), func(_, i int) error {
+	return inParts(len(logits)/V, runtime.GOMAXPROCS(0), "row", func(_, i int) error {
 		return logSoftmax(dst[i*V:(i+1)*V], logits[i*V:(i+1)*V])
 	})
 }
@@ -609,7 +614,7 @@ func logSoftmaxRows(dst, logits []float32, V int) error {
 // renormalizeRows log-softmaxes each row of logp [rows, V] in place, but
 // rows that are all -Inf, as logSoftmaxRows splits them.
 func renormalizeRows(logp []float32, V int) error {
-	return inParts(len(logp)/V, runtime.GOMAXPROCS(0), func(_, i int) error {
+	return inParts(len(logp)/V, runtime.GOMAXPROCS(0), "row", func(_, i int) error {
 		row := logp[i*V : (i+1)*V]
 		if !slices.ContainsFunc(row, func(z float32) bool { return !math.IsInf(float64(z), -1) }) {
 			return nil

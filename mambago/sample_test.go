@@ -348,23 +348,70 @@ func BenchmarkDrawRows(b *testing.B) {
 }
 
 // BenchmarkDrawCandidates times drawCandidates, as a sampled step of
-// Generate runs it on a TopKDecoder's candidates: B = 8 rows of k = 50
-// (temperature 0.8), in no particular order.
+// Generate runs it on a TopKDecoder's candidates: B rows of k (temperature
+// 0.8), in no particular order.
 func BenchmarkDrawCandidates(b *testing.B) {
-	const B, k = 8, 50
-	rng := rand.New(rand.NewPCG(1, 2))
-	ids, logits := make([]int32, B*k), make([]float32, B*k)
-	for i := range ids {
-		ids[i], logits[i] = int32(rng.IntN(50280)), float32(rng.NormFloat64()*3)
+	for _, k := range []int{50, 2000} {
+		for _, B := range []int{1, 8} {
+			rng := rand.New(rand.NewPCG(1, 2))
+			ids, logits := make([]int32, B*k), make([]float32, B*k)
+			for r := range B {
+				for n, id := range rng.Perm(50280)[:k] {
+					ids[r*k+n], logits[r*k+n] = int32(id), float32(rng.NormFloat64()*3)
+				}
+			}
+			samplers := make([]*sampler, B)
+			for r := range samplers {
+				samplers[r] = newSampler(Sampling{Temperature: 0.8, TopK: k, TopP: 1}, r)
+			}
+			done, next := make([]bool, B), make([]int64, B)
+			b.Run(fmt.Sprintf("k=%d,B=%d", k, B), func(b *testing.B) {
+				for b.Loop() {
+					if err := drawCandidates(samplers, ids, logits, done, next); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
-	samplers := make([]*sampler, B)
-	for r := range samplers {
-		samplers[r] = newSampler(Sampling{Temperature: 0.8, TopK: k, TopP: 1}, r)
-	}
-	done, next := make([]bool, B), make([]int64, B)
-	for b.Loop() {
-		if err := drawCandidates(samplers, ids, logits, done, next); err != nil {
-			b.Fatal(err)
+}
+
+// TestDrawCandidatesRows checks drawCandidates on few and on many
+// candidates a row (one goroutine, and one a row): each row not done
+// draws its sampler's token for its own candidates, a done row's token is
+// left as it was, and a row of NaN is an error that names it.
+func TestDrawCandidatesRows(t *testing.T) {
+	const B, V = 6, 50280
+	rng := rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	for _, k := range []int{50, parallelCandidates, 2000} {
+		s := Sampling{Temperature: 0.9, TopK: k, TopP: 0.95, Seed: rng.Uint64()}
+		ids, logits := make([]int32, B*k), make([]float32, B*k)
+		for b := range B {
+			for n, id := range rng.Perm(V)[:k] {
+				ids[b*k+n], logits[b*k+n] = int32(id), float32(rng.NormFloat64()*3)
+			}
+		}
+		ids[4*k] = -1 // row 4 held NaN
+		done := []bool{false, true, false, false, false, true}
+		next := []int64{-7, -7, -7, -7, -7, -7}
+		samplers := make([]*sampler, B)
+		for b := range samplers {
+			samplers[b] = newSampler(s, b)
+		}
+		err := drawCandidates(samplers, slices.Clone(ids), logits, done, next)
+		if err == nil || !errors.Is(err, errNaN) || !strings.Contains(err.Error(), "sequence 4") {
+			t.Fatalf("k=%d: err = %v, want sequence 4's errNaN", k, err)
+		}
+		for b := range B {
+			want := int64(-7)
+			if !done[b] && b != 4 {
+				if want, err = newSampler(s, b).fromCandidates(slices.Clone(ids[b*k:(b+1)*k]), logits[b*k:(b+1)*k]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if b != 4 && next[b] != want {
+				t.Errorf("k=%d row %d: token %d, want %d", k, b, next[b], want)
+			}
 		}
 	}
 }

@@ -178,7 +178,7 @@ func BenchmarkSortKeys(b *testing.B) {
 // done, rather than ending the process.
 func TestPanicInPartsIsAnError(t *testing.T) {
 	done := make([]bool, 6)
-	err := inParts(len(done), 3, func(_, i int) error {
+	err := inParts(len(done), 3, "row", func(_, i int) error {
 		if i == 2 {
 			var m map[int]int
 			m[i] = i // a nil map: a runtime panic
