@@ -676,7 +676,7 @@ type candidates struct {
 func (c *candidates) warp(k int, w *warper, renormalize bool) error {
 	rows := len(c.tokens) / k
 	z := make([]float32, k)
-	var keys []uint64
+	var keys, spare []uint64
 	for r := range rows {
 		if err := c.rowLogProbs(r, k, z); err != nil {
 			return err
@@ -684,7 +684,7 @@ func (c *candidates) warp(k int, w *warper, renormalize bool) error {
 		if slices.ContainsFunc(z, func(lp float32) bool { return lp != lp }) {
 			return fmt.Errorf("beam %d: logits hold NaN or are all -Inf", r)
 		}
-		keys = sortByID(c.tokens[r*k:(r+1)*k], z, keys)
+		keys, spare = sortByID(c.tokens[r*k:(r+1)*k], z, keys, spare)
 		w.warp(z)
 		if renormalize && slices.ContainsFunc(z, func(x float32) bool { return !math.IsInf(float64(x), -1) }) {
 			if err := logSoftmax(z, z); err != nil {

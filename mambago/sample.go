@@ -24,16 +24,17 @@ var errNaN = errors.New("the logits hold NaN")
 // 50k tokens costs a few passes over the row and a sort of at most the
 // TopK best or one bin of a nucleus (fromAll), not a sort of the row.
 type sampler struct {
-	s    Sampling
-	rng  *rand.Rand
-	inv  float64   // 1 / Temperature
-	w    []float64 // exp((logit - max) / Temperature): of the TopK best, or of every token
-	sure []int     // the nucleus's tokens before its last bin (fromAll)
-	top  ranked    // candidates, best first
-	vals []float32 // the logits of top.ids (fromBest)
-	keys []uint64  // candidates ranked on the device, as rankKey packs them, or sortByID's scratch (fromCandidates)
-	warp *warper   // where s has Warpers: every warper in transformers' order (fromWarped)
-	z    []float32 // the row that warp cuts: a whole row, or the candidates in order of id
+	s     Sampling
+	rng   *rand.Rand
+	inv   float64   // 1 / Temperature
+	w     []float64 // exp((logit - max) / Temperature): of the TopK best, or of every token
+	sure  []int     // the nucleus's tokens before its last bin (fromAll)
+	top   ranked    // candidates, best first
+	vals  []float32 // the logits of top.ids (fromBest)
+	keys  []uint64  // candidates ranked on the device, as rankKey packs them, or sortByID's scratch (fromCandidates)
+	spare []uint64  // sortKeys' scratch
+	warp  *warper   // where s has Warpers: every warper in transformers' order (fromWarped)
+	z     []float32 // the row that warp cuts: a whole row, or the candidates in order of id
 }
 
 // newSampler returns a sampler for s and sequence row of a batch, seeded
@@ -118,14 +119,14 @@ func (sp *sampler) fromCandidates(ids []int32, logits []float32) (int64, error) 
 	}
 	if sp.warp != nil && sp.s.Temperature > 0 {
 		sp.z = append(sp.z[:0], logits...)
-		sp.keys = sortByID(ids, sp.z, sp.keys)
+		sp.keys, sp.spare = sortByID(ids, sp.z, sp.keys, sp.spare)
 		return int64(ids[sp.drawWarped()]), nil
 	}
 	sp.keys = sp.keys[:0]
 	for n, id := range ids {
 		sp.keys = append(sp.keys, rankKey(id, logits[n]))
 	}
-	slices.Sort(sp.keys)
+	sp.spare = sortKeys(sp.keys, sp.spare)
 	sp.top.ids, sp.vals = sp.top.ids[:0], sp.vals[:0]
 	for _, key := range sp.keys {
 		id, logit := unpackRankKey(key)
@@ -135,17 +136,18 @@ func (sp *sampler) fromCandidates(ids []int32, logits []float32) (int64, error) 
 }
 
 // sortByID orders candidates ids (distinct, ≥ 0) and their values vals by
-// id, in place, with keys as scratch, which it returns for the next call.
-func sortByID(ids []int32, vals []float32, keys []uint64) []uint64 {
+// id, in place, with keys and spare as scratch, which it returns for the
+// next call.
+func sortByID(ids []int32, vals []float32, keys, spare []uint64) ([]uint64, []uint64) {
 	keys = keys[:0]
 	for n, id := range ids {
 		keys = append(keys, uint64(id)<<32|uint64(math.Float32bits(vals[n])))
 	}
-	slices.Sort(keys)
+	spare = sortKeys(keys, spare)
 	for n, key := range keys {
 		ids[n], vals[n] = int32(key>>32), math.Float32frombits(uint32(key))
 	}
-	return keys
+	return keys, spare
 }
 
 // rankKey packs token id and its logit (not NaN) into a key whose unsigned
