@@ -14,6 +14,13 @@ const radixBits = 11
 // shares skipped) where there are at least radixMin of them. spare is
 // scratch space, grown to len(keys) and returned for the next call.
 func sortKeys(keys, spare []uint64) []uint64 {
+	return sortKeysAbove(keys, spare, 0)
+}
+
+// sortKeysAbove is sortKeys for keys whose order their bits from bit low
+// up decide: the bits below low are not read where it sorts by digits, so
+// keys equal above low may come in any order.
+func sortKeysAbove(keys, spare []uint64, low int) []uint64 {
 	if len(keys) < radixMin {
 		slices.Sort(keys)
 		return spare
@@ -22,7 +29,7 @@ func sortKeys(keys, spare []uint64) []uint64 {
 	src, dst := keys, spare
 	const mask = 1<<radixBits - 1
 	var count [1 << radixBits]int
-	for shift := 0; shift < 64; shift += radixBits {
+	for shift := low; shift < 64; shift += radixBits {
 		clear(count[:])
 		for _, k := range src {
 			count[k>>shift&mask]++

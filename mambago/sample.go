@@ -137,13 +137,14 @@ func (sp *sampler) fromCandidates(ids []int32, logits []float32) (int64, error) 
 
 // sortByID orders candidates ids (distinct, ≥ 0) and their values vals by
 // id, in place, with keys and spare as scratch, which it returns for the
-// next call.
+// next call. The ids alone decide the order, so the sort reads the keys'
+// id bits only.
 func sortByID(ids []int32, vals []float32, keys, spare []uint64) ([]uint64, []uint64) {
 	keys = keys[:0]
 	for n, id := range ids {
 		keys = append(keys, uint64(id)<<32|uint64(math.Float32bits(vals[n])))
 	}
-	spare = sortKeys(keys, spare)
+	spare = sortKeysAbove(keys, spare, 32)
 	for n, key := range keys {
 		ids[n], vals[n] = int32(key>>32), math.Float32frombits(uint32(key))
 	}

@@ -680,3 +680,52 @@ func FuzzSampler(f *testing.F) {
 		}
 	})
 }
+
+// TestSortByID checks sortByID against a sort of (id, value) pairs by id,
+// on both sides of radixMin: each id keeps its own value, bits and all
+// (negative values, -0 and NaN's payload too).
+func TestSortByID(t *testing.T) {
+	var keys, spare []uint64
+	for _, k := range []int{1, 50, radixMin - 1, radixMin, 2000, 50280} {
+		ids, vals := make([]int32, k), make([]float32, k)
+		for n, id := range rand.Perm(50280)[:k] {
+			ids[n], vals[n] = int32(id), math.Float32frombits(rand.Uint32())
+		}
+		want := make(map[int32]uint32, k)
+		for n, id := range ids {
+			want[id] = math.Float32bits(vals[n])
+		}
+		keys, spare = sortByID(ids, vals, keys, spare)
+		if !slices.IsSorted(ids) {
+			t.Errorf("k=%d: ids not in ascending order", k)
+		}
+		for n, id := range ids {
+			if got := math.Float32bits(vals[n]); got != want[id] {
+				t.Errorf("k=%d: id %d has value bits %#x, want %#x", k, id, got, want[id])
+				break
+			}
+		}
+	}
+}
+
+// BenchmarkSortByID times sortByID on a row of k candidates in no
+// particular order, as a warped draw from a TopKDecoder's candidates
+// sorts them.
+func BenchmarkSortByID(b *testing.B) {
+	for _, k := range []int{50, 2000} {
+		rng := rand.New(rand.NewPCG(1, 2))
+		ids, vals := make([]int32, k), make([]float32, k)
+		for n, id := range rng.Perm(50280)[:k] {
+			ids[n], vals[n] = int32(id), float32(rng.NormFloat64()*3)
+		}
+		work, z := make([]int32, k), make([]float32, k)
+		var keys, spare []uint64
+		b.Run(fmt.Sprintf("k=%d", k), func(b *testing.B) {
+			for b.Loop() {
+				copy(work, ids)
+				copy(z, vals)
+				keys, spare = sortByID(work, z, keys, spare)
+			}
+		})
+	}
+}
