@@ -1,6 +1,9 @@
 """Identities that must hold for any input: drawn fresh on every run."""
 
 import platform
+import subprocess
+import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -212,3 +215,33 @@ def test_state_copy_continues_like_the_original(base_model, rng):
     assert np.isfinite(m.step(nxt, fork)).all()  # the copy outlives the original
     with pytest.raises(ValueError, match="state is closed"):
         st.copy()
+
+
+def test_a_large_token_cap_costs_no_memory():
+    """generate and beam_search with max_new_tokens = 2·10⁸ that end at an eos
+    after one token: the output buffers' untouched pages (1.6 GB for the
+    tokens alone) are never committed, so the process's peak memory stays
+    well under them. A fresh interpreter, so the peak is this call's."""
+    from conftest import case_dir
+
+    script = textwrap.dedent(f"""
+        import resource, numpy as np, mambago
+        m = mambago.Model.from_pretrained({case_dir('base')!r}, device="cpu")
+        ids = np.array([[3, 1, 4, 1, 5]])
+        # Every id an eos but the first step's least likely (beam search keeps one that is not):
+        # each row and beam ends at its first token.
+        least = int(m.logits(m.prefill(ids))[0].argmin())
+        every = [i for i in range(m.config.vocab_size) if i != least]
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        cap = 200_000_000
+        out = m.generate(ids, cap, eos_token_id=every)
+        beams = m.beam_search(ids, cap, 2, eos_token_id=every, early_stopping=True)
+        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        print("shapes", out.shape, beams.tokens.shape, beams.beam_indices.shape)
+        print("grown_kb", grown)
+    """)
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = dict(line.split(" ", 1) for line in r.stdout.splitlines())
+    assert lines["shapes"] == "(1, 1) (1, 1) (1, 1)", r.stdout
+    assert int(lines["grown_kb"]) < 200_000, r.stdout  # the buffers alone would be 1,600,000 kB and more

@@ -1153,7 +1153,9 @@ class Model(_Owner):
                             begin_suppress_tokens, forced_eos_token_id, max_time, typical_p, epsilon_cutoff,
                             eta_cutoff, None, forced_bos_token_id, exponential_decay_length_penalty, stop)
         B, T = ids.shape
-        out = np.full((B, max_new_tokens), -1, dtype=np.int64)
+        # Generate writes every column it takes, so out's pages past them are
+        # never touched: a large max_new_tokens with an early eos costs no memory.
+        out = np.empty((B, max_new_tokens), dtype=np.int64)
         if streamer is None:
             poll = None
         else:
@@ -1287,8 +1289,10 @@ class Model(_Owner):
             raise TypeError(f"pad_token_id must be an int or None, got {type(pad_token_id).__name__}")
         B, T = ids.shape
         R, V, n = int(num_return_sequences), self.config.vocab_size, int(max_new_tokens)
-        tokens = np.full((B * R, n), fill, dtype=np.int64)
-        indices = np.full((B * R, n), -1, dtype=np.int32)
+        # BeamSearch writes every returned column (and steps up to those taken):
+        # the pages past them are never touched, as generate's.
+        tokens = np.empty((B * R, n), dtype=np.int64)
+        indices = np.empty((B * R, n), dtype=np.int32)
         scores = np.zeros(B * R, dtype=np.float32)
         counts = np.zeros(2, dtype=np.int64)
         steps = [np.zeros((n, B * int(num_beams), V), np.float32) if want else None
