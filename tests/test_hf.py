@@ -495,8 +495,8 @@ def test_beam_sampling_follows_transformers():
     searched by both, under temperature with top_k, and with top_p and
     typical_p; each new token of the best beam is distributed alike
     (total variation under 0.1; about 0.03 is expected of 2000 draws),
-    and so are the sequences_scores (means within 5 standard errors,
-    which catches a warper applied otherwise). transformers before 5.25
+    and so are the sequences_scores (means within 5 standard errors and
+    float32's rounding, which catches a warper applied otherwise). transformers before 5.25
     (5.17) did not rank the drawn candidates before taking the first
     num_beams of them as those that may finish; mambago ranks them, as
     5.25 does: the test skips an older transformers."""
@@ -524,7 +524,9 @@ def test_beam_sampling_follows_transformers():
             assert 0.5 * np.abs(f_want - f_got).sum() < 0.1, (kw, col)
         s_want, s_got = want.sequences_scores.numpy(), got.sequences_scores.numpy()
         se = np.sqrt((s_want.var() + s_got.var()) / N)
-        assert abs(s_want.mean() - s_got.mean()) < 5 * se + 1e-6, (kw, s_want.mean(), s_got.mean(), se)
+        # 2e-5: float32's rounding of a score summed over the steps (-0.47 apart by 2.3e-6 in CI once, where the
+        # warpers left every row the same beams and se was 1.5e-9); a warper applied otherwise moves it by far more.
+        assert abs(s_want.mean() - s_got.mean()) < 5 * se + 2e-5, (kw, s_want.mean(), s_got.mean(), se)
 
 
 def test_generate_takes_pad_ids_for_padding():
