@@ -221,6 +221,11 @@ def test_logits(m):
     h[2, 5] = np.nan
     with pytest.raises(ValueError, match="hidden.*non-finite"):
         m.logits(h)
+    for empty in ((0, d), (2, 0, d)):
+        out = m.logits(np.zeros(empty, np.float32))
+        assert out.shape == empty[:-1] + (m.config.vocab_size,) and out.dtype == np.float32
+    with pytest.raises(ValueError, match="hidden"):
+        m.logits(np.zeros((2, 0), np.float32))
 
 
 def test_generate(m):

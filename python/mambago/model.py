@@ -1015,13 +1015,19 @@ class Model(_Owner):
         return Graph(self, state, h, "prefill", kind, int(seq_len), output)
 
     def logits(self, hidden) -> np.ndarray:
-        """Logits from hidden states: hidden [..., d] (float32) -> [..., V]."""
+        """Logits from hidden states: hidden [..., d] (float32) -> [..., V].
+
+        No rows ([0, d], say) give no rows of logits ([0, V]), as torch's
+        matmul does.
+        """
         h = _as_array("hidden", hidden, "float32")
         d = self.config.hidden_size
-        if h.ndim < 1 or h.shape[-1] != d or h.size == 0:
+        if h.ndim < 1 or h.shape[-1] != d:
             raise ValueError(f"hidden must have shape [..., {d}], got {h.shape}")
         rows = h.size // d
         out = _nan(h.shape[:-1] + (self.config.vocab_size,))
+        if rows == 0:
+            return out
         _call(_b.Logits, self._handle(), _addr(h), rows, h.size, _addr(out), out.size)
         return out
 
