@@ -1395,6 +1395,51 @@ def test_backbone_matches_transformers():
     assert rel_err(got[mask == 1].numpy(), want_padded[mask == 1].numpy()) <= 1e-4
 
 
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_pipelines_follow_transformers(device):
+    """transformers' pipeline() takes the stand-ins as it takes its own
+    models: "text-generation" (greedy, batched with left padding, new text
+    only, token ids, beam search) gives the text transformers' own model
+    gives, over fresh prompts; sampling gives each prompt its continuations;
+    "feature-extraction" with MambaModel gives transformers' states (1e-4).
+    On the GPU, both models are there (f32)."""
+    torch = pytest.importorskip("torch", reason="torch is not installed")
+    transformers = pytest.importorskip("transformers", reason="transformers is not installed")
+    if int(transformers.__version__.split(".")[0]) < 5:
+        pytest.skip(f"transformers {transformers.__version__}: its pipeline() takes only its own model classes")
+    if device == "cuda" and not (mambago.cuda_is_available() and torch.cuda.is_available()):
+        pytest.skip(f"no GPU: {mambago.cuda_unavailable_reason() or 'torch sees none'}")
+    hf = transformers.MambaForCausalLM.from_pretrained(case_dir("base")).to(device).eval()
+    ours = MambaForCausalLM.from_model(hf, device=device)
+    tokenizer = _trained_tokenizers(hf.config.vocab_size)[0]
+    tokenizer.pad_token, tokenizer.padding_side = "<pad>", "left"
+    rng = np.random.default_rng()
+    words = "the stop sign stood at top of a street stars start to spot sea dusk quick brown fox".split()
+    prompts = [" ".join(rng.choice(words, size=int(rng.integers(1, 6)))) for _ in range(3)]
+    theirs, mine = (transformers.pipeline("text-generation", model=m, tokenizer=tokenizer) for m in (hf, ours))
+    for kw in (dict(max_new_tokens=int(rng.integers(3, 10)), do_sample=False),
+               dict(max_new_tokens=6, do_sample=False, batch_size=3),
+               dict(max_new_tokens=6, do_sample=False, return_full_text=False),
+               dict(max_new_tokens=4, do_sample=False, return_tensors=True),
+               dict(max_new_tokens=5, do_sample=False, num_beams=3)):
+        with torch.no_grad():
+            want = theirs(prompts, **kw)
+        assert mine(prompts, **kw) == want, kw
+    sampled = mine(prompts, max_new_tokens=5, do_sample=True, temperature=0.8, top_k=10, num_return_sequences=2)
+    assert [len(rows) for rows in sampled] == [2] * len(prompts)
+    assert all(row["generated_text"].startswith(prompt) for prompt, rows in zip(prompts, sampled) for row in rows)
+
+    backbone = transformers.MambaModel.from_pretrained(case_dir("base")).to(device).eval()
+    stand_in = MambaModel.from_model(backbone, device=device)
+    features = [transformers.pipeline("feature-extraction", model=m, tokenizer=tokenizer) for m in (backbone, stand_in)]
+    with torch.no_grad():
+        want = features[0](prompts[0], return_tensors=True)
+    got = features[1](prompts[0], return_tensors=True)
+    assert isinstance(got, torch.Tensor) and got.shape == want.shape
+    assert rel_err(got.cpu().numpy(), want.cpu().numpy()) <= 1e-4
+    assert ours.can_generate() and not stand_in.can_generate()
+
+
 def test_falcon_matches_transformers():
     torch = pytest.importorskip("torch", reason="torch is not installed")
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")

@@ -30,6 +30,10 @@ heads: its forward call returns .last_hidden_state [B, T, d].
 
     from mambago.hf import AutoModel          # was: from transformers import AutoModel
     states = AutoModel.from_pretrained(path, device="cuda")(input_ids).last_hidden_state
+
+transformers' pipeline() (version 5) takes either stand-in as its model:
+"text-generation" with MambaForCausalLM, "feature-extraction" with
+MambaModel.
 """
 
 from __future__ import annotations
@@ -223,6 +227,11 @@ class _StandIn:
     def eval(self):
         """Return self: the model only ever runs inference."""
         return self
+
+    def can_generate(self) -> bool:
+        """Whether generate runs, as transformers asks a model (its
+        pipelines do): True for the causal LM, False for the backbone."""
+        return hasattr(self, "generate")
 
     def to(self, *args, **kwargs):
         """Return self where the arguments ask for the device and dtype the
@@ -505,6 +514,19 @@ class GenerationConfig:
     def to_dict(self) -> dict:
         """The settings that are set, by name."""
         return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    def to_diff_dict(self) -> dict:
+        """The settings that are set, as to_dict: transformers' name for the
+        settings that differ from its defaults (its pipelines ask for it).
+        A setting left unset here already falls to those defaults."""
+        return self.to_dict()
+
+    def update(self, **settings) -> dict:
+        """Set each of settings, as transformers' GenerationConfig.update
+        does, and return those it did not take: none, since this config
+        holds any of generate's settings."""
+        self.__dict__.update(settings)
+        return {}
 
     def __repr__(self) -> str:
         return f"GenerationConfig({', '.join(f'{k}={v!r}' for k, v in sorted(self.to_dict().items()))})"

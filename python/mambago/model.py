@@ -59,6 +59,7 @@ class Config:
     eos_token_id: int | None
     pad_token_id: int | None
     more_eos_token_ids: tuple[int, ...] = ()  # a list of eos ids in config.json: those past the first
+    _commit_hash = None  # not a field: transformers' pipeline() (5.17) reads a model config's Hub revision
 
     @classmethod
     def _from_go(cls, raw: dict) -> "Config":
