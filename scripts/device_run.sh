@@ -17,7 +17,10 @@
 #             racecheck over the scan kernel's test; up to 9 minutes, so
 #             best on a call of its own);
 #   gpubench: the GPU stage times, then the GPU prefill benchmark against HF
-#             (bench/gpu_vs_hf.py, with $BENCH_ARGS, e.g. "--shapes 130m,370m");
+#             (bench/gpu_vs_hf.py, with $BENCH_ARGS, e.g. "--shapes 130m,370m").
+#             Without BENCH_ARGS it times transformers' f32 model at every
+#             shape and runs past a call's 600 s; issue 3's bars need only
+#             GPU_STAGES=0 BENCH_ARGS="--shapes 130m,1.4b --lengths 2048 --batches 1,8 --repeats 5";
 #   verify:   gpu, then the Go stage benchmark, the scan variants, the XU
 #             microbenchmarks and the 1.4b/2.8b decode and prefill variants:
 #             one call for a branch's first run on the GPU (about 5 minutes);
