@@ -1197,8 +1197,8 @@ def test_refuses_what_it_cannot_do():
         m(ids, cache_params=object())
     with pytest.raises(TypeError, match="from_pretrained"):
         MambaForCausalLM(case_dir("base"))  # a path where a loaded model goes
-    with pytest.raises(TypeError, match="unsupported argument 'trust_remote_code'"):
-        MambaForCausalLM.from_pretrained(case_dir("base"), trust_remote_code=True)
+    with pytest.raises(TypeError, match="unsupported argument 'quantization_config'"):
+        MambaForCausalLM.from_pretrained(case_dir("base"), quantization_config={"load_in_8bit": True})
     with pytest.raises(ValueError, match="runs on cpu.*device='cuda:0'"):
         m.to("cuda:0")
     with pytest.raises(ValueError, match="is float32.*dtype='bfloat16'"):

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import mambago
+import mambago.hf
 from conftest import case_dir, read_safetensors
 
 CASES = ["base", "untied", "falcon", "conv3_bias", "dstate8", "original", "mambamodel", "features", "bf16"]
@@ -281,7 +282,10 @@ def test_hub_ids_download_through_huggingface_hub(monkeypatch, tmp_path):
     snapshot_download (a stand-in module here: no network), safetensors
     first, then pickled weights; without huggingface_hub, or when the
     download fails, a ValueError that says so. A path that is not an id
-    stays a plain error."""
+    stays a plain error. transformers' download options (revision,
+    cache_dir, token, local_files_only, force_download) reach the download,
+    from Model.from_pretrained and mambago.hf's alike; a folder here
+    ignores them."""
     import sys
     import types
 
@@ -289,8 +293,8 @@ def test_hub_ids_download_through_huggingface_hub(monkeypatch, tmp_path):
     pickled_only = tmp_path / "pickled"  # a snapshot with no safetensors
     pickled_only.mkdir()
 
-    def snapshot_download(repo_id, allow_patterns):
-        calls.append((repo_id, allow_patterns))
+    def snapshot_download(repo_id, allow_patterns, **options):
+        calls.append((repo_id, allow_patterns, options))
         if repo_id == "org/missing":
             raise OSError("404 Client Error: Repository Not Found")
         return str(pickled_only) if len(calls) == 1 else case_dir("base")
@@ -300,6 +304,20 @@ def test_hub_ids_download_through_huggingface_hub(monkeypatch, tmp_path):
     assert_same_model(got, mambago.Model.from_pretrained(case_dir("base"), device="cpu"))
     assert [c[0] for c in calls] == ["org/mamba-tiny"] * 2
     assert "*.safetensors" in calls[0][1] and "pytorch_model*.bin" in calls[1][1]
+    assert calls[0][2] == {} == calls[1][2]
+    options = dict(revision="v1.2", cache_dir=str(tmp_path / "cache"), token="hf_x", local_files_only=True,
+                   force_download=True)
+    for load in (mambago.Model.from_pretrained, mambago.hf.MambaForCausalLM.from_pretrained):
+        calls.clear()
+        load("org/mamba-tiny", device="cpu", **options)
+        assert [c[2] for c in calls] == [options] * 2, load
+    calls.clear()
+    mambago.hf.MambaModel.from_pretrained("org/mamba-tiny", device="cpu", revision="main", trust_remote_code=True,
+                                          low_cpu_mem_usage=True)
+    assert calls[-1][2] == {"revision": "main"}
+    calls.clear()
+    mambago.Model.from_pretrained(case_dir("base"), device="cpu", revision="v1.2", local_files_only=True)
+    assert calls == []
     with pytest.raises(ValueError, match="downloading it from the Hugging Face Hub failed: 404"):
         mambago.Model.from_pretrained("org/missing", device="cpu")
     with pytest.raises(ValueError, match="is not a checkpoint folder$"):

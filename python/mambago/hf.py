@@ -45,9 +45,18 @@ import numpy as np
 
 from .model import Model, State, _batched, _eos_ids, _FilledStops, _is_torch_tensor, _spans
 
-# transformers' from_pretrained arguments that choose nothing here, or that
-# name what device= and dtype= choose.
+# transformers' from_pretrained arguments that name what device= and dtype=
+# choose.
 _LOAD_ALIASES = {"torch_dtype": "dtype", "device_map": "device"}
+
+# transformers' from_pretrained arguments for a Hub download, passed to
+# Model.from_pretrained's.
+_HUB_ARGS = ("revision", "cache_dir", "token", "local_files_only", "force_download")
+
+# transformers' from_pretrained arguments that change nothing here: no code
+# from a checkpoint ever runs, and loading never builds a model in memory
+# twice.
+_NO_EFFECT_ARGS = ("trust_remote_code", "low_cpu_mem_usage")
 
 
 # transformers' label for a position left out of the loss.
@@ -187,8 +196,17 @@ class _StandIn:
         """Load as Model.from_pretrained does (a folder or a Hub id).
         transformers' torch_dtype= and device_map= ("auto", "cpu", "cuda",
         "cuda:1", a GPU index, or {"": one of those}) are read as dtype= and
-        device=; any other argument is a TypeError."""
+        device=; revision=, cache_dir=, token=, local_files_only= and
+        force_download= go to a Hub download, as in transformers;
+        trust_remote_code= and low_cpu_mem_usage= change nothing (no
+        checkpoint code runs here). Any other argument is a TypeError."""
+        hub = {}
         for name, value in kwargs.items():
+            if name in _HUB_ARGS:
+                hub[name] = value
+                continue
+            if name in _NO_EFFECT_ARGS:
+                continue
             if name not in _LOAD_ALIASES:
                 raise TypeError(f"from_pretrained: unsupported argument {name!r}")
             if _LOAD_ALIASES[name] == "dtype":
@@ -197,7 +215,7 @@ class _StandIn:
                 device = value[""]
             else:
                 device = value
-        return cls(Model.from_pretrained(path, device=device, dtype=dtype, blas=blas))
+        return cls(Model.from_pretrained(path, device=device, dtype=dtype, blas=blas, **hub))
 
     def _init_generation_config(self, hf_model=None):
         """Set what the stand-in keeps beside the model, from hf_model (a

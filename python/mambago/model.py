@@ -407,23 +407,24 @@ _HUB_FILES = (["config.json", "generation_config.json", "*.safetensors", "model.
               ["config.json", "generation_config.json", "pytorch_model*.bin", "pytorch_model.bin.index.json"])
 
 
-def _checkpoint_folder(path) -> str:
+def _checkpoint_folder(path, hub: dict | None = None) -> str:
     """path itself where it is a folder; a Hugging Face Hub id ("org/name")
     that is not a path here is downloaded through huggingface_hub into its
-    cache, and that folder returned."""
+    cache (hub: snapshot_download's options), and that folder returned."""
     if os.path.isdir(path):
         return path
     for patterns in _HUB_FILES:
-        folder = _hub_snapshot(path, patterns)
+        folder = _hub_snapshot(path, patterns, hub)
         if any(f.endswith((".safetensors", ".bin")) for f in os.listdir(folder)):
             return folder
     raise ValueError(f"{path!r} on the Hugging Face Hub has no safetensors or pytorch_model.bin weights")
 
 
-def _hub_snapshot(path, patterns) -> str:
+def _hub_snapshot(path, patterns, hub: dict | None = None) -> str:
     """The folder of huggingface_hub's cached snapshot of the Hub id path,
-    holding the files that match patterns; ValueError where path is no Hub
-    id, huggingface_hub is not installed, or the download fails."""
+    holding the files that match patterns (hub: more of snapshot_download's
+    options, such as revision); ValueError where path is no Hub id,
+    huggingface_hub is not installed, or the download fails."""
     if os.path.exists(path) or not _HUB_ID.match(path):
         raise ValueError(f"path {path!r} is not a checkpoint folder")
     try:
@@ -432,7 +433,7 @@ def _hub_snapshot(path, patterns) -> str:
         raise ValueError(f"path {path!r} is not a checkpoint folder here; to download it from the Hugging Face Hub, "
                          "install huggingface_hub") from None
     try:
-        return huggingface_hub.snapshot_download(path, allow_patterns=patterns)
+        return huggingface_hub.snapshot_download(path, allow_patterns=patterns, **(hub or {}))
     except Exception as e:  # the Hub's errors: network, unknown repo, gated model
         raise ValueError(f"path {path!r} is not a checkpoint folder here, and downloading it from the Hugging Face "
                          f"Hub failed: {e}") from None
@@ -627,7 +628,9 @@ class Model(_Owner):
         self.backend = info["backend"]
 
     @classmethod
-    def from_pretrained(cls, path, device: str = "auto", dtype: str | None = None, blas: str = "auto") -> "Model":
+    def from_pretrained(cls, path, device: str = "auto", dtype: str | None = None, blas: str = "auto", *,
+                        revision: str | None = None, cache_dir=None, token=None, local_files_only: bool = False,
+                        force_download: bool = False) -> "Model":
         """Load a checkpoint folder as Hugging Face save_pretrained writes it:
         config.json plus model.safetensors, or shards with
         model.safetensors.index.json. A folder with PyTorch's pickled
@@ -635,7 +638,10 @@ class Model(_Owner):
         (weights_only=True), which needs torch installed. A Hugging Face Hub
         id ("state-spaces/mamba-130m-hf") that is not a folder here is
         downloaded through huggingface_hub, where that is installed (its
-        config and weights only, into its cache).
+        config and weights only, into its cache). revision (a branch, tag
+        or commit), cache_dir, token, local_files_only and force_download
+        go to that download, as transformers passes them; a folder here
+        ignores them.
 
         device is "auto" (GPU 0 when it is usable, else the CPU), "cpu",
         "cuda" (GPU 0) or "cuda:N" (GPU N; a torch.device or an int N work
@@ -671,7 +677,11 @@ class Model(_Owner):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
         device, dtype, blas_path = _engine_args(device, dtype, blas)  # before any download
-        path = _checkpoint_folder(os.fspath(path))
+        hub = {name: value for name, value in (("revision", revision), ("cache_dir", cache_dir), ("token", token))
+               if value is not None}
+        hub.update({name: True for name, on in (("local_files_only", local_files_only),
+                                                 ("force_download", force_download)) if on})
+        path = _checkpoint_folder(os.fspath(path), hub)
         with _announce(path, device):
             bins = _pickled_checkpoint(path)
             if bins:
