@@ -1402,7 +1402,9 @@ def test_pipelines_follow_transformers(device):
     only, token ids, beam search) gives the text transformers' own model
     gives, over fresh prompts; sampling gives each prompt its continuations;
     "feature-extraction" with MambaModel gives transformers' states (1e-4).
-    On the GPU, both models are there (f32)."""
+    On the GPU, both models are there (f32). The pipelines name the model's
+    device: by default transformers' pipeline moves a model to GPU 0 where
+    there is one, which a stand-in refuses (its engine is chosen at load)."""
     torch = pytest.importorskip("torch", reason="torch is not installed")
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
     if int(transformers.__version__.split(".")[0]) < 5:
@@ -1416,7 +1418,9 @@ def test_pipelines_follow_transformers(device):
     rng = np.random.default_rng()
     words = "the stop sign stood at top of a street stars start to spot sea dusk quick brown fox".split()
     prompts = [" ".join(rng.choice(words, size=int(rng.integers(1, 6)))) for _ in range(3)]
-    theirs, mine = (transformers.pipeline("text-generation", model=m, tokenizer=tokenizer) for m in (hf, ours))
+    on = torch.device("cuda:0" if device == "cuda" else "cpu")
+    theirs, mine = (transformers.pipeline("text-generation", model=m, tokenizer=tokenizer, device=on)
+                    for m in (hf, ours))
     for kw in (dict(max_new_tokens=int(rng.integers(3, 10)), do_sample=False),
                dict(max_new_tokens=6, do_sample=False, batch_size=3),
                dict(max_new_tokens=6, do_sample=False, return_full_text=False),
@@ -1431,7 +1435,8 @@ def test_pipelines_follow_transformers(device):
 
     backbone = transformers.MambaModel.from_pretrained(case_dir("base")).to(device).eval()
     stand_in = MambaModel.from_model(backbone, device=device)
-    features = [transformers.pipeline("feature-extraction", model=m, tokenizer=tokenizer) for m in (backbone, stand_in)]
+    features = [transformers.pipeline("feature-extraction", model=m, tokenizer=tokenizer, device=on)
+                for m in (backbone, stand_in)]
     with torch.no_grad():
         want = features[0](prompts[0], return_tensors=True)
     got = features[1](prompts[0], return_tensors=True)
