@@ -190,15 +190,40 @@ def test_run_text_fetches_a_hub_ids_tokenizer(monkeypatch, tmp_path):
     folder = with_tokenizer(tmp_path)
     calls = []
 
-    def snapshot_download(repo_id, allow_patterns):
-        calls.append((repo_id, allow_patterns))
+    def snapshot_download(repo_id, allow_patterns, **options):
+        calls.append((repo_id, allow_patterns, options))
         return folder
 
     monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(snapshot_download=snapshot_download))
     assert _tokenizer("org/mamba-tiny").encode("t5 t17").ids == [5, 17]
-    assert calls == [("org/mamba-tiny", ["tokenizer.json"])]
+    assert calls == [("org/mamba-tiny", ["tokenizer.json"], {})]
+    assert _tokenizer("org/mamba-tiny", "v2").encode("t5").ids == [5]
+    assert calls[-1] == ("org/mamba-tiny", ["tokenizer.json"], {"revision": "v2"})
     with pytest.raises(ValueError, match="is not a checkpoint folder$"):
         _tokenizer(str(tmp_path / "no" / "such" / "folder"))
+
+
+def test_revision_reaches_the_hub_download(monkeypatch, tmp_path):
+    """--revision goes to the Hub download of a Hub id's weights and
+    tokenizer (a stand-in huggingface_hub here: no network)."""
+    import types
+
+    from mambago.__main__ import main
+
+    folder = with_tokenizer(tmp_path)
+    calls = []
+
+    def snapshot_download(repo_id, allow_patterns, **options):
+        calls.append((repo_id, options))
+        return folder
+
+    monkeypatch.setitem(sys.modules, "huggingface_hub", types.SimpleNamespace(snapshot_download=snapshot_download))
+    assert main(["run", "org/mamba-tiny", "--device", "cpu", "--revision", "v3", "--prompt", "t5 t17",
+                 "--max-new-tokens", "2"]) == 0
+    assert calls and all(c == ("org/mamba-tiny", {"revision": "v3"}) for c in calls), calls
+    calls.clear()
+    assert main(["info", "org/mamba-tiny", "--device", "cpu"]) == 0
+    assert calls and all(c == ("org/mamba-tiny", {}) for c in calls), calls
 
 
 def test_run_streams_one_texts_tokens(tmp_path):

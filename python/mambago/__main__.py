@@ -43,16 +43,17 @@ def _batch(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray | None]:
     return ids, (None if mask.all() else mask)
 
 
-def _tokenizer(model: str):
+def _tokenizer(model: str, revision: str | None = None):
     """The tokenizer of the checkpoint model names: its tokenizer.json (in
-    the folder, or fetched from the Hugging Face Hub as the weights are),
-    read by the tokenizers package."""
+    the folder, or fetched from the Hugging Face Hub as the weights are, at
+    revision where given), read by the tokenizers package."""
     try:
         from tokenizers import Tokenizer
     except ImportError:
         raise ValueError("--prompt needs the tokenizers package to read the checkpoint's tokenizer.json "
                          "(pip install tokenizers); --prompt-ids takes token ids without it") from None
-    folder = model if os.path.isdir(model) else _hub_snapshot(model, ["tokenizer.json"])
+    hub = {"revision": revision} if revision else None
+    folder = model if os.path.isdir(model) else _hub_snapshot(model, ["tokenizer.json"], hub)
     path = os.path.join(folder, "tokenizer.json")
     if not os.path.exists(path):
         raise ValueError(f"--prompt needs the checkpoint's tokenizer.json, and {model} has none; "
@@ -74,7 +75,7 @@ def _ints(text: str) -> list[int]:
 def _load(args) -> Model:
     t0 = time.perf_counter()
     print(f"loading {args.model} (device={args.device}) ...", file=sys.stderr, flush=True)
-    m = Model.from_pretrained(args.model, device=args.device, dtype=args.dtype, blas=args.blas)
+    m = Model.from_pretrained(args.model, device=args.device, dtype=args.dtype, blas=args.blas, revision=args.revision)
     print(f"loaded {m} in {time.perf_counter() - t0:.2f} s", file=sys.stderr, flush=True)
     return m
 
@@ -116,7 +117,7 @@ def cmd_run(args) -> int:
     """Prefill the prompt, generate, and print the tokens and timings."""
     tok = None
     if args.prompt is not None:  # before the load, which may take a while
-        tok = _tokenizer(args.model)
+        tok = _tokenizer(args.model, args.revision)
         rows = [tok.encode(text).ids for text in args.prompt]
         if any(not r for r in rows):
             raise ValueError("--prompt encodes to no tokens: give it some text")
@@ -137,7 +138,7 @@ def cmd_run(args) -> int:
     processors = dict(repetition_penalty=args.repetition_penalty, min_new_tokens=args.min_new_tokens,
                       no_repeat_ngram_size=args.no_repeat_ngram_size)
     if args.stop:  # read as text through the checkpoint's tokenizer
-        processors.update(stop_strings=args.stop, tokenizer=tok if tok is not None else _tokenizer(args.model))
+        processors.update(stop_strings=args.stop, tokenizer=tok if tok is not None else _tokenizer(args.model, args.revision))
     stream = None
     if args.num_beams > 1:  # each row's best beam; with --temperature, beam sampling
         sample = {} if args.temperature == 0 else dict(
@@ -200,7 +201,9 @@ def main(argv=None) -> int:
 
     def common(sp):
         """Add the arguments every subcommand takes."""
-        sp.add_argument("model", help="checkpoint folder (config.json + safetensors, or pytorch_model.bin with torch installed)")
+        sp.add_argument("model", help="checkpoint folder (config.json + safetensors, or pytorch_model.bin with torch "
+                        "installed), or a Hugging Face Hub id (downloaded with huggingface_hub)")
+        sp.add_argument("--revision", default=None, help="a Hub id's branch, tag or commit (default: its main branch)")
         sp.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
         sp.add_argument("--dtype", default=None, help="float32 (default), bfloat16 or float16")
         sp.add_argument("--blas", default="auto", help="CPU GEMMs: auto (the engine's own with AVX2, else numpy's OpenBLAS), go, or a library path")
