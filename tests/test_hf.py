@@ -679,6 +679,18 @@ def test_generation_config_sets_generates_defaults(tmp_path):
         m.generate(ids, foo=1)
     with pytest.raises(TypeError, match="generation_config must be"):
         plain.generate(ids, generation_config=3)
+    saved = tmp_path / "saved"  # save_pretrained writes what from_pretrained reads back
+    m.generation_config.save_pretrained(saved)
+    assert GenerationConfig._from_file(str(saved / "generation_config.json")).to_dict() == \
+        m.generation_config.to_dict() == m.generation_config.to_diff_dict()
+    assert m.generation_config.update(top_k=7, foo=1) == {} and m.generation_config.top_k == 7
+    with pytest.raises(AttributeError, match="no validate"):
+        m.generation_config.validate()
+    m.generation_config = {"max_new_tokens": 2, "eos_token_id": []}  # a dict serves as the model's config too
+    assert m.generate(ids, do_sample=False).shape == (2, 7)
+    m.generation_config = 3
+    with pytest.raises(TypeError, match="generation_config must be"):
+        m.generate(ids)
     (folder / "generation_config.json").write_text("[1, 2]")
     with pytest.raises(ValueError, match="not a generation config"):
         MambaForCausalLM.from_pretrained(folder, device="cpu")

@@ -507,6 +507,12 @@ _GENERATION_OFF = {
 }
 
 
+# Methods of transformers' GenerationConfig that mambago.hf's lacks: asked
+# for, they are an AttributeError, not a setting read as None.
+_TRANSFORMERS_CONFIG_METHODS = frozenset({"validate", "to_json_file", "push_to_hub", "from_pretrained", "from_dict",
+                                          "from_model_config", "get_generation_mode", "dict_dtype_to_str"})
+
+
 class GenerationConfig:
     """generate's defaults for one model, as transformers'
     model.generation_config holds them: an attribute a setting
@@ -524,9 +530,13 @@ class GenerationConfig:
         self.__dict__.update(settings)
 
     def __getattr__(self, name):
-        """None for a setting not set, as transformers' GenerationConfig has."""
+        """None for a setting not set, as transformers' GenerationConfig has;
+        an AttributeError for a method of transformers' that this one lacks."""
         if name.startswith("__"):
             raise AttributeError(name)
+        if name in _TRANSFORMERS_CONFIG_METHODS:
+            raise AttributeError(f"mambago.hf.GenerationConfig has no {name}() of transformers' GenerationConfig; "
+                                 f"generate and model.generation_config take a transformers.GenerationConfig too")
         return None
 
     def to_dict(self) -> dict:
@@ -538,6 +548,19 @@ class GenerationConfig:
         settings that differ from its defaults (its pipelines ask for it).
         A setting left unset here already falls to those defaults."""
         return self.to_dict()
+
+    def to_json_string(self) -> str:
+        """The settings that are set, as generation_config.json holds them."""
+        import json
+
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    def save_pretrained(self, save_directory) -> None:
+        """Write generation_config.json into save_directory (made if
+        missing), as transformers does; from_pretrained reads it back."""
+        os.makedirs(save_directory, exist_ok=True)
+        with open(os.path.join(save_directory, "generation_config.json"), "w") as f:
+            f.write(self.to_json_string())
 
     def update(self, **settings) -> dict:
         """Set each of settings, as transformers' GenerationConfig.update
@@ -776,7 +799,7 @@ class MambaForCausalLM(_StandIn):
         for name in kwargs:
             if name not in _GENERATION_OFF:
                 raise TypeError(f"generate: unsupported argument {name!r}")
-        layers = (given | kwargs, _settings_of(generation_config), self.generation_config.to_dict())
+        layers = (given | kwargs, _settings_of(generation_config), _settings_of(self.generation_config))
 
         def setting(name, default=None):
             return next((layer[name] for layer in layers if layer.get(name) is not None), default)
