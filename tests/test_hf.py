@@ -6,12 +6,13 @@ transformers' own logits and greedy tokens."""
 import importlib.util
 import inspect
 import json
+import os
 
 import numpy as np
 import pytest
 
 import mambago
-from conftest import case_dir, early_stop_pair, hf_continue, rel_err, unused_id
+from conftest import case_dir, early_stop_pair, hf_continue, read_safetensors, rel_err, unused_id
 from mambago.hf import MambaCache, MambaForCausalLM, MambaModel
 
 
@@ -1213,10 +1214,14 @@ def test_refuses_what_it_cannot_do():
         MambaForCausalLM(case_dir("base"))  # a path where a loaded model goes
     with pytest.raises(TypeError, match="unsupported argument 'quantization_config'"):
         MambaForCausalLM.from_pretrained(case_dir("base"), quantization_config={"load_in_8bit": True})
-    with pytest.raises(ValueError, match="runs on cpu.*device='cuda:0'"):
-        m.to("cuda:0")
-    with pytest.raises(ValueError, match="is float32.*dtype='bfloat16'"):
-        m.to("bfloat16")
+    held = MambaForCausalLM(mambago.Model.from_state_dict(
+        read_safetensors(os.path.join(case_dir("base"), "model.safetensors")), case_dir("base"), device="cpu"))
+    with pytest.raises(ValueError, match="runs on cpu in float32 and was not loaded from a folder.*dtype='bfloat16'"):
+        held.to("bfloat16")  # from memory: nothing to load again
+    assert held.to("cpu", "float32") is held
+    for odd in ("mps", "float64"):
+        with pytest.raises(ValueError, match="mambago runs on cpu or cuda, in float32, bfloat16 or float16"):
+            m.to(odd)
     assert MambaForCausalLM.from_pretrained(case_dir("base"), device_map="cpu").model.device == "cpu"
 
 
@@ -1272,16 +1277,34 @@ def test_dtype_auto():
         MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu", torch_dtype="automatic")
 
 
-def test_device_and_dtype_shorthands():
-    """.cuda(), .cpu(), .float(), .half() and .bfloat16(), as scripts call
-    them: the model itself where it already is so, else a ValueError that
-    says how to load it."""
+def test_device_and_dtype_shorthands(capfd):
+    """.to(), .cuda(), .cpu(), .float(), .half() and .bfloat16(), as scripts
+    call them: the model itself where it already is so; else the same
+    model, its checkpoint loaded again that way (said on stderr), with the
+    numbers of a model loaded so, its generation_config kept. Where no GPU
+    is, .cuda() is the loader's ValueError, and the model stays as it was."""
     m = MambaForCausalLM.from_pretrained(case_dir("base"), device="cpu")
-    assert m.cpu() is m and m.float() is m
-    for call, match in ((m.cuda, "device='cuda'"), (lambda: m.cuda(0), "device='cuda:0'"),
-                        (m.half, "dtype='float16'"), (m.bfloat16, "dtype='bfloat16'")):
-        with pytest.raises(ValueError, match=match):
-            call()
+    first = m.model
+    assert m.cpu() is m and m.float() is m and m.to("cpu", non_blocking=True) is m and m.model is first
+    assert "loads" not in capfd.readouterr().err
+    m.generation_config.max_new_tokens = 3
+    ids = np.random.default_rng().integers(1, m.config.vocab_size, size=(2, 6))
+    for call, dtype in ((m.half, "float16"), (m.bfloat16, "bfloat16"), (lambda: m.to(dtype="half"), "float16"),
+                        (m.float, "float32")):
+        assert call() is m and m.model.dtype == dtype and m.model.device == "cpu"
+        assert f"loads {case_dir('base')} again, as {dtype} on cpu" in capfd.readouterr().err
+        want = mambago.Model.from_pretrained(case_dir("base"), device="cpu", dtype=dtype)
+        assert np.array_equal(m(ids).logits, want.logits(want.prefill(ids, output="all")))
+        assert m.generate(ids).shape == (2, 9)  # the generation config kept
+    if not mambago.cuda_is_available():
+        before = m.model
+        for call in (m.cuda, lambda: m.cuda(0), lambda: m.to("cuda:0")):
+            with pytest.raises(ValueError, match="no usable GPU"):
+                call()
+        assert m.model is before and m.model.device == "cpu"
+    else:  # the CUDA engine, loaded as asked, then back
+        assert m.cuda() is m and m.model.device == "cuda" and m.model.dtype == "float32"
+        assert m.to("cpu", "bfloat16") is m and m.model.device == "cpu" and m.model.dtype == "bfloat16"
 
 
 def test_matches_transformers():
@@ -1418,7 +1441,7 @@ def test_pipelines_follow_transformers(device):
     "feature-extraction" with MambaModel gives transformers' states (1e-4).
     On the GPU, both models are there (f32). The pipelines name the model's
     device: by default transformers' pipeline moves a model to GPU 0 where
-    there is one, which a stand-in refuses (its engine is chosen at load)."""
+    there is one, which for a stand-in loads it again there."""
     torch = pytest.importorskip("torch", reason="torch is not installed")
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
     if int(transformers.__version__.split(".")[0]) < 5:
@@ -1487,8 +1510,10 @@ def test_cuda_tensors_in_and_out():
     tokens = gpu.generate(ids, max_new_tokens=4)
     assert tokens.device.type == "cuda" and tokens.shape[0] == 2 and 10 <= tokens.shape[1] <= 13  # eos may stop both
     assert gpu.device == torch.device("cuda:0") and gpu.to("cuda:0") is gpu and gpu.to(torch.device("cuda")) is gpu
-    with pytest.raises(ValueError, match="runs on cuda:0.*device='cuda:1'"):
-        gpu.to("cuda:1")
+    if torch.cuda.device_count() < 2:  # no GPU 1 to load again on: the loader's error, the model as it was
+        with pytest.raises(ValueError, match='device "cuda:1": no usable GPU'):
+            gpu.to("cuda:1")
+        assert gpu.model.device_index == 0
     assert MambaForCausalLM.from_pretrained(case_dir("base"), device_map={"": 0}).device == torch.device("cuda:0")
 
 

@@ -10,9 +10,9 @@ the import and keep the calls.
 Inputs may be torch tensors (CPU or CUDA) or numpy arrays; outputs come
 back as the same kind, on the input's device. Embeddings may be float32, or
 bfloat16/float16 tensors (widened exactly). The engine is chosen at load
-(device=, dtype=): .to() and .eval() accept what the model already is and
-refuse the rest with a ValueError that says how to load it instead;
-.device and .dtype say what it is, as torch objects where torch is
+(device=, dtype=): .to(), .cuda(), .half() and the like load the
+checkpoint again as asked (saying so on stderr) where the model is not
+already so; .device and .dtype say what it is, as torch objects where torch is
 installed (so `inputs.to(model.device)` works). A model already in PyTorch
 hands over with from_model. AutoModelForCausalLM is the same class: it
 loads Mamba and Falcon-Mamba checkpoints and refuses any other model type.
@@ -40,10 +40,15 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 
 import numpy as np
 
 from .model import Model, State, _batched, _eos_ids, _FilledStops, _is_torch_tensor, _spans
+
+# torch's names of the floating types mambago runs in, as .to() takes them.
+_TORCH_FLOATS = {"float32": "float32", "float": "float32", "bfloat16": "bfloat16", "float16": "float16",
+                 "half": "float16"}
 
 # transformers' from_pretrained arguments that name what device= and dtype=
 # choose.
@@ -172,6 +177,7 @@ class _StandIn:
                             f"call mambago.hf.{name}.from_pretrained(path)")
         self.model = model
         self.config = model.config
+        self._blas = "auto"  # the CPU engine's GEMMs, should .to() load the model again
         self._init_generation_config()
 
     @property
@@ -215,7 +221,9 @@ class _StandIn:
                 device = value[""]
             else:
                 device = value
-        return cls(Model.from_pretrained(path, device=device, dtype=dtype, blas=blas, **hub))
+        out = cls(Model.from_pretrained(path, device=device, dtype=dtype, blas=blas, **hub))
+        out._blas = blas
+        return out
 
     def _init_generation_config(self, hf_model=None):
         """Set what the stand-in keeps beside the model, from hf_model (a
@@ -252,40 +260,73 @@ class _StandIn:
         return hasattr(self, "generate")
 
     def to(self, *args, **kwargs):
-        """Return self where the arguments ask for the device and dtype the
-        model already has; the engine is chosen at load, so anything else
-        is a ValueError that says how to load it instead."""
-        for a in list(args) + list(kwargs.values()):
-            want = str(a).replace("torch.", "")
-            kind, _, index = want.partition(":")
-            if kind in ("cpu", "cuda") and (kind != self.model.device or
-                                            index and index != str(self.model.device_index)):
-                raise ValueError(f"this model runs on {self.model._where()}: load it with "
-                                 f"from_pretrained(..., device={want!r}) instead of moving it")
-            if want in ("float32", "float", "bfloat16", "float16", "half") and \
-                    {"float": "float32", "half": "float16"}.get(want, want) != self.model.dtype:
-                raise ValueError(f"this model is {self.model.dtype}: load it with "
-                                 f"from_pretrained(..., dtype={want!r}) instead of casting it")
+        """Move or cast the model in place and return it, as torch's
+        Module.to does: a device ("cpu", "cuda", "cuda:1", a torch.device
+        or a GPU index) and a dtype (torch.float32, torch.bfloat16,
+        torch.float16 or their names), each left as it is where omitted;
+        non_blocking and copy change nothing. The engine is chosen at load,
+        so another device or dtype loads the checkpoint folder again that
+        way (saying so on stderr; from_pretrained(..., device=, dtype=)
+        loads it once). States and caches made before keep the old engine.
+        A model taken over from memory (from_model) has no folder to load
+        again: asked to change, it is a ValueError that says how to load it
+        instead, as is a failed load, which leaves the model as it was."""
+        device, dtype = self._asked(list(args) + [v for k, v in kwargs.items() if k not in ("non_blocking", "copy")])
+        m = self.model
+        if device is not None and (device.partition(":")[0] == m.device and
+                                   device.partition(":")[2] in ("", str(m.device_index))):
+            device = None
+        if dtype == m.dtype:
+            dtype = None
+        if device is None and dtype is None:
+            return self
+        where, kind = device or m._where(), dtype or m.dtype
+        if m._folder is None:
+            raise ValueError(f"this model runs on {m._where()} in {m.dtype} and was not loaded from a folder, so it "
+                             f"cannot load again: load it with device={where!r}, dtype={kind!r} instead")
+        print(f"mambago.hf: {type(self).__name__}.to() loads {m._folder} again, as {kind} on {where} (the engine "
+              f"is chosen at load: from_pretrained(..., device={where!r}, dtype={kind!r}) loads it once)",
+              file=sys.stderr, flush=True)
+        self.model = Model.from_pretrained(m._folder, device=where, dtype=kind, blas=self._blas)
+        self.config = self.model.config
         return self
 
+    @staticmethod
+    def _asked(args) -> tuple[str | None, str | None]:
+        """The device ("cpu", "cuda" or "cuda:N") and the dtype (float32,
+        bfloat16 or float16) that .to()'s arguments ask for, None where they
+        ask none; anything else is a ValueError."""
+        device = dtype = None
+        for a in args:
+            if a is None or isinstance(a, bool):
+                continue
+            want = f"cuda:{a}" if isinstance(a, int) else str(a).replace("torch.", "")
+            if want.partition(":")[0] in ("cpu", "cuda"):
+                device = want
+            elif want in _TORCH_FLOATS:
+                dtype = _TORCH_FLOATS[want]
+            else:
+                raise ValueError(f".to({a!r}): mambago runs on cpu or cuda, in float32, bfloat16 or float16")
+        return device, dtype
+
     def cuda(self, device=None):
-        """Return self on the CUDA engine; elsewhere a ValueError, as .to("cuda")."""
+        """.to("cuda"), or .to("cuda:N") for a GPU index or name."""
         return self.to("cuda" if device is None else f"cuda:{device}" if isinstance(device, int) else device)
 
     def cpu(self):
-        """Return self on the CPU engine; elsewhere a ValueError, as .to("cpu")."""
+        """.to("cpu")."""
         return self.to("cpu")
 
     def float(self):
-        """Return self where it computes in float32; else a ValueError, as .to("float32")."""
+        """.to("float32")."""
         return self.to("float32")
 
     def half(self):
-        """Return self where it computes in float16; else a ValueError, as .to("float16")."""
+        """.to("float16")."""
         return self.to("float16")
 
     def bfloat16(self):
-        """Return self where it computes in bfloat16; else a ValueError, as .to("bfloat16")."""
+        """.to("bfloat16")."""
         return self.to("bfloat16")
 
     def __repr__(self):
