@@ -1216,7 +1216,7 @@ def test_refuses_what_it_cannot_do():
         MambaForCausalLM.from_pretrained(case_dir("base"), quantization_config={"load_in_8bit": True})
     held = MambaForCausalLM(mambago.Model.from_state_dict(
         read_safetensors(os.path.join(case_dir("base"), "model.safetensors")), case_dir("base"), device="cpu"))
-    with pytest.raises(ValueError, match="runs on cpu in float32 and was not loaded from a folder.*dtype='bfloat16'"):
+    with pytest.raises(ValueError, match="runs on cpu in float32 and has no checkpoint folder.*dtype='bfloat16'"):
         held.to("bfloat16")  # from memory: nothing to load again
     assert held.to("cpu", "float32") is held
     for odd in ("mps", "float64"):
@@ -1375,7 +1375,8 @@ def test_from_model_follows_the_models_dtype():
     """from_model without dtype= takes the transformers model's own: a
     bf16 model loads with bf16 weights on the CPU (its float32 forward on
     those weights gives the logits, within 1e-4, and the greedy tokens),
-    .dtype says so as transformers' does, and dtype= still overrides."""
+    .dtype says so as transformers' does, and dtype= still overrides.
+    .float() loads again from the transformers model while it lives."""
     torch = pytest.importorskip("torch", reason="torch is not installed")
     transformers = pytest.importorskip("transformers", reason="transformers is not installed")
     hf = transformers.MambaForCausalLM.from_pretrained(case_dir("base")).eval().to(torch.bfloat16)
@@ -1390,6 +1391,15 @@ def test_from_model_follows_the_models_dtype():
     assert torch.equal(ours.generate(ids, max_new_tokens=5), want_tokens)
     assert MambaForCausalLM.from_model(hf, device="cpu", dtype="float32").model.dtype == "float32"
     assert MambaForCausalLM.from_model(ref, device="cpu").model.dtype == "float32"
+    # .float() loads again from the transformers model while it is in memory: the bf16 weights' float32 values
+    assert ours.float() is ours and ours.model.dtype == "float32"
+    assert rel_err(ours(ids).logits.numpy(), want.numpy()) <= 1e-4
+    del hf
+    import gc
+
+    gc.collect()
+    with pytest.raises(ValueError, match="no checkpoint folder or transformers model to load again from"):
+        ours.bfloat16()
 
 
 def test_padding_after_eos_matches_transformers(tmp_path):

@@ -11,8 +11,8 @@ Inputs may be torch tensors (CPU or CUDA) or numpy arrays; outputs come
 back as the same kind, on the input's device. Embeddings may be float32, or
 bfloat16/float16 tensors (widened exactly). The engine is chosen at load
 (device=, dtype=): .to(), .cuda(), .half() and the like load the
-checkpoint again as asked (saying so on stderr) where the model is not
-already so; .device and .dtype say what it is, as torch objects where torch is
+checkpoint (or from_model's transformers model) again as asked, saying so
+on stderr, where the model is not already so; .device and .dtype say what it is, as torch objects where torch is
 installed (so `inputs.to(model.device)` works). A model already in PyTorch
 hands over with from_model. AutoModelForCausalLM is the same class: it
 loads Mamba and Falcon-Mamba checkpoints and refuses any other model type.
@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import weakref
 
 import numpy as np
 
@@ -178,6 +179,7 @@ class _StandIn:
         self.model = model
         self.config = model.config
         self._blas = "auto"  # the CPU engine's GEMMs, should .to() load the model again
+        self._source = None  # from_model's transformers model (a weak reference), for .to() to load again
         self._init_generation_config()
 
     @property
@@ -248,6 +250,11 @@ class _StandIn:
         out = cls(Model.from_state_dict(hf_model.state_dict(), hf_model.config, device=device, dtype=dtype,
                                         blas=blas))
         out._init_generation_config(hf_model)
+        out._blas = blas
+        try:
+            out._source = weakref.ref(hf_model)
+        except TypeError:  # an object that takes no weak reference: .to() cannot load again
+            pass
         return out
 
     def eval(self):
@@ -267,9 +274,10 @@ class _StandIn:
         non_blocking and copy change nothing. The engine is chosen at load,
         so another device or dtype loads the checkpoint folder again that
         way (saying so on stderr; from_pretrained(..., device=, dtype=)
-        loads it once). States and caches made before keep the old engine.
-        A model taken over from memory (from_model) has no folder to load
-        again: asked to change, it is a ValueError that says how to load it
+        loads it once), or, for a model taken over with from_model, that
+        transformers model's weights as they are now, while it is still in
+        memory. States and caches made before keep the old engine. A model
+        with neither to load from is a ValueError that says how to load it
         instead, as is a failed load, which leaves the model as it was."""
         device, dtype = self._asked(list(args) + [v for k, v in kwargs.items() if k not in ("non_blocking", "copy")])
         m = self.model
@@ -281,13 +289,20 @@ class _StandIn:
         if device is None and dtype is None:
             return self
         where, kind = device or m._where(), dtype or m.dtype
-        if m._folder is None:
-            raise ValueError(f"this model runs on {m._where()} in {m.dtype} and was not loaded from a folder, so it "
-                             f"cannot load again: load it with device={where!r}, dtype={kind!r} instead")
-        print(f"mambago.hf: {type(self).__name__}.to() loads {m._folder} again, as {kind} on {where} (the engine "
-              f"is chosen at load: from_pretrained(..., device={where!r}, dtype={kind!r}) loads it once)",
-              file=sys.stderr, flush=True)
-        self.model = Model.from_pretrained(m._folder, device=where, dtype=kind, blas=self._blas)
+        source = self._source() if self._source is not None else None
+        if m._folder is None and source is None:
+            raise ValueError(f"this model runs on {m._where()} in {m.dtype} and has no checkpoint folder or "
+                             f"transformers model to load again from: load it with device={where!r}, "
+                             f"dtype={kind!r} instead")
+        what = m._folder or f"the weights of its {type(source).__name__}"
+        print(f"mambago.hf: {type(self).__name__}.to() loads {what} again, as {kind} on {where} (the engine is "
+              f"chosen at load: loading with device={where!r}, dtype={kind!r} loads it once)", file=sys.stderr,
+              flush=True)
+        if m._folder is not None:
+            self.model = Model.from_pretrained(m._folder, device=where, dtype=kind, blas=self._blas)
+        else:
+            self.model = Model.from_state_dict(source.state_dict(), source.config, device=where, dtype=kind,
+                                               blas=self._blas)
         self.config = self.model.config
         return self
 
