@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 from . import __version__
-from .model import Model, _hub_snapshot
+from .model import Model, _hub_options, _hub_snapshot
 
 
 def _ids(text: str) -> list[list[int]]:
@@ -52,8 +52,7 @@ def _tokenizer(model: str, revision: str | None = None):
     except ImportError:
         raise ValueError("--prompt needs the tokenizers package to read the checkpoint's tokenizer.json "
                          "(pip install tokenizers); --prompt-ids takes token ids without it") from None
-    hub = {"revision": revision} if revision else None
-    folder = model if os.path.isdir(model) else _hub_snapshot(model, ["tokenizer.json"], hub)
+    folder = model if os.path.isdir(model) else _hub_snapshot(model, ["tokenizer.json"], _hub_options(revision))
     path = os.path.join(folder, "tokenizer.json")
     if not os.path.exists(path):
         raise ValueError(f"--prompt needs the checkpoint's tokenizer.json, and {model} has none; "

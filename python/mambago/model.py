@@ -407,6 +407,16 @@ _HUB_FILES = (["config.json", "generation_config.json", "*.safetensors", "model.
               ["config.json", "generation_config.json", "pytorch_model*.bin", "pytorch_model.bin.index.json"])
 
 
+def _hub_options(revision=None, cache_dir=None, token=None, local_files_only=False, force_download=False) -> dict:
+    """snapshot_download's options that a call sets, as transformers names
+    them: those left at their defaults are not passed."""
+    hub = {name: value for name, value in (("revision", revision), ("cache_dir", cache_dir), ("token", token))
+           if value is not None}
+    hub.update({name: True for name, on in (("local_files_only", local_files_only),
+                                             ("force_download", force_download)) if on})
+    return hub
+
+
 def _checkpoint_folder(path, hub: dict | None = None) -> str:
     """path itself where it is a folder; a Hugging Face Hub id ("org/name")
     that is not a path here is downloaded through huggingface_hub into its
@@ -677,10 +687,7 @@ class Model(_Owner):
         if not isinstance(path, (str, os.PathLike)):
             raise TypeError(f"path must be a str or os.PathLike, got {type(path).__name__}")
         device, dtype, blas_path = _engine_args(device, dtype, blas)  # before any download
-        hub = {name: value for name, value in (("revision", revision), ("cache_dir", cache_dir), ("token", token))
-               if value is not None}
-        hub.update({name: True for name, on in (("local_files_only", local_files_only),
-                                                 ("force_download", force_download)) if on})
+        hub = _hub_options(revision, cache_dir, token, local_files_only, force_download)
         path = _checkpoint_folder(os.fspath(path), hub)
         with _announce(path, device):
             bins = _pickled_checkpoint(path)
