@@ -177,10 +177,15 @@ class _StandIn:
             raise TypeError(f"{name}({model!r}): it wraps a mambago.Model; to load a checkpoint, "
                             f"call mambago.hf.{name}.from_pretrained(path)")
         self.model = model
-        self.config = model.config
         self._blas = "auto"  # the CPU engine's GEMMs, should .to() load the model again
         self._source = None  # from_model's transformers model (a weak reference), for .to() to load again
         self._init_generation_config()
+
+    @property
+    def config(self):
+        """The model's configuration (Model.config), from the engine behind
+        it, which .to() may replace."""
+        return self.model.config
 
     @property
     def device(self):
@@ -303,7 +308,6 @@ class _StandIn:
         else:
             self.model = Model.from_state_dict(source.state_dict(), source.config, device=where, dtype=kind,
                                                blas=self._blas)
-        self.config = self.model.config
         return self
 
     @staticmethod
