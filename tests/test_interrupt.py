@@ -19,10 +19,17 @@ TIMEOUT_S = 120
 ROOT = Path(__file__).resolve().parent.parent
 
 
+# Each script is a user's process pressing Ctrl-C, so it takes SIGINT as
+# Python's default handler does. A process started with SIGINT ignored (a
+# background job of a shell without job control, as some CI runners start
+# tests) inherits that, and then no Ctrl-C reaches any Python code.
+DEFAULT_CTRL_C = "import signal\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+
+
 def run(tmp_path, body, **names):
     script = tmp_path / "script.py"
     names = {"case": case_dir("base"), **names}
-    script.write_text("".join(f"{k} = {v!r}\n" for k, v in names.items()) + textwrap.dedent(body))
+    script.write_text(DEFAULT_CTRL_C + "".join(f"{k} = {v!r}\n" for k, v in names.items()) + textwrap.dedent(body))
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=TIMEOUT_S,
                           cwd=tmp_path)
     assert proc.returncode == 0, f"script failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
