@@ -177,7 +177,6 @@ class _StandIn:
             raise TypeError(f"{name}({model!r}): it wraps a mambago.Model; to load a checkpoint, "
                             f"call mambago.hf.{name}.from_pretrained(path)")
         self.model = model
-        self._blas = "auto"  # the CPU engine's GEMMs, should .to() load the model again
         self._source = None  # from_model's transformers model (a weak reference), for .to() to load again
         self._init_generation_config()
 
@@ -228,9 +227,7 @@ class _StandIn:
                 device = value[""]
             else:
                 device = value
-        out = cls(Model.from_pretrained(path, device=device, dtype=dtype, blas=blas, **hub))
-        out._blas = blas
-        return out
+        return cls(Model.from_pretrained(path, device=device, dtype=dtype, blas=blas, **hub))
 
     def _init_generation_config(self, hf_model=None):
         """Set what the stand-in keeps beside the model, from hf_model (a
@@ -255,7 +252,6 @@ class _StandIn:
         out = cls(Model.from_state_dict(hf_model.state_dict(), hf_model.config, device=device, dtype=dtype,
                                         blas=blas))
         out._init_generation_config(hf_model)
-        out._blas = blas
         try:
             out._source = weakref.ref(hf_model)
         except TypeError:  # an object that takes no weak reference: .to() cannot load again
@@ -304,10 +300,10 @@ class _StandIn:
               f"chosen at load: loading with device={where!r}, dtype={kind!r} loads it once)", file=sys.stderr,
               flush=True)
         if m._folder is not None:
-            self.model = Model.from_pretrained(m._folder, device=where, dtype=kind, blas=self._blas)
+            self.model = Model.from_pretrained(m._folder, device=where, dtype=kind, blas=m._blas)
         else:
             self.model = Model.from_state_dict(source.state_dict(), source.config, device=where, dtype=kind,
-                                               blas=self._blas)
+                                               blas=m._blas)
         return self
 
     @staticmethod

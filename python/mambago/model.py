@@ -626,6 +626,7 @@ class Model(_Owner):
         TypeError that says to call from_pretrained."""
         self._h = None  # what close (and __del__) see if this raises
         self._folder = None  # the checkpoint folder it was loaded from, if any
+        self._blas = "auto"  # the blas it was loaded with, for a load again (mambago.hf's .to())
         if isinstance(handle, bool) or not isinstance(handle, int):
             raise TypeError(f"mambago.Model({handle!r}): Model takes an engine handle; to load a checkpoint, "
                             f"call mambago.Model.from_pretrained(path)")
@@ -696,6 +697,7 @@ class Model(_Owner):
             else:
                 m = cls(_abandonable(_b.LoadModel, path, device, dtype, blas_path, discard=_free_model))
         m._folder = path  # for what else the checkpoint holds (mambago.hf: generation_config.json)
+        m._blas = blas
         return m
 
     @classmethod
@@ -719,7 +721,9 @@ class Model(_Owner):
         config = _config_dict(config)
         device, dtype, blas_path = _engine_args(device, dtype, blas)
         with _announce("", device):
-            return cls(_load_state_dict(state_dict, config, device, dtype, blas_path))
+            m = cls(_load_state_dict(state_dict, config, device, dtype, blas_path))
+        m._blas = blas
+        return m
 
     def __repr__(self):
         c = self.config
