@@ -272,6 +272,16 @@ def test_generate(m):
     with pytest.raises(ValueError, match="input_ids.*vocabulary"):
         m.generate(x + m.config.vocab_size, 3)
     assert m.generate(x, 0).shape == (2, 0)
+    # An output numpy cannot hold (2 rows of 2**62 int64) names the argument, from generate and beam_search alike.
+    with pytest.raises(ValueError, match="max_new_tokens = 4611686018427387904 is too large"):
+        m.generate(x, 2**62)
+    with pytest.raises(ValueError, match="max_new_tokens = 4611686018427387904 is too large"):
+        m.beam_search(x, 2**62, 2)
+    # One of 2**62 bytes, past any machine's address space, is numpy's MemoryError, named the same way.
+    with pytest.raises(MemoryError, match="max_new_tokens = 288230376151711744 is too large"):
+        m.generate(x, 2**58)
+    with pytest.raises(MemoryError, match="max_new_tokens = 288230376151711744 is too large"):
+        m.beam_search(x, 2**58, 2)
 
 
 class _Letters:

@@ -216,6 +216,18 @@ def _nan(shape, dtype=np.float32):
     return out
 
 
+def _new_tokens(rows: int, max_new_tokens: int, dtype=np.int64) -> np.ndarray:
+    """An unfilled [rows, max_new_tokens] output buffer. A size numpy cannot
+    hold is a ValueError, and one the machine cannot reserve a MemoryError, each naming
+    max_new_tokens."""
+    try:
+        return np.empty((rows, max_new_tokens), dtype=dtype)
+    except (ValueError, MemoryError) as e:
+        kind = MemoryError if isinstance(e, MemoryError) else ValueError
+        raise kind(f"max_new_tokens = {max_new_tokens} is too large for {rows} output rows "
+                   f"of {np.dtype(dtype).name}: {e}") from None
+
+
 def _addr(a: np.ndarray) -> int:
     return a.ctypes.data
 
@@ -1183,7 +1195,7 @@ class Model(_Owner):
         B, T = ids.shape
         # Generate writes every column it takes, so out's pages past them are
         # never touched: a large max_new_tokens with an early eos costs no memory.
-        out = np.empty((B, max_new_tokens), dtype=np.int64)
+        out = _new_tokens(B, int(max_new_tokens))
         if streamer is None:
             poll = None
         else:
@@ -1319,8 +1331,8 @@ class Model(_Owner):
         R, V, n = int(num_return_sequences), self.config.vocab_size, int(max_new_tokens)
         # BeamSearch writes every returned column (and steps up to those taken):
         # the pages past them are never touched, as generate's.
-        tokens = np.empty((B * R, n), dtype=np.int64)
-        indices = np.empty((B * R, n), dtype=np.int32)
+        tokens = _new_tokens(B * R, n)
+        indices = _new_tokens(B * R, n, np.int32)
         scores = np.zeros(B * R, dtype=np.float32)
         counts = np.zeros(2, dtype=np.int64)
         steps = [np.zeros((n, B * int(num_beams), V), np.float32) if want else None
