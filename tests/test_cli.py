@@ -126,6 +126,36 @@ def test_bad_arguments_exit_cleanly():
     for flag, value in (("--lengths", "8,0"), ("--batch", "0"), ("--lengths", ",")):
         r = cli("bench", case_dir("base"), flag, value)
         assert r.returncode == 2 and "at least 1" in r.stderr and "median" not in r.stdout, (flag, value, r)
+    for args in (("bench", case_dir("base"), "--repeats", "0"), ("run", case_dir("base"), "--prompt-ids", "1", "--num-beams", "0")):
+        r = cli(*args)
+        assert r.returncode == 2 and "at least 1" in r.stderr, (args, r)
+    # A --json folder that does not exist is refused before the timing, not after it.
+    r = cli("bench", case_dir("base"), "--lengths", "8", "--json", "/nonexistent/bench.json")
+    assert r.returncode == 2 and "--json" in r.stderr and "median" not in r.stdout, r
+    # An output too large to allocate is an error line, not a traceback.
+    r = cli("run", case_dir("base"), "--prompt-ids", "1,2", "--max-new-tokens", str(2**58))
+    assert r.returncode == 2 and "max_new_tokens" in r.stderr and "Traceback" not in r.stderr, r
+
+
+def test_ctrl_c_exits_130_without_a_traceback():
+    """Ctrl-C during a long bench: "interrupted" and the shell's 130, as a command line tool ends."""
+    if sys.platform == "win32":
+        pytest.skip("POSIX signals")
+    import signal
+    import time
+    # Python's default Ctrl-C handler even where this run was started with SIGINT ignored (a background job).
+    p = subprocess.Popen([sys.executable, "-c", "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                          "from mambago.__main__ import main; sys.exit(main(sys.argv[1:]))",
+                          "bench", case_dir("base"), "--lengths", "4096", "--repeats", "100000"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert "median" in p.stdout.readline()  # the table's header: the model is loaded and the timing under way
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 130 and "interrupted" in err and "Traceback" not in err, (p.returncode, err)
 
 
 def with_tokenizer(tmp_path):

@@ -71,6 +71,17 @@ def _ints(text: str) -> list[int]:
     return ints
 
 
+def _positive(text: str) -> int:
+    """An integer of at least 1 (--repeats, --num-beams)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want an integer, got {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"want an integer of at least 1, got {text!r}")
+    return n
+
+
 def _load(args) -> Model:
     t0 = time.perf_counter()
     print(f"loading {args.model} (device={args.device}) ...", file=sys.stderr, flush=True)
@@ -170,6 +181,8 @@ def cmd_run(args) -> int:
 
 def cmd_bench(args) -> int:
     """Time prefill over batch sizes and prompt lengths; print a table (and JSON with --json)."""
+    if args.json and not os.path.isdir(os.path.dirname(os.path.abspath(args.json))):
+        raise ValueError(f"--json {args.json}: its folder does not exist")  # before the timing, not after it
     m = _load(args)
     rng = np.random.default_rng(args.seed)
     rows = []
@@ -231,7 +244,7 @@ def main(argv=None) -> int:
                     help="no row repeats an n-gram of its tokens of this size (default 0, none)")
     sp.add_argument("--repetition-penalty", type=float, default=1.0,
                     help="transformers' repetition_penalty: above 1, tokens already in the row are less likely (default 1, none)")
-    sp.add_argument("--num-beams", type=int, default=1,
+    sp.add_argument("--num-beams", type=_positive, default=1,
                     help="above 1, beam search with this many beams (transformers'), printing each row's best beam, "
                          "or beam sampling with --temperature (default 1: greedy, or sampling with --temperature)")
     sp.add_argument("--length-penalty", type=float, default=1.0,
@@ -247,7 +260,7 @@ def main(argv=None) -> int:
     common(sp)
     sp.add_argument("--lengths", type=_ints, default=[128, 512, 2048], help="prompt lengths T (default 128,512,2048)")
     sp.add_argument("--batch", type=_ints, default=[1], help="batch sizes B (default 1)")
-    sp.add_argument("--repeats", type=int, default=5)
+    sp.add_argument("--repeats", type=_positive, default=5, help="timed prefills per shape (default 5)")
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--json", default=None, help="also write the results to this JSON file")
     sp.set_defaults(fn=cmd_bench)
@@ -255,9 +268,12 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     try:
         return args.fn(args)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, MemoryError, OSError) as exc:
         print(f"mambago: error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("mambago: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
