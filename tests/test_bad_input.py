@@ -277,6 +277,18 @@ def test_generate(m):
         m.generate(x, 2**62)
     with pytest.raises(ValueError, match="max_new_tokens = 4611686018427387904 is too large"):
         m.beam_search(x, 2**62, 2)
+    # An int past int64, which the engine's integers are, is a ValueError naming it (was OverflowError).
+    for call, what in ((lambda: m.generate(x, 2, temperature=1.0, top_k=10**20), "top_k"),
+                       (lambda: m.generate(x, 2, min_new_tokens=10**20), "min_new_tokens"),
+                       (lambda: m.generate(x, 2, no_repeat_ngram_size=10**20), "no_repeat_ngram_size"),
+                       (lambda: m.beam_search(x, 2, 10**20), "num_beams"),
+                       (lambda: m.beam_search(x, 2, 2, pad_token_id=-10**20), "pad_token_id"),
+                       (lambda: m.beam_search(x, 2, 2, do_sample=True, top_k=10**20), "top_k"),
+                       (lambda: m.new_state(10**20), "batch_size"),
+                       (lambda: m.new_state(1).ssm_state(-10**20), "layer"),
+                       (lambda: m.reserve(1, 10**20), "seq_len")):
+        with pytest.raises(ValueError, match=f"{what} = -?100000000000000000000 is outside the engine's int64 range"):
+            call()
     # One of 2**62 bytes, past any machine's address space, is numpy's MemoryError, named the same way.
     with pytest.raises(MemoryError, match="max_new_tokens = 288230376151711744 is too large"):
         m.generate(x, 2**58)

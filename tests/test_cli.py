@@ -121,6 +121,8 @@ def test_bad_arguments_exit_cleanly():
     assert r.returncode == 2 and "non-empty" in r.stderr
     r = cli("run", case_dir("base"), "--prompt-ids", "1,2,100000")
     assert r.returncode == 2 and "vocabulary" in r.stderr
+    r = cli("run", case_dir("base"), "--prompt-ids", f"1,{10**20}")
+    assert r.returncode == 2 and "int64" in r.stderr and "Traceback" not in r.stderr, r
     r = cli("info", "/nonexistent/model")
     assert r.returncode == 2 and "error" in r.stderr
     for flag, value in (("--lengths", "8,0"), ("--batch", "0"), ("--lengths", ",")):

@@ -29,6 +29,8 @@ def _ids(text: str) -> list[list[int]]:
         raise argparse.ArgumentTypeError(f"--prompt-ids wants comma-separated integers (rows split by ';'), got {text!r}") from None
     if not rows or any(not r for r in rows):
         raise argparse.ArgumentTypeError("--prompt-ids rows must be non-empty")
+    if any(not -2**63 <= t < 2**63 for r in rows for t in r):
+        raise argparse.ArgumentTypeError(f"--prompt-ids holds an id outside the int64 range: {text!r}")
     return rows
 
 

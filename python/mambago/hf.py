@@ -45,7 +45,7 @@ import weakref
 
 import numpy as np
 
-from .model import Model, State, _batched, _eos_ids, _FilledStops, _is_torch_tensor, _spans
+from .model import Model, State, _batched, _eos_ids, _FilledStops, _int, _is_torch_tensor, _spans
 
 # torch's names of the floating types mambago runs in, as .to() takes them.
 _TORCH_FLOATS = {"float32": "float32", "float": "float32", "bfloat16": "bfloat16", "float16": "float16",
@@ -881,9 +881,9 @@ class MambaForCausalLM(_StandIn):
                                                                     for name in given)
         mask = None if attention_mask is None else _numpy(attention_mask)
         ids = _numpy(input_ids).astype(np.int64, copy=False)
-        if isinstance(num_return_sequences, bool) or not isinstance(num_return_sequences, (int, np.integer)):
-            raise TypeError(f"num_return_sequences must be an int, got {type(num_return_sequences).__name__}")
-        if num_return_sequences < 1:
+        if pad_token_id is not None:  # it fills finished rows here, before Model.generate sees it
+            pad_token_id = _int("pad_token_id", pad_token_id, "an int or None")
+        if _int("num_return_sequences", num_return_sequences) < 1:
             raise ValueError(f"num_return_sequences must be at least 1, got {num_return_sequences}")
         if isinstance(num_beams, bool) or not isinstance(num_beams, (int, np.integer)) or num_beams < 1:
             raise ValueError(f"num_beams must be an int ≥ 1, got {num_beams!r}")

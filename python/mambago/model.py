@@ -197,14 +197,23 @@ def _buffer_dtype(name, dtype):
     return s
 
 
+def _int(name: str, v, what: str = "an int") -> int:
+    """v as a Python int: a TypeError naming it unless it is an int (a bool is
+    not), and a ValueError where it is outside int64, the engine's integers."""
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise TypeError(f"{name} must be {what}, got {type(v).__name__}")
+    v = int(v)
+    if not -2**63 <= v < 2**63:
+        raise ValueError(f"{name} = {v} is outside the engine's int64 range")
+    return v
+
+
 def _check_device_args(stream, **pointers):
     """Raise unless stream (a CUDA stream handle) and each of pointers
     (device addresses, by name) is a non-negative int and no pointer is
     null."""
     for name, v in (*pointers.items(), ("stream", stream)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-            raise TypeError(f"{name} must be an int (a device address or handle), got {type(v).__name__}")
-        if v < 0:
+        if _int(name, v, "an int (a device address or handle)") < 0:
             raise ValueError(f"{name} must be non-negative, got {v}")
     if any(v == 0 for v in pointers.values()):
         raise ValueError(f"{' and '.join(pointers)} must be non-null device addresses")
@@ -585,9 +594,7 @@ class State(_Owner):
         _call(_b.CopyState, self._handle(), which, layer, _addr(v), v.size, True)
 
     def _layer(self, layer):
-        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
-            raise TypeError(f"layer must be an int, got {type(layer).__name__}")
-        return int(layer)
+        return _int("layer", layer)
 
     def conv_state(self, layer: int) -> np.ndarray:
         """A copy of layer's conv window, float32 [B, E, K] (the last K conv inputs, newest last)."""
@@ -749,9 +756,7 @@ class Model(_Owner):
 
     def new_state(self, batch_size: int) -> State:
         """A zeroed carried state for batch_size sequences."""
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)):
-            raise TypeError(f"batch_size must be an int, got {type(batch_size).__name__}")
-        if batch_size < 1:
+        if _int("batch_size", batch_size) < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
         return State(self, _call(_b.NewState, self._handle(), int(batch_size)), int(batch_size))
 
@@ -971,9 +976,7 @@ class Model(_Owner):
         the workspace grows on the first call at a larger shape (which also
         makes graphs captured before refuse to replay). A no-op on the CPU."""
         for name, v in (("batch_size", batch_size), ("seq_len", seq_len)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-            if v < 1:
+            if _int(name, v) < 1:
                 raise ValueError(f"{name} must be at least 1, got {v}")
         _call(_b.Reserve, self._handle(), int(batch_size), int(seq_len))
 
@@ -1011,9 +1014,7 @@ class Model(_Owner):
         rows (B * T) run eagerly. Do not call prefill_ptr inside a CUDA
         graph capture of your own while this is on: a first call captures.
         """
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
-            raise TypeError(f"n must be an int, got {type(n).__name__}")
-        if n < 0:
+        if _int("n", n) < 0:
             raise ValueError(f"n must be 0 or more, got {n}")
         _call(_b.SetPrefillGraphs, self._handle(), int(n))
 
@@ -1039,8 +1040,7 @@ class Model(_Owner):
         fit one pass of the engine (16384 rows).
         """
         self._check_state(state, state.batch_size)
-        if isinstance(seq_len, bool) or not isinstance(seq_len, (int, np.integer)):
-            raise TypeError(f"seq_len must be an int, got {type(seq_len).__name__}")
+        seq_len = _int("seq_len", seq_len)
         if kind not in ("ids", "embeds", "features"):
             raise ValueError(f"kind must be 'ids', 'embeds' or 'features', got {kind!r}")
         if not isinstance(output, str) or output not in _OUTPUTS:
@@ -1167,8 +1167,7 @@ class Model(_Owner):
         spans = _spans(attention_mask, *ids.shape)
         for name, v in (("max_new_tokens", max_new_tokens), ("top_k", top_k), ("min_new_tokens", min_new_tokens),
                         ("no_repeat_ngram_size", no_repeat_ngram_size)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+            _int(name, v)
         for name, v in (("max_new_tokens", max_new_tokens), ("min_new_tokens", min_new_tokens),
                         ("no_repeat_ngram_size", no_repeat_ngram_size)):
             if v < 0:
@@ -1283,8 +1282,7 @@ class Model(_Owner):
         for name, v in (("max_new_tokens", max_new_tokens), ("num_beams", num_beams),
                         ("num_return_sequences", num_return_sequences), ("min_new_tokens", min_new_tokens),
                         ("no_repeat_ngram_size", no_repeat_ngram_size)):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise TypeError(f"{name} must be an int, got {type(v).__name__}")
+            _int(name, v)
         for name, v in (("length_penalty", length_penalty), ("repetition_penalty", repetition_penalty)):
             if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
                 raise TypeError(f"{name} must be a number, got {type(v).__name__}")
@@ -1307,8 +1305,7 @@ class Model(_Owner):
             for name, v in (("temperature", temperature), ("top_p", top_p), ("min_p", min_p)):
                 if isinstance(v, bool) or not isinstance(v, (int, float, np.floating, np.integer)):
                     raise TypeError(f"{name} must be a number, got {type(v).__name__}")
-            if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)):
-                raise TypeError(f"top_k must be an int, got {type(top_k).__name__}")
+            _int("top_k", top_k)
             if not 0 < temperature < math.inf:
                 raise ValueError(f"temperature must be finite and > 0 when sampling, got {temperature}")
             if seed is None:
@@ -1325,8 +1322,7 @@ class Model(_Owner):
                             eta_cutoff, sample, forced_bos_token_id, exponential_decay_length_penalty, stop,
                             renormalize_logits)
         fill = pad_token_id if pad_token_id is not None else (eos_ids[0] if eos_ids else -1)
-        if isinstance(fill, bool) or not isinstance(fill, (int, np.integer)):
-            raise TypeError(f"pad_token_id must be an int or None, got {type(pad_token_id).__name__}")
+        fill = _int("pad_token_id", fill, "an int or None")
         B, T = ids.shape
         R, V, n = int(num_return_sequences), self.config.vocab_size, int(max_new_tokens)
         # BeamSearch writes every returned column (and steps up to those taken):
