@@ -905,9 +905,7 @@ class Model(_Owner):
         runs as one eager prefill, never a cached graph.
         """
         _check_device_args(stream, input_ptr=input_ptr, out_ptr=out_ptr)
-        if isinstance(layers_ptr, bool) or not isinstance(layers_ptr, (int, np.integer)):
-            raise TypeError(f"layers_ptr must be an int (a device address, 0 for none), got {type(layers_ptr).__name__}")
-        if layers_ptr < 0:
+        if _int("layers_ptr", layers_ptr, "an int (a device address, 0 for none)") < 0:
             raise ValueError(f"layers_ptr must be non-negative, got {layers_ptr}")
         if layers_ptr and output != "all":
             raise ValueError(f"layers_ptr takes output 'all': the layers' hidden states of every position, not {output!r}")
