@@ -227,8 +227,8 @@ def _nan(shape, dtype=np.float32):
 
 def _new_tokens(rows: int, max_new_tokens: int, dtype=np.int64) -> np.ndarray:
     """An unfilled [rows, max_new_tokens] output buffer. A size numpy cannot
-    hold is a ValueError, and one the machine cannot reserve a MemoryError, each naming
-    max_new_tokens."""
+    hold is a ValueError, and one the machine cannot reserve a MemoryError,
+    each naming max_new_tokens."""
     try:
         return np.empty((rows, max_new_tokens), dtype=dtype)
     except (ValueError, MemoryError) as e:
