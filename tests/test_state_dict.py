@@ -207,6 +207,10 @@ def test_torch_tensors_of_every_float_dtype():
         assert_same_model(got, mambago.Model.from_state_dict(up, case_dir("base"), device="cpu"))
     with pytest.raises(TypeError, match="want a float tensor"):
         mambago.Model.from_state_dict(dict(sd, **{"backbone.norm_f.weight": torch.arange(64)}), case_dir("base"))
+    # A meta-device model's state dict (accelerate's init_empty_weights) has no values to copy.
+    with pytest.raises(ValueError, match="norm_f.weight.*meta device"):
+        mambago.Model.from_state_dict(dict(sd, **{"backbone.norm_f.weight": torch.empty(64, device="meta")}),
+                                      case_dir("base"))
 
 
 def test_16bit_torch_state_dict_on_the_cpu():

@@ -354,6 +354,9 @@ def _state_dict_array(name, value) -> tuple[np.ndarray, str]:
 
         if not value.is_floating_point():
             raise TypeError(f"state_dict[{name!r}]: want a float tensor, got {value.dtype}")
+        if value.is_meta:  # a model built on the meta device (accelerate's init_empty_weights) holds no values
+            raise ValueError(f"state_dict[{name!r}] is on the meta device and holds no values: "
+                             "load the model's weights before passing its state_dict")
         t = value.detach().to(device="cpu")
         if t.dtype in (torch.bfloat16, torch.float16):
             return t.contiguous().view(torch.int16).numpy(), str(t.dtype).replace("torch.", "")
