@@ -478,8 +478,19 @@ func TestBeamSampling(t *testing.T) {
 			}
 			differs = differs || !slices.Equal(out.Tokens, plain.Tokens)
 		}
+		// Over 4000 random prompts a first seed differed 96.6% of the time and a
+		// third always did, but about one prompt in 3000 takes a fifth: keep
+		// drawing up to 32 seeds before calling the draws plain beam search's.
+		for seed := uint64(4); seed < 32 && !differs; seed++ {
+			bm.Sample = mambago.BeamSampling{Temperature: 1, TopP: 1, Seed: seed}
+			out, err := m.BeamSearch(context.Background(), ids, B, T, nil, n, bm)
+			if err != nil {
+				t.Fatal(err)
+			}
+			differs = !slices.Equal(out.Tokens, plain.Tokens)
+		}
 		if !differs {
-			t.Errorf("four seeds drew plain beam search's beams %v", plain.Tokens)
+			t.Errorf("32 seeds drew plain beam search's beams %v", plain.Tokens)
 		}
 		// A cut that leaves fewer tokens than a step needs fills the rest, as torch does: no error.
 		bm.Sample = mambago.BeamSampling{Temperature: 0.5, TopK: 1, TopP: 1, Seed: 1}
