@@ -611,13 +611,13 @@ func FuzzSampler(f *testing.F) {
 		}
 		return out
 	}
-	inf, nan := float32(math.Inf(1)), float32(math.NaN())
-	f.Add(bits(0, 3e38, 3, 1e30), uint8(1), uint8(0), uint8(0), uint8(0), uint8(1), uint8(0))       // typical over 3e38/0.5
-	f.Add(bits(0, inf, 3, inf), uint8(2), uint8(3), uint8(1), uint8(0), uint8(0), uint8(2))         // +Inf under eta
-	f.Add(bits(-inf, -inf, -inf), uint8(2), uint8(0), uint8(2), uint8(2), uint8(1), uint8(1))       // none has mass
-	f.Add(bits(-1, 2, 4, 5, 5, -3), uint8(6), uint8(2), uint8(0), uint8(0), uint8(1), uint8(0))     // a temperature of 1e-38
-	f.Add(bits(1, nan, 2), uint8(2), uint8(1), uint8(0), uint8(1), uint8(0), uint8(0))              // NaN
-	f.Add(bits(1e-45, -1e-45, 0, -0.0), uint8(3), uint8(2), uint8(3), uint8(1), uint8(2), uint8(3)) // denormals and zeros
+	inf, nan, negZero := float32(math.Inf(1)), float32(math.NaN()), float32(math.Copysign(0, -1))
+	f.Add(bits(0, 3e38, 3, 1e30), uint8(1), uint8(0), uint8(0), uint8(0), uint8(1), uint8(0))          // typical over 3e38/0.5
+	f.Add(bits(0, inf, 3, inf), uint8(2), uint8(3), uint8(1), uint8(0), uint8(0), uint8(2))            // +Inf under eta
+	f.Add(bits(-inf, -inf, -inf), uint8(2), uint8(0), uint8(2), uint8(2), uint8(1), uint8(1))          // none has mass
+	f.Add(bits(-1, 2, 4, 5, 5, -3), uint8(6), uint8(2), uint8(0), uint8(0), uint8(1), uint8(0))        // a temperature of 1e-38
+	f.Add(bits(1, nan, 2), uint8(2), uint8(1), uint8(0), uint8(1), uint8(0), uint8(0))                 // NaN
+	f.Add(bits(1e-45, -1e-45, 0, negZero), uint8(3), uint8(2), uint8(3), uint8(1), uint8(2), uint8(3)) // denormals and zeros
 	temps := []float64{0, 0.5, 1, 2, 1e-30, 100, 1e-38, 3e-39}
 	topPs := []float64{1, 0.9, 0.3, 1e-9}
 	minPs := []float64{0, 0.1, 1}
