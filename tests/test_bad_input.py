@@ -264,7 +264,7 @@ def test_generate(m):
     # What the stand-in reads: a row ends at its first even id, whose text is "a" (eos 0 among them), then eos.
     free = m.generate(x, 6)
     got = m.generate(x, 6, stop_strings="a", tokenizer=_Letters(texts), eos_token_id=0)
-    for row, want in zip(got, free):
+    for row, want in zip(got, free, strict=True):
         end = next((i for i, t in enumerate(want) if t % 2 == 0), len(want) - 1)
         assert list(row[:end + 1]) == list(want[:end + 1]) and set(row[end + 1:]) <= {0}
     with pytest.raises(TypeError, match="input_ids"):

@@ -67,7 +67,7 @@ def test_run_stops_at_the_configs_eos():
     eos = json.loads(open(f"{case_dir('base')}/config.json").read())["eos_token_id"]
     free, stopped = generated("--eos-token-id", "-1"), generated()
     assert len(free) == 2 and all(len(row) == 16 for row in free)
-    for got, row in zip(stopped, free):
+    for got, row in zip(stopped, free, strict=True):
         k = row.index(eos) + 1 if eos in row else len(row)
         assert got[:k] == row[:k] and set(got[k:]) <= {eos}, (got, row)
     late = generated("--min-new-tokens", "14")  # eos kept out of each row's first 14

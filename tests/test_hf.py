@@ -103,7 +103,7 @@ def test_repetition_penalty_follows_transformers():
     for by in (1.5, 0.7):
         out = m.generate(ids, max_new_tokens=8, repetition_penalty=by, eos_token_id=[],
                          return_dict_in_generate=True, output_scores=True, output_logits=True)
-        for i, (z, raw) in enumerate(zip(out.scores, out.logits)):
+        for i, (z, raw) in enumerate(zip(out.scores, out.logits, strict=True)):
             assert np.array_equal(np.argmax(z, axis=-1), out.sequences[:, 6 + i])
             seen = out.sequences[:, :6 + i]
             for b in range(2):
@@ -129,7 +129,7 @@ def test_repetition_penalty_follows_transformers():
                                        pad_token_id=hf.config.pad_token_id, **kw)
                 got = ours.generate(t_ids, attention_mask=mask, repetition_penalty=by, **kw)
                 assert torch.equal(got.sequences, want.sequences), (by, mask)
-                for g, w in zip(got.scores, want.scores):
+                for g, w in zip(got.scores, want.scores, strict=True):
                     assert rel_err(g.numpy(), w.numpy()) <= 1e-4
 
 
@@ -143,7 +143,7 @@ def test_min_p_keeps_the_likely_tokens():
     for kw in (dict(min_p=0.3), dict(min_p=0.1, top_k=0, top_p=0.9), dict(min_p=0.5, top_k=20)):
         out = m.generate(ids, max_new_tokens=12, do_sample=True, temperature=1.5, seed=4, eos_token_id=[],
                          return_dict_in_generate=True, output_scores=True, output_logits=True, **kw)
-        for i, (z, raw) in enumerate(zip(out.scores, out.logits)):
+        for i, (z, raw) in enumerate(zip(out.scores, out.logits, strict=True)):
             assert np.all(np.isfinite(z[np.arange(4), out.sequences[:, 5 + i]])), (kw, i)
             p = np.exp((raw - raw.max(axis=-1, keepdims=True)).astype(np.float64) / 1.5)
             assert not np.any(np.isfinite(z) & (p < kw["min_p"])), kw
@@ -244,7 +244,7 @@ def test_beam_search_follows_transformers():
         assert torch.equal(got.beam_indices, want.beam_indices.to(got.beam_indices.dtype)), (trial, kw)
         assert len(got.scores) == len(want.scores)
         scale = 0.0  # the log probabilities' range: the engine's logits agree to 1e-4 of theirs (rel_err)
-        for g, w in zip(got.scores, want.scores):
+        for g, w in zip(got.scores, want.scores, strict=True):
             finite = torch.isfinite(w)
             assert torch.equal(torch.isfinite(g), finite)
             assert rel_err(g[finite].numpy(), w[finite].numpy()) <= 1e-4
@@ -331,7 +331,7 @@ def test_logits_processors_follow_transformers():
         if "num_beams" in kw:
             assert torch.equal(got.beam_indices, want.beam_indices.to(got.beam_indices.dtype)), (trial, kw)
         assert len(got.scores) == len(want.scores), (trial, kw)
-        for g, w in zip(got.scores, want.scores):
+        for g, w in zip(got.scores, want.scores, strict=True):
             finite = torch.isfinite(w)
             assert torch.equal(torch.isfinite(g), finite), (trial, kw)
             assert rel_err(g[finite].numpy(), w[finite].numpy()) <= 1e-4, (trial, kw)
@@ -598,7 +598,7 @@ def test_min_new_tokens_follows_transformers():
                     want = hf.generate(t_ids, do_sample=False, **args)
                 got = ours.generate(t_ids, **args)
                 assert torch.equal(got.sequences, want.sequences), (kw, got.sequences, want.sequences)
-                for g, w in zip(got.scores, want.scores):
+                for g, w in zip(got.scores, want.scores, strict=True):
                     assert torch.equal(torch.isinf(g), torch.isinf(w))
                     assert rel_err(torch.nan_to_num(g).numpy(), torch.nan_to_num(w).numpy()) <= 1e-4
 
@@ -632,7 +632,7 @@ def test_no_repeat_ngram_size_follows_transformers():
                 want = hf.generate(t_ids, do_sample=False, **kw)
             got = ours.generate(t_ids, **kw)
             assert torch.equal(got.sequences, want.sequences), n
-            for g, w in zip(got.scores, want.scores):
+            for g, w in zip(got.scores, want.scores, strict=True):
                 assert torch.equal(torch.isinf(g), torch.isinf(w))
                 assert rel_err(torch.nan_to_num(g).numpy(), torch.nan_to_num(w).numpy()) <= 1e-4
 
@@ -1030,7 +1030,7 @@ def test_generate_returns_scores():
                          return_dict_in_generate=True, output_scores=True, output_logits=True)
     assert np.array_equal(sampled.sequences, m.generate(ids, max_new_tokens=6, do_sample=True, top_k=k,
                                                         temperature=temp, seed=11))
-    for i, (z, raw) in enumerate(zip(sampled.scores, sampled.logits)):
+    for i, (z, raw) in enumerate(zip(sampled.scores, sampled.logits, strict=True)):
         kept = np.isfinite(z)
         assert np.all(kept.sum(axis=1) >= k) and np.all(kept.sum(axis=1) <= k + 1)  # a tie at the k-th may stay
         assert np.allclose(z[kept], raw[kept] / np.float32(temp), rtol=1e-6)
@@ -1060,7 +1060,7 @@ def test_generate_scores_match_transformers():
         got = ours.generate(ids, attention_mask=mask, **kw)
         assert torch.equal(got.sequences, want.sequences)
         assert len(got.scores) == len(want.scores) and len(got.logits) == len(want.logits)
-        for g, w in zip(got.scores + got.logits, want.scores + want.logits):
+        for g, w in zip(got.scores + got.logits, want.scores + want.logits, strict=True):
             assert isinstance(g, torch.Tensor) and rel_err(g.numpy(), w.numpy()) <= 1e-4
         for norm in (False, True):
             assert rel_err(ours.compute_transition_scores(got.sequences, got.scores, normalize_logits=norm).numpy(),
@@ -1117,10 +1117,10 @@ def test_generate_hidden_states_match_transformers():
         assert got.sequences.shape[1] == T + 8 and (got.sequences[1, T + end + 1:] == 0).all()
         assert len(got.hidden_states) == len(want.hidden_states) == 8
         assert got.to_tuple() == (got.sequences, got.hidden_states) and got["hidden_states"] is got.hidden_states
-        for i, (g_step, w_step) in enumerate(zip(got.hidden_states, want.hidden_states)):
+        for i, (g_step, w_step) in enumerate(zip(got.hidden_states, want.hidden_states, strict=True)):
             assert len(g_step) == len(w_step) == L + 1
             at = slice(None) if mask is None or i > 0 else mask == 1
-            for j, (g, w) in enumerate(zip(g_step, w_step)):
+            for j, (g, w) in enumerate(zip(g_step, w_step, strict=True)):
                 assert isinstance(g, torch.Tensor) and g.dtype == torch.float32 and g.shape == w.shape, (i, j)
                 assert rel_err(g[at].numpy(), w[at].numpy()) <= 1e-4, (i, j, mask is None)
             if mask is not None and i == 0:
@@ -1177,7 +1177,7 @@ def test_hidden_states_match_transformers():
         got = ours(ids, attention_mask=mask, output_hidden_states=True).hidden_states
         assert len(got) == len(want) == hf.config.num_hidden_layers + 1
         at = slice(None) if mask is None else mask == 1
-        for i, (g, w) in enumerate(zip(got, want)):
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
             assert isinstance(g, torch.Tensor) and g.shape == w.shape
             assert rel_err(g[at].numpy(), w[at].numpy()) <= 1e-4, (i, mask is None)
 
@@ -1478,7 +1478,7 @@ def test_pipelines_follow_transformers(device):
         assert mine(prompts, **kw) == want, kw
     sampled = mine(prompts, max_new_tokens=5, do_sample=True, temperature=0.8, top_k=10, num_return_sequences=2)
     assert [len(rows) for rows in sampled] == [2] * len(prompts)
-    assert all(row["generated_text"].startswith(prompt) for prompt, rows in zip(prompts, sampled) for row in rows)
+    assert all(row["generated_text"].startswith(prompt) for prompt, rows in zip(prompts, sampled, strict=True) for row in rows)
 
     backbone = transformers.MambaModel.from_pretrained(case_dir("base")).to(device).eval()
     stand_in = MambaModel.from_model(backbone, device=device)
@@ -1593,11 +1593,11 @@ def test_forward_on_the_gpu_stays_there(dtype):
         assert rel_err(got.cpu().numpy(), want.numpy()) <= tol, (sorted(kw), dtype)
     # hidden_states made on the GPU too (Model.prefill_ptr's layers_ptr), cache kept or not.
     for use_cache in (None, False):
-        for (kw, host_kw), model in zip(cases[1:] * 2, [m] * 3 + [backbone] * 3):
+        for (kw, host_kw), model in zip(cases[1:] * 2, [m] * 3 + [backbone] * 3, strict=True):
             got = model(**kw, use_cache=use_cache, output_hidden_states=True)
             want = model(**host_kw, use_cache=use_cache, output_hidden_states=True)
             assert len(got.hidden_states) == len(want.hidden_states) == m.config.num_hidden_layers + 1
-            for g, w in zip(got.hidden_states, want.hidden_states):
+            for g, w in zip(got.hidden_states, want.hidden_states, strict=True):
                 assert g.device == torch.device("cuda:0") and g.dtype == torch.float32 and g.shape == w.shape
                 assert rel_err(g.cpu().numpy(), w.numpy()) <= tol, (sorted(kw), dtype, use_cache)
                 if "attention_mask" in kw:
@@ -1608,8 +1608,8 @@ def test_forward_on_the_gpu_stays_there(dtype):
     kw = dict(max_new_tokens=4, eos_token_id=[], return_dict_in_generate=True, output_hidden_states=True)
     got, want = m.generate(ids.cuda(), attention_mask=left.cuda(), **kw), m.generate(ids, attention_mask=left, **kw)
     assert torch.equal(got.sequences.cpu(), want.sequences) and len(got.hidden_states) == len(want.hidden_states) == 4
-    for g_step, w_step in zip(got.hidden_states, want.hidden_states):
-        for g, w in zip(g_step, w_step):
+    for g_step, w_step in zip(got.hidden_states, want.hidden_states, strict=True):
+        for g, w in zip(g_step, w_step, strict=True):
             assert g.device == torch.device("cuda:0") and g.dtype == torch.float32 and g.shape == w.shape
             assert rel_err(g.cpu().numpy(), w.numpy()) <= tol, dtype
     for bad in (torch.full((B, T), V), torch.full((B, T), -2)):
@@ -1742,7 +1742,7 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
     lead = (np.arange(T) >= np.array([0, 5, 0, 2])[:, None]).astype(np.int64)
     want_masks = [None, moved, moved_right, None, moved, None, None, lead, None, None, lead, None]
     assert len(masks) == len(want_masks)
-    for got, want in zip(masks, want_masks):
+    for got, want in zip(masks, want_masks, strict=True):
         assert (got is None and want is None) or np.array_equal(got, want)
 
     # A cache continued: the next chunk (given the mask of the whole
@@ -1771,7 +1771,7 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
                 got, want = both(model, **kw, use_cache=use_cache, output_hidden_states=True)
                 assert len(sent) == before + 1, "the GPU's way is one prefill_ptr call"
                 assert len(got.hidden_states) == len(want.hidden_states) == m.config.num_hidden_layers + 1
-                for g, w in zip(got.hidden_states, want.hidden_states):
+                for g, w in zip(got.hidden_states, want.hidden_states, strict=True):
                     assert isinstance(g, torch.Tensor) and g.dtype == torch.float32 and g.shape == w.shape == (B, T, m.config.hidden_size)
                     assert rel_err(g.numpy(), w.numpy()) <= 1e-4, sorted(kw)
                     if "attention_mask" in kw:
@@ -1788,9 +1788,9 @@ def test_forward_on_the_gpu_glue_without_a_gpu(monkeypatch):
                          output_hidden_states=True, **kw)
         assert len(sent) == before + 2 and torch.equal(got.sequences, want.sequences)
         assert len(got.hidden_states) == len(want.hidden_states) == 4
-        for g_step, w_step in zip(got.hidden_states, want.hidden_states):
+        for g_step, w_step in zip(got.hidden_states, want.hidden_states, strict=True):
             assert len(g_step) == len(w_step) == m.config.num_hidden_layers + 1
-            for g, w in zip(g_step, w_step):
+            for g, w in zip(g_step, w_step, strict=True):
                 assert isinstance(g, torch.Tensor) and g.dtype == torch.float32 and g.shape == w.shape
                 assert rel_err(g.numpy(), w.numpy()) <= 1e-4, sorted(kw)
     gpu(True)

@@ -88,7 +88,7 @@ def test_api_table_matches_the_signatures():
             pname, _, default = part.partition("=")
             documented.append((pname, default, keyword_only))
         assert [p.name for p in params] == [d[0] for d in documented], f"{owner}.{name}({args})"
-        for p, (pname, default, kw) in zip(params, documented):
+        for p, (pname, default, kw) in zip(params, documented, strict=True):
             assert (p.kind == p.KEYWORD_ONLY) == kw, f"{owner}.{name}: {pname} keyword-only is {kw} in the README"
             if default:
                 assert p.default is not p.empty and p.default == eval(default), \

@@ -88,5 +88,5 @@ def test_threads_share_a_model(device):
         t.join()
     assert not errors, errors
     for i in range(threads):
-        for j, (g, w) in enumerate(zip(got[i], want[i])):
+        for j, (g, w) in enumerate(zip(got[i], want[i], strict=True)):
             assert np.array_equal(g, w), (i, j)
