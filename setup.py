@@ -77,7 +77,7 @@ def build_extension(dest):
     cc = gobuild.find_cc(os.path.join(ROOT, "build", "cc"))
     if cc is None:
         named = os.environ.get("CC")
-        sys.exit(f"mambago build: a C compiler is needed for cgo, and "
+        sys.exit("mambago build: a C compiler is needed for cgo, and "
                  + (f"CC={named!r} does not run" if named else "none of gcc, cc or clang is on PATH")
                  + " (install gcc, name another compiler in CC, or `pip install ziglang`, "
                  "which pip does itself when it builds in isolation, the default)")
