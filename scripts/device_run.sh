@@ -358,7 +358,7 @@
 #             turns over three rounds (BenchmarkConvScanJobs; about 30 s);
 #   all:      all three (default).
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 commit=${1:-unknown}
@@ -1232,12 +1232,12 @@ scan_sanitizers() {
 }
 if [[ $mode == scanknobs ]]; then
   echo "== the scan kernels against float64"
-  .carry/kernels.test -test.v -test.run 'ConvAndScan|DTProj|Spill' 2>&1 > "$OUT/scan_test.log" || status=1
+  .carry/kernels.test -test.v -test.run 'ConvAndScan|DTProj|Spill' > "$OUT/scan_test.log" 2>&1 || status=1
   grep -E "^(--- FAIL|ok|FAIL|PASS)|rel err" "$OUT/scan_test.log" | head -20
   scan_sanitizers scan
   echo "== the engine: mixed precision, conformance, scan variants, PDL, graphs, CPU match, device entries"
   .carry/gpu.test -test.v -test.run 'Mixed|TestConformance|ScanVariants|PrefillPDL|GraphsReplay|MatchesCPU|DeviceEntry' \
-    2>&1 > "$OUT/engine_test.log" || status=1
+    > "$OUT/engine_test.log" 2>&1 || status=1
   grep -E "^(--- FAIL|ok|FAIL|PASS)|panic" "$OUT/engine_test.log" | head -20
   echo "== the one-pass scan alone, bf16, each knob setting taking turns (BenchmarkOnePass; bit for bit the engine's)"
   .carry/kernels.test -test.v -test.run '^$' -test.bench OnePass -test.benchtime 1x 2>&1 | tee "$OUT/onepass_knobs.log" \
@@ -1351,9 +1351,9 @@ if [[ $mode == gemvbatch ]]; then
 fi
 if [[ $mode == gemv ]]; then
   echo "== the decode GEMVs against float64 and the one-sequence entries' bits; the decode step's bit checks"
-  timeout 120 .carry/kernels.test -test.v -test.run 'GEMVKernel' 2>&1 > "$OUT/gemv_test.log" || status=1
+  timeout 120 .carry/kernels.test -test.v -test.run 'GEMVKernel' > "$OUT/gemv_test.log" 2>&1 || status=1
   grep -E "^(--- FAIL|ok|FAIL|PASS)|b1" "$OUT/gemv_test.log" | head
-  timeout 200 .carry/gpu.test -test.v -test.run 'DecodeOneSequence|DecodePDL|DecodeMatchesPrefill' 2>&1 > "$OUT/decode_test.log" || status=1
+  timeout 200 .carry/gpu.test -test.v -test.run 'DecodeOneSequence|DecodePDL|DecodeMatchesPrefill' > "$OUT/decode_test.log" 2>&1 || status=1
   grep -E "^(--- |ok|FAIL|PASS)" "$OUT/decode_test.log" | head
   timeout 150 compute-sanitizer --tool memcheck --error-exitcode 9 .carry/gpu.test -test.run 'DecodeOneSequence|DecodeMatchesPrefill' \
     > "$OUT/memcheck_decode.log" 2>&1 || status=1
@@ -1368,10 +1368,10 @@ if [[ $mode == gemv ]]; then
 fi
 if [[ $mode == onepass ]]; then
   echo "== the scan and dt_proj kernels against float64"
-  .carry/kernels.test -test.v -test.run 'ConvAndScan|DTProj' 2>&1 > "$OUT/scan_test.log" || status=1
+  .carry/kernels.test -test.v -test.run 'ConvAndScan|DTProj' > "$OUT/scan_test.log" 2>&1 || status=1
   grep -E "^(--- FAIL|ok|FAIL|PASS)|rel err" "$OUT/scan_test.log" | head -40
   echo "== the mixed-precision engine against the f32 engine and the fixtures"
-  .carry/gpu.test -test.v -test.run 'Mixed|TestConformance|ScanVariants' 2>&1 > "$OUT/mixed_test.log" || status=1
+  .carry/gpu.test -test.v -test.run 'Mixed|TestConformance|ScanVariants' > "$OUT/mixed_test.log" 2>&1 || status=1
   grep -E "^(--- FAIL|ok|FAIL|PASS)|KL|state|argmax" "$OUT/mixed_test.log" | head -60
   timeout 300 compute-sanitizer --tool racecheck --error-exitcode 9 .carry/kernels.test -test.run ConvAndScan \
     > "$OUT/racecheck_kernels.log" 2>&1 || status=1
@@ -1401,7 +1401,7 @@ fi
 if [[ $mode == gpu || $mode == all || $mode == tests ]]; then
   echo "== GPU: CUDA binding, kernels, engine and the mambago package (generate, states) against references"
   for t in cuda kernels gpu mambago; do
-    .carry/$t.test -test.v 2>&1 > "$OUT/${t}_test.log"; rc=$?
+    .carry/$t.test -test.v > "$OUT/${t}_test.log" 2>&1; rc=$?
     grep -E "^(--- FAIL|ok|FAIL|PASS)|rel err|Error" "$OUT/${t}_test.log" | head -30
     echo "$t.test exit $rc"; [[ $rc == 0 ]] || status=1
   done

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by test.sh and wheels.sh: sets the array `pythons` to the
 # interpreters to build and test for: $MAMBAGO_PYTHONS ("python3.12 ..."),
 # else pyenv's newest 3.10, 3.11, 3.12 and 3.13 where it has them, else python3.

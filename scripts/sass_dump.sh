@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by scripts/sass_same.sh and scripts/sass_parts.sh: a kernel
 # source's SASS without a GPU, through scripts/sass.sh's tools (NVRTC,
 # cuobjdump and nvdisasm from PyPI).
