@@ -464,30 +464,25 @@ func TestBeamSampling(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		differs := false
-		for seed := range uint64(4) {
-			bm.Sample = mambago.BeamSampling{Temperature: 1, TopP: 1, Seed: seed}
-			out, err := m.BeamSearch(context.Background(), ids, B, T, nil, n, bm)
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkBeamScores(t, m, ids, B, T, out, K, R, 1, 1)
-			again, err := m.BeamSearch(context.Background(), ids, B, T, nil, n, bm)
-			if err != nil || !slices.Equal(out.Tokens, again.Tokens) {
-				t.Errorf("seed %d: %v, then %v (err %v)", seed, out.Tokens, again.Tokens, err)
-			}
-			differs = differs || !slices.Equal(out.Tokens, plain.Tokens)
-		}
-		// Over 4000 random prompts a first seed differed 96.6% of the time and a
+		// The first four seeds are checked in full. Over 4000 random prompts a
+		// first seed differed from plain beam search 96.6% of the time and a
 		// third always did, but about one prompt in 3000 takes a fifth: keep
 		// drawing up to 32 seeds before calling the draws plain beam search's.
-		for seed := uint64(4); seed < 32 && !differs; seed++ {
+		differs := false
+		for seed := uint64(0); seed < 32 && (seed < 4 || !differs); seed++ {
 			bm.Sample = mambago.BeamSampling{Temperature: 1, TopP: 1, Seed: seed}
 			out, err := m.BeamSearch(context.Background(), ids, B, T, nil, n, bm)
 			if err != nil {
 				t.Fatal(err)
 			}
-			differs = !slices.Equal(out.Tokens, plain.Tokens)
+			if seed < 4 {
+				checkBeamScores(t, m, ids, B, T, out, K, R, 1, 1)
+				again, err := m.BeamSearch(context.Background(), ids, B, T, nil, n, bm)
+				if err != nil || !slices.Equal(out.Tokens, again.Tokens) {
+					t.Errorf("seed %d: %v, then %v (err %v)", seed, out.Tokens, again.Tokens, err)
+				}
+			}
+			differs = differs || !slices.Equal(out.Tokens, plain.Tokens)
 		}
 		if !differs {
 			t.Errorf("32 seeds drew plain beam search's beams %v", plain.Tokens)
