@@ -759,9 +759,10 @@ class Model(_Owner):
 
     def new_state(self, batch_size: int) -> State:
         """A zeroed carried state for batch_size sequences."""
-        if _int("batch_size", batch_size) < 1:
+        batch_size = _int("batch_size", batch_size)
+        if batch_size < 1:
             raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-        return State(self, _call(_b.NewState, self._handle(), int(batch_size)), int(batch_size))
+        return State(self, _call(_b.NewState, self._handle(), batch_size), batch_size)
 
     def _check_state(self, state, B):
         if not isinstance(state, State):
@@ -1015,9 +1016,10 @@ class Model(_Owner):
         rows (B * T) run eagerly. Do not call prefill_ptr inside a CUDA
         graph capture of your own while this is on: a first call captures.
         """
-        if _int("n", n) < 0:
+        n = _int("n", n)
+        if n < 0:
             raise ValueError(f"n must be 0 or more, got {n}")
-        _call(_b.SetPrefillGraphs, self._handle(), int(n))
+        _call(_b.SetPrefillGraphs, self._handle(), n)
 
     def capture_step(self, state: State) -> "Graph":
         """Capture the decode step of state's batch as a CUDA graph (CUDA engine).
