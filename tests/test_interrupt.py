@@ -226,3 +226,27 @@ def test_ctrl_c_leaves_a_load(tmp_path, to_thread):
         f"KeyboardInterrupt came {out['took']:.2f} s into a load of {out['whole']:.2f} s (signal at {out['delay']:.2f} s)"
     assert out["after"] == out["base"], "the abandoned load's model was not freed"
     assert out["works"] == 768
+
+
+def test_ctrl_c_during_a_collection_is_not_lost(monkeypatch):
+    """A KeyboardInterrupt that lands while a State is freed by garbage
+    collection (Python drops any exception leaving __del__) still reaches the
+    main thread once __del__ has returned, and the state is freed."""
+    import time
+    from mambago import model as model_module
+    m = mambago.Model.from_pretrained(case_dir("base"), device="cpu")
+    freed = []
+    free = model_module._b.FreeState
+
+    def free_then_ctrl_c(h):
+        free(h)
+        freed.append(h)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(model_module._b, "FreeState", free_then_ctrl_c)
+    st = m.new_state(1)
+    with pytest.raises(KeyboardInterrupt):
+        del st
+        for _ in range(100):  # it comes once the thread that re-delivers it gets the GIL
+            time.sleep(0.01)
+    assert len(freed) == 1

@@ -24,6 +24,7 @@ import math
 import os
 import re
 import sys
+import _thread
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
@@ -558,7 +559,15 @@ class _Owner:
         self.close()
 
     def __del__(self):
-        self.close()
+        try:
+            self.close()
+        except KeyboardInterrupt:
+            # Python prints an exception leaving __del__ and drops it, so a
+            # Ctrl-C landing during a collection would be lost. Deliver it to
+            # the main thread again from a new thread: that one waits for the
+            # GIL, which this thread keeps until __del__ has returned (raised
+            # here, inside __del__, it would be dropped again).
+            _thread.start_new_thread(_thread.interrupt_main, ())
 
     def __reduce_ex__(self, protocol):
         raise TypeError(f"a mambago.{type(self).__name__} owns engine memory in this process and cannot be copied or "
@@ -845,7 +854,8 @@ class Model(_Owner):
             raise ValueError(f"output must be one of {_OUTPUTS}, got {output!r}")
         cfg = self.config
         B, T = x.shape[0], x.shape[1]
-        if state is None:
+        own = state is None
+        if own:
             state = self.new_state(B)
         self._check_state(state, B)
         spans = _spans(attention_mask, B, T)
@@ -862,6 +872,8 @@ class Model(_Owner):
             _interruptible(*args, keep=(x, out, taps, spans, state))
         else:
             _call(*args, 0)
+        if own:  # freed here, where a Ctrl-C raises, not in a collection (after a Ctrl-C the call may still hold it)
+            state.close()
         return out if taps is None else (out, taps)
 
     def prefill_ptr(self, input_ptr: int, shape, *, out_ptr: int, kind: str = "ids", state: State | None = None,
